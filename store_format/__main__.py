@@ -1,0 +1,186 @@
+"""Command line for the pure-Python store tools.
+
+  python -m store_format dump STORE_DIR --what commitlog|consumequeue|index|checkpoint|config
+  python -m store_format query STORE_DIR (--topic T --key K | --msg-id ID)
+
+Records go to stdout as JSON Lines (every one with its file and byte position); the one-line summary and
+errors go to stderr.  Exit codes: 0 ok, 1 nothing matched (query) or damage found (dump --strict),
+2 bad usage or an unreadable store.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+
+from .commitlog import END_OF_DATA, Frame, SalvageSpan
+from .errors import StoreFormatError
+from .store import Store
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+def _emit(obj: dict, out) -> None:
+    out.write(json.dumps(obj, ensure_ascii=False, default=_json_default) + "\n")
+
+
+def _json_default(v):
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(v)).decode("ascii")
+    raise TypeError(f"not JSON serializable: {type(v).__name__}")
+
+
+def frame_to_dict(frame) -> dict:
+    if isinstance(frame, SalvageSpan):
+        return {"kind": "corrupt", "segment": frame.segment, "file_position": frame.file_position,
+                "length": frame.length, "reason": frame.reason, "excerpt_hex": frame.excerpt.hex()}
+    out = {"kind": frame.kind, "segment": frame.segment, "file_position": frame.file_position,
+           "physical_offset": frame.physical_offset}
+    if frame.kind == "message" and frame.message is not None:
+        out.update(frame.message.to_dict())
+    elif frame.kind == "blank":
+        out["store_size"] = frame.size
+    else:
+        out.update({"stop_kind": frame.stop_kind, "field": frame.stop_field, "reason": frame.stop_message,
+                    "damage": frame.stop_kind != END_OF_DATA})
+    return out
+
+
+def dump(store: Store, what: str, args, out) -> tuple[str, bool]:
+    damaged = False
+    if what == "commitlog":
+        counts = {}
+        for frame in store.walk_commitlog(check_crc=not args.no_crc, salvage=args.walk == "salvage"):
+            d = frame_to_dict(frame)
+            counts[d["kind"]] = counts.get(d["kind"], 0) + 1
+            damaged |= d["kind"] == "corrupt" or bool(d.get("damage"))
+            _emit(d, out)
+        return f"{len(store.segments)} segment(s): " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())), damaged
+    if what == "consumequeue":
+        n = 0
+        for (topic, qid), files in sorted(store.queues.items()):
+            try:
+                for u in store.consume_queue(topic, qid):
+                    n += 1
+                    damaged |= u.kind == "invalid"
+                    _emit({"topic": topic, "queue_id": qid, "queue_offset": u.queue_offset,
+                           "physical_offset": u.physical_offset, "size": u.size, "tags_code": u.tags_code,
+                           "kind": u.kind, "file": u.file, "file_position": u.file_position}, out)
+            except StoreFormatError as e:
+                damaged = True
+                _emit({"topic": topic, "queue_id": qid, "kind": "error", **e.as_dict()}, out)
+        return f"{len(store.queues)} queue(s), {n} unit(s)", damaged
+    if what == "index":
+        n = 0
+        paths = store.index_paths()
+        for path in paths:
+            try:
+                with store.open_index(path) as f:
+                    _emit({"kind": "header", "file": f.name, **vars(f.header), "hash_slot_num": f.hash_slot_num,
+                           "index_num": f.index_num}, out)
+                    for e in f.entries():
+                        n += 1
+                        _emit({"kind": "entry", "file": f.name, **vars(e)}, out)
+            except StoreFormatError as e:
+                damaged = True
+                _emit({"kind": "error", **e.as_dict()}, out)
+        return f"{len(paths)} index file(s), {n} entr(ies)", damaged
+    if what == "checkpoint":
+        cp = store.checkpoint()
+        markers = store.markers()
+        _emit({**vars(cp), "min_timestamp": cp.min_timestamp, "min_timestamp_index": cp.min_timestamp_index,
+               "abort": markers.abort, "abort_pid": markers.abort_pid, "lock": markers.lock}, out)
+        return f"checkpoint {cp.file_length} bytes; abort file {'present' if markers.abort else 'absent'}", False
+    if what == "config":
+        names = store.config_names()
+        for name in names:
+            cfg = store.config(name)
+            damaged |= cfg.data is None or bool(cfg.errors)
+            _emit({"name": name, "source": cfg.source, "data": _stringify_keys(cfg.data),
+                   "errors": [e.as_dict() for e in cfg.errors]}, out)
+        return f"{len(names)} config file(s)", damaged
+    raise ValueError(what)
+
+
+def _stringify_keys(v):
+    if isinstance(v, dict):
+        return {str(k): _stringify_keys(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_stringify_keys(x) for x in v]
+    return v
+
+
+def query(store: Store, args, out) -> int:
+    if args.msg_id:
+        found = [m for m in [store.find_msg_id(args.msg_id)] if m is not None]
+    else:
+        found = store.query_key(args.topic, args.key)
+    for msg in found:
+        _emit({"kind": "message", **msg.to_dict()}, out)
+    return len(found)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m store_format", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def store_args(sp):
+        sp.add_argument("store", metavar="STORE_DIR", help="broker store root (holds commitlog/, consumequeue/...)")
+        sp.add_argument("--segment-size", type=int, help="mappedFileSizeCommitLog, if the files cannot tell")
+        sp.add_argument("--hash-slots", type=int, help="maxHashSlotNum (default: inferred from index file length)")
+        sp.add_argument("--index-num", type=int, help="maxIndexNum (default: inferred from index file length)")
+        sp.add_argument("--delay-levels", default=None, help="messageDelayLevel, e.g. '1s 5s 10s ...'")
+
+    d = sub.add_parser("dump", help="print a store's files as JSON Lines")
+    store_args(d)
+    d.add_argument("--what", required=True, choices=["commitlog", "consumequeue", "index", "checkpoint", "config"])
+    d.add_argument("--walk", choices=["recovery", "salvage"], default="recovery",
+                   help="recovery: stop where the broker's recovery stops; salvage: resync past damage")
+    d.add_argument("--no-crc", action="store_true", help="do not verify body CRCs (the broker's dispatch does not)")
+    d.add_argument("--strict", action="store_true", help="exit 1 when damage is found")
+
+    q = sub.add_parser("query", help="find messages by key / unique key (index, then verified) or offsetMsgId")
+    store_args(q)
+    q.add_argument("--topic", help="topic of the key (index keys are topic#key)")
+    q.add_argument("--key", help="a KEYS entry or a UNIQ_KEY")
+    q.add_argument("--msg-id", help="offsetMsgId (32 or 56 hex characters)")
+
+    try:
+        from . import writer_cli
+    except ImportError:  # the writer's commands land with the StoreWriter
+        writer_cli = None
+    if writer_cli is not None:
+        writer_cli.register(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if hasattr(args, "run"):
+        return args.run(args)
+    if args.command == "query" and not args.msg_id and not (args.topic and args.key):
+        parser.error("query needs --msg-id ID, or --topic T with --key K")
+    try:
+        kwargs = {"segment_size": args.segment_size, "hash_slot_num": args.hash_slots, "index_num": args.index_num}
+        if args.delay_levels:
+            kwargs["message_delay_level"] = args.delay_levels
+        store = Store(args.store, **kwargs)
+        if args.command == "dump":
+            summary, damaged = dump(store, args.what, args, sys.stdout)
+            print(summary + ("; damage found" if damaged else ""), file=sys.stderr)
+            return EXIT_FINDINGS if damaged and args.strict else EXIT_OK
+        n = query(store, args, sys.stdout)
+        print(f"{n} message(s) matched", file=sys.stderr)
+        return EXIT_OK if n else EXIT_FINDINGS
+    except StoreFormatError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""``checkpoint`` (StoreCheckpoint), and the ``abort``/``lock`` markers.
+
+The checkpoint is one 4096-byte mapped page of big-endian longs: physicMsgTimestamp, logicsMsgTimestamp,
+indexMsgTimestamp (4.x: 24 bytes used), then masterFlushedOffset (5.0+) and confirmPhyOffset (5.1.1+).
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import layout as L
+from .errors import CheckpointError, ErrorKind
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    physic_msg_timestamp: int
+    logics_msg_timestamp: int
+    index_msg_timestamp: int
+    master_flushed_offset: int | None = None  # 5.x only (None when the bytes are absent or zero)
+    confirm_phy_offset: int | None = None
+    file_length: int = L.CHECKPOINT_FILE_SIZE
+
+    @property
+    def min_timestamp(self) -> int:
+        """getMinTimestamp(): min(physic, logics) - 3 s, floored at 0."""
+        return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - L.CHECKPOINT_SAFETY_MS)
+
+    @property
+    def min_timestamp_index(self) -> int:
+        """getMinTimestampIndex(): min(getMinTimestamp(), indexMsgTimestamp)."""
+        return min(self.min_timestamp, self.index_msg_timestamp)
+
+    def to_bytes(self) -> bytes:
+        vals = [self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp]
+        for extra in (self.master_flushed_offset, self.confirm_phy_offset):
+            if extra is None:
+                break
+            vals.append(extra)
+        raw = struct.pack(f">{len(vals)}q", *vals)
+        return raw + bytes(self.file_length - len(raw))
+
+
+def parse_checkpoint(raw: bytes, file: str | None = None) -> Checkpoint:
+    if len(raw) < L.CHECKPOINT_MIN_SIZE:
+        raise CheckpointError(ErrorKind.TRUNCATED, f"{len(raw)} bytes; the checkpoint needs at least "
+                              f"{L.CHECKPOINT_MIN_SIZE}", file=file, position=len(raw))
+    values = {}
+    for name, off in L.CHECKPOINT_FIELDS:
+        if off + 8 <= len(raw):
+            values[name] = struct.unpack_from(">q", raw, off)[0]
+    extras = {k: (values.get(k) or None) for k in ("master_flushed_offset", "confirm_phy_offset")}
+    return Checkpoint(values["physic_msg_timestamp"], values["logics_msg_timestamp"], values["index_msg_timestamp"],
+                      file_length=len(raw), **extras)
+
+
+def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(ErrorKind.MISSING, "no checkpoint file", file=str(p))
+    with open(p, "rb") as f:
+        raw = f.read(L.CHECKPOINT_FILE_SIZE)
+    return parse_checkpoint(raw, str(p))
+
+
+@dataclass(frozen=True)
+class Markers:
+    abort: bool  # present: the broker did not shut down cleanly -> abnormal recovery
+    abort_pid: int | None  # 5.x writes the PID into abort
+    lock: bool
+
+
+def read_markers(root: str | os.PathLike) -> Markers:
+    root = Path(root)
+    abort = root / "abort"
+    pid = None
+    if abort.is_file():
+        text = abort.read_bytes()[:32].decode("ascii", "replace").strip()
+        pid = int(text) if text.isdigit() else None
+    return Markers(abort.is_file(), pid, (root / "lock").exists())

@@ -1,0 +1,115 @@
+"""ConsumeQueue files: ``consumequeue/<topic>/<queueId>/<20-digit logical byte offset>``.
+
+Unit (20 bytes, big-endian; ``ConsumeQueue.putMessagePositionInfo``)::
+
+    commitlog physical offset (long) | record TOTALSIZE (int) | tagsCode (long)
+
+Queue offset n lives at byte n*20 of the queue; a file's name is its first unit's byte offset.  Recovery
+(``ConsumeQueue.recover``) accepts units while ``offset >= 0 && size > 0``; pre-blank units written by
+``fillPreBlank`` are ``(0, Integer.MAX_VALUE, 0)``; the unwritten tail is zeros.
+"""
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from . import layout as L
+from .commitlog import ReadOnlyMap
+from .errors import ConsumeQueueError, ErrorKind
+
+_UNIT = struct.Struct(L.CQ_UNIT_STRUCT)
+_FILE_NAME = re.compile(r"^\d{20}$")
+
+
+@dataclass(frozen=True)
+class CQUnit:
+    queue_offset: int
+    physical_offset: int
+    size: int
+    tags_code: int
+    kind: str  # "entry" | "pre_blank" | "invalid" (fails recovery's offset >= 0 && size > 0) | "zero"
+    file: str
+    file_position: int
+
+
+@dataclass(frozen=True)
+class CQFile:
+    topic: str
+    queue_id: int
+    path: Path
+    base_byte_offset: int
+    length: int
+
+    @property
+    def first_queue_offset(self) -> int:
+        return self.base_byte_offset // L.CQ_STORE_UNIT_SIZE
+
+
+def classify_unit(physical_offset: int, size: int, tags_code: int) -> str:
+    if physical_offset == 0 and size == L.CQ_PRE_BLANK_SIZE and tags_code == 0:
+        return "pre_blank"
+    if physical_offset == 0 and size == 0 and tags_code == 0:
+        return "zero"
+    if physical_offset >= 0 and size > 0:
+        return "entry"
+    return "invalid"
+
+
+def list_queue_files(queue_dir: str | os.PathLike, topic: str, queue_id: int) -> list[CQFile]:
+    d = Path(queue_dir)
+    out = []
+    if d.is_dir():
+        for p in d.iterdir():
+            if _FILE_NAME.match(p.name) and p.is_file():
+                out.append(CQFile(topic, queue_id, p, int(p.name), p.stat().st_size))
+    return sorted(out, key=lambda f: f.base_byte_offset)
+
+
+def discover_queues(consumequeue_dir: str | os.PathLike) -> dict[tuple[str, int], list[CQFile]]:
+    """{(topic, queue_id): files}; a queue directory whose name is not an int is skipped."""
+    root = Path(consumequeue_dir)
+    queues = {}
+    if not root.is_dir():
+        return queues
+    for topic_dir in sorted(root.iterdir()):
+        if not topic_dir.is_dir():
+            continue
+        for qdir in sorted(topic_dir.iterdir()):
+            if qdir.is_dir() and qdir.name.lstrip("-").isdigit():
+                queues[(topic_dir.name, int(qdir.name))] = list_queue_files(qdir, topic_dir.name, int(qdir.name))
+    return queues
+
+
+def read_units(cq_file: CQFile, *, stop_at_invalid: bool = False, include_zero: bool = False) -> Iterator[CQUnit]:
+    """Every unit of one file, classified.  A trailing partial unit raises a positioned TRUNCATED error
+    after the whole units have been yielded."""
+    with ReadOnlyMap(cq_file.path) as m:
+        n = len(m) // L.CQ_STORE_UNIT_SIZE
+        base_q = cq_file.first_queue_offset
+        for i in range(n):
+            pos = i * L.CQ_STORE_UNIT_SIZE
+            phys, size, tags = _UNIT.unpack_from(m.buf, pos)
+            kind = classify_unit(phys, size, tags)
+            if kind == "zero" and not include_zero:
+                # recovery stops at the first invalid unit; trailing zeros are the unwritten tail
+                if not any(m.buf[pos:]):
+                    break
+            if stop_at_invalid and kind in ("invalid", "zero"):
+                break
+            yield CQUnit(base_q + i, phys, size, tags, kind, cq_file.path.name, pos)
+        if len(m) % L.CQ_STORE_UNIT_SIZE:
+            raise ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {len(m)} is not a multiple of "
+                                    f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=n * L.CQ_STORE_UNIT_SIZE)
+
+
+def read_queue(files: list[CQFile], **kwargs) -> Iterator[CQUnit]:
+    for f in files:
+        yield from read_units(f, **kwargs)
+
+
+def unit_bytes(physical_offset: int, size: int, tags_code: int) -> bytes:
+    return _UNIT.pack(physical_offset, size, tags_code)

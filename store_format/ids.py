@@ -1,0 +1,114 @@
+"""Message ids.
+
+offsetMsgId (``MessageDecoder.createMessageId``): hex(store ip 4|16 | port int | physical offset long),
+upper case, 32 (IPv4) or 56 (IPv6) characters.
+
+UNIQ_KEY (``MessageClientIDSetter``): hex(client ip 4|16 | pid short | classloader hash int |
+ms since the producer's month start, unsigned int | counter short), 32 or 56 characters.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import ipaddress
+import struct
+from dataclasses import dataclass
+
+from .errors import ErrorKind, IdError
+
+
+def format_host(ip: bytes, port: int) -> str:
+    """'1.2.3.4:10911' or '[2408:4004:0:0:0:0:0:1]:10911', as RocketMQ prints a host."""
+    if len(ip) == 4:
+        return f"{ipaddress.IPv4Address(ip)}:{port}"
+    return f"[{ipv6_java_text(ip)}]:{port}"
+
+
+def ipv6_java_text(ip: bytes) -> str:
+    """Java's ``Inet6Address.getHostAddress``: eight lower-case hex groups, no '::' compression."""
+    return ":".join(f"{(ip[i] << 8) | ip[i + 1]:x}" for i in range(0, 16, 2))
+
+
+def parse_host(host: str) -> tuple[bytes, int]:
+    """Inverse of :func:`format_host`: (address bytes, port)."""
+    try:
+        addr, _, port = host.rpartition(":")
+        if addr.startswith("["):
+            return ipaddress.IPv6Address(addr[1:-1]).packed, int(port)
+        return ipaddress.ip_address(addr).packed, int(port)
+    except ValueError as e:
+        raise IdError(ErrorKind.BAD_ID, f"host {host!r} is not 'ip:port' or '[ipv6]:port': {e}", field="host") from None
+
+
+def create_offset_msg_id(store_ip: bytes, store_port: int, physical_offset: int) -> str:
+    return (store_ip + struct.pack(">iq", store_port, physical_offset)).hex().upper()
+
+
+@dataclass(frozen=True)
+class OffsetMsgId:
+    store_ip: bytes
+    store_port: int
+    physical_offset: int
+
+    @property
+    def store_host(self) -> str:
+        return format_host(self.store_ip, self.store_port)
+
+
+def parse_offset_msg_id(msg_id: str) -> OffsetMsgId:
+    """``MessageDecoder.decodeMessageId``: 32 hex chars -> IPv4, 56 -> IPv6."""
+    raw = _unhex(msg_id, "msg_id")
+    if len(raw) not in (16, 28):
+        raise IdError(ErrorKind.BAD_ID, f"offsetMsgId must be 32 or 56 hex characters, got {len(msg_id)}", field="msg_id")
+    ip_len = len(raw) - 12
+    port, offset = struct.unpack(">iq", raw[ip_len:])
+    return OffsetMsgId(raw[:ip_len], port, offset)
+
+
+@dataclass(frozen=True)
+class UniqKey:
+    client_ip: bytes
+    pid: int
+    class_loader_hash: int
+    millis_since_month_start: int
+    counter: int
+
+    @property
+    def client_ip_str(self) -> str:
+        return str(ipaddress.ip_address(self.client_ip))
+
+    def timestamp(self, near_ms: int, tz: _dt.tzinfo = _dt.timezone.utc) -> int:
+        """Producer time in ms: month start (in ``tz``) of ``near_ms`` (e.g. the born timestamp) plus
+        the offset; the previous month if that lands after ``near_ms`` by more than a minute."""
+        when = _dt.datetime.fromtimestamp(near_ms / 1000, tz)
+        month = when.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        t = int(month.timestamp() * 1000) + self.millis_since_month_start
+        if t > near_ms + 60_000:
+            prev = (month - _dt.timedelta(days=1)).replace(day=1)
+            t = int(prev.timestamp() * 1000) + self.millis_since_month_start
+        return t
+
+
+def parse_uniq_key(uniq_key: str) -> UniqKey:
+    raw = _unhex(uniq_key, "uniq_key")
+    if len(raw) not in (16, 28):
+        raise IdError(ErrorKind.BAD_ID, f"UNIQ_KEY must be 32 or 56 hex characters, got {len(uniq_key)}", field="uniq_key")
+    ip_len = len(raw) - 12
+    pid, cl_hash, span, counter = struct.unpack(">HiIH", raw[ip_len:])
+    return UniqKey(raw[:ip_len], pid, cl_hash, span, counter)
+
+
+def create_uniq_key(client_ip: bytes, pid: int, class_loader_hash: int, timestamp_ms: int, counter: int,
+                    tz: _dt.tzinfo = _dt.timezone.utc) -> str:
+    """``MessageClientIDSetter.createUniqID`` for a given clock (month start taken in ``tz``)."""
+    when = _dt.datetime.fromtimestamp(timestamp_ms / 1000, tz)
+    month = when.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    span = (timestamp_ms - int(month.timestamp() * 1000)) & 0xFFFFFFFF
+    return (client_ip + struct.pack(">HiIH", pid & 0xFFFF, class_loader_hash, span, counter & 0xFFFF)).hex().upper()
+
+
+def _unhex(text: str, field: str) -> bytes:
+    try:
+        return bytes.fromhex(text)
+    except (ValueError, TypeError):
+        raise IdError(ErrorKind.BAD_ID, f"{text!r} is not hexadecimal", field=field) from None
+

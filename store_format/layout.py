@@ -1,0 +1,305 @@
+"""Every fixed layout and constant of the RocketMQ store, declared once.
+
+CommitLog record (RocketMQ ``CommitLog.MessageExtEncoder`` / ``MessageDecoder.decode``; big-endian)::
+
+     1 TOTALSIZE 4 | 2 MAGICCODE 4 | 3 BODYCRC 4 | 4 QUEUEID 4 | 5 FLAG 4 | 6 QUEUEOFFSET 8 |
+     7 PHYSICALOFFSET 8 | 8 SYSFLAG 4 | 9 BORNTIMESTAMP 8 | 10 BORNHOST 8/20 | 11 STORETIMESTAMP 8 |
+    12 STOREHOST 8/20 | 13 RECONSUMETIMES 4 | 14 PREPAREDTRANSACTIONOFFSET 8 | 15 BODYLENGTH 4 |
+    16 BODY n | 17 TOPICLENGTH 1 (V1) / 2 (V2) | 18 TOPIC n | 19 PROPERTIESLENGTH 2 | 20 PROPERTIES n
+
+A host is 4 (IPv4) or 16 (IPv6) address bytes plus a 4-byte int port; the width is chosen by the
+sysflag bits BORNHOST_V6 (0x10) and STOREHOST_V6 (0x20).  The topic length is a signed byte for
+magic V1 and a signed short for magic V2 (RocketMQ >= 5.1.0).  The record layout below (RECORD_FIELDS)
+is the only place the order and widths are written; the encoder, the scalar decoder, the vectorized
+kernels and the README table all derive offsets from it through :func:`record_layout`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+# --------------------------------------------------------------------------------------------------
+# Magic codes (CommitLog / MessageDecoder)
+MAGIC_V1 = -626843481  # 0xDAA320A7
+MAGIC_V2 = -626843477  # 0xDAA320AB, RocketMQ >= 5.1.0: 2-byte topic length
+BLANK_MAGIC = -875286124  # 0xCBD43194, end-of-file blank
+MESSAGE_MAGICS = {MAGIC_V1: 1, MAGIC_V2: 2}  # magic -> magic_version
+MAGIC_OF_VERSION = {1: MAGIC_V1, 2: MAGIC_V2}
+END_FILE_MIN_BLANK_LENGTH = 8  # a message must leave 8 bytes free for the blank (DefaultAppendMessageCallback)
+
+# --------------------------------------------------------------------------------------------------
+# MessageSysFlag
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+TRANSACTION_MASK = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOST_V6_FLAG = 0x20
+NEED_UNWRAP_FLAG = 0x40
+INNER_BATCH_FLAG = 0x80
+COMPRESSION_LZ4_TYPE = 0x100
+COMPRESSION_ZSTD_TYPE = 0x200
+COMPRESSION_ZLIB_TYPE = 0x300
+COMPRESSION_TYPE_MASK = 0x700
+
+TRAN_TYPE_NAMES = {
+    TRANSACTION_NOT_TYPE: "NOT",
+    TRANSACTION_PREPARED_TYPE: "PREPARED",
+    TRANSACTION_COMMIT_TYPE: "COMMIT",
+    TRANSACTION_ROLLBACK_TYPE: "ROLLBACK",
+}
+# CompressionType.findByValue: 1 LZ4, 2 ZSTD, 3 ZLIB; 0 means ZLIB (pre-4.9.4 records).
+COMPRESSION_NAMES = {0: "ZLIB", 1: "LZ4", 2: "ZSTD", 3: "ZLIB"}
+COMPRESSION_FLAGS = {"ZLIB": COMPRESSION_ZLIB_TYPE, "LZ4": COMPRESSION_LZ4_TYPE, "ZSTD": COMPRESSION_ZSTD_TYPE}
+
+
+def tran_type_of(sys_flag: int) -> str:
+    return TRAN_TYPE_NAMES[sys_flag & TRANSACTION_MASK]
+
+
+def compression_of(sys_flag: int) -> str:
+    """NONE unless COMPRESSED_FLAG is set; then the 3-bit compression type (0 = legacy zlib)."""
+    if not sys_flag & COMPRESSED_FLAG:
+        return "NONE"
+    return COMPRESSION_NAMES.get((sys_flag & COMPRESSION_TYPE_MASK) >> 8, "UNKNOWN")
+
+
+# --------------------------------------------------------------------------------------------------
+# Properties (MessageConst / MessageDecoder)
+NAME_VALUE_SEPARATOR = "\u0001"
+PROPERTY_SEPARATOR = "\u0002"
+KEY_SEPARATOR = " "
+
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_TRANSACTION_ID = "__transactionId__"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
+PROPERTY_CRC32 = "__CRC32#"
+
+# --------------------------------------------------------------------------------------------------
+# System topics and prefixes (TopicValidator / MixAll)
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+LMQ_PREFIX = "%LMQ%"
+TRANS_OP_REMOVE_TAG = "d"  # TransactionalMessageUtil.REMOVETAG
+SYSTEM_TOPICS = frozenset({
+    SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TRACE_TOPIC,
+    AUTO_CREATE_TOPIC_KEY_TOPIC, "BenchmarkTest", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+})
+TOPIC_MAX_LENGTH_V1 = 127  # Byte.MAX_VALUE: 4.x rejects longer topics
+TOPIC_MAX_LENGTH = 255  # TopicValidator.TOPIC_MAX_LENGTH (5.x)
+TOPIC_VALID_CHARS = frozenset("%|-_" + "abcdefghijklmnopqrstuvwxyz" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ" + "0123456789")
+
+# --------------------------------------------------------------------------------------------------
+# Store geometry defaults (MessageStoreConfig); real stores are measured from their files.
+DEFAULT_MAPPED_FILE_SIZE_COMMITLOG = 1024 * 1024 * 1024
+CQ_STORE_UNIT_SIZE = 20  # ConsumeQueue unit: phyOffset long | size int | tagsCode long
+DEFAULT_MAPPED_FILE_SIZE_CONSUME_QUEUE = 300000 * CQ_STORE_UNIT_SIZE
+CQ_PRE_BLANK_SIZE = 0x7FFFFFFF  # fillPreBlank unit: (0, Integer.MAX_VALUE, 0)
+DEFAULT_MAX_HASH_SLOT_NUM = 5000000
+DEFAULT_MAX_INDEX_NUM = 5000000 * 4
+DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024 * 4
+MAX_PROPERTIES_LENGTH = 0x7FFF  # Short.MAX_VALUE
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+DEFAULT_RETRY_MAX_TIMES = 16
+SEGMENT_NAME_DIGITS = 20  # UtilAll.offset2FileName
+
+# ConsumeQueue unit fields (offset, size, struct code)
+CQ_UNIT_FIELDS = (("physical_offset", 0, "q"), ("size", 8, "i"), ("tags_code", 12, "q"))
+CQ_UNIT_STRUCT = ">qiq"
+
+# IndexFile (IndexHeader / IndexFile)
+INDEX_HEADER_SIZE = 40
+INDEX_HEADER_FIELDS = (
+    ("begin_timestamp", 0, "q"), ("end_timestamp", 8, "q"), ("begin_phy_offset", 16, "q"),
+    ("end_phy_offset", 24, "q"), ("hash_slot_count", 32, "i"), ("index_count", 36, "i"),
+)
+INDEX_HEADER_STRUCT = ">qqqqii"
+INDEX_SLOT_SIZE = 4
+INDEX_ENTRY_SIZE = 20
+INDEX_ENTRY_FIELDS = (("key_hash", 0, "i"), ("physical_offset", 4, "q"), ("time_diff", 12, "i"), ("prev_index", 16, "i"))
+INDEX_ENTRY_STRUCT = ">iqii"
+INDEX_MAX_RESULTS = 64  # maxMsgsNumBatch: mqadmin's cap; our lookups are uncapped by default
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+
+
+# StoreCheckpoint: one mapped page; 3 longs in 4.x, +masterFlushedOffset (5.0), +confirmPhyOffset (5.1.1)
+CHECKPOINT_FILE_SIZE = 4096
+CHECKPOINT_FIELDS = (
+    ("physic_msg_timestamp", 0), ("logics_msg_timestamp", 8), ("index_msg_timestamp", 16),
+    ("master_flushed_offset", 24), ("confirm_phy_offset", 32),
+)
+CHECKPOINT_MIN_SIZE = 24
+CHECKPOINT_SAFETY_MS = 3000  # getMinTimestamp() subtracts 3 s
+
+# --------------------------------------------------------------------------------------------------
+# CommitLog record layout
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of the record.  ``width`` is fixed, or a key of the variable widths below."""
+
+    number: str  # RocketMQ's field number, e.g. "15a"
+    name: str  # canonical snake_case name
+    java: str  # RocketMQ's name
+    code: str  # struct code for a fixed integer ("i","q","h","b"), "host", or "bytes"
+    width: int | str
+
+
+# 'born_host'/'store_host' are 8 or 20 wide; 'topic_length' is 1 (V1) or 2 (V2);
+# body/topic/properties take their width from the preceding length field.
+RECORD_FIELDS: tuple[Field, ...] = (
+    Field("1", "store_size", "TOTALSIZE", "i", 4),
+    Field("2", "magic", "MAGICCODE", "i", 4),
+    Field("3", "body_crc", "BODYCRC", "i", 4),
+    Field("4", "queue_id", "QUEUEID", "i", 4),
+    Field("5", "flag", "FLAG", "i", 4),
+    Field("6", "queue_offset", "QUEUEOFFSET", "q", 8),
+    Field("7", "physical_offset", "PHYSICALOFFSET", "q", 8),
+    Field("8", "sys_flag", "SYSFLAG", "i", 4),
+    Field("9", "born_timestamp", "BORNTIMESTAMP", "q", 8),
+    Field("10", "born_host", "BORNHOST", "host", "born_host"),
+    Field("11", "store_timestamp", "STORETIMESTAMP", "q", 8),
+    Field("12", "store_host", "STOREHOSTADDRESS", "host", "store_host"),
+    Field("13", "reconsume_times", "RECONSUMETIMES", "i", 4),
+    Field("14", "prepared_transaction_offset", "PreparedTransactionOffset", "q", 8),
+    Field("15a", "body_length", "BODYLENGTH", "i", 4),
+    Field("15b", "body", "BODY", "bytes", "body_length"),
+    Field("16a", "topic_length", "TOPICLENGTH", "topic_length", "topic_length"),
+    Field("16b", "topic", "TOPIC", "bytes", "topic_length"),
+    Field("17a", "properties_length", "PROPERTIESLENGTH", "h", 2),
+    Field("17b", "properties", "PROPERTIES", "bytes", "properties_length"),
+)
+FIELDS_BY_NAME = {f.name: f for f in RECORD_FIELDS}
+IPV4_HOST_WIDTH = 8  # 4 address bytes + int port
+IPV6_HOST_WIDTH = 20  # 16 address bytes + int port
+PORT_WIDTH = 4
+
+
+@dataclass(frozen=True)
+class RecordLayout:
+    """Offsets of one record variant: (born host IPv6?, store host IPv6?, magic version)."""
+
+    born_v6: bool
+    store_v6: bool
+    magic_version: int
+    offsets: dict  # fixed-position field name -> byte offset (up to and including body_length)
+    widths: dict  # fixed-position field name -> width
+    header_struct: str  # struct format of everything before BODY, hosts as address bytes + port
+    header_names: tuple  # names matching header_struct's values (hosts split into *_ip, *_port)
+    body_offset: int  # == fixed header size (88 / 100 / 112)
+    topic_length_width: int
+
+    def total_size(self, body_length: int, topic_length: int, properties_length: int) -> int:
+        """CommitLog.calMsgLength: the record's TOTALSIZE."""
+        return (self.body_offset + max(body_length, 0) + self.topic_length_width + topic_length
+                + 2 + max(properties_length, 0))
+
+    @property
+    def min_size(self) -> int:
+        return self.total_size(0, 0, 0)
+
+
+@lru_cache(maxsize=None)
+def record_layout(born_v6: bool, store_v6: bool, magic_version: int = 1) -> RecordLayout:
+    host_width = {"born_host": IPV6_HOST_WIDTH if born_v6 else IPV4_HOST_WIDTH,
+                  "store_host": IPV6_HOST_WIDTH if store_v6 else IPV4_HOST_WIDTH}
+    topic_width = 2 if magic_version == 2 else 1
+    offsets, widths, fmt, names = {}, {}, [">"], []
+    pos = 0
+    for f in RECORD_FIELDS:
+        if f.name == "body":
+            break
+        width = host_width[f.width] if f.code == "host" else f.width
+        offsets[f.name], widths[f.name] = pos, width
+        if f.code == "host":
+            fmt.append(f"{width - PORT_WIDTH}si")
+            names += [f.name + "_ip", f.name + "_port"]
+        else:
+            fmt.append(f.code)
+            names.append(f.name)
+        pos += width
+    return RecordLayout(born_v6, store_v6, magic_version, offsets, widths, "".join(fmt), tuple(names),
+                        pos, topic_width)
+
+
+def layout_for(sys_flag: int, magic_version: int = 1) -> RecordLayout:
+    return record_layout(bool(sys_flag & BORNHOST_V6_FLAG), bool(sys_flag & STOREHOST_V6_FLAG), magic_version)
+
+
+ALL_LAYOUTS = tuple(record_layout(b, s, v) for v in (1, 2) for b in (False, True) for s in (False, True))
+# Offsets that never move: everything up to BORNHOST.
+SIZE_OFFSET = 0
+MAGIC_OFFSET = 4
+SYS_FLAG_OFFSET = record_layout(False, False).offsets["sys_flag"]
+PHYSICAL_OFFSET_OFFSET = record_layout(False, False).offsets["physical_offset"]
+BORN_HOST_OFFSET = record_layout(False, False).offsets["born_host"]
+MIN_RECORD_SIZE = record_layout(False, False).min_size  # 91: smallest possible message record
+
+
+def layout_table_markdown() -> str:
+    """The documentation table (README / --help), derived from the declaration."""
+    v4, v6 = record_layout(False, False), record_layout(True, True)
+    rows = ["| # | field | RocketMQ name | width | offset (IPv4/IPv4, V1) | offset (IPv6/IPv6, V1) |",
+            "|---|---|---|---|---|---|"]
+    for f in RECORD_FIELDS:
+        if f.code == "bytes":
+            width = f"= {f.width}"
+        else:
+            width = {"born_host": "8 / 20", "store_host": "8 / 20", "topic_length": "1 (V1) / 2 (V2)"}.get(f.width, f.width)
+        o4 = v4.offsets.get(f.name, "body+…" if f.name != "body" else v4.body_offset)
+        o6 = v6.offsets.get(f.name, "body+…" if f.name != "body" else v6.body_offset)
+        rows.append(f"| {f.number} | `{f.name}` | {f.java} | {width} | {o4} | {o6} |")
+    return "\n".join(rows)
+
+
+# --------------------------------------------------------------------------------------------------
+# Delay levels (ScheduleMessageService.parseDelayLevel)
+_TIME_UNITS_MS = {"s": 1000, "m": 60 * 1000, "h": 60 * 60 * 1000, "d": 24 * 60 * 60 * 1000}
+
+
+def parse_delay_levels(spec: str = DEFAULT_MESSAGE_DELAY_LEVEL) -> dict[int, int]:
+    """'1s 5s ...' -> {level: milliseconds}; level = position + 1."""
+    table = {}
+    for i, item in enumerate(spec.split(" ")):
+        if not item:
+            continue
+        unit = _TIME_UNITS_MS.get(item[-1])
+        if unit is None:
+            raise ValueError(f"messageDelayLevel item {item!r}: unit must be one of s, m, h, d")
+        table[i + 1] = int(item[:-1]) * unit
+    return table
+
+
+DEFAULT_DELAY_LEVELS = parse_delay_levels()
+
+
+def compute_deliver_timestamp(level: int, store_timestamp: int, delay_levels: dict[int, int] = DEFAULT_DELAY_LEVELS) -> int:
+    """ScheduleMessageService.computeDeliverTimestamp: unknown level -> +1000 ms."""
+    return store_timestamp + delay_levels.get(level, 1000)

@@ -1,0 +1,148 @@
+"""A broker store root opened read-only: discovers its files and geometry and exposes every reader.
+
+Geometry comes from the files themselves (segment spacing and length, consume-queue file length, index file
+length) or from explicit broker.conf values; the 1 GiB / 6 MB / 420 MB defaults are never assumed.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from functools import cached_property
+from pathlib import Path
+from typing import Iterator
+
+from . import layout as L
+from .checkpoint import Checkpoint, Markers, read_checkpoint, read_markers
+from .commitlog import Frame, ReadOnlyMap, Segment, infer_segment_size, list_segments, read_message_at, \
+    salvage_buffer, walk_buffer
+from .config import ConfigFile, read_config
+from .consumequeue import CQFile, CQUnit, discover_queues, read_queue
+from .errors import ErrorKind, StoreFormatError
+from .ids import parse_host, parse_offset_msg_id
+from .indexfile import IndexFile, list_index_files
+from .message import Message
+
+
+class Store:
+    def __init__(self, root: str | os.PathLike, *, segment_size: int | None = None,
+                 hash_slot_num: int | None = None, index_num: int | None = None,
+                 message_delay_level: str = L.DEFAULT_MESSAGE_DELAY_LEVEL):
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise StoreFormatError(ErrorKind.MISSING, "not a directory; pass a broker store root (the folder "
+                                   "holding commitlog/, consumequeue/, index/)", file=str(self.root))
+        if not (self.root / "commitlog").is_dir() and not (self.root / "consumequeue").is_dir():
+            raise StoreFormatError(ErrorKind.MISSING, "no commitlog/ or consumequeue/ here; is this a store root?",
+                                   file=str(self.root))
+        self._segment_size = segment_size
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.delay_levels = L.parse_delay_levels(message_delay_level)
+
+    # ---- commitlog ---------------------------------------------------------------------------
+    @cached_property
+    def segments(self) -> list[Segment]:
+        return list_segments(self.root / "commitlog")
+
+    @property
+    def segment_size(self) -> int | None:
+        return self._segment_size or infer_segment_size(self.segments)
+
+    def walk_commitlog(self, *, decode: bool = True, check_crc: bool = True, salvage: bool = False,
+                       stop_at_first_stop: bool = False) -> Iterator:
+        """Frames of every segment in order (each segment walked from its start).  With ``salvage``, also
+        frames past damage and :class:`~store_format.commitlog.SalvageSpan`s for unframeable bytes."""
+        for seg in self.segments:
+            with ReadOnlyMap(seg.path) as m:
+                if salvage:
+                    yield from salvage_buffer(m.buf, seg.name, seg.base_offset, decode=decode, check_crc=check_crc)
+                    continue
+                for frame in walk_buffer(m.buf, seg.name, seg.base_offset, decode=decode, check_crc=check_crc):
+                    yield frame
+                    if frame.kind == "stop" and stop_at_first_stop:
+                        return
+
+    def messages(self, **kwargs) -> Iterator[Message]:
+        for frame in self.walk_commitlog(decode=True, **kwargs):
+            if isinstance(frame, Frame) and frame.kind == "message":
+                yield frame.message
+
+    def read_message(self, physical_offset: int) -> Message:
+        return read_message_at(self.segments, physical_offset, self.segment_size)
+
+    # ---- consume queues ----------------------------------------------------------------------
+    @cached_property
+    def queues(self) -> dict[tuple[str, int], list[CQFile]]:
+        return discover_queues(self.root / "consumequeue")
+
+    @property
+    def consume_queue_file_size(self) -> int | None:
+        lengths = Counter(f.length for files in self.queues.values() for f in files)
+        return lengths.most_common(1)[0][0] if lengths else None
+
+    def consume_queue(self, topic: str, queue_id: int, **kwargs) -> Iterator[CQUnit]:
+        return read_queue(self.queues.get((topic, queue_id), []), **kwargs)
+
+    # ---- index -------------------------------------------------------------------------------
+    def index_paths(self) -> list[Path]:
+        return list_index_files(self.root / "index")
+
+    def open_index(self, path: Path) -> IndexFile:
+        return IndexFile(path, self.hash_slot_num, self.index_num)
+
+    def index_candidates(self, topic: str, key: str, begin: int = 0, end: int = 2**63 - 1) -> list[int]:
+        """Physical offsets the index files give for ``topic#key``, newest file first (hash matches only)."""
+        out = []
+        for path in reversed(self.index_paths()):
+            with self.open_index(path) as f:
+                if f.header.index_count <= 1 or not f.is_time_matched(begin, end):
+                    continue
+                out.extend(f.lookup(topic, key, begin, end))
+        return out
+
+    def query_key(self, topic: str, key: str, begin: int = 0, end: int = 2**63 - 1) -> list[Message]:
+        """Messages whose topic is ``topic`` and whose UNIQ_KEY or KEYS contain ``key``: index candidates,
+        verified against the record (no 64-result cap).  Duplicate index entries collapse."""
+        found, seen = [], set()
+        for offset in self.index_candidates(topic, key, begin, end):
+            if offset in seen:
+                continue
+            seen.add(offset)
+            try:
+                msg = self.read_message(offset)
+            except StoreFormatError:
+                continue  # a stale entry into damaged or dropped bytes: not a match
+            if msg.topic == topic and (key == msg.uniq_key or key in msg.keys):
+                found.append(msg)
+        return sorted(found, key=lambda m: m.physical_offset)
+
+    def find_msg_id(self, msg_id: str) -> Message | None:
+        """Read the record an offsetMsgId names; None when that offset holds another broker's/no record."""
+        ident = parse_offset_msg_id(msg_id)
+        try:
+            msg = self.read_message(ident.physical_offset)
+        except StoreFormatError:
+            return None
+        if msg.physical_offset != ident.physical_offset or parse_host(msg.store_host) != (ident.store_ip, ident.store_port):
+            return None
+        return msg
+
+    # ---- metadata ----------------------------------------------------------------------------
+    def checkpoint(self) -> Checkpoint:
+        return read_checkpoint(self.root / "checkpoint")
+
+    def markers(self) -> Markers:
+        return read_markers(self.root)
+
+    def config(self, name: str) -> ConfigFile:
+        return read_config(self.root / "config", name)
+
+    def config_names(self) -> list[str]:
+        d = self.root / "config"
+        if not d.is_dir():
+            return []
+        return sorted({p.name.removesuffix(".bak") for p in d.iterdir()
+                       if p.is_file() and p.name.endswith((".json", ".json.bak"))})
+
+
+__all__ = ["Store"]
