@@ -18,9 +18,16 @@ _I16 = struct.Struct(">h")
 _HEAD = struct.Struct(">ii")
 
 
-def _text(raw: bytes, field: str, file, position) -> str:
-    # Java's new String(bytes, UTF_8) replaces malformed input; so do we (hashes stay comparable).
-    return raw.decode("utf-8", "replace")
+def _text(raw: bytes, field: str, file, position: int, strict: bool) -> str:
+    """UTF-8 text of a field.  The broker (``new String(bytes, UTF_8)``) replaces malformed input with
+    U+FFFD and accepts the record, so that is the default; ``strict`` turns it into a positioned error."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if strict:
+            raise RecordError(ErrorKind.BAD_UTF8, f"invalid UTF-8 in {field}: {e.reason}", file=file,
+                              position=position + e.start, field=field) from None
+        return raw.decode("utf-8", "replace")
 
 
 def record_header(buf, pos: int = 0) -> tuple[int, int]:
@@ -29,10 +36,10 @@ def record_header(buf, pos: int = 0) -> tuple[int, int]:
 
 
 def decode_record(buf, pos: int = 0, *, limit: int | None = None, check_crc: bool = False,
-                  file: str | None = None, base_offset: int = 0) -> Message:
+                  file: str | None = None, strict_utf8: bool = False) -> Message:
     """Decode the record at ``buf[pos:]`` (bytes, memoryview or mmap); ``limit`` bounds every read.
 
-    Errors report ``base_offset + pos`` style positions relative to ``file`` (segment name) when given.
+    Error positions are byte positions in ``buf`` (the segment file when ``file`` names it).
     """
     limit = len(buf) if limit is None else limit
 
@@ -72,6 +79,7 @@ def decode_record(buf, pos: int = 0, *, limit: int | None = None, check_crc: boo
     if topic_len < 0 or p + topic_len + 2 > end:
         fail(ErrorKind.BAD_LENGTH, f"TOPICLENGTH {topic_len} does not fit in TOTALSIZE {total}", "topic_length", tl_pos)
     topic_raw = bytes(buf[p:p + topic_len])
+    topic_pos = p
     p += topic_len
     props_len = _I16.unpack_from(buf, p)[0]
     pl_pos = p
@@ -80,6 +88,7 @@ def decode_record(buf, pos: int = 0, *, limit: int | None = None, check_crc: boo
         fail(ErrorKind.BAD_LENGTH, f"PROPERTIESLENGTH {props_len} does not fit in TOTALSIZE {total}",
              "properties_length", pl_pos)
     props_raw = bytes(buf[p:p + props_len])
+    props_pos = p
     expected = lay.total_size(body_len, topic_len, props_len)
     if expected != total:
         fail(ErrorKind.SIZE_MISMATCH, f"TOTALSIZE {total} != calMsgLength {expected}", "store_size")
@@ -87,8 +96,8 @@ def decode_record(buf, pos: int = 0, *, limit: int | None = None, check_crc: boo
         fail(ErrorKind.BAD_CRC, f"body CRC {values['body_crc']} != computed {body_crc32(body)}", "body_crc",
              pos + lay.offsets["body_crc"])
     return Message(
-        topic=_text(topic_raw, "topic", file, pos), body=body, queue_id=values["queue_id"],
-        properties_raw=_text(props_raw, "properties", file, pos), flag=values["flag"], sys_flag=sys_flag,
+        topic=_text(topic_raw, "topic", file, topic_pos, strict_utf8), body=body, queue_id=values["queue_id"],
+        properties_raw=_text(props_raw, "properties", file, props_pos, strict_utf8), flag=values["flag"], sys_flag=sys_flag,
         queue_offset=values["queue_offset"], physical_offset=values["physical_offset"],
         born_timestamp=values["born_timestamp"], born_host=format_host(values["born_host_ip"], values["born_host_port"]),
         store_timestamp=values["store_timestamp"],
