@@ -74,7 +74,10 @@ class UniqKey:
 
     @property
     def client_ip_str(self) -> str:
-        return str(ipaddress.ip_address(self.client_ip))
+        """Java style, like the host columns (IPv6 as eight uncompressed groups)."""
+        if len(self.client_ip) == 16:
+            return ipv6_java_text(self.client_ip)
+        return str(ipaddress.IPv4Address(self.client_ip))
 
     def timestamp(self, near_ms: int, tz: _dt.tzinfo = _dt.timezone.utc) -> int:
         """Producer time in ms: month start (in ``tz``) of ``near_ms`` (e.g. the born timestamp) plus
@@ -112,3 +115,25 @@ def _unhex(text: str, field: str) -> bytes:
     except (ValueError, TypeError):
         raise IdError(ErrorKind.BAD_ID, f"{text!r} is not hexadecimal", field=field) from None
 
+
+
+def create_uniq_keys(client_ip: bytes, pid: int, class_loader_hash: int, timestamps_ms, counters) -> list[str]:
+    """:func:`create_uniq_key` for many (timestamp, counter) pairs of one client, vectorized (month start
+    in UTC)."""
+    import numpy as np
+    ts = np.asarray(timestamps_ms, np.int64)
+    month = ts.astype("datetime64[ms]").astype("datetime64[M]").astype("datetime64[ms]").astype(np.int64)
+    n = len(ts)
+    width = len(client_ip) + 12
+    raw = np.empty((n, width), np.uint8)
+    raw[:, :len(client_ip)] = np.frombuffer(client_ip, np.uint8)
+    raw[:, len(client_ip):len(client_ip) + 6] = np.frombuffer(struct.pack(">Hi", pid & 0xFFFF, class_loader_hash), np.uint8)
+    raw[:, len(client_ip) + 6:len(client_ip) + 10] = ((ts - month) & 0xFFFFFFFF).astype(">u4").view(np.uint8).reshape(n, 4)
+    raw[:, len(client_ip) + 10:] = (np.asarray(counters, np.int64) & 0xFFFF).astype(">u2").view(np.uint8).reshape(n, 2)
+    hexdigits = np.frombuffer(b"0123456789ABCDEF", np.uint8)
+    out = np.empty((n, width * 2), np.uint8)
+    out[:, 0::2] = hexdigits[raw >> 4]
+    out[:, 1::2] = hexdigits[raw & 0xF]
+    text = out.tobytes().decode("ascii")
+    w = width * 2
+    return [text[i:i + w] for i in range(0, n * w, w)]

@@ -303,3 +303,23 @@ DEFAULT_DELAY_LEVELS = parse_delay_levels()
 def compute_deliver_timestamp(level: int, store_timestamp: int, delay_levels: dict[int, int] = DEFAULT_DELAY_LEVELS) -> int:
     """ScheduleMessageService.computeDeliverTimestamp: unknown level -> +1000 ms."""
     return store_timestamp + delay_levels.get(level, 1000)
+
+
+# --------------------------------------------------------------------------------------------------
+# Broker-side settings the writer reproduces (BrokerConfig, TopicConfigManager, SubscriptionGroupManager,
+# ConsumerOffsetManager, MessageExtEncoder, DefaultMQProducer)
+OS_PAGE_SIZE = 4096  # MappedFile.OS_PAGE_SIZE
+ENCODER_BODY_RESERVE = 64 * 1024  # MessageExtEncoder: a record may be maxMessageSize (body) + 64 KiB
+PERM_INHERIT, PERM_WRITE, PERM_READ = 0x1, 0x2, 0x4  # PermName
+SCHEDULE_TOPIC_QUEUE_NUM = 18  # TopicConfigManager: a constant, not the number of delay levels
+CLIENT_DEFAULT_TOPIC_QUEUE_NUMS = 4  # DefaultMQProducer.defaultTopicQueueNums, asked for on auto-create
+DEFAULT_TOPIC_QUEUE_NUMS = 8  # BrokerConfig.defaultTopicQueueNums (TBW102)
+COMPRESS_MSG_BODY_OVER_HOWMUCH = 4096  # DefaultMQProducer: bodies this long or longer are compressed
+RETRY_QUEUE_NUMS = 1  # SubscriptionGroupConfig.retryQueueNums
+DLQ_NUMS_PER_GROUP = 1  # SendMessageProcessor
+DEFAULT_SUBSCRIPTION_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY",
+                               "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER")
+# Initial capacities of the managers' maps: the config files list entries in the maps' iteration order.
+TOPIC_TABLE_CAPACITY = 1024  # TopicConfigManager / SubscriptionGroupManager: new ConcurrentHashMap(1024)
+OFFSET_TABLE_CAPACITY = 512  # ConsumerOffsetManager.offsetTable: new ConcurrentHashMap(512)
+QUEUE_OFFSET_TABLE_CAPACITY = 32  # each topic@group table, and ScheduleMessageService.offsetTable: (32)

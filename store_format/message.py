@@ -26,6 +26,14 @@ LOCATION_FIELDS = ("segment", "file_position")
 CANONICAL_FIELDS = STORED_FIELDS + DERIVED_FIELDS + LOCATION_FIELDS
 
 
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+        return True
+    except ValueError:
+        return False
+
+
 def body_crc32(body: bytes) -> int:
     """UtilAll.crc32: standard CRC-32 with the sign bit cleared; 0 for an empty body."""
     return zlib.crc32(body) & 0x7FFFFFFF if body else 0
@@ -111,6 +119,23 @@ class Message:
             if level > 0:
                 code = L.compute_deliver_timestamp(level, self.store_timestamp, delay_levels)
         return code
+
+    @staticmethod
+    def schedule_tags_codes(delay_levels_of_records, store_timestamps, fallback_codes,
+                            delay_levels: dict[int, int] = L.DEFAULT_DELAY_LEVELS):
+        """:meth:`dispatch_tags_code` for many SCHEDULE_TOPIC_XXXX records at once (numpy arrays): the
+        DELAY level (None/unparsable -> keep ``fallback_codes``, the tags hash) clamped to the highest
+        level, then the deliver time for levels > 0."""
+        import numpy as np
+        levels = np.array([int(v) if v is not None and _is_int(v) else 0 for v in delay_levels_of_records], np.int64)
+        has = np.array([v is not None and _is_int(v) for v in delay_levels_of_records], bool)
+        top = max(delay_levels) if delay_levels else 0
+        levels = np.where(has & (levels > top), top, levels) if delay_levels else levels
+        table = np.full(max(top, 0) + 2, 1000, np.int64)  # an unknown level waits 1 s
+        for lvl, ms in delay_levels.items():
+            table[lvl] = ms
+        deliver = np.asarray(store_timestamps, np.int64) + table[np.clip(levels, 0, top + 1)]
+        return np.where(has & (levels > 0), deliver, np.asarray(fallback_codes, np.int64))
 
     @property
     def dispatchable(self) -> bool:

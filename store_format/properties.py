@@ -15,16 +15,11 @@ def parse_properties(raw: str | None) -> dict[str, str]:
     props: dict[str, str] = {}
     if not raw:
         return props
-    n = len(raw)
-    start = 0
-    while start < n:
-        end = raw.find(PROPERTY_SEPARATOR, start)
-        if end < 0:
-            end = n
-        kv = raw.find(NAME_VALUE_SEPARATOR, start)
-        if start < kv < end - 1:
-            props[raw[start:kv]] = raw[kv + 1:end]
-        start = end + 1
+    for segment in raw.split(PROPERTY_SEPARATOR):
+        # the first \u0001 of the segment splits it; an empty key or an empty value drops the entry
+        key, _, value = segment.partition(NAME_VALUE_SEPARATOR)
+        if key and value:
+            props[key] = value
     return props
 
 
@@ -42,3 +37,45 @@ def split_keys(keys: str | None) -> list[str]:
     if not keys:
         return []
     return [k for k in keys.split(KEY_SEPARATOR) if k]
+
+
+def property_value(raw: str | None, name: str) -> str | None:
+    """``parse_properties(raw).get(name)`` without parsing the rest: the last segment whose key is
+    ``name`` and whose value is non-empty (the value keeps any further \\u0001)."""
+    if not raw:
+        return None
+    found = None
+    needle = name + NAME_VALUE_SEPARATOR
+    start = 0
+    while True:
+        i = raw.find(needle, start)
+        if i < 0:
+            return found
+        if i == 0 or raw[i - 1] == PROPERTY_SEPARATOR:  # a key starts here, not inside another segment
+            end = raw.find(PROPERTY_SEPARATOR, i)
+            value = raw[i + len(needle):] if end < 0 else raw[i + len(needle):end]
+            if value:
+                found = value
+        start = i + 1
+
+
+def property_values(raws: list, name: str) -> list:
+    """``[property_value(raw, name) for raw in raws]`` with one regular-expression pass over all of them."""
+    import re
+    if not raws:
+        return []
+    sep = PROPERTY_SEPARATOR
+    joined = sep.join(r or "" for r in raws)  # a separator between strings: no segment spans two of them
+    pattern = re.compile(f"(?:^|{sep}){re.escape(name + NAME_VALUE_SEPARATOR)}([^{sep}]+)")
+    ends, total = [], -1
+    for r in raws:
+        total += len(r or "") + 1
+        ends.append(total)  # index of the separator after each string (or the end)
+    out = [None] * len(raws)
+    row = 0
+    for m in pattern.finditer(joined):
+        start = m.start(1)
+        while ends[row] < start:
+            row += 1
+        out[row] = m.group(1)  # a later duplicate wins, as in parse_properties
+    return out

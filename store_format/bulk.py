@@ -1,0 +1,599 @@
+"""The bulk path: many stored records into a :class:`~store_format.writer.StoreWriter` at once.
+
+Same rules as ``StoreWriter.append`` (which stays the reference; a parity test holds the two to identical
+bytes), computed with array operations: sizes from the layout, segment placement with the blank-and-roll
+rule by cumulative sums, queue offsets by a stable group count, headers as one numpy structured array per
+host layout, consume-queue units and index entries (hash chains by a stable sort on the slot) as arrays.
+What stays per record in Python is what cannot be vectorized cheaply: CRC32 of each body (zlib, in C),
+joining the byte pieces, and the scalar bookkeeping for the few records that carry REAL_TOPIC (delays,
+transactions) or live in retry/DLQ topics.
+"""
+from __future__ import annotations
+
+import gc
+import re
+import struct
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import layout as L
+from .codec import encode_blank, host_flags
+from .errors import ErrorKind, WriterError
+from .ids import parse_host
+from .javahash import index_hash_of, java_hash_concat, java_hash_many, java_hash_tokens
+from .message import Message
+from .properties import parse_properties, property_values
+
+_INDEX_HEADER = struct.Struct(L.INDEX_HEADER_STRUCT)
+
+_REAL_TOPIC_MARK = L.PROPERTY_REAL_TOPIC + L.NAME_VALUE_SEPARATOR
+
+
+@dataclass
+class RecordBatch:
+    """Stored records as columns.  ``tags``/``uniq_keys``/``keys`` are optional shortcuts for what the
+    properties say (TAGS, UNIQ_KEY, KEYS); when given they must agree with ``properties``."""
+
+    topics: list  # topic name table
+    topic_id: np.ndarray  # int, index into topics
+    queue_id: np.ndarray
+    sys_flag: np.ndarray
+    born_timestamp: np.ndarray
+    store_timestamp: np.ndarray
+    hosts: list  # "ip:port" table
+    born_host_id: np.ndarray
+    store_host_id: np.ndarray
+    body: list  # bytes, as stored
+    properties: list  # str, as stored
+    flag: np.ndarray | None = None
+    reconsume_times: np.ndarray | None = None
+    prepared_transaction_offset: np.ndarray | None = None
+    batch_id: np.ndarray | None = None  # equal ids >= 0: one classic batch (never split across segments)
+    tags: list | None = None
+    uniq_keys: list | None = None
+    keys: list | None = None
+
+    def __len__(self) -> int:
+        return len(self.body)
+
+    @classmethod
+    def concat(cls, batches: list) -> "RecordBatch":
+        """One batch from several (topic and host tables merged, batch ids kept distinct)."""
+        topics = list(dict.fromkeys(t for b in batches for t in b.topics))
+        hosts = list(dict.fromkeys(h for b in batches for h in b.hosts))
+        tix = {t: i for i, t in enumerate(topics)}
+        hix = {h: i for i, h in enumerate(hosts)}
+        remap = lambda table, ix, col: np.array([ix[x] for x in table], np.int64)[np.asarray(col, np.int64)]
+        cat = lambda name, default=0: np.concatenate([b.column(name, np.int64, default) for b in batches])
+        lst = lambda name: None if any(getattr(b, name) is None for b in batches) else \
+            [x for b in batches for x in getattr(b, name)]
+        bid, shift = [], 0
+        for b in batches:
+            ids = b.column("batch_id", np.int64, -1)
+            bid.append(np.where(ids >= 0, ids + shift, -1))
+            shift += int(ids.max(initial=-1)) + 1
+        return cls(topics=topics, topic_id=np.concatenate([remap(b.topics, tix, b.topic_id) for b in batches]),
+                   queue_id=cat("queue_id"), sys_flag=cat("sys_flag"), born_timestamp=cat("born_timestamp"),
+                   store_timestamp=cat("store_timestamp"), hosts=hosts,
+                   born_host_id=np.concatenate([remap(b.hosts, hix, b.born_host_id) for b in batches]),
+                   store_host_id=np.concatenate([remap(b.hosts, hix, b.store_host_id) for b in batches]),
+                   body=[x for b in batches for x in b.body], properties=[x for b in batches for x in b.properties],
+                   flag=cat("flag"), reconsume_times=cat("reconsume_times"),
+                   prepared_transaction_offset=cat("prepared_transaction_offset"), batch_id=np.concatenate(bid),
+                   tags=lst("tags"), uniq_keys=lst("uniq_keys"), keys=lst("keys"))
+
+    @classmethod
+    def from_messages(cls, messages: list) -> "RecordBatch":
+        """Columns from stored-record :class:`Message` s (magic V1)."""
+        topics = list(dict.fromkeys(m.topic for m in messages))
+        hosts = list(dict.fromkeys([m.born_host for m in messages] + [m.store_host for m in messages]))
+        tix = {t: i for i, t in enumerate(topics)}
+        hix = {h: i for i, h in enumerate(hosts)}
+        col = lambda name: np.array([getattr(m, name) for m in messages], np.int64)
+        return cls(topics=topics, topic_id=np.array([tix[m.topic] for m in messages], np.int64),
+                   queue_id=col("queue_id"), sys_flag=col("sys_flag"), born_timestamp=col("born_timestamp"),
+                   store_timestamp=col("store_timestamp"), hosts=hosts,
+                   born_host_id=np.array([hix[m.born_host] for m in messages], np.int64),
+                   store_host_id=np.array([hix[m.store_host] for m in messages], np.int64),
+                   body=[m.body for m in messages], properties=[m.properties_raw for m in messages],
+                   flag=col("flag"), reconsume_times=col("reconsume_times"),
+                   prepared_transaction_offset=col("prepared_transaction_offset"),
+                   tags=[m.tags for m in messages], uniq_keys=[m.uniq_key for m in messages],
+                   keys=[m.properties.get(L.PROPERTY_KEYS) for m in messages])
+
+    def column(self, name: str, dtype, default=0) -> np.ndarray:
+        v = getattr(self, name)
+        return np.full(len(self), default, dtype) if v is None else np.asarray(v, dtype)
+
+    def message(self, i: int, **assigned) -> Message:
+        """Record ``i`` as a :class:`Message` (for the scalar reference path and bookkeeping)."""
+        return Message(topic=self.topics[int(self.topic_id[i])], body=self.body[i], queue_id=int(self.queue_id[i]),
+                       properties_raw=self.properties[i], flag=int(self.column("flag", np.int64)[i]),
+                       sys_flag=int(self.sys_flag[i]), born_timestamp=int(self.born_timestamp[i]),
+                       born_host=self.hosts[int(self.born_host_id[i])],
+                       store_timestamp=int(self.store_timestamp[i]),
+                       store_host=self.hosts[int(self.store_host_id[i])],
+                       reconsume_times=int(self.column("reconsume_times", np.int64)[i]),
+                       prepared_transaction_offset=int(self.column("prepared_transaction_offset", np.int64)[i]),
+                       **assigned)
+
+    def messages(self) -> list[Message]:
+        return [self.message(i) for i in range(len(self))]
+
+
+def _rows_containing(strings: list, needle: str) -> np.ndarray:
+    """Which strings contain ``needle``."""
+    return np.array([needle in s for s in strings], bool)
+
+
+_NP_CODES = {"i": ">i4", "q": ">i8", "h": ">i2", "b": "i1"}
+
+
+def _small(ids: np.ndarray) -> np.ndarray:
+    """Ids as uint16 when they fit: numpy sorts 16-bit integers with a linear radix sort."""
+    return ids.astype(np.uint16) if len(ids) and 0 <= ids.min() and ids.max() < 1 << 16 else ids
+
+
+def _fields_dtype(fields: tuple) -> np.dtype:
+    """A big-endian structured dtype from a layout's (name, offset, struct code) declaration."""
+    return np.dtype({"names": [f[0] for f in fields], "formats": [_NP_CODES[f[2]] for f in fields],
+                     "offsets": [f[1] for f in fields]})
+
+
+_CQ_DTYPE = _fields_dtype(L.CQ_UNIT_FIELDS)
+_INDEX_ENTRY_DTYPE = _fields_dtype(L.INDEX_ENTRY_FIELDS)
+assert _CQ_DTYPE.itemsize == L.CQ_STORE_UNIT_SIZE and _INDEX_ENTRY_DTYPE.itemsize == L.INDEX_ENTRY_SIZE
+
+
+def _np_dtype(lay: L.RecordLayout) -> np.dtype:
+    """The header before BODY as a big-endian structured dtype, from the layout declaration."""
+    codes = re.findall(r"(\d*)([a-zA-Z])", lay.header_struct)
+    fields, names = [], iter(lay.header_names)
+    for count, code in codes:
+        name = next(names)
+        if code == "s":
+            fields.append((name, f"S{count}"))
+        else:
+            fields.append((name, _NP_CODES[code]))
+    dt = np.dtype(fields)
+    assert dt.itemsize == lay.body_offset
+    return dt
+
+
+def _validate(writer, batch: RecordBatch):
+    n = len(batch)
+    for name in ("topic_id", "queue_id", "sys_flag", "born_timestamp", "store_timestamp", "born_host_id",
+                 "store_host_id"):
+        if len(getattr(batch, name)) != n:
+            raise WriterError(ErrorKind.INVALID_INPUT, f"column {name} has {len(getattr(batch, name))} rows, "
+                              f"body has {n}", field=name)
+    if len(batch.properties) != n:
+        raise WriterError(ErrorKind.INVALID_INPUT, "properties and body differ in length", field="properties")
+    from .writer import validate_queue_id, validate_topic
+    for t in batch.topics:
+        validate_topic(t)
+    qid = np.asarray(batch.queue_id, np.int64)
+    if n and (qid.min() < 0 or qid.max() > 0x7FFFFFFF):
+        validate_queue_id(int(qid[np.argmax((qid < 0) | (qid > 0x7FFFFFFF))]))
+    flags = np.array([host_flags(h, h) for h in batch.hosts], np.int64)  # per host: v6 -> 0x30
+    born_v6 = (flags[np.asarray(batch.born_host_id)] & L.BORNHOST_V6_FLAG) != 0
+    store_v6 = (flags[np.asarray(batch.store_host_id)] & L.STOREHOST_V6_FLAG) != 0
+    sf = np.asarray(batch.sys_flag, np.int64)
+    bad = (((sf & L.BORNHOST_V6_FLAG) != 0) != born_v6) | (((sf & L.STOREHOST_V6_FLAG) != 0) != store_v6)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise WriterError(ErrorKind.INVALID_INPUT, f"record {i}: sys_flag 0x{int(sf[i]):X} IPv6 bits disagree with "
+                          f"its hosts", field="sys_flag")
+
+
+@dataclass
+class Appended:
+    physical_offset: np.ndarray
+    queue_offset: np.ndarray
+    store_size: np.ndarray
+
+
+def append_columns(writer, batch: RecordBatch) -> Appended:
+    """Append every record of ``batch``; returns where each went."""
+    enabled = gc.isenabled()
+    gc.disable()  # hundreds of thousands of short-lived objects, no cycles: skip the collector's passes
+    try:
+        return _append_columns(writer, batch)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _append_columns(writer, batch: RecordBatch) -> Appended:
+    writer._check_open()
+    n = len(batch)
+    if n == 0:
+        return Appended(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    _validate(writer, batch)
+    cfg = writer.config
+    seg_size = cfg.mappedFileSizeCommitLog
+    topic_id = np.asarray(batch.topic_id, np.int64)
+    queue_id = np.asarray(batch.queue_id, np.int64)
+    sys_flag = np.asarray(batch.sys_flag, np.int64)
+    store_ts = np.asarray(batch.store_timestamp, np.int64)
+    topic_bytes = [t.encode("utf-8") for t in batch.topics]
+    props_bytes = [p.encode("utf-8") for p in batch.properties] if batch.properties and \
+        isinstance(batch.properties[0], str) else list(batch.properties)
+    body_len = np.fromiter(map(len, batch.body), np.int64, n)
+    props_len = np.fromiter(map(len, props_bytes), np.int64, n)
+    topic_len = np.array([len(t) for t in topic_bytes], np.int64)[topic_id]
+    born_v6 = (sys_flag & L.BORNHOST_V6_FLAG) != 0
+    store_v6 = (sys_flag & L.STOREHOST_V6_FLAG) != 0
+    lay44 = L.record_layout(False, False)
+    header = lay44.body_offset + np.where(born_v6, L.IPV6_HOST_WIDTH - L.IPV4_HOST_WIDTH, 0) + \
+        np.where(store_v6, L.IPV6_HOST_WIDTH - L.IPV4_HOST_WIDTH, 0)
+    size = header + body_len + lay44.topic_length_width + topic_len + 2 + props_len
+    # the same refusals as StoreWriter.check_record
+    if body_len.max() > cfg.maxMessageSize:
+        i = int(np.argmax(body_len))
+        raise WriterError(ErrorKind.INVALID_INPUT, f"record {i}: body is {int(body_len[i])} bytes; maxMessageSize "
+                          f"is {cfg.maxMessageSize}", field="body")
+    if props_len.max() > L.MAX_PROPERTIES_LENGTH:
+        raise WriterError(ErrorKind.INVALID_INPUT, f"properties over {L.MAX_PROPERTIES_LENGTH} bytes",
+                          field="properties")
+    if size.max() + L.END_FILE_MIN_BLANK_LENGTH > min(seg_size, cfg.maxMessageSize + 64 * 1024 + 8):
+        writer.check_record(batch.message(int(np.argmax(size))))  # raises the scalar path's message
+
+    # ---- records the broker keeps books on (REAL_TOPIC: delays, halves, commits; retry/DLQ topics) ----
+    retry_like = np.array([t.startswith((L.RETRY_GROUP_TOPIC_PREFIX, L.DLQ_GROUP_TOPIC_PREFIX)) for t in batch.topics],
+                          bool)
+    special = _rows_containing(batch.properties, _REAL_TOPIC_MARK) | retry_like[topic_id]
+    special_rows = np.flatnonzero(special).tolist()
+    special_props = [batch.properties[r] for r in special_rows]
+    real_of = dict(zip(special_rows, zip(property_values(special_props, L.PROPERTY_REAL_TOPIC),
+                                         (q or "" for q in property_values(special_props, L.PROPERTY_REAL_QUEUE_ID)))))
+    events = []  # (record index, 0 special / 1 topic, payload)
+    by_topic = np.argsort(_small(topic_id), kind="stable")
+    tids = topic_id[by_topic]
+    bounds = np.flatnonzero(np.diff(tids)) + 1
+    for rows in np.split(by_topic, bounds):
+        name = batch.topics[int(topic_id[rows[0]])]
+        if name == L.TRANS_OP_HALF_TOPIC:  # never registered (StoreWriter._register_fields)
+            continue
+        q = queue_id[rows]
+        # only a record whose queue id beats every earlier one can create or widen the topic config
+        prev_max = np.concatenate(([-1], np.maximum.accumulate(q)[:-1]))
+        for j in np.flatnonzero(q > prev_max).tolist():
+            events.append((int(rows[j]), 1, (name, int(q[j]))))
+    events.extend((r, 0, None) for r in special_rows)
+    events.sort()  # (record, kind) never repeats, so the payloads are never compared
+
+    # ---- placement: blank-and-roll, batches kept whole -----------------------------------------
+    phys = np.empty(n, np.int64)
+    seg_runs = []  # (segment base, first record, end record, start position)
+    batch_id = batch.column("batch_id", np.int64, -1)
+    i = 0
+    if writer.cur_base < 0:
+        writer.cur_base, writer.cur_pos = 0, 0
+        writer._segment(0)
+    while i < n:
+        start = writer.cur_pos
+        ends = start + np.cumsum(size[i:])
+        j = i + int(np.searchsorted(ends + L.END_FILE_MIN_BLANK_LENGTH, seg_size, side="right"))
+        if j < n and batch_id[j] >= 0:
+            while j > i and batch_id[j - 1] == batch_id[j]:  # the whole batch goes to the next segment
+                j -= 1
+            if j == i and writer.cur_pos == 0:
+                raise WriterError(ErrorKind.INVALID_INPUT, f"batch {int(batch_id[j])} does not fit in one "
+                                  f"{seg_size}-byte segment", field="batch_id")
+        if j > i:
+            phys[i] = writer.cur_base + start
+            phys[i + 1:j] = writer.cur_base + ends[:j - i - 1]
+            seg_runs.append((writer.cur_base, i, j, start))
+            writer.cur_pos = int(ends[j - i - 1])
+        if j < n:
+            left = seg_size - writer.cur_pos
+            if left >= L.END_FILE_MIN_BLANK_LENGTH:
+                writer.segments[writer.cur_base].write(writer.cur_pos, encode_blank(left))
+            writer.cur_base += seg_size
+            writer.cur_pos = 0
+            writer._segment(writer.cur_base)
+        i = j
+
+    # ---- queue offsets: topicQueueTable + rank inside each topic-queue (NOT/COMMIT only) --------
+    tran = sys_flag & L.TRANSACTION_MASK
+    dispatch = (tran == L.TRANSACTION_NOT_TYPE) | (tran == L.TRANSACTION_COMMIT_TYPE)
+    qkey = topic_id * (1 << 32) + queue_id
+    queue_offset = np.zeros(n, np.int64)
+    didx = np.flatnonzero(dispatch)
+    ukeys, inverse = np.unique(qkey[didx], return_inverse=True)
+    order = np.argsort(_small(inverse), kind="stable")
+    counts = np.bincount(inverse, minlength=len(ukeys))
+    group_start = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    rank = np.empty(len(didx), np.int64)
+    rank[order] = np.arange(len(didx)) - np.repeat(group_start, counts)
+    qnames = [(batch.topics[int(k >> 32)], int(k & 0xFFFFFFFF)) for k in ukeys]
+    bases = np.array([writer.queue_table.get(q, 0) for q in qnames], np.int64)
+    queue_offset[didx] = bases[inverse] + rank
+    for q, b, c in zip(qnames, bases.tolist(), counts.tolist()):
+        writer.queue_table[q] = b + c
+
+    # ---- CRC and headers (one structured array per host layout) --------------------------------
+    crc = np.fromiter(map(zlib.crc32, batch.body), np.int64, n) & 0x7FFFFFFF
+    host_ip, host_port = zip(*(parse_host(h) for h in batch.hosts))
+    port_arr = np.array(host_port, np.int64)
+    born_id = np.asarray(batch.born_host_id, np.int64)
+    store_id = np.asarray(batch.store_host_id, np.int64)
+    cols = {
+        "store_size": size, "magic": L.MAGIC_V1, "body_crc": crc, "queue_id": queue_id,
+        "flag": batch.column("flag", np.int64), "queue_offset": queue_offset, "physical_offset": phys,
+        "sys_flag": sys_flag, "born_timestamp": np.asarray(batch.born_timestamp, np.int64),
+        "store_timestamp": store_ts, "reconsume_times": batch.column("reconsume_times", np.int64),
+        "prepared_transaction_offset": batch.column("prepared_transaction_offset", np.int64),
+        "body_length": body_len,
+    }
+    variant = born_v6.astype(np.int64) * 2 + store_v6
+    variants = np.unique(variant)
+    header_rows: list = [None] * n
+    for v in variants.tolist():
+        rows = np.flatnonzero(variant == v) if len(variants) > 1 else slice(None)
+        lay = L.record_layout(bool(v & 2), bool(v & 1))
+        dt = _np_dtype(lay)
+        count = n if len(variants) == 1 else len(rows)
+        arr = np.zeros(count, dt)
+        for name in dt.names:
+            if name.endswith("_ip"):
+                width = dt[name].itemsize
+                ips = np.array([ip if len(ip) == width else bytes(width) for ip in host_ip], f"S{width}")
+                arr[name] = ips[(born_id if name.startswith("born") else store_id)[rows]]
+            elif name.endswith("_port"):
+                arr[name] = port_arr[(born_id if name.startswith("born") else store_id)[rows]]
+            else:
+                c = cols[name]
+                arr[name] = c if np.isscalar(c) else c[rows]
+        raw = arr.tobytes()  # bytes slices join faster than memoryview slices
+        w = lay.body_offset
+        sliced = [raw[k:k + w] for k in range(0, count * w, w)]
+        if len(variants) == 1:
+            header_rows = sliced
+        else:
+            for r, h in zip(rows.tolist(), sliced):
+                header_rows[r] = h
+    # TOPICLENGTH | TOPIC | PROPERTIESLENGTH of every record in one block, sliced per record
+    tl = topic_len
+    width = int(tl.max()) + 3
+    block = np.zeros((n, width), np.uint8)
+    block[:, 0] = tl
+    for t in np.unique(topic_id).tolist():
+        rows = np.flatnonzero(topic_id == t)
+        tb = topic_bytes[t]
+        block[rows, 1:1 + len(tb)] = np.frombuffer(tb, np.uint8)
+    arange = np.arange(n)
+    block[arange, 1 + tl] = props_len >> 8
+    block[arange, 2 + tl] = props_len & 0xFF
+    raw = block.tobytes()
+    mid_rows = [raw[o:o + w] for o, w in zip(range(0, n * width, width), (tl + 3).tolist())]
+
+    # ---- commitlog bytes, one write per segment run --------------------------------------------
+    body = batch.body
+    for base, a, b, start in seg_runs:
+        pieces = [x for t in zip(header_rows[a:b], body[a:b], mid_rows[a:b], props_bytes[a:b]) for x in t]
+        writer._write_async(writer.segments[base], start, pieces)
+    del header_rows, mid_rows
+
+    # ---- what dispatch reads from the properties -----------------------------------------------
+    tags, uniqs, keys = batch.tags, batch.uniq_keys, batch.keys
+    if tags is None or uniqs is None or keys is None:
+        all_props = [parse_properties(p) for p in batch.properties]
+        tags = [p.get(L.PROPERTY_TAGS) for p in all_props]
+        uniqs = [p.get(L.PROPERTY_UNIQ_KEY) for p in all_props]
+        keys = [p.get(L.PROPERTY_KEYS) for p in all_props]
+    distinct = list({t for t in tags if t})
+    codes = dict(zip(distinct, java_hash_many(distinct).tolist()))
+    codes[None] = codes[""] = 0
+    tags_code = np.fromiter(map(codes.__getitem__, tags), np.int64, n)
+    if L.SCHEDULE_TOPIC in batch.topics:
+        sched_tid = batch.topics.index(L.SCHEDULE_TOPIC)
+        rows = np.flatnonzero(dispatch & (topic_id == sched_tid))
+        if len(rows):
+            delays = property_values([batch.properties[r] for r in rows.tolist()], L.PROPERTY_DELAY_TIME_LEVEL)
+            tags_code[rows] = Message.schedule_tags_codes(delays, store_ts[rows], tags_code[rows], writer._delay_levels)
+
+    # ---- flush timeline: stretches between the moments a flush service runs ---------------------
+    cummax = np.maximum.accumulate(store_ts)
+    flush = writer.flush
+    if flush.start is None:
+        flush.begin(int(store_ts[0]))
+    cuts = {0, n}
+    t_cl, t_cq = flush.next_cl, flush.next_cq
+    while True:
+        t = min(t_cl, t_cq)
+        at = int(np.searchsorted(cummax, t, side="left"))
+        if at >= n:
+            break
+        cuts.add(at)
+        if t_cl == t:
+            t_cl += cfg.flushCommitLogThoroughInterval
+        if t_cq == t:
+            t_cq += cfg.flushConsumeQueueThoroughInterval
+    cuts = sorted(cuts)
+    index_entries = _index_entries(batch, tran, uniqs, keys) if cfg.messageIndexEnable else None
+
+    ev, n_events = 0, len(events)
+    seen = set()
+    # plain lists: indexing them is several times cheaper than numpy scalars in this per-event loop
+    ts_l, tid_l, qid_l = store_ts.tolist(), topic_id.tolist(), queue_id.tolist()
+    qoff_l, phys_l, disp_l = queue_offset.tolist(), phys.tolist(), dispatch.tolist()
+    topics = batch.topics
+    for a, b in zip(cuts, cuts[1:]):
+        flush.advance(ts_l[a])
+        while ev < n_events and events[ev][0] < b:
+            r, kind, payload = events[ev]
+            writer._record_ts = ts_l[r]
+            if kind == 1:
+                writer._register_record_topic(*payload)
+            else:
+                topic = topics[tid_l[r]]
+                real, real_qid = real_of[r]
+                key = (topic, qid_l[r], real, real_qid)
+                if key not in seen:  # registering the same topics and queues again changes nothing
+                    seen.add(key)
+                    writer._register_fields(*key)
+                if disp_l[r]:
+                    writer._track_fields(topic, qid_l[r], qoff_l[r], phys_l[r], uniqs[r], real)
+            ev += 1
+        logics_before = flush.logics
+        _dispatch_cq(writer, a, b, dispatch, qkey, batch, phys, size, tags_code, queue_offset, store_ts)
+        if index_entries is not None:
+            _dispatch_index(writer, a, b, index_entries, phys, store_ts, dispatch, logics_before)
+        flush.appended(int(store_ts[b - 1]))
+    writer._record_ts = int(store_ts[-1])
+    writer.messages_written += n
+    return Appended(phys, queue_offset, size)
+
+
+def _index_entries(batch: RecordBatch, tran, uniqs, keys):
+    """IndexService.buildIndex's keys for every record, in put order (UNIQ_KEY, then each of KEYS):
+    (record index array, index hash array).  ROLLBACK records are not indexed."""
+    n = len(batch)
+    topic_id = np.asarray(batch.topic_id, np.int64)
+    rollback = tran == L.TRANSACTION_ROLLBACK_TYPE
+    if rollback.any():
+        drop = np.flatnonzero(rollback).tolist()
+        uniqs, keys = list(uniqs), list(keys)
+        for r in drop:
+            uniqs[r] = keys[r] = None
+    has_u = np.array([u is not None for u in uniqs], bool)
+    k_owner, k_hash, k_len = java_hash_tokens(keys)
+    n_keys = np.bincount(k_owner, minlength=n)
+    per = has_u.astype(np.int64) + n_keys
+    first = np.cumsum(per) - per  # where each record's entries start
+    rec = np.repeat(np.arange(n, dtype=np.int64), per)
+    full = np.empty(int(per.sum()), np.int32)
+    prefix = java_hash_many([f"{t}#" for t in batch.topics])  # hash("topic#" + key) from the two parts
+    u_rows = np.flatnonzero(has_u)
+    if len(u_rows):
+        ustr = uniqs if len(u_rows) == n else [uniqs[r] for r in u_rows.tolist()]
+        h, ln = java_hash_many(ustr, with_lengths=True)
+        full[first[u_rows]] = java_hash_concat(prefix[topic_id[u_rows]], h, ln)
+    if len(k_owner):
+        token_first = np.cumsum(n_keys) - n_keys  # each record's first token among all tokens
+        pos = first[k_owner] + has_u[k_owner] + (np.arange(len(k_owner)) - token_first[k_owner])
+        full[pos] = java_hash_concat(prefix[topic_id[k_owner]], k_hash, k_len)
+    return rec, index_hash_of(full).astype(np.int64)
+
+
+def _dispatch_cq(writer, a, b, dispatch, qkey, batch, phys, size, tags_code, queue_offset, store_ts):
+    """ConsumeQueue.putMessagePositionInfo for records a..b-1: one units array, one write per queue."""
+    rows = a + np.flatnonzero(dispatch[a:b])
+    if not len(rows):
+        return
+    order = np.argsort(qkey[rows], kind="stable")
+    rs = rows[order]
+    sk = qkey[rs]
+    units = np.empty(len(rs), _CQ_DTYPE)
+    units["physical_offset"], units["size"], units["tags_code"] = phys[rs], size[rs], tags_code[rs]
+    raw = memoryview(units.tobytes())
+    bounds = (np.flatnonzero(np.diff(sk)) + 1).tolist()
+    starts = [0] + bounds
+    ends = bounds + [len(rs)]
+    first_q = queue_offset[rs[starts]].tolist()
+    keys = sk[starts].tolist()
+    wrote_any = False
+    for s_, e_, q0, k in zip(starts, ends, first_q, keys):
+        cq = writer._cq(batch.topics[k >> 32], k & 0xFFFFFFFF)
+        wrote_any |= cq.put_units(raw[s_ * L.CQ_STORE_UNIT_SIZE:e_ * L.CQ_STORE_UNIT_SIZE], q0)
+    if wrote_any:
+        writer.flush.logics = int(store_ts[rows[-1]])
+
+
+def _dispatch_index(writer, a, b, entries, phys, store_ts, dispatch, logics_before):
+    """IndexService.buildIndex for records a..b-1.  A full file is replaced when the next record is
+    dispatched (any record: buildIndex asks for the file before looking at keys), with the checkpoint
+    values of that moment."""
+    flush = writer.flush
+    logics_after, physic_after = flush.logics, flush.physic
+    last_dispatched = np.maximum.accumulate(np.where(dispatch[a:b], np.arange(a, b), -1))
+    sync = writer.config.flushDiskType == "SYNC_FLUSH"
+
+    def roll_at(r: int):
+        j = int(last_dispatched[r - a])
+        flush.logics = int(store_ts[j]) if j >= 0 else logics_before
+        if sync and r > a:
+            flush.physic = int(store_ts[r - 1])
+        writer._record_ts = int(store_ts[r])
+        writer._index_file()
+        flush.logics, flush.physic = logics_after, physic_after
+
+    f = writer.index_file
+    if f is None or f.full:
+        roll_at(a)
+    all_rec, all_hash = entries
+    lo, hi = np.searchsorted(all_rec, [a, b])
+    rec, hashes = all_rec[lo:hi], all_hash[lo:hi]
+    keep = phys[rec] >= writer.index_file.end_phy  # already indexed (reopened store)
+    if not keep.all():
+        rec, hashes = rec[keep], hashes[keep]
+    pos = 0
+    while pos < len(rec):
+        f = writer.index_file
+        take = min(len(rec) - pos, f.num - f.count)
+        sl = slice(pos, pos + take)
+        _put_many(f, hashes[sl], phys[rec[sl]], store_ts[rec[sl]])
+        pos += take
+        if f.full:
+            last = int(rec[pos - 1])
+            nxt = last if pos < len(rec) and int(rec[pos]) == last else last + 1
+            if nxt < b:
+                roll_at(nxt)
+
+
+def _put_many(f, key_hash, phy, ts):
+    """``IndexFile.putKey`` for consecutive entries of one file, vectorized."""
+    k = len(key_hash)
+    count0 = f.count
+    idx = count0 + np.arange(k, dtype=np.int64)
+    begin = f.begin_ts
+    td = np.empty(k, np.int64)
+    first = 0
+    if count0 <= 1:  # the first entry is timed against the header as created, then the header restarts
+        d = int(ts[0]) - begin
+        d = d // 1000 if d >= 0 else -((-d) // 1000)
+        td[0] = 0 if begin <= 0 or d < 0 else min(d, 0x7FFFFFFF)
+        begin = int(ts[0])
+        f.begin_phy, f.begin_ts = int(phy[0]), begin
+        first = 1
+    if k > first:
+        d = ts[first:] - begin
+        d = np.where(d >= 0, d // 1000, -((-d) // 1000))
+        td[first:] = 0 if begin <= 0 else np.clip(d, 0, 0x7FFFFFFF)
+    slots = key_hash % f.slots
+    slot_base = L.INDEX_HEADER_SIZE
+    table = np.frombuffer(f.m.map, ">i4", count=f.slots, offset=slot_base)
+    order = np.argsort(slots, kind="stable")
+    ss = slots[order]
+    new_group = np.ones(k, bool)
+    new_group[1:] = ss[1:] != ss[:-1]
+    prev_sorted = np.empty(k, np.int64)
+    prev_sorted[1:] = idx[order][:-1]
+    existing = table[ss].astype(np.int64)
+    # a slot value outside (0, indexCount] at put time counts as empty (IndexFile.putKey)
+    at_put = idx[order]
+    existing = np.where((existing <= 0) | (existing > at_put), 0, existing)
+    prev_sorted[new_group] = existing[new_group]
+    prev = np.empty(k, np.int64)
+    prev[order] = prev_sorted
+    entries = np.zeros(k, _INDEX_ENTRY_DTYPE)
+    entries["key_hash"], entries["physical_offset"] = key_hash, phy
+    entries["time_diff"], entries["prev_index"] = td, prev
+    pos = L.INDEX_HEADER_SIZE + f.slots * L.INDEX_SLOT_SIZE + count0 * L.INDEX_ENTRY_SIZE
+    f.m.write(pos, entries.tobytes())
+    last_in_group = np.ones(k, bool)
+    last_in_group[:-1] = ss[1:] != ss[:-1]
+    new_slots = ss[last_in_group]
+    new_vals = idx[order][last_in_group]
+    del table
+    slot_view = np.ndarray((f.slots,), ">i4", buffer=f.m.map, offset=slot_base)
+    slot_view[new_slots] = new_vals
+    del slot_view  # release the mapping's buffer export
+    f.slot_count += int(np.count_nonzero(existing[new_group] == 0))
+    f.count = count0 + k
+    f.end_phy, f.end_ts = int(phy[-1]), int(ts[-1])
+    f.m.write(0, _INDEX_HEADER.pack(f.begin_ts, f.end_ts, f.begin_phy, f.end_phy, f.slot_count, f.count))

@@ -1,0 +1,391 @@
+"""Synthetic broker traffic, written through the bulk path: dumps of any size for tests and benchmarks.
+
+The traffic is what a busy 4.9.x broker sees, on a simulated clock (``rate`` stores per second):
+plain sends with tags, one or two keys and UNIQ_KEYs from a handful of producer clients (some on IPv6),
+classic batches, delayed sends (SCHEDULE_TOPIC_XXXX copies, delivered to their real topic when due),
+transactions (half, then commit + op, rollback op, or never resolved), consumers sending messages back
+(%RETRY%group through the schedule topic, %DLQ%group after the group's max reconsume times), bodies over
+4 KiB compressed by their producer (zlib, lz4, zstd) and committed consumer offsets at the end.
+
+Every properties string comes from :mod:`store_format.broker`'s flow functions: the frequent shapes
+(plain, delayed, batch item, half) are rendered once with placeholder values into a template (the key
+order of a Java HashMap depends on the key names only), the rare ones are built record by record.
+Follow-ups that need a physical offset (a commit's prepared offset, a send-back's ORIGIN_MESSAGE_ID)
+only refer to records of earlier chunks, whose offsets the writer has returned.
+"""
+from __future__ import annotations
+
+import heapq
+import ipaddress
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import layout as L
+from .broker import (batch_item_string, batch_properties, client_message, half_properties, op_properties,
+                     received_properties, reread_properties, schedule_properties, send_back_properties, _string)
+from .bulk import RecordBatch
+from .compression import compress
+from .ids import create_offset_msg_id, create_uniq_keys, parse_host
+from .properties import property_value
+from .writer import StoreWriter, WriterConfig
+
+_SENTINEL = re.compile("\x00(\\d+)\x00")
+
+
+def _template(build, nargs: int):
+    """Render ``build(*placeholders)`` once; returns a %-format and the argument order."""
+    text = build(*(f"\x00{i}\x00" for i in range(nargs)))
+    parts = _SENTINEL.split(text)
+    fmt = "".join(p.replace("%", "%%") if k % 2 == 0 else "%s" for k, p in enumerate(parts))
+    order = tuple(int(p) for p in parts[1::2])
+    return fmt, order
+
+
+@dataclass
+class TrafficConfig:
+    messages: int
+    topics: int = 8
+    queues: int = 4
+    seed: int = 0
+    start_ms: int = 1_700_000_000_000
+    rate: float = 2000.0  # stored records per simulated second
+    producers: int = 8
+    ipv6_producers: int = 1
+    p_delay: float = 0.03
+    p_batch: float = 0.02  # share of sends that are batches (of 2..8)
+    p_half: float = 0.02
+    p_send_back: float = 0.02
+    p_two_keys: float = 0.2
+    p_large: float = 0.004  # bodies over compressMsgBodyOverHowmuch (compressed by the producer)
+    body_log_mean: float = 5.5  # body sizes: lognormal(body_log_mean, 0.6), ~300 B on average
+    max_reconsume_times: int = 3  # consumer.setMaxReconsumeTimes: DLQ after this many retries
+    p_give_up: float = 0.15  # share of send-backs with delay level -1 (DLQ at once)
+    delay_levels: tuple = (1, 2, 3, 4, 5)
+    chunk: int = 8192  # records per bulk append (~4 simulated seconds): follow-ups run at most this late
+
+
+@dataclass
+class _Producer:
+    host_id: int
+    client_ip: bytes
+    pid: int
+    loader_hash: int
+    counter: int = 0
+    compress: str = "ZLIB"
+    group: str = "pg"
+
+
+@dataclass
+class _Pending:
+    """A record whose follow-up comes later (scheduled copy, half, consumed message)."""
+
+    due: int
+    seq: int
+    kind: str = field(compare=False)
+    info: dict = field(compare=False)
+
+    def __lt__(self, other):
+        return (self.due, self.seq) < (other.due, other.seq)
+
+
+class TrafficGenerator:
+    def __init__(self, cfg: TrafficConfig, writer_config: WriterConfig):
+        self.cfg = cfg
+        self.wcfg = writer_config
+        self.rng = np.random.default_rng(cfg.seed)
+        self.topics = [f"Topic{i:03d}" for i in range(cfg.topics)]
+        self.groups = [f"cg-{t}" for t in self.topics]
+        self.tags = ["TagA", "TagB", "TagC", "created", "paid", "shipped", "订单"]
+        self.topic_table = list(self.topics) + [L.SCHEDULE_TOPIC, L.TRANS_HALF_TOPIC, L.TRANS_OP_HALF_TOPIC] + \
+            [f"{L.RETRY_GROUP_TOPIC_PREFIX}{g}" for g in self.groups] + \
+            [f"{L.DLQ_GROUP_TOPIC_PREFIX}{g}" for g in self.groups]
+        self.tid = {t: i for i, t in enumerate(self.topic_table)}
+        self.hosts = [writer_config.storeHost]
+        self.producers = []
+        for p in range(cfg.producers):
+            v6 = p < cfg.ipv6_producers
+            ip = f"2001:db8::{p + 1:x}" if v6 else f"10.0.{p // 250}.{p % 250 + 1}"
+            self.hosts.append(f"[{ip}]:{50000 + p}" if v6 else f"{ip}:{50000 + p}")
+            self.producers.append(_Producer(len(self.hosts) - 1, ipaddress.ip_address(ip).packed, 1000 + p,
+                                            int(self.rng.integers(1, 2**31)), compress=("ZLIB", "LZ4", "ZSTD")[p % 3],
+                                            group=f"pg-{p}"))
+        self.host_v6 = [len(parse_host(h)[0]) == 16 for h in self.hosts]
+        self.cluster = writer_config.brokerClusterName
+        self.max_level = writer_config.max_delay_level
+        self.delay_ms = writer_config.delay_levels
+        # templates for the frequent shapes, from the broker's own flow functions
+        cluster, max_level = self.cluster, self.max_level
+        self.t_plain = _template(lambda tags, keys, uniq: received_properties(
+            client_message(tags, keys, None, uniq), cluster)[1], 3)
+        self.t_delay = {level: _template(lambda tags, keys, uniq, topic, qid, level=level: schedule_properties(
+            received_properties(client_message(tags, keys, None, uniq, delay_level=level), cluster)[0],
+            topic, qid, max_level)[2], 5) for level in cfg.delay_levels}
+        self.t_item = _template(lambda tags, keys, uniq: batch_item_string(
+            _string(client_message(tags, keys, None, uniq)), batch_properties(cluster)), 3)
+        self.t_half = _template(lambda tags, keys, uniq, group, topic, qid: half_properties(
+            received_properties(client_message(tags, keys, None, uniq, producer_group=group), cluster)[0],
+            topic, qid), 6)
+        self.op_string = _string(op_properties())
+        self.rr = {}  # (producer, topic) -> next queue
+        self.now = cfg.start_ms
+        self.step = 1000.0 / cfg.rate
+        self.pending: list[_Pending] = []
+        self.seq = 0
+        self.consumable = []  # (topic id, info) of stored plain records, candidates for send-back
+        self.written = 0
+        words = ("order user item price amount status region warehouse coupon shipping note payment ").split()
+        text = " ".join(self.rng.choice(words, 200_000)).encode()
+        self.pool = text
+        self.key_serial = 0
+
+    # ---- pieces --------------------------------------------------------------------------------
+    def _fill(self, template, *vals) -> str:
+        fmt, order = template
+        return fmt % tuple(vals[i] for i in order)
+
+    def _body(self, n: int, serial: int) -> bytes:
+        o = int(self.rng.integers(0, len(self.pool) - n))
+        head = b'{"orderId":%d,"amount":%d,"memo":"' % (serial, serial % 9973)
+        return head + self.pool[o:o + max(n - len(head) - 2, 0)] + b'"}'
+
+    def _queue(self, p: int, topic: str) -> int:
+        k = (p, topic)
+        q = self.rr.get(k, 0)
+        self.rr[k] = q + 1
+        return q % self.cfg.queues
+
+    def _keys(self, two: bool) -> str:
+        self.key_serial += 1
+        k = f"ORD{self.key_serial:010d}"
+        return f"{k} U{self.key_serial % 100003:06d}" if two else k
+
+    # ---- one chunk -----------------------------------------------------------------------------
+    def _push(self, due: int, kind: str, info: dict):
+        self.seq += 1
+        heapq.heappush(self.pending, _Pending(due, self.seq, kind, info))
+
+    def chunk(self, count: int) -> tuple[RecordBatch, list]:
+        """The next ``count`` stored records (fresh sends and due follow-ups, in store-time order)."""
+        cfg, rng = self.cfg, self.rng
+        # one dict per record: t (topic id), q, sf, born, store, host, body, props, flag, rc, prep, batch,
+        # tags, uniq, keys, note (what follows it)
+        rows = []
+        store_times = self.now + np.arange(count) * self.step
+        end = int(store_times[-1]) if count else self.now
+        # follow-ups due in this window (only those whose sources were written in earlier chunks)
+        follow = []
+        while self.pending and self.pending[0].due <= end and len(follow) < count // 4:
+            follow.append(heapq.heappop(self.pending))
+        n_fresh = count - sum(self._follow_size(f) for f in follow)
+        fresh_ts = store_times[:max(n_fresh, 0)]
+        kinds = rng.random(len(fresh_ts))
+        prod = rng.integers(0, len(self.producers), len(fresh_ts))
+        topic_pick = np.minimum(rng.zipf(1.6, len(fresh_ts)) - 1, cfg.topics - 1)
+        sizes = np.clip(rng.lognormal(cfg.body_log_mean, 0.6, len(fresh_ts)).astype(np.int64), 24, 3000)
+        large = rng.random(len(fresh_ts)) < cfg.p_large
+        two = rng.random(len(fresh_ts)) < cfg.p_two_keys
+        tag_pick = rng.integers(0, len(self.tags), len(fresh_ts))
+        latency = rng.integers(1, 4, len(fresh_ts))
+        # UNIQ_KEYs: per producer, consecutive counters, born-time based (MessageClientIDSetter)
+        born = fresh_ts.astype(np.int64) - latency
+        uniq = [None] * len(fresh_ts)
+        for p, pr in enumerate(self.producers):
+            idx = np.flatnonzero(prod == p)
+            if len(idx):
+                ids = create_uniq_keys(pr.client_ip, pr.pid, pr.loader_hash, born[idx],
+                                       pr.counter + np.arange(len(idx)))
+                pr.counter = (pr.counter + len(idx)) & 0xFFFF
+                for i, u in zip(idx.tolist(), ids):
+                    uniq[i] = u
+        t_batch = cfg.p_batch
+        t_delay = t_batch + cfg.p_delay
+        t_half = t_delay + cfg.p_half
+        i = 0
+        nf = len(fresh_ts)
+        while i < nf:
+            k = kinds[i]
+            p = int(prod[i])
+            pr = self.producers[p]
+            topic = self.topics[int(topic_pick[i])]
+            tags = self.tags[int(tag_pick[i])]
+            ts = int(fresh_ts[i])
+            sf = L.BORNHOST_V6_FLAG if self.host_v6[pr.host_id] else 0
+            if k < t_batch and i + 2 <= nf:
+                m = min(int(rng.integers(2, 9)), nf - i)
+                q = self._queue(p, topic)
+                bid = self.seq = self.seq + 1
+                for j in range(m):
+                    keys = self._keys(False)
+                    rows.append(dict(t=self.tid[topic], q=q, sf=sf, born=int(born[i]), store=ts, host=pr.host_id,
+                                     body=self._body(int(sizes[i + j]), self.key_serial),
+                                     props=self._fill(self.t_item, tags, keys, uniq[i + j]), batch=bid, tags=tags,
+                                     uniq=uniq[i + j], keys=keys, note="plain"))
+                i += m
+                continue
+            keys = self._keys(bool(two[i]))
+            body = self._body(int(sizes[i]), self.key_serial) if not large[i] else \
+                self._body(int(rng.integers(4096, 16384)), self.key_serial)
+            if len(body) >= 4096:  # DefaultMQProducerImpl.tryToCompressMessage
+                body = compress(body, pr.compress)
+                sf |= L.COMPRESSED_FLAG | L.COMPRESSION_FLAGS[pr.compress]
+            q = self._queue(p, topic)
+            row = dict(t=self.tid[topic], q=q, sf=sf, born=int(born[i]), store=ts, host=pr.host_id, body=body,
+                       tags=tags, uniq=uniq[i], keys=keys, note="plain")
+            if k < t_delay:
+                level = int(rng.choice(cfg.delay_levels))
+                row.update(t=self.tid[L.SCHEDULE_TOPIC], q=level - 1, note="scheduled",
+                           props=self._fill(self.t_delay[level], tags, keys, uniq[i], topic, str(q)),
+                           real=(topic, q))
+                self._push(ts + self.delay_ms[level], "deliver", row)
+            elif k < t_half:
+                row.update(t=self.tid[L.TRANS_HALF_TOPIC], q=0, note="half",
+                           props=self._fill(self.t_half, tags, keys, uniq[i], pr.group, topic, str(q)))
+            else:
+                row["props"] = self._fill(self.t_plain, tags, keys, uniq[i])
+            rows.append(row)
+            i += 1
+        # follow-ups take their due times; the stream is stored in store-time order
+        start = self.now
+        for f in follow:
+            f.due = max(f.due, start)
+            rows.extend(self._follow(f))
+        rows.sort(key=lambda r: r["store"])
+        self.now = end + 1
+        return rows
+
+    def _follow_size(self, f: _Pending) -> int:
+        return {"deliver": 1, "commit": 2, "rollback": 1, "consume": 1}[f.kind]
+
+    def _follow(self, f: _Pending) -> list:
+        info, due = f.info, f.due
+        store = self.hosts[0]
+        if f.kind == "deliver":  # ScheduleMessageService.messageTimeup
+            _, string = reread_properties(info["props"])
+            topic, q = info["real"]
+            return [dict(t=self.tid[topic], q=q, sf=info["sf"], born=info["born"], store=due, host=info["host"],
+                         body=info["body"], props=string, flag=0, rc=info.get("rc", 0), tags=info["tags"],
+                         uniq=info["uniq"], keys=info["keys"], note="plain")]
+        if f.kind in ("commit", "rollback"):
+            out = []
+            if f.kind == "commit":
+                _, string = reread_properties(info["props"])
+                topic, q = info["real"]
+                sf = (info["sf"] & ~L.TRANSACTION_MASK) | L.TRANSACTION_COMMIT_TYPE
+                out.append(dict(t=self.tid[topic], q=q, sf=sf, born=info["born"], store=due, host=info["host"],
+                                body=info["body"], props=string, prep=info["phys"], tags=info["tags"],
+                                uniq=info["uniq"], keys=info["keys"], note="plain"))
+            out.append(dict(t=self.tid[L.TRANS_OP_HALF_TOPIC], q=0, sf=0, born=due, store=due, host=0,
+                            body=str(info["qoff"]).encode(), props=self.op_string, tags=L.TRANS_OP_REMOVE_TAG,
+                            uniq=None, keys=None, note="op"))
+            return out
+        # consume: the group fails and sends the message back
+        group = self.groups[info["group"]]
+        # a listener may give up at once (context.setDelayLevelWhenNextConsume(-1)): straight to the DLQ
+        delay = -1 if self.rng.random() < self.cfg.p_give_up else 0
+        topic, props, string = send_back_properties(info["props"], self.topic_table[info["t"]], info.get("rc", 0),
+                                                    create_offset_msg_id(*parse_host(store), info["phys"]), group,
+                                                    delay, self.cfg.max_reconsume_times)
+        row = dict(t=self.tid[topic], q=0, sf=info["sf"], born=info["born"], store=due, host=info["host"],
+                   body=info["body"], props=string, rc=info.get("rc", 0) + 1, tags=info["tags"], uniq=info["uniq"],
+                   keys=info["keys"], note="retry-source" if topic.startswith(L.RETRY_GROUP_TOPIC_PREFIX) else "dlq")
+        moved = schedule_properties(props, topic, 0, self.max_level)
+        if moved is not None:
+            sched_topic, q, sched_string = moved
+            row.update(t=self.tid[sched_topic], q=q, props=sched_string, note="scheduled", real=(topic, 0),
+                       group=info["group"])
+            self._push(due + self.delay_ms[q + 1], "deliver", row)
+        return [row]
+
+    def after_append(self, rows: list, appended) -> None:
+        """Schedule follow-ups that need where the records went."""
+        cfg, rng = self.cfg, self.rng
+        phys, qoff = appended.physical_offset, appended.queue_offset
+        for r, p, q in zip(rows, phys.tolist(), qoff.tolist()):
+            note = r["note"]
+            if note == "half":
+                u = rng.random()
+                info = dict(r, phys=p, qoff=q, real=(self._real(r["props"])))
+                if u < 0.7:
+                    self._push(r["store"] + int(rng.integers(50, 3000)), "commit", info)
+                elif u < 0.9:
+                    self._push(r["store"] + int(rng.integers(50, 3000)), "rollback", info)
+            elif note == "plain" and r["t"] < cfg.topics and rng.random() < cfg.p_send_back:
+                self._push(r["store"] + int(rng.integers(200, 5000)), "consume", dict(r, phys=p, group=r["t"]))
+            elif note == "plain" and self.topic_table[r["t"]].startswith(L.RETRY_GROUP_TOPIC_PREFIX) \
+                    and rng.random() < 0.5:  # a redelivered retry fails again
+                group = self.topic_table[r["t"]][len(L.RETRY_GROUP_TOPIC_PREFIX):]
+                self._push(r["store"] + int(rng.integers(200, 5000)), "consume",
+                           dict(r, phys=p, group=self.groups.index(group)))
+
+    def _real(self, props: str):
+        return property_value(props, L.PROPERTY_REAL_TOPIC), int(property_value(props, L.PROPERTY_REAL_QUEUE_ID))
+
+    def to_batch(self, rows: list) -> RecordBatch:
+        n = len(rows)
+        col = lambda k, d=0: np.fromiter((r.get(k, d) for r in rows), np.int64, n)
+        sf = col("sf")
+        sf |= np.where(np.array([self.host_v6[r["host"]] for r in rows], bool), L.BORNHOST_V6_FLAG, 0)
+        if self.host_v6[0]:
+            sf |= L.STOREHOST_V6_FLAG
+        return RecordBatch(
+            topics=self.topic_table, topic_id=col("t"), queue_id=col("q"), sys_flag=sf, born_timestamp=col("born"),
+            store_timestamp=col("store"), hosts=self.hosts, born_host_id=col("host"),
+            store_host_id=np.zeros(n, np.int64), body=[r["body"] for r in rows], properties=[r["props"] for r in rows],
+            flag=col("flag"), reconsume_times=col("rc"), prepared_transaction_offset=col("prep"),
+            batch_id=col("batch", -1), tags=[r["tags"] for r in rows], uniq_keys=[r["uniq"] for r in rows],
+            keys=[r["keys"] for r in rows])
+
+
+def generate_store(out_dir, cfg: TrafficConfig, writer_config: WriterConfig | None = None, progress=None,
+                   crash: bool = False) -> dict:
+    """Write ``cfg.messages`` records of synthetic traffic to a new store at ``out_dir``; returns stats."""
+    writer_config = writer_config or WriterConfig()
+    gen = TrafficGenerator(cfg, writer_config)
+    writer = StoreWriter(out_dir, writer_config, start_time=cfg.start_ms)
+    for topic in gen.topics:  # created up front with --queues queues (mqadmin updateTopic)
+        writer.register_topic(topic, cfg.queues)
+    t0 = time.perf_counter()
+    gen_s = write_s = 0.0
+    written = nbytes = 0
+    try:
+        step = min(cfg.chunk, max(256, cfg.messages // 16))  # small runs still see follow-ups
+        while written < cfg.messages:
+            a = time.perf_counter()
+            rows = gen.chunk(min(step, cfg.messages - written))
+            batch = gen.to_batch(rows)
+            b = time.perf_counter()
+            appended = writer.append_many(batch)
+            c = time.perf_counter()
+            gen.after_append(rows, appended)
+            gen_s += (b - a) + (time.perf_counter() - c)
+            write_s += c - b
+            written += len(rows)
+            nbytes += int(appended.store_size.sum())
+            if progress:
+                progress(written, cfg.messages, nbytes, time.perf_counter() - t0)
+        # consumers have committed most of what they read
+        for (topic, qid), nxt in sorted(writer.queue_table.items()):
+            if topic in gen.topics:
+                writer.commit_offset(gen.groups[gen.topics.index(topic)], topic, qid, int(nxt * 0.9))
+    except BaseException:
+        writer.crash()
+        raise
+    writer.clock = lambda: gen.now
+    writer.crash() if crash else writer.close()
+    return {"messages": written, "bytes": nbytes, "generate_s": gen_s, "write_s": write_s,
+            "total_s": time.perf_counter() - t0, "segments": len(writer.segments)}
+
+
+def progress_line(stream=sys.stderr):
+    def show(done, total, nbytes, elapsed):
+        rate = done / elapsed if elapsed else 0.0
+        stream.write(f"\rgenerate: {done}/{total} messages ({100 * done / total:5.1f}%), {nbytes / 1e6:,.1f} MB, "
+                     f"{elapsed:6.1f} s, {rate:,.0f} msg/s")
+        if done >= total:
+            stream.write("\n")
+        stream.flush()
+    return show

@@ -1,0 +1,1157 @@
+"""StoreWriter: lay down a complete broker store the way RocketMQ 4.9.x's ``DefaultMessageStore`` does.
+
+What one ``append`` does (``CommitLog.DefaultAppendMessageCallback.doAppend`` + the reput dispatchers)::
+
+    commitlog  record = codec.encode_record(...) at the segment's write position; when
+               len + 8 > bytes left (END_FILE_MIN_BLANK_LENGTH) the 8-byte blank (left, BLANK magic) ends the
+               segment and the record goes to the next one; segments are sparse, full-size, zero-filled
+    queue      QUEUEOFFSET = topicQueueTable["topic-qid"]++ for NOT/COMMIT; PREPARED/ROLLBACK get 0
+    CQ         (phyOffset q | TOTALSIZE i | tagsCode q) at queueOffset*20 of consumequeue/<topic>/<qid>/;
+               none for PREPARED/ROLLBACK; SCHEDULE_TOPIC_XXXX tagsCode = deliver time; a queue whose first
+               file starts mid-file is pre-filled with (0, Integer.MAX_VALUE, 0) units (fillPreBlank)
+    index      topic#UNIQ_KEY and topic#key for each of KEYS (IndexService.buildIndex); not for ROLLBACK;
+               a full file is followed by a new one whose header starts from the old one's end (IndexFile)
+    checkpoint physic/logics/index timestamps as the flush services would have left them (``_FlushModel``)
+
+``close()`` is a clean shutdown: config/*.json persisted fastjson-style, checkpoint written, ``abort``
+removed last.  ``crash()`` is ``kill -9``: ``abort`` stays, the checkpoint on disk is the one last flushed,
+and the preallocated next segment is left behind.  Every file lives under ``root``; topics are validated
+like ``TopicValidator`` so no record can name a path outside it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import fcntl
+import mmap
+import os
+import shutil
+import struct
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Callable, Iterable
+from zoneinfo import ZoneInfo
+
+from . import layout as L
+from .codec import encode_blank, encode_record, encoded_size, host_flags
+from .commitlog import list_segments, segment_name, walk_buffer, ReadOnlyMap
+from .config import dumps_fastjson, read_config
+from .checkpoint import read_checkpoint
+from .consumequeue import discover_queues, read_queue
+from .errors import ErrorKind, RecordError, StoreFormatError, WriterError
+from .indexfile import list_index_files
+from .javahash import JavaHashMap, index_key, index_key_hash
+from .message import Message, body_crc32
+from .properties import split_keys
+
+_CQ_UNIT = struct.Struct(L.CQ_UNIT_STRUCT)
+_INDEX_HEADER = struct.Struct(L.INDEX_HEADER_STRUCT)
+_INDEX_ENTRY = struct.Struct(L.INDEX_ENTRY_STRUCT)
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_PRE_BLANK_UNIT = _CQ_UNIT.pack(0, L.CQ_PRE_BLANK_SIZE, 0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass
+class WriterConfig:
+    """Store settings under their broker.conf names, with RocketMQ's defaults."""
+
+    mappedFileSizeCommitLog: int = L.DEFAULT_MAPPED_FILE_SIZE_COMMITLOG
+    mappedFileSizeConsumeQueue: int = L.DEFAULT_MAPPED_FILE_SIZE_CONSUME_QUEUE
+    maxHashSlotNum: int = L.DEFAULT_MAX_HASH_SLOT_NUM
+    maxIndexNum: int = L.DEFAULT_MAX_INDEX_NUM
+    messageDelayLevel: str = L.DEFAULT_MESSAGE_DELAY_LEVEL
+    messageIndexEnable: bool = True
+    brokerName: str = "broker-a"
+    brokerClusterName: str = "DefaultCluster"
+    storeHost: str = "127.0.0.1:10911"  # brokerIP1:listenPort as the broker stamps STOREHOST
+    maxMessageSize: int = L.DEFAULT_MAX_MESSAGE_SIZE
+    flushDiskType: str = "ASYNC_FLUSH"
+    flushIntervalCommitLog: int = 500
+    flushCommitLogThoroughInterval: int = 10 * 1000
+    flushIntervalConsumeQueue: int = 1000
+    flushConsumeQueueThoroughInterval: int = 60 * 1000
+    defaultTopicQueueNums: int = L.DEFAULT_TOPIC_QUEUE_NUMS  # TBW102's queues; auto-created topics get min(4, this)
+    autoCreateTopicEnable: bool = True
+    enableConsumeQueueExt: bool = False
+    timezone: str = "UTC"  # the broker JVM's zone: index file names are local yyyyMMddHHmmssSSS
+
+    def __post_init__(self):
+        # MessageStoreConfig.getMappedFileSizeConsumeQueue rounds up to whole 20-byte units
+        units = -(-int(self.mappedFileSizeConsumeQueue) // L.CQ_STORE_UNIT_SIZE)
+        self.mappedFileSizeConsumeQueue = units * L.CQ_STORE_UNIT_SIZE
+        for name in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum",
+                     "maxMessageSize"):
+            if int(getattr(self, name)) <= 0:
+                raise WriterError(ErrorKind.BAD_CONFIG, f"{name} must be positive, got {getattr(self, name)}",
+                                  field=name)
+        if self.mappedFileSizeCommitLog < L.MIN_RECORD_SIZE + L.END_FILE_MIN_BLANK_LENGTH:
+            raise WriterError(ErrorKind.BAD_CONFIG, f"mappedFileSizeCommitLog {self.mappedFileSizeCommitLog} cannot "
+                              "hold a single record", field="mappedFileSizeCommitLog")
+        if self.maxIndexNum < 2:
+            raise WriterError(ErrorKind.BAD_CONFIG, "maxIndexNum must be >= 2 (entry 0 is never used)",
+                              field="maxIndexNum")
+        if self.enableConsumeQueueExt:
+            raise WriterError(ErrorKind.BAD_CONFIG, "enableConsumeQueueExt=true (consumequeue_ext) is not written "
+                              "by this writer", field="enableConsumeQueueExt")
+        if self.flushDiskType not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+            raise WriterError(ErrorKind.BAD_CONFIG, f"flushDiskType {self.flushDiskType!r}: ASYNC_FLUSH or SYNC_FLUSH",
+                              field="flushDiskType")
+        try:
+            self.delay_levels
+        except ValueError as e:
+            raise WriterError(ErrorKind.BAD_CONFIG, str(e), field="messageDelayLevel") from None
+        try:
+            ZoneInfo(self.timezone)
+        except Exception:
+            raise WriterError(ErrorKind.BAD_CONFIG, f"unknown time zone {self.timezone!r}", field="timezone") from None
+        from .ids import parse_host  # a bad host is a config error, not a later encode failure
+        try:
+            parse_host(self.storeHost)
+        except StoreFormatError as e:
+            raise WriterError(ErrorKind.BAD_CONFIG, e.message, field="storeHost") from None
+
+    @property
+    def delay_levels(self) -> dict[int, int]:
+        return L.parse_delay_levels(self.messageDelayLevel)
+
+    @property
+    def max_delay_level(self) -> int:
+        return max(self.delay_levels) if self.delay_levels else 0
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "WriterConfig":
+        """From broker.conf-style names (e.g. a manifest's ``storeConfig``); unknown keys are ignored,
+        ``brokerIP1``/``listenPort`` make ``storeHost`` when it is not given."""
+        known = {f.name: f for f in fields(cls)}
+        kwargs = {}
+        for key, raw in values.items():
+            f = known.get(key)
+            if f is None:
+                continue
+            kwargs[key] = _coerce(key, raw, f.type)
+        if "storeHost" not in kwargs and ("brokerIP1" in values or "listenPort" in values):
+            ip = str(values.get("brokerIP1", "127.0.0.1")).strip()
+            port = int(str(values.get("listenPort", 10911)).strip())
+            kwargs["storeHost"] = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+        return cls(**kwargs)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "WriterConfig":
+        """A broker.conf: ``key=value`` lines, ``#`` comments (java.util.Properties, simplified)."""
+        values = {}
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line or line.startswith(("#", "!")):
+                    continue
+                sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+                if sep < 0:
+                    raise WriterError(ErrorKind.BAD_CONFIG, f"line {n}: expected key=value", file=str(path),
+                                      position=n)
+                values[line[:sep].strip()] = line[sep + 1:].strip()
+        return cls.from_dict(values)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _coerce(key: str, raw, typ: str):
+    try:
+        if typ == "bool":
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text not in ("true", "false"):
+                raise ValueError(f"expected true/false, got {raw!r}")
+            return text == "true"
+        if typ == "int":
+            if isinstance(raw, bool):
+                raise ValueError("expected an integer")
+            return int(str(raw).strip())
+        return str(raw).strip() if isinstance(raw, str) else str(raw)
+    except ValueError as e:
+        raise WriterError(ErrorKind.BAD_CONFIG, f"{key}: {e}", field=key) from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Names and paths
+
+
+def validate_topic(topic: str, magic_version: int = 1) -> None:
+    """``TopicValidator.validateTopic``: non-blank, only ``[%|a-zA-Z0-9_-]``, at most 127 characters
+    (255 for a V2 record).  The charset alone keeps ``..``, ``/`` and ``\\`` out of directory names."""
+    if not isinstance(topic, str) or not topic.strip():
+        raise WriterError(ErrorKind.INVALID_INPUT, "the topic is blank", field="topic")
+    bad = sorted(set(topic) - L.TOPIC_VALID_CHARS)
+    if bad:
+        raise WriterError(ErrorKind.INVALID_INPUT, f"topic {topic!r} contains illegal characters {''.join(bad)!r}; "
+                          "allowed: %|a-zA-Z0-9_-", field="topic")
+    limit = L.TOPIC_MAX_LENGTH_V1 if magic_version == 1 else L.TOPIC_MAX_LENGTH
+    if len(topic) > limit:
+        raise WriterError(ErrorKind.INVALID_INPUT, f"topic is {len(topic)} characters; the limit is {limit}",
+                          field="topic")
+
+
+def validate_queue_id(queue_id) -> None:
+    if isinstance(queue_id, bool) or not isinstance(queue_id, int) or not 0 <= queue_id <= 0x7FFFFFFF:
+        raise WriterError(ErrorKind.INVALID_INPUT, f"queue id {queue_id!r} must be an int in [0, 2^31)",
+                          field="queue_id")
+
+
+def time_millis_to_human(ms: int, tz: str = "UTC") -> str:
+    """``UtilAll.timeMillisToHumanString``: yyyyMMddHHmmssSSS in the broker's zone."""
+    t = _dt.datetime.fromtimestamp(ms / 1000, ZoneInfo(tz))
+    return f"{t:%Y%m%d%H%M%S}{ms % 1000:03d}"
+
+
+def _fd_budget() -> int:
+    import resource
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(0, (soft if soft != resource.RLIM_INFINITY else 1 << 16) // 2)
+
+
+class _Mapped:
+    """A preallocated (sparse, zero-filled) file mapped for writing, like RocketMQ's MappedFile.
+
+    Writes go through pwrite while the file keeps a descriptor (same page cache as the mapping): on ext4
+    the first write fault into a hole of a mapping costs milliseconds, and a store creates many files.
+    Descriptors are kept within half the process limit; beyond that a file is written through its map.
+    """
+
+    _open_fds = 0
+    _budget = _fd_budget()
+
+    def __init__(self, path: Path, size: int, create: bool, keep_fd: bool = True):
+        self.path = path
+        self.size = size
+        mode = "w+b" if create else "r+b"
+        f = open(path, mode)
+        try:
+            if create:
+                f.truncate(size)
+            elif os.fstat(f.fileno()).st_size != size:
+                raise WriterError(ErrorKind.BAD_GEOMETRY, f"file is {os.fstat(f.fileno()).st_size} bytes, the "
+                                  f"configuration says {size}", file=str(path))
+            self.map = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_WRITE)
+        except BaseException:
+            f.close()
+            raise
+        if keep_fd and _Mapped._open_fds < _Mapped._budget:
+            self.fd = f
+            _Mapped._open_fds += 1
+        else:
+            self.fd = None
+            f.close()
+
+    def write(self, pos: int, data) -> None:
+        if pos < 0 or pos + len(data) > self.size:
+            raise WriterError(ErrorKind.OUT_OF_RANGE, f"write of {len(data)} bytes at {pos} runs past the "
+                              f"{self.size}-byte file", file=str(self.path), position=pos)
+        if self.fd is not None:
+            os.pwrite(self.fd.fileno(), data, pos)
+        else:
+            self.map[pos:pos + len(data)] = data
+
+    _IOV_MAX = 1024  # os.sysconf("SC_IOV_MAX") on Linux
+
+    def writev(self, pos: int, pieces: list) -> int:
+        """Write ``pieces`` back to back from ``pos`` (pwritev: no joined copy); returns bytes written."""
+        total = sum(map(len, pieces))
+        if pos < 0 or pos + total > self.size:
+            raise WriterError(ErrorKind.OUT_OF_RANGE, f"write of {total} bytes at {pos} runs past the "
+                              f"{self.size}-byte file", file=str(self.path), position=pos)
+        if self.fd is None:
+            self.map[pos:pos + total] = b"".join(pieces)
+            return total
+        fd, at = self.fd.fileno(), pos
+        for i in range(0, len(pieces), self._IOV_MAX):
+            group = pieces[i:i + self._IOV_MAX]
+            want = sum(map(len, group))
+            done = os.pwritev(fd, group, at)
+            if done != want:  # a short write: finish this group the plain way
+                rest = b"".join(group)[done:]
+                while rest:
+                    k = os.pwrite(fd, rest, at + done)
+                    done += k
+                    rest = rest[k:]
+            at += want
+        return total
+
+    def release_fd(self) -> None:
+        """Done appending to this file (a later one took over): give its descriptor back."""
+        if self.fd is not None:
+            self.fd.close()
+            self.fd = None
+            _Mapped._open_fds -= 1
+
+    def close(self) -> None:
+        if not self.map.closed:
+            self.map.flush()
+            self.map.close()
+        self.release_fd()
+
+
+# --------------------------------------------------------------------------------------------------
+# Consume queue and index file writers
+
+
+class _ConsumeQueue:
+    """``ConsumeQueue.putMessagePositionInfo`` for one topic-queue."""
+
+    def __init__(self, writer: "StoreWriter", topic: str, queue_id: int):
+        self.dir = writer._path("consumequeue", topic, str(queue_id))
+        self.file_size = writer.config.mappedFileSizeConsumeQueue
+        self.files: dict[int, _Mapped] = {}
+        self.last_base = -1
+        self.wrote = 0  # write position inside the last file
+        self.max_physic_offset = -1
+
+    def load(self):
+        """Reopen existing files: position after the last valid unit (ConsumeQueue.recover)."""
+        from .consumequeue import list_queue_files
+        existing = list_queue_files(self.dir, "", 0)
+        for f in existing:
+            if f.length != self.file_size:
+                raise WriterError(ErrorKind.BAD_GEOMETRY, f"consume queue file is {f.length} bytes, "
+                                  f"mappedFileSizeConsumeQueue is {self.file_size}", file=str(f.path))
+            self.files[f.base_byte_offset] = _Mapped(f.path, self.file_size, create=False, keep_fd=f is existing[-1])
+        if existing:
+            self.last_base = existing[-1].base_byte_offset
+            self.wrote = 0
+            for unit in read_queue(existing, stop_at_invalid=True):
+                self.last_base = unit.queue_offset * L.CQ_STORE_UNIT_SIZE - \
+                    (unit.queue_offset * L.CQ_STORE_UNIT_SIZE) % self.file_size
+                self.wrote = unit.queue_offset * L.CQ_STORE_UNIT_SIZE - self.last_base + L.CQ_STORE_UNIT_SIZE
+                if unit.kind == "entry":
+                    self.max_physic_offset = unit.physical_offset + unit.size
+
+    def _new_file(self, base: int) -> _Mapped:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.last_base >= 0:
+            self.files[self.last_base].release_fd()
+        m = _Mapped(self.dir / segment_name(base), self.file_size, create=True)
+        self.files[base] = m
+        self.last_base, self.wrote = base, 0
+        return m
+
+    def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        if physical_offset + size <= self.max_physic_offset:
+            return False  # "build consume queue repeatedly": already dispatched
+        expect = queue_offset * L.CQ_STORE_UNIT_SIZE
+        if self.last_base < 0:  # first file of this queue
+            m = self._new_file(expect - expect % self.file_size)
+            if queue_offset != 0:
+                until = expect % self.file_size
+                m.write(0, _PRE_BLANK_UNIT * (until // L.CQ_STORE_UNIT_SIZE))
+                self.wrote = until
+        elif self.wrote >= self.file_size:
+            m = self._new_file(self.last_base + self.file_size)
+        else:
+            m = self.files[self.last_base]
+        if queue_offset != 0 and expect < self.last_base + self.wrote:
+            return False  # this queue offset is already written
+        # RocketMQ appends at its write position even when expect differs ("[BUG]logic queue order");
+        # our queue offsets are always consecutive, so the two agree.
+        m.write(self.wrote, _CQ_UNIT.pack(physical_offset, size, tags_code))
+        self.wrote += L.CQ_STORE_UNIT_SIZE
+        self.max_physic_offset = physical_offset + size
+        return True
+
+    def put_units(self, units, first_queue_offset: int) -> bool:
+        """``put`` for packed units at consecutive queue offsets (the bulk path); the same bytes."""
+        k = len(units) // L.CQ_STORE_UNIT_SIZE
+        first_phys, first_size, _ = _CQ_UNIT.unpack_from(units, 0)
+        fresh = first_phys + first_size > self.max_physic_offset and first_queue_offset != 0 and \
+            self.last_base >= 0 and first_queue_offset * L.CQ_STORE_UNIT_SIZE == self.last_base + self.wrote
+        if not fresh:  # first file of the queue, a gap or a repeat: unit by unit
+            done = False
+            for i in range(k):
+                p, z, t = _CQ_UNIT.unpack_from(units, i * L.CQ_STORE_UNIT_SIZE)
+                done |= self.put(p, z, t, first_queue_offset + i)
+            return done
+        data = units
+        while len(data):
+            if self.wrote >= self.file_size:
+                self._new_file(self.last_base + self.file_size)
+            n = min(len(data), self.file_size - self.wrote)
+            self.files[self.last_base].write(self.wrote, data[:n])
+            self.wrote += n
+            data = data[n:]
+        last_phys, last_size, _ = _CQ_UNIT.unpack_from(units, (k - 1) * L.CQ_STORE_UNIT_SIZE)
+        self.max_physic_offset = last_phys + last_size
+        return True
+
+    def close(self):
+        for m in self.files.values():
+            m.close()
+
+
+class _IndexFile:
+    """One ``IndexFile``: header fields kept here and written through to the mapping like IndexHeader."""
+
+    def __init__(self, path: Path, slots: int, num: int, create: bool, prev_end_phy: int = 0, prev_end_ts: int = 0):
+        self.path, self.slots, self.num = path, slots, num
+        self.m = _Mapped(path, L.index_file_size(slots, num), create)
+        if create:
+            self.begin_ts = self.end_ts = self.begin_phy = self.end_phy = 0
+            self.slot_count, self.count = 0, 1
+            # IndexFile(..., endPhyOffset, endTimestamp): a new file starts where the previous one ended
+            if prev_end_phy > 0:
+                self.begin_phy = self.end_phy = prev_end_phy
+                self.m.write(16, _I64.pack(prev_end_phy) * 2)
+            if prev_end_ts > 0:
+                self.begin_ts = self.end_ts = prev_end_ts
+                self.m.write(0, _I64.pack(prev_end_ts) * 2)
+        else:
+            (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
+             self.count) = _INDEX_HEADER.unpack_from(self.m.map, 0)
+            if self.count <= 0:  # IndexHeader.load
+                self.count = 1
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.num
+
+    def put(self, key_hash: int, phy: int, ts: int) -> bool:
+        """``IndexFile.putKey``; False when full."""
+        if self.count >= self.num:
+            return False
+        slot_pos = L.INDEX_HEADER_SIZE + (key_hash % self.slots) * L.INDEX_SLOT_SIZE
+        slot_value = _I32.unpack_from(self.m.map, slot_pos)[0]
+        if slot_value <= 0 or slot_value > self.count:
+            slot_value = 0
+        diff = ts - self.begin_ts
+        diff = int(diff / 1000) if diff >= 0 else -((-diff) // 1000)  # Java long division truncates
+        if self.begin_ts <= 0 or diff < 0:
+            diff = 0
+        elif diff > 0x7FFFFFFF:
+            diff = 0x7FFFFFFF
+        pos = L.INDEX_HEADER_SIZE + self.slots * L.INDEX_SLOT_SIZE + self.count * L.INDEX_ENTRY_SIZE
+        self.m.write(pos, _INDEX_ENTRY.pack(key_hash, phy, diff, slot_value))
+        self.m.write(slot_pos, _I32.pack(self.count))
+        if self.count <= 1:
+            self.begin_phy, self.begin_ts = phy, ts
+        if slot_value == 0:
+            self.slot_count += 1
+        self.count += 1
+        self.end_phy, self.end_ts = phy, ts
+        self.m.write(0, _INDEX_HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
+                                           self.slot_count, self.count))
+        return True
+
+    def close(self):
+        self.m.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Flush services, on the store-time axis
+
+
+class _FlushModel:
+    """The checkpoint values the broker's flush threads would produce, driven by message store times.
+
+    ASYNC_FLUSH (``FlushRealTimeService``): a thorough flush (flushLeastPages 0) runs ``interval`` after
+    start and then every ``flushCommitLogThoroughInterval``; only a thorough flush moves
+    ``MappedFileQueue.storeTimestamp``, which becomes physicMsgTimestamp.  SYNC_FLUSH: every put.
+    ``logicsMsgTimestamp`` is the store time of the last record dispatched to a consume queue.
+    The checkpoint reaches disk (``StoreCheckpoint.flush``) at the thorough consume-queue flush
+    (1 s after start, then every 60 s), when an index file fills, and at shutdown; ``on_disk`` is
+    what a crash leaves.
+    """
+
+    def __init__(self, cfg: WriterConfig):
+        self.cfg = cfg
+        self.start: int | None = None
+        self.physic = self.logics = self.index = 0
+        self.on_disk = (0, 0, 0)
+        self.last_store_ts = 0
+        self.now = 0
+
+    def begin(self, start: int):
+        self.start = self.now = start
+        self.next_cl = start + self.cfg.flushIntervalCommitLog
+        self.next_cq = start + self.cfg.flushIntervalConsumeQueue
+
+    def advance(self, now: int):
+        """Run every flush due at or before ``now`` (before the record stored at ``now``)."""
+        if self.start is None:
+            self.begin(now)
+        while True:
+            t = min(self.next_cl, self.next_cq)
+            if t > now:
+                break
+            if self.next_cl == t:
+                if self.cfg.flushDiskType == "ASYNC_FLUSH" and self.last_store_ts > 0:
+                    self.physic = self.last_store_ts
+                self.next_cl += self.cfg.flushCommitLogThoroughInterval
+            if self.next_cq == t:
+                self.snapshot()
+                self.next_cq += self.cfg.flushConsumeQueueThoroughInterval
+        self.now = max(self.now, now)
+
+    def appended(self, store_ts: int):
+        self.last_store_ts = store_ts
+        if self.cfg.flushDiskType == "SYNC_FLUSH":
+            self.physic = store_ts
+
+    def snapshot(self):
+        self.on_disk = (self.physic, self.logics, self.index)
+
+    def checkpoint_bytes(self, values) -> bytes:
+        raw = struct.pack(">3q", *values)
+        return raw + bytes(L.CHECKPOINT_FILE_SIZE - len(raw))
+
+
+# --------------------------------------------------------------------------------------------------
+# The writer
+
+
+@dataclass
+class _TopicConfig:
+    name: str
+    queues: int
+    perm: int
+
+    def to_json(self) -> dict:  # fastjson writes bean fields in alphabetical order
+        return {"order": False, "perm": self.perm, "readQueueNums": self.queues, "topicFilterType": "SINGLE_TAG",
+                "topicName": self.name, "topicSysFlag": 0, "writeQueueNums": self.queues}
+
+
+def _group_json(name: str) -> dict:
+    return {"brokerId": 0, "consumeBroadcastEnable": True, "consumeEnable": True, "consumeFromMinEnable": True,
+            "groupName": name, "notifyConsumerIdsChangedEnable": True, "retryMaxTimes": L.DEFAULT_RETRY_MAX_TIMES,
+            "retryQueueNums": L.RETRY_QUEUE_NUMS, "whichBrokerWhenConsumeSlowly": 1}
+
+
+@dataclass
+class _DataVersion:
+    counter: int = 0
+    timestamp: int = 0
+
+    def next(self, now: int):
+        self.counter += 1
+        self.timestamp = now
+
+
+class StoreWriter:
+    """Write a broker store under ``root``.
+
+    ``clock`` (ms) is read at close/crash (flushes due by then) and for metadata before the first record;
+    index file names and config data versions take the store time of the record being written, so
+    output is deterministic.  ``start_time`` is when the
+    broker started (flush timing; default: the first record's store time).  ``queue_offsets`` seeds
+    topicQueueTable ``{(topic, queue_id): next offset}`` so a queue can begin mid-file.
+    """
+
+    def __init__(self, root: str | os.PathLike, config: WriterConfig | None = None, append: bool = False, *,
+                 clock: Callable[[], int] | None = None, start_time: int | None = None,
+                 queue_offsets: dict | None = None):
+        self.config = config or WriterConfig()
+        self.root = Path(root)
+        self.clock = clock
+        self._closed = False
+        self._record_ts = 0  # store time of the record being written: the clock when none was given
+        self.segments: dict[int, _Mapped] = {}
+        self.cur_base = -1  # base offset of the segment being written
+        self.cur_pos = 0
+        self.queue_table: dict[tuple[str, int], int] = {}
+        self.cqs: dict[tuple[str, int], _ConsumeQueue] = {}
+        self.index_file: _IndexFile | None = None
+        self.index_names: list[str] = []
+        self.flush = _FlushModel(self.config)
+        self.delay_offsets = JavaHashMap(initial_capacity=L.QUEUE_OFFSET_TABLE_CAPACITY, concurrent=True)
+        self.consumer_offsets = JavaHashMap(initial_capacity=L.OFFSET_TABLE_CAPACITY, concurrent=True)
+        self.topics = JavaHashMap(initial_capacity=L.TOPIC_TABLE_CAPACITY, concurrent=True)
+        self.groups = JavaHashMap(initial_capacity=L.TOPIC_TABLE_CAPACITY, concurrent=True)
+        self.topics_version = _DataVersion()
+        self.groups_version = _DataVersion()
+        # scheduled, not yet delivered: uniq key -> (level, cq offset, real topic, physical offset)
+        self._scheduled: dict[str, tuple[int, int, str, int]] = {}
+        self._delay_levels = self.config.delay_levels
+        self.messages_written = 0
+        self._io = None  # the bulk path's commitlog writes run on one background thread (pwritev drops the GIL)
+        self._io_pending: list = []
+
+        if self.root.exists() and not self.root.is_dir():
+            raise WriterError(ErrorKind.INVALID_INPUT, "store root exists and is not a directory", file=str(self.root))
+        existing = self.root.is_dir() and any(self.root.iterdir())
+        if existing and not append:
+            raise WriterError(ErrorKind.INVALID_INPUT, "store root is not empty; pass append=True (--append) to "
+                              "add to the store that is there", file=str(self.root))
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._root_real = os.path.realpath(self.root)
+        self._lock_file = self._take_lock()
+        # From here until close() finishes the store says "not shut down cleanly"
+        # (DefaultMessageStore.createTempFile): reopening may already re-dispatch into its files.
+        (self.root / "abort").touch()
+        try:
+            for d in ("commitlog", "consumequeue"):  # DefaultMessageStore's constructor: ensureDirOK
+                self._path(d).mkdir(exist_ok=True)
+            if existing:
+                self._open_existing()
+            else:
+                self._init_configs()
+            if start_time is not None:
+                self.flush.begin(start_time)
+                self.topics_version.timestamp = self.topics_version.timestamp or start_time
+                self.groups_version.timestamp = self.groups_version.timestamp or start_time
+            for (topic, qid), offset in (queue_offsets or {}).items():
+                validate_topic(topic)
+                validate_queue_id(qid)
+                self.queue_table[(topic, qid)] = max(self.queue_table.get((topic, qid), 0), int(offset))
+        except BaseException:
+            self._close_maps()
+            self._release_lock()
+            raise
+
+    # ---- paths and lock ------------------------------------------------------------------------
+    def _path(self, *parts: str) -> Path:
+        p = self.root.joinpath(*parts)
+        real = os.path.realpath(p)
+        if os.path.commonpath([self._root_real, real]) != self._root_real:
+            raise WriterError(ErrorKind.INVALID_INPUT, f"{'/'.join(parts)} resolves outside the store root",
+                              file=str(p))
+        return p
+
+    def _take_lock(self):
+        f = open(self._path("lock"), "a+b")
+        try:
+            # flock: another writer in this process; lockf (POSIX, what FileChannel.tryLock takes): a broker
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        except OSError:
+            f.close()
+            raise WriterError(ErrorKind.INVALID_INPUT, "the store is locked by another writer or a running broker",
+                              file=str(self.root / "lock")) from None
+        f.seek(0)
+        f.truncate()
+        f.write(b"lock")  # DefaultMessageStore.start writes these 4 bytes; only the OS lock matters
+        f.flush()
+        return f
+
+    def now(self) -> int:
+        """Wall clock for metadata (index names, data versions): the store time of the record being
+        written, as the broker's own clock read at that moment; the clock only before any record."""
+        if self._record_ts:
+            return self._record_ts
+        if self.clock is not None:
+            return self.clock()
+        return self.flush.start or 0
+
+    # ---- configs -------------------------------------------------------------------------------
+    def _init_configs(self):
+        """TopicConfigManager's and SubscriptionGroupManager's built-in entries (4.9.x)."""
+        c = self.config
+        rw, inherit = L.PERM_READ | L.PERM_WRITE, L.PERM_INHERIT | L.PERM_READ | L.PERM_WRITE
+        builtin = [("SELF_TEST_TOPIC", 1, rw)]
+        if c.autoCreateTopicEnable:
+            builtin.append((L.AUTO_CREATE_TOPIC_KEY_TOPIC, c.defaultTopicQueueNums, inherit))
+        builtin += [("BenchmarkTest", 1024, rw), (c.brokerClusterName, 16, inherit), (c.brokerName, 1, inherit),
+                    ("OFFSET_MOVED_EVENT", 1, rw), (L.SCHEDULE_TOPIC, L.SCHEDULE_TOPIC_QUEUE_NUM, rw),
+                    (f"{c.brokerClusterName}_REPLY_TOPIC", 1, rw)]
+        for name, queues, perm in builtin:
+            self.topics.put(name, _TopicConfig(name, queues, perm))
+        for g in L.DEFAULT_SUBSCRIPTION_GROUPS:
+            self.groups.put(g, _group_json(g))
+
+    def register_topic(self, topic: str, queues: int | None = None, perm: int = L.PERM_READ | L.PERM_WRITE) -> None:
+        """Create a topic config as the broker's auto-create does, or widen it to ``queues``."""
+        validate_topic(topic)
+        cur = self.topics.get(topic)
+        if cur is None:
+            if queues is None:
+                if topic.startswith(L.RETRY_GROUP_TOPIC_PREFIX):
+                    queues = L.RETRY_QUEUE_NUMS
+                elif topic.startswith(L.DLQ_GROUP_TOPIC_PREFIX):
+                    queues = L.DLQ_NUMS_PER_GROUP
+                elif topic == L.TRANS_HALF_TOPIC:
+                    queues = 1  # TransactionalMessageBridge.selectTopicConfig
+                else:  # createTopicInSendMessageMethod: the client's 4, capped by TBW102's queues
+                    queues = min(L.CLIENT_DEFAULT_TOPIC_QUEUE_NUMS, self.config.defaultTopicQueueNums)
+            self.topics.put(topic, _TopicConfig(topic, queues, perm))
+            self.topics_version.next(self.now())
+        elif queues is not None and queues > cur.queues:
+            cur.queues = queues
+            self.topics_version.next(self.now())
+
+    def register_group(self, group: str) -> None:
+        if group not in self.groups:
+            self.groups.put(group, _group_json(group))
+            self.groups_version.next(self.now())
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """``ConsumerOffsetManager.commitOffset``: the next queue offset ``group`` will consume."""
+        validate_topic(topic)
+        validate_queue_id(queue_id)
+        key = f"{topic}@{group}"
+        table = self.consumer_offsets.get(key)
+        if table is None:
+            table = JavaHashMap(initial_capacity=L.QUEUE_OFFSET_TABLE_CAPACITY, concurrent=True)
+            self.consumer_offsets.put(key, table)
+        table.put(int(queue_id), int(offset))
+
+    def _register_for_record(self, msg: Message):
+        """Topic/group configs the broker would hold after accepting this record."""
+        self._register_fields(msg.topic, msg.queue_id, msg.properties.get(L.PROPERTY_REAL_TOPIC),
+                              msg.properties.get(L.PROPERTY_REAL_QUEUE_ID, ""))
+
+    def _register_fields(self, topic: str, queue_id: int, real: str | None, real_qid: str):
+        if real and real != topic and not self._known(real, real_qid):  # created before the record moved
+            try:
+                validate_topic(real)
+                self._register_record_topic(real, int(real_qid) if real_qid.isdigit() else 0)
+            except WriterError:
+                pass  # a REAL_TOPIC the broker would have refused: the record itself is still valid
+        if topic != L.TRANS_OP_HALF_TOPIC and not self._known(topic, queue_id):  # op topic: never registered
+            self._register_record_topic(topic, queue_id)
+
+    def _known(self, topic: str, queue_id) -> bool:
+        """Already registered with room for ``queue_id`` (then registering again changes nothing)."""
+        cur = self.topics.get(topic)
+        if cur is None:
+            return False
+        if isinstance(queue_id, str):
+            queue_id = int(queue_id) if queue_id.isdigit() else 0
+        return queue_id < cur.queues and not topic.startswith((L.RETRY_GROUP_TOPIC_PREFIX, L.DLQ_GROUP_TOPIC_PREFIX))
+
+    def _register_record_topic(self, topic: str, queue_id: int):
+        for prefix in (L.RETRY_GROUP_TOPIC_PREFIX, L.DLQ_GROUP_TOPIC_PREFIX):
+            if topic.startswith(prefix) and len(topic) > len(prefix):
+                self.register_group(topic[len(prefix):])
+        cur = self.topics.get(topic)
+        if cur is None:
+            self.register_topic(topic)
+            cur = self.topics.get(topic)
+        if queue_id >= cur.queues:
+            self.register_topic(topic, queue_id + 1)
+
+    def config_texts(self) -> dict[str, str]:
+        """The config/*.json files as fastjson writes them."""
+        topics = {"dataVersion": dataclasses.asdict(self.topics_version),
+                  "topicConfigTable": {k: v.to_json() for k, v in self.topics.items()}}
+        groups = {"dataVersion": dataclasses.asdict(self.groups_version),
+                  "subscriptionGroupTable": self.groups.to_dict()}
+        offsets = {"offsetTable": {k: v.to_dict() for k, v in self.consumer_offsets.items()}}
+        return {
+            "topics.json": dumps_fastjson(topics),
+            "subscriptionGroup.json": dumps_fastjson(groups),
+            "consumerOffset.json": dumps_fastjson(offsets),
+            "delayOffset.json": dumps_fastjson({"offsetTable": self.delay_offsets.to_dict()}),
+            "consumerFilter.json": dumps_fastjson({"filterDataByTopic": {}}),
+        }
+
+    def _persist_configs(self):
+        d = self._path("config")
+        d.mkdir(exist_ok=True)
+        for name, text in self.config_texts().items():
+            _string_to_file(text, d / name)
+
+    # ---- reopening -----------------------------------------------------------------------------
+    def _open_existing(self):
+        """append=True: pick up a store where it ends, as a restarted broker would: configs and checkpoint
+        loaded, consume queues and the last index file reopened, the commitlog walked to its valid end, and
+        records past the consume queues' reach dispatched again (with RocketMQ's own dedupe: a queue's
+        maxPhysicOffset, the index's endPhyOffset)."""
+        c = self.config
+        cfgdir = self.root / "config"
+        self._init_configs()
+        topics = read_config(cfgdir, "topics.json").data or {}
+        for name, tc in (topics.get("topicConfigTable") or {}).items():
+            self.topics.put(name, _TopicConfig(name, int(tc.get("writeQueueNums", 1)),
+                                               int(tc.get("perm", L.PERM_READ | L.PERM_WRITE))))
+        dv = topics.get("dataVersion") or {}
+        self.topics_version = _DataVersion(int(dv.get("counter", 0)), int(dv.get("timestamp", 0)))
+        groups = read_config(cfgdir, "subscriptionGroup.json").data or {}
+        for name, g in (groups.get("subscriptionGroupTable") or {}).items():
+            self.groups.put(name, g)
+        dv = groups.get("dataVersion") or {}
+        self.groups_version = _DataVersion(int(dv.get("counter", 0)), int(dv.get("timestamp", 0)))
+        for key, table in ((read_config(cfgdir, "consumerOffset.json").data or {}).get("offsetTable") or {}).items():
+            m = JavaHashMap(initial_capacity=L.QUEUE_OFFSET_TABLE_CAPACITY, concurrent=True)
+            for q, o in table.items():
+                m.put(int(q), int(o))
+            self.consumer_offsets.put(key, m)
+        for level, off in ((read_config(cfgdir, "delayOffset.json").data or {}).get("offsetTable") or {}).items():
+            self.delay_offsets.put(int(level), int(off))
+        if (self.root / "checkpoint").is_file():
+            cp = read_checkpoint(self.root / "checkpoint")
+            self.flush.physic, self.flush.logics, self.flush.index = (
+                cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp)
+            self.flush.snapshot()
+        # consume queues as they are on disk
+        for (topic, qid), files in discover_queues(self.root / "consumequeue").items():
+            validate_topic(topic)
+            cq = _ConsumeQueue(self, topic, qid)
+            cq.load()
+            self.cqs[(topic, qid)] = cq
+        # the last index file, if it has room
+        names = list_index_files(self.root / "index")
+        self.index_names = [p.name for p in names]
+        if names:
+            self.index_file = _IndexFile(names[-1], c.maxHashSlotNum, c.maxIndexNum, create=False)
+        # the commitlog: walk every segment as recovery does, continue at the end.  Dispatch resumes where
+        # DefaultMessageStore.start() puts the reput service: the largest physical offset any consume queue
+        # reached (the commitlog's start when there is none), so deleting consumequeue/ rebuilds it.
+        segs = list_segments(self.root / "commitlog")
+        # truncateDirtyFiles: a preallocated segment a crash left behind (all zeros) is dropped
+        while len(segs) > 1 and _all_zero(segs[-1].path):
+            segs.pop().path.unlink()
+        reach = [cq.max_physic_offset for cq in self.cqs.values() if cq.max_physic_offset >= 0]
+        self._reput_from = max(reach) if reach else (segs[0].base_offset if segs else 0)
+        for i, seg in enumerate(segs):
+            if seg.length != c.mappedFileSizeCommitLog:
+                raise WriterError(ErrorKind.BAD_GEOMETRY, f"segment is {seg.length} bytes, mappedFileSizeCommitLog "
+                                  f"is {c.mappedFileSizeCommitLog}", file=str(seg.path))
+            if i and seg.base_offset != segs[i - 1].base_offset + c.mappedFileSizeCommitLog:
+                raise WriterError(ErrorKind.BAD_GEOMETRY, "commitlog segments are not contiguous", file=str(seg.path))
+            with ReadOnlyMap(seg.path) as rm:
+                last = None
+                for frame in walk_buffer(rm.buf, seg.name, seg.base_offset, decode=True, check_crc=True):
+                    last = frame
+                    if frame.kind == "message":
+                        self._replay(frame.message)
+            self.segments[seg.base_offset] = _Mapped(seg.path, c.mappedFileSizeCommitLog, create=False,
+                                                     keep_fd=i == len(segs) - 1)
+            self.cur_base, self.cur_pos = seg.base_offset, last.file_position
+            if last.kind == "blank":
+                self.cur_pos = c.mappedFileSizeCommitLog
+            if last.kind == "stop" and i != len(segs) - 1:
+                raise WriterError(ErrorKind.INVALID_INPUT, f"the commitlog's valid data ends inside {seg.name} "
+                                  f"({last.stop_kind} at {last.file_position}) but later segments exist; appending "
+                                  "would hide them", file=str(seg.path), position=last.file_position)
+
+    def _replay(self, msg: Message):
+        """State and dispatch for a record already in the commitlog."""
+        key = (msg.topic, msg.queue_id)
+        if msg.dispatchable:
+            self.queue_table[key] = max(self.queue_table.get(key, 0), msg.queue_offset + 1)
+        self._record_ts = msg.store_timestamp
+        self.flush.advance(msg.store_timestamp)
+        self._register_for_record(msg)
+        if msg.physical_offset >= self._reput_from:
+            self._dispatch(msg)
+        elif msg.dispatchable:
+            self._track_schedule(msg)
+        self.flush.appended(msg.store_timestamp)
+
+    # ---- commitlog -----------------------------------------------------------------------------
+    def _segment(self, base: int) -> _Mapped:
+        m = self.segments.get(base)
+        if m is None:
+            if self._io_pending:
+                self._drain()  # writes to the older segments use their descriptors
+            for old in self.segments.values():
+                old.release_fd()
+            d = self._path("commitlog")
+            d.mkdir(exist_ok=True)
+            m = _Mapped(d / segment_name(base), self.config.mappedFileSizeCommitLog, create=True)
+            self.segments[base] = m
+        return m
+
+    def check_record(self, msg: Message) -> int:
+        """Refuse what the broker would refuse (or could never place); returns the encoded size."""
+        validate_topic(msg.topic, msg.magic_version)
+        validate_queue_id(msg.queue_id)
+        props_len = len(msg.properties_raw.encode("utf-8"))
+        if props_len > L.MAX_PROPERTIES_LENGTH:
+            raise WriterError(ErrorKind.INVALID_INPUT, f"properties are {props_len} bytes; PROPERTIESLENGTH is a "
+                              f"short, at most {L.MAX_PROPERTIES_LENGTH}", field="properties")
+        if len(msg.body) > self.config.maxMessageSize:
+            raise WriterError(ErrorKind.INVALID_INPUT, f"body is {len(msg.body)} bytes; maxMessageSize is "
+                              f"{self.config.maxMessageSize}", field="body")
+        size = encoded_size(msg)
+        if size > self.config.maxMessageSize + L.ENCODER_BODY_RESERVE:
+            raise WriterError(ErrorKind.INVALID_INPUT, f"record is {size} bytes; the limit is maxMessageSize + 64 KiB "
+                              f"({self.config.maxMessageSize + L.ENCODER_BODY_RESERVE})", field="store_size")
+        if size + L.END_FILE_MIN_BLANK_LENGTH > self.config.mappedFileSizeCommitLog:
+            seg = self.config.mappedFileSizeCommitLog
+            raise WriterError(ErrorKind.INVALID_INPUT, f"record is {size} bytes; a {seg}-byte commitlog segment "
+                              f"holds at most {seg - L.END_FILE_MIN_BLANK_LENGTH}", field="store_size")
+        return size
+
+    def _place(self, size: int) -> int:
+        """Physical offset for ``size`` bytes: the blank-and-roll rule of doAppend."""
+        seg_size = self.config.mappedFileSizeCommitLog
+        if self.cur_base < 0:
+            self.cur_base, self.cur_pos = 0, 0
+            self._segment(0)
+        left = seg_size - self.cur_pos
+        if size + L.END_FILE_MIN_BLANK_LENGTH > left:
+            if left >= L.END_FILE_MIN_BLANK_LENGTH:
+                self.segments[self.cur_base].write(self.cur_pos, encode_blank(left))
+            self.cur_base += seg_size
+            self.cur_pos = 0
+            self._segment(self.cur_base)
+        return self.cur_base + self.cur_pos
+
+    def append(self, record: Message) -> Message:
+        """Store one record as ``CommitLog.putMessage`` would, then dispatch it.  The record's topic,
+        queue id, flags, timestamps, hosts, reconsume times, prepared offset, body and properties string are
+        kept; queue offset, physical offset, body CRC and size are assigned.  Returns the stored record."""
+        self._check_open()
+        try:
+            size = self.check_record(record)
+            sys_flag = record.sys_flag
+            if sys_flag & (L.BORNHOST_V6_FLAG | L.STOREHOST_V6_FLAG) != host_flags(record.born_host, record.store_host):
+                raise WriterError(ErrorKind.INVALID_INPUT, f"sys_flag 0x{sys_flag:X} IPv6 bits disagree with hosts "
+                                  f"{record.born_host} / {record.store_host}", field="sys_flag")
+        except RecordError as e:
+            raise WriterError(e.kind, e.message, field=e.field) from None
+        except StoreFormatError as e:
+            if isinstance(e, WriterError):
+                raise
+            raise WriterError(ErrorKind.INVALID_INPUT, e.message, field=e.field) from None
+        self._record_ts = record.store_timestamp
+        self.flush.advance(record.store_timestamp)
+        self._register_for_record(record)
+        phy = self._place(size)
+        key = (record.topic, record.queue_id)
+        if record.dispatchable:
+            queue_offset = self.queue_table.get(key, 0)
+            self.queue_table[key] = queue_offset + 1
+        else:
+            queue_offset = 0  # PREPARED/ROLLBACK: not consumed, not counted
+        stored = dataclasses.replace(record, queue_offset=queue_offset, physical_offset=phy, body_crc=None,
+                                     store_size=None, segment=None, file_position=None)
+        data = encode_record(stored)
+        self.segments[self.cur_base].write(self.cur_pos, data)
+        self.cur_pos += len(data)
+        stored.store_size = len(data)
+        stored.body_crc = body_crc32(record.body)
+        stored.segment, stored.file_position = segment_name(self.cur_base), phy - self.cur_base
+        self._dispatch(stored)
+        self.flush.appended(record.store_timestamp)
+        self.messages_written += 1
+        return stored
+
+    def append_all(self, records: Iterable[Message]) -> list[Message]:
+        return [self.append(r) for r in records]
+
+    def append_batch(self, records: list[Message]) -> list[Message]:
+        """A classic batch (``MessageExtBatch``): one put, so the records never straddle a segment; when the
+        whole batch does not fit, the blank goes where the batch would have started."""
+        self._check_open()
+        total = sum(self.check_record(r) for r in records)
+        if total + L.END_FILE_MIN_BLANK_LENGTH > self.config.mappedFileSizeCommitLog:
+            raise WriterError(ErrorKind.INVALID_INPUT, f"batch is {total} bytes; it cannot fit in one "
+                              f"{self.config.mappedFileSizeCommitLog}-byte segment", field="store_size")
+        if records:
+            self.flush.advance(records[0].store_timestamp)
+            self._place(total)
+        return [self.append(r) for r in records]
+
+    def append_many(self, batch):
+        """The bulk path (:mod:`store_format.bulk`): a :class:`~store_format.bulk.RecordBatch` of stored
+        records, vectorized; the same bytes as ``append`` for each record in turn."""
+        from .bulk import append_columns
+        return append_columns(self, batch)
+
+    # ---- background writes (bulk path) -----------------------------------------------------------
+    _IO_MAX_PENDING = 2  # bounds the memory held by writes in flight
+
+    def _write_async(self, mapped: _Mapped, pos: int, pieces: list) -> None:
+        """``mapped.writev`` on the I/O thread, in submission order; errors surface at the next drain."""
+        if self._io is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer-io")
+        while len(self._io_pending) >= self._IO_MAX_PENDING:
+            self._io_pending.pop(0).result()
+        self._io_pending.append(self._io.submit(mapped.writev, pos, pieces))
+
+    def _drain(self) -> None:
+        """Wait for every background write (before reading records back, syncing, or closing)."""
+        pending, self._io_pending = self._io_pending, []
+        for f in pending:
+            f.result()
+
+    def read_record(self, physical_offset: int) -> Message:
+        """Decode a record this writer holds (the broker's ``lookMessageByOffset``)."""
+        from .codec import decode_record
+        self._drain()
+        base = physical_offset - physical_offset % self.config.mappedFileSizeCommitLog
+        seg = self.segments.get(base)
+        if seg is None:
+            raise WriterError(ErrorKind.OUT_OF_RANGE, f"no segment holds offset {physical_offset}",
+                              position=physical_offset, field="physical_offset")
+        return decode_record(seg.map, physical_offset - base, file=segment_name(base))
+
+    # ---- dispatch ------------------------------------------------------------------------------
+    def _cq(self, topic: str, queue_id: int) -> _ConsumeQueue:
+        cq = self.cqs.get((topic, queue_id))
+        if cq is None:
+            cq = self.cqs[(topic, queue_id)] = _ConsumeQueue(self, topic, queue_id)
+        return cq
+
+    def _dispatch(self, msg: Message):
+        """CommitLogDispatcherBuildConsumeQueue, then CommitLogDispatcherBuildIndex."""
+        if msg.dispatchable:
+            tags_code = msg.dispatch_tags_code(self._delay_levels)
+            if self._cq(msg.topic, msg.queue_id).put(msg.physical_offset, msg.store_size, tags_code, msg.queue_offset):
+                self.flush.logics = msg.store_timestamp
+            self._track_schedule(msg)
+        if self.config.messageIndexEnable:
+            self._build_index(msg)
+
+    def _track_schedule(self, msg: Message):
+        self._track_fields(msg.topic, msg.queue_id, msg.queue_offset, msg.physical_offset, msg.uniq_key,
+                           msg.properties.get(L.PROPERTY_REAL_TOPIC))
+
+    def _track_fields(self, topic: str, queue_id: int, queue_offset: int, physical_offset: int, uniq: str | None,
+                      real: str | None):
+        """delayOffset.json: a scheduled record's UNIQ_KEY reappearing in its REAL_TOPIC is its delivery
+        (ScheduleMessageService.messageTimeup keeps the properties), so the level's offset moves past it."""
+        if not uniq:
+            return
+        if topic == L.SCHEDULE_TOPIC:
+            if real:
+                self._scheduled[uniq] = (queue_id + 1, queue_offset, real, physical_offset)
+            return
+        pending = self._scheduled.get(uniq)
+        if pending is not None and pending[2] == topic:
+            del self._scheduled[uniq]
+            level, cq_offset = pending[0], pending[1]
+            if cq_offset + 1 > self.delay_offsets.get(level, 0):
+                self.delay_offsets.put(level, cq_offset + 1)
+
+    def _index_file(self) -> _IndexFile:
+        """IndexService.getAndCreateLastIndexFile."""
+        cur = self.index_file
+        if cur is not None and not cur.full:
+            return cur
+        prev_phy = prev_ts = 0
+        if cur is not None:
+            prev_phy, prev_ts = cur.end_phy, cur.end_ts
+            # IndexService.flush(prev): a full file's end time becomes indexMsgTimestamp, checkpoint flushed
+            self.flush.index = cur.end_ts
+            self.flush.snapshot()
+            cur.close()
+        d = self._path("index")
+        d.mkdir(exist_ok=True)
+        ms = self.now()
+        name = time_millis_to_human(ms, self.config.timezone)
+        while name in self.index_names or (d / name).exists():  # two files in one millisecond would collide
+            ms += 1
+            name = time_millis_to_human(ms, self.config.timezone)
+        self.index_names.append(name)
+        self.index_file = _IndexFile(d / name, self.config.maxHashSlotNum, self.config.maxIndexNum, create=True,
+                                     prev_end_phy=prev_phy, prev_end_ts=prev_ts)
+        return self.index_file
+
+    def _build_index(self, msg: Message):
+        """IndexService.buildIndex."""
+        f = self._index_file()
+        if msg.physical_offset < f.end_phy:
+            return  # already indexed
+        if msg.sys_flag & L.TRANSACTION_MASK == L.TRANSACTION_ROLLBACK_TYPE:
+            return
+        keys = []
+        if msg.uniq_key is not None:
+            keys.append(msg.uniq_key)
+        keys.extend(split_keys(msg.properties.get(L.PROPERTY_KEYS)))
+        for k in keys:
+            h = index_key_hash(index_key(msg.topic, k))
+            while not f.put(h, msg.physical_offset, msg.store_timestamp):
+                f = self._index_file()
+
+    # ---- shutdown ------------------------------------------------------------------------------
+    def _check_open(self):
+        if self._closed:
+            raise WriterError(ErrorKind.INVALID_INPUT, "the writer is closed", file=str(self.root))
+
+    def _close_maps(self):
+        self._drain()
+        if self._io is not None:
+            self._io.shutdown(wait=True)
+            self._io = None
+        for m in self.segments.values():
+            m.close()
+        for cq in self.cqs.values():
+            cq.close()
+        if self.index_file is not None:
+            self.index_file.close()
+
+    def close(self) -> None:
+        """Clean shutdown: configs persisted, checkpoint flushed, everything synced, then ``abort`` removed."""
+        if self._closed:
+            return
+        if self.clock is not None:
+            self.flush.advance(self.clock())
+        self._persist_configs()
+        self._write_file("checkpoint", self.flush.checkpoint_bytes((self.flush.physic, self.flush.logics,
+                                                                    self.flush.index)))
+        self._close_maps()
+        self._closed = True
+        (self.root / "abort").unlink(missing_ok=True)
+        self._release_lock()
+
+    def crash(self) -> None:
+        """What ``kill -9`` leaves: ``abort`` present, the checkpoint as last flushed (stale), the mapped
+        data intact (the page cache survives the process), and the preallocated next segment."""
+        if self._closed:
+            return
+        if self.clock is not None:
+            self.flush.advance(self.clock())
+        self._persist_configs()  # the broker persists configs every few seconds
+        self._write_file("checkpoint", self.flush.checkpoint_bytes(self.flush.on_disk))
+        if self.cur_base >= 0:  # AllocateMappedFileService had the next segment ready
+            self._segment(self.cur_base + self.config.mappedFileSizeCommitLog)
+        self._close_maps()
+        self._closed = True
+        self._release_lock()
+
+    def _write_file(self, name: str, data: bytes):
+        with open(self._path(name), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _release_lock(self):
+        try:
+            fcntl.lockf(self._lock_file, fcntl.LOCK_UN, 1, 0)
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+        finally:
+            self._lock_file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:  # an interrupted write must not look like a clean shutdown
+            self.crash()
+        return False
+
+
+def _all_zero(path: Path, chunk: int = 1 << 20) -> bool:
+    """True when a file holds only zero bytes (holes are skipped without reading them)."""
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        pos = 0
+        while pos < size:
+            try:
+                pos = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError:  # ENXIO: nothing but holes from here
+                return True
+            f.seek(pos)
+            data = f.read(chunk)
+            if data.count(0) != len(data):
+                return False
+            pos += len(data)
+    return True
+
+
+def _string_to_file(text: str, path: Path) -> None:
+    """``MixAll.string2File``: write .tmp, keep the previous content as .bak, then rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    if path.exists():
+        shutil.copyfile(path, path.with_name(path.name + ".bak"))
+        path.unlink()
+    tmp.rename(path)

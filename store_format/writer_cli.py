@@ -1,0 +1,173 @@
+"""The writer's commands: ``generate`` a synthetic store, ``write`` a store from JSON Lines.
+
+  python -m store_format generate OUT_DIR --messages N [--topics T] [--queues Q] [--seed S]
+                                  [--segment-size BYTES] [--config broker.conf] [--crash]
+  python -m store_format write OUT_DIR --input messages.jsonl [--config broker.conf] [--crash] [--append]
+
+Both refuse a non-empty OUT_DIR (``write --append`` adds to the store there, re-dispatching whatever its
+consume queues and index lack).  ``--crash`` leaves the store as a killed broker would (``abort`` file,
+stale checkpoint).  Progress and the summary go to stderr.  Exit codes: 0 written, 2 bad usage or
+refused input (the store is then left marked as not cleanly shut down).
+
+JSON Lines input (``write``)
+----------------------------
+One stored record per line, a JSON object with the project's canonical field names (the same names
+``python -m store_format dump`` prints, so a dump can be edited and written back):
+
+=============================  =============================================================================
+``topic``                      required; RocketMQ TopicValidator rules (``[%|a-zA-Z0-9_-]``, <= 127 chars)
+``queue_id``                   default 0
+``body``                       base64 of the body exactly as stored (compressed if ``sys_flag`` says so)
+``properties_raw``             the properties string exactly as stored (``name\\u0001value\\u0002...``);
+                               if absent, ``properties`` (an object) is serialized in its key order
+``sys_flag``                   default 0; the IPv6 bits (0x10 born, 0x20 store) must match the hosts
+``flag``, ``reconsume_times``, ``prepared_transaction_offset``   default 0
+``born_timestamp``, ``store_timestamp``   ms since the epoch; default 0
+``born_host``, ``store_host``  ``"ip:port"`` or ``"[ipv6]:port"``; defaults 127.0.0.1:0 / 127.0.0.1:10911
+``magic_version``              1 (default) or 2
+=============================  =============================================================================
+
+``queue_offset``, ``physical_offset``, ``body_crc`` and ``store_size`` are assigned by the writer (as the
+broker does) and ignored on input, as are derived fields (``msg_id``, ``tags``, ``keys``...).
+Records are written in file order; PREPARED/ROLLBACK records get queue offset 0 and no consume-queue entry.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .codec import host_flags
+from .errors import ErrorKind, StoreFormatError, WriterError
+from . import layout as L
+from .generate import TrafficConfig, generate_store, progress_line
+from .writer import StoreWriter, WriterConfig
+
+EXIT_OK, EXIT_USAGE = 0, 2
+_CHUNK = 4096
+
+
+def _config(args) -> WriterConfig:
+    cfg = WriterConfig.from_file(args.config) if args.config else WriterConfig()
+    if getattr(args, "segment_size", None):
+        cfg = WriterConfig.from_dict({**cfg.to_dict(), "mappedFileSizeCommitLog": args.segment_size})
+    return cfg
+
+
+def run_generate(args) -> int:
+    try:
+        cfg = _config(args)
+        traffic = TrafficConfig(messages=args.messages, topics=args.topics, queues=args.queues, seed=args.seed,
+                                rate=args.rate, start_ms=args.start_ms)
+        if args.messages <= 0 or args.topics <= 0 or args.queues <= 0:
+            raise ValueError("--messages, --topics and --queues must be positive")
+        stats = generate_store(args.out_dir, traffic, cfg, progress=None if args.quiet else progress_line(),
+                               crash=args.crash)
+    except (StoreFormatError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"generate: {stats['messages']} messages, {stats['bytes'] / 1e6:,.1f} MB in {stats['segments']} "
+          f"segment(s), {stats['total_s']:.1f} s ({stats['messages'] / stats['total_s']:,.0f} msg/s; writer "
+          f"{stats['messages'] / stats['write_s']:,.0f} msg/s) -> {args.out_dir}"
+          f"{' (crashed: abort file left)' if args.crash else ''}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _records(stream, start_line: int = 1):
+    from .message import Message
+    for n, line in enumerate(stream, start_line):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            if not isinstance(d, dict):
+                raise ValueError("a line must be a JSON object")
+            if "topic" not in d:
+                raise ValueError("missing field 'topic'")
+            yield n, Message.from_dict(d)
+        except (ValueError, TypeError, KeyError) as e:
+            raise WriterError(ErrorKind.INVALID_INPUT, f"line {n}: {e}", field="line", position=n) from None
+
+
+def run_write(args) -> int:
+    try:
+        cfg = _config(args)
+        stream = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
+    except (StoreFormatError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    writer = None
+    count = 0
+    try:
+        writer = StoreWriter(args.out_dir, cfg, append=args.append)
+        chunk = []
+        for n, msg in _records(stream):
+            try:
+                writer.check_record(msg)  # refusals name the line before anything of the chunk is written
+                v6_bits = msg.sys_flag & (L.BORNHOST_V6_FLAG | L.STOREHOST_V6_FLAG)
+                if v6_bits != host_flags(msg.born_host, msg.store_host):
+                    raise WriterError(ErrorKind.INVALID_INPUT, f"sys_flag 0x{msg.sys_flag:X} IPv6 bits disagree "
+                                      f"with hosts {msg.born_host} / {msg.store_host}", field="sys_flag")
+            except StoreFormatError as e:
+                raise WriterError(e.kind, f"line {n}: {e.message}", field=e.field, position=n) from None
+            chunk.append(msg)
+            if len(chunk) >= _CHUNK:
+                count += _flush_chunk(writer, chunk)
+                chunk = []
+        if chunk:
+            count += _flush_chunk(writer, chunk)
+    except (StoreFormatError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        if writer is not None:
+            writer.crash()  # never leave a store that claims a clean shutdown
+            print(f"write: stopped after {count} record(s); {args.out_dir} is marked not cleanly shut down",
+                  file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+    if args.crash:
+        writer.crash()
+    else:
+        writer.close()
+    print(f"write: {count} record(s) -> {args.out_dir} ({len(writer.segments)} segment(s), "
+          f"{len(writer.cqs)} consume queue(s), {len(writer.index_names)} index file(s))"
+          f"{'; crashed: abort file left' if args.crash else ''}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _flush_chunk(writer, chunk) -> int:
+    from .bulk import RecordBatch
+    if all(m.magic_version == 1 for m in chunk):
+        writer.append_many(RecordBatch.from_messages(chunk))
+    else:  # the bulk path writes V1 records only
+        for m in chunk:
+            writer.append(m)
+    return len(chunk)
+
+
+def register(subparsers) -> None:
+    """Add ``generate`` and ``write`` to an argparse subparsers object."""
+    g = subparsers.add_parser("generate", help="write a synthetic broker store (realistic traffic, seeded)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g.add_argument("out_dir", metavar="OUT_DIR", help="new store root (must not exist or be empty)")
+    g.add_argument("--messages", type=int, required=True, help="stored records to write")
+    g.add_argument("--topics", type=int, default=8, help="business topics (default 8)")
+    g.add_argument("--queues", type=int, default=4, help="queues per topic (default 4)")
+    g.add_argument("--seed", type=int, default=0, help="random seed: same seed, same store")
+    g.add_argument("--segment-size", type=int, help="mappedFileSizeCommitLog in bytes (default 1 GiB)")
+    g.add_argument("--config", help="broker.conf with store settings (key=value)")
+    g.add_argument("--rate", type=float, default=2000.0, help="simulated stores per second (default 2000)")
+    g.add_argument("--start-ms", type=int, default=1_700_000_000_000, help="simulated broker start (ms)")
+    g.add_argument("--crash", action="store_true", help="end as a killed broker: abort file, stale checkpoint")
+    g.add_argument("--quiet", action="store_true", help="no progress line")
+    g.set_defaults(run=run_generate)
+
+    w = subparsers.add_parser("write", help="write a store from JSON Lines of stored records",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    w.add_argument("out_dir", metavar="OUT_DIR", help="store root (new, or existing with --append)")
+    w.add_argument("--input", required=True, help="JSON Lines file, one stored record per line ('-' = stdin)")
+    w.add_argument("--config", help="broker.conf with store settings (key=value)")
+    w.add_argument("--crash", action="store_true", help="end as a killed broker: abort file, stale checkpoint")
+    w.add_argument("--append", action="store_true", help="add to the store already in OUT_DIR")
+    w.set_defaults(run=run_write)

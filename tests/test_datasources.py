@@ -1,0 +1,405 @@
+"""The Spark data sources against store_format's scalar readers.
+
+The exactly-once property is checked twice: on the task function itself (``range_items``, every split size
+from 64 bytes to more than a segment, mmap and ranged reads) and through Spark on a multi-broker folder that
+holds both fixtures and hand-built multi-segment, blank-heavy and damaged stores.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+
+from datasources.commitlog import _NeedMoreBytes, cut_to_walk, range_items, read_commitlog, segment_ends
+from store_format.checkpoint import read_checkpoint
+from store_format.codec import decode_record, encode_blank, encode_record, encoded_size
+from store_format.commitlog import Frame, ReadOnlyMap, list_segments, salvage_buffer, segment_name, walk_buffer
+from store_format.config import consumer_offsets, read_config
+from store_format.consumequeue import discover_queues, read_units
+from store_format.errors import StoreFormatError
+from store_format.indexfile import IndexFile, list_index_files
+from store_format.message import Message
+from tests.conftest import FIXTURE_NAMES, fixture_store
+
+SEG = 16 << 10  # small segments: many of them, many blanks
+
+
+def _write_store(root: Path, bodies: list[bytes], seg_size: int = SEG) -> Path:
+    """A store root whose commitlog holds ``bodies`` as messages, rolling segments with end-of-file blanks
+    exactly as the broker does (a message must leave 8 bytes for the blank)."""
+    cl = root / "commitlog"
+    cl.mkdir(parents=True)
+    segs, base, buf, pos = [], 0, bytearray(seg_size), 0
+    for i, body in enumerate(bodies):
+        msg = Message(topic=f"T{i % 3}", body=body, queue_id=i % 2, queue_offset=i // 2,
+                      properties_raw=f"KEYS\x01k{i}\x02TAGS\x01t{i % 4}", born_timestamp=1_700_000_000_000 + i,
+                      store_timestamp=1_700_000_000_000 + i, born_host="10.0.0.1:5000", store_host="10.0.0.2:10911")
+        size = encoded_size(msg)
+        if pos + size + 8 > seg_size:
+            buf[pos:pos + 8] = encode_blank(seg_size - pos)
+            segs.append((base, buf))
+            base, buf, pos = base + seg_size, bytearray(seg_size), 0
+        msg.physical_offset = base + pos
+        buf[pos:pos + size] = encode_record(msg)
+        pos += size
+    segs.append((base, buf))
+    for b, data in segs:
+        (cl / segment_name(b)).write_bytes(bytes(data))
+    return root
+
+
+def _patch(path: Path, pos: int, data: bytes):
+    raw = bytearray(path.read_bytes())
+    raw[pos:pos + len(data)] = data
+    path.write_bytes(bytes(raw))
+
+
+def _bodies(n: int, seed: int, big_every: int = 0) -> list[bytes]:
+    import random
+
+    rnd = random.Random(seed)
+    return [os.urandom(3000 if big_every and i % big_every == 0 else rnd.randint(0, 400)) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory) -> Path:
+    """A folder of broker store roots: the two fixtures and four hand-built stores."""
+    d = tmp_path_factory.mktemp("dump")
+    for name in FIXTURE_NAMES:
+        shutil.copytree(fixture_store(name), d / name / "store")
+        for p in (d / name / "store").rglob("*"):
+            p.chmod(0o644 if p.is_file() else 0o755)
+    _write_store(d / "multi", _bodies(300, 1))
+    _write_store(d / "blanky", _bodies(120, 2, big_every=2))  # ~5 messages a segment: blank-heavy
+    dmg = _write_store(d / "damaged", _bodies(360, 3))
+    assert len(list_segments(dmg / "commitlog")) >= 6
+    segs = list_segments(dmg / "commitlog")
+    frames = [f for f in walk_buffer(segs[1].path.read_bytes(), segs[1].name, segs[1].base_offset) if f.kind == "message"]
+    _patch(segs[1].path, frames[3].file_position + 8, b"\x00\x00\x00\x01")  # bad body CRC mid-segment
+    frames = [f for f in walk_buffer(segs[2].path.read_bytes(), segs[2].name, segs[2].base_offset) if f.kind == "message"]
+    _patch(segs[2].path, frames[2].file_position, bytes(700))  # a zeroed hole, then records again
+    frames = [f for f in walk_buffer(segs[3].path.read_bytes(), segs[3].name, segs[3].base_offset) if f.kind == "message"]
+    _patch(segs[3].path, frames[1].file_position + 4, b"GARBAGE!" * 20)  # bad magic and garbage
+    # stale records after a blank: a blank written early in a segment, older records still behind it
+    raw = bytearray(segs[4].path.read_bytes())
+    frames = [f for f in walk_buffer(bytes(raw), segs[4].name, segs[4].base_offset) if f.kind == "message"]
+    cut = frames[4].file_position
+    raw[cut:cut + 8] = encode_blank(len(raw) - cut)
+    segs[4].path.write_bytes(bytes(raw))
+    # records after a zero-filled stretch at the end of the last segment's data (salvage resyncs past it)
+    last = segs[-1]
+    raw = bytearray(last.path.read_bytes())
+    frames = [f for f in walk_buffer(bytes(raw), last.name, last.base_offset) if f.kind == "message"]
+    raw[frames[1].file_position:frames[2].file_position] = bytes(frames[2].file_position - frames[1].file_position)
+    last.path.write_bytes(bytes(raw))
+    return d
+
+
+def _key(it) -> tuple:
+    if isinstance(it, Frame):
+        return (it.kind, it.file_position, it.size, it.stop_kind)
+    return ("corrupt", it.file_position, it.length, it.reason)
+
+
+def _all_segments(d: Path):
+    for root in sorted(p for p in d.iterdir()):
+        store = root / "store" if (root / "store").is_dir() else root
+        for seg in list_segments(store / "commitlog"):
+            yield root.name, seg
+
+
+def _ranges(length: int, split: int):
+    k = 0
+    while k == 0 or k * split < length:
+        yield k * split, min(length, (k + 1) * split), (k + 1) * split >= length
+        k += 1
+
+
+def _by_ranges(buf: bytes, seg, split: int, ranged_margin: int | None = None) -> list[list]:
+    out = []
+    for a, b, last in _ranges(len(buf), split):
+        if ranged_margin is None:
+            out.append(range_items(buf, 0, True, seg.name, seg.base_offset, a, b, last))
+            continue
+        w1 = len(buf) if last else min(len(buf), b + 2 * ranged_margin)
+        while True:
+            try:
+                out.append(range_items(buf[a:w1], a, w1 == len(buf), seg.name, seg.base_offset, a, b, last,
+                                       margin=ranged_margin, segment_length=len(buf)))
+                break
+            except _NeedMoreBytes:
+                w1 = min(len(buf), a + 2 * (w1 - a))
+    return out
+
+
+SPLITS = (64, 300, 1000, 4096, 7777, SEG, 1 << 20, 3 << 20)
+
+
+def test_every_walk_item_is_owned_by_exactly_one_range(dump):
+    """The task function alone: for every segment and split size, the ranges' items joined in order are
+    store_format's salvage walk, and cutting them at the segment ends gives both walks exactly."""
+    checked = Counter()
+    for broker, seg in _all_segments(dump):
+        buf = seg.path.read_bytes()
+        salvage = [_key(x) for x in salvage_buffer(buf, seg.name, seg.base_offset, decode=False)]
+        recovery = [_key(x) for x in walk_buffer(buf, seg.name, seg.base_offset, decode=False)]
+        for split in (x for x in SPLITS if x >= 1000 or len(buf) <= SEG):  # bounded task counts
+            per_range = _by_ranges(buf, seg, split)
+            items = [it for r in per_range for it in r]
+            first_stop, first_blank = segment_ends(per_range)
+            assert [_key(x) for x in cut_to_walk(items, "salvage", first_stop, first_blank)] == salvage, (broker, seg.name, split)
+            assert [_key(x) for x in cut_to_walk(items, "recovery", first_stop, first_blank)] == recovery, (broker, seg.name, split)
+            checked[broker] += 1
+        # ranged reads: windows past the range end, grown when a decision falls too close to their end
+        # (the margin, maxRecordSize, must exceed the largest record)
+        margin = max([4096] + [k[2] + 8 for k in salvage if k[0] == "message"])
+        for split in (300, 4096):
+            per_range = _by_ranges(buf, seg, split, ranged_margin=margin)
+            items = cut_to_walk([it for r in per_range for it in r], "salvage", *segment_ends(per_range))
+            assert [_key(x) for x in items] == salvage
+    assert set(checked) == {"basic", "broker", "multi", "blanky", "damaged"}
+    # the damaged store really exercises resync, stale frames past a blank and a hole in the data
+    kinds = Counter(k[0] for b, seg in _all_segments(dump) if b == "damaged"
+                    for k in map(_key, salvage_buffer(seg.path.read_bytes(), seg.name, seg.base_offset, decode=False)))
+    assert kinds["corrupt"] >= 3 and kinds["blank"] >= 4
+
+
+def _scalar_rows(dump: Path, walk: str) -> Counter:
+    rows = Counter()
+    for broker, seg in _all_segments(dump):
+        buf = seg.path.read_bytes()
+        items = (walk_buffer if walk == "recovery" else salvage_buffer)(buf, seg.name, seg.base_offset, decode=False)
+        for it in items:
+            k = _key(it)
+            rows[(broker, seg.name) + k[:2] + (k[2] if k[0] != "stop" else None, k[3])] += 1
+    return rows
+
+
+def _spark_rows(df) -> Counter:
+    rows = Counter()
+    for r in df.select("broker", "segment", "kind", "file_position", "store_size", "length", "reason").collect():
+        size = r["length"] if r["kind"] == "corrupt" else (None if r["kind"] == "stop" else r["store_size"])
+        rows[(r["broker"], r["segment"], r["kind"], r["file_position"], size, r["reason"])] += 1
+    return rows
+
+
+@pytest.mark.parametrize("walk", ["recovery", "salvage"])
+@pytest.mark.parametrize("split", [30000, 1 << 22])  # small splits: the task-level test above
+def test_spark_reads_both_walks_exactly_whatever_the_split(spark, dump, walk, split):
+    df = read_commitlog(spark, str(dump), walk=walk, splitSize=split, materialize="positions")
+    assert _spark_rows(df) == _scalar_rows(dump, walk)
+    if walk == "salvage":
+        beyond = df.where("not beyond_first_stop")
+        assert _spark_rows(beyond) == _scalar_rows(dump, "recovery")
+
+
+def test_frames_are_the_record_bytes_and_decoded_columns_match_the_scalar_decoder(spark, dump):
+    df = read_commitlog(spark, str(dump / "basic"), splitSize=60000, materialize="frames")
+    buf = (dump / "basic" / "store" / "commitlog" / "00000000000000000000").read_bytes()
+    rows = df.where("kind = 'message'").collect()
+    assert len(rows) == 85
+    for r in rows:
+        assert r["frame"] == buf[r["file_position"]:r["file_position"] + r["store_size"]]
+    dec = read_commitlog(spark, str(dump), splitSize=50000, materialize="decoded").where("kind = 'message'")
+    got = {(r["broker"], r["physical_offset"]): r for r in dec.collect()}
+    n = 0
+    for broker, seg in _all_segments(dump):
+        if broker == "damaged":
+            continue
+        for f in walk_buffer(seg.path.read_bytes(), seg.name, seg.base_offset):
+            if f.kind != "message":
+                continue
+            m, r = f.message, got[(broker, f.physical_offset)]
+            assert (r["topic"], r["body"], r["queue_id"], r["queue_offset"], r["store_timestamp"], r["msg_id"],
+                    r["properties_raw"], r["tags_code"], r["keys"]) == \
+                   (m.topic, m.body, m.queue_id, m.queue_offset, m.store_timestamp, m.msg_id, m.properties_raw,
+                    m.tags_code, m.keys)
+            n += 1
+    assert n == len(got) - sum(1 for k in got if k[0] == "damaged")
+    headers = spark.read.format("rocketmq-commitlog").option("materialize", "headers").load(str(dump / "broker"))
+    assert "body" not in headers.columns and "topic" in headers.columns and "frame" not in headers.columns
+
+
+def test_planner_ends_equal_the_two_pass_reader(spark, dump):
+    one = spark.read.format("rocketmq-commitlog").options(walk="salvage", splitSize="4k",
+                                                        materialize="positions").load(str(dump / "damaged"))
+    two = read_commitlog(spark, str(dump / "damaged"), walk="salvage", splitSize="4k", materialize="positions")
+    assert_df_equality(one, two, ignore_row_order=True)
+    assert one.where("beyond_first_stop").count() > 0
+
+
+def test_modes(spark, dump):
+    path = str(dump / "damaged")
+    permissive = read_commitlog(spark, path, walk="salvage", splitSize=5000, materialize="positions")
+    damage = permissive.where("kind = 'corrupt' or (kind = 'stop' and reason != 'END_OF_DATA')").count()
+    assert damage >= 4
+    dropped = read_commitlog(spark, path, walk="salvage", splitSize=5000, materialize="positions",
+                             mode="DROPMALFORMED")
+    assert dropped.count() == permissive.count() - damage
+    assert dropped.where("kind = 'corrupt'").count() == 0
+    # the first damage of the recovery walk: a CRC in segment 1 or the garbage in segment 3 (tasks race)
+    with pytest.raises(Exception, match=r"(BAD_CRC .*00000000000000016384|BAD_MAGIC .*00000000000000049152)@\d+"):
+        read_commitlog(spark, path, splitSize=5000, materialize="positions", mode="FAILFAST").collect()
+    # a healthy store passes FAILFAST: its zero tail is not damage
+    assert read_commitlog(spark, str(dump / "multi"), mode="FAILFAST", materialize="positions").count() == 300 + \
+        len(list_segments(dump / "multi" / "commitlog"))
+
+
+def test_bad_segment_names_and_lengths_are_rows(spark, tmp_path):
+    root = _write_store(tmp_path / "b1", _bodies(60, 4))
+    cl = root / "commitlog"
+    (cl / "notes.txt").write_bytes(b"not a segment")
+    segs = list_segments(cl)
+    segs[-1].path.write_bytes(segs[-1].path.read_bytes()[:5000])  # a segment cut short
+    df = read_commitlog(spark, str(root), materialize="positions", walk="salvage")
+    bad = {(r["segment"], r["reason"]) for r in df.where("kind = 'corrupt'").collect()}
+    assert bad == {("notes.txt", "BAD_FILE_NAME"), (segs[-1].name, "BAD_GEOMETRY")}
+    # the short segment is still read
+    assert df.where(f"segment = '{segs[-1].name}' and kind = 'message'").count() > 0
+    other = _write_store(tmp_path / "b2", _bodies(10, 5))
+    (other / "commitlog" / "notes.txt").write_bytes(b"not a segment")
+    with pytest.raises(Exception, match=r"BAD_FILE_NAME .*notes.txt@0"):
+        read_commitlog(spark, str(other), materialize="positions", mode="FAILFAST").collect()
+
+
+def test_a_folder_without_a_store_is_a_clear_error(spark, tmp_path):
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    with pytest.raises(Exception, match=f"MISSING {tmp_path}/empty.*no RocketMQ store"):
+        spark.read.format("rocketmq-commitlog").load(str(tmp_path / "empty")).collect()
+
+
+def test_file_uri_and_ranged_reads_equal_local_mmap(spark, dump):
+    local = read_commitlog(spark, str(dump / "multi"), splitSize=3000, materialize="frames")
+    uri = read_commitlog(spark, (dump / "multi").as_uri(), splitSize=3000, materialize="frames", io="ranged",
+                         maxRecordSize=4096)
+    assert_df_equality(local, uri, ignore_row_order=True)
+    seg = spark.read.format("rocketmq-commitlog").load((dump / "multi" / "commitlog" / segment_name(SEG)).as_uri())
+    assert {r["broker"] for r in seg.collect()} == {"multi"} and seg.count() > 2
+
+
+def test_pushed_filters_prune_and_filter_exactly(spark, dump):
+    path = str(dump / "multi")
+    full = read_commitlog(spark, path, splitSize=4096, materialize="positions")
+    lo, hi = 3 * SEG + 100, 5 * SEG + 2000
+    want = sorted(r["physical_offset"] for r in full.collect() if lo <= r["physical_offset"] < hi)
+    part = full.where(f"physical_offset >= {lo} and physical_offset < {hi}")
+    assert sorted(r["physical_offset"] for r in part.collect()) == want
+    assert part.rdd.getNumPartitions() < full.rdd.getNumPartitions() / 2  # ranges outside were not planned
+    seg = full.where(f"segment = '{segment_name(2 * SEG)}' and kind = 'blank'")
+    assert [r["physical_offset"] for r in seg.collect()] == \
+        [f.physical_offset for f in walk_buffer((dump / "multi/commitlog" / segment_name(2 * SEG)).read_bytes(),
+                                                segment_name(2 * SEG), 2 * SEG) if f.kind == "blank"]
+
+
+def test_consume_queue_rows_are_store_formats_units(spark, fixture):
+    name, store, _ = fixture
+    df = spark.read.format("rocketmq-consumequeue").load(str(store)).where("kind in ('entry', 'pre_blank')")
+    expected = [(name, t, q, u.queue_offset, u.physical_offset, u.size, u.tags_code, u.file, u.file_position, u.kind)
+                for (t, q), files in discover_queues(store / "consumequeue").items() for f in files
+                for u in read_units(f)]
+    cols = ["broker", "topic", "queue_id", "queue_offset", "physical_offset", "size", "tags_code", "file",
+            "file_position", "kind"]
+    assert_df_equality(df.select(*cols), spark.createDataFrame(expected, df.select(*cols).schema),
+                       ignore_row_order=True)
+
+
+def test_consume_queue_damage_and_tails(spark, tmp_path):
+    root = tmp_path / "s" / "store"
+    shutil.copytree(fixture_store("basic") / "consumequeue", root / "consumequeue")
+    qfile = root / "consumequeue" / "TopicTest" / "0" / "00000000000000000000"
+    qfile.chmod(0o644)
+    raw = bytearray(qfile.read_bytes())
+    raw[20:40] = (-5).to_bytes(8, "big", signed=True) + bytes(12)  # unit 1 fails offset >= 0
+    qfile.write_bytes(bytes(raw))
+    other = root / "consumequeue" / "TopicTest" / "1" / "00000000000000000000"
+    other.chmod(0o644)
+    other.write_bytes(other.read_bytes() + b"xyz")  # a partial unit at the end
+    df = spark.read.format("rocketmq-consumequeue").load(str(root / "consumequeue"))
+    rows = {(r["queue_id"], r["kind"], r["file_position"]): r for r in df.where("topic = 'TopicTest'").collect()}
+    assert rows[(0, "corrupt", 20)]["reason"].startswith("invalid")
+    tail = [r for r in rows.values() if r["kind"] == "zero_tail" and r["queue_id"] == 0]
+    assert len(tail) == 1 and tail[0]["file_position"] + tail[0]["length"] == len(raw)
+    assert rows[(1, "corrupt", len(raw))]["reason"] == "TRUNCATED"
+    assert {r["broker"] for r in rows.values()} == {"s"}
+    single = spark.read.format("rocketmq-consumequeue").load(str(qfile))
+    assert single.where("kind = 'entry'").count() == sum(1 for r in rows.values() if r["queue_id"] == 0
+                                                          and r["kind"] == "entry")
+    assert spark.read.format("rocketmq-consumequeue").option("mode", "DROPMALFORMED").load(str(root)) \
+        .where("kind = 'corrupt'").count() == 0
+    with pytest.raises(Exception, match="FAILFAST"):
+        spark.read.format("rocketmq-consumequeue").option("mode", "FAILFAST").load(str(root)).collect()
+
+
+def test_index_rows_are_store_formats_entries(spark, fixture):
+    name, store, manifest = fixture
+    df = spark.read.format("rocketmq-index").load(str(store))
+    expected_entries, expected_headers = [], []
+    for path in list_index_files(store / "index"):
+        with IndexFile(path) as f:
+            expected_headers.append((path.name, f.header.index_count, f.header.begin_timestamp, f.hash_slot_num))
+            expected_entries += [(path.name, e.index, e.key_hash, e.physical_offset, e.time_diff, e.prev_index,
+                                  f.header.begin_timestamp + e.time_diff * 1000) for e in f.entries()]
+    entries = df.where("kind = 'entry'").select("file", "entry", "key_hash", "physical_offset", "time_diff",
+                                               "prev_index", "store_time")
+    assert_df_equality(entries, spark.createDataFrame(expected_entries, entries.schema), ignore_row_order=True)
+    headers = [(r["file"], r["index_count"], r["begin_timestamp"], r["hash_slot_num"])
+               for r in df.where("kind = 'header'").collect()]
+    assert headers == expected_headers
+    # RocketMQ's index: every entry is on its slot's chain, so a healthy file has no problems
+    assert df.where("size(problems) > 0").count() == 0
+
+
+def test_index_chain_problems_are_reported(spark, tmp_path):
+    src = list_index_files(fixture_store("basic") / "index")[0]
+    dst = tmp_path / "st" / "index" / src.name
+    dst.parent.mkdir(parents=True)
+    raw = bytearray(src.read_bytes())
+    with IndexFile(src) as f:
+        slots, count = f.hash_slot_num, f.header.index_count
+        e = next(x for x in f.entries() if x.prev_index > 0)
+    at = 40 + slots * 4 + e.index * 20 + 16
+    raw[at:at + 4] = (count + 7).to_bytes(4, "big")  # prev beyond indexCount: the older chain is cut off
+    dst.write_bytes(bytes(raw))
+    rows = {r["entry"]: r["problems"] for r in spark.read.format("rocketmq-index").load(str(dst.parent)).collect()
+            if r["kind"] == "entry"}
+    assert rows[e.index] == ["prev_out_of_range"]
+    assert "unreachable" in rows[e.prev_index]
+    (dst.parent / "not-an-index").write_bytes(b"x")
+    bad = spark.read.format("rocketmq-index").load(str(dst.parent)).where("kind = 'corrupt'").collect()
+    assert [(r["file"], r["reason"]) for r in bad] == [("not-an-index", "BAD_FILE_NAME")]
+
+
+def test_metadata_tables(spark):
+    base = str(fixture_store("broker").parent.parent)  # the folder of both fixtures: two brokers
+    cp = spark.read.format("rocketmq-metadata").option("table", "checkpoint").load(base).collect()
+    for r in cp:
+        c = read_checkpoint(fixture_store(r["broker"]) / "checkpoint")
+        assert (r["physic_msg_timestamp"], r["logics_msg_timestamp"], r["min_timestamp"]) == \
+            (c.physic_msg_timestamp, c.logics_msg_timestamp, c.min_timestamp)
+    assert {r["broker"] for r in cp} == {"basic", "broker"}
+    offsets = spark.read.format("rocketmq-metadata").option("table", "consumer_offsets").load(base).collect()
+    want = consumer_offsets(read_config(fixture_store("broker") / "config", "consumerOffset.json"))
+    assert {((r["topic"], r["group"]), r["queue_id"], r["offset"]) for r in offsets} == \
+        {(k, q, o) for k, qs in want.items() for q, o in qs.items()}
+    markers = spark.read.format("rocketmq-metadata").option("table", "markers").load(base).collect()
+    assert {(r["broker"], r["abort"], r["lock"]) for r in markers} == {("basic", False, True), ("broker", False, True)}
+    topics = spark.read.format("rocketmq-metadata").option("table", "topics").load(base)
+    assert topics.where("broker = 'broker' and topic = 'BrokerTopic'").select("read_queue_nums").first()[0] == 4
+    groups = spark.read.format("rocketmq-metadata").option("table", "subscription_groups").load(base)
+    assert groups.where("group = 'cg-broker'").select("retry_max_times").first()[0] == 16
+    with pytest.raises(Exception, match="table"):
+        spark.read.format("rocketmq-metadata").option("table", "nope").load(base).collect()
+
+
+def test_decode_record_agrees_with_frames_of_the_damaged_store(dump):
+    """Frames the ranges yield past damage decode with the scalar codec: resync finds real records."""
+    for _, seg in [x for x in _all_segments(dump) if x[0] == "damaged"]:
+        buf = seg.path.read_bytes()
+        for r in _by_ranges(buf, seg, 1000):
+            for it in r:
+                if isinstance(it, Frame) and it.kind == "message":
+                    assert decode_record(buf, it.file_position, file=seg.name).physical_offset == it.physical_offset

@@ -1,0 +1,529 @@
+"""Two backends, one truth: the vectorized kernels (udfs.kernels) against the scalar decoder
+(store_format.codec.decode_record + Message's derived properties), on the RocketMQ-written fixtures and on
+hypothesis-generated records, well-formed and malformed."""
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from store_format import layout as L
+from store_format.codec import decode_record, encode_record
+from store_format.compression import compress
+from store_format.errors import ErrorKind, RecordError, StoreFormatError
+from store_format.ids import create_uniq_key, parse_uniq_key
+from store_format.message import DERIVED_FIELDS, STORED_FIELDS, Message
+from udfs import kernels as K
+
+from .conftest import fixture_manifest, fixture_store
+
+DATETIME_MIN_MS, DATETIME_MAX_MS = -62132918400000, 253402300799999  # 0001-02-01 .. 9999-12-31 (UTC)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The oracle: what the scalar decoder says about one frame
+
+
+def _int32_or_none(text):
+    if text is None:
+        return None
+    try:
+        v = int(text)
+    except ValueError:
+        return None
+    return v if -2**31 <= v < 2**31 else None
+
+
+def scalar_row(frame: bytes | None, max_decompressed: int = 1 << 20) -> dict:
+    """Every kernel column for one frame, computed with store_format's scalar code only."""
+    row = dict.fromkeys(K.ALL_COLUMNS)
+    if frame is None:
+        return row
+    try:
+        msg = decode_record(frame)
+    except RecordError as e:
+        row["error"], row["error_field"] = e.kind.value, e.field
+        return row
+    for name in STORED_FIELDS + DERIVED_FIELDS:
+        row[name] = getattr(msg, name)
+    row["properties"] = dict(msg.properties)
+    props = msg.properties
+    row["delay_level"] = _int32_or_none(props.get(L.PROPERTY_DELAY_TIME_LEVEL))
+    row["real_topic"] = props.get(L.PROPERTY_REAL_TOPIC)
+    row["real_queue_id"] = _int32_or_none(props.get(L.PROPERTY_REAL_QUEUE_ID))
+    row["retry_topic"] = props.get(L.PROPERTY_RETRY_TOPIC)
+    row["origin_message_id"] = props.get(L.PROPERTY_ORIGIN_MESSAGE_ID)
+    row["size_ok"] = len(frame) == msg.store_size
+    if msg.uniq_key is not None:
+        try:
+            uk = parse_uniq_key(msg.uniq_key)
+        except StoreFormatError:
+            pass
+        else:
+            row["producer_ip"], row["producer_pid"] = uk.client_ip_str, uk.pid
+            if DATETIME_MIN_MS <= msg.born_timestamp <= DATETIME_MAX_MS:
+                row["producer_time"] = uk.timestamp(msg.born_timestamp)
+    try:
+        row["decompressed_body"] = msg.decompressed_body(max_decompressed)
+    except StoreFormatError as e:
+        row["decompress_error"] = e.kind.value
+    return row
+
+
+def kernel_rows(frames: list[bytes | None], typ=pa.binary(), **options) -> list[dict]:
+    batch = K.decode_binary(pa.array(frames, typ), decompress=True, max_decompressed=1 << 20, **options)
+    assert batch.schema == K.message_schema(decompress=True)
+    rows = batch.to_pylist()
+    for r in rows:
+        if r["properties"] is not None:
+            r["properties"] = dict(r["properties"])
+    return rows
+
+
+def assert_parity(frames: list[bytes | None], **options):
+    got = kernel_rows(frames, **options)
+    assert len(got) == len(frames)
+    for i, (frame, row) in enumerate(zip(frames, got)):
+        want = scalar_row(frame)
+        diff = {k: (want[k], row[k]) for k in K.ALL_COLUMNS if want[k] != row[k]}
+        assert not diff, f"row {i}: scalar vs kernel differ on {diff}"
+    return got
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fixtures written by RocketMQ 4.9.7
+
+
+def fixture_frames(name: str) -> tuple[list[bytes], list[dict]]:
+    manifest = fixture_manifest(name)
+    seg_size = manifest["storeConfig"]["mappedFileSizeCommitLog"]
+    segments = {}
+    frames = []
+    for m in manifest["messages"]:
+        base = m["commitLogOffset"] - m["commitLogOffset"] % seg_size
+        if base not in segments:
+            path = fixture_store(name) / "commitlog" / f"{base:020d}"
+            segments[base] = path.read_bytes()
+        pos = m["commitLogOffset"] - base
+        frames.append(segments[base][pos:pos + m["storeSize"]])
+    return frames, manifest["messages"]
+
+
+def test_layout_offsets_are_the_reference():
+    """The kernel's header views come from layout; pin them to the spec's IPv4 table and the IPv6 widths."""
+    v4 = K._DTYPES[0]
+    assert v4.itemsize == 88 and v4.fields["body_length"][1] == 84 and v4.fields["store_host_ip"][1] == 64
+    assert K._DTYPES[3].itemsize == 112 and K._DTYPES[1].fields["store_timestamp"][1] == 68
+    assert list(K._MIN_SIZE[:4]) == [91, 103, 103, 115] and K._MIN_SIZE[4] == 92  # V2: 2-byte topic length
+
+
+def test_fixture_parity(fixture):
+    """Every record of both RocketMQ-written stores: kernel == scalar on every column, and == RocketMQ's own
+    read-back (msgId, tags, keys, uniqKey, dispatch tagsCode, body bytes)."""
+    name, _, _ = fixture
+    frames, messages = fixture_frames(name)
+    rows = assert_parity(frames)
+    import base64
+    for row, m in zip(rows, messages):
+        assert row["error"] is None
+        assert row["msg_id"] == m["msgId"]
+        assert row["store_size"] == m["storeSize"] and row["physical_offset"] == m["commitLogOffset"]
+        assert row["body"] == base64.b64decode(m["body"] or "")
+        assert row["properties"] == m["properties"]
+        assert row["tags"] == m.get("tags") and row["uniq_key"] == m.get("uniqKey")
+        if m["dispatch"].get("success"):
+            assert row["tags_code"] == m["dispatch"]["tagsCode"]
+        assert row["body_crc_ok"] and row["size_ok"]
+
+
+def test_fixture_buffer_path_equals_binary_path(fixture):
+    """decode_buffer over the segment (zero copy, frames in order) == decode_binary over copied frames, and a
+    shuffled offset list (repacked) gives the rows in the asked order."""
+    name, store, manifest = fixture
+    seg = (store / "commitlog" / f"{0:020d}").read_bytes()
+    msgs = [m for m in manifest["messages"] if m["commitLogOffset"] < len(seg)]
+    starts = [m["commitLogOffset"] for m in msgs]
+    sizes = [m["storeSize"] for m in msgs]
+    from_buffer = K.decode_buffer(seg, starts, sizes)
+    from_binary = K.decode_binary(pa.array([seg[s:s + z] for s, z in zip(starts, sizes)], pa.binary()))
+    assert from_buffer.equals(from_binary)
+    order = np.random.default_rng(7).permutation(len(starts))
+    shuffled = K.decode_buffer(seg, np.array(starts)[order], np.array(sizes)[order])
+    assert shuffled.equals(from_binary.take(pa.array(order)))
+
+
+def test_large_binary_and_chunked_inputs(fixture):
+    name, _, _ = fixture
+    frames, _ = fixture_frames(name)
+    plain = K.decode_binary(pa.array(frames, pa.binary()))
+    assert K.decode_binary(pa.array(frames, pa.large_binary())).equals(plain)
+    chunked = pa.chunked_array([pa.array(frames[:5], pa.binary()), pa.array(frames[5:], pa.binary())])
+    assert K.decode_binary(chunked).equals(plain)
+    sliced = pa.array([b"junk"] + frames, pa.binary()).slice(1)
+    assert K.decode_binary(sliced).equals(plain)
+
+
+def test_column_selection_skips_work_and_keeps_values(fixture):
+    name, _, _ = fixture
+    frames, _ = fixture_frames(name)
+    full = K.decode_binary(pa.array(frames, pa.binary()))
+    for cols in (K.MESSAGE_DECODER_COLUMNS, ("tags_code",), ("producer_time", "error"), ("keys", "msg_id")):
+        part = K.decode_binary(pa.array(frames, pa.binary()), columns=cols)
+        assert part.schema.names == list(cols)
+        assert part.equals(full.select(list(cols)))
+    with pytest.raises(ValueError, match="unknown message columns"):
+        K.message_schema(["no_such_column"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hand-made edge cases
+
+
+def _msg(**kw) -> Message:
+    base = dict(topic="TopicTest", body=b"hello", properties_raw="TAGS\x01TagA", born_host="10.0.0.1:5000",
+                store_host="10.0.0.2:10911", physical_offset=4096, store_timestamp=1_700_000_000_123,
+                born_timestamp=1_700_000_000_000)
+    base.update(kw)
+    return Message(**base)
+
+
+def test_properties_edge_cases_follow_string2messageProperties():
+    cases = [
+        "k1\x01v1\x02k2\x01",  # trailing empty value: only k1
+        "\x01v1\x02k2\x01v2",  # empty key: only k2
+        "a\x011\x02a\x012\x02b\x01x\x01y",  # last duplicate wins; value keeps a further \u0001
+        "KEYS\x01 a  b \x02TAGS\x01t\x02",  # trailing separator (<= 4.9.0, >= 5.2.0); odd key spacing
+        "\x02\x02\x01\x02x\x02\x01\x01",  # separators only
+        "",  # no properties
+        "emoji😀\x01值\x02日本\x01語\x01\x01",
+    ]
+    rows = assert_parity([encode_record(_msg(properties_raw=c)) for c in cases])
+    assert rows[2]["properties"] == {"a": "2", "b": "x\x01y"}
+    assert rows[3]["keys"] == ["a", "b"]
+    assert rows[5]["properties"] == {} and rows[5]["keys"] == [] and rows[5]["tags_code"] == 0
+
+
+def test_many_distinct_keys_use_the_general_duplicate_path():
+    """More than 64 distinct keys in a batch leaves the bitset shortcut; repeats must still resolve."""
+    props = "\x02".join(f"key{i}\x01v{i}" for i in range(80)) + "\x02key3\x01last"
+    rows = assert_parity([encode_record(_msg(properties_raw=props)), encode_record(_msg())])
+    assert rows[0]["properties"]["key3"] == "last" and len(rows[0]["properties"]) == 80
+
+
+def test_schedule_topic_tags_code_is_the_deliver_time():
+    cases = [("SCHEDULE_TOPIC_XXXX", "3"), ("SCHEDULE_TOPIC_XXXX", "99"), ("SCHEDULE_TOPIC_XXXX", "0"),
+             ("SCHEDULE_TOPIC_XXXX", "x"), ("SCHEDULE_TOPIC_XXXX", " 2 "), ("SCHEDULE_TOPIC_XXXX", "99999999999"),
+             ("TopicTest", "3")]
+    frames = [encode_record(_msg(topic=t, properties_raw=f"TAGS\x01TagA\x02DELAY\x01{d}")) for t, d in cases]
+    rows = assert_parity(frames)
+    st_ = 1_700_000_000_123
+    assert [r["tags_code"] for r in rows] == [st_ + 10_000, st_ + 7_200_000, 2598919, 2598919, st_ + 5000,
+                                              st_ + 7_200_000, 2598919]
+    assert rows[5]["delay_level"] is None  # does not fit Java's int
+    custom = K.decode_binary(pa.array(frames[:2], pa.binary()), columns=["tags_code"], delay_levels={1: 5, 2: 7})
+    assert custom.column(0).to_pylist() == [st_ + 7, st_ + 7]
+
+
+def test_uniq_key_spellings():
+    good = create_uniq_key(bytes([192, 168, 0, 10]), 12345, 460141958, 1_700_000_000_000, 1)
+    v6 = create_uniq_key(bytes(range(16)), 7, -1, 1_699_999_999_000, 65535)
+    spaced = " ".join(good[i:i + 2] for i in range(0, 32, 2))
+    for uk in (good, v6, good.lower(), spaced, good[:-2] + "ZZ", good[:30], "", "x" * 56):
+        assert_parity([encode_record(_msg(properties_raw=f"UNIQ_KEY\x01{uk}"))])
+    row = kernel_rows([encode_record(_msg(properties_raw=f"UNIQ_KEY\x01{good}"))])[0]
+    assert (row["producer_ip"], row["producer_pid"], row["producer_time"]) == ("192.168.0.10", 12345, 1_700_000_000_000)
+
+
+def test_invalid_utf8_is_replaced_like_the_scalar_decoder():
+    rec = bytearray(encode_record(_msg(topic="TopicTest", properties_raw="TAGS\x01TagA\x02K\x01v")))
+    lay = L.layout_for(0)
+    topic_at = lay.body_offset + 5 + 1
+    rec[topic_at] = 0xFF  # inside the topic
+    rec[-1] = 0xC3  # a lone lead byte at the end of the properties
+    rows = assert_parity([bytes(rec), encode_record(_msg())])
+    assert "\ufffd" in rows[0]["topic"] and rows[0]["properties"]["K"] == "\ufffd"
+
+
+def test_compressed_bodies_and_the_decompression_cap():
+    text = b"RocketMQ " * 500
+    frames = [encode_record(_msg(body=compress(text, kind), sys_flag=L.COMPRESSED_FLAG | L.COMPRESSION_FLAGS[kind]))
+              for kind in ("ZLIB", "LZ4", "ZSTD")]
+    frames.append(encode_record(_msg(body=zlib.compress(text), sys_flag=L.COMPRESSED_FLAG)))  # legacy: type 0
+    frames.append(encode_record(_msg(body=b"not zlib", sys_flag=L.COMPRESSED_FLAG | L.COMPRESSION_ZLIB_TYPE)))
+    frames.append(encode_record(_msg(body=compress(text, "ZLIB"), sys_flag=L.COMPRESSED_FLAG | 0x500)))  # type 5
+    rows = assert_parity(frames)
+    assert [r["decompressed_body"] == text for r in rows[:4]] == [True] * 4
+    assert [r["decompress_error"] for r in rows[4:]] == ["DECOMPRESSION", "DECOMPRESSION"]
+    capped = K.decode_binary(pa.array(frames[:1]), decompress=True, max_decompressed=100)
+    assert capped.column("decompressed_body")[0].as_py() is None
+    assert capped.column("decompress_error")[0].as_py() == "DECOMPRESSION"
+
+
+def test_v2_magic_long_topic_and_ipv6_hosts_mixed_in_one_batch():
+    long_topic = "%RETRY%" + "g" * 300
+    frames = [
+        encode_record(_msg(topic=long_topic, magic_version=2)),
+        encode_record(_msg(born_host="[2408:4004:180:8100:3faa:1dde:2b3f:898a]:10911", sys_flag=L.BORNHOST_V6_FLAG)),
+        encode_record(_msg(store_host="[::1]:10911", sys_flag=L.STOREHOST_V6_FLAG)),
+        encode_record(_msg(born_host="[fe80::1]:1", store_host="[::2]:2",
+                           sys_flag=L.BORNHOST_V6_FLAG | L.STOREHOST_V6_FLAG)),
+        encode_record(_msg()),
+    ]
+    rows = assert_parity(frames)
+    assert rows[0]["topic"] == long_topic and rows[0]["magic_version"] == 2
+    assert rows[1]["born_host"] == "[2408:4004:180:8100:3faa:1dde:2b3f:898a]:10911"
+    assert len(rows[2]["msg_id"]) == 56 and len(rows[4]["msg_id"]) == 32
+
+
+def test_malformed_frames_become_error_rows_in_the_same_batch():
+    good = encode_record(_msg())
+    lay = L.layout_for(0)
+    bad_magic = bytearray(good)
+    bad_magic[4:8] = struct.pack(">i", L.BLANK_MAGIC)
+    short_total = bytearray(good)
+    short_total[0:4] = struct.pack(">i", 50)
+    long_total = bytearray(good)
+    long_total[0:4] = struct.pack(">i", len(good) + 10)
+    bad_body = bytearray(good)
+    bad_body[lay.offsets["body_length"]:lay.offsets["body_length"] + 4] = struct.pack(">i", -1)
+    bad_topic = bytearray(good)
+    bad_topic[lay.body_offset + 5] = 0x80  # topic length -128
+    bad_props = bytearray(good)
+    at = len(good) - len("TAGS\x01TagA") - 2
+    bad_props[at:at + 2] = struct.pack(">h", 500)
+    mismatch = encode_record(_msg(), store_size=len(good) + 3) + b"\0\0\0"
+    frames = [good[:5], bytes(bad_magic), good[:30], bytes(short_total), good[:-1], bytes(bad_body), bytes(bad_topic),
+              bytes(bad_props), mismatch, None, b"", good + b"tail", good]
+    rows = assert_parity(frames)
+    assert [(r["error"], r["error_field"]) for r in rows] == [
+        ("TRUNCATED", "store_size"), ("BAD_MAGIC", "magic"), ("TRUNCATED", "sys_flag"), ("BAD_LENGTH", "store_size"),
+        ("TRUNCATED", "store_size"), ("BAD_LENGTH", "body_length"), ("BAD_LENGTH", "topic_length"),
+        ("BAD_LENGTH", "properties_length"), ("SIZE_MISMATCH", "store_size"), (None, None), ("TRUNCATED", "store_size"),
+        (None, None), (None, None)]
+    assert all(r["topic"] is None and r["properties"] is None for r in rows[:11])
+    assert rows[11]["size_ok"] is False and rows[12]["size_ok"] is True
+    assert {k.value for k in ErrorKind} >= {r["error"] for r in rows if r["error"]}
+
+
+def test_empty_batch_and_all_bad_batch():
+    assert K.decode_binary(pa.array([], pa.binary())).num_rows == 0
+    rows = assert_parity([b"\x00" * 200, None, b"\xff" * 3])
+    assert [r["error"] for r in rows] == ["BAD_MAGIC", None, "TRUNCATED"]
+
+
+def test_java_hash_vectorized_matches_reference():
+    from store_format.javahash import java_hash
+    words = ["", "a", "TagA", "Aa", "BB", "polygenelubricants", "x" * 500, "TopicTest#KEY1"]
+    assert K._java_hash_ascii(pa.array(words)).tolist() == [java_hash(w) for w in words]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hypothesis: generated records, then damaged ones
+
+_text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
+_sep_text = st.lists(st.sampled_from(list("ab \x01\x02é😀") + ["TAGS", "KEYS"]), max_size=10).map("".join)
+_keys = st.sampled_from([L.PROPERTY_TAGS, L.PROPERTY_KEYS, L.PROPERTY_UNIQ_KEY, L.PROPERTY_DELAY_TIME_LEVEL,
+                         L.PROPERTY_REAL_TOPIC, L.PROPERTY_REAL_QUEUE_ID, L.PROPERTY_RETRY_TOPIC,
+                         L.PROPERTY_ORIGIN_MESSAGE_ID, "WAIT", "CLUSTER", "ünï", "😀k"])
+
+
+@st.composite
+def _uniq_keys(draw):
+    ip = draw(st.sampled_from([bytes([10, 0, 0, 1]), bytes(range(16)), bytes(4)]))
+    uk = create_uniq_key(ip, draw(st.integers(0, 65535)), draw(st.integers(-2**31, 2**31 - 1)),
+                         draw(st.integers(0, 2**42)), draw(st.integers(0, 65535)))
+    spaced = " ".join(uk[i:i + 2] for i in range(0, len(uk), 2))
+    return draw(st.sampled_from([uk, uk.lower(), uk[:-1], uk + "0", spaced]))
+
+
+_values = st.one_of(_text, _sep_text, _uniq_keys(), st.integers(-5, 40).map(str), st.just("x" * 3000))
+
+
+@st.composite
+def _properties(draw):
+    entries = draw(st.lists(st.tuples(st.one_of(_keys, _text), _values), max_size=8))
+    if draw(st.booleans()):
+        entries.insert(draw(st.integers(0, len(entries))), (L.PROPERTY_UNIQ_KEY, draw(_uniq_keys())))
+    raw = "\x02".join(f"{k}\x01{v}" for k, v in entries)
+    if draw(st.booleans()):
+        raw += draw(st.sampled_from(["\x02", "\x01", "\x02\x01", ""]))
+    if draw(st.integers(0, 9)) == 0:
+        raw = draw(_sep_text)
+    return raw if len(raw.encode()) <= L.MAX_PROPERTIES_LENGTH else raw[:2000]
+
+
+@st.composite
+def _hosts(draw):
+    if draw(st.booleans()):
+        ip = ".".join(str(b) for b in draw(st.binary(min_size=4, max_size=4)))
+        return f"{ip}:{draw(st.integers(0, 65535))}", False
+    from store_format.ids import format_host
+    return format_host(draw(st.binary(min_size=16, max_size=16)), draw(st.integers(-2**31, 2**31 - 1))), True
+
+
+@st.composite
+def records(draw) -> bytes:
+    version = draw(st.sampled_from([1, 1, 2]))
+    topic = draw(st.one_of(_text.filter(bool), st.sampled_from([L.SCHEDULE_TOPIC, "TopicTest", "%RETRY%g"]),
+                           st.text(min_size=100, max_size=140)
+                           .filter(lambda t: version == 2 or len(t.encode()) <= 127)))
+    if version == 1 and len(topic.encode()) > 127:
+        topic = topic[:20]
+    born, born_v6 = draw(_hosts())
+    store, store_v6 = draw(_hosts())
+    flags = draw(st.integers(0, 0xFFF)) & ~(L.BORNHOST_V6_FLAG | L.STOREHOST_V6_FLAG)
+    flags |= (L.BORNHOST_V6_FLAG if born_v6 else 0) | (L.STOREHOST_V6_FLAG if store_v6 else 0)
+    kind = draw(st.sampled_from(["raw", "raw", "ZLIB", "LZ4", "ZSTD", "huge", "empty"]))
+    body = draw(st.binary(max_size=64))
+    if kind in ("ZLIB", "LZ4", "ZSTD"):
+        body = compress(body * 20, kind)
+        flags = (flags & ~L.COMPRESSION_TYPE_MASK) | L.COMPRESSED_FLAG | L.COMPRESSION_FLAGS[kind]
+    elif kind == "huge":
+        body = bytes(range(256)) * 300
+    elif kind == "empty":
+        body = b""
+    i32, i64 = st.integers(-2**31, 2**31 - 1), st.integers(-2**63, 2**63 - 1)
+    msg = Message(
+        topic=topic, body=body, queue_id=draw(i32), properties_raw=draw(_properties()), flag=draw(i32),
+        sys_flag=flags, queue_offset=draw(i64), physical_offset=draw(i64),
+        born_timestamp=draw(st.one_of(st.integers(0, 2**42), i64)), born_host=born,
+        store_timestamp=draw(st.integers(0, 2**42)), store_host=store, reconsume_times=draw(i32),
+        prepared_transaction_offset=draw(i64), magic_version=version,
+        body_crc=draw(st.one_of(st.none(), st.none(), i32)))
+    return encode_record(msg)
+
+
+@st.composite
+def damaged(draw, frame: bytes) -> bytes | None:
+    how = draw(st.sampled_from(["none", "truncate", "field", "byte", "null", "extend", "grow"]))
+    if how == "none":
+        return frame
+    if how == "null":
+        return None
+    if how == "truncate":
+        return frame[:draw(st.integers(0, len(frame) - 1))]
+    if how == "extend":
+        return frame + draw(st.binary(min_size=1, max_size=8))
+    buf = bytearray(frame)
+    if how == "grow":  # TOTALSIZE covers extra bytes: SIZE_MISMATCH
+        extra = draw(st.binary(min_size=1, max_size=8))
+        struct.pack_into(">i", buf, 0, len(frame) + len(extra))
+        return bytes(buf) + extra
+    if how == "field":  # one of the length/magic fields, overwritten
+        version = 2 if frame[4:8] == struct.pack(">i", L.MAGIC_V2) else 1
+        lay = L.layout_for(struct.unpack_from(">i", frame, L.SYS_FLAG_OFFSET)[0], version)
+        body_len = struct.unpack_from(">i", frame, lay.offsets["body_length"])[0]
+        topic_len_at = lay.body_offset + body_len
+        topic_len = struct.unpack_from(">b" if version == 1 else ">h", frame, topic_len_at)[0]
+        spots = [(0, ">i"), (4, ">i"), (lay.offsets["body_length"], ">i"),
+                 (topic_len_at, ">b" if version == 1 else ">h"),
+                 (topic_len_at + lay.topic_length_width + topic_len, ">h")]
+        at, fmt = draw(st.sampled_from(spots))
+        lo, hi = {">i": (-2**31, 2**31 - 1), ">h": (-2**15, 2**15 - 1), ">b": (-128, 127)}[fmt]
+        struct.pack_into(fmt, buf, at, draw(st.integers(lo, hi)))
+    else:
+        buf[draw(st.integers(0, len(buf) - 1))] = draw(st.integers(0, 255))
+    return bytes(buf)
+
+
+_settings = settings(max_examples=60, deadline=3000, suppress_health_check=[HealthCheck.too_slow,
+                                                                          HealthCheck.data_too_large])
+
+
+@_settings
+@given(st.lists(records(), min_size=1, max_size=6))
+def test_generated_records_parity(frames):
+    assert_parity(frames)
+
+
+@_settings
+@given(st.data())
+def test_generated_damage_parity(data):
+    frames = data.draw(st.lists(records(), min_size=1, max_size=5))
+    hurt = [data.draw(damaged(f)) for f in frames]
+    rows = assert_parity(hurt)
+    assert len(rows) == len(hurt)
+
+
+@settings(max_examples=25, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(records(), min_size=1, max_size=5), st.sampled_from([pa.binary(), pa.large_binary()]))
+def test_generated_buffer_and_binary_paths_agree(frames, typ):
+    buf = b"".join(frames)
+    starts = np.cumsum([0] + [len(f) for f in frames[:-1]])
+    a = K.decode_buffer(buf, starts, [len(f) for f in frames])
+    b = K.decode_binary(pa.array(frames, typ))
+    assert a.equals(b)
+
+
+def test_64_bit_offsets_path(fixture, monkeypatch):
+    """Buffers past 2 GiB switch the interleaved arrays to large_binary; force that path on a small buffer."""
+    name, _, _ = fixture
+    frames, _ = fixture_frames(name)
+    plain = K.decode_binary(pa.array(frames, pa.binary()))
+    monkeypatch.setattr(K, "_INT32_MAX", 64)
+    assert K.decode_binary(pa.array(frames, pa.binary())).equals(plain)
+
+
+def test_short_frame_at_the_end_of_the_buffer():
+    """Header views are clipped near the buffer's end; the prefix must still be read from the frame itself."""
+    good = encode_record(_msg())
+    for tail in (good[:8], good[:30], good[:40]):
+        rows = assert_parity([good, tail])
+        assert rows[1]["error"] == "TRUNCATED"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Batches whose rows share one property shape take the tiled-keys path; it must agree with the general one
+
+
+@pytest.fixture
+def uniform_calls(monkeypatch):
+    calls = []
+    real = K._uniform_properties
+    monkeypatch.setattr(K, "_uniform_properties", lambda *a: calls.append(a[0]) or real(*a))
+    return calls
+
+
+def test_shared_shape_batch_with_repeated_and_trailing_keys(uniform_calls):
+    frames = [encode_record(_msg(properties_raw=f"KEYS\x01k{i}\x02WAIT\x01true\x02TAGS\x01T{i % 3}\x02"
+                                               f"ORIGIN_MESSAGE_ID\x01id{i}\x02WAIT\x01false\x02"))
+              for i in range(20)]
+    rows = assert_parity(frames)
+    assert uniform_calls == [["KEYS", "WAIT", "TAGS", "ORIGIN_MESSAGE_ID", "WAIT"]]
+    assert rows[7]["properties"] == {"KEYS": "k7", "TAGS": "T1", "ORIGIN_MESSAGE_ID": "id7", "WAIT": "false"}
+
+
+@pytest.mark.parametrize("odd", ["KEYZ\x01x", "KE\x01xx", "ORIGIN_MESSAGE_IX\x01x", "K\x01v"])
+def test_one_different_key_leaves_the_shared_path(uniform_calls, odd):
+    """Same separator shape, one row's key differs (same length, a middle byte of a long key, the buffer's
+    last bytes): keys must not be taken from row 0."""
+    base = "KEYS\x01a\x02ORIGIN_MESSAGE_ID\x01b\x02K\x01v"
+    frames = [encode_record(_msg(properties_raw=base)) for _ in range(5)]
+    odd_props = base.replace({"KEYZ\x01x": "KEYS\x01a", "KE\x01xx": "KEYS\x01a",
+                              "ORIGIN_MESSAGE_IX\x01x": "ORIGIN_MESSAGE_ID\x01b", "K\x01v": "K\x01v"}[odd], odd)
+    if odd == "K\x01v":
+        odd_props = base[:-3] + "Q\x01v"  # the last key of the last row: inside the buffer's final 8 bytes
+    frames.append(encode_record(_msg(properties_raw=odd_props)))
+    assert_parity(frames)
+    assert uniform_calls == []
+
+
+@settings(max_examples=40, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
+@given(keys=st.lists(st.one_of(_keys, st.text(st.characters(codec="utf-8", exclude_characters="\x00\x01\x02"),
+                                            min_size=1, max_size=20)), min_size=1, max_size=6),
+       values=st.lists(st.lists(st.text(st.characters(codec="utf-8", exclude_characters="\x00\x01\x02"), min_size=1,
+                                        max_size=15), min_size=6, max_size=6), min_size=1, max_size=6),
+       trailing=st.booleans(), swap=st.integers(-1, 5))
+def test_generated_shared_shape_batches(keys, values, trailing, swap):
+    props = []
+    for r, vals in enumerate(values):
+        ks = list(keys)
+        if r == swap:
+            ks[-1] = ks[-1][:-1] + ("x" if ks[-1][-1] != "x" else "y")  # same length, other key
+        props.append("\x02".join(f"{k}\x01{v}" for k, v in zip(ks, vals)) + ("\x02" if trailing else ""))
+    assert_parity([encode_record(_msg(properties_raw=p)) for p in props])
