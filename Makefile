@@ -22,5 +22,10 @@ $(STAMP): pyproject.toml | check-java
 test: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
 
+bench: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_decode.py
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_writer.py
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_datasource.py
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

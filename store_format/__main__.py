@@ -147,12 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--key", help="a KEYS entry or a UNIQ_KEY")
     q.add_argument("--msg-id", help="offsetMsgId (32 or 56 hex characters)")
 
-    try:
-        from . import writer_cli
-    except ImportError:  # the writer's commands land with the StoreWriter
-        writer_cli = None
-    if writer_cli is not None:
-        writer_cli.register(sub)
+    from . import writer_cli  # generate / write
+
+    writer_cli.register(sub)
     return p
 
 
