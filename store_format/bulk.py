@@ -24,7 +24,7 @@ from .errors import ErrorKind, WriterError
 from .ids import parse_host
 from .javahash import index_hash_of, java_hash_concat, java_hash_many, java_hash_tokens
 from .message import Message
-from .properties import parse_properties, property_values
+from .properties import parse_properties, property_value
 
 _INDEX_HEADER = struct.Struct(L.INDEX_HEADER_STRUCT)
 
@@ -246,9 +246,8 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
                           bool)
     special = _rows_containing(batch.properties, _REAL_TOPIC_MARK) | retry_like[topic_id]
     special_rows = np.flatnonzero(special).tolist()
-    special_props = [batch.properties[r] for r in special_rows]
-    real_of = dict(zip(special_rows, zip(property_values(special_props, L.PROPERTY_REAL_TOPIC),
-                                         (q or "" for q in property_values(special_props, L.PROPERTY_REAL_QUEUE_ID)))))
+    real_of = {r: (property_value(batch.properties[r], L.PROPERTY_REAL_TOPIC),
+                   property_value(batch.properties[r], L.PROPERTY_REAL_QUEUE_ID) or "") for r in special_rows}
     events = []  # (record index, 0 special / 1 topic, payload)
     by_topic = np.argsort(_small(topic_id), kind="stable")
     tids = topic_id[by_topic]
@@ -312,6 +311,8 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
     qnames = [(batch.topics[int(k >> 32)], int(k & 0xFFFFFFFF)) for k in ukeys]
     bases = np.array([writer.queue_table.get(q, 0) for q in qnames], np.int64)
     queue_offset[didx] = bases[inverse] + rank
+    qdense = np.zeros(n, np.int64)  # each dispatched record's queue as a small dense id (cheap to sort)
+    qdense[didx] = inverse
     for q, b, c in zip(qnames, bases.tolist(), counts.tolist()):
         writer.queue_table[q] = b + c
 
@@ -393,7 +394,7 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
         sched_tid = batch.topics.index(L.SCHEDULE_TOPIC)
         rows = np.flatnonzero(dispatch & (topic_id == sched_tid))
         if len(rows):
-            delays = property_values([batch.properties[r] for r in rows.tolist()], L.PROPERTY_DELAY_TIME_LEVEL)
+            delays = [property_value(batch.properties[r], L.PROPERTY_DELAY_TIME_LEVEL) for r in rows.tolist()]
             tags_code[rows] = Message.schedule_tags_codes(delays, store_ts[rows], tags_code[rows], writer._delay_levels)
 
     # ---- flush timeline: stretches between the moments a flush service runs ---------------------
@@ -440,7 +441,7 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
                     writer._track_fields(topic, qid_l[r], qoff_l[r], phys_l[r], uniqs[r], real)
             ev += 1
         logics_before = flush.logics
-        _dispatch_cq(writer, a, b, dispatch, qkey, batch, phys, size, tags_code, queue_offset, store_ts)
+        _dispatch_cq(writer, a, b, dispatch, qkey, qdense, batch, phys, size, tags_code, queue_offset, store_ts)
         if index_entries is not None:
             _dispatch_index(writer, a, b, index_entries, phys, store_ts, dispatch, logics_before)
         flush.appended(int(store_ts[b - 1]))
@@ -480,14 +481,14 @@ def _index_entries(batch: RecordBatch, tran, uniqs, keys):
     return rec, index_hash_of(full).astype(np.int64)
 
 
-def _dispatch_cq(writer, a, b, dispatch, qkey, batch, phys, size, tags_code, queue_offset, store_ts):
+def _dispatch_cq(writer, a, b, dispatch, qkey, qdense, batch, phys, size, tags_code, queue_offset, store_ts):
     """ConsumeQueue.putMessagePositionInfo for records a..b-1: one units array, one write per queue."""
     rows = a + np.flatnonzero(dispatch[a:b])
     if not len(rows):
         return
-    order = np.argsort(qkey[rows], kind="stable")
+    order = np.argsort(_small(qdense[rows]), kind="stable")
     rs = rows[order]
-    sk = qkey[rs]
+    sk = qdense[rs]
     units = np.empty(len(rs), _CQ_DTYPE)
     units["physical_offset"], units["size"], units["tags_code"] = phys[rs], size[rs], tags_code[rs]
     raw = memoryview(units.tobytes())
@@ -495,7 +496,7 @@ def _dispatch_cq(writer, a, b, dispatch, qkey, batch, phys, size, tags_code, que
     starts = [0] + bounds
     ends = bounds + [len(rs)]
     first_q = queue_offset[rs[starts]].tolist()
-    keys = sk[starts].tolist()
+    keys = qkey[rs[starts]].tolist()
     wrote_any = False
     for s_, e_, q0, k in zip(starts, ends, first_q, keys):
         cq = writer._cq(batch.topics[k >> 32], k & 0xFFFFFFFF)

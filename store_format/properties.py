@@ -58,24 +58,3 @@ def property_value(raw: str | None, name: str) -> str | None:
                 found = value
         start = i + 1
 
-
-def property_values(raws: list, name: str) -> list:
-    """``[property_value(raw, name) for raw in raws]`` with one regular-expression pass over all of them."""
-    import re
-    if not raws:
-        return []
-    sep = PROPERTY_SEPARATOR
-    joined = sep.join(r or "" for r in raws)  # a separator between strings: no segment spans two of them
-    pattern = re.compile(f"(?:^|{sep}){re.escape(name + NAME_VALUE_SEPARATOR)}([^{sep}]+)")
-    ends, total = [], -1
-    for r in raws:
-        total += len(r or "") + 1
-        ends.append(total)  # index of the separator after each string (or the end)
-    out = [None] * len(raws)
-    row = 0
-    for m in pattern.finditer(joined):
-        start = m.start(1)
-        while ends[row] < start:
-            row += 1
-        out[row] = m.group(1)  # a later duplicate wins, as in parse_properties
-    return out

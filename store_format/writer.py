@@ -13,10 +13,17 @@ What one ``append`` does (``CommitLog.DefaultAppendMessageCallback.doAppend`` + 
                a full file is followed by a new one whose header starts from the old one's end (IndexFile)
     checkpoint physic/logics/index timestamps as the flush services would have left them (``_FlushModel``)
 
-``close()`` is a clean shutdown: config/*.json persisted fastjson-style, checkpoint written, ``abort``
-removed last.  ``crash()`` is ``kill -9``: ``abort`` stays, the checkpoint on disk is the one last flushed,
-and the preallocated next segment is left behind.  Every file lives under ``root``; topics are validated
-like ``TopicValidator`` so no record can name a path outside it.
+``abort`` exists from the moment the writer opens the store; ``close()`` is a clean shutdown (config/*.json
+persisted fastjson-style, checkpoint written, files synced, ``abort`` removed last).  ``crash()`` is
+``kill -9``: ``abort`` stays, the checkpoint on disk is the one last flushed, and the preallocated next
+segment is left behind.  ``append=True`` reopens a store as a restarted broker would (configs, queues and
+index reopened, the commitlog walked to its valid end, the tail past the consume queues re-dispatched).
+Every file lives under ``root``; topics are validated like ``TopicValidator`` and every path is checked
+after resolving symlinks, so no record can name a path outside it.
+
+``append`` is the reference path, one record at a time; ``append_many`` (:mod:`store_format.bulk`) writes
+the same bytes for many records with array operations.  Broker flows live in :mod:`store_format.broker`,
+damage on purpose in :mod:`store_format.damage`, synthetic traffic in :mod:`store_format.generate`.
 """
 from __future__ import annotations
 

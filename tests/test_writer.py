@@ -431,6 +431,17 @@ def test_bad_topics_are_refused_and_nothing_escapes_the_root(tmp_path, topic):
     assert list((root / "consumequeue").iterdir()) == [] and not list(root.rglob("x"))
 
 
+def test_a_symlink_out_of_the_root_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "consumequeue").symlink_to(outside)
+    with pytest.raises(WriterError, match="outside the store root"):
+        StoreWriter(root, WriterConfig(), append=True)
+    assert list(outside.iterdir()) == []
+
+
 def test_valid_topic_charset():
     for t in ("%RETRY%group-1", "%DLQ%g_2", "a|b", "T" * 127, L.SCHEDULE_TOPIC):
         validate_topic(t)
