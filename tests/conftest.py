@@ -31,6 +31,16 @@ def fixture(request):
     return name, fixture_store(name), fixture_manifest(name)
 
 
+@pytest.fixture
+def basic_copy(tmp_path):
+    """A scratch copy of the ``basic`` fixture store (safe to damage) and its manifest."""
+    import shutil
+
+    dst = tmp_path / "store"
+    shutil.copytree(fixture_store("basic"), dst)
+    return dst, fixture_manifest("basic")
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One local[2] SparkSession for the whole run, with the fast test profile from spark-notes.md."""

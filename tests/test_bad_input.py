@@ -27,12 +27,6 @@ from .conftest import fixture_manifest, fixture_store
 SEG = "00000000000000000000"
 
 
-@pytest.fixture
-def basic_copy(tmp_path):
-    dst = tmp_path / "store"
-    shutil.copytree(fixture_store("basic"), dst)
-    return dst, fixture_manifest("basic")
-
 
 def patch(path, pos, data):
     with open(path, "r+b") as f:

@@ -15,12 +15,6 @@ from .conftest import fixture_manifest, fixture_store
 SEG = "00000000000000000000"
 
 
-@pytest.fixture
-def basic_copy(tmp_path):
-    dst = tmp_path / "store"
-    shutil.copytree(fixture_store("basic"), dst)
-    return dst, fixture_manifest("basic")
-
 
 @pytest.mark.parametrize("name", ["basic", "broker"])
 def test_clean_fixture_recovers_to_rocketmqs_max_offset(name):
