@@ -7,7 +7,7 @@ FIXTURES ?= ../shared/fixtures
 
 .PHONY: setup test demo bench fuzz lint package clean check-java
 
-setup: $(STAMP)
+setup: $(STAMP) chromium
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required by Spark 4.3 and was not found on PATH." \
@@ -19,8 +19,12 @@ $(STAMP): pyproject.toml | check-java
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
+
+# A two-broker demo dump (generated once into demo-out/, then reused), audited through spark-submit.
+demo: $(STAMP)
+	$(PY) tools/demo.py
 
 bench: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_decode.py
@@ -29,3 +33,28 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# --- the front door: spark-submit zip, generated job docs, headless browser for the HTML report tests ---
+.PHONY: chromium docs
+
+package:
+	$(PYTHON) tools/package.py dist/rocketmq_forensics.zip
+
+docs: $(STAMP)
+	$(PY) tools/jobs_docs.py --write docs/jobs.md
+
+# Debian's chromium, for tests/browser.py; installed when missing (root and apt-get, as on the project's
+# machines), otherwise the command to run is printed.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-headless-shell >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium (headless browser for the HTML report tests)" >&2; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      chromium fonts-dejavu-core >/dev/null; \
+	  else echo "chromium is required by the HTML report tests: sudo apt-get install chromium" >&2; exit 1; fi; }
+
+# --- hostile dumps (issue 10): the fuzz profile and the large damage campaign, for local hunting ---
+# FUZZ_EXAMPLES (hypothesis examples per fuzz test, default 2000) and CAMPAIGN_SEEDS (default 40) size it.
+fuzz: $(STAMP)
+	ROCKETMQ_FUZZ=1 PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests/test_fuzz_parsers.py \
+	  tests/test_damage_campaign.py tests/test_safety.py

@@ -1,12 +1,23 @@
 """Throughput of the ``rocketmq-commitlog`` source on local[2], next to the raw read speed of the same files.
 
-    .venv/bin/python bench/bench_datasource.py [--mb 384] [--segment-mb 128] [--split-mb 32 64]
+    .venv/bin/python bench/bench_datasource.py [--mb 512] [--segment-mb 128] [--split-mb 32] [--repeat 2]
 
-Generates (once, cached in bench/cache/) a store of ~475-byte records written with store_format.codec, then
-measures in one run: raw sequential read of the segment files (page cache warm), the stops pass that finds
-the segment ends, a positions-only scan, and a fully decoded scan (every canonical column, from
-udfs.kernels).  Spark scans end in the ``noop`` sink so every column reaches the JVM.  Prints MB/s of
-commitlog and messages/s, and each scan's ratio to the raw read.
+Generates once (cached in bench/cache/) a store of synthetic broker traffic written by the bulk writer
+(store_format.generate: tags, keys, UNIQ_KEYs, delays, transactions, some IPv6 producers; ~475-byte records),
+then measures in one run, best of ``--repeat``:
+
+* raw read: every segment file read with the page cache warm, into one reusable buffer (``readinto``, the
+  baseline: the kernel copies every byte), and a numpy sum over an mmap of each file (every byte reaches the CPU);
+* one core, no Spark: the bulk framer alone (``salvage_arrays``, CRC checked), the data source's task function
+  (``read()`` of every range, Arrow batches built) for positions and decoded rows, and the decode kernel
+  (``udfs.kernels.decode_buffer``) alone over every message;
+* Spark local[2]: the stops pass that finds the segment ends, a positions-only scan and a fully decoded scan
+  (``materialize=decoded``) with known ends (ends in the ``noop`` sink, so every column reaches the JVM),
+  ``read_commitlog`` in total (stops pass + scan), and the transport ceiling: the same rows, schema and
+  partitions replayed from one prebuilt batch (bench/replay_source.py), i.e. what Spark alone costs.
+
+Prints MB/s of commitlog, messages/s, each figure's ratio to the raw read, the load average (other work on the
+same cores changes every figure) and the CPU seconds the measurement took in this process tree.
 """
 from __future__ import annotations
 
@@ -20,111 +31,231 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from store_format.codec import encode_blank, encode_record  # noqa: E402
-from store_format.commitlog import segment_name  # noqa: E402
-from store_format.message import Message  # noqa: E402
+import numpy as np  # noqa: E402
+
+from store_format.commitlog import KIND_MESSAGE, ReadOnlyMap, list_segments, salvage_arrays  # noqa: E402
 
 CACHE = REPO / "bench" / "cache"
+BODY_LOG_MEAN = 5.4  # lognormal body sizes: ~475-byte records with the generator's properties
 
 
 def generate(root: Path, total_mb: int, segment_mb: int) -> dict:
-    """A store of ``total_mb`` MiB in ``segment_mb`` MiB segments; ~475-byte records (300-byte bodies)."""
+    """A store of about ``total_mb`` MiB in ``segment_mb`` MiB segments (cached with its meta.json)."""
+    from store_format.generate import TrafficConfig, generate_store, progress_line
+    from store_format.writer import WriterConfig
+
     meta_path = root / "meta.json"
     if meta_path.exists():
         meta = json.loads(meta_path.read_text())
-        if meta["total_mb"] == total_mb and meta["segment_mb"] == segment_mb:
+        if meta.get("generator") == "generate_store" and meta.get("body_log_mean") == BODY_LOG_MEAN:
             return meta
-    cl = root / "store" / "commitlog"
-    cl.mkdir(parents=True, exist_ok=True)
-    for old in cl.iterdir():
-        old.unlink()
-    seg = segment_mb << 20
-    body = os.urandom(300)
-    n = 0
-    for s in range(max(1, total_mb // segment_mb)):
-        base, buf, pos = s * seg, bytearray(seg), 0
-        while True:
-            m = Message(topic=f"BenchTopic{n % 8}", body=body, queue_id=n % 4, queue_offset=n // 32,
-                        physical_offset=base + pos, born_timestamp=1_700_000_000_000 + n,
-                        store_timestamp=1_700_000_000_000 + n, born_host="10.0.0.1:50000",
-                        store_host="10.0.0.2:10911",
-                        properties_raw=f"UNIQ_KEY\x01C0A8000A30391B6D3586{n:012X}\x02KEYS\x01order-{n}\x02TAGS"
-                                       f"\x01Tag{n % 16}\x02WAIT\x01true")
-            rec = encode_record(m)
-            if pos + len(rec) + 8 > seg:
-                buf[pos:pos + 8] = encode_blank(seg - pos)
-                break
-            buf[pos:pos + len(rec)] = rec
-            pos += len(rec)
-            n += 1
-        (cl / segment_name(base)).write_bytes(bytes(buf))
-    meta = {"total_mb": total_mb, "segment_mb": segment_mb, "messages": n, "record_size": len(rec),
-            "bytes": sum(p.stat().st_size for p in cl.iterdir())}
+    store = root / "store"
+    if store.exists():
+        import shutil
+
+        shutil.rmtree(store)
+    messages = int((total_mb << 20) * 0.97) // 478  # ~478 B: the generator's mean record at BODY_LOG_MEAN
+    stats = generate_store(store, TrafficConfig(messages=messages, body_log_mean=BODY_LOG_MEAN),
+                           WriterConfig(mappedFileSizeCommitLog=segment_mb << 20, messageIndexEnable=False),
+                           progress=progress_line())
+    meta = {"generator": "generate_store", "body_log_mean": BODY_LOG_MEAN, "total_mb": total_mb,
+            "segment_mb": segment_mb, "messages": stats["messages"], "record_bytes": stats["bytes"],
+            "bytes": sum(s.length for s in list_segments(store / "commitlog"))}
     meta_path.write_text(json.dumps(meta))
     return meta
 
 
-def raw_read(root: Path) -> float:
+def tree_cpu() -> float:
+    """CPU seconds used so far by this process and every live descendant (the Spark JVM, its Python workers)
+    including their reaped children: what a measurement costs whatever else shares the cores."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(d)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))  # ppid, utime+stime+cutime+cstime
+    mine, todo = set(), [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        mine.add(pid)
+        todo += [c for c, (ppid, _) in stats.items() if ppid == pid and c not in mine]
+    return sum(stats[p][1] for p in mine if p in stats) / tick
+
+
+def raw_readinto(files: list[Path]) -> float:
+    buf = bytearray(8 << 20)
     t = time.perf_counter()
-    for p in sorted((root / "store" / "commitlog").iterdir()):
-        with open(p, "rb") as f:
-            while f.read(8 << 20):
+    for p in files:
+        with open(p, "rb", buffering=0) as f:
+            while f.readinto(buf):
                 pass
     return time.perf_counter() - t
 
 
-def timed(fn) -> float:
+def raw_mmap_sum(files: list[Path]) -> float:
     t = time.perf_counter()
-    fn()
+    for p in files:
+        with ReadOnlyMap(p) as m:
+            data = np.frombuffer(m.buf, np.uint8)
+            data.sum()
+            del data
     return time.perf_counter() - t
+
+
+def framing_only(segments) -> float:
+    t = time.perf_counter()
+    for seg in segments:
+        with ReadOnlyMap(seg.path) as m:
+            salvage_arrays(m.buf, seg.name, seg.base_offset)
+    return time.perf_counter() - t
+
+
+def task_function(path: str, options: dict) -> tuple[float, float]:
+    """Every range's ``read()`` in this process, one after the other: (wall, CPU) seconds.  The planner finds
+    the segment ends first (not timed), as the first pass does for a Spark scan."""
+    from datasources.commitlog import CommitLogReader
+
+    reader = CommitLogReader({"path": path, **options})
+    parts = reader.partitions()
+    t, c = time.perf_counter(), time.process_time()
+    for p in parts:
+        for _ in reader.read(p):
+            pass
+    return time.perf_counter() - t, time.process_time() - c
+
+
+def decode_kernel(segments):
+    """udfs.kernels over every message with the data source's decoded columns, in its batch size: a function
+    timing the kernel alone (the frames are found beforehand)."""
+    from datasources.commitlog import DEFAULT_BATCH_ROWS, _kernel_columns
+    from udfs import kernels as K
+
+    cols = _kernel_columns("decoded", False) + K.STATUS_COLUMNS
+    frames = []
+    for seg in segments:
+        data = seg.path.read_bytes()
+        items = salvage_arrays(data, seg.name, seg.base_offset)
+        msg = items.kinds == KIND_MESSAGE
+        frames.append((data, items.positions[msg], items.sizes[msg]))
+
+    def run() -> float:
+        t = time.perf_counter()
+        for data, starts, sizes in frames:
+            for a in range(0, len(starts), DEFAULT_BATCH_ROWS):
+                K.decode_buffer(data, starts[a:a + DEFAULT_BATCH_ROWS], sizes[a:a + DEFAULT_BATCH_ROWS], columns=cols)
+        return time.perf_counter() - t
+    return run
+
+
+def timed(fn):
+    """``fn`` as a function returning its run time."""
+    def run() -> float:
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+    return run
+
+
+def best(fn, repeat: int) -> float:
+    return min(fn() for _ in range(repeat))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mb", type=int, default=384)
+    ap.add_argument("--mb", type=int, default=512)
     ap.add_argument("--segment-mb", type=int, default=128)
-    ap.add_argument("--split-mb", type=int, nargs="+", default=[32, 64])
+    ap.add_argument("--split-mb", type=int, nargs="+", default=[None],
+                    help="splitSize values to compare (default: the data source's default)")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--no-check-crc", action="store_true", help="also measure checkCrc=false scans")
+    ap.add_argument("--materialize", nargs="+", default=["positions", "decoded"], choices=["positions", "decoded"])
+    ap.add_argument("--no-local", action="store_true", help="skip the one-core measurements")
     args = ap.parse_args(argv)
     root = CACHE / f"store-{args.mb}-{args.segment_mb}"
     meta = generate(root, args.mb, args.segment_mb)
+    segments = list_segments(root / "store" / "commitlog")
+    files = [s.path for s in segments]
     mb, n = meta["bytes"] / 1e6, meta["messages"]
-    print(f"store: {mb:.0f} MB, {n} messages of {meta['record_size']} bytes", file=sys.stderr)
-    raw_read(root)  # warm the page cache, then measure
-    raw = min(raw_read(root) for _ in range(3))
+    print(f"store: {mb:.0f} MB in {len(files)} segments, {n:,} messages, {meta['record_bytes'] / n:.0f} bytes "
+          f"each on average", file=sys.stderr)
+    results = []
+
+    def record(what, fn, rows=None):
+        """Best of --repeat runs: wall seconds, and this process's CPU seconds (for in-process work, what a
+        quiet core would take; other helpers' work on the same 2 cores stretches the wall clock)."""
+        load0 = os.getloadavg()[0]
+        runs = []
+        for _ in range(args.repeat):
+            c = tree_cpu()
+            t = fn()
+            runs.append(t if isinstance(t, tuple) else (t, tree_cpu() - c))
+        t, cpu = min(runs)
+        results.append((what, t, cpu, rows, (load0 + os.getloadavg()[0]) / 2))
+        print(f"  {what}: {t:.2f} s, {cpu:.2f} CPU s", file=sys.stderr)
+
+    raw_readinto(files)  # warm the page cache
+    record("raw read: readinto a reusable buffer (baseline)", lambda: raw_readinto(files))
+    record("raw read: numpy sum over an mmap", lambda: raw_mmap_sum(files))
+    path = str(root / "store")
+    if not args.no_local:
+        record("1 core: bulk framer alone (salvage_arrays)", lambda: framing_only(segments), n)
+        record("1 core: task read(), positions", lambda: task_function(path, {"materialize": "positions"}), n)
+        record("1 core: decode kernel alone, decoded columns", decode_kernel(segments), n)
+        record("1 core: task read(), decoded", lambda: task_function(path, {"materialize": "decoded"}), n)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     from jobs.session import build_session
-    from datasources.commitlog import FORMAT, read_commitlog
+    from datasources.commitlog import DEFAULT_SPLIT_SIZE, FORMAT, read_commitlog
     from pyspark.sql import functions as F
+
+    from bench.replay_source import NAME as REPLAY, ReplaySource
 
     spark = build_session("bench-datasource", master="local[2]",
                           extra={"spark.ui.enabled": "false", "spark.driver.memory": "2g"})
-    path = str(root / "store")
-    results = [("raw read (1 core, page cache)", raw, None)]
+    spark.dataSource.register(ReplaySource)
 
     def noop(df):
         df.write.format("noop").mode("overwrite").save()
 
     # one warm-up query: the first in a session pays JVM and worker start-up
-    spark.read.format(FORMAT).options(materialize="positions", splitSize=str(1 << 20)).load(
-        str(root / "store" / "commitlog" / segment_name(0))).count()
-    for split in args.split_mb:
-        opts = {"splitSize": str(split << 20)}
+    noop(spark.read.format(FORMAT).options(materialize="decoded", splitSize=str(8 << 20)).load(str(files[0])))
+    for split_mb in args.split_mb:
+        split = (split_mb << 20) if split_mb else DEFAULT_SPLIT_SIZE
+        label = f"split {split >> 20} MiB"
+        opts = {"splitSize": str(split)}
         stops = spark.read.format(FORMAT).options(**opts, materialize="positions", walk="salvage",
                                                   segmentEnds="unresolved").load(path)
-        t_stops = timed(lambda: stops.where(F.col("kind").isin("stop", "blank")).collect())
-        results.append((f"stops pass (split {split} MiB)", t_stops, None))
-        for mat in ("positions", "decoded"):
-            ends = {}
-            t_ends = timed(lambda: ends.update(
-                df=read_commitlog(spark, path, materialize=mat, **opts)))
-            t_scan = timed(lambda: noop(ends["df"]))
-            results.append((f"{mat}: scan with known ends (split {split} MiB)", t_scan, n))
-            results.append((f"{mat}: read_commitlog total, ends pass + scan", t_ends + t_scan, n))
+        record(f"local[2]: stops pass ({label})", timed(lambda: stops.where(F.col("kind").isin("stop", "blank"))
+                                                         .collect()), n)
+        variants = [(mat, {}) for mat in args.materialize]
+        if args.no_check_crc:
+            variants += [(mat, {"checkCrc": "false"}) for mat in args.materialize]
+        for mat, extra in variants:
+            df = read_commitlog(spark, path, materialize=mat, **opts, **extra)
+            crc = ", checkCrc=false" if extra else ""
+            if not extra:
+                replay = spark.read.format(REPLAY).options(path=str(files[0]), materialize=mat, rows=str(n),
+                                                           partitions=str(df.rdd.getNumPartitions())).load()
+                record(f"local[2]: {mat}: transport ceiling, replayed batches ({label})", timed(lambda: noop(replay)),
+                       n)
+            record(f"local[2]: {mat} scan, ends known ({label}{crc})", timed(lambda: noop(df)), n)
+            if not extra:
+                record(f"local[2]: {mat} read_commitlog total ({label})",
+                       timed(lambda: noop(read_commitlog(spark, path, materialize=mat, **opts))), n)
     spark.stop()
-    print(f"{'what':58} {'s':>7} {'MB/s':>8} {'msg/s':>11} {'x raw':>7}")
-    for what, t, rows in results:
-        print(f"{what:58} {t:7.2f} {mb / t:8.0f} {(f'{rows / t:,.0f}' if rows else ''):>11} {raw / t:7.3f}")
+    raw = results[0][1]
+    # "MB/CPU s": throughput per core-second of CPU spent (this process tree only): a loaded machine stretches
+    # the wall clock, much less the CPU a measurement needs
+    print(f"\n{'what':62} {'s':>6} {'MB/s':>7} {'msgs/s':>11} {'x raw':>6} {'load':>5} {'CPU s':>6} "
+          f"{'MB/CPU s':>8}")
+    for what, t, cpu, rows, load in results:
+        print(f"{what:62} {t:6.2f} {mb / t:7.0f} {(f'{rows / t:,.0f}' if rows else ''):>11} {raw / t:6.3f} "
+              f"{load:5.1f} {cpu:6.2f} {mb / max(cpu, 1e-3):8.0f}")
     return 0
 
 

@@ -6,16 +6,18 @@ the salvage walk resyncs at ``find_next_frame`` (the first *confirmed* frame: ma
 position, framing, followed by another frame).  A confirmed frame cannot be jumped over by that chain (a
 message step would need overlapping records, a resync step stops at the first one), so every confirmed frame
 lies on the walk from the segment start.  A task therefore starts at the first confirmed frame at or after its
-range start (the first range at 0, where the walk starts), follows store_format's ``salvage_buffer`` and stops
+range start (the first range at 0, where the walk starts), follows store_format's salvage walk and stops
 at the first confirmed frame at or after its range end, where the next task starts: every frame and span of
 the walk is emitted by exactly one task, whatever the split size.  No framing happens here; store_format
-does it all.
+does it all, in bulk (``salvage_arrays``: numpy over runs of valid messages, the scalar ``frame_at`` for the
+rest), and batches are built from its arrays, so a task does no per-record Python but the body CRC check.
 
 Two facts are only known by walking from a segment's start: where the recovery walk stops (its first
 stop or blank) and where the salvage walk ends (its first blank; stale bytes may follow).  They are the
 "segment ends".  :func:`read_commitlog` gets them with a first Spark pass that ships only stop and blank rows,
 then hands them to the second pass in the ``segmentEnds`` option, so every task knows them and ranges past
-the recovery end are never read.  ``spark.read.format("rocketmq-commitlog")`` without that option computes
+the recovery end are never read; the first pass has also checked every body CRC before the recovery stop, so
+the second pass does not check those again (``crc_checked_before``: the CRC is most of the framing work).  ``spark.read.format("rocketmq-commitlog")`` without that option computes
 them in the planner, walking every segment there: exact, but serial; use :func:`read_commitlog` for large dumps.
 
 Rows: one per walk item, ``kind`` = message | blank | stop (where a walk stopped: damage, or END_OF_DATA
@@ -26,7 +28,6 @@ segment file with a bad name or length).  ``materialize`` chooses what else a ro
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -38,8 +39,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, EqualTo, Greate
     InputPartition, LessThan, LessThanOrEqual
 
 from store_format import layout as L
-from store_format.commitlog import END_OF_DATA, SEGMENT_NAME, Frame, ReadOnlyMap, SalvageSpan, find_next_frame, \
-    salvage_buffer
+from store_format.commitlog import END_OF_DATA, KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, \
+    SEGMENT_NAME, FrameArrays, ReadOnlyMap, SalvageSpan, find_next_frame, salvage_arrays
 from store_format.errors import ErrorKind, RecordError
 
 from .storepaths import Location, PartInput, find_inputs, parse_bool, parse_size
@@ -48,7 +49,12 @@ FORMAT = "rocketmq-commitlog"
 WALKS = ("recovery", "salvage")
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 MATERIALIZE = ("positions", "frames", "headers", "decoded")
-DEFAULT_SPLIT_SIZE = 128 << 20
+# Measured (bench/bench_datasource.py, 1 GiB in 256 MiB segments, local[2]): a Spark task of this source costs
+# ~70 ms of CPU before it reads a byte (worker hand-off, unpickling the reader), against ~0.2-0.3 CPU s of
+# work per 100 MB for a positions scan; 32 MiB splits took 3-4x the CPU of 128-256 MiB ones, 256 MiB was
+# the cheapest.  Larger splits only trade away balance between cores (a 1 GiB segment still makes 4 tasks);
+# ranged (non-local) reads hold a range plus 2 x maxRecordSize in memory per task.
+DEFAULT_SPLIT_SIZE = 256 << 20
 DEFAULT_BATCH_ROWS = 16384
 # Ranged (non-mmap) reads fetch this much past a range end; a decision closer than this to the end of what
 # was read is re-made with more bytes.  It bounds a legitimate record: 4 MiB body + 64 KiB (broker >= 4.9.5).
@@ -121,7 +127,7 @@ class Options:
     io: str  # auto (mmap for local files) | ranged
     max_record_size: int
     delay_levels: str | None
-    ends: str  # "planner" | "unresolved" | JSON {"broker/segment": [first_stop, first_blank]}
+    ends: str  # "planner" | "unresolved" | JSON {"broker/segment": [first_stop, first_blank(, crc_checked_before)]}
 
     @classmethod
     def parse(cls, options) -> "Options":
@@ -169,6 +175,7 @@ class SegmentRange(InputPartition):
     first_stop: int | None = None  # the segment ends; None = unknown (unresolved)
     first_blank: int | None = None
     resolved: bool = False
+    crc_checked_before: int = 0  # the pass that found the ends checked every body CRC before this position
 
 
 @dataclass(frozen=True)
@@ -236,8 +243,9 @@ class _NeedMoreBytes(Exception):
 
 def range_items(buf, w0: int, complete: bool, name: str, base: int, start: int, end: int, last: bool, *,
                 check_crc: bool = True, excerpt_bytes: int = 32, margin: int = 0,
-                segment_length: int | None = None) -> list:
-    """The salvage-walk items (Frames and SalvageSpans, absolute positions) owned by range [start, end).
+                segment_length: int | None = None, crc_checked_before: int = 0) -> FrameArrays:
+    """The salvage-walk items (absolute positions) owned by range [start, end), framed in bulk; messages before
+    ``crc_checked_before`` are known to pass the CRC check (the first pass checked the walk up to its stop).
 
     ``buf`` holds the segment's bytes from ``w0``; ``complete`` says it runs to the segment's end.  An
     incomplete buffer raises :class:`_NeedMoreBytes` when a decision may depend on bytes it lacks: one within
@@ -249,26 +257,18 @@ def range_items(buf, w0: int, complete: bool, name: str, base: int, start: int, 
     if start == 0:
         s = 0  # the walk itself starts here, confirmed or not
     else:
-        s = find_next_frame(buf, start - w0, lim, rbase)
-        doubt.search(start - w0, s)
-        if s is None or s + w0 >= end:
-            return []  # no confirmed frame in the range: the previous range's walk covers it
-    if last:
-        e = math.inf
-    else:
-        e = find_next_frame(buf, end - w0, lim, rbase)
+        # only a frame before the range end matters (and an unbounded search would rescan the zero tail)
+        s = find_next_frame(buf, start - w0, lim, rbase, before=end - w0)
+        doubt.search(start - w0, s, end - w0)
+        if s is None:
+            return FrameArrays.empty(name, base)  # no confirmed frame in the range: the previous range's covers it
+    e = None if last else find_next_frame(buf, end - w0, lim, rbase)
+    if not last:
         doubt.search(end - w0, e)
-        if e is None:
-            e = math.inf
-    items = []
-    for it in salvage_buffer(buf, name, rbase, start=s, limit=lim, decode=False, check_crc=check_crc,
-                             excerpt_len=excerpt_bytes):
-        if it.file_position >= e:
-            break
-        doubt.item(it)
-        # a copy: salvage_buffer reads the stop frame's position back to resync
-        items.append(dataclasses.replace(it, file_position=it.file_position + w0) if w0 else it)
-    return items
+    items = salvage_arrays(buf, name, rbase, start=s, limit=lim, until=e, check_crc=check_crc,
+                           excerpt_len=excerpt_bytes, crc_checked_before=max(0, crc_checked_before - w0))
+    doubt.items(items)
+    return items.moved(w0)
 
 
 class _Doubt:
@@ -279,23 +279,27 @@ class _Doubt:
     def __init__(self, buf, w0: int, complete: bool, margin: int, segment_length: int | None):
         self.buf, self.w0, self.off, self.margin, self.seg_len = buf, w0, complete, margin, segment_length
 
-    def search(self, lo: int, found: int | None):
+    def search(self, lo: int, found: int | None, bound: int | None = None):
+        """A search from ``lo`` found ``found`` (None: no frame before ``bound``, or before the bytes' end)."""
         if self.off:
             return
-        hi = len(self.buf) if found is None else found
-        if found is None or found > len(self.buf) - self.margin or self._blank_in(lo, hi):
+        if found is None and bound is None:
+            raise _NeedMoreBytes  # a frame may lie past the bytes read
+        hi = bound if found is None else found
+        if hi > len(self.buf) - self.margin or self._blank_in(lo, hi):
             raise _NeedMoreBytes
 
-    def item(self, it):
+    def items(self, items: FrameArrays):
         if self.off:
             return
-        if it.file_position > len(self.buf) - self.margin:
+        if len(items) and items.positions.max() > len(self.buf) - self.margin:
             raise _NeedMoreBytes
-        if isinstance(it, SalvageSpan):
-            if self._blank_in(it.file_position, it.file_position + it.length):
+        for it in items.others.values():
+            if isinstance(it, SalvageSpan):
+                if self._blank_in(it.file_position, it.file_position + it.length):
+                    raise _NeedMoreBytes
+            elif it.kind == "stop" and (it.magic == L.BLANK_MAGIC or it.stop_kind == ErrorKind.TRUNCATED.value):
                 raise _NeedMoreBytes
-        elif it.kind == "stop" and (it.magic == L.BLANK_MAGIC or it.stop_kind == ErrorKind.TRUNCATED.value):
-            raise _NeedMoreBytes
 
     def _blank_in(self, lo: int, hi: int) -> bool:
         """A blank header in [lo, hi) whose TOTALSIZE reaches exactly the segment's end."""
@@ -313,7 +317,8 @@ class _Doubt:
 def _read_range_items(part: SegmentRange, opts: Options):
     """(items, buffer, buffer offset) for a range: a read-only mmap for local files, else ranged reads that
     grow until every decision was made with ``max_record_size`` bytes to spare."""
-    kwargs = dict(check_crc=opts.check_crc, excerpt_bytes=opts.excerpt_bytes)
+    kwargs = dict(check_crc=opts.check_crc, excerpt_bytes=opts.excerpt_bytes,
+                  crc_checked_before=part.crc_checked_before)
     local = part.loc.local_path
     if local is not None and opts.io == "auto":
         m = ReadOnlyMap(local)
@@ -334,27 +339,32 @@ def _read_range_items(part: SegmentRange, opts: Options):
             w1 = min(part.length, w0 + 2 * (w1 - w0))
 
 
-def segment_ends(items_of_ranges) -> tuple[int | None, int | None]:
+def segment_ends(items_of_ranges: list[FrameArrays]) -> tuple[int | None, int | None]:
     """(first stop or blank, first blank) over every item of a segment's walk."""
-    stops = [it.file_position for items in items_of_ranges for it in items
-             if isinstance(it, Frame) and it.kind in ("stop", "blank")]
-    blanks = [it.file_position for items in items_of_ranges for it in items
-              if isinstance(it, Frame) and it.kind == "blank"]
+    stops = [it.file_position for items in items_of_ranges for it in items.others.values()
+             if not isinstance(it, SalvageSpan)]
+    blanks = [p for items in items_of_ranges for p in items.positions[items.kinds == KIND_BLANK].tolist()]
     return (min(stops) if stops else None), (min(blanks) if blanks else None)
 
 
-def cut_to_walk(items: list, walk: str, first_stop: int | None, first_blank: int | None) -> list:
+def _with_crc_checked(first_stop: int | None, first_blank: int | None, check_crc: bool) -> tuple:
+    """A segment's ends as the second pass gets them: a walk that found them with CRC checks has checked every
+    message before its first stop, so the second pass need not check those again."""
+    return first_stop, first_blank, (first_stop or 0) if check_crc else 0
+
+
+def cut_to_walk(items: FrameArrays, walk: str, first_stop: int | None, first_blank: int | None) -> FrameArrays:
     """Apply a segment's ends: the recovery walk is the frames up to its first stop (or blank); the salvage
     walk ends at its first blank (stale bytes may follow)."""
     if walk == "recovery":
-        return [it for it in items if isinstance(it, Frame) and it.file_position <= first_stop]
-    if first_blank is None:
+        return items.take((items.positions <= first_stop) & (items.kinds != KIND_CORRUPT))
+    if first_blank is None or not len(items) or items.positions[-1] <= first_blank:
         return items
-    return [it for it in items if it.file_position <= first_blank]
+    return items.take(items.positions <= first_blank)
 
 
-def _is_damage(kind: str, reason: str | None) -> bool:
-    return kind == "corrupt" or (kind == "stop" and reason != END_OF_DATA)
+def _is_damage(kind: int, reason: str | None) -> bool:
+    return kind == KIND_CORRUPT or (kind == KIND_STOP and reason != END_OF_DATA)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -465,7 +475,8 @@ class CommitLogReader(DataSourceReader):
                     continue  # every item of the range lies at or after its start
                 key = f"{p.broker}/{p.name}"
                 if key in ends:
-                    p.first_stop, p.first_blank = ends[key]
+                    p.first_stop, p.first_blank, *checked = ends[key]
+                    p.crc_checked_before = checked[0] if checked and self.opts.check_crc else 0
                     p.resolved = True
                     cutoff = p.first_stop if self.opts.walk == "recovery" else p.first_blank
                     if cutoff is not None and p.start > cutoff and not p.problems:
@@ -490,7 +501,7 @@ class CommitLogReader(DataSourceReader):
                 items_of_ranges.append(items)
                 if isinstance(handle, ReadOnlyMap):
                     handle.close()
-            ends[key] = segment_ends(items_of_ranges)
+            ends[key] = _with_crc_checked(*segment_ends(items_of_ranges), self.opts.check_crc)
         return ends
 
     def read(self, partition: SegmentRange):
@@ -499,135 +510,130 @@ class CommitLogReader(DataSourceReader):
         yield from _RangeReader(partition, self.opts, self.filters).batches()
 
 
+@dataclass(frozen=True)
+class _FileProblem:
+    """A row about a segment file itself (its name or length), not about its bytes."""
+
+    reason: str  # ErrorKind value
+    field: str
+    detail: str
+
+
+_KIND_NAMES = pa.array(KINDS, pa.string())
+
+
 class _RangeReader:
-    """Turns one range's walk items into Arrow batches of the declared schema."""
+    """Turns one range's walk items (arrays) into Arrow batches of the declared schema."""
 
     def __init__(self, part: SegmentRange, opts: Options, filters):
         self.p, self.opts, self.filters = part, opts, filters
         self.schema = arrow_schema(opts.materialize, opts.decompress)
         self.kernel_cols = _kernel_columns(opts.materialize, opts.decompress)
-        self.lo, self.hi = _offset_bounds(filters)
 
     def batches(self):
         p = self.p
-        rows = [self._problem_row(kind, msg) for kind, msg in p.problems]
+        if p.problems:
+            problems = [_FileProblem(kind, "file_name" if kind == ErrorKind.BAD_FILE_NAME.value else "file_length",
+                                     msg) for kind, msg in p.problems]
+            n = len(problems)
+            yield from self._emit(FrameArrays(p.name, p.base or 0, np.zeros(n, np.int64), np.full(n, p.length),
+                                              np.full(n, KIND_CORRUPT, np.int8), np.zeros(n, np.int32),
+                                              dict(enumerate(problems))), None, 0)
         if p.base is None:
-            yield from self._emit(rows, None, 0)
             return
         items, handle, w0 = _read_range_items(p, self.opts)
         try:
             buf = handle.buf if isinstance(handle, ReadOnlyMap) else handle
-            items = self._cut(items)
+            if p.resolved:
+                items = cut_to_walk(items, self.opts.walk, p.first_stop, p.first_blank)
             n = self.opts.batch_rows
-            yield from self._emit(rows, None, 0)
             for i in range(0, len(items), n):
-                yield from self._emit(items[i:i + n], buf, w0)
+                yield from self._emit(items.slice(i, i + n), buf, w0)
         finally:
             if isinstance(handle, ReadOnlyMap):
                 handle.close()
 
-    def _cut(self, items: list) -> list:
-        p = self.p
-        return cut_to_walk(items, self.opts.walk, p.first_stop, p.first_blank) if p.resolved else items
-
-    @staticmethod
-    def _problem_row(kind: str, msg: str) -> tuple:
-        return ("problem", kind, msg)
-
-    def _emit(self, items: list, buf, w0: int):
-        if not items:
+    def _emit(self, items: FrameArrays, buf, w0: int):
+        n = len(items)
+        if not n:
             return
         p, opts = self.p, self.opts
-        n = len(items)
-        # messages in bulk (almost every row); the few other rows one by one
-        is_msg = np.fromiter((type(it) is Frame and it.kind == "message" for it in items), bool, n)
-        pos = np.fromiter((0 if type(it) is tuple else it.file_position for it in items), np.int64, n)
-        sizes = np.fromiter((it.size if type(it) is Frame else 0 for it in items), np.int64, n)
-        msg_idx = np.flatnonzero(is_msg)
-        others = np.flatnonzero(~is_msg).tolist()
-        length = sizes.copy()
-        store_size = pa.array(sizes, pa.int32())
-        kind = ["message"] * n
-        reason, field, detail, excerpt = ({} for _ in range(4))
-        null_size = []
-        for i in others:
-            it = items[i]
-            if isinstance(it, tuple):  # a problem with the file itself
-                _, reason[i], detail[i] = it
-                kind[i], length[i] = "corrupt", p.length
-                field[i] = "file_name" if reason[i] == ErrorKind.BAD_FILE_NAME.value else "file_length"
-                null_size.append(i)
+        pos, kinds = items.positions, items.kinds
+        # the few rows that are not messages carry their own details
+        length, store_size_null = items.sizes, kinds == KIND_CORRUPT
+        reason, field, detail, excerpt, damage = {}, {}, {}, {}, []
+        for i, it in sorted(items.others.items()):
+            if isinstance(it, _FileProblem):
+                reason[i], field[i], detail[i] = it.reason, it.field, it.detail
             elif isinstance(it, SalvageSpan):
-                kind[i], length[i] = "corrupt", it.length
                 reason[i], excerpt[i] = it.reason, it.excerpt.hex()
                 detail[i] = f"{it.length} bytes no walk could frame"
-                null_size.append(i)
             else:
-                kind[i], reason[i], field[i], detail[i] = it.kind, it.stop_kind, it.stop_field, it.stop_message
-                if it.kind == "stop":
-                    length[i] = p.length - it.file_position  # bytes this segment's walk leaves behind
-        if null_size:
-            mask = np.zeros(n, bool)
-            mask[null_size] = True
-            store_size = pa.array(sizes, pa.int32(), mask=mask)
-        if p.resolved:
-            beyond = pos > p.first_stop
-            beyond[[i for i in others if kind[i] == "corrupt"]] = True
-            beyond = pa.array(beyond, pa.bool_(), mask=np.array([isinstance(it, tuple) for it in items])
-                              if null_size else None)
-        else:
-            beyond = pa.nulls(n, pa.bool_())
-
-        def sparse(values: dict) -> pa.Array:
-            if not values:
-                return pa.nulls(n, pa.string())
-            return pa.array([values.get(i) for i in range(n)], pa.string())
-        damage = [i for i in others if _is_damage(kind[i], reason.get(i))]
+                reason[i], field[i], detail[i] = it.stop_kind, it.stop_field, it.stop_message
+            if _is_damage(int(kinds[i]), reason[i]):
+                damage.append(i)
+        stops = np.flatnonzero(kinds == KIND_STOP)
+        if len(stops):
+            length = length.copy()
+            length[stops] = p.length - pos[stops]  # bytes this segment's walk leaves behind
         if damage and opts.mode == "FAILFAST":
             i = damage[0]
             # a span after zeros (reason END_OF_DATA) is a hole in written data: reported as TRUNCATED
             raise RecordError(ErrorKind(reason[i]) if reason[i] in ErrorKind.__members__ else ErrorKind.TRUNCATED,
-                              f"{kind[i]} ({detail.get(i)}) in broker {p.broker}; mode FAILFAST",
+                              f"{KINDS[kinds[i]]} ({detail.get(i)}) in broker {p.broker}; mode FAILFAST",
                               file=str(p.loc), position=int(pos[i]), field=field.get(i))
-        base = p.base or 0
+        if p.resolved:
+            beyond = (pos > p.first_stop) | (kinds == KIND_CORRUPT)
+            problem = [i for i, it in items.others.items() if isinstance(it, _FileProblem)]
+            beyond = pa.array(beyond, pa.bool_(), mask=_rows_mask(problem, n) if problem else None)
+        else:
+            beyond = pa.nulls(n, pa.bool_())
+        all_messages = not items.others
         cols = {
-            "broker": pa.repeat(pa.scalar(p.broker), n).cast(pa.string()) if n else pa.array([], pa.string()),
-            "segment": pa.repeat(pa.scalar(p.name), n).cast(pa.string()),
+            "broker": _repeated(p.broker, n),
+            "segment": _repeated(p.name, n),
             "file_position": pa.array(pos, pa.int64()),
-            "physical_offset": pa.array(pos + base, pa.int64()),
-            "kind": pa.array(kind, pa.string()) if others else pa.repeat(pa.scalar("message"), n).cast(pa.string()),
-            "store_size": store_size,
+            "physical_offset": pa.array(pos + (p.base or 0), pa.int64()),
+            "kind": _repeated("message", n) if all_messages else _KIND_NAMES.take(pa.array(kinds)),
+            "store_size": pa.array(items.sizes, pa.int32()) if all_messages else
+            pa.array(np.where(store_size_null, 0, items.sizes), pa.int32(), mask=store_size_null),
             "length": pa.array(length, pa.int64()),
             "beyond_first_stop": beyond,
-            "reason": sparse(reason), "field": sparse(field), "detail": sparse(detail), "excerpt_hex": sparse(excerpt),
+            "reason": _sparse(reason, n), "field": _sparse(field, n), "detail": _sparse(detail, n),
+            "excerpt_hex": _sparse(excerpt, n),
         }
-        starts, sizes = pos[msg_idx] - w0, sizes[msg_idx]
-        msg_idx = msg_idx.tolist()
+        msg_rows = None if all_messages else np.flatnonzero(kinds == KIND_MESSAGE)
+        starts, sizes = (pos, items.sizes) if all_messages else (pos[msg_rows], items.sizes[msg_rows])
+        starts = starts - w0
         if opts.materialize == "frames":
-            cols["frame"] = _scatter(_binary_slices(buf, starts, sizes), msg_idx, n)
+            cols["frame"] = _scatter(_binary_slices(buf, starts, sizes), msg_rows, n)
         if self.kernel_cols:
-            cols.update(self._decode(buf, w0, starts, sizes, msg_idx, n))
+            cols.update(self._decode(buf, w0, starts, sizes, msg_rows, n))
         batch = pa.RecordBatch.from_arrays([cols[f.name] for f in self.schema], schema=self.schema)
-        keep = np.ones(n, bool)
+        keep = None
         if damage and opts.mode == "DROPMALFORMED":
-            keep[damage] = False
+            keep = ~_rows_mask(damage, n)
         mask = _filter_mask(batch, self.filters)
         if mask is not None:
-            keep &= mask.to_numpy(zero_copy_only=False)
-        if not keep.all():
+            m = mask.to_numpy(zero_copy_only=False)
+            keep = m if keep is None else keep & m
+        if keep is not None and not keep.all():
             batch = batch.filter(pa.array(keep))
         if batch.num_rows:
             yield batch
 
-    def _decode(self, buf, w0: int, starts, sizes, msg_idx, n) -> dict:
+    def _decode(self, buf, w0: int, starts, sizes, msg_rows, n) -> dict:
         from store_format.layout import parse_delay_levels
         from udfs import kernels as K
 
         kwargs = {}
         if self.opts.delay_levels:
             kwargs["delay_levels"] = parse_delay_levels(self.opts.delay_levels)
-        cols = self.kernel_cols + K.STATUS_COLUMNS
-        decoded = K.decode_buffer(buf if len(msg_idx) else b"", starts, sizes, columns=cols,
+        # with checkCrc, framing has compared every body with its BODYCRC already: body_crc_ok is known
+        crc_known = self.opts.check_crc and "body_crc_ok" in self.kernel_cols and "body" in self.kernel_cols \
+            and "body_crc" in self.kernel_cols
+        cols = tuple(c for c in self.kernel_cols if not (crc_known and c == "body_crc_ok")) + K.STATUS_COLUMNS
+        decoded = K.decode_buffer(buf if len(starts) else b"", starts, sizes, columns=cols,
                                   decompress=self.opts.decompress, **kwargs)
         errors = decoded.column("error")
         if errors.null_count != len(errors):
@@ -635,7 +641,32 @@ class _RangeReader:
             # framing accepted the record, so the kernel must decode it: two backends, one truth
             raise RecordError(ErrorKind(errors[bad].as_py()), "udfs.kernels rejects a record that framing "
                               "accepted", file=str(self.p.loc), position=w0 + int(starts[bad]))
-        return {c: _scatter(decoded.column(c), msg_idx, n) for c in self.kernel_cols}
+        out = {c: decoded.column(c) for c in cols if c in self.kernel_cols}
+        if crc_known:
+            # frame_at checks the CRC of every non-empty body; an empty body's CRC is 0 (UtilAll.crc32)
+            out["body_crc_ok"] = pc.or_(pc.greater(pc.binary_length(out["body"]), 0),
+                                        pc.equal(out["body_crc"], 0))
+        return {c: _scatter(out[c], msg_rows, n) for c in self.kernel_cols}
+
+
+def _repeated(text: str, n: int) -> pa.Array:
+    return pa.repeat(pa.scalar(text, pa.string()), n)
+
+
+def _rows_mask(rows: list, n: int) -> np.ndarray:
+    mask = np.zeros(n, bool)
+    mask[rows] = True
+    return mask
+
+
+def _sparse(values: dict, n: int) -> pa.Array:
+    """A string column that is null except at the rows in ``values``."""
+    if not values:
+        return pa.nulls(n, pa.string())
+    rows = list(values)
+    take = np.full(n, len(rows), np.int64)
+    take[rows] = np.arange(len(rows))
+    return pa.array([values[i] for i in rows] + [None], pa.string()).take(pa.array(take))
 
 
 def _binary_slices(buf, starts: np.ndarray, sizes: np.ndarray) -> pa.Array:
@@ -654,9 +685,9 @@ def _binary_slices(buf, starts: np.ndarray, sizes: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), len(starts), [None, pa.py_buffer(offsets.tobytes()), data])
 
 
-def _scatter(values: pa.Array, idx: list, n: int) -> pa.Array:
-    """``values`` placed at rows ``idx`` of an n-row column, nulls elsewhere."""
-    if len(idx) == n:
+def _scatter(values: pa.Array, idx: np.ndarray | None, n: int) -> pa.Array:
+    """``values`` placed at rows ``idx`` (None: every row) of an n-row column, nulls elsewhere."""
+    if idx is None or len(idx) == n:
         return values
     take = np.full(n, -1, np.int64)
     take[idx] = np.arange(len(idx))
@@ -664,16 +695,16 @@ def _scatter(values: pa.Array, idx: list, n: int) -> pa.Array:
     return values.take(indices)
 
 
-__all__ = ["CommitLogDataSource", "FORMAT", "arrow_schema", "range_items", "read_commitlog"]
+__all__ = ["CommitLogDataSource", "FORMAT", "arrow_schema", "commitlog_ends", "range_items", "read_commitlog"]
 
 
-def read_commitlog(spark, path: str, **options):
-    """The commitlog as a DataFrame equal to store_format's walks, read in two Spark passes: the segment
-    ends (first stop, first blank) from a pass that ships only stop and blank rows, then the rows."""
+def commitlog_ends(spark, path: str, **options) -> dict:
+    """The segment ends ``{"broker/segment": [first_stop, first_blank, crc_checked_before]}`` of the commitlog,
+    from a Spark pass that ships only stop and blank rows (the first pass of :func:`read_commitlog`)."""
     from pyspark.sql import functions as F
 
     opts = {k: str(v) for k, v in options.items()}
-    Options.parse(opts)  # fail on bad options before any job runs
+    check_crc = Options.parse(opts).check_crc  # fail on bad options before any job runs
     stops = (spark.read.format(FORMAT).options(**opts)
              .options(materialize="positions", walk="salvage", mode="PERMISSIVE", segmentEnds="unresolved")
              .load(path)
@@ -681,5 +712,16 @@ def read_commitlog(spark, path: str, **options):
              .groupBy("broker", "segment")
              .agg(F.min("file_position").alias("first_stop"),
                   F.min(F.when(F.col("kind") == "blank", F.col("file_position"))).alias("first_blank")))
-    ends = {f"{r['broker']}/{r['segment']}": [r["first_stop"], r["first_blank"]] for r in stops.collect()}
+    return {f"{r['broker']}/{r['segment']}": list(_with_crc_checked(r["first_stop"], r["first_blank"], check_crc))
+            for r in stops.collect()}
+
+
+def read_commitlog(spark, path: str, ends: dict | None = None, **options):
+    """The commitlog as a DataFrame equal to store_format's walks, read in two Spark passes: the segment
+    ends (first stop, first blank) from a pass that ships only stop and blank rows, then the rows.  ``ends``
+    from :func:`commitlog_ends` (same path and options) skips the first pass: the walks share it."""
+    opts = {k: str(v) for k, v in options.items()}
+    Options.parse(opts)  # fail on bad options before any job runs
+    if ends is None:
+        ends = commitlog_ends(spark, path, **options)
     return spark.read.format(FORMAT).options(**opts).option("segmentEnds", json.dumps(ends)).load(path)

@@ -75,6 +75,13 @@ def table_rows(table: str, broker: str, root: str) -> list[dict]:
     if cfg.data is None:
         errors = "; ".join(str(e) for e in cfg.errors)
         return [row(error=errors)] if errors else []
+    try:
+        return _config_rows(table, cfg, row)
+    except StoreFormatError as e:  # parsed, but not the shape RocketMQ writes (e.g. a table that is not an object)
+        return [row(error=str(e), source=cfg.source)]
+
+
+def _config_rows(table: str, cfg, row) -> list[dict]:
     src = cfg.source
     if table == "consumer_offsets":
         return [row(topic=t, group=g, queue_id=q, offset=o, source=src)
@@ -85,15 +92,23 @@ def table_rows(table: str, broker: str, root: str) -> list[dict]:
         return [row(topic=name, read_queue_nums=_int(c.get("readQueueNums")),
                     write_queue_nums=_int(c.get("writeQueueNums")), perm=_int(c.get("perm")),
                     topic_filter_type=c.get("topicFilterType"), topic_sys_flag=_int(c.get("topicSysFlag")),
-                    order=c.get("order"), config_json=json.dumps(c, sort_keys=True, ensure_ascii=False), source=src)
-                for name, c in sorted(C.topic_configs(cfg).items()) if isinstance(c, dict)]
+                    order=c.get("order"), config_json=_json(c), source=src)
+                for name, c in sorted(C.topic_configs(cfg).items(), key=_by_name) if isinstance(c, dict)]
     return [row(group=name, consume_enable=c.get("consumeEnable"),
                 consume_broadcast_enable=c.get("consumeBroadcastEnable"),
                 retry_queue_nums=_int(c.get("retryQueueNums")), retry_max_times=_int(c.get("retryMaxTimes")),
                 broker_id=_int(c.get("brokerId")),
                 which_broker_when_consume_slowly=_int(c.get("whichBrokerWhenConsumeSlowly")),
-                config_json=json.dumps(c, sort_keys=True, ensure_ascii=False), source=src)
-            for name, c in sorted(C.subscription_groups(cfg).items()) if isinstance(c, dict)]
+                config_json=_json(c), source=src)
+            for name, c in sorted(C.subscription_groups(cfg).items(), key=_by_name) if isinstance(c, dict)]
+
+
+def _by_name(item) -> str:
+    return str(item[0])  # fastjson maps may mix bare numeric and quoted keys
+
+
+def _json(obj) -> str:
+    return json.dumps({str(k): v for k, v in obj.items()}, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _int(v):

@@ -22,6 +22,15 @@ TEST_PROFILE = {
 }
 
 
+# What the jobs need whatever spark-conf/ says or wherever it is (a zip on --py-files has no spark-conf/):
+# the Python data sources push filters down, and Delta (delta-rs) cannot read Spark's INT96 timestamps.
+REQUIRED = {
+    "spark.sql.python.filterPushdown.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
+
+
 def read_defaults(path: Path = SPARK_CONF_DIR / "spark-defaults.conf") -> dict[str, str]:
     conf = {}
     if path.exists():
@@ -42,13 +51,15 @@ def build_session(app_name: str, master: str | None = None, test_profile: bool =
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO)] + paths))
     from pyspark.sql import SparkSession
 
-    conf = read_defaults()
+    conf = {**REQUIRED, **read_defaults()}
     if test_profile:
         conf.update(TEST_PROFILE)
     conf.update(extra or {})
     builder = SparkSession.builder.appName(app_name)
-    if master or "spark.master" in conf:
-        builder = builder.master(master or conf.pop("spark.master"))
+    # spark-submit --master (or a master set by the caller) wins over spark-defaults.conf's local[2]
+    submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))  # set when spark-submit started this driver
+    if master or ("spark.master" in conf and not submitted):
+        builder = builder.master(master or conf["spark.master"])
     conf.pop("spark.master", None)
     for key, value in conf.items():
         builder = builder.config(key, value)

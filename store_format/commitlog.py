@@ -9,6 +9,11 @@ start are the normal end of written data (``END_OF_DATA``); anything else that s
 Framing is apart from decoding: :func:`frame_at` validates one record's framing from its header fields
 only; :func:`walk_segment` yields :class:`Frame`s and decodes messages only when asked.  Segments are read
 through read-only mmaps, never loaded into a Python ``bytes`` whole.
+
+Bulk framing (:func:`walk_arrays`, :func:`salvage_arrays`) gives the same walks as :class:`FrameArrays`
+(positions, sizes, kinds as numpy arrays) for readers that move millions of records: runs of plain valid
+messages are framed with numpy, and every record they cannot prove valid goes to the scalar :func:`frame_at`,
+which stays the one definition of the walk.
 """
 from __future__ import annotations
 
@@ -16,9 +21,12 @@ import mmap
 import os
 import re
 import struct
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
+
+import numpy as np
 
 from . import layout as L
 from .codec import decode_record
@@ -207,16 +215,19 @@ def walk_segment(segment: Segment, **kwargs) -> Iterator[Frame]:
         yield from walk_buffer(m.buf, segment.name, segment.base_offset, **kwargs)
 
 
-def find_next_frame(buf, start: int, limit: int, base_offset: int, *, confirm: bool = True) -> int | None:
-    """Resync: the first position >= ``start`` where a record plausibly begins, or None.
+def find_next_frame(buf, start: int, limit: int, base_offset: int, *, confirm: bool = True,
+                    before: int | None = None) -> int | None:
+    """Resync: the first position >= ``start`` (and < ``before``, if given) where a record plausibly begins,
+    or None.
 
     A candidate has a message (or blank) magic, a PHYSICALOFFSET equal to base + position, valid framing;
     when ``confirm`` it must also be followed by another valid frame, a blank, or zeros/the segment end
     (so a magic-looking run of bytes inside a body is not taken for a record).
     """
+    search_end = limit if before is None else min(limit, before + 7)  # a magic at p + 4 for p < before
     pos = start
     while pos < limit:
-        hit = _find_any_magic(buf, pos + 4, limit)
+        hit = _find_any_magic(buf, pos + 4, search_end)
         if hit is None:
             return None
         cand = hit - 4
@@ -235,12 +246,21 @@ def find_next_frame(buf, start: int, limit: int, base_offset: int, *, confirm: b
 
 
 def _find_any_magic(buf, start: int, limit: int) -> int | None:
-    best = None
-    for pattern in _MAGIC_BYTES:
-        i = buf.find(pattern, start, limit)
-        if i >= 0 and (best is None or i < best):
-            best = i
-    return best
+    """The first position in [start, limit) holding a message or blank magic.  Searched in windows that
+    double, so the cost follows the distance to the hit, not to the limit (a magic that never occurs, a V2
+    magic in a V1 store, would otherwise cost a scan to the end of the segment on every call)."""
+    lo, width = start, 1 << 16
+    while lo < limit:
+        hi = min(limit, lo + width)
+        best = None
+        for pattern in _MAGIC_BYTES:
+            i = buf.find(pattern, lo, min(limit, hi + len(pattern) - 1))  # patterns starting before hi
+            if i >= 0 and (best is None or i < best):
+                best = i
+        if best is not None:
+            return best
+        lo, width = hi, width * 2
+    return None
 
 
 @dataclass
@@ -273,20 +293,29 @@ def salvage_buffer(buf, segment: str, base_offset: int, *, start: int = 0, limit
             last = frame
         if last.kind == "blank":
             return
-        # A stop: zeros that run to the end are the normal tail; otherwise resync after it.
-        pos = last.file_position
-        if last.stop_kind == END_OF_DATA:
-            nxt = find_next_frame(buf, pos, limit, base_offset)
-            if nxt is None:
-                return
-        else:
-            nxt = find_next_frame(buf, pos + 1, limit, base_offset)
-        end = limit if nxt is None else nxt
-        if end > pos:
-            yield SalvageSpan(segment, pos, end - pos, last.stop_kind, bytes(buf[pos:min(end, pos + excerpt_len)]))
+        span, nxt = _resync_after(buf, last, limit, base_offset, excerpt_len)
+        if span is not None:
+            yield span
         if nxt is None:
             return
         pos = nxt
+
+
+def _resync_after(buf, stop: Frame, limit: int, base_offset: int, excerpt_len: int
+                  ) -> tuple[SalvageSpan | None, int | None]:
+    """Where the salvage walk goes on after a stop: the unframeable span from the stop (None if empty) and
+    the next frame (None: the salvage ends).  Zeros that run to the end are the normal tail, not a span."""
+    pos = stop.file_position
+    if stop.stop_kind == END_OF_DATA:
+        nxt = find_next_frame(buf, pos, limit, base_offset)
+        if nxt is None:
+            return None, None
+    else:
+        nxt = find_next_frame(buf, pos + 1, limit, base_offset)
+    end = limit if nxt is None else nxt
+    if end <= pos:
+        return None, nxt
+    return SalvageSpan(stop.segment, pos, end - pos, stop.stop_kind, bytes(buf[pos:min(end, pos + excerpt_len)])), nxt
 
 
 def read_message_at(segments: list[Segment], physical_offset: int, segment_size: int | None = None) -> Message:
@@ -301,3 +330,296 @@ def read_message_at(segments: list[Segment], physical_offset: int, segment_size:
                 return decode_record(m.buf, pos, file=seg.name)
     raise RecordError(ErrorKind.OUT_OF_RANGE, f"physical offset {physical_offset} is in no commitlog segment",
                       position=physical_offset, field="physical_offset")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bulk framing: the walks above as arrays, for readers of millions of records
+
+KINDS = ("message", "blank", "stop", "corrupt")  # FrameArrays.kinds are indices into this
+KIND_MESSAGE, KIND_BLANK, KIND_STOP, KIND_CORRUPT = range(len(KINDS))
+_KIND_CODES = {k: i for i, k in enumerate(KINDS)}
+
+
+@dataclass
+class FrameArrays:
+    """A walk's items as arrays: row ``i`` is a message (only its position, size and magic are kept) or, for
+    every other row, the full item in ``others``.  Iterating gives the items :func:`walk_buffer` /
+    :func:`salvage_buffer` yield with ``decode=False``."""
+
+    segment: str
+    base_offset: int  # physical offset of position 0
+    positions: np.ndarray  # int64 file positions, increasing
+    sizes: np.ndarray  # int64 TOTALSIZE (message, blank), the declared TOTALSIZE (stop), the length (corrupt)
+    kinds: np.ndarray  # int8 index into KINDS
+    magics: np.ndarray  # int32 MAGICCODE (0 for a span)
+    others: dict  # row -> Frame | SalvageSpan (or a reader's own row object): every row that is not a message
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __iter__(self) -> Iterator:
+        get = self.others.get
+        for i, (pos, size, magic) in enumerate(zip(self.positions.tolist(), self.sizes.tolist(),
+                                                   self.magics.tolist())):
+            other = get(i)
+            yield other if other is not None else Frame("message", self.segment, pos, self.base_offset + pos,
+                                                         size, magic)
+
+    @classmethod
+    def empty(cls, segment: str, base_offset: int) -> "FrameArrays":
+        return cls(segment, base_offset, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int8),
+                   np.zeros(0, np.int32), {})
+
+    @classmethod
+    def concat(cls, parts: list["FrameArrays"]) -> "FrameArrays":
+        """Parts of one segment's walk, in order (all with the same base offset)."""
+        others, n = {}, 0
+        for p in parts:
+            others.update({n + i: it for i, it in p.others.items()})
+            n += len(p)
+        first = parts[0]
+        return cls(first.segment, first.base_offset, *(np.concatenate([getattr(p, f) for p in parts]) for f in
+                                                        ("positions", "sizes", "kinds", "magics")), others)
+
+    def take(self, rows) -> "FrameArrays":
+        """The rows at ``rows`` (increasing indices, or a boolean mask)."""
+        rows = np.flatnonzero(rows) if np.asarray(rows).dtype == bool else np.asarray(rows, np.int64)
+        others = {}
+        if self.others:
+            old = np.fromiter(self.others, np.int64, len(self.others))
+            new = np.searchsorted(rows, old)
+            hit = new < len(rows)
+            hit[hit] = rows[new[hit]] == old[hit]
+            others = {int(j): self.others[int(i)] for i, j in zip(old[hit], new[hit])}
+        return FrameArrays(self.segment, self.base_offset, self.positions[rows], self.sizes[rows], self.kinds[rows],
+                           self.magics[rows], others)
+
+    def slice(self, a: int, b: int) -> "FrameArrays":
+        return FrameArrays(self.segment, self.base_offset, self.positions[a:b], self.sizes[a:b], self.kinds[a:b],
+                           self.magics[a:b], {i - a: it for i, it in self.others.items() if a <= i < b})
+
+    def moved(self, delta: int) -> "FrameArrays":
+        """The same items with file positions ``delta`` further (for a buffer that starts ``delta`` into the
+        segment); physical offsets do not change."""
+        if not delta:
+            return self
+        return FrameArrays(self.segment, self.base_offset - delta, self.positions + delta, self.sizes, self.kinds,
+                           self.magics, {i: replace(it, file_position=it.file_position + delta)
+                                         for i, it in self.others.items()})
+
+
+class _Collector:
+    """Builds a FrameArrays from message runs (arrays) and single items."""
+
+    def __init__(self, segment: str, base_offset: int):
+        self.segment, self.base_offset = segment, base_offset
+        self.chunks: list[tuple] = []
+        self.single: list[tuple] = []  # (position, size, kind, magic) not yet in a chunk
+        self.others: dict = {}
+        self.n = 0
+
+    def run(self, positions, sizes, magics):
+        self._flush()
+        self.chunks.append((positions, sizes, np.zeros(len(positions), np.int8), magics))
+        self.n += len(positions)
+
+    def one(self, kind: int, position: int, size: int, magic: int, item=None):
+        if item is not None:
+            self.others[self.n] = item
+        self.single.append((position, size, kind, magic))
+        self.n += 1
+
+    def _flush(self):
+        if self.single:
+            pos, size, kind, magic = zip(*self.single)
+            self.chunks.append((np.array(pos, np.int64), np.array(size, np.int64), np.array(kind, np.int8),
+                                np.array(magic, np.int32)))
+            self.single = []
+
+    def result(self) -> FrameArrays:
+        self._flush()
+        if not self.chunks:
+            return FrameArrays.empty(self.segment, self.base_offset)
+        cols = [np.concatenate(c) if len(self.chunks) > 1 else c[0] for c in zip(*self.chunks)]
+        return FrameArrays(self.segment, self.base_offset, cols[0], cols[1], cols[2], cols[3], self.others)
+
+
+# Layout variant v: bit 0 born host IPv6, bit 1 store host IPv6, bit 2 magic V2 (as the header gives them)
+_VARIANTS = [L.record_layout(bool(v & 1), bool(v & 2), 2 if v & 4 else 1) for v in range(8)]
+_V_MIN_SIZE = np.array([lay.min_size for lay in _VARIANTS], np.int64)
+_V_BODY_OFFSET = np.array([lay.body_offset for lay in _VARIANTS], np.int64)
+_V_BODY_LENGTH_AT = np.array([lay.offsets["body_length"] for lay in _VARIANTS], np.int64)
+_V_TOPIC_WIDTH = np.array([lay.topic_length_width for lay in _VARIANTS], np.int64)
+_BODY_CRC_AT = _VARIANTS[0].offsets["body_crc"]  # the same in every variant
+_MAGIC_LEAD_BYTES = sorted({(m & 0xFFFFFFFF) >> 24 for m in L.MESSAGE_MAGICS})
+# A run is searched for in a window of candidate starts that doubles while runs fill it (few numpy calls per
+# record) and starts small after each record the scalar check had to decide (little scanned for nothing).
+_WINDOW_MIN, _WINDOW_MAX = 64 << 10, 4 << 20
+
+
+def _overlapping(data: np.ndarray, dtype: str) -> np.ndarray:
+    """Element ``i`` is the ``dtype`` value stored at byte ``i`` (zero copy)."""
+    dt = np.dtype(dtype)
+    return np.ndarray((max(len(data) - dt.itemsize + 1, 0),), dt, data, 0, (1,))
+
+
+class _BulkFramer:
+    """Runs of consecutive records that :func:`frame_at` would call plain valid messages, found with numpy.
+
+    Candidates are the positions whose MAGICCODE is a message magic (and, when checked, whose PHYSICALOFFSET is
+    base + position); a run follows TOTALSIZE from candidate to candidate and ends before the first record whose
+    successor is not the next candidate or that fails any of ``frame_at``'s message checks (size bounds, the
+    three length fields, calMsgLength, body CRC).  Whatever ends a run is left to ``frame_at``.  Records before
+    ``crc_checked_before`` are trusted to pass the CRC check (an earlier walk checked them)."""
+
+    def __init__(self, buf, limit: int, base_offset: int, check_crc: bool, check_physical_offset: bool,
+                 crc_checked_before: int = 0):
+        self.buf, self.limit, self.base = buf, limit, base_offset
+        self.check_crc, self.check_phys, self.crc_from = check_crc, check_physical_offset, crc_checked_before
+        self.data = np.frombuffer(buf, np.uint8) if len(buf) else np.zeros(0, np.uint8)
+        self.i8 = self.data.view(np.int8)
+        self.i16, self.i32, self.i64 = (_overlapping(self.data, t) for t in (">i2", ">i4", ">i8"))
+        self.mv = memoryview(buf)
+
+    def close(self):
+        """Drop the views of ``buf`` (an mmap cannot close while they live)."""
+        self.data = self.i8 = self.i16 = self.i32 = self.i64 = None
+        self.mv.release()
+
+    def run(self, start: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(positions, sizes, magics) of the run from ``start`` (a record boundary) among records starting
+        before ``hi`` (at most ``limit - MIN_RECORD_SIZE + 1``); empty when the record at ``start`` is not one."""
+        data, i32 = self.data, self.i32
+        window = data[start + L.MAGIC_OFFSET:hi + L.MAGIC_OFFSET]
+        hits = np.flatnonzero(window == _MAGIC_LEAD_BYTES[0])
+        for lead in _MAGIC_LEAD_BYTES[1:]:
+            hits = np.union1d(hits, np.flatnonzero(window == lead))
+        if not len(hits) or hits[0] != 0:
+            return _EMPTY_RUN
+        hits += start
+        magic = i32[hits + L.MAGIC_OFFSET]
+        keep = magic == L.MAGIC_V1
+        for m in list(L.MESSAGE_MAGICS)[1:]:
+            keep |= magic == m
+        if self.check_phys:
+            keep &= self.i64[hits + L.PHYSICAL_OFFSET_OFFSET] == hits + self.base
+        cand = hits[keep]
+        if not len(cand) or cand[0] != start:
+            return _EMPTY_RUN
+        magic = magic[keep]
+        size = i32[cand].astype(np.int64)
+        end = cand + size
+        link = np.flatnonzero(cand[1:] != end[:-1])  # a candidate that is not where the previous record ends
+        k = int(link[0]) + 1 if len(link) else len(cand)
+        cand, magic, size, end = cand[:k], magic[:k], size[:k], end[:k]
+        sys_flag = i32[cand + L.SYS_FLAG_OFFSET]
+        variant = (((sys_flag & L.BORNHOST_V6_FLAG) != 0) | ((sys_flag & L.STOREHOST_V6_FLAG) != 0) << 1
+                   | (magic == L.MAGIC_V2) << 2).astype(np.intp)
+        body_len = i32[np.minimum(cand + _V_BODY_LENGTH_AT[variant], len(i32) - 1)].astype(np.int64)
+        ok = self._framing_ok(cand, variant, body_len, size, end)
+        j = k if ok.all() else int(np.argmin(ok))
+        if self.check_crc and j and cand[j - 1] >= self.crc_from:
+            first = int(np.searchsorted(cand[:j], self.crc_from))
+            body_at = cand[first:j] + _V_BODY_OFFSET[variant[first:j]]
+            crc_ok = self._crc_ok(body_at, body_len[first:j], i32[cand[first:j] + _BODY_CRC_AT])
+            if not crc_ok.all():
+                j = first + int(np.argmin(crc_ok))
+        return cand[:j], size[:j], magic[:j]
+
+    def _framing_ok(self, cand, variant, body_len, size, end) -> np.ndarray:
+        """frame_at's message checks after the magic (and PHYSICALOFFSET), for every candidate at once.
+
+        TOTALSIZE == calMsgLength with three non-negative lengths puts every field inside the record and
+        TOTALSIZE above the layout's minimum: that is all frame_at's bounds checks ask of a message."""
+        i8, i16 = self.i8, self.i16
+        width = _V_TOPIC_WIDTH[variant]
+        p = cand + _V_BODY_OFFSET[variant] + np.maximum(body_len, 0)  # the topic length
+        topic_len = np.where(width == 2, i16[np.minimum(p, len(i16) - 1)], i8[np.minimum(p, len(i8) - 1)])
+        p = np.clip(p + width + topic_len, 0, len(i16) - 1)  # the properties length
+        props_len = i16[p].astype(np.int64)
+        return ((end <= self.limit) & (body_len >= 0) & (topic_len >= 0) & (props_len >= 0)
+                & (_V_BODY_OFFSET[variant] + body_len + width + topic_len + 2 + props_len == size))
+
+    def _crc_ok(self, body_at, body_len, stored) -> np.ndarray:
+        """body_crc32 of each body against BODYCRC; an empty body is not checked (as frame_at)."""
+        # body_crc32's rule, one zlib call per body with no Python frame in between
+        crc = np.fromiter(map(zlib.crc32, map(self.mv.__getitem__, map(slice, body_at.tolist(),
+                                                                       (body_at + body_len).tolist()))),
+                          np.int64, len(body_at))
+        return ((crc & 0x7FFFFFFF) == stored) | (body_len == 0)
+
+
+_EMPTY_RUN = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32))
+
+
+def _walk_into(out: _Collector, framer: _BulkFramer, buf, segment: str, base_offset: int, pos: int, limit: int,
+               until: int | None, check_crc: bool, check_physical_offset: bool) -> Frame | None:
+    """walk_buffer from ``pos`` into ``out``; returns its closing blank/stop, or None when ``until`` came first."""
+    window = _WINDOW_MIN
+    last_start = limit - L.MIN_RECORD_SIZE + 1  # no message starts later
+    while until is None or pos < until:
+        hi = min(pos + window, last_start, limit if until is None else until)
+        if hi > pos:
+            positions, sizes, magics = framer.run(pos, hi)
+            if len(positions):
+                out.run(positions, sizes, magics)
+                pos = int(positions[-1] + sizes[-1])
+                if pos >= hi:  # the run filled its window: go on in bulk
+                    window = min(2 * window, _WINDOW_MAX)
+                    continue
+        if until is not None and pos >= until:
+            break
+        # a record the bulk pass could not prove a plain valid message: the scalar check decides
+        kind, size, magic, stop_kind, stop_field, stop_msg = frame_at(
+            buf, pos, limit, base_offset, check_crc=check_crc, check_physical_offset=check_physical_offset)
+        if kind == "message":
+            out.one(KIND_MESSAGE, pos, size, magic)
+            pos += size
+            window = _WINDOW_MIN
+            continue
+        frame = Frame(kind, segment, pos, base_offset + pos, size, magic, stop_kind, stop_field, stop_msg)
+        out.one(_KIND_CODES[kind], pos, size, magic, frame)
+        return frame
+    return None
+
+
+def walk_arrays(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
+                until: int | None = None, check_crc: bool = True, check_physical_offset: bool = True,
+                crc_checked_before: int = 0) -> FrameArrays:
+    """:func:`walk_buffer` (``decode=False``) as arrays; with ``until``, only the items before that position.
+
+    ``crc_checked_before``: the caller vouches that every message of this walk starting before that position
+    passed the body CRC check already (an earlier walk of the same bytes); the bulk pass does not redo it."""
+    limit = len(buf) if limit is None else limit
+    out, framer = _Collector(segment, base_offset), _BulkFramer(buf, limit, base_offset, check_crc,
+                                                               check_physical_offset, crc_checked_before)
+    try:
+        _walk_into(out, framer, buf, segment, base_offset, start, limit, until, check_crc, check_physical_offset)
+    finally:
+        framer.close()
+    return out.result()
+
+
+def salvage_arrays(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
+                   until: int | None = None, check_crc: bool = True, excerpt_len: int = 32,
+                   crc_checked_before: int = 0) -> FrameArrays:
+    """:func:`salvage_buffer` (``decode=False``) as arrays; with ``until``, only the items before that position
+    (``crc_checked_before`` as in :func:`walk_arrays`)."""
+    limit = len(buf) if limit is None else limit
+    out, framer = _Collector(segment, base_offset), _BulkFramer(buf, limit, base_offset, check_crc, True,
+                                                               crc_checked_before)
+    try:
+        pos = start
+        while pos < limit and (until is None or pos < until):
+            last = _walk_into(out, framer, buf, segment, base_offset, pos, limit, until, check_crc, True)
+            if last is None or last.kind == "blank":
+                break
+            span, nxt = _resync_after(buf, last, limit, base_offset, excerpt_len)
+            if span is not None:
+                out.one(KIND_CORRUPT, span.file_position, span.length, 0, span)
+            if nxt is None:
+                break
+            pos = nxt
+    finally:
+        framer.close()
+    return out.result()

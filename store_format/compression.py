@@ -14,6 +14,7 @@ import zstandard
 from .errors import ErrorKind, StoreFormatError
 
 DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
+_READ_CHUNK = 1 << 20  # output is produced and counted this much at a time
 ZLIB_LEVEL = 5  # RocketMQ's default compressLevel
 
 
@@ -32,25 +33,58 @@ def decompress(body: bytes, kind: str, max_output: int = DEFAULT_MAX_DECOMPRESSE
     try:
         if kind == "ZLIB":
             d = zlib.decompressobj()
-            out = d.decompress(body, max_output + 1)
+            out = _capped(d, body, max_output + 1, lambda: d.unconsumed_tail)
             if not d.eof and len(out) <= max_output:
                 raise StoreFormatError(ErrorKind.DECOMPRESSION, "zlib stream is truncated", field="body")
         elif kind == "LZ4":
             d = lz4.frame.LZ4FrameDecompressor()
-            out = d.decompress(body, max_length=max_output + 1)
+            out = _capped(d, body, max_output + 1, lambda: b"")  # lz4 keeps unread input itself
             if not d.eof and len(out) <= max_output:
                 raise StoreFormatError(ErrorKind.DECOMPRESSION, "lz4 frame is truncated", field="body")
         elif kind == "ZSTD":
-            with zstandard.ZstdDecompressor().stream_reader(body) as reader:
-                out = reader.read(max_output + 1)
+            # zstd's one-shot API allocates whatever content size a frame header declares, and its stream reader
+            # says nothing of a frame cut short; so a streaming pass counts the output first (memory: one
+            # chunk), and only a frame known to fit is decoded, by an object that tells whether it ended
+            out = None  # past the cap
+            if _zstd_output_size(body, max_output + 1) <= max_output:
+                whole = zstandard.ZstdDecompressor().decompressobj()
+                out = whole.decompress(body)
+                if not whole.eof:
+                    raise StoreFormatError(ErrorKind.DECOMPRESSION, "zstd frame is truncated", field="body")
         else:
             raise StoreFormatError(ErrorKind.DECOMPRESSION, f"unknown compression {kind}", field="body")
     except StoreFormatError:
         raise
     except (zlib.error, RuntimeError, zstandard.ZstdError, ValueError) as e:
         raise StoreFormatError(ErrorKind.DECOMPRESSION, f"{kind} body cannot be decompressed: {e}", field="body") from None
-    if len(out) > max_output:
+    if out is None or len(out) > max_output:
         raise StoreFormatError(ErrorKind.DECOMPRESSION,
                                f"{kind} body expands past the {max_output}-byte cap (possible decompression bomb)",
                                field="body")
     return out
+
+
+
+def _zstd_output_size(body: bytes, limit: int) -> int:
+    """How many bytes the first zstd frame of ``body`` decodes to, counting no further than ``limit``."""
+    n = 0
+    with zstandard.ZstdDecompressor().stream_reader(body) as reader:
+        while n < limit:
+            chunk = reader.read(min(_READ_CHUNK, limit - n))
+            if not chunk:
+                break
+            n += len(chunk)
+    return n
+
+
+def _capped(d, body: bytes, limit: int, unread) -> bytes:
+    """Up to ``limit`` bytes from a zlib/lz4 decompressor, in chunks: lz4 allocates its whole ``max_length``
+    up front and zlib grows to twice it, so one call with the cap would cost 64-128 MiB for any body."""
+    out, data = bytearray(), body
+    while len(out) < limit:
+        chunk = d.decompress(data, min(_READ_CHUNK, limit - len(out)))
+        data = unread()
+        out += chunk
+        if d.eof or not chunk:
+            break
+    return bytes(out) if len(out) < limit else out  # past the cap the caller only needs the length

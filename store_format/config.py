@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ CONFIG_FILES = ("consumerOffset.json", "delayOffset.json", "topics.json", "subsc
 TOPIC_GROUP_SEPARATOR = "@"
 _MAX_DEPTH = 200
 _WS = " \t\r\n"
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")  # up to Long.MAX_VALUE's 19 digits
 
 
 class _Parser:
@@ -52,6 +54,8 @@ class _Parser:
         except json.JSONDecodeError as e:
             self.i = e.pos
             self.fail(e.msg)
+        except ValueError as e:  # e.g. an integer longer than int() accepts (sys.get_int_max_str_digits)
+            self.fail(str(e))
         self.i = end
         return v
 
@@ -185,31 +189,46 @@ def read_config(config_dir: str | os.PathLike, name: str) -> ConfigFile:
 def consumer_offsets(cfg: ConfigFile) -> dict[tuple[str, str], dict[int, int]]:
     """consumerOffset.json -> {(topic, group): {queue_id: next offset to consume}}."""
     out = {}
-    for key, table in ((cfg.data or {}).get("offsetTable") or {}).items():
+    for key, table in _table(cfg, "offsetTable").items():
         topic, sep, group = str(key).rpartition(TOPIC_GROUP_SEPARATOR)
         if not sep or not isinstance(table, dict):
             continue
-        out[(topic, group)] = {int(q): int(o) for q, o in table.items() if _is_int(q) and _is_int(o)}
+        out[(topic, group)] = {_as_int(q): _as_int(o) for q, o in table.items() if _is_int(q) and _is_int(o)}
     return out
 
 
 def delay_offsets(cfg: ConfigFile) -> dict[int, int]:
     """delayOffset.json -> {delay level: next SCHEDULE_TOPIC_XXXX queue offset to deliver}."""
-    table = (cfg.data or {}).get("offsetTable") or {}
-    return {int(k): int(v) for k, v in table.items() if _is_int(k) and _is_int(v)}
+    return {_as_int(k): _as_int(v) for k, v in _table(cfg, "offsetTable").items() if _is_int(k) and _is_int(v)}
 
 
 def topic_configs(cfg: ConfigFile) -> dict[str, dict]:
-    return dict((cfg.data or {}).get("topicConfigTable") or {})
+    return dict(_table(cfg, "topicConfigTable"))
 
 
 def subscription_groups(cfg: ConfigFile) -> dict[str, dict]:
-    return dict((cfg.data or {}).get("subscriptionGroupTable") or {})
+    return dict(_table(cfg, "subscriptionGroupTable"))
+
+
+def _table(cfg: ConfigFile, name: str) -> dict:
+    """A top-level map of a config file ({} when absent); any other JSON type there is a positioned error."""
+    table = (cfg.data or {}).get(name)
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise ConfigError(ErrorKind.BAD_CONFIG, f"{name} is a JSON {type(table).__name__}, not an object",
+                          file=cfg.source, field=name)
+    return table
 
 
 def _is_int(v) -> bool:
+    """An int, or a str Java's Long.parseLong would read (ASCII digits with an optional sign)."""
     if isinstance(v, bool):
         return False
     if isinstance(v, int):
         return True
-    return isinstance(v, str) and v.lstrip("-").isdigit()
+    return isinstance(v, str) and _INT_TEXT.fullmatch(v) is not None
+
+
+def _as_int(v) -> int:
+    return v if isinstance(v, int) else int(v)

@@ -22,7 +22,8 @@ from .commitlog import ReadOnlyMap
 from .errors import ConsumeQueueError, ErrorKind
 
 _UNIT = struct.Struct(L.CQ_UNIT_STRUCT)
-_FILE_NAME = re.compile(r"^\d{20}$")
+_FILE_NAME = re.compile(r"[0-9]{20}")  # fullmatch: ASCII digits only, no trailing newline
+_QUEUE_DIR = re.compile(r"-?[0-9]{1,10}")  # an int queue id, as Integer.parseInt reads the folder name
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def list_queue_files(queue_dir: str | os.PathLike, topic: str, queue_id: int) ->
     out = []
     if d.is_dir():
         for p in d.iterdir():
-            if _FILE_NAME.match(p.name) and p.is_file():
+            if _FILE_NAME.fullmatch(p.name) and p.is_file():
                 out.append(CQFile(topic, queue_id, p, int(p.name), p.stat().st_size))
     return sorted(out, key=lambda f: f.base_byte_offset)
 
@@ -79,7 +80,7 @@ def discover_queues(consumequeue_dir: str | os.PathLike) -> dict[tuple[str, int]
         if not topic_dir.is_dir():
             continue
         for qdir in sorted(topic_dir.iterdir()):
-            if qdir.is_dir() and qdir.name.lstrip("-").isdigit():
+            if qdir.is_dir() and _QUEUE_DIR.fullmatch(qdir.name) and -2**31 <= int(qdir.name) < 2**31:
                 queues[(topic_dir.name, int(qdir.name))] = list_queue_files(qdir, topic_dir.name, int(qdir.name))
     return queues
 

@@ -33,10 +33,15 @@ def parse_host(host: str) -> tuple[bytes, int]:
     try:
         addr, _, port = host.rpartition(":")
         if addr.startswith("["):
-            return ipaddress.IPv6Address(addr[1:-1]).packed, int(port)
-        return ipaddress.ip_address(addr).packed, int(port)
+            ip = ipaddress.IPv6Address(addr[1:-1]).packed
+        else:
+            ip = ipaddress.ip_address(addr).packed
+        port = int(port)
     except ValueError as e:
         raise IdError(ErrorKind.BAD_ID, f"host {host!r} is not 'ip:port' or '[ipv6]:port': {e}", field="host") from None
+    if not -2**31 <= port < 2**31:  # the record stores the port as a Java int
+        raise IdError(ErrorKind.BAD_ID, f"host {host!r}: port {port} does not fit a 32-bit int", field="host")
+    return ip, port
 
 
 def create_offset_msg_id(store_ip: bytes, store_port: int, physical_offset: int) -> str:
@@ -82,12 +87,16 @@ class UniqKey:
     def timestamp(self, near_ms: int, tz: _dt.tzinfo = _dt.timezone.utc) -> int:
         """Producer time in ms: month start (in ``tz``) of ``near_ms`` (e.g. the born timestamp) plus
         the offset; the previous month if that lands after ``near_ms`` by more than a minute."""
-        when = _dt.datetime.fromtimestamp(near_ms / 1000, tz)
-        month = when.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        t = int(month.timestamp() * 1000) + self.millis_since_month_start
-        if t > near_ms + 60_000:
-            prev = (month - _dt.timedelta(days=1)).replace(day=1)
-            t = int(prev.timestamp() * 1000) + self.millis_since_month_start
+        try:
+            when = _dt.datetime.fromtimestamp(near_ms / 1000, tz)
+            month = when.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+            t = int(month.timestamp() * 1000) + self.millis_since_month_start
+            if t > near_ms + 60_000:
+                prev = (month - _dt.timedelta(days=1)).replace(day=1)
+                t = int(prev.timestamp() * 1000) + self.millis_since_month_start
+        except (ValueError, OverflowError, OSError):  # a (damaged) time outside what datetime can hold
+            raise IdError(ErrorKind.OUT_OF_RANGE, f"time {near_ms} ms is outside the years 1-9999",
+                          field="born_timestamp") from None
         return t
 
 

@@ -25,7 +25,7 @@ from .javahash import index_key, index_key_hash
 _HEADER = struct.Struct(L.INDEX_HEADER_STRUCT)
 _ENTRY = struct.Struct(L.INDEX_ENTRY_STRUCT)
 _SLOT = struct.Struct(">i")
-INDEX_NAME = re.compile(r"^\d{17}$")
+INDEX_NAME = re.compile(r"[0-9]{17}")  # fullmatch: ASCII digits only, no trailing newline
 
 
 @dataclass(frozen=True)
@@ -53,13 +53,26 @@ class IndexFile:
     def __init__(self, path: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None):
         self.path = Path(path)
         self._map = ReadOnlyMap(self.path)
+        try:
+            self._check_geometry(hash_slot_num, index_num)
+        except IndexFileError:
+            self._map.close()  # a refused file leaves no open mapping behind
+            raise
+
+    def _check_geometry(self, hash_slot_num: int | None, index_num: int | None):
         buf = self._map.buf
         if len(buf) < L.INDEX_HEADER_SIZE:
             raise IndexFileError(ErrorKind.TRUNCATED, f"{len(buf)} bytes, the header needs {L.INDEX_HEADER_SIZE}",
                                  file=str(self.path), position=0)
         self.header = IndexHeader(*_HEADER.unpack_from(buf, 0))
         if hash_slot_num is None or index_num is None:
-            hash_slot_num, index_num = infer_geometry(len(buf), hash_slot_num, index_num)
+            try:
+                hash_slot_num, index_num = infer_geometry(len(buf), hash_slot_num, index_num)
+            except IndexFileError as e:
+                raise IndexFileError(e.kind, e.message, file=str(self.path), position=e.position) from None
+        if hash_slot_num < 1 or index_num < 1:
+            raise IndexFileError(ErrorKind.BAD_GEOMETRY, f"{hash_slot_num} hash slots x {index_num} entries: both "
+                                 "must be positive", file=str(self.path), position=len(buf))
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         expected = L.index_file_size(hash_slot_num, index_num)
@@ -159,10 +172,16 @@ class IndexFile:
 def infer_geometry(length: int, hash_slot_num: int | None = None, index_num: int | None = None) -> tuple[int, int]:
     """Slots and entries from the file length: RocketMQ's ratio is maxIndexNum = 4 x maxHashSlotNum."""
     body = length - L.INDEX_HEADER_SIZE
+    given = None
     if hash_slot_num is not None:
-        return hash_slot_num, (body - hash_slot_num * L.INDEX_SLOT_SIZE) // L.INDEX_ENTRY_SIZE
-    if index_num is not None:
-        return (body - index_num * L.INDEX_ENTRY_SIZE) // L.INDEX_SLOT_SIZE, index_num
+        given = hash_slot_num, (body - hash_slot_num * L.INDEX_SLOT_SIZE) // L.INDEX_ENTRY_SIZE
+    elif index_num is not None:
+        given = (body - index_num * L.INDEX_ENTRY_SIZE) // L.INDEX_SLOT_SIZE, index_num
+    if given is not None:
+        if min(given) < 1:
+            raise IndexFileError(ErrorKind.BAD_GEOMETRY, f"length {length} leaves {given[0]} slots x {given[1]} "
+                                 "entries", position=length)
+        return given
     # 4*s + 20*4*s = 84*s
     if body > 0 and body % (L.INDEX_SLOT_SIZE + 4 * L.INDEX_ENTRY_SIZE) == 0:
         s = body // (L.INDEX_SLOT_SIZE + 4 * L.INDEX_ENTRY_SIZE)
@@ -176,4 +195,4 @@ def list_index_files(index_dir: str | os.PathLike) -> list[Path]:
     d = Path(index_dir)
     if not d.is_dir():
         return []
-    return sorted(p for p in d.iterdir() if p.is_file() and INDEX_NAME.match(p.name))
+    return sorted(p for p in d.iterdir() if p.is_file() and INDEX_NAME.fullmatch(p.name))

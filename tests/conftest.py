@@ -51,3 +51,33 @@ def spark():
     session = build_session("tests", master="local[2]", test_profile=True)
     yield session
     session.stop()
+
+
+# ---- Hostile dumps (issue 10): the fixtures stay untouched; the damage campaign's counts end the run ----
+CAMPAIGN_REPORT: list[str] = []  # lines tests/test_damage_campaign.py leaves for the terminal summary
+
+
+def tree_state(root: Path) -> dict[str, tuple[str, int]]:
+    """relative path -> (sha256, mtime_ns) of every file below ``root``."""
+    import hashlib
+
+    return {str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()} if root.exists() else {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fixtures_stay_untouched():
+    """Input dumps are opened read-only everywhere: once every test (Spark jobs included) has run, no fixture
+    file has new bytes or a new mtime, and none appeared or vanished.  Yields the snapshot taken at the start."""
+    before = tree_state(FIXTURES)
+    yield before
+    after = tree_state(FIXTURES)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"the test run changed read-only fixture files under {FIXTURES}: {changed[:10]}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    if CAMPAIGN_REPORT:
+        terminalreporter.section("hostile dumps")
+        for line in CAMPAIGN_REPORT:
+            terminalreporter.write_line(line)

@@ -1,8 +1,9 @@
-"""Two backends, one truth: the vectorized kernels (udfs.kernels) against the scalar decoder
+"""Two backends, one truth: the compiled kernels (udfs.kernels over udfs.compiled) against the scalar decoder
 (store_format.codec.decode_record + Message's derived properties), on the RocketMQ-written fixtures and on
 hypothesis-generated records, well-formed and malformed."""
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 
@@ -17,7 +18,7 @@ from store_format.codec import decode_record, encode_record
 from store_format.compression import compress
 from store_format.errors import ErrorKind, RecordError, StoreFormatError
 from store_format.ids import create_uniq_key, parse_uniq_key
-from store_format.message import DERIVED_FIELDS, STORED_FIELDS, Message
+from store_format.message import DERIVED_FIELDS, STORED_FIELDS, Message, body_crc32
 from udfs import kernels as K
 
 from .conftest import fixture_manifest, fixture_store
@@ -114,12 +115,21 @@ def fixture_frames(name: str) -> tuple[list[bytes], list[dict]]:
     return frames, manifest["messages"]
 
 
-def test_layout_offsets_are_the_reference():
-    """The kernel's header views come from layout; pin them to the spec's IPv4 table and the IPv6 widths."""
-    v4 = K._DTYPES[0]
-    assert v4.itemsize == 88 and v4.fields["body_length"][1] == 84 and v4.fields["store_host_ip"][1] == 64
-    assert K._DTYPES[3].itemsize == 112 and K._DTYPES[1].fields["store_timestamp"][1] == 68
-    assert list(K._MIN_SIZE[:4]) == [91, 103, 103, 115] and K._MIN_SIZE[4] == 92  # V2: 2-byte topic length
+@pytest.fixture(scope="module", autouse=True)
+def compiled():
+    """Load (or, on a fresh machine, compile) the numba passes before any hypothesis deadline starts."""
+    return K._compiled()
+
+
+def test_layout_offsets_are_the_reference(compiled):
+    """The compiled pass takes its offsets from layout; pin them to the spec's IPv4 table and the IPv6 widths."""
+    C = compiled
+    v4, v6, v4_magic2 = C.LAYOUT[0], C.LAYOUT[3], C.LAYOUT[4]
+    assert (v4[C.LAY_BODY], v4[C.LAY_BODY_LENGTH], v4[C.LAY_STORE_HOST], v4[C.LAY_STORE_IP_WIDTH]) == (88, 84, 64, 4)
+    assert (v6[C.LAY_BODY], v6[C.LAY_STORE_IP_WIDTH], v6[C.LAY_BORN_IP_WIDTH]) == (112, 16, 16)
+    assert C.INT64_OFFSETS[1][C.INT64_FIELDS.index("store_timestamp")] == 68  # after a 20-byte born host
+    assert list(C.LAYOUT[:4, C.LAY_MIN_SIZE]) == [91, 103, 103, 115]
+    assert v4_magic2[C.LAY_MIN_SIZE] == 92 and v4_magic2[C.LAY_TOPIC_LEN_WIDTH] == 2  # V2: 2-byte topic length
 
 
 def test_fixture_parity(fixture):
@@ -208,8 +218,9 @@ def test_properties_edge_cases_follow_string2messageProperties():
     assert rows[5]["properties"] == {} and rows[5]["keys"] == [] and rows[5]["tags_code"] == 0
 
 
-def test_many_distinct_keys_use_the_general_duplicate_path():
-    """More than 64 distinct keys in a batch leaves the bitset shortcut; repeats must still resolve."""
+def test_many_keys_in_a_row_use_the_hash_grouped_duplicate_path():
+    """More than 16 entries in a row are grouped by key hash instead of compared pairwise; repeats must still
+    resolve."""
     props = "\x02".join(f"key{i}\x01v{i}" for i in range(80)) + "\x02key3\x01last"
     rows = assert_parity([encode_record(_msg(properties_raw=props)), encode_record(_msg())])
     assert rows[0]["properties"]["key3"] == "last" and len(rows[0]["properties"]) == 80
@@ -316,10 +327,54 @@ def test_empty_batch_and_all_bad_batch():
     assert [r["error"] for r in rows] == ["BAD_MAGIC", None, "TRUNCATED"]
 
 
-def test_java_hash_vectorized_matches_reference():
-    from store_format.javahash import java_hash
-    words = ["", "a", "TagA", "Aa", "BB", "polygenelubricants", "x" * 500, "TopicTest#KEY1"]
-    assert K._java_hash_ascii(pa.array(words)).tolist() == [java_hash(w) for w in words]
+def test_compiled_tags_hash_matches_java_hash(compiled):
+    """tagsCode over UTF-16 code units: ASCII, BMP and astral characters (surrogate pairs)."""
+    from store_format.javahash import tags_code
+    words = ["", "a", "TagA", "Aa", "BB", "polygenelubricants", "x" * 500, "TopicTest#KEY1", "é", "日本語", "😀", "a😀b𝄞"]
+    raw = [w.encode() for w in words]
+    off = np.cumsum([0] + [len(r) for r in raw], dtype=np.int32)
+    got = compiled.tags_hashes(np.frombuffer(b"".join(raw), np.uint8), off, np.arange(len(words), dtype=np.int64))
+    assert got.tolist() == [tags_code(w) for w in words]
+
+
+def test_compiled_crc_matches_zlib_at_every_length():
+    """The slice-by-8 CRC against UtilAll.crc32 (zlib) for bodies of 0..80 bytes, at every alignment."""
+    rng = np.random.default_rng(3)
+    frames, expected = [], []
+    for n in range(81):
+        body = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        good = n % 3 != 0
+        crc = body_crc32(body) if good else body_crc32(body) ^ 1
+        frames.append(encode_record(_msg(body=body, body_crc=crc, topic="T" * (n % 8))))
+        expected.append(good)
+    got = K.decode_binary(pa.array(frames, pa.binary()), columns=["body_crc_ok"]).column(0).to_pylist()
+    assert got == expected
+
+
+def test_cache_plan_for_read_only_and_zipped_installs(tmp_path):
+    """numba's disk cache: beside the module when writable; else NUMBA_CACHE_DIR under the user cache (or the
+    temp dir); from a zip, numba's own user directory, or no cache where nothing is writable."""
+    from udfs.compiled import cache_plan
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    module = pkg / "compiled.py"
+    module.write_text("")
+    xdg = tmp_path / "xdg"
+    assert cache_plan(str(module), {"XDG_CACHE_HOME": str(xdg)}, str(tmp_path)) == (True, None)
+    (pkg / "__pycache__").rmdir()
+    (pkg / "__pycache__").write_text("")  # the package directory cannot hold a cache (even for root)
+    assert cache_plan(str(module), {"XDG_CACHE_HOME": str(xdg)}, str(tmp_path)) == \
+        (True, str(xdg / "rocketmq-forensics-numba"))
+    assert cache_plan(str(module), {"NUMBA_CACHE_DIR": "/somewhere"}, str(tmp_path)) == (True, None)
+    blocked = tmp_path / "blocked"
+    blocked.write_text("")  # a file: no directory can be made under it
+    uid = os.getuid()
+    assert cache_plan(str(module), {"XDG_CACHE_HOME": str(blocked)}, str(tmp_path)) == \
+        (True, str(tmp_path / f"rocketmq-forensics-numba-{uid}"))
+    assert cache_plan(str(module), {"XDG_CACHE_HOME": str(blocked)}, str(blocked)) == (False, None)
+    zipped = str(tmp_path / "deps.zip" / "udfs" / "compiled.py")
+    assert cache_plan(zipped, {"XDG_CACHE_HOME": str(xdg)}, str(tmp_path)) == (True, None)
+    assert cache_plan(zipped, {"XDG_CACHE_HOME": str(blocked)}, str(tmp_path)) == (False, None)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -460,13 +515,18 @@ def test_generated_buffer_and_binary_paths_agree(frames, typ):
     assert a.equals(b)
 
 
-def test_64_bit_offsets_path(fixture, monkeypatch):
-    """Buffers past 2 GiB switch the interleaved arrays to large_binary; force that path on a small buffer."""
+def test_batches_bigger_than_a_pass_are_cut_and_joined(fixture, monkeypatch):
+    """Texts keep 32-bit offsets because a batch past _PASS_BYTES / _PASS_ROWS is decoded in several passes and
+    joined; force many passes on a small batch (a frame bigger than a pass goes alone)."""
     name, _, _ = fixture
     frames, _ = fixture_frames(name)
-    plain = K.decode_binary(pa.array(frames, pa.binary()))
-    monkeypatch.setattr(K, "_INT32_MAX", 64)
-    assert K.decode_binary(pa.array(frames, pa.binary())).equals(plain)
+    arr = pa.array(frames[:3] + [None, b"junk"] + frames[3:], pa.binary())
+    plain = K.decode_binary(arr, decompress=True)
+    monkeypatch.setattr(K, "_PASS_BYTES", 300)
+    assert len(K._passes(K.frames_from_binary(arr))) > 3
+    assert K.decode_binary(arr, decompress=True).equals(plain)
+    monkeypatch.setattr(K, "_PASS_ROWS", 2)
+    assert K.decode_binary(arr, decompress=True).equals(plain)
 
 
 def test_short_frame_at_the_end_of_the_buffer():
@@ -478,30 +538,23 @@ def test_short_frame_at_the_end_of_the_buffer():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Batches whose rows share one property shape take the tiled-keys path; it must agree with the general one
+# Batches whose rows share one property shape (one producer's messages), with repeats and near misses
 
 
-@pytest.fixture
-def uniform_calls(monkeypatch):
-    calls = []
-    real = K._uniform_properties
-    monkeypatch.setattr(K, "_uniform_properties", lambda *a: calls.append(a[0]) or real(*a))
-    return calls
-
-
-def test_shared_shape_batch_with_repeated_and_trailing_keys(uniform_calls):
+def test_shared_shape_batch_with_repeated_and_trailing_keys():
     frames = [encode_record(_msg(properties_raw=f"KEYS\x01k{i}\x02WAIT\x01true\x02TAGS\x01T{i % 3}\x02"
                                                f"ORIGIN_MESSAGE_ID\x01id{i}\x02WAIT\x01false\x02"))
               for i in range(20)]
     rows = assert_parity(frames)
-    assert uniform_calls == [["KEYS", "WAIT", "TAGS", "ORIGIN_MESSAGE_ID", "WAIT"]]
     assert rows[7]["properties"] == {"KEYS": "k7", "TAGS": "T1", "ORIGIN_MESSAGE_ID": "id7", "WAIT": "false"}
+    batch = K.decode_binary(pa.array(frames[:1], pa.binary()), columns=["properties"])
+    assert [k for k, _ in batch.column(0)[0].as_py()] == ["KEYS", "TAGS", "ORIGIN_MESSAGE_ID", "WAIT"]  # last WAIT's place
 
 
 @pytest.mark.parametrize("odd", ["KEYZ\x01x", "KE\x01xx", "ORIGIN_MESSAGE_IX\x01x", "K\x01v"])
-def test_one_different_key_leaves_the_shared_path(uniform_calls, odd):
+def test_one_different_key_in_a_shared_shape_batch(odd):
     """Same separator shape, one row's key differs (same length, a middle byte of a long key, the buffer's
-    last bytes): keys must not be taken from row 0."""
+    last bytes): its keys are its own."""
     base = "KEYS\x01a\x02ORIGIN_MESSAGE_ID\x01b\x02K\x01v"
     frames = [encode_record(_msg(properties_raw=base)) for _ in range(5)]
     odd_props = base.replace({"KEYZ\x01x": "KEYS\x01a", "KE\x01xx": "KEYS\x01a",
@@ -509,8 +562,18 @@ def test_one_different_key_leaves_the_shared_path(uniform_calls, odd):
     if odd == "K\x01v":
         odd_props = base[:-3] + "Q\x01v"  # the last key of the last row: inside the buffer's final 8 bytes
     frames.append(encode_record(_msg(properties_raw=odd_props)))
-    assert_parity(frames)
-    assert uniform_calls == []
+    rows = assert_parity(frames)
+    assert rows[-1]["properties"] != rows[0]["properties"]
+
+
+def test_hostile_row_of_one_repeated_key_stays_fast_and_exact():
+    """8,000 entries with one key (the most a 32 KiB property string holds) take the hash-grouped duplicate
+    path: one entry survives, with the last value; a row of many distinct and repeated keys too."""
+    same = "\x02".join(f"a\x01{i % 10}" for i in range(8000))[:L.MAX_PROPERTIES_LENGTH]
+    mixed = "\x02".join(f"k{i % 97}\x01v{i}" for i in range(3000))
+    rows = assert_parity([encode_record(_msg(properties_raw=same)), encode_record(_msg(properties_raw=mixed))])
+    assert rows[0]["properties"] == {"a": same.rsplit("\x01", 1)[1]}
+    assert len(rows[1]["properties"]) == 97 and rows[1]["properties"]["k0"] == "v2910"
 
 
 @settings(max_examples=40, deadline=3000, suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,172 @@
+"""CommitLog <-> IndexFile: every UNIQ_KEY and key of an indexable message can be found, every entry points at a
+message one of whose keys has its hash, and the files' headers and hash chains hold together.
+
+Indexable (IndexService.buildIndex): every record but ROLLBACK; keys are ``topic#UNIQ_KEY`` and ``topic#k`` for
+each non-empty piece of KEYS split on " ".  Checks: ``index.key_missing`` (error; the warning
+``index.not_yet_indexed`` when the broker indexes the message at start: past the consume queues' end, or in
+the abnormal-recovery re-dispatch range), ``index.hash_mismatch``, ``index.entry_past_end``,
+``index.entry_mid_record``, ``index.entry_not_a_message``, the warnings ``index.entry_in_damage``,
+``index.entry_for_dropped_message`` (normal recovery leaves such stale entries, store-format.md section 14),
+``index.time_inconsistent``, ``index.header_mismatch``; ``index.chain_problem`` (out-of-range or cyclic
+links, unreachable entries), ``index.corrupt_file``, ``index.header_count_out_of_range``; the info
+``index.duplicate_entries`` (expected after re-dispatch: counted, not an error) and the warning
+``index.no_index`` (messages but no index files).
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql import functions as F
+from pyspark.sql.functions import arrow_udf
+
+from store_format.javahash import index_key_hash_many
+
+from .base import AuditContext, CheckResult, driver_findings, findings, locate_offsets, metrics
+
+
+@arrow_udf("int")
+def index_hash(full_keys: pa.Array) -> pa.Array:
+    """IndexService.indexKeyHashMethod of ``topic#key`` strings (Java String.hashCode over UTF-16)."""
+    return pa.array(index_key_hash_many([k or "" for k in full_keys.to_pylist()]), pa.int32())
+
+
+def expected_keys(messages):
+    """(message, key, key_hash) for every key the broker indexes: UNIQ_KEY and each key."""
+    keys = F.array_distinct(F.concat(
+        F.when(F.col("uniq_key").isNotNull(), F.array(F.col("uniq_key"))).otherwise(F.array().cast("array<string>")),
+        F.coalesce(F.col("keys"), F.array().cast("array<string>"))))
+    return (messages.where(F.col("tran_type") != "ROLLBACK")
+            .select("broker", "physical_offset", "segment", "file_position", "topic", "queue_id", "queue_offset",
+                    "store_timestamp", "kept", F.explode(keys).alias("key"))
+            .withColumn("key_hash", index_hash(F.concat(F.col("topic"), F.lit("#"), F.col("key")))))
+
+
+def run(ctx: AuditContext) -> CheckResult:
+    res = CheckResult()
+    idx = ctx.index
+    entries = idx.where(F.col("kind") == "entry")
+    headers = idx.where(F.col("kind") == "header")
+    indexed = {s.name for s in ctx.stores if (ctx.store_objects[s.name].root / "index").is_dir()}
+    m = ctx.messages
+    kept = m.where(F.col("kept"))
+    if len(indexed) < len(ctx.stores):
+        res.findings.append(findings(
+            kept.where(~F.col("broker").isin(*indexed) if indexed else F.lit(True)).groupBy("broker")
+            .agg(F.count("*").alias("n")),
+            "index.no_index", "warning",
+            F.concat(F.lit("no index/ folder: key lookups of "), F.col("n").cast("string"),
+                     F.lit(" messages cannot work (messageIndexEnable=false, or the folder is lost)")),
+            {"messages": F.col("n")}, file=F.lit("index")))
+    if not indexed:
+        return res
+
+    # every message's keys, hashed once (a Python UDF pass) and used twice
+    all_keys = ctx._persist(expected_keys(m.where(F.col("broker").isin(*indexed))))
+    expected = all_keys.where(F.col("kept"))
+    pending_from = F.create_map(*[x for n, p in ctx.recovery.items() for x in (
+        F.lit(n), F.lit(p.redispatch_from if p.redispatch_from is not None else p.max_cq_physical_offset))])
+    missing = expected.join(entries.select("broker", "physical_offset", "key_hash"),
+                            ["broker", "physical_offset", "key_hash"], "left_anti")
+    pending = F.col("physical_offset") >= pending_from[F.col("broker")]
+    res.findings.append(findings(
+        missing, F.when(pending, "index.not_yet_indexed").otherwise("index.key_missing"),
+        F.when(pending, "warning").otherwise("error"),
+        F.concat(F.lit("key "), F.col("topic"), F.lit("#"), F.col("key"),
+                 F.when(pending, F.lit(" is not indexed yet (the broker indexes it at start)"))
+                 .otherwise(F.lit(" of this message has no index entry: queries by it will not find it"))),
+        {"key": F.col("key"), "key_hash": F.col("key_hash")}))
+
+    # entries -> messages
+    target = m.select("broker", "physical_offset", "kept", F.col("store_timestamp").alias("m_store_ts"),
+                      F.col("topic").alias("m_topic"))
+    j = entries.join(target, ["broker", "physical_offset"], "left")
+    # a consequence of the truncation (the recovery family's error): one finding per index file
+    dropped = j.where(~F.col("kept")).groupBy("broker", "file").agg(
+        F.count("*").alias("n"), F.min("physical_offset").alias("first"), F.max("physical_offset").alias("last"))
+    res.findings.append(findings(
+        dropped, "index.entry_for_dropped_message", "warning",
+        F.concat(F.col("n").cast("string"), F.lit(" entries point at messages recovery drops (physical offsets "),
+                 F.col("first").cast("string"), F.lit(".."), F.col("last").cast("string"),
+                 F.lit("): lookups find candidates that are gone")),
+        {"entries": F.col("n"), "last_physical_offset": F.col("last")}, physical_offset=F.col("first")))
+    loose = locate_offsets(ctx, j.where(F.col("kept").isNull()).drop("kept", "m_store_ts", "m_topic"))
+    where = F.col("located")
+    res.findings.append(findings(
+        loose, F.concat(F.lit("index.entry_"), F.when(where == "in_damage", "in_damage")
+                        .when(where == "mid_record", "mid_record").when(where == "past_end", "past_end")
+                        .otherwise("not_a_message")),
+        F.when(where == "in_damage", "warning").otherwise("error"),
+        F.concat(F.lit("entry "), F.col("entry").cast("string"), F.lit(" "), F.col("located_text")),
+        {"entry": F.col("entry"), "key_hash": F.col("key_hash")}))
+
+    hashes = all_keys.groupBy("broker", "physical_offset").agg(
+        F.collect_set("key_hash").alias("hashes"))
+    good = j.where(F.col("kept")).join(hashes, ["broker", "physical_offset"], "left")
+    res.findings.append(findings(
+        good.where(~F.coalesce(F.array_contains(F.col("hashes"), F.col("key_hash")), F.lit(False))),
+        "index.hash_mismatch", "error",
+        F.concat(F.lit("entry "), F.col("entry").cast("string"), F.lit(" has hash "), F.col("key_hash").cast("string"),
+                 F.lit(", which is none of the keys of the message it points at")),
+        {"entry": F.col("entry"), "key_hash": F.col("key_hash")}, topic=F.col("m_topic")))
+    # timeDiff is whole seconds from the header's begin; the first entry's is against the previous file
+    late = (F.col("m_store_ts") < F.col("store_time")) | (F.col("m_store_ts") >= F.col("store_time") + 1000)
+    res.findings.append(findings(
+        good.where((F.col("entry") > 1) & late), "index.time_inconsistent", "warning",
+        F.concat(F.lit("entry "), F.col("entry").cast("string"), F.lit(" says store time "),
+                 F.col("store_time").cast("string"), F.lit(" (second precision) but the message was stored at "),
+                 F.col("m_store_ts").cast("string")),
+        {"entry": F.col("entry"), "entry_time": F.col("store_time"), "message_time": F.col("m_store_ts")},
+        topic=F.col("m_topic")))
+
+    problems = entries.where(F.size("problems") > 0)
+    res.findings.append(findings(
+        problems, "index.chain_problem", "error",
+        F.concat(F.lit("entry "), F.col("entry").cast("string"), F.lit(": "), F.array_join("problems", ", ")),
+        {"entry": F.col("entry"), "problems": F.array_join("problems", ","), "prev_index": F.col("prev_index")}))
+    res.findings.append(findings(
+        idx.where(F.col("kind") == "corrupt"), "index.corrupt_file", "error",
+        F.concat(F.lit("index file "), F.col("file"), F.lit(" cannot be read: "), F.coalesce(F.col("reason"), F.lit("")),
+                 F.lit(" "), F.coalesce(F.col("detail"), F.lit(""))),
+        {"reason": F.col("reason")}, physical_offset=None))
+    res.findings.append(_headers(headers, entries))
+
+    dups = (entries.groupBy("broker", "file", "key_hash", "physical_offset").agg(F.count("*").alias("n"))
+            .where(F.col("n") > 1).groupBy("broker").agg(F.sum(F.col("n") - 1).alias("extra"),
+                                                         F.count("*").alias("keys")))
+    res.findings.append(findings(
+        dups, "index.duplicate_entries", "info",
+        F.concat(F.col("extra").cast("string"), F.lit(" duplicate index entries for "), F.col("keys").cast("string"),
+                 F.lit(" (key, message) pair(s): expected after re-dispatch or a key listed twice")),
+        {"duplicates": F.col("extra")}, file=F.lit("index")))
+    per_broker = entries.groupBy("broker").agg(F.count("*").alias("n"), F.countDistinct("file").alias("files"))
+    res.metrics.append(metrics(per_broker, "broker", {"index_entries": "n", "index_files": "files"}))
+    res.metrics.append(metrics(dups, "broker", {"index_duplicate_entries": "extra"}))
+    return res
+
+
+def _headers(headers, entries):
+    """Header counters against the entries they describe."""
+    per_file = entries.groupBy("broker", "file").agg(
+        F.countDistinct("slot").alias("slots"), F.max("entry").alias("last_entry"),
+        F.max_by("physical_offset", "entry").alias("last_phy"), F.min_by("physical_offset", "entry").alias("first_phy"))
+    h = headers.join(per_file, ["broker", "file"], "left")
+    count_bad = (F.col("index_count") < 1) | (F.col("index_count") > F.col("index_num"))
+    problems = F.array_compact(F.array(
+        F.when(F.col("hash_slot_count") != F.coalesce(F.col("slots"), F.lit(0)),
+               F.concat(F.lit("hashSlotCount "), F.col("hash_slot_count").cast("string"), F.lit(" but "),
+                        F.coalesce(F.col("slots"), F.lit(0)).cast("string"), F.lit(" slots are used"))),
+        F.when(F.col("last_entry").isNotNull() & (F.col("end_phy_offset") != F.col("last_phy")),
+               F.concat(F.lit("endPhyOffset "), F.col("end_phy_offset").cast("string"),
+                        F.lit(" but the last entry points at "), F.col("last_phy").cast("string"))),
+        F.when(F.col("last_entry").isNotNull() & (F.col("begin_phy_offset") != F.col("first_phy")),
+               F.concat(F.lit("beginPhyOffset "), F.col("begin_phy_offset").cast("string"),
+                        F.lit(" but the first entry points at "), F.col("first_phy").cast("string")))))
+    bad_count = findings(
+        h.where(count_bad), "index.header_count_out_of_range", "error",
+        F.concat(F.lit("indexCount "), F.col("index_count").cast("string"), F.lit(" is outside 1.."),
+                 F.col("index_num").cast("string")), {"index_count": F.col("index_count")}, physical_offset=None)
+    mismatch = findings(
+        h.where(~count_bad & (F.size(problems) > 0)).withColumn("problems", problems), "index.header_mismatch",
+        "warning", F.concat(F.lit("index header disagrees with its entries: "), F.array_join("problems", "; ")),
+        {"problems": F.array_join("problems", "; ")}, physical_offset=None)
+    return bad_count.unionByName(mismatch)
+

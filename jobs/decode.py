@@ -1,0 +1,112 @@
+"""decode: export every message of one or more broker dumps as a table.
+
+  python -m jobs.decode --store PATH [PATH ...] --out DIR [--format parquet|delta|jsonl]
+                        [--walk recovery|salvage] [--topic T ...] [--decompress] [--overwrite]
+  spark-submit --py-files dist/rocketmq_forensics.zip jobs/decode.py --store ... --out ...
+
+The messages table has one row per stored message, with the canonical columns of the ``rocketmq-commitlog``
+data source read with ``materialize=decoded`` (datasources/commitlog.py): location (``broker, segment,
+file_position, physical_offset, store_size``, ``beyond_first_stop`` = found by the salvage walk past the
+point where the broker's recovery stops), every stored field, and the derived ones (msg_id, uniq_key, keys,
+tags, tran_type, compression, body_crc_ok, ...).  ``--walk recovery`` (default) keeps what the broker itself
+would recover; ``salvage`` resyncs past damage.  Damage is not part of this table (the audit reports it);
+the summary line counts where a walk stopped on damage and the unframeable spans it skipped.
+
+Exit codes: 0 messages written, 1 nothing matched (an empty table is still written), 2 could not run.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script (spark-submit jobs/decode.py): make the project importable
+    _root = Path(__file__).resolve().parent.parent
+    if (_root / "jobs" / "__init__.py").exists():
+        sys.path.insert(0, str(_root))
+
+from jobs import cli  # noqa: E402
+from jobs.output import prepare_output, read_table, write_table  # noqa: E402
+
+NAME = "decode"
+# The data source's damage columns are always null on message rows; ``length`` repeats store_size there.
+NOT_MESSAGE_COLUMNS = ("kind", "length", "reason", "field", "detail", "excerpt_hex")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    table = __doc__[__doc__.index("The messages table"):__doc__.index("Exit codes")]
+    p = argparse.ArgumentParser(prog="python -m jobs.decode", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=f"{table}Exit codes: 0 messages written, 1 nothing matched, 2 could not run.")
+    p.add_argument("--store", nargs="+", required=True, metavar="PATH",
+                   help="a broker store root, a folder of broker stores, a commitlog folder or segment file "
+                        "(local path or pyarrow URI); several may be given")
+    cli.add_output_arguments(p)
+    p.add_argument("--walk", choices=("recovery", "salvage"), default="recovery",
+                   help="recovery: what the broker would recover (default); salvage: also past damage")
+    p.add_argument("--topic", action="append", metavar="T",
+                   help="keep only this topic (repeatable)")
+    p.add_argument("--decompress", action="store_true",
+                   help="add decompressed_body (and decompress_error) for compressed bodies")
+    return p
+
+
+def messages(spark, stores: list[str], walk: str = "recovery", topics: list[str] | None = None,
+             decompress: bool = False):
+    """The messages of ``stores`` (optionally of ``topics`` only) as a DataFrame."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    from datasources import read_commitlog
+
+    frames = [read_commitlog(spark, s, materialize="decoded", walk=walk, decompress=str(decompress).lower())
+              for s in stores]
+    msgs = reduce(lambda a, b: a.unionByName(b), frames).where(F.col("kind") == "message")
+    if topics:
+        msgs = msgs.where(F.col("topic").isin(topics))
+    return msgs.drop(*NOT_MESSAGE_COLUMNS)
+
+
+def _damage(spark, stores: list[str], walk: str) -> dict[str, int]:
+    """How many walks stopped on damage and how many unframeable spans were skipped (positions only)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    from datasources import read_commitlog
+    from store_format.commitlog import END_OF_DATA
+
+    frames = [read_commitlog(spark, s, materialize="positions", walk=walk) for s in stores]
+    rows = (reduce(lambda a, b: a.unionByName(b), frames)
+            .where((F.col("kind") == "corrupt") | ((F.col("kind") == "stop") & (F.col("reason") != END_OF_DATA)))
+            .groupBy("kind").count().collect())
+    return {r["kind"]: r["count"] for r in rows}
+
+
+def prepare(args) -> None:
+    prepare_output(args.out, overwrite=args.overwrite, inputs=args.store)
+
+
+def run(spark, args) -> cli.JobResult:
+    prepare(args)  # again: run() is also called directly, without main()
+    msgs = messages(spark, args.store, args.walk, args.topic, args.decompress)
+    write_table(msgs, args.out, args.format)
+    from pyspark.sql import functions as F
+
+    stats = (read_table(spark, args.out, args.format, schema=msgs.schema)
+             .agg(F.count(F.lit(1)).alias("n"), F.countDistinct("broker").alias("brokers"),
+                  F.countDistinct("topic").alias("topics")).first())
+    damage = _damage(spark, args.store, args.walk)
+    summary = (f"decode: {stats['n']} messages ({stats['topics']} topics, {stats['brokers']} brokers) written to "
+               f"{args.out} as {args.format}; walk {args.walk}: {damage.get('stop', 0)} stops on damage, "
+               f"{damage.get('corrupt', 0)} corrupt spans skipped")
+    return cli.JobResult(summary, cli.EXIT_OK if stats["n"] else cli.EXIT_NOTHING)
+
+
+def main(argv=None) -> int:
+    return cli.main(NAME, build_parser, run, argv, prepare=prepare)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

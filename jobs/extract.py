@@ -1,0 +1,646 @@
+"""Extract: select messages from one or more broker dumps and write them as a table, with a manifest.
+
+  python -m jobs.extract --store PATH [--store PATH ...] --out DIR [--format parquet|jsonl|delta]
+         [--topic T ...] [--queue Q ...] [--tag TAG] [--key K] [--from T1] [--to T2]
+         [--tran-type NOT|PREPARED|COMMIT|ROLLBACK] [--half committed|rolled-back|unresolved]
+         [--dlq [GROUP]] [--retry [GROUP]]
+         [--not-consumed-by G [--consumers N | --consumer-ids ID,ID...]]
+         [--walk recovery|salvage] [--body stored|decompressed] [--dedupe] [--overwrite]
+
+Every given criterion must hold (AND).  ``--key`` matches a KEYS entry or the UNIQ_KEY; ``--from``/``--to``
+bound the store time (ms since the epoch or ISO-8601, UTC unless an offset is given) and are pushed into the
+commitlog data source, which also skips whole segments whose store-time span lies outside the range
+(store times only grow within one broker's commitlog).  ``--half`` selects half messages
+(RMQ_SYS_TRANS_HALF_TOPIC) by what the dump says became of them: ``committed`` (a COMMIT record names the
+half in its prepared-transaction offset), ``rolled-back`` (an op record in RMQ_SYS_TRANS_OP_HALF_TOPIC names
+its queue offset, and no commit), ``unresolved`` (neither).  ``--dlq``/``--retry`` select the ``%DLQ%``/
+``%RETRY%`` topics (of one consumer group when GROUP is given).
+
+``--not-consumed-by G``: what group G has not consumed yet, from each store's ``config/consumerOffset.json``:
+the consume-queue records (NOT/COMMIT types) of every topic G has committed offsets for, at queue offsets at or
+after G's committed offset (a queue of such a topic without an entry counts from 0; the manifest lists those),
+in queue order.  ``--consumers N`` (ids ``consumer-0``..) or ``--consumer-ids`` simulates G's consumers with
+RocketMQ's default AllocateMessageQueueAveragely: per topic, the queues (every broker's ``readQueueNums`` from
+``topics.json``, plus any queue with an offset or a consume queue) sorted by (topic, broker, queue id) and
+the consumer ids sorted as Java sorts strings; consumer i takes a contiguous run of queues, the first
+``queues mod consumers`` consumers one queue more.  The ``consumer`` column says who would receive each
+message.  The broker name is the dump folder's name (``<broker>/store`` -> ``<broker>``); name the folders
+after brokerName for an exact simulation.  Subscription tag filters are not known offline and are not applied.
+
+Output (``jobs/output.py`` formats): one row per message with ``broker``, the canonical message fields
+(README "Canonical message fields"), ``beyond_first_stop`` (found by ``--walk salvage`` past where its
+segment's recovery walk stops) and, when simulating, ``consumer``.  ``--body decompressed`` stores the
+decompressed body with the compression bits cleared from ``sys_flag`` (``compression`` NONE, ``body_crc`` of
+the new body, ``stored_compression`` what it was), so the table replays as plain records.  ``--dedupe``
+keeps one copy per (topic, UNIQ_KEY, reconsume times, transaction type) -- the first by (broker, physical
+offset) -- across brokers and replicas; records without a UNIQ_KEY are never dropped.
+
+``<out>/_manifest.json`` (ignored by table readers: a leading underscore) records the stores, the
+selection and counts that reconcile: ``selected = written + rejected`` with a reason per rejection
+(DUPLICATE_UNIQ_KEY, DECOMPRESSION); ``written`` is counted back from the output.  Exit codes: 0 written,
+1 nothing matched, 2 bad usage, unreadable input or an output that must not be written.
+
+The helpers shared by the query, replay and compare jobs (resolving ``--store`` paths to labelled store
+roots, time arguments, reading several dumps' commitlogs as one DataFrame, the command-line wrapper) live
+here, since those jobs are, in part, an extract; exit codes and output arguments are jobs/cli.py's.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+from dataclasses import dataclass
+from functools import reduce
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script (spark-submit jobs/extract.py): make the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from store_format import layout as L  # noqa: E402
+from store_format.commitlog import ReadOnlyMap  # noqa: E402
+from store_format.errors import StoreFormatError  # noqa: E402
+from store_format.message import CANONICAL_FIELDS  # noqa: E402
+from store_format.store import Store  # noqa: E402
+
+from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, add_output_arguments  # noqa: E402
+
+MANIFEST_NAME = "_manifest.json"
+DUPLICATE_UNIQ_KEY = "DUPLICATE_UNIQ_KEY"
+DECOMPRESSION = "DECOMPRESSION"
+HALF_STATES = ("committed", "rolled-back", "unresolved")
+TRAN_TYPES = tuple(L.TRAN_TYPE_NAMES.values())
+#: the columns of an extract, in order: the dump's label, the canonical message, where the walk found it
+OUTPUT_COLUMNS = ("broker",) + CANONICAL_FIELDS + ("beyond_first_stop",)
+_EXAMPLES = 20  # rejected rows named in the manifest
+
+
+class UsageError(ValueError):
+    """Arguments or input the job cannot use (exit 2)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared by the query, replay and compare jobs
+
+
+@dataclass(frozen=True)
+class StoreRef:
+    """One broker store root named by ``--store``, with the label its rows carry in the ``broker`` column."""
+
+    label: str
+    root: Path
+
+    def open(self) -> Store:
+        return Store(self.root)
+
+
+def resolve_stores(paths: list[str]) -> list[StoreRef]:
+    """``--store`` arguments as labelled store roots: a store root, one of its part folders, or a folder of
+    broker store roots (``<broker>/`` or ``<broker>/store/``), as the data sources accept them.  Labels come
+    from the folder names (``datasources.storepaths.broker_name``); a repeated name gets ``-2``, ``-3``..."""
+    from datasources.storepaths import find_inputs
+
+    refs: list[StoreRef] = []
+    seen_roots = set()
+    for path in paths:
+        if "://" in path:
+            raise UsageError(f"{path}: give a local path (point lookups, replay and compare open the files "
+                             "directly)")
+        if not Path(path).exists():
+            raise UsageError(f"{path}: no such file or directory")
+        inputs = find_inputs(path, "commitlog")
+        for inp in inputs:
+            root = Path(inp.loc.path).parent
+            if inp.single_file:
+                root = root.parent
+            if root.resolve() in seen_roots:
+                continue
+            seen_roots.add(root.resolve())
+            label, n = inp.broker, 2
+            while any(r.label == label for r in refs):
+                label, n = f"{inp.broker}-{n}", n + 1
+            refs.append(StoreRef(label, root))
+    if not refs:
+        raise UsageError("no --store given")
+    return refs
+
+
+def parse_time(text: str) -> int:
+    """A store time argument: ms since the epoch, or ISO-8601 (UTC unless it carries an offset)."""
+    t = str(text).strip()
+    if t.lstrip("-").isdigit():
+        return int(t)
+    try:
+        when = _dt.datetime.fromisoformat(t.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time: give ms since the epoch or ISO-8601, e.g. "
+                                         "2024-05-01T10:00:00Z") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def format_time(ms: int | None) -> str:
+    """ISO-8601 UTC with milliseconds; a time no calendar holds (an open end, a garbage field) as ms."""
+    if ms is None:
+        return ""
+    try:
+        return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} ms"
+
+
+def java_string_order(s: str) -> bytes:
+    """Sort key equal to Java's ``String.compareTo`` (UTF-16 code units, shorter prefix first)."""
+    return s.encode("utf-16-be", "surrogatepass")
+
+
+def segment_time_spans(store: Store) -> list[tuple[str, int | None]] | None:
+    """(segment name, store time of its first record) for every segment, or None when the first records'
+    times do not grow with the segments (then no segment may be skipped by time)."""
+    spans = []
+    for seg in store.segments:
+        ts = None
+        with ReadOnlyMap(seg.path) as m:
+            try:
+                from store_format.codec import decode_record
+
+                ts = decode_record(m.buf, 0, file=seg.name).store_timestamp if len(m) else None
+            except StoreFormatError:
+                ts = None  # damaged first record: its span is unknown
+        spans.append((seg.name, ts))
+    known = [ts for _, ts in spans if ts is not None]
+    if known != sorted(known):
+        return None
+    return spans
+
+
+def segments_in_time_range(store: Store, lo: int | None, hi: int | None) -> list[str] | None:
+    """The segments that can hold records stored in [lo, hi]; None means all of them.  Store times are
+    non-decreasing in commitlog order (the broker stamps them inside the put lock), so segment k holds times
+    in [first(k), first(k+1)]; a segment whose first record is unreadable is always kept."""
+    if lo is None and hi is None:
+        return None
+    spans = segment_time_spans(store)
+    if spans is None:
+        return None
+    keep = []
+    for i, (name, first) in enumerate(spans):
+        nxt = next((ts for _, ts in spans[i + 1:] if ts is not None), None)
+        if first is not None and hi is not None and first > hi:
+            continue
+        if nxt is not None and lo is not None and nxt < lo and first is not None:
+            continue
+        keep.append(name)
+    return None if len(keep) == len(spans) else keep
+
+
+def read_messages(spark, stores: list[StoreRef], *, walk: str = "recovery", decompress: bool = False,
+                  materialize: str = "decoded", time_range: tuple[int | None, int | None] = (None, None),
+                  include_other_rows: bool = False):
+    """Every message row of the stores' commitlogs as one DataFrame (the ``rocketmq-commitlog`` data source,
+    two-pass reader), labelled by ``broker``.  ``time_range`` skips segments outside it and pushes the
+    store-time bounds into the source; other row kinds (blank, stop, corrupt) only with ``include_other_rows``."""
+    from pyspark.sql import functions as F
+
+    from datasources.commitlog import read_commitlog
+
+    lo, hi = time_range
+    frames = []
+    for ref in stores:
+        options = dict(walk=walk, materialize=materialize, broker=ref.label)
+        if decompress:
+            options["decompress"] = "true"
+        kept = segments_in_time_range(ref.open(), lo, hi)
+        paths = [str(ref.root)] if kept is None else [str(ref.root / "commitlog" / name) for name in kept]
+        frames += [read_commitlog(spark, p, **options) for p in paths]
+    if not frames:  # every segment lies outside the time range: an empty frame of the same schema
+        frames = [read_commitlog(spark, str(ref.root), **options).limit(0)]
+    df = reduce(lambda a, b: a.unionByName(b), frames)
+    if not include_other_rows:
+        df = df.where(F.col("kind") == "message")
+    if lo is not None:
+        df = df.where(F.col("store_timestamp") >= lo)
+    if hi is not None:
+        df = df.where(F.col("store_timestamp") <= hi)
+    return df
+
+
+def cli_main(build_parser, run, app: str, argv=None, *, needs_spark=lambda args: True, check=None) -> int:
+    """``main`` of query, extract, replay and compare: parse, check the arguments (no JVM for a usage error),
+    build the session from spark-conf/ only when the job needs one (query's point lookups never do), run.
+    ``run`` prints its own result (stdout carries query's messages and compare's summary) and returns the
+    exit code of jobs/cli.py's contract; bad input is a one-line message on stderr and exit 2, and so is any
+    other failure (with its traceback): exit 1 means only "nothing matched" / "differences found"."""
+    args = build_parser().parse_args(argv)
+    try:
+        if check is not None:
+            check(args)
+        spark = None
+        if needs_spark(args):
+            from jobs.session import build_session
+
+            spark = build_session(f"rocketmq-forensics {app}")
+        return run(spark, args)
+    except BrokenPipeError:
+        return EXIT_OK
+    except (StoreFormatError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception:  # a failure of the job itself: say so, and never exit with the "nothing matched" code
+        import traceback
+
+        traceback.print_exc()
+        return EXIT_FAILED
+
+
+def check_key(option: str, key: str | None) -> None:
+    """A key as the index knows it: non-empty, no space (KEYS are split on spaces), no separators."""
+    if key is not None and (not key or any(c in key for c in " \x01\x02")):
+        raise UsageError(f"{option} {key!r}: a key is non-empty and holds no space (KEYS are split on spaces) "
+                         "and no \\u0001/\\u0002")
+
+
+# --------------------------------------------------------------------------------------------------
+# Selection
+
+
+def selection_filter(args):
+    """The per-row criteria (topic, queue, tag, key, transaction type, DLQ/retry) as one Column, or None."""
+    from pyspark.sql import functions as F
+
+    conds = []
+    if args.topic:
+        conds.append(F.col("topic").isin(list(args.topic)))
+    if args.queue:
+        conds.append(F.col("queue_id").isin([int(q) for q in args.queue]))
+    if args.tag is not None:
+        conds.append(F.col("tags") == args.tag)
+    if args.key is not None:
+        conds.append(F.array_contains(F.col("keys"), args.key) | (F.col("uniq_key") == args.key))
+    if args.tran_type:
+        conds.append(F.col("tran_type") == args.tran_type)
+    for prefix, group in ((L.DLQ_GROUP_TOPIC_PREFIX, args.dlq), (L.RETRY_GROUP_TOPIC_PREFIX, args.retry)):
+        if group is None:
+            continue
+        conds.append(F.col("topic") == prefix + group if group else F.col("topic").startswith(prefix))
+    return reduce(lambda a, b: a & b, conds) if conds else None
+
+
+def half_states(load):
+    """(broker, physical_offset, half_state) of every half message, from the dump's own commit and op
+    records: a COMMIT record's prepared-transaction offset names its half; an op record (tag ``d``) in
+    RMQ_SYS_TRANS_OP_HALF_TOPIC queue q names half queue offsets of RMQ_SYS_TRANS_HALF_TOPIC queue q in its
+    body (one number in 4.x, a comma list in 5.x).  ``load()`` gives a fresh message DataFrame for each of
+    the three branches: two differently filtered scans of one loaded source in one plan would share the
+    filters the source accepted."""
+    from pyspark.sql import functions as F
+
+    halves = load().where(F.col("topic") == L.TRANS_HALF_TOPIC).select("broker", "physical_offset",
+                                                                         "queue_id", "queue_offset")
+    commits = (load().where(F.col("tran_type") == "COMMIT")
+               .select("broker", F.col("prepared_transaction_offset").alias("physical_offset"))
+               .distinct().withColumn("_committed", F.lit(True)))
+    ops = (load().where((F.col("topic") == L.TRANS_OP_HALF_TOPIC) & (F.col("tags") == L.TRANS_OP_REMOVE_TAG))
+           .select("broker", "queue_id", F.explode(F.split(F.col("body").cast("string"), ",")).alias("q"))
+           .where(F.trim("q").rlike("^[0-9]+$"))
+           .select("broker", "queue_id", F.trim("q").cast("long").alias("queue_offset"))
+           .distinct().withColumn("_op", F.lit(True)))
+    joined = halves.join(commits, ["broker", "physical_offset"], "left").join(
+        ops, ["broker", "queue_id", "queue_offset"], "left")
+    state = (F.when(F.col("_committed"), "committed").when(F.col("_op"), "rolled-back").otherwise("unresolved"))
+    return joined.select("broker", "physical_offset", state.alias("half_state"))
+
+
+def committed_offsets(spark, stores: list[StoreRef], group: str):
+    """(broker, topic, queue_id, offset) of ``group`` from every store's consumerOffset.json (the
+    ``rocketmq-metadata`` source), and the read errors it reported."""
+    from pyspark.sql import functions as F
+
+    frames = [spark.read.format("rocketmq-metadata").option("table", "consumer_offsets")
+              .option("broker", ref.label).load(str(ref.root)) for ref in stores]
+    rows = reduce(lambda a, b: a.unionByName(b), frames)
+    errors = [f"{r['broker']}: {r['error']}" for r in rows.where(F.col("error").isNotNull()).collect()]
+    offsets = rows.where((F.col("error").isNull()) & (F.col("group") == group)).select(
+        "broker", "topic", "queue_id", "offset")
+    return offsets, errors
+
+
+def allocate_averagely(mq_all: list, cid_all: list) -> dict:
+    """RocketMQ's AllocateMessageQueueAveragely for every consumer id: ``mq_all`` and ``cid_all`` already
+    sorted as the client sorts them.  Consumer i (of m) takes a contiguous run of the n queues; when n > m
+    the first ``n mod m`` consumers take ``n // m + 1`` queues and the rest ``n // m``; when n <= m the first
+    n consumers take one queue each and the others none."""
+    n, m = len(mq_all), len(cid_all)
+    out = {}
+    for index, cid in enumerate(cid_all):
+        mod = n % m
+        bigger = mod > 0 and index < mod
+        size = 1 if n <= m else n // m + (1 if bigger else 0)
+        start = index * size if bigger else index * size + mod
+        out[cid] = [mq_all[(start + i) % n] for i in range(max(0, min(size, n - start)))]
+    return out
+
+
+def consumer_ids(args) -> list[str] | None:
+    if args.consumer_ids:
+        ids = [c.strip() for c in args.consumer_ids.split(",") if c.strip()]
+        if len(set(ids)) != len(ids):
+            raise UsageError("--consumer-ids lists a consumer twice")
+        return sorted(ids, key=java_string_order)
+    if args.consumers:
+        width = len(str(args.consumers - 1))
+        return [f"consumer-{i:0{width}d}" for i in range(args.consumers)]
+    return None
+
+
+def allocation_rows(stores: list[StoreRef], committed: list[tuple[str, str, int]], cids: list[str]) -> list[dict]:
+    """(broker, topic, queue_id, consumer) for every queue of the topics the group committed offsets for
+    (``committed``: (broker, topic, queue id)): per topic, every broker's ``readQueueNums`` (topics.json;
+    what the route gives the client), plus any queue with a committed offset or a consume-queue folder."""
+    from store_format.config import topic_configs
+
+    mqs: dict[str, set] = {}
+    for broker, topic, qid in committed:
+        mqs.setdefault(topic, set()).add((broker, int(qid)))
+    for ref in stores:
+        store = ref.open()
+        configs = topic_configs(store.config("topics.json"))
+        for topic in mqs:
+            n = configs.get(topic, {}).get("readQueueNums") if isinstance(configs.get(topic), dict) else None
+            if isinstance(n, int) and not isinstance(n, bool):
+                mqs[topic].update((ref.label, q) for q in range(n))
+        for topic, qid in store.queues:
+            if topic in mqs:
+                mqs[topic].add((ref.label, qid))
+    rows = []
+    for topic, queues in sorted(mqs.items()):
+        mq_all = sorted(queues, key=lambda bq: (java_string_order(bq[0]), bq[1]))
+        for cid, assigned in allocate_averagely(mq_all, cids).items():
+            rows += [{"broker": b, "topic": topic, "queue_id": q, "consumer": cid} for b, q in assigned]
+    return rows
+
+
+@dataclass
+class Selection:
+    frame: object  # DataFrame: the selected rows with a ``_reject`` (reason) and ``_detail`` column
+    order: tuple  # output sort columns
+    notes: list
+    allocation: list | None  # (broker, topic, queue_id, consumer) rows when simulating consumers
+
+
+def select(spark, args, stores: list[StoreRef]) -> Selection:
+    """The rows the arguments select, each marked with why it would not be written (or not)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    lo, hi = args.from_time, args.to_time
+    if lo is not None and hi is not None and lo > hi:
+        raise UsageError(f"--from {format_time(lo)} is after --to {format_time(hi)}")
+    decompress = args.body == "decompressed"
+    msgs = read_messages(spark, stores, walk=args.walk, decompress=decompress, time_range=(lo, hi))
+    cond = selection_filter(args)
+    if cond is not None:
+        msgs = msgs.where(cond)
+    notes: list[str] = []
+    order = ("broker", "physical_offset")
+    if args.half:  # resolution comes from commit and op records anywhere in the dump, not only in the range
+        states = half_states(lambda: read_messages(spark, stores, walk=args.walk))
+        msgs = msgs.join(states.where(F.col("half_state") == args.half), ["broker", "physical_offset"], "left_semi")
+    allocation = None
+    if args.not_consumed_by is not None:
+        offsets, errors = committed_offsets(spark, stores, args.not_consumed_by)
+        notes += [f"consumerOffset.json unreadable: {e}" for e in errors]
+        topics = offsets.select("broker", "topic").distinct()
+        msgs = (msgs.join(topics, ["broker", "topic"], "left_semi")
+                .join(offsets, ["broker", "topic", "queue_id"], "left")
+                .where(F.col("tran_type").isin("NOT", "COMMIT")
+                       & (F.col("queue_offset") >= F.coalesce("offset", F.lit(0))))
+                .drop("offset"))
+        order = ("broker", "topic", "queue_id", "queue_offset")
+        cids = consumer_ids(args)
+        if cids:
+            committed = [(r["broker"], r["topic"], r["queue_id"]) for r in offsets.collect()]
+            allocation = allocation_rows(stores, committed, cids)
+            schema = "broker string, topic string, queue_id int, consumer string"
+            msgs = msgs.join(spark.createDataFrame(allocation, schema), ["broker", "topic", "queue_id"], "left")
+    reject = F.lit(None).cast("string")
+    detail = F.lit(None).cast("string")
+    if decompress:
+        failed = F.col("decompress_error").isNotNull()
+        compressed = ~F.col("compression").eqNullSafe("NONE")
+        reject = F.when(failed, F.lit(DECOMPRESSION)).otherwise(reject)
+        detail = F.when(failed, F.concat(F.lit(f"{DECOMPRESSION}: "), F.col("compression"), F.lit(" body: "),
+                                         F.col("decompress_error"))).otherwise(detail)
+        rewritten = compressed & ~failed
+        msgs = (msgs.withColumn("stored_compression", F.col("compression"))
+                .withColumn("body", F.coalesce("decompressed_body", "body"))
+                .withColumn("sys_flag", F.when(rewritten, F.col("sys_flag").bitwiseAND(
+                    F.lit(~(L.COMPRESSED_FLAG | L.COMPRESSION_TYPE_MASK)))).otherwise(F.col("sys_flag")))
+                .withColumn("compression", F.when(rewritten, F.lit("NONE")).otherwise(F.col("compression")))
+                .withColumn("body_crc", F.crc32("body").bitwiseAND(F.lit(0x7FFFFFFF)).cast("int")))
+    if args.dedupe:
+        w = Window.partitionBy("topic", "uniq_key", "reconsume_times", "tran_type").orderBy("broker",
+                                                                                          "physical_offset")
+        msgs = (msgs.withColumn("_rank", F.row_number().over(w))
+                .withColumn("_first", F.concat_ws("@", F.first("broker").over(w),
+                                                  F.first("physical_offset").over(w).cast("string"))))
+        dup = reject.isNull() & F.col("uniq_key").isNotNull() & (F.col("_rank") > 1)
+        detail = F.when(dup, F.concat(F.lit("a copy of the record at "), F.col("_first"))).otherwise(detail)
+        reject = F.when(dup, F.lit(DUPLICATE_UNIQ_KEY)).otherwise(reject)
+    msgs = msgs.withColumn("_reject", reject).withColumn("_detail", detail)
+    return Selection(msgs, order, notes, allocation)
+
+
+def output_columns(args) -> list[str]:
+    cols = list(OUTPUT_COLUMNS)
+    if args.body == "decompressed":
+        cols.append("stored_compression")
+    if args.not_consumed_by is not None and (args.consumers or args.consumer_ids):
+        cols.append("consumer")
+    return cols
+
+
+# --------------------------------------------------------------------------------------------------
+# The job
+
+
+def source_geometry(ref: StoreRef) -> dict:
+    """broker.conf geometry of a store, as its files show it (for a replay that mirrors the source)."""
+    store = ref.open()
+    geo = {}
+    if store.segment_size:
+        geo["mappedFileSizeCommitLog"] = store.segment_size
+    if store.consume_queue_file_size:
+        geo["mappedFileSizeConsumeQueue"] = store.consume_queue_file_size
+    for path in store.index_paths():
+        try:
+            with store.open_index(path) as f:
+                geo["maxHashSlotNum"], geo["maxIndexNum"] = f.hash_slot_num, f.index_num
+            break
+        except StoreFormatError:
+            continue
+    if not (store.root / "index").is_dir():
+        geo["messageIndexEnable"] = False
+    return geo
+
+
+def write_manifest(path: str, manifest: dict) -> None:
+    from datasources.storepaths import resolve
+
+    loc = resolve(path).child(MANIFEST_NAME)
+    with loc.fs.open_output_stream(loc.path) as f:
+        f.write(json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=False).encode("utf-8"))
+
+
+def read_manifest(path: str) -> dict | None:
+    from datasources.storepaths import resolve
+
+    loc = resolve(path).child(MANIFEST_NAME)
+    if not loc.is_file():
+        return None
+    with loc.fs.open_input_stream(loc.path) as f:
+        return json.loads(f.read().decode("utf-8"))
+
+
+def _selection_args(args) -> dict:
+    keys = ("topic", "queue", "tag", "key", "from_time", "to_time", "tran_type", "half", "dlq", "retry",
+            "not_consumed_by", "consumers", "consumer_ids", "walk", "body", "dedupe")
+    return {k: getattr(args, k) for k in keys if getattr(args, k) not in (None, False, [])}
+
+
+def run(spark, args, err=None) -> int:
+    """Select, write, count back, and write the manifest; returns the exit code."""
+    from pyspark import StorageLevel
+
+    from jobs.output import prepare_output
+
+    err = err or sys.stderr
+    stores = resolve_stores(args.store)
+    prepare_output(args.out, overwrite=args.overwrite, inputs=[str(s.root) for s in stores])
+    sel = select(spark, args, stores)
+    # counted, written and reported from one walk of the dumps
+    frame = sel.frame.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return write_selection(spark, args, stores, sel, frame, err)
+    finally:
+        frame.unpersist()
+
+
+def write_selection(spark, args, stores: list[StoreRef], sel: Selection, frame, err) -> int:
+    """Count the selected rows, write the kept ones, count them back, write the manifest."""
+    from pyspark.sql import functions as F
+
+    from jobs.output import read_table, write_table
+
+    by = ["_reject", "topic"] + (["consumer"] if sel.allocation is not None else [])
+    tallies = frame.groupBy(*by).count().collect()
+    selected = sum(r["count"] for r in tallies)
+    rejected, by_topic, per_consumer = {}, {}, {}
+    for r in tallies:
+        if r["_reject"] is not None:
+            rejected[r["_reject"]] = rejected.get(r["_reject"], 0) + r["count"]
+            continue
+        by_topic[r["topic"]] = by_topic.get(r["topic"], 0) + r["count"]
+        if sel.allocation is not None:
+            per_consumer[r["consumer"]] = per_consumer.get(r["consumer"], 0) + r["count"]
+    manifest = {
+        "job": "extract",
+        "stores": [{"broker": s.label, "path": str(s.root.resolve())} for s in stores],
+        "source_geometry": source_geometry(stores[0]),
+        "selection": _selection_args(args),
+        "output": {"path": args.out, "format": args.format, "order": list(sel.order)},
+        "notes": sel.notes,
+    }
+    if selected == 0:
+        print("extract: nothing matched the selection" + "".join(f"; {n}" for n in sel.notes), file=err)
+        return EXIT_NOTHING
+    keep = frame.where(F.col("_reject").isNull())
+    write_table(keep.select(*output_columns(args)).orderBy(*sel.order), args.out, args.format)
+    # a schema keeps Spark from inferring one from every JSON line just to count them
+    written = read_table(spark, args.out, args.format, schema="broker string").count()
+    manifest["counts"] = {"selected": selected, "written": written, "rejected": sum(rejected.values()),
+                          "rejected_by_reason": dict(sorted(rejected.items())),
+                          "reconciled": selected == written + sum(rejected.values())}
+    if rejected:
+        manifest["rejected_examples"] = [
+            {"broker": r["broker"], "physical_offset": r["physical_offset"], "msg_id": r["msg_id"],
+             "reason": r["_reject"], "detail": r["_detail"]}
+            for r in frame.where(F.col("_reject").isNotNull()).orderBy("broker", "physical_offset")
+            .select("broker", "physical_offset", "msg_id", "_reject", "_detail").limit(_EXAMPLES).collect()]
+    manifest["by_topic"] = dict(sorted(by_topic.items()))
+    if args.not_consumed_by is not None:
+        manifest["not_consumed_by"] = consumption_report(spark, stores, args.not_consumed_by, keep)
+    if sel.allocation is not None:
+        queues = {c: [] for c in consumer_ids(args)}
+        for row in sel.allocation:
+            queues[row["consumer"]].append(f"{row['topic']}@{row['broker']}:{row['queue_id']}")
+        manifest["consumers"] = {c: {"queues": qs, "messages": per_consumer.get(c, 0)} for c, qs in queues.items()}
+    write_manifest(args.out, manifest)
+    c = manifest["counts"]
+    print(f"extract: {c['selected']} selected, {c['written']} written, {c['rejected']} rejected "
+          f"{c['rejected_by_reason'] or ''} -> {args.out} ({args.format})", file=err)
+    if not c["reconciled"]:
+        print("error: the counts do not reconcile (selected != written + rejected); the output is suspect",
+              file=err)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def consumption_report(spark, stores: list[StoreRef], group: str, unconsumed) -> list[dict]:
+    """Per queue of the group's topics: committed offset (None: no entry, counted from 0) and how many
+    records of the output are at or after it."""
+    from pyspark.sql import functions as F
+
+    offsets, _ = committed_offsets(spark, stores, group)
+    counts = unconsumed.groupBy("broker", "topic", "queue_id").agg(F.count(F.lit(1)).alias("unconsumed"),
+                                                                   F.min("queue_offset").alias("first"),
+                                                                   F.max("queue_offset").alias("last"))
+    rows = offsets.join(counts, ["broker", "topic", "queue_id"], "full").orderBy("broker", "topic", "queue_id")
+    return [{"broker": r["broker"], "topic": r["topic"], "queue_id": r["queue_id"], "committed_offset": r["offset"],
+             "unconsumed": r["unconsumed"] or 0, "first_queue_offset": r["first"], "last_queue_offset": r["last"]}
+            for r in rows.collect()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m jobs.extract", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", action="append", required=True, metavar="PATH",
+                   help="a broker store root, or a folder of them (repeatable)")
+    add_output_arguments(p)
+    s = p.add_argument_group("selection (every criterion given must hold)")
+    s.add_argument("--topic", action="append", metavar="T")
+    s.add_argument("--queue", action="append", type=int, metavar="Q")
+    s.add_argument("--tag", metavar="TAG")
+    s.add_argument("--key", metavar="K", help="a KEYS entry or the UNIQ_KEY")
+    s.add_argument("--from", dest="from_time", type=parse_time, metavar="T1", help="store time >= T1")
+    s.add_argument("--to", dest="to_time", type=parse_time, metavar="T2", help="store time <= T2")
+    s.add_argument("--tran-type", choices=TRAN_TYPES, help="the sysflag transaction type")
+    s.add_argument("--half", choices=HALF_STATES, help="half messages by what became of them")
+    s.add_argument("--dlq", nargs="?", const="", metavar="GROUP", help="%%DLQ%% topics (of GROUP)")
+    s.add_argument("--retry", nargs="?", const="", metavar="GROUP", help="%%RETRY%% topics (of GROUP)")
+    s.add_argument("--not-consumed-by", metavar="G", help="what consumer group G has not consumed yet")
+    s.add_argument("--consumers", type=int, metavar="N", help="simulate G's N consumers (AVG allocation)")
+    s.add_argument("--consumer-ids", metavar="ID,ID", help="simulate G's consumers with these client ids")
+    p.add_argument("--walk", choices=("recovery", "salvage"), default="recovery",
+                   help="recovery: what the broker's recovery walk accepts; salvage: also records past damage")
+    p.add_argument("--body", choices=("stored", "decompressed"), default="stored")
+    p.add_argument("--dedupe", action="store_true", help="one copy per (topic, UNIQ_KEY, reconsume times, "
+                   "transaction type) across brokers and replicas")
+    return p
+
+
+def check_args(args) -> None:
+    if (args.consumers or args.consumer_ids) and args.not_consumed_by is None:
+        raise UsageError("--consumers/--consumer-ids simulate the consumers of --not-consumed-by G")
+    if args.consumers is not None and args.consumers < 1:
+        raise UsageError("--consumers must be at least 1")
+    check_key("--key", args.key)
+
+
+def main(argv=None) -> int:
+    return cli_main(build_parser, run, "extract", argv, check=check_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,523 @@
+"""Query: find messages in one or more broker dumps, and say why one cannot be found.
+
+  python -m jobs.query --store PATH [--store PATH ...]
+         (--msg-id ID | --topic T --key K | --uniq-key U [--topic T] | --from T1 --to T2 [--topic T [--tag TAG]]
+          | --topic T --tag TAG [--from T1] [--to T2])
+         [--format jsonl|table] [--explain] [--limit N]
+
+Point lookups need no Spark (fast: a few file reads per store):
+
+* ``--msg-id``: the offsetMsgId is decoded (store host + physical offset) and that one record is read.
+  Stores whose records carry that store host are tried first; every store is tried, so a dump whose broker
+  changed address, or a master and its slave, all answer.
+* ``--topic T --key K``: the index files give candidate offsets for ``T#K`` (hash matches, every file, no
+  64-result cap), each candidate record is read and kept only when its topic is T and K is one of its KEYS
+  or its UNIQ_KEY.  ``--from``/``--to`` narrow the index time window as RocketMQ's queryMessage does.
+* ``--uniq-key U``: the same for a UNIQ_KEY (the client's msgId), in topic T or, without ``--topic``, in
+  every topic the store knows (its consume queues, topics.json, the schedule and half topics): a delayed,
+  retried or transactional message is found in each topic it passed through.
+
+Scans run on Spark (the ``rocketmq-commitlog`` data source, recovery walk): ``--from``/``--to`` without a
+key (store time, pushed into the source; segments whose time span lies outside are skipped) and
+``--topic T --tag TAG`` (topic and tag pushed into the source).
+
+``--explain`` says, per store, why a message was not found -- NO_INDEX (no index files), NO_INDEX_ENTRY,
+HASH_COLLISION_ONLY (candidates with the same hash, other keys), STALE_INDEX_ENTRY (a candidate points where
+no record is), OUTSIDE_INDEX_WINDOW, NOT_INDEXED (stored after the index's last entry), OTHER_STORE_HOST,
+NOT_A_RECORD_START, OUT_OF_RANGE -- and notes found messages that the broker's recovery will drop
+(DROPPED_BY_RECOVERY, from store_format.recovery).  When the lookup finds nothing it falls back to a Spark scan
+with the salvage walk, which also reads past damage: a message found there is printed and classified
+(PAST_LOGICAL_END: after the point where its segment's recovery walk stops; DROPPED_BY_RECOVERY; NOT_INDEXED;
+NO_INDEX_ENTRY), and one found nowhere is NEVER_WRITTEN (NOT_IN_TIME_WINDOW when --from/--to narrowed it).
+
+Output: JSON Lines (default) -- ``{"kind": "message", "broker": ..., <canonical message fields>}`` per message
+(the fields of store_format's ``Message.to_dict``, body in base64; README "Canonical message fields"), and
+with ``--explain`` ``{"kind": "explain", "broker", "reason", "physical_offset", "detail"}`` lines -- or a
+table.  Exit codes: 0 found, 1 nothing found, 2 bad usage (an id or key that does not parse says why) or an
+unreadable store.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script (spark-submit jobs/query.py): make the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from store_format import layout as L  # noqa: E402
+from store_format.config import topic_configs  # noqa: E402
+from store_format.errors import IdError, StoreFormatError  # noqa: E402
+from store_format.ids import parse_offset_msg_id, parse_uniq_key  # noqa: E402
+from store_format.javahash import index_key, index_key_hash  # noqa: E402
+from store_format.message import Message  # noqa: E402
+from store_format.store import Store  # noqa: E402
+
+from jobs.cli import EXIT_NOTHING, EXIT_OK  # noqa: E402
+from jobs.extract import (StoreRef, UsageError, check_key, cli_main, format_time, parse_time,  # noqa: E402
+                          read_messages, resolve_stores)
+
+MODES = ("msg-id", "key", "uniq-key", "time", "tag")
+POINT_MODES = ("msg-id", "key", "uniq-key")
+_END_OF_TIME = 2**63 - 1
+
+
+@dataclass
+class Hit:
+    broker: str
+    message: Message
+    found_by: str  # "msg-id" | "index" | "scan"
+    beyond_first_stop: bool | None = None
+
+
+@dataclass
+class Explanation:
+    broker: str
+    reason: str
+    detail: str
+    physical_offset: int | None = None
+
+    def as_dict(self) -> dict:
+        return {"kind": "explain", "broker": self.broker, "reason": self.reason,
+                "physical_offset": self.physical_offset, "detail": self.detail}
+
+
+@dataclass
+class QueryResult:
+    mode: str
+    hits: list = field(default_factory=list)
+    explanations: list = field(default_factory=list)
+
+
+def query_mode(args) -> str:
+    """Which lookup the arguments ask for; a clear UsageError for combinations that make no sense."""
+    if args.msg_id is not None:
+        if args.key is not None or args.uniq_key is not None or args.tag is not None:
+            raise UsageError("--msg-id stands alone (it names one record)")
+        return "msg-id"
+    if args.key is not None and args.uniq_key is not None:
+        raise UsageError("give --key or --uniq-key, not both (--key also matches a UNIQ_KEY)")
+    if args.key is not None:
+        if args.topic is None:
+            raise UsageError("--key needs --topic: index keys are topic#key")
+        return "key"
+    if args.uniq_key is not None:
+        return "uniq-key"
+    if args.tag is not None:
+        if args.topic is None:
+            raise UsageError("--tag needs --topic")
+        return "tag"
+    if args.from_time is not None or args.to_time is not None:
+        return "time"
+    raise UsageError("say what to find: --msg-id ID, --topic T --key K, --uniq-key U, --from T1 --to T2, "
+                     "or --topic T --tag TAG")
+
+
+def check_args(args) -> None:
+    mode = query_mode(args)
+    try:
+        if mode == "msg-id":
+            parse_offset_msg_id(args.msg_id)
+        if mode == "uniq-key":
+            parse_uniq_key(args.uniq_key)
+    except IdError as e:
+        option, value = ("--msg-id", args.msg_id) if mode == "msg-id" else ("--uniq-key", args.uniq_key)
+        hint = "; a key that is not a client msgId can be found with --topic T --key K" if mode == "uniq-key" else ""
+        raise UsageError(f"{option} {value!r}: {e.message}{hint}") from None
+    check_key("--key", args.key)
+    if args.topic is not None and not args.topic.strip():
+        raise UsageError("--topic is empty")
+    if args.from_time is not None and args.to_time is not None and args.from_time > args.to_time:
+        raise UsageError(f"--from {format_time(args.from_time)} is after --to {format_time(args.to_time)}")
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+
+
+def store_hosts(store: Store) -> set[str]:
+    """The store hosts this store's records carry (its segments' first records)."""
+    from store_format.codec import decode_record
+    from store_format.commitlog import ReadOnlyMap
+
+    hosts = set()
+    for seg in store.segments:
+        with ReadOnlyMap(seg.path) as m:
+            try:
+                hosts.add(decode_record(m.buf, 0, file=seg.name).store_host)
+            except StoreFormatError:
+                continue
+    return hosts
+
+
+def known_topics(store: Store) -> list[str]:
+    """Every topic a UNIQ_KEY may be indexed under: consume-queue folders, topics.json, and the topics a
+    message passes through on its way (schedule, half)."""
+    topics = {t for t, _ in store.queues} | set(topic_configs(store.config("topics.json")))
+    topics |= {L.SCHEDULE_TOPIC, L.TRANS_HALF_TOPIC}
+    return sorted(topics)
+
+
+class Query:
+    """One query over labelled stores; Spark is started only when a scan needs it."""
+
+    def __init__(self, spark, args, stores: list[StoreRef]):
+        self._spark = spark
+        self.args = args
+        self.stores = stores
+        self.opened = {ref.label: ref.open() for ref in stores}
+        self._predictions = {}
+        self.begin = args.from_time if args.from_time is not None else 0
+        self.end = args.to_time if args.to_time is not None else _END_OF_TIME
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            from jobs.session import build_session
+
+            self._spark = build_session("rocketmq-forensics query")
+        return self._spark
+
+    def prediction(self, label: str):
+        from store_format.recovery import predict_recovery
+
+        if label not in self._predictions:
+            self._predictions[label] = predict_recovery(self.opened[label])
+        return self._predictions[label]
+
+    # ---- lookups -------------------------------------------------------------------------------
+    def run(self) -> QueryResult:
+        mode = query_mode(self.args)
+        result = QueryResult(mode)
+        if mode == "msg-id":
+            result.hits = self.by_msg_id(self.args.msg_id)
+        elif mode in ("key", "uniq-key"):
+            result.hits = self.by_key()
+        else:
+            result.hits = self.scan()
+        if self.args.explain:
+            self.explain(result)
+        result.hits.sort(key=lambda h: ([s.label for s in self.stores].index(h.broker), h.message.physical_offset))
+        if self.args.limit is not None:
+            result.hits = result.hits[:self.args.limit]
+        return result
+
+    def by_msg_id(self, msg_id: str) -> list[Hit]:
+        ident = parse_offset_msg_id(msg_id)
+        matching = [r for r in self.stores if ident.store_host in store_hosts(self.opened[r.label])]
+        hits = []
+        for ref in matching + [r for r in self.stores if r not in matching]:
+            msg = self.opened[ref.label].find_msg_id(msg_id)
+            if msg is not None:
+                hits.append(Hit(ref.label, msg, "msg-id"))
+        return hits
+
+    def key_topics(self, store: Store) -> list[str]:
+        return [self.args.topic] if self.args.topic is not None else known_topics(store)
+
+    def by_key(self) -> list[Hit]:
+        key = self.args.key if self.args.key is not None else self.args.uniq_key
+        hits = []
+        for ref in self.stores:
+            store = self.opened[ref.label]
+            seen = set()
+            for topic in self.key_topics(store):
+                for msg in store.query_key(topic, key, self.begin, self.end):
+                    if self.args.uniq_key is not None and msg.uniq_key != key:
+                        continue  # a KEYS entry equal to the id is not the message it names
+                    if msg.physical_offset not in seen:
+                        seen.add(msg.physical_offset)
+                        hits.append(Hit(ref.label, msg, "index"))
+        return hits
+
+    def scan(self, *, walk: str = "recovery", match=None) -> list[Hit]:
+        """Message rows of a Spark scan (time range, topic, tag pushed into the source; ``match`` an extra
+        Column condition), in store then physical order."""
+        from pyspark.sql import functions as F
+
+        a = self.args
+        df = read_messages(self.spark, self.stores, walk=walk, time_range=(a.from_time, a.to_time))
+        if a.topic is not None:
+            df = df.where(F.col("topic") == a.topic)
+        if a.tag is not None:
+            df = df.where(F.col("tags") == a.tag)
+        if match is not None:
+            df = df.where(match)
+        df = df.orderBy("broker", "physical_offset")
+        if a.limit is not None:
+            df = df.limit(a.limit)
+        hits = []
+        for row in df.toLocalIterator():
+            d = row.asDict()
+            d["body"] = bytes(d["body"] or b"")
+            hits.append(Hit(d["broker"], Message.from_dict(d), "scan", d.get("beyond_first_stop")))
+        return hits
+
+    # ---- explain -------------------------------------------------------------------------------
+    def explain(self, result: QueryResult) -> None:
+        out = result.explanations
+        for hit in result.hits:
+            out += self.visibility(hit)
+        if result.mode == "msg-id":
+            for ref in self.stores:
+                if not any(h.broker == ref.label for h in result.hits):
+                    out += self.why_no_record(ref, parse_offset_msg_id(self.args.msg_id))
+            return
+        if result.mode not in ("key", "uniq-key"):
+            return
+        key = self.args.key if self.args.key is not None else self.args.uniq_key
+        for ref in self.stores:
+            if not any(h.broker == ref.label for h in result.hits):
+                out += self.why_not_indexed(ref, key)
+        if result.hits:
+            return
+        # found by no index: scan every store, past damage too
+        from pyspark.sql import functions as F
+
+        self.spark  # a Column needs a running session
+        cond = F.col("uniq_key") == key
+        if self.args.key is not None:
+            cond = cond | F.array_contains(F.col("keys"), key)
+        found = self.scan(walk="salvage", match=cond)
+        result.hits += found
+        windowed = (self.begin, self.end) != (0, _END_OF_TIME)
+        for ref in self.stores:
+            mine = [h for h in found if h.broker == ref.label]
+            if not mine:
+                where = f"topic {self.args.topic}" if self.args.topic else "any topic"
+                detail = f"no record in {where} carries {key} in the commitlog, not even past damage (salvage walk)"
+                if windowed:  # the scan keeps the query's time window: outside it, nothing was looked at
+                    out.append(Explanation(ref.label, "NOT_IN_TIME_WINDOW", f"{detail}, stored within "
+                                           f"[{format_time(self.begin)}, {format_time(self.end)}]"))
+                else:
+                    out.append(Explanation(ref.label, "NEVER_WRITTEN", detail))
+            for hit in mine:
+                out += self.why_scan_only(ref, hit)
+
+    def visibility(self, hit: Hit) -> list[Explanation]:
+        """Notes on a found message: will the broker's recovery keep it?"""
+        pred = self.prediction(hit.broker)
+        off = hit.message.physical_offset
+        notes = []
+        if hit.beyond_first_stop:
+            notes.append(Explanation(hit.broker, "PAST_LOGICAL_END", f"found by the salvage walk after the point "
+                                     f"where segment {hit.message.segment}'s recovery walk stops", off))
+        if off >= pred.max_physical_offset:
+            notes.append(Explanation(hit.broker, "DROPPED_BY_RECOVERY", f"the broker's {pred.mode} recovery ends "
+                                     f"at physical offset {pred.max_physical_offset} ({pred.stop_kind} in segment "
+                                     f"{pred.stop_segment}); this record lies beyond it and will be dropped", off))
+        if not notes:
+            notes.append(Explanation(hit.broker, "FOUND", f"{hit.message.topic}/{hit.message.queue_id} queue offset "
+                                     f"{hit.message.queue_offset}, found by {hit.found_by}", off))
+        return notes
+
+    def why_not_indexed(self, ref: StoreRef, key: str) -> list[Explanation]:
+        store = self.opened[ref.label]
+        label = ref.label
+        paths = store.index_paths()
+        if not paths:
+            return [Explanation(label, "NO_INDEX", "the store has no index files (messageIndexEnable=false, or "
+                                "index/ is missing)")]
+        topics = self.key_topics(store)
+        windowed = (self.begin, self.end) != (0, _END_OF_TIME)
+        out, collisions, stale, outside = [], [], [], 0
+        for topic in topics:
+            everywhere = store.index_candidates(topic, key)
+            candidates = store.index_candidates(topic, key, self.begin, self.end) if windowed else everywhere
+            outside += len(set(everywhere) - set(candidates))
+            for off in sorted(set(candidates)):
+                try:
+                    msg = store.read_message(off)
+                except StoreFormatError as e:
+                    stale.append(Explanation(label, "STALE_INDEX_ENTRY", f"{topic}#{key} points at {off}, where no "
+                                             f"record decodes ({e.kind.value}: {e.message})", off))
+                    continue
+                if msg.physical_offset != off:
+                    stale.append(Explanation(label, "STALE_INDEX_ENTRY", f"{topic}#{key} points at {off}; the bytes "
+                                             f"there claim physical offset {msg.physical_offset}", off))
+                    continue
+                collisions.append(Explanation(label, "HASH_COLLISION", f"candidate for {topic}#{key} (hash "
+                                              f"{index_key_hash(index_key(topic, key))}) is a record of topic "
+                                              f"{msg.topic} with KEYS {msg.keys} and UNIQ_KEY {msg.uniq_key}", off))
+        out += stale + collisions
+        if outside:
+            out.append(Explanation(label, "OUTSIDE_INDEX_WINDOW", f"{outside} index candidate(s) lie outside the "
+                                   f"time window [{format_time(self.begin)}, {format_time(self.end)}]"))
+        if collisions and not stale and not outside:
+            out.append(Explanation(label, "HASH_COLLISION_ONLY", f"{len(collisions)} candidate(s) share the hash "
+                                   "but carry other keys: the key was never indexed here"))
+        if not out:
+            where = f"{topics[0]}#{key}" if len(topics) == 1 else f"<topic>#{key} for {len(topics)} topics"
+            out.append(Explanation(label, "NO_INDEX_ENTRY", f"no entry of the {len(paths)} index file(s) has the "
+                                   f"hash of {where}"))
+        return out
+
+    def why_scan_only(self, ref: StoreRef, hit: Hit) -> list[Explanation]:
+        """A message the index did not give but the scan found: why the index lacks it."""
+        store = self.opened[ref.label]
+        msg = hit.message
+        off = msg.physical_offset
+        out = [e for e in self.visibility(hit) if e.reason != "FOUND"]
+        if msg.sys_flag & L.TRANSACTION_MASK == L.TRANSACTION_ROLLBACK_TYPE:
+            out.append(Explanation(ref.label, "NO_INDEX_ENTRY", "ROLLBACK records are never indexed "
+                                   "(IndexService.buildIndex)", off))
+        ends = []
+        for path in store.index_paths():
+            try:
+                with store.open_index(path) as f:
+                    ends.append((f.header.end_phy_offset, f.header.end_timestamp, f.header.begin_timestamp))
+            except StoreFormatError:
+                continue
+        if not ends:
+            out.append(Explanation(ref.label, "NO_INDEX", "the store has no readable index file", off))
+        elif off > max(e[0] for e in ends):
+            out.append(Explanation(ref.label, "NOT_INDEXED", f"stored at {format_time(msg.store_timestamp)}, after "
+                                   f"the index's last entry (physical offset {max(e[0] for e in ends)}, "
+                                   f"{format_time(max(e[1] for e in ends))}): dispatch never reached it", off))
+        elif not out:
+            out.append(Explanation(ref.label, "NO_INDEX_ENTRY", "in the commitlog, within the index's range, but no "
+                                   "index entry points at it", off))
+        return out
+
+    def why_no_record(self, ref: StoreRef, ident) -> list[Explanation]:
+        """Why offsetMsgId ``ident`` names no record of this store: another broker's id, an offset outside the
+        commitlog, inside another record or unframeable bytes, or past the written data."""
+        store = self.opened[ref.label]
+        label, off = ref.label, ident.physical_offset
+        out = []
+        hosts = store_hosts(store)
+        if ident.store_host not in hosts:
+            out.append(Explanation(label, "OTHER_STORE_HOST", f"the id names store host {ident.store_host}; this "
+                                   f"store's records carry {sorted(hosts) or 'none'}", off))
+        segs = store.segments
+        seg = next((s for s in segs if s.base_offset <= off < s.base_offset + (store.segment_size or s.length)), None)
+        if seg is None:
+            span = f"[{segs[0].base_offset}, {segs[-1].base_offset + segs[-1].length})" if segs else "nothing"
+            out.append(Explanation(label, "OUT_OF_RANGE", f"offset {off} lies in no commitlog segment (they cover "
+                                   f"{span}): never written here", off))
+            return out
+        try:
+            msg = store.read_message(off)
+        except StoreFormatError:
+            msg = None
+        if msg is not None and msg.physical_offset == off:
+            out.append(Explanation(label, "OTHER_STORE_HOST", f"the record at {off} was stored by {msg.store_host}; "
+                                   f"its id is {msg.msg_id}", off))
+            return out
+        out.append(self.locate(ref, seg.name, off))
+        return out
+
+    def locate(self, ref: StoreRef, segment: str, off: int) -> Explanation:
+        """What the salvage walk has at ``off`` (a Spark scan of the walk items up to it)."""
+        from pyspark.sql import functions as F
+
+        from datasources.commitlog import read_commitlog
+
+        rows = (read_commitlog(self.spark, str(ref.root / "commitlog" / segment), broker=ref.label, walk="salvage",
+                               materialize="positions")
+                .where((F.col("segment") == segment) & (F.col("physical_offset") <= off))
+                .orderBy(F.col("physical_offset").desc()).limit(1).collect())
+        if not rows:
+            return Explanation(ref.label, "NEVER_WRITTEN", f"no walk item at or before {off}", off)
+        r = rows[0]
+        start = r["physical_offset"]
+        if r["kind"] == "stop" and r["reason"] == "END_OF_DATA":
+            return Explanation(ref.label, "NEVER_WRITTEN", f"offset {off} is past the end of written data in "
+                               f"segment {segment} (zeros from {start})", off)
+        span = r["length"] if r["kind"] == "corrupt" else r["store_size"]
+        if r["kind"] == "corrupt" and off < start + span:
+            return Explanation(ref.label, "NOT_A_RECORD_START", f"offset {off} lies in {span} unframeable bytes "
+                               f"from {start} ({r['reason']})", off)
+        if r["kind"] == "stop":
+            return Explanation(ref.label, "NOT_A_RECORD_START", f"the walk stops at {start} ({r['reason']}: "
+                               f"{r['detail']}); no record is framed at {off}", off)
+        if span is not None and start < off < start + span:
+            return Explanation(ref.label, "NOT_A_RECORD_START", f"offset {off} is inside the {r['kind']} at {start} "
+                               f"({span} bytes)", off)
+        return Explanation(ref.label, "NEVER_WRITTEN", f"no record is framed at {off}", off)
+
+
+# --------------------------------------------------------------------------------------------------
+# Output
+
+TABLE_COLUMNS = (("broker", 10), ("physical_offset", 12), ("store_time", 24), ("topic", 20), ("queue_id", 5),
+                 ("queue_offset", 8), ("msg_id", 32), ("uniq_key", 32), ("keys", 16), ("tags", 10), ("body", 24))
+
+
+def message_line(hit: Hit) -> dict:
+    return {"kind": "message", "broker": hit.broker, **hit.message.to_dict()}
+
+
+def _table_row(hit: Hit) -> list[str]:
+    m = hit.message
+    body = m.body[:24].decode("utf-8", "replace") if m.compression == "NONE" else f"<{m.compression}>"
+    values = {"broker": hit.broker, "physical_offset": m.physical_offset, "store_time": format_time(m.store_timestamp),
+              "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset, "msg_id": m.msg_id,
+              "uniq_key": m.uniq_key or "", "keys": " ".join(m.keys), "tags": m.tags or "", "body": body}
+    return [str(values[name]) for name, _ in TABLE_COLUMNS]
+
+
+def write_result(result: QueryResult, fmt: str, out) -> None:
+    if fmt == "jsonl":
+        for hit in result.hits:
+            out.write(json.dumps(message_line(hit), ensure_ascii=False) + "\n")
+        for e in result.explanations:
+            out.write(json.dumps(e.as_dict(), ensure_ascii=False) + "\n")
+        return
+    rows = [[name for name, _ in TABLE_COLUMNS]] + [_table_row(h) for h in result.hits]
+    widths = [max(w, *(len(r[i]) for r in rows)) for i, (_, w) in enumerate(TABLE_COLUMNS)]
+    for r in rows:
+        out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")
+    for e in result.explanations:
+        where = f" @{e.physical_offset}" if e.physical_offset is not None else ""
+        out.write(f"# {e.broker}{where}: {e.reason}: {e.detail}\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# The job
+
+
+def run(spark, args, out=None, err=None) -> int:
+    """Run the query (``spark`` may be None: it is started only if a scan needs it), print the result;
+    returns the exit code."""
+    out, err = out or sys.stdout, err or sys.stderr
+    check_args(args)
+    stores = resolve_stores(args.store)
+    result = Query(spark, args, stores).run()
+    write_result(result, args.format, out)
+    print(f"query ({result.mode}): {len(result.hits)} message(s) found in {len(stores)} store(s)", file=err)
+    return EXIT_OK if result.hits else EXIT_NOTHING
+
+
+def needs_spark(args) -> bool:
+    """Scans need Spark from the start; point lookups never, or only for --explain's fallback (started then)."""
+    try:
+        return query_mode(args) not in POINT_MODES
+    except UsageError:
+        return False
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m jobs.query", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", action="append", required=True, metavar="PATH",
+                   help="a broker store root, or a folder of them (repeatable)")
+    p.add_argument("--msg-id", metavar="ID", help="offsetMsgId (32 or 56 hex characters)")
+    p.add_argument("--topic", metavar="T")
+    p.add_argument("--key", metavar="K", help="a KEYS entry (or a UNIQ_KEY) of topic T")
+    p.add_argument("--uniq-key", metavar="U", help="UNIQ_KEY, the client's msgId")
+    p.add_argument("--tag", metavar="TAG", help="TAGS value (with --topic)")
+    p.add_argument("--from", dest="from_time", type=parse_time, metavar="T1", help="store time >= T1 (ms or ISO-8601)")
+    p.add_argument("--to", dest="to_time", type=parse_time, metavar="T2", help="store time <= T2 (ms or ISO-8601)")
+    p.add_argument("--format", choices=("jsonl", "table"), default="jsonl")
+    p.add_argument("--explain", action="store_true", help="say why a message is not found; fall back to a scan")
+    p.add_argument("--limit", type=int, metavar="N", help="print at most N messages")
+    return p
+
+
+def main(argv=None) -> int:
+    return cli_main(build_parser, run, "query", argv, needs_spark=needs_spark, check=check_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""trend: what got worse between audit runs, read from the audit's Delta history.
+
+  python -m jobs.trend --history DIR [--all] [--out DIR [--format parquet|delta|jsonl] [--overwrite]]
+
+DIR is what ``jobs.audit --history DIR`` appends to: DIR/findings and DIR/metrics, Delta tables with one
+``run_id``/``run_time`` per audit run (metrics in long format: broker, scope, topic, queue_id, group, metric,
+value).  Runs are ordered by ``run_time``; by default the last run is compared with the one before it,
+``--all`` compares every run with its predecessor.  Flags:
+
+  growing_lag         lag_messages or lag_ms of the same key (broker, scope, topic, queue_id, group) rose
+  growing_dlq         dlq_messages rose
+  transaction_backlog open_transactions rose
+  new_damage          an integrity finding (check "integrity.*") whose finding_id the previous run did not have
+
+A key absent from the previous run counts as 0 when that run measured the metric at all (a new DLQ, a new
+lagging queue); when it did not measure it, there is nothing to compare.  The trends table has one row per
+flag; the summary (stdout) counts them and lists the first ones.
+
+Exit codes: 0 nothing got worse (or fewer than two runs), 1 something did, 2 could not run.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script (spark-submit jobs/trend.py): make the project importable
+    _root = Path(__file__).resolve().parent.parent
+    if (_root / "jobs" / "__init__.py").exists():
+        sys.path.insert(0, str(_root))
+
+from jobs import cli  # noqa: E402
+from jobs.output import OutputError, is_delta_table, prepare_output, read_table, write_table  # noqa: E402
+
+NAME = "trend"
+GROWTH_FLAGS = {"lag_messages": "growing_lag", "lag_ms": "growing_lag", "dlq_messages": "growing_dlq",
+                "open_transactions": "transaction_backlog"}
+NEW_DAMAGE = "new_damage"
+DAMAGE_FAMILY = "integrity."
+METRIC_KEY = ("broker", "scope", "topic", "queue_id", "group", "metric")
+LISTED = 20  # flags listed under the summary line; the table has them all
+TREND_COLUMNS = (
+    "flag string, run_id string, run_time timestamp, previous_run_id string, previous_run_time timestamp, "
+    "broker string, scope string, topic string, queue_id int, `group` string, metric string, "
+    "previous_value double, value double, change double, finding_id string, check string, severity string, "
+    "file string, file_position bigint, physical_offset bigint, message string")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    flags = __doc__[__doc__.index("  growing_lag"):__doc__.index("Exit codes")]
+    p = argparse.ArgumentParser(prog="python -m jobs.trend", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=f"flags (run vs. previous run):\n{flags}"
+                                       "Exit codes: 0 nothing got worse, 1 something did, 2 could not run.")
+    p.add_argument("--history", required=True, metavar="DIR",
+                   help="the audit's --history folder (holding findings/ and metrics/ Delta tables)")
+    p.add_argument("--all", action="store_true",
+                   help="compare every run with the one before it (default: only the last two runs)")
+    cli.add_output_arguments(p, required=False)
+    return p
+
+
+def _history(spark, history: str, table: str):
+    path = f"{history.rstrip('/')}/{table}"
+    return read_table(spark, path, "delta") if is_delta_table(path) else None
+
+
+def run_pairs(findings, metrics, everything: bool) -> list[tuple]:
+    """[(run_id, run_time, previous_run_id, previous_run_time)] for the runs to compare, oldest first."""
+    from functools import reduce
+
+    frames = [df.select("run_id", "run_time") for df in (findings, metrics) if df is not None]
+    runs = sorted({(r.run_time, r.run_id) for r in reduce(lambda a, b: a.union(b), frames).distinct().collect()})
+    pairs = [(cur[1], cur[0], prev[1], prev[0]) for prev, cur in zip(runs, runs[1:])]
+    return pairs if everything else pairs[-1:]
+
+
+def trends(spark, findings, metrics, pairs: list[tuple]):
+    """The trends table (see the module docstring) for the (run, previous run) ``pairs``."""
+    from pyspark.sql import functions as F
+
+    pair_df = spark.createDataFrame(
+        pairs, "run_id string, run_time timestamp, previous_run_id string, previous_run_time timestamp")
+    empty = spark.createDataFrame([], TREND_COLUMNS)
+    parts = [empty]
+    if metrics is not None:
+        parts.append(_metric_growth(metrics, pair_df))
+    if findings is not None:
+        parts.append(_new_damage(findings, pair_df))
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part, allowMissingColumns=True)
+    return out.select(*[F.col(f.name).cast(f.dataType) for f in empty.schema])
+
+
+def _metric_growth(metrics, pair_df):
+    from pyspark.sql import functions as F
+
+    watched = metrics.where(F.col("metric").isin(list(GROWTH_FLAGS)))
+    current = watched.join(pair_df.select("run_id", "previous_run_id", "previous_run_time"), "run_id")
+    previous = watched.select(F.col("run_id").alias("p_run"), *[F.col(k).alias(f"p_{k}") for k in METRIC_KEY],
+                              F.col("value").alias("previous_value"))
+    same_key = [F.col("previous_run_id") == F.col("p_run")] + \
+               [F.col(k).eqNullSafe(F.col(f"p_{k}")) for k in METRIC_KEY]
+    joined = current.join(previous, same_key, "left")
+    # a key the previous run lacked was 0 then, if that run measured the metric at all
+    measured = watched.select(F.col("run_id").alias("m_run"), F.col("metric").alias("m_metric")).distinct()
+    joined = joined.join(measured, (F.col("previous_run_id") == F.col("m_run"))
+                         & (F.col("metric") == F.col("m_metric")), "left")
+    before = F.coalesce(F.col("previous_value"), F.when(F.col("m_run").isNotNull(), F.lit(0.0)))
+    flag = F.create_map(*[F.lit(x) for kv in GROWTH_FLAGS.items() for x in kv])[F.col("metric")]
+    return (joined.where(before.isNotNull() & (F.col("value") > before))
+            .select(flag.alias("flag"), "run_id", "run_time", "previous_run_id", "previous_run_time",
+                    *METRIC_KEY[:-1], "metric", before.alias("previous_value"), "value",
+                    (F.col("value") - before).alias("change")))
+
+
+def _new_damage(findings, pair_df):
+    from pyspark.sql import functions as F
+
+    damage = findings.where(F.col("check").startswith(DAMAGE_FAMILY))
+    current = damage.join(pair_df.select("run_id", "previous_run_id", "previous_run_time"), "run_id")
+    seen = damage.select(F.col("run_id").alias("previous_run_id"), "finding_id").distinct()
+    return (current.join(seen, ["previous_run_id", "finding_id"], "left_anti")
+            .select(F.lit(NEW_DAMAGE).alias("flag"), "run_id", "run_time", "previous_run_id", "previous_run_time",
+                    "broker", "topic", "queue_id", "finding_id", "check", "severity", "file", "file_position",
+                    "physical_offset", "message"))
+
+
+def _describe(row) -> str:
+    where = " ".join(f"{k}={row[k]}" for k in ("broker", "topic", "queue_id", "group") if row[k] is not None)
+    if row["flag"] == NEW_DAMAGE:
+        return f"  {row['flag']}: {row['check']} {where} {row['file']}@{row['file_position']}: {row['message']}"
+    return (f"  {row['flag']}: {row['metric']} {row['scope']} {where}: {row['previous_value']:g} -> "
+            f"{row['value']:g} (+{row['change']:g})")
+
+
+def prepare(args) -> None:
+    if args.out:
+        prepare_output(args.out, overwrite=args.overwrite, inputs=[args.history])
+
+
+def run(spark, args) -> cli.JobResult:
+    prepare(args)
+    findings = _history(spark, args.history, "findings")
+    metrics = _history(spark, args.history, "metrics")
+    if findings is None and metrics is None:
+        raise OutputError(f"{args.history} holds no audit history (expected findings/ and metrics/ Delta tables "
+                          "written by jobs.audit --history)")
+    pairs = run_pairs(findings, metrics, args.all)
+    if not pairs:
+        return cli.JobResult("trend: fewer than two audit runs in the history: nothing to compare yet", cli.EXIT_OK)
+    table = trends(spark, findings, metrics, pairs)
+    if args.out:
+        write_table(table, args.out, args.format)
+        table = read_table(spark, args.out, args.format, schema=table.schema)
+    counts = {r["flag"]: r["count"] for r in table.groupBy("flag").count().collect()}
+    listed = table.orderBy("run_time", "flag", "broker", "topic", "queue_id", "group", "metric", "finding_id") \
+        .limit(LISTED).collect()
+    compared = f"{pairs[0][2]} -> {pairs[-1][0]}" if len(pairs) == 1 else f"{len(pairs)} run pairs"
+    counted = ", ".join(f"{counts.get(f, 0)} {f}" for f in (*dict.fromkeys(GROWTH_FLAGS.values()), NEW_DAMAGE))
+    lines = [f"trend: {compared}: {counted}" + (f"; written to {args.out} as {args.format}" if args.out else "")]
+    lines += [_describe(r) for r in listed]
+    if sum(counts.values()) > LISTED:
+        lines.append(f"  ... {sum(counts.values()) - LISTED} more" + (" in the table" if args.out else
+                                                                       " (--out writes them all)"))
+    return cli.JobResult("\n".join(lines), cli.EXIT_FINDINGS if counts else cli.EXIT_OK)
+
+
+def main(argv=None) -> int:
+    return cli.main(NAME, build_parser, run, argv, prepare=prepare)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,410 @@
+"""The audit job (jobs/audit.py): clean on RocketMQ's own stores, with tables equal to what their manifests and
+config files say; exactly the injected problem, at its position, for each damage kind; the expected lag,
+transaction, delay and DLQ tables for a broker-flow store; exit codes and the history tables.
+
+Each audit run costs a few Spark jobs per check, so stores are audited together: the two fixtures in one
+run, every damaged store in one run (a folder of store roots), the broker-flow store in one run."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from jobs import audit
+from store_format import damage as D
+from store_format import layout as L
+from store_format.broker import Broker, ManualClock, Producer
+from store_format.config import loads
+from store_format.store import Store
+from store_format.writer import StoreWriter, WriterConfig
+
+from .conftest import fixture_manifest, fixture_store
+
+MIB = 1 << 20
+FIXTURES = ("basic", "broker")
+CQ_ENTRIES = "entries_[queueOffset,commitLogOffset,size,tagsCode]"  # the manifest's consume-queue units
+
+
+def audit_args(stores, out, **kw) -> argparse.Namespace:
+    argv = ["--store", *map(str, stores), "--out", str(out)]
+    for k, v in kw.items():
+        argv += [f"--{k.replace('_', '-')}"] + ([] if v is True else [str(v)])
+    return audit.build_parser().parse_args(argv)
+
+
+def rows(out: Path, name: str) -> list[dict]:
+    """A table's rows, with map columns (findings' details) as dicts."""
+    table = pq.read_table(out / name)
+    maps = [f.name for f in table.schema if str(f.type).startswith("map<")]
+    out_rows = table.to_pylist()
+    for r in out_rows:
+        for m in maps:
+            r[m] = dict(r[m]) if r[m] is not None else None
+    return out_rows
+
+
+def by_severity(findings: list[dict], severity: str, broker: str | None = None) -> list[dict]:
+    return [f for f in findings if f["severity"] == severity and (broker is None or f["broker"] == broker)]
+
+
+# --------------------------------------------------------------------------------------------------
+# RocketMQ's own stores
+
+
+@pytest.fixture(scope="module")
+def fixtures_audit(spark, tmp_path_factory):
+    """Both fixtures, plus a repair (jobs.replay --repair) of a basic copy with a flipped bit, in one run."""
+    from jobs import replay
+
+    base = tmp_path_factory.mktemp("audit")
+    frames = _frames(fixture_store("basic"))
+    D.flip_body_bit(fixture_store("basic"), base / "damaged", physical_offset=frames[30].physical_offset)
+    repaired = base / "repaired" / "store"
+    replay.run(spark, replay.build_parser().parse_args(["--repair", str(base / "damaged"), "--out", str(repaired)]))
+    out = base / "fixtures"
+    result = audit.run(spark, audit_args([fixture_store("basic"), fixture_store("broker"), repaired], out))
+    return result, out
+
+
+def test_fixtures_audit_clean(fixtures_audit):
+    result, out = fixtures_audit
+    findings = [f for f in rows(out, "findings") if f["broker"] in FIXTURES]
+    assert result.exit_code == 0 and result.summary.startswith("audit PASS")
+    assert by_severity(findings, "error") == []
+    # The one warning: the broker fixture's consumer committed offset 4 on BrokerTopic/3, whose queue holds
+    # 3 messages (manifest consumeQueues maxOffset 3), so a message written there next would be skipped.
+    [w] = by_severity(findings, "warning")
+    assert (w["check"], w["broker"], w["topic"], w["queue_id"], w["queue_offset"]) == \
+        ("lag.offset_above_max", "broker", "BrokerTopic", 3, 4)
+    # RocketMQ 4.9.7 does not persist RMQ_SYS_TRANS_OP_HALF_TOPIC in topics.json: a system topic, so info
+    infos = {(f["broker"], f["check"], f["topic"]) for f in by_severity(findings, "info")}
+    assert ("broker", "metadata.topic_not_in_config", L.TRANS_OP_HALF_TOPIC) in infos
+    assert ("basic", "index.duplicate_entries", None) in infos  # the key listed twice in one message
+    assert len({f["finding_id"] for f in findings}) == len(findings)
+
+
+def test_repaired_store_audits_clean(fixtures_audit):
+    """Repair = salvage + replay: every record but the damaged one, in a store that passes the audit."""
+    _, out = fixtures_audit
+    assert by_severity(rows(out, "findings"), "error", "repaired") == []
+    counts = {(m["broker"], m["metric"]): m["value"] for m in rows(out, "metrics") if m["scope"] == "broker"}
+    assert counts[("repaired", "message_count")] == counts[("basic", "message_count")] - 1
+    assert counts[("repaired", "messages_lost")] == 0
+
+
+def test_fixture_summary(fixtures_audit):
+    result, out = fixtures_audit
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary == result.summary_data
+    assert summary["counts"]["error"] == 0 and sum(v["count"] for v in summary["counts"]["per_check"].values()) == \
+        summary["counts"]["warning"] + summary["counts"]["info"]
+    for b in summary["brokers"][:2]:
+        m = fixture_manifest(b["name"])
+        rec = b["recovery"]
+        assert (rec["mode"], rec["broker_will_start"], rec["messages_lost"]) == ("normal", True, 0)
+        assert rec["predicted_max_physical_offset"] == m["commitLogMaxOffset"]
+        assert b["geometry"]["segment_size"] == m["storeConfig"]["mappedFileSizeCommitLog"]
+    assert {i["path"] for i in summary["inputs"]} >= {str(fixture_store("basic") / "checkpoint")}
+
+
+def test_fixture_lag_equals_consumer_offsets_and_queue_ends(fixtures_audit):
+    _, out = fixtures_audit
+    expected = set()
+    for name in ("basic", "broker"):
+        m = fixture_manifest(name)
+        text = m["configFiles"].get("consumerOffset.json")
+        if text is None:
+            continue
+        ends = {(q["topic"], q["queueId"]): q["maxOffset"] for q in m["consumeQueues"]}
+        for key, queues in loads(text)["offsetTable"].items():
+            topic, group = key.split("@")
+            for qid, offset in queues.items():
+                expected.add((name, group, topic, int(qid), offset, max(0, ends[(topic, int(qid))] - offset)))
+    got = {(r["broker"], r["group"], r["topic"], r["queue_id"], r["offset"], r["lag"]) for r in rows(out, "tables/lag")
+           if r["broker"] in FIXTURES}
+    assert got == expected and expected
+    lagging = [r for r in rows(out, "tables/lag") if r["lag"]]
+    assert all(r["first_unconsumed_store_time"] and r["lag_ms"] > 0 for r in lagging)
+
+
+def test_fixture_transactions(fixtures_audit):
+    _, out = fixtures_audit
+    state_by_key = {}
+    for name in ("basic", "broker"):
+        for x in fixture_manifest(name)["messages"]:
+            if x["topic"] == L.TRANS_HALF_TOPIC or x["sysFlag"] & L.TRANSACTION_MASK == L.TRANSACTION_PREPARED_TYPE:
+                state_by_key[x["uniqKey"]] = x["keys"]
+    got = {state_by_key[r["uniq_key"]]: r["state"] for r in rows(out, "tables/transactions") if r["broker"] in FIXTURES}
+    # the fixtures' README: one half committed and one rolled back through END_TRANSACTION per store, and in
+    # basic the raw-sysflag PREPARED records tx1 (then COMMIT) and tx2 (then ROLLBACK)
+    assert got == {"tx-half-commit": "committed", "tx-half-rollback": "rolled_back", "tx1": "committed",
+                   "tx2": "rolled_back", "btx-0": "committed", "btx-1": "rolled_back"}
+
+
+def test_fixture_delays_equal_schedule_queues_and_delay_offsets(fixtures_audit):
+    _, out = fixtures_audit
+    expected = set()
+    for name in ("basic", "broker"):
+        m = fixture_manifest(name)
+        delivered = {int(k): v for k, v in loads(m["configFiles"]["delayOffset.json"])["offsetTable"].items()}
+        for q in m["consumeQueues"]:
+            if q["topic"] == L.SCHEDULE_TOPIC and q["dirExists"]:
+                level = q["queueId"] + 1
+                expected.add((name, level, q["maxOffset"], q["maxOffset"] - delivered.get(level, 0)))
+    got = {(r["broker"], r["level"], r["max_offset"], r["pending"]) for r in rows(out, "tables/delays")
+           if r["broker"] in FIXTURES}
+    assert got == expected
+    assert all(r["overdue"] == 0 for r in rows(out, "tables/delays"))  # nothing was due when the stores stopped
+
+
+def test_fixture_dlq_inventory(fixtures_audit):
+    _, out = fixtures_audit
+    expected = {}
+    for name in ("basic", "broker"):
+        for x in fixture_manifest(name)["messages"]:
+            if x["topic"].startswith(L.DLQ_GROUP_TOPIC_PREFIX):
+                key = (name, x["topic"][len(L.DLQ_GROUP_TOPIC_PREFIX):])
+                expected[key] = expected.get(key, 0) + 1
+    assert {(r["broker"], r["group"]): r["messages"] for r in rows(out, "tables/dlq") if r["broker"] in FIXTURES} == \
+        expected
+    hops = rows(out, "tables/retries")
+    # broker: message 1 was sent back to the DLQ; ORIGIN_MESSAGE_ID leads to its first copy
+    [hop] = [h for h in hops if h["broker"] == "broker" and h["stage"] == "dlq"]
+    origin = next(x for x in fixture_manifest("broker")["messages"] if x["msgId"] == hop["origin_message_id"])
+    assert (hop["original_topic"], hop["origin_physical_offset"]) == ("BrokerTopic", origin["commitLogOffset"])
+
+
+def test_report_is_self_contained(fixtures_audit):
+    _, out = fixtures_audit
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "PASS: 0 error(s)" in page and page.count("data:image/png;base64,") == 3
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+
+
+# --------------------------------------------------------------------------------------------------
+# Damage, one store per kind, audited together
+
+
+def _frames(store: Path):
+    return [f for f in Store(store).walk_commitlog(decode=False) if f.kind == "message"]
+
+
+@pytest.fixture(scope="module")
+def damage_audit(spark, tmp_path_factory):
+    src = fixture_store("basic")
+    frames = _frames(src)
+    root = tmp_path_factory.mktemp("damaged") / "set"
+    root.mkdir()
+    made = {
+        "torn_tail": D.torn_tail(src, root / "torn_tail"),
+        "flip_body_bit": D.flip_body_bit(src, root / "flip_body_bit", physical_offset=frames[40].physical_offset),
+        "zero_page": D.zero_page(src, root / "zero_page"),
+        "truncate_segment": D.truncate_segment(src, root / "truncate_segment"),
+        "bad_magic": D.bad_magic(src, root / "bad_magic", physical_offset=frames[60].physical_offset),
+        "bad_crc": D.bad_crc(src, root / "bad_crc", physical_offset=frames[20].physical_offset),
+        "delete_consume_queue": D.delete_consume_queue(src, root / "delete_consume_queue", "TopicTest", 1),
+        "wrong_cq_size": D.wrong_cq_size(src, root / "wrong_cq_size", "TopicTest", 0, 3),
+        "stale_index_entry": D.stale_index_entry(src, root / "stale_index_entry"),
+    }
+    # a combination: a flipped bit and a lost consume queue in one store
+    step = tmp_path_factory.mktemp("step") / "s"
+    D.flip_body_bit(src, step, physical_offset=frames[70].physical_offset)
+    made["combined"] = D.delete_consume_queue(step, root / "combined", "TopicTest", 2)
+    out = root.parent / "out"
+    result = audit.run(spark, audit_args([root], out, segment_size=MIB, no_report=True))
+    return result, out, made, frames
+
+
+def _record_holding(frames, position: int):
+    return next(f for f in frames if f.file_position <= position < f.file_position + f.size)
+
+
+def _errors(findings, broker):
+    return sorted((f["check"], f["file_position"] if f["file_position"] is not None else f["physical_offset"])
+                  for f in by_severity(findings, "error", broker))
+
+
+def test_damage_audit_exit_code_and_scope(damage_audit):
+    result, out, made, _ = damage_audit
+    assert result.exit_code == 1 and result.summary.startswith("audit FAIL")
+    findings = rows(out, "findings")
+    assert {f["broker"] for f in by_severity(findings, "error")} == set(made)
+
+
+@pytest.mark.parametrize("kind,reason", [("flip_body_bit", "bad_crc"), ("bad_crc", "bad_crc"),
+                                         ("bad_magic", "bad_magic")])
+def test_record_damage_mid_log(damage_audit, kind, reason):
+    """A bad record in the middle: the integrity error at the record's start, and recovery stopping there and
+    dropping every later message (no other error: their consume-queue and index entries are warnings)."""
+    _, out, made, frames = damage_audit
+    findings = rows(out, "findings")
+    bad = _record_holding(frames, made[kind].position)
+    assert _errors(findings, kind) == [(f"integrity.{reason}", bad.file_position),
+                                       ("recovery.truncation", bad.file_position)]
+    rec = next(b for b in json.loads((out / "summary.json").read_text())["brokers"] if b["name"] == kind)["recovery"]
+    later = [f for f in frames if f.physical_offset > bad.physical_offset]
+    assert (rec["predicted_max_physical_offset"], rec["messages_lost"]) == (bad.physical_offset, len(later))
+    lost = {f["physical_offset"] for f in findings if f["broker"] == kind and f["check"] == "recovery.message_lost"}
+    assert lost == {f.physical_offset for f in later}
+
+
+def test_tail_damage(damage_audit):
+    """A torn tail, a zeroed page and a truncated file destroy the last records: an integrity error where the
+    first destroyed record starts, nothing well-formed is lost after it; a short file stops the broker."""
+    _, out, made, frames = damage_audit
+    findings = rows(out, "findings")
+    for kind in ("torn_tail", "zero_page", "truncate_segment"):
+        first = _record_holding(frames, made[kind].position)
+        errs = _errors(findings, kind)
+        integrity = [e for e in errs if e[0].startswith("integrity.") and e[0] != "integrity.bad_geometry"]
+        assert min(p for _, p in integrity) == first.file_position, kind
+        assert not [e for e in errs if not e[0].startswith(("integrity.", "recovery."))], kind
+    assert ("recovery.broker_will_not_start", None) in _errors(findings, "truncate_segment")
+    assert ("integrity.bad_geometry", 0) in _errors(findings, "truncate_segment")
+
+
+def test_consume_queue_and_index_damage(damage_audit):
+    _, out, made, frames = damage_audit
+    findings = rows(out, "findings")
+    [missing] = by_severity(findings, "error", "delete_consume_queue")
+    m = fixture_manifest("basic")
+    q1 = next(q for q in m["consumeQueues"] if (q["topic"], q["queueId"]) == ("TopicTest", 1))
+    assert (missing["check"], missing["topic"], missing["queue_id"], missing["queue_offset"]) == \
+        ("consumequeue.missing_entry", "TopicTest", 1, 0)
+    assert int(missing["details"]["count"]) == q1["maxOffset"]
+    assert missing["physical_offset"] == q1[CQ_ENTRIES][0][1]
+    [size] = by_severity(findings, "error", "wrong_cq_size")
+    assert (size["check"], size["topic"], size["queue_id"], size["queue_offset"], size["file_position"]) == \
+        ("consumequeue.size_mismatch", "TopicTest", 0, 3, made["wrong_cq_size"].position - 8)
+    [stale] = by_severity(findings, "error", "stale_index_entry")
+    assert stale["check"] == "index.entry_past_end" and stale["physical_offset"] == m["commitLogMaxOffset"]
+
+
+def test_combined_damage(damage_audit):
+    _, out, _, frames = damage_audit
+    findings = rows(out, "findings")
+    bad = frames[70]
+    checks = [c for c, _ in _errors(findings, "combined")]
+    assert checks.count("integrity.bad_crc") == 1 and checks.count("recovery.truncation") == 1
+    # TopicTest/2's units are gone: its messages before the flipped record are missing entries
+    missing = [f for f in by_severity(findings, "error", "combined") if f["check"] == "consumequeue.missing_entry"]
+    assert [(f["topic"], f["queue_id"], f["queue_offset"]) for f in missing] == [("TopicTest", 2, 0)]
+    kept = [f for f in frames[:70] if f.physical_offset < bad.physical_offset]
+    m = fixture_manifest("basic")
+    q2 = next(q for q in m["consumeQueues"] if (q["topic"], q["queueId"]) == ("TopicTest", 2))
+    assert int(missing[0]["details"]["count"]) == sum(1 for e in q2[CQ_ENTRIES] if e[1] < bad.physical_offset)
+    assert kept
+
+
+# --------------------------------------------------------------------------------------------------
+# A store from broker flows: lag, an open transaction, an overdue delay, a retry chain into the DLQ, a crash
+
+
+@pytest.fixture(scope="module")
+def flow_audit(spark, tmp_path_factory):
+    base = tmp_path_factory.mktemp("flows")
+    w = StoreWriter(base / "flows", WriterConfig(storeHost="192.168.0.2:10911", mappedFileSizeCommitLog=MIB),
+                    clock=ManualClock(1_700_000_000_000))
+    b = Broker(w)
+    p = Producer(group="<pg>&\"x\"")  # hostile text that must come out escaped in the report
+    sent = [b.send(p, "Orders", f"o{i}".encode(), tags="TagA", keys=f"o-{i}", queue_id=i % 2) for i in range(6)]
+    b.commit_offset("cg", "Orders", 0, 1)  # queue 0 holds 3: 2 behind
+    b.commit_offset("cg", "Orders", 1, 3)  # queue 1 holds 3: caught up
+    open_half = b.send_half(p, "Orders", b"open", keys="tx-open", queue_id=0)
+    done = b.send_half(p, "Orders", b"done", keys="tx-done", queue_id=0)
+    b.end_transaction(done, commit=True)
+    s1 = b.send_back("cg", sent[0].record)  # level 3 via the schedule topic
+    [r1] = b.deliver_due(s1.store_timestamp + 10_000)
+    dlq = b.send_back("cg", r1, max_reconsume_times=1)
+    delayed = b.send(p, "Orders", b"later", keys="late", delay_level=2, queue_id=1)  # 5 s, never delivered
+    w.crash()
+    as_of = delayed.record.store_timestamp + 60_000
+    out = base / "out"
+    history = base / "history"
+    result = audit.run(spark, audit_args([base / "flows"], out, as_of=as_of, history=history))
+    return result, out, history, dict(sent=sent, open_half=open_half, done=done, dlq=dlq, delayed=delayed,
+                                      s1=s1, r1=r1, as_of=as_of)
+
+
+def test_flow_store_is_clean_after_a_crash(flow_audit):
+    result, out, _, _ = flow_audit
+    findings = rows(out, "findings")
+    assert by_severity(findings, "error") == [] and result.exit_code == 0
+    [abnormal] = [f for f in findings if f["check"] == "recovery.abnormal"]
+    assert abnormal["severity"] == "info"
+    rec = json.loads((out / "summary.json").read_text())["brokers"][0]["recovery"]
+    assert rec["mode"] == "abnormal" and rec["messages_lost"] == 0 and rec["broker_will_start"]
+
+
+def test_flow_tables(flow_audit):
+    _, out, _, x = flow_audit
+    lag = {(r["group"], r["topic"], r["queue_id"]): r for r in rows(out, "tables/lag")}
+    # queue 0 holds sends 0, 2, 4 and the committed transaction; offset 1 is send 2
+    assert {k: v["lag"] for k, v in lag.items() if k[1] == "Orders"} == {("cg", "Orders", 0): 3, ("cg", "Orders", 1): 0}
+    first_unconsumed = x["sent"][2].record
+    assert lag[("cg", "Orders", 0)]["lag_ms"] == x["as_of"] - first_unconsumed.store_timestamp
+    tx = {r["uniq_key"]: r for r in rows(out, "tables/transactions")}
+    assert tx[x["open_half"].msg_id]["state"] == "open" and tx[x["done"].msg_id]["state"] == "committed"
+    assert tx[x["open_half"].msg_id]["age_ms"] == x["as_of"] - x["open_half"].record.store_timestamp
+    assert tx[x["open_half"].msg_id]["producer_group"] == "<pg>&\"x\""
+    delays = {r["level"]: r for r in rows(out, "tables/delays")}
+    assert (delays[2]["pending"], delays[2]["overdue"]) == (1, 1)
+    assert (delays[3]["pending"], delays[3]["overdue"]) == (0, 0)  # the retry was delivered
+    findings = rows(out, "findings")
+    [overdue] = [f for f in findings if f["check"] == "delays.overdue"]
+    assert overdue["details"]["uniq_key"] == x["delayed"].msg_id
+    [opened] = [f for f in findings if f["check"] == "transactions.open"]
+    assert opened["details"]["uniq_key"] == x["open_half"].msg_id
+    hops = sorted(rows(out, "tables/retries"), key=lambda h: h["store_timestamp"])
+    assert [(h["stage"], h["topic"]) for h in hops] == [("scheduled", L.SCHEDULE_TOPIC), ("retry", "%RETRY%cg"),
+                                                      ("dlq", "%DLQ%cg")]
+    assert {h["origin_physical_offset"] for h in hops} == {x["sent"][0].record.physical_offset}
+    assert [(r["group"], r["messages"]) for r in rows(out, "tables/dlq")] == [("cg", 1)]
+
+
+def test_flow_report_escapes_content(flow_audit):
+    _, out, _, _ = flow_audit
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "&lt;pg&gt;&amp;&quot;x&quot;" in page and "<pg>" not in page
+
+
+def test_flow_history_tables(flow_audit):
+    from deltalake import DeltaTable
+
+    _, out, history, _ = flow_audit
+    findings = DeltaTable(str(history / "findings"))
+    metrics = DeltaTable(str(history / "metrics"))
+    assert findings.version() == 0 and metrics.version() == 0  # one commit each
+    assert findings.to_pyarrow_table().num_rows == len(rows(out, "findings"))
+    names = set(metrics.to_pyarrow_table().column("metric").to_pylist())
+    assert {"lag_messages", "open_transactions", "pending_delays", "dlq_messages", "message_count"} <= names
+
+
+# --------------------------------------------------------------------------------------------------
+# The command line
+
+
+def test_exit_codes(spark, tmp_path):
+    assert audit.main(["--store", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")]) == 2
+    existing = tmp_path / "taken"
+    existing.mkdir()
+    (existing / "x").write_text("keep me")
+    assert audit.main(["--store", str(fixture_store("basic")), "--out", str(existing)]) == 2
+    assert (existing / "x").read_text() == "keep me"
+    assert audit.main(["--store", str(fixture_store("basic")), "--out", str(fixture_store("basic") / "out")]) == 2
+
+
+def test_report_in_a_real_browser(flow_audit, tmp_path):
+    """report.html rendered by headless Chromium: no console errors, every plot decodes, the verdict and the
+    (escaped) hostile producer group are visible as text, not markup."""
+    from .browser import render
+
+    _, out, _, _ = flow_audit
+    result = render(out / "report.html", tmp_path / "report.png")
+    assert result.console_errors == [] and result.broken_images == 0
+    assert "PASS: 0 error(s)" in result.page_text and "Recovery prediction" in result.page_text
+    assert "<pg>&\"x\"" in result.page_text  # shown as text: the markup was escaped
+    assert result.screenshot_path.stat().st_size > 10_000

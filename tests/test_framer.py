@@ -1,0 +1,265 @@
+"""The bulk framer (``walk_arrays`` / ``salvage_arrays``) against the scalar walks, item for item.
+
+Two backends, one truth: ``frame_at`` and the walks built on it define where records are and why a walk
+stops; the numpy framer must give exactly their items over the RocketMQ-written fixtures, writer-built stores
+(several segments, blank-heavy, IPv6 hosts, V2 magic, empty bodies) with every commitlog call of
+``store_format.damage`` applied, hand-built segments whose bodies hide records of their own, and segments
+corrupted at random.  Each store is also checked with tiny search windows, so runs end at window edges too.
+"""
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from store_format import commitlog as C
+from store_format import damage as D
+from store_format import layout as L
+from store_format.codec import encode_blank, encode_record, encoded_size
+from store_format.commitlog import (KINDS, Frame, FrameArrays, ReadOnlyMap, SalvageSpan, list_segments,
+                                    salvage_arrays, salvage_buffer, walk_arrays, walk_buffer)
+from store_format.message import Message, body_crc32
+from store_format.writer import StoreWriter, WriterConfig
+from tests.conftest import FIXTURE_NAMES, fixture_store
+
+SEG = 8 << 10
+CFG = WriterConfig(mappedFileSizeCommitLog=SEG, mappedFileSizeConsumeQueue=2000, messageIndexEnable=False)
+
+
+def _kind(it) -> str:
+    return "corrupt" if isinstance(it, SalvageSpan) else it.kind
+
+
+def _same(arrays: FrameArrays, items: list):
+    """Item for item, and the arrays say the same as the items they stand for."""
+    assert list(arrays) == items
+    assert [KINDS[k] for k in arrays.kinds.tolist()] == [_kind(it) for it in items]
+    assert arrays.positions.tolist() == [it.file_position for it in items]
+    assert arrays.sizes.tolist() == [it.length if isinstance(it, SalvageSpan) else it.size for it in items]
+
+
+def assert_parity(buf, name: str, base: int):
+    """Both walks, with and without the optional checks, from the start and from a boundary inside, and cut
+    at positions around the items (``until``)."""
+    for check_crc in (True, False):
+        for check_phys in (True, False):
+            scalar = list(walk_buffer(buf, name, base, decode=False, check_crc=check_crc,
+                                      check_physical_offset=check_phys))
+            _same(walk_arrays(buf, name, base, check_crc=check_crc, check_physical_offset=check_phys), scalar)
+        salvage = list(salvage_buffer(buf, name, base, decode=False, check_crc=check_crc))
+        _same(salvage_arrays(buf, name, base, check_crc=check_crc), salvage)
+    salvage = list(salvage_buffer(buf, name, base, decode=False))
+    # the data source's second pass: CRCs before the recovery walk's stop were checked by its first pass
+    first_stop = list(walk_buffer(buf, name, base, decode=False))[-1].file_position
+    _same(salvage_arrays(buf, name, base, crc_checked_before=first_stop), salvage)
+    starts = [it.file_position for it in salvage if _kind(it) == "message"]
+    for start in starts[len(starts) // 2:len(starts) // 2 + 1]:
+        _same(walk_arrays(buf, name, base, start=start), list(walk_buffer(buf, name, base, start=start, decode=False)))
+        _same(salvage_arrays(buf, name, base, start=start),
+              list(salvage_buffer(buf, name, base, start=start, decode=False)))
+    messages = [it for it in salvage if _kind(it) == "message"]
+    for limit in {m.file_position + m.size // 2 for m in messages[-1:] + messages[len(messages) // 2:][:1]}:
+        _same(walk_arrays(buf, name, base, limit=limit), list(walk_buffer(buf, name, base, limit=limit, decode=False)))
+        _same(salvage_arrays(buf, name, base, limit=limit),
+              list(salvage_buffer(buf, name, base, limit=limit, decode=False)))
+    cuts = {0, len(buf)} | {it.file_position + d for it in salvage[::7] + salvage[-3:] for d in (-1, 0, 1)}
+    for until in sorted(c for c in cuts if c >= 0):
+        _same(salvage_arrays(buf, name, base, until=until), [it for it in salvage if it.file_position < until])
+
+
+@pytest.fixture(params=["windows of 64 KiB and up", "tiny windows"])
+def windows(request, monkeypatch):
+    if request.param == "tiny windows":
+        monkeypatch.setattr(C, "_WINDOW_MIN", 200)
+        monkeypatch.setattr(C, "_WINDOW_MAX", 700)
+
+
+def _segments(root: Path):
+    for seg in list_segments(root / "commitlog"):
+        yield seg, seg.path.read_bytes()
+
+
+def _message(i: int, rnd: random.Random) -> Message:
+    """Every record variant: IPv4/IPv6 born and store hosts, V1/V2 magic, empty to multi-KiB bodies."""
+    born = "[2001:db8::7]:5000" if i % 5 == 1 else "10.0.0.1:5000"
+    store = "[fe80::1]:10911" if i % 7 == 2 else "10.0.0.2:10911"
+    v2 = i % 6 == 3
+    body = b"" if i % 9 == 4 else rnd.randbytes(3000 if i % 11 == 0 else rnd.randint(1, 300))
+    flags = (L.BORNHOST_V6_FLAG if "[" in born else 0) | (L.STOREHOST_V6_FLAG if "[" in store else 0)
+    return Message(topic=("V2Topic" + "x" * 100) if v2 else f"T{i % 3}", body=body, queue_id=i % 2,
+                   properties_raw=f"KEYS\x01k{i}\x02TAGS\x01t{i % 4}", sys_flag=flags, magic_version=2 if v2 else 1,
+                   born_timestamp=1_700_000_000_000 + i, store_timestamp=1_700_000_000_000 + i, born_host=born,
+                   store_host=store)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("framer") / "store"
+    rnd = random.Random(7)
+    w = StoreWriter(root, CFG)
+    for i in range(160):
+        w.append(_message(i, rnd))
+    w.close()
+    return root
+
+
+def test_fixtures(windows):
+    for name in FIXTURE_NAMES:
+        for seg in list_segments(fixture_store(name) / "commitlog"):
+            with ReadOnlyMap(seg.path) as m:  # mmaps, as the readers use them: they close after the walk
+                assert_parity(m.buf, seg.name, seg.base_offset)
+
+
+def test_writer_stores(written, windows):
+    variants, kinds = set(), set()
+    for seg, buf in _segments(written):
+        assert_parity(buf, seg.name, seg.base_offset)
+        for f in walk_buffer(buf, seg.name, seg.base_offset):
+            kinds.add(f.kind)
+            if f.kind == "message":
+                variants.add((f.message.magic_version, f.message.sys_flag & 0x30, len(f.message.body) > 0))
+    assert len(list_segments(written / "commitlog")) >= 8 and kinds == {"message", "blank", "stop"}
+    # all 8 layout variants, with and without a body
+    assert {(v, h) for v, h, _ in variants} == {(v, h) for v in (1, 2) for h in (0, 0x10, 0x20, 0x30)}
+    assert {b for *_, b in variants} == {True, False}
+
+
+@pytest.mark.parametrize("call", ["torn_tail", "flip_body_bit", "zero_page", "truncate_segment", "bad_magic",
+                                  "bad_crc"])
+def test_damaged_stores(written, tmp_path, call):
+    segs = list_segments(written / "commitlog")
+    middle = next(f for f in walk_buffer(segs[3].path.read_bytes(), segs[3].name, segs[3].base_offset)
+                  if f.kind == "message" and f.message.body)
+    kwargs = {"physical_offset": middle.physical_offset} if call not in ("torn_tail", "truncate_segment") else {}
+    dmg = getattr(D, call)(written, tmp_path / "d", **kwargs)
+    damaged = 0
+    for seg, buf in _segments(tmp_path / "d"):
+        assert_parity(buf, seg.name, seg.base_offset)
+        damaged += sum(1 for it in salvage_buffer(buf, seg.name, seg.base_offset, decode=False)
+                       if isinstance(it, SalvageSpan) or it.kind == "stop" and it.stop_kind != C.END_OF_DATA)
+    assert damaged, dmg.describe()  # the walks did meet the damage
+
+
+def _hand_built(nested: bool) -> tuple[bytes, int]:
+    """A segment whose bodies hold whole records encoded for where they sit (right magic, PHYSICALOFFSET and
+    framing): candidates the bulk pass must not follow.  ``nested`` False: headers whose TOTALSIZE is garbage."""
+    base, buf, pos, i = 3 * SEG, bytearray(SEG), 0, 0
+    while True:
+        prefix = bytes(i % 5 * 3)
+        msg = Message(topic="Outer", body=b"", properties_raw="K\x01v", physical_offset=base + pos)
+        lay = L.layout_for(0)
+        inner_at = pos + lay.body_offset + len(prefix)
+        inner = encode_record(Message(topic="Inner", body=b"in" * i, physical_offset=base + inner_at))
+        if not nested:
+            inner = struct.pack(">i", 7 + i) + inner[4:]
+        msg.body = prefix + inner + b"tail"
+        size = encoded_size(msg)
+        if pos + size + 8 > SEG:
+            buf[pos:pos + 8] = encode_blank(SEG - pos)
+            return bytes(buf), base
+        buf[pos:pos + size] = encode_record(msg)
+        pos += size
+        i += 1
+
+
+@pytest.mark.parametrize("nested", [True, False])
+def test_records_hidden_in_bodies(windows, nested):
+    buf, base = _hand_built(nested)
+    assert_parity(buf, C.segment_name(base), base)
+    walk = list(walk_arrays(buf, C.segment_name(base), base))
+    assert len(walk) > 10 and [_kind(it) for it in walk[-1:]] == ["blank"]
+
+
+def _forged(base: int, pos: int, body_len: int, tail: bytes, size: int) -> bytes:
+    """An IPv4 V1 header for ``pos`` with the given BODYLENGTH and TOTALSIZE (and the CRC of the body bytes that
+    follow, when there are any), then ``tail``: lengths chosen to add up to TOTALSIZE while breaking a rule."""
+    head = bytearray(encode_record(Message(topic="T", physical_offset=base + pos))[:L.layout_for(0).body_offset])
+    lay = L.layout_for(0)
+    struct.pack_into(">i", head, 0, size)
+    struct.pack_into(">i", head, lay.offsets["body_length"], body_len)
+    struct.pack_into(">i", head, lay.offsets["body_crc"], body_crc32(tail[:max(body_len, 0)]))
+    return bytes(head) + tail
+
+
+def test_lengths_that_add_up_but_break_a_rule(windows):
+    """Records whose TOTALSIZE equals calMsgLength although a length is negative or the record runs past the
+    limit: frame_at stops there, and so must the bulk pass (each is the only check that catches its case)."""
+    forged = [  # (the field frame_at stops at, the record)
+        # TOPICLENGTH -2: PROPERTIESLENGTH is read from the last body byte and the topic length (0x00FE = 254)
+        ("topic_length", lambda at: _forged(3 * SEG, at, 4, bytes(4) + b"\xfe" + bytes(260), 88 + 4 + 1 - 2 + 2 + 254)),
+        # PROPERTIESLENGTH -1: its own two bytes then run past TOTALSIZE
+        ("topic_length", lambda at: _forged(3 * SEG, at, 0, b"\x01T\xff\xff", 88 + 1 + 1 + 2 - 1)),
+        # BODYLENGTH -3: the topic length is read where the body would start
+        ("body_length", lambda at: _forged(3 * SEG, at, -3, b"\x05TOPIC\x00\x0a" + bytes(10), 88 - 3 + 1 + 5 + 2 + 10)),
+    ]
+    for field, make in forged:
+        buf = bytearray(SEG)
+        first = encode_record(Message(topic="T", body=b"first", physical_offset=3 * SEG))
+        buf[:len(first)] = first
+        rec = make(len(first))
+        buf[len(first):len(first) + len(rec)] = rec
+        walk = list(walk_buffer(bytes(buf), "s", 3 * SEG, decode=False))
+        assert [(f.kind, f.stop_field) for f in walk] == [("message", None), ("stop", field)]
+        assert_parity(bytes(buf), "s", 3 * SEG)
+
+
+def test_random_corruption(written):
+    """Overwrite header fields, single bytes, or runs of bytes at random: the walks still agree."""
+    rnd = random.Random(11)
+    segs = list(_segments(written))
+    offsets = [0, 4, 8, 28, 36, 84, 96, 108]  # TOTALSIZE, MAGIC, BODYCRC, PHYSICALOFFSET, SYSFLAG, BODYLENGTHs
+    for case in range(150):
+        seg, clean = segs[case % len(segs)]
+        raw = bytearray(clean)
+        frames = [f for f in walk_buffer(clean, seg.name, seg.base_offset, decode=False) if f.kind == "message"]
+        for _ in range(rnd.randint(1, 3)):
+            f = rnd.choice(frames)
+            how = rnd.random()
+            if how < 0.5:
+                at = f.file_position + rnd.choice(offsets + [f.size - 2, f.size - 1, rnd.randrange(f.size)])
+                value = rnd.choice([0, -1, 1, f.size, L.MAGIC_V2, L.BLANK_MAGIC, rnd.getrandbits(31)])
+                raw[at:at + 4] = struct.pack(">i", value)
+            elif how < 0.8:
+                raw[rnd.randrange(len(raw))] = rnd.randrange(256)
+            else:
+                at = rnd.randrange(len(raw))
+                raw[at:at + rnd.randint(1, 600)] = bytes(rnd.randint(1, 600))
+        raw = raw[:len(clean)]
+        assert_parity(bytes(raw), seg.name, seg.base_offset)
+
+
+def test_resync_search_bound(written):
+    """find_next_frame(before=b) is the unbounded search's answer when it lies before b, else None."""
+    seg, clean = next(_segments(written))
+    raw = bytearray(clean)
+    raw[100:900] = bytes(800)  # a hole: resync candidates after it
+    for start in range(0, 3000, 97):
+        full = C.find_next_frame(bytes(raw), start, len(raw), seg.base_offset)
+        for before in (start, start + 1, full, (full or 0) + 1, start + 500, len(raw)):
+            want = full if full is not None and (before is None or full < before) else None
+            assert C.find_next_frame(bytes(raw), start, len(raw), seg.base_offset, before=before) == want
+
+
+def test_mmap_closes_after_bulk_walks(written):
+    seg = list_segments(written / "commitlog")[0]
+    m = ReadOnlyMap(seg.path)
+    arrays = salvage_arrays(m.buf, seg.name, seg.base_offset)
+    m.close()  # no numpy view of the map outlives the walk
+    assert len(arrays) > 1 and isinstance(list(arrays)[0], Frame)
+
+
+def test_frame_arrays_take_slice_concat_and_move():
+    buf, base = _hand_built(True)
+    items = salvage_arrays(buf, "s", base)
+    n = len(items)
+    parts = [items.slice(a, min(n, a + 5)) for a in range(0, n, 5)]
+    assert list(FrameArrays.concat(parts)) == list(items)
+    rows = np.arange(0, n, 3)
+    assert list(items.take(rows)) == list(items)[::3]
+    assert list(items.take(items.kinds != C.KIND_MESSAGE)) == [it for it in items if it.kind != "message"]
+    moved = items.moved(100)
+    assert [(it.file_position - 100, it.physical_offset) for it in moved] == \
+        [(it.file_position, it.physical_offset) for it in items]

@@ -1,0 +1,705 @@
+"""Hostile bytes into every parser entry point (hypothesis): each example has a deadline, a memory bound, and
+may only end in the entry point's own positioned error where raising is its contract.
+
+Entry points: the record decoder (store_format.codec.decode_record and udfs.kernels.decode_frames on the same
+bytes), framing (frame_at / walk_buffer / salvage_buffer / find_next_frame), the consume-queue reader, the
+index file reader and its chain walk, the properties parser, the id parsers, the fastjson-tolerant JSON
+reader and its accessors, the checkpoint and marker readers, and capped decompression.
+
+Sizes: a few dozen examples per test in ``make test`` (deterministic: ``derandomize``), many more under
+``make fuzz`` (``ROCKETMQ_FUZZ=1``; ``FUZZ_EXAMPLES`` overrides the count, ``FUZZ_DEADLINE_MS`` the deadline).
+A crash found there becomes an ``@example`` here.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+import tracemalloc
+import zlib
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from store_format import layout as L
+from store_format.checkpoint import parse_checkpoint, read_markers
+from store_format.codec import decode_record, encode_blank, encode_record, record_header
+from store_format.commitlog import END_OF_DATA, Frame, SalvageSpan, find_next_frame, frame_at, salvage_buffer, \
+    walk_buffer
+from store_format.compression import compress, decompress
+from store_format.config import consumer_offsets, delay_offsets, dumps_fastjson, loads, read_config, \
+    subscription_groups, topic_configs
+from store_format.consumequeue import CQFile, classify_unit, discover_queues, read_units
+from store_format.errors import ConfigError, ConsumeQueueError, ErrorKind, IdError, IndexFileError, RecordError, \
+    StoreFormatError
+from store_format.ids import create_offset_msg_id, create_uniq_key, parse_host, parse_offset_msg_id, \
+    parse_uniq_key
+from store_format.indexfile import IndexFile
+from store_format.javahash import index_key, index_key_hash
+from store_format.message import Message
+from store_format.properties import parse_properties, property_value, split_keys
+from store_format.writer import _IndexFile
+
+from .test_kernels import assert_parity, records
+
+# ---------------------------------------------------------------------------------------------------------
+# Profiles: small and deterministic in `make test`, large and random in `make fuzz`
+
+FUZZ = os.environ.get("ROCKETMQ_FUZZ") == "1"
+# a deadline catches hangs and blow-ups (examples take milliseconds); `make test` shares two cores with Spark,
+# so its deadline leaves room for a busy machine
+_DEADLINE_MS = int(os.environ.get("FUZZ_DEADLINE_MS", "2000" if FUZZ else "5000"))
+_SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+settings.register_profile("hostile-quick", deadline=timedelta(milliseconds=_DEADLINE_MS), derandomize=True,
+                          database=None, suppress_health_check=_SUPPRESS, print_blob=True)
+settings.register_profile("hostile-fuzz", deadline=timedelta(milliseconds=_DEADLINE_MS), derandomize=False,
+                          max_examples=int(os.environ.get("FUZZ_EXAMPLES", "2000")),
+                          suppress_health_check=_SUPPRESS, print_blob=True)
+PROFILE = settings.get_profile("hostile-fuzz" if FUZZ else "hostile-quick")
+
+
+def fuzz(quick_examples: int) -> settings:
+    """Settings for one fuzz test: ``quick_examples`` in `make test`, the fuzz profile's count otherwise."""
+    return settings(PROFILE, max_examples=PROFILE.max_examples if FUZZ else quick_examples)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Memory: a parser's peak allocation must follow its input, never a length field it read
+
+_KEEP_POOLS = []  # proxy pools must outlive every buffer allocated through them
+
+
+@contextmanager
+def bounded_memory(input_bytes: int, allowance: int = 32 << 20):
+    """Fail if the block allocates more than ``allowance + 64 x input_bytes`` at its peak: Python and numpy
+    objects through tracemalloc, Arrow buffers through a proxy of the default pool."""
+    limit = allowance + 64 * input_bytes
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    previous = pa.default_memory_pool()
+    pool = pa.proxy_memory_pool(previous)
+    _KEEP_POOLS.append(pool)
+    pa.set_memory_pool(pool)
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(previous)
+        peak = tracemalloc.get_traced_memory()[1] - base
+        if started:
+            tracemalloc.stop()
+    assert peak <= limit, f"Python/numpy peak {peak} bytes for {input_bytes} input bytes (limit {limit})"
+    assert pool.max_memory() <= limit, f"Arrow peak {pool.max_memory()} bytes for {input_bytes} input bytes"
+
+
+@pytest.fixture(scope="module")
+def warm_kernels() -> None:
+    """Run the vectorized decoder once, outside every deadline and memory bound: its first call in a process
+    compiles or loads code, a one-off cost that has nothing to do with the input."""
+    assert_parity([encode_record(Message(topic="T", body=compress(b"warm", "ZLIB"),
+                                         sys_flag=L.COMPRESSED_FLAG | L.COMPRESSION_ZLIB_TYPE))])
+
+
+def positioned(e: StoreFormatError) -> bool:
+    """A usable error: a stable kind, and where to look (file, byte position or field)."""
+    return isinstance(e.kind, ErrorKind) and (e.file is not None or e.position is not None or e.field is not None)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hostile byte strategies
+
+_INTERESTING_I32 = (0, -1, 1, 7, 8, 91, 2**31 - 1, -2**31, 2**16, 0x7FFF, 0x8000)
+_MAGICS = (L.MAGIC_V1, L.MAGIC_V2, L.BLANK_MAGIC)
+
+
+@st.composite
+def hostile_edit(draw, buf: bytearray) -> None:
+    """One in-place edit of ``buf``: random bytes, an extreme int, a magic, or zeros at any position."""
+    if not buf:
+        return
+    at = draw(st.integers(0, len(buf) - 1))
+    how = draw(st.sampled_from(["bytes", "int", "magic", "zeros", "bit"]))
+    if how == "bytes":
+        run = draw(st.binary(min_size=1, max_size=16))
+    elif how == "int":
+        run = struct.pack(">i", draw(st.sampled_from(_INTERESTING_I32 + (len(buf), len(buf) - at))))
+    elif how == "magic":
+        run = struct.pack(">i", draw(st.sampled_from(_MAGICS)))
+    elif how == "zeros":
+        run = bytes(draw(st.integers(1, 64)))
+    else:
+        buf[at] ^= 1 << draw(st.integers(0, 7))
+        return
+    run = run[:len(buf) - at]
+    buf[at:at + len(run)] = run
+
+
+@st.composite
+def hostile_frames(draw) -> bytes | None:
+    """A record frame after several hostile edits, a truncation or an extension; or raw bytes."""
+    kind = draw(st.sampled_from(["edited", "edited", "raw", "magic-prefixed", "null"]))
+    if kind == "null":
+        return None
+    if kind == "raw":
+        return draw(st.binary(max_size=300))
+    if kind == "magic-prefixed":
+        size = draw(st.sampled_from(_INTERESTING_I32))
+        return struct.pack(">ii", size, draw(st.sampled_from(_MAGICS))) + draw(st.binary(max_size=200))
+    buf = bytearray(draw(records()))
+    for _ in range(draw(st.integers(1, 4))):
+        draw(hostile_edit(buf))
+    cut = draw(st.one_of(st.none(), st.integers(0, len(buf))))
+    out = bytes(buf[:cut] if cut is not None else buf)
+    return out + draw(st.binary(max_size=8))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 1. Record decoders: the scalar codec and the vectorized kernel, on the same hostile bytes
+
+
+@fuzz(60)
+@given(st.lists(hostile_frames(), min_size=1, max_size=5))
+@example([encode_record(Message(topic="0", body_crc=-1))])  # an empty body's CRC field is never checked
+def test_record_decoders_agree_on_hostile_bytes(warm_kernels, frames):
+    """decode_record raises only a positioned RecordError; decode_frames never raises and reports the same
+    error kind and field per row, or the same values (test_kernels.assert_parity compares every column)."""
+    size = sum(len(f) for f in frames if f)
+    with bounded_memory(size):
+        assert_parity(frames)
+        for frame in frames:
+            if frame is None:
+                continue
+            for strict in (False, True):
+                try:
+                    msg = decode_record(frame, check_crc=True, strict_utf8=strict)
+                except RecordError as e:
+                    assert positioned(e) and e.field
+                    continue
+                assert msg.store_size <= len(frame) and (msg.body_crc_ok or not msg.body)  # no CRC of b''
+            if len(frame) >= 8:
+                assert record_header(frame) == struct.unpack_from(">ii", frame)
+
+
+@fuzz(40)
+@given(st.integers(0, 2**40), st.sampled_from([2**31 - 1, 2**30, 10**9]))
+def test_a_huge_declared_size_does_not_allocate(warm_kernels, physical_offset, declared):
+    """TOTALSIZE / BODYLENGTH / PROPERTIESLENGTH claiming up to 2 GiB in a 200-byte frame."""
+    frame = bytearray(encode_record(Message(topic="T", body=b"x" * 50, physical_offset=physical_offset)))
+    lay = L.layout_for(0)
+    for at in (0, lay.offsets["body_length"]):
+        hurt = bytearray(frame)
+        struct.pack_into(">i", hurt, at, declared)
+        with bounded_memory(len(hurt), allowance=4 << 20):
+            with pytest.raises(RecordError) as e:
+                decode_record(bytes(hurt))
+            assert e.value.kind in (ErrorKind.TRUNCATED, ErrorKind.BAD_LENGTH)
+            assert_parity([bytes(hurt)])
+            kind, *_ = frame_at(bytes(hurt), 0, len(hurt), physical_offset)
+            assert kind == "stop"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 2. Framing over hostile segments
+
+
+@st.composite
+def segments(draw):
+    """(buf, base offset, planted records [(pos, size)], damaged [(start, end)]): valid records at their
+    PHYSICALOFFSET among garbage, zero runs and fake headers, ending in zeros, a blank or nothing; then
+    hostile edits, whose byte ranges are returned."""
+    base = draw(st.sampled_from([0, 1 << 20, 3 << 30, 2**40]))
+    parts, planted, pos = [], [], 0
+    for kind in draw(st.lists(st.sampled_from(["record"] * 4 + ["garbage", "zeros", "header"]), max_size=8)):
+        if kind == "record":
+            raw = encode_record(Message(
+                topic=draw(st.sampled_from(["T", "TopicTest", "%RETRY%g"])), body=draw(st.binary(max_size=120)),
+                properties_raw=draw(st.sampled_from(["", "KEYS\x01k\x02TAGS\x01a", "UNIQ_KEY\x01AB"])),
+                physical_offset=base + pos, magic_version=draw(st.sampled_from([1, 1, 2]))))
+            planted.append((pos, len(raw)))
+        elif kind == "garbage":
+            raw = draw(st.binary(min_size=1, max_size=64))
+        elif kind == "zeros":
+            raw = bytes(draw(st.integers(1, 64)))
+        else:
+            raw = struct.pack(">ii", draw(st.sampled_from(_INTERESTING_I32)), draw(st.sampled_from(_MAGICS))) + \
+                draw(st.binary(max_size=40))
+        parts.append(raw)
+        pos += len(raw)
+    tail = draw(st.sampled_from(["zeros", "blank", "none", "garbage"]))
+    if tail == "zeros":
+        parts.append(bytes(draw(st.integers(1, 200))))
+    elif tail == "blank":
+        n = draw(st.integers(8, 100))
+        parts.append(encode_blank(n) + bytes(n - 8))
+    elif tail == "garbage":
+        parts.append(draw(st.binary(min_size=1, max_size=30)))
+    buf = bytearray(b"".join(parts))
+    damaged = []
+    for _ in range(draw(st.integers(0, 3))):
+        before = bytes(buf)
+        draw(hostile_edit(buf))
+        changed = [i for i in range(len(buf)) if buf[i] != before[i]]
+        if changed:
+            damaged.append((changed[0], changed[-1] + 1))
+    return bytes(buf), base, planted, damaged
+
+
+def _items(buf, base, **kw):
+    return list(salvage_buffer(buf, "seg", base, **kw))
+
+
+@fuzz(80)
+@given(segments(), st.data())
+def test_framing_on_hostile_segments(seg, data):
+    buf, base, planted, damaged = seg
+    start = data.draw(st.sampled_from([0] + [p for p, _ in planted] + [data.draw(st.integers(0, len(buf)))]))
+    with bounded_memory(len(buf)):
+        walk = list(walk_buffer(buf, "seg", base, start=start))
+        salvage = _items(buf, base, start=start)
+        for pos in {start, len(buf), max(0, len(buf) - 3), data.draw(st.integers(0, len(buf) + 8))}:
+            kind, size, magic, stop_kind, stop_field, _ = frame_at(buf, pos, len(buf), base)
+            assert kind in ("message", "blank", "stop") and (kind != "stop" or stop_kind is not None)
+        nxt = find_next_frame(buf, start, len(buf), base)
+    # the walk: messages back to back from start, then exactly one blank or stop
+    assert walk and all(f.kind == "message" for f in walk[:-1]) and walk[-1].kind in ("blank", "stop")
+    pos = start
+    for f in walk:
+        assert f.file_position == pos and f.physical_offset == base + pos
+        if f.kind == "message":
+            assert f.message.physical_offset == base + pos and f.message.store_size == f.size
+            pos += f.size
+    assert pos <= len(buf)
+    if walk[-1].kind == "stop" and walk[-1].stop_kind != END_OF_DATA:
+        err = walk[-1].stop_error()
+        assert isinstance(err, RecordError) and err.position == walk[-1].file_position and err.field
+    # salvage: in order, disjoint, inside the buffer, and a superset of the walk's messages
+    last_end = start
+    for it in salvage:
+        assert it.file_position >= last_end
+        end = it.file_position + (it.length if isinstance(it, SalvageSpan) else
+                                  (it.size if it.kind in ("message", "blank") else 0))
+        assert end <= len(buf)
+        last_end = max(last_end, end)
+    salvaged = {(f.file_position, f.size) for f in salvage if isinstance(f, Frame) and f.kind == "message"}
+    assert {(f.file_position, f.size) for f in walk if f.kind == "message"} <= salvaged
+    # find_next_frame names a real frame
+    if nxt is not None:
+        assert nxt >= start and frame_at(buf, nxt, len(buf), base)[0] in ("message", "blank")
+    # every planted record left intact and followed by something confirmable is salvaged (up to the first
+    # blank: what follows one is stale, and a blank forged by the edits ends the segment like a real one)
+    blank = min((f.file_position for f in salvage if isinstance(f, Frame) and f.kind == "blank"), default=len(buf))
+    intact = [(p, n) for p, n in planted
+              if start <= p and p + n <= blank and not any(a < p + n and p < b for a, b in damaged)]
+    for p, n in intact:
+        following = frame_at(buf, p + n, len(buf), base)
+        if following[0] in ("message", "blank") or following[3] == END_OF_DATA:
+            assert (p, n) in salvaged, f"intact record at {p} ({n} bytes) lost by salvage"
+
+
+def _records_with_bad_magic(bad: set[int], n: int = 4) -> tuple[bytes, list[int]]:
+    """``n`` records back to back (then zeros); those in ``bad`` get an illegal magic.  Returns the buffer
+    and the record positions."""
+    parts, positions, pos = [], [], 0
+    for i in range(n):
+        raw = bytearray(encode_record(Message(topic="T", body=b"body %d" % i, physical_offset=pos)))
+        if i in bad:
+            raw[L.MAGIC_OFFSET:L.MAGIC_OFFSET + 4] = struct.pack(">i", 0x0BADC0DE)
+        parts.append(bytes(raw))
+        positions.append(pos)
+        pos += len(raw)
+    return b"".join(parts) + bytes(100), positions
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="commitlog.find_next_frame(confirm=True) resyncs "
+                   "only at a record followed by a frame, a blank or zeros: an intact record between two damaged "
+                   "ones is lost (reported; store_format/commitlog.py is another change's file)")
+def test_salvage_keeps_a_record_between_two_damaged_ones():
+    buf, positions = _records_with_bad_magic({0, 2})
+    found = [f.file_position for f in salvage_buffer(buf, "seg", 0) if isinstance(f, Frame) and f.kind == "message"]
+    assert found == [positions[1], positions[3]]
+
+
+def test_salvage_keeps_a_record_after_one_damaged_one():
+    """What the resync does guarantee today (the property the fuzz above checks)."""
+    buf, positions = _records_with_bad_magic({0})
+    found = [f.file_position for f in salvage_buffer(buf, "seg", 0) if isinstance(f, Frame) and f.kind == "message"]
+    assert found == positions[1:]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="commitlog.SEGMENT_NAME is matched with re.match "
+                   "and \\d: a name with a trailing newline or non-ASCII digits is taken for a segment, so one "
+                   "segment is read twice (reported; store_format/commitlog.py is another change's file)")
+def test_only_ascii_twenty_digit_names_are_segments(tmp_path):
+    from store_format.commitlog import list_segments
+
+    d = tmp_path / "commitlog"
+    d.mkdir()
+    (d / "00000000000000000000").write_bytes(bytes(64))
+    for odd in ("00000000000000000000\n", "\u0660" * 19 + "\u0661", "0000000000000000000a"):
+        (d / odd).write_bytes(bytes(64))
+    assert [s.name for s in list_segments(d)] == ["00000000000000000000"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 3. Consume queue reader
+
+
+@pytest.fixture(scope="module")
+def scratch():
+    with tempfile.TemporaryDirectory(prefix="fuzz-") as d:
+        yield Path(d)
+
+
+@st.composite
+def cq_bytes(draw):
+    units = draw(st.lists(st.tuples(st.one_of(st.integers(-2**63, 2**63 - 1), st.sampled_from([0, -1, 2**62])),
+                                    st.sampled_from(_INTERESTING_I32 + (120, 300)),
+                                    st.one_of(st.integers(-2**63, 2**63 - 1), st.just(0))), max_size=12))
+    raw = b"".join(struct.pack(L.CQ_UNIT_STRUCT, *u) for u in units)
+    raw += bytes(20 * draw(st.integers(0, 3)))
+    return raw + draw(st.binary(max_size=25))
+
+
+@fuzz(60)
+@given(cq_bytes(), st.booleans(), st.booleans())
+def test_consume_queue_reader_on_hostile_files(scratch, raw, stop_at_invalid, include_zero):
+    path = scratch / "00000000000000000040"
+    path.write_bytes(raw)
+    cq = CQFile("T", 0, path, 40, len(raw))
+    got = []
+    with bounded_memory(len(raw)):
+        try:
+            for u in read_units(cq, stop_at_invalid=stop_at_invalid, include_zero=include_zero):
+                got.append(u)
+        except ConsumeQueueError as e:
+            assert e.kind == ErrorKind.TRUNCATED and len(raw) % 20 and e.position == len(raw) // 20 * 20
+        else:
+            assert len(raw) % 20 == 0
+    for i, u in enumerate(got):
+        assert u.file_position == i * 20 and u.queue_offset == 2 + i
+        assert (u.physical_offset, u.size, u.tags_code) == struct.unpack_from(L.CQ_UNIT_STRUCT, raw, i * 20)
+        assert u.kind == classify_unit(u.physical_offset, u.size, u.tags_code)
+        if stop_at_invalid:
+            assert u.kind in ("entry", "pre_blank")
+
+
+_DIR_NAMES = st.one_of(st.sampled_from(["0", "-1", "--5", "+3", "²", "٣", "99999999999", "0\n", " 1", "1 ", "a"]),
+                       st.text(st.characters(exclude_categories=("Cs",), exclude_characters="/\x00"),
+                               min_size=1, max_size=12).filter(lambda s: s not in (".", "..")))
+
+
+@fuzz(40)
+@given(st.lists(st.tuples(_DIR_NAMES, _DIR_NAMES), min_size=1, max_size=4))
+@example([("T", "--5"), ("T", "²"), ("T", "0"), ("U", "99999999999")])  # int() refused the first two
+def test_consume_queue_discovery_on_hostile_names(names):
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        for topic, queue in names:
+            try:
+                (root / topic / queue).mkdir(parents=True, exist_ok=True)
+                (root / topic / queue / "00000000000000000000").write_bytes(bytes(20))
+                (root / topic / queue / "00000000000000000000\n").write_bytes(bytes(20))
+            except OSError:
+                continue  # a name this file system refuses
+        queues = discover_queues(root)
+        for (topic, qid), files in queues.items():
+            assert -2**31 <= qid < 2**31 and (root / topic).is_dir()
+            assert [f.path.name for f in files] == ["00000000000000000000"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 4. Index file reader and its bounded chain walk
+
+
+@st.composite
+def index_files(draw):
+    """(bytes, slots, entries, keys): an index written by the writer's IndexFile.putKey, then edited."""
+    slots = draw(st.integers(1, 8))
+    num = draw(st.integers(2, 24))
+    keys = draw(st.lists(st.sampled_from(["T#a", "T#b", "T#c", "U#a", "T#Aa", "T#BB"]), max_size=num - 1))
+    with tempfile.TemporaryDirectory() as d:
+        f = _IndexFile(Path(d) / "idx", slots, num, create=True)
+        for i, k in enumerate(keys):
+            f.put(index_key_hash(k), 1000 + 100 * i, 1_700_000_000_000 + 1000 * i)
+        f.close()
+        raw = bytearray((Path(d) / "idx").read_bytes())
+    entries_at = L.INDEX_HEADER_SIZE + slots * L.INDEX_SLOT_SIZE
+    for _ in range(draw(st.integers(0, 4))):
+        where = draw(st.sampled_from(["index_count", "slot", "prev", "time_diff", "any"]))
+        value = struct.pack(">i", draw(st.one_of(st.sampled_from(_INTERESTING_I32), st.integers(-3, num + 3))))
+        at = {"index_count": 36, "slot": L.INDEX_HEADER_SIZE + 4 * draw(st.integers(0, slots - 1)),
+              "prev": entries_at + 20 * draw(st.integers(0, num - 1)) + 16,
+              "time_diff": entries_at + 20 * draw(st.integers(0, num - 1)) + 12}.get(where)
+        if at is None:
+            draw(hostile_edit(raw))
+        else:
+            raw[at:at + 4] = value
+    cut = draw(st.one_of(st.none(), st.none(), st.integers(0, len(raw))))
+    return bytes(raw[:cut] if cut is not None else raw), slots, num, keys
+
+
+@fuzz(80)
+@given(index_files(), st.sampled_from(["given", "inferred", "wrong"]), st.data())
+def test_index_reader_and_chain_walk_on_hostile_files(scratch, idx, geometry, data):
+    raw, slots, num, keys = idx
+    path = scratch / "20240101000000000"
+    path.write_bytes(raw)
+    args = {"given": (slots, num), "inferred": (None, None),
+            "wrong": (data.draw(st.integers(-2, slots + 3)), data.draw(st.one_of(st.none(), st.integers(-2, 40))))
+            }[geometry]
+    with bounded_memory(len(raw)):
+        try:
+            f = IndexFile(path, *args)
+        except IndexFileError as e:
+            assert positioned(e) and e.kind in (ErrorKind.TRUNCATED, ErrorKind.BAD_GEOMETRY)
+            return
+        with f:
+            entries = list(f.entries())
+            list(f.slots())
+            for key in set(keys) | {"T#zz"}:
+                offsets, visited, reason = f.select_phy_offsets(key, with_chain=True)
+                assert len(visited) <= min(max(f.header.index_count, 0), f.index_num)
+                assert len({e.index for e in visited}) == len(visited), f"chain revisits an entry ({reason})"
+                assert all(0 < e.index < f.index_num for e in visited)
+                begin = f.header.begin_timestamp
+                assert offsets == [e.physical_offset for e in visited if e.key_hash == index_key_hash(key)
+                                   and e.time_diff >= 0 and 0 <= begin + e.time_diff * 1000 <= 2**63 - 1]
+                capped = f.select_phy_offsets(key, max_num=1)
+                assert capped == offsets[:1]
+    assert len(entries) <= f.index_num
+
+
+def test_impossible_index_geometry_is_a_positioned_error(scratch):
+    """Regressions: 0 hash slots divided by zero in the chain walk; a slot count too large for the file
+    inferred a negative entry count and read past the mapping."""
+    path = scratch / "20240101000000001"
+    path.write_bytes(bytes(L.index_file_size(4, 16)))
+    for slots, entries in ((0, 16), (-1, 16), (1000, None), (None, 1000)):
+        with pytest.raises(IndexFileError) as e:
+            IndexFile(path, slots, entries)
+        assert e.value.kind == ErrorKind.BAD_GEOMETRY and e.value.file == str(path)
+
+
+def test_index_writer_keys_are_found_in_an_undamaged_file(scratch):
+    """The fuzz above edits the file; without edits every key put is found (the strategy is sound)."""
+    with tempfile.TemporaryDirectory() as d:
+        f = _IndexFile(Path(d) / "idx", 4, 16, create=True)
+        for i, k in enumerate(["T#a", "T#b", "T#a"]):
+            f.put(index_key_hash(k), 1000 + i, 1_700_000_000_000)
+        f.close()
+        with IndexFile(Path(d) / "idx", 4, 16) as idx:
+            assert idx.lookup("T", "a") == [1002, 1000] and idx.select_phy_offsets(index_key("T", "b")) == [1001]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 5. Properties, 6. ids
+
+
+_SEP_TEXT = st.text(st.sampled_from(["\x01", "\x02", "a", "K", "é", " ", "😀", "\x00"]), max_size=40)
+
+
+@fuzz(200)
+@given(st.one_of(_SEP_TEXT, st.text(max_size=60)), st.one_of(st.sampled_from(["a", "K", "KEYS", "a\x01"]),
+                                                             st.text(max_size=4)))
+def test_properties_parser_on_hostile_text(raw, name):
+    props = parse_properties(raw)
+    assert all(k and v and "\x02" not in k + v and "\x01" not in k for k, v in props.items())
+    if "\x02" not in name and name:
+        assert property_value(raw, name) == props.get(name)
+    assert all(k and " " not in k for k in split_keys(props.get("KEYS", raw)))
+
+
+_HEXISH = st.text(st.sampled_from(list("0123456789abcdefABCDEF g-")), max_size=60)
+
+
+@fuzz(200)
+@given(st.one_of(_HEXISH, st.text(max_size=60)), st.integers(-2**70, 2**70))
+@example("0A000001" + "0" * 24, 2**62)  # a damaged born time beyond datetime: IdError, not ValueError
+@example("1.2.3.4:" + "9" * 30, 0)  # a port beyond a Java int
+def test_id_parsers_on_hostile_text(text, near_ms):
+    for parse in (parse_offset_msg_id, parse_uniq_key, parse_host):
+        try:
+            parsed = parse(text)
+        except IdError as e:
+            assert e.kind == ErrorKind.BAD_ID and e.field
+            continue
+        if parse is parse_offset_msg_id:
+            assert create_offset_msg_id(parsed.store_ip, parsed.store_port, parsed.physical_offset) == \
+                bytes.fromhex(text).hex().upper()
+        elif parse is parse_uniq_key:
+            try:
+                t = parsed.timestamp(near_ms)
+            except IdError as e:
+                assert e.kind == ErrorKind.OUT_OF_RANGE
+            else:
+                assert isinstance(t, int)
+        else:
+            ip, port = parsed
+            assert len(ip) in (4, 16) and -2**31 <= port < 2**31
+
+
+@fuzz(100)
+@given(st.sampled_from([bytes([10, 0, 0, 1]), bytes(range(16))]), st.integers(0, 65535),
+       st.integers(-2**31, 2**31 - 1), st.integers(0, 2**42), st.integers(0, 65535))
+def test_uniq_key_round_trip(ip, pid, cl_hash, ts, counter):
+    uk = parse_uniq_key(create_uniq_key(ip, pid, cl_hash, ts, counter))
+    assert (uk.client_ip, uk.pid, uk.class_loader_hash, uk.counter) == (ip, pid, cl_hash, counter)
+    assert uk.timestamp(ts) == ts
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 7. fastjson-tolerant JSON and the config accessors
+
+_JSON_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.text(max_size=8),
+              st.floats(allow_nan=False, allow_infinity=False)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.one_of(st.text(max_size=6), st.integers(-5, 2**40)), inner,
+                                            max_size=4)),
+    max_leaves=20)
+
+
+@st.composite
+def config_texts(draw):
+    kind = draw(st.sampled_from(["fastjson", "edited", "raw", "deep", "bigint"]))
+    if kind == "raw":
+        return draw(st.text(st.sampled_from(list('{}[]:,"0123456789 \t\nabtrufl-.e\\')), max_size=80))
+    if kind == "deep":
+        return draw(st.sampled_from(["[", "{\"a\":", "{1:"])) * draw(st.integers(150, 5000))
+    if kind == "bigint":
+        return "{\"offsetTable\":{1:" + "9" * draw(st.integers(4000, 6000)) + "}}"
+    text = dumps_fastjson({"offsetTable": draw(_JSON_VALUES), "topicConfigTable": draw(_JSON_VALUES)})
+    if kind == "edited" and text:
+        at = draw(st.integers(0, len(text) - 1))
+        text = text[:at] + draw(st.text(max_size=3)) + text[at + draw(st.integers(0, 3)):]
+    return text
+
+
+@fuzz(150)
+@given(config_texts())
+@example("{\"offsetTable\":{\"²\":1}}")  # a Unicode digit int() refuses
+@example("{\"offsetTable\":[1,2]}")  # a table that is not a map
+@example("{\"topicConfigTable\":\"x\"}")
+@example("1" * 5000)  # an integer longer than int() accepts
+def test_fastjson_reader_on_hostile_text(scratch, text):
+    with bounded_memory(len(text) * 4):
+        try:
+            value = loads(text, "x.json")
+        except ConfigError as e:
+            assert e.kind == ErrorKind.BAD_JSON and e.position is not None and 0 <= e.position <= len(text)
+            value = None
+        d = scratch / "config"
+        d.mkdir(exist_ok=True)
+        (d / "consumerOffset.json").write_bytes(text.encode("utf-8", "surrogatepass"))
+        cfg = read_config(d, "consumerOffset.json")
+        assert (cfg.data is None) == (not isinstance(value, dict))
+        for accessor in (consumer_offsets, delay_offsets, topic_configs, subscription_groups):
+            try:
+                accessor(cfg)
+            except ConfigError as e:
+                assert e.kind == ErrorKind.BAD_CONFIG and e.field and e.file == cfg.source
+
+
+@fuzz(100)
+@given(st.dictionaries(st.one_of(st.text(max_size=6), st.integers(-5, 2**40)), _JSON_VALUES, max_size=5))
+def test_fastjson_round_trip(obj):
+    assert loads(dumps_fastjson(obj)) == obj
+
+
+@fuzz(60)
+@given(st.binary(max_size=200), st.binary(max_size=200))
+def test_config_bytes_and_bak_fallback(scratch, main, bak):
+    d = scratch / "cfg-bytes"
+    d.mkdir(exist_ok=True)
+    (d / "topics.json").write_bytes(main)
+    (d / "topics.json.bak").write_bytes(bak)
+    cfg = read_config(d, "topics.json")
+    assert cfg.source in (None, str(d / "topics.json"), str(d / "topics.json.bak"))
+    assert all(isinstance(e, ConfigError) and positioned(e) for e in cfg.errors)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 8. Checkpoint and markers
+
+
+@fuzz(100)
+@given(st.binary(max_size=80))
+def test_checkpoint_and_markers_on_hostile_bytes(scratch, raw):
+    try:
+        cp = parse_checkpoint(raw, "checkpoint")
+    except StoreFormatError as e:
+        assert e.kind == ErrorKind.TRUNCATED and len(raw) < L.CHECKPOINT_MIN_SIZE and e.position == len(raw)
+    else:
+        assert cp.min_timestamp >= 0 and cp.min_timestamp_index <= cp.min_timestamp
+        assert (cp.physic_msg_timestamp,) == struct.unpack_from(">q", raw, 0)
+    (scratch / "abort").write_bytes(raw)
+    m = read_markers(scratch)
+    assert m.abort and (m.abort_pid is None or m.abort_pid >= 0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 9. Capped decompression
+
+
+@st.composite
+def compressed_bodies(draw):
+    kind = draw(st.sampled_from(["ZLIB", "LZ4", "ZSTD"]))
+    plain = draw(st.binary(max_size=200)) * draw(st.integers(1, 50))
+    body = compress(plain, kind)
+    how = draw(st.sampled_from(["intact", "truncated", "edited", "raw", "tail"]))
+    if how == "truncated":
+        body = body[:draw(st.integers(0, len(body) - 1))]
+    elif how == "edited":
+        buf = bytearray(body)
+        draw(hostile_edit(buf))
+        body = bytes(buf)
+    elif how == "raw":
+        body = draw(st.binary(max_size=100))
+    elif how == "tail":
+        body += draw(st.binary(min_size=1, max_size=10))
+    return kind, plain, body, how
+
+
+@fuzz(120)
+@given(compressed_bodies(), st.integers(0, 12000))
+@example(("ZSTD", b"x" * 100, compress(b"x" * 100, "ZSTD")[:-4], "truncated"), 1 << 20)  # silently empty before
+def test_decompression_with_caps_on_hostile_bodies(case, cap):
+    kind, plain, body, how = case
+    with bounded_memory(len(body), allowance=cap + (4 << 20)):
+        try:
+            out = decompress(body, kind, cap)
+        except StoreFormatError as e:
+            assert e.kind == ErrorKind.DECOMPRESSION and e.field == "body"
+            assert how != "intact" or len(plain) > cap
+            return
+    assert len(out) <= cap
+    if how in ("intact", "tail"):
+        assert out == plain
+    assert how != "truncated" or out == plain  # a cut stream is an error unless the cut bytes were not needed
+
+
+@pytest.mark.parametrize("kind", ["ZLIB", "LZ4", "ZSTD"])
+def test_a_small_body_does_not_allocate_the_cap(kind):
+    """Regression: lz4 and zstd were asked for up to the cap (64 MiB) in one call and allocated all of it for
+    every compressed body."""
+    body = compress(b"small body " * 100, kind)
+    with bounded_memory(len(body), allowance=4 << 20):
+        assert decompress(body, kind) == b"small body " * 100
+
+
+def test_cut_streams_are_errors_in_every_codec():
+    """The regression the fuzz found: zstd was the one codec whose cut frame decoded to b'' silently."""
+    for kind in ("ZLIB", "LZ4", "ZSTD"):
+        body = compress(b"hello " * 500, kind)
+        with pytest.raises(StoreFormatError, match="truncated"):
+            decompress(body[:len(body) // 2], kind)
+        with pytest.raises(StoreFormatError, match="DECOMPRESSION"):
+            decompress(b"", kind)
+    assert decompress(zlib.compress(b"abc") + b"trailing", "ZLIB") == b"abc"  # like Inflater: stops at the end

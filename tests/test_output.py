@@ -1,0 +1,139 @@
+"""jobs/output.py: round trips for every format, Delta commits (one per call, schema merge), and the guard
+that refuses to clobber outputs or write into an input dump."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+
+import pytest
+from deltalake import DeltaTable
+
+from jobs.output import FORMATS, OutputError, append_history, prepare_output, read_table, write_table
+
+SCHEMA = "id long, payload binary, at timestamp, tags map<string,string>, note string"
+UTC = dt.timezone.utc
+ROWS = [
+    (1, b"\x00\x01\xff", dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=UTC), {"k": "v"}, "first"),
+    (2, None, None, None, None),
+    (3, b"", dt.datetime(1999, 12, 31, 23, 59, 59, 1, tzinfo=UTC), {}, "third"),
+]
+
+
+def _sorted(df):
+    return sorted((r.asDict() for r in df.collect()), key=lambda r: r["id"])
+
+
+@pytest.fixture(scope="module")
+def frame(spark):
+    return spark.createDataFrame(ROWS, SCHEMA)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_round_trip(spark, frame, tmp_path, fmt):
+    path = str(tmp_path / fmt)
+    assert write_table(frame, path, fmt) == path
+    back = read_table(spark, path, schema=frame.schema if fmt == "jsonl" else None)
+    assert back.schema == frame.schema
+    assert _sorted(back) == _sorted(frame)
+    assert _sorted(back)[0]["at"].microsecond == 123456  # microseconds survive every format
+
+
+def test_jsonl_lines_carry_base64_binary_and_explicit_nulls(frame, tmp_path):
+    path = tmp_path / "j"
+    write_table(frame, str(path), "jsonl")
+    lines = [json.loads(line) for f in sorted(path.glob("part-*.json")) for line in f.read_text().splitlines()]
+    by_id = {row["id"]: row for row in lines}
+    assert by_id[1]["payload"] == "AAH/"  # base64 of 00 01 ff
+    assert by_id[1]["at"] == "2024-01-02T03:04:05.123456Z"
+    assert by_id[2] == {"id": 2, "payload": None, "at": None, "tags": None, "note": None}
+
+
+def test_delta_append_merges_schema_one_commit_per_call(spark, frame, tmp_path):
+    path = str(tmp_path / "history")
+    append_history(frame, path)  # creates the table
+    append_history(frame.where("id = 1"), path)  # same columns: the staged files are committed as they are
+    wider = spark.createDataFrame([(4, "extra")], "id long, added string")
+    append_history(wider, path)  # a new column: schema merge
+    table = DeltaTable(path)
+    assert table.version() == 2
+    assert [h["operation"] for h in table.history()] == ["WRITE", "WRITE", "CREATE TABLE"]
+    assert [f.name for f in table.schema().fields] == ["id", "payload", "at", "tags", "note", "added"]
+    # the first two calls committed Spark's files in place; the merging one went through delta-rs's writer
+    assert len(list((tmp_path / "history").glob("data-*"))) == 2
+    rows = _sorted(read_table(spark, path))
+    assert [r["id"] for r in rows] == [1, 1, 2, 3, 4]
+    assert rows[-1]["added"] == "extra" and rows[-1]["note"] is None
+    assert all(r["added"] is None for r in rows[:-1])
+
+
+def test_delta_overwrite_is_one_commit_and_reads_only_live_files(spark, frame, tmp_path):
+    path = str(tmp_path / "t")
+    write_table(frame, path, "delta")
+    write_table(frame.where("id = 2").select("id"), path, "delta", mode="overwrite")
+    table = DeltaTable(path)
+    assert table.version() == 1
+    # the removed files are still on disk: reading the directory would resurrect them
+    assert sum(len(files) for _, _, files in os.walk(path)) > len(table.file_uris()) + 2
+    back = read_table(spark, path)
+    assert back.columns == ["id"] and [r.id for r in back.collect()] == [2]
+    assert DeltaTable(path, version=0).to_pyarrow_table().num_rows == 3  # time travel keeps version 0
+
+
+def test_delta_of_empty_frame_reads_back_empty_with_schema(spark, frame, tmp_path):
+    path = str(tmp_path / "empty")
+    write_table(frame.where("id < 0"), path, "delta")
+    back = read_table(spark, path)
+    assert back.schema == frame.schema and back.count() == 0
+
+
+def test_delta_refuses_a_folder_that_is_not_a_delta_table(frame, tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "data.csv").write_text("a\n")
+    with pytest.raises(OutputError, match="not a Delta table"):
+        write_table(frame, str(tmp_path / "x"), "delta")
+    with pytest.raises(OutputError, match="format"):
+        write_table(frame, str(tmp_path / "y"), "csv")
+
+
+def test_prepare_output_refuses_non_empty_without_overwrite(tmp_path):
+    out = tmp_path / "out"
+    prepare_output(str(out), overwrite=False)  # missing: fine
+    out.mkdir()
+    prepare_output(str(out), overwrite=False)  # empty: fine
+    (out / "old.parquet").write_bytes(b"x")
+    with pytest.raises(OutputError, match="--overwrite"):
+        prepare_output(str(out), overwrite=False)
+    assert (out / "old.parquet").exists()
+    prepare_output(str(out), overwrite=True)
+    assert not out.exists()
+    out.write_text("a file")
+    with pytest.raises(OutputError, match="--overwrite"):
+        prepare_output(str(out), overwrite=False)
+
+
+@pytest.mark.parametrize("where", ["inside", "equal", "containing"])
+def test_prepare_output_never_touches_an_input_store(tmp_path, where):
+    store = tmp_path / "dump" / "broker-a" / "store"
+    (store / "commitlog").mkdir(parents=True)
+    (store / "commitlog" / "00000000000000000000").write_bytes(b"\0" * 16)
+    out = {"inside": store / "out", "equal": store, "containing": tmp_path / "dump"}[where]
+    with pytest.raises(OutputError, match="overlaps the input store"):
+        prepare_output(str(out), overwrite=True, inputs=[str(store)])
+    # spelt differently (relative, trailing slash) it is still the same place
+    with pytest.raises(OutputError, match="overlaps the input store"):
+        prepare_output(os.path.relpath(out) + "/", overwrite=True, inputs=[f"file://{store}"])
+    assert (store / "commitlog" / "00000000000000000000").exists()
+    prepare_output(str(tmp_path / "dump-out"), overwrite=True, inputs=[str(store)])  # a sibling is fine
+
+
+def test_an_input_naming_a_part_or_a_file_guards_its_whole_store(tmp_path):
+    store = tmp_path / "broker-a" / "store"
+    segment = store / "commitlog" / "00000000000000000000"
+    segment.parent.mkdir(parents=True)
+    segment.write_bytes(b"\0" * 16)
+    (store / "consumequeue").mkdir()
+    for given in (segment, segment.parent):
+        with pytest.raises(OutputError, match="overlaps the input store"):
+            prepare_output(str(store / "consumequeue" / "out"), overwrite=True, inputs=[str(given)])
+    prepare_output(str(tmp_path / "out"), overwrite=True, inputs=[str(segment)])

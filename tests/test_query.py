@@ -1,0 +1,252 @@
+"""jobs.query: every fixture message found by msgId, by each key and by its unique key (RocketMQ's own
+indexQueries as the reference, verified, no 64 cap); scans; --explain's reasons; bad input."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from jobs import extract, query
+from store_format import damage
+from store_format.ids import create_uniq_key
+from store_format.message import Message
+from store_format.properties import format_properties
+from store_format.store import Store
+from store_format.writer import StoreWriter, WriterConfig
+
+from .conftest import REPO, fixture_manifest, fixture_store
+
+
+def ask(*argv, spark=None):
+    """(exit code, message lines, explain lines, stderr) of one query run in-process."""
+    out, err = io.StringIO(), io.StringIO()
+    args = query.build_parser().parse_args([str(a) for a in argv])
+    code = query.run(spark, args, out=out, err=err)
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    return (code, [x for x in lines if x["kind"] == "message"], [x for x in lines if x["kind"] == "explain"],
+            err.getvalue())
+
+
+# --------------------------------------------------------------------------------------------------
+# The fixtures: RocketMQ's own index queries, verified
+
+
+def test_every_index_query_of_the_fixtures_gives_rocketmqs_verified_offsets(fixture):
+    name, root, manifest = fixture
+    for q in manifest["indexQueries"]:
+        code, msgs, _, _ = ask("--store", root, "--topic", q["topic"], "--key", q["key"])
+        assert code == 0, q
+        assert sorted(m["physical_offset"] for m in msgs) == sorted(set(q["expectedOffsets"])), q
+        assert all(m["topic"] == q["topic"] and (q["key"] in m["keys"] or q["key"] == m["uniq_key"]) for m in msgs)
+
+
+def test_every_fixture_message_is_found_by_msg_id_each_key_and_uniq_key(fixture):
+    name, root, manifest = fixture
+    indexed = {(q["topic"], q["key"]) for q in manifest["indexQueries"]}
+    for exp in manifest["messages"]:
+        code, msgs, _, _ = ask("--store", root, "--msg-id", exp["msgId"])
+        assert code == 0 and [m["physical_offset"] for m in msgs] == [exp["commitLogOffset"]]
+        assert msgs[0]["body"] == exp["body"] and msgs[0]["properties_raw"] == exp["propertiesString"]
+        keys = [k for k in (exp["keys"] or "").split(" ") if k]
+        for key in keys:
+            _, msgs, _, _ = ask("--store", root, "--topic", exp["topic"], "--key", key)
+            if exp["tranType"] == "ROLLBACK":  # never indexed (IndexService.buildIndex), as RocketMQ says too
+                assert exp["commitLogOffset"] not in [m["physical_offset"] for m in msgs]
+                continue
+            assert (exp["topic"], key) in indexed
+            assert exp["commitLogOffset"] in [m["physical_offset"] for m in msgs], (exp["msgId"], key)
+        if exp["uniqKey"] and exp["tranType"] != "ROLLBACK":
+            _, msgs, _, _ = ask("--store", root, "--uniq-key", exp["uniqKey"])
+            found = {m["physical_offset"] for m in msgs}
+            assert exp["commitLogOffset"] in found and all(m["uniq_key"] == exp["uniqKey"] for m in msgs)
+            # every copy of the message (schedule, retry, half, commit...) carries the id and is found
+            copies = {x["commitLogOffset"] for x in manifest["messages"] if x["uniqKey"] == exp["uniqKey"]
+                      and x["tranType"] != "ROLLBACK"}
+            assert found == copies, exp["msgId"]
+
+
+def test_several_stores_at_once_each_answers_for_its_own_records():
+    basic, broker = fixture_manifest("basic"), fixture_manifest("broker")
+    stores = ["--store", fixture_store("basic"), "--store", fixture_store("broker")]
+    for name, manifest in (("basic", basic), ("broker", broker)):
+        exp = manifest["messages"][3]
+        code, msgs, _, _ = ask(*stores, "--msg-id", exp["msgId"])
+        assert code == 0 and [(m["broker"], m["physical_offset"]) for m in msgs] == [(name, exp["commitLogOffset"])]
+
+
+def small_store(root, n=100, key="order-4711", extra=()):
+    """A writer-built store where ``n`` messages share KEYS ``key`` (more than mqadmin's 64), with index files
+    small enough to roll over; ``extra`` (topic, KEYS) records follow."""
+    cfg = WriterConfig(mappedFileSizeCommitLog=1 << 20, mappedFileSizeConsumeQueue=400, maxHashSlotNum=64,
+                       maxIndexNum=256, storeHost="10.0.0.1:10911")
+    t0 = 1_700_000_000_000
+    with StoreWriter(root, cfg) as w:
+        stored = []
+        for i, (topic, keys) in enumerate([("Orders", f"{key} item-{j}") for j in range(n)] + list(extra)):
+            uniq = create_uniq_key(bytes([10, 0, 0, 9]), 77, 1, t0 + i, i)
+            props = format_properties({"KEYS": keys, "UNIQ_KEY": uniq, "TAGS": "TagA" if i % 2 else "TagB"})
+            stored.append(w.append(Message(topic=topic, body=f"body {i}".encode(), queue_id=i % 4,
+                                           properties_raw=props, born_timestamp=t0 + i, store_timestamp=t0 + i,
+                                           born_host="10.0.0.9:5000", store_host=cfg.storeHost)))
+    return stored
+
+
+def test_key_queries_have_no_64_result_cap(tmp_path):
+    stored = small_store(tmp_path / "s", n=100)
+    assert len(list((tmp_path / "s" / "index").iterdir())) >= 2  # the entries span several index files
+    code, msgs, _, _ = ask("--store", tmp_path / "s", "--topic", "Orders", "--key", "order-4711")
+    assert code == 0 and [m["physical_offset"] for m in msgs] == [s.physical_offset for s in stored]
+
+
+# --------------------------------------------------------------------------------------------------
+# Scans (Spark)
+
+
+def test_time_range_and_tag_scans(spark):
+    manifest, root = fixture_manifest("basic"), fixture_store("basic")
+    ts = sorted(m["storeTimestamp"] for m in manifest["messages"])
+    lo, hi = ts[10], ts[40]
+    code, msgs, _, _ = ask("--store", root, "--from", lo, "--to", hi, spark=spark)
+    assert code == 0
+    assert [m["physical_offset"] for m in msgs] == [m["commitLogOffset"] for m in manifest["messages"]
+                                                     if lo <= m["storeTimestamp"] <= hi]
+    assert msgs[0]["body"] == next(m["body"] for m in manifest["messages"] if m["commitLogOffset"] ==
+                                   msgs[0]["physical_offset"])
+    code, msgs, _, _ = ask("--store", root, "--topic", "TopicTest", "--tag", "TagB", spark=spark)
+    assert code == 0 and [m["physical_offset"] for m in msgs] == [
+        m["commitLogOffset"] for m in manifest["messages"] if m["topic"] == "TopicTest" and m["tags"] == "TagB"]
+
+
+# --------------------------------------------------------------------------------------------------
+# --explain
+
+
+def test_explain_hash_collision_and_stale_entry_then_scan(spark, tmp_path):
+    """'Aa' and 'BB' have the same Java hash: a query for BB finds only the Aa record as a candidate; a stale
+    entry points past the end; the fallback scan finds neither key anywhere: never written."""
+    small_store(tmp_path / "s", n=3, extra=[("Orders", "Aa")])
+    damage.stale_index_entry(tmp_path / "s", tmp_path / "d", topic="Orders", key="ghost")
+    code, msgs, why, _ = ask("--store", tmp_path / "d", "--topic", "Orders", "--key", "BB", "--explain", spark=spark)
+    assert code == 1 and msgs == []
+    assert [e["reason"] for e in why] == ["HASH_COLLISION", "HASH_COLLISION_ONLY", "NEVER_WRITTEN"]
+    assert "KEYS ['Aa']" in why[0]["detail"]
+    code, msgs, why, _ = ask("--store", tmp_path / "d", "--topic", "Orders", "--key", "ghost", "--explain",
+                             spark=spark)
+    assert code == 1 and [e["reason"] for e in why] == ["STALE_INDEX_ENTRY", "NEVER_WRITTEN"]
+
+
+def test_explain_a_record_past_damage_is_found_by_the_salvage_scan(spark, basic_copy, tmp_path):
+    """Recovery stops at a bad CRC; with the index gone, the record after it is found only by the scan,
+    past the logical end, and the broker's recovery would drop it."""
+    root, manifest = basic_copy
+    msgs_ = manifest["messages"]
+    bad, after = msgs_[40], msgs_[41]
+    damage.bad_crc(root, tmp_path / "d", physical_offset=bad["commitLogOffset"])
+    shutil.rmtree(tmp_path / "d" / "index")
+    key = [k for k in after["keys"].split(" ") if k][0]
+    code, msgs, why, _ = ask("--store", tmp_path / "d", "--topic", after["topic"], "--key", key, "--explain",
+                             spark=spark)
+    assert code == 0 and [m["physical_offset"] for m in msgs] == [after["commitLogOffset"]]
+    assert base64.b64decode(msgs[0]["body"]) == base64.b64decode(after["body"])
+    reasons = {e["reason"] for e in why}
+    assert {"NO_INDEX", "PAST_LOGICAL_END", "DROPPED_BY_RECOVERY"} <= reasons
+    dropped = next(e for e in why if e["reason"] == "DROPPED_BY_RECOVERY")
+    assert dropped["physical_offset"] == after["commitLogOffset"]
+    assert f"ends at physical offset {bad['commitLogOffset']}" in dropped["detail"]
+
+
+def test_explain_msg_ids_that_name_no_record(spark):
+    manifest, root = fixture_manifest("basic"), fixture_store("basic")
+    first = manifest["messages"][0]
+    inside = first["msgId"][:-4] + f"{first['commitLogOffset'] + 10:04X}"
+    code, msgs, why, _ = ask("--store", root, "--msg-id", inside, "--explain", spark=spark)
+    assert code == 1 and [e["reason"] for e in why] == ["NOT_A_RECORD_START"]
+    assert f"inside the message at {first['commitLogOffset']}" in why[0]["detail"]
+    beyond = first["msgId"][:16] + f"{1 << 40:016X}"
+    code, _, why, _ = ask("--store", root, "--msg-id", beyond, "--explain")
+    assert code == 1 and [e["reason"] for e in why] == ["OUT_OF_RANGE"]
+    other_host = "0A0B0C0D" + first["msgId"][8:]
+    code, _, why, _ = ask("--store", root, "--msg-id", other_host, "--explain")
+    assert code == 1 and [e["reason"] for e in why] == ["OTHER_STORE_HOST", "OTHER_STORE_HOST"]
+    assert first["msgId"] in why[1]["detail"]
+    code, msgs, why, _ = ask("--store", root, "--msg-id", first["msgId"], "--explain")
+    assert code == 0 and [e["reason"] for e in why] == ["FOUND"]
+
+
+def test_explain_outside_the_index_time_window(spark, tmp_path):
+    stored = small_store(tmp_path / "s", n=5)
+    later = stored[-1].store_timestamp + 3_600_000
+    code, msgs, why, _ = ask("--store", tmp_path / "s", "--topic", "Orders", "--key", "item-2", "--from", later,
+                             "--explain", spark=spark)
+    assert code == 1 and msgs == []
+    assert [e["reason"] for e in why] == ["OUTSIDE_INDEX_WINDOW", "NOT_IN_TIME_WINDOW"]
+    with pytest.raises(query.UsageError):
+        ask("--store", tmp_path / "s", "--topic", "Orders", "--key", "item-2", "--from", later, "--to", 0)
+
+
+def test_time_scans_skip_segments_outside_the_range(spark, tmp_path):
+    """Store times grow segment by segment: a range inside the last segments reads only those files."""
+    cfg = WriterConfig(mappedFileSizeCommitLog=2048, mappedFileSizeConsumeQueue=400, maxHashSlotNum=16,
+                       maxIndexNum=64)
+    t0 = 1_700_000_000_000
+    with StoreWriter(tmp_path / "s", cfg) as w:
+        stored = [w.append(Message(topic="Orders", body=bytes(300), queue_id=0, born_timestamp=t0 + i * 1000,
+                                   store_timestamp=t0 + i * 1000)) for i in range(20)]
+    segments = sorted({m.segment for m in stored})
+    assert len(segments) >= 4
+    lo, hi = stored[-6].store_timestamp, stored[-3].store_timestamp
+    needed = {m.segment for m in stored if lo <= m.store_timestamp <= hi}
+    before = segments[segments.index(min(needed)) - 1]  # kept too when its successor starts exactly at lo
+    kept = set(extract.segments_in_time_range(Store(tmp_path / "s"), lo, hi))
+    assert needed <= kept <= needed | {before} and len(kept) < len(segments)
+    code, msgs, _, _ = ask("--store", tmp_path / "s", "--from", lo, "--to", hi, spark=spark)
+    assert code == 0 and [m["physical_offset"] for m in msgs] == [m.physical_offset for m in stored[-6:-2]]
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad input, through main()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--msg-id", "XYZ"], "--msg-id 'XYZ'"),
+    (["--msg-id", "C0A8000A00002A9F00000000000000"], "32 or 56 hex characters"),
+    (["--uniq-key", "not-an-id"], "--topic T --key K"),
+    (["--topic", "TopicTest", "--key", "two words"], "no space"),
+    (["--key", "k"], "--key needs --topic"),
+    (["--tag", "TagA"], "--tag needs --topic"),
+    ([], "say what to find"),
+    (["--from", "yesterday"], None),  # argparse: not a time
+])
+def test_bad_input_is_a_clear_message_and_exit_2(argv, says, capsys):
+    try:
+        code = query.main(["--store", str(fixture_store("basic")), *argv])
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert (says or "is not a time") in err
+
+
+def test_python_m_jobs_query_runs_without_spark():
+    exp = fixture_manifest("basic")["messages"][5]
+    r = subprocess.run([sys.executable, "-m", "jobs.query", "--store", str(fixture_store("basic")), "--msg-id",
+                        exp["msgId"]], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["physical_offset"] == exp["commitLogOffset"]
+    assert "SparkContext" not in r.stderr and "1 message(s) found" in r.stderr
+
+
+def test_main_exit_codes_and_table_format(capsys):
+    root = str(fixture_store("broker"))
+    exp = fixture_manifest("broker")["messages"][0]
+    assert query.main(["--store", root, "--msg-id", exp["msgId"], "--format", "table"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["broker", "physical_offset", "store_time"] and exp["msgId"] in out[1]
+    assert query.main(["--store", root, "--topic", exp["topic"], "--key", "no-such-key"]) == 1
+    assert query.main(["--store", "/no/such/dir", "--msg-id", exp["msgId"]]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -1,0 +1,339 @@
+"""Safety guarantees for hostile dumps, each with a test that fails if the guarantee breaks.
+
+* Input dumps are read-only: in this process an audit hook sees every open/rename/remove/truncate/mmap the
+  readers make on a store (none may write); across the whole run (Spark workers included) conftest's
+  ``fixtures_stay_untouched`` compares sha256 and mtime of every fixture file before and after.
+* A compressed body that expands past the cap (zlib, lz4, zstd bombs) is a DECOMPRESSION error or a row's
+  ``decompress_error``, with a bounded peak allocation, never an out-of-memory.
+* No eval/exec/pickle (or the like) anywhere in the packages: a syntax-tree scan, with its own self-test.
+* Names from a dump (topics, groups) become paths only through :func:`store_format.paths.safe_path`, which
+  cannot leave its root.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import mmap
+import os
+import sys
+import zlib
+
+import lz4.frame
+import pyarrow as pa
+import pytest
+import zstandard
+from hypothesis import given
+from hypothesis import strategies as st
+
+from store_format import layout as L
+from store_format.codec import encode_record
+from store_format.commitlog import ReadOnlyMap
+from store_format.compression import DEFAULT_MAX_DECOMPRESSED, decompress
+from store_format.config import CONFIG_FILES
+from store_format.damage import copy_store
+from store_format.errors import ErrorKind, StoreFormatError
+from store_format.message import Message
+from store_format.paths import MAX_COMPONENT, component_name, safe_component, safe_path
+from store_format.recovery import predict_recovery
+from store_format.store import Store
+from udfs import kernels as K
+
+from .conftest import FIXTURES, REPO, fixture_manifest, fixture_store, tree_state
+from .test_fuzz_parsers import bounded_memory, fuzz, warm_kernels  # noqa: F401 (a fixture)
+
+# ---------------------------------------------------------------------------------------------------------
+# Read-only inputs
+
+
+def test_fixtures_unchanged_so_far(fixtures_stay_untouched):
+    """The same snapshot the session fixture checks at the very end, checked mid-run as well."""
+    assert tree_state(FIXTURES) == fixtures_stay_untouched
+
+
+def test_the_snapshot_sees_bytes_mtime_and_new_files(tmp_path):
+    root = copy_store(fixture_store("broker"), tmp_path / "s")
+    before = tree_state(root)
+    cp = root / "checkpoint"
+    os.utime(cp, ns=(cp.stat().st_atime_ns, cp.stat().st_mtime_ns + 1_000_000))  # mtime only
+    assert tree_state(root) != before
+    before = tree_state(root)
+    data = bytearray(cp.read_bytes())
+    data[100] ^= 1
+    stat = cp.stat()
+    cp.write_bytes(bytes(data))
+    os.utime(cp, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # bytes only, mtime put back
+    assert tree_state(root) != before
+    before = tree_state(root)
+    (root / "config" / "extra.json").write_text("{}")
+    assert tree_state(root) != before
+
+
+class _Watch:
+    """An audit hook (sys.addaudithook; cannot be removed, so it idles when no root is watched) that records
+    every call that could change a file below ``root``, and every file-backed mmap that is not read-only."""
+
+    _installed = False
+    root: str | None = None
+    writes: list = []
+
+    @classmethod
+    def install(cls):
+        if not cls._installed:
+            sys.addaudithook(cls._hook)
+            cls._installed = True
+
+    @classmethod
+    def _hook(cls, event, args):
+        if cls.root is None:
+            return
+        if event == "open":
+            path, mode, flags = args
+            writing = (mode is not None and any(c in mode for c in "wax+")) or \
+                (flags is not None and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND))
+            if writing and isinstance(path, (str, bytes, os.PathLike)) and cls._below(path):
+                cls.writes.append((event, str(path), mode, flags))
+        elif event in ("os.rename", "os.replace", "os.remove", "os.rmdir", "os.truncate", "os.chmod", "os.utime",
+                       "os.mkdir", "os.link", "os.symlink", "shutil.rmtree", "shutil.move"):
+            if any(isinstance(a, (str, bytes, os.PathLike)) and cls._below(a) for a in args):
+                cls.writes.append((event, *map(str, args)))
+        elif event == "mmap.__new__":
+            fileno, _, access, _ = args
+            if fileno != -1 and access != mmap.ACCESS_READ:
+                cls.writes.append((event, fileno, access))
+
+    @classmethod
+    def _below(cls, path) -> bool:
+        p = os.path.abspath(os.fsdecode(path))
+        return p == cls.root or p.startswith(cls.root + os.sep)
+
+
+@pytest.fixture
+def watched(tmp_path):
+    """A copy of the basic fixture whose every write attempt (in this process) is recorded."""
+    root = copy_store(fixture_store("basic"), tmp_path / "store")
+    _Watch.install()
+    _Watch.writes = []
+    _Watch.root = os.path.abspath(root)
+    yield root
+    _Watch.root = None
+
+
+def test_the_watch_sees_writes(watched):
+    """The detector itself: an append, a rename and a writable mmap are all seen."""
+    with open(watched / "lock", "ab"):
+        pass
+    os.rename(watched / "lock", watched / "lock2")
+    with open(watched / "lock2", "r+b") as f:
+        f.write(b"x")
+        f.flush()
+        mmap.mmap(f.fileno(), 0).close()
+    kinds = [w[0] for w in _Watch.writes]
+    assert kinds.count("open") == 2 and "os.rename" in kinds and "mmap.__new__" in kinds
+
+
+def test_every_reader_opens_the_store_read_only(watched):
+    manifest = fixture_manifest("basic")
+    store = Store(watched)
+    messages = list(store.messages(salvage=True))
+    assert len(messages) == len(manifest["messages"])
+    for key in store.queues:
+        list(store.consume_queue(*key))
+    for q in manifest["indexQueries"][:10]:
+        store.query_key(q["topic"], q["key"])
+    store.find_msg_id(messages[0].msg_id)
+    store.checkpoint()
+    store.markers()
+    for name in CONFIG_FILES:
+        store.config(name)
+    predict_recovery(store)
+    seg = store.segments[0]
+    with ReadOnlyMap(seg.path) as m:
+        batch = K.decode_buffer(m.buf, [x.file_position for x in messages], [x.store_size for x in messages],
+                                decompress=True)
+        assert batch.num_rows == len(messages)
+        del batch
+    assert _Watch.writes == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Decompression bombs
+
+
+def _bomb(kind: str, size: int) -> bytes:
+    """``size`` zero bytes compressed, streamed in 1 MiB pieces (the bomb is built without allocating it)."""
+    piece = bytes(1 << 20)
+    if kind == "ZLIB":
+        c = zlib.compressobj(9)
+        return b"".join(c.compress(piece) for _ in range(size >> 20)) + c.flush()
+    if kind == "LZ4":
+        c = lz4.frame.LZ4FrameCompressor()
+        return c.begin() + b"".join(c.compress(piece) for _ in range(size >> 20)) + c.flush()
+    c = zstandard.ZstdCompressor(level=1).compressobj()
+    return b"".join(c.compress(piece) for _ in range(size >> 20)) + c.flush()
+
+
+@pytest.fixture(scope="module")
+def bombs():
+    """Per codec, a body that expands to twice the default cap (128 MiB) and is a few hundred KiB at most."""
+    return {kind: _bomb(kind, 2 * DEFAULT_MAX_DECOMPRESSED) for kind in ("ZLIB", "LZ4", "ZSTD")}
+
+
+@pytest.mark.parametrize("kind", ["ZLIB", "LZ4", "ZSTD"])
+def test_a_bomb_at_the_default_cap_is_a_decompression_error(bombs, kind):
+    body = bombs[kind]
+    assert len(body) < 1 << 20
+    with bounded_memory(len(body), allowance=2 * DEFAULT_MAX_DECOMPRESSED + (8 << 20)):
+        with pytest.raises(StoreFormatError) as e:
+            decompress(body, kind)
+    assert e.value.kind == ErrorKind.DECOMPRESSION and "cap" in e.value.message
+
+
+def _record(body: bytes, kind: str | None, offset: int) -> bytes:
+    flags = 0 if kind is None else L.COMPRESSED_FLAG | L.COMPRESSION_FLAGS[kind]
+    return encode_record(Message(topic="T", body=body, sys_flag=flags, physical_offset=offset))
+
+
+def test_bombs_in_records_are_findings_for_message_and_kernel(bombs, warm_kernels):
+    """Message.decompressed_body raises the DECOMPRESSION error; decode_frames(decompress=True) gives those rows
+    a null body and decompress_error, the honest rows their bodies."""
+    cap = 1 << 20
+    honest = zlib.compress(b"hello " * 1000)
+    frames = [_record(bombs[k], k, 0) for k in ("ZLIB", "LZ4", "ZSTD")] + [_record(honest, "ZLIB", 0),
+                                                                            _record(b"plain", None, 0)]
+    for kind in ("ZLIB", "LZ4", "ZSTD"):
+        msg = Message(topic="T", body=bombs[kind], sys_flag=L.COMPRESSED_FLAG | L.COMPRESSION_FLAGS[kind])
+        with pytest.raises(StoreFormatError, match="DECOMPRESSION"):
+            msg.decompressed_body(cap)
+    with bounded_memory(sum(map(len, frames)), allowance=8 * cap + (16 << 20)):
+        batch = K.decode_binary(pa.array(frames, pa.binary()), decompress=True, max_decompressed=cap)
+    rows = batch.select(["decompressed_body", "decompress_error", "error"]).to_pylist()
+    assert [r["decompress_error"] for r in rows] == ["DECOMPRESSION"] * 3 + [None, None]
+    assert [r["decompressed_body"] for r in rows] == [None] * 3 + [b"hello " * 1000, b"plain"]
+    assert all(r["error"] is None for r in rows)
+
+
+def test_a_bomb_in_a_store_is_found_and_walked_past(tmp_path, bombs):
+    """A store whose record carries a bomb: the walk frames it (it is a well-formed record), decompressing it
+    is the finding, and the records after it are read."""
+    from store_format.writer import StoreWriter, WriterConfig
+
+    w = StoreWriter(tmp_path / "s", WriterConfig(mappedFileSizeCommitLog=1 << 20), start_time=1_700_000_000_000)
+    w.append(Message(topic="T", body=bombs["ZSTD"], sys_flag=L.COMPRESSED_FLAG | L.COMPRESSION_ZSTD_TYPE))
+    w.append(Message(topic="T", body=b"after"))
+    w.close()
+    msgs = list(Store(tmp_path / "s").messages())
+    assert [m.body for m in msgs][1:] == [b"after"]
+    with pytest.raises(StoreFormatError, match="DECOMPRESSION"):
+        msgs[0].decompressed_body(1 << 20)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# No eval / exec / pickle of dump content
+
+PACKAGES = ("store_format", "udfs", "datasources", "jobs", "bench")
+_BANNED_NAMES = {"eval", "exec", "compile", "__import__"}
+_BANNED_ATTRS = {("pickle", "load"), ("pickle", "loads"), ("pickle", "Unpickler"), ("cPickle", "loads"),
+                 ("marshal", "load"), ("marshal", "loads"), ("shelve", "open"), ("cloudpickle", "load"),
+                 ("cloudpickle", "loads"), ("dill", "load"), ("dill", "loads"), ("yaml", "load"),
+                 ("yaml", "unsafe_load"), ("yaml", "full_load"), ("pd", "read_pickle"), ("pandas", "read_pickle"),
+                 ("joblib", "load")}
+_BANNED_MODULES = {"pickle", "cPickle", "marshal", "shelve", "cloudpickle", "dill"}
+ALLOWED: dict[str, str] = {}  # "path:line" -> why that use never sees dump content (none needed so far)
+
+
+def banned_calls(source: str, name: str) -> list[str]:
+    """Each place in ``source`` that evaluates code or unpickles: ``name:line what``."""
+    found = []
+    for node in ast.walk(ast.parse(source, name)):
+        what = None
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in _BANNED_NAMES:
+                what = f.id
+            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
+                    (f.value.id, f.attr) in _BANNED_ATTRS:
+                what = f"{f.value.id}.{f.attr}"
+            elif isinstance(f, ast.Attribute) and f.attr == "load" and any(
+                    k.arg == "allow_pickle" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+                    for k in node.keywords):
+                what = "load(allow_pickle=...)"
+        elif isinstance(node, ast.Import):
+            what = next((a.name for a in node.names if a.name.split(".")[0] in _BANNED_MODULES), None)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in _BANNED_MODULES:
+            what = f"from {node.module} import"
+        if what and f"{name}:{node.lineno}" not in ALLOWED:
+            found.append(f"{name}:{node.lineno} {what}")
+    return found
+
+
+def _sources():
+    for pkg in PACKAGES:
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            if "cache" not in path.parts:
+                yield str(path.relative_to(REPO)), path.read_text(encoding="utf-8")
+    for nb in sorted((REPO / "notebooks").rglob("*.ipynb")):
+        cells = json.loads(nb.read_text(encoding="utf-8")).get("cells", [])
+        code = "\n".join("".join(c.get("source", [])) for c in cells if c.get("cell_type") == "code")
+        code = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith(("%", "!")))
+        yield str(nb.relative_to(REPO)), code
+
+
+def test_no_eval_exec_or_pickle_in_the_code():
+    sources = list(_sources())
+    assert any(name.startswith("store_format/") for name, _ in sources)
+    found = [hit for name, text in sources for hit in banned_calls(text, name)]
+    assert not found, "code that evaluates or unpickles (allowlist in ALLOWED with a reason if legitimate): " + \
+        ", ".join(found)
+
+
+def test_the_scan_finds_each_banned_form():
+    sample = "\n".join([
+        "eval(x)", "exec(x)", "compile(x, 'f', 'exec')", "__import__(x)", "pickle.loads(x)", "pickle.load(f)",
+        "marshal.loads(x)", "yaml.load(x)", "pd.read_pickle(p)", "np.load(p, allow_pickle=True)",
+        "import pickle", "from cloudpickle import loads", "np.load(p, allow_pickle=False)", "model.evaluate(x)",
+    ])
+    hits = banned_calls(sample, "s.py")
+    assert sorted(int(h.split(":")[1].split()[0]) for h in hits) == list(range(1, 13))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Paths from dump content
+
+HOSTILE = ["../x", "/abs", "a/../../b", "..", ".", "", "a\x00b", "x" * 10_000, "é/😀", "%RETRY%cg1", "%DLQ%g",
+           "TopicTest", "con", "a\\..\\b", "~", "+2F", "+", ".hidden", "a" * 199 + "+", " ", "\n"]
+
+
+@pytest.mark.parametrize("name", HOSTILE, ids=lambda n: repr(n[:20]))
+def test_hostile_topic_names_stay_inside_the_root(tmp_path, name):
+    root = tmp_path / "out"
+    path = safe_path(root, name, "0", "part.parquet")
+    assert os.path.commonpath([root, path]) == str(root) and path.parent.parent.parent == root
+    comp = safe_component(name)
+    assert comp not in (".", "..") and "/" not in comp and "\x00" not in comp
+    assert 0 < len(comp.encode()) <= MAX_COMPONENT
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"x")  # the file system takes it, and it lands where the check says
+    assert path.resolve().is_relative_to(root.resolve())
+
+
+def test_names_stay_readable_and_distinct():
+    assert safe_component("%RETRY%cg1") == "%RETRY%cg1" and safe_component("TopicTest") == "TopicTest"
+    assert safe_component("../x") == "+2E.+2Fx" and safe_component("") == "+" and safe_component(7) == "7"
+    comps = [safe_component(n) for n in HOSTILE]
+    assert len(set(comps)) == len(HOSTILE)
+    for name, comp in zip(HOSTILE, comps):
+        if "~" not in comp:
+            assert component_name(comp) == name
+    long_a, long_b = "x" * 10_000, "x" * 9_999 + "y"
+    assert safe_component(long_a) != safe_component(long_b)
+
+
+@fuzz(200)
+@given(st.text(max_size=300), st.text(max_size=300))
+def test_safe_component_is_safe_and_injective(a, b):
+    ca, cb = safe_component(a), safe_component(b)
+    assert set(ca) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-%.+~")
+    assert not ca.startswith(".") and len(ca) <= MAX_COMPONENT
+    assert (ca == cb) == (a == b)
+    if "~" not in ca:
+        assert component_name(ca) == a

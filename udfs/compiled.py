@@ -1,0 +1,975 @@
+"""The per-record loops of :mod:`udfs.kernels`, compiled once per process with numba (and cached on disk).
+
+Record grammar (offsets from :func:`store_format.layout.record_layout`, passed in as the ``lay`` table)::
+
+    TOTALSIZE 4 | MAGIC 4 | BODYCRC 4 | QUEUEID 4 | FLAG 4 | QUEUEOFFSET 8 | PHYSICALOFFSET 8 | SYSFLAG 4 |
+    BORNTS 8 | BORNHOST 8/20 | STORETS 8 | STOREHOST 8/20 | RECONSUME 4 | PREPAREDTX 8 | BODYLEN 4 | BODY |
+    TOPICLEN 1 (V1) / 2 (V2) | TOPIC | PROPLEN 2 | PROPERTIES
+
+Properties grammar (``MessageDecoder.string2messageProperties``, RocketMQ >= 4.9.1)::
+
+    PROPERTIES := SEGMENT ( \\u0002 SEGMENT )*      SEGMENT := KEY \\u0001 VALUE   (the first \\u0001 splits)
+
+    an empty KEY or VALUE drops the segment; a repeated KEY keeps its last value.
+
+* :func:`decode_records` walks every frame once: the framing checks of ``codec.decode_record`` in its order,
+  the header fields, copies of BODY/TOPIC/PROPERTIES, the body CRC (slice-by-8), host strings and msgId.
+* :func:`parse_properties` splits each row's PROPERTIES into map entries and finds the named properties;
+  :func:`tags_hashes`, :func:`split_keys`, :func:`uniq_keys` and :func:`parse_ints` derive columns from them.
+* :func:`take_strings` gathers strings by row index (named property values, small name tables).
+
+Every table (layout offsets, magics, CRC table, ...) is an argument, never a global: numba's disk cache is
+keyed on this file only, so a constant taken from another module would go stale.  Variable-length outputs are
+written into buffers the caller sized with an upper bound (and trims afterwards); offsets are Arrow's int32
+(the caller keeps a pass's texts under 2 GiB).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def _writable_dir(path: str) -> bool:
+    try:
+        os.makedirs(path, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+        return True
+    except OSError:
+        return False
+
+
+def cache_plan(module_file: str, environ, temp_dir: str) -> tuple[bool, str | None]:
+    """Where numba keeps this module's compiled code between processes: (caching possible, NUMBA_CACHE_DIR
+    to set or None).
+
+    numba caches next to the module (``__pycache__``) when it can.  A read-only install gets NUMBA_CACHE_DIR
+    pointed at a per-user cache directory, else at one in the temp dir (unless the user has set it).  From
+    a zip (Spark ``--py-files``) numba always uses its per-user directory; where that is not writable either,
+    caching is off and each process compiles once."""
+    user_cache = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isfile(module_file):  # in a zip: numba's ZipCacheLocator
+        return _writable_dir(os.path.join(user_cache, "numba")), None
+    if environ.get("NUMBA_CACHE_DIR") or _writable_dir(os.path.join(os.path.dirname(module_file), "__pycache__")):
+        return True, None
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    for candidate in (os.path.join(user_cache, "rocketmq-forensics-numba"),
+                      os.path.join(temp_dir, f"rocketmq-forensics-numba-{uid}")):
+        if _writable_dir(candidate):
+            return True, candidate
+    return False, None
+
+
+def _configure_cache() -> bool:
+    """Apply :func:`cache_plan`; runs before numba is imported, which reads NUMBA_CACHE_DIR."""
+    cache, cache_dir = cache_plan(os.path.abspath(__file__), os.environ, tempfile.gettempdir())
+    if cache_dir:
+        os.environ["NUMBA_CACHE_DIR"] = cache_dir
+    return cache
+
+
+CACHE = _configure_cache()
+
+import numpy as np  # noqa: E402
+from llvmlite import ir  # noqa: E402
+from numba import njit  # noqa: E402
+from numba import types as nt  # noqa: E402
+from numba.core import cgutils  # noqa: E402
+from numba.core import config as _numba_config  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
+
+_numba_config.reload_config()  # numba may have been imported before NUMBA_CACHE_DIR was set
+
+from store_format import layout as L  # noqa: E402
+from store_format.errors import ErrorKind  # noqa: E402
+
+# ---------------------------------------------------------------------------------------------------------
+# Tables (built here from store_format, passed to the compiled functions as arguments)
+
+#: columns of the ``lay`` table, one row per layout variant (born v6 | store v6 << 1 | magic V2 << 2)
+(LAY_BODY, LAY_TOPIC_LEN_WIDTH, LAY_MIN_SIZE, LAY_BODY_LENGTH, LAY_BORN_HOST, LAY_BORN_IP_WIDTH, LAY_STORE_HOST,
+ LAY_STORE_IP_WIDTH) = range(8)
+#: header integers copied to the output, in the row order of the ``i32``/``i64`` outputs (decode_records
+#: writes them in this order)
+INT32_FIELDS = ("store_size", "magic_version", "body_crc", "queue_id", "flag", "sys_flag", "reconsume_times")
+INT64_FIELDS = ("queue_offset", "physical_offset", "born_timestamp", "store_timestamp",
+                "prepared_transaction_offset")
+_I32_STORE_SIZE, _I32_MAGIC_VERSION, _I32_BODY_CRC, _I32_QUEUE_ID, _I32_FLAG, _I32_SYS_FLAG, \
+    _I32_RECONSUME_TIMES = range(len(INT32_FIELDS))
+#: ``params``: magics, the SYSFLAG offset and IPv6 bits
+(PAR_MAGIC_V1, PAR_MAGIC_V2, PAR_SYS_FLAG_OFFSET, PAR_BORN_V6, PAR_STORE_V6) = range(5)
+#: (kind, field) of error code ``c`` is ERRORS[c - 1]; codes in codec.decode_record's check order
+ERRORS = (
+    (ErrorKind.TRUNCATED, "store_size"),  # fewer than 8 bytes, or TOTALSIZE beyond the frame
+    (ErrorKind.BAD_MAGIC, "magic"),
+    (ErrorKind.TRUNCATED, "sys_flag"),
+    (ErrorKind.BAD_LENGTH, "store_size"),  # TOTALSIZE below the layout's minimum
+    (ErrorKind.BAD_LENGTH, "body_length"),
+    (ErrorKind.BAD_LENGTH, "topic_length"),
+    (ErrorKind.BAD_LENGTH, "properties_length"),
+    (ErrorKind.SIZE_MISMATCH, "store_size"),
+)
+E_TRUNCATED, E_BAD_MAGIC, E_TRUNCATED_SYS_FLAG, E_BELOW_MIN_SIZE, E_BODY_LENGTH, E_TOPIC_LENGTH, \
+    E_PROPERTIES_LENGTH, E_SIZE_MISMATCH = range(1, len(ERRORS) + 1)
+#: states of parse_ints
+INT_NULL, INT_VALUE, INT_ASK_PYTHON, INT_OUT_OF_RANGE = range(4)
+#: states of uniq_keys
+UNIQ_NONE, UNIQ_DECODED, UNIQ_ASK_PYTHON = range(3)
+#: ``want`` bits of decode_records
+WANT_TEXT, WANT_CRC, WANT_BORN_HOST, WANT_STORE_HOST, WANT_MSG_ID = 1, 2, 4, 8, 16
+#: ``flags`` bits written by decode_records
+FLAG_TOPIC_NOT_UTF8, FLAG_PROPS_NOT_UTF8, FLAG_SCHEDULE_TOPIC, FLAG_CRC_OK = 1, 2, 4, 8
+#: widest text a host / msgId can take: '[' 39 ']:' 11 (IPv6 and a negative port), 2 x 28 hex digits
+HOST_TEXT_MAX, MSG_ID_TEXT_MAX, IP_TEXT_MAX = 53, 56, 39
+
+
+def _variant(born_v6: bool, store_v6: bool, magic_version: int) -> int:
+    return int(born_v6) | int(store_v6) << 1 | int(magic_version == 2) << 2
+
+
+def _layout_table() -> np.ndarray:
+    table = np.zeros((8, 8), np.int64)
+    for lay in L.ALL_LAYOUTS:
+        row = table[_variant(lay.born_v6, lay.store_v6, lay.magic_version)]
+        row[LAY_BODY], row[LAY_TOPIC_LEN_WIDTH], row[LAY_MIN_SIZE] = lay.body_offset, lay.topic_length_width, \
+            lay.min_size
+        row[LAY_BODY_LENGTH] = lay.offsets["body_length"]
+        row[LAY_BORN_HOST], row[LAY_BORN_IP_WIDTH] = lay.offsets["born_host"], lay.widths["born_host"] - L.PORT_WIDTH
+        row[LAY_STORE_HOST], row[LAY_STORE_IP_WIDTH] = lay.offsets["store_host"], \
+            lay.widths["store_host"] - L.PORT_WIDTH
+    return table
+
+
+def _field_offsets(names) -> np.ndarray:
+    """(8 variants, len(names)) byte offsets of header integers; store_size/magic_version/sys_flag are read
+    during framing and get -1."""
+    out = np.full((8, len(names)), -1, np.int64)
+    for lay in L.ALL_LAYOUTS:
+        v = _variant(lay.born_v6, lay.store_v6, lay.magic_version)
+        for k, name in enumerate(names):
+            if name not in ("store_size", "magic_version", "sys_flag"):
+                out[v, k] = lay.offsets[name]
+    return out
+
+
+def _crc_table() -> np.ndarray:
+    """Slice-by-8 tables of the reflected CRC-32 polynomial (zlib's, as UtilAll.crc32), flat."""
+    t = np.zeros((8, 256), np.int64)
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        t[0, i] = c
+    for k in range(1, 8):
+        t[k] = (t[k - 1] >> 8) ^ t[0, t[k - 1] & 0xFF]
+    return t.astype(np.uint32).reshape(-1)
+
+
+LAYOUT = _layout_table()
+INT32_OFFSETS = _field_offsets(INT32_FIELDS)
+INT64_OFFSETS = _field_offsets(INT64_FIELDS)
+PARAMS = np.array([L.MAGIC_V1, L.MAGIC_V2, L.SYS_FLAG_OFFSET, L.BORNHOST_V6_FLAG, L.STOREHOST_V6_FLAG], np.int64)
+CRC_TABLE = _crc_table()
+NIBBLE = np.full(256, 255, np.uint8)  # hex digit -> value, 255 for anything else
+for _i, _c in enumerate(b"0123456789abcdef"):
+    NIBBLE[_c] = _i
+for _i, _c in enumerate(b"ABCDEF"):
+    NIBBLE[_c] = 10 + _i
+SCHEDULE_TOPIC = np.frombuffer(L.SCHEDULE_TOPIC.encode(), np.uint8).copy()
+
+# ---------------------------------------------------------------------------------------------------------
+# numba types of the signatures (inputs read-only, so buffers of bytes, mmaps and Arrow all pass)
+
+_u1r, _u1 = nt.Array(nt.uint8, 1, "C", readonly=True), nt.Array(nt.uint8, 1, "C")
+_i8r, _i8 = nt.Array(nt.int64, 1, "C", readonly=True), nt.Array(nt.int64, 1, "C")
+_b1r = nt.Array(nt.boolean, 1, "C", readonly=True)
+_i1 = nt.Array(nt.int8, 1, "C")
+_i4r, _i4 = nt.Array(nt.int32, 1, "C", readonly=True), nt.Array(nt.int32, 1, "C")  # Arrow's 32-bit offsets
+_u4r = nt.Array(nt.uint32, 1, "C", readonly=True)
+_i8r2, _i8_2 = nt.Array(nt.int64, 2, "C", readonly=True), nt.Array(nt.int64, 2, "C")
+_i4_2 = nt.Array(nt.int32, 2, "C")
+_OPTS = dict(cache=CACHE, nogil=True, error_model="numpy")
+# Helpers called once or more per row run without numba's reference counting: a call that passes arrays to a
+# compiled function otherwise increments and decrements their counts atomically (measured 40 ns a call).
+# They never allocate.
+_inner = njit(_nrt=False, error_model="numpy")
+
+# ---------------------------------------------------------------------------------------------------------
+# Unchecked loads, stores and copies.  numba wraps negative indices (a compare and select on every access),
+# which keeps LLVM from merging byte loads or vectorizing copies: a copy loop measured 7x slower than memcpy.
+# Every position passed here is inside the array (the callers check lengths first).
+
+
+def _index(context, builder, signature, args, k: int = 1):
+    """Argument ``k`` as a 64-bit integer: a narrower one (a byte used as a table index) would be
+    sign-extended by getelementptr."""
+    return context.cast(builder, args[k], signature.args[k], nt.int64)
+
+
+def _loader(bits: int, swap: bool):
+    @intrinsic
+    def load(typingctx, arr, pos):
+        def codegen(context, builder, signature, args):
+            a = context.make_array(signature.args[0])(context, builder, args[0])
+            ptr = builder.bitcast(builder.gep(a.data, [_index(context, builder, signature, args)]),
+                                  ir.IntType(bits).as_pointer())
+            v = builder.load(ptr, align=1)
+            if swap:
+                v = builder.bswap(v)
+            return builder.sext(v, ir.IntType(64)) if bits < 64 else v
+        return nt.int64(arr, pos), codegen
+    return load
+
+
+_int8 = _loader(8, False)  # signed byte
+_i16 = _loader(16, True)  # big-endian signed, as the record stores integers
+_i32 = _loader(32, True)
+_i64 = _loader(64, True)
+_le32 = _loader(32, False)  # little-endian, for the CRC
+_word = _loader(64, False)  # eight bytes at once, for byte-class tests and compares
+
+
+def _storer(bits: int):
+    @intrinsic
+    def store(typingctx, arr, pos, value):
+        def codegen(context, builder, signature, args):
+            a = context.make_array(signature.args[0])(context, builder, args[0])
+            ptr = builder.bitcast(builder.gep(a.data, [_index(context, builder, signature, args)]),
+                                  ir.IntType(bits).as_pointer())
+            v = context.cast(builder, args[2], signature.args[2], nt.int64)
+            builder.store(builder.trunc(v, ir.IntType(bits)) if bits < 64 else v, ptr, align=1)
+            return context.get_dummy_value()
+        return nt.void(arr, pos, value), codegen
+    return store
+
+
+_put64 = _storer(64)  # little-endian
+
+
+@intrinsic
+def _at(typingctx, arr, pos):
+    """``arr[pos]`` for an integer array."""
+    def codegen(context, builder, signature, args):
+        a = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.load(builder.gep(a.data, [_index(context, builder, signature, args)]))
+    return arr.dtype(arr, pos), codegen
+
+
+@intrinsic
+def _memcpy(typingctx, dst, dst_at, src, src_at, n):
+    """``dst[dst_at:dst_at+n] = src[src_at:src_at+n]`` for byte arrays, through llvm.memcpy."""
+    def codegen(context, builder, signature, args):
+        d = context.make_array(signature.args[0])(context, builder, args[0])
+        s = context.make_array(signature.args[2])(context, builder, args[2])
+        cgutils.raw_memcpy(builder, builder.gep(d.data, [_index(context, builder, signature, args, 1)]),
+                           builder.gep(s.data, [_index(context, builder, signature, args, 3)]),
+                           _index(context, builder, signature, args, 4), 1)
+    return nt.void(dst, dst_at, src, src_at, n), codegen
+
+
+@_inner
+def _copy(dst, at, src, start, n):
+    _memcpy(dst, at, src, start, n)
+    return at + n
+
+
+@_inner
+def _same(a, p, b, q, n):
+    j = 0
+    while j + 8 <= n:
+        if _word(a, p + j) != _word(b, q + j):
+            return False
+        j += 8
+    while j < n:
+        if _at(a, p + j) != _at(b, q + j):
+            return False
+        j += 1
+    return True
+
+
+_HIGH_BITS = -0x7F7F7F7F7F7F7F80  # 0x8080808080808080 as an int64
+_LOW_BITS = 0x7F7F7F7F7F7F7F7F
+
+
+@intrinsic
+def _ctz(typingctx, v):
+    """Count of trailing zero bits (``v`` != 0)."""
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.IntType(1)(1))
+    return nt.int64(nt.int64), codegen
+
+
+@_inner
+def _below_3(w):
+    """Bit 7 of each byte of ``w`` set where the byte is below 3 (the property separators, and NUL), exactly:
+    ``(b & 0x7F) + 0x7D`` reaches bit 7 when ``b & 0x7F >= 3``, and ``| w`` covers bytes >= 0x80."""
+    return ~(((w & _LOW_BITS) + 0x7D7D7D7D7D7D7D7D) | w) & _HIGH_BITS
+
+
+@_inner
+def _any_high_byte(a, s, e):
+    """Whether ``a[s:e]`` holds a byte >= 0x80 (not ASCII), eight bytes at a time; the last word overlaps."""
+    if e - s < 8:
+        acc = np.int64(0)
+        for p in range(s, e):
+            acc |= _at(a, p)
+        return acc >= 0x80
+    acc = _word(a, e - 8)
+    for p in range(s, e - 8, 8):
+        acc |= _word(a, p)
+    return acc & _HIGH_BITS != 0
+
+
+@_inner
+def _utf8_valid(a, s, e):
+    """Well-formed UTF-8 (Unicode table 3-7: no overlongs, surrogates or code points past U+10FFFF), the
+    strictness of Python's decoder and of Arrow's validation."""
+    i = s
+    while i < e:
+        c = a[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if c < 0xC2 or c > 0xF4:
+            return False
+        if c < 0xE0:
+            if i + 1 >= e or a[i + 1] & 0xC0 != 0x80:
+                return False
+            i += 2
+            continue
+        lo, hi = 0x80, 0xBF
+        if c == 0xE0:
+            lo = 0xA0
+        elif c == 0xED:
+            hi = 0x9F
+        elif c == 0xF0:
+            lo = 0x90
+        elif c == 0xF4:
+            hi = 0x8F
+        need = 3 if c < 0xF0 else 4
+        if i + need > e or a[i + 1] < lo or a[i + 1] > hi:
+            return False
+        for j in range(2, need):
+            if a[i + j] & 0xC0 != 0x80:
+                return False
+        i += need
+    return True
+
+
+@_inner
+def _write_uint(out, p, v):
+    digits = 1
+    t = v
+    while t >= 10:
+        t //= 10
+        digits += 1
+    q = p + digits - 1
+    for _ in range(digits):
+        out[q] = 48 + v % 10
+        v //= 10
+        q -= 1
+    return p + digits
+
+
+@_inner
+def _write_int(out, p, v):
+    if v < 0:
+        out[p] = 45  # '-'
+        return _write_uint(out, p + 1, -v)
+    return _write_uint(out, p, v)
+
+
+@_inner
+def _write_ip(out, p, src, at, width):
+    """IPv4 dotted decimal, or IPv6 as Java's getHostAddress (eight lower-case groups, no '::')."""
+    if width == 4:
+        for j in range(4):
+            if j:
+                out[p] = 46  # '.'
+                p += 1
+            p = _write_uint(out, p, np.int64(src[at + j]))
+        return p
+    for g in range(8):
+        if g:
+            out[p] = 58  # ':'
+            p += 1
+        v = np.int64(src[at + 2 * g]) << 8 | np.int64(src[at + 2 * g + 1])
+        shift = 12
+        while shift > 0 and (v >> shift) == 0:
+            shift -= 4
+        while shift >= 0:
+            d = (v >> shift) & 15
+            out[p] = 48 + d if d < 10 else 87 + d
+            p += 1
+            shift -= 4
+    return p
+
+
+@_inner
+def _write_host(out, p, src, at, width):
+    """store_format.ids.format_host: 'ip:port' or '[ipv6]:port' from ip bytes then a big-endian int port."""
+    if width != 4:
+        out[p] = 91  # '['
+        p += 1
+    p = _write_ip(out, p, src, at, width)
+    if width != 4:
+        out[p] = 93  # ']'
+        p += 1
+    out[p] = 58  # ':'
+    return _write_int(out, p + 1, _i32(src, at + width))
+
+
+@_inner
+def _hex8(x):
+    """Four bytes (the low 32 bits of ``x``, first byte lowest) as eight upper-case hex digits packed for a
+    little-endian store: each byte moves to its own 16-bit lane, its nibbles to the lane's two bytes (high
+    nibble first), and a nibble n becomes '0' + n, plus 7 from 10 ('A') on."""
+    x &= 0xFFFFFFFF
+    x = (x | x << 16) & 0x0000FFFF0000FFFF
+    x = (x | x << 8) & 0x00FF00FF00FF00FF
+    n = (x >> 4 & 0x000F000F000F000F) | (x & 0x000F000F000F000F) << 8
+    letters = ((n + 0x0606060606060606) & 0x1010101010101010) >> 4
+    return n + 0x3030303030303030 + letters * 7
+
+
+@_inner
+def _host_text(data, at, width, out, p, cache):
+    """Host text at ``out[p:]``, reusing the text of an equal host met earlier in the batch: ``cache`` is
+    direct-mapped, rows (ip+port as three integers, width, text start, text length); a batch has few hosts."""
+    k1 = _word(data, at)
+    k2 = _word(data, at + 8) if width > 4 else 0
+    k3 = _i32(data, at + 16) if width > 4 else 0
+    h = (k1 ^ k2 * 31 ^ k3 * 961) * -7046029254386353131  # Fibonacci hashing: the top bits pick the slot
+    slot = (h >> 58) & (cache.shape[0] - 1)
+    if cache[slot, 3] == width and cache[slot, 0] == k1 and cache[slot, 1] == k2 and cache[slot, 2] == k3:
+        return _copy(out, p, out, cache[slot, 4], cache[slot, 5])
+    end = _write_host(out, p, data, at, width)
+    cache[slot, 0], cache[slot, 1], cache[slot, 2], cache[slot, 3], cache[slot, 4], cache[slot, 5] = \
+        k1, k2, k3, width, p, end - p
+    return end
+
+
+@_inner
+def _crc32(a, s, n, t):
+    """CRC-32 of ``a[s:s+n]``, slice-by-8: ``t`` is the 8 x 256 table, flat."""
+    crc = np.int64(0xFFFFFFFF)
+    p = s
+    end8 = s + (n & ~7)
+    while p < end8:
+        one = crc ^ (_le32(a, p) & 0xFFFFFFFF)
+        two = _le32(a, p + 4) & 0xFFFFFFFF
+        crc = np.int64(_at(t, 1792 + (one & 0xFF)) ^ _at(t, 1536 + ((one >> 8) & 0xFF))
+                       ^ _at(t, 1280 + ((one >> 16) & 0xFF)) ^ _at(t, 1024 + (one >> 24))
+                       ^ _at(t, 768 + (two & 0xFF)) ^ _at(t, 512 + ((two >> 8) & 0xFF))
+                       ^ _at(t, 256 + ((two >> 16) & 0xFF)) ^ _at(t, two >> 24))
+        p += 8
+    while p < s + n:
+        crc = np.int64(_at(t, (crc ^ _at(a, p)) & 0xFF)) ^ (crc >> 8)
+        p += 1
+    return crc ^ 0xFFFFFFFF
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Properties
+
+
+@_inner
+def _key_hash(a, s, e):
+    h = np.int64(-3750763034362895579)  # FNV-1a
+    for j in range(s, e):
+        h = (h ^ a[j]) * 1099511628211
+    return h
+
+
+@_inner
+def _dedupe_few(a, ks, ke, k, keep):
+    """keep[j] False where a later entry of the row has the same key (HashMap.put: the last value wins, in the
+    position of the last occurrence), comparing every pair."""
+    for x in range(k):
+        keep[x] = True
+        lx, first = ke[x] - ks[x], _at(a, ks[x])
+        for y in range(x + 1, k):
+            if ke[y] - ks[y] == lx and _at(a, ks[y]) == first and _same(a, ks[x], a, ks[y], lx):
+                keep[x] = False
+                break
+
+
+@_inner
+def _before(hashes, x, y):
+    return hashes[x] < hashes[y] or (hashes[x] == hashes[y] and x < y)
+
+
+@_inner
+def _sort_by_hash(hashes, order, k):
+    """order[:k] = 0..k-1 sorted by (hash, index): a heapsort, so a hostile row stays O(k log k)."""
+    for x in range(k):
+        order[x] = x
+    for end in range(k, 1, -1):
+        if end == k:  # heapify once
+            for root in range(k // 2 - 1, -1, -1):
+                _sift(hashes, order, root, k)
+        order[0], order[end - 1] = order[end - 1], order[0]
+        _sift(hashes, order, 0, end - 1)
+
+
+@_inner
+def _sift(hashes, order, root, size):
+    while True:
+        child = 2 * root + 1
+        if child >= size:
+            return
+        if child + 1 < size and _before(hashes, order[child], order[child + 1]):
+            child += 1
+        if not _before(hashes, order[root], order[child]):
+            return
+        order[root], order[child] = order[child], order[root]
+        root = child
+
+
+@_inner
+def _dedupe_many(a, ks, ke, k, keep, hashes, order, reps):
+    """As _dedupe_few for a row of many entries: grouped by key hash, each group compared against its distinct
+    keys only, so a row of 8,000 equal keys stays linear."""
+    for x in range(k):
+        hashes[x] = _key_hash(a, ks[x], ke[x])
+    _sort_by_hash(hashes, order, k)
+    g = 0
+    while g < k:
+        h = g
+        while h < k and hashes[order[h]] == hashes[order[g]]:
+            h += 1
+        nreps = 0
+        for z in range(h - 1, g - 1, -1):  # last occurrence first
+            x = order[z]
+            lx = ke[x] - ks[x]
+            keep[x] = True
+            for r in range(nreps):
+                y = reps[r]
+                if ke[y] - ks[y] == lx and _same(a, ks[x], a, ks[y], lx):
+                    keep[x] = False
+                    break
+            if keep[x]:
+                reps[nreps] = x
+                nreps += 1
+        g = h
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The pass over the frames
+
+
+@njit((_u1r, _i8r, _i8r, _b1r, _i8r2, _i8r2, _i8r2, _i8r, nt.int64, _u4r, _u1r,
+       _i4_2, _i8_2, _i1, _i1,
+       _i4, _u1, _i4, _u1, _i4, _u1, _i4, _u1, _i4, _u1, _i4, _u1), **_OPTS)
+def decode_records(data, starts, sizes, present, lay, i32_offsets, i64_offsets, params, want, crc_table,
+                   schedule_topic,
+                   i32, i64, err, flags,
+                   body_off, body_data, topic_off, topic_data, props_off, props_data,
+                   born_off, born_data, store_off, store_data, id_off, id_data):
+    """Frame ``i`` is ``data[starts[i]:starts[i]+sizes[i]]``.  Writes ``err[i]`` (0 = decoded), the header
+    integers (``i32``/``i64`` rows as INT32_FIELDS/INT64_FIELDS, 0 on error rows), ``flags`` and, as ``want``
+    asks, the texts: ``*_off[i]:*_off[i+1]`` of ``*_data`` (empty on error rows)."""
+    n = starts.shape[0]
+    magic_v1, magic_v2 = params[PAR_MAGIC_V1], params[PAR_MAGIC_V2]
+    sys_flag_at, born_v6, store_v6 = params[PAR_SYS_FLAG_OFFSET], params[PAR_BORN_V6], params[PAR_STORE_V6]
+    text, crc, born, store, msg_id = want & WANT_TEXT, want & WANT_CRC, want & WANT_BORN_HOST, \
+        want & WANT_STORE_HOST, want & WANT_MSG_ID
+    born_cache = np.full((64, 6), -1, np.int64)
+    store_cache = np.full((64, 6), -1, np.int64)
+    bo = to = po = ho = so = mo = 0
+    body_off[0] = topic_off[0] = props_off[0] = born_off[0] = store_off[0] = id_off[0] = 0
+    cur = -1  # the layout variant whose offsets are in the locals below (a batch rarely mixes variants)
+    min_size = tlw = body_length_at = body_offset = born_at = born_width = store_at = store_width = 0
+    crc_at = queue_id_at = flag_at = reconsume_at = 0
+    queue_offset_at = physical_at = born_ts_at = store_ts_at = prepared_at = 0
+    for i in range(n):
+        s, size = starts[i], sizes[i]
+        code = 0
+        total = version = sys_flag = body_len = topic_len = props_len = 0
+        body_at = topic_at = props_at = 0
+        if not present[i]:
+            code = -1
+        elif size < 8:
+            code = E_TRUNCATED
+        else:
+            total, magic = _i32(data, s), _i32(data, s + 4)
+            version = 1 if magic == magic_v1 else (2 if magic == magic_v2 else 0)
+            if version == 0:
+                code = E_BAD_MAGIC
+            elif size < sys_flag_at + 4:
+                code = E_TRUNCATED_SYS_FLAG
+            else:
+                sys_flag = _i32(data, s + sys_flag_at)
+                v = (1 if sys_flag & born_v6 else 0) | (2 if sys_flag & store_v6 else 0) | (4 if version == 2 else 0)
+                if v != cur:
+                    cur = v
+                    min_size, tlw, body_length_at, body_offset = lay[v, LAY_MIN_SIZE], lay[v, LAY_TOPIC_LEN_WIDTH], \
+                        lay[v, LAY_BODY_LENGTH], lay[v, LAY_BODY]
+                    born_at, born_width = lay[v, LAY_BORN_HOST], lay[v, LAY_BORN_IP_WIDTH]
+                    store_at, store_width = lay[v, LAY_STORE_HOST], lay[v, LAY_STORE_IP_WIDTH]
+                    crc_at, queue_id_at, flag_at, reconsume_at = i32_offsets[v, _I32_BODY_CRC], \
+                        i32_offsets[v, _I32_QUEUE_ID], i32_offsets[v, _I32_FLAG], i32_offsets[v, _I32_RECONSUME_TIMES]
+                    queue_offset_at, physical_at, born_ts_at, store_ts_at, prepared_at = i64_offsets[v, 0], \
+                        i64_offsets[v, 1], i64_offsets[v, 2], i64_offsets[v, 3], i64_offsets[v, 4]
+                end = s + total
+                if total < min_size:
+                    code = E_BELOW_MIN_SIZE
+                elif total > size:
+                    code = E_TRUNCATED
+                else:
+                    body_len = _i32(data, s + body_length_at)
+                    body_at = s + body_offset
+                    if body_len < 0 or body_at + body_len + tlw > end:
+                        code = E_BODY_LENGTH
+                    else:
+                        tl_at = body_at + body_len
+                        topic_len = _int8(data, tl_at) if tlw == 1 else _i16(data, tl_at)
+                        topic_at = tl_at + tlw
+                        if topic_len < 0 or topic_at + topic_len + 2 > end:
+                            code = E_TOPIC_LENGTH
+                        else:
+                            props_len = _i16(data, topic_at + topic_len)
+                            props_at = topic_at + topic_len + 2
+                            if props_len < 0 or props_at + props_len > end:
+                                code = E_PROPERTIES_LENGTH
+                            elif min_size + body_len + topic_len + props_len != total:
+                                code = E_SIZE_MISMATCH
+        if code != 0:
+            err[i] = max(code, 0)
+            flags[i] = 0
+            for k in range(i32.shape[0]):
+                i32[k, i] = 0
+            for k in range(i64.shape[0]):
+                i64[k, i] = 0
+        else:
+            err[i] = 0
+            f = 0
+            i32[_I32_STORE_SIZE, i] = total
+            i32[_I32_MAGIC_VERSION, i] = version
+            i32[_I32_BODY_CRC, i] = body_crc = _i32(data, s + crc_at)
+            i32[_I32_QUEUE_ID, i] = _i32(data, s + queue_id_at)
+            i32[_I32_FLAG, i] = _i32(data, s + flag_at)
+            i32[_I32_SYS_FLAG, i] = sys_flag
+            i32[_I32_RECONSUME_TIMES, i] = _i32(data, s + reconsume_at)
+            i64[0, i] = _i64(data, s + queue_offset_at)
+            i64[1, i] = _i64(data, s + physical_at)
+            i64[2, i] = _i64(data, s + born_ts_at)
+            i64[3, i] = _i64(data, s + store_ts_at)
+            i64[4, i] = _i64(data, s + prepared_at)
+            if text:
+                bo = _copy(body_data, bo, data, body_at, body_len)
+                to = _copy(topic_data, to, data, topic_at, topic_len)
+                po = _copy(props_data, po, data, props_at, props_len)
+                if _any_high_byte(data, topic_at, topic_at + topic_len) and \
+                        not _utf8_valid(data, topic_at, topic_at + topic_len):
+                    f |= FLAG_TOPIC_NOT_UTF8
+                if _any_high_byte(data, props_at, props_at + props_len) and \
+                        not _utf8_valid(data, props_at, props_at + props_len):
+                    f |= FLAG_PROPS_NOT_UTF8
+                if topic_len == schedule_topic.shape[0] and _same(data, topic_at, schedule_topic, 0, topic_len):
+                    f |= FLAG_SCHEDULE_TOPIC
+            if crc and (_crc32(data, body_at, body_len, crc_table) & 0x7FFFFFFF) == body_crc:
+                f |= FLAG_CRC_OK
+            if born:
+                ho = _host_text(data, s + born_at, born_width, born_data, ho, born_cache)
+            if store:
+                so = _host_text(data, s + store_at, store_width, store_data, so, store_cache)
+            if msg_id:  # offsetMsgId: hex(store ip | port | physical offset), upper case
+                at, width = s + store_at, store_width + 4
+                phys = s + physical_at
+                for j in range(0, width, 4):
+                    _put64(id_data, mo, _hex8(_le32(data, at + j)))
+                    mo += 8
+                _put64(id_data, mo, _hex8(_le32(data, phys)))
+                _put64(id_data, mo + 8, _hex8(_le32(data, phys + 4)))
+                mo += 16
+            flags[i] = f
+        body_off[i + 1], topic_off[i + 1], props_off[i + 1] = bo, to, po
+        born_off[i + 1], store_off[i + 1], id_off[i + 1] = ho, so, mo
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Properties, column by column
+
+
+@njit((_u1r, _i4r, _u1r, _i4r, nt.boolean, _i4, _i4, _u1, _i4, _u1, _i8_2), **_OPTS)
+def parse_properties(pdata, poff, names_data, names_off, find_names, entry_off, key_off, key_data, value_off,
+                     value_data, named):
+    """Row ``i``'s properties ``pdata[poff[i]:poff[i+1]]`` -> map entries ``entry_off[i]:entry_off[i+1]``, each
+    a key ``key_data[key_off[e]:key_off[e+1]]`` and value (same with ``value_*``), in row order with repeated
+    keys dropped but for their last occurrence.  With ``find_names``, ``named[t, i]`` is the entry of
+    property ``t`` (``names_*``), -1 when absent."""
+    n = poff.shape[0] - 1
+    longest = 0
+    for i in range(n):
+        longest = max(longest, poff[i + 1] - poff[i])
+    cap = longest // 4 + 2  # an entry takes >= 3 bytes plus a separator
+    ks, ke, ve = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
+    hashes, order, reps = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
+    keep = np.empty(cap, np.bool_)
+    n_names = names_off.shape[0] - 1
+    m = ko = vo = 0
+    entry_off[0] = key_off[0] = value_off[0] = 0
+    for i in range(n):
+        s, e = poff[i], poff[i + 1]
+        k = 0
+        seg = j = s
+        kv = -1
+        while True:  # eight bytes at a time: a mask of the separators, visited bit by bit
+            if j + 8 <= e:
+                mask, width = _below_3(_word(pdata, j)), 8
+            else:
+                mask, width = 0, e - j
+                for q in range(width):
+                    if _at(pdata, j + q) < 3:
+                        mask |= 0x80 << (8 * q)
+            while mask != 0:
+                at = j + (_ctz(mask) >> 3)
+                mask &= mask - 1
+                c = _at(pdata, at)
+                if c == 2:  # the segment ends: kept when its first \u0001 leaves a key and a value
+                    if seg < kv < at - 1:
+                        ks[k], ke[k], ve[k] = seg, kv, at
+                        k += 1
+                    seg, kv = at + 1, -1
+                elif c == 1 and kv < 0:
+                    kv = at
+            j += width
+            if j >= e:
+                break
+        if seg < kv < e - 1:
+            ks[k], ke[k], ve[k] = seg, kv, e
+            k += 1
+        if k <= 16:
+            _dedupe_few(pdata, ks, ke, k, keep)
+        else:
+            _dedupe_many(pdata, ks, ke, k, keep, hashes, order, reps)
+        if find_names:
+            for t in range(n_names):
+                named[t, i] = -1
+        for x in range(k):
+            if not keep[x]:
+                continue
+            ko = _copy(key_data, ko, pdata, ks[x], ke[x] - ks[x])
+            vo = _copy(value_data, vo, pdata, ke[x] + 1, ve[x] - ke[x] - 1)
+            if find_names:
+                klen = ke[x] - ks[x]
+                for t in range(n_names):
+                    if names_off[t + 1] - names_off[t] == klen and _same(pdata, ks[x], names_data, names_off[t], klen):
+                        named[t, i] = m
+                        break
+            m += 1
+            key_off[m], value_off[m] = ko, vo
+        entry_off[i + 1] = m
+
+
+@njit((_u1r, _i4r, _i8r), **_OPTS)
+def take_strings(data, off, idx):
+    """Strings ``data[off[j]:off[j+1]]`` for ``j = idx[i]``; -1 gives an empty string (the caller's null)."""
+    n = idx.shape[0]
+    out_off = np.empty(n + 1, np.int32)
+    out_off[0] = 0
+    for i in range(n):
+        j = idx[i]
+        out_off[i + 1] = out_off[i] + (off[j + 1] - off[j] if j >= 0 else 0)
+    out = np.empty(out_off[n], np.uint8)
+    for i in range(n):
+        j = idx[i]
+        if j >= 0:
+            _copy(out, out_off[i], data, off[j], off[j + 1] - off[j])
+    return out_off, out
+
+
+@njit((_u1r, _i4r, _i8r), **_OPTS)
+def tags_hashes(data, off, idx):
+    """tagsCode (Java ``String.hashCode`` over UTF-16 units, sign-extended) of string ``idx[i]``; 0 for -1 or
+    an empty string.  The strings are valid UTF-8."""
+    n = idx.shape[0]
+    out = np.zeros(n, np.int64)
+    for i in range(n):
+        j = idx[i]
+        if j < 0:
+            continue
+        h = np.int64(0)
+        p, e = off[j], off[j + 1]
+        while p < e:
+            c = np.int64(data[p])
+            if c < 0x80:
+                cp, w = c, 1
+            elif c < 0xE0:
+                cp, w = c & 0x1F, 2
+            elif c < 0xF0:
+                cp, w = c & 0x0F, 3
+            else:
+                cp, w = c & 0x07, 4
+            if p + w > e:
+                break
+            for q in range(1, w):
+                cp = cp << 6 | (np.int64(data[p + q]) & 0x3F)
+            p += w
+            if cp >= 0x10000:  # a surrogate pair in UTF-16
+                cp -= 0x10000
+                h = (h * 31 + 0xD800 + (cp >> 10)) & 0xFFFFFFFF
+                h = (h * 31 + 0xDC00 + (cp & 0x3FF)) & 0xFFFFFFFF
+            else:
+                h = (h * 31 + cp) & 0xFFFFFFFF
+        out[i] = h - (h >> 31 << 32)
+    return out
+
+
+@_inner
+def _split_pass(data, off, idx, list_off, piece_off, pieces, fill):
+    count = size = 0
+    for i in range(idx.shape[0]):
+        j = idx[i]
+        if j >= 0:
+            p, e = off[j], off[j + 1]
+            while p < e:
+                while p < e and data[p] == 32:
+                    p += 1
+                q = p
+                while q < e and data[q] != 32:
+                    q += 1
+                if q > p:
+                    if fill:
+                        _copy(pieces, size, data, p, q - p)
+                        piece_off[count + 1] = size + q - p
+                    count += 1
+                    size += q - p
+                p = q
+        list_off[i + 1] = count
+    return count, size
+
+
+@njit((_u1r, _i4r, _i8r), **_OPTS)
+def split_keys(data, off, idx):
+    """KEYS split on single spaces, empty pieces dropped (store_format.properties.split_keys): a list per row
+    ``list_off[i]:list_off[i+1]`` of pieces ``piece_off``/``pieces``; row -1 has none."""
+    list_off = np.zeros(idx.shape[0] + 1, np.int32)
+    count, size = _split_pass(data, off, idx, list_off, list_off, np.empty(0, np.uint8), False)  # sizes first
+    piece_off = np.zeros(count + 1, np.int32)
+    pieces = np.empty(size, np.uint8)
+    _split_pass(data, off, idx, list_off, piece_off, pieces, True)
+    return list_off, piece_off, pieces
+
+
+@njit((_u1r, _i4r, _i8r), **_OPTS)
+def parse_ints(data, off, idx):
+    """Integer properties read as Python's ``int`` reads them: (state, value).  INT_VALUE: plain ASCII
+    ``[+-]?digits`` that fit a Java int; INT_OUT_OF_RANGE: plain but beyond it; INT_ASK_PYTHON: anything else
+    non-empty (spaces, underscores, other digits, more than 18 digits: ``int`` decides); INT_NULL: none."""
+    n = idx.shape[0]
+    state = np.zeros(n, np.int8)
+    value = np.zeros(n, np.int32)
+    for i in range(n):
+        j = idx[i]
+        if j < 0:
+            continue
+        p, e = off[j], off[j + 1]
+        neg = False
+        if p < e and (data[p] == 43 or data[p] == 45):  # '+' '-'
+            neg = data[p] == 45
+            p += 1
+        if p == e:  # a lone sign: not a number
+            continue
+        if e - p > 18:
+            state[i] = INT_ASK_PYTHON
+            continue
+        v = np.int64(0)
+        plain = True
+        for q in range(p, e):
+            c = data[q]
+            if c < 48 or c > 57:
+                plain = False
+                break
+            v = v * 10 + (c - 48)
+        if not plain:
+            state[i] = INT_ASK_PYTHON
+            continue
+        v = -v if neg else v
+        if -2147483648 <= v <= 2147483647:
+            state[i] = INT_VALUE
+            value[i] = v
+        else:
+            state[i] = INT_OUT_OF_RANGE
+    return state, value
+
+
+@_inner
+def _day_of_month(days):
+    """Day of the month (1-31) of a day count since 1970-01-01, proleptic Gregorian (H. Hinnant's
+    civil_from_days)."""
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    return doy - (153 * mp + 2) // 5 + 1
+
+
+@njit((_u1r, _i4r, _i8r, _i8r, _u1r, nt.int64, nt.int64), **_OPTS)
+def uniq_keys(data, off, idx, born_ts, nibble, min_ms, max_ms):
+    """UNIQ_KEY (MessageClientIDSetter) of 32 or 56 hex digits -> producer ip text, pid and time, as
+    store_format.ids.parse_uniq_key and ``UniqKey.timestamp(born_timestamp, UTC)`` give them.  ``state``:
+    UNIQ_DECODED, UNIQ_ASK_PYTHON for another spelling of >= 32 characters (parse_uniq_key decides), else
+    UNIQ_NONE.
+    The time is kept (``time_ok``) where the born time is within ``min_ms..max_ms``."""
+    n = idx.shape[0]
+    state = np.zeros(n, np.int8)
+    pid = np.zeros(n, np.int32)
+    time = np.zeros(n, np.int64)
+    time_ok = np.zeros(n, np.bool_)
+    ip_off = np.empty(n + 1, np.int32)
+    ip_text = np.empty(n * IP_TEXT_MAX, np.uint8)
+    raw = np.zeros(32, np.uint8)
+    ip_cache = np.full((64, 5), -1, np.int64)  # (ip as two integers, ip length, text start, text length)
+    day = 86400000
+    last_days = month = prev = np.int64(-(2 ** 62))  # the month starts of the last row's day: rows come in time order
+    io = 0
+    ip_off[0] = 0
+    for i in range(n):
+        j = idx[i]
+        if j >= 0:
+            p, e = off[j], off[j + 1]
+            length = e - p
+            if length == 32 or length == 56:
+                hexes = True
+                for q in range(length // 2):
+                    hi, lo = _at(nibble, _at(data, p + 2 * q)), _at(nibble, _at(data, p + 2 * q + 1))
+                    if hi == 255 or lo == 255:
+                        hexes = False
+                        break
+                    raw[q] = hi << 4 | lo
+                if hexes:
+                    state[i] = UNIQ_DECODED
+                    ipl = length // 2 - 12
+                    k1 = _word(raw, 0) if ipl > 4 else _word(raw, 0) & 0xFFFFFFFF
+                    k2 = _word(raw, 8) if ipl > 4 else 0
+                    slot = ((k1 ^ k2 * 31) * -7046029254386353131 >> 58) & 63
+                    if ip_cache[slot, 2] == ipl and ip_cache[slot, 0] == k1 and ip_cache[slot, 1] == k2:
+                        io = _copy(ip_text, io, ip_text, ip_cache[slot, 3], ip_cache[slot, 4])  # a producer seen before
+                    else:
+                        end = _write_ip(ip_text, io, raw, 0, ipl)
+                        ip_cache[slot, 0], ip_cache[slot, 1], ip_cache[slot, 2], ip_cache[slot, 3], ip_cache[slot, 4] = \
+                            k1, k2, ipl, io, end - io
+                        io = end
+                    pid[i] = np.int64(raw[ipl]) << 8 | raw[ipl + 1]
+                    span = np.int64(0)
+                    for q in range(ipl + 6, ipl + 10):
+                        span = span << 8 | raw[q]
+                    born = born_ts[i]
+                    if min_ms <= born <= max_ms:
+                        days = born // day
+                        if days != last_days:
+                            month = days - (_day_of_month(days) - 1)
+                            prev = month - _day_of_month(month - 1)
+                            last_days = days
+                        t = month * day + span
+                        if t > born + 60000:
+                            t = prev * day + span
+                        time[i] = t
+                        time_ok[i] = True
+            if state[i] == UNIQ_NONE and length >= 32:
+                state[i] = UNIQ_ASK_PYTHON
+        ip_off[i + 1] = io
+    return state, pid, time, time_ok, ip_off, ip_text[:io].copy()
