@@ -30,6 +30,7 @@ bench: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_decode.py
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_writer.py
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_datasource.py
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_audit.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -17,7 +17,9 @@ stop or blank) and where the salvage walk ends (its first blank; stale bytes may
 "segment ends".  :func:`read_commitlog` gets them with a first Spark pass that ships only stop and blank rows,
 then hands them to the second pass in the ``segmentEnds`` option, so every task knows them and ranges past
 the recovery end are never read; the first pass has also checked every body CRC before the recovery stop, so
-the second pass does not check those again (``crc_checked_before``: the CRC is most of the framing work).  ``spark.read.format("rocketmq-commitlog")`` without that option computes
+the second pass does not check those again (``crc_checked_before``: the CRC is most of the framing work).
+A segment that is a single range (``splitSize`` >= its length) needs neither: its one task walks it from the
+start and finds its ends itself, so only segments split into several ranges go through the first pass.  ``spark.read.format("rocketmq-commitlog")`` without that option computes
 them in the planner, walking every segment there: exact, but serial; use :func:`read_commitlog` for large dumps.
 
 Rows: one per walk item, ``kind`` = message | blank | stop (where a walk stopped: damage, or END_OF_DATA
@@ -49,12 +51,14 @@ FORMAT = "rocketmq-commitlog"
 WALKS = ("recovery", "salvage")
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 MATERIALIZE = ("positions", "frames", "headers", "decoded")
-# Measured (bench/bench_datasource.py, 1 GiB in 256 MiB segments, local[2]): a Spark task of this source costs
-# ~70 ms of CPU before it reads a byte (worker hand-off, unpickling the reader), against ~0.2-0.3 CPU s of
-# work per 100 MB for a positions scan; 32 MiB splits took 3-4x the CPU of 128-256 MiB ones, 256 MiB was
-# the cheapest.  Larger splits only trade away balance between cores (a 1 GiB segment still makes 4 tasks);
-# ranged (non-local) reads hold a range plus 2 x maxRecordSize in memory per task.
-DEFAULT_SPLIT_SIZE = 256 << 20
+# One task per segment by default (RocketMQ's segments are 1 GiB unless configured otherwise).  Measured with
+# bench/bench_datasource.py on local[2]: a segment cut into several ranges needs the first pass, which costs
+# about as much CPU as the framing itself (the body CRCs), so a whole segment per task read 1.8x more MB per
+# CPU second than 128 MiB ranges for positions (1.3x decoded); each task also costs ~70 ms of CPU before it
+# reads a byte (worker hand-off, unpickling), which made 32-64 MiB ranges 2-4x dearer still.  Smaller splits
+# only help a dump of fewer segments than cores.  Ranged (non-local) reads hold a range plus 2 x maxRecordSize
+# in memory per task: lower splitSize for those.
+DEFAULT_SPLIT_SIZE = L.DEFAULT_MAPPED_FILE_SIZE_COMMITLOG
 DEFAULT_BATCH_ROWS = 16384
 # Ranged (non-mmap) reads fetch this much past a range end; a decision closer than this to the end of what
 # was read is re-made with more bytes.  It bounds a legitimate record: 4 MiB body + 64 KiB (broker >= 4.9.5).
@@ -176,6 +180,7 @@ class SegmentRange(InputPartition):
     first_blank: int | None = None
     resolved: bool = False
     crc_checked_before: int = 0  # the pass that found the ends checked every body CRC before this position
+    finds_ends: bool = False  # the range is the whole segment: the task's own walk gives the ends
 
 
 @dataclass(frozen=True)
@@ -481,6 +486,8 @@ class CommitLogReader(DataSourceReader):
                     cutoff = p.first_stop if self.opts.walk == "recovery" else p.first_blank
                     if cutoff is not None and p.start > cutoff and not p.problems:
                         continue  # the walk ends before this range: nothing to read
+                elif p.start == 0 and p.last and self.opts.ends != "unresolved":
+                    p.finds_ends = True
             out.append(p)
         return out or [SegmentRange("", Location(None, ""), "", None, 0, 0, 0, True, ())]  # noqa: the empty plan
 
@@ -495,6 +502,8 @@ class CommitLogReader(DataSourceReader):
             if p.base is not None:
                 by_segment.setdefault(f"{p.broker}/{p.name}", []).append(p)
         for key, ranges in by_segment.items():
+            if len(ranges) == 1:
+                continue  # its one task finds the ends itself
             items_of_ranges = []
             for p in ranges:
                 items, handle, _ = _read_range_items(p, self.opts)
@@ -544,6 +553,9 @@ class _RangeReader:
         items, handle, w0 = _read_range_items(p, self.opts)
         try:
             buf = handle.buf if isinstance(handle, ReadOnlyMap) else handle
+            if p.finds_ends:
+                p.first_stop, p.first_blank = segment_ends([items])
+                p.resolved = True
             if p.resolved:
                 items = cut_to_walk(items, self.opts.walk, p.first_stop, p.first_blank)
             n = self.opts.batch_rows
@@ -699,20 +711,28 @@ __all__ = ["CommitLogDataSource", "FORMAT", "arrow_schema", "commitlog_ends", "r
 
 
 def commitlog_ends(spark, path: str, **options) -> dict:
-    """The segment ends ``{"broker/segment": [first_stop, first_blank, crc_checked_before]}`` of the commitlog,
-    from a Spark pass that ships only stop and blank rows (the first pass of :func:`read_commitlog`)."""
+    """The segment ends ``{"broker/segment": [first_stop, first_blank, crc_checked_before]}`` of the segments
+    split into several ranges, from a Spark pass that ships only stop and blank rows (the first pass of
+    :func:`read_commitlog`; no pass at all when every segment is one range)."""
     from pyspark.sql import functions as F
 
     opts = {k: str(v) for k, v in options.items()}
-    check_crc = Options.parse(opts).check_crc  # fail on bad options before any job runs
+    parsed = Options.parse(opts)  # fail on bad options before any job runs
+    # a segment read by one task needs no first pass: that task walks it all and finds its ends itself
+    files = list_segment_files(find_inputs(path, "commitlog", opts.get("broker")), parsed.segment_size)
+    split = [f for f in files if f.base is not None and f.length > parsed.split_size]
+    if not split:
+        return {}
     stops = (spark.read.format(FORMAT).options(**opts)
              .options(materialize="positions", walk="salvage", mode="PERMISSIVE", segmentEnds="unresolved")
              .load(path)
-             .where(F.col("kind").isin("stop", "blank"))
+             .where(F.col("broker").isin(sorted({f.broker for f in split}))
+                    & F.col("segment").isin(sorted({f.name for f in split})) & F.col("kind").isin("stop", "blank"))
              .groupBy("broker", "segment")
              .agg(F.min("file_position").alias("first_stop"),
                   F.min(F.when(F.col("kind") == "blank", F.col("file_position"))).alias("first_blank")))
-    return {f"{r['broker']}/{r['segment']}": list(_with_crc_checked(r["first_stop"], r["first_blank"], check_crc))
+    return {f"{r['broker']}/{r['segment']}": list(_with_crc_checked(r["first_stop"], r["first_blank"],
+                                                                    parsed.check_crc))
             for r in stops.collect()}
 
 

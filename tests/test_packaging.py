@@ -55,3 +55,22 @@ def test_spark_submit_with_the_zip_from_outside_the_repository(tmp_path):
     table = pq.read_table(out, columns=["physical_offset"])
     assert sorted(table.column("physical_offset").to_pylist()) == \
            sorted(m["commitLogOffset"] for m in manifest["messages"])
+
+
+def test_audit_through_spark_submit_on_local2(tmp_path):
+    """The audit job, unchanged, as a scheduler runs it: spark-submit --master local[2] with the zip, from a
+    folder outside the repository; exit code and outputs as documented."""
+    zip_path = package.build(tmp_path / "dist" / "rocketmq_forensics.zip")
+    job = tmp_path / "audit_job.py"
+    shutil.copy(REPO / "jobs" / "audit.py", job)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", "PYSPARK_DRIVER_PYTHON")}
+    env.update(PYSPARK_PYTHON=sys.executable)
+    out = tmp_path / "audit"
+    confs = [arg for key, value in TEST_PROFILE.items() for arg in ("--conf", f"{key}={value}")]
+    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]", *confs,
+           "--py-files", str(zip_path), str(job), "--store", str(fixture_store("broker")), "--out", str(out)]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "audit PASS: 0 error(s)" in proc.stdout
+    assert (out / "report.html").exists() and (out / "summary.json").exists()
+    assert pq.read_table(out / "findings").num_rows > 0
