@@ -18,9 +18,11 @@ stop or blank) and where the salvage walk ends (its first blank; stale bytes may
 then hands them to the second pass in the ``segmentEnds`` option, so every task knows them and ranges past
 the recovery end are never read; the first pass has also checked every body CRC before the recovery stop, so
 the second pass does not check those again (``crc_checked_before``: the CRC is most of the framing work).
-A segment that is a single range (``splitSize`` >= its length) needs neither: its one task walks it from the
-start and finds its ends itself, so only segments split into several ranges go through the first pass.  ``spark.read.format("rocketmq-commitlog")`` without that option computes
-them in the planner, walking every segment there: exact, but serial; use :func:`read_commitlog` for large dumps.
+A segment that is a single range (``splitSize`` >= its length; the default is one range a segment) needs
+neither: its one task walks it from the start and finds its ends itself, so only segments split into several
+ranges go through the first pass.  ``spark.read.format("rocketmq-commitlog")`` without ``segmentEnds``
+computes the ends of split segments in the planner, walking them there: exact, but serial; use
+:func:`read_commitlog` for large dumps.
 
 Rows: one per walk item, ``kind`` = message | blank | stop (where a walk stopped: damage, or END_OF_DATA
 for the zero-filled tail, summarized in one row) | corrupt (bytes the salvage walk could not frame, or a

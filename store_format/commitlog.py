@@ -33,7 +33,7 @@ from .codec import decode_record
 from .errors import ErrorKind, RecordError
 from .message import Message, body_crc32
 
-SEGMENT_NAME = re.compile(r"^\d{20}$")
+SEGMENT_NAME = re.compile(r"[0-9]{20}\Z")  # ASCII digits only, no trailing newline: use .match
 END_OF_DATA = "END_OF_DATA"  # stop kind for zeros where the next record would start: not damage
 _HEAD = struct.Struct(">ii")
 _I32 = struct.Struct(">i")
@@ -446,7 +446,6 @@ class _Collector:
 
 # Layout variant v: bit 0 born host IPv6, bit 1 store host IPv6, bit 2 magic V2 (as the header gives them)
 _VARIANTS = [L.record_layout(bool(v & 1), bool(v & 2), 2 if v & 4 else 1) for v in range(8)]
-_V_MIN_SIZE = np.array([lay.min_size for lay in _VARIANTS], np.int64)
 _V_BODY_OFFSET = np.array([lay.body_offset for lay in _VARIANTS], np.int64)
 _V_BODY_LENGTH_AT = np.array([lay.offsets["body_length"] for lay in _VARIANTS], np.int64)
 _V_TOPIC_WIDTH = np.array([lay.topic_length_width for lay in _VARIANTS], np.int64)

@@ -333,9 +333,6 @@ def test_salvage_keeps_a_record_after_one_damaged_one():
     assert found == positions[1:]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="commitlog.SEGMENT_NAME is matched with re.match "
-                   "and \\d: a name with a trailing newline or non-ASCII digits is taken for a segment, so one "
-                   "segment is read twice (reported; store_format/commitlog.py is another change's file)")
 def test_only_ascii_twenty_digit_names_are_segments(tmp_path):
     from store_format.commitlog import list_segments
 

@@ -20,7 +20,7 @@ from pyspark.sql.functions import arrow_udf
 
 from store_format.javahash import index_key_hash_many
 
-from .base import AuditContext, CheckResult, driver_findings, findings, locate_offsets, metrics
+from .base import AuditContext, CheckResult, findings, locate_offsets, metrics
 
 
 @arrow_udf("int")
