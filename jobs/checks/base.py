@@ -22,7 +22,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from store_format import layout as L
 from store_format.recovery import RecoveryPrediction, predict_recovery
 from store_format.store import Store
 
@@ -115,10 +114,6 @@ class AuditContext:
                 for name, store in self.store_objects.items()}
 
     @cached_property
-    def delay_levels(self) -> dict[str, dict[int, int]]:
-        return {s.name: L.parse_delay_levels(L.DEFAULT_MESSAGE_DELAY_LEVEL) for s in self.stores}
-
-    @cached_property
     def as_of(self) -> dict[str, int]:
         """The dump time per broker: --as-of, else the newest store time in its commitlog (the best offline
         estimate of when the broker stopped writing)."""
@@ -150,15 +145,16 @@ class AuditContext:
             out = out.unionByName(f)
         return out
 
+    def _source_options(self, stores: list[StoreInput], options: dict) -> dict:
+        """A single root is read under its (possibly renamed) broker name; a folder names its roots itself."""
+        if len(stores) == 1 and not stores[0].from_folder:
+            return {**options, "broker": stores[0].name}
+        return dict(options)
+
     def _load(self, fmt: str, **options) -> list[DataFrame]:
         """One read per input path (a folder of store roots is one read: each load costs planner workers)."""
-        out = []
-        for source, stores in self.sources.items():
-            opts = dict(options)
-            if len(stores) == 1 and not stores[0].from_folder:
-                opts["broker"] = stores[0].name
-            out.append(self.spark.read.format(fmt).options(**opts).load(source))
-        return out
+        return [self.spark.read.format(fmt).options(**self._source_options(stores, options)).load(source)
+                for source, stores in self.sources.items()]
 
     @cached_property
     def sources(self) -> dict[str, list[StoreInput]]:
@@ -177,13 +173,8 @@ class AuditContext:
             opts["splitSize"] = self.split_size
         if self.segment_size:
             opts["segmentSize"] = str(self.segment_size)
-        frames = []
-        for source, stores in self.sources.items():
-            if len(stores) == 1 and not stores[0].from_folder:
-                opts["broker"] = stores[0].name
-            frames.append(read_commitlog(self.spark, source, **opts))
-            opts.pop("broker", None)
-        df = self._union(frames)
+        df = self._union([read_commitlog(self.spark, source, **self._source_options(stores, opts))
+                          for source, stores in self.sources.items()])
         keep = [c for c in df.columns if c in MESSAGE_COLUMNS or c in (
             "kind", "length", "reason", "field", "detail", "excerpt_hex")]
         op_body = F.when(F.col("topic") == L.TRANS_OP_HALF_TOPIC, F.col("body")).alias("op_body")

@@ -19,7 +19,7 @@ from .base import AuditContext, CheckResult, findings, metrics, queue_bounds
 
 def run(ctx: AuditContext) -> CheckResult:
     res = CheckResult()
-    levels = max(len(v) for v in ctx.delay_levels.values()) if ctx.delay_levels else 0
+    levels = len(L.DEFAULT_DELAY_LEVELS)  # messageDelayLevel is broker config, not in the store: the default
     offsets = (ctx.metadata("delay_offsets").where(F.col("error").isNull() & F.col("delay_level").isNotNull())
                .select("broker", F.col("delay_level").alias("level"), F.col("offset").alias("delivered_offset")))
     bounds = (queue_bounds(ctx).where(F.col("topic") == L.SCHEDULE_TOPIC)
