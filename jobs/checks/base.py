@@ -23,7 +23,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from store_format import layout as L
-
 from store_format.recovery import RecoveryPrediction, predict_recovery
 from store_format.store import Store
 
