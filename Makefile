@@ -26,11 +26,12 @@ test: $(STAMP) chromium
 demo: $(STAMP)
 	$(PY) tools/demo.py
 
+# Every figure of issue 9 on one generated 1 GiB dump, into bench/results.json (see BENCHMARKS.md); options
+# through BENCH_ARGS, e.g. make bench BENCH_ARGS="--size 64 --skip audit".  The bench_*.py scripts are the
+# deeper single-topic studies.
+BENCH_ARGS ?=
 bench: $(STAMP)
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_decode.py
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_writer.py
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_datasource.py
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_audit.py
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
@@ -43,6 +44,7 @@ package:
 
 docs: $(STAMP)
 	$(PY) tools/jobs_docs.py --write docs/jobs.md
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) tools/schema_docs.py --write docs/output-schemas.md
 
 # Debian's chromium, for tests/browser.py; installed when missing (root and apt-get, as on the project's
 # machines), otherwise the command to run is printed.

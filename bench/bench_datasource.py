@@ -12,8 +12,8 @@ then measures in one run, best of ``--repeat``:
   (``read()`` of every range, Arrow batches built) for positions and decoded rows, and the decode kernel
   (``udfs.kernels.decode_buffer``) alone over every message;
 * Spark local[2], positions-only and fully decoded (``materialize=decoded``) rows, each ending in the ``noop``
-  sink so every column reaches the JVM: ``read_commitlog`` with one range a segment (the default: one pass),
-  and with segments cut into ranges (its first pass finding the segment ends, the second pass with the ends
+  sink so every column reaches the JVM: ``read_commitlog`` with one range a segment (the default for these
+  256 MiB segments: one pass), and with segments cut into ranges (its first pass finding the segment ends, the second pass with the ends
   known, both together), next to the transport ceiling: the same rows, schema and partitions replayed from
   one prebuilt batch (bench/replay_source.py), i.e. what Spark alone costs.
 
@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
+from bench.proctree import tree_cpu  # noqa: E402
 from store_format.commitlog import KIND_MESSAGE, ReadOnlyMap, list_segments, salvage_arrays  # noqa: E402
 
 CACHE = REPO / "bench" / "cache"
@@ -66,34 +67,16 @@ def generate(root: Path, total_mb: int, segment_mb: int) -> dict:
     return meta
 
 
-def tree_cpu() -> float:
-    """CPU seconds used so far by this process and every live descendant (the Spark JVM, its Python workers)
-    including their reaped children: what a measurement costs whatever else shares the cores."""
-    tick = os.sysconf("SC_CLK_TCK")
-    stats = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            stats[int(d)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))  # ppid, utime+stime+cutime+cstime
-    mine, todo = set(), [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        mine.add(pid)
-        todo += [c for c, (ppid, _) in stats.items() if ppid == pid and c not in mine]
-    return sum(stats[p][1] for p in mine if p in stats) / tick
-
-
-def raw_readinto(files: list[Path]) -> float:
-    buf = bytearray(8 << 20)
+def raw_readinto(files: list[Path], limits: list[int] | None = None) -> float:
+    """Seconds to read every file (or its first ``limits[i]`` bytes: the written part of a preallocated
+    segment) into one reusable buffer."""
+    buf = memoryview(bytearray(8 << 20))
     t = time.perf_counter()
-    for p in files:
+    for i, p in enumerate(files):
+        left = float("inf") if limits is None else limits[i]
         with open(p, "rb", buffering=0) as f:
-            while f.readinto(buf):
-                pass
+            while left > 0 and (n := f.readinto(buf[:int(min(left, len(buf)))])):
+                left -= n
     return time.perf_counter() - t
 
 
@@ -170,7 +153,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mb", type=int, default=1024)
     ap.add_argument("--segment-mb", type=int, default=256)
     ap.add_argument("--split-mb", type=int, nargs="+", default=[0, 128],
-                    help="splitSize values to compare, 0 = the data source's default (one range a segment); "
+                    help="splitSize values to compare, 0 = the data source's default (256 MiB: one range a 256 MiB segment); "
                          "128 cuts each segment in two, so read_commitlog runs its first pass")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-check-crc", action="store_true", help="also measure checkCrc=false scans")

@@ -85,14 +85,24 @@ def load(size_mb: int) -> tuple[np.ndarray, np.ndarray]:
 # The contenders
 
 
+_NAIVE_IPV4 = struct.Struct(">iiiiiqqiq4siq4siiqi")  # TOTALSIZE .. BODYLEN with IPv4 hosts
+_NAIVE_HOSTS = {(bv6, sv6): struct.Struct(f">{16 if bv6 else 4}siq{16 if sv6 else 4}siiqi")  # BORNHOST .. BODYLEN
+                for bv6 in (0, 1) for sv6 in (0, 1)}
+
+
 def naive_loop(buf: bytes, starts: list[int]) -> int:
-    """What blog parsers do: fixed IPv4 offsets, struct.unpack per field group, split the properties."""
-    head = struct.Struct(">iiiiiqqiq4siq4siiqi")
+    """What blog parsers do: fixed IPv4 offsets, struct.unpack per field group, split the properties; a record
+    whose sysflag says IPv6 has its host fields unpacked again at their widths."""
     n = 0
     for pos in starts:
         (total, magic, crc, qid, flag, qoff, phys, sysflag, born_ts, born_ip, born_port, store_ts, store_ip,
-         store_port, reconsume, prepared, body_len) = head.unpack_from(buf, pos)
+         store_port, reconsume, prepared, body_len) = _NAIVE_IPV4.unpack_from(buf, pos)
         p = pos + 88
+        if sysflag & 0x30:
+            hosts = _NAIVE_HOSTS[(sysflag >> 4) & 1, (sysflag >> 5) & 1]
+            (born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared,
+             body_len) = hosts.unpack_from(buf, pos + 48)
+            p = pos + 48 + hosts.size
         body = buf[p:p + body_len]
         p += body_len
         topic_len = buf[p]

@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,10 +34,13 @@ from store_format.writer import StoreWriter, WriterConfig  # noqa: E402
 REF_MSGS, REF_MBPS, REF_SUM_GBPS = 278_000, 132.0, 2.45
 
 
-def build_batches(n_bytes: int, seed: int, cfg: WriterConfig, scratch: Path, body_log_mean: float = 5.4):
+def build_batches(n_bytes: int, seed: int, cfg: WriterConfig, scratch: Path, body_log_mean: float = 5.4,
+                  traffic: TrafficConfig | None = None):
     """Generate traffic until ``n_bytes`` of records; returns the batches (the scratch store is dropped).
-    The default body sizes give ~475-byte records, the reference's average."""
-    gen = TrafficGenerator(TrafficConfig(messages=1 << 62, seed=seed, chunk=8192, body_log_mean=body_log_mean), cfg)
+    ``traffic`` (its message count is ignored) replaces the default traffic of ``seed`` and ``body_log_mean``,
+    whose body sizes give ~475-byte records, the reference's average."""
+    traffic = traffic or TrafficConfig(messages=0, seed=seed, body_log_mean=body_log_mean)
+    gen = TrafficGenerator(replace(traffic, messages=1 << 62, chunk=8192), cfg)
     w = StoreWriter(scratch, cfg, start_time=gen.cfg.start_ms)
     batches, total, msgs = [], 0, 0
     while total < n_bytes:
@@ -82,6 +86,43 @@ def calibrate(root: Path, n_bytes: int, repeats: int = 7) -> tuple[float, float]
     return len(data) / best / 1e9, len(data) / max(best_cpu, 1e-9) / 1e9
 
 
+def measure(n_bytes: int, cfg: WriterConfig, base: Path, traffic: TrafficConfig, repeat: int = 3, join: int = 4,
+            log=print) -> dict:
+    """Generate ``n_bytes`` of ``traffic`` (untimed), then write it ``repeat`` times into fresh stores below
+    ``base``: the best wall and CPU seconds of the appends, with the numpy calibration and the ratios to
+    RocketMQ's own writer.  ``log`` gets a line per run."""
+    t = time.perf_counter()
+    batches, n_bytes, n_msgs = build_batches(n_bytes, traffic.seed, cfg, base / "scratch", traffic=traffic)
+    gen_s = time.perf_counter() - t
+    shutil.rmtree(base / "scratch")
+    log(f"traffic: {n_msgs:,} records, {n_bytes / 1e6:,.1f} MB, {n_bytes / n_msgs:.0f} B/record (reference "
+        f"~475) (generated + first write in {gen_s:.1f} s, untimed)")
+    # the writer takes big batches; the generator's 8192-record chunks are joined in fours
+    batches = [RecordBatch.concat(batches[i:i + join]) for i in range(0, len(batches), join)]
+    walls, cpus, closes, sums, sums_cpu = [], [], [], [], []
+    for i in range(repeat):
+        root = base / f"run{i}"
+        t_append, c_append, t_close = timed_write(batches, cfg, root, traffic.start_ms)
+        walls.append(t_append)
+        cpus.append(c_append)
+        closes.append(t_close)
+        s_wall, s_cpu = calibrate(root, n_bytes)
+        sums.append(s_wall)
+        sums_cpu.append(s_cpu)
+        shutil.rmtree(root)
+        log(f"  run {i + 1}: wall {n_msgs / t_append:>9,.0f} msg/s {n_bytes / t_append / 1e6:6.1f} MB/s | "
+            f"CPU {n_msgs / c_append:>9,.0f} msg/s {n_bytes / c_append / 1e6:6.1f} MB/s | close+sync "
+            f"{t_close:.2f} s | numpy sum {s_wall:.2f} GB/s (CPU {s_cpu:.2f})")
+    out = {"bytes": n_bytes, "messages": n_msgs, "seconds": min(walls), "cpu_seconds": min(cpus),
+           "close_seconds": min(closes)}
+    for clock, best, cal in (("wall", min(walls), max(sums)), ("cpu", min(cpus), max(sums_cpu))):
+        msgs_s, mb_s = n_msgs / best, n_bytes / best / 1e6
+        out[clock] = {"msgs_s": msgs_s, "mb_s": mb_s, "numpy_sum_gb_s": cal,
+                      "x_rocketmq_msgs_s": (msgs_s / cal) / (REF_MSGS / REF_SUM_GBPS),
+                      "x_rocketmq_mb_s": (mb_s / (cal * 1000)) / (REF_MBPS / (REF_SUM_GBPS * 1000))}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=256, help="MB of records to write (default 256)")
@@ -95,40 +136,18 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_writer_"))
     base.mkdir(parents=True, exist_ok=True)
-    cfg = WriterConfig(mappedFileSizeCommitLog=args.segment_size)
     try:
-        t = time.perf_counter()
-        batches, n_bytes, n_msgs = build_batches(int(args.mb * 1e6), args.seed, cfg, base / "scratch",
-                                                 args.body_log_mean)
-        gen_s = time.perf_counter() - t
-        shutil.rmtree(base / "scratch")
-        print(f"traffic: {n_msgs:,} records, {n_bytes / 1e6:,.1f} MB, {n_bytes / n_msgs:.0f} B/record (reference "
-              f"~475) (generated + first write in {gen_s:.1f} s, untimed)")
-        # the writer takes big batches; the generator's 8192-record chunks are joined in fours
-        batches = [RecordBatch.concat(batches[i:i + args.join]) for i in range(0, len(batches), args.join)]
-        walls, cpus, closes, sums, sums_cpu = [], [], [], [], []
-        for i in range(args.repeat):
-            root = base / f"run{i}"
-            t_append, c_append, t_close = timed_write(batches, cfg, root, TrafficConfig(messages=1).start_ms)
-            walls.append(t_append)
-            cpus.append(c_append)
-            closes.append(t_close)
-            s_wall, s_cpu = calibrate(root, n_bytes)
-            sums.append(s_wall)
-            sums_cpu.append(s_cpu)
-            shutil.rmtree(root)
-            print(f"  run {i + 1}: wall {n_msgs / t_append:>9,.0f} msg/s {n_bytes / t_append / 1e6:6.1f} MB/s | "
-                  f"CPU {n_msgs / c_append:>9,.0f} msg/s {n_bytes / c_append / 1e6:6.1f} MB/s | close+sync "
-                  f"{t_close:.2f} s | numpy sum {s_wall:.2f} GB/s (CPU {s_cpu:.2f})")
-        for label, best, cal in (("wall clock", min(walls), max(sums)), ("CPU time", min(cpus), max(sums_cpu))):
-            msgs_s, mb_s = n_msgs / best, n_bytes / best / 1e6
-            rel_mb = (mb_s / (cal * 1000)) / (REF_MBPS / (REF_SUM_GBPS * 1000))
-            rel_msgs = (msgs_s / cal) / (REF_MSGS / REF_SUM_GBPS)
-            print(f"{label:10s}: writer {msgs_s:,.0f} msg/s, {mb_s:.1f} MB/s; numpy sum {cal:.2f} GB/s; writer/sum "
-                  f"{mb_s / (cal * 1000):.4f} (RocketMQ {REF_MBPS / (REF_SUM_GBPS * 1000):.4f}); relative to "
-                  f"RocketMQ: {rel_msgs:.2f}x msg/s, {rel_mb:.2f}x MB/s (>= 1.00 matches it)")
-        print(f"close (configs, checkpoint, msync of every mapped file): best {min(closes):.2f} s; CPU time is "
-              f"immune to other load on the machine, wall clock is what you wait for")
+        r = measure(int(args.mb * 1e6), WriterConfig(mappedFileSizeCommitLog=args.segment_size), base,
+                    TrafficConfig(messages=0, seed=args.seed, body_log_mean=args.body_log_mean), args.repeat,
+                    args.join)
+        for label, clock in (("wall clock", "wall"), ("CPU time", "cpu")):
+            f = r[clock]
+            print(f"{label:10s}: writer {f['msgs_s']:,.0f} msg/s, {f['mb_s']:.1f} MB/s; numpy sum "
+                  f"{f['numpy_sum_gb_s']:.2f} GB/s; writer/sum {f['mb_s'] / (f['numpy_sum_gb_s'] * 1000):.4f} "
+                  f"(RocketMQ {REF_MBPS / (REF_SUM_GBPS * 1000):.4f}); relative to RocketMQ: "
+                  f"{f['x_rocketmq_msgs_s']:.2f}x msg/s, {f['x_rocketmq_mb_s']:.2f}x MB/s (>= 1.00 matches it)")
+        print(f"close (configs, checkpoint, msync of every mapped file): best {r['close_seconds']:.2f} s; CPU time "
+              f"is immune to other load on the machine, wall clock is what you wait for")
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)

@@ -3,14 +3,15 @@
 Partitions are (segment, byte range of ``splitSize``).  The walk of a segment is a deterministic chain: from
 a position, ``frame_at`` says message (go on by its size), blank (the segment ends) or stop, and after a stop
 the salvage walk resyncs at ``find_next_frame`` (the first *confirmed* frame: magic, PHYSICALOFFSET = base +
-position, framing, followed by another frame).  A confirmed frame cannot be jumped over by that chain (a
-message step would need overlapping records, a resync step stops at the first one), so every confirmed frame
-lies on the walk from the segment start.  A task therefore starts at the first confirmed frame at or after its
-range start (the first range at 0, where the walk starts), follows store_format's salvage walk and stops
-at the first confirmed frame at or after its range end, where the next task starts: every frame and span of
-the walk is emitted by exactly one task, whatever the split size.  No framing happens here; store_format
-does it all, in bulk (``salvage_arrays``: numpy over runs of valid messages, the scalar ``frame_at`` for the
-rest), and batches are built from its arrays, so a task does no per-record Python but the body CRC check.
+position, framing, and a matching body CRC or, for an empty body, another frame after it).  A confirmed frame
+cannot be jumped over by that chain (a message step would need overlapping records, a resync step stops at the
+first one), so every confirmed frame lies on the walk from the segment start.  A task therefore starts at the
+first confirmed frame at or after its range start (the first range at 0, where the walk starts), follows
+store_format's salvage walk and stops at the first confirmed frame at or after its range end, where the next
+task starts: every frame and span of the walk is emitted by exactly one task, whatever the split size.  No
+framing happens here; store_format does it all, in bulk (``salvage_arrays``: numpy over runs of valid messages,
+the scalar ``frame_at`` for the rest), and batches are built from its arrays, so a task does no per-record
+Python but the body CRC check.
 
 Two facts are only known by walking from a segment's start: where the recovery walk stops (its first
 stop or blank) and where the salvage walk ends (its first blank; stale bytes may follow).  They are the
@@ -18,7 +19,7 @@ stop or blank) and where the salvage walk ends (its first blank; stale bytes may
 then hands them to the second pass in the ``segmentEnds`` option, so every task knows them and ranges past
 the recovery end are never read; the first pass has also checked every body CRC before the recovery stop, so
 the second pass does not check those again (``crc_checked_before``: the CRC is most of the framing work).
-A segment that is a single range (``splitSize`` >= its length; the default is one range a segment) needs
+A segment that is a single range (``splitSize`` >= its length; by default segments up to 256 MiB) needs
 neither: its one task walks it from the start and finds its ends itself, so only segments split into several
 ranges go through the first pass.  ``spark.read.format("rocketmq-commitlog")`` without ``segmentEnds``
 computes the ends of split segments in the planner, walking them there: exact, but serial; use
@@ -53,14 +54,15 @@ FORMAT = "rocketmq-commitlog"
 WALKS = ("recovery", "salvage")
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 MATERIALIZE = ("positions", "frames", "headers", "decoded")
-# One task per segment by default (RocketMQ's segments are 1 GiB unless configured otherwise).  Measured with
-# bench/bench_datasource.py on local[2]: a segment cut into several ranges needs the first pass, which costs
-# about as much CPU as the framing itself (the body CRCs), so a whole segment per task read 1.8x more MB per
-# CPU second than 128 MiB ranges for positions (1.3x decoded); each task also costs ~70 ms of CPU before it
-# reads a byte (worker hand-off, unpickling), which made 32-64 MiB ranges 2-4x dearer still.  Smaller splits
-# only help a dump of fewer segments than cores.  Ranged (non-local) reads hold a range plus 2 x maxRecordSize
-# in memory per task: lower splitSize for those.
-DEFAULT_SPLIT_SIZE = L.DEFAULT_MAPPED_FILE_SIZE_COMMITLOG
+# One task per segment up to 256 MiB, larger segments (RocketMQ's default is 1 GiB) cut into 256 MiB ranges.
+# Measured with bench/bench_datasource.py on local[2]: a segment cut into several ranges needs the first pass,
+# which costs about as much CPU as the framing itself (the body CRCs), so a whole segment per task read 1.8x
+# more MB per CPU second than 128 MiB ranges for positions (1.3x decoded); each task also costs ~70 ms of CPU
+# before it reads a byte (worker hand-off, unpickling), which made 32-64 MiB ranges 2-4x dearer still.  But a
+# whole 1 GiB segment per task keeps a dump of one or two segments on one core, and what a job builds from one
+# partition (a cached table, an Arrow UDF's input) grows with it: bench/run.py's audit of a single 1 GiB segment
+# ran out of a 2 GiB heap.  Ranged (non-local) reads hold a range plus 2 x maxRecordSize in memory per task.
+DEFAULT_SPLIT_SIZE = 256 << 20
 DEFAULT_BATCH_ROWS = 16384
 # Ranged (non-mmap) reads fetch this much past a range end; a decision closer than this to the end of what
 # was read is re-made with more bytes.  It bounds a legitimate record: 4 MiB body + 64 KiB (broker >= 4.9.5).
@@ -213,6 +215,9 @@ def list_segment_files(inputs: list[PartInput], segment_size: int | None) -> lis
             if size and i.size != size:
                 problems = ((ErrorKind.BAD_GEOMETRY.value, f"segment is {i.size} bytes, the store's segment "
                              f"size is {size} (the broker refuses to load it); read anyway"),)
+            elif not i.size:  # no size to compare with when it is the only segment: empty is never right
+                problems = ((ErrorKind.BAD_GEOMETRY.value, "segment file is empty: the broker preallocates every "
+                             "segment (mappedFileSizeCommitLog) and refuses to load an empty one"),)
             out.append(SegmentFile(inp.broker, loc, i.base_name, int(i.base_name), i.size, problems))
     return out
 
@@ -684,18 +689,17 @@ def _sparse(values: dict, n: int) -> pa.Array:
 
 
 def _binary_slices(buf, starts: np.ndarray, sizes: np.ndarray) -> pa.Array:
-    """A binary array of buf[starts[i]:starts[i]+sizes[i]] (in order, disjoint), copied once."""
+    """A binary array of buf[starts[i]:starts[i]+sizes[i]] (in order, disjoint), copied once: one slice per run
+    of back-to-back frames, so the bytes between two frames (a corrupt span, a stop) belong to neither."""
     if not len(starts):
         return pa.array([], pa.binary())
-    lo, hi = int(starts[0]), int(starts[-1] + sizes[-1])
-    if hi - lo <= 2 * int(sizes.sum()):
-        data = pa.py_buffer(bytes(memoryview(buf)[lo:hi]))
-        offsets = np.append(starts - lo, hi - lo).astype(np.int32)
-    else:  # long gaps (corrupt spans) between frames: copy the frames only
-        mv = memoryview(buf)
-        data = pa.py_buffer(b"".join(mv[s:s + z] for s, z in zip(starts.tolist(), sizes.tolist())))
-        offsets = np.zeros(len(starts) + 1, np.int32)
-        np.cumsum(sizes, out=offsets[1:])
+    ends = starts + sizes
+    cuts = np.flatnonzero(starts[1:] != ends[:-1]) + 1  # where a run of adjacent frames ends
+    run_first, run_last = np.append(0, cuts), np.append(cuts, len(starts)) - 1
+    mv = memoryview(buf)
+    data = pa.py_buffer(b"".join(mv[a:b] for a, b in zip(starts[run_first].tolist(), ends[run_last].tolist())))
+    offsets = np.zeros(len(starts) + 1, np.int32)
+    np.cumsum(sizes, out=offsets[1:])
     return pa.Array.from_buffers(pa.binary(), len(starts), [None, pa.py_buffer(offsets.tobytes()), data])
 
 

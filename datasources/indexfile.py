@@ -15,6 +15,7 @@ store_format.layout declares; each carries its slot (``key_hash % hashSlotNum``)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +35,9 @@ SCHEMA = pa.schema([
     ("begin_timestamp", pa.int64()), ("end_timestamp", pa.int64()), ("begin_phy_offset", pa.int64()),
     ("end_phy_offset", pa.int64()), ("hash_slot_count", pa.int32()), ("index_count", pa.int32()),
     ("hash_slot_num", pa.int32()), ("index_num", pa.int32()),
+    # header: what the file's entries say, to hold the header against (counted here, where they are in memory)
+    ("entry_slots", pa.int32()), ("first_entry_phy_offset", pa.int64()), ("last_entry_phy_offset", pa.int64()),
+    ("duplicate_entries", pa.int64()), ("duplicated_pairs", pa.int64()),
     # entry
     ("entry", pa.int32()), ("slot", pa.int32()), ("key_hash", pa.int32()), ("physical_offset", pa.int64()),
     ("time_diff", pa.int32()), ("store_time", pa.int64()), ("prev_index", pa.int32()),
@@ -66,9 +70,14 @@ def plan_files(path: str, broker: str | None, hash_slot_num, index_num) -> list[
     return out
 
 
+# the chain problems an entry can have, in the order they are listed
+CHAIN_PROBLEMS = ("prev_out_of_range", "prev_not_older", "prev_other_slot", "negative_time_diff", "unreachable")
+
+
 def chain_problems(index_count: int, slots: np.ndarray, key_hash: np.ndarray, prev: np.ndarray,
-                   time_diff: np.ndarray, hash_slot_num: int) -> list[list[str]]:
-    """Problems of entries 1..index_count-1 (arrays indexed by entry number, entry 0 unused)."""
+                   time_diff: np.ndarray, hash_slot_num: int) -> pa.ListArray:
+    """Problems of entries 1..index_count-1 (arrays indexed by entry number, entry 0 unused), as a list per
+    entry (names from :data:`CHAIN_PROBLEMS`), built column-wise: an index file has millions of entries."""
     n = index_count
     idx = np.arange(n)
     slot_of = np.where(key_hash >= 0, key_hash % hash_slot_num, -1)
@@ -88,36 +97,33 @@ def chain_problems(index_count: int, slots: np.ndarray, key_hash: np.ndarray, pr
         nxt = prev[frontier]
         ok = (nxt > 0) & (nxt < n) & (nxt != frontier) & (time_diff[frontier] >= 0)
         frontier = nxt[ok]
-    out = []
-    for i in range(1, n):
-        p = []
-        if not in_range[i]:
-            p.append("prev_out_of_range")
-        elif prev[i] > 0 and not older[i]:
-            p.append("prev_not_older")
-        if other_slot[i]:
-            p.append("prev_other_slot")
-        if time_diff[i] < 0:
-            p.append("negative_time_diff")
-        if not reached[i]:
-            p.append("unreachable")
-        out.append(p)
-    return out
+    masks = np.stack([~in_range, in_range & (prev > 0) & ~older, other_slot, time_diff < 0, ~reached], axis=1)[1:]
+    offsets = np.zeros(len(masks) + 1, np.int32)
+    np.cumsum(masks.sum(axis=1), out=offsets[1:])
+    _, which = np.nonzero(masks)  # row-major: each entry's problems in CHAIN_PROBLEMS order
+    names = pa.array(CHAIN_PROBLEMS, pa.string()).take(pa.array(which, pa.int64()))
+    return pa.ListArray.from_arrays(pa.array(offsets), names)
 
 
-def file_rows(part: IndexFilePartition) -> list[dict]:
+def file_batches(part: IndexFilePartition) -> Iterator[pa.RecordBatch]:
+    """One index file as record batches: its header row, then its entries (built column-wise), or one corrupt
+    row when it cannot be read."""
     base = {"broker": part.broker, "file": part.name}
     if not INDEX_NAME.match(part.name):
-        return [{**base, "kind": "corrupt", "reason": ErrorKind.BAD_FILE_NAME.value,
-                 "detail": "an index file name is its creation time, yyyyMMddHHmmssSSS (17 digits); not read"}]
+        yield _rows_batch([{**base, "kind": "corrupt", "reason": ErrorKind.BAD_FILE_NAME.value,
+                            "detail": "an index file name is its creation time, yyyyMMddHHmmssSSS (17 digits); "
+                                      "not read"}])
+        return
     with local_copy(part.loc) as local:
         try:
             f = IndexFile(local, part.hash_slot_num, part.index_num)
         except StoreFormatError as e:
-            return [{**base, "kind": "corrupt", "reason": e.kind.value, "detail": e.message}]
+            yield _rows_batch([{**base, "kind": "corrupt", "reason": e.kind.value, "detail": e.message}])
+            return
         with f:
             h = f.header
-            rows = [{**base, "kind": "header", **vars(h), "hash_slot_num": f.hash_slot_num, "index_num": f.index_num}]
+            header = {**base, "kind": "header", **vars(h), "hash_slot_num": f.hash_slot_num,
+                      "index_num": f.index_num}
             count = min(max(h.index_count, 1), f.index_num)
             slots_at = L.INDEX_HEADER_SIZE
             entries_at = slots_at + f.hash_slot_num * L.INDEX_SLOT_SIZE
@@ -128,13 +134,46 @@ def file_rows(part: IndexFilePartition) -> list[dict]:
                 td, prev = e["time_diff"].astype(np.int64), e["prev_index"].astype(np.int64)
                 del e  # no view may outlive the mmap
             problems = chain_problems(count, slots, key_hash, prev, td, f.hash_slot_num)
-            for i in range(1, count):
-                rows.append({**base, "kind": "entry", "entry": i,
-                             "slot": int(key_hash[i] % f.hash_slot_num) if key_hash[i] >= 0 else None,
-                             "key_hash": int(key_hash[i]), "physical_offset": int(phys[i]),
-                             "time_diff": int(td[i]), "store_time": h.begin_timestamp + int(td[i]) * 1000,
-                             "prev_index": int(prev[i]), "problems": problems[i - 1]})
-    return rows
+    n = count - 1
+    kh = key_hash[1:]
+    yield _rows_batch([{**header, **entry_summary(kh, phys[1:], f.hash_slot_num)}])
+    if n <= 0:
+        return
+    columns = {
+        "broker": pa.repeat(pa.scalar(part.broker, pa.string()), n),
+        "file": pa.repeat(pa.scalar(part.name, pa.string()), n),
+        "kind": pa.repeat(pa.scalar("entry", pa.string()), n),
+        "entry": pa.array(np.arange(1, count, dtype=np.int32)),
+        "slot": pa.array((kh % f.hash_slot_num).astype(np.int32), mask=kh < 0),
+        "key_hash": pa.array(kh.astype(np.int32)), "physical_offset": pa.array(phys[1:]),
+        "time_diff": pa.array(td[1:].astype(np.int32)), "store_time": pa.array(h.begin_timestamp + td[1:] * 1000),
+        "prev_index": pa.array(prev[1:].astype(np.int32)), "problems": problems,
+    }
+    arrays = [columns[fld.name] if fld.name in columns else pa.nulls(n, fld.type) for fld in SCHEMA]
+    for start in range(0, n, _BATCH_ROWS):
+        yield pa.RecordBatch.from_arrays([a.slice(start, _BATCH_ROWS) for a in arrays], schema=SCHEMA)
+
+
+_BATCH_ROWS = 65536
+
+
+def entry_summary(key_hash: np.ndarray, phys: np.ndarray, hash_slot_num: int) -> dict:
+    """What a file's entries (1..indexCount-1) say about its header: the slots they use, the physical offsets of
+    the first and last, and (key hash, offset) pairs indexed more than once (extra entries, pairs)."""
+    n = len(key_hash)
+    if not n:
+        return {"entry_slots": 0, "duplicate_entries": 0, "duplicated_pairs": 0}
+    order = np.lexsort((phys, key_hash))
+    k, p = key_hash[order], phys[order]
+    repeat = (k[1:] == k[:-1]) & (p[1:] == p[:-1])  # an entry equal to the one before it in sorted order
+    starts_run = repeat & ~np.concatenate(([False], repeat[:-1]))
+    return {"entry_slots": len(np.unique(key_hash[key_hash >= 0] % hash_slot_num)),
+            "first_entry_phy_offset": int(phys[0]), "last_entry_phy_offset": int(phys[-1]),
+            "duplicate_entries": int(repeat.sum()), "duplicated_pairs": int(starts_run.sum())}
+
+
+def _rows_batch(rows: list[dict]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
 
 
 class IndexDataSource(DataSource):
@@ -165,6 +204,4 @@ class IndexReader(DataSourceReader):
     def read(self, partition: IndexFilePartition):
         if partition.loc is None:
             return
-        rows = file_rows(partition)
-        for i in range(0, len(rows), 65536):
-            yield pa.RecordBatch.from_pylist(rows[i:i + 65536], schema=SCHEMA)
+        yield from file_batches(partition)

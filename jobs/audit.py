@@ -178,7 +178,7 @@ def run(spark, args) -> AuditResult:
             all_findings += res.findings
             all_metrics += res.metrics
             tables.update(res.tables)
-            progress(f"{family}: planned in {time.time() - t0:.1f}s")
+            progress(f"{family}: {time.time() - t0:.1f}s")
 
         empty_f = spark.createDataFrame([], FINDING_FIELDS)
         findings_df = empty_f

@@ -221,8 +221,10 @@ def find_next_frame(buf, start: int, limit: int, base_offset: int, *, confirm: b
     or None.
 
     A candidate has a message (or blank) magic, a PHYSICALOFFSET equal to base + position, valid framing;
-    when ``confirm`` it must also be followed by another valid frame, a blank, or zeros/the segment end
-    (so a magic-looking run of bytes inside a body is not taken for a record).
+    when ``confirm`` it must also prove itself: a non-empty body whose CRC32 matches BODYCRC is its own proof
+    (so an intact record between two damaged ones is found), while a record with an empty body, whose CRC
+    cannot be checked, must be followed by another valid frame, a blank, or zeros/the segment end (so a
+    magic-looking run of bytes inside a body is not taken for a record).
     """
     search_end = limit if before is None else min(limit, before + 7)  # a magic at p + 4 for p < before
     pos = start
@@ -236,13 +238,20 @@ def find_next_frame(buf, start: int, limit: int, base_offset: int, *, confirm: b
             if kind == "blank":
                 return cand
             if kind == "message":
-                if not confirm:
+                if not confirm or _body_length(buf, cand) > 0:  # frame_at matched its body CRC
                     return cand
                 nxt_kind, _, _, nxt_stop, *_ = frame_at(buf, cand + size, limit, base_offset)
                 if nxt_kind in ("message", "blank") or nxt_stop == END_OF_DATA:
                     return cand
         pos = hit - 3
     return None
+
+
+def _body_length(buf, pos: int) -> int:
+    """BODYLENGTH of the record at ``pos`` (a message magic is there: frame_at said so)."""
+    magic = _I32.unpack_from(buf, pos + L.MAGIC_OFFSET)[0]
+    lay = L.layout_for(_I32.unpack_from(buf, pos + L.SYS_FLAG_OFFSET)[0], L.MESSAGE_MAGICS[magic])
+    return _I32.unpack_from(buf, pos + lay.offsets["body_length"])[0]
 
 
 def _find_any_magic(buf, start: int, limit: int) -> int | None:

@@ -70,6 +70,11 @@ def list_queue_files(queue_dir: str | os.PathLike, topic: str, queue_id: int) ->
     return sorted(out, key=lambda f: f.base_byte_offset)
 
 
+def queue_id_of(name: str) -> int | None:
+    """The queue id a queue folder's name gives (as Integer.parseInt: ASCII digits, an int), else None."""
+    return int(name) if _QUEUE_DIR.fullmatch(name) and -2**31 <= int(name) < 2**31 else None
+
+
 def discover_queues(consumequeue_dir: str | os.PathLike) -> dict[tuple[str, int], list[CQFile]]:
     """{(topic, queue_id): files}; a queue directory whose name is not an int is skipped."""
     root = Path(consumequeue_dir)
@@ -80,8 +85,9 @@ def discover_queues(consumequeue_dir: str | os.PathLike) -> dict[tuple[str, int]
         if not topic_dir.is_dir():
             continue
         for qdir in sorted(topic_dir.iterdir()):
-            if qdir.is_dir() and _QUEUE_DIR.fullmatch(qdir.name) and -2**31 <= int(qdir.name) < 2**31:
-                queues[(topic_dir.name, int(qdir.name))] = list_queue_files(qdir, topic_dir.name, int(qdir.name))
+            qid = queue_id_of(qdir.name)
+            if qdir.is_dir() and qid is not None:
+                queues[(topic_dir.name, qid)] = list_queue_files(qdir, topic_dir.name, qid)
     return queues
 
 
@@ -105,6 +111,54 @@ def read_units(cq_file: CQFile, *, stop_at_invalid: bool = False, include_zero: 
         if len(m) % L.CQ_STORE_UNIT_SIZE:
             raise ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {len(m)} is not a multiple of "
                                     f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=n * L.CQ_STORE_UNIT_SIZE)
+
+
+@dataclass
+class UnitArrays:
+    """:func:`read_units` of one file in bulk (numpy columns, the same units and order): ``kind`` codes index
+    :data:`UNIT_KINDS`; ``truncated`` is the positioned error a partial trailing unit raises there."""
+
+    queue_offset: "np.ndarray"
+    physical_offset: "np.ndarray"
+    size: "np.ndarray"
+    tags_code: "np.ndarray"
+    kind: "np.ndarray"
+    file_position: "np.ndarray"
+    truncated: ConsumeQueueError | None
+
+
+UNIT_KINDS = ("entry", "pre_blank", "zero", "invalid")
+_UNIT_DTYPE_CODES = {"q": ">i8", "i": ">i4"}
+
+
+def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
+    """Every unit of one file as :func:`read_units` yields them (``include_zero=False``): the zero units before
+    the last written one are kept (``zero``), the zero-filled unwritten tail is not."""
+    import numpy as np
+
+    dtype = np.dtype({"names": [n for n, _, _ in L.CQ_UNIT_FIELDS],
+                      "formats": [_UNIT_DTYPE_CODES[c] for _, _, c in L.CQ_UNIT_FIELDS],
+                      "offsets": [o for _, o, _ in L.CQ_UNIT_FIELDS], "itemsize": L.CQ_STORE_UNIT_SIZE})
+    with ReadOnlyMap(cq_file.path) as m:
+        n = len(m) // L.CQ_STORE_UNIT_SIZE
+        raw = np.frombuffer(m.buf, np.uint8, n * L.CQ_STORE_UNIT_SIZE).reshape(n, L.CQ_STORE_UNIT_SIZE)
+        written = np.flatnonzero(raw.any(axis=1))
+        n = int(written[-1]) + 1 if len(written) else 0
+        u = np.frombuffer(m.buf, dtype, n)
+        phys, size, tags = u["physical_offset"].astype(np.int64), u["size"].astype(np.int32), \
+            u["tags_code"].astype(np.int64)
+        del raw, u  # no view may outlive the mmap
+        truncated = None
+        if len(m) % L.CQ_STORE_UNIT_SIZE:
+            whole = len(m) - len(m) % L.CQ_STORE_UNIT_SIZE
+            truncated = ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {len(m)} is not a multiple of "
+                                          f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=whole)
+    zero_phys_tags = (phys == 0) & (tags == 0)
+    kind = np.select([zero_phys_tags & (size == L.CQ_PRE_BLANK_SIZE), zero_phys_tags & (size == 0),
+                      (phys >= 0) & (size > 0)], [1, 2, 0], 3).astype(np.int8)  # classify_unit's order
+    index = np.arange(n, dtype=np.int64)
+    return UnitArrays(cq_file.first_queue_offset + index, phys, size, tags, kind, index * L.CQ_STORE_UNIT_SIZE,
+                      truncated)
 
 
 def read_queue(files: list[CQFile], **kwargs) -> Iterator[CQUnit]:

@@ -18,6 +18,7 @@ from store_format import damage as D
 from store_format import layout as L
 from store_format.broker import Broker, ManualClock, Producer
 from store_format.config import loads
+from store_format.indexfile import IndexFile, list_index_files
 from store_format.store import Store
 from store_format.writer import StoreWriter, WriterConfig
 
@@ -213,6 +214,13 @@ def damage_audit(spark, tmp_path_factory):
     step = tmp_path_factory.mktemp("step") / "s"
     D.flip_body_bit(src, step, physical_offset=frames[70].physical_offset)
     made["combined"] = D.delete_consume_queue(step, root / "combined", "TopicTest", 2)
+    # an index header that disagrees with its entries (a warning: lookups still work); not in ``made``: no error
+    header = D.copy_store(src, root / "index_header")
+    [index_file] = list_index_files(header / "index")
+    at = dict((n, o) for n, o, _ in L.INDEX_HEADER_FIELDS)["hash_slot_count"]
+    raw = bytearray(index_file.read_bytes())
+    raw[at:at + 4] = (int.from_bytes(raw[at:at + 4], "big") + 1).to_bytes(4, "big")
+    index_file.write_bytes(bytes(raw))
     out = root.parent / "out"
     result = audit.run(spark, audit_args([root], out, segment_size=MIB, no_report=True))
     return result, out, made, frames
@@ -281,6 +289,19 @@ def test_consume_queue_and_index_damage(damage_audit):
         ("consumequeue.size_mismatch", "TopicTest", 0, 3, made["wrong_cq_size"].position - 8)
     [stale] = by_severity(findings, "error", "stale_index_entry")
     assert stale["check"] == "index.entry_past_end" and stale["physical_offset"] == m["commitLogMaxOffset"]
+
+
+def test_index_header_mismatch(damage_audit):
+    """hashSlotCount one above the slots the entries use: one warning naming both counts, and no error."""
+    _, out, _, _ = damage_audit
+    findings = [f for f in rows(out, "findings") if f["broker"] == "index_header"]
+    with IndexFile(list_index_files(fixture_store("basic") / "index")[0]) as f:
+        used = len({e.key_hash % f.hash_slot_num for e in f.entries() if e.key_hash >= 0})
+        stored = f.header.hash_slot_count
+    assert stored == used  # RocketMQ's own file agrees with itself
+    assert not by_severity(findings, "error", "index_header")
+    [w] = [f for f in findings if f["check"] == "index.header_mismatch"]
+    assert w["severity"] == "warning" and f"hashSlotCount {used + 1} but {used} slots are used" in w["message"]
 
 
 def test_combined_damage(damage_audit):

@@ -11,6 +11,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from chispa import assert_df_equality
 
@@ -20,7 +21,7 @@ from store_format.checkpoint import read_checkpoint
 from store_format.codec import decode_record, encode_blank, encode_record, encoded_size
 from store_format.commitlog import Frame, FrameArrays, ReadOnlyMap, list_segments, salvage_buffer, segment_name, walk_buffer
 from store_format.config import consumer_offsets, read_config
-from store_format.consumequeue import discover_queues, read_units
+from store_format.consumequeue import UNIT_KINDS, CQFile, discover_queues, read_unit_arrays, read_units
 from store_format.errors import StoreFormatError
 from store_format.indexfile import IndexFile, list_index_files
 from store_format.message import Message
@@ -422,3 +423,158 @@ def test_decode_record_agrees_with_frames_of_the_damaged_store(dump):
             for it in r:
                 if isinstance(it, Frame) and it.kind == "message":
                     assert decode_record(buf, it.file_position, file=seg.name).physical_offset == it.physical_offset
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hostile dumps (issue 10): an intact record between two damaged ones, and frames that are exactly a record
+
+
+def _sandwich_store(root: Path) -> tuple[Path, list[int]]:
+    """A store whose segments 1 and 2 hold, each, an intact record between two with a bad magic (segment 2's
+    also followed by a garbage run); returns it and the intact records' absolute physical offsets."""
+    _write_store(root, _bodies(200, 6))
+    segs = list_segments(root / "commitlog")
+    intact = []
+    for seg, garbage in ((segs[1], False), (segs[2], True)):
+        frames = [f for f in walk_buffer(seg.path.read_bytes(), seg.name, seg.base_offset) if f.kind == "message"]
+        k = next(i for i in range(4, len(frames) - 2) if all(f.message.body for f in frames[i - 1:i + 2]))
+        for f in (frames[k - 1], frames[k + 1]):
+            _patch(seg.path, f.file_position + 4, b"\x0b\xad\xc0\xde")
+        if garbage:
+            _patch(seg.path, frames[k + 1].file_position + 8, b"GARBAGE!" * 3)
+        intact.append(frames[k].physical_offset)
+    return root, intact
+
+
+def test_an_intact_record_between_two_damaged_ones_is_owned_by_exactly_one_range(tmp_path):
+    """The resync point inside the damage (the intact record, proved by its body CRC) at range boundaries too:
+    splits ending just before, at and after it, and in the damage on either side."""
+    root, intact = _sandwich_store(tmp_path / "sandwich")
+    checked = 0
+    for seg in list_segments(root / "commitlog"):
+        buf = seg.path.read_bytes()
+        salvage = [_key(x) for x in salvage_buffer(buf, seg.name, seg.base_offset, decode=False)]
+        mine = [p - seg.base_offset for p in intact if seg.base_offset <= p < seg.base_offset + len(buf)]
+        if not mine:
+            continue
+        assert ("message", mine[0]) in {k[:2] for k in salvage}
+        # splits whose first boundary falls at the intact record, one byte either side, and in the damage
+        around = [mine[0] + d for d in (-200, -90, -1, 0, 1, 50)]
+        for split in sorted({s for s in around if s > 0} | {64, 300, 1000}):
+            per_range = _by_ranges(buf, seg, split)
+            items = cut_to_walk(FrameArrays.concat(per_range), "salvage", *segment_ends(per_range))
+            assert [_key(x) for x in items] == salvage, (seg.name, split)
+            checked += 1
+        margin = max([4096] + [k[2] + 8 for k in salvage if k[0] == "message"])
+        for split in (mine[0], mine[0] + 1, 300):
+            per_range = _by_ranges(buf, seg, split, ranged_margin=margin)
+            items = cut_to_walk(FrameArrays.concat(per_range), "salvage", *segment_ends(per_range))
+            assert [_key(x) for x in items] == salvage, (seg.name, split, "ranged")
+    assert checked >= 2 * 9
+
+
+def test_binary_slices_are_exactly_the_frames():
+    """A frame's bytes are its record's bytes only: gaps between frames (a corrupt span, a stop) are not glued
+    onto the frame before them, however short."""
+    from datasources.commitlog import _binary_slices
+
+    buf = bytes(range(256)) * 4
+    for starts in ([0, 10, 40, 41, 60], [0, 10, 40, 41, 500]):  # short gaps after 30 and 50; a long one
+        starts, sizes = np.array(starts), np.array([10, 20, 1, 9, 12])
+        got = _binary_slices(buf, starts, sizes).to_pylist()
+        assert got == [buf[s:s + z] for s, z in zip(starts.tolist(), sizes.tolist())]
+    assert _binary_slices(buf, np.array([5]), np.array([7])).to_pylist() == [buf[5:12]]
+    assert _binary_slices(buf, np.zeros(0, np.int64), np.zeros(0, np.int64)).to_pylist() == []
+
+
+def test_frames_of_a_damaged_store_are_exactly_their_records(spark, tmp_path):
+    """materialize=frames over damage (walk=salvage, small splits): every message row's frame is the record at
+    its position, store_size bytes long; the intact records between damaged ones are rows too."""
+    root, intact = _sandwich_store(tmp_path / "sandwich")
+    rows = read_commitlog(spark, str(root), walk="salvage", materialize="frames") \
+        .select("segment", "physical_offset", "file_position", "kind", "store_size", "frame").collect()
+    assert sum(r["kind"] == "corrupt" for r in rows) >= 4
+    data = {seg.name: seg.path.read_bytes() for seg in list_segments(root / "commitlog")}
+    messages = [r for r in rows if r["kind"] == "message"]
+    assert set(intact) <= {r["physical_offset"] for r in messages}
+    bad = [(r["segment"], r["file_position"]) for r in messages if bytes(r["frame"]) !=
+           data[r["segment"]][r["file_position"]:r["file_position"] + r["store_size"]]]
+    assert not bad, f"{len(bad)} frames are not their record's bytes, first {bad[:3]}"
+    assert all(r["frame"] is None for r in rows if r["kind"] != "message")
+
+
+def test_an_empty_only_segment_is_a_geometry_problem(tmp_path):
+    """With one segment there is no other length to compare with, but an empty segment file is never right (the
+    broker preallocates segments and refuses to load an empty one): a BAD_GEOMETRY row, not silence."""
+    from datasources.commitlog import list_segment_files
+    from datasources.storepaths import find_inputs
+
+    root = _write_store(tmp_path / "e", _bodies(3, 7))
+    [seg] = list_segments(root / "commitlog")
+    assert [f.problems for f in list_segment_files(find_inputs(str(root), "commitlog"), None)] == [()]
+    seg.path.write_bytes(b"")
+    [f] = list_segment_files(find_inputs(str(root), "commitlog"), None)
+    assert [kind for kind, _ in f.problems] == ["BAD_GEOMETRY"]
+
+
+@pytest.mark.parametrize("folder", ["99999999999", "²", "2147483648", "--1", "00000000000000000000\n"])
+def test_a_queue_folder_that_is_no_int_queue_id_is_a_corrupt_row(tmp_path, folder):
+    """Folder names from a hostile dump: one past int32 or with non-ASCII digits once crashed the task (Arrow
+    overflow, int() of '²'); they are BAD_FILE_NAME rows, as a folder the broker could not parse."""
+    from datasources.consumequeue import ConsumeQueueReader
+
+    root = shutil.copytree(fixture_store("broker"), tmp_path / "s")
+    queue = next((root / "consumequeue").glob("*/0"))
+    queue.rename(queue.parent / folder)
+    reader = ConsumeQueueReader({"path": str(root)})
+    rows = [r for part in reader.partitions() for b in reader.read(part) for r in b.to_pylist()]
+    bad = [r for r in rows if r["queue_id"] is None]
+    assert bad and all((r["kind"], r["reason"]) == ("corrupt", "BAD_FILE_NAME") for r in bad)
+    assert any(r["kind"] == "entry" for r in rows)  # the other queues are read
+
+
+def test_index_header_rows_summarise_their_entries(spark, fixture):
+    """The header row carries what the file's entries say (slots used, first/last offsets, repeated pairs),
+    counted here from store_format's entries."""
+    name, store, _ = fixture
+    got = {r["file"]: (r["entry_slots"], r["first_entry_phy_offset"], r["last_entry_phy_offset"],
+                       r["duplicate_entries"], r["duplicated_pairs"])
+           for r in spark.read.format("rocketmq-index").load(str(store)).where("kind = 'header'").collect()}
+    expected = {}
+    for path in list_index_files(store / "index"):
+        with IndexFile(path) as f:
+            es = list(f.entries())
+            pairs = Counter((e.key_hash, e.physical_offset) for e in es)
+            expected[path.name] = (len({e.key_hash % f.hash_slot_num for e in es if e.key_hash >= 0}),
+                                   es[0].physical_offset if es else None, es[-1].physical_offset if es else None,
+                                   sum(n - 1 for n in pairs.values()), sum(1 for n in pairs.values() if n > 1))
+    assert got == expected
+    if name == "basic":
+        assert expected[next(iter(expected))][3] > 0  # the key listed twice in one message
+
+
+def test_unit_arrays_equal_read_units(fixture, tmp_path):
+    """The bulk unit reader the consume-queue source uses yields read_units' units, healthy and damaged."""
+    _, store, _ = fixture
+    files = [f for fs in discover_queues(store / "consumequeue").values() for f in fs]
+    src = files[0]
+    damaged = []
+    for name, patch in [("zero_mid", lambda b: b[:20] + bytes(20) + b[40:]),
+                        ("invalid", lambda b: b[:20] + (-5).to_bytes(8, "big", signed=True) + b[28:]),
+                        ("partial", lambda b: b[:src.length - 7])]:
+        p = tmp_path / name / src.path.name
+        p.parent.mkdir()
+        p.write_bytes(patch(src.path.read_bytes()))
+        damaged.append(CQFile(src.topic, src.queue_id, p, src.base_byte_offset, p.stat().st_size))
+    for f in files + damaged:
+        arrays = read_unit_arrays(f)
+        got = list(zip(arrays.queue_offset.tolist(), arrays.physical_offset.tolist(), arrays.size.tolist(),
+                       arrays.tags_code.tolist(), [UNIT_KINDS[k] for k in arrays.kind], arrays.file_position.tolist()))
+        expected, error = [], None
+        try:
+            for u in read_units(f):
+                expected.append((u.queue_offset, u.physical_offset, u.size, u.tags_code, u.kind, u.file_position))
+        except StoreFormatError as e:  # a partial trailing unit: raised after the whole units
+            error = (e.kind, e.position)
+        assert got == expected, f.path
+        assert ((arrays.truncated.kind, arrays.truncated.position) if arrays.truncated else None) == error

@@ -263,3 +263,32 @@ def test_frame_arrays_take_slice_concat_and_move():
     moved = items.moved(100)
     assert [(it.file_position - 100, it.physical_offset) for it in moved] == \
         [(it.file_position, it.physical_offset) for it in items]
+
+
+@pytest.mark.parametrize("damage", ["bad_magic", "bad_crc", "garbage_run", "zeros"])
+def test_an_intact_record_between_two_damaged_ones(written, windows, damage):
+    """Damage on both sides of an intact record: the salvage walk resyncs at it (its body CRC proves it), and
+    the bulk framer gives exactly the scalar walk's items."""
+    seg = list_segments(written / "commitlog")[2]
+    clean = seg.path.read_bytes()
+    frames = [f for f in walk_buffer(clean, seg.name, seg.base_offset, decode=True) if f.kind == "message"]
+    # all three with a body: the middle one's CRC proves it, the others' CRC can be damaged
+    k = next(i for i in range(1, len(frames) - 2) if all(f.message.body for f in frames[i - 1:i + 2]))
+    raw = bytearray(clean)
+    for f in (frames[k - 1], frames[k + 1]):
+        if damage == "bad_magic":
+            raw[f.file_position + L.MAGIC_OFFSET:f.file_position + L.MAGIC_OFFSET + 4] = struct.pack(">i", 0x0BADC0DE)
+        elif damage == "bad_crc":
+            at = f.file_position + L.layout_for(0).offsets["body_crc"]
+            raw[at:at + 4] = struct.pack(">i", (f.message.body_crc + 1) & 0x7FFFFFFF)
+        elif damage == "garbage_run":
+            raw[f.file_position + 2:f.file_position + 30] = random.Random(f.file_position).randbytes(28)
+        else:
+            raw[f.file_position:f.file_position + 16] = bytes(16)
+    buf = bytes(raw)
+    salvaged = [(it.file_position, it.size) for it in salvage_buffer(buf, seg.name, seg.base_offset, decode=False)
+                if _kind(it) == "message"]
+    intact = [(f.file_position, f.size) for i, f in enumerate(frames) if i not in (k - 1, k + 1)]
+    assert intact == [m for m in salvaged if m in set(intact)] and set(intact) <= set(salvaged)
+    assert (frames[k].file_position, frames[k].size) in salvaged
+    assert_parity(buf, seg.name, seg.base_offset)

@@ -6,8 +6,12 @@
 * A compressed body that expands past the cap (zlib, lz4, zstd bombs) is a DECOMPRESSION error or a row's
   ``decompress_error``, with a bounded peak allocation, never an out-of-memory.
 * No eval/exec/pickle (or the like) anywhere in the packages: a syntax-tree scan, with its own self-test.
-* Names from a dump (topics, groups) become paths only through :func:`store_format.paths.safe_path`, which
+* Names from a dump (topics, groups) never become paths outside an output root: the writer (the only code
+  that makes folders from topic names, consumequeue/<topic>/<queue>) refuses any name that is not a RocketMQ
+  topic (tests/test_writer.py), and :func:`store_format.paths.safe_path`, for names that must become paths,
   cannot leave its root.
+* Chain of custody: the audit's ``--sha256`` records every input's hash (tests/test_damage_campaign.py's audit
+  leg checks them) and refuses to finish when an input changes during the run, even with size and mtime kept.
 """
 from __future__ import annotations
 
@@ -155,6 +159,28 @@ def test_every_reader_opens_the_store_read_only(watched):
     assert _Watch.writes == []
 
 
+def test_every_data_source_reader_opens_the_store_read_only(watched):
+    """The Spark data sources' task code (planner and reader, called here in-process, where the watch sees
+    it): commitlog in both walks and several ranges, consume queues, index files, every metadata table."""
+    from datasources.commitlog import CommitLogReader
+    from datasources.consumequeue import ConsumeQueueReader
+    from datasources.indexfile import IndexReader
+    from datasources.metadata import TABLES, MetadataReader
+
+    readers = [CommitLogReader({"path": str(watched), "walk": walk, "splitSize": "300k", "materialize": m})
+               for walk, m in (("salvage", "frames"), ("recovery", "decoded"))]
+    readers += [ConsumeQueueReader({"path": str(watched)}), IndexReader({"path": str(watched)})]
+    readers += [MetadataReader({"path": str(watched), "table": t}) for t in TABLES]
+    assert sum(map(read_in_process, readers)) > len(fixture_manifest("basic")["messages"])
+    assert _Watch.writes == []
+
+
+def read_in_process(reader) -> int:
+    """Every row a data source reader gives (its planner, then each partition's task code), in this process
+    and without Spark: the number of rows."""
+    return sum(batch.num_rows for part in reader.partitions() for batch in reader.read(part))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Decompression bombs
 
@@ -294,6 +320,40 @@ def test_the_scan_finds_each_banned_form():
     ])
     hits = banned_calls(sample, "s.py")
     assert sorted(int(h.split(":")[1].split()[0]) for h in hits) == list(range(1, 13))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Chain of custody: the audit's --sha256
+
+
+def test_the_audit_refuses_when_an_input_changes_during_the_run(spark, tmp_path, monkeypatch):
+    """With --sha256 an input whose bytes change while the audit runs (size and mtime put back, so only the hash
+    can tell) stops the audit with the chain-of-custody error, and no summary is written."""
+    from jobs import audit
+    from jobs.output import OutputError
+
+    root = copy_store(fixture_store("broker"), tmp_path / "broker")
+    victim = root / "config" / "consumerOffset.json"
+    fingerprint, calls = audit.fingerprint, []
+
+    def tamper_after_the_first(files, sha256):
+        out = fingerprint(files, sha256)
+        if not calls:  # the snapshot at the start is taken: now the input changes, size and mtime kept
+            st = victim.stat()
+            data = bytearray(victim.read_bytes())
+            data[-2] ^= 0x01
+            victim.write_bytes(bytes(data))
+            os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+        calls.append(sha256)
+        return out
+
+    monkeypatch.setattr(audit, "fingerprint", tamper_after_the_first)
+    args = audit.build_parser().parse_args(["--store", str(root), "--out", str(tmp_path / "out"), "--sha256",
+                                            "--checks", "metadata", "--no-report"])
+    with pytest.raises(OutputError, match="chain of custody") as e:
+        audit.run(spark, args)
+    assert str(victim) in str(e.value) and calls == [True, True]
+    assert not (tmp_path / "out" / "summary.json").exists()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ compressed bodies, 16 MiB segments.  Then a few faults are injected with store_f
   broker-b  one flipped bit in a record of its middle segment, and one consume-queue folder lost
 
 The audit runs as a user would run it: ``spark-submit --properties-file spark-conf/spark-defaults.conf
-jobs/audit.py --store demo-out/dump --out demo-out/audit``.
+jobs/audit.py --store demo-out/dump --out demo-out/audit --history demo-out/history``: each run appends a
+point to the Delta history that ``jobs.trend`` and notebooks/03_lag_and_transactions_over_history.ipynb read.
 """
 from __future__ import annotations
 
@@ -33,9 +34,11 @@ from store_format.writer import WriterConfig  # noqa: E402
 SEGMENT = 16 << 20
 
 
-def build_dump(dump: Path, messages: int) -> None:
-    wcfg = {"a": WriterConfig(mappedFileSizeCommitLog=SEGMENT, brokerName="broker-a", storeHost="10.10.0.1:10911"),
-            "b": WriterConfig(mappedFileSizeCommitLog=SEGMENT, brokerName="broker-b", storeHost="10.10.0.2:10911")}
+def build_dump(dump: Path, messages: int, segment_size: int = SEGMENT) -> None:
+    """The demo dump at ``dump``: two brokers of ``messages`` each, with the faults above (tests build a small
+    one with a small ``segment_size``, so it still has several segments)."""
+    wcfg = {b: WriterConfig(mappedFileSizeCommitLog=segment_size, brokerName=f"broker-{b}",
+                            storeHost=f"10.10.0.{n}:10911") for n, b in enumerate("ab", 1)}
     with tempfile.TemporaryDirectory(dir=dump.parent) as tmp:
         tmp = Path(tmp)
         print(f"demo: generating broker-a ({messages:,} messages)", file=sys.stderr)
@@ -66,6 +69,7 @@ def main(argv=None) -> int:
     dump = out / "dump"
     if args.regenerate and dump.exists():
         shutil.rmtree(dump)
+        shutil.rmtree(out / "history", ignore_errors=True)  # its runs audited the old dump
     if dump.exists():
         print(f"demo: reusing the dump in {dump} (--regenerate for a new one)", file=sys.stderr)
     else:
@@ -78,7 +82,8 @@ def main(argv=None) -> int:
     spark_submit = Path(python).parent / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
     cmd = [str(spark_submit), "--properties-file", str(REPO / "spark-conf" / "spark-defaults.conf"),
-           str(REPO / "jobs" / "audit.py"), "--store", str(dump), "--out", str(audit_out), "--overwrite"]
+           str(REPO / "jobs" / "audit.py"), "--store", str(dump), "--out", str(audit_out), "--overwrite",
+           "--history", str(out / "history")]
     print("demo: " + " ".join(cmd), file=sys.stderr)
     run = subprocess.run(cmd, env=env, cwd=REPO)  # spark-submit streams the job's progress lines
     if run.returncode not in (0, 1):  # 1 = the audit found errors, which the demo dump has on purpose
@@ -101,7 +106,8 @@ def main(argv=None) -> int:
         where = f"{f['file']}@{f['file_position']}" if f["file_position"] is not None else (f["file"] or "")
         print(f"  [{f['severity']}] {f['broker']} {f['check']} {where}: {f['message']}")
     print(f"\nReport:   {audit_out / 'report.html'}\nFindings: {audit_out / 'findings'}\nMetrics:  "
-          f"{audit_out / 'metrics'}\nTables:   {audit_out / 'tables'}\nSummary:  {audit_out / 'summary.json'}")
+          f"{audit_out / 'metrics'}\nTables:   {audit_out / 'tables'}\nSummary:  {audit_out / 'summary.json'}\n"
+          f"History:  {out / 'history'} (python -m jobs.trend --history {out / 'history'}; notebooks/)")
     return 0
 
 

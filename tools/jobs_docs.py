@@ -69,12 +69,16 @@ def main(argv=None) -> int:
     group.add_argument("--write", metavar="PATH", help="write the document to PATH")
     group.add_argument("--check", metavar="PATH", help="exit 1 when PATH differs from the generated document")
     args = p.parse_args(argv)
-    text = render()
-    if args.write:
-        Path(args.write).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.write).write_text(text, encoding="utf-8")
-    elif args.check:
-        path = Path(args.check)
+    return emit(render(), args.write, args.check)
+
+
+def emit(text: str, write: str | None, check: str | None) -> int:
+    """A generated document: written to ``write``, compared with ``check`` (1 when it differs), or printed."""
+    if write:
+        Path(write).parent.mkdir(parents=True, exist_ok=True)
+        Path(write).write_text(text, encoding="utf-8")
+    elif check:
+        path = Path(check)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             print(f"{path} is out of date: run `make docs`", file=sys.stderr)
             return 1

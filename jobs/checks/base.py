@@ -136,7 +136,12 @@ class AuditContext:
 
     # -- tables ---------------------------------------------------------------------------------------
     def _persist(self, df: DataFrame) -> DataFrame:
+        """Cache ``df`` and compute it now: the findings are written by one query whose independent stages run
+        at once, and each of them would compute a cache that is not filled yet all over again.  Caching costs
+        memory and several times the work of recomputing a join from cached inputs: keep it for the data
+        sources' tables (Python workers) and small derived tables."""
         df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        df.count()
         self._cached.append(df)
         return df
 
@@ -345,6 +350,11 @@ def locate_offsets(ctx: AuditContext, loose: DataFrame) -> DataFrame:
     ends = items.groupBy("broker").agg(F.max("item_end").alias("data_end"))
     # the probe ids must not change between the two uses of ``loose`` below: pin them
     loose = ctx._persist(loose.withColumn("probe", F.monotonically_increasing_id()))
+    # only the segments holding a probe are sorted (none, in a healthy dump)
+    probe_segments = loose.select("broker", (F.col("physical_offset") - F.col("physical_offset") % seg_size)
+                                  .alias("seg")).distinct()
+    items = (items.withColumn("seg", F.col("pos") - F.col("pos") % seg_size)
+             .join(F.broadcast(probe_segments), ["broker", "seg"], "left_semi").drop("seg"))
     probes = loose.select("broker", F.col("physical_offset").alias("pos"), F.lit(None).cast("long").alias("item_end"),
                           F.lit(None).cast("string").alias("item_kind"),
                           F.lit(None).cast("string").alias("item_reason"), "probe")

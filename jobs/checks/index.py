@@ -14,19 +14,17 @@ links, unreachable entries), ``index.corrupt_file``, ``index.header_count_out_of
 """
 from __future__ import annotations
 
-import pyarrow as pa
 from pyspark.sql import functions as F
-from pyspark.sql.functions import arrow_udf
-
-from store_format.javahash import index_key_hash_many
 
 from .base import AuditContext, CheckResult, findings, locate_offsets, metrics
 
 
-@arrow_udf("int")
-def index_hash(full_keys: pa.Array) -> pa.Array:
-    """IndexService.indexKeyHashMethod of ``topic#key`` strings (Java String.hashCode over UTF-16)."""
-    return pa.array(index_key_hash_many([k or "" for k in full_keys.to_pylist()]), pa.int32())
+def index_hash(full_key):
+    """IndexService.indexKeyHashMethod of ``topic#key`` strings, in the JVM: Java's own String.hashCode (through
+    ``Objects.hashCode`` by reflection: no Python worker, UTF-16 exactly as the broker), then Math.abs with
+    Integer.MIN_VALUE -> 0 (store_format.javahash.index_key_hash)."""
+    h = F.reflect(F.lit("java.util.Objects"), F.lit("hashCode"), full_key).cast("long")
+    return F.when(h == -(1 << 31), F.lit(0)).otherwise(F.abs(h)).cast("int")
 
 
 def expected_keys(messages):
@@ -59,8 +57,7 @@ def run(ctx: AuditContext) -> CheckResult:
     if not indexed:
         return res
 
-    # every message's keys, hashed once (a Python UDF pass) and used twice
-    all_keys = ctx._persist(expected_keys(m.where(F.col("broker").isin(*indexed))))
+    all_keys = expected_keys(m.where(F.col("broker").isin(*indexed)))
     expected = all_keys.where(F.col("kept"))
     pending_from = F.create_map(*[x for n, p in ctx.recovery.items() for x in (
         F.lit(n), F.lit(p.redispatch_from if p.redispatch_from is not None else p.max_cq_physical_offset))])
@@ -127,37 +124,36 @@ def run(ctx: AuditContext) -> CheckResult:
         F.concat(F.lit("index file "), F.col("file"), F.lit(" cannot be read: "), F.coalesce(F.col("reason"), F.lit("")),
                  F.lit(" "), F.coalesce(F.col("detail"), F.lit(""))),
         {"reason": F.col("reason")}, physical_offset=None))
-    res.findings.append(_headers(headers, entries))
+    res.findings.append(_headers(headers))
 
-    dups = (entries.groupBy("broker", "file", "key_hash", "physical_offset").agg(F.count("*").alias("n"))
-            .where(F.col("n") > 1).groupBy("broker").agg(F.sum(F.col("n") - 1).alias("extra"),
-                                                         F.count("*").alias("keys")))
+    dups = (headers.groupBy("broker").agg(F.sum("duplicate_entries").alias("extra"),
+                                          F.sum("duplicated_pairs").alias("keys")).where(F.col("extra") > 0))
     res.findings.append(findings(
         dups, "index.duplicate_entries", "info",
         F.concat(F.col("extra").cast("string"), F.lit(" duplicate index entries for "), F.col("keys").cast("string"),
                  F.lit(" (key, message) pair(s): expected after re-dispatch or a key listed twice")),
         {"duplicates": F.col("extra")}, file=F.lit("index")))
-    per_broker = entries.groupBy("broker").agg(F.count("*").alias("n"), F.countDistinct("file").alias("files"))
+    per_broker = (entries.groupBy("broker", "file").count()  # per file first: a cheap partial aggregation
+                  .groupBy("broker").agg(F.sum("count").alias("n"), F.count("*").alias("files")))
     res.metrics.append(metrics(per_broker, "broker", {"index_entries": "n", "index_files": "files"}))
     res.metrics.append(metrics(dups, "broker", {"index_duplicate_entries": "extra"}))
     return res
 
 
-def _headers(headers, entries):
+def _headers(headers):
     """Header counters against the entries they describe."""
-    per_file = entries.groupBy("broker", "file").agg(
-        F.countDistinct("slot").alias("slots"), F.max("entry").alias("last_entry"),
-        F.max_by("physical_offset", "entry").alias("last_phy"), F.min_by("physical_offset", "entry").alias("first_phy"))
-    h = headers.join(per_file, ["broker", "file"], "left")
+    # the entries' side is counted by the data source, in the header row
+    h = headers.select("*", F.col("entry_slots").alias("slots"), F.col("last_entry_phy_offset").alias("last_phy"),
+                       F.col("first_entry_phy_offset").alias("first_phy"))
     count_bad = (F.col("index_count") < 1) | (F.col("index_count") > F.col("index_num"))
     problems = F.array_compact(F.array(
         F.when(F.col("hash_slot_count") != F.coalesce(F.col("slots"), F.lit(0)),
                F.concat(F.lit("hashSlotCount "), F.col("hash_slot_count").cast("string"), F.lit(" but "),
                         F.coalesce(F.col("slots"), F.lit(0)).cast("string"), F.lit(" slots are used"))),
-        F.when(F.col("last_entry").isNotNull() & (F.col("end_phy_offset") != F.col("last_phy")),
+        F.when(F.col("last_phy").isNotNull() & (F.col("end_phy_offset") != F.col("last_phy")),
                F.concat(F.lit("endPhyOffset "), F.col("end_phy_offset").cast("string"),
                         F.lit(" but the last entry points at "), F.col("last_phy").cast("string"))),
-        F.when(F.col("last_entry").isNotNull() & (F.col("begin_phy_offset") != F.col("first_phy")),
+        F.when(F.col("first_phy").isNotNull() & (F.col("begin_phy_offset") != F.col("first_phy")),
                F.concat(F.lit("beginPhyOffset "), F.col("begin_phy_offset").cast("string"),
                         F.lit(" but the first entry points at "), F.col("first_phy").cast("string")))))
     bad_count = findings(

@@ -22,8 +22,11 @@ def lag_table(ctx: AuditContext):
     bounds = queue_bounds(ctx)
     entries = ctx.consume_queue.where(F.col("kind") == "entry").select(
         "broker", "topic", "queue_id", F.col("queue_offset").alias("offset"), "physical_offset")
-    first_unconsumed = entries.join(ctx.messages.select("broker", "physical_offset", "store_timestamp"),
-                                    ["broker", "physical_offset"])
+    # only the units at a committed offset matter: narrow the consume queues down before the join
+    first_unconsumed = (entries.join(F.broadcast(offsets.select("broker", "topic", "queue_id", "offset").distinct()),
+                                     ["broker", "topic", "queue_id", "offset"], "left_semi")
+                        .join(ctx.messages.select("broker", "physical_offset", "store_timestamp"),
+                              ["broker", "physical_offset"]))
     t = (offsets.join(bounds, ["broker", "topic", "queue_id"], "left")
          .join(first_unconsumed, ["broker", "topic", "queue_id", "offset"], "left")
          .withColumn("lag", F.greatest(F.coalesce(F.col("max_offset"), F.lit(0)) - F.col("offset"), F.lit(0)))

@@ -1,0 +1,507 @@
+"""make bench: every figure of issue 9, measured in one run on one generated dump, into bench/results.json.
+
+    .venv/bin/python bench/run.py [--size 1024] [--baseline-mb 64] [--writer-mb 256] [--repeat 2]
+                                  [--scale-mib 4] [--scale-steps 1 4 16] [--skip audit ...]
+
+The dump (bench/dump.py: 8 topics x 8 queues, 100-400 byte bodies, tags, 1-2 keys, UNIQ_KEYs, 5% IPv6, 1 GiB
+segments, written by the bulk writer, seeded) is generated once and cached in bench/cache/ under a name made
+of its parameters.  Then, on that dump, page cache warm, best of ``--repeat`` unless said:
+
+  ceilings   raw read of the segments' written bytes (readinto one reusable buffer), numpy sum() over them
+             in memory (the ceiling: every byte reaches the CPU once);
+  framing    the scalar walk (store_format walk_buffer, first --baseline-mb) and the bulk framer
+             (salvage_arrays, CRC checked, everything);
+  decode     the naive per-record struct loop and the scalar decoder (first --baseline-mb: their rate does
+             not depend on the size), the Arrow kernels (MessageDecoder.decode's columns, and every default
+             column), one core;
+  writer     the bulk writer on --writer-mb of the same traffic, into scratch stores (bench_writer.py),
+             calibrated against RocketMQ's own writer;
+  index      --index-lookups random keys of the dump looked up in its index file (hash slot + chain walk,
+             store_format.indexfile): ms per lookup, mean and p99;
+  spark      local[2]: the commitlog source's message count (positions), the decode job's table written
+             as Parquet;
+  scaling    the audit and the decode job at --scale-steps x --scale-mib, each in a fresh local[2] session
+             (bench/scaling.py): seconds per GB, marginal seconds per GB, peak memory per process;
+  audit      the audit job over the whole dump, once, in a session of its own like the scaling runs, last
+             (skip it with --skip audit).
+
+One line per figure: MB/s and messages/s, the ratio to the ceiling (numpy pass), to the naive loop and to
+the raw read, the wall and CPU seconds (this process tree) and the load average; the machine is shared, so
+compare ratios.  Every figure, the machine and the sizes land in bench/results.json (--results).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+
+from bench import bench_datasource, bench_decode, bench_writer, scaling  # noqa: E402
+from bench.dump import DumpSpec, SegmentBytes, ensure_dump, load_messages  # noqa: E402
+from bench.proctree import tree_cpu  # noqa: E402
+
+CACHE = REPO / "bench" / "cache"
+RESULTS = REPO / "bench" / "results.json"
+GROUPS = ("framing", "decode", "writer", "index", "spark", "audit", "scaling")
+REQUIRED_KEYS = ("raw_read_mb_s", "numpy_pass_mb_s", "naive_decode_mb_s", "scalar_decode_mb_s", "kernel_decode_mb_s",
+                 "spark_count_mb_s", "spark_decode_parquet_mb_s", "audit_mb_s", "writer_mb_s", "writer_msgs_s",
+                 "index_lookup_ms", "scaling")
+CEILING, NAIVE, RAW = "numpy_pass", "naive_decode", "raw_read"
+
+
+def load_text(load=None) -> str:
+    """The 1/5/15-minute load averages (now, or ``load``) as 1.0/2.0/3.0."""
+    return "/".join(f"{x:.1f}" for x in (load or os.getloadavg()))
+
+
+class Bench:
+    """The figures of one run, each printed as it lands with its ratios to the baselines measured before it."""
+
+    def __init__(self, repeat: int = 2, log=print, on_add=None):
+        self.repeat = repeat
+        self.log = log
+        self.on_add = on_add  # called after each figure (main saves the partial results)
+        self.figures: dict[str, dict] = {}
+
+    def measure(self, key: str, label: str, fn, nbytes: int, messages: int, repeat: int | None = None):
+        """Best wall time of ``repeat`` calls of ``fn`` (with the CPU seconds of this process tree in that
+        call); returns what the last call returned."""
+        runs, result = [], None
+        load = os.getloadavg()[0]
+        for _ in range(repeat or self.repeat):
+            c, t = tree_cpu(), time.perf_counter()
+            result = fn()
+            runs.append((time.perf_counter() - t, tree_cpu() - c))
+        seconds, cpu = min(runs)
+        self.add(key, label, seconds, cpu, nbytes, messages, load=(load + os.getloadavg()[0]) / 2)
+        return result
+
+    def add(self, key: str, label: str, seconds: float, cpu_seconds: float, nbytes: int, messages: int,
+            load: float | None = None, **extra) -> dict:
+        fig = {"label": label, "seconds": seconds, "cpu_seconds": cpu_seconds, "bytes": nbytes, "messages": messages,
+               "mb_s": nbytes / 1e6 / seconds, "msgs_s": messages / seconds,
+               "cpu_mb_s": nbytes / 1e6 / cpu_seconds if cpu_seconds > 0 else None,
+               "load": os.getloadavg()[0] if load is None else load, **extra}
+        for base in (CEILING, NAIVE, RAW):
+            if base in self.figures:
+                fig[f"x_{base}"] = fig["mb_s"] / self.figures[base]["mb_s"]
+        self.figures[key] = fig
+        self.log(self.line(fig))
+        if self.on_add:
+            self.on_add()
+        return fig
+
+    @staticmethod
+    def line(fig: dict) -> str:
+        ratios = "  ".join(f"{fig[f'x_{b}']:7.3f}x {name}" for b, name in
+                           ((CEILING, "ceiling"), (NAIVE, "naive"), (RAW, "raw read")) if f"x_{b}" in fig)
+        return (f"{fig['label']:<60} {fig['mb_s']:9,.1f} MB/s {fig['msgs_s'] / 1e6:8.3f} M msgs/s  {ratios}  "
+                f"({fig['seconds']:.2f} s, {fig['cpu_seconds']:.2f} CPU s, load {fig['load']:.1f})")
+
+    def mb_s(self, key: str):
+        return self.figures[key]["mb_s"] if key in self.figures else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The figures
+
+
+def prefix(segs: list[SegmentBytes], baseline_mb: float | None) -> tuple:
+    """The first messages of the first segment up to ``baseline_mb`` MB (all of it for None): (segment, bytes,
+    starts, sizes) for the per-record Python contenders, whose rate does not depend on the size."""
+    seg, data, starts, sizes = segs[0]
+    m = len(starts) if baseline_mb is None else max(int(np.searchsorted(starts, baseline_mb * 1e6)), 1)
+    m = min(m, len(starts))
+    end = int(starts[m - 1] + sizes[m - 1])
+    return seg, data[:end].tobytes(), starts[:m], sizes[:m]
+
+
+def ceilings(bench: Bench, segs: list[SegmentBytes]) -> None:
+    files, limits = [s.segment.path for s in segs], [len(s.data) for s in segs]
+    nbytes, n = sum(limits), sum(len(s.starts) for s in segs)
+    bench_datasource.raw_readinto(files, limits)  # the page cache warm
+    bench.measure(RAW, "raw read: readinto one reusable buffer", lambda: bench_datasource.raw_readinto(files, limits),
+                  nbytes, n, repeat=max(bench.repeat, 3))
+    bench.measure(CEILING, "numpy sum() over the bytes in memory (ceiling)",
+                  lambda: sum(int(s.data.sum()) for s in segs), nbytes, n, repeat=max(bench.repeat, 3))
+
+
+def framing(bench: Bench, segs: list[SegmentBytes], baseline_mb: float | None) -> None:
+    from store_format.commitlog import KIND_MESSAGE, salvage_arrays, walk_buffer
+
+    seg, raw, starts, sizes = prefix(segs, baseline_mb)
+
+    def scalar_walk() -> int:
+        return sum(f.kind == "message" for f in walk_buffer(raw, seg.name, seg.base_offset, decode=False))
+
+    found = bench.measure("framing_scalar", "framing: scalar walk (walk_buffer, CRC checked)", scalar_walk,
+                          len(raw), len(starts))
+    assert found == len(starts), f"the scalar walk found {found} of {len(starts)} messages"
+
+    def bulk() -> int:
+        return sum(int((salvage_arrays(s.data, s.segment.name, s.segment.base_offset).kinds == KIND_MESSAGE).sum())
+                   for s in segs)
+
+    n = sum(len(s.starts) for s in segs)
+    found = bench.measure("framing_bulk", "framing: bulk framer (salvage_arrays, CRC checked)", bulk,
+                          sum(len(s.data) for s in segs), n)
+    assert found == n, f"the bulk framer found {found} of {n} messages"
+
+
+def decoders(bench: Bench, segs: list[SegmentBytes], baseline_mb: float | None, batch_rows: int = 65536) -> None:
+    import pyarrow as pa
+
+    from udfs import kernels as K
+
+    threads = pa.cpu_count(), pa.io_thread_count()
+    pa.set_cpu_count(1)  # one core: no Arrow thread pool
+    pa.set_io_thread_count(1)
+    K.tune_allocator()
+    try:
+        _, raw, starts, sizes = prefix(segs, baseline_mb)
+        st, sz = starts.tolist(), sizes.tolist()
+        bench.measure(NAIVE, "decode: naive per-record struct loop", lambda: bench_decode.naive_loop(raw, st),
+                      len(raw), len(st))
+        bench.measure("scalar_decode", "decode: scalar store_format decode_record",
+                      lambda: bench_decode.scalar_loop(raw, st, sz), len(raw), len(st))
+        nbytes, n = sum(len(s.data) for s in segs), sum(len(s.starts) for s in segs)
+        for key, label, cols in (("kernel_decode", "decode: Arrow kernels, MessageDecoder.decode's columns",
+                                  K.MESSAGE_DECODER_COLUMNS),
+                                 ("kernel_decode_all", "decode: Arrow kernels, every default column", None)):
+            first = segs[0]
+            bench_decode.kernel_pass(first.data, first.starts[:batch_rows], first.sizes[:batch_rows], batch_rows,
+                                     cols)  # warm up
+            rows = bench.measure(key, label, lambda: sum(
+                bench_decode.kernel_pass(s.data, s.starts, s.sizes, batch_rows, cols) for s in segs), nbytes, n)
+            assert rows == n, f"the kernels decoded {rows} of {n} messages"
+    finally:
+        pa.set_cpu_count(threads[0])
+        pa.set_io_thread_count(threads[1])
+
+
+def writer(bench: Bench, spec: DumpSpec, work: Path, writer_mb: float, repeat: int) -> dict:
+    base = Path(work) / "writer"
+    base.mkdir(parents=True, exist_ok=True)
+    try:
+        r = bench_writer.measure(int(writer_mb * 1e6), spec.writer(), base, spec.traffic(), repeat,
+                                 log=lambda s: print(f"  writer {s.strip()}", file=sys.stderr))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    fig = bench.add("writer", "bulk writer (append_many, CQ + index dispatch)", r["seconds"], r["cpu_seconds"],
+                    r["bytes"], r["messages"], close_seconds=r["close_seconds"],
+                    x_rocketmq_msgs_s=r["wall"]["x_rocketmq_msgs_s"], x_rocketmq_mb_s=r["wall"]["x_rocketmq_mb_s"],
+                    cpu_x_rocketmq_msgs_s=r["cpu"]["x_rocketmq_msgs_s"], calibration_gb_s=r["wall"]["numpy_sum_gb_s"])
+    bench.log(f"{'':<60} writer vs RocketMQ's DefaultMessageStore, each against its own numpy calibration: "
+              f"{fig['x_rocketmq_msgs_s']:.2f}x msgs/s wall clock, {fig['cpu_x_rocketmq_msgs_s']:.2f}x CPU time")
+    return fig
+
+
+def index_lookups(bench: Bench, store: Path, segs: list[SegmentBytes], lookups: int, seed: int = 1) -> dict:
+    """``lookups`` keys of random messages of the plain topics (alternately a KEYS key and the UNIQ_KEY),
+    each looked up in every index file; a lookup counts as found when the message's offset is among the
+    candidates."""
+    from store_format.indexfile import IndexFile, list_index_files
+    from udfs import kernels as K
+
+    rng = np.random.default_rng(seed)
+    picks = []  # (topic, key, physical offset)
+    for seg, data, starts, sizes in segs:
+        take = np.sort(rng.choice(len(starts), min(len(starts), 4 * lookups), replace=False))
+        rows = K.decode_buffer(data, starts[take], sizes[take],
+                               columns=["topic", "keys", "uniq_key", "physical_offset"]).to_pylist()
+        picks += [(r["topic"], (r["keys"] or [None])[0] if i % 2 else r["uniq_key"], r["physical_offset"])
+                  for i, r in enumerate(rows) if r["topic"].startswith("Topic")]
+    picks = [(topic, key, offset) for topic, key, offset in picks if key]
+    picks = [picks[i] for i in rng.choice(len(picks), min(lookups, len(picks)), replace=False)]
+    files = [IndexFile(p) for p in list_index_files(Path(store) / "index")]
+    try:
+        times, found = np.empty(len(picks)), 0
+        c = tree_cpu()
+        for i, (topic, key, offset) in enumerate(picks):
+            t = time.perf_counter()
+            hits = [o for f in files for o in f.lookup(topic, key)]
+            times[i] = time.perf_counter() - t
+            found += offset in hits
+        cpu = tree_cpu() - c
+        entries = sum(f.header.index_count - 1 for f in files)
+        geometry = [(f.hash_slot_num, f.index_num) for f in files]
+    finally:
+        for f in files:
+            f.close()
+    ms = times * 1e3
+    fig = {"lookups": len(picks), "found": found, "mean_ms": float(ms.mean()), "p50_ms": float(np.percentile(ms, 50)),
+           "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()), "cpu_seconds": cpu,
+           "index_files": len(files), "entries": entries, "geometry": geometry, "load": os.getloadavg()[0]}
+    bench.figures["index_lookup"] = fig
+    if bench.on_add:
+        bench.on_add()
+    bench.log(f"{'index key lookup (hash slot + chain walk)':<60} {fig['mean_ms']:9.4f} ms mean, {fig['p50_ms']:.4f} "
+              f"p50, {fig['p99_ms']:.4f} p99 over {len(picks):,} lookups; {found:,} found; {entries:,} entries in "
+              f"{len(files)} file(s) of {geometry[0][0] if geometry else 0:,} slots (load {fig['load']:.1f})")
+    return fig
+
+
+def spark_session():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from jobs.session import build_session
+
+    return build_session("bench", master="local[2]", extra={"spark.ui.enabled": "false", "spark.driver.memory": "2g"})
+
+
+def spark_figures(bench: Bench, spark, meta: dict, work: Path) -> dict:
+    """The commitlog source's message count and the decode job's messages written as Parquet, in ``spark``;
+    returns {"count": messages counted, "parquet": its path}."""
+    from pyspark.sql import functions as F
+
+    from datasources import read_commitlog
+    from jobs import decode as decode_job
+    from jobs.output import write_table
+
+    store, nbytes, n = meta["store"], meta["commitlog_bytes"], meta["messages"]
+    # the first query of a session pays the JVM's and the planner workers' start-up
+    read_commitlog(spark, store, materialize="positions").where(F.col("physical_offset") < 0).count()
+
+    def count() -> int:
+        return read_commitlog(spark, store, materialize="positions").where(F.col("kind") == "message").count()
+
+    counted = bench.measure("spark_count", "spark local[2]: commitlog source, count (positions)", count, nbytes, n)
+    parquet = str(Path(work) / "messages.parquet")
+    bench.measure("spark_decode_parquet", "spark local[2]: decode job's messages -> Parquet",
+                  lambda: write_table(decode_job.messages(spark, [store]), parquet, "parquet"), nbytes, n)
+    return {"count": counted, "parquet": parquet}
+
+
+def job_figure(bench: Bench, job: str, meta: dict, key: str | None = None) -> dict:
+    """A whole job (``audit`` or ``decode``) over the dump, once, as a user runs it: a fresh local[2] session in
+    a child process (bench/scaling.py), its run time without the session start, and its processes' peak
+    memory."""
+    r = scaling.run_job(job, Path(meta["store"]))
+    peaks = {k: r[k] for k in ("driver_jvm_peak_bytes", "python_worker_peak_bytes", "driver_python_peak_bytes")}
+    fig = bench.add(key or job, f"spark local[2]: {job} job, a session of its own" +
+                    (" (no HTML report)" if job == "audit" else ""), r["seconds"], r.get("cpu_seconds", 0.0),
+                    meta["commitlog_bytes"], meta["messages"], session_seconds=r["session_seconds"], **peaks)
+    bench.log(f"{'':<60} peak memory: driver JVM {peaks['driver_jvm_peak_bytes'] / 2**20:,.0f} MiB, largest Python "
+              f"worker {peaks['python_worker_peak_bytes'] / 2**20:,.0f} MiB, driver Python "
+              f"{peaks['driver_python_peak_bytes'] / 2**20:,.0f} MiB (session start {r['session_seconds']:.1f} s)")
+    return fig
+
+
+def scaling_runs(spec: DumpSpec, steps: list[int], jobs: list[str], cache: Path, log=print,
+                 on_run=None) -> list[dict]:
+    """Each job over dumps of ``spec`` at ``steps`` x its size, in fresh sessions (bench/scaling.py); ``on_run``
+    gets the rows so far after each run."""
+    runs = []
+    for step in steps:
+        meta = ensure_dump(DumpSpec(spec.size_mib * step, spec.seed, spec.segment_mib, spec.index_slots), cache)
+        for job in jobs:
+            r = scaling.run_job(job, Path(meta["store"]))
+            r.update(step=step, commitlog_bytes=meta["commitlog_bytes"], messages=meta["messages"],
+                     load=os.getloadavg()[0])
+            runs.append(r)
+            row = scaling.scaling_rows(runs)[-1]
+            marginal = row.get("marginal_sec_per_gb")
+            log(f"scaling {job:<6} x{step:<3} {row['commitlog_bytes'] / 1e6:8.1f} MB {row['seconds']:7.1f} s "
+                f"{row['sec_per_gb']:8.1f} s/GB (marginal {'-' if marginal is None else f'{marginal:.1f}'}) "
+                f" driver JVM {row['driver_jvm_peak_bytes'] / 2**20:5.0f} MiB, largest Python worker "
+                f"{row['python_worker_peak_bytes'] / 2**20:5.0f} MiB, driver Python "
+                f"{row['driver_python_peak_bytes'] / 2**20:5.0f} MiB (session {row['session_seconds']:.1f} s, "
+                f"load {row['load']:.1f})")
+            if on_run:
+                on_run(scaling.scaling_rows(runs))
+    return scaling.scaling_rows(runs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# results.json
+
+
+def machine() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+    return {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            **{name: v(name) for name in ("pyspark", "pyarrow", "numba", "numpy")}}
+
+
+def results(bench: Bench, meta: dict, scaling_rows: list[dict] | None, **context) -> dict:
+    """Every figure of the run, with the required top-level keys (None where a part was skipped)."""
+    f = bench.figures
+    index = f.get("index_lookup")
+    out = {
+        "raw_read_mb_s": bench.mb_s(RAW), "numpy_pass_mb_s": bench.mb_s(CEILING),
+        "framing_scalar_mb_s": bench.mb_s("framing_scalar"), "framing_bulk_mb_s": bench.mb_s("framing_bulk"),
+        "naive_decode_mb_s": bench.mb_s(NAIVE), "scalar_decode_mb_s": bench.mb_s("scalar_decode"),
+        "kernel_decode_mb_s": bench.mb_s("kernel_decode"), "kernel_decode_all_mb_s": bench.mb_s("kernel_decode_all"),
+        "spark_count_mb_s": bench.mb_s("spark_count"), "spark_decode_parquet_mb_s": bench.mb_s("spark_decode_parquet"),
+        "audit_mb_s": bench.mb_s("audit"), "writer_mb_s": bench.mb_s("writer"),
+        "writer_msgs_s": f["writer"]["msgs_s"] if "writer" in f else None,
+        "index_lookup_ms": index["mean_ms"] if index else None,
+        "index_lookup_p99_ms": index["p99_ms"] if index else None,
+        "scaling": scaling_rows,
+        "sizes": {"dump": meta["spec"], "messages": meta["messages"], "commitlog_bytes": meta["commitlog_bytes"],
+                  "segments": meta["segments"], "index_files": meta["index_files"],
+                  **{f"{k}_bytes": f[k]["bytes"] for k in ("scalar_decode", "writer") if k in f}},
+        "figures": f,
+        **context,
+    }
+    missing = [k for k in REQUIRED_KEYS if k not in out]
+    assert not missing, f"results lack {missing}"
+    return out
+
+
+def write_results(path: Path, data: dict) -> None:
+    path = Path(path)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def markdown(data: dict) -> str:
+    """The figures and scaling tables of a results.json, as BENCHMARKS.md shows them."""
+    def num(x, fmt="{:,.1f}"):
+        return "" if x is None else fmt.format(x)
+
+    out = ["| figure | MB/s | M msgs/s | x ceiling | x naive | x raw read | s | CPU s | MB/CPU s | x ceiling, CPU |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    ceiling_cpu = data["figures"].get(CEILING, {}).get("cpu_mb_s")
+    for key, f in data["figures"].items():
+        if "mb_s" in f:
+            # by CPU time (this process tree): what other work on the shared cores stretches much less
+            cpu_x = f["cpu_mb_s"] / ceiling_cpu if f.get("cpu_mb_s") and ceiling_cpu else None
+            out.append(f"| {f['label']} | {num(f['mb_s'])} | {num(f['msgs_s'] / 1e6, '{:.3f}')} | "
+                       f"{num(f.get('x_' + CEILING), '{:.3f}')} | {num(f.get('x_' + NAIVE), '{:.2f}')} | "
+                       f"{num(f.get('x_' + RAW), '{:.4f}')} | {num(f['seconds'], '{:.2f}')} | "
+                       f"{num(f['cpu_seconds'], '{:.2f}')} | {num(f.get('cpu_mb_s'))} | "
+                       f"{num(cpu_x, '{:.3f}')} |")
+    index = data["figures"].get("index_lookup")
+    if index:
+        out += ["", f"Index key lookup: {index['mean_ms']:.4f} ms mean, {index['p50_ms']:.4f} ms p50, "
+                    f"{index['p99_ms']:.4f} ms p99 over {index['lookups']:,} lookups ({index['found']:,} found), "
+                    f"{index['entries']:,} entries in {index['index_files']} file(s) of {index['geometry'][0][0]:,} "
+                    "slots."]
+    if data.get("scaling"):
+        out += ["", "| job | step | commitlog MB | s | s/GB | marginal s/GB | driver JVM MiB | largest Python worker "
+                    "MiB | driver Python MiB | session s | load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in data["scaling"]:
+            out.append(f"| {r['job']} | x{r['step']} | {r['commitlog_bytes'] / 1e6:,.1f} | {r['seconds']:.1f} | "
+                       f"{r['sec_per_gb']:,.0f} | {num(r.get('marginal_sec_per_gb'), '{:,.0f}')} | "
+                       f"{r['driver_jvm_peak_bytes'] / 2**20:,.0f} | {r['python_worker_peak_bytes'] / 2**20:,.0f} | "
+                       f"{r['driver_python_peak_bytes'] / 2**20:,.0f} | {num(r.get('session_seconds'))} | "
+                       f"{num(r.get('load'))} |")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", type=float, default=1024, help="dump size in MiB (default 1024)")
+    ap.add_argument("--segment-mib", type=float, default=1024, help="commitlog segment size in MiB (default 1024)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--baseline-mb", type=float, default=64,
+                    help="MB the per-record Python contenders (scalar walk, naive loop, scalar decoder) go through "
+                         "(default 64)")
+    ap.add_argument("--writer-mb", type=float, default=256, help="MB the bulk writer writes per run (default 256)")
+    ap.add_argument("--index-lookups", type=int, default=2000, help="random key lookups (default 2000)")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per figure, the best counts (default 2; the jobs "
+                                                          "in sessions of their own run once)")
+    ap.add_argument("--scale-mib", type=float, default=4, help="scaling base size in MiB (default 4)")
+    ap.add_argument("--scale-steps", type=int, nargs="+", default=[1, 4, 16], help="scaling factors (default 1 4 16)")
+    ap.add_argument("--scale-segment-mib", type=float, default=16,
+                    help="segment size of the scaling dumps in MiB (default 16: x16 spans 4 segments)")
+    ap.add_argument("--scale-jobs", nargs="+", default=list(scaling.JOBS), choices=scaling.JOBS)
+    ap.add_argument("--skip", nargs="+", default=[], choices=GROUPS, help="parts to leave out")
+    ap.add_argument("--cache", type=Path, default=CACHE, help="where dumps are cached (default bench/cache)")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="results file (default bench/results.json)")
+    ap.add_argument("--markdown", type=Path, metavar="RESULTS",
+                    help="print the tables of a results.json as BENCHMARKS.md shows them, and exit")
+    args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
+    skip = set(args.skip)
+    started, t0, load0 = dt.datetime.now(dt.timezone.utc), time.perf_counter(), os.getloadavg()
+    spec = DumpSpec(args.size, args.seed, args.segment_mib)
+    t = time.perf_counter()
+    meta = ensure_dump(spec, args.cache)
+    print(f"dump {spec.key}: {meta['messages']:,} messages, {meta['commitlog_bytes'] / 1e6:,.1f} MB of records in "
+          f"{meta['segments']} segment(s), {meta['index_files']} index file(s) (ready in "
+          f"{time.perf_counter() - t:.1f} s); {os.cpu_count()} cores, load {load_text(load0)}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-run-"))
+    scaling_rows, wall, failures = None, {}, {}
+
+    def save(complete: bool) -> None:
+        """results.json as far as the run got (rewritten after every figure: an interrupted run leaves them)."""
+        wall["total_seconds"] = time.perf_counter() - t0
+        data = results(bench, meta, scaling_rows, machine={**machine(), "load_average_start": list(load0),
+                                                            "load_average_end": list(os.getloadavg())},
+                       failures=failures, run={"started": started.isoformat(timespec="seconds"), "complete": complete,
+                            "argv": sys.argv[1:] if argv is None else list(argv), "skipped": sorted(skip), **wall})
+        write_results(args.results, data)
+
+    bench = Bench(args.repeat, log=lambda s: print(s, flush=True), on_add=lambda: save(False))
+    try:
+        segs = load_messages(Path(meta["store"]))
+        ceilings(bench, segs)
+        if "framing" not in skip:
+            framing(bench, segs, args.baseline_mb)
+        if "decode" not in skip:
+            decoders(bench, segs, args.baseline_mb)
+        if "index" not in skip:
+            index_lookups(bench, Path(meta["store"]), segs, args.index_lookups, args.seed)
+        del segs
+        if "writer" not in skip:
+            writer(bench, spec, work, args.writer_mb, args.repeat)
+        if "spark" not in skip:
+            t = time.perf_counter()
+            spark = spark_session()
+            try:
+                spark_figures(bench, spark, meta, work)
+            finally:
+                spark.stop()
+            wall["spark_seconds"] = time.perf_counter() - t
+        if "scaling" not in skip:
+            t = time.perf_counter()
+            scale = DumpSpec(args.scale_mib, args.seed, args.scale_segment_mib)
+            def keep(rows):
+                nonlocal scaling_rows
+                scaling_rows = rows
+                save(False)
+            scaling_rows = scaling_runs(scale, args.scale_steps, args.scale_jobs, args.cache, on_run=keep)
+            wall["scaling_seconds"] = time.perf_counter() - t
+        if "audit" not in skip:  # last: the longest figure, and an interrupted run keeps all the others
+            t = time.perf_counter()
+            try:
+                job_figure(bench, "audit", meta)
+            except subprocess.CalledProcessError as e:  # recorded: a job that fails on the dump is a finding too
+                failures["audit"] = f"the audit job exited with status {e.returncode} (its error is on stderr above)"
+                print(f"FAILED: {failures['audit']}", flush=True)
+            wall["audit_seconds"] = time.perf_counter() - t
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    save(True)
+    print(f"results: {args.results} ({wall['total_seconds']:.0f} s in all; load {load_text(load0)} at the start, "
+          f"{load_text()} at the end)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

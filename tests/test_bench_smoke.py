@@ -1,0 +1,190 @@
+"""Smoke tests of `make bench` (bench/run.py): every measurement once on a tiny dump (a few MB, in tmp), so the
+benchmark code never rots.  They check the figures' structure and sanity (messages counted equal the messages
+generated, positive rates and ratios, every results.json key), never a speed: timings belong to bench/."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import run as B
+from bench import scaling
+from bench.dump import DumpSpec, ensure_dump, load_messages
+
+TINY = DumpSpec(size_mib=3, seed=5, segment_mib=1, index_slots=8192)  # 3 segments, one small index file
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("bench-cache")
+    meta = ensure_dump(TINY, cache, progress=False)
+    return meta, cache, load_messages(Path(meta["store"]))
+
+
+@pytest.fixture(scope="module")
+def measured(tiny, spark, tmp_path_factory):
+    """Every in-process figure of bench/run.py on the tiny dump."""
+    meta, _, segs = tiny
+    work = tmp_path_factory.mktemp("bench-work")
+    lines = []
+    bench = B.Bench(repeat=1, log=lines.append)
+    B.ceilings(bench, segs)
+    B.framing(bench, segs, baseline_mb=0.5)
+    B.decoders(bench, segs, baseline_mb=0.5, batch_rows=2048)
+    B.index_lookups(bench, Path(meta["store"]), segs, lookups=300)
+    B.writer(bench, TINY, work, writer_mb=1, repeat=1)
+    spark_out = B.spark_figures(bench, spark, meta, work)
+    return bench, lines, spark_out, work
+
+
+def test_the_dump_is_the_issues_traffic(tiny):
+    """8 topics x 8 queues, bodies mostly 100-400 B, tags, keys, UNIQ_KEYs, a few IPv6 producers; cached."""
+    from store_format import layout as L
+    from udfs import kernels as K
+
+    meta, cache, segs = tiny
+    assert meta["messages"] == TINY.messages == sum(len(s.starts) for s in segs)
+    assert meta["segments"] == len(segs) >= 3 and meta["commitlog_bytes"] == sum(len(s.data) for s in segs)
+    t = K.decode_buffer(np.concatenate([s.data for s in segs]),
+                        np.concatenate([s.starts + sum(len(p.data) for p in segs[:k]) for k, s in enumerate(segs)]),
+                        np.concatenate([s.sizes for s in segs]),
+                        columns=["topic", "queue_id", "sys_flag", "body", "tags", "keys", "uniq_key"]).to_pydict()
+    plain = [i for i, topic in enumerate(t["topic"]) if topic.startswith("Topic")]
+    assert len(plain) > 0.8 * meta["messages"]
+    assert {t["topic"][i] for i in plain} == {f"Topic{k:03d}" for k in range(8)}
+    assert {t["queue_id"][i] for i in plain} == set(range(8))
+    sizes = np.array([len(t["body"][i]) for i in plain])
+    assert 0.7 < np.mean((sizes >= 100) & (sizes <= 400)) and 150 < np.median(sizes) < 300
+    assert all(t["tags"][i] and t["uniq_key"][i] and 1 <= len(t["keys"][i]) <= 2 for i in plain)
+    v6 = np.mean([bool(t["sys_flag"][i] & L.BORNHOST_V6_FLAG) for i in plain])
+    assert 0.01 < v6 < 0.12  # one producer in twenty
+    again = ensure_dump(TINY, cache, progress=False)  # cached: not generated again
+    assert again == meta
+
+
+def test_in_process_figures(tiny, measured):
+    meta, _, segs = tiny
+    bench, lines, _, _ = measured
+    f = bench.figures
+    whole = ("raw_read", "numpy_pass", "framing_bulk", "kernel_decode", "kernel_decode_all", "spark_count",
+             "spark_decode_parquet")
+    for key in whole:
+        assert f[key]["messages"] == meta["messages"] and f[key]["bytes"] == meta["commitlog_bytes"], key
+    for key in ("framing_scalar", "naive_decode", "scalar_decode"):  # the first 0.5 MB only
+        assert 0 < f[key]["bytes"] <= 0.5e6 + 4096 and 0 < f[key]["messages"] < meta["messages"], key
+    for key, fig in f.items():
+        if key != "index_lookup":
+            assert fig["seconds"] > 0 and fig["mb_s"] > 0 and fig["msgs_s"] > 0 and fig["cpu_seconds"] >= 0, key
+            assert fig["msgs_s"] == pytest.approx(fig["mb_s"] * 1e6 * fig["messages"] / fig["bytes"])
+    for key in ("kernel_decode", "scalar_decode", "spark_count", "writer"):  # measured after every baseline
+        assert all(f[key][f"x_{b}"] > 0 for b in (B.CEILING, B.NAIVE, B.RAW)), key
+        assert f[key]["x_naive_decode"] == pytest.approx(f[key]["mb_s"] / f["naive_decode"]["mb_s"])
+    assert len(lines) == len(f) + 1  # one line a figure, and the writer's comparison with RocketMQ
+    assert any("x ceiling" in line and "x naive" in line for line in lines)
+
+
+def test_the_naive_loop_reads_what_the_reference_decoder_reads(tiny):
+    """The naive contender is fair: over records with IPv6 hosts too, it extracts the same bodies, topics and
+    properties as store_format's scalar decoder."""
+    from bench import bench_decode
+    from store_format.codec import decode_record
+
+    first = tiny[2][0]
+    raw = first.data.tobytes()
+    messages = [decode_record(raw, pos, limit=pos + size) for pos, size in zip(first.starts.tolist(),
+                                                                               first.sizes.tolist())]
+    assert any(m.sys_flag & 0x30 for m in messages)
+    expected = sum(len(m.body) + len(m.topic) + len(m.properties) for m in messages)
+    assert bench_decode.naive_loop(raw, first.starts.tolist()) == expected
+
+
+def test_index_lookups_find_their_messages(measured):
+    fig = measured[0].figures["index_lookup"]
+    assert fig["lookups"] == 300 and fig["found"] == fig["lookups"]  # every sampled key leads to its message
+    assert 0 < fig["p50_ms"] <= fig["p99_ms"] <= fig["max_ms"] and fig["mean_ms"] > 0
+    assert fig["geometry"] == [(8192, 4 * 8192)] and fig["entries"] > 0
+
+
+def test_writer_figure(measured):
+    bench, _, _, work = measured
+    fig = bench.figures["writer"]
+    assert fig["messages"] > 0 and fig["bytes"] >= 1e6 and fig["x_rocketmq_msgs_s"] > 0 and fig["close_seconds"] > 0
+    assert not (work / "writer").exists()  # the scratch stores are removed
+
+
+def test_spark_figures(tiny, measured, spark):
+    meta = tiny[0]
+    _, _, spark_out, _ = measured
+    assert spark_out["count"] == meta["messages"]
+    table = spark.read.parquet(spark_out["parquet"])
+    assert table.count() == meta["messages"] and "msg_id" in table.columns
+
+
+def test_scaling_rows_and_child_output():
+    runs = [{"job": "audit", "step": 1, "seconds": 10.0, "commitlog_bytes": 1e8},
+            {"job": "decode", "step": 1, "seconds": 4.0, "commitlog_bytes": 1e8},
+            {"job": "audit", "step": 4, "seconds": 16.0, "commitlog_bytes": 4e8}]
+    rows = scaling.scaling_rows(runs)
+    assert [r["sec_per_gb"] for r in rows] == pytest.approx([100.0, 40.0, 40.0])
+    assert "marginal_sec_per_gb" not in rows[0] and "marginal_sec_per_gb" not in rows[1]
+    assert rows[2]["marginal_sec_per_gb"] == pytest.approx(6.0 / 0.3)
+    out = 'WARN something\n{"job": "decode", "seconds": 1.5}\nINFO done\n'
+    assert scaling.parse_child_output(out) == {"job": "decode", "seconds": 1.5}
+    with pytest.raises(RuntimeError, match="no figures"):
+        scaling.parse_child_output("Traceback ...\n")
+    with pytest.raises(ValueError, match="unknown job"):
+        scaling.run_job("compare", Path("."))
+
+
+def test_a_job_in_a_session_of_its_own(tiny, measured):
+    """A job figure (as the full-size audit and the scaling runs are measured): the decode job over the tiny
+    dump in a child process and session, with its processes' peak memory polled during the run."""
+    from jobs import audit
+
+    meta = tiny[0]
+    bench = B.Bench(repeat=1, log=lambda line: None)
+    bench.figures = {k: v for k, v in measured[0].figures.items() if k in (B.CEILING, B.NAIVE, B.RAW)}
+    fig = B.job_figure(bench, "decode", meta, key="decode_job")
+    assert fig["messages"] == meta["messages"] and fig["seconds"] > 0 and fig["session_seconds"] > 0
+    assert fig["cpu_seconds"] > 0 and fig["x_numpy_pass"] > 0
+    assert fig["driver_jvm_peak_bytes"] > 100 << 20 and fig["python_worker_peak_bytes"] > 50 << 20
+    assert fig["driver_python_peak_bytes"] > 20 << 20
+    args = audit.build_parser().parse_args(scaling.job_args("audit", meta["store"], "out"))
+    assert args.no_report and args.store == [meta["store"]]
+
+
+def test_results_json_has_every_figure(tiny, measured, tmp_path):
+    meta = tiny[0]
+    bench = measured[0]
+    rows = scaling.scaling_rows([{"job": "decode", "step": 1, "seconds": 2.0,
+                                  "commitlog_bytes": meta["commitlog_bytes"], "driver_jvm_peak_bytes": 1,
+                                  "python_worker_peak_bytes": 1, "driver_python_peak_bytes": 1}])
+    data = B.results(bench, meta, rows, machine=B.machine())
+    B.write_results(tmp_path / "results.json", data)
+    back = json.loads((tmp_path / "results.json").read_text())
+    assert set(B.REQUIRED_KEYS) <= set(back) and back["audit_mb_s"] is None  # no full-size audit here
+    assert all(back[k] > 0 for k in B.REQUIRED_KEYS if k not in ("scaling", "audit_mb_s"))
+    assert back["writer_msgs_s"] == pytest.approx(bench.figures["writer"]["msgs_s"])
+    assert back["scaling"][0]["sec_per_gb"] > 0 and back["sizes"]["messages"] == meta["messages"]
+    assert back["machine"]["cores"] == os.cpu_count() and back["machine"]["pyspark"]
+    table = B.markdown(back).splitlines()  # BENCHMARKS.md's tables
+    assert sum(line.startswith("| decode: ") for line in table) == 4 and any(line.startswith("| decode | x1 |")
+                                                                            for line in table)
+
+
+def test_main_without_spark_writes_results(tmp_path, capsys):
+    """The command line end to end, Spark parts skipped (this process holds the tests' session; the job
+    figures are covered above)."""
+    path = tmp_path / "r.json"
+    assert B.main(["--size", "1", "--segment-mib", "1", "--baseline-mb", "0.2", "--writer-mb", "0.5",
+                   "--index-lookups", "50", "--repeat", "1", "--skip", "spark", "scaling", "audit",
+                   "--cache", str(tmp_path / "cache"), "--results", str(path)]) == 0
+    data = json.loads(path.read_text())
+    assert set(B.REQUIRED_KEYS) <= set(data) and data["spark_count_mb_s"] is None and data["scaling"] is None
+    assert data["kernel_decode_mb_s"] > 0 and data["run"]["skipped"] == ["audit", "scaling", "spark"]
+    assert data["run"]["complete"] and data["audit_mb_s"] is None
+    assert "x naive" in capsys.readouterr().out
+    assert not (Path(B.__file__).parent / "cache" / DumpSpec(1, 1, 1).key).exists()

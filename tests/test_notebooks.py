@@ -1,0 +1,170 @@
+"""The notebooks in notebooks/ run top to bottom against a small demo dump, so they never rot.
+
+One small dump is built with tools/demo.py's ``build_dump`` (both brokers, the same injected faults as
+``make demo``, small segments so it still has several) and audited twice into a Delta history with the
+session's SparkSession: a first run of the check families trend.py compares, then a full run with a later
+--as-of (lag grows, so ``jobs.trend`` has something to say).  Each notebook is executed with nbclient in a
+kernel of this venv's interpreter (a kernelspec written to a temp dir), with DEMO_OUT pointing at that dump;
+the three run concurrently (each kernel starts its own JVM).  The tests check what the notebooks print
+against what the project computes independently: store_format's walk, the findings table, jobs.trend.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import re
+import sys
+
+import nbformat
+import pyarrow.parquet as pq
+import pytest
+
+from jobs import audit, trend
+from jobs.session import REPO
+from store_format.store import Store
+
+NOTEBOOKS = REPO / "notebooks"
+NAMES = ("01_tour_of_a_dump", "02_investigating_an_audit", "03_lag_and_transactions_over_history")
+MESSAGES = 2000  # per broker
+SEGMENT = 192 << 10  # several segments even for a small dump
+KERNEL = "rocketmq-forensics-test"
+CELL_TIMEOUT = 600
+
+
+def _load_demo():
+    spec = importlib.util.spec_from_file_location("tools_demo", REPO / "tools" / "demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def demo_out(spark, tmp_path_factory):
+    """A DEMO_OUT layout (dump/, audit/, history/) as ``make demo`` leaves it after two runs."""
+    out = tmp_path_factory.mktemp("demo-out")
+    _load_demo().build_dump(out / "dump", MESSAGES, segment_size=SEGMENT)
+
+    def run(target, *extra):
+        argv = ["--store", str(out / "dump"), "--out", str(out / target), "--history", str(out / "history"),
+                "--no-report", *extra]
+        return audit.run(spark, audit.build_parser().parse_args(argv))
+
+    first = run("audit-first", "--checks", "integrity,lag,transactions,retries")
+    later = max(b["as_of"] for b in first.summary_data["brokers"]) + 3_600_000
+    run("audit", "--as-of", str(later))
+    return out
+
+
+@pytest.fixture(scope="module")
+def executed(demo_out, tmp_path_factory):
+    """name -> (executed notebook, the CellExecutionError or None), all three run concurrently."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    jupyter = tmp_path_factory.mktemp("jupyter")
+    spec_dir = jupyter / "kernels" / KERNEL
+    spec_dir.mkdir(parents=True)
+    # the kernel (and so its Spark driver and Python workers) runs this interpreter, never python3 from PATH
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "rocketmq-forensics (test)", "language": "python",
+        "env": {"PYSPARK_PYTHON": sys.executable, "DEMO_OUT": str(demo_out), "SHUFFLE_PARTITIONS": "2"}}))
+
+    async def execute(name):
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name=KERNEL,
+                                resources={"metadata": {"path": str(NOTEBOOKS)}})
+        try:
+            await client.async_execute()
+        except CellExecutionError as e:
+            return nb, e
+        return nb, None
+
+    async def execute_all():
+        return await asyncio.gather(*(execute(n) for n in NAMES))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JUPYTER_PATH", str(jupyter))
+        results = asyncio.run(execute_all())
+    return dict(zip(NAMES, results))
+
+
+def _ran(executed, name):
+    nb, error = executed[name]
+    assert error is None, f"{name}.ipynb failed:\n{error}"
+    return nb
+
+
+def _stdout(nb) -> str:
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                   if o.get("output_type") == "stream" and o.get("name") == "stdout")
+
+
+def _outputs(nb, kind: str) -> list[str]:
+    return [o["data"][kind] for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if kind in o.get("data", {})]
+
+
+def _html_is_only_pandas_tables(nb):
+    """Message content is escaped: the only HTML a notebook shows is pandas' own (escaping) table rendering."""
+    for html in _outputs(nb, "text/html"):
+        assert re.match(r"\s*<div>\s*(<style[^>]*>.*?</style>\s*)?<table border=\"1\" class=\"dataframe\"", html,
+                        re.S), html[:300]
+
+
+def test_notebooks_are_stored_without_outputs():
+    for name in NAMES:
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        nbformat.validate(nb)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert code and all(not c.outputs and c.execution_count is None for c in code), name
+        assert "build_session" in code[0].source and "DEMO_OUT" in code[0].source, name
+
+
+def test_tour_of_a_dump(executed, demo_out):
+    nb = _ran(executed, "01_tour_of_a_dump")
+    printed = dict(re.findall(r"messages in (\S+): (\d+)", _stdout(nb)))
+    # the Spark source's salvage walk, as the notebook counted it, against store_format's own walk
+    expected = {}
+    for broker in ("broker-a", "broker-b"):
+        walk = Store(demo_out / "dump" / broker / "store").walk_commitlog(decode=False, salvage=True)
+        expected[broker] = str(sum(1 for item in walk if getattr(item, "kind", None) == "message"))
+    assert printed == expected
+    # the consume-queue folder the demo deletes shows up as a queue whose units fall short
+    assert re.search(r"\d+ queues; [1-9]\d* with units != messages", _stdout(nb))
+    assert len(_outputs(nb, "image/png")) >= 5  # segments, topics, rate, latency, body sizes
+    assert "body (repr, first 120 bytes): b" in _stdout(nb)
+    _html_is_only_pandas_tables(nb)
+
+
+def test_investigating_an_audit(executed, demo_out):
+    nb = _ran(executed, "02_investigating_an_audit")
+    out = _stdout(nb)
+    rows = pq.read_table(demo_out / "audit" / "findings").num_rows
+    summary = json.loads((demo_out / "audit" / "summary.json").read_text())
+    assert f"findings: {rows} rows (summary.json: {sum(summary['counts'][s] for s in ('error', 'warning', 'info'))})" \
+        in out
+    assert f"verdict: FAIL: {summary['counts']['error']} error(s)" in out
+    # the drill-down found the flipped bit of broker-b and dumped the bytes around it
+    assert re.search(r"integrity\.bad_crc in broker-b segment \d{20} at byte \d+", out)
+    assert "<- the finding's position" in out
+    # the retry -> DLQ trail starts at the original topic and ends in a dead-letter topic
+    trail = re.search(r"trail: (\d+) records, (.+)", out)
+    assert trail and int(trail.group(1)) >= 2
+    hops = trail.group(2).split(" -> ")
+    assert hops[0].startswith("Topic") and hops[-1].startswith("%DLQ%cg-")
+    _html_is_only_pandas_tables(nb)
+
+
+def test_lag_and_transactions_over_history(executed, demo_out, spark):
+    nb = _ran(executed, "03_lag_and_transactions_over_history")
+    out = _stdout(nb)
+    assert "2 audit run(s) in the history" in out
+    flagged = re.search(r"last run vs the one before: (.+)", out).group(1)
+    # the same counts as the trend job's own summary over the same history
+    result = trend.run(spark, trend.build_parser().parse_args(["--history", str(demo_out / "history")]))
+    assert result.summary.splitlines()[0].split(": ", 2)[2] == flagged
+    assert int(re.search(r"(\d+) growing_lag", flagged).group(1)) > 0  # the later --as-of makes lag older
+    assert len(_outputs(nb, "image/png")) >= 2
+    _html_is_only_pandas_tables(nb)

@@ -1,0 +1,444 @@
+"""Generate docs/output-schemas.md from the code, and list every finding kind the audit can emit.
+
+  python tools/schema_docs.py                               print the document
+  python tools/schema_docs.py --write docs/output-schemas.md (``make docs``)
+  python tools/schema_docs.py --check docs/output-schemas.md exit 1 when the file differs
+  python tools/schema_docs.py --kinds                       print every finding kind (one a line)
+
+The schemas are not written by hand: the audit runs (local Spark, UI off) on a small store the project's
+writer generates in a temp dir, and its Parquet outputs, ``summary.json`` and metric names are read back;
+the decode and extract columns come from ``jobs.decode.messages`` and ``jobs.extract.OUTPUT_COLUMNS``, the
+trend table from ``jobs.trend.TREND_COLUMNS``.  Only the meaning of each column is written here
+(``MEANINGS``); a column, metric or summary key without one is an error, so the document cannot fall behind
+the code.
+
+Finding kinds (``finding_kinds``) are read from the source of jobs/checks/*.py: literal ``family.kind``
+strings, ``F.concat(F.lit("family.prefix_"), <when/otherwise chain>)`` (the chain's literal results), and
+``f"family.{name}"`` in a helper (the literals its callers pass); ``integrity.<reason>`` takes every stop
+reason the commitlog walk can give (the ErrorKind values ``frame_at`` and the segment listing use, and
+END_OF_DATA).  tests/test_schema_docs.py checks that docs/user-guide.md explains each one.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+# ---------------------------------------------------------------------------------------------------------
+# Finding kinds, from the source
+
+
+def _family_patterns():
+    from jobs.checks import FAMILIES
+
+    families = "|".join(FAMILIES)
+    return re.compile(rf"^({families})\.[a-z]+(_[a-z]+)*$"), re.compile(rf"^({families})\.([a-z]+_)*$")
+
+
+def _error_kinds_used(path: Path, function: str) -> set[str]:
+    """ErrorKind member names referenced inside ``function`` of the module at ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    fn = next(f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == function)
+    return {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+            and n.value.id == "ErrorKind"}
+
+
+def walk_reasons() -> set[str]:
+    """Every ``reason`` a corrupt span of the commitlog walk can carry, lower case (integrity.<reason>)."""
+    from store_format.commitlog import END_OF_DATA
+
+    used = (_error_kinds_used(REPO / "store_format" / "commitlog.py", "frame_at")
+            | _error_kinds_used(REPO / "datasources" / "commitlog.py", "list_segment_files"))
+    return {k.lower() for k in used | {END_OF_DATA}}
+
+
+def _chain_results(nodes) -> list[str]:
+    """The literal values a ``F.when(c, "a").when(d, "b").otherwise("c")`` chain (or ``F.lit("x")``) can take."""
+    out = []
+    for node in nodes:
+        for n in ast.walk(node):
+            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
+                continue
+            value = (n.args[1] if n.func.attr == "when" and len(n.args) == 2 else
+                     n.args[0] if n.func.attr in ("otherwise", "lit") and n.args else None)
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                out.append(value.value)
+    return out
+
+
+def finding_kinds() -> set[str]:
+    """Every ``check`` value jobs/checks/*.py can emit."""
+    from jobs.checks import FAMILIES
+
+    name, prefix = _family_patterns()
+    kinds: set[str] = set()
+    for family in FAMILIES:
+        tree = ast.parse((REPO / "jobs" / "checks" / f"{family}.py").read_text(encoding="utf-8"))
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and name.match(n.value):
+                kinds.add(n.value)
+            elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "concat"
+                  and n.args and isinstance(n.args[0], ast.Call) and n.args[0].args
+                  and isinstance(n.args[0].args[0], ast.Constant)
+                  and prefix.match(str(n.args[0].args[0].value))):
+                start = n.args[0].args[0].value
+                suffixes = [s for s in _chain_results(n.args[1:]) if re.fullmatch(r"[a-z_]+", s)]
+                if start == f"{family}." and family == "integrity":
+                    suffixes += sorted(walk_reasons())
+                kinds.update(start + s for s in suffixes)
+            elif isinstance(n, ast.FunctionDef):
+                kinds.update(_helper_kinds(tree, n, prefix))
+    return kinds
+
+
+def _helper_kinds(tree, fn: ast.FunctionDef, prefix) -> set[str]:
+    """``f"family.{param}"`` inside helper ``fn``: the literal values its calls pass for ``param``."""
+    params = [a.arg for a in fn.args.args]
+    out = set()
+    for n in ast.walk(fn):
+        if not (isinstance(n, ast.JoinedStr) and len(n.values) == 2 and isinstance(n.values[0], ast.Constant)
+                and prefix.match(n.values[0].value) and isinstance(n.values[1], ast.FormattedValue)
+                and isinstance(n.values[1].value, ast.Name) and n.values[1].value.id in params):
+            continue
+        index = params.index(n.values[1].value.id)
+        for call in ast.walk(tree):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == fn.name \
+                    and len(call.args) > index and isinstance(call.args[index], ast.Constant):
+                out.add(n.values[0].value + call.args[index].value)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What each column means (the only hand-written part)
+
+COMMON = {
+    "broker": "the broker the row belongs to: the store root's folder name (`.../<broker>/store` -> `<broker>`)",
+    "run_id": "the audit run: `<UTC time>-<8 hex digits>`, one per `jobs.audit` run",
+    "run_time": "when the audit run started (UTC, second precision)",
+    "topic": "topic name", "queue_id": "queue id within the topic",
+    "queue_offset": "position in the consume queue (the message's QUEUEOFFSET)",
+    "physical_offset": "byte offset in the broker's whole commitlog (segment base offset + file position)",
+    "segment": "commitlog segment file name (its 20-digit base offset)",
+    "file_position": "byte position inside the file (`segment` or `file`)",
+    "group": "consumer group", "uniq_key": "the message's UNIQ_KEY property (the client-side message id)",
+    "min_offset": "first queue offset the consume queue holds a unit for",
+    "max_offset": "one past the last unit's queue offset (the broker's getMaxOffsetInQueue)",
+    "store_timestamp": "STORETIMESTAMP, ms since the epoch (the broker's clock)",
+}
+MEANINGS = {
+    "findings": {
+        "finding_id": "stable id: a hash of the check and where it is (broker, file, positions, topic/queue/offset, "
+                      "key), the same in every run for the same damage",
+        "check": "`family.kind`, see the user guide for every kind", "severity": "`error`, `warning` or `info`",
+        "file": "the file the finding is about: a segment name, `abort`, `index/<name>`, "
+                "`config/<name>.json`, a consume-queue file name",
+        "queue_offset": "the queue offset the finding is about (the first of a range for range findings)",
+        "message": "one sentence saying what is wrong and where (plain text; message content is not quoted)",
+        "details": "check-specific facts (`reason`, `excerpt_hex`, `count`, `uniq_key`, `key`, `lag`...) as strings",
+    },
+    "metrics": {
+        "scope": "what a row measures: `broker`, `queue`, `group` (per group and topic) or `level` (delay level)",
+        "metric": "the metric's name (listed below)", "value": "its value (a double)",
+        "topic": "topic (null for broker-scope metrics)", "queue_id": "queue id (queue- and level-scope metrics)",
+        "group": "consumer group (group-scope metrics)",
+    },
+    "segments": {
+        "base_offset": "the segment's first physical offset (its name as a number)",
+        "file_length": "the file's length in bytes", "messages": "messages the salvage walk framed in it",
+        "message_bytes": "bytes of those messages", "stale_records": "well-formed records after the segment's first "
+        "stop, which the broker's walk never reaches", "corrupt_bytes": "bytes no walk could frame",
+        "first_stop": "file position of the first stop (damage or the zero-filled end of data)",
+        "stop_reason": "why the walk stopped there: END_OF_DATA (normal) or a damage kind (BAD_CRC, ...)",
+        "blank_at": "file position of the end-of-file blank record, if any",
+    },
+    "queues": {"entries": "units in the consume queue files"},
+    "lag": {
+        "offset": "the group's committed offset (consumerOffset.json)",
+        "lag": "messages not consumed yet: max_offset - offset (never negative)",
+        "first_unconsumed_store_time": "store time of the first message not consumed (ms)",
+        "lag_ms": "dump time (as-of) - store time of the first unconsumed message",
+        "retry": "true for a `%RETRY%group` topic", "source": "the file the offset came from (the `.bak` when the "
+                                                             "main file was unreadable)",
+    },
+    "transactions": {
+        "style": "`half` (broker-style: RMQ_SYS_TRANS_HALF_TOPIC + op messages) or `prepared_record` (a raw "
+                 "PREPARED record resolved by a COMMIT/ROLLBACK record)",
+        "uniq_key": "the transaction's UNIQ_KEY (all re-put copies of a half share it)",
+        "topic": "the real topic the transaction is for", "queue_id": "the real queue id",
+        "producer_group": "PGROUP: the producer group the broker checks back with",
+        "physical_offset": "the (last copy of the) half message",
+        "half_queue_offset": "its queue offset in RMQ_SYS_TRANS_HALF_TOPIC",
+        "first_store_time": "store time of the first half copy (ms)", "copies": "half copies (check re-puts)",
+        "check_times": "TRANSACTION_CHECK_TIMES: how often the broker asked the producer",
+        "resolved_time": "store time of the op message that marked it done (ms)",
+        "commit_physical_offset": "the COMMIT record's physical offset", "state": "`committed`, `rolled_back`, "
+        "`committed_without_op` or `open`", "age_ms": "open transactions: dump time - first_store_time",
+    },
+    "delays": {
+        "level": "delay level (1-based; SCHEDULE_TOPIC_XXXX queue `level - 1`)",
+        "queue_id": "the SCHEDULE_TOPIC_XXXX queue", "delivered_offset": "delayOffset.json: the next offset to "
+        "deliver", "pending": "messages at or past delivered_offset", "overdue": "pending, due before the dump "
+        "time, and not delivered to their real topic", "next_deliver_time": "the earliest pending deliver time (ms)",
+    },
+    "retries": {
+        "group": "the consumer group that sent the message back", "stage": "`scheduled` (SCHEDULE_TOPIC_XXXX copy "
+        "waiting for the retry delay), `retry` (%RETRY%group) or `dlq` (%DLQ%group)",
+        "topic": "the topic this copy is stored in", "reconsume_times": "RECONSUMETIMES of this copy",
+        "origin_message_id": "ORIGIN_MESSAGE_ID: the offset msg id of the first stored copy",
+        "original_topic": "the topic the message was first sent to (RETRY_TOPIC, else the original's topic)",
+        "origin_physical_offset": "the original's physical offset when it is in the dump",
+        "origin_uniq_key": "the original's UNIQ_KEY",
+    },
+    "dlq": {
+        "group": "the consumer group whose dead letters these are", "messages": "dead letters in %DLQ%group",
+        "oldest_store_time": "oldest dead letter's store time (ms)", "newest_store_time": "newest one's (ms)",
+        "original_topics": "the topics they were first sent to", "max_reconsume_times": "highest RECONSUMETIMES",
+    },
+    "messages": {  # decode, extract (the canonical message columns: README "Canonical message fields")
+        "beyond_first_stop": "found by the salvage walk past the point where the broker's recovery walk stops",
+        "store_size": "TOTALSIZE: the record's length in bytes", "magic_version": "1 or 2 (MAGICCODE; V2 has a "
+        "2-byte topic length)", "body_crc": "BODYCRC as stored", "flag": "FLAG (the producer's int flag)",
+        "sys_flag": "SYSFLAG: compression, transaction type, IPv6 host bits", "born_timestamp": "BORNTIMESTAMP "
+        "(ms, the producer's clock)", "born_host": "BORNHOST `ip:port`", "store_host": "STOREHOSTADDRESS `ip:port`",
+        "reconsume_times": "RECONSUMETIMES", "prepared_transaction_offset": "PreparedTransactionOffset",
+        "body": "BODY bytes as stored (compressed if sys_flag says so)", "properties": "PROPERTIES parsed to a map",
+        "properties_raw": "PROPERTIES as stored (`name\\u0001value\\u0002...`)", "msg_id": "offsetMsgId: store "
+        "host + physical offset, 32 hex digits", "keys": "KEYS split on spaces", "tags": "TAGS",
+        "tags_code": "the tag's hash code as dispatched to the consume queue (deliver time for delayed messages)",
+        "tran_type": "NOT, PREPARED, COMMIT or ROLLBACK (from sys_flag)", "compression": "NONE, ZLIB, LZ4 or ZSTD",
+        "body_crc_ok": "the stored BODYCRC matches the body", "producer_ip": "producer IP from the UNIQ_KEY",
+        "producer_pid": "producer process id from the UNIQ_KEY", "producer_time": "the UNIQ_KEY's time (ms)",
+        "delay_level": "DELAY property", "real_topic": "REAL_TOPIC (delayed and half messages)",
+        "real_queue_id": "REAL_QID", "retry_topic": "RETRY_TOPIC (send-back copies)",
+        "origin_message_id": "ORIGIN_MESSAGE_ID (send-back copies)", "size_ok": "TOTALSIZE matches the fields",
+        "error": "why the record did not decode (null when it did)", "error_field": "the field that failed",
+        "decompressed_body": "the body decompressed (--decompress / --body decompressed)",
+        "decompress_error": "why decompression failed", "stored_compression": "extract --body decompressed: the "
+        "compression the body was stored with", "consumer": "extract --consumers: the simulated consumer the "
+        "queue is allocated to",
+    },
+    "trend": {
+        "flag": "`growing_lag`, `growing_dlq`, `transaction_backlog` or `new_damage`",
+        "previous_run_id": "the run compared with", "previous_run_time": "its run time", "scope": "metric flags: "
+        "the metric's scope", "group": "metric flags: consumer group", "metric": "metric flags: the metric that "
+        "rose", "previous_value": "its value in the previous run (0 when the key was new)", "value": "its value now",
+        "change": "value - previous_value", "finding_id": "new_damage: the new finding's stable id",
+        "check": "new_damage: the integrity check", "severity": "new_damage: its severity", "file": "new_damage: "
+        "the file", "message": "new_damage: the finding's message",
+    },
+}
+METRICS = {
+    "message_count": "messages (broker, queue)", "message_bytes": "bytes of messages (broker, queue)",
+    "corrupt_bytes": "bytes no walk could frame (broker)", "segments": "commitlog segments (broker)",
+    "messages_lost": "messages the predicted recovery drops (broker)",
+    "predicted_max_physical_offset": "where the broker's recovery will end the commitlog (broker)",
+    "cq_min_offset": "first unit's queue offset (queue)", "cq_max_offset": "one past the last unit (queue)",
+    "cq_entries": "units (queue)", "index_entries": "index entries (broker)", "index_files": "index files (broker)",
+    "index_duplicate_entries": "duplicate index entries (broker)",
+    "lag_messages": "messages a group has not consumed, per topic (group)",
+    "lag_ms": "age of the oldest unconsumed message at the dump time, per topic (group)",
+    "open_transactions": "half messages neither committed nor rolled back (broker)",
+    "transactions": "transactions seen (broker)", "pending_delays": "delayed messages not delivered yet "
+    "(broker, level)", "overdue_delays": "pending and past their deliver time (level)",
+    "dlq_messages": "dead letters (group)", "retry_messages": "messages in %RETRY%group (group)",
+}
+SUMMARY = {
+    "tool": "`rocketmq-forensics`", "version": "the installed package version (`unknown` from a zip)",
+    "run_id": "the run's id (as in the findings and metrics)", "run_time": "when it started (ISO-8601, UTC)",
+    "elapsed_seconds": "how long the audit took", "checks": "the check families run",
+    "inputs": "every input file", "inputs[].path": "its path", "inputs[].size": "its size in bytes",
+    "inputs[].mtime_ns": "its modification time", "inputs[].sha256": "with --sha256: its hash",
+    "counts": "findings per severity", "counts.error": "error findings", "counts.warning": "warning findings",
+    "counts.info": "info findings", "counts.per_check": "per check",
+    "counts.per_check.<check>": "that check's severity and count", "counts.per_check.<check>.severity": "severity",
+    "counts.per_check.<check>.count": "findings", "brokers": "one entry per store", "brokers[].name": "broker",
+    "brokers[].path": "store root", "brokers[].geometry": "sizes read from the files",
+    "brokers[].geometry.segment_size": "commitlog segment size", "brokers[].geometry.segments": "segment files",
+    "brokers[].geometry.first_segment": "first segment name", "brokers[].geometry.last_segment": "last one",
+    "brokers[].geometry.consume_queue_file_size": "consume-queue file size", "brokers[].geometry.queues": "queues",
+    "brokers[].geometry.index_files": "index files", "brokers[].as_of": "the dump time used for lag and ages (ms)",
+    "brokers[].recovery": "what the broker will do when it starts on this dump",
+    "brokers[].recovery.mode": "`normal` or `abnormal` (abort file present)",
+    "brokers[].recovery.broker_will_start": "false when a file makes `load()` fail",
+    "brokers[].recovery.start_problems": "why it will not start", "brokers[].recovery.start_segment": "the "
+    "segment recovery starts from", "brokers[].recovery.predicted_max_physical_offset": "where the commitlog "
+    "will end", "brokers[].recovery.stop_segment": "segment where recovery stops",
+    "brokers[].recovery.stop_position": "file position there", "brokers[].recovery.stop_kind": "why it stops",
+    "brokers[].recovery.messages_lost": "well-formed messages past the end", "brokers[].recovery.bytes_lost":
+    "their bytes", "brokers[].recovery.segments_deleted": "segments wholly past the end (deleted)",
+    "brokers[].recovery.max_cq_physical_offset": "the highest offset the consume queues reach",
+    "brokers[].recovery.cq_units_truncated": "consume-queue units truncated",
+    "brokers[].recovery.index_files_deleted": "index files deleted and rebuilt",
+    "brokers[].recovery.redispatch_from": "abnormal recovery: where re-dispatch starts",
+    "brokers[].recovery.notes": "other remarks", "outputs": "paths of everything written",
+    "outputs.findings": "findings table", "outputs.metrics": "metrics table",
+    "outputs.tables/<name>": "each detail table", "outputs.report": "report.html (null with --no-report)",
+}
+
+
+def meaning(table: str, column: str) -> str:
+    got = MEANINGS.get(table, {}).get(column) or COMMON.get(column)
+    if got is None:
+        raise KeyError(f"no meaning written for column {column!r} of {table!r}: add it to tools/schema_docs.py")
+    return got
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Running the code to get the schemas
+
+
+def collect(spark) -> dict:
+    """Schemas of every output, from an audit of a small generated store and the jobs' own definitions."""
+    from jobs import audit, decode, extract, trend
+    from store_format.generate import TrafficConfig, generate_store
+    from store_format.writer import WriterConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store, out = Path(tmp) / "broker-x" / "store", Path(tmp) / "audit"
+        generate_store(store, TrafficConfig(messages=400, seed=5),
+                       WriterConfig(mappedFileSizeCommitLog=64 << 10, maxHashSlotNum=64, maxIndexNum=1024))
+        audit.run(spark, audit.build_parser().parse_args(["--store", str(store), "--out", str(out), "--no-report"]))
+        tables = {"findings": spark.read.parquet(str(out / "findings")).schema,
+                  "metrics": spark.read.parquet(str(out / "metrics")).schema}
+        tables.update({p.name: spark.read.parquet(str(p)).schema for p in sorted((out / "tables").iterdir())})
+        metric_names = sorted(r["metric"] for r in spark.read.parquet(str(out / "metrics")).select("metric")
+                              .distinct().collect())
+        summary = json.loads((out / "summary.json").read_text())
+        messages = decode.messages(spark, [str(store)], decompress=True).schema
+    by_name = {f.name: f.dataType.simpleString() for f in messages}
+    extract_cols = [*extract.OUTPUT_COLUMNS, "stored_compression", "consumer"]
+    extract_types = {**by_name, "stored_compression": "string", "consumer": "string"}
+
+    def columns(schema):
+        return [(f.name, f.dataType.simpleString()) for f in schema]
+
+    return {"tables": {k: columns(v) for k, v in tables.items()}, "metric_names": metric_names,
+            "summary_keys": summary_keys(summary), "decode": columns(messages),
+            "extract": [(c, extract_types[c]) for c in extract_cols],
+            "trend": columns(spark.createDataFrame([], trend.TREND_COLUMNS).schema)}
+
+
+def summary_keys(value, path: str = "") -> list[str]:
+    """Key paths of summary.json: lists as ``[]``, check names and table names as placeholders."""
+    out = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            key = "<check>" if path == "counts.per_check" else ("tables/<name>" if k.startswith("tables/") else k)
+            child = f"{path}.{key}" if path else key
+            if child not in out:
+                out.append(child)
+                out += [c for c in summary_keys(v, child) if c not in out]
+    elif isinstance(value, list) and value and isinstance(value[0], dict):
+        keys = {}
+        for item in value:
+            keys.update(item)
+        out += summary_keys(keys, f"{path}[]")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The document
+
+HEADER = """# Output schemas
+
+Generated by `make docs` (`tools/schema_docs.py`): the column names and types come from running the audit
+on a small generated store and from the jobs' own column lists; do not edit by hand (a test fails when this
+file and the code disagree).  What each finding kind means and what to do about it is in
+[user-guide.md](user-guide.md); every job's options are in [jobs.md](jobs.md).
+
+Types are Spark SQL types (`bigint` = 64-bit, `int` = 32-bit); timestamps in `*_time`/`*_timestamp` columns
+of `bigint` type are milliseconds since the epoch, as RocketMQ stores them.  Tables are Parquet folders
+(`--format delta` or `jsonl` where a job offers it; see `jobs/output.py`).
+"""
+
+AUDIT_TABLES = (
+    ("findings", "`OUT/findings/` (and the Delta table `HISTORY/findings` with `--history`): one row per finding"),
+    ("metrics", "`OUT/metrics/` (and `HISTORY/metrics`): long format, one row per measured value"),
+    ("segments", "`OUT/tables/segments/`: one row per commitlog segment (integrity family)"),
+    ("queues", "`OUT/tables/queues/`: one row per consume queue (consumequeue family)"),
+    ("lag", "`OUT/tables/lag/`: one row per group, topic and queue with a committed offset (lag family)"),
+    ("transactions", "`OUT/tables/transactions/`: one row per transaction (transactions family)"),
+    ("delays", "`OUT/tables/delays/`: one row per delay level (delays family)"),
+    ("retries", "`OUT/tables/retries/`: one row per send-back copy (retries family)"),
+    ("dlq", "`OUT/tables/dlq/`: one row per group with dead letters (retries family)"),
+)
+
+
+def _table(table_key: str, columns: list[tuple[str, str]]) -> str:
+    rows = [f"| `{name}` | `{typ}` | {meaning(table_key, name)} |" for name, typ in columns]
+    return "| column | type | meaning |\n|---|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def render(schemas: dict) -> str:
+    tables = schemas["tables"]
+    known = {name for name, _ in AUDIT_TABLES}
+    if set(tables) != known:
+        raise KeyError(f"the audit writes tables {sorted(tables)}, documented are {sorted(known)}: update "
+                       "AUDIT_TABLES in tools/schema_docs.py")
+    parts = [HEADER, "## jobs.audit\n"]
+    for name, where in AUDIT_TABLES:
+        parts.append(f"### {name}\n\n{where}.\n\n{_table(name, tables[name])}")
+    missing = [m for m in schemas["metric_names"] if m not in METRICS]
+    if missing:
+        raise KeyError(f"metrics without a meaning: {missing}: add them to METRICS in tools/schema_docs.py")
+    parts.append("### Metric names\n\nThe `metric` column's values (some only appear when there is something to "
+                 "count):\n\n| metric | meaning (scopes) |\n|---|---|\n"
+                 + "\n".join(f"| `{m}` | {t} |" for m, t in METRICS.items()) + "\n")
+    undocumented = [k for k in schemas["summary_keys"] if k not in SUMMARY]
+    if undocumented:
+        raise KeyError(f"summary.json keys without a meaning: {undocumented}: add them to SUMMARY")
+    parts.append("### summary.json\n\n| key | meaning |\n|---|---|\n"
+                 + "\n".join(f"| `{k}` | {SUMMARY[k]} |" for k in SUMMARY) + "\n")
+    parts.append("## jobs.decode\n\n`OUT/`: one row per stored message (`--decompress` adds the last two "
+                 "columns).\n\n" + _table("messages", schemas["decode"]))
+    parts.append("## jobs.extract\n\n`OUT/`: the selected messages, these columns in this order (`stored_compression` "
+                 "only with `--body decompressed`, `consumer` only with `--consumers`/`--consumer-ids`); types as in "
+                 "decode.  `OUT/_manifest.json` records `job`, `stores`, `source_geometry`, `selection`, `output` "
+                 "(path, format, row order), `notes`, `counts` (`selected`, `written`, `rejected`, "
+                 "`rejected_by_reason`, `reconciled`: selected = written + rejected), `rejected_examples`, "
+                 "`by_topic`, and with `--not-consumed-by` / `--consumers` the consumption report and the "
+                 "allocation.\n\n" + _table("messages", schemas["extract"]))
+    parts.append("## jobs.query\n\nJSON Lines on stdout: `{\"kind\": \"message\", \"broker\": ..., "
+                 "<the decode columns from `physical_offset` to `file_position`>}` per match (`body` base64), and "
+                 "with `--explain` `{\"kind\": \"explain\", \"broker\", \"reason\", \"physical_offset\", "
+                 "\"detail\"}` lines saying why a message is missing (reasons in jobs.md).\n")
+    parts.append("## jobs.trend\n\n`--out`: one row per flag.\n\n" + _table("trend", schemas["trend"]))
+    return "\n".join(parts)
+
+
+def generate() -> str:
+    from jobs.session import build_session
+
+    spark = build_session("schema-docs", master="local[2]", test_profile=True)
+    try:
+        return render(collect(spark))
+    finally:
+        spark.stop()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--write", metavar="PATH", help="write the document to PATH")
+    group.add_argument("--check", metavar="PATH", help="exit 1 when PATH differs from the generated document")
+    group.add_argument("--kinds", action="store_true", help="print every finding kind the audit can emit")
+    args = p.parse_args(argv)
+    if args.kinds:
+        print("\n".join(sorted(finding_kinds())))
+        return 0
+    sys.path.insert(0, str(REPO / "tools"))
+    from jobs_docs import emit  # the other generated document's writer/checker
+
+    return emit(generate(), args.write, args.check)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
