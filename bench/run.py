@@ -258,7 +258,7 @@ def spark_session():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from jobs.session import build_session
 
-    return build_session("bench", master="local[2]", extra={"spark.ui.enabled": "false", "spark.driver.memory": "2g"})
+    return build_session("bench", master="local[2]", extra={"spark.ui.enabled": "false", "spark.driver.memory": "4g"})
 
 
 def spark_figures(bench: Bench, spark, meta: dict, work: Path) -> dict:

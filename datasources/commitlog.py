@@ -19,7 +19,7 @@ stop or blank) and where the salvage walk ends (its first blank; stale bytes may
 then hands them to the second pass in the ``segmentEnds`` option, so every task knows them and ranges past
 the recovery end are never read; the first pass has also checked every body CRC before the recovery stop, so
 the second pass does not check those again (``crc_checked_before``: the CRC is most of the framing work).
-A segment that is a single range (``splitSize`` >= its length; by default segments up to 256 MiB) needs
+A segment that is a single range (``splitSize`` >= its length; by default segments up to 256 MiB and the newest) needs
 neither: its one task walks it from the start and finds its ends itself, so only segments split into several
 ranges go through the first pass.  ``spark.read.format("rocketmq-commitlog")`` without ``segmentEnds``
 computes the ends of split segments in the planner, walking them there: exact, but serial; use
@@ -54,14 +54,16 @@ FORMAT = "rocketmq-commitlog"
 WALKS = ("recovery", "salvage")
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 MATERIALIZE = ("positions", "frames", "headers", "decoded")
-# One task per segment up to 256 MiB, larger segments (RocketMQ's default is 1 GiB) cut into 256 MiB ranges.
-# Measured with bench/bench_datasource.py on local[2]: a segment cut into several ranges needs the first pass,
-# which costs about as much CPU as the framing itself (the body CRCs), so a whole segment per task read 1.8x
-# more MB per CPU second than 128 MiB ranges for positions (1.3x decoded); each task also costs ~70 ms of CPU
-# before it reads a byte (worker hand-off, unpickling), which made 32-64 MiB ranges 2-4x dearer still.  But a
-# whole 1 GiB segment per task keeps a dump of one or two segments on one core, and what a job builds from one
-# partition (a cached table, an Arrow UDF's input) grows with it: bench/run.py's audit of a single 1 GiB segment
-# ran out of a 2 GiB heap.  Ranged (non-local) reads hold a range plus 2 x maxRecordSize in memory per task.
+# One task per segment up to 256 MiB, larger segments (RocketMQ's default is 1 GiB) cut into 256 MiB ranges, but a
+# broker's newest segment always one range (range_sizes).  Measured with bench/bench_datasource.py on local[2]: a
+# segment cut into several ranges needs the first pass, which costs about as much CPU as the framing itself (the
+# body CRCs), so a whole segment per task read 1.8x more MB per CPU second than 128 MiB ranges for positions (1.3x
+# decoded); each task also costs ~70 ms of CPU before it reads a byte (worker hand-off, unpickling), which made
+# 32-64 MiB ranges 2-4x dearer still.  But a whole 1 GiB segment per task keeps a dump of one or two segments on
+# one core, and what a job builds from one partition (a cached table, an Arrow UDF's input) grows with it:
+# bench/run.py's audit of a single 1 GiB segment ran out of a 2 GiB heap.  The newest segment is the exception:
+# its ranges past the data would each scan the zero tail (bench/run.py's count: 8.2 s cut, 2.5 s whole).
+# Ranged (non-local) reads hold a range plus 2 x maxRecordSize in memory per task.
 DEFAULT_SPLIT_SIZE = 256 << 20
 DEFAULT_BATCH_ROWS = 16384
 # Ranged (non-mmap) reads fetch this much past a range end; a decision closer than this to the end of what
@@ -123,7 +125,7 @@ def _spark_type(t: pa.DataType) -> str:
 
 @dataclass(frozen=True)
 class Options:
-    split_size: int
+    split_size: int | None  # None: the default (range_sizes)
     walk: str
     mode: str
     materialize: str
@@ -147,7 +149,7 @@ class Options:
             return v
 
         return cls(
-            split_size=parse_size(options.get("splitSize"), DEFAULT_SPLIT_SIZE),
+            split_size=parse_size(options["splitSize"], DEFAULT_SPLIT_SIZE) if options.get("splitSize") else None,
             walk=choice("walk", WALKS, "recovery"),
             mode=choice("mode", MODES, "PERMISSIVE", upper=True),
             materialize=choice("materialize", MATERIALIZE, "frames"),
@@ -231,15 +233,29 @@ def _infer_segment_size(named: list[tuple[int, int]]) -> int | None:
     return named[0][1] if named else None
 
 
-def plan_ranges(files: list[SegmentFile], split_size: int) -> list[SegmentRange]:
+def range_sizes(files: list[SegmentFile], split_size: int | None) -> dict[tuple[str, str], int]:
+    """The range size of each segment: ``splitSize`` when given; by default (None) DEFAULT_SPLIT_SIZE, except
+    for each broker's newest segment, read as one range: it is the one with the unwritten zero tail, which a
+    range of its own would scan (and a first pass too) for nothing."""
+    newest = {}
+    for f in files:
+        if f.base is not None and (f.broker not in newest or f.base > newest[f.broker].base):
+            newest[f.broker] = f
+    return {(f.broker, f.name): split_size if split_size else
+            max(f.length, 1) if newest.get(f.broker) is f else DEFAULT_SPLIT_SIZE for f in files}
+
+
+def plan_ranges(files: list[SegmentFile], split_size: int | None) -> list[SegmentRange]:
     out = []
+    sizes = range_sizes(files, split_size)
     for f in files:
         if f.base is None:
             out.append(SegmentRange(f.broker, f.loc, f.name, None, f.length, 0, 0, True, f.problems))
             continue
-        n = max(1, math.ceil(f.length / split_size))
+        size = sizes[f.broker, f.name]
+        n = max(1, math.ceil(f.length / size))
         for k in range(n):
-            start, end = k * split_size, min(f.length, (k + 1) * split_size)
+            start, end = k * size, min(f.length, (k + 1) * size)
             out.append(SegmentRange(f.broker, f.loc, f.name, f.base, f.length, start, end, k == n - 1,
                                     f.problems if k == 0 else ()))
     return out
@@ -726,7 +742,8 @@ def commitlog_ends(spark, path: str, **options) -> dict:
     parsed = Options.parse(opts)  # fail on bad options before any job runs
     # a segment read by one task needs no first pass: that task walks it all and finds its ends itself
     files = list_segment_files(find_inputs(path, "commitlog", opts.get("broker")), parsed.segment_size)
-    split = [f for f in files if f.base is not None and f.length > parsed.split_size]
+    sizes = range_sizes(files, parsed.split_size)
+    split = [f for f in files if f.base is not None and f.length > sizes[f.broker, f.name]]
     if not split:
         return {}
     stops = (spark.read.format(FORMAT).options(**opts)

@@ -578,3 +578,16 @@ def test_unit_arrays_equal_read_units(fixture, tmp_path):
             error = (e.kind, e.position)
         assert got == expected, f.path
         assert ((arrays.truncated.kind, arrays.truncated.position) if arrays.truncated else None) == error
+
+
+def test_default_ranges_cut_big_segments_but_not_the_newest():
+    """By default a 1 GiB segment is four 256 MiB ranges (bounded work and memory per task, both cores busy), but
+    each broker's newest segment, the one with the zero tail, stays one range; a given splitSize cuts them all."""
+    from datasources.commitlog import DEFAULT_SPLIT_SIZE, SegmentFile, plan_ranges
+
+    gib = 1 << 30
+    files = [SegmentFile(b, None, segment_name(k * gib), k * gib, gib, ()) for b in ("a", "b") for k in range(3)]
+    per_segment = Counter((r.broker, r.base) for r in plan_ranges(files, None))
+    assert per_segment == {**{(b, k * gib): gib // DEFAULT_SPLIT_SIZE for b in "ab" for k in range(2)},
+                           ("a", 2 * gib): 1, ("b", 2 * gib): 1}
+    assert set(Counter(r.base for r in plan_ranges(files, 512 << 20)).values()) == {4}  # 2 ranges x 2 brokers

@@ -57,9 +57,12 @@ MESSAGE_COLUMNS = (
     "broker", "segment", "file_position", "physical_offset", "store_size", "beyond_first_stop", "topic",
     "queue_id", "queue_offset", "sys_flag", "tran_type", "born_timestamp", "store_timestamp", "store_host",
     "reconsume_times", "prepared_transaction_offset", "msg_id", "uniq_key", "keys", "tags", "tags_code",
-    "delay_level", "real_topic", "real_queue_id", "retry_topic", "origin_message_id", "properties",
-    "body_crc_ok", "size_ok",
+    "delay_level", "real_topic", "real_queue_id", "retry_topic", "origin_message_id", "body_crc_ok", "size_ok",
 )
+# The few properties the checks read beyond the decoded columns, kept as columns of their own: the whole
+# properties map is the widest column and would be most of the cached table.
+PROPERTY_COLUMNS = {"producer_group": L.PROPERTY_PRODUCER_GROUP, "check_times": L.PROPERTY_TRANSACTION_CHECK_TIMES,
+                    "property_real_topic": L.PROPERTY_REAL_TOPIC}
 DISPATCHED_TYPES = ("NOT", "COMMIT")  # PREPARED and ROLLBACK get no consume-queue entry
 
 
@@ -184,7 +187,8 @@ class AuditContext:
         keep = [c for c in df.columns if c in MESSAGE_COLUMNS or c in (
             "kind", "length", "reason", "field", "detail", "excerpt_hex")]
         op_body = F.when(F.col("topic") == L.TRANS_OP_HALF_TOPIC, F.col("body")).alias("op_body")
-        return self._persist(df.select(*keep, op_body))
+        props = [F.col("properties")[key].alias(name) for name, key in PROPERTY_COLUMNS.items()]
+        return self._persist(df.select(*keep, *props, op_body))
 
     @cached_property
     def messages(self) -> DataFrame:

@@ -3,7 +3,7 @@ stale records past a segment's first stop, segment files of the wrong length or 
 
 Checks: ``integrity.<reason>`` for each corrupt span (reason = the walk's stop kind in lower case: bad_crc,
 bad_magic, size_mismatch, bad_length, truncated, physical_offset_mismatch, end_of_data for a hole after zeros;
-bad_file_name, bad_file_length for segment files), ``integrity.damaged_message`` (the message a span destroyed,
+bad_file_name, bad_geometry (wrong or empty length) for segment files), ``integrity.damaged_message`` (the message a span destroyed,
 when its header still decodes), ``integrity.stale_records``,
 ``integrity.segment_gap``, ``integrity.no_commitlog``.  The segment table (fill and damage per segment) is
 this family's detail table.

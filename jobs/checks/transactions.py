@@ -25,9 +25,8 @@ def transaction_table(ctx: AuditContext):
     m = ctx.messages.where(F.col("kept"))
     halves = m.where(F.col("topic") == L.TRANS_HALF_TOPIC).select(
         "broker", "physical_offset", "queue_offset", "uniq_key", "store_timestamp",
-        F.coalesce(F.col("real_topic"), F.col("properties")[L.PROPERTY_REAL_TOPIC]).alias("real_topic"),
-        F.col("real_queue_id"), F.col("properties")[L.PROPERTY_PRODUCER_GROUP].alias("producer_group"),
-        F.col("properties")[L.PROPERTY_TRANSACTION_CHECK_TIMES].cast("int").alias("check_times"), "segment",
+        F.coalesce(F.col("real_topic"), F.col("property_real_topic")).alias("real_topic"),
+        F.col("real_queue_id"), "producer_group", F.col("check_times").cast("int").alias("check_times"), "segment",
         "file_position")
     ops = (m.where((F.col("topic") == L.TRANS_OP_HALF_TOPIC) & (F.col("tags") == L.TRANS_OP_REMOVE_TAG))
            .select("broker", "store_timestamp",
@@ -63,7 +62,7 @@ def transaction_table(ctx: AuditContext):
 
     prepared = m.where((F.col("tran_type") == "PREPARED") & (F.col("topic") != L.TRANS_HALF_TOPIC)).select(
         "broker", "physical_offset", "uniq_key", "topic", "queue_id", "store_timestamp", "segment", "file_position",
-        F.col("properties")[L.PROPERTY_PRODUCER_GROUP].alias("producer_group"))
+        "producer_group")
     p = prepared.join(ends, ["broker", "physical_offset"], "left").groupBy(
         "broker", "physical_offset", "uniq_key", "topic", "queue_id", "store_timestamp", "segment", "file_position",
         "producer_group").agg(
