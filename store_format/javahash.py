@@ -192,11 +192,6 @@ def java_hash_concat(prefix_hash, suffix_hash, suffix_units):
     return h.astype(np.uint32).view(np.int32)
 
 
-def index_key_hash_many(keys: list[str]):
-    """``index_key_hash`` for many full keys (``topic#key``): abs, Integer.MIN_VALUE -> 0."""
-    return index_hash_of(java_hash_many(keys))
-
-
 def index_hash_of(java_hashes):
     """IndexService.indexKeyHashMethod over an array of String.hashCode values."""
     import numpy as np
