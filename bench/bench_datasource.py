@@ -41,6 +41,14 @@ CACHE = REPO / "bench" / "cache"
 BODY_LOG_MEAN = 5.4  # lognormal body sizes: ~475-byte records with the generator's properties
 
 
+def message_columns() -> str:
+    """The ``columns`` option for what RocketMQ's MessageDecoder.decode yields (every stored field, properties
+    parsed, msgId); the kernel's status columns are never shipped by the source."""
+    from udfs import kernels as K
+
+    return ",".join(c for c in K.MESSAGE_DECODER_COLUMNS if c not in K.STATUS_COLUMNS)
+
+
 def generate(root: Path, total_mb: int, segment_mb: int) -> dict:
     """A store of about ``total_mb`` MiB in ``segment_mb`` MiB segments (cached with its meta.json)."""
     from store_format.generate import TrafficConfig, generate_store, progress_line
@@ -157,7 +165,10 @@ def main(argv=None) -> int:
                          "128 cuts each segment in two, so read_commitlog runs its first pass")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-check-crc", action="store_true", help="also measure checkCrc=false scans")
-    ap.add_argument("--materialize", nargs="+", default=["positions", "decoded"], choices=["positions", "decoded"])
+    ap.add_argument("--materialize", nargs="+", default=["positions", "message", "decoded"],
+                    choices=["positions", "message", "decoded"],
+                    help="positions; message: materialize=decoded with the columns RocketMQ's MessageDecoder.decode "
+                         "yields (every stored field, properties parsed, msg_id); decoded: every decoded column")
     ap.add_argument("--no-local", action="store_true", help="skip the one-core measurements")
     args = ap.parse_args(argv)
     root = CACHE / f"store-{args.mb}-{args.segment_mb}"
@@ -222,22 +233,25 @@ def main(argv=None) -> int:
         variants = [(mat, {}) for mat in args.materialize]
         if args.no_check_crc:
             variants += [(mat, {"checkCrc": "false"}) for mat in args.materialize]
-        for mat, extra in variants:
-            df = read_commitlog(spark, path, materialize=mat, **opts, **extra)
+        for variant, extra in variants:
+            # "message": the decoded read with MessageDecoder.decode's columns only
+            source = {"materialize": "decoded", "columns": message_columns()} if variant == "message" else \
+                {"materialize": variant}
+            df = read_commitlog(spark, path, **source, **opts, **extra)
             crc = ", checkCrc=false" if extra else ""
             if not extra:
-                replay = spark.read.format(REPLAY).options(path=str(files[0]), materialize=mat, rows=str(n),
+                replay = spark.read.format(REPLAY).options(path=str(files[0]), rows=str(n), **source,
                                                            partitions=str(df.rdd.getNumPartitions())).load()
-                record(f"local[2]: {mat}: transport ceiling, replayed batches ({label})", timed(lambda: noop(replay)),
-                       n)
+                record(f"local[2]: {variant}: transport ceiling, replayed batches ({label})",
+                       timed(lambda: noop(replay)), n)
             if one_range:
-                record(f"local[2]: {mat}: read_commitlog, one pass ({label}{crc})",
-                       timed(lambda: noop(read_commitlog(spark, path, materialize=mat, **opts, **extra))), n)
+                record(f"local[2]: {variant}: read_commitlog, one pass ({label}{crc})",
+                       timed(lambda: noop(read_commitlog(spark, path, **source, **opts, **extra))), n)
                 continue
-            record(f"local[2]: {mat}: second pass, ends known ({label}{crc})", timed(lambda: noop(df)), n)
+            record(f"local[2]: {variant}: second pass, ends known ({label}{crc})", timed(lambda: noop(df)), n)
             if not extra:
-                record(f"local[2]: {mat}: read_commitlog, both passes ({label})",
-                       timed(lambda: noop(read_commitlog(spark, path, materialize=mat, **opts))), n)
+                record(f"local[2]: {variant}: read_commitlog, both passes ({label})",
+                       timed(lambda: noop(read_commitlog(spark, path, **source, **opts))), n)
     spark.stop()
     raw = results[0][1]
     # "MB/CPU s": throughput per core-second of CPU spent (this process tree only): a loaded machine stretches

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from datasources.commitlog import CommitLogReader, arrow_schema, spark_ddl
+from datasources.commitlog import CommitLogReader, Options, arrow_schema, spark_ddl
 
 NAME = "bench-commitlog-replay"
 
@@ -21,14 +21,15 @@ class ReplayPart(InputPartition):
 
 
 class ReplaySource(DataSource):
-    """Options: ``path`` (a segment), ``materialize``, ``rows`` in all, ``partitions``."""
+    """Options: ``path`` (a segment), ``materialize`` (and ``columns``), ``rows`` in all, ``partitions``."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def schema(self) -> str:
-        return spark_ddl(arrow_schema(self.options.get("materialize", "positions")))
+        opts = Options.parse({"materialize": "positions", **self.options})
+        return spark_ddl(arrow_schema(opts.materialize, columns=opts.columns))
 
     def reader(self, schema) -> "ReplayReader":
         return ReplayReader(self.options)
@@ -44,7 +45,8 @@ class ReplayReader(DataSourceReader):
 
     def read(self, part: ReplayPart):
         real = CommitLogReader({"path": self.options["path"], "materialize": self.options["materialize"],
-                                "splitSize": str(8 << 20), "segmentEnds": "unresolved"})
+                                "splitSize": str(8 << 20), "segmentEnds": "unresolved",
+                                **({"columns": self.options["columns"]} if "columns" in self.options else {})})
         batch = next(real.read(real.partitions()[0]))  # one full batch of real rows
         left = part.rows
         while left > 0:

@@ -29,7 +29,9 @@ Rows: one per walk item, ``kind`` = message | blank | stop (where a walk stopped
 for the zero-filled tail, summarized in one row) | corrupt (bytes the salvage walk could not frame, or a
 segment file with a bad name or length).  ``materialize`` chooses what else a row carries: ``positions``
 (nothing), ``frames`` (the record bytes), ``headers`` (decoded columns without the body) or ``decoded``
-(every canonical column, from udfs.kernels), since Python sources get no column pruning.
+(every canonical column, from udfs.kernels), since Python sources get no column pruning; with ``headers`` or
+``decoded``, ``columns`` (comma-separated names) ships only the decoded columns asked for, which is most of the
+cost of a decoded read (Spark's conversion of each column) when a job uses a few.
 """
 from __future__ import annotations
 
@@ -79,23 +81,45 @@ BASE_COLUMNS = (
 _BASE_NAMES = tuple(n for n, _ in BASE_COLUMNS)
 
 
-def _kernel_columns(materialize: str, decompress: bool) -> tuple[str, ...]:
+def _kernel_columns(materialize: str, decompress: bool, columns: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The decoded columns a row carries beyond the base ones: every default kernel column, or ``columns``."""
     if materialize not in ("headers", "decoded"):
         return ()
     from udfs import kernels as K
 
     skip = set(_BASE_NAMES) | set(K.STATUS_COLUMNS) | ({"body"} if materialize == "headers" else set())
-    cols = tuple(c for c in K.DEFAULT_COLUMNS if c not in skip)
+    cols = tuple(c for c in (K.DEFAULT_COLUMNS if columns is None else columns) if c not in skip)
     if decompress and materialize == "decoded":
-        cols += K.DECOMPRESS_COLUMNS
+        cols += tuple(c for c in K.DECOMPRESS_COLUMNS if c not in cols)
     return cols
 
 
-def arrow_schema(materialize: str, decompress: bool = False) -> pa.Schema:
+def parse_columns(value: str | None, materialize: str) -> tuple[str, ...] | None:
+    """The ``columns`` option: a comma-separated choice of decoded columns (None: all of them).  Python
+    sources get no column pruning, so this is how a reader ships only what it uses to the JVM."""
+    if value is None or value.strip().lower() in ("", "all"):
+        return None
+    from udfs import kernels as K
+
+    cols = tuple(dict.fromkeys(c.strip() for c in value.split(",") if c.strip()))
+    if materialize not in ("headers", "decoded"):
+        raise ValueError(f"option columns={value!r} chooses decoded columns: use it with materialize=headers or "
+                         f"decoded (materialize is {materialize})")
+    choices = [c for c in K.ALL_COLUMNS if c not in K.STATUS_COLUMNS and
+               not (materialize == "headers" and c in ("body",) + K.DECOMPRESS_COLUMNS)]
+    unknown = [c for c in cols if c not in choices and c not in _BASE_NAMES]
+    if unknown:
+        raise ValueError(f"option columns: unknown {'or body-bearing ' if materialize == 'headers' else ''}columns "
+                         f"{unknown} for materialize={materialize}; choose from {choices} (the base columns "
+                         f"{list(_BASE_NAMES)} are always there)")
+    return cols
+
+
+def arrow_schema(materialize: str, decompress: bool = False, columns: tuple[str, ...] | None = None) -> pa.Schema:
     fields = [pa.field(n, t) for n, t in BASE_COLUMNS]
     if materialize == "frames":
         fields.append(pa.field("frame", pa.binary()))
-    kcols = _kernel_columns(materialize, decompress)
+    kcols = _kernel_columns(materialize, decompress, columns)
     if kcols:
         from udfs import kernels as K
 
@@ -137,6 +161,8 @@ class Options:
     io: str  # auto (mmap for local files) | ranged
     max_record_size: int
     delay_levels: str | None
+    columns: tuple[str, ...] | None  # decoded columns to ship (None: all)
+    push_filters: bool  # prune by the query's filters (see CommitLogReader.pushFilters)
     ends: str  # "planner" | "unresolved" | JSON {"broker/segment": [first_stop, first_blank(, crc_checked_before)]}
 
     @classmethod
@@ -148,11 +174,12 @@ class Options:
                 raise ValueError(f"option {key}={options.get(key)!r}: choose one of {', '.join(allowed)}")
             return v
 
+        materialize = choice("materialize", MATERIALIZE, "frames")
         return cls(
             split_size=parse_size(options["splitSize"], DEFAULT_SPLIT_SIZE) if options.get("splitSize") else None,
             walk=choice("walk", WALKS, "recovery"),
             mode=choice("mode", MODES, "PERMISSIVE", upper=True),
-            materialize=choice("materialize", MATERIALIZE, "frames"),
+            materialize=materialize,
             check_crc=parse_bool(options.get("checkCrc"), True),
             decompress=parse_bool(options.get("decompress"), False),
             segment_size=parse_size(options["segmentSize"], 0) if options.get("segmentSize") else None,
@@ -161,6 +188,8 @@ class Options:
             io=choice("io", ("auto", "ranged"), "auto"),
             max_record_size=parse_size(options.get("maxRecordSize"), DEFAULT_MAX_RECORD_SIZE),
             delay_levels=options.get("messageDelayLevel"),
+            columns=parse_columns(options.get("columns"), materialize),
+            push_filters=parse_bool(options.get("pushFilters"), False),
             ends=options.get("segmentEnds", "planner"),
         )
 
@@ -466,7 +495,7 @@ class CommitLogDataSource(DataSource):
 
     def schema(self) -> str:
         opts = Options.parse(self.options)
-        return spark_ddl(arrow_schema(opts.materialize, opts.decompress))
+        return spark_ddl(arrow_schema(opts.materialize, opts.decompress, opts.columns))
 
     def reader(self, schema) -> "CommitLogReader":
         return CommitLogReader(self.options)
@@ -480,8 +509,13 @@ class CommitLogReader(DataSourceReader):
         self.filters = []
 
     def pushFilters(self, filters):
+        """Only with ``pushFilters=true``: Spark 4.3 keeps the read planned for a query's pushed filters on the
+        loaded DataFrame and reuses it for a later query on that DataFrame that has no filter at all, which would
+        then read only the earlier query's rows (fixed upstream by scoping it to the scan).  So the default is
+        to push nothing; readers that build a DataFrame per query (read_commitlog's first pass, the query and
+        extract jobs) turn it on."""
         for f in filters:
-            if _accept_filter(f, self.opts.materialize):
+            if self.opts.push_filters and _accept_filter(f, self.opts.materialize):
                 self.filters.append(f)
             else:
                 yield f
@@ -559,8 +593,8 @@ class _RangeReader:
 
     def __init__(self, part: SegmentRange, opts: Options, filters):
         self.p, self.opts, self.filters = part, opts, filters
-        self.schema = arrow_schema(opts.materialize, opts.decompress)
-        self.kernel_cols = _kernel_columns(opts.materialize, opts.decompress)
+        self.schema = arrow_schema(opts.materialize, opts.decompress, opts.columns)
+        self.kernel_cols = _kernel_columns(opts.materialize, opts.decompress, opts.columns)
 
     def batches(self):
         p = self.p
@@ -747,7 +781,8 @@ def commitlog_ends(spark, path: str, **options) -> dict:
     if not split:
         return {}
     stops = (spark.read.format(FORMAT).options(**opts)
-             .options(materialize="positions", walk="salvage", mode="PERMISSIVE", segmentEnds="unresolved")
+             .options(materialize="positions", walk="salvage", mode="PERMISSIVE", segmentEnds="unresolved",
+                      pushFilters="true")
              .load(path)
              .where(F.col("broker").isin(sorted({f.broker for f in split}))
                     & F.col("segment").isin(sorted({f.name for f in split})) & F.col("kind").isin("stop", "blank"))

@@ -1,14 +1,16 @@
 """decode: export every message of one or more broker dumps as a table.
 
   python -m jobs.decode --store PATH [PATH ...] --out DIR [--format parquet|delta|jsonl]
-                        [--walk recovery|salvage] [--topic T ...] [--decompress] [--overwrite]
+                        [--walk recovery|salvage] [--topic T ...] [--columns C,C,...] [--decompress]
+                        [--overwrite]
   spark-submit --py-files dist/rocketmq_forensics.zip jobs/decode.py --store ... --out ...
 
 The messages table has one row per stored message, with the canonical columns of the ``rocketmq-commitlog``
 data source read with ``materialize=decoded`` (datasources/commitlog.py): location (``broker, segment,
 file_position, physical_offset, store_size``, ``beyond_first_stop`` = found by the salvage walk past the
 point where the broker's recovery stops), every stored field, and the derived ones (msg_id, uniq_key, keys,
-tags, tran_type, compression, body_crc_ok, ...).  ``--walk recovery`` (default) keeps what the broker itself
+tags, tran_type, compression, body_crc_ok, ...); ``--columns`` keeps only the named ones (with the location
+columns and topic), and is cheaper: the data source then decodes and ships only those.  ``--walk recovery`` (default) keeps what the broker itself
 would recover; ``salvage`` resyncs past damage.  Damage is not part of this table (the audit reports it);
 the summary line counts where a walk stopped on damage and the unframeable spans it skipped.
 
@@ -46,22 +48,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recovery: what the broker would recover (default); salvage: also past damage")
     p.add_argument("--topic", action="append", metavar="T",
                    help="keep only this topic (repeatable)")
+    p.add_argument("--columns", metavar="C,C,...", type=_column_list,
+                   help="keep only these message columns besides the location columns and topic (e.g. "
+                        "queue_id,queue_offset,store_timestamp,tags,keys,body); default: every column")
     p.add_argument("--decompress", action="store_true",
                    help="add decompressed_body (and decompress_error) for compressed bodies")
     return p
 
 
+def _column_list(text: str) -> list[str]:
+    """--columns: message column names, checked against the data source's decoded columns."""
+    from datasources.commitlog import parse_columns
+
+    try:
+        return list(parse_columns(text, "decoded") or ())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("option columns: ")) from None
+
+
 def messages(spark, stores: list[str], walk: str = "recovery", topics: list[str] | None = None,
-             decompress: bool = False):
-    """The messages of ``stores`` (optionally of ``topics`` only) as a DataFrame."""
+             decompress: bool = False, columns: list[str] | None = None):
+    """The messages of ``stores`` (optionally of ``topics`` only) as a DataFrame; ``columns``: only these
+    message columns (and the location columns and topic)."""
     from functools import reduce
 
     from pyspark.sql import functions as F
 
     from datasources import read_commitlog
 
-    frames = [read_commitlog(spark, s, materialize="decoded", walk=walk, decompress=str(decompress).lower())
-              for s in stores]
+    chosen = {"columns": ",".join(dict.fromkeys(["topic", *columns]))} if columns else {}
+    frames = [read_commitlog(spark, s, materialize="decoded", walk=walk, decompress=str(decompress).lower(),
+                             **chosen) for s in stores]
     msgs = reduce(lambda a, b: a.unionByName(b), frames).where(F.col("kind") == "message")
     if topics:
         msgs = msgs.where(F.col("topic").isin(topics))
@@ -90,7 +107,8 @@ def prepare(args) -> None:
 
 def run(spark, args) -> cli.JobResult:
     prepare(args)  # again: run() is also called directly, without main()
-    msgs = messages(spark, args.store, args.walk, args.topic, args.decompress)
+    msgs = messages(spark, args.store, args.walk, args.topic, args.decompress,
+                    getattr(args, "columns", None))
     write_table(msgs, args.out, args.format)
     from pyspark.sql import functions as F
 

@@ -208,7 +208,8 @@ def read_messages(spark, stores: list[StoreRef], *, walk: str = "recovery", deco
     lo, hi = time_range
     frames = []
     for ref in stores:
-        options = dict(walk=walk, materialize=materialize, broker=ref.label)
+        # a DataFrame per call, always filtered by kind or time below: pushing filters is safe (CommitLogReader)
+        options = dict(walk=walk, materialize=materialize, broker=ref.label, pushFilters="true")
         if decompress:
             options["decompress"] = "true"
         kept = segments_in_time_range(ref.open(), lo, hi)

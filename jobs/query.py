@@ -414,7 +414,7 @@ class Query:
         from datasources.commitlog import read_commitlog
 
         rows = (read_commitlog(self.spark, str(ref.root / "commitlog" / segment), broker=ref.label, walk="salvage",
-                               materialize="positions")
+                               materialize="positions", pushFilters="true")
                 .where((F.col("segment") == segment) & (F.col("physical_offset") <= off))
                 .orderBy(F.col("physical_offset").desc()).limit(1).collect())
         if not rows:

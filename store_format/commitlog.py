@@ -92,8 +92,12 @@ class ReadOnlyMap:
         return len(self.buf)
 
     def close(self):
-        if isinstance(self.buf, mmap.mmap):
-            self.buf.close()
+        buf, self.buf = self.buf, b""
+        if isinstance(buf, mmap.mmap):
+            try:
+                buf.close()
+            except BufferError:  # a numpy or memoryview view still exports it (garbage not yet collected):
+                pass  # the map is unmapped when the last view goes
         self._f.close()
 
     def __enter__(self):

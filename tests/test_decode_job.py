@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
+
 from jobs import decode
 from jobs.output import read_table
 
@@ -59,3 +61,27 @@ def test_nothing_matched_exits_1_and_refusals_exit_2(spark, tmp_path, capsys):
     assert decode.main(["--store", store, "--out", store + "/decoded"]) == 2  # into the input
     assert decode.main(["--store", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     assert "MISSING" in capsys.readouterr().err
+
+
+def test_columns_keeps_the_location_topic_and_the_chosen_columns(spark, tmp_path):
+    manifest = fixture_manifest("basic")
+    out = tmp_path / "narrow"
+    result = decode.run(spark, _args("--store", str(fixture_store("basic")), "--out", str(out),
+                                     "--columns", "queue_offset,body"))
+    assert result.exit_code == 0
+    table = read_table(spark, str(out))
+    assert table.columns == ["broker", "segment", "file_position", "physical_offset", "store_size",
+                             "beyond_first_stop", "topic", "queue_offset", "body"]
+    expected = {m["commitLogOffset"]: m for m in manifest["messages"]}
+    rows = table.collect()
+    assert len(rows) == len(expected)
+    for r in rows:
+        assert (r.topic, r.queue_offset) == (expected[r.physical_offset]["topic"],
+                                             expected[r.physical_offset]["queueOffset"])
+
+
+def test_unknown_columns_are_refused_before_spark_starts(capsys):
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error
+        decode.main(["--store", "x", "--out", "y", "--columns", "topic,bodyy"])
+    assert exited.value.code == 2
+    assert "argument --columns: unknown columns ['bodyy']" in capsys.readouterr().err

@@ -177,7 +177,10 @@ class AuditContext:
         """Every item of the salvage walk of every store (messages decoded, bodies only where needed)."""
         from datasources import read_commitlog
 
-        opts = {"walk": "salvage", "materialize": "decoded", "checkCrc": str(self.check_crc).lower()}
+        # only the columns kept below (body_crc too: with it, framing's CRC check answers body_crc_ok)
+        decoded = MESSAGE_COLUMNS + ("body_crc", "body", "properties")
+        opts = {"walk": "salvage", "materialize": "decoded", "checkCrc": str(self.check_crc).lower(),
+                "columns": ",".join(decoded)}
         if self.split_size:
             opts["splitSize"] = self.split_size
         if self.segment_size:
