@@ -40,16 +40,27 @@ def tree_cpu(root: int | None = None) -> float:
     return sum(stats[p][1] for p in descendants(root, stats) if p in stats) / os.sysconf("SC_CLK_TCK")
 
 
-def peak_rss(pid: int) -> int:
-    """VmHWM (peak resident set) of ``pid`` in bytes; 0 when it is gone."""
+def _status_bytes(pid: int, field: str) -> int:
+    """A ``kB`` field of /proc/PID/status in bytes; 0 when the process is gone."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return 0
+
+
+def peak_rss(pid: int) -> int:
+    """VmHWM (peak resident set) of ``pid`` in bytes; 0 when it is gone.  It counts the pages of files the
+    process maps (a 1 GiB segment read through mmap is resident page cache, not memory the process holds)."""
+    return _status_bytes(pid, "VmHWM")
+
+
+def anon_rss(pid: int) -> int:
+    """RssAnon of ``pid`` in bytes now: its heap, stacks and private copies, without mapped files' pages."""
+    return _status_bytes(pid, "RssAnon")
 
 
 def cmdline(pid: int) -> str:
@@ -65,15 +76,19 @@ def spark_peaks(root: int | None = None) -> dict[str, int]:
     JVM, the largest Python worker (and daemon), and the driver's Python process (``root``) itself."""
     root = os.getpid() if root is None else root
     tree = descendants(root)
-    jvm = [peak_rss(p) for p in tree if "org.apache.spark.deploy.SparkSubmit" in cmdline(p)]
-    workers = [peak_rss(p) for p in tree if "pyspark.daemon" in cmdline(p) or "pyspark.worker" in cmdline(p)]
-    return {"driver_jvm_peak_bytes": max(jvm, default=0), "python_worker_peak_bytes": max(workers, default=0),
-            "driver_python_peak_bytes": peak_rss(root)}
+    jvm = [p for p in tree if "org.apache.spark.deploy.SparkSubmit" in cmdline(p)]
+    workers = [p for p in tree if "pyspark.daemon" in cmdline(p) or "pyspark.worker" in cmdline(p)]
+    out = {}
+    # *_peak_bytes: VmHWM; *_anon_bytes: anonymous memory at this moment (PeakSampler keeps the largest seen)
+    for name, pids in (("driver_jvm", jvm), ("python_worker", workers), ("driver_python", [root])):
+        out[f"{name}_peak_bytes"] = max(map(peak_rss, pids), default=0)
+        out[f"{name}_anon_bytes"] = max(map(anon_rss, pids), default=0)
+    return out
 
 
 class PeakSampler:
     """``spark_peaks`` polled every ``interval`` seconds on a background thread, keeping each maximum: a Python
-    worker that exits before the end still counts."""
+    worker that exits before the end still counts, and the anonymous memory's peak is the largest sample."""
 
     def __init__(self, root: int | None = None, interval: float = 0.5):
         import threading

@@ -1,7 +1,7 @@
 """make bench: every figure of issue 9, measured in one run on one generated dump, into bench/results.json.
 
     .venv/bin/python bench/run.py [--size 1024] [--baseline-mb 64] [--writer-mb 256] [--repeat 2]
-                                  [--scale-mib 4] [--scale-steps 1 4 16] [--skip audit ...]
+                                  [--scale-mib 16] [--scale-steps 1 4 16] [--skip audit ...]
 
 The dump (bench/dump.py: 8 topics x 8 queues, 100-400 byte bodies, tags, 1-2 keys, UNIQ_KEYs, 5% IPv6, 1 GiB
 segments, written by the bulk writer, seeded) is generated once and cached in bench/cache/ under a name made
@@ -20,8 +20,10 @@ of its parameters.  Then, on that dump, page cache warm, best of ``--repeat`` un
              store_format.indexfile): ms per lookup, mean and p99;
   spark      local[2]: the commitlog source's message count (positions), the decode job's table written
              as Parquet;
-  scaling    the audit and the decode job at --scale-steps x --scale-mib, each in a fresh local[2] session
-             (bench/scaling.py): seconds per GB, marginal seconds per GB, peak memory per process;
+  scaling    the audit and the decode job over a --scale-reference-mib dump (their fixed cost), then at
+             --scale-steps x --scale-mib, each in a fresh local[2] session (bench/scaling.py): seconds per GB,
+             net seconds per GB (beyond the fixed cost), marginal seconds per GB, peak memory per process
+             (anonymous and resident);
   audit      the audit job over the whole dump, once, in a session of its own like the scaling runs, last
              (skip it with --skip audit).
 
@@ -289,39 +291,59 @@ def job_figure(bench: Bench, job: str, meta: dict, key: str | None = None) -> di
     a child process (bench/scaling.py), its run time without the session start, and its processes' peak
     memory."""
     r = scaling.run_job(job, Path(meta["store"]))
-    peaks = {k: r[k] for k in ("driver_jvm_peak_bytes", "python_worker_peak_bytes", "driver_python_peak_bytes")}
+    peaks = {k: v for k, v in r.items() if k.endswith(("_peak_bytes", "_anon_bytes"))}
     fig = bench.add(key or job, f"spark local[2]: {job} job, a session of its own" +
                     (" (no HTML report)" if job == "audit" else ""), r["seconds"], r.get("cpu_seconds", 0.0),
                     meta["commitlog_bytes"], meta["messages"], session_seconds=r["session_seconds"], **peaks)
-    bench.log(f"{'':<60} peak memory: driver JVM {peaks['driver_jvm_peak_bytes'] / 2**20:,.0f} MiB, largest Python "
-              f"worker {peaks['python_worker_peak_bytes'] / 2**20:,.0f} MiB, driver Python "
-              f"{peaks['driver_python_peak_bytes'] / 2**20:,.0f} MiB (session start {r['session_seconds']:.1f} s)")
+    bench.log(f"{'':<60} anonymous / resident peak MiB: driver JVM {mib(peaks, 'driver_jvm')}, largest Python "
+              f"worker {mib(peaks, 'python_worker')}, driver Python {mib(peaks, 'driver_python')} (session start "
+              f"{r['session_seconds']:.1f} s)")
     return fig
 
 
 def scaling_runs(spec: DumpSpec, steps: list[int], jobs: list[str], cache: Path, log=print,
-                 on_run=None) -> list[dict]:
-    """Each job over dumps of ``spec`` at ``steps`` x its size, in fresh sessions (bench/scaling.py); ``on_run``
-    gets the rows so far after each run."""
+                 on_run=None, reference_mib: float = 0) -> list[dict]:
+    """Each job over dumps of ``spec`` at ``steps`` x its size, in fresh sessions (bench/scaling.py), after a
+    reference run over a ``reference_mib`` dump (step 0) that measures the fixed cost, if given; ``on_run`` gets
+    the rows so far after each run."""
+    steps = ([0] if reference_mib else []) + [s for s in steps if s]
+    # every dump first: writing one (and its page cache flush) while a job runs would slow that job
+    metas = {step: ensure_dump(DumpSpec(reference_mib if step == 0 else spec.size_mib * step, spec.seed,
+                                        spec.segment_mib, spec.index_slots), cache) for step in steps}
+    if steps:  # a discarded run first: the first job after the in-process figures pays cold caches (~10-30 s)
+        scaling.run_job("decode", Path(metas[steps[0]]["store"]))
     runs = []
     for step in steps:
-        meta = ensure_dump(DumpSpec(spec.size_mib * step, spec.seed, spec.segment_mib, spec.index_slots), cache)
+        meta = metas[step]
         for job in jobs:
             r = scaling.run_job(job, Path(meta["store"]))
             r.update(step=step, commitlog_bytes=meta["commitlog_bytes"], messages=meta["messages"],
                      load=os.getloadavg()[0])
             runs.append(r)
             row = scaling.scaling_rows(runs)[-1]
-            marginal = row.get("marginal_sec_per_gb")
-            log(f"scaling {job:<6} x{step:<3} {row['commitlog_bytes'] / 1e6:8.1f} MB {row['seconds']:7.1f} s "
-                f"{row['sec_per_gb']:8.1f} s/GB (marginal {'-' if marginal is None else f'{marginal:.1f}'}) "
-                f" driver JVM {row['driver_jvm_peak_bytes'] / 2**20:5.0f} MiB, largest Python worker "
-                f"{row['python_worker_peak_bytes'] / 2**20:5.0f} MiB, driver Python "
-                f"{row['driver_python_peak_bytes'] / 2**20:5.0f} MiB (session {row['session_seconds']:.1f} s, "
-                f"load {row['load']:.1f})")
+            net, marginal = row.get("net_sec_per_gb"), row.get("marginal_sec_per_gb")
+            log(f"scaling {job:<6} {step_label(step):<4} {row['commitlog_bytes'] / 1e6:8.1f} MB {row['seconds']:7.1f} s "
+                f"{row['sec_per_gb']:8.1f} s/GB (net {num(net, '{:.1f}', '-')}, marginal {num(marginal, '{:.1f}', '-')}) "
+                f" anonymous / resident peak MiB: driver JVM {mib(row, 'driver_jvm')}, largest Python worker "
+                f"{mib(row, 'python_worker')}, driver Python {mib(row, 'driver_python')} (session "
+                f"{row['session_seconds']:.1f} s, load {row['load']:.1f})")
             if on_run:
                 on_run(scaling.scaling_rows(runs))
     return scaling.scaling_rows(runs)
+
+
+def num(x, fmt="{:,.1f}", missing="") -> str:
+    return missing if x is None else fmt.format(x)
+
+
+def step_label(step: int) -> str:
+    return "ref" if step == 0 else f"x{step}"
+
+
+def mib(row: dict, process: str) -> str:
+    """'anonymous / resident' peak MiB of a process kind in a scaling row or figure."""
+    anon = row.get(f"{process}_anon_bytes")
+    return f"{num(None if anon is None else anon / 2**20, '{:,.0f}', '-')} / {row[f'{process}_peak_bytes'] / 2**20:,.0f}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -375,9 +397,6 @@ def write_results(path: Path, data: dict) -> None:
 
 def markdown(data: dict) -> str:
     """The figures and scaling tables of a results.json, as BENCHMARKS.md shows them."""
-    def num(x, fmt="{:,.1f}"):
-        return "" if x is None else fmt.format(x)
-
     out = ["| figure | MB/s | M msgs/s | x ceiling | x naive | x raw read | s | CPU s | MB/CPU s | x ceiling, CPU |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     ceiling_cpu = data["figures"].get(CEILING, {}).get("cpu_mb_s")
@@ -397,14 +416,16 @@ def markdown(data: dict) -> str:
                     f"{index['entries']:,} entries in {index['index_files']} file(s) of {index['geometry'][0][0]:,} "
                     "slots."]
     if data.get("scaling"):
-        out += ["", "| job | step | commitlog MB | s | s/GB | marginal s/GB | driver JVM MiB | largest Python worker "
-                    "MiB | driver Python MiB | session s | load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        out += ["", "| job | step | commitlog MB | s | s/GB | net s/GB | marginal s/GB | driver JVM MiB | "
+                    "largest Python worker MiB | driver Python MiB | session s | load |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in data["scaling"]:
-            out.append(f"| {r['job']} | x{r['step']} | {r['commitlog_bytes'] / 1e6:,.1f} | {r['seconds']:.1f} | "
-                       f"{r['sec_per_gb']:,.0f} | {num(r.get('marginal_sec_per_gb'), '{:,.0f}')} | "
-                       f"{r['driver_jvm_peak_bytes'] / 2**20:,.0f} | {r['python_worker_peak_bytes'] / 2**20:,.0f} | "
-                       f"{r['driver_python_peak_bytes'] / 2**20:,.0f} | {num(r.get('session_seconds'))} | "
+            out.append(f"| {r['job']} | {step_label(r['step'])} | {r['commitlog_bytes'] / 1e6:,.1f} | "
+                       f"{r['seconds']:.1f} | {r['sec_per_gb']:,.0f} | {num(r.get('net_sec_per_gb'), '{:,.0f}')} | "
+                       f"{num(r.get('marginal_sec_per_gb'), '{:,.0f}')} | {mib(r, 'driver_jvm')} | "
+                       f"{mib(r, 'python_worker')} | {mib(r, 'driver_python')} | {num(r.get('session_seconds'))} | "
                        f"{num(r.get('load'))} |")
+        out += ["", "Memory columns: anonymous (RssAnon, sampled) / resident (VmHWM, counts mapped segment pages) peak."]
     return "\n".join(out)
 
 
@@ -423,7 +444,10 @@ def main(argv=None) -> int:
     ap.add_argument("--index-lookups", type=int, default=2000, help="random key lookups (default 2000)")
     ap.add_argument("--repeat", type=int, default=2, help="runs per figure, the best counts (default 2; the jobs "
                                                           "in sessions of their own run once)")
-    ap.add_argument("--scale-mib", type=float, default=4, help="scaling base size in MiB (default 4)")
+    ap.add_argument("--scale-mib", type=float, default=16, help="scaling base size in MiB (default 16)")
+    ap.add_argument("--scale-reference-mib", type=float, default=0.25,
+                    help="size of the reference dump whose run measures each job's fixed cost, for net s/GB "
+                         "(default 0.25; 0 leaves it out)")
     ap.add_argument("--scale-steps", type=int, nargs="+", default=[1, 4, 16], help="scaling factors (default 1 4 16)")
     ap.add_argument("--scale-segment-mib", type=float, default=16,
                     help="segment size of the scaling dumps in MiB (default 16: x16 spans 4 segments)")
@@ -485,7 +509,8 @@ def main(argv=None) -> int:
                 nonlocal scaling_rows
                 scaling_rows = rows
                 save(False)
-            scaling_rows = scaling_runs(scale, args.scale_steps, args.scale_jobs, args.cache, on_run=keep)
+            scaling_rows = scaling_runs(scale, args.scale_steps, args.scale_jobs, args.cache, on_run=keep,
+                                        reference_mib=args.scale_reference_mib)
             wall["scaling_seconds"] = time.perf_counter() - t
         if "audit" not in skip:  # last: the longest figure, and an interrupted run keeps all the others
             t = time.perf_counter()

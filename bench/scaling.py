@@ -1,11 +1,13 @@
 """A job's cost against dump size: each run in a fresh local[2] session of its own (a child process), timed,
-with the peak resident memory of its driver JVM, its largest Python worker and its driver Python process
-(VmHWM, polled during the run: a worker that exits early still counts).
+with the peak memory of its driver JVM, its largest Python worker and its driver Python process, polled during
+the run (a worker that exits early still counts): resident (VmHWM, which counts the pages of the segments a
+process maps) and anonymous (RssAnon: what the process itself holds).
 
 ``run_job`` runs one job (``audit`` or ``decode``, as a user would: ``run(spark, args)`` with the default
 options, the audit without its HTML report) over one store; ``scaling_rows`` turns runs at growing sizes into
-seconds per GB and the marginal seconds per GB between consecutive sizes (a run has a fixed cost: session,
-planner workers, tens of small Spark jobs; the marginal cost is what must stay flat for linear cost).
+seconds per GB, the marginal seconds per GB between consecutive sizes and the net seconds per GB against a
+tiny reference dump (a run has a fixed cost: planner workers, tens of small Spark jobs; what must stay flat for
+linear cost is the rate beyond it).
 
     python -m bench.scaling JOB STORE OUT     # the child: prints one JSON line
 """
@@ -69,16 +71,25 @@ def _child(job: str, store: str, out: str) -> None:
 
 
 def scaling_rows(runs: list[dict]) -> list[dict]:
-    """``runs`` (each a job's figures plus ``job``, ``step``, ``commitlog_bytes``) with ``sec_per_gb`` and, from
-    the second size of a job on, ``marginal_sec_per_gb`` against the previous size."""
-    rows, last = [], {}
+    """``runs`` (each a job's figures plus ``job``, ``step``, ``commitlog_bytes``) with ``sec_per_gb``; from the
+    second size of a job on, ``marginal_sec_per_gb`` against the previous size; and when the job has a
+    reference run (``step`` 0: a dump of a few hundred KB, which measures the fixed cost), ``net_sec_per_gb`` =
+    (seconds - its seconds) / (GB - its GB).  With cost = fixed + rate x size, net s/GB is the rate at every
+    size: flat when the cost is linear, whatever the fixed part."""
+    rows, last, ref = [], {}, {}
     for r in runs:
         row = dict(r, sec_per_gb=r["seconds"] / (r["commitlog_bytes"] / 1e9))
-        prev = last.get(r["job"])
-        if prev is not None and r["commitlog_bytes"] > prev["commitlog_bytes"]:
+        job = r["job"]
+        if r["step"] == 0:
+            ref[job] = row
+        elif job in ref and r["commitlog_bytes"] > ref[job]["commitlog_bytes"]:
+            row["net_sec_per_gb"] = ((r["seconds"] - ref[job]["seconds"])
+                                     / ((r["commitlog_bytes"] - ref[job]["commitlog_bytes"]) / 1e9))
+        prev = last.get(job)
+        if prev is not None and prev["step"] != 0 and r["commitlog_bytes"] > prev["commitlog_bytes"]:
             row["marginal_sec_per_gb"] = ((r["seconds"] - prev["seconds"])
                                           / ((r["commitlog_bytes"] - prev["commitlog_bytes"]) / 1e9))
-        last[r["job"]] = row
+        last[job] = row
         rows.append(row)
     return rows
 

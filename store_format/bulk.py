@@ -4,9 +4,11 @@ Same rules as ``StoreWriter.append`` (which stays the reference; a parity test h
 bytes), computed with array operations: sizes from the layout, segment placement with the blank-and-roll
 rule by cumulative sums, queue offsets by a stable group count, headers as one numpy structured array per
 host layout, consume-queue units and index entries (hash chains by a stable sort on the slot) as arrays.
-What stays per record in Python is what cannot be vectorized cheaply: CRC32 of each body (zlib, in C),
-joining the byte pieces, and the scalar bookkeeping for the few records that carry REAL_TOPIC (delays,
-transactions) or live in retry/DLQ topics.
+What stays per record is done by C loops (``map``, ``join``) over blocks of records, so that each body and
+string the caller made is fetched from memory once: CRC32 of each body (zlib), the header and TOPIC/PROPERTIES
+length pieces as bytes objects, one ``join`` per block.  Properties the broker reads (REAL_TOPIC, REAL_QID,
+DELAY) are found in one buffer of all properties; the scalar bookkeeping runs only for the records that can
+change it (the first record of each topic/queue/REAL_TOPIC combination, scheduled and delivered UNIQ_KEYs).
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import is_not
 
 import numpy as np
 
@@ -22,9 +26,9 @@ from . import layout as L
 from .codec import encode_blank, host_flags
 from .errors import ErrorKind, WriterError
 from .ids import parse_host
-from .javahash import index_hash_of, java_hash_concat, java_hash_many, java_hash_tokens
+from .javahash import index_hash_of, java_hash_concat, java_hash_joined, java_hash_many, java_hash_tokens_joined
 from .message import Message
-from .properties import parse_properties, property_value
+from .properties import parse_properties
 
 _INDEX_HEADER = struct.Struct(L.INDEX_HEADER_STRUCT)
 
@@ -123,9 +127,83 @@ class RecordBatch:
         return [self.message(i) for i in range(len(self))]
 
 
-def _rows_containing(strings: list, needle: str) -> np.ndarray:
-    """Which strings contain ``needle``."""
-    return np.array([needle in s for s in strings], bool)
+# Records per pass over objects the caller made (bodies, strings): scattered over the heap, each costs a cache
+# miss when first touched; several passes over one block find it still in the CPU caches.
+_BLOCK = 2048
+
+
+def _lengths_and_crcs(bodies: list) -> tuple[np.ndarray, np.ndarray]:
+    """len() and the record's BODYCRC (zlib.crc32 & 0x7FFFFFFF, as UtilAll.crc32) of every body."""
+    n = len(bodies)
+    lengths, crcs = np.empty(n, np.int64), np.empty(n, np.int64)
+    for s in range(0, n, _BLOCK):
+        block = bodies[s:s + _BLOCK]
+        k = len(block)
+        lengths[s:s + k] = np.fromiter(map(len, block), np.int64, k)
+        crcs[s:s + k] = np.fromiter(map(zlib.crc32, block), np.int64, k)
+    return lengths, crcs & 0x7FFFFFFF
+
+
+def _take(items: list, rows: np.ndarray) -> list:
+    """``[items[r] for r in rows]``, the loop in C."""
+    return list(map(items.__getitem__, rows.tolist()))
+
+
+def _find_all(buf: bytes, needle: bytes) -> np.ndarray:
+    """Where ``needle`` starts in ``buf``, every occurrence (overlapping ones too)."""
+    found = []
+    i = buf.find(needle)
+    while i >= 0:
+        found.append(i)
+        i = buf.find(needle, i + 1)
+    return np.array(found, np.int64)
+
+
+class _Properties:
+    """Records' properties strings as UTF-8, back to back in one buffer (record r at offsets[r]:offsets[r+1]),
+    for reading a property of many records at once."""
+
+    def __init__(self, encoded: list, lengths: np.ndarray):
+        self.encoded, self.lengths = encoded, lengths
+        self.buf = b"".join(encoded)
+        self.offsets = np.zeros(len(encoded) + 1, np.int64)
+        np.cumsum(lengths, out=self.offsets[1:])
+
+    def occurrences(self, needle: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """Every ``needle`` inside one record: (positions, records), ascending."""
+        at = _find_all(self.buf, needle)
+        rec = np.searchsorted(self.offsets, at, side="right") - 1
+        inside = at + len(needle) <= self.offsets[rec + 1]
+        return at[inside], rec[inside]
+
+    def column(self, name: str, rows: np.ndarray | None = None, found=None) -> tuple[list, np.ndarray]:
+        """``property_value(properties[r], name)`` of every record, or of each of ``rows``: (distinct values
+        then None, each one's index into that list).  ``found`` is ``occurrences`` of ``name`` +
+        NAME_VALUE_SEPARATOR when the caller has it."""
+        if rows is not None:  # a buffer of just those records: less to search
+            return _Properties(_take(self.encoded, rows), self.lengths[rows]).column(name)
+        buf, offsets = self.buf, self.offsets
+        needle = (name + L.NAME_VALUE_SEPARATOR).encode()
+        at, rec = found if found is not None else self.occurrences(needle)
+        # a key starts a segment: at the record's start or right after a property separator
+        raw = np.frombuffer(buf, np.uint8)
+        keep = (at == offsets[rec]) | (raw[np.maximum(at - 1, 0)] == ord(L.PROPERTY_SEPARATOR))
+        rec, start = rec[keep], at[keep] + len(needle)
+        limit = offsets[rec + 1]
+        end = np.fromiter(map(buf.find, repeat(L.PROPERTY_SEPARATOR.encode(), len(rec)), start.tolist(),
+                              limit.tolist()), np.int64, len(rec))
+        end = np.where(end < 0, limit, end)
+        nonempty = end > start  # an empty value drops the segment; of the rest, the record's last one wins
+        rec, start, end = rec[nonempty], start[nonempty], end[nonempty]
+        last = np.ones(len(rec), bool)
+        last[:-1] = rec[1:] != rec[:-1]
+        rec, start, end = rec[last], start[last], end[last]
+        values = [buf[a:b] for a, b in zip(start.tolist(), end.tolist())]
+        table = list(dict.fromkeys(values))
+        index = {v: k for k, v in enumerate(table)}
+        ids = np.full(len(offsets) - 1, len(table), np.int64)
+        ids[rec] = np.fromiter(map(index.__getitem__, values), np.int64, len(values))
+        return [v.decode("utf-8") for v in table] + [None], ids
 
 
 _NP_CODES = {"i": ">i4", "q": ">i8", "h": ">i2", "b": "i1"}
@@ -218,10 +296,11 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
     queue_id = np.asarray(batch.queue_id, np.int64)
     sys_flag = np.asarray(batch.sys_flag, np.int64)
     store_ts = np.asarray(batch.store_timestamp, np.int64)
+    qkey = topic_id * (1 << 32) + queue_id  # one topic-queue
     topic_bytes = [t.encode("utf-8") for t in batch.topics]
-    props_bytes = [p.encode("utf-8") for p in batch.properties] if batch.properties and \
+    props_bytes = list(map(str.encode, batch.properties)) if batch.properties and \
         isinstance(batch.properties[0], str) else list(batch.properties)
-    body_len = np.fromiter(map(len, batch.body), np.int64, n)
+    body_len, crc = _lengths_and_crcs(batch.body)
     props_len = np.fromiter(map(len, props_bytes), np.int64, n)
     topic_len = np.array([len(t) for t in topic_bytes], np.int64)[topic_id]
     born_v6 = (sys_flag & L.BORNHOST_V6_FLAG) != 0
@@ -244,10 +323,19 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
     # ---- records the broker keeps books on (REAL_TOPIC: delays, halves, commits; retry/DLQ topics) ----
     retry_like = np.array([t.startswith((L.RETRY_GROUP_TOPIC_PREFIX, L.DLQ_GROUP_TOPIC_PREFIX)) for t in batch.topics],
                           bool)
-    special = _rows_containing(batch.properties, _REAL_TOPIC_MARK) | retry_like[topic_id]
-    special_rows = np.flatnonzero(special).tolist()
-    real_of = {r: (property_value(batch.properties[r], L.PROPERTY_REAL_TOPIC),
-                   property_value(batch.properties[r], L.PROPERTY_REAL_QUEUE_ID) or "") for r in special_rows}
+    props = _Properties(props_bytes, props_len)
+    real_mark = props.occurrences(_REAL_TOPIC_MARK.encode())
+    special = np.zeros(n, bool)
+    special[real_mark[1]] = True
+    special |= retry_like[topic_id]
+    special_rows = np.flatnonzero(special)
+    reals, real_id = props.column(L.PROPERTY_REAL_TOPIC, found=real_mark)
+    real_qids, real_qid_id = props.column(L.PROPERTY_REAL_QUEUE_ID, special_rows)  # per special row
+    real_qids[-1] = ""  # a missing REAL_QID reads as "" (StoreWriter._register_for_record)
+    # registering the same topic, queue, REAL_TOPIC and REAL_QID again changes nothing: first rows only
+    _, reg_key = np.unique(qkey[special_rows], return_inverse=True)
+    _, reg_key = np.unique(reg_key * len(reals) + real_id[special_rows], return_inverse=True)
+    _, first = np.unique(reg_key * len(real_qids) + real_qid_id, return_index=True)
     events = []  # (record index, 0 special / 1 topic, payload)
     by_topic = np.argsort(_small(topic_id), kind="stable")
     tids = topic_id[by_topic]
@@ -261,7 +349,10 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
         prev_max = np.concatenate(([-1], np.maximum.accumulate(q)[:-1]))
         for j in np.flatnonzero(q > prev_max).tolist():
             events.append((int(rows[j]), 1, (name, int(q[j]))))
-    events.extend((r, 0, None) for r in special_rows)
+    for j in first.tolist():
+        r = int(special_rows[j])
+        events.append((r, 0, (batch.topics[int(topic_id[r])], int(queue_id[r]), reals[int(real_id[r])],
+                              real_qids[int(real_qid_id[j])])))
     events.sort()  # (record, kind) never repeats, so the payloads are never compared
 
     # ---- placement: blank-and-roll, batches kept whole -----------------------------------------
@@ -299,7 +390,6 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
     # ---- queue offsets: topicQueueTable + rank inside each topic-queue (NOT/COMMIT only) --------
     tran = sys_flag & L.TRANSACTION_MASK
     dispatch = (tran == L.TRANSACTION_NOT_TYPE) | (tran == L.TRANSACTION_COMMIT_TYPE)
-    qkey = topic_id * (1 << 32) + queue_id
     queue_offset = np.zeros(n, np.int64)
     didx = np.flatnonzero(dispatch)
     ukeys, inverse = np.unique(qkey[didx], return_inverse=True)
@@ -317,7 +407,6 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
         writer.queue_table[q] = b + c
 
     # ---- CRC and headers (one structured array per host layout) --------------------------------
-    crc = np.fromiter(map(zlib.crc32, batch.body), np.int64, n) & 0x7FFFFFFF
     host_ip, host_port = zip(*(parse_host(h) for h in batch.hosts))
     port_arr = np.array(host_port, np.int64)
     born_id = np.asarray(batch.born_host_id, np.int64)
@@ -331,14 +420,15 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
         "body_length": body_len,
     }
     variant = born_v6.astype(np.int64) * 2 + store_v6
-    variants = np.unique(variant)
-    header_rows: list = [None] * n
-    for v in variants.tolist():
+    variants = np.unique(variant).tolist()
+    # every record's header as one bytes object, made in C (np.void items come out as bytes): a Python
+    # loop slicing one big buffer costs several times more
+    header_rows = np.empty(n, object) if len(variants) > 1 else None
+    for v in variants:
         rows = np.flatnonzero(variant == v) if len(variants) > 1 else slice(None)
         lay = L.record_layout(bool(v & 2), bool(v & 1))
         dt = _np_dtype(lay)
-        count = n if len(variants) == 1 else len(rows)
-        arr = np.zeros(count, dt)
+        arr = np.zeros(n if len(variants) == 1 else len(rows), dt)
         for name in dt.names:
             if name.endswith("_ip"):
                 width = dt[name].itemsize
@@ -349,36 +439,34 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
             else:
                 c = cols[name]
                 arr[name] = c if np.isscalar(c) else c[rows]
-        raw = arr.tobytes()  # bytes slices join faster than memoryview slices
-        w = lay.body_offset
-        sliced = [raw[k:k + w] for k in range(0, count * w, w)]
-        if len(variants) == 1:
-            header_rows = sliced
+        items = arr.view(np.dtype((np.void, lay.body_offset))).tolist()
+        if header_rows is None:
+            header_rows = items
         else:
-            for r, h in zip(rows.tolist(), sliced):
-                header_rows[r] = h
-    # TOPICLENGTH | TOPIC | PROPERTIESLENGTH of every record in one block, sliced per record
-    tl = topic_len
-    width = int(tl.max()) + 3
-    block = np.zeros((n, width), np.uint8)
-    block[:, 0] = tl
-    for t in np.unique(topic_id).tolist():
-        rows = np.flatnonzero(topic_id == t)
-        tb = topic_bytes[t]
-        block[rows, 1:1 + len(tb)] = np.frombuffer(tb, np.uint8)
-    arange = np.arange(n)
-    block[arange, 1 + tl] = props_len >> 8
-    block[arange, 2 + tl] = props_len & 0xFF
-    raw = block.tobytes()
-    mid_rows = [raw[o:o + w] for o, w in zip(range(0, n * width, width), (tl + 3).tolist())]
+            header_rows[rows] = items
+    if not isinstance(header_rows, list):
+        header_rows = header_rows.tolist()
+    # TOPICLENGTH | TOPIC | PROPERTIESLENGTH: one bytes object per (topic, properties length), shared
+    mid_key = topic_id * (L.MAX_PROPERTIES_LENGTH + 1) + props_len
+    distinct, mid_of = np.unique(mid_key, return_inverse=True)
+    mids = []
+    for t, pl in zip(*np.divmod(distinct, L.MAX_PROPERTIES_LENGTH + 1)):
+        tb = topic_bytes[int(t)]
+        mids.append(len(tb).to_bytes(lay44.topic_length_width, "big") + tb + int(pl).to_bytes(2, "big"))
+    mid_rows = _take(mids, mid_of)
 
-    # ---- commitlog bytes, one write per segment run --------------------------------------------
+    # ---- commitlog bytes: one write per block of records, on the I/O thread -------------------------
     body = batch.body
-    for base, a, b, start in seg_runs:
-        pieces = [x for t in zip(header_rows[a:b], body[a:b], mid_rows[a:b], props_bytes[a:b]) for x in t]
-        writer._write_async(writer.segments[base], start, pieces)
+    for base, a, b, pos in seg_runs:
+        for s in range(a, b, _BLOCK):  # joined a block at a time, while its pieces are in the CPU caches
+            e = min(s + _BLOCK, b)
+            pieces = [None] * (4 * (e - s))
+            pieces[0::4], pieces[1::4], pieces[2::4], pieces[3::4] = \
+                header_rows[s:e], body[s:e], mid_rows[s:e], props_bytes[s:e]
+            chunk = b"".join(pieces)
+            writer._write_async(writer.segments[base], pos, [chunk])  # few blocks in flight: memory stays bounded
+            pos += len(chunk)
     del header_rows, mid_rows
-
     # ---- what dispatch reads from the properties -----------------------------------------------
     tags, uniqs, keys = batch.tags, batch.uniq_keys, batch.keys
     if tags is None or uniqs is None or keys is None:
@@ -386,7 +474,7 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
         tags = [p.get(L.PROPERTY_TAGS) for p in all_props]
         uniqs = [p.get(L.PROPERTY_UNIQ_KEY) for p in all_props]
         keys = [p.get(L.PROPERTY_KEYS) for p in all_props]
-    distinct = list({t for t in tags if t})
+    distinct = list(set(tags) - {None, ""})
     codes = dict(zip(distinct, java_hash_many(distinct).tolist()))
     codes[None] = codes[""] = 0
     tags_code = np.fromiter(map(codes.__getitem__, tags), np.int64, n)
@@ -394,7 +482,8 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
         sched_tid = batch.topics.index(L.SCHEDULE_TOPIC)
         rows = np.flatnonzero(dispatch & (topic_id == sched_tid))
         if len(rows):
-            delays = [property_value(batch.properties[r], L.PROPERTY_DELAY_TIME_LEVEL) for r in rows.tolist()]
+            table, delay_id = props.column(L.PROPERTY_DELAY_TIME_LEVEL, rows)
+            delays = _take(table, delay_id)
             tags_code[rows] = Message.schedule_tags_codes(delays, store_ts[rows], tags_code[rows], writer._delay_levels)
 
     # ---- flush timeline: stretches between the moments a flush service runs ---------------------
@@ -417,12 +506,14 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
     cuts = sorted(cuts)
     index_entries = _index_entries(batch, tran, uniqs, keys) if cfg.messageIndexEnable else None
 
+    # delayOffset.json bookkeeping, in record order (it shares no state with the flush model or registration)
+    tracked = special_rows[dispatch[special_rows]]
+    if len(tracked):
+        writer._track_many(_take(batch.topics, topic_id[tracked]), queue_id[tracked].tolist(),
+                           queue_offset[tracked].tolist(), phys[tracked].tolist(), _take(uniqs, tracked),
+                           _take(reals, real_id[tracked]))
     ev, n_events = 0, len(events)
-    seen = set()
-    # plain lists: indexing them is several times cheaper than numpy scalars in this per-event loop
-    ts_l, tid_l, qid_l = store_ts.tolist(), topic_id.tolist(), queue_id.tolist()
-    qoff_l, phys_l, disp_l = queue_offset.tolist(), phys.tolist(), dispatch.tolist()
-    topics = batch.topics
+    ts_l = store_ts.tolist()
     for a, b in zip(cuts, cuts[1:]):
         flush.advance(ts_l[a])
         while ev < n_events and events[ev][0] < b:
@@ -431,14 +522,7 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
             if kind == 1:
                 writer._register_record_topic(*payload)
             else:
-                topic = topics[tid_l[r]]
-                real, real_qid = real_of[r]
-                key = (topic, qid_l[r], real, real_qid)
-                if key not in seen:  # registering the same topics and queues again changes nothing
-                    seen.add(key)
-                    writer._register_fields(*key)
-                if disp_l[r]:
-                    writer._track_fields(topic, qid_l[r], qoff_l[r], phys_l[r], uniqs[r], real)
+                writer._register_fields(*payload)
             ev += 1
         logics_before = flush.logics
         _dispatch_cq(writer, a, b, dispatch, qkey, qdense, batch, phys, size, tags_code, queue_offset, store_ts)
@@ -448,6 +532,24 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
     writer._record_ts = int(store_ts[-1])
     writer.messages_written += n
     return Appended(phys, queue_offset, size)
+
+
+def _present_joined(strings: list) -> tuple[np.ndarray, str, np.ndarray]:
+    """The strings that are not None: (their rows, themselves back to back, their lengths), a block at a time."""
+    rows, parts, lengths = [], [], []
+    for s in range(0, len(strings), _BLOCK):
+        block = strings[s:s + _BLOCK]
+        present = list(map(is_not, block, repeat(None)))
+        if not all(present):
+            block = list(compress(block, present))
+            rows.append(s + np.flatnonzero(present))
+        else:
+            rows.append(np.arange(s, s + len(block)))
+        parts.append("".join(block))
+        lengths.append(np.fromiter(map(len, block), np.int64, len(block)))
+    if not parts:
+        return np.zeros(0, np.int64), "", np.zeros(0, np.int64)
+    return np.concatenate(rows), "".join(parts), np.concatenate(lengths)
 
 
 def _index_entries(batch: RecordBatch, tran, uniqs, keys):
@@ -461,18 +563,20 @@ def _index_entries(batch: RecordBatch, tran, uniqs, keys):
         uniqs, keys = list(uniqs), list(keys)
         for r in drop:
             uniqs[r] = keys[r] = None
-    has_u = np.array([u is not None for u in uniqs], bool)
-    k_owner, k_hash, k_len = java_hash_tokens(keys)
+    u_rows, u_joined, u_len = _present_joined(uniqs)
+    k_rows, k_joined, k_chars = _present_joined(keys)
+    k_part, k_hash, k_len = java_hash_tokens_joined(k_joined, k_chars)
+    k_owner = k_rows[k_part]
+    has_u = np.zeros(n, bool)
+    has_u[u_rows] = True
     n_keys = np.bincount(k_owner, minlength=n)
     per = has_u.astype(np.int64) + n_keys
     first = np.cumsum(per) - per  # where each record's entries start
     rec = np.repeat(np.arange(n, dtype=np.int64), per)
     full = np.empty(int(per.sum()), np.int32)
     prefix = java_hash_many([f"{t}#" for t in batch.topics])  # hash("topic#" + key) from the two parts
-    u_rows = np.flatnonzero(has_u)
     if len(u_rows):
-        ustr = uniqs if len(u_rows) == n else [uniqs[r] for r in u_rows.tolist()]
-        h, ln = java_hash_many(ustr, with_lengths=True)
+        h, ln = java_hash_joined(u_joined, u_len, with_lengths=True)
         full[first[u_rows]] = java_hash_concat(prefix[topic_id[u_rows]], h, ln)
     if len(k_owner):
         token_first = np.cumsum(n_keys) - n_keys  # each record's first token among all tokens
@@ -568,8 +672,9 @@ def _put_many(f, key_hash, phy, ts):
     slots = key_hash % f.slots
     slot_base = L.INDEX_HEADER_SIZE
     table = np.frombuffer(f.m.map, ">i4", count=f.slots, offset=slot_base)
-    order = np.argsort(slots, kind="stable")
-    ss = slots[order]
+    # by slot, then put order: one sort of distinct keys (SIMD) is several times faster than a stable argsort
+    by_slot = np.sort(slots * k + np.arange(k))
+    order, ss = by_slot % k, by_slot // k
     new_group = np.ones(k, bool)
     new_group[1:] = ss[1:] != ss[:-1]
     prev_sorted = np.empty(k, np.int64)

@@ -149,38 +149,62 @@ def _powers(base: int, n: int):
     return cached
 
 
+def _utf16_units(joined: str, lengths):
+    """``joined`` (strings back to back, ``lengths`` in code points) as UTF-16 code units (uint8 when ASCII),
+    and each string's length in those units (a code point above U+FFFF is two)."""
+    import numpy as np
+    lengths = np.asarray(lengths, np.int64)
+    if joined.isascii():
+        return np.frombuffer(joined.encode("ascii"), np.uint8), lengths
+    points = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), np.uint32)
+    astral = np.zeros(len(points) + 1, np.int64)
+    np.cumsum(points > 0xFFFF, out=astral[1:])
+    ends = np.cumsum(lengths)
+    lengths = lengths + astral[ends] - astral[ends - lengths]
+    return np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), ">u2"), lengths
+
+
+def _range_hashes(units, starts, ends):
+    """hash of units[starts[i]:ends[i]] for every i, as wrapping uint32, by prefix sums."""
+    import numpy as np
+    n = len(units)
+    with np.errstate(over="ignore"):
+        pows, inv_pows = _powers(31, n), _powers(_INV31, n)
+        prefix = np.zeros(n + 1, np.uint32)
+        np.cumsum(units * inv_pows[:n], dtype=np.uint32, out=prefix[1:])
+        h = (prefix[ends] - prefix[starts]) * pows[np.maximum(ends - 1, 0)]
+    return np.where(ends == starts, np.uint32(0), h).astype(np.uint32)
+
+
+def java_hash_joined(joined: str, lengths, with_lengths: bool = False):
+    """``java_hash`` of each string of ``joined`` (strings back to back, ``lengths`` in code points) as an
+    int32 numpy array; ``with_lengths`` also returns each string's length in UTF-16 units."""
+    import numpy as np
+    units, lengths = _utf16_units(joined, lengths)
+    k = len(lengths)
+    if k == 0:
+        return (np.zeros(0, np.int32), lengths) if with_lengths else np.zeros(0, np.int32)
+    width = int(lengths[0])
+    if width and len(units) == k * width and (lengths == width).all():
+        # equal lengths (UNIQ_KEYs, fixed-width keys): Horner's rule column by column
+        m = units.reshape(k, width)
+        h = np.zeros(k, np.uint32)
+        with np.errstate(over="ignore"):
+            for c in range(width):
+                h *= np.uint32(31)
+                h += m[:, c]
+    else:
+        ends = np.cumsum(lengths)
+        h = _range_hashes(units, ends - lengths, ends)
+    h = h.view(np.int32)
+    return (h, lengths) if with_lengths else h
+
+
 def java_hash_many(strings: list[str], with_lengths: bool = False):
     """``[java_hash(s) for s in strings]`` as an int32 numpy array, vectorized over UTF-16 units;
     ``with_lengths`` also returns each string's length in UTF-16 units."""
     import numpy as np
-    if not strings:
-        return (np.zeros(0, np.int32), np.zeros(0, np.int64)) if with_lengths else np.zeros(0, np.int32)
-    joined = "".join(strings)
-    k = len(strings)
-    if joined.isascii():
-        units = np.frombuffer(joined.encode("ascii"), np.uint8)
-        lengths = np.fromiter(map(len, strings), np.int64, k)
-    else:
-        units = np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), ">u2")
-        lengths = np.fromiter((len(s.encode("utf-16-be", "surrogatepass")) // 2 for s in strings), np.int64, k)
-    n = len(units)
-    with np.errstate(over="ignore"):
-        if n and n == k * int(lengths[0]) and (lengths == lengths[0]).all():
-            # equal lengths (UNIQ_KEYs, fixed-width keys): Horner's rule column by column
-            m = units.reshape(k, int(lengths[0]))
-            h = np.zeros(k, np.uint32)
-            for c in range(m.shape[1]):
-                h *= np.uint32(31)
-                h += m[:, c]
-            return (h.view(np.int32), lengths) if with_lengths else h.view(np.int32)
-        pows, inv_pows = _powers(31, n), _powers(_INV31, n)
-        prefix = np.zeros(n + 1, np.uint32)
-        np.cumsum(units * inv_pows[:n], dtype=np.uint32, out=prefix[1:])
-        ends = np.cumsum(lengths)
-        starts = ends - lengths
-        h = (prefix[ends] - prefix[starts]) * pows[np.maximum(ends - 1, 0)]
-    h = np.where(lengths == 0, 0, h).astype(np.uint32).view(np.int32)
-    return (h, lengths) if with_lengths else h
+    return java_hash_joined("".join(strings), np.fromiter(map(len, strings), np.int64, len(strings)), with_lengths)
 
 
 def java_hash_concat(prefix_hash, suffix_hash, suffix_units):
@@ -205,28 +229,27 @@ def java_hash_tokens(strings: list, sep: str = " "):
     tokens in order.  ``None`` or empty strings own no token."""
     import numpy as np
     owners = [i for i, s in enumerate(strings) if s]
-    if not owners:
+    parts = [strings[i] for i in owners]
+    owner, h, length = java_hash_tokens_joined("".join(parts), np.fromiter(map(len, parts), np.int64, len(parts)),
+                                               sep)
+    return np.asarray(owners, np.int64)[owner], h, length
+
+
+def java_hash_tokens_joined(joined: str, lengths, sep: str = " "):
+    """``java_hash_tokens`` of the strings back to back in ``joined`` (``lengths`` in code points): (index of
+    the owning string, token hash int32, token length in UTF-16 units), tokens in order."""
+    import numpy as np
+    units, lengths = _utf16_units(joined, lengths)
+    if not len(lengths):
         z = np.zeros(0, np.int64)
         return z, np.zeros(0, np.int32), z
-    parts = [strings[i] for i in owners]
-    joined = sep.join(parts) + sep
-    if joined.isascii():
-        units = np.frombuffer(joined.encode("ascii"), np.uint8)
-        part_len = np.fromiter(map(len, parts), np.int64, len(parts))
-    else:
-        units = np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), ">u2")
-        part_len = np.fromiter((len(p.encode("utf-16-be", "surrogatepass")) // 2 for p in parts), np.int64, len(parts))
-    n = len(units)
-    is_sep = units == ord(sep)
-    # a token starts where a non-separator follows a separator (or the start); ends at the next separator
-    starts = np.flatnonzero(~is_sep & np.concatenate(([True], is_sep[:-1])))
-    seps = np.flatnonzero(is_sep)
-    ends = seps[np.searchsorted(seps, starts)]
-    with np.errstate(over="ignore"):
-        pows, inv_pows = _powers(31, n), _powers(_INV31, n)
-        prefix = np.zeros(n + 1, np.uint32)
-        np.cumsum(units.astype(np.uint32) * inv_pows[:n], dtype=np.uint32, out=prefix[1:])
-        h = (prefix[ends] - prefix[starts]) * pows[ends - 1]
-    part_end = np.cumsum(part_len + 1)  # each part is followed by one separator
-    owner = np.asarray(owners, np.int64)[np.searchsorted(part_end, starts, side="right")]
-    return owner, h.astype(np.uint32).view(np.int32), ends - starts
+    ends_of = np.cumsum(lengths)
+    seps = np.flatnonzero(units == ord(sep))
+    # a token ends at a separator or at its string's end; the next one starts after it
+    starts = np.sort(np.concatenate(([0], seps + 1, ends_of[:-1])))
+    ends = np.sort(np.concatenate((seps, ends_of)))
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    h = _range_hashes(units, starts, ends)
+    owner = np.searchsorted(ends_of, starts, side="right")
+    return owner, h.view(np.int32), ends - starts

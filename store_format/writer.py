@@ -35,6 +35,8 @@ import os
 import shutil
 import struct
 from dataclasses import dataclass, fields
+from itertools import compress
+from operator import or_
 from pathlib import Path
 from typing import Callable, Iterable
 from zoneinfo import ZoneInfo
@@ -1024,6 +1026,15 @@ class StoreWriter:
             level, cq_offset = pending[0], pending[1]
             if cq_offset + 1 > self.delay_offsets.get(level, 0):
                 self.delay_offsets.put(level, cq_offset + 1)
+
+    def _track_many(self, topics: list, queue_ids: list, queue_offsets: list, physical_offsets: list, uniqs: list,
+                    reals: list):
+        """``_track_fields`` for columns of dispatched records in store order.  Only a record that is scheduled
+        or whose UNIQ_KEY is can change anything; the others are passed over in C."""
+        scheduled_here = set(compress(uniqs, map(L.SCHEDULE_TOPIC.__eq__, topics)))
+        might = map(or_, map(self._scheduled.__contains__, uniqs), map(scheduled_here.__contains__, uniqs))
+        for i in compress(range(len(uniqs)), might):
+            self._track_fields(topics[i], queue_ids[i], queue_offsets[i], physical_offsets[i], uniqs[i], reals[i])
 
     def _index_file(self) -> _IndexFile:
         """IndexService.getAndCreateLastIndexFile."""

@@ -131,6 +131,12 @@ def test_scaling_rows_and_child_output():
     assert [r["sec_per_gb"] for r in rows] == pytest.approx([100.0, 40.0, 40.0])
     assert "marginal_sec_per_gb" not in rows[0] and "marginal_sec_per_gb" not in rows[1]
     assert rows[2]["marginal_sec_per_gb"] == pytest.approx(6.0 / 0.3)
+    # a reference run (step 0) measures the fixed cost: net s/GB is the rate beyond it, flat for linear cost
+    ref = [{"job": "audit", "step": 0, "seconds": 50.0, "commitlog_bytes": 1e6}]
+    rows = scaling.scaling_rows(ref + [dict(r, seconds=50.0 + 100.0 * (r["commitlog_bytes"] - 1e6) / 1e9)
+                                       for r in runs if r["job"] == "audit"])
+    assert [r.get("net_sec_per_gb") for r in rows] == [None, pytest.approx(100.0), pytest.approx(100.0)]
+    assert "marginal_sec_per_gb" not in rows[1] and rows[2]["marginal_sec_per_gb"] == pytest.approx(100.0)
     out = 'WARN something\n{"job": "decode", "seconds": 1.5}\nINFO done\n'
     assert scaling.parse_child_output(out) == {"job": "decode", "seconds": 1.5}
     with pytest.raises(RuntimeError, match="no figures"):
@@ -152,6 +158,8 @@ def test_a_job_in_a_session_of_its_own(tiny, measured):
     assert fig["cpu_seconds"] > 0 and fig["x_numpy_pass"] > 0
     assert fig["driver_jvm_peak_bytes"] > 100 << 20 and fig["python_worker_peak_bytes"] > 50 << 20
     assert fig["driver_python_peak_bytes"] > 20 << 20
+    assert 0 < fig["python_worker_anon_bytes"] <= fig["python_worker_peak_bytes"]
+    assert 0 < fig["driver_jvm_anon_bytes"] <= fig["driver_jvm_peak_bytes"]
     args = audit.build_parser().parse_args(scaling.job_args("audit", meta["store"], "out"))
     assert args.no_report and args.store == [meta["store"]]
 

@@ -634,3 +634,33 @@ def test_bulk_helpers_agree_with_their_scalar_definitions():
     scalar = [Message(topic=L.SCHEDULE_TOPIC, properties={"TAGS": "t", **({"DELAY": d} if d is not None else {})},
                       store_timestamp=t).dispatch_tags_code(levels) for d, t in zip(delays, ts)]
     assert Message.schedule_tags_codes(delays, ts, [java_hash("t")] * len(delays), levels).tolist() == scalar
+
+
+def test_bulk_property_columns_agree_with_property_value():
+    """The bulk path reads REAL_TOPIC / REAL_QID / DELAY from all properties back to back in one buffer: the
+    same values as ``property_value`` per record (segment starts, empty values, repeats, a key inside a value,
+    a key cut by a record boundary, non-ASCII), and the same rows as ``needle in properties``; a block of
+    strings with None gives the present rows, joined, and their lengths."""
+    import random
+    from store_format.bulk import _BLOCK, _present_joined, _Properties
+    from store_format.properties import property_value
+    rnd = random.Random(5)
+    alphabet = ["a", "中", "\x01", "\x02", "RT", "RT\x01", "\x02RT\x01", "RT\x01x", "R", "T\x01b"]
+    raws = ["".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 10))) for _ in range(3000)]
+    encoded = [r.encode() for r in raws]
+    props = _Properties(encoded, np.array([len(e) for e in encoded], np.int64))
+    at, rec = props.occurrences(b"RT\x01")
+    assert sorted(set(rec.tolist())) == [i for i, r in enumerate(raws) if "RT\x01" in r]
+    expected = [property_value(r, "RT") for r in raws]
+    for found in ((at, rec), None):
+        table, ids = props.column("RT", found=found)
+        assert [table[i] for i in ids.tolist()] == expected
+    rows = np.array(sorted(rnd.sample(range(len(raws)), 700)))
+    table, ids = props.column("RT", rows)
+    assert [table[i] for i in ids.tolist()] == [expected[r] for r in rows.tolist()]
+    strings = [None if rnd.random() < 0.2 else rnd.choice(["", "k", "中文", "😀x"]) for _ in range(2 * _BLOCK + 7)]
+    rows, joined, lengths = _present_joined(strings)
+    present = [i for i, s in enumerate(strings) if s is not None]
+    assert rows.tolist() == present and joined == "".join(strings[i] for i in present)
+    assert lengths.tolist() == [len(strings[i]) for i in present]
+    assert _present_joined(["x"] * 3)[0].tolist() == [0, 1, 2] and _present_joined([])[1] == ""
