@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from store_format.codec import decode_record, encode_record  # noqa: E402
 from store_format.ids import create_uniq_key  # noqa: E402
-from store_format.message import Message  # noqa: E402
+from store_format.message import STORED_FIELDS, Message  # noqa: E402
 from store_format.properties import format_properties  # noqa: E402
 from udfs import kernels as K  # noqa: E402
 
@@ -88,6 +88,11 @@ def load(size_mb: int) -> tuple[np.ndarray, np.ndarray]:
 _NAIVE_IPV4 = struct.Struct(">iiiiiqqiq4siq4siiqi")  # TOTALSIZE .. BODYLEN with IPv4 hosts
 _NAIVE_HOSTS = {(bv6, sv6): struct.Struct(f">{16 if bv6 else 4}siq{16 if sv6 else 4}siiqi")  # BORNHOST .. BODYLEN
                 for bv6 in (0, 1) for sv6 in (0, 1)}
+
+
+#: the kernels' columns for the naive loop's output: every stored field (properties as a map and as text) but the
+#: two hosts, which the loop leaves as integers and the kernels would format as "ip:port" strings
+NAIVE_LOOP_COLUMNS = tuple(c for c in STORED_FIELDS if c not in ("born_host", "store_host"))
 
 
 def naive_loop(buf: bytes, starts: list[int]) -> int:

@@ -180,7 +180,9 @@ def decoders(bench: Bench, segs: list[SegmentBytes], baseline_mb: float | None, 
         bench.measure("scalar_decode", "decode: scalar store_format decode_record",
                       lambda: bench_decode.scalar_loop(raw, st, sz), len(raw), len(st))
         nbytes, n = sum(len(s.data) for s in segs), sum(len(s.starts) for s in segs)
-        for key, label, cols in (("kernel_decode", "decode: Arrow kernels, MessageDecoder.decode's columns",
+        for key, label, cols in (("kernel_decode_naive_fields", "decode: Arrow kernels, the naive loop's fields",
+                                  bench_decode.NAIVE_LOOP_COLUMNS + K.STATUS_COLUMNS),
+                                 ("kernel_decode", "decode: Arrow kernels, MessageDecoder.decode's columns",
                                   K.MESSAGE_DECODER_COLUMNS),
                                  ("kernel_decode_all", "decode: Arrow kernels, every default column", None)):
             first = segs[0]
@@ -371,6 +373,7 @@ def results(bench: Bench, meta: dict, scaling_rows: list[dict] | None, **context
         "framing_scalar_mb_s": bench.mb_s("framing_scalar"), "framing_bulk_mb_s": bench.mb_s("framing_bulk"),
         "naive_decode_mb_s": bench.mb_s(NAIVE), "scalar_decode_mb_s": bench.mb_s("scalar_decode"),
         "kernel_decode_mb_s": bench.mb_s("kernel_decode"), "kernel_decode_all_mb_s": bench.mb_s("kernel_decode_all"),
+        "kernel_decode_naive_fields_mb_s": bench.mb_s("kernel_decode_naive_fields"),
         "spark_count_mb_s": bench.mb_s("spark_count"), "spark_decode_parquet_mb_s": bench.mb_s("spark_decode_parquet"),
         "audit_mb_s": bench.mb_s("audit"), "writer_mb_s": bench.mb_s("writer"),
         "writer_msgs_s": f["writer"]["msgs_s"] if "writer" in f else None,

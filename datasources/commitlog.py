@@ -780,7 +780,8 @@ def commitlog_ends(spark, path: str, **options) -> dict:
     split = [f for f in files if f.base is not None and f.length > sizes[f.broker, f.name]]
     if not split:
         return {}
-    stops = (spark.read.format(FORMAT).options(**opts)
+    positions = {k: v for k, v in opts.items() if k != "columns"}  # the decoded columns of the second pass
+    stops = (spark.read.format(FORMAT).options(**positions)
              .options(materialize="positions", walk="salvage", mode="PERMISSIVE", segmentEnds="unresolved",
                       pushFilters="true")
              .load(path)

@@ -69,7 +69,8 @@ def test_in_process_figures(tiny, measured):
     meta, _, segs = tiny
     bench, lines, _, _ = measured
     f = bench.figures
-    whole = ("raw_read", "numpy_pass", "framing_bulk", "kernel_decode", "kernel_decode_all", "spark_count",
+    whole = ("raw_read", "numpy_pass", "framing_bulk", "kernel_decode_naive_fields", "kernel_decode", "kernel_decode_all",
+             "spark_count",
              "spark_decode_parquet")
     for key in whole:
         assert f[key]["messages"] == meta["messages"] and f[key]["bytes"] == meta["commitlog_bytes"], key
@@ -179,7 +180,7 @@ def test_results_json_has_every_figure(tiny, measured, tmp_path):
     assert back["scaling"][0]["sec_per_gb"] > 0 and back["sizes"]["messages"] == meta["messages"]
     assert back["machine"]["cores"] == os.cpu_count() and back["machine"]["pyspark"]
     table = B.markdown(back).splitlines()  # BENCHMARKS.md's tables
-    assert sum(line.startswith("| decode: ") for line in table) == 4 and any(line.startswith("| decode | x1 |")
+    assert sum(line.startswith("| decode: ") for line in table) == 5 and any(line.startswith("| decode | x1 |")
                                                                             for line in table)
 
 

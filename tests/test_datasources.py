@@ -261,6 +261,9 @@ def test_columns_option_ships_only_the_chosen_decoded_columns(spark, fixture):
         assert (r.queue_offset, r.tags, r.body_crc_ok) == (m["queueOffset"], m.get("tags") or None, True)
     headers = read_commitlog(spark, str(store), materialize="headers", columns="topic,store_timestamp")
     assert headers.columns[-2:] == ["topic", "store_timestamp"]
+    split = read_commitlog(spark, str(store), materialize="decoded", columns="tags", splitSize=4096)  # 2 passes
+    assert sorted(str(r.tags) for r in split.where("kind = 'message'").collect()) == \
+        sorted(str(r.tags) for r in df.where("kind = 'message'").collect())
 
 
 @pytest.mark.parametrize("options, says", [
