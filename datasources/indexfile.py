@@ -79,7 +79,7 @@ def chain_problems(index_count: int, slots: np.ndarray, key_hash: np.ndarray, pr
     """Problems of entries 1..index_count-1 (arrays indexed by entry number, entry 0 unused), as a list per
     entry (names from :data:`CHAIN_PROBLEMS`), built column-wise: an index file has millions of entries."""
     n = index_count
-    idx = np.arange(n)
+    idx = np.arange(n, dtype=np.int32)
     slot_of = np.where(key_hash >= 0, key_hash % hash_slot_num, -1)
     in_range = (prev >= 0) & (prev < n)
     older = prev < idx
@@ -128,30 +128,31 @@ def file_batches(part: IndexFilePartition) -> Iterator[pa.RecordBatch]:
             slots_at = L.INDEX_HEADER_SIZE
             entries_at = slots_at + f.hash_slot_num * L.INDEX_SLOT_SIZE
             with ReadOnlyMap(local) as m:  # the entries in bulk; IndexFile gave header and geometry
-                slots = np.frombuffer(m.buf, ">i4", f.hash_slot_num, slots_at).astype(np.int64)
+                # native copies in the fields' own widths (20 bytes an entry): a task holds a whole file, and a
+                # full one has 20 M entries
+                slots = np.frombuffer(m.buf, ">i4", f.hash_slot_num, slots_at).astype(np.int32)
                 e = np.frombuffer(m.buf, _ENTRY_DTYPE, count, entries_at)
-                key_hash, phys = e["key_hash"].astype(np.int64), e["physical_offset"].astype(np.int64)
-                td, prev = e["time_diff"].astype(np.int64), e["prev_index"].astype(np.int64)
+                key_hash, phys = e["key_hash"].astype(np.int32), e["physical_offset"].astype(np.int64)
+                td, prev = e["time_diff"].astype(np.int32), e["prev_index"].astype(np.int32)
                 del e  # no view may outlive the mmap
             problems = chain_problems(count, slots, key_hash, prev, td, f.hash_slot_num)
-    n = count - 1
-    kh = key_hash[1:]
-    yield _rows_batch([{**header, **entry_summary(kh, phys[1:], f.hash_slot_num)}])
-    if n <= 0:
-        return
-    columns = {
-        "broker": pa.repeat(pa.scalar(part.broker, pa.string()), n),
-        "file": pa.repeat(pa.scalar(part.name, pa.string()), n),
-        "kind": pa.repeat(pa.scalar("entry", pa.string()), n),
-        "entry": pa.array(np.arange(1, count, dtype=np.int32)),
-        "slot": pa.array((kh % f.hash_slot_num).astype(np.int32), mask=kh < 0),
-        "key_hash": pa.array(kh.astype(np.int32)), "physical_offset": pa.array(phys[1:]),
-        "time_diff": pa.array(td[1:].astype(np.int32)), "store_time": pa.array(h.begin_timestamp + td[1:] * 1000),
-        "prev_index": pa.array(prev[1:].astype(np.int32)), "problems": problems,
-    }
-    arrays = [columns[fld.name] if fld.name in columns else pa.nulls(n, fld.type) for fld in SCHEMA]
-    for start in range(0, n, _BATCH_ROWS):
-        yield pa.RecordBatch.from_arrays([a.slice(start, _BATCH_ROWS) for a in arrays], schema=SCHEMA)
+            del slots
+    yield _rows_batch([{**header, **entry_summary(key_hash[1:], phys[1:], f.hash_slot_num)}])
+    constant = {"broker": pa.scalar(part.broker, pa.string()), "file": pa.scalar(part.name, pa.string()),
+                "kind": pa.scalar("entry", pa.string())}
+    for start in range(1, count, _BATCH_ROWS):  # each batch's columns made when it is sent: memory stays flat
+        end = min(start + _BATCH_ROWS, count)
+        kh, rows = key_hash[start:end], end - start
+        columns = {
+            **{name: pa.repeat(value, rows) for name, value in constant.items()},
+            "entry": pa.array(np.arange(start, end, dtype=np.int32)),
+            "slot": pa.array(kh % np.int32(f.hash_slot_num), mask=kh < 0), "key_hash": pa.array(kh),
+            "physical_offset": pa.array(phys[start:end]), "time_diff": pa.array(td[start:end]),
+            "store_time": pa.array(h.begin_timestamp + td[start:end].astype(np.int64) * 1000),
+            "prev_index": pa.array(prev[start:end]), "problems": problems.slice(start - 1, rows),
+        }
+        yield pa.RecordBatch.from_arrays([columns[fld.name] if fld.name in columns else pa.nulls(rows, fld.type)
+                                          for fld in SCHEMA], schema=SCHEMA)
 
 
 _BATCH_ROWS = 65536
