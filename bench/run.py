@@ -324,8 +324,9 @@ def scaling_runs(spec: DumpSpec, steps: list[int], jobs: list[str], cache: Path,
             runs.append(r)
             row = scaling.scaling_rows(runs)[-1]
             net, marginal = row.get("net_sec_per_gb"), row.get("marginal_sec_per_gb")
-            log(f"scaling {job:<6} {step_label(step):<4} {row['commitlog_bytes'] / 1e6:8.1f} MB {row['seconds']:7.1f} s "
-                f"{row['sec_per_gb']:8.1f} s/GB (net {num(net, '{:.1f}', '-')}, marginal {num(marginal, '{:.1f}', '-')}) "
+            log(f"scaling {job:<6} {step_label(step):<4} {row['commitlog_bytes'] / 1e6:8.1f} MB "
+                f"{row['seconds']:7.1f} s {row['sec_per_gb']:8.1f} s/GB (net {num(net, '{:.1f}', '-')}, "
+                f"marginal {num(marginal, '{:.1f}', '-')}) "
                 f" anonymous / resident peak MiB: driver JVM {mib(row, 'driver_jvm')}, largest Python worker "
                 f"{mib(row, 'python_worker')}, driver Python {mib(row, 'driver_python')} (session "
                 f"{row['session_seconds']:.1f} s, load {row['load']:.1f})")
@@ -345,7 +346,8 @@ def step_label(step: int) -> str:
 def mib(row: dict, process: str) -> str:
     """'anonymous / resident' peak MiB of a process kind in a scaling row or figure."""
     anon = row.get(f"{process}_anon_bytes")
-    return f"{num(None if anon is None else anon / 2**20, '{:,.0f}', '-')} / {row[f'{process}_peak_bytes'] / 2**20:,.0f}"
+    resident = row[f"{process}_peak_bytes"] / 2**20
+    return f"{num(None if anon is None else anon / 2**20, '{:,.0f}', '-')} / {resident:,.0f}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -428,7 +430,8 @@ def markdown(data: dict) -> str:
                        f"{num(r.get('marginal_sec_per_gb'), '{:,.0f}')} | {mib(r, 'driver_jvm')} | "
                        f"{mib(r, 'python_worker')} | {mib(r, 'driver_python')} | {num(r.get('session_seconds'))} | "
                        f"{num(r.get('load'))} |")
-        out += ["", "Memory columns: anonymous (RssAnon, sampled) / resident (VmHWM, counts mapped segment pages) peak."]
+        out += ["", "Memory columns: anonymous (RssAnon, sampled) / resident (VmHWM, counts mapped segment pages) "
+                    "peak."]
     return "\n".join(out)
 
 

@@ -10,9 +10,10 @@ data source read with ``materialize=decoded`` (datasources/commitlog.py): locati
 file_position, physical_offset, store_size``, ``beyond_first_stop`` = found by the salvage walk past the
 point where the broker's recovery stops), every stored field, and the derived ones (msg_id, uniq_key, keys,
 tags, tran_type, compression, body_crc_ok, ...); ``--columns`` keeps only the named ones (with the location
-columns and topic), and is cheaper: the data source then decodes and ships only those.  ``--walk recovery`` (default) keeps what the broker itself
-would recover; ``salvage`` resyncs past damage.  Damage is not part of this table (the audit reports it);
-the summary line counts where a walk stopped on damage and the unframeable spans it skipped.
+columns and topic), and is cheaper: the data source then decodes and ships only those.  ``--walk recovery``
+(default) keeps what the broker itself would recover; ``salvage`` resyncs past damage.  Damage is not part of
+this table (the audit reports it); the summary line counts where a walk stopped on damage and the unframeable
+spans it skipped.
 
 Exit codes: 0 messages written, 1 nothing matched (an empty table is still written), 2 could not run.
 """

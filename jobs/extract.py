@@ -208,8 +208,10 @@ def read_messages(spark, stores: list[StoreRef], *, walk: str = "recovery", deco
     lo, hi = time_range
     frames = []
     for ref in stores:
-        # a DataFrame per call, always filtered by kind or time below: pushing filters is safe (CommitLogReader)
-        options = dict(walk=walk, materialize=materialize, broker=ref.label, pushFilters="true")
+        # a DataFrame per call that every query filters (by kind or time, below): pushing its filters is safe
+        # (CommitLogReader.pushFilters)
+        filtered = not include_other_rows or lo is not None or hi is not None
+        options = dict(walk=walk, materialize=materialize, broker=ref.label, pushFilters=str(filtered).lower())
         if decompress:
             options["decompress"] = "true"
         kept = segments_in_time_range(ref.open(), lo, hi)
