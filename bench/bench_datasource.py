@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/bench_datasource.py [--mb 1024] [--segment-mb 256] [--split-mb 0 128] [--repeat 2]
 
-Generates once (cached in bench/cache/) a store of synthetic broker traffic written by the bulk writer
-(store_format.generate: tags, keys, UNIQ_KEYs, delays, transactions, some IPv6 producers; ~475-byte records),
-then measures in one run, best of ``--repeat``:
+Generates once (cached in bench/cache/) bench/dump.py's dump (``make bench``'s traffic, written by the bulk writer:
+8 topics x 8 queues, tags, keys, UNIQ_KEYs, delays, transactions, some IPv6 producers; ~479-byte records) in
+``--segment-mb`` segments, then measures in one run, best of ``--repeat``:
 
 * raw read: every segment file read with the page cache warm, into one reusable buffer (``readinto``, the
   baseline: the kernel copies every byte), and a numpy sum over an mmap of each file (every byte reaches the CPU);
@@ -23,7 +23,6 @@ same cores changes every figure) and the CPU seconds the measurement took in thi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -34,11 +33,11 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
+from bench.dump import DumpSpec, ensure_dump  # noqa: E402
 from bench.proctree import tree_cpu  # noqa: E402
 from store_format.commitlog import KIND_MESSAGE, ReadOnlyMap, list_segments, salvage_arrays  # noqa: E402
 
 CACHE = REPO / "bench" / "cache"
-BODY_LOG_MEAN = 5.4  # lognormal body sizes: ~475-byte records with the generator's properties
 
 
 def message_columns() -> str:
@@ -47,32 +46,6 @@ def message_columns() -> str:
     from udfs import kernels as K
 
     return ",".join(c for c in K.MESSAGE_DECODER_COLUMNS if c not in K.STATUS_COLUMNS)
-
-
-def generate(root: Path, total_mb: int, segment_mb: int) -> dict:
-    """A store of about ``total_mb`` MiB in ``segment_mb`` MiB segments (cached with its meta.json)."""
-    from store_format.generate import TrafficConfig, generate_store, progress_line
-    from store_format.writer import WriterConfig
-
-    meta_path = root / "meta.json"
-    if meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("generator") == "generate_store" and meta.get("body_log_mean") == BODY_LOG_MEAN:
-            return meta
-    store = root / "store"
-    if store.exists():
-        import shutil
-
-        shutil.rmtree(store)
-    messages = int((total_mb << 20) * 0.97) // 478  # ~478 B: the generator's mean record at BODY_LOG_MEAN
-    stats = generate_store(store, TrafficConfig(messages=messages, body_log_mean=BODY_LOG_MEAN),
-                           WriterConfig(mappedFileSizeCommitLog=segment_mb << 20, messageIndexEnable=False),
-                           progress=progress_line())
-    meta = {"generator": "generate_store", "body_log_mean": BODY_LOG_MEAN, "total_mb": total_mb,
-            "segment_mb": segment_mb, "messages": stats["messages"], "record_bytes": stats["bytes"],
-            "bytes": sum(s.length for s in list_segments(store / "commitlog"))}
-    meta_path.write_text(json.dumps(meta))
-    return meta
 
 
 def raw_readinto(files: list[Path], limits: list[int] | None = None) -> float:
@@ -171,11 +144,12 @@ def main(argv=None) -> int:
                          "yields (every stored field, properties parsed, msg_id); decoded: every decoded column")
     ap.add_argument("--no-local", action="store_true", help="skip the one-core measurements")
     args = ap.parse_args(argv)
-    root = CACHE / f"store-{args.mb}-{args.segment_mb}"
-    meta = generate(root, args.mb, args.segment_mb)
+    # bench/run.py's traffic; 3% short of --mb so that the records fill the segments without rolling into one more
+    meta = ensure_dump(DumpSpec(args.mb * 0.97, segment_mib=args.segment_mb), CACHE)
+    root = Path(meta["store"]).parent
     segments = list_segments(root / "store" / "commitlog")
     files = [s.path for s in segments]
-    mb, n = meta["bytes"] / 1e6, meta["messages"]
+    mb, n = meta["commitlog_bytes"] / 1e6, meta["messages"]
     print(f"store: {mb:.0f} MB in {len(files)} segments, {n:,} messages, {meta['record_bytes'] / n:.0f} bytes "
           f"each on average", file=sys.stderr)
     results = []

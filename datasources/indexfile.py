@@ -45,10 +45,7 @@ SCHEMA = pa.schema([
     # corrupt
     ("reason", pa.string()), ("detail", pa.string()),
 ])
-_NP = {"i": ">i4", "q": ">i8"}
-_ENTRY_DTYPE = np.dtype({"names": [n for n, _, _ in L.INDEX_ENTRY_FIELDS],
-                         "formats": [_NP[c] for _, _, c in L.INDEX_ENTRY_FIELDS],
-                         "offsets": [o for _, o, _ in L.INDEX_ENTRY_FIELDS], "itemsize": L.INDEX_ENTRY_SIZE})
+_ENTRY_DTYPE = L.numpy_dtype(L.INDEX_ENTRY_FIELDS, L.INDEX_ENTRY_SIZE)
 
 
 @dataclass

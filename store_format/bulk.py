@@ -206,7 +206,6 @@ class _Properties:
         return [v.decode("utf-8") for v in table] + [None], ids
 
 
-_NP_CODES = {"i": ">i4", "q": ">i8", "h": ">i2", "b": "i1"}
 
 
 def _small(ids: np.ndarray) -> np.ndarray:
@@ -214,15 +213,8 @@ def _small(ids: np.ndarray) -> np.ndarray:
     return ids.astype(np.uint16) if len(ids) and 0 <= ids.min() and ids.max() < 1 << 16 else ids
 
 
-def _fields_dtype(fields: tuple) -> np.dtype:
-    """A big-endian structured dtype from a layout's (name, offset, struct code) declaration."""
-    return np.dtype({"names": [f[0] for f in fields], "formats": [_NP_CODES[f[2]] for f in fields],
-                     "offsets": [f[1] for f in fields]})
-
-
-_CQ_DTYPE = _fields_dtype(L.CQ_UNIT_FIELDS)
-_INDEX_ENTRY_DTYPE = _fields_dtype(L.INDEX_ENTRY_FIELDS)
-assert _CQ_DTYPE.itemsize == L.CQ_STORE_UNIT_SIZE and _INDEX_ENTRY_DTYPE.itemsize == L.INDEX_ENTRY_SIZE
+_CQ_DTYPE = L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE)
+_INDEX_ENTRY_DTYPE = L.numpy_dtype(L.INDEX_ENTRY_FIELDS, L.INDEX_ENTRY_SIZE)
 
 
 def _np_dtype(lay: L.RecordLayout) -> np.dtype:
@@ -234,7 +226,7 @@ def _np_dtype(lay: L.RecordLayout) -> np.dtype:
         if code == "s":
             fields.append((name, f"S{count}"))
         else:
-            fields.append((name, _NP_CODES[code]))
+            fields.append((name, L.NUMPY_CODES[code]))
     dt = np.dtype(fields)
     assert dt.itemsize == lay.body_offset
     return dt

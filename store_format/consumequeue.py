@@ -128,7 +128,6 @@ class UnitArrays:
 
 
 UNIT_KINDS = ("entry", "pre_blank", "zero", "invalid")
-_UNIT_DTYPE_CODES = {"q": ">i8", "i": ">i4"}
 
 
 def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
@@ -136,9 +135,7 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
     the last written one are kept (``zero``), the zero-filled unwritten tail is not."""
     import numpy as np
 
-    dtype = np.dtype({"names": [n for n, _, _ in L.CQ_UNIT_FIELDS],
-                      "formats": [_UNIT_DTYPE_CODES[c] for _, _, c in L.CQ_UNIT_FIELDS],
-                      "offsets": [o for _, o, _ in L.CQ_UNIT_FIELDS], "itemsize": L.CQ_STORE_UNIT_SIZE})
+    dtype = L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE)
     with ReadOnlyMap(cq_file.path) as m:
         n = len(m) // L.CQ_STORE_UNIT_SIZE
         raw = np.frombuffer(m.buf, np.uint8, n * L.CQ_STORE_UNIT_SIZE).reshape(n, L.CQ_STORE_UNIT_SIZE)

@@ -223,21 +223,10 @@ def index_hash_of(java_hashes):
     return np.where(h == -(1 << 31), 0, np.abs(h)).astype(np.int32)
 
 
-def java_hash_tokens(strings: list, sep: str = " "):
-    """Hash every non-empty ``sep``-separated token of each string (``s.split(sep)``, empties dropped, as
-    IndexService splits KEYS), vectorized: (owner index, token hash int32, token length in UTF-16 units),
-    tokens in order.  ``None`` or empty strings own no token."""
-    import numpy as np
-    owners = [i for i, s in enumerate(strings) if s]
-    parts = [strings[i] for i in owners]
-    owner, h, length = java_hash_tokens_joined("".join(parts), np.fromiter(map(len, parts), np.int64, len(parts)),
-                                               sep)
-    return np.asarray(owners, np.int64)[owner], h, length
-
-
 def java_hash_tokens_joined(joined: str, lengths, sep: str = " "):
-    """``java_hash_tokens`` of the strings back to back in ``joined`` (``lengths`` in code points): (index of
-    the owning string, token hash int32, token length in UTF-16 units), tokens in order."""
+    """Hash every non-empty ``sep``-separated token of the strings back to back in ``joined`` (``lengths`` in code
+    points; ``s.split(sep)`` with empties dropped, as IndexService splits KEYS), vectorized: (index of the owning
+    string, token hash int32, token length in UTF-16 units), tokens in order.  An empty string owns no token."""
     import numpy as np
     units, lengths = _utf16_units(joined, lengths)
     if not len(lengths):

@@ -145,6 +145,18 @@ INDEX_ENTRY_STRUCT = ">iqii"
 INDEX_MAX_RESULTS = 64  # maxMsgsNumBatch: mqadmin's cap; our lookups are uncapped by default
 
 
+#: struct codes of the fields above as big-endian numpy types
+NUMPY_CODES = {"i": ">i4", "q": ">i8", "h": ">i2", "b": "i1"}
+
+
+def numpy_dtype(fields: tuple, itemsize: int):
+    """A (name, offset, struct code) declaration as a big-endian numpy structured dtype of ``itemsize`` bytes,
+    for reading or writing units and entries in bulk."""
+    import numpy as np
+    return np.dtype({"names": [f[0] for f in fields], "formats": [NUMPY_CODES[f[2]] for f in fields],
+                     "offsets": [f[1] for f in fields], "itemsize": itemsize})
+
+
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
     return INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
 
