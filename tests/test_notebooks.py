@@ -61,6 +61,7 @@ def executed(demo_out, tmp_path_factory):
     """name -> (executed notebook, the CellExecutionError or None), all three run concurrently."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
+    from traitlets.config import Config
 
     jupyter = tmp_path_factory.mktemp("jupyter")
     spec_dir = jupyter / "kernels" / KERNEL
@@ -73,7 +74,10 @@ def executed(demo_out, tmp_path_factory):
 
     async def execute(name):
         nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-        client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name=KERNEL,
+        # the kernels talk over Unix sockets: TCP ports chosen for three kernels starting at once (beside their
+        # Spark JVMs) can collide ("Address already in use"), and a kernel that cannot bind dies
+        ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(jupyter / f"ipc-{name}")}})
+        client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name=KERNEL, config=ipc,
                                 resources={"metadata": {"path": str(NOTEBOOKS)}})
         try:
             await client.async_execute()
