@@ -69,32 +69,61 @@ def plan_files(path: str, broker: str | None, hash_slot_num, index_num) -> list[
 
 # the chain problems an entry can have, in the order they are listed
 CHAIN_PROBLEMS = ("prev_out_of_range", "prev_not_older", "prev_other_slot", "negative_time_diff", "unreachable")
+# entries (and slots) a step works on at once: what a task holds beyond two bytes per entry, whatever the file's size
+CHUNK_ENTRIES = 1 << 18
 
 
-def chain_problems(index_count: int, slots: np.ndarray, key_hash: np.ndarray, prev: np.ndarray,
-                   time_diff: np.ndarray, hash_slot_num: int) -> pa.ListArray:
-    """Problems of entries 1..index_count-1 (arrays indexed by entry number, entry 0 unused), as a list per
-    entry (names from :data:`CHAIN_PROBLEMS`), built column-wise: an index file has millions of entries."""
-    n = index_count
-    idx = np.arange(n, dtype=np.int32)
-    slot_of = np.where(key_hash >= 0, key_hash % hash_slot_num, -1)
-    in_range = (prev >= 0) & (prev < n)
-    older = prev < idx
-    safe_prev = np.where(in_range, prev, 0)
-    other_slot = (prev > 0) & in_range & (slot_of[safe_prev] != slot_of)
-    # walk every chain at once, one step per round, like selectPhyOffset (bounded by indexCount)
+class EntryViews:
+    """An index file's slots and entries as big-endian numpy views of its map (nothing copied until read):
+    ``key_hash``, ``physical_offset``, ``time_diff``, ``prev_index`` indexed by entry number (0 .. count-1)."""
+
+    def __init__(self, buf, hash_slot_num: int, count: int):
+        self.hash_slot_num, self.count = hash_slot_num, count
+        self.slots = np.frombuffer(buf, ">i4", hash_slot_num, L.INDEX_HEADER_SIZE)
+        e = np.frombuffer(buf, _ENTRY_DTYPE, count, L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE)
+        self.key_hash, self.physical_offset = e["key_hash"], e["physical_offset"]
+        self.time_diff, self.prev_index = e["time_diff"], e["prev_index"]
+
+    def chunk(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Native copies of entries start..end-1: key hash, physical offset, time diff, prev index."""
+        return (self.key_hash[start:end].astype(np.int32), self.physical_offset[start:end].astype(np.int64),
+                self.time_diff[start:end].astype(np.int32), self.prev_index[start:end].astype(np.int32))
+
+    def slot_of(self, key_hash: np.ndarray) -> np.ndarray:
+        return np.where(key_hash >= 0, key_hash % np.int32(self.hash_slot_num), -1)
+
+
+def reachable(v: EntryViews, chunk: int = CHUNK_ENTRIES) -> np.ndarray:
+    """Which entries some slot's chain leads to: the chains of a chunk of slots walked at once, one step per
+    round, like ``selectPhyOffset`` (stops at prev 0, out of range, itself or a negative time diff; bounded by
+    indexCount).  One byte per entry, plus a chunk of slot heads."""
+    n = v.count
     reached = np.zeros(n, bool)
-    heads = slots[(slots > 0) & (slots < n)]
-    frontier = np.unique(heads)
-    for _ in range(n):
-        frontier = frontier[~reached[frontier]]
-        if not len(frontier):
-            break
-        reached[frontier] = True
-        nxt = prev[frontier]
-        ok = (nxt > 0) & (nxt < n) & (nxt != frontier) & (time_diff[frontier] >= 0)
-        frontier = nxt[ok]
-    masks = np.stack([~in_range, in_range & (prev > 0) & ~older, other_slot, time_diff < 0, ~reached], axis=1)[1:]
+    for start in range(0, v.hash_slot_num, chunk):
+        heads = v.slots[start:start + chunk].astype(np.int32)
+        frontier = np.unique(heads[(heads > 0) & (heads < n)])
+        for _ in range(n):
+            frontier = frontier[~reached[frontier]]
+            if not len(frontier):
+                break
+            reached[frontier] = True
+            nxt = v.prev_index[frontier].astype(np.int32)
+            ok = (nxt > 0) & (nxt < n) & (nxt != frontier) & (v.time_diff[frontier] >= 0)
+            frontier = nxt[ok]
+    return reached
+
+
+def chain_problems(v: EntryViews, start: int, end: int, reached: np.ndarray) -> pa.ListArray:
+    """Problems of entries start..end-1 (start >= 1), a list per entry (names from :data:`CHAIN_PROBLEMS`), built
+    column-wise."""
+    n = v.count
+    key_hash, _, time_diff, prev = v.chunk(start, end)
+    in_range = (prev >= 0) & (prev < n)
+    older = prev < np.arange(start, end, dtype=np.int32)
+    prev_slot = v.slot_of(v.key_hash[np.where(in_range, prev, 0)].astype(np.int32))
+    other_slot = (prev > 0) & in_range & (prev_slot != v.slot_of(key_hash))
+    masks = np.stack([~in_range, in_range & (prev > 0) & ~older, other_slot, time_diff < 0, ~reached[start:end]],
+                     axis=1)
     offsets = np.zeros(len(masks) + 1, np.int32)
     np.cumsum(masks.sum(axis=1), out=offsets[1:])
     _, which = np.nonzero(masks)  # row-major: each entry's problems in CHAIN_PROBLEMS order
@@ -102,9 +131,53 @@ def chain_problems(index_count: int, slots: np.ndarray, key_hash: np.ndarray, pr
     return pa.ListArray.from_arrays(pa.array(offsets), names)
 
 
-def file_batches(part: IndexFilePartition) -> Iterator[pa.RecordBatch]:
-    """One index file as record batches: its header row, then its entries (built column-wise), or one corrupt
-    row when it cannot be read."""
+def entry_summary(v: EntryViews, chunk: int = CHUNK_ENTRIES) -> dict:
+    """What a file's entries (1..count-1) say about its header: the slots they use, the physical offsets of the
+    first and last, and (key hash, offset) pairs indexed more than once (extra entries, pairs).  Repeats are
+    counted exactly, by sorting; a file of more than ``chunk`` entries is sorted a hash bucket of about a chunk
+    at a time (a pair's copies share a bucket), so the memory is a byte per entry (its bucket) plus a chunk's."""
+    n = v.count
+    if n <= 1:
+        return {"entry_slots": 0, "duplicate_entries": 0, "duplicated_pairs": 0}
+    buckets = -(-(n - 1) // chunk)
+    used = np.zeros(v.hash_slot_num, bool)
+    bucket_of = np.zeros(n - 1, np.uint8 if buckets <= 256 else np.uint16)  # entry i's bucket at i - 1
+    for start in range(1, n, chunk):
+        kh, phys, _, _ = v.chunk(start, min(start + chunk, n))
+        used[v.slot_of(kh[kh >= 0])] = True
+        if buckets > 1:
+            bucket_of[start - 1:start - 1 + len(kh)] = _pair_hash(kh, phys) % np.uint64(buckets)
+    duplicate_entries = duplicated_pairs = 0
+    for bucket in range(buckets):
+        at = 1 + np.flatnonzero(bucket_of == bucket)
+        kh, phys = v.key_hash[at].astype(np.int32), v.physical_offset[at].astype(np.int64)
+        del at
+        order = np.lexsort((phys, kh))
+        kh, phys = kh[order], phys[order]
+        repeat = (kh[1:] == kh[:-1]) & (phys[1:] == phys[:-1])  # an entry equal to the one before it
+        duplicate_entries += int(repeat.sum())
+        duplicated_pairs += int((repeat & ~np.concatenate(([False], repeat[:-1]))).sum())
+    return {"entry_slots": int(used.sum()), "first_entry_phy_offset": int(v.physical_offset[1]),
+            "last_entry_phy_offset": int(v.physical_offset[n - 1]), "duplicate_entries": duplicate_entries,
+            "duplicated_pairs": duplicated_pairs}
+
+
+def _pair_hash(key_hash: np.ndarray, phys: np.ndarray) -> np.ndarray:
+    """A well-mixed 64-bit hash of (key hash, offset) pairs (splitmix64's finaliser), to spread them over buckets
+    even when one key fills the file."""
+    x = phys.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + key_hash.astype(np.uint32).astype(np.uint64)
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def file_batches(part: IndexFilePartition, chunk: int = CHUNK_ENTRIES) -> Iterator[pa.RecordBatch]:
+    """One index file as record batches: its header row, then its entries (built column-wise, a batch at a time,
+    from the map), or one corrupt row when it cannot be read.  Memory: one byte per entry (which entries the
+    chains reach) and one more (its repeat-sort bucket), plus a chunk's worth, whatever the file's size (a full one
+    has 20 M entries)."""
     base = {"broker": part.broker, "file": part.name}
     if not INDEX_NAME.match(part.name):
         yield _rows_batch([{**base, "kind": "corrupt", "reason": ErrorKind.BAD_FILE_NAME.value,
@@ -117,57 +190,33 @@ def file_batches(part: IndexFilePartition) -> Iterator[pa.RecordBatch]:
         except StoreFormatError as e:
             yield _rows_batch([{**base, "kind": "corrupt", "reason": e.kind.value, "detail": e.message}])
             return
-        with f:
+        with f, ReadOnlyMap(local) as m:  # IndexFile gave header and geometry; the entries are read in bulk
             h = f.header
-            header = {**base, "kind": "header", **vars(h), "hash_slot_num": f.hash_slot_num,
-                      "index_num": f.index_num}
             count = min(max(h.index_count, 1), f.index_num)
-            slots_at = L.INDEX_HEADER_SIZE
-            entries_at = slots_at + f.hash_slot_num * L.INDEX_SLOT_SIZE
-            with ReadOnlyMap(local) as m:  # the entries in bulk; IndexFile gave header and geometry
-                # native copies in the fields' own widths (20 bytes an entry): a task holds a whole file, and a
-                # full one has 20 M entries
-                slots = np.frombuffer(m.buf, ">i4", f.hash_slot_num, slots_at).astype(np.int32)
-                e = np.frombuffer(m.buf, _ENTRY_DTYPE, count, entries_at)
-                key_hash, phys = e["key_hash"].astype(np.int32), e["physical_offset"].astype(np.int64)
-                td, prev = e["time_diff"].astype(np.int32), e["prev_index"].astype(np.int32)
-                del e  # no view may outlive the mmap
-            problems = chain_problems(count, slots, key_hash, prev, td, f.hash_slot_num)
-            del slots
-    yield _rows_batch([{**header, **entry_summary(key_hash[1:], phys[1:], f.hash_slot_num)}])
-    constant = {"broker": pa.scalar(part.broker, pa.string()), "file": pa.scalar(part.name, pa.string()),
-                "kind": pa.scalar("entry", pa.string())}
-    for start in range(1, count, _BATCH_ROWS):  # each batch's columns made when it is sent: memory stays flat
-        end = min(start + _BATCH_ROWS, count)
-        kh, rows = key_hash[start:end], end - start
-        columns = {
-            **{name: pa.repeat(value, rows) for name, value in constant.items()},
-            "entry": pa.array(np.arange(start, end, dtype=np.int32)),
-            "slot": pa.array(kh % np.int32(f.hash_slot_num), mask=kh < 0), "key_hash": pa.array(kh),
-            "physical_offset": pa.array(phys[start:end]), "time_diff": pa.array(td[start:end]),
-            "store_time": pa.array(h.begin_timestamp + td[start:end].astype(np.int64) * 1000),
-            "prev_index": pa.array(prev[start:end]), "problems": problems.slice(start - 1, rows),
-        }
-        yield pa.RecordBatch.from_arrays([columns[fld.name] if fld.name in columns else pa.nulls(rows, fld.type)
-                                          for fld in SCHEMA], schema=SCHEMA)
+            v = EntryViews(m.buf, f.hash_slot_num, count)
+            reached = reachable(v, chunk)
+            yield _rows_batch([{**base, "kind": "header", **vars(h), "hash_slot_num": f.hash_slot_num,
+                                "index_num": f.index_num, **entry_summary(v, chunk)}])
+            constant = {"broker": pa.scalar(part.broker, pa.string()), "file": pa.scalar(part.name, pa.string()),
+                        "kind": pa.scalar("entry", pa.string())}
+            for start in range(1, count, _BATCH_ROWS):
+                end = min(start + _BATCH_ROWS, count)
+                kh, phys, td, prev = v.chunk(start, end)  # copies: nothing sent may point into the map
+                rows = end - start
+                columns = {
+                    **{name: pa.repeat(value, rows) for name, value in constant.items()},
+                    "entry": pa.array(np.arange(start, end, dtype=np.int32)),
+                    "slot": pa.array(kh % np.int32(f.hash_slot_num), mask=kh < 0), "key_hash": pa.array(kh),
+                    "physical_offset": pa.array(phys), "time_diff": pa.array(td),
+                    "store_time": pa.array(h.begin_timestamp + td.astype(np.int64) * 1000),
+                    "prev_index": pa.array(prev), "problems": chain_problems(v, start, end, reached),
+                }
+                yield pa.RecordBatch.from_arrays([columns[fld.name] if fld.name in columns
+                                                  else pa.nulls(rows, fld.type) for fld in SCHEMA], schema=SCHEMA)
+            del v  # no view may outlive the map
 
 
-_BATCH_ROWS = 65536
-
-
-def entry_summary(key_hash: np.ndarray, phys: np.ndarray, hash_slot_num: int) -> dict:
-    """What a file's entries (1..indexCount-1) say about its header: the slots they use, the physical offsets of
-    the first and last, and (key hash, offset) pairs indexed more than once (extra entries, pairs)."""
-    n = len(key_hash)
-    if not n:
-        return {"entry_slots": 0, "duplicate_entries": 0, "duplicated_pairs": 0}
-    order = np.lexsort((phys, key_hash))
-    k, p = key_hash[order], phys[order]
-    repeat = (k[1:] == k[:-1]) & (p[1:] == p[:-1])  # an entry equal to the one before it in sorted order
-    starts_run = repeat & ~np.concatenate(([False], repeat[:-1]))
-    return {"entry_slots": len(np.unique(key_hash[key_hash >= 0] % hash_slot_num)),
-            "first_entry_phy_offset": int(phys[0]), "last_entry_phy_offset": int(phys[-1]),
-            "duplicate_entries": int(repeat.sum()), "duplicated_pairs": int(starts_run.sum())}
+_BATCH_ROWS = 16384
 
 
 def _rows_batch(rows: list[dict]) -> pa.RecordBatch:

@@ -596,6 +596,38 @@ def test_index_header_rows_summarise_their_entries(spark, fixture):
         assert expected[next(iter(expected))][3] > 0  # the key listed twice in one message
 
 
+def test_index_source_in_small_chunks_reads_what_whole_files_give(fixture, tmp_path):
+    """The index source bounds its memory by working a chunk of entries at a time (and sorting repeats in hash
+    buckets): with chunks of 7 entries it gives exactly the rows of one chunk per file, on healthy files and on
+    one with a cut chain and a repeated entry."""
+    from datasources.indexfile import file_batches, plan_files
+
+    _, store, _ = fixture
+    src = list_index_files(store / "index")[0]
+    raw = bytearray(src.read_bytes())
+    with IndexFile(src) as f:
+        slots, count = f.hash_slot_num, f.header.index_count
+        e = next(x for x in f.entries() if x.prev_index > 0)
+    entries_at = 40 + slots * 4
+    raw[entries_at + e.index * 20 + 16:entries_at + e.index * 20 + 20] = (count + 7).to_bytes(4, "big")
+    raw[entries_at + 1 * 20:entries_at + 1 * 20 + 12] = raw[entries_at + 2 * 20:entries_at + 2 * 20 + 12]
+    damaged = tmp_path / "index" / src.name
+    damaged.parent.mkdir()
+    damaged.write_bytes(bytes(raw))
+
+    def rows(path, **kw):
+        return [r for p in plan_files(str(path), None, None, None) for b in file_batches(p, **kw) for r in b.to_pylist()]
+
+    for path in (store / "index", damaged.parent):
+        whole, chunked = rows(path), rows(path, chunk=7)
+        assert len(whole) > 7 and chunked == whole
+    problems = {r["entry"]: r["problems"] for r in rows(damaged.parent, chunk=7) if r["kind"] == "entry"}
+    assert problems[e.index] == ["prev_out_of_range"] and "unreachable" in problems[e.prev_index]
+    [header] = [r for r in rows(damaged.parent, chunk=7) if r["kind"] == "header"]
+    [healthy] = [r for r in rows(store / "index") if r["kind"] == "header" and r["file"] == src.name]
+    assert header["duplicate_entries"] == healthy["duplicate_entries"] + 1  # entry 1 now repeats entry 2
+
+
 def test_unit_arrays_equal_read_units(fixture, tmp_path):
     """The bulk unit reader the consume-queue source uses yields read_units' units, healthy and damaged."""
     _, store, _ = fixture
