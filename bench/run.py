@@ -20,10 +20,12 @@ of its parameters.  Then, on that dump, page cache warm, best of ``--repeat`` un
              store_format.indexfile): ms per lookup, mean and p99;
   spark      local[2]: the commitlog source's message count (positions), the decode job's table written
              as Parquet;
-  scaling    the audit and the decode job over a --scale-reference-mib dump (their fixed cost), then at
-             --scale-steps x --scale-mib, each in a fresh local[2] session (bench/scaling.py): seconds per GB,
-             net seconds per GB (beyond the fixed cost), marginal seconds per GB, peak memory per process
-             (anonymous and resident);
+  scaling    the audit and the decode job over a --scale-reference-mib dump (their fixed cost) and at
+             --scale-steps x --scale-mib, steady state: one fresh local[2] session per job (bench/scaling.py),
+             an untimed warm-up run (its time is the cold start), then --scale-rounds rounds over the steps,
+             smallest first: seconds (best of the rounds, their spread the noise), net seconds per GB beyond
+             the fixed cost with its noise, marginal seconds per GB, peak memory per process (anonymous and
+             resident);
   audit      the audit job over the whole dump, once, in a session of its own like the scaling runs, last
              (skip it with --skip audit).
 
@@ -304,39 +306,51 @@ def job_figure(bench: Bench, job: str, meta: dict, key: str | None = None) -> di
 
 
 def scaling_runs(spec: DumpSpec, steps: list[int], jobs: list[str], cache: Path, log=print,
-                 on_run=None, reference_mib: float = 0) -> list[dict]:
-    """Each job over dumps of ``spec`` at ``steps`` x its size, in fresh sessions (bench/scaling.py), after a
-    reference run over a ``reference_mib`` dump (step 0) that measures the fixed cost, if given; ``on_run`` gets
-    the rows so far after each run."""
+                 on_run=None, reference_mib: float = 0, rounds: int = 2, warmup_step: int | None = None) -> list[dict]:
+    """Each job over dumps of ``spec`` at ``steps`` x its size (and a ``reference_mib`` dump, step 0, whose time
+    is the fixed cost, if given): one fresh session per job (bench/scaling.py), a warm-up run over the
+    ``warmup_step`` dump, then ``rounds`` rounds over every step, smallest first.  ``on_run`` gets the rows so far
+    after each job."""
     steps = ([0] if reference_mib else []) + [s for s in steps if s]
     # every dump first: writing one (and its page cache flush) while a job runs would slow that job
     metas = {step: ensure_dump(DumpSpec(reference_mib if step == 0 else spec.size_mib * step, spec.seed,
                                         spec.segment_mib, spec.index_slots), cache) for step in steps}
-    if steps:  # a discarded run first: the first job after the in-process figures pays cold caches (~10-30 s)
-        scaling.run_job("decode", Path(metas[steps[0]]["store"]))
+    # the warm-up needs at least as many segments as cores, or a later run starts the second Python worker
+    warmup_step = warmup_step if warmup_step in steps else steps[-1]
     runs = []
-    for step in steps:
-        meta = metas[step]
-        for job in jobs:
-            r = scaling.run_job(job, Path(meta["store"]))
-            r.update(step=step, commitlog_bytes=meta["commitlog_bytes"], messages=meta["messages"],
-                     load=os.getloadavg()[0])
-            runs.append(r)
-            row = scaling.scaling_rows(runs)[-1]
-            net, marginal = row.get("net_sec_per_gb"), row.get("marginal_sec_per_gb")
-            log(f"scaling {job:<6} {step_label(step):<4} {row['commitlog_bytes'] / 1e6:8.1f} MB "
-                f"{row['seconds']:7.1f} s {row['sec_per_gb']:8.1f} s/GB (net {num(net, '{:.1f}', '-')}, "
-                f"marginal {num(marginal, '{:.1f}', '-')}) "
-                f" anonymous / resident peak MiB: driver JVM {mib(row, 'driver_jvm')}, largest Python worker "
-                f"{mib(row, 'python_worker')}, driver Python {mib(row, 'driver_python')} (session "
-                f"{row['session_seconds']:.1f} s, load {row['load']:.1f})")
-            if on_run:
-                on_run(scaling.scaling_rows(runs))
+    for job in jobs:
+        t = time.perf_counter()
+        got = scaling.run_series(job, [Path(metas[s]["store"]) for s in steps],
+                                 warmup=Path(metas[warmup_step]["store"]), rounds=rounds)
+        load = os.getloadavg()[0]
+        for r in got:
+            step = warmup_step if r["round"] == 0 else steps[r["store"]]
+            runs.append(dict(r, step=step, commitlog_bytes=metas[step]["commitlog_bytes"],
+                             messages=metas[step]["messages"], load=load))
+        rows = scaling.scaling_rows(runs)
+        log(f"scaling {job}: {time.perf_counter() - t:.0f} s in one session (load {load:.1f}), a warm-up over "
+            f"{step_label(warmup_step)} then {rounds} round(s), the best of them:")
+        for row in (r for r in rows if r["job"] == job):
+            log(f"  {step_label(row['step']):<4} {row['commitlog_bytes'] / 1e6:8.1f} MB {row['seconds']:7.1f} s "
+                f"(spread {row['spread_seconds']:.1f}{num(row.get('cold_seconds'), ', cold {:.1f} s')}) "
+                f"{row['sec_per_gb']:8.1f} s/GB, net {num(row.get('net_sec_per_gb'), '{:.1f}', '-')}"
+                f"{num(row.get('net_noise_sec_per_gb'), ' +- {:.1f}')}{flatness(row)}; anonymous / resident peak "
+                f"MiB: driver JVM {mib(row, 'driver_jvm')}, largest Python worker {mib(row, 'python_worker')}, "
+                f"driver Python {mib(row, 'driver_python')}")
+        if on_run:
+            on_run(rows)
     return scaling.scaling_rows(runs)
 
 
 def num(x, fmt="{:,.1f}", missing="") -> str:
     return missing if x is None else fmt.format(x)
+
+
+def flatness(row: dict) -> str:
+    """Whether a scaling row's net s/GB is the largest step's within their noise, as words."""
+    if "within_noise" not in row:
+        return ""
+    return " (the largest step's within noise)" if row["within_noise"] else " (NOT the largest step's within noise)"
 
 
 def step_label(step: int) -> str:
@@ -345,9 +359,8 @@ def step_label(step: int) -> str:
 
 def mib(row: dict, process: str) -> str:
     """'anonymous / resident' peak MiB of a process kind in a scaling row or figure."""
-    anon = row.get(f"{process}_anon_bytes")
-    resident = row[f"{process}_peak_bytes"] / 2**20
-    return f"{num(None if anon is None else anon / 2**20, '{:,.0f}', '-')} / {resident:,.0f}"
+    anon, resident = (row.get(f"{process}_{kind}_bytes") for kind in ("anon", "peak"))
+    return " / ".join(num(None if b is None else b / 2**20, "{:,.0f}", "-") for b in (anon, resident))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -421,17 +434,22 @@ def markdown(data: dict) -> str:
                     f"{index['entries']:,} entries in {index['index_files']} file(s) of {index['geometry'][0][0]:,} "
                     "slots."]
     if data.get("scaling"):
-        out += ["", "| job | step | commitlog MB | s | s/GB | net s/GB | marginal s/GB | driver JVM MiB | "
-                    "largest Python worker MiB | driver Python MiB | session s | load |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        out += ["", "| job | step | commitlog MB | s (best) | spread s | cold s | s/GB | net s/GB | noise +- | "
+                    "flat | marginal s/GB | driver JVM MiB | largest Python worker MiB | driver Python MiB |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in data["scaling"]:
+            flat = {True: "yes", False: "NO"}.get(r.get("within_noise"), "")
             out.append(f"| {r['job']} | {step_label(r['step'])} | {r['commitlog_bytes'] / 1e6:,.1f} | "
-                       f"{r['seconds']:.1f} | {r['sec_per_gb']:,.0f} | {num(r.get('net_sec_per_gb'), '{:,.0f}')} | "
+                       f"{r['seconds']:.1f} | {num(r.get('spread_seconds'))} | {num(r.get('cold_seconds'))} | "
+                       f"{r['sec_per_gb']:,.0f} | {num(r.get('net_sec_per_gb'), '{:,.0f}')} | "
+                       f"{num(r.get('net_noise_sec_per_gb'), '{:,.0f}')} | {flat} | "
                        f"{num(r.get('marginal_sec_per_gb'), '{:,.0f}')} | {mib(r, 'driver_jvm')} | "
-                       f"{mib(r, 'python_worker')} | {mib(r, 'driver_python')} | {num(r.get('session_seconds'))} | "
-                       f"{num(r.get('load'))} |")
-        out += ["", "Memory columns: anonymous (RssAnon, sampled) / resident (VmHWM, counts mapped segment pages) "
-                    "peak."]
+                       f"{mib(r, 'python_worker')} | {mib(r, 'driver_python')} |")
+        out += ["", "s: best of the timed rounds in one warmed-up session; spread: worst less best; cold: the "
+                    "session's first (warm-up) run; net s/GB: beyond the reference run's time, with its noise (the "
+                    "two spreads over the same GB); flat: the net s/GB is the largest step's within the two noises. "
+                    "Memory columns: anonymous (RssAnon, sampled) / resident (VmHWM, counts mapped segment pages) "
+                    "peak, the least over the rounds."]
     return "\n".join(out)
 
 
@@ -458,6 +476,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scale-segment-mib", type=float, default=16,
                     help="segment size of the scaling dumps in MiB (default 16: x16 spans 4 segments)")
     ap.add_argument("--scale-jobs", nargs="+", default=list(scaling.JOBS), choices=scaling.JOBS)
+    ap.add_argument("--scale-rounds", type=int, default=2,
+                    help="timed rounds over the scaling steps, the best counts and the spread is the noise (default 2)")
+    ap.add_argument("--scale-warmup-step", type=int, default=4,
+                    help="the step whose dump the untimed warm-up run reads (default 4: as many segments as cores "
+                         "at least)")
     ap.add_argument("--skip", nargs="+", default=[], choices=GROUPS, help="parts to leave out")
     ap.add_argument("--cache", type=Path, default=CACHE, help="where dumps are cached (default bench/cache)")
     ap.add_argument("--results", type=Path, default=RESULTS, help="results file (default bench/results.json)")
@@ -516,7 +539,8 @@ def main(argv=None) -> int:
                 scaling_rows = rows
                 save(False)
             scaling_rows = scaling_runs(scale, args.scale_steps, args.scale_jobs, args.cache, on_run=keep,
-                                        reference_mib=args.scale_reference_mib)
+                                        reference_mib=args.scale_reference_mib, rounds=args.scale_rounds,
+                                        warmup_step=args.scale_warmup_step)
             wall["scaling_seconds"] = time.perf_counter() - t
         if "audit" not in skip:  # last: the longest figure, and an interrupted run keeps all the others
             t = time.perf_counter()

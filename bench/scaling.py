@@ -1,20 +1,25 @@
-"""A job's cost against dump size: each run in a fresh local[2] session of its own (a child process), timed,
-with the peak memory of its driver JVM, its largest Python worker and its driver Python process, polled during
-the run (a worker that exits early still counts): resident (VmHWM, which counts the pages of the segments a
-process maps) and anonymous (RssAnon: what the process itself holds).
+"""A job's cost against dump size, each measurement in a fresh local[2] session of its own (a child process):
+timed, with the peak memory of its driver JVM, its largest Python worker and its driver Python process, polled
+during each run (a worker that exits early still counts): resident (VmHWM, which counts the pages of the
+segments a process maps) and anonymous (RssAnon: what the process itself holds).
 
 ``run_job`` runs one job (``audit`` or ``decode``, as a user would: ``run(spark, args)`` with the default
-options, the audit without its HTML report) over one store; ``scaling_rows`` turns runs at growing sizes into
-seconds per GB, the marginal seconds per GB between consecutive sizes and the net seconds per GB against a
-tiny reference dump (a run has a fixed cost: planner workers, tens of small Spark jobs; what must stay flat for
-linear cost is the rate beyond it).
+options, the audit without its HTML report) once over one store, cold: what a user waits for.
+``run_series`` runs a job over several stores in one session, steady state: an untimed warm-up run first (it
+starts the Python workers, imports the kernels into them and lets the JVM compile its hot paths: ~10-40 s that
+a first run pays once, whatever the size), then ``rounds`` rounds over the stores, smallest first.
+``scaling_rows`` turns those runs into seconds per GB and the net seconds per GB beyond a tiny reference dump's
+run (the fixed cost: planning and tens of small Spark jobs), with the noise of each (the spread over rounds).
 
-    python -m bench.scaling JOB STORE OUT     # the child: prints one JSON line
+    python -m bench.scaling JOB OUT STORE [STORE ...] [--warmup STORE] [--rounds N]
+                                                   # the child: prints one JSON line per run
 """
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -32,70 +37,118 @@ def job_args(job: str, store: str, out: str) -> list[str]:
 
 
 def run_job(job: str, store: Path, timeout: float | None = None) -> dict:
-    """Run ``job`` over ``store`` in a fresh child process and session; its JSON figures (see ``_child``)."""
+    """Run ``job`` over ``store`` once in a fresh child process and session, cold; its figures (see ``_child``)."""
+    return run_series(job, [store], rounds=1, timeout=timeout)[0]
+
+
+def run_series(job: str, stores: list[Path], warmup: Path | None = None, rounds: int = 1,
+               timeout: float | None = None) -> list[dict]:
+    """Run ``job`` over ``warmup`` (untimed as a measure: its figures carry ``round`` 0), then ``rounds`` times
+    over ``stores`` in order, all in one fresh child process and session; one dict of figures per run, with
+    ``store`` (its index in ``stores``) and ``round`` (1..rounds)."""
     if job not in JOBS:
         raise ValueError(f"unknown job {job!r}; expected one of {', '.join(JOBS)}")
     with tempfile.TemporaryDirectory(prefix=f"bench-{job}-") as tmp:
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-        run = subprocess.run([sys.executable, "-m", "bench.scaling", job, str(store), str(Path(tmp) / "out")],
-                             cwd=REPO, env=env, stdout=subprocess.PIPE, text=True, check=True, timeout=timeout)
+        cmd = [sys.executable, "-m", "bench.scaling", job, tmp, *map(str, stores), "--rounds", str(rounds)]
+        run = subprocess.run(cmd + (["--warmup", str(warmup)] if warmup else []), cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, text=True, check=True, timeout=timeout)
     return parse_child_output(run.stdout)
 
 
-def parse_child_output(stdout: str) -> dict:
-    """The child's figures: its last stdout line (Spark and the job may print before it)."""
-    lines = [line for line in stdout.splitlines() if line.startswith("{")]
-    if not lines:
+def parse_child_output(stdout: str) -> list[dict]:
+    """The child's figures: its JSON lines (Spark and the job may print around them)."""
+    runs = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    if not runs:
         raise RuntimeError(f"the benchmark child printed no figures: {stdout[-500:]!r}")
-    return json.loads(lines[-1])
+    return runs
 
 
-def _child(job: str, store: str, out: str) -> None:
+def _child(job: str, out: str, stores: list[str], warmup: str | None, rounds: int) -> None:
     from jobs.session import build_session
 
     module = importlib.import_module(f"jobs.{job}")
     t = time.perf_counter()
     spark = build_session(f"bench-{job}", master="local[2]")
     session_s = time.perf_counter() - t
-    args = module.build_parser().parse_args(job_args(job, store, out))
     from bench.proctree import PeakSampler, tree_cpu
 
-    with PeakSampler() as peaks:
-        t, c = time.perf_counter(), tree_cpu()
-        module.run(spark, args)
-        elapsed, cpu = time.perf_counter() - t, tree_cpu() - c
-    figures = {"job": job, "seconds": elapsed, "cpu_seconds": cpu, "session_seconds": session_s, **peaks.peaks}
+    plan = ([(0, -1, warmup)] if warmup else []) + [(r, i, s) for r in range(1, rounds + 1)
+                                                     for i, s in enumerate(stores)]
+    for n, (round_, index, store) in enumerate(plan):
+        args = module.build_parser().parse_args(job_args(job, store, os.path.join(out, str(n))))
+        with PeakSampler() as peaks:
+            t, c = time.perf_counter(), tree_cpu()
+            module.run(spark, args)
+            elapsed, cpu = time.perf_counter() - t, tree_cpu() - c
+        print(json.dumps({"job": job, "store": index, "round": round_, "seconds": elapsed, "cpu_seconds": cpu,
+                          "session_seconds": session_s, **peaks.peaks}), flush=True)
     spark.stop()
-    print(json.dumps(figures), flush=True)
 
 
 def scaling_rows(runs: list[dict]) -> list[dict]:
-    """``runs`` (each a job's figures plus ``job``, ``step``, ``commitlog_bytes``) with ``sec_per_gb``; from the
-    second size of a job on, ``marginal_sec_per_gb`` against the previous size; and when the job has a
-    reference run (``step`` 0: a dump of a few hundred KB, which measures the fixed cost), ``net_sec_per_gb`` =
-    (seconds - its seconds) / (GB - its GB).  With cost = fixed + rate x size, net s/GB is the rate at every
-    size: flat when the cost is linear, whatever the fixed part."""
-    rows, last, ref = [], {}, {}
+    """One row per job and step from ``runs`` (each a run's figures plus ``job``, ``step``, ``commitlog_bytes``
+    and ``round``: 0 for a warm-up, 1.. for timed rounds), in the order the steps first ran:
+
+    * ``seconds``: the best of its rounds, ``spread_seconds``: the worst less the best (the noise),
+      ``round_seconds``: each; ``cold_seconds``: the warm-up's time, on the row of the warm-up's step;
+    * peak memory (``*_bytes``): the least over its rounds (a Python worker lives on between runs and keeps some
+      of what an earlier, larger run allocated);
+    * ``sec_per_gb``; from the second size on, ``marginal_sec_per_gb`` against the previous size;
+    * when the job has a reference run (``step`` 0: a dump of a few hundred KB, whose time is the fixed cost),
+      ``net_sec_per_gb`` = (seconds - its seconds) / (GB - its GB) and ``net_noise_sec_per_gb``, the two
+      spreads over the same GB.  With cost = fixed + rate x size, net s/GB is the rate at every size: flat when
+      the cost is linear.  ``within_noise``: whether a step's net s/GB is the largest step's within the two
+      noises."""
+    groups: dict[tuple, list[dict]] = {}
+    cold = {}
     for r in runs:
-        row = dict(r, sec_per_gb=r["seconds"] / (r["commitlog_bytes"] / 1e9))
-        job = r["job"]
-        if r["step"] == 0:
+        if r.get("round", 1) == 0:
+            cold[(r["job"], r["step"])] = r["seconds"]
+        else:
+            groups.setdefault((r["job"], r["step"]), []).append(r)
+    rows, last, ref = [], {}, {}
+    for (job, step), rs in groups.items():
+        times = [r["seconds"] for r in rs]
+        best = min(rs, key=lambda r: r["seconds"])
+        row = dict(best, round_seconds=times, spread_seconds=max(times) - min(times), rounds=len(rs),
+                   cpu_seconds=min(r.get("cpu_seconds", 0.0) for r in rs),
+                   sec_per_gb=best["seconds"] / (best["commitlog_bytes"] / 1e9))
+        row.pop("round", None), row.pop("store", None)
+        row.update({k: min(r[k] for r in rs) for k in best if k.endswith("_bytes") and k != "commitlog_bytes"})
+        if (job, step) in cold:
+            row["cold_seconds"] = cold[(job, step)]
+        if step == 0:
             ref[job] = row
-        elif job in ref and r["commitlog_bytes"] > ref[job]["commitlog_bytes"]:
-            row["net_sec_per_gb"] = ((r["seconds"] - ref[job]["seconds"])
-                                     / ((r["commitlog_bytes"] - ref[job]["commitlog_bytes"]) / 1e9))
+        elif job in ref and row["commitlog_bytes"] > ref[job]["commitlog_bytes"]:
+            gb = (row["commitlog_bytes"] - ref[job]["commitlog_bytes"]) / 1e9
+            row["net_sec_per_gb"] = (row["seconds"] - ref[job]["seconds"]) / gb
+            row["net_noise_sec_per_gb"] = (row["spread_seconds"] + ref[job]["spread_seconds"]) / gb
         prev = last.get(job)
-        if prev is not None and prev["step"] != 0 and r["commitlog_bytes"] > prev["commitlog_bytes"]:
-            row["marginal_sec_per_gb"] = ((r["seconds"] - prev["seconds"])
-                                          / ((r["commitlog_bytes"] - prev["commitlog_bytes"]) / 1e9))
+        if prev is not None and prev["step"] != 0 and row["commitlog_bytes"] > prev["commitlog_bytes"]:
+            row["marginal_sec_per_gb"] = ((row["seconds"] - prev["seconds"])
+                                          / ((row["commitlog_bytes"] - prev["commitlog_bytes"]) / 1e9))
         last[job] = row
         rows.append(row)
+    for job, largest in last.items():
+        if "net_sec_per_gb" in largest:
+            for row in rows:
+                if row["job"] == job and "net_sec_per_gb" in row:
+                    gap = abs(row["net_sec_per_gb"] - largest["net_sec_per_gb"])
+                    noise = row["net_noise_sec_per_gb"] + largest["net_noise_sec_per_gb"]
+                    row["within_noise"] = gap <= noise or math.isclose(gap, noise, abs_tol=1e-9)
     return rows
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] not in JOBS:
-        sys.exit(f"usage: python -m bench.scaling {{{','.join(JOBS)}}} STORE OUT  (one run; prints one JSON line)")
+    ap = argparse.ArgumentParser(prog="python -m bench.scaling", description="One session: runs a job over stores, "
+                                 "printing one JSON line of figures per run.")
+    ap.add_argument("job", choices=JOBS)
+    ap.add_argument("out", help="a scratch folder for the job's outputs")
+    ap.add_argument("stores", nargs="+")
+    ap.add_argument("--warmup", help="a store to run the job over first (its line has round 0)")
+    ap.add_argument("--rounds", type=int, default=1)
+    a = ap.parse_args()
     sys.path.insert(0, str(REPO))
-    _child(*sys.argv[1:4])
+    _child(a.job, a.out, a.stores, a.warmup, a.rounds)

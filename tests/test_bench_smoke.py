@@ -138,12 +138,36 @@ def test_scaling_rows_and_child_output():
                                        for r in runs if r["job"] == "audit"])
     assert [r.get("net_sec_per_gb") for r in rows] == [None, pytest.approx(100.0), pytest.approx(100.0)]
     assert "marginal_sec_per_gb" not in rows[1] and rows[2]["marginal_sec_per_gb"] == pytest.approx(100.0)
-    out = 'WARN something\n{"job": "decode", "seconds": 1.5}\nINFO done\n'
-    assert scaling.parse_child_output(out) == {"job": "decode", "seconds": 1.5}
+    assert [r.get("within_noise") for r in rows] == [None, True, True]
+    out = 'WARN something\n{"job": "decode", "seconds": 1.5}\nINFO done\n{"job": "decode", "seconds": 1.2}\n'
+    assert scaling.parse_child_output(out) == [{"job": "decode", "seconds": 1.5}, {"job": "decode", "seconds": 1.2}]
     with pytest.raises(RuntimeError, match="no figures"):
         scaling.parse_child_output("Traceback ...\n")
     with pytest.raises(ValueError, match="unknown job"):
         scaling.run_job("compare", Path("."))
+
+
+def test_scaling_rounds_give_the_best_time_and_its_noise():
+    """Rounds of a step: the best time counts, their spread is the noise that net s/GB is judged flat within;
+    the warm-up run (round 0) is the cold start; memory is the least over the rounds."""
+    def run(step, round_, seconds, worker_mib=100):
+        return {"job": "audit", "step": step, "round": round_, "seconds": seconds,
+                "commitlog_bytes": {0: 1e6, 1: 1.01e8, 4: 4.01e8}[step], "python_worker_anon_bytes": worker_mib << 20}
+
+    runs = [run(4, 0, 90.0), run(0, 1, 20.0), run(1, 1, 32.0, 120), run(4, 1, 61.0), run(0, 2, 22.0),
+            run(1, 2, 30.0, 110), run(4, 2, 60.0)]
+    ref, x1, x4 = scaling.scaling_rows(runs)
+    assert (ref["seconds"], ref["spread_seconds"], ref["round_seconds"]) == (20.0, 2.0, [20.0, 22.0])
+    assert x4["cold_seconds"] == 90.0 and "cold_seconds" not in x1
+    assert x1["python_worker_anon_bytes"] == 110 << 20
+    assert x1["net_sec_per_gb"] == pytest.approx(100.0) and x1["net_noise_sec_per_gb"] == pytest.approx(40.0)
+    assert x4["net_sec_per_gb"] == pytest.approx(100.0) and x4["net_noise_sec_per_gb"] == pytest.approx(7.5)
+    assert x1["within_noise"] and x4["within_noise"]
+    # a step whose rate is off the largest step's by more than the two noises is not flat
+    slow = [dict(r, seconds=r["seconds"] + 20.0) if (r["step"], r["round"]) in ((1, 1), (1, 2)) else r for r in runs]
+    assert scaling.scaling_rows(slow)[1]["within_noise"] is False
+    table = B.markdown({"figures": {}, "scaling": scaling.scaling_rows(runs)})
+    assert "| audit | x4 | 401.0 | 60.0 | 1.0 | 90.0 |" in table and "| yes |" in table
 
 
 def test_a_job_in_a_session_of_its_own(tiny, measured):
