@@ -474,7 +474,7 @@ def main(argv=None) -> int:
                          "(default 0.25; 0 leaves it out)")
     ap.add_argument("--scale-steps", type=int, nargs="+", default=[1, 4, 16], help="scaling factors (default 1 4 16)")
     ap.add_argument("--scale-segment-mib", type=float, default=16,
-                    help="segment size of the scaling dumps in MiB (default 16: x16 spans 4 segments)")
+                    help="segment size of the scaling dumps in MiB (default 16: x1 is one segment, x16 sixteen)")
     ap.add_argument("--scale-jobs", nargs="+", default=list(scaling.JOBS), choices=scaling.JOBS)
     ap.add_argument("--scale-rounds", type=int, default=2,
                     help="timed rounds over the scaling steps, the best counts and the spread is the noise (default 2)")

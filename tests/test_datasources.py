@@ -616,7 +616,8 @@ def test_index_source_in_small_chunks_reads_what_whole_files_give(fixture, tmp_p
     damaged.write_bytes(bytes(raw))
 
     def rows(path, **kw):
-        return [r for p in plan_files(str(path), None, None, None) for b in file_batches(p, **kw) for r in b.to_pylist()]
+        return [r for p in plan_files(str(path), None, None, None) for b in file_batches(p, **kw)
+                for r in b.to_pylist()]
 
     for path in (store / "index", damaged.parent):
         whole, chunked = rows(path), rows(path, chunk=7)
