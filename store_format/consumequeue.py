@@ -102,8 +102,10 @@ def read_units(cq_file: CQFile, *, stop_at_invalid: bool = False, include_zero: 
             phys, size, tags = _UNIT.unpack_from(m.buf, pos)
             kind = classify_unit(phys, size, tags)
             if kind == "zero" and not include_zero:
-                # recovery stops at the first invalid unit; trailing zeros are the unwritten tail
-                if not any(m.buf[pos:]):
+                # recovery stops at the first invalid unit; trailing zeros are the unwritten tail (counted in C:
+                # any() over a 6 MB file's bytes took 22 ms a file)
+                tail = m.buf[pos:]
+                if tail.count(0) == len(tail):
                     break
             if stop_at_invalid and kind in ("invalid", "zero"):
                 break
