@@ -113,11 +113,11 @@ def reachable(v: EntryViews, chunk: int = CHUNK_ENTRIES) -> np.ndarray:
     return reached
 
 
-def chain_problems(v: EntryViews, start: int, end: int, reached: np.ndarray) -> pa.ListArray:
-    """Problems of entries start..end-1 (start >= 1), a list per entry (names from :data:`CHAIN_PROBLEMS`), built
-    column-wise."""
-    n = v.count
-    key_hash, _, time_diff, prev = v.chunk(start, end)
+def chain_problems(v: EntryViews, start: int, key_hash: np.ndarray, time_diff: np.ndarray, prev: np.ndarray,
+                   reached: np.ndarray) -> pa.ListArray:
+    """Problems of the entries from ``start`` (>= 1) whose fields are given (native copies, see
+    :meth:`EntryViews.chunk`), a list per entry (names from :data:`CHAIN_PROBLEMS`), built column-wise."""
+    n, end = v.count, start + len(key_hash)
     in_range = (prev >= 0) & (prev < n)
     older = prev < np.arange(start, end, dtype=np.int32)
     prev_slot = v.slot_of(v.key_hash[np.where(in_range, prev, 0)].astype(np.int32))
@@ -209,7 +209,7 @@ def file_batches(part: IndexFilePartition, chunk: int = CHUNK_ENTRIES) -> Iterat
                     "slot": pa.array(kh % np.int32(f.hash_slot_num), mask=kh < 0), "key_hash": pa.array(kh),
                     "physical_offset": pa.array(phys), "time_diff": pa.array(td),
                     "store_time": pa.array(h.begin_timestamp + td.astype(np.int64) * 1000),
-                    "prev_index": pa.array(prev), "problems": chain_problems(v, start, end, reached),
+                    "prev_index": pa.array(prev), "problems": chain_problems(v, start, kh, td, prev, reached),
                 }
                 yield pa.RecordBatch.from_arrays([columns[fld.name] if fld.name in columns
                                                   else pa.nulls(rows, fld.type) for fld in SCHEMA], schema=SCHEMA)

@@ -206,8 +206,6 @@ class _Properties:
         return [v.decode("utf-8") for v in table] + [None], ids
 
 
-
-
 def _small(ids: np.ndarray) -> np.ndarray:
     """Ids as uint16 when they fit: numpy sorts 16-bit integers with a linear radix sort."""
     return ids.astype(np.uint16) if len(ids) and 0 <= ids.min() and ids.max() < 1 << 16 else ids
