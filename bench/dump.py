@@ -35,6 +35,8 @@ class DumpSpec:
     seed: int = 1
     segment_mib: float = 1024  # mappedFileSizeCommitLog
     index_slots: int = L.DEFAULT_MAX_HASH_SLOT_NUM  # maxHashSlotNum (maxIndexNum is 4x: RocketMQ's ratio)
+    cover: bool = False  # every topic and queue from the start (TrafficConfig.cover): the scaling dumps
+    rate: float = 2000.0  # simulated stores per second
 
     @property
     def messages(self) -> int:
@@ -42,7 +44,8 @@ class DumpSpec:
 
     def traffic(self) -> TrafficConfig:
         return TrafficConfig(messages=self.messages, topics=8, queues=8, seed=self.seed, producers=PRODUCERS,
-                             ipv6_producers=IPV6_PRODUCERS, body_log_mean=BODY_LOG_MEAN)
+                             ipv6_producers=IPV6_PRODUCERS, body_log_mean=BODY_LOG_MEAN, cover=self.cover,
+                             rate=self.rate)
 
     def writer(self) -> WriterConfig:
         return WriterConfig(mappedFileSizeCommitLog=int(self.segment_mib * (1 << 20)),
@@ -50,8 +53,10 @@ class DumpSpec:
 
     @property
     def key(self) -> str:
+        default = DumpSpec()
         return (f"dump-v{GENERATOR_VERSION}-{self.size_mib:g}MiB-seed{self.seed}-seg{self.segment_mib:g}MiB"
-                f"-slots{self.index_slots}")
+                f"-slots{self.index_slots}{'-cover' if self.cover else ''}"
+                f"{f'-rate{self.rate:g}' if self.rate != default.rate else ''}")
 
 
 def ensure_dump(spec: DumpSpec, cache: Path, progress: bool = True) -> dict:

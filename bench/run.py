@@ -21,11 +21,13 @@ of its parameters.  Then, on that dump, page cache warm, best of ``--repeat`` un
   spark      local[2]: the commitlog source's message count (positions), the decode job's table written
              as Parquet;
   scaling    the audit and the decode job over a --scale-reference-mib dump (their fixed cost) and at
-             --scale-steps x --scale-mib, steady state: one fresh local[2] session per job (bench/scaling.py),
-             an untimed warm-up run (its time is the cold start), then --scale-rounds rounds over the steps,
-             smallest first: seconds (best of the rounds, their spread the noise), net seconds per GB beyond
-             the fixed cost with its noise, marginal seconds per GB, peak memory per process (anonymous and
-             resident);
+             --scale-steps x --scale-mib, each with every topic and queue from its start (so the reference
+             carries the per-queue part of the fixed cost), steady state: one fresh local[2] session per job
+             (bench/scaling.py), an untimed warm-up run (its time is the cold start), then --scale-rounds
+             rounds over the steps, smallest first, the reference run again before each step: seconds (best of
+             the rounds, their spread the noise), net seconds per GB beyond the reference run just before (the
+             median over the rounds, their spread the noise), marginal seconds per GB, peak memory per
+             process (anonymous and resident);
   audit      the audit job over the whole dump, once, in a session of its own like the scaling runs, last
              (skip it with --skip audit).
 
@@ -36,6 +38,7 @@ compare ratios.  Every figure, the machine and the sizes land in bench/results.j
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -59,6 +62,7 @@ from bench.proctree import tree_cpu  # noqa: E402
 
 CACHE = REPO / "bench" / "cache"
 RESULTS = REPO / "bench" / "results.json"
+REFERENCE_RATE = 10.0  # stores per simulated second in the scaling reference dump: ~55 s, long enough for retries
 GROUPS = ("framing", "decode", "writer", "index", "spark", "audit", "scaling")
 REQUIRED_KEYS = ("raw_read_mb_s", "numpy_pass_mb_s", "naive_decode_mb_s", "scalar_decode_mb_s", "kernel_decode_mb_s",
                  "spark_count_mb_s", "spark_decode_parquet_mb_s", "audit_mb_s", "writer_mb_s", "writer_msgs_s",
@@ -298,10 +302,11 @@ def job_figure(bench: Bench, job: str, meta: dict, key: str | None = None) -> di
     peaks = {k: v for k, v in r.items() if k.endswith(("_peak_bytes", "_anon_bytes"))}
     fig = bench.add(key or job, f"spark local[2]: {job} job, a session of its own" +
                     (" (no HTML report)" if job == "audit" else ""), r["seconds"], r.get("cpu_seconds", 0.0),
-                    meta["commitlog_bytes"], meta["messages"], session_seconds=r["session_seconds"], **peaks)
+                    meta["commitlog_bytes"], meta["messages"], session_seconds=r["session_seconds"],
+                    task_seconds=r["task_seconds"], stages=r["stages"], **peaks)
     bench.log(f"{'':<60} anonymous / resident peak MiB: driver JVM {mib(peaks, 'driver_jvm')}, largest Python "
               f"worker {mib(peaks, 'python_worker')}, driver Python {mib(peaks, 'driver_python')} (session start "
-              f"{r['session_seconds']:.1f} s)")
+              f"{r['session_seconds']:.1f} s; {r['stages']} Spark stages, {r['task_seconds']:.1f} s of task time)")
     return fig
 
 
@@ -309,19 +314,24 @@ def scaling_runs(spec: DumpSpec, steps: list[int], jobs: list[str], cache: Path,
                  on_run=None, reference_mib: float = 0, rounds: int = 2, warmup_step: int | None = None) -> list[dict]:
     """Each job over dumps of ``spec`` at ``steps`` x its size (and a ``reference_mib`` dump, step 0, whose time
     is the fixed cost, if given): one fresh session per job (bench/scaling.py), a warm-up run over the
-    ``warmup_step`` dump, then ``rounds`` rounds over every step, smallest first.  ``on_run`` gets the rows so far
-    after each job."""
+    ``warmup_step`` dump, then ``rounds`` rounds over every step, smallest first, each step right after a
+    reference run (its net time is against that run).  ``on_run`` gets the rows so far after each job."""
     steps = ([0] if reference_mib else []) + [s for s in steps if s]
+    # every dump has every topic and queue from the start (``cover``): part of a job's fixed cost is per queue,
+    # and a plain tiny dump has 45 of the 87 queues the larger ones have.  The reference dump's rate is low
+    # enough for its retries to land (they take ~20 simulated seconds).
+    sized = {step: dataclasses.replace(spec, size_mib=spec.size_mib * step, cover=True) for step in steps if step}
+    if reference_mib:
+        sized[0] = dataclasses.replace(spec, size_mib=reference_mib, cover=True, rate=REFERENCE_RATE)
     # every dump first: writing one (and its page cache flush) while a job runs would slow that job
-    metas = {step: ensure_dump(DumpSpec(reference_mib if step == 0 else spec.size_mib * step, spec.seed,
-                                        spec.segment_mib, spec.index_slots), cache) for step in steps}
+    metas = {step: ensure_dump(sized[step], cache) for step in steps}
     # the warm-up needs at least as many segments as cores, or a later run starts the second Python worker
     warmup_step = warmup_step if warmup_step in steps else steps[-1]
     runs = []
     for job in jobs:
         t = time.perf_counter()
         got = scaling.run_series(job, [Path(metas[s]["store"]) for s in steps],
-                                 warmup=Path(metas[warmup_step]["store"]), rounds=rounds)
+                                 warmup=Path(metas[warmup_step]["store"]), rounds=rounds, paired=bool(reference_mib))
         load = os.getloadavg()[0]
         for r in got:
             step = warmup_step if r["round"] == 0 else steps[r["store"]]
@@ -329,12 +339,15 @@ def scaling_runs(spec: DumpSpec, steps: list[int], jobs: list[str], cache: Path,
                              messages=metas[step]["messages"], load=load))
         rows = scaling.scaling_rows(runs)
         log(f"scaling {job}: {time.perf_counter() - t:.0f} s in one session (load {load:.1f}), a warm-up over "
-            f"{step_label(warmup_step)} then {rounds} round(s), the best of them:")
+            f"{step_label(warmup_step)} then {rounds} round(s){', ref before each step' if reference_mib else ''}, "
+            f"the best of them (net: the median against the ref run before):")
         for row in (r for r in rows if r["job"] == job):
             log(f"  {step_label(row['step']):<4} {row['commitlog_bytes'] / 1e6:8.1f} MB {row['seconds']:7.1f} s "
                 f"(spread {row['spread_seconds']:.1f}{num(row.get('cold_seconds'), ', cold {:.1f} s')}) "
                 f"{row['sec_per_gb']:8.1f} s/GB, net {num(row.get('net_sec_per_gb'), '{:.1f}', '-')}"
-                f"{num(row.get('net_noise_sec_per_gb'), ' +- {:.1f}')}{flatness(row)}; anonymous / resident peak "
+                f"{num(row.get('net_noise_sec_per_gb'), ' +- {:.1f}')}{flatness(row)}"
+                f"{num(row.get('net_task_sec_per_gb'), '; tasks net {:.1f}', '')}"
+                f"{num(row.get('net_task_noise_sec_per_gb'), ' +- {:.1f} s/GB')}; anonymous / resident peak "
                 f"MiB: driver JVM {mib(row, 'driver_jvm')}, largest Python worker {mib(row, 'python_worker')}, "
                 f"driver Python {mib(row, 'driver_python')}")
         if on_run:
@@ -435,19 +448,24 @@ def markdown(data: dict) -> str:
                     "slots."]
     if data.get("scaling"):
         out += ["", "| job | step | commitlog MB | s (best) | spread s | cold s | s/GB | net s/GB | noise +- | "
-                    "flat | marginal s/GB | driver JVM MiB | largest Python worker MiB | driver Python MiB |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                    "flat | marginal s/GB | task s | net task s/GB | driver JVM MiB | largest Python worker MiB | "
+                    "driver Python MiB |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in data["scaling"]:
             flat = {True: "yes", False: "NO"}.get(r.get("within_noise"), "")
             out.append(f"| {r['job']} | {step_label(r['step'])} | {r['commitlog_bytes'] / 1e6:,.1f} | "
                        f"{r['seconds']:.1f} | {num(r.get('spread_seconds'))} | {num(r.get('cold_seconds'))} | "
                        f"{r['sec_per_gb']:,.0f} | {num(r.get('net_sec_per_gb'), '{:,.0f}')} | "
                        f"{num(r.get('net_noise_sec_per_gb'), '{:,.0f}')} | {flat} | "
-                       f"{num(r.get('marginal_sec_per_gb'), '{:,.0f}')} | {mib(r, 'driver_jvm')} | "
+                       f"{num(r.get('marginal_sec_per_gb'), '{:,.0f}')} | {num(r.get('task_seconds'))} | "
+                       f"{num(r.get('net_task_sec_per_gb'), '{:,.0f}')}"
+                       f"{num(r.get('net_task_noise_sec_per_gb'), ' +- {:,.0f}')} | {mib(r, 'driver_jvm')} | "
                        f"{mib(r, 'python_worker')} | {mib(r, 'driver_python')} |")
         out += ["", "s: best of the timed rounds in one warmed-up session; spread: worst less best; cold: the "
-                    "session's first (warm-up) run; net s/GB: beyond the reference run's time, with its noise (the "
-                    "two spreads over the same GB); flat: the net s/GB is the largest step's within the two noises. "
+                    "session's first (warm-up) run; net s/GB: beyond the time of the reference run just before it, "
+                    "the median over the rounds, with its noise (their spread); flat: the net s/GB is the largest "
+                    "step's within the two noises; task s: the Spark tasks' run time summed (the median over the "
+                    "rounds), net task s/GB beyond the reference's with its noise (the two spreads). "
                     "Memory columns: anonymous (RssAnon, sampled) / resident (VmHWM, counts mapped segment pages) "
                     "peak, the least over the rounds."]
     return "\n".join(out)

@@ -7,11 +7,15 @@ segments a process maps) and anonymous (RssAnon: what the process itself holds).
 options, the audit without its HTML report) once over one store, cold: what a user waits for.
 ``run_series`` runs a job over several stores in one session, steady state: an untimed warm-up run first (it
 starts the Python workers, imports the kernels into them and lets the JVM compile its hot paths: ~10-40 s that
-a first run pays once, whatever the size), then ``rounds`` rounds over the stores, smallest first.
-``scaling_rows`` turns those runs into seconds per GB and the net seconds per GB beyond a tiny reference dump's
-run (the fixed cost: planning and tens of small Spark jobs), with the noise of each (the spread over rounds).
+a first run pays once, whatever the size), then ``rounds`` rounds over the stores, smallest first; ``paired``
+runs the first store (a tiny reference dump) again right before each other one.
+``scaling_rows`` turns those runs into seconds per GB and the net seconds per GB beyond the reference run (the
+fixed cost: planning and ~150 small Spark jobs for the audit), with the noise of each (the spread over rounds).
+The fixed cost drifts down over a session's first runs by more than a small step's whole rate (the JVM keeps
+compiling Spark's generated classes: the audit's ref run took 18, 17 and 14 s in three rounds), so a step's
+net time is taken against the reference run just before it, which the drift has reached too.
 
-    python -m bench.scaling JOB OUT STORE [STORE ...] [--warmup STORE] [--rounds N]
+    python -m bench.scaling JOB OUT STORE [STORE ...] [--warmup STORE] [--rounds N] [--paired]
                                                    # the child: prints one JSON line per run
 """
 from __future__ import annotations
@@ -21,10 +25,12 @@ import importlib
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,17 +47,19 @@ def run_job(job: str, store: Path, timeout: float | None = None) -> dict:
     return run_series(job, [store], rounds=1, timeout=timeout)[0]
 
 
-def run_series(job: str, stores: list[Path], warmup: Path | None = None, rounds: int = 1,
+def run_series(job: str, stores: list[Path], warmup: Path | None = None, rounds: int = 1, paired: bool = False,
                timeout: float | None = None) -> list[dict]:
     """Run ``job`` over ``warmup`` (untimed as a measure: its figures carry ``round`` 0), then ``rounds`` times
-    over ``stores`` in order, all in one fresh child process and session; one dict of figures per run, with
-    ``store`` (its index in ``stores``) and ``round`` (1..rounds)."""
+    over ``stores`` in order (``paired``: ``stores[0]`` before each of the others), all in one fresh child
+    process and session; one dict of figures per run, with ``store`` (its index in ``stores``), ``round``
+    (1..rounds) and, paired, ``ref_seconds``: the time of the ``stores[0]`` run just before it."""
     if job not in JOBS:
         raise ValueError(f"unknown job {job!r}; expected one of {', '.join(JOBS)}")
     with tempfile.TemporaryDirectory(prefix=f"bench-{job}-") as tmp:
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         cmd = [sys.executable, "-m", "bench.scaling", job, tmp, *map(str, stores), "--rounds", str(rounds)]
+        cmd += ["--paired"] if paired else []
         run = subprocess.run(cmd + (["--warmup", str(warmup)] if warmup else []), cwd=REPO, env=env,
                              stdout=subprocess.PIPE, text=True, check=True, timeout=timeout)
     return parse_child_output(run.stdout)
@@ -65,25 +73,51 @@ def parse_child_output(stdout: str) -> list[dict]:
     return runs
 
 
-def _child(job: str, out: str, stores: list[str], warmup: str | None, rounds: int) -> None:
+class TaskTime:
+    """Spark's own measure of a run's work: its tasks' executor run time and CPU time, summed over the stages
+    that completed since the last call, from the session's status REST API (the UI is on in the child).  It
+    counts what the tasks did, not the driver's planning between them nor a core left idle."""
+
+    def __init__(self, spark):
+        sc = spark.sparkContext
+        self.url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages"
+        self.seen = {s["stageId"] for s in self._stages()}
+
+    def _stages(self) -> list[dict]:
+        with urllib.request.urlopen(self.url, timeout=60) as r:
+            return json.load(r)
+
+    def since_last(self) -> dict:
+        done = [s for s in self._stages() if s["stageId"] not in self.seen and s["status"] == "COMPLETE"]
+        self.seen |= {s["stageId"] for s in done}
+        return {"task_seconds": sum(s["executorRunTime"] for s in done) / 1e3,
+                "task_cpu_seconds": sum(s["executorCpuTime"] for s in done) / 1e9, "stages": len(done)}
+
+
+def _child(job: str, out: str, stores: list[str], warmup: str | None, rounds: int, paired: bool) -> None:
     from jobs.session import build_session
 
     module = importlib.import_module(f"jobs.{job}")
     t = time.perf_counter()
-    spark = build_session(f"bench-{job}", master="local[2]")
+    spark = build_session(f"bench-{job}", master="local[2]",
+                          extra={"spark.ui.enabled": "true", "spark.ui.retainedStages": "100000"})
     session_s = time.perf_counter() - t
     from bench.proctree import PeakSampler, tree_cpu
 
+    each = [[(0, stores[0]), (i, s)] for i, s in enumerate(stores[1:], 1)] if paired else [list(enumerate(stores))]
     plan = ([(0, -1, warmup)] if warmup else []) + [(r, i, s) for r in range(1, rounds + 1)
-                                                     for i, s in enumerate(stores)]
+                                                     for runs in each for i, s in runs]
+    ref_seconds, work = None, TaskTime(spark)
     for n, (round_, index, store) in enumerate(plan):
         args = module.build_parser().parse_args(job_args(job, store, os.path.join(out, str(n))))
         with PeakSampler() as peaks:
             t, c = time.perf_counter(), tree_cpu()
             module.run(spark, args)
             elapsed, cpu = time.perf_counter() - t, tree_cpu() - c
+        pair = {"ref_seconds": ref_seconds} if paired and index > 0 else {}
+        ref_seconds = elapsed if index == 0 else None
         print(json.dumps({"job": job, "store": index, "round": round_, "seconds": elapsed, "cpu_seconds": cpu,
-                          "session_seconds": session_s, **peaks.peaks}), flush=True)
+                          "session_seconds": session_s, **work.since_last(), **pair, **peaks.peaks}), flush=True)
     spark.stop()
 
 
@@ -98,9 +132,13 @@ def scaling_rows(runs: list[dict]) -> list[dict]:
     * ``sec_per_gb``; from the second size on, ``marginal_sec_per_gb`` against the previous size;
     * when the job has a reference run (``step`` 0: a dump of a few hundred KB, whose time is the fixed cost),
       ``net_sec_per_gb`` = (seconds - its seconds) / (GB - its GB) and ``net_noise_sec_per_gb``, the two
-      spreads over the same GB.  With cost = fixed + rate x size, net s/GB is the rate at every size: flat when
-      the cost is linear.  ``within_noise``: whether a step's net s/GB is the largest step's within the two
-      noises."""
+      spreads over the same GB; for paired runs (``ref_seconds``: the reference run just before), the median
+      over the rounds of (seconds - ref_seconds) / the same GB, its noise their spread (``paired`` true).
+      With cost = fixed + rate x size, net s/GB is the rate at every size: flat when the cost is linear.
+      ``within_noise``: whether a step's net s/GB is the largest step's within the two noises;
+    * with the runs' Spark task time (``TaskTime``): ``task_seconds``, the median over the rounds, its spread,
+      and ``net_task_sec_per_gb`` beyond the reference's median, with its noise (the two spreads): the work,
+      which two cores run in parallel, as against the wall clock."""
     groups: dict[tuple, list[dict]] = {}
     cold = {}
     for r in runs:
@@ -115,16 +153,28 @@ def scaling_rows(runs: list[dict]) -> list[dict]:
         row = dict(best, round_seconds=times, spread_seconds=max(times) - min(times), rounds=len(rs),
                    cpu_seconds=min(r.get("cpu_seconds", 0.0) for r in rs),
                    sec_per_gb=best["seconds"] / (best["commitlog_bytes"] / 1e9))
-        row.pop("round", None), row.pop("store", None)
+        row.pop("round", None), row.pop("store", None), row.pop("ref_seconds", None)
         row.update({k: min(r[k] for r in rs) for k in best if k.endswith("_bytes") and k != "commitlog_bytes"})
+        tasks = [r["task_seconds"] for r in rs if r.get("task_seconds") is not None]
+        if len(tasks) == len(rs):
+            row.update(task_seconds=statistics.median(tasks), task_spread_seconds=max(tasks) - min(tasks))
         if (job, step) in cold:
             row["cold_seconds"] = cold[(job, step)]
         if step == 0:
             ref[job] = row
         elif job in ref and row["commitlog_bytes"] > ref[job]["commitlog_bytes"]:
             gb = (row["commitlog_bytes"] - ref[job]["commitlog_bytes"]) / 1e9
-            row["net_sec_per_gb"] = (row["seconds"] - ref[job]["seconds"]) / gb
-            row["net_noise_sec_per_gb"] = (row["spread_seconds"] + ref[job]["spread_seconds"]) / gb
+            if all(r.get("ref_seconds") is not None for r in rs):
+                net = [(r["seconds"] - r["ref_seconds"]) / gb for r in rs]
+                row.update(net_sec_per_gb=statistics.median(net), net_noise_sec_per_gb=max(net) - min(net),
+                           paired=True)
+            else:
+                row["net_sec_per_gb"] = (row["seconds"] - ref[job]["seconds"]) / gb
+                row["net_noise_sec_per_gb"] = (row["spread_seconds"] + ref[job]["spread_seconds"]) / gb
+            if "task_seconds" in row and "task_seconds" in ref[job]:
+                row["net_task_sec_per_gb"] = (row["task_seconds"] - ref[job]["task_seconds"]) / gb
+                row["net_task_noise_sec_per_gb"] = (row["task_spread_seconds"]
+                                                    + ref[job]["task_spread_seconds"]) / gb
         prev = last.get(job)
         if prev is not None and prev["step"] != 0 and row["commitlog_bytes"] > prev["commitlog_bytes"]:
             row["marginal_sec_per_gb"] = ((row["seconds"] - prev["seconds"])
@@ -149,6 +199,7 @@ if __name__ == "__main__":
     ap.add_argument("stores", nargs="+")
     ap.add_argument("--warmup", help="a store to run the job over first (its line has round 0)")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--paired", action="store_true", help="run the first store again before each other one")
     a = ap.parse_args()
     sys.path.insert(0, str(REPO))
-    _child(a.job, a.out, a.stores, a.warmup, a.rounds)
+    _child(a.job, a.out, a.stores, a.warmup, a.rounds, a.paired)

@@ -66,6 +66,10 @@ class TrafficConfig:
     p_give_up: float = 0.15  # share of send-backs with delay level -1 (DLQ at once)
     delay_levels: tuple = (1, 2, 3, 4, 5)
     chunk: int = 8192  # records per bulk append (~4 simulated seconds): follow-ups run at most this late
+    # open with one send to every queue of every topic and each rare flow once (a delay per level, a committed
+    # transaction, a retry and a dead letter per group), so that a tiny store has every topic and queue a large
+    # one has; the retries land only if the store spans ~20 simulated seconds (a low rate for a tiny store)
+    cover: bool = False
 
 
 @dataclass
@@ -135,12 +139,22 @@ class TrafficGenerator:
         self.step = 1000.0 / cfg.rate
         self.pending: list[_Pending] = []
         self.seq = 0
+        self.cover = self._cover_plan() if cfg.cover else []
         self.consumable = []  # (topic id, info) of stored plain records, candidates for send-back
         self.written = 0
         words = ("order user item price amount status region warehouse coupon shipping note payment ").split()
         text = " ".join(self.rng.choice(words, 200_000)).encode()
         self.pool = text
         self.key_serial = 0
+
+    def _cover_plan(self) -> list[tuple]:
+        """The opening sends of ``cfg.cover``: (kind, topic index, delay level, forced follow-up), all from
+        producer 0, whose round-robin then puts a topic's first ``queues`` sends on queues 0, 1, ..."""
+        cfg = self.cfg
+        plan = [("plain", t, None, None) for t in range(cfg.topics) for _ in range(cfg.queues)]
+        plan += [("delay", 0, level, None) for level in cfg.delay_levels]
+        plan += [("half", 0, None, "commit")]
+        return plan + [("plain", t, None, fate) for t in range(cfg.topics) for fate in ("retry", "dlq")]
 
     # ---- pieces --------------------------------------------------------------------------------
     def _fill(self, template, *vals) -> str:
@@ -190,6 +204,10 @@ class TrafficGenerator:
         two = rng.random(len(fresh_ts)) < cfg.p_two_keys
         tag_pick = rng.integers(0, len(self.tags), len(fresh_ts))
         latency = rng.integers(1, 4, len(fresh_ts))
+        forced = dict(enumerate(self.cover[:len(fresh_ts)]))
+        del self.cover[:len(forced)]
+        for i, (_, t, _, _) in forced.items():
+            prod[i], topic_pick[i], large[i] = 0, t, False
         # UNIQ_KEYs: per producer, consecutive counters, born-time based (MessageClientIDSetter)
         born = fresh_ts.astype(np.int64) - latency
         uniq = [None] * len(fresh_ts)
@@ -208,13 +226,16 @@ class TrafficGenerator:
         nf = len(fresh_ts)
         while i < nf:
             k = kinds[i]
+            cover = forced.get(i)
+            kind = cover[0] if cover else ("batch" if k < t_batch and i + 2 <= nf else "delay" if k < t_delay
+                                          else "half" if k < t_half else "plain")
             p = int(prod[i])
             pr = self.producers[p]
             topic = self.topics[int(topic_pick[i])]
             tags = self.tags[int(tag_pick[i])]
             ts = int(fresh_ts[i])
             sf = L.BORNHOST_V6_FLAG if self.host_v6[pr.host_id] else 0
-            if k < t_batch and i + 2 <= nf:
+            if kind == "batch":
                 m = min(int(rng.integers(2, 9)), nf - i)
                 q = self._queue(p, topic)
                 bid = self.seq = self.seq + 1
@@ -235,13 +256,15 @@ class TrafficGenerator:
             q = self._queue(p, topic)
             row = dict(t=self.tid[topic], q=q, sf=sf, born=int(born[i]), store=ts, host=pr.host_id, body=body,
                        tags=tags, uniq=uniq[i], keys=keys, note="plain")
-            if k < t_delay:
-                level = int(rng.choice(cfg.delay_levels))
+            if cover and cover[3]:
+                row["cover"] = cover[3]
+            if kind == "delay":
+                level = cover[2] if cover else int(rng.choice(cfg.delay_levels))
                 row.update(t=self.tid[L.SCHEDULE_TOPIC], q=level - 1, note="scheduled",
                            props=self._fill(self.t_delay[level], tags, keys, uniq[i], topic, str(q)),
                            real=(topic, q))
                 self._push(ts + self.delay_ms[level], "deliver", row)
-            elif k < t_half:
+            elif kind == "half":
                 row.update(t=self.tid[L.TRANS_HALF_TOPIC], q=0, note="half",
                            props=self._fill(self.t_half, tags, keys, uniq[i], pr.group, topic, str(q)))
             else:
@@ -285,7 +308,8 @@ class TrafficGenerator:
         # consume: the group fails and sends the message back
         group = self.groups[info["group"]]
         # a listener may give up at once (context.setDelayLevelWhenNextConsume(-1)): straight to the DLQ
-        delay = -1 if self.rng.random() < self.cfg.p_give_up else 0
+        fate = info.get("cover")
+        delay = (-1 if fate == "dlq" else 0) if fate else (-1 if self.rng.random() < self.cfg.p_give_up else 0)
         topic, props, string = send_back_properties(info["props"], self.topic_table[info["t"]], info.get("rc", 0),
                                                     create_offset_msg_id(*parse_host(store), info["phys"]), group,
                                                     delay, self.cfg.max_reconsume_times)
@@ -307,13 +331,14 @@ class TrafficGenerator:
         for r, p, q in zip(rows, phys.tolist(), qoff.tolist()):
             note = r["note"]
             if note == "half":
-                u = rng.random()
+                u = 0.0 if r.get("cover") == "commit" else rng.random()
                 info = dict(r, phys=p, qoff=q, real=(self._real(r["props"])))
                 if u < 0.7:
                     self._push(r["store"] + int(rng.integers(50, 3000)), "commit", info)
                 elif u < 0.9:
                     self._push(r["store"] + int(rng.integers(50, 3000)), "rollback", info)
-            elif note == "plain" and r["t"] < cfg.topics and rng.random() < cfg.p_send_back:
+            elif note == "plain" and (r.get("cover") in ("retry", "dlq")
+                                      or r["t"] < cfg.topics and rng.random() < cfg.p_send_back):
                 self._push(r["store"] + int(rng.integers(200, 5000)), "consume", dict(r, phys=p, group=r["t"]))
             elif note == "plain" and self.topic_table[r["t"]].startswith(L.RETRY_GROUP_TOPIC_PREFIX) \
                     and rng.random() < 0.5:  # a redelivered retry fails again
@@ -352,7 +377,8 @@ def generate_store(out_dir, cfg: TrafficConfig, writer_config: WriterConfig | No
     gen_s = write_s = 0.0
     written = nbytes = 0
     try:
-        step = min(cfg.chunk, max(256, cfg.messages // 16))  # small runs still see follow-ups
+        # small runs still see follow-ups; a cover's retries need three appends (send, send-back, redelivery)
+        step = min(cfg.chunk, max(64 if cfg.cover else 256, cfg.messages // 16))
         while written < cfg.messages:
             a = time.perf_counter()
             rows = gen.chunk(min(step, cfg.messages - written))

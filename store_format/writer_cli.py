@@ -1,7 +1,7 @@
 """The writer's commands: ``generate`` a synthetic store, ``write`` a store from JSON Lines.
 
   python -m store_format generate OUT_DIR --messages N [--topics T] [--queues Q] [--seed S]
-                                  [--segment-size BYTES] [--config broker.conf] [--crash]
+                                  [--segment-size BYTES] [--config broker.conf] [--crash] [--cover]
   python -m store_format write OUT_DIR --input messages.jsonl [--config broker.conf] [--crash] [--append]
 
 Both refuse a non-empty OUT_DIR (``write --append`` adds to the store there, re-dispatching whatever its
@@ -58,7 +58,7 @@ def run_generate(args) -> int:
     try:
         cfg = _config(args)
         traffic = TrafficConfig(messages=args.messages, topics=args.topics, queues=args.queues, seed=args.seed,
-                                rate=args.rate, start_ms=args.start_ms)
+                                rate=args.rate, start_ms=args.start_ms, cover=args.cover)
         if args.messages <= 0 or args.topics <= 0 or args.queues <= 0:
             raise ValueError("--messages, --topics and --queues must be positive")
         stats = generate_store(args.out_dir, traffic, cfg, progress=None if args.quiet else progress_line(),
@@ -160,6 +160,10 @@ def register(subparsers) -> None:
     g.add_argument("--rate", type=float, default=2000.0, help="simulated stores per second (default 2000)")
     g.add_argument("--start-ms", type=int, default=1_700_000_000_000, help="simulated broker start (ms)")
     g.add_argument("--crash", action="store_true", help="end as a killed broker: abort file, stale checkpoint")
+    g.add_argument("--cover", action="store_true",
+                   help="open with a send to every queue and each rare flow once (a delay per level, a committed "
+                        "transaction, a retry and a dead letter per group): every topic and queue even in a tiny "
+                        "store (the retries need ~20 simulated seconds: lower --rate for a few hundred messages)")
     g.add_argument("--quiet", action="store_true", help="no progress line")
     g.set_defaults(run=run_generate)
 

@@ -168,6 +168,35 @@ def test_scaling_rounds_give_the_best_time_and_its_noise():
     assert scaling.scaling_rows(slow)[1]["within_noise"] is False
     table = B.markdown({"figures": {}, "scaling": scaling.scaling_rows(runs)})
     assert "| audit | x4 | 401.0 | 60.0 | 1.0 | 90.0 |" in table and "| yes |" in table
+    # paired runs: a step's net time is against the reference run just before it (the fixed cost drifts down
+    # over a session), the median over the rounds, its noise their spread
+    paired = [run(0, 1, 24.0), dict(run(1, 1, 34.0), ref_seconds=24.0), run(0, 1, 20.0),
+              dict(run(4, 1, 60.0), ref_seconds=20.0), run(0, 2, 18.0), dict(run(1, 2, 29.0), ref_seconds=18.0),
+              run(0, 2, 18.0), dict(run(4, 2, 57.0), ref_seconds=18.0)]
+    ref, x1, x4 = scaling.scaling_rows(paired)
+    assert (ref["seconds"], ref["spread_seconds"], ref["rounds"]) == (18.0, 6.0, 4) and "ref_seconds" not in x1
+    assert x1["net_sec_per_gb"] == pytest.approx(105.0) and x1["net_noise_sec_per_gb"] == pytest.approx(10.0)
+    assert x4["net_sec_per_gb"] == pytest.approx(98.75) and x4["net_noise_sec_per_gb"] == pytest.approx(2.5)
+    assert x1["paired"] and x1["within_noise"] and x4["seconds"] == 57.0
+
+
+def test_scaling_dumps_share_every_queue(tmp_path, monkeypatch):
+    """Part of a job's fixed cost is per queue: the reference dump (a few hundred records) must have every topic
+    and queue the larger steps have, or the steps' net s/GB would carry a cost the reference lacks."""
+    stores = []
+
+    def fake_series(job, paths, warmup=None, rounds=1, paired=False, timeout=None):
+        assert paired  # each step against the reference run just before it
+        stores.extend(paths)
+        return [{"job": job, "store": i, "round": r, "seconds": 1.0 + i} for r in (1, 2) for i in range(len(paths))]
+
+    monkeypatch.setattr(scaling, "run_series", fake_series)
+    spec = DumpSpec(size_mib=16, seed=3, segment_mib=16, index_slots=8192)  # the default base: ~1 s to write
+    rows = B.scaling_runs(spec, [1], ["audit"], tmp_path, log=lambda line: None, reference_mib=0.25)
+    assert [r["step"] for r in rows] == [0, 1]
+    assert rows[0]["commitlog_bytes"] < 0.3e6 and rows[1]["commitlog_bytes"] > 16e6
+    ref, x1 = [{(q.parent.name, q.name) for q in (s / "consumequeue").glob("*/*")} for s in stores]
+    assert len(ref) == 87 and ref == x1  # the 8 x 8 topics' queues and every flow's
 
 
 def test_a_job_in_a_session_of_its_own(tiny, measured):
@@ -180,7 +209,7 @@ def test_a_job_in_a_session_of_its_own(tiny, measured):
     bench.figures = {k: v for k, v in measured[0].figures.items() if k in (B.CEILING, B.NAIVE, B.RAW)}
     fig = B.job_figure(bench, "decode", meta, key="decode_job")
     assert fig["messages"] == meta["messages"] and fig["seconds"] > 0 and fig["session_seconds"] > 0
-    assert fig["cpu_seconds"] > 0 and fig["x_numpy_pass"] > 0
+    assert fig["cpu_seconds"] > 0 and fig["x_numpy_pass"] > 0 and fig["stages"] > 0 and fig["task_seconds"] > 0
     assert fig["driver_jvm_peak_bytes"] > 100 << 20 and fig["python_worker_peak_bytes"] > 50 << 20
     assert fig["driver_python_peak_bytes"] > 20 << 20
     assert 0 < fig["python_worker_anon_bytes"] <= fig["python_worker_peak_bytes"]

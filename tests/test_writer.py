@@ -574,6 +574,14 @@ def test_cli_generate_is_seeded_and_readable(tmp_path):
     assert r.returncode == 2 and "not empty" in r.stderr
     r = run_cli("generate", tmp_path / "c", "--messages", 500, "--crash", "--quiet", "--config", conf)
     assert r.returncode == 0 and (tmp_path / "c" / "abort").exists() and r.stderr.count("\n") == 1
+    # --cover: every queue and every flow's topic, even in a few hundred messages
+    r = run_cli("generate", tmp_path / "d", "--messages", 300, "--topics", 2, "--queues", 3, "--rate", 10, "--cover",
+                "--quiet", "--config", conf)
+    assert r.returncode == 0, r.stderr
+    assert {t for t, _ in Store(tmp_path / "d").queues} == {"Topic000", "Topic001", L.SCHEDULE_TOPIC,
+                                                            L.TRANS_HALF_TOPIC, L.TRANS_OP_HALF_TOPIC} | {
+        f"{prefix}cg-Topic00{t}" for prefix in ("%RETRY%", "%DLQ%") for t in (0, 1)}
+    assert len(Store(tmp_path / "d").queues) == 2 * 3 + 5 + 2 + 4
 
 
 def test_cli_write_round_trips_a_dump(tmp_path):
