@@ -11,9 +11,9 @@ a first run pays once, whatever the size), then ``rounds`` rounds over the store
 runs the first store (a tiny reference dump) again right before each other one.
 ``scaling_rows`` turns those runs into seconds per GB and the net seconds per GB beyond the reference run (the
 fixed cost: planning and ~150 small Spark jobs for the audit), with the noise of each (the spread over rounds).
-The fixed cost drifts down over a session's first runs by more than a small step's whole rate (the JVM keeps
-compiling Spark's generated classes: the audit's ref run took 18, 17 and 14 s in three rounds), so a step's
-net time is taken against the reference run just before it, which the drift has reached too.
+The fixed cost moves by seconds within one session (the audit's ref run: 13-22 s in one warm session), as
+much as a small step's whole net time, so a step's net time is taken against the reference run just before
+it, and the rows also carry Spark's task time (``TaskTime``), which the driver's pauses do not move.
 
     python -m bench.scaling JOB OUT STORE [STORE ...] [--warmup STORE] [--rounds N] [--paired]
                                                    # the child: prints one JSON line per run

@@ -168,8 +168,8 @@ def test_scaling_rounds_give_the_best_time_and_its_noise():
     assert scaling.scaling_rows(slow)[1]["within_noise"] is False
     table = B.markdown({"figures": {}, "scaling": scaling.scaling_rows(runs)})
     assert "| audit | x4 | 401.0 | 60.0 | 1.0 | 90.0 |" in table and "| yes |" in table
-    # paired runs: a step's net time is against the reference run just before it (the fixed cost drifts down
-    # over a session), the median over the rounds, its noise their spread
+    # paired runs: a step's net time is against the reference run just before it (the fixed cost moves within
+    # a session), the median over the rounds, its noise their spread
     paired = [run(0, 1, 24.0), dict(run(1, 1, 34.0), ref_seconds=24.0), run(0, 1, 20.0),
               dict(run(4, 1, 60.0), ref_seconds=20.0), run(0, 2, 18.0), dict(run(1, 2, 29.0), ref_seconds=18.0),
               run(0, 2, 18.0), dict(run(4, 2, 57.0), ref_seconds=18.0)]
