@@ -53,10 +53,9 @@ class DumpSpec:
 
     @property
     def key(self) -> str:
-        default = DumpSpec()
         return (f"dump-v{GENERATOR_VERSION}-{self.size_mib:g}MiB-seed{self.seed}-seg{self.segment_mib:g}MiB"
                 f"-slots{self.index_slots}{'-cover' if self.cover else ''}"
-                f"{f'-rate{self.rate:g}' if self.rate != default.rate else ''}")
+                f"{f'-rate{self.rate:g}' if self.rate != DumpSpec.rate else ''}")  # the default rate: no suffix
 
 
 def ensure_dump(spec: DumpSpec, cache: Path, progress: bool = True) -> dict:
