@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-FIXTURES ?= ../shared/fixtures
 
 .PHONY: setup test demo bench fuzz lint package clean check-java
 

@@ -3,13 +3,34 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = Path(os.environ.get("ROCKETMQ_FIXTURES", REPO.parent / "shared" / "fixtures")) / "rocketmq-4.9.7"
+
+
+def _fixtures_root() -> Path:
+    """$ROCKETMQ_FIXTURES, else ../shared/fixtures beside this checkout, else beside the repository it was cloned
+    from (a fresh local clone made elsewhere, as CI makes one)."""
+    if os.environ.get("ROCKETMQ_FIXTURES"):
+        return Path(os.environ["ROCKETMQ_FIXTURES"])
+    roots = [REPO]
+    try:
+        origin = subprocess.run(["git", "-C", str(REPO), "config", "--get", "remote.origin.url"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        origin = ""
+    origin = origin.removeprefix("file://")
+    if origin and Path(origin).is_dir():
+        roots.append(Path(origin).resolve())
+    found = [root.parent / "shared" / "fixtures" for root in roots if (root.parent / "shared" / "fixtures").is_dir()]
+    return found[0] if found else REPO.parent / "shared" / "fixtures"
+
+
+FIXTURES = _fixtures_root() / "rocketmq-4.9.7"
 FIXTURE_NAMES = ("basic", "broker")
 
 
