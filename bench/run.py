@@ -23,10 +23,11 @@ of its parameters.  Then, on that dump, page cache warm, best of ``--repeat`` un
   scaling    the audit and the decode job over a --scale-reference-mib dump (their fixed cost) and at
              --scale-steps x --scale-mib, each with every topic and queue from its start (so the reference
              carries the per-queue part of the fixed cost), steady state: one fresh local[2] session per job
-             (bench/scaling.py), an untimed warm-up run (its time is the cold start), then --scale-rounds
-             rounds over the steps, smallest first, the reference run again before each step: seconds (best of
-             the rounds, their spread the noise), net seconds per GB beyond the reference run just before (the
-             median over the rounds, their spread the noise), marginal seconds per GB, peak memory per
+             (bench/scaling.py), two untimed warm-up runs (the first one's time is the cold start), then
+             --scale-rounds rounds over the steps, smallest first, each step between two runs of the
+             reference: seconds (best of the rounds, their spread the noise), net seconds per GB beyond the
+             mean of the reference runs around it (the median over the rounds; the noise: their spread, at
+             least half the two reference runs' difference per GB), marginal seconds per GB, peak memory per
              process (anonymous and resident);
   audit      the audit job over the whole dump, once, in a session of its own like the scaling runs, last
              (skip it with --skip audit).
@@ -311,11 +312,13 @@ def job_figure(bench: Bench, job: str, meta: dict, key: str | None = None) -> di
 
 
 def scaling_runs(spec: DumpSpec, steps: list[int], jobs: list[str], cache: Path, log=print,
-                 on_run=None, reference_mib: float = 0, rounds: int = 2, warmup_step: int | None = None) -> list[dict]:
+                 on_run=None, reference_mib: float = 0, rounds: int = 2, warmup_step: int | None = None,
+                 warmups: int = 2) -> list[dict]:
     """Each job over dumps of ``spec`` at ``steps`` x its size (and a ``reference_mib`` dump, step 0, whose time
-    is the fixed cost, if given): one fresh session per job (bench/scaling.py), a warm-up run over the
-    ``warmup_step`` dump, then ``rounds`` rounds over every step, smallest first, each step right after a
-    reference run (its net time is against that run).  ``on_run`` gets the rows so far after each job."""
+    is the fixed cost, if given): one fresh session per job (bench/scaling.py), ``warmups`` warm-up runs over
+    the ``warmup_step`` dump (a session's audits keep getting faster for a couple of runs), then ``rounds``
+    rounds over every step, smallest first, each step between two reference runs (its net time is against
+    their mean).  ``on_run`` gets the rows so far after each job."""
     steps = ([0] if reference_mib else []) + [s for s in steps if s]
     # every dump has every topic and queue from the start (``cover``): part of a job's fixed cost is per queue,
     # and a plain tiny dump has 45 of the 87 queues the larger ones have.  The reference dump's rate is low
@@ -331,16 +334,18 @@ def scaling_runs(spec: DumpSpec, steps: list[int], jobs: list[str], cache: Path,
     for job in jobs:
         t = time.perf_counter()
         got = scaling.run_series(job, [Path(metas[s]["store"]) for s in steps],
-                                 warmup=Path(metas[warmup_step]["store"]), rounds=rounds, paired=bool(reference_mib))
+                                 warmup=Path(metas[warmup_step]["store"]), rounds=rounds, paired=bool(reference_mib),
+                                 warmups=warmups)
         load = os.getloadavg()[0]
         for r in got:
             step = warmup_step if r["round"] == 0 else steps[r["store"]]
             runs.append(dict(r, step=step, commitlog_bytes=metas[step]["commitlog_bytes"],
                              messages=metas[step]["messages"], load=load))
         rows = scaling.scaling_rows(runs)
-        log(f"scaling {job}: {time.perf_counter() - t:.0f} s in one session (load {load:.1f}), a warm-up over "
-            f"{step_label(warmup_step)} then {rounds} round(s){', ref before each step' if reference_mib else ''}, "
-            f"the best of them (net: the median against the ref run before):")
+        log(f"scaling {job}: {time.perf_counter() - t:.0f} s in one session (load {load:.1f}), {warmups} warm-up(s) "
+            f"over {step_label(warmup_step)} then {rounds} round(s)"
+            f"{', each step between two ref runs' if reference_mib else ''}, the best of them (net: the median "
+            f"against the mean of the ref runs around it):")
         for row in (r for r in rows if r["job"] == job):
             log(f"  {step_label(row['step']):<4} {row['commitlog_bytes'] / 1e6:8.1f} MB {row['seconds']:7.1f} s "
                 f"(spread {row['spread_seconds']:.1f}{num(row.get('cold_seconds'), ', cold {:.1f} s')}) "
@@ -462,8 +467,9 @@ def markdown(data: dict) -> str:
                        f"{num(r.get('net_task_noise_sec_per_gb'), ' +- {:,.0f}')} | {mib(r, 'driver_jvm')} | "
                        f"{mib(r, 'python_worker')} | {mib(r, 'driver_python')} |")
         out += ["", "s: best of the timed rounds in one warmed-up session; spread: worst less best; cold: the "
-                    "session's first (warm-up) run; net s/GB: beyond the time of the reference run just before it, "
-                    "the median over the rounds, with its noise (their spread); flat: the net s/GB is the largest "
+                    "session's first (warm-up) run; net s/GB: beyond the mean time of the reference runs just before and "
+                    "after it, the median over the rounds, with its noise (their spread, or half the largest "
+                    "difference of a step's two reference runs per GB if more: the fixed cost moved that much); flat: the net s/GB is the largest "
                     "step's within the two noises; task s: the Spark tasks' run time summed (the median over the "
                     "rounds), net task s/GB beyond the reference's with its noise (the two spreads). "
                     "Memory columns: anonymous (RssAnon, sampled) / resident (VmHWM, counts mapped segment pages) "

@@ -5,17 +5,19 @@ segments a process maps) and anonymous (RssAnon: what the process itself holds).
 
 ``run_job`` runs one job (``audit`` or ``decode``, as a user would: ``run(spark, args)`` with the default
 options, the audit without its HTML report) once over one store, cold: what a user waits for.
-``run_series`` runs a job over several stores in one session, steady state: an untimed warm-up run first (it
-starts the Python workers, imports the kernels into them and lets the JVM compile its hot paths: ~10-40 s that
-a first run pays once, whatever the size), then ``rounds`` rounds over the stores, smallest first; ``paired``
-runs the first store (a tiny reference dump) again right before each other one.
+``run_series`` runs a job over several stores in one session, steady state: untimed warm-up runs first (they
+start the Python workers, import the kernels into them and let the JVM compile its hot paths: ~10-40 s that a
+first run pays once, whatever the size; the audit keeps getting faster for a couple of runs, so the bench
+warms up twice), then ``rounds`` rounds over the stores, smallest first; ``paired`` brackets each other store
+with runs of the first (a tiny reference dump): ref, x1, ref, x4, ref, x16, ref, x1, ...
 ``scaling_rows`` turns those runs into seconds per GB and the net seconds per GB beyond the reference run (the
 fixed cost: planning and ~150 small Spark jobs for the audit), with the noise of each (the spread over rounds).
 The fixed cost moves by seconds within one session (the audit's ref run: 13-22 s in one warm session), as
-much as a small step's whole net time, so a step's net time is taken against the reference run just before
-it, and the rows also carry Spark's task time (``TaskTime``), which the driver's pauses do not move.
+much as a small step's whole net time, so a step's net time is taken against the mean of the two reference
+runs around it, its noise is at least half their difference (how far the fixed cost moved across the step),
+and the rows also carry Spark's task time (``TaskTime``), which the driver's pauses do not move.
 
-    python -m bench.scaling JOB OUT STORE [STORE ...] [--warmup STORE] [--rounds N] [--paired]
+    python -m bench.scaling JOB OUT STORE [STORE ...] [--warmup STORE] [--warmups N] [--rounds N] [--paired]
                                                    # the child: prints one JSON line per run
 """
 from __future__ import annotations
@@ -48,18 +50,19 @@ def run_job(job: str, store: Path, timeout: float | None = None) -> dict:
 
 
 def run_series(job: str, stores: list[Path], warmup: Path | None = None, rounds: int = 1, paired: bool = False,
-               timeout: float | None = None) -> list[dict]:
-    """Run ``job`` over ``warmup`` (untimed as a measure: its figures carry ``round`` 0), then ``rounds`` times
-    over ``stores`` in order (``paired``: ``stores[0]`` before each of the others), all in one fresh child
-    process and session; one dict of figures per run, with ``store`` (its index in ``stores``), ``round``
-    (1..rounds) and, paired, ``ref_seconds``: the time of the ``stores[0]`` run just before it."""
+               timeout: float | None = None, warmups: int = 1) -> list[dict]:
+    """Run ``job`` over ``warmup`` ``warmups`` times (untimed as a measure: their figures carry ``round`` 0),
+    then ``rounds`` times over ``stores`` in order (``paired``: ``stores[0]`` before and after each of the
+    others), all in one fresh child process and session; one dict of figures per run, with ``store`` (its
+    index in ``stores``), ``round`` (1..rounds) and, paired, ``ref_seconds`` and ``ref_after_seconds``: the
+    times of the ``stores[0]`` runs just before and just after it."""
     if job not in JOBS:
         raise ValueError(f"unknown job {job!r}; expected one of {', '.join(JOBS)}")
     with tempfile.TemporaryDirectory(prefix=f"bench-{job}-") as tmp:
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         cmd = [sys.executable, "-m", "bench.scaling", job, tmp, *map(str, stores), "--rounds", str(rounds)]
-        cmd += ["--paired"] if paired else []
+        cmd += (["--paired"] if paired else []) + (["--warmups", str(warmups)] if warmup else [])
         run = subprocess.run(cmd + (["--warmup", str(warmup)] if warmup else []), cwd=REPO, env=env,
                              stdout=subprocess.PIPE, text=True, check=True, timeout=timeout)
     return parse_child_output(run.stdout)
@@ -94,7 +97,8 @@ class TaskTime:
                 "task_cpu_seconds": sum(s["executorCpuTime"] for s in done) / 1e9, "stages": len(done)}
 
 
-def _child(job: str, out: str, stores: list[str], warmup: str | None, rounds: int, paired: bool) -> None:
+def _child(job: str, out: str, stores: list[str], warmup: str | None, rounds: int, paired: bool,
+           warmups: int = 1) -> None:
     from jobs.session import build_session
 
     module = importlib.import_module(f"jobs.{job}")
@@ -104,20 +108,28 @@ def _child(job: str, out: str, stores: list[str], warmup: str | None, rounds: in
     session_s = time.perf_counter() - t
     from bench.proctree import PeakSampler, tree_cpu
 
-    each = [[(0, stores[0]), (i, s)] for i, s in enumerate(stores[1:], 1)] if paired else [list(enumerate(stores))]
-    plan = ([(0, -1, warmup)] if warmup else []) + [(r, i, s) for r in range(1, rounds + 1)
-                                                     for runs in each for i, s in runs]
-    ref_seconds, work = None, TaskTime(spark)
+    steps = [(r, i, s) for r in range(1, rounds + 1) for i, s in enumerate(stores) if i > 0 or not paired]
+    if paired:  # ref, x1, ref, x4, ref, ...: every step between two reference runs
+        steps = [(1, 0, stores[0])] + [run for step in steps for run in (step, (step[0], 0, stores[0]))]
+    plan = [(0, -1, warmup)] * (warmups if warmup else 0) + steps
+    ref_seconds, pending, work = None, None, TaskTime(spark)
     for n, (round_, index, store) in enumerate(plan):
         args = module.build_parser().parse_args(job_args(job, store, os.path.join(out, str(n))))
         with PeakSampler() as peaks:
             t, c = time.perf_counter(), tree_cpu()
             module.run(spark, args)
             elapsed, cpu = time.perf_counter() - t, tree_cpu() - c
-        pair = {"ref_seconds": ref_seconds} if paired and index > 0 else {}
-        ref_seconds = elapsed if index == 0 else None
-        print(json.dumps({"job": job, "store": index, "round": round_, "seconds": elapsed, "cpu_seconds": cpu,
-                          "session_seconds": session_s, **work.since_last(), **pair, **peaks.peaks}), flush=True)
+        line = {"job": job, "store": index, "round": round_, "seconds": elapsed, "cpu_seconds": cpu,
+                "session_seconds": session_s, **work.since_last(), **peaks.peaks}
+        if paired and index > 0:  # printed once the reference run after it has run
+            pending = dict(line, ref_seconds=ref_seconds)
+            continue
+        if paired and index == 0 and round_ > 0:
+            ref_seconds = elapsed
+            if pending:
+                print(json.dumps(dict(pending, ref_after_seconds=elapsed)), flush=True)
+                pending = None
+        print(json.dumps(line), flush=True)
     spark.stop()
 
 
@@ -126,14 +138,16 @@ def scaling_rows(runs: list[dict]) -> list[dict]:
     and ``round``: 0 for a warm-up, 1.. for timed rounds), in the order the steps first ran:
 
     * ``seconds``: the best of its rounds, ``spread_seconds``: the worst less the best (the noise),
-      ``round_seconds``: each; ``cold_seconds``: the warm-up's time, on the row of the warm-up's step;
+      ``round_seconds``: each; ``cold_seconds``: the first warm-up's time, on the row of the warm-up's step;
     * peak memory (``*_bytes``): the least over its rounds (a Python worker lives on between runs and keeps some
       of what an earlier, larger run allocated);
     * ``sec_per_gb``; from the second size on, ``marginal_sec_per_gb`` against the previous size;
     * when the job has a reference run (``step`` 0: a dump of a few hundred KB, whose time is the fixed cost),
       ``net_sec_per_gb`` = (seconds - its seconds) / (GB - its GB) and ``net_noise_sec_per_gb``, the two
-      spreads over the same GB; for paired runs (``ref_seconds``: the reference run just before), the median
-      over the rounds of (seconds - ref_seconds) / the same GB, its noise their spread (``paired`` true).
+      spreads over the same GB; for paired runs (``ref_seconds`` and ``ref_after_seconds``: the reference runs
+      just before and after), the median over the rounds of (seconds - their mean) / the same GB, its noise
+      their spread, or half the largest difference of a step's two reference runs per GB if that is more (the
+      fixed cost moved that much across the step; ``paired`` true).
       With cost = fixed + rate x size, net s/GB is the rate at every size: flat when the cost is linear.
       ``within_noise``: whether a step's net s/GB is the largest step's within the two noises;
     * with the runs' Spark task time (``TaskTime``): ``task_seconds``, the median over the rounds, its spread,
@@ -143,7 +157,7 @@ def scaling_rows(runs: list[dict]) -> list[dict]:
     cold = {}
     for r in runs:
         if r.get("round", 1) == 0:
-            cold[(r["job"], r["step"])] = r["seconds"]
+            cold.setdefault((r["job"], r["step"]), r["seconds"])  # the first warm-up: the cold start
         else:
             groups.setdefault((r["job"], r["step"]), []).append(r)
     rows, last, ref = [], {}, {}
@@ -153,7 +167,7 @@ def scaling_rows(runs: list[dict]) -> list[dict]:
         row = dict(best, round_seconds=times, spread_seconds=max(times) - min(times), rounds=len(rs),
                    cpu_seconds=min(r.get("cpu_seconds", 0.0) for r in rs),
                    sec_per_gb=best["seconds"] / (best["commitlog_bytes"] / 1e9))
-        row.pop("round", None), row.pop("store", None), row.pop("ref_seconds", None)
+        row.pop("round", None), row.pop("store", None), row.pop("ref_seconds", None), row.pop("ref_after_seconds", None)
         row.update({k: min(r[k] for r in rs) for k in best if k.endswith("_bytes") and k != "commitlog_bytes"})
         tasks = [r["task_seconds"] for r in rs if r.get("task_seconds") is not None]
         if len(tasks) == len(rs):
@@ -165,9 +179,11 @@ def scaling_rows(runs: list[dict]) -> list[dict]:
         elif job in ref and row["commitlog_bytes"] > ref[job]["commitlog_bytes"]:
             gb = (row["commitlog_bytes"] - ref[job]["commitlog_bytes"]) / 1e9
             if all(r.get("ref_seconds") is not None for r in rs):
-                net = [(r["seconds"] - r["ref_seconds"]) / gb for r in rs]
-                row.update(net_sec_per_gb=statistics.median(net), net_noise_sec_per_gb=max(net) - min(net),
-                           paired=True)
+                around = [(r["ref_seconds"], r.get("ref_after_seconds", r["ref_seconds"])) for r in rs]
+                net = [(r["seconds"] - (a + b) / 2) / gb for r, (a, b) in zip(rs, around)]
+                moved = max(abs(b - a) / 2 for a, b in around) / gb  # the fixed cost's move across the step
+                row.update(net_sec_per_gb=statistics.median(net),
+                           net_noise_sec_per_gb=max(max(net) - min(net), moved), paired=True)
             else:
                 row["net_sec_per_gb"] = (row["seconds"] - ref[job]["seconds"]) / gb
                 row["net_noise_sec_per_gb"] = (row["spread_seconds"] + ref[job]["spread_seconds"]) / gb
@@ -198,8 +214,9 @@ if __name__ == "__main__":
     ap.add_argument("out", help="a scratch folder for the job's outputs")
     ap.add_argument("stores", nargs="+")
     ap.add_argument("--warmup", help="a store to run the job over first (its line has round 0)")
+    ap.add_argument("--warmups", type=int, default=1, help="how many times to run the --warmup store")
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--paired", action="store_true", help="run the first store again before each other one")
+    ap.add_argument("--paired", action="store_true", help="run the first store before and after each other one")
     a = ap.parse_args()
     sys.path.insert(0, str(REPO))
-    _child(a.job, a.out, a.stores, a.warmup, a.rounds, a.paired)
+    _child(a.job, a.out, a.stores, a.warmup, a.rounds, a.paired, a.warmups)

@@ -178,6 +178,13 @@ def test_scaling_rounds_give_the_best_time_and_its_noise():
     assert x1["net_sec_per_gb"] == pytest.approx(105.0) and x1["net_noise_sec_per_gb"] == pytest.approx(10.0)
     assert x4["net_sec_per_gb"] == pytest.approx(98.75) and x4["net_noise_sec_per_gb"] == pytest.approx(2.5)
     assert x1["paired"] and x1["within_noise"] and x4["seconds"] == 57.0
+    # bracketed: against the mean of the reference runs before and after; the noise is at least half their
+    # difference per GB (the fixed cost moved that much across the step)
+    after = {(1, 1): 20.0, (4, 1): 18.0, (1, 2): 18.0, (4, 2): 18.0}
+    bracketed = [dict(r, ref_after_seconds=after[r["step"], r["round"]]) if "ref_seconds" in r else r for r in paired]
+    ref, x1, x4 = scaling.scaling_rows(bracketed)
+    assert x1["net_sec_per_gb"] == pytest.approx(115.0) and x1["net_noise_sec_per_gb"] == pytest.approx(20.0)
+    assert x4["net_sec_per_gb"] == pytest.approx(100.0) and x4["net_noise_sec_per_gb"] == pytest.approx(5.0)
 
 
 def test_scaling_dumps_share_every_queue(tmp_path, monkeypatch):
@@ -185,8 +192,8 @@ def test_scaling_dumps_share_every_queue(tmp_path, monkeypatch):
     and queue the larger steps have, or the steps' net s/GB would carry a cost the reference lacks."""
     stores = []
 
-    def fake_series(job, paths, warmup=None, rounds=1, paired=False, timeout=None):
-        assert paired  # each step against the reference run just before it
+    def fake_series(job, paths, warmup=None, rounds=1, paired=False, timeout=None, warmups=1):
+        assert paired  # each step against the reference runs around it
         stores.extend(paths)
         return [{"job": job, "store": i, "round": r, "seconds": 1.0 + i} for r in (1, 2) for i in range(len(paths))]
 
