@@ -467,11 +467,12 @@ def markdown(data: dict) -> str:
                        f"{num(r.get('net_task_noise_sec_per_gb'), ' +- {:,.0f}')} | {mib(r, 'driver_jvm')} | "
                        f"{mib(r, 'python_worker')} | {mib(r, 'driver_python')} |")
         out += ["", "s: best of the timed rounds in one warmed-up session; spread: worst less best; cold: the "
-                    "session's first (warm-up) run; net s/GB: beyond the mean time of the reference runs just before and "
-                    "after it, the median over the rounds, with its noise (their spread, or half the largest "
-                    "difference of a step's two reference runs per GB if more: the fixed cost moved that much); flat: the net s/GB is the largest "
-                    "step's within the two noises; task s: the Spark tasks' run time summed (the median over the "
-                    "rounds), net task s/GB beyond the reference's with its noise (the two spreads). "
+                    "session's first (warm-up) run; net s/GB: beyond the mean time of the reference runs just "
+                    "before and after it, the median over the rounds, with its noise (their spread, or half the "
+                    "largest difference of a step's two reference runs per GB if more: the fixed cost moved that "
+                    "much); flat: the net s/GB is the largest step's within the two noises; task s: the Spark "
+                    "tasks' run time summed (the median over the rounds), net task s/GB beyond the reference's "
+                    "with its noise (the two spreads). "
                     "Memory columns: anonymous (RssAnon, sampled) / resident (VmHWM, counts mapped segment pages) "
                     "peak, the least over the rounds."]
     return "\n".join(out)
@@ -503,8 +504,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scale-rounds", type=int, default=2,
                     help="timed rounds over the scaling steps, the best counts and the spread is the noise (default 2)")
     ap.add_argument("--scale-warmup-step", type=int, default=4,
-                    help="the step whose dump the untimed warm-up run reads (default 4: as many segments as cores "
+                    help="the step whose dump the untimed warm-up runs read (default 4: as many segments as cores "
                          "at least)")
+    ap.add_argument("--scale-warmups", type=int, default=2,
+                    help="untimed warm-up runs per scaling session (default 2: a session's audits keep getting faster "
+                         "for a couple of runs)")
     ap.add_argument("--skip", nargs="+", default=[], choices=GROUPS, help="parts to leave out")
     ap.add_argument("--cache", type=Path, default=CACHE, help="where dumps are cached (default bench/cache)")
     ap.add_argument("--results", type=Path, default=RESULTS, help="results file (default bench/results.json)")
@@ -564,7 +568,7 @@ def main(argv=None) -> int:
                 save(False)
             scaling_rows = scaling_runs(scale, args.scale_steps, args.scale_jobs, args.cache, on_run=keep,
                                         reference_mib=args.scale_reference_mib, rounds=args.scale_rounds,
-                                        warmup_step=args.scale_warmup_step)
+                                        warmup_step=args.scale_warmup_step, warmups=args.scale_warmups)
             wall["scaling_seconds"] = time.perf_counter() - t
         if "audit" not in skip:  # last: the longest figure, and an interrupted run keeps all the others
             t = time.perf_counter()

@@ -34,6 +34,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parent.parent
 JOBS = ("audit", "decode")
@@ -97,6 +98,33 @@ class TaskTime:
                 "task_cpu_seconds": sum(s["executorCpuTime"] for s in done) / 1e9, "stages": len(done)}
 
 
+def series(stores: list, warmup=None, warmups: int = 1, rounds: int = 1, paired: bool = False) -> list[tuple]:
+    """The runs of a series in order, as (round, store index, store): the warm-ups (round 0, index -1), then the
+    rounds over the stores; paired, each other store between two runs of the first: ref, x1, ref, x4, ref, ..."""
+    steps = [(r, i, s) for r in range(1, rounds + 1) for i, s in enumerate(stores) if i > 0 or not paired]
+    if paired:
+        steps = [(1, 0, stores[0])] + [run for step in steps for run in (step, (step[0], 0, stores[0]))]
+    return [(0, -1, warmup)] * (warmups if warmup else 0) + steps
+
+
+def bracketed(plan: list[tuple], run, paired: bool) -> Iterator[dict]:
+    """``run(n, store)``'s figures for each run of ``plan`` (``series``), with ``store`` and ``round``; paired, a
+    step's once the reference run after it is done, with ``ref_seconds`` and ``ref_after_seconds``, the times of
+    the reference runs around it."""
+    ref_seconds, pending = None, None
+    for n, (round_, index, store) in enumerate(plan):
+        line = {"store": index, "round": round_, **run(n, store)}
+        if paired and index > 0:
+            pending = dict(line, ref_seconds=ref_seconds)
+            continue
+        if paired and index == 0:
+            ref_seconds = line["seconds"]
+            if pending:
+                yield dict(pending, ref_after_seconds=ref_seconds)
+                pending = None
+        yield line
+
+
 def _child(job: str, out: str, stores: list[str], warmup: str | None, rounds: int, paired: bool,
            warmups: int = 1) -> None:
     from jobs.session import build_session
@@ -108,27 +136,18 @@ def _child(job: str, out: str, stores: list[str], warmup: str | None, rounds: in
     session_s = time.perf_counter() - t
     from bench.proctree import PeakSampler, tree_cpu
 
-    steps = [(r, i, s) for r in range(1, rounds + 1) for i, s in enumerate(stores) if i > 0 or not paired]
-    if paired:  # ref, x1, ref, x4, ref, ...: every step between two reference runs
-        steps = [(1, 0, stores[0])] + [run for step in steps for run in (step, (step[0], 0, stores[0]))]
-    plan = [(0, -1, warmup)] * (warmups if warmup else 0) + steps
-    ref_seconds, pending, work = None, None, TaskTime(spark)
-    for n, (round_, index, store) in enumerate(plan):
+    work = TaskTime(spark)
+
+    def run(n: int, store: str) -> dict:
         args = module.build_parser().parse_args(job_args(job, store, os.path.join(out, str(n))))
         with PeakSampler() as peaks:
             t, c = time.perf_counter(), tree_cpu()
             module.run(spark, args)
             elapsed, cpu = time.perf_counter() - t, tree_cpu() - c
-        line = {"job": job, "store": index, "round": round_, "seconds": elapsed, "cpu_seconds": cpu,
-                "session_seconds": session_s, **work.since_last(), **peaks.peaks}
-        if paired and index > 0:  # printed once the reference run after it has run
-            pending = dict(line, ref_seconds=ref_seconds)
-            continue
-        if paired and index == 0 and round_ > 0:
-            ref_seconds = elapsed
-            if pending:
-                print(json.dumps(dict(pending, ref_after_seconds=elapsed)), flush=True)
-                pending = None
+        return {"job": job, "seconds": elapsed, "cpu_seconds": cpu, "session_seconds": session_s,
+                **work.since_last(), **peaks.peaks}
+
+    for line in bracketed(series(stores, warmup, warmups, rounds, paired), run, paired):
         print(json.dumps(line), flush=True)
     spark.stop()
 

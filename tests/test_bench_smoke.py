@@ -187,6 +187,26 @@ def test_scaling_rounds_give_the_best_time_and_its_noise():
     assert x4["net_sec_per_gb"] == pytest.approx(100.0) and x4["net_noise_sec_per_gb"] == pytest.approx(5.0)
 
 
+def test_a_paired_series_brackets_each_step_with_reference_runs():
+    """The child's order of runs: warm-ups, then ref, x1, ref, x4, ref, ...; each step reported with the times of
+    the reference runs just before and after it (reported once the one after has run)."""
+    plan = scaling.series(["R", "A", "B"], warmup="W", warmups=2, rounds=2, paired=True)
+    assert [s for _, _, s in plan] == ["W", "W", "R", "A", "R", "B", "R", "A", "R", "B", "R"]
+    assert [r for r, _, _ in plan] == [0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2]
+    times = iter([90.0, 80.0, 20.0, 30.0, 18.0, 60.0, 17.0, 29.0, 16.0, 55.0, 15.0])
+    lines = list(scaling.bracketed(plan, lambda n, store: {"seconds": next(times)}, paired=True))
+    steps = [(l["store"], l["round"], l["seconds"], l["ref_seconds"], l["ref_after_seconds"]) for l in lines
+             if l["store"] > 0]
+    assert steps == [(1, 1, 30.0, 20.0, 18.0), (2, 1, 60.0, 18.0, 17.0), (1, 2, 29.0, 17.0, 16.0),
+                     (2, 2, 55.0, 16.0, 15.0)]
+    assert [l["store"] for l in lines] == [-1, -1, 0, 1, 0, 2, 0, 1, 0, 2, 0]  # each run once, in order
+    # not paired: every store each round, as they ran
+    plan = scaling.series(["R", "A"], rounds=2)
+    assert [(r, i) for r, i, _ in plan] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    lines = list(scaling.bracketed(plan, lambda n, store: {"seconds": 1.0}, paired=False))
+    assert [l["store"] for l in lines] == [0, 1, 0, 1] and not any("ref_seconds" in l for l in lines)
+
+
 def test_scaling_dumps_share_every_queue(tmp_path, monkeypatch):
     """Part of a job's fixed cost is per queue: the reference dump (a few hundred records) must have every topic
     and queue the larger steps have, or the steps' net s/GB would carry a cost the reference lacks."""
