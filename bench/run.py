@@ -27,8 +27,8 @@ of its parameters.  Then, on that dump, page cache warm, best of ``--repeat`` un
              --scale-rounds rounds over the steps, smallest first, each step between two runs of the
              reference: seconds (best of the rounds, their spread the noise), net seconds per GB beyond the
              mean of the reference runs around it (the median over the rounds; the noise: their spread, at
-             least half the two reference runs' difference per GB), marginal seconds per GB, peak memory per
-             process (anonymous and resident);
+             least half the two reference runs' difference and the reference runs' largest stray from their
+             neighbours, per GB), marginal seconds per GB, peak memory per process (anonymous and resident);
   audit      the audit job over the whole dump, once, in a session of its own like the scaling runs, last
              (skip it with --skip audit).
 
@@ -468,9 +468,9 @@ def markdown(data: dict) -> str:
                        f"{mib(r, 'python_worker')} | {mib(r, 'driver_python')} |")
         out += ["", "s: best of the timed rounds in one warmed-up session; spread: worst less best; cold: the "
                     "session's first (warm-up) run; net s/GB: beyond the mean time of the reference runs just "
-                    "before and after it, the median over the rounds, with its noise (their spread, or half the "
-                    "largest difference of a step's two reference runs per GB if more: the fixed cost moved that "
-                    "much); flat: the net s/GB is the largest step's within the two noises; task s: the Spark "
+                    "before and after it, the median over the rounds, with its noise (the largest of their spread, "
+                    "half the largest difference of a step's two reference runs, and the largest gap between a "
+                    "reference run and the mean of its neighbours, per GB: how far the fixed cost moves); flat: the net s/GB is the largest step's within the two noises; task s: the Spark "
                     "tasks' run time summed (the median over the rounds), net task s/GB beyond the reference's "
                     "with its noise (the two spreads). "
                     "Memory columns: anonymous (RssAnon, sampled) / resident (VmHWM, counts mapped segment pages) "

@@ -14,8 +14,8 @@ with runs of the first (a tiny reference dump): ref, x1, ref, x4, ref, x16, ref,
 fixed cost: planning and ~150 small Spark jobs for the audit), with the noise of each (the spread over rounds).
 The fixed cost moves by seconds within one session (the audit's ref run: 13-22 s in one warm session), as
 much as a small step's whole net time, so a step's net time is taken against the mean of the two reference
-runs around it, its noise is at least half their difference (how far the fixed cost moved across the step),
-and the rows also carry Spark's task time (``TaskTime``), which the driver's pauses do not move.
+runs around it, its noise is at least how far the fixed cost moved across the step and how far one run's
+fixed cost strays from its neighbours' (``ref_jitter``), and the rows also carry Spark's task time (``TaskTime``), which the driver's pauses do not move.
 
     python -m bench.scaling JOB OUT STORE [STORE ...] [--warmup STORE] [--warmups N] [--rounds N] [--paired]
                                                    # the child: prints one JSON line per run
@@ -152,6 +152,14 @@ def _child(job: str, out: str, stores: list[str], warmup: str | None, rounds: in
     spark.stop()
 
 
+def ref_jitter(ref_row: dict) -> float:
+    """How far one run's fixed cost strays from what the runs around it say: the largest gap between a
+    reference run and the mean of the reference runs before and after it (in the order they ran), in
+    seconds; 0 with fewer than three."""
+    t = ref_row["round_seconds"]
+    return max((abs(b - (a + c) / 2) for a, b, c in zip(t, t[1:], t[2:])), default=0.0)
+
+
 def scaling_rows(runs: list[dict]) -> list[dict]:
     """One row per job and step from ``runs`` (each a run's figures plus ``job``, ``step``, ``commitlog_bytes``
     and ``round``: 0 for a warm-up, 1.. for timed rounds), in the order the steps first ran:
@@ -164,9 +172,10 @@ def scaling_rows(runs: list[dict]) -> list[dict]:
     * when the job has a reference run (``step`` 0: a dump of a few hundred KB, whose time is the fixed cost),
       ``net_sec_per_gb`` = (seconds - its seconds) / (GB - its GB) and ``net_noise_sec_per_gb``, the two
       spreads over the same GB; for paired runs (``ref_seconds`` and ``ref_after_seconds``: the reference runs
-      just before and after), the median over the rounds of (seconds - their mean) / the same GB, its noise
-      their spread, or half the largest difference of a step's two reference runs per GB if that is more (the
-      fixed cost moved that much across the step; ``paired`` true).
+      just before and after), the median over the rounds of (seconds - their mean) / the same GB, its noise the
+      largest of: their spread; half the largest difference of a step's two reference runs (the fixed cost
+      moved that much across the step); ``ref_jitter`` (a single run's fixed cost is off what the runs around
+      it say by that much, and a step's run has its own), each per the same GB (``paired`` true).
       With cost = fixed + rate x size, net s/GB is the rate at every size: flat when the cost is linear.
       ``within_noise``: whether a step's net s/GB is the largest step's within the two noises;
     * with the runs' Spark task time (``TaskTime``): ``task_seconds``, the median over the rounds, its spread,
@@ -200,9 +209,9 @@ def scaling_rows(runs: list[dict]) -> list[dict]:
             if all(r.get("ref_seconds") is not None for r in rs):
                 around = [(r["ref_seconds"], r.get("ref_after_seconds", r["ref_seconds"])) for r in rs]
                 net = [(r["seconds"] - (a + b) / 2) / gb for r, (a, b) in zip(rs, around)]
-                moved = max(abs(b - a) / 2 for a, b in around) / gb  # the fixed cost's move across the step
-                row.update(net_sec_per_gb=statistics.median(net),
-                           net_noise_sec_per_gb=max(max(net) - min(net), moved), paired=True)
+                moved = max(abs(b - a) / 2 for a, b in around)  # the fixed cost's move across the step
+                row.update(net_sec_per_gb=statistics.median(net), paired=True,
+                           net_noise_sec_per_gb=max(max(net) - min(net), moved / gb, ref_jitter(ref[job]) / gb))
             else:
                 row["net_sec_per_gb"] = (row["seconds"] - ref[job]["seconds"]) / gb
                 row["net_noise_sec_per_gb"] = (row["spread_seconds"] + ref[job]["spread_seconds"]) / gb

@@ -185,6 +185,13 @@ def test_scaling_rounds_give_the_best_time_and_its_noise():
     ref, x1, x4 = scaling.scaling_rows(bracketed)
     assert x1["net_sec_per_gb"] == pytest.approx(115.0) and x1["net_noise_sec_per_gb"] == pytest.approx(20.0)
     assert x4["net_sec_per_gb"] == pytest.approx(100.0) and x4["net_noise_sec_per_gb"] == pytest.approx(5.0)
+    # a reference run off its neighbours (23 s between two of 20 s): one run's fixed cost strays that much, and
+    # so may a step's own: the noise is at least that stray per GB (3 s / 0.1 GB)
+    jittery = [run(0, 1, 20.0), dict(run(1, 1, 32.0), ref_seconds=20.0, ref_after_seconds=23.0), run(0, 1, 23.0),
+               dict(run(1, 2, 33.0), ref_seconds=23.0, ref_after_seconds=20.0), run(0, 2, 20.0)]
+    ref, x1 = scaling.scaling_rows(jittery)
+    assert scaling.ref_jitter(ref) == 3.0 and scaling.ref_jitter({"round_seconds": [20.0, 21.0]}) == 0.0
+    assert x1["net_sec_per_gb"] == pytest.approx(110.0) and x1["net_noise_sec_per_gb"] == pytest.approx(30.0)
 
 
 def test_a_paired_series_brackets_each_step_with_reference_runs():
