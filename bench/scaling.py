@@ -15,7 +15,8 @@ fixed cost: planning and ~150 small Spark jobs for the audit), with the noise of
 The fixed cost moves by seconds within one session (the audit's ref run: 13-22 s in one warm session), as
 much as a small step's whole net time, so a step's net time is taken against the mean of the two reference
 runs around it, its noise is at least how far the fixed cost moved across the step and how far one run's
-fixed cost strays from its neighbours' (``ref_jitter``), and the rows also carry Spark's task time (``TaskTime``), which the driver's pauses do not move.
+fixed cost strays from its neighbours' (``ref_jitter``), and the rows also carry Spark's task time
+(``TaskTime``), which the driver's pauses do not move.
 
     python -m bench.scaling JOB OUT STORE [STORE ...] [--warmup STORE] [--warmups N] [--rounds N] [--paired]
                                                    # the child: prints one JSON line per run
