@@ -170,13 +170,13 @@ def scaling_rows(runs: list[dict]) -> list[dict]:
     * peak memory (``*_bytes``): the least over its rounds (a Python worker lives on between runs and keeps some
       of what an earlier, larger run allocated);
     * ``sec_per_gb``; from the second size on, ``marginal_sec_per_gb`` against the previous size;
-    * when the job has a reference run (``step`` 0: a dump of a few hundred KB, whose time is the fixed cost),
-      ``net_sec_per_gb`` = (seconds - its seconds) / (GB - its GB) and ``net_noise_sec_per_gb``, the two
-      spreads over the same GB; for paired runs (``ref_seconds`` and ``ref_after_seconds``: the reference runs
-      just before and after), the median over the rounds of (seconds - their mean) / the same GB, its noise the
-      largest of: their spread; half the largest difference of a step's two reference runs (the fixed cost
-      moved that much across the step); ``ref_jitter`` (a single run's fixed cost is off what the runs around
-      it say by that much, and a step's run has its own), each per the same GB (``paired`` true).
+    * when a step's runs are bracketed by reference runs (``step`` 0: a dump of a few hundred KB, whose time is
+      the fixed cost; ``ref_seconds`` and ``ref_after_seconds``: the reference runs just before and after, as a
+      paired ``series`` runs them), ``net_sec_per_gb``: the median over the rounds of (seconds - their mean) /
+      (GB - reference GB), and ``net_noise_sec_per_gb``, the largest of: their spread; half the largest
+      difference of a step's two reference runs (the fixed cost moved that much across the step);
+      ``ref_jitter`` (a single run's fixed cost is off what the runs around it say by that much, and a step's
+      run has its own), each per the same GB.
       With cost = fixed + rate x size, net s/GB is the rate at every size: flat when the cost is linear.
       ``within_noise``: whether a step's net s/GB is the largest step's within the two noises;
     * with the runs' Spark task time (``TaskTime``): ``task_seconds``, the median over the rounds, its spread,
@@ -207,15 +207,12 @@ def scaling_rows(runs: list[dict]) -> list[dict]:
             ref[job] = row
         elif job in ref and row["commitlog_bytes"] > ref[job]["commitlog_bytes"]:
             gb = (row["commitlog_bytes"] - ref[job]["commitlog_bytes"]) / 1e9
-            if all(r.get("ref_seconds") is not None for r in rs):
-                around = [(r["ref_seconds"], r.get("ref_after_seconds", r["ref_seconds"])) for r in rs]
+            if all(r.get("ref_after_seconds") is not None for r in rs):
+                around = [(r["ref_seconds"], r["ref_after_seconds"]) for r in rs]
                 net = [(r["seconds"] - (a + b) / 2) / gb for r, (a, b) in zip(rs, around)]
                 moved = max(abs(b - a) / 2 for a, b in around)  # the fixed cost's move across the step
-                row.update(net_sec_per_gb=statistics.median(net), paired=True,
+                row.update(net_sec_per_gb=statistics.median(net),
                            net_noise_sec_per_gb=max(max(net) - min(net), moved / gb, ref_jitter(ref[job]) / gb))
-            else:
-                row["net_sec_per_gb"] = (row["seconds"] - ref[job]["seconds"]) / gb
-                row["net_noise_sec_per_gb"] = (row["spread_seconds"] + ref[job]["spread_seconds"]) / gb
             if "task_seconds" in row and "task_seconds" in ref[job]:
                 row["net_task_sec_per_gb"] = (row["task_seconds"] - ref[job]["task_seconds"]) / gb
                 row["net_task_noise_sec_per_gb"] = (row["task_spread_seconds"]

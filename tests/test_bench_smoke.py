@@ -132,10 +132,11 @@ def test_scaling_rows_and_child_output():
     assert [r["sec_per_gb"] for r in rows] == pytest.approx([100.0, 40.0, 40.0])
     assert "marginal_sec_per_gb" not in rows[0] and "marginal_sec_per_gb" not in rows[1]
     assert rows[2]["marginal_sec_per_gb"] == pytest.approx(6.0 / 0.3)
-    # a reference run (step 0) measures the fixed cost: net s/GB is the rate beyond it, flat for linear cost
-    ref = [{"job": "audit", "step": 0, "seconds": 50.0, "commitlog_bytes": 1e6}]
-    rows = scaling.scaling_rows(ref + [dict(r, seconds=50.0 + 100.0 * (r["commitlog_bytes"] - 1e6) / 1e9)
-                                       for r in runs if r["job"] == "audit"])
+    # reference runs (step 0) measure the fixed cost: net s/GB is the rate beyond it, flat for linear cost
+    ref = {"job": "audit", "step": 0, "seconds": 50.0, "commitlog_bytes": 1e6}
+    linear = [dict(r, seconds=50.0 + 100.0 * (r["commitlog_bytes"] - 1e6) / 1e9, ref_seconds=50.0,
+                   ref_after_seconds=50.0) for r in runs if r["job"] == "audit"]
+    rows = scaling.scaling_rows([ref, linear[0], ref, linear[1], ref])
     assert [r.get("net_sec_per_gb") for r in rows] == [None, pytest.approx(100.0), pytest.approx(100.0)]
     assert "marginal_sec_per_gb" not in rows[1] and rows[2]["marginal_sec_per_gb"] == pytest.approx(100.0)
     assert [r.get("within_noise") for r in rows] == [None, True, True]
@@ -154,44 +155,45 @@ def test_scaling_rounds_give_the_best_time_and_its_noise():
         return {"job": "audit", "step": step, "round": round_, "seconds": seconds,
                 "commitlog_bytes": {0: 1e6, 1: 1.01e8, 4: 4.01e8}[step], "python_worker_anon_bytes": worker_mib << 20}
 
-    runs = [run(4, 0, 90.0), run(0, 1, 20.0), run(1, 1, 32.0, 120), run(4, 1, 61.0), run(0, 2, 22.0),
-            run(1, 2, 30.0, 110), run(4, 2, 60.0)]
+    def step(step_, round_, seconds, before, after, worker_mib=100):
+        return dict(run(step_, round_, seconds, worker_mib), ref_seconds=before, ref_after_seconds=after)
+
+    # each step between two reference runs (a paired series): its net time is against their mean, the median
+    # over the rounds, its noise the largest of their spread, the fixed cost's move across it and ref_jitter
+    runs = [run(4, 0, 90.0), run(0, 1, 20.0), step(1, 1, 32.0, 20.0, 20.0, 120), run(0, 1, 20.0),
+            step(4, 1, 61.0, 20.0, 22.0), run(0, 1, 22.0), step(1, 2, 30.0, 22.0, 22.0, 110), run(0, 2, 22.0),
+            step(4, 2, 61.0, 22.0, 20.0), run(0, 2, 20.0)]
     ref, x1, x4 = scaling.scaling_rows(runs)
-    assert (ref["seconds"], ref["spread_seconds"], ref["round_seconds"]) == (20.0, 2.0, [20.0, 22.0])
-    assert x4["cold_seconds"] == 90.0 and "cold_seconds" not in x1
+    assert (ref["seconds"], ref["spread_seconds"], ref["round_seconds"]) == (20.0, 2.0, [20.0, 20.0, 22.0, 22.0, 20.0])
+    assert x4["cold_seconds"] == 90.0 and "cold_seconds" not in x1 and "ref_seconds" not in x1
     assert x1["python_worker_anon_bytes"] == 110 << 20
+    assert scaling.ref_jitter(ref) == 1.0  # 20 between 20 and 22, and 22 between 20 and 22 (twice)
+    # x1: 120 and 80 s/GB, spread 40 (ref_jitter: 10); x4: 100 and 100, the fixed cost moved 1 s (2.5 s/GB)
     assert x1["net_sec_per_gb"] == pytest.approx(100.0) and x1["net_noise_sec_per_gb"] == pytest.approx(40.0)
-    assert x4["net_sec_per_gb"] == pytest.approx(100.0) and x4["net_noise_sec_per_gb"] == pytest.approx(7.5)
+    assert x4["net_sec_per_gb"] == pytest.approx(100.0) and x4["net_noise_sec_per_gb"] == pytest.approx(2.5)
     assert x1["within_noise"] and x4["within_noise"]
     # a step whose rate is off the largest step's by more than the two noises is not flat
     slow = [dict(r, seconds=r["seconds"] + 20.0) if (r["step"], r["round"]) in ((1, 1), (1, 2)) else r for r in runs]
     assert scaling.scaling_rows(slow)[1]["within_noise"] is False
     table = B.markdown({"figures": {}, "scaling": scaling.scaling_rows(runs)})
-    assert "| audit | x4 | 401.0 | 60.0 | 1.0 | 90.0 |" in table and "| yes |" in table
-    # paired runs: a step's net time is against the reference run just before it (the fixed cost moves within
-    # a session), the median over the rounds, its noise their spread
-    paired = [run(0, 1, 24.0), dict(run(1, 1, 34.0), ref_seconds=24.0), run(0, 1, 20.0),
-              dict(run(4, 1, 60.0), ref_seconds=20.0), run(0, 2, 18.0), dict(run(1, 2, 29.0), ref_seconds=18.0),
-              run(0, 2, 18.0), dict(run(4, 2, 57.0), ref_seconds=18.0)]
-    ref, x1, x4 = scaling.scaling_rows(paired)
-    assert (ref["seconds"], ref["spread_seconds"], ref["rounds"]) == (18.0, 6.0, 4) and "ref_seconds" not in x1
-    assert x1["net_sec_per_gb"] == pytest.approx(105.0) and x1["net_noise_sec_per_gb"] == pytest.approx(10.0)
-    assert x4["net_sec_per_gb"] == pytest.approx(98.75) and x4["net_noise_sec_per_gb"] == pytest.approx(2.5)
-    assert x1["paired"] and x1["within_noise"] and x4["seconds"] == 57.0
-    # bracketed: against the mean of the reference runs before and after; the noise is at least half their
-    # difference per GB (the fixed cost moved that much across the step)
-    after = {(1, 1): 20.0, (4, 1): 18.0, (1, 2): 18.0, (4, 2): 18.0}
-    bracketed = [dict(r, ref_after_seconds=after[r["step"], r["round"]]) if "ref_seconds" in r else r for r in paired]
-    ref, x1, x4 = scaling.scaling_rows(bracketed)
+    assert "| audit | x4 | 401.0 | 61.0 | 0.0 | 90.0 |" in table and "| yes |" in table
+    # the fixed cost moving across a step (ref 24 s before, 20 s after) widens its noise: 2 s / 0.1 GB
+    moving = [run(0, 1, 24.0), step(1, 1, 34.0, 24.0, 20.0), run(0, 1, 20.0), step(4, 1, 60.0, 20.0, 18.0),
+              run(0, 1, 18.0), step(1, 2, 29.0, 18.0, 18.0), run(0, 2, 18.0), step(4, 2, 57.0, 18.0, 18.0),
+              run(0, 2, 18.0)]
+    ref, x1, x4 = scaling.scaling_rows(moving)
+    assert (ref["seconds"], ref["spread_seconds"], ref["rounds"]) == (18.0, 6.0, 5)
     assert x1["net_sec_per_gb"] == pytest.approx(115.0) and x1["net_noise_sec_per_gb"] == pytest.approx(20.0)
     assert x4["net_sec_per_gb"] == pytest.approx(100.0) and x4["net_noise_sec_per_gb"] == pytest.approx(5.0)
     # a reference run off its neighbours (23 s between two of 20 s): one run's fixed cost strays that much, and
     # so may a step's own: the noise is at least that stray per GB (3 s / 0.1 GB)
-    jittery = [run(0, 1, 20.0), dict(run(1, 1, 32.0), ref_seconds=20.0, ref_after_seconds=23.0), run(0, 1, 23.0),
-               dict(run(1, 2, 33.0), ref_seconds=23.0, ref_after_seconds=20.0), run(0, 2, 20.0)]
+    jittery = [run(0, 1, 20.0), step(1, 1, 32.0, 20.0, 23.0), run(0, 1, 23.0), step(1, 2, 33.0, 23.0, 20.0),
+               run(0, 2, 20.0)]
     ref, x1 = scaling.scaling_rows(jittery)
     assert scaling.ref_jitter(ref) == 3.0 and scaling.ref_jitter({"round_seconds": [20.0, 21.0]}) == 0.0
     assert x1["net_sec_per_gb"] == pytest.approx(110.0) and x1["net_noise_sec_per_gb"] == pytest.approx(30.0)
+    # without reference runs around it, a step has no net figure
+    assert "net_sec_per_gb" not in scaling.scaling_rows([run(0, 1, 20.0), run(1, 1, 30.0)])[1]
 
 
 def test_a_paired_series_brackets_each_step_with_reference_runs():
