@@ -1,4 +1,4 @@
-"""The audit job (jobs/audit.py): clean on RocketMQ's own stores, with tables equal to what their manifests and
+"""The audit job (jobs/audit/): clean on RocketMQ's own stores, with tables equal to what their manifests and
 config files say; exactly the injected problem, at its position, for each damage kind; the expected lag,
 transaction, delay and DLQ tables for a broker-flow store; exit codes and the history tables.
 

@@ -62,7 +62,7 @@ def test_audit_through_spark_submit_on_local2(tmp_path):
     folder outside the repository; exit code and outputs as documented."""
     zip_path = package.build(tmp_path / "dist" / "rocketmq_forensics.zip")
     job = tmp_path / "audit_job.py"
-    shutil.copy(REPO / "jobs" / "audit.py", job)
+    shutil.copy(REPO / "jobs" / "audit" / "__main__.py", job)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", "PYSPARK_DRIVER_PYTHON")}
     env.update(PYSPARK_PYTHON=sys.executable)
     out = tmp_path / "audit"

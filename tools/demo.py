@@ -9,7 +9,7 @@ compressed bodies, 16 MiB segments.  Then a few faults are injected with store_f
   broker-b  one flipped bit in a record of its middle segment, and one consume-queue folder lost
 
 The audit runs as a user would run it: ``spark-submit --properties-file spark-conf/spark-defaults.conf
-jobs/audit.py --store demo-out/dump --out demo-out/audit --history demo-out/history``: each run appends a
+jobs/audit/__main__.py --store demo-out/dump --out demo-out/audit --history demo-out/history``: each run appends a
 point to the Delta history that ``jobs.trend`` and notebooks/03_lag_and_transactions_over_history.ipynb read.
 """
 from __future__ import annotations
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     spark_submit = Path(python).parent / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python}
     cmd = [str(spark_submit), "--properties-file", str(REPO / "spark-conf" / "spark-defaults.conf"),
-           str(REPO / "jobs" / "audit.py"), "--store", str(dump), "--out", str(audit_out), "--overwrite",
+           str(REPO / "jobs" / "audit" / "__main__.py"), "--store", str(dump), "--out", str(audit_out), "--overwrite",
            "--history", str(out / "history")]
     print("demo: " + " ".join(cmd), file=sys.stderr)
     run = subprocess.run(cmd, env=env, cwd=REPO)  # spark-submit streams the job's progress lines

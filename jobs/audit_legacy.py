@@ -1,7 +1,7 @@
 """audit: everything wrong with one or more broker dumps, found, located and explained.
 
   python -m jobs.audit --store PATH [PATH ...] --out DIR [--history DELTA_DIR] [--sha256] [--overwrite]
-  spark-submit --py-files dist/rocketmq_forensics.zip jobs/audit.py --store PATH --out DIR
+  spark-submit --py-files dist/rocketmq_forensics.zip jobs/audit/__main__.py --store PATH --out DIR
 
 Reads every store (read-only) through the data sources, runs the check families of jobs/checks/ (framing and
 integrity, the broker's recovery predicted, CommitLog <-> ConsumeQueue, CommitLog <-> IndexFile, consumer lag,
