@@ -17,6 +17,7 @@ which stays the one definition of the walk.
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import re
@@ -79,6 +80,26 @@ def infer_segment_size(segments: list[Segment]) -> int | None:
     return None
 
 
+class _FileMap(mmap.mmap):
+    """A read-only mmap that can ask its file where data starts (``SEEK_DATA``), so a search past the written data
+    skips a sparse file's holes without touching them (a first touch of a hole page still costs a page fault)."""
+
+    def data_from(self, pos: int) -> tuple[int, int]:
+        """(start, end) of the first data extent at or after ``pos`` (the file's length when none); where the file
+        system cannot tell, the rest of the file."""
+        size = len(self)
+        try:
+            start = os.lseek(self.fd, pos, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # only a hole from pos to the end
+                return size, size
+            return pos, size
+        try:
+            return start, min(os.lseek(self.fd, start, os.SEEK_HOLE), size)
+        except OSError:
+            return start, size
+
+
 class ReadOnlyMap:
     """A read-only view of a file: an mmap (empty files give an empty bytes).  Never writable."""
 
@@ -86,7 +107,9 @@ class ReadOnlyMap:
         self.path = Path(path)
         self._f = open(self.path, "rb")
         size = os.fstat(self._f.fileno()).st_size
-        self.buf = mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self.buf = _FileMap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        if size:
+            self.buf.fd = self._f.fileno()
 
     def __len__(self) -> int:
         return len(self.buf)
@@ -264,6 +287,9 @@ def _find_any_magic(buf, start: int, limit: int) -> int | None:
     magic in a V1 store, would otherwise cost a scan to the end of the segment on every call)."""
     lo, width = start, 1 << 16
     while lo < limit:
+        lo = skip_zeros(buf, lo, limit)  # every magic starts with a non-zero byte
+        if lo >= limit:
+            return None
         hi = min(limit, lo + width)
         best = None
         for pattern in _MAGIC_BYTES:
@@ -274,6 +300,33 @@ def _find_any_magic(buf, start: int, limit: int) -> int | None:
             return best
         lo, width = hi, width * 2
     return None
+
+
+_ZERO_SCAN = 1 << 22
+
+
+def skip_zeros(buf, pos: int, limit: int) -> int:
+    """The first position in [pos, limit) holding a non-zero byte, else ``limit``: holes of a sparse file are
+    skipped without reading them (:class:`_FileMap`), zero bytes are scanned with numpy, a few MiB at a time."""
+    if pos >= limit or buf[pos]:
+        return pos
+    data_from = getattr(buf, "data_from", None)
+    data = np.frombuffer(buf, np.uint8) if len(buf) else np.zeros(0, np.uint8)
+    while pos < limit:
+        if data_from is not None:
+            pos, extent_end = data_from(pos)
+            extent_end = min(extent_end, limit)
+        else:
+            extent_end = limit
+        while pos < extent_end:
+            hi = min(extent_end, pos + _ZERO_SCAN)
+            chunk = data[pos:hi]
+            if chunk.any():
+                return pos + int(np.argmax(chunk != 0))
+            pos = hi
+        if data_from is None:
+            break
+    return min(pos, limit)
 
 
 @dataclass
