@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -262,6 +263,49 @@ def _infer_segment_size(named: list[tuple[int, int]]) -> int | None:
     return named[0][1] if named else None
 
 
+_PAGE = 4096
+
+
+def written_end(loc: Location, length: int) -> int:
+    """Where a segment's written bytes seem to end: past its last non-zero 4 KiB page, from the file's data extents
+    (SEEK_DATA / SEEK_HOLE: a sparse file's holes are never read) and a binary search over the pages of the last
+    one, as if data were followed by zeros.  For sharing work out only: a zeroed page inside the data can make it
+    early, so the walk never trusts it (the range after it still runs to the segment's end)."""
+    lo, hi = 0, length
+    local = loc.local_path
+    fd = os.open(local, os.O_RDONLY) if local is not None else None
+    try:
+        if fd is not None:
+            pos, last = 0, None
+            while pos < length:
+                try:
+                    start = os.lseek(fd, pos, os.SEEK_DATA)
+                    end = min(os.lseek(fd, start, os.SEEK_HOLE), length)
+                except OSError:
+                    break
+                last, pos = (start, end), end
+            if last is None:
+                return 0 if pos else length  # only holes; or extents the file system does not tell (search all)
+            lo, hi = last
+
+        def zero_page(at: int) -> bool:
+            n = min(_PAGE, length - at)
+            data = os.pread(fd, n, at) if fd is not None else loc.read_range(at, n)
+            return not any(data)
+
+        first, last_page = lo // _PAGE, -(-hi // _PAGE)  # pages [first, last_page) may hold the end
+        while first < last_page:  # the first page from which every page is zero
+            mid = (first + last_page) // 2
+            if zero_page(mid * _PAGE):
+                last_page = mid
+            else:
+                first = mid + 1
+        return min(length, first * _PAGE)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def range_sizes(files: list[SegmentFile], split_size: int | None) -> dict[tuple[str, str], int]:
     """The range size of each segment: ``splitSize`` when given; by default (None) DEFAULT_SPLIT_SIZE, except
     for each broker's newest segment, read as one range: it is the one with the unwritten zero tail, which a
@@ -298,9 +342,28 @@ class _NeedMoreBytes(Exception):
     """A decision came too close to the end of the bytes read (ranged reads only)."""
 
 
-def range_items(buf, w0: int, complete: bool, name: str, base: int, start: int, end: int, last: bool, *,
-                check_crc: bool = True, excerpt_bytes: int = 32, margin: int = 0,
-                segment_length: int | None = None, crc_checked_before: int = 0) -> FrameArrays:
+@dataclass
+class RangeWalk:
+    """A range's share of a segment's salvage walk: its items (absolute positions), the position its walk starts
+    at (None: no confirmed frame in the range, the previous range's walk covers it) and the position the next
+    range's walk starts at (None: this walk runs to the segment's end).  Consecutive ranges' items tile the
+    segment: every byte from ``first`` to ``until`` belongs to one of this range's items or lies after its last
+    stop."""
+
+    items: FrameArrays
+    first: int | None
+    until: int | None
+
+
+def range_items(buf, w0: int, complete: bool, name: str, base: int, start: int, end: int, last: bool,
+                **kwargs) -> FrameArrays:
+    """The salvage-walk items (absolute positions) owned by range [start, end) (:func:`range_walk`)."""
+    return range_walk(buf, w0, complete, name, base, start, end, last, **kwargs).items
+
+
+def range_walk(buf, w0: int, complete: bool, name: str, base: int, start: int, end: int, last: bool, *,
+               check_crc: bool = True, excerpt_bytes: int = 32, margin: int = 0,
+               segment_length: int | None = None, crc_checked_before: int = 0) -> RangeWalk:
     """The salvage-walk items (absolute positions) owned by range [start, end), framed in bulk; messages before
     ``crc_checked_before`` are known to pass the CRC check (the first pass checked the walk up to its stop).
 
@@ -317,15 +380,15 @@ def range_items(buf, w0: int, complete: bool, name: str, base: int, start: int, 
         # only a frame before the range end matters (and an unbounded search would rescan the zero tail)
         s = find_next_frame(buf, start - w0, lim, rbase, before=end - w0)
         doubt.search(start - w0, s, end - w0)
-        if s is None:
-            return FrameArrays.empty(name, base)  # no confirmed frame in the range: the previous range's covers it
+        if s is None:  # no confirmed frame in the range: the previous range's covers it
+            return RangeWalk(FrameArrays.empty(name, base), None, None)
     e = None if last else find_next_frame(buf, end - w0, lim, rbase)
     if not last:
         doubt.search(end - w0, e)
     items = salvage_arrays(buf, name, rbase, start=s, limit=lim, until=e, check_crc=check_crc,
                            excerpt_len=excerpt_bytes, crc_checked_before=max(0, crc_checked_before - w0))
     doubt.items(items)
-    return items.moved(w0)
+    return RangeWalk(items.moved(w0), s + w0, None if e is None else e + w0)
 
 
 class _Doubt:
@@ -372,28 +435,42 @@ class _Doubt:
 
 
 def _read_range_items(part: SegmentRange, opts: Options):
-    """(items, buffer, buffer offset) for a range: a read-only mmap for local files, else ranged reads that
-    grow until every decision was made with ``max_record_size`` bytes to spare."""
-    kwargs = dict(check_crc=opts.check_crc, excerpt_bytes=opts.excerpt_bytes,
-                  crc_checked_before=part.crc_checked_before)
-    local = part.loc.local_path
-    if local is not None and opts.io == "auto":
+    walk, handle, w0 = read_range_walk(part.loc, part.name, part.base, part.length, part.start, part.end, part.last,
+                                       check_crc=opts.check_crc, excerpt_bytes=opts.excerpt_bytes,
+                                       crc_checked_before=part.crc_checked_before, io=opts.io,
+                                       max_record_size=opts.max_record_size)
+    return walk.items, handle, w0
+
+
+def read_range_walk(loc: Location, name: str, base: int, length: int, start: int, end: int, last: bool, *,
+                     check_crc: bool = True, excerpt_bytes: int = 32, crc_checked_before: int = 0, io: str = "auto",
+                     max_record_size: int = DEFAULT_MAX_RECORD_SIZE):
+    """(walk, buffer, buffer offset) for the range [start, end) of a segment (:func:`range_walk`): a read-only
+    mmap for local files (the caller closes it), else ranged reads that grow until every decision was made with
+    ``max_record_size`` bytes to spare."""
+    kwargs = dict(check_crc=check_crc, excerpt_bytes=excerpt_bytes, crc_checked_before=crc_checked_before)
+    local = loc.local_path
+    if local is not None and io == "auto":
         m = ReadOnlyMap(local)
-        items = range_items(m.buf, 0, True, part.name, part.base, part.start, part.end, part.last, **kwargs)
-        return items, m, 0
-    w0 = part.start
-    w1 = part.length if part.last else min(part.length, part.end + 2 * opts.max_record_size)
+        try:
+            walk = range_walk(m.buf, 0, True, name, base, start, end, last, **kwargs)
+        except BaseException:
+            m.close()
+            raise
+        return walk, m, 0
+    w0 = start
+    w1 = length if last else min(length, end + 2 * max_record_size)
     while True:
-        buf = part.loc.read_range(w0, w1 - w0)
+        buf = loc.read_range(w0, w1 - w0)
         if len(buf) != w1 - w0:
             raise RecordError(ErrorKind.TRUNCATED, f"read {len(buf)} of {w1 - w0} bytes at {w0}; the file changed "
-                              "while it was read", file=str(part.loc), position=w0)
+                              "while it was read", file=str(loc), position=w0)
         try:
-            items = range_items(buf, w0, w1 == part.length, part.name, part.base, part.start, part.end, part.last,
-                                margin=opts.max_record_size, segment_length=part.length, **kwargs)
-            return items, buf, w0
+            walk = range_walk(buf, w0, w1 == length, name, base, start, end, last,
+                              margin=max_record_size, segment_length=length, **kwargs)
+            return walk, buf, w0
         except _NeedMoreBytes:
-            w1 = min(part.length, w0 + 2 * (w1 - w0))
+            w1 = min(length, w0 + 2 * (w1 - w0))
 
 
 def segment_ends(items_of_ranges: list[FrameArrays]) -> tuple[int | None, int | None]:
