@@ -16,8 +16,8 @@ import pyarrow.fs as pafs
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from store_format import layout as L
-from store_format.commitlog import SEGMENT_NAME
-from store_format.consumequeue import UNIT_KINDS, CQFile, queue_id_of, read_unit_arrays
+from store_format.commitlog import SEGMENT_NAME, ReadOnlyMap
+from store_format.consumequeue import UNIT_KINDS, CQFile, queue_id_of, read_unit_arrays, units_of
 from store_format.errors import ErrorKind, StoreFormatError
 
 from .storepaths import Location, find_inputs, local_copy
@@ -128,6 +128,16 @@ def file_batches(p: CQFilePartition) -> list[pa.RecordBatch]:
     }
     units = pa.RecordBatch.from_arrays([columns[f.name] for f in SCHEMA], schema=SCHEMA)
     return [units, rows_batch(tail)] if tail else [units]
+
+
+def read_unit_window(loc: Location, first: int, end: int) -> dict:
+    """Units ``first`` .. ``end - 1`` of a consume-queue file as numpy columns with their kinds
+    (store_format.consumequeue.units_of): read from a read-only map, or one ranged read."""
+    first, n = max(first, 0), max(end - first, 0) * L.CQ_STORE_UNIT_SIZE
+    if loc.local_path is not None:
+        with ReadOnlyMap(loc.local_path) as m:
+            return units_of(bytes(m.buf[first * L.CQ_STORE_UNIT_SIZE:first * L.CQ_STORE_UNIT_SIZE + n]))
+    return units_of(loc.read_range(first * L.CQ_STORE_UNIT_SIZE, n))
 
 
 class ConsumeQueueDataSource(DataSource):

@@ -93,6 +93,21 @@ class EntryViews:
         return np.where(key_hash >= 0, key_hash % np.int32(self.hash_slot_num), -1)
 
 
+def read_entry_window(loc: Location, hash_slot_num: int, first: int, end: int) -> dict:
+    """Entries ``first`` .. ``end - 1`` of an index file (of ``hash_slot_num`` slots) as native numpy columns: read
+    from a read-only map, or one ranged read."""
+    at = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE + max(first, 0) * L.INDEX_ENTRY_SIZE
+    n = max(end - first, 0) * L.INDEX_ENTRY_SIZE
+    if loc.local_path is not None:
+        with ReadOnlyMap(loc.local_path) as m:
+            raw = bytes(m.buf[at:at + n])
+    else:
+        raw = loc.read_range(at, n)
+    e = np.frombuffer(raw, _ENTRY_DTYPE, len(raw) // L.INDEX_ENTRY_SIZE)
+    return {"key_hash": e["key_hash"].astype(np.int32), "physical_offset": e["physical_offset"].astype(np.int64),
+            "time_diff": e["time_diff"].astype(np.int32), "prev_index": e["prev_index"].astype(np.int32)}
+
+
 def reachable(v: EntryViews, chunk: int = CHUNK_ENTRIES) -> np.ndarray:
     """Which entries some slot's chain leads to: the chains of a chunk of slots walked at once, one step per
     round, like ``selectPhyOffset`` (stops at prev 0, out of range, itself or a negative time diff; bounded by

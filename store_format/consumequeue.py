@@ -152,12 +152,29 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
             whole = len(m) - len(m) % L.CQ_STORE_UNIT_SIZE
             truncated = ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {len(m)} is not a multiple of "
                                           f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=whole)
-    zero_phys_tags = (phys == 0) & (tags == 0)
-    kind = np.select([zero_phys_tags & (size == L.CQ_PRE_BLANK_SIZE), zero_phys_tags & (size == 0),
-                      (phys >= 0) & (size > 0)], [1, 2, 0], 3).astype(np.int8)  # classify_unit's order
+    kind = unit_kinds(phys, size, tags)
     index = np.arange(n, dtype=np.int64)
     return UnitArrays(cq_file.first_queue_offset + index, phys, size, tags, kind, index * L.CQ_STORE_UNIT_SIZE,
                       truncated)
+
+
+def unit_kinds(phys, size, tags):
+    """:func:`classify_unit` over arrays: codes into :data:`UNIT_KINDS`."""
+    import numpy as np
+
+    zero_phys_tags = (phys == 0) & (tags == 0)
+    return np.select([zero_phys_tags & (size == L.CQ_PRE_BLANK_SIZE), zero_phys_tags & (size == 0),
+                      (phys >= 0) & (size > 0)], [1, 2, 0], 3).astype(np.int8)  # classify_unit's order
+
+
+def units_of(raw) -> dict:
+    """Units ``raw`` (bytes of whole units) as native numpy columns with their kind codes."""
+    import numpy as np
+
+    u = np.frombuffer(raw, L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE), len(raw) // L.CQ_STORE_UNIT_SIZE)
+    phys, size, tags = u["physical_offset"].astype(np.int64), u["size"].astype(np.int32), \
+        u["tags_code"].astype(np.int64)
+    return {"physical_offset": phys, "size": size, "tags_code": tags, "kind": unit_kinds(phys, size, tags)}
 
 
 def read_queue(files: list[CQFile], **kwargs) -> Iterator[CQUnit]:

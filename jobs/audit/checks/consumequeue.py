@@ -1,0 +1,329 @@
+"""CommitLog <-> ConsumeQueue: every dispatchable message (NOT/COMMIT) the broker keeps has exactly one unit at
+its queue offset with its physical offset, size and tagsCode; every unit points at such a message.
+
+Checks (errors unless noted): ``consumequeue.missing_entry`` (a range of queue offsets per queue; a
+``warning`` ``consumequeue.not_yet_dispatched`` when the message lies past every queue's end, where the
+broker's reput service dispatches it at start), ``consumequeue.wrong_queue``, ``consumequeue.queue_offset_mismatch``,
+``consumequeue.size_mismatch``, ``consumequeue.tags_code_mismatch``, ``consumequeue.undispatchable_entry``
+(a unit for a PREPARED/ROLLBACK record), ``consumequeue.duplicate_entry``, units that point at no message:
+``consumequeue.entry_past_end``, ``consumequeue.entry_mid_record``, ``consumequeue.entry_not_a_message``, and
+the warning ``consumequeue.entry_in_damage`` (the record it points at is inside a corrupt span: the damage is
+the finding), ``consumequeue.corrupt_unit`` (units recovery stops at, bad file names, partial units),
+``consumequeue.file_gap`` (file names out of sequence).  Units past the recovered end are the recovery
+family's ``recovery.cq_truncated``.
+
+Where each is decided: a scan task joins the units it owns with its messages by physical offset (every check
+about one unit or one message, and duplicates: units at one offset share an owner); the queue-offset ranges of
+missing units, and whether a loose unit lies past the data's end, need every task's part and are finished on the
+driver.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datasources.storepaths import local_copy
+from store_format import layout as L
+from store_format.commitlog import SEGMENT_NAME
+from store_format.consumequeue import CQFile, read_unit_arrays
+from store_format.errors import ErrorKind
+
+from ..findings import Severity, check, concat_findings, finding_rows, finding_table, metric_table
+from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
+from . import FamilyResult
+
+DISPATCHED_TYPES = ("NOT", "COMMIT")  # PREPARED and ROLLBACK get no consume-queue entry
+
+check("consumequeue.wrong_queue", Severity.ERROR,
+      "unit of {topic}/{queue_id} points at a message of {message_topic}/{message_queue_id}")
+check("consumequeue.queue_offset_mismatch", Severity.ERROR,
+      "unit at queue offset {queue_offset} points at the message stored with queue offset {message_queue_offset}")
+check("consumequeue.size_mismatch", Severity.ERROR, "unit size {unit_size} != record TOTALSIZE {record_size}")
+check("consumequeue.tags_code_mismatch", Severity.ERROR,
+      "unit tagsCode {unit_tags_code} != {record_tags_code} computed from the record")
+check("consumequeue.undispatchable_entry", Severity.ERROR,
+      "unit points at a {tran_type} record, which the broker never dispatches")
+check("consumequeue.duplicate_entry", Severity.ERROR, "{units} units point at the same record")
+check("consumequeue.entry_in_damage", Severity.WARNING,
+      "unit points into a corrupt span ({item_reason}) starting at {item_position}")
+check("consumequeue.entry_mid_record", Severity.ERROR, "unit points into the middle of the record at {item_position}")
+check("consumequeue.entry_past_end", Severity.ERROR, "unit points past the end of the commitlog data ({data_end|empty})")
+check("consumequeue.entry_not_a_message", Severity.ERROR, "unit points at bytes where no record starts")
+check("consumequeue.missing_entry", Severity.ERROR,
+      "{count} message(s) of {topic}/{queue_id} at queue offset(s) {span} have no consume-queue unit: consumers "
+      "cannot see them")
+check("consumequeue.not_yet_dispatched", Severity.WARNING,
+      "{count} message(s) of {topic}/{queue_id} at queue offset(s) {span} have no consume-queue unit yet (the broker "
+      "dispatches them at start)")
+check("consumequeue.corrupt_unit", Severity.ERROR,
+      "consume-queue {topic}/{queue_id_text|?} file {file}: {reason|corrupt unit}")
+check("consumequeue.file_gap", Severity.ERROR,
+      "consume-queue file {file} of {topic}/{queue_id} does not follow {previous}: {missing} units are missing between "
+      "them")
+
+UNIT_COLUMNS = [("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
+                ("physical_offset", pa.int64()), ("size", pa.int32()), ("tags_code", pa.int64()), ("file", pa.string()),
+                ("file_position", pa.int64())]
+LOOSE = pa.schema([("broker", pa.string())] + UNIT_COLUMNS)
+MISSING = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()), ("pending", pa.bool_()),
+                     ("queue_offset", pa.int64()), ("physical_offset", pa.int64())])
+DATA_END = pa.schema([("broker", pa.string()), ("data_end", pa.int64())])
+QUEUE_FILES = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
+                         ("entries", pa.int64()), ("min_offset", pa.int64()), ("max_offset", pa.int64())])
+
+
+def in_range(rc, out) -> None:
+    u, m = rc.units, rc.messages
+    out.partial("consumequeue.data_end", pa.table({"broker": [rc.broker], "data_end": [rc.data_end]}, schema=DATA_END))
+    # every unit against the message at its physical offset
+    if u.num_rows:
+        uphys = u.column("physical_offset").to_numpy()
+        at = rc.message_at(uphys)
+        hit = at >= 0
+        kept = np.zeros(len(at), bool)
+        kept[hit] = rc.column("kept")[at[hit]]
+        matched = np.flatnonzero(kept)
+        if len(matched):
+            _mismatches(rc, u.take(matched), m.take(at[matched]), out)
+        loose = np.flatnonzero(~hit)
+        if len(loose):
+            _loose(rc, u.take(loose), out)
+        _duplicates(rc, u, out)
+    # kept dispatchable messages without any unit at their offset
+    if m.num_rows:
+        want = rc.column("kept") & pc.is_in(m.column("tran_type"), pa.array(DISPATCHED_TYPES)).to_numpy(
+            zero_copy_only=False)
+        mphys = rc.column("physical_offset")
+        has_unit = np.isin(mphys, u.column("physical_offset").to_numpy()) if u.num_rows else np.zeros(len(mphys), bool)
+        rows = np.flatnonzero(want & ~has_unit)
+        if len(rows):
+            t = m.take(rows)
+            phys = t.column("physical_offset")
+            out.partial("consumequeue.missing", pa.table({
+                "broker": pa.repeat(pa.scalar(rc.broker), len(rows)), "topic": t.column("topic"),
+                "queue_id": t.column("queue_id"),
+                "pending": pc.greater_equal(phys, pa.scalar(rc.facts.reput_from, pa.int64())),
+                "queue_offset": t.column("queue_offset"), "physical_offset": phys}, schema=MISSING))
+
+
+def _unit_positions(rc, u: pa.Table) -> dict:
+    return dict(broker=rc.broker, file=u.column("file"), file_position=u.column("file_position"),
+                physical_offset=u.column("physical_offset"), topic=u.column("topic"), queue_id=u.column("queue_id"),
+                queue_offset=u.column("queue_offset"))
+
+
+def _mismatches(rc, u: pa.Table, m: pa.Table, out) -> None:
+    def emit(cond, check_id, values: dict, details: dict):
+        rows = np.flatnonzero(pc.fill_null(cond, False).to_numpy(zero_copy_only=False))
+        if not len(rows):
+            return
+        uu, mm = u.take(rows), m.take(rows)
+        where = {"uniq_key": mm.column("uniq_key"), "key": mm.column("uniq_key")}
+        vals = {k: (v(uu, mm)) for k, v in values.items()}
+        out.finding(finding_table(check_id, len(rows), values=vals,
+                                  details={**where, **{k: v(uu, mm) for k, v in details.items()}},
+                                  **_unit_positions(rc, uu)))
+
+    wrong_queue = pc.or_(pc.not_equal(m.column("topic"), u.column("topic")),
+                         pc.not_equal(m.column("queue_id"), u.column("queue_id")))
+    emit(wrong_queue, "consumequeue.wrong_queue",
+         {"message_topic": lambda uu, mm: mm.column("topic"), "message_queue_id": lambda uu, mm: mm.column("queue_id")},
+         {"message_topic": lambda uu, mm: mm.column("topic"), "message_queue_id": lambda uu, mm: mm.column("queue_id")})
+    emit(pc.and_(pc.invert(wrong_queue), pc.not_equal(m.column("queue_offset"), u.column("queue_offset"))),
+         "consumequeue.queue_offset_mismatch", {"message_queue_offset": lambda uu, mm: mm.column("queue_offset")},
+         {"message_queue_offset": lambda uu, mm: mm.column("queue_offset")})
+    emit(pc.not_equal(m.column("store_size"), u.column("size")), "consumequeue.size_mismatch",
+         {"unit_size": lambda uu, mm: uu.column("size"), "record_size": lambda uu, mm: mm.column("store_size")},
+         {"unit_size": lambda uu, mm: uu.column("size"), "record_size": lambda uu, mm: mm.column("store_size")})
+    emit(pc.not_equal(m.column("tags_code"), u.column("tags_code")), "consumequeue.tags_code_mismatch",
+         {"unit_tags_code": lambda uu, mm: uu.column("tags_code"),
+          "record_tags_code": lambda uu, mm: mm.column("tags_code")},
+         {"unit_tags_code": lambda uu, mm: uu.column("tags_code"),
+          "record_tags_code": lambda uu, mm: mm.column("tags_code")})
+    emit(pc.invert(pc.is_in(m.column("tran_type"), pa.array(DISPATCHED_TYPES))), "consumequeue.undispatchable_entry",
+         {"tran_type": lambda uu, mm: mm.column("tran_type")}, {"tran_type": lambda uu, mm: mm.column("tran_type")})
+
+
+def _loose(rc, u: pa.Table, out) -> None:
+    """Units pointing where no message starts: inside a span or a record here; the rest go to the driver."""
+    code, prev, reason = rc.locate(u.column("physical_offset").to_numpy())
+    details = lambda t: {"size": t.column("size"), "tags_code": t.column("tags_code")}  # noqa: E731
+    for c, check_id in ((IN_DAMAGE, "consumequeue.entry_in_damage"), (MID_RECORD, "consumequeue.entry_mid_record")):
+        rows = np.flatnonzero(code == c)
+        if len(rows):
+            t = u.take(rows)
+            out.finding(finding_table(check_id, len(rows), values={
+                "item_position": pa.array(prev[rows], pa.int64()),
+                "item_reason": pa.array([reason[i] for i in rows.tolist()], pa.string())},
+                details=details(t), **_unit_positions(rc, t)))
+    rows = np.flatnonzero(code == OUTSIDE)
+    if len(rows):
+        t = u.take(rows)
+        out.partial("consumequeue.loose", pa.table({"broker": pa.repeat(pa.scalar(rc.broker), len(rows)),
+                                                    **{name: t.column(name) for name, _ in UNIT_COLUMNS}},
+                                                   schema=LOOSE))
+
+
+def _duplicates(rc, u: pa.Table, out) -> None:
+    phys = u.column("physical_offset").to_numpy()
+    values, counts = np.unique(phys, return_counts=True)
+    dup = values[counts > 1]
+    if not len(dup):
+        return
+    rows = np.flatnonzero(np.isin(phys, dup))
+    t = u.take(rows).sort_by([("physical_offset", "ascending"), ("topic", "ascending"), ("queue_id", "ascending"),
+                              ("queue_offset", "ascending"), ("file", "ascending"), ("file_position", "ascending")])
+    tp = t.column("physical_offset").to_numpy()
+    first = np.flatnonzero(np.r_[True, tp[1:] != tp[:-1]])  # the least (topic, queue, offset, file, position)
+    n = np.diff(np.r_[first, len(tp)])
+    f = t.take(first)
+    out.finding(finding_table("consumequeue.duplicate_entry", len(first), values={"units": pa.array(n)},
+                              details={"units": pa.array(n)}, **_unit_positions(rc, f)))
+
+
+# ------------------------------------------------------------------------------------------------ queue files
+
+def in_queue_files(facts, files, out) -> None:
+    """Corrupt units, bad names and partial units of each file (the data source's ``corrupt`` rows), and each
+    file's entry bounds (the queues table)."""
+    corrupt, bounds = [], []
+    for p in files:
+        if p.queue_id is None or not SEGMENT_NAME.match(p.name):
+            corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=0, length=p.length,
+                                reason=ErrorKind.BAD_FILE_NAME.value))
+            continue
+        with local_copy(p.loc) as local:
+            u = read_unit_arrays(CQFile(p.topic, p.queue_id, Path(local), int(p.name), p.length))
+        bad = np.flatnonzero(u.kind >= 2)  # zero units with data after them, units recovery refuses
+        for i in bad.tolist():
+            corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=int(u.file_position[i]),
+                                queue_offset=int(u.queue_offset[i]), length=L.CQ_STORE_UNIT_SIZE,
+                                reason=f"{('pre_blank', 'pre_blank', 'zero', 'invalid')[u.kind[i]]} unit: recovery "
+                                       "stops here"))
+        if u.truncated is not None:
+            corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=u.truncated.position,
+                                length=p.length - u.truncated.position, reason=u.truncated.kind.value))
+        entry = u.kind == 0
+        if entry.any():
+            q = u.queue_offset[entry]
+            bounds.append(dict(broker=facts.broker, topic=p.topic, queue_id=p.queue_id, entries=int(entry.sum()),
+                               min_offset=int(q.min()), max_offset=int(q.max()) + 1))
+    out.finding(finding_rows("consumequeue.corrupt_unit", [dict(
+        broker=facts.broker, file=c["file"], file_position=c["file_position"], topic=c["topic"],
+        queue_id=c["queue_id"], queue_offset=c.get("queue_offset"),
+        values={"queue_id_text": c["queue_id"], "reason": c["reason"]},
+        details={"length": c["length"], "reason": c["reason"]}) for c in corrupt]))
+    out.partial("consumequeue.queue_files", pa.Table.from_pylist(bounds, schema=QUEUE_FILES))
+
+
+# ------------------------------------------------------------------------------------------------------ driver
+
+def queue_bounds(ctx) -> pa.Table:
+    """Per consume queue: ``min_offset`` (first entry), ``max_offset`` (one past the last entry, as the broker's
+    ``getMaxOffsetInQueue``) and the entry count, from the consume-queue files."""
+    t = ctx.partial("consumequeue.queue_files", QUEUE_FILES)
+    if not t.num_rows:
+        return pa.table({"broker": pa.array([], pa.string()), "topic": pa.array([], pa.string()),
+                         "queue_id": pa.array([], pa.int32()), "min_offset": pa.array([], pa.int64()),
+                         "max_offset": pa.array([], pa.int64()), "entries": pa.array([], pa.int64())})
+    g = t.group_by(["broker", "topic", "queue_id"]).aggregate([("min_offset", "min"), ("max_offset", "max"),
+                                                               ("entries", "sum")])
+    return pa.table({"broker": g.column("broker"), "topic": g.column("topic"), "queue_id": g.column("queue_id"),
+                     "min_offset": g.column("min_offset_min"), "max_offset": g.column("max_offset_max"),
+                     "entries": g.column("entries_sum")})
+
+
+def on_driver(ctx) -> FamilyResult:
+    res = FamilyResult()
+    res.findings.append(_outside(ctx))
+    res.findings.append(_missing(ctx))
+    res.findings.append(_file_sequence(ctx))
+    bounds = ctx.queue_bounds
+    res.tables["queues"] = bounds
+    res.metrics.append(metric_table("queue", {"cq_min_offset": bounds.column("min_offset"),
+                                              "cq_max_offset": bounds.column("max_offset"),
+                                              "cq_entries": bounds.column("entries")},
+                                    n=bounds.num_rows, broker=bounds.column("broker"), topic=bounds.column("topic"),
+                                    queue_id=bounds.column("queue_id")))
+    return res
+
+
+def _outside(ctx):
+    """Loose units that point at no item: past the end of the broker's data, or at bytes where no record starts."""
+    loose = ctx.partial("consumequeue.loose", LOOSE)
+    if not loose.num_rows:
+        return concat_findings([])
+    ends = ctx.data_end
+    out = []
+    for broker in sorted(set(loose.column("broker").to_pylist())):
+        t = loose.filter(pc.equal(loose.column("broker"), broker))
+        end = ends.get(broker)
+        phys = t.column("physical_offset").to_numpy()
+        past = np.ones(len(phys), bool) if end is None else phys >= end
+        for mask, check_id in ((past, "consumequeue.entry_past_end"), (~past, "consumequeue.entry_not_a_message")):
+            rows = np.flatnonzero(mask)
+            if len(rows):
+                s = t.take(rows)
+                out.append(finding_table(check_id, len(rows), values={"data_end": end},
+                                         details={"size": s.column("size"), "tags_code": s.column("tags_code")},
+                                         broker=broker, file=s.column("file"), file_position=s.column("file_position"),
+                                         physical_offset=s.column("physical_offset"), topic=s.column("topic"),
+                                         queue_id=s.column("queue_id"), queue_offset=s.column("queue_offset")))
+    return concat_findings(out)
+
+
+def _missing(ctx):
+    """Kept dispatchable messages without a unit, as ranges of queue offsets per queue (gaps and islands: a
+    queue offset minus its rank in the queue's sorted offsets names its island)."""
+    t = ctx.partial("consumequeue.missing", MISSING)
+    if not t.num_rows:
+        return concat_findings([])
+    t = t.sort_by([("broker", "ascending"), ("topic", "ascending"), ("queue_id", "ascending"),
+                   ("pending", "ascending"), ("queue_offset", "ascending"), ("physical_offset", "ascending")])
+    rows = []
+    cols = {c: t.column(c).to_pylist() for c in ("broker", "topic", "queue_id", "pending")}
+    qoff, phys = t.column("queue_offset").to_numpy(), t.column("physical_offset").to_numpy()
+    start = 0
+    n = t.num_rows
+    keys = list(zip(cols["broker"], cols["topic"], cols["queue_id"], cols["pending"]))
+    while start < n:
+        end = start + 1
+        while end < n and keys[end] == keys[start]:
+            end += 1
+        broker, topic, qid, pending = keys[start]
+        q = qoff[start:end]
+        island = q - np.arange(1, len(q) + 1)
+        least_q, least_p = int(q[0]), int(phys[start])  # min struct (queue_offset, physical_offset): rows are sorted
+        for i in np.unique(island).tolist():
+            members = q[island == i]
+            first, last, count = int(members.min()), int(members.max()), len(members)
+            rows.append(dict(broker=broker, topic=topic, queue_id=qid, pending=pending, first=first, last=last,
+                             count=count, physical_offset=least_p if least_q == first else None))
+        start = end
+    out = []
+    for pending, check_id in ((False, "consumequeue.missing_entry"), (True, "consumequeue.not_yet_dispatched")):
+        out.append(finding_rows(check_id, [dict(
+            broker=r["broker"], topic=r["topic"], queue_id=r["queue_id"], queue_offset=r["first"],
+            physical_offset=r["physical_offset"],
+            values={"count": r["count"], "span": str(r["first"]) if r["count"] == 1 else f"{r['first']}..{r['last']}"},
+            details={"count": r["count"], "last_queue_offset": r["last"]}) for r in rows if r["pending"] == pending]))
+    return concat_findings(out)
+
+
+def _file_sequence(ctx):
+    """Consume-queue file names must follow each other by the file size (a missing file is a hole)."""
+    rows = []
+    for name, plan in ctx.plans.items():
+        for (topic, qid), files in plan.store.queues.items():
+            files = sorted(files, key=lambda f: f.base_byte_offset)
+            size = max((f.length for f in files), default=0)
+            for a, b in zip(files, files[1:]):
+                if size and b.base_byte_offset != a.base_byte_offset + size:
+                    missing = (b.base_byte_offset - a.base_byte_offset - size) // L.CQ_STORE_UNIT_SIZE
+                    rows.append(dict(broker=name, topic=topic, queue_id=qid, file=b.path.name,
+                                     queue_offset=(a.base_byte_offset + size) // L.CQ_STORE_UNIT_SIZE,
+                                     values={"previous": a.path.name, "missing": missing}))
+    return finding_rows("consumequeue.file_gap", rows)

@@ -1,0 +1,216 @@
+"""Framing and integrity of the CommitLog: damage the salvage walk could not frame, records that decode badly,
+stale records past a segment's first stop, segment files of the wrong length or name, gaps between segments.
+
+Checks: ``integrity.<reason>`` for each corrupt span (reason = the walk's stop kind in lower case: bad_crc,
+bad_magic, size_mismatch, bad_length, truncated, physical_offset_mismatch, end_of_data for a hole after zeros;
+bad_file_name, bad_geometry (wrong or empty length) for segment files), ``integrity.damaged_message`` (the
+message a span destroyed, when its header still decodes), ``integrity.stale_records``, ``integrity.segment_gap``,
+``integrity.no_commitlog``.  The segment table (fill and damage per segment) is this family's detail table.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from store_format import codec
+from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP
+from store_format.errors import ErrorKind, StoreFormatError
+
+from ..findings import Severity, check, finding_rows, finding_table, metric_table
+from . import FamilyResult
+
+_SPAN = "unframeable bytes ({reason|?}): {length} bytes at {file}@{file_position}[: {detail}]"
+SPAN_REASONS = (ErrorKind.BAD_MAGIC, ErrorKind.BAD_CRC, ErrorKind.SIZE_MISMATCH, ErrorKind.BAD_LENGTH,
+                ErrorKind.TRUNCATED, ErrorKind.PHYSICAL_OFFSET_MISMATCH, "END_OF_DATA", ErrorKind.BAD_FILE_NAME,
+                ErrorKind.BAD_GEOMETRY)
+for _r in SPAN_REASONS:
+    check(f"integrity.{str(getattr(_r, 'value', _r)).lower()}", Severity.ERROR, _SPAN)
+check("integrity.unframeable", Severity.ERROR, _SPAN)
+check("integrity.damaged_message", Severity.WARNING,
+      "the damaged record ({reason}) is a message of {topic}/{queue_id} at queue offset {queue_offset}, key {key_text}")
+check("integrity.stale_records", Severity.WARNING,
+      "{count} well-formed record(s) after the segment's first stop (the broker's walk never reaches them)")
+check("integrity.segment_gap", Severity.ERROR,
+      "segment {file} follows {previous}: {missing} bytes of commitlog are missing between them")
+check("integrity.no_commitlog", Severity.ERROR, "no commitlog segment in this store")
+
+_CONTEXT_REASONS = ("BAD_CRC", "SIZE_MISMATCH", "PHYSICAL_OFFSET_MISMATCH")  # spans whose record still decodes
+
+SEGMENT_PARTS = pa.schema([
+    ("broker", pa.string()), ("segment", pa.string()), ("messages", pa.int64()), ("message_bytes", pa.int64()),
+    ("stale_records", pa.int64()), ("corrupt_bytes", pa.int64()), ("first_stop", pa.int64()),
+    ("stop_reason", pa.string()), ("blank_at", pa.int64()), ("stale_first", pa.int64()), ("stale_last", pa.int64()),
+    ("stale_first_offset", pa.int64()),
+])
+QUEUE_COUNTS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
+                          ("messages", pa.int64()), ("bytes", pa.int64())])
+SEGMENTS = pa.schema([
+    ("broker", pa.string()), ("segment", pa.string()), ("base_offset", pa.int64()), ("file_length", pa.int64()),
+    ("messages", pa.int64()), ("message_bytes", pa.int64()), ("stale_records", pa.int64()),
+    ("corrupt_bytes", pa.int64()), ("first_stop", pa.int64()), ("stop_reason", pa.string()), ("blank_at", pa.int64()),
+])
+
+
+def in_range(rc, out) -> None:
+    it = rc.items
+    kinds, pos, sizes = it.kinds, it.positions, it.sizes
+    spans = [(i, it.others[i]) for i in np.flatnonzero(kinds == KIND_CORRUPT).tolist()]
+    by_reason: dict[str, list] = {}
+    for i, span in spans:
+        by_reason.setdefault(span.reason, []).append(span)
+    for reason, group in by_reason.items():
+        n = len(group)
+        length = pa.array([s.length for s in group], pa.int64())
+        fpos = pa.array([s.file_position for s in group], pa.int64())
+        detail = pa.array([f"{s.length} bytes no walk could frame" for s in group], pa.string())
+        excerpt = pa.array([s.excerpt.hex() for s in group], pa.string())
+        out.finding(finding_table(
+            f"integrity.{(reason or 'unframeable').lower()}", n, broker=rc.broker, file=rc.segment, file_position=fpos,
+            physical_offset=pc.add(fpos, rc.base), values={"reason": reason, "length": length, "detail": detail},
+            details={"length": length, "reason": reason, "field": None, "detail": detail, "excerpt_hex": excerpt}))
+    _damaged_messages(rc, [s for _, s in spans if s.reason in _CONTEXT_REASONS], out)
+
+    msg = kinds == KIND_MESSAGE
+    stops = np.flatnonzero(kinds == KIND_STOP)
+    blanks = np.flatnonzero(kinds == KIND_BLANK)
+    beyond = msg & (pos > rc.first_stop) if rc.first_stop is not None else np.zeros(len(kinds), bool)
+    first_stop = int(pos[stops].min()) if len(stops) else None
+    stop_reason = it.others[int(stops[np.argmin(pos[stops])])].stop_kind if len(stops) else None
+    stale = np.flatnonzero(beyond)
+    out.partial("integrity.segments", pa.Table.from_pylist([{
+        "broker": rc.broker, "segment": rc.segment, "messages": int(msg.sum()),
+        "message_bytes": int(sizes[msg].sum()), "stale_records": len(stale),
+        "corrupt_bytes": int(sum(s.length for _, s in spans)), "first_stop": first_stop, "stop_reason": stop_reason,
+        "blank_at": int(pos[blanks].min()) if len(blanks) else None,
+        "stale_first": int(pos[stale].min()) if len(stale) else None,
+        "stale_last": int(pos[stale].max()) if len(stale) else None,
+        "stale_first_offset": int(pos[stale].min()) + rc.base if len(stale) else None,
+    }], schema=SEGMENT_PARTS))
+    m = rc.messages
+    if m.num_rows:
+        per_queue = m.group_by(["topic", "queue_id"]).aggregate([("store_size", "count"), ("store_size", "sum")])
+        out.partial("integrity.queue_counts", pa.table({
+            "broker": pa.repeat(pa.scalar(rc.broker), per_queue.num_rows), "topic": per_queue.column("topic"),
+            "queue_id": per_queue.column("queue_id"),
+            "messages": per_queue.column("store_size_count").cast(pa.int64()),
+            "bytes": per_queue.column("store_size_sum").cast(pa.int64())}, schema=QUEUE_COUNTS))
+
+
+def _damaged_messages(rc, spans, out) -> None:
+    """For spans where a record still frames (bad CRC, size mismatch...), name the message that was lost: its
+    topic, queue and queue offset, decoded without the CRC check."""
+    rows = []
+    for s in spans:
+        try:
+            msg = codec.decode_record(rc.buf, s.file_position - rc.w0, check_crc=False, file=rc.segment)
+        except StoreFormatError:
+            continue
+        rows.append(dict(broker=rc.broker, file=rc.segment, file_position=s.file_position,
+                         physical_offset=s.file_position + rc.base, topic=msg.topic, queue_id=msg.queue_id,
+                         queue_offset=msg.queue_offset, values={"reason": s.reason, "key_text": msg.uniq_key or "-"},
+                         details={"reason": s.reason, "uniq_key": msg.uniq_key, "key": msg.uniq_key}))
+    out.finding(finding_rows("integrity.damaged_message", rows))
+
+
+# ------------------------------------------------------------------------------------------------------ driver
+
+def file_problem_rows(ctx) -> list[dict]:
+    """Segment files whose name or length is wrong, as the corrupt rows the segment table and the span check
+    count: (broker, segment, physical offset, length, reason, field, detail)."""
+    rows = []
+    for name, plan in ctx.plans.items():
+        for f in plan.segments:
+            for kind, detail in f.problems:
+                rows.append(dict(broker=name, segment=f.name, physical_offset=f.base or 0, length=f.length,
+                                 reason=kind, field="file_name" if kind == ErrorKind.BAD_FILE_NAME.value
+                                 else "file_length", detail=detail))
+    return rows
+
+
+def on_driver(ctx) -> FamilyResult:
+    res = FamilyResult()
+    problems = file_problem_rows(ctx)
+    for reason in sorted({p["reason"] for p in problems}):
+        group = [p for p in problems if p["reason"] == reason]
+        res.findings.append(finding_rows(f"integrity.{reason.lower()}", [dict(
+            broker=p["broker"], file=p["segment"], file_position=0, physical_offset=p["physical_offset"],
+            values={"reason": reason, "length": p["length"], "detail": p["detail"]},
+            details={"length": p["length"], "reason": reason, "field": p["field"], "detail": p["detail"]})
+            for p in group]))
+    res.findings.append(_segment_listing(ctx))
+
+    parts = ctx.partial("integrity.segments", SEGMENT_PARTS).to_pylist()
+    segs: dict[tuple, dict] = {}
+    for p in parts:
+        s = segs.setdefault((p["broker"], p["segment"]), {"messages": 0, "message_bytes": 0, "stale_records": 0,
+                                                          "corrupt_bytes": 0, "first_stop": None,
+                                                          "stop_reason": None, "blank_at": None, "stale": []})
+        for k in ("messages", "message_bytes", "stale_records", "corrupt_bytes"):
+            s[k] += p[k]
+        if p["first_stop"] is not None and (s["first_stop"] is None or p["first_stop"] < s["first_stop"]):
+            s["first_stop"], s["stop_reason"] = p["first_stop"], p["stop_reason"]
+        if p["blank_at"] is not None:
+            s["blank_at"] = p["blank_at"] if s["blank_at"] is None else min(s["blank_at"], p["blank_at"])
+        if p["stale_records"]:
+            s["stale"].append((p["stale_first"], p["stale_last"], p["stale_first_offset"], p["stale_records"]))
+    for p in problems:
+        s = segs.setdefault((p["broker"], p["segment"]), {"messages": 0, "message_bytes": 0, "stale_records": 0,
+                                                          "corrupt_bytes": 0, "first_stop": None,
+                                                          "stop_reason": None, "blank_at": None, "stale": []})
+        s["corrupt_bytes"] += p["length"]
+
+    stale_rows = []
+    for (broker, segment), s in sorted(segs.items()):
+        if s["stale"]:
+            first = min(x[0] for x in s["stale"])
+            stale_rows.append(dict(broker=broker, file=segment, file_position=first,
+                                   physical_offset=min(x[2] for x in s["stale"]),
+                                   values={"count": s["stale_records"]},
+                                   details={"count": s["stale_records"], "last_position": max(x[1] for x in s["stale"])}))
+    res.findings.append(finding_rows("integrity.stale_records", stale_rows))
+
+    lengths = {(name, seg.name): (seg.base_offset, seg.length) for name, plan in ctx.plans.items()
+               for seg in plan.store.segments}
+    rows = []
+    for key in sorted(set(lengths) | set(segs)):
+        base, length = lengths.get(key, (None, None))
+        s = segs.get(key)
+        rows.append({"broker": key[0], "segment": key[1], "base_offset": base, "file_length": length,
+                     **({k: s[k] for k in ("messages", "message_bytes", "stale_records", "corrupt_bytes", "first_stop",
+                                          "stop_reason", "blank_at")} if s else {})})
+    segments = pa.Table.from_pylist(rows, schema=SEGMENTS)
+    res.tables["segments"] = segments
+
+    per_broker = segments.group_by("broker").aggregate([("messages", "sum"), ("message_bytes", "sum"),
+                                                        ("corrupt_bytes", "sum"), ("segment", "count")])
+    res.metrics.append(metric_table("broker", {
+        "message_count": per_broker.column("messages_sum"), "message_bytes": per_broker.column("message_bytes_sum"),
+        "corrupt_bytes": per_broker.column("corrupt_bytes_sum"), "segments": per_broker.column("segment_count")},
+        broker=per_broker.column("broker")))
+    q = ctx.partial("integrity.queue_counts", QUEUE_COUNTS)
+    if q.num_rows:
+        q = q.group_by(["broker", "topic", "queue_id"]).aggregate([("messages", "sum"), ("bytes", "sum")])
+        res.metrics.append(metric_table("queue", {"message_count": q.column("messages_sum"),
+                                                  "message_bytes": q.column("bytes_sum")},
+                                        broker=q.column("broker"), topic=q.column("topic"),
+                                        queue_id=q.column("queue_id")))
+    return res
+
+
+def _segment_listing(ctx):
+    """Gaps between segment names (a missing segment) and stores without a commitlog, from the listing."""
+    gaps, empty = [], []
+    for name, plan in ctx.plans.items():
+        segs, size = plan.store.segments, plan.store.segment_size
+        if not segs:
+            empty.append(dict(broker=name, file="commitlog"))
+            continue
+        for a, b in zip(segs, segs[1:]):
+            if size and b.base_offset != a.base_offset + size:
+                gaps.append(dict(broker=name, file=b.name, physical_offset=a.base_offset + size,
+                                 values={"previous": a.name, "missing": b.base_offset - a.base_offset - size},
+                                 details={"expected_name": f"{a.base_offset + size:020d}"}))
+    from ..findings import concat_findings
+
+    return concat_findings([finding_rows("integrity.segment_gap", gaps), finding_rows("integrity.no_commitlog", empty)])

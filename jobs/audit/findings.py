@@ -1,0 +1,313 @@
+"""What the audit reports: the findings and metrics schemas, the one severity ranking, and the registry of every
+check the audit can emit (its id, severity and message template), declared by the check families.
+
+A finding is one row: ``check`` (``family.kind``), ``severity``, where it is (``broker``, ``file``,
+``file_position``, ``physical_offset``, ``topic``, ``queue_id``, ``queue_offset``), a one-sentence ``message``
+and ``details`` (string facts).  Its ``finding_id`` is a stable hash of where it is (:func:`with_finding_id`), so
+the same damage has the same id in every run and ``jobs/trend.py`` tells new damage from old.  Metrics are long
+format (``metric``, ``value``) per broker / topic / queue / group / level, so new figures never change a
+history table's schema.
+
+Messages come from the check's template, rendered column-wise (:func:`render`) wherever the finding is made:
+in a scan task over millions of rows or on the driver over a few.  Template grammar: ``{name}`` is a value
+(a null value makes the whole message null), ``{name|text}`` a value or ``text`` when it is null, and
+``[...]`` a part that is left out when any value inside it is null.
+"""
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+class Severity(enum.IntEnum):
+    """Ordered by consequence: a lower value is worse."""
+
+    ERROR = 0
+    WARNING = 1
+    INFO = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def of(cls, label: str) -> "Severity":
+        return cls[label.upper()]
+
+
+SEVERITIES = tuple(s.label for s in Severity)
+
+# -------------------------------------------------------------------------------------------------- schemas
+
+POSITION_COLUMNS = ("broker", "file", "file_position", "physical_offset", "topic", "queue_id", "queue_offset")
+FINDING_SCHEMA = pa.schema([
+    pa.field("check", pa.string(), False), pa.field("severity", pa.string(), False),
+    ("broker", pa.string()), ("file", pa.string()), ("file_position", pa.int64()), ("physical_offset", pa.int64()),
+    ("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()), ("message", pa.string()),
+    ("details", pa.map_(pa.string(), pa.string())),
+])
+METRIC_SCHEMA = pa.schema([
+    ("broker", pa.string()), pa.field("scope", pa.string(), False),  # broker | segment | topic | queue | group | level
+    ("topic", pa.string()), ("queue_id", pa.int32()), ("group", pa.string()),
+    pa.field("metric", pa.string(), False), ("value", pa.float64()),
+])
+STAMP_COLUMNS = ("run_id", "run_time")
+
+
+# -------------------------------------------------------------------------------------------------- registry
+
+@dataclass(frozen=True)
+class Check:
+    """One kind of finding.  ``also`` lists the other severities a family may give it row by row (said in its
+    docstring, e.g. info instead of warning for a system topic)."""
+
+    id: str
+    severity: Severity
+    template: str
+    also: tuple[Severity, ...] = ()
+
+    @property
+    def family(self) -> str:
+        return self.id.split(".", 1)[0]
+
+
+CHECKS: dict[str, Check] = {}
+
+
+def check(id: str, severity: Severity, template: str, also: tuple[Severity, ...] = ()) -> Check:
+    """Declare a check (each family declares its own at import)."""
+    if id in CHECKS and CHECKS[id] != Check(id, severity, template, also):
+        raise ValueError(f"check {id} is declared twice, differently")
+    render_parts(template)  # a bad template fails at import, not in a task
+    CHECKS[id] = c = Check(id, severity, template, also)
+    return c
+
+
+# -------------------------------------------------------------------------------------------------- messages
+
+_TOKEN = re.compile(r"\{([a-z_][a-z0-9_]*)(?:\|([^}]*))?\}|\[|\]|[^{}\[\]]+")
+
+
+@lru_cache(maxsize=None)
+def render_parts(template: str) -> tuple:
+    """The template as a tree: literal strings, ("field", name, default) and ("group", parts)."""
+    stack: list[list] = [[]]
+    pos = 0
+    for m in _TOKEN.finditer(template):
+        if m.start() != pos:
+            break
+        pos = m.end()
+        text = m.group(0)
+        if m.group(1):
+            stack[-1].append(("field", m.group(1), m.group(2)))
+        elif text == "[":
+            stack.append([])
+        elif text == "]":
+            if len(stack) == 1:
+                raise ValueError(f"template {template!r}: ']' without '['")
+            group = stack.pop()
+            stack[-1].append(("group", tuple(group)))
+        else:
+            stack[-1].append(text)
+    if pos != len(template) or len(stack) != 1:
+        raise ValueError(f"template {template!r} does not parse at {pos}")
+    return tuple(stack[0])
+
+
+def text_of(values) -> pa.Array:
+    """Values as Spark's ``cast(... as string)`` spells them: integers in decimal, booleans true/false."""
+    arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_string(arr.type):
+        return arr
+    if pa.types.is_large_string(arr.type) or pa.types.is_dictionary(arr.type):
+        return arr.cast(pa.string())
+    if pa.types.is_integer(arr.type) or pa.types.is_boolean(arr.type) or pa.types.is_null(arr.type):
+        return pc.cast(arr, pa.string())
+    raise TypeError(f"no message text for {arr.type}: give integers, booleans or strings")
+
+
+def _piece(value, n: int):
+    if value is None:
+        return pa.nulls(n, pa.string())
+    if isinstance(value, (pa.Array, pa.ChunkedArray, np.ndarray, list)):
+        arr = text_of(value)
+        if len(arr) != n:
+            raise ValueError(f"a value of {len(arr)} rows for {n} findings")
+        return arr
+    return pa.scalar(text_of([value])[0].as_py(), pa.string())
+
+
+def render(template: str, n: int, values: dict) -> pa.Array:
+    """The messages of ``n`` findings: ``template`` with ``values`` (name -> array of n, or one value for all)."""
+    def join(parts) -> pa.Array:
+        pieces = []
+        for p in parts:
+            if isinstance(p, str):
+                pieces.append(pa.scalar(p, pa.string()))
+            elif p[0] == "field":
+                if p[1] not in values:
+                    raise KeyError(f"template {template!r} needs {p[1]!r}")
+                v = _piece(values[p[1]], n)
+                pieces.append(v if p[2] is None else pc.fill_null(v, p[2]))
+            else:
+                pieces.append(pc.fill_null(join(p[1]), ""))
+        if not pieces:
+            return pa.repeat(pa.scalar("", pa.string()), n)
+        out = pc.binary_join_element_wise(*pieces, pa.scalar("", pa.string()))
+        return pa.repeat(out, n) if isinstance(out, pa.Scalar) else out
+
+    return join(render_parts(template))
+
+
+# -------------------------------------------------------------------------------------------------- rows
+
+def _column(value, n: int, typ: pa.DataType) -> pa.Array:
+    if value is None:
+        return pa.nulls(n, typ)
+    if isinstance(value, (pa.Array, pa.ChunkedArray)):
+        arr = value.combine_chunks() if isinstance(value, pa.ChunkedArray) else value
+        return arr if arr.type == typ else pc.cast(arr, typ)
+    if isinstance(value, (np.ndarray, list)):
+        return pa.array(value, typ)
+    return pa.repeat(pa.scalar(value, typ), n)
+
+
+def details_map(n: int, details: dict) -> pa.MapArray:
+    """``details`` (name -> values) as a map column: each value as text, nulls left out, names in order."""
+    names = list(details)
+    if not names:
+        return pa.MapArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], pa.string()),
+                                       pa.array([], pa.string()))
+    texts = [pc.cast(_column(details[k], n, pa.string()) if not isinstance(details[k], (pa.Array, pa.ChunkedArray,
+                                                                                       np.ndarray, list))
+                     else text_of(details[k]), pa.string()) for k in names]
+    valid = np.stack([t.is_valid().to_numpy(zero_copy_only=False) for t in texts], axis=1)  # n x k
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(valid.sum(axis=1), out=offsets[1:])
+    rows, cols = np.nonzero(valid)  # row-major: each row's entries in the names' order
+    keys = pa.array(names, pa.string()).take(pa.array(cols, pa.int64()))
+    flat = pa.concat_arrays(texts) if len(texts) > 1 else texts[0]
+    items = flat.take(pa.array(cols * n + rows, pa.int64()))
+    return pa.MapArray.from_arrays(pa.array(offsets), keys, items)
+
+
+def finding_table(check_id: str, n: int, *, severity=None, values: dict | None = None, details: dict | None = None,
+                  **positions) -> pa.Table:
+    """``n`` findings of ``check_id``: ``positions`` (the position columns, arrays or one value each; missing ones
+    null), the message rendered from ``values`` plus the positions, ``details`` as a map.  ``severity`` (a
+    Severity or an array of labels) overrides the check's own where its family says so."""
+    c = CHECKS[check_id]
+    unknown = set(positions) - set(POSITION_COLUMNS)
+    if unknown:
+        raise TypeError(f"unknown position columns {sorted(unknown)}")
+    if severity is None:
+        sev = pa.repeat(pa.scalar(c.severity.label), n)
+    elif isinstance(severity, Severity):
+        if severity != c.severity and severity not in c.also:
+            raise ValueError(f"{check_id} is not declared with severity {severity.label}")
+        sev = pa.repeat(pa.scalar(severity.label), n)
+    else:
+        sev = _column(severity, n, pa.string())
+        allowed = {c.severity.label, *(s.label for s in c.also)}
+        if not set(pc.unique(sev).to_pylist()) <= allowed:
+            raise ValueError(f"{check_id} is declared with severities {sorted(allowed)} only")
+    cols = {"check": pa.repeat(pa.scalar(check_id), n), "severity": sev}
+    for name in POSITION_COLUMNS:
+        cols[name] = _column(positions.get(name), n, FINDING_SCHEMA.field(name).type)
+    cols["message"] = render(c.template, n, {**positions, **(values or {})})
+    cols["details"] = details_map(n, details or {})
+    return pa.Table.from_arrays([cols[f.name] for f in FINDING_SCHEMA], schema=FINDING_SCHEMA)
+
+
+def finding_rows(check_id: str, rows: list[dict]) -> pa.Table:
+    """Findings made one at a time on the driver: dicts of positions, ``values`` and ``details``."""
+    if not rows:
+        return FINDING_SCHEMA.empty_table()
+    keys = {k for r in rows for k in r if k in POSITION_COLUMNS}
+    positions = {k: [r.get(k) for r in rows] for k in keys}
+    value_names = {k for r in rows for k in r.get("values", {})}
+    values = {k: [r.get("values", {}).get(k) for r in rows] for k in value_names}
+    detail_names = list(dict.fromkeys(k for r in rows for k in r.get("details", {})))
+    details = {k: [_detail_text(r.get("details", {}).get(k)) for r in rows] for k in detail_names}
+    sev = [r["severity"].label if isinstance(r.get("severity"), Severity) else r.get("severity") for r in rows]
+    typed = {k: pa.array(v, FINDING_SCHEMA.field(k).type) for k, v in positions.items()}
+    return finding_table(check_id, len(rows), severity=None if all(s is None for s in sev) else pa.array(
+        [s or CHECKS[check_id].severity.label for s in sev], pa.string()),
+        values={k: pa.array(v) for k, v in values.items()}, details={k: pa.array(v, pa.string())
+                                                                      for k, v in details.items()}, **typed)
+
+
+def _detail_text(v):
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def empty_findings() -> pa.Table:
+    return FINDING_SCHEMA.empty_table()
+
+
+def concat_findings(tables: list[pa.Table]) -> pa.Table:
+    tables = [t for t in tables if t.num_rows]
+    return pa.concat_tables(tables) if tables else empty_findings()
+
+
+def metric_table(scope: str, values: dict, n: int | None = None, **keys) -> pa.Table:
+    """Long-format metrics: one row per (key row, metric in ``values``); ``values`` maps metric names to arrays
+    of n (or one value), ``keys`` gives broker / topic / queue_id / group (arrays or one value)."""
+    if n is None:
+        lengths = [len(v) for v in list(values.values()) + list(keys.values()) if isinstance(v, (pa.Array, list,
+                                                                                                np.ndarray))]
+        n = lengths[0] if lengths else 1
+    if not n or not values:
+        return METRIC_SCHEMA.empty_table()
+    names = list(values)
+    k = len(names)
+    rows = np.repeat(np.arange(n), k)  # row-major: each key row's metrics in the values' order
+    out = {}
+    for name in ("broker", "topic", "queue_id", "group"):
+        out[name] = _column(keys.get(name), n, METRIC_SCHEMA.field(name).type).take(pa.array(rows))
+    out["scope"] = pa.repeat(pa.scalar(scope), n * k)
+    out["metric"] = pa.array(names * n, pa.string())
+    vals = [pc.cast(_column(values[m], n, pa.float64()) if not isinstance(values[m], (pa.Array, pa.ChunkedArray))
+                    else values[m], pa.float64()) for m in names]
+    flat = pa.concat_arrays([v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v for v in vals])
+    out["value"] = flat.take(pa.array(np.tile(np.arange(k), n) * n + rows, pa.int64()))
+    return pa.Table.from_arrays([out[f.name] for f in METRIC_SCHEMA], schema=METRIC_SCHEMA)
+
+
+def concat_metrics(tables: list[pa.Table]) -> pa.Table:
+    tables = [t for t in tables if t.num_rows]
+    return pa.concat_tables(tables) if tables else METRIC_SCHEMA.empty_table()
+
+
+# -------------------------------------------------------------------------------------------------- Spark side
+
+def with_finding_id(df):
+    """The stable id, in Spark: a hash of where the finding is (check, positions, the ``key`` detail), not of when
+    it was found.  Written once for every finding, whichever task or family made it."""
+    from pyspark.sql import functions as F
+
+    key = F.concat_ws("|", *[F.coalesce(F.col(c).cast("string"), F.lit("")) for c in ("check",) + POSITION_COLUMNS],
+                      F.coalesce(F.col("details")["key"], F.lit("")))
+    return df.withColumn("finding_id", F.substring(F.sha2(key, 256), 1, 20))
+
+
+def severity_rank(column: str = "severity"):
+    """A Spark column ranking severities (0 = error) for ordering."""
+    from pyspark.sql import functions as F
+
+    expr = F.lit(len(Severity))
+    for s in reversed(Severity):
+        expr = F.when(F.col(column) == s.label, int(s)).otherwise(expr)
+    return expr

@@ -1,0 +1,168 @@
+"""The survey: the first, light Spark stage of an audit, whose small results the driver needs before the scan.
+
+* :class:`SegmentSurvey`: one range of a segment's salvage walk, CRC checked, reporting only what is not a
+  message (stops, blanks, unframeable spans) and where its data ends.  Run over the segments the broker's
+  recovery walks and over segments the scan splits: the driver then knows every segment's walk ends (first stop,
+  first blank), so it can predict recovery and give each scan range what only a walk from the segment's start
+  knows.
+* :class:`QueueSurvey`: consume-queue files, a group of whole queues per task: per file its units' bounds and
+  the routing buckets of its entries (which scan task owns which units).
+* :class:`IndexSurvey`: one index file: header, geometry, and the routing buckets of its entries.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from datasources.commitlog import read_range_walk
+from datasources.consumequeue import CQFilePartition
+from datasources.indexfile import IndexFilePartition, EntryViews
+from datasources.storepaths import Location, local_copy
+from store_format import layout as L
+from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, ReadOnlyMap, SEGMENT_NAME, \
+    SalvageSpan
+from store_format.consumequeue import CQFile, read_unit_arrays
+from store_format.errors import StoreFormatError
+from store_format.indexfile import INDEX_NAME, IndexFile
+
+from .plan import Buckets, bucket_of
+from .tasks import Emitter
+
+WALK_ITEMS = pa.schema([
+    ("broker", pa.string()), ("segment", pa.string()), ("range_start", pa.int64()), ("file_position", pa.int64()),
+    ("kind", pa.string()), ("size", pa.int64()), ("reason", pa.string()), ("field", pa.string()),
+    ("detail", pa.string()),
+])
+WALK_RANGES = pa.schema([
+    ("broker", pa.string()), ("segment", pa.string()), ("range_start", pa.int64()), ("first", pa.int64()),
+    ("until", pa.int64()), ("messages", pa.int64()), ("data_end", pa.int64()),
+])
+BUCKETS = [("bucket", pa.list_(pa.int64())), ("bucket_first", pa.list_(pa.int64())),
+           ("bucket_last", pa.list_(pa.int64()))]
+CQ_FILES = pa.schema([
+    ("broker", pa.string()), ("path", pa.string()), ("units", pa.int64()), ("entries", pa.int64()),
+    ("min_queue_offset", pa.int64()), ("max_queue_offset", pa.int64()), *BUCKETS,
+])
+INDEX_FILES = pa.schema([
+    ("broker", pa.string()), ("path", pa.string()), ("name", pa.string()), ("error", pa.string()),
+    ("hash_slot_num", pa.int32()), ("index_num", pa.int32()), ("count", pa.int64()),
+    ("begin_timestamp", pa.int64()), ("end_timestamp", pa.int64()), *BUCKETS,
+])
+
+
+def walk_rows(broker: str, segment: str, range_start: int, items) -> list[dict]:
+    """The non-message items of a walk as rows of :data:`WALK_ITEMS`."""
+    rows = []
+    for i, it in sorted(items.others.items()):
+        if isinstance(it, SalvageSpan):
+            rows.append(dict(file_position=it.file_position, kind=KINDS[KIND_CORRUPT], size=it.length, reason=it.reason,
+                             detail=f"{it.length} bytes no walk could frame"))
+        else:
+            rows.append(dict(file_position=it.file_position, kind=it.kind, size=it.size, reason=it.stop_kind,
+                             field=it.stop_field, detail=it.stop_message))
+    return [{"broker": broker, "segment": segment, "range_start": range_start, **r} for r in rows]
+
+
+@dataclass
+class SegmentSurvey:
+    broker: str
+    loc: Location
+    name: str
+    base: int
+    length: int
+    start: int
+    end: int
+    last: bool
+    check_crc: bool
+
+    def describe(self) -> str:
+        return f"{self.broker}/{self.name}@{self.start}"
+
+    def run(self, out: Emitter) -> None:
+        walk, handle, _ = read_range_walk(self.loc, self.name, self.base, self.length, self.start, self.end,
+                                          self.last, check_crc=self.check_crc)
+        if isinstance(handle, ReadOnlyMap):
+            handle.close()
+        items = walk.items
+        out.partial("survey.walk_items", pa.Table.from_pylist(walk_rows(self.broker, self.name, self.start, items),
+                                                              schema=WALK_ITEMS))
+        msg = items.kinds == KIND_MESSAGE
+        ends = items.positions + np.where(items.kinds == KIND_STOP, 0, items.sizes)
+        out.partial("survey.walk_ranges", pa.Table.from_pylist([{
+            "broker": self.broker, "segment": self.name, "range_start": self.start, "first": walk.first,
+            "until": walk.until, "messages": int(msg.sum()), "data_end": int(ends.max()) if len(items) else None,
+        }], schema=WALK_RANGES))
+
+
+def _bucket_columns(b: Buckets) -> dict:
+    return {"bucket": b.buckets.tolist(), "bucket_first": b.first.tolist(), "bucket_last": b.last.tolist()}
+
+
+@dataclass
+class QueueSurvey:
+    broker: str
+    files: list[CQFilePartition]
+    shift: int
+    commitlog_end: int
+
+    def describe(self) -> str:
+        return f"{self.broker}: {len(self.files)} consume-queue file(s)"
+
+    def run(self, out: Emitter) -> None:
+        rows = []
+        for p in self.files:
+            if p.queue_id is None or not SEGMENT_NAME.match(p.name):
+                continue  # never read: the scan reports the file
+            with local_copy(p.loc) as local:
+                u = read_unit_arrays(CQFile(p.topic, p.queue_id, Path(local), int(p.name), p.length))
+            entry = np.flatnonzero(u.kind == 0)
+            qoff = u.queue_offset[entry]
+            b = Buckets.of(bucket_of(u.physical_offset[entry], self.shift, self.commitlog_end), entry)
+            rows.append({"broker": self.broker, "path": p.loc.path, "units": len(u.kind), "entries": len(entry),
+                         "min_queue_offset": int(qoff.min()) if len(qoff) else None,
+                         "max_queue_offset": int(qoff.max()) if len(qoff) else None, **_bucket_columns(b)})
+        out.partial("survey.cq_files", pa.Table.from_pylist(rows, schema=CQ_FILES))
+
+
+@dataclass
+class IndexSurvey:
+    broker: str
+    part: IndexFilePartition
+    shift: int
+    commitlog_end: int
+
+    def describe(self) -> str:
+        return f"{self.broker}/index/{self.part.name}"
+
+    def run(self, out: Emitter) -> None:
+        p = self.part
+        row = {"broker": self.broker, "path": p.loc.path, "name": p.name}
+        if not INDEX_NAME.fullmatch(p.name):
+            row["error"] = "bad file name"
+        else:
+            with local_copy(p.loc) as local:
+                try:
+                    f = IndexFile(local, p.hash_slot_num, p.index_num)
+                except StoreFormatError as e:
+                    row["error"] = e.kind.value
+                else:
+                    with f, ReadOnlyMap(local) as m:
+                        h = f.header
+                        count = min(max(h.index_count, 1), f.index_num)
+                        v = EntryViews(m.buf, f.hash_slot_num, count)
+                        phys = v.physical_offset[1:].astype(np.int64)
+                        del v
+                        b = Buckets.of(bucket_of(phys, self.shift, self.commitlog_end),
+                                       np.arange(1, count, dtype=np.int64))
+                        row.update(hash_slot_num=f.hash_slot_num, index_num=f.index_num, count=count,
+                                   begin_timestamp=h.begin_timestamp, end_timestamp=h.end_timestamp,
+                                   **_bucket_columns(b))
+        out.partial("survey.index_files", pa.Table.from_pylist([row], schema=INDEX_FILES))
+
+
+def buckets_of_row(row: dict) -> Buckets:
+    return Buckets(np.array(row["bucket"] or [], np.int64), np.array(row["bucket_first"] or [], np.int64),
+                   np.array(row["bucket_last"] or [], np.int64))
