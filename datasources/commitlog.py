@@ -47,7 +47,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, EqualTo, Greate
 
 from store_format import layout as L
 from store_format.commitlog import END_OF_DATA, KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, \
-    SEGMENT_NAME, FrameArrays, ReadOnlyMap, SalvageSpan, find_next_frame, salvage_arrays
+    SEGMENT_NAME, FrameArrays, ReadOnlyMap, SalvageSpan, find_next_frame, infer_segment_size, salvage_arrays
 from store_format.errors import ErrorKind, RecordError
 
 from .storepaths import Location, PartInput, find_inputs, parse_bool, parse_size
@@ -234,7 +234,7 @@ def list_segment_files(inputs: list[PartInput], segment_size: int | None) -> lis
     for inp in inputs:
         infos = [inp.loc.info()] if inp.single_file else [i for i in inp.loc.list() if i.is_file]
         named = [i for i in infos if SEGMENT_NAME.match(i.base_name)]
-        size = segment_size or _infer_segment_size([(int(i.base_name), i.size) for i in named])
+        size = segment_size or infer_segment_size([(int(i.base_name), i.size) for i in named])
         for i in infos:
             loc = Location(inp.loc.fs, i.path)
             if not SEGMENT_NAME.match(i.base_name):
@@ -251,15 +251,6 @@ def list_segment_files(inputs: list[PartInput], segment_size: int | None) -> lis
                              "segment (mappedFileSizeCommitLog) and refuses to load an empty one"),)
             out.append(SegmentFile(inp.broker, loc, i.base_name, int(i.base_name), i.size, problems))
     return out
-
-
-def _infer_segment_size(named: list[tuple[int, int]]) -> int | None:
-    """store_format's rule (spacing of the names, else the only file's length) on file infos."""
-    named = sorted(named)
-    gaps = [b - a for (a, _), (b, _) in zip(named, named[1:]) if b > a]
-    if gaps:
-        return min(gaps)
-    return named[0][1] if named else None
 
 
 def range_sizes(files: list[SegmentFile], split_size: int | None) -> dict[tuple[str, str], int]:
