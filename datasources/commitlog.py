@@ -35,6 +35,7 @@ cost of a decoded read (Spark's conversion of each column) when a job uses a few
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -48,7 +49,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, EqualTo, Greate
 
 from store_format import layout as L
 from store_format.commitlog import END_OF_DATA, KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, \
-    SEGMENT_NAME, FrameArrays, ReadOnlyMap, SalvageSpan, find_next_frame, salvage_arrays
+    SEGMENT_NAME, FrameArrays, ReadOnlyMap, SalvageSpan, find_next_frame, infer_segment_size, salvage_arrays
 from store_format.errors import ErrorKind, RecordError
 
 from .storepaths import Location, PartInput, find_inputs, parse_bool, parse_size
@@ -235,7 +236,7 @@ def list_segment_files(inputs: list[PartInput], segment_size: int | None) -> lis
     for inp in inputs:
         infos = [inp.loc.info()] if inp.single_file else [i for i in inp.loc.list() if i.is_file]
         named = [i for i in infos if SEGMENT_NAME.match(i.base_name)]
-        size = segment_size or _infer_segment_size([(int(i.base_name), i.size) for i in named])
+        size = segment_size or infer_segment_size([(int(i.base_name), i.size) for i in named])
         for i in infos:
             loc = Location(inp.loc.fs, i.path)
             if not SEGMENT_NAME.match(i.base_name):
@@ -254,15 +255,6 @@ def list_segment_files(inputs: list[PartInput], segment_size: int | None) -> lis
     return out
 
 
-def _infer_segment_size(named: list[tuple[int, int]]) -> int | None:
-    """store_format's rule (spacing of the names, else the only file's length) on file infos."""
-    named = sorted(named)
-    gaps = [b - a for (a, _), (b, _) in zip(named, named[1:]) if b > a]
-    if gaps:
-        return min(gaps)
-    return named[0][1] if named else None
-
-
 _PAGE = 4096
 
 
@@ -276,17 +268,19 @@ def written_end(loc: Location, length: int) -> int:
     fd = os.open(local, os.O_RDONLY) if local is not None else None
     try:
         if fd is not None:
-            pos, last = 0, None
+            pos, last, told = 0, None, True
             while pos < length:
                 try:
                     start = os.lseek(fd, pos, os.SEEK_DATA)
                     end = min(os.lseek(fd, start, os.SEEK_HOLE), length)
-                except OSError:
+                except OSError as e:
+                    told = e.errno == errno.ENXIO  # no data past pos; anything else: the file system cannot say
                     break
                 last, pos = (start, end), end
-            if last is None:
-                return 0 if pos else length  # only holes; or extents the file system does not tell (search all)
-            lo, hi = last
+            if last is None and told:
+                return 0  # only holes
+            if last is not None and told:
+                lo, hi = last
 
         def zero_page(at: int) -> bool:
             n = min(_PAGE, length - at)

@@ -13,7 +13,9 @@ import argparse
 import base64
 import json
 import sys
+from collections import deque
 
+from . import layout as L
 from .commitlog import END_OF_DATA, Frame, SalvageSpan
 from .errors import StoreFormatError
 from .store import Store
@@ -47,12 +49,43 @@ def frame_to_dict(frame) -> dict:
     return out
 
 
+def mark_early_rolls(rows):
+    """Commitlog rows (:func:`frame_to_dict`) in walk order, where the broker rolled early marked as a batch.
+
+    doAppend ends a segment with the blank (TOTALSIZE = the bytes left) when a put does not fit with the 8
+    bytes END_FILE_MIN_BLANK_LENGTH after it; a batch (``CommitLog.putMessages``) is one put, so the blank
+    can come although the next record alone would have fitted.  There the records after the blank (from the
+    next segment's start) get a shared ``batch`` (the first one's physical offset): the fewest that together
+    do not fit, so that ``write`` rolls at the same place.  Nothing is marked when even every record up to
+    the next non-message row fits (no put of them explains the roll)."""
+    source, pending = iter(rows), deque()
+
+    def take():
+        return pending.popleft() if pending else next(source, None)
+
+    while (row := take()) is not None:
+        yield row
+        if row["kind"] != "blank":
+            continue
+        room = row["store_size"] - L.END_FILE_MIN_BLANK_LENGTH  # what a put could still take there
+        held, total = [], 0
+        while total <= room and (nxt := take()) is not None:
+            held.append(nxt)
+            if nxt["kind"] != "message":
+                break
+            total += nxt["store_size"]
+        if total > room and held[0]["store_size"] <= room and held[0]["file_position"] == 0:
+            for h in held:
+                h["batch"] = held[0]["physical_offset"]
+        pending.extendleft(reversed(held))
+
+
 def dump(store: Store, what: str, args, out) -> tuple[str, bool]:
     damaged = False
     if what == "commitlog":
         counts = {}
-        for frame in store.walk_commitlog(check_crc=not args.no_crc, salvage=args.walk == "salvage"):
-            d = frame_to_dict(frame)
+        frames = store.walk_commitlog(check_crc=not args.no_crc, salvage=args.walk == "salvage")
+        for d in mark_early_rolls(map(frame_to_dict, frames)):
             counts[d["kind"]] = counts.get(d["kind"], 0) + 1
             damaged |= d["kind"] == "corrupt" or bool(d.get("damage"))
             _emit(d, out)

@@ -1,9 +1,13 @@
-"""The bulk path: many stored records into a :class:`~store_format.writer.StoreWriter` at once.
+"""The bulk path: many stored records into a :class:`~store_format.writer.StoreWriter` at once
+(:func:`append_many`).
 
-Same rules as ``StoreWriter.append`` (which stays the reference; a parity test holds the two to identical
-bytes), computed with array operations: sizes from the layout, segment placement with the blank-and-roll
-rule by cumulative sums, queue offsets by a stable group count, headers as one numpy structured array per
-host layout, consume-queue units and index entries (hash chains by a stable sort on the slot) as arrays.
+Same rules as ``StoreWriter.append`` and ``append_batch`` (which stay the reference; a parity test holds the
+two to identical bytes), computed with array operations and applied through the writer's public bulk
+interface (write position and roll, consume queues, index files, registrations, flush model; this module
+imports the writer, never the other way round): sizes from the layout, segment placement against the
+writer's ``room()`` by cumulative sums (classic batches kept whole), queue offsets by a stable group count,
+headers as one numpy structured array per host layout, consume-queue units and index entries (hash chains by
+a stable sort on the slot) as arrays.
 What stays per record is done by C loops (``map``, ``join``) over blocks of records, so that each body and
 string the caller made is fetched from memory once: CRC32 of each body (zlib), the header and TOPIC/PROPERTIES
 length pieces as bytes objects, one ``join`` per block.  Properties the broker reads (REAL_TOPIC, REAL_QID,
@@ -23,12 +27,13 @@ from operator import is_not
 import numpy as np
 
 from . import layout as L
-from .codec import encode_blank, host_flags
+from .codec import host_flags
 from .errors import ErrorKind, WriterError
 from .ids import parse_host
 from .javahash import index_hash_of, java_hash_concat, java_hash_joined, java_hash_many, java_hash_tokens_joined
 from .message import Message
 from .properties import parse_properties
+from .writer import BATCH_SHARED_FIELDS, StoreWriter, validate_queue_id, validate_topic
 
 _INDEX_HEADER = struct.Struct(L.INDEX_HEADER_STRUCT)
 
@@ -89,8 +94,8 @@ class RecordBatch:
                    tags=lst("tags"), uniq_keys=lst("uniq_keys"), keys=lst("keys"))
 
     @classmethod
-    def from_messages(cls, messages: list) -> "RecordBatch":
-        """Columns from stored-record :class:`Message` s (magic V1)."""
+    def from_messages(cls, messages: list, batch_ids=None) -> "RecordBatch":
+        """Columns from stored-record :class:`Message` s (magic V1); ``batch_ids`` as :attr:`batch_id`."""
         topics = list(dict.fromkeys(m.topic for m in messages))
         hosts = list(dict.fromkeys([m.born_host for m in messages] + [m.store_host for m in messages]))
         tix = {t: i for i, t in enumerate(topics)}
@@ -104,6 +109,7 @@ class RecordBatch:
                    body=[m.body for m in messages], properties=[m.properties_raw for m in messages],
                    flag=col("flag"), reconsume_times=col("reconsume_times"),
                    prepared_transaction_offset=col("prepared_transaction_offset"),
+                   batch_id=None if batch_ids is None else np.asarray(batch_ids, np.int64),
                    tags=[m.tags for m in messages], uniq_keys=[m.uniq_key for m in messages],
                    keys=[m.properties.get(L.PROPERTY_KEYS) for m in messages])
 
@@ -239,7 +245,6 @@ def _validate(writer, batch: RecordBatch):
                               f"body has {n}", field=name)
     if len(batch.properties) != n:
         raise WriterError(ErrorKind.INVALID_INPUT, "properties and body differ in length", field="properties")
-    from .writer import validate_queue_id, validate_topic
     for t in batch.topics:
         validate_topic(t)
     qid = np.asarray(batch.queue_id, np.int64)
@@ -263,19 +268,55 @@ class Appended:
     store_size: np.ndarray
 
 
-def append_columns(writer, batch: RecordBatch) -> Appended:
-    """Append every record of ``batch``; returns where each went."""
+def append_many(writer: StoreWriter, batch: RecordBatch) -> Appended:
+    """Append every record of ``batch`` to ``writer``, vectorized: the same bytes as ``writer.append`` for each
+    record in turn (``writer.append_batch`` for each run of equal batch ids); returns where each went."""
     enabled = gc.isenabled()
     gc.disable()  # hundreds of thousands of short-lived objects, no cycles: skip the collector's passes
     try:
-        return _append_columns(writer, batch)
+        return _append_many(writer, batch)
     finally:
         if enabled:
             gc.enable()
 
 
-def _append_columns(writer, batch: RecordBatch) -> Appended:
-    writer._check_open()
+# RecordBatch's column for each of the writer's BATCH_SHARED_FIELDS (same id, same value: the tables are distinct)
+_BATCH_COLUMNS = {"topic": "topic_id", "born_host": "born_host_id", "store_host": "store_host_id"}
+
+
+def _batch_ids(writer: StoreWriter, batch: RecordBatch, size: np.ndarray) -> np.ndarray:
+    """The batch id column, every classic batch (a run of equal ids >= 0) checked as ``StoreWriter.check_batch``
+    does: the runs that break a rule are found with array operations, the first of them then gets the scalar
+    check's refusal."""
+    bid = batch.column("batch_id", np.int64, -1)
+    n = len(bid)
+    if not n or bid.max() < 0:
+        return bid
+    first = np.ones(n, bool)
+    first[1:] = bid[1:] != bid[:-1]
+    starts = np.flatnonzero(first)
+    bad_run = (bid[starts] >= 0) & \
+        (np.add.reduceat(size, starts) + L.END_FILE_MIN_BLANK_LENGTH > writer.config.mappedFileSizeCommitLog)
+    differs = np.zeros(n, bool)
+    for name in BATCH_SHARED_FIELDS:
+        col = batch.column(_BATCH_COLUMNS.get(name, name), np.int64)
+        differs[1:] |= col[1:] != col[:-1]
+    tran = np.asarray(batch.sys_flag, np.int64) & L.TRANSACTION_MASK
+    bad_row = (bid >= 0) & ((differs & ~first) | (tran != L.TRANSACTION_NOT_TYPE) |
+                            (batch.column("prepared_transaction_offset", np.int64) != 0))
+    bad_run[np.cumsum(first)[bad_row] - 1] = True
+    for k in np.flatnonzero(bad_run)[:1].tolist():
+        a, b = int(starts[k]), int(starts[k + 1]) if k + 1 < len(starts) else n
+        try:
+            writer.check_batch([batch.message(i) for i in range(a, b)])
+        except WriterError as e:
+            raise WriterError(e.kind, f"batch {int(bid[a])} (records {a}-{b - 1}): {e.message}",
+                              field=e.field) from None
+    return bid
+
+
+def _append_many(writer: StoreWriter, batch: RecordBatch) -> Appended:
+    writer.check_open()
     n = len(batch)
     if n == 0:
         return Appended(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -326,7 +367,7 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
     _, reg_key = np.unique(qkey[special_rows], return_inverse=True)
     _, reg_key = np.unique(reg_key * len(reals) + real_id[special_rows], return_inverse=True)
     _, first = np.unique(reg_key * len(real_qids) + real_qid_id, return_index=True)
-    events = []  # (record index, 0 special / 1 topic, payload)
+    events = []  # (record index, 0 special / 1 topic, register_record's arguments): specials first
     by_topic = np.argsort(_small(topic_id), kind="stable")
     tids = topic_id[by_topic]
     bounds = np.flatnonzero(np.diff(tids)) + 1
@@ -345,36 +386,24 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
                               real_qids[int(real_qid_id[j])])))
     events.sort()  # (record, kind) never repeats, so the payloads are never compared
 
-    # ---- placement: blank-and-roll, batches kept whole -----------------------------------------
+    # ---- placement: the writer's roll rule, batches kept whole ------------------------------------
+    batch_id = _batch_ids(writer, batch, size)
     phys = np.empty(n, np.int64)
-    seg_runs = []  # (segment base, first record, end record, start position)
-    batch_id = batch.column("batch_id", np.int64, -1)
+    seg_runs = []  # (physical offset, first record, end record): records placed back to back in one segment
     i = 0
-    if writer.cur_base < 0:
-        writer.cur_base, writer.cur_pos = 0, 0
-        writer._segment(0)
     while i < n:
-        start = writer.cur_pos
-        ends = start + np.cumsum(size[i:])
-        j = i + int(np.searchsorted(ends + L.END_FILE_MIN_BLANK_LENGTH, seg_size, side="right"))
+        ends = np.cumsum(size[i:])
+        j = i + int(np.searchsorted(ends, writer.room(), side="right"))
         if j < n and batch_id[j] >= 0:
             while j > i and batch_id[j - 1] == batch_id[j]:  # the whole batch goes to the next segment
                 j -= 1
-            if j == i and writer.cur_pos == 0:
-                raise WriterError(ErrorKind.INVALID_INPUT, f"batch {int(batch_id[j])} does not fit in one "
-                                  f"{seg_size}-byte segment", field="batch_id")
         if j > i:
-            phys[i] = writer.cur_base + start
-            phys[i + 1:j] = writer.cur_base + ends[:j - i - 1]
-            seg_runs.append((writer.cur_base, i, j, start))
-            writer.cur_pos = int(ends[j - i - 1])
+            at = writer.reserve(int(ends[j - i - 1]))
+            phys[i] = at
+            phys[i + 1:j] = at + ends[:j - i - 1]
+            seg_runs.append((at, i, j))
         if j < n:
-            left = seg_size - writer.cur_pos
-            if left >= L.END_FILE_MIN_BLANK_LENGTH:
-                writer.segments[writer.cur_base].write(writer.cur_pos, encode_blank(left))
-            writer.cur_base += seg_size
-            writer.cur_pos = 0
-            writer._segment(writer.cur_base)
+            writer.roll()
         i = j
 
     # ---- queue offsets: topicQueueTable + rank inside each topic-queue (NOT/COMMIT only) --------
@@ -447,14 +476,14 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
 
     # ---- commitlog bytes: one write per block of records, on the I/O thread -------------------------
     body = batch.body
-    for base, a, b, pos in seg_runs:
+    for pos, a, b in seg_runs:
         for s in range(a, b, _BLOCK):  # joined a block at a time, while its pieces are in the CPU caches
             e = min(s + _BLOCK, b)
             pieces = [None] * (4 * (e - s))
             pieces[0::4], pieces[1::4], pieces[2::4], pieces[3::4] = \
                 header_rows[s:e], body[s:e], mid_rows[s:e], props_bytes[s:e]
             chunk = b"".join(pieces)
-            writer._write_async(writer.segments[base], pos, [chunk])  # few blocks in flight: memory stays bounded
+            writer.write_commitlog(pos, [chunk])  # few blocks in flight: memory stays bounded
             pos += len(chunk)
     del header_rows, mid_rows
     # ---- what dispatch reads from the properties -----------------------------------------------
@@ -474,7 +503,7 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
         if len(rows):
             table, delay_id = props.column(L.PROPERTY_DELAY_TIME_LEVEL, rows)
             delays = _take(table, delay_id)
-            tags_code[rows] = Message.schedule_tags_codes(delays, store_ts[rows], tags_code[rows], writer._delay_levels)
+            tags_code[rows] = Message.schedule_tags_codes(delays, store_ts[rows], tags_code[rows], writer.delay_levels)
 
     # ---- flush timeline: stretches between the moments a flush service runs ---------------------
     cummax = np.maximum.accumulate(store_ts)
@@ -499,28 +528,23 @@ def _append_columns(writer, batch: RecordBatch) -> Appended:
     # delayOffset.json bookkeeping, in record order (it shares no state with the flush model or registration)
     tracked = special_rows[dispatch[special_rows]]
     if len(tracked):
-        writer._track_many(_take(batch.topics, topic_id[tracked]), queue_id[tracked].tolist(),
-                           queue_offset[tracked].tolist(), phys[tracked].tolist(), _take(uniqs, tracked),
-                           _take(reals, real_id[tracked]))
+        writer.track_schedule_many(_take(batch.topics, topic_id[tracked]), queue_id[tracked].tolist(),
+                                   queue_offset[tracked].tolist(), phys[tracked].tolist(), _take(uniqs, tracked),
+                                   _take(reals, real_id[tracked]))
     ev, n_events = 0, len(events)
     ts_l = store_ts.tolist()
     for a, b in zip(cuts, cuts[1:]):
         flush.advance(ts_l[a])
         while ev < n_events and events[ev][0] < b:
-            r, kind, payload = events[ev]
-            writer._record_ts = ts_l[r]
-            if kind == 1:
-                writer._register_record_topic(*payload)
-            else:
-                writer._register_fields(*payload)
+            r, _kind, payload = events[ev]
+            writer.register_record(*payload, at=ts_l[r])
             ev += 1
         logics_before = flush.logics
         _dispatch_cq(writer, a, b, dispatch, qkey, qdense, batch, phys, size, tags_code, queue_offset, store_ts)
         if index_entries is not None:
             _dispatch_index(writer, a, b, index_entries, phys, store_ts, dispatch, logics_before)
         flush.appended(int(store_ts[b - 1]))
-    writer._record_ts = int(store_ts[-1])
-    writer.messages_written += n
+    writer.appended(n, at=int(store_ts[-1]))
     return Appended(phys, queue_offset, size)
 
 
@@ -593,7 +617,7 @@ def _dispatch_cq(writer, a, b, dispatch, qkey, qdense, batch, phys, size, tags_c
     keys = qkey[rs[starts]].tolist()
     wrote_any = False
     for s_, e_, q0, k in zip(starts, ends, first_q, keys):
-        cq = writer._cq(batch.topics[k >> 32], k & 0xFFFFFFFF)
+        cq = writer.consume_queue(batch.topics[k >> 32], k & 0xFFFFFFFF)
         wrote_any |= cq.put_units(raw[s_ * L.CQ_STORE_UNIT_SIZE:e_ * L.CQ_STORE_UNIT_SIZE], q0)
     if wrote_any:
         writer.flush.logics = int(store_ts[rows[-1]])
@@ -613,8 +637,7 @@ def _dispatch_index(writer, a, b, entries, phys, store_ts, dispatch, logics_befo
         flush.logics = int(store_ts[j]) if j >= 0 else logics_before
         if sync and r > a:
             flush.physic = int(store_ts[r - 1])
-        writer._record_ts = int(store_ts[r])
-        writer._index_file()
+        writer.last_index_file(at=int(store_ts[r]))
         flush.logics, flush.physic = logics_after, physic_after
 
     f = writer.index_file

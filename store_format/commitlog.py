@@ -70,13 +70,16 @@ def list_segments(commitlog_dir: str | os.PathLike) -> list[Segment]:
     return sorted(out, key=lambda s: s.base_offset)
 
 
-def infer_segment_size(segments: list[Segment]) -> int | None:
-    """mappedFileSizeCommitLog as the files show it: the spacing of names, else the most common length."""
-    if len(segments) >= 2:
-        gaps = [b.base_offset - a.base_offset for a, b in zip(segments, segments[1:])]
-        return min(g for g in gaps if g > 0) if any(g > 0 for g in gaps) else None
-    if segments:
-        return segments[0].length or None
+def infer_segment_size(files) -> int | None:
+    """mappedFileSizeCommitLog as the segment files show it, from their (base offset, length) pairs: the
+    smallest spacing of the names, else the only file's length.  None when the files cannot tell: no file, or
+    one empty file (an empty file is never a preallocated segment, so its length says nothing)."""
+    files = sorted(files)
+    gaps = [b - a for (a, _), (b, _) in zip(files, files[1:]) if b > a]
+    if gaps:
+        return min(gaps)
+    if len(files) == 1 and files[0][1] > 0:
+        return files[0][1]
     return None
 
 

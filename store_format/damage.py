@@ -300,7 +300,7 @@ def stale_index_entry(src, dst, topic: str | None = None, key: str | None = None
     """Add an index entry for ``topic#key`` (default: the last record's topic and UNIQ_KEY) pointing at
     ``physical_offset`` (default: the end of the commitlog's records), as a record dropped by recovery
     leaves behind.  Goes through ``IndexFile.putKey`` of the last index file."""
-    from .writer import _IndexFile
+    from .writer import IndexFileWriter
     root = copy_store(src, dst)
     frames = _messages(root)
     if not frames:
@@ -318,7 +318,7 @@ def stale_index_entry(src, dst, topic: str | None = None, key: str | None = None
     path = paths[-1]
     if hash_slot_num is None or index_num is None:
         hash_slot_num, index_num = infer_geometry(path.stat().st_size, hash_slot_num, index_num)
-    f = _IndexFile(path, hash_slot_num, index_num, create=False)
+    f = IndexFileWriter(path, hash_slot_num, index_num, create=False)
     try:
         key_hash = index_key_hash(index_key(topic, key))
         entry_pos = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE + f.count * L.INDEX_ENTRY_SIZE

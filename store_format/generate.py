@@ -27,7 +27,7 @@ import numpy as np
 from . import layout as L
 from .broker import (batch_item_string, batch_properties, client_message, half_properties, op_properties,
                      received_properties, reread_properties, schedule_properties, send_back_properties, _string)
-from .bulk import RecordBatch
+from .bulk import RecordBatch, append_many
 from .compression import compress
 from .ids import create_offset_msg_id, create_uniq_keys, parse_host
 from .properties import property_value
@@ -384,7 +384,7 @@ def generate_store(out_dir, cfg: TrafficConfig, writer_config: WriterConfig | No
             rows = gen.chunk(min(step, cfg.messages - written))
             batch = gen.to_batch(rows)
             b = time.perf_counter()
-            appended = writer.append_many(batch)
+            appended = append_many(writer, batch)
             c = time.perf_counter()
             gen.after_append(rows, appended)
             gen_s += (b - a) + (time.perf_counter() - c)

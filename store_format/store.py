@@ -46,7 +46,7 @@ class Store:
 
     @property
     def segment_size(self) -> int | None:
-        return self._segment_size or infer_segment_size(self.segments)
+        return self._segment_size or infer_segment_size([(s.base_offset, s.length) for s in self.segments])
 
     def walk_commitlog(self, *, decode: bool = True, check_crc: bool = True, salvage: bool = False,
                        stop_at_first_stop: bool = False) -> Iterator:

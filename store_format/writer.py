@@ -11,7 +11,7 @@ What one ``append`` does (``CommitLog.DefaultAppendMessageCallback.doAppend`` + 
                file starts mid-file is pre-filled with (0, Integer.MAX_VALUE, 0) units (fillPreBlank)
     index      topic#UNIQ_KEY and topic#key for each of KEYS (IndexService.buildIndex); not for ROLLBACK;
                a full file is followed by a new one whose header starts from the old one's end (IndexFile)
-    checkpoint physic/logics/index timestamps as the flush services would have left them (``_FlushModel``)
+    checkpoint physic/logics/index timestamps as the flush services would have left them (``FlushModel``)
 
 ``abort`` exists from the moment the writer opens the store; ``close()`` is a clean shutdown (config/*.json
 persisted fastjson-style, checkpoint written, files synced, ``abort`` removed last).  ``crash()`` is
@@ -21,9 +21,12 @@ index reopened, the commitlog walked to its valid end, the tail past the consume
 Every file lives under ``root``; topics are validated like ``TopicValidator`` and every path is checked
 after resolving symlinks, so no record can name a path outside it.
 
-``append`` is the reference path, one record at a time; ``append_many`` (:mod:`store_format.bulk`) writes
-the same bytes for many records with array operations.  Broker flows live in :mod:`store_format.broker`,
-damage on purpose in :mod:`store_format.damage`, synthetic traffic in :mod:`store_format.generate`.
+``append`` is the reference path, one record at a time, and ``append_batch`` one classic batch
+(``CommitLog.putMessages``: one put, never split across segments).  :func:`store_format.bulk.append_many`
+writes the same bytes for many records with array operations through the writer's bulk interface (the
+methods under "the bulk path's interface" below; the writer never imports the bulk module).  Broker flows
+live in :mod:`store_format.broker`, damage on purpose in :mod:`store_format.damage`, synthetic traffic in
+:mod:`store_format.generate`.
 """
 from __future__ import annotations
 
@@ -212,6 +215,12 @@ def validate_queue_id(queue_id) -> None:
                           field="queue_id")
 
 
+# A classic batch (MessageExtBatch) is one put of one topic-queue: 4.9.7's CommitLog.MessageExtEncoder writes
+# these fields of the batch itself into every item (an item brings only its flag, body and properties).
+BATCH_SHARED_FIELDS = ("topic", "queue_id", "sys_flag", "born_timestamp", "born_host", "store_timestamp",
+                       "store_host", "reconsume_times")
+
+
 def time_millis_to_human(ms: int, tz: str = "UTC") -> str:
     """``UtilAll.timeMillisToHumanString``: yyyyMMddHHmmssSSS in the broker's zone."""
     t = _dt.datetime.fromtimestamp(ms / 1000, ZoneInfo(tz))
@@ -309,7 +318,7 @@ class _Mapped:
 # Consume queue and index file writers
 
 
-class _ConsumeQueue:
+class ConsumeQueueWriter:
     """``ConsumeQueue.putMessagePositionInfo`` for one topic-queue."""
 
     def __init__(self, writer: "StoreWriter", topic: str, queue_id: int):
@@ -400,7 +409,7 @@ class _ConsumeQueue:
             m.close()
 
 
-class _IndexFile:
+class IndexFileWriter:
     """One ``IndexFile``: header fields kept here and written through to the mapping like IndexHeader."""
 
     def __init__(self, path: Path, slots: int, num: int, create: bool, prev_end_phy: int = 0, prev_end_ts: int = 0):
@@ -461,7 +470,7 @@ class _IndexFile:
 # Flush services, on the store-time axis
 
 
-class _FlushModel:
+class FlushModel:
     """The checkpoint values the broker's flush threads would produce, driven by message store times.
 
     ASYNC_FLUSH (``FlushRealTimeService``): a thorough flush (flushLeastPages 0) runs ``interval`` after
@@ -564,15 +573,15 @@ class StoreWriter:
         self.root = Path(root)
         self.clock = clock
         self._closed = False
-        self._record_ts = 0  # store time of the record being written: the clock when none was given
+        self._last_ts = 0  # store time of the last record written (the clock stands in while it is 0)
         self.segments: dict[int, _Mapped] = {}
         self.cur_base = -1  # base offset of the segment being written
         self.cur_pos = 0
         self.queue_table: dict[tuple[str, int], int] = {}
-        self.cqs: dict[tuple[str, int], _ConsumeQueue] = {}
-        self.index_file: _IndexFile | None = None
+        self.cqs: dict[tuple[str, int], ConsumeQueueWriter] = {}
+        self.index_file: IndexFileWriter | None = None
         self.index_names: list[str] = []
-        self.flush = _FlushModel(self.config)
+        self.flush = FlushModel(self.config)
         self.delay_offsets = JavaHashMap(initial_capacity=L.QUEUE_OFFSET_TABLE_CAPACITY, concurrent=True)
         self.consumer_offsets = JavaHashMap(initial_capacity=L.OFFSET_TABLE_CAPACITY, concurrent=True)
         self.topics = JavaHashMap(initial_capacity=L.TOPIC_TABLE_CAPACITY, concurrent=True)
@@ -581,7 +590,7 @@ class StoreWriter:
         self.groups_version = _DataVersion()
         # scheduled, not yet delivered: uniq key -> (level, cq offset, real topic, physical offset)
         self._scheduled: dict[str, tuple[int, int, str, int]] = {}
-        self._delay_levels = self.config.delay_levels
+        self.delay_levels = self.config.delay_levels
         self.messages_written = 0
         self._io = None  # the bulk path's commitlog writes run on one background thread (pwritev drops the GIL)
         self._io_pending: list = []
@@ -643,11 +652,13 @@ class StoreWriter:
         f.flush()
         return f
 
-    def now(self) -> int:
-        """Wall clock for metadata (index names, data versions): the store time of the record being
-        written, as the broker's own clock read at that moment; the clock only before any record."""
-        if self._record_ts:
-            return self._record_ts
+    def now(self, at: int | None = None) -> int:
+        """Wall clock for metadata (index names, data versions): ``at``, the store time of the record being
+        written (the broker's own clock read at that moment), by default the last record's; the clock only
+        before any record (or for a record stored at time 0)."""
+        ts = self._last_ts if at is None else at
+        if ts:
+            return ts
         if self.clock is not None:
             return self.clock()
         return self.flush.start or 0
@@ -668,8 +679,10 @@ class StoreWriter:
         for g in L.DEFAULT_SUBSCRIPTION_GROUPS:
             self.groups.put(g, _group_json(g))
 
-    def register_topic(self, topic: str, queues: int | None = None, perm: int = L.PERM_READ | L.PERM_WRITE) -> None:
-        """Create a topic config as the broker's auto-create does, or widen it to ``queues``."""
+    def register_topic(self, topic: str, queues: int | None = None, perm: int = L.PERM_READ | L.PERM_WRITE, *,
+                       at: int | None = None) -> None:
+        """Create a topic config as the broker's auto-create does, or widen it to ``queues``; the data
+        version takes the time ``at`` (default :meth:`now`)."""
         validate_topic(topic)
         cur = self.topics.get(topic)
         if cur is None:
@@ -683,15 +696,15 @@ class StoreWriter:
                 else:  # createTopicInSendMessageMethod: the client's 4, capped by TBW102's queues
                     queues = min(L.CLIENT_DEFAULT_TOPIC_QUEUE_NUMS, self.config.defaultTopicQueueNums)
             self.topics.put(topic, _TopicConfig(topic, queues, perm))
-            self.topics_version.next(self.now())
+            self.topics_version.next(self.now(at))
         elif queues is not None and queues > cur.queues:
             cur.queues = queues
-            self.topics_version.next(self.now())
+            self.topics_version.next(self.now(at))
 
-    def register_group(self, group: str) -> None:
+    def register_group(self, group: str, *, at: int | None = None) -> None:
         if group not in self.groups:
             self.groups.put(group, _group_json(group))
-            self.groups_version.next(self.now())
+            self.groups_version.next(self.now(at))
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """``ConsumerOffsetManager.commitOffset``: the next queue offset ``group`` will consume."""
@@ -706,18 +719,22 @@ class StoreWriter:
 
     def _register_for_record(self, msg: Message):
         """Topic/group configs the broker would hold after accepting this record."""
-        self._register_fields(msg.topic, msg.queue_id, msg.properties.get(L.PROPERTY_REAL_TOPIC),
-                              msg.properties.get(L.PROPERTY_REAL_QUEUE_ID, ""))
+        self.register_record(msg.topic, msg.queue_id, msg.properties.get(L.PROPERTY_REAL_TOPIC),
+                             msg.properties.get(L.PROPERTY_REAL_QUEUE_ID, ""), at=msg.store_timestamp)
 
-    def _register_fields(self, topic: str, queue_id: int, real: str | None, real_qid: str):
+    def register_record(self, topic: str, queue_id: int, real_topic: str | None = None, real_queue_id: str = "", *,
+                        at: int) -> None:
+        """Topic/group configs the broker would hold after accepting a record of ``topic``/``queue_id``
+        (with these REAL_TOPIC / REAL_QID properties) stored at ``at``."""
+        real, real_qid = real_topic, real_queue_id
         if real and real != topic and not self._known(real, real_qid):  # created before the record moved
             try:
                 validate_topic(real)
-                self._register_record_topic(real, int(real_qid) if real_qid.isdigit() else 0)
+                self._register_record_topic(real, int(real_qid) if real_qid.isdigit() else 0, at)
             except WriterError:
                 pass  # a REAL_TOPIC the broker would have refused: the record itself is still valid
         if topic != L.TRANS_OP_HALF_TOPIC and not self._known(topic, queue_id):  # op topic: never registered
-            self._register_record_topic(topic, queue_id)
+            self._register_record_topic(topic, queue_id, at)
 
     def _known(self, topic: str, queue_id) -> bool:
         """Already registered with room for ``queue_id`` (then registering again changes nothing)."""
@@ -728,16 +745,16 @@ class StoreWriter:
             queue_id = int(queue_id) if queue_id.isdigit() else 0
         return queue_id < cur.queues and not topic.startswith((L.RETRY_GROUP_TOPIC_PREFIX, L.DLQ_GROUP_TOPIC_PREFIX))
 
-    def _register_record_topic(self, topic: str, queue_id: int):
+    def _register_record_topic(self, topic: str, queue_id: int, at: int):
         for prefix in (L.RETRY_GROUP_TOPIC_PREFIX, L.DLQ_GROUP_TOPIC_PREFIX):
             if topic.startswith(prefix) and len(topic) > len(prefix):
-                self.register_group(topic[len(prefix):])
+                self.register_group(topic[len(prefix):], at=at)
         cur = self.topics.get(topic)
         if cur is None:
-            self.register_topic(topic)
+            self.register_topic(topic, at=at)
             cur = self.topics.get(topic)
         if queue_id >= cur.queues:
-            self.register_topic(topic, queue_id + 1)
+            self.register_topic(topic, queue_id + 1, at=at)
 
     def config_texts(self) -> dict[str, str]:
         """The config/*.json files as fastjson writes them."""
@@ -795,14 +812,14 @@ class StoreWriter:
         # consume queues as they are on disk
         for (topic, qid), files in discover_queues(self.root / "consumequeue").items():
             validate_topic(topic)
-            cq = _ConsumeQueue(self, topic, qid)
+            cq = ConsumeQueueWriter(self, topic, qid)
             cq.load()
             self.cqs[(topic, qid)] = cq
         # the last index file, if it has room
         names = list_index_files(self.root / "index")
         self.index_names = [p.name for p in names]
         if names:
-            self.index_file = _IndexFile(names[-1], c.maxHashSlotNum, c.maxIndexNum, create=False)
+            self.index_file = IndexFileWriter(names[-1], c.maxHashSlotNum, c.maxIndexNum, create=False)
         # the commitlog: walk every segment as recovery does, continue at the end.  Dispatch resumes where
         # DefaultMessageStore.start() puts the reput service: the largest physical offset any consume queue
         # reached (the commitlog's start when there is none), so deleting consumequeue/ rebuilds it.
@@ -839,7 +856,7 @@ class StoreWriter:
         key = (msg.topic, msg.queue_id)
         if msg.dispatchable:
             self.queue_table[key] = max(self.queue_table.get(key, 0), msg.queue_offset + 1)
-        self._record_ts = msg.store_timestamp
+        self._last_ts = msg.store_timestamp
         self.flush.advance(msg.store_timestamp)
         self._register_for_record(msg)
         if msg.physical_offset >= self._reput_from:
@@ -862,6 +879,22 @@ class StoreWriter:
             self.segments[base] = m
         return m
 
+    def _segment_at(self, physical_offset: int) -> tuple[int, _Mapped]:
+        """(base offset, mapping) of the segment this writer holds that contains ``physical_offset``."""
+        base = physical_offset - physical_offset % self.config.mappedFileSizeCommitLog
+        seg = self.segments.get(base)
+        if seg is None:
+            raise WriterError(ErrorKind.OUT_OF_RANGE, f"no segment holds offset {physical_offset}",
+                              position=physical_offset, field="physical_offset")
+        return base, seg
+
+    def _check_fits(self, size: int, what: str) -> None:
+        """A put of ``size`` bytes must fit in an empty segment, 8 bytes kept for the end-of-file blank."""
+        seg = self.config.mappedFileSizeCommitLog
+        if size + L.END_FILE_MIN_BLANK_LENGTH > seg:
+            raise WriterError(ErrorKind.INVALID_INPUT, f"{what} is {size} bytes; a {seg}-byte commitlog segment "
+                              f"holds at most {seg - L.END_FILE_MIN_BLANK_LENGTH}", field="store_size")
+
     def check_record(self, msg: Message) -> int:
         """Refuse what the broker would refuse (or could never place); returns the encoded size."""
         validate_topic(msg.topic, msg.magic_version)
@@ -877,32 +910,75 @@ class StoreWriter:
         if size > self.config.maxMessageSize + L.ENCODER_BODY_RESERVE:
             raise WriterError(ErrorKind.INVALID_INPUT, f"record is {size} bytes; the limit is maxMessageSize + 64 KiB "
                               f"({self.config.maxMessageSize + L.ENCODER_BODY_RESERVE})", field="store_size")
-        if size + L.END_FILE_MIN_BLANK_LENGTH > self.config.mappedFileSizeCommitLog:
-            seg = self.config.mappedFileSizeCommitLog
-            raise WriterError(ErrorKind.INVALID_INPUT, f"record is {size} bytes; a {seg}-byte commitlog segment "
-                              f"holds at most {seg - L.END_FILE_MIN_BLANK_LENGTH}", field="store_size")
+        self._check_fits(size, "record")
         return size
 
-    def _place(self, size: int) -> int:
-        """Physical offset for ``size`` bytes: the blank-and-roll rule of doAppend."""
-        seg_size = self.config.mappedFileSizeCommitLog
+    def check_batch(self, records: list[Message]) -> int:
+        """Refuse what ``CommitLog.putMessages`` refuses of ``records`` as one put (a classic batch,
+        ``MessageExtBatch``), or could never place; returns the batch's total size.  4.9.7's batch encoder
+        writes the batch's own :data:`BATCH_SHARED_FIELDS` into every item (each item keeps only its flag,
+        body and properties) and prepared offset 0 (V1 records); putMessages takes transaction type NOT only."""
+        if not records:
+            raise WriterError(ErrorKind.INVALID_INPUT, "a batch needs at least one record", field="batch")
+        total = sum(self.check_record(r) for r in records)
+        first = records[0]
+        for i, r in enumerate(records):
+            for name in BATCH_SHARED_FIELDS:
+                if getattr(r, name) != getattr(first, name):
+                    raise WriterError(ErrorKind.INVALID_INPUT, f"batch item {i + 1}: {name} {getattr(r, name)!r} "
+                                      f"differs from the first item's {getattr(first, name)!r}; putMessages gives "
+                                      "every item of a batch the same one", field=name)
+            if r.magic_version != 1:
+                raise WriterError(ErrorKind.INVALID_INPUT, f"batch item {i + 1}: magic version {r.magic_version}; "
+                                  "a 4.9.x batch is stored as V1 records", field="magic_version")
+            if r.prepared_transaction_offset:
+                raise WriterError(ErrorKind.INVALID_INPUT, f"batch item {i + 1}: prepared_transaction_offset "
+                                  f"{r.prepared_transaction_offset}; a batch item's is 0",
+                                  field="prepared_transaction_offset")
+        if first.sys_flag & L.TRANSACTION_MASK != L.TRANSACTION_NOT_TYPE:
+            raise WriterError(ErrorKind.INVALID_INPUT, f"transaction type {first.tran_type}: putMessages refuses a "
+                              "batch that is not of type NOT (MESSAGE_ILLEGAL)", field="sys_flag")
+        self._check_fits(total, "batch")
+        return total
+
+    # ---- the write position: one home for the roll rule (append, append_batch and the bulk path) ---------
+    def room(self) -> int:
+        """Bytes a put may still take in the segment being written: ``maxBlank - END_FILE_MIN_BLANK_LENGTH``
+        (doAppend keeps 8 bytes for the end-of-file blank); a put that needs more goes to the next segment
+        (:meth:`roll`), a batch as a whole.  Opens the first segment of a new store."""
         if self.cur_base < 0:
             self.cur_base, self.cur_pos = 0, 0
             self._segment(0)
+        return self.config.mappedFileSizeCommitLog - self.cur_pos - L.END_FILE_MIN_BLANK_LENGTH
+
+    def roll(self) -> None:
+        """End the segment being written as doAppend does for a put that does not fit: the blank record
+        (TOTALSIZE = the bytes left, BLANK magic; only those 8 bytes are written) at the write position; the
+        write position moves to the start of the next segment."""
+        self.room()
+        seg_size = self.config.mappedFileSizeCommitLog
         left = seg_size - self.cur_pos
-        if size + L.END_FILE_MIN_BLANK_LENGTH > left:
-            if left >= L.END_FILE_MIN_BLANK_LENGTH:
-                self.segments[self.cur_base].write(self.cur_pos, encode_blank(left))
-            self.cur_base += seg_size
-            self.cur_pos = 0
-            self._segment(self.cur_base)
-        return self.cur_base + self.cur_pos
+        if left >= L.END_FILE_MIN_BLANK_LENGTH:  # none left: a reopened store whose last segment ended in a blank
+            self.segments[self.cur_base].write(self.cur_pos, encode_blank(left))
+        self.cur_base += seg_size
+        self.cur_pos = 0
+        self._segment(self.cur_base)
+
+    def reserve(self, nbytes: int) -> int:
+        """Claim ``nbytes`` (at most :meth:`room`) at the write position; returns their physical offset.  The
+        records are written there by the caller (:meth:`append`) or later (:meth:`write_commitlog`)."""
+        if nbytes > self.room():
+            raise WriterError(ErrorKind.OUT_OF_RANGE, f"{nbytes} bytes do not fit in the {self.room()} the segment "
+                              "has left; roll() first", position=self.cur_base + self.cur_pos)
+        phy = self.cur_base + self.cur_pos
+        self.cur_pos += nbytes
+        return phy
 
     def append(self, record: Message) -> Message:
         """Store one record as ``CommitLog.putMessage`` would, then dispatch it.  The record's topic,
         queue id, flags, timestamps, hosts, reconsume times, prepared offset, body and properties string are
         kept; queue offset, physical offset, body CRC and size are assigned.  Returns the stored record."""
-        self._check_open()
+        self.check_open()
         try:
             size = self.check_record(record)
             sys_flag = record.sys_flag
@@ -915,10 +991,12 @@ class StoreWriter:
             if isinstance(e, WriterError):
                 raise
             raise WriterError(ErrorKind.INVALID_INPUT, e.message, field=e.field) from None
-        self._record_ts = record.store_timestamp
-        self.flush.advance(record.store_timestamp)
+        ts = record.store_timestamp
+        self.flush.advance(ts)
         self._register_for_record(record)
-        phy = self._place(size)
+        if size > self.room():
+            self.roll()
+        phy = self.reserve(size)
         key = (record.topic, record.queue_id)
         if record.dispatchable:
             queue_offset = self.queue_table.get(key, 0)
@@ -928,49 +1006,52 @@ class StoreWriter:
         stored = dataclasses.replace(record, queue_offset=queue_offset, physical_offset=phy, body_crc=None,
                                      store_size=None, segment=None, file_position=None)
         data = encode_record(stored)
-        self.segments[self.cur_base].write(self.cur_pos, data)
-        self.cur_pos += len(data)
+        base = self.cur_base
+        self.segments[base].write(phy - base, data)
         stored.store_size = len(data)
         stored.body_crc = body_crc32(record.body)
-        stored.segment, stored.file_position = segment_name(self.cur_base), phy - self.cur_base
+        stored.segment, stored.file_position = segment_name(base), phy - base
         self._dispatch(stored)
-        self.flush.appended(record.store_timestamp)
-        self.messages_written += 1
+        self.flush.appended(ts)
+        self.appended(1, at=ts)
         return stored
 
     def append_all(self, records: Iterable[Message]) -> list[Message]:
         return [self.append(r) for r in records]
 
     def append_batch(self, records: list[Message]) -> list[Message]:
-        """A classic batch (``MessageExtBatch``): one put, so the records never straddle a segment; when the
-        whole batch does not fit, the blank goes where the batch would have started."""
-        self._check_open()
-        total = sum(self.check_record(r) for r in records)
-        if total + L.END_FILE_MIN_BLANK_LENGTH > self.config.mappedFileSizeCommitLog:
-            raise WriterError(ErrorKind.INVALID_INPUT, f"batch is {total} bytes; it cannot fit in one "
-                              f"{self.config.mappedFileSizeCommitLog}-byte segment", field="store_size")
-        if records:
-            self.flush.advance(records[0].store_timestamp)
-            self._place(total)
+        """A classic batch (``CommitLog.putMessages``, :meth:`check_batch`): one put, so the records never
+        straddle a segment; when the whole batch does not fit, the blank goes where the batch would have
+        started, even if its first records would have fitted.  Queue offsets are consecutive."""
+        self.check_open()
+        if self.check_batch(records) > self.room():
+            self.roll()
         return [self.append(r) for r in records]
 
-    def append_many(self, batch):
-        """The bulk path (:mod:`store_format.bulk`): a :class:`~store_format.bulk.RecordBatch` of stored
-        records, vectorized; the same bytes as ``append`` for each record in turn."""
-        from .bulk import append_columns
-        return append_columns(self, batch)
+    # ---- the bulk path's interface (store_format.bulk) ---------------------------------------------
+    def check_open(self) -> None:
+        if self._closed:
+            raise WriterError(ErrorKind.INVALID_INPUT, "the writer is closed", file=str(self.root))
 
-    # ---- background writes (bulk path) -----------------------------------------------------------
+    def appended(self, count: int, *, at: int) -> None:
+        """Count ``count`` more records stored, the last of them at store time ``at`` (what :meth:`now` gives
+        from then on)."""
+        self.messages_written += count
+        self._last_ts = at
+
     _IO_MAX_PENDING = 2  # bounds the memory held by writes in flight
 
-    def _write_async(self, mapped: _Mapped, pos: int, pieces: list) -> None:
-        """``mapped.writev`` on the I/O thread, in submission order; errors surface at the next drain."""
+    def write_commitlog(self, physical_offset: int, pieces: list) -> None:
+        """Write ``pieces`` back to back at ``physical_offset`` (space :meth:`reserve` claimed) on the writer's
+        I/O thread, in submission order (pwritev drops the GIL); errors surface at the next drain (a read, a
+        new segment, close)."""
+        base, mapped = self._segment_at(physical_offset)
         if self._io is None:
             from concurrent.futures import ThreadPoolExecutor
             self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer-io")
         while len(self._io_pending) >= self._IO_MAX_PENDING:
             self._io_pending.pop(0).result()
-        self._io_pending.append(self._io.submit(mapped.writev, pos, pieces))
+        self._io_pending.append(self._io.submit(mapped.writev, physical_offset - base, pieces))
 
     def _drain(self) -> None:
         """Wait for every background write (before reading records back, syncing, or closing)."""
@@ -982,25 +1063,23 @@ class StoreWriter:
         """Decode a record this writer holds (the broker's ``lookMessageByOffset``)."""
         from .codec import decode_record
         self._drain()
-        base = physical_offset - physical_offset % self.config.mappedFileSizeCommitLog
-        seg = self.segments.get(base)
-        if seg is None:
-            raise WriterError(ErrorKind.OUT_OF_RANGE, f"no segment holds offset {physical_offset}",
-                              position=physical_offset, field="physical_offset")
+        base, seg = self._segment_at(physical_offset)
         return decode_record(seg.map, physical_offset - base, file=segment_name(base))
 
     # ---- dispatch ------------------------------------------------------------------------------
-    def _cq(self, topic: str, queue_id: int) -> _ConsumeQueue:
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueueWriter:
+        """The consume queue of ``topic``/``queue_id`` (created on first use, as findConsumeQueue does)."""
         cq = self.cqs.get((topic, queue_id))
         if cq is None:
-            cq = self.cqs[(topic, queue_id)] = _ConsumeQueue(self, topic, queue_id)
+            cq = self.cqs[(topic, queue_id)] = ConsumeQueueWriter(self, topic, queue_id)
         return cq
 
     def _dispatch(self, msg: Message):
         """CommitLogDispatcherBuildConsumeQueue, then CommitLogDispatcherBuildIndex."""
         if msg.dispatchable:
-            tags_code = msg.dispatch_tags_code(self._delay_levels)
-            if self._cq(msg.topic, msg.queue_id).put(msg.physical_offset, msg.store_size, tags_code, msg.queue_offset):
+            tags_code = msg.dispatch_tags_code(self.delay_levels)
+            cq = self.consume_queue(msg.topic, msg.queue_id)
+            if cq.put(msg.physical_offset, msg.store_size, tags_code, msg.queue_offset):
                 self.flush.logics = msg.store_timestamp
             self._track_schedule(msg)
         if self.config.messageIndexEnable:
@@ -1027,17 +1106,19 @@ class StoreWriter:
             if cq_offset + 1 > self.delay_offsets.get(level, 0):
                 self.delay_offsets.put(level, cq_offset + 1)
 
-    def _track_many(self, topics: list, queue_ids: list, queue_offsets: list, physical_offsets: list, uniqs: list,
-                    reals: list):
-        """``_track_fields`` for columns of dispatched records in store order.  Only a record that is scheduled
-        or whose UNIQ_KEY is can change anything; the others are passed over in C."""
+    def track_schedule_many(self, topics: list, queue_ids: list, queue_offsets: list, physical_offsets: list,
+                            uniqs: list, reals: list) -> None:
+        """The delayOffset.json bookkeeping of dispatched records, given as columns in store order (topic,
+        queue id, queue offset, physical offset, UNIQ_KEY, REAL_TOPIC).  Only a record that is scheduled or
+        whose UNIQ_KEY is can change anything; the others are passed over in C."""
         scheduled_here = set(compress(uniqs, map(L.SCHEDULE_TOPIC.__eq__, topics)))
         might = map(or_, map(self._scheduled.__contains__, uniqs), map(scheduled_here.__contains__, uniqs))
         for i in compress(range(len(uniqs)), might):
             self._track_fields(topics[i], queue_ids[i], queue_offsets[i], physical_offsets[i], uniqs[i], reals[i])
 
-    def _index_file(self) -> _IndexFile:
-        """IndexService.getAndCreateLastIndexFile."""
+    def last_index_file(self, *, at: int) -> IndexFileWriter:
+        """IndexService.getAndCreateLastIndexFile: the index file to put into; when there is none or it is full,
+        a new one, named after the time ``at`` (the store time of the record being dispatched)."""
         cur = self.index_file
         if cur is not None and not cur.full:
             return cur
@@ -1050,19 +1131,19 @@ class StoreWriter:
             cur.close()
         d = self._path("index")
         d.mkdir(exist_ok=True)
-        ms = self.now()
+        ms = self.now(at)
         name = time_millis_to_human(ms, self.config.timezone)
         while name in self.index_names or (d / name).exists():  # two files in one millisecond would collide
             ms += 1
             name = time_millis_to_human(ms, self.config.timezone)
         self.index_names.append(name)
-        self.index_file = _IndexFile(d / name, self.config.maxHashSlotNum, self.config.maxIndexNum, create=True,
-                                     prev_end_phy=prev_phy, prev_end_ts=prev_ts)
+        self.index_file = IndexFileWriter(d / name, self.config.maxHashSlotNum, self.config.maxIndexNum,
+                                          create=True, prev_end_phy=prev_phy, prev_end_ts=prev_ts)
         return self.index_file
 
     def _build_index(self, msg: Message):
         """IndexService.buildIndex."""
-        f = self._index_file()
+        f = self.last_index_file(at=msg.store_timestamp)
         if msg.physical_offset < f.end_phy:
             return  # already indexed
         if msg.sys_flag & L.TRANSACTION_MASK == L.TRANSACTION_ROLLBACK_TYPE:
@@ -1074,13 +1155,9 @@ class StoreWriter:
         for k in keys:
             h = index_key_hash(index_key(msg.topic, k))
             while not f.put(h, msg.physical_offset, msg.store_timestamp):
-                f = self._index_file()
+                f = self.last_index_file(at=msg.store_timestamp)
 
     # ---- shutdown ------------------------------------------------------------------------------
-    def _check_open(self):
-        if self._closed:
-            raise WriterError(ErrorKind.INVALID_INPUT, "the writer is closed", file=str(self.root))
-
     def _close_maps(self):
         self._drain()
         if self._io is not None:

@@ -12,7 +12,8 @@ refused input (the store is then left marked as not cleanly shut down).
 JSON Lines input (``write``)
 ----------------------------
 One stored record per line, a JSON object with the project's canonical field names (the same names
-``python -m store_format dump`` prints, so a dump can be edited and written back):
+``python -m store_format dump`` prints, so a dump can be edited and written back; its ``blank`` and ``stop``
+rows are skipped: the writer lays its own blanks):
 
 =============================  =============================================================================
 ``topic``                      required; RocketMQ TopicValidator rules (``[%|a-zA-Z0-9_-]``, <= 127 chars)
@@ -25,11 +26,28 @@ One stored record per line, a JSON object with the project's canonical field nam
 ``born_timestamp``, ``store_timestamp``   ms since the epoch; default 0
 ``born_host``, ``store_host``  ``"ip:port"`` or ``"[ipv6]:port"``; defaults 127.0.0.1:0 / 127.0.0.1:10911
 ``magic_version``              1 (default) or 2
+``batch``                      optional, a string or an integer: consecutive records with the same value are
+                               one put, a classic batch (``CommitLog.putMessages``) that never straddles a
+                               segment: when the whole batch does not fit in what the segment has left, the
+                               end-of-file blank goes where it would have started, even if its first records
+                               would have fitted.  As 4.9.7 requires, its records share topic, queue_id,
+                               sys_flag (transaction type NOT), born/store timestamps and hosts and
+                               reconsume_times, and have prepared_transaction_offset 0 (V1); they get
+                               consecutive queue offsets.  A batch larger than a segment is refused (the
+                               message names its lines), as an oversized record is.  ``dump --what
+                               commitlog`` sets it where the broker rolled early (below)
 =============================  =============================================================================
 
 ``queue_offset``, ``physical_offset``, ``body_crc`` and ``store_size`` are assigned by the writer (as the
 broker does) and ignored on input, as are derived fields (``msg_id``, ``tags``, ``keys``...).
 Records are written in file order; PREPARED/ROLLBACK records get queue offset 0 and no consume-queue entry.
+
+A dump written back keeps its commitlog's layout: every record and blank in the same place (byte for byte
+when the store starts at physical offset 0 and its queues at queue offset 0, where the writer starts).  Where
+the broker rolled early -- an end-of-file blank although the next record and the 8-byte minimum blank would
+have fitted: the put that followed was a batch -- ``dump --what commitlog`` gives the records after the blank
+a shared ``batch`` (the physical offset of the first of them): the fewest that, as one batch, do not fit, so
+that ``write`` rolls at the same place.
 """
 from __future__ import annotations
 
@@ -37,10 +55,12 @@ import argparse
 import json
 import sys
 
+from .bulk import RecordBatch, append_many
 from .codec import host_flags
 from .errors import ErrorKind, StoreFormatError, WriterError
 from . import layout as L
 from .generate import TrafficConfig, generate_store, progress_line
+from .message import Message
 from .writer import StoreWriter, WriterConfig
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -73,8 +93,11 @@ def run_generate(args) -> int:
     return EXIT_OK
 
 
+_LAYOUT_ROWS = ("blank", "stop")  # a dump's rows that are no record: the writer lays its own blanks
+
+
 def _records(stream, start_line: int = 1):
-    from .message import Message
+    """(line number, record, batch value or None) of every record line."""
     for n, line in enumerate(stream, start_line):
         if not line.strip():
             continue
@@ -82,11 +105,62 @@ def _records(stream, start_line: int = 1):
             d = json.loads(line)
             if not isinstance(d, dict):
                 raise ValueError("a line must be a JSON object")
+            kind = d.get("kind", "message")
+            if kind in _LAYOUT_ROWS:
+                continue
+            if kind != "message":
+                raise ValueError(f"a {kind!r} row holds no record to write")
             if "topic" not in d:
                 raise ValueError("missing field 'topic'")
-            yield n, Message.from_dict(d)
+            batch = d.get("batch")
+            if batch is not None and (isinstance(batch, bool) or not isinstance(batch, (int, str))):
+                raise ValueError(f"batch {batch!r}: a string or an integer")
+            yield n, Message.from_dict(d), batch
         except (ValueError, TypeError, KeyError) as e:
             raise WriterError(ErrorKind.INVALID_INPUT, f"line {n}: {e}", field="line", position=n) from None
+
+
+def _checked(records, writer: StoreWriter):
+    """Each record refused or passed as its own line, before anything of its chunk is written."""
+    for n, msg, batch in records:
+        try:
+            writer.check_record(msg)
+            v6_bits = msg.sys_flag & (L.BORNHOST_V6_FLAG | L.STOREHOST_V6_FLAG)
+            if v6_bits != host_flags(msg.born_host, msg.store_host):
+                raise WriterError(ErrorKind.INVALID_INPUT, f"sys_flag 0x{msg.sys_flag:X} IPv6 bits disagree "
+                                  f"with hosts {msg.born_host} / {msg.store_host}", field="sys_flag")
+        except StoreFormatError as e:
+            raise WriterError(e.kind, f"line {n}: {e.message}", field=e.field, position=n) from None
+        yield n, msg, batch
+
+
+def _puts(records, writer: StoreWriter):
+    """The input's puts in order, as (records, is a batch): a record without ``batch`` alone, consecutive
+    records with the same ``batch`` together, each batch checked as ``StoreWriter.check_batch`` does."""
+    group, key, first = [], None, 0
+
+    def batch():
+        try:
+            writer.check_batch(group)
+        except StoreFormatError as e:
+            raise WriterError(e.kind, f"lines {first}-{last} (batch {key[1]!r}): {e.message}", field=e.field,
+                              position=first) from None
+        return group, True
+
+    for n, msg, value in records:
+        k = None if value is None else (type(value), value)
+        if group and k != key:
+            yield batch()
+            group = []
+        if k is None:
+            yield [msg], False
+            continue
+        if not group:
+            key, first = k, n
+        group.append(msg)
+        last = n
+    if group:
+        yield batch()
 
 
 def run_write(args) -> int:
@@ -100,22 +174,15 @@ def run_write(args) -> int:
     count = 0
     try:
         writer = StoreWriter(args.out_dir, cfg, append=args.append)
-        chunk = []
-        for n, msg in _records(stream):
-            try:
-                writer.check_record(msg)  # refusals name the line before anything of the chunk is written
-                v6_bits = msg.sys_flag & (L.BORNHOST_V6_FLAG | L.STOREHOST_V6_FLAG)
-                if v6_bits != host_flags(msg.born_host, msg.store_host):
-                    raise WriterError(ErrorKind.INVALID_INPUT, f"sys_flag 0x{msg.sys_flag:X} IPv6 bits disagree "
-                                      f"with hosts {msg.born_host} / {msg.store_host}", field="sys_flag")
-            except StoreFormatError as e:
-                raise WriterError(e.kind, f"line {n}: {e.message}", field=e.field, position=n) from None
-            chunk.append(msg)
+        chunk, batch_ids = [], []  # a batch is never cut between chunks
+        for k, (msgs, is_batch) in enumerate(_puts(_checked(_records(stream), writer), writer)):
+            chunk.extend(msgs)
+            batch_ids.extend([k if is_batch else -1] * len(msgs))
             if len(chunk) >= _CHUNK:
-                count += _flush_chunk(writer, chunk)
-                chunk = []
+                count += _flush_chunk(writer, chunk, batch_ids)
+                chunk, batch_ids = [], []
         if chunk:
-            count += _flush_chunk(writer, chunk)
+            count += _flush_chunk(writer, chunk, batch_ids)
     except (StoreFormatError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         if writer is not None:
@@ -136,13 +203,20 @@ def run_write(args) -> int:
     return EXIT_OK
 
 
-def _flush_chunk(writer, chunk) -> int:
-    from .bulk import RecordBatch
+def _flush_chunk(writer: StoreWriter, chunk: list, batch_ids: list) -> int:
     if all(m.magic_version == 1 for m in chunk):
-        writer.append_many(RecordBatch.from_messages(chunk))
-    else:  # the bulk path writes V1 records only
-        for m in chunk:
-            writer.append(m)
+        append_many(writer, RecordBatch.from_messages(chunk, batch_ids))
+        return len(chunk)
+    i = 0  # the bulk path writes V1 records only (a batch is always V1)
+    while i < len(chunk):
+        j = i + 1
+        while batch_ids[i] >= 0 and j < len(chunk) and batch_ids[j] == batch_ids[i]:
+            j += 1
+        if batch_ids[i] >= 0:
+            writer.append_batch(chunk[i:j])
+        else:
+            writer.append(chunk[i])
+        i = j
     return len(chunk)
 
 

@@ -1,5 +1,6 @@
 """docs/jobs.md is generated from every job's --help (tools/jobs_docs.py, `make docs`): the checked-in copy
-must be exactly what the generator produces now, so the reference never drifts from the code."""
+must be exactly what the generator produces now, so the reference never drifts from the code; the README's
+"Writing stores" block is the writer commands' --help text, checked the same way."""
 from __future__ import annotations
 
 import importlib.util
@@ -15,3 +16,16 @@ def test_jobs_md_is_what_the_generator_produces():
     assert "## decode" in generated and "## trend" in generated and "--store PATH" in generated
     checked_in = (REPO / "docs" / "jobs.md").read_text(encoding="utf-8")
     assert checked_in == generated, "docs/jobs.md is out of date: run `make docs`"
+
+
+def test_readme_writing_stores_is_the_writer_commands_help():
+    """The README's "Writing stores" block (the JSON Lines table of ``write``) is writer_cli's docstring, the
+    text ``generate --help`` and ``write --help`` print: a change to one is a change to the other."""
+    import re
+
+    from store_format import writer_cli
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"## Writing stores \(`generate`, `write`\)\n\n```text\n(.*?)\n```\n", readme, re.S)
+    assert block, "README.md has no 'Writing stores' text block"
+    assert block.group(1) == writer_cli.__doc__.strip("\n"), "README.md's Writing stores block is out of date"

@@ -43,7 +43,7 @@ from store_format.indexfile import IndexFile
 from store_format.javahash import index_key, index_key_hash
 from store_format.message import Message
 from store_format.properties import parse_properties, property_value, split_keys
-from store_format.writer import _IndexFile
+from store_format.writer import IndexFileWriter
 
 from .test_kernels import assert_parity, records
 
@@ -455,7 +455,7 @@ def index_files(draw):
     num = draw(st.integers(2, 24))
     keys = draw(st.lists(st.sampled_from(["T#a", "T#b", "T#c", "U#a", "T#Aa", "T#BB"]), max_size=num - 1))
     with tempfile.TemporaryDirectory() as d:
-        f = _IndexFile(Path(d) / "idx", slots, num, create=True)
+        f = IndexFileWriter(Path(d) / "idx", slots, num, create=True)
         for i, k in enumerate(keys):
             f.put(index_key_hash(k), 1000 + 100 * i, 1_700_000_000_000 + 1000 * i)
         f.close()
@@ -520,7 +520,7 @@ def test_impossible_index_geometry_is_a_positioned_error(scratch):
 def test_index_writer_keys_are_found_in_an_undamaged_file(scratch):
     """The fuzz above edits the file; without edits every key put is found (the strategy is sound)."""
     with tempfile.TemporaryDirectory() as d:
-        f = _IndexFile(Path(d) / "idx", 4, 16, create=True)
+        f = IndexFileWriter(Path(d) / "idx", 4, 16, create=True)
         for i, k in enumerate(["T#a", "T#b", "T#a"]):
             f.put(index_key_hash(k), 1000 + i, 1_700_000_000_000)
         f.close()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from store_format import layout as L
-from store_format.bulk import RecordBatch
+from store_format.bulk import RecordBatch, append_many
 from store_format.checkpoint import read_checkpoint
 from store_format.commitlog import list_segments
 from store_format.config import consumer_offsets, read_config, subscription_groups, topic_configs
@@ -107,7 +107,7 @@ def test_bulk_path_matches_scalar_path(fixture, tmp_path):
                 for m in msgs:
                     w.append(m)
             else:
-                w.append_many(RecordBatch.from_messages(msgs))
+                append_many(w, RecordBatch.from_messages(msgs))
             w.close()
             roots.append(root)
         a, b = (tree_digest(r) for r in roots)
