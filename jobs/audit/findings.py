@@ -266,7 +266,7 @@ def metric_table(scope: str, values: dict, n: int | None = None, **keys) -> pa.T
     """Long-format metrics: one row per (key row, metric in ``values``); ``values`` maps metric names to arrays
     of n (or one value), ``keys`` gives broker / topic / queue_id / group (arrays or one value)."""
     if n is None:
-        lengths = [len(v) for v in list(values.values()) + list(keys.values()) if isinstance(v, (pa.Array, list,
+        lengths = [len(v) for v in list(values.values()) + list(keys.values()) if isinstance(v, (pa.Array, pa.ChunkedArray, list,
                                                                                                 np.ndarray))]
         n = lengths[0] if lengths else 1
     if not n or not values:

@@ -77,6 +77,18 @@ def plan_broker(store_input: StoreInput, *, segment_size: int | None = None, has
     return BrokerPlan(name, root, store, segments, size, cq, index, has_index, shift, end)
 
 
+def data_bytes(plan: BrokerPlan) -> int:
+    """The commitlog bytes a broker holds: every segment's length, the newest one's up to its written end."""
+    from datasources.commitlog import written_end
+
+    segs = plan.named_segments
+    if not segs:
+        return 0
+    newest = segs[-1]
+    tail = written_end(newest.loc, newest.length) if newest.loc.local_path is not None else newest.length
+    return sum(s.length for s in segs[:-1]) + tail
+
+
 def scan_split_size(plans: list[BrokerPlan], cores: int, requested: int | None) -> int | None:
     """The range size segments are cut into: ``requested`` (--split-size), else none when there are enough
     segments for the cores, else what gives about TASKS_PER_CORE ranges per core (MIN_SPLIT..MAX_SPLIT)."""
@@ -85,11 +97,11 @@ def scan_split_size(plans: list[BrokerPlan], cores: int, requested: int | None) 
     segments = [s for p in plans for s in p.segments if s.base is not None]
     if len(segments) >= TASKS_PER_CORE * cores:
         return None
-    total = sum(s.length for s in segments)
+    total = sum(data_bytes(p) for p in plans)
     if not total:
         return None
-    size = total / (TASKS_PER_CORE * cores)
-    return int(min(MAX_SPLIT, max(MIN_SPLIT, 1 << max(0, math.ceil(math.log2(size))))))
+    size = -(-total // (TASKS_PER_CORE * cores))
+    return int(min(MAX_SPLIT, max(MIN_SPLIT, -(-size // (1 << 20)) << 20)))
 
 
 @dataclass(frozen=True)

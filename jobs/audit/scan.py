@@ -16,6 +16,7 @@ Each family of jobs/audit/checks/ contributes a hook per task kind (``in_range``
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -112,6 +113,9 @@ class CommitlogRange:
     def describe(self) -> str:
         return f"{self.facts.broker}/{self.name}@{self.start}"
 
+    def cost(self) -> int:
+        return self.end - self.start
+
     def run(self, out: Emitter) -> None:
         walk, handle, w0 = read_range_walk(self.loc, self.name, self.base, self.length, self.start, self.end,
                                            self.last, check_crc=self.facts.check_crc,
@@ -129,6 +133,18 @@ class CommitlogRange:
             buf = handle.buf if isinstance(handle, ReadOnlyMap) else handle
             rc = RangeContext(self.facts, self.name, self.base, items, first_stop, buf, w0, lo, hi,
                               self.start == 0)
+            blanks = items.positions[items.kinds == KIND_BLANK]
+            ts = rc.column("store_timestamp") if len(rc.message_rows) else np.zeros(0, np.int64)
+            out.partial("scan.ranges", pa.table({
+                "broker": [self.facts.broker], "segment": [self.name], "range_start": [self.start],
+                "messages": [len(rc.message_rows)], "blank_at": [int(blanks.min()) if len(blanks) else None],
+                "max_store_timestamp": [int(ts.max()) if len(ts) else None], "data_end": [rc.data_end]},
+                schema=RANGES))
+            from .report import rate_counts
+
+            rate = rate_counts(rc) if len(rc.message_rows) else None
+            if rate is not None:
+                out.partial("report.rate", rate)
             for family in self.facts.families:
                 hook = getattr(family_module(family), "in_range", None)
                 if hook is not None:
@@ -219,7 +235,7 @@ class RangeContext:
     @cached_property
     def units(self) -> pa.Table:
         """The consume-queue entries (units recovery would accept) whose physical offset this range owns."""
-        from store_format.consumequeue import read_unit_window
+        from datasources.consumequeue import read_unit_window
 
         if self.lo >= self.hi:
             return _UNITS.empty_table()
@@ -323,6 +339,9 @@ def _block(phys: np.ndarray, size: int) -> np.ndarray:
     return phys - np.fmod(phys, size)
 
 
+RANGES = pa.schema([("broker", pa.string()), ("segment", pa.string()), ("range_start", pa.int64()),
+                    ("messages", pa.int64()), ("blank_at", pa.int64()), ("max_store_timestamp", pa.int64()),
+                    ("data_end", pa.int64())])
 _UNITS = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
                     ("physical_offset", pa.int64()), ("size", pa.int32()), ("tags_code", pa.int64()),
                     ("file", pa.string()), ("file_position", pa.int64())])
@@ -341,6 +360,9 @@ class QueueScan:
     def describe(self) -> str:
         return f"{self.facts.broker}: {len(self.files)} consume-queue file(s)"
 
+    def cost(self) -> int:
+        return sum(f.length for f in self.files)
+
     def run(self, out: Emitter) -> None:
         for family in self.facts.families:
             hook = getattr(family_module(family), "in_queue_files", None)
@@ -355,6 +377,14 @@ class IndexScan:
 
     def describe(self) -> str:
         return f"{self.facts.broker}/index/{self.part.name}"
+
+    def cost(self) -> int:
+        return self.size  # the chain walk reads the whole file
+
+    @property
+    def size(self) -> int:
+        loc = self.part.loc
+        return os.path.getsize(loc.local_path) if loc.local_path is not None else loc.info().size
 
     def run(self, out: Emitter) -> None:
         for family in self.facts.families:

@@ -43,7 +43,8 @@ WALK_RANGES = pa.schema([
 BUCKETS = [("bucket", pa.list_(pa.int64())), ("bucket_first", pa.list_(pa.int64())),
            ("bucket_last", pa.list_(pa.int64()))]
 CQ_FILES = pa.schema([
-    ("broker", pa.string()), ("path", pa.string()), ("units", pa.int64()), ("entries", pa.int64()),
+    ("broker", pa.string()), ("path", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
+    ("units", pa.int64()), ("entries", pa.int64()),
     ("min_queue_offset", pa.int64()), ("max_queue_offset", pa.int64()), *BUCKETS,
 ])
 INDEX_FILES = pa.schema([
@@ -81,6 +82,9 @@ class SegmentSurvey:
     def describe(self) -> str:
         return f"{self.broker}/{self.name}@{self.start}"
 
+    def cost(self) -> int:
+        return self.end - self.start
+
     def run(self, out: Emitter) -> None:
         walk, handle, _ = read_range_walk(self.loc, self.name, self.base, self.length, self.start, self.end,
                                           self.last, check_crc=self.check_crc)
@@ -103,16 +107,27 @@ def _bucket_columns(b: Buckets) -> dict:
 
 @dataclass
 class QueueSurvey:
+    """Consume-queue files of whole queues.  For SCHEDULE_TOPIC_XXXX, the units at or past each level's next
+    offset to deliver (``schedule_next``, queue id -> offset) are the pending delayed messages: their records are
+    read here (without checking them: the scan says whether a message of the walk starts there)."""
+
     broker: str
     files: list[CQFilePartition]
     shift: int
     commitlog_end: int
+    schedule_next: dict
+    segments: list  # (base offset, length, Location) of the named segments, to read pending records
 
     def describe(self) -> str:
         return f"{self.broker}: {len(self.files)} consume-queue file(s)"
 
+    def cost(self) -> int:
+        return sum(f.length for f in self.files)
+
     def run(self, out: Emitter) -> None:
-        rows = []
+        from .checks.delays import PENDING
+
+        rows, pending = [], []
         for p in self.files:
             if p.queue_id is None or not SEGMENT_NAME.match(p.name):
                 continue  # never read: the scan reports the file
@@ -121,10 +136,43 @@ class QueueSurvey:
             entry = np.flatnonzero(u.kind == 0)
             qoff = u.queue_offset[entry]
             b = Buckets.of(bucket_of(u.physical_offset[entry], self.shift, self.commitlog_end), entry)
-            rows.append({"broker": self.broker, "path": p.loc.path, "units": len(u.kind), "entries": len(entry),
+            rows.append({"broker": self.broker, "path": p.loc.path, "topic": p.topic, "queue_id": p.queue_id,
+                         "units": len(u.kind), "entries": len(entry),
                          "min_queue_offset": int(qoff.min()) if len(qoff) else None,
                          "max_queue_offset": int(qoff.max()) if len(qoff) else None, **_bucket_columns(b)})
+            if p.topic == L.SCHEDULE_TOPIC and p.queue_id in self.schedule_next:
+                due = entry[qoff >= self.schedule_next[p.queue_id]]
+                for i in due.tolist():
+                    phys = int(u.physical_offset[i])
+                    msg = self._record(phys)
+                    pending.append({"broker": self.broker, "level": p.queue_id + 1,
+                                    "queue_offset": int(u.queue_offset[i]), "physical_offset": phys,
+                                    "deliver_time": int(u.tags_code[i]),
+                                    "uniq_key": msg.uniq_key if msg else None,
+                                    "real_topic": msg.properties.get(L.PROPERTY_REAL_TOPIC) if msg else None})
         out.partial("survey.cq_files", pa.Table.from_pylist(rows, schema=CQ_FILES))
+        if pending:
+            out.partial("delays.pending", pa.Table.from_pylist(pending, schema=PENDING))
+
+    def _record(self, phys: int):
+        """The record a unit points at, decoded as it stands (None when it does not decode)."""
+        from store_format import codec
+
+        for base, length, loc in self.segments:
+            if base <= phys < base + length:
+                pos = phys - base
+                head = loc.read_range(pos, 4) if loc.local_path is None else None
+                try:
+                    if loc.local_path is not None:
+                        with ReadOnlyMap(loc.local_path) as m:
+                            return codec.decode_record(m.buf, pos, file=loc.path)
+                    size = int.from_bytes(head, "big", signed=True)
+                    if not 0 < size <= length - pos:
+                        return None
+                    return codec.decode_record(loc.read_range(pos, size), 0, file=loc.path)
+                except StoreFormatError:
+                    return None
+        return None
 
 
 @dataclass
@@ -137,10 +185,13 @@ class IndexSurvey:
     def describe(self) -> str:
         return f"{self.broker}/index/{self.part.name}"
 
+    def cost(self) -> int:
+        return 1 << 20  # reads a few bytes per entry
+
     def run(self, out: Emitter) -> None:
         p = self.part
         row = {"broker": self.broker, "path": p.loc.path, "name": p.name}
-        if not INDEX_NAME.fullmatch(p.name):
+        if not INDEX_NAME.match(p.name):
             row["error"] = "bad file name"
         else:
             with local_copy(p.loc) as local:

@@ -18,6 +18,7 @@ import pyarrow as pa
 from .findings import FINDING_SCHEMA
 
 OUTPUT_SCHEMA = pa.schema(list(FINDING_SCHEMA) + [("table", pa.string()), ("payload", pa.binary())])
+COUNTS = pa.schema([("check", pa.string()), ("severity", pa.string()), ("count", pa.int64())])
 _FINDING_BATCH_ROWS = 65536
 
 
@@ -36,6 +37,10 @@ class Emitter:
         self.partials.setdefault(name, []).append(table)
 
     def batches(self):
+        if self.findings:
+            counts = pa.concat_tables(self.findings).group_by(["check", "severity"]).aggregate([("check", "count")])
+            self.partial("_counts", pa.table({"check": counts.column("check"), "severity": counts.column("severity"),
+                                              "count": counts.column("check_count").cast(pa.int64())}, schema=COUNTS))
         for t in self.findings:
             for b in t.to_batches(_FINDING_BATCH_ROWS):
                 n = b.num_rows
@@ -60,30 +65,47 @@ class TaskTiming:
     seconds: float
 
 
-def _runner(tasks: list):
+def pack(tasks: list, slots: int) -> list[list]:
+    """Tasks in at most ``slots`` bins of about equal cost (largest first into the least loaded bin): a Spark task
+    costs tens of milliseconds before it runs a line of ours, so thousands of small files must not be as many
+    Spark tasks."""
+    bins: list[list] = [[] for _ in range(max(1, min(slots, len(tasks))))]
+    load = [0] * len(bins)
+    for t in sorted(tasks, key=lambda t: -t.cost()):
+        i = load.index(min(load))
+        bins[i].append(t)
+        load[i] += max(t.cost(), 1)
+    return bins
+
+
+def _runner(bins: list[list]):
     def run(batches):
         from udfs.kernels import tune_allocator
 
         tune_allocator()
         for batch in batches:
             for i in batch.column(0).to_pylist():
-                task = tasks[i]
-                out = Emitter()
-                t0 = time.perf_counter()
-                task.run(out)
-                out.partial("_timing", pa.table({"kind": [type(task).__name__], "name": [task.describe()],
-                                                 "seconds": [time.perf_counter() - t0]}))
-                yield from out.batches()
+                yield from _run_bin(bins[i])
     return run
 
 
-def run_tasks(spark, tasks: list, *, persist: bool = False):
-    """A DataFrame of every task's output rows (one Spark task per task object)."""
+def _run_bin(tasks: list):
+    for task in tasks:
+        out = Emitter()
+        t0 = time.perf_counter()
+        task.run(out)
+        out.partial("_timing", pa.table({"kind": [type(task).__name__], "name": [task.describe()],
+                                         "seconds": [time.perf_counter() - t0]}))
+        yield from out.batches()
+
+
+def run_tasks(spark, tasks: list, slots: int, *, persist: bool = False):
+    """A DataFrame of every task's output rows: the tasks packed into at most ``slots`` Spark tasks."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    n = max(len(tasks), 1)
-    ids = spark.range(0, len(tasks), 1, numPartitions=n)
-    df = ids.mapInArrow(_runner(tasks), from_arrow_schema(OUTPUT_SCHEMA))
+    bins = pack(tasks, slots)
+    ids = spark.range(0, len(bins), 1, numPartitions=len(bins))
+    df = ids.mapInArrow(_runner(bins), from_arrow_schema(OUTPUT_SCHEMA))
     if persist:
         from pyspark import StorageLevel
 

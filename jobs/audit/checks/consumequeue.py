@@ -71,8 +71,6 @@ LOOSE = pa.schema([("broker", pa.string())] + UNIT_COLUMNS)
 MISSING = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()), ("pending", pa.bool_()),
                      ("queue_offset", pa.int64()), ("physical_offset", pa.int64())])
 DATA_END = pa.schema([("broker", pa.string()), ("data_end", pa.int64())])
-QUEUE_FILES = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
-                         ("entries", pa.int64()), ("min_offset", pa.int64()), ("max_offset", pa.int64())])
 
 
 def in_range(rc, out) -> None:
@@ -187,9 +185,8 @@ def _duplicates(rc, u: pa.Table, out) -> None:
 # ------------------------------------------------------------------------------------------------ queue files
 
 def in_queue_files(facts, files, out) -> None:
-    """Corrupt units, bad names and partial units of each file (the data source's ``corrupt`` rows), and each
-    file's entry bounds (the queues table)."""
-    corrupt, bounds = [], []
+    """Corrupt units, bad names and partial units of each file (the data source's ``corrupt`` rows)."""
+    corrupt = []
     for p in files:
         if p.queue_id is None or not SEGMENT_NAME.match(p.name):
             corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=0, length=p.length,
@@ -206,35 +203,14 @@ def in_queue_files(facts, files, out) -> None:
         if u.truncated is not None:
             corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=u.truncated.position,
                                 length=p.length - u.truncated.position, reason=u.truncated.kind.value))
-        entry = u.kind == 0
-        if entry.any():
-            q = u.queue_offset[entry]
-            bounds.append(dict(broker=facts.broker, topic=p.topic, queue_id=p.queue_id, entries=int(entry.sum()),
-                               min_offset=int(q.min()), max_offset=int(q.max()) + 1))
     out.finding(finding_rows("consumequeue.corrupt_unit", [dict(
         broker=facts.broker, file=c["file"], file_position=c["file_position"], topic=c["topic"],
         queue_id=c["queue_id"], queue_offset=c.get("queue_offset"),
         values={"queue_id_text": c["queue_id"], "reason": c["reason"]},
         details={"length": c["length"], "reason": c["reason"]}) for c in corrupt]))
-    out.partial("consumequeue.queue_files", pa.Table.from_pylist(bounds, schema=QUEUE_FILES))
 
 
 # ------------------------------------------------------------------------------------------------------ driver
-
-def queue_bounds(ctx) -> pa.Table:
-    """Per consume queue: ``min_offset`` (first entry), ``max_offset`` (one past the last entry, as the broker's
-    ``getMaxOffsetInQueue``) and the entry count, from the consume-queue files."""
-    t = ctx.partial("consumequeue.queue_files", QUEUE_FILES)
-    if not t.num_rows:
-        return pa.table({"broker": pa.array([], pa.string()), "topic": pa.array([], pa.string()),
-                         "queue_id": pa.array([], pa.int32()), "min_offset": pa.array([], pa.int64()),
-                         "max_offset": pa.array([], pa.int64()), "entries": pa.array([], pa.int64())})
-    g = t.group_by(["broker", "topic", "queue_id"]).aggregate([("min_offset", "min"), ("max_offset", "max"),
-                                                               ("entries", "sum")])
-    return pa.table({"broker": g.column("broker"), "topic": g.column("topic"), "queue_id": g.column("queue_id"),
-                     "min_offset": g.column("min_offset_min"), "max_offset": g.column("max_offset_max"),
-                     "entries": g.column("entries_sum")})
-
 
 def on_driver(ctx) -> FamilyResult:
     res = FamilyResult()

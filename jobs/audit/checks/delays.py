@@ -1,0 +1,167 @@
+"""Delayed messages: per delay level, ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` against the next offset to
+deliver in ``config/delayOffset.json`` (absent = 0, as ScheduleMessageService starts).  A pending message is
+due when its deliver time (the unit's tagsCode) is at or before the dump time; it was delivered when a
+message with its UNIQ_KEY exists in its REAL_TOPIC.
+
+Checks: ``delays.overdue`` (warning: due, not delivered), ``delays.delivered_offset_behind`` (info: delivered,
+but delayOffset.json was not persisted past it: it will be delivered again), ``delays.offset_out_of_range``
+(warning), ``delays.unknown_level`` (warning: an offset for a level the broker does not have).  Detail table:
+``delays``.
+
+The pending units and a first reading of their records come from the survey; the scan then confirms each record
+(a message of the walk starts there) and looks for delivered copies (REAL_TOPIC, UNIQ_KEY) in every range.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from store_format import layout as L
+
+from ..findings import Severity, check, finding_table, metric_table
+from . import FamilyResult
+
+check("delays.overdue", Severity.WARNING,
+      "delay level {level} message for {real_topic|?} was due {due_seconds} s before the dump time and is not delivered")
+check("delays.delivered_offset_behind", Severity.INFO,
+      "delay level {level} message was delivered to {real_topic} but delayOffset.json is behind it: the broker "
+      "delivers it again")
+check("delays.offset_out_of_range", Severity.WARNING,
+      "delayOffset.json says level {level} is at {delivered_offset} but its queue holds {min_offset|0}..{max_offset|0}")
+check("delays.unknown_level", Severity.WARNING, "delay level {level} is beyond the {levels} levels of messageDelayLevel")
+
+PENDING = pa.schema([("broker", pa.string()), ("level", pa.int32()), ("queue_offset", pa.int64()),
+                     ("physical_offset", pa.int64()), ("deliver_time", pa.int64()), ("uniq_key", pa.string()),
+                     ("real_topic", pa.string())])  # from the survey: the unit and a first reading of its record
+FOUND = pa.schema([("broker", pa.string()), ("physical_offset", pa.int64()), ("uniq_key", pa.string()),
+                   ("real_topic", pa.string()), ("segment", pa.string()), ("file_position", pa.int64()),
+                   ("store_timestamp", pa.int64())])
+DELIVERED = pa.schema([("broker", pa.string()), ("real_topic", pa.string()), ("uniq_key", pa.string())])
+DELAYS = pa.schema([("broker", pa.string()), ("level", pa.int32()), ("queue_id", pa.int32()),
+                    ("min_offset", pa.int64()), ("max_offset", pa.int64()), ("delivered_offset", pa.int64()),
+                    ("pending", pa.int64()), ("overdue", pa.int64()), ("next_deliver_time", pa.int64())])
+_FILE = "config/delayOffset.json"
+
+
+def in_range(rc, out) -> None:
+    probe = rc.facts.probes.get("delays")
+    m = rc.messages
+    if not probe or not m.num_rows:
+        return
+    phys = probe["physical_offsets"]
+    phys = phys[rc.owns(phys)]
+    at = rc.message_at(phys)
+    hit = np.flatnonzero(at >= 0)
+    if len(hit):
+        t = m.take(at[hit])
+        out.partial("delays.found", pa.table({
+            "broker": pa.repeat(pa.scalar(rc.broker), len(hit)), "physical_offset": pa.array(phys[hit]),
+            **{c: t.column(c) for c in ("uniq_key", "real_topic", "segment", "file_position", "store_timestamp")}},
+            schema=FOUND))
+    wanted = probe["copies"]  # (real topic, uniq key) of pending messages: are they in their topic already?
+    if wanted.num_rows:
+        here = pa.table({"real_topic": m.column("topic"), "uniq_key": m.column("uniq_key")}).filter(
+            pc.not_equal(m.column("topic"), L.SCHEDULE_TOPIC))
+        got = here.join(wanted, ["real_topic", "uniq_key"], join_type="left semi").group_by(
+            ["real_topic", "uniq_key"]).aggregate([])
+        if got.num_rows:
+            out.partial("delays.delivered", pa.table({"broker": pa.repeat(pa.scalar(rc.broker), got.num_rows),
+                                                      "real_topic": got.column("real_topic"),
+                                                      "uniq_key": got.column("uniq_key")}, schema=DELIVERED))
+
+
+def probes(ctx, broker: str) -> dict | None:
+    p = ctx.survey_partial("delays.pending", PENDING)
+    p = p.filter(pc.equal(p.column("broker"), broker))
+    if not p.num_rows:
+        return None
+    copies = pa.table({"real_topic": p.column("real_topic"), "uniq_key": p.column("uniq_key")}).filter(
+        pc.and_(pc.is_valid(p.column("real_topic")), pc.is_valid(p.column("uniq_key")))).group_by(
+        ["real_topic", "uniq_key"]).aggregate([])
+    return {"physical_offsets": np.unique(p.column("physical_offset").to_numpy()), "copies": copies}
+
+
+def on_driver(ctx) -> FamilyResult:
+    res = FamilyResult()
+    levels = len(L.DEFAULT_DELAY_LEVELS)  # messageDelayLevel is broker config, not in the store: the default
+    offsets = ctx.metadata("delay_offsets")
+    offsets = offsets.filter(pc.and_(pc.is_null(offsets.column("error")), pc.is_valid(offsets.column("delay_level"))))
+    delivered_offset = {(b, lv): o for b, lv, o in zip(offsets.column("broker").to_pylist(),
+                                                       offsets.column("delay_level").to_pylist(),
+                                                       offsets.column("offset").to_pylist())}
+    bounds = {(r["broker"], r["queue_id"] + 1): r for r in ctx.queue_bounds.to_pylist()
+              if r["topic"] == L.SCHEDULE_TOPIC}
+    per_level = sorted(set(bounds) | set(delivered_offset))
+
+    found = {(r["broker"], r["physical_offset"]): r for r in ctx.partial("delays.found", FOUND).to_pylist()}
+    delivered = {(r["broker"], r["real_topic"], r["uniq_key"]) for r in ctx.partial("delays.delivered", DELIVERED)
+                 .to_pylist()}
+    pending = []
+    for u in ctx.survey_partial("delays.pending", PENDING).to_pylist():
+        msg = found.get((u["broker"], u["physical_offset"]), {})
+        uniq, real = msg.get("uniq_key"), msg.get("real_topic")
+        is_delivered = uniq is not None and real is not None and (u["broker"], real, uniq) in delivered
+        pending.append({**u, "uniq_key": uniq, "real_topic": real, "segment": msg.get("segment"),
+                        "file_position": msg.get("file_position"), "delivered": is_delivered,
+                        "due": u["deliver_time"] <= ctx.as_of[u["broker"]]})
+
+    def emit(check_id, sel, extra_details: bool):
+        if not sel:
+            return
+        col = lambda name, typ: pa.array([r[name] for r in sel], typ)  # noqa: E731
+        level, uniq = col("level", pa.int32()), col("uniq_key", pa.string())
+        details = {"level": level}
+        if extra_details:
+            details["deliver_time"] = col("deliver_time", pa.int64())
+        details.update(uniq_key=uniq, key=uniq)
+        res.findings.append(finding_table(
+            check_id, len(sel), broker=col("broker", pa.string()), file=col("segment", pa.string()),
+            file_position=col("file_position", pa.int64()), physical_offset=col("physical_offset", pa.int64()),
+            topic=L.SCHEDULE_TOPIC, queue_id=pc.subtract(level, pa.scalar(1, pa.int32())),
+            queue_offset=col("queue_offset", pa.int64()),
+            values={"level": level, "real_topic": col("real_topic", pa.string()),
+                    "due_seconds": pa.array([int((ctx.as_of[r["broker"]] - r["deliver_time"]) / 1000) for r in sel],
+                                            pa.int64())}, details=details))
+
+    emit("delays.overdue", [r for r in pending if r["due"] and not r["delivered"]], True)
+    emit("delays.delivered_offset_behind", [r for r in pending if r["delivered"]], False)
+
+    rows = []
+    for broker, level in per_level:
+        b = bounds.get((broker, level), {})
+        mine = [r for r in pending if r["broker"] == broker and r["level"] == level]
+        rows.append(dict(broker=broker, level=level, queue_id=level - 1, min_offset=b.get("min_offset"),
+                         max_offset=b.get("max_offset"), delivered_offset=delivered_offset.get((broker, level)),
+                         pending=len(mine), overdue=sum(r["due"] and not r["delivered"] for r in mine),
+                         next_deliver_time=min((r["deliver_time"] for r in mine), default=None)))
+    table = pa.Table.from_pylist(rows, schema=DELAYS)
+    res.tables["delays"] = table
+    out_of_range = [r for r in rows if r["delivered_offset"] is not None and r["level"] <= levels and (
+        r["delivered_offset"] > (r["max_offset"] or 0) or r["delivered_offset"] < (r["min_offset"] or 0))]
+    unknown = [r for r in rows if r["level"] > levels]
+    for check_id, sel in (("delays.offset_out_of_range", out_of_range), ("delays.unknown_level", unknown)):
+        if not sel:
+            continue
+        col = lambda name, typ: pa.array([r[name] for r in sel], typ)  # noqa: E731
+        details = {"level": col("level", pa.int32())}
+        if check_id == "delays.offset_out_of_range":
+            details["offset"] = col("delivered_offset", pa.int64())
+        res.findings.append(finding_table(
+            check_id, len(sel), broker=col("broker", pa.string()), file=_FILE, topic=L.SCHEDULE_TOPIC,
+            queue_id=col("queue_id", pa.int32()),
+            queue_offset=col("delivered_offset", pa.int64()) if check_id == "delays.offset_out_of_range" else None,
+            values={"level": col("level", pa.int32()), "delivered_offset": col("delivered_offset", pa.int64()),
+                    "min_offset": col("min_offset", pa.int64()), "max_offset": col("max_offset", pa.int64()),
+                    "levels": levels}, details=details))
+    if rows:
+        res.metrics.append(metric_table("level", {"pending_delays": table.column("pending"),
+                                                  "overdue_delays": table.column("overdue")},
+                                        n=table.num_rows, broker=table.column("broker"), topic=L.SCHEDULE_TOPIC,
+                                        queue_id=table.column("queue_id")))
+        per_broker: dict[str, int] = {}
+        for r in rows:
+            per_broker[r["broker"]] = per_broker.get(r["broker"], 0) + r["pending"]
+        names = sorted(per_broker)
+        res.metrics.append(metric_table("broker", {"pending_delays": [per_broker[b] for b in names]}, broker=names))
+    return res

@@ -1,0 +1,327 @@
+"""CommitLog <-> IndexFile: every UNIQ_KEY and key of an indexable message can be found, every entry points at a
+message one of whose keys has its hash, and the files' headers and hash chains hold together.
+
+Indexable (IndexService.buildIndex): every record but ROLLBACK; keys are ``topic#UNIQ_KEY`` and ``topic#k`` for
+each non-empty piece of KEYS split on " ".  Checks: ``index.key_missing`` (error; the warning
+``index.not_yet_indexed`` when the broker indexes the message at start: past the consume queues' end, or in
+the abnormal-recovery re-dispatch range), ``index.hash_mismatch``, ``index.entry_past_end``,
+``index.entry_mid_record``, ``index.entry_not_a_message``, the warnings ``index.entry_in_damage``,
+``index.entry_for_dropped_message`` (normal recovery leaves such stale entries, store-format.md section 14),
+``index.time_inconsistent``, ``index.header_mismatch``; ``index.chain_problem`` (out-of-range or cyclic
+links, unreachable entries), ``index.corrupt_file``, ``index.header_count_out_of_range``; the info
+``index.duplicate_entries`` (expected after re-dispatch: counted, not an error) and the warning
+``index.no_index`` (messages but no index files).
+
+Where each is decided: a scan task holds the entries pointing into its range against its messages' keys (hashed
+as the broker hashes them); an index task walks one file's chains and header; per-file counts and whether a loose
+entry lies past the data's end are finished on the driver.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from datasources.indexfile import EntryViews, chain_problems, entry_summary, reachable
+from datasources.storepaths import local_copy
+from store_format.commitlog import ReadOnlyMap
+from store_format.errors import ErrorKind, StoreFormatError
+from store_format.indexfile import INDEX_NAME, IndexFile
+from store_format.javahash import index_hash_of, java_hash_concat, java_hash_joined, java_hash_many
+
+from ..findings import Severity, check, concat_findings, finding_rows, finding_table, metric_table
+from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
+from . import FamilyResult
+
+check("index.key_missing", Severity.ERROR,
+      "key {topic}#{key} of this message has no index entry: queries by it will not find it")
+check("index.not_yet_indexed", Severity.WARNING, "key {topic}#{key} is not indexed yet (the broker indexes it at start)")
+check("index.entry_for_dropped_message", Severity.WARNING,
+      "{entries} entries point at messages recovery drops (physical offsets {physical_offset}..{last}): lookups find "
+      "candidates that are gone")
+check("index.entry_in_damage", Severity.WARNING,
+      "entry {entry} points into a corrupt span ({item_reason}) starting at {item_position}")
+check("index.entry_mid_record", Severity.ERROR, "entry {entry} points into the middle of the record at {item_position}")
+check("index.entry_past_end", Severity.ERROR, "entry {entry} points past the end of the commitlog data ({data_end|empty})")
+check("index.entry_not_a_message", Severity.ERROR, "entry {entry} points at bytes where no record starts")
+check("index.hash_mismatch", Severity.ERROR,
+      "entry {entry} has hash {key_hash}, which is none of the keys of the message it points at")
+check("index.time_inconsistent", Severity.WARNING,
+      "entry {entry} says store time {entry_time} (second precision) but the message was stored at {message_time}")
+check("index.chain_problem", Severity.ERROR, "entry {entry}: {problems_text}")
+check("index.corrupt_file", Severity.ERROR, "index file {file} cannot be read: {reason|} {detail|}")
+check("index.header_count_out_of_range", Severity.ERROR, "indexCount {index_count} is outside 1..{index_num}")
+check("index.header_mismatch", Severity.WARNING, "index header disagrees with its entries: {problems}")
+check("index.duplicate_entries", Severity.INFO,
+      "{extra} duplicate index entries for {pairs} (key, message) pair(s): expected after re-dispatch or a key listed "
+      "twice")
+check("index.no_index", Severity.WARNING,
+      "no index/ folder: key lookups of {messages} messages cannot work (messageIndexEnable=false, or the folder is "
+      "lost)")
+
+UNINDEXED = pa.schema([("broker", pa.string()), ("messages", pa.int64())])
+DROPPED = pa.schema([("broker", pa.string()), ("file", pa.string()), ("entries", pa.int64()), ("first", pa.int64()),
+                     ("last", pa.int64())])
+LOOSE = pa.schema([("broker", pa.string()), ("file", pa.string()), ("entry", pa.int32()), ("key_hash", pa.int32()),
+                   ("physical_offset", pa.int64())])
+FILES = pa.schema([("broker", pa.string()), ("file", pa.string()), ("entries", pa.int64()),
+                   ("duplicate_entries", pa.int64()), ("duplicated_pairs", pa.int64())])
+
+
+def message_keys(m: pa.Table) -> pa.Table:
+    """(row, key, key_hash) for every key the broker indexes of the messages ``m`` (rows into it): UNIQ_KEY and each
+    piece of KEYS, each once per message, for every record but ROLLBACK; key_hash is IndexService's hash of
+    ``topic#key`` (String.hashCode over UTF-16, abs, Integer.MIN_VALUE -> 0)."""
+    n = m.num_rows
+    indexable = pc.not_equal(m.column("tran_type"), "ROLLBACK").to_numpy(zero_copy_only=False)
+    rows = np.arange(n, dtype=np.int64)
+    uniq = m.column("uniq_key").combine_chunks() if isinstance(m.column("uniq_key"), pa.ChunkedArray) \
+        else m.column("uniq_key")
+    keys = m.column("keys").combine_chunks() if isinstance(m.column("keys"), pa.ChunkedArray) else m.column("keys")
+    has_uniq = uniq.is_valid().to_numpy(zero_copy_only=False)
+    list_len = pc.fill_null(pc.list_value_length(keys), 0).to_numpy(zero_copy_only=False)
+    owner = np.concatenate([rows[has_uniq], np.repeat(rows, list_len)])
+    order = np.concatenate([np.zeros(int(has_uniq.sum()), np.int64), np.ones(int(list_len.sum()), np.int64)])
+    text = pa.concat_arrays([uniq.filter(pa.array(has_uniq)), pc.list_flatten(keys)]).cast(pa.string())
+    t = pa.table({"row": pa.array(owner, pa.int64()), "key": text, "first": pa.array(order)})
+    t = t.filter(pa.array(indexable[owner])) if len(owner) else t
+    t = t.group_by(["row", "key"]).aggregate([])  # distinct (message, key)
+    if not t.num_rows:
+        return pa.table({"row": pa.array([], pa.int64()), "key": pa.array([], pa.string()),
+                         "key_hash": pa.array([], pa.int32())})
+    key = t.column("key").combine_chunks()
+    row = t.column("row").to_numpy()
+    offsets = np.frombuffer(key.buffers()[1], np.int32, len(key) + 1, key.offset * 4)
+    data = key.buffers()[2]
+    joined = data.to_pybytes()[offsets[0]:offsets[-1]].decode("utf-8") if data is not None else ""
+    key_hash, key_units = java_hash_joined(joined, pc.utf8_length(key).to_numpy(zero_copy_only=False), True)
+    topics = m.column("topic").to_pylist()
+    distinct = sorted(set(topics[i] for i in np.unique(row).tolist()))
+    prefix = dict(zip(distinct, java_hash_many([f"{t}#" for t in distinct]).tolist()))
+    topic_hash = np.array([prefix[topics[i]] for i in row.tolist()], np.int32)
+    full = java_hash_concat(topic_hash, key_hash, key_units)
+    return pa.table({"row": pa.array(row), "key": key, "key_hash": pa.array(index_hash_of(full), pa.int32())})
+
+
+def in_range(rc, out) -> None:
+    m = rc.messages
+    if not rc.facts.indexed:
+        out.partial("index.unindexed", pa.table({"broker": [rc.broker], "messages": [int(rc.column("kept").sum())]},
+                                                schema=UNINDEXED))
+        return
+    keys = message_keys(m) if m.num_rows else message_keys(m)
+    e = rc.index_entries
+    mphys = rc.column("physical_offset") if m.num_rows else np.zeros(0, np.int64)
+    kept = rc.column("kept") if m.num_rows else np.zeros(0, bool)
+    pairs = pa.table({"physical_offset": pa.array(mphys[keys.column("row").to_numpy()]) if keys.num_rows
+                      else pa.array([], pa.int64()), "key_hash": keys.column("key_hash")})
+
+    # messages -> entries: each kept key needs an entry with its (offset, hash)
+    kept_rows = kept[keys.column("row").to_numpy()] if keys.num_rows else np.zeros(0, bool)
+    expected = pairs.append_column("k", pa.array(np.arange(keys.num_rows))).filter(pa.array(kept_rows))
+    present = e.select(["physical_offset", "key_hash"])
+    missing = expected.join(present, ["physical_offset", "key_hash"], join_type="left anti")
+    if missing.num_rows:
+        k = np.sort(missing.column("k").to_numpy())
+        rows = keys.column("row").to_numpy()[k]
+        t = m.take(rows)
+        key, key_hash = keys.column("key").take(pa.array(k)), keys.column("key_hash").take(pa.array(k))
+        pending = t.column("physical_offset").to_numpy() >= rc.facts.index_pending_from
+        for flag, check_id in ((False, "index.key_missing"), (True, "index.not_yet_indexed")):
+            sel = np.flatnonzero(pending == flag)
+            if len(sel):
+                s = t.take(sel)
+                out.finding(finding_table(
+                    check_id, len(sel), broker=rc.broker, file=s.column("segment"),
+                    file_position=s.column("file_position"), physical_offset=s.column("physical_offset"),
+                    topic=s.column("topic"), queue_id=s.column("queue_id"), queue_offset=s.column("queue_offset"),
+                    values={"key": key.take(pa.array(sel))},
+                    details={"key": key.take(pa.array(sel)), "key_hash": key_hash.take(pa.array(sel))}))
+
+    if not e.num_rows:
+        return
+    # entries -> messages
+    ephys = e.column("physical_offset").to_numpy()
+    at = rc.message_at(ephys)
+    hit = at >= 0
+    ekept = np.zeros(len(at), bool)
+    ekept[hit] = kept[at[hit]]
+    dropped = np.flatnonzero(hit & ~ekept)
+    if len(dropped):
+        d = e.take(dropped).group_by("file").aggregate([("physical_offset", "count"), ("physical_offset", "min"),
+                                                         ("physical_offset", "max")])
+        out.partial("index.dropped", pa.table({
+            "broker": pa.repeat(pa.scalar(rc.broker), d.num_rows), "file": d.column("file"),
+            "entries": d.column("physical_offset_count").cast(pa.int64()), "first": d.column("physical_offset_min"),
+            "last": d.column("physical_offset_max")}, schema=DROPPED))
+    loose = np.flatnonzero(~hit)
+    if len(loose):
+        _loose(rc, e.take(loose), out)
+    good = np.flatnonzero(ekept)
+    if len(good):
+        g = e.take(good).append_column("m", pa.array(at[good]))
+        mt = m.take(at[good])
+        known = g.select(["physical_offset", "key_hash"]).append_column("i", pa.array(np.arange(len(good)))).join(
+            pairs.group_by(["physical_offset", "key_hash"]).aggregate([]), ["physical_offset", "key_hash"],
+            join_type="left anti")
+        bad = np.sort(known.column("i").to_numpy())
+        if len(bad):
+            gb, mb = g.take(bad), mt.take(bad)
+            out.finding(finding_table(
+                "index.hash_mismatch", len(bad), broker=rc.broker, file=gb.column("file"),
+                physical_offset=gb.column("physical_offset"), topic=mb.column("topic"),
+                values={"entry": gb.column("entry"), "key_hash": gb.column("key_hash")},
+                details={"entry": gb.column("entry"), "key_hash": gb.column("key_hash")}))
+        # timeDiff is whole seconds from the header's begin; the first entry's is against the previous file
+        ts = mt.column("store_timestamp").to_numpy(zero_copy_only=False)
+        et = g.column("store_time").to_numpy()
+        late = (g.column("entry").to_numpy() > 1) & ((ts < et) | (ts >= et + 1000))
+        rows = np.flatnonzero(late)
+        if len(rows):
+            gl, ml = g.take(rows), mt.take(rows)
+            out.finding(finding_table(
+                "index.time_inconsistent", len(rows), broker=rc.broker, file=gl.column("file"),
+                physical_offset=gl.column("physical_offset"), topic=ml.column("topic"),
+                values={"entry": gl.column("entry"), "entry_time": gl.column("store_time"),
+                        "message_time": ml.column("store_timestamp")},
+                details={"entry": gl.column("entry"), "entry_time": gl.column("store_time"),
+                         "message_time": ml.column("store_timestamp")}))
+
+
+def _loose(rc, e: pa.Table, out) -> None:
+    code, prev, reason = rc.locate(e.column("physical_offset").to_numpy())
+    for c, check_id in ((IN_DAMAGE, "index.entry_in_damage"), (MID_RECORD, "index.entry_mid_record")):
+        rows = np.flatnonzero(code == c)
+        if len(rows):
+            t = e.take(rows)
+            out.finding(finding_table(
+                check_id, len(rows), broker=rc.broker, file=t.column("file"), physical_offset=t.column("physical_offset"),
+                values={"entry": t.column("entry"), "item_position": pa.array(prev[rows], pa.int64()),
+                        "item_reason": pa.array([reason[i] for i in rows.tolist()], pa.string())},
+                details={"entry": t.column("entry"), "key_hash": t.column("key_hash")}))
+    rows = np.flatnonzero(code == OUTSIDE)
+    if len(rows):
+        t = e.take(rows)
+        out.partial("index.loose", pa.table({"broker": pa.repeat(pa.scalar(rc.broker), len(rows)),
+                                             "file": t.column("file"), "entry": t.column("entry"),
+                                             "key_hash": t.column("key_hash"),
+                                             "physical_offset": t.column("physical_offset")}, schema=LOOSE))
+
+
+# ------------------------------------------------------------------------------------------------ index files
+
+def in_index_file(facts, part, out) -> None:
+    """One file: unreadable (one finding), or its header against its entries and every entry's chain."""
+    broker, name = facts.broker, part.name
+
+    def corrupt(reason, detail):
+        out.finding(finding_rows("index.corrupt_file", [dict(broker=broker, file=name,
+                                                             values={"reason": reason, "detail": detail},
+                                                             details={"reason": reason})]))
+
+    if not INDEX_NAME.match(name):
+        corrupt(ErrorKind.BAD_FILE_NAME.value, "an index file name is its creation time, yyyyMMddHHmmssSSS (17 "
+                                               "digits); not read")
+        return
+    with local_copy(part.loc) as local:
+        try:
+            f = IndexFile(local, part.hash_slot_num, part.index_num)
+        except StoreFormatError as e:
+            corrupt(e.kind.value, e.message)
+            return
+        with f, ReadOnlyMap(local) as mm:
+            h = f.header
+            count = min(max(h.index_count, 1), f.index_num)
+            v = EntryViews(mm.buf, f.hash_slot_num, count)
+            reached = reachable(v)
+            summary = entry_summary(v)
+            _header(broker, name, h, f.index_num, summary, out)
+            out.partial("index.files", pa.table({"broker": [broker], "file": [name], "entries": [max(count - 1, 0)],
+                                                 "duplicate_entries": [summary["duplicate_entries"]],
+                                                 "duplicated_pairs": [summary["duplicated_pairs"]]}, schema=FILES))
+            chunk = 1 << 16
+            for start in range(1, count, chunk):
+                end = min(start + chunk, count)
+                kh, phys, td, prev = v.chunk(start, end)
+                problems = chain_problems(v, start, kh, td, prev, reached)
+                has = np.flatnonzero(pc.list_value_length(problems).to_numpy(zero_copy_only=False) > 0)
+                if not len(has):
+                    continue
+                p = problems.take(pa.array(has))
+                entry = pa.array((start + has).astype(np.int32))
+                out.finding(finding_table(
+                    "index.chain_problem", len(has), broker=broker, file=name, physical_offset=pa.array(phys[has]),
+                    values={"entry": entry, "problems_text": pc.binary_join(p, ", ")},
+                    details={"entry": entry, "problems": pc.binary_join(p, ","), "prev_index": pa.array(prev[has])}))
+            del v
+
+
+def _header(broker: str, name: str, h, index_num: int, s: dict, out) -> None:
+    """Header counters against the entries they describe."""
+    if h.index_count < 1 or h.index_count > index_num:
+        out.finding(finding_rows("index.header_count_out_of_range", [dict(
+            broker=broker, file=name, values={"index_count": h.index_count, "index_num": index_num},
+            details={"index_count": h.index_count})]))
+        return
+    problems = []
+    slots = s.get("entry_slots") or 0
+    if h.hash_slot_count != slots:
+        problems.append(f"hashSlotCount {h.hash_slot_count} but {slots} slots are used")
+    last, first = s.get("last_entry_phy_offset"), s.get("first_entry_phy_offset")
+    if last is not None and h.end_phy_offset != last:
+        problems.append(f"endPhyOffset {h.end_phy_offset} but the last entry points at {last}")
+    if first is not None and h.begin_phy_offset != first:
+        problems.append(f"beginPhyOffset {h.begin_phy_offset} but the first entry points at {first}")
+    if problems:
+        text = "; ".join(problems)
+        out.finding(finding_rows("index.header_mismatch", [dict(broker=broker, file=name, values={"problems": text},
+                                                                details={"problems": text})]))
+
+
+# ------------------------------------------------------------------------------------------------------ driver
+
+def on_driver(ctx) -> FamilyResult:
+    res = FamilyResult()
+    u = ctx.partial("index.unindexed", UNINDEXED)
+    if u.num_rows:
+        g = u.group_by("broker").aggregate([("messages", "sum")])
+        res.findings.append(finding_rows("index.no_index", [dict(
+            broker=b, file="index", values={"messages": n}, details={"messages": n})
+            for b, n in zip(g.column("broker").to_pylist(), g.column("messages_sum").to_pylist())]))
+    d = ctx.partial("index.dropped", DROPPED)
+    if d.num_rows:
+        g = d.group_by(["broker", "file"]).aggregate([("entries", "sum"), ("first", "min"), ("last", "max")])
+        res.findings.append(finding_rows("index.entry_for_dropped_message", [dict(
+            broker=r["broker"], file=r["file"], physical_offset=r["first_min"],
+            values={"entries": r["entries_sum"], "last": r["last_max"]},
+            details={"entries": r["entries_sum"], "last_physical_offset": r["last_max"]}) for r in g.to_pylist()]))
+    res.findings.append(_outside(ctx))
+    files = ctx.partial("index.files", FILES)
+    if files.num_rows:
+        with_entries = files.filter(pc.greater(files.column("entries"), 0))
+        g = with_entries.group_by("broker").aggregate([("entries", "sum"), ("file", "count")])
+        res.metrics.append(metric_table("broker", {"index_entries": g.column("entries_sum"),
+                                                   "index_files": g.column("file_count")},
+                                        n=g.num_rows, broker=g.column("broker")))
+        dup = files.group_by("broker").aggregate([("duplicate_entries", "sum"), ("duplicated_pairs", "sum")])
+        dup = dup.filter(pc.greater(dup.column("duplicate_entries_sum"), 0))
+        if dup.num_rows:
+            res.findings.append(finding_rows("index.duplicate_entries", [dict(
+                broker=r["broker"], file="index",
+                values={"extra": r["duplicate_entries_sum"], "pairs": r["duplicated_pairs_sum"]},
+                details={"duplicates": r["duplicate_entries_sum"]}) for r in dup.to_pylist()]))
+            res.metrics.append(metric_table("broker", {"index_duplicate_entries": dup.column("duplicate_entries_sum")},
+                                            n=dup.num_rows, broker=dup.column("broker")))
+    return res
+
+
+def _outside(ctx):
+    loose = ctx.partial("index.loose", LOOSE)
+    out = []
+    for r in loose.to_pylist():
+        end = ctx.data_end.get(r["broker"])
+        past = end is None or r["physical_offset"] >= end
+        out.append(finding_rows("index.entry_past_end" if past else "index.entry_not_a_message", [dict(
+            broker=r["broker"], file=r["file"], physical_offset=r["physical_offset"],
+            values={"entry": r["entry"], "data_end": end}, details={"entry": r["entry"], "key_hash": r["key_hash"]})]))
+    return concat_findings(out)

@@ -1,0 +1,102 @@
+"""Metadata: the config files against the data.
+
+Checks: ``metadata.config_unreadable`` (error: neither the file nor its ``.bak`` parses),
+``metadata.config_from_backup`` (warning: the main file was empty or broken; the broker loads the ``.bak``),
+``metadata.config_missing`` (info), ``metadata.topic_not_in_config`` (warning: a topic with consume queues but
+no topics.json entry; info for system topics, which 4.9.7 itself leaves out, e.g. RMQ_SYS_TRANS_OP_HALF_TOPIC),
+``metadata.queue_outside_config`` (warning: a queue id at or past the topic's queue count),
+``metadata.group_not_in_config`` (warning: offsets for a group without a subscriptionGroup.json entry).
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from datasources.metadata import CONFIG_FILE
+from store_format import layout as L
+
+from ..findings import Severity, check, finding_rows
+from . import FamilyResult
+
+check("metadata.config_unreadable", Severity.ERROR, "{file} cannot be read: {error}")
+check("metadata.config_from_backup", Severity.WARNING, "{file} is empty or broken; the broker will load {name}.bak")
+check("metadata.config_missing", Severity.INFO, "no {file}: its checks are skipped")
+check("metadata.topic_not_in_config", Severity.WARNING,
+      "topic {topic} has {queues} consume queue(s) but no topics.json entry", also=(Severity.INFO,))
+check("metadata.queue_outside_config", Severity.WARNING,
+      "queue {queue_id} of {topic} has data but topics.json gives it {queue_count} queues")
+check("metadata.group_not_in_config", Severity.WARNING,
+      "consumer group {group} has offsets but no subscriptionGroup.json entry")
+
+_TABLES = ("consumer_offsets", "delay_offsets", "topics", "subscription_groups")
+
+
+def _system(topic: str) -> bool:
+    return topic in L.SYSTEM_TOPICS or topic.startswith(L.SYSTEM_TOPIC_PREFIX)
+
+
+def _greatest(*values):
+    """Spark's greatest(): nulls skipped, null when all are."""
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def on_driver(ctx) -> FamilyResult:
+    res = FamilyResult()
+    present = {}
+    files: dict[str, list] = {}
+    for table in _TABLES:
+        name = CONFIG_FILE[table]
+        rows = ctx.metadata(table).to_pylist()
+        for s in ctx.stores:
+            mine = [r for r in rows if r["broker"] == s.name]
+            error = next((r["error"] for r in mine if r["error"] is not None), None)
+            source = next((r["source"] for r in mine if r["source"] is not None), None)
+            cfg = ctx.plans[s.name].store.root / "config"
+            exists = (cfg / name).exists() or (cfg / f"{name}.bak").exists()
+            present[(s.name, table)] = bool(mine and error is None and exists)
+            file = f"config/{name}"
+            if mine and error:
+                files.setdefault("metadata.config_unreadable", []).append(dict(
+                    broker=s.name, file=file, values={"error": error}))
+            elif mine and source and source.endswith(".bak"):
+                files.setdefault("metadata.config_from_backup", []).append(dict(
+                    broker=s.name, file=file, values={"name": name}))
+            elif not exists:
+                files.setdefault("metadata.config_missing", []).append(dict(broker=s.name, file=file))
+    for check_id, rows in files.items():
+        res.findings.append(finding_rows(check_id, rows))
+
+    with_topics = [s.name for s in ctx.stores if present[(s.name, "topics")]]
+    if with_topics:
+        topics = {(r["broker"], r["topic"]): r for r in ctx.metadata("topics").to_pylist()
+                  if r["topic"] is not None}
+        queues = sorted({q for q in ctx.queue_ids if q[0] in with_topics}, key=lambda q: (q[0], q[1], q[2] is None,
+                                                                                         q[2] or 0))
+        missing: dict[tuple, int] = {}
+        outside = []
+        for broker, topic, qid in queues:
+            conf = topics.get((broker, topic))
+            if conf is None:
+                missing[(broker, topic)] = missing.get((broker, topic), 0) + 1
+                continue
+            count = _greatest(conf["read_queue_nums"], conf["write_queue_nums"])
+            if topic != L.SCHEDULE_TOPIC and qid is not None and count is not None and qid >= count:
+                outside.append(dict(broker=broker, topic=topic, queue_id=qid, file="config/topics.json",
+                                    values={"queue_count": count},
+                                    details={"read_queue_nums": conf["read_queue_nums"],
+                                             "write_queue_nums": conf["write_queue_nums"]}))
+        res.findings.append(finding_rows("metadata.topic_not_in_config", [dict(
+            broker=b, topic=t, file="config/topics.json", severity=Severity.INFO if _system(t) else Severity.WARNING,
+            values={"queues": n}, details={"queues": n}) for (b, t), n in sorted(missing.items())]))
+        res.findings.append(finding_rows("metadata.queue_outside_config", outside))
+
+    with_groups = [s.name for s in ctx.stores if present[(s.name, "subscription_groups")]]
+    if with_groups:
+        groups = {(r["broker"], r["group"]) for r in ctx.metadata("subscription_groups").to_pylist()
+                  if r["group"] is not None}
+        offsets = sorted({(r["broker"], r["group"]) for r in ctx.metadata("consumer_offsets").to_pylist()
+                          if r["broker"] in with_groups and r["group"] is not None})
+        res.findings.append(finding_rows("metadata.group_not_in_config", [dict(
+            broker=b, file="config/consumerOffset.json", values={"group": g},
+            details={"group": g, "key": g}) for b, g in offsets if (b, g) not in groups]))
+    return res

@@ -1,0 +1,220 @@
+"""The audit's driver-side view of a dump: its stores and plans, the survey's and the scan's partial tables, and the
+facts the check families share (recovery predicted per broker, the dump time, the consume queues' bounds, the
+config files), each computed once."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from store_format import layout as L
+
+from .inputs import StoreInput
+from .plan import BrokerPlan
+from .tasks import Outputs
+
+
+
+@dataclass
+class AuditOptions:
+    families: tuple[str, ...]
+    as_of: int | None = None
+    check_crc: bool = True
+    message_index_safe: bool = False
+    segment_size: int | None = None
+    split_size: int | None = None
+
+
+class AuditContext:
+    def __init__(self, spark, stores: list[StoreInput], plans: dict[str, BrokerPlan], options: AuditOptions):
+        self.spark, self.stores, self.plans, self.options = spark, stores, plans, options
+        self.survey = Outputs()
+        self.scan = Outputs()
+
+    # ---- partial tables ----------------------------------------------------------------------------------
+    def partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
+        """The scan's partial table ``name``, every task's rows together."""
+        return self.scan.get(name, schema)
+
+    def survey_partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
+        return self.survey.get(name, schema)
+
+    # ---- recovery ----------------------------------------------------------------------------------------
+    @cached_property
+    def recovery(self) -> dict:
+        from store_format.recovery import predict_recovery
+
+        return {name: predict_recovery(plan.store, message_index_safe=self.options.message_index_safe,
+                                       check_crc=self.options.check_crc) for name, plan in self.plans.items()}
+
+    # ---- from the scan -----------------------------------------------------------------------------------
+    @cached_property
+    def _ranges(self) -> pa.Table:
+        from .scan import RANGES
+
+        return self.partial("scan.ranges", RANGES)
+
+    @cached_property
+    def as_of(self) -> dict[str, int]:
+        """The dump time per broker: --as-of, else the newest store time in its commitlog (the best offline
+        estimate of when the broker stopped writing)."""
+        if self.options.as_of is not None:
+            return {s.name: self.options.as_of for s in self.stores}
+        found: dict[str, int] = {}
+        for b, t in zip(self._ranges.column("broker").to_pylist(),
+                        self._ranges.column("max_store_timestamp").to_pylist()):
+            if t is not None:
+                found[b] = max(found.get(b, t), t)
+        return {s.name: int(found.get(s.name) or 0) for s in self.stores}
+
+    @cached_property
+    def data_end(self) -> dict[str, int]:
+        """Per broker, one past the last byte of any message or unframeable span (past it a unit points past the
+        data's end)."""
+        out: dict[str, int] = {}
+        for b, e in zip(self._ranges.column("broker").to_pylist(), self._ranges.column("data_end").to_pylist()):
+            if e is not None:
+                out[b] = max(out.get(b, e), e)
+        return out
+
+    @cached_property
+    def first_blanks(self) -> dict[tuple[str, str], int]:
+        out: dict[tuple, int] = {}
+        for r in self._ranges.select(["broker", "segment", "blank_at"]).to_pylist():
+            if r["blank_at"] is not None:
+                key = (r["broker"], r["segment"])
+                out[key] = min(out.get(key, r["blank_at"]), r["blank_at"])
+        return out
+
+    # ---- consume queues ----------------------------------------------------------------------------------
+    @cached_property
+    def queue_bounds(self) -> pa.Table:
+        """Per consume queue: ``min_offset`` (first entry), ``max_offset`` (one past the last entry, as the broker's
+        ``getMaxOffsetInQueue``) and the entry count, from the consume-queue files."""
+        from .survey import CQ_FILES
+
+        t = self.survey_partial("survey.cq_files", CQ_FILES)
+        t = t.filter(pc.greater(t.column("entries"), 0))
+        empty = pa.table({"broker": pa.array([], pa.string()), "topic": pa.array([], pa.string()),
+                          "queue_id": pa.array([], pa.int32()), "min_offset": pa.array([], pa.int64()),
+                          "max_offset": pa.array([], pa.int64()), "entries": pa.array([], pa.int64())})
+        if not t.num_rows:
+            return empty
+        g = t.group_by(["broker", "topic", "queue_id"]).aggregate([("min_queue_offset", "min"),
+                                                                   ("max_queue_offset", "max"), ("entries", "sum")])
+        return pa.table({"broker": g.column("broker"), "topic": g.column("topic"), "queue_id": g.column("queue_id"),
+                         "min_offset": g.column("min_queue_offset_min"),
+                         "max_offset": pc.add(g.column("max_queue_offset_max"), 1),
+                         "entries": g.column("entries_sum")})
+
+    @cached_property
+    def queue_ids(self) -> set[tuple]:
+        """(broker, topic, queue id) of every consume-queue file with content or a bad name (queue id None when
+        the folder is not a number): the queues the consume-queue files show."""
+        from store_format.commitlog import SEGMENT_NAME
+
+        return {(name, f.topic, f.queue_id) for name, plan in self.plans.items() for f in plan.cq_files
+                if f.length > 0 or f.queue_id is None or not SEGMENT_NAME.match(f.name)}
+
+    @cached_property
+    def queue_topics(self) -> set[tuple]:
+        return {(b, t) for b, t, _ in self.queue_ids}
+
+    def committed_units(self, broker: str) -> dict[tuple, int | None]:
+        """(topic, queue id, committed offset) -> the physical offset of the entry unit at that queue offset (None
+        where the queue has no entry there), for every offset in consumerOffset.json."""
+        cache = self.__dict__.setdefault("_committed", {})
+        if broker not in cache:
+            from datasources.consumequeue import read_unit_window
+
+            files: dict[tuple, list] = {}
+            for f in self.plans[broker].cq_files:
+                if f.queue_id is not None and f.name.isdigit() and len(f.name) == 20:
+                    files.setdefault((f.topic, f.queue_id), []).append(f)
+            out = {}
+            offsets = self.metadata("consumer_offsets").to_pylist()
+            for r in offsets:
+                if r["broker"] != broker or r["error"] is not None or r["topic"] is None:
+                    continue
+                key = (r["topic"], r["queue_id"], r["offset"])
+                phys = None
+                for f in sorted(files.get(key[:2], []), key=lambda f: int(f.name)):
+                    first = int(f.name) // L.CQ_STORE_UNIT_SIZE
+                    if first <= r["offset"] < first + f.length // L.CQ_STORE_UNIT_SIZE:
+                        u = read_unit_window(f.loc, r["offset"] - first, r["offset"] - first + 1)
+                        if len(u["kind"]) and u["kind"][0] == 0:
+                            phys = int(u["physical_offset"][0])
+                        break
+                out[key] = phys
+            cache[broker] = out
+        return cache[broker]
+
+    # ---- config files ------------------------------------------------------------------------------------
+    def metadata(self, table: str) -> pa.Table:
+        """A store metadata table (datasources/metadata.py's rows), read on the driver: these files are small."""
+        from datasources.metadata import schema_of, table_rows
+
+        cache = self.__dict__.setdefault("_metadata", {})
+        if table not in cache:
+            schema = schema_of(table)
+            rows = [r for s in self.stores for r in table_rows(table, s.name, s.path)]
+            cache[table] = pa.Table.from_pylist(rows, schema=schema)
+        return cache[table]
+
+    # ---- single records ----------------------------------------------------------------------------------
+    def kept_message_by_id(self, broker: str, msg_id: str | None):
+        """The message an offset message id names, when a message of the salvage walk starts at its offset, the
+        predicted recovery keeps it and its own offset message id is ``msg_id``; else None."""
+        from store_format.errors import StoreFormatError
+        from store_format.ids import parse_offset_msg_id
+
+        if msg_id is None:
+            return None
+        try:
+            phys = parse_offset_msg_id(msg_id).physical_offset
+        except StoreFormatError:
+            return None
+        if phys >= self.recovery[broker].max_physical_offset:
+            return None
+        msg = self.walk_message_at(broker, phys)
+        return msg if msg is not None and msg.msg_id == msg_id else None
+
+    def walk_message_at(self, broker: str, phys: int):
+        """The message of the salvage walk starting at ``phys``, or None.  A frame that proves itself (a body whose
+        CRC matches, or an empty body followed by another frame, a blank or the end of the data) lies on the walk
+        from its segment's start (find_next_frame's confirmation); the walk ends at the segment's first blank.
+        Anything else is settled by walking the segment."""
+        from store_format import codec
+        from store_format.commitlog import END_OF_DATA, KIND_MESSAGE, ReadOnlyMap, _body_length, frame_at, \
+            salvage_arrays
+
+        seg = next((s for s in self.plans[broker].named_segments if s.base <= phys < s.base + s.length), None)
+        if seg is None or seg.loc.local_path is None:
+            return None
+        pos = phys - seg.base
+        blank = self.first_blanks.get((broker, seg.name))
+        if blank is not None and pos > blank:
+            return None
+        with ReadOnlyMap(seg.loc.local_path) as m:
+            kind, size, *_ = frame_at(m.buf, pos, len(m.buf), seg.base)  # framing, PHYSICALOFFSET and CRC
+            confirmed = False
+            if kind == "message" and self.options.check_crc:
+                if _body_length(m.buf, pos) > 0:
+                    confirmed = True
+                else:
+                    nxt, _, _, stop, *_ = frame_at(m.buf, pos + size, len(m.buf), seg.base)
+                    confirmed = nxt in ("message", "blank") or stop == END_OF_DATA
+            if not confirmed:
+                items = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc)
+                hit = np.flatnonzero((items.kinds == KIND_MESSAGE) & (items.positions == pos))
+                if not len(hit) or (blank is not None and pos > blank):
+                    return None
+                size = int(items.sizes[hit[0]])
+            msg = codec.decode_record(m.buf, pos, limit=pos + size, file=seg.name)
+        return msg
+
+    def release(self) -> None:
+        pass
