@@ -779,6 +779,34 @@ def take_strings(data, off, idx):
     return out_off, out
 
 
+@_inner
+def _java_hash(data, p, e, h):
+    """``h`` (a String.hashCode state, 0..2^32-1) carried over the UTF-16 units of the valid UTF-8 in
+    ``data[p:e]``."""
+    while p < e:
+        c = np.int64(data[p])
+        if c < 0x80:
+            cp, w = c, 1
+        elif c < 0xE0:
+            cp, w = c & 0x1F, 2
+        elif c < 0xF0:
+            cp, w = c & 0x0F, 3
+        else:
+            cp, w = c & 0x07, 4
+        if p + w > e:
+            break
+        for q in range(1, w):
+            cp = cp << 6 | (np.int64(data[p + q]) & 0x3F)
+        p += w
+        if cp >= 0x10000:  # a surrogate pair in UTF-16
+            cp -= 0x10000
+            h = (h * 31 + 0xD800 + (cp >> 10)) & 0xFFFFFFFF
+            h = (h * 31 + 0xDC00 + (cp & 0x3FF)) & 0xFFFFFFFF
+        else:
+            h = (h * 31 + cp) & 0xFFFFFFFF
+    return h
+
+
 @njit((_u1r, _i4r, _i8r), **_OPTS)
 def tags_hashes(data, off, idx):
     """tagsCode (Java ``String.hashCode`` over UTF-16 units, sign-extended) of string ``idx[i]``; 0 for -1 or
@@ -789,31 +817,54 @@ def tags_hashes(data, off, idx):
         j = idx[i]
         if j < 0:
             continue
-        h = np.int64(0)
-        p, e = off[j], off[j + 1]
-        while p < e:
-            c = np.int64(data[p])
-            if c < 0x80:
-                cp, w = c, 1
-            elif c < 0xE0:
-                cp, w = c & 0x1F, 2
-            elif c < 0xF0:
-                cp, w = c & 0x0F, 3
-            else:
-                cp, w = c & 0x07, 4
-            if p + w > e:
-                break
-            for q in range(1, w):
-                cp = cp << 6 | (np.int64(data[p + q]) & 0x3F)
-            p += w
-            if cp >= 0x10000:  # a surrogate pair in UTF-16
-                cp -= 0x10000
-                h = (h * 31 + 0xD800 + (cp >> 10)) & 0xFFFFFFFF
-                h = (h * 31 + 0xDC00 + (cp & 0x3FF)) & 0xFFFFFFFF
-            else:
-                h = (h * 31 + cp) & 0xFFFFFFFF
+        h = _java_hash(data, off[j], off[j + 1], np.int64(0))
         out[i] = h - (h >> 31 << 32)
     return out
+
+
+@njit((_u1r, _i4r, _u1r, _i4r, _b1r, _i4r, _i4r, _u1r, _b1r), **_OPTS)
+def index_keys(tdata, toff, udata, uoff, uvalid, list_off, koff, kdata, indexable):
+    """The keys IndexService.buildIndex indexes for each record (UNIQ_KEY, then each piece of KEYS, each once) and
+    IndexService's hash of ``topic#key``: String.hashCode over UTF-16, abs, Integer.MIN_VALUE -> 0.  Returns
+    (row, source, hash): source ``-1`` is the row's UNIQ_KEY, ``j >= 0`` piece ``j`` of the flattened KEYS."""
+    n = toff.shape[0] - 1
+    cap = 0
+    for i in range(n):
+        if indexable[i]:
+            cap += (1 if uvalid[i] else 0) + list_off[i + 1] - list_off[i]
+    row = np.empty(cap, np.int64)
+    src = np.empty(cap, np.int64)
+    out = np.empty(cap, np.int32)
+    m = 0
+    for i in range(n):
+        if not indexable[i]:
+            continue
+        prefix = _java_hash(tdata, toff[i], toff[i + 1], np.int64(0))
+        prefix = (prefix * 31 + 35) & 0xFFFFFFFF  # '#'
+        first = m
+        for k in range(list_off[i] - (1 if uvalid[i] else 0), list_off[i + 1]):
+            if k < list_off[i]:  # the UNIQ_KEY comes first
+                k = -1
+                a, p, e = udata, uoff[i], uoff[i + 1]
+            else:
+                a, p, e = kdata, koff[k], koff[k + 1]
+            seen = False
+            for t in range(first, m):  # a key listed twice (or equal to UNIQ_KEY) is indexed once
+                if src[t] < 0:
+                    b, q, f = udata, uoff[i], uoff[i + 1]
+                else:
+                    b, q, f = kdata, koff[src[t]], koff[src[t] + 1]
+                if f - q == e - p and _same(a, p, b, q, e - p):
+                    seen = True
+                    break
+            if seen:
+                continue
+            h = _java_hash(a, p, e, prefix)
+            h = h - (h >> 31 << 32)
+            row[m], src[m] = i, k
+            out[m] = 0 if h == -2147483648 else (-h if h < 0 else h)
+            m += 1
+    return row[:m], src[:m], out[:m]
 
 
 @_inner

@@ -349,6 +349,27 @@ def _passes(frames: Frames) -> list[Frames]:
                    None if frames.present is None else frames.present[a:b]) for a, b in zip(cuts, cuts[1:])]
 
 
+def index_key_hashes(topic, uniq_key, keys, indexable: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The keys IndexService indexes for each decoded record (``topic``, ``uniq_key``, ``keys`` columns; rows where
+    ``indexable``): (row, source, hash) per distinct key of a record, source -1 for its UNIQ_KEY and ``j`` for
+    piece ``j`` of ``pc.list_flatten(keys)``; hash is IndexService.indexKeyHashMethod of ``topic#key``
+    (store_format.javahash.index_key_hash), computed over UTF-16 in one compiled pass."""
+    def flat(a):
+        return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+
+    topic, uniq_key, keys = flat(topic), flat(uniq_key), flat(keys)
+    tdata, toff = _string_parts(topic)
+    udata, uoff = _string_parts(uniq_key)
+    uvalid = uniq_key.is_valid().to_numpy(zero_copy_only=False)
+    list_off = np.frombuffer(keys.buffers()[1], np.int32, len(keys) + 1, keys.offset * 4) if len(keys) else \
+        np.zeros(1, np.int32)
+    pieces = keys.values
+    kdata, koff = _string_parts(pieces)
+    return _compiled().index_keys(tdata, toff.astype(np.int32), udata, uoff.astype(np.int32), uvalid,
+                                  np.ascontiguousarray(list_off, np.int32), koff.astype(np.int32), kdata,
+                                  np.asarray(indexable, bool))
+
+
 def decode_binary(arr: pa.Array | pa.ChunkedArray, **options) -> pa.RecordBatch:
     """:func:`decode_frames` over a binary or large_binary column of whole records."""
     return decode_frames(frames_from_binary(arr), **options)

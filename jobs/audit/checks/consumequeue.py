@@ -85,7 +85,7 @@ def in_range(rc, out) -> None:
         kept[hit] = rc.column("kept")[at[hit]]
         matched = np.flatnonzero(kept)
         if len(matched):
-            _mismatches(rc, u.take(matched), m.take(at[matched]), out)
+            _mismatches(rc, u.take(matched), at[matched], out)
         loose = np.flatnonzero(~hit)
         if len(loose):
             _loose(rc, u.take(loose), out)
@@ -113,36 +113,47 @@ def _unit_positions(rc, u: pa.Table) -> dict:
                 queue_offset=u.column("queue_offset"))
 
 
-def _mismatches(rc, u: pa.Table, m: pa.Table, out) -> None:
-    def emit(cond, check_id, values: dict, details: dict):
-        rows = np.flatnonzero(pc.fill_null(cond, False).to_numpy(zero_copy_only=False))
+def _mismatches(rc, u: pa.Table, at: np.ndarray, out) -> None:
+    """Units (``u``) against the kept messages at their offsets (message rows ``at``): compared in numpy, and only
+    the rows that differ are gathered into findings."""
+    m = rc.messages
+
+    def mnum(name):
+        return rc.column(name)[at]
+
+    def unum(name):
+        return u.column(name).to_numpy(zero_copy_only=False)
+
+    topics = pc.unique(pa.concat_arrays([u.column("topic").combine_chunks(), m.column("topic").combine_chunks()]))
+    same_topic = num_codes(u.column("topic"), topics) == num_codes(m.column("topic"), topics)[at]
+    wrong_queue = ~same_topic | (unum("queue_id") != mnum("queue_id"))
+    tags_known = m.column("tags_code").is_valid().to_numpy(zero_copy_only=False)[at]
+    dispatched = pc.is_in(m.column("tran_type"), pa.array(DISPATCHED_TYPES)).to_numpy(zero_copy_only=False)[at]
+    checks = (
+        ("consumequeue.wrong_queue", wrong_queue,
+         {"message_topic": ("m", "topic"), "message_queue_id": ("m", "queue_id")}),
+        ("consumequeue.queue_offset_mismatch", ~wrong_queue & (unum("queue_offset") != mnum("queue_offset")),
+         {"message_queue_offset": ("m", "queue_offset")}),
+        ("consumequeue.size_mismatch", unum("size") != mnum("store_size"),
+         {"unit_size": ("u", "size"), "record_size": ("m", "store_size")}),
+        ("consumequeue.tags_code_mismatch", tags_known & (unum("tags_code") != np.where(tags_known, mnum("tags_code"), 0)),
+         {"unit_tags_code": ("u", "tags_code"), "record_tags_code": ("m", "tags_code")}),
+        ("consumequeue.undispatchable_entry", ~dispatched, {"tran_type": ("m", "tran_type")}),
+    )
+    for check_id, cond, fields in checks:
+        rows = np.flatnonzero(cond)
         if not len(rows):
-            return
-        uu, mm = u.take(rows), m.take(rows)
-        where = {"uniq_key": mm.column("uniq_key"), "key": mm.column("uniq_key")}
-        vals = {k: (v(uu, mm)) for k, v in values.items()}
-        out.finding(finding_table(check_id, len(rows), values=vals,
-                                  details={**where, **{k: v(uu, mm) for k, v in details.items()}},
+            continue
+        uu, mm = u.take(rows), m.take(at[rows])
+        values = {k: (uu if side == "u" else mm).column(col) for k, (side, col) in fields.items()}
+        out.finding(finding_table(check_id, len(rows), values=values,
+                                  details={"uniq_key": mm.column("uniq_key"), "key": mm.column("uniq_key"), **values},
                                   **_unit_positions(rc, uu)))
 
-    wrong_queue = pc.or_(pc.not_equal(m.column("topic"), u.column("topic")),
-                         pc.not_equal(m.column("queue_id"), u.column("queue_id")))
-    emit(wrong_queue, "consumequeue.wrong_queue",
-         {"message_topic": lambda uu, mm: mm.column("topic"), "message_queue_id": lambda uu, mm: mm.column("queue_id")},
-         {"message_topic": lambda uu, mm: mm.column("topic"), "message_queue_id": lambda uu, mm: mm.column("queue_id")})
-    emit(pc.and_(pc.invert(wrong_queue), pc.not_equal(m.column("queue_offset"), u.column("queue_offset"))),
-         "consumequeue.queue_offset_mismatch", {"message_queue_offset": lambda uu, mm: mm.column("queue_offset")},
-         {"message_queue_offset": lambda uu, mm: mm.column("queue_offset")})
-    emit(pc.not_equal(m.column("store_size"), u.column("size")), "consumequeue.size_mismatch",
-         {"unit_size": lambda uu, mm: uu.column("size"), "record_size": lambda uu, mm: mm.column("store_size")},
-         {"unit_size": lambda uu, mm: uu.column("size"), "record_size": lambda uu, mm: mm.column("store_size")})
-    emit(pc.not_equal(m.column("tags_code"), u.column("tags_code")), "consumequeue.tags_code_mismatch",
-         {"unit_tags_code": lambda uu, mm: uu.column("tags_code"),
-          "record_tags_code": lambda uu, mm: mm.column("tags_code")},
-         {"unit_tags_code": lambda uu, mm: uu.column("tags_code"),
-          "record_tags_code": lambda uu, mm: mm.column("tags_code")})
-    emit(pc.invert(pc.is_in(m.column("tran_type"), pa.array(DISPATCHED_TYPES))), "consumequeue.undispatchable_entry",
-         {"tran_type": lambda uu, mm: mm.column("tran_type")}, {"tran_type": lambda uu, mm: mm.column("tran_type")})
+
+def num_codes(strings, dictionary: pa.Array) -> np.ndarray:
+    """Each string's index in ``dictionary`` (every string is in it)."""
+    return pc.index_in(strings, value_set=dictionary).to_numpy(zero_copy_only=False)
 
 
 def _loose(rc, u: pa.Table, out) -> None:
@@ -167,8 +178,8 @@ def _loose(rc, u: pa.Table, out) -> None:
 
 def _duplicates(rc, u: pa.Table, out) -> None:
     phys = u.column("physical_offset").to_numpy()
-    values, counts = np.unique(phys, return_counts=True)
-    dup = values[counts > 1]
+    ordered = np.sort(phys)
+    dup = ordered[1:][ordered[1:] == ordered[:-1]]
     if not len(dup):
         return
     rows = np.flatnonzero(np.isin(phys, dup))

@@ -27,7 +27,6 @@ from datasources.storepaths import local_copy
 from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.indexfile import INDEX_NAME, IndexFile
-from store_format.javahash import index_hash_of, java_hash_concat, java_hash_joined, java_hash_many
 
 from ..findings import Severity, check, concat_findings, finding_rows, finding_table, metric_table
 from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
@@ -68,39 +67,39 @@ FILES = pa.schema([("broker", pa.string()), ("file", pa.string()), ("entries", p
                    ("duplicate_entries", pa.int64()), ("duplicated_pairs", pa.int64())])
 
 
-def message_keys(m: pa.Table) -> pa.Table:
+def message_keys(m: pa.Table) -> tuple[np.ndarray, pa.Array, np.ndarray]:
     """(row, key, key_hash) for every key the broker indexes of the messages ``m`` (rows into it): UNIQ_KEY and each
     piece of KEYS, each once per message, for every record but ROLLBACK; key_hash is IndexService's hash of
-    ``topic#key`` (String.hashCode over UTF-16, abs, Integer.MIN_VALUE -> 0)."""
-    n = m.num_rows
+    ``topic#key`` (String.hashCode over UTF-16, abs, Integer.MIN_VALUE -> 0).  Keys are texts only where asked:
+    ``key_text(m, source)``."""
+    from udfs.kernels import index_key_hashes
+
     indexable = pc.not_equal(m.column("tran_type"), "ROLLBACK").to_numpy(zero_copy_only=False)
-    rows = np.arange(n, dtype=np.int64)
-    uniq = m.column("uniq_key").combine_chunks() if isinstance(m.column("uniq_key"), pa.ChunkedArray) \
-        else m.column("uniq_key")
-    keys = m.column("keys").combine_chunks() if isinstance(m.column("keys"), pa.ChunkedArray) else m.column("keys")
-    has_uniq = uniq.is_valid().to_numpy(zero_copy_only=False)
-    list_len = pc.fill_null(pc.list_value_length(keys), 0).to_numpy(zero_copy_only=False)
-    owner = np.concatenate([rows[has_uniq], np.repeat(rows, list_len)])
-    order = np.concatenate([np.zeros(int(has_uniq.sum()), np.int64), np.ones(int(list_len.sum()), np.int64)])
-    text = pa.concat_arrays([uniq.filter(pa.array(has_uniq)), pc.list_flatten(keys)]).cast(pa.string())
-    t = pa.table({"row": pa.array(owner, pa.int64()), "key": text, "first": pa.array(order)})
-    t = t.filter(pa.array(indexable[owner])) if len(owner) else t
-    t = t.group_by(["row", "key"]).aggregate([])  # distinct (message, key)
-    if not t.num_rows:
-        return pa.table({"row": pa.array([], pa.int64()), "key": pa.array([], pa.string()),
-                         "key_hash": pa.array([], pa.int32())})
-    key = t.column("key").combine_chunks()
-    row = t.column("row").to_numpy()
-    offsets = np.frombuffer(key.buffers()[1], np.int32, len(key) + 1, key.offset * 4)
-    data = key.buffers()[2]
-    joined = data.to_pybytes()[offsets[0]:offsets[-1]].decode("utf-8") if data is not None else ""
-    key_hash, key_units = java_hash_joined(joined, pc.utf8_length(key).to_numpy(zero_copy_only=False), True)
-    topics = m.column("topic").to_pylist()
-    distinct = sorted(set(topics[i] for i in np.unique(row).tolist()))
-    prefix = dict(zip(distinct, java_hash_many([f"{t}#" for t in distinct]).tolist()))
-    topic_hash = np.array([prefix[topics[i]] for i in row.tolist()], np.int32)
-    full = java_hash_concat(topic_hash, key_hash, key_units)
-    return pa.table({"row": pa.array(row), "key": key, "key_hash": pa.array(index_hash_of(full), pa.int32())})
+    return index_key_hashes(m.column("topic"), m.column("uniq_key"), m.column("keys"), indexable)
+
+
+def key_text(m: pa.Table, rows: np.ndarray, source: np.ndarray) -> pa.Array:
+    """The key texts of (row, source) pairs from :func:`message_keys`."""
+    keys = m.column("keys").combine_chunks()
+    pieces = keys.values.take(pa.array(np.maximum(source, 0)))
+    uniq = m.column("uniq_key").combine_chunks().take(pa.array(rows))
+    return pc.if_else(pa.array(source < 0), uniq, pieces)
+
+
+def pairs_in(a_phys: np.ndarray, a_hash: np.ndarray, b_phys: np.ndarray, b_hash: np.ndarray) -> np.ndarray:
+    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s: offsets ranked so a pair fits an int64, then a
+    sorted search."""
+    if not len(a_phys) or not len(b_phys):
+        return np.zeros(len(a_phys), bool)
+    offsets = np.sort(np.concatenate([a_phys, b_phys]))
+    offsets = offsets[np.r_[True, offsets[1:] != offsets[:-1]]]
+
+    def code(p, h):
+        return (np.searchsorted(offsets, p).astype(np.int64) << 32) | (h.astype(np.int64) & 0xFFFFFFFF)
+
+    ka, kb = code(a_phys, a_hash), np.sort(code(b_phys, b_hash))
+    i = np.minimum(np.searchsorted(kb, ka), len(kb) - 1)
+    return kb[i] == ka
 
 
 def in_range(rc, out) -> None:
@@ -109,39 +108,40 @@ def in_range(rc, out) -> None:
         out.partial("index.unindexed", pa.table({"broker": [rc.broker], "messages": [int(rc.column("kept").sum())]},
                                                 schema=UNINDEXED))
         return
-    keys = message_keys(m) if m.num_rows else message_keys(m)
     e = rc.index_entries
-    mphys = rc.column("physical_offset") if m.num_rows else np.zeros(0, np.int64)
-    kept = rc.column("kept") if m.num_rows else np.zeros(0, bool)
-    pairs = pa.table({"physical_offset": pa.array(mphys[keys.column("row").to_numpy()]) if keys.num_rows
-                      else pa.array([], pa.int64()), "key_hash": keys.column("key_hash")})
+    if m.num_rows:
+        krow, ksrc, khash = message_keys(m)
+        kept = rc.column("kept")
+        kphys = rc.column("physical_offset")[krow]
+    else:
+        krow = ksrc = np.zeros(0, np.int64)
+        khash = np.zeros(0, np.int32)
+        kept, kphys = np.zeros(0, bool), np.zeros(0, np.int64)
+    ephys = e.column("physical_offset").to_numpy()
+    ehash = e.column("key_hash").to_numpy()
 
     # messages -> entries: each kept key needs an entry with its (offset, hash)
-    kept_rows = kept[keys.column("row").to_numpy()] if keys.num_rows else np.zeros(0, bool)
-    expected = pairs.append_column("k", pa.array(np.arange(keys.num_rows))).filter(pa.array(kept_rows))
-    present = e.select(["physical_offset", "key_hash"])
-    missing = expected.join(present, ["physical_offset", "key_hash"], join_type="left anti")
-    if missing.num_rows:
-        k = np.sort(missing.column("k").to_numpy())
-        rows = keys.column("row").to_numpy()[k]
+    missing = np.flatnonzero(kept[krow] & ~pairs_in(kphys, khash, ephys, ehash)) if len(krow) else krow
+    if len(missing):
+        rows = krow[missing]
         t = m.take(rows)
-        key, key_hash = keys.column("key").take(pa.array(k)), keys.column("key_hash").take(pa.array(k))
-        pending = t.column("physical_offset").to_numpy() >= rc.facts.index_pending_from
+        key = key_text(m, rows, ksrc[missing])
+        key_hash = pa.array(khash[missing])
+        pending = kphys[missing] >= rc.facts.index_pending_from
         for flag, check_id in ((False, "index.key_missing"), (True, "index.not_yet_indexed")):
             sel = np.flatnonzero(pending == flag)
             if len(sel):
                 s = t.take(sel)
+                sk = key.take(pa.array(sel))
                 out.finding(finding_table(
                     check_id, len(sel), broker=rc.broker, file=s.column("segment"),
                     file_position=s.column("file_position"), physical_offset=s.column("physical_offset"),
                     topic=s.column("topic"), queue_id=s.column("queue_id"), queue_offset=s.column("queue_offset"),
-                    values={"key": key.take(pa.array(sel))},
-                    details={"key": key.take(pa.array(sel)), "key_hash": key_hash.take(pa.array(sel))}))
+                    values={"key": sk}, details={"key": sk, "key_hash": key_hash.take(pa.array(sel))}))
 
     if not e.num_rows:
         return
     # entries -> messages
-    ephys = e.column("physical_offset").to_numpy()
     at = rc.message_at(ephys)
     hit = at >= 0
     ekept = np.zeros(len(at), bool)
@@ -159,12 +159,9 @@ def in_range(rc, out) -> None:
         _loose(rc, e.take(loose), out)
     good = np.flatnonzero(ekept)
     if len(good):
-        g = e.take(good).append_column("m", pa.array(at[good]))
+        g = e.take(good)
         mt = m.take(at[good])
-        known = g.select(["physical_offset", "key_hash"]).append_column("i", pa.array(np.arange(len(good)))).join(
-            pairs.group_by(["physical_offset", "key_hash"]).aggregate([]), ["physical_offset", "key_hash"],
-            join_type="left anti")
-        bad = np.sort(known.column("i").to_numpy())
+        bad = np.flatnonzero(~pairs_in(ephys[good], ehash[good], kphys, khash))
         if len(bad):
             gb, mb = g.take(bad), mt.take(bad)
             out.finding(finding_table(
