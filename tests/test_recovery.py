@@ -1,6 +1,7 @@
 """The recovery model against the fixtures (clean shutdown) and against copies damaged on purpose."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import struct
@@ -87,3 +88,219 @@ def test_multi_segment_normal_recovery_starts_at_third_last(tmp_path):
         last_end = base + pos
     p = predict_recovery(Store(tmp_path / "store"))
     assert p.start_segment == f"{2 * size:020d}" and p.max_physical_offset == last_end and p.will_start
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Messages lost by recovery: the damaged record(s) at the truncation point too (issue "Real brokers' stores")
+
+from store_format import damage as D  # noqa: E402
+from store_format.broker import Broker, ManualClock, Producer  # noqa: E402
+from store_format.commitlog import ReadOnlyMap, list_segments, salvage_buffer, walk_buffer  # noqa: E402
+from store_format.indexfile import IndexFile  # noqa: E402
+from store_format.errors import StoreFormatError  # noqa: E402
+from store_format.recovery import (SegmentWalk, describe_damaged_record, lost_records,  # noqa: E402
+                                   recovery_walk)
+from store_format.writer import StoreWriter, WriterConfig  # noqa: E402
+
+# small segments, and an index geometry whose length does not give it away (not RocketMQ's 1:4 slots:entries)
+CRASH_CFG = WriterConfig(mappedFileSizeCommitLog=64 * 1024, mappedFileSizeConsumeQueue=20 * 30, maxHashSlotNum=16,
+                         maxIndexNum=100)
+ZERO_PAGE = "recovered-zero-page"
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory):
+    """A store the writer leaves as a killed broker does (StoreWriter.crash(): abort, stale checkpoint): several
+    segments, some 10 KiB bodies (a zeroed page fits inside one), index files rolled over."""
+    root = tmp_path_factory.mktemp("crashed") / "store"
+    w = StoreWriter(root, CRASH_CFG, clock=ManualClock(1_700_000_000_000, tick=7))
+    b, p = Broker(w), Producer()
+    for i in range(260):
+        body = bytes([65 + i % 26]) * (10_000 if i % 37 == 5 else 200 + i % 300)
+        b.send(p, f"T{i % 3}", body, tags=f"t{i % 4}", keys=f"k-{i}", compress=False)
+    w.crash()
+    return root
+
+
+def broker_walk_messages(root, start_segment: str | None = None) -> list[int]:
+    """The messages RocketMQ's recovery walk accepts (CommitLog.recoverAbnormally / recoverNormally from the
+    given segment: checkMessageAndReturnSize record by record with checkCRCOnRecover, a blank moving to the next
+    segment, the first refused record ending the walk): their physical offsets."""
+    out = []
+    for seg in list_segments(root / "commitlog"):
+        if start_segment is not None and seg.name < start_segment:
+            continue
+        with ReadOnlyMap(seg.path) as m:
+            frames = list(walk_buffer(m.buf, seg.name, seg.base_offset, decode=False, check_physical_offset=False))
+        out += [f.physical_offset for f in frames if f.kind == "message"]
+        if frames[-1].kind != "blank":
+            break
+    return out
+
+
+def _messages(root):
+    return [f for f in Store(root).walk_commitlog(decode=True) if f.kind == "message"]
+
+
+def _victims(root):
+    """A mid-store record with a body (the 3rd-last segment's middle), and one with a 10 KiB body after it."""
+    frames = _messages(root)
+    mid = frames[len(frames) * 2 // 3]
+    big = next(f for f in frames if len(f.message.body) >= 10_000 and f.physical_offset >= mid.physical_offset)
+    return frames, mid, big
+
+
+@pytest.mark.parametrize("call", ["torn_tail", "zero_page", "bad_crc", "size_mismatch", "flip_body_bit",
+                                  "bad_magic"])
+def test_messages_lost_count_the_damaged_record(crashed, tmp_path, call):
+    """messages_lost = what the broker's message count after load() loses: the number of messages the recovery
+    walk over the damaged store no longer sees compared with the undamaged original, the damaged record
+    included (CommitLog.recoverAbnormally: the walk stops AT the refused record, processOffset = its start).
+    A damaged record whose header still frames a message is counted by name (damaged_dropped); a bad magic
+    leaves a record no walk frames: an unframed run, at least one record."""
+    frames, mid, big = _victims(crashed)
+    kwargs = {"torn_tail": {}, "zero_page": {"physical_offset": big.physical_offset + 5000},
+              "flip_body_bit": {"physical_offset": mid.physical_offset, "bit": 9}}.get(
+        call, {"physical_offset": mid.physical_offset})
+    dmg = getattr(D, call)(crashed, tmp_path / "d", **kwargs)
+    victim = frames[-1] if call == "torn_tail" else big if call == "zero_page" else mid
+    p = predict_recovery(Store(tmp_path / "d"))
+    before = broker_walk_messages(crashed, p.start_segment)
+    after = broker_walk_messages(tmp_path / "d", p.start_segment)
+    truth = len(before) - len(after)
+    assert p.mode == "abnormal" and p.max_physical_offset == victim.physical_offset, dmg.describe()
+    assert [o for o, _ in p.dropped_messages] == [o for o in before if o > victim.physical_offset]
+    if call == "bad_magic":
+        assert p.damaged_dropped == [] and p.unframed_dropped == [(victim.physical_offset, victim.size)]
+        assert p.messages_lost + len(p.unframed_dropped) == truth
+        return
+    declared = victim.size + (4 if call == "size_mismatch" else 0)  # size_mismatch's default delta
+    assert [(o, s) for o, s, _ in p.damaged_dropped] == [(victim.physical_offset, declared)]
+    assert p.damaged_dropped[0][2] == p.stop_kind and p.unframed_dropped == []
+    assert p.messages_lost == truth == p.damaged_messages_lost + p.intact_messages_lost
+    with ReadOnlyMap(tmp_path / "d" / dmg.path) as m:  # the damaged record is named from its header
+        about = describe_damaged_record(m.buf, victim.file_position)
+    assert (about["queue_id"], about["queue_offset"]) == (victim.message.queue_id, victim.message.queue_offset)
+    if call in ("bad_crc", "flip_body_bit", "zero_page"):  # its lengths still add up: the topic and key too
+        assert (about["topic"], about["uniq_key"]) == (victim.message.topic, victim.message.uniq_key)
+
+
+def test_predictions_come_from_the_segment_walks(crashed, tmp_path):
+    """The decision is made from each segment's recovery-walk outcome (SegmentWalk), walked or given: given
+    walks are used as they are; the lost records are a separate step (lost_records) over the salvage walk's
+    items, which an engine holding every frame can apply itself."""
+    frames, mid, _ = _victims(crashed)
+    D.bad_crc(crashed, tmp_path / "d", physical_offset=mid.physical_offset)
+    store = Store(tmp_path / "d")
+    default = predict_recovery(store)
+    walks = {s.name: recovery_walk(s) for s in store.segments}
+    assert all(default.walks[k] == walks[k] for k in default.walks)
+    given = predict_recovery(store, walks=walks, enumerate_lost=False)
+    assert (given.max_physical_offset, given.stop_kind, given.dropped_messages, given.damaged_dropped) == \
+        (default.max_physical_offset, default.stop_kind, [], [])
+    items = [it for seg in store.segments if seg.base_offset + seg.length > given.max_physical_offset
+             for it in salvage_buffer(seg.path.read_bytes(), seg.name, seg.base_offset, decode=False)]
+    stop = given.walks[given.stop_segment]
+    lost = lost_records(items, given.max_physical_offset, stop)
+    assert (lost.intact, lost.damaged, lost.unframed) == \
+        (default.dropped_messages, default.damaged_dropped, default.unframed_dropped)
+    # a walk that says the stop segment ends in a blank: the decision follows it to the next segment
+    seg = store.segments[[s.name for s in store.segments].index(given.stop_segment)]
+    blank = SegmentWalk(seg.name, seg.base_offset, seg.length - 8, "blank", size=8)
+    moved = predict_recovery(store, walks={**walks, seg.name: blank}, enumerate_lost=False)
+    assert moved.max_physical_offset > seg.base_offset + seg.length and moved.walks[seg.name] is blank
+
+
+def test_recovered_zero_page_fixture_against_rocketmqs_own_recovery():
+    """RocketMQ 4.9.7 recovered this crashed store with a zeroed page: the prediction is what it did
+    (manifest: loadResult, afterLoad, inputFiles vs recoveredFiles).  The zeroed page cuts the record at 6946057
+    (its header left: a damaged record, named) and wipes the header of the next one (an unframed run): the broker
+    loses both and every later message (DefaultMessageStore.load -> CommitLog.recoverAbnormally)."""
+    from .conftest import FIXTURES
+
+    manifest = json.loads((FIXTURES / ZERO_PAGE / "manifest.json").read_text())
+    p = predict_recovery(Store(FIXTURES / ZERO_PAGE / "input" / "store"))
+    after, damage = manifest["afterLoad"], manifest["damage"]
+    assert p.will_start == manifest["loadResult"] and p.mode == "abnormal" == (
+        "abnormal" if manifest["inputAbortFileExists"] else "normal")
+    assert p.max_physical_offset == after["commitLogMaxOffset"]
+    gone = {f["path"] for f in manifest["inputFiles"]} - {f["path"] for f in manifest["recoveredFiles"]}
+    assert p.segments_deleted == sorted(g.split("/")[1] for g in gone if g.startswith("commitlog/"))
+    assert p.index_files_deleted == sorted(g.split("/")[1] for g in gone if g.startswith("index/"))
+    overlapping = damage["messagesOverlappingZeroedPage"]
+    assert [(o, s) for o, s, _ in p.damaged_dropped] == [(overlapping[0]["commitLogOffset"],
+                                                          overlapping[0]["storeSize"])]
+    assert p.unframed_dropped == [(overlapping[1]["commitLogOffset"], overlapping[1]["storeSize"])]
+    assert p.messages_lost + len(p.unframed_dropped) == damage["messageCountBefore"] - after["messageCount"]
+    kept = {m["commitLogOffset"] for m in after["messages"]}
+    assert not kept & {o for o, _ in p.dropped_messages} and min(kept | {o for o, _ in p.dropped_messages}) == 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Index files deleted by abnormal recovery (IndexService.load(lastExitOK))
+
+
+def _end_timestamps(root) -> dict[str, int]:
+    out = {}
+    for path in sorted((root / "index").iterdir()):
+        out[path.name] = struct.unpack(">q", path.read_bytes()[8:16])[0]
+    return out
+
+
+def test_abnormal_recovery_deletes_only_index_files_newer_than_the_checkpoint(crashed):
+    """IndexService.load(false) destroys exactly the files whose endTimestamp > indexMsgTimestamp, reading the
+    header whatever the file's geometry: the writer's crashed store keeps every full file and loses the newest.
+    (The geometry, 16 slots x 100 entries, cannot be inferred from the length: opening the files with it
+    fails, which the audit used to count as a deletion.)"""
+    store = Store(crashed)
+    paths = store.index_paths()
+    assert len(paths) >= 4
+    with pytest.raises(StoreFormatError):
+        IndexFile(paths[0])
+    cp = store.checkpoint()
+    ends = _end_timestamps(crashed)
+    expected = [n for n, t in ends.items() if t > cp.index_msg_timestamp]
+    p = predict_recovery(store)
+    assert p.mode == "abnormal" and p.index_files_deleted == expected == [paths[-1].name]
+    assert predict_recovery(store, walks=p.walks, enumerate_lost=False).index_files_deleted == expected
+
+
+def test_generate_crash_deletes_the_newest_index_file(tmp_path):
+    """``python -m store_format generate --crash`` (StoreWriter.crash()): 33 index files of a geometry the
+    length does not give away; abnormal recovery deletes only the newest, the one whose endTimestamp is past
+    the checkpoint's indexMsgTimestamp (IndexService.load(false))."""
+    from store_format.__main__ import main
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text("maxHashSlotNum=16\nmaxIndexNum=100\nmappedFileSizeCommitLog=65536\n")
+    root = tmp_path / "gen"
+    assert main(["generate", str(root), "--messages", "1500", "--seed", "4", "--rate", "50", "--config", str(conf),
+                 "--crash", "--quiet"]) == 0
+    cp = Store(root).checkpoint()
+    ends = _end_timestamps(root)
+    p = predict_recovery(Store(root))
+    assert p.mode == "abnormal" and len(ends) > 20 and cp.index_msg_timestamp > 0
+    assert p.index_files_deleted == [n for n, t in ends.items() if t > cp.index_msg_timestamp] == [max(ends)]
+
+
+def test_index_files_and_checkpoint_as_the_broker_reads_them(crashed, tmp_path):
+    """StoreCheckpoint maps one 4096-byte page over the file: a short checkpoint's missing bytes read as 0, a
+    missing one is created (all 0), so indexMsgTimestamp is 0 and every index file with an endTimestamp is
+    deleted.  IndexService.load: a name Long.parseLong refuses is skipped (neither loaded nor deleted); a
+    numeric name that cannot be opened (a folder) ends the load; a file shorter than its header reads zeros
+    (endTimestamp 0: kept)."""
+    root = D.copy_store(crashed, tmp_path / "s")
+    names = sorted(_end_timestamps(root))
+    with open(root / "checkpoint", "r+b") as f:
+        f.truncate(16)
+    p = predict_recovery(Store(root))
+    assert p.index_files_deleted == names and any("16 bytes" in n for n in p.notes)
+    (root / "checkpoint").unlink()
+    p = predict_recovery(Store(root))
+    assert p.index_files_deleted == names and p.will_start and any("no checkpoint" in n for n in p.notes)
+    (root / "index" / (names[0] + ".bak")).write_bytes((root / "index" / names[0]).read_bytes())
+    (root / "index" / names[1]).write_bytes(bytes(10))  # endTimestamp reads 0
+    (root / "index" / names[2]).unlink()
+    (root / "index" / names[2]).mkdir()  # IndexService.load returns there
+    p = predict_recovery(Store(root))
+    assert p.index_files_deleted == [names[0]] and any(f"index/{names[2]}" in n for n in p.notes)
