@@ -2,18 +2,24 @@
 
 Each rule below names the 4.9.7 method it follows.
 
-* ``load()``: every commitlog segment must be exactly ``mappedFileSizeCommitLog`` long
-  (``MappedFileQueue.doLoad``), else the broker refuses to start.
-* No ``abort`` file -> ``CommitLog.recoverNormally``: walk from the third-last segment (``size - 3``, clamped
-  to 0).  ``abort`` present -> ``CommitLog.recoverAbnormally``: from the last segment backwards, the first
+* Start (:func:`marker_problems`, :func:`commitlog_load_problems`, :func:`effective_checkpoint`): ``lock`` must
+  open read-write (the ``DefaultMessageStore`` constructor); every entry of ``commitlog/`` must be a file of
+  exactly ``mappedFileSizeCommitLog`` bytes with a numeric name (``MappedFileQueue.doLoad``, ``MappedFile.init``);
+  ``checkpoint`` must open read-write (``StoreCheckpoint``); else the broker refuses to start.
+* ``abort`` present (``File.exists()``: a folder too) -> ``CommitLog.recoverAbnormally``, else
+  ``CommitLog.recoverNormally``: walk from the third-last segment (``size - 3``, clamped
+  to 0).  ``recoverAbnormally``: from the last segment backwards, the first
   whose first record has a V1 magic, a non-zero store time and a store time <= ``checkpoint.getMinTimestamp()``
   (``getMinTimestampIndex()`` when messageIndexSafe) (``isMappedFileMatchedRecover``); else segment 0.  Every
   record from there is re-dispatched.
 * The walk (:func:`recovery_walk`, one segment at a time) checks body CRCs (``checkCRCOnRecover``) with
   ``checkMessageAndReturnSize`` and stops at the first record it refuses; a blank moves to the next segment
   (after the last segment's blank the end is that blank).  The recovered max physical offset is where it
-  stopped; later segments are deleted, later bytes are kept but ignored (``MappedFileQueue.truncateDirtyFiles``),
-  and consume-queue units at or beyond it are truncated (``truncateDirtyLogicFiles``).
+  stopped; later segments are deleted, later bytes are kept but ignored (``MappedFileQueue.truncateDirtyFiles``).
+* Consume queues (:func:`recover_consume_queues`): ``ConsumeQueue.recover()`` cuts each queue at its first unit
+  that fails ``offset >= 0 && size > 0``; then, when the queues' max physical offset is >= the recovered end,
+  ``truncateDirtyLogicFiles`` cuts each at its first unit at or past that end; with no segment at all every
+  queue is destroyed.
 * Index files (``IndexService.load(lastExitOK)``): after an abnormal exit every index file whose header's
   endTimestamp > the checkpoint's indexMsgTimestamp is deleted (and rebuilt by the re-dispatch); see
   :func:`index_files_deleted_at_load`.
@@ -311,15 +317,212 @@ def index_files_deleted_at_load(index_dir: Path, last_exit_ok: bool, index_msg_t
     return deleted, notes
 
 
+def commitlog_load_problems(commitlog_dir: Path, segment_size: int | None) -> tuple[list[tuple[str, str]], list[str]]:
+    """Why ``CommitLog.load()`` (``MappedFileQueue.load`` / ``doLoad``) fails, as (file, reason) pairs, and notes.
+
+    ``doLoad`` takes every entry ``listFiles()`` gives (files, folders, hidden files: not only segment names),
+    sorted by name, and returns false at the first whose ``File.length()`` (a folder's size, 0 for a dangling
+    link) is not mappedFileSizeCommitLog, so ``DefaultMessageStore.load()`` fails.  An entry of the right length
+    is mapped with ``new MappedFile(path, size)``, which parses its name with ``Long.parseLong`` (a
+    NumberFormatException escapes doLoad and fails ``load()``) and opens it read-write (a folder throws an
+    IOException: doLoad returns false).  The broker logs only the first; every one is listed here.  A numeric
+    name that is not 20 digits loads as the segment at that offset (a note: the model ignores it)."""
+    problems, notes = [], []
+    if not commitlog_dir.is_dir():
+        return problems, notes
+    for entry in sorted(commitlog_dir.iterdir(), key=lambda e: e.name):
+        rel = f"commitlog/{entry.name}"
+        try:
+            length = entry.stat().st_size
+        except OSError:
+            length = 0
+        what = "a folder" if entry.is_dir() else f"{length} bytes"
+        if segment_size and length != segment_size:
+            problems.append((rel, f"{rel} is {what}, not mappedFileSizeCommitLog {segment_size}: MappedFileQueue"
+                                  ".doLoad refuses it and load() fails"))
+        elif java_parse_long(entry.name) is None:
+            problems.append((rel, f"{rel}: its name is not an offset (Long.parseLong fails in new MappedFile), so "
+                                  "load() fails"))
+        elif entry.is_dir():
+            problems.append((rel, f"{rel} is a folder: new MappedFile cannot open it, so MappedFileQueue.doLoad "
+                                  "fails"))
+        elif not (len(entry.name) == L.SEGMENT_NAME_DIGITS and entry.name.isascii() and entry.name.isdigit()):
+            notes.append(f"{rel} loads as the segment at offset {java_parse_long(entry.name)} (its name parsed "
+                         "by Long.parseLong, sorted among the others by name); this prediction ignores it")
+    return problems, notes
+
+
+def marker_problems(markers) -> tuple[list[tuple[str, str]], list[str]]:
+    """What ``abort`` and ``lock`` of an unusual kind do (``markers``: :class:`~store_format.checkpoint.Markers`).
+
+    ``lock``: the ``DefaultMessageStore`` constructor opens it with ``new RandomAccessFile(lock, "rw")``, which
+    throws for a folder, so ``BrokerController.initialize()`` fails before any recovery: the broker will not
+    start.  ``abort``: ``isTempFileExist()`` is ``File.exists()``, true for a folder too, so the start is an
+    abnormal recovery; ``createTempFile()`` at start leaves an existing entry alone, and the clean ``shutdown()``
+    removes it with ``File.delete()``, which cannot delete a folder that is not empty: every later start is then
+    abnormal as well."""
+    problems, notes = [], []
+    if markers.lock_kind == "folder":
+        problems.append(("lock", "lock is a folder: the DefaultMessageStore constructor cannot open it "
+                                 "(RandomAccessFile \"rw\" throws), so BrokerController.initialize() fails before "
+                                 "any recovery"))
+    elif markers.lock_kind == "other":
+        notes.append("lock is not a regular file: the broker's behaviour with it is not predicted")
+    return problems, notes
+
+
+def abort_notes(root: Path, markers) -> list[str]:
+    """Notes on an ``abort`` that is not a regular file (see :func:`marker_problems`)."""
+    abort = root / "abort"
+    if markers.abort_kind == "folder":
+        if any(abort.iterdir()):
+            return ["abort is a folder that is not empty: File.exists() is true, so the broker recovers abnormally; "
+                    "a clean shutdown cannot delete it (File.delete fails on a non-empty folder), so every later "
+                    "start recovers abnormally too until it is removed"]
+        return ["abort is an empty folder: File.exists() is true, so the broker recovers abnormally (a clean "
+                "shutdown deletes it)"]
+    if markers.abort_kind == "other":
+        return ["abort is not a regular file: File.exists() is true, so the broker recovers abnormally"]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Consume queues: ConsumeQueue.recover() and truncateDirtyLogicFiles(phyOffset)
+
+
+@dataclass(frozen=True)
+class QueueRecovery:
+    """What recovery leaves of one consume queue.  Positions are logical byte offsets in the queue (queue
+    offset x 20); ``end`` is where the queue's units end after recovery: every written unit at or past it is
+    dropped (``dropped``; a written unit is any 20 bytes that are not all zeros)."""
+
+    topic: str
+    queue_id: int
+    recover_end: int  # after ConsumeQueue.recover()
+    max_physic_offset: int  # recover()'s maxPhysicOffset: offset + size of the last valid unit walked (-1: none)
+    end: int  # after truncateDirtyLogicFiles (== recover_end when it does not run)
+    dropped: int
+    first_dropped: int | None  # queue offset of the first dropped unit
+    reason: str | None  # "invalid_unit" | "past_recovered_end" | "no_commitlog"
+    invalid_unit: tuple[int, int] | None = None  # (offset, size) of the unit recover() stopped at, if written
+
+
+class _QueueUnits:
+    """Each file's units of one queue, read on demand (numpy: physical offsets, sizes, written)."""
+
+    def __init__(self, files):
+        self.files = files
+        self._cache = {}
+
+    def __call__(self, i: int):
+        if i not in self._cache:
+            import numpy as np
+
+            dtype = L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE)
+            with ReadOnlyMap(self.files[i].path) as m:
+                n = len(m) // L.CQ_STORE_UNIT_SIZE
+                raw = np.frombuffer(m.buf, np.uint8, n * L.CQ_STORE_UNIT_SIZE).reshape(n, L.CQ_STORE_UNIT_SIZE)
+                u = np.frombuffer(m.buf, dtype, n)
+                self._cache[i] = (u["physical_offset"].astype(np.int64), u["size"].astype(np.int64),
+                                  raw.any(axis=1))
+                del raw, u
+        return self._cache[i]
+
+
+def _recover_queue(files, units) -> tuple[int, int, tuple[int, int] | None]:
+    """ConsumeQueue.recover(): from file ``size - 3`` (clamped to 0), units while ``offset >= 0 && size > 0``; a
+    full file goes on to the next.  Returns (the end, maxPhysicOffset, the refused unit if written)."""
+    max_phys, refused = -1, None
+    if not files:
+        return 0, max_phys, refused
+    for i in range(max(0, len(files) - 3), len(files)):
+        phys, size, written = units(i)
+        valid = (phys >= 0) & (size > 0)
+        k = len(valid) if valid.all() else int(valid.argmin())
+        if k:
+            max_phys = int(phys[k - 1] + size[k - 1])
+        if k < len(valid):
+            if written[k]:
+                refused = (int(phys[k]), int(size[k]))
+            return files[i].base_byte_offset + k * L.CQ_STORE_UNIT_SIZE, max_phys, refused
+    last = files[-1]
+    return last.base_byte_offset + len(units(len(files) - 1)[0]) * L.CQ_STORE_UNIT_SIZE, max_phys, refused
+
+
+def _truncate_queue(files, units, recover_end: int, phy_offset: int) -> int:
+    """truncateDirtyLogicFiles(phyOffset) on what recover() left (the files starting at or before its end, as
+    MappedFileQueue.truncateDirtyFiles keeps them), from the last file back: a file whose first unit has
+    offset >= phyOffset is deleted; otherwise the first unit stays (whatever it holds), then units stay while
+    ``offset >= 0 && size > 0 && offset < phyOffset``.  Returns the queue's end (the first file's start when
+    every file is deleted)."""
+    kept = [i for i, f in enumerate(files) if f.base_byte_offset <= recover_end]
+    while kept:
+        i = kept[-1]
+        phys, size, _ = units(i)
+        base = files[i].base_byte_offset
+        if not len(phys):
+            return base
+        if phys[0] >= phy_offset:
+            kept.pop()
+            continue
+        ok = (phys >= 0) & (size > 0) & (phys < phy_offset)
+        ok[0] = True
+        return base + (len(ok) if ok.all() else int(ok.argmin())) * L.CQ_STORE_UNIT_SIZE
+    return files[0].base_byte_offset if files else 0
+
+
+def recover_consume_queues(queues: dict, commitlog_end: int, has_commitlog: bool = True
+                           ) -> tuple[dict, int]:
+    """Every queue as recovery leaves it (``DefaultMessageStore.recover``): ``recoverConsumeQueue()`` runs
+    ``ConsumeQueue.recover()`` on each queue and takes the max of their maxPhysicOffset (-1 without units); the
+    commitlog recovery then calls ``truncateDirtyLogicFiles(processOffset)`` on every queue when that max is
+    >= the recovered commitlog end; with no commitlog segment at all it destroys every queue
+    (``destroyLogics``).  ``queues``: {(topic, queue id): files sorted by name}.  Returns ({key:
+    :class:`QueueRecovery`}, the max maxPhysicOffset)."""
+    first = {}
+    for key, files in queues.items():
+        units = _QueueUnits(files)
+        first[key] = (files, units, *_recover_queue(files, units))
+    max_cq = max((v[3] for v in first.values()), default=-1)
+    truncate = has_commitlog and max_cq >= commitlog_end
+    out = {}
+    for (topic, qid), (files, units, rec_end, max_phys, refused) in first.items():
+        if not has_commitlog:
+            end = files[0].base_byte_offset if files else 0
+        elif truncate:
+            end = _truncate_queue(files, units, rec_end, commitlog_end)
+        else:
+            end = rec_end
+        dropped, first_dropped = 0, None
+        for i, f in enumerate(files):
+            if f.base_byte_offset + f.length <= end:
+                continue
+            written = units(i)[2]
+            skip = max(0, (end - f.base_byte_offset) // L.CQ_STORE_UNIT_SIZE)
+            hits = written[skip:].nonzero()[0]
+            if len(hits) and first_dropped is None:
+                first_dropped = (f.base_byte_offset // L.CQ_STORE_UNIT_SIZE) + skip + int(hits[0])
+            dropped += len(hits)
+        reason = None
+        if dropped:
+            reason = "no_commitlog" if not has_commitlog else "past_recovered_end" if end < rec_end else "invalid_unit"
+        out[(topic, qid)] = QueueRecovery(topic, qid, rec_end, max_phys, end, dropped, first_dropped, reason,
+                                          refused if reason == "invalid_unit" else None)
+    return out, max_cq
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The prediction
 
 
 @dataclass
 class RecoveryPrediction:
+    """What the broker will do.  When ``will_start`` is False the other fields describe the recovery it runs once
+    the ``start_problems`` are fixed (a lock or checkpoint folder stops it before any recovery)."""
+
     mode: str  # "normal" | "abnormal"
     will_start: bool
-    start_problems: list[str]
+    start_problems: list[str]  # why it will not start, in the order the broker meets them
     segment_size: int | None
     start_segment: str | None  # where the recovery walk begins
     max_physical_offset: int  # the recovered end of the commitlog
@@ -328,8 +531,8 @@ class RecoveryPrediction:
     stop_kind: str | None  # why the walk ended (END_OF_DATA, BAD_CRC, ... or "last blank")
     segments_deleted: list[str]  # segments wholly beyond the recovered end
     dropped_messages: list[tuple[int, int]]  # (physical offset, size) of well-formed records the broker will ignore
-    max_cq_physical_offset: int  # ConsumeQueue recover(): max over queues of the last valid unit's end
-    cq_units_truncated: dict = field(default_factory=dict)  # (topic, qid) -> units at/after the recovered end
+    max_cq_physical_offset: int  # recoverConsumeQueue(): max over queues of recover()'s maxPhysicOffset (>= 0)
+    cq_units_truncated: dict = field(default_factory=dict)  # (topic, qid) -> written units recovery drops
     index_files_deleted: list[str] = field(default_factory=list)  # abnormal: endTimestamp > indexMsgTimestamp
     redispatch_from: int | None = None  # abnormal: physical offset re-dispatch starts at
     notes: list[str] = field(default_factory=list)
@@ -339,6 +542,9 @@ class RecoveryPrediction:
     unframed_dropped: list[tuple[int, int]] = field(default_factory=list)
     walks: dict = field(default_factory=dict)  # segment name -> SegmentWalk the decision used
     lost_enumerated: bool = True  # False: predict_recovery(enumerate_lost=False) left the three lists empty
+    start_problem_files: list = field(default_factory=list)  # the file each start problem names (or None)
+    cq_truncation: dict = field(default_factory=dict)  # (topic, qid) -> QueueRecovery, queues that drop units
+    abort_kind: str | None = None  # "file" | "folder" | "other": what ``abort`` is (None: absent)
 
     @property
     def intact_messages_lost(self) -> int:
@@ -367,6 +573,7 @@ class RecoveryPrediction:
     def as_dict(self) -> dict:
         d = {k: v for k, v in vars(self).items() if k != "walks"}
         d["cq_units_truncated"] = {f"{t}/{q}": n for (t, q), n in self.cq_units_truncated.items()}
+        d["cq_truncation"] = {f"{t}/{q}": vars(r) for (t, q), r in self.cq_truncation.items()}
         d["walks"] = {k: vars(w) for k, w in self.walks.items()}
         d.update(messages_lost=self.messages_lost, intact_messages_lost=self.intact_messages_lost,
                  damaged_messages_lost=self.damaged_messages_lost, unframed_bytes_lost=self.unframed_bytes_lost,
@@ -417,14 +624,18 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     applies :func:`lost_records` itself."""
     root = Path(store.root)
     markers = store.markers()
-    mode = "abnormal" if markers.abort else "normal"
+    mode = "abnormal" if markers.abort else "normal"  # DefaultMessageStore.isTempFileExist: File.exists()
     segs = store.segments
     size = store.segment_size
-    notes: list[str] = []
-    problems = [f"segment {s.name} is {s.length} bytes, not {size}: MappedFileQueue.load() fails"
-                for s in segs if size and s.length != size]
+    # in the order the broker meets them: the constructor opens lock, load() loads the commitlog, then (after the
+    # consume queues) opens the checkpoint
+    found, notes = marker_problems(markers)
+    notes += abort_notes(root, markers)
+    cl_problems, cl_notes = commitlog_load_problems(root / "commitlog", size)
+    found += cl_problems
+    notes += cl_notes
     cp, cp_problems, cp_notes = effective_checkpoint(root)
-    problems += cp_problems
+    found += [("checkpoint", text) for text in cp_problems]
     notes += cp_notes
 
     used: dict[str, SegmentWalk] = {}
@@ -459,20 +670,8 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     if enumerate_lost:
         lost = walk_lost_records(store, max_offset, stop_walk, check_crc=check_crc)
 
-    max_cq = 0
-    truncated = {}
-    for key, files in store.queues.items():
-        n_beyond = 0
-        try:
-            for unit in store.consume_queue(*key, stop_at_invalid=True):
-                if unit.kind == "entry":
-                    max_cq = max(max_cq, unit.physical_offset + unit.size)
-                    if unit.physical_offset >= max_offset:
-                        n_beyond += 1
-        except StoreFormatError:
-            pass  # a partial trailing unit: recovery stops before it as well
-        if n_beyond:
-            truncated[key] = n_beyond
+    queues, max_cq = recover_consume_queues(store.queues, max_offset, has_commitlog=bool(segs))
+    truncation = {k: q for k, q in queues.items() if q.dropped}
 
     index_deleted = []
     if cp is not None:
@@ -481,9 +680,11 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         notes += index_notes
 
     return RecoveryPrediction(
-        mode=mode, will_start=not problems, start_problems=problems, segment_size=size,
+        mode=mode, will_start=not found, start_problems=[t for _, t in found], segment_size=size,
         start_segment=segs[start_index].name if segs else None, max_physical_offset=max_offset,
         stop_segment=stop_seg, stop_position=stop_pos, stop_kind=stop_kind, segments_deleted=deleted,
-        dropped_messages=lost.intact, max_cq_physical_offset=max_cq, cq_units_truncated=truncated,
+        dropped_messages=lost.intact, max_cq_physical_offset=max(0, max_cq),
+        cq_units_truncated={k: q.dropped for k, q in truncation.items()},
         index_files_deleted=index_deleted, redispatch_from=redispatch_from, notes=notes,
-        damaged_dropped=lost.damaged, unframed_dropped=lost.unframed, walks=used, lost_enumerated=enumerate_lost)
+        damaged_dropped=lost.damaged, unframed_dropped=lost.unframed, walks=used, lost_enumerated=enumerate_lost,
+        start_problem_files=[f for f, _ in found], cq_truncation=truncation, abort_kind=markers.abort_kind)

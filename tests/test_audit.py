@@ -224,6 +224,19 @@ def damage_audit(spark, tmp_path_factory):
     raw = bytearray(index_file.read_bytes())
     raw[at:at + 4] = (int.from_bytes(raw[at:at + 4], "big") + 1).to_bytes(4, "big")
     index_file.write_bytes(bytes(raw))
+    # an invalid consume-queue unit (ConsumeQueue.recover stops there) and markers / files that stop the broker
+    cq = D.copy_store(src, root / "cq_invalid_unit")
+    with open(cq / "consumequeue" / "TopicTest" / "0" / f"{0:020d}", "r+b") as f:
+        f.seek(3 * 20)
+        f.write((-5).to_bytes(8, "big", signed=True))
+    made["cq_invalid_unit"] = None
+    marked = D.copy_store(src, root / "marker_folders")
+    (marked / "lock").unlink()
+    (marked / "lock").mkdir()
+    (marked / "abort").mkdir()
+    (marked / "abort" / "pid").write_text("1")
+    (marked / "commitlog" / f"{0:020d}.bak").write_bytes((marked / "commitlog" / f"{0:020d}").read_bytes())
+    made["marker_folders"] = None
     out = root.parent / "out"
     result = audit.run(spark, audit_args([root], out, segment_size=MIB, no_report=True))
     return result, out, made, frames
@@ -356,6 +369,28 @@ def test_index_header_mismatch(damage_audit):
     assert not by_severity(findings, "error", "index_header")
     [w] = [f for f in findings if f["check"] == "index.header_mismatch"]
     assert w["severity"] == "warning" and f"hashSlotCount {used + 1} but {used} slots are used" in w["message"]
+
+
+def test_recovery_of_consume_queues_and_unusual_files(damage_audit):
+    """recovery.cq_truncated names the first unit ConsumeQueue.recover refuses and counts it with every later unit
+    of the queue; a lock folder (DefaultMessageStore's constructor) and a commitlog file whose name is no offset
+    (MappedFile.init's Long.parseLong) each stop the broker; an abort folder that is not empty means an abnormal
+    recovery, and every later start too (File.delete cannot remove it)."""
+    _, out, _, _ = damage_audit
+    findings = rows(out, "findings")
+    m = fixture_manifest("basic")
+    q0 = next(q for q in m["consumeQueues"] if (q["topic"], q["queueId"]) == ("TopicTest", 0))
+    [cut] = [f for f in findings if f["broker"] == "cq_invalid_unit" and f["check"] == "recovery.cq_truncated"]
+    assert (cut["topic"], cut["queue_id"], cut["queue_offset"], cut["details"]["reason"]) == ("TopicTest", 0, 3,
+                                                                                          "invalid_unit")
+    assert int(cut["details"]["units"]) == q0["maxOffset"] - 3 and "ConsumeQueue.recover stops" in cut["message"]
+    marked = [f for f in findings if f["broker"] == "marker_folders" and f["check"].startswith("recovery.")]
+    stops = sorted(f["file"] for f in marked if f["check"] == "recovery.broker_will_not_start")
+    assert stops == [f"{0:020d}.bak", "lock"]
+    assert [f["severity"] for f in marked if f["check"] == "recovery.abnormal"] == ["info"]
+    assert any("every later start" in f["message"] for f in marked if f["check"] == "recovery.note")
+    rec = _recovery_summary(out, "marker_folders")
+    assert (rec["mode"], rec["broker_will_start"]) == ("abnormal", False)
 
 
 def test_combined_damage(damage_audit):

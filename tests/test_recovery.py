@@ -103,7 +103,7 @@ from store_format.recovery import (SegmentWalk, describe_damaged_record, lost_re
 from store_format.writer import StoreWriter, WriterConfig  # noqa: E402
 
 # small segments, and an index geometry whose length does not give it away (not RocketMQ's 1:4 slots:entries)
-CRASH_CFG = WriterConfig(mappedFileSizeCommitLog=64 * 1024, mappedFileSizeConsumeQueue=20 * 30, maxHashSlotNum=16,
+CRASH_CFG = WriterConfig(mappedFileSizeCommitLog=64 * 1024, mappedFileSizeConsumeQueue=20 * 5, maxHashSlotNum=16,
                          maxIndexNum=100)
 ZERO_PAGE = "recovered-zero-page"
 
@@ -304,3 +304,179 @@ def test_index_files_and_checkpoint_as_the_broker_reads_them(crashed, tmp_path):
     (root / "index" / names[2]).mkdir()  # IndexService.load returns there
     p = predict_recovery(Store(root))
     assert p.index_files_deleted == [names[0]] and any(f"index/{names[2]}" in n for n in p.notes)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Consume queues: what ConsumeQueue.recover() and truncateDirtyLogicFiles drop (issue "Never lose a byte", 4)
+
+from store_format.consumequeue import unit_bytes  # noqa: E402
+from store_format.recovery import recover_consume_queues  # noqa: E402
+
+
+def _units_of(store: Store, key) -> list[tuple[int, int, int]]:
+    """(queue offset, physical offset, size) of every written unit of a queue."""
+    return [(u.queue_offset, u.physical_offset, u.size) for u in store.consume_queue(*key)]
+
+
+def test_recovered_zero_page_queues_end_where_rocketmq_left_them():
+    """Every queue of the crashed, zero-paged store ends where RocketMQ 4.9.7's load() left it (manifest afterLoad
+    consumeQueues maxOffset): ConsumeQueue.recover() then truncateDirtyLogicFiles(processOffset), run because
+    the consume queues' max physical offset is past the recovered commitlog end (CommitLog.recoverAbnormally)."""
+    from .conftest import FIXTURES
+
+    manifest = json.loads((FIXTURES / ZERO_PAGE / "manifest.json").read_text())
+    store = Store(FIXTURES / ZERO_PAGE / "input" / "store")
+    p = predict_recovery(store)
+    queues, max_cq = recover_consume_queues(store.queues, p.max_physical_offset)
+    after = {(q["topic"], q["queueId"]): q["maxOffset"] for q in manifest["afterLoad"]["consumeQueues"]}
+    assert set(queues) == set(after) and max_cq > p.max_physical_offset
+    assert {k: q.end // 20 for k, q in queues.items()} == after
+    for key, q in queues.items():  # dropped: every written unit past the end
+        assert q.dropped == sum(1 for qo, _, _ in _units_of(store, key) if qo >= after[key])
+        assert p.cq_units_truncated.get(key, 0) == q.dropped
+    assert {q.reason for q in p.cq_truncation.values()} == {"past_recovered_end"}
+
+
+def _patch_unit(root, topic: str, qid: int, queue_offset: int, phys: int, size: int, tags: int = 0):
+    store = Store(root)
+    files = store.queues[(topic, qid)]
+    f = next(f for f in reversed(files) if f.first_queue_offset <= queue_offset)
+    with open(f.path, "r+b") as fh:
+        fh.seek((queue_offset - f.first_queue_offset) * 20)
+        fh.write(unit_bytes(phys, size, tags))
+
+
+@pytest.mark.parametrize("phys,size", [(-5, 120), (3000, 0), (3000, -1)])
+def test_an_invalid_unit_drops_itself_and_every_later_unit(basic_copy, phys, size):
+    """ConsumeQueue.recover() reads units while ``offset >= 0 && size > 0`` and cuts the queue at the first
+    that fails (MappedFileQueue.truncateDirtyFiles at processOffset): that unit and every later one are dropped,
+    although the later ones are valid.  The commitlog is clean, so truncateDirtyLogicFiles cuts nothing."""
+    root, manifest = basic_copy
+    key = ("TopicTest", 0)
+    before = _units_of(Store(root), key)
+    _patch_unit(root, *key, 3, phys, size)
+    p = predict_recovery(Store(root))
+    q = p.cq_truncation[key]
+    assert (q.reason, q.first_dropped, q.dropped, q.end) == ("invalid_unit", 3, len(before) - 3, 3 * 20)
+    assert q.invalid_unit == (phys, size) and p.cq_units_truncated == {key: len(before) - 3}
+
+
+def test_a_zero_unit_mid_queue_drops_the_units_after_it(basic_copy):
+    """A zeroed unit is the end to ConsumeQueue.recover() (size 0): the written units after it are dropped; the
+    zero unit itself is not counted (it holds nothing)."""
+    root, _ = basic_copy
+    key = ("TopicTest", 1)
+    before = _units_of(Store(root), key)
+    _patch_unit(root, *key, 2, 0, 0)
+    q = predict_recovery(Store(root)).cq_truncation[key]
+    assert (q.reason, q.first_dropped, q.dropped, q.invalid_unit) == ("invalid_unit", 3, len(before) - 3, None)
+
+
+def test_truncate_dirty_logic_files_cuts_at_the_first_unit_past_the_recovered_end(crashed, tmp_path):
+    """A bad CRC mid-store: every queue keeps its units below the recovered end; from the first unit at or past
+    it every unit is dropped, and a queue file whose first unit is past it is deleted whole
+    (ConsumeQueue.truncateDirtyLogicFiles(phyOffset), called because recoverConsumeQueue's max is >= it)."""
+    _, mid, _ = _victims(crashed)
+    D.bad_crc(crashed, tmp_path / "d", physical_offset=mid.physical_offset)
+    store = Store(tmp_path / "d")
+    p = predict_recovery(store)
+    whole_files = 0
+    for key, files in store.queues.items():
+        units = _units_of(store, key)
+        past = [qo for qo, o, _ in units if o >= p.max_physical_offset]
+        q = p.cq_truncation.get(key)
+        assert (q.dropped if q else 0) == len(past) and (q.first_dropped if q else None) == (past[0] if past else None)
+        if q:
+            assert q.reason == "past_recovered_end" and q.end == past[0] * 20
+        whole_files += sum(1 for f in files if f.first_queue_offset >= (past[0] if past else 1 << 62))
+    assert whole_files >= 1
+
+
+def test_a_unit_past_the_end_before_an_invalid_one(basic_copy):
+    """Both rules on one queue: recover() stops at the invalid unit, truncateDirtyLogicFiles (the store's
+    recovered end is lower) cuts earlier, at the first unit at or past it."""
+    root, manifest = basic_copy
+    key = ("TopicTest", 2)
+    units = _units_of(Store(root), key)
+    _patch_unit(root, *key, len(units) - 1, -1, 10)
+    bad = units[2]  # give the commitlog a bad CRC at this queue's third message
+    with open(root / "commitlog" / SEG, "r+b") as f:
+        f.seek(bad[1] + 8)
+        f.write(b"\x00\x00\x00\x07")
+    p = predict_recovery(Store(root))
+    q = p.cq_truncation[key]
+    assert p.max_physical_offset == bad[1]
+    assert (q.reason, q.first_dropped, q.recover_end, q.end) == ("past_recovered_end", 2, (len(units) - 1) * 20, 40)
+
+
+def test_no_commitlog_destroys_every_consume_queue(basic_copy):
+    """CommitLog.recoverNormally with no segment: "The commitlog files are deleted, and delete the consume queue
+    files" (DefaultMessageStore.destroyLogics): every unit goes."""
+    root, manifest = basic_copy
+    for seg in (root / "commitlog").iterdir():
+        seg.unlink()
+    p = predict_recovery(Store(root))
+    expected = {(q["topic"], q["queueId"]): q["maxOffset"] - q["minOffset"] for q in manifest["consumeQueues"]
+                if q["dirExists"] and q["maxOffset"] > q["minOffset"]}
+    assert p.cq_units_truncated == expected and {q.reason for q in p.cq_truncation.values()} == {"no_commitlog"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Files that stop the broker, and markers of the wrong kind (issue "Never lose a byte", 5 and 6)
+
+
+def test_commitlog_entries_that_are_not_segments_stop_the_broker(basic_copy):
+    """MappedFileQueue.load/doLoad take every entry of commitlog/: one whose length is not the segment size (a
+    hidden file, a folder) makes doLoad return false; one of the right length whose name Long.parseLong refuses
+    throws NumberFormatException in MappedFile.init; both fail DefaultMessageStore.load().  A numeric name of
+    another width loads as a segment at that offset (a note)."""
+    root, _ = basic_copy
+    cl = root / "commitlog"
+    seg = (cl / SEG).read_bytes()
+    (cl / f"{SEG}.bak").write_bytes(seg)
+    (cl / ".DS_Store").write_bytes(b"x" * 10)
+    (cl / f"{1 << 20:020d}").mkdir()
+    p = predict_recovery(Store(root))
+    assert not p.will_start
+    assert p.start_problem_files == ["commitlog/.DS_Store", f"commitlog/{SEG}.bak", f"commitlog/{1 << 20:020d}"]
+    assert any("Long.parseLong" in t for t in p.start_problems) and any("a folder" in t for t in p.start_problems)
+    for name in (f"{SEG}.bak", ".DS_Store"):
+        (cl / name).unlink()
+    (cl / f"{1 << 20:020d}").rmdir()
+    (cl / "2097152").write_bytes(seg)
+    p = predict_recovery(Store(root))
+    assert p.will_start and any("commitlog/2097152 loads as the segment at offset 2097152" in n for n in p.notes)
+
+
+def test_lock_and_checkpoint_folders_stop_the_broker(basic_copy):
+    """``lock`` a folder: the DefaultMessageStore constructor's ``new RandomAccessFile(lock, "rw")`` throws, so
+    BrokerController.initialize() fails; ``checkpoint`` a folder: ``new StoreCheckpoint`` throws inside
+    DefaultMessageStore.load(), which fails (nothing is deleted: IndexService.load never runs)."""
+    root, _ = basic_copy
+    (root / "lock").unlink()
+    (root / "lock").mkdir()
+    (root / "abort").write_bytes(b"")
+    (root / "checkpoint").unlink()
+    (root / "checkpoint").mkdir()
+    p = predict_recovery(Store(root))
+    assert not p.will_start and p.start_problem_files == ["lock", "checkpoint"]
+    assert "RandomAccessFile" in p.start_problems[0] and "StoreCheckpoint" in p.start_problems[1]
+    assert p.index_files_deleted == []
+
+
+@pytest.mark.parametrize("content", [False, True])
+def test_an_abort_folder_means_abnormal_recovery(basic_copy, content):
+    """DefaultMessageStore.isTempFileExist() is File.exists(): true for a folder, so recover(false) runs
+    recoverAbnormally; shutdown's deleteFile (File.delete) cannot remove a folder that is not empty, so every
+    later start is abnormal too.  A dangling symbolic link does not exist: a normal start."""
+    root, manifest = basic_copy
+    (root / "abort").mkdir()
+    if content:
+        (root / "abort" / "x").write_bytes(b"1")
+    p = predict_recovery(Store(root))
+    assert p.mode == "abnormal" and p.abort_kind == "folder" and p.will_start
+    assert p.index_files_deleted == [f["name"] for f in manifest["indexFiles"]]  # indexMsgTimestamp 0
+    assert any(("every later start" in n) == content for n in p.notes if n.startswith("abort"))
+    shutil.rmtree(root / "abort")
+    (root / "abort").symlink_to(root / "nowhere")
+    assert predict_recovery(Store(root)).mode == "normal"

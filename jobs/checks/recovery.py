@@ -1,13 +1,16 @@
 """What the broker will do with this dump when it starts (store_format.recovery's model of RocketMQ 4.9.x).
 
-Checks: ``recovery.broker_will_not_start`` (a segment of the wrong length fails ``load()``),
+Checks: ``recovery.broker_will_not_start`` (``lock`` a folder, a ``commitlog/`` entry that is not a
+segment-size file with a numeric name, ``checkpoint`` a folder: the broker fails to initialize or ``load()``),
 ``recovery.truncation`` (one error per broker: recovery drops records: messages_lost = the damaged records
 that still frame a message (damaged_messages_lost) + the intact messages past the recovered end
 (intact_messages_lost), plus unframed_bytes_lost, bytes no walk could frame; store_format.recovery.lost_records),
 ``recovery.message_lost`` (each message the broker drops: ``details.state`` intact (a well-formed record past the
 recovered end, joined with the salvage walk's messages) or damaged (``details.damage`` = its stop kind, named from
 its header on the driver)), ``recovery.segment_deleted``,
-``recovery.cq_truncated`` (consume-queue units at or past the recovered end), ``recovery.index_rebuilt``
+``recovery.cq_truncated`` (per queue, the units recovery drops: from the first unit ConsumeQueue.recover refuses,
+or the first at or past the recovered end that truncateDirtyLogicFiles cuts at, every later one),
+``recovery.index_rebuilt``
 (abnormal recovery deletes and rebuilds newer index files), ``recovery.abnormal`` (the abort file is there:
 the broker did not shut down cleanly), ``recovery.note``.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
+from store_format import layout as L
 from store_format.commitlog import ReadOnlyMap
 from store_format.recovery import describe_damaged_record
 
@@ -26,14 +30,15 @@ def run(ctx: AuditContext) -> CheckResult:
     rows, mrows = [], []
     for name, p in ctx.recovery.items():
         if not p.will_start:
-            for problem in p.start_problems:
+            for problem, file in zip(p.start_problems, p.start_problem_files):
                 rows.append(dict(check="recovery.broker_will_not_start", severity="error", broker=name,
-                                 file=problem.split()[1] if problem.startswith("segment ") else None,
+                                 file=file.removeprefix("commitlog/") if file else None,
                                  message=f"the broker will refuse to start: {problem}"))
         if p.mode == "abnormal":
+            what = "abort file" if p.abort_kind in (None, "file") else f"abort ({p.abort_kind})"
             rows.append(dict(check="recovery.abnormal", severity="info", broker=name, file="abort",
                              physical_offset=p.redispatch_from,
-                             message=f"abort file present: abnormal recovery from segment {p.start_segment}, "
+                             message=f"{what} present: abnormal recovery from segment {p.start_segment}, "
                                      f"re-dispatching from physical offset {p.redispatch_from}"))
         lost = p.messages_lost
         if lost or p.unframed_dropped:
@@ -55,11 +60,13 @@ def run(ctx: AuditContext) -> CheckResult:
         for seg in p.segments_deleted:
             rows.append(dict(check="recovery.segment_deleted", severity="warning", broker=name, file=seg,
                              message=f"segment {seg} lies wholly past the recovered end and will be deleted"))
-        for (topic, qid), n in sorted(p.cq_units_truncated.items()):
+        for (topic, qid), q in sorted(p.cq_truncation.items()):
             rows.append(dict(check="recovery.cq_truncated", severity="warning", broker=name, topic=topic,
-                             queue_id=qid, physical_offset=p.max_physical_offset,
-                             message=f"{n} consume-queue unit(s) of {topic}/{qid} point at or past the recovered "
-                                     "end and will be truncated", details={"units": n}))
+                             queue_id=qid, queue_offset=q.first_dropped, physical_offset=p.max_physical_offset,
+                             message=f"{q.dropped} consume-queue unit(s) of {topic}/{qid} from queue offset "
+                                     f"{q.first_dropped} on will be dropped: {_cq_why(q, p.max_physical_offset)}",
+                             details={"units": q.dropped, "reason": q.reason, "recovered_queue_end":
+                                      q.end // L.CQ_STORE_UNIT_SIZE}))
         for f in p.index_files_deleted:
             rows.append(dict(check="recovery.index_rebuilt", severity="info", broker=name, file=f"index/{f}",
                              message=f"index file {f} is newer than the checkpoint's indexMsgTimestamp: abnormal "
@@ -87,6 +94,19 @@ def run(ctx: AuditContext) -> CheckResult:
         {"state": F.lit("intact"), "uniq_key": F.col("uniq_key"), "key": F.col("uniq_key"),
          "msg_id": F.col("msg_id")}))
     return res
+
+
+def _cq_why(q, recovered_end: int) -> str:
+    """Why recovery drops a queue's units (store_format.recovery.QueueRecovery.reason)."""
+    if q.reason == "no_commitlog":
+        return "the store has no commitlog segment, so recovery destroys every consume queue (destroyLogics)"
+    if q.reason == "past_recovered_end":
+        return (f"the first points at or past the recovered commitlog end {recovered_end}, and truncateDirtyLogicFiles "
+                "cuts the queue there")
+    at = q.recover_end // L.CQ_STORE_UNIT_SIZE
+    unit = (f"offset {q.invalid_unit[0]}, size {q.invalid_unit[1]}" if q.invalid_unit else "all zeros")
+    return (f"ConsumeQueue.recover stops at the unit at queue offset {at} ({unit}: not offset >= 0 and size > 0) "
+            "and cuts the queue there")
 
 
 def _damaged_lost(ctx: AuditContext, name: str, p) -> list[dict]:
