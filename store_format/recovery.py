@@ -270,7 +270,7 @@ def java_parse_long(text: str) -> int | None:
     import unicodedata
 
     body = text[1:] if text[:1] in "+-" else text
-    if not body or not text:
+    if not body:
         return None
     digits = []
     for ch in body:
@@ -295,22 +295,23 @@ def index_files_deleted_at_load(index_dir: Path, last_exit_ok: bool, index_msg_t
     IOException) ends the load (``load`` returns false, which ``DefaultMessageStore.load`` ignores): it and
     every later entry are neither loaded nor deleted; any other file is loaded, its header read from its first
     40 bytes whatever its length or geometry (the broker maps the configured size, extending a short file with
-    zeros, so missing header bytes read as 0), and after an abnormal exit (``!lastExitOK``) deleted when its
-    endTimestamp > the checkpoint's indexMsgTimestamp.  Normal exit: nothing is deleted."""
+    zeros, so missing header bytes read as 0; a dangling link's target is created, all zeros), and after an
+    abnormal exit (``!lastExitOK``) deleted when its endTimestamp > the checkpoint's indexMsgTimestamp.  Normal
+    exit: nothing is deleted."""
     deleted, notes = [], []
     if not index_dir.is_dir():
         return deleted, notes
     for entry in sorted(index_dir.iterdir(), key=lambda p: p.name):
         if java_parse_long(entry.name) is None:
             continue
-        if not entry.is_file():
-            if entry.exists() or entry.is_symlink():
-                notes.append(f"index/{entry.name} cannot be opened as an index file: IndexService.load stops there, "
-                             "and it and every later index file are neither loaded nor deleted")
-                break
-            continue
-        with open(entry, "rb") as f:
-            head = f.read(16)
+        if entry.is_dir():
+            notes.append(f"index/{entry.name} is a folder: IndexService.load stops there (new IndexFile throws), and "
+                         "it and every later index file are neither loaded nor deleted")
+            break
+        head = b""
+        if entry.is_file():
+            with open(entry, "rb") as f:
+                head = f.read(16)
         end_timestamp = struct.unpack(">q", (head + bytes(16))[8:16])[0]
         if not last_exit_ok and end_timestamp > index_msg_timestamp:
             deleted.append(entry.name)

@@ -303,7 +303,7 @@ def test_index_files_and_checkpoint_as_the_broker_reads_them(crashed, tmp_path):
     (root / "index" / names[2]).unlink()
     (root / "index" / names[2]).mkdir()  # IndexService.load returns there
     p = predict_recovery(Store(root))
-    assert p.index_files_deleted == [names[0]] and any(f"index/{names[2]}" in n for n in p.notes)
+    assert p.index_files_deleted == [names[0]] and any(f"index/{names[2]} is a folder" in n for n in p.notes)
 
 
 # ---------------------------------------------------------------------------------------------------------
