@@ -26,8 +26,9 @@ computes the ends of split segments in the planner, walking them there: exact, b
 :func:`read_commitlog` for large dumps.
 
 Rows: one per walk item, ``kind`` = message | blank | stop (where a walk stopped: damage, or END_OF_DATA
-for the zero-filled tail, summarized in one row) | corrupt (bytes the salvage walk could not frame, or a
-segment file with a bad name or length).  ``materialize`` chooses what else a row carries: ``positions``
+for the zero-filled tail, summarized in one row whose ``length`` is the tail's) | corrupt (bytes the salvage
+walk could not frame, never the zero tail after them, or a segment file with a bad name or length).
+``materialize`` chooses what else a row carries: ``positions``
 (nothing), ``frames`` (the record bytes), ``headers`` (decoded columns without the body) or ``decoded``
 (every canonical column, from udfs.kernels), since Python sources get no column pruning; with ``headers`` or
 ``decoded``, ``columns`` (comma-separated names) ships only the decoded columns asked for, which is most of the
@@ -707,7 +708,9 @@ class _RangeReader:
                 reason[i], field[i], detail[i] = it.reason, it.field, it.detail
             elif isinstance(it, SalvageSpan):
                 reason[i], excerpt[i] = it.reason, it.excerpt.hex()
-                detail[i] = f"{it.length} bytes no walk could frame"
+                detail[i] = f"{it.length} bytes no walk could frame" + (
+                    f", then {it.unwritten_tail} zero bytes to the segment's end (its unwritten tail)"
+                    if it.unwritten_tail else "")
             else:
                 reason[i], field[i], detail[i] = it.stop_kind, it.stop_field, it.stop_message
             if _is_damage(int(kinds[i]), reason[i]):

@@ -82,10 +82,12 @@ def _recovery_section(summary: dict) -> str:
         r = b["recovery"]
         rows.append([b["name"], r["mode"], "yes" if r["broker_will_start"] else "NO",
                      r["predicted_max_physical_offset"], r["stop_segment"], r["stop_kind"], r["messages_lost"],
+                     r["damaged_messages_lost"], r["intact_messages_lost"], r["unframed_bytes_lost"],
                      r["cq_units_truncated"], len(r["index_files_deleted"]), "; ".join(r["start_problems"])])
     return "<h2>Recovery prediction</h2>" + _html_table(
         ["broker", "mode", "will start", "recovered end", "stop segment", "stop reason", "messages lost",
-         "CQ units truncated", "index files rebuilt", "start problems"], rows, numeric={3, 6, 7, 8})
+         "of which damaged", "of which intact", "unframed bytes lost", "CQ units truncated", "index files rebuilt",
+         "start problems"], rows, numeric={3, 6, 7, 8, 9, 10, 11})
 
 
 def _findings_section(findings_df, top: int) -> str:

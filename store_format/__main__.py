@@ -36,7 +36,8 @@ def _json_default(v):
 def frame_to_dict(frame) -> dict:
     if isinstance(frame, SalvageSpan):
         return {"kind": "corrupt", "segment": frame.segment, "file_position": frame.file_position,
-                "length": frame.length, "reason": frame.reason, "excerpt_hex": frame.excerpt.hex()}
+                "length": frame.length, "reason": frame.reason, "excerpt_hex": frame.excerpt.hex(),
+                "unwritten_tail": frame.unwritten_tail}
     out = {"kind": frame.kind, "segment": frame.segment, "file_position": frame.file_position,
            "physical_offset": frame.physical_offset}
     if frame.kind == "message" and frame.message is not None:

@@ -67,9 +67,21 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
 
 @dataclass(frozen=True)
 class Markers:
-    abort: bool  # present: the broker did not shut down cleanly -> abnormal recovery
+    """``abort`` and ``lock`` as the broker sees them: present when ``File.exists()`` says so (any kind of file,
+    a folder too, through symbolic links), with what they are."""
+
+    abort: bool  # present: the broker did not shut down cleanly -> abnormal recovery (a folder counts)
     abort_pid: int | None  # 5.x writes the PID into abort
     lock: bool
+    abort_kind: str | None = None  # "file" | "folder" | "other" (a FIFO, a socket...); None when absent
+    lock_kind: str | None = None
+
+
+def path_kind(path: Path) -> str | None:
+    """What ``path`` is, following symbolic links as java.io.File does: None when it does not exist."""
+    if not path.exists():
+        return None
+    return "file" if path.is_file() else "folder" if path.is_dir() else "other"
 
 
 def read_markers(root: str | os.PathLike) -> Markers:
@@ -79,4 +91,5 @@ def read_markers(root: str | os.PathLike) -> Markers:
     if abort.is_file():
         text = abort.read_bytes()[:32].decode("ascii", "replace").strip()
         pid = int(text) if text.isdigit() else None
-    return Markers(abort.is_file(), pid, (root / "lock").exists())
+    abort_kind, lock_kind = path_kind(abort), path_kind(root / "lock")
+    return Markers(abort_kind is not None, pid, lock_kind is not None, abort_kind, lock_kind)

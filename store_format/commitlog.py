@@ -334,13 +334,18 @@ def skip_zeros(buf, pos: int, limit: int) -> int:
 
 @dataclass
 class SalvageSpan:
-    """Bytes between two frames that no walk could frame: reported, never dropped silently."""
+    """Bytes between two frames that no walk could frame: reported, never dropped silently.
+
+    A span never holds a segment's unwritten tail: when no frame follows a damaging stop, the span ends where
+    the zeros that run to the segment's end begin, ``unwritten_tail`` says how many zero bytes follow it, and
+    the salvage walk ends with an ``END_OF_DATA`` stop there (see :func:`salvage_buffer`)."""
 
     segment: str
     file_position: int
     length: int
     reason: str  # the stop kind that began the span
     excerpt: bytes  # the first bytes, for a hex excerpt
+    unwritten_tail: int = 0  # zero bytes from the span's end to the segment's end (0: a frame follows the span)
 
 
 def salvage_buffer(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
@@ -350,7 +355,13 @@ def salvage_buffer(buf, segment: str, base_offset: int, *, start: int = 0, limit
 
     Yields frames (with ``stop`` frames marking where the recovery walk would have ended) and
     :class:`SalvageSpan` for each unframeable span.  Zero-filled tails end the salvage: a run of zeros
-    to the end of the segment is not damage.
+    to the end of the segment is not damage.  After an ``END_OF_DATA`` stop the walk ends unless a frame
+    follows (then the bytes up to it are a span: a hole in written data).  After a damaging stop it resyncs at
+    the next frame; when there is none, the span ends where the zeros that run to the segment's end begin
+    (a torn last record is followed by the never-written rest of the segment, which is not damage) and the
+    walk ends with an ``END_OF_DATA`` stop at that position, whose distance to the segment's end is the
+    unwritten tail's length (the span's ``unwritten_tail``).  A span is never empty: the walk's stop at its
+    start is non-zero in its first 8 bytes.
     """
     limit = len(buf) if limit is None else limit
     pos = start
@@ -373,18 +384,39 @@ def salvage_buffer(buf, segment: str, base_offset: int, *, start: int = 0, limit
 def _resync_after(buf, stop: Frame, limit: int, base_offset: int, excerpt_len: int
                   ) -> tuple[SalvageSpan | None, int | None]:
     """Where the salvage walk goes on after a stop: the unframeable span from the stop (None if empty) and
-    the next frame (None: the salvage ends).  Zeros that run to the end are the normal tail, not a span."""
+    where the walk goes on (None: the salvage ends).  Zeros that run to the end are the normal tail, not a
+    span: after a damaging stop with no frame after it, the span ends where they begin and the walk goes on
+    there (it meets the zeros: an ``END_OF_DATA`` stop, and the end)."""
     pos = stop.file_position
+    tail = 0
     if stop.stop_kind == END_OF_DATA:
         nxt = find_next_frame(buf, pos, limit, base_offset)
         if nxt is None:
             return None, None
     else:
         nxt = find_next_frame(buf, pos + 1, limit, base_offset)
+        if nxt is None:
+            zeros = zero_tail_start(buf, pos, limit)
+            tail = limit - zeros
+            nxt = zeros if tail else None
     end = limit if nxt is None else nxt
     if end <= pos:
         return None, nxt
-    return SalvageSpan(stop.segment, pos, end - pos, stop.stop_kind, bytes(buf[pos:min(end, pos + excerpt_len)])), nxt
+    return SalvageSpan(stop.segment, pos, end - pos, stop.stop_kind, bytes(buf[pos:min(end, pos + excerpt_len)]),
+                       tail), nxt
+
+
+def zero_tail_start(buf, lo: int, hi: int) -> int:
+    """The first position ``t`` in ``[lo, hi]`` from which ``buf[t:hi]`` holds only zeros (``hi`` when the last
+    byte is not zero).  Read backwards in chunks that double, so the cost follows the zero run's length."""
+    end, step = hi, 1 << 16
+    while end > lo:
+        start = max(lo, end - step)
+        kept = len(bytes(buf[start:end]).rstrip(b"\0"))
+        if kept:
+            return start + kept
+        end, step = start, min(2 * step, 1 << 24)
+    return lo
 
 
 def read_message_at(segments: list[Segment], physical_offset: int, segment_size: int | None = None) -> Message:

@@ -13,6 +13,7 @@ through :mod:`store_format.codec` (wrong CRC, bad magic) and index entries go th
 ``truncate_segment``   the last commitlog segment file is cut short (shorter than mappedFileSizeCommitLog)
 ``bad_magic``          one record's MAGICCODE becomes an illegal value
 ``bad_crc``            one record's BODYCRC field is wrong (the body is intact)
+``size_mismatch``      one record's TOTALSIZE grows: its lengths no longer add up to it (calMsgLength)
 ``delete_consume_queue``  consumequeue/<topic>[/<queueId>] is removed
 ``stale_index_entry``  the index gains an entry for topic#key pointing where no record is (past the end)
 ``wrong_cq_size``      one consume-queue unit's size field disagrees with the record's TOTALSIZE
@@ -254,6 +255,22 @@ def bad_crc(src, dst, physical_offset: int | None = None) -> Damage:
     wrong = body_crc32(f.message.body) ^ 0x1  # still in 0..2^31-1, as a real CRC field
     pos, new = _reencode(root, f, body_crc=wrong)
     return Damage("bad_crc", _rel_segment(f), pos, len(new), f"record at {f.physical_offset}: BODYCRC {wrong}")
+
+
+def size_mismatch(src, dst, physical_offset: int | None = None, delta: int = 4) -> Damage:
+    """A record's (default: the last one) TOTALSIZE field becomes ``delta`` bytes larger than its lengths add up
+    to (``CommitLog.checkMessageAndReturnSize``: TOTALSIZE != calMsgLength, "[BUG]read total count not equals
+    msg total size"); the rest of the record is untouched.  The larger TOTALSIZE must still fit in the segment."""
+    if delta < 1:
+        _fail("delta must be positive (a smaller TOTALSIZE cuts the last length field instead)", field="delta")
+    root = copy_store(src, dst)
+    f = _frame(root, physical_offset)
+    seg_length = (root / _rel_segment(f)).stat().st_size
+    if f.file_position + f.size + delta > seg_length:
+        _fail(f"TOTALSIZE {f.size + delta} runs past the segment's end", field="delta")
+    pos, new = _reencode(root, f, store_size=f.size + delta)
+    return Damage("size_mismatch", _rel_segment(f), pos, len(new), f"record at {f.physical_offset}: TOTALSIZE "
+                  f"{f.size + delta} for a {f.size}-byte record")
 
 
 # --------------------------------------------------------------------------------------------------

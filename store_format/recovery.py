@@ -1,36 +1,529 @@
-"""A model of what the broker will do with this store when it starts (RocketMQ 4.9.x ``DefaultMessageStore``).
+"""A model of what the broker will do with this store when it starts (RocketMQ 4.9.7 ``DefaultMessageStore``).
 
-* ``load()``: every commitlog segment must be exactly ``mappedFileSizeCommitLog`` long
-  (``MappedFileQueue.doLoad``), else the broker refuses to start.
-* No ``abort`` file -> ``recoverNormally``: walk from the third-last segment (``size - 3``, clamped to 0).
-* ``abort`` present -> ``recoverAbnormally``: from the last segment backwards, the first whose first record
-  has a V1 magic, a non-zero store time and a store time <= ``checkpoint.getMinTimestamp()``
-  (``getMinTimestampIndex()`` when messageIndexSafe); else segment 0.  Every record from there is re-dispatched,
-  and index files whose endTimestamp > ``indexMsgTimestamp`` are deleted at load and rebuilt.
-* The walk checks body CRCs (``checkCRCOnRecover``) and stops at the first failure; a blank moves to the next
-  segment.  The recovered max physical offset is where it stopped; later segments are deleted, later bytes are
-  kept but ignored, and consume-queue units at or beyond it are truncated (``truncateDirtyLogicFiles``).
+Each rule below names the 4.9.7 method it follows.
+
+* Start (:func:`marker_problems`, :func:`commitlog_load_problems`, :func:`effective_checkpoint`): ``lock`` must
+  open read-write (the ``DefaultMessageStore`` constructor); every entry of ``commitlog/`` must be a file of
+  exactly ``mappedFileSizeCommitLog`` bytes with a numeric name (``MappedFileQueue.doLoad``, ``MappedFile.init``);
+  ``checkpoint`` must open read-write (``StoreCheckpoint``); else the broker refuses to start.
+* ``abort`` present (``File.exists()``: a folder too) -> ``CommitLog.recoverAbnormally``, else
+  ``CommitLog.recoverNormally``: walk from the third-last segment (``size - 3``, clamped
+  to 0).  ``recoverAbnormally``: from the last segment backwards, the first
+  whose first record has a V1 magic, a non-zero store time and a store time <= ``checkpoint.getMinTimestamp()``
+  (``getMinTimestampIndex()`` when messageIndexSafe) (``isMappedFileMatchedRecover``); else segment 0.  Every
+  record from there is re-dispatched.
+* The walk (:func:`recovery_walk`, one segment at a time) checks body CRCs (``checkCRCOnRecover``) with
+  ``checkMessageAndReturnSize`` and stops at the first record it refuses; a blank moves to the next segment
+  (after the last segment's blank the end is that blank).  The recovered max physical offset is where it
+  stopped; later segments are deleted, later bytes are kept but ignored (``MappedFileQueue.truncateDirtyFiles``).
+* Consume queues (:func:`recover_consume_queues`): ``ConsumeQueue.recover()`` cuts each queue at its first unit
+  that fails ``offset >= 0 && size > 0``; then, when the queues' max physical offset is >= the recovered end,
+  ``truncateDirtyLogicFiles`` cuts each at its first unit at or past that end; with no segment at all every
+  queue is destroyed.
+* Index files (``IndexService.load(lastExitOK)``): after an abnormal exit every index file whose header's
+  endTimestamp > the checkpoint's indexMsgTimestamp is deleted (and rebuilt by the re-dispatch); see
+  :func:`index_files_deleted_at_load`.
+
+What the broker will do is decided from each segment's recovery-walk outcome (:class:`SegmentWalk`), not from
+the bytes: :func:`predict_recovery` takes the walks as an argument (``walks``) and walks only the segments it
+is not given, so an engine that walked the segments elsewhere (in parallel) feeds them in.  The records the
+broker drops are enumerated by a separate step, :func:`lost_records`, from the salvage walk's items (see its
+docstring for exactly which frames count).
 
 The model uses the broker's own checks (no PHYSICALOFFSET check) so it predicts, rather than judges.
 """
 from __future__ import annotations
 
+import os
+import struct
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
 
 from . import layout as L
-from .commitlog import Frame, ReadOnlyMap, Segment, salvage_buffer, walk_buffer
-from .errors import StoreFormatError
+from .checkpoint import Checkpoint
+from .codec import decode_record
+from .commitlog import END_OF_DATA, KIND_MESSAGE, Frame, ReadOnlyMap, SalvageSpan, Segment, salvage_arrays, \
+    walk_arrays
+from .errors import ErrorKind, StoreFormatError
 from .store import Store
 
 _I32_AT = lambda buf, pos: int.from_bytes(buf[pos:pos + 4], "big", signed=True)  # noqa: E731
 _I64_AT = lambda buf, pos: int.from_bytes(buf[pos:pos + 8], "big", signed=True)  # noqa: E731
+_LENGTH_FIELDS = ("body_length", "topic_length", "properties_length")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One segment's recovery walk
+
+
+def frames_a_message(stop_kind: str | None, stop_field: str | None) -> bool:
+    """Whether a walk's stop is a damaged record whose header still frames a message: ``frame_at`` got past the
+    magic and TOTALSIZE checks (a message magic, the header inside the segment, TOTALSIZE in [the layout's
+    minimum, the bytes left in the segment]) and then refused it: PHYSICAL_OFFSET_MISMATCH (salvage walk only),
+    BAD_LENGTH of BODYLENGTH / TOPICLENGTH / PROPERTIESLENGTH, SIZE_MISMATCH (TOTALSIZE != calMsgLength), or
+    BAD_CRC.  Such a record has a known start and a declared length, so it can be named and counted; a torn
+    tail, a zeroed page that leaves the header, a bad CRC and a size mismatch give one.  Not: END_OF_DATA,
+    BAD_MAGIC (no message magic), TRUNCATED (TOTALSIZE runs past the segment, or the header is cut), BAD_LENGTH
+    of TOTALSIZE (below the minimum, or a blank's TOTALSIZE that is not the bytes left)."""
+    if stop_kind in (ErrorKind.BAD_CRC.value, ErrorKind.SIZE_MISMATCH.value,
+                     ErrorKind.PHYSICAL_OFFSET_MISMATCH.value):
+        return True
+    return stop_kind == ErrorKind.BAD_LENGTH.value and stop_field in _LENGTH_FIELDS
+
+
+@dataclass(frozen=True)
+class SegmentWalk:
+    """Where the broker's recovery walk of one segment, from the segment's start, ends: the closing ``blank``
+    or ``stop`` of ``walk_buffer(..., check_crc=checkCRCOnRecover, check_physical_offset=False)`` (the broker
+    has no PHYSICALOFFSET check, so this is not the salvage walk's first stop when that is a
+    PHYSICAL_OFFSET_MISMATCH)."""
+
+    segment: str
+    base_offset: int
+    position: int  # file position of the closing blank or stop
+    kind: str  # "blank" | "stop"
+    stop_kind: str | None = None  # END_OF_DATA or an ErrorKind value; None for a blank
+    stop_field: str | None = None
+    size: int = 0  # the TOTALSIZE field there (a blank's length; a stop's declared size, maybe garbage)
+
+    @property
+    def physical_offset(self) -> int:
+        return self.base_offset + self.position
+
+    @property
+    def frames_message(self) -> bool:
+        """The walk stopped at a damaged record whose header still frames a message (:func:`frames_a_message`)."""
+        return self.kind == "stop" and frames_a_message(self.stop_kind, self.stop_field)
+
+    @classmethod
+    def of(cls, frame: Frame, base_offset: int) -> "SegmentWalk":
+        """From a walk's closing frame."""
+        return cls(frame.segment, base_offset, frame.file_position, frame.kind, frame.stop_kind, frame.stop_field,
+                   frame.size)
+
+
+def recovery_walk(segment: Segment, check_crc: bool = True) -> SegmentWalk:
+    """The one definition of a segment's recovery walk (``CommitLog.checkMessageAndReturnSize`` record by record
+    from the segment's start, as ``recoverNormally`` / ``recoverAbnormally`` do), framed in bulk."""
+    with ReadOnlyMap(segment.path) as m:
+        items = walk_arrays(m.buf, segment.name, segment.base_offset, check_crc=check_crc,
+                            check_physical_offset=False)
+        last = items.others[len(items) - 1]
+        del items
+    return SegmentWalk.of(last, segment.base_offset)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What the broker drops
+
+
+@dataclass
+class LostRecords:
+    """The records (and unframeable bytes) past the recovered end, as :func:`lost_records` counts them."""
+
+    intact: list[tuple[int, int]] = field(default_factory=list)  # (physical offset, TOTALSIZE) of messages
+    damaged: list[tuple[int, int, str]] = field(default_factory=list)  # (physical offset, declared TOTALSIZE, kind)
+    unframed: list[tuple[int, int]] = field(default_factory=list)  # (physical offset, length) of unframed runs
+
+
+def lost_records(items: Iterable, recovered_end: int, stop: SegmentWalk | None = None) -> LostRecords:
+    """Every record the broker's recovery drops, from the salvage walk's items.
+
+    ``items``: the items (:class:`~store_format.commitlog.Frame` / :class:`~store_format.commitlog.SalvageSpan`)
+    of the salvage walk (``salvage_buffer`` / ``salvage_arrays``, CRC checked as the recovery walk was) of every
+    segment that holds bytes at or past ``recovered_end``, each segment walked from its start, in order (the
+    commitlog data source's ``walk=salvage`` rows are exactly these items).  ``stop``: the recovery walk's
+    outcome at the recovered end (the :class:`SegmentWalk` whose position it is), or None.  Counted, among the
+    items at physical offsets >= ``recovered_end``:
+
+    * intact: every ``message`` frame;
+    * damaged: every ``stop`` frame whose header still frames a message (:func:`frames_a_message`), with its
+      declared TOTALSIZE and stop kind; and ``stop`` itself when it frames a message and no damaged frame of
+      the items is at the recovered end (the salvage walk, which also checks PHYSICALOFFSET, may have resynced
+      past it);
+    * unframed: for each span (clipped to start at ``recovered_end``), the bytes from the end of the damaged
+      record that starts where the clipped span starts (none: from the span's start) to the span's end, when
+      there are any.  These held records whose headers are gone (at least one per run, when the broker wrote
+      them); they cannot be counted.  The segments' unwritten zero tails are never in a span.
+
+    ``messages_lost`` = intact + damaged.  Blanks, END_OF_DATA stops and stops that do not frame a message
+    count for nothing (their bytes, if not zeros, are in the span that follows them)."""
+    out = LostRecords()
+    damaged_at = {}
+    spans = []
+    for it in items:
+        if isinstance(it, SalvageSpan):
+            start = _absolute(it)
+            end = start + it.length
+            if end > recovered_end:
+                spans.append((max(start, recovered_end), end))
+            continue
+        if it.physical_offset < recovered_end:
+            continue
+        if it.kind == "message":
+            out.intact.append((it.physical_offset, it.size))
+        elif it.kind == "stop" and frames_a_message(it.stop_kind, it.stop_field):
+            damaged_at[it.physical_offset] = (it.physical_offset, it.size, it.stop_kind)
+    if stop is not None and stop.frames_message and stop.physical_offset not in damaged_at \
+            and stop.physical_offset >= recovered_end:
+        damaged_at[stop.physical_offset] = (stop.physical_offset, stop.size, stop.stop_kind)
+    out.damaged = sorted(damaged_at.values())
+    for start, end in spans:
+        covered = damaged_at.get(start)
+        first = start + covered[1] if covered else start
+        if first < end:
+            out.unframed.append((first, end - first))
+    return out
+
+
+def _absolute(span: SalvageSpan) -> int:
+    """A span's physical offset (spans carry their segment name, which is the base offset)."""
+    return int(span.segment) + span.file_position
+
+
+def walk_lost_records(store: Store, recovered_end: int, stop: SegmentWalk | None = None, *,
+                      check_crc: bool = True) -> LostRecords:
+    """:func:`lost_records` with the salvage walks done here, on the segments that hold bytes at or past
+    ``recovered_end`` (in bulk; every message before the recovery stop passed the CRC check already)."""
+    items = []
+    for seg in store.segments:
+        if seg.base_offset + seg.length <= recovered_end:
+            continue
+        checked = recovered_end - seg.base_offset if check_crc and seg.base_offset <= recovered_end else 0
+        with ReadOnlyMap(seg.path) as m:
+            arrays = salvage_arrays(m.buf, seg.name, seg.base_offset, check_crc=check_crc,
+                                    crc_checked_before=max(0, checked))
+            keep = (arrays.positions + seg.base_offset >= recovered_end) | (arrays.kinds != KIND_MESSAGE)
+            items.extend(arrays.take(keep))
+            del arrays
+    return lost_records(items, recovered_end, stop)
+
+
+def describe_damaged_record(buf, pos: int, limit: int | None = None) -> dict:
+    """What a damaged record that still frames a message (:func:`frames_a_message`) says about itself: the whole
+    record decoded without the CRC check when its lengths add up (BAD_CRC, PHYSICAL_OFFSET_MISMATCH), else its
+    fixed header (queue id, queue offset, store time...) with the topic only when BODYLENGTH and TOPICLENGTH
+    still fit.  Keys: topic (or None), queue_id, queue_offset, store_timestamp, sys_flag, uniq_key (or None)."""
+    limit = len(buf) if limit is None else limit
+    try:
+        msg = decode_record(buf, pos, limit=limit, check_crc=False)
+        return dict(topic=msg.topic, queue_id=msg.queue_id, queue_offset=msg.queue_offset,
+                    store_timestamp=msg.store_timestamp, sys_flag=msg.sys_flag, uniq_key=msg.uniq_key)
+    except StoreFormatError:
+        pass
+    version = L.MESSAGE_MAGICS.get(_I32_AT(buf, pos + L.MAGIC_OFFSET), 1)
+    lay = L.layout_for(_I32_AT(buf, pos + L.SYS_FLAG_OFFSET), version)
+    values = dict(zip(lay.header_names, struct.unpack_from(lay.header_struct, buf, pos))) \
+        if pos + lay.body_offset <= limit else {}
+    topic = None
+    size = values.get("store_size", 0)
+    body_len = values.get("body_length", -1)
+    p = pos + lay.body_offset + body_len
+    if values and 0 <= body_len and p + lay.topic_length_width <= min(limit, pos + size):
+        n = buf[p] if version == 1 else int.from_bytes(buf[p:p + 2], "big", signed=True)
+        if 0 < n <= pos + size - p - lay.topic_length_width:
+            raw = bytes(buf[p + lay.topic_length_width:p + lay.topic_length_width + n])
+            topic = raw.decode("utf-8", "replace")
+    return dict(topic=topic, queue_id=values.get("queue_id"), queue_offset=values.get("queue_offset"),
+                store_timestamp=values.get("store_timestamp"), sys_flag=values.get("sys_flag"), uniq_key=None)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The store as the broker's load() sees it
+
+
+def effective_checkpoint(root: Path) -> tuple[Checkpoint | None, list[str], list[str]]:
+    """The checkpoint values the broker works with (``new StoreCheckpoint(path)``), with start problems and notes.
+
+    A missing file is created, so every value is 0; an existing regular file is mapped read-write over one
+    4096-byte page (which extends a short file with zeros), so a short file's missing bytes read as 0 and only
+    the first three longs count (4.x); a folder cannot be opened (``new RandomAccessFile(file, "rw")`` throws),
+    so ``load()`` fails: the broker will not start (None)."""
+    path = root / "checkpoint"
+    if not path.exists():  # File.exists follows symbolic links
+        return Checkpoint(0, 0, 0, file_length=0), [], [
+            "no checkpoint file: StoreCheckpoint creates one and reads every value as 0"]
+    if path.is_dir():
+        return None, ["checkpoint is a folder: new StoreCheckpoint() cannot open it (RandomAccessFile \"rw\" "
+                      "throws), so DefaultMessageStore.load() fails"], []
+    notes = []
+    if not path.is_file():
+        notes.append("checkpoint is not a regular file: the broker's behaviour with it is not predicted "
+                      "(read here as zeros)")
+        raw = b""
+    else:
+        with open(path, "rb") as f:
+            raw = f.read(L.CHECKPOINT_MIN_SIZE)
+    if len(raw) < L.CHECKPOINT_MIN_SIZE:
+        if path.is_file():
+            notes.append(f"checkpoint is {len(raw)} bytes: StoreCheckpoint maps a 4096-byte page over it, so the "
+                         "missing bytes read as 0")
+        raw = raw + bytes(L.CHECKPOINT_MIN_SIZE - len(raw))
+    values = struct.unpack(">qqq", raw[:24])
+    return Checkpoint(*values, file_length=os.stat(path).st_size if path.is_file() else 0), [], notes
+
+
+def java_parse_long(text: str) -> int | None:
+    """``Long.parseLong(text)``, or None where it throws NumberFormatException: an optional sign then one or more
+    decimal digits (Character.digit: any Unicode decimal digit), within the signed 64-bit range."""
+    import unicodedata
+
+    body = text[1:] if text[:1] in "+-" else text
+    if not body:
+        return None
+    digits = []
+    for ch in body:
+        d = unicodedata.decimal(ch, None)
+        if d is None:
+            return None
+        digits.append(d)
+    value = 0
+    for d in digits:
+        value = value * 10 + d
+    if text[0] == "-":
+        value = -value
+    return value if -2**63 <= value < 2**63 else None
+
+
+def index_files_deleted_at_load(index_dir: Path, last_exit_ok: bool, index_msg_timestamp: int
+                                ) -> tuple[list[str], list[str]]:
+    """The index files ``IndexService.load(lastExitOK)`` deletes, and notes.
+
+    Every entry of ``index/`` in sorted order: a name ``Long.parseLong`` refuses is skipped (NumberFormatException
+    is caught: neither loaded nor deleted); an entry that cannot be opened (a folder: ``new IndexFile`` throws an
+    IOException) ends the load (``load`` returns false, which ``DefaultMessageStore.load`` ignores): it and
+    every later entry are neither loaded nor deleted; any other file is loaded, its header read from its first
+    40 bytes whatever its length or geometry (the broker maps the configured size, extending a short file with
+    zeros, so missing header bytes read as 0; a dangling link's target is created, all zeros), and after an
+    abnormal exit (``!lastExitOK``) deleted when its endTimestamp > the checkpoint's indexMsgTimestamp.  Normal
+    exit: nothing is deleted."""
+    deleted, notes = [], []
+    if not index_dir.is_dir():
+        return deleted, notes
+    for entry in sorted(index_dir.iterdir(), key=lambda p: p.name):
+        if java_parse_long(entry.name) is None:
+            continue
+        if entry.is_dir():
+            notes.append(f"index/{entry.name} is a folder: IndexService.load stops there (new IndexFile throws), and "
+                         "it and every later index file are neither loaded nor deleted")
+            break
+        head = b""
+        if entry.is_file():
+            with open(entry, "rb") as f:
+                head = f.read(16)
+        end_timestamp = struct.unpack(">q", (head + bytes(16))[8:16])[0]
+        if not last_exit_ok and end_timestamp > index_msg_timestamp:
+            deleted.append(entry.name)
+    return deleted, notes
+
+
+def commitlog_load_problems(commitlog_dir: Path, segment_size: int | None) -> tuple[list[tuple[str, str]], list[str]]:
+    """Why ``CommitLog.load()`` (``MappedFileQueue.load`` / ``doLoad``) fails, as (file, reason) pairs, and notes.
+
+    ``doLoad`` takes every entry ``listFiles()`` gives (files, folders, hidden files: not only segment names),
+    sorted by name, and returns false at the first whose ``File.length()`` (a folder's size, 0 for a dangling
+    link) is not mappedFileSizeCommitLog, so ``DefaultMessageStore.load()`` fails.  An entry of the right length
+    is mapped with ``new MappedFile(path, size)``, which parses its name with ``Long.parseLong`` (a
+    NumberFormatException escapes doLoad and fails ``load()``) and opens it read-write (a folder throws an
+    IOException: doLoad returns false).  The broker logs only the first; every one is listed here.  A numeric
+    name that is not 20 digits loads as the segment at that offset (a note: the model ignores it)."""
+    problems, notes = [], []
+    if not commitlog_dir.is_dir():
+        return problems, notes
+    for entry in sorted(commitlog_dir.iterdir(), key=lambda e: e.name):
+        rel = f"commitlog/{entry.name}"
+        try:
+            length = entry.stat().st_size
+        except OSError:
+            length = 0
+        what = "a folder" if entry.is_dir() else f"{length} bytes"
+        if segment_size and length != segment_size:
+            problems.append((rel, f"{rel} is {what}, not mappedFileSizeCommitLog {segment_size}: MappedFileQueue"
+                                  ".doLoad refuses it and load() fails"))
+        elif java_parse_long(entry.name) is None:
+            problems.append((rel, f"{rel}: its name is not an offset (Long.parseLong fails in new MappedFile), so "
+                                  "load() fails"))
+        elif entry.is_dir():
+            problems.append((rel, f"{rel} is a folder: new MappedFile cannot open it, so MappedFileQueue.doLoad "
+                                  "fails"))
+        elif not (len(entry.name) == L.SEGMENT_NAME_DIGITS and entry.name.isascii() and entry.name.isdigit()):
+            notes.append(f"{rel} loads as the segment at offset {java_parse_long(entry.name)} (its name parsed "
+                         "by Long.parseLong, sorted among the others by name); this prediction ignores it")
+    return problems, notes
+
+
+def marker_problems(markers) -> tuple[list[tuple[str, str]], list[str]]:
+    """What ``abort`` and ``lock`` of an unusual kind do (``markers``: :class:`~store_format.checkpoint.Markers`).
+
+    ``lock``: the ``DefaultMessageStore`` constructor opens it with ``new RandomAccessFile(lock, "rw")``, which
+    throws for a folder, so ``BrokerController.initialize()`` fails before any recovery: the broker will not
+    start.  ``abort``: ``isTempFileExist()`` is ``File.exists()``, true for a folder too, so the start is an
+    abnormal recovery; ``createTempFile()`` at start leaves an existing entry alone, and the clean ``shutdown()``
+    removes it with ``File.delete()``, which cannot delete a folder that is not empty: every later start is then
+    abnormal as well."""
+    problems, notes = [], []
+    if markers.lock_kind == "folder":
+        problems.append(("lock", "lock is a folder: the DefaultMessageStore constructor cannot open it "
+                                 "(RandomAccessFile \"rw\" throws), so BrokerController.initialize() fails before "
+                                 "any recovery"))
+    elif markers.lock_kind == "other":
+        notes.append("lock is not a regular file: the broker's behaviour with it is not predicted")
+    return problems, notes
+
+
+def abort_notes(root: Path, markers) -> list[str]:
+    """Notes on an ``abort`` that is not a regular file (see :func:`marker_problems`)."""
+    abort = root / "abort"
+    if markers.abort_kind == "folder":
+        if any(abort.iterdir()):
+            return ["abort is a folder that is not empty: File.exists() is true, so the broker recovers abnormally; "
+                    "a clean shutdown cannot delete it (File.delete fails on a non-empty folder), so every later "
+                    "start recovers abnormally too until it is removed"]
+        return ["abort is an empty folder: File.exists() is true, so the broker recovers abnormally (a clean "
+                "shutdown deletes it)"]
+    if markers.abort_kind == "other":
+        return ["abort is not a regular file: File.exists() is true, so the broker recovers abnormally"]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Consume queues: ConsumeQueue.recover() and truncateDirtyLogicFiles(phyOffset)
+
+
+@dataclass(frozen=True)
+class QueueRecovery:
+    """What recovery leaves of one consume queue.  Positions are logical byte offsets in the queue (queue
+    offset x 20); ``end`` is where the queue's units end after recovery: every written unit at or past it is
+    dropped (``dropped``; a written unit is any 20 bytes that are not all zeros)."""
+
+    topic: str
+    queue_id: int
+    recover_end: int  # after ConsumeQueue.recover()
+    max_physic_offset: int  # recover()'s maxPhysicOffset: offset + size of the last valid unit walked (-1: none)
+    end: int  # after truncateDirtyLogicFiles (== recover_end when it does not run)
+    dropped: int
+    first_dropped: int | None  # queue offset of the first dropped unit
+    reason: str | None  # "invalid_unit" | "past_recovered_end" | "no_commitlog"
+    invalid_unit: tuple[int, int] | None = None  # (offset, size) of the unit recover() stopped at, if written
+
+
+class _QueueUnits:
+    """Each file's units of one queue, read on demand (numpy: physical offsets, sizes, written)."""
+
+    def __init__(self, files):
+        self.files = files
+        self._cache = {}
+
+    def __call__(self, i: int):
+        if i not in self._cache:
+            import numpy as np
+
+            dtype = L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE)
+            with ReadOnlyMap(self.files[i].path) as m:
+                n = len(m) // L.CQ_STORE_UNIT_SIZE
+                raw = np.frombuffer(m.buf, np.uint8, n * L.CQ_STORE_UNIT_SIZE).reshape(n, L.CQ_STORE_UNIT_SIZE)
+                u = np.frombuffer(m.buf, dtype, n)
+                self._cache[i] = (u["physical_offset"].astype(np.int64), u["size"].astype(np.int64),
+                                  raw.any(axis=1))
+                del raw, u
+        return self._cache[i]
+
+
+def _recover_queue(files, units) -> tuple[int, int, tuple[int, int] | None]:
+    """ConsumeQueue.recover(): from file ``size - 3`` (clamped to 0), units while ``offset >= 0 && size > 0``; a
+    full file goes on to the next.  Returns (the end, maxPhysicOffset, the refused unit if written)."""
+    max_phys, refused = -1, None
+    if not files:
+        return 0, max_phys, refused
+    for i in range(max(0, len(files) - 3), len(files)):
+        phys, size, written = units(i)
+        valid = (phys >= 0) & (size > 0)
+        k = len(valid) if valid.all() else int(valid.argmin())
+        if k:
+            max_phys = int(phys[k - 1] + size[k - 1])
+        if k < len(valid):
+            if written[k]:
+                refused = (int(phys[k]), int(size[k]))
+            return files[i].base_byte_offset + k * L.CQ_STORE_UNIT_SIZE, max_phys, refused
+    last = files[-1]
+    return last.base_byte_offset + len(units(len(files) - 1)[0]) * L.CQ_STORE_UNIT_SIZE, max_phys, refused
+
+
+def _truncate_queue(files, units, recover_end: int, phy_offset: int) -> int:
+    """truncateDirtyLogicFiles(phyOffset) on what recover() left (the files starting at or before its end, as
+    MappedFileQueue.truncateDirtyFiles keeps them), from the last file back: a file whose first unit has
+    offset >= phyOffset is deleted; otherwise the first unit stays (whatever it holds), then units stay while
+    ``offset >= 0 && size > 0 && offset < phyOffset``.  Returns the queue's end (the first file's start when
+    every file is deleted)."""
+    kept = [i for i, f in enumerate(files) if f.base_byte_offset <= recover_end]
+    while kept:
+        i = kept[-1]
+        phys, size, _ = units(i)
+        base = files[i].base_byte_offset
+        if not len(phys):
+            return base
+        if phys[0] >= phy_offset:
+            kept.pop()
+            continue
+        ok = (phys >= 0) & (size > 0) & (phys < phy_offset)
+        ok[0] = True
+        return base + (len(ok) if ok.all() else int(ok.argmin())) * L.CQ_STORE_UNIT_SIZE
+    return files[0].base_byte_offset if files else 0
+
+
+def recover_consume_queues(queues: dict, commitlog_end: int, has_commitlog: bool = True
+                           ) -> tuple[dict, int]:
+    """Every queue as recovery leaves it (``DefaultMessageStore.recover``): ``recoverConsumeQueue()`` runs
+    ``ConsumeQueue.recover()`` on each queue and takes the max of their maxPhysicOffset (-1 without units); the
+    commitlog recovery then calls ``truncateDirtyLogicFiles(processOffset)`` on every queue when that max is
+    >= the recovered commitlog end; with no commitlog segment at all it destroys every queue
+    (``destroyLogics``).  ``queues``: {(topic, queue id): files sorted by name}.  Returns ({key:
+    :class:`QueueRecovery`}, the max maxPhysicOffset)."""
+    first = {}
+    for key, files in queues.items():
+        units = _QueueUnits(files)
+        first[key] = (files, units, *_recover_queue(files, units))
+    max_cq = max((v[3] for v in first.values()), default=-1)
+    truncate = has_commitlog and max_cq >= commitlog_end
+    out = {}
+    for (topic, qid), (files, units, rec_end, max_phys, refused) in first.items():
+        if not has_commitlog:
+            end = files[0].base_byte_offset if files else 0
+        elif truncate:
+            end = _truncate_queue(files, units, rec_end, commitlog_end)
+        else:
+            end = rec_end
+        dropped, first_dropped = 0, None
+        for i, f in enumerate(files):
+            if f.base_byte_offset + f.length <= end:
+                continue
+            written = units(i)[2]
+            skip = max(0, (end - f.base_byte_offset) // L.CQ_STORE_UNIT_SIZE)
+            hits = written[skip:].nonzero()[0]
+            if len(hits) and first_dropped is None:
+                first_dropped = (f.base_byte_offset // L.CQ_STORE_UNIT_SIZE) + skip + int(hits[0])
+            dropped += len(hits)
+        reason = None
+        if dropped:
+            reason = "no_commitlog" if not has_commitlog else "past_recovered_end" if end < rec_end else "invalid_unit"
+        out[(topic, qid)] = QueueRecovery(topic, qid, rec_end, max_phys, end, dropped, first_dropped, reason,
+                                          refused if reason == "invalid_unit" else None)
+    return out, max_cq
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The prediction
 
 
 @dataclass
 class RecoveryPrediction:
+    """What the broker will do.  When ``will_start`` is False the other fields describe the recovery it runs once
+    the ``start_problems`` are fixed (a lock or checkpoint folder stops it before any recovery)."""
+
     mode: str  # "normal" | "abnormal"
     will_start: bool
-    start_problems: list[str]
+    start_problems: list[str]  # why it will not start, in the order the broker meets them
     segment_size: int | None
     start_segment: str | None  # where the recovery walk begins
     max_physical_offset: int  # the recovered end of the commitlog
@@ -39,20 +532,59 @@ class RecoveryPrediction:
     stop_kind: str | None  # why the walk ended (END_OF_DATA, BAD_CRC, ... or "last blank")
     segments_deleted: list[str]  # segments wholly beyond the recovered end
     dropped_messages: list[tuple[int, int]]  # (physical offset, size) of well-formed records the broker will ignore
-    max_cq_physical_offset: int  # ConsumeQueue recover(): max over queues of the last valid unit's end
-    cq_units_truncated: dict = field(default_factory=dict)  # (topic, qid) -> units at/after the recovered end
+    max_cq_physical_offset: int  # recoverConsumeQueue(): max over queues of recover()'s maxPhysicOffset (>= 0)
+    cq_units_truncated: dict = field(default_factory=dict)  # (topic, qid) -> written units recovery drops
     index_files_deleted: list[str] = field(default_factory=list)  # abnormal: endTimestamp > indexMsgTimestamp
     redispatch_from: int | None = None  # abnormal: physical offset re-dispatch starts at
     notes: list[str] = field(default_factory=list)
+    # (physical offset, declared TOTALSIZE, stop kind) of the damaged records the broker drops (lost_records)
+    damaged_dropped: list[tuple[int, int, str]] = field(default_factory=list)
+    # (physical offset, length) of bytes past the recovered end no frame covers (records whose headers are gone)
+    unframed_dropped: list[tuple[int, int]] = field(default_factory=list)
+    walks: dict = field(default_factory=dict)  # segment name -> SegmentWalk the decision used
+    lost_enumerated: bool = True  # False: predict_recovery(enumerate_lost=False) left the three lists empty
+    start_problem_files: list = field(default_factory=list)  # the file each start problem names (or None)
+    cq_truncation: dict = field(default_factory=dict)  # (topic, qid) -> QueueRecovery, queues that drop units
+    abort_kind: str | None = None  # "file" | "folder" | "other": what ``abort`` is (None: absent)
+
+    @property
+    def intact_messages_lost(self) -> int:
+        return len(self.dropped_messages)
+
+    @property
+    def damaged_messages_lost(self) -> int:
+        return len(self.damaged_dropped)
+
+    @property
+    def messages_lost(self) -> int:
+        """Every message the broker's count loses: the damaged record(s) that still frame a message and the
+        intact messages past the recovered end (records in ``unframed_dropped`` cannot be counted)."""
+        return self.intact_messages_lost + self.damaged_messages_lost
+
+    @property
+    def unframed_bytes_lost(self) -> int:
+        return sum(n for _, n in self.unframed_dropped)
+
+    @property
+    def bytes_lost(self) -> int:
+        """The intact messages' TOTALSIZE, the damaged records' TOTALSIZE fields and the unframed bytes."""
+        return (sum(s for _, s in self.dropped_messages) + sum(s for _, s, _ in self.damaged_dropped)
+                + self.unframed_bytes_lost)
 
     def as_dict(self) -> dict:
-        d = dict(vars(self))
+        d = {k: v for k, v in vars(self).items() if k != "walks"}
         d["cq_units_truncated"] = {f"{t}/{q}": n for (t, q), n in self.cq_units_truncated.items()}
+        d["cq_truncation"] = {f"{t}/{q}": vars(r) for (t, q), r in self.cq_truncation.items()}
+        d["walks"] = {k: vars(w) for k, w in self.walks.items()}
+        d.update(messages_lost=self.messages_lost, intact_messages_lost=self.intact_messages_lost,
+                 damaged_messages_lost=self.damaged_messages_lost, unframed_bytes_lost=self.unframed_bytes_lost,
+                 bytes_lost=self.bytes_lost)
         return d
 
 
 def _first_record_matches(seg: Segment, min_timestamp: int) -> bool:
-    """isMappedFileMatchedRecover (4.9.8)."""
+    """CommitLog.isMappedFileMatchedRecover: the first record's magic is V1, its store time is not 0 and
+    <= min_timestamp."""
     with ReadOnlyMap(seg.path) as m:
         buf = m.buf
         if len(buf) < L.BORN_HOST_OFFSET + 4:
@@ -67,20 +599,53 @@ def _first_record_matches(seg: Segment, min_timestamp: int) -> bool:
         return store_ts != 0 and store_ts <= min_timestamp
 
 
-def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True) -> RecoveryPrediction:
+def recovered_end(segments: list[Segment], start_index: int, walk_of) -> tuple[int, SegmentWalk | None, str | None]:
+    """``recoverNormally`` / ``recoverAbnormally``'s walk over the segments from ``start_index``, decided from
+    each segment's :class:`SegmentWalk` (``walk_of(segment)``): a blank goes on to the next segment; a stop ends
+    the walk there; the last segment's blank ends it at the blank ("recover last 3 physics file over").  Returns
+    (the recovered max physical offset, the walk it ended in, the stop kind or "last blank")."""
+    if not segments:
+        return 0, None, None
+    for seg in segments[start_index:]:
+        w = walk_of(seg)
+        if w.kind == "blank" and seg is not segments[-1]:
+            continue
+        return w.physical_offset, w, w.stop_kind if w.kind == "stop" else "last blank"
+    return segments[start_index].base_offset, None, None  # not reached: the loop always returns
+
+
+def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True,
+                     walks: dict[str, SegmentWalk] | None = None, enumerate_lost: bool = True) -> RecoveryPrediction:
+    """What the broker will do when it starts on ``store``.
+
+    ``walks``: recovery-walk outcomes by segment name (:func:`recovery_walk`), e.g. computed in parallel; a
+    segment the decision needs and that is not there is walked here.  ``enumerate_lost``: enumerate the
+    records the broker drops here (:func:`walk_lost_records`); False leaves ``dropped_messages``,
+    ``damaged_dropped`` and ``unframed_dropped`` empty for a caller that has the salvage walk's items and
+    applies :func:`lost_records` itself."""
+    root = Path(store.root)
     markers = store.markers()
-    mode = "abnormal" if markers.abort else "normal"
+    mode = "abnormal" if markers.abort else "normal"  # DefaultMessageStore.isTempFileExist: File.exists()
     segs = store.segments
     size = store.segment_size
-    notes: list[str] = []
-    problems = [f"segment {s.name} is {s.length} bytes, not {size}: MappedFileQueue.load() fails"
-                for s in segs if size and s.length != size]
-    try:
-        cp = store.checkpoint()
-    except StoreFormatError as e:
-        # StoreCheckpoint opens the file "rw" and maps a page: a missing or short file reads as zeros
-        cp = None
-        notes.append(f"checkpoint unreadable ({e.kind.value}): the broker reads it as zeros")
+    # in the order the broker meets them: the constructor opens lock, load() loads the commitlog, then (after the
+    # consume queues) opens the checkpoint
+    found, notes = marker_problems(markers)
+    notes += abort_notes(root, markers)
+    cl_problems, cl_notes = commitlog_load_problems(root / "commitlog", size)
+    found += cl_problems
+    notes += cl_notes
+    cp, cp_problems, cp_notes = effective_checkpoint(root)
+    found += [("checkpoint", text) for text in cp_problems]
+    notes += cp_notes
+
+    used: dict[str, SegmentWalk] = {}
+    given = walks or {}
+
+    def walk_of(seg: Segment) -> SegmentWalk:
+        if seg.name not in used:
+            used[seg.name] = given[seg.name] if seg.name in given else recovery_walk(seg, check_crc)
+        return used[seg.name]
 
     start_index = 0
     redispatch_from = None
@@ -90,73 +655,37 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         min_ts = 0
         if cp is not None:
             min_ts = cp.min_timestamp_index if message_index_safe else cp.min_timestamp
-        start_index = 0
         for i in range(len(segs) - 1, -1, -1):
             if _first_record_matches(segs[i], min_ts):
                 start_index = i
                 break
         redispatch_from = segs[start_index].base_offset
 
-    max_offset = segs[start_index].base_offset if segs else 0
-    stop_seg = stop_pos = stop_kind = None
-    i = start_index
-    while i < len(segs):
-        seg = segs[i]
-        last = None
-        with ReadOnlyMap(seg.path) as m:
-            for frame in walk_buffer(m.buf, seg.name, seg.base_offset, decode=False, check_crc=check_crc,
-                                     check_physical_offset=False):
-                last = frame
-        if last.kind == "blank":
-            if i + 1 >= len(segs):  # "recover last 3 physics file over": ends at the blank
-                max_offset, stop_seg, stop_pos, stop_kind = last.physical_offset, seg.name, last.file_position, "last blank"
-                break
-            i += 1
-            continue
-        max_offset, stop_seg, stop_pos, stop_kind = last.physical_offset, seg.name, last.file_position, last.stop_kind
-        break
+    max_offset, stop_walk, stop_kind = recovered_end(segs, start_index, walk_of)
+    stop_seg = stop_walk.segment if stop_walk else None
+    stop_pos = stop_walk.position if stop_walk else None
 
     # truncateDirtyFiles: a segment starting beyond the end is destroyed; the one holding it is kept
     deleted = [s.name for s in segs if s.base_offset > max_offset]
-    dropped = []
-    for seg in segs:
-        if seg.base_offset + seg.length <= max_offset:
-            continue
-        with ReadOnlyMap(seg.path) as m:
-            start = max(0, max_offset - seg.base_offset)
-            for frame in salvage_buffer(m.buf, seg.name, seg.base_offset, start=start, decode=False,
-                                        check_crc=check_crc):
-                if isinstance(frame, Frame) and frame.kind == "message" and frame.physical_offset >= max_offset:
-                    dropped.append((frame.physical_offset, frame.size))
+    lost = LostRecords()
+    if enumerate_lost:
+        lost = walk_lost_records(store, max_offset, stop_walk, check_crc=check_crc)
 
-    max_cq = 0
-    truncated = {}
-    for key, files in store.queues.items():
-        n_beyond = 0
-        try:
-            for unit in store.consume_queue(*key, stop_at_invalid=True):
-                if unit.kind == "entry":
-                    max_cq = max(max_cq, unit.physical_offset + unit.size)
-                    if unit.physical_offset >= max_offset:
-                        n_beyond += 1
-        except StoreFormatError:
-            pass  # a partial trailing unit: recovery stops before it as well
-        if n_beyond:
-            truncated[key] = n_beyond
+    queues, max_cq = recover_consume_queues(store.queues, max_offset, has_commitlog=bool(segs))
+    truncation = {k: q for k, q in queues.items() if q.dropped}
 
     index_deleted = []
-    if mode == "abnormal" and cp is not None:
-        for path in store.index_paths():
-            try:
-                with store.open_index(path) as f:
-                    if f.header.end_timestamp > cp.index_msg_timestamp:
-                        index_deleted.append(path.name)
-            except StoreFormatError:
-                index_deleted.append(path.name)
+    if cp is not None:
+        index_deleted, index_notes = index_files_deleted_at_load(root / "index", mode == "normal",
+                                                                 cp.index_msg_timestamp)
+        notes += index_notes
 
     return RecoveryPrediction(
-        mode=mode, will_start=not problems, start_problems=problems, segment_size=size,
+        mode=mode, will_start=not found, start_problems=[t for _, t in found], segment_size=size,
         start_segment=segs[start_index].name if segs else None, max_physical_offset=max_offset,
         stop_segment=stop_seg, stop_position=stop_pos, stop_kind=stop_kind, segments_deleted=deleted,
-        dropped_messages=dropped, max_cq_physical_offset=max_cq, cq_units_truncated=truncated,
-        index_files_deleted=index_deleted, redispatch_from=redispatch_from, notes=notes)
+        dropped_messages=lost.intact, max_cq_physical_offset=max(0, max_cq),
+        cq_units_truncated={k: q.dropped for k, q in truncation.items()},
+        index_files_deleted=index_deleted, redispatch_from=redispatch_from, notes=notes,
+        damaged_dropped=lost.damaged, unframed_dropped=lost.unframed, walks=used, lost_enumerated=enumerate_lost,
+        start_problem_files=[f for f, _ in found], cq_truncation=truncation, abort_kind=markers.abort_kind)

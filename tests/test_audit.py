@@ -206,6 +206,9 @@ def damage_audit(spark, tmp_path_factory):
         "truncate_segment": D.truncate_segment(src, root / "truncate_segment"),
         "bad_magic": D.bad_magic(src, root / "bad_magic", physical_offset=frames[60].physical_offset),
         "bad_crc": D.bad_crc(src, root / "bad_crc", physical_offset=frames[20].physical_offset),
+        "size_mismatch": D.size_mismatch(src, root / "size_mismatch", physical_offset=frames[50].physical_offset),
+        # a page inside the 200 KiB body of message 79: its header stays, its CRC fails
+        "zero_page_body": D.zero_page(src, root / "zero_page_body", physical_offset=frames[79].physical_offset + 90_000),
         "delete_consume_queue": D.delete_consume_queue(src, root / "delete_consume_queue", "TopicTest", 1),
         "wrong_cq_size": D.wrong_cq_size(src, root / "wrong_cq_size", "TopicTest", 0, 3),
         "stale_index_entry": D.stale_index_entry(src, root / "stale_index_entry"),
@@ -221,6 +224,19 @@ def damage_audit(spark, tmp_path_factory):
     raw = bytearray(index_file.read_bytes())
     raw[at:at + 4] = (int.from_bytes(raw[at:at + 4], "big") + 1).to_bytes(4, "big")
     index_file.write_bytes(bytes(raw))
+    # an invalid consume-queue unit (ConsumeQueue.recover stops there) and markers / files that stop the broker
+    cq = D.copy_store(src, root / "cq_invalid_unit")
+    with open(cq / "consumequeue" / "TopicTest" / "0" / f"{0:020d}", "r+b") as f:
+        f.seek(3 * 20)
+        f.write((-5).to_bytes(8, "big", signed=True))
+    made["cq_invalid_unit"] = None
+    marked = D.copy_store(src, root / "marker_folders")
+    (marked / "lock").unlink()
+    (marked / "lock").mkdir()
+    (marked / "abort").mkdir()
+    (marked / "abort" / "pid").write_text("1")
+    (marked / "commitlog" / f"{0:020d}.bak").write_bytes((marked / "commitlog" / f"{0:020d}").read_bytes())
+    made["marker_folders"] = None
     out = root.parent / "out"
     result = audit.run(spark, audit_args([root], out, segment_size=MIB, no_report=True))
     return result, out, made, frames
@@ -242,26 +258,59 @@ def test_damage_audit_exit_code_and_scope(damage_audit):
     assert {f["broker"] for f in by_severity(findings, "error")} == set(made)
 
 
-@pytest.mark.parametrize("kind,reason", [("flip_body_bit", "bad_crc"), ("bad_crc", "bad_crc"),
-                                         ("bad_magic", "bad_magic")])
-def test_record_damage_mid_log(damage_audit, kind, reason):
+def _recovery_summary(out: Path, broker: str) -> dict:
+    return next(b for b in json.loads((out / "summary.json").read_text())["brokers"] if b["name"] == broker)["recovery"]
+
+
+def _broker_count(root: Path) -> int:
+    """The messages RocketMQ's recovery walk accepts from the first segment (CommitLog.recoverNormally /
+    recoverAbnormally: checkMessageAndReturnSize record by record, with the CRC check, until the first refusal;
+    the basic fixture has one segment)."""
+    return sum(1 for f in Store(root).walk_commitlog(decode=False, stop_at_first_stop=True) if f.kind == "message")
+
+
+@pytest.mark.parametrize("kind,reason,damaged", [("flip_body_bit", "bad_crc", 1), ("bad_crc", "bad_crc", 1),
+                                                 ("size_mismatch", "size_mismatch", 1),
+                                                 ("zero_page_body", "bad_crc", 1), ("bad_magic", "bad_magic", 0)])
+def test_record_damage_mid_log(damage_audit, kind, reason, damaged):
     """A bad record in the middle: the integrity error at the record's start, and recovery stopping there and
-    dropping every later message (no other error: their consume-queue and index entries are warnings)."""
+    dropping it and every later message (no other error: their consume-queue and index entries are warnings).
+    messages_lost is what the broker's count loses (the recovery walk of the original sees that many more
+    messages than the damaged store's, CommitLog.recoverNormally): the damaged record when its header still
+    frames a message (named, ``recovery.message_lost`` with details.state=damaged), else an unframed run (a bad
+    magic: the record cannot be counted, ``unframed_runs_lost``)."""
     _, out, made, frames = damage_audit
     findings = rows(out, "findings")
     bad = _record_holding(frames, made[kind].position)
     assert _errors(findings, kind) == [(f"integrity.{reason}", bad.file_position),
                                        ("recovery.truncation", bad.file_position)]
-    rec = next(b for b in json.loads((out / "summary.json").read_text())["brokers"] if b["name"] == kind)["recovery"]
+    rec = _recovery_summary(out, kind)
     later = [f for f in frames if f.physical_offset > bad.physical_offset]
-    assert (rec["predicted_max_physical_offset"], rec["messages_lost"]) == (bad.physical_offset, len(later))
-    lost = {f["physical_offset"] for f in findings if f["broker"] == kind and f["check"] == "recovery.message_lost"}
-    assert lost == {f.physical_offset for f in later}
+    truth = _broker_count(fixture_store("basic")) - _broker_count(out.parent / "set" / kind)
+    assert truth == len(later) + 1
+    assert (rec["predicted_max_physical_offset"], rec["messages_lost"], rec["damaged_messages_lost"],
+            rec["intact_messages_lost"], rec["unframed_runs_lost"]) == \
+        (bad.physical_offset, len(later) + damaged, damaged, len(later), 1 - damaged)
+    assert rec["messages_lost"] + rec["unframed_runs_lost"] == truth
+    lost = {f["physical_offset"]: f for f in findings if f["broker"] == kind and f["check"] == "recovery.message_lost"}
+    assert set(lost) == {f.physical_offset for f in later} | ({bad.physical_offset} if damaged else set())
+    assert {f["details"]["state"] for o, f in lost.items() if o != bad.physical_offset} == {"intact"}
+    if damaged:
+        named = lost[bad.physical_offset]
+        m = next(x for x in fixture_manifest("basic")["messages"] if x["commitLogOffset"] == bad.physical_offset)
+        assert (named["details"]["state"], named["details"]["damage"], named["queue_id"], named["queue_offset"]) == \
+            ("damaged", reason.upper(), m["queueId"], m["queueOffset"])
+    [trunc] = [f for f in findings if f["broker"] == kind and f["check"] == "recovery.truncation"]
+    assert f"drops {len(later) + damaged} message(s)" in trunc["message"]
 
 
 def test_tail_damage(damage_audit):
     """A torn tail, a zeroed page and a truncated file destroy the last records: an integrity error where the
-    first destroyed record starts, nothing well-formed is lost after it; a short file stops the broker."""
+    first destroyed record starts, nothing well-formed is lost after it; a short file stops the broker.
+
+    The zeroed page wipes the end of the 200 KiB record and the five records after it, wholly: zeros from there
+    to the segment's end, which no walk can tell from the unwritten tail.  Their consume-queue units and index
+    entries are the evidence that records were there: they point past the end of the commitlog data (errors)."""
     _, out, made, frames = damage_audit
     findings = rows(out, "findings")
     for kind in ("torn_tail", "zero_page", "truncate_segment"):
@@ -269,9 +318,27 @@ def test_tail_damage(damage_audit):
         errs = _errors(findings, kind)
         integrity = [e for e in errs if e[0].startswith("integrity.") and e[0] != "integrity.bad_geometry"]
         assert min(p for _, p in integrity) == first.file_position, kind
-        assert not [e for e in errs if not e[0].startswith(("integrity.", "recovery."))], kind
+        others = [e for e in errs if not e[0].startswith(("integrity.", "recovery."))]
+        if kind != "zero_page":
+            assert not others, kind
+            continue
+        wiped = {f.physical_offset for f in frames if f.physical_offset >= made[kind].position}
+        past = {f["physical_offset"] for f in by_severity(findings, "error", kind) if f["check"] in (
+            "consumequeue.entry_past_end", "index.entry_past_end")}
+        assert len(wiped) == 5 and past == wiped and {c for c, _ in others} == {"consumequeue.entry_past_end",
+                                                                                 "index.entry_past_end"}
     assert ("recovery.broker_will_not_start", None) in _errors(findings, "truncate_segment")
     assert ("integrity.bad_geometry", 0) in _errors(findings, "truncate_segment")
+    # the torn last record (the demo's broker-a): its span holds its written bytes, not the zero tail after it
+    victim = _record_holding(frames, made["torn_tail"].position)
+    [span] = [f for f in findings if f["broker"] == "torn_tail" and f["check"].startswith("integrity.")
+              and f["check"] != "integrity.damaged_message"]
+    length, tail = int(span["details"]["length"]), int(span["details"]["unwritten_tail_bytes"])
+    assert length <= made["torn_tail"].position - victim.file_position and length + tail == MIB - victim.file_position
+    assert f"unwritten zero tail ({tail} bytes, not damage)" in span["message"]
+    rec = _recovery_summary(out, "torn_tail")  # the torn record is lost: one damaged message
+    assert (rec["messages_lost"], rec["damaged_messages_lost"], rec["intact_messages_lost"]) == (1, 1, 0)
+    assert _broker_count(fixture_store("basic")) - _broker_count(out.parent / "set" / "torn_tail") == 1
 
 
 def test_consume_queue_and_index_damage(damage_audit):
@@ -302,6 +369,28 @@ def test_index_header_mismatch(damage_audit):
     assert not by_severity(findings, "error", "index_header")
     [w] = [f for f in findings if f["check"] == "index.header_mismatch"]
     assert w["severity"] == "warning" and f"hashSlotCount {used + 1} but {used} slots are used" in w["message"]
+
+
+def test_recovery_of_consume_queues_and_unusual_files(damage_audit):
+    """recovery.cq_truncated names the first unit ConsumeQueue.recover refuses and counts it with every later unit
+    of the queue; a lock folder (DefaultMessageStore's constructor) and a commitlog file whose name is no offset
+    (MappedFile.init's Long.parseLong) each stop the broker; an abort folder that is not empty means an abnormal
+    recovery, and every later start too (File.delete cannot remove it)."""
+    _, out, _, _ = damage_audit
+    findings = rows(out, "findings")
+    m = fixture_manifest("basic")
+    q0 = next(q for q in m["consumeQueues"] if (q["topic"], q["queueId"]) == ("TopicTest", 0))
+    [cut] = [f for f in findings if f["broker"] == "cq_invalid_unit" and f["check"] == "recovery.cq_truncated"]
+    assert (cut["topic"], cut["queue_id"], cut["queue_offset"], cut["details"]["reason"]) == ("TopicTest", 0, 3,
+                                                                                          "invalid_unit")
+    assert int(cut["details"]["units"]) == q0["maxOffset"] - 3 and "ConsumeQueue.recover stops" in cut["message"]
+    marked = [f for f in findings if f["broker"] == "marker_folders" and f["check"].startswith("recovery.")]
+    stops = sorted(f["file"] for f in marked if f["check"] == "recovery.broker_will_not_start")
+    assert stops == [f"{0:020d}.bak", "lock"]
+    assert [f["severity"] for f in marked if f["check"] == "recovery.abnormal"] == ["info"]
+    assert any("every later start" in f["message"] for f in marked if f["check"] == "recovery.note")
+    rec = _recovery_summary(out, "marker_folders")
+    assert (rec["mode"], rec["broker_will_start"]) == ("abnormal", False)
 
 
 def test_combined_damage(damage_audit):

@@ -151,6 +151,20 @@ def test_bad_crc(source, tmp_path):
     assert e.value.kind == ErrorKind.BAD_CRC
 
 
+def test_size_mismatch(source, tmp_path):
+    """TOTALSIZE grows by 4: the lengths add up to 4 bytes less (CommitLog.checkMessageAndReturnSize: TOTALSIZE
+    != calMsgLength); only the TOTALSIZE field changes, and the walk stops there with SIZE_MISMATCH."""
+    victim = last_record(source)
+    d = D.size_mismatch(source, tmp_path / "d")
+    check_only(source, tmp_path / "d", d)
+    assert victim.file_position <= d.position < victim.file_position + 4  # inside TOTALSIZE only
+    stop = walk_end(tmp_path / "d")
+    assert (stop.physical_offset, stop.size, stop.stop_kind) == (victim.physical_offset, victim.store_size + 4,
+                                                                 ErrorKind.SIZE_MISMATCH.value)
+    with pytest.raises(D.DamageError, match="positive"):
+        D.size_mismatch(source, tmp_path / "e", delta=0)
+
+
 def test_delete_consume_queue(source, tmp_path):
     d = D.delete_consume_queue(source, tmp_path / "d", "Orders", 1)
     check_only(source, tmp_path / "d", d)

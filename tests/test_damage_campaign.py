@@ -528,7 +528,7 @@ def check_recovery(root: Path, case: Case, counts: Counter) -> None:
     """The broker-recovery model runs on any damage: its mode follows the abort file, and what it says the
     broker drops lies at or past the recovered end."""
     prediction = predict_recovery(Store(root))
-    assert prediction.mode == ("abnormal" if (root / "abort").is_file() else "normal")
+    assert prediction.mode == ("abnormal" if (root / "abort").exists() else "normal")  # File.exists()
     assert prediction.max_physical_offset >= 0
     assert all(offset >= prediction.max_physical_offset for offset, _ in prediction.dropped_messages)
 

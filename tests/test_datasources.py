@@ -98,6 +98,9 @@ def dump(tmp_path_factory) -> Path:
     raw = bytearray(last.path.read_bytes())
     frames = [f for f in walk_buffer(bytes(raw), last.name, last.base_offset) if f.kind == "message"]
     raw[frames[1].file_position:frames[2].file_position] = bytes(frames[2].file_position - frames[1].file_position)
+    # and a torn last record: its second half zeros, then the segment's unwritten zero tail (not damage)
+    torn = frames[-1]
+    raw[torn.file_position + torn.size // 2:torn.file_position + torn.size] = bytes(torn.size - torn.size // 2)
     last.path.write_bytes(bytes(raw))
     return d
 
@@ -172,6 +175,12 @@ def test_every_walk_item_is_owned_by_exactly_one_range(dump):
     kinds = Counter(k[0] for b, seg in _all_segments(dump) if b == "damaged"
                     for k in map(_key, salvage_buffer(seg.path.read_bytes(), seg.name, seg.base_offset, decode=False)))
     assert kinds["corrupt"] >= 3 and kinds["blank"] >= 4
+    # the torn last record: its span stops where the zero tail begins, and an END_OF_DATA stop follows it
+    last = list_segments(dump / "damaged" / "commitlog")[-1]
+    buf = last.path.read_bytes()
+    *_, span, end = salvage_buffer(buf, last.name, last.base_offset, decode=False)
+    assert span.file_position + span.length == end.file_position == len(buf.rstrip(b"\0"))
+    assert (end.stop_kind, span.unwritten_tail) == ("END_OF_DATA", len(buf) - end.file_position)
 
 
 def _scalar_rows(dump: Path, walk: str, only: str | None = None) -> Counter:
@@ -292,6 +301,13 @@ def test_modes(spark, dump):
                                 materialize="positions").collect()
     damage = [r for r in permissive if r["kind"] == "corrupt" or (r["kind"] == "stop" and r["reason"] != "END_OF_DATA")]
     assert len(damage) >= 4
+    # the torn last record's span is not damage to the end: the END_OF_DATA row after it holds the zero tail
+    last = list_segments(dump / "damaged" / "commitlog")[-1]
+    *_, span, end = salvage_buffer(last.path.read_bytes(), last.name, last.base_offset, decode=False)
+    rows = {(r["kind"], r["file_position"]): r for r in permissive if r["segment"] == last.name}
+    assert rows[("corrupt", span.file_position)]["length"] == span.length
+    assert f"then {span.unwritten_tail} zero bytes" in rows[("corrupt", span.file_position)]["detail"]
+    assert rows[("stop", end.file_position)]["length"] == span.unwritten_tail
     dropped = read_commitlog(spark, path, ends=ends, walk="salvage", splitSize=10000, materialize="positions",
                              mode="DROPMALFORMED").collect()
     assert Counter(map(tuple, dropped)) == Counter(map(tuple, permissive)) - Counter(map(tuple, damage))

@@ -292,3 +292,59 @@ def test_an_intact_record_between_two_damaged_ones(written, windows, damage):
     assert intact == [m for m in salvaged if m in set(intact)] and set(intact) <= set(salvaged)
     assert (frames[k].file_position, frames[k].size) in salvaged
     assert_parity(buf, seg.name, seg.base_offset)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The zero tail after the last record is the unwritten end of the segment, never damage
+
+
+def _last_written_segment(root: Path):
+    """The newest segment that holds a record, its bytes and its last message frame."""
+    for seg in reversed(list_segments(root / "commitlog")):
+        buf = seg.path.read_bytes()
+        msgs = [f for f in walk_buffer(buf, seg.name, seg.base_offset, decode=False) if f.kind == "message"]
+        if msgs:
+            return seg, buf, msgs[-1]
+    raise AssertionError("no record")
+
+
+def test_a_torn_last_record_is_followed_by_the_unwritten_tail(written, tmp_path, windows):
+    """store_format.damage.torn_tail (the demo store's broker-a): the span is the torn record's written bytes only,
+    up to where the zeros that run to the segment's end begin; the walk then ends in an END_OF_DATA stop there,
+    and the span says how long that unwritten tail is.  Both walks agree (assert_parity)."""
+    D.torn_tail(written, tmp_path / "d")
+    seg, buf, victim = _last_written_segment(written)
+    torn = (tmp_path / "d" / "commitlog" / seg.name).read_bytes()
+    items = list(salvage_buffer(torn, seg.name, seg.base_offset, decode=False))
+    stop, span, end = items[-3:]
+    zeros = len(torn.rstrip(b"\0"))  # where the zeros that run to the end begin
+    assert (stop.kind, stop.file_position) == ("stop", victim.file_position) and stop.stop_kind != C.END_OF_DATA
+    assert isinstance(span, SalvageSpan) and (span.file_position, span.length) == (stop.file_position,
+                                                                                 zeros - stop.file_position)
+    assert span.length < victim.size and span.unwritten_tail == len(torn) - zeros > 0
+    assert (end.kind, end.stop_kind, end.file_position) == ("stop", C.END_OF_DATA, zeros)
+    assert_parity(torn, seg.name, seg.base_offset)
+
+
+@pytest.mark.parametrize("garbage", [0, 37])
+def test_damage_then_zeros_to_the_end(written, windows, garbage):
+    """A bad CRC (or garbage after a record) with only zeros after it: the span ends where the zeros begin, and
+    a span followed by a frame is unchanged (it runs to the frame)."""
+    seg, buf, victim = _last_written_segment(written)
+    raw = bytearray(buf)
+    at = victim.file_position + L.layout_for(0).offsets["body_crc"]
+    if garbage:  # the last record intact, then a run of garbage where the next record would start
+        at = victim.file_position + victim.size
+        raw[at:at + garbage] = b"\xff" + random.Random(5).randbytes(garbage - 2) + b"\xff"
+    else:
+        raw[at:at + 4] = struct.pack(">i", 12345)
+    data = bytes(raw)
+    items = list(salvage_buffer(data, seg.name, seg.base_offset, decode=False))
+    spans = [it for it in items if isinstance(it, SalvageSpan)]
+    zeros = len(data.rstrip(b"\0"))
+    assert [(s.file_position + s.length, s.unwritten_tail) for s in spans] == [(zeros, len(data) - zeros)]
+    assert (items[-1].kind, items[-1].stop_kind, items[-1].file_position) == ("stop", C.END_OF_DATA, zeros)
+    assert_parity(data, seg.name, seg.base_offset)
+    # a clean segment: no span, the walk ends where the zeros begin
+    clean = list(salvage_buffer(buf, seg.name, seg.base_offset, decode=False))
+    assert not [it for it in clean if isinstance(it, SalvageSpan)] and clean[-1].stop_kind == C.END_OF_DATA

@@ -3,6 +3,8 @@ stale records past a segment's first stop, segment files of the wrong length or 
 
 Checks: ``integrity.<reason>`` for each corrupt span (reason = the walk's stop kind in lower case: bad_crc,
 bad_magic, size_mismatch, bad_length, truncated, physical_offset_mismatch, end_of_data for a hole after zeros;
+a span never includes the segment's unwritten zero tail: when one follows it, the finding says how long it is
+(``details.unwritten_tail_bytes``, the ``length`` of the salvage walk's END_OF_DATA stop row at the span's end);
 bad_file_name, bad_geometry (wrong or empty length) for segment files), ``integrity.damaged_message`` (the message a span destroyed,
 when its header still decodes), ``integrity.stale_records``,
 ``integrity.segment_gap``, ``integrity.no_commitlog``.  The segment table (fill and damage per segment) is
@@ -25,15 +27,23 @@ def run(ctx: AuditContext) -> CheckResult:
     res = CheckResult()
     d = ctx.damage
     corrupt = d.where(F.col("kind") == "corrupt")
+    # the salvage walk's END_OF_DATA stop right after a span: the segment's never-written zero tail (not damage)
+    tails = d.where((F.col("kind") == "stop") & (F.col("reason") == "END_OF_DATA") & (F.col("length") > 0)).select(
+        "broker", "segment", F.col("file_position").alias("_end"), F.col("length").alias("unwritten_tail"))
+    spans = (corrupt.withColumn("_end", F.col("file_position") + F.col("length"))
+             .join(tails, ["broker", "segment", "_end"], "left").drop("_end"))
     res.findings.append(findings(
-        corrupt, F.concat(F.lit("integrity."), F.lower(F.coalesce(F.col("reason"), F.lit("unframeable")))),
+        spans, F.concat(F.lit("integrity."), F.lower(F.coalesce(F.col("reason"), F.lit("unframeable")))),
         "error",
         F.concat_ws("", F.lit("unframeable bytes ("), F.coalesce(F.col("reason"), F.lit("?")), F.lit("): "),
                     F.col("length").cast("string"), F.lit(" bytes at "), F.col("segment"), F.lit("@"),
                     F.col("file_position").cast("string"),
+                    F.when(F.col("unwritten_tail").isNotNull(),
+                           F.concat(F.lit(", then the segment's unwritten zero tail ("),
+                                    F.col("unwritten_tail").cast("string"), F.lit(" bytes, not damage)"))),
                     F.when(F.col("detail").isNotNull(), F.concat(F.lit(": "), F.col("detail")))),
         {"length": F.col("length"), "reason": F.col("reason"), "field": F.col("field"), "detail": F.col("detail"),
-         "excerpt_hex": F.col("excerpt_hex")},
+         "excerpt_hex": F.col("excerpt_hex"), "unwritten_tail_bytes": F.col("unwritten_tail")},
     ))
     res.findings.append(_stop_context(ctx, corrupt))
 
@@ -73,7 +83,7 @@ def _segment_table(ctx: AuditContext):
         F.sum(F.when((F.col("kind") == "message") & F.col("beyond_first_stop"), 1).otherwise(0)).alias("stale_records"),
         F.sum(F.when(F.col("kind") == "corrupt", F.col("length")).otherwise(0)).cast("long").alias("corrupt_bytes"),
         F.min(F.when(F.col("kind") == "stop", F.col("file_position"))).alias("first_stop"),
-        F.first(F.when(F.col("kind") == "stop", F.col("reason")), ignorenulls=True).alias("stop_reason"),
+        F.min_by(F.col("reason"), F.when(F.col("kind") == "stop", F.col("file_position"))).alias("stop_reason"),
         F.min(F.when(F.col("kind") == "blank", F.col("file_position"))).alias("blank_at"),
     )
     lengths = ctx.spark.createDataFrame(
