@@ -50,8 +50,8 @@ class WorkerEnvironmentError(RuntimeError):
 
 def _environment_message(source: str, missing: str) -> str:
     return (f"{source}: {sys.executable} (Python {sys.version.split()[0]}) cannot import {missing!r}, which the "
-            "rocketmq-forensics data sources need.  Spark's Python workers run "
-            "`python3` from PATH unless the session was started with PYSPARK_PYTHON naming another interpreter.  "
+            "rocketmq-forensics data sources need.  Spark's Python workers run `python3` from PATH unless the "
+            "session was started with PYSPARK_PYTHON naming another interpreter.  "
             "Start the session with the interpreter of the environment where rocketmq-forensics is installed: "
             "export PYSPARK_PYTHON=/path/to/.venv/bin/python before starting Python or Jupyter (or set "
             "os.environ['PYSPARK_PYTHON'] = sys.executable before the first SparkSession; a running session "
