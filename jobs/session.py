@@ -65,10 +65,7 @@ def build_session(app_name: str, master: str | None = None, test_profile: bool =
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
-    try:  # the data sources land with datasources/register.py
-        from datasources.register import register_all
-    except ImportError:
-        pass
-    else:
-        register_all(session)
+    from datasources import register
+
+    register(session)  # a source that cannot register fails here, with its name
     return session
