@@ -492,6 +492,13 @@ def cut_to_walk(items: FrameArrays, walk: str, first_stop: int | None, first_bla
     return items.take(items.positions <= first_blank)
 
 
+def span_detail(span: SalvageSpan) -> str:
+    """A row's ``detail`` for an unframeable span."""
+    return f"{span.length} bytes no walk could frame" + (
+        f", then {span.unwritten_tail} zero bytes to the segment's end (its unwritten tail)" if span.unwritten_tail
+        else "")
+
+
 def _is_damage(kind: int, reason: str | None) -> bool:
     return kind == KIND_CORRUPT or (kind == KIND_STOP and reason != END_OF_DATA)
 
@@ -708,9 +715,7 @@ class _RangeReader:
                 reason[i], field[i], detail[i] = it.reason, it.field, it.detail
             elif isinstance(it, SalvageSpan):
                 reason[i], excerpt[i] = it.reason, it.excerpt.hex()
-                detail[i] = f"{it.length} bytes no walk could frame" + (
-                    f", then {it.unwritten_tail} zero bytes to the segment's end (its unwritten tail)"
-                    if it.unwritten_tail else "")
+                detail[i] = span_detail(it)
             else:
                 reason[i], field[i], detail[i] = it.stop_kind, it.stop_field, it.stop_message
             if _is_damage(int(kinds[i]), reason[i]):

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from datasources.commitlog import read_range_walk
+from datasources.commitlog import read_range_walk, span_detail
 from datasources.consumequeue import CQFilePartition
 from datasources.indexfile import IndexFilePartition, EntryViews
 from datasources.storepaths import Location, local_copy
@@ -60,7 +60,7 @@ def walk_rows(broker: str, segment: str, range_start: int, items) -> list[dict]:
     for i, it in sorted(items.others.items()):
         if isinstance(it, SalvageSpan):
             rows.append(dict(file_position=it.file_position, kind=KINDS[KIND_CORRUPT], size=it.length, reason=it.reason,
-                             detail=f"{it.length} bytes no walk could frame"))
+                             detail=span_detail(it)))
         else:
             rows.append(dict(file_position=it.file_position, kind=it.kind, size=it.size, reason=it.stop_kind,
                              field=it.stop_field, detail=it.stop_message))

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datasources.commitlog import span_detail
 from store_format import codec
 from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP
 from store_format.errors import ErrorKind, StoreFormatError
@@ -20,7 +21,8 @@ from store_format.errors import ErrorKind, StoreFormatError
 from ..findings import Severity, check, finding_rows, finding_table, metric_table
 from . import FamilyResult
 
-_SPAN = "unframeable bytes ({reason|?}): {length} bytes at {file}@{file_position}[: {detail}]"
+_SPAN = ("unframeable bytes ({reason|?}): {length} bytes at {file}@{file_position}[, then the segment's unwritten "
+         "zero tail ({unwritten_tail} bytes, not damage)][: {detail}]")
 SPAN_REASONS = (ErrorKind.BAD_MAGIC, ErrorKind.BAD_CRC, ErrorKind.SIZE_MISMATCH, ErrorKind.BAD_LENGTH,
                 ErrorKind.TRUNCATED, ErrorKind.PHYSICAL_OFFSET_MISMATCH, "END_OF_DATA", ErrorKind.BAD_FILE_NAME,
                 ErrorKind.BAD_GEOMETRY)
@@ -63,12 +65,15 @@ def in_range(rc, out) -> None:
         n = len(group)
         length = pa.array([s.length for s in group], pa.int64())
         fpos = pa.array([s.file_position for s in group], pa.int64())
-        detail = pa.array([f"{s.length} bytes no walk could frame" for s in group], pa.string())
+        detail = pa.array([span_detail(s) for s in group], pa.string())
         excerpt = pa.array([s.excerpt.hex() for s in group], pa.string())
+        tail = pa.array([s.unwritten_tail or None for s in group], pa.int64())
         out.finding(finding_table(
             f"integrity.{(reason or 'unframeable').lower()}", n, broker=rc.broker, file=rc.segment, file_position=fpos,
-            physical_offset=pc.add(fpos, rc.base), values={"reason": reason, "length": length, "detail": detail},
-            details={"length": length, "reason": reason, "field": None, "detail": detail, "excerpt_hex": excerpt}))
+            physical_offset=pc.add(fpos, rc.base),
+            values={"reason": reason, "length": length, "detail": detail, "unwritten_tail": tail},
+            details={"length": length, "reason": reason, "field": None, "detail": detail, "excerpt_hex": excerpt,
+                     "unwritten_tail_bytes": tail}))
     _damaged_messages(rc, [s for _, s in spans if s.reason in _CONTEXT_REASONS], out)
 
     msg = kinds == KIND_MESSAGE
@@ -135,7 +140,7 @@ def on_driver(ctx) -> FamilyResult:
         group = [p for p in problems if p["reason"] == reason]
         res.findings.append(finding_rows(f"integrity.{reason.lower()}", [dict(
             broker=p["broker"], file=p["segment"], file_position=0, physical_offset=p["physical_offset"],
-            values={"reason": reason, "length": p["length"], "detail": p["detail"]},
+            values={"reason": reason, "length": p["length"], "detail": p["detail"], "unwritten_tail": None},
             details={"length": p["length"], "reason": reason, "field": p["field"], "detail": p["detail"]})
             for p in group]))
     res.findings.append(_segment_listing(ctx))

@@ -1,36 +1,48 @@
 """What the broker will do with this dump when it starts (store_format.recovery's model of RocketMQ 4.9.x).
 
-Checks: ``recovery.broker_will_not_start`` (a segment of the wrong length fails ``load()``),
-``recovery.truncation`` (one error per broker: the recovered end lies before the last well-formed record),
-``recovery.message_lost`` (each message the truncation drops), ``recovery.segment_deleted``,
-``recovery.cq_truncated`` (consume-queue units at or past the recovered end), ``recovery.index_rebuilt``
-(abnormal recovery deletes and rebuilds newer index files), ``recovery.abnormal`` (the abort file is there:
-the broker did not shut down cleanly), ``recovery.note``.
+Checks: ``recovery.broker_will_not_start`` (``lock`` a folder, a ``commitlog/`` entry that is not a
+segment-size file with a numeric name, ``checkpoint`` a folder: the broker fails to initialize or ``load()``),
+``recovery.truncation`` (one error per broker: recovery drops records: messages_lost = the damaged records
+that still frame a message (damaged_messages_lost) + the intact messages past the recovered end
+(intact_messages_lost), plus unframed_bytes_lost, bytes no walk could frame; store_format.recovery.lost_records),
+``recovery.message_lost`` (each message the broker drops: ``details.state`` intact (a well-formed record past the
+recovered end: a message of the salvage walk the recovered end does not keep) or damaged (``details.damage`` = its
+stop kind, named from its header on the driver)), ``recovery.segment_deleted``, ``recovery.cq_truncated`` (per
+queue, the units recovery drops: from the first unit ConsumeQueue.recover refuses, or the first at or past the
+recovered end that truncateDirtyLogicFiles cuts at, every later one), ``recovery.index_rebuilt`` (abnormal
+recovery deletes and rebuilds newer index files), ``recovery.abnormal`` (the abort file is there: the broker did
+not shut down cleanly), ``recovery.note``.
 """
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from store_format import layout as L
 
 from ..findings import Severity, check, concat_findings, finding_rows, finding_table, metric_table
 from . import FamilyResult
 
 check("recovery.broker_will_not_start", Severity.ERROR, "the broker will refuse to start: {problem}")
 check("recovery.abnormal", Severity.INFO,
-      "abort file present: abnormal recovery from segment {start_segment}, re-dispatching from physical offset "
+      "{what} present: abnormal recovery from segment {start_segment}, re-dispatching from physical offset "
       "{redispatch_from}")
 check("recovery.truncation", Severity.ERROR,
-      "recovery stops at {physical_offset} ({stop_kind}) and drops {lost} well-formed message(s) from {first} on")
+      "recovery stops at {physical_offset} ({stop_kind}) and drops {lost} message(s) from {first} on: {damaged} "
+      "damaged, {intact} intact[, and {unframed_bytes} byte(s) in {unframed_runs} run(s) no walk could frame "
+      "(records whose headers are gone: at least one per run, not counted)]")
 check("recovery.segment_deleted", Severity.WARNING,
       "segment {file} lies wholly past the recovered end and will be deleted")
 check("recovery.cq_truncated", Severity.WARNING,
-      "{units} consume-queue unit(s) of {topic}/{queue_id} point at or past the recovered end and will be truncated")
+      "{units} consume-queue unit(s) of {topic}/{queue_id} from queue offset {queue_offset} on will be dropped: {why}")
 check("recovery.index_rebuilt", Severity.INFO,
       "index file {name} is newer than the checkpoint's indexMsgTimestamp: abnormal recovery deletes it and rebuilds "
       "it by re-dispatch")
 check("recovery.note", Severity.WARNING, "{note}")
 check("recovery.message_lost", Severity.WARNING,
-      "message of {topic}/{queue_id} at queue offset {queue_offset} lies past the recovered end: the broker will drop "
-      "it")
+      "[{damaged_prefix}]message [({damage}) ]of {queue_text} at queue offset {queue_offset} lies {where}: the broker "
+      "will drop it")
 
 
 def in_range(rc, out) -> None:
@@ -41,10 +53,13 @@ def in_range(rc, out) -> None:
     ids = rc.decode(lost, ("msg_id",)).column("msg_id")
     t = m.take(lost)
     uniq = t.column("uniq_key")
+    queue_text = pc.binary_join_element_wise(t.column("topic"), pc.cast(t.column("queue_id"), pa.string()), "/")
     out.finding(finding_table(
         "recovery.message_lost", len(lost), broker=rc.broker, file=rc.segment, file_position=t.column("file_position"),
         physical_offset=t.column("physical_offset"), topic=t.column("topic"), queue_id=t.column("queue_id"),
-        queue_offset=t.column("queue_offset"), details={"uniq_key": uniq, "key": uniq, "msg_id": ids}))
+        queue_offset=t.column("queue_offset"),
+        values={"damaged_prefix": None, "damage": None, "queue_text": queue_text, "where": "past the recovered end"},
+        details={"state": "intact", "uniq_key": uniq, "key": uniq, "msg_id": ids}))
 
 
 def on_driver(ctx) -> FamilyResult:
@@ -57,36 +72,85 @@ def on_driver(ctx) -> FamilyResult:
     mrows = []
     for name, p in ctx.recovery.items():
         if not p.will_start:
-            for problem in p.start_problems:
+            for problem, file in zip(p.start_problems, p.start_problem_files):
                 add("recovery.broker_will_not_start", broker=name,
-                    file=problem.split()[1] if problem.startswith("segment ") else None, values={"problem": problem})
+                    file=file.removeprefix("commitlog/") if file else None, values={"problem": problem})
         if p.mode == "abnormal":
+            what = "abort file" if p.abort_kind in (None, "file") else f"abort ({p.abort_kind})"
             add("recovery.abnormal", broker=name, file="abort", physical_offset=p.redispatch_from,
-                values={"start_segment": p.start_segment, "redispatch_from": p.redispatch_from})
-        lost = len(p.dropped_messages)
-        if lost:
-            first = min(o for o, _ in p.dropped_messages)
+                values={"what": what, "start_segment": p.start_segment, "redispatch_from": p.redispatch_from})
+        lost = p.messages_lost
+        if lost or p.unframed_dropped:
+            first = min([o for o, _ in p.dropped_messages] + [o for o, *_ in p.damaged_dropped]
+                        + [o for o, _ in p.unframed_dropped])
+            runs = len(p.unframed_dropped)
             add("recovery.truncation", broker=name, file=p.stop_segment, file_position=p.stop_position,
                 physical_offset=p.max_physical_offset,
-                values={"stop_kind": p.stop_kind, "lost": lost, "first": first},
-                details={"messages_lost": lost, "stop_kind": p.stop_kind,
-                         "bytes_lost": sum(s for _, s in p.dropped_messages)})
+                values={"stop_kind": p.stop_kind, "lost": lost, "first": first, "damaged": p.damaged_messages_lost,
+                        "intact": p.intact_messages_lost, "unframed_bytes": p.unframed_bytes_lost if runs else None,
+                        "unframed_runs": runs if runs else None},
+                details={"messages_lost": lost, "damaged_messages_lost": p.damaged_messages_lost,
+                         "intact_messages_lost": p.intact_messages_lost, "unframed_bytes_lost": p.unframed_bytes_lost,
+                         "unframed_runs_lost": runs, "stop_kind": p.stop_kind, "bytes_lost": p.bytes_lost})
         for seg in p.segments_deleted:
             add("recovery.segment_deleted", broker=name, file=seg)
-        for (topic, qid), n in sorted(p.cq_units_truncated.items()):
-            add("recovery.cq_truncated", broker=name, topic=topic, queue_id=qid, physical_offset=p.max_physical_offset,
-                values={"units": n}, details={"units": n})
+        for (topic, qid), q in sorted(p.cq_truncation.items()):
+            add("recovery.cq_truncated", broker=name, topic=topic, queue_id=qid, queue_offset=q.first_dropped,
+                physical_offset=p.max_physical_offset, values={"units": q.dropped, "why": _cq_why(q, p.max_physical_offset)},
+                details={"units": q.dropped, "reason": q.reason, "recovered_queue_end": q.end // L.CQ_STORE_UNIT_SIZE})
         for f in p.index_files_deleted:
             add("recovery.index_rebuilt", broker=name, file=f"index/{f}", values={"name": f})
         for note in p.notes:
             add("recovery.note", broker=name, values={"note": note})
-        mrows.append((name, float(lost), float(p.max_physical_offset)))
+        for row in _damaged_lost(ctx, name, p):
+            add("recovery.message_lost", **row)
+        mrows.append((name, float(lost), float(p.damaged_messages_lost), float(p.max_physical_offset)))
     res.findings.append(concat_findings([finding_rows(c, r) for c, r in rows.items()]))
     if mrows:
         res.metrics.append(metric_table("broker", {"messages_lost": [r[1] for r in mrows],
-                                                   "predicted_max_physical_offset": [r[2] for r in mrows]},
+                                                   "damaged_messages_lost": [r[2] for r in mrows],
+                                                   "predicted_max_physical_offset": [r[3] for r in mrows]},
                                         broker=[r[0] for r in mrows]))
     return res
+
+
+def _cq_why(q, recovered_end: int) -> str:
+    """Why recovery drops a queue's units (store_format.recovery.QueueRecovery.reason)."""
+    if q.reason == "no_commitlog":
+        return "the store has no commitlog segment, so recovery destroys every consume queue (destroyLogics)"
+    if q.reason == "past_recovered_end":
+        return (f"the first points at or past the recovered commitlog end {recovered_end}, and truncateDirtyLogicFiles "
+                "cuts the queue there")
+    at = q.recover_end // L.CQ_STORE_UNIT_SIZE
+    unit = (f"offset {q.invalid_unit[0]}, size {q.invalid_unit[1]}" if q.invalid_unit else "all zeros")
+    return (f"ConsumeQueue.recover stops at the unit at queue offset {at} ({unit}: not offset >= 0 and size > 0) "
+            "and cuts the queue there")
+
+
+def _damaged_lost(ctx, name: str, p) -> list[dict]:
+    """``recovery.message_lost`` for each damaged record the broker drops (store_format.recovery.lost_records:
+    a stop whose header still frames a message), named from its header (describe_damaged_record)."""
+    from store_format.commitlog import ReadOnlyMap
+    from store_format.recovery import describe_damaged_record
+
+    segments = ctx.plans[name].store.segments
+    rows = []
+    for offset, size, kind in p.damaged_dropped:
+        seg = next((s for s in segments if s.base_offset <= offset < s.base_offset + s.length), None)
+        if seg is None:
+            continue
+        pos = offset - seg.base_offset
+        with ReadOnlyMap(seg.path) as m:
+            about = describe_damaged_record(m.buf, pos)
+        where = "at the recovered end" if offset == p.max_physical_offset else "past the recovered end"
+        of = (f"{about['topic']}/{about['queue_id']}" if about["topic"] is not None
+              else f"queue {about['queue_id']} of an unreadable topic")
+        rows.append(dict(broker=name, file=seg.name, file_position=pos, physical_offset=offset, topic=about["topic"],
+                         queue_id=about["queue_id"], queue_offset=about["queue_offset"],
+                         values={"damaged_prefix": "damaged ", "damage": kind, "queue_text": of, "where": where},
+                         details={"state": "damaged", "damage": kind, "declared_size": size,
+                                  "uniq_key": about["uniq_key"], "key": about["uniq_key"]}))
+    return rows
 
 
 def summary(ctx) -> dict:
@@ -97,7 +161,9 @@ def summary(ctx) -> dict:
             "mode": p.mode, "broker_will_start": p.will_start, "start_problems": p.start_problems,
             "start_segment": p.start_segment, "predicted_max_physical_offset": p.max_physical_offset,
             "stop_segment": p.stop_segment, "stop_position": p.stop_position, "stop_kind": p.stop_kind,
-            "messages_lost": len(p.dropped_messages), "bytes_lost": sum(s for _, s in p.dropped_messages),
+            "messages_lost": p.messages_lost, "damaged_messages_lost": p.damaged_messages_lost,
+            "intact_messages_lost": p.intact_messages_lost, "unframed_bytes_lost": p.unframed_bytes_lost,
+            "unframed_runs_lost": len(p.unframed_dropped), "bytes_lost": p.bytes_lost,
             "segments_deleted": p.segments_deleted, "max_cq_physical_offset": p.max_cq_physical_offset,
             "cq_units_truncated": sum(p.cq_units_truncated.values()),
             "index_files_deleted": p.index_files_deleted, "redispatch_from": p.redispatch_from, "notes": p.notes,
