@@ -78,10 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not verify body CRCs (the broker checks them on recovery: checkCRCOnRecover)")
     p.add_argument("--message-index-safe", action="store_true",
                    help="the broker runs with messageIndexSafe=true (changes the abnormal recovery start)")
-    p.add_argument("--segment-size", type=int, metavar="BYTES",
-                   help="the broker's mappedFileSizeCommitLog (default: inferred from the segment files; give it "
-                        "when a dump has one segment, so a short or long file is caught)")
-    add_geometry_arguments(p)
+    add_geometry_arguments(p, segment_size=True)
     p.add_argument("--split-size", metavar="BYTES", help="commitlog split size per Spark task (e.g. 128m)")
     p.add_argument("--top", type=int, default=50, help="findings listed in the report (default 50)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")

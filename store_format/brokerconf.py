@@ -191,7 +191,8 @@ def add_geometry_arguments(parser, *, segment_size: bool = False) -> None:
                         "override it")
     if segment_size:
         g.add_argument("--segment-size", type=int, metavar="BYTES",
-                       help="mappedFileSizeCommitLog (default: inferred from the segment files)")
+                       help="the broker's mappedFileSizeCommitLog (default: inferred from the segment files; give "
+                            "it when a dump has one segment, so a short or long file is caught)")
     g.add_argument("--hash-slots", type=int, metavar="N",
                    help="maxHashSlotNum of the index files (default: inferred from each file's length and content)")
     g.add_argument("--index-num", type=int, metavar="N",

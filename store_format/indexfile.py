@@ -22,6 +22,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from . import layout as L
 from .commitlog import ReadOnlyMap
 from .errors import ErrorKind, IndexFileError
@@ -335,8 +337,6 @@ def _decide(buf, h: IndexHeader, cands: LengthCandidates, zero_from) -> tuple[tu
 def _last_nonzero_block(buf, blocks: int, stride: int, zero_from: int) -> int | None:
     """The smallest k in 1..``blocks`` whose block, the 20 bytes ending ``20*(k-1)`` bytes before the end of
     ``buf``, holds a non-zero byte (bytes from ``zero_from`` on are known zeros); None when all are zeros."""
-    import numpy as np
-
     length = len(buf)
     first = max(1, (length - max(zero_from, 0)) // L.INDEX_ENTRY_SIZE + 1)  # blocks before it lie in the hole
     if first > blocks:
@@ -364,8 +364,6 @@ def _last_nonzero_block(buf, blocks: int, stride: int, zero_from: int) -> int | 
 
 def _first_nonzero(arr, length: int, k_lo: int, k_hi: int) -> int | None:
     """The smallest k in k_lo..k_hi whose block holds a non-zero byte: the last such byte, scanning back."""
-    import numpy as np
-
     lo, top = length - L.INDEX_ENTRY_SIZE * k_hi, length - L.INDEX_ENTRY_SIZE * (k_lo - 1)
     while top > lo:
         start = max(lo, top - _SCAN_CHUNK)
@@ -438,6 +436,7 @@ def data_end(fd: int, length: int) -> int:
         return hi
     except OSError:
         return length
+
 
 def list_index_files(index_dir: str | os.PathLike) -> list[Path]:
     """Index files in load order (ascending name = creation time)."""

@@ -393,6 +393,50 @@ def test_broker_conf_is_read_as_java_properties(tmp_path):
     assert e.value.kind == ErrorKind.MISSING
 
 
+def test_every_command_takes_the_same_geometry_options(geometry_stores, tmp_path):
+    """audit, query, extract, compare and python -m store_format: --config, --hash-slots, --index-num (and
+    --segment-size where a command has it), handed to the Store objects and the index data source."""
+    from datasources.indexfile import IndexReader
+    from jobs import compare, extract
+    from jobs.checks.base import AuditContext, StoreInput
+    from store_format.__main__ import build_parser as store_parser
+    from store_format.brokerconf import geometry_from_args
+
+    root, geometry = geometry_stores[_name(GEOMETRIES[1])]
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mappedFileSizeCommitLog=262144\nmaxHashSlotNum=100\nmaxIndexNum=300\n")
+    parsers = {"audit": lambda a: audit.build_parser().parse_args(["--store", str(root), "--out", "o", *a]),
+               "query": lambda a: query.build_parser().parse_args(["--store", str(root), *a]),
+               "extract": lambda a: extract.build_parser().parse_args(["--store", str(root), "--out", "o", *a]),
+               "compare": lambda a: compare.build_parser().parse_args(["--store", str(root), "--store", "x", *a]),
+               "store_format": lambda a: store_parser().parse_args(["dump", str(root), "--what", "index", *a])}
+    for name, parse in parsers.items():
+        for argv in (["--config", str(conf)], ["--hash-slots", "100", "--index-num", "300"]):
+            g = geometry_from_args(parse(argv))
+            assert (g.hash_slot_num, g.index_num) == geometry, (name, argv)
+            # broker.conf's segment size only where the command takes --segment-size
+            assert g.segment_size == (262144 if name in ("audit", "store_format") and "--config" in argv else None)
+        assert geometry_from_args(parse(["--config", str(conf), "--index-num", "7"])).index_num == 7  # flags win
+    [ref] = extract.resolve_stores([str(root)], geometry_from_args(parsers["query"](["--config", str(conf)])))
+    assert (ref.open().hash_slot_num, ref.open().index_num) == geometry
+    ctx = AuditContext(None, [StoreInput("b", str(root), str(root))],
+                       geometry=geometry_from_args(parsers["audit"](["--config", str(conf)])))
+    assert ctx.segment_size == 262144 and ctx.store_objects["b"].index_num == 300
+    assert ctx.geometry.index_options() == {"hashSlotNum": "100", "indexNum": "300"}
+    # the data source: a given geometry is checked against every file
+    from .test_safety import read_in_process
+
+    def rows_of(reader):
+        return [r for part in reader.partitions() for b in reader.read(part) for r in b.to_pylist()]
+
+    rows = rows_of(IndexReader({"path": str(root), "hashSlotNum": "100", "indexNum": "300"}))
+    assert rows and not [r for r in rows if r["kind"] == "corrupt"]
+    rows = rows_of(IndexReader({"path": str(root), "hashSlotNum": "95", "indexNum": "301"}))
+    assert {r["kind"] for r in rows} == {"corrupt"} and all("content says 100 x 300" in r["detail"] for r in rows)
+    assert all(r["begin_phy_offset"] is not None for r in rows)  # the header, for the audit's ranges
+    assert read_in_process(IndexReader({"path": str(root)})) > 300
+
+
 # --------------------------------------------------------------------------------------------------
 # An unreadable index file: exit 2 from dump and query alike
 
