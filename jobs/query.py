@@ -493,13 +493,13 @@ def run(spark, args, out=None, err=None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     check_args(args)
     stores = resolve_stores(args.store, geometry_from_args(args))
-    query = Query(spark, args, stores)
-    result = query.run()
+    lookup = Query(spark, args, stores)
+    result = lookup.run()
     write_result(result, args.format, out)
-    for label, errors in query.unreadable.items():
+    for label, errors in lookup.unreadable.items():
         for e in errors.values():
             print(f"error: {label}: not searched: {e}", file=err)
-    unreadable = sum(len(e) for e in query.unreadable.values())
+    unreadable = sum(len(e) for e in lookup.unreadable.values())
     print(f"query ({result.mode}): {len(result.hits)} message(s) found in {len(stores)} store(s)"
           + (f"; {unreadable} index file(s) could not be read, so the answer is incomplete" if unreadable else ""),
           file=err)

@@ -7,7 +7,7 @@ white space, and one ``=``/``:`` with white space around it separates it from th
 odd number of backslashes continues on the next (whose leading white space is dropped); ``\\t \\n \\r \\f``,
 ``\\uXXXX`` and ``\\x`` (any other x) escapes; the last of repeated keys wins; a value keeps its trailing white
 space.  ``properties2Object`` parses numbers with ``Integer.parseInt`` and ignores a value that does not
-parse (the broker then keeps its default): such a value of a geometry setting is refused here, naming the line.
+parse (the broker then keeps its default): such a value of a geometry setting is refused here, naming the setting.
 
 :class:`StoreGeometry` holds what the read side takes from the file (the file sizes, the index geometry and the
 delay levels); :func:`add_geometry_arguments` and :func:`geometry_from_args` give every command that reads a

@@ -237,23 +237,25 @@ def given_geometry(length: int, hash_slot_num: int | None, index_num: int | None
                                  position=length)
     s, n = hash_slot_num, index_num
     if s is not None and n is None:
-        rest = length - L.INDEX_HEADER_SIZE - s * L.INDEX_SLOT_SIZE
-        if rest < L.INDEX_ENTRY_SIZE or rest % L.INDEX_ENTRY_SIZE:
-            raise IndexFileError(ErrorKind.BAD_GEOMETRY, f"{s} slots given leave {rest} bytes for the entries, not "
-                                 f"a positive multiple of {L.INDEX_ENTRY_SIZE}; {cands.describe()}", position=length)
-        n = rest // L.INDEX_ENTRY_SIZE
+        n = _other_part(length, s, L.INDEX_SLOT_SIZE, "slots", L.INDEX_ENTRY_SIZE, "entries", cands)
     elif n is not None and s is None:
-        rest = length - L.INDEX_HEADER_SIZE - n * L.INDEX_ENTRY_SIZE
-        if rest < L.INDEX_SLOT_SIZE or rest % L.INDEX_SLOT_SIZE:
-            raise IndexFileError(ErrorKind.BAD_GEOMETRY, f"{n} entries given leave {rest} bytes for the slots, not "
-                                 f"a positive multiple of {L.INDEX_SLOT_SIZE}; {cands.describe()}", position=length)
-        s = rest // L.INDEX_SLOT_SIZE
+        s = _other_part(length, n, L.INDEX_ENTRY_SIZE, "entries", L.INDEX_SLOT_SIZE, "slots", cands)
     expected = L.index_file_size(s, n)
     if expected != length:
         kind = ErrorKind.TRUNCATED if length < expected else ErrorKind.BAD_GEOMETRY
         raise IndexFileError(kind, f"{s} slots x {n} entries given make a file of {expected} bytes; "
                              f"{cands.describe()}", position=min(length, expected))
     return s, n
+
+
+def _other_part(length: int, given: int, size: int, name: str, other_size: int, other: str,
+                cands: LengthCandidates) -> int:
+    """How many of the other part the length leaves beside ``given`` items of ``size`` bytes."""
+    rest = length - L.INDEX_HEADER_SIZE - given * size
+    if rest < other_size or rest % other_size:
+        raise IndexFileError(ErrorKind.BAD_GEOMETRY, f"{given} {name} given leave {rest} bytes for the {other}, not "
+                             f"a positive multiple of {other_size}; {cands.describe()}", position=length)
+    return rest // other_size
 
 
 def infer_geometry(buf, hash_slot_num: int | None = None, index_num: int | None = None, *,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from . import layout as L
 from .commitlog import Frame, ReadOnlyMap, Segment, salvage_buffer, walk_buffer
 from .errors import StoreFormatError
+from .indexfile import read_header
 from .store import Store
 
 _I32_AT = lambda buf, pos: int.from_bytes(buf[pos:pos + 4], "big", signed=True)  # noqa: E731
@@ -146,10 +147,10 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
 
     index_deleted = []
     if mode == "abnormal" and cp is not None:
-        for path in store.index_paths():
+        for path in store.index_paths():  # IndexService.load reads the header only: no geometry needed
             try:
-                with store.open_index(path) as f:
-                    if f.header.end_timestamp > cp.index_msg_timestamp:
+                with ReadOnlyMap(path) as m:
+                    if read_header(m.buf).end_timestamp > cp.index_msg_timestamp:
                         index_deleted.append(path.name)
             except StoreFormatError:
                 index_deleted.append(path.name)
