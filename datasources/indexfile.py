@@ -2,7 +2,10 @@
 
 Per file: one ``header`` row (the 40-byte IndexHeader and the geometry), then one ``entry`` row for each
 entry 1 .. indexCount-1 (entry 0 is never written), or one ``corrupt`` row when the file cannot be opened
-(short file, unknown geometry, bad name).  Entries are read with numpy over the layout that
+(short file, a geometry neither the file nor the options tell, bad name), with the header's fields when the file
+holds 40 bytes.  The geometry is each file's own (``store_format.indexfile.infer_geometry``) unless the options
+``hashSlotNum``/``indexNum`` (broker.conf's maxHashSlotNum/maxIndexNum) give it; a given one that does not fit a
+file makes that file a ``corrupt`` row.  Entries are read with numpy over the layout that
 store_format.layout declares; each carries its slot (``key_hash % hashSlotNum``), absolute time
 (``beginTimestamp + timeDiff * 1000``) and ``problems`` of its hash chain:
 
@@ -24,7 +27,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from store_format import layout as L
 from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
-from store_format.indexfile import INDEX_NAME, IndexFile
+from store_format.indexfile import INDEX_NAME, IndexFile, read_header
 
 from .storepaths import Location, find_inputs, local_copy
 
@@ -203,7 +206,8 @@ def file_batches(part: IndexFilePartition, chunk: int = CHUNK_ENTRIES) -> Iterat
         try:
             f = IndexFile(local, part.hash_slot_num, part.index_num)
         except StoreFormatError as e:
-            yield _rows_batch([{**base, "kind": "corrupt", "reason": e.kind.value, "detail": e.message}])
+            yield _rows_batch([{**base, "kind": "corrupt", "reason": e.kind.value, "detail": e.message,
+                                **_header_fields(local)}])
             return
         with f, ReadOnlyMap(local) as m:  # IndexFile gave header and geometry; the entries are read in bulk
             h = f.header
@@ -232,6 +236,15 @@ def file_batches(part: IndexFilePartition, chunk: int = CHUNK_ENTRIES) -> Iterat
 
 
 _BATCH_ROWS = 16384
+
+
+def _header_fields(path) -> dict:
+    """The header of a file that cannot be opened as an index, when it has one (40 bytes)."""
+    with ReadOnlyMap(path) as m:
+        try:
+            return vars(read_header(m.buf))
+        except StoreFormatError:
+            return {}
 
 
 def _rows_batch(rows: list[dict]) -> pa.RecordBatch:

@@ -37,6 +37,7 @@ if __package__ in (None, ""):  # run as a script (spark-submit jobs/audit.py): m
         sys.path.insert(0, str(_root))
 
 from jobs import cli  # noqa: E402
+from store_format.brokerconf import add_geometry_arguments, geometry_from_args  # noqa: E402
 from jobs.checks import FAMILIES, load  # noqa: E402
 from jobs.checks.base import AuditContext, StoreInput, progress  # noqa: E402
 from jobs.output import OutputError, append_history, prepare_output, write_table  # noqa: E402
@@ -77,9 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not verify body CRCs (the broker checks them on recovery: checkCRCOnRecover)")
     p.add_argument("--message-index-safe", action="store_true",
                    help="the broker runs with messageIndexSafe=true (changes the abnormal recovery start)")
-    p.add_argument("--segment-size", type=int, metavar="BYTES",
-                   help="the broker's mappedFileSizeCommitLog (default: inferred from the segment files; give it "
-                        "when a dump has one segment, so a short or long file is caught)")
+    add_geometry_arguments(p, segment_size=True)
     p.add_argument("--split-size", metavar="BYTES", help="commitlog split size per Spark task (e.g. 128m)")
     p.add_argument("--top", type=int, default=50, help="findings listed in the report (default 50)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
@@ -161,7 +160,7 @@ def run(spark, args) -> AuditResult:
     spark.conf.set("spark.sql.shuffle.partitions", str(max(2, min(int(saved_partitions), total_bytes >> 27))))
     ctx = AuditContext(spark, stores, as_of=args.as_of, check_crc=not args.no_crc,
                        split_size=args.split_size, message_index_safe=args.message_index_safe,
-                       segment_size=args.segment_size)
+                       geometry=geometry_from_args(args))
     from pyspark.sql import functions as F
 
     from jobs.checks.base import FINDING_FIELDS, METRIC_FIELDS, with_finding_id
@@ -268,6 +267,7 @@ def _version() -> str:
 
 
 def _prepare(args) -> None:
+    geometry_from_args(args)  # a broker.conf that cannot be used fails before Spark starts
     prepare_output(args.out, overwrite=args.overwrite, inputs=[s.path for s in resolve_stores(args.store)])
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script (spark-submit jobs/compare.py): make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from store_format.brokerconf import add_geometry_arguments, geometry_from_args  # noqa: E402
 from store_format.commitlog import ReadOnlyMap  # noqa: E402
 from store_format.config import consumer_offsets, delay_offsets  # noqa: E402
 from store_format.errors import StoreFormatError  # noqa: E402
@@ -157,7 +158,7 @@ def run(spark, args, out=None, err=None) -> int:
     from jobs.output import prepare_output, write_table
 
     out, err = out or sys.stdout, err or sys.stderr
-    stores = resolve_stores(args.store)
+    stores = resolve_stores(args.store, geometry_from_args(args))
     if len(stores) != 2:
         raise UsageError(f"compare takes exactly two stores (--store A --store B); got {len(stores)}")
     a, b = stores
@@ -253,10 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", action="append", required=True, metavar="PATH", help="give exactly two")
     p.add_argument("--print", choices=("json", "text"), default="json", help="how the summary is printed")
     add_output_arguments(p, required=False)
+    add_geometry_arguments(p)
     return p
 
 
 def check_args(args) -> None:
+    geometry_from_args(args)  # a broker.conf that cannot be used is bad usage
     if len(args.store) != 2:
         raise UsageError(f"compare takes exactly two --store paths; got {len(args.store)}")
 

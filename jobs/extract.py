@@ -58,6 +58,7 @@ if __package__ in (None, ""):  # run as a script (spark-submit jobs/extract.py):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from store_format import layout as L  # noqa: E402
+from store_format.brokerconf import StoreGeometry, add_geometry_arguments, geometry_from_args  # noqa: E402
 from store_format.commitlog import ReadOnlyMap  # noqa: E402
 from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.message import CANONICAL_FIELDS  # noqa: E402
@@ -85,19 +86,22 @@ class UsageError(ValueError):
 
 @dataclass(frozen=True)
 class StoreRef:
-    """One broker store root named by ``--store``, with the label its rows carry in the ``broker`` column."""
+    """One broker store root named by ``--store``, with the label its rows carry in the ``broker`` column and
+    the geometry ``--config``/``--hash-slots``/``--index-num`` give (what they leave out is read from the files)."""
 
     label: str
     root: Path
+    geometry: StoreGeometry = StoreGeometry()
 
     def open(self) -> Store:
-        return Store(self.root)
+        return Store(self.root, **self.geometry.store_kwargs())
 
 
-def resolve_stores(paths: list[str]) -> list[StoreRef]:
+def resolve_stores(paths: list[str], geometry: StoreGeometry | None = None) -> list[StoreRef]:
     """``--store`` arguments as labelled store roots: a store root, one of its part folders, or a folder of
     broker store roots (``<broker>/`` or ``<broker>/store/``), as the data sources accept them.  Labels come
-    from the folder names (``datasources.storepaths.broker_name``); a repeated name gets ``-2``, ``-3``..."""
+    from the folder names (``datasources.storepaths.broker_name``); a repeated name gets ``-2``, ``-3``...
+    ``geometry`` (default: none given) applies to every store."""
     from datasources.storepaths import find_inputs
 
     refs: list[StoreRef] = []
@@ -119,7 +123,7 @@ def resolve_stores(paths: list[str]) -> list[StoreRef]:
             label, n = inp.broker, 2
             while any(r.label == label for r in refs):
                 label, n = f"{inp.broker}-{n}", n + 1
-            refs.append(StoreRef(label, root))
+            refs.append(StoreRef(label, root, geometry or StoreGeometry()))
     if not refs:
         raise UsageError("no --store given")
     return refs
@@ -519,7 +523,7 @@ def run(spark, args, err=None) -> int:
     from jobs.output import prepare_output
 
     err = err or sys.stderr
-    stores = resolve_stores(args.store)
+    stores = resolve_stores(args.store, geometry_from_args(args))
     prepare_output(args.out, overwrite=args.overwrite, inputs=[str(s.root) for s in stores])
     sel = select(spark, args, stores)
     # counted, written and reported from one walk of the dumps
@@ -630,10 +634,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--body", choices=("stored", "decompressed"), default="stored")
     p.add_argument("--dedupe", action="store_true", help="one copy per (topic, UNIQ_KEY, reconsume times, "
                    "transaction type) across brokers and replicas")
+    add_geometry_arguments(p)
     return p
 
 
 def check_args(args) -> None:
+    geometry_from_args(args)  # a broker.conf that cannot be used is bad usage, said before Spark starts
     if (args.consumers or args.consumer_ids) and args.not_consumed_by is None:
         raise UsageError("--consumers/--consumer-ids simulate the consumers of --not-consumed-by G")
     if args.consumers is not None and args.consumers < 1:

@@ -23,7 +23,8 @@ key (store time, pushed into the source; segments whose time span lies outside a
 
 ``--explain`` says, per store, why a message was not found -- NO_INDEX (no index files), NO_INDEX_ENTRY,
 HASH_COLLISION_ONLY (candidates with the same hash, other keys), STALE_INDEX_ENTRY (a candidate points where
-no record is), OUTSIDE_INDEX_WINDOW, NOT_INDEXED (stored after the index's last entry), OTHER_STORE_HOST,
+no record is), OUTSIDE_INDEX_WINDOW, INDEX_FILE_UNREADABLE (an index file that could not be opened, so not
+searched), NOT_INDEXED (stored after the index's last entry), OTHER_STORE_HOST,
 NOT_A_RECORD_START, OUT_OF_RANGE -- and notes found messages that the broker's recovery will drop
 (DROPPED_BY_RECOVERY, from store_format.recovery).  When the lookup finds nothing it falls back to a Spark scan
 with the salvage walk, which also reads past damage: a message found there is printed and classified
@@ -34,7 +35,9 @@ Output: JSON Lines (default) -- ``{"kind": "message", "broker": ..., <canonical 
 (the fields of store_format's ``Message.to_dict``, body in base64; README "Canonical message fields"), and
 with ``--explain`` ``{"kind": "explain", "broker", "reason", "physical_offset", "detail"}`` lines -- or a
 table.  Exit codes: 0 found, 1 nothing found, 2 bad usage (an id or key that does not parse says why) or an
-unreadable store.
+unreadable store.  An index file that cannot be opened (too short, or a geometry neither the file nor
+``--config``/``--hash-slots``/``--index-num`` tells) is skipped and named on stderr, the other files answer,
+and the exit code is 2 (the answer is incomplete), as ``python -m store_format query``'s.
 """
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ if __package__ in (None, ""):  # run as a script (spark-submit jobs/query.py): m
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from store_format import layout as L  # noqa: E402
+from store_format.brokerconf import add_geometry_arguments, geometry_from_args  # noqa: E402
 from store_format.config import topic_configs  # noqa: E402
 from store_format.errors import IdError, StoreFormatError  # noqa: E402
 from store_format.ids import parse_offset_msg_id, parse_uniq_key  # noqa: E402
@@ -55,7 +59,7 @@ from store_format.javahash import index_key, index_key_hash  # noqa: E402
 from store_format.message import Message  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
-from jobs.cli import EXIT_NOTHING, EXIT_OK  # noqa: E402
+from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK  # noqa: E402
 from jobs.extract import (StoreRef, UsageError, check_key, cli_main, format_time, parse_time,  # noqa: E402
                           read_messages, resolve_stores)
 
@@ -117,6 +121,7 @@ def query_mode(args) -> str:
 
 def check_args(args) -> None:
     mode = query_mode(args)
+    geometry_from_args(args)  # a broker.conf that cannot be used is bad usage
     try:
         if mode == "msg-id":
             parse_offset_msg_id(args.msg_id)
@@ -166,6 +171,7 @@ class Query:
         self.args = args
         self.stores = stores
         self.opened = {ref.label: ref.open() for ref in stores}
+        self.unreadable = {ref.label: {} for ref in stores}  # index files skipped: path -> IndexFileError
         self._predictions = {}
         self.begin = args.from_time if args.from_time is not None else 0
         self.end = args.to_time if args.to_time is not None else _END_OF_TIME
@@ -222,7 +228,7 @@ class Query:
             store = self.opened[ref.label]
             seen = set()
             for topic in self.key_topics(store):
-                for msg in store.query_key(topic, key, self.begin, self.end):
+                for msg in store.query_key(topic, key, self.begin, self.end, unreadable=self.unreadable[ref.label]):
                     if self.args.uniq_key is not None and msg.uniq_key != key:
                         continue  # a KEYS entry equal to the id is not the message it names
                     if msg.physical_offset not in seen:
@@ -321,9 +327,11 @@ class Query:
         topics = self.key_topics(store)
         windowed = (self.begin, self.end) != (0, _END_OF_TIME)
         out, collisions, stale, outside = [], [], [], 0
+        skipped = self.unreadable[label]
         for topic in topics:
-            everywhere = store.index_candidates(topic, key)
-            candidates = store.index_candidates(topic, key, self.begin, self.end) if windowed else everywhere
+            everywhere = store.index_candidates(topic, key, unreadable=skipped)
+            candidates = store.index_candidates(topic, key, self.begin, self.end, unreadable=skipped) if windowed \
+                else everywhere
             outside += len(set(everywhere) - set(candidates))
             for off in sorted(set(candidates)):
                 try:
@@ -340,6 +348,8 @@ class Query:
                                               f"{index_key_hash(index_key(topic, key))}) is a record of topic "
                                               f"{msg.topic} with KEYS {msg.keys} and UNIQ_KEY {msg.uniq_key}", off))
         out += stale + collisions
+        out += [Explanation(label, "INDEX_FILE_UNREADABLE", f"index file {Path(path).name} was not searched: "
+                            f"{e.kind.value}: {e.message}") for path, e in sorted(skipped.items())]
         if outside:
             out.append(Explanation(label, "OUTSIDE_INDEX_WINDOW", f"{outside} index candidate(s) lie outside the "
                                    f"time window [{format_time(self.begin)}, {format_time(self.end)}]"))
@@ -482,10 +492,19 @@ def run(spark, args, out=None, err=None) -> int:
     returns the exit code."""
     out, err = out or sys.stdout, err or sys.stderr
     check_args(args)
-    stores = resolve_stores(args.store)
-    result = Query(spark, args, stores).run()
+    stores = resolve_stores(args.store, geometry_from_args(args))
+    lookup = Query(spark, args, stores)
+    result = lookup.run()
     write_result(result, args.format, out)
-    print(f"query ({result.mode}): {len(result.hits)} message(s) found in {len(stores)} store(s)", file=err)
+    for label, errors in lookup.unreadable.items():
+        for e in errors.values():
+            print(f"error: {label}: not searched: {e}", file=err)
+    unreadable = sum(len(e) for e in lookup.unreadable.values())
+    print(f"query ({result.mode}): {len(result.hits)} message(s) found in {len(stores)} store(s)"
+          + (f"; {unreadable} index file(s) could not be read, so the answer is incomplete" if unreadable else ""),
+          file=err)
+    if unreadable:  # as python -m store_format query: an unreadable input, whatever was found elsewhere
+        return EXIT_FAILED
     return EXIT_OK if result.hits else EXIT_NOTHING
 
 
@@ -512,6 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("jsonl", "table"), default="jsonl")
     p.add_argument("--explain", action="store_true", help="say why a message is not found; fall back to a scan")
     p.add_argument("--limit", type=int, metavar="N", help="print at most N messages")
+    add_geometry_arguments(p)
     return p
 
 

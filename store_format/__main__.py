@@ -5,7 +5,10 @@
 
 Records go to stdout as JSON Lines (every one with its file and byte position); the one-line summary and
 errors go to stderr.  Exit codes: 0 ok, 1 nothing matched (query) or damage found (dump --strict),
-2 bad usage or an unreadable store.
+2 bad usage or an unreadable store.  An index file that cannot be opened (too short, or a geometry neither
+the file nor --config/--hash-slots/--index-num tells) is unreadable input: ``dump --what index`` prints an
+``error`` row for it and ``query --key`` names it on stderr, both print what the other files give, and both
+exit 2 (their answer is incomplete).
 """
 from __future__ import annotations
 
@@ -16,11 +19,13 @@ import sys
 from collections import deque
 
 from . import layout as L
+from .brokerconf import add_geometry_arguments, geometry_from_args
 from .commitlog import END_OF_DATA, Frame, SalvageSpan
-from .errors import StoreFormatError
+from .errors import IndexFileError, StoreFormatError
 from .store import Store
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+EXIT_UNREADABLE = EXIT_USAGE  # "bad usage or an unreadable store"
 
 
 def _emit(obj: dict, out) -> None:
@@ -81,7 +86,8 @@ def mark_early_rolls(rows):
         pending.extendleft(reversed(held))
 
 
-def dump(store: Store, what: str, args, out) -> tuple[str, bool]:
+def dump(store: Store, what: str, args, out) -> tuple[str, bool, int]:
+    """Print the ``what`` part of the store; (summary, damage found, files that could not be opened)."""
     damaged = False
     if what == "commitlog":
         counts = {}
@@ -90,7 +96,8 @@ def dump(store: Store, what: str, args, out) -> tuple[str, bool]:
             counts[d["kind"]] = counts.get(d["kind"], 0) + 1
             damaged |= d["kind"] == "corrupt" or bool(d.get("damage"))
             _emit(d, out)
-        return f"{len(store.segments)} segment(s): " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())), damaged
+        return (f"{len(store.segments)} segment(s): " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
+                damaged, 0)
     if what == "consumequeue":
         n = 0
         for (topic, qid), files in sorted(store.queues.items()):
@@ -103,10 +110,10 @@ def dump(store: Store, what: str, args, out) -> tuple[str, bool]:
                            "kind": u.kind, "file": u.file, "file_position": u.file_position}, out)
             except StoreFormatError as e:
                 damaged = True
-                _emit({"topic": topic, "queue_id": qid, "kind": "error", **e.as_dict()}, out)
-        return f"{len(store.queues)} queue(s), {n} unit(s)", damaged
+                _emit({"topic": topic, "queue_id": qid, **_error_row(e)}, out)
+        return f"{len(store.queues)} queue(s), {n} unit(s)", damaged, 0
     if what == "index":
-        n = 0
+        n = unreadable = 0
         paths = store.index_paths()
         for path in paths:
             try:
@@ -116,16 +123,16 @@ def dump(store: Store, what: str, args, out) -> tuple[str, bool]:
                     for e in f.entries():
                         n += 1
                         _emit({"kind": "entry", "file": f.name, **vars(e)}, out)
-            except StoreFormatError as e:
-                damaged = True
-                _emit({"kind": "error", **e.as_dict()}, out)
-        return f"{len(paths)} index file(s), {n} entr(ies)", damaged
+            except IndexFileError as e:  # cannot be opened at all: unreadable input, not damage read
+                unreadable += 1
+                _emit(_error_row(e), out)
+        return f"{len(paths)} index file(s), {n} entr(ies)", damaged, unreadable
     if what == "checkpoint":
         cp = store.checkpoint()
         markers = store.markers()
         _emit({**vars(cp), "min_timestamp": cp.min_timestamp, "min_timestamp_index": cp.min_timestamp_index,
                "abort": markers.abort, "abort_pid": markers.abort_pid, "lock": markers.lock}, out)
-        return f"checkpoint {cp.file_length} bytes; abort file {'present' if markers.abort else 'absent'}", False
+        return f"checkpoint {cp.file_length} bytes; abort file {'present' if markers.abort else 'absent'}", False, 0
     if what == "config":
         names = store.config_names()
         for name in names:
@@ -133,8 +140,13 @@ def dump(store: Store, what: str, args, out) -> tuple[str, bool]:
             damaged |= cfg.data is None or bool(cfg.errors)
             _emit({"name": name, "source": cfg.source, "data": _stringify_keys(cfg.data),
                    "errors": [e.as_dict() for e in cfg.errors]}, out)
-        return f"{len(names)} config file(s)", damaged
+        return f"{len(names)} config file(s)", damaged, 0
     raise ValueError(what)
+
+
+def _error_row(e: StoreFormatError) -> dict:
+    """A file or unit that could not be read, as a row: ``kind`` "error", the error's own kind as ``error_kind``."""
+    return {**e.as_dict(), "kind": "error", "error_kind": e.kind.value}
 
 
 def _stringify_keys(v):
@@ -145,14 +157,16 @@ def _stringify_keys(v):
     return v
 
 
-def query(store: Store, args, out) -> int:
+def query(store: Store, args, out) -> tuple[int, dict]:
+    """Print the matches; (how many, the index files that could not be opened: path -> error)."""
+    unreadable = {}
     if args.msg_id:
         found = [m for m in [store.find_msg_id(args.msg_id)] if m is not None]
     else:
-        found = store.query_key(args.topic, args.key)
+        found = store.query_key(args.topic, args.key, unreadable=unreadable)
     for msg in found:
         _emit({"kind": "message", **msg.to_dict()}, out)
-    return len(found)
+    return len(found), unreadable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,10 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def store_args(sp):
         sp.add_argument("store", metavar="STORE_DIR", help="broker store root (holds commitlog/, consumequeue/...)")
-        sp.add_argument("--segment-size", type=int, help="mappedFileSizeCommitLog, if the files cannot tell")
-        sp.add_argument("--hash-slots", type=int, help="maxHashSlotNum (default: inferred from index file length)")
-        sp.add_argument("--index-num", type=int, help="maxIndexNum (default: inferred from index file length)")
-        sp.add_argument("--delay-levels", default=None, help="messageDelayLevel, e.g. '1s 5s 10s ...'")
+        add_geometry_arguments(sp, segment_size=True)
+        sp.add_argument("--delay-levels", default=None, help="messageDelayLevel, e.g. '1s 5s 10s ...' (default: "
+                        "--config's, else RocketMQ's)")
 
     d = sub.add_parser("dump", help="print a store's files as JSON Lines")
     store_args(d)
@@ -195,16 +208,22 @@ def main(argv=None) -> int:
     if args.command == "query" and not args.msg_id and not (args.topic and args.key):
         parser.error("query needs --msg-id ID, or --topic T with --key K")
     try:
-        kwargs = {"segment_size": args.segment_size, "hash_slot_num": args.hash_slots, "index_num": args.index_num}
-        if args.delay_levels:
-            kwargs["message_delay_level"] = args.delay_levels
-        store = Store(args.store, **kwargs)
+        geometry = geometry_from_args(args).merged(message_delay_level=args.delay_levels or None)
+        store = Store(args.store, **geometry.store_kwargs())
         if args.command == "dump":
-            summary, damaged = dump(store, args.what, args, sys.stdout)
-            print(summary + ("; damage found" if damaged else ""), file=sys.stderr)
+            summary, damaged, unreadable = dump(store, args.what, args, sys.stdout)
+            print(summary + ("; damage found" if damaged else "")
+                  + (f"; {unreadable} file(s) could not be read" if unreadable else ""), file=sys.stderr)
+            if unreadable:
+                return EXIT_UNREADABLE
             return EXIT_FINDINGS if damaged and args.strict else EXIT_OK
-        n = query(store, args, sys.stdout)
-        print(f"{n} message(s) matched", file=sys.stderr)
+        n, unreadable = query(store, args, sys.stdout)
+        for e in unreadable.values():
+            print(f"error: not searched: {e}", file=sys.stderr)
+        print(f"{n} message(s) matched" + (f"; {len(unreadable)} index file(s) could not be read, so the answer "
+                                           "is incomplete" if unreadable else ""), file=sys.stderr)
+        if unreadable:
+            return EXIT_UNREADABLE
         return EXIT_OK if n else EXIT_FINDINGS
     except StoreFormatError as e:
         print(f"error: {e}", file=sys.stderr)

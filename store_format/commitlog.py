@@ -117,6 +117,9 @@ class ReadOnlyMap:
     def __len__(self) -> int:
         return len(self.buf)
 
+    def fileno(self) -> int:
+        return self._f.fileno()
+
     def close(self):
         buf, self.buf = self.buf, b""
         if isinstance(buf, mmap.mmap):

@@ -33,7 +33,7 @@ from .codec import decode_record, encode_record
 from .commitlog import Frame, ReadOnlyMap, list_segments, walk_buffer
 from .consumequeue import discover_queues, read_queue
 from .errors import ErrorKind, StoreFormatError
-from .indexfile import infer_geometry, list_index_files
+from .indexfile import IndexFile, list_index_files
 from .javahash import index_key, index_key_hash
 from .message import body_crc32
 
@@ -333,8 +333,8 @@ def stale_index_entry(src, dst, topic: str | None = None, key: str | None = None
     if not paths:
         _fail("the store has no index file", file=str(root / "index"))
     path = paths[-1]
-    if hash_slot_num is None or index_num is None:
-        hash_slot_num, index_num = infer_geometry(path.stat().st_size, hash_slot_num, index_num)
+    with IndexFile(path, hash_slot_num, index_num) as existing:  # the file's geometry, or the given one checked
+        hash_slot_num, index_num = existing.hash_slot_num, existing.index_num
     f = IndexFileWriter(path, hash_slot_num, index_num, create=False)
     try:
         key_hash = index_key_hash(index_key(topic, key))

@@ -8,14 +8,21 @@ Layout::
     entries indexNum x 20 B: keyHash i | phyOffset q | timeDiff i (seconds from beginTimestamp) | prevIndex i
 
 Entry 0 is never used.  Keys are ``topic#key``; lookups compare hashes only, so results are candidates.
+
+``maxHashSlotNum`` and ``maxIndexNum`` are two independent broker settings and the file records neither:
+:func:`infer_geometry` finds the one pair the file's length and content allow (the rule is in its docstring),
+and says why not, with the pairs the length admits, when the content cannot decide (an empty file).
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from . import layout as L
 from .commitlog import ReadOnlyMap
@@ -48,37 +55,34 @@ class IndexEntry:
 
 
 class IndexFile:
-    """A read-only index file.  Geometry (slot and entry counts) is given or inferred from the length."""
+    """A read-only index file.  Its geometry (slot and entry counts) is read from the file itself
+    (:func:`infer_geometry`), or given (``hash_slot_num``/``index_num``: from flags or broker.conf), in which case
+    it must fit the file's length and not contradict what its content says.  ``verify=False`` skips the content
+    check of a given geometry (for callers that checked it on an earlier open)."""
 
-    def __init__(self, path: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None):
+    def __init__(self, path: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None,
+                 *, verify: bool = True):
         self.path = Path(path)
         self._map = ReadOnlyMap(self.path)
         try:
-            self._check_geometry(hash_slot_num, index_num)
+            self._check_geometry(hash_slot_num, index_num, verify)
         except IndexFileError:
             self._map.close()  # a refused file leaves no open mapping behind
             raise
 
-    def _check_geometry(self, hash_slot_num: int | None, index_num: int | None):
+    def _check_geometry(self, hash_slot_num: int | None, index_num: int | None, verify: bool):
         buf = self._map.buf
-        if len(buf) < L.INDEX_HEADER_SIZE:
-            raise IndexFileError(ErrorKind.TRUNCATED, f"{len(buf)} bytes, the header needs {L.INDEX_HEADER_SIZE}",
-                                 file=str(self.path), position=0)
-        self.header = IndexHeader(*_HEADER.unpack_from(buf, 0))
-        if hash_slot_num is None or index_num is None:
-            try:
-                hash_slot_num, index_num = infer_geometry(len(buf), hash_slot_num, index_num)
-            except IndexFileError as e:
-                raise IndexFileError(e.kind, e.message, file=str(self.path), position=e.position) from None
-        if hash_slot_num < 1 or index_num < 1:
-            raise IndexFileError(ErrorKind.BAD_GEOMETRY, f"{hash_slot_num} hash slots x {index_num} entries: both "
-                                 "must be positive", file=str(self.path), position=len(buf))
-        self.hash_slot_num = hash_slot_num
-        self.index_num = index_num
-        expected = L.index_file_size(hash_slot_num, index_num)
-        if len(buf) < expected:
-            raise IndexFileError(ErrorKind.TRUNCATED, f"{len(buf)} bytes, geometry {hash_slot_num} slots x "
-                                 f"{index_num} entries needs {expected}", file=str(self.path), position=len(buf))
+        try:
+            self.header = read_header(buf)
+            if verify or hash_slot_num is None or index_num is None:
+                geometry = infer_geometry(buf, hash_slot_num, index_num,
+                                          zero_from=lambda: data_end(self._map.fileno(), len(buf)))
+            else:
+                geometry = given_geometry(len(buf), hash_slot_num, index_num)
+        except IndexFileError as e:
+            raise IndexFileError(e.kind, f"index file of {len(buf)} bytes: {e.message}", file=str(self.path),
+                                 position=e.position, field=e.field) from None
+        self.hash_slot_num, self.index_num = geometry
 
     @property
     def name(self) -> str:
@@ -169,25 +173,271 @@ class IndexFile:
         return self.select_phy_offsets(index_key(topic, key), begin, end, max_num)
 
 
-def infer_geometry(length: int, hash_slot_num: int | None = None, index_num: int | None = None) -> tuple[int, int]:
-    """Slots and entries from the file length: RocketMQ's ratio is maxIndexNum = 4 x maxHashSlotNum."""
+# ---------------------------------------------------------------------------------------------------------
+# Geometry: which (slots, entries) pair a file has
+
+#: bytes of entries per byte of slots: a file one entry longer has five slots fewer for the same length
+_RATIO = L.INDEX_ENTRY_SIZE // L.INDEX_SLOT_SIZE
+#: probe the unwritten tail at the entries' stride only when a stride skips at least this many bytes
+_PROBE_STRIDE_BYTES = 1 << 16
+_PROBES_PER_STEP = 1 << 14
+_SCAN_CHUNK = 1 << 22
+
+
+def read_header(buf) -> IndexHeader:
+    if len(buf) < L.INDEX_HEADER_SIZE:
+        raise IndexFileError(ErrorKind.TRUNCATED, f"the header needs {L.INDEX_HEADER_SIZE} bytes", position=len(buf))
+    return IndexHeader(*_HEADER.unpack_from(buf, 0))
+
+
+@dataclass(frozen=True)
+class LengthCandidates:
+    """The (slots, entries) pairs a file length admits, ``40 + 4*slots + 20*entries == length`` with both at least
+    1: ``slots = q - 5*entries`` for ``entries`` in ``lo..hi``, where ``q = (length - 40) / 4``."""
+
+    length: int
+    q: int
+    lo: int
+    hi: int
+
+    def __len__(self) -> int:
+        return max(0, self.hi - self.lo + 1)
+
+    def slots(self, entries: int) -> int:
+        return self.q - _RATIO * entries
+
+    def describe(self, shown: int = 6) -> str:
+        if not len(self):
+            return (f"no (slots, entries) pair fits {self.length} bytes (40 + 4 x slots + 20 x entries, both at "
+                    "least 1)")
+        ns = list(range(self.lo, self.hi + 1)) if len(self) <= shown else \
+            list(range(self.lo, self.lo + shown // 2)) + [None] + list(range(self.hi - shown // 2 + 1, self.hi + 1))
+        listed = ", ".join("..." if n is None else f"{self.slots(n)} x {n}" for n in ns)
+        text = f"{len(self)} (slots x entries) pair(s) fit {self.length} bytes: {listed}"
+        if self.q % (1 + 4 * _RATIO) == 0:  # RocketMQ's default ratio, maxIndexNum = 4 x maxHashSlotNum
+            s = self.q // (1 + 4 * _RATIO)
+            text += f" (RocketMQ's 1:4 ratio would be {s} x {4 * s})"
+        return text
+
+
+def length_candidates(length: int) -> LengthCandidates:
     body = length - L.INDEX_HEADER_SIZE
+    if body <= 0 or body % L.INDEX_SLOT_SIZE:
+        return LengthCandidates(length, 0, 1, 0)
+    q = body // L.INDEX_SLOT_SIZE
+    return LengthCandidates(length, q, 1, (q - 1) // _RATIO)
+
+
+def given_geometry(length: int, hash_slot_num: int | None, index_num: int | None) -> tuple[int, int]:
+    """A given geometry (either part may be None: the length gives it) checked against the file's length."""
+    cands = length_candidates(length)
+    for name, v in (("slots", hash_slot_num), ("entries", index_num)):
+        if v is not None and v < 1:
+            raise IndexFileError(ErrorKind.BAD_GEOMETRY, f"{v} {name} given: must be positive; {cands.describe()}",
+                                 position=length)
+    s, n = hash_slot_num, index_num
+    if s is not None and n is None:
+        n = _other_part(length, s, L.INDEX_SLOT_SIZE, "slots", L.INDEX_ENTRY_SIZE, "entries", cands)
+    elif n is not None and s is None:
+        s = _other_part(length, n, L.INDEX_ENTRY_SIZE, "entries", L.INDEX_SLOT_SIZE, "slots", cands)
+    expected = L.index_file_size(s, n)
+    if expected != length:
+        kind = ErrorKind.TRUNCATED if length < expected else ErrorKind.BAD_GEOMETRY
+        raise IndexFileError(kind, f"{s} slots x {n} entries given make a file of {expected} bytes; "
+                             f"{cands.describe()}", position=min(length, expected))
+    return s, n
+
+
+def _other_part(length: int, given: int, size: int, name: str, other_size: int, other: str,
+                cands: LengthCandidates) -> int:
+    """How many of the other part the length leaves beside ``given`` items of ``size`` bytes."""
+    rest = length - L.INDEX_HEADER_SIZE - given * size
+    if rest < other_size or rest % other_size:
+        raise IndexFileError(ErrorKind.BAD_GEOMETRY, f"{given} {name} given leave {rest} bytes for the {other}, not "
+                             f"a positive multiple of {other_size}; {cands.describe()}", position=length)
+    return rest // other_size
+
+
+def infer_geometry(buf, hash_slot_num: int | None = None, index_num: int | None = None, *,
+                   zero_from=None) -> tuple[int, int]:
+    """The (slots, entries) of an index file from its bytes ``buf``: the given geometry checked against the file,
+    or the one pair its length and content allow.  Raises a positioned IndexFileError saying why (with the pairs
+    the length admits) when the content cannot decide, and when a given geometry contradicts the file.
+
+    The rule (the facts RocketMQ 4.9.7's ``IndexFile.putKey`` leaves in every file):
+
+    1. ``40 + 4*slots + 20*entries == length``, ``slots >= max(1, hashSlotCount)``, ``entries >= indexCount``
+       (``isWriteFull`` is ``indexCount >= indexNum``).
+    2. ``indexCount <= 1``: no entry is written, nothing tells the pairs apart: decided only when the length admits
+       a single pair.
+    3. Entries ``indexCount..entries-1`` are unwritten, zeros: entry ``indexCount-1``, the last written, is the
+       last 20-byte block aligned to the end of the file that holds a non-zero byte.  Found by probing the tail
+       at a stride of ``indexCount-1`` blocks (the written entries are that many non-zero blocks in a row, so a
+       probe lands in them) and reading the stride before the first non-zero probe; bytes past the file's last
+       data extent (a hole, ``SEEK_DATA``) are zeros without reading them.  This gives the one candidate:
+       ``entries = indexCount + k - 1`` for the k-th block from the end.
+    4. That candidate must show: entry 0 all zeros (never written); the last entry's keyHash non-negative, its
+       slot (``keyHash % slots``) holding its index (the newest entry heads its slot's chain), its prevIndex in
+       ``0..indexCount-2`` (links only point backwards) naming, when not 0, an entry of the same slot; and the
+       header's beginPhyOffset equal to entry 1's offset or its endPhyOffset equal to the last entry's (4.9.7
+       sets them from the first and the last put).
+
+    A given geometry (``hash_slot_num`` and/or ``index_num``; a missing part comes from the length) must fit the
+    length exactly and is refused when the content decides another pair; it is used as given when the content
+    cannot decide (an empty file) or is too damaged to.  Reads the header, the probes and a handful of entries
+    and slots.  ``zero_from``: the offset from which the file is known to be zeros, or a callable giving it.
+    """
+    length = len(buf)
+    header = read_header(buf)
+    cands = length_candidates(length)
     given = None
-    if hash_slot_num is not None:
-        given = hash_slot_num, (body - hash_slot_num * L.INDEX_SLOT_SIZE) // L.INDEX_ENTRY_SIZE
-    elif index_num is not None:
-        given = (body - index_num * L.INDEX_ENTRY_SIZE) // L.INDEX_SLOT_SIZE, index_num
+    if hash_slot_num is not None or index_num is not None:
+        given = given_geometry(length, hash_slot_num, index_num)
+    decided, why, where = _decide(buf, header, cands, zero_from)
     if given is not None:
-        if min(given) < 1:
-            raise IndexFileError(ErrorKind.BAD_GEOMETRY, f"length {length} leaves {given[0]} slots x {given[1]} "
-                                 "entries", position=length)
+        if decided is not None and decided != given:
+            raise IndexFileError(ErrorKind.BAD_GEOMETRY, f"{given[0]} slots x {given[1]} entries given, but the "
+                                 f"file's content says {decided[0]} x {decided[1]}; {cands.describe()}",
+                                 position=length)
         return given
-    # 4*s + 20*4*s = 84*s
-    if body > 0 and body % (L.INDEX_SLOT_SIZE + 4 * L.INDEX_ENTRY_SIZE) == 0:
-        s = body // (L.INDEX_SLOT_SIZE + 4 * L.INDEX_ENTRY_SIZE)
-        return s, 4 * s
-    raise IndexFileError(ErrorKind.BAD_GEOMETRY, f"cannot infer slots/entries from length {length}; "
-                         "pass maxHashSlotNum/maxIndexNum (broker.conf)", position=length)
+    if decided is None:
+        raise IndexFileError(ErrorKind.BAD_GEOMETRY, f"cannot tell its slots from its entries: {why}; "
+                             f"{cands.describe()}; pass --hash-slots/--index-num or --config broker.conf "
+                             "(maxHashSlotNum, maxIndexNum)", position=where)
+    return decided
+
+
+def _decide(buf, h: IndexHeader, cands: LengthCandidates, zero_from) -> tuple[tuple[int, int] | None, str, int]:
+    """(the one consistent pair, or None with why not and where in the file)."""
+    length, c, used = len(buf), h.index_count, h.hash_slot_count
+    if not len(cands):
+        return None, "the length does not fit the layout", length
+    if c <= 1:
+        if len(cands) == 1:
+            return (cands.slots(cands.lo), cands.lo), "", 0
+        return None, f"indexCount {c}: no entry is written", 36
+    if used < 0:
+        return None, f"hashSlotCount {used} is negative", 32
+    hi = min(cands.hi, (cands.q - max(1, used)) // _RATIO)
+    if hi < c:
+        return None, f"no pair has entries >= indexCount {c} and slots >= hashSlotCount {used}", 36
+    blocks = hi - c + 1  # the last entry is the k-th 20-byte block from the end, k in 1..blocks
+    if callable(zero_from):
+        zero_from = zero_from()
+    k = _last_nonzero_block(buf, blocks, c - 1, length if zero_from is None else zero_from)
+    if k is None:
+        return None, (f"indexCount {c}, but the last {blocks * L.INDEX_ENTRY_SIZE} bytes, where every pair puts "
+                      f"entry {c - 1}, are zeros"), length - blocks * L.INDEX_ENTRY_SIZE
+    n = c + k - 1
+    s = cands.slots(n)
+    reason, where = _layout_problem(buf, h, s, n)
+    if reason:
+        return None, (f"the one pair whose unwritten entries are zeros, {s} x {n}, does not hold: {reason}"), where
+    return (s, n), "", 0
+
+
+def _last_nonzero_block(buf, blocks: int, stride: int, zero_from: int) -> int | None:
+    """The smallest k in 1..``blocks`` whose block, the 20 bytes ending ``20*(k-1)`` bytes before the end of
+    ``buf``, holds a non-zero byte (bytes from ``zero_from`` on are known zeros); None when all are zeros."""
+    length = len(buf)
+    first = max(1, (length - max(zero_from, 0)) // L.INDEX_ENTRY_SIZE + 1)  # blocks before it lie in the hole
+    if first > blocks:
+        return None
+    arr = np.frombuffer(buf, np.uint8)
+    try:
+        if stride * L.INDEX_ENTRY_SIZE < _PROBE_STRIDE_BYTES:
+            return _first_nonzero(arr, length, first, blocks)
+        # probes every ``stride`` blocks from ``first``, and at ``blocks``: a run of ``stride`` non-zero blocks
+        # starting at or before ``blocks`` holds a probe (the grid's, or ``blocks`` when the grid's lies past it)
+        width = np.arange(L.INDEX_ENTRY_SIZE)
+        for start in range(first, blocks + 1, stride * _PROBES_PER_STEP):
+            ks = np.arange(start, min(blocks, start + stride * _PROBES_PER_STEP - 1) + 1, stride)
+            if ks[-1] + stride > blocks:
+                ks = np.append(ks, blocks)
+            rows = arr[(length - L.INDEX_ENTRY_SIZE * ks)[:, None] + width]
+            hit = np.flatnonzero(rows.any(axis=1))
+            if hit.size:
+                probe = int(ks[hit[0]])
+                return _first_nonzero(arr, length, max(first, probe - stride + 1), probe)
+        return None
+    finally:
+        del arr  # no view may outlive the caller's map
+
+
+def _first_nonzero(arr, length: int, k_lo: int, k_hi: int) -> int | None:
+    """The smallest k in k_lo..k_hi whose block holds a non-zero byte: the last such byte, scanning back."""
+    lo, top = length - L.INDEX_ENTRY_SIZE * k_hi, length - L.INDEX_ENTRY_SIZE * (k_lo - 1)
+    while top > lo:
+        start = max(lo, top - _SCAN_CHUNK)
+        nz = np.flatnonzero(arr[start:top])
+        if nz.size:
+            return (length - (start + int(nz[-1])) + L.INDEX_ENTRY_SIZE - 1) // L.INDEX_ENTRY_SIZE
+        top = start
+    return None
+
+
+def _layout_problem(buf, h: IndexHeader, s: int, n: int) -> tuple[str | None, int]:
+    """What of rule 4 (:func:`infer_geometry`) the layout (s, n) breaks, and where; (None, 0) when nothing."""
+    c = h.index_count
+    base = L.INDEX_HEADER_SIZE + s * L.INDEX_SLOT_SIZE
+
+    def entry(i: int) -> tuple[int, int, int, int]:
+        return _ENTRY.unpack_from(buf, base + i * L.INDEX_ENTRY_SIZE)
+
+    if any(buf[base:base + L.INDEX_ENTRY_SIZE]):
+        return "entry 0 (never written) is not zeros", base
+    last_at = base + (c - 1) * L.INDEX_ENTRY_SIZE
+    key_hash, phy, _, prev = entry(c - 1)
+    if key_hash < 0:
+        return f"the last entry ({c - 1}) has a negative keyHash {key_hash}", last_at
+    slot = key_hash % s
+    head = _SLOT.unpack_from(buf, L.INDEX_HEADER_SIZE + slot * L.INDEX_SLOT_SIZE)[0]
+    if head != c - 1:
+        return (f"the last entry ({c - 1}) does not head its slot's chain: slot {slot} holds {head}",
+                L.INDEX_HEADER_SIZE + slot * L.INDEX_SLOT_SIZE)
+    if not 0 <= prev < c - 1:
+        return f"the last entry's prevIndex {prev} does not point back into 0..{c - 2}", last_at + 16
+    if prev > 0:
+        prev_hash = entry(prev)[0]
+        if prev_hash < 0 or prev_hash % s != slot:
+            return (f"the last entry's prevIndex {prev} names an entry of another slot (keyHash {prev_hash})",
+                    base + prev * L.INDEX_ENTRY_SIZE)
+    first_phy = entry(1)[1]
+    if first_phy != h.begin_phy_offset and phy != h.end_phy_offset:
+        return (f"neither beginPhyOffset {h.begin_phy_offset} is entry 1's offset {first_phy} nor endPhyOffset "
+                f"{h.end_phy_offset} the last entry's {phy}", 16)
+    return None, 0
+
+
+def data_end(fd: int, length: int) -> int:
+    """Where the file's data ends: every byte from there is in a hole (zeros the file system never stored, as
+    in a preallocated index file the broker mapped and wrote the start of).  Bisects on ``SEEK_DATA`` (about 30
+    system calls); ``length`` where the system cannot tell."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    if seek_data is None or length <= 0:
+        return length
+
+    def data_at_or_after(pos: int) -> bool:
+        try:
+            return os.lseek(fd, pos, seek_data) < length
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # no data from pos to the end
+                return False
+            raise
+
+    try:
+        if not data_at_or_after(0):
+            return 0
+        lo, hi = 0, length  # data at or after lo; none at or after hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if data_at_or_after(mid):
+                lo = mid
+            else:
+                hi = mid
+        return hi
+    except OSError:
+        return length
 
 
 def list_index_files(index_dir: str | os.PathLike) -> list[Path]:

@@ -1,7 +1,8 @@
 """A broker store root opened read-only: discovers its files and geometry and exposes every reader.
 
-Geometry comes from the files themselves (segment spacing and length, consume-queue file length, index file
-length) or from explicit broker.conf values; the 1 GiB / 6 MB / 420 MB defaults are never assumed.
+Geometry comes from the files themselves (segment spacing and length, consume-queue file length, each index
+file's length and content) or from explicit broker.conf values (``store_format.brokerconf``; an index geometry
+given is checked against every file); the 1 GiB / 6 MB / 420 MB defaults are never assumed.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from .commitlog import Frame, ReadOnlyMap, Segment, infer_segment_size, list_seg
     salvage_buffer, walk_buffer
 from .config import ConfigFile, read_config
 from .consumequeue import CQFile, CQUnit, discover_queues, read_queue
-from .errors import ErrorKind, StoreFormatError
+from .errors import ErrorKind, IndexFileError, StoreFormatError
 from .ids import parse_host, parse_offset_msg_id
 from .indexfile import IndexFile, list_index_files
 from .message import Message
@@ -37,6 +38,7 @@ class Store:
         self._segment_size = segment_size
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
+        self._index_geometry: dict[Path, tuple[int, int]] = {}  # per file, once read: (slots, entries)
         self.delay_levels = L.parse_delay_levels(message_delay_level)
 
     # ---- commitlog ---------------------------------------------------------------------------
@@ -88,23 +90,42 @@ class Store:
         return list_index_files(self.root / "index")
 
     def open_index(self, path: Path) -> IndexFile:
-        return IndexFile(path, self.hash_slot_num, self.index_num)
+        """An index file with its geometry: the store's given one (checked against the file) or the file's own,
+        found on the first open and remembered."""
+        known = self._index_geometry.get(path)
+        if known is not None:
+            return IndexFile(path, *known, verify=False)
+        f = IndexFile(path, self.hash_slot_num, self.index_num)
+        self._index_geometry[path] = (f.hash_slot_num, f.index_num)
+        return f
 
-    def index_candidates(self, topic: str, key: str, begin: int = 0, end: int = 2**63 - 1) -> list[int]:
-        """Physical offsets the index files give for ``topic#key``, newest file first (hash matches only)."""
+    def index_candidates(self, topic: str, key: str, begin: int = 0, end: int = 2**63 - 1, *,
+                         unreadable: dict | None = None) -> list[int]:
+        """Physical offsets the index files give for ``topic#key``, newest file first (hash matches only).  An
+        index file that cannot be opened raises, or, with ``unreadable`` (a dict), is skipped and recorded there
+        (its path -> the IndexFileError)."""
         out = []
         for path in reversed(self.index_paths()):
-            with self.open_index(path) as f:
+            try:
+                f = self.open_index(path)
+            except IndexFileError as e:
+                if unreadable is None:
+                    raise
+                unreadable[str(path)] = e
+                continue
+            with f:
                 if f.header.index_count <= 1 or not f.is_time_matched(begin, end):
                     continue
                 out.extend(f.lookup(topic, key, begin, end))
         return out
 
-    def query_key(self, topic: str, key: str, begin: int = 0, end: int = 2**63 - 1) -> list[Message]:
+    def query_key(self, topic: str, key: str, begin: int = 0, end: int = 2**63 - 1, *,
+                  unreadable: dict | None = None) -> list[Message]:
         """Messages whose topic is ``topic`` and whose UNIQ_KEY or KEYS contain ``key``: index candidates,
-        verified against the record (no 64-result cap).  Duplicate index entries collapse."""
+        verified against the record (no 64-result cap).  Duplicate index entries collapse.  ``unreadable``: as
+        :meth:`index_candidates`."""
         found, seen = [], set()
-        for offset in self.index_candidates(topic, key, begin, end):
+        for offset in self.index_candidates(topic, key, begin, end, unreadable=unreadable):
             if offset in seen:
                 continue
             seen.add(offset)

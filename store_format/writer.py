@@ -45,6 +45,7 @@ from typing import Callable, Iterable
 from zoneinfo import ZoneInfo
 
 from . import layout as L
+from .brokerconf import read_properties
 from .codec import encode_blank, encode_record, encoded_size, host_flags
 from .commitlog import list_segments, segment_name, walk_buffer, ReadOnlyMap
 from .config import dumps_fastjson, read_config
@@ -154,19 +155,8 @@ class WriterConfig:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "WriterConfig":
-        """A broker.conf: ``key=value`` lines, ``#`` comments (java.util.Properties, simplified)."""
-        values = {}
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                line = line.strip()
-                if not line or line.startswith(("#", "!")):
-                    continue
-                sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
-                if sep < 0:
-                    raise WriterError(ErrorKind.BAD_CONFIG, f"line {n}: expected key=value", file=str(path),
-                                      position=n)
-                values[line[:sep].strip()] = line[sep + 1:].strip()
-        return cls.from_dict(values)
+        """A broker.conf, read as the broker reads it (:func:`store_format.brokerconf.read_properties`)."""
+        return cls.from_dict(read_properties(path))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

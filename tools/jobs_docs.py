@@ -4,8 +4,8 @@
   python tools/jobs_docs.py --write docs/jobs.md (``make docs``)
   python tools/jobs_docs.py --check docs/jobs.md exit 1 when the file differs from what would be generated
 
-A job is a module ``jobs/<name>.py`` that defines ``build_parser()`` (architecture.md's job convention);
-helpers such as session.py or output.py have none and are left out.  Help is formatted at a fixed width
+A job is a module ``jobs/<name>.py`` or package ``jobs/<name>/`` that defines ``build_parser()``
+(architecture.md's job convention); helpers such as session.py or output.py have none and are left out.  Help is formatted at a fixed width
 and with a fixed program name, so the output does not depend on the terminal or on how it was started.
 """
 from __future__ import annotations
@@ -36,12 +36,13 @@ def job_modules() -> list[tuple[str, object]]:
         sys.path.insert(0, str(REPO))
     import jobs
 
-    found = []
+    found, parsers = [], set()
     for info in sorted(pkgutil.iter_modules(jobs.__path__), key=lambda i: i.name):
-        if info.ispkg:
-            continue
         module = importlib.import_module(f"jobs.{info.name}")
-        if callable(getattr(module, "build_parser", None)):
+        build = getattr(module, "build_parser", None)
+        # a job a package re-exports (jobs/audit/ and jobs/audit_legacy.py) is documented once, by its package
+        if callable(build) and build not in parsers:
+            parsers.add(build)
             found.append((info.name, module))
     return found
 

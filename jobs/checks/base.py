@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from store_format import layout as L
+from store_format.brokerconf import StoreGeometry
 from store_format.recovery import RecoveryPrediction, predict_recovery
 from store_format.store import Store
 
@@ -96,9 +97,11 @@ class AuditContext:
 
     def __init__(self, spark: SparkSession, stores: list[StoreInput], *, as_of: int | None = None,
                  check_crc: bool = True, split_size: str | None = None, message_index_safe: bool = False,
-                 segment_size: int | None = None):
+                 segment_size: int | None = None, geometry: StoreGeometry | None = None):
         self.spark = spark
-        self.segment_size = segment_size
+        # what --config/--segment-size/--hash-slots/--index-num give, for every store (the rest: from the files)
+        self.geometry = (geometry or StoreGeometry()).merged(segment_size=segment_size)
+        self.segment_size = self.geometry.segment_size
         self.stores = stores
         self.as_of_override = as_of
         self.check_crc = check_crc
@@ -109,7 +112,7 @@ class AuditContext:
     # -- driver-side facts ---------------------------------------------------------------------------
     @cached_property
     def store_objects(self) -> dict[str, Store]:
-        return {s.name: Store(s.path, segment_size=self.segment_size) for s in self.stores}
+        return {s.name: Store(s.path, **self.geometry.store_kwargs()) for s in self.stores}
 
     @cached_property
     def recovery(self) -> dict[str, RecoveryPrediction]:
@@ -210,7 +213,7 @@ class AuditContext:
 
     @cached_property
     def index(self) -> DataFrame:
-        return self._persist(self._union(self._load("rocketmq-index")))
+        return self._persist(self._union(self._load("rocketmq-index", **self.geometry.index_options())))
 
     def metadata(self, table: str) -> DataFrame:
         """A store metadata table (datasources/metadata.py's rows).  These files are a few KiB: read on the

@@ -11,6 +11,14 @@ the abnormal-recovery re-dispatch range), ``index.hash_mismatch``, ``index.entry
 links, unreachable entries), ``index.corrupt_file``, ``index.header_count_out_of_range``; the info
 ``index.duplicate_entries`` (expected after re-dispatch: counted, not an error) and the warning
 ``index.no_index`` (messages but no index files).
+
+An index file the data source cannot open (too short, or a geometry neither its length and content nor
+--config/--hash-slots/--index-num tell: store_format.indexfile.infer_geometry) is exactly one
+``index.corrupt_file`` error.  The keys only it could serve are not checked one by one: the missing keys
+(no entry in any readable file, not pending) of messages whose physical offset lies in its range
+(:func:`unreadable_ranges`: its header's beginPhyOffset..endPhyOffset when it has a plausible one, else the gap
+between the readable files before and after it) are one warning ``index.keys_unverifiable`` per file: "N keys
+not verifiable: index file X unreadable", with the key and message counts and the offsets in its details.
 """
 from __future__ import annotations
 
@@ -64,6 +72,13 @@ def run(ctx: AuditContext) -> CheckResult:
     missing = expected.join(entries.select("broker", "physical_offset", "key_hash"),
                             ["broker", "physical_offset", "key_hash"], "left_anti")
     pending = F.col("physical_offset") >= pending_from[F.col("broker")]
+    ranges = unreadable_ranges(ctx, idx)
+    if ranges:  # the keys only an unreadable file could serve: one summarized finding per file
+        covered = F.broadcast(ctx.spark.createDataFrame(ranges, _RANGE_SCHEMA))
+        missing = missing.join(covered, (F.col("broker") == F.col("u_broker"))
+                               & F.col("physical_offset").between(F.col("u_from"), F.col("u_to")), "left")
+        res.findings.append(_unverifiable(missing.where(F.col("u_file").isNotNull() & ~pending)))
+        missing = missing.where(F.col("u_file").isNull() | pending)
     res.findings.append(findings(
         missing, F.when(pending, "index.not_yet_indexed").otherwise("index.key_missing"),
         F.when(pending, "warning").otherwise("error"),
@@ -138,6 +153,71 @@ def run(ctx: AuditContext) -> CheckResult:
     res.metrics.append(metrics(per_broker, "broker", {"index_entries": "n", "index_files": "files"}))
     res.metrics.append(metrics(dups, "broker", {"index_duplicate_entries": "extra"}))
     return res
+
+
+_RANGE_SCHEMA = "u_broker string, u_file string, u_from long, u_to long, u_basis string"
+_END = 2**63 - 1
+
+
+def unreadable_ranges(ctx: AuditContext, idx) -> list[tuple]:
+    """(broker, file, from, to, basis) for every index file the data source could not open whose name the
+    broker loads (a BAD_FILE_NAME file is never an index): the physical offsets of the messages whose keys only
+    it could serve.  ``header``: its own header's beginPhyOffset..endPhyOffset, when the file holds one that counts
+    entries (indexCount >= 2: then 4.9.7 set both from its first and last entry), is ordered and lies between its
+    readable neighbours' ranges (a file begins at or after the previous file's endPhyOffset: a new file starts
+    from it).  ``neighbours``: otherwise the gap between the
+    readable files before and after it (in name order, the creation order): from the previous one's
+    endPhyOffset (0 if none) to the next one's beginPhyOffset (the end of the log if none), both included (a
+    message's keys may straddle two files).  Ranges are made disjoint in name order (an offset belongs to the
+    oldest unreadable file whose range holds it)."""
+    rows = (idx.where(F.col("kind").isin("header", "corrupt"))
+            .select("broker", "file", "kind", "reason", "begin_phy_offset", "end_phy_offset", "index_count")
+            .collect())
+    if not any(r["kind"] == "corrupt" for r in rows):
+        return []
+    out = []
+    for broker in sorted({r["broker"] for r in rows}):
+        files = sorted((r for r in rows if r["broker"] == broker and r["reason"] != "BAD_FILE_NAME"),
+                       key=lambda r: r["file"])
+        taken_to = -1  # offsets up to here belong to an older unreadable file
+        for i, r in enumerate(files):
+            if r["kind"] != "corrupt":
+                continue
+            before = next((f for f in reversed(files[:i]) if f["kind"] == "header"), None)
+            after = next((f for f in files[i + 1:] if f["kind"] == "header"), None)
+            lo = before["end_phy_offset"] if before else 0
+            hi = after["begin_phy_offset"] if after else _END
+            begin, end = r["begin_phy_offset"], r["end_phy_offset"]
+            if (r["index_count"] or 0) >= 2 and lo <= begin <= end <= hi:
+                lo, hi, basis = begin, end, "header"
+            else:
+                basis = "neighbours"
+            lo = max(lo, taken_to + 1)
+            if lo <= hi:
+                out.append((broker, r["file"], lo, hi, basis))
+                taken_to = max(taken_to, hi)
+    return out
+
+
+def _unverifiable(covered):
+    """One warning per unreadable index file: the missing keys of kept messages in its range (not pending)."""
+    per_file = covered.groupBy("broker", "u_file", "u_from", "u_to", "u_basis").agg(
+        F.count("*").alias("n"), F.countDistinct("physical_offset").alias("messages"),
+        F.min("physical_offset").alias("first"), F.max("physical_offset").alias("last"))
+    upto = F.when(F.col("u_to") == _END, F.lit("the end of the log")).otherwise(F.col("u_to").cast("string"))
+    basis = F.when(F.col("u_basis") == "header", F.lit("per its header")) \
+        .otherwise(F.lit("between its readable neighbours"))
+    return findings(
+        per_file, "index.keys_unverifiable", "warning",
+        F.concat(F.col("n").cast("string"), F.lit(" keys not verifiable: index file "), F.col("u_file"),
+                 F.lit(" unreadable ("), F.col("messages").cast("string"), F.lit(" messages at physical offsets "),
+                 F.col("first").cast("string"), F.lit(".."), F.col("last").cast("string"), F.lit(", in its range "),
+                 F.col("u_from").cast("string"), F.lit(".."), upto, F.lit(" "), basis,
+                 F.lit("); see index.corrupt_file")),
+        {"keys": F.col("n"), "messages": F.col("messages"), "first_physical_offset": F.col("first"),
+         "last_physical_offset": F.col("last"), "range_from": F.col("u_from"), "range_to": F.col("u_to"),
+         "range_basis": F.col("u_basis")},
+        file=F.col("u_file"), physical_offset=F.col("first"))
 
 
 def _headers(headers):

@@ -1,0 +1,223 @@
+"""broker.conf: the broker's settings file, read as RocketMQ reads it, and the store geometry it sets.
+
+``BrokerStartup`` loads the file given with ``-c`` with ``java.util.Properties.load(InputStream)`` and copies
+every property onto ``MessageStoreConfig`` (``MixAll.properties2Object``).  :func:`parse_properties` is that
+format: ISO-8859-1 text; ``#`` and ``!`` comment lines; a key ends at the first unescaped ``=``, ``:`` or
+white space, and one ``=``/``:`` with white space around it separates it from the value; a line ending in an
+odd number of backslashes continues on the next (whose leading white space is dropped); ``\\t \\n \\r \\f``,
+``\\uXXXX`` and ``\\x`` (any other x) escapes; the last of repeated keys wins; a value keeps its trailing white
+space.  ``properties2Object`` parses numbers with ``Integer.parseInt`` and ignores a value that does not
+parse (the broker then keeps its default): such a value of a geometry setting is refused here, naming the setting.
+
+:class:`StoreGeometry` holds what the read side takes from the file (the file sizes, the index geometry and the
+delay levels); :func:`add_geometry_arguments` and :func:`geometry_from_args` give every command that reads a
+store the same ``--config`` / ``--hash-slots`` / ``--index-num`` options (flags override the file; anything
+neither gives is read from the store's files).  The writer's settings (``WriterConfig.from_file``) are parsed
+here too: the write side depends on the read side, never the reverse.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, fields
+
+from . import layout as L
+from .errors import ErrorKind, StoreFormatError
+
+# MessageStoreConfig names of the settings that shape the files, with the StoreGeometry field each sets
+GEOMETRY_KEYS = {"mappedFileSizeCommitLog": "segment_size", "mappedFileSizeConsumeQueue": "consume_queue_file_size",
+                 "maxHashSlotNum": "hash_slot_num", "maxIndexNum": "index_num",
+                 "messageDelayLevel": "message_delay_level"}
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")  # Integer.parseInt, ASCII digits (the only ones a broker.conf holds)
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_WHITESPACE = " \t\f"  # Properties' white space; line ends are \n, \r, \r\n
+
+
+class BrokerConfError(StoreFormatError):
+    """A broker.conf that cannot be read, or a setting in it that the broker would not have used."""
+
+
+def parse_properties(text: str, source: str | None = None) -> dict[str, str]:
+    """``java.util.Properties.load`` of ``text`` (already decoded): key -> value, the last of repeated keys."""
+    out: dict[str, str] = {}
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip(_WHITESPACE)
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _continues(line) and i < len(lines):  # a comment line never continues; a logical line may
+            line = line[:-1] + lines[i].lstrip(_WHITESPACE)
+            i += 1
+        if _continues(line):
+            line = line[:-1]  # a continuation at the end of the file continues into nothing
+        key, value = _split(line)
+        out[_unescape(key, source)] = _unescape(value, source)
+    return out
+
+
+def _continues(line: str) -> bool:
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _split(line: str) -> tuple[str, str]:
+    """Key and (still escaped) value of one logical line."""
+    pos, n = 0, len(line)
+    while pos < n:
+        c = line[pos]
+        if c == "\\":
+            pos += 2
+            continue
+        if c in "=:" or c in _WHITESPACE:
+            break
+        pos += 1
+    key, rest = line[:pos], line[pos:].lstrip(_WHITESPACE)
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(_WHITESPACE)
+    return key, rest
+
+
+def _unescape(s: str, source: str | None) -> str:
+    if "\\" not in s:
+        return s
+    out, pos = [], 0
+    while pos < len(s):
+        c = s[pos]
+        if c != "\\" or pos + 1 == len(s):
+            out.append(c)
+            pos += 1
+            continue
+        nxt = s[pos + 1]
+        if nxt == "u":
+            digits = s[pos + 2:pos + 6]
+            if not re.fullmatch(r"[0-9a-fA-F]{4}", digits):
+                raise BrokerConfError(ErrorKind.BAD_CONFIG, f"malformed \\uxxxx escape in {s!r}", file=source)
+            out.append(chr(int(digits, 16)))
+            pos += 6
+            continue
+        out.append(_ESCAPES.get(nxt, nxt))
+        pos += 2
+    return "".join(out)
+
+
+def read_properties(path: str | os.PathLike) -> dict[str, str]:
+    """A broker.conf file as the broker reads it (bytes as ISO-8859-1, as ``Properties.load(InputStream)``)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise BrokerConfError(ErrorKind.MISSING, f"cannot read the broker.conf: {e.strerror or e}",
+                              file=str(path)) from None
+    return parse_properties(raw.decode("iso-8859-1"), str(path))
+
+
+@dataclass(frozen=True)
+class StoreGeometry:
+    """The settings that shape a store's files, where known (None: take it from the files)."""
+
+    segment_size: int | None = None  # mappedFileSizeCommitLog
+    consume_queue_file_size: int | None = None  # mappedFileSizeConsumeQueue, rounded up to whole 20-byte units
+    hash_slot_num: int | None = None  # maxHashSlotNum
+    index_num: int | None = None  # maxIndexNum
+    message_delay_level: str | None = None  # messageDelayLevel
+    source: str | None = None  # where it came from (a broker.conf path, "flags"), for messages
+
+    def store_kwargs(self) -> dict:
+        """Keyword arguments of :class:`store_format.store.Store` for what is known."""
+        out = {"segment_size": self.segment_size, "hash_slot_num": self.hash_slot_num, "index_num": self.index_num}
+        if self.message_delay_level is not None:
+            out["message_delay_level"] = self.message_delay_level
+        return out
+
+    def index_options(self) -> dict[str, str]:
+        """The ``rocketmq-index`` data source options (hashSlotNum, indexNum) for what is known."""
+        return {k: str(v) for k, v in (("hashSlotNum", self.hash_slot_num), ("indexNum", self.index_num))
+                if v is not None}
+
+    def merged(self, **overrides) -> "StoreGeometry":
+        """This geometry with every non-None override in its place."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return StoreGeometry(**values)
+
+
+def java_int(key: str, value: str, source: str | None = None) -> int:
+    """``Integer.parseInt`` of a setting's value, or an error saying what the broker did with it."""
+    if not _JAVA_INT.fullmatch(value) or not -2**31 <= int(value) < 2**31:
+        raise BrokerConfError(ErrorKind.BAD_CONFIG, f"{key}={value!r} is not an int (Integer.parseInt fails, so "
+                              "the broker ignored it and kept its default); fix or remove the line", file=source,
+                              field=key)
+    return int(value)
+
+
+def store_geometry(values: dict[str, str], source: str | None = None) -> StoreGeometry:
+    """The geometry broker.conf ``values`` set (keys it does not give stay None)."""
+    kwargs = {}
+    for key, name in GEOMETRY_KEYS.items():
+        if key not in values:
+            continue
+        if key == "messageDelayLevel":
+            try:
+                L.parse_delay_levels(values[key])
+            except ValueError as e:
+                raise BrokerConfError(ErrorKind.BAD_CONFIG, f"{key}: {e}", file=source, field=key) from None
+            kwargs[name] = values[key]
+            continue
+        v = java_int(key, values[key], source)
+        if v <= 0:
+            raise BrokerConfError(ErrorKind.BAD_CONFIG, f"{key}={v}: must be positive", file=source, field=key)
+        if key == "mappedFileSizeConsumeQueue":  # MessageStoreConfig.getMappedFileSizeConsumeQueue
+            v = -(-v // L.CQ_STORE_UNIT_SIZE) * L.CQ_STORE_UNIT_SIZE
+        kwargs[name] = v
+    return StoreGeometry(**kwargs, source=source)
+
+
+def read_geometry(path: str | os.PathLike) -> StoreGeometry:
+    return store_geometry(read_properties(path), str(path))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The same options on every command that reads a store
+
+
+def add_geometry_arguments(parser, *, segment_size: bool = False) -> None:
+    """``--config broker.conf``, ``--hash-slots``, ``--index-num`` (and ``--segment-size`` where asked) on
+    ``parser``: what the files cannot tell.  :func:`geometry_from_args` reads them back."""
+    g = parser.add_argument_group("store geometry (default: read from the files; give it only if they cannot tell)")
+    g.add_argument("--config", metavar="broker.conf",
+                   help="the broker's broker.conf: its maxHashSlotNum and maxIndexNum" +
+                        (" (and mappedFileSizeCommitLog)" if segment_size else "") + " are used; the flags below "
+                        "override it")
+    if segment_size:
+        g.add_argument("--segment-size", type=int, metavar="BYTES",
+                       help="the broker's mappedFileSizeCommitLog (default: inferred from the segment files; give "
+                            "it when a dump has one segment, so a short or long file is caught)")
+    g.add_argument("--hash-slots", type=int, metavar="N",
+                   help="maxHashSlotNum of the index files (default: inferred from each file's length and content)")
+    g.add_argument("--index-num", type=int, metavar="N",
+                   help="maxIndexNum of the index files (default: inferred from each file's length and content)")
+
+
+def geometry_from_args(args) -> StoreGeometry:
+    """The geometry ``--config`` and the flags give (flags win); unknown parts stay None.  broker.conf's
+    mappedFileSizeCommitLog is used only by commands that take ``--segment-size`` (the others read the segment
+    size from the files, as their data sources do)."""
+    conf = getattr(args, "config", None)
+    base = read_geometry(conf) if conf else StoreGeometry()
+    if not hasattr(args, "segment_size"):
+        base = StoreGeometry(**{**vars(base), "segment_size": None})
+    flags = {"segment_size": getattr(args, "segment_size", None), "hash_slot_num": getattr(args, "hash_slots", None),
+             "index_num": getattr(args, "index_num", None)}
+    for name, option in (("segment_size", "--segment-size"), ("hash_slot_num", "--hash-slots"),
+                         ("index_num", "--index-num")):
+        if flags[name] is not None and flags[name] <= 0:
+            raise StoreFormatError(ErrorKind.BAD_CONFIG, f"{option} {flags[name]}: must be positive", field=option)
+    out = base.merged(**flags)
+    if any(v is not None for v in flags.values()):
+        out = out.merged(source=f"{conf} and flags" if conf else "flags")
+    return out
+
+
+__all__ = ["BrokerConfError", "GEOMETRY_KEYS", "StoreGeometry", "add_geometry_arguments", "geometry_from_args",
+           "java_int", "parse_properties", "read_geometry", "read_properties", "store_geometry"]
