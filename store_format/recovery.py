@@ -614,6 +614,36 @@ def recovered_end(segments: list[Segment], start_index: int, walk_of) -> tuple[i
     return segments[start_index].base_offset, None, None  # not reached: the loop always returns
 
 
+def recovery_start(segs: list[Segment], mode: str, cp: Checkpoint | None, message_index_safe: bool = False
+                   ) -> tuple[int, int | None]:
+    """(index of the segment the recovery walk starts at, the physical offset re-dispatch starts at or None):
+    ``recoverNormally`` starts at the third-last segment; ``recoverAbnormally`` at the last segment, going back,
+    whose first record matches the checkpoint (``isMappedFileMatchedRecover``), else segment 0, and re-dispatches
+    every record from there.  Only first records are read: the walks from there decide the rest."""
+    if mode == "normal":
+        return max(0, len(segs) - 3), None
+    if not segs:
+        return 0, None
+    min_ts = 0
+    if cp is not None:
+        min_ts = cp.min_timestamp_index if message_index_safe else cp.min_timestamp
+    start_index = 0
+    for i in range(len(segs) - 1, -1, -1):
+        if _first_record_matches(segs[i], min_ts):
+            start_index = i
+            break
+    return start_index, segs[start_index].base_offset
+
+
+def recovery_region(store: Store, message_index_safe: bool = False) -> list[Segment]:
+    """The segments whose recovery walks :func:`predict_recovery` may need: from where the walk starts to the
+    last one (an engine that walks them elsewhere passes them as ``walks``)."""
+    mode = "abnormal" if store.markers().abort else "normal"
+    cp, _, _ = effective_checkpoint(Path(store.root))
+    start, _ = recovery_start(store.segments, mode, cp, message_index_safe)
+    return store.segments[start:]
+
+
 def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True,
                      walks: dict[str, SegmentWalk] | None = None, enumerate_lost: bool = True) -> RecoveryPrediction:
     """What the broker will do when it starts on ``store``.
@@ -647,20 +677,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
             used[seg.name] = given[seg.name] if seg.name in given else recovery_walk(seg, check_crc)
         return used[seg.name]
 
-    start_index = 0
-    redispatch_from = None
-    if mode == "normal":
-        start_index = max(0, len(segs) - 3)
-    elif segs:
-        min_ts = 0
-        if cp is not None:
-            min_ts = cp.min_timestamp_index if message_index_safe else cp.min_timestamp
-        for i in range(len(segs) - 1, -1, -1):
-            if _first_record_matches(segs[i], min_ts):
-                start_index = i
-                break
-        redispatch_from = segs[start_index].base_offset
-
+    start_index, redispatch_from = recovery_start(segs, mode, cp, message_index_safe)
     max_offset, stop_walk, stop_kind = recovered_end(segs, start_index, walk_of)
     stop_seg = stop_walk.segment if stop_walk else None
     stop_pos = stop_walk.position if stop_walk else None

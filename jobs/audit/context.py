@@ -43,12 +43,42 @@ class AuditContext:
         return self.survey.get(name, schema)
 
     # ---- recovery ----------------------------------------------------------------------------------------
-    @cached_property
-    def recovery(self) -> dict:
+    def predict_recovery(self) -> None:
+        """What each broker's recovery will do, decided from the survey's walks of the segments it walks (so
+        nothing is walked here) and completed by the scan (:func:`checks.recovery.lost_from_scan`)."""
         from store_format.recovery import predict_recovery
 
-        return {name: predict_recovery(plan.store, message_index_safe=self.options.message_index_safe,
-                                       check_crc=self.options.check_crc) for name, plan in self.plans.items()}
+        walks = self.segment_walks()
+        self.recovery = {name: predict_recovery(plan.store, message_index_safe=self.options.message_index_safe,
+                                                check_crc=self.options.check_crc, walks=walks.get(name, {}),
+                                                enumerate_lost=False)
+                         for name, plan in self.plans.items()}
+
+    def segment_walks(self) -> dict[str, dict]:
+        """broker -> segment -> SegmentWalk: where the broker's recovery walk of each surveyed segment ends, from the
+        survey's salvage walk: its first blank or stop (the same walk but for the PHYSICALOFFSET check the broker
+        lacks: a segment whose walk stopped at a PHYSICAL_OFFSET_MISMATCH is walked again here, the broker's way)."""
+        from store_format.errors import ErrorKind
+        from store_format.recovery import SegmentWalk, recovery_walk
+
+        from .survey import WALK_ITEMS
+
+        first: dict[tuple, dict] = {}
+        for r in self.survey_partial("survey.walk_items", WALK_ITEMS).to_pylist():
+            if r["kind"] in ("stop", "blank"):
+                key = (r["broker"], r["segment"])
+                if key not in first or r["file_position"] < first[key]["file_position"]:
+                    first[key] = r
+        out: dict[str, dict] = {}
+        for (broker, segment), r in first.items():
+            seg = next(s for s in self.plans[broker].store.segments if s.name == segment)
+            if r["reason"] == ErrorKind.PHYSICAL_OFFSET_MISMATCH.value:
+                walk = recovery_walk(seg, self.options.check_crc)
+            else:
+                walk = SegmentWalk(segment, seg.base_offset, r["file_position"], r["kind"],
+                                   r["reason"] if r["kind"] == "stop" else None, r["field"], r["size"] or 0)
+            out.setdefault(broker, {})[segment] = walk
+        return out
 
     # ---- from the scan -----------------------------------------------------------------------------------
     @cached_property

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 from jobs import cli
 from jobs.output import OutputError, append_history, prepare_output, write_table
+from store_format.brokerconf import add_geometry_arguments, geometry_from_args
 
 from . import findings as FD
 from .checks import FAMILIES, load, load_all
@@ -85,9 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not verify body CRCs (the broker checks them on recovery: checkCRCOnRecover)")
     p.add_argument("--message-index-safe", action="store_true",
                    help="the broker runs with messageIndexSafe=true (changes the abnormal recovery start)")
-    p.add_argument("--segment-size", type=int, metavar="BYTES",
-                   help="the broker's mappedFileSizeCommitLog (default: inferred from the segment files; give it "
-                        "when a dump has one segment, so a short or long file is caught)")
+    add_geometry_arguments(p, segment_size=True)
     p.add_argument("--split-size", metavar="BYTES",
                    help="cut commitlog segments into ranges of this size, one Spark task each (e.g. 128m; default: "
                         "a task per segment when there are enough segments for the cores, else about three ranges "
@@ -225,6 +224,7 @@ def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
     from store_format.commitlog import SEGMENT_NAME
 
     from .scan import BrokerFacts, CommitlogRange, IndexScan, QueueScan, RoutedIndexFile, RoutedQueueFile
+    from .checks.index import unreadable_ranges
     from .survey import CQ_FILES, INDEX_FILES, buckets_of_row
 
     ends = _segment_ends(ctx)
@@ -233,6 +233,7 @@ def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
     tasks = []
     for name, plan in ctx.plans.items():
         p = ctx.recovery[name]
+        stop = p.walks.get(p.stop_segment) if p.stop_segment else None
         queue_files = [RoutedQueueFile(f.loc, f.topic, f.queue_id, f.name, int(f.name) // 20,
                                        buckets_of_row(cq_rows[f.loc.path]))
                        for f in plan.cq_files if f.loc.path in cq_rows and cq_rows[f.loc.path]["entries"]]
@@ -243,11 +244,13 @@ def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
         problems = [(f.base or 0, f.length, kind) for f in plan.segments for kind, _ in f.problems]
         facts = BrokerFacts(
             broker=name, families=ctx.options.families, check_crc=ctx.options.check_crc,
-            segment_size=plan.store.segment_size or 1, recovered_end=p.max_physical_offset,
+            segment_size=plan.store.segment_size or 1, recovered_end=p.max_physical_offset, recovery_stop=stop,
             reput_from=p.max_cq_physical_offset,
             index_pending_from=p.redispatch_from if p.redispatch_from is not None else p.max_cq_physical_offset,
             indexed=plan.has_index_dir, shift=plan.shift, commitlog_end=plan.commitlog_end,
             queue_files=queue_files, index_files=index_files, file_problems=problems,
+            unverifiable=[(f, lo, hi) for f, lo, hi, _ in unreadable_ranges(
+                [r for r in ix_rows.values() if r["broker"] == name])],
             delay_levels=dict(plan.store.delay_levels))
         for family in ctx.options.families:
             hook = getattr(load(family), "probes", None)
@@ -318,16 +321,21 @@ def run(spark, args) -> AuditResult:
     total = sum(p.stat().st_size for p in files)
     progress(f"{len(stores)} store(s), {len(files)} files, {total / 2**20:.1f} MiB; checks: {', '.join(families)}")
     before = fingerprint(files, args.sha256)
-    plans = {s.name: plan_broker(s, segment_size=args.segment_size) for s in stores}
+    geometry = geometry_from_args(args)
+    plans = {s.name: plan_broker(s, geometry) for s in stores}
     from datasources.storepaths import parse_size
 
     options = AuditOptions(families=families, as_of=args.as_of, check_crc=not args.no_crc,
-                           message_index_safe=args.message_index_safe, segment_size=args.segment_size,
+                           message_index_safe=args.message_index_safe, segment_size=geometry.segment_size,
                            split_size=parse_size(args.split_size, 0) if args.split_size else None)
     ctx = AuditContext(spark, stores, plans, options)
     cores = _cores(spark)
     split = scan_split_size(list(plans.values()), cores, options.split_size)
-    segments = _segment_plans(plans, split, {})
+    from store_format.recovery import recovery_region
+
+    region = {name: {s.name for s in recovery_region(plan.store, options.message_index_safe)}
+              for name, plan in plans.items()}
+    segments = _segment_plans(plans, split, region)
     phases.done("planning")
 
     scan_df = None
@@ -337,12 +345,15 @@ def run(spark, args) -> AuditResult:
         ctx.survey = Outputs.collect(run_tasks(spark, survey, TASKS_PER_CORE * cores))
         phases.done("survey")
         progress("predicting recovery")
-        ctx.recovery  # noqa: B018 - computed once, used by every family
+        ctx.predict_recovery()
         phases.done("recovery prediction")
         scan = _scan_tasks(ctx, segments)
         progress(f"scan: {len(scan)} task(s)")
         scan_df = run_tasks(spark, scan, TASKS_PER_CORE * cores, persist=True)
         ctx.scan = Outputs.collect(scan_df)
+        from .checks.recovery import lost_from_scan
+
+        lost_from_scan(ctx)
         phases.done("scan")
 
         results = {}
@@ -498,6 +509,7 @@ def _version() -> str:
 
 
 def _prepare(args) -> None:
+    geometry_from_args(args)  # a broker.conf that cannot be used fails before Spark starts
     prepare_output(args.out, overwrite=args.overwrite, inputs=[s.path for s in resolve_stores(args.store)])
 
 

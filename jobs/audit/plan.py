@@ -21,6 +21,7 @@ from datasources.commitlog import SegmentFile, list_segment_files
 from datasources.consumequeue import CQFilePartition, plan_files as plan_cq_files
 from datasources.indexfile import IndexFilePartition, plan_files as plan_index_files
 from datasources.storepaths import find_inputs
+from store_format.brokerconf import StoreGeometry
 from store_format.store import Store
 
 from .inputs import StoreInput
@@ -62,16 +63,17 @@ def bucket_of(phys: np.ndarray, shift: int, commitlog_end: int) -> np.ndarray:
     return np.where(phys < 0, NEGATIVE_BUCKET, np.minimum(b, last + 1))
 
 
-def plan_broker(store_input: StoreInput, *, segment_size: int | None = None, hash_slot_num: int | None = None,
-                index_num: int | None = None) -> BrokerPlan:
+def plan_broker(store_input: StoreInput, geometry: StoreGeometry | None = None) -> BrokerPlan:
+    """What one broker's audit reads; ``geometry`` (--config and the flags) where the files cannot tell."""
     name, root = store_input.name, store_input.path
-    store = Store(root, segment_size=segment_size, hash_slot_num=hash_slot_num, index_num=index_num)
+    geometry = geometry or StoreGeometry()
+    store = Store(root, **geometry.store_kwargs())
     inputs = find_inputs(root, "commitlog", name) if (store.root / "commitlog").exists() else []
     size = store.segment_size
     segments = list_segment_files(inputs, size) if inputs else []
     cq = plan_cq_files(root, name) if (store.root / "consumequeue").is_dir() else []
     has_index = (store.root / "index").is_dir()
-    index = plan_index_files(root, name, hash_slot_num, index_num) if has_index else []
+    index = plan_index_files(root, name, geometry.hash_slot_num, geometry.index_num) if has_index else []
     end = max((s.base + max(s.length, size or 0) for s in segments if s.base is not None), default=0)
     shift = max(20, math.ceil(math.log2(max(end, 1) / MAX_BUCKETS))) if end else 20
     return BrokerPlan(name, root, store, segments, size, cq, index, has_index, shift, end)

@@ -80,6 +80,7 @@ class BrokerFacts:
     check_crc: bool
     segment_size: int  # the broker's segment size (1 when unknown): a record belongs to its size-aligned block
     recovered_end: int  # the predicted recovery's max physical offset: messages before it are kept
+    recovery_stop: object  # the SegmentWalk the recovery walk ended in (store_format.recovery), or None
     reput_from: int  # the consume queues' end: the broker dispatches records past it at start
     index_pending_from: int  # where the broker (re-)indexes from at start
     indexed: bool  # the store has an index/ folder
@@ -89,6 +90,8 @@ class BrokerFacts:
     index_files: list[RoutedIndexFile] = field(default_factory=list)
     # file-level damage that counts as corrupt bytes where it lies: (physical offset, length, reason)
     file_problems: list[tuple[int, int, str]] = field(default_factory=list)
+    # index files it could not read: (file, from, to) the physical offsets whose keys only they could serve
+    unverifiable: list[tuple[str, int, int]] = field(default_factory=list)
     delay_levels: dict = field(default_factory=lambda: dict(L.DEFAULT_DELAY_LEVELS))
     probes: dict = field(default_factory=dict)  # family -> what it asks every range task to look up
 
@@ -140,7 +143,10 @@ class CommitlogRange:
                 "messages": [len(rc.message_rows)], "blank_at": [int(blanks.min()) if len(blanks) else None],
                 "max_store_timestamp": [int(ts.max()) if len(ts) else None], "data_end": [rc.data_end]},
                 schema=RANGES))
+            from .checks.recovery import lost_records_in
             from .report import rate_counts
+
+            lost_records_in(rc, out)  # the summary's recovery counts them, whatever the families
 
             rate = rate_counts(rc) if len(rc.message_rows) else None
             if rate is not None:

@@ -25,8 +25,8 @@ from store_format import layout as L
 from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, ReadOnlyMap, SEGMENT_NAME, \
     SalvageSpan
 from store_format.consumequeue import CQFile, read_unit_arrays
-from store_format.errors import StoreFormatError
-from store_format.indexfile import INDEX_NAME, IndexFile
+from store_format.errors import ErrorKind, StoreFormatError
+from store_format.indexfile import INDEX_NAME, IndexFile, read_header
 
 from .plan import Buckets, bucket_of
 from .tasks import Emitter
@@ -50,7 +50,8 @@ CQ_FILES = pa.schema([
 INDEX_FILES = pa.schema([
     ("broker", pa.string()), ("path", pa.string()), ("name", pa.string()), ("error", pa.string()),
     ("hash_slot_num", pa.int32()), ("index_num", pa.int32()), ("count", pa.int64()),
-    ("begin_timestamp", pa.int64()), ("end_timestamp", pa.int64()), *BUCKETS,
+    ("begin_timestamp", pa.int64()), ("end_timestamp", pa.int64()), ("begin_phy_offset", pa.int64()),
+    ("end_phy_offset", pa.int64()), ("index_count", pa.int32()), *BUCKETS,
 ])
 
 
@@ -192,13 +193,16 @@ class IndexSurvey:
         p = self.part
         row = {"broker": self.broker, "path": p.loc.path, "name": p.name}
         if not INDEX_NAME.match(p.name):
-            row["error"] = "bad file name"
+            row["error"] = ErrorKind.BAD_FILE_NAME.value
         else:
             with local_copy(p.loc) as local:
                 try:
                     f = IndexFile(local, p.hash_slot_num, p.index_num)
                 except StoreFormatError as e:
                     row["error"] = e.kind.value
+                    with ReadOnlyMap(local) as m:  # the header, when the file holds one
+                        if len(m) >= L.INDEX_HEADER_SIZE:
+                            row.update(_header_row(read_header(m.buf)))
                 else:
                     with f, ReadOnlyMap(local) as m:
                         h = f.header
@@ -209,9 +213,13 @@ class IndexSurvey:
                         b = Buckets.of(bucket_of(phys, self.shift, self.commitlog_end),
                                        np.arange(1, count, dtype=np.int64))
                         row.update(hash_slot_num=f.hash_slot_num, index_num=f.index_num, count=count,
-                                   begin_timestamp=h.begin_timestamp, end_timestamp=h.end_timestamp,
-                                   **_bucket_columns(b))
+                                   **_header_row(h), **_bucket_columns(b))
         out.partial("survey.index_files", pa.Table.from_pylist([row], schema=INDEX_FILES))
+
+
+def _header_row(h) -> dict:
+    return {"begin_timestamp": h.begin_timestamp, "end_timestamp": h.end_timestamp,
+            "begin_phy_offset": h.begin_phy_offset, "end_phy_offset": h.end_phy_offset, "index_count": h.index_count}
 
 
 def buckets_of_row(row: dict) -> Buckets:

@@ -12,6 +12,14 @@ links, unreachable entries), ``index.corrupt_file``, ``index.header_count_out_of
 ``index.duplicate_entries`` (expected after re-dispatch: counted, not an error) and the warning
 ``index.no_index`` (messages but no index files).
 
+An index file that cannot be opened (too short, or a geometry neither its length and content nor
+--config/--hash-slots/--index-num tell: store_format.indexfile.infer_geometry) is exactly one
+``index.corrupt_file`` error.  The keys only it could serve are not checked one by one: the missing keys
+(no entry in any readable file, not pending) of messages whose physical offset lies in its range
+(:func:`unreadable_ranges`: its header's beginPhyOffset..endPhyOffset when it has a plausible one, else the gap
+between the readable files before and after it) are one warning ``index.keys_unverifiable`` per file: "N keys
+not verifiable: index file X unreadable", with the key and message counts and the offsets in its details.
+
 Where each is decided: a scan task holds the entries pointing into its range against its messages' keys (hashed
 as the broker hashes them); an index task walks one file's chains and header; per-file counts and whether a loose
 entry lies past the data's end are finished on the driver.
@@ -54,6 +62,9 @@ check("index.header_mismatch", Severity.WARNING, "index header disagrees with it
 check("index.duplicate_entries", Severity.INFO,
       "{extra} duplicate index entries for {pairs} (key, message) pair(s): expected after re-dispatch or a key listed "
       "twice")
+check("index.keys_unverifiable", Severity.WARNING,
+      "{keys} keys not verifiable: index file {file} unreadable ({messages} messages at physical offsets "
+      "{physical_offset}..{last}, in its range {range_from}..{range_to_text} {basis_text}); see index.corrupt_file")
 check("index.no_index", Severity.WARNING,
       "no index/ folder: key lookups of {messages} messages cannot work (messageIndexEnable=false, or the folder is "
       "lost)")
@@ -63,6 +74,9 @@ DROPPED = pa.schema([("broker", pa.string()), ("file", pa.string()), ("entries",
                      ("last", pa.int64())])
 LOOSE = pa.schema([("broker", pa.string()), ("file", pa.string()), ("entry", pa.int32()), ("key_hash", pa.int32()),
                    ("physical_offset", pa.int64())])
+UNVERIFIABLE = pa.schema([("broker", pa.string()), ("file", pa.string()), ("keys", pa.int64()),
+                         ("messages", pa.int64()), ("first", pa.int64()), ("last", pa.int64())])
+_END = 2**63 - 1
 FILES = pa.schema([("broker", pa.string()), ("file", pa.string()), ("entries", pa.int64()),
                    ("duplicate_entries", pa.int64()), ("duplicated_pairs", pa.int64())])
 
@@ -122,6 +136,8 @@ def in_range(rc, out) -> None:
 
     # messages -> entries: each kept key needs an entry with its (offset, hash)
     missing = np.flatnonzero(kept[krow] & ~pairs_in(kphys, khash, ephys, ehash)) if len(krow) else krow
+    if len(missing) and rc.facts.unverifiable:  # keys only an unreadable file could serve: counted per file
+        missing = _unverifiable(rc, missing, kphys, out)
     if len(missing):
         rows = krow[missing]
         t = m.take(rows)
@@ -183,6 +199,57 @@ def in_range(rc, out) -> None:
                         "message_time": ml.column("store_timestamp")},
                 details={"entry": gl.column("entry"), "entry_time": gl.column("store_time"),
                          "message_time": ml.column("store_timestamp")}))
+
+
+def _unverifiable(rc, missing: np.ndarray, kphys: np.ndarray, out) -> np.ndarray:
+    """Count the missing keys (not pending) in an unreadable file's range against that file; the others remain."""
+    phys = kphys[missing]
+    pending = phys >= rc.facts.index_pending_from
+    left = np.ones(len(missing), bool)
+    rows = []
+    for file, lo, hi in rc.facts.unverifiable:
+        mine = ~pending & left & (phys >= lo) & (phys <= hi)
+        if mine.any():
+            p = phys[mine]
+            rows.append({"broker": rc.broker, "file": file, "keys": int(mine.sum()), "messages": len(np.unique(p)),
+                         "first": int(p.min()), "last": int(p.max())})
+            left &= ~mine
+    if rows:
+        out.partial("index.unverifiable", pa.Table.from_pylist(rows, schema=UNVERIFIABLE))
+    return missing[left]
+
+
+def unreadable_ranges(files: list[dict]) -> list[tuple]:
+    """(file, from, to, basis) for every index file of one broker the survey could not open whose name the broker
+    loads (a BAD_FILE_NAME file is never an index): the physical offsets of the messages whose keys only it could
+    serve.  ``header``: its own header's beginPhyOffset..endPhyOffset, when the file holds one that counts entries
+    (indexCount >= 2: then 4.9.7 set both from its first and last entry), is ordered and lies between its readable
+    neighbours' ranges (a file begins at or after the previous file's endPhyOffset: a new file starts from it).
+    ``neighbours``: otherwise the gap between the readable files before and after it (in name order, the creation
+    order): from the previous one's endPhyOffset (0 if none) to the next one's beginPhyOffset (the end of the log
+    if none), both included (a message's keys may straddle two files).  Ranges are made disjoint in name order (an
+    offset belongs to the oldest unreadable file whose range holds it)."""
+    files = sorted((r for r in files if r["error"] != ErrorKind.BAD_FILE_NAME.value), key=lambda r: r["name"])
+    if not any(r["error"] for r in files):
+        return []
+    out, taken_to = [], -1  # offsets up to taken_to belong to an older unreadable file
+    for i, r in enumerate(files):
+        if not r["error"]:
+            continue
+        before = next((f for f in reversed(files[:i]) if not f["error"]), None)
+        after = next((f for f in files[i + 1:] if not f["error"]), None)
+        lo = before["end_phy_offset"] if before else 0
+        hi = after["begin_phy_offset"] if after else _END
+        begin, end = r["begin_phy_offset"], r["end_phy_offset"]
+        if (r["index_count"] or 0) >= 2 and begin is not None and lo <= begin <= end <= hi:
+            lo, hi, basis = begin, end, "header"
+        else:
+            basis = "neighbours"
+        lo = max(lo, taken_to + 1)
+        if lo <= hi:
+            out.append((r["name"], lo, hi, basis))
+            taken_to = max(taken_to, hi)
+    return out
 
 
 def _loose(rc, e: pa.Table, out) -> None:
@@ -293,6 +360,7 @@ def on_driver(ctx) -> FamilyResult:
             values={"entries": r["entries_sum"], "last": r["last_max"]},
             details={"entries": r["entries_sum"], "last_physical_offset": r["last_max"]}) for r in g.to_pylist()]))
     res.findings.append(_outside(ctx))
+    res.findings.append(_keys_unverifiable(ctx))
     files = ctx.partial("index.files", FILES)
     if files.num_rows:
         with_entries = files.filter(pc.greater(files.column("entries"), 0))
@@ -310,6 +378,31 @@ def on_driver(ctx) -> FamilyResult:
             res.metrics.append(metric_table("broker", {"index_duplicate_entries": dup.column("duplicate_entries_sum")},
                                             n=dup.num_rows, broker=dup.column("broker")))
     return res
+
+
+def _keys_unverifiable(ctx):
+    from ..survey import INDEX_FILES
+
+    t = ctx.partial("index.unverifiable", UNVERIFIABLE)
+    if not t.num_rows:
+        return concat_findings([])
+    rows = ctx.survey_partial("survey.index_files", INDEX_FILES).to_pylist()
+    ranges = {(b, f): (lo, hi, basis) for b in {r["broker"] for r in rows}
+              for f, lo, hi, basis in unreadable_ranges([r for r in rows if r["broker"] == b])}
+    g = t.group_by(["broker", "file"]).aggregate([("keys", "sum"), ("messages", "sum"), ("first", "min"),
+                                                  ("last", "max")])
+    out = []
+    for r in g.to_pylist():
+        lo, hi, basis = ranges[(r["broker"], r["file"])]
+        out.append(dict(broker=r["broker"], file=r["file"], physical_offset=r["first_min"],
+                        values={"keys": r["keys_sum"], "messages": r["messages_sum"], "last": r["last_max"],
+                                "range_from": lo, "range_to_text": "the end of the log" if hi == _END else str(hi),
+                                "basis_text": "per its header" if basis == "header"
+                                else "between its readable neighbours"},
+                        details={"keys": r["keys_sum"], "messages": r["messages_sum"],
+                                 "first_physical_offset": r["first_min"], "last_physical_offset": r["last_max"],
+                                 "range_from": lo, "range_to": hi, "range_basis": basis}))
+    return finding_rows("index.keys_unverifiable", out)
 
 
 def _outside(ctx):

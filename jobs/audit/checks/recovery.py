@@ -45,6 +45,10 @@ check("recovery.message_lost", Severity.WARNING,
       "will drop it")
 
 
+LOST = pa.schema([("broker", pa.string()), ("state", pa.string()), ("physical_offset", pa.int64()),
+                  ("size", pa.int64()), ("damage", pa.string())])
+
+
 def in_range(rc, out) -> None:
     m = rc.messages
     lost = np.flatnonzero(~rc.column("kept"))
@@ -60,6 +64,52 @@ def in_range(rc, out) -> None:
         queue_offset=t.column("queue_offset"),
         values={"damaged_prefix": None, "damage": None, "queue_text": queue_text, "where": "past the recovered end"},
         details={"state": "intact", "uniq_key": uniq, "key": uniq, "msg_id": ids}))
+
+
+def lost_records_in(rc, out) -> None:
+    """The records past the recovered end (store_format.recovery.lost_records), for the broker's count: intact
+    messages, damaged records that still frame one, bytes no frame covers."""
+    from store_format.commitlog import KIND_CORRUPT, KIND_MESSAGE
+    from store_format.recovery import lost_records
+
+    f, it = rc.facts, rc.items
+    end = f.recovered_end
+    phys = it.positions + rc.base
+    stop = f.recovery_stop if f.recovery_stop is not None and rc.lo <= f.recovery_stop.physical_offset < rc.hi \
+        else None
+    message = it.kinds == KIND_MESSAGE
+    other = ~message & ((phys >= end) | ((it.kinds == KIND_CORRUPT) & (phys + it.sizes > end)))
+    intact = np.flatnonzero(message & (phys >= end))
+    if not len(intact) and not other.any() and stop is None:
+        return
+    lost = lost_records(it.take(other), end, stop)
+    rows = {"state": [], "physical_offset": [], "size": [], "damage": []}
+    for state, records in (("damaged", lost.damaged), ("unframed", lost.unframed)):
+        for r in records:
+            rows["state"].append(state)
+            rows["physical_offset"].append(r[0])
+            rows["size"].append(r[1])
+            rows["damage"].append(r[2] if state == "damaged" else None)
+    n = len(intact) + len(rows["state"])
+    out.partial("recovery.lost", pa.table({
+        "broker": pa.repeat(pa.scalar(rc.broker), n),
+        "state": pa.concat_arrays([pa.repeat(pa.scalar("intact"), len(intact)), pa.array(rows["state"], pa.string())]),
+        "physical_offset": pa.concat_arrays([pa.array(phys[intact]), pa.array(rows["physical_offset"], pa.int64())]),
+        "size": pa.concat_arrays([pa.array(it.sizes[intact].astype(np.int64)), pa.array(rows["size"], pa.int64())]),
+        "damage": pa.concat_arrays([pa.nulls(len(intact), pa.string()), pa.array(rows["damage"], pa.string())])},
+        schema=LOST))
+
+
+def lost_from_scan(ctx) -> None:
+    """Give each broker's prediction the records its scan found past the recovered end (predict_recovery was told
+    not to enumerate them: ``enumerate_lost=False``)."""
+    t = ctx.partial("recovery.lost", LOST).sort_by([("broker", "ascending"), ("physical_offset", "ascending")])
+    for name, p in ctx.recovery.items():
+        mine = t.filter(pc.equal(t.column("broker"), name)).to_pylist()
+        p.dropped_messages = [(r["physical_offset"], r["size"]) for r in mine if r["state"] == "intact"]
+        p.damaged_dropped = [(r["physical_offset"], r["size"], r["damage"]) for r in mine if r["state"] == "damaged"]
+        p.unframed_dropped = [(r["physical_offset"], r["size"]) for r in mine if r["state"] == "unframed"]
+        p.lost_enumerated = True
 
 
 def on_driver(ctx) -> FamilyResult:
