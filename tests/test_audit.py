@@ -16,13 +16,12 @@ import pytest
 from jobs import audit
 from store_format import damage as D
 from store_format import layout as L
-from store_format.broker import Broker, ManualClock, Producer
 from store_format.config import loads
 from store_format.indexfile import IndexFile, list_index_files
 from store_format.store import Store
-from store_format.writer import StoreWriter, WriterConfig
 
 from .conftest import fixture_manifest, fixture_store
+from .writer_support import build_flow_store
 
 MIB = 1 << 20
 FIXTURES = ("basic", "broker")
@@ -410,33 +409,19 @@ def test_combined_damage(damage_audit):
 
 
 # --------------------------------------------------------------------------------------------------
-# A store from broker flows: lag, an open transaction, an overdue delay, a retry chain into the DLQ, a crash
+# A store from broker flows (writer_support.build_flow_store): lag, open, committed and rolled-back
+# transactions, an overdue delay, a retry chain into the DLQ, a crash
 
 
 @pytest.fixture(scope="module")
 def flow_audit(spark, tmp_path_factory):
     base = tmp_path_factory.mktemp("flows")
-    w = StoreWriter(base / "flows", WriterConfig(storeHost="192.168.0.2:10911", mappedFileSizeCommitLog=MIB),
-                    clock=ManualClock(1_700_000_000_000))
-    b = Broker(w)
-    p = Producer(group="<pg>&\"x\"")  # hostile text that must come out escaped in the report
-    sent = [b.send(p, "Orders", f"o{i}".encode(), tags="TagA", keys=f"o-{i}", queue_id=i % 2) for i in range(6)]
-    b.commit_offset("cg", "Orders", 0, 1)  # queue 0 holds 3: 2 behind
-    b.commit_offset("cg", "Orders", 1, 3)  # queue 1 holds 3: caught up
-    open_half = b.send_half(p, "Orders", b"open", keys="tx-open", queue_id=0)
-    done = b.send_half(p, "Orders", b"done", keys="tx-done", queue_id=0)
-    b.end_transaction(done, commit=True)
-    s1 = b.send_back("cg", sent[0].record)  # level 3 via the schedule topic
-    [r1] = b.deliver_due(s1.store_timestamp + 10_000)
-    dlq = b.send_back("cg", r1, max_reconsume_times=1)
-    delayed = b.send(p, "Orders", b"later", keys="late", delay_level=2, queue_id=1)  # 5 s, never delivered
-    w.crash()
-    as_of = delayed.record.store_timestamp + 60_000
+    x = build_flow_store(base / "flows")
+    as_of = x["delayed"].record.store_timestamp + 60_000  # the level-6 delay is not due by then
     out = base / "out"
     history = base / "history"
     result = audit.run(spark, audit_args([base / "flows"], out, as_of=as_of, history=history))
-    return result, out, history, dict(sent=sent, open_half=open_half, done=done, dlq=dlq, delayed=delayed,
-                                      s1=s1, r1=r1, as_of=as_of)
+    return result, out, history, dict(x, as_of=as_of)
 
 
 def test_flow_store_is_clean_after_a_crash(flow_audit):
@@ -458,6 +443,7 @@ def test_flow_tables(flow_audit):
     assert lag[("cg", "Orders", 0)]["lag_ms"] == x["as_of"] - first_unconsumed.store_timestamp
     tx = {r["uniq_key"]: r for r in rows(out, "tables/transactions")}
     assert tx[x["open_half"].msg_id]["state"] == "open" and tx[x["done"].msg_id]["state"] == "committed"
+    assert tx[x["undone"].msg_id]["state"] == "rolled_back"
     assert tx[x["open_half"].msg_id]["age_ms"] == x["as_of"] - x["open_half"].record.store_timestamp
     assert tx[x["open_half"].msg_id]["producer_group"] == "<pg>&\"x\""
     delays = {r["level"]: r for r in rows(out, "tables/delays")}
