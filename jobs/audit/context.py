@@ -195,56 +195,68 @@ class AuditContext:
         return cache[table]
 
     # ---- single records ----------------------------------------------------------------------------------
-    def kept_message_by_id(self, broker: str, msg_id: str | None):
-        """The message an offset message id names, when a message of the salvage walk starts at its offset, the
-        predicted recovery keeps it and its own offset message id is ``msg_id``; else None."""
+    def kept_messages_by_id(self, broker: str, msg_ids) -> dict:
+        """{msg id: message} for the offset message ids that name a message of the salvage walk which the
+        predicted recovery keeps and whose own offset message id is that id (the others are left out)."""
         from store_format.errors import StoreFormatError
         from store_format.ids import parse_offset_msg_id
 
-        if msg_id is None:
-            return None
-        try:
-            phys = parse_offset_msg_id(msg_id).physical_offset
-        except StoreFormatError:
-            return None
-        if phys >= self.recovery[broker].max_physical_offset:
-            return None
-        msg = self.walk_message_at(broker, phys)
-        return msg if msg is not None and msg.msg_id == msg_id else None
+        end = self.recovery[broker].max_physical_offset
+        wanted = {}
+        for msg_id in set(msg_ids) - {None}:
+            try:
+                phys = parse_offset_msg_id(msg_id).physical_offset
+            except StoreFormatError:
+                continue
+            if phys < end:
+                wanted.setdefault(phys, []).append(msg_id)
+        found = self.walk_messages_at(broker, sorted(wanted))
+        return {i: msg for phys, msg in found.items() for i in wanted[phys] if msg.msg_id == i}
 
-    def walk_message_at(self, broker: str, phys: int):
-        """The message of the salvage walk starting at ``phys``, or None.  A frame that proves itself (a body whose
-        CRC matches, or an empty body followed by another frame, a blank or the end of the data) lies on the walk
-        from its segment's start (find_next_frame's confirmation); the walk ends at the segment's first blank.
-        Anything else is settled by walking the segment."""
+    def walk_messages_at(self, broker: str, offsets) -> dict:
+        """{physical offset: message} for the offsets at which a message of the salvage walk starts, each segment
+        opened once.  A frame that proves itself (a body whose CRC matches, or an empty body followed by another
+        frame, a blank or the end of the data) lies on the walk from its segment's start (find_next_frame's
+        confirmation); the walk ends at the segment's first blank.  Anything else is settled by walking the
+        segment."""
         from store_format import codec
         from store_format.commitlog import END_OF_DATA, KIND_MESSAGE, ReadOnlyMap, _body_length, frame_at, \
             salvage_arrays
 
-        seg = next((s for s in self.plans[broker].named_segments if s.base <= phys < s.base + s.length), None)
-        if seg is None or seg.loc.local_path is None:
-            return None
-        pos = phys - seg.base
-        blank = self.first_blanks.get((broker, seg.name))
-        if blank is not None and pos > blank:
-            return None
-        with ReadOnlyMap(seg.loc.local_path) as m:
-            kind, size, *_ = frame_at(m.buf, pos, len(m.buf), seg.base)  # framing, PHYSICALOFFSET and CRC
-            confirmed = False
-            if kind == "message" and self.options.check_crc:
-                if _body_length(m.buf, pos) > 0:
-                    confirmed = True
-                else:
-                    nxt, _, _, stop, *_ = frame_at(m.buf, pos + size, len(m.buf), seg.base)
-                    confirmed = nxt in ("message", "blank") or stop == END_OF_DATA
-            if not confirmed:
-                items = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc)
-                hit = np.flatnonzero((items.kinds == KIND_MESSAGE) & (items.positions == pos))
-                if not len(hit) or (blank is not None and pos > blank):
-                    return None
-                size = int(items.sizes[hit[0]])
-            msg = codec.decode_record(m.buf, pos, limit=pos + size, file=seg.name)
-        return msg
+        segments = {s.name: s for s in self.plans[broker].named_segments}
+        by_segment: dict = {}
+        for phys in offsets:
+            seg = next((s for s in segments.values() if s.base <= phys < s.base + s.length), None)
+            if seg is not None and seg.loc.local_path is not None:
+                by_segment.setdefault(seg.name, []).append(phys)
+        out = {}
+        for name, group in by_segment.items():
+            seg = segments[name]
+            blank = self.first_blanks.get((broker, seg.name))
+            walked = None
+            with ReadOnlyMap(seg.loc.local_path) as m:
+                for phys in group:
+                    pos = phys - seg.base
+                    if blank is not None and pos > blank:
+                        continue
+                    kind, size, *_ = frame_at(m.buf, pos, len(m.buf), seg.base)  # framing, PHYSICALOFFSET, CRC
+                    confirmed = False
+                    if kind == "message" and self.options.check_crc:
+                        if _body_length(m.buf, pos) > 0:
+                            confirmed = True
+                        else:
+                            nxt, _, _, stop, *_ = frame_at(m.buf, pos + size, len(m.buf), seg.base)
+                            confirmed = nxt in ("message", "blank") or stop == END_OF_DATA
+                    if not confirmed:
+                        if walked is None:
+                            walked = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc)
+                        hit = np.flatnonzero((walked.kinds == KIND_MESSAGE) & (walked.positions == pos))
+                        if not len(hit):
+                            continue
+                        size = int(walked.sizes[hit[0]])
+                    out[phys] = codec.decode_record(m.buf, pos, limit=pos + size, file=seg.name)
+            del walked
+        return out
 
     def release(self) -> None:
         pass

@@ -90,7 +90,7 @@ def run(ctx: AuditContext) -> CheckResult:
                  F.lit(" message(s) behind on "), F.col("topic"),
                  F.when(F.col("lag_ms").isNotNull(), F.concat(F.lit(" (oldest unconsumed "),
                                                               (F.col("lag_ms") / 1000).cast("long").cast("string"),
-                                                              F.lit(" s before the dump time)")))),
+                                                              F.lit(" s before the dump time)"))).otherwise(F.lit(""))),
         {"group": F.col("group"), "lag": F.col("lag"), "lag_ms": F.col("lag_ms"), "key": F.col("group")}, **pos))
     res.metrics.append(metrics(per_topic, "group", {"lag_messages": "lag", "lag_ms": "lag_ms"}))
     return res

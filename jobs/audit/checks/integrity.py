@@ -55,6 +55,8 @@ SEGMENTS = pa.schema([
 
 
 def in_range(rc, out) -> None:
+    if not rc.segment:
+        return  # a broker without a commitlog: nothing to frame
     it = rc.items
     kinds, pos, sizes = it.kinds, it.positions, it.sizes
     spans = [(i, it.others[i]) for i in np.flatnonzero(kinds == KIND_CORRUPT).tolist()]

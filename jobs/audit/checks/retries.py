@@ -41,7 +41,8 @@ RETRIES = pa.schema([
 ])
 DLQ = pa.schema([("broker", pa.string()), ("group", pa.string()), ("messages", pa.int64()),
                  ("oldest_store_time", pa.int64()), ("newest_store_time", pa.int64()),
-                 ("original_topics", pa.list_(pa.string())), ("max_reconsume_times", pa.int32())])
+                 ("original_topics", pa.list_(pa.field("element", pa.string(), nullable=False))),
+                 ("max_reconsume_times", pa.int32())])
 
 
 def _destination(topic, real_topic):
@@ -74,10 +75,13 @@ def _group_of(topic: str | None) -> str | None:
 
 def retry_table(ctx) -> pa.Table:
     rows = []
-    for h in sorted(ctx.partial("retries.hops", HOPS).to_pylist(), key=lambda r: (r["broker"], r["physical_offset"])):
+    hops = sorted(ctx.partial("retries.hops", HOPS).to_pylist(), key=lambda r: (r["broker"], r["physical_offset"]))
+    origins = {b: ctx.kept_messages_by_id(b, [h["origin_message_id"] for h in hops if h["broker"] == b])
+               for b in {h["broker"] for h in hops}}
+    for h in hops:
         dest = h["real_topic"] if h["topic"] == L.SCHEDULE_TOPIC else h["topic"]
         stage = "scheduled" if h["topic"] == L.SCHEDULE_TOPIC else "dlq" if h["topic"].startswith(_DLQ) else "retry"
-        origin = ctx.kept_message_by_id(h["broker"], h["origin_message_id"])
+        origin = origins[h["broker"]].get(h["origin_message_id"])
         rows.append(dict(broker=h["broker"], group=_group_of(dest), stage=stage, topic=h["topic"],
                          queue_id=h["queue_id"], queue_offset=h["queue_offset"], physical_offset=h["physical_offset"],
                          segment=h["segment"], file_position=h["file_position"], store_timestamp=h["store_timestamp"],
