@@ -1,6 +1,6 @@
 """The audit pin (tools/audit_pin.py): every output of ``jobs.audit`` on a deterministic corpus of stores (the
 fixtures, generated, damaged, forged and broker-flow stores) equals the goldens committed in tests/golden/audit/,
-which the previous engine (jobs/audit_legacy.py) wrote.  A rebuilt engine must reproduce them exactly; regenerate
+which the previous engine (jobs/audit_legacy.py) wrote first; the rebuilt engine reproduced them exactly.  Regenerate
 them only for a deliberate rule change (the tool's docstring says how).  The corpus is byte-for-byte the same
 each time it is built."""
 from __future__ import annotations

@@ -329,7 +329,7 @@ def test_the_scan_finds_each_banned_form():
 def test_the_audit_refuses_when_an_input_changes_during_the_run(spark, tmp_path, monkeypatch):
     """With --sha256 an input whose bytes change while the audit runs (size and mtime put back, so only the hash
     can tell) stops the audit with the chain-of-custody error, and no summary is written."""
-    from jobs import audit
+    from jobs.audit import job as audit
     from jobs.output import OutputError
 
     root = copy_store(fixture_store("broker"), tmp_path / "broker")

@@ -3,8 +3,7 @@ goldens (tests/golden/audit/), so that a rebuilt audit engine (issue "The audit 
 exactly the outputs of the engine it replaces: findings (finding_id included), metrics, every table, summary.json.
 
   python tools/audit_pin.py --corpus DIR --check tests/golden/audit          # jobs.audit against the goldens
-  python tools/audit_pin.py --corpus DIR --engine jobs.audit_legacy --check tests/golden/audit
-  python tools/audit_pin.py --corpus DIR --engine jobs.audit_legacy --write tests/golden/audit
+  python tools/audit_pin.py --corpus DIR --write tests/golden/audit       # regenerate (see below when)
   python tools/audit_pin.py --corpus DIR --coverage tests/golden/audit       # findings per check and store
 
 ``tests/test_audit_pin.py`` does the ``--check`` with ``jobs.audit`` (and builds the corpus again in another
@@ -35,8 +34,9 @@ path in any value becomes ``<corpus>/...`` or ``<out>/...``.  Two runs of one en
 identical normalized outputs.  The goldens also record the corpus' digests: when ``--check`` finds that the
 corpus itself changed (a writer change, not the engine's), it says so first.
 
-Regenerate the goldens (``--engine jobs.audit_legacy --write tests/golden/audit``, with the engine of record:
-the legacy one as long as it exists) only for a deliberate change of the audit's rules or outputs, or of the
+Regenerate the goldens (``--write tests/golden/audit``, with the engine of record: ``jobs.audit``; the goldens
+were first written by the engine it replaced, jobs/audit_legacy.py, which the new one reproduced exactly before
+it was removed) only for a deliberate change of the audit's rules or outputs, or of the
 corpus (the writer lays stores down differently, a store is added), e.g. when index files of other geometries
 become readable and ``index-geometry-100x300`` stops being all errors; the commit that updates the goldens
 names that change.  Never regenerate them to make a new engine's differences go away.
@@ -784,7 +784,7 @@ def compare(normalized: dict, golden: Path, corpus_meta: dict | None = None) -> 
                          if want_corpus.get(k) != corpus_meta["stores"].get(k))
         out.append(f"NOTE: the corpus differs from the one the goldens were made from (stores: {', '.join(changed)}): "
                    "a writer or corpus change, not necessarily the engine's; regenerate the goldens with "
-                   "--engine jobs.audit_legacy if that change is deliberate")
+                   "--write if that change is deliberate")
     for run in sorted(set(want_all) | set(normalized)):
         if run not in normalized or run not in want_all:
             out.append(f"run {run}: {'missing' if run not in normalized else 'not in the goldens'}")
@@ -823,35 +823,20 @@ def coverage(normalized: dict) -> list[str]:
         for (check, broker), n in sorted(counts.items()):
             by_check.setdefault(check, []).append(f"{broker} {n}")
         out += [f"  {check}: {', '.join(v)}" for check, v in by_check.items()]
-    missing = [c for c in DOCUMENTED_CHECKS if c not in seen]
-    out.append(f"documented check ids never produced ({len(missing)} of {len(DOCUMENTED_CHECKS)}): "
+    documented = documented_checks()
+    missing = [c for c in documented if c not in seen]
+    out.append(f"declared check ids never produced ({len(missing)} of {len(documented)}): "
                f"{', '.join(missing) or '-'}")
     return out
 
 
-# every check id the family modules' docstrings (jobs/checks/*.py) name, for --coverage only
-DOCUMENTED_CHECKS = (
-    *(f"integrity.{r}" for r in ("bad_crc", "bad_magic", "size_mismatch", "bad_length", "truncated",
-                                 "physical_offset_mismatch", "end_of_data", "bad_file_name", "bad_geometry",
-                                 "damaged_message", "stale_records", "segment_gap", "no_commitlog")),
-    *(f"recovery.{r}" for r in ("broker_will_not_start", "truncation", "message_lost", "segment_deleted",
-                                "cq_truncated", "index_rebuilt", "abnormal", "note")),
-    *(f"consumequeue.{r}" for r in ("missing_entry", "not_yet_dispatched", "wrong_queue", "queue_offset_mismatch",
-                                    "size_mismatch", "tags_code_mismatch", "undispatchable_entry", "duplicate_entry",
-                                    "entry_past_end", "entry_mid_record", "entry_not_a_message", "entry_in_damage",
-                                    "corrupt_unit", "file_gap")),
-    *(f"index.{r}" for r in ("key_missing", "not_yet_indexed", "hash_mismatch", "entry_past_end", "entry_mid_record",
-                             "entry_not_a_message", "entry_in_damage", "entry_for_dropped_message",
-                             "time_inconsistent", "header_mismatch", "chain_problem", "corrupt_file",
-                             "header_count_out_of_range", "duplicate_entries", "no_index")),
-    *(f"lag.{r}" for r in ("behind", "offset_above_max", "offset_below_min", "offset_for_unknown_topic",
-                           "offset_for_unknown_queue")),
-    *(f"transactions.{r}" for r in ("open", "commit_without_op", "open_prepared_record")),
-    *(f"delays.{r}" for r in ("overdue", "delivered_offset_behind", "offset_out_of_range", "unknown_level")),
-    "retries.dlq_message",
-    *(f"metadata.{r}" for r in ("config_unreadable", "config_from_backup", "config_missing", "topic_not_in_config",
-                                "queue_outside_config", "group_not_in_config")),
-)
+def documented_checks() -> list[str]:
+    """Every check id the audit's registry declares (jobs/audit/findings.py), for --coverage only."""
+    from jobs.audit.checks import load_all
+    from jobs.audit.findings import CHECKS
+
+    load_all()
+    return sorted(CHECKS)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -866,7 +851,7 @@ def main(argv=None) -> int:
                                                      "(default: $ROCKETMQ_FIXTURES/rocketmq-4.9.7 or "
                                                      "../shared/fixtures/rocketmq-4.9.7)")
     p.add_argument("--engine", default="jobs.audit", help="the audit module whose run(spark, args) is pinned "
-                                                          "(default jobs.audit; jobs.audit_legacy for the goldens)")
+                                                          "(default jobs.audit)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--check", metavar="GOLDEN_DIR", help="compare with the goldens; exit 1 on differences")
     what.add_argument("--write", metavar="GOLDEN_DIR", help="(re)write the goldens")

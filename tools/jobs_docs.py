@@ -40,7 +40,7 @@ def job_modules() -> list[tuple[str, object]]:
     for info in sorted(pkgutil.iter_modules(jobs.__path__), key=lambda i: i.name):
         module = importlib.import_module(f"jobs.{info.name}")
         build = getattr(module, "build_parser", None)
-        # a job a package re-exports (jobs/audit/ and jobs/audit_legacy.py) is documented once, by its package
+        # a job a package re-exports (jobs/audit/ re-exports jobs/audit/job.py) is documented once, by its package
         if callable(build) and build not in parsers:
             parsers.add(build)
             found.append((info.name, module))

@@ -12,18 +12,14 @@ trend table from ``jobs.trend.TREND_COLUMNS``.  Only the meaning of each column 
 (``MEANINGS``); a column, metric or summary key without one is an error, so the document cannot fall behind
 the code.
 
-Finding kinds (``finding_kinds``) are read from the source of jobs/checks/*.py: literal ``family.kind``
-strings, ``F.concat(F.lit("family.prefix_"), <when/otherwise chain>)`` (the chain's literal results), and
-``f"family.{name}"`` in a helper (the literals its callers pass); ``integrity.<reason>`` takes every stop
-reason the commitlog walk can give (the ErrorKind values ``frame_at`` and the segment listing use, and
-END_OF_DATA).  tests/test_schema_docs.py checks that docs/user-guide.md explains each one.
+Finding kinds (``finding_kinds``) are the audit's registry of checks (jobs/audit/findings.py ``CHECKS``, which
+each family of jobs/audit/checks/ fills with the checks it declares); tests/test_schema_docs.py checks that
+docs/user-guide.md explains each one.
 """
 from __future__ import annotations
 
 import argparse
-import ast
 import json
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -36,84 +32,13 @@ if str(REPO) not in sys.path:
 # Finding kinds, from the source
 
 
-def _family_patterns():
-    from jobs.checks import FAMILIES
-
-    families = "|".join(FAMILIES)
-    return re.compile(rf"^({families})\.[a-z]+(_[a-z]+)*$"), re.compile(rf"^({families})\.([a-z]+_)*$")
-
-
-def _error_kinds_used(path: Path, function: str) -> set[str]:
-    """ErrorKind member names referenced inside ``function`` of the module at ``path``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    fn = next(f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == function)
-    return {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-            and n.value.id == "ErrorKind"}
-
-
-def walk_reasons() -> set[str]:
-    """Every ``reason`` a corrupt span of the commitlog walk can carry, lower case (integrity.<reason>)."""
-    from store_format.commitlog import END_OF_DATA
-
-    used = (_error_kinds_used(REPO / "store_format" / "commitlog.py", "frame_at")
-            | _error_kinds_used(REPO / "datasources" / "commitlog.py", "list_segment_files"))
-    return {k.lower() for k in used | {END_OF_DATA}}
-
-
-def _chain_results(nodes) -> list[str]:
-    """The literal values a ``F.when(c, "a").when(d, "b").otherwise("c")`` chain (or ``F.lit("x")``) can take."""
-    out = []
-    for node in nodes:
-        for n in ast.walk(node):
-            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
-                continue
-            value = (n.args[1] if n.func.attr == "when" and len(n.args) == 2 else
-                     n.args[0] if n.func.attr in ("otherwise", "lit") and n.args else None)
-            if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                out.append(value.value)
-    return out
-
-
 def finding_kinds() -> set[str]:
-    """Every ``check`` value jobs/checks/*.py can emit."""
-    from jobs.checks import FAMILIES
+    """Every ``check`` the audit can emit: the registry its families declare (jobs.audit.findings.CHECKS)."""
+    from jobs.audit.checks import load_all
+    from jobs.audit.findings import CHECKS
 
-    name, prefix = _family_patterns()
-    kinds: set[str] = set()
-    for family in FAMILIES:
-        tree = ast.parse((REPO / "jobs" / "checks" / f"{family}.py").read_text(encoding="utf-8"))
-        for n in ast.walk(tree):
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and name.match(n.value):
-                kinds.add(n.value)
-            elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "concat"
-                  and n.args and isinstance(n.args[0], ast.Call) and n.args[0].args
-                  and isinstance(n.args[0].args[0], ast.Constant)
-                  and prefix.match(str(n.args[0].args[0].value))):
-                start = n.args[0].args[0].value
-                suffixes = [s for s in _chain_results(n.args[1:]) if re.fullmatch(r"[a-z_]+", s)]
-                if start == f"{family}." and family == "integrity":
-                    suffixes += sorted(walk_reasons())
-                kinds.update(start + s for s in suffixes)
-            elif isinstance(n, ast.FunctionDef):
-                kinds.update(_helper_kinds(tree, n, prefix))
-    return kinds
-
-
-def _helper_kinds(tree, fn: ast.FunctionDef, prefix) -> set[str]:
-    """``f"family.{param}"`` inside helper ``fn``: the literal values its calls pass for ``param``."""
-    params = [a.arg for a in fn.args.args]
-    out = set()
-    for n in ast.walk(fn):
-        if not (isinstance(n, ast.JoinedStr) and len(n.values) == 2 and isinstance(n.values[0], ast.Constant)
-                and prefix.match(n.values[0].value) and isinstance(n.values[1], ast.FormattedValue)
-                and isinstance(n.values[1].value, ast.Name) and n.values[1].value.id in params):
-            continue
-        index = params.index(n.values[1].value.id)
-        for call in ast.walk(tree):
-            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == fn.name \
-                    and len(call.args) > index and isinstance(call.args[index], ast.Constant):
-                out.add(n.values[0].value + call.args[index].value)
-    return out
+    load_all()
+    return set(CHECKS)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -238,7 +163,8 @@ MEANINGS = {
 METRICS = {
     "message_count": "messages (broker, queue)", "message_bytes": "bytes of messages (broker, queue)",
     "corrupt_bytes": "bytes no walk could frame (broker)", "segments": "commitlog segments (broker)",
-    "messages_lost": "messages the predicted recovery drops (broker)",
+    "messages_lost": "messages the predicted recovery drops, damaged and intact (broker)",
+    "damaged_messages_lost": "of those, the damaged records that still frame a message (broker)",
     "predicted_max_physical_offset": "where the broker's recovery will end the commitlog (broker)",
     "cq_min_offset": "first unit's queue offset (queue)", "cq_max_offset": "one past the last unit (queue)",
     "cq_entries": "units (queue)", "index_entries": "index entries (broker)", "index_files": "index files (broker)",
@@ -272,8 +198,13 @@ SUMMARY = {
     "segment recovery starts from", "brokers[].recovery.predicted_max_physical_offset": "where the commitlog "
     "will end", "brokers[].recovery.stop_segment": "segment where recovery stops",
     "brokers[].recovery.stop_position": "file position there", "brokers[].recovery.stop_kind": "why it stops",
-    "brokers[].recovery.messages_lost": "well-formed messages past the end", "brokers[].recovery.bytes_lost":
-    "their bytes", "brokers[].recovery.segments_deleted": "segments wholly past the end (deleted)",
+    "brokers[].recovery.messages_lost": "messages the broker drops: damaged + intact",
+    "brokers[].recovery.damaged_messages_lost": "damaged records at (or past) the end whose header still frames a "
+    "message", "brokers[].recovery.intact_messages_lost": "well-formed messages past the end",
+    "brokers[].recovery.unframed_bytes_lost": "bytes past the end no walk could frame (records whose headers are "
+    "gone, not counted)", "brokers[].recovery.unframed_runs_lost": "runs of such bytes",
+    "brokers[].recovery.bytes_lost": "the bytes of all of them", "brokers[].recovery.segments_deleted":
+    "segments wholly past the end (deleted)",
     "brokers[].recovery.max_cq_physical_offset": "the highest offset the consume queues reach",
     "brokers[].recovery.cq_units_truncated": "consume-queue units truncated",
     "brokers[].recovery.index_files_deleted": "index files deleted and rebuilt",

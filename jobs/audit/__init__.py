@@ -1,6 +1,9 @@
-"""The audit job (``python -m jobs.audit``, ``spark-submit jobs/audit/__main__.py``).
+"""The audit job (``python -m jobs.audit``, ``spark-submit jobs/audit/__main__.py``): see :mod:`jobs.audit.job`.
 
-Being rebuilt as a package (issue "The audit at scan speed"); until the new engine lands, the job is the
-previous engine in ``jobs/audit_legacy.py`` (whose outputs the new one must reproduce)."""
-from jobs.audit_legacy import *  # noqa: F401,F403
-from jobs.audit_legacy import AuditResult, build_parser, input_files, main, resolve_stores, run  # noqa: F401
+The package: ``job`` (the command line and the run: planning, the survey and scan stages, writing), ``plan``
+(what is read and how it is cut into Spark tasks), ``survey`` and ``scan`` (the tasks), ``tasks`` (running task
+objects on Spark), ``context`` (the driver's view of a dump and the facts the families share), ``findings``
+(the findings and metrics schemas, Severity, the registry of checks), ``checks/`` (one module per check family),
+``inputs`` (store roots and the chain of custody) and ``report`` (report.html)."""
+from .job import AuditResult, build_parser, main, run  # noqa: F401
+from .inputs import input_files, resolve_stores  # noqa: F401

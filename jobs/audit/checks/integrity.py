@@ -28,7 +28,6 @@ SPAN_REASONS = (ErrorKind.BAD_MAGIC, ErrorKind.BAD_CRC, ErrorKind.SIZE_MISMATCH,
                 ErrorKind.BAD_GEOMETRY)
 for _r in SPAN_REASONS:
     check(f"integrity.{str(getattr(_r, 'value', _r)).lower()}", Severity.ERROR, _SPAN)
-check("integrity.unframeable", Severity.ERROR, _SPAN)
 check("integrity.damaged_message", Severity.WARNING,
       "the damaged record ({reason}) is a message of {topic}/{queue_id} at queue offset {queue_offset}, key {key_text}")
 check("integrity.stale_records", Severity.WARNING,
@@ -71,7 +70,7 @@ def in_range(rc, out) -> None:
         excerpt = pa.array([s.excerpt.hex() for s in group], pa.string())
         tail = pa.array([s.unwritten_tail or None for s in group], pa.int64())
         out.finding(finding_table(
-            f"integrity.{(reason or 'unframeable').lower()}", n, broker=rc.broker, file=rc.segment, file_position=fpos,
+            f"integrity.{reason.lower()}", n, broker=rc.broker, file=rc.segment, file_position=fpos,
             physical_offset=pc.add(fpos, rc.base),
             values={"reason": reason, "length": length, "detail": detail, "unwritten_tail": tail},
             details={"length": length, "reason": reason, "field": None, "detail": detail, "excerpt_hex": excerpt,
