@@ -472,6 +472,57 @@ def _truncate_queue(files, units, recover_end: int, phy_offset: int) -> int:
     return files[0].base_byte_offset if files else 0
 
 
+@dataclass(frozen=True)
+class QueueStart:
+    """What ``ConsumeQueue.recover()`` leaves of one queue, before the commitlog's recovered end is known."""
+
+    recover_end: int
+    max_physic_offset: int  # -1: no valid unit walked
+    refused: tuple[int, int] | None  # (offset, size) of the written unit recover() stopped at
+
+
+def recover_queue(files) -> QueueStart:
+    """``ConsumeQueue.recover()`` of one queue (files sorted by name)."""
+    return QueueStart(*_recover_queue(files, _QueueUnits(files)))
+
+
+def finish_queue(topic: str, queue_id: int, files, start: QueueStart, commitlog_end: int, has_commitlog: bool,
+                 truncate: bool, units=None) -> QueueRecovery:
+    """What recovery leaves of one queue once the commitlog's recovered end is known: ``truncateDirtyLogicFiles``
+    when ``truncate`` (every queue's maxPhysicOffset against the end: decided over all queues), ``destroyLogics``
+    without a commitlog; the written units from the queue's new end on are dropped."""
+    units = units or _QueueUnits(files)
+    if not has_commitlog:
+        end = files[0].base_byte_offset if files else 0
+    elif truncate:
+        end = _truncate_queue(files, units, start.recover_end, commitlog_end)
+    else:
+        end = start.recover_end
+    dropped, first_dropped = 0, None
+    for i, f in enumerate(files):
+        if f.base_byte_offset + f.length <= end:
+            continue
+        written = units(i)[2]
+        skip = max(0, (end - f.base_byte_offset) // L.CQ_STORE_UNIT_SIZE)
+        hits = written[skip:].nonzero()[0]
+        if len(hits) and first_dropped is None:
+            first_dropped = (f.base_byte_offset // L.CQ_STORE_UNIT_SIZE) + skip + int(hits[0])
+        dropped += len(hits)
+    reason = None
+    if dropped:
+        reason = "no_commitlog" if not has_commitlog else "past_recovered_end" if end < start.recover_end \
+            else "invalid_unit"
+    return QueueRecovery(topic, queue_id, start.recover_end, start.max_physic_offset, end, dropped, first_dropped,
+                         reason, start.refused if reason == "invalid_unit" else None)
+
+
+def truncates_queues(starts, commitlog_end: int, has_commitlog: bool = True) -> tuple[bool, int]:
+    """(whether recovery runs truncateDirtyLogicFiles on every queue, the queues' max maxPhysicOffset): it does
+    when that max is >= the recovered commitlog end (``DefaultMessageStore.recover``)."""
+    max_cq = max((s.max_physic_offset for s in starts), default=-1)
+    return has_commitlog and max_cq >= commitlog_end, max_cq
+
+
 def recover_consume_queues(queues: dict, commitlog_end: int, has_commitlog: bool = True
                            ) -> tuple[dict, int]:
     """Every queue as recovery leaves it (``DefaultMessageStore.recover``): ``recoverConsumeQueue()`` runs
@@ -480,36 +531,12 @@ def recover_consume_queues(queues: dict, commitlog_end: int, has_commitlog: bool
     >= the recovered commitlog end; with no commitlog segment at all it destroys every queue
     (``destroyLogics``).  ``queues``: {(topic, queue id): files sorted by name}.  Returns ({key:
     :class:`QueueRecovery`}, the max maxPhysicOffset)."""
-    first = {}
-    for key, files in queues.items():
-        units = _QueueUnits(files)
-        first[key] = (files, units, *_recover_queue(files, units))
-    max_cq = max((v[3] for v in first.values()), default=-1)
-    truncate = has_commitlog and max_cq >= commitlog_end
-    out = {}
-    for (topic, qid), (files, units, rec_end, max_phys, refused) in first.items():
-        if not has_commitlog:
-            end = files[0].base_byte_offset if files else 0
-        elif truncate:
-            end = _truncate_queue(files, units, rec_end, commitlog_end)
-        else:
-            end = rec_end
-        dropped, first_dropped = 0, None
-        for i, f in enumerate(files):
-            if f.base_byte_offset + f.length <= end:
-                continue
-            written = units(i)[2]
-            skip = max(0, (end - f.base_byte_offset) // L.CQ_STORE_UNIT_SIZE)
-            hits = written[skip:].nonzero()[0]
-            if len(hits) and first_dropped is None:
-                first_dropped = (f.base_byte_offset // L.CQ_STORE_UNIT_SIZE) + skip + int(hits[0])
-            dropped += len(hits)
-        reason = None
-        if dropped:
-            reason = "no_commitlog" if not has_commitlog else "past_recovered_end" if end < rec_end else "invalid_unit"
-        out[(topic, qid)] = QueueRecovery(topic, qid, rec_end, max_phys, end, dropped, first_dropped, reason,
-                                          refused if reason == "invalid_unit" else None)
-    return out, max_cq
+    units = {key: _QueueUnits(files) for key, files in queues.items()}
+    starts = {key: QueueStart(*_recover_queue(files, units[key])) for key, files in queues.items()}
+    truncate, max_cq = truncates_queues(starts.values(), commitlog_end, has_commitlog)
+    return {(topic, qid): finish_queue(topic, qid, files, starts[(topic, qid)], commitlog_end, has_commitlog,
+                                       truncate, units[(topic, qid)])
+            for (topic, qid), files in queues.items()}, max_cq
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -645,14 +672,17 @@ def recovery_region(store: Store, message_index_safe: bool = False) -> list[Segm
 
 
 def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True,
-                     walks: dict[str, SegmentWalk] | None = None, enumerate_lost: bool = True) -> RecoveryPrediction:
+                     walks: dict[str, SegmentWalk] | None = None, enumerate_lost: bool = True,
+                     queue_starts: dict | None = None) -> RecoveryPrediction:
     """What the broker will do when it starts on ``store``.
 
     ``walks``: recovery-walk outcomes by segment name (:func:`recovery_walk`), e.g. computed in parallel; a
     segment the decision needs and that is not there is walked here.  ``enumerate_lost``: enumerate the
     records the broker drops here (:func:`walk_lost_records`); False leaves ``dropped_messages``,
     ``damaged_dropped`` and ``unframed_dropped`` empty for a caller that has the salvage walk's items and
-    applies :func:`lost_records` itself."""
+    applies :func:`lost_records` itself.  ``queue_starts``: {(topic, queue id): :class:`QueueStart`} computed
+    elsewhere; then the queues are not read here and ``cq_truncation`` stays empty for the caller to finish
+    each queue (:func:`finish_queue`, with :func:`truncates_queues`' decision)."""
     root = Path(store.root)
     markers = store.markers()
     mode = "abnormal" if markers.abort else "normal"  # DefaultMessageStore.isTempFileExist: File.exists()
@@ -688,7 +718,10 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     if enumerate_lost:
         lost = walk_lost_records(store, max_offset, stop_walk, check_crc=check_crc)
 
-    queues, max_cq = recover_consume_queues(store.queues, max_offset, has_commitlog=bool(segs))
+    if queue_starts is None:
+        queues, max_cq = recover_consume_queues(store.queues, max_offset, has_commitlog=bool(segs))
+    else:
+        queues, max_cq = {}, max((s.max_physic_offset for s in queue_starts.values()), default=-1)
     truncation = {k: q for k, q in queues.items() if q.dropped}
 
     index_deleted = []

@@ -48,10 +48,20 @@ class AuditContext:
         nothing is walked here) and completed by the scan (:func:`checks.recovery.lost_from_scan`)."""
         from store_format.recovery import predict_recovery
 
+        from store_format.recovery import QueueStart
+
+        from .survey import QUEUE_STARTS
+
         walks = self.segment_walks()
+        starts: dict[str, dict] = {name: {} for name in self.plans}
+        for r in self.survey_partial("survey.queue_starts", QUEUE_STARTS).to_pylist():
+            starts[r["broker"]][(r["topic"], r["queue_id"])] = QueueStart(
+                r["recover_end"], r["max_physic_offset"],
+                (r["refused_offset"], r["refused_size"]) if r["refused_offset"] is not None else None)
+        self.queue_starts = starts
         self.recovery = {name: predict_recovery(plan.store, message_index_safe=self.options.message_index_safe,
                                                 check_crc=self.options.check_crc, walks=walks.get(name, {}),
-                                                enumerate_lost=False)
+                                                enumerate_lost=False, queue_starts=starts[name])
                          for name, plan in self.plans.items()}
 
     def segment_walks(self) -> dict[str, dict]:

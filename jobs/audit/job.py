@@ -224,6 +224,8 @@ def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
     from store_format.commitlog import SEGMENT_NAME
 
     from .scan import BrokerFacts, CommitlogRange, IndexScan, QueueScan, RoutedIndexFile, RoutedQueueFile
+    from store_format.recovery import truncates_queues
+
     from .checks.index import unreadable_ranges
     from .survey import CQ_FILES, INDEX_FILES, buckets_of_row
 
@@ -245,7 +247,9 @@ def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
         facts = BrokerFacts(
             broker=name, families=ctx.options.families, check_crc=ctx.options.check_crc,
             segment_size=plan.store.segment_size or 1, recovered_end=p.max_physical_offset, recovery_stop=stop,
-            reput_from=p.max_cq_physical_offset,
+            reput_from=p.max_cq_physical_offset, has_commitlog=bool(plan.store.segments),
+            truncate_queues=truncates_queues(ctx.queue_starts[name].values(), p.max_physical_offset,
+                                             bool(plan.store.segments))[0],
             index_pending_from=p.redispatch_from if p.redispatch_from is not None else p.max_cq_physical_offset,
             indexed=plan.has_index_dir, shift=plan.shift, commitlog_end=plan.commitlog_end,
             queue_files=queue_files, index_files=index_files, file_problems=problems,

@@ -82,6 +82,8 @@ class BrokerFacts:
     recovered_end: int  # the predicted recovery's max physical offset: messages before it are kept
     recovery_stop: object  # the SegmentWalk the recovery walk ended in (store_format.recovery), or None
     reput_from: int  # the consume queues' end: the broker dispatches records past it at start
+    has_commitlog: bool  # without a segment, recovery destroys every consume queue
+    truncate_queues: bool  # recovery runs truncateDirtyLogicFiles on every queue (store_format.recovery)
     index_pending_from: int  # where the broker (re-)indexes from at start
     indexed: bool  # the store has an index/ folder
     shift: int
@@ -370,6 +372,9 @@ class QueueScan:
         return sum(f.length for f in self.files)
 
     def run(self, out: Emitter) -> None:
+        from .checks.recovery import queue_recovery_in
+
+        queue_recovery_in(self.facts, self.files, out)  # the summary's recovery counts it, whatever the families
         for family in self.facts.families:
             hook = getattr(family_module(family), "in_queue_files", None)
             if hook is not None:

@@ -25,12 +25,16 @@ from store_format import layout as L
 from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, ReadOnlyMap, SEGMENT_NAME, \
     SalvageSpan
 from store_format.consumequeue import CQFile, read_unit_arrays
+from store_format.recovery import recover_queue
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.indexfile import INDEX_NAME, IndexFile, read_header
 
 from .plan import Buckets, bucket_of
 from .tasks import Emitter
 
+QUEUE_STARTS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
+                          ("recover_end", pa.int64()), ("max_physic_offset", pa.int64()),
+                          ("refused_offset", pa.int64()), ("refused_size", pa.int64())])
 WALK_ITEMS = pa.schema([
     ("broker", pa.string()), ("segment", pa.string()), ("range_start", pa.int64()), ("file_position", pa.int64()),
     ("kind", pa.string()), ("size", pa.int64()), ("reason", pa.string()), ("field", pa.string()),
@@ -152,6 +156,14 @@ class QueueSurvey:
                                     "uniq_key": msg.uniq_key if msg else None,
                                     "real_topic": msg.properties.get(L.PROPERTY_REAL_TOPIC) if msg else None})
         out.partial("survey.cq_files", pa.Table.from_pylist(rows, schema=CQ_FILES))
+        starts = []
+        for (topic, qid), files in queue_files(self.files).items():
+            s = recover_queue(files)  # ConsumeQueue.recover(): the broker's own walk of the queue
+            starts.append({"broker": self.broker, "topic": topic, "queue_id": qid, "recover_end": s.recover_end,
+                           "max_physic_offset": s.max_physic_offset,
+                           "refused_offset": s.refused[0] if s.refused else None,
+                           "refused_size": s.refused[1] if s.refused else None})
+        out.partial("survey.queue_starts", pa.Table.from_pylist(starts, schema=QUEUE_STARTS))
         if pending:
             out.partial("delays.pending", pa.Table.from_pylist(pending, schema=PENDING))
 
@@ -220,6 +232,17 @@ class IndexSurvey:
 def _header_row(h) -> dict:
     return {"begin_timestamp": h.begin_timestamp, "end_timestamp": h.end_timestamp,
             "begin_phy_offset": h.begin_phy_offset, "end_phy_offset": h.end_phy_offset, "index_count": h.index_count}
+
+
+def queue_files(parts: list[CQFilePartition]) -> dict[tuple[str, int], list[CQFile]]:
+    """The consume-queue files of ``parts`` the broker loads, by queue (as store_format.consumequeue's
+    discover_queues finds them: a number for a folder name, 20 digits for a file name), sorted by name."""
+    out: dict[tuple, list] = {}
+    for p in parts:
+        if p.queue_id is not None and SEGMENT_NAME.match(p.name) and p.loc.local_path is not None:
+            out.setdefault((p.topic, p.queue_id), []).append(
+                CQFile(p.topic, p.queue_id, Path(p.loc.local_path), int(p.name), p.length))
+    return {k: sorted(v, key=lambda f: f.base_byte_offset) for k, v in out.items()}
 
 
 def buckets_of_row(row: dict) -> Buckets:

@@ -100,11 +100,46 @@ def lost_records_in(rc, out) -> None:
         schema=LOST))
 
 
+QUEUES = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
+                    ("recover_end", pa.int64()), ("max_physic_offset", pa.int64()), ("end", pa.int64()),
+                    ("dropped", pa.int64()), ("first_dropped", pa.int64()), ("reason", pa.string()),
+                    ("refused_offset", pa.int64()), ("refused_size", pa.int64())])
+
+
+def queue_recovery_in(facts, parts, out) -> None:
+    """What recovery leaves of each queue of ``parts`` (store_format.recovery.finish_queue, with the broker-wide
+    decision to truncate), for the queues that lose units."""
+    from store_format.recovery import finish_queue, recover_queue
+
+    from ..survey import queue_files
+
+    rows = []
+    for (topic, qid), files in queue_files(parts).items():
+        q = finish_queue(topic, qid, files, recover_queue(files), facts.recovered_end, facts.has_commitlog,
+                         facts.truncate_queues)
+        if q.dropped:
+            rows.append({"broker": facts.broker, "topic": topic, "queue_id": qid, "recover_end": q.recover_end,
+                         "max_physic_offset": q.max_physic_offset, "end": q.end, "dropped": q.dropped,
+                         "first_dropped": q.first_dropped, "reason": q.reason,
+                         "refused_offset": q.invalid_unit[0] if q.invalid_unit else None,
+                         "refused_size": q.invalid_unit[1] if q.invalid_unit else None})
+    if rows:
+        out.partial("recovery.queues", pa.Table.from_pylist(rows, schema=QUEUES))
+
+
 def lost_from_scan(ctx) -> None:
-    """Give each broker's prediction the records its scan found past the recovered end (predict_recovery was told
-    not to enumerate them: ``enumerate_lost=False``)."""
+    """Give each broker's prediction what its scan found: the records past the recovered end (predict_recovery was
+    told not to enumerate them: ``enumerate_lost=False``) and the queues recovery cuts (``queue_starts``)."""
+    from store_format.recovery import QueueRecovery
+
+    queues = ctx.partial("recovery.queues", QUEUES).to_pylist()
     t = ctx.partial("recovery.lost", LOST).sort_by([("broker", "ascending"), ("physical_offset", "ascending")])
     for name, p in ctx.recovery.items():
+        p.cq_truncation = {(q["topic"], q["queue_id"]): QueueRecovery(
+            q["topic"], q["queue_id"], q["recover_end"], q["max_physic_offset"], q["end"], q["dropped"],
+            q["first_dropped"], q["reason"], (q["refused_offset"], q["refused_size"])
+            if q["refused_offset"] is not None else None) for q in queues if q["broker"] == name}
+        p.cq_units_truncated = {k: q.dropped for k, q in p.cq_truncation.items()}
         mine = t.filter(pc.equal(t.column("broker"), name)).to_pylist()
         p.dropped_messages = [(r["physical_offset"], r["size"]) for r in mine if r["state"] == "intact"]
         p.damaged_dropped = [(r["physical_offset"], r["size"], r["damage"]) for r in mine if r["state"] == "damaged"]
