@@ -291,16 +291,29 @@ def concat_metrics(tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables) if tables else METRIC_SCHEMA.empty_table()
 
 
-# -------------------------------------------------------------------------------------------------- Spark side
+# -------------------------------------------------------------------------------------------------- as written
 
-def with_finding_id(df):
-    """The stable id, in Spark: a hash of where the finding is (check, positions, the ``key`` detail), not of when
-    it was found.  Written once for every finding, whichever task or family made it."""
-    from pyspark.sql import functions as F
+FINDINGS_FILE_SCHEMA = pa.schema([("run_id", pa.string()), ("run_time", pa.timestamp("us", "UTC")),
+                                  ("finding_id", pa.string())] + list(FINDING_SCHEMA))
 
-    key = F.concat_ws("|", *[F.coalesce(F.col(c).cast("string"), F.lit("")) for c in ("check",) + POSITION_COLUMNS],
-                      F.coalesce(F.col("details")["key"], F.lit("")))
-    return df.withColumn("finding_id", F.substring(F.sha2(key, 256), 1, 20))
+
+def finding_ids(t: pa.Table) -> pa.Array:
+    """The stable id of each finding: the first 20 hex digits of the SHA-256 of where it is (check, the position
+    columns, the ``key`` detail; absent ones as empty text, joined by ``|``), not of when it was found."""
+    import hashlib
+
+    cols = [pc.fill_null(text_of(t.column(c).combine_chunks()), "") for c in ("check",) + POSITION_COLUMNS]
+    key = pc.fill_null(pc.map_lookup(t.column("details"), "key", "first"), "")
+    joined = pc.binary_join_element_wise(*cols, key, "|")
+    return pa.array([hashlib.sha256(k.encode()).hexdigest()[:20] for k in joined.to_pylist()], pa.string())
+
+
+def as_written(t: pa.Table, run_id: str, run_time) -> pa.Table:
+    """Findings as the findings table holds them: the run's stamps and each finding's id first."""
+    n = t.num_rows
+    return pa.Table.from_arrays(
+        [pa.repeat(pa.scalar(run_id), n), pa.repeat(pa.scalar(run_time, pa.timestamp("us", "UTC")), n),
+         finding_ids(t) if n else pa.array([], pa.string())] + list(t.columns), schema=FINDINGS_FILE_SCHEMA)
 
 
 def severity_rank(column: str = "severity"):

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jobs import cli
-from jobs.output import OutputError, append_history, prepare_output, write_table
+from jobs.output import OutputError, append_history, prepare_output
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args
 
 from . import findings as FD
@@ -49,7 +49,7 @@ from .checks import FAMILIES, load, load_all
 from .context import AuditContext, AuditOptions
 from .inputs import fingerprint, input_files, resolve_stores
 from .plan import TASKS_PER_CORE, BrokerPlan, plan_broker, scan_split_size
-from .tasks import Outputs, findings_of, run_tasks
+from .tasks import RunInfo, run_tasks
 
 NAME = "audit"
 TOOL = "rocketmq-forensics"
@@ -342,19 +342,20 @@ def run(spark, args) -> AuditResult:
     segments = _segment_plans(plans, split, region)
     phases.done("planning")
 
-    scan_df = None
+    out = args.out.rstrip("/")
+    run = RunInfo(os.path.join(out, "findings"), run_id, run_time)
+    os.makedirs(run.findings_dir, exist_ok=True)
     try:
         survey = _survey_tasks(ctx, segments)
         progress(f"survey: {len(survey)} task(s)")
-        ctx.survey = Outputs.collect(run_tasks(spark, survey, TASKS_PER_CORE * cores))
+        ctx.survey = run_tasks(spark, survey, TASKS_PER_CORE * cores, RunInfo(None))
         phases.done("survey")
         progress("predicting recovery")
         ctx.predict_recovery()
         phases.done("recovery prediction")
         scan = _scan_tasks(ctx, segments)
         progress(f"scan: {len(scan)} task(s)")
-        scan_df = run_tasks(spark, scan, TASKS_PER_CORE * cores, persist=True)
-        ctx.scan = Outputs.collect(scan_df)
+        ctx.scan = run_tasks(spark, scan, TASKS_PER_CORE * cores, run)
         from .checks.recovery import lost_from_scan
 
         lost_from_scan(ctx)
@@ -367,14 +368,14 @@ def run(spark, args) -> AuditResult:
             progress(f"{family}: {time.time() - t0:.1f}s")
         phases.done("families on the driver")
 
-        out = args.out.rstrip("/")
         stamp = {"run_id": run_id, "run_time": run_time}
         driver_findings = FD.concat_findings([t for r in results.values() for t in r.findings])
         progress("writing findings")
         counts = _counts(ctx, driver_findings)
-        findings_df = findings_of(scan_df).unionByName(_spark_findings(spark, driver_findings))
-        findings_df = _stamped(FD.with_finding_id(findings_df), stamp)
-        write_table(findings_df.coalesce(1), f"{out}/findings", "parquet")
+        # the scan's tasks wrote theirs; the families' go beside them (always a file: the folder has a schema)
+        pq.write_table(FD.as_written(driver_findings, run_id, run_time), os.path.join(run.findings_dir,
+                                                                                       "part-driver.parquet"))
+        Path(run.findings_dir, "_SUCCESS").touch()
         phases.done("writing findings")
         metrics = FD.concat_metrics([t for r in results.values() for t in r.metrics])
         _write_arrow(_stamp_arrow(metrics, stamp), f"{out}/metrics")
@@ -414,8 +415,6 @@ def run(spark, args) -> AuditResult:
             report.write(spark, ctx, summary, tables, metrics, out, top=args.top)
         phases.done("summary and report")
     finally:
-        if scan_df is not None:
-            scan_df.unpersist()
         ctx.release()
 
     errors = summary["counts"]["error"]
@@ -444,23 +443,6 @@ def _counts(ctx: AuditContext, driver_findings: pa.Table) -> dict:
         severity[sev] = severity.get(sev, 0) + n
     per_check = {c: {"severity": s, "count": n} for (c, s), n in sorted(per.items())}
     return {"severity": severity, "per_check": per_check}
-
-
-def _spark_findings(spark, table: pa.Table):
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    schema = from_arrow_schema(FD.FINDING_SCHEMA)
-    if not table.num_rows:
-        return spark.createDataFrame([], schema)
-    return spark.createDataFrame(table, schema=schema)
-
-
-def _stamped(df, stamp: dict):
-    from pyspark.sql import functions as F
-
-    cols = [F.lit(stamp["run_id"]).alias("run_id"), F.lit(stamp["run_time"]).cast("timestamp").alias("run_time"),
-            "finding_id"] + [f.name for f in FD.FINDING_SCHEMA]
-    return df.select(*cols)
 
 
 def _stamp_arrow(t: pa.Table, stamp: dict) -> pa.Table:

@@ -40,7 +40,7 @@ def write(spark, ctx, summary: dict, tables: dict[str, pa.Table], metrics: pa.Ta
                  f"{counts['warning']} warning(s), {counts['info']} info finding(s) in "
                  f"{len(summary['brokers'])} store(s)</div>")
     parts.append(_recovery_section(summary))
-    parts.append(_findings_section(spark, out, top))
+    parts.append(_findings_section(out, top))
     parts.append(_per_check_section(counts["per_check"]))
     parts.append("<h2>Plots</h2>")
     for title, png in _plots(ctx, tables):
@@ -88,16 +88,32 @@ def _recovery_section(summary: dict) -> str:
          "CQ units truncated", "index files rebuilt", "start problems"], rows, numeric={3, 6, 7, 8})
 
 
-def _findings_section(spark, out: str, top: int) -> str:
-    from .findings import severity_rank
-
-    rows = (spark.read.parquet(f"{out}/findings")
-            .orderBy(severity_rank(), "broker", "physical_offset", "file", "file_position")
-            .select("severity", "check", "broker", "file", "file_position", "physical_offset", "topic", "queue_id",
-                    "queue_offset", "message").limit(top).collect())
+def _findings_section(out: str, top: int) -> str:
+    rows = [[r[c] for c in _TOP_COLUMNS] for r in worst_findings(f"{out}/findings", top)]
     return f"<h2>Worst findings (top {top})</h2>" + _html_table(
         ["severity", "check", "broker", "file", "position", "physical offset", "topic", "queue", "queue offset",
          "message"], [list(r) for r in rows], numeric={4, 5, 7, 8})
+
+
+_TOP_COLUMNS = ("severity", "check", "broker", "file", "file_position", "physical_offset", "topic", "queue_id",
+                "queue_offset", "message")
+
+
+def worst_findings(path: str, top: int) -> list[dict]:
+    """The ``top`` worst findings of a findings folder (by severity, then broker, physical offset, file and
+    position; nulls first), read a batch at a time so memory stays bounded whatever their number."""
+    import pyarrow.dataset as ds
+
+    from .findings import Severity
+
+    def key(r):  # nulls first, as Spark's ascending order puts them
+        return (Severity.of(r["severity"]),) + tuple((r[c] is not None, r[c] if r[c] is not None else "")
+                                                     for c in ("broker", "physical_offset", "file", "file_position"))
+
+    best: list[dict] = []
+    for batch in ds.dataset(path, format="parquet").to_batches(columns=list(_TOP_COLUMNS)):
+        best = sorted(best + batch.to_pylist(), key=key)[:top]
+    return best
 
 
 def _per_check_section(per_check: dict) -> str:
