@@ -137,16 +137,11 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
     the last written one are kept (``zero``), the zero-filled unwritten tail is not."""
     import numpy as np
 
-    dtype = L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE)
     with ReadOnlyMap(cq_file.path) as m:
-        n = len(m) // L.CQ_STORE_UNIT_SIZE
-        raw = np.frombuffer(m.buf, np.uint8, n * L.CQ_STORE_UNIT_SIZE).reshape(n, L.CQ_STORE_UNIT_SIZE)
-        written = np.flatnonzero(raw.any(axis=1))
+        u = units_of(m.buf)
+        written = np.flatnonzero(u["written"])
         n = int(written[-1]) + 1 if len(written) else 0
-        u = np.frombuffer(m.buf, dtype, n)
-        phys, size, tags = u["physical_offset"].astype(np.int64), u["size"].astype(np.int32), \
-            u["tags_code"].astype(np.int64)
-        del raw, u  # no view may outlive the mmap
+        phys, size, tags = u["physical_offset"][:n], u["size"][:n], u["tags_code"][:n]
         truncated = None
         if len(m) % L.CQ_STORE_UNIT_SIZE:
             whole = len(m) - len(m) % L.CQ_STORE_UNIT_SIZE
@@ -168,13 +163,16 @@ def unit_kinds(phys, size, tags):
 
 
 def units_of(raw) -> dict:
-    """Units ``raw`` (bytes of whole units) as native numpy columns with their kind codes."""
+    """The whole units of ``raw`` (bytes, or a map: nothing is kept pointing into it) as native numpy columns,
+    with their kind codes and whether each was written (any of its 20 bytes not zero)."""
     import numpy as np
 
     u = np.frombuffer(raw, L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE), len(raw) // L.CQ_STORE_UNIT_SIZE)
     phys, size, tags = u["physical_offset"].astype(np.int64), u["size"].astype(np.int32), \
         u["tags_code"].astype(np.int64)
-    return {"physical_offset": phys, "size": size, "tags_code": tags, "kind": unit_kinds(phys, size, tags)}
+    del u  # no view may outlive a map
+    return {"physical_offset": phys, "size": size, "tags_code": tags, "kind": unit_kinds(phys, size, tags),
+            "written": (phys != 0) | (size != 0) | (tags != 0)}
 
 
 def read_queue(files: list[CQFile], **kwargs) -> Iterator[CQUnit]:

@@ -43,6 +43,7 @@ from typing import Iterable
 from . import layout as L
 from .checkpoint import Checkpoint
 from .codec import decode_record
+from .consumequeue import units_of
 from .commitlog import END_OF_DATA, KIND_MESSAGE, Frame, ReadOnlyMap, SalvageSpan, Segment, salvage_arrays, \
     walk_arrays
 from .errors import ErrorKind, StoreFormatError
@@ -419,14 +420,9 @@ class _QueueUnits:
         if i not in self._cache:
             import numpy as np
 
-            dtype = L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE)
             with ReadOnlyMap(self.files[i].path) as m:
-                n = len(m) // L.CQ_STORE_UNIT_SIZE
-                raw = np.frombuffer(m.buf, np.uint8, n * L.CQ_STORE_UNIT_SIZE).reshape(n, L.CQ_STORE_UNIT_SIZE)
-                u = np.frombuffer(m.buf, dtype, n)
-                self._cache[i] = (u["physical_offset"].astype(np.int64), u["size"].astype(np.int64),
-                                  raw.any(axis=1))
-                del raw, u
+                u = units_of(m.buf)
+            self._cache[i] = (u["physical_offset"], u["size"].astype(np.int64), u["written"])
         return self._cache[i]
 
 

@@ -307,8 +307,10 @@ class RangeContext:
         start = it.positions[rows] + self.base
         end = start + it.sizes[rows]
         damage = it.kinds[rows] == KIND_CORRUPT
-        reasons = [it.others[r].reason if damage[k] else None for k, r in enumerate(rows.tolist())]
-        extra = [(p, n, r) for p, n, r in self.facts.file_problems if self.lo <= p < self.hi]
+        reasons = [None] * len(rows)
+        for k in np.flatnonzero(damage).tolist():
+            reasons[k] = it.others[int(rows[k])].reason
+        extra = self._file_problems
         if extra:
             start = np.concatenate([start, np.array([p for p, _, _ in extra], np.int64)])
             end = np.concatenate([end, np.array([p + n for p, n, _ in extra], np.int64)])
@@ -336,10 +338,17 @@ class RangeContext:
         return code, prev, [reasons[k] if inside[n] else None for n, k in enumerate(j.tolist())]
 
     @property
+    def _file_problems(self) -> list[tuple[int, int, str]]:
+        return [(p, n, r) for p, n, r in self.facts.file_problems if self.lo <= p < self.hi]
+
+    @property
     def data_end(self) -> int | None:
         """One past the last byte of any message or span of this range (the driver takes the broker's max)."""
-        _, end, _, _ = self._located_items
-        return int(end.max()) if len(end) else None
+        it = self.items
+        item = (it.kinds == KIND_MESSAGE) | (it.kinds == KIND_CORRUPT)
+        ends = [int((it.positions[item] + it.sizes[item]).max()) + self.base] if item.any() else []
+        ends += [p + n for p, n, _ in self._file_problems]
+        return max(ends) if ends else None
 
 
 def _block(phys: np.ndarray, size: int) -> np.ndarray:

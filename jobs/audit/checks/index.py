@@ -101,19 +101,24 @@ def key_text(m: pa.Table, rows: np.ndarray, source: np.ndarray) -> pa.Array:
 
 
 def pairs_in(a_phys: np.ndarray, a_hash: np.ndarray, b_phys: np.ndarray, b_hash: np.ndarray) -> np.ndarray:
-    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s: offsets ranked so a pair fits an int64, then a
-    sorted search."""
+    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s: ``b`` ordered by offset (it mostly is: entries
+    and keys come in commitlog order), each ``a`` pair's run of equal offsets in it found by a search, and the
+    hashes of the run compared a step at a time (a run is a message's few keys)."""
     if not len(a_phys) or not len(b_phys):
         return np.zeros(len(a_phys), bool)
-    offsets = np.sort(np.concatenate([a_phys, b_phys]))
-    offsets = offsets[np.r_[True, offsets[1:] != offsets[:-1]]]
-
-    def code(p, h):
-        return (np.searchsorted(offsets, p).astype(np.int64) << 32) | (h.astype(np.int64) & 0xFFFFFFFF)
-
-    ka, kb = code(a_phys, a_hash), np.sort(code(b_phys, b_hash))
-    i = np.minimum(np.searchsorted(kb, ka), len(kb) - 1)
-    return kb[i] == ka
+    if len(b_phys) > 1 and (np.diff(b_phys) < 0).any():
+        order = np.argsort(b_phys, kind="stable")
+        b_phys, b_hash = b_phys[order], b_hash[order]
+    lo = np.searchsorted(b_phys, a_phys, side="left")
+    hi = np.searchsorted(b_phys, a_phys, side="right")
+    found = np.zeros(len(a_phys), bool)
+    k, width = 0, int((hi - lo).max())
+    while k < width:
+        at = lo + k
+        live = at < hi
+        found[live] |= b_hash[at[live]] == a_hash[live]
+        k += 1
+    return found
 
 
 def in_range(rc, out) -> None:
@@ -175,23 +180,21 @@ def in_range(rc, out) -> None:
         _loose(rc, e.take(loose), out)
     good = np.flatnonzero(ekept)
     if len(good):
-        g = e.take(good)
-        mt = m.take(at[good])
-        bad = np.flatnonzero(~pairs_in(ephys[good], ehash[good], kphys, khash))
+        bad = good[~pairs_in(ephys[good], ehash[good], kphys, khash)]
         if len(bad):
-            gb, mb = g.take(bad), mt.take(bad)
+            gb, mb = e.take(bad), m.select(["topic"]).take(at[bad])
             out.finding(finding_table(
                 "index.hash_mismatch", len(bad), broker=rc.broker, file=gb.column("file"),
                 physical_offset=gb.column("physical_offset"), topic=mb.column("topic"),
                 values={"entry": gb.column("entry"), "key_hash": gb.column("key_hash")},
                 details={"entry": gb.column("entry"), "key_hash": gb.column("key_hash")}))
         # timeDiff is whole seconds from the header's begin; the first entry's is against the previous file
-        ts = mt.column("store_timestamp").to_numpy(zero_copy_only=False)
-        et = g.column("store_time").to_numpy()
-        late = (g.column("entry").to_numpy() > 1) & ((ts < et) | (ts >= et + 1000))
-        rows = np.flatnonzero(late)
+        ts = rc.column("store_timestamp")[at[good]]
+        et = e.column("store_time").to_numpy()[good]
+        late = (e.column("entry").to_numpy()[good] > 1) & ((ts < et) | (ts >= et + 1000))
+        rows = good[late]
         if len(rows):
-            gl, ml = g.take(rows), mt.take(rows)
+            gl, ml = e.take(rows), m.select(["topic", "store_timestamp"]).take(at[rows])
             out.finding(finding_table(
                 "index.time_inconsistent", len(rows), broker=rc.broker, file=gl.column("file"),
                 physical_offset=gl.column("physical_offset"), topic=ml.column("topic"),
