@@ -205,33 +205,34 @@ class AuditContext:
         return cache[table]
 
     # ---- single records ----------------------------------------------------------------------------------
-    def kept_messages_by_id(self, broker: str, msg_ids) -> dict:
-        """{msg id: message} for the offset message ids that name a message of the salvage walk which the
-        predicted recovery keeps and whose own offset message id is that id (the others are left out)."""
+    def kept_messages_by_id(self, broker: str, msg_ids) -> pa.Table:
+        """The messages the offset message ids name, where a message of the salvage walk starts at the id's offset,
+        the predicted recovery keeps it and its own offset message id is that id: a table of ``msg_id``,
+        ``physical_offset``, ``topic``, ``uniq_key`` (the other ids are left out)."""
         from store_format.errors import StoreFormatError
         from store_format.ids import parse_offset_msg_id
 
         end = self.recovery[broker].max_physical_offset
-        wanted = {}
+        wanted = set()
         for msg_id in set(msg_ids) - {None}:
             try:
                 phys = parse_offset_msg_id(msg_id).physical_offset
             except StoreFormatError:
                 continue
             if phys < end:
-                wanted.setdefault(phys, []).append(msg_id)
-        found = self.walk_messages_at(broker, sorted(wanted))
-        return {i: msg for phys, msg in found.items() for i in wanted[phys] if msg.msg_id == i}
+                wanted.add(phys)
+        t = self.walk_messages_at(broker, sorted(wanted), ("msg_id", "physical_offset", "topic", "uniq_key"))
+        return t.filter(pc.is_in(t.column("msg_id"), pa.array(list(set(msg_ids) - {None}), pa.string())))
 
-    def walk_messages_at(self, broker: str, offsets) -> dict:
-        """{physical offset: message} for the offsets at which a message of the salvage walk starts, each segment
-        opened once.  A frame that proves itself (a body whose CRC matches, or an empty body followed by another
-        frame, a blank or the end of the data) lies on the walk from its segment's start (find_next_frame's
-        confirmation); the walk ends at the segment's first blank.  Anything else is settled by walking the
-        segment."""
-        from store_format import codec
+    def walk_messages_at(self, broker: str, offsets, columns: tuple[str, ...]) -> pa.Table:
+        """The decoded ``columns`` (udfs.kernels) of the messages of the salvage walk that start at ``offsets``
+        (sorted), each segment opened once.  A frame that proves itself (a body whose CRC matches, or an empty
+        body followed by another frame, a blank or the end of the data) lies on the walk from its segment's start
+        (find_next_frame's confirmation); the walk ends at the segment's first blank.  Anything else is settled
+        by walking the segment."""
         from store_format.commitlog import END_OF_DATA, KIND_MESSAGE, ReadOnlyMap, _body_length, frame_at, \
             salvage_arrays
+        from udfs import kernels as K
 
         segments = {s.name: s for s in self.plans[broker].named_segments}
         by_segment: dict = {}
@@ -239,11 +240,12 @@ class AuditContext:
             seg = next((s for s in segments.values() if s.base <= phys < s.base + s.length), None)
             if seg is not None and seg.loc.local_path is not None:
                 by_segment.setdefault(seg.name, []).append(phys)
-        out = {}
+        parts = []
         for name, group in by_segment.items():
             seg = segments[name]
             blank = self.first_blanks.get((broker, seg.name))
             walked = None
+            starts, sizes = [], []
             with ReadOnlyMap(seg.loc.local_path) as m:
                 for phys in group:
                     pos = phys - seg.base
@@ -264,9 +266,16 @@ class AuditContext:
                         if not len(hit):
                             continue
                         size = int(walked.sizes[hit[0]])
-                    out[phys] = codec.decode_record(m.buf, pos, limit=pos + size, file=seg.name)
+                    starts.append(pos)
+                    sizes.append(size)
+                if starts:
+                    parts.append(pa.Table.from_batches([K.decode_buffer(m.buf, np.array(starts, np.int64),
+                                                                        np.array(sizes, np.int64),
+                                                                        columns=columns)]))
             del walked
-        return out
+        from udfs.kernels import message_schema
+
+        return pa.concat_tables(parts) if parts else message_schema(columns).empty_table()
 
     def release(self) -> None:
         pass
