@@ -33,6 +33,8 @@ class AuditContext:
         self.spark, self.stores, self.plans, self.options = spark, stores, plans, options
         self.survey = Outputs()
         self.scan = Outputs()
+        self.failures: list[pa.Table] = []  # tasks and steps that failed (tasks.FAILURES rows)
+        self.recovery: dict = {}
 
     # ---- partial tables ----------------------------------------------------------------------------------
     def partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
@@ -58,11 +60,16 @@ class AuditContext:
             starts[r["broker"]][(r["topic"], r["queue_id"])] = QueueStart(
                 r["recover_end"], r["max_physic_offset"],
                 (r["refused_offset"], r["refused_size"]) if r["refused_offset"] is not None else None)
+        from .tasks import failure_row
+
         self.queue_starts = starts
-        self.recovery = {name: predict_recovery(plan.store, message_index_safe=self.options.message_index_safe,
-                                                check_crc=self.options.check_crc, walks=walks.get(name, {}),
-                                                enumerate_lost=False, queue_starts=starts[name])
-                         for name, plan in self.plans.items()}
+        for name, plan in self.plans.items():
+            try:
+                self.recovery[name] = predict_recovery(
+                    plan.store, message_index_safe=self.options.message_index_safe, check_crc=self.options.check_crc,
+                    walks=walks.get(name, {}), enumerate_lost=False, queue_starts=starts[name])
+            except Exception as e:  # that broker is not scanned; the others are
+                self.failures.append(failure_row(name, "predicting its recovery", e))
 
     def segment_walks(self) -> dict[str, dict]:
         """broker -> segment -> SegmentWalk: where the broker's recovery walk of each surveyed segment ends, from the

@@ -45,11 +45,11 @@ from jobs.output import OutputError, append_history, prepare_output
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args
 
 from . import findings as FD
-from .checks import FAMILIES, load, load_all
+from .checks import FAMILIES, FamilyResult, load, load_all
 from .context import AuditContext, AuditOptions
 from .inputs import fingerprint, input_files, resolve_stores
 from .plan import TASKS_PER_CORE, BrokerPlan, plan_broker, scan_split_size
-from .tasks import RunInfo, run_tasks
+from .tasks import FAILURES, RunInfo, failure_row, run_tasks
 
 NAME = "audit"
 TOOL = "rocketmq-forensics"
@@ -234,7 +234,9 @@ def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
     ix_rows = {r["path"]: r for r in ctx.survey_partial("survey.index_files", INDEX_FILES).to_pylist()}
     tasks = []
     for name, plan in ctx.plans.items():
-        p = ctx.recovery[name]
+        p = ctx.recovery.get(name)
+        if p is None:
+            continue  # its recovery could not be predicted: a finding says so
         stop = p.walks.get(p.stop_segment) if p.stop_segment else None
         queue_files = [RoutedQueueFile(f.loc, f.topic, f.queue_id, f.name, int(f.name) // 20,
                                        buckets_of_row(cq_rows[f.loc.path]))
@@ -287,6 +289,10 @@ class _NoCommitlog:
     """A broker without commitlog segments: its units and entries point at nothing."""
 
     facts: object
+
+    @property
+    def broker(self) -> str:
+        return self.facts.broker
 
     def describe(self) -> str:
         return f"{self.facts.broker}: no commitlog"
@@ -349,6 +355,7 @@ def run(spark, args) -> AuditResult:
         survey = _survey_tasks(ctx, segments)
         progress(f"survey: {len(survey)} task(s)")
         ctx.survey = run_tasks(spark, survey, TASKS_PER_CORE * cores, RunInfo(None))
+        ctx.failures.append(ctx.survey.get("_failures", FAILURES))
         phases.done("survey")
         progress("predicting recovery")
         ctx.predict_recovery()
@@ -356,6 +363,7 @@ def run(spark, args) -> AuditResult:
         scan = _scan_tasks(ctx, segments)
         progress(f"scan: {len(scan)} task(s)")
         ctx.scan = run_tasks(spark, scan, TASKS_PER_CORE * cores, run)
+        ctx.failures.append(ctx.scan.get("_failures", FAILURES))
         from .checks.recovery import lost_from_scan
 
         lost_from_scan(ctx)
@@ -364,8 +372,12 @@ def run(spark, args) -> AuditResult:
         results = {}
         for family in families:
             t0 = time.time()
-            results[family] = load(family).on_driver(ctx)
+            try:
+                results[family] = load(family).on_driver(ctx)
+            except Exception as e:  # a bug or input no check foresaw: every broker's results lack this family
+                ctx.failures += [failure_row(s.name, f"the {family} checks", e) for s in stores]
             progress(f"{family}: {time.time() - t0:.1f}s")
+        results["_failures"] = FamilyResult(findings=[_failure_findings(ctx.failures)])
         phases.done("families on the driver")
 
         stamp = {"run_id": run_id, "run_time": run_time}
@@ -402,7 +414,7 @@ def run(spark, args) -> AuditResult:
             "counts": {"error": counts["severity"].get("error", 0), "warning": counts["severity"].get("warning", 0),
                        "info": counts["severity"].get("info", 0), "per_check": counts["per_check"]},
             "brokers": [{"name": s.name, "path": s.path, "geometry": _geometry(plans[s.name]),
-                         "as_of": ctx.as_of.get(s.name), "recovery": recovery[s.name]} for s in stores],
+                         "as_of": ctx.as_of.get(s.name), "recovery": recovery.get(s.name)} for s in stores],
             "outputs": {"findings": f"{out}/findings", "metrics": f"{out}/metrics",
                         **{f"tables/{n}": f"{out}/tables/{n}" for n in tables},
                         "report": None if args.no_report else f"{out}/report.html"},
@@ -426,6 +438,16 @@ def run(spark, args) -> AuditResult:
     if getattr(args, "profile", False):
         _print_profile(ctx, phases)
     return AuditResult(line, cli.EXIT_NOTHING if errors else cli.EXIT_OK, out=out, summary_data=summary)
+
+
+def _failure_findings(failures: list[pa.Table]) -> pa.Table:
+    """``broker.audit_failed`` for every task or step that failed: what, the error, and where in the code."""
+    t = pa.concat_tables([f for f in failures if f.num_rows]) if any(f.num_rows for f in failures) else None
+    if t is None:
+        return FD.empty_findings()
+    return FD.finding_table("broker.audit_failed", t.num_rows, broker=t.column("broker"),
+                            values={"what": t.column("what"), "error": t.column("error")},
+                            details={"what": t.column("what"), "error": t.column("error"), "where": t.column("where")})
 
 
 def _counts(ctx: AuditContext, driver_findings: pa.Table) -> dict:

@@ -115,6 +115,10 @@ class CommitlogRange:
     first_of_broker: bool = False  # owns everything below its walk's start too
     next_base: int | None = None  # a segment's last range owns up to the next segment (None: to infinity)
 
+    @property
+    def broker(self) -> str:
+        return self.facts.broker
+
     def describe(self) -> str:
         return f"{self.facts.broker}/{self.name}@{self.start}"
 
@@ -374,6 +378,10 @@ class QueueScan:
     facts: BrokerFacts
     files: list  # CQFilePartition, every file of each queue, in order
 
+    @property
+    def broker(self) -> str:
+        return self.facts.broker
+
     def describe(self) -> str:
         return f"{self.facts.broker}: {len(self.files)} consume-queue file(s)"
 
@@ -394,6 +402,10 @@ class QueueScan:
 class IndexScan:
     facts: BrokerFacts
     part: object  # IndexFilePartition
+
+    @property
+    def broker(self) -> str:
+        return self.facts.broker
 
     def describe(self) -> str:
         return f"{self.facts.broker}/index/{self.part.name}"
