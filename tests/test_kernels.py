@@ -372,9 +372,67 @@ def test_cache_plan_for_read_only_and_zipped_installs(tmp_path):
     assert cache_plan(str(module), {"XDG_CACHE_HOME": str(blocked)}, str(tmp_path)) == \
         (True, str(tmp_path / f"rocketmq-forensics-numba-{uid}"))
     assert cache_plan(str(module), {"XDG_CACHE_HOME": str(blocked)}, str(blocked)) == (False, None)
+    # from a zip: NUMBA_CACHE_DIR, else ours under the user cache, else the temp dir's (never numba's own folder,
+    # which is named after the zip's path)
     zipped = str(tmp_path / "deps.zip" / "udfs" / "compiled.py")
-    assert cache_plan(zipped, {"XDG_CACHE_HOME": str(xdg)}, str(tmp_path)) == (True, None)
-    assert cache_plan(zipped, {"XDG_CACHE_HOME": str(blocked)}, str(tmp_path)) == (False, None)
+    assert cache_plan(zipped, {"XDG_CACHE_HOME": str(xdg)}, str(tmp_path)) == \
+        (True, str(xdg / "rocketmq-forensics-numba"))
+    assert cache_plan(zipped, {"NUMBA_CACHE_DIR": str(tmp_path / "mine")}, str(tmp_path)) == \
+        (True, str(tmp_path / "mine"))
+    assert cache_plan(zipped, {"XDG_CACHE_HOME": str(blocked)}, str(tmp_path)) == \
+        (True, str(tmp_path / f"rocketmq-forensics-numba-{uid}"))
+    assert cache_plan(zipped, {"XDG_CACHE_HOME": str(blocked)}, str(blocked)) == (False, None)
+
+
+def test_numba_cache_from_a_zip_is_found_again_wherever_the_zip_lies(tmp_path):
+    """Spark's executors get the --py-files zip in a new work folder per application: the kernels compiled by the
+    first application are loaded from the cache by the next, and nothing is written beside either zip."""
+    import json
+    import subprocess
+    import sys
+    import sysconfig
+    import zipfile
+
+    from jobs.session import REPO
+
+    probe = ("import json, udfs.compiled as C\n"
+             "ds = [v for v in vars(C).values() if hasattr(v, 'stats') and getattr(v, '_cache', None) is not None\n"
+             "      and type(v._cache).__name__ != 'NullCache']\n"
+             "print(json.dumps({'file': C.__file__, 'cached': C.CACHE, 'kernels': len(ds),\n"
+             "                  'hits': sum(sum(d.stats.cache_hits.values()) for d in ds),\n"
+             "                  'misses': sum(sum(d.stats.cache_misses.values()) for d in ds)}))\n")
+    runs, folders = [], []
+    for app in ("app-1", "app-2"):
+        folder = tmp_path / app
+        folder.mkdir()
+        zip_path = folder / "rocketmq_forensics.zip"
+        with zipfile.ZipFile(zip_path, "w") as zf:
+            for package in ("store_format", "udfs"):
+                for path in sorted((REPO / package).rglob("*.py")):
+                    zf.write(path, path.relative_to(REPO).as_posix())
+        folder.chmod(0o555)  # read-only (root writes anyway: the listing below is the proof)
+        folders.append(folder)
+        # python -S: the editable install cannot supply the project, only the zip
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NUMBA_CACHE_DIR")}
+        env.update(PYTHONPATH=os.pathsep.join([str(zip_path), sysconfig.get_paths()["purelib"]]),
+                   XDG_CACHE_HOME=str(tmp_path / "xdg"))
+        proc = subprocess.run([sys.executable, "-S", "-c", probe], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    try:
+        first, second = runs
+        assert first["file"].startswith(str(folders[0] / "rocketmq_forensics.zip")) and first["cached"]
+        assert first["kernels"] > 5 and first["misses"] >= first["kernels"] and first["hits"] == 0
+        assert second["file"].startswith(str(folders[1] / "rocketmq_forensics.zip"))
+        assert second["hits"] == first["misses"] and second["misses"] == 0, second
+        assert [sorted(p.name for p in f.iterdir()) for f in folders] == [["rocketmq_forensics.zip"]] * 2
+        xdg = tmp_path / "xdg"
+        assert [p.name for p in xdg.iterdir()] == ["rocketmq-forensics-numba"]  # not numba's path-named folders
+        assert len([p for p in (xdg / "rocketmq-forensics-numba").iterdir() if p.name.startswith("zip-")]) == 1
+    finally:
+        for f in folders:
+            f.chmod(0o755)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -39,30 +39,40 @@ def _writable_dir(path: str) -> bool:
 
 
 def cache_plan(module_file: str, environ, temp_dir: str) -> tuple[bool, str | None]:
-    """Where numba keeps this module's compiled code between processes: (caching possible, NUMBA_CACHE_DIR
-    to set or None).
+    """Where numba keeps this module's compiled code between processes: (caching possible, the folder to use,
+    or None for numba's own choice).
 
     numba caches next to the module (``__pycache__``) when it can.  A read-only install gets NUMBA_CACHE_DIR
-    pointed at a per-user cache directory, else at one in the temp dir (unless the user has set it).  From
-    a zip (Spark ``--py-files``) numba always uses its per-user directory; where that is not writable either,
-    caching is off and each process compiles once."""
+    pointed at a per-user cache directory, else at one in the temp dir (unless the user has set it).
+
+    From a zip (Spark ``--py-files``) numba would cache in its per-user directory under a folder named after
+    the zip's path, which on an executor is a new work folder per application: every application would compile
+    again (~15 s per process) and leave a folder behind.  So the folder returned is NUMBA_CACHE_DIR if set,
+    else the per-user one, else the temp dir's, and :func:`_install_zip_locator` keys the cache inside it on the source alone; nothing is
+    ever written beside the zip.  Where nothing is writable, caching is off and each process compiles once."""
     user_cache = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    if not os.path.isfile(module_file):  # in a zip: numba's ZipCacheLocator
-        return _writable_dir(os.path.join(user_cache, "numba")), None
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    fallbacks = (os.path.join(user_cache, "rocketmq-forensics-numba"),
+                 os.path.join(temp_dir, f"rocketmq-forensics-numba-{uid}"))
+    if not os.path.isfile(module_file):  # in a zip: NUMBA_CACHE_DIR (numba ignores it for zips), else ours
+        chosen = ((environ["NUMBA_CACHE_DIR"],) if environ.get("NUMBA_CACHE_DIR") else ()) + fallbacks
+        return next(((True, d) for d in chosen if _writable_dir(d)), (False, None))
     if environ.get("NUMBA_CACHE_DIR") or _writable_dir(os.path.join(os.path.dirname(module_file), "__pycache__")):
         return True, None
-    uid = os.getuid() if hasattr(os, "getuid") else 0
-    for candidate in (os.path.join(user_cache, "rocketmq-forensics-numba"),
-                      os.path.join(temp_dir, f"rocketmq-forensics-numba-{uid}")):
-        if _writable_dir(candidate):
-            return True, candidate
-    return False, None
+    return next(((True, d) for d in fallbacks if _writable_dir(d)), (False, None))
+
+
+_ZIP_CACHE_DIR: str | None = None  # set when this module runs from a zip and can cache (see _install_zip_locator)
 
 
 def _configure_cache() -> bool:
     """Apply :func:`cache_plan`; runs before numba is imported, which reads NUMBA_CACHE_DIR."""
-    cache, cache_dir = cache_plan(os.path.abspath(__file__), os.environ, tempfile.gettempdir())
-    if cache_dir:
+    global _ZIP_CACHE_DIR
+    module_file = os.path.abspath(__file__)
+    cache, cache_dir = cache_plan(module_file, os.environ, tempfile.gettempdir())
+    if cache_dir and not os.path.isfile(module_file):
+        _ZIP_CACHE_DIR = cache_dir
+    elif cache_dir:
         os.environ["NUMBA_CACHE_DIR"] = cache_dir
     return cache
 
@@ -78,6 +88,38 @@ from numba.core import config as _numba_config  # noqa: E402
 from numba.extending import intrinsic  # noqa: E402
 
 _numba_config.reload_config()  # numba may have been imported before NUMBA_CACHE_DIR was set
+
+
+def _install_zip_locator(cache_dir: str) -> None:
+    """numba's cache for this module, run from a zip, in ``cache_dir/zip-<hash of this source>``: the same
+    folder whatever the zip's path (numba's ZipCacheLocator keys it on the path, new per Spark application on
+    an executor), one per version of the source (numba's index also checks the source's hash).  The locator
+    answers for this file only, ahead of numba's own."""
+    from numba.core.caching import CacheImpl, ZipCacheLocator
+
+    this = os.path.normpath(os.path.abspath(__file__))
+
+    class _StableZipLocator(ZipCacheLocator):
+        def __init__(self, py_func, py_file):
+            super().__init__(py_func, py_file)
+            self._cache_path = os.path.join(cache_dir, f"zip-{self.get_source_stamp().hex()[:16]}")
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if os.path.normpath(os.path.abspath(py_file)) != this:
+                return None
+            self = cls(py_func, py_file)
+            try:
+                self.ensure_cache_path()
+            except OSError:
+                return None  # numba's own locators decide (its per-user folder, or no cache)
+            return self
+
+    CacheImpl._locator_classes.insert(0, _StableZipLocator)
+
+
+if _ZIP_CACHE_DIR:
+    _install_zip_locator(_ZIP_CACHE_DIR)
 
 from store_format import layout as L  # noqa: E402
 from store_format.errors import ErrorKind  # noqa: E402
