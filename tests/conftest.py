@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,33 @@ def spark():
     session = build_session("tests", master="local[2]", test_profile=True)
     yield session
     session.stop()
+
+
+def isolated_python(folder: Path) -> tuple[Path, dict]:
+    """An interpreter that cannot import the project from this checkout, and the environment to run Spark with it
+    (PYSPARK_PYTHON): only a zip (``--py-files``, Spark Connect artifacts) can supply the project.  ``python -S``
+    skips site-packages' .pth files, so the editable install is not seen; third-party packages come from
+    PYTHONPATH, as on a cluster where they are installed."""
+    python = folder / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", "PYSPARK_DRIVER_PYTHON")}
+    env.update(PYTHONPATH=sysconfig.get_paths()["purelib"], PYSPARK_PYTHON=str(python))
+    isolated = subprocess.run([str(python), "-c", "import jobs"], env=env, cwd=folder, capture_output=True)
+    assert isolated.returncode != 0, "the repository is importable without the zip: the test would prove nothing"
+    return python, env
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A standalone Spark cluster of this machine (tools/sparkcluster.py): a Master and two Workers, one core
+    each, separate JVMs on 127.0.0.1; stopped by pid at the end, with everything it started."""
+    from tools.sparkcluster import start_cluster
+
+    cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1, memory="1g")
+    yield cluster
+    cluster.stop()
+    assert not cluster.pids(), f"processes of the cluster left behind: {sorted(cluster.pids())}"
 
 
 # ---- Hostile dumps (issue 10): the fixtures stay untouched; the damage campaign's counts end the run ----

@@ -7,14 +7,13 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from jobs.session import REPO, TEST_PROFILE
 
-from .conftest import fixture_manifest, fixture_store
+from .conftest import fixture_manifest, fixture_store, isolated_python
 
 
 def _load_tool(name: str):
@@ -32,15 +31,7 @@ def test_spark_submit_with_the_zip_from_outside_the_repository(tmp_path):
     zip_path = package.build(tmp_path / "dist" / "rocketmq_forensics.zip")
     job = tmp_path / "decode_job.py"
     shutil.copy(REPO / "jobs" / "decode.py", job)
-    # python -S skips site-packages' .pth files, so the editable install cannot supply the project: only the
-    # zip can.  Third-party packages come from PYTHONPATH, as on a cluster where they are installed.
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
-    python.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", "PYSPARK_DRIVER_PYTHON")}
-    env.update(PYTHONPATH=sysconfig.get_paths()["purelib"], PYSPARK_PYTHON=str(python))
-    isolated = subprocess.run([str(python), "-c", "import jobs"], env=env, cwd=tmp_path, capture_output=True)
-    assert isolated.returncode != 0, "the repository is importable without the zip: the test would prove nothing"
+    _, env = isolated_python(tmp_path)  # only the zip can supply the project
 
     out = tmp_path / "messages"
     confs = [arg for key, value in TEST_PROFILE.items() for arg in ("--conf", f"{key}={value}")]
