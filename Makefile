@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo bench fuzz lint package clean check-java
+.PHONY: setup test cluster-test demo bench fuzz lint package clean check-java
 
 setup: $(STAMP) chromium
 
@@ -20,6 +20,12 @@ $(STAMP): pyproject.toml | check-java
 
 test: $(STAMP) chromium
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
+
+# Only the tests that start Spark daemons of their own (marker `cluster`, also part of `make test`): a standalone
+# Master and two Workers on 127.0.0.1 running the packaged zip (tests/test_cluster.py), and a Spark Connect server
+# (tests/test_connect.py); tools/sparkcluster.py starts them and stops them by pid.
+cluster-test: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -m cluster
 
 # A two-broker demo dump (generated once into demo-out/, then reused), audited through spark-submit.
 demo: $(STAMP)

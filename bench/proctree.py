@@ -73,14 +73,18 @@ def cmdline(pid: int) -> str:
 
 def spark_peaks(root: int | None = None) -> dict[str, int]:
     """Peak resident memory of the Spark processes below ``root`` (default this process), in bytes: the driver
-    JVM, the largest Python worker (and daemon), and the driver's Python process (``root``) itself."""
+    JVM, the largest Python worker (and daemon), the driver's Python process (``root``) itself, and the largest
+    executor JVM (on a cluster whose daemons run below ``root``; 0 in local mode, where the driver executes)."""
     root = os.getpid() if root is None else root
     tree = descendants(root)
-    jvm = [p for p in tree if "org.apache.spark.deploy.SparkSubmit" in cmdline(p)]
-    workers = [p for p in tree if "pyspark.daemon" in cmdline(p) or "pyspark.worker" in cmdline(p)]
+    lines = {p: cmdline(p) for p in tree}
+    jvm = [p for p, c in lines.items() if "org.apache.spark.deploy.SparkSubmit" in c]
+    workers = [p for p, c in lines.items() if "pyspark.daemon" in c or "pyspark.worker" in c]
+    executors = [p for p, c in lines.items() if "org.apache.spark.executor.CoarseGrainedExecutorBackend" in c]
     out = {}
     # *_peak_bytes: VmHWM; *_anon_bytes: anonymous memory at this moment (PeakSampler keeps the largest seen)
-    for name, pids in (("driver_jvm", jvm), ("python_worker", workers), ("driver_python", [root])):
+    for name, pids in (("driver_jvm", jvm), ("python_worker", workers), ("driver_python", [root]),
+                       ("executor_jvm", executors)):
         out[f"{name}_peak_bytes"] = max(map(peak_rss, pids), default=0)
         out[f"{name}_anon_bytes"] = max(map(anon_rss, pids), default=0)
     return out

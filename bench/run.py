@@ -29,8 +29,14 @@ of its parameters.  Then, on that dump, page cache warm, best of ``--repeat`` un
              mean of the reference runs around it (the median over the rounds; the noise: their spread, at
              least half the two reference runs' difference and the reference runs' largest stray from their
              neighbours, per GB), marginal seconds per GB, peak memory per process (anonymous and resident);
-  audit      the audit job over the whole dump, once, in a session of its own like the scaling runs, last
-             (skip it with --skip audit).
+  audit      the audit job over the whole dump, once, in a session of its own like the scaling runs
+             (skip it with --skip audit);
+  cluster    the audit's application file through spark-submit with the packaged zip, over the whole dump,
+             once on local[2] and once on a standalone cluster of two one-core Workers started for it
+             (tools/sparkcluster.py, --cluster-executor-memory each), last: audit_local_mb_s and
+             audit_cluster_mb_s, the audit's own run time (its summary's elapsed_seconds, without the session's
+             start) and each submit's wall time, with the peak memory of the driver, the executor JVMs and the
+             Python workers (skip it with --skip cluster).
 
 One line per figure: MB/s and messages/s, the ratio to the ceiling (numpy pass), to the naive loop and to
 the raw read, the wall and CPU seconds (this process tree) and the load average; the machine is shared, so
@@ -64,10 +70,10 @@ from bench.proctree import tree_cpu  # noqa: E402
 CACHE = REPO / "bench" / "cache"
 RESULTS = REPO / "bench" / "results.json"
 REFERENCE_RATE = 10.0  # stores per simulated second in the scaling reference dump: ~55 s, long enough for retries
-GROUPS = ("framing", "decode", "writer", "index", "spark", "audit", "scaling")
+GROUPS = ("framing", "decode", "writer", "index", "spark", "audit", "scaling", "cluster")
 REQUIRED_KEYS = ("raw_read_mb_s", "numpy_pass_mb_s", "naive_decode_mb_s", "scalar_decode_mb_s", "kernel_decode_mb_s",
                  "spark_count_mb_s", "spark_decode_parquet_mb_s", "audit_mb_s", "writer_mb_s", "writer_msgs_s",
-                 "index_lookup_ms", "scaling")
+                 "index_lookup_ms", "scaling", "audit_local_mb_s", "audit_cluster_mb_s")
 CEILING, NAIVE, RAW = "numpy_pass", "naive_decode", "raw_read"
 
 
@@ -311,6 +317,65 @@ def job_figure(bench: Bench, job: str, meta: dict, key: str | None = None) -> di
     return fig
 
 
+def audit_submit_figure(bench: Bench, key: str, label: str, master: str, meta: dict, work: Path,
+                        conf: dict | None = None) -> dict:
+    """The audit's application file (jobs/audit/__main__.py, copied out of the checkout) through spark-submit
+    on ``master`` with the packaged zip and the project's spark-defaults.conf, over the dump, without the HTML
+    report, once: the audit's own run time (summary.json's elapsed_seconds), the submit's wall time, the CPU and
+    the peak memory of this process tree (a cluster started by this process is part of it)."""
+    from bench.proctree import PeakSampler
+    from jobs.session import write_project_zip
+    from tools.sparkcluster import spark_submit
+
+    zip_path = work / "dist" / "rocketmq_forensics.zip"
+    if not zip_path.exists():
+        write_project_zip(zip_path, REPO)
+    app = work / "app" / "audit_job.py"
+    if not app.exists():
+        app.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / "jobs" / "audit" / "__main__.py", app)
+    out = work / f"{key}-out"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", "PYSPARK_DRIVER_PYTHON",
+                                                            "SPARK_REMOTE")}
+    env["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    with PeakSampler() as peaks:
+        c, t = tree_cpu(), time.perf_counter()
+        proc = spark_submit(master, app, ["--store", meta["store"], "--out", out, "--no-report"], py_files=zip_path,
+                            conf=conf, env=env, cwd=REPO, properties_file=REPO / "spark-conf" / "spark-defaults.conf")
+        wall, cpu = time.perf_counter() - t, tree_cpu() - c
+    if proc.returncode not in (0, 1):  # 1: findings, still a whole audit
+        sys.stderr.write(proc.stderr[-4000:])
+        raise subprocess.CalledProcessError(proc.returncode, proc.args)
+    summary = json.loads((out / "summary.json").read_text())
+    fig = bench.add(key, label, summary["elapsed_seconds"], cpu, meta["commitlog_bytes"], meta["messages"],
+                    submit_seconds=wall, master=master, **peaks.peaks)
+    bench.log(f"{'':<60} spark-submit {wall:.1f} s in all; anonymous / resident peak MiB: driver JVM "
+              f"{mib(fig, 'driver_jvm')}, largest executor JVM {mib(fig, 'executor_jvm')}, largest Python worker "
+              f"{mib(fig, 'python_worker')}")
+    shutil.rmtree(out, ignore_errors=True)
+    return fig
+
+
+def cluster_figures(bench: Bench, meta: dict, work: Path, executor_memory: str = "1g", cluster=None) -> dict:
+    """The audit through spark-submit on local[2], then on a standalone cluster of two one-core Workers (started
+    here and stopped by pid, unless ``cluster`` is given), over the same dump in the same run."""
+    from tools.sparkcluster import app_conf, start_cluster
+
+    figs = {"local": audit_submit_figure(bench, "audit_local", "spark-submit local[2]: audit job (no HTML report)",
+                                         "local[2]", meta, work)}
+    own = cluster is None
+    if own:
+        cluster = start_cluster(work / "cluster", workers=2, cores=1, memory=executor_memory)
+    try:
+        figs["cluster"] = audit_submit_figure(
+            bench, "audit_cluster", "spark-submit on 2 workers x 1 core: audit job (no HTML report)",
+            cluster.master_url, meta, work, conf=app_conf(executor_memory))
+    finally:
+        if own:
+            cluster.stop()
+    return figs
+
+
 def scaling_runs(spec: DumpSpec, steps: list[int], jobs: list[str], cache: Path, log=print,
                  on_run=None, reference_mib: float = 0, rounds: int = 2, warmup_step: int | None = None,
                  warmups: int = 2) -> list[dict]:
@@ -409,6 +474,7 @@ def results(bench: Bench, meta: dict, scaling_rows: list[dict] | None, **context
         "kernel_decode_naive_fields_mb_s": bench.mb_s("kernel_decode_naive_fields"),
         "spark_count_mb_s": bench.mb_s("spark_count"), "spark_decode_parquet_mb_s": bench.mb_s("spark_decode_parquet"),
         "audit_mb_s": bench.mb_s("audit"), "writer_mb_s": bench.mb_s("writer"),
+        "audit_local_mb_s": bench.mb_s("audit_local"), "audit_cluster_mb_s": bench.mb_s("audit_cluster"),
         "writer_msgs_s": f["writer"]["msgs_s"] if "writer" in f else None,
         "index_lookup_ms": index["mean_ms"] if index else None,
         "index_lookup_p99_ms": index["p99_ms"] if index else None,
@@ -510,6 +576,8 @@ def main(argv=None) -> int:
     ap.add_argument("--scale-warmups", type=int, default=2,
                     help="untimed warm-up runs per scaling session (default 2: a session's audits keep getting faster "
                          "for a couple of runs)")
+    ap.add_argument("--cluster-executor-memory", default="1g",
+                    help="the cluster figure's executor memory, and each Worker's (default 1g)")
     ap.add_argument("--skip", nargs="+", default=[], choices=GROUPS, help="parts to leave out")
     ap.add_argument("--cache", type=Path, default=CACHE, help="where dumps are cached (default bench/cache)")
     ap.add_argument("--results", type=Path, default=RESULTS, help="results file (default bench/results.json)")
@@ -571,7 +639,7 @@ def main(argv=None) -> int:
                                         reference_mib=args.scale_reference_mib, rounds=args.scale_rounds,
                                         warmup_step=args.scale_warmup_step, warmups=args.scale_warmups)
             wall["scaling_seconds"] = time.perf_counter() - t
-        if "audit" not in skip:  # last: the longest figure, and an interrupted run keeps all the others
+        if "audit" not in skip:  # late: the longest figures, and an interrupted run keeps all the others
             t = time.perf_counter()
             try:
                 job_figure(bench, "audit", meta)
@@ -579,6 +647,16 @@ def main(argv=None) -> int:
                 failures["audit"] = f"the audit job exited with status {e.returncode} (its error is on stderr above)"
                 print(f"FAILED: {failures['audit']}", flush=True)
             wall["audit_seconds"] = time.perf_counter() - t
+        if "cluster" not in skip:  # the audit on local[2] and on two workers, one after the other
+            from tools.sparkcluster import DaemonError
+
+            t = time.perf_counter()
+            try:
+                cluster_figures(bench, meta, work, args.cluster_executor_memory)
+            except (subprocess.CalledProcessError, DaemonError) as e:
+                failures["cluster"] = f"the cluster figure failed: {e}"
+                print(f"FAILED: {failures['cluster']}", flush=True)
+            wall["cluster_seconds"] = time.perf_counter() - t
     finally:
         shutil.rmtree(work, ignore_errors=True)
     save(True)

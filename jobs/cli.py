@@ -10,6 +10,7 @@ logs and tracebacks go to stderr.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -40,10 +41,30 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, default_format: str
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
 
 
+# the jobs' arguments that name dumps and outputs (Spark opens them, on executors or a Connect server)
+PATH_ARGUMENTS = ("store", "out", "history", "input", "repair", "manifest")
+
+
+def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
+    """The command line's local paths made absolute, in place: Spark's executors and a Spark Connect server
+    resolve a relative path against their own working folder (an executor's work folder, the server's), not
+    the one the user typed it in.  URIs (``scheme://...``) are left as they are."""
+    def absolute(path):
+        return path if not isinstance(path, str) or "://" in path else os.path.abspath(path)
+
+    for name in PATH_ARGUMENTS:
+        value = getattr(args, name, None)
+        if isinstance(value, list):
+            setattr(args, name, [absolute(v) for v in value])
+        elif value is not None:
+            setattr(args, name, absolute(value))
+    return args
+
+
 def main(name: str, build_parser, run, argv=None, *, prepare=None) -> int:
     """``prepare(args)``, if given, runs before the session starts (checks that need no Spark, such as
     :func:`jobs.output.prepare_output`, fail in a second instead of after the JVM's start)."""
-    args = build_parser().parse_args(argv)  # bad usage exits 2 here, argparse's own code
+    args = absolute_paths(build_parser().parse_args(argv))  # bad usage exits 2 here, argparse's own code
     from .session import build_session
 
     try:

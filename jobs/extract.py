@@ -64,7 +64,7 @@ from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.message import CANONICAL_FIELDS  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
-from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, add_output_arguments  # noqa: E402
+from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, absolute_paths, add_output_arguments  # noqa: E402
 
 MANIFEST_NAME = "_manifest.json"
 DUPLICATE_UNIQ_KEY = "DUPLICATE_UNIQ_KEY"
@@ -239,7 +239,7 @@ def cli_main(build_parser, run, app: str, argv=None, *, needs_spark=lambda args:
     ``run`` prints its own result (stdout carries query's messages and compare's summary) and returns the
     exit code of jobs/cli.py's contract; bad input is a one-line message on stderr and exit 2, and so is any
     other failure (with its traceback): exit 1 means only "nothing matched" / "differences found"."""
-    args = build_parser().parse_args(argv)
+    args = absolute_paths(build_parser().parse_args(argv))
     try:
         if check is not None:
             check(args)

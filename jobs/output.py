@@ -155,7 +155,8 @@ def _write_delta(df, path: str, mode: str) -> None:
     try:
         with _micros_timestamps(df.sparkSession):
             # the _SUCCESS marker would only be litter inside the table
-            (df.write.mode("errorifexists").option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+            (df.write.mode("error")  # "errorifexists": Spark Connect knows only this spelling
+             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
              .parquet(_spark_path(path, staging)))
         files = [i for i in staging.fs.get_file_info(pafs.FileSelector(staging.path))
                  if i.type == pafs.FileType.File]

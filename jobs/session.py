@@ -1,13 +1,24 @@
 """Building the SparkSession every job and test uses: spark-conf/ defaults, project modules importable by
-Python workers, and the data sources registered."""
+Python workers, and the data sources registered.
+
+A classic session's Python workers import the project from PYTHONPATH (set here) or ``--py-files``.  A Spark
+Connect session (``SPARK_REMOTE=sc://...`` or ``SparkSession.builder.remote(...)``) runs its Python workers on the
+server, which sees none of this machine's files: :func:`ship_project` adds the project's zip to the session as a
+Python artifact (``spark.addArtifacts(zip, pyfile=True)``), and :func:`build_session` does so for the jobs.
+The zip is the one ``make package`` writes (:func:`write_project_zip`, tools/package.py)."""
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+import tempfile
+import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent  # the checkout, the install's site-packages, or the zip
 SPARK_CONF_DIR = REPO / "spark-conf"
+PACKAGES = ("store_format", "udfs", "datasources", "jobs")  # what the zip carries
+ZIP_NAME = "rocketmq_forensics"
 
 # The fast profile for tests (spark-notes.md: "Fast tests").
 TEST_PROFILE = {
@@ -44,28 +55,88 @@ def read_defaults(path: Path = SPARK_CONF_DIR / "spark-defaults.conf") -> dict[s
 
 def build_session(app_name: str, master: str | None = None, test_profile: bool = False, extra: dict | None = None):
     """A SparkSession with the project's defaults.  Python workers use this interpreter and can import
-    the project's packages (data source classes are pickled by reference)."""
+    the project's packages (data source classes are pickled by reference).  With SPARK_REMOTE set, a Spark
+    Connect session: the confs a server lets a session set are set (the others are the server's, silently),
+    and the project is shipped to it (:func:`ship_project`)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if str(REPO) not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO)] + paths))
     from pyspark.sql import SparkSession
 
-    conf = {**REQUIRED, **read_defaults()}
-    if test_profile:
+    # SPARK_REMOTE=sc://...: a Spark Connect session (pyspark refuses a master beside it; the server has its own)
+    remote = os.environ.get("SPARK_REMOTE")
+    # spark-conf/ and the test profile configure the JVM this process starts; a Connect server has its own
+    # configuration, and a session may set only the runtime SQL confs the jobs need
+    conf = {**REQUIRED, **({} if remote else read_defaults())}
+    if test_profile and not remote:
         conf.update(TEST_PROFILE)
     conf.update(extra or {})
     builder = SparkSession.builder.appName(app_name)
+    if remote and master:
+        raise ValueError(f"SPARK_REMOTE={remote} asks for a Spark Connect session, and master={master!r} for a "
+                         "classic one: unset one of them")
     # spark-submit --master (or a master set by the caller) wins over spark-defaults.conf's local[2]
     submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))  # set when spark-submit started this driver
-    if master or ("spark.master" in conf and not submitted):
+    if not remote and (master or ("spark.master" in conf and not submitted)):
         builder = builder.master(master or conf["spark.master"])
     conf.pop("spark.master", None)
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
+    if is_connect(session):  # no SparkContext in this process; the server's log level is the server's
+        ship_project(session)
+    else:
+        session.sparkContext.setLogLevel("WARN")
     from datasources import register
 
     register(session)  # a source that cannot register fails here, with its name
     return session
+
+
+def is_connect(spark) -> bool:
+    """A Spark Connect session: no SparkContext, RDDs or JVM in this process."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def write_project_zip(target: Path, root: Path = REPO) -> Path:
+    """The project's packages under ``root`` (their .py sources) as a zip Python imports from: what
+    ``spark-submit --py-files`` and Spark Connect artifacts carry.  Written beside ``target`` and renamed, so a
+    reader never sees half a zip."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for package in PACKAGES:
+            for path in sorted((Path(root) / package).rglob("*.py")):
+                if "__pycache__" not in path.parts:
+                    zf.write(path, path.relative_to(root).as_posix())
+    tmp.replace(target)
+    return target
+
+
+def project_zip(folder: Path | None = None) -> Path:
+    """The running project as a zip: the one it was imported from (``--py-files``), else one written from the
+    folders it was imported from (a checkout or an install) into ``folder`` (default: a folder of this user's
+    in the temp dir), named after its content, so an unchanged project is one file whatever its age."""
+    if REPO.is_file():
+        return REPO
+    folder = Path(folder or Path(tempfile.gettempdir()) / f"rocketmq-forensics-{os.getuid()}")
+    fresh = write_project_zip(folder / f".{ZIP_NAME}-{os.getpid()}.zip")
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(fresh) as zf:  # the members' names and bytes (the archive also holds their mtimes)
+        for info in sorted(zf.infolist(), key=lambda i: i.filename):
+            digest.update(info.filename.encode() + b"\0" + zf.read(info) + b"\0")
+    named = folder / f"{ZIP_NAME}-{digest.hexdigest()[:16]}.zip"
+    fresh.replace(named)
+    return named
+
+
+def ship_project(spark, zip_path: str | Path | None = None) -> Path:
+    """Make the project importable by the Python workers of a Spark Connect session: ``zip_path`` (default
+    :func:`project_zip`) added to the session as a Python artifact.  Artifacts belong to the session; adding the
+    same zip again is harmless, another zip of the same file name is refused by the server.  Call it before
+    ``datasources.register(spark)`` in a Connect notebook (jobs' sessions do it themselves)."""
+    path = Path(zip_path) if zip_path is not None else project_zip()
+    spark.addArtifacts(str(path), pyfile=True)
+    return path

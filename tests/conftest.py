@@ -90,6 +90,72 @@ def isolated_python(folder: Path) -> tuple[Path, dict]:
     return python, env
 
 
+def parquet_rows(path, drop=()) -> "Counter[str]":
+    """A Parquet file's or folder's rows (or an Arrow table's) as a multiset (each row as sorted JSON, maps as
+    pairs), without the ``drop`` columns: for comparing two runs' outputs whatever their order and part files."""
+    from collections import Counter
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = path if isinstance(path, pa.Table) else pq.read_table(path)
+    t = t.drop_columns([c for c in drop if c in t.column_names])
+    return Counter(json.dumps(r, sort_keys=True, default=str) for r in t.to_pylist())
+
+
+@pytest.fixture(scope="session")
+def damaged_store(tmp_path_factory) -> Path:
+    """A writer-built store from broker flows (writer_support.build_flow_store), damaged through
+    store_format.damage: a flipped body bit mid-log and a torn last record.  Broker name ``damaged``."""
+    from store_format import damage as D
+    from store_format.store import Store
+
+    from .writer_support import build_flow_store
+
+    base = tmp_path_factory.mktemp("damaged-flows")
+    build_flow_store(base / "flows")
+    frames = [f for f in Store(base / "flows").walk_commitlog(decode=False) if f.kind == "message"]
+    D.flip_body_bit(base / "flows", base / "step", physical_offset=frames[len(frames) // 2].physical_offset)
+    D.torn_tail(base / "step", base / "damaged" / "store")
+    return base / "damaged" / "store"
+
+
+@pytest.fixture(scope="session")
+def two_stores(damaged_store) -> list[Path]:
+    """The stores the cluster and Connect tests run the jobs over: RocketMQ's ``broker`` fixture and the
+    damaged writer-built one."""
+    return [fixture_store("broker"), damaged_store]
+
+
+@pytest.fixture(scope="session")
+def local_audit(spark, two_stores, tmp_path_factory) -> tuple[Path, int]:
+    """The audit of ``two_stores`` in the test session (local[2]): (output folder, exit code), the reference the
+    cluster and Connect runs must equal."""
+    from jobs import audit
+
+    out = tmp_path_factory.mktemp("local-audit") / "audit"
+    args = audit.build_parser().parse_args(["--store", *map(str, two_stores), "--out", str(out)])
+    return out, audit.run(spark, args).exit_code
+
+
+AUDIT_STAMPS = ("run_id", "run_time")  # what differs between two runs of the same audit
+
+
+def assert_same_audit(mine: Path, reference: Path, report: bool = True) -> dict:
+    """Two audits' outputs are the same: findings and metrics (multisets, without the run's stamps), every
+    detail table, and the summary's counts, brokers (geometry, recovery) and inputs.  Returns the summary."""
+    assert parquet_rows(mine / "findings", AUDIT_STAMPS) == parquet_rows(reference / "findings", AUDIT_STAMPS)
+    assert parquet_rows(mine / "metrics", AUDIT_STAMPS) == parquet_rows(reference / "metrics", AUDIT_STAMPS)
+    tables = sorted(p.name for p in (reference / "tables").iterdir())
+    assert tables and tables == sorted(p.name for p in (mine / "tables").iterdir())
+    for table in tables:
+        assert parquet_rows(mine / "tables" / table) == parquet_rows(reference / "tables" / table), table
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (mine, reference))
+    assert a["counts"] == b["counts"] and a["brokers"] == b["brokers"] and a["inputs"] == b["inputs"]
+    assert (mine / "report.html").exists() == report
+    return a
+
+
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory):
     """A standalone Spark cluster of this machine (tools/sparkcluster.py): a Master and two Workers, one core

@@ -254,6 +254,28 @@ def test_a_job_in_a_session_of_its_own(tiny, measured):
     assert args.no_report and args.store == [meta["store"]]
 
 
+@pytest.mark.cluster
+def test_the_audit_submitted_to_the_cluster(tiny, measured, spark_cluster, tmp_path):
+    """The cluster figure (audit_cluster_mb_s; audit_local_mb_s is the same function on local[2]): the audit's
+    application file submitted to the tests' two-worker cluster over the tiny dump, its run time from its
+    summary, the executors' and Python workers' peak memory from this process tree (the cluster's daemons are its
+    children)."""
+    from tools.sparkcluster import app_conf
+
+    meta = tiny[0]
+    bench = B.Bench(repeat=1, log=lambda line: None)
+    bench.figures = {k: v for k, v in measured[0].figures.items() if k in (B.CEILING, B.NAIVE, B.RAW)}
+    fig = B.audit_submit_figure(bench, "audit_cluster", "cluster audit", spark_cluster.master_url, meta, tmp_path,
+                                conf=app_conf("512m"))
+    assert fig["master"] == spark_cluster.master_url and fig["messages"] == meta["messages"]
+    assert 0 < fig["seconds"] < fig["submit_seconds"] and fig["cpu_seconds"] > 0 and fig["x_numpy_pass"] > 0
+    assert fig["executor_jvm_peak_bytes"] > 50 << 20 and fig["python_worker_peak_bytes"] > 50 << 20
+    assert fig["driver_jvm_peak_bytes"] > 100 << 20
+    data = B.results(bench, meta, None)
+    assert data["audit_cluster_mb_s"] == pytest.approx(fig["mb_s"]) and data["audit_local_mb_s"] is None
+    assert not (tmp_path / "audit_cluster-out").exists()  # the audit's output is removed once measured
+
+
 def test_results_json_has_every_figure(tiny, measured, tmp_path):
     meta = tiny[0]
     bench = measured[0]
@@ -264,7 +286,9 @@ def test_results_json_has_every_figure(tiny, measured, tmp_path):
     B.write_results(tmp_path / "results.json", data)
     back = json.loads((tmp_path / "results.json").read_text())
     assert set(B.REQUIRED_KEYS) <= set(back) and back["audit_mb_s"] is None  # no full-size audit here
-    assert all(back[k] > 0 for k in B.REQUIRED_KEYS if k not in ("scaling", "audit_mb_s"))
+    assert all(back[k] > 0 for k in B.REQUIRED_KEYS
+               if k not in ("scaling", "audit_mb_s", "audit_local_mb_s", "audit_cluster_mb_s"))
+    assert back["audit_local_mb_s"] is None and back["audit_cluster_mb_s"] is None  # measured below
     assert back["writer_msgs_s"] == pytest.approx(bench.figures["writer"]["msgs_s"])
     assert back["scaling"][0]["sec_per_gb"] > 0 and back["sizes"]["messages"] == meta["messages"]
     assert back["machine"]["cores"] == os.cpu_count() and back["machine"]["pyspark"]
@@ -278,11 +302,11 @@ def test_main_without_spark_writes_results(tmp_path, capsys):
     figures are covered above)."""
     path = tmp_path / "r.json"
     assert B.main(["--size", "1", "--segment-mib", "1", "--baseline-mb", "0.2", "--writer-mb", "0.5",
-                   "--index-lookups", "50", "--repeat", "1", "--skip", "spark", "scaling", "audit",
+                   "--index-lookups", "50", "--repeat", "1", "--skip", "spark", "scaling", "audit", "cluster",
                    "--cache", str(tmp_path / "cache"), "--results", str(path)]) == 0
     data = json.loads(path.read_text())
     assert set(B.REQUIRED_KEYS) <= set(data) and data["spark_count_mb_s"] is None and data["scaling"] is None
-    assert data["kernel_decode_mb_s"] > 0 and data["run"]["skipped"] == ["audit", "scaling", "spark"]
+    assert data["kernel_decode_mb_s"] > 0 and data["run"]["skipped"] == ["audit", "cluster", "scaling", "spark"]
     assert data["run"]["complete"] and data["audit_mb_s"] is None
     assert "x naive" in capsys.readouterr().out
     assert not (Path(B.__file__).parent / "cache" / DumpSpec(1, 1, 1).key).exists()

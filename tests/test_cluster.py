@@ -15,42 +15,22 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from collections import Counter
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from jobs import audit, decode, extract, query
+from jobs import decode, extract, query
 from jobs.session import REPO, TEST_PROFILE
-from store_format import damage as D
 from store_format.store import Store
+from tools.sparkcluster import app_conf, spark_submit_command, stop_processes
 
-from .conftest import fixture_store, isolated_python
+from .conftest import assert_same_audit, isolated_python, parquet_rows
 from .test_packaging import package
-from .writer_support import build_flow_store
 
 pytestmark = pytest.mark.cluster
 
 # what the applications ask of the two one-core workers (1 GiB each)
-APP_CONF = {**TEST_PROFILE, "spark.executor.memory": "512m", "spark.driver.host": "127.0.0.1",
-            "spark.executor.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"}
-
-
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory) -> list[Path]:
-    """The ``broker`` fixture (RocketMQ's) and a writer-built store from broker flows, damaged: a flipped body
-    bit mid-log and a torn last record."""
-    base = tmp_path_factory.mktemp("cluster-stores")
-    flows = base / "flows"
-    build_flow_store(flows)
-    frames = [f for f in Store(flows).walk_commitlog(decode=False) if f.kind == "message"]
-    D.flip_body_bit(flows, base / "step", physical_offset=frames[len(frames) // 2].physical_offset)
-    damaged = base / "damaged" / "store"
-    D.torn_tail(base / "step", damaged)
-    return [fixture_store("broker"), damaged]
+APP_CONF = {**TEST_PROFILE, **app_conf(executor_memory="512m")}
 
 
 def _job_argv(stores: list[Path], out: Path, window: tuple[int, int]) -> dict[str, list[str]]:
@@ -61,39 +41,45 @@ def _job_argv(stores: list[Path], out: Path, window: tuple[int, int]) -> dict[st
             "query": [*flags, "--from", str(window[0]), "--to", str(window[1])]}
 
 
+def _window(stores: list[Path]) -> tuple[int, int]:
+    """The query's store-time window: from the middle of the damaged store's recovered messages to the middle of
+    the fixture's, so it cuts both (read with store_format, no Spark: the submits start before any local run)."""
+    times = [sorted(f.message.store_timestamp for f in Store(s).walk_commitlog() if f.kind == "message")
+             for s in stores]
+    fixture, damaged = times
+    assert fixture and damaged and damaged[-1] < fixture[0]
+    return damaged[len(damaged) // 2], fixture[len(fixture) // 2]
+
+
+class _Submitted:
+    """A spark-submit running in the background (its own process group), output to files; stopped by pid if the
+    test ends first."""
+
+    def __init__(self, cluster, env: dict, zip_path: Path, app: Path, args: list, work: Path, name: str):
+        conf = {**APP_CONF, "spark.executorEnv.PYTHONPATH": env["PYTHONPATH"]}  # third-party packages, installed
+        cmd = spark_submit_command(cluster.master_url, app, args, py_files=zip_path, conf=conf)
+        self.stdout, self.stderr = work / f"{name}.out", work / f"{name}.err"
+        with open(self.stdout, "w") as out, open(self.stderr, "w") as err:
+            self.proc = subprocess.Popen(cmd, env=env, cwd=work, stdout=out, stderr=err, start_new_session=True)
+
+    def wait(self, timeout: float = 900) -> "_Submitted":
+        self.returncode = self.proc.wait(timeout=timeout)
+        return self
+
+    def output(self) -> str:
+        return self.stdout.read_text()[-3000:] + self.stderr.read_text()[-6000:]
+
+    def stop(self) -> None:
+        stop_processes([self.proc])
+
+
 @pytest.fixture(scope="module")
-def local_runs(spark, stores, tmp_path_factory):
-    """The four jobs in the test session (local[2]), from the checkout; the query's window is chosen here: from
-    the middle of the damaged store's store times to the middle of the fixture's, so it cuts both."""
-    out = tmp_path_factory.mktemp("local-run")
-    d_argv = _job_argv(stores, out, (0, 0))["decode"]
-    result = decode.run(spark, decode.build_parser().parse_args(d_argv))
-    assert result.exit_code == 0, result.summary
-    times = pq.read_table(out / "decode", columns=["broker", "store_timestamp"]).to_pylist()
-    mid = {b: sorted(r["store_timestamp"] for r in times if r["broker"] == b) for b in ("broker", "damaged")}
-    window = (mid["damaged"][len(mid["damaged"]) // 2], mid["broker"][len(mid["broker"]) // 2])
-    argv = _job_argv(stores, out, window)
-    codes = {"decode": result.exit_code,
-             "audit": audit.run(spark, audit.build_parser().parse_args(argv["audit"])).exit_code,
-             "extract": extract.run(spark, extract.build_parser().parse_args(argv["extract"]))}
-    buf = io.StringIO()
-    codes["query"] = query.run(spark, query.build_parser().parse_args(argv["query"]), out=buf)
-    (out / "query.jsonl").write_text(buf.getvalue())
-    return out, window, codes
-
-
-def _submit(cluster, env: dict, zip_path: Path, app: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    confs = [arg for key, value in APP_CONF.items() for arg in ("--conf", f"{key}={value}")]
-    confs += ["--conf", f"spark.executorEnv.PYTHONPATH={env['PYTHONPATH']}"]  # third-party packages, as installed
-    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url, *confs,
-           "--py-files", str(zip_path), str(app), *args]
-    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
-
-
-@pytest.fixture(scope="module")
-def cluster_runs(spark_cluster, stores, local_runs, tmp_path_factory):
-    """The same jobs on the cluster: the audit's application file, then tests/cluster_app.py for the others."""
-    _, window, _ = local_runs
+def runs(request, spark, spark_cluster, two_stores, tmp_path_factory):
+    """The jobs on the cluster and in the test session (local[2], from the checkout), side by side: the audit's
+    application file is submitted, the local audit and decode run meanwhile; then tests/cluster_app.py (decode,
+    extract, query) is submitted, once the audit's application is done (its executors leave numba's cache
+    behind), and the local extract and query run meanwhile.  Returns the outputs' folders and what each run
+    said."""
     work = tmp_path_factory.mktemp("cluster-run")
     dist = work / "dist"
     zip_path = package.build(dist / "rocketmq_forensics.zip")
@@ -105,61 +91,56 @@ def cluster_runs(spark_cluster, stores, local_runs, tmp_path_factory):
     apps.mkdir()
     shutil.copy(REPO / "jobs" / "audit" / "__main__.py", apps / "audit_job.py")
     shutil.copy(REPO / "tests" / "cluster_app.py", apps / "cluster_app.py")
-    out = work / "out"
-    argv = _job_argv(stores, out, window)
+    window = _window(two_stores)
+    out, local = work / "out", work / "local"
+    argv, local_argv = _job_argv(two_stores, out, window), _job_argv(two_stores, local, window)
+    spec = {**{k: argv[k] for k in ("decode", "extract", "query")}, "query_out": str(out / "query.jsonl"),
+            "result": str(work / "app.json")}
+    (work / "spec.json").write_text(json.dumps(spec))
+    submitted = []
     try:
-        audited = _submit(spark_cluster, env, zip_path, apps / "audit_job.py", argv["audit"], work)
-        assert audited.returncode in (0, 1), audited.stdout[-3000:] + audited.stderr[-5000:]
-        spec = {**{k: argv[k] for k in ("decode", "extract", "query")}, "query_out": str(out / "query.jsonl"),
-                "result": str(work / "app.json")}
-        (work / "spec.json").write_text(json.dumps(spec))
-        jobs = _submit(spark_cluster, env, zip_path, apps / "cluster_app.py", [str(work / "spec.json")], work)
-        assert jobs.returncode == 0, jobs.stdout[-3000:] + jobs.stderr[-5000:]
+        submitted.append(_Submitted(spark_cluster, env, zip_path, apps / "audit_job.py", argv["audit"], work, "audit"))
+        reference, audit_code = request.getfixturevalue("local_audit")
+        codes = {"audit": audit_code}
+        codes["decode"] = decode.run(spark, decode.build_parser().parse_args(local_argv["decode"])).exit_code
+        audited = submitted[0].wait()
+        assert audited.returncode in (0, 1), audited.output()
+        submitted.append(_Submitted(spark_cluster, env, zip_path, apps / "cluster_app.py", [work / "spec.json"], work,
+                                    "jobs"))
+        codes["extract"] = extract.run(spark, extract.build_parser().parse_args(local_argv["extract"]))
+        buf = io.StringIO()
+        codes["query"] = query.run(spark, query.build_parser().parse_args(local_argv["query"]), out=buf)
+        (local / "query.jsonl").write_text(buf.getvalue())
+        jobs = submitted[1].wait()
+        assert jobs.returncode == 0, jobs.output()
     finally:
+        for sub in submitted:
+            sub.stop()
         dist.chmod(0o755)
-    return out, audited, json.loads((work / "app.json").read_text()), zip_path, listing, sorted(os.listdir(dist))
+    return {"out": out, "local": local, "reference": reference, "window": window, "codes": codes,
+            "audit": audited, "app": json.loads((work / "app.json").read_text()), "zip": zip_path,
+            "listing": (listing, sorted(os.listdir(dist)))}
 
 
 # --------------------------------------------------------------------------------------------------------
 
 
-def _rows(path: Path, drop=()) -> Counter:
-    """A Parquet folder's rows as a multiset (maps as sorted pairs, every value as JSON)."""
-    t = pq.read_table(path)
-    t = t.drop_columns([c for c in drop if c in t.column_names])
-    return Counter(json.dumps(r, sort_keys=True, default=str) for r in t.to_pylist())
+def test_the_audit_on_the_cluster_equals_local(runs):
+    audited = runs["audit"]
+    assert runs["codes"]["audit"] == 1 and audited.returncode == 1  # the damaged store has errors: exit 1 both
+    assert "audit FAIL" in audited.stdout.read_text()
+    summary = assert_same_audit(runs["out"] / "audit", runs["reference"])
+    assert summary["counts"]["error"] > 0 and {b["name"] for b in summary["brokers"]} == {"broker", "damaged"}
 
 
-def test_the_audit_on_the_cluster_equals_local(local_runs, cluster_runs):
-    local, _, codes = local_runs
-    out, audited, *_ = cluster_runs
-    assert codes["audit"] == 1 and audited.returncode == 1  # the damaged store has errors: exit 1 both ways
-    assert "audit FAIL" in audited.stdout
-    stamps = ("run_id", "run_time")
-    findings = _rows(out / "audit" / "findings", stamps)
-    assert findings == _rows(local / "audit" / "findings", stamps)
-    brokers = Counter(json.loads(r)["broker"] for r in findings.elements())
-    assert set(brokers) == {"broker", "damaged"}
-    errors = {json.loads(r)["check"] for r in findings.elements() if json.loads(r)["severity"] == "error"}
-    assert errors, "the damaged store's errors are found"
-    assert _rows(out / "audit" / "metrics", stamps) == _rows(local / "audit" / "metrics", stamps)
-    for table in sorted(p.name for p in (local / "audit" / "tables").iterdir()):
-        assert _rows(out / "audit" / "tables" / table) == _rows(local / "audit" / "tables" / table), table
-    mine, theirs = (json.loads((d / "audit" / "summary.json").read_text()) for d in (out, local))
-    assert mine["counts"] == theirs["counts"] and mine["counts"]["error"] > 0
-    assert mine["brokers"] == theirs["brokers"] and mine["inputs"] == theirs["inputs"]
-    assert (out / "audit" / "report.html").exists()
-
-
-def test_decode_extract_and_query_on_the_cluster_equal_local(local_runs, cluster_runs):
-    local, window, codes = local_runs
-    out, _, app, *_ = cluster_runs
-    assert app["codes"] == {k: codes[k] for k in ("decode", "extract", "query")} == {"decode": 0, "extract": 0,
-                                                                                     "query": 0}
-    decoded = _rows(out / "decode")
-    assert decoded == _rows(local / "decode") and len(decoded) > 25
-    extracted = _rows(out / "extract")
-    assert extracted == _rows(local / "extract") and sum(extracted.values()) >= sum(decoded.values())
+def test_decode_extract_and_query_on_the_cluster_equal_local(runs):
+    out, local, window, app = runs["out"], runs["local"], runs["window"], runs["app"]
+    assert app["codes"] == {k: runs["codes"][k] for k in ("decode", "extract", "query")} == \
+        {"decode": 0, "extract": 0, "query": 0}
+    decoded = parquet_rows(out / "decode")
+    assert decoded == parquet_rows(local / "decode") and len(decoded) > 25
+    extracted = parquet_rows(out / "extract")
+    assert extracted == parquet_rows(local / "extract") and sum(extracted.values()) >= sum(decoded.values())
     mine, theirs = (json.loads((d / "extract" / "_manifest.json").read_text()) for d in (out, local))
     assert mine["counts"] == theirs["counts"] and mine["counts"]["reconciled"]
     assert mine["by_topic"] == theirs["by_topic"]
@@ -170,12 +151,12 @@ def test_decode_extract_and_query_on_the_cluster_equal_local(local_runs, cluster
     assert all(window[0] <= h["store_timestamp"] <= window[1] for h in found)
 
 
-def test_executors_import_the_project_only_from_the_zip(spark_cluster, cluster_runs):
+def test_executors_import_the_project_only_from_the_zip(spark_cluster, runs):
     """Every probed Python worker ran without site-packages and imported the project from the zip Spark copied
     into its executor's work folder under a worker of the cluster; both workers ran tasks; the driver's came
     from the submitted zip; nothing was written beside it, and the executors of this second application
     loaded the kernels from numba's cache (a new zip path per application: a path-keyed cache would miss)."""
-    _, _, app, zip_path, before, after = cluster_runs
+    app, zip_path, (before, after) = runs["app"], runs["zip"], runs["listing"]
     assert app["driver_jobs_file"].startswith(str(zip_path) + os.sep)
     executors = app["executors"]
     assert executors
@@ -189,4 +170,3 @@ def test_executors_import_the_project_only_from_the_zip(spark_cluster, cluster_r
     workers = {Path(e["executor_cwd"]).relative_to(spark_cluster.work).parts[0] for e in executors}
     assert workers == {"worker-0", "worker-1"}
     assert before == after == ["rocketmq_forensics.zip"]
-

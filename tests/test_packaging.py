@@ -1,9 +1,9 @@
 """`make package`'s zip carries the project to spark-submit: a job file run from a folder outside the
-repository, with an interpreter that cannot see the repository or its editable install, decodes a fixture."""
+repository, with an interpreter that cannot see the repository or its editable install, decodes a fixture.
+(The audit's application file, submitted the same way to a two-worker cluster: tests/test_cluster.py.)"""
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import subprocess
 import sys
@@ -48,20 +48,32 @@ def test_spark_submit_with_the_zip_from_outside_the_repository(tmp_path):
            sorted(m["commitLogOffset"] for m in manifest["messages"])
 
 
-def test_audit_through_spark_submit_on_local2(tmp_path):
-    """The audit job, unchanged, as a scheduler runs it: spark-submit --master local[2] with the zip, from a
-    folder outside the repository; exit code and outputs as documented."""
-    zip_path = package.build(tmp_path / "dist" / "rocketmq_forensics.zip")
-    job = tmp_path / "audit_job.py"
-    shutil.copy(REPO / "jobs" / "audit" / "__main__.py", job)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", "PYSPARK_DRIVER_PYTHON")}
-    env.update(PYSPARK_PYTHON=sys.executable)
-    out = tmp_path / "audit"
-    confs = [arg for key, value in TEST_PROFILE.items() for arg in ("--conf", f"{key}={value}")]
-    cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]", *confs,
-           "--py-files", str(zip_path), str(job), "--store", str(fixture_store("broker")), "--out", str(out)]
-    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "audit PASS: 0 error(s)" in proc.stdout
-    assert (out / "report.html").exists() and (out / "summary.json").exists()
-    assert pq.read_table(out / "findings").num_rows > 0
+def test_project_zip_is_the_package_zip_named_after_its_content(tmp_path):
+    """What a Spark Connect session gets (jobs.session.ship_project): the zip `make package` writes, named after
+    its content, so the same project is the same artifact."""
+    import zipfile
+
+    from jobs.session import project_zip
+
+    first = project_zip(tmp_path / "cache")
+    assert project_zip(tmp_path / "cache") == first
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [first.name]  # no temporary file left
+    built = package.build(tmp_path / "dist" / "rocketmq_forensics.zip")
+    with zipfile.ZipFile(first) as a, zipfile.ZipFile(built) as b:
+        assert a.namelist() == b.namelist() and "jobs/session.py" in a.namelist()
+        assert all(a.read(n) == b.read(n) for n in a.namelist())
+
+
+def test_command_line_paths_are_made_absolute(tmp_path, monkeypatch):
+    """Executors and a Spark Connect server resolve relative paths in their own working folders: the jobs' command
+    lines hand Spark absolute ones (URIs as given)."""
+    from jobs import audit, extract
+    from jobs.cli import absolute_paths
+
+    monkeypatch.chdir(tmp_path)
+    args = absolute_paths(audit.build_parser().parse_args(["--store", "a", "s3://b/c", "--out", "o",
+                                                           "--history", "h"]))
+    assert args.store == [str(tmp_path / "a"), "s3://b/c"] and args.out == str(tmp_path / "o")
+    assert args.history == str(tmp_path / "h")
+    args = absolute_paths(extract.build_parser().parse_args(["--store", "x/y", "--out", "file:///z"]))
+    assert args.store == [str(tmp_path / "x" / "y")] and args.out == "file:///z"

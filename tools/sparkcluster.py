@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -58,13 +57,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def daemon_env(work: Path, extra: dict | None = None) -> dict:
-    """The environment a daemon starts with (see the module docstring)."""
+def daemon_env(work: Path, extra: dict | None = None, memory: str = DAEMON_MEMORY) -> dict:
+    """The environment a daemon starts with (see the module docstring); ``memory``: its JVM's heap."""
     conf = work / "conf"
     conf.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
     env.update(SPARK_CONF_DIR=str(conf), SPARK_LOCAL_IP=HOST, SPARK_LOCAL_DIRS=str(work / "local"),
-               SPARK_DAEMON_MEMORY=DAEMON_MEMORY, SPARK_CONNECT_MODE="0",
+               SPARK_DAEMON_MEMORY=memory, SPARK_CONNECT_MODE="0",
                SPARK_DAEMON_JAVA_OPTS=f"{DAEMON_JAVA_OPTS} -Dspark.port.maxRetries=0")
     env.update(extra or {})
     return env
@@ -249,6 +248,34 @@ def _start_cluster(work: Path, workers: int, cores: int, memory: str, timeout: f
     return cluster
 
 
+def app_conf(executor_memory: str = "512m") -> dict[str, str]:
+    """What an application run on one of these clusters sets: its driver on 127.0.0.1 (where the executors
+    reach it) and executors of ``executor_memory`` (at most a Worker's ``memory``) that start fast."""
+    return {"spark.driver.host": HOST, "spark.executor.memory": executor_memory,
+            "spark.executor.extraJavaOptions": DAEMON_JAVA_OPTS}
+
+
+def spark_submit_command(master: str, app: Path, args: list, *, py_files: Path, conf: dict | None = None,
+                         properties_file: Path | None = None) -> list[str]:
+    """``spark-submit --master MASTER [--properties-file F] --conf K=V... --py-files ZIP APP ARGS`` with the
+    installed pyspark's spark-submit."""
+    cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", master]
+    if properties_file is not None:
+        cmd += ["--properties-file", str(properties_file)]
+    for key, value in (conf or {}).items():
+        cmd += ["--conf", f"{key}={value}"]
+    return cmd + ["--py-files", str(py_files), str(app), *map(str, args)]
+
+
+def spark_submit(master: str, app: Path, args: list, *, py_files: Path, conf: dict | None = None,
+                 env: dict | None = None, cwd: Path | None = None, timeout: float | None = None,
+                 properties_file: Path | None = None) -> subprocess.CompletedProcess:
+    """:func:`spark_submit_command` run to its end in ``env`` (default this environment), output captured as
+    text."""
+    cmd = spark_submit_command(master, app, args, py_files=py_files, conf=conf, properties_file=properties_file)
+    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
 @dataclass
 class ConnectServer:
     """A running Spark Connect server: ``url`` (sc://127.0.0.1:PORT) for ``SparkSession.builder.remote``."""
@@ -272,9 +299,10 @@ class ConnectServer:
 
 
 def start_connect_server(work: Path, master: str = "local[2]", conf: dict | None = None, env: dict | None = None,
-                         timeout: float = 180.0, attempts: int = 3) -> ConnectServer:
+                         memory: str = "1g", timeout: float = 180.0, attempts: int = 3) -> ConnectServer:
     """A Spark Connect server (the spark-connect jar ships in pyspark's jars/) on a free port of 127.0.0.1,
-    running its queries on ``master``, with ``conf`` as --conf settings; returns once it accepts clients."""
+    running its queries on ``master``, with ``conf`` as --conf settings and ``memory`` for its driver JVM (Spark's
+    launcher sizes the server as a daemon: SPARK_DAEMON_MEMORY); returns once it accepts clients."""
     work = Path(work)
     for attempt in range(1, attempts + 1):
         port = free_port()
@@ -284,7 +312,7 @@ def start_connect_server(work: Path, master: str = "local[2]", conf: dict | None
                "--conf", f"spark.driver.host={HOST}"]
         for key, value in (conf or {}).items():
             cmd += ["--conf", f"{key}={value}"]
-        daemon = _start(f"connect-{port}", cmd, work, daemon_env(work, env))
+        daemon = _start(f"connect-{port}", cmd, work, daemon_env(work, env, memory))
         server = ConnectServer(f"sc://{HOST}:{port}", port, work, daemon)
         try:
             _wait("the Spark Connect server", lambda: _listening(port), [daemon], timeout)

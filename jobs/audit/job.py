@@ -116,11 +116,19 @@ class _Phases:
 
 
 def _cores(spark) -> int:
-    try:
+    """The session's default parallelism (its cores, in local mode and on a cluster).  A Spark Connect session
+    has no SparkContext to ask: the server's spark.default.parallelism, else the partitions of a range it plans
+    with its default (one small query; never this client's cores, which say nothing of the server's)."""
+    from jobs.session import is_connect
+
+    if not is_connect(spark):
         return int(spark.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect has no SparkContext: the conf, else this machine's cores
-        conf = spark.conf.get("spark.default.parallelism", None)
-        return int(conf) if conf else (os.cpu_count() or 2)
+    conf = spark.conf.get("spark.default.parallelism", None)
+    if conf:
+        return int(conf)
+    from pyspark.sql import functions as F
+
+    return int(spark.range(0, 1 << 16).agg(F.max(F.spark_partition_id())).first()[0]) + 1
 
 
 # ---------------------------------------------------------------------------------------------------------
