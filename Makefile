@@ -23,7 +23,8 @@ test: $(STAMP) chromium
 
 # Only the tests that start Spark daemons of their own (marker `cluster`, also part of `make test`): a standalone
 # Master and two Workers on 127.0.0.1 running the packaged zip (tests/test_cluster.py), and a Spark Connect server
-# (tests/test_connect.py); tools/sparkcluster.py starts them and stops them by pid.
+# (tests/test_connect.py), and the bench's cluster figure (tests/test_bench_smoke.py); tests/conftest.py starts each
+# once per session and tools/sparkcluster.py stops them by pid.  Skipped, with the reason, where Java cannot start them.
 cluster-test: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -m cluster
 

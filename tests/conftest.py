@@ -156,16 +156,146 @@ def assert_same_audit(mine: Path, reference: Path, report: bool = True) -> dict:
     return a
 
 
+# ---- Spark daemons of the tests' own (issue 23): a standalone cluster and a Spark Connect server ----
+# Each is started once per session, in a background thread as soon as collection shows a test that uses it (a
+# JVM's start is mostly waiting: it overlaps the tests before), and stopped by pid (with everything it started)
+# when the session ends.  Where this machine cannot start them (no Java, no Spark in pyspark, a daemon that
+# does not come up, no Spark Connect client dependencies), the tests that use them are skipped, with the reason.
+
+
+def spark_daemon_unavailable() -> str | None:
+    """Why this machine cannot start Spark daemons, or None."""
+    import shutil
+
+    java_home = os.environ.get("JAVA_HOME")
+    if not (java_home and os.access(os.path.join(java_home, "bin", "java"), os.X_OK)) and not shutil.which("java"):
+        return "no Java (java on PATH or JAVA_HOME) to start Spark daemons: apt-get install -y openjdk-17-jre-headless"
+    try:
+        from tools.sparkcluster import spark_home
+    except ImportError as e:  # no pyspark
+        return f"pyspark cannot be imported: {e}"
+    if not os.access(spark_home() / "bin" / "spark-class", os.X_OK):
+        return f"the installed pyspark has no Spark distribution ({spark_home()}/bin/spark-class)"
+    return None
+
+
+def _start_spark_cluster(work: Path):
+    from tools.sparkcluster import start_cluster
+
+    return start_cluster(work, workers=2, cores=1, memory="1g")
+
+
+def _start_connect_server(work: Path):
+    from jobs.session import TEST_PROFILE
+    from tools.sparkcluster import start_connect_server
+
+    try:
+        from pyspark.sql.connect.utils import check_dependencies
+
+        check_dependencies()
+    except ImportError as e:  # PySparkImportError is one
+        raise _Unavailable(f"the Spark Connect client's dependencies (pyspark[connect], the test extra): {e}")
+    # its Python workers on ``python -S``: only the session's artifacts can supply the project
+    python, env = isolated_python(work)
+    return start_connect_server(work, master="local[2]", conf=TEST_PROFILE,
+                                env={"PYSPARK_PYTHON": str(python), "PYTHONPATH": env["PYTHONPATH"]})
+
+
+class _Unavailable(Exception):
+    """This machine cannot start the daemon (the tests that need it are skipped with this reason)."""
+
+
+class _Daemons:
+    """A daemon started in a background thread; :meth:`get` waits for it."""
+
+    def __init__(self, name: str, start, work: Path):
+        import threading
+
+        self.name, self.value, self.error = name, None, None
+
+        def run():
+            try:
+                reason = spark_daemon_unavailable()
+                if reason:
+                    raise _Unavailable(reason)
+                self.value = start(work)
+            except BaseException as e:  # handed to the fixture
+                self.error = e
+
+        self.thread = threading.Thread(target=run, name=f"start {name}", daemon=True)
+        self.thread.start()
+
+    def get(self):
+        from tools.sparkcluster import DaemonError
+
+        self.thread.join()
+        if isinstance(self.error, _Unavailable):
+            pytest.skip(f"{self.name}: {self.error}")
+        if isinstance(self.error, DaemonError):
+            pytest.skip(f"{self.name} could not be started on this machine: {self.error}")
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def stop(self) -> None:
+        self.thread.join()
+        if self.value is not None:
+            self.value.stop()
+            left = self.value.pids()
+            self.value = None
+            assert not left, f"processes of the {self.name} left behind: {sorted(left)}"
+
+
+_DAEMON_FIXTURES = {"spark_cluster": ("spark-cluster", _start_spark_cluster),
+                    "connect_server": ("spark-connect", _start_connect_server)}
+_DAEMONS: dict[str, _Daemons] = {}
+
+
+def _daemon(name: str, tmp_path_factory) -> _Daemons:
+    if name not in _DAEMONS:
+        folder, start = _DAEMON_FIXTURES[name]
+        _DAEMONS[name] = _Daemons(name.replace("_", " "), start, tmp_path_factory.mktemp(folder))
+    return _DAEMONS[name]
+
+
+def pytest_collection_finish(session):
+    used = {f for item in session.items for f in getattr(item, "fixturenames", ())}
+    factory = getattr(session.config, "_tmp_path_factory", None)  # what the tmp_path_factory fixture returns
+    for name in _DAEMON_FIXTURES:
+        if name in used and factory is not None:
+            _daemon(name, factory)
+
+
+def pytest_sessionfinish(session):
+    for daemons in list(_DAEMONS.values()):  # started, but no test asked for them (a run stopped early)
+        try:
+            daemons.stop()
+        except AssertionError as e:
+            print(f"warning: {e}", file=sys.stderr)
+    _DAEMONS.clear()
+
+
+def _daemon_fixture(name: str, tmp_path_factory):
+    daemons = _daemon(name, tmp_path_factory)
+    try:
+        yield daemons.get()
+    finally:
+        _DAEMONS.pop(name, None)
+        daemons.stop()
+
+
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory):
     """A standalone Spark cluster of this machine (tools/sparkcluster.py): a Master and two Workers, one core
-    each, separate JVMs on 127.0.0.1; stopped by pid at the end, with everything it started."""
-    from tools.sparkcluster import start_cluster
+    each, separate JVMs on 127.0.0.1."""
+    yield from _daemon_fixture("spark_cluster", tmp_path_factory)
 
-    cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1, memory="1g")
-    yield cluster
-    cluster.stop()
-    assert not cluster.pids(), f"processes of the cluster left behind: {sorted(cluster.pids())}"
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """A Spark Connect server on local[2] (tools/sparkcluster.py), its Python workers on ``python -S``: only a
+    session's artifacts can supply the project."""
+    yield from _daemon_fixture("connect_server", tmp_path_factory)
 
 
 # ---- Hostile dumps (issue 10): the fixtures stay untouched; the damage campaign's counts end the run ----

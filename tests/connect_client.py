@@ -20,24 +20,43 @@ import sys
 METADATA_TABLES = ("checkpoint", "topics", "consumer_offsets")  # a file of each kind: binary, config JSON
 
 
-def read_sources(spark, stores: list[str], out: str) -> dict[str, int]:
-    """Every source over every store (the commitlog in its exact two-pass form, three of the metadata tables),
-    each read's rows written as one Parquet file; rows per read."""
-    import pyarrow.parquet as pq
-
+def source_reads(spark, stores: list[str]) -> dict:
+    """name -> a function that makes the read's DataFrame: every source over every store (the commitlog in its
+    exact two-pass form, three of the metadata tables)."""
     from datasources import read_commitlog
+
+    def fmt(store, name, **options):
+        return lambda: spark.read.format(name).options(**options).load(store)
 
     reads = {}
     for i, store in enumerate(stores):
-        reads[f"{i}-commitlog"] = read_commitlog(spark, store)
-        reads[f"{i}-consumequeue"] = spark.read.format("rocketmq-consumequeue").load(store)
-        reads[f"{i}-index"] = spark.read.format("rocketmq-index").load(store)
+        reads[f"{i}-commitlog"] = lambda store=store: read_commitlog(spark, store)
+        reads[f"{i}-consumequeue"] = fmt(store, "rocketmq-consumequeue")
+        reads[f"{i}-index"] = fmt(store, "rocketmq-index")
         for table in METADATA_TABLES:
-            reads[f"{i}-metadata-{table}"] = spark.read.format("rocketmq-metadata").option("table", table).load(store)
-    counts = {}
+            reads[f"{i}-metadata-{table}"] = fmt(store, "rocketmq-metadata", table=table)
+    return reads
+
+
+def read_all(spark, stores: list[str], threads: int = 4) -> dict:
+    """name -> the read's rows as an Arrow table, the reads run from ``threads`` threads at once (each is a
+    handful of small Spark jobs whose time is mostly scheduling and Python workers starting: a Connect session
+    and a classic one both take jobs from several threads)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    reads = source_reads(spark, stores)
+    with ThreadPoolExecutor(threads) as pool:
+        tables = pool.map(lambda make: make().toArrow(), reads.values())
+        return dict(zip(reads, tables))
+
+
+def read_sources(spark, stores: list[str], out: str) -> dict[str, int]:
+    """:func:`read_all`, each read's rows written as one Parquet file; rows per read."""
+    import pyarrow.parquet as pq
+
     os.makedirs(out, exist_ok=True)
-    for name, df in reads.items():
-        t = df.toArrow()
+    counts = {}
+    for name, t in read_all(spark, stores).items():
         pq.write_table(t, os.path.join(out, f"{name}.parquet"))
         counts[name] = t.num_rows
     return counts

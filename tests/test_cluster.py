@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -73,12 +74,25 @@ class _Submitted:
         stop_processes([self.proc])
 
 
+def _wait_for_application(cluster, submitted: _Submitted, timeout: float = 300) -> None:
+    """Until the Master lists an application (running or ended), or the spark-submit has ended."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and submitted.proc.poll() is None:
+        state = cluster.state() or {}
+        if state.get("activeapps") or state.get("completedapps"):
+            return
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
-def runs(request, spark, spark_cluster, two_stores, tmp_path_factory):
+def runs(request, spark_cluster, spark, two_stores, tmp_path_factory):  # the cluster first: it may skip
     """The jobs on the cluster and in the test session (local[2], from the checkout), side by side: the audit's
-    application file is submitted, the local audit and decode run meanwhile; then tests/cluster_app.py (decode,
-    extract, query) is submitted, once the audit's application is done (its executors leave numba's cache
-    behind), and the local extract and query run meanwhile.  Returns the outputs' folders and what each run
+    application file and tests/cluster_app.py (decode, extract, query) are submitted together, and the local
+    audit, decode, extract and query run meanwhile.  The audit asks for every core of the cluster, so the Master
+    gives the second application its executors only once the audit's application has ended (its executors have
+    left numba's cache behind): its driver starts meanwhile.  Returns the outputs' folders and what each run
     said."""
     work = tmp_path_factory.mktemp("cluster-run")
     dist = work / "dist"
@@ -98,22 +112,32 @@ def runs(request, spark, spark_cluster, two_stores, tmp_path_factory):
             "result": str(work / "app.json")}
     (work / "spec.json").write_text(json.dumps(spec))
     submitted = []
+
+    def submit_jobs():  # once the Master has the audit's application (the cores go to the one registered first)
+        _wait_for_application(spark_cluster, submitted[0])
+        submitted.append(_Submitted(spark_cluster, env, zip_path, apps / "cluster_app.py", [work / "spec.json"], work,
+                                    "jobs"))
+
+    second = threading.Thread(target=submit_jobs, name="submit cluster_app.py")
     try:
         submitted.append(_Submitted(spark_cluster, env, zip_path, apps / "audit_job.py", argv["audit"], work, "audit"))
+        second.start()
         reference, audit_code = request.getfixturevalue("local_audit")
         codes = {"audit": audit_code}
         codes["decode"] = decode.run(spark, decode.build_parser().parse_args(local_argv["decode"])).exit_code
-        audited = submitted[0].wait()
-        assert audited.returncode in (0, 1), audited.output()
-        submitted.append(_Submitted(spark_cluster, env, zip_path, apps / "cluster_app.py", [work / "spec.json"], work,
-                                    "jobs"))
         codes["extract"] = extract.run(spark, extract.build_parser().parse_args(local_argv["extract"]))
         buf = io.StringIO()
         codes["query"] = query.run(spark, query.build_parser().parse_args(local_argv["query"]), out=buf)
         (local / "query.jsonl").write_text(buf.getvalue())
+        audited = submitted[0].wait()
+        assert audited.returncode in (0, 1), audited.output()
+        second.join()
+        assert len(submitted) == 2, "tests/cluster_app.py was not submitted"
         jobs = submitted[1].wait()
         assert jobs.returncode == 0, jobs.output()
     finally:
+        if second.ident is not None:
+            second.join()
         for sub in submitted:
             sub.stop()
         dist.chmod(0o755)

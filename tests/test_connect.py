@@ -1,9 +1,9 @@
 """The suite over Spark Connect (issue 23): a Spark Connect server started from the installed pyspark
-(tools/sparkcluster.py; the spark-connect jar ships in its jars/), whose Python workers run an interpreter that
-cannot import the project from the checkout, and a client process (tests/connect_client.py) that does what a
-notebook user does: ``SparkSession.builder.remote(...)``, the packaged zip added as a Python artifact,
-``datasources.register(spark)``, every source read, the audit's ``run(spark, args)``; then the audit's command
-line with ``SPARK_REMOTE`` set.  Every read and both audits equal the same work in the classic local[2] session.
+(tests/conftest.py ``connect_server``, tools/sparkcluster.py; the spark-connect jar ships in its jars/), whose
+Python workers run an interpreter that cannot import the project from the checkout, and a client process
+(tests/connect_client.py) that does what a notebook user does: ``SparkSession.builder.remote(...)``, the
+packaged zip added as a Python artifact, ``datasources.register(spark)``, every source read, the audit's
+``run(spark, args)``; then the audit's command line with ``SPARK_REMOTE`` set.  Every read and both audits equal the same work in the classic local[2] session.
 """
 from __future__ import annotations
 
@@ -16,28 +16,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.session import REPO, TEST_PROFILE
+from jobs.session import REPO
 
-from .conftest import assert_same_audit, isolated_python, parquet_rows
-from .connect_client import METADATA_TABLES
+from .conftest import assert_same_audit, parquet_rows
+from .connect_client import read_all
 from .test_packaging import package
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def connect_server(tmp_path_factory):
-    """A Spark Connect server on local[2], its Python workers on ``python -S``: only the session's artifacts can
-    supply the project.  Stopped by pid at the end, with its Python workers."""
-    from tools.sparkcluster import start_connect_server
-
-    work = tmp_path_factory.mktemp("spark-connect")
-    python, env = isolated_python(work)
-    server = start_connect_server(work, master="local[2]", conf=TEST_PROFILE,
-                                  env={"PYSPARK_PYTHON": str(python), "PYTHONPATH": env["PYTHONPATH"]})
-    yield server
-    server.stop()
-    assert not server.pids(), f"processes of the Connect server left behind: {sorted(server.pids())}"
 
 
 @pytest.fixture(scope="module")
@@ -63,30 +48,21 @@ def test_a_connect_session_is_not_classic(connect_run):
     assert result["connect"] and result["notebook_session"].startswith("pyspark.sql.connect")
 
 
-def test_every_source_reads_the_same_over_connect(spark, two_stores, connect_run):
+def test_every_source_reads_the_same_over_connect(connect_run, spark, two_stores):
     """The four sources (the commitlog, the consume queues, the index, metadata tables) over both stores: the
     Connect session's rows are the classic session's."""
-    from datasources import read_commitlog
-
     out, result, _ = connect_run
-    expected = {}
-    for i, store in enumerate(map(str, two_stores)):
-        expected[f"{i}-commitlog"] = read_commitlog(spark, store)
-        expected[f"{i}-consumequeue"] = spark.read.format("rocketmq-consumequeue").load(store)
-        expected[f"{i}-index"] = spark.read.format("rocketmq-index").load(store)
-        for table in METADATA_TABLES:
-            expected[f"{i}-metadata-{table}"] = spark.read.format("rocketmq-metadata").option("table", table).load(store)
+    expected = read_all(spark, list(map(str, two_stores)))
     assert sorted(result["reads"]) == sorted(expected)
-    for name, df in expected.items():
+    for name, theirs in expected.items():
         mine = pq.read_table(out / "sources" / f"{name}.parquet")
-        theirs = df.toArrow()
         assert mine.schema.equals(theirs.schema), name
         assert parquet_rows(mine) == parquet_rows(theirs), name
     assert result["reads"]["0-commitlog"] > 25 and result["reads"]["1-index"] > 0
     assert result["reads"]["0-metadata-topics"] > 0 and result["reads"]["1-consumequeue"] > 0
 
 
-def test_the_audit_over_connect_equals_local(local_audit, connect_run):
+def test_the_audit_over_connect_equals_local(connect_run, local_audit):
     """``jobs.audit.run(spark, args)`` in the notebook's session, and ``python -m jobs.audit`` with SPARK_REMOTE
     (jobs/session.py ships the project to its session itself): both equal the classic session's audit."""
     reference, code = local_audit
