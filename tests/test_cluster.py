@@ -74,15 +74,18 @@ class _Submitted:
         stop_processes([self.proc])
 
 
-def _wait_for_application(cluster, submitted: _Submitted, timeout: float = 300) -> None:
-    """Until the Master lists an application (running or ended), or the spark-submit has ended."""
+def _applications(cluster) -> set[str]:
+    """The ids of the applications the Master knows (running or ended)."""
+    state = cluster.state() or {}
+    return {a["id"] for key in ("activeapps", "completedapps") for a in state.get(key, [])}
+
+
+def _wait_for_application(cluster, submitted: _Submitted, known: set[str], timeout: float = 300) -> None:
+    """Until the Master knows an application not in ``known`` (``submitted``'s), or the spark-submit has ended."""
     import time
 
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and submitted.proc.poll() is None:
-        state = cluster.state() or {}
-        if state.get("activeapps") or state.get("completedapps"):
-            return
+    while time.monotonic() < deadline and submitted.proc.poll() is None and not _applications(cluster) - known:
         time.sleep(0.5)
 
 
@@ -114,11 +117,12 @@ def runs(request, spark_cluster, spark, two_stores, tmp_path_factory):  # the cl
     submitted = []
 
     def submit_jobs():  # once the Master has the audit's application (the cores go to the one registered first)
-        _wait_for_application(spark_cluster, submitted[0])
+        _wait_for_application(spark_cluster, submitted[0], known)
         submitted.append(_Submitted(spark_cluster, env, zip_path, apps / "cluster_app.py", [work / "spec.json"], work,
                                     "jobs"))
 
     second = threading.Thread(target=submit_jobs, name="submit cluster_app.py")
+    known = _applications(spark_cluster)  # the session's earlier applications on this cluster
     try:
         submitted.append(_Submitted(spark_cluster, env, zip_path, apps / "audit_job.py", argv["audit"], work, "audit"))
         second.start()
