@@ -221,7 +221,6 @@ def _segment_ends(ctx: AuditContext) -> dict[tuple[str, str], tuple[int | None, 
 
 def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
     from datasources.consumequeue import GROUP_BYTES, GROUP_FILES
-    from store_format.commitlog import SEGMENT_NAME
 
     from .scan import BrokerFacts, CommitlogRange, IndexScan, QueueScan, RoutedIndexFile, RoutedQueueFile
     from store_format.recovery import truncates_queues
@@ -274,7 +273,6 @@ def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
                     crc_checked_before=(first_stop or 0) if resolved and ctx.options.check_crc else 0,
                     resolved=resolved, first_of_broker=(i == 0 and k == 0), next_base=nxt if last else None))
         if not mine:  # no segment: one task still owns every offset, so units and entries are checked
-            from datasources.storepaths import Location
 
             tasks.append(_NoCommitlog(facts))
         for group in _queue_groups(plan.cq_files, GROUP_BYTES, GROUP_FILES):
