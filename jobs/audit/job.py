@@ -59,6 +59,7 @@ TOOL = "rocketmq-forensics"
 class AuditResult(cli.JobResult):
     out: str = ""
     summary_data: dict = field(default_factory=dict)
+    phases: list = field(default_factory=list)  # (phase, wall seconds), as --profile prints them
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -435,7 +436,8 @@ def run(spark, args) -> AuditResult:
     progress(f"done in {time.time() - started:.1f}s")
     if getattr(args, "profile", False):
         _print_profile(ctx, phases)
-    return AuditResult(line, cli.EXIT_NOTHING if errors else cli.EXIT_OK, out=out, summary_data=summary)
+    return AuditResult(line, cli.EXIT_NOTHING if errors else cli.EXIT_OK, out=out, summary_data=summary,
+                       phases=phases.times)
 
 
 def _failure_findings(failures: list[pa.Table]) -> pa.Table:
@@ -489,8 +491,13 @@ def _geometry(plan: BrokerPlan) -> dict:
 
 
 def _print_profile(ctx: AuditContext, phases: _Phases) -> None:
+    from jobs import session
+
     lines = ["where the time went (wall clock):"]
+    if session.last_start_seconds is not None:
+        lines.append(f"  {'(Spark session start, before it)':<34} {session.last_start_seconds:7.2f} s")
     lines += [f"  {name:<34} {secs:7.2f} s" for name, secs in phases.times]
+    lines.append(f"  {'the audit in all':<34} {sum(s for _, s in phases.times):7.2f} s")
     for stage, outputs in (("survey", ctx.survey), ("scan", ctx.scan)):
         t = outputs.partials.get("_timing")
         if t is None or not t.num_rows:
