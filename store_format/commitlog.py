@@ -134,13 +134,14 @@ def data_end(fd: int, length: int) -> int:
         return length
 
 
-def written_length(buf, fd: int | None = None) -> int:
-    """Bytes of ``buf`` up to and including its last non-zero byte (0 when all are zeros): read backwards from
-    the end of the file's data (:func:`data_end` of ``fd``: a trailing hole is zeros, never read), a block at a
-    time, so a preallocated file's unwritten tail costs one pass over the part that is stored."""
+def written_length(buf, fd: int | None = None, end: int | None = None) -> int:
+    """Bytes of ``buf`` (its first ``end``) up to and including its last non-zero byte (0 when all are zeros):
+    read backwards from the end of the file's data (:func:`data_end` of ``fd``: a trailing hole is zeros, never
+    read), a block at a time, so a preallocated file's unwritten tail costs one pass over the part that is
+    stored."""
     import numpy as np
 
-    end = len(buf) if fd is None else data_end(fd, len(buf))
+    end = min(len(buf) if end is None else end, len(buf) if fd is None else data_end(fd, len(buf)))
     arr = np.frombuffer(buf, np.uint8, end) if end else None
     try:
         while end > 0:
@@ -174,9 +175,9 @@ class ReadOnlyMap:
     def fileno(self) -> int:
         return self._f.fileno()
 
-    def written_length(self) -> int:
-        """The file's bytes up to its last non-zero one (:func:`written_length`)."""
-        return written_length(self.buf, self.fileno()) if len(self.buf) else 0
+    def written_length(self, end: int | None = None) -> int:
+        """The file's bytes (its first ``end``) up to its last non-zero one (:func:`written_length`)."""
+        return written_length(self.buf, self.fileno(), end) if len(self.buf) else 0
 
     def close(self):
         buf, self.buf = self.buf, b""

@@ -30,8 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datasources.indexfile import EntryViews, chain_bits, entry_summary, problem_lists
+from datasources.indexfile import EntryViews, chain_bits, entry_summary, problem_lists, written_entries
 from datasources.storepaths import local_copy
+from store_format import layout as L
 from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.indexfile import INDEX_NAME, IndexFile
@@ -58,6 +59,9 @@ check("index.time_inconsistent", Severity.WARNING,
 check("index.chain_problem", Severity.ERROR, "entry {entry}: {problems_text}")
 check("index.corrupt_file", Severity.ERROR, "index file {file} cannot be read: {reason|} {detail|}")
 check("index.header_count_out_of_range", Severity.ERROR, "indexCount {index_count} is outside 1..{index_num}")
+check("index.unwritten_entries", Severity.ERROR,
+      "indexCount {index_count} counts {unwritten} entries past the last written one, entry {last_written}: zeros "
+      "no put wrote (the header's counter is wrong, or the file lost its end); the written entries are checked")
 check("index.header_mismatch", Severity.WARNING, "index header disagrees with its entries: {problems}")
 check("index.duplicate_entries", Severity.INFO,
       "{extra} duplicate index entries for {pairs} (key, message) pair(s): expected after re-dispatch or a key listed "
@@ -298,7 +302,14 @@ def in_index_file(facts, part, out) -> None:
             return
         with f, ReadOnlyMap(local) as mm:
             h = f.header
-            count = min(max(h.index_count, 1), f.index_num)
+            counted = min(max(h.index_count, 1), f.index_num)
+            count = written_entries(mm, f.hash_slot_num, counted)  # a counter past them is one finding, not many
+            if count < counted and h.index_count <= f.index_num:
+                out.finding(finding_rows("index.unwritten_entries", [dict(
+                    broker=broker, file=name, file_position=L.INDEX_HEADER_SIZE + f.hash_slot_num * L.INDEX_SLOT_SIZE
+                    + count * L.INDEX_ENTRY_SIZE,
+                    values={"index_count": h.index_count, "unwritten": counted - count, "last_written": count - 1},
+                    details={"index_count": h.index_count, "written_entries": count - 1})]))
             v = EntryViews(mm.buf, f.hash_slot_num, count)
             bits = chain_bits(v)
             summary = entry_summary(v)
