@@ -55,7 +55,7 @@ _FIELD_TYPES: dict[str, pa.DataType] = {
     # opt-in
     "decompressed_body": pa.binary(), "decompress_error": pa.string(),
     # status
-    "error": pa.string(), "error_field": pa.string(),
+    "error": pa.string(), "error_field": pa.string(), "invalid_utf8": pa.string(),
 }
 EXTRA_DERIVED = ("producer_ip", "producer_pid", "producer_time", "delay_level", "real_topic", "real_queue_id",
                  "retry_topic", "origin_message_id", "size_ok")
@@ -63,7 +63,10 @@ DECOMPRESS_COLUMNS = ("decompressed_body", "decompress_error")
 STATUS_COLUMNS = ("error", "error_field")
 #: every column produced unless asked otherwise (decompression is opt-in)
 DEFAULT_COLUMNS = STORED_FIELDS + DERIVED_FIELDS + EXTRA_DERIVED + STATUS_COLUMNS
-ALL_COLUMNS = DEFAULT_COLUMNS + DECOMPRESS_COLUMNS
+#: opt-in: which text fields held malformed UTF-8 ("topic", "properties" or both, comma-separated; null when
+#: none): the broker's ``new String(bytes, UTF_8)`` replaced those bytes with U+FFFD, as these columns do
+TEXT_CHECK_COLUMNS = ("invalid_utf8",)
+ALL_COLUMNS = DEFAULT_COLUMNS + DECOMPRESS_COLUMNS + TEXT_CHECK_COLUMNS
 #: what RocketMQ's ``MessageDecoder.decode`` yields (bodies kept, properties parsed, msgId), to compare with
 #: its speed.  decode() verifies no CRC, so neither does this selection.
 MESSAGE_DECODER_COLUMNS = STORED_FIELDS + ("msg_id",) + STATUS_COLUMNS
@@ -80,7 +83,8 @@ _NAMED_PROPERTIES = {  # column -> property key; the order is the row order of t
 }
 _NAMED_SLOT = {col: t for t, col in enumerate(_NAMED_PROPERTIES)}
 _NAMED_COLUMNS = tuple(c for c in _PROPERTY_COLUMNS if c != "properties")  # derived from named properties
-_NEEDS_TEXT = ("body", "topic", "properties_raw", "tags_code") + _PROPERTY_COLUMNS + DECOMPRESS_COLUMNS
+_NEEDS_TEXT = ("body", "topic", "properties_raw", "tags_code") + _PROPERTY_COLUMNS + DECOMPRESS_COLUMNS + \
+    TEXT_CHECK_COLUMNS
 
 
 def message_schema(columns: Iterable[str] | None = None, decompress: bool = False) -> pa.Schema:
@@ -471,6 +475,10 @@ class _Decoder:
         if len(bad):  # Java parses the text with U+FFFD in place
             poff, pdata = _replace_invalid_utf8(poff, pdata, bad)
         c["properties_raw"] = _strings(poff, pdata, valid)
+        if "invalid_utf8" in self.want:
+            which = ((self.flags & C.FLAG_TOPIC_NOT_UTF8) != 0) + 2 * ((self.flags & C.FLAG_PROPS_NOT_UTF8) != 0)
+            c["invalid_utf8"] = pa.array([None, "topic", "properties", "topic,properties"], pa.string()).take(
+                pa.array(which.astype(np.int64), mask=None if valid is None else ~valid))
         if self.needs(*DECOMPRESS_COLUMNS):
             self._decompress()
         if self.needs(*_PROPERTY_COLUMNS):
