@@ -9,20 +9,22 @@ first one), so every confirmed frame lies on the walk from the segment start.  A
 first confirmed frame at or after its range start (the first range at 0, where the walk starts), follows
 store_format's salvage walk and stops at the first confirmed frame at or after its range end, where the next
 task starts: every frame and span of the walk is emitted by exactly one task, whatever the split size.  No
-framing happens here; store_format does it all, in bulk (``salvage_arrays``: numpy over runs of valid messages,
-the scalar ``frame_at`` for the rest), and batches are built from its arrays, so a task does no per-record
-Python but the body CRC check.
+framing happens here; store_format does it all, in bulk (``salvage_arrays`` with the compiled framer over
+runs of valid messages, the scalar ``frame_at`` for the rest), and batches are built from its arrays, so a
+task does no per-record Python.
 
 Two facts are only known by walking from a segment's start: where the recovery walk stops (its first
 stop or blank) and where the salvage walk ends (its first blank; stale bytes may follow).  They are the
-"segment ends".  :func:`read_commitlog` gets them with a first Spark pass that ships only stop and blank rows,
-then hands them to the second pass in the ``segmentEnds`` option, so every task knows them and ranges past
-the recovery end are never read; the first pass has also checked every body CRC before the recovery stop, so
+"segment ends".  :func:`read_commitlog` gets them in a first pass (:func:`commitlog_ends`: a Spark pass that
+ships only stop and blank rows, or in local mode the same walk in the driver, a range per core at a time), then
+hands them to the second pass in the ``segmentEnds`` option, so every task knows them and ranges past the
+recovery end are never read; the first pass has also checked every body CRC before the recovery stop, so
 the second pass does not check those again (``crc_checked_before``: the CRC is most of the framing work).
 A segment that is a single range needs neither: its one task walks it from the start and finds its ends
 itself, so only segments split into several ranges go through the first pass.  ``spark.read.format(
-"rocketmq-commitlog")`` without ``segmentEnds`` computes the ends of split segments in the planner, walking
-them there: exact, but serial; use :func:`read_commitlog` for large dumps.
+"rocketmq-commitlog")`` without ``segmentEnds`` (or with ends that lack a segment it cuts) walks those
+segments in the planner, a range per core at a time, on every query; use :func:`read_commitlog` for large
+dumps.
 
 Ranges (:func:`plan_ranges`): each segment is cut over its written data (a broker's newest segment up to
 :func:`written_end`, the others whole) into equal ranges of at most ``splitSize``, the last one running to the
@@ -347,7 +349,7 @@ def cut_ranges(length: int, data: int, size: int) -> list[tuple[int, int, bool]]
 def plan_ranges(files: list[SegmentFile], split_size: int | None, parallelism: int | None = None
                 ) -> list[SegmentRange]:
     out = []
-    data = segment_data(files) if any(f.base is not None for f in files) else {}
+    data = segment_data(files)
     sizes = range_sizes(files, split_size, parallelism, data)
     for f in files:
         if f.base is None:

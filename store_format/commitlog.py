@@ -12,8 +12,9 @@ through read-only mmaps, never loaded into a Python ``bytes`` whole.
 
 Bulk framing (:func:`walk_arrays`, :func:`salvage_arrays`) gives the same walks as :class:`FrameArrays`
 (positions, sizes, kinds as numpy arrays) for readers that move millions of records: runs of plain valid
-messages are framed with numpy, and every record they cannot prove valid goes to the scalar :func:`frame_at`,
-which stays the one definition of the walk.
+messages are framed with numpy (or by a faster framer the caller passes, such as ``udfs.kernels.CompiledFramer``;
+this package stays free of compiled code), and every record they cannot prove valid goes to the scalar
+:func:`frame_at`, which stays the one definition of the walk.
 """
 from __future__ import annotations
 
