@@ -386,6 +386,8 @@ class CompiledFramer:
         self.limit, self.base, self.check_crc, self.check_phys = limit, base_offset, check_crc, check_physical_offset
         self.crc_from = crc_checked_before
         data = np.frombuffer(buf, np.uint8) if len(buf) else np.zeros(0, np.uint8)
+        if not 0 <= limit <= len(data):  # the compiled loads are unchecked: every one must lie inside the buffer
+            raise ValueError(f"limit {limit} outside the buffer's {len(data)} bytes")
         if data.flags.writeable:  # the compiled signature takes read-only bytes (mmaps, bytes, Arrow buffers)
             data = data.view()
             data.flags.writeable = False
@@ -396,6 +398,8 @@ class CompiledFramer:
         self.data = None
 
     def run(self, start: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if start < 0:
+            raise ValueError(f"a run cannot start at {start}")
         C = _compiled()
         pieces = []
         while True:
