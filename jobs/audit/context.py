@@ -267,7 +267,8 @@ class AuditContext:
                     confirmed[j] = nxt in ("message", "blank") or stop == END_OF_DATA
                 rest = np.flatnonzero(~confirmed)
                 if len(rest):
-                    walked = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc)
+                    walked = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc,
+                                            framer=K.CompiledFramer)
                     messages = walked.kinds == KIND_MESSAGE
                     on_walk = np.searchsorted(walked.positions[messages], pos[rest])
                     w_pos, w_size = walked.positions[messages], walked.sizes[messages]
