@@ -12,6 +12,7 @@ import hashlib
 import os
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -53,11 +54,18 @@ def read_defaults(path: Path = SPARK_CONF_DIR / "spark-defaults.conf") -> dict[s
     return conf
 
 
+#: seconds the last :func:`build_session` of this process took (the JVM's start included): what a job's
+#: --profile reports apart from the job's own time
+last_start_seconds: float | None = None
+
+
 def build_session(app_name: str, master: str | None = None, test_profile: bool = False, extra: dict | None = None):
     """A SparkSession with the project's defaults.  Python workers use this interpreter and can import
     the project's packages (data source classes are pickled by reference).  With SPARK_REMOTE set, a Spark
     Connect session: the confs a server lets a session set are set (the others are the server's, silently),
     and the project is shipped to it (:func:`ship_project`)."""
+    global last_start_seconds
+    started = time.perf_counter()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if str(REPO) not in paths:
@@ -91,6 +99,7 @@ def build_session(app_name: str, master: str | None = None, test_profile: bool =
     from datasources import register
 
     register(session)  # a source that cannot register fails here, with its name
+    last_start_seconds = time.perf_counter() - started
     return session
 
 

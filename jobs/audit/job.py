@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import sys
 import time
@@ -59,6 +58,7 @@ TOOL = "rocketmq-forensics"
 class AuditResult(cli.JobResult):
     out: str = ""
     summary_data: dict = field(default_factory=dict)
+    phases: list = field(default_factory=list)  # (phase, wall seconds), as --profile prints them
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,22 +115,6 @@ class _Phases:
         self._t = now
 
 
-def _cores(spark) -> int:
-    """The session's default parallelism (its cores, in local mode and on a cluster).  A Spark Connect session
-    has no SparkContext to ask: the server's spark.default.parallelism, else the partitions of a range it plans
-    with its default (one small query; never this client's cores, which say nothing of the server's)."""
-    from jobs.session import is_connect
-
-    if not is_connect(spark):
-        return int(spark.sparkContext.defaultParallelism)
-    conf = spark.conf.get("spark.default.parallelism", None)
-    if conf:
-        return int(conf)
-    from pyspark.sql import functions as F
-
-    return int(spark.range(0, 1 << 16).agg(F.max(F.spark_partition_id())).first()[0]) + 1
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Planning the two stages
 
@@ -146,17 +130,14 @@ class _SegmentPlan:
 
 
 def _segment_plans(plans: dict[str, BrokerPlan], split: int | None, recovery_region: dict[str, set]) -> list:
-    from datasources.commitlog import written_end
+    from datasources.commitlog import cut_ranges, written_end
 
     out = []
     for name, plan in plans.items():
         for seg in plan.named_segments:
             if split and seg.length > split:
                 data = written_end(seg.loc, seg.length) if seg.loc.local_path is not None else seg.length
-                n = max(1, math.ceil(max(data, 1) / split))
-                step = -(-max(data, 1) // n)
-                ranges = [(k * step, (k + 1) * step, False) for k in range(n - 1)] + [((n - 1) * step, seg.length,
-                                                                                       True)]
+                ranges = cut_ranges(seg.length, data, split)
             else:
                 ranges = [(0, seg.length, True)]
             out.append(_SegmentPlan(name, seg, ranges, len(ranges) > 1 or seg.name in recovery_region.get(name, ())))
@@ -229,7 +210,6 @@ def _segment_ends(ctx: AuditContext) -> dict[tuple[str, str], tuple[int | None, 
 
 def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
     from datasources.consumequeue import GROUP_BYTES, GROUP_FILES
-    from store_format.commitlog import SEGMENT_NAME
 
     from .scan import BrokerFacts, CommitlogRange, IndexScan, QueueScan, RoutedIndexFile, RoutedQueueFile
     from store_format.recovery import truncates_queues
@@ -282,7 +262,6 @@ def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
                     crc_checked_before=(first_stop or 0) if resolved and ctx.options.check_crc else 0,
                     resolved=resolved, first_of_broker=(i == 0 and k == 0), next_base=nxt if last else None))
         if not mine:  # no segment: one task still owns every offset, so units and entries are checked
-            from datasources.storepaths import Location
 
             tasks.append(_NoCommitlog(facts))
         for group in _queue_groups(plan.cq_files, GROUP_BYTES, GROUP_FILES):
@@ -347,7 +326,9 @@ def run(spark, args) -> AuditResult:
                            message_index_safe=args.message_index_safe, segment_size=geometry.segment_size,
                            split_size=parse_size(args.split_size, 0) if args.split_size else None)
     ctx = AuditContext(spark, stores, plans, options)
-    cores = _cores(spark)
+    from datasources.commitlog import default_parallelism
+
+    cores = default_parallelism(spark)
     split = scan_split_size(list(plans.values()), cores, options.split_size)
     from store_format.recovery import recovery_region
 
@@ -445,7 +426,8 @@ def run(spark, args) -> AuditResult:
     progress(f"done in {time.time() - started:.1f}s")
     if getattr(args, "profile", False):
         _print_profile(ctx, phases)
-    return AuditResult(line, cli.EXIT_NOTHING if errors else cli.EXIT_OK, out=out, summary_data=summary)
+    return AuditResult(line, cli.EXIT_NOTHING if errors else cli.EXIT_OK, out=out, summary_data=summary,
+                       phases=phases.times)
 
 
 def _failure_findings(failures: list[pa.Table]) -> pa.Table:
@@ -499,8 +481,13 @@ def _geometry(plan: BrokerPlan) -> dict:
 
 
 def _print_profile(ctx: AuditContext, phases: _Phases) -> None:
+    from jobs import session
+
     lines = ["where the time went (wall clock):"]
+    if session.last_start_seconds is not None:
+        lines.append(f"  {'(Spark session start, before it)':<34} {session.last_start_seconds:7.2f} s")
     lines += [f"  {name:<34} {secs:7.2f} s" for name, secs in phases.times]
+    lines.append(f"  {'the audit in all':<34} {sum(s for _, s in phases.times):7.2f} s")
     for stage, outputs in (("survey", ctx.survey), ("scan", ctx.scan)):
         t = outputs.partials.get("_timing")
         if t is None or not t.num_rows:

@@ -22,12 +22,11 @@ from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from datasources.commitlog import cut_to_walk, read_range_walk, segment_ends
 from datasources.storepaths import Location
 from store_format import layout as L
-from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, ReadOnlyMap, SalvageSpan
+from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, ReadOnlyMap
 
 from .plan import Buckets
 from .tasks import Emitter
@@ -37,7 +36,7 @@ NEG_INF = np.iinfo(np.int64).min
 # columns every message row carries, decoded once per range (the rest on demand, for the few rows that need them)
 DECODED = ("topic", "queue_id", "queue_offset", "tags_code", "tran_type", "store_timestamp", "uniq_key", "keys",
            "tags", "prepared_transaction_offset", "real_topic", "real_queue_id", "retry_topic", "origin_message_id",
-           "reconsume_times", "sys_flag")
+           "reconsume_times", "sys_flag", "invalid_utf8")
 _DECODE_ROWS = 1 << 18
 
 # locate(): what a physical offset that starts no message points at

@@ -30,8 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datasources.indexfile import EntryViews, chain_problems, entry_summary, reachable
+from datasources.indexfile import EntryViews, chain_bits, entry_summary, problem_lists, written_entries
 from datasources.storepaths import local_copy
+from store_format import layout as L
 from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.indexfile import INDEX_NAME, IndexFile
@@ -58,6 +59,9 @@ check("index.time_inconsistent", Severity.WARNING,
 check("index.chain_problem", Severity.ERROR, "entry {entry}: {problems_text}")
 check("index.corrupt_file", Severity.ERROR, "index file {file} cannot be read: {reason|} {detail|}")
 check("index.header_count_out_of_range", Severity.ERROR, "indexCount {index_count} is outside 1..{index_num}")
+check("index.unwritten_entries", Severity.ERROR,
+      "indexCount {index_count} counts {unwritten} entries past the last written one, entry {last_written}: zeros "
+      "no put wrote (the header's counter is wrong, or the file lost its end); the written entries are checked")
 check("index.header_mismatch", Severity.WARNING, "index header disagrees with its entries: {problems}")
 check("index.duplicate_entries", Severity.INFO,
       "{extra} duplicate index entries for {pairs} (key, message) pair(s): expected after re-dispatch or a key listed "
@@ -101,23 +105,27 @@ def key_text(m: pa.Table, rows: np.ndarray, source: np.ndarray) -> pa.Array:
 
 
 def pairs_in(a_phys: np.ndarray, a_hash: np.ndarray, b_phys: np.ndarray, b_hash: np.ndarray) -> np.ndarray:
-    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s: ``b`` ordered by offset (it mostly is: entries
-    and keys come in commitlog order), each ``a`` pair's run of equal offsets in it found by a search, and the
-    hashes of the run compared a step at a time (a run is a message's few keys)."""
-    if not len(a_phys) or not len(b_phys):
-        return np.zeros(len(a_phys), bool)
-    if len(b_phys) > 1 and (np.diff(b_phys) < 0).any():
-        order = np.argsort(b_phys, kind="stable")
-        b_phys, b_hash = b_phys[order], b_hash[order]
-    lo = np.searchsorted(b_phys, a_phys, side="left")
-    hi = np.searchsorted(b_phys, a_phys, side="right")
+    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s (udfs.compiled.pairs_in_sorted); either side
+    put in offset order first where it is not (entries and keys mostly come in commitlog order)."""
+    from udfs.kernels import _compiled
+
     found = np.zeros(len(a_phys), bool)
-    k, width = 0, int((hi - lo).max())
-    while k < width:
-        at = lo + k
-        live = at < hi
-        found[live] |= b_hash[at[live]] == a_hash[live]
-        k += 1
+    if not len(a_phys) or not len(b_phys):
+        return found
+
+    def ordered(phys, hashes):
+        phys, hashes = np.ascontiguousarray(phys, np.int64), np.ascontiguousarray(hashes, np.int32)
+        if len(phys) > 1 and (phys[1:] < phys[:-1]).any():
+            order = np.argsort(phys, kind="stable")
+            return phys[order], hashes[order], order
+        return phys, hashes, None
+
+    a_phys, a_hash, a_order = ordered(a_phys, a_hash)
+    b_phys, b_hash, _ = ordered(b_phys, b_hash)
+    hits = found if a_order is None else np.zeros(len(a_phys), bool)
+    _compiled().pairs_in_sorted(a_phys, a_hash, b_phys, b_hash, hits)
+    if a_order is not None:
+        found[a_order] = hits
     return found
 
 
@@ -298,28 +306,32 @@ def in_index_file(facts, part, out) -> None:
             return
         with f, ReadOnlyMap(local) as mm:
             h = f.header
-            count = min(max(h.index_count, 1), f.index_num)
+            counted = min(max(h.index_count, 1), f.index_num)
+            count = written_entries(mm, f.hash_slot_num, counted)  # a counter past them is one finding, not many
+            if count < counted and h.index_count <= f.index_num:
+                out.finding(finding_rows("index.unwritten_entries", [dict(
+                    broker=broker, file=name, file_position=L.INDEX_HEADER_SIZE + f.hash_slot_num * L.INDEX_SLOT_SIZE
+                    + count * L.INDEX_ENTRY_SIZE,
+                    values={"index_count": h.index_count, "unwritten": counted - count, "last_written": count - 1},
+                    details={"index_count": h.index_count, "written_entries": count - 1})]))
             v = EntryViews(mm.buf, f.hash_slot_num, count)
-            reached = reachable(v)
+            bits = chain_bits(v)
             summary = entry_summary(v)
             _header(broker, name, h, f.index_num, summary, out)
             out.partial("index.files", pa.table({"broker": [broker], "file": [name], "entries": [max(count - 1, 0)],
                                                  "duplicate_entries": [summary["duplicate_entries"]],
                                                  "duplicated_pairs": [summary["duplicated_pairs"]]}, schema=FILES))
-            chunk = 1 << 16
-            for start in range(1, count, chunk):
-                end = min(start + chunk, count)
-                kh, phys, td, prev = v.chunk(start, end)
-                problems = chain_problems(v, start, kh, td, prev, reached)
-                has = np.flatnonzero(pc.list_value_length(problems).to_numpy(zero_copy_only=False) > 0)
-                if not len(has):
-                    continue
-                p = problems.take(pa.array(has))
-                entry = pa.array((start + has).astype(np.int32))
+            has = np.flatnonzero(bits)  # entry 0 has none
+            if len(has):
+                phys, prev = v.physical_offset[has], v.prev_index[has]
+                p = problem_lists(bits[has])
+                entry = pa.array(has.astype(np.int32))
                 out.finding(finding_table(
-                    "index.chain_problem", len(has), broker=broker, file=name, physical_offset=pa.array(phys[has]),
+                    "index.chain_problem", len(has), broker=broker, file=name,
+                    physical_offset=pa.array(phys.astype(np.int64)),
                     values={"entry": entry, "problems_text": pc.binary_join(p, ", ")},
-                    details={"entry": entry, "problems": pc.binary_join(p, ","), "prev_index": pa.array(prev[has])}))
+                    details={"entry": entry, "problems": pc.binary_join(p, ","),
+                             "prev_index": pa.array(prev.astype(np.int32))}))
             del v
 
 
