@@ -429,7 +429,9 @@ def test_numba_cache_from_a_zip_is_found_again_wherever_the_zip_lies(tmp_path):
         assert first["file"].startswith(str(folders[0] / "rocketmq_forensics.zip")) and first["cached"]
         assert first["kernels"] > 5 and first["misses"] >= first["kernels"] and first["hits"] == 0
         assert second["file"].startswith(str(folders[1] / "rocketmq_forensics.zip"))
-        assert second["hits"] == first["misses"] and second["misses"] == 0, second
+        # every kernel loaded, none compiled; a helper only other kernels call (e.g. _repeats_among) is compiled
+        # with them the first time (its misses count) and comes inside their cached code the second time
+        assert second["misses"] == 0 and first["kernels"] // 2 < second["hits"] <= first["misses"], (first, second)
         assert [sorted(p.name for p in f.iterdir()) for f in folders] == [["rocketmq_forensics.zip"]] * 2
         xdg = tmp_path / "xdg"
         assert [p.name for p in xdg.iterdir()] == ["rocketmq-forensics-numba"]  # not numba's path-named folders
