@@ -382,17 +382,22 @@ def _local_master(spark) -> bool:
 
 def default_parallelism(spark) -> int:
     """The session's cores: its default parallelism.  A Spark Connect session has no SparkContext to ask: the
-    server's spark.default.parallelism, else the partitions of a range it plans with its default (one small
-    query; never this client's cores, which say nothing of the server's)."""
+    server's spark.default.parallelism, else :func:`planned_parallelism` (never this client's cores, which say
+    nothing of the server's)."""
     try:
         return int(spark.sparkContext.defaultParallelism)
     except Exception:
         conf = spark.conf.get("spark.default.parallelism", None)
-        if conf:
-            return int(conf)
+        return int(conf) if conf else planned_parallelism(spark)
+
+
+def planned_parallelism(spark) -> int:
+    """The partitions of a range the session plans with its default parallelism (one small query, on any
+    session)."""
     from pyspark.sql import functions as F
 
-    return int(spark.range(0, 1 << 16).agg(F.max(F.spark_partition_id())).first()[0]) + 1
+    parts = spark.range(0, 1 << 16).select(F.spark_partition_id().alias("p"))  # an aggregate refuses it unaliased
+    return int(parts.agg(F.max("p")).first()[0]) + 1
 
 
 # ---------------------------------------------------------------------------------------------------------

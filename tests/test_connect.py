@@ -43,9 +43,14 @@ def connect_run(connect_server, two_stores, tmp_path_factory):
     return Path(spec["out"]), json.loads(Path(spec["result"]).read_text()), proc
 
 
-def test_a_connect_session_is_not_classic(connect_run):
+def test_a_connect_session_is_not_classic(connect_run, spark):
+    """A Connect session, whose cores the audit asks of the server when it has no spark.default.parallelism
+    (datasources.commitlog.planned_parallelism: the server's local[2], as in a classic session)."""
+    from datasources.commitlog import planned_parallelism
+
     _, result, _ = connect_run
     assert result["connect"] and result["notebook_session"].startswith("pyspark.sql.connect")
+    assert result["planned_parallelism"] == 2 == planned_parallelism(spark) == spark.sparkContext.defaultParallelism
 
 
 def test_every_source_reads_the_same_over_connect(connect_run, spark, two_stores):
