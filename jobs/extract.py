@@ -2,6 +2,7 @@
 
   python -m jobs.extract --store PATH [--store PATH ...] --out DIR [--format parquet|jsonl|delta]
          [--topic T ...] [--queue Q ...] [--tag TAG] [--key K] [--from T1] [--to T2]
+         [--physical-offsets FROM..TO] [--queue-offsets FROM..TO]
          [--tran-type NOT|PREPARED|COMMIT|ROLLBACK] [--half committed|rolled-back|unresolved]
          [--dlq [GROUP]] [--retry [GROUP]]
          [--not-consumed-by G [--consumers N | --consumer-ids ID,ID...]]
@@ -154,6 +155,19 @@ def format_time(ms: int | None) -> str:
         return f"{ms} ms"
 
 
+def offset_range(text: str) -> tuple[int | None, int | None]:
+    """``FROM..TO`` (both included; either end may be left out, ``N`` alone is ``N..N``) as (from, to)."""
+    lo, sep, hi = str(text).strip().partition("..")
+    try:
+        bounds = (int(lo) if lo else None, int(hi) if hi else None) if sep else (int(lo), int(lo))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a range of offsets: give FROM..TO, FROM.. or ..TO "
+                                         "(numbers, both ends included)") from None
+    if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: FROM is after TO")
+    return bounds
+
+
 def java_string_order(s: str) -> bytes:
     """Sort key equal to Java's ``String.compareTo`` (UTF-16 code units, shorter prefix first)."""
     return s.encode("utf-16-be", "surrogatepass")
@@ -287,6 +301,12 @@ def selection_filter(args):
         conds.append(F.array_contains(F.col("keys"), args.key) | (F.col("uniq_key") == args.key))
     if args.tran_type:
         conds.append(F.col("tran_type") == args.tran_type)
+    for column, (lo, hi) in (("physical_offset", args.physical_offsets or (None, None)),
+                             ("queue_offset", args.queue_offsets or (None, None))):
+        if lo is not None:
+            conds.append(F.col(column) >= lo)
+        if hi is not None:
+            conds.append(F.col(column) <= hi)
     for prefix, group in ((L.DLQ_GROUP_TOPIC_PREFIX, args.dlq), (L.RETRY_GROUP_TOPIC_PREFIX, args.retry)):
         if group is None:
             continue
@@ -511,7 +531,8 @@ def read_manifest(path: str) -> dict | None:
 
 
 def _selection_args(args) -> dict:
-    keys = ("topic", "queue", "tag", "key", "from_time", "to_time", "tran_type", "half", "dlq", "retry",
+    keys = ("topic", "queue", "tag", "key", "from_time", "to_time", "physical_offsets", "queue_offsets",
+            "tran_type", "half", "dlq", "retry",
             "not_consumed_by", "consumers", "consumer_ids", "walk", "body", "dedupe")
     return {k: getattr(args, k) for k in keys if getattr(args, k) not in (None, False, [])}
 
@@ -622,6 +643,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--key", metavar="K", help="a KEYS entry or the UNIQ_KEY")
     s.add_argument("--from", dest="from_time", type=parse_time, metavar="T1", help="store time >= T1")
     s.add_argument("--to", dest="to_time", type=parse_time, metavar="T2", help="store time <= T2")
+    s.add_argument("--physical-offsets", type=offset_range, metavar="FROM..TO",
+                   help="physical offsets from FROM to TO, both included (either may be left out: 5010015..); "
+                        "the audit's report gives this for the messages recovery drops")
+    s.add_argument("--queue-offsets", type=offset_range, metavar="FROM..TO",
+                   help="queue offsets from FROM to TO, both included (with --topic and --queue)")
     s.add_argument("--tran-type", choices=TRAN_TYPES, help="the sysflag transaction type")
     s.add_argument("--half", choices=HALF_STATES, help="half messages by what became of them")
     s.add_argument("--dlq", nargs="?", const="", metavar="GROUP", help="%%DLQ%% topics (of GROUP)")

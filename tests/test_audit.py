@@ -180,8 +180,10 @@ def test_fixture_dlq_inventory(fixtures_audit):
 def test_report_is_self_contained(fixtures_audit):
     _, out = fixtures_audit
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert "PASS: 0 error(s)" in page and page.count("data:image/png;base64,") == 3
+    assert "<div class='banner pass' id='verdict'><span class='word'>PASS</span>3 of 3 broker(s) pass" in page
+    assert page.count("data:image/png;base64,") == 3
     assert "<script" not in page and "http://" not in page and "https://" not in page
+    assert "@media print" in page  # and a print stylesheet that opens every group
 
 
 # --------------------------------------------------------------------------------------------------
@@ -501,6 +503,7 @@ def test_report_in_a_real_browser(flow_audit, tmp_path):
     _, out, _, _ = flow_audit
     result = render(out / "report.html", tmp_path / "report.png")
     assert result.console_errors == [] and result.broken_images == 0
-    assert "PASS: 0 error(s)" in result.page_text and "Recovery prediction" in result.page_text
+    assert "PASS" in result.first_screen_text and "Recovery prediction" in result.page_text
+    assert "will start (abnormal recovery)" in result.first_screen_text
     assert "<pg>&\"x\"" in result.page_text  # shown as text: the markup was escaped
     assert result.screenshot_path.stat().st_size > 10_000

@@ -10,7 +10,8 @@ delays, retries and DLQ, metadata), then writes to DIR:
   findings/      Parquet, one row per finding (check, severity, broker, file, file_position, physical_offset,
                  topic, queue_id, queue_offset, message, details, stable finding_id)
   metrics/       Parquet, long format (broker, scope, topic, queue_id, group, metric, value)
-  tables/<name>/ Parquet detail tables: segments, queues, lag, transactions, delays, retries, dlq
+  tables/<name>/ Parquet detail tables: segments, queues, lag, transactions, delays, retries, dlq, and resend (the
+                 messages to re-send: damaged, dropped by recovery, or in no consume queue; jobs/audit/resend.py)
   summary.json   tool version, run time, inputs, geometry, counts per severity and per check, recovery per broker
   report.html    one self-contained page: verdict, recovery, worst findings, lag/transaction/delay tables, plots
 
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs import cli
@@ -45,11 +47,14 @@ from jobs.output import OutputError, append_history, prepare_output
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args
 
 from . import findings as FD
+from . import resend
 from .checks import FAMILIES, FamilyResult, load, load_all
 from .context import AuditContext, AuditOptions
+from .groups import add_times, group_findings
 from .inputs import fingerprint, input_files, resolve_stores
 from .plan import TASKS_PER_CORE, BrokerPlan, plan_broker, scan_split_size
 from .tasks import FAILURES, RunInfo, failure_row, run_tasks
+from .verdict import verdict as broker_verdict
 
 NAME = "audit"
 TOOL = "rocketmq-forensics"
@@ -91,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cut commitlog segments into ranges of this size, one Spark task each (e.g. 128m; default: "
                         "a task per segment when there are enough segments for the cores, else about three ranges "
                         "per core)")
-    p.add_argument("--top", type=int, default=50, help="findings listed in the report (default 50)")
+    p.add_argument("--top", type=int, default=200,
+                   help="finding groups listed in the report (default 200; tables/ and findings/ keep them all)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
     p.add_argument("--profile", action="store_true",
                    help="print where the time went: each phase, and the slowest Spark tasks of each stage")
@@ -349,7 +355,7 @@ def run(spark, args) -> AuditResult:
     phases.done("planning")
 
     out = args.out.rstrip("/")
-    run = RunInfo(os.path.join(out, "findings"), run_id, run_time)
+    run = RunInfo(os.path.join(out, "findings"), run_id, run_time, tables_dir=os.path.join(out, "tables"))
     os.makedirs(run.findings_dir, exist_ok=True)
     try:
         survey = _survey_tasks(ctx, segments)
@@ -394,6 +400,10 @@ def run(spark, args) -> AuditResult:
         tables = {name: t for r in results.values() for name, t in r.tables.items()}
         for name, t in tables.items():
             _write_arrow(t, f"{out}/tables/{name}")
+        # the messages to re-send: the scan's tasks wrote the dropped and unindexed ones; the damaged ones go beside
+        resend.write_damaged(ctx.partial("resend.damaged", resend.DAMAGED).to_pylist() + ctx.resend_damaged,
+                             f"{out}/tables/{resend.NAME}")
+        Path(out, "tables", resend.NAME, "_SUCCESS").touch()
         if args.history:
             progress(f"appending to the history at {args.history}")
             append_history(spark.read.parquet(f"{out}/findings"), f"{args.history.rstrip('/')}/findings")
@@ -403,6 +413,11 @@ def run(spark, args) -> AuditResult:
         from .checks import recovery as recovery_family
 
         recovery = recovery_family.summary(ctx)
+        progress("grouping findings by cause")
+        groups = group_findings(run.findings_dir)
+        add_times(groups, ctx.store_times)
+        resend_counts = resend.counts(f"{out}/tables/{resend.NAME}")
+        message_counts = _broker_metric(metrics, "message_count")
         after = fingerprint(files, args.sha256)
         if after != before:
             changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
@@ -415,16 +430,21 @@ def run(spark, args) -> AuditResult:
                        "info": counts["severity"].get("info", 0), "per_check": counts["per_check"]},
             "brokers": [{"name": s.name, "path": s.path, "geometry": _geometry(plans[s.name]),
                          "as_of": ctx.as_of.get(s.name), "recovery": recovery.get(s.name)} for s in stores],
+            "groups": len(groups),
             "outputs": {"findings": f"{out}/findings", "metrics": f"{out}/metrics",
-                        **{f"tables/{n}": f"{out}/tables/{n}" for n in tables},
+                        **{f"tables/{n}": f"{out}/tables/{n}" for n in [*tables, resend.NAME]},
                         "report": None if args.no_report else f"{out}/report.html"},
         }
+        for b in summary["brokers"]:
+            b["verdict"] = broker_verdict(b, groups,
+                                   {st: n for (name, st), n in resend_counts.items() if name == b["name"]},
+                                   message_counts.get(b["name"]))
         (Path(out) / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False, default=str))
         if not args.no_report:
             progress("rendering report.html")
             from . import report
 
-            report.write(spark, ctx, summary, tables, metrics, out, top=args.top)
+            report.write(ctx, summary, tables, groups, out, top=args.top)
         phases.done("summary and report")
     finally:
         ctx.release()
@@ -465,6 +485,15 @@ def _counts(ctx: AuditContext, driver_findings: pa.Table) -> dict:
         severity[sev] = severity.get(sev, 0) + n
     per_check = {c: {"severity": s, "count": n} for (c, s), n in sorted(per.items())}
     return {"severity": severity, "per_check": per_check}
+
+
+def _broker_metric(metrics: pa.Table, metric: str) -> dict[str, int]:
+    """A broker-scope metric per broker."""
+    out = {}
+    for r in metrics.filter(pc.equal(metrics.column("metric"), metric)).to_pylist():
+        if r["scope"] == "broker" and r["value"] is not None:
+            out[r["broker"]] = int(r["value"])
+    return out
 
 
 def _stamp_arrow(t: pa.Table, stamp: dict) -> pa.Table:
