@@ -138,19 +138,23 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
     import numpy as np
 
     with ReadOnlyMap(cq_file.path) as m:
-        u = units_of(m.buf)
-        written = np.flatnonzero(u["written"])
-        n = int(written[-1]) + 1 if len(written) else 0
-        phys, size, tags = u["physical_offset"][:n], u["size"][:n], u["tags_code"][:n]
+        n, _ = written_units(m)
+        u = units_of(m.buf, n)
         truncated = None
         if len(m) % L.CQ_STORE_UNIT_SIZE:
             whole = len(m) - len(m) % L.CQ_STORE_UNIT_SIZE
             truncated = ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {len(m)} is not a multiple of "
                                           f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=whole)
-    kind = unit_kinds(phys, size, tags)
     index = np.arange(n, dtype=np.int64)
-    return UnitArrays(cq_file.first_queue_offset + index, phys, size, tags, kind, index * L.CQ_STORE_UNIT_SIZE,
-                      truncated)
+    return UnitArrays(cq_file.first_queue_offset + index, u["physical_offset"], u["size"], u["tags_code"], u["kind"],
+                      index * L.CQ_STORE_UNIT_SIZE, truncated)
+
+
+def written_units(m: ReadOnlyMap) -> tuple[int, int]:
+    """(whole units up to and including the last written one, whole units in the file): a preallocated file's
+    zero tail is found without decoding it (ReadOnlyMap.written_length)."""
+    whole = len(m) // L.CQ_STORE_UNIT_SIZE
+    return min(-(-m.written_length() // L.CQ_STORE_UNIT_SIZE), whole), whole
 
 
 def unit_kinds(phys, size, tags):
@@ -162,12 +166,14 @@ def unit_kinds(phys, size, tags):
                       (phys >= 0) & (size > 0)], [1, 2, 0], 3).astype(np.int8)  # classify_unit's order
 
 
-def units_of(raw) -> dict:
-    """The whole units of ``raw`` (bytes, or a map: nothing is kept pointing into it) as native numpy columns,
-    with their kind codes and whether each was written (any of its 20 bytes not zero)."""
+def units_of(raw, count: int | None = None) -> dict:
+    """The first ``count`` units (default: every whole unit) of ``raw`` (bytes, or a map: nothing is kept pointing
+    into it) as native numpy columns, with their kind codes and whether each was written (any of its 20 bytes not
+    zero)."""
     import numpy as np
 
-    u = np.frombuffer(raw, L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE), len(raw) // L.CQ_STORE_UNIT_SIZE)
+    n = len(raw) // L.CQ_STORE_UNIT_SIZE if count is None else count
+    u = np.frombuffer(raw, L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE), n)
     phys, size, tags = u["physical_offset"].astype(np.int64), u["size"].astype(np.int32), \
         u["tags_code"].astype(np.int64)
     del u  # no view may outlive a map

@@ -7,7 +7,6 @@ import argparse
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 
 from jobs.audit import job as audit_job
 from store_format.generate import TrafficConfig, generate_store

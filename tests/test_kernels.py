@@ -590,3 +590,67 @@ def test_generated_shared_shape_batches(keys, values, trailing, swap):
             ks[-1] = ks[-1][:-1] + ("x" if ks[-1][-1] != "x" else "y")  # same length, other key
         props.append("\x02".join(f"{k}\x01{v}" for k, v in zip(ks, vals)) + ("\x02" if trailing else ""))
     assert_parity([encode_record(_msg(properties_raw=p)) for p in props])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Index files: the compiled chain check and entry summary against a direct reading of selectPhyOffset
+
+
+def _index_file_bytes(slot_heads, entries) -> bytes:
+    """An index file body (zero header) of ``slot_heads`` and (key hash, offset, time diff, prev) entries."""
+    out = bytearray(L.INDEX_HEADER_SIZE)
+    out += b"".join(struct.pack(">i", h) for h in slot_heads)
+    out += b"".join(struct.pack(L.INDEX_ENTRY_STRUCT, *e) for e in entries)
+    return bytes(out)
+
+
+def _reference_chains(slot_heads, entries) -> list[list[str]]:
+    from datasources.indexfile import CHAIN_PROBLEMS
+
+    n, slots = len(entries), len(slot_heads)
+    reached = set()
+    for head in slot_heads:  # IndexFile.selectPhyOffset: walk until prev 0, out of range, itself, negative diff
+        e = head
+        while 0 < e < n and e not in reached:
+            reached.add(e)
+            kh, _, td, prev = entries[e]
+            if prev <= 0 or prev >= n or prev == e or td < 0:
+                break
+            e = prev
+    def slot(kh):
+        return kh % slots if kh >= 0 else -1
+    out = [[]]
+    for e in range(1, n):
+        kh, _, td, prev = entries[e]
+        problems = {"prev_out_of_range": not 0 <= prev < n, "prev_not_older": 0 < prev < n and prev >= e,
+                    "prev_other_slot": 0 < prev < n and slot(entries[prev][0]) != slot(kh),
+                    "negative_time_diff": td < 0, "unreachable": e not in reached}
+        out.append([p for p in CHAIN_PROBLEMS if problems[p]])
+    return out
+
+
+_index_files = st.integers(1, 6).flatmap(lambda slots: st.integers(1, 30).flatmap(lambda n: st.tuples(
+    st.lists(st.integers(-1, n + 1), min_size=slots, max_size=slots),
+    st.lists(st.tuples(st.integers(-3, 9), st.integers(0, 4), st.integers(-1, 2), st.integers(-2, n + 2)),
+             min_size=n, max_size=n),
+    st.booleans())))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_index_files)
+def test_index_chain_bits_and_summary_follow_the_reference(case):
+    from collections import Counter
+
+    from datasources.indexfile import EntryViews, chain_bits, entry_summary, problem_lists
+
+    slot_heads, entries, in_log_order = case
+    if in_log_order:  # the broker's order, where the summary takes its fast path
+        entries = [entries[0]] + sorted(entries[1:], key=lambda e: e[1])
+    v = EntryViews(_index_file_bytes(slot_heads, entries), len(slot_heads), len(entries))
+    assert problem_lists(chain_bits(v)).to_pylist() == _reference_chains(slot_heads, entries)
+    copies = Counter((kh, phys) for kh, phys, _, _ in entries[1:])
+    used = {kh % len(slot_heads) for kh, _, _, _ in entries[1:] if kh >= 0}
+    for bucket_entries in (2, 1 << 22):  # several hash buckets, one
+        s = entry_summary(v, bucket_entries)
+        assert (s["entry_slots"], s["duplicate_entries"], s["duplicated_pairs"]) == \
+            (len(used), sum(c - 1 for c in copies.values()), sum(c > 1 for c in copies.values()))

@@ -1024,3 +1024,180 @@ def uniq_keys(data, off, idx, born_ts, nibble, min_ms, max_ms):
                 state[i] = UNIQ_ASK_PYTHON
         ip_off[i + 1] = io
     return state, pid, time, time_ok, ip_off, ip_text[:io].copy()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Index files: the chains and the entries' summary, straight from the file's bytes (big-endian)
+
+#: ``geo`` of the index kernels: where the slots and entries start, the entry's width and its fields' offsets
+(GEO_SLOTS_AT, GEO_ENTRIES_AT, GEO_ENTRY_SIZE, GEO_KEY_HASH, GEO_PHYSICAL_OFFSET, GEO_TIME_DIFF, GEO_PREV_INDEX) = \
+    range(7)
+#: bits of index_chain_bits, in datasources.indexfile.CHAIN_PROBLEMS order; CHAIN_REACHED is internal
+CHAIN_PREV_OUT_OF_RANGE, CHAIN_PREV_NOT_OLDER, CHAIN_PREV_OTHER_SLOT, CHAIN_NEGATIVE_TIME_DIFF, CHAIN_UNREACHABLE, \
+    CHAIN_REACHED = 1, 2, 4, 8, 16, 128
+
+
+@njit((_u1r, _i8r, nt.int64, nt.int64), **_OPTS)
+def index_chain_bits(buf, geo, hash_slot_num, count):
+    """Each entry's chain problems as bits (entry 0, the unused first one, gets none).  Reachable is what
+    IndexFile.selectPhyOffset can walk to from some slot: from the slot's head (1 .. count-1), along prevIndex,
+    stopping at 0, out of range, itself, or after an entry whose time diff is negative."""
+    bits = np.zeros(count, np.uint8)
+    slots_at, at0, size = geo[GEO_SLOTS_AT], geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE]
+    kh_at, td_at, prev_at = geo[GEO_KEY_HASH], geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX]
+    for s in range(hash_slot_num):
+        e = _i32(buf, slots_at + 4 * s)
+        if 0 < e < count:
+            bits[e] = CHAIN_REACHED
+    # Chains run from newer entries to older ones, so one pass from the newest entry down marks them without
+    # chasing pointers (each step's loads are independent).  A link forward (prev >= e: damage) to an entry not
+    # yet reached is followed at once, entry by entry; every entry is marked once, whatever the file holds.
+    for e in range(count - 1, 0, -1):
+        if bits[e] != CHAIN_REACHED:
+            continue
+        at = at0 + e * size
+        nxt = _i32(buf, at + prev_at)
+        if nxt <= 0 or nxt >= count or nxt == e or _i32(buf, at + td_at) < 0 or bits[nxt] == CHAIN_REACHED:
+            continue
+        bits[nxt] = CHAIN_REACHED
+        if nxt < e:
+            continue
+        while True:  # forward: walk this chain now (the pass has gone by)
+            at = at0 + nxt * size
+            after = _i32(buf, at + prev_at)
+            if after <= 0 or after >= count or after == nxt or _i32(buf, at + td_at) < 0 or \
+                    bits[after] == CHAIN_REACHED:
+                break
+            bits[after] = CHAIN_REACHED
+            if after < e:  # back below the pass: it carries on from there
+                break
+            nxt = after
+    slot = np.empty(count, np.int32)  # 4 bytes an entry: the lookups of the previous entry's slot stay in cache
+    for e in range(count):
+        kh = _i32(buf, at0 + e * size + kh_at)
+        slot[e] = kh % hash_slot_num if kh >= 0 else -1
+    for e in range(1, count):
+        at = at0 + e * size
+        prev = _i32(buf, at + prev_at)
+        b = 0 if bits[e] == CHAIN_REACHED else CHAIN_UNREACHABLE
+        if prev < 0 or prev >= count:
+            b |= CHAIN_PREV_OUT_OF_RANGE
+        elif prev > 0:
+            if prev >= e:
+                b |= CHAIN_PREV_NOT_OLDER
+            if slot[prev] != slot[e]:
+                b |= CHAIN_PREV_OTHER_SLOT
+        if _i32(buf, at + td_at) < 0:
+            b |= CHAIN_NEGATIVE_TIME_DIFF
+        bits[e] = b
+    return bits
+
+
+@_inner
+def _pair_mix(kh, phys):
+    """splitmix64's finaliser over (key hash, offset): spreads pairs evenly even when one key fills the file."""
+    x = np.uint64(phys) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(np.uint32(kh))
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(**_OPTS)
+def _repeats_among(buf, at0, size, kh_at, start, end):
+    """Extra copies and repeated pairs among entries start .. end-1, which share one physical offset: repeats of a
+    key hash (a few entries, a message's keys, compared directly; a hostile run sorted)."""
+    k = end - start
+    extra = pairs = 0
+    if k <= 16:
+        for p in range(start, end):
+            kh = _i32(buf, at0 + p * size + kh_at)
+            seen_before = after = 0
+            for q in range(start, end):
+                if _i32(buf, at0 + q * size + kh_at) == kh:
+                    if q < p:
+                        seen_before += 1
+                    elif q > p:
+                        after += 1
+            if seen_before == 0 and after > 0:  # counted at the pair's first copy
+                extra += after
+                pairs += 1
+        return extra, pairs
+    kh = np.empty(k, np.int64)
+    for t in range(k):
+        kh[t] = _i32(buf, at0 + (start + t) * size + kh_at)
+    kh.sort()
+    for t in range(1, k):
+        if kh[t] == kh[t - 1]:
+            extra += 1
+            if t == 1 or kh[t - 1] != kh[t - 2]:
+                pairs += 1
+    return extra, pairs
+
+
+@njit((_u1r, _i8r, nt.int64, nt.int64, nt.int64), **_OPTS)
+def index_entry_summary(buf, geo, hash_slot_num, count, bucket_entries):
+    """Over entries 1 .. count-1: the slots their key hashes use, and (key hash, offset) pairs present more than
+    once (extra entries, pairs), counted exactly.  Entries in commitlog order (as the broker writes them) are
+    compared within runs of one offset; otherwise the pairs go through a hash table a bucket of about
+    ``bucket_entries`` at a time (a pair's copies share a bucket; at most 256 buckets): memory is a byte per
+    entry plus a table for a bucket."""
+    at0, size = geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE]
+    kh_at, phys_at = geo[GEO_KEY_HASH], geo[GEO_PHYSICAL_OFFSET]
+    used = np.zeros(hash_slot_num, np.bool_)
+    n = count - 1
+    ordered = True
+    last = np.int64(-1 << 62)
+    for e in range(1, count):
+        at = at0 + e * size
+        kh, phys = _i32(buf, at + kh_at), _i64(buf, at + phys_at)
+        if kh >= 0:
+            used[kh % hash_slot_num] = True
+        ordered = ordered and phys >= last
+        last = phys
+    duplicate_entries = duplicated_pairs = 0
+    if ordered:  # as the broker dispatches, in commitlog order: a pair's copies sit together, among equal offsets
+        start = 1
+        for e in range(2, count + 1):
+            if e == count or _i64(buf, at0 + e * size + phys_at) != _i64(buf, at0 + start * size + phys_at):
+                if e - start > 1:
+                    extra, pairs = _repeats_among(buf, at0, size, kh_at, start, e)
+                    duplicate_entries += extra
+                    duplicated_pairs += pairs
+                start = e
+        return used.sum(), duplicate_entries, duplicated_pairs
+    buckets = min(max((n + bucket_entries - 1) // bucket_entries, 1), 256)  # a byte per entry names its bucket
+    bucket_of = np.empty(n, np.uint8)
+    largest = np.zeros(buckets, np.int64)
+    for e in range(1, count):
+        at = at0 + e * size
+        b = _pair_mix(_i32(buf, at + kh_at), _i64(buf, at + phys_at)) % np.uint64(buckets)
+        bucket_of[e - 1] = b
+        largest[b] += 1
+    cap = 1
+    while cap < 2 * largest.max():
+        cap *= 2
+    table = np.empty(cap, np.int64)  # an entry holding the pair, -1 for an empty place
+    copies = np.empty(cap, np.int64)
+    for b in range(buckets):
+        table[:] = -1
+        for i in range(n):
+            if bucket_of[i] != b:
+                continue
+            at = at0 + (i + 1) * size
+            kh, phys = _i32(buf, at + kh_at), _i64(buf, at + phys_at)
+            h = np.int64(_pair_mix(kh, phys) >> np.uint64(16)) & (cap - 1)
+            while table[h] >= 0:  # linear probing; an equal pair stops it, so copies cost one probe each
+                other = at0 + table[h] * size
+                if _i32(buf, other + kh_at) == kh and _i64(buf, other + phys_at) == phys:
+                    break
+                h = (h + 1) & (cap - 1)
+            if table[h] < 0:
+                table[h], copies[h] = i + 1, 1
+            else:
+                copies[h] += 1
+                duplicate_entries += 1
+                if copies[h] == 2:
+                    duplicated_pairs += 1
+    return used.sum(), duplicate_entries, duplicated_pairs

@@ -64,6 +64,7 @@ TOOL = "rocketmq-forensics"
 class AuditResult(cli.JobResult):
     out: str = ""
     summary_data: dict = field(default_factory=dict)
+    phases: list = field(default_factory=list)  # (phase, wall seconds), as --profile prints them
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -227,7 +228,6 @@ def _segment_ends(ctx: AuditContext) -> dict[tuple[str, str], tuple[int | None, 
 
 def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
     from datasources.consumequeue import GROUP_BYTES, GROUP_FILES
-    from store_format.commitlog import SEGMENT_NAME
 
     from .scan import BrokerFacts, CommitlogRange, IndexScan, QueueScan, RoutedIndexFile, RoutedQueueFile
     from store_format.recovery import truncates_queues
@@ -280,7 +280,6 @@ def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
                     crc_checked_before=(first_stop or 0) if resolved and ctx.options.check_crc else 0,
                     resolved=resolved, first_of_broker=(i == 0 and k == 0), next_base=nxt if last else None))
         if not mine:  # no segment: one task still owns every offset, so units and entries are checked
-            from datasources.storepaths import Location
 
             tasks.append(_NoCommitlog(facts))
         for group in _queue_groups(plan.cq_files, GROUP_BYTES, GROUP_FILES):
@@ -457,7 +456,8 @@ def run(spark, args) -> AuditResult:
     progress(f"done in {time.time() - started:.1f}s")
     if getattr(args, "profile", False):
         _print_profile(ctx, phases)
-    return AuditResult(line, cli.EXIT_NOTHING if errors else cli.EXIT_OK, out=out, summary_data=summary)
+    return AuditResult(line, cli.EXIT_NOTHING if errors else cli.EXIT_OK, out=out, summary_data=summary,
+                       phases=phases.times)
 
 
 def _failure_findings(failures: list[pa.Table]) -> pa.Table:
@@ -520,8 +520,13 @@ def _geometry(plan: BrokerPlan) -> dict:
 
 
 def _print_profile(ctx: AuditContext, phases: _Phases) -> None:
+    from jobs import session
+
     lines = ["where the time went (wall clock):"]
+    if session.last_start_seconds is not None:
+        lines.append(f"  {'(Spark session start, before it)':<34} {session.last_start_seconds:7.2f} s")
     lines += [f"  {name:<34} {secs:7.2f} s" for name, secs in phases.times]
+    lines.append(f"  {'the audit in all':<34} {sum(s for _, s in phases.times):7.2f} s")
     for stage, outputs in (("survey", ctx.survey), ("scan", ctx.scan)):
         t = outputs.partials.get("_timing")
         if t is None or not t.num_rows:

@@ -568,7 +568,8 @@ def rate_counts(rc) -> pa.Table | None:
     kept = rc.column("kept")
     if not kept.any():
         return None
-    t = rc.messages.filter(pa.array(kept))
+    m = rc.messages
+    t = pa.table({"topic": m.column("topic"), "store_timestamp": m.column("store_timestamp")}).filter(pa.array(kept))
     ms = t.column("store_timestamp").to_numpy(zero_copy_only=False)
     unit = _unit_for(int(ms.max() - ms.min()))
     g = pa.table({"topic": t.column("topic"), "time": pa.array(np.floor_divide(ms, unit))}).group_by(

@@ -22,12 +22,11 @@ from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from datasources.commitlog import cut_to_walk, read_range_walk, segment_ends
 from datasources.storepaths import Location
 from store_format import layout as L
-from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, ReadOnlyMap, SalvageSpan
+from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, ReadOnlyMap
 
 from .plan import Buckets
 from .tasks import Emitter

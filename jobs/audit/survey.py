@@ -22,7 +22,7 @@ from datasources.consumequeue import CQFilePartition
 from datasources.indexfile import IndexFilePartition, EntryViews
 from datasources.storepaths import Location, local_copy
 from store_format import layout as L
-from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, ReadOnlyMap, SEGMENT_NAME, \
+from store_format.commitlog import KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, ReadOnlyMap, SEGMENT_NAME, \
     SalvageSpan
 from store_format.consumequeue import CQFile, read_unit_arrays
 from store_format.recovery import recover_queue

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datasources.indexfile import EntryViews, chain_problems, entry_summary, reachable
+from datasources.indexfile import EntryViews, chain_bits, entry_summary, problem_lists
 from datasources.storepaths import local_copy
 from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
@@ -336,26 +336,23 @@ def in_index_file(facts, part, out) -> None:
             h = f.header
             count = min(max(h.index_count, 1), f.index_num)
             v = EntryViews(mm.buf, f.hash_slot_num, count)
-            reached = reachable(v)
+            bits = chain_bits(v)
             summary = entry_summary(v)
             _header(broker, name, h, f.index_num, summary, out)
             out.partial("index.files", pa.table({"broker": [broker], "file": [name], "entries": [max(count - 1, 0)],
                                                  "duplicate_entries": [summary["duplicate_entries"]],
                                                  "duplicated_pairs": [summary["duplicated_pairs"]]}, schema=FILES))
-            chunk = 1 << 16
-            for start in range(1, count, chunk):
-                end = min(start + chunk, count)
-                kh, phys, td, prev = v.chunk(start, end)
-                problems = chain_problems(v, start, kh, td, prev, reached)
-                has = np.flatnonzero(pc.list_value_length(problems).to_numpy(zero_copy_only=False) > 0)
-                if not len(has):
-                    continue
-                p = problems.take(pa.array(has))
-                entry = pa.array((start + has).astype(np.int32))
+            has = np.flatnonzero(bits)  # entry 0 has none
+            if len(has):
+                phys, prev = v.physical_offset[has], v.prev_index[has]
+                p = problem_lists(bits[has])
+                entry = pa.array(has.astype(np.int32))
                 out.finding(finding_table(
-                    "index.chain_problem", len(has), broker=broker, file=name, physical_offset=pa.array(phys[has]),
+                    "index.chain_problem", len(has), broker=broker, file=name,
+                    physical_offset=pa.array(phys.astype(np.int64)),
                     values={"entry": entry, "problems_text": pc.binary_join(p, ", ")},
-                    details={"entry": entry, "problems": pc.binary_join(p, ","), "prev_index": pa.array(prev[has])}))
+                    details={"entry": entry, "problems": pc.binary_join(p, ","),
+                             "prev_index": pa.array(prev.astype(np.int32))}))
             del v
 
 

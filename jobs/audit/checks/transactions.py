@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from store_format import layout as L
 
-from ..findings import Consequence, Severity, check, concat_findings, finding_table, metric_table
+from ..findings import Consequence, Severity, check, finding_table, metric_table
 from . import FamilyResult
 
 check("transactions.open", Severity.WARNING,
