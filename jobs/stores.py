@@ -44,12 +44,17 @@ class StoreInput:
     source: str  # the input path it was found under (a store root, or a folder of store roots)
     from_folder: bool = False  # found in a folder of several store roots
     named_by: str = "folder"  # "user", "config" (the settings file's brokerName) or "folder"
+    single_file: bool = False  # given as one segment file (``source``) of the store at ``path``
 
     def folder_name(self) -> str:
         """Its name by rule 3 (in a folder of store roots: that folder's entry, as the data sources name it)."""
         from datasources.storepaths import broker_name, resolve
 
         return broker_name(resolve(self.path)) if self.from_folder else folder_name(self.path)
+
+    def read_path(self) -> str:
+        """What a data source reads for it: the segment file given, else the store root."""
+        return self.source if self.single_file else self.path
 
 
 def split_name(arg: str) -> tuple[str | None, str]:
@@ -89,32 +94,45 @@ def folder_name(root: str | os.PathLike) -> str:
     return candidates[0].name or p.name
 
 
-def resolve_stores(args: list[str]) -> list[StoreInput]:
-    """Store roots named by ``--store`` arguments, with their broker names (module docstring); raises
-    :class:`StoreArgumentError` (and the data sources' MISSING error for a path that holds no store)."""
+def resolve_stores(args: list[str], *, files: bool = False, remote: bool = False) -> list[StoreInput]:
+    """Store roots named by ``--store`` arguments, with their broker names (module docstring).  ``files``: a
+    segment file stands for its store (the point lookups, extract, replay, compare); ``remote``: pyarrow URIs
+    (``hdfs://``, ``s3://``: the data sources read them; the audit and the point lookups open local files).
+    Raises :class:`StoreArgumentError`, and the data sources' MISSING error for a path that holds no store."""
     from datasources.storepaths import find_inputs
 
     found: list[StoreInput] = []
     for arg in args:
         given, path = split_name(arg)
-        if "://" in path and not path.startswith("file://"):
-            raise StoreArgumentError(f"{path}: the jobs read local (or mounted) stores; copy remote dumps first")
-        local = os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
+        uri = "://" in path and not path.startswith("file://")
+        if uri and not remote:
+            raise StoreArgumentError(f"{path}: this job opens local (or mounted) files; copy remote dumps first")
+        local = path if uri else os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
         inputs = find_inputs(local, "commitlog")
         if given and len(inputs) > 1:
             raise StoreArgumentError(f"{arg}: NAME=PATH names one store, but {path} holds {len(inputs)}; name each "
                                      "store root on its own")
         for inp in inputs:
-            if inp.single_file:
+            if inp.single_file and not files:
                 raise StoreArgumentError(f"{path}: give a store root, not a single segment file")
-            root = os.path.abspath(inp.loc.parent().path)
-            if any(root == s.path for s in found):
+            root = inp.loc.parent().parent() if inp.single_file else inp.loc.parent()
+            root_path = _uri_of(path, root.path) if uri else os.path.abspath(root.path)
+            if any(root_path == s.path for s in found):
                 continue
-            configured = None if given else config_broker_name(root)
+            configured = None if given or uri else config_broker_name(root_path)
             name, by = (given, "user") if given else (configured, "config") if configured else \
-                (inp.broker if len(inputs) > 1 else folder_name(root), "folder")
-            found.append(StoreInput(name, root, local, from_folder=len(inputs) > 1, named_by=by))
+                (inp.broker if len(inputs) > 1 else folder_name(root.path), "folder")
+            found.append(StoreInput(name, root_path, local, from_folder=len(inputs) > 1, named_by=by,
+                                    single_file=inp.single_file))
     return _distinct(found)
+
+
+def _uri_of(given: str, path: str) -> str:
+    """``path`` on the file system of the URI ``given`` (scheme and authority kept)."""
+    from urllib.parse import urlparse
+
+    u = urlparse(given)
+    return f"{u.scheme}://{u.netloc}{path}"
 
 
 def _distinct(stores: list[StoreInput]) -> list[StoreInput]:

@@ -1,7 +1,7 @@
 """audit: everything wrong with one or more broker dumps, found, located and explained.
 
-  python -m jobs.audit --store PATH [PATH ...] --out DIR [--history DELTA_DIR] [--sha256] [--overwrite]
-  spark-submit --py-files dist/rocketmq_forensics.zip jobs/audit/__main__.py --store PATH --out DIR
+  rocketmq-forensics audit --store PATH|NAME=PATH [...] --out DIR [--history DELTA_DIR] [--sha256] [--overwrite]
+  python -m jobs.audit ...   or   spark-submit --py-files dist/rocketmq_forensics.zip jobs/audit/__main__.py ...
 
 Reads every store (read-only) and runs the check families of jobs/audit/checks/ (framing and integrity, the
 broker's recovery predicted, CommitLog <-> ConsumeQueue, CommitLog <-> IndexFile, consumer lag, transactions,
@@ -12,12 +12,16 @@ delays, retries and DLQ, metadata), then writes to DIR:
   metrics/       Parquet, long format (broker, scope, topic, queue_id, group, metric, value)
   tables/<name>/ Parquet detail tables: segments, queues, lag, transactions, delays, retries, dlq, and resend (the
                  messages to re-send: damaged, dropped by recovery, or in no consume queue; jobs/audit/resend.py)
-  summary.json   tool version, run time, inputs, geometry, counts per severity and per check, recovery per broker
-  report.html    one self-contained page: verdict, recovery, worst findings, lag/transaction/delay tables, plots
+  summary.json   tool version, run time, inputs, geometry, counts per severity and per check, and per broker its
+                 recovery and its verdict (jobs/audit/verdict.py: will it start, the cut, what is lost, what to do)
+  report.html    one self-contained page: per broker, in words, will it start, where recovery cuts, what is lost and
+                 what to do first, the messages to re-send; a fleet table for several brokers; the findings
+                 grouped by cause; lag/transaction/delay tables, plots
 
 With --history, findings and metrics are also appended to Delta tables HISTORY/findings and HISTORY/metrics
 (one commit each per run; jobs/trend.py reads them).  Exit codes: 0 no error findings, 1 error findings,
-2 the audit could not run.  Progress goes to stderr, one line per phase; --profile adds where the time went.
+2 the audit could not run.  Progress goes to stderr, one line per phase (--quiet: none); --profile adds where the
+time went.
 
 How it runs: two Spark stages.  The survey reads what the driver must know first (where each surveyed segment's
 walk stops, the consume-queue and index files' bounds); the scan reads every byte once, one task per commitlog
@@ -44,6 +48,7 @@ import pyarrow.parquet as pq
 
 from jobs import cli
 from jobs.output import OutputError, append_history, prepare_output
+from jobs.progress import Phase, say
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args
 
 from . import findings as FD
@@ -71,12 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jobs.audit", description=__doc__.split("\n\n")[0],
                                 epilog="Exit codes: 0 no error findings, 1 error findings, 2 the audit could "
                                        "not run.  Input dumps are only ever opened read-only.")
-    p.add_argument("--store", nargs="+", required=True, metavar="PATH",
-                   help="a broker store root (holding commitlog/, consumequeue/, index/, config/...) or a folder "
-                        "of several brokers' store roots; several may be given")
-    p.add_argument("--out", required=True, metavar="DIR", help="output folder (refused when it exists and is not "
-                                                               "empty, unless --overwrite)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    cli.add_store_arguments(p)
+    cli.add_output_arguments(p, formats=())  # findings, metrics and tables are Parquet (and Delta with --history)
     p.add_argument("--history", metavar="DELTA_DIR",
                    help="also append findings and metrics to the Delta tables DELTA_DIR/findings and "
                         "DELTA_DIR/metrics (for jobs/trend.py and the lag-over-time notebook)")
@@ -105,8 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def progress(message: str) -> None:
-    print(f"[audit {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+progress = say  # one line on stderr per step (jobs/progress.py: not with --quiet)
 
 
 class _Phases:
@@ -358,16 +358,16 @@ def run(spark, args) -> AuditResult:
     os.makedirs(run.findings_dir, exist_ok=True)
     try:
         survey = _survey_tasks(ctx, segments)
-        progress(f"survey: {len(survey)} task(s)")
-        ctx.survey = run_tasks(spark, survey, TASKS_PER_CORE * cores, RunInfo(None))
+        with Phase(f"survey ({len(survey)} task(s))", sum(t.cost() for t in survey), spark):
+            ctx.survey = run_tasks(spark, survey, TASKS_PER_CORE * cores, RunInfo(None))
         ctx.failures.append(ctx.survey.get("_failures", FAILURES))
         phases.done("survey")
         progress("predicting recovery")
         ctx.predict_recovery()
         phases.done("recovery prediction")
         scan = _scan_tasks(ctx, segments)
-        progress(f"scan: {len(scan)} task(s)")
-        ctx.scan = run_tasks(spark, scan, TASKS_PER_CORE * cores, run)
+        with Phase(f"scan ({len(scan)} task(s))", sum(t.cost() for t in scan), spark):
+            ctx.scan = run_tasks(spark, scan, TASKS_PER_CORE * cores, run)
         ctx.failures.append(ctx.scan.get("_failures", FAILURES))
         from .checks.recovery import lost_from_scan
 
@@ -555,5 +555,5 @@ def _prepare(args) -> None:
     prepare_output(args.out, overwrite=args.overwrite, inputs=[s.path for s in resolve_stores(args.store)])
 
 
-def main(argv=None) -> int:
-    return cli.main(NAME, build_parser, run, argv, prepare=_prepare)
+def main(argv=None, prog: str | None = None) -> int:
+    return cli.main(NAME, build_parser, run, argv, prepare=_prepare, prog=prog)
