@@ -206,6 +206,7 @@ def test_lengths_that_add_up_but_break_a_rule(windows):
         assert_parity(bytes(buf), "s", 3 * SEG)
 
 
+@pytest.mark.slow
 def test_random_corruption(written):
     """Overwrite header fields, single bytes, or runs of bytes at random: the walks still agree."""
     rnd = random.Random(11)

@@ -126,6 +126,7 @@ def test_notebooks_are_stored_without_outputs():
         assert "build_session" in code[0].source and "DEMO_OUT" in code[0].source, name
 
 
+@pytest.mark.slow
 def test_tour_of_a_dump(executed, demo_out):
     nb = _ran(executed, "01_tour_of_a_dump")
     printed = dict(re.findall(r"messages in (\S+): (\d+)", _stdout(nb)))
@@ -142,6 +143,7 @@ def test_tour_of_a_dump(executed, demo_out):
     _html_is_only_pandas_tables(nb)
 
 
+@pytest.mark.slow
 def test_investigating_an_audit(executed, demo_out):
     nb = _ran(executed, "02_investigating_an_audit")
     out = _stdout(nb)
@@ -161,6 +163,7 @@ def test_investigating_an_audit(executed, demo_out):
     _html_is_only_pandas_tables(nb)
 
 
+@pytest.mark.slow
 def test_lag_and_transactions_over_history(executed, demo_out, spark):
     nb = _ran(executed, "03_lag_and_transactions_over_history")
     out = _stdout(nb)
