@@ -28,6 +28,7 @@ if __package__ in (None, ""):  # spark-submit jobs/decode.py: make the project i
 
 from jobs import cli  # noqa: E402
 from jobs.output import prepare_output, read_table, write_table  # noqa: E402
+from jobs.progress import Phase  # noqa: E402
 
 NAME = "decode"
 # The data source's damage columns are always null on message rows; ``length`` repeats store_size there.
@@ -114,7 +115,9 @@ def prepare(args) -> list:
 def run(spark, args) -> cli.JobResult:
     stores = prepare(args)  # again: run() is also called directly, without main()
     msgs = messages(spark, stores, args.walk, args.topic, args.decompress, getattr(args, "columns", None))
-    write_table(msgs, args.out, args.format)
+    sizes = [s.commitlog_bytes() for s in stores]
+    with Phase("decode and write", None if None in sizes else sum(sizes), spark):
+        write_table(msgs, args.out, args.format)
     from pyspark.sql import functions as F
 
     stats = (read_table(spark, args.out, args.format, schema=msgs.schema)

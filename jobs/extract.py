@@ -66,6 +66,7 @@ from store_format.message import CANONICAL_FIELDS  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
 from jobs import cli  # noqa: E402
+from jobs.progress import Phase  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
 
 MANIFEST_NAME = "_manifest.json"
@@ -495,8 +496,11 @@ def run(spark, args, err=None) -> cli.JobResult:
     sel = select(spark, args, stores)
     # counted, written and reported from one walk of the dumps
     frame = sel.frame.persist(StorageLevel.MEMORY_AND_DISK)
+    from jobs.stores import commitlog_bytes
+
     try:
-        return cli.JobResult("", write_selection(spark, args, stores, sel, frame, err))
+        with Phase("select and write", sum(commitlog_bytes(s.root) for s in stores), spark):
+            return cli.JobResult("", write_selection(spark, args, stores, sel, frame, err))
     finally:
         frame.unpersist()
 

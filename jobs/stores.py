@@ -52,9 +52,21 @@ class StoreInput:
 
         return broker_name(resolve(self.path)) if self.from_folder else folder_name(self.path)
 
+    def commitlog_bytes(self) -> int | None:
+        """The bytes of its commitlog segments (what a scan reads), for progress; None for a remote store."""
+        if "://" in self.path:
+            return None
+        return os.path.getsize(self.source) if self.single_file else commitlog_bytes(self.path)
+
     def read_path(self) -> str:
         """What a data source reads for it: the segment file given, else the store root."""
         return self.source if self.single_file else self.path
+
+
+def commitlog_bytes(root: str | os.PathLike) -> int:
+    """The bytes of a local store's commitlog segments."""
+    d = os.path.join(root, "commitlog")
+    return sum(e.stat().st_size for e in os.scandir(d) if e.is_file()) if os.path.isdir(d) else 0
 
 
 def split_name(arg: str) -> tuple[str | None, str]:
