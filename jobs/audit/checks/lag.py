@@ -38,7 +38,7 @@ check("lag.offset_above_max", Severity.WARNING,
 check("lag.offset_below_min", Severity.WARNING,
       "group {group} committed offset {offset} on {topic}/{queue_id} but the queue starts at {min_offset}: the "
       "messages in between are gone",
-      consequence=Consequence.DATA_LOST,
+      consequence=Consequence.CONSUMERS_AFFECTED,
       action="Those messages are gone; check retention versus consumer downtime.")
 check("lag.behind", Severity.INFO,
       "group {group} is {lag} message(s) behind on {topic}[ (oldest unconsumed {lag_seconds} s before the dump time)]",
