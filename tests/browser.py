@@ -41,6 +41,7 @@ class BrowserResult:
     broken_images: int = 0
     console_messages: list[str] = field(default_factory=list)  # every console call, for diagnosis
     first_screen_text: str = ""  # the text a reader sees before scrolling (text nodes inside the viewport)
+    page_width: int = 0  # the document's scroll width in CSS pixels: wider than the viewport = a sideways scroll
 
 
 def find_chromium() -> str | None:
@@ -124,7 +125,7 @@ def _describe_exception(params: dict) -> str:
 
 
 # What the page shows: all its text, the text of the nodes drawn inside the first viewport (what a reader sees
-# before scrolling), and how many images did not decode.
+# before scrolling), how many images did not decode, and how wide the document is.
 _STATE_JS = """(() => {
   const first = [], h = window.innerHeight, w = window.innerWidth;
   const walk = document.createTreeWalker(document.body || document.documentElement, NodeFilter.SHOW_TEXT);
@@ -137,7 +138,8 @@ _STATE_JS = """(() => {
       first.push(t);
   }
   return JSON.stringify({text: document.body ? document.body.innerText : '', first: first.join(' '),
-    broken: Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).length});
+    broken: Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).length,
+    width: document.documentElement.scrollWidth});
 })()"""
 
 
@@ -202,7 +204,8 @@ def render(html_path, png_path, *, viewport: tuple[int, int] = VIEWPORT, timeout
             elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
                 entry = params["entry"]
                 errors.append(f"{entry.get('text')} {entry.get('url', '')}".strip())
-        return BrowserResult(errors, state["text"], png_path, state["broken"], messages, state["first"])
+        return BrowserResult(errors, state["text"], png_path, state["broken"], messages, state["first"],
+                             state["width"])
     finally:
         try:
             pipe.send("Browser.close", deadline=time.monotonic() + 5)

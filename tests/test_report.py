@@ -87,6 +87,8 @@ def _screen(out: Path, tmp_path: Path):
     whole = render(out / "report.html", tmp_path / "report.png", viewport=SCREEN)
     assert first.console_errors == [] and first.broken_images == 0
     assert first.screenshot_path.stat().st_size > 20_000  # a drawn page, not a blank one
+    # the page fits the screen's width: wide tables wrap or scroll inside their own box, the page never sideways
+    assert whole.page_width <= SCREEN[0], f"report.html is {whole.page_width} px wide on a {SCREEN[0]} px screen"
     return first, whole
 
 
