@@ -23,10 +23,12 @@ Every job runs the same three ways: ``rocketmq-forensics <job> ...`` (the consol
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import sys
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 from .output import FORMATS
 
@@ -156,6 +158,39 @@ def console(argv=None) -> int:
         print(f"{PROG}: error: no job {job!r}; the jobs are {', '.join(JOBS)} ({PROG} --help)", file=sys.stderr)
         return EXIT_FAILED
     return job_module(job).main(rest, prog=f"{PROG} {job}")
+
+
+def runnable(module: str) -> bool:
+    """Whether ``python -m MODULE`` runs something: a package with ``__main__.py`` or a module with a
+    ``__main__`` block (the jobs, the console); the rest of jobs/ is library code."""
+    path = Path(__file__).resolve().parent.parent.joinpath(*module.split("."))
+    if path.is_dir():
+        return (path / "__main__.py").is_file()
+    source = path.with_suffix(".py")
+    if not source.is_file():
+        return False
+    main = ast.parse('if __name__ == "__main__": pass').body[0].test
+    return any(isinstance(node, ast.If) and ast.dump(node.test) == ast.dump(main)
+               for node in ast.parse(source.read_text(encoding="utf-8")).body)
+
+
+def not_a_job(module: str, argv: list[str]) -> int:
+    """``python -m jobs.X`` where X runs nothing (library code, or no such module): say what it is and where the
+    jobs are -- a usage text with exit 0 for ``--help``, one ``error:`` line with exit 2 otherwise."""
+    path = Path(__file__).resolve().parent.parent.joinpath(*module.split("."))
+    source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    if source.is_file():
+        doc = (ast.get_docstring(ast.parse(source.read_text(encoding="utf-8"))) or "").strip()
+        first = " ".join(doc.split("\n\n")[0].split()).replace("``", "").split(". ")[0].rstrip(".:")
+        what = f"{module} is library code, not a job" + (f" ({first})" if first else "")
+    else:
+        what = f"there is no module {module}"
+    jobs = f"the jobs are {', '.join(JOBS)}: {PROG} JOB --help, or python -m jobs.JOB --help"
+    if any(a in ("-h", "--help") for a in argv):
+        print(f"usage: {PROG} JOB [options]   (python -m jobs.JOB [options])\n\n{what}; {jobs}.")
+        return EXIT_OK
+    print(f"python -m {module}: error: {what}; {jobs}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def overview() -> str:

@@ -47,6 +47,7 @@ def test_the_console_command_is_declared_in_pyproject():
 @pytest.mark.parametrize("argv", [["-m", "jobs", "--help"], ["-m", "jobs.trend", "--help"],
                                   [str(REPO / "jobs" / "decode.py"), "--help"],
                                   [str(REPO / "jobs" / "audit" / "__main__.py"), "--help"]])
+@pytest.mark.slow
 def test_module_and_script_forms(argv, tmp_path):
     """``python -m`` and the files spark-submit runs (from another folder: jobs/_bootstrap.py finds the project)."""
     r = subprocess.run([sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120,
@@ -98,3 +99,31 @@ def test_progress_line_plain_in_a_log_redrawn_on_a_terminal_and_silent_when_quie
     finally:
         progress.configure("job")
     assert silent.getvalue() == ""
+
+
+def test_python_m_on_any_module_of_jobs_answers():
+    """``python -m jobs.X``: the jobs (and the console, and the audit package) run; everything else in jobs/ is
+    library code, and says so instead of printing nothing."""
+    modules = set()
+    for path in (REPO / "jobs").rglob("*.py"):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        if parts[-1] != "__main__":
+            modules.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    assert {m for m in modules if cli.runnable(m)} == {"jobs", "jobs.audit", *(f"jobs.{j}" for j in cli.JOBS
+                                                                               if j != "audit")}
+    assert "jobs.audit.report" in modules and not cli.runnable("jobs.report")
+
+
+@pytest.mark.parametrize("module", ["jobs.audit.report", "jobs.report"])
+def test_python_m_on_library_code_or_no_module_says_where_the_jobs_are(module):
+    """The report is written by the audit (jobs.report is gone): --help is a usage text and exit 0, anything
+    else one error line and exit 2 (not silence and exit 0, not a traceback)."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0 and r.stdout.startswith(f"usage: {cli.PROG} JOB"), (r.stdout, r.stderr)
+    assert f"{cli.PROG} JOB --help" in r.stdout and "audit, decode, extract" in r.stdout
+    r = subprocess.run([sys.executable, "-m", module, "--store", "x"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith(f"python -m {module}: error: ") and len(r.stderr.splitlines()) == 1
