@@ -147,6 +147,9 @@ def group_findings(path: str) -> list[Group]:
     """Every group of the findings folder ``path``, in the report's order."""
     import pyarrow.dataset as ds
 
+    from .checks import load_all
+
+    load_all()  # each check's grouping and consequence (a fresh process, e.g. make demo's, has not imported them)
     if not os.path.isdir(path):
         return []
     groups: dict[str, dict] = {}  # check -> key -> Group
