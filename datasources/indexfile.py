@@ -116,6 +116,15 @@ def read_entry_window(loc: Location, hash_slot_num: int, first: int, end: int) -
             "time_diff": e["time_diff"].astype(np.int32), "prev_index": e["prev_index"].astype(np.int32)}
 
 
+def written_entries(m: ReadOnlyMap, hash_slot_num: int, count: int) -> int:
+    """Of the ``count`` entries a header counts, those up to the last one holding a non-zero byte (at least 1:
+    entry 0 is never written).  Entries past it are zeros no put ever wrote: a counter beyond them is one wrong
+    header, not that many broken entries."""
+    at = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE
+    end = m.written_length(at + count * L.INDEX_ENTRY_SIZE)
+    return max(1, min(count, -(-(end - at) // L.INDEX_ENTRY_SIZE)))
+
+
 def chain_bits(v: EntryViews) -> np.ndarray:
     """Each entry's chain problems (:data:`CHAIN_PROBLEMS`) as bits, bit ``j`` for problem ``j``, one compiled pass
     over the file's bytes (udfs.compiled.index_chain_bits: reachable is what ``selectPhyOffset`` can walk to from

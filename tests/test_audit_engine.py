@@ -114,3 +114,32 @@ def test_the_newest_segment_is_split_over_its_data(tmp_path):
     assert 0 < data < segment and len(newest) == -(-data // (1 << 20))
     assert newest[-1][1] == segment and newest[-1][2] and all(not last for _, _, last in newest[:-1])
     assert all(a[1] == b[0] for a, b in zip(newest, newest[1:]))  # the ranges tile the segment
+
+
+def test_an_index_counter_past_its_entries_is_one_finding(spark, tmp_path):
+    """One cause, one finding (issue 22): a header whose indexCount runs 1,830 entries past the last written one
+    is reported once, where the zeros start; the zeros are not checked as 1,830 broken, unreachable, mismatched
+    or duplicate entries."""
+    import shutil
+    import struct
+
+    from store_format.indexfile import IndexFile, list_index_files
+
+    store = tmp_path / "store"
+    shutil.copytree(fixture_store("basic"), store)
+    path = list_index_files(store / "index")[0]
+    with IndexFile(path) as f:
+        slots, entries, written = f.hash_slot_num, f.index_num, f.header.index_count
+    clean = audit_job.run(spark, audit_args([store], tmp_path / "clean", "--hash-slots", str(slots),
+                                            "--index-num", str(entries)))
+    raw = bytearray(path.read_bytes())
+    struct.pack_into(">i", raw, 36, 2000)  # indexCount, the header's last int
+    path.write_bytes(bytes(raw))
+    audit_job.run(spark, audit_args([store], tmp_path / "out", "--hash-slots", str(slots), "--index-num", str(entries)))
+    index = [f for f in findings(tmp_path / "out") if f["check"].startswith("index.")]
+    before = [f for f in findings(tmp_path / "clean") if f["check"].startswith("index.")]
+    [unwritten] = [f for f in index if f["check"] == "index.unwritten_entries"]
+    assert unwritten["file_position"] == 40 + slots * 4 + written * 20
+    assert dict(unwritten["details"]) == {"index_count": "2000", "written_entries": str(written - 1)}
+    assert f"counts {2000 - written} entries past the last written one, entry {written - 1}" in unwritten["message"]
+    assert sorted(f["message"] for f in index if f is not unwritten) == sorted(f["message"] for f in before)

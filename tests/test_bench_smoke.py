@@ -300,3 +300,18 @@ def test_main_without_spark_writes_results(tmp_path, capsys):
     assert data["run"]["complete"] and data["audit_mb_s"] is None
     assert "x naive" in capsys.readouterr().out
     assert not (Path(B.__file__).parent / "cache" / DumpSpec(1, 1, 1).key).exists()
+
+
+def test_datasource_scan_figures(tmp_path, capsys):
+    """bench/bench_datasource.py --scan on a 3 MiB dump (a newest segment only): the in-process baselines and
+    framers, then one round in a child process and session: cold and warm runs, the first pass, the transport
+    ceilings."""
+    from bench import bench_datasource
+
+    assert bench_datasource.main(["--scan", "--mb", "3", "--cache", str(tmp_path), "--repeat", "1", "--rounds", "1",
+                                  "--ceilings"]) == 0
+    out = capsys.readouterr().out
+    for what in ("raw read", "numpy bulk framer", "compiled framer", "positions count", "decoded noop",
+                 "decoded count", "first_pass=here", "first_pass=spark", "transport ceiling",
+                 "compiled framer vs numpy bulk framer"):
+        assert what in out, what

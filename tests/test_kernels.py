@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store_format import layout as L
-from store_format.codec import decode_record, encode_record
+from store_format.codec import decode_record, encode_record, malformed_texts
 from store_format.compression import compress
 from store_format.errors import ErrorKind, RecordError, StoreFormatError
 from store_format.ids import create_uniq_key, parse_uniq_key
@@ -73,12 +73,16 @@ def scalar_row(frame: bytes | None, max_decompressed: int = 1 << 20) -> dict:
         row["decompressed_body"] = msg.decompressed_body(max_decompressed)
     except StoreFormatError as e:
         row["decompress_error"] = e.kind.value
+    fields = {"topic" if f == "topic" else "properties" for f, _, _ in malformed_texts(frame)}
+    row["invalid_utf8"] = ",".join(f for f in ("topic", "properties") if f in fields) or None
     return row
 
 
 def kernel_rows(frames: list[bytes | None], typ=pa.binary(), **options) -> list[dict]:
-    batch = K.decode_binary(pa.array(frames, typ), decompress=True, max_decompressed=1 << 20, **options)
-    assert batch.schema == K.message_schema(decompress=True)
+    columns = K.DEFAULT_COLUMNS + K.TEXT_CHECK_COLUMNS
+    batch = K.decode_binary(pa.array(frames, typ), columns=columns, decompress=True, max_decompressed=1 << 20,
+                            **options)
+    assert batch.schema == K.message_schema(columns, decompress=True)
     rows = batch.to_pylist()
     for r in rows:
         if r["properties"] is not None:
@@ -658,3 +662,24 @@ def test_index_chain_bits_and_summary_follow_the_reference(case):
         s = entry_summary(v, bucket_entries)
         assert (s["entry_slots"], s["duplicate_entries"], s["duplicated_pairs"]) == \
             (len(used), sum(c - 1 for c in copies.values()), sum(c > 1 for c in copies.values()))
+
+
+def test_invalid_utf8_names_the_fields_the_broker_reads_as_u_fffd():
+    """The opt-in ``invalid_utf8`` column against Python's UTF-8 decoder, and store_format.codec.malformed_texts
+    (what the audit shows) on the same records: the field, the value escaped, the first bad byte's position."""
+    good = encode_record(_msg(topic="Topic", properties_raw="KEYS\x01key-1\x02TAGS\x01t"))
+    records = [good]
+    for target, bad in ((b"Topic", b"To\xffic"), (b"key-1", b"ke\xc3(1"), (b"TAGS", b"TA\xe2S")):
+        records.append(good.replace(target, bad))
+    records.append(good.replace(b"Topic", b"To\xffic").replace(b"key-1", b"key\xff1"))
+    starts = np.cumsum([0] + [len(r) for r in records[:-1]])
+    t = K.decode_buffer(b"".join(records), starts, np.array([len(r) for r in records]),
+                        columns=["topic", "keys", "invalid_utf8"]).to_pylist()
+    assert [r["invalid_utf8"] for r in t] == [None, "topic", "properties", "properties", "topic,properties"]
+    assert t[1]["topic"] == "To\ufffdic" and t[2]["keys"] == ["ke\ufffd(1"]
+    assert malformed_texts(records[0]) == []
+    [(field, value, at)] = malformed_texts(records[2])
+    assert (field, value, records[2][at:at + 1]) == ("KEYS", "ke\\xc3(1", b"\xc3")
+    [(field, value, at)] = malformed_texts(records[3])
+    assert (field, value, records[3][at:at + 1]) == ("TA\\xe2S", "t", b"\xe2")
+    assert [f for f, _, _ in malformed_texts(records[4])] == ["topic", "KEYS"]

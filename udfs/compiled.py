@@ -95,6 +95,7 @@ INT64_FIELDS = ("queue_offset", "physical_offset", "born_timestamp", "store_time
                 "prepared_transaction_offset")
 _I32_STORE_SIZE, _I32_MAGIC_VERSION, _I32_BODY_CRC, _I32_QUEUE_ID, _I32_FLAG, _I32_SYS_FLAG, \
     _I32_RECONSUME_TIMES = range(len(INT32_FIELDS))
+_I64_PHYSICAL_OFFSET = INT64_FIELDS.index("physical_offset")
 #: ``params``: magics, the SYSFLAG offset and IPv6 bits
 (PAR_MAGIC_V1, PAR_MAGIC_V2, PAR_SYS_FLAG_OFFSET, PAR_BORN_V6, PAR_STORE_V6) = range(5)
 #: (kind, field) of error code ``c`` is ERRORS[c - 1]; codes in codec.decode_record's check order
@@ -557,6 +558,34 @@ def _dedupe_many(a, ks, ke, k, keep, hashes, order, reps):
 # The pass over the frames
 
 
+@_inner
+def _record_variant(sys_flag, version, born_v6, store_v6):
+    """The row of the ``lay`` table of a record: born host IPv6 | store host IPv6 << 1 | magic V2 << 2."""
+    return (1 if sys_flag & born_v6 else 0) | (2 if sys_flag & store_v6 else 0) | (4 if version == 2 else 0)
+
+
+@_inner
+def _lengths(data, s, total, min_size, tlw, body_length_at, body_offset):
+    """The length checks of a record at ``s`` whose TOTALSIZE ``total`` is within bounds, in
+    ``codec.decode_record``'s order (as ``commitlog.frame_at``): (error code or 0, BODYLENGTH, TOPICLENGTH,
+    PROPERTIESLENGTH); each length read only when the ones before it fit in the record."""
+    end = s + total
+    body_len = _i32(data, s + body_length_at)
+    if body_len < 0 or s + body_offset + body_len + tlw > end:
+        return E_BODY_LENGTH, body_len, 0, 0
+    tl_at = s + body_offset + body_len
+    topic_len = _int8(data, tl_at) if tlw == 1 else _i16(data, tl_at)
+    props_at = tl_at + tlw + topic_len
+    if topic_len < 0 or props_at + 2 > end:
+        return E_TOPIC_LENGTH, body_len, topic_len, 0
+    props_len = _i16(data, props_at)
+    if props_len < 0 or props_at + 2 + props_len > end:
+        return E_PROPERTIES_LENGTH, body_len, topic_len, props_len
+    if min_size + body_len + topic_len + props_len != total:
+        return E_SIZE_MISMATCH, body_len, topic_len, props_len
+    return 0, body_len, topic_len, props_len
+
+
 @njit((_u1r, _i8r, _i8r, _b1r, _i8r2, _i8r2, _i8r2, _i8r, nt.int64, _u4r, _u1r,
        _i4_2, _i8_2, _i1, _i1,
        _i4, _u1, _i4, _u1, _i4, _u1, _i4, _u1, _i4, _u1, _i4, _u1), **_OPTS)
@@ -599,7 +628,7 @@ def decode_records(data, starts, sizes, present, lay, i32_offsets, i64_offsets, 
                 code = E_TRUNCATED_SYS_FLAG
             else:
                 sys_flag = _i32(data, s + sys_flag_at)
-                v = (1 if sys_flag & born_v6 else 0) | (2 if sys_flag & store_v6 else 0) | (4 if version == 2 else 0)
+                v = _record_variant(sys_flag, version, born_v6, store_v6)
                 if v != cur:
                     cur = v
                     min_size, tlw, body_length_at, body_offset = lay[v, LAY_MIN_SIZE], lay[v, LAY_TOPIC_LEN_WIDTH], \
@@ -610,29 +639,16 @@ def decode_records(data, starts, sizes, present, lay, i32_offsets, i64_offsets, 
                         i32_offsets[v, _I32_QUEUE_ID], i32_offsets[v, _I32_FLAG], i32_offsets[v, _I32_RECONSUME_TIMES]
                     queue_offset_at, physical_at, born_ts_at, store_ts_at, prepared_at = i64_offsets[v, 0], \
                         i64_offsets[v, 1], i64_offsets[v, 2], i64_offsets[v, 3], i64_offsets[v, 4]
-                end = s + total
                 if total < min_size:
                     code = E_BELOW_MIN_SIZE
                 elif total > size:
                     code = E_TRUNCATED
                 else:
-                    body_len = _i32(data, s + body_length_at)
+                    code, body_len, topic_len, props_len = _lengths(data, s, total, min_size, tlw, body_length_at,
+                                                                    body_offset)
                     body_at = s + body_offset
-                    if body_len < 0 or body_at + body_len + tlw > end:
-                        code = E_BODY_LENGTH
-                    else:
-                        tl_at = body_at + body_len
-                        topic_len = _int8(data, tl_at) if tlw == 1 else _i16(data, tl_at)
-                        topic_at = tl_at + tlw
-                        if topic_len < 0 or topic_at + topic_len + 2 > end:
-                            code = E_TOPIC_LENGTH
-                        else:
-                            props_len = _i16(data, topic_at + topic_len)
-                            props_at = topic_at + topic_len + 2
-                            if props_len < 0 or props_at + props_len > end:
-                                code = E_PROPERTIES_LENGTH
-                            elif min_size + body_len + topic_len + props_len != total:
-                                code = E_SIZE_MISMATCH
+                    topic_at = body_at + body_len + tlw
+                    props_at = topic_at + topic_len + 2
         if code != 0:
             err[i] = max(code, 0)
             flags[i] = 0
@@ -685,6 +701,53 @@ def decode_records(data, starts, sizes, present, lay, i32_offsets, i64_offsets, 
             flags[i] = f
         body_off[i + 1], topic_off[i + 1], props_off[i + 1] = bo, to, po
         born_off[i + 1], store_off[i + 1], id_off[i + 1] = ho, so, mo
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Framing: runs of plain valid messages (store_format.commitlog's bulk framer, compiled)
+
+
+@njit((_u1r, nt.int64, nt.int64, nt.int64, nt.int64, nt.boolean, nt.boolean, nt.int64, _i8r2, _i8r2, _i8r2, _i8r,
+       _u4r, _i8, _i8, _i4), **_OPTS)
+def frame_run(data, start, hi, limit, base, check_crc, check_phys, crc_from, lay, i32_offsets, i64_offsets, params,
+              crc_table, positions, sizes, magics):
+    """The run of records from ``start`` that ``store_format.commitlog.frame_at`` calls messages, hopping by
+    TOTALSIZE, among those starting before ``hi``: ``frame_at``'s message checks in its order (magic, room for
+    the header, TOTALSIZE bounds, PHYSICALOFFSET = ``base`` + position when ``check_phys``, the three length
+    fields, calMsgLength, the body CRC of a non-empty body when ``check_crc``, skipped before ``crc_from``).  The
+    run ends before the first record that fails one (the caller's scalar ``frame_at`` says why), at ``hi``, or
+    when ``positions`` is full.  Writes ``positions``/``sizes``/``magics`` and returns the count."""
+    magic_v1, magic_v2 = params[PAR_MAGIC_V1], params[PAR_MAGIC_V2]
+    sys_flag_at, born_v6, store_v6 = params[PAR_SYS_FLAG_OFFSET], params[PAR_BORN_V6], params[PAR_STORE_V6]
+    header = lay[0, LAY_BORN_HOST]  # frame_at reads SYSFLAG only with this many bytes left
+    cap = positions.shape[0]
+    n, p = 0, start
+    cur = -1
+    min_size = tlw = body_length_at = body_offset = crc_at = physical_at = 0
+    while p < hi and n < cap:
+        left = limit - p
+        if left < 8:
+            break
+        size, magic = _i32(data, p), _i32(data, p + 4)
+        version = 1 if magic == magic_v1 else (2 if magic == magic_v2 else 0)
+        if version == 0 or left < header:
+            break
+        v = _record_variant(_i32(data, p + sys_flag_at), version, born_v6, store_v6)
+        if v != cur:
+            cur = v
+            min_size, tlw, body_length_at, body_offset = lay[v, LAY_MIN_SIZE], lay[v, LAY_TOPIC_LEN_WIDTH], \
+                lay[v, LAY_BODY_LENGTH], lay[v, LAY_BODY]
+            crc_at, physical_at = i32_offsets[v, _I32_BODY_CRC], i64_offsets[v, _I64_PHYSICAL_OFFSET]
+        if size < min_size or size > left or (check_phys and _i64(data, p + physical_at) != base + p):
+            break
+        code, body_len, _, _ = _lengths(data, p, size, min_size, tlw, body_length_at, body_offset)
+        if code != 0 or (check_crc and body_len > 0 and p >= crc_from and
+                         (_crc32(data, p + body_offset, body_len, crc_table) & 0x7FFFFFFF) != _i32(data, p + crc_at)):
+            break
+        positions[n], sizes[n], magics[n] = p, size, magic
+        n += 1
+        p += size
+    return n
 
 
 # ---------------------------------------------------------------------------------------------------------

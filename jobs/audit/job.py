@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import sys
 import time
@@ -122,14 +121,6 @@ class _Phases:
         self._t = now
 
 
-def _cores(spark) -> int:
-    try:
-        return int(spark.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect has no SparkContext: the conf, else this machine's cores
-        conf = spark.conf.get("spark.default.parallelism", None)
-        return int(conf) if conf else (os.cpu_count() or 2)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Planning the two stages
 
@@ -145,17 +136,14 @@ class _SegmentPlan:
 
 
 def _segment_plans(plans: dict[str, BrokerPlan], split: int | None, recovery_region: dict[str, set]) -> list:
-    from datasources.commitlog import written_end
+    from datasources.commitlog import cut_ranges, written_end
 
     out = []
     for name, plan in plans.items():
         for seg in plan.named_segments:
             if split and seg.length > split:
                 data = written_end(seg.loc, seg.length) if seg.loc.local_path is not None else seg.length
-                n = max(1, math.ceil(max(data, 1) / split))
-                step = -(-max(data, 1) // n)
-                ranges = [(k * step, (k + 1) * step, False) for k in range(n - 1)] + [((n - 1) * step, seg.length,
-                                                                                       True)]
+                ranges = cut_ranges(seg.length, data, split)
             else:
                 ranges = [(0, seg.length, True)]
             out.append(_SegmentPlan(name, seg, ranges, len(ranges) > 1 or seg.name in recovery_region.get(name, ())))
@@ -344,7 +332,9 @@ def run(spark, args) -> AuditResult:
                            message_index_safe=args.message_index_safe, segment_size=geometry.segment_size,
                            split_size=parse_size(args.split_size, 0) if args.split_size else None)
     ctx = AuditContext(spark, stores, plans, options)
-    cores = _cores(spark)
+    from datasources.commitlog import default_parallelism
+
+    cores = default_parallelism(spark)
     split = scan_split_size(list(plans.values()), cores, options.split_size)
     from store_format.recovery import recovery_region
 

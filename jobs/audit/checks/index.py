@@ -30,8 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datasources.indexfile import EntryViews, chain_bits, entry_summary, problem_lists
+from datasources.indexfile import EntryViews, chain_bits, entry_summary, problem_lists, written_entries
 from datasources.storepaths import local_copy
+from store_format import layout as L
 from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.indexfile import INDEX_NAME, IndexFile
@@ -85,6 +86,12 @@ check("index.corrupt_file", Severity.ERROR, "index file {file} cannot be read: {
 check("index.header_count_out_of_range", Severity.ERROR, "indexCount {index_count} is outside 1..{index_num}",
       consequence=Consequence.QUERIES_WRONG,
       action="Corrupt header: the broker may mis-append; rebuild the index.")
+check("index.unwritten_entries", Severity.ERROR,
+      "indexCount {index_count} counts {unwritten} entries past the last written one, entry {last_written}: zeros "
+      "no put wrote (the header's counter is wrong, or the file lost its end); the written entries are checked",
+      consequence=Consequence.QUERIES_WRONG,
+      action="Corrupt header, or the file lost its end: the broker appends after the counted (zero) entries; rebuild "
+             "the index.")
 check("index.header_mismatch", Severity.WARNING, "index header disagrees with its entries: {problems}",
       consequence=Consequence.COSMETIC,
       action="The file was not closed cleanly; the broker tolerates it.")
@@ -334,7 +341,14 @@ def in_index_file(facts, part, out) -> None:
             return
         with f, ReadOnlyMap(local) as mm:
             h = f.header
-            count = min(max(h.index_count, 1), f.index_num)
+            counted = min(max(h.index_count, 1), f.index_num)
+            count = written_entries(mm, f.hash_slot_num, counted)  # a counter past them is one finding, not many
+            if count < counted and h.index_count <= f.index_num:
+                out.finding(finding_rows("index.unwritten_entries", [dict(
+                    broker=broker, file=name, file_position=L.INDEX_HEADER_SIZE + f.hash_slot_num * L.INDEX_SLOT_SIZE
+                    + count * L.INDEX_ENTRY_SIZE,
+                    values={"index_count": h.index_count, "unwritten": counted - count, "last_written": count - 1},
+                    details={"index_count": h.index_count, "written_entries": count - 1})]))
             v = EntryViews(mm.buf, f.hash_slot_num, count)
             bits = chain_bits(v)
             summary = entry_summary(v)
