@@ -459,3 +459,26 @@ def test_compiled_runs_longer_than_an_output_chunk(written_segments, monkeypatch
     assert len(whole[0]) > 6 and all((a == b).all() for a, b in zip(whole, chunked))
     assert chunked[0].tolist() == [p for p, *_ in _scalar_run(buf, 0, len(buf), len(buf), seg.base_offset, True,
                                                                True, 0)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_compiled_frames_each_alone_as_frame_at(written_segments, data):
+    """CompiledFramer.each at picked offsets (records', anywhere, past the end) is frame_at's verdict on each
+    record alone: its size and BODYLENGTH where it is a message, (0, -1) where not."""
+    buf, name, base, records = data.draw(damaged_segments(written_segments))
+    starts = [p for p, _ in records]
+    picks = data.draw(st.lists(st.sampled_from(starts) | st.integers(-2, len(buf) + 2), max_size=40))
+    check_crc, check_phys = data.draw(st.booleans()), data.draw(st.booleans())
+    framer = CompiledFramer(buf, len(buf), base, check_crc, check_phys)
+    sizes, body_lengths = framer.each(np.array(picks, np.int64))
+    framer.close()
+    for p, size, body_length in zip(picks, sizes.tolist(), body_lengths.tolist()):
+        kind, want, magic, *_ = C.frame_at(buf, p, len(buf), base, check_crc=check_crc,
+                                           check_physical_offset=check_phys) if 0 <= p < len(buf) else ("stop", 0, 0)
+        if kind == "message":
+            lay = L.layout_for(struct.unpack_from(">i", buf, p + L.SYS_FLAG_OFFSET)[0], L.MESSAGE_MAGICS[magic])
+            assert (size, body_length) == (want, struct.unpack_from(">i", buf, p + lay.offsets["body_length"])[0]), p
+        else:
+            assert (size, body_length) == (0, -1), p

@@ -683,3 +683,17 @@ def test_invalid_utf8_names_the_fields_the_broker_reads_as_u_fffd():
     [(field, value, at)] = malformed_texts(records[3])
     assert (field, value, records[3][at:at + 1]) == ("TA\\xe2S", "t", b"\xe2")
     assert [f for f, _, _ in malformed_texts(records[4])] == ["topic", "KEYS"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.lists(st.tuples(st.integers(0, 40), st.integers(-3, 3)), max_size=60),
+       b=st.lists(st.tuples(st.integers(0, 40), st.integers(-3, 3)), max_size=60), sort_b=st.booleans())
+def test_offset_hash_pairs_in_is_set_membership(a, b, sort_b):
+    """The audit's (offset, hash) join is membership in b's pairs, in any order of either side."""
+    from jobs.audit.checks.index import pairs_in
+
+    if sort_b:
+        b = sorted(b, key=lambda x: x[0])
+    cols = lambda pairs: (np.array([p for p, _ in pairs], np.int64), np.array([h for _, h in pairs], np.int32))  # noqa: E731
+    found = pairs_in(*cols(a), *cols(b))
+    assert found.tolist() == [pair in set(b) for pair in a]

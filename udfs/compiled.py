@@ -182,7 +182,7 @@ SCHEDULE_TOPIC = np.frombuffer(L.SCHEDULE_TOPIC.encode(), np.uint8).copy()
 
 _u1r, _u1 = nt.Array(nt.uint8, 1, "C", readonly=True), nt.Array(nt.uint8, 1, "C")
 _i8r, _i8 = nt.Array(nt.int64, 1, "C", readonly=True), nt.Array(nt.int64, 1, "C")
-_b1r = nt.Array(nt.boolean, 1, "C", readonly=True)
+_b1r, _b1 = nt.Array(nt.boolean, 1, "C", readonly=True), nt.Array(nt.boolean, 1, "C")
 _i1 = nt.Array(nt.int8, 1, "C")
 _i4r, _i4 = nt.Array(nt.int32, 1, "C", readonly=True), nt.Array(nt.int32, 1, "C")  # Arrow's 32-bit offsets
 _u4r = nt.Array(nt.uint32, 1, "C", readonly=True)
@@ -750,6 +750,26 @@ def frame_run(data, start, hi, limit, base, check_crc, check_phys, crc_from, lay
     return n
 
 
+@njit((_u1r, _i8r, nt.int64, nt.int64, nt.boolean, nt.boolean, _i8r2, _i8r2, _i8r2, _i8r, _u4r, _i8, _i8), **_OPTS)
+def frame_each(data, starts, limit, base, check_crc, check_phys, lay, i32_offsets, i64_offsets, params, crc_table,
+               sizes, body_lengths):
+    """:func:`frame_run`'s verdict on the record at each of ``starts`` alone (offsets picked from elsewhere: ids,
+    queue units): its TOTALSIZE and BODYLENGTH where it is a plain valid message, else 0 and -1 (the caller's
+    scalar ``frame_at`` says why)."""
+    magic_v1, sys_flag_at = params[PAR_MAGIC_V1], params[PAR_SYS_FLAG_OFFSET]
+    born_v6, store_v6 = params[PAR_BORN_V6], params[PAR_STORE_V6]
+    one_p, one_s, one_m = np.empty(1, np.int64), np.empty(1, np.int64), np.empty(1, np.int32)
+    for i in range(starts.shape[0]):
+        s = starts[i]
+        sizes[i], body_lengths[i] = 0, -1
+        if s < 0 or s >= limit:
+            continue
+        if frame_run(data, s, s + 1, limit, base, check_crc, check_phys, 0, lay, i32_offsets, i64_offsets, params,
+                     crc_table, one_p, one_s, one_m) == 1:
+            v = _record_variant(_i32(data, s + sys_flag_at), 1 if one_m[0] == magic_v1 else 2, born_v6, store_v6)
+            sizes[i], body_lengths[i] = one_s[0], _i32(data, s + lay[v, LAY_BODY_LENGTH])
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Properties, column by column
 
@@ -1264,3 +1284,27 @@ def index_entry_summary(buf, geo, hash_slot_num, count, bucket_entries):
                 if copies[h] == 2:
                     duplicated_pairs += 1
     return used.sum(), duplicate_entries, duplicated_pairs
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Joins of (offset, hash) pairs
+
+
+@njit((_i8r, _i4r, _i8r, _i4r, _b1), **_OPTS)
+def pairs_in_sorted(a_phys, a_hash, b_phys, b_hash, found):
+    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s, both ordered by offset: one merge pass, each
+    ``a`` pair compared with the run of equal offsets in ``b`` (a message's few keys)."""
+    m = b_phys.shape[0]
+    j = 0
+    for i in range(a_phys.shape[0]):
+        p = a_phys[i]
+        while j < m and b_phys[j] < p:
+            j += 1
+        k = j
+        hit = False
+        while k < m and b_phys[k] == p:
+            if b_hash[k] == a_hash[i]:
+                hit = True
+                break
+            k += 1
+        found[i] = hit

@@ -420,6 +420,16 @@ class CompiledFramer:
             return tuple(a.copy() if len(a) < cap else a for a in pieces[0])  # not the rest of the buffers
         return tuple(np.concatenate(col) for col in zip(*pieces))
 
+    def each(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The record at each of ``starts`` alone, as :meth:`run` would take it: (TOTALSIZE, BODYLENGTH) where it
+        is a plain valid message, (0, -1) where not."""
+        C = _compiled()
+        starts = np.ascontiguousarray(starts, np.int64)
+        sizes, body_lengths = np.empty(len(starts), np.int64), np.empty(len(starts), np.int64)
+        C.frame_each(self.data, starts, self.limit, self.base, self.check_crc, self.check_phys, C.LAYOUT,
+                     C.INT32_OFFSETS, C.INT64_OFFSETS, C.PARAMS, C.CRC_TABLE, sizes, body_lengths)
+        return sizes, body_lengths
+
 
 def decode_binary(arr: pa.Array | pa.ChunkedArray, **options) -> pa.RecordBatch:
     """:func:`decode_frames` over a binary or large_binary column of whole records."""

@@ -237,50 +237,51 @@ class AuditContext:
         (sorted), each segment opened once.  A frame that proves itself (a body whose CRC matches, or an empty
         body followed by another frame, a blank or the end of the data) lies on the walk from its segment's start
         (find_next_frame's confirmation); the walk ends at the segment's first blank.  Anything else is settled
-        by walking the segment."""
-        from store_format.commitlog import END_OF_DATA, KIND_MESSAGE, ReadOnlyMap, _body_length, frame_at, \
-            salvage_arrays
+        by walking the segment.  The frames are checked together (udfs.kernels.CompiledFramer.each)."""
+        from store_format.commitlog import END_OF_DATA, KIND_MESSAGE, ReadOnlyMap, frame_at, salvage_arrays
         from udfs import kernels as K
 
-        segments = {s.name: s for s in self.plans[broker].named_segments}
-        by_segment: dict = {}
-        for phys in offsets:
-            seg = next((s for s in segments.values() if s.base <= phys < s.base + s.length), None)
-            if seg is not None and seg.loc.local_path is not None:
-                by_segment.setdefault(seg.name, []).append(phys)
+        segments = self.plans[broker].named_segments
+        bases = np.array([s.base for s in segments], np.int64)
+        offsets = np.asarray(offsets, np.int64)
+        at = np.searchsorted(bases, offsets, side="right") - 1
         parts = []
-        for name, group in by_segment.items():
-            seg = segments[name]
+        for i, seg in enumerate(segments):
+            pos = offsets[at == i] - seg.base
+            pos = pos[(pos >= 0) & (pos < seg.length)]
             blank = self.first_blanks.get((broker, seg.name))
-            walked = None
-            starts, sizes = [], []
+            if blank is not None:
+                pos = pos[pos <= blank]
+            if not len(pos) or seg.loc.local_path is None:
+                continue
             with ReadOnlyMap(seg.loc.local_path) as m:
-                for phys in group:
-                    pos = phys - seg.base
-                    if blank is not None and pos > blank:
-                        continue
-                    kind, size, *_ = frame_at(m.buf, pos, len(m.buf), seg.base)  # framing, PHYSICALOFFSET, CRC
-                    confirmed = False
-                    if kind == "message" and self.options.check_crc:
-                        if _body_length(m.buf, pos) > 0:
-                            confirmed = True
-                        else:
-                            nxt, _, _, stop, *_ = frame_at(m.buf, pos + size, len(m.buf), seg.base)
-                            confirmed = nxt in ("message", "blank") or stop == END_OF_DATA
-                    if not confirmed:
-                        if walked is None:
-                            walked = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc)
-                        hit = np.flatnonzero((walked.kinds == KIND_MESSAGE) & (walked.positions == pos))
-                        if not len(hit):
-                            continue
-                        size = int(walked.sizes[hit[0]])
-                    starts.append(pos)
-                    sizes.append(size)
-                if starts:
-                    parts.append(pa.Table.from_batches([K.decode_buffer(m.buf, np.array(starts, np.int64),
-                                                                        np.array(sizes, np.int64),
+                limit = len(m.buf)
+                framer = K.CompiledFramer(m.buf, limit, seg.base, self.options.check_crc, True)
+                try:
+                    sizes, body_lengths = framer.each(pos)
+                finally:
+                    framer.close()
+                confirmed = (sizes > 0) & (body_lengths > 0) if self.options.check_crc else np.zeros(len(pos), bool)
+                for j in np.flatnonzero((sizes > 0) & (body_lengths == 0)) if self.options.check_crc else ():
+                    # an empty body's CRC proves nothing: the next frame must
+                    nxt, _, _, stop, *_ = frame_at(m.buf, int(pos[j] + sizes[j]), limit, seg.base)
+                    confirmed[j] = nxt in ("message", "blank") or stop == END_OF_DATA
+                rest = np.flatnonzero(~confirmed)
+                if len(rest):
+                    walked = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc,
+                                            framer=K.CompiledFramer)
+                    messages = walked.kinds == KIND_MESSAGE
+                    on_walk = np.searchsorted(walked.positions[messages], pos[rest])
+                    w_pos, w_size = walked.positions[messages], walked.sizes[messages]
+                    on_walk = np.minimum(on_walk, max(len(w_pos) - 1, 0))
+                    hit = (w_pos[on_walk] == pos[rest]) if len(w_pos) else np.zeros(len(rest), bool)
+                    sizes[rest] = np.where(hit, w_size[on_walk] if len(w_pos) else 0, 0)
+                    confirmed[rest] = hit
+                    del walked
+                keep = np.flatnonzero(confirmed)
+                if len(keep):
+                    parts.append(pa.Table.from_batches([K.decode_buffer(m.buf, pos[keep], sizes[keep],
                                                                         columns=columns)]))
-            del walked
         from udfs.kernels import message_schema
 
         return pa.concat_tables(parts) if parts else message_schema(columns).empty_table()

@@ -144,23 +144,27 @@ def key_text(m: pa.Table, rows: np.ndarray, source: np.ndarray) -> pa.Array:
 
 
 def pairs_in(a_phys: np.ndarray, a_hash: np.ndarray, b_phys: np.ndarray, b_hash: np.ndarray) -> np.ndarray:
-    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s: ``b`` ordered by offset (it mostly is: entries
-    and keys come in commitlog order), each ``a`` pair's run of equal offsets in it found by a search, and the
-    hashes of the run compared a step at a time (a run is a message's few keys)."""
-    if not len(a_phys) or not len(b_phys):
-        return np.zeros(len(a_phys), bool)
-    if len(b_phys) > 1 and (np.diff(b_phys) < 0).any():
-        order = np.argsort(b_phys, kind="stable")
-        b_phys, b_hash = b_phys[order], b_hash[order]
-    lo = np.searchsorted(b_phys, a_phys, side="left")
-    hi = np.searchsorted(b_phys, a_phys, side="right")
+    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s (udfs.compiled.pairs_in_sorted); either side
+    put in offset order first where it is not (entries and keys mostly come in commitlog order)."""
+    from udfs.kernels import _compiled
+
     found = np.zeros(len(a_phys), bool)
-    k, width = 0, int((hi - lo).max())
-    while k < width:
-        at = lo + k
-        live = at < hi
-        found[live] |= b_hash[at[live]] == a_hash[live]
-        k += 1
+    if not len(a_phys) or not len(b_phys):
+        return found
+
+    def ordered(phys, hashes):
+        phys, hashes = np.ascontiguousarray(phys, np.int64), np.ascontiguousarray(hashes, np.int32)
+        if len(phys) > 1 and (phys[1:] < phys[:-1]).any():
+            order = np.argsort(phys, kind="stable")
+            return phys[order], hashes[order], order
+        return phys, hashes, None
+
+    a_phys, a_hash, a_order = ordered(a_phys, a_hash)
+    b_phys, b_hash, _ = ordered(b_phys, b_hash)
+    hits = found if a_order is None else np.zeros(len(a_phys), bool)
+    _compiled().pairs_in_sorted(a_phys, a_hash, b_phys, b_hash, hits)
+    if a_order is not None:
+        found[a_order] = hits
     return found
 
 
