@@ -302,6 +302,8 @@ def test_main_without_spark_writes_results(tmp_path, capsys):
     assert not (Path(B.__file__).parent / "cache" / DumpSpec(1, 1, 1).key).exists()
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_datasource_scan_figures(tmp_path, capsys):
     """bench/bench_datasource.py --scan on a 3 MiB dump (a newest segment only): the in-process baselines and
     framers, then one round in a child process and session: cold and warm runs, the first pass, the transport
