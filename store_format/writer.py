@@ -589,8 +589,8 @@ class StoreWriter:
             raise WriterError(ErrorKind.INVALID_INPUT, "store root exists and is not a directory", file=str(self.root))
         existing = self.root.is_dir() and any(self.root.iterdir())
         if existing and not append:
-            raise WriterError(ErrorKind.INVALID_INPUT, "store root is not empty; pass append=True (--append) to "
-                              "add to the store that is there", file=str(self.root))
+            raise WriterError(ErrorKind.INVALID_INPUT, "store root is not empty: a new store needs a new or empty "
+                              "folder (append=True adds to the store that is there)", file=str(self.root))
         self.root.mkdir(parents=True, exist_ok=True)
         self._root_real = os.path.realpath(self.root)
         self._lock_file = self._take_lock()

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from jobs.session import REPO, TEST_PROFILE
 
@@ -27,6 +28,8 @@ def _load_tool(name: str):
 package = _load_tool("package")  # what `make package` runs
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_spark_submit_with_the_zip_from_outside_the_repository(tmp_path):
     zip_path = package.build(tmp_path / "dist" / "rocketmq_forensics.zip")
     job = tmp_path / "decode_job.py"
