@@ -290,6 +290,7 @@ def spark_figures(bench: Bench, spark, meta: dict, work: Path) -> dict:
     from datasources import read_commitlog
     from jobs import decode as decode_job
     from jobs.output import write_table
+    from jobs.stores import resolve_stores
 
     store, nbytes, n = meta["store"], meta["commitlog_bytes"], meta["messages"]
     # the first query of a session pays the JVM's and the planner workers' start-up
@@ -304,7 +305,7 @@ def spark_figures(bench: Bench, spark, meta: dict, work: Path) -> dict:
                   lambda: read_commitlog(spark, store).write.format("noop").mode("overwrite").save(), nbytes, n)
     parquet = str(Path(work) / "messages.parquet")
     bench.measure("spark_decode_parquet", "spark local[2]: decode job's messages -> Parquet",
-                  lambda: write_table(decode_job.messages(spark, [store]), parquet, "parquet"), nbytes, n)
+                  lambda: write_table(decode_job.messages(spark, resolve_stores([store])), parquet, "parquet"), nbytes, n)
     return {"count": counted, "parquet": parquet}
 
 

@@ -8,7 +8,8 @@ A phase that runs Spark jobs is measured by Spark itself: the jobs run in a job 
 watcher thread reads the group's stages from ``SparkContext.statusTracker()`` (tasks done of tasks) every half
 second; the bytes done are the phase's bytes times that fraction (the audit's tasks are packed to about equal
 bytes each, so the fraction of tasks is the fraction of bytes).  Spark's own console progress bar is off
-(``spark.ui.showConsoleProgress=false``, jobs/session.py), so nothing else draws on the line.
+(``spark.ui.showConsoleProgress=false``, jobs/session.py), so nothing else draws on the line.  A Spark Connect
+session has no SparkContext in this process: its phases show their time (and bytes where the job counts them).
 """
 from __future__ import annotations
 
@@ -47,6 +48,12 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
+def _is_connect(spark) -> bool:
+    from jobs.session import is_connect
+
+    return is_connect(spark)
+
+
 class Phase:
     """``with Phase("scan", total_bytes, spark):`` around the phase's work; ``update(done_bytes)`` for work that
     is not Spark's."""
@@ -76,7 +83,7 @@ class Phase:
         if not self.tty:
             self._line(f"{self.label}: started" + (f", {mib(self.total)}" if self.total else "")
                        + (f" in {self.tasks} task(s)" if self.tasks else ""))
-        if self.spark is not None:
+        if self.spark is not None and not _is_connect(self.spark):  # Connect: no SparkContext, no tracker here
             self._group = f"rocketmq-forensics-{uuid.uuid4().hex[:8]}"
             self.spark.sparkContext.setJobGroup(self._group, self.label, interruptOnCancel=False)
         self._thread = threading.Thread(target=self._watch, name=f"progress {self.label}", daemon=True)

@@ -48,7 +48,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 if __package__ in (None, ""):  # spark-submit jobs/query.py: make the project importable
-    import _bootstrap  # noqa: F401  (jobs/_bootstrap.py)
+    try:
+        import _bootstrap  # noqa: F401  (jobs/_bootstrap.py)
+    except ModuleNotFoundError:  # a copy outside the checkout: the project comes with --py-files
+        pass
 
 from store_format import layout as L  # noqa: E402
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args  # noqa: E402

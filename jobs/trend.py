@@ -25,7 +25,10 @@ import sys
 from pathlib import Path
 
 if __package__ in (None, ""):  # spark-submit jobs/trend.py: make the project importable
-    import _bootstrap  # noqa: F401  (jobs/_bootstrap.py)
+    try:
+        import _bootstrap  # noqa: F401  (jobs/_bootstrap.py)
+    except ModuleNotFoundError:  # a copy outside the checkout: the project comes with --py-files
+        pass
 
 from jobs import cli  # noqa: E402
 from jobs.output import OutputError, is_delta_table, prepare_output, read_table, write_table  # noqa: E402

@@ -129,9 +129,9 @@ def runs(request, spark_cluster, spark, two_stores, tmp_path_factory):  # the cl
         reference, audit_code = request.getfixturevalue("local_audit")
         codes = {"audit": audit_code}
         codes["decode"] = decode.run(spark, decode.build_parser().parse_args(local_argv["decode"])).exit_code
-        codes["extract"] = extract.run(spark, extract.build_parser().parse_args(local_argv["extract"]))
+        codes["extract"] = extract.run(spark, extract.build_parser().parse_args(local_argv["extract"])).exit_code
         buf = io.StringIO()
-        codes["query"] = query.run(spark, query.build_parser().parse_args(local_argv["query"]), out=buf)
+        codes["query"] = query.run(spark, query.build_parser().parse_args(local_argv["query"]), out=buf).exit_code
         (local / "query.jsonl").write_text(buf.getvalue())
         audited = submitted[0].wait()
         assert audited.returncode in (0, 1), audited.output()
