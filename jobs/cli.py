@@ -110,8 +110,10 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
 # Running a job
 
 
-def main(name: str, build_parser, run, argv=None, *, prepare=None, needs_spark=None, prog: str | None = None) -> int:
-    """Parse, prepare, start the session (when ``needs_spark(args)``, default always), run; the exit code."""
+def main(name: str, build_parser, run, argv=None, *, prepare=None, needs_spark=None, prog: str | None = None,
+         sources: bool = True) -> int:
+    """Parse, prepare, start the session (when ``needs_spark(args)``, default always; with the data sources
+    registered unless ``sources`` is False), run; the exit code."""
     parser = add_runtime_arguments(build_parser())
     if prog:
         parser.prog = prog
@@ -126,7 +128,7 @@ def main(name: str, build_parser, run, argv=None, *, prepare=None, needs_spark=N
         if needs_spark is None or needs_spark(args):
             from .session import build_session
 
-            spark = build_session(f"{PROG} {name}")
+            spark = build_session(f"{PROG} {name}", sources=sources)
         result = run(spark, args)
     except BrokenPipeError:  # the reader of stdout went away (| head): nothing more to say
         return EXIT_OK

@@ -61,9 +61,11 @@ def read_defaults(path: Path = SPARK_CONF_DIR / "spark-defaults.conf") -> dict[s
 last_start_seconds: float | None = None
 
 
-def build_session(app_name: str, master: str | None = None, test_profile: bool = False, extra: dict | None = None):
+def build_session(app_name: str, master: str | None = None, test_profile: bool = False, extra: dict | None = None,
+                  sources: bool = True):
     """A SparkSession with the project's defaults.  Python workers use this interpreter and can import
-    the project's packages (data source classes are pickled by reference).  With SPARK_REMOTE set, a Spark
+    the project's packages (data source classes are pickled by reference); the data sources registered unless
+    ``sources`` is False (a job that reads none, such as the audit: registering costs a second of start).  With SPARK_REMOTE set, a Spark
     Connect session: the confs a server lets a session set are set (the others are the server's, silently),
     and the project is shipped to it (:func:`ship_project`)."""
     global last_start_seconds
@@ -98,9 +100,10 @@ def build_session(app_name: str, master: str | None = None, test_profile: bool =
         ship_project(session)
     else:
         session.sparkContext.setLogLevel("WARN")
-    from datasources import register
+    if sources:
+        from datasources import register
 
-    register(session)  # a source that cannot register fails here, with its name
+        register(session)  # a source that cannot register fails here, with its name
     last_start_seconds = time.perf_counter() - started
     return session
 

@@ -554,4 +554,5 @@ def _prepare(args) -> None:
 
 
 def main(argv=None, prog: str | None = None) -> int:
-    return cli.main(NAME, build_parser, run, argv, prepare=_prepare, prog=prog)
+    # the audit's tasks read the store themselves (jobs/audit/tasks.py): no data source to register
+    return cli.main(NAME, build_parser, run, argv, prepare=_prepare, prog=prog, sources=False)
