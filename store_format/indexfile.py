@@ -442,7 +442,10 @@ def data_end(fd: int, length: int) -> int:
 
 def list_index_files(index_dir: str | os.PathLike) -> list[Path]:
     """Index files in load order (ascending name = creation time)."""
-    d = Path(index_dir)
-    if not d.is_dir():
+    from .fs import UnreadableError, entries
+
+    try:
+        found = entries(index_dir)
+    except UnreadableError:  # reported by Store.unreadable
         return []
-    return sorted(p for p in d.iterdir() if p.is_file() and INDEX_NAME.fullmatch(p.name))
+    return sorted(e.path for e in found if e.is_file and INDEX_NAME.fullmatch(e.name))

@@ -46,6 +46,7 @@ from .codec import decode_record
 from .commitlog import END_OF_DATA, KIND_MESSAGE, Frame, ReadOnlyMap, SalvageSpan, Segment, salvage_arrays, \
     walk_arrays
 from .errors import ErrorKind, StoreFormatError
+from .fs import UnreadableError, read_bytes
 from .store import Store
 
 _I32_AT = lambda buf, pos: int.from_bytes(buf[pos:pos + 4], "big", signed=True)  # noqa: E731
@@ -253,8 +254,11 @@ def effective_checkpoint(root: Path) -> tuple[Checkpoint | None, list[str], list
                       "(read here as zeros)")
         raw = b""
     else:
-        with open(path, "rb") as f:
-            raw = f.read(L.CHECKPOINT_MIN_SIZE)
+        try:
+            raw = read_bytes(path, L.CHECKPOINT_MIN_SIZE)
+        except UnreadableError as e:  # no permission here: the broker (its own user) may read it
+            notes.append(f"checkpoint cannot be read here ({e.reason}): read as zeros")
+            raw = b""
     if len(raw) < L.CHECKPOINT_MIN_SIZE:
         if path.is_file():
             notes.append(f"checkpoint is {len(raw)} bytes: StoreCheckpoint maps a 4096-byte page over it, so the "
@@ -310,8 +314,10 @@ def index_files_deleted_at_load(index_dir: Path, last_exit_ok: bool, index_msg_t
             break
         head = b""
         if entry.is_file():
-            with open(entry, "rb") as f:
-                head = f.read(16)
+            try:
+                head = read_bytes(entry, 16)
+            except UnreadableError:
+                head = b""
         end_timestamp = struct.unpack(">q", (head + bytes(16))[8:16])[0]
         if not last_exit_ok and end_timestamp > index_msg_timestamp:
             deleted.append(entry.name)
