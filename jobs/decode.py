@@ -20,6 +20,7 @@ Exit codes: 0 messages written, 1 nothing matched (an empty table is still writt
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -102,8 +103,22 @@ def _damage(spark, stores: list[str], walk: str) -> dict[str, int]:
     return {r["kind"]: r["count"] for r in rows}
 
 
+def check_inputs(stores: list[str]) -> None:
+    """Every ``--store`` names a readable dump (a store root, a folder of them, a part folder or a file of one):
+    checked before the output is prepared, so a bad input never costs an output."""
+    from datasources.storepaths import find_inputs
+    from store_format import fs
+
+    for s in stores:
+        local = s[len("file://"):] if s.startswith("file://") else s
+        if "://" not in local and os.path.lexists(local):
+            (fs.check_folder if os.path.isdir(local) else fs.check_file)(local)  # a FIFO, a loop, no permission
+        find_inputs(s, "commitlog")  # no store there: a MISSING error naming the path
+
+
 def prepare(args) -> None:
-    prepare_output(args.out, overwrite=args.overwrite, inputs=args.store)
+    check_inputs(args.store)
+    prepare_output(args.out, overwrite=args.overwrite, inputs=args.store, job="decode")
 
 
 def run(spark, args) -> cli.JobResult:

@@ -59,6 +59,7 @@ if __package__ in (None, ""):  # run as a script (spark-submit jobs/extract.py):
 
 from store_format import layout as L  # noqa: E402
 from store_format.brokerconf import StoreGeometry, add_geometry_arguments, geometry_from_args  # noqa: E402
+from store_format import fs  # noqa: E402
 from store_format.commitlog import ReadOnlyMap  # noqa: E402
 from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.message import CANONICAL_FIELDS  # noqa: E402
@@ -112,6 +113,8 @@ def resolve_stores(paths: list[str], geometry: StoreGeometry | None = None) -> l
                              "directly)")
         if not Path(path).exists():
             raise UsageError(f"{path}: no such file or directory")
+        if Path(path).is_dir():
+            fs.check_folder(path)  # no permission, a loop: UnreadableError
         inputs = find_inputs(path, "commitlog")
         for inp in inputs:
             root = Path(inp.loc.path).parent
@@ -239,7 +242,9 @@ def cli_main(build_parser, run, app: str, argv=None, *, needs_spark=lambda args:
     ``run`` prints its own result (stdout carries query's messages and compare's summary) and returns the
     exit code of jobs/cli.py's contract; bad input is a one-line message on stderr and exit 2, and so is any
     other failure (with its traceback): exit 1 means only "nothing matched" / "differences found"."""
-    args = build_parser().parse_args(argv)
+    from jobs.cli import add_debug_argument
+
+    args = add_debug_argument(build_parser()).parse_args(argv)
     try:
         if check is not None:
             check(args)
@@ -252,13 +257,18 @@ def cli_main(build_parser, run, app: str, argv=None, *, needs_spark=lambda args:
     except BrokenPipeError:
         return EXIT_OK
     except (StoreFormatError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    except Exception:  # a failure of the job itself: say so, and never exit with the "nothing matched" code
-        import traceback
+        from store_format.fs import error_line
 
-        traceback.print_exc()
+        if args.debug:
+            import traceback
+
+            traceback.print_exc()
+        print(f"error: {error_line(e)}", file=sys.stderr)
         return EXIT_FAILED
+    except Exception as e:  # a failure of the job itself: say so, and never exit with the "nothing matched" code
+        from jobs.cli import report_failure
+
+        return report_failure(app, e, args.debug)
 
 
 def check_key(option: str, key: str | None) -> None:
@@ -520,11 +530,8 @@ def run(spark, args, err=None) -> int:
     """Select, write, count back, and write the manifest; returns the exit code."""
     from pyspark import StorageLevel
 
-    from jobs.output import prepare_output
-
     err = err or sys.stderr
-    stores = resolve_stores(args.store, geometry_from_args(args))
-    prepare_output(args.out, overwrite=args.overwrite, inputs=[str(s.root) for s in stores])
+    stores = prepare(args)
     sel = select(spark, args, stores)
     # counted, written and reported from one walk of the dumps
     frame = sel.frame.persist(StorageLevel.MEMORY_AND_DISK)
@@ -638,6 +645,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def prepare(args) -> list[StoreRef]:
+    """The inputs checked, then the output prepared (before Spark starts; again, idempotent, in ``run``)."""
+    from jobs.output import prepare_output
+
+    stores = resolve_stores(args.store, geometry_from_args(args))
+    prepare_output(args.out, overwrite=args.overwrite, inputs=list(args.store) + [str(s.root) for s in stores],
+                   job="extract")
+    return stores
+
+
 def check_args(args) -> None:
     geometry_from_args(args)  # a broker.conf that cannot be used is bad usage, said before Spark starts
     if (args.consumers or args.consumer_ids) and args.not_consumed_by is None:
@@ -647,8 +664,13 @@ def check_args(args) -> None:
     check_key("--key", args.key)
 
 
+def check_and_prepare(args) -> None:
+    check_args(args)
+    prepare(args)
+
+
 def main(argv=None) -> int:
-    return cli_main(build_parser, run, "extract", argv, check=check_args)
+    return cli_main(build_parser, run, "extract", argv, check=check_and_prepare)
 
 
 if __name__ == "__main__":
