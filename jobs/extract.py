@@ -567,6 +567,9 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, frame, 
         "notes": sel.notes,
     }
     if selected == 0:
+        from jobs.output import discard_fresh_output
+
+        discard_fresh_output(args.out)  # nothing written: no output folder left behind
         print("extract: nothing matched the selection" + "".join(f"; {n}" for n in sel.notes), file=err)
         return EXIT_NOTHING
     keep = frame.where(F.col("_reject").isNull())

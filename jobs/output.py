@@ -221,6 +221,18 @@ def _prepare_remote(path: str, overwrite: bool, job: str | None, say) -> None:
             f.write(json.dumps({"tool": TOOL, "job": job}).encode())
 
 
+def discard_fresh_output(path: str) -> None:
+    """Undo :func:`prepare_output` when nothing was written: a folder holding only its marker goes."""
+    if _is_remote(path) or not is_fresh_output(path):
+        return
+    where = _local(path)
+    os.unlink(os.path.join(where, MARKER))
+    try:
+        os.rmdir(where)
+    except OSError:
+        pass
+
+
 def is_fresh_output(path: str) -> bool:
     """A folder that holds nothing but MARKER: prepared, nothing written yet."""
     if _is_remote(path):

@@ -62,8 +62,13 @@ class IndexFile:
 
     def __init__(self, path: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None,
                  *, verify: bool = True):
+        from .fs import UnreadableError
+
         self.path = Path(path)
-        self._map = ReadOnlyMap(self.path)
+        try:
+            self._map = ReadOnlyMap(self.path)
+        except UnreadableError as e:  # no permission, not a regular file: an index file that cannot be opened
+            raise IndexFileError(ErrorKind.UNREADABLE, e.reason, file=str(self.path)) from None
         try:
             self._check_geometry(hash_slot_num, index_num, verify)
         except IndexFileError:

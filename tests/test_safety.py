@@ -593,3 +593,145 @@ def test_decode_checks_its_input_before_it_prepares_its_output(tmp_path, capsys)
         assert decode.main(["--store", str(bad), "--out", str(out), "--overwrite"]) == 2
         assert "Traceback" not in capsys.readouterr().err
         assert (out / "part-0.parquet").read_bytes() == b"keep"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# No hang, no silence: special files where the store has regular files (issue 22)
+#
+# A FIFO's open blocks until a writer comes; a link to /dev/zero reads forever.  Every read goes through
+# store_format.fs (O_NONBLOCK, then an fstat type check), so each of these is reported (an error row, a finding)
+# and the rest is read.  Each check runs under a time bound: before, the FIFO checkpoint hung `dump` for good.
+
+
+def hostile_store(root):
+    """A writer-built store (several segments) with, in place of regular files: a FIFO segment, a socket index
+    file, a consume-queue file linked to /dev/zero, a FIFO topics.json, a link loop among the queues.  Returns
+    {what: path}."""
+    import socket
+
+    from store_format.commitlog import list_segments
+    from store_format.generate import TrafficConfig, generate_store
+    from store_format.indexfile import list_index_files
+    from store_format.writer import WriterConfig
+
+    generate_store(root, TrafficConfig(messages=400, topics=2, queues=2), WriterConfig(mappedFileSizeCommitLog=1 << 16))
+    segs = list_segments(root / "commitlog")
+    assert len(segs) >= 3
+    made = {"segment": segs[1].path, "index": list_index_files(root / "index")[0],
+            "queue_file": sorted((root / "consumequeue").glob("*/*/0*"))[0], "config": root / "config" / "topics.json",
+            "loop": root / "consumequeue" / "loop"}
+    made["segment"].unlink()
+    os.mkfifo(made["segment"])
+    made["index"].unlink()
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(made["index"]))
+    s.close()
+    made["queue_file"].unlink()
+    made["queue_file"].symlink_to("/dev/zero")
+    made["config"].unlink()
+    os.mkfifo(made["config"])
+    made["loop"].symlink_to(made["loop"])
+    return made
+
+
+@pytest.fixture
+def within():
+    """Fail (instead of hanging) when the test body runs past its bound: SIGALRM interrupts a blocked open."""
+    import signal
+
+    def expired(*_):
+        raise TimeoutError("blocked: a read waited on a special file")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+
+    def arm(seconds: int):
+        signal.alarm(seconds)
+
+    yield arm
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _tool(*args, timeout=120):
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "store_format", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)  # a hang is a TimeoutExpired: the test fails, never waits
+
+
+def test_store_tools_report_special_files_and_go_on(tmp_path):
+    root = tmp_path / "b" / "store"
+    made = hostile_store(root)
+    before = _shape(root)
+    expect = {"commitlog": ["segment"], "consumequeue": ["queue_file", "loop"], "index": ["index"], "config": ["config"]}
+    for what, names in expect.items():
+        r = _tool("dump", root, "--what", what)
+        rows = [json.loads(x) for x in r.stdout.splitlines()]
+        errors = {x["file"]: x for x in rows if x.get("kind") == "error"}
+        if what == "config":
+            errors = {e["file"]: e for x in rows for e in x["errors"] if e["kind"] == "UNREADABLE"}
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (what, r.stderr)
+        assert {str(made[n]) for n in names} <= set(errors), (what, errors)
+        if what == "commitlog":  # the other segments are read
+            assert len([x for x in rows if x["kind"] == "message"]) > 100
+            assert "a FIFO, not a regular file" in errors[str(made["segment"])]["message"]
+    # the checkpoint as a FIFO (and as a link to a device): one line, exit 2
+    cp = root / "checkpoint"
+    cp.unlink()
+    os.mkfifo(cp)
+    r = _tool("dump", root, "--what", "checkpoint")
+    assert r.returncode == 2 and r.stderr.strip() == f"error: {cp}: a FIFO, not a regular file", r.stderr
+    cp.unlink()
+    cp.symlink_to("/dev/zero")
+    r = _tool("dump", root, "--what", "checkpoint")
+    assert r.returncode == 2 and r.stderr.strip() == f"error: {cp}: a character device, not a regular file"
+    # query: the unreadable segment is named (exit 2: the answer may be incomplete), nothing waits
+    r = _tool("query", root, "--topic", "T0", "--key", "nothing-like-it")
+    assert r.returncode == 2 and str(made["segment"]) in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert _shape(root) == {**before, **{k: v for k, v in _shape(root).items() if k == "checkpoint"}}
+
+
+def test_data_sources_never_wait_on_special_files(tmp_path, within):
+    """The four data sources' planners and readers (in this process, under an alarm): special files are left
+    out, never opened; the metadata source's ``unreadable_files`` table names each with why."""
+    from datasources.commitlog import CommitLogReader
+    from datasources.consumequeue import ConsumeQueueReader
+    from datasources.indexfile import IndexReader
+    from datasources.metadata import TABLES, MetadataReader
+
+    root = tmp_path / "b" / "store"
+    made = hostile_store(root)
+    within(120)
+    readers = [CommitLogReader({"path": str(root), "walk": "salvage", "materialize": "frames"}),
+               ConsumeQueueReader({"path": str(root)}), IndexReader({"path": str(root)})]
+    readers += [MetadataReader({"path": str(root), "table": t}) for t in TABLES]
+    assert sum(map(read_in_process, readers)) > 400
+    reader = MetadataReader({"path": str(root), "table": "unreadable_files"})
+    found = {r["file"]: r["reason"] for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()}
+    assert {os.path.relpath(made[n], root) for n in made} <= set(found), found
+    assert found[os.path.relpath(made["segment"], root)] == "a FIFO, not a regular file"
+    assert "loop" in found["consumequeue/loop"]
+
+
+def test_the_read_only_helper_refuses_every_special_file(tmp_path, within):
+    import socket
+
+    from store_format import fs
+
+    within(30)
+    os.mkfifo(tmp_path / "fifo")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(tmp_path / "sock"))
+    (tmp_path / "dev").symlink_to("/dev/zero")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "file").write_bytes(b"ok")
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    for name, reason in (("fifo", "a FIFO"), ("sock", "a socket"), ("dev", "a character device"), ("loop", "loop"),
+                         ("missing", "no such file"), ("", "a folder")):
+        with pytest.raises(fs.UnreadableError) as e:
+            fs.read_bytes(tmp_path / name)
+        assert reason in e.value.reason and e.value.kind == ErrorKind.UNREADABLE
+    assert fs.read_bytes(tmp_path / "link") == b"ok"
+    with pytest.raises(fs.UnreadableError, match="a symbolic link, not a regular file"):
+        fs.read_bytes(tmp_path / "link", follow=False)
+    s.close()
