@@ -637,6 +637,26 @@ def test_fastjson_reader_on_hostile_text(scratch, text):
                 assert e.kind == ErrorKind.BAD_CONFIG and e.field and e.file == cfg.source
 
 
+@fuzz(150)
+@given(config_texts())
+@example("{\"a\":{0:1,\"x\":2},\"b\":{3:4}}")  # a mixed map: left to the tolerant parser
+@example("{\"a\":\"x{0:1}\\\"{2:3}\",\"b\":{ 5 :6, -0:7, 5:8}}")  # maps inside strings, spaces, duplicates
+@example("{\"a\":{01:2}}")  # a leading zero: not a JSON number
+@example("{\"a\":[1,2],\"b\":{0:1}}")  # an array of its own
+def test_the_fast_config_path_agrees_with_the_tolerant_parser(text):
+    """The fast path (numpy rewrite + the C decoder) gives exactly what the tolerant parser gives, or steps aside
+    (issue 22: a 200 MB consumerOffset.json in seconds)."""
+    from store_format.config import _NO_FAST_PATH, _fast_loads, _slow_loads
+
+    fast = _fast_loads(text, min_size=0)
+    try:
+        slow = _slow_loads(text, "x.json")
+    except ConfigError:
+        assert fast is _NO_FAST_PATH
+        return
+    assert fast is _NO_FAST_PATH or (fast == slow and repr(fast) == repr(slow))
+
+
 @fuzz(100)
 @given(st.dictionaries(st.one_of(st.text(max_size=6), st.integers(-5, 2**40)), _JSON_VALUES, max_size=5))
 def test_fastjson_round_trip(obj):

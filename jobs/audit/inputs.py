@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.output import OutputError
+from store_format import fs
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def fingerprint(files: list[Path], sha256: bool) -> dict[str, dict]:
         entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
         if sha256:
             h = hashlib.sha256()
-            with open(p, "rb") as f:
+            with fs.open_file(p) as f:  # the read-only way in (no FIFO, device or link loop is read)
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
             entry["sha256"] = h.hexdigest()
