@@ -98,6 +98,11 @@ def table_batch(table: str, broker: str, root: str) -> pa.Table:
                           for e in unreadable_entries(root)])
     except StoreFormatError as e:
         return rows(dict(error=str(e)))
+    if table == "consumer_offsets":  # a busy broker's offsets: column-wise from the fast path when it reads them
+        problems: list = []
+        fast = C.offset_columns(os.path.join(root, "config"), problems)
+        if fast is not None:
+            return _offset_table(schema, broker, *fast, problems, rows)
     cfg = C.read_config(os.path.join(root, "config"), CONFIG_FILE[table])
     if cfg.data is None:
         errors = "; ".join(str(e) for e in cfg.errors)
@@ -122,6 +127,20 @@ def table_batch(table: str, broker: str, root: str) -> pa.Table:
     bad = rows(*[dict(source=cfg.source, error=str(e), error_key=e.field,
                       error_value=getattr(e, "value_text", None)) for e in problems])
     return pa.concat_tables([good, bad])
+
+
+def _offset_table(schema, broker, cfg, cols, problems, rows) -> pa.Table:
+    n = len(cols["map"])
+    index = pa.array(cols["map"], pa.int64())
+    arrays = {"broker": pa.repeat(pa.scalar(broker, _S), n), "topic": pa.array(cols["topics"], _S).take(index),
+              "group": pa.array(cols["groups"], _S).take(index), "queue_id": pa.array(cols["queue_id"], _I),
+              "offset": pa.array(cols["offset"], _L), "source": pa.repeat(pa.scalar(cfg.source, _S), n)}
+    good = pa.Table.from_arrays([arrays[f.name] if f.name in arrays else pa.nulls(n, f.type) for f in schema],
+                                schema=schema)
+    if not problems:
+        return good
+    return pa.concat_tables([good, rows(*[dict(source=cfg.source, error=str(e), error_key=e.field,
+                                               error_value=getattr(e, "value_text", None)) for e in problems])])
 
 
 def _config_columns(table: str, cfg, problems: list) -> dict[str, list]:

@@ -153,26 +153,16 @@ def _slow_loads(text: str, file: str | None = None):
 
 
 _NO_FAST_PATH = object()
-
-
-def _byte_classes():
-    import numpy as np
-
-    t = np.zeros(256, np.uint8)
-    t[list(b'{}[]:,"')] = 1
-    return t
-
-
-_CLASSES = None
 _FAST_MIN = 1 << 16  # smaller texts: the tolerant parser is fast enough, and is the definition
 _OPEN, _CLOSE, _LBRACKET, _COLON, _COMMA, _QUOTE, _BACKSLASH = b"{}[:,\"\\"
+_SPACE = 32
+_MAX_DIGITS = 18  # int64 holds every 18-digit integer; a longer one is left to the tolerant parser
 
 
 def _fast_loads(text: str, min_size: int = _FAST_MIN):
-    """:func:`loads` for big texts through the C decoder (see the module docstring), or ``_NO_FAST_PATH``."""
+    """:func:`loads` through the fast path (module docstring), or ``_NO_FAST_PATH`` where it steps aside."""
     if len(text) < min_size:
         return _NO_FAST_PATH
-
     try:
         raw = bytearray(text.encode("utf-8"))
     except UnicodeEncodeError:  # lone surrogates (from a file read with errors="surrogatepass")
@@ -181,131 +171,198 @@ def _fast_loads(text: str, min_size: int = _FAST_MIN):
 
 
 def _fast_loads_bytes(raw: bytearray):
-    """:func:`_fast_loads` of UTF-8 bytes (rewritten in place; invalid UTF-8 decodes as U+FFFD, as
-    :func:`read_config` reads files: only bytes >= 0x80 change, never the structure)."""
+    fast = _scan(raw)
+    return _NO_FAST_PATH if fast is None else fast.materialize()
+
+
+@dataclass
+class _Fast:
+    """A fast-path parse: the decoded tree with each flat Integer-keyed map left as a placeholder (``holders``: the
+    container and key of each, in document order) and the maps' entries as int64 columns (``starts``, ``counts``
+    per map; ``keys``, ``values`` per entry, in file order)."""
+
+    value: object
+    holders: list
+    starts: object
+    counts: object
+    keys: object
+    values: object
+
+    def materialize(self):
+        """The tree :func:`loads` gives: every placeholder an int-keyed dict (duplicate keys: the last wins)."""
+        keys, values = self.keys.tolist(), self.values.tolist()
+        for (container, key), a, n in zip(self.holders, self.starts.tolist(), self.counts.tolist()):
+            m = dict(zip(keys[a:a + n], values[a:a + n]))
+            if container is None:
+                return m
+            container[key] = m
+        return self.value
+
+
+def _scan(raw: bytearray) -> _Fast | None:
+    """The fast path over UTF-8 bytes (rewritten in place), or None where it steps aside: a flat map (no container
+    inside) whose keys are bare ASCII integers and whose values are ASCII integers (at most 18 digits, JSON's
+    grammar: no leading zero) is parsed with numpy and blanked to a ``[]`` placeholder; the rest of the text must
+    then be strict JSON, with no array of its own (a placeholder must not be mistaken), for the C decoder."""
     import numpy as np
 
-    global _CLASSES
-    if _CLASSES is None:
-        _CLASSES = _byte_classes()
     a = np.frombuffer(raw, np.uint8)
-    interesting = np.flatnonzero(_CLASSES[a])  # quotes and structural characters, in order
+    interesting = np.flatnonzero(np.frombuffer(raw.translate(_STRUCTURE), np.uint8))  # quotes, structure, in order
     is_quote = a[interesting] == _QUOTE
-    quotes = interesting[is_quote]
-    if len(quotes) and raw.find(b"\\") >= 0:  # drop escaped quotes: an odd run of backslashes before them
-        escaped = np.zeros(len(quotes), bool)
-        for k in np.flatnonzero(a[np.maximum(quotes - 1, 0)] == _BACKSLASH):
-            q, n = int(quotes[k]), 0
+    if is_quote.any() and raw.find(b"\\") >= 0:  # an escaped quote: an odd run of backslashes before it
+        qi = np.flatnonzero(is_quote)
+        for k in qi[a[np.maximum(interesting[qi] - 1, 0)] == _BACKSLASH]:
+            q, n = int(interesting[k]), 0
             while q - n - 1 >= 0 and raw[q - n - 1] == _BACKSLASH:
                 n += 1
-            escaped[k] = n % 2 == 1
-        is_quote[np.flatnonzero(is_quote)[escaped]] = False
-        quotes = quotes[~escaped]
-    if len(quotes) % 2:
-        return _NO_FAST_PATH
-    inside = (np.cumsum(is_quote, dtype=np.int64) % 2).astype(bool)  # quotes seen so far: odd inside a string
-    structural = interesting[~is_quote & ~inside]  # outside strings (a closing quote itself is not structural)
+            is_quote[k] = n % 2 == 0
+    inside = np.bitwise_xor.accumulate(is_quote.view(np.uint8)).view(bool)  # odd quotes so far: in a string
+    if inside[-1:].any():
+        return None
+    structural = interesting[~is_quote & ~inside]
+    quotes = interesting[is_quote]
     del interesting, is_quote, inside
     kinds = a[structural]
     if (kinds == _LBRACKET).any():
-        return _NO_FAST_PATH  # arrays of its own: the rewritten maps could not be told from them
+        return None  # arrays of its own: a placeholder could not be told from them
     braces = np.flatnonzero((kinds == _OPEN) | (kinds == _CLOSE))
+    if not len(braces):
+        return None
     depth = np.cumsum(np.where(kinds[braces] == _OPEN, 1, -1))
-    if len(depth) == 0 or depth.min() < 0 or depth[-1] != 0 or depth.max() > _MAX_DEPTH // 2:
-        return _NO_FAST_PATH
-    # a flat map: an opening brace whose next brace closes it; inside only ':' and ',' (no nested container)
+    if depth.min() < 0 or depth[-1] != 0 or depth.max() > _MAX_DEPTH // 2:
+        return None
+    # flat maps: an opening brace whose next brace closes it; inside ':' and ',' alternate (k:v(,k:v)*)
     flat = np.flatnonzero((kinds[braces[:-1]] == _OPEN) & (kinds[braces[1:]] == _CLOSE))
     opens, closes = braces[flat], braces[flat + 1]
-    counts = closes - opens - 1  # structural characters inside
+    counts = closes - opens - 1
     keep = counts > 0
     opens, closes, counts = opens[keep], closes[keep], counts[keep]
     if not len(opens):
-        return _NO_FAST_PATH
-    # inside: ':' at even offsets, ',' at odd ones, ending with ':' (key:value(,key:value)*)
+        return None
+    n_inner = int(counts.sum())
     member = np.repeat(np.arange(len(opens)), counts)
-    offset = np.arange(len(member)) - np.repeat(np.cumsum(counts) - counts, counts)
+    offset = np.arange(n_inner) - np.repeat(np.cumsum(counts) - counts, counts)
     inner = np.repeat(opens + 1, counts) + offset
     want = np.where(offset % 2 == 0, _COLON, _COMMA).astype(np.uint8)
-    ok_member = counts % 2 == 1
-    ok_member[member[kinds[inner] != want]] = False
-    # every key is a bare ASCII integer: the bytes between the previous structural character and the ':'
-    colons = inner[offset % 2 == 0]
-    colon_member = member[offset % 2 == 0]
-    starts = structural[colons - 1] + 1
-    ends = structural[colons]
-    ok_member[colon_member[~_bare_int_spans(a, starts, ends)]] = False
-    # the rewrite, in place: '{' -> '[', each key's ':' -> ',', '}' -> ']'
-    chosen = ok_member
-    if not chosen.any():
-        return _NO_FAST_PATH
-    a[structural[opens[chosen]]] = _LBRACKET
-    a[structural[closes[chosen]]] = ord("]")
-    a[ends[chosen[colon_member]]] = _COMMA
+    shaped = counts % 2 == 1
+    shaped[member[kinds[inner] != want]] = False
+    del member, offset, inner, want
+    opens, closes, counts = opens[shaped], closes[shaped], counts[shaped]
+    lo, hi = structural[opens], structural[closes]
+    # a map with a string inside (quoted keys or values) is JSON's; the others must hold only integers
+    qualified = np.searchsorted(quotes, lo) == np.searchsorted(quotes, hi)
+    opens, closes, counts, lo, hi = opens[qualified], closes[qualified], counts[qualified], lo[qualified], hi[qualified]
+    if not len(lo):
+        return None
+    # the delimiters of every qualified map ('{', each ':' and ',', '}'): each slot between two holds one number
+    spans = counts + 2
+    delims = structural[np.repeat(opens, spans) + (np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans,
+                                                                                           spans))]
+    slot_of_delim = np.ones(len(delims), bool)
+    slot_of_delim[np.cumsum(spans) - 1] = False  # a map's '}' opens no slot
+    members = int(np.count_nonzero(kinds == _COLON))  # of every object, the maps' entries included
+    del structural, kinds
+    inside = _interiors(len(a), lo, hi)
+    nums = np.where(inside, np.frombuffer(raw.translate(_SEPARATORS_TO_SPACE), np.uint8), np.uint8(_SPACE))
+    runs = _integer_runs(nums)
+    if runs is None or len(runs) != int(slot_of_delim.sum()) or \
+            not np.array_equal(np.searchsorted(delims, runs) - 1, np.flatnonzero(slot_of_delim)):
+        return None  # an empty slot, two numbers in one ("0:1 2"), a bad integer: the tolerant parser says where
+    numbers = np.fromstring(nums.tobytes(), dtype=np.int64, sep=" ")  # C parsing, numbers in file order
+    del nums, delims, slot_of_delim
+    entries = (counts + 1) // 2
+    if len(numbers) != 2 * int(entries.sum()):
+        return None
+    keys, values = numbers[0::2], numbers[1::2]
+    starts_e = np.cumsum(entries) - entries
+    # blank each map to "[]" and spaces, in place
+    a[inside] = _SPACE
+    del inside
+    a[hi] = _SPACE
+    a[lo] = _LBRACKET
+    a[lo + 1] = ord("]")
     del a
     try:
         value = json.loads(raw.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
-        return _NO_FAST_PATH  # bare keys left (identifiers, nested maps), trailing commas...: the tolerant parser
-    return _maps_from_pairs(value)
+        return None  # bare keys left (identifiers, nested maps), trailing commas...: the tolerant parser
+    holders, kept = _placeholders(value)
+    if len(holders) != len(lo) or kept != members - int(entries.sum()):
+        return None  # a duplicate key (a placeholder overwritten or misplaced): the tolerant parser keeps its meaning
+    return _Fast(value, holders, starts_e, entries, keys, values)
 
 
-def _bare_int_spans(a, starts, ends):
-    """For each span [start, end) of ``a``: optional whitespace, an optional '-', ASCII digits (no leading zero
-    but a lone one, as JSON numbers: anything else steps aside for the tolerant parser), optional whitespace."""
-    import numpy as np
-
-    out = np.zeros(len(starts), bool)
-    step = 1 << 20
-    for lo in range(0, len(starts), step):
-        out[lo:lo + step] = _bare_int_chunk(a, starts[lo:lo + step], ends[lo:lo + step])
-    return out
-
-
-def _bare_int_chunk(a, starts, ends):
-    import numpy as np
-
-    lengths = ends - starts
-    if not len(starts) or lengths.max() > 64:
-        return np.zeros(len(starts), bool)  # no integer key is that long: left to the tolerant parser
-    text = np.full((len(starts), int(lengths.max())), ord(" "), np.uint8)
-    for k in range(text.shape[1]):
-        live = lengths > k
-        text[live, k] = a[starts[live] + k]
-    space = (text == 32) | (text == 9) | (text == 10) | (text == 13)
-    digit = (text >= 48) & (text <= 57)
-    minus = text == ord("-")
-    first = np.argmax(~space, axis=1)  # first non-space
-    rows = np.arange(len(starts))
-    lead_minus = minus[rows, first]
-    body = first + lead_minus
-    # non-space characters form one run starting at `first`: count them and the digits
-    nonspace = (~space).sum(axis=1)
-    run_end = first + nonspace
-    cols = np.arange(text.shape[1])
-    in_run = (cols >= first[:, None]) & (cols < run_end[:, None])
-    contiguous = (in_run == ~space).all(axis=1)
-    digits_in_run = (digit & in_run).sum(axis=1)
-    ok = contiguous & (nonspace > lead_minus) & (digits_in_run == nonspace - lead_minus)
-    body = np.minimum(body, text.shape[1] - 1)
-    leading_zero = (text[rows, body] == ord("0")) & (nonspace - lead_minus > 1)
-    return ok & ~leading_zero
-
-
-def _maps_from_pairs(value):
-    """The decoded tree with every array (a rewritten Integer-keyed map) turned back into a dict."""
+def _placeholders(value) -> tuple[list, int]:
+    """(container, key) of every ``[]`` in the decoded tree, in document order ((None, None): the tree is one), and
+    how many members its objects hold (fewer than the text's: a key was given twice)."""
     if isinstance(value, list):
-        return dict(zip(value[::2], value[1::2]))
-    if not isinstance(value, dict):
-        return value
-    stack = [value]
+        return ([(None, None)] if not value else []), 0
+    out, members = [], len(value) if isinstance(value, dict) else 0
+    stack = [iter(value.items())] if isinstance(value, dict) else []
+    containers = [value]
     while stack:
-        d = stack.pop()
-        for k, v in d.items():
+        for k, v in stack[-1]:
             if type(v) is list:
-                d[k] = dict(zip(v[::2], v[1::2]))
-            elif type(v) is dict:
-                stack.append(v)
-    return value
+                out.append((containers[-1], k))
+            elif type(v) is dict and v:
+                members += len(v)
+                stack.append(iter(v.items()))
+                containers.append(v)
+                break
+        else:
+            stack.pop()
+            containers.pop()
+    return out, members
+
+
+def _interiors(n: int, lo, hi):
+    """A mask of the bytes strictly between each lo and hi (sorted, disjoint spans)."""
+    import numpy as np
+
+    edges = np.zeros(n + 1, np.int8)
+    edges[lo + 1] += 1
+    edges[hi] -= 1
+    return np.cumsum(edges[:-1], dtype=np.int8).view(bool)
+
+
+def _integer_runs(nums):
+    """Where each number of ``nums`` (digits and '-' separated by spaces: what a qualified map's inside becomes)
+    starts, or None unless every one is a JSON integer of at most _MAX_DIGITS digits: '-' only as its first
+    character, then a digit; no leading zero."""
+    import numpy as np
+
+    token = nums != _SPACE
+    if np.count_nonzero(_DIGITS[nums]) + np.count_nonzero(nums == ord("-")) != np.count_nonzero(token):
+        return None  # anything but digits and '-' inside (true, 1.5, an identifier): not this fast path
+    edge = np.diff(token.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+    del token
+    starts = np.flatnonzero(edge == 1)
+    ends = np.flatnonzero(edge == -1)
+    del edge
+    if not len(starts):
+        return None
+    signed = nums[starts] == ord("-")
+    first_digit = starts + signed
+    if (first_digit >= ends).any() or (ends - first_digit).max() > _MAX_DIGITS:
+        return None
+    if np.count_nonzero(nums == ord("-")) != int(signed.sum()):
+        return None  # a '-' that does not start its number
+    if ((nums[first_digit] == ord("0")) & (ends - first_digit > 1)).any():
+        return None  # a leading zero: not a JSON number
+    return starts
+
+
+def _tables():
+    import numpy as np
+
+    digits = np.zeros(256, bool)
+    digits[48:58] = True
+    structure = bytes(1 if b in b'{}[]:,"' else 0 for b in range(256))
+    separators_to_space = bytes(_SPACE if b in b" \t\r\n:," else b for b in range(256))
+    return digits, structure, separators_to_space
+
+
+_DIGITS, _STRUCTURE, _SEPARATORS_TO_SPACE = _tables()
 
 
 def dumps_fastjson(obj, indent: int = 0) -> str:
@@ -342,6 +399,12 @@ class ConfigFile:
 
 def read_config(config_dir: str | os.PathLike, name: str) -> ConfigFile:
     """Read ``name`` like ``ConfigManager.load``: the main file, else ``name.bak``."""
+    return _read_config(config_dir, name)[0]
+
+
+def _read_config(config_dir, name: str, keep_fast: bool = False) -> tuple[ConfigFile, _Fast | None]:
+    """:func:`read_config`; with ``keep_fast``, a file the fast path read comes back unmaterialized: (a ConfigFile
+    whose data is None, the parse) -- for :func:`offset_columns`, which needs no Python object per offset."""
     d = Path(config_dir)
     errors = []
     for candidate in (d / name, d / f"{name}.bak"):
@@ -352,11 +415,14 @@ def read_config(config_dir: str | os.PathLike, name: str) -> ConfigFile:
         except UnreadableError as e:
             errors.append(ConfigError(ErrorKind.UNREADABLE, e.reason, file=str(candidate)))
             continue
-        data = _fast_loads_bytes(bytearray(raw)) if len(raw) >= _FAST_MIN else _NO_FAST_PATH
-        if data is not _NO_FAST_PATH:
+        fast = _scan(bytearray(raw)) if len(raw) >= _FAST_MIN else None
+        if fast is not None:
             del raw
+            if keep_fast and isinstance(fast.value, dict):
+                return ConfigFile(name, None, str(candidate), tuple(errors)), fast
+            data = fast.materialize()
             if isinstance(data, dict):
-                return ConfigFile(name, data, str(candidate), tuple(errors))
+                return ConfigFile(name, data, str(candidate), tuple(errors)), None
             errors.append(ConfigError(ErrorKind.BAD_JSON, "top level is not an object", file=str(candidate)))
             continue
         text = raw.decode("utf-8", "replace")
@@ -372,8 +438,72 @@ def read_config(config_dir: str | os.PathLike, name: str) -> ConfigFile:
         if not isinstance(data, dict):
             errors.append(ConfigError(ErrorKind.BAD_JSON, "top level is not an object", file=str(candidate)))
             continue
-        return ConfigFile(name, data, str(candidate), tuple(errors))
-    return ConfigFile(name, None, None, tuple(errors))
+        return ConfigFile(name, data, str(candidate), tuple(errors)), None
+    return ConfigFile(name, None, None, tuple(errors)), None
+
+
+def offset_columns(config_dir, problems: list, name: str = "consumerOffset.json"):
+    """consumerOffset.json's offsets as numpy columns, in memory proportional to the offsets (no Python object per
+    offset): (ConfigFile without data, {"topic", "group", "queue_id", "offset"}) sorted by topic, group, queue id
+    (a queue id given twice: the last one, as the dict would keep), entries a broker cannot hold recorded in
+    ``problems`` and left out.  None when the fast path does not read the file or its offsetTable holds anything but
+    flat Integer-keyed maps: then :func:`consumer_offsets` of :func:`read_config` gives the same rows."""
+    import numpy as np
+
+    cfg, fast = _read_config(config_dir, name, keep_fast=True)
+    if fast is None:
+        return None
+    table = fast.value.get("offsetTable")
+    if not isinstance(table, dict) or any(type(v) is not list for v in table.values()):
+        return None  # an empty or unusual entry: the dict path says what it is
+    mine = [i for i, (c, _) in enumerate(fast.holders) if c is table]
+    if len(mine) != len(table):
+        return None
+    names = [str(fast.holders[i][1]).rpartition(TOPIC_GROUP_SEPARATOR) for i in mine]
+    maps = np.array(mine, np.int64)
+    counts = fast.counts[maps]
+    entry_map = np.repeat(np.arange(len(mine)), counts)
+    entry = np.repeat(fast.starts[maps], counts) + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts,
+                                                                                            counts))
+    qid, offset = fast.keys[entry], fast.values[entry]
+    same = entry_map[1:] == entry_map[:-1]
+    if (qid[1:][same] > qid[:-1][same]).all():  # fastjson's own order: ascending, no queue id twice
+        m, q, o, first_at = entry_map, qid, offset, entry
+    else:  # each (map, queue id) once, as a dict keeps it: the last value, at the first one's place
+        sort = np.lexsort((entry, qid, entry_map))
+        m, q, o, at = entry_map[sort], qid[sort], offset[sort], entry[sort]
+        head = np.ones(len(m), bool)
+        head[1:] = (m[1:] != m[:-1]) | (q[1:] != q[:-1])
+        groups = np.cumsum(head) - 1
+        last = np.zeros(len(m), bool)
+        last[np.r_[np.flatnonzero(head)[1:] - 1, len(m) - 1] if len(m) else []] = True
+        m, q, o, first_at = m[last], q[last], o[last], at[head][groups[last]]
+    del same
+    # what no broker holds: a key that is not topic@group, a queue id outside int (in file order)
+    found = [((int(i), -1), ("offsetTable", fast.holders[mine[i]][1]), fast.holders[mine[i]][1], "not topic@group")
+             for i in range(len(mine)) if not names[i][1]]
+    named = np.array([bool(n[1]) for n in names], bool)
+    outside = (q < INT_RANGE[0]) | (q > INT_RANGE[1])
+    for k in np.flatnonzero(outside & named[m]).tolist():
+        key = fast.holders[mine[int(m[k])]][1]
+        found.append(((int(m[k]), int(first_at[k])), ("offsetTable", key, int(q[k])), int(q[k]),
+                      f"queue id is outside Java's int range [{INT_RANGE[0]}, {INT_RANGE[1]}]"))
+    cfg = ConfigFile(cfg.name, None, cfg.source, cfg.errors)
+    for _, path, value, why in sorted(found, key=lambda f: f[0]):
+        _problem(problems, cfg, path, value, why)
+    order = sorted(np.flatnonzero(named).tolist(), key=lambda i: (names[i][0], names[i][2]))
+    keep = ~outside
+    m, q, o = m[keep], q[keep], o[keep]
+    # entries map by map, the maps in (topic, group) order, each map's entries by queue id (already so)
+    per_map = np.bincount(m, minlength=len(mine))
+    first = np.cumsum(per_map) - per_map
+    chosen = np.array(order, np.int64)
+    sizes = per_map[chosen]
+    take = np.repeat(first[chosen], sizes) + (np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes))
+    r, qid, offset = np.repeat(np.arange(len(chosen)), sizes), q[take], o[take]
+    ordered = [(names[i][0], names[i][2]) for i in order]
+    return cfg, {"map": r, "topics": [t for t, _ in ordered], "groups": [g for _, g in ordered],
+                 "queue_id": qid.astype(np.int32), "offset": offset}
 
 
 INT_RANGE = (-2**31, 2**31 - 1)  # java.lang.Integer: queue ids, delay levels, queue counts
