@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo bench fuzz lint package clean check-java
+.PHONY: setup test demo bench bench-scale fuzz lint package clean check-java
 
 setup: $(STAMP) chromium
 
@@ -31,6 +31,13 @@ demo: $(STAMP)
 BENCH_ARGS ?=
 bench: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/run.py $(BENCH_ARGS)
+
+# The audit's cost per GB from 256 MiB to 4 GiB (1 GiB segments), with each job's peak memory per process:
+# about 15 minutes and 6 GB of cached dumps; into bench/results-scale.json (BENCHMARKS.md, "Scaling").
+bench-scale: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/run.py --skip framing decode writer index spark audit \
+	  --scale-mib 256 --scale-segment-mib 1024 --scale-steps 1 4 16 --scale-jobs audit --scale-rounds 1 \
+	  --scale-warmup-step 1 --scale-warmups 1 --results bench/results-scale.json $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

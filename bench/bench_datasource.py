@@ -19,17 +19,34 @@ Generates once (cached in bench/cache/) bench/dump.py's dump (``make bench``'s t
 
 Prints MB/s of commitlog, messages/s, each figure's ratio to the raw read, the load average (other work on the
 same cores changes every figure) and the CPU seconds the measurement took in this process tree.
+
+    .venv/bin/python bench/bench_datasource.py --scan [--cache bench/cache] [--before-code DIR] [--rounds 3]
+
+``--scan``: the source's targets on ``make bench``'s dump (bench/run.py's: 1 GiB segments, the newest one partly
+written; read in place from ``--cache``), as a user runs it: ``read_commitlog`` with its default options on
+local[2], positions-only ``count()`` and every decoded column into the ``noop`` sink, MB/s of message bytes.
+Each round is a fresh Python process and session (the code measured importable by the Spark workers): the
+session's first run of each (cold) and ``--repeat`` more (warm), with the first pass (segment ends) and the
+transport ceilings (the same rows replayed) beside them; ``--before-code`` (a checkout or ``git archive`` of
+the code before a change) is measured in alternate rounds, so before/after ratios come from the same run.
+In this process first: the raw read and the framers (numpy bulk framer, and the compiled one where the code
+has it) over the same written bytes, one core.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+CODE = Path(sys.argv[sys.argv.index("--code") + 1]).resolve() if "--code" in sys.argv[:-1] else REPO
 sys.path.insert(0, str(REPO))
+if CODE != REPO:
+    sys.path.insert(0, str(CODE))  # the code measured (its datasources, udfs, store_format) before this one
 
 import numpy as np  # noqa: E402
 
@@ -129,6 +146,176 @@ def best(fn, repeat: int) -> float:
     return min(fn() for _ in range(repeat))
 
 
+def framing_compiled(segments, limits) -> float | None:
+    """The compiled framer (udfs.kernels.CompiledFramer) over each segment's written bytes, CRC checked; None
+    where the code measured has none."""
+    try:
+        from udfs.kernels import CompiledFramer
+    except ImportError:
+        return None
+    t = time.perf_counter()
+    for seg, limit in zip(segments, limits):
+        with ReadOnlyMap(seg.path) as m:
+            salvage_arrays(m.buf, seg.name, seg.base_offset, limit=limit, framer=CompiledFramer)
+    return time.perf_counter() - t
+
+
+def framing_numpy(segments, limits) -> float:
+    t = time.perf_counter()
+    for seg, limit in zip(segments, limits):
+        with ReadOnlyMap(seg.path) as m:
+            salvage_arrays(m.buf, seg.name, seg.base_offset, limit=limit)
+    return time.perf_counter() - t
+
+
+def scan_round(path: str, repeat: int, ceilings: bool) -> list[dict]:
+    """One session's figures (in this process, the code measured first on sys.path): the source's positions
+    count and decoded noop write, the session's first run of each and ``repeat`` more, as rows
+    {what, run, s, cpu, load}."""
+    from datasources.commitlog import read_commitlog
+    from jobs.session import build_session
+
+    # compile or load the decoder here first, so a cold run is a session's first, not numba's first ever
+    from udfs import kernels as K
+    segment = sorted(Path(path, "commitlog").iterdir())[0]
+    head = segment.open("rb").read(1 << 20)
+    items = salvage_arrays(head, segment.name, int(segment.name))
+    msg = items.kinds == KIND_MESSAGE
+    K.decode_buffer(head, items.positions[msg], items.sizes[msg])
+    rows = []
+
+    def run(what: str, fn, times: int, first: int = 0):
+        for k in range(times):
+            load0, c, t = os.getloadavg()[0], tree_cpu(), time.perf_counter()
+            fn()
+            t = time.perf_counter() - t
+            rows.append({"what": what, "run": first + k, "s": t, "cpu": tree_cpu() - c,
+                         "load": (load0 + os.getloadavg()[0]) / 2})
+            print(f"    {what} #{first + k}: {t:.2f} s", file=sys.stderr)
+
+    spark = build_session("bench-datasource-scan", master="local[2]",
+                          extra={"spark.ui.enabled": "false", "spark.driver.memory": "2g"})
+
+    def count():
+        return read_commitlog(spark, path, materialize="positions").count()
+
+    def noop(df):
+        df.write.format("noop").mode("overwrite").save()
+
+    run("positions count", count, 1 + repeat)
+    run("decoded noop", lambda: noop(read_commitlog(spark, path, materialize="decoded")), 1 + repeat)
+    run("decoded count", lambda: read_commitlog(spark, path, materialize="decoded").count(), repeat)
+    if ceilings:
+        from pyspark.sql import functions as F
+
+        from bench.replay_source import NAME as REPLAY, ReplaySource
+        from datasources.commitlog import commitlog_ends
+
+        for first_pass in ("here", "spark"):
+            run(f"first pass (commitlog_ends, first_pass={first_pass})",
+                lambda: commitlog_ends(spark, path, first_pass=first_pass), repeat)
+        ends = commitlog_ends(spark, path)
+        run("positions count, second pass (ends known)",
+            lambda: read_commitlog(spark, path, ends=ends, materialize="positions").count(), repeat)
+        run("decoded noop, second pass (ends known)",
+            lambda: noop(read_commitlog(spark, path, ends=ends, materialize="decoded")), repeat)
+        spark.dataSource.register(ReplaySource)
+        per_part = read_commitlog(spark, path, ends=ends, materialize="positions") \
+            .groupBy(F.spark_partition_id().alias("p")).count().orderBy("p").collect()
+        for what, mat in (("positions count", "positions"), ("decoded noop", "decoded"), ("decoded count", "decoded")):
+            replay = spark.read.format(REPLAY).options(path=str(segment), materialize=mat, partitionRows=",".join(
+                str(r["count"]) for r in per_part)).load()
+            run(f"{what}: transport ceiling (same rows replayed)",
+                (lambda: replay.count()) if what.endswith("count") else (lambda: noop(replay)), repeat)
+    spark.stop()
+    return rows
+
+
+def scan(args) -> int:
+    """--scan: see the module docstring."""
+    meta = ensure_dump(DumpSpec(args.mb), args.cache)
+    root = args.cache / DumpSpec(args.mb).key
+    path = str(root / "store")
+    if args.child_json:  # one round, in this process
+        rows = scan_round(path, args.repeat, args.ceilings)
+        Path(args.child_json).write_text(json.dumps(rows))
+        return 0
+    segments = list_segments(root / "store" / "commitlog")
+    limits = meta["segment_data_bytes"]
+    files = [s.path for s in segments]
+    mb = meta["record_bytes"] / 1e6
+    print(f"store: {path}\n{mb:.0f} MB of records in {len(files)} segments (written: {limits}), "
+          f"{meta['messages']:,} messages", file=sys.stderr)
+    inproc = []
+
+    def record(what, fn):
+        runs = []
+        for _ in range(args.repeat):
+            load0, c = os.getloadavg()[0], time.process_time()
+            t = fn()
+            if t is None:
+                return
+            runs.append((t, time.process_time() - c, (load0 + os.getloadavg()[0]) / 2))
+        inproc.append((what,) + min(runs))
+        print(f"  {what}: {min(runs)[0]:.2f} s", file=sys.stderr)
+
+    raw_readinto(files, limits)  # the page cache warm
+    record("raw read: readinto a reusable buffer (baseline)", lambda: raw_readinto(files, limits))
+    record("1 core: numpy bulk framer (salvage_arrays, CRC checked)", lambda: framing_numpy(segments, limits))
+    framing_compiled(segments[-1:], limits[-1:])  # numba's disk cache loaded (or the code compiled) untimed
+    record("1 core: compiled framer (CompiledFramer, CRC checked)", lambda: framing_compiled(segments, limits))
+    codes = [("after", CODE)] + ([("before", args.before_code.resolve())] if args.before_code else [])
+    spark_rows = []
+    for r in range(args.rounds):
+        for label, code in (codes if r % 2 == 0 else codes[::-1]):
+            out = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-datasource-scan-{os.getpid()}-{label}-{r}.json"
+            env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
+            print(f"  round {r + 1}, {label} ({code})", file=sys.stderr)
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--scan", "--code", str(code), "--mb",
+                   str(args.mb), "--cache", str(args.cache), "--repeat", str(args.repeat), "--child-json", str(out)]
+            if args.ceilings and label == "after":
+                cmd.append("--ceilings")
+            subprocess.run(cmd, env=env, check=True, cwd=str(code))
+            spark_rows += [{**row, "code": label, "round": r} for row in json.loads(out.read_text())]
+            out.unlink()
+    raw = inproc[0][1]
+    print(f"\n{'what':66} {'s':>6} {'MB/s':>7} {'x raw':>6} {'CPU s':>6} {'load':>5}")
+    for what, t, cpu, load in inproc:
+        print(f"{what:66} {t:6.2f} {mb / t:7.0f} {raw / t:6.3f} {cpu:6.2f} {load:5.1f}")
+    print(f"local[2], {args.rounds} rounds (a fresh session each): the session's first run (cold), the best and the "
+          f"median of the {args.repeat} warm runs (all rounds)")
+    print(f"{'what':58} {'code':>6} {'cold s':>7} {'MB/s':>6} {'warm s':>7} {'MB/s':>6} {'median':>6} "
+          f"{'x raw':>6} {'CPU s':>6} {'load':>5}")
+    cold_first = ("positions count", "decoded noop")  # each run first in its session: run 0 is cold
+
+    def warm(rows: list, what: str) -> list:
+        return [r for r in rows if r["what"] == what and (r["run"] > 0 or what not in cold_first)]
+
+    for what in dict.fromkeys(r["what"] for r in spark_rows):
+        for label, _ in codes:
+            rows = [r for r in spark_rows if r["what"] == what and r["code"] == label]
+            if not rows:
+                continue
+            cold = [r["s"] for r in rows if r["run"] == 0 and what in cold_first]
+            runs = sorted(warm(rows, what), key=lambda r: r["s"])
+            best, med = runs[0], runs[len(runs) // 2]
+            cold_s = float(np.median(cold)) if cold else float("nan")
+            print(f"{what:58} {label:>6} {cold_s:7.2f} {mb / cold_s:6.0f} {best['s']:7.2f} {mb / best['s']:6.0f} "
+                  f"{mb / med['s']:6.0f} {raw / best['s']:6.3f} {best['cpu']:6.2f} "
+                  f"{np.mean([r['load'] for r in rows]):5.1f}")
+    if args.before_code:
+        for what in ("positions count", "decoded noop", "decoded count"):
+            per_round = [min(r["s"] for r in warm(spark_rows, what) if r["code"] == "before" and r["round"] == k) /
+                         min(r["s"] for r in warm(spark_rows, what) if r["code"] == "after" and r["round"] == k)
+                         for k in range(args.rounds)]
+            print(f"speed-up after/before, {what} (best warm run of each round): "
+                  + ", ".join(f"{x:.2f}x" for x in per_round))
+    print(f"in-process: compiled framer vs numpy bulk framer: "
+          f"{inproc[1][1] / inproc[2][1]:.2f}x wall, {inproc[1][2] / inproc[2][2]:.2f}x CPU" if len(inproc) > 2 else "")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=1024)
@@ -143,7 +330,17 @@ def main(argv=None) -> int:
                     help="positions; message: materialize=decoded with the columns RocketMQ's MessageDecoder.decode "
                          "yields (every stored field, properties parsed, msg_id); decoded: every decoded column")
     ap.add_argument("--no-local", action="store_true", help="skip the one-core measurements")
+    ap.add_argument("--scan", action="store_true", help="the source's targets on make bench's dump (see above)")
+    ap.add_argument("--cache", type=Path, default=CACHE, help="--scan: where the dump is cached (read in place)")
+    ap.add_argument("--before-code", type=Path, help="--scan: also measure this checkout (the code before a change)")
+    ap.add_argument("--rounds", type=int, default=3, help="--scan: fresh sessions per code measured")
+    ap.add_argument("--ceilings", action="store_true", help="--scan: also the first pass alone and the transport "
+                    "ceilings (the code after only)")
+    ap.add_argument("--code", type=Path, help=argparse.SUPPRESS)  # the checkout measured (read before parsing)
+    ap.add_argument("--child-json", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.scan:
+        return scan(args)
     # bench/run.py's traffic; 3% short of --mb so that the records fill the segments without rolling into one more
     meta = ensure_dump(DumpSpec(args.mb * 0.97, segment_mib=args.segment_mb), CACHE)
     root = Path(meta["store"]).parent

@@ -21,7 +21,8 @@ class ReplayPart(InputPartition):
 
 
 class ReplaySource(DataSource):
-    """Options: ``path`` (a segment), ``materialize`` (and ``columns``), ``rows`` in all, ``partitions``."""
+    """Options: ``path`` (a segment), ``materialize`` (and ``columns``), ``rows`` in all, ``partitions``; or
+    ``partitionRows``, each partition's rows (comma-separated: the real scan's, so the tasks are as uneven)."""
 
     @classmethod
     def name(cls) -> str:
@@ -37,9 +38,11 @@ class ReplaySource(DataSource):
 
 class ReplayReader(DataSourceReader):
     def __init__(self, options):
-        self.options = dict(options)
+        self.options = {k.lower(): v for k, v in options.items()}  # Spark's option names are case-insensitive
 
     def partitions(self):
+        if self.options.get("partitionrows"):
+            return [ReplayPart(int(n)) for n in self.options["partitionrows"].split(",")]
         rows, parts = int(self.options["rows"]), int(self.options["partitions"])
         return [ReplayPart(rows // parts + (k < rows % parts)) for k in range(parts)]
 

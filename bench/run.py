@@ -18,8 +18,8 @@ of its parameters.  Then, on that dump, page cache warm, best of ``--repeat`` un
              calibrated against RocketMQ's own writer;
   index      --index-lookups random keys of the dump looked up in its index file (hash slot + chain walk,
              store_format.indexfile): ms per lookup, mean and p99;
-  spark      local[2]: the commitlog source's message count (positions), the decode job's table written
-             as Parquet;
+  spark      local[2]: the commitlog source's message count (positions), every default column decoded into
+             Spark's noop sink (the decoded scan), the decode job's table written as Parquet;
   scaling    the audit and the decode job over a --scale-reference-mib dump (their fixed cost) and at
              --scale-steps x --scale-mib, each with every topic and queue from its start (so the reference
              carries the per-queue part of the fixed cost), steady state: one fresh local[2] session per job
@@ -29,8 +29,12 @@ of its parameters.  Then, on that dump, page cache warm, best of ``--repeat`` un
              mean of the reference runs around it (the median over the rounds; the noise: their spread, at
              least half the two reference runs' difference and the reference runs' largest stray from their
              neighbours, per GB), marginal seconds per GB, peak memory per process (anonymous and resident);
-  audit      the audit job over the whole dump, once, in a session of its own like the scaling runs, last
-             (skip it with --skip audit).
+  audit      ``python -m jobs.audit`` over a 1 MiB dump in a fresh process (report included; the session's
+             start apart), then the audit job over the whole dump, once, in a session of its own like the
+             scaling runs (its phases, and its rate against the decoded scan), last (skip it with --skip audit).
+
+``make bench-scale`` runs the scaling part alone at the audit's sizes: 256 MiB, 1 GiB and 4 GiB dumps of 1 GiB
+segments (results in bench/results-scale.json).
 
 One line per figure: MB/s and messages/s, the ratio to the ceiling (numpy pass), to the naive loop and to
 the raw read, the wall and CPU seconds (this process tree) and the load average; the machine is shared, so
@@ -66,7 +70,7 @@ RESULTS = REPO / "bench" / "results.json"
 REFERENCE_RATE = 10.0  # stores per simulated second in the scaling reference dump: ~55 s, long enough for retries
 GROUPS = ("framing", "decode", "writer", "index", "spark", "audit", "scaling")
 REQUIRED_KEYS = ("raw_read_mb_s", "numpy_pass_mb_s", "naive_decode_mb_s", "scalar_decode_mb_s", "kernel_decode_mb_s",
-                 "spark_count_mb_s", "spark_decode_parquet_mb_s", "audit_mb_s", "writer_mb_s", "writer_msgs_s",
+                 "spark_count_mb_s", "spark_decode_mb_s", "spark_decode_parquet_mb_s", "audit_mb_s", "audit_small_s", "writer_mb_s", "writer_msgs_s",
                  "index_lookup_ms", "scaling")
 CEILING, NAIVE, RAW = "numpy_pass", "naive_decode", "raw_read"
 
@@ -289,6 +293,9 @@ def spark_figures(bench: Bench, spark, meta: dict, work: Path) -> dict:
         return read_commitlog(spark, store, materialize="positions").where(F.col("kind") == "message").count()
 
     counted = bench.measure("spark_count", "spark local[2]: commitlog source, count (positions)", count, nbytes, n)
+    # every default column decoded and handed to Spark, written nowhere (the noop sink materializes each row)
+    bench.measure("spark_decode", "spark local[2]: commitlog source, every default column decoded",
+                  lambda: read_commitlog(spark, store).write.format("noop").mode("overwrite").save(), nbytes, n)
     parquet = str(Path(work) / "messages.parquet")
     bench.measure("spark_decode_parquet", "spark local[2]: decode job's messages -> Parquet",
                   lambda: write_table(decode_job.messages(spark, [store]), parquet, "parquet"), nbytes, n)
@@ -298,16 +305,48 @@ def spark_figures(bench: Bench, spark, meta: dict, work: Path) -> dict:
 def job_figure(bench: Bench, job: str, meta: dict, key: str | None = None) -> dict:
     """A whole job (``audit`` or ``decode``) over the dump, once, as a user runs it: a fresh local[2] session in
     a child process (bench/scaling.py), its run time without the session start, and its processes' peak
-    memory."""
+    memory; the audit's against the decoded scan of the same run (``x_spark_decode``) and with its phases."""
     r = scaling.run_job(job, Path(meta["store"]))
     peaks = {k: v for k, v in r.items() if k.endswith(("_peak_bytes", "_anon_bytes"))}
+    extra = {"phases": r["phases"]} if r.get("phases") else {}
     fig = bench.add(key or job, f"spark local[2]: {job} job, a session of its own" +
                     (" (no HTML report)" if job == "audit" else ""), r["seconds"], r.get("cpu_seconds", 0.0),
                     meta["commitlog_bytes"], meta["messages"], session_seconds=r["session_seconds"],
-                    task_seconds=r["task_seconds"], stages=r["stages"], **peaks)
+                    task_seconds=r["task_seconds"], stages=r["stages"], **extra, **peaks)
+    if bench.mb_s("spark_decode"):
+        fig["x_spark_decode"] = fig["mb_s"] / bench.mb_s("spark_decode")
+        bench.log(f"{'':<60} {fig['x_spark_decode']:.2f}x the decoded scan of this run")
     bench.log(f"{'':<60} anonymous / resident peak MiB: driver JVM {mib(peaks, 'driver_jvm')}, largest Python "
               f"worker {mib(peaks, 'python_worker')}, driver Python {mib(peaks, 'driver_python')} (session start "
               f"{r['session_seconds']:.1f} s; {r['stages']} Spark stages, {r['task_seconds']:.1f} s of task time)")
+    if extra:
+        bench.log(f"{'':<60} phases: " + ", ".join(f"{name} {secs:.2f} s" for name, secs in extra["phases"]))
+    return fig
+
+
+def audit_small(bench: Bench, spec: DumpSpec, cache: Path) -> dict:
+    """``python -m jobs.audit`` over a ~1 MiB dump in a fresh process, report included, as a user first meets
+    it: the process's wall time, with the Spark session's start (its --profile line) apart."""
+    meta = ensure_dump(dataclasses.replace(spec, size_mib=1), cache)
+    with tempfile.TemporaryDirectory(prefix="bench-audit-small-") as tmp:
+        env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        cmd = [sys.executable, "-m", "jobs.audit", "--store", meta["store"], "--out", f"{tmp}/audit", "--profile"]
+        load, t = os.getloadavg()[0], time.perf_counter()
+        run = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t
+    if run.returncode not in (0, 1):
+        raise subprocess.CalledProcessError(run.returncode, cmd, run.stdout, run.stderr)
+    session = next((float(line.split()[-2]) for line in run.stderr.splitlines() if "Spark session start" in line),
+                   None)
+    fig = {"seconds": wall, "session_seconds": session, "bytes": meta["commitlog_bytes"], "messages": meta["messages"],
+           "load": (load + os.getloadavg()[0]) / 2}
+    bench.figures["audit_small"] = fig
+    if bench.on_add:
+        bench.on_add()
+    bench.log(f"{'audit of a ' + format(meta['commitlog_bytes'] / 2**20, '.1f') + ' MiB store, a fresh process':<60} "
+              f"{wall:9.2f} s wall, of which the Spark session's start {num(session, '{:.2f}', '?')} s "
+              f"(report included; load {fig['load']:.1f})")
     return fig
 
 
@@ -407,8 +446,13 @@ def results(bench: Bench, meta: dict, scaling_rows: list[dict] | None, **context
         "naive_decode_mb_s": bench.mb_s(NAIVE), "scalar_decode_mb_s": bench.mb_s("scalar_decode"),
         "kernel_decode_mb_s": bench.mb_s("kernel_decode"), "kernel_decode_all_mb_s": bench.mb_s("kernel_decode_all"),
         "kernel_decode_naive_fields_mb_s": bench.mb_s("kernel_decode_naive_fields"),
-        "spark_count_mb_s": bench.mb_s("spark_count"), "spark_decode_parquet_mb_s": bench.mb_s("spark_decode_parquet"),
-        "audit_mb_s": bench.mb_s("audit"), "writer_mb_s": bench.mb_s("writer"),
+        "spark_count_mb_s": bench.mb_s("spark_count"), "spark_decode_mb_s": bench.mb_s("spark_decode"),
+        "spark_decode_parquet_mb_s": bench.mb_s("spark_decode_parquet"),
+        "audit_mb_s": bench.mb_s("audit"),
+        "audit_x_spark_decode": f["audit"].get("x_spark_decode") if "audit" in f else None,
+        "audit_phases": f["audit"].get("phases") if "audit" in f else None,
+        "audit_small_s": f["audit_small"]["seconds"] if "audit_small" in f else None,
+        "audit_small_session_s": f["audit_small"]["session_seconds"] if "audit_small" in f else None, "writer_mb_s": bench.mb_s("writer"),
         "writer_msgs_s": f["writer"]["msgs_s"] if "writer" in f else None,
         "index_lookup_ms": index["mean_ms"] if index else None,
         "index_lookup_p99_ms": index["p99_ms"] if index else None,
@@ -445,6 +489,15 @@ def markdown(data: dict) -> str:
                        f"{num(f.get('x_' + RAW), '{:.4f}')} | {num(f['seconds'], '{:.2f}')} | "
                        f"{num(f['cpu_seconds'], '{:.2f}')} | {num(f.get('cpu_mb_s'))} | "
                        f"{num(cpu_x, '{:.3f}')} |")
+    small = data["figures"].get("audit_small")
+    if small:
+        out += ["", f"Audit of a {small['bytes'] / 2**20:.1f} MiB store in a fresh process (`python -m jobs.audit`, "
+                    f"report included): {small['seconds']:.1f} s wall, of which the Spark session's start "
+                    f"{num(small.get('session_seconds'), '{:.1f}', '?')} s."]
+    audit = data["figures"].get("audit")
+    if audit and audit.get("phases"):
+        out += ["", "Audit phases (`jobs.audit --profile`): " + ", ".join(f"{name} {secs:.2f} s"
+                                                                         for name, secs in audit["phases"]) + "."]
     index = data["figures"].get("index_lookup")
     if index:
         out += ["", f"Index key lookup: {index['mean_ms']:.4f} ms mean, {index['p50_ms']:.4f} ms p50, "
@@ -574,6 +627,7 @@ def main(argv=None) -> int:
         if "audit" not in skip:  # last: the longest figure, and an interrupted run keeps all the others
             t = time.perf_counter()
             try:
+                audit_small(bench, spec, args.cache)
                 job_figure(bench, "audit", meta)
             except subprocess.CalledProcessError as e:  # recorded: a job that fails on the dump is a finding too
                 failures["audit"] = f"the audit job exited with status {e.returncode} (its error is on stderr above)"

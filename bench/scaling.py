@@ -143,9 +143,10 @@ def _child(job: str, out: str, stores: list[str], warmup: str | None, rounds: in
         args = module.build_parser().parse_args(job_args(job, store, os.path.join(out, str(n))))
         with PeakSampler() as peaks:
             t, c = time.perf_counter(), tree_cpu()
-            module.run(spark, args)
+            result = module.run(spark, args)
             elapsed, cpu = time.perf_counter() - t, tree_cpu() - c
         return {"job": job, "seconds": elapsed, "cpu_seconds": cpu, "session_seconds": session_s,
+                **({"phases": result.phases} if getattr(result, "phases", None) else {}),
                 **work.since_last(), **peaks.peaks}
 
     for line in bracketed(series(stores, warmup, warmups, rounds, paired), run, paired):

@@ -9,21 +9,29 @@ first one), so every confirmed frame lies on the walk from the segment start.  A
 first confirmed frame at or after its range start (the first range at 0, where the walk starts), follows
 store_format's salvage walk and stops at the first confirmed frame at or after its range end, where the next
 task starts: every frame and span of the walk is emitted by exactly one task, whatever the split size.  No
-framing happens here; store_format does it all, in bulk (``salvage_arrays``: numpy over runs of valid messages,
-the scalar ``frame_at`` for the rest), and batches are built from its arrays, so a task does no per-record
-Python but the body CRC check.
+framing happens here; store_format does it all, in bulk (``salvage_arrays`` with the compiled framer over
+runs of valid messages, the scalar ``frame_at`` for the rest), and batches are built from its arrays, so a
+task does no per-record Python.
 
 Two facts are only known by walking from a segment's start: where the recovery walk stops (its first
 stop or blank) and where the salvage walk ends (its first blank; stale bytes may follow).  They are the
-"segment ends".  :func:`read_commitlog` gets them with a first Spark pass that ships only stop and blank rows,
-then hands them to the second pass in the ``segmentEnds`` option, so every task knows them and ranges past
-the recovery end are never read; the first pass has also checked every body CRC before the recovery stop, so
+"segment ends".  :func:`read_commitlog` gets them in a first pass (:func:`commitlog_ends`: a Spark pass that
+ships only stop and blank rows, or in local mode the same walk in the driver, a range per core at a time), then
+hands them to the second pass in the ``segmentEnds`` option, so every task knows them and ranges past the
+recovery end are never read; the first pass has also checked every body CRC before the recovery stop, so
 the second pass does not check those again (``crc_checked_before``: the CRC is most of the framing work).
-A segment that is a single range (``splitSize`` >= its length; by default segments up to 256 MiB and the newest) needs
-neither: its one task walks it from the start and finds its ends itself, so only segments split into several
-ranges go through the first pass.  ``spark.read.format("rocketmq-commitlog")`` without ``segmentEnds``
-computes the ends of split segments in the planner, walking them there: exact, but serial; use
-:func:`read_commitlog` for large dumps.
+A segment that is a single range needs neither: its one task walks it from the start and finds its ends
+itself, so only segments split into several ranges go through the first pass.  ``spark.read.format(
+"rocketmq-commitlog")`` without ``segmentEnds`` (or with ends that lack a segment it cuts) walks those
+segments in the planner, a range per core at a time, on every query; use :func:`read_commitlog` for large
+dumps.
+
+Ranges (:func:`plan_ranges`): each segment is cut over its written data (a broker's newest segment up to
+:func:`written_end`, the others whole) into equal ranges of at most ``splitSize``, the last one running to the
+segment's end; by default the size comes from the data and the session's parallelism (about TASKS_PER_CORE
+ranges a core, MIN_SPLIT_SIZE to DEFAULT_SPLIT_SIZE), so both cores of local[2] work whatever the dump's shape.
+The framing runs compiled (``udfs.kernels.CompiledFramer``: every check of ``frame_at``, the body CRC with no
+Python call per record), so a first pass costs little beside the rows' transport.
 
 Rows: one per walk item, ``kind`` = message | blank | stop (where a walk stopped: damage, or END_OF_DATA
 for the zero-filled tail, summarized in one row whose ``length`` is the tail's) | corrupt (bytes the salvage
@@ -37,9 +45,11 @@ cost of a decoded read (Spark's conversion of each column) when a job uses a few
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,17 +70,17 @@ FORMAT = "rocketmq-commitlog"
 WALKS = ("recovery", "salvage")
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 MATERIALIZE = ("positions", "frames", "headers", "decoded")
-# One task per segment up to 256 MiB, larger segments (RocketMQ's default is 1 GiB) cut into 256 MiB ranges, but a
-# broker's newest segment always one range (range_sizes).  Measured with bench/bench_datasource.py on local[2]: a
-# segment cut into several ranges needs the first pass, which costs about as much CPU as the framing itself (the
-# body CRCs), so a whole segment per task read 1.8x more MB per CPU second than 128 MiB ranges for positions (1.3x
-# decoded); each task also costs ~70 ms of CPU before it reads a byte (worker hand-off, unpickling), which made
-# 32-64 MiB ranges 2-4x dearer still.  But a whole 1 GiB segment per task keeps a dump of one or two segments on
-# one core, and what a job builds from one partition (a cached table, an Arrow UDF's input) grows with it:
-# bench/run.py's audit of a single 1 GiB segment ran out of a 2 GiB heap.  The newest segment is the exception:
-# its ranges past the data would each scan the zero tail (bench/run.py's count: 8.2 s cut, 2.5 s whole).
+# Default ranges (range_sizes): the written data of every segment (the newest one's up to written_end: ranges
+# past it would each scan the zero tail) shared out as about TASKS_PER_CORE ranges per core of the session, each
+# MIN_SPLIT_SIZE..DEFAULT_SPLIT_SIZE.  Every Spark task costs ~70 ms of CPU before it reads a byte (worker
+# hand-off, unpickling), so ranges stay >= 32 MiB; what a job builds from one partition (a cached table, an Arrow
+# UDF's input) grows with the range (bench/run.py's audit of a single 1 GiB segment ran out of a 2 GiB heap), so
+# they stay <= 256 MiB.  A segment cut into several ranges needs the first pass (its ends), which the compiled
+# framer makes cheap (~0.35 CPU s per GiB with every body CRC, bench/bench_datasource.py --scan).
 # Ranged (non-local) reads hold a range plus 2 x maxRecordSize in memory per task.
 DEFAULT_SPLIT_SIZE = 256 << 20
+MIN_SPLIT_SIZE = 32 << 20
+TASKS_PER_CORE = 2
 DEFAULT_BATCH_ROWS = 16384
 # Ranged (non-mmap) reads fetch this much past a range end; a decision closer than this to the end of what
 # was read is re-made with more bytes.  It bounds a legitimate record: 4 MiB body + 64 KiB (broker >= 4.9.5).
@@ -168,6 +178,7 @@ class Options:
     columns: tuple[str, ...] | None  # decoded columns to ship (None: all)
     push_filters: bool  # prune by the query's filters (see CommitLogReader.pushFilters)
     ends: str  # "planner" | "unresolved" | JSON {"broker/segment": [first_stop, first_blank(, crc_checked_before)]}
+    parallelism: int | None  # the session's cores, for the default range size (None: this machine's)
 
     @classmethod
     def parse(cls, options) -> "Options":
@@ -195,6 +206,7 @@ class Options:
             columns=parse_columns(options.get("columns"), materialize),
             push_filters=parse_bool(options.get("pushFilters"), False),
             ends=options.get("segmentEnds", "planner"),
+            parallelism=int(options["parallelism"]) if options.get("parallelism") else None,
         )
 
 
@@ -302,32 +314,81 @@ def written_end(loc: Location, length: int) -> int:
             os.close(fd)
 
 
-def range_sizes(files: list[SegmentFile], split_size: int | None) -> dict[tuple[str, str], int]:
-    """The range size of each segment: ``splitSize`` when given; by default (None) DEFAULT_SPLIT_SIZE, except
-    for each broker's newest segment, read as one range: it is the one with the unwritten zero tail, which a
-    range of its own would scan (and a first pass too) for nothing."""
+def segment_data(files: list[SegmentFile]) -> dict[tuple[str, str], int]:
+    """The bytes each segment's ranges are cut over: a broker's newest segment up to :func:`written_end` (the one
+    with the unwritten zero tail), every other segment whole."""
     newest = {}
     for f in files:
         if f.base is not None and (f.broker not in newest or f.base > newest[f.broker].base):
             newest[f.broker] = f
-    return {(f.broker, f.name): split_size if split_size else
-            max(f.length, 1) if newest.get(f.broker) is f else DEFAULT_SPLIT_SIZE for f in files}
+    return {(f.broker, f.name): written_end(f.loc, f.length) if newest.get(f.broker) is f and f.length else f.length
+            for f in files}
 
 
-def plan_ranges(files: list[SegmentFile], split_size: int | None) -> list[SegmentRange]:
+def range_sizes(files: list[SegmentFile], split_size: int | None, parallelism: int | None = None,
+                data: dict | None = None) -> dict[tuple[str, str], int]:
+    """The largest range of each segment: ``splitSize`` when given; by default (None) the written data of all
+    the segments (:func:`segment_data`, or ``data``) over TASKS_PER_CORE ranges per core (``parallelism``, else
+    this machine's cores), within MIN_SPLIT_SIZE..DEFAULT_SPLIT_SIZE."""
+    if not split_size:
+        data = segment_data(files) if data is None else data
+        cores = parallelism or os.cpu_count() or 2
+        share = -(-sum(data.values()) // (TASKS_PER_CORE * cores))
+        split_size = min(DEFAULT_SPLIT_SIZE, max(MIN_SPLIT_SIZE, -(-share // (1 << 20)) << 20))
+    return {(f.broker, f.name): split_size for f in files}
+
+
+def cut_ranges(length: int, data: int, size: int) -> list[tuple[int, int, bool]]:
+    """(start, end, last) of the ranges of a ``length``-byte segment: its first ``data`` bytes cut into equal
+    ranges of at most ``size``, the last running to the segment's end (the walk never trusts ``data``: a
+    probe that ends early only makes the ranges uneven)."""
+    n = max(1, math.ceil(data / max(size, 1)))
+    step = -(-data // n)
+    return [(k * step, (k + 1) * step, False) for k in range(n - 1)] + [((n - 1) * step, length, True)]
+
+
+def plan_ranges(files: list[SegmentFile], split_size: int | None, parallelism: int | None = None
+                ) -> list[SegmentRange]:
     out = []
-    sizes = range_sizes(files, split_size)
+    data = segment_data(files)
+    sizes = range_sizes(files, split_size, parallelism, data)
     for f in files:
         if f.base is None:
             out.append(SegmentRange(f.broker, f.loc, f.name, None, f.length, 0, 0, True, f.problems))
             continue
-        size = sizes[f.broker, f.name]
-        n = max(1, math.ceil(f.length / size))
-        for k in range(n):
-            start, end = k * size, min(f.length, (k + 1) * size)
-            out.append(SegmentRange(f.broker, f.loc, f.name, f.base, f.length, start, end, k == n - 1,
+        for k, (start, end, last) in enumerate(cut_ranges(f.length, data[f.broker, f.name], sizes[f.broker, f.name])):
+            out.append(SegmentRange(f.broker, f.loc, f.name, f.base, f.length, start, end, last,
                                     f.problems if k == 0 else ()))
     return out
+
+
+def split_segments(parts: list[SegmentRange]) -> set[str]:
+    """The ``broker/segment`` keys of the segments cut into several ranges (those that need their ends)."""
+    count = {}
+    for p in parts:
+        if p.base is not None:
+            key = f"{p.broker}/{p.name}"
+            count[key] = count.get(key, 0) + 1
+    return {k for k, n in count.items() if n > 1}
+
+
+def _local_master(spark) -> bool:
+    """The session runs its tasks in this process's machine (local mode): what they read, this process can."""
+    try:
+        master = spark.sparkContext.master
+    except Exception:  # Spark Connect: no SparkContext, the tasks run elsewhere
+        return False
+    return master == "local" or master.startswith("local[")
+
+
+def default_parallelism(spark) -> int:
+    """The session's cores: its default parallelism (Spark Connect has no SparkContext: the conf, else this
+    machine's cores)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:
+        conf = spark.conf.get("spark.default.parallelism", None)
+        return int(conf) if conf else (os.cpu_count() or 2)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -382,9 +443,17 @@ def range_walk(buf, w0: int, complete: bool, name: str, base: int, start: int, e
     if not last:
         doubt.search(end - w0, e)
     items = salvage_arrays(buf, name, rbase, start=s, limit=lim, until=e, check_crc=check_crc,
-                           excerpt_len=excerpt_bytes, crc_checked_before=max(0, crc_checked_before - w0))
+                           excerpt_len=excerpt_bytes, crc_checked_before=max(0, crc_checked_before - w0),
+                           framer=_compiled_framer())
     doubt.items(items)
     return RangeWalk(items.moved(w0), s + w0, None if e is None else e + w0)
+
+
+@functools.cache
+def _compiled_framer():
+    from udfs.kernels import CompiledFramer
+
+    return CompiledFramer
 
 
 class _Doubt:
@@ -477,6 +546,26 @@ def segment_ends(items_of_ranges: list[FrameArrays]) -> tuple[int | None, int | 
     return (min(stops) if stops else None), (min(blanks) if blanks else None)
 
 
+def walk_ends(parts: list[SegmentRange], opts: Options) -> dict[str, tuple]:
+    """The segment ends of the segments whose ranges are ``parts`` (every range of each), as the first pass finds
+    them (``{"broker/segment": (first_stop, first_blank, crc_checked_before)}``), walked in this process with the
+    tasks' own code, ``opts.parallelism`` ranges at a time (threads: the compiled framer releases the GIL)."""
+    def ends_of(part: SegmentRange) -> tuple[int | None, int | None]:
+        items, handle, _ = _read_range_items(part, opts)
+        if isinstance(handle, ReadOnlyMap):
+            handle.close()
+        return segment_ends([items])
+
+    with ThreadPoolExecutor(max(1, min(len(parts), opts.parallelism or os.cpu_count() or 2))) as pool:
+        found = list(pool.map(ends_of, parts))
+    by_segment = {}
+    for p, ends in zip(parts, found):
+        by_segment.setdefault(f"{p.broker}/{p.name}", []).append(ends)
+    return {key: _with_crc_checked(min((s for s, _ in e if s is not None), default=None),
+                                   min((b for _, b in e if b is not None), default=None), opts.check_crc)
+            for key, e in by_segment.items()}
+
+
 def _with_crc_checked(first_stop: int | None, first_blank: int | None, check_crc: bool) -> tuple:
     """A segment's ends as the second pass gets them: a walk that found them with CRC checks has checked every
     message before its first stop, so the second pass need not check those again."""
@@ -531,6 +620,29 @@ def _filter_mask(batch: pa.RecordBatch, filters) -> pa.Array | None:
             m = _OPS[type(f)](col, pa.scalar(f.value, col.type))
         mask = m if mask is None else pc.and_kleene(mask, m)
     return None if mask is None else pc.fill_null(mask, False)
+
+
+_NP_OPS = {EqualTo: np.equal, GreaterThan: np.greater, GreaterThanOrEqual: np.greater_equal, LessThan: np.less,
+           LessThanOrEqual: np.less_equal}
+
+
+def _prefilter(items: FrameArrays, filters, base: int) -> FrameArrays:
+    """The items whose rows the pushed filters on ``kind`` and the positions keep, before any row is built (the
+    batches are filtered again, by every filter: this only saves building rows that would go)."""
+    keep = None
+    for f in filters:
+        col = f.attribute[0]
+        values = list(f.value) if isinstance(f, In) else [f.value]
+        if col == "kind" and isinstance(f, (EqualTo, In)) and None not in values:
+            m = np.isin(items.kinds, [KINDS.index(v) for v in values if v in KINDS])
+        elif col in ("file_position", "physical_offset") and values and \
+                all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            pos = items.positions + (base if col == "physical_offset" else 0)
+            m = np.isin(pos, values) if isinstance(f, In) else _NP_OPS[type(f)](pos, f.value)
+        else:
+            continue
+        keep = m if keep is None else keep & m
+    return items if keep is None or keep.all() else items.take(keep)
 
 
 def _offset_bounds(filters) -> tuple[float, float]:
@@ -605,10 +717,10 @@ class CommitLogReader(DataSourceReader):
         files = list_segment_files(inputs, self.opts.segment_size)
         brokers, segments = _value_set(self.filters, "broker"), _value_set(self.filters, "segment")
         lo, hi = _offset_bounds(self.filters)
-        files = [f for f in files if (brokers is None or f.broker in brokers)
-                 and (segments is None or f.name in segments)
-                 and (f.base is None or (f.base + f.length >= lo and f.base <= hi))]
-        parts = plan_ranges(files, self.opts.split_size)
+        # ranges planned over every file, as commitlog_ends plans them, then the files the filters exclude dropped
+        parts = [p for p in plan_ranges(files, self.opts.split_size, self.opts.parallelism)
+                 if (brokers is None or p.broker in brokers) and (segments is None or p.name in segments)
+                 and (p.base is None or (p.base + p.length >= lo and p.base <= hi))]
         ends = self._ends(parts)
         out = []
         for p in parts:
@@ -631,23 +743,12 @@ class CommitLogReader(DataSourceReader):
     def _ends(self, parts: list[SegmentRange]) -> dict:
         if self.opts.ends == "unresolved":
             return {}
-        if self.opts.ends != "planner":
-            return {k: tuple(v) for k, v in json.loads(self.opts.ends).items()}
-        # No ends given: walk every segment here, with the tasks' own code.
-        ends, by_segment = {}, {}
-        for p in parts:
-            if p.base is not None:
-                by_segment.setdefault(f"{p.broker}/{p.name}", []).append(p)
-        for key, ranges in by_segment.items():
-            if len(ranges) == 1:
-                continue  # its one task finds the ends itself
-            items_of_ranges = []
-            for p in ranges:
-                items, handle, _ = _read_range_items(p, self.opts)
-                items_of_ranges.append(items)
-                if isinstance(handle, ReadOnlyMap):
-                    handle.close()
-            ends[key] = _with_crc_checked(*segment_ends(items_of_ranges), self.opts.check_crc)
+        ends = {} if self.opts.ends == "planner" else {k: tuple(v) for k, v in json.loads(self.opts.ends).items()}
+        # No ends given for a segment cut into ranges (none given, or the first pass planned it as one range:
+        # its file changed since): walk it here, with the tasks' own code.  A segment of one range needs none:
+        # its one task finds the ends itself.
+        missing = split_segments(parts) - set(ends)
+        ends.update(walk_ends([p for p in parts if f"{p.broker}/{p.name}" in missing], self.opts))
         return ends
 
     def read(self, partition: SegmentRange):
@@ -695,6 +796,8 @@ class _RangeReader:
                 p.resolved = True
             if p.resolved:
                 items = cut_to_walk(items, self.opts.walk, p.first_stop, p.first_blank)
+            if self.filters and self.opts.mode != "FAILFAST":  # FAILFAST fails on damage the filters drop too
+                items = _prefilter(items, self.filters, p.base)
             n = self.opts.batch_rows
             for i in range(0, len(items), n):
                 yield from self._emit(items.slice(i, i + n), buf, w0)
@@ -798,7 +901,9 @@ class _RangeReader:
         return {c: _scatter(out[c], msg_rows, n) for c in self.kernel_cols}
 
 
+@functools.lru_cache(maxsize=64)
 def _repeated(text: str, n: int) -> pa.Array:
+    """``text`` in each of ``n`` rows (built once per text and batch size: Arrow arrays are immutable)."""
     return pa.repeat(pa.scalar(text, pa.string()), n)
 
 
@@ -846,20 +951,33 @@ def _scatter(values: pa.Array, idx: np.ndarray | None, n: int) -> pa.Array:
 __all__ = ["CommitLogDataSource", "FORMAT", "arrow_schema", "commitlog_ends", "range_items", "read_commitlog"]
 
 
-def commitlog_ends(spark, path: str, **options) -> dict:
+FIRST_PASSES = ("auto", "spark", "here")
+
+
+def commitlog_ends(spark, path: str, first_pass: str = "auto", **options) -> dict:
     """The segment ends ``{"broker/segment": [first_stop, first_blank, crc_checked_before]}`` of the segments
-    split into several ranges, from a Spark pass that ships only stop and blank rows (the first pass of
-    :func:`read_commitlog`; no pass at all when every segment is one range)."""
+    split into several ranges (the first pass of :func:`read_commitlog`; none at all when every segment is one
+    range).  ``first_pass``: ``spark``, a Spark pass that ships only stop and blank rows (the work spread over
+    the executors); ``here``, walked in this process with the tasks' code, a range per core at a time
+    (:func:`walk_ends`: no Spark job, whose own cost is most of a cheap walk's); ``auto``: here when the session
+    runs in local mode (its tasks would use this machine's cores anyway), else Spark."""
     from pyspark.sql import functions as F
 
+    if first_pass not in FIRST_PASSES:
+        raise ValueError(f"first_pass={first_pass!r}: choose one of {', '.join(FIRST_PASSES)}")
+
     opts = {k: str(v) for k, v in options.items()}
+    opts.setdefault("parallelism", str(default_parallelism(spark)))
     parsed = Options.parse(opts)  # fail on bad options before any job runs
     # a segment read by one task needs no first pass: that task walks it all and finds its ends itself
     files = list_segment_files(find_inputs(path, "commitlog", opts.get("broker")), parsed.segment_size)
-    sizes = range_sizes(files, parsed.split_size)
-    split = [f for f in files if f.base is not None and f.length > sizes[f.broker, f.name]]
+    parts = plan_ranges(files, parsed.split_size, parsed.parallelism)
+    cut = split_segments(parts)
+    split = [f for f in files if f"{f.broker}/{f.name}" in cut]
     if not split:
         return {}
+    if first_pass == "here" or (first_pass == "auto" and _local_master(spark)):
+        return {k: list(v) for k, v in walk_ends([p for p in parts if f"{p.broker}/{p.name}" in cut], parsed).items()}
     positions = {k: v for k, v in opts.items() if k != "columns"}  # the decoded columns of the second pass
     stops = (spark.read.format(FORMAT).options(**positions)
              .options(materialize="positions", walk="salvage", mode="PERMISSIVE", segmentEnds="unresolved",
@@ -875,12 +993,14 @@ def commitlog_ends(spark, path: str, **options) -> dict:
             for r in stops.collect()}
 
 
-def read_commitlog(spark, path: str, ends: dict | None = None, **options):
-    """The commitlog as a DataFrame equal to store_format's walks, read in two Spark passes: the segment
-    ends (first stop, first blank) from a pass that ships only stop and blank rows, then the rows.  ``ends``
-    from :func:`commitlog_ends` (same path and options) skips the first pass: the walks share it."""
+def read_commitlog(spark, path: str, ends: dict | None = None, first_pass: str = "auto", **options):
+    """The commitlog as a DataFrame equal to store_format's walks, read in two passes: the segment ends (first
+    stop, first blank) of the segments cut into ranges (:func:`commitlog_ends`, ``first_pass`` as there), then
+    the rows.  ``ends`` from :func:`commitlog_ends` (same path and options) skips the first pass: the walks
+    share it."""
     opts = {k: str(v) for k, v in options.items()}
+    opts.setdefault("parallelism", str(default_parallelism(spark)))  # both passes plan the same ranges
     Options.parse(opts)  # fail on bad options before any job runs
     if ends is None:
-        ends = commitlog_ends(spark, path, **options)
+        ends = commitlog_ends(spark, path, first_pass=first_pass, **opts)
     return spark.read.format(FORMAT).options(**opts).option("segmentEnds", json.dumps(ends)).load(path)

@@ -72,8 +72,8 @@ def plan_files(path: str, broker: str | None, hash_slot_num, index_num) -> list[
 
 # the chain problems an entry can have, in the order they are listed
 CHAIN_PROBLEMS = ("prev_out_of_range", "prev_not_older", "prev_other_slot", "negative_time_diff", "unreachable")
-# entries (and slots) a step works on at once: what a task holds beyond two bytes per entry, whatever the file's size
-CHUNK_ENTRIES = 1 << 18
+# (key hash, offset) pairs the duplicate count sorts at once: what a task holds beyond a byte per entry
+SUMMARY_BUCKET_ENTRIES = 1 << 22
 
 
 class EntryViews:
@@ -82,6 +82,11 @@ class EntryViews:
 
     def __init__(self, buf, hash_slot_num: int, count: int):
         self.hash_slot_num, self.count = hash_slot_num, count
+        self.raw = np.frombuffer(buf, np.uint8)
+        entries_at = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE
+        fields = {name: at for name, at, _ in L.INDEX_ENTRY_FIELDS}
+        self.geo = np.array([L.INDEX_HEADER_SIZE, entries_at, L.INDEX_ENTRY_SIZE, fields["key_hash"],
+                             fields["physical_offset"], fields["time_diff"], fields["prev_index"]], np.int64)
         self.slots = np.frombuffer(buf, ">i4", hash_slot_num, L.INDEX_HEADER_SIZE)
         e = np.frombuffer(buf, _ENTRY_DTYPE, count, L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE)
         self.key_hash, self.physical_offset = e["key_hash"], e["physical_offset"]
@@ -111,91 +116,56 @@ def read_entry_window(loc: Location, hash_slot_num: int, first: int, end: int) -
             "time_diff": e["time_diff"].astype(np.int32), "prev_index": e["prev_index"].astype(np.int32)}
 
 
-def reachable(v: EntryViews, chunk: int = CHUNK_ENTRIES) -> np.ndarray:
-    """Which entries some slot's chain leads to: the chains of a chunk of slots walked at once, one step per
-    round, like ``selectPhyOffset`` (stops at prev 0, out of range, itself or a negative time diff; bounded by
-    indexCount).  One byte per entry, plus a chunk of slot heads."""
-    n = v.count
-    reached = np.zeros(n, bool)
-    for start in range(0, v.hash_slot_num, chunk):
-        heads = v.slots[start:start + chunk].astype(np.int32)
-        frontier = np.unique(heads[(heads > 0) & (heads < n)])
-        for _ in range(n):
-            frontier = frontier[~reached[frontier]]
-            if not len(frontier):
-                break
-            reached[frontier] = True
-            nxt = v.prev_index[frontier].astype(np.int32)
-            ok = (nxt > 0) & (nxt < n) & (nxt != frontier) & (v.time_diff[frontier] >= 0)
-            frontier = nxt[ok]
-    return reached
+def written_entries(m: ReadOnlyMap, hash_slot_num: int, count: int) -> int:
+    """Of the ``count`` entries a header counts, those up to the last one holding a non-zero byte (at least 1:
+    entry 0 is never written).  Entries past it are zeros no put ever wrote: a counter beyond them is one wrong
+    header, not that many broken entries."""
+    at = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE
+    end = m.written_length(at + count * L.INDEX_ENTRY_SIZE)
+    return max(1, min(count, -(-(end - at) // L.INDEX_ENTRY_SIZE)))
 
 
-def chain_problems(v: EntryViews, start: int, key_hash: np.ndarray, time_diff: np.ndarray, prev: np.ndarray,
-                   reached: np.ndarray) -> pa.ListArray:
-    """Problems of the entries from ``start`` (>= 1) whose fields are given (native copies, see
-    :meth:`EntryViews.chunk`), a list per entry (names from :data:`CHAIN_PROBLEMS`), built column-wise."""
-    n, end = v.count, start + len(key_hash)
-    in_range = (prev >= 0) & (prev < n)
-    older = prev < np.arange(start, end, dtype=np.int32)
-    prev_slot = v.slot_of(v.key_hash[np.where(in_range, prev, 0)].astype(np.int32))
-    other_slot = (prev > 0) & in_range & (prev_slot != v.slot_of(key_hash))
-    masks = np.stack([~in_range, in_range & (prev > 0) & ~older, other_slot, time_diff < 0, ~reached[start:end]],
-                     axis=1)
-    offsets = np.zeros(len(masks) + 1, np.int32)
+def chain_bits(v: EntryViews) -> np.ndarray:
+    """Each entry's chain problems (:data:`CHAIN_PROBLEMS`) as bits, bit ``j`` for problem ``j``, one compiled pass
+    over the file's bytes (udfs.compiled.index_chain_bits: reachable is what ``selectPhyOffset`` can walk to from
+    some slot).  Five bytes per entry while it runs, one after."""
+    return _compiled().index_chain_bits(v.raw, v.geo, v.hash_slot_num, v.count)
+
+
+def problem_lists(bits: np.ndarray) -> pa.ListArray:
+    """Entries' problem bits (:func:`chain_bits`) as a list of problem names per entry, in CHAIN_PROBLEMS order."""
+    masks = (bits[:, None] >> np.arange(len(CHAIN_PROBLEMS), dtype=np.uint8)) & 1
+    offsets = np.zeros(len(bits) + 1, np.int32)
     np.cumsum(masks.sum(axis=1), out=offsets[1:])
     _, which = np.nonzero(masks)  # row-major: each entry's problems in CHAIN_PROBLEMS order
     names = pa.array(CHAIN_PROBLEMS, pa.string()).take(pa.array(which, pa.int64()))
     return pa.ListArray.from_arrays(pa.array(offsets), names)
 
 
-def entry_summary(v: EntryViews, chunk: int = CHUNK_ENTRIES) -> dict:
+def entry_summary(v: EntryViews, bucket_entries: int = SUMMARY_BUCKET_ENTRIES) -> dict:
     """What a file's entries (1..count-1) say about its header: the slots they use, the physical offsets of the
-    first and last, and (key hash, offset) pairs indexed more than once (extra entries, pairs).  Repeats are
-    counted exactly, by sorting; a file of more than ``chunk`` entries is sorted a hash bucket of about a chunk
-    at a time (a pair's copies share a bucket), so the memory is a byte per entry (its bucket) plus a chunk's."""
-    n = v.count
-    if n <= 1:
+    first and last, and (key hash, offset) pairs indexed more than once (extra entries, pairs), counted exactly
+    (udfs.compiled.index_entry_summary; memory: a byte per entry plus ``bucket_entries`` pairs)."""
+    if v.count <= 1:
         return {"entry_slots": 0, "duplicate_entries": 0, "duplicated_pairs": 0}
-    buckets = -(-(n - 1) // chunk)
-    used = np.zeros(v.hash_slot_num, bool)
-    bucket_of = np.zeros(n - 1, np.uint8 if buckets <= 256 else np.uint16)  # entry i's bucket at i - 1
-    for start in range(1, n, chunk):
-        kh, phys, _, _ = v.chunk(start, min(start + chunk, n))
-        used[v.slot_of(kh[kh >= 0])] = True
-        if buckets > 1:
-            bucket_of[start - 1:start - 1 + len(kh)] = _pair_hash(kh, phys) % np.uint64(buckets)
-    duplicate_entries = duplicated_pairs = 0
-    for bucket in range(buckets):
-        at = 1 + np.flatnonzero(bucket_of == bucket)
-        kh, phys = v.key_hash[at].astype(np.int32), v.physical_offset[at].astype(np.int64)
-        del at
-        order = np.lexsort((phys, kh))
-        kh, phys = kh[order], phys[order]
-        repeat = (kh[1:] == kh[:-1]) & (phys[1:] == phys[:-1])  # an entry equal to the one before it
-        duplicate_entries += int(repeat.sum())
-        duplicated_pairs += int((repeat & ~np.concatenate(([False], repeat[:-1]))).sum())
-    return {"entry_slots": int(used.sum()), "first_entry_phy_offset": int(v.physical_offset[1]),
-            "last_entry_phy_offset": int(v.physical_offset[n - 1]), "duplicate_entries": duplicate_entries,
-            "duplicated_pairs": duplicated_pairs}
+    slots, duplicate_entries, duplicated_pairs = _compiled().index_entry_summary(v.raw, v.geo, v.hash_slot_num,
+                                                                               v.count, bucket_entries)
+    return {"entry_slots": int(slots), "first_entry_phy_offset": int(v.physical_offset[1]),
+            "last_entry_phy_offset": int(v.physical_offset[v.count - 1]),
+            "duplicate_entries": int(duplicate_entries), "duplicated_pairs": int(duplicated_pairs)}
 
 
-def _pair_hash(key_hash: np.ndarray, phys: np.ndarray) -> np.ndarray:
-    """A well-mixed 64-bit hash of (key hash, offset) pairs (splitmix64's finaliser), to spread them over buckets
-    even when one key fills the file."""
-    x = phys.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + key_hash.astype(np.uint32).astype(np.uint64)
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+def _compiled():
+    from udfs import compiled  # numba compiles on first use: not at import, which planning on the driver does
+
+    return compiled
 
 
-def file_batches(part: IndexFilePartition, chunk: int = CHUNK_ENTRIES) -> Iterator[pa.RecordBatch]:
+def file_batches(part: IndexFilePartition) -> Iterator[pa.RecordBatch]:
     """One index file as record batches: its header row, then its entries (built column-wise, a batch at a time,
-    from the map), or one corrupt row when it cannot be read.  Memory: one byte per entry (which entries the
-    chains reach) and one more (its repeat-sort bucket), plus a chunk's worth, whatever the file's size (a full one
-    has 20 M entries)."""
+    from the map), or one corrupt row when it cannot be read.  Memory: a few bytes per entry (the chain check, the
+    repeat count's buckets), plus a bucket's and a batch's worth, whatever the dump's size (a full file has 20 M
+    entries)."""
     base = {"broker": part.broker, "file": part.name}
     if not INDEX_NAME.match(part.name):
         yield _rows_batch([{**base, "kind": "corrupt", "reason": ErrorKind.BAD_FILE_NAME.value,
@@ -213,9 +183,9 @@ def file_batches(part: IndexFilePartition, chunk: int = CHUNK_ENTRIES) -> Iterat
             h = f.header
             count = min(max(h.index_count, 1), f.index_num)
             v = EntryViews(m.buf, f.hash_slot_num, count)
-            reached = reachable(v, chunk)
+            bits = chain_bits(v)
             yield _rows_batch([{**base, "kind": "header", **vars(h), "hash_slot_num": f.hash_slot_num,
-                                "index_num": f.index_num, **entry_summary(v, chunk)}])
+                                "index_num": f.index_num, **entry_summary(v)}])
             constant = {"broker": pa.scalar(part.broker, pa.string()), "file": pa.scalar(part.name, pa.string()),
                         "kind": pa.scalar("entry", pa.string())}
             for start in range(1, count, _BATCH_ROWS):
@@ -228,7 +198,7 @@ def file_batches(part: IndexFilePartition, chunk: int = CHUNK_ENTRIES) -> Iterat
                     "slot": pa.array(kh % np.int32(f.hash_slot_num), mask=kh < 0), "key_hash": pa.array(kh),
                     "physical_offset": pa.array(phys), "time_diff": pa.array(td),
                     "store_time": pa.array(h.begin_timestamp + td.astype(np.int64) * 1000),
-                    "prev_index": pa.array(prev), "problems": chain_problems(v, start, kh, td, prev, reached),
+                    "prev_index": pa.array(prev), "problems": problem_lists(bits[start:end]),
                 }
                 yield pa.RecordBatch.from_arrays([columns[fld.name] if fld.name in columns
                                                   else pa.nulls(rows, fld.type) for fld in SCHEMA], schema=SCHEMA)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,9 +43,16 @@ def read_defaults(path: Path = SPARK_CONF_DIR / "spark-defaults.conf") -> dict[s
     return conf
 
 
+#: seconds the last :func:`build_session` of this process took (the JVM's start included): what a job's
+#: --profile reports apart from the job's own time
+last_start_seconds: float | None = None
+
+
 def build_session(app_name: str, master: str | None = None, test_profile: bool = False, extra: dict | None = None):
     """A SparkSession with the project's defaults.  Python workers use this interpreter and can import
     the project's packages (data source classes are pickled by reference)."""
+    global last_start_seconds
+    started = time.perf_counter()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if str(REPO) not in paths:
@@ -68,4 +76,5 @@ def build_session(app_name: str, master: str | None = None, test_profile: bool =
     from datasources import register
 
     register(session)  # a source that cannot register fails here, with its name
+    last_start_seconds = time.perf_counter() - started
     return session

@@ -108,6 +108,47 @@ def decode_record(buf, pos: int = 0, *, limit: int | None = None, check_crc: boo
     )
 
 
+def malformed_texts(buf, pos: int = 0, *, limit: int | None = None) -> list[tuple[str, str, int]]:
+    """The text of the well-formed record at ``pos`` that is not UTF-8 (the broker's ``new String`` turns it into
+    U+FFFD): ``(field, value, position)`` for the topic (field ``topic``) and for each property whose name or
+    value is malformed (field: the name as the broker reads it), the value with its malformed bytes escaped
+    (``\\xNN``), and the position in ``buf`` of its first malformed byte."""
+    m = decode_record(buf, pos, limit=limit)  # framing: raises where the record cannot be read
+    lay = L.layout_for(m.sys_flag, m.magic_version)
+    width = lay.topic_length_width
+    at = pos + lay.body_offset + len(m.body)
+    topic_len = struct.unpack_from(">b" if width == 1 else ">h", buf, at)[0]
+    topic_at = at + width
+    props_len = _I16.unpack_from(buf, topic_at + topic_len)[0]
+    props_at = topic_at + topic_len + 2
+    props = bytes(buf[props_at:props_at + props_len])
+    found = []
+    bad = _first_malformed(bytes(buf[topic_at:topic_at + topic_len]))
+    if bad is not None:
+        found.append(("topic", _escaped(bytes(buf[topic_at:topic_at + topic_len])), topic_at + bad))
+    at = 0
+    for segment in props.split(b"\x02"):  # string2messageProperties: NAME \x01 VALUE, split on \x02
+        name, sep, value = segment.partition(b"\x01")
+        bad_name, bad_value = _first_malformed(name), _first_malformed(value)
+        if sep and (bad_name is not None or bad_value is not None):
+            where = bad_name if bad_name is not None else len(name) + 1 + bad_value
+            found.append((_escaped(name), _escaped(value), props_at + at + where))
+        at += len(segment) + 1
+    return found
+
+
+def _first_malformed(raw: bytes) -> int | None:
+    try:
+        raw.decode("utf-8")
+        return None
+    except UnicodeDecodeError as e:
+        return e.start
+
+
+def _escaped(raw: bytes) -> str:
+    return raw.decode("utf-8", "backslashreplace")
+
+
 def host_flags(born_host: str, store_host: str) -> int:
     """The sysflag IPv6 bits implied by the two hosts."""
     flags = 0

@@ -12,8 +12,9 @@ through read-only mmaps, never loaded into a Python ``bytes`` whole.
 
 Bulk framing (:func:`walk_arrays`, :func:`salvage_arrays`) gives the same walks as :class:`FrameArrays`
 (positions, sizes, kinds as numpy arrays) for readers that move millions of records: runs of plain valid
-messages are framed with numpy, and every record they cannot prove valid goes to the scalar :func:`frame_at`,
-which stays the one definition of the walk.
+messages are framed with numpy (or by a faster framer the caller passes, such as ``udfs.kernels.CompiledFramer``;
+this package stays free of compiled code), and every record they cannot prove valid goes to the scalar
+:func:`frame_at`, which stays the one definition of the walk.
 """
 from __future__ import annotations
 
@@ -103,6 +104,61 @@ class _FileMap(mmap.mmap):
             return start, size
 
 
+def data_end(fd: int, length: int) -> int:
+    """Where the file's data ends: every byte from there is in a hole (zeros the file system never stored, as
+    in a preallocated index file the broker mapped and wrote the start of).  Bisects on ``SEEK_DATA`` (about 30
+    system calls); ``length`` where the system cannot tell."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    if seek_data is None or length <= 0:
+        return length
+
+    def data_at_or_after(pos: int) -> bool:
+        try:
+            return os.lseek(fd, pos, seek_data) < length
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # no data from pos to the end
+                return False
+            raise
+
+    try:
+        if not data_at_or_after(0):
+            return 0
+        lo, hi = 0, length  # data at or after lo; none at or after hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if data_at_or_after(mid):
+                lo = mid
+            else:
+                hi = mid
+        return hi
+    except OSError:
+        return length
+
+
+def written_length(buf, fd: int | None = None, end: int | None = None) -> int:
+    """Bytes of ``buf`` (its first ``end``) up to and including its last non-zero byte (0 when all are zeros):
+    read backwards from the end of the file's data (:func:`data_end` of ``fd``: a trailing hole is zeros, never
+    read), a block at a time, so a preallocated file's unwritten tail costs one pass over the part that is
+    stored."""
+    import numpy as np
+
+    end = min(len(buf) if end is None else end, len(buf) if fd is None else data_end(fd, len(buf)))
+    arr = np.frombuffer(buf, np.uint8, end) if end else None
+    try:
+        while end > 0:
+            start = max(0, end - _ZERO_SCAN_BLOCK)
+            block = arr[start:end]
+            if block.any():
+                return start + int(np.flatnonzero(block)[-1]) + 1
+            end = start
+        return 0
+    finally:
+        del arr  # no view may outlive the caller's map
+
+
+_ZERO_SCAN_BLOCK = 1 << 18
+
+
 class ReadOnlyMap:
     """A read-only view of a regular file: an mmap (empty files give an empty bytes).  Never writable; opened
     through :func:`store_format.fs.open_file` (anything but a regular file is an ``UnreadableError``)."""
@@ -122,6 +178,10 @@ class ReadOnlyMap:
 
     def fileno(self) -> int:
         return self._f.fileno()
+
+    def written_length(self, end: int | None = None) -> int:
+        """The file's bytes (its first ``end``) up to its last non-zero one (:func:`written_length`)."""
+        return written_length(self.buf, self.fileno(), end) if len(self.buf) else 0
 
     def close(self):
         buf, self.buf = self.buf, b""
@@ -576,7 +636,20 @@ class _BulkFramer:
     base + position); a run follows TOTALSIZE from candidate to candidate and ends before the first record whose
     successor is not the next candidate or that fails any of ``frame_at``'s message checks (size bounds, the
     three length fields, calMsgLength, body CRC).  Whatever ends a run is left to ``frame_at``.  Records before
-    ``crc_checked_before`` are trusted to pass the CRC check (an earlier walk checked them)."""
+    ``crc_checked_before`` are trusted to pass the CRC check (an earlier walk checked them).
+
+    This is the framer interface of :func:`walk_arrays` / :func:`salvage_arrays` (their ``framer``): this
+    constructor, :meth:`run`, :meth:`close`, and the bounds of the window of candidate starts one :meth:`run`
+    is given (``window_min``, ``window_max``); another implementation (``udfs.kernels.CompiledFramer``, the same
+    runs compiled) must return exactly these runs."""
+
+    @property
+    def window_min(self) -> int:
+        return _WINDOW_MIN
+
+    @property
+    def window_max(self) -> int:
+        return _WINDOW_MAX
 
     def __init__(self, buf, limit: int, base_offset: int, check_crc: bool, check_physical_offset: bool,
                  crc_checked_before: int = 0):
@@ -661,7 +734,7 @@ _EMPTY_RUN = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32
 def _walk_into(out: _Collector, framer: _BulkFramer, buf, segment: str, base_offset: int, pos: int, limit: int,
                until: int | None, check_crc: bool, check_physical_offset: bool) -> Frame | None:
     """walk_buffer from ``pos`` into ``out``; returns its closing blank/stop, or None when ``until`` came first."""
-    window = _WINDOW_MIN
+    window = framer.window_min
     last_start = limit - L.MIN_RECORD_SIZE + 1  # no message starts later
     while until is None or pos < until:
         hi = min(pos + window, last_start, limit if until is None else until)
@@ -671,7 +744,7 @@ def _walk_into(out: _Collector, framer: _BulkFramer, buf, segment: str, base_off
                 out.run(positions, sizes, magics)
                 pos = int(positions[-1] + sizes[-1])
                 if pos >= hi:  # the run filled its window: go on in bulk
-                    window = min(2 * window, _WINDOW_MAX)
+                    window = min(2 * window, framer.window_max)
                     continue
         if until is not None and pos >= until:
             break
@@ -681,7 +754,7 @@ def _walk_into(out: _Collector, framer: _BulkFramer, buf, segment: str, base_off
         if kind == "message":
             out.one(KIND_MESSAGE, pos, size, magic)
             pos += size
-            window = _WINDOW_MIN
+            window = framer.window_min
             continue
         frame = Frame(kind, segment, pos, base_offset + pos, size, magic, stop_kind, stop_field, stop_msg)
         out.one(_KIND_CODES[kind], pos, size, magic, frame)
@@ -691,14 +764,16 @@ def _walk_into(out: _Collector, framer: _BulkFramer, buf, segment: str, base_off
 
 def walk_arrays(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
                 until: int | None = None, check_crc: bool = True, check_physical_offset: bool = True,
-                crc_checked_before: int = 0) -> FrameArrays:
+                crc_checked_before: int = 0, framer=None) -> FrameArrays:
     """:func:`walk_buffer` (``decode=False``) as arrays; with ``until``, only the items before that position.
 
     ``crc_checked_before``: the caller vouches that every message of this walk starting before that position
-    passed the body CRC check already (an earlier walk of the same bytes); the bulk pass does not redo it."""
+    passed the body CRC check already (an earlier walk of the same bytes); the bulk pass does not redo it.
+    ``framer``: the class that finds runs of plain valid messages (:class:`_BulkFramer`'s interface; None: that
+    numpy one); whatever ends a run is decided by ``frame_at`` either way."""
     limit = len(buf) if limit is None else limit
-    out, framer = _Collector(segment, base_offset), _BulkFramer(buf, limit, base_offset, check_crc,
-                                                               check_physical_offset, crc_checked_before)
+    out, framer = _Collector(segment, base_offset), (framer or _BulkFramer)(
+        buf, limit, base_offset, check_crc, check_physical_offset, crc_checked_before)
     try:
         _walk_into(out, framer, buf, segment, base_offset, start, limit, until, check_crc, check_physical_offset)
     finally:
@@ -708,12 +783,12 @@ def walk_arrays(buf, segment: str, base_offset: int, *, start: int = 0, limit: i
 
 def salvage_arrays(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
                    until: int | None = None, check_crc: bool = True, excerpt_len: int = 32,
-                   crc_checked_before: int = 0) -> FrameArrays:
+                   crc_checked_before: int = 0, framer=None) -> FrameArrays:
     """:func:`salvage_buffer` (``decode=False``) as arrays; with ``until``, only the items before that position
-    (``crc_checked_before`` as in :func:`walk_arrays`)."""
+    (``crc_checked_before`` and ``framer`` as in :func:`walk_arrays`)."""
     limit = len(buf) if limit is None else limit
-    out, framer = _Collector(segment, base_offset), _BulkFramer(buf, limit, base_offset, check_crc, True,
-                                                               crc_checked_before)
+    out, framer = _Collector(segment, base_offset), (framer or _BulkFramer)(buf, limit, base_offset, check_crc, True,
+                                                                           crc_checked_before)
     try:
         pos = start
         while pos < limit and (until is None or pos < until):

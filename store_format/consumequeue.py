@@ -101,7 +101,7 @@ def read_units(cq_file: CQFile, *, stop_at_invalid: bool = False, include_zero: 
     with ReadOnlyMap(cq_file.path) as m:
         n = len(m) // L.CQ_STORE_UNIT_SIZE
         base_q = cq_file.first_queue_offset
-        written = None  # where the file's last non-zero byte ends, found at the first zero unit
+        written = None  # where the file's last non-zero byte ends (ReadOnlyMap.written_length), at the first zero unit
         for i in range(n):
             pos = i * L.CQ_STORE_UNIT_SIZE
             phys, size, tags = _UNIT.unpack_from(m.buf, pos)
@@ -111,7 +111,7 @@ def read_units(cq_file: CQFile, *, stop_at_invalid: bool = False, include_zero: 
                 # the written bytes is found once per file: testing each zero unit's tail copied the rest of the
                 # mapping per unit (quadratic: a 6 MB file with a few bytes at its end never finished)
                 if written is None:
-                    written = _written_end(m.buf, pos)
+                    written = m.written_length()
                 if pos >= written:
                     break
             if stop_at_invalid and kind in ("invalid", "zero"):
@@ -120,19 +120,6 @@ def read_units(cq_file: CQFile, *, stop_at_invalid: bool = False, include_zero: 
         if len(m) % L.CQ_STORE_UNIT_SIZE:
             raise ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {len(m)} is not a multiple of "
                                     f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=n * L.CQ_STORE_UNIT_SIZE)
-
-
-def _written_end(buf, start: int, chunk: int = 1 << 20) -> int:
-    """The end of the last non-zero byte of ``buf`` at or after ``start`` (``start`` when there is none): read
-    backwards a chunk at a time, each byte once."""
-    end = len(buf)
-    while end > start:
-        lo = max(start, end - chunk)
-        kept = len(buf[lo:end].rstrip(b"\0"))
-        if kept:
-            return lo + kept
-        end = lo
-    return start
 
 
 @dataclass
@@ -157,25 +144,24 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
     the last written one are kept (``zero``), the zero-filled unwritten tail is not."""
     import numpy as np
 
-    dtype = L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE)
     with ReadOnlyMap(cq_file.path) as m:
-        n = len(m) // L.CQ_STORE_UNIT_SIZE
-        raw = np.frombuffer(m.buf, np.uint8, n * L.CQ_STORE_UNIT_SIZE).reshape(n, L.CQ_STORE_UNIT_SIZE)
-        written = np.flatnonzero(raw.any(axis=1))
-        n = int(written[-1]) + 1 if len(written) else 0
-        u = np.frombuffer(m.buf, dtype, n)
-        phys, size, tags = u["physical_offset"].astype(np.int64), u["size"].astype(np.int32), \
-            u["tags_code"].astype(np.int64)
-        del raw, u  # no view may outlive the mmap
+        n, _ = written_units(m)
+        u = units_of(m.buf, n)
         truncated = None
         if len(m) % L.CQ_STORE_UNIT_SIZE:
             whole = len(m) - len(m) % L.CQ_STORE_UNIT_SIZE
             truncated = ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {len(m)} is not a multiple of "
                                           f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=whole)
-    kind = unit_kinds(phys, size, tags)
     index = np.arange(n, dtype=np.int64)
-    return UnitArrays(cq_file.first_queue_offset + index, phys, size, tags, kind, index * L.CQ_STORE_UNIT_SIZE,
-                      truncated)
+    return UnitArrays(cq_file.first_queue_offset + index, u["physical_offset"], u["size"], u["tags_code"], u["kind"],
+                      index * L.CQ_STORE_UNIT_SIZE, truncated)
+
+
+def written_units(m: ReadOnlyMap) -> tuple[int, int]:
+    """(whole units up to and including the last written one, whole units in the file): a preallocated file's
+    zero tail is found without decoding it (ReadOnlyMap.written_length)."""
+    whole = len(m) // L.CQ_STORE_UNIT_SIZE
+    return min(-(-m.written_length() // L.CQ_STORE_UNIT_SIZE), whole), whole
 
 
 def unit_kinds(phys, size, tags):
@@ -187,14 +173,19 @@ def unit_kinds(phys, size, tags):
                       (phys >= 0) & (size > 0)], [1, 2, 0], 3).astype(np.int8)  # classify_unit's order
 
 
-def units_of(raw) -> dict:
-    """Units ``raw`` (bytes of whole units) as native numpy columns with their kind codes."""
+def units_of(raw, count: int | None = None) -> dict:
+    """The first ``count`` units (default: every whole unit) of ``raw`` (bytes, or a map: nothing is kept pointing
+    into it) as native numpy columns, with their kind codes and whether each was written (any of its 20 bytes not
+    zero)."""
     import numpy as np
 
-    u = np.frombuffer(raw, L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE), len(raw) // L.CQ_STORE_UNIT_SIZE)
+    n = len(raw) // L.CQ_STORE_UNIT_SIZE if count is None else count
+    u = np.frombuffer(raw, L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE), n)
     phys, size, tags = u["physical_offset"].astype(np.int64), u["size"].astype(np.int32), \
         u["tags_code"].astype(np.int64)
-    return {"physical_offset": phys, "size": size, "tags_code": tags, "kind": unit_kinds(phys, size, tags)}
+    del u  # no view may outlive a map
+    return {"physical_offset": phys, "size": size, "tags_code": tags, "kind": unit_kinds(phys, size, tags),
+            "written": (phys != 0) | (size != 0) | (tags != 0)}
 
 
 def read_queue(files: list[CQFile], **kwargs) -> Iterator[CQUnit]:

@@ -15,7 +15,6 @@ and says why not, with the pairs the length admits, when the content cannot deci
 """
 from __future__ import annotations
 
-import errno
 import os
 import re
 import struct
@@ -25,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from . import layout as L
-from .commitlog import ReadOnlyMap
+from .commitlog import ReadOnlyMap, data_end
 from .errors import ErrorKind, IndexFileError
 from .javahash import index_key, index_key_hash
 
@@ -412,37 +411,6 @@ def _layout_problem(buf, h: IndexHeader, s: int, n: int) -> tuple[str | None, in
         return (f"neither beginPhyOffset {h.begin_phy_offset} is entry 1's offset {first_phy} nor endPhyOffset "
                 f"{h.end_phy_offset} the last entry's {phy}", 16)
     return None, 0
-
-
-def data_end(fd: int, length: int) -> int:
-    """Where the file's data ends: every byte from there is in a hole (zeros the file system never stored, as
-    in a preallocated index file the broker mapped and wrote the start of).  Bisects on ``SEEK_DATA`` (about 30
-    system calls); ``length`` where the system cannot tell."""
-    seek_data = getattr(os, "SEEK_DATA", None)
-    if seek_data is None or length <= 0:
-        return length
-
-    def data_at_or_after(pos: int) -> bool:
-        try:
-            return os.lseek(fd, pos, seek_data) < length
-        except OSError as e:
-            if e.errno == errno.ENXIO:  # no data from pos to the end
-                return False
-            raise
-
-    try:
-        if not data_at_or_after(0):
-            return 0
-        lo, hi = 0, length  # data at or after lo; none at or after hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if data_at_or_after(mid):
-                lo = mid
-            else:
-                hi = mid
-        return hi
-    except OSError:
-        return length
 
 
 def list_index_files(index_dir: str | os.PathLike) -> list[Path]:

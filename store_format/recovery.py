@@ -45,7 +45,8 @@ from typing import Iterable
 from . import layout as L
 from .checkpoint import Checkpoint
 from .codec import decode_record
-from .commitlog import END_OF_DATA, KIND_MESSAGE, Frame, ReadOnlyMap, SalvageSpan, Segment, salvage_arrays, \
+from .consumequeue import units_of
+from .commitlog import KIND_MESSAGE, Frame, ReadOnlyMap, SalvageSpan, Segment, salvage_arrays, \
     walk_arrays
 from .errors import ErrorKind, StoreFormatError
 from .fs import UnreadableError, read_bytes
@@ -455,7 +456,8 @@ class QueueRecovery:
 
 
 class _QueueUnits:
-    """Each file's units of one queue, read on demand (numpy: physical offsets, sizes, written)."""
+    """Each file's units of one queue, read on demand: numpy physical offsets, sizes and written flags of the
+    units up to the last written one (the rest are zeros), and the file's count of whole units."""
 
     def __init__(self, files):
         self.files = files
@@ -465,14 +467,12 @@ class _QueueUnits:
         if i not in self._cache:
             import numpy as np
 
-            dtype = L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE)
+            from .consumequeue import written_units
+
             with ReadOnlyMap(self.files[i].path) as m:
-                n = len(m) // L.CQ_STORE_UNIT_SIZE
-                raw = np.frombuffer(m.buf, np.uint8, n * L.CQ_STORE_UNIT_SIZE).reshape(n, L.CQ_STORE_UNIT_SIZE)
-                u = np.frombuffer(m.buf, dtype, n)
-                self._cache[i] = (u["physical_offset"].astype(np.int64), u["size"].astype(np.int64),
-                                  raw.any(axis=1))
-                del raw, u
+                n, whole = written_units(m)
+                u = units_of(m.buf, n)
+            self._cache[i] = (u["physical_offset"], u["size"].astype(np.int64), u["written"], whole)
         return self._cache[i]
 
 
@@ -483,17 +483,17 @@ def _recover_queue(files, units) -> tuple[int, int, tuple[int, int] | None]:
     if not files:
         return 0, max_phys, refused
     for i in range(max(0, len(files) - 3), len(files)):
-        phys, size, written = units(i)
+        phys, size, written, whole = units(i)
         valid = (phys >= 0) & (size > 0)
-        k = len(valid) if valid.all() else int(valid.argmin())
+        k = len(valid) if valid.all() else int(valid.argmin())  # at len(valid) < whole, a zero unit stops it
         if k:
             max_phys = int(phys[k - 1] + size[k - 1])
-        if k < len(valid):
-            if written[k]:
+        if k < whole:
+            if k < len(written) and written[k]:
                 refused = (int(phys[k]), int(size[k]))
             return files[i].base_byte_offset + k * L.CQ_STORE_UNIT_SIZE, max_phys, refused
     last = files[-1]
-    return last.base_byte_offset + len(units(len(files) - 1)[0]) * L.CQ_STORE_UNIT_SIZE, max_phys, refused
+    return last.base_byte_offset + units(len(files) - 1)[3] * L.CQ_STORE_UNIT_SIZE, max_phys, refused
 
 
 def _truncate_queue(files, units, recover_end: int, phy_offset: int) -> int:
@@ -505,16 +505,16 @@ def _truncate_queue(files, units, recover_end: int, phy_offset: int) -> int:
     kept = [i for i, f in enumerate(files) if f.base_byte_offset <= recover_end]
     while kept:
         i = kept[-1]
-        phys, size, _ = units(i)
+        phys, size, _, whole = units(i)
         base = files[i].base_byte_offset
-        if not len(phys):
+        if not whole:
             return base
-        if phys[0] >= phy_offset:
+        if (phys[0] if len(phys) else 0) >= phy_offset:  # a zero first unit reads as offset 0
             kept.pop()
             continue
         ok = (phys >= 0) & (size > 0) & (phys < phy_offset)
-        ok[0] = True
-        return base + (len(ok) if ok.all() else int(ok.argmin())) * L.CQ_STORE_UNIT_SIZE
+        k = len(ok) if ok.all() else int(ok.argmin())  # at len(ok) < whole, a zero unit stops it
+        return base + max(k, 1) * L.CQ_STORE_UNIT_SIZE  # the first unit stays, whatever it holds
     return files[0].base_byte_offset if files else 0
 
 

@@ -236,6 +236,14 @@ def damage_audit(spark, tmp_path_factory):
     (marked / "abort" / "pid").write_text("1")
     (marked / "commitlog" / f"{0:020d}.bak").write_bytes((marked / "commitlog" / f"{0:020d}").read_bytes())
     made["marker_folders"] = None
+    # a flipped byte in a key (properties are outside the body CRC): malformed UTF-8 the broker reads as U+FFFD
+    text = D.copy_store(src, root / "invalid_utf8")
+    segment = text / "commitlog" / f"{0:020d}"
+    raw = bytearray(segment.read_bytes())
+    at = raw.index(b"KEYS\x01key-3", 675) + len("KEYS\x01k")
+    raw[at] = 0xFF
+    segment.write_bytes(bytes(raw))
+    made["invalid_utf8"] = at  # its index entry no longer matches the key: an error
     out = root.parent / "out"
     result = audit.run(spark, audit_args([root], out, segment_size=MIB, no_report=True))
     return result, out, made, frames
@@ -355,6 +363,17 @@ def test_consume_queue_and_index_damage(damage_audit):
         ("consumequeue.size_mismatch", "TopicTest", 0, 3, made["wrong_cq_size"].position - 8)
     [stale] = by_severity(findings, "error", "stale_index_entry")
     assert stale["check"] == "index.entry_past_end" and stale["physical_offset"] == m["commitLogMaxOffset"]
+
+
+def test_invalid_utf8_is_a_finding_at_the_record(damage_audit):
+    _, out, made, _ = damage_audit
+    [text] = [f for f in rows(out, "findings") if f["check"] == "integrity.invalid_utf8"]
+    m = fixture_manifest("basic")["messages"][3]
+    assert (text["broker"], text["severity"], text["file_position"], text["topic"], text["queue_offset"]) == \
+        ("invalid_utf8", "warning", m["commitLogOffset"], m["topic"], m["queueOffset"])
+    assert text["details"]["field"] == "KEYS" and text["details"]["value"] == "k\\xffy-3"
+    assert int(text["details"]["malformed_at"]) == made["invalid_utf8"]
+    assert "KEYS of this message is not UTF-8: k\\xffy-3" in text["message"]
 
 
 def test_index_header_mismatch(damage_audit):

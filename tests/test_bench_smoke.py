@@ -70,8 +70,7 @@ def test_in_process_figures(tiny, measured):
     bench, lines, _, _ = measured
     f = bench.figures
     whole = ("raw_read", "numpy_pass", "framing_bulk", "kernel_decode_naive_fields", "kernel_decode", "kernel_decode_all",
-             "spark_count",
-             "spark_decode_parquet")
+             "spark_count", "spark_decode", "spark_decode_parquet")
     for key in whole:
         assert f[key]["messages"] == meta["messages"] and f[key]["bytes"] == meta["commitlog_bytes"], key
     for key in ("framing_scalar", "naive_decode", "scalar_decode"):  # the first 0.5 MB only
@@ -254,6 +253,16 @@ def test_a_job_in_a_session_of_its_own(tiny, measured):
     assert args.no_report and args.store == [meta["store"]]
 
 
+def test_the_small_audit_in_a_fresh_process(tiny, tmp_path):
+    """audit_small_s: `python -m jobs.audit` on a 1 MiB dump in a process of its own, the session's start apart
+    (from the audit's --profile)."""
+    _, cache, _ = tiny
+    bench = B.Bench(repeat=1, log=lambda line: None)
+    fig = B.audit_small(bench, TINY, cache)
+    assert fig["seconds"] > fig["session_seconds"] > 0 and fig["messages"] > 0
+    assert 0.5 * 2**20 < fig["bytes"] <= 1.1 * 2**20
+
+
 def test_results_json_has_every_figure(tiny, measured, tmp_path):
     meta = tiny[0]
     bench = measured[0]
@@ -264,7 +273,8 @@ def test_results_json_has_every_figure(tiny, measured, tmp_path):
     B.write_results(tmp_path / "results.json", data)
     back = json.loads((tmp_path / "results.json").read_text())
     assert set(B.REQUIRED_KEYS) <= set(back) and back["audit_mb_s"] is None  # no full-size audit here
-    assert all(back[k] > 0 for k in B.REQUIRED_KEYS if k not in ("scaling", "audit_mb_s"))
+    assert back["audit_small_s"] is None
+    assert all(back[k] > 0 for k in B.REQUIRED_KEYS if k not in ("scaling", "audit_mb_s", "audit_small_s"))
     assert back["writer_msgs_s"] == pytest.approx(bench.figures["writer"]["msgs_s"])
     assert back["scaling"][0]["sec_per_gb"] > 0 and back["sizes"]["messages"] == meta["messages"]
     assert back["machine"]["cores"] == os.cpu_count() and back["machine"]["pyspark"]
@@ -286,3 +296,18 @@ def test_main_without_spark_writes_results(tmp_path, capsys):
     assert data["run"]["complete"] and data["audit_mb_s"] is None
     assert "x naive" in capsys.readouterr().out
     assert not (Path(B.__file__).parent / "cache" / DumpSpec(1, 1, 1).key).exists()
+
+
+def test_datasource_scan_figures(tmp_path, capsys):
+    """bench/bench_datasource.py --scan on a 3 MiB dump (a newest segment only): the in-process baselines and
+    framers, then one round in a child process and session: cold and warm runs, the first pass, the transport
+    ceilings."""
+    from bench import bench_datasource
+
+    assert bench_datasource.main(["--scan", "--mb", "3", "--cache", str(tmp_path), "--repeat", "1", "--rounds", "1",
+                                  "--ceilings"]) == 0
+    out = capsys.readouterr().out
+    for what in ("raw read", "numpy bulk framer", "compiled framer", "positions count", "decoded noop",
+                 "decoded count", "first_pass=here", "first_pass=spark", "transport ceiling",
+                 "compiled framer vs numpy bulk framer"):
+        assert what in out, what

@@ -612,10 +612,9 @@ def test_index_header_rows_summarise_their_entries(spark, fixture):
         assert expected[next(iter(expected))][3] > 0  # the key listed twice in one message
 
 
-def test_index_source_in_small_chunks_reads_what_whole_files_give(fixture, tmp_path):
-    """The index source bounds its memory by working a chunk of entries at a time (and sorting repeats in hash
-    buckets): with chunks of 7 entries it gives exactly the rows of one chunk per file, on healthy files and on
-    one with a cut chain and a repeated entry."""
+def test_index_source_on_a_cut_chain_and_a_repeated_entry(fixture, tmp_path):
+    """The index source's rows of a file with a cut chain and a repeated entry (tests/test_kernels.py checks the
+    compiled chain check and repeat count against a reference on generated files)."""
     from datasources.indexfile import file_batches, plan_files
 
     _, store, _ = fixture
@@ -631,16 +630,12 @@ def test_index_source_in_small_chunks_reads_what_whole_files_give(fixture, tmp_p
     damaged.parent.mkdir()
     damaged.write_bytes(bytes(raw))
 
-    def rows(path, **kw):
-        return [r for p in plan_files(str(path), None, None, None) for b in file_batches(p, **kw)
-                for r in b.to_pylist()]
+    def rows(path):
+        return [r for p in plan_files(str(path), None, None, None) for b in file_batches(p) for r in b.to_pylist()]
 
-    for path in (store / "index", damaged.parent):
-        whole, chunked = rows(path), rows(path, chunk=7)
-        assert len(whole) > 7 and chunked == whole
-    problems = {r["entry"]: r["problems"] for r in rows(damaged.parent, chunk=7) if r["kind"] == "entry"}
+    problems = {r["entry"]: r["problems"] for r in rows(damaged.parent) if r["kind"] == "entry"}
     assert problems[e.index] == ["prev_out_of_range"] and "unreachable" in problems[e.prev_index]
-    [header] = [r for r in rows(damaged.parent, chunk=7) if r["kind"] == "header"]
+    [header] = [r for r in rows(damaged.parent) if r["kind"] == "header"]
     [healthy] = [r for r in rows(store / "index") if r["kind"] == "header" and r["file"] == src.name]
     assert header["duplicate_entries"] == healthy["duplicate_entries"] + 1  # entry 1 now repeats entry 2
 
@@ -688,17 +683,126 @@ def test_read_units_is_linear_in_a_file_written_only_at_its_end(tmp_path):
     assert len(read_unit_arrays(f).kind) == 300_000
 
 
-def test_default_ranges_cut_big_segments_but_not_the_newest():
-    """By default a 1 GiB segment is four 256 MiB ranges (bounded work and memory per task, both cores busy), but
-    each broker's newest segment, the one with the zero tail, stays one range; a given splitSize cuts them all."""
-    from datasources.commitlog import DEFAULT_SPLIT_SIZE, SegmentFile, plan_ranges
+def _sparse_segment(path: Path, length: int, data_end: int) -> Path:
+    """A preallocated segment file, sparse, whose last non-zero byte is just before ``data_end``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(length)
+        if data_end:
+            f.seek(data_end - 1)
+            f.write(b"\x01")
+    return path
 
-    gib = 1 << 30
-    files = [SegmentFile(b, None, segment_name(k * gib), k * gib, gib, ()) for b in ("a", "b") for k in range(3)]
-    per_segment = Counter((r.broker, r.base) for r in plan_ranges(files, None))
-    assert per_segment == {**{(b, k * gib): gib // DEFAULT_SPLIT_SIZE for b in "ab" for k in range(2)},
-                           ("a", 2 * gib): 1, ("b", 2 * gib): 1}
-    assert set(Counter(r.base for r in plan_ranges(files, 512 << 20)).values()) == {4}  # 2 ranges x 2 brokers
+
+def test_default_ranges_share_the_written_data_over_the_cores(tmp_path):
+    """By default the written data of all segments (the newest one's up to written_end, older ones whole) is cut
+    into about TASKS_PER_CORE ranges a core, 32-256 MiB each, the newest segment too: its ranges cover its data
+    and the last one runs to the segment's end.  A given splitSize cuts the same way, in ranges of at most it."""
+    import pyarrow.fs as pafs
+
+    from datasources.commitlog import DEFAULT_SPLIT_SIZE, MIN_SPLIT_SIZE, SegmentFile, plan_ranges
+    from datasources.storepaths import Location
+
+    gib, mib = 1 << 30, 1 << 20
+
+    def files(broker: str, newest_data: int, older: int) -> list:
+        out = []
+        for k in range(older + 1):
+            path = _sparse_segment(tmp_path / broker / segment_name(k * gib), gib, newest_data if k == older else 0)
+            out.append(SegmentFile(broker, Location(pafs.LocalFileSystem(), str(path)), path.name, k * gib, gib, ()))
+        return out
+
+    def shape(parts) -> dict:
+        """segment -> its ranges' starts (they tile the segment: each ends where the next starts, the last at
+        its end, and only the last is last)."""
+        out = {}
+        for p in parts:
+            out.setdefault((p.broker, p.base), []).append(p)
+        for ranges in out.values():
+            assert ranges[0].start == 0 and ranges[-1].end == gib and [r.last for r in ranges] == \
+                [False] * (len(ranges) - 1) + [True]
+            assert all(a.end == b.start for a, b in zip(ranges, ranges[1:]))
+        return {k: [r.start for r in v] for k, v in out.items()}
+
+    # make bench's dump: a full segment and a newest one with 8.5 MB written; both cores get 256 MiB ranges
+    bench = files("bench", 8_527_285, 1)
+    assert shape(plan_ranges(bench, None, 2)) == {("bench", 0): [k * DEFAULT_SPLIT_SIZE for k in range(4)],
+                                                 ("bench", gib): [0]}
+    # a single newest segment, 600 MiB written: equal ranges over the data, as many as the cores want
+    single = files("single", 600 * mib, 0)
+    assert shape(plan_ranges(single, None, 2)) == {("single", 0): [k * 150 * mib for k in range(4)]}
+    assert len(plan_ranges(single, None, 8)) == 16  # 37.5 MiB each
+    assert shape(plan_ranges(single, None, 64)) == {("single", 0): [k * -(-600 * mib // 19) for k in range(19)]}
+    assert len(plan_ranges(single, None, None)) == len(plan_ranges(single, None, os.cpu_count()))
+    # two brokers, two full segments each and a newest one of 300 MiB
+    two = files("a", 300 * mib, 2) + files("b", 300 * mib, 2)
+    assert {k: len(v) for k, v in shape(plan_ranges(two, None, 2)).items()} == \
+        {(b, k * gib): 4 if k < 2 else 2 for b in "ab" for k in range(3)}
+    assert {k: len(v) for k, v in shape(plan_ranges(two, 512 * mib, 2)).items()} == \
+        {(b, k * gib): 2 if k < 2 else 1 for b in "ab" for k in range(3)}
+    # a newest segment with nothing written is one range; so is a small dump, whatever the cores
+    assert shape(plan_ranges(files("empty", 0, 0), None, 2)) == {("empty", 0): [0]}
+    assert shape(plan_ranges(files("small", 40 * mib, 0), None, 64)) == {("small", 0): [0, 20 * mib]}
+    assert MIN_SPLIT_SIZE == 32 * mib
+
+
+def _holey_store(root: Path) -> tuple[Path, int]:
+    """A one-segment store whose data has three zeroed pages in the middle (records again after them), so
+    written_end's probe ends early there; and the true end of its data."""
+    store = _write_store(root, _bodies(400, 6), seg_size=1 << 20)
+    seg = list_segments(store / "commitlog")[0]
+    raw = bytearray(seg.path.read_bytes())
+    data_end = len(raw.rstrip(b"\0"))
+    assert data_end > 96 << 10
+    raw[64 << 10:76 << 10] = bytes(12 << 10)  # pages 16-18: the binary search over 256 pages looks at 16
+    seg.path.write_bytes(bytes(raw))
+    return store, data_end
+
+
+def test_the_newest_segment_cut_over_its_written_data_tiles_its_walk(dump, tmp_path):
+    """range_items over the default cut of a segment (equal ranges over [0, written_end), the last to the end)
+    gives both walks of the whole segment exactly, for every range size, and so does any other data end: the
+    probe only shares out work (the holey store fools it with zeroed pages inside the data)."""
+    import pyarrow.fs as pafs
+
+    from datasources.commitlog import cut_ranges, written_end
+    from datasources.storepaths import Location
+
+    holey, data_end = _holey_store(tmp_path / "holey")
+    segments = list(_all_segments(dump)) + [("holey", list_segments(holey / "commitlog")[0])]
+    cut_short = 0
+    for broker, seg in segments:
+        buf = seg.path.read_bytes()
+        probe = written_end(Location(pafs.LocalFileSystem(), str(seg.path)), len(buf))
+        assert probe <= len(buf) and not any(buf[probe:]) or broker == "holey"
+        cut_short += probe < len(buf)
+        salvage = [_key(x) for x in salvage_buffer(buf, seg.name, seg.base_offset, decode=False)]
+        recovery = [_key(x) for x in walk_buffer(buf, seg.name, seg.base_offset, decode=False)]
+        for data in sorted({probe, 0, 1, len(buf) // 3, len(buf)}):
+            for size in (1000, 4096, max(1, data // 3)):
+                ranges = cut_ranges(len(buf), data, size)
+                assert ranges[0][0] == 0 and ranges[-1][1:] == (len(buf), True)
+                assert all(a[1] == b[0] and not a[2] for a, b in zip(ranges, ranges[1:]))
+                per_range = [range_items(buf, 0, True, seg.name, seg.base_offset, a, b, last) for a, b, last in ranges]
+                items = FrameArrays.concat(per_range)
+                ends = segment_ends(per_range)
+                assert [_key(x) for x in cut_to_walk(items, "salvage", *ends)] == salvage, (broker, data, size)
+                assert [_key(x) for x in cut_to_walk(items, "recovery", *ends)] == recovery, (broker, data, size)
+    assert cut_short >= 4  # the fixtures' segments, the holey one and the multi store's newest
+    seg = list_segments(holey / "commitlog")[0]
+    assert written_end(Location(pafs.LocalFileSystem(), str(seg.path)), seg.length) == 64 << 10 < data_end
+
+
+def test_spark_reads_a_newest_segment_cut_over_its_written_data(spark, tmp_path):
+    """Through Spark: the holey store's one (newest) segment cut over what the probe calls its data (the 64 KiB
+    before its zeroed pages: four ranges of 16 KiB, the last running to the segment's end) reads exactly the
+    scalar walks."""
+    store, _ = _holey_store(tmp_path / "holey")
+    path = str(store)
+    for walk in ("recovery", "salvage"):
+        df = read_commitlog(spark, path, walk=walk, splitSize="16k", materialize="positions")
+        assert df.rdd.getNumPartitions() == 4
+        assert _spark_rows(df) == _scalar_rows(tmp_path, walk, "holey")
 
 
 def test_closing_a_map_while_a_view_is_alive_does_not_raise(tmp_path):

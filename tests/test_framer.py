@@ -4,7 +4,9 @@ Two backends, one truth: ``frame_at`` and the walks built on it define where rec
 stops; the numpy framer must give exactly their items over the RocketMQ-written fixtures, writer-built stores
 (several segments, blank-heavy, IPv6 hosts, V2 magic, empty bodies) with every commitlog call of
 ``store_format.damage`` applied, hand-built segments whose bodies hide records of their own, and segments
-corrupted at random.  Each store is also checked with tiny search windows, so runs end at window edges too.
+corrupted at random.  Each store is also checked with tiny search windows, so runs end at window edges too,
+and with the compiled framer (``udfs.kernels.CompiledFramer``, what the data source uses), which hypothesis
+also runs over damaged segments against ``frame_at`` record by record.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from store_format import commitlog as C
 from store_format import damage as D
@@ -24,6 +28,7 @@ from store_format.commitlog import (KINDS, Frame, FrameArrays, ReadOnlyMap, Salv
 from store_format.message import Message, body_crc32
 from store_format.writer import StoreWriter, WriterConfig
 from tests.conftest import FIXTURE_NAMES, fixture_store
+from udfs.kernels import CompiledFramer
 
 SEG = 8 << 10
 CFG = WriterConfig(mappedFileSizeCommitLog=SEG, mappedFileSizeConsumeQueue=2000, messageIndexEnable=False)
@@ -70,11 +75,15 @@ def assert_parity(buf, name: str, base: int):
         _same(salvage_arrays(buf, name, base, until=until), [it for it in salvage if it.file_position < until])
 
 
-@pytest.fixture(params=["windows of 64 KiB and up", "tiny windows"])
+@pytest.fixture(params=["windows of 64 KiB and up", "tiny windows", "compiled"])
 def windows(request, monkeypatch):
+    """The numpy framer with its windows, or tiny ones (runs end at window edges); or the compiled framer, which
+    the walks then use by default."""
     if request.param == "tiny windows":
         monkeypatch.setattr(C, "_WINDOW_MIN", 200)
         monkeypatch.setattr(C, "_WINDOW_MAX", 700)
+    elif request.param == "compiled":
+        monkeypatch.setattr(C, "_BulkFramer", CompiledFramer)
 
 
 def _segments(root: Path):
@@ -129,7 +138,7 @@ def test_writer_stores(written, windows):
 
 @pytest.mark.parametrize("call", ["torn_tail", "flip_body_bit", "zero_page", "truncate_segment", "bad_magic",
                                   "bad_crc"])
-def test_damaged_stores(written, tmp_path, call):
+def test_damaged_stores(written, tmp_path, call, windows):
     segs = list_segments(written / "commitlog")
     middle = next(f for f in walk_buffer(segs[3].path.read_bytes(), segs[3].name, segs[3].base_offset)
                   if f.kind == "message" and f.message.body)
@@ -206,8 +215,11 @@ def test_lengths_that_add_up_but_break_a_rule(windows):
         assert_parity(bytes(buf), "s", 3 * SEG)
 
 
-def test_random_corruption(written):
+@pytest.mark.parametrize("framer", ["numpy", "compiled"])
+def test_random_corruption(written, framer, monkeypatch):
     """Overwrite header fields, single bytes, or runs of bytes at random: the walks still agree."""
+    if framer == "compiled":
+        monkeypatch.setattr(C, "_BulkFramer", CompiledFramer)
     rnd = random.Random(11)
     segs = list(_segments(written))
     offsets = [0, 4, 8, 28, 36, 84, 96, 108]  # TOTALSIZE, MAGIC, BODYCRC, PHYSICALOFFSET, SYSFLAG, BODYLENGTHs
@@ -348,3 +360,124 @@ def test_damage_then_zeros_to_the_end(written, windows, garbage):
     # a clean segment: no span, the walk ends where the zeros begin
     clean = list(salvage_buffer(buf, seg.name, seg.base_offset, decode=False))
     assert not [it for it in clean if isinstance(it, SalvageSpan)] and clean[-1].stop_kind == C.END_OF_DATA
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The compiled framer against frame_at, on hypothesis-generated damage
+
+_HEADER_AT = [0, 4, 8, 28, 36, 84, 96, 108]  # TOTALSIZE, MAGIC, BODYCRC, PHYSICALOFFSET, SYSFLAG, BODYLENGTHs
+_VALUES = [0, -1, 1, 91, L.MAGIC_V1, L.MAGIC_V2, L.BLANK_MAGIC, 1 << 30]
+
+
+@st.composite
+def damaged_segments(draw, segments: list) -> tuple[bytes, str, int, list[int]]:
+    """A writer-built segment with up to five pieces of damage: an int written into a record's header field, at
+    its end, or anywhere in it (often a value that means something there: a size, a magic), a body byte changed
+    (its CRC fails), random bytes, or a zeroed run; and the (start, size) of its records before the damage."""
+    seg, clean = draw(st.sampled_from(segments))
+    frames = [f for f in walk_buffer(clean, seg.name, seg.base_offset, decode=False) if f.kind == "message"]
+    raw = bytearray(clean)
+    for _ in range(draw(st.integers(0, 5))):
+        f = draw(st.sampled_from(frames))
+        how = draw(st.sampled_from(["field", "body", "bytes", "zeros"]))
+        if how == "body":
+            body_len = C._body_length(clean, f.file_position)
+            if body_len > 0:
+                raw[f.file_position + _body_offset(clean, f) + draw(st.integers(0, body_len - 1))] ^= \
+                    draw(st.integers(1, 255))
+        elif how == "field":
+            at = f.file_position + draw(st.sampled_from(_HEADER_AT + [f.size - 4, f.size - 2, f.size - 1]) |
+                                        st.integers(0, f.size - 1))
+            value = draw(st.sampled_from(_VALUES + [f.size, f.size + 1, f.size - 1]) | st.integers(-2**31, 2**31 - 1))
+            raw[at:at + 4] = struct.pack(">i", value)
+        else:
+            at = draw(st.integers(0, len(raw) - 1))
+            n = draw(st.integers(1, 600))
+            raw[at:at + n] = draw(st.binary(min_size=n, max_size=n)) if how == "bytes" else bytes(n)
+    return bytes(raw[:len(clean)]), seg.name, seg.base_offset, [(f.file_position, f.size) for f in frames]
+
+
+def _body_offset(buf, f) -> int:
+    """Where the body of the record ``f`` starts, from its position."""
+    lay = L.layout_for(struct.unpack_from(">i", buf, f.file_position + L.SYS_FLAG_OFFSET)[0], L.MESSAGE_MAGICS[f.magic])
+    return lay.body_offset
+
+
+def _scalar_run(buf, start: int, hi: int, limit: int, base: int, check_crc: bool, check_phys: bool,
+                crc_from: int) -> list[tuple[int, int, int]]:
+    """The run a framer must find: frame_at's messages hop by hop from ``start`` while they start before ``hi``
+    (records before ``crc_from`` checked without their CRC: an earlier walk vouched for them)."""
+    out, p = [], start
+    while p < hi:
+        kind, size, magic, *_ = C.frame_at(buf, p, limit, base, check_crc=check_crc and p >= crc_from,
+                                           check_physical_offset=check_phys)
+        if kind != "message":
+            break
+        out.append((p, size, magic))
+        p += size
+    return out
+
+
+@pytest.fixture(scope="module")
+def written_segments(written) -> list:
+    return list(_segments(written))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_compiled_runs_are_frame_at_messages(written_segments, data):
+    """CompiledFramer.run from any position (a record's, or anywhere) is exactly the run of records frame_at
+    calls messages, with or without CRC and PHYSICALOFFSET checks, CRCs trusted before any position, any run
+    bound; and the whole walks with it are the scalar walks (assert_parity)."""
+    buf, name, base, records = data.draw(damaged_segments(written_segments))
+    starts = [p for p, _ in records]
+    ends = [p + size + d for p, size in records for d in (-1, 0, 1)]  # a limit that cuts a record by a byte
+    limit = data.draw(st.sampled_from([len(buf), len(buf) - 1] + ends) | st.integers(0, len(buf)))
+    start = data.draw(st.sampled_from(starts) | st.integers(0, len(buf)))
+    hi = data.draw(st.sampled_from([limit, limit - L.MIN_RECORD_SIZE + 1] + starts) | st.integers(start, len(buf)))
+    check_crc, check_phys = data.draw(st.booleans()), data.draw(st.booleans())
+    crc_from = data.draw(st.sampled_from([0, len(buf)] + starts) | st.integers(0, len(buf)))
+    framer = CompiledFramer(buf, limit, base, check_crc, check_phys, crc_from)
+    positions, sizes, magics = framer.run(start, hi)
+    framer.close()
+    assert list(zip(positions.tolist(), sizes.tolist(), magics.tolist())) == \
+        _scalar_run(buf, start, hi, limit, base, check_crc, check_phys, crc_from)
+    if data.draw(st.booleans()):
+        _same(salvage_arrays(buf, name, base, framer=CompiledFramer), list(salvage_buffer(buf, name, base, decode=False)))
+        _same(walk_arrays(buf, name, base, check_physical_offset=check_phys, check_crc=check_crc, framer=CompiledFramer),
+              list(walk_buffer(buf, name, base, decode=False, check_crc=check_crc, check_physical_offset=check_phys)))
+
+
+def test_compiled_runs_longer_than_an_output_chunk(written_segments, monkeypatch):
+    """A run longer than the compiled call's output arrays goes on in the next call: the same run."""
+    seg, buf = written_segments[0]
+    whole = CompiledFramer(buf, len(buf), seg.base_offset, True, True).run(0, len(buf))
+    monkeypatch.setattr(CompiledFramer, "_CHUNK", 3)
+    chunked = CompiledFramer(buf, len(buf), seg.base_offset, True, True).run(0, len(buf))
+    assert len(whole[0]) > 6 and all((a == b).all() for a, b in zip(whole, chunked))
+    assert chunked[0].tolist() == [p for p, *_ in _scalar_run(buf, 0, len(buf), len(buf), seg.base_offset, True,
+                                                               True, 0)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_compiled_frames_each_alone_as_frame_at(written_segments, data):
+    """CompiledFramer.each at picked offsets (records', anywhere, past the end) is frame_at's verdict on each
+    record alone: its size and BODYLENGTH where it is a message, (0, -1) where not."""
+    buf, name, base, records = data.draw(damaged_segments(written_segments))
+    starts = [p for p, _ in records]
+    picks = data.draw(st.lists(st.sampled_from(starts) | st.integers(-2, len(buf) + 2), max_size=40))
+    check_crc, check_phys = data.draw(st.booleans()), data.draw(st.booleans())
+    framer = CompiledFramer(buf, len(buf), base, check_crc, check_phys)
+    sizes, body_lengths = framer.each(np.array(picks, np.int64))
+    framer.close()
+    for p, size, body_length in zip(picks, sizes.tolist(), body_lengths.tolist()):
+        kind, want, magic, *_ = C.frame_at(buf, p, len(buf), base, check_crc=check_crc,
+                                           check_physical_offset=check_phys) if 0 <= p < len(buf) else ("stop", 0, 0)
+        if kind == "message":
+            lay = L.layout_for(struct.unpack_from(">i", buf, p + L.SYS_FLAG_OFFSET)[0], L.MESSAGE_MAGICS[magic])
+            assert (size, body_length) == (want, struct.unpack_from(">i", buf, p + lay.offsets["body_length"])[0]), p
+        else:
+            assert (size, body_length) == (0, -1), p

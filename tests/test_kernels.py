@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store_format import layout as L
-from store_format.codec import decode_record, encode_record
+from store_format.codec import decode_record, encode_record, malformed_texts
 from store_format.compression import compress
 from store_format.errors import ErrorKind, RecordError, StoreFormatError
 from store_format.ids import create_uniq_key, parse_uniq_key
@@ -73,12 +73,16 @@ def scalar_row(frame: bytes | None, max_decompressed: int = 1 << 20) -> dict:
         row["decompressed_body"] = msg.decompressed_body(max_decompressed)
     except StoreFormatError as e:
         row["decompress_error"] = e.kind.value
+    fields = {"topic" if f == "topic" else "properties" for f, _, _ in malformed_texts(frame)}
+    row["invalid_utf8"] = ",".join(f for f in ("topic", "properties") if f in fields) or None
     return row
 
 
 def kernel_rows(frames: list[bytes | None], typ=pa.binary(), **options) -> list[dict]:
-    batch = K.decode_binary(pa.array(frames, typ), decompress=True, max_decompressed=1 << 20, **options)
-    assert batch.schema == K.message_schema(decompress=True)
+    columns = K.DEFAULT_COLUMNS + K.TEXT_CHECK_COLUMNS
+    batch = K.decode_binary(pa.array(frames, typ), columns=columns, decompress=True, max_decompressed=1 << 20,
+                            **options)
+    assert batch.schema == K.message_schema(columns, decompress=True)
     rows = batch.to_pylist()
     for r in rows:
         if r["properties"] is not None:
@@ -590,3 +594,102 @@ def test_generated_shared_shape_batches(keys, values, trailing, swap):
             ks[-1] = ks[-1][:-1] + ("x" if ks[-1][-1] != "x" else "y")  # same length, other key
         props.append("\x02".join(f"{k}\x01{v}" for k, v in zip(ks, vals)) + ("\x02" if trailing else ""))
     assert_parity([encode_record(_msg(properties_raw=p)) for p in props])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Index files: the compiled chain check and entry summary against a direct reading of selectPhyOffset
+
+
+def _index_file_bytes(slot_heads, entries) -> bytes:
+    """An index file body (zero header) of ``slot_heads`` and (key hash, offset, time diff, prev) entries."""
+    out = bytearray(L.INDEX_HEADER_SIZE)
+    out += b"".join(struct.pack(">i", h) for h in slot_heads)
+    out += b"".join(struct.pack(L.INDEX_ENTRY_STRUCT, *e) for e in entries)
+    return bytes(out)
+
+
+def _reference_chains(slot_heads, entries) -> list[list[str]]:
+    from datasources.indexfile import CHAIN_PROBLEMS
+
+    n, slots = len(entries), len(slot_heads)
+    reached = set()
+    for head in slot_heads:  # IndexFile.selectPhyOffset: walk until prev 0, out of range, itself, negative diff
+        e = head
+        while 0 < e < n and e not in reached:
+            reached.add(e)
+            kh, _, td, prev = entries[e]
+            if prev <= 0 or prev >= n or prev == e or td < 0:
+                break
+            e = prev
+    def slot(kh):
+        return kh % slots if kh >= 0 else -1
+    out = [[]]
+    for e in range(1, n):
+        kh, _, td, prev = entries[e]
+        problems = {"prev_out_of_range": not 0 <= prev < n, "prev_not_older": 0 < prev < n and prev >= e,
+                    "prev_other_slot": 0 < prev < n and slot(entries[prev][0]) != slot(kh),
+                    "negative_time_diff": td < 0, "unreachable": e not in reached}
+        out.append([p for p in CHAIN_PROBLEMS if problems[p]])
+    return out
+
+
+_index_files = st.integers(1, 6).flatmap(lambda slots: st.integers(1, 30).flatmap(lambda n: st.tuples(
+    st.lists(st.integers(-1, n + 1), min_size=slots, max_size=slots),
+    st.lists(st.tuples(st.integers(-3, 9), st.integers(0, 4), st.integers(-1, 2), st.integers(-2, n + 2)),
+             min_size=n, max_size=n),
+    st.booleans())))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_index_files)
+def test_index_chain_bits_and_summary_follow_the_reference(case):
+    from collections import Counter
+
+    from datasources.indexfile import EntryViews, chain_bits, entry_summary, problem_lists
+
+    slot_heads, entries, in_log_order = case
+    if in_log_order:  # the broker's order, where the summary takes its fast path
+        entries = [entries[0]] + sorted(entries[1:], key=lambda e: e[1])
+    v = EntryViews(_index_file_bytes(slot_heads, entries), len(slot_heads), len(entries))
+    assert problem_lists(chain_bits(v)).to_pylist() == _reference_chains(slot_heads, entries)
+    copies = Counter((kh, phys) for kh, phys, _, _ in entries[1:])
+    used = {kh % len(slot_heads) for kh, _, _, _ in entries[1:] if kh >= 0}
+    for bucket_entries in (2, 1 << 22):  # several hash buckets, one
+        s = entry_summary(v, bucket_entries)
+        assert (s["entry_slots"], s["duplicate_entries"], s["duplicated_pairs"]) == \
+            (len(used), sum(c - 1 for c in copies.values()), sum(c > 1 for c in copies.values()))
+
+
+def test_invalid_utf8_names_the_fields_the_broker_reads_as_u_fffd():
+    """The opt-in ``invalid_utf8`` column against Python's UTF-8 decoder, and store_format.codec.malformed_texts
+    (what the audit shows) on the same records: the field, the value escaped, the first bad byte's position."""
+    good = encode_record(_msg(topic="Topic", properties_raw="KEYS\x01key-1\x02TAGS\x01t"))
+    records = [good]
+    for target, bad in ((b"Topic", b"To\xffic"), (b"key-1", b"ke\xc3(1"), (b"TAGS", b"TA\xe2S")):
+        records.append(good.replace(target, bad))
+    records.append(good.replace(b"Topic", b"To\xffic").replace(b"key-1", b"key\xff1"))
+    starts = np.cumsum([0] + [len(r) for r in records[:-1]])
+    t = K.decode_buffer(b"".join(records), starts, np.array([len(r) for r in records]),
+                        columns=["topic", "keys", "invalid_utf8"]).to_pylist()
+    assert [r["invalid_utf8"] for r in t] == [None, "topic", "properties", "properties", "topic,properties"]
+    assert t[1]["topic"] == "To\ufffdic" and t[2]["keys"] == ["ke\ufffd(1"]
+    assert malformed_texts(records[0]) == []
+    [(field, value, at)] = malformed_texts(records[2])
+    assert (field, value, records[2][at:at + 1]) == ("KEYS", "ke\\xc3(1", b"\xc3")
+    [(field, value, at)] = malformed_texts(records[3])
+    assert (field, value, records[3][at:at + 1]) == ("TA\\xe2S", "t", b"\xe2")
+    assert [f for f, _, _ in malformed_texts(records[4])] == ["topic", "KEYS"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.lists(st.tuples(st.integers(0, 40), st.integers(-3, 3)), max_size=60),
+       b=st.lists(st.tuples(st.integers(0, 40), st.integers(-3, 3)), max_size=60), sort_b=st.booleans())
+def test_offset_hash_pairs_in_is_set_membership(a, b, sort_b):
+    """The audit's (offset, hash) join is membership in b's pairs, in any order of either side."""
+    from jobs.audit.checks.index import pairs_in
+
+    if sort_b:
+        b = sorted(b, key=lambda x: x[0])
+    cols = lambda pairs: (np.array([p for p, _ in pairs], np.int64), np.array([h for _, h in pairs], np.int32))  # noqa: E731
+    found = pairs_in(*cols(a), *cols(b))
+    assert found.tolist() == [pair in set(b) for pair in a]

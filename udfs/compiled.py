@@ -95,6 +95,7 @@ INT64_FIELDS = ("queue_offset", "physical_offset", "born_timestamp", "store_time
                 "prepared_transaction_offset")
 _I32_STORE_SIZE, _I32_MAGIC_VERSION, _I32_BODY_CRC, _I32_QUEUE_ID, _I32_FLAG, _I32_SYS_FLAG, \
     _I32_RECONSUME_TIMES = range(len(INT32_FIELDS))
+_I64_PHYSICAL_OFFSET = INT64_FIELDS.index("physical_offset")
 #: ``params``: magics, the SYSFLAG offset and IPv6 bits
 (PAR_MAGIC_V1, PAR_MAGIC_V2, PAR_SYS_FLAG_OFFSET, PAR_BORN_V6, PAR_STORE_V6) = range(5)
 #: (kind, field) of error code ``c`` is ERRORS[c - 1]; codes in codec.decode_record's check order
@@ -181,7 +182,7 @@ SCHEDULE_TOPIC = np.frombuffer(L.SCHEDULE_TOPIC.encode(), np.uint8).copy()
 
 _u1r, _u1 = nt.Array(nt.uint8, 1, "C", readonly=True), nt.Array(nt.uint8, 1, "C")
 _i8r, _i8 = nt.Array(nt.int64, 1, "C", readonly=True), nt.Array(nt.int64, 1, "C")
-_b1r = nt.Array(nt.boolean, 1, "C", readonly=True)
+_b1r, _b1 = nt.Array(nt.boolean, 1, "C", readonly=True), nt.Array(nt.boolean, 1, "C")
 _i1 = nt.Array(nt.int8, 1, "C")
 _i4r, _i4 = nt.Array(nt.int32, 1, "C", readonly=True), nt.Array(nt.int32, 1, "C")  # Arrow's 32-bit offsets
 _u4r = nt.Array(nt.uint32, 1, "C", readonly=True)
@@ -557,6 +558,34 @@ def _dedupe_many(a, ks, ke, k, keep, hashes, order, reps):
 # The pass over the frames
 
 
+@_inner
+def _record_variant(sys_flag, version, born_v6, store_v6):
+    """The row of the ``lay`` table of a record: born host IPv6 | store host IPv6 << 1 | magic V2 << 2."""
+    return (1 if sys_flag & born_v6 else 0) | (2 if sys_flag & store_v6 else 0) | (4 if version == 2 else 0)
+
+
+@_inner
+def _lengths(data, s, total, min_size, tlw, body_length_at, body_offset):
+    """The length checks of a record at ``s`` whose TOTALSIZE ``total`` is within bounds, in
+    ``codec.decode_record``'s order (as ``commitlog.frame_at``): (error code or 0, BODYLENGTH, TOPICLENGTH,
+    PROPERTIESLENGTH); each length read only when the ones before it fit in the record."""
+    end = s + total
+    body_len = _i32(data, s + body_length_at)
+    if body_len < 0 or s + body_offset + body_len + tlw > end:
+        return E_BODY_LENGTH, body_len, 0, 0
+    tl_at = s + body_offset + body_len
+    topic_len = _int8(data, tl_at) if tlw == 1 else _i16(data, tl_at)
+    props_at = tl_at + tlw + topic_len
+    if topic_len < 0 or props_at + 2 > end:
+        return E_TOPIC_LENGTH, body_len, topic_len, 0
+    props_len = _i16(data, props_at)
+    if props_len < 0 or props_at + 2 + props_len > end:
+        return E_PROPERTIES_LENGTH, body_len, topic_len, props_len
+    if min_size + body_len + topic_len + props_len != total:
+        return E_SIZE_MISMATCH, body_len, topic_len, props_len
+    return 0, body_len, topic_len, props_len
+
+
 @njit((_u1r, _i8r, _i8r, _b1r, _i8r2, _i8r2, _i8r2, _i8r, nt.int64, _u4r, _u1r,
        _i4_2, _i8_2, _i1, _i1,
        _i4, _u1, _i4, _u1, _i4, _u1, _i4, _u1, _i4, _u1, _i4, _u1), **_OPTS)
@@ -599,7 +628,7 @@ def decode_records(data, starts, sizes, present, lay, i32_offsets, i64_offsets, 
                 code = E_TRUNCATED_SYS_FLAG
             else:
                 sys_flag = _i32(data, s + sys_flag_at)
-                v = (1 if sys_flag & born_v6 else 0) | (2 if sys_flag & store_v6 else 0) | (4 if version == 2 else 0)
+                v = _record_variant(sys_flag, version, born_v6, store_v6)
                 if v != cur:
                     cur = v
                     min_size, tlw, body_length_at, body_offset = lay[v, LAY_MIN_SIZE], lay[v, LAY_TOPIC_LEN_WIDTH], \
@@ -610,29 +639,16 @@ def decode_records(data, starts, sizes, present, lay, i32_offsets, i64_offsets, 
                         i32_offsets[v, _I32_QUEUE_ID], i32_offsets[v, _I32_FLAG], i32_offsets[v, _I32_RECONSUME_TIMES]
                     queue_offset_at, physical_at, born_ts_at, store_ts_at, prepared_at = i64_offsets[v, 0], \
                         i64_offsets[v, 1], i64_offsets[v, 2], i64_offsets[v, 3], i64_offsets[v, 4]
-                end = s + total
                 if total < min_size:
                     code = E_BELOW_MIN_SIZE
                 elif total > size:
                     code = E_TRUNCATED
                 else:
-                    body_len = _i32(data, s + body_length_at)
+                    code, body_len, topic_len, props_len = _lengths(data, s, total, min_size, tlw, body_length_at,
+                                                                    body_offset)
                     body_at = s + body_offset
-                    if body_len < 0 or body_at + body_len + tlw > end:
-                        code = E_BODY_LENGTH
-                    else:
-                        tl_at = body_at + body_len
-                        topic_len = _int8(data, tl_at) if tlw == 1 else _i16(data, tl_at)
-                        topic_at = tl_at + tlw
-                        if topic_len < 0 or topic_at + topic_len + 2 > end:
-                            code = E_TOPIC_LENGTH
-                        else:
-                            props_len = _i16(data, topic_at + topic_len)
-                            props_at = topic_at + topic_len + 2
-                            if props_len < 0 or props_at + props_len > end:
-                                code = E_PROPERTIES_LENGTH
-                            elif min_size + body_len + topic_len + props_len != total:
-                                code = E_SIZE_MISMATCH
+                    topic_at = body_at + body_len + tlw
+                    props_at = topic_at + topic_len + 2
         if code != 0:
             err[i] = max(code, 0)
             flags[i] = 0
@@ -685,6 +701,73 @@ def decode_records(data, starts, sizes, present, lay, i32_offsets, i64_offsets, 
             flags[i] = f
         body_off[i + 1], topic_off[i + 1], props_off[i + 1] = bo, to, po
         born_off[i + 1], store_off[i + 1], id_off[i + 1] = ho, so, mo
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Framing: runs of plain valid messages (store_format.commitlog's bulk framer, compiled)
+
+
+@njit((_u1r, nt.int64, nt.int64, nt.int64, nt.int64, nt.boolean, nt.boolean, nt.int64, _i8r2, _i8r2, _i8r2, _i8r,
+       _u4r, _i8, _i8, _i4), **_OPTS)
+def frame_run(data, start, hi, limit, base, check_crc, check_phys, crc_from, lay, i32_offsets, i64_offsets, params,
+              crc_table, positions, sizes, magics):
+    """The run of records from ``start`` that ``store_format.commitlog.frame_at`` calls messages, hopping by
+    TOTALSIZE, among those starting before ``hi``: ``frame_at``'s message checks in its order (magic, room for
+    the header, TOTALSIZE bounds, PHYSICALOFFSET = ``base`` + position when ``check_phys``, the three length
+    fields, calMsgLength, the body CRC of a non-empty body when ``check_crc``, skipped before ``crc_from``).  The
+    run ends before the first record that fails one (the caller's scalar ``frame_at`` says why), at ``hi``, or
+    when ``positions`` is full.  Writes ``positions``/``sizes``/``magics`` and returns the count."""
+    magic_v1, magic_v2 = params[PAR_MAGIC_V1], params[PAR_MAGIC_V2]
+    sys_flag_at, born_v6, store_v6 = params[PAR_SYS_FLAG_OFFSET], params[PAR_BORN_V6], params[PAR_STORE_V6]
+    header = lay[0, LAY_BORN_HOST]  # frame_at reads SYSFLAG only with this many bytes left
+    cap = positions.shape[0]
+    n, p = 0, start
+    cur = -1
+    min_size = tlw = body_length_at = body_offset = crc_at = physical_at = 0
+    while p < hi and n < cap:
+        left = limit - p
+        if left < 8:
+            break
+        size, magic = _i32(data, p), _i32(data, p + 4)
+        version = 1 if magic == magic_v1 else (2 if magic == magic_v2 else 0)
+        if version == 0 or left < header:
+            break
+        v = _record_variant(_i32(data, p + sys_flag_at), version, born_v6, store_v6)
+        if v != cur:
+            cur = v
+            min_size, tlw, body_length_at, body_offset = lay[v, LAY_MIN_SIZE], lay[v, LAY_TOPIC_LEN_WIDTH], \
+                lay[v, LAY_BODY_LENGTH], lay[v, LAY_BODY]
+            crc_at, physical_at = i32_offsets[v, _I32_BODY_CRC], i64_offsets[v, _I64_PHYSICAL_OFFSET]
+        if size < min_size or size > left or (check_phys and _i64(data, p + physical_at) != base + p):
+            break
+        code, body_len, _, _ = _lengths(data, p, size, min_size, tlw, body_length_at, body_offset)
+        if code != 0 or (check_crc and body_len > 0 and p >= crc_from and
+                         (_crc32(data, p + body_offset, body_len, crc_table) & 0x7FFFFFFF) != _i32(data, p + crc_at)):
+            break
+        positions[n], sizes[n], magics[n] = p, size, magic
+        n += 1
+        p += size
+    return n
+
+
+@njit((_u1r, _i8r, nt.int64, nt.int64, nt.boolean, nt.boolean, _i8r2, _i8r2, _i8r2, _i8r, _u4r, _i8, _i8), **_OPTS)
+def frame_each(data, starts, limit, base, check_crc, check_phys, lay, i32_offsets, i64_offsets, params, crc_table,
+               sizes, body_lengths):
+    """:func:`frame_run`'s verdict on the record at each of ``starts`` alone (offsets picked from elsewhere: ids,
+    queue units): its TOTALSIZE and BODYLENGTH where it is a plain valid message, else 0 and -1 (the caller's
+    scalar ``frame_at`` says why)."""
+    magic_v1, sys_flag_at = params[PAR_MAGIC_V1], params[PAR_SYS_FLAG_OFFSET]
+    born_v6, store_v6 = params[PAR_BORN_V6], params[PAR_STORE_V6]
+    one_p, one_s, one_m = np.empty(1, np.int64), np.empty(1, np.int64), np.empty(1, np.int32)
+    for i in range(starts.shape[0]):
+        s = starts[i]
+        sizes[i], body_lengths[i] = 0, -1
+        if s < 0 or s >= limit:
+            continue
+        if frame_run(data, s, s + 1, limit, base, check_crc, check_phys, 0, lay, i32_offsets, i64_offsets, params,
+                     crc_table, one_p, one_s, one_m) == 1:
+            v = _record_variant(_i32(data, s + sys_flag_at), 1 if one_m[0] == magic_v1 else 2, born_v6, store_v6)
+            sizes[i], body_lengths[i] = one_s[0], _i32(data, s + lay[v, LAY_BODY_LENGTH])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1024,3 +1107,204 @@ def uniq_keys(data, off, idx, born_ts, nibble, min_ms, max_ms):
                 state[i] = UNIQ_ASK_PYTHON
         ip_off[i + 1] = io
     return state, pid, time, time_ok, ip_off, ip_text[:io].copy()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Index files: the chains and the entries' summary, straight from the file's bytes (big-endian)
+
+#: ``geo`` of the index kernels: where the slots and entries start, the entry's width and its fields' offsets
+(GEO_SLOTS_AT, GEO_ENTRIES_AT, GEO_ENTRY_SIZE, GEO_KEY_HASH, GEO_PHYSICAL_OFFSET, GEO_TIME_DIFF, GEO_PREV_INDEX) = \
+    range(7)
+#: bits of index_chain_bits, in datasources.indexfile.CHAIN_PROBLEMS order; CHAIN_REACHED is internal
+CHAIN_PREV_OUT_OF_RANGE, CHAIN_PREV_NOT_OLDER, CHAIN_PREV_OTHER_SLOT, CHAIN_NEGATIVE_TIME_DIFF, CHAIN_UNREACHABLE, \
+    CHAIN_REACHED = 1, 2, 4, 8, 16, 128
+
+
+@njit((_u1r, _i8r, nt.int64, nt.int64), **_OPTS)
+def index_chain_bits(buf, geo, hash_slot_num, count):
+    """Each entry's chain problems as bits (entry 0, the unused first one, gets none).  Reachable is what
+    IndexFile.selectPhyOffset can walk to from some slot: from the slot's head (1 .. count-1), along prevIndex,
+    stopping at 0, out of range, itself, or after an entry whose time diff is negative."""
+    bits = np.zeros(count, np.uint8)
+    slots_at, at0, size = geo[GEO_SLOTS_AT], geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE]
+    kh_at, td_at, prev_at = geo[GEO_KEY_HASH], geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX]
+    for s in range(hash_slot_num):
+        e = _i32(buf, slots_at + 4 * s)
+        if 0 < e < count:
+            bits[e] = CHAIN_REACHED
+    # Chains run from newer entries to older ones, so one pass from the newest entry down marks them without
+    # chasing pointers (each step's loads are independent).  A link forward (prev >= e: damage) to an entry not
+    # yet reached is followed at once, entry by entry; every entry is marked once, whatever the file holds.
+    for e in range(count - 1, 0, -1):
+        if bits[e] != CHAIN_REACHED:
+            continue
+        at = at0 + e * size
+        nxt = _i32(buf, at + prev_at)
+        if nxt <= 0 or nxt >= count or nxt == e or _i32(buf, at + td_at) < 0 or bits[nxt] == CHAIN_REACHED:
+            continue
+        bits[nxt] = CHAIN_REACHED
+        if nxt < e:
+            continue
+        while True:  # forward: walk this chain now (the pass has gone by)
+            at = at0 + nxt * size
+            after = _i32(buf, at + prev_at)
+            if after <= 0 or after >= count or after == nxt or _i32(buf, at + td_at) < 0 or \
+                    bits[after] == CHAIN_REACHED:
+                break
+            bits[after] = CHAIN_REACHED
+            if after < e:  # back below the pass: it carries on from there
+                break
+            nxt = after
+    slot = np.empty(count, np.int32)  # 4 bytes an entry: the lookups of the previous entry's slot stay in cache
+    for e in range(count):
+        kh = _i32(buf, at0 + e * size + kh_at)
+        slot[e] = kh % hash_slot_num if kh >= 0 else -1
+    for e in range(1, count):
+        at = at0 + e * size
+        prev = _i32(buf, at + prev_at)
+        b = 0 if bits[e] == CHAIN_REACHED else CHAIN_UNREACHABLE
+        if prev < 0 or prev >= count:
+            b |= CHAIN_PREV_OUT_OF_RANGE
+        elif prev > 0:
+            if prev >= e:
+                b |= CHAIN_PREV_NOT_OLDER
+            if slot[prev] != slot[e]:
+                b |= CHAIN_PREV_OTHER_SLOT
+        if _i32(buf, at + td_at) < 0:
+            b |= CHAIN_NEGATIVE_TIME_DIFF
+        bits[e] = b
+    return bits
+
+
+@_inner
+def _pair_mix(kh, phys):
+    """splitmix64's finaliser over (key hash, offset): spreads pairs evenly even when one key fills the file."""
+    x = np.uint64(phys) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(np.uint32(kh))
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(**_OPTS)
+def _repeats_among(buf, at0, size, kh_at, start, end):
+    """Extra copies and repeated pairs among entries start .. end-1, which share one physical offset: repeats of a
+    key hash (a few entries, a message's keys, compared directly; a hostile run sorted)."""
+    k = end - start
+    extra = pairs = 0
+    if k <= 16:
+        for p in range(start, end):
+            kh = _i32(buf, at0 + p * size + kh_at)
+            seen_before = after = 0
+            for q in range(start, end):
+                if _i32(buf, at0 + q * size + kh_at) == kh:
+                    if q < p:
+                        seen_before += 1
+                    elif q > p:
+                        after += 1
+            if seen_before == 0 and after > 0:  # counted at the pair's first copy
+                extra += after
+                pairs += 1
+        return extra, pairs
+    kh = np.empty(k, np.int64)
+    for t in range(k):
+        kh[t] = _i32(buf, at0 + (start + t) * size + kh_at)
+    kh.sort()
+    for t in range(1, k):
+        if kh[t] == kh[t - 1]:
+            extra += 1
+            if t == 1 or kh[t - 1] != kh[t - 2]:
+                pairs += 1
+    return extra, pairs
+
+
+@njit((_u1r, _i8r, nt.int64, nt.int64, nt.int64), **_OPTS)
+def index_entry_summary(buf, geo, hash_slot_num, count, bucket_entries):
+    """Over entries 1 .. count-1: the slots their key hashes use, and (key hash, offset) pairs present more than
+    once (extra entries, pairs), counted exactly.  Entries in commitlog order (as the broker writes them) are
+    compared within runs of one offset; otherwise the pairs go through a hash table a bucket of about
+    ``bucket_entries`` at a time (a pair's copies share a bucket; at most 256 buckets): memory is a byte per
+    entry plus a table for a bucket."""
+    at0, size = geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE]
+    kh_at, phys_at = geo[GEO_KEY_HASH], geo[GEO_PHYSICAL_OFFSET]
+    used = np.zeros(hash_slot_num, np.bool_)
+    n = count - 1
+    ordered = True
+    last = np.int64(-1 << 62)
+    for e in range(1, count):
+        at = at0 + e * size
+        kh, phys = _i32(buf, at + kh_at), _i64(buf, at + phys_at)
+        if kh >= 0:
+            used[kh % hash_slot_num] = True
+        ordered = ordered and phys >= last
+        last = phys
+    duplicate_entries = duplicated_pairs = 0
+    if ordered:  # as the broker dispatches, in commitlog order: a pair's copies sit together, among equal offsets
+        start = 1
+        for e in range(2, count + 1):
+            if e == count or _i64(buf, at0 + e * size + phys_at) != _i64(buf, at0 + start * size + phys_at):
+                if e - start > 1:
+                    extra, pairs = _repeats_among(buf, at0, size, kh_at, start, e)
+                    duplicate_entries += extra
+                    duplicated_pairs += pairs
+                start = e
+        return used.sum(), duplicate_entries, duplicated_pairs
+    buckets = min(max((n + bucket_entries - 1) // bucket_entries, 1), 256)  # a byte per entry names its bucket
+    bucket_of = np.empty(n, np.uint8)
+    largest = np.zeros(buckets, np.int64)
+    for e in range(1, count):
+        at = at0 + e * size
+        b = _pair_mix(_i32(buf, at + kh_at), _i64(buf, at + phys_at)) % np.uint64(buckets)
+        bucket_of[e - 1] = b
+        largest[b] += 1
+    cap = 1
+    while cap < 2 * largest.max():
+        cap *= 2
+    table = np.empty(cap, np.int64)  # an entry holding the pair, -1 for an empty place
+    copies = np.empty(cap, np.int64)
+    for b in range(buckets):
+        table[:] = -1
+        for i in range(n):
+            if bucket_of[i] != b:
+                continue
+            at = at0 + (i + 1) * size
+            kh, phys = _i32(buf, at + kh_at), _i64(buf, at + phys_at)
+            h = np.int64(_pair_mix(kh, phys) >> np.uint64(16)) & (cap - 1)
+            while table[h] >= 0:  # linear probing; an equal pair stops it, so copies cost one probe each
+                other = at0 + table[h] * size
+                if _i32(buf, other + kh_at) == kh and _i64(buf, other + phys_at) == phys:
+                    break
+                h = (h + 1) & (cap - 1)
+            if table[h] < 0:
+                table[h], copies[h] = i + 1, 1
+            else:
+                copies[h] += 1
+                duplicate_entries += 1
+                if copies[h] == 2:
+                    duplicated_pairs += 1
+    return used.sum(), duplicate_entries, duplicated_pairs
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Joins of (offset, hash) pairs
+
+
+@njit((_i8r, _i4r, _i8r, _i4r, _b1), **_OPTS)
+def pairs_in_sorted(a_phys, a_hash, b_phys, b_hash, found):
+    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s, both ordered by offset: one merge pass, each
+    ``a`` pair compared with the run of equal offsets in ``b`` (a message's few keys)."""
+    m = b_phys.shape[0]
+    j = 0
+    for i in range(a_phys.shape[0]):
+        p = a_phys[i]
+        while j < m and b_phys[j] < p:
+            j += 1
+        k = j
+        hit = False
+        while k < m and b_phys[k] == p:
+            if b_hash[k] == a_hash[i]:
+                hit = True
+                break
+            k += 1
+        found[i] = hit

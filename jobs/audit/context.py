@@ -33,6 +33,8 @@ class AuditContext:
         self.spark, self.stores, self.plans, self.options = spark, stores, plans, options
         self.survey = Outputs()
         self.scan = Outputs()
+        self.failures: list[pa.Table] = []  # tasks and steps that failed (tasks.FAILURES rows)
+        self.recovery: dict = {}
 
     # ---- partial tables ----------------------------------------------------------------------------------
     def partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
@@ -58,11 +60,16 @@ class AuditContext:
             starts[r["broker"]][(r["topic"], r["queue_id"])] = QueueStart(
                 r["recover_end"], r["max_physic_offset"],
                 (r["refused_offset"], r["refused_size"]) if r["refused_offset"] is not None else None)
+        from .tasks import failure_row
+
         self.queue_starts = starts
-        self.recovery = {name: predict_recovery(plan.store, message_index_safe=self.options.message_index_safe,
-                                                check_crc=self.options.check_crc, walks=walks.get(name, {}),
-                                                enumerate_lost=False, queue_starts=starts[name])
-                         for name, plan in self.plans.items()}
+        for name, plan in self.plans.items():
+            try:
+                self.recovery[name] = predict_recovery(
+                    plan.store, message_index_safe=self.options.message_index_safe, check_crc=self.options.check_crc,
+                    walks=walks.get(name, {}), enumerate_lost=False, queue_starts=starts[name])
+            except Exception as e:  # that broker is not scanned; the others are
+                self.failures.append(failure_row(name, "predicting its recovery", e))
 
     def segment_walks(self) -> dict[str, dict]:
         """broker -> segment -> SegmentWalk: where the broker's recovery walk of each surveyed segment ends, from the
@@ -204,68 +211,77 @@ class AuditContext:
         return cache[table]
 
     # ---- single records ----------------------------------------------------------------------------------
-    def kept_messages_by_id(self, broker: str, msg_ids) -> dict:
-        """{msg id: message} for the offset message ids that name a message of the salvage walk which the
-        predicted recovery keeps and whose own offset message id is that id (the others are left out)."""
+    def kept_messages_by_id(self, broker: str, msg_ids) -> pa.Table:
+        """The messages the offset message ids name, where a message of the salvage walk starts at the id's offset,
+        the predicted recovery keeps it and its own offset message id is that id: a table of ``msg_id``,
+        ``physical_offset``, ``topic``, ``uniq_key`` (the other ids are left out)."""
         from store_format.errors import StoreFormatError
         from store_format.ids import parse_offset_msg_id
 
         end = self.recovery[broker].max_physical_offset
-        wanted = {}
+        wanted = set()
         for msg_id in set(msg_ids) - {None}:
             try:
                 phys = parse_offset_msg_id(msg_id).physical_offset
             except StoreFormatError:
                 continue
             if phys < end:
-                wanted.setdefault(phys, []).append(msg_id)
-        found = self.walk_messages_at(broker, sorted(wanted))
-        return {i: msg for phys, msg in found.items() for i in wanted[phys] if msg.msg_id == i}
+                wanted.add(phys)
+        t = self.walk_messages_at(broker, sorted(wanted), ("msg_id", "physical_offset", "topic", "uniq_key"))
+        return t.filter(pc.is_in(t.column("msg_id"), pa.array(list(set(msg_ids) - {None}), pa.string())))
 
-    def walk_messages_at(self, broker: str, offsets) -> dict:
-        """{physical offset: message} for the offsets at which a message of the salvage walk starts, each segment
-        opened once.  A frame that proves itself (a body whose CRC matches, or an empty body followed by another
-        frame, a blank or the end of the data) lies on the walk from its segment's start (find_next_frame's
-        confirmation); the walk ends at the segment's first blank.  Anything else is settled by walking the
-        segment."""
-        from store_format import codec
-        from store_format.commitlog import END_OF_DATA, KIND_MESSAGE, ReadOnlyMap, _body_length, frame_at, \
-            salvage_arrays
+    def walk_messages_at(self, broker: str, offsets, columns: tuple[str, ...]) -> pa.Table:
+        """The decoded ``columns`` (udfs.kernels) of the messages of the salvage walk that start at ``offsets``
+        (sorted), each segment opened once.  A frame that proves itself (a body whose CRC matches, or an empty
+        body followed by another frame, a blank or the end of the data) lies on the walk from its segment's start
+        (find_next_frame's confirmation); the walk ends at the segment's first blank.  Anything else is settled
+        by walking the segment.  The frames are checked together (udfs.kernels.CompiledFramer.each)."""
+        from store_format.commitlog import END_OF_DATA, KIND_MESSAGE, ReadOnlyMap, frame_at, salvage_arrays
+        from udfs import kernels as K
 
-        segments = {s.name: s for s in self.plans[broker].named_segments}
-        by_segment: dict = {}
-        for phys in offsets:
-            seg = next((s for s in segments.values() if s.base <= phys < s.base + s.length), None)
-            if seg is not None and seg.loc.local_path is not None:
-                by_segment.setdefault(seg.name, []).append(phys)
-        out = {}
-        for name, group in by_segment.items():
-            seg = segments[name]
+        segments = self.plans[broker].named_segments
+        bases = np.array([s.base for s in segments], np.int64)
+        offsets = np.asarray(offsets, np.int64)
+        at = np.searchsorted(bases, offsets, side="right") - 1
+        parts = []
+        for i, seg in enumerate(segments):
+            pos = offsets[at == i] - seg.base
+            pos = pos[(pos >= 0) & (pos < seg.length)]
             blank = self.first_blanks.get((broker, seg.name))
-            walked = None
+            if blank is not None:
+                pos = pos[pos <= blank]
+            if not len(pos) or seg.loc.local_path is None:
+                continue
             with ReadOnlyMap(seg.loc.local_path) as m:
-                for phys in group:
-                    pos = phys - seg.base
-                    if blank is not None and pos > blank:
-                        continue
-                    kind, size, *_ = frame_at(m.buf, pos, len(m.buf), seg.base)  # framing, PHYSICALOFFSET, CRC
-                    confirmed = False
-                    if kind == "message" and self.options.check_crc:
-                        if _body_length(m.buf, pos) > 0:
-                            confirmed = True
-                        else:
-                            nxt, _, _, stop, *_ = frame_at(m.buf, pos + size, len(m.buf), seg.base)
-                            confirmed = nxt in ("message", "blank") or stop == END_OF_DATA
-                    if not confirmed:
-                        if walked is None:
-                            walked = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc)
-                        hit = np.flatnonzero((walked.kinds == KIND_MESSAGE) & (walked.positions == pos))
-                        if not len(hit):
-                            continue
-                        size = int(walked.sizes[hit[0]])
-                    out[phys] = codec.decode_record(m.buf, pos, limit=pos + size, file=seg.name)
-            del walked
-        return out
+                limit = len(m.buf)
+                framer = K.CompiledFramer(m.buf, limit, seg.base, self.options.check_crc, True)
+                try:
+                    sizes, body_lengths = framer.each(pos)
+                finally:
+                    framer.close()
+                confirmed = (sizes > 0) & (body_lengths > 0) if self.options.check_crc else np.zeros(len(pos), bool)
+                for j in np.flatnonzero((sizes > 0) & (body_lengths == 0)) if self.options.check_crc else ():
+                    # an empty body's CRC proves nothing: the next frame must
+                    nxt, _, _, stop, *_ = frame_at(m.buf, int(pos[j] + sizes[j]), limit, seg.base)
+                    confirmed[j] = nxt in ("message", "blank") or stop == END_OF_DATA
+                rest = np.flatnonzero(~confirmed)
+                if len(rest):
+                    walked = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc)
+                    messages = walked.kinds == KIND_MESSAGE
+                    on_walk = np.searchsorted(walked.positions[messages], pos[rest])
+                    w_pos, w_size = walked.positions[messages], walked.sizes[messages]
+                    on_walk = np.minimum(on_walk, max(len(w_pos) - 1, 0))
+                    hit = (w_pos[on_walk] == pos[rest]) if len(w_pos) else np.zeros(len(rest), bool)
+                    sizes[rest] = np.where(hit, w_size[on_walk] if len(w_pos) else 0, 0)
+                    confirmed[rest] = hit
+                    del walked
+                keep = np.flatnonzero(confirmed)
+                if len(keep):
+                    parts.append(pa.Table.from_batches([K.decode_buffer(m.buf, pos[keep], sizes[keep],
+                                                                        columns=columns)]))
+        from udfs.kernels import message_schema
+
+        return pa.concat_tables(parts) if parts else message_schema(columns).empty_table()
 
     def release(self) -> None:
         pass

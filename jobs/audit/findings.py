@@ -253,6 +253,10 @@ def _detail_text(v):
     return str(v)
 
 
+# the audit's own check: one broker's bad file (or a bug) is that broker's finding, never the end of the run
+check("broker.audit_failed", Severity.ERROR, "the audit of this broker is incomplete: {what} failed: {error}")
+
+
 def empty_findings() -> pa.Table:
     return FINDING_SCHEMA.empty_table()
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import sys
 import time
@@ -45,11 +44,11 @@ from jobs.output import OutputError, append_history, prepare_output
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args
 
 from . import findings as FD
-from .checks import FAMILIES, load, load_all
+from .checks import FAMILIES, FamilyResult, load, load_all
 from .context import AuditContext, AuditOptions
 from .inputs import fingerprint, input_files, resolve_stores
 from .plan import TASKS_PER_CORE, BrokerPlan, plan_broker, scan_split_size
-from .tasks import RunInfo, run_tasks
+from .tasks import FAILURES, RunInfo, failure_row, run_tasks
 
 NAME = "audit"
 TOOL = "rocketmq-forensics"
@@ -59,6 +58,7 @@ TOOL = "rocketmq-forensics"
 class AuditResult(cli.JobResult):
     out: str = ""
     summary_data: dict = field(default_factory=dict)
+    phases: list = field(default_factory=list)  # (phase, wall seconds), as --profile prints them
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,14 +115,6 @@ class _Phases:
         self._t = now
 
 
-def _cores(spark) -> int:
-    try:
-        return int(spark.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect has no SparkContext: the conf, else this machine's cores
-        conf = spark.conf.get("spark.default.parallelism", None)
-        return int(conf) if conf else (os.cpu_count() or 2)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Planning the two stages
 
@@ -138,17 +130,14 @@ class _SegmentPlan:
 
 
 def _segment_plans(plans: dict[str, BrokerPlan], split: int | None, recovery_region: dict[str, set]) -> list:
-    from datasources.commitlog import written_end
+    from datasources.commitlog import cut_ranges, written_end
 
     out = []
     for name, plan in plans.items():
         for seg in plan.named_segments:
             if split and seg.length > split:
                 data = written_end(seg.loc, seg.length) if seg.loc.local_path is not None else seg.length
-                n = max(1, math.ceil(max(data, 1) / split))
-                step = -(-max(data, 1) // n)
-                ranges = [(k * step, (k + 1) * step, False) for k in range(n - 1)] + [((n - 1) * step, seg.length,
-                                                                                       True)]
+                ranges = cut_ranges(seg.length, data, split)
             else:
                 ranges = [(0, seg.length, True)]
             out.append(_SegmentPlan(name, seg, ranges, len(ranges) > 1 or seg.name in recovery_region.get(name, ())))
@@ -221,7 +210,6 @@ def _segment_ends(ctx: AuditContext) -> dict[tuple[str, str], tuple[int | None, 
 
 def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
     from datasources.consumequeue import GROUP_BYTES, GROUP_FILES
-    from store_format.commitlog import SEGMENT_NAME
 
     from .scan import BrokerFacts, CommitlogRange, IndexScan, QueueScan, RoutedIndexFile, RoutedQueueFile
     from store_format.recovery import truncates_queues
@@ -234,7 +222,9 @@ def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
     ix_rows = {r["path"]: r for r in ctx.survey_partial("survey.index_files", INDEX_FILES).to_pylist()}
     tasks = []
     for name, plan in ctx.plans.items():
-        p = ctx.recovery[name]
+        p = ctx.recovery.get(name)
+        if p is None:
+            continue  # its recovery could not be predicted: a finding says so
         stop = p.walks.get(p.stop_segment) if p.stop_segment else None
         queue_files = [RoutedQueueFile(f.loc, f.topic, f.queue_id, f.name, int(f.name) // 20,
                                        buckets_of_row(cq_rows[f.loc.path]))
@@ -272,7 +262,6 @@ def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
                     crc_checked_before=(first_stop or 0) if resolved and ctx.options.check_crc else 0,
                     resolved=resolved, first_of_broker=(i == 0 and k == 0), next_base=nxt if last else None))
         if not mine:  # no segment: one task still owns every offset, so units and entries are checked
-            from datasources.storepaths import Location
 
             tasks.append(_NoCommitlog(facts))
         for group in _queue_groups(plan.cq_files, GROUP_BYTES, GROUP_FILES):
@@ -287,6 +276,10 @@ class _NoCommitlog:
     """A broker without commitlog segments: its units and entries point at nothing."""
 
     facts: object
+
+    @property
+    def broker(self) -> str:
+        return self.facts.broker
 
     def describe(self) -> str:
         return f"{self.facts.broker}: no commitlog"
@@ -333,7 +326,9 @@ def run(spark, args) -> AuditResult:
                            message_index_safe=args.message_index_safe, segment_size=geometry.segment_size,
                            split_size=parse_size(args.split_size, 0) if args.split_size else None)
     ctx = AuditContext(spark, stores, plans, options)
-    cores = _cores(spark)
+    from datasources.commitlog import default_parallelism
+
+    cores = default_parallelism(spark)
     split = scan_split_size(list(plans.values()), cores, options.split_size)
     from store_format.recovery import recovery_region
 
@@ -349,6 +344,7 @@ def run(spark, args) -> AuditResult:
         survey = _survey_tasks(ctx, segments)
         progress(f"survey: {len(survey)} task(s)")
         ctx.survey = run_tasks(spark, survey, TASKS_PER_CORE * cores, RunInfo(None))
+        ctx.failures.append(ctx.survey.get("_failures", FAILURES))
         phases.done("survey")
         progress("predicting recovery")
         ctx.predict_recovery()
@@ -356,6 +352,7 @@ def run(spark, args) -> AuditResult:
         scan = _scan_tasks(ctx, segments)
         progress(f"scan: {len(scan)} task(s)")
         ctx.scan = run_tasks(spark, scan, TASKS_PER_CORE * cores, run)
+        ctx.failures.append(ctx.scan.get("_failures", FAILURES))
         from .checks.recovery import lost_from_scan
 
         lost_from_scan(ctx)
@@ -364,8 +361,12 @@ def run(spark, args) -> AuditResult:
         results = {}
         for family in families:
             t0 = time.time()
-            results[family] = load(family).on_driver(ctx)
+            try:
+                results[family] = load(family).on_driver(ctx)
+            except Exception as e:  # a bug or input no check foresaw: every broker's results lack this family
+                ctx.failures += [failure_row(s.name, f"the {family} checks", e) for s in stores]
             progress(f"{family}: {time.time() - t0:.1f}s")
+        results["_failures"] = FamilyResult(findings=[_failure_findings(ctx.failures)])
         phases.done("families on the driver")
 
         stamp = {"run_id": run_id, "run_time": run_time}
@@ -402,7 +403,7 @@ def run(spark, args) -> AuditResult:
             "counts": {"error": counts["severity"].get("error", 0), "warning": counts["severity"].get("warning", 0),
                        "info": counts["severity"].get("info", 0), "per_check": counts["per_check"]},
             "brokers": [{"name": s.name, "path": s.path, "geometry": _geometry(plans[s.name]),
-                         "as_of": ctx.as_of.get(s.name), "recovery": recovery[s.name]} for s in stores],
+                         "as_of": ctx.as_of.get(s.name), "recovery": recovery.get(s.name)} for s in stores],
             "outputs": {"findings": f"{out}/findings", "metrics": f"{out}/metrics",
                         **{f"tables/{n}": f"{out}/tables/{n}" for n in tables},
                         "report": None if args.no_report else f"{out}/report.html"},
@@ -425,7 +426,18 @@ def run(spark, args) -> AuditResult:
     progress(f"done in {time.time() - started:.1f}s")
     if getattr(args, "profile", False):
         _print_profile(ctx, phases)
-    return AuditResult(line, cli.EXIT_NOTHING if errors else cli.EXIT_OK, out=out, summary_data=summary)
+    return AuditResult(line, cli.EXIT_NOTHING if errors else cli.EXIT_OK, out=out, summary_data=summary,
+                       phases=phases.times)
+
+
+def _failure_findings(failures: list[pa.Table]) -> pa.Table:
+    """``broker.audit_failed`` for every task or step that failed: what, the error, and where in the code."""
+    t = pa.concat_tables([f for f in failures if f.num_rows]) if any(f.num_rows for f in failures) else None
+    if t is None:
+        return FD.empty_findings()
+    return FD.finding_table("broker.audit_failed", t.num_rows, broker=t.column("broker"),
+                            values={"what": t.column("what"), "error": t.column("error")},
+                            details={"what": t.column("what"), "error": t.column("error"), "where": t.column("where")})
 
 
 def _counts(ctx: AuditContext, driver_findings: pa.Table) -> dict:
@@ -469,8 +481,13 @@ def _geometry(plan: BrokerPlan) -> dict:
 
 
 def _print_profile(ctx: AuditContext, phases: _Phases) -> None:
+    from jobs import session
+
     lines = ["where the time went (wall clock):"]
+    if session.last_start_seconds is not None:
+        lines.append(f"  {'(Spark session start, before it)':<34} {session.last_start_seconds:7.2f} s")
     lines += [f"  {name:<34} {secs:7.2f} s" for name, secs in phases.times]
+    lines.append(f"  {'the audit in all':<34} {sum(s for _, s in phases.times):7.2f} s")
     for stage, outputs in (("survey", ctx.survey), ("scan", ctx.scan)):
         t = outputs.partials.get("_timing")
         if t is None or not t.num_rows:

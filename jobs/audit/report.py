@@ -223,7 +223,7 @@ def rate_counts(rc) -> pa.Table | None:
     kept = rc.column("kept")
     if not kept.any():
         return None
-    t = m.filter(pa.array(kept))
+    t = pa.table({"topic": m.column("topic"), "store_timestamp": m.column("store_timestamp")}).filter(pa.array(kept))
     sec = np.floor_divide(t.column("store_timestamp").to_numpy(zero_copy_only=False), 1000)
     unit = 1 if sec.max() - sec.min() <= _FINE_SPAN else 60
     g = pa.table({"topic": t.column("topic"), "time": pa.array(sec // unit)}).group_by(["topic", "time"]).aggregate(

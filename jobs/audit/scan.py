@@ -22,12 +22,11 @@ from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from datasources.commitlog import cut_to_walk, read_range_walk, segment_ends
 from datasources.storepaths import Location
 from store_format import layout as L
-from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, ReadOnlyMap, SalvageSpan
+from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, ReadOnlyMap
 
 from .plan import Buckets
 from .tasks import Emitter
@@ -37,7 +36,7 @@ NEG_INF = np.iinfo(np.int64).min
 # columns every message row carries, decoded once per range (the rest on demand, for the few rows that need them)
 DECODED = ("topic", "queue_id", "queue_offset", "tags_code", "tran_type", "store_timestamp", "uniq_key", "keys",
            "tags", "prepared_transaction_offset", "real_topic", "real_queue_id", "retry_topic", "origin_message_id",
-           "reconsume_times", "sys_flag")
+           "reconsume_times", "sys_flag", "invalid_utf8")
 _DECODE_ROWS = 1 << 18
 
 # locate(): what a physical offset that starts no message points at
@@ -114,6 +113,10 @@ class CommitlogRange:
     resolved: bool = False
     first_of_broker: bool = False  # owns everything below its walk's start too
     next_base: int | None = None  # a segment's last range owns up to the next segment (None: to infinity)
+
+    @property
+    def broker(self) -> str:
+        return self.facts.broker
 
     def describe(self) -> str:
         return f"{self.facts.broker}/{self.name}@{self.start}"
@@ -307,8 +310,10 @@ class RangeContext:
         start = it.positions[rows] + self.base
         end = start + it.sizes[rows]
         damage = it.kinds[rows] == KIND_CORRUPT
-        reasons = [it.others[r].reason if damage[k] else None for k, r in enumerate(rows.tolist())]
-        extra = [(p, n, r) for p, n, r in self.facts.file_problems if self.lo <= p < self.hi]
+        reasons = [None] * len(rows)
+        for k in np.flatnonzero(damage).tolist():
+            reasons[k] = it.others[int(rows[k])].reason
+        extra = self._file_problems
         if extra:
             start = np.concatenate([start, np.array([p for p, _, _ in extra], np.int64)])
             end = np.concatenate([end, np.array([p + n for p, n, _ in extra], np.int64)])
@@ -336,10 +341,17 @@ class RangeContext:
         return code, prev, [reasons[k] if inside[n] else None for n, k in enumerate(j.tolist())]
 
     @property
+    def _file_problems(self) -> list[tuple[int, int, str]]:
+        return [(p, n, r) for p, n, r in self.facts.file_problems if self.lo <= p < self.hi]
+
+    @property
     def data_end(self) -> int | None:
         """One past the last byte of any message or span of this range (the driver takes the broker's max)."""
-        _, end, _, _ = self._located_items
-        return int(end.max()) if len(end) else None
+        it = self.items
+        item = (it.kinds == KIND_MESSAGE) | (it.kinds == KIND_CORRUPT)
+        ends = [int((it.positions[item] + it.sizes[item]).max()) + self.base] if item.any() else []
+        ends += [p + n for p, n, _ in self._file_problems]
+        return max(ends) if ends else None
 
 
 def _block(phys: np.ndarray, size: int) -> np.ndarray:
@@ -365,6 +377,10 @@ class QueueScan:
     facts: BrokerFacts
     files: list  # CQFilePartition, every file of each queue, in order
 
+    @property
+    def broker(self) -> str:
+        return self.facts.broker
+
     def describe(self) -> str:
         return f"{self.facts.broker}: {len(self.files)} consume-queue file(s)"
 
@@ -385,6 +401,10 @@ class QueueScan:
 class IndexScan:
     facts: BrokerFacts
     part: object  # IndexFilePartition
+
+    @property
+    def broker(self) -> str:
+        return self.facts.broker
 
     def describe(self) -> str:
         return f"{self.facts.broker}/index/{self.part.name}"

@@ -19,10 +19,10 @@ import pyarrow as pa
 
 from datasources.commitlog import read_range_walk, span_detail
 from datasources.consumequeue import CQFilePartition
-from datasources.indexfile import IndexFilePartition, EntryViews
+from datasources.indexfile import EntryViews, IndexFilePartition, written_entries
 from datasources.storepaths import Location, local_copy
 from store_format import layout as L
-from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, ReadOnlyMap, SEGMENT_NAME, \
+from store_format.commitlog import KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, ReadOnlyMap, SEGMENT_NAME, \
     SalvageSpan
 from store_format.consumequeue import CQFile, read_unit_arrays
 from store_format.recovery import recover_queue
@@ -218,7 +218,7 @@ class IndexSurvey:
                 else:
                     with f, ReadOnlyMap(local) as m:
                         h = f.header
-                        count = min(max(h.index_count, 1), f.index_num)
+                        count = written_entries(m, f.hash_slot_num, min(max(h.index_count, 1), f.index_num))
                         v = EntryViews(m.buf, f.hash_slot_num, count)
                         phys = v.physical_offset[1:].astype(np.int64)
                         del v

@@ -25,6 +25,7 @@ from .findings import as_written
 
 OUTPUT_SCHEMA = pa.schema([("table", pa.string()), ("payload", pa.binary())])
 COUNTS = pa.schema([("check", pa.string()), ("severity", pa.string()), ("count", pa.int64())])
+FAILURES = pa.schema([("broker", pa.string()), ("what", pa.string()), ("error", pa.string()), ("where", pa.string())])
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,18 @@ class Emitter:
             yield pa.RecordBatch.from_pylist([{"table": name, "payload": sink.getvalue()}], schema=OUTPUT_SCHEMA)
 
 
+def failure_row(broker: str, what: str, e: BaseException) -> pa.Table:
+    """A failure as a row of :data:`FAILURES`: where it happened is the innermost frame of the project's code."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if any(f"{os.sep}{p}{os.sep}" in f.filename for p in ("store_format", "datasources", "udfs", "jobs"))]
+    where = f"{frames[-1].filename.rsplit(os.sep, 2)[-2]}/{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" \
+        if frames else None
+    return pa.table({"broker": [broker], "what": [what], "error": [f"{type(e).__name__}: {e}"], "where": [where]},
+                    schema=FAILURES)
+
+
 def pack(tasks: list, slots: int) -> list[list]:
     """Tasks in at most ``slots`` bins of about equal cost (largest first into the least loaded bin), each bin
     keeping the tasks' order: a Spark task costs tens of milliseconds before it runs a line of ours, so
@@ -91,7 +104,11 @@ def run_bin(items: list, run: RunInfo):
     for i, task in items:
         out = Emitter()
         t0 = time.perf_counter()
-        task.run(out)
+        try:
+            task.run(out)
+        except Exception as e:  # one broker's bad file is that broker's finding: the others' tasks go on
+            out = Emitter()  # what the task made before it failed is incomplete: only the failure is kept
+            out.partial("_failures", failure_row(task.broker, task.describe(), e))
         out.write_findings(run, f"part-{i:05d}.parquet")
         out.partial("_timing", pa.table({"kind": [type(task).__name__], "name": [task.describe()],
                                          "seconds": [time.perf_counter() - t0]}))

@@ -85,7 +85,7 @@ def in_range(rc, out) -> None:
         kept[hit] = rc.column("kept")[at[hit]]
         matched = np.flatnonzero(kept)
         if len(matched):
-            _mismatches(rc, u.take(matched), at[matched], out)
+            _mismatches(rc, u, matched, at[matched], out)
         loose = np.flatnonzero(~hit)
         if len(loose):
             _loose(rc, u.take(loose), out)
@@ -95,7 +95,11 @@ def in_range(rc, out) -> None:
         want = rc.column("kept") & pc.is_in(m.column("tran_type"), pa.array(DISPATCHED_TYPES)).to_numpy(
             zero_copy_only=False)
         mphys = rc.column("physical_offset")
-        has_unit = np.isin(mphys, u.column("physical_offset").to_numpy()) if u.num_rows else np.zeros(len(mphys), bool)
+        has_unit = np.zeros(len(mphys), bool)
+        if u.num_rows:
+            unit_phys = np.sort(u.column("physical_offset").to_numpy())
+            i = np.minimum(np.searchsorted(unit_phys, mphys), len(unit_phys) - 1)
+            has_unit = unit_phys[i] == mphys
         rows = np.flatnonzero(want & ~has_unit)
         if len(rows):
             t = m.take(rows)
@@ -113,19 +117,19 @@ def _unit_positions(rc, u: pa.Table) -> dict:
                 queue_offset=u.column("queue_offset"))
 
 
-def _mismatches(rc, u: pa.Table, at: np.ndarray, out) -> None:
-    """Units (``u``) against the kept messages at their offsets (message rows ``at``): compared in numpy, and only
-    the rows that differ are gathered into findings."""
+def _mismatches(rc, u: pa.Table, rows: np.ndarray, at: np.ndarray, out) -> None:
+    """Units ``rows`` of ``u`` against the kept messages at their offsets (message rows ``at``): compared in numpy,
+    and only the units that differ are gathered into findings."""
     m = rc.messages
 
     def mnum(name):
         return rc.column(name)[at]
 
     def unum(name):
-        return u.column(name).to_numpy(zero_copy_only=False)
+        return u.column(name).to_numpy(zero_copy_only=False)[rows]
 
     topics = pc.unique(pa.concat_arrays([u.column("topic").combine_chunks(), m.column("topic").combine_chunks()]))
-    same_topic = num_codes(u.column("topic"), topics) == num_codes(m.column("topic"), topics)[at]
+    same_topic = num_codes(u.column("topic"), topics)[rows] == num_codes(m.column("topic"), topics)[at]
     wrong_queue = ~same_topic | (unum("queue_id") != mnum("queue_id"))
     tags_known = m.column("tags_code").is_valid().to_numpy(zero_copy_only=False)[at]
     dispatched = pc.is_in(m.column("tran_type"), pa.array(DISPATCHED_TYPES)).to_numpy(zero_copy_only=False)[at]
@@ -141,12 +145,12 @@ def _mismatches(rc, u: pa.Table, at: np.ndarray, out) -> None:
         ("consumequeue.undispatchable_entry", ~dispatched, {"tran_type": ("m", "tran_type")}),
     )
     for check_id, cond, fields in checks:
-        rows = np.flatnonzero(cond)
-        if not len(rows):
+        hit = np.flatnonzero(cond)
+        if not len(hit):
             continue
-        uu, mm = u.take(rows), m.take(at[rows])
+        uu, mm = u.take(rows[hit]), m.take(at[hit])
         values = {k: (uu if side == "u" else mm).column(col) for k, (side, col) in fields.items()}
-        out.finding(finding_table(check_id, len(rows), values=values,
+        out.finding(finding_table(check_id, len(hit), values=values,
                                   details={"uniq_key": mm.column("uniq_key"), "key": mm.column("uniq_key"), **values},
                                   **_unit_positions(rc, uu)))
 

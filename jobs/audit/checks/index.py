@@ -30,8 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datasources.indexfile import EntryViews, chain_problems, entry_summary, reachable
+from datasources.indexfile import EntryViews, chain_bits, entry_summary, problem_lists, written_entries
 from datasources.storepaths import local_copy
+from store_format import layout as L
 from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.indexfile import INDEX_NAME, IndexFile
@@ -58,6 +59,9 @@ check("index.time_inconsistent", Severity.WARNING,
 check("index.chain_problem", Severity.ERROR, "entry {entry}: {problems_text}")
 check("index.corrupt_file", Severity.ERROR, "index file {file} cannot be read: {reason|} {detail|}")
 check("index.header_count_out_of_range", Severity.ERROR, "indexCount {index_count} is outside 1..{index_num}")
+check("index.unwritten_entries", Severity.ERROR,
+      "indexCount {index_count} counts {unwritten} entries past the last written one, entry {last_written}: zeros "
+      "no put wrote (the header's counter is wrong, or the file lost its end); the written entries are checked")
 check("index.header_mismatch", Severity.WARNING, "index header disagrees with its entries: {problems}")
 check("index.duplicate_entries", Severity.INFO,
       "{extra} duplicate index entries for {pairs} (key, message) pair(s): expected after re-dispatch or a key listed "
@@ -101,19 +105,28 @@ def key_text(m: pa.Table, rows: np.ndarray, source: np.ndarray) -> pa.Array:
 
 
 def pairs_in(a_phys: np.ndarray, a_hash: np.ndarray, b_phys: np.ndarray, b_hash: np.ndarray) -> np.ndarray:
-    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s: offsets ranked so a pair fits an int64, then a
-    sorted search."""
+    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s (udfs.compiled.pairs_in_sorted); either side
+    put in offset order first where it is not (entries and keys mostly come in commitlog order)."""
+    from udfs.kernels import _compiled
+
+    found = np.zeros(len(a_phys), bool)
     if not len(a_phys) or not len(b_phys):
-        return np.zeros(len(a_phys), bool)
-    offsets = np.sort(np.concatenate([a_phys, b_phys]))
-    offsets = offsets[np.r_[True, offsets[1:] != offsets[:-1]]]
+        return found
 
-    def code(p, h):
-        return (np.searchsorted(offsets, p).astype(np.int64) << 32) | (h.astype(np.int64) & 0xFFFFFFFF)
+    def ordered(phys, hashes):
+        phys, hashes = np.ascontiguousarray(phys, np.int64), np.ascontiguousarray(hashes, np.int32)
+        if len(phys) > 1 and (phys[1:] < phys[:-1]).any():
+            order = np.argsort(phys, kind="stable")
+            return phys[order], hashes[order], order
+        return phys, hashes, None
 
-    ka, kb = code(a_phys, a_hash), np.sort(code(b_phys, b_hash))
-    i = np.minimum(np.searchsorted(kb, ka), len(kb) - 1)
-    return kb[i] == ka
+    a_phys, a_hash, a_order = ordered(a_phys, a_hash)
+    b_phys, b_hash, _ = ordered(b_phys, b_hash)
+    hits = found if a_order is None else np.zeros(len(a_phys), bool)
+    _compiled().pairs_in_sorted(a_phys, a_hash, b_phys, b_hash, hits)
+    if a_order is not None:
+        found[a_order] = hits
+    return found
 
 
 def in_range(rc, out) -> None:
@@ -175,23 +188,21 @@ def in_range(rc, out) -> None:
         _loose(rc, e.take(loose), out)
     good = np.flatnonzero(ekept)
     if len(good):
-        g = e.take(good)
-        mt = m.take(at[good])
-        bad = np.flatnonzero(~pairs_in(ephys[good], ehash[good], kphys, khash))
+        bad = good[~pairs_in(ephys[good], ehash[good], kphys, khash)]
         if len(bad):
-            gb, mb = g.take(bad), mt.take(bad)
+            gb, mb = e.take(bad), m.select(["topic"]).take(at[bad])
             out.finding(finding_table(
                 "index.hash_mismatch", len(bad), broker=rc.broker, file=gb.column("file"),
                 physical_offset=gb.column("physical_offset"), topic=mb.column("topic"),
                 values={"entry": gb.column("entry"), "key_hash": gb.column("key_hash")},
                 details={"entry": gb.column("entry"), "key_hash": gb.column("key_hash")}))
         # timeDiff is whole seconds from the header's begin; the first entry's is against the previous file
-        ts = mt.column("store_timestamp").to_numpy(zero_copy_only=False)
-        et = g.column("store_time").to_numpy()
-        late = (g.column("entry").to_numpy() > 1) & ((ts < et) | (ts >= et + 1000))
-        rows = np.flatnonzero(late)
+        ts = rc.column("store_timestamp")[at[good]]
+        et = e.column("store_time").to_numpy()[good]
+        late = (e.column("entry").to_numpy()[good] > 1) & ((ts < et) | (ts >= et + 1000))
+        rows = good[late]
         if len(rows):
-            gl, ml = g.take(rows), mt.take(rows)
+            gl, ml = e.take(rows), m.select(["topic", "store_timestamp"]).take(at[rows])
             out.finding(finding_table(
                 "index.time_inconsistent", len(rows), broker=rc.broker, file=gl.column("file"),
                 physical_offset=gl.column("physical_offset"), topic=ml.column("topic"),
@@ -295,28 +306,32 @@ def in_index_file(facts, part, out) -> None:
             return
         with f, ReadOnlyMap(local) as mm:
             h = f.header
-            count = min(max(h.index_count, 1), f.index_num)
+            counted = min(max(h.index_count, 1), f.index_num)
+            count = written_entries(mm, f.hash_slot_num, counted)  # a counter past them is one finding, not many
+            if count < counted and h.index_count <= f.index_num:
+                out.finding(finding_rows("index.unwritten_entries", [dict(
+                    broker=broker, file=name, file_position=L.INDEX_HEADER_SIZE + f.hash_slot_num * L.INDEX_SLOT_SIZE
+                    + count * L.INDEX_ENTRY_SIZE,
+                    values={"index_count": h.index_count, "unwritten": counted - count, "last_written": count - 1},
+                    details={"index_count": h.index_count, "written_entries": count - 1})]))
             v = EntryViews(mm.buf, f.hash_slot_num, count)
-            reached = reachable(v)
+            bits = chain_bits(v)
             summary = entry_summary(v)
             _header(broker, name, h, f.index_num, summary, out)
             out.partial("index.files", pa.table({"broker": [broker], "file": [name], "entries": [max(count - 1, 0)],
                                                  "duplicate_entries": [summary["duplicate_entries"]],
                                                  "duplicated_pairs": [summary["duplicated_pairs"]]}, schema=FILES))
-            chunk = 1 << 16
-            for start in range(1, count, chunk):
-                end = min(start + chunk, count)
-                kh, phys, td, prev = v.chunk(start, end)
-                problems = chain_problems(v, start, kh, td, prev, reached)
-                has = np.flatnonzero(pc.list_value_length(problems).to_numpy(zero_copy_only=False) > 0)
-                if not len(has):
-                    continue
-                p = problems.take(pa.array(has))
-                entry = pa.array((start + has).astype(np.int32))
+            has = np.flatnonzero(bits)  # entry 0 has none
+            if len(has):
+                phys, prev = v.physical_offset[has], v.prev_index[has]
+                p = problem_lists(bits[has])
+                entry = pa.array(has.astype(np.int32))
                 out.finding(finding_table(
-                    "index.chain_problem", len(has), broker=broker, file=name, physical_offset=pa.array(phys[has]),
+                    "index.chain_problem", len(has), broker=broker, file=name,
+                    physical_offset=pa.array(phys.astype(np.int64)),
                     values={"entry": entry, "problems_text": pc.binary_join(p, ", ")},
-                    details={"entry": entry, "problems": pc.binary_join(p, ","), "prev_index": pa.array(prev[has])}))
+                    details={"entry": entry, "problems": pc.binary_join(p, ","),
+                             "prev_index": pa.array(prev.astype(np.int32))}))
             del v
 
 

@@ -5,7 +5,7 @@ Checks: ``integrity.<reason>`` for each corrupt span (reason = the walk's stop k
 bad_magic, size_mismatch, bad_length, truncated, physical_offset_mismatch, end_of_data for a hole after zeros;
 bad_file_name, bad_geometry (wrong or empty length) for segment files), ``integrity.damaged_message`` (the
 message a span destroyed, when its header still decodes), ``integrity.stale_records``, ``integrity.segment_gap``,
-``integrity.no_commitlog``.  The segment table (fill and damage per segment) is this family's detail table.
+``integrity.no_commitlog``, ``integrity.invalid_utf8`` (a topic, property name or value that is not UTF-8).  The segment table (fill and damage per segment) is this family's detail table.
 """
 from __future__ import annotations
 
@@ -35,6 +35,9 @@ check("integrity.stale_records", Severity.WARNING,
 check("integrity.segment_gap", Severity.ERROR,
       "segment {file} follows {previous}: {missing} bytes of commitlog are missing between them")
 check("integrity.no_commitlog", Severity.ERROR, "no commitlog segment in this store")
+check("integrity.invalid_utf8", Severity.WARNING,
+      "{field} of this message is not UTF-8: {value} (the broker reads U+FFFD for the bytes shown escaped, so "
+      "consumers and key lookups see other text than the producer sent)")
 
 _CONTEXT_REASONS = ("BAD_CRC", "SIZE_MISMATCH", "PHYSICAL_OFFSET_MISMATCH")  # spans whose record still decodes
 
@@ -94,6 +97,7 @@ def in_range(rc, out) -> None:
         "stale_first_offset": int(pos[stale].min()) + rc.base if len(stale) else None,
     }], schema=SEGMENT_PARTS))
     m = rc.messages
+    _malformed_texts(rc, out)
     if m.num_rows:
         per_queue = m.group_by(["topic", "queue_id"]).aggregate([("store_size", "count"), ("store_size", "sum")])
         out.partial("integrity.queue_counts", pa.table({
@@ -101,6 +105,28 @@ def in_range(rc, out) -> None:
             "queue_id": per_queue.column("queue_id"),
             "messages": per_queue.column("store_size_count").cast(pa.int64()),
             "bytes": per_queue.column("store_size_sum").cast(pa.int64())}, schema=QUEUE_COUNTS))
+
+
+def _malformed_texts(rc, out) -> None:
+    """Messages whose topic or properties hold malformed UTF-8 (the kernels' ``invalid_utf8``): one finding per
+    malformed field, at the record, with the value escaped and its first bad byte's file position
+    (store_format.codec.malformed_texts)."""
+    bad = np.flatnonzero(rc.messages.column("invalid_utf8").is_valid().to_numpy(zero_copy_only=False))
+    rows = []
+    for row in bad.tolist():
+        pos = int(rc.positions[rc.message_rows[row]])
+        m = rc.messages.slice(row, 1).to_pylist()[0]
+        try:
+            fields = codec.malformed_texts(rc.buf, pos - rc.w0)
+        except StoreFormatError:
+            continue
+        for field, value, at in fields:
+            rows.append(dict(broker=rc.broker, file=rc.segment, file_position=pos, physical_offset=pos + rc.base,
+                             topic=m["topic"], queue_id=m["queue_id"], queue_offset=m["queue_offset"],
+                             values={"field": field, "value": value[:200]},
+                             details={"field": field, "value": value, "malformed_at": at + rc.w0,
+                                      "uniq_key": m["uniq_key"]}))
+    out.finding(finding_rows("integrity.invalid_utf8", rows))
 
 
 def _damaged_messages(rc, spans, out) -> None:

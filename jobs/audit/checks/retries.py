@@ -64,76 +64,79 @@ def in_range(rc, out) -> None:
                                              schema=HOPS))
 
 
-def _group_of(topic: str | None) -> str | None:
-    if topic is None:
-        return None
-    for prefix in (_RETRY, _DLQ):
-        if topic.startswith(prefix):
-            return topic[len(prefix):]
-    return None
+def _group_of(dest):
+    """The consumer group a retry or DLQ topic names (null for other topics)."""
+    return pc.if_else(pc.starts_with(dest, _RETRY), pc.utf8_slice_codeunits(dest, len(_RETRY)),
+                      pc.if_else(pc.starts_with(dest, _DLQ), pc.utf8_slice_codeunits(dest, len(_DLQ)),
+                                 pa.scalar(None, pa.string())))
+
+
+ORIGINS = pa.schema([("broker", pa.string()), ("origin_message_id", pa.string()), ("origin_topic_found", pa.string()),
+                     ("origin_physical_offset", pa.int64()), ("origin_uniq_key", pa.string())])
 
 
 def retry_table(ctx) -> pa.Table:
-    rows = []
-    hops = sorted(ctx.partial("retries.hops", HOPS).to_pylist(), key=lambda r: (r["broker"], r["physical_offset"]))
-    origins = {b: ctx.kept_messages_by_id(b, [h["origin_message_id"] for h in hops if h["broker"] == b])
-               for b in {h["broker"] for h in hops}}
-    for h in hops:
-        dest = h["real_topic"] if h["topic"] == L.SCHEDULE_TOPIC else h["topic"]
-        stage = "scheduled" if h["topic"] == L.SCHEDULE_TOPIC else "dlq" if h["topic"].startswith(_DLQ) else "retry"
-        origin = origins[h["broker"]].get(h["origin_message_id"])
-        rows.append(dict(broker=h["broker"], group=_group_of(dest), stage=stage, topic=h["topic"],
-                         queue_id=h["queue_id"], queue_offset=h["queue_offset"], physical_offset=h["physical_offset"],
-                         segment=h["segment"], file_position=h["file_position"], store_timestamp=h["store_timestamp"],
-                         reconsume_times=h["reconsume_times"], uniq_key=h["uniq_key"],
-                         origin_message_id=h["origin_message_id"],
-                         original_topic=h["retry_topic"] if h["retry_topic"] is not None else
-                         (origin.topic if origin else None),
-                         origin_physical_offset=origin.physical_offset if origin else None,
-                         origin_uniq_key=origin.uniq_key if origin else None))
-    return pa.Table.from_pylist(rows, schema=RETRIES)
+    hops = ctx.partial("retries.hops", HOPS)
+    if not hops.num_rows:
+        return RETRIES.empty_table()
+    origins = []
+    for broker in pc.unique(hops.column("broker")).to_pylist():
+        ids = pc.unique(hops.filter(pc.equal(hops.column("broker"), broker)).column("origin_message_id")).to_pylist()
+        found = ctx.kept_messages_by_id(broker, ids)
+        origins.append(pa.table({"broker": pa.repeat(pa.scalar(broker), found.num_rows),
+                                 "origin_message_id": found.column("msg_id"),
+                                 "origin_topic_found": found.column("topic"),
+                                 "origin_physical_offset": found.column("physical_offset"),
+                                 "origin_uniq_key": found.column("uniq_key")}, schema=ORIGINS))
+    topic = hops.column("topic")
+    scheduled = pc.equal(topic, L.SCHEDULE_TOPIC)
+    t = hops.append_column("group", _group_of(pc.if_else(scheduled, hops.column("real_topic"), topic)))
+    t = t.append_column("stage", pc.if_else(scheduled, "scheduled", pc.if_else(pc.starts_with(topic, _DLQ), "dlq",
+                                                                                "retry")))
+    t = t.join(pa.concat_tables(origins), ["broker", "origin_message_id"], join_type="left outer")
+    t = t.append_column("original_topic", pc.coalesce(t.column("retry_topic"), t.column("origin_topic_found")))
+    t = t.sort_by([("broker", "ascending"), ("physical_offset", "ascending")])
+    return t.select([f.name for f in RETRIES]).cast(RETRIES)
 
 
 def on_driver(ctx) -> FamilyResult:
     res = FamilyResult()
     hops = retry_table(ctx)
     res.tables["retries"] = hops
-    rows = hops.to_pylist()
-    dlq = [r for r in rows if r["stage"] == "dlq"]
-    if dlq:
-        col = lambda name, typ: pa.array([r[name] for r in dlq], typ)  # noqa: E731
-        group, uniq = col("group", pa.string()), col("uniq_key", pa.string())
+    dlq = hops.filter(pc.equal(hops.column("stage"), "dlq"))
+    if dlq.num_rows:
+        origin = dlq.column("origin_physical_offset")
+        origin_text = pc.if_else(pc.is_null(origin), "; original not in this dump", pc.binary_join_element_wise(
+            "; original at physical offset ", pc.cast(origin, pa.string()), ""))
+        uniq = dlq.column("uniq_key")
         res.findings.append(finding_table(
-            "retries.dlq_message", len(dlq), broker=col("broker", pa.string()), file=col("segment", pa.string()),
-            file_position=col("file_position", pa.int64()), physical_offset=col("physical_offset", pa.int64()),
-            topic=col("topic", pa.string()), queue_id=col("queue_id", pa.int32()),
-            queue_offset=col("queue_offset", pa.int64()),
-            values={"group": group, "original_topic": col("original_topic", pa.string()),
-                    "reconsume_times": col("reconsume_times", pa.int32()),
-                    "origin_text": pa.array([f"; original at physical offset {r['origin_physical_offset']}"
-                                             if r["origin_physical_offset"] is not None
-                                             else "; original not in this dump" for r in dlq])},
-            details={"group": group, "origin_message_id": col("origin_message_id", pa.string()), "uniq_key": uniq,
-                     "key": uniq}))
-    inventory: dict[tuple, list] = {}
-    for r in dlq:
-        inventory.setdefault((r["broker"], r["group"]), []).append(r)
-    inv_rows = [dict(broker=b, group=g, messages=len(rs), oldest_store_time=min(r["store_timestamp"] for r in rs),
-                     newest_store_time=max(r["store_timestamp"] for r in rs),
-                     original_topics=sorted({r["original_topic"] for r in rs if r["original_topic"] is not None}),
-                     max_reconsume_times=max(r["reconsume_times"] for r in rs))
-                for (b, g), rs in sorted(inventory.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
-    inv = pa.Table.from_pylist(inv_rows, schema=DLQ)
-    res.tables["dlq"] = inv
-    if inv_rows:
-        res.metrics.append(metric_table("group", {"dlq_messages": inv.column("messages")}, n=inv.num_rows,
-                                        broker=inv.column("broker"), group=inv.column("group")))
-    retries: dict[tuple, int] = {}
-    for r in rows:
-        if r["stage"] == "retry":
-            retries[(r["broker"], r["group"])] = retries.get((r["broker"], r["group"]), 0) + 1
-    if retries:
-        keys = sorted(retries, key=lambda k: (k[0], k[1] or ""))
-        res.metrics.append(metric_table("group", {"retry_messages": [retries[k] for k in keys]},
-                                        broker=[k[0] for k in keys], group=[k[1] for k in keys]))
+            "retries.dlq_message", dlq.num_rows, broker=dlq.column("broker"), file=dlq.column("segment"),
+            file_position=dlq.column("file_position"), physical_offset=dlq.column("physical_offset"),
+            topic=dlq.column("topic"), queue_id=dlq.column("queue_id"), queue_offset=dlq.column("queue_offset"),
+            values={"group": dlq.column("group"), "original_topic": dlq.column("original_topic"),
+                    "reconsume_times": dlq.column("reconsume_times"), "origin_text": origin_text},
+            details={"group": dlq.column("group"), "origin_message_id": dlq.column("origin_message_id"),
+                     "uniq_key": uniq, "key": uniq}))
+    g = dlq.group_by(["broker", "group"]).aggregate([
+        ("physical_offset", "count"), ("store_timestamp", "min"), ("store_timestamp", "max"),
+        ("original_topic", "distinct"), ("reconsume_times", "max")])
+    inventory = pa.table({
+        "broker": g.column("broker"), "group": g.column("group"),
+        "messages": g.column("physical_offset_count").cast(pa.int64()),
+        "oldest_store_time": g.column("store_timestamp_min"), "newest_store_time": g.column("store_timestamp_max"),
+        "original_topics": pa.array([sorted(v for v in topics if v is not None)
+                                     for topics in g.column("original_topic_distinct").to_pylist()],
+                                    DLQ.field("original_topics").type),
+        "max_reconsume_times": g.column("reconsume_times_max")}, schema=DLQ).sort_by(
+        [("broker", "ascending"), ("group", "ascending")])
+    res.tables["dlq"] = inventory
+    if inventory.num_rows:
+        res.metrics.append(metric_table("group", {"dlq_messages": inventory.column("messages")}, n=inventory.num_rows,
+                                        broker=inventory.column("broker"), group=inventory.column("group")))
+    retries = hops.filter(pc.equal(hops.column("stage"), "retry")).group_by(["broker", "group"]).aggregate(
+        [("physical_offset", "count")])
+    if retries.num_rows:
+        res.metrics.append(metric_table("group", {"retry_messages": retries.column("physical_offset_count")},
+                                        n=retries.num_rows, broker=retries.column("broker"),
+                                        group=retries.column("group")))
     return res

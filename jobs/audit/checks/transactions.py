@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from store_format import layout as L
 
-from ..findings import Severity, check, concat_findings, finding_table, metric_table
+from ..findings import Severity, check, finding_table, metric_table
 from . import FamilyResult
 
 check("transactions.open", Severity.WARNING,
@@ -82,116 +82,166 @@ def in_range(rc, out) -> None:
         "prepared_transaction_offset": t.column("prepared_transaction_offset"), "op_body": body}, schema=RECORDS))
 
 
-def _long(text) -> int | None:
+def _ops(records: pa.Table) -> pa.Table:
+    """(broker, queue_offset, op_time): each half queue offset the op messages mark done, with the earliest op's
+    store time.  A body is one decimal offset (4.x) or a comma list (5.x), decoded as UTF-8 with replacement; a
+    piece that is blank or not a long (as Spark casts it) marks nothing."""
+    ops = records.filter(pc.equal(records.column("role"), "op"))
+    brokers, queue_offsets, times = [], [], []
+    for broker, body, ts in zip(ops.column("broker").to_pylist(), ops.column("op_body").to_pylist(),
+                                ops.column("store_timestamp").to_pylist()):
+        for piece in (body or b"").decode("utf-8", "replace").split(","):
+            q = _long(piece)
+            if q is not None:
+                brokers.append(broker)
+                queue_offsets.append(q)
+                times.append(ts)
+    t = pa.table({"broker": pa.array(brokers, pa.string()), "queue_offset": pa.array(queue_offsets, pa.int64()),
+                  "store_timestamp": pa.array(times, pa.int64())})
+    g = t.group_by(["broker", "queue_offset"]).aggregate([("store_timestamp", "min")])
+    return g.rename_columns(["broker", "queue_offset", "op_time"]) if g.num_rows else pa.table(
+        {"broker": pa.array([], pa.string()), "queue_offset": pa.array([], pa.int64()),
+         "op_time": pa.array([], pa.int64())})
+
+
+def _long(text: str) -> int | None:
     """Spark's cast of a string to a long (surrounding white space allowed), None when it is not one."""
+    text = text.strip()
+    if not text:
+        return None
     try:
-        v = int(text.strip())
-    except (ValueError, AttributeError):
+        v = int(text)
+    except ValueError:
         return None
     return v if -2**63 <= v < 2**63 else None
 
 
-def _int(text) -> int | None:
-    v = _long(text)
-    return v if v is not None and -2**31 <= v < 2**31 else None
+def _ints(texts) -> pa.Array:
+    """Spark's cast of strings to ints (None where a text is not one)."""
+    out = []
+    for t in texts.to_pylist():
+        v = _long(t) if t is not None else None
+        out.append(v if v is not None and -2**31 <= v < 2**31 else None)
+    return pa.array(out, pa.int32())
+
+
+def _ends(records: pa.Table) -> pa.Table:
+    """Commit and rollback records by the offset of the half (or PREPARED record) they end."""
+    e = records.filter(pc.equal(records.column("role"), "end"))
+    return pa.table({"broker": e.column("broker"), "physical_offset": e.column("prepared_transaction_offset"),
+                     "end_type": e.column("tran_type"), "end_physical_offset": e.column("physical_offset")})
+
+
+def _when(cond, values):
+    return pc.if_else(cond, values, pa.scalar(None, values.type))
 
 
 def transaction_table(ctx) -> pa.Table:
-    recs = ctx.partial("transactions.records", RECORDS).to_pylist()
-    by_role: dict[str, list] = {}
-    for r in recs:
-        by_role.setdefault(r["role"], []).append(r)
-    ops: dict[tuple, int] = {}
-    for r in by_role.get("op", []):
-        text = (r["op_body"] or b"").decode("utf-8", "replace")
-        for piece in text.split(","):
-            q = _long(piece) if piece.strip() else None
-            if q is not None:
-                key = (r["broker"], q)
-                ops[key] = min(ops.get(key, r["store_timestamp"]), r["store_timestamp"])
-    ends: dict[tuple, list] = {}
-    for r in by_role.get("end", []):
-        ends.setdefault((r["broker"], r["prepared_transaction_offset"]), []).append(r)
-
-    rows = []
-    txns: dict[tuple, list] = {}
-    for h in sorted(by_role.get("half", []), key=lambda r: (r["broker"], r["physical_offset"])):
-        op_time = ops.get((h["broker"], h["queue_offset"]))
-        for e in ends.get((h["broker"], h["physical_offset"]), [None]):
-            txn = h["uniq_key"] if h["uniq_key"] is not None else str(h["physical_offset"])
-            txns.setdefault((h["broker"], txn), []).append((h, op_time, e))
-    for (broker, txn), joined in sorted(txns.items()):
-        last = max(joined, key=lambda x: x[0]["queue_offset"])[0]
-        first = lambda f: next((x[0][f] for x in joined if x[0][f] is not None), None)  # noqa: E731
-        checks = [_int(x[0]["check_times"]) for x in joined]
-        checks = [c for c in checks if c is not None]
-        op_done = any(x[1] is not None for x in joined)
-        commits = [x[2]["physical_offset"] for x in joined if x[2] is not None and x[2]["tran_type"] == "COMMIT"]
-        commit = max(commits) if commits else None
-        state = ("committed" if op_done and commit is not None else "rolled_back" if op_done
-                 else "committed_without_op" if commit is not None else "open")
-        rows.append(dict(broker=broker, style="half", uniq_key=txn, topic=first("real_topic"),
-                         queue_id=first("real_queue_id"), producer_group=first("producer_group"),
-                         physical_offset=last["physical_offset"], half_queue_offset=last["queue_offset"],
-                         segment=last["segment"], file_position=last["file_position"],
-                         first_store_time=min(x[0]["store_timestamp"] for x in joined), copies=len(joined),
-                         check_times=max(checks) if checks else 0,
-                         resolved_time=min((x[1] for x in joined if x[1] is not None), default=None),
-                         commit_physical_offset=commit, state=state))
-    for p in sorted(by_role.get("prepared", []), key=lambda r: (r["broker"], r["physical_offset"])):
-        found = ends.get((p["broker"], p["physical_offset"]), [])
-        commit = max((e["physical_offset"] for e in found if e["tran_type"] == "COMMIT"), default=None)
-        rollback = max((e["physical_offset"] for e in found if e["tran_type"] == "ROLLBACK"), default=None)
-        rows.append(dict(broker=p["broker"], style="prepared_record", uniq_key=p["uniq_key"], topic=p["topic"],
-                         queue_id=p["queue_id"], producer_group=p["producer_group"],
-                         physical_offset=p["physical_offset"], half_queue_offset=None, segment=p["segment"],
-                         file_position=p["file_position"], first_store_time=p["store_timestamp"], copies=1,
-                         check_times=0, resolved_time=None, commit_physical_offset=commit,
-                         state="committed" if commit is not None else "rolled_back" if rollback is not None
-                         else "open"))
-    for r in rows:
-        r["age_ms"] = ctx.as_of[r["broker"]] - r["first_store_time"] if r["state"] == "open" else None
-    return pa.Table.from_pylist(rows, schema=TRANSACTIONS)
+    recs = ctx.partial("transactions.records", RECORDS)
+    ends = _ends(recs)
+    parts = []
+    h = recs.filter(pc.equal(recs.column("role"), "half"))
+    if h.num_rows:
+        h = h.append_column("check_int", _ints(h.column("check_times")))
+        h = h.join(_ops(recs), ["broker", "queue_offset"], join_type="left outer")
+        h = h.join(ends, ["broker", "physical_offset"], join_type="left outer")
+        h = h.append_column("txn", pc.coalesce(h.column("uniq_key"), pc.cast(h.column("physical_offset"), pa.string())))
+        is_commit = pc.equal(h.column("end_type"), "COMMIT")
+        h = h.append_column("commit_end", _when(is_commit, h.column("end_physical_offset")))
+        h = h.append_column("op_done", pc.is_valid(h.column("op_time")))
+        # the last copy (highest half queue offset) names the transaction's half; names found in offset order
+        last = h.sort_by([("broker", "ascending"), ("txn", "ascending"), ("queue_offset", "descending"),
+                          ("physical_offset", "ascending")]).group_by(["broker", "txn"], use_threads=False).aggregate(
+            [(c, "first") for c in ("physical_offset", "queue_offset", "segment", "file_position")])
+        skip = pc.ScalarAggregateOptions(skip_nulls=True)
+        agg = h.sort_by([("broker", "ascending"), ("txn", "ascending"), ("physical_offset", "ascending")]).group_by(
+            ["broker", "txn"], use_threads=False).aggregate(
+            [("store_timestamp", "min"), ("physical_offset", "count"), ("real_topic", "first", skip),
+             ("real_queue_id", "first", skip), ("producer_group", "first", skip), ("check_int", "max"),
+             ("op_done", "any"), ("op_time", "min"), ("commit_end", "max")])
+        t = agg.join(last, ["broker", "txn"])
+        op_done = pc.fill_null(t.column("op_done_any"), False)
+        committed = pc.is_valid(t.column("commit_end_max"))
+        state = pc.if_else(op_done, pc.if_else(committed, "committed", "rolled_back"),
+                           pc.if_else(committed, "committed_without_op", "open"))
+        n = t.num_rows
+        parts.append(pa.table({
+            "broker": t.column("broker"), "style": pa.repeat(pa.scalar("half"), n), "uniq_key": t.column("txn"),
+            "topic": t.column("real_topic_first"), "queue_id": t.column("real_queue_id_first"),
+            "producer_group": t.column("producer_group_first"), "physical_offset": t.column("physical_offset_first"),
+            "half_queue_offset": t.column("queue_offset_first"), "segment": t.column("segment_first"),
+            "file_position": t.column("file_position_first"), "first_store_time": t.column("store_timestamp_min"),
+            "copies": t.column("physical_offset_count").cast(pa.int64()),
+            "check_times": pc.fill_null(t.column("check_int_max"), 0), "resolved_time": t.column("op_time_min"),
+            "commit_physical_offset": t.column("commit_end_max"), "state": state,
+            "age_ms": pa.nulls(n, pa.int64())}, schema=TRANSACTIONS))
+    p = recs.filter(pc.equal(recs.column("role"), "prepared"))
+    if p.num_rows:
+        j = p.select(["broker", "physical_offset"]).join(ends, ["broker", "physical_offset"], join_type="inner")
+        is_commit = pc.equal(j.column("end_type"), "COMMIT")
+        j = pa.table({"broker": j.column("broker"), "physical_offset": j.column("physical_offset"),
+                      "commit": _when(is_commit, j.column("end_physical_offset")),
+                      "rollback": _when(pc.equal(j.column("end_type"), "ROLLBACK"), j.column("end_physical_offset"))})
+        resolved = j.group_by(["broker", "physical_offset"]).aggregate([("commit", "max"), ("rollback", "max")])
+        t = p.join(resolved, ["broker", "physical_offset"], join_type="left outer")
+        commit, rollback = t.column("commit_max"), t.column("rollback_max")
+        n = t.num_rows
+        parts.append(pa.table({
+            "broker": t.column("broker"), "style": pa.repeat(pa.scalar("prepared_record"), n),
+            "uniq_key": t.column("uniq_key"), "topic": t.column("topic"), "queue_id": t.column("queue_id"),
+            "producer_group": t.column("producer_group"), "physical_offset": t.column("physical_offset"),
+            "half_queue_offset": pa.nulls(n, pa.int64()), "segment": t.column("segment"),
+            "file_position": t.column("file_position"), "first_store_time": t.column("store_timestamp"),
+            "copies": pa.repeat(pa.scalar(1, pa.int64()), n), "check_times": pa.repeat(pa.scalar(0, pa.int32()), n),
+            "resolved_time": pa.nulls(n, pa.int64()), "commit_physical_offset": commit,
+            "state": pc.if_else(pc.is_valid(commit), "committed", pc.if_else(pc.is_valid(rollback), "rolled_back",
+                                                                                "open")),
+            "age_ms": pa.nulls(n, pa.int64())}, schema=TRANSACTIONS))
+    if not parts:
+        return TRANSACTIONS.empty_table()
+    t = pa.concat_tables(parts)
+    as_of = pa.array([ctx.as_of[b] for b in t.column("broker").to_pylist()], pa.int64())
+    age = _when(pc.equal(t.column("state"), "open"), pc.subtract(as_of, t.column("first_store_time")))
+    return t.set_column(t.schema.get_field_index("age_ms"), "age_ms", age).sort_by(
+        [("broker", "ascending"), ("style", "ascending"), ("physical_offset", "ascending")])
 
 
 def on_driver(ctx) -> FamilyResult:
     res = FamilyResult()
     t = transaction_table(ctx)
     res.tables["transactions"] = t
-    rows = t.to_pylist()
+    state, style = t.column("state"), t.column("style")
 
-    def emit(check_id, sel, half: bool):
-        if not sel:
+    def emit(check_id, mask, half: bool):
+        sel = t.filter(mask)
+        if not sel.num_rows:
             return
-        col = lambda name, typ=None: pa.array([r[name] for r in sel], typ)  # noqa: E731
-        uniq = col("uniq_key", pa.string())
-        where = {"uniq_key": uniq, "key": uniq, "producer_group": col("producer_group", pa.string())}
-        extra = {"age_ms": col("age_ms", pa.int64()), "check_times": col("check_times", pa.int32())} \
+        uniq = sel.column("uniq_key")
+        where = {"uniq_key": uniq, "key": uniq, "producer_group": sel.column("producer_group")}
+        extra = {"age_ms": sel.column("age_ms"), "check_times": sel.column("check_times")} \
             if check_id == "transactions.open" else \
-            {"commit_physical_offset": col("commit_physical_offset", pa.int64())} \
+            {"commit_physical_offset": sel.column("commit_physical_offset")} \
             if check_id == "transactions.commit_without_op" else {}
-        positions = dict(broker=col("broker"), file=col("segment", pa.string()),
-                         file_position=col("file_position", pa.int64()),
-                         physical_offset=col("physical_offset", pa.int64()))
+        positions = dict(broker=sel.column("broker"), file=sel.column("segment"),
+                         file_position=sel.column("file_position"), physical_offset=sel.column("physical_offset"))
         if half:
-            positions.update(topic=L.TRANS_HALF_TOPIC, queue_id=0, queue_offset=col("half_queue_offset", pa.int64()))
+            positions.update(topic=L.TRANS_HALF_TOPIC, queue_id=0, queue_offset=sel.column("half_queue_offset"))
         else:
-            positions.update(topic=col("topic", pa.string()), queue_id=col("queue_id", pa.int32()))
-        res.findings.append(finding_table(check_id, len(sel), values={
-            "topic": col("topic", pa.string()), "producer_group": col("producer_group", pa.string()),
-            "age_seconds": pa.array([None if r["age_ms"] is None else int(r["age_ms"] / 1000) for r in sel], pa.int64()),
-            "check_times": col("check_times", pa.int32())}, details={**where, **extra}, **positions))
+            positions.update(topic=sel.column("topic"), queue_id=sel.column("queue_id"))
+        age = sel.column("age_ms").to_pylist()
+        res.findings.append(finding_table(check_id, sel.num_rows, values={
+            "topic": sel.column("topic"), "producer_group": sel.column("producer_group"),
+            "age_seconds": pa.array([None if a is None else int(a / 1000) for a in age], pa.int64()),
+            "check_times": sel.column("check_times")}, details={**where, **extra}, **positions))
 
-    emit("transactions.open", [r for r in rows if r["state"] == "open" and r["style"] == "half"], True)
-    emit("transactions.commit_without_op", [r for r in rows if r["state"] == "committed_without_op"], True)
-    emit("transactions.open_prepared_record",
-         [r for r in rows if r["state"] == "open" and r["style"] == "prepared_record"], False)
-    per_broker: dict[str, list] = {}
-    for r in rows:
-        per_broker.setdefault(r["broker"], []).append(r)
-    if per_broker:
-        names = sorted(per_broker)
-        res.metrics.append(metric_table("broker", {
-            "open_transactions": [sum(r["state"] == "open" for r in per_broker[b]) for b in names],
-            "transactions": [len(per_broker[b]) for b in names]}, broker=names))
+    is_open = pc.equal(state, "open")
+    emit("transactions.open", pc.and_(is_open, pc.equal(style, "half")), True)
+    emit("transactions.commit_without_op", pc.equal(state, "committed_without_op"), True)
+    emit("transactions.open_prepared_record", pc.and_(is_open, pc.equal(style, "prepared_record")), False)
+    if t.num_rows:
+        g = t.append_column("open", pc.cast(is_open, pa.int64())).group_by("broker").aggregate(
+            [("open", "sum"), ("broker", "count")])
+        res.metrics.append(metric_table("broker", {"open_transactions": g.column("open_sum"),
+                                                   "transactions": g.column("broker_count")},
+                                        n=g.num_rows, broker=g.column("broker")))
     return res

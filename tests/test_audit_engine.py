@@ -1,0 +1,145 @@
+"""The audit engine's own promises (jobs/audit/), beside what it finds (tests/test_audit.py, the pin): few Spark jobs
+whatever the checks, every core busy on a dump of one big segment and a partly written one, and a broker whose
+audit fails (a task, its recovery, a family) is that broker's finding, not the end of the run."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from jobs.audit import job as audit_job
+from store_format.generate import TrafficConfig, generate_store
+from store_format.writer import WriterConfig
+
+from .conftest import fixture_store
+
+
+def audit_args(stores, out, *extra) -> argparse.Namespace:
+    return audit_job.build_parser().parse_args(["--store", *map(str, stores), "--out", str(out), "--no-report",
+                                                *extra])
+
+
+def findings(out: Path) -> list[dict]:
+    return pq.read_table(out / "findings").to_pylist()
+
+
+class FailingTask:
+    """A scan task that fails the way a bug or an unforeseen file would."""
+
+    def __init__(self, broker: str):
+        self.broker = broker
+
+    def describe(self) -> str:
+        return f"{self.broker}: a task that fails"
+
+    def cost(self) -> int:
+        return 1
+
+    def run(self, out) -> None:
+        raise ValueError("no check foresaw this")
+
+
+def test_a_failing_task_is_that_brokers_finding_and_the_others_are_whole(spark, tmp_path, monkeypatch):
+    plain = audit_job._scan_tasks
+
+    def with_a_failure(ctx, segments):
+        return plain(ctx, segments) + [FailingTask("broker")]
+
+    stores = [fixture_store("basic"), fixture_store("broker")]
+    clean = audit_job.run(spark, audit_args(stores, tmp_path / "clean"))
+    monkeypatch.setattr(audit_job, "_scan_tasks", with_a_failure)
+    result = audit_job.run(spark, audit_args(stores, tmp_path / "failed"))
+    assert clean.exit_code == 0 and result.exit_code == 1
+    [failed] = [f for f in findings(tmp_path / "failed") if f["check"] == "broker.audit_failed"]
+    details = dict(failed["details"])
+    assert failed["broker"] == "broker" and failed["severity"] == "error"
+    assert details["error"] == "ValueError: no check foresaw this" and "a task that fails" in details["what"]
+    assert details["where"].startswith("audit/tasks.py:")  # the innermost frame of the project's code
+    # the other broker's results, and the failing broker's other tasks', are all there
+    key = lambda f: (f["check"], f["broker"], f["physical_offset"], f["message"])  # noqa: E731
+    assert sorted(map(key, findings(tmp_path / "clean"))) == sorted(
+        key(f) for f in findings(tmp_path / "failed") if f["check"] != "broker.audit_failed")
+
+
+def test_a_failing_family_is_a_finding_for_every_broker(spark, tmp_path, monkeypatch):
+    from jobs.audit.checks import lag
+
+    def broken(ctx):
+        raise KeyError("offset")
+
+    monkeypatch.setattr(lag, "on_driver", broken)
+    result = audit_job.run(spark, audit_args([fixture_store("basic"), fixture_store("broker")], tmp_path / "out",
+                                             "--checks", "lag,metadata"))
+    rows = findings(tmp_path / "out")
+    failed = [f for f in rows if f["check"] == "broker.audit_failed"]
+    assert result.exit_code == 1 and sorted(f["broker"] for f in failed) == ["basic", "broker"]
+    assert all(dict(f["details"])["what"] == "the lag checks" for f in failed)
+    assert any(f["check"].startswith("metadata.") for f in rows)  # the other family ran
+
+
+def test_an_audit_is_two_spark_jobs(spark, tmp_path):
+    """The survey and the scan, whatever the number of checks and files (the report and every output are
+    written without Spark)."""
+    sc = spark.sparkContext
+    sc.setJobGroup("audit-jobs", "the audit's Spark jobs")
+    try:
+        audit_job.run(spark, audit_job.build_parser().parse_args(
+            ["--store", str(fixture_store("basic")), str(fixture_store("broker")), "--out", str(tmp_path / "o")]))
+    finally:
+        sc.setJobGroup("", "")
+    assert len(sc.statusTracker().getJobIdsForGroup("audit-jobs")) == 2
+
+
+def test_the_newest_segment_is_split_over_its_data(tmp_path):
+    """One full segment and a partly written one, fewer than the cores want: both are cut into ranges, the
+    newest only over its written data (its zero tail is the last range's)."""
+    from datasources.commitlog import written_end
+    from jobs.audit.inputs import StoreInput
+    from jobs.audit.plan import plan_broker, scan_split_size
+
+    root = tmp_path / "store"
+    segment = 4 << 20
+    generate_store(root, TrafficConfig(messages=12_000, topics=2, queues=2, seed=5),
+                   WriterConfig(mappedFileSizeCommitLog=segment, maxHashSlotNum=1000, maxIndexNum=4000))
+    plan = plan_broker(StoreInput("b", str(root), str(root)))
+    segs = plan.named_segments
+    assert len(segs) == 2
+    split = scan_split_size([plan], cores=8, requested=None)
+    # 8 cores want ~24 ranges: the size is the floor; shrink it for the test's small segments
+    ranges = {sp.seg.name: sp.ranges for sp in audit_job._segment_plans({"b": plan}, 1 << 20, {})}
+    newest = ranges[segs[1].name]
+    data = written_end(segs[1].loc, segs[1].length)
+    assert split is not None and len(ranges[segs[0].name]) == 4
+    assert 0 < data < segment and len(newest) == -(-data // (1 << 20))
+    assert newest[-1][1] == segment and newest[-1][2] and all(not last for _, _, last in newest[:-1])
+    assert all(a[1] == b[0] for a, b in zip(newest, newest[1:]))  # the ranges tile the segment
+
+
+def test_an_index_counter_past_its_entries_is_one_finding(spark, tmp_path):
+    """One cause, one finding (issue 22): a header whose indexCount runs 1,830 entries past the last written one
+    is reported once, where the zeros start; the zeros are not checked as 1,830 broken, unreachable, mismatched
+    or duplicate entries."""
+    import shutil
+    import struct
+
+    from store_format.indexfile import IndexFile, list_index_files
+
+    store = tmp_path / "store"
+    shutil.copytree(fixture_store("basic"), store)
+    path = list_index_files(store / "index")[0]
+    with IndexFile(path) as f:
+        slots, entries, written = f.hash_slot_num, f.index_num, f.header.index_count
+    clean = audit_job.run(spark, audit_args([store], tmp_path / "clean", "--hash-slots", str(slots),
+                                            "--index-num", str(entries)))
+    raw = bytearray(path.read_bytes())
+    struct.pack_into(">i", raw, 36, 2000)  # indexCount, the header's last int
+    path.write_bytes(bytes(raw))
+    audit_job.run(spark, audit_args([store], tmp_path / "out", "--hash-slots", str(slots), "--index-num", str(entries)))
+    index = [f for f in findings(tmp_path / "out") if f["check"].startswith("index.")]
+    before = [f for f in findings(tmp_path / "clean") if f["check"].startswith("index.")]
+    [unwritten] = [f for f in index if f["check"] == "index.unwritten_entries"]
+    assert unwritten["file_position"] == 40 + slots * 4 + written * 20
+    assert dict(unwritten["details"]) == {"index_count": "2000", "written_entries": str(written - 1)}
+    assert f"counts {2000 - written} entries past the last written one, entry {written - 1}" in unwritten["message"]
+    assert sorted(f["message"] for f in index if f is not unwritten) == sorted(f["message"] for f in before)
