@@ -21,6 +21,12 @@ $(STAMP): pyproject.toml | check-java
 test: $(STAMP) chromium
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
 
+# The inner loop: the pure-Python tests (no Spark session, no browser, no cluster, nothing slow) in under a
+# minute; the markers are registered in pyproject.toml.  `make test` still runs everything.
+FAST := not spark and not slow and not browser and not cluster
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "$(FAST)"
+
 # A two-broker demo dump (generated once into demo-out/, then reused), audited through spark-submit.
 demo: $(STAMP)
 	$(PY) tools/demo.py

@@ -1,0 +1,27 @@
+"""The jobs (jobs/cli.py: the one runtime, the ``rocketmq-forensics`` console command)."""
+import sys as _sys
+
+
+def _module_run() -> tuple[str, list[str]] | None:
+    """(module, its arguments) when ``python -m`` runs a module of this package; the interpreter imports the
+    package first, while sys.argv[0] is still "-m"."""
+    argv = getattr(_sys, "orig_argv", [])
+    if not _sys.argv or _sys.argv[0] != "-m":
+        return None
+    for i, a in enumerate(argv[1:], 1):
+        if a == "-m" and i + 1 < len(argv):
+            target, rest = argv[i + 1], argv[i + 2:]
+        elif a.startswith("-m") and len(a) > 2:
+            target, rest = a[2:], argv[i + 1:]
+        else:
+            continue
+        return (target, rest) if target == "jobs" or target.startswith("jobs.") else None
+    return None
+
+
+_run = _module_run()
+if _run is not None:  # ``python -m jobs.audit.report --help`` would print nothing: library code says what it is
+    from jobs.cli import not_a_job as _not_a_job, runnable as _runnable
+
+    if not _runnable(_run[0]):
+        _sys.exit(_not_a_job(*_run))

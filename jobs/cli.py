@@ -1,80 +1,210 @@
-"""What every job's command line shares: the output arguments and ``main``'s exit-code contract.
+"""The one job runtime: every job's command line, session, outputs and exit code.
 
-A job module defines ``build_parser()``, ``run(spark, args) -> result`` (a :class:`JobResult`) and
-``main(argv=None) = cli.main(NAME, build_parser, run, argv)``.  ``cli.main`` parses the arguments, builds
-the session from spark-conf/ (jobs/session.py), runs the job, prints the result's one-line summary on
-stdout and returns its exit code.  Exit codes: 0 done (clean), 1 done but nothing matched / findings
-(each job says which), 2 could not run (bad usage, unreadable input, refused output, a failed Spark job):
-one line on stderr, ``<job>: error: <path>: <reason>`` for unreadable input; a Python traceback only with
-``--debug`` (which every job takes).
+A job is a module ``jobs/<name>.py`` (or a package: ``jobs/audit/``) that defines ``build_parser()``,
+``run(spark, args) -> JobResult`` and ``main(argv=None) = cli.main(NAME, build_parser, run, argv, ...)``.
+:func:`main` parses the arguments (the job's own, plus ``--quiet`` and ``--debug``, which every job takes), runs
+the job's ``prepare(args)`` (checks that need no Spark: the inputs, the output folder; they fail in a second
+instead of after the JVM's start), builds the session from spark-conf/ (jobs/session.py; not when the job says
+it needs none, e.g. a query's point lookups), runs the job, prints the result's summary line on stdout and
+returns its exit code.  The same things have the same flags everywhere: ``--store PATH|NAME=PATH`` (repeatable,
+several paths each; jobs/stores.py names the brokers), ``--out``, ``--overwrite``, ``--format`` and
+``--config broker.conf``.
+
+Exit codes: 0 done (clean), 1 done but nothing matched / findings / differences (each job says which), 2 could
+not run (bad usage, unreadable input, refused output, a failed Spark job): one line ``<job>: error: <reason>``
+on stderr (``<job>: error: <path>: <reason>`` for input that cannot be read), the traceback only with
+``--debug``.  Progress goes to stderr (jobs/progress.py), the summary to stdout; a job whose stdout is its
+output (query's messages, compare's and replay's JSON) prints that itself and returns an empty summary.
+
+Every job runs the same three ways: ``rocketmq-forensics <job> ...`` (the console command, :func:`console`,
+``[project.scripts]`` in pyproject.toml), ``python -m jobs.<job> ...`` and ``spark-submit jobs/<job>.py ...``
+(``jobs/audit/__main__.py`` for the audit; jobs/_bootstrap.py makes a checkout importable there).
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import sys
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
-from store_format.errors import StoreFormatError
-
-from .output import FORMATS, OutputError
+from .output import FORMATS
 
 EXIT_OK, EXIT_NOTHING, EXIT_FAILED = 0, 1, 2
 EXIT_FINDINGS = EXIT_NOTHING  # 1 means "findings" for the audit and trend, "nothing matched" for exports
+PROG = "rocketmq-forensics"
+JOBS = ("audit", "decode", "extract", "query", "replay", "compare", "trend")  # the console's subcommands
 
 
 @dataclass
 class JobResult:
-    """What a job did: the line it reports and the exit code it earns."""
+    """What a job did: the line it reports on stdout (empty: it printed its output itself) and its exit code."""
 
     summary: str
     exit_code: int
 
 
+class UsageError(ValueError):
+    """Arguments or input the job cannot use (exit 2, one line)."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The shared flags
+
+
+def add_store_arguments(parser: argparse.ArgumentParser, *, what: str = "", required: bool = True) -> None:
+    """``--store``: one or more paths per flag, the flag repeatable; ``NAME=PATH`` names the broker."""
+    parser.add_argument("--store", action="extend", nargs="+", required=required, metavar="PATH",
+                        help=(what or "a broker store root (holding commitlog/, consumequeue/, index/, config/...) or "
+                              "a folder of several brokers' store roots")
+                        + "; NAME=PATH names the broker (default: brokerName from the dump's broker.properties, "
+                          "else its folder); repeatable")
+
+
 def add_output_arguments(parser: argparse.ArgumentParser, *, default_format: str = "parquet",
-                         required: bool = True) -> None:
+                         required: bool = True, formats: tuple[str, ...] = FORMATS) -> None:
     parser.add_argument("--out", required=required, metavar="DIR",
                         help="output folder (refused when it exists and is not empty, unless --overwrite)")
-    parser.add_argument("--format", choices=FORMATS, default=default_format,
-                        help=f"table format of the output (default {default_format}); jsonl writes BINARY "
-                             "columns as base64")
+    if formats:
+        parser.add_argument("--format", choices=formats, default=default_format,
+                            help=f"table format of the output (default {default_format})"
+                                 + ("; jsonl writes BINARY columns as base64" if "jsonl" in formats else ""))
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
 
 
-def add_debug_argument(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    if not any("--debug" in a.option_strings for a in parser._actions):
+def add_runtime_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--quiet`` and ``--debug``, which every job takes."""
+    flags = {o for a in parser._actions for o in a.option_strings}
+    if "--quiet" not in flags:
+        parser.add_argument("--quiet", action="store_true", help="no progress on stderr (errors are still said)")
+    if "--debug" not in flags:
         parser.add_argument("--debug", action="store_true",
                             help="show the Python traceback when the job fails (default: one error line)")
     return parser
 
 
-def report_failure(name: str, e: BaseException, debug: bool) -> int:
-    """The one-line message of a failed run (its traceback only with --debug); the exit code 2."""
-    from store_format.fs import error_line
+# ---------------------------------------------------------------------------------------------------------
+# Running a job
 
+
+def main(name: str, build_parser, run, argv=None, *, prepare=None, needs_spark=None, prog: str | None = None) -> int:
+    """Parse, prepare, start the session (when ``needs_spark(args)``, default always), run; the exit code."""
+    parser = add_runtime_arguments(build_parser())
+    if prog:
+        parser.prog = prog
+    args = parser.parse_args(argv)  # bad usage exits 2 here, argparse's own code
+    from . import progress
+
+    progress.configure(name, quiet=args.quiet)
+    try:
+        if prepare is not None:
+            prepare(args)
+        spark = None
+        if needs_spark is None or needs_spark(args):
+            from .session import build_session
+
+            spark = build_session(f"{PROG} {name}")
+        result = run(spark, args)
+    except BrokenPipeError:  # the reader of stdout went away (| head): nothing more to say
+        return EXIT_OK
+    except Exception as e:  # noqa: BLE001 - any failure is "could not run": never Python's exit 1
+        return report_failure(name, e, args.debug)
+    if isinstance(result, int):
+        raise TypeError(f"{name}.run returned an exit code; jobs return a cli.JobResult")
+    if result.summary:
+        print(result.summary)
+    return result.exit_code
+
+
+def report_failure(name: str, e: BaseException, debug: bool) -> int:
+    """The one line of a failed run (its traceback only with --debug); the exit code 2."""
     if debug:
         traceback.print_exc(file=sys.stderr)
-    if isinstance(e, (StoreFormatError, OutputError, OSError)):  # the input's or the user's fault
+    if isinstance(e, (ValueError, OSError)):  # bad usage, input or output (StoreFormatError is a ValueError)
+        from store_format.fs import error_line  # unreadable input: '<path>: <reason>'
+
         print(f"{name}: error: {error_line(e)}", file=sys.stderr)
-    else:  # any failure is "could not run": never Python's exit 1, which means "nothing"
+    else:  # a failure of the job itself (a bug, a failed Spark job)
         text = str(e).strip().splitlines()[0] if str(e).strip() else ""
         print(f"{name}: error: {type(e).__name__}: {text}" + ("" if debug else " (--debug shows the traceback)"),
               file=sys.stderr)
     return EXIT_FAILED
 
 
-def main(name: str, build_parser, run, argv=None, *, prepare=None) -> int:
-    """``prepare(args)``, if given, runs before the session starts (checks that need no Spark, such as
-    :func:`jobs.output.prepare_output`, fail in a second instead of after the JVM's start)."""
-    args = add_debug_argument(build_parser()).parse_args(argv)  # bad usage exits 2 here, argparse's own code
-    from .session import build_session
+# ---------------------------------------------------------------------------------------------------------
+# The console command
 
-    try:
-        if prepare is not None:
-            prepare(args)
-        spark = build_session(f"rocketmq-forensics {name}")
-        result = run(spark, args)
-    except Exception as e:  # noqa: BLE001
-        return report_failure(name, e, getattr(args, "debug", False))
-    print(result.summary)
-    return result.exit_code
+
+def job_module(name: str):
+    return importlib.import_module(f"jobs.{name}")
+
+
+def console(argv=None) -> int:
+    """``rocketmq-forensics JOB ...``: the jobs as subcommands (``python -m jobs JOB ...`` too)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(overview())
+        return EXIT_OK if argv else EXIT_FAILED
+    if argv[0] == "--version":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"{PROG} {version(PROG)}")
+        except PackageNotFoundError:
+            print(f"{PROG} (not installed: running from a checkout)")
+        return EXIT_OK
+    job, rest = argv[0], argv[1:]
+    if job not in JOBS:
+        print(f"{PROG}: error: no job {job!r}; the jobs are {', '.join(JOBS)} ({PROG} --help)", file=sys.stderr)
+        return EXIT_FAILED
+    return job_module(job).main(rest, prog=f"{PROG} {job}")
+
+
+def runnable(module: str) -> bool:
+    """Whether ``python -m MODULE`` runs something: a package with ``__main__.py`` or a module with a
+    ``__main__`` block (the jobs, the console); the rest of jobs/ is library code."""
+    path = Path(__file__).resolve().parent.parent.joinpath(*module.split("."))
+    if path.is_dir():
+        return (path / "__main__.py").is_file()
+    source = path.with_suffix(".py")
+    if not source.is_file():
+        return False
+    main = ast.parse('if __name__ == "__main__": pass').body[0].test
+    return any(isinstance(node, ast.If) and ast.dump(node.test) == ast.dump(main)
+               for node in ast.parse(source.read_text(encoding="utf-8")).body)
+
+
+def not_a_job(module: str, argv: list[str]) -> int:
+    """``python -m jobs.X`` where X runs nothing (library code, or no such module): say what it is and where the
+    jobs are -- a usage text with exit 0 for ``--help``, one ``error:`` line with exit 2 otherwise."""
+    path = Path(__file__).resolve().parent.parent.joinpath(*module.split("."))
+    source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    if source.is_file():
+        doc = (ast.get_docstring(ast.parse(source.read_text(encoding="utf-8"))) or "").strip()
+        first = " ".join(doc.split("\n\n")[0].split()).replace("``", "").split(". ")[0].rstrip(".:")
+        what = f"{module} is library code, not a job" + (f" ({first})" if first else "")
+    else:
+        what = f"there is no module {module}"
+    jobs = f"the jobs are {', '.join(JOBS)}: {PROG} JOB --help, or python -m jobs.JOB --help"
+    if any(a in ("-h", "--help") for a in argv):
+        print(f"usage: {PROG} JOB [options]   (python -m jobs.JOB [options])\n\n{what}; {jobs}.")
+        return EXIT_OK
+    print(f"python -m {module}: error: {what}; {jobs}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def overview() -> str:
+    """The console's --help: one line per job, from each job's parser."""
+    lines = [f"usage: {PROG} JOB [options]   ({PROG} JOB --help for a job's options)", "",
+             "Offline forensics for Apache RocketMQ broker stores.  Jobs:", ""]
+    for job in JOBS:
+        first = (job_module(job).build_parser().description or "").strip().split("\n")[0]
+        if first.lower().startswith(f"{job}: "):
+            first = first[len(job) + 2:]
+        lines.append(f"  {job:<9} {first[:1].upper()}{first[1:]}")
+    lines += ["", "Also: python -m jobs.JOB ..., or spark-submit jobs/JOB.py ... (jobs/audit/__main__.py for the "
+                  "audit).", "Exit codes: 0 done and clean, 1 findings / nothing matched / differences, 2 could not "
+                  "run."]
+    return "\n".join(lines)

@@ -28,8 +28,8 @@ import sys
 from functools import reduce
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script (spark-submit jobs/compare.py): make the project importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # spark-submit jobs/compare.py: make the project importable
+    import _bootstrap  # noqa: F401  (jobs/_bootstrap.py)
 
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args  # noqa: E402
 from store_format.commitlog import ReadOnlyMap  # noqa: E402
@@ -37,8 +37,9 @@ from store_format.config import consumer_offsets, delay_offsets  # noqa: E402
 from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
-from jobs.cli import EXIT_NOTHING, EXIT_OK, add_output_arguments  # noqa: E402
-from jobs.extract import StoreRef, UsageError, cli_main, resolve_stores, write_manifest  # noqa: E402
+from jobs import cli  # noqa: E402
+from jobs.cli import EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
+from jobs.extract import StoreRef, resolve_stores, write_manifest  # noqa: E402
 
 DIFF_STATES = ("different", "only_a", "only_b")
 LAG_STATES = ("a_ahead", "b_ahead")
@@ -151,7 +152,8 @@ def offset_file_diff(sa: Store, sb: Store) -> list[dict]:
     return out
 
 
-def run(spark, args, out=None, err=None) -> int:
+def run(spark, args, out=None, err=None) -> cli.JobResult:
+    """Compare the two stores; the summary (the job's output) goes to ``out``."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -221,7 +223,7 @@ def run(spark, args, out=None, err=None) -> int:
     items.unpersist()
     write_summary(summary, args.print, out)
     print(f"compare: {'identical' if summary['identical'] else 'differences found'}", file=err)
-    return EXIT_OK if summary["identical"] else EXIT_NOTHING
+    return cli.JobResult("", EXIT_OK if summary["identical"] else EXIT_NOTHING)
 
 
 def write_summary(summary: dict, fmt: str, out) -> None:
@@ -252,7 +254,7 @@ def write_summary(summary: dict, fmt: str, out) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jobs.compare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", action="append", required=True, metavar="PATH", help="give exactly two")
+    cli.add_store_arguments(p, what="the two stores to compare (give exactly two)")
     p.add_argument("--print", choices=("json", "text"), default="json", help="how the summary is printed")
     add_output_arguments(p, required=False)
     add_geometry_arguments(p)
@@ -276,8 +278,8 @@ def check_and_prepare(args) -> None:
                        job="compare")
 
 
-def main(argv=None) -> int:
-    return cli_main(build_parser, run, "compare", argv, check=check_and_prepare)
+def main(argv=None, prog: str | None = None) -> int:
+    return cli.main("compare", build_parser, run, argv, prepare=check_and_prepare, prog=prog)
 
 
 if __name__ == "__main__":

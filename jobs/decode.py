@@ -24,13 +24,12 @@ import os
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script (spark-submit jobs/decode.py): make the project importable
-    _root = Path(__file__).resolve().parent.parent
-    if (_root / "jobs" / "__init__.py").exists():
-        sys.path.insert(0, str(_root))
+if __package__ in (None, ""):  # spark-submit jobs/decode.py: make the project importable
+    import _bootstrap  # noqa: F401  (jobs/_bootstrap.py)
 
 from jobs import cli  # noqa: E402
 from jobs.output import prepare_output, read_table, write_table  # noqa: E402
+from jobs.progress import Phase  # noqa: E402
 
 NAME = "decode"
 # The data source's damage columns are always null on message rows; ``length`` repeats store_size there.
@@ -42,9 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jobs.decode", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=f"{table}Exit codes: 0 messages written, 1 nothing matched, 2 could not run.")
-    p.add_argument("--store", nargs="+", required=True, metavar="PATH",
-                   help="a broker store root, a folder of broker stores, a commitlog folder or segment file "
-                        "(local path or pyarrow URI); several may be given")
+    cli.add_store_arguments(p, what="a broker store root, a folder of broker stores, a commitlog folder or segment "
+                                    "file (local path or pyarrow URI)")
     cli.add_output_arguments(p)
     p.add_argument("--walk", choices=("recovery", "salvage"), default="recovery",
                    help="recovery: what the broker would recover (default); salvage: also past damage")
@@ -68,10 +66,11 @@ def _column_list(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(str(e).removeprefix("option columns: ")) from None
 
 
-def messages(spark, stores: list[str], walk: str = "recovery", topics: list[str] | None = None,
+def messages(spark, stores: list, walk: str = "recovery", topics: list[str] | None = None,
              decompress: bool = False, columns: list[str] | None = None):
-    """The messages of ``stores`` (optionally of ``topics`` only) as a DataFrame; ``columns``: only these
-    message columns (and the location columns and topic)."""
+    """The messages of ``stores`` (jobs.stores.StoreInput: each read under its broker name; optionally of
+    ``topics`` only) as a DataFrame; ``columns``: only these message columns (and the location columns and
+    topic)."""
     from functools import reduce
 
     from pyspark.sql import functions as F
@@ -79,15 +78,15 @@ def messages(spark, stores: list[str], walk: str = "recovery", topics: list[str]
     from datasources import read_commitlog
 
     chosen = {"columns": ",".join(dict.fromkeys(["topic", *columns]))} if columns else {}
-    frames = [read_commitlog(spark, s, materialize="decoded", walk=walk, decompress=str(decompress).lower(),
-                             **chosen) for s in stores]
+    frames = [read_commitlog(spark, s.read_path(), materialize="decoded", walk=walk, broker=s.name,
+                             decompress=str(decompress).lower(), **chosen) for s in stores]
     msgs = reduce(lambda a, b: a.unionByName(b), frames).where(F.col("kind") == "message")
     if topics:
         msgs = msgs.where(F.col("topic").isin(topics))
     return msgs.drop(*NOT_MESSAGE_COLUMNS)
 
 
-def _damage(spark, stores: list[str], walk: str) -> dict[str, int]:
+def _damage(spark, stores: list, walk: str) -> dict[str, int]:
     """How many walks stopped on damage and how many unframeable spans were skipped (positions only)."""
     from functools import reduce
 
@@ -96,50 +95,56 @@ def _damage(spark, stores: list[str], walk: str) -> dict[str, int]:
     from datasources import read_commitlog
     from store_format.commitlog import END_OF_DATA
 
-    frames = [read_commitlog(spark, s, materialize="positions", walk=walk) for s in stores]
+    frames = [read_commitlog(spark, s.read_path(), materialize="positions", walk=walk, broker=s.name)
+              for s in stores]
     rows = (reduce(lambda a, b: a.unionByName(b), frames)
             .where((F.col("kind") == "corrupt") | ((F.col("kind") == "stop") & (F.col("reason") != END_OF_DATA)))
             .groupBy("kind").count().collect())
     return {r["kind"]: r["count"] for r in rows}
 
 
-def check_inputs(stores: list[str]) -> None:
-    """Every ``--store`` names a readable dump (a store root, a folder of them, a part folder or a file of one):
-    checked before the output is prepared, so a bad input never costs an output."""
-    from datasources.storepaths import find_inputs
+def check_inputs(paths: list[str]) -> None:
+    """Every ``--store`` path that is on this machine can be read (a FIFO, a link loop, no permission: an
+    UnreadableError naming it), checked before anything else, so a bad input never costs an output."""
     from store_format import fs
 
-    for s in stores:
-        local = s[len("file://"):] if s.startswith("file://") else s
+    for path in paths:
+        local = path[len("file://"):] if path.startswith("file://") else path
         if "://" not in local and os.path.lexists(local):
-            (fs.check_folder if os.path.isdir(local) else fs.check_file)(local)  # a FIFO, a loop, no permission
-        find_inputs(s, "commitlog")  # no store there: a MISSING error naming the path
+            (fs.check_folder if os.path.isdir(local) else fs.check_file)(local)
 
 
-def prepare(args) -> None:
-    check_inputs(args.store)
-    prepare_output(args.out, overwrite=args.overwrite, inputs=args.store, job="decode")
+def prepare(args) -> list:
+    """The stores (jobs/stores.py) and the output folder, checked before Spark starts: the inputs first."""
+    from jobs.stores import resolve_stores, split_name
+
+    paths = [split_name(a)[1] for a in args.store]
+    check_inputs(paths)
+    stores = resolve_stores(args.store, files=True, remote=True)
+    prepare_output(args.out, overwrite=args.overwrite, inputs=paths + [s.path for s in stores], job="decode")
+    return stores
 
 
 def run(spark, args) -> cli.JobResult:
-    prepare(args)  # again: run() is also called directly, without main()
-    msgs = messages(spark, args.store, args.walk, args.topic, args.decompress,
-                    getattr(args, "columns", None))
-    write_table(msgs, args.out, args.format)
+    stores = prepare(args)  # again: run() is also called directly, without main()
+    msgs = messages(spark, stores, args.walk, args.topic, args.decompress, getattr(args, "columns", None))
+    sizes = [s.commitlog_bytes() for s in stores]
+    with Phase("decode and write", None if None in sizes else sum(sizes), spark):
+        write_table(msgs, args.out, args.format)
     from pyspark.sql import functions as F
 
     stats = (read_table(spark, args.out, args.format, schema=msgs.schema)
              .agg(F.count(F.lit(1)).alias("n"), F.countDistinct("broker").alias("brokers"),
                   F.countDistinct("topic").alias("topics")).first())
-    damage = _damage(spark, args.store, args.walk)
+    damage = _damage(spark, stores, args.walk)
     summary = (f"decode: {stats['n']} messages ({stats['topics']} topics, {stats['brokers']} brokers) written to "
                f"{args.out} as {args.format}; walk {args.walk}: {damage.get('stop', 0)} stops on damage, "
                f"{damage.get('corrupt', 0)} corrupt spans skipped")
     return cli.JobResult(summary, cli.EXIT_OK if stats["n"] else cli.EXIT_NOTHING)
 
 
-def main(argv=None) -> int:
-    return cli.main(NAME, build_parser, run, argv, prepare=prepare)
+def main(argv=None, prog: str | None = None) -> int:
+    return cli.main(NAME, build_parser, run, argv, prepare=prepare, prog=prog)
 
 
 if __name__ == "__main__":

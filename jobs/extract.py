@@ -2,6 +2,7 @@
 
   python -m jobs.extract --store PATH [--store PATH ...] --out DIR [--format parquet|jsonl|delta]
          [--topic T ...] [--queue Q ...] [--tag TAG] [--key K] [--from T1] [--to T2]
+         [--physical-offsets FROM..TO] [--queue-offsets FROM..TO]
          [--tran-type NOT|PREPARED|COMMIT|ROLLBACK] [--half committed|rolled-back|unresolved]
          [--dlq [GROUP]] [--retry [GROUP]]
          [--not-consumed-by G [--consumers N | --consumer-ids ID,ID...]]
@@ -40,9 +41,9 @@ selection and counts that reconcile: ``selected = written + rejected`` with a re
 (DUPLICATE_UNIQ_KEY, DECOMPRESSION); ``written`` is counted back from the output.  Exit codes: 0 written,
 1 nothing matched, 2 bad usage, unreadable input or an output that must not be written.
 
-The helpers shared by the query, replay and compare jobs (resolving ``--store`` paths to labelled store
-roots, time arguments, reading several dumps' commitlogs as one DataFrame, the command-line wrapper) live
-here, since those jobs are, in part, an extract; exit codes and output arguments are jobs/cli.py's.
+The helpers shared by the query, replay and compare jobs (labelled store roots, time arguments, reading several
+dumps' commitlogs as one DataFrame) live here, since those jobs are, in part, an extract; the command line,
+exit codes and output arguments are the job runtime's (jobs/cli.py), the store names jobs/stores.py's.
 """
 from __future__ import annotations
 
@@ -54,8 +55,8 @@ from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script (spark-submit jobs/extract.py): make the project importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # spark-submit jobs/extract.py: make the project importable
+    import _bootstrap  # noqa: F401  (jobs/_bootstrap.py)
 
 from store_format import layout as L  # noqa: E402
 from store_format.brokerconf import StoreGeometry, add_geometry_arguments, geometry_from_args  # noqa: E402
@@ -65,7 +66,9 @@ from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.message import CANONICAL_FIELDS  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
-from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, add_output_arguments  # noqa: E402
+from jobs import cli  # noqa: E402
+from jobs.progress import Phase  # noqa: E402
+from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
 
 MANIFEST_NAME = "_manifest.json"
 DUPLICATE_UNIQ_KEY = "DUPLICATE_UNIQ_KEY"
@@ -75,10 +78,6 @@ TRAN_TYPES = tuple(L.TRAN_TYPE_NAMES.values())
 #: the columns of an extract, in order: the dump's label, the canonical message, where the walk found it
 OUTPUT_COLUMNS = ("broker",) + CANONICAL_FIELDS + ("beyond_first_stop",)
 _EXAMPLES = 20  # rejected rows named in the manifest
-
-
-class UsageError(ValueError):
-    """Arguments or input the job cannot use (exit 2)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -99,34 +98,18 @@ class StoreRef:
 
 
 def resolve_stores(paths: list[str], geometry: StoreGeometry | None = None) -> list[StoreRef]:
-    """``--store`` arguments as labelled store roots: a store root, one of its part folders, or a folder of
-    broker store roots (``<broker>/`` or ``<broker>/store/``), as the data sources accept them.  Labels come
-    from the folder names (``datasources.storepaths.broker_name``); a repeated name gets ``-2``, ``-3``...
-    ``geometry`` (default: none given) applies to every store."""
-    from datasources.storepaths import find_inputs
+    """``--store`` arguments as labelled store roots (jobs/stores.py: a store root, one of its part folders or
+    files, a folder of broker store roots, or NAME=PATH; the label is the broker's name).  ``geometry``
+    (default: none given) applies to every store."""
+    from jobs.stores import resolve_stores as resolve
 
-    refs: list[StoreRef] = []
-    seen_roots = set()
-    for path in paths:
-        if "://" in path:
-            raise UsageError(f"{path}: give a local path (point lookups, replay and compare open the files "
-                             "directly)")
-        if not Path(path).exists():
-            raise UsageError(f"{path}: no such file or directory")
-        if Path(path).is_dir():
-            fs.check_folder(path)  # no permission, a loop: UnreadableError
-        inputs = find_inputs(path, "commitlog")
-        for inp in inputs:
-            root = Path(inp.loc.path).parent
-            if inp.single_file:
-                root = root.parent
-            if root.resolve() in seen_roots:
-                continue
-            seen_roots.add(root.resolve())
-            label, n = inp.broker, 2
-            while any(r.label == label for r in refs):
-                label, n = f"{inp.broker}-{n}", n + 1
-            refs.append(StoreRef(label, root, geometry or StoreGeometry()))
+    from jobs.stores import split_name
+
+    for arg in paths:  # a folder that cannot be listed (no permission, a loop) is named, never skipped
+        path = split_name(arg)[1]
+        if "://" not in path and Path(path).is_dir():
+            fs.check_folder(path)
+    refs = [StoreRef(s.name, Path(s.path), geometry or StoreGeometry()) for s in resolve(paths, files=True)]
     if not refs:
         raise UsageError("no --store given")
     return refs
@@ -155,6 +138,19 @@ def format_time(ms: int | None) -> str:
         return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).isoformat(timespec="milliseconds")
     except (ValueError, OverflowError, OSError):
         return f"{ms} ms"
+
+
+def offset_range(text: str) -> tuple[int | None, int | None]:
+    """``FROM..TO`` (both included; either end may be left out, ``N`` alone is ``N..N``) as (from, to)."""
+    lo, sep, hi = str(text).strip().partition("..")
+    try:
+        bounds = (int(lo) if lo else None, int(hi) if hi else None) if sep else (int(lo), int(lo))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a range of offsets: give FROM..TO, FROM.. or ..TO "
+                                         "(numbers, both ends included)") from None
+    if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: FROM is after TO")
+    return bounds
 
 
 def java_string_order(s: str) -> bytes:
@@ -236,41 +232,6 @@ def read_messages(spark, stores: list[StoreRef], *, walk: str = "recovery", deco
     return df
 
 
-def cli_main(build_parser, run, app: str, argv=None, *, needs_spark=lambda args: True, check=None) -> int:
-    """``main`` of query, extract, replay and compare: parse, check the arguments (no JVM for a usage error),
-    build the session from spark-conf/ only when the job needs one (query's point lookups never do), run.
-    ``run`` prints its own result (stdout carries query's messages and compare's summary) and returns the
-    exit code of jobs/cli.py's contract; bad input is a one-line message on stderr and exit 2, and so is any
-    other failure (with its traceback): exit 1 means only "nothing matched" / "differences found"."""
-    from jobs.cli import add_debug_argument
-
-    args = add_debug_argument(build_parser()).parse_args(argv)
-    try:
-        if check is not None:
-            check(args)
-        spark = None
-        if needs_spark(args):
-            from jobs.session import build_session
-
-            spark = build_session(f"rocketmq-forensics {app}")
-        return run(spark, args)
-    except BrokenPipeError:
-        return EXIT_OK
-    except (StoreFormatError, ValueError, OSError) as e:
-        from store_format.fs import error_line
-
-        if args.debug:
-            import traceback
-
-            traceback.print_exc()
-        print(f"error: {error_line(e)}", file=sys.stderr)
-        return EXIT_FAILED
-    except Exception as e:  # a failure of the job itself: say so, and never exit with the "nothing matched" code
-        from jobs.cli import report_failure
-
-        return report_failure(app, e, args.debug)
-
-
 def check_key(option: str, key: str | None) -> None:
     """A key as the index knows it: non-empty, no space (KEYS are split on spaces), no separators."""
     if key is not None and (not key or any(c in key for c in " \x01\x02")):
@@ -297,6 +258,12 @@ def selection_filter(args):
         conds.append(F.array_contains(F.col("keys"), args.key) | (F.col("uniq_key") == args.key))
     if args.tran_type:
         conds.append(F.col("tran_type") == args.tran_type)
+    for column, (lo, hi) in (("physical_offset", args.physical_offsets or (None, None)),
+                             ("queue_offset", args.queue_offsets or (None, None))):
+        if lo is not None:
+            conds.append(F.col(column) >= lo)
+        if hi is not None:
+            conds.append(F.col(column) <= hi)
     for prefix, group in ((L.DLQ_GROUP_TOPIC_PREFIX, args.dlq), (L.RETRY_GROUP_TOPIC_PREFIX, args.retry)):
         if group is None:
             continue
@@ -521,13 +488,14 @@ def read_manifest(path: str) -> dict | None:
 
 
 def _selection_args(args) -> dict:
-    keys = ("topic", "queue", "tag", "key", "from_time", "to_time", "tran_type", "half", "dlq", "retry",
+    keys = ("topic", "queue", "tag", "key", "from_time", "to_time", "physical_offsets", "queue_offsets",
+            "tran_type", "half", "dlq", "retry",
             "not_consumed_by", "consumers", "consumer_ids", "walk", "body", "dedupe")
     return {k: getattr(args, k) for k in keys if getattr(args, k) not in (None, False, [])}
 
 
-def run(spark, args, err=None) -> int:
-    """Select, write, count back, and write the manifest; returns the exit code."""
+def run(spark, args, err=None) -> cli.JobResult:
+    """Select, write, count back, and write the manifest (its lines on ``err``)."""
     from pyspark import StorageLevel
 
     err = err or sys.stderr
@@ -535,8 +503,11 @@ def run(spark, args, err=None) -> int:
     sel = select(spark, args, stores)
     # counted, written and reported from one walk of the dumps
     frame = sel.frame.persist(StorageLevel.MEMORY_AND_DISK)
+    from jobs.stores import commitlog_bytes
+
     try:
-        return write_selection(spark, args, stores, sel, frame, err)
+        with Phase("select and write", sum(commitlog_bytes(s.root) for s in stores), spark):
+            return cli.JobResult("", write_selection(spark, args, stores, sel, frame, err))
     finally:
         frame.unpersist()
 
@@ -622,8 +593,8 @@ def consumption_report(spark, stores: list[StoreRef], group: str, unconsumed) ->
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jobs.extract", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", action="append", required=True, metavar="PATH",
-                   help="a broker store root, or a folder of them (repeatable)")
+    cli.add_store_arguments(p, what="a broker store root, one of its part folders or segment files, or a folder of "
+                                    "brokers' store roots")
     add_output_arguments(p)
     s = p.add_argument_group("selection (every criterion given must hold)")
     s.add_argument("--topic", action="append", metavar="T")
@@ -632,6 +603,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--key", metavar="K", help="a KEYS entry or the UNIQ_KEY")
     s.add_argument("--from", dest="from_time", type=parse_time, metavar="T1", help="store time >= T1")
     s.add_argument("--to", dest="to_time", type=parse_time, metavar="T2", help="store time <= T2")
+    s.add_argument("--physical-offsets", type=offset_range, metavar="FROM..TO",
+                   help="physical offsets from FROM to TO, both included (either may be left out: 5010015..); "
+                        "the audit's report gives this for the messages recovery drops")
+    s.add_argument("--queue-offsets", type=offset_range, metavar="FROM..TO",
+                   help="queue offsets from FROM to TO, both included (with --topic and --queue)")
     s.add_argument("--tran-type", choices=TRAN_TYPES, help="the sysflag transaction type")
     s.add_argument("--half", choices=HALF_STATES, help="half messages by what became of them")
     s.add_argument("--dlq", nargs="?", const="", metavar="GROUP", help="%%DLQ%% topics (of GROUP)")
@@ -649,12 +625,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def prepare(args) -> list[StoreRef]:
-    """The inputs checked, then the output prepared (before Spark starts; again, idempotent, in ``run``)."""
+    """The arguments and stores checked and the output folder prepared: before Spark starts (and again, the same,
+    when ``run`` is called directly)."""
     from jobs.output import prepare_output
+    from jobs.stores import split_name
 
+    check_args(args)
     stores = resolve_stores(args.store, geometry_from_args(args))
-    prepare_output(args.out, overwrite=args.overwrite, inputs=list(args.store) + [str(s.root) for s in stores],
-                   job="extract")
+    prepare_output(args.out, overwrite=args.overwrite,
+                   inputs=[split_name(a)[1] for a in args.store] + [str(s.root) for s in stores], job="extract")
     return stores
 
 
@@ -667,13 +646,8 @@ def check_args(args) -> None:
     check_key("--key", args.key)
 
 
-def check_and_prepare(args) -> None:
-    check_args(args)
-    prepare(args)
-
-
-def main(argv=None) -> int:
-    return cli_main(build_parser, run, "extract", argv, check=check_and_prepare)
+def main(argv=None, prog: str | None = None) -> int:
+    return cli.main("extract", build_parser, run, argv, prepare=prepare, prog=prog)
 
 
 if __name__ == "__main__":

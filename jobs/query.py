@@ -48,8 +48,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script (spark-submit jobs/query.py): make the project importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # spark-submit jobs/query.py: make the project importable
+    import _bootstrap  # noqa: F401  (jobs/_bootstrap.py)
 
 from store_format import layout as L  # noqa: E402
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args  # noqa: E402
@@ -60,9 +60,10 @@ from store_format.javahash import index_key, index_key_hash  # noqa: E402
 from store_format.message import Message  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
-from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK  # noqa: E402
-from jobs.extract import (StoreRef, UsageError, check_key, cli_main, format_time, parse_time,  # noqa: E402
-                          read_messages, resolve_stores)
+from jobs import cli  # noqa: E402
+from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
+from jobs.extract import (StoreRef, check_key, format_time, parse_time, read_messages,  # noqa: E402
+                          resolve_stores)
 
 MODES = ("msg-id", "key", "uniq-key", "time", "tag")
 POINT_MODES = ("msg-id", "key", "uniq-key")
@@ -503,9 +504,9 @@ def write_result(result: QueryResult, fmt: str, out) -> None:
 # The job
 
 
-def run(spark, args, out=None, err=None) -> int:
-    """Run the query (``spark`` may be None: it is started only if a scan needs it), print the result;
-    returns the exit code."""
+def run(spark, args, out=None, err=None) -> cli.JobResult:
+    """Run the query (``spark`` may be None: it is started only if a scan needs it) and print the result on
+    ``out`` (the messages are the job's output: the JobResult's summary is empty)."""
     out, err = out or sys.stdout, err or sys.stderr
     check_args(args)
     stores = resolve_stores(args.store, geometry_from_args(args))
@@ -520,7 +521,7 @@ def run(spark, args, out=None, err=None) -> int:
     print(f"query ({result.mode}): {len(result.hits)} message(s) found in {len(stores)} store(s)"
           + (f"; {unreadable} index file(s) could not be used: answered by a scan" if unreadable else ""),
           file=err)
-    return EXIT_OK if result.hits else EXIT_NOTHING
+    return cli.JobResult("", EXIT_OK if result.hits else EXIT_NOTHING)  # an unusable index: scanned instead
 
 
 def needs_spark(args) -> bool:
@@ -534,8 +535,8 @@ def needs_spark(args) -> bool:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jobs.query", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", action="append", required=True, metavar="PATH",
-                   help="a broker store root, or a folder of them (repeatable)")
+    cli.add_store_arguments(p, what="a broker store root, one of its part folders or segment files, or a folder "
+                                    "of brokers' store roots")
     p.add_argument("--msg-id", metavar="ID", help="offsetMsgId (32 or 56 hex characters)")
     p.add_argument("--topic", metavar="T")
     p.add_argument("--key", metavar="K", help="a KEYS entry (or a UNIQ_KEY) of topic T")
@@ -550,8 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
-    return cli_main(build_parser, run, "query", argv, needs_spark=needs_spark, check=check_args)
+def main(argv=None, prog: str | None = None) -> int:
+    return cli.main("query", build_parser, run, argv, prepare=check_args, needs_spark=needs_spark, prog=prog)
 
 
 if __name__ == "__main__":

@@ -52,8 +52,8 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script (spark-submit jobs/replay.py): make the project importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # spark-submit jobs/replay.py: make the project importable
+    import _bootstrap  # noqa: F401  (jobs/_bootstrap.py)
 
 from store_format import fs  # noqa: E402
 from store_format import layout as L  # noqa: E402
@@ -66,8 +66,9 @@ from store_format.properties import parse_properties  # noqa: E402
 from store_format.store import Store  # noqa: E402
 from store_format.writer import StoreWriter, WriterConfig, validate_topic  # noqa: E402
 
-from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK  # noqa: E402
-from jobs.extract import UsageError, cli_main, read_manifest, resolve_stores, source_geometry  # noqa: E402
+from jobs import cli  # noqa: E402
+from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
+from jobs.extract import read_manifest, resolve_stores, source_geometry  # noqa: E402
 
 TRACE_MSG_ID = "FORENSICS_ORIGIN_MSG_ID"
 TRACE_BROKER = "FORENSICS_ORIGIN_BROKER"
@@ -325,7 +326,8 @@ def count_written(root) -> int:
     return sum(1 for f in Store(root).walk_commitlog(decode=False) if f.kind == "message")
 
 
-def run(spark, args, out=None, err=None) -> int:
+def run(spark, args, out=None, err=None) -> cli.JobResult:
+    """Replay; the summary (or with --dry-run the plan) goes to ``out`` as JSON Lines (the job's output)."""
     from jobs.output import prepare_output
 
     out, err = out or sys.stdout, err or sys.stderr
@@ -422,11 +424,11 @@ def run(spark, args, out=None, err=None) -> int:
           f"{c['rejected_by_reason'] or ''} -> {args.out}", file=err)
     if selected == 0 or planned == 0:
         print("replay: nothing to replay", file=err)
-        return EXIT_NOTHING
+        return cli.JobResult("", EXIT_NOTHING)
     if not c["reconciled"]:
         print("error: the counts do not reconcile (selected != written + rejected)", file=err)
-        return EXIT_FAILED
-    return EXIT_OK
+        return cli.JobResult("", EXIT_FAILED)
+    return cli.JobResult("", EXIT_OK)
 
 
 def check_manifest(args, inputs) -> None:
@@ -480,8 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-format", choices=FORMATS, help="default: detected")
     p.add_argument("--walk", choices=("salvage", "recovery"), default="salvage", help="--repair's walk")
     p.add_argument("--dedupe", action="store_true", help="--repair: drop copies as extract --dedupe does")
-    p.add_argument("--out", required=True, metavar="NEW_STORE", help="the store root to create")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--out", required=True, metavar="NEW_STORE", help="the store root to create (refused when it "
+                   "exists and is not empty, unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     p.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     p.add_argument("--config", metavar="broker.conf", help="store settings (geometry, storeHost...)")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help="one store setting (repeatable)")
@@ -491,8 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
-    return cli_main(build_parser, run, "replay", argv, check=check_and_prepare)
+def main(argv=None, prog: str | None = None) -> int:
+    return cli.main("replay", build_parser, run, argv, prepare=check_and_prepare, prog=prog)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,10 @@ TEST_PROFILE = {
 
 
 # What the jobs need whatever spark-conf/ says or wherever it is (a zip on --py-files has no spark-conf/):
-# the Python data sources push filters down, and Delta (delta-rs) cannot read Spark's INT96 timestamps.
+# a clean stderr, the Python data sources push filters down, and Delta (delta-rs) cannot read Spark's INT96
+# timestamps.
 REQUIRED = {
+    "spark.ui.showConsoleProgress": "false",  # jobs/progress.py draws the progress line; Spark's bar would garble it
     "spark.sql.python.filterPushdown.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",

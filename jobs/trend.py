@@ -25,10 +25,8 @@ import os
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script (spark-submit jobs/trend.py): make the project importable
-    _root = Path(__file__).resolve().parent.parent
-    if (_root / "jobs" / "__init__.py").exists():
-        sys.path.insert(0, str(_root))
+if __package__ in (None, ""):  # spark-submit jobs/trend.py: make the project importable
+    import _bootstrap  # noqa: F401  (jobs/_bootstrap.py)
 
 from jobs import cli  # noqa: E402
 from jobs.output import OutputError, is_delta_table, prepare_output, read_table, write_table  # noqa: E402
@@ -171,8 +169,8 @@ def run(spark, args) -> cli.JobResult:
     return cli.JobResult("\n".join(lines), cli.EXIT_FINDINGS if counts else cli.EXIT_OK)
 
 
-def main(argv=None) -> int:
-    return cli.main(NAME, build_parser, run, argv, prepare=prepare)
+def main(argv=None, prog: str | None = None) -> int:
+    return cli.main(NAME, build_parser, run, argv, prepare=prepare, prog=prog)
 
 
 if __name__ == "__main__":

@@ -591,8 +591,8 @@ class StoreWriter:
 
         existing = self.root.is_dir() and any(p.name != OUTPUT_MARKER for p in self.root.iterdir())
         if existing and not append:
-            raise WriterError(ErrorKind.INVALID_INPUT, "store root is not empty; pass append=True (--append) to "
-                              "add to the store that is there", file=str(self.root))
+            raise WriterError(ErrorKind.INVALID_INPUT, "store root is not empty: a new store needs a new or empty "
+                              "folder (append=True adds to the store that is there)", file=str(self.root))
         self.root.mkdir(parents=True, exist_ok=True)
         self._root_real = os.path.realpath(self.root)
         self._lock_file = self._take_lock()

@@ -84,6 +84,9 @@ def run_generate(args) -> int:
                                 rate=args.rate, start_ms=args.start_ms, cover=args.cover)
         if args.messages <= 0 or args.topics <= 0 or args.queues <= 0:
             raise ValueError("--messages, --topics and --queues must be positive")
+        if os.path.isdir(args.out_dir) and os.listdir(args.out_dir):  # generate only writes new stores
+            raise ValueError(f"{args.out_dir} is not empty: generate writes a new store; give a new or empty "
+                             "folder (write --append adds records to a store that is there)")
         stats = generate_store(args.out_dir, traffic, cfg, progress=None if args.quiet else progress_line(),
                                crash=args.crash)
     except (StoreFormatError, ValueError, OSError) as e:

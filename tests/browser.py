@@ -40,6 +40,8 @@ class BrowserResult:
     screenshot_path: Path
     broken_images: int = 0
     console_messages: list[str] = field(default_factory=list)  # every console call, for diagnosis
+    first_screen_text: str = ""  # the text a reader sees before scrolling (text nodes inside the viewport)
+    page_width: int = 0  # the document's scroll width in CSS pixels: wider than the viewport = a sideways scroll
 
 
 def find_chromium() -> str | None:
@@ -122,9 +124,29 @@ def _describe_exception(params: dict) -> str:
     return exc.get("description") or details.get("text", "uncaught exception")
 
 
-def render(html_path, png_path, *, viewport: tuple[int, int] = VIEWPORT, timeout_s: float = DEADLINE_S) \
-        -> BrowserResult:
-    """Load ``html_path`` (a local file) headless, screenshot the whole page to ``png_path``."""
+# What the page shows: all its text, the text of the nodes drawn inside the first viewport (what a reader sees
+# before scrolling), how many images did not decode, and how wide the document is.
+_STATE_JS = """(() => {
+  const first = [], h = window.innerHeight, w = window.innerWidth;
+  const walk = document.createTreeWalker(document.body || document.documentElement, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const t = n.textContent.trim();
+    if (!t) continue;
+    const r = document.createRange();
+    r.selectNodeContents(n);
+    if (Array.from(r.getClientRects()).some(b => b.top < h && b.bottom > 0 && b.left < w && b.width > 0))
+      first.push(t);
+  }
+  return JSON.stringify({text: document.body ? document.body.innerText : '', first: first.join(' '),
+    broken: Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).length,
+    width: document.documentElement.scrollWidth});
+})()"""
+
+
+def render(html_path, png_path, *, viewport: tuple[int, int] = VIEWPORT, timeout_s: float = DEADLINE_S,
+           full_page: bool = True) -> BrowserResult:
+    """Load ``html_path`` (a local file) headless, screenshot the whole page (``full_page=False``: the first
+    screen, what fits the viewport) to ``png_path``."""
     binary = find_chromium()
     if binary is None:
         raise BrowserError("no chromium on PATH: `make setup` installs Debian's chromium "
@@ -162,13 +184,10 @@ def render(html_path, png_path, *, viewport: tuple[int, int] = VIEWPORT, timeout
             raise BrowserError(f"cannot open {html_path}: {navigation['errorText']}")
         pipe.wait_event("Page.loadEventFired", session, deadline)
         # a round trip after the load: events the page raised before it are now in pipe.events
-        page = pipe.send("Runtime.evaluate", {
-            "expression": "JSON.stringify({text: document.body ? document.body.innerText : '',"
-                          " broken: Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0)"
-                          ".length})",
-            "returnByValue": True}, session=session, deadline=deadline)
+        page = pipe.send("Runtime.evaluate", {"expression": _STATE_JS, "returnByValue": True}, session=session,
+                         deadline=deadline)
         state = json.loads(page["result"]["value"])
-        shot = pipe.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
+        shot = pipe.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": full_page},
                          session=session, deadline=deadline)
         png_path.parent.mkdir(parents=True, exist_ok=True)
         png_path.write_bytes(base64.b64decode(shot["data"]))
@@ -185,7 +204,8 @@ def render(html_path, png_path, *, viewport: tuple[int, int] = VIEWPORT, timeout
             elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
                 entry = params["entry"]
                 errors.append(f"{entry.get('text')} {entry.get('url', '')}".strip())
-        return BrowserResult(errors, state["text"], png_path, state["broken"], messages)
+        return BrowserResult(errors, state["text"], png_path, state["broken"], messages, state["first"],
+                             state["width"])
     finally:
         try:
             pipe.send("Browser.close", deadline=time.monotonic() + 5)

@@ -97,6 +97,14 @@ def fixtures_stay_untouched():
     assert not changed, f"the test run changed read-only fixture files under {FIXTURES}: {changed[:10]}"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Every test that uses the ``spark`` fixture (directly or through another fixture) is a ``spark`` test:
+    ``make test-fast`` leaves them out."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
 def pytest_terminal_summary(terminalreporter):
     if CAMPAIGN_REPORT:
         terminalreporter.section("hostile dumps")

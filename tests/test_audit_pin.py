@@ -41,6 +41,7 @@ def pin_corpus(tmp_path_factory):
     return pin.build_corpus(tmp_path_factory.mktemp("audit-pin") / "corpus", FIXTURES, log=_quiet)
 
 
+@pytest.mark.slow
 def test_corpus_is_deterministic(pin_corpus, tmp_path):
     """Built again by another process (with another string hash seed): every file of every writer-built store
     has the same bytes."""
@@ -57,3 +58,15 @@ def test_audit_reproduces_the_goldens(spark, pin_corpus, tmp_path):
     meta = json.loads((pin_corpus.parent / "CORPUS.json").read_text())
     diff = pin.compare(pin.normalize_all(outputs, pin_corpus), GOLDEN, meta)
     assert not diff, "jobs.audit's outputs differ from tests/golden/audit/:\n" + "\n".join(diff)
+    # the report's grouped view stays short for every store of the corpus, whatever its findings: per-message
+    # findings are one group per broker, the findings table keeps every row
+    from jobs.audit.groups import group_findings
+
+    for name, (out, _) in outputs.items():
+        groups = group_findings(str(out / "findings"))
+        per_broker: dict[str, int] = {}
+        for g in groups:
+            per_broker[g.broker] = per_broker.get(g.broker, 0) + 1
+        assert max(per_broker.values()) <= 200, (name, sorted(per_broker.items(), key=lambda kv: -kv[1])[:3])
+        assert sum(g.count for g in groups) == sum(json.loads((out / "summary.json").read_text())["counts"][s]
+                                                   for s in ("error", "warning", "info"))

@@ -215,6 +215,7 @@ def test_a_paired_series_brackets_each_step_with_reference_runs():
     assert [l["store"] for l in lines] == [0, 1, 0, 1] and not any("ref_seconds" in l for l in lines)
 
 
+@pytest.mark.slow
 def test_scaling_dumps_share_every_queue(tmp_path, monkeypatch):
     """Part of a job's fixed cost is per queue: the reference dump (a few hundred records) must have every topic
     and queue the larger steps have, or the steps' net s/GB would carry a cost the reference lacks."""
@@ -253,6 +254,8 @@ def test_a_job_in_a_session_of_its_own(tiny, measured):
     assert args.no_report and args.store == [meta["store"]]
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_the_small_audit_in_a_fresh_process(tiny, tmp_path):
     """audit_small_s: `python -m jobs.audit` on a 1 MiB dump in a process of its own, the session's start apart
     (from the audit's --profile)."""
@@ -283,6 +286,7 @@ def test_results_json_has_every_figure(tiny, measured, tmp_path):
                                                                             for line in table)
 
 
+@pytest.mark.slow
 def test_main_without_spark_writes_results(tmp_path, capsys):
     """The command line end to end, Spark parts skipped (this process holds the tests' session; the job
     figures are covered above)."""
@@ -298,6 +302,8 @@ def test_main_without_spark_writes_results(tmp_path, capsys):
     assert not (Path(B.__file__).parent / "cache" / DumpSpec(1, 1, 1).key).exists()
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_datasource_scan_figures(tmp_path, capsys):
     """bench/bench_datasource.py --scan on a 3 MiB dump (a newest segment only): the in-process baselines and
     framers, then one round in a child process and session: cold and warm runs, the first pass, the transport

@@ -6,7 +6,11 @@ import base64
 import struct
 import zlib
 
+import pytest
+
 from .browser import render
+
+pytestmark = [pytest.mark.browser]
 
 
 def _png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
@@ -53,3 +57,15 @@ def test_a_clean_page_has_no_console_errors(tmp_path):
     result = render(page, tmp_path / "clean.png")
     assert result.console_errors == [] and result.broken_images == 0
     assert result.page_text.strip() == "all clear"
+
+
+def test_render_reports_how_wide_the_page_is(tmp_path):
+    """A page wider than the viewport says so (the report's tables must not be); one that wraps does not."""
+    wide, narrow = tmp_path / "wide.html", tmp_path / "narrow.html"
+    wide.write_text("<!doctype html><html><body style='margin:0'><table><tr><td style='white-space:nowrap'>"
+                    + "x" * 400 + "</td></tr></table></body></html>")
+    narrow.write_text("<!doctype html><html><body style='margin:0'><div style='overflow-x:auto'><table><tr>"
+                      "<td style='white-space:nowrap'>" + "x" * 400 + "</td></tr></table></div><p>"
+                      + "word " * 400 + "</p></body></html>")
+    assert render(wide, tmp_path / "wide.png", viewport=(800, 600)).page_width > 800
+    assert render(narrow, tmp_path / "narrow.png", viewport=(800, 600)).page_width == 800

@@ -151,3 +151,13 @@ def test_a_wrong_msg_id_length_says_so():
             assert "not hexadecimal" not in r.stderr
         else:
             assert "not hexadecimal" in r.stderr
+
+
+def test_generate_into_a_store_that_is_there_says_what_to_do(tmp_path):
+    """generate writes new stores only: into a non-empty folder it refuses (exit 2), naming the folder and the
+    command that adds to a store, not an option it does not have."""
+    (tmp_path / "keep").write_text("x")
+    r = run("generate", tmp_path, "--messages", "5")
+    assert r.returncode == 2 and f"{tmp_path} is not empty: generate writes a new store" in r.stderr
+    assert "write --append" in r.stderr and "generate --append" not in r.stderr
+    assert (tmp_path / "keep").read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["keep"]

@@ -16,7 +16,8 @@ from .writer_support import FIXTURE_START_OFFSET_MS, fixture_config, manifest_re
 
 def run_compare(spark, *argv):
     out = io.StringIO()
-    code = compare.run(spark, compare.build_parser().parse_args([str(a) for a in argv]), out=out, err=io.StringIO())
+    code = compare.run(spark, compare.build_parser().parse_args([str(a) for a in argv]), out=out,
+                       err=io.StringIO()).exit_code
     return code, json.loads(out.getvalue())
 
 

@@ -624,6 +624,7 @@ def report(tally: Tally, seeds: int) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_damage_campaign(bases, tmp_path):
     from .writer_support import tree_digest
 
@@ -641,6 +642,7 @@ def test_damage_campaign(bases, tmp_path):
     assert tally.recovered + sum(n for _, n in tally.unconfirmed) == tally.valid
 
 
+@pytest.mark.slow
 def test_every_family_damages_something(bases, tmp_path):
     """The campaign's mutations are real: each changes its copy, and only where its ranges say (a family that
     changed nothing, or more than it declares, would make the recovered/valid ratio meaningless); and

@@ -145,6 +145,7 @@ def _by_ranges(buf: bytes, seg, split: int, ranged_margin: int | None = None, **
 SPLITS = (64, 300, 1000, 4096, 7777, SEG, 1 << 20, 3 << 20)
 
 
+@pytest.mark.slow
 def test_every_walk_item_is_owned_by_exactly_one_range(dump):
     """The task function alone: for every segment and split size, the ranges' items joined in order are
     store_format's salvage walk, and cutting them at the segment ends gives both walks exactly."""

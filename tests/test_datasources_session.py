@@ -168,6 +168,8 @@ def first_reads_without_pyarrow() -> dict:
     return errors
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_workers_without_pyarrow_get_one_clear_message():
     python = _python_without_pyarrow()
     if python is None:

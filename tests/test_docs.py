@@ -29,3 +29,31 @@ def test_readme_writing_stores_is_the_writer_commands_help():
     block = re.search(r"## Writing stores \(`generate`, `write`\)\n\n```text\n(.*?)\n```\n", readme, re.S)
     assert block, "README.md has no 'Writing stores' text block"
     assert block.group(1) == writer_cli.__doc__.strip("\n"), "README.md's Writing stores block is out of date"
+
+
+def test_user_guide_what_to_do_is_each_checks_action():
+    """Every check's ``action`` (what the report's first screen and finding groups tell an operator to do) is the
+    user guide's "what to do" for it, word for word: a row's last cell, or, for a table of checks without that
+    column, the family's "What to do for all of them:" paragraph."""
+    import re
+
+    from jobs.audit.checks import load_all
+    from jobs.audit.findings import CHECKS
+
+    load_all()
+    guide = (REPO / "docs" / "user-guide.md").read_text(encoding="utf-8")
+    sections = re.split(r"\n### ", guide)
+
+    def plain(text: str) -> str:
+        return " ".join(text.split())
+
+    for check_id, c in sorted(CHECKS.items()):
+        rows = [line for line in guide.splitlines() if line.startswith(f"| `{check_id}` |")]
+        assert len(rows) == 1, f"docs/user-guide.md has {len(rows)} rows for {check_id}"
+        cells = [x.strip() for x in rows[0].strip("|").split(" | ")]
+        if len(cells) == 4:
+            assert plain(cells[3]) == plain(c.action), f"{check_id}: the guide's what-to-do differs from its action"
+        else:
+            [section] = [s for s in sections if rows[0] in s]
+            m = re.search(r"What to do for all of them: (.*?)\n\n", section, re.S)
+            assert m and plain(m.group(1)) == plain(c.action), f"{check_id}: no what-to-do in the guide"

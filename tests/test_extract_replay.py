@@ -27,13 +27,13 @@ from .conftest import fixture_manifest, fixture_store
 
 def run_extract(spark, *argv):
     err = io.StringIO()
-    code = extract.run(spark, extract.build_parser().parse_args([str(a) for a in argv]), err=err)
+    code = extract.run(spark, extract.build_parser().parse_args([str(a) for a in argv]), err=err).exit_code
     return code, err.getvalue()
 
 
 def run_replay(spark, *argv):
     out, err = io.StringIO(), io.StringIO()
-    code = replay.run(spark, replay.build_parser().parse_args([str(a) for a in argv]), out=out, err=err)
+    code = replay.run(spark, replay.build_parser().parse_args([str(a) for a in argv]), out=out, err=err).exit_code
     return code, [json.loads(x) for x in out.getvalue().splitlines()], err.getvalue()
 
 

@@ -215,6 +215,7 @@ def test_lengths_that_add_up_but_break_a_rule(windows):
         assert_parity(bytes(buf), "s", 3 * SEG)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framer", ["numpy", "compiled"])
 def test_random_corruption(written, framer, monkeypatch):
     """Overwrite header fields, single bytes, or runs of bytes at random: the walks still agree."""

@@ -166,6 +166,7 @@ def hostile_frames(draw) -> bytes | None:
 # 1. Record decoders: the scalar codec and the vectorized kernel, on the same hostile bytes
 
 
+@pytest.mark.slow
 @fuzz(60)
 @given(st.lists(hostile_frames(), min_size=1, max_size=5))
 @example([encode_record(Message(topic="0", body_crc=-1))])  # an empty body's CRC field is never checked
@@ -399,6 +400,7 @@ def cq_bytes(draw):
     return raw + draw(st.binary(max_size=25))
 
 
+@pytest.mark.slow
 @fuzz(60)
 @given(cq_bytes(), st.booleans(), st.booleans())
 def test_consume_queue_reader_on_hostile_files(scratch, raw, stop_at_invalid, include_zero):
@@ -427,6 +429,7 @@ _DIR_NAMES = st.one_of(st.sampled_from(["0", "-1", "--5", "+3", "²", "٣", "999
                                min_size=1, max_size=12).filter(lambda s: s not in (".", "..")))
 
 
+@pytest.mark.slow
 @fuzz(40)
 @given(st.lists(st.tuples(_DIR_NAMES, _DIR_NAMES), min_size=1, max_size=4))
 @example([("T", "--5"), ("T", "²"), ("T", "0"), ("U", "99999999999")])  # int() refused the first two
@@ -477,6 +480,7 @@ def index_files(draw):
     return bytes(raw[:cut] if cut is not None else raw), slots, num, keys
 
 
+@pytest.mark.slow
 @fuzz(80)
 @given(index_files(), st.sampled_from(["given", "inferred", "wrong"]), st.data())
 def test_index_reader_and_chain_walk_on_hostile_files(scratch, idx, geometry, data):
@@ -614,6 +618,7 @@ def config_texts(draw):
     return text
 
 
+@pytest.mark.slow
 @fuzz(150)
 @given(config_texts())
 @example("{\"offsetTable\":{\"²\":1}}")  # a Unicode digit int() refuses
@@ -690,6 +695,7 @@ def test_offset_columns_equal_the_dict_path(scratch, table):
     assert fast == slow
 
 
+@pytest.mark.slow
 @fuzz(100)
 @given(st.dictionaries(st.one_of(st.text(max_size=6), st.integers(-5, 2**40)), _JSON_VALUES, max_size=5))
 def test_fastjson_round_trip(obj):

@@ -75,7 +75,7 @@ def ask_store(*argv) -> tuple[int, list[dict], str]:
 def ask_query(*argv) -> tuple[int, list[dict], str]:
     """jobs.query (a point lookup: no Spark), in this process: (exit code, message lines, stderr)."""
     out, err = io.StringIO(), io.StringIO()
-    code = query.run(None, query.build_parser().parse_args([str(a) for a in argv]), out=out, err=err)
+    code = query.run(None, query.build_parser().parse_args([str(a) for a in argv]), out=out, err=err).exit_code
     return code, [json.loads(x) for x in out.getvalue().splitlines() if json.loads(x)["kind"] == "message"], \
         err.getvalue()
 

@@ -494,12 +494,14 @@ _settings = settings(max_examples=60, deadline=3000, suppress_health_check=[Heal
                                                                           HealthCheck.data_too_large])
 
 
+@pytest.mark.slow
 @_settings
 @given(st.lists(records(), min_size=1, max_size=6))
 def test_generated_records_parity(frames):
     assert_parity(frames)
 
 
+@pytest.mark.slow
 @_settings
 @given(st.data())
 def test_generated_damage_parity(data):
@@ -509,6 +511,7 @@ def test_generated_damage_parity(data):
     assert len(rows) == len(hurt)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(records(), min_size=1, max_size=5), st.sampled_from([pa.binary(), pa.large_binary()]))
 def test_generated_buffer_and_binary_paths_agree(frames, typ):
@@ -640,6 +643,7 @@ _index_files = st.integers(1, 6).flatmap(lambda slots: st.integers(1, 30).flatma
     st.booleans())))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_index_files)
 def test_index_chain_bits_and_summary_follow_the_reference(case):

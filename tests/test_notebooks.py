@@ -14,6 +14,7 @@ import asyncio
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 
 import nbformat
@@ -126,6 +127,7 @@ def test_notebooks_are_stored_without_outputs():
         assert "build_session" in code[0].source and "DEMO_OUT" in code[0].source, name
 
 
+@pytest.mark.slow
 def test_tour_of_a_dump(executed, demo_out):
     nb = _ran(executed, "01_tour_of_a_dump")
     printed = dict(re.findall(r"messages in (\S+): (\d+)", _stdout(nb)))
@@ -142,6 +144,7 @@ def test_tour_of_a_dump(executed, demo_out):
     _html_is_only_pandas_tables(nb)
 
 
+@pytest.mark.slow
 def test_investigating_an_audit(executed, demo_out):
     nb = _ran(executed, "02_investigating_an_audit")
     out = _stdout(nb)
@@ -161,6 +164,7 @@ def test_investigating_an_audit(executed, demo_out):
     _html_is_only_pandas_tables(nb)
 
 
+@pytest.mark.slow
 def test_lag_and_transactions_over_history(executed, demo_out, spark):
     nb = _ran(executed, "03_lag_and_transactions_over_history")
     out = _stdout(nb)
@@ -172,3 +176,33 @@ def test_lag_and_transactions_over_history(executed, demo_out, spark):
     assert int(re.search(r"(\d+) growing_lag", flagged).group(1)) > 0  # the later --as-of makes lag older
     assert len(_outputs(nb, "image/png")) >= 2
     _html_is_only_pandas_tables(nb)
+
+
+@pytest.mark.slow
+def test_make_demo_prints_each_brokers_verdict_and_the_findings_grouped(demo_out):
+    """What ``make demo`` prints after its audit: per broker the banner, headline and first action (not a raw
+    error count), then the first findings grouped by cause, most consequential first."""
+    summary = json.loads((demo_out / "audit" / "summary.json").read_text())
+    text = _load_demo().verdict_text(summary, demo_out / "audit")
+    lines = text.splitlines()
+    for b in summary["brokers"]:
+        v = b["verdict"]
+        assert f"{b['name']}: {v['banner']} - {v['headline']}" in lines
+        assert f"    do: {v['actions'][0]['text']}" in lines
+    # broker-a's torn tail: recovery cuts there; broker-b's flipped bit lies before the segments a normal recovery
+    # walks (this small dump has six): kept, but untrustworthy, and a queue lost its consume queue
+    assert "broker-a: DATA LOST - broker-a will start (abnormal recovery) but cuts the log at physical offset" in text
+    assert "broker-b: DATA LOST - broker-b will start (normal recovery) and keeps all" in text and "FAIL" not in text
+    groups = lines[lines.index(next(x for x in lines if x.startswith("Findings grouped by cause"))) + 1:]
+    assert len(groups) == 10 and groups[0].startswith("  [data lost] broker-a recovery.truncation ")
+    assert [x for x in groups if "delays.overdue" in x or "transactions.open" in x] == []  # consumers affected: later
+    # make demo groups in a process of its own, which has not imported the checks: the same groups, same order
+    code = ("import json, sys; from jobs.audit.groups import group_findings; print(json.dumps([[g.check, g.broker, "
+            "g.place, g.count, int(g.consequence)] for g in group_findings(sys.argv[1])]))")
+    fresh = subprocess.run([sys.executable, "-c", code, str(demo_out / "audit" / "findings")], capture_output=True,
+                           text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+    from jobs.audit.groups import group_findings
+
+    here = [[g.check, g.broker, g.place, g.count, int(g.consequence)]
+            for g in group_findings(str(demo_out / "audit" / "findings"))]
+    assert json.loads(fresh.stdout) == here, fresh.stderr

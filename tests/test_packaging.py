@@ -11,6 +11,7 @@ import sysconfig
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from jobs.session import REPO, TEST_PROFILE
 
@@ -28,6 +29,8 @@ def _load_tool(name: str):
 package = _load_tool("package")  # what `make package` runs
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_spark_submit_with_the_zip_from_outside_the_repository(tmp_path):
     zip_path = package.build(tmp_path / "dist" / "rocketmq_forensics.zip")
     job = tmp_path / "decode_job.py"
@@ -57,6 +60,8 @@ def test_spark_submit_with_the_zip_from_outside_the_repository(tmp_path):
            sorted(m["commitLogOffset"] for m in manifest["messages"])
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_audit_through_spark_submit_on_local2(tmp_path):
     """The audit job, unchanged, as a scheduler runs it: spark-submit --master local[2] with the zip, from a
     folder outside the repository; exit code and outputs as documented."""

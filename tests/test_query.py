@@ -26,7 +26,7 @@ def ask(*argv, spark=None):
     """(exit code, message lines, explain lines, stderr) of one query run in-process."""
     out, err = io.StringIO(), io.StringIO()
     args = query.build_parser().parse_args([str(a) for a in argv])
-    code = query.run(spark, args, out=out, err=err)
+    code = query.run(spark, args, out=out, err=err).exit_code
     lines = [json.loads(x) for x in out.getvalue().splitlines()]
     return (code, [x for x in lines if x["kind"] == "message"], [x for x in lines if x["kind"] == "explain"],
             err.getvalue())

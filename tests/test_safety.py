@@ -304,6 +304,7 @@ def _sources():
         yield str(nb.relative_to(REPO)), code
 
 
+@pytest.mark.slow
 def test_no_eval_exec_or_pickle_in_the_code():
     sources = list(_sources())
     assert any(name.startswith("store_format/") for name, _ in sources)

@@ -558,6 +558,7 @@ def run_cli(*args, stdin=None):
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_generate_is_seeded_and_readable(tmp_path):
     conf = tmp_path / "broker.conf"
     conf.write_text("mappedFileSizeConsumeQueue=6000\nmaxHashSlotNum=500\nmaxIndexNum=2000\n")
@@ -584,6 +585,7 @@ def test_cli_generate_is_seeded_and_readable(tmp_path):
     assert len(Store(tmp_path / "d").queues) == 2 * 3 + 5 + 2 + 4
 
 
+@pytest.mark.slow
 def test_cli_write_round_trips_a_dump(tmp_path):
     from .conftest import fixture_manifest, fixture_store
     manifest = fixture_manifest("basic")
@@ -606,6 +608,7 @@ def test_cli_write_round_trips_a_dump(tmp_path):
     assert [m.body for m in Store(tmp_path / "s").messages()][-1] == b"hi" and (tmp_path / "s" / "abort").exists()
 
 
+@pytest.mark.slow
 def test_cli_write_refuses_bad_lines_and_never_claims_a_clean_store(tmp_path):
     good = json.dumps({"topic": "T", "body": "eA==", "store_timestamp": 1})
     for bad, message in ((json.dumps({"topic": "../x", "body": ""}), "line 2: topic"),

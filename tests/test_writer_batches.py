@@ -81,6 +81,7 @@ def broker_store(root: Path, seed: int = 3, sends: int = 120) -> None:
 # Round trip: broker-flow batches -> dump -> write
 
 
+@pytest.mark.slow
 def test_broker_batches_round_trip_through_dump_and_write_byte_for_byte(tmp_path):
     """Batches that cross segment ends roll the whole batch (some rolls early: the first item alone would
     have fitted); the dump marks those, and ``write`` lays the same store down again: every file identical
@@ -145,6 +146,7 @@ def _unbatched(line: str) -> str:
     return json.dumps({k: v for k, v in json.loads(line).items() if k != "batch"}) + "\n"
 
 
+@pytest.mark.slow
 def test_batch_field_moves_the_whole_group_to_the_next_segment(tmp_path):
     """A 600-byte record, then three that would fit one by one: as single puts the first two stay in
     segment 0; as one ``batch`` the blank comes right after the first record and the group starts segment 1,
@@ -257,6 +259,7 @@ def test_mark_early_rolls(items, marked):
 # The fixture that shows an early roll (RocketMQ 4.9.7 itself)
 
 
+@pytest.mark.slow
 def test_recovered_zero_page_fixture_early_roll_is_reproduced_byte_for_byte(tmp_path):
     """recovered-zero-page (256 KiB segments, batches) has 27 end-of-file blanks; one is early: segment
     00000000000000262144 ends at 191195 with a 70949-byte blank although the next record (430 bytes) would
@@ -390,6 +393,7 @@ def test_infer_segment_size_from_base_offset_length_pairs():
     assert infer_segment_size([(0, 10), (3000, 10), (1000, 10)]) == 1000
 
 
+@pytest.mark.slow
 def test_generated_store_with_batches_round_trips_through_dump_and_write(tmp_path):
     """The generator's traffic (its classic batches written by the bulk path, 8 KiB segments: many early rolls)
     dumped and written back: commitlog, consume queues, index files and checkpoint identical.  topics.json and

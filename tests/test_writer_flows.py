@@ -274,6 +274,7 @@ def test_default_retry_limit_is_16(broker):
 # Generated traffic obeys every dispatch rule
 
 
+@pytest.mark.slow
 def test_generated_store_obeys_the_dispatch_rules(tmp_path):
     cfg = WriterConfig(mappedFileSizeCommitLog=2_000_000, mappedFileSizeConsumeQueue=6000, maxHashSlotNum=1000,
                        maxIndexNum=4000)

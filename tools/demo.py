@@ -1,4 +1,5 @@
-"""make demo: a realistic two-broker dump, audited through spark-submit, with the verdict and worst findings.
+"""make demo: a realistic two-broker dump, audited through spark-submit, with each broker's verdict and the findings
+grouped by cause.
 
 The dump (demo-out/dump/, generated once and reused) is written by the project's own StoreWriter from
 synthetic traffic (store_format/generate.py): 8 topics, per-topic consumer groups that lag behind,
@@ -90,25 +91,33 @@ def main(argv=None) -> int:
         print(f"demo: the audit could not run (exit {run.returncode})", file=sys.stderr)
         return run.returncode
     summary = json.loads((audit_out / "summary.json").read_text())
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    findings = pq.read_table(audit_out / "findings")
-    errors = findings.filter(pc.equal(findings["severity"], "error")).to_pylist()
-    print(f"\nVerdict: {'FAIL' if summary['counts']['error'] else 'PASS'} - {summary['counts']['error']} error(s), "
-          f"{summary['counts']['warning']} warning(s), {summary['counts']['info']} info")
-    for b in summary["brokers"]:
-        r = b["recovery"]
-        print(f"  {b['name']}: {r['mode']} recovery, broker will start: {r['broker_will_start']}, recovered end "
-              f"{r['predicted_max_physical_offset']:,}, messages lost: {r['messages_lost']:,}")
-    print("Top findings:")
-    for f in sorted(errors, key=lambda f: (f["broker"], f["physical_offset"] or 0))[:10]:
-        where = f"{f['file']}@{f['file_position']}" if f["file_position"] is not None else (f["file"] or "")
-        print(f"  [{f['severity']}] {f['broker']} {f['check']} {where}: {f['message']}")
+    print(verdict_text(summary, audit_out))
     print(f"\nReport:   {audit_out / 'report.html'}\nFindings: {audit_out / 'findings'}\nMetrics:  "
           f"{audit_out / 'metrics'}\nTables:   {audit_out / 'tables'}\nSummary:  {audit_out / 'summary.json'}\n"
           f"History:  {out / 'history'} (python -m jobs.trend --history {out / 'history'}; notebooks/)")
     return 0
+
+
+def verdict_text(summary: dict, audit_out: Path, top: int = 10) -> str:
+    """What the demo prints after the audit: per broker the report's first screen in a few lines (its banner,
+    headline and what to do first: summary.json's verdict), then the first findings grouped by cause (the
+    report's rows, most consequential first: one row for every message one cut drops, not one per message)."""
+    from jobs.audit.groups import group_findings
+
+    lines = [""]
+    for b in summary["brokers"]:
+        v = b["verdict"]
+        lines.append(f"{b['name']}: {v['banner']} - {v['headline']}")
+        lines += [f"    do: {a['text']}" for a in v["actions"]]
+    groups = group_findings(str(audit_out / "findings"))
+    total = sum(summary["counts"][s] for s in ("error", "warning", "info"))
+    lines.append(f"Findings grouped by cause ({len(groups):,} group(s) of {total:,} finding(s); the first {top}):")
+    for g in groups[:top]:
+        where = f" {g.place}" if g.place else ""
+        first = g.samples[0]["message"] if g.samples else ""
+        said = first if g.count == 1 else f"{g.count:,} findings, the first: {first}"
+        lines.append(f"  [{g.consequence.label}] {g.broker} {g.check}{where}: {said}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

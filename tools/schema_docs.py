@@ -45,7 +45,8 @@ def finding_kinds() -> set[str]:
 # What each column means (the only hand-written part)
 
 COMMON = {
-    "broker": "the broker the row belongs to: the store root's folder name (`.../<broker>/store` -> `<broker>`)",
+    "broker": "the broker the row belongs to: `--store NAME=PATH`'s NAME, else brokerName from the dump's "
+              "broker.properties, else the store root's folder (`.../<broker>/store` -> `<broker>`; jobs/stores.py)",
     "run_id": "the audit run: `<UTC time>-<8 hex digits>`, one per `jobs.audit` run",
     "run_time": "when the audit run started (UTC, second precision)",
     "topic": "topic name", "queue_id": "queue id within the topic",
@@ -126,6 +127,12 @@ MEANINGS = {
         "group": "the consumer group whose dead letters these are", "messages": "dead letters in %DLQ%group",
         "oldest_store_time": "oldest dead letter's store time (ms)", "newest_store_time": "newest one's (ms)",
         "original_topics": "the topics they were first sent to", "max_reconsume_times": "highest RECONSUMETIMES",
+    },
+    "resend": {
+        "state": "`damaged` (damage destroyed it; named from its header), `dropped` (well-formed, past the cut: "
+                 "recovery drops it) or `unindexed` (kept, but in no consume queue: consumers never receive it)",
+        "keys": "its KEYS (empty where a damaged record's properties are unreadable)",
+        "damage": "damaged: why the walk refused it (BAD_CRC, SIZE_MISMATCH...)",
     },
     "messages": {  # decode, extract (the canonical message columns: README "Canonical message fields")
         "beyond_first_stop": "found by the salvage walk past the point where the broker's recovery walk stops",
@@ -212,6 +219,23 @@ SUMMARY = {
     "brokers[].recovery.notes": "other remarks", "outputs": "paths of everything written",
     "outputs.findings": "findings table", "outputs.metrics": "metrics table",
     "outputs.tables/<name>": "each detail table", "outputs.report": "report.html (null with --no-report)",
+    "groups": "finding groups: the report's rows (one per check and place, jobs/audit/groups.py)",
+    "brokers[].verdict": "the on-call view the report's first screen shows (jobs/audit/verdict.py)",
+    "brokers[].verdict.level": "`will-not-start`, `incomplete`, `data-lost`, `attention` or `pass`",
+    "brokers[].verdict.banner": "the level in the banner's words", "brokers[].verdict.headline": "the headline",
+    "brokers[].verdict.will_start": "will the broker start (null: unknown)",
+    "brokers[].verdict.why_not": "why it will not start", "brokers[].verdict.cut": "where recovery cuts the log "
+    "(null: nowhere)", "brokers[].verdict.cut.physical_offset": "the recovered end",
+    "brokers[].verdict.cut.segment": "its segment", "brokers[].verdict.cut.file_position": "its position there",
+    "brokers[].verdict.cut.kind": "why the walk stops there", "brokers[].verdict.lost": "messages lost",
+    "brokers[].verdict.lost.damaged": "damaged (tables/resend)", "brokers[].verdict.lost.dropped": "dropped after "
+    "the cut", "brokers[].verdict.lost.unframed_runs": "runs of records whose headers are gone",
+    "brokers[].verdict.lost.unindexed": "kept but in no consume queue",
+    "brokers[].verdict.at_risk": "what a restart now destroys, file by file",
+    "brokers[].verdict.safe_before": "every byte before this physical offset is intact",
+    "brokers[].verdict.actions": "the three actions that matter most", "brokers[].verdict.actions[].check":
+    "the check whose what-to-do it is", "brokers[].verdict.actions[].consequence": "its consequence",
+    "brokers[].verdict.actions[].count": "its findings", "brokers[].verdict.actions[].text": "what to do",
 }
 
 
@@ -243,7 +267,9 @@ def collect(spark) -> dict:
         metric_names = sorted(r["metric"] for r in spark.read.parquet(str(out / "metrics")).select("metric")
                               .distinct().collect())
         summary = json.loads((out / "summary.json").read_text())
-        messages = decode.messages(spark, [str(store)], decompress=True).schema
+        from jobs.stores import resolve_stores
+
+        messages = decode.messages(spark, resolve_stores([str(store)]), decompress=True).schema
     by_name = {f.name: f.dataType.simpleString() for f in messages}
     extract_cols = [*extract.OUTPUT_COLUMNS, "stored_compression", "consumer"]
     extract_types = {**by_name, "stored_compression": "string", "consumer": "string"}
@@ -300,6 +326,8 @@ AUDIT_TABLES = (
     ("delays", "`OUT/tables/delays/`: one row per delay level (delays family)"),
     ("retries", "`OUT/tables/retries/`: one row per send-back copy (retries family)"),
     ("dlq", "`OUT/tables/dlq/`: one row per group with dead letters (retries family)"),
+    ("resend", "`OUT/tables/resend/`: one row per message to re-send: damaged, dropped by recovery, or in no "
+               "consume queue (jobs/audit/resend.py; the report's \"Messages to re-send\")"),
 )
 
 

@@ -1,11 +1,10 @@
 """``python -m jobs.audit`` and ``spark-submit jobs/audit/__main__.py`` (the application file)."""
+import os
 import sys
-from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script (spark-submit): make the project importable
-    _root = Path(__file__).resolve().parent.parent.parent
-    if (_root / "jobs" / "__init__.py").exists():
-        sys.path.insert(0, str(_root))
+if __package__ in (None, ""):  # spark-submit jobs/audit/__main__.py: make the project importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # jobs/, the bootstrap's
+    import _bootstrap  # noqa: F401,E402  (jobs/_bootstrap.py)
 
 from jobs.audit import main  # noqa: E402
 

@@ -35,6 +35,7 @@ class AuditContext:
         self.scan = Outputs()
         self.failures: list[pa.Table] = []  # tasks and steps that failed (tasks.FAILURES rows)
         self.recovery: dict = {}
+        self.resend_damaged: list[dict] = []  # damaged records the driver names (resend.damaged_row), for tables/resend
 
     # ---- partial tables ----------------------------------------------------------------------------------
     def partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
@@ -266,7 +267,8 @@ class AuditContext:
                     confirmed[j] = nxt in ("message", "blank") or stop == END_OF_DATA
                 rest = np.flatnonzero(~confirmed)
                 if len(rest):
-                    walked = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc)
+                    walked = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc,
+                                            framer=K.CompiledFramer)
                     messages = walked.kinds == KIND_MESSAGE
                     on_walk = np.searchsorted(walked.positions[messages], pos[rest])
                     w_pos, w_size = walked.positions[messages], walked.sizes[messages]
@@ -282,6 +284,14 @@ class AuditContext:
         from udfs.kernels import message_schema
 
         return pa.concat_tables(parts) if parts else message_schema(columns).empty_table()
+
+    def store_times(self, broker: str, offsets) -> dict[int, int]:
+        """{physical offset: store time} for the offsets where a message of the salvage walk starts (for a finding
+        group's time span: offsets where no message starts are left out)."""
+        if broker not in self.plans or not offsets:
+            return {}
+        t = self.walk_messages_at(broker, sorted(set(offsets)), ("physical_offset", "store_timestamp"))
+        return dict(zip(t.column("physical_offset").to_pylist(), t.column("store_timestamp").to_pylist()))
 
     def release(self) -> None:
         pass

@@ -62,15 +62,42 @@ STAMP_COLUMNS = ("run_id", "run_time")
 
 # -------------------------------------------------------------------------------------------------- registry
 
+class Consequence(enum.IntEnum):
+    """What a finding means for the broker's data, the order the report puts findings in (a lower value matters
+    more): a count of warnings says little, the consequence says what to look at first."""
+
+    WILL_NOT_START = 0
+    DATA_LOST = 1
+    DATA_AT_RISK = 2
+    QUERIES_WRONG = 3
+    CONSUMERS_AFFECTED = 4
+    COSMETIC = 5
+
+    @property
+    def label(self) -> str:
+        return self.name.lower().replace("_", " ")
+
+
+# How the report groups a check's findings (one row per group; the findings table keeps every row): ``place``
+# per file, or per queue when the finding has no file; ``queue`` per consume queue (topic and queue id);
+# ``topic`` per topic; ``broker`` one group per broker (per-message findings that say the same thing: every
+# message lost after one cut).
+GROUPINGS = ("place", "queue", "topic", "broker")
+
+
 @dataclass(frozen=True)
 class Check:
     """One kind of finding.  ``also`` lists the other severities a family may give it row by row (said in its
-    docstring, e.g. info instead of warning for a system topic)."""
+    docstring, e.g. info instead of warning for a system topic); ``action`` is what an operator does about it
+    (docs/user-guide.md's "what to do", word for word: tests/test_docs.py holds them equal)."""
 
     id: str
     severity: Severity
     template: str
     also: tuple[Severity, ...] = ()
+    consequence: Consequence = Consequence.COSMETIC
+    action: str = ""
+    group: str = "place"
 
     @property
     def family(self) -> str:
@@ -80,12 +107,17 @@ class Check:
 CHECKS: dict[str, Check] = {}
 
 
-def check(id: str, severity: Severity, template: str, also: tuple[Severity, ...] = ()) -> Check:
-    """Declare a check (each family declares its own at import)."""
-    if id in CHECKS and CHECKS[id] != Check(id, severity, template, also):
+def check(id: str, severity: Severity, template: str, also: tuple[Severity, ...] = (), *,
+          consequence: Consequence, action: str, group: str = "place") -> Check:
+    """Declare a check (each family declares its own at import): what it says, how bad it is, what it costs the
+    broker's data and what to do about it."""
+    c = Check(id, severity, template, also, consequence, action.strip(), group)
+    if id in CHECKS and CHECKS[id] != c:
         raise ValueError(f"check {id} is declared twice, differently")
+    if not c.action or group not in GROUPINGS:
+        raise ValueError(f"check {id}: an action and a grouping ({', '.join(GROUPINGS)}) are required")
     render_parts(template)  # a bad template fails at import, not in a task
-    CHECKS[id] = c = Check(id, severity, template, also)
+    CHECKS[id] = c
     return c
 
 
@@ -254,7 +286,10 @@ def _detail_text(v):
 
 
 # the audit's own check: one broker's bad file (or a bug) is that broker's finding, never the end of the run
-check("broker.audit_failed", Severity.ERROR, "the audit of this broker is incomplete: {what} failed: {error}")
+check("broker.audit_failed", Severity.ERROR, "the audit of this broker is incomplete: {what} failed: {error}",
+      consequence=Consequence.DATA_AT_RISK, group="broker",
+      action="Keep the run's output; re-run the audit on that broker alone with `--checks` narrowed to see what else "
+             "it finds, and report the error with `details.where` (and, if you can share it, the file).")
 
 
 def empty_findings() -> pa.Table:

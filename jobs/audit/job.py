@@ -1,7 +1,7 @@
 """audit: everything wrong with one or more broker dumps, found, located and explained.
 
-  python -m jobs.audit --store PATH [PATH ...] --out DIR [--history DELTA_DIR] [--sha256] [--overwrite]
-  spark-submit --py-files dist/rocketmq_forensics.zip jobs/audit/__main__.py --store PATH --out DIR
+  rocketmq-forensics audit --store PATH|NAME=PATH [...] --out DIR [--history DELTA_DIR] [--sha256] [--overwrite]
+  python -m jobs.audit ...   or   spark-submit --py-files dist/rocketmq_forensics.zip jobs/audit/__main__.py ...
 
 Reads every store (read-only) and runs the check families of jobs/audit/checks/ (framing and integrity, the
 broker's recovery predicted, CommitLog <-> ConsumeQueue, CommitLog <-> IndexFile, consumer lag, transactions,
@@ -10,13 +10,18 @@ delays, retries and DLQ, metadata), then writes to DIR:
   findings/      Parquet, one row per finding (check, severity, broker, file, file_position, physical_offset,
                  topic, queue_id, queue_offset, message, details, stable finding_id)
   metrics/       Parquet, long format (broker, scope, topic, queue_id, group, metric, value)
-  tables/<name>/ Parquet detail tables: segments, queues, lag, transactions, delays, retries, dlq
-  summary.json   tool version, run time, inputs, geometry, counts per severity and per check, recovery per broker
-  report.html    one self-contained page: verdict, recovery, worst findings, lag/transaction/delay tables, plots
+  tables/<name>/ Parquet detail tables: segments, queues, lag, transactions, delays, retries, dlq, and resend (the
+                 messages to re-send: damaged, dropped by recovery, or in no consume queue; jobs/audit/resend.py)
+  summary.json   tool version, run time, inputs, geometry, counts per severity and per check, and per broker its
+                 recovery and its verdict (jobs/audit/verdict.py: will it start, the cut, what is lost, what to do)
+  report.html    one self-contained page: per broker, in words, will it start, where recovery cuts, what is lost and
+                 what to do first, the messages to re-send; a fleet table for several brokers; the findings
+                 grouped by cause; lag/transaction/delay tables, plots
 
 With --history, findings and metrics are also appended to Delta tables HISTORY/findings and HISTORY/metrics
 (one commit each per run; jobs/trend.py reads them).  Exit codes: 0 no error findings, 1 error findings,
-2 the audit could not run.  Progress goes to stderr, one line per phase; --profile adds where the time went.
+2 the audit could not run.  Progress goes to stderr, one line per phase (--quiet: none); --profile adds where the
+time went.
 
 How it runs: two Spark stages.  The survey reads what the driver must know first (where each surveyed segment's
 walk stops, the consume-queue and index files' bounds); the scan reads every byte once, one task per commitlog
@@ -37,18 +42,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from jobs import cli
 from jobs.output import OutputError, append_history, prepare_output
+from jobs.progress import Phase, say
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args
 
 from . import findings as FD
+from . import resend
 from .checks import FAMILIES, FamilyResult, load, load_all
 from .context import AuditContext, AuditOptions
+from .groups import add_times, group_findings
 from .inputs import fingerprint, input_files, resolve_stores
 from .plan import TASKS_PER_CORE, BrokerPlan, plan_broker, scan_split_size
 from .tasks import FAILURES, RunInfo, failure_row, run_tasks
+from .verdict import verdict as broker_verdict
 
 NAME = "audit"
 TOOL = "rocketmq-forensics"
@@ -65,12 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jobs.audit", description=__doc__.split("\n\n")[0],
                                 epilog="Exit codes: 0 no error findings, 1 error findings, 2 the audit could "
                                        "not run.  Input dumps are only ever opened read-only.")
-    p.add_argument("--store", nargs="+", required=True, metavar="PATH",
-                   help="a broker store root (holding commitlog/, consumequeue/, index/, config/...) or a folder "
-                        "of several brokers' store roots; several may be given")
-    p.add_argument("--out", required=True, metavar="DIR", help="output folder (refused when it exists and is not "
-                                                               "empty, unless --overwrite)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    cli.add_store_arguments(p)
+    cli.add_output_arguments(p, formats=())  # findings, metrics and tables are Parquet (and Delta with --history)
     p.add_argument("--history", metavar="DELTA_DIR",
                    help="also append findings and metrics to the Delta tables DELTA_DIR/findings and "
                         "DELTA_DIR/metrics (for jobs/trend.py and the lag-over-time notebook)")
@@ -91,15 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cut commitlog segments into ranges of this size, one Spark task each (e.g. 128m; default: "
                         "a task per segment when there are enough segments for the cores, else about three ranges "
                         "per core)")
-    p.add_argument("--top", type=int, default=50, help="findings listed in the report (default 50)")
+    p.add_argument("--top", type=int, default=200,
+                   help="finding groups listed in the report (default 200; tables/ and findings/ keep them all)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
     p.add_argument("--profile", action="store_true",
                    help="print where the time went: each phase, and the slowest Spark tasks of each stage")
     return p
 
 
-def progress(message: str) -> None:
-    print(f"[audit {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+progress = say  # one line on stderr per step (jobs/progress.py: not with --quiet)
 
 
 class _Phases:
@@ -338,20 +344,20 @@ def run(spark, args) -> AuditResult:
     phases.done("planning")
 
     out = args.out.rstrip("/")
-    run = RunInfo(os.path.join(out, "findings"), run_id, run_time)
+    run = RunInfo(os.path.join(out, "findings"), run_id, run_time, tables_dir=os.path.join(out, "tables"))
     os.makedirs(run.findings_dir, exist_ok=True)
     try:
         survey = _survey_tasks(ctx, segments)
-        progress(f"survey: {len(survey)} task(s)")
-        ctx.survey = run_tasks(spark, survey, TASKS_PER_CORE * cores, RunInfo(None))
+        with Phase(f"survey ({len(survey)} task(s))", sum(t.cost() for t in survey), spark):
+            ctx.survey = run_tasks(spark, survey, TASKS_PER_CORE * cores, RunInfo(None))
         ctx.failures.append(ctx.survey.get("_failures", FAILURES))
         phases.done("survey")
         progress("predicting recovery")
         ctx.predict_recovery()
         phases.done("recovery prediction")
         scan = _scan_tasks(ctx, segments)
-        progress(f"scan: {len(scan)} task(s)")
-        ctx.scan = run_tasks(spark, scan, TASKS_PER_CORE * cores, run)
+        with Phase(f"scan ({len(scan)} task(s))", sum(t.cost() for t in scan), spark):
+            ctx.scan = run_tasks(spark, scan, TASKS_PER_CORE * cores, run)
         ctx.failures.append(ctx.scan.get("_failures", FAILURES))
         from .checks.recovery import lost_from_scan
 
@@ -383,6 +389,10 @@ def run(spark, args) -> AuditResult:
         tables = {name: t for r in results.values() for name, t in r.tables.items()}
         for name, t in tables.items():
             _write_arrow(t, f"{out}/tables/{name}")
+        # the messages to re-send: the scan's tasks wrote the dropped and unindexed ones; the damaged ones go beside
+        resend.write_damaged(ctx.partial("resend.damaged", resend.DAMAGED).to_pylist() + ctx.resend_damaged,
+                             f"{out}/tables/{resend.NAME}")
+        Path(out, "tables", resend.NAME, "_SUCCESS").touch()
         if args.history:
             progress(f"appending to the history at {args.history}")
             append_history(spark.read.parquet(f"{out}/findings"), f"{args.history.rstrip('/')}/findings")
@@ -392,6 +402,11 @@ def run(spark, args) -> AuditResult:
         from .checks import recovery as recovery_family
 
         recovery = recovery_family.summary(ctx)
+        progress("grouping findings by cause")
+        groups = group_findings(run.findings_dir)
+        add_times(groups, ctx.store_times)
+        resend_counts = resend.counts(f"{out}/tables/{resend.NAME}")
+        message_counts = _broker_metric(metrics, "message_count")
         after = fingerprint(files, args.sha256)
         if after != before:
             changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
@@ -404,16 +419,21 @@ def run(spark, args) -> AuditResult:
                        "info": counts["severity"].get("info", 0), "per_check": counts["per_check"]},
             "brokers": [{"name": s.name, "path": s.path, "geometry": _geometry(plans[s.name]),
                          "as_of": ctx.as_of.get(s.name), "recovery": recovery.get(s.name)} for s in stores],
+            "groups": len(groups),
             "outputs": {"findings": f"{out}/findings", "metrics": f"{out}/metrics",
-                        **{f"tables/{n}": f"{out}/tables/{n}" for n in tables},
+                        **{f"tables/{n}": f"{out}/tables/{n}" for n in [*tables, resend.NAME]},
                         "report": None if args.no_report else f"{out}/report.html"},
         }
+        for b in summary["brokers"]:
+            b["verdict"] = broker_verdict(b, groups,
+                                   {st: n for (name, st), n in resend_counts.items() if name == b["name"]},
+                                   message_counts.get(b["name"]))
         (Path(out) / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False, default=str))
         if not args.no_report:
             progress("rendering report.html")
             from . import report
 
-            report.write(spark, ctx, summary, tables, metrics, out, top=args.top)
+            report.write(ctx, summary, tables, groups, out, top=args.top)
         phases.done("summary and report")
     finally:
         ctx.release()
@@ -455,6 +475,15 @@ def _counts(ctx: AuditContext, driver_findings: pa.Table) -> dict:
         severity[sev] = severity.get(sev, 0) + n
     per_check = {c: {"severity": s, "count": n} for (c, s), n in sorted(per.items())}
     return {"severity": severity, "per_check": per_check}
+
+
+def _broker_metric(metrics: pa.Table, metric: str) -> dict[str, int]:
+    """A broker-scope metric per broker."""
+    out = {}
+    for r in metrics.filter(pc.equal(metrics.column("metric"), metric)).to_pylist():
+        if r["scope"] == "broker" and r["value"] is not None:
+            out[r["broker"]] = int(r["value"])
+    return out
 
 
 def _stamp_arrow(t: pa.Table, stamp: dict) -> pa.Table:
@@ -527,5 +556,5 @@ def _prepare(args) -> None:
     _prepare_outputs(args, resolve_stores(args.store))  # the inputs resolved (checked) first
 
 
-def main(argv=None) -> int:
-    return cli.main(NAME, build_parser, run, argv, prepare=_prepare)
+def main(argv=None, prog: str | None = None) -> int:
+    return cli.main(NAME, build_parser, run, argv, prepare=_prepare, prog=prog)

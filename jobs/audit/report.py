@@ -1,85 +1,434 @@
-"""report.html: the one page a person reads first after an audit.
+"""report.html: the one page a person reads first after an audit, often at night, deciding whether to restart a
+broker, what to copy first and which messages to re-send.
 
-Self-contained (CSS inline, plots as PNG data URIs drawn with matplotlib's Agg backend, no script), so it
-opens offline and survives e-mail.  Every piece of dump content (topics, keys, messages, paths) goes through
-``html.escape``.  It is drawn on the driver from what the audit holds there already (the summary, the detail
-tables, the scan's per-topic message counts over time); only the top findings are a Spark query.
+Its first screen answers that per broker, in words (jobs/audit/verdict.py): the banner (will not start, data
+lost, attention, pass), the headline, will it start and why not, where recovery cuts, what is lost, what a
+restart now destroys, what is safe, the three actions that matter most, and the messages to re-send with the
+commands that copy them out.  With several brokers a fleet table comes first, one line per broker.  Below:
+the findings grouped by cause (jobs/audit/groups.py) in order of consequence, each group expandable to its
+samples (``<details>``: no script), then counts per check, plots and the detail tables.
+
+Self-contained (CSS inline, plots as PNG data URIs drawn with matplotlib's Agg backend, no script), so it opens
+offline, survives e-mail and prints (a print stylesheet opens every group).  Times are ISO-8601 UTC with the
+epoch milliseconds in a tooltip.  Every piece of dump content (topics, keys, messages, paths) goes through
+``html.escape``.
 """
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import html
 import io
 import json
+import os
+import re
+import shlex
 from pathlib import Path
 
 import pyarrow as pa
 
-_ROWS = 200
+from . import resend
+from .findings import CHECKS, Consequence
+
+PROG = "rocketmq-forensics"  # the console command the report's commands use (pyproject [project.scripts])
+_ROWS = 200  # rows of a detail table shown
+_RESEND_ROWS = 10  # messages to re-send shown per broker (tables/resend has them all)
 _TOPICS_PLOTTED = 8
 _CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1200px;color:#1d2330}
-h1{font-size:24px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #dde}
-.verdict{padding:14px 18px;border-radius:8px;font-size:18px;font-weight:600;margin:14px 0}
-.pass{background:#e5f6ea;color:#17622f}.fail{background:#fde8e8;color:#8d1c1c}
-table{border-collapse:collapse;width:100%;margin:6px 0 12px;font-size:13px}
-th,td{border:1px solid #dde;padding:4px 6px;text-align:left;vertical-align:top}
-th{background:#f3f5fa} td.num{text-align:right;font-variant-numeric:tabular-nums}
+*{box-sizing:border-box}
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px auto;max-width:1360px;
+ padding:0 16px;color:#1d2330}
+h1{font-size:22px;margin:0 0 2px} h2{font-size:18px;margin:26px 0 8px;border-bottom:1px solid #dde}
+h3{font-size:15px;margin:14px 0 6px}
+.meta{color:#667;font-size:12px}
+.banner{padding:10px 16px;border-radius:8px;margin:10px 0;font-size:16px;font-weight:600;border-left:10px solid}
+.banner .word{display:inline-block;margin-right:10px;letter-spacing:.04em}
+.will-not-start{background:#fbe3e3;color:#6f0f0f;border-color:#9d1111}
+.data-lost{background:#fde8e8;color:#8d1c1c;border-color:#d33}
+.incomplete{background:#efe7f6;color:#4b2266;border-color:#7a3fa3}
+.attention{background:#fff3dc;color:#7a4b00;border-color:#e0a030}
+.pass{background:#e5f6ea;color:#17622f;border-color:#2e9c52}
+.facts{display:grid;grid-template-columns:210px 1fr;gap:3px 14px;margin:6px 0 8px}
+.facts dt{font-weight:600;color:#445} .facts dd{margin:0}
+ol.actions{margin:4px 0 8px;padding-left:22px} ol.actions li{margin:2px 0}
+.scroll{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;margin:6px 0 12px;font-size:13px;min-width:50%}
+th,td{border:1px solid #dde;padding:3px 6px;text-align:left;vertical-align:top;overflow-wrap:break-word}
+th{background:#f3f5fa;white-space:nowrap} td.num{text-align:right;font-variant-numeric:tabular-nums;
+ white-space:nowrap}
+td.wide{max-width:520px;min-width:14em;overflow-wrap:anywhere}
 .error{color:#a11}.warning{color:#a60}.info{color:#357}
-.muted{color:#667} img{max-width:100%;border:1px solid #eef} code{font-size:12px}
+.muted{color:#667} img{max-width:100%;border:1px solid #eef} code,pre{font-size:12px}
+pre{background:#f6f7fb;border:1px solid #e3e6ef;padding:8px;white-space:pre-wrap;overflow-wrap:anywhere;margin:4px 0}
+time{border-bottom:1px dotted #99a}
+details.group{border:1px solid #e3e6ef;border-radius:6px;margin:3px 0}
+details.group>summary{display:grid;grid-template-columns:70px 290px 1fr 90px 330px;gap:8px;padding:4px 8px;
+ cursor:pointer;list-style:none}
+details.group>summary::-webkit-details-marker{display:none}
+details.group>summary>span{overflow-wrap:anywhere}
+details.group[open]>summary{background:#f3f5fa}
+details.group>div{padding:4px 10px 6px}
+.ghead{display:grid;grid-template-columns:70px 290px 1fr 90px 330px;gap:8px;padding:2px 9px;font-weight:600;
+ color:#445;font-size:13px}
+.fleet td:first-child{white-space:nowrap}
+.badge{display:inline-block;padding:1px 7px;border-radius:4px;font-size:12px;font-weight:700}
+@media print{
+ body{max-width:none;margin:0;font-size:11px} .scroll{overflow:visible}
+ details.group::details-content{content-visibility:visible;display:block}
+ details.group>div{display:block} details,section.broker{break-inside:avoid-page}
+ img{max-width:100%;break-inside:avoid} a{color:inherit;text-decoration:none}
+}
 """
 
 
-def write(spark, ctx, summary: dict, tables: dict[str, pa.Table], metrics: pa.Table, out: str, *,
-          top: int = 50) -> str:
+def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: str, *, top: int = 200) -> str:
+    """report.html for the audit in ``out`` (its summary, detail tables and finding groups)."""
+    brokers = summary["brokers"]
     counts = summary["counts"]
-    parts = [f"<h1>RocketMQ store audit</h1><div class='muted'>{_e(summary['run_time'])} &middot; "
-             f"{_e(summary['tool'])} {_e(summary['version'])} &middot; run {_e(summary['run_id'])}</div>"]
-    verdict = "FAIL" if counts["error"] else "PASS"
-    parts.append(f"<div class='verdict {verdict.lower()}' id='verdict'>{verdict}: {counts['error']} error(s), "
-                 f"{counts['warning']} warning(s), {counts['info']} info finding(s) in "
-                 f"{len(summary['brokers'])} store(s)</div>")
-    parts.append(_recovery_section(summary))
-    parts.append(_findings_section(out, top))
+    worst = min((b["verdict"] for b in brokers), key=lambda v: list(_LEVEL_ORDER).index(v["level"]),
+                default={"level": "pass", "banner": "PASS", "headline": "no store audited"})
+    title = _overall_title(brokers)
+    parts = [f"<header><h1>RocketMQ store audit</h1><div class='meta'>{_time_iso(summary['run_time'])} &middot; "
+             f"{_e(summary['tool'])} {_e(summary['version'])} &middot; run {_e(summary['run_id'])} &middot; "
+             f"{counts['error']:,} error(s), {counts['warning']:,} warning(s), {counts['info']:,} info finding(s) "
+             f"in {len(brokers)} store(s), {len(groups):,} group(s) &middot; <a href='#findings'>findings by cause</a>"
+             f" &middot; <a href='summary.json'>summary.json</a></div></header>"]
+    if len(brokers) > 1:
+        parts.append(f"<div class='banner {worst['level']}' id='verdict'><span class='word'>"
+                     f"{_e(worst['banner'])}</span>{_e(title)}</div>")
+        parts.append(_fleet(brokers))
+    for b in brokers:
+        parts.append(_first_screen(b, out, top_banner=len(brokers) == 1))
+    parts.append(_groups_section(groups, top))
     parts.append(_per_check_section(counts["per_check"]))
-    parts.append("<h2>Plots</h2>")
-    for title, png in _plots(ctx, tables):
-        parts.append(f"<h3>{_e(title)}</h3><img alt='{_e(title)}' src='data:image/png;base64,{png}'>")
-    for name, title in (("lag", "Consumer lag"), ("transactions", "Transactions"), ("delays", "Delayed messages"),
-                        ("dlq", "Dead-letter queues"), ("segments", "Segments")):
+    parts.append(_recovery_section(summary))
+    plots = _plots(ctx, tables)
+    if plots:
+        parts.append("<h2>Plots</h2>")
+    for heading, png in plots:
+        parts.append(f"<h3>{_e(heading)}</h3><img alt='{_e(heading)}' src='data:image/png;base64,{png}'>")
+    for name, heading in (("lag", "Consumer lag"), ("transactions", "Transactions"), ("delays", "Delayed messages"),
+                          ("dlq", "Dead-letter queues"), ("segments", "Segments")):
         if name in tables:
-            parts.append(_table_section(tables[name], title, name))
-    parts.append("<h2>Inputs</h2>" + _html_table(
-        ["path", "size", "sha256"], [[i["path"], i["size"], i.get("sha256", "")] for i in summary["inputs"][:_ROWS]]))
-    page = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>RocketMQ store audit: "
-            f"{verdict}</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>")
+            parts.append(_table_section(tables[name], heading, name))
+    inputs = summary["inputs"]
+    parts.append(f"<h2>Inputs</h2><details><summary>{len(inputs):,} file(s) read (read-only)</summary>"
+                 + _html_table(["path", "size", "sha256"],
+                               [[i["path"], i["size"], i.get("sha256", "")] for i in inputs[:_ROWS]], numeric={1})
+                 + "</details>")
+    page = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>RocketMQ store audit: {_e(worst['banner'])}</title><style>{_CSS}</style></head>"
+            f"<body>{''.join(parts)}</body></html>")
     path = Path(out) / "report.html"
     path.write_text(page, encoding="utf-8")
     return str(path)
+
+
+_LEVEL_ORDER = ("will-not-start", "incomplete", "data-lost", "attention", "pass")
+
+
+def _overall_title(brokers: list[dict]) -> str:
+    """One line for the fleet: how many brokers are in each state."""
+    by: dict[str, list[str]] = {}
+    for b in brokers:
+        by.setdefault(b["verdict"]["level"], []).append(b["name"])
+    words = {"will-not-start": "will not start", "incomplete": "not fully audited", "data-lost": "lose data",
+             "attention": "need attention", "pass": "pass"}
+    n = len(brokers)
+    return "; ".join(f"{len(by[lv])} of {n} broker(s) {words[lv]} ({', '.join(by[lv][:6])}"
+                     f"{', ...' if len(by[lv]) > 6 else ''})" for lv in _LEVEL_ORDER if lv in by)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pieces
 
 
 def _e(v) -> str:
     return html.escape("" if v is None else str(v), quote=True)
 
 
-def _html_table(header: list[str], rows: list[list], numeric: set[int] = frozenset()) -> str:
+def _md(text: str) -> str:
+    """An action's text: escaped, with its `code` spans as <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
+
+
+def _time(ms) -> str:
+    """A store time (epoch ms) as ISO-8601 UTC, the epoch in the tooltip."""
+    if ms is None:
+        return ""
+    try:
+        iso = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):
+        return _e(f"{ms} ms")  # a time no calendar holds (a garbage field)
+    iso = iso.replace("+00:00", "Z")
+    return f"<time datetime='{iso}' title='epoch ms {ms}'>{iso}</time>"
+
+
+def _time_iso(text: str) -> str:
+    """A timestamp summary.json holds as ISO text, with its epoch in the tooltip."""
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return _e(text)
+    return _time(int(when.timestamp() * 1000))
+
+
+def _cell(value, header: str) -> tuple[str, str]:
+    """(class, html) of a table cell: times as <time>, numbers right-aligned."""
+    if value is not None and not isinstance(value, bool) and isinstance(value, int) and _is_time(header):
+        return "num", _time(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "num", _e(value)
+    if isinstance(value, (list, dict)):
+        return "wide", _e(json.dumps(value, default=str, ensure_ascii=False))
+    wide = header.endswith(("key", "keys", "msg_id", "message_id", "message", "path", "detail", "hex", "problems"))
+    return ("wide" if wide else ""), _e(value)
+
+
+def _is_time(header: str) -> bool:
+    h = header.lower()
+    return h.endswith(("_time", "timestamp", "store time")) or h in ("as_of", "time", "first time", "last time")
+
+
+def _html_table(header: list[str], rows: list[list], numeric: set[int] = frozenset(), raw: set[int] = frozenset(),
+                cls: str = "") -> str:
+    """A table in a box that scrolls sideways inside the page when it must; ``raw`` columns hold html already."""
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = []
     for r in rows:
         cells = []
         for i, v in enumerate(r):
-            cls = " class='num'" if i in numeric else ""
+            if i in raw:
+                cells.append(f"<td>{v}</td>")
+                continue
+            klass, text = _cell(v, header[i])
+            if i in numeric:
+                klass = "num"
             if header[i] == "severity":
-                cls = f" class='{_e(v)}'"
-            cells.append(f"<td{cls}>{_e(v)}</td>")
+                klass = _e(v)
+            cells.append(f"<td{f' class={chr(39)}{klass}{chr(39)}' if klass else ''}>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    return f"<div class='scroll'><table class='{cls}'><tr>{head}</tr>{''.join(body)}</table></div>"
+
+
+def _anchor(name: str) -> str:
+    return "broker-" + re.sub(r"[^A-Za-z0-9_-]", "_", name)
+
+
+def _fleet(brokers: list[dict]) -> str:
+    rows = []
+    for b in brokers:
+        v = b["verdict"]
+        lost = v["lost"]
+        rows.append([f"<a href='#{_anchor(b['name'])}'>{_e(b['name'])}</a>",
+                     f"<span class='badge {v['level']}'>{_e(v['banner'])}</span>", _e(v["headline"]),
+                     f"{lost['damaged']:,} / {lost['dropped']:,}", f"{lost['unindexed']:,}"])
+    return "<h2 id='fleet'>Fleet</h2>" + _html_table(
+        ["broker", "verdict", "headline", "damaged / dropped", "unindexed"], rows, raw={0, 1, 2, 3, 4}, cls="fleet")
+
+
+def _first_screen(b: dict, out: str, *, top_banner: bool) -> str:
+    v, rec = b["verdict"], b.get("recovery")
+    name = b["name"]
+    ident = " id='verdict'" if top_banner else ""
+    parts = [f"<section class='broker' id='{_anchor(name)}'>",
+             f"<div class='banner {v['level']}'{ident}><span class='word'>{_e(v['banner'])}</span>"
+             f"{_e(v['headline'])}</div>"]
+    facts = []
+    if v["will_start"] is None:
+        facts.append(("Will it start?", "unknown: the audit could not predict its recovery (see "
+                                        "<code>broker.audit_failed</code> below)"))
+    elif v["will_start"]:
+        facts.append(("Will it start?", f"yes ({_e(rec['mode'])} recovery)"))
+    else:
+        why = "".join(f"<li>{_e(p)}</li>" for p in v["why_not"])
+        facts.append(("Will it start?", f"<strong>NO</strong><ul>{why}</ul>What to do: "
+                                        f"{_md(CHECKS['recovery.broker_will_not_start'].action)}"))
+    if rec is not None:
+        end = rec["predicted_max_physical_offset"]
+        if v["cut"]:
+            c = v["cut"]
+            facts.append(("Where recovery cuts", f"physical offset <strong>{c['physical_offset']:,}</strong>: segment "
+                                                 f"{_e(c['segment'])} at byte {c['file_position']:,} "
+                                                 f"({_e(c['kind'])}); everything after it is dropped"))
+        else:
+            facts.append(("Where recovery cuts", f"nowhere: the log is kept whole, to physical offset {end:,}"))
+    lost = v["lost"]
+    lost_text = (f"<strong>{lost['damaged'] + lost['dropped']:,}</strong>: {lost['damaged']:,} damaged, "
+                 f"{lost['dropped']:,} dropped after the cut")
+    if lost["unframed_runs"]:
+        lost_text += (f", and {lost['unframed_runs']:,} unreadable run(s) of records "
+                      f"({rec['unframed_bytes_lost']:,} bytes whose headers are gone: not countable)")
+    keys = _lost_keys(out, name)
+    if keys:
+        lost_text += f"; keys: {', '.join(f'<code>{_e(k)}</code>' for k in keys)}"
+    if lost["unindexed"]:
+        lost_text += f"; {lost['unindexed']:,} more in no consume queue (consumers never receive them)"
+    facts.append(("Messages lost", lost_text if (lost["damaged"] or lost["dropped"] or lost["unframed_runs"]
+                                                 or lost["unindexed"]) else "none"))
+    if rec is not None:
+        facts.append(("At risk if restarted now", "<ul>" + "".join(f"<li>{_e(r)}</li>" for r in v["at_risk"])
+                      + "</ul>" if v["at_risk"] else "nothing: recovery truncates and deletes nothing"))
+        safe = v["safe_before"]
+        facts.append(("Safe", f"every byte of the log before physical offset <strong>{safe:,}</strong>"
+                      + (" (all of it)" if safe == rec["predicted_max_physical_offset"] and not v["cut"] else "")))
+    parts.append("<dl class='facts'>" + "".join(f"<dt>{k}</dt><dd>{val}</dd>" for k, val in facts) + "</dl>")
+    parts.append("<h3>Do first</h3><ol class='actions'>" + "".join(
+        f"<li>{_md(a['text'])}" + (f" <span class='muted'>({_e(a['check'])}, {a['count']:,})</span>"
+                                   if a["check"] else "") + "</li>" for a in v["actions"]) + "</ol>")
+    parts.append(_resend_section(b, out))
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _lost_keys(out: str, broker: str, limit: int = 5) -> list[str]:
+    keys = []
+    for r in resend.first_rows(os.path.join(out, "tables", resend.NAME), broker, 50):
+        if r["state"] == "unindexed":
+            continue
+        for k in [r["uniq_key"], *(r["keys"] or [])]:
+            if k and k not in keys:
+                keys.append(k)
+        if len(keys) >= limit:
+            break
+    return keys[:limit]
+
+
+def _resend_section(b: dict, out: str) -> str:
+    name, v = b["name"], b["verdict"]
+    lost = v["lost"]
+    total = lost["damaged"] + lost["dropped"] + lost["unindexed"]
+    path = os.path.join(out, "tables", resend.NAME)
+    if not total:
+        return "<h3>Messages to re-send</h3><p class='muted'>none</p>"
+    rows = resend.first_rows(path, name, _RESEND_ROWS)
+    note = f" (first {len(rows)} of {total:,})" if total > len(rows) else ""
+    table = _html_table(
+        ["state", "topic", "queue", "queue offset", "physical offset", "keys", "unique key", "store time"],
+        [[r["state"] + (f" ({r['damage']})" if r["damage"] else ""), r["topic"], r["queue_id"], r["queue_offset"],
+          r["physical_offset"], " ".join(r["keys"] or []), r["uniq_key"], r["store_timestamp"]] for r in rows],
+        numeric={2, 3, 4})
+    return (f"<h3>Messages to re-send: {total:,}{note}</h3>{table}<div>Every one, as Parquet: "
+            f"<a href='tables/{resend.NAME}/'>tables/{resend.NAME}/</a> (filter <code>broker = "
+            f"'{_e(name)}'</code>)</div>" + _commands(b, out, path))
+
+
+def _commands(b: dict, out: str, path: str) -> str:
+    """The commands that copy the lost messages out of the dump (and into a fresh store)."""
+    name, v = b["name"], b["verdict"]
+    store = shlex.quote(f"{name}={b['path']}")
+    lines = []
+    if v["lost"]["dropped"]:
+        first = resend.first_offset(path, name, "dropped")
+        target = os.path.join(out, "resend", name)
+        lines += [f"# the {v['lost']['dropped']:,} dropped message(s) are still in the dump: copy them out before "
+                  "the restart overwrites them",
+                  f"{PROG} extract --store {store} --walk salvage --physical-offsets {first}.. "
+                  f"--out {shlex.quote(target)}",
+                  "# then re-produce them from that table, or write them into a fresh store a broker can serve",
+                  f"{PROG} replay --input {shlex.quote(target)} --out {shlex.quote(target + '-store')}"]
+    for q in _unindexed_queues(path, name)[:5]:
+        target = os.path.join(out, "resend", f"{name}-{q['topic']}-{q['queue_id']}")
+        lines += [f"# {q['count']:,} message(s) of {q['topic']}/{q['queue_id']} in no consume queue",
+                  f"{PROG} extract --store {store} --topic {shlex.quote(q['topic'])} --queue {q['queue_id']} "
+                  f"--queue-offsets {q['first']}..{q['last']} --out {shlex.quote(target)}"
+                  + ("" if q["count"] == q["last"] - q["first"] + 1 else "   # (not contiguous: the range holds "
+                     "kept messages too)")]
+    if v["lost"]["damaged"]:
+        lines.append(f"# the {v['lost']['damaged']:,} damaged message(s) cannot be copied out (their bytes are "
+                     "damaged): ask their producers to re-send them by the keys in the table (a header too damaged "
+                     "to name its topic leaves its queue, queue offset and store time)")
+    return "<pre>" + _e("\n".join(lines)) + "</pre>" if lines else ""
+
+
+def _unindexed_queues(path: str, broker: str) -> list[dict]:
+    """Per queue with unindexed messages: their count and least and greatest queue offset."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    if not os.path.isdir(path):
+        return []
+    per: dict[tuple, dict] = {}
+    dataset = ds.dataset(path, format="parquet", schema=resend.SCHEMA)
+    for batch in dataset.to_batches(columns=["topic", "queue_id", "queue_offset"],
+                                    filter=(pc.field("broker") == broker) & (pc.field("state") == "unindexed")):
+        if not batch.num_rows:
+            continue
+        g = pa.table(batch).group_by(["topic", "queue_id"]).aggregate(
+            [("queue_offset", "count"), ("queue_offset", "min"), ("queue_offset", "max")])
+        for r in g.to_pylist():
+            q = per.setdefault((r["topic"], r["queue_id"]), {"topic": r["topic"], "queue_id": r["queue_id"],
+                                                           "count": 0, "first": r["queue_offset_min"],
+                                                           "last": r["queue_offset_max"]})
+            q["count"] += r["queue_offset_count"]
+            q["first"], q["last"] = min(q["first"], r["queue_offset_min"]), max(q["last"], r["queue_offset_max"])
+    return sorted(per.values(), key=lambda q: (-q["count"], q["topic"], q["queue_id"]))
+
+
+_GROUP_HEAD = ("severity", "check", "where", "count", "first .. last position, store time")
+
+
+def _groups_section(groups: list, top: int) -> str:
+    shown = groups[:top]
+    note = f" <span class='muted'>(first {top} of {len(groups):,})</span>" if len(groups) > top else ""
+    parts = [f"<h2 id='findings'>Findings by cause: {len(groups):,} group(s){note}</h2>",
+             "<p class='muted'>One row per check and place (file or queue; per-message findings one row per "
+             "broker), most consequential first; open a row for its samples and what to do.  <a href='findings/'>"
+             "findings/</a> has every finding, one row each.</p>"]
+    if not shown:
+        return "".join(parts) + "<p>No findings.</p>"
+    parts.append("<div class='ghead'>" + "".join(f"<span>{h}</span>" for h in _GROUP_HEAD) + "</div>")
+    current = None
+    for g in shown:
+        if g.consequence != current:
+            current = g.consequence
+            parts.append(f"<h3>{_e(_CONSEQUENCE_TITLES[current])}</h3>")
+        parts.append(_group(g))
+    return "".join(parts)
+
+
+_CONSEQUENCE_TITLES = {
+    Consequence.WILL_NOT_START: "The broker will not start",
+    Consequence.DATA_LOST: "Data lost",
+    Consequence.DATA_AT_RISK: "Data at risk",
+    Consequence.QUERIES_WRONG: "Queries give wrong or no answers",
+    Consequence.CONSUMERS_AFFECTED: "Consumers affected",
+    Consequence.COSMETIC: "Cosmetic (the broker repairs or tolerates it)",
+}
+
+
+def _group(g) -> str:
+    where = _e(g.broker) + (f" &middot; {_e(g.place)}" if g.place else "")
+    if g.first_offset is not None:
+        span = (f"offset {g.first_offset:,}" if g.first_offset == g.last_offset
+                else f"offsets {g.first_offset:,}..{g.last_offset:,}")
+    elif g.first_position is not None:
+        span = (f"byte {g.first_position:,}" if g.first_position == g.last_position
+                else f"bytes {g.first_position:,}..{g.last_position:,}")
+    else:
+        span = ""
+    if g.first_time is not None:
+        span += f"<br>{_time(g.first_time)}" + (f" .. {_time(g.last_time)}" if g.last_time not in (None, g.first_time)
+                                                 else "")
+    samples = _html_table(
+        ["file", "position", "physical offset", "topic", "queue", "queue offset", "message"],
+        [[s["file"], s["file_position"], s["physical_offset"], s["topic"], s["queue_id"], s["queue_offset"],
+          s["message"]] for s in g.samples], numeric={1, 2, 4, 5})
+    more = f"<div class='muted'>first {len(g.samples)} of {g.count:,}</div>" if g.count > len(g.samples) else ""
+    return (f"<details class='group'><summary>"
+            f"<span class='{g.severity.label}'>{g.severity.label}</span><span><code>{_e(g.check)}</code></span>"
+            f"<span>{where}</span><span class='num'>{g.count:,}</span><span>{span}</span></summary>"
+            f"<div><strong>What to do:</strong> {_md(g.action)}{samples}{more}</div></details>")
 
 
 def _recovery_section(summary: dict) -> str:
     rows = []
     for b in summary["brokers"]:
         r = b["recovery"]
+        if r is None:
+            rows.append([b["name"], "unknown"] + [None] * 8)
+            continue
         rows.append([b["name"], r["mode"], "yes" if r["broker_will_start"] else "NO",
                      r["predicted_max_physical_offset"], r["stop_segment"], r["stop_kind"], r["messages_lost"],
                      r["cq_units_truncated"], len(r["index_files_deleted"]), "; ".join(r["start_problems"])])
@@ -88,51 +437,24 @@ def _recovery_section(summary: dict) -> str:
          "CQ units truncated", "index files rebuilt", "start problems"], rows, numeric={3, 6, 7, 8})
 
 
-def _findings_section(out: str, top: int) -> str:
-    rows = [[r[c] for c in _TOP_COLUMNS] for r in worst_findings(f"{out}/findings", top)]
-    return f"<h2>Worst findings (top {top})</h2>" + _html_table(
-        ["severity", "check", "broker", "file", "position", "physical offset", "topic", "queue", "queue offset",
-         "message"], [list(r) for r in rows], numeric={4, 5, 7, 8})
-
-
-_TOP_COLUMNS = ("severity", "check", "broker", "file", "file_position", "physical_offset", "topic", "queue_id",
-                "queue_offset", "message")
-
-
-def worst_findings(path: str, top: int) -> list[dict]:
-    """The ``top`` worst findings of a findings folder (by severity, then broker, physical offset, file and
-    position; nulls first), read a batch at a time so memory stays bounded whatever their number."""
-    import pyarrow.dataset as ds
-
-    from .findings import Severity
-
-    def key(r):  # nulls first, as Spark's ascending order puts them
-        return (Severity.of(r["severity"]),) + tuple((r[c] is not None, r[c] if r[c] is not None else "")
-                                                     for c in ("broker", "physical_offset", "file", "file_position"))
-
-    best: list[dict] = []
-    for batch in ds.dataset(path, format="parquet").to_batches(columns=list(_TOP_COLUMNS)):
-        best = sorted(best + batch.to_pylist(), key=key)[:top]
-    return best
-
-
 def _per_check_section(per_check: dict) -> str:
     from .findings import Severity
 
     rows = sorted(([v["severity"], k, v["count"]] for k, v in per_check.items()),
                   key=lambda r: (Severity.of(r[0]), r[1]))
-    return "<h2>Findings per check</h2>" + _html_table(["severity", "check", "count"], rows, numeric={2})
+    return ("<h2>Findings per check</h2><details><summary>counts per check and severity</summary>"
+            + _html_table(["severity", "check", "count"], rows, numeric={2}) + "</details>")
 
 
-def _table_section(table: pa.Table, title: str, name: str) -> str:
+def _table_section(table: pa.Table, heading: str, name: str) -> str:
     cols = [c for c in table.column_names if not c.startswith("_")]
-    rows = [[json.dumps(r[c], default=str) if isinstance(r[c], (list, dict)) else r[c] for c in cols]
-            for r in table.slice(0, _ROWS).to_pylist()]
+    rows = [[r[c] for c in cols] for r in table.slice(0, _ROWS).to_pylist()]
     total = table.num_rows
-    note = f" <span class='muted'>(first {_ROWS} of {total})</span>" if total > _ROWS else ""
+    note = f" <span class='muted'>(first {_ROWS} of {total:,}: tables/{_e(name)}/ has them all)</span>" \
+        if total > _ROWS else ""
     if not rows:
-        return f"<h2 id='{_e(name)}'>{_e(title)}</h2><p class='muted'>none</p>"
-    return f"<h2 id='{_e(name)}'>{_e(title)}{note}</h2>" + _html_table(cols, rows)
+        return f"<h2 id='{_e(name)}'>{_e(heading)}</h2><p class='muted'>none</p>"
+    return f"<h2 id='{_e(name)}'>{_e(heading)}{note}</h2>" + _html_table(cols, rows)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -157,33 +479,12 @@ def _plots(ctx, tables: dict[str, pa.Table]) -> list[tuple[str, str]]:
     plots = []
     rate = message_rate(ctx)
     if rate is not None:
-        unit, counts = rate
-        lo = min(t for _, t in counts)
-        hi = max(t for _, t in counts)
-        width = max(1, -(-(hi - lo + 1) // 60))  # about 60 buckets of whole seconds (or minutes)
-        totals: dict[str, int] = {}
-        for (topic, _), n in counts.items():
-            totals[topic] = totals.get(topic, 0) + n
-        busiest = set(sorted(totals, key=lambda t: (-totals[t], t))[:_TOPICS_PLOTTED])
-        buckets: dict[str, dict[int, int]] = {}
-        for (topic, t), n in counts.items():
-            b = buckets.setdefault(topic if topic in busiest else "(other)", {})
-            k = (t - lo) // width
-            b[k] = b.get(k, 0) + n
-        fig, ax = plt.subplots(figsize=(11, 3.6))
-        for topic in sorted(buckets):
-            pts = sorted(buckets[topic].items())
-            ax.plot([b * width * unit for b, _ in pts], [c / (width * unit) for _, c in pts], marker=".",
-                    label=topic[:40])
-        ax.set_xlabel(f"seconds since first store time ({width * unit:g} s buckets)")
-        ax.set_ylabel("messages / s")
-        ax.legend(fontsize=7, ncol=2)
-        plots.append(("Message rate over time per topic", _png(fig)))
+        plots.append(_rate_plot(plt, *rate))
 
     segs = tables.get("segments")
     if segs is not None and segs.num_rows:
         segs = sorted(segs.to_pylist(), key=lambda s: (s["broker"], s["segment"]))
-        fig, ax = plt.subplots(figsize=(11, 0.5 + 0.32 * len(segs)))
+        fig, ax = plt.subplots(figsize=(13, 0.5 + 0.32 * len(segs)))
         labels = [f"{s['broker']}/{s['segment']}" for s in segs]
         size = [max(s["file_length"] or 0, 1) for s in segs]
         used = [(s["message_bytes"] or 0) / n * 100 for s, n in zip(segs, size)]
@@ -202,7 +503,7 @@ def _plots(ctx, tables: dict[str, pa.Table]) -> list[tuple[str, str]]:
         for r in lag.to_pylist():
             per[(r["broker"], r["group"], r["topic"])] = per.get((r["broker"], r["group"], r["topic"]), 0) + r["lag"]
         top = sorted(per.items(), key=lambda kv: -kv[1])[:30]
-        fig, ax = plt.subplots(figsize=(11, 0.5 + 0.32 * len(top)))
+        fig, ax = plt.subplots(figsize=(13, 0.5 + 0.32 * len(top)))
         ax.barh([f"{g} @ {t} ({b})"[:70] for (b, g, t), _ in top], [n for _, n in top], color="#e0a030")
         ax.set_xlabel("messages not yet consumed")
         ax.invert_yaxis()
@@ -210,40 +511,84 @@ def _plots(ctx, tables: dict[str, pa.Table]) -> list[tuple[str, str]]:
     return plots
 
 
+def _rate_plot(plt, unit_ms: int, counts: dict) -> tuple[str, str]:
+    """Messages per second per topic over the store's time span: about 60 buckets whatever the span (down to
+    one millisecond); a span inside one bucket is a bar per topic, said as such."""
+    lo = min(t for _, t in counts)
+    hi = max(t for _, t in counts)
+    totals: dict[str, int] = {}
+    for (topic, _), n in counts.items():
+        totals[topic] = totals.get(topic, 0) + n
+    busiest = sorted(totals, key=lambda t: (-totals[t], t))[:_TOPICS_PLOTTED]
+    start = dt.datetime.fromtimestamp(lo * unit_ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
+    start = start.replace("+00:00", "Z")
+    if hi == lo:  # every message in one time unit: a rate over time would be one point
+        fig, ax = plt.subplots(figsize=(13, 0.6 + 0.3 * min(len(totals), _TOPICS_PLOTTED + 1)))
+        names = busiest + (["(other)"] if len(totals) > len(busiest) else [])
+        values = [totals[t] for t in busiest] + ([sum(v for t, v in totals.items() if t not in busiest)]
+                                                 if len(totals) > len(busiest) else [])
+        ax.barh([n[:40] for n in names], values, color="#4c8bd6")
+        ax.invert_yaxis()
+        ax.set_xlabel(f"messages (all stored within {unit_ms:g} ms of {start})")
+        return "Messages per topic (the whole store spans less than one time bucket)", _png(fig)
+    width = max(1, -(-(hi - lo + 1) // 60))  # in units: about 60 buckets
+    buckets: dict[str, dict[int, int]] = {}
+    for (topic, t), n in counts.items():
+        b = buckets.setdefault(topic if topic in busiest else "(other)", {})
+        k = (t - lo) // width
+        b[k] = b.get(k, 0) + n
+    seconds = width * unit_ms / 1000
+    fig, ax = plt.subplots(figsize=(13, 3.6))
+    last = (hi - lo) // width
+    for topic in sorted(buckets):  # empty buckets are zeros: a quiet stretch is drawn as one
+        pts = [(k, buckets[topic].get(k, 0)) for k in range(last + 1)]
+        ax.plot([k * seconds for k, _ in pts], [c / seconds for _, c in pts], marker=".", markersize=3,
+                linewidth=1, label=topic[:40])
+    ax.set_xlabel(f"seconds since {start} ({seconds:g} s buckets)")
+    ax.set_ylabel("messages / s")
+    ax.legend(fontsize=7, ncol=2)
+    return "Message rate over time per topic", _png(fig)
+
+
+# The scan's per-topic counts over time (partial table ``report.rate``): a range counts per millisecond when it
+# spans at most two seconds, per second up to two hours, else per minute; ``unit`` is the unit in milliseconds.
 RATE = pa.schema([("topic", pa.string()), ("unit", pa.int32()), ("time", pa.int64()), ("messages", pa.int64())])
-_FINE_SPAN = 7200  # a range spanning at most this many seconds counts per second, others per minute
+_UNITS = ((2_000, 1), (7_200_000, 1_000), (None, 60_000))  # (widest span in ms, unit in ms)
+
+
+def _unit_for(span_ms: int) -> int:
+    return next(u for limit, u in _UNITS if limit is None or span_ms <= limit)
 
 
 def rate_counts(rc) -> pa.Table | None:
-    """A range's kept messages per topic and second (per minute when the range spans more than two hours)."""
+    """A range's kept messages per topic and time unit."""
     import numpy as np
     import pyarrow.compute as pc
 
-    m = rc.messages
     kept = rc.column("kept")
     if not kept.any():
         return None
+    m = rc.messages
     t = pa.table({"topic": m.column("topic"), "store_timestamp": m.column("store_timestamp")}).filter(pa.array(kept))
-    sec = np.floor_divide(t.column("store_timestamp").to_numpy(zero_copy_only=False), 1000)
-    unit = 1 if sec.max() - sec.min() <= _FINE_SPAN else 60
-    g = pa.table({"topic": t.column("topic"), "time": pa.array(sec // unit)}).group_by(["topic", "time"]).aggregate(
-        [("time", "count")])
+    ms = t.column("store_timestamp").to_numpy(zero_copy_only=False)
+    unit = _unit_for(int(ms.max() - ms.min()))
+    g = pa.table({"topic": t.column("topic"), "time": pa.array(np.floor_divide(ms, unit))}).group_by(
+        ["topic", "time"]).aggregate([("time", "count")])
     return pa.table({"topic": g.column("topic"), "unit": pa.repeat(pa.scalar(unit, pa.int32()), g.num_rows),
                      "time": g.column("time"), "messages": pc.cast(g.column("time_count"), pa.int64())}, schema=RATE)
 
 
 def message_rate(ctx) -> tuple[int, dict] | None:
-    """(seconds per unit, {(topic, time in units): kept messages}) over every range: per second when every range
-    counted per second and the whole spans at most two hours, else per minute."""
+    """(milliseconds per unit, {(topic, time in units): kept messages}) over every range, in the finest unit
+    every range counted in and the whole span allows."""
     t = ctx.partial("report.rate", RATE)
     if not t.num_rows:
         return None
     rows = t.to_pylist()
-    fine = all(r["unit"] == 1 for r in rows)
-    if fine:
-        times = [r["time"] for r in rows]
-        fine = max(times) - min(times) <= _FINE_SPAN
-    unit = 1 if fine else 60
+    coarsest = max(r["unit"] for r in rows)
+    lo = min(r["time"] * r["unit"] for r in rows)
+    hi = max((r["time"] + 1) * r["unit"] - 1 for r in rows)
+    unit = max(coarsest, _unit_for(hi - lo))
     counts: dict[tuple, int] = {}
     for r in rows:
         key = (r["topic"], r["time"] * r["unit"] // unit)

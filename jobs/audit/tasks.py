@@ -35,6 +35,7 @@ class RunInfo:
     findings_dir: str | None  # None: findings are not written (a stage that makes none)
     run_id: str = ""
     run_time: object = None  # a UTC datetime
+    tables_dir: str | None = None  # where tasks write detail tables too large to travel (jobs/audit/resend.py)
 
 
 class Emitter:
@@ -43,6 +44,12 @@ class Emitter:
     def __init__(self):
         self.findings: list[pa.Table] = []
         self.partials: dict[str, list[pa.Table]] = {}
+        self.tables: dict[str, list[pa.Table]] = {}
+
+    def table(self, name: str, table: pa.Table) -> None:
+        """Rows of the detail table ``name``, written by the task as its own Parquet file (as findings are)."""
+        if table.num_rows:
+            self.tables.setdefault(name, []).append(table)
 
     def finding(self, table: pa.Table) -> None:
         if table.num_rows:
@@ -52,10 +59,17 @@ class Emitter:
         self.partials.setdefault(name, []).append(table)
 
     def write_findings(self, run: RunInfo, part: str) -> None:
-        """The task's findings as one Parquet file ``part`` in the run's findings folder, and their counts."""
+        """The task's findings as one Parquet file ``part`` in the run's findings folder, and their counts; its
+        detail tables as one file ``part`` each in ``tables_dir/<name>``."""
+        import pyarrow.parquet as pq
+
+        for name, tables in self.tables.items():
+            if run.tables_dir is None:
+                raise RuntimeError(f"a task wrote the table {name} in a stage that writes none")
+            os.makedirs(os.path.join(run.tables_dir, name), exist_ok=True)
+            pq.write_table(pa.concat_tables(tables), os.path.join(run.tables_dir, name, part))
         if not self.findings:
             return
-        import pyarrow.parquet as pq
 
         t = pa.concat_tables(self.findings)
         counts = t.group_by(["check", "severity"]).aggregate([("check", "count")])

@@ -31,38 +31,69 @@ from store_format.commitlog import SEGMENT_NAME
 from store_format.consumequeue import CQFile, read_unit_arrays
 from store_format.errors import ErrorKind
 
-from ..findings import Severity, check, concat_findings, finding_rows, finding_table, metric_table
+from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
 from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
+from .. import resend
 from . import FamilyResult
 
 DISPATCHED_TYPES = ("NOT", "COMMIT")  # PREPARED and ROLLBACK get no consume-queue entry
 
 check("consumequeue.wrong_queue", Severity.ERROR,
-      "unit of {topic}/{queue_id} points at a message of {message_topic}/{message_queue_id}")
+      "unit of {topic}/{queue_id} points at a message of {message_topic}/{message_queue_id}",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="The queue file is corrupt or from another store: rebuild the queue.")
 check("consumequeue.queue_offset_mismatch", Severity.ERROR,
-      "unit at queue offset {queue_offset} points at the message stored with queue offset {message_queue_offset}")
-check("consumequeue.size_mismatch", Severity.ERROR, "unit size {unit_size} != record TOTALSIZE {record_size}")
+      "unit at queue offset {queue_offset} points at the message stored with queue offset {message_queue_offset}",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Rebuild the queue; consumers of it may skip or repeat messages.")
+check("consumequeue.size_mismatch", Severity.ERROR, "unit size {unit_size} != record TOTALSIZE {record_size}",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Rebuild the queue.")
 check("consumequeue.tags_code_mismatch", Severity.ERROR,
-      "unit tagsCode {unit_tags_code} != {record_tags_code} computed from the record")
+      "unit tagsCode {unit_tags_code} != {record_tags_code} computed from the record",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Rebuild the queue.")
 check("consumequeue.undispatchable_entry", Severity.ERROR,
-      "unit points at a {tran_type} record, which the broker never dispatches")
-check("consumequeue.duplicate_entry", Severity.ERROR, "{units} units point at the same record")
+      "unit points at a {tran_type} record, which the broker never dispatches",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Rebuild the queue; check the transaction's producer.")
+check("consumequeue.duplicate_entry", Severity.ERROR, "{units} units point at the same record",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Rebuild the queue; make consumers idempotent for that key.")
 check("consumequeue.entry_in_damage", Severity.WARNING,
-      "unit points into a corrupt span ({item_reason}) starting at {item_position}")
-check("consumequeue.entry_mid_record", Severity.ERROR, "unit points into the middle of the record at {item_position}")
-check("consumequeue.entry_past_end", Severity.ERROR, "unit points past the end of the commitlog data ({data_end|empty})")
-check("consumequeue.entry_not_a_message", Severity.ERROR, "unit points at bytes where no record starts")
+      "unit points into a corrupt span ({item_reason}) starting at {item_position}",
+      group="queue", consequence=Consequence.COSMETIC,
+      action="See the integrity finding at that offset.")
+check("consumequeue.entry_mid_record", Severity.ERROR, "unit points into the middle of the record at {item_position}",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Corrupt unit: rebuild the queue.")
+check("consumequeue.entry_past_end", Severity.ERROR, "unit points past the end of the commitlog data ({data_end|empty})",
+      group="queue", consequence=Consequence.DATA_LOST,
+      action="The log was truncated after dispatch (or the queue is from a newer copy): those messages are gone; "
+             "rebuild the queue.")
+check("consumequeue.entry_not_a_message", Severity.ERROR, "unit points at bytes where no record starts",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Corrupt unit: rebuild the queue.")
 check("consumequeue.missing_entry", Severity.ERROR,
       "{count} message(s) of {topic}/{queue_id} at queue offset(s) {span} have no consume-queue unit: consumers "
-      "cannot see them")
+      "cannot see them",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Re-dispatch: remove the damaged queue folder and let the broker rebuild it (it re-dispatches from the "
+             "checkpoint after an abnormal start), or extract the messages and re-send.")
 check("consumequeue.not_yet_dispatched", Severity.WARNING,
       "{count} message(s) of {topic}/{queue_id} at queue offset(s) {span} have no consume-queue unit yet (the broker "
-      "dispatches them at start)")
+      "dispatches them at start)",
+      group="queue", consequence=Consequence.COSMETIC,
+      action="Nothing, unless the broker will not start.")
 check("consumequeue.corrupt_unit", Severity.ERROR,
-      "consume-queue {topic}/{queue_id_text|?} file {file}: {reason|corrupt unit}")
+      "consume-queue {topic}/{queue_id_text|?} file {file}: {reason|corrupt unit}",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Rebuild the queue from the log.")
 check("consumequeue.file_gap", Severity.ERROR,
       "consume-queue file {file} of {topic}/{queue_id} does not follow {previous}: {missing} units are missing between "
-      "them")
+      "them",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Rebuild the queue; the messages themselves are still in the log.")
 
 UNIT_COLUMNS = [("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
                 ("physical_offset", pa.int64()), ("size", pa.int32()), ("tags_code", pa.int64()), ("file", pa.string()),
@@ -109,6 +140,8 @@ def in_range(rc, out) -> None:
                 "queue_id": t.column("queue_id"),
                 "pending": pc.greater_equal(phys, pa.scalar(rc.facts.reput_from, pa.int64())),
                 "queue_offset": t.column("queue_offset"), "physical_offset": phys}, schema=MISSING))
+            unseen = pc.less(phys, pa.scalar(rc.facts.reput_from, pa.int64()))  # not dispatched at start either
+            out.table(resend.NAME, resend.message_rows(rc.broker, "unindexed", t.filter(unseen)))
 
 
 def _unit_positions(rc, u: pa.Table) -> dict:

@@ -19,17 +19,25 @@ import pyarrow.compute as pc
 
 from store_format import layout as L
 
-from ..findings import Severity, check, finding_table, metric_table
+from ..findings import Consequence, Severity, check, finding_table, metric_table
 from . import FamilyResult
 
 check("delays.overdue", Severity.WARNING,
-      "delay level {level} message for {real_topic|?} was due {due_seconds} s before the dump time and is not delivered")
+      "delay level {level} message for {real_topic|?} was due {due_seconds} s before the dump time and is not delivered",
+      consequence=Consequence.CONSUMERS_AFFECTED,
+      action="The schedule service was stopped or behind; it delivers them on start.  Check delayOffset.json.")
 check("delays.delivered_offset_behind", Severity.INFO,
       "delay level {level} message was delivered to {real_topic} but delayOffset.json is behind it: the broker "
-      "delivers it again")
+      "delivers it again",
+      consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Expect a duplicate on the real topic.")
 check("delays.offset_out_of_range", Severity.WARNING,
-      "delayOffset.json says level {level} is at {delivered_offset} but its queue holds {min_offset|0}..{max_offset|0}")
-check("delays.unknown_level", Severity.WARNING, "delay level {level} is beyond the {levels} levels of messageDelayLevel")
+      "delayOffset.json says level {level} is at {delivered_offset} but its queue holds {min_offset|0}..{max_offset|0}",
+      consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Edit delayOffset.json to a valid offset (or remove the level's entry to restart it at 0).")
+check("delays.unknown_level", Severity.WARNING, "delay level {level} is beyond the {levels} levels of messageDelayLevel",
+      consequence=Consequence.COSMETIC,
+      action="`messageDelayLevel` was changed; check the broker config.")
 
 PENDING = pa.schema([("broker", pa.string()), ("level", pa.int32()), ("queue_offset", pa.int64()),
                      ("physical_offset", pa.int64()), ("deliver_time", pa.int64()), ("uniq_key", pa.string()),

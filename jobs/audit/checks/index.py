@@ -37,41 +37,80 @@ from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.indexfile import INDEX_NAME, IndexFile
 
-from ..findings import Severity, check, concat_findings, finding_rows, finding_table, metric_table
+from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
 from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
 from . import FamilyResult
 
 check("index.key_missing", Severity.ERROR,
-      "key {topic}#{key} of this message has no index entry: queries by it will not find it")
-check("index.not_yet_indexed", Severity.WARNING, "key {topic}#{key} is not indexed yet (the broker indexes it at start)")
+      "key {topic}#{key} of this message has no index entry: queries by it will not find it",
+      consequence=Consequence.QUERIES_WRONG, group="broker",
+      action="Use `jobs.query --explain` or a scan (`jobs.query --topic ... --from/--to`); rebuilding the index "
+             "needs a broker re-dispatch (delete the index files, abnormal start).")
+check("index.not_yet_indexed", Severity.WARNING, "key {topic}#{key} is not indexed yet (the broker indexes it at start)",
+      consequence=Consequence.COSMETIC, group="broker",
+      action="Nothing.")
 check("index.entry_for_dropped_message", Severity.WARNING,
       "{entries} entries point at messages recovery drops (physical offsets {physical_offset}..{last}): lookups find "
-      "candidates that are gone")
+      "candidates that are gone",
+      consequence=Consequence.QUERIES_WRONG,
+      action="Expected after `recovery.truncation`; lookups find candidates that are gone.")
 check("index.entry_in_damage", Severity.WARNING,
-      "entry {entry} points into a corrupt span ({item_reason}) starting at {item_position}")
-check("index.entry_mid_record", Severity.ERROR, "entry {entry} points into the middle of the record at {item_position}")
-check("index.entry_past_end", Severity.ERROR, "entry {entry} points past the end of the commitlog data ({data_end|empty})")
-check("index.entry_not_a_message", Severity.ERROR, "entry {entry} points at bytes where no record starts")
+      "entry {entry} points into a corrupt span ({item_reason}) starting at {item_position}",
+      consequence=Consequence.COSMETIC,
+      action="See `integrity.*` at that offset.")
+check("index.entry_mid_record", Severity.ERROR, "entry {entry} points into the middle of the record at {item_position}",
+      consequence=Consequence.QUERIES_WRONG,
+      action="Corrupt entry; rebuild the index.")
+check("index.entry_past_end", Severity.ERROR, "entry {entry} points past the end of the commitlog data ({data_end|empty})",
+      consequence=Consequence.QUERIES_WRONG,
+      action="Stale index after a truncation; harmless for lookups that verify, otherwise rebuild.")
+check("index.entry_not_a_message", Severity.ERROR, "entry {entry} points at bytes where no record starts",
+      consequence=Consequence.QUERIES_WRONG,
+      action="Corrupt entry; rebuild the index.")
 check("index.hash_mismatch", Severity.ERROR,
-      "entry {entry} has hash {key_hash}, which is none of the keys of the message it points at")
+      "entry {entry} has hash {key_hash}, which is none of the keys of the message it points at",
+      consequence=Consequence.QUERIES_WRONG,
+      action="Corrupt index entry; lookups may return a wrong candidate (the suite verifies every candidate).")
 check("index.time_inconsistent", Severity.WARNING,
-      "entry {entry} says store time {entry_time} (second precision) but the message was stored at {message_time}")
-check("index.chain_problem", Severity.ERROR, "entry {entry}: {problems_text}")
-check("index.corrupt_file", Severity.ERROR, "index file {file} cannot be read: {reason|} {detail|}")
-check("index.header_count_out_of_range", Severity.ERROR, "indexCount {index_count} is outside 1..{index_num}")
+      "entry {entry} says store time {entry_time} (second precision) but the message was stored at {message_time}",
+      consequence=Consequence.QUERIES_WRONG,
+      action="Clock or file mix-up; lookups by time range may miss it.")
+check("index.chain_problem", Severity.ERROR, "entry {entry}: {problems_text}",
+      consequence=Consequence.QUERIES_WRONG,
+      action="Corrupt index: lookups can miss keys; rebuild it.")
+check("index.corrupt_file", Severity.ERROR, "index file {file} cannot be read: {reason|} {detail|}",
+      consequence=Consequence.QUERIES_WRONG,
+      action="If only the geometry is unknown (an empty file), pass the broker's `--config broker.conf` or "
+             "`--hash-slots`/`--index-num`; if a geometry you gave is refused, correct it; otherwise remove the file "
+             "(the broker rebuilds on an abnormal start) after keeping a copy.")
+check("index.header_count_out_of_range", Severity.ERROR, "indexCount {index_count} is outside 1..{index_num}",
+      consequence=Consequence.QUERIES_WRONG,
+      action="Corrupt header: the broker may mis-append; rebuild the index.")
 check("index.unwritten_entries", Severity.ERROR,
       "indexCount {index_count} counts {unwritten} entries past the last written one, entry {last_written}: zeros "
-      "no put wrote (the header's counter is wrong, or the file lost its end); the written entries are checked")
-check("index.header_mismatch", Severity.WARNING, "index header disagrees with its entries: {problems}")
+      "no put wrote (the header's counter is wrong, or the file lost its end); the written entries are checked",
+      consequence=Consequence.QUERIES_WRONG,
+      action="Corrupt header, or the file lost its end: the broker appends after the counted (zero) entries; rebuild "
+             "the index.")
+check("index.header_mismatch", Severity.WARNING, "index header disagrees with its entries: {problems}",
+      consequence=Consequence.COSMETIC,
+      action="The file was not closed cleanly; the broker tolerates it.")
 check("index.duplicate_entries", Severity.INFO,
       "{extra} duplicate index entries for {pairs} (key, message) pair(s): expected after re-dispatch or a key listed "
-      "twice")
+      "twice",
+      consequence=Consequence.COSMETIC,
+      action="Expected after re-dispatch or a key listed twice.")
 check("index.keys_unverifiable", Severity.WARNING,
       "{keys} keys not verifiable: index file {file} unreadable ({messages} messages at physical offsets "
-      "{physical_offset}..{last}, in its range {range_from}..{range_to_text} {basis_text}); see index.corrupt_file")
+      "{physical_offset}..{last}, in its range {range_from}..{range_to_text} {basis_text}); see index.corrupt_file",
+      consequence=Consequence.QUERIES_WRONG,
+      action="Fix or remove the file (`index.corrupt_file`); until then find those messages with `jobs.query "
+             "--explain` or a scan.")
 check("index.no_index", Severity.WARNING,
       "no index/ folder: key lookups of {messages} messages cannot work (messageIndexEnable=false, or the folder is "
-      "lost)")
+      "lost)",
+      consequence=Consequence.QUERIES_WRONG,
+      action="`messageIndexEnable=false`, or the folder was not copied: copy it, or use scans.")
 
 UNINDEXED = pa.schema([("broker", pa.string()), ("messages", pa.int64())])
 DROPPED = pa.schema([("broker", pa.string()), ("file", pa.string()), ("entries", pa.int64()), ("first", pa.int64()),

@@ -18,7 +18,8 @@ from store_format import codec
 from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP
 from store_format.errors import ErrorKind, StoreFormatError
 
-from ..findings import Severity, check, finding_rows, finding_table, metric_table
+from ..findings import Consequence, Severity, check, finding_rows, finding_table, metric_table
+from .. import resend
 from . import FamilyResult
 
 _SPAN = ("unframeable bytes ({reason|?}): {length} bytes at {file}@{file_position}[, then the segment's unwritten "
@@ -26,18 +27,46 @@ _SPAN = ("unframeable bytes ({reason|?}): {length} bytes at {file}@{file_positio
 SPAN_REASONS = (ErrorKind.BAD_MAGIC, ErrorKind.BAD_CRC, ErrorKind.SIZE_MISMATCH, ErrorKind.BAD_LENGTH,
                 ErrorKind.TRUNCATED, ErrorKind.PHYSICAL_OFFSET_MISMATCH, "END_OF_DATA", ErrorKind.BAD_FILE_NAME,
                 ErrorKind.BAD_GEOMETRY)
+_SPAN_ACTION = ("The messages inside the span are gone from this copy; check `recovery.truncation` for what the broker "
+                "will drop after it; look for the same offsets in a slave or backup (`jobs.compare`), and salvage the "
+                "records after the span with `jobs.replay --repair` (or `jobs.extract --walk salvage`) before starting "
+                "the broker on this disk.")
+_FILE_ACTIONS = {  # the two reasons that are about a segment file, not about bytes inside one
+    ErrorKind.BAD_FILE_NAME: (Consequence.DATA_AT_RISK,
+                              "Rename the file to its 20-digit offset or move it out of `commitlog/` (keep a copy); until "
+                              "then its bytes are not read."),
+    ErrorKind.BAD_GEOMETRY: (Consequence.WILL_NOT_START,
+                             "Restore the file's full length from a backup or slave before starting the broker, or pass "
+                             "`--segment-size` if the size was guessed wrong."),
+}
 for _r in SPAN_REASONS:
-    check(f"integrity.{str(getattr(_r, 'value', _r)).lower()}", Severity.ERROR, _SPAN)
+    _consequence, _action = _FILE_ACTIONS.get(_r, (Consequence.DATA_LOST, _SPAN_ACTION))
+    check(f"integrity.{str(getattr(_r, 'value', _r)).lower()}", Severity.ERROR, _SPAN, consequence=_consequence,
+          action=_action)
 check("integrity.damaged_message", Severity.WARNING,
-      "the damaged record ({reason}) is a message of {topic}/{queue_id} at queue offset {queue_offset}, key {key_text}")
+      "the damaged record ({reason}) is a message of {topic}/{queue_id} at queue offset {queue_offset}, key {key_text}",
+      consequence=Consequence.DATA_LOST, group="broker",
+      action="Ask the producer to resend that key; check consumers for it.")
 check("integrity.stale_records", Severity.WARNING,
-      "{count} well-formed record(s) after the segment's first stop (the broker's walk never reaches them)")
+      "{count} well-formed record(s) after the segment's first stop (the broker's walk never reaches them)",
+      consequence=Consequence.DATA_AT_RISK,
+      action="Usually leftovers of an earlier truncation; extract them (`jobs.extract --walk salvage`) if they are "
+             "messages that were never consumed.")
 check("integrity.segment_gap", Severity.ERROR,
-      "segment {file} follows {previous}: {missing} bytes of commitlog are missing between them")
-check("integrity.no_commitlog", Severity.ERROR, "no commitlog segment in this store")
+      "segment {file} follows {previous}: {missing} bytes of commitlog are missing between them",
+      consequence=Consequence.DATA_LOST,
+      action="Restore the missing file (`details.expected_name`) from a backup or slave; without it everything after "
+             "is unreachable.")
+check("integrity.no_commitlog", Severity.ERROR, "no commitlog segment in this store",
+      consequence=Consequence.DATA_LOST,
+      action="Check that `--store` points at the store root and that the copy is complete.")
 check("integrity.invalid_utf8", Severity.WARNING,
       "{field} of this message is not UTF-8: {value} (the broker reads U+FFFD for the bytes shown escaped, so "
-      "consumers and key lookups see other text than the producer sent)")
+      "consumers and key lookups see other text than the producer sent)",
+      consequence=Consequence.CONSUMERS_AFFECTED, group="broker",
+      action="The broker reads U+FFFD for those bytes: consumers see other text, and lookups by the original key fail "
+             "(expect `index.*` findings for the same message).  Re-send it from the producer's record if the key "
+             "matters.")
 
 _CONTEXT_REASONS = ("BAD_CRC", "SIZE_MISMATCH", "PHYSICAL_OFFSET_MISMATCH")  # spans whose record still decodes
 
@@ -132,7 +161,7 @@ def _malformed_texts(rc, out) -> None:
 def _damaged_messages(rc, spans, out) -> None:
     """For spans where a record still frames (bad CRC, size mismatch...), name the message that was lost: its
     topic, queue and queue offset, decoded without the CRC check."""
-    rows = []
+    rows, named = [], []
     for s in spans:
         try:
             msg = codec.decode_record(rc.buf, s.file_position - rc.w0, check_crc=False, file=rc.segment)
@@ -142,7 +171,12 @@ def _damaged_messages(rc, spans, out) -> None:
                          physical_offset=s.file_position + rc.base, topic=msg.topic, queue_id=msg.queue_id,
                          queue_offset=msg.queue_offset, values={"reason": s.reason, "key_text": msg.uniq_key or "-"},
                          details={"reason": s.reason, "uniq_key": msg.uniq_key, "key": msg.uniq_key}))
+        named.append(resend.damaged_row(rc.broker, s.file_position + rc.base, dict(
+            topic=msg.topic, queue_id=msg.queue_id, queue_offset=msg.queue_offset, keys=msg.keys,
+            uniq_key=msg.uniq_key, store_timestamp=msg.store_timestamp), s.reason))
     out.finding(finding_rows("integrity.damaged_message", rows))
+    if named:
+        out.partial("resend.damaged", pa.Table.from_pylist(named, schema=resend.DAMAGED))
 
 
 # ------------------------------------------------------------------------------------------------------ driver

@@ -18,21 +18,33 @@ import pyarrow.compute as pc
 
 from store_format import layout as L
 
-from ..findings import Severity, check, concat_findings, finding_table, metric_table
+from ..findings import Consequence, Severity, check, concat_findings, finding_table, metric_table
 from . import FamilyResult
 
 check("lag.offset_for_unknown_topic", Severity.WARNING,
-      "group {group} has an offset for topic {topic}, which has no consume queue and no topics.json entry")
+      "group {group} has an offset for topic {topic}, which has no consume queue and no topics.json entry",
+      consequence=Consequence.COSMETIC,
+      action="A deleted topic or a typo'd subscription; clean up the group.")
 check("lag.offset_for_unknown_queue", Severity.WARNING,
-      "group {group} has an offset for queue {queue_id} of {topic}, which has only {read_queue_nums} read queues")
+      "group {group} has an offset for queue {queue_id} of {topic}, which has only {read_queue_nums} read queues",
+      consequence=Consequence.CONSUMERS_AFFECTED,
+      action="The topic's queue count was reduced; clean up.")
 check("lag.offset_above_max", Severity.WARNING,
       "group {group} committed offset {offset} on {topic}/{queue_id} but the queue ends at {max_offset|0}: messages "
-      "written later will be skipped")
+      "written later will be skipped",
+      consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Typical after a truncation or a restored older log; reset the group's offset (`mqadmin "
+             "resetOffsetByTime`).")
 check("lag.offset_below_min", Severity.WARNING,
       "group {group} committed offset {offset} on {topic}/{queue_id} but the queue starts at {min_offset}: the "
-      "messages in between are gone")
+      "messages in between are gone",
+      consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Those messages are gone; check retention versus consumer downtime.")
 check("lag.behind", Severity.INFO,
-      "group {group} is {lag} message(s) behind on {topic}[ (oldest unconsumed {lag_seconds} s before the dump time)]")
+      "group {group} is {lag} message(s) behind on {topic}[ (oldest unconsumed {lag_seconds} s before the dump time)]",
+      consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Normal in small amounts; a large or growing lag (see `jobs.trend`) means a stuck or slow consumer.  "
+             "`jobs.extract --not-consumed-by GROUP` exports what it has not read.")
 
 FOUND = pa.schema([("broker", pa.string()), ("physical_offset", pa.int64()), ("store_timestamp", pa.int64())])
 LAG = pa.schema([("broker", pa.string()), ("group", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),

@@ -19,22 +19,40 @@ import pyarrow as pa
 from datasources.metadata import CONFIG_FILE, is_value_error
 from store_format import layout as L
 
-from ..findings import Severity, check, finding_rows
+from ..findings import Consequence, Severity, check, finding_rows
 from . import FamilyResult
 
-check("metadata.config_unreadable", Severity.ERROR, "{file} cannot be read: {error}")
-check("metadata.config_from_backup", Severity.WARNING, "{file} is empty or broken; the broker will load {name}.bak")
-check("metadata.config_missing", Severity.INFO, "no {file}: its checks are skipped")
+check("metadata.config_unreadable", Severity.ERROR, "{file} cannot be read: {error}",
+      consequence=Consequence.DATA_LOST,
+      action="Restore it from a backup; the broker starts without it (offsets, topics lost).")
+check("metadata.config_from_backup", Severity.WARNING, "{file} is empty or broken; the broker will load {name}.bak",
+      consequence=Consequence.DATA_AT_RISK,
+      action="Expected after a crash during a write; the `.bak` may be slightly older.")
+check("metadata.config_missing", Severity.INFO, "no {file}: its checks are skipped",
+      consequence=Consequence.COSMETIC,
+      action="Copy it if the dump should have it.")
 check("metadata.topic_not_in_config", Severity.WARNING,
-      "topic {topic} has {queues} consume queue(s) but no topics.json entry", also=(Severity.INFO,))
+      "topic {topic} has {queues} consume queue(s) but no topics.json entry", also=(Severity.INFO,),
+      consequence=Consequence.COSMETIC,
+      action="Auto-created or deleted topic; recreate it with `mqadmin updateTopic` if it is still used.")
 check("metadata.queue_outside_config", Severity.WARNING,
-      "queue {queue_id} of {topic} has data but topics.json gives it {queue_count} queues")
+      "queue {queue_id} of {topic} has data but topics.json gives it {queue_count} queues",
+      consequence=Consequence.CONSUMERS_AFFECTED,
+      action="The queue count was reduced: those messages are not consumed.")
 check("metadata.group_not_in_config", Severity.WARNING,
-      "consumer group {group} has offsets but no subscriptionGroup.json entry")
+      "consumer group {group} has offsets but no subscriptionGroup.json entry",
+      consequence=Consequence.COSMETIC,
+      action="Auto-created or deleted group; recreate it or clean its offsets.")
 check("metadata.store_file_unreadable", Severity.ERROR, "{file} cannot be read: {reason}; not read (the rest of "
-      "the store is)")
+      "the store is)",
+      consequence=Consequence.DATA_AT_RISK,
+      action="Copy the file again, as a regular file the audit can read (or run as a user who can); its checks did "
+             "not run.")
 check("metadata.config_value_out_of_range", Severity.ERROR,
-      "{file} {key} = {value}: {reason}; the broker cannot load this file (the entry is left out here)")
+      "{file} {key} = {value}: {reason}; the broker cannot load this file (the entry is left out here)",
+      consequence=Consequence.DATA_AT_RISK,
+      action="Fix or remove the value (or restore the file from its `.bak`): the broker cannot decode the file "
+             "as it is.")
 
 _TABLES = ("consumer_offsets", "delay_offsets", "topics", "subscription_groups")
 

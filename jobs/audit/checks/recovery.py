@@ -21,28 +21,48 @@ import pyarrow.compute as pc
 
 from store_format import layout as L
 
-from ..findings import Severity, check, concat_findings, finding_rows, finding_table, metric_table
+from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
+from .. import resend
 from . import FamilyResult
 
-check("recovery.broker_will_not_start", Severity.ERROR, "the broker will refuse to start: {problem}")
+check("recovery.broker_will_not_start", Severity.ERROR, "the broker will refuse to start: {problem}",
+      consequence=Consequence.WILL_NOT_START,
+      action="Fix or remove the named file before starting the broker (keep a copy).")
 check("recovery.abnormal", Severity.INFO,
       "{what} present: abnormal recovery from segment {start_segment}, re-dispatching from physical offset "
-      "{redispatch_from}")
+      "{redispatch_from}",
+      consequence=Consequence.COSMETIC,
+      action="Expected after a crash; look at the other recovery findings for what it costs.")
 check("recovery.truncation", Severity.ERROR,
       "recovery stops at {physical_offset} ({stop_kind}) and drops {lost} message(s) from {first} on: {damaged} "
       "damaged, {intact} intact[, and {unframed_bytes} byte(s) in {unframed_runs} run(s) no walk could frame "
-      "(records whose headers are gone: at least one per run, not counted)]")
+      "(records whose headers are gone: at least one per run, not counted)]",
+      consequence=Consequence.DATA_LOST,
+      action="Salvage the messages after the cut first (`jobs.replay --repair`, or `jobs.extract --walk salvage` of "
+             "the offsets after the stop) and re-send them after the restart.")
 check("recovery.segment_deleted", Severity.WARNING,
-      "segment {file} lies wholly past the recovered end and will be deleted")
+      "segment {file} lies wholly past the recovered end and will be deleted",
+      consequence=Consequence.DATA_AT_RISK,
+      action="Copy the segment away before starting the broker if it holds messages you need.")
 check("recovery.cq_truncated", Severity.WARNING,
-      "{units} consume-queue unit(s) of {topic}/{queue_id} from queue offset {queue_offset} on will be dropped: {why}")
+      "{units} consume-queue unit(s) of {topic}/{queue_id} from queue offset {queue_offset} on will be dropped: {why}",
+      consequence=Consequence.CONSUMERS_AFFECTED, group="broker",
+      action="Consumers' offsets above the new end will be corrected by the broker; expect re-consumption or skips "
+             "on that queue.")
 check("recovery.index_rebuilt", Severity.INFO,
       "index file {name} is newer than the checkpoint's indexMsgTimestamp: abnormal recovery deletes it and rebuilds "
-      "it by re-dispatch")
-check("recovery.note", Severity.WARNING, "{note}")
+      "it by re-dispatch",
+      consequence=Consequence.QUERIES_WRONG,
+      action="Nothing; key lookups come back once the broker has re-dispatched.")
+check("recovery.note", Severity.WARNING, "{note}",
+      consequence=Consequence.DATA_AT_RISK, group="broker",
+      action="Read the message; it explains itself.  Remove an `abort` folder once the broker has recovered.")
 check("recovery.message_lost", Severity.WARNING,
       "[{damaged_prefix}]message [({damage}) ]of {queue_text} at queue offset {queue_offset} lies {where}: the broker "
-      "will drop it")
+      "will drop it",
+      consequence=Consequence.DATA_LOST, group="broker",
+      action="Re-send these messages after the restart: the report's \"Messages to re-send\" table and `tables/resend` "
+             "list them with the commands that extract them.")
 
 
 LOST = pa.schema([("broker", pa.string()), ("state", pa.string()), ("physical_offset", pa.int64()),
@@ -64,6 +84,7 @@ def in_range(rc, out) -> None:
         queue_offset=t.column("queue_offset"),
         values={"damaged_prefix": None, "damage": None, "queue_text": queue_text, "where": "past the recovered end"},
         details={"state": "intact", "uniq_key": uniq, "key": uniq, "msg_id": ids}))
+    out.table(resend.NAME, resend.message_rows(rc.broker, "dropped", t))
 
 
 def lost_records_in(rc, out) -> None:
@@ -230,6 +251,7 @@ def _damaged_lost(ctx, name: str, p) -> list[dict]:
         where = "at the recovered end" if offset == p.max_physical_offset else "past the recovered end"
         of = (f"{about['topic']}/{about['queue_id']}" if about["topic"] is not None
               else f"queue {about['queue_id']} of an unreadable topic")
+        ctx.resend_damaged.append(resend.damaged_row(name, offset, about, kind))
         rows.append(dict(broker=name, file=seg.name, file_position=pos, physical_offset=offset, topic=about["topic"],
                          queue_id=about["queue_id"], queue_offset=about["queue_offset"],
                          values={"damaged_prefix": "damaged ", "damage": kind, "queue_text": of, "where": where},

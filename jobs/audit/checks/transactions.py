@@ -23,16 +23,23 @@ import pyarrow.compute as pc
 
 from store_format import layout as L
 
-from ..findings import Severity, check, finding_table, metric_table
+from ..findings import Consequence, Severity, check, finding_table, metric_table
 from . import FamilyResult
 
 check("transactions.open", Severity.WARNING,
       "open transaction for {topic|?} from producer group {producer_group|?}, {age_seconds} s old at the dump time, "
-      "checked {check_times} time(s)")
+      "checked {check_times} time(s)",
+      consequence=Consequence.CONSUMERS_AFFECTED, group="topic",
+      action="The broker keeps asking the producer group; if that producer is gone the transaction stays open until "
+             "the check limit, then is discarded.  Ask the producer's owners.")
 check("transactions.commit_without_op", Severity.WARNING,
       "transaction committed into {topic|?} but its half message was never marked done: the broker will check it "
-      "again")
-check("transactions.open_prepared_record", Severity.WARNING, "PREPARED record in {topic} has no COMMIT or ROLLBACK record")
+      "again",
+      consequence=Consequence.CONSUMERS_AFFECTED, group="topic",
+      action="Harmless duplicate check; the producer must answer consistently.")
+check("transactions.open_prepared_record", Severity.WARNING, "PREPARED record in {topic} has no COMMIT or ROLLBACK record",
+      consequence=Consequence.CONSUMERS_AFFECTED, group="topic",
+      action="An unfinished old-style transaction; decide with the producer.")
 
 RECORDS = pa.schema([
     ("broker", pa.string()), ("role", pa.string()), ("physical_offset", pa.int64()), ("queue_offset", pa.int64()),

@@ -1,0 +1,169 @@
+"""Progress on stderr: one line per phase of a job, with the bytes done and an estimate of the rest.
+
+On a terminal the line is redrawn in place (``\\r``) while the phase runs and ends with what it did; when stderr is
+a file or a pipe (a scheduler's log) it is plain lines: the phase's start, a line every :data:`PLAIN_EVERY`
+seconds while it runs, and its end.  ``--quiet`` (every job takes it) silences all of it; errors are still said.
+
+A phase that runs Spark jobs is measured by Spark itself: the jobs run in a job group of the phase's own, and a
+watcher thread reads the group's stages from ``SparkContext.statusTracker()`` (tasks done of tasks) every half
+second; the bytes done are the phase's bytes times that fraction (the audit's tasks are packed to about equal
+bytes each, so the fraction of tasks is the fraction of bytes).  Spark's own console progress bar is off
+(``spark.ui.showConsoleProgress=false``, jobs/session.py), so nothing else draws on the line.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import uuid
+
+PLAIN_EVERY = 10.0  # seconds between plain progress lines
+_TICK = 0.5
+
+_state = {"quiet": False, "name": "job"}
+
+
+def configure(name: str, quiet: bool = False) -> None:
+    """Set by the job runtime (jobs/cli.py) before the job runs."""
+    _state.update(name=name, quiet=quiet)
+
+
+def quiet() -> bool:
+    return _state["quiet"]
+
+
+def say(message: str) -> None:
+    """One line on stderr (not with --quiet)."""
+    if not _state["quiet"]:
+        print(f"[{_state['name']} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+class Phase:
+    """``with Phase("scan", total_bytes, spark):`` around the phase's work; ``update(done_bytes)`` for work that
+    is not Spark's."""
+
+    def __init__(self, label: str, total_bytes: int | None = None, spark=None, *, tasks: int | None = None,
+                 stream=None):
+        self.label, self.total, self.spark, self.tasks = label, total_bytes, spark, tasks
+        self._count_tasks = tasks is None  # no count given: Spark's task count of the phase, as it grows
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.done_bytes = 0.0
+        self.fraction: float | None = None
+        self.tasks_done = 0
+        self.started = 0.0
+        self._printed = 0.0
+        self._stop = threading.Event()
+        self._thread = None
+        self._group = None
+        self._width = 0
+
+    # ---- the phase -------------------------------------------------------------------------------------
+    def __enter__(self) -> "Phase":
+        self.started = time.monotonic()
+        self._printed = self.started
+        if quiet():
+            return self
+        if not self.tty:
+            self._line(f"{self.label}: started" + (f", {mib(self.total)}" if self.total else "")
+                       + (f" in {self.tasks} task(s)" if self.tasks else ""))
+        if self.spark is not None:
+            self._group = f"rocketmq-forensics-{uuid.uuid4().hex[:8]}"
+            self.spark.sparkContext.setJobGroup(self._group, self.label, interruptOnCancel=False)
+        self._thread = threading.Thread(target=self._watch, name=f"progress {self.label}", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        if self._group is not None:
+            self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+            self.spark.sparkContext.setLocalProperty("spark.job.description", None)
+        if quiet():
+            return
+        took = time.monotonic() - self.started
+        if kind is not None:
+            self._end(f"{self.label}: stopped after {took:.1f} s")
+            return
+        rate = f" ({mib(self.total / took)}/s)" if self.total and took > 0 else ""
+        self._end(f"{self.label}: " + (f"{mib(self.total)} " if self.total else "") + f"in {took:.1f} s{rate}")
+
+    def update(self, done_bytes: float) -> None:
+        self.done_bytes = done_bytes
+
+    # ---- drawing ---------------------------------------------------------------------------------------
+    def text(self, now: float) -> str:
+        """The progress line as it stands."""
+        elapsed = now - self.started
+        frac = self.fraction if self.fraction is not None else (self.done_bytes / self.total if self.total else None)
+        parts = [f"{self.label}:"]
+        if self.total and frac is not None:
+            parts.append(f"{mib(frac * self.total)} of {mib(self.total)} ({frac:.0%})")
+        elif frac is not None:
+            parts.append(f"{frac:.0%}")
+        if self.tasks:
+            parts.append(f"{self.tasks_done}/{self.tasks} tasks")
+        if frac and 0 < frac < 1 and elapsed > 1:
+            parts.append(f"ETA {_clock(elapsed * (1 - frac) / frac)}")
+        parts.append(f"{_clock(elapsed)} elapsed")
+        return ", ".join([" ".join(parts[:2])] + parts[2:]) if len(parts) > 1 else parts[0]
+
+    def _line(self, text: str) -> None:
+        print(f"[{_state['name']} {time.strftime('%H:%M:%S')}] {text}", file=self.stream, flush=True)
+
+    def _draw(self, text: str) -> None:
+        pad = max(0, self._width - len(text))
+        self.stream.write("\r" + text + " " * pad)
+        self.stream.flush()
+        self._width = len(text)
+
+    def _end(self, text: str) -> None:
+        if self.tty:
+            self._draw(f"[{_state['name']}] {text}")
+            self.stream.write("\n")
+            self.stream.flush()
+            self._width = 0
+        else:
+            self._line(text)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(_TICK):
+            self._poll()
+            now = time.monotonic()
+            if self.tty:
+                self._draw(f"[{_state['name']}] {self.text(now)}")
+            elif now - self._printed >= PLAIN_EVERY:
+                self._printed = now
+                self._line(self.text(now))
+
+    def _poll(self) -> None:
+        """The share of the phase's Spark tasks that are done (every stage of its job group so far)."""
+        if self._group is None:
+            return
+        try:
+            tracker = self.spark.sparkContext.statusTracker()
+            total = done = 0
+            for job in tracker.getJobIdsForGroup(self._group):
+                info = tracker.getJobInfo(job)
+                for stage in (info.stageIds if info else ()):
+                    s = tracker.getStageInfo(stage)
+                    if s is not None:
+                        total += s.numTasks
+                        done += s.numCompletedTasks
+        except Exception:  # noqa: BLE001 - a status the tracker no longer has is no progress to show, not an error
+            return
+        if total:
+            self.fraction = done / total
+            if self._count_tasks:
+                self.tasks_done, self.tasks = done, total

@@ -1,0 +1,55 @@
+"""--store arguments and broker names (jobs/stores.py): the user's NAME=PATH, else brokerName from the broker's
+settings file carried with the dump, else the folder (never a folder named like "input"); names that clash."""
+from __future__ import annotations
+
+import pytest
+
+from jobs.stores import StoreArgumentError, folder_name, resolve_stores, split_name
+from store_format import damage as D
+
+from .conftest import FIXTURES, fixture_store
+
+
+def _store(path):
+    return D.copy_store(fixture_store("basic"), path)
+
+
+def test_names_from_the_folders_around_the_store_root(tmp_path):
+    assert folder_name(tmp_path / "broker-a" / "store") == "broker-a"
+    assert folder_name(tmp_path / "incident-42" / "input" / "store") == "incident-42"  # not "input"
+    assert folder_name(tmp_path / "b1") == "b1"
+    [s] = resolve_stores([str(FIXTURES / "recovered-zero-page" / "input" / "store")])
+    assert (s.name, s.named_by) == ("recovered-zero-page", "folder")
+
+
+def test_the_users_name_and_the_brokers_own(tmp_path):
+    root = _store(tmp_path / "dump" / "input" / "store")
+    assert split_name(f"x={root}") == ("x", str(root)) and split_name(str(root)) == (None, str(root))
+    [s] = resolve_stores([f"broker-x={root}"])
+    assert (s.name, s.named_by, s.path) == ("broker-x", "user", str(root))
+    # the broker persists its settings in store/config/broker.properties when started without -c
+    (root / "config" / "broker.properties").write_text("brokerClusterName = c1\nbrokerName = broker-b\n")
+    [s] = resolve_stores([str(root)])
+    assert (s.name, s.named_by) == ("broker-b", "config")
+    [s] = resolve_stores([f"mine={root}"])
+    assert s.name == "mine"  # the user's name wins
+    # a broker.conf copied beside the store root
+    other = _store(tmp_path / "other" / "store")
+    (other.parent / "broker.conf").write_text("brokerName=broker-c\n")
+    assert [s.name for s in resolve_stores([str(root), str(other)])] == ["broker-b", "broker-c"]
+
+
+def test_names_that_clash(tmp_path):
+    master = _store(tmp_path / "a-master" / "store")
+    slave = _store(tmp_path / "a-slave" / "store")
+    for root in (master, slave):  # a master and its slave share a brokerName: their folders tell them apart
+        (root / "config" / "broker.properties").write_text("brokerName=broker-a\n")
+    assert [(s.name, s.named_by) for s in resolve_stores([str(master), str(slave)])] == \
+        [("a-master", "folder"), ("a-slave", "folder")]
+    (master / "config" / "broker.properties").unlink()
+    twice = _store(tmp_path / "x" / "a-master" / "store")  # the same folder name, no settings file: numbered
+    assert [s.name for s in resolve_stores([str(master), str(twice)])] == ["a-master", "a-master-2"]
+    with pytest.raises(StoreArgumentError, match="named 'n'"):
+        resolve_stores([f"n={master}", f"n={slave}"])
+    with pytest.raises(StoreArgumentError, match="NAME=PATH names one store"):
+        resolve_stores([f"n={tmp_path}"])
