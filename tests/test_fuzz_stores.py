@@ -236,6 +236,7 @@ def check(code, out, err, what, done) -> None:
 # The properties
 
 
+@pytest.mark.slow  # ~20 s: in make test, not in make test-fast
 @PROFILE
 @given(base=st.integers(0, 1), plan=mutation_plans())
 def test_read_side_commands_survive_any_mutated_store(base_stores, tmp_path_factory, base, plan):

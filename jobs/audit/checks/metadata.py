@@ -46,13 +46,12 @@ check("metadata.group_not_in_config", Severity.WARNING,
 check("metadata.store_file_unreadable", Severity.ERROR, "{file} cannot be read: {reason}; not read (the rest of "
       "the store is)",
       consequence=Consequence.DATA_AT_RISK,
-      action="Copy the file again, as a regular file the audit can read (or run as a user who can); its checks did "
-             "not run.")
+      action="Copy the store again, as regular files, with permission to read them.")
 check("metadata.config_value_out_of_range", Severity.ERROR,
       "{file} {key} = {value}: {reason}; the broker cannot load this file (the entry is left out here)",
       consequence=Consequence.DATA_AT_RISK,
-      action="Fix or remove the value (or restore the file from its `.bak`): the broker cannot decode the file "
-             "as it is.")
+      action="Fix or remove the entry (or restore the file from its `.bak`) before the broker is started on this "
+             "store.")
 
 _TABLES = ("consumer_offsets", "delay_offsets", "topics", "subscription_groups")
 
