@@ -372,7 +372,7 @@ def split_segments(parts: list[SegmentRange]) -> set[str]:
     return {k for k, n in count.items() if n > 1}
 
 
-def _local_master(spark) -> bool:
+def local_master(spark) -> bool:
     """The session runs its tasks in this process's machine (local mode): what they read, this process can."""
     try:
         master = spark.sparkContext.master
@@ -976,7 +976,7 @@ def commitlog_ends(spark, path: str, first_pass: str = "auto", **options) -> dic
     split = [f for f in files if f"{f.broker}/{f.name}" in cut]
     if not split:
         return {}
-    if first_pass == "here" or (first_pass == "auto" and _local_master(spark)):
+    if first_pass == "here" or (first_pass == "auto" and local_master(spark)):
         return {k: list(v) for k, v in walk_ends([p for p in parts if f"{p.broker}/{p.name}" in cut], parsed).items()}
     positions = {k: v for k, v in opts.items() if k != "columns"}  # the decoded columns of the second pass
     stops = (spark.read.format(FORMAT).options(**positions)

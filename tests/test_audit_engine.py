@@ -4,6 +4,7 @@ audit fails (a task, its recovery, a family) is that broker's finding, not the e
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,7 +13,7 @@ from jobs.audit import job as audit_job
 from store_format.generate import TrafficConfig, generate_store
 from store_format.writer import WriterConfig
 
-from .conftest import fixture_store
+from .conftest import FIXTURES, fixture_store
 
 
 def audit_args(stores, out, *extra) -> argparse.Namespace:
@@ -78,17 +79,41 @@ def test_a_failing_family_is_a_finding_for_every_broker(spark, tmp_path, monkeyp
     assert any(f["check"].startswith("metadata.") for f in rows)  # the other family ran
 
 
-def test_an_audit_is_two_spark_jobs(spark, tmp_path):
-    """The survey and the scan, whatever the number of checks and files (the report and every output are
-    written without Spark)."""
+def _jobs_of_an_audit(spark, out: Path, monkeypatch, local: bool) -> int:
+    import datasources.commitlog
+
+    monkeypatch.setattr(datasources.commitlog, "local_master", lambda _: local)
+    monkeypatch.setattr(audit_job, "warm_up", lambda *_: None)  # its job runs in a thread of its own
     sc = spark.sparkContext
-    sc.setJobGroup("audit-jobs", "the audit's Spark jobs")
-    try:
-        audit_job.run(spark, audit_job.build_parser().parse_args(
-            ["--store", str(fixture_store("basic")), str(fixture_store("broker")), "--out", str(tmp_path / "o")]))
-    finally:
-        sc.setJobGroup("", "")
-    assert len(sc.statusTracker().getJobIdsForGroup("audit-jobs")) == 2
+
+    def job_id(group: str) -> int:  # Spark numbers jobs in order: one RDD action's id marks a point in time
+        sc.setJobGroup(group, group)
+        try:
+            sc.parallelize([1], 1).count()
+        finally:
+            sc.setJobGroup("", "")
+        [i] = sc.statusTracker().getJobIdsForGroup(group)
+        return i
+
+    before = job_id(f"before-{out.name}")
+    audit_job.run(spark, audit_args([fixture_store("basic"), fixture_store("broker"),
+                                     FIXTURES / "recovered-zero-page" / "input" / "store"], out))
+    return job_id(f"after-{out.name}") - before - 1
+
+
+def test_an_audit_is_two_spark_jobs_or_one_in_local_mode(spark, tmp_path, monkeypatch):
+    """The survey and the scan, whatever the number of checks and files (the report and every output are
+    written without Spark); in local mode the survey runs in the driver, with the same findings and summary."""
+    assert _jobs_of_an_audit(spark, tmp_path / "spark", monkeypatch, local=False) == 2
+    assert _jobs_of_an_audit(spark, tmp_path / "local", monkeypatch, local=True) == 1
+    key = lambda f: (f["check"], f["broker"], f["file"] or "", f["file_position"] or -1)  # noqa: E731
+    drop = {"run_id", "run_time"}
+    spark_findings, local_findings = ([{k: v for k, v in f.items() if k not in drop} for f in findings(tmp_path / d)]
+                                      for d in ("spark", "local"))
+    assert sorted(spark_findings, key=key) == sorted(local_findings, key=key) and spark_findings
+    summary = lambda d: json.loads((tmp_path / d / "summary.json").read_text())  # noqa: E731
+    assert summary("spark")["counts"] == summary("local")["counts"]
+    assert [b["recovery"] for b in summary("spark")["brokers"]] == [b["recovery"] for b in summary("local")["brokers"]]
 
 
 def test_the_newest_segment_is_split_over_its_data(tmp_path):

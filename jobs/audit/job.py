@@ -57,7 +57,7 @@ from .context import AuditContext, AuditOptions
 from .groups import add_times, group_findings
 from .inputs import fingerprint, input_files, resolve_stores
 from .plan import TASKS_PER_CORE, BrokerPlan, plan_broker, scan_split_size
-from .tasks import FAILURES, RunInfo, failure_row, run_tasks
+from .tasks import FAILURES, RunInfo, failure_row, run_tasks, warm_up
 from .verdict import verdict as broker_verdict
 
 NAME = "audit"
@@ -332,7 +332,7 @@ def run(spark, args) -> AuditResult:
                            message_index_safe=args.message_index_safe, segment_size=geometry.segment_size,
                            split_size=parse_size(args.split_size, 0) if args.split_size else None)
     ctx = AuditContext(spark, stores, plans, options)
-    from datasources.commitlog import default_parallelism
+    from datasources.commitlog import default_parallelism, local_master
 
     cores = default_parallelism(spark)
     split = scan_split_size(list(plans.values()), cores, options.split_size)
@@ -348,14 +348,22 @@ def run(spark, args) -> AuditResult:
     os.makedirs(run.findings_dir, exist_ok=True)
     try:
         survey = _survey_tasks(ctx, segments)
-        with Phase(f"survey ({len(survey)} task(s))", sum(t.cost() for t in survey), spark):
-            ctx.survey = run_tasks(spark, survey, TASKS_PER_CORE * cores, RunInfo(None))
+        # local mode: the survey (a walk of the commitlog's framing, the files' headers) runs in the driver, on
+        # the same cores, while a warm-up job readies Spark for the scan
+        local = local_master(spark)
+        warming = warm_up(spark, cores) if local else None
+        with Phase(f"survey ({len(survey)} task(s){' in the driver' if local else ''})",
+                   sum(t.cost() for t in survey), None if local else spark):
+            ctx.survey = run_tasks(spark, survey, cores if local else TASKS_PER_CORE * cores, RunInfo(None),
+                                   in_driver=local)
         ctx.failures.append(ctx.survey.get("_failures", FAILURES))
         phases.done("survey")
         progress("predicting recovery")
         ctx.predict_recovery()
         phases.done("recovery prediction")
         scan = _scan_tasks(ctx, segments)
+        if warming is not None:
+            warming.join()
         with Phase(f"scan ({len(scan)} task(s))", sum(t.cost() for t in scan), spark):
             ctx.scan = run_tasks(spark, scan, TASKS_PER_CORE * cores, run)
         ctx.failures.append(ctx.scan.get("_failures", FAILURES))

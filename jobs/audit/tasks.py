@@ -140,16 +140,54 @@ def _runner(bins: list[list], run: RunInfo):
     return execute
 
 
-def run_tasks(spark, tasks: list, slots: int, run: RunInfo) -> "Outputs":
-    """Every task run (packed into at most ``slots`` Spark tasks, one Spark job); their partial tables."""
+def run_tasks(spark, tasks: list, slots: int, run: RunInfo, *, in_driver: bool = False) -> "Outputs":
+    """Every task run (packed into at most ``slots`` Spark tasks, one Spark job); their partial tables.
+    ``in_driver``: the bins run in this process instead, ``slots`` threads at a time (the compiled framing and
+    numpy release the GIL): for a local-mode session, whose tasks would read the same files on the same cores,
+    when the work is smaller than a first Spark job's start (its JVM warm-up and Python workers)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     if not tasks:
         return Outputs()
     bins = pack(tasks, slots)
+    if in_driver:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max(1, min(slots, len(bins)))) as pool:
+            done = list(pool.map(lambda b: list(run_bin(b, run)), bins))
+        return Outputs.of(pa.Table.from_batches([x for batches in done for x in batches], OUTPUT_SCHEMA))
     ids = spark.range(0, len(bins), 1, numPartitions=len(bins))
     df = ids.mapInArrow(_runner(bins, run), from_arrow_schema(OUTPUT_SCHEMA))
     return Outputs.of(df.toArrow())
+
+
+def _warm(batches):
+    """A Python worker made ready for the audit's tasks: the compiled kernels loaded, the checks imported."""
+    from jobs.audit.checks import load_all
+    from udfs.kernels import _compiled, tune_allocator
+
+    tune_allocator()
+    _compiled()
+    load_all()
+    for batch in batches:
+        yield batch
+
+
+def warm_up(spark, cores: int):
+    """Starts a Spark job that readies the JVM and ``cores`` Python workers (the first job of a session costs
+    seconds before it runs a line of ours); returns its thread, to join before the next job.  Whatever it
+    fails on, the next job meets and reports, so it reports nothing itself."""
+    import threading
+
+    def job():
+        try:
+            spark.range(0, cores, 1, numPartitions=cores).mapInArrow(_warm, "id long").toArrow()
+        except Exception:  # noqa: BLE001 - the real job reports it
+            pass
+
+    t = threading.Thread(target=job, name="audit-warm-up", daemon=True)
+    t.start()
+    return t
 
 
 @dataclass
