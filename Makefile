@@ -76,7 +76,8 @@ chromium:
 	  else echo "chromium is required by the HTML report tests: sudo apt-get install chromium" >&2; exit 1; fi; }
 
 # --- hostile dumps (issue 10): the fuzz profile and the large damage campaign, for local hunting ---
-# FUZZ_EXAMPLES (hypothesis examples per fuzz test, default 2000) and CAMPAIGN_SEEDS (default 40) size it.
+# FUZZ_EXAMPLES (hypothesis examples per fuzz test, default 2000), CAMPAIGN_SEEDS (default 40), and for the
+# mutated whole stores FUZZ_STORE_EXAMPLES (default 200) and FUZZ_AUDITS (default 8) size it.
 fuzz: $(STAMP)
 	ROCKETMQ_FUZZ=1 PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest tests/test_fuzz_parsers.py \
-	  tests/test_damage_campaign.py tests/test_safety.py
+	  tests/test_damage_campaign.py tests/test_safety.py tests/test_fuzz_stores.py

@@ -62,6 +62,7 @@ from store_format import layout as L
 from store_format.commitlog import END_OF_DATA, KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, \
     SEGMENT_NAME, FrameArrays, ReadOnlyMap, SalvageSpan, find_next_frame, infer_segment_size, salvage_arrays
 from store_format.errors import ErrorKind, RecordError
+from store_format.fs import open_fd
 
 from .storepaths import Location, PartInput, find_inputs, parse_bool, parse_size
 
@@ -278,7 +279,7 @@ def written_end(loc: Location, length: int) -> int:
     early, so the walk never trusts it (the range after it still runs to the segment's end)."""
     lo, hi = 0, length
     local = loc.local_path
-    fd = os.open(local, os.O_RDONLY) if local is not None else None
+    fd = open_fd(local) if local is not None else None  # the read-only way in: no FIFO or device waited on
     try:
         if fd is not None:
             pos, last, told = 0, None, True

@@ -1,10 +1,15 @@
 """``rocketmq-metadata``: a store's small files as DataFrames, one reader for all of them.
 
 ``option("table", ...)`` chooses: ``checkpoint`` (StoreCheckpoint fields and the derived minimum
-timestamps), ``markers`` (abort / lock presence), ``consumer_offsets``, ``delay_offsets``, ``topics``,
+timestamps), ``markers`` (abort / lock presence), ``unreadable_files`` (every entry of the store no reader can
+read, with why: a FIFO, socket or device where a file belongs, a link loop, no permission, a part that is a
+file; the other sources leave those out, never opening them), ``consumer_offsets``, ``delay_offsets``, ``topics``,
 ``subscription_groups`` (config/*.json through store_format's fastjson-tolerant reader, with its ``.bak``
 fallback; ``source`` says which file was used).  One row set per broker; a file that cannot be read gives
-one row with ``error`` set instead of failing the query.
+one row with ``error`` set instead of failing the query, and so does each value the broker cannot hold (a
+consumer offset outside Java's long, a queue id or a delay level outside int or not a number): ``error`` (an
+OUT_OF_RANGE error naming the file), ``error_key`` (its path in the file), ``error_value``; the other rows
+are complete.
 """
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from store_format import config as C
 from store_format.checkpoint import read_checkpoint, read_markers
-from store_format.errors import StoreFormatError
+from store_format.fs import unreadable_entries
+from store_format.errors import ErrorKind, StoreFormatError
 
 from .storepaths import Location, find_inputs
 
@@ -33,6 +39,7 @@ TABLES = {
     "delay_offsets": [("delay_level", _I), ("offset", _L)],
     "topics": [("topic", _S), ("read_queue_nums", _I), ("write_queue_nums", _I), ("perm", _I),
                ("topic_filter_type", _S), ("topic_sys_flag", _I), ("order", _B), ("config_json", _S)],
+    "unreadable_files": [("file", _S), ("reason", _S)],
     "subscription_groups": [("group", _S), ("consume_enable", _B), ("consume_broadcast_enable", _B),
                             ("retry_queue_nums", _I), ("retry_max_times", _I), ("broker_id", _L),
                             ("which_broker_when_consume_slowly", _L), ("config_json", _S)],
@@ -40,13 +47,14 @@ TABLES = {
 CONFIG_FILE = {"consumer_offsets": "consumerOffset.json", "delay_offsets": "delayOffset.json",
                "topics": "topics.json", "subscription_groups": "subscriptionGroup.json"}
 # files each table reads, relative to the store root (copied locally first when the store is remote)
-_FILES = {"checkpoint": ("checkpoint",), "markers": ("abort", "lock")}
+_FILES = {"checkpoint": ("checkpoint",), "markers": ("abort", "lock"), "unreadable_files": ()}
 
 
 def schema_of(table: str) -> pa.Schema:
     if table not in TABLES:
         raise ValueError(f"option table={table!r}: choose one of {', '.join(TABLES)}")
-    return pa.schema([("broker", _S)] + TABLES[table] + [("source", _S), ("error", _S)])
+    return pa.schema([("broker", _S)] + TABLES[table] + [("source", _S), ("error", _S), ("error_key", _S),
+                                                         ("error_value", _S)])
 
 
 @dataclass
@@ -55,52 +63,129 @@ class StorePartition(InputPartition):
     root: Location
 
 
+def is_value_error(error: str | None) -> bool:
+    """An ``error`` that is about one value of a readable file (a value the broker cannot hold: ``error_key`` and
+    ``error_value`` say which), not about the file as a whole."""
+    return error is not None and error.startswith(ErrorKind.OUT_OF_RANGE.value + " ")
+
+
 def table_rows(table: str, broker: str, root: str) -> list[dict]:
-    """Rows of ``table`` for one local store root."""
-    def row(**kw):
-        return {"broker": broker, **kw}
+    """Rows of ``table`` for one local store root (:func:`table_batch` as dicts)."""
+    return table_batch(table, broker, root).to_pylist()
+
+
+def table_batch(table: str, broker: str, root: str) -> pa.Table:
+    """``table`` for one local store root, built column-wise (a busy broker's consumerOffset.json holds
+    millions of offsets).  A file that cannot be read is one row with ``error``; a value the broker cannot hold
+    (out of its Java type's range, or not a number) is one row with ``error`` (an OUT_OF_RANGE error naming
+    the file), ``error_key`` (its path in the file) and ``error_value``, and is left out of the other rows."""
+    schema = schema_of(table)
+
+    def rows(*dicts) -> pa.Table:
+        return pa.Table.from_pylist([{"broker": broker, **d} for d in dicts], schema=schema)
 
     try:
         if table == "checkpoint":
             path = os.path.join(root, "checkpoint")
             cp = read_checkpoint(path)
-            return [row(**{k: v for k, v in vars(cp).items()}, min_timestamp=cp.min_timestamp,
-                        min_timestamp_index=cp.min_timestamp_index, source=path)]
+            return rows(dict(**{k: v for k, v in vars(cp).items()}, min_timestamp=cp.min_timestamp,
+                             min_timestamp_index=cp.min_timestamp_index, source=path))
         if table == "markers":
             m = read_markers(root)
-            return [row(abort=m.abort, abort_pid=m.abort_pid, lock=m.lock, source=root)]
+            return rows(dict(abort=m.abort, abort_pid=m.abort_pid, lock=m.lock, source=root))
+        if table == "unreadable_files":
+            return rows(*[dict(file=os.path.relpath(e.file, root), reason=e.reason, source=root)
+                          for e in unreadable_entries(root)])
     except StoreFormatError as e:
-        return [row(error=str(e))]
+        return rows(dict(error=str(e)))
+    if table == "consumer_offsets":  # a busy broker's offsets: column-wise from the fast path when it reads them
+        problems: list = []
+        fast = C.offset_columns(os.path.join(root, "config"), problems)
+        if fast is not None:
+            return _offset_table(schema, broker, *fast, problems, rows)
     cfg = C.read_config(os.path.join(root, "config"), CONFIG_FILE[table])
     if cfg.data is None:
         errors = "; ".join(str(e) for e in cfg.errors)
-        return [row(error=errors)] if errors else []
+        return rows(dict(error=errors)) if errors else rows()
+    problems: list = []
     try:
-        return _config_rows(table, cfg, row)
+        columns = _config_columns(table, cfg, problems)
     except StoreFormatError as e:  # parsed, but not the shape RocketMQ writes (e.g. a table that is not an object)
-        return [row(error=str(e), source=cfg.source)]
+        return rows(dict(error=str(e), source=cfg.source))
+    n = len(next(iter(columns.values()))) if columns else 0
+    arrays = []
+    for f in schema:
+        if f.name == "broker":
+            arrays.append(pa.array([broker] * n, f.type))
+        elif f.name == "source":
+            arrays.append(pa.array([cfg.source] * n, f.type))
+        else:
+            arrays.append(pa.array(columns[f.name], f.type) if f.name in columns else pa.nulls(n, f.type))
+    good = pa.Table.from_arrays(arrays, schema=schema)
+    if not problems:
+        return good
+    bad = rows(*[dict(source=cfg.source, error=str(e), error_key=e.field,
+                      error_value=getattr(e, "value_text", None)) for e in problems])
+    return pa.concat_tables([good, bad])
 
 
-def _config_rows(table: str, cfg, row) -> list[dict]:
-    src = cfg.source
+def _offset_table(schema, broker, cfg, cols, problems, rows) -> pa.Table:
+    n = len(cols["map"])
+    index = pa.array(cols["map"], pa.int64())
+    arrays = {"broker": pa.repeat(pa.scalar(broker, _S), n), "topic": pa.array(cols["topics"], _S).take(index),
+              "group": pa.array(cols["groups"], _S).take(index), "queue_id": pa.array(cols["queue_id"], _I),
+              "offset": pa.array(cols["offset"], _L), "source": pa.repeat(pa.scalar(cfg.source, _S), n)}
+    good = pa.Table.from_arrays([arrays[f.name] if f.name in arrays else pa.nulls(n, f.type) for f in schema],
+                                schema=schema)
+    if not problems:
+        return good
+    return pa.concat_tables([good, rows(*[dict(source=cfg.source, error=str(e), error_key=e.field,
+                                               error_value=getattr(e, "value_text", None)) for e in problems])])
+
+
+def _config_columns(table: str, cfg, problems: list) -> dict[str, list]:
+    src_order = lambda items: sorted(items, key=_by_name)  # noqa: E731
     if table == "consumer_offsets":
-        return [row(topic=t, group=g, queue_id=q, offset=o, source=src)
-                for (t, g), queues in sorted(C.consumer_offsets(cfg).items()) for q, o in sorted(queues.items())]
+        topic, group, qid, offset = [], [], [], []
+        for (t, g), queues in sorted(C.consumer_offsets(cfg, problems).items()):
+            qs = sorted(queues)
+            topic += [t] * len(qs)
+            group += [g] * len(qs)
+            qid += qs
+            offset += [queues[q] for q in qs]
+        return {"topic": topic, "group": group, "queue_id": qid, "offset": offset}
     if table == "delay_offsets":
-        return [row(delay_level=k, offset=v, source=src) for k, v in sorted(C.delay_offsets(cfg).items())]
+        levels = sorted(C.delay_offsets(cfg, problems).items())
+        return {"delay_level": [k for k, _ in levels], "offset": [v for _, v in levels]}
     if table == "topics":
-        return [row(topic=name, read_queue_nums=_int(c.get("readQueueNums")),
-                    write_queue_nums=_int(c.get("writeQueueNums")), perm=_int(c.get("perm")),
-                    topic_filter_type=c.get("topicFilterType"), topic_sys_flag=_int(c.get("topicSysFlag")),
-                    order=c.get("order"), config_json=_json(c), source=src)
-                for name, c in sorted(C.topic_configs(cfg).items(), key=_by_name) if isinstance(c, dict)]
-    return [row(group=name, consume_enable=c.get("consumeEnable"),
-                consume_broadcast_enable=c.get("consumeBroadcastEnable"),
-                retry_queue_nums=_int(c.get("retryQueueNums")), retry_max_times=_int(c.get("retryMaxTimes")),
-                broker_id=_int(c.get("brokerId")),
-                which_broker_when_consume_slowly=_int(c.get("whichBrokerWhenConsumeSlowly")),
-                config_json=_json(c), source=src)
-            for name, c in sorted(C.subscription_groups(cfg).items(), key=_by_name) if isinstance(c, dict)]
+        out = {k: [] for k in ("topic", "read_queue_nums", "write_queue_nums", "perm", "topic_filter_type",
+                               "topic_sys_flag", "order", "config_json")}
+        for name, c in src_order(C.topic_configs(cfg).items()):
+            if not isinstance(c, dict):
+                continue
+            path = ("topicConfigTable", name)
+            out["topic"].append(str(name))
+            for col, key in (("read_queue_nums", "readQueueNums"), ("write_queue_nums", "writeQueueNums"),
+                             ("perm", "perm"), ("topic_sys_flag", "topicSysFlag")):
+                out[col].append(C.number(c, key, C.INT_RANGE, problems, cfg, path + (key,)))
+            out["topic_filter_type"].append(_text(c.get("topicFilterType")))
+            out["order"].append(_bool(c.get("order")))
+            out["config_json"].append(_json(c))
+        return out
+    out = {k: [] for k in ("group", "consume_enable", "consume_broadcast_enable", "retry_queue_nums",
+                           "retry_max_times", "broker_id", "which_broker_when_consume_slowly", "config_json")}
+    for name, c in src_order(C.subscription_groups(cfg).items()):
+        if not isinstance(c, dict):
+            continue
+        path = ("subscriptionGroupTable", name)
+        out["group"].append(str(name))
+        out["consume_enable"].append(_bool(c.get("consumeEnable")))
+        out["consume_broadcast_enable"].append(_bool(c.get("consumeBroadcastEnable")))
+        for col, key in (("retry_queue_nums", "retryQueueNums"), ("retry_max_times", "retryMaxTimes"),
+                         ("broker_id", "brokerId"), ("which_broker_when_consume_slowly", "whichBrokerWhenConsumeSlowly")):
+            out[col].append(C.number(c, key, C.GROUP_FIELDS[key], problems, cfg, path + (key,)))
+        out["config_json"].append(_json(c))
+    return out
 
 
 def _by_name(item) -> str:
@@ -111,8 +196,12 @@ def _json(obj) -> str:
     return json.dumps({str(k): v for k, v in obj.items()}, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _int(v):
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+def _text(v):
+    return v if isinstance(v, str) else None if v is None else json.dumps(v, default=str)
+
+
+def _bool(v):
+    return v if isinstance(v, bool) else None
 
 
 class MetadataDataSource(DataSource):
@@ -143,13 +232,12 @@ class MetadataReader(DataSourceReader):
     def read(self, partition: StorePartition):
         root = partition.root
         if root.local_path is not None:
-            rows = table_rows(self.table, partition.broker, root.local_path)
+            t = table_batch(self.table, partition.broker, root.local_path)
         else:
             with tempfile.TemporaryDirectory(prefix="rmq-meta-") as tmp:
                 _mirror(root, tmp, self.table)
-                rows = table_rows(self.table, partition.broker, tmp)
-        if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=self.schema)
+                t = table_batch(self.table, partition.broker, tmp)
+        yield from t.to_batches(max_chunksize=1 << 16)
 
 
 def _mirror(root: Location, tmp: str, table: str) -> None:

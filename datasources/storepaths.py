@@ -53,10 +53,18 @@ class Location:
         return self.info().type == pafs.FileType.File
 
     def list(self) -> list[pafs.FileInfo]:
-        """Direct children, sorted by name; [] when this is not a folder."""
+        """Direct children, sorted by name; [] when this is not a folder.  Local entries no reader can read (a FIFO,
+        socket or device, a link loop or dangling link, no permission) are left out: never opened, so never waited
+        on; ``store_format.fs.unreadable_entries`` (the ``unreadable_files`` metadata table) reports them."""
         if not self.is_dir():
             return []
-        return sorted(self.fs.get_file_info(pafs.FileSelector(self.path, recursive=False)), key=lambda i: i.base_name)
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.path, recursive=False))
+        except OSError:  # a folder that cannot be listed: reported the same way
+            return []
+        if self.local_path is not None:
+            infos = [i for i in infos if _readable(i)]
+        return sorted(infos, key=lambda i: i.base_name)
 
     def read_range(self, offset: int, length: int) -> bytes:
         with self.fs.open_input_file(self.path) as f:
@@ -64,6 +72,14 @@ class Location:
 
     def __str__(self) -> str:
         return self.path
+
+
+def _readable(info: pafs.FileInfo) -> bool:
+    if info.type == pafs.FileType.File:
+        return os.access(info.path, os.R_OK)
+    if info.type == pafs.FileType.Directory:
+        return os.access(info.path, os.R_OK | os.X_OK)
+    return False
 
 
 def resolve(path: str) -> Location:

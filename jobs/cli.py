@@ -12,9 +12,9 @@ several paths each; jobs/stores.py names the brokers), ``--out``, ``--overwrite`
 
 Exit codes: 0 done (clean), 1 done but nothing matched / findings / differences (each job says which), 2 could
 not run (bad usage, unreadable input, refused output, a failed Spark job): one line ``<job>: error: <reason>``
-on stderr, the traceback only with ``--debug``.  Progress goes to stderr (jobs/progress.py), the summary to
-stdout; a job whose stdout is its output (query's messages, compare's and replay's JSON) prints that itself and
-returns an empty summary.
+on stderr (``<job>: error: <path>: <reason>`` for input that cannot be read), the traceback only with
+``--debug``.  Progress goes to stderr (jobs/progress.py), the summary to stdout; a job whose stdout is its
+output (query's messages, compare's and replay's JSON) prints that itself and returns an empty summary.
 
 Every job runs the same three ways: ``rocketmq-forensics <job> ...`` (the console command, :func:`console`,
 ``[project.scripts]`` in pyproject.toml), ``python -m jobs.<job> ...`` and ``spark-submit jobs/<job>.py ...``
@@ -146,7 +146,9 @@ def report_failure(name: str, e: BaseException, debug: bool) -> int:
     if debug:
         traceback.print_exc(file=sys.stderr)
     if isinstance(e, (ValueError, OSError)):  # bad usage, input or output (StoreFormatError is a ValueError)
-        print(f"{name}: error: {e}", file=sys.stderr)
+        from store_format.fs import error_line  # unreadable input: '<path>: <reason>'
+
+        print(f"{name}: error: {error_line(e)}", file=sys.stderr)
     else:  # a failure of the job itself (a bug, a failed Spark job)
         text = str(e).strip().splitlines()[0] if str(e).strip() else ""
         print(f"{name}: error: {type(e).__name__}: {text}" + ("" if debug else " (--debug shows the traceback)"),

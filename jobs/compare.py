@@ -168,7 +168,8 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
         raise UsageError(f"compare takes exactly two stores (--store A --store B); got {len(stores)}")
     a, b = stores
     if args.out:
-        prepare_output(args.out, overwrite=args.overwrite, inputs=[str(a.root), str(b.root)])
+        prepare_output(args.out, overwrite=args.overwrite, inputs=list(args.store) + [str(a.root), str(b.root)],
+                       job="compare")
     sa, sb = a.open(), b.open()
 
     items, end_a, end_b = commitlog_diff(spark, a, b)
@@ -269,8 +270,19 @@ def check_args(args) -> None:
         raise UsageError(f"compare takes exactly two --store paths; got {len(args.store)}")
 
 
+def check_and_prepare(args) -> None:
+    """The arguments and the inputs checked, then --out prepared, before Spark starts (run() prepares again)."""
+    from jobs.output import prepare_output
+
+    check_args(args)
+    stores = resolve_stores(args.store, geometry_from_args(args))
+    if args.out:
+        prepare_output(args.out, overwrite=args.overwrite, inputs=list(args.store) + [str(s.root) for s in stores],
+                       job="compare")
+
+
 def main(argv=None, prog: str | None = None) -> int:
-    return cli.main("compare", build_parser, run, argv, prepare=check_args, prog=prog)
+    return cli.main("compare", build_parser, run, argv, prepare=check_and_prepare, prog=prog)
 
 
 if __name__ == "__main__":

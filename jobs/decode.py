@@ -20,6 +20,7 @@ Exit codes: 0 messages written, 1 nothing matched (an empty table is still writt
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -105,13 +106,25 @@ def _damage(spark, stores: list, walk: str) -> dict[str, int]:
     return {r["kind"]: r["count"] for r in rows}
 
 
+def check_inputs(paths: list[str]) -> None:
+    """Every ``--store`` path that is on this machine can be read (a FIFO, a link loop, no permission: an
+    UnreadableError naming it), checked before anything else, so a bad input never costs an output."""
+    from store_format import fs
+
+    for path in paths:
+        local = path[len("file://"):] if path.startswith("file://") else path
+        if "://" not in local and os.path.lexists(local):
+            (fs.check_folder if os.path.isdir(local) else fs.check_file)(local)
+
+
 def prepare(args) -> list:
-    """The stores (jobs/stores.py) and the output folder, checked before Spark starts."""
+    """The stores (jobs/stores.py) and the output folder, checked before Spark starts: the inputs first."""
     from jobs.stores import resolve_stores, split_name
 
+    paths = [split_name(a)[1] for a in args.store]
+    check_inputs(paths)
     stores = resolve_stores(args.store, files=True, remote=True)
-    prepare_output(args.out, overwrite=args.overwrite,
-                   inputs=[split_name(a)[1] for a in args.store] + [s.path for s in stores])
+    prepare_output(args.out, overwrite=args.overwrite, inputs=paths + [s.path for s in stores], job="decode")
     return stores
 
 

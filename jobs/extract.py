@@ -63,6 +63,7 @@ if __package__ in (None, ""):  # spark-submit jobs/extract.py: make the project 
 
 from store_format import layout as L  # noqa: E402
 from store_format.brokerconf import StoreGeometry, add_geometry_arguments, geometry_from_args  # noqa: E402
+from store_format import fs  # noqa: E402
 from store_format.commitlog import ReadOnlyMap  # noqa: E402
 from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.message import CANONICAL_FIELDS  # noqa: E402
@@ -105,6 +106,12 @@ def resolve_stores(paths: list[str], geometry: StoreGeometry | None = None) -> l
     (default: none given) applies to every store."""
     from jobs.stores import resolve_stores as resolve
 
+    from jobs.stores import split_name
+
+    for arg in paths:  # a folder that cannot be listed (no permission, a loop) is named, never skipped
+        path = split_name(arg)[1]
+        if "://" not in path and Path(path).is_dir():
+            fs.check_folder(path)
     refs = [StoreRef(s.name, Path(s.path), geometry or StoreGeometry()) for s in resolve(paths, files=True)]
     if not refs:
         raise UsageError("no --store given")
@@ -534,6 +541,9 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, frame, 
         "notes": sel.notes,
     }
     if selected == 0:
+        from jobs.output import discard_fresh_output
+
+        discard_fresh_output(args.out)  # nothing written: no output folder left behind
         print("extract: nothing matched the selection" + "".join(f"; {n}" for n in sel.notes), file=err)
         return EXIT_NOTHING
     keep = frame.where(F.col("_reject").isNull())
@@ -626,7 +636,7 @@ def prepare(args) -> list[StoreRef]:
     check_args(args)
     stores = resolve_stores(args.store, geometry_from_args(args))
     prepare_output(args.out, overwrite=args.overwrite,
-                   inputs=[split_name(a)[1] for a in args.store] + [str(s.root) for s in stores])
+                   inputs=[split_name(a)[1] for a in args.store] + [str(s.root) for s in stores], job="extract")
     return stores
 
 

@@ -16,14 +16,17 @@ Formats (``FORMATS``):
 
 Reading back (``read_table``): a Delta table is read as the Parquet files its log lists
 (``DeltaTable.file_uris()``) with the log's schema, never by listing the directory, which may hold removed
-or uncommitted files.  ``prepare_output`` is the guard every job calls before writing: no clobbering without
-``--overwrite`` and never a write into (or over) an input dump.
+or uncommitted files.  ``prepare_output`` is the guard every job calls before writing: never a write into, over or
+around an input dump (paths resolved, compared by device and inode), no clobbering without ``--overwrite``, which
+deletes only a folder this suite wrote (its ``_ROCKETMQ_FORENSICS`` marker file, left in every output).
 """
 from __future__ import annotations
 
 import json
 import os
 import posixpath
+import shutil
+import sys
 import time
 import uuid
 from contextlib import contextmanager
@@ -31,6 +34,8 @@ from contextlib import contextmanager
 import pyarrow.fs as pafs
 
 from datasources.storepaths import PARTS, Location, resolve
+from store_format import fs
+from store_format.fs import OUTPUT_MARKER
 
 FORMATS = ("parquet", "delta", "jsonl")
 MODES = ("overwrite", "append")
@@ -47,52 +52,194 @@ class OutputError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------- the guard
+#
+# Evidence is untouchable by construction: every path is resolved the way the OS resolves it (links, ``..``) and
+# compared by device and inode of every ancestor (store_format.fs.overlap), so no spelling -- a link to the store
+# root, to a part folder or a segment, an output that is a link into the store, a bind mount -- gets an output
+# into, over or around an input.  The inputs are checked before anything is prepared, and ``--overwrite`` deletes
+# only a folder this suite wrote: every output carries MARKER, written when the output is prepared.
 
-def _canonical(loc: Location) -> tuple[str, str]:
-    """(filesystem identity, normalized path) for comparing locations."""
-    if isinstance(loc.fs, pafs.LocalFileSystem):
-        return "local", os.path.realpath(loc.path)
-    return loc.fs.type_name, posixpath.normpath("/" + loc.path.lstrip("/"))
+MARKER = OUTPUT_MARKER  # "_ROCKETMQ_FORENSICS": Spark and Delta readers skip names starting with "_"
+TOOL = "rocketmq-forensics"
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
+def _local(path: str) -> str:
+    return str(path)[len("file://"):] if str(path).startswith("file://") else str(path)
+
+
+_HOW = {"is": "is", "inside": "lies inside", "contains": "contains"}
+
+
+def check_apart(path: str, inputs, *, what: str = "output") -> None:
+    """Refuse ``path`` when it is, lies inside or contains an input store, a file of one, or the link an input
+    was given through; each input counts as its whole store root (:func:`store_format.fs.store_root_of`)."""
+    for given in inputs or ():
+        given = str(given)
+        if _is_remote(given) or _is_remote(path):
+            if _is_remote(given) and _is_remote(path):
+                _check_apart_by_name(path, given, what)
+            continue
+        local = _local(given)
+        if not os.path.lexists(local):
+            continue  # nothing there to protect (the job's own input check refuses it)
+        root = fs.store_root_of(local)
+        for protected in dict.fromkeys((root, fs.real(local))):
+            how = fs.overlap(_local(path), protected)
+            if how is not None:
+                raise OutputError(f"{what} {path} overlaps the input store {given} (it {_HOW[how]} "
+                                  f"{protected}): a job never writes into, over or around its input; choose a "
+                                  "path outside the dump")
+        link = local.rstrip("/") or local
+        if os.path.islink(link):  # the link the input was given through: never deleted with the output
+            how = fs.overlap(_local(path), os.path.dirname(os.path.abspath(link)))
+            if how in ("is", "contains"):
+                raise OutputError(f"{what} {path} overlaps the input store {given} (it {_HOW[how]} the link "
+                                  "that input was given through); choose a path outside it")
+
+
+def _check_apart_by_name(path: str, given: str, what: str) -> None:
+    """Remote file systems: no inodes to compare, so normalized names (the store root of a part or a file)."""
+    out = resolve(path)
+    loc = resolve(given)
+    up = loc
+    for _ in range(4):
+        if up.name in PARTS:
+            loc = up.parent()
+            break
+        up = up.parent()
+    a = posixpath.normpath("/" + out.path.lstrip("/"))
+    b = posixpath.normpath("/" + loc.path.lstrip("/"))
+    if out.fs.type_name == loc.fs.type_name and (_within(a, b) or _within(b, a)):
+        raise OutputError(f"{what} {path} overlaps the input store {given}: a job never writes into, over or "
+                          "around its input; choose a path outside the dump")
 
 
 def _within(inner: str, outer: str) -> bool:
     return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
 
-def _store_root(loc: Location) -> Location:
-    """The store root holding ``loc`` when it names a part folder or a file inside one (a segment, a
-    consume-queue file), else ``loc`` itself (a store root, or a folder of them)."""
-    up = loc
-    for _ in range(4):  # consumequeue/<topic>/<queue>/<file> is the deepest
-        if up.name in PARTS:
-            return up.parent()
-        up = up.parent()
-    return loc
+def marker_of(folder: str) -> dict | None:
+    """What MARKER in ``folder`` says (job, time), or None when it holds no marker of this suite (a regular file,
+    not a link, whose JSON names this tool)."""
+    try:
+        raw = fs.read_bytes(os.path.join(folder, MARKER), 1 << 16, follow=False)
+        data = json.loads(raw.decode("utf-8"))
+    except (fs.UnreadableError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("tool") == TOOL else None
 
 
-def prepare_output(path: str, *, overwrite: bool, inputs: list[str] = ()) -> None:
-    """Make ``path`` ready to be written: refuse when it overlaps an input store (inside, equal, or
-    containing one: a job never writes into a dump; an input naming a part folder or a file counts as its
-    whole store root), refuse when it exists and is not empty unless ``overwrite`` (then remove it)."""
+def _write_marker(folder: str, job: str | None) -> None:
+    """MARKER in a fresh (or empty) folder: created, never opened if something is there already."""
+    body = json.dumps({"tool": TOOL, "job": job, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       "note": "written by rocketmq-forensics; --overwrite may delete this folder"}).encode()
+    fd = os.open(os.path.join(folder, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(body)
+
+
+def _contents(folder: str) -> tuple[int, int]:
+    """(files, bytes) below ``folder``, links not followed."""
+    files = size = 0
+    for top, dirs, names in os.walk(folder):
+        for n in names:
+            files += 1
+            try:
+                size += os.lstat(os.path.join(top, n)).st_size
+            except OSError:
+                pass
+    return files, size
+
+
+def _only_marker(names) -> bool:
+    return not [n for n in names if n != MARKER]
+
+
+def prepare_output(path: str, *, overwrite: bool, inputs: list[str] = (), job: str | None = None,
+                   say=None) -> None:
+    """Make ``path`` ready to be written, after checking the inputs are apart from it (:func:`check_apart`):
+    refused when it exists and is not empty, unless ``overwrite`` and it is a folder this suite wrote (it holds
+    MARKER), which is then deleted and named on stderr (``say``); then the folder is created with MARKER in it.
+    Idempotent: a folder holding only its marker counts as empty."""
+    check_apart(path, inputs)
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    if _is_remote(path):
+        return _prepare_remote(path, overwrite, job, say)
+    where = fs.real(_local(path))
+    if os.path.lexists(where) and not os.path.isdir(where):
+        try:
+            kind = fs.describe(os.stat(where).st_mode)
+        except OSError:
+            kind = "a broken link"
+        raise OutputError(f"output {path} exists and is {kind}, not a folder written by this suite: --overwrite only ever replaces those; remove it yourself or "
+                          "choose another path")
+    if os.path.isdir(where):
+        names = os.listdir(where)
+        if not _only_marker(names):
+            mark = marker_of(where)
+            if not overwrite:
+                raise OutputError(f"output {path} already exists and is not empty; pass --overwrite to replace it"
+                                  + ("" if mark else " (only possible for a folder this suite wrote: it has no "
+                                     f"{MARKER} file, so remove it yourself or choose another path)"))
+            if mark is None:
+                raise OutputError(f"output {path} exists and was not written by this suite (no {MARKER} file in "
+                                  "it): --overwrite only ever deletes folders this suite wrote; remove it yourself "
+                                  "or choose another path")
+            files, size = _contents(where)
+            shutil.rmtree(where)
+            say(f"overwrite: deleted {where} ({files} files, {size:,} bytes; written by "
+                f"{mark.get('job') or 'rocketmq-forensics'} at {mark.get('written', '?')})")
+    os.makedirs(where, exist_ok=True)
+    if marker_of(where) is None:
+        _write_marker(where, job)
+
+
+def _prepare_remote(path: str, overwrite: bool, job: str | None, say) -> None:
     out = resolve(path)
-    out_fs, out_path = _canonical(out)
-    for store in inputs:
-        in_fs, in_path = _canonical(_store_root(resolve(str(store))))
-        if in_fs == out_fs and (_within(out_path, in_path) or _within(in_path, out_path)):
-            raise OutputError(f"output {path} overlaps the input store {store}: a job never writes into, "
-                              "over or around its input; choose an output outside the dump")
     info = out.info()
-    if info.type == pafs.FileType.NotFound:
-        return
-    empty_dir = info.type == pafs.FileType.Directory and not out.list()
-    if empty_dir:
-        return
-    if not overwrite:
-        raise OutputError(f"output {path} already exists and is not empty; pass --overwrite to replace it")
+    if info.type == pafs.FileType.File:
+        raise OutputError(f"output {path} exists and is a file, not a folder written by this suite: --overwrite "
+                          "only ever replaces those")
     if info.type == pafs.FileType.Directory:
-        out.fs.delete_dir(out.path)
-    else:
-        out.fs.delete_file(out.path)
+        names = [i.base_name for i in out.list()]
+        if not _only_marker(names):
+            marked = MARKER in names
+            if not overwrite or not marked:
+                raise OutputError(f"output {path} already exists and is not empty; --overwrite replaces only a "
+                                  f"folder this suite wrote (holding {MARKER})")
+            out.fs.delete_dir(out.path)
+            say(f"overwrite: deleted {path}")
+    out.fs.create_dir(out.path, recursive=True)
+    marker = out.child(MARKER)
+    if marker.info().type == pafs.FileType.NotFound:
+        with out.fs.open_output_stream(marker.path) as f:
+            f.write(json.dumps({"tool": TOOL, "job": job}).encode())
+
+
+def discard_fresh_output(path: str) -> None:
+    """Undo :func:`prepare_output` when nothing was written: a folder holding only its marker goes."""
+    if _is_remote(path) or not is_fresh_output(path):
+        return
+    where = _local(path)
+    os.unlink(os.path.join(where, MARKER))
+    try:
+        os.rmdir(where)
+    except OSError:
+        pass
+
+
+def is_fresh_output(path: str) -> bool:
+    """A folder that holds nothing but MARKER: prepared, nothing written yet."""
+    if _is_remote(path):
+        loc = resolve(path)
+        return loc.is_dir() and _only_marker([i.base_name for i in loc.list()])
+    where = _local(path)
+    return os.path.isdir(where) and _only_marker(os.listdir(where))
 
 
 # ---------------------------------------------------------------------------------------------- writing
@@ -117,6 +264,8 @@ def write_table(df, path: str, fmt: str = "parquet", *, mode: str = "overwrite")
         raise OutputError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if mode not in MODES:
         raise OutputError(f"unknown write mode {mode!r}; expected one of {', '.join(MODES)}")
+    if fmt != "delta" and mode == "overwrite" and is_fresh_output(path):
+        mode = "append"  # a folder prepare_output made: Spark adds its files beside the marker, deleting nothing
     if fmt == "parquet":
         with _micros_timestamps(df.sparkSession):
             df.write.mode(mode).parquet(path)
@@ -147,7 +296,8 @@ def _write_delta(df, path: str, mode: str) -> None:
 
     table = resolve(path)
     info = table.info()
-    if info.type == pafs.FileType.File or (info.type == pafs.FileType.Directory and table.list()
+    if info.type == pafs.FileType.File or (info.type == pafs.FileType.Directory
+                                            and not _only_marker([i.base_name for i in table.list()])
                                             and not _is_delta(table)):
         raise OutputError(f"{path} exists and is not a Delta table; refusing to turn it into one")
     batch = f"data-{uuid.uuid4().hex}"
@@ -234,7 +384,7 @@ def detect_format(path: str) -> str:
     loc = resolve(path)
     if _is_delta(loc):
         return "delta"
-    names = [i.base_name for i in loc.list() if i.type == pafs.FileType.File]
+    names = [i.base_name for i in loc.list() if i.type == pafs.FileType.File and i.base_name != MARKER]
     if any(n.endswith(".parquet") for n in names):
         return "parquet"
     if any(n.endswith(".json") or n.endswith(".jsonl") for n in names):

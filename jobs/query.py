@@ -35,9 +35,10 @@ Output: JSON Lines (default) -- ``{"kind": "message", "broker": ..., <canonical 
 (the fields of store_format's ``Message.to_dict``, body in base64; README "Canonical message fields"), and
 with ``--explain`` ``{"kind": "explain", "broker", "reason", "physical_offset", "detail"}`` lines -- or a
 table.  Exit codes: 0 found, 1 nothing found, 2 bad usage (an id or key that does not parse says why) or an
-unreadable store.  An index file that cannot be opened (too short, or a geometry neither the file nor
-``--config``/``--hash-slots``/``--index-num`` tells) is skipped and named on stderr, the other files answer,
-and the exit code is 2 (the answer is incomplete), as ``python -m store_format query``'s.
+unreadable store.  An index file that cannot be opened (unreadable, too short, or a geometry neither the file
+nor ``--config``/``--hash-slots``/``--index-num`` tells) is named on stderr (a notice) and the key is looked
+for by a Spark scan of every store (salvage walk) as well, so the answer stays complete (exit 0 or 1), as
+``python -m store_format query``'s.
 """
 from __future__ import annotations
 
@@ -203,6 +204,8 @@ class Query:
             result.hits = self.by_msg_id(self.args.msg_id)
         elif mode in ("key", "uniq-key"):
             result.hits = self.by_key()
+            if any(self.unreadable.values()):  # an index file that cannot be used: the commitlog answers instead
+                result.hits = self.key_scan(result.hits)
         else:
             result.hits = self.scan()
         if self.args.explain:
@@ -239,6 +242,25 @@ class Query:
                         seen.add(msg.physical_offset)
                         hits.append(Hit(ref.label, msg, "index"))
         return hits
+
+    def key_condition(self):
+        """The Column a scan for the key (--key: a KEYS entry or the UNIQ_KEY; --uniq-key: the UNIQ_KEY) keeps."""
+        from pyspark.sql import functions as F
+
+        self.spark  # a Column needs a running session
+        key = self.args.key if self.args.key is not None else self.args.uniq_key
+        cond = F.col("uniq_key") == key
+        if self.args.key is not None:
+            cond = cond | F.array_contains(F.col("keys"), key)
+        return cond
+
+    def key_scan(self, hits: list[Hit]) -> list[Hit]:
+        """``hits`` plus what a salvage-walk scan of every store finds for the key (the index lookup's answer when
+        an index file cannot be used), each message once."""
+        seen = {(h.broker, h.message.physical_offset) for h in hits}
+        found = [h for h in self.scan(walk="salvage", match=self.key_condition())
+                 if (h.broker, h.message.physical_offset) not in seen]
+        return hits + found
 
     def scan(self, *, walk: str = "recovery", match=None) -> list[Hit]:
         """Message rows of a Spark scan (time range, topic, tag pushed into the source; ``match`` an extra
@@ -282,13 +304,7 @@ class Query:
         if result.hits:
             return
         # found by no index: scan every store, past damage too
-        from pyspark.sql import functions as F
-
-        self.spark  # a Column needs a running session
-        cond = F.col("uniq_key") == key
-        if self.args.key is not None:
-            cond = cond | F.array_contains(F.col("keys"), key)
-        found = self.scan(walk="salvage", match=cond)
+        found = self.scan(walk="salvage", match=self.key_condition())
         result.hits += found
         windowed = (self.begin, self.end) != (0, _END_OF_TIME)
         for ref in self.stores:
@@ -502,14 +518,13 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     write_result(result, args.format, out)
     for label, errors in lookup.unreadable.items():
         for e in errors.values():
-            print(f"error: {label}: not searched: {e}", file=err)
+            print(f"notice: {label}: index file {e.file} cannot be used ({e.kind.value}: {e.message}); the "
+                  "commitlog was scanned for the key instead", file=err)
     unreadable = sum(len(e) for e in lookup.unreadable.values())
     print(f"query ({result.mode}): {len(result.hits)} message(s) found in {len(stores)} store(s)"
-          + (f"; {unreadable} index file(s) could not be read, so the answer is incomplete" if unreadable else ""),
+          + (f"; {unreadable} index file(s) could not be used: answered by a scan" if unreadable else ""),
           file=err)
-    if unreadable:  # as python -m store_format query: an unreadable input, whatever was found elsewhere
-        return cli.JobResult("", EXIT_FAILED)
-    return cli.JobResult("", EXIT_OK if result.hits else EXIT_NOTHING)
+    return cli.JobResult("", EXIT_OK if result.hits else EXIT_NOTHING)  # an unusable index: scanned instead
 
 
 def needs_spark(args) -> bool:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import os
 import re
 import shutil
 import sys
@@ -57,6 +58,7 @@ if __package__ in (None, ""):  # spark-submit jobs/replay.py: make the project i
     except ModuleNotFoundError:  # a copy outside the checkout: the project comes with --py-files
         pass
 
+from store_format import fs  # noqa: E402
 from store_format import layout as L  # noqa: E402
 from store_format.codec import host_flags  # noqa: E402
 from store_format.config import consumer_offsets, subscription_groups, topic_configs  # noqa: E402
@@ -335,7 +337,9 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     check_args(args)
     source = repair_source(spark, args) if args.repair else input_source(spark, args)
     if not args.dry_run:
-        prepare_output(args.out, overwrite=args.overwrite, inputs=source.inputs)
+        prepare_output(args.out, overwrite=args.overwrite, inputs=[args.repair or args.input, *source.inputs],
+                       job="replay")
+    check_manifest(args, [args.repair or args.input, *source.inputs])
     config = writer_config(args, source)
     replayer = Replayer(trace=not args.no_trace, store_host=args.store_host)
     rejected: dict[str, int] = {}
@@ -430,6 +434,34 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     return cli.JobResult("", EXIT_OK)
 
 
+def check_manifest(args, inputs) -> None:
+    """--manifest: a regular file (or a new one) apart from every input and from the new store."""
+    if not args.manifest:
+        return
+    from jobs.output import check_apart
+
+    check_apart(args.manifest, list(inputs) + ([] if args.dry_run else [args.out]), what="manifest")
+    if os.path.lexists(args.manifest) and not os.path.isfile(args.manifest):
+        raise UsageError(f"--manifest {args.manifest}: exists and is not a regular file")
+
+
+def check_and_prepare(args) -> None:
+    """The arguments and the source path checked, then the output prepared, before Spark starts (run() reads
+    the source and prepares again, idempotently)."""
+    from jobs.output import prepare_output
+
+    check_args(args)
+    source = args.repair or args.input
+    if "://" not in source:
+        if not os.path.lexists(source):
+            raise UsageError(f"{source}: no such file or directory")
+        fs.check_folder(source)  # a loop, a FIFO, no permission: UnreadableError
+    inputs = [source] + ([str(r.root) for r in resolve_stores([args.repair])] if args.repair else [])
+    if not args.dry_run:
+        prepare_output(args.out, overwrite=args.overwrite, inputs=inputs, job="replay")
+    check_manifest(args, inputs)
+
+
 def check_args(args) -> None:
     if (args.input is None) == (args.repair is None):
         raise UsageError("give --input EXTRACT_DIR or --repair STORE")
@@ -466,7 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None, prog: str | None = None) -> int:
-    return cli.main("replay", build_parser, run, argv, prepare=check_args, prog=prog)
+    return cli.main("replay", build_parser, run, argv, prepare=check_and_prepare, prog=prog)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ Exit codes: 0 nothing got worse (or fewer than two runs), 1 something did, 2 cou
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -137,8 +138,11 @@ def _describe(row) -> str:
 
 
 def prepare(args) -> None:
+    if "://" not in args.history and not os.path.isdir(args.history):
+        raise OutputError(f"{args.history}: no audit history here (expected a folder written by jobs.audit "
+                          "--history)")
     if args.out:
-        prepare_output(args.out, overwrite=args.overwrite, inputs=[args.history])
+        prepare_output(args.out, overwrite=args.overwrite, inputs=[args.history], job="trend")
 
 
 def run(spark, args) -> cli.JobResult:

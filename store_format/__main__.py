@@ -5,10 +5,15 @@
 
 Records go to stdout as JSON Lines (every one with its file and byte position); the one-line summary and
 errors go to stderr.  Exit codes: 0 ok, 1 nothing matched (query) or damage found (dump --strict),
-2 bad usage or an unreadable store.  An index file that cannot be opened (too short, or a geometry neither
-the file nor --config/--hash-slots/--index-num tells) is unreadable input: ``dump --what index`` prints an
-``error`` row for it and ``query --key`` names it on stderr, both print what the other files give, and both
-exit 2 (their answer is incomplete).
+2 bad usage or unreadable input.  A file that cannot be read -- no permission, a FIFO, socket or device where
+the store has a regular file, a symbolic link loop, a part that is a file -- is never waited on: ``dump``
+prints an ``error`` row for it (``error_kind`` UNREADABLE), goes on with the rest and exits 2; a store root
+or a checkpoint that cannot be read ends the command with one line, ``error: <path>: <reason>``, and exit 2.
+An index file that cannot be opened (unreadable, too short, or a geometry neither the file nor
+--config/--hash-slots/--index-num tells): ``dump --what index`` prints an ``error`` row for it and exits 2;
+``query --key`` says so on stderr and scans the commitlog for the key instead (salvage walk), so its answer
+is complete: exit 0 or 1.  ``--debug`` shows a Python traceback for a failure of the tool itself (without it,
+one ``error:`` line).
 """
 from __future__ import annotations
 
@@ -16,12 +21,15 @@ import argparse
 import base64
 import json
 import sys
+import traceback
 from collections import deque
+from pathlib import Path
 
 from . import layout as L
 from .brokerconf import add_geometry_arguments, geometry_from_args
 from .commitlog import END_OF_DATA, Frame, SalvageSpan
 from .errors import IndexFileError, StoreFormatError
+from .fs import UnreadableError, error_line
 from .store import Store
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -89,17 +97,29 @@ def mark_early_rolls(rows):
 def dump(store: Store, what: str, args, out) -> tuple[str, bool, int]:
     """Print the ``what`` part of the store; (summary, damage found, files that could not be opened)."""
     damaged = False
+    part = {"checkpoint": "checkpoint"}.get(what, what)
+    unreadable = store.unreadable(part) if part != "checkpoint" else []
+    if what == "config":  # a config file's own row says why it cannot be read
+        unreadable = [e for e in unreadable if Path(e.file).parent != store.root / "config"]
+    reported = {e.file for e in unreadable}  # each file once: its own reader's error is not repeated
+    for e in unreadable:  # reported, never waited on nor skipped in silence
+        _emit(_error_row(e), out)
     if what == "commitlog":
         counts = {}
-        frames = store.walk_commitlog(check_crc=not args.no_crc, salvage=args.walk == "salvage")
+        skipped = []
+        frames = store.walk_commitlog(check_crc=not args.no_crc, salvage=args.walk == "salvage", unreadable=skipped)
         for d in mark_early_rolls(map(frame_to_dict, frames)):
             counts[d["kind"]] = counts.get(d["kind"], 0) + 1
             damaged |= d["kind"] == "corrupt" or bool(d.get("damage"))
             _emit(d, out)
+        skipped = [e for e in skipped if e.file not in reported]
+        for e in skipped:
+            _emit(_error_row(e), out)
         return (f"{len(store.segments)} segment(s): " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
-                damaged, 0)
+                damaged, len(unreadable) + len(skipped))
     if what == "consumequeue":
         n = 0
+        failed = 0
         for (topic, qid), files in sorted(store.queues.items()):
             try:
                 for u in store.consume_queue(topic, qid):
@@ -108,12 +128,16 @@ def dump(store: Store, what: str, args, out) -> tuple[str, bool, int]:
                     _emit({"topic": topic, "queue_id": qid, "queue_offset": u.queue_offset,
                            "physical_offset": u.physical_offset, "size": u.size, "tags_code": u.tags_code,
                            "kind": u.kind, "file": u.file, "file_position": u.file_position}, out)
+            except UnreadableError as e:
+                if e.file not in reported:
+                    failed += 1
+                    _emit({"topic": topic, "queue_id": qid, **_error_row(e)}, out)
             except StoreFormatError as e:
                 damaged = True
                 _emit({"topic": topic, "queue_id": qid, **_error_row(e)}, out)
-        return f"{len(store.queues)} queue(s), {n} unit(s)", damaged, 0
+        return f"{len(store.queues)} queue(s), {n} unit(s)", damaged, len(unreadable) + failed
     if what == "index":
-        n = unreadable = 0
+        n, unreadable = 0, len(unreadable)
         paths = store.index_paths()
         for path in paths:
             try:
@@ -124,8 +148,9 @@ def dump(store: Store, what: str, args, out) -> tuple[str, bool, int]:
                         n += 1
                         _emit({"kind": "entry", "file": f.name, **vars(e)}, out)
             except IndexFileError as e:  # cannot be opened at all: unreadable input, not damage read
-                unreadable += 1
-                _emit(_error_row(e), out)
+                if e.file not in reported:
+                    unreadable += 1
+                    _emit(_error_row(e), out)
         return f"{len(paths)} index file(s), {n} entr(ies)", damaged, unreadable
     if what == "checkpoint":
         cp = store.checkpoint()
@@ -134,13 +159,18 @@ def dump(store: Store, what: str, args, out) -> tuple[str, bool, int]:
                "abort": markers.abort, "abort_pid": markers.abort_pid, "lock": markers.lock}, out)
         return f"checkpoint {cp.file_length} bytes; abort file {'present' if markers.abort else 'absent'}", False, 0
     if what == "config":
+        from .config import value_problems
+
         names = store.config_names()
+        failed = 0
         for name in names:
             cfg = store.config(name)
-            damaged |= cfg.data is None or bool(cfg.errors)
+            errors = list(cfg.errors) + value_problems(cfg)
+            damaged |= cfg.data is None or bool(errors)
+            failed += any(e.kind.value == "UNREADABLE" for e in cfg.errors)
             _emit({"name": name, "source": cfg.source, "data": _stringify_keys(cfg.data),
-                   "errors": [e.as_dict() for e in cfg.errors]}, out)
-        return f"{len(names)} config file(s)", damaged, 0
+                   "errors": [e.as_dict() for e in errors]}, out)
+        return f"{len(names)} config file(s)", damaged, len(unreadable) + failed
     raise ValueError(what)
 
 
@@ -157,16 +187,38 @@ def _stringify_keys(v):
     return v
 
 
-def query(store: Store, args, out) -> tuple[int, dict]:
-    """Print the matches; (how many, the index files that could not be opened: path -> error)."""
+def query(store: Store, args, out, err=None) -> tuple[int, dict]:
+    """Print the matches; (how many, the index files that could not be opened: path -> error).  When an index
+    file cannot be opened, the commitlog is scanned for the key instead (salvage walk), with a notice on
+    ``err``: the answer stays complete."""
     unreadable = {}
     if args.msg_id:
         found = [m for m in [store.find_msg_id(args.msg_id)] if m is not None]
     else:
         found = store.query_key(args.topic, args.key, unreadable=unreadable)
+        if unreadable:
+            for e in unreadable.values():
+                print(f"notice: index file {e.file} cannot be used ({e.kind.value}: {e.message}); scanning the "
+                      "commitlog for the key instead", file=err or sys.stderr)
+            found = scan_for_key(store, args.topic, args.key, found)
     for msg in found:
         _emit({"kind": "message", **msg.to_dict()}, out)
     return len(found), unreadable
+
+
+def scan_for_key(store: Store, topic: str, key: str, found: list) -> list:
+    """``found`` plus every message of ``topic`` whose UNIQ_KEY or KEYS hold ``key`` in a salvage walk of the
+    commitlog (what an index lookup would have verified), in physical order."""
+    seen = {m.physical_offset for m in found}
+    out = list(found)
+    for frame in store.walk_commitlog(decode=True, salvage=True, unreadable=[]):
+        msg = getattr(frame, "message", None)
+        if msg is None or frame.kind != "message" or msg.physical_offset in seen or msg.topic != topic:
+            continue
+        if key == msg.uniq_key or key in msg.keys:
+            seen.add(msg.physical_offset)
+            out.append(msg)
+    return sorted(out, key=lambda m: m.physical_offset)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,12 +239,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recovery: stop where the broker's recovery stops; salvage: resync past damage")
     d.add_argument("--no-crc", action="store_true", help="do not verify body CRCs (the broker's dispatch does not)")
     d.add_argument("--strict", action="store_true", help="exit 1 when damage is found")
+    d.add_argument("--debug", action="store_true", help="show a Python traceback when the tool itself fails")
 
     q = sub.add_parser("query", help="find messages by key / unique key (index, then verified) or offsetMsgId")
     store_args(q)
     q.add_argument("--topic", help="topic of the key (index keys are topic#key)")
     q.add_argument("--key", help="a KEYS entry or a UNIQ_KEY")
     q.add_argument("--msg-id", help="offsetMsgId (32 or 56 hex characters)")
+    q.add_argument("--debug", action="store_true", help="show a Python traceback when the tool itself fails")
 
     from . import writer_cli  # generate / write
 
@@ -203,33 +257,55 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if hasattr(args, "run"):
-        return args.run(args)
+    if hasattr(args, "run"):  # generate / write
+        return guarded(lambda: args.run(args), args.debug)
     if args.command == "query" and not args.msg_id and not (args.topic and args.key):
         parser.error("query needs --msg-id ID, or --topic T with --key K")
+    return guarded(lambda: _run(args), args.debug)
+
+
+def guarded(body, debug: bool = False) -> int:
+    """Run a command's body with the exit-code contract: unreadable input, a refused input and any OSError are
+    one line (``error: <path>: <reason>``) and exit 2; a failure of the tool itself is one line too (its
+    traceback only with ``--debug``), also exit 2, never Python's 1 (which means "nothing matched")."""
     try:
-        geometry = geometry_from_args(args).merged(message_delay_level=args.delay_levels or None)
-        store = Store(args.store, **geometry.store_kwargs())
-        if args.command == "dump":
-            summary, damaged, unreadable = dump(store, args.what, args, sys.stdout)
-            print(summary + ("; damage found" if damaged else "")
-                  + (f"; {unreadable} file(s) could not be read" if unreadable else ""), file=sys.stderr)
-            if unreadable:
-                return EXIT_UNREADABLE
-            return EXIT_FINDINGS if damaged and args.strict else EXIT_OK
-        n, unreadable = query(store, args, sys.stdout)
-        for e in unreadable.values():
-            print(f"error: not searched: {e}", file=sys.stderr)
-        print(f"{n} message(s) matched" + (f"; {len(unreadable)} index file(s) could not be read, so the answer "
-                                           "is incomplete" if unreadable else ""), file=sys.stderr)
-        if unreadable:
-            return EXIT_UNREADABLE
-        return EXIT_OK if n else EXIT_FINDINGS
-    except StoreFormatError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return body()
     except BrokenPipeError:
         return EXIT_OK
+    except (StoreFormatError, OSError) as e:
+        if debug:
+            traceback.print_exc()
+        print(f"error: {error_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as e:  # noqa: BLE001 - the contract: no traceback without --debug
+        if debug:
+            traceback.print_exc()
+        print(f"error: internal error: {type(e).__name__}: {e}" + ("" if debug else " (run with --debug for the "
+                                                                                    "traceback)"), file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _run(args) -> int:
+    geometry = geometry_from_args(args).merged(message_delay_level=args.delay_levels or None)
+    store = Store(args.store, **geometry.store_kwargs())
+    if args.command == "dump":
+        summary, damaged, unreadable = dump(store, args.what, args, sys.stdout)
+        print(summary + ("; damage found" if damaged else "")
+              + (f"; {unreadable} file(s) could not be read" if unreadable else ""), file=sys.stderr)
+        if unreadable:
+            return EXIT_UNREADABLE
+        return EXIT_FINDINGS if damaged and args.strict else EXIT_OK
+    lost = [e for e in store.unreadable("commitlog")]
+    n, unreadable = query(store, args, sys.stdout)
+    for e in lost:
+        print(f"error: {e.line()}", file=sys.stderr)
+    print(f"{n} message(s) matched" + (f"; {len(unreadable)} index file(s) could not be used: the commitlog was "
+                                       "scanned" if unreadable else "")
+          + (f"; {len(lost)} commitlog file(s) could not be read, so the answer is incomplete" if lost else ""),
+          file=sys.stderr)
+    if lost:
+        return EXIT_UNREADABLE
+    return EXIT_OK if n else EXIT_FINDINGS
 
 
 if __name__ == "__main__":

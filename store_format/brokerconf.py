@@ -103,12 +103,12 @@ def _unescape(s: str, source: str | None) -> str:
 
 def read_properties(path: str | os.PathLike) -> dict[str, str]:
     """A broker.conf file as the broker reads it (bytes as ISO-8859-1, as ``Properties.load(InputStream)``)."""
+    from .fs import UnreadableError, read_bytes
+
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise BrokerConfError(ErrorKind.MISSING, f"cannot read the broker.conf: {e.strerror or e}",
-                              file=str(path)) from None
+        raw = read_bytes(path)
+    except UnreadableError as e:
+        raise BrokerConfError(ErrorKind.MISSING, f"cannot read the broker.conf: {e.reason}", file=str(path)) from None
     return parse_properties(raw.decode("iso-8859-1"), str(path))
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import layout as L
 from .errors import CheckpointError, ErrorKind
+from .fs import UnreadableError, read_bytes
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,9 @@ def parse_checkpoint(raw: bytes, file: str | None = None) -> Checkpoint:
 
 def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     p = Path(path)
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         raise CheckpointError(ErrorKind.MISSING, "no checkpoint file", file=str(p))
-    with open(p, "rb") as f:
-        raw = f.read(L.CHECKPOINT_FILE_SIZE)
+    raw = read_bytes(p, L.CHECKPOINT_FILE_SIZE)  # a FIFO, a device, a loop: UnreadableError
     return parse_checkpoint(raw, str(p))
 
 
@@ -89,7 +89,10 @@ def read_markers(root: str | os.PathLike) -> Markers:
     abort = root / "abort"
     pid = None
     if abort.is_file():
-        text = abort.read_bytes()[:32].decode("ascii", "replace").strip()
+        try:
+            text = read_bytes(abort, 32).decode("ascii", "replace").strip()
+        except UnreadableError:  # no permission: its presence is what matters
+            text = ""
         pid = int(text) if text.isdigit() else None
     abort_kind, lock_kind = path_kind(abort), path_kind(root / "lock")
     return Markers(abort_kind is not None, pid, lock_kind is not None, abort_kind, lock_kind)

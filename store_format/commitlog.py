@@ -160,11 +160,14 @@ _ZERO_SCAN_BLOCK = 1 << 18
 
 
 class ReadOnlyMap:
-    """A read-only view of a file: an mmap (empty files give an empty bytes).  Never writable."""
+    """A read-only view of a regular file: an mmap (empty files give an empty bytes).  Never writable; opened
+    through :func:`store_format.fs.open_file` (anything but a regular file is an ``UnreadableError``)."""
 
     def __init__(self, path: str | os.PathLike):
+        from .fs import open_file
+
         self.path = Path(path)
-        self._f = open(self.path, "rb")
+        self._f = open_file(self.path)
         size = os.fstat(self._f.fileno()).st_size
         self.buf = _FileMap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         if size:

@@ -5,6 +5,19 @@ tab-indented.  :func:`loads` is a small strict-but-tolerant parser: JSON plus ba
 keys; bare integer keys come back as Python ints.  Errors carry the byte position.
 ``ConfigManager.load`` falls back to ``<file>.bak`` when the main file is missing, empty or unreadable;
 so does :func:`read_config`, and it says which file it used.
+
+Big files (a busy broker's consumerOffset.json runs to hundreds of MB) take the fast path: the places where
+fastjson wrote a flat Integer-keyed map are found with numpy (outside strings, by the quotes' parity) and
+rewritten in place, byte for byte, as JSON arrays of key, value pairs (``{0:12,1:13}`` -> ``[0,12,1,13]``),
+the text is parsed by the C ``json`` decoder, and the arrays become int-keyed dicts again.  The fast path
+gives exactly what the tolerant parser gives, or steps aside for it: whenever the text holds an array of its
+own, bare keys it cannot rewrite (identifiers, keys of nested maps), a trailing comma, or anything the C
+decoder refuses, the tolerant parser reads it (and positions the error).
+
+Values a broker cannot hold are the file's findings, not exceptions: :func:`value_problems` lists each
+(``OUT_OF_RANGE`` errors naming the file, the key path and the value) -- a consumer offset outside Java's
+long, a queue id or a delay level outside int or not a number -- and the accessors (:func:`consumer_offsets`,
+:func:`delay_offsets`) leave those entries out.
 """
 from __future__ import annotations
 
@@ -15,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError, ErrorKind
+from .fs import UnreadableError, read_bytes
 
 CONFIG_FILES = ("consumerOffset.json", "delayOffset.json", "topics.json", "subscriptionGroup.json",
                 "consumerFilter.json")
@@ -123,12 +137,232 @@ class _Parser:
 
 
 def loads(text: str, file: str | None = None):
+    fast = _fast_loads(text)
+    if fast is not _NO_FAST_PATH:
+        return fast
+    return _slow_loads(text, file)
+
+
+def _slow_loads(text: str, file: str | None = None):
     p = _Parser(text, file)
     v = p.value(0)
     p.ws()
     if p.i != len(text):
         p.fail("trailing characters after the JSON value")
     return v
+
+
+_NO_FAST_PATH = object()
+_FAST_MIN = 1 << 16  # smaller texts: the tolerant parser is fast enough, and is the definition
+_OPEN, _CLOSE, _LBRACKET, _COLON, _COMMA, _QUOTE, _BACKSLASH = b"{}[:,\"\\"
+_SPACE = 32
+_MAX_DIGITS = 18  # int64 holds every 18-digit integer; a longer one is left to the tolerant parser
+
+
+def _fast_loads(text: str, min_size: int = _FAST_MIN):
+    """:func:`loads` through the fast path (module docstring), or ``_NO_FAST_PATH`` where it steps aside."""
+    if len(text) < min_size:
+        return _NO_FAST_PATH
+    try:
+        raw = bytearray(text.encode("utf-8"))
+    except UnicodeEncodeError:  # lone surrogates (from a file read with errors="surrogatepass")
+        return _NO_FAST_PATH
+    return _fast_loads_bytes(raw)
+
+
+def _fast_loads_bytes(raw: bytearray):
+    fast = _scan(raw)
+    return _NO_FAST_PATH if fast is None else fast.materialize()
+
+
+@dataclass
+class _Fast:
+    """A fast-path parse: the decoded tree with each flat Integer-keyed map left as a placeholder (``holders``: the
+    container and key of each, in document order) and the maps' entries as int64 columns (``starts``, ``counts``
+    per map; ``keys``, ``values`` per entry, in file order)."""
+
+    value: object
+    holders: list
+    starts: object
+    counts: object
+    keys: object
+    values: object
+
+    def materialize(self):
+        """The tree :func:`loads` gives: every placeholder an int-keyed dict (duplicate keys: the last wins)."""
+        keys, values = self.keys.tolist(), self.values.tolist()
+        for (container, key), a, n in zip(self.holders, self.starts.tolist(), self.counts.tolist()):
+            m = dict(zip(keys[a:a + n], values[a:a + n]))
+            if container is None:
+                return m
+            container[key] = m
+        return self.value
+
+
+def _scan(raw: bytearray) -> _Fast | None:
+    """The fast path over UTF-8 bytes (rewritten in place), or None where it steps aside: a flat map (no container
+    inside) whose keys are bare ASCII integers and whose values are ASCII integers (at most 18 digits, JSON's
+    grammar: no leading zero) is parsed with numpy and blanked to a ``[]`` placeholder; the rest of the text must
+    then be strict JSON, with no array of its own (a placeholder must not be mistaken), for the C decoder."""
+    import numpy as np
+
+    a = np.frombuffer(raw, np.uint8)
+    interesting = np.flatnonzero(np.frombuffer(raw.translate(_STRUCTURE), np.uint8))  # quotes, structure, in order
+    is_quote = a[interesting] == _QUOTE
+    if is_quote.any() and raw.find(b"\\") >= 0:  # an escaped quote: an odd run of backslashes before it
+        qi = np.flatnonzero(is_quote)
+        for k in qi[a[np.maximum(interesting[qi] - 1, 0)] == _BACKSLASH]:
+            q, n = int(interesting[k]), 0
+            while q - n - 1 >= 0 and raw[q - n - 1] == _BACKSLASH:
+                n += 1
+            is_quote[k] = n % 2 == 0
+    inside = np.bitwise_xor.accumulate(is_quote.view(np.uint8)).view(bool)  # odd quotes so far: in a string
+    if inside[-1:].any():
+        return None
+    structural = interesting[~is_quote & ~inside]
+    quotes = interesting[is_quote]
+    del interesting, is_quote, inside
+    kinds = a[structural]
+    if (kinds == _LBRACKET).any():
+        return None  # arrays of its own: a placeholder could not be told from them
+    braces = np.flatnonzero((kinds == _OPEN) | (kinds == _CLOSE))
+    if not len(braces):
+        return None
+    depth = np.cumsum(np.where(kinds[braces] == _OPEN, 1, -1))
+    if depth.min() < 0 or depth[-1] != 0 or depth.max() > _MAX_DEPTH // 2:
+        return None
+    # flat maps: an opening brace whose next brace closes it; inside ':' and ',' alternate (k:v(,k:v)*)
+    flat = np.flatnonzero((kinds[braces[:-1]] == _OPEN) & (kinds[braces[1:]] == _CLOSE))
+    opens, closes = braces[flat], braces[flat + 1]
+    counts = closes - opens - 1
+    keep = counts > 0
+    opens, closes, counts = opens[keep], closes[keep], counts[keep]
+    if not len(opens):
+        return None
+    n_inner = int(counts.sum())
+    member = np.repeat(np.arange(len(opens)), counts)
+    offset = np.arange(n_inner) - np.repeat(np.cumsum(counts) - counts, counts)
+    inner = np.repeat(opens + 1, counts) + offset
+    want = np.where(offset % 2 == 0, _COLON, _COMMA).astype(np.uint8)
+    shaped = counts % 2 == 1
+    shaped[member[kinds[inner] != want]] = False
+    del member, offset, inner, want
+    opens, closes, counts = opens[shaped], closes[shaped], counts[shaped]
+    lo, hi = structural[opens], structural[closes]
+    # a map with a string inside (quoted keys or values) is JSON's; the others must hold only integers
+    qualified = np.searchsorted(quotes, lo) == np.searchsorted(quotes, hi)
+    opens, closes, counts, lo, hi = opens[qualified], closes[qualified], counts[qualified], lo[qualified], hi[qualified]
+    if not len(lo):
+        return None
+    # the delimiters of every qualified map ('{', each ':' and ',', '}'): each slot between two holds one number
+    spans = counts + 2
+    delims = structural[np.repeat(opens, spans) + (np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans,
+                                                                                           spans))]
+    slot_of_delim = np.ones(len(delims), bool)
+    slot_of_delim[np.cumsum(spans) - 1] = False  # a map's '}' opens no slot
+    members = int(np.count_nonzero(kinds == _COLON))  # of every object, the maps' entries included
+    del structural, kinds
+    inside = _interiors(len(a), lo, hi)
+    nums = np.where(inside, np.frombuffer(raw.translate(_SEPARATORS_TO_SPACE), np.uint8), np.uint8(_SPACE))
+    runs = _integer_runs(nums)
+    if runs is None or len(runs) != int(slot_of_delim.sum()) or \
+            not np.array_equal(np.searchsorted(delims, runs) - 1, np.flatnonzero(slot_of_delim)):
+        return None  # an empty slot, two numbers in one ("0:1 2"), a bad integer: the tolerant parser says where
+    numbers = np.fromstring(nums.tobytes(), dtype=np.int64, sep=" ")  # C parsing, numbers in file order
+    del nums, delims, slot_of_delim
+    entries = (counts + 1) // 2
+    if len(numbers) != 2 * int(entries.sum()):
+        return None
+    keys, values = numbers[0::2], numbers[1::2]
+    starts_e = np.cumsum(entries) - entries
+    # blank each map to "[]" and spaces, in place
+    a[inside] = _SPACE
+    del inside
+    a[hi] = _SPACE
+    a[lo] = _LBRACKET
+    a[lo + 1] = ord("]")
+    del a
+    try:
+        value = json.loads(raw.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None  # bare keys left (identifiers, nested maps), trailing commas...: the tolerant parser
+    holders, kept = _placeholders(value)
+    if len(holders) != len(lo) or kept != members - int(entries.sum()):
+        return None  # a duplicate key (a placeholder overwritten or misplaced): the tolerant parser keeps its meaning
+    return _Fast(value, holders, starts_e, entries, keys, values)
+
+
+def _placeholders(value) -> tuple[list, int]:
+    """(container, key) of every ``[]`` in the decoded tree, in document order ((None, None): the tree is one), and
+    how many members its objects hold (fewer than the text's: a key was given twice)."""
+    if isinstance(value, list):
+        return ([(None, None)] if not value else []), 0
+    out, members = [], len(value) if isinstance(value, dict) else 0
+    stack = [iter(value.items())] if isinstance(value, dict) else []
+    containers = [value]
+    while stack:
+        for k, v in stack[-1]:
+            if type(v) is list:
+                out.append((containers[-1], k))
+            elif type(v) is dict and v:
+                members += len(v)
+                stack.append(iter(v.items()))
+                containers.append(v)
+                break
+        else:
+            stack.pop()
+            containers.pop()
+    return out, members
+
+
+def _interiors(n: int, lo, hi):
+    """A mask of the bytes strictly between each lo and hi (sorted, disjoint spans)."""
+    import numpy as np
+
+    edges = np.zeros(n + 1, np.int8)
+    edges[lo + 1] += 1
+    edges[hi] -= 1
+    return np.cumsum(edges[:-1], dtype=np.int8).view(bool)
+
+
+def _integer_runs(nums):
+    """Where each number of ``nums`` (digits and '-' separated by spaces: what a qualified map's inside becomes)
+    starts, or None unless every one is a JSON integer of at most _MAX_DIGITS digits: '-' only as its first
+    character, then a digit; no leading zero."""
+    import numpy as np
+
+    token = nums != _SPACE
+    if np.count_nonzero(_DIGITS[nums]) + np.count_nonzero(nums == ord("-")) != np.count_nonzero(token):
+        return None  # anything but digits and '-' inside (true, 1.5, an identifier): not this fast path
+    edge = np.diff(token.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+    del token
+    starts = np.flatnonzero(edge == 1)
+    ends = np.flatnonzero(edge == -1)
+    del edge
+    if not len(starts):
+        return None
+    signed = nums[starts] == ord("-")
+    first_digit = starts + signed
+    if (first_digit >= ends).any() or (ends - first_digit).max() > _MAX_DIGITS:
+        return None
+    if np.count_nonzero(nums == ord("-")) != int(signed.sum()):
+        return None  # a '-' that does not start its number
+    if ((nums[first_digit] == ord("0")) & (ends - first_digit > 1)).any():
+        return None  # a leading zero: not a JSON number
+    return starts
+
+
+def _tables():
+    import numpy as np
+
+    digits = np.zeros(256, bool)
+    digits[48:58] = True
+    structure = bytes(1 if b in b'{}[]:,"' else 0 for b in range(256))
+    separators_to_space = bytes(_SPACE if b in b" \t\r\n:," else b for b in range(256))
+    return digits, structure, separators_to_space
+
+
+_DIGITS, _STRUCTURE, _SEPARATORS_TO_SPACE = _tables()
 
 
 def dumps_fastjson(obj, indent: int = 0) -> str:
@@ -165,41 +399,229 @@ class ConfigFile:
 
 def read_config(config_dir: str | os.PathLike, name: str) -> ConfigFile:
     """Read ``name`` like ``ConfigManager.load``: the main file, else ``name.bak``."""
+    return _read_config(config_dir, name)[0]
+
+
+def _read_config(config_dir, name: str, keep_fast: bool = False) -> tuple[ConfigFile, _Fast | None]:
+    """:func:`read_config`; with ``keep_fast``, a file the fast path read comes back unmaterialized: (a ConfigFile
+    whose data is None, the parse) -- for :func:`offset_columns`, which needs no Python object per offset."""
     d = Path(config_dir)
     errors = []
     for candidate in (d / name, d / f"{name}.bak"):
-        if not candidate.is_file():
+        if not candidate.exists() and not candidate.is_symlink():
             continue
-        text = candidate.read_bytes().decode("utf-8", "replace")
+        try:
+            raw = read_bytes(candidate)  # a FIFO, a device, a folder, a loop, no permission: unreadable
+        except UnreadableError as e:
+            errors.append(ConfigError(ErrorKind.UNREADABLE, e.reason, file=str(candidate)))
+            continue
+        fast = _scan(bytearray(raw)) if len(raw) >= _FAST_MIN else None
+        if fast is not None:
+            del raw
+            if keep_fast and isinstance(fast.value, dict):
+                return ConfigFile(name, None, str(candidate), tuple(errors)), fast
+            data = fast.materialize()
+            if isinstance(data, dict):
+                return ConfigFile(name, data, str(candidate), tuple(errors)), None
+            errors.append(ConfigError(ErrorKind.BAD_JSON, "top level is not an object", file=str(candidate)))
+            continue
+        text = raw.decode("utf-8", "replace")
+        del raw
         if not text.strip():
             errors.append(ConfigError(ErrorKind.BAD_JSON, "empty file", file=str(candidate), position=0))
             continue
         try:
-            data = loads(text, str(candidate))
+            data = _slow_loads(text, str(candidate))
         except ConfigError as e:
             errors.append(e)
             continue
         if not isinstance(data, dict):
             errors.append(ConfigError(ErrorKind.BAD_JSON, "top level is not an object", file=str(candidate)))
             continue
-        return ConfigFile(name, data, str(candidate), tuple(errors))
-    return ConfigFile(name, None, None, tuple(errors))
+        return ConfigFile(name, data, str(candidate), tuple(errors)), None
+    return ConfigFile(name, None, None, tuple(errors)), None
 
 
-def consumer_offsets(cfg: ConfigFile) -> dict[tuple[str, str], dict[int, int]]:
-    """consumerOffset.json -> {(topic, group): {queue_id: next offset to consume}}."""
+def offset_columns(config_dir, problems: list, name: str = "consumerOffset.json"):
+    """consumerOffset.json's offsets as numpy columns, in memory proportional to the offsets (no Python object per
+    offset): (ConfigFile without data, {"topic", "group", "queue_id", "offset"}) sorted by topic, group, queue id
+    (a queue id given twice: the last one, as the dict would keep), entries a broker cannot hold recorded in
+    ``problems`` and left out.  None when the fast path does not read the file or its offsetTable holds anything but
+    flat Integer-keyed maps: then :func:`consumer_offsets` of :func:`read_config` gives the same rows."""
+    import numpy as np
+
+    cfg, fast = _read_config(config_dir, name, keep_fast=True)
+    if fast is None:
+        return None
+    table = fast.value.get("offsetTable")
+    if not isinstance(table, dict) or any(type(v) is not list for v in table.values()):
+        return None  # an empty or unusual entry: the dict path says what it is
+    mine = [i for i, (c, _) in enumerate(fast.holders) if c is table]
+    if len(mine) != len(table):
+        return None
+    names = [str(fast.holders[i][1]).rpartition(TOPIC_GROUP_SEPARATOR) for i in mine]
+    maps = np.array(mine, np.int64)
+    counts = fast.counts[maps]
+    entry_map = np.repeat(np.arange(len(mine)), counts)
+    entry = np.repeat(fast.starts[maps], counts) + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts,
+                                                                                            counts))
+    qid, offset = fast.keys[entry], fast.values[entry]
+    same = entry_map[1:] == entry_map[:-1]
+    if (qid[1:][same] > qid[:-1][same]).all():  # fastjson's own order: ascending, no queue id twice
+        m, q, o, first_at = entry_map, qid, offset, entry
+    else:  # each (map, queue id) once, as a dict keeps it: the last value, at the first one's place
+        sort = np.lexsort((entry, qid, entry_map))
+        m, q, o, at = entry_map[sort], qid[sort], offset[sort], entry[sort]
+        head = np.ones(len(m), bool)
+        head[1:] = (m[1:] != m[:-1]) | (q[1:] != q[:-1])
+        groups = np.cumsum(head) - 1
+        last = np.zeros(len(m), bool)
+        last[np.r_[np.flatnonzero(head)[1:] - 1, len(m) - 1] if len(m) else []] = True
+        m, q, o, first_at = m[last], q[last], o[last], at[head][groups[last]]
+    del same
+    # what no broker holds: a key that is not topic@group, a queue id outside int (in file order)
+    found = [((int(i), -1), ("offsetTable", fast.holders[mine[i]][1]), fast.holders[mine[i]][1], "not topic@group")
+             for i in range(len(mine)) if not names[i][1]]
+    named = np.array([bool(n[1]) for n in names], bool)
+    outside = (q < INT_RANGE[0]) | (q > INT_RANGE[1])
+    for k in np.flatnonzero(outside & named[m]).tolist():
+        key = fast.holders[mine[int(m[k])]][1]
+        found.append(((int(m[k]), int(first_at[k])), ("offsetTable", key, int(q[k])), int(q[k]),
+                      f"queue id is outside Java's int range [{INT_RANGE[0]}, {INT_RANGE[1]}]"))
+    cfg = ConfigFile(cfg.name, None, cfg.source, cfg.errors)
+    for _, path, value, why in sorted(found, key=lambda f: f[0]):
+        _problem(problems, cfg, path, value, why)
+    order = sorted(np.flatnonzero(named).tolist(), key=lambda i: (names[i][0], names[i][2]))
+    keep = ~outside
+    m, q, o = m[keep], q[keep], o[keep]
+    # entries map by map, the maps in (topic, group) order, each map's entries by queue id (already so)
+    per_map = np.bincount(m, minlength=len(mine))
+    first = np.cumsum(per_map) - per_map
+    chosen = np.array(order, np.int64)
+    sizes = per_map[chosen]
+    take = np.repeat(first[chosen], sizes) + (np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes))
+    r, qid, offset = np.repeat(np.arange(len(chosen)), sizes), q[take], o[take]
+    ordered = [(names[i][0], names[i][2]) for i in order]
+    return cfg, {"map": r, "topics": [t for t, _ in ordered], "groups": [g for _, g in ordered],
+                 "queue_id": qid.astype(np.int32), "offset": offset}
+
+
+INT_RANGE = (-2**31, 2**31 - 1)  # java.lang.Integer: queue ids, delay levels, queue counts
+LONG_RANGE = (-2**63, 2**63 - 1)  # java.lang.Long: offsets, broker ids
+_JAVA = {INT_RANGE: "int", LONG_RANGE: "long"}
+# numeric fields of topics.json / subscriptionGroup.json entries and their Java types
+TOPIC_INT_FIELDS = ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag")
+GROUP_FIELDS = {"retryQueueNums": INT_RANGE, "retryMaxTimes": INT_RANGE, "brokerId": LONG_RANGE,
+                "whichBrokerWhenConsumeSlowly": LONG_RANGE}
+
+
+def consumer_offsets(cfg: ConfigFile, problems: list | None = None) -> dict[tuple[str, str], dict[int, int]]:
+    """consumerOffset.json -> {(topic, group): {queue_id: next offset to consume}}.  Entries a broker cannot hold
+    (a queue id outside int or not a number, an offset outside long or not a number, a key that is not
+    topic@group) are left out and, with ``problems`` (a list), recorded there (:func:`value_problems`)."""
     out = {}
     for key, table in _table(cfg, "offsetTable").items():
         topic, sep, group = str(key).rpartition(TOPIC_GROUP_SEPARATOR)
         if not sep or not isinstance(table, dict):
+            _problem(problems, cfg, ("offsetTable", key), key if not sep else table,
+                     "not topic@group" if not sep else "not a map of queue ids to offsets")
             continue
-        out[(topic, group)] = {_as_int(q): _as_int(o) for q, o in table.items() if _is_int(q) and _is_int(o)}
+        if _ints_within(table.keys(), INT_RANGE) and _ints_within(table.values(), LONG_RANGE):
+            out[(topic, group)] = dict(table)  # the common case, checked in bulk
+            continue
+        kept = {}
+        for q, o in table.items():
+            if _checked(problems, cfg, ("offsetTable", key, q), q, INT_RANGE, "queue id", key=True) and \
+                    _checked(problems, cfg, ("offsetTable", key, q), o, LONG_RANGE, "offset"):
+                kept[_as_int(q)] = _as_int(o)
+        out[(topic, group)] = kept
     return out
 
 
-def delay_offsets(cfg: ConfigFile) -> dict[int, int]:
-    """delayOffset.json -> {delay level: next SCHEDULE_TOPIC_XXXX queue offset to deliver}."""
-    return {_as_int(k): _as_int(v) for k, v in _table(cfg, "offsetTable").items() if _is_int(k) and _is_int(v)}
+def delay_offsets(cfg: ConfigFile, problems: list | None = None) -> dict[int, int]:
+    """delayOffset.json -> {delay level: next SCHEDULE_TOPIC_XXXX queue offset to deliver}; a level outside int
+    or not a number, an offset outside long: left out, and recorded in ``problems``."""
+    out = {}
+    for k, v in _table(cfg, "offsetTable").items():
+        if _checked(problems, cfg, ("offsetTable", k), k, INT_RANGE, "delay level", key=True) and \
+                _checked(problems, cfg, ("offsetTable", k), v, LONG_RANGE, "offset"):
+            out[_as_int(k)] = _as_int(v)
+    return out
+
+
+def value_problems(cfg: ConfigFile) -> list[ConfigError]:
+    """Every value of a config file that the broker cannot hold, as ``OUT_OF_RANGE`` errors (file, key path,
+    value): offsets outside long, queue ids, delay levels and queue counts outside int, numbers that are not
+    numbers.  A table that is not a map is :func:`_table`'s error, not one of these; never raises."""
+    problems: list[ConfigError] = []
+    if cfg.data is None:
+        return problems
+    try:
+        if cfg.name == "consumerOffset.json":
+            consumer_offsets(cfg, problems)
+        elif cfg.name == "delayOffset.json":
+            delay_offsets(cfg, problems)
+        elif cfg.name == "topics.json":
+            for name, c in topic_configs(cfg).items():
+                if isinstance(c, dict):
+                    for f in TOPIC_INT_FIELDS:
+                        number(c, f, INT_RANGE, problems, cfg, ("topicConfigTable", name, f))
+        elif cfg.name == "subscriptionGroup.json":
+            for name, c in subscription_groups(cfg).items():
+                if isinstance(c, dict):
+                    for f, bounds in GROUP_FIELDS.items():
+                        number(c, f, bounds, problems, cfg, ("subscriptionGroupTable", name, f))
+    except ConfigError:
+        pass
+    return problems
+
+
+def number(entry: dict, field: str, bounds: tuple[int, int], problems: list | None = None,
+           cfg: ConfigFile | None = None, path: tuple = ()) -> int | None:
+    """``entry[field]`` when it is an integer within ``bounds`` (a Java int or long); None when absent, and None
+    with a problem recorded when it is out of range or not a number."""
+    v = entry.get(field)
+    if v is None:
+        return None
+    if _checked(problems, cfg, path or (field,), v, bounds, field):
+        return _as_int(v)
+    return None
+
+
+def _ints_within(values, bounds: tuple[int, int]) -> bool:
+    """Every value a plain int within ``bounds`` (no bool, no numeric text): checked in bulk."""
+    values = list(values)
+    return all(type(v) is int for v in values) and (not values or (bounds[0] <= min(values)
+                                                                    and max(values) <= bounds[1]))
+
+
+def _checked(problems, cfg, path, v, bounds, what: str, key: bool = False) -> bool:
+    if not _is_int(v):
+        _problem(problems, cfg, path, v, f"{what} is not a number")
+        return False
+    n = _as_int(v)
+    if not bounds[0] <= n <= bounds[1]:
+        _problem(problems, cfg, path, v, f"{what} is outside Java's {_JAVA[bounds]} range "
+                                         f"[{bounds[0]}, {bounds[1]}]")
+        return False
+    return True
+
+
+def _problem(problems, cfg, path, value, why: str) -> None:
+    if problems is None:
+        return
+    key, text = "/".join(str(p) for p in path), value_text(value)
+    e = ConfigError(ErrorKind.OUT_OF_RANGE, f"{text}: {why}", file=cfg.source if cfg is not None else None, field=key)
+    e.value_text = text
+    problems.append(e)
+
+
+def value_text(v, limit: int = 48) -> str:
+    """A config value as the file shows it, shortened (an integer of thousands of digits says how long)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 160:
+        return f"<an integer of {len(str(v))} digits>"
+    text = json.dumps(v, ensure_ascii=False, default=str) if not isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def topic_configs(cfg: ConfigFile) -> dict[str, dict]:

@@ -26,6 +26,7 @@ class ErrorKind(str, enum.Enum):
     DECOMPRESSION = "DECOMPRESSION"  # body cannot be decompressed, or exceeds the output cap
     MISSING = "MISSING"  # a file or directory the store should have
     INVALID_INPUT = "INVALID_INPUT"  # a caller's value (topic name, record too large...) that is refused
+    UNREADABLE = "UNREADABLE"  # a file that cannot be read: not a regular file (FIFO, device...), a loop, no permission
 
 
 class StoreFormatError(ValueError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import ipaddress
+import re
 import struct
 from dataclasses import dataclass
 
@@ -61,9 +62,7 @@ class OffsetMsgId:
 
 def parse_offset_msg_id(msg_id: str) -> OffsetMsgId:
     """``MessageDecoder.decodeMessageId``: 32 hex chars -> IPv4, 56 -> IPv6."""
-    raw = _unhex(msg_id, "msg_id")
-    if len(raw) not in (16, 28):
-        raise IdError(ErrorKind.BAD_ID, f"offsetMsgId must be 32 or 56 hex characters, got {len(msg_id)}", field="msg_id")
+    raw = _unhex(msg_id, "msg_id", "offsetMsgId")
     ip_len = len(raw) - 12
     port, offset = struct.unpack(">iq", raw[ip_len:])
     return OffsetMsgId(raw[:ip_len], port, offset)
@@ -101,9 +100,7 @@ class UniqKey:
 
 
 def parse_uniq_key(uniq_key: str) -> UniqKey:
-    raw = _unhex(uniq_key, "uniq_key")
-    if len(raw) not in (16, 28):
-        raise IdError(ErrorKind.BAD_ID, f"UNIQ_KEY must be 32 or 56 hex characters, got {len(uniq_key)}", field="uniq_key")
+    raw = _unhex(uniq_key, "uniq_key", "UNIQ_KEY")
     ip_len = len(raw) - 12
     pid, cl_hash, span, counter = struct.unpack(">HiIH", raw[ip_len:])
     return UniqKey(raw[:ip_len], pid, cl_hash, span, counter)
@@ -118,11 +115,21 @@ def create_uniq_key(client_ip: bytes, pid: int, class_loader_hash: int, timestam
     return (client_ip + struct.pack(">HiIH", pid & 0xFFFF, class_loader_hash, span, counter & 0xFFFF)).hex().upper()
 
 
-def _unhex(text: str, field: str) -> bytes:
-    try:
-        return bytes.fromhex(text)
-    except (ValueError, TypeError):
-        raise IdError(ErrorKind.BAD_ID, f"{text!r} is not hexadecimal", field=field) from None
+_HEX_ID = re.compile(r"[0-9A-Fa-f]*\Z")
+
+
+def _unhex(text: str, field: str, what: str) -> bytes:
+    """The bytes of a 32 (IPv4) or 56 (IPv6) hex character id; the length is checked first, so a wrong length
+    says so whatever the characters are."""
+    if not isinstance(text, str):
+        raise IdError(ErrorKind.BAD_ID, f"{what} must be a string of 32 or 56 hex characters", field=field)
+    if len(text) not in (32, 56):
+        raise IdError(ErrorKind.BAD_ID, f"{what} must be 32 or 56 hex characters (IPv4 or IPv6 store host), got {len(text)}",
+                      field=field)
+    if not _HEX_ID.match(text):
+        bad = next(c for c in text if c not in "0123456789ABCDEFabcdef")
+        raise IdError(ErrorKind.BAD_ID, f"{what} {text!r} is not hexadecimal (character {bad!r})", field=field)
+    return bytes.fromhex(text)
 
 
 

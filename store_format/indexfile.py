@@ -61,8 +61,13 @@ class IndexFile:
 
     def __init__(self, path: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None,
                  *, verify: bool = True):
+        from .fs import UnreadableError
+
         self.path = Path(path)
-        self._map = ReadOnlyMap(self.path)
+        try:
+            self._map = ReadOnlyMap(self.path)
+        except UnreadableError as e:  # no permission, not a regular file: an index file that cannot be opened
+            raise IndexFileError(ErrorKind.UNREADABLE, e.reason, file=str(self.path)) from None
         try:
             self._check_geometry(hash_slot_num, index_num, verify)
         except IndexFileError:
@@ -410,7 +415,10 @@ def _layout_problem(buf, h: IndexHeader, s: int, n: int) -> tuple[str | None, in
 
 def list_index_files(index_dir: str | os.PathLike) -> list[Path]:
     """Index files in load order (ascending name = creation time)."""
-    d = Path(index_dir)
-    if not d.is_dir():
+    from .fs import UnreadableError, entries
+
+    try:
+        found = entries(index_dir)
+    except UnreadableError:  # reported by Store.unreadable
         return []
-    return sorted(p for p in d.iterdir() if p.is_file() and INDEX_NAME.fullmatch(p.name))
+    return sorted(e.path for e in found if e.is_file and INDEX_NAME.fullmatch(e.name))

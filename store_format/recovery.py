@@ -3,9 +3,11 @@
 Each rule below names the 4.9.7 method it follows.
 
 * Start (:func:`marker_problems`, :func:`commitlog_load_problems`, :func:`effective_checkpoint`): ``lock`` must
-  open read-write (the ``DefaultMessageStore`` constructor); every entry of ``commitlog/`` must be a file of
-  exactly ``mappedFileSizeCommitLog`` bytes with a numeric name (``MappedFileQueue.doLoad``, ``MappedFile.init``);
-  ``checkpoint`` must open read-write (``StoreCheckpoint``); else the broker refuses to start.
+  open read-write (the ``DefaultMessageStore`` constructor: not a folder, socket or link loop) and take a write
+  and ``force`` (``start()``: not a FIFO or device); every entry of ``commitlog/`` must be a file of exactly
+  ``mappedFileSizeCommitLog`` bytes with a numeric name (``MappedFileQueue.doLoad``, ``MappedFile.init``);
+  ``checkpoint`` must open read-write and map a page (``StoreCheckpoint``: a regular file, or none); else the
+  broker refuses to start.  What Java does with each kind of file was checked on OpenJDK 17 (:func:`java_rw_open`).
 * ``abort`` present (``File.exists()``: a folder too) -> ``CommitLog.recoverAbnormally``, else
   ``CommitLog.recoverNormally``: walk from the third-last segment (``size - 3``, clamped
   to 0).  ``recoverAbnormally``: from the last segment backwards, the first
@@ -47,6 +49,7 @@ from .consumequeue import units_of
 from .commitlog import KIND_MESSAGE, Frame, ReadOnlyMap, SalvageSpan, Segment, salvage_arrays, \
     walk_arrays
 from .errors import ErrorKind, StoreFormatError
+from .fs import UnreadableError, read_bytes
 from .store import Store
 
 _I32_AT = lambda buf, pos: int.from_bytes(buf[pos:pos + 4], "big", signed=True)  # noqa: E731
@@ -235,35 +238,65 @@ def describe_damaged_record(buf, pos: int, limit: int | None = None) -> dict:
 # The store as the broker's load() sees it
 
 
+def java_rw_open(path: Path) -> tuple[str | None, str | None]:
+    """How ``new RandomAccessFile(path, "rw")`` fares (``open(O_RDWR | O_CREAT)``, following symbolic links), as
+    (why it throws or None, what ``path`` is).  Checked against OpenJDK 17: a folder throws ("Is a directory"), a
+    socket throws ("No such device or address"), a symbolic link loop throws ("Too many levels of symbolic
+    links"), a dangling link creates its target when the target's folder exists (else "No such file or
+    directory"); a FIFO or a device opens (what follows may not: see :func:`effective_checkpoint`)."""
+    import errno
+    import stat as st
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            if not os.path.islink(path) or os.path.isdir(os.path.dirname(os.path.realpath(path))):
+                return None, "absent" if not os.path.islink(path) else "a dangling symbolic link"
+            return "No such file or directory", "a dangling symbolic link into a missing folder"
+        if e.errno == errno.ELOOP:
+            return "Too many levels of symbolic links", "a symbolic link loop"
+        return os.strerror(e.errno or 0), "a path that cannot be followed"
+    if st.S_ISDIR(mode):
+        return "Is a directory", "a folder"
+    if st.S_ISSOCK(mode):
+        return "No such device or address", "a socket"
+    return None, "a regular file" if st.S_ISREG(mode) else "a FIFO" if st.S_ISFIFO(mode) else "a device"
+
+
 def effective_checkpoint(root: Path) -> tuple[Checkpoint | None, list[str], list[str]]:
     """The checkpoint values the broker works with (``new StoreCheckpoint(path)``), with start problems and notes.
 
     A missing file is created, so every value is 0; an existing regular file is mapped read-write over one
     4096-byte page (which extends a short file with zeros), so a short file's missing bytes read as 0 and only
-    the first three longs count (4.x); a folder cannot be opened (``new RandomAccessFile(file, "rw")`` throws),
-    so ``load()`` fails: the broker will not start (None)."""
+    the first three longs count (4.x).  ``new StoreCheckpoint`` throws inside ``DefaultMessageStore.load()``,
+    which then fails (the broker will not start: None), when ``new RandomAccessFile(file, "rw")`` does (a folder,
+    a socket, a link loop: :func:`java_rw_open`) and when ``fileChannel.map(READ_WRITE, 0, 4096)`` does: a FIFO
+    or a device cannot be extended to the page ("Invalid argument", OpenJDK 17).  A dangling link is a missing
+    file (``File.exists()`` is false) whose target is created."""
     path = root / "checkpoint"
+    refused, what = java_rw_open(path)
+    if refused is None and what in ("a FIFO", "a device"):
+        refused = "Invalid argument, from fileChannel.map(READ_WRITE, 0, 4096)"
+    if refused is not None:
+        return None, [f"checkpoint is {what}: new StoreCheckpoint() throws ({refused}), so "
+                      "DefaultMessageStore.load() fails"], []
     if not path.exists():  # File.exists follows symbolic links
         return Checkpoint(0, 0, 0, file_length=0), [], [
             "no checkpoint file: StoreCheckpoint creates one and reads every value as 0"]
-    if path.is_dir():
-        return None, ["checkpoint is a folder: new StoreCheckpoint() cannot open it (RandomAccessFile \"rw\" "
-                      "throws), so DefaultMessageStore.load() fails"], []
     notes = []
-    if not path.is_file():
-        notes.append("checkpoint is not a regular file: the broker's behaviour with it is not predicted "
-                      "(read here as zeros)")
+    try:
+        raw = read_bytes(path, L.CHECKPOINT_MIN_SIZE)
+    except UnreadableError as e:  # no permission here: the broker (its own user) may read it
+        notes.append(f"checkpoint cannot be read here ({e.reason}): read as zeros")
         raw = b""
-    else:
-        with open(path, "rb") as f:
-            raw = f.read(L.CHECKPOINT_MIN_SIZE)
     if len(raw) < L.CHECKPOINT_MIN_SIZE:
-        if path.is_file():
+        if not notes:
             notes.append(f"checkpoint is {len(raw)} bytes: StoreCheckpoint maps a 4096-byte page over it, so the "
                          "missing bytes read as 0")
         raw = raw + bytes(L.CHECKPOINT_MIN_SIZE - len(raw))
     values = struct.unpack(">qqq", raw[:24])
-    return Checkpoint(*values, file_length=os.stat(path).st_size if path.is_file() else 0), [], notes
+    return Checkpoint(*values, file_length=os.stat(path).st_size), [], notes
 
 
 def java_parse_long(text: str) -> int | None:
@@ -312,8 +345,10 @@ def index_files_deleted_at_load(index_dir: Path, last_exit_ok: bool, index_msg_t
             break
         head = b""
         if entry.is_file():
-            with open(entry, "rb") as f:
-                head = f.read(16)
+            try:
+                head = read_bytes(entry, 16)
+            except UnreadableError:
+                head = b""
         end_timestamp = struct.unpack(">q", (head + bytes(16))[8:16])[0]
         if not last_exit_ok and end_timestamp > index_msg_timestamp:
             deleted.append(entry.name)
@@ -324,22 +359,28 @@ def commitlog_load_problems(commitlog_dir: Path, segment_size: int | None) -> tu
     """Why ``CommitLog.load()`` (``MappedFileQueue.load`` / ``doLoad``) fails, as (file, reason) pairs, and notes.
 
     ``doLoad`` takes every entry ``listFiles()`` gives (files, folders, hidden files: not only segment names),
-    sorted by name, and returns false at the first whose ``File.length()`` (a folder's size, 0 for a dangling
-    link) is not mappedFileSizeCommitLog, so ``DefaultMessageStore.load()`` fails.  An entry of the right length
-    is mapped with ``new MappedFile(path, size)``, which parses its name with ``Long.parseLong`` (a
-    NumberFormatException escapes doLoad and fails ``load()``) and opens it read-write (a folder throws an
-    IOException: doLoad returns false).  The broker logs only the first; every one is listed here.  A numeric
+    sorted by name, and returns false at the first whose ``File.length()`` (a folder's size; 0 for a FIFO, a
+    socket, a device, a dangling link or a link loop) is not mappedFileSizeCommitLog, so
+    ``DefaultMessageStore.load()`` fails.  An entry of the right length is mapped with ``new MappedFile(path,
+    size)``, which parses its name with ``Long.parseLong`` (a NumberFormatException escapes doLoad and fails
+    ``load()``) and opens it read-write (a folder throws an IOException: doLoad returns false).  The broker logs only the first; every one is listed here.  A numeric
     name that is not 20 digits loads as the segment at that offset (a note: the model ignores it)."""
     problems, notes = [], []
     if not commitlog_dir.is_dir():
         return problems, notes
-    for entry in sorted(commitlog_dir.iterdir(), key=lambda e: e.name):
+    try:
+        entries = sorted(commitlog_dir.iterdir(), key=lambda e: e.name)
+    except OSError as e:
+        return problems, [f"commitlog/ cannot be listed here ({e.strerror}): its entries are not checked"]
+    for entry in entries:
         rel = f"commitlog/{entry.name}"
         try:
             length = entry.stat().st_size
         except OSError:
             length = 0
-        what = "a folder" if entry.is_dir() else f"{length} bytes"
+        kind = java_rw_open(entry)[1]
+        what = f"{length} bytes" if kind == "a regular file" else "a folder" if kind == "a folder" else \
+            f"{kind} (File.length() {length})"
         if segment_size and length != segment_size:
             problems.append((rel, f"{rel} is {what}, not mappedFileSizeCommitLog {segment_size}: MappedFileQueue"
                                   ".doLoad refuses it and load() fails"))
@@ -355,27 +396,31 @@ def commitlog_load_problems(commitlog_dir: Path, segment_size: int | None) -> tu
     return problems, notes
 
 
-def marker_problems(markers) -> tuple[list[tuple[str, str]], list[str]]:
-    """What ``abort`` and ``lock`` of an unusual kind do (``markers``: :class:`~store_format.checkpoint.Markers`).
+def marker_problems(root: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """What a ``lock`` of an unusual kind does, as (problems met before recovery, problems met after it).
 
-    ``lock``: the ``DefaultMessageStore`` constructor opens it with ``new RandomAccessFile(lock, "rw")``, which
-    throws for a folder, so ``BrokerController.initialize()`` fails before any recovery: the broker will not
-    start.  ``abort``: ``isTempFileExist()`` is ``File.exists()``, true for a folder too, so the start is an
-    abnormal recovery; ``createTempFile()`` at start leaves an existing entry alone, and the clean ``shutdown()``
-    removes it with ``File.delete()``, which cannot delete a folder that is not empty: every later start is then
-    abnormal as well."""
-    problems, notes = [], []
-    if markers.lock_kind == "folder":
-        problems.append(("lock", "lock is a folder: the DefaultMessageStore constructor cannot open it "
-                                 "(RandomAccessFile \"rw\" throws), so BrokerController.initialize() fails before "
-                                 "any recovery"))
-    elif markers.lock_kind == "other":
-        notes.append("lock is not a regular file: the broker's behaviour with it is not predicted")
-    return problems, notes
+    The ``DefaultMessageStore`` constructor opens it with ``new RandomAccessFile(lock, "rw")``, which throws for a
+    folder, a socket or a link loop (:func:`java_rw_open`), so ``BrokerController.initialize()`` fails before any
+    recovery.  A FIFO or a device opens, and ``load()`` recovers the store; then ``DefaultMessageStore.start()``
+    locks it, writes "lock" and calls ``force(true)``, which throws for them ("Invalid argument", OpenJDK 17):
+    the broker does not start, after recovery.  The broker will not start either way."""
+    refused, what = java_rw_open(root / "lock")
+    if refused is not None:
+        return [("lock", f"lock is {what}: the DefaultMessageStore constructor cannot open it (RandomAccessFile "
+                         f"\"rw\" throws: {refused}), so BrokerController.initialize() fails before any recovery")], []
+    if what in ("a FIFO", "a device"):
+        return [], [("lock", f"lock is {what}: DefaultMessageStore.start() locks it and writes to it, and "
+                             "fileChannel.force(true) throws (Invalid argument), so the broker does not start, after "
+                             "load() has recovered the store")]
+    return [], []
 
 
 def abort_notes(root: Path, markers) -> list[str]:
-    """Notes on an ``abort`` that is not a regular file (see :func:`marker_problems`)."""
+    """Notes on an ``abort`` that is not a regular file.  ``abort``: ``isTempFileExist()`` is ``File.exists()``, true for a folder too, so the start is an
+    abnormal recovery; ``createTempFile()`` at start leaves an existing entry alone, and the clean ``shutdown()``
+    removes it with ``File.delete()``, which cannot delete a folder that is not empty: every later start is then
+    abnormal as well.  A FIFO, socket or device exists too (abnormal; ``File.delete`` removes it at shutdown); a
+    dangling link or a link loop does not (``File.exists()`` is false): a normal start."""
     abort = root / "abort"
     if markers.abort_kind == "folder":
         if any(abort.iterdir()):
@@ -385,7 +430,8 @@ def abort_notes(root: Path, markers) -> list[str]:
         return ["abort is an empty folder: File.exists() is true, so the broker recovers abnormally (a clean "
                 "shutdown deletes it)"]
     if markers.abort_kind == "other":
-        return ["abort is not a regular file: File.exists() is true, so the broker recovers abnormally"]
+        return ["abort is not a regular file (a FIFO, a socket or a device): File.exists() is true, so the broker "
+                "recovers abnormally"]
     return []
 
 
@@ -691,14 +737,15 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     size = store.segment_size
     # in the order the broker meets them: the constructor opens lock, load() loads the commitlog, then (after the
     # consume queues) opens the checkpoint
-    found, notes = marker_problems(markers)
-    notes += abort_notes(root, markers)
+    found, at_start = marker_problems(root)
+    notes = abort_notes(root, markers)
     cl_problems, cl_notes = commitlog_load_problems(root / "commitlog", size)
     found += cl_problems
     notes += cl_notes
     cp, cp_problems, cp_notes = effective_checkpoint(root)
     found += [("checkpoint", text) for text in cp_problems]
     notes += cp_notes
+    found += at_start  # DefaultMessageStore.start(), after load()
 
     used: dict[str, SegmentWalk] = {}
     given = walks or {}

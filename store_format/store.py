@@ -12,6 +12,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
+from . import fs
 from . import layout as L
 from .checkpoint import Checkpoint, Markers, read_checkpoint, read_markers
 from .commitlog import Frame, ReadOnlyMap, Segment, infer_segment_size, list_segments, read_message_at, \
@@ -30,8 +31,11 @@ class Store:
                  message_delay_level: str = L.DEFAULT_MESSAGE_DELAY_LEVEL):
         self.root = Path(root)
         if not self.root.is_dir():
+            if self.root.exists() or self.root.is_symlink():
+                fs.check_folder(self.root)  # a loop, a FIFO, no permission: UnreadableError says which
             raise StoreFormatError(ErrorKind.MISSING, "not a directory; pass a broker store root (the folder "
                                    "holding commitlog/, consumequeue/, index/)", file=str(self.root))
+        fs.check_folder(self.root)
         if not (self.root / "commitlog").is_dir() and not (self.root / "consumequeue").is_dir():
             raise StoreFormatError(ErrorKind.MISSING, "no commitlog/ or consumequeue/ here; is this a store root?",
                                    file=str(self.root))
@@ -42,20 +46,39 @@ class Store:
         self.delay_levels = L.parse_delay_levels(message_delay_level)
 
     # ---- commitlog ---------------------------------------------------------------------------
+    def _readable_folder(self, name: str) -> bool:
+        return fs.entry(self.root / name).is_folder and fs.entry(self.root / name).reason is None
+
+    def unreadable(self, part: str | None = None) -> list[fs.UnreadableError]:
+        """The entries of the store no reader can read (:func:`store_format.fs.unreadable_entries`: FIFOs,
+        devices, link loops, dangling links, no permission, a part that is a file), of ``part`` only when given
+        (``commitlog``, ``consumequeue``, ``index``, ``config``, or a root file such as ``checkpoint``)."""
+        found = fs.unreadable_entries(self.root)
+        return found if part is None else [e for e in found if fs.part_of(e, self.root) == part]
+
     @cached_property
     def segments(self) -> list[Segment]:
-        return list_segments(self.root / "commitlog")
+        return list_segments(self.root / "commitlog") if self._readable_folder("commitlog") else []
 
     @property
     def segment_size(self) -> int | None:
         return self._segment_size or infer_segment_size([(s.base_offset, s.length) for s in self.segments])
 
     def walk_commitlog(self, *, decode: bool = True, check_crc: bool = True, salvage: bool = False,
-                       stop_at_first_stop: bool = False) -> Iterator:
+                       stop_at_first_stop: bool = False, unreadable: list | None = None) -> Iterator:
         """Frames of every segment in order (each segment walked from its start).  With ``salvage``, also
-        frames past damage and :class:`~store_format.commitlog.SalvageSpan`s for unframeable bytes."""
+        frames past damage and :class:`~store_format.commitlog.SalvageSpan`s for unframeable bytes.  A segment
+        that cannot be opened raises its ``UnreadableError``, or, with ``unreadable`` (a list), is skipped and
+        its error appended there."""
         for seg in self.segments:
-            with ReadOnlyMap(seg.path) as m:
+            try:
+                m = ReadOnlyMap(seg.path)
+            except fs.UnreadableError as e:
+                if unreadable is None:
+                    raise
+                unreadable.append(e)
+                continue
+            with m:
                 if salvage:
                     yield from salvage_buffer(m.buf, seg.name, seg.base_offset, decode=decode, check_crc=check_crc)
                     continue
@@ -75,7 +98,7 @@ class Store:
     # ---- consume queues ----------------------------------------------------------------------
     @cached_property
     def queues(self) -> dict[tuple[str, int], list[CQFile]]:
-        return discover_queues(self.root / "consumequeue")
+        return discover_queues(self.root / "consumequeue") if self._readable_folder("consumequeue") else {}
 
     @property
     def consume_queue_file_size(self) -> int | None:
@@ -87,7 +110,7 @@ class Store:
 
     # ---- index -------------------------------------------------------------------------------
     def index_paths(self) -> list[Path]:
-        return list_index_files(self.root / "index")
+        return list_index_files(self.root / "index") if self._readable_folder("index") else []
 
     def open_index(self, path: Path) -> IndexFile:
         """An index file with its geometry: the store's given one (checked against the file) or the file's own,
@@ -159,11 +182,11 @@ class Store:
         return read_config(self.root / "config", name)
 
     def config_names(self) -> list[str]:
-        d = self.root / "config"
-        if not d.is_dir():
+        """Names of the config files (``.bak`` folded in), unreadable ones too (``config`` says why)."""
+        if not self._readable_folder("config"):
             return []
-        return sorted({p.name.removesuffix(".bak") for p in d.iterdir()
-                       if p.is_file() and p.name.endswith((".json", ".json.bak"))})
+        return sorted({e.name.removesuffix(".bak") for e in fs.entries(self.root / "config")
+                       if not e.is_folder and e.name.endswith((".json", ".json.bak"))})
 
 
 __all__ = ["Store"]

@@ -587,7 +587,9 @@ class StoreWriter:
 
         if self.root.exists() and not self.root.is_dir():
             raise WriterError(ErrorKind.INVALID_INPUT, "store root exists and is not a directory", file=str(self.root))
-        existing = self.root.is_dir() and any(self.root.iterdir())
+        from .fs import OUTPUT_MARKER  # a job's prepared output folder (jobs/output.py) counts as empty
+
+        existing = self.root.is_dir() and any(p.name != OUTPUT_MARKER for p in self.root.iterdir())
         if existing and not append:
             raise WriterError(ErrorKind.INVALID_INPUT, "store root is not empty: a new store needs a new or empty "
                               "folder (append=True adds to the store that is there)", file=str(self.root))

@@ -52,10 +52,12 @@ that ``write`` rolls at the same place.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
 
+from . import fs
 from .bulk import RecordBatch, append_many
 from .codec import host_flags
 from .errors import ErrorKind, StoreFormatError, WriterError
@@ -88,7 +90,7 @@ def run_generate(args) -> int:
         stats = generate_store(args.out_dir, traffic, cfg, progress=None if args.quiet else progress_line(),
                                crash=args.crash)
     except (StoreFormatError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {fs.error_line(e)}", file=sys.stderr)
         return EXIT_USAGE
     print(f"generate: {stats['messages']} messages, {stats['bytes'] / 1e6:,.1f} MB in {stats['segments']} "
           f"segment(s), {stats['total_s']:.1f} s ({stats['messages'] / stats['total_s']:,.0f} msg/s; writer "
@@ -167,12 +169,29 @@ def _puts(records, writer: StoreWriter):
         yield batch()
 
 
+def check_apart(out_dir: str, inputs) -> None:
+    """Refuse an output store that is, contains or lies inside an input file or the store holding it (paths
+    resolved, compared by device and inode: store_format.fs.overlap), before anything is opened for writing."""
+    for given in inputs:
+        if given in (None, "-") or not os.path.lexists(given):
+            continue
+        for protected in dict.fromkeys((fs.store_root_of(given), fs.real(given))):
+            how = fs.overlap(out_dir, protected)
+            if how is not None:
+                raise WriterError(ErrorKind.INVALID_INPUT, f"the store written overlaps the input {given} (it "
+                                  f"{ {'is': 'is', 'inside': 'lies inside', 'contains': 'contains'}[how]} "
+                                  f"{protected}): a write never touches its own input", file=str(out_dir))
+
+
 def run_write(args) -> int:
     try:
         cfg = _config(args)
-        stream = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
+        if args.input != "-":
+            fs.check_file(args.input)  # the input first: a FIFO, a folder, no permission is refused here
+        check_apart(args.out_dir, [args.input, args.config])
+        stream = sys.stdin if args.input == "-" else io.TextIOWrapper(fs.open_file(args.input), encoding="utf-8")
     except (StoreFormatError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {fs.error_line(e)}", file=sys.stderr)
         return EXIT_USAGE
     writer = None
     count = 0
@@ -188,7 +207,7 @@ def run_write(args) -> int:
         if chunk:
             count += _flush_chunk(writer, chunk, batch_ids)
     except (StoreFormatError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {fs.error_line(e)}", file=sys.stderr)
         if writer is not None:
             writer.crash()  # never leave a store that claims a clean shutdown
             print(f"write: stopped after {count} record(s); {args.out_dir} is marked not cleanly shut down",
@@ -243,6 +262,7 @@ def register(subparsers) -> None:
                         "transaction, a retry and a dead letter per group): every topic and queue even in a tiny "
                         "store (the retries need ~20 simulated seconds: lower --rate for a few hundred messages)")
     g.add_argument("--quiet", action="store_true", help="no progress line")
+    g.add_argument("--debug", action="store_true", help="show a Python traceback when the tool itself fails")
     g.set_defaults(run=run_generate)
 
     w = subparsers.add_parser("write", help="write a store from JSON Lines of stored records",
@@ -252,4 +272,5 @@ def register(subparsers) -> None:
     w.add_argument("--config", help="broker.conf with store settings (key=value)")
     w.add_argument("--crash", action="store_true", help="end as a killed broker: abort file, stale checkpoint")
     w.add_argument("--append", action="store_true", help="add to the store already in OUT_DIR")
+    w.add_argument("--debug", action="store_true", help="show a Python traceback when the tool itself fails")
     w.set_defaults(run=run_write)

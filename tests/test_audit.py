@@ -536,6 +536,64 @@ def test_report_in_a_real_browser(flow_audit, tmp_path):
     assert result.screenshot_path.stat().st_size > 10_000
 
 
+# --------------------------------------------------------------------------------------------------
+# One broker's bad file is that broker's finding (issue 22)
+
+
+def test_one_brokers_bad_config_value_and_special_files_are_its_findings(spark, tmp_path):
+    """Three brokers in one run: ``bad-config`` has values no broker can hold (a consumer offset outside the long
+    range, a queue id outside int, a delay level that is not a number, a queue count outside int), ``special`` has
+    a FIFO segment, a socket index file, a consume-queue file linked to /dev/zero, a FIFO config file and a link
+    loop; ``clean`` is the basic fixture.  Each gets its own findings, the run ends (exit 1, not 2), and the clean
+    broker's results are those of an audit of it alone."""
+    import shutil
+
+    from .test_safety import hostile_store
+
+    dump = tmp_path / "dump"
+    bad = dump / "bad-config" / "store"
+    shutil.copytree(fixture_store("broker"), bad)
+    for p in [bad, *bad.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    offsets = loads((bad / "config" / "consumerOffset.json").read_text())
+    (topic_group, queues), = list(offsets["offsetTable"].items())[:1]
+    queues.update({0: 99999999999999999999999, 2**40: 5})
+    (bad / "config" / "consumerOffset.json").write_text(json.dumps(
+        {"offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in offsets["offsetTable"].items()}}))
+    (bad / "config" / "delayOffset.json").write_text('{"offsetTable":{x:1,2:3}}')
+    topics = loads((bad / "config" / "topics.json").read_text())
+    first = next(iter(topics["topicConfigTable"]))
+    topics["topicConfigTable"][first]["readQueueNums"] = 2**40
+    (bad / "config" / "topics.json").write_text(json.dumps(topics))
+    special = dump / "special" / "store"
+    made = {k: str(Path(v).relative_to(special)) for k, v in hostile_store(special).items()}
+    shutil.copytree(fixture_store("basic"), dump / "clean" / "store")
+
+    result = audit.run(spark, audit_args([dump], tmp_path / "out", no_report=True))
+    findings = rows(tmp_path / "out", "findings")
+    assert result.exit_code == 1
+    out_of_range = [f for f in findings if f["check"] == "metadata.config_value_out_of_range"]
+    assert {f["broker"] for f in out_of_range} == {"bad-config"}
+    keys = {(f["file"], f["details"]["key"], f["details"]["value"]) for f in out_of_range}
+    assert keys == {("config/consumerOffset.json", f"offsetTable/{topic_group}/0", "99999999999999999999999"),
+                    ("config/consumerOffset.json", f"offsetTable/{topic_group}/{2**40}", f'"{2**40}"'),
+                    ("config/delayOffset.json", "offsetTable/x", '"x"'),
+                    ("config/topics.json", f"topicConfigTable/{first}/readQueueNums", str(2**40))}, keys
+    assert all(f["severity"] == "error" and f["message"] for f in out_of_range)
+    lag = [r for r in rows(tmp_path / "out", "tables/lag") if r["broker"] == "bad-config"]
+    assert lag and all(r["offset"] is not None for r in lag)  # the file's other offsets are used
+    unreadable = {f["file"]: f["details"]["reason"] for f in findings if f["check"] == "metadata.store_file_unreadable"}
+    assert {f["broker"] for f in findings if f["check"] == "metadata.store_file_unreadable"} == {"special"}
+    assert set(unreadable) == set(made.values()), unreadable
+    assert unreadable[made["segment"]] == "a FIFO, not a regular file" and "socket" in unreadable[made["index"]]
+    assert "character device" in unreadable[made["queue_file"]] and "loop" in unreadable[made["loop"]]
+    # the clean broker: what an audit of it alone finds
+    alone = audit.run(spark, audit_args([fixture_store("basic")], tmp_path / "alone", no_report=True))
+    mine = sorted((f["check"], f["file"], f["file_position"]) for f in findings if f["broker"] == "clean")
+    assert mine == sorted((f["check"], f["file"], f["file_position"]) for f in rows(tmp_path / "alone", "findings"))
+    assert alone.exit_code == 0
+
+
 def test_the_rate_plot_stays_meaningful_for_a_store_spanning_under_a_second():
     """A store whose messages span 300 ms is counted per millisecond and drawn as a rate over about 60 buckets
     of 5 ms (not one point, nor one bucket of a second); every message in one millisecond is a bar per topic."""

@@ -290,3 +290,41 @@ def test_salvage_finds_stale_records_past_the_logical_end():
     found = list(salvage_buffer(buf, SEG, 0))
     assert [f.physical_offset for f in found if isinstance(f, Frame) and f.kind == "message"] == [0, len(a) + gap]
     assert any(isinstance(f, SalvageSpan) and f.reason == END_OF_DATA for f in found)
+
+
+def test_config_values_a_broker_cannot_hold_are_findings_not_exceptions(tmp_path):
+    """Out of the Java type's range, or not a number: an OUT_OF_RANGE problem naming the file, the key path and the
+    value; the accessors leave the entry out, the metadata rows carry one error row per value and every other
+    row (issue 22)."""
+    from datasources.metadata import is_value_error, table_rows
+    from store_format.config import consumer_offsets, value_problems
+
+    d = tmp_path / "config"
+    d.mkdir()
+    (d / "consumerOffset.json").write_text('{"offsetTable":{"T@g":{0:5,1:99999999999999999999999,2147483648:1,'
+                                           '3:"x"},"nogroup":{0:1}}}')
+    (d / "delayOffset.json").write_text('{"offsetTable":{x:1,2:3,-99999999999:4}}')
+    (d / "topics.json").write_text('{"topicConfigTable":{"T":{"readQueueNums":1099511627776,"perm":"rw"}}}')
+    (d / "subscriptionGroup.json").write_text('{"subscriptionGroupTable":{"g":{"brokerId":1e400,'
+                                              '"retryMaxTimes":16}}}')
+    cfg = read_config(d, "consumerOffset.json")
+    assert consumer_offsets(cfg) == {("T", "g"): {0: 5}}
+    problems = {(e.field, e.kind) for e in value_problems(cfg)}
+    assert problems == {(f, ErrorKind.OUT_OF_RANGE) for f in ("offsetTable/T@g/1", "offsetTable/T@g/2147483648",
+                                                              "offsetTable/T@g/3", "offsetTable/nogroup")}
+    rows = table_rows("consumer_offsets", "b", str(tmp_path))
+    assert [(r["queue_id"], r["offset"]) for r in rows if r["error"] is None] == [(0, 5)]
+    bad = {r["error_key"]: r for r in rows if is_value_error(r["error"])}
+    assert bad["offsetTable/T@g/1"]["error_value"] == "99999999999999999999999"
+    assert "outside Java's long range" in bad["offsetTable/T@g/1"]["error"]
+    assert str(d / "consumerOffset.json") in bad["offsetTable/T@g/1"]["error"]
+    delay = table_rows("delay_offsets", "b", str(tmp_path))
+    assert [(r["delay_level"], r["offset"]) for r in delay if r["error"] is None] == [(2, 3)]
+    assert {r["error_key"] for r in delay if r["error"]} == {"offsetTable/x", "offsetTable/-99999999999"}
+    topics = table_rows("topics", "b", str(tmp_path))
+    assert [r["read_queue_nums"] for r in topics if r["error"] is None] == [None]
+    assert {r["error_key"] for r in topics if r["error"]} == {"topicConfigTable/T/readQueueNums",
+                                                              "topicConfigTable/T/perm"}
+    groups = table_rows("subscription_groups", "b", str(tmp_path))
+    assert [r["retry_max_times"] for r in groups if r["error"] is None] == [16]
+    assert [r["error_key"] for r in groups if r["error"]] == ["subscriptionGroupTable/g/brokerId"]

@@ -66,6 +66,93 @@ def test_errors_are_clear(tmp_path):
     assert r.returncode == 2 and "BAD_ID" in r.stderr
 
 
+# ---- unreadable input: exit 2 and one line, never a traceback (issue 22) ----
+
+def _unprivileged(*cmd):
+    """``cmd`` where root's override of file permissions does not reach files owned by an unmapped user (a user
+    namespace mapping only root): as an ordinary user would meet a file it may not read."""
+    import shutil
+
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-r", "true"], capture_output=True).returncode:
+        pytest.skip("no user namespaces here")
+    prefix = ["unshare", "-r"] if __import__("os").geteuid() == 0 else []
+    return subprocess.run([*prefix, sys.executable, *map(str, cmd)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _deny(path):
+    import os
+
+    os.chown(path, 65534, 65534)
+    os.chmod(path, 0)
+
+
+def test_unreadable_input_is_exit_2_and_one_line(tmp_path):
+    import shutil
+
+    root = tmp_path / "store"
+    shutil.copytree(fixture_store("basic"), root)
+    for p in [root, *root.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    segment = root / "commitlog" / "00000000000000000000"
+    _deny(segment)
+    _deny(root / "checkpoint")
+    r = _unprivileged("-m", "store_format", "dump", root, "--what", "commitlog")
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert [(x["file"], x["error_kind"], x["message"]) for x in rows if x["kind"] == "error"] == [
+        (str(segment), "UNREADABLE", "Permission denied")]
+    r = _unprivileged("-m", "store_format", "dump", root, "--what", "checkpoint")
+    assert r.returncode == 2 and r.stderr == f"error: {root / 'checkpoint'}: Permission denied\n"
+    m = fixture_manifest("basic")["messages"][0]
+    r = _unprivileged("-m", "store_format", "query", root, "--msg-id", m["msgId"])
+    assert r.returncode == 2 and f"error: {segment}: Permission denied" in r.stderr and "Traceback" not in r.stderr
+    # a store root that cannot be listed: one line from the tools and the jobs alike; --debug adds the traceback
+    _deny(root)
+    for cmd in (["-m", "store_format", "dump", root, "--what", "index"],
+                ["-m", "store_format", "query", root, "--msg-id", m["msgId"]],
+                ["-m", "jobs.query", "--store", root, "--msg-id", m["msgId"]],
+                ["-m", "jobs.decode", "--store", root, "--out", tmp_path / "out"]):
+        r = _unprivileged(*cmd)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (cmd, r.stderr)
+        assert r.stderr.strip().splitlines()[-1].endswith(f"error: {root}: Permission denied"), (cmd, r.stderr)
+    r = _unprivileged("-m", "store_format", "dump", root, "--what", "index", "--debug")
+    assert r.returncode == 2 and "Traceback" in r.stderr
+    root.chmod(0o755)
+
+
+def test_a_commitlog_that_is_a_file_and_link_loops_are_reported(tmp_path):
+    import os
+    import shutil
+
+    root = tmp_path / "store"
+    shutil.copytree(fixture_store("basic"), root)
+    for p in [root, *root.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    shutil.rmtree(root / "commitlog")
+    (root / "commitlog").write_bytes(b"not a folder")
+    (root / "index" / "loop").symlink_to(root / "index" / "loop")
+    r = run("dump", root, "--what", "commitlog")
+    errors = [json.loads(x) for x in r.stdout.splitlines() if json.loads(x)["kind"] == "error"]
+    assert r.returncode == 2 and errors[0]["file"] == str(root / "commitlog"), r.stdout
+    assert "a regular file, not a folder" in errors[0]["message"]
+    r = run("dump", root, "--what", "index")
+    assert r.returncode == 2 and any(json.loads(x).get("file") == str(root / "index" / "loop") and
+                                     "loop" in json.loads(x)["message"] for x in r.stdout.splitlines())
+    os.unlink(root / "index" / "loop")
+
+
+def test_a_wrong_msg_id_length_says_so():
+    for bad in ("C0A8000A00002A9F00000000000000", "XYZ", "G" * 32):
+        r = run("query", fixture_store("basic"), "--msg-id", bad)
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        if len(bad) != 32:
+            assert f"must be 32 or 56 hex characters" in r.stderr and f"got {len(bad)}" in r.stderr, r.stderr
+            assert "not hexadecimal" not in r.stderr
+        else:
+            assert "not hexadecimal" in r.stderr
+
+
 def test_generate_into_a_store_that_is_there_says_what_to_do(tmp_path):
     """generate writes new stores only: into a non-empty folder it refuses (exit 2), naming the folder and the
     command that adds to a store, not an option it does not have."""

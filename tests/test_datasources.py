@@ -668,6 +668,22 @@ def test_unit_arrays_equal_read_units(fixture, tmp_path):
         assert ((arrays.truncated.kind, arrays.truncated.position) if arrays.truncated else None) == error
 
 
+def test_read_units_is_linear_in_a_file_written_only_at_its_end(tmp_path):
+    """A 6 MB consume-queue file (the broker's size) that is zero but for a few bytes at its end (found by
+    tests/test_fuzz_stores.py): read_units found the end of the written bytes again at each zero unit, copying
+    the rest of the mapping each time, and never finished; now once a file.  Same units as read_unit_arrays."""
+    import time
+
+    p = tmp_path / "00000000000000000000"
+    p.write_bytes(bytes(6_000_000 - 3) + b"\x01\x02\x03")
+    f = CQFile("T", 0, p, 0, p.stat().st_size)
+    started = time.monotonic()
+    kinds = Counter(u.kind for u in read_units(f))
+    assert time.monotonic() - started < 20
+    assert kinds == {"zero": 299_999, "invalid": 1}  # the last unit holds the bytes; every one before is kept
+    assert len(read_unit_arrays(f).kind) == 300_000
+
+
 def _sparse_segment(path: Path, length: int, data_end: int) -> Path:
     """A preallocated segment file, sparse, whose last non-zero byte is just before ``data_end``."""
     path.parent.mkdir(parents=True, exist_ok=True)

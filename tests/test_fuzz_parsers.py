@@ -12,6 +12,8 @@ A crash found there becomes an ``@example`` here.
 """
 from __future__ import annotations
 
+import json
+
 import os
 import struct
 import tempfile
@@ -640,6 +642,57 @@ def test_fastjson_reader_on_hostile_text(scratch, text):
                 accessor(cfg)
             except ConfigError as e:
                 assert e.kind == ErrorKind.BAD_CONFIG and e.field and e.file == cfg.source
+
+
+@fuzz(150)
+@given(config_texts())
+@example("{\"a\":{0:1,\"x\":2},\"b\":{3:4}}")  # a mixed map: left to the tolerant parser
+@example("{\"a\":\"x{0:1}\\\"{2:3}\",\"b\":{ 5 :6, -0:7, 5:8}}")  # maps inside strings, spaces, duplicates
+@example("{\"a\":{01:2}}")  # a leading zero: not a JSON number
+@example("{\"a\":[1,2],\"b\":{0:1}}")  # an array of its own
+def test_the_fast_config_path_agrees_with_the_tolerant_parser(text):
+    """The fast path (numpy rewrite + the C decoder) gives exactly what the tolerant parser gives, or steps aside
+    (issue 22: a 200 MB consumerOffset.json in seconds)."""
+    from store_format.config import _NO_FAST_PATH, _fast_loads, _slow_loads
+
+    fast = _fast_loads(text, min_size=0)
+    try:
+        slow = _slow_loads(text, "x.json")
+    except ConfigError:
+        assert fast is _NO_FAST_PATH
+        return
+    assert fast is _NO_FAST_PATH or (fast == slow and repr(fast) == repr(slow))
+
+
+_OFFSET_KEYS = st.one_of(st.sampled_from(["T@g", "T@h", "U@g", "%RETRY%g@g", "nogroup", "a@b@c"]),
+                         st.text("ab@", max_size=4))
+_QUEUE_IDS = st.one_of(st.integers(0, 40), st.integers(-2**63, 2**63 - 1), st.sampled_from([2**31, -2**31 - 1]))
+
+
+@fuzz(100)
+@given(st.lists(st.tuples(_OFFSET_KEYS, st.lists(st.tuples(_QUEUE_IDS, st.integers(-2**63, 2**63 - 1)), max_size=6)),
+                max_size=8))
+def test_offset_columns_equal_the_dict_path(scratch, table):
+    """The consumer-offset rows built column-wise from the fast path (no Python object per offset) are the rows
+    the dict path gives, problems included, for any offsetTable of flat Integer-keyed maps (duplicates, keys that
+    are not topic@group, queue ids outside int, offsets of 19 digits that send the file to the tolerant parser)."""
+    from datasources.metadata import table_rows
+    from store_format import config as C
+
+    text = "{\"offsetTable\":{" + ",".join(
+        json.dumps(k) + ":{" + ",".join(f"{q}:{o}" for q, o in entries) + "}" for k, entries in table) + "}}"
+    d = scratch / "offsets"
+    (d / "config").mkdir(parents=True, exist_ok=True)
+    (d / "config" / "consumerOffset.json").write_text(text)
+    keep = C._FAST_MIN
+    try:
+        C._FAST_MIN = 0
+        fast = table_rows("consumer_offsets", "b", str(d))
+        C._FAST_MIN = 1 << 62
+        slow = table_rows("consumer_offsets", "b", str(d))
+    finally:
+        C._FAST_MIN = keep
+    assert fast == slow
 
 
 @pytest.mark.slow

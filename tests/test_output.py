@@ -9,7 +9,8 @@ import os
 import pytest
 from deltalake import DeltaTable
 
-from jobs.output import FORMATS, OutputError, append_history, prepare_output, read_table, write_table
+from jobs.output import FORMATS, MARKER, OutputError, append_history, marker_of, prepare_output, read_table, \
+    write_table
 
 SCHEMA = "id long, payload binary, at timestamp, tags map<string,string>, note string"
 UTC = dt.timezone.utc
@@ -98,18 +99,50 @@ def test_delta_refuses_a_folder_that_is_not_a_delta_table(frame, tmp_path):
 
 def test_prepare_output_refuses_non_empty_without_overwrite(tmp_path):
     out = tmp_path / "out"
-    prepare_output(str(out), overwrite=False)  # missing: fine
-    out.mkdir()
-    prepare_output(str(out), overwrite=False)  # empty: fine
+    prepare_output(str(out), overwrite=False)  # missing: created, with the marker
+    assert (out / MARKER).is_file() and marker_of(str(out))["tool"] == "rocketmq-forensics"
+    prepare_output(str(out), overwrite=False)  # only the marker: still fresh
     (out / "old.parquet").write_bytes(b"x")
     with pytest.raises(OutputError, match="--overwrite"):
         prepare_output(str(out), overwrite=False)
     assert (out / "old.parquet").exists()
-    prepare_output(str(out), overwrite=True)
-    assert not out.exists()
-    out.write_text("a file")
-    with pytest.raises(OutputError, match="--overwrite"):
-        prepare_output(str(out), overwrite=False)
+    said = []
+    prepare_output(str(out), overwrite=True, job="decode", say=said.append)
+    assert not (out / "old.parquet").exists() and (out / MARKER).is_file()
+    assert said and said[0].startswith(f"overwrite: deleted {out.resolve()}") and "2 files" in said[0]
+    (tmp_path / "file").write_text("a file")
+    for overwrite in (False, True):
+        with pytest.raises(OutputError, match="--overwrite"):
+            prepare_output(str(tmp_path / "file"), overwrite=overwrite)
+    assert (tmp_path / "file").read_text() == "a file"
+
+
+def test_overwrite_deletes_only_a_folder_this_suite_wrote(tmp_path):
+    """Without the marker (someone's folder, or evidence) --overwrite refuses and deletes nothing; a marker that
+    is a link, or that names another tool, is no marker."""
+    mine = tmp_path / "somebody"
+    mine.mkdir()
+    (mine / "data.csv").write_text("precious")
+    with pytest.raises(OutputError, match="not written by this suite"):
+        prepare_output(str(mine), overwrite=True)
+    (tmp_path / "elsewhere.json").write_text('{"tool": "rocketmq-forensics"}')
+    (mine / MARKER).symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(OutputError, match="not written by this suite"):
+        prepare_output(str(mine), overwrite=True)
+    (mine / MARKER).unlink()
+    (mine / MARKER).write_text('{"tool": "other"}')
+    with pytest.raises(OutputError, match="not written by this suite"):
+        prepare_output(str(mine), overwrite=True)
+    assert (mine / "data.csv").read_text() == "precious"
+
+
+def test_a_prepared_output_keeps_its_marker_through_every_format(spark, frame, tmp_path):
+    for fmt in FORMATS:
+        out = tmp_path / fmt
+        prepare_output(str(out), overwrite=False, job="test")
+        write_table(frame, str(out), fmt)
+        assert (out / MARKER).is_file(), fmt
+        assert _sorted(read_table(spark, str(out), schema=frame.schema if fmt == "jsonl" else None)) == _sorted(frame)
 
 
 @pytest.mark.parametrize("where", ["inside", "equal", "containing"])

@@ -480,3 +480,89 @@ def test_an_abort_folder_means_abnormal_recovery(basic_copy, content):
     shutil.rmtree(root / "abort")
     (root / "abort").symlink_to(root / "nowhere")
     assert predict_recovery(Store(root)).mode == "normal"
+
+
+def _make(path, kind):
+    """Put a ``kind`` where ``path`` is: a FIFO, a socket, a link to a device, a dangling link, a link loop."""
+    import socket
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(path))  # the socket file stays after close
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    elif kind == "dangling":
+        path.symlink_to(path.parent / "nowhere")
+    elif kind == "loop":
+        path.symlink_to(path)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device", "dangling", "loop"])
+def test_a_commitlog_entry_that_is_not_a_file_stops_the_broker(basic_copy, kind):
+    """MappedFileQueue.doLoad (4.9.7) compares every entry's File.length() with mappedFileSizeCommitLog before
+    anything else: a FIFO, a socket, a device, a dangling link and a link loop all have length 0, so doLoad
+    returns false and DefaultMessageStore.load() fails.  The problem says what the entry is."""
+    root, _ = basic_copy
+    _make(root / "commitlog" / f"{1 << 30:020d}", kind)
+    p = predict_recovery(Store(root))
+    assert not p.will_start and p.start_problem_files == [f"commitlog/{1 << 30:020d}"]
+    what = {"fifo": "a FIFO", "socket": "a socket", "device": "a device", "dangling": "a dangling symbolic link",
+            "loop": "a symbolic link loop"}[kind]
+    assert f"is {what} (File.length() 0), not mappedFileSizeCommitLog" in p.start_problems[0]
+
+
+@pytest.mark.parametrize("kind, before_recovery", [("socket", True), ("loop", True), ("fifo", False),
+                                                   ("device", False), ("dangling", None)])
+def test_a_lock_that_is_not_a_file(basic_copy, kind, before_recovery):
+    """4.9.7's DefaultMessageStore constructor opens lock with new RandomAccessFile(file, "rw"): a socket or a
+    link loop throws there (BrokerController.initialize() fails before recovery: the first problem); a FIFO or
+    a device opens, load() recovers the store, then DefaultMessageStore.start() writes "lock" and calls
+    fileChannel.force(true), which throws (OpenJDK 17: Invalid argument): the last problem, met after
+    recovery.  A dangling link's target is created: the broker starts."""
+    root, _ = basic_copy
+    (root / "checkpoint").unlink()
+    (root / "checkpoint").mkdir()  # a problem load() meets, to show where the lock's is met
+    _make(root / "lock", kind)
+    p = predict_recovery(Store(root))
+    assert not p.will_start
+    if before_recovery is None:
+        assert p.start_problem_files == ["checkpoint"]
+    else:
+        assert p.start_problem_files == (["lock", "checkpoint"] if before_recovery else ["checkpoint", "lock"])
+        text = p.start_problems[p.start_problem_files.index("lock")]
+        assert ("initialize() fails before any recovery" if before_recovery else "after load()") in text
+
+
+@pytest.mark.parametrize("kind, refused", [("fifo", True), ("socket", True), ("device", True), ("loop", True),
+                                           ("dangling", False)])
+def test_a_checkpoint_that_is_not_a_file(basic_copy, kind, refused):
+    """4.9.7's StoreCheckpoint constructor: new RandomAccessFile(file, "rw") throws for a socket or a link loop,
+    fileChannel.map(READ_WRITE, 0, 4096) throws for a FIFO or a device (OpenJDK 17: Invalid argument): either
+    way DefaultMessageStore.load() fails and nothing is deleted (IndexService.load never runs).  A dangling link
+    is a checkpoint that does not exist (File.exists() is false): created, every value 0."""
+    root, manifest = basic_copy
+    (root / "abort").write_bytes(b"")
+    _make(root / "checkpoint", kind)
+    p = predict_recovery(Store(root))
+    if refused:
+        assert not p.will_start and p.start_problem_files == ["checkpoint"]
+        assert "new StoreCheckpoint() throws" in p.start_problems[0] and p.index_files_deleted == []
+    else:
+        assert p.will_start and any("reads every value as 0" in n for n in p.notes)
+        assert p.index_files_deleted == [f["name"] for f in manifest["indexFiles"]]  # indexMsgTimestamp 0
+
+
+@pytest.mark.parametrize("kind, abnormal", [("fifo", True), ("socket", True), ("device", True), ("loop", False)])
+def test_an_abort_that_is_not_a_file(basic_copy, kind, abnormal):
+    """4.9.7's DefaultMessageStore.isTempFileExist() is File.exists(), which follows links: a FIFO, a socket or a
+    device exists (recoverAbnormally); a link loop does not (stat fails: recoverNormally)."""
+    root, _ = basic_copy
+    _make(root / "abort", kind)
+    p = predict_recovery(Store(root))
+    assert p.will_start and p.mode == ("abnormal" if abnormal else "normal")

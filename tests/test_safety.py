@@ -398,3 +398,341 @@ def test_safe_component_is_safe_and_injective(a, b):
     assert (ca == cb) == (a == b)
     if "~" not in ca:
         assert component_name(ca) == a
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evidence is untouchable: every job that writes, every path shape (issue 22)
+#
+# Each job resolves its inputs and outputs (links, '..', bind mounts: device and inode of every ancestor) before it
+# does anything, checks its inputs before it prepares its output, and refuses any output that is, contains or lies
+# inside an input store or a file of one; --overwrite deletes only a folder the suite wrote (its marker).  Every case
+# below would have deleted or replaced store files before: the reported one is an input given through a link to a
+# part folder and --overwrite pointed at another part of the same store.
+
+SEGMENT = "00000000000000000000"
+
+
+def _shape(root) -> dict:
+    """Every entry below ``root`` (links not followed): kind, mode, size, link target, content hash."""
+    import hashlib
+    import stat as st_
+
+    out = {}
+    for top, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(top, name)
+            s = os.lstat(p)
+            entry = (st_.S_IFMT(s.st_mode), s.st_mode & 0o7777, s.st_mtime_ns)
+            if st_.S_ISLNK(s.st_mode):
+                entry += (os.readlink(p),)
+            elif st_.S_ISREG(s.st_mode):
+                with open(p, "rb") as f:
+                    entry += (s.st_size, hashlib.sha256(f.read()).hexdigest())
+            out[os.path.relpath(p, root)] = entry
+    return out
+
+
+@pytest.fixture
+def evidence(tmp_path):
+    """A dump (one broker store root) with every part, plus the links a careless user might give: to the root, to a
+    part folder, to a segment, and an output link into the store."""
+    root = copy_store(fixture_store("broker"), tmp_path / "dump" / "broker-a" / "store")
+    for p in [root, *root.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / "store").symlink_to(root)
+    (links / "commitlog").symlink_to(root / "commitlog")
+    (links / "segment").symlink_to(root / "commitlog" / SEGMENT)
+    (links / "into-consumequeue").symlink_to(root / "consumequeue")
+    return root, links
+
+
+def _shapes(root, links, tmp_path):
+    """(name, input as given, output as given) for every path shape."""
+    hard = tmp_path / "hard"
+    hard.mkdir(exist_ok=True)
+    if not (hard / SEGMENT).exists():
+        os.link(root / "commitlog" / SEGMENT, hard / SEGMENT)
+    return [
+        ("link to the root, output another part", links / "store", root / "consumequeue"),
+        ("link to a part folder, output another part (the report)", links / "commitlog", root / "consumequeue"),
+        ("link to a segment, output the index", links / "segment", root / "index"),
+        ("output a link into the store", root, links / "into-consumequeue"),
+        ("output a new folder inside the store", links / "store", root / "out"),
+        ("output '..' through a link", root, f"{links / 'commitlog'}/../config"),
+        ("output '..' lexically outside, really inside", links / "commitlog", f"{links / 'commitlog'}/../new"),
+        ("output the store itself", links / "commitlog", root),
+        ("output containing the store", root / "commitlog" / SEGMENT, tmp_path / "dump"),
+        ("output a hard link's folder", hard / SEGMENT, hard),
+        ("output the links folder", links / "store", links),
+    ]
+
+
+def _job_argv(job: str, given, out) -> list[str]:
+    if job == "replay":
+        return ["--repair", str(given), "--out", str(out), "--overwrite"]
+    if job == "compare":
+        return ["--store", str(given), "--store", str(given), "--out", str(out), "--overwrite"]
+    return ["--store", str(given), "--out", str(out), "--overwrite"]
+
+
+def _run_job(job: str, argv: list[str]) -> int:
+    import importlib
+
+    module = importlib.import_module("jobs.audit.job" if job == "audit" else f"jobs.{job}")
+    try:
+        return module.main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+WRITING_JOBS = ("decode", "audit", "extract", "replay", "compare")
+
+
+@pytest.mark.parametrize("marked", [False, True], ids=["plain", "marker-planted"])
+@pytest.mark.parametrize("job", WRITING_JOBS)
+def test_no_job_can_write_into_its_input_through_any_path_shape(evidence, tmp_path, capsys, job, marked):
+    """Every job x every shape: exit 2 before anything is written, and the store tree (bytes, kinds, modes, links)
+    unchanged.  ``marker-planted``: each targeted folder of the store even carries the suite's marker (as if an
+    earlier run had written there), so only the overlap guard stands in the way."""
+    from jobs.output import MARKER
+
+    root, links = evidence
+    for name, given, out in _shapes(root, links, tmp_path):
+        if marked and os.path.isdir(out):
+            real = os.path.realpath(out)
+            if not os.path.exists(os.path.join(real, MARKER)):
+                with open(os.path.join(real, MARKER), "w") as f:
+                    f.write('{"tool": "rocketmq-forensics"}')
+        before = _shape(tmp_path)
+        code = _run_job(job, _job_argv(job, given, out))
+        err = capsys.readouterr().err
+        assert code == 2, (name, err)
+        assert "error" in err and "Traceback" not in err, (name, err)
+        if not (job in ("audit", "replay") and os.path.isfile(given)):  # these refuse a segment as input first
+            assert "overlaps the input store" in err, (name, err)
+        assert _shape(tmp_path) == before, name
+
+
+def test_store_format_write_append_refuses_its_own_store_as_input(evidence, tmp_path):
+    """``write --append`` writes into a store: its --input may not be that store or a file of it, whatever the
+    spelling (a link, '..'), and a refused run leaves the store as it was."""
+    import subprocess
+
+    root, links = evidence
+    before = _shape(tmp_path)
+    for given in (root / "commitlog" / SEGMENT, links / "segment", f"{links / 'commitlog'}/../config/topics.json"):
+        r = subprocess.run([sys.executable, "-m", "store_format", "write", str(root), "--append", "--input",
+                            str(given)], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "overlaps" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert _shape(tmp_path) == before
+
+
+def test_trend_never_writes_into_its_history(tmp_path, capsys):
+    from jobs import trend
+
+    history = tmp_path / "history"
+    (history / "findings").mkdir(parents=True)
+    (history / "findings" / "part.parquet").write_bytes(b"x")
+    (tmp_path / "into").symlink_to(history / "findings")
+    before = _shape(tmp_path)
+    for out in (history / "findings", tmp_path / "into", f"{tmp_path / 'into'}/../metrics", tmp_path):
+        assert trend.main(["--history", str(history), "--out", str(out), "--overwrite"]) == 2
+        assert "overlaps the input store" in capsys.readouterr().err
+    assert _shape(tmp_path) == before
+
+
+def test_the_audit_history_and_the_replay_manifest_stay_apart_from_the_inputs(evidence, tmp_path, capsys):
+    from jobs import replay
+    from jobs.audit import job as audit
+
+    root, links = evidence
+    before = _shape(tmp_path)
+    assert audit.main(["--store", str(links / "store"), "--out", str(tmp_path / "a"), "--history",
+                       str(root / "config")]) == 2
+    assert "history" in capsys.readouterr().err
+    assert replay.main(["--repair", str(links / "store"), "--out", str(tmp_path / "r"), "--dry-run", "--manifest",
+                        str(root / "checkpoint")]) == 2
+    assert "overlaps the input store" in capsys.readouterr().err
+    assert _shape(root) == {k[len("dump/broker-a/store/"):]: v for k, v in before.items()
+                            if k.startswith("dump/broker-a/store/")}
+
+
+def test_a_bind_mount_of_the_store_is_still_the_store(evidence, tmp_path):
+    """A bind mount gives the store a second name no link resolution reveals; device and inode still tell.  Made
+    in a user and mount namespace (``unshare -rm``), so no root is needed; skipped where that is not allowed."""
+    import shutil as sh
+    import subprocess
+
+    if not sh.which("unshare") or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+        pytest.skip("no user namespaces here")
+    root, _ = evidence
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    before = _shape(root)
+    script = (f"mount --bind {root} {mnt} && {sys.executable} -m jobs.decode --store {root / 'commitlog'} "
+              f"--out {mnt / 'consumequeue'} --overwrite")
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 2 and "overlaps the input store" in r.stderr, r.stderr
+    assert _shape(root) == before
+
+
+def test_decode_checks_its_input_before_it_prepares_its_output(tmp_path, capsys):
+    """A bad input never costs an output: the (marked, --overwrite) output survives a run whose input is missing,
+    not a store, or unreadable."""
+    from jobs import decode
+    from jobs.output import prepare_output
+
+    out = tmp_path / "out"
+    prepare_output(str(out), overwrite=False, job="decode")
+    (out / "part-0.parquet").write_bytes(b"keep")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for bad in (tmp_path / "missing", tmp_path / "fifo", tmp_path / "loop", tmp_path / "out"):
+        assert decode.main(["--store", str(bad), "--out", str(out), "--overwrite"]) == 2
+        assert "Traceback" not in capsys.readouterr().err
+        assert (out / "part-0.parquet").read_bytes() == b"keep"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# No hang, no silence: special files where the store has regular files (issue 22)
+#
+# A FIFO's open blocks until a writer comes; a link to /dev/zero reads forever.  Every read goes through
+# store_format.fs (O_NONBLOCK, then an fstat type check), so each of these is reported (an error row, a finding)
+# and the rest is read.  Each check runs under a time bound: before, the FIFO checkpoint hung `dump` for good.
+
+
+def hostile_store(root):
+    """A writer-built store (several segments) with, in place of regular files: a FIFO segment, a socket index
+    file, a consume-queue file linked to /dev/zero, a FIFO topics.json, a link loop among the queues.  Returns
+    {what: path}."""
+    import socket
+
+    from store_format.commitlog import list_segments
+    from store_format.generate import TrafficConfig, generate_store
+    from store_format.indexfile import list_index_files
+    from store_format.writer import WriterConfig
+
+    generate_store(root, TrafficConfig(messages=400, topics=2, queues=2), WriterConfig(mappedFileSizeCommitLog=1 << 16))
+    segs = list_segments(root / "commitlog")
+    assert len(segs) >= 3
+    made = {"segment": segs[1].path, "index": list_index_files(root / "index")[0],
+            "queue_file": sorted((root / "consumequeue").glob("*/*/0*"))[0], "config": root / "config" / "topics.json",
+            "loop": root / "consumequeue" / "loop"}
+    made["segment"].unlink()
+    os.mkfifo(made["segment"])
+    made["index"].unlink()
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(made["index"]))
+    s.close()
+    made["queue_file"].unlink()
+    made["queue_file"].symlink_to("/dev/zero")
+    made["config"].unlink()
+    os.mkfifo(made["config"])
+    made["loop"].symlink_to(made["loop"])
+    return made
+
+
+@pytest.fixture
+def within():
+    """Fail (instead of hanging) when the test body runs past its bound: SIGALRM interrupts a blocked open."""
+    import signal
+
+    def expired(*_):
+        raise TimeoutError("blocked: a read waited on a special file")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+
+    def arm(seconds: int):
+        signal.alarm(seconds)
+
+    yield arm
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _tool(*args, timeout=120):
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "store_format", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)  # a hang is a TimeoutExpired: the test fails, never waits
+
+
+def test_store_tools_report_special_files_and_go_on(tmp_path):
+    root = tmp_path / "b" / "store"
+    made = hostile_store(root)
+    before = _shape(root)
+    expect = {"commitlog": ["segment"], "consumequeue": ["queue_file", "loop"], "index": ["index"], "config": ["config"]}
+    for what, names in expect.items():
+        r = _tool("dump", root, "--what", what)
+        rows = [json.loads(x) for x in r.stdout.splitlines()]
+        errors = {x["file"]: x for x in rows if x.get("kind") == "error"}
+        if what == "config":
+            errors = {e["file"]: e for x in rows for e in x["errors"] if e["kind"] == "UNREADABLE"}
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (what, r.stderr)
+        assert {str(made[n]) for n in names} <= set(errors), (what, errors)
+        if what == "commitlog":  # the other segments are read
+            assert len([x for x in rows if x["kind"] == "message"]) > 100
+            assert "a FIFO, not a regular file" in errors[str(made["segment"])]["message"]
+    # the checkpoint as a FIFO (and as a link to a device): one line, exit 2
+    cp = root / "checkpoint"
+    cp.unlink()
+    os.mkfifo(cp)
+    r = _tool("dump", root, "--what", "checkpoint")
+    assert r.returncode == 2 and r.stderr.strip() == f"error: {cp}: a FIFO, not a regular file", r.stderr
+    cp.unlink()
+    cp.symlink_to("/dev/zero")
+    r = _tool("dump", root, "--what", "checkpoint")
+    assert r.returncode == 2 and r.stderr.strip() == f"error: {cp}: a character device, not a regular file"
+    # query: the unreadable segment is named (exit 2: the answer may be incomplete), nothing waits
+    r = _tool("query", root, "--topic", "T0", "--key", "nothing-like-it")
+    assert r.returncode == 2 and str(made["segment"]) in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert _shape(root) == {**before, **{k: v for k, v in _shape(root).items() if k == "checkpoint"}}
+
+
+def test_data_sources_never_wait_on_special_files(tmp_path, within):
+    """The four data sources' planners and readers (in this process, under an alarm): special files are left
+    out, never opened; the metadata source's ``unreadable_files`` table names each with why."""
+    from datasources.commitlog import CommitLogReader
+    from datasources.consumequeue import ConsumeQueueReader
+    from datasources.indexfile import IndexReader
+    from datasources.metadata import TABLES, MetadataReader
+
+    root = tmp_path / "b" / "store"
+    made = hostile_store(root)
+    within(120)
+    readers = [CommitLogReader({"path": str(root), "walk": "salvage", "materialize": "frames"}),
+               ConsumeQueueReader({"path": str(root)}), IndexReader({"path": str(root)})]
+    readers += [MetadataReader({"path": str(root), "table": t}) for t in TABLES]
+    assert sum(map(read_in_process, readers)) > 400
+    reader = MetadataReader({"path": str(root), "table": "unreadable_files"})
+    found = {r["file"]: r["reason"] for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()}
+    assert {os.path.relpath(made[n], root) for n in made} <= set(found), found
+    assert found[os.path.relpath(made["segment"], root)] == "a FIFO, not a regular file"
+    assert "loop" in found["consumequeue/loop"]
+
+
+def test_the_read_only_helper_refuses_every_special_file(tmp_path, within):
+    import socket
+
+    from store_format import fs
+
+    within(30)
+    os.mkfifo(tmp_path / "fifo")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(tmp_path / "sock"))
+    (tmp_path / "dev").symlink_to("/dev/zero")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "file").write_bytes(b"ok")
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    for name, reason in (("fifo", "a FIFO"), ("sock", "a socket"), ("dev", "a character device"), ("loop", "loop"),
+                         ("missing", "no such file"), ("", "a folder")):
+        with pytest.raises(fs.UnreadableError) as e:
+            fs.read_bytes(tmp_path / name)
+        assert reason in e.value.reason and e.value.kind == ErrorKind.UNREADABLE
+    assert fs.read_bytes(tmp_path / "link") == b"ok"
+    with pytest.raises(fs.UnreadableError, match="a symbolic link, not a regular file"):
+        fs.read_bytes(tmp_path / "link", follow=False)
+    s.close()

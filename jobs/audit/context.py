@@ -203,13 +203,12 @@ class AuditContext:
     # ---- config files ------------------------------------------------------------------------------------
     def metadata(self, table: str) -> pa.Table:
         """A store metadata table (datasources/metadata.py's rows), read on the driver: these files are small."""
-        from datasources.metadata import schema_of, table_rows
+        from datasources.metadata import schema_of, table_batch
 
         cache = self.__dict__.setdefault("_metadata", {})
-        if table not in cache:
-            schema = schema_of(table)
-            rows = [r for s in self.stores for r in table_rows(table, s.name, s.path)]
-            cache[table] = pa.Table.from_pylist(rows, schema=schema)
+        if table not in cache:  # column-wise: a broker's consumerOffset.json may hold millions of offsets
+            cache[table] = pa.concat_tables([schema_of(table).empty_table()]
+                                            + [table_batch(table, s.name, s.path) for s in self.stores])
         return cache[table]
 
     # ---- single records ----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from jobs.stores import StoreInput, resolve_stores  # noqa: F401  (the audit's inputs: jobs/stores.py)
+from store_format import fs
 
 
 def input_files(stores: list[StoreInput]) -> list[Path]:
@@ -20,7 +21,7 @@ def fingerprint(files: list[Path], sha256: bool) -> dict[str, dict]:
         entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
         if sha256:
             h = hashlib.sha256()
-            with open(p, "rb") as f:
+            with fs.open_file(p) as f:  # the read-only way in (no FIFO, device or link loop is read)
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
             entry["sha256"] = h.hexdigest()

@@ -315,7 +315,7 @@ def run(spark, args) -> AuditResult:
     run_time = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     run_id = f"{run_time.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
     stores = resolve_stores(args.store)
-    prepare_output(args.out, overwrite=args.overwrite, inputs=[s.path for s in stores])
+    _prepare_outputs(args, stores)
     families = tuple(f.strip() for f in args.checks.split(",") if f.strip())
     for f in families:
         load(f)
@@ -548,9 +548,20 @@ def _version() -> str:
         return "unknown"
 
 
+def _prepare_outputs(args, stores) -> None:
+    """--out prepared and --history checked, both apart from every input (as given and as resolved)."""
+    from jobs.output import check_apart
+
+    inputs = list(args.store) + [s.path for s in stores]
+    if args.history:
+        check_apart(args.history, inputs, what="history")
+        check_apart(args.history, [args.out], what="history")
+    prepare_output(args.out, overwrite=args.overwrite, inputs=inputs, job="audit")
+
+
 def _prepare(args) -> None:
     geometry_from_args(args)  # a broker.conf that cannot be used fails before Spark starts
-    prepare_output(args.out, overwrite=args.overwrite, inputs=[s.path for s in resolve_stores(args.store)])
+    _prepare_outputs(args, resolve_stores(args.store))  # the inputs resolved (checked) first
 
 
 def main(argv=None, prog: str | None = None) -> int:

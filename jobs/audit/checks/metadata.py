@@ -5,13 +5,18 @@ Checks: ``metadata.config_unreadable`` (error: neither the file nor its ``.bak``
 ``metadata.config_missing`` (info), ``metadata.topic_not_in_config`` (warning: a topic with consume queues but
 no topics.json entry; info for system topics, which 4.9.7 itself leaves out, e.g. RMQ_SYS_TRANS_OP_HALF_TOPIC),
 ``metadata.queue_outside_config`` (warning: a queue id at or past the topic's queue count),
-``metadata.group_not_in_config`` (warning: offsets for a group without a subscriptionGroup.json entry).
+``metadata.group_not_in_config`` (warning: offsets for a group without a subscriptionGroup.json entry),
+``metadata.store_file_unreadable`` (error: an entry of the store no reader can read -- a FIFO, socket or device, a
+link loop or dangling link, no permission, a part that is a file: never opened, reported once here),
+``metadata.config_value_out_of_range`` (error: a value the broker cannot hold -- a consumer offset outside Java's
+long, a queue id or delay level outside int or not a number, a queue count that is not an int: fastjson fails
+on it and the broker does not start; the entry is left out and everything else in the file is used).
 """
 from __future__ import annotations
 
 import pyarrow as pa
 
-from datasources.metadata import CONFIG_FILE
+from datasources.metadata import CONFIG_FILE, is_value_error
 from store_format import layout as L
 
 from ..findings import Consequence, Severity, check, finding_rows
@@ -38,6 +43,15 @@ check("metadata.group_not_in_config", Severity.WARNING,
       "consumer group {group} has offsets but no subscriptionGroup.json entry",
       consequence=Consequence.COSMETIC,
       action="Auto-created or deleted group; recreate it or clean its offsets.")
+check("metadata.store_file_unreadable", Severity.ERROR, "{file} cannot be read: {reason}; not read (the rest of "
+      "the store is)",
+      consequence=Consequence.DATA_AT_RISK,
+      action="Copy the store again, as regular files, with permission to read them.")
+check("metadata.config_value_out_of_range", Severity.ERROR,
+      "{file} {key} = {value}: {reason}; the broker cannot load this file (the entry is left out here)",
+      consequence=Consequence.DATA_AT_RISK,
+      action="Fix or remove the entry (or restore the file from its `.bak`) before the broker is started on this "
+             "store.")
 
 _TABLES = ("consumer_offsets", "delay_offsets", "topics", "subscription_groups")
 
@@ -61,7 +75,15 @@ def on_driver(ctx) -> FamilyResult:
         rows = ctx.metadata(table).to_pylist()
         for s in ctx.stores:
             mine = [r for r in rows if r["broker"] == s.name]
-            error = next((r["error"] for r in mine if r["error"] is not None), None)
+            error = next((r["error"] for r in mine if r["error"] is not None and not is_value_error(r["error"])), None)
+            for r in mine:
+                if is_value_error(r["error"]):
+                    reason = r["error"].rsplit(": ", 1)[-1]
+                    files.setdefault("metadata.config_value_out_of_range", []).append(dict(
+                        broker=s.name, file=f"config/{name}", values={"key": r["error_key"], "value": r["error_value"],
+                                                                      "reason": reason},
+                        details={"key": r["error_key"], "value": r["error_value"], "reason": reason,
+                                 "source": r["source"]}))
             source = next((r["source"] for r in mine if r["source"] is not None), None)
             cfg = ctx.plans[s.name].store.root / "config"
             exists = (cfg / name).exists() or (cfg / f"{name}.bak").exists()
@@ -75,6 +97,10 @@ def on_driver(ctx) -> FamilyResult:
                     broker=s.name, file=file, values={"name": name}))
             elif not exists:
                 files.setdefault("metadata.config_missing", []).append(dict(broker=s.name, file=file))
+    for r in ctx.metadata("unreadable_files").to_pylist():
+        if r["file"] is not None:
+            files.setdefault("metadata.store_file_unreadable", []).append(dict(
+                broker=r["broker"], file=r["file"], values={"reason": r["reason"]}, details={"reason": r["reason"]}))
     for check_id, rows in files.items():
         res.findings.append(finding_rows(check_id, rows))
 
