@@ -26,7 +26,6 @@ import json
 import operator
 import sys
 from functools import reduce
-from pathlib import Path
 
 if __package__ in (None, ""):  # spark-submit jobs/compare.py: make the project importable
     try:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 if __package__ in (None, ""):  # spark-submit jobs/decode.py: make the project importable
     try:

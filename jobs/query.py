@@ -64,7 +64,7 @@ from store_format.message import Message  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
 from jobs import cli  # noqa: E402
-from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
+from jobs.cli import EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
 from jobs.extract import (StoreRef, check_key, format_time, parse_time, read_messages,  # noqa: E402
                           resolve_stores)
 

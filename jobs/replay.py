@@ -50,7 +50,6 @@ import sys
 import tempfile
 from array import array
 from dataclasses import dataclass, field
-from pathlib import Path
 
 if __package__ in (None, ""):  # spark-submit jobs/replay.py: make the project importable
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from . import layout as L
 from .brokerconf import add_geometry_arguments, geometry_from_args
-from .commitlog import END_OF_DATA, Frame, SalvageSpan
+from .commitlog import END_OF_DATA, SalvageSpan
 from .errors import IndexFileError, StoreFormatError
 from .fs import UnreadableError, error_line
 from .store import Store

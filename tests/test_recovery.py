@@ -97,7 +97,6 @@ from store_format import damage as D  # noqa: E402
 from store_format.broker import Broker, ManualClock, Producer  # noqa: E402
 from store_format.commitlog import ReadOnlyMap, list_segments, salvage_buffer, walk_buffer  # noqa: E402
 from store_format.indexfile import IndexFile  # noqa: E402
-from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.recovery import (SegmentWalk, describe_damaged_record, lost_records,  # noqa: E402
                                    recovery_walk)
 from store_format.writer import StoreWriter, WriterConfig  # noqa: E402

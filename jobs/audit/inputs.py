@@ -3,7 +3,6 @@ their files (sizes, mtimes, optionally sha256, before and after the run)."""
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from jobs.stores import StoreInput, resolve_stores  # noqa: F401  (the audit's inputs: jobs/stores.py)

@@ -14,7 +14,6 @@ on it and the broker does not start; the entry is left out and everything else i
 """
 from __future__ import annotations
 
-import pyarrow as pa
 
 from datasources.metadata import CONFIG_FILE, is_value_error
 from store_format import layout as L
