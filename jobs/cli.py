@@ -82,16 +82,29 @@ PATH_ARGUMENTS = ("store", "out", "history", "input", "repair", "manifest")
 def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
     """The command line's local paths made absolute, in place: Spark's executors and a Spark Connect server
     resolve a relative path against their own working folder (an executor's work folder, the server's), not
-    the one the user typed it in.  URIs (``scheme://...``) are left as they are."""
+    the one the user typed it in.  URIs (``scheme://...``) are left as they are, and so is every ``..`` (the
+    kernel resolves ``link/..`` to the parent of the link's target, which a lexical normalisation would change:
+    an output meant inside a store must still be seen there and refused); ``--store NAME=PATH`` keeps its name."""
+    from .stores import split_name
+
     def absolute(path):
-        return path if not isinstance(path, str) or "://" in path else os.path.abspath(path)
+        if not isinstance(path, str) or "://" in path or os.path.isabs(path):
+            return path
+        return os.path.join(os.getcwd(), path)
+
+    def absolute_arg(name, value):
+        if name == "store" and isinstance(value, str):
+            store_name, path = split_name(value)
+            if store_name is not None:
+                return f"{store_name}={absolute(path)}"
+        return absolute(value)
 
     for name in PATH_ARGUMENTS:
         value = getattr(args, name, None)
         if isinstance(value, list):
-            setattr(args, name, [absolute(v) for v in value])
+            setattr(args, name, [absolute_arg(name, v) for v in value])
         elif value is not None:
-            setattr(args, name, absolute(value))
+            setattr(args, name, absolute_arg(name, value))
     return args
 
 

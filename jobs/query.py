@@ -38,7 +38,8 @@ table.  Exit codes: 0 found, 1 nothing found, 2 bad usage (an id or key that doe
 unreadable store.  An index file that cannot be opened (unreadable, too short, or a geometry neither the file
 nor ``--config``/``--hash-slots``/``--index-num`` tells) is named on stderr (a notice) and the key is looked
 for by a Spark scan of every store (salvage walk) as well, so the answer stays complete (exit 0 or 1), as
-``python -m store_format query``'s.
+``python -m store_format query``'s; a geometry given with ``--config`` or the flags that an index file's content
+contradicts is an error naming the file (exit 2).
 """
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ or a checkpoint that cannot be read ends the command with one line, ``error: <pa
 An index file that cannot be opened (unreadable, too short, or a geometry neither the file nor
 --config/--hash-slots/--index-num tells): ``dump --what index`` prints an ``error`` row for it and exits 2;
 ``query --key`` says so on stderr and scans the commitlog for the key instead (salvage walk), so its answer
-is complete: exit 0 or 1.  ``--debug`` shows a Python traceback for a failure of the tool itself (without it,
+is complete: exit 0 or 1; but a geometry given with --config or the flags that an index file's content
+contradicts is an error naming the file, its length and the candidates (exit 2).  ``--debug`` shows a Python traceback for a failure of the tool itself (without it,
 one ``error:`` line).
 """
 from __future__ import annotations

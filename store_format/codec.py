@@ -112,7 +112,9 @@ def malformed_texts(buf, pos: int = 0, *, limit: int | None = None) -> list[tupl
     """The text of the well-formed record at ``pos`` that is not UTF-8 (the broker's ``new String`` turns it into
     U+FFFD): ``(field, value, position)`` for the topic (field ``topic``) and for each property whose name or
     value is malformed (field: the name as the broker reads it), the value with its malformed bytes escaped
-    (``\\xNN``), and the position in ``buf`` of its first malformed byte."""
+    (``\\xNN``), and the position in ``buf`` of its first malformed byte.  A malformed piece with no NAME/VALUE
+    separator, which the broker's parse drops after decoding the whole block, is reported too (field: the
+    piece, value empty): the block held those bytes."""
     m = decode_record(buf, pos, limit=limit)  # framing: raises where the record cannot be read
     lay = L.layout_for(m.sys_flag, m.magic_version)
     width = lay.topic_length_width
@@ -130,7 +132,7 @@ def malformed_texts(buf, pos: int = 0, *, limit: int | None = None) -> list[tupl
     for segment in props.split(b"\x02"):  # string2messageProperties: NAME \x01 VALUE, split on \x02
         name, sep, value = segment.partition(b"\x01")
         bad_name, bad_value = _first_malformed(name), _first_malformed(value)
-        if sep and (bad_name is not None or bad_value is not None):
+        if bad_name is not None or bad_value is not None:
             where = bad_name if bad_name is not None else len(name) + 1 + bad_value
             found.append((_escaped(name), _escaped(value), props_at + at + where))
         at += len(segment) + 1

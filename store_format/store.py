@@ -126,13 +126,15 @@ class Store:
                          unreadable: dict | None = None) -> list[int]:
         """Physical offsets the index files give for ``topic#key``, newest file first (hash matches only).  An
         index file that cannot be opened raises, or, with ``unreadable`` (a dict), is skipped and recorded there
-        (its path -> the IndexFileError)."""
+        (its path -> the IndexFileError); but a geometry the store was given (broker.conf, the flags) that a
+        file contradicts always raises: that is the caller's setting to fix, not a file to work around."""
         out = []
+        given = self.hash_slot_num is not None or self.index_num is not None
         for path in reversed(self.index_paths()):
             try:
                 f = self.open_index(path)
             except IndexFileError as e:
-                if unreadable is None:
+                if unreadable is None or (given and e.kind == ErrorKind.BAD_GEOMETRY):
                     raise
                 unreadable[str(path)] = e
                 continue

@@ -215,7 +215,7 @@ def test_a_given_geometry_that_contradicts_the_file_is_refused(tmp_path):
         Store(tmp_path, hash_slot_num=95, index_num=301).open_index(path)
 
 
-def test_broker_conf_geometry_on_the_command_line(tmp_path):
+def test_broker_conf_geometry_on_the_command_line(tmp_path, capsys):
     root = tmp_path / "store"
     generate_store(root, TrafficConfig(messages=60, topics=1, queues=1),
                    WriterConfig(maxHashSlotNum=100, maxIndexNum=300))
@@ -239,6 +239,9 @@ def test_broker_conf_geometry_on_the_command_line(tmp_path):
     conf.write_text("maxHashSlotNum=95\nmaxIndexNum=301\n")
     code, lines, err = ask_store("query", root, "--topic", msg.topic, "--key", msg.uniq_key, "--config", conf)
     assert code == 2 and f"{path}" in err and "6440 bytes" in err and "content says 100 x 300" in err
+    code = query.main(["--store", str(root), "--topic", msg.topic, "--key", msg.uniq_key, "--config", str(conf)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{path}" in err and "content says 100 x 300" in err, err  # not a scan around it
     # flags override the file
     code, _, err = ask_store("dump", root, "--what", "index", "--config", conf, "--hash-slots", 100, "--index-num", 300)
     assert code == 0, err

@@ -53,3 +53,17 @@ def test_names_that_clash(tmp_path):
         resolve_stores([f"n={master}", f"n={slave}"])
     with pytest.raises(StoreArgumentError, match="NAME=PATH names one store"):
         resolve_stores([f"n={tmp_path}"])
+
+
+def test_command_line_paths_become_absolute_keeping_names_and_links(tmp_path, monkeypatch):
+    """Relative paths are joined to the working folder (executors and Connect servers have their own), with no
+    lexical '..' folding (``link/..`` is the parent of the link's target) and ``NAME=PATH`` kept."""
+    import argparse
+
+    from jobs.cli import absolute_paths
+
+    monkeypatch.chdir(tmp_path)
+    args = absolute_paths(argparse.Namespace(store=["a=rel/store", "/abs/store", "link/../x"], out="link/..",
+                                             history="s3://bucket/h"))
+    assert args.store == [f"a={tmp_path}/rel/store", "/abs/store", f"{tmp_path}/link/../x"]
+    assert (args.out, args.history) == (f"{tmp_path}/link/..", "s3://bucket/h")
