@@ -270,11 +270,10 @@ class AuditContext:
                     walked = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc,
                                             framer=K.CompiledFramer)
                     messages = walked.kinds == KIND_MESSAGE
-                    on_walk = np.searchsorted(walked.positions[messages], pos[rest])
                     w_pos, w_size = walked.positions[messages], walked.sizes[messages]
-                    on_walk = np.minimum(on_walk, max(len(w_pos) - 1, 0))
-                    hit = (w_pos[on_walk] == pos[rest]) if len(w_pos) else np.zeros(len(rest), bool)
-                    sizes[rest] = np.where(hit, w_size[on_walk] if len(w_pos) else 0, 0)
+                    found = np.minimum(np.searchsorted(w_pos, pos[rest]), len(w_pos) - 1)
+                    hit = (w_pos[found] == pos[rest]) if len(w_pos) else np.zeros(len(rest), bool)
+                    sizes[rest[hit]] = w_size[found[hit]]
                     confirmed[rest] = hit
                     del walked
                 keep = np.flatnonzero(confirmed)
