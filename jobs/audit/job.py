@@ -23,11 +23,12 @@ With --history, findings and metrics are also appended to Delta tables HISTORY/f
 2 the audit could not run.  Progress goes to stderr, one line per phase (--quiet: none); --profile adds where the
 time went.
 
-How it runs: two Spark stages.  The survey reads what the driver must know first (where each surveyed segment's
-walk stops, the consume-queue and index files' bounds); the scan reads every byte once, one task per commitlog
-range, and decides in each task every check about the records, units and entries it owns; the driver finishes
-what needs the whole dump (ranges of queue offsets, lag, transactions, delays, retries, metadata) from the small
-tables the tasks return.
+How it runs: two stages of tasks.  The survey reads what the driver must know first (where each surveyed
+segment's walk stops, the consume-queue and index files' bounds); the scan reads every byte once, one task per
+commitlog range, and decides in each task every check about the records, units and entries it owns; the driver
+finishes what needs the whole dump (ranges of queue offsets, lag, transactions, delays, retries, metadata) from
+the small tables the tasks return.  On a cluster each stage is one Spark job; in local mode the tasks run in the
+driver's threads, one per core (jobs/audit/tasks.py), which spares the seconds a first Spark job costs.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ from .context import AuditContext, AuditOptions
 from .groups import add_times, group_findings
 from .inputs import fingerprint, input_files, resolve_stores
 from .plan import TASKS_PER_CORE, BrokerPlan, plan_broker, scan_split_size
-from .tasks import FAILURES, RunInfo, failure_row, run_tasks, warm_up
+from .tasks import FAILURES, RunInfo, failure_row, run_tasks
 from .verdict import verdict as broker_verdict
 
 NAME = "audit"
@@ -348,24 +349,24 @@ def run(spark, args) -> AuditResult:
     os.makedirs(run.findings_dir, exist_ok=True)
     try:
         survey = _survey_tasks(ctx, segments)
-        # local mode: the survey (a walk of the commitlog's framing, the files' headers) runs in the driver, on
-        # the same cores, while a warm-up job readies Spark for the scan
+        # local mode: the tasks run in the driver's threads, on the cores the session's tasks would use, without
+        # a Spark job's start (on a cluster they run where the executors are, two jobs)
         local = local_master(spark)
-        warming = warm_up(spark, cores) if local else None
-        with Phase(f"survey ({len(survey)} task(s){' in the driver' if local else ''})",
-                   sum(t.cost() for t in survey), None if local else spark):
+        where = " in the driver" if local else ""
+        with Phase(f"survey ({len(survey)} task(s){where})", sum(t.cost() for t in survey),
+                   None if local else spark) as phase:
             ctx.survey = run_tasks(spark, survey, cores if local else TASKS_PER_CORE * cores, RunInfo(None),
-                                   in_driver=local)
+                                   in_driver=local, phase=phase)
         ctx.failures.append(ctx.survey.get("_failures", FAILURES))
         phases.done("survey")
         progress("predicting recovery")
         ctx.predict_recovery()
         phases.done("recovery prediction")
         scan = _scan_tasks(ctx, segments)
-        if warming is not None:
-            warming.join()
-        with Phase(f"scan ({len(scan)} task(s))", sum(t.cost() for t in scan), spark):
-            ctx.scan = run_tasks(spark, scan, TASKS_PER_CORE * cores, run)
+        with Phase(f"scan ({len(scan)} task(s){where})", sum(t.cost() for t in scan), None if local else spark) \
+                as phase:
+            ctx.scan = run_tasks(spark, scan, cores if local else TASKS_PER_CORE * cores, run, in_driver=local,
+                                 phase=phase)
         ctx.failures.append(ctx.scan.get("_failures", FAILURES))
         from .checks.recovery import lost_from_scan
 
@@ -562,6 +563,25 @@ def _prepare_outputs(args, stores) -> None:
 def _prepare(args) -> None:
     geometry_from_args(args)  # a broker.conf that cannot be used fails before Spark starts
     _prepare_outputs(args, resolve_stores(args.store))  # the inputs resolved (checked) first
+    _load_in_background()
+
+
+def _load_in_background() -> None:
+    """The compiled kernels (numba's import and disk cache: about a second) and the checks loaded while the
+    Spark session starts, which is mostly waiting for the JVM; the first task that needs them waits for the
+    import still under way (Python's import lock), and a failure is that task's to report."""
+    import threading
+
+    def load_kernels():
+        try:
+            from udfs.kernels import _compiled
+
+            _compiled()
+            load_all()
+        except Exception:  # noqa: BLE001 - the task that imports them reports it, with its broker
+            pass
+
+    threading.Thread(target=load_kernels, name="audit-load-kernels", daemon=True).start()
 
 
 def main(argv=None, prog: str | None = None) -> int:

@@ -130,9 +130,29 @@ class QueueSurvey:
         return sum(f.length for f in self.files)
 
     def run(self, out: Emitter) -> None:
-        from .checks.delays import PENDING
-
         rows, pending = [], []
+        maps: dict[str, ReadOnlyMap] = {}  # the segments pending records are read from, each mapped once
+        try:
+            self._read(rows, pending, maps)
+        finally:
+            for m in maps.values():
+                m.close()
+        out.partial("survey.cq_files", pa.Table.from_pylist(rows, schema=CQ_FILES))
+        starts = []
+        for (topic, qid), files in queue_files(self.files).items():
+            s = recover_queue(files)  # ConsumeQueue.recover(): the broker's own walk of the queue
+            starts.append({"broker": self.broker, "topic": topic, "queue_id": qid, "recover_end": s.recover_end,
+                           "max_physic_offset": s.max_physic_offset,
+                           "refused_offset": s.refused[0] if s.refused else None,
+                           "refused_size": s.refused[1] if s.refused else None})
+        out.partial("survey.queue_starts", pa.Table.from_pylist(starts, schema=QUEUE_STARTS))
+        if pending:
+            from .checks.delays import PENDING
+
+            out.partial("delays.pending", pa.Table.from_pylist(pending, schema=PENDING))
+
+    def _read(self, rows: list, pending: list, maps: dict) -> None:
+        """Each file's row and bounds into ``rows``, the pending delayed messages into ``pending``."""
         for p in self.files:
             if p.queue_id is None or not SEGMENT_NAME.match(p.name):
                 continue  # never read: the scan reports the file
@@ -149,25 +169,14 @@ class QueueSurvey:
                 due = entry[qoff >= self.schedule_next[p.queue_id]]
                 for i in due.tolist():
                     phys = int(u.physical_offset[i])
-                    msg = self._record(phys)
+                    msg = self._record(phys, maps)
                     pending.append({"broker": self.broker, "level": p.queue_id + 1,
                                     "queue_offset": int(u.queue_offset[i]), "physical_offset": phys,
                                     "deliver_time": int(u.tags_code[i]),
                                     "uniq_key": msg.uniq_key if msg else None,
                                     "real_topic": msg.properties.get(L.PROPERTY_REAL_TOPIC) if msg else None})
-        out.partial("survey.cq_files", pa.Table.from_pylist(rows, schema=CQ_FILES))
-        starts = []
-        for (topic, qid), files in queue_files(self.files).items():
-            s = recover_queue(files)  # ConsumeQueue.recover(): the broker's own walk of the queue
-            starts.append({"broker": self.broker, "topic": topic, "queue_id": qid, "recover_end": s.recover_end,
-                           "max_physic_offset": s.max_physic_offset,
-                           "refused_offset": s.refused[0] if s.refused else None,
-                           "refused_size": s.refused[1] if s.refused else None})
-        out.partial("survey.queue_starts", pa.Table.from_pylist(starts, schema=QUEUE_STARTS))
-        if pending:
-            out.partial("delays.pending", pa.Table.from_pylist(pending, schema=PENDING))
 
-    def _record(self, phys: int):
+    def _record(self, phys: int, maps: dict):
         """The record a unit points at, decoded as it stands (None when it does not decode)."""
         from store_format import codec
 
@@ -177,8 +186,9 @@ class QueueSurvey:
                 head = loc.read_range(pos, 4) if loc.local_path is None else None
                 try:
                     if loc.local_path is not None:
-                        with ReadOnlyMap(loc.local_path) as m:
-                            return codec.decode_record(m.buf, pos, file=loc.path)
+                        if loc.local_path not in maps:
+                            maps[loc.local_path] = ReadOnlyMap(loc.local_path)
+                        return codec.decode_record(maps[loc.local_path].buf, pos, file=loc.path)
                     size = int.from_bytes(head, "big", signed=True)
                     if not 0 < size <= length - pos:
                         return None

@@ -1,10 +1,11 @@
-"""How the audit runs its work on Spark: a list of task objects, packed into a few Spark tasks, in one stage.
+"""How the audit runs its work: a list of task objects, packed into a few Spark tasks, in one stage.
 
 A task is a picklable object with ``run(out)``, ``describe()`` and ``cost()``; it writes findings and named
 partial tables to ``out`` (an :class:`Emitter`).  :func:`run_tasks` packs the tasks into at most ``slots`` bins
 of about equal cost and runs them as ``spark.range(n, numPartitions=n).mapInArrow(...)``: no data source
 planning round trip, and nothing the session must offer but the DataFrame API (so it runs the same in a
-notebook, on a cluster and over Spark Connect).
+notebook, on a cluster and over Spark Connect).  In a local-mode session the same tasks run in the driver's
+threads instead, the costliest first (``in_driver``): the executors would be this machine's cores anyway.
 
 Findings never travel: each task writes its own as one Parquet file into the run's findings folder (stamped
 with the run and each finding's id, :func:`findings.as_written`), named after the task, so a retried task
@@ -140,54 +141,48 @@ def _runner(bins: list[list], run: RunInfo):
     return execute
 
 
-def run_tasks(spark, tasks: list, slots: int, run: RunInfo, *, in_driver: bool = False) -> "Outputs":
+def run_tasks(spark, tasks: list, slots: int, run: RunInfo, *, in_driver: bool = False, phase=None) -> "Outputs":
     """Every task run (packed into at most ``slots`` Spark tasks, one Spark job); their partial tables.
-    ``in_driver``: the bins run in this process instead, ``slots`` threads at a time (the compiled framing and
-    numpy release the GIL): for a local-mode session, whose tasks would read the same files on the same cores,
-    when the work is smaller than a first Spark job's start (its JVM warm-up and Python workers)."""
+    ``in_driver``: the tasks run in this process instead, ``slots`` threads at a time, the costliest first (the
+    compiled kernels and most of numpy and Arrow release the GIL): for a local-mode session, whose Spark tasks
+    would read the same files on the same cores after a first job's start (JVM warm-up, Python workers importing
+    the kernels) that costs more than the work of a gigabyte.  ``phase`` (a :class:`jobs.progress.Phase`) is told
+    the cost and count of the tasks done, as a Spark job's tracker tells it."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     if not tasks:
         return Outputs()
-    bins = pack(tasks, slots)
     if in_driver:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max(1, min(slots, len(bins)))) as pool:
-            done = list(pool.map(lambda b: list(run_bin(b, run)), bins))
-        return Outputs.of(pa.Table.from_batches([x for batches in done for x in batches], OUTPUT_SCHEMA))
+        return _run_in_driver(tasks, slots, run, phase)
+    bins = pack(tasks, slots)
     ids = spark.range(0, len(bins), 1, numPartitions=len(bins))
     df = ids.mapInArrow(_runner(bins, run), from_arrow_schema(OUTPUT_SCHEMA))
     return Outputs.of(df.toArrow())
 
 
-def _warm(batches):
-    """A Python worker made ready for the audit's tasks: the compiled kernels loaded, the checks imported."""
-    from jobs.audit.checks import load_all
-    from udfs.kernels import _compiled, tune_allocator
-
-    tune_allocator()
-    _compiled()
-    load_all()
-    for batch in batches:
-        yield batch
-
-
-def warm_up(spark, cores: int):
-    """Starts a Spark job that readies the JVM and ``cores`` Python workers (the first job of a session costs
-    seconds before it runs a line of ours); returns its thread, to join before the next job.  Whatever it
-    fails on, the next job meets and reports, so it reports nothing itself."""
+def _run_in_driver(tasks: list, threads: int, run: RunInfo, phase) -> "Outputs":
     import threading
+    from concurrent.futures import ThreadPoolExecutor
 
-    def job():
-        try:
-            spark.range(0, cores, 1, numPartitions=cores).mapInArrow(_warm, "id long").toArrow()
-        except Exception:  # noqa: BLE001 - the real job reports it
-            pass
+    lock = threading.Lock()
+    done = {"cost": 0, "tasks": 0}
+    if phase is not None:
+        phase.tasks = len(tasks)
 
-    t = threading.Thread(target=job, name="audit-warm-up", daemon=True)
-    t.start()
-    return t
+    def one(i: int) -> tuple[int, list]:
+        batches = list(run_bin([(i, tasks[i])], run))  # part-<i>: the name the task has in a Spark job's bin
+        if phase is not None:
+            with lock:
+                done["cost"] += tasks[i].cost()
+                done["tasks"] += 1
+                phase.update(done["cost"])
+                phase.tasks_done = done["tasks"]
+        return i, batches
+
+    order = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost())  # the longest first: no straggler at the end
+    with ThreadPoolExecutor(max(1, min(threads, len(tasks)))) as pool:
+        results = sorted(pool.map(one, order), key=lambda r: r[0])  # in the tasks' order, as a job returns them
+    return Outputs.of(pa.Table.from_batches([b for _, batches in results for b in batches], OUTPUT_SCHEMA))
 
 
 @dataclass
