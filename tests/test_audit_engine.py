@@ -154,8 +154,8 @@ def test_an_index_counter_past_its_entries_is_one_finding(spark, tmp_path):
     path = list_index_files(store / "index")[0]
     with IndexFile(path) as f:
         slots, entries, written = f.hash_slot_num, f.index_num, f.header.index_count
-    clean = audit_job.run(spark, audit_args([store], tmp_path / "clean", "--hash-slots", str(slots),
-                                            "--index-num", str(entries)))
+    audit_job.run(spark, audit_args([store], tmp_path / "clean", "--hash-slots", str(slots),
+                              "--index-num", str(entries)))
     raw = bytearray(path.read_bytes())
     struct.pack_into(">i", raw, 36, 2000)  # indexCount, the header's last int
     path.write_bytes(bytes(raw))
