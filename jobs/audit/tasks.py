@@ -114,20 +114,25 @@ def pack(tasks: list, slots: int) -> list[list]:
     return [[(i, tasks[i]) for i in sorted(b)] for b in bins]
 
 
+def run_one(i: int, task, run: RunInfo) -> Emitter:
+    """Run task number ``i``: its findings written (as ``part-<i>``), what it returns to the driver in its emitter."""
+    out = Emitter()
+    t0 = time.perf_counter()
+    try:
+        task.run(out)
+    except Exception as e:  # one broker's bad file is that broker's finding: the others' tasks go on
+        out = Emitter()  # what the task made before it failed is incomplete: only the failure is kept
+        out.partial("_failures", failure_row(task.broker, task.describe(), e))
+    out.write_findings(run, f"part-{i:05d}.parquet")
+    out.partial("_timing", pa.table({"kind": [type(task).__name__], "name": [task.describe()],
+                                     "seconds": [time.perf_counter() - t0]}))
+    return out
+
+
 def run_bin(items: list, run: RunInfo):
     """Run one bin's tasks; yields their partial tables as :data:`OUTPUT_SCHEMA` batches."""
     for i, task in items:
-        out = Emitter()
-        t0 = time.perf_counter()
-        try:
-            task.run(out)
-        except Exception as e:  # one broker's bad file is that broker's finding: the others' tasks go on
-            out = Emitter()  # what the task made before it failed is incomplete: only the failure is kept
-            out.partial("_failures", failure_row(task.broker, task.describe(), e))
-        out.write_findings(run, f"part-{i:05d}.parquet")
-        out.partial("_timing", pa.table({"kind": [type(task).__name__], "name": [task.describe()],
-                                         "seconds": [time.perf_counter() - t0]}))
-        yield from out.batches()
+        yield from run_one(i, task, run).batches()
 
 
 def _runner(bins: list[list], run: RunInfo):
@@ -169,20 +174,24 @@ def _run_in_driver(tasks: list, threads: int, run: RunInfo, phase) -> "Outputs":
     if phase is not None:
         phase.tasks = len(tasks)
 
-    def one(i: int) -> tuple[int, list]:
-        batches = list(run_bin([(i, tasks[i])], run))  # part-<i>: the name the task has in a Spark job's bin
+    def one(i: int) -> tuple[int, Emitter]:
+        out = run_one(i, tasks[i], run)
         if phase is not None:
             with lock:
                 done["cost"] += tasks[i].cost()
                 done["tasks"] += 1
                 phase.update(done["cost"])
                 phase.tasks_done = done["tasks"]
-        return i, batches
+        return i, out
 
     order = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost())  # the longest first: no straggler at the end
     with ThreadPoolExecutor(max(1, min(threads, len(tasks)))) as pool:
         results = sorted(pool.map(one, order), key=lambda r: r[0])  # in the tasks' order, as a job returns them
-    return Outputs.of(pa.Table.from_batches([b for _, batches in results for b in batches], OUTPUT_SCHEMA))
+    parts: dict[str, list[pa.Table]] = {}
+    for _, out in results:  # the tables themselves: nothing to serialize within one process
+        for name, tables in out.partials.items():
+            parts.setdefault(name, []).extend(tables)
+    return Outputs({name: pa.concat_tables(ts) for name, ts in parts.items()})
 
 
 @dataclass
