@@ -95,9 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the broker runs with messageIndexSafe=true (changes the abnormal recovery start)")
     add_geometry_arguments(p, segment_size=True)
     p.add_argument("--split-size", metavar="BYTES",
-                   help="cut commitlog segments into ranges of this size, one Spark task each (e.g. 128m; default: "
-                        "a task per segment when there are enough segments for the cores, else about three ranges "
-                        "per core)")
+                   help="cut commitlog segments into ranges of this size, one task each (e.g. 128m; default: about "
+                        "three ranges per core, 32m to 64m: a task's memory is about twice its range)")
     p.add_argument("--top", type=int, default=200,
                    help="finding groups listed in the report (default 200; tables/ and findings/ keep them all)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")

@@ -1,10 +1,10 @@
 """What an audit will read, decided on the driver from the file listing alone: per broker its segment files, consume-
-queue files and index files, and how the commitlog is cut into Spark tasks.
+queue files and index files, and how the commitlog is cut into tasks.
 
-The cut: a segment is one task unless there are too few segments to keep every core busy, then it is split into
-ranges (:func:`scan_split_size`).  The broker's recovery walk covers its newest segments (three in normal
-recovery, more after a crash), and a split segment's ranges need the segment's walk ends; both come from the
-survey (a first, lighter pass), so only those segments are read twice.
+The cut: segments are split into ranges of about a third of a core's share, at most MAX_SPLIT, so every core is
+busy and a task's memory does not grow with the segment size (:func:`scan_split_size`).  The broker's recovery
+walk covers its newest segments (three in normal recovery, more after a crash), and a split segment's ranges
+need the segment's walk ends; both come from the survey (a first, lighter pass over the framing).
 
 Physical offsets route consume-queue units and index entries to the task whose commitlog range holds them:
 every file's entries are summarized by the survey as buckets (``phys >> shift``) with the unit-index interval
@@ -27,7 +27,10 @@ from store_format.store import Store
 from .inputs import StoreInput
 
 MIN_SPLIT = 32 << 20  # a range smaller than this costs more in task overhead than it gains in parallelism
-MAX_SPLIT = 256 << 20
+# a task holds its range's decoded columns (about twice the range): ranges of at most this size keep a task's
+# memory the same from a small dump to a 1 GiB-segment broker of hundreds of GB (the survey's first pass over
+# every cut segment costs ~0.6 s of CPU per GiB)
+MAX_SPLIT = 64 << 20
 TASKS_PER_CORE = 3  # ranges of uneven cost (damage, the newest segment's data end) still keep cores busy
 MAX_BUCKETS = 4096  # routing buckets per broker: the bucket width follows the commitlog's length
 NEGATIVE_BUCKET = -1  # index entries may hold garbage offsets: below 0, and past the commitlog's end
@@ -92,13 +95,10 @@ def data_bytes(plan: BrokerPlan) -> int:
 
 
 def scan_split_size(plans: list[BrokerPlan], cores: int, requested: int | None) -> int | None:
-    """The range size segments are cut into: ``requested`` (--split-size), else none when there are enough
-    segments for the cores, else what gives about TASKS_PER_CORE ranges per core (MIN_SPLIT..MAX_SPLIT)."""
+    """The range size segments are cut into: ``requested`` (--split-size), else what gives about TASKS_PER_CORE
+    ranges per core, within MIN_SPLIT..MAX_SPLIT."""
     if requested:
         return requested
-    segments = [s for p in plans for s in p.segments if s.base is not None]
-    if len(segments) >= TASKS_PER_CORE * cores:
-        return None
     total = sum(data_bytes(p) for p in plans)
     if not total:
         return None
