@@ -167,3 +167,21 @@ def test_an_index_counter_past_its_entries_is_one_finding(spark, tmp_path):
     assert dict(unwritten["details"]) == {"index_count": "2000", "written_entries": str(written - 1)}
     assert f"counts {2000 - written} entries past the last written one, entry {written - 1}" in unwritten["message"]
     assert sorted(f["message"] for f in index if f is not unwritten) == sorted(f["message"] for f in before)
+
+
+def test_routing_buckets_in_one_pass_are_the_sorted_ones():
+    """Buckets.of_offsets (one compiled pass) gives what bucket_of then Buckets.of (a sort) give: offsets below
+    the commitlog, past its end and inside it, entries in any order, rows given or counted from a base."""
+    import numpy as np
+
+    from jobs.audit.plan import Buckets, bucket_of
+
+    rng = np.random.default_rng(7)
+    for n, shift, end in ((0, 10, 0), (1, 4, 100), (5_000, 12, 1 << 22), (20_000, 20, 3 << 30)):
+        phys = rng.integers(-(1 << 12), end + (1 << 14), n, dtype=np.int64)
+        rows = rng.permutation(n * 3)[:n].astype(np.int64)
+        for given, expected_rows in ((rows, rows), (5, np.arange(5, 5 + n, dtype=np.int64))):
+            want = Buckets.of(bucket_of(phys, shift, end), expected_rows)
+            got = Buckets.of_offsets(phys, given, shift, end)
+            for a, b in ((got.buckets, want.buckets), (got.first, want.first), (got.last, want.last)):
+                assert np.array_equal(a, b)

@@ -1350,3 +1350,26 @@ def pairs_in_sorted(a_phys, a_hash, b_phys, b_hash, found):
                 break
             k += 1
         found[i] = hit
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Routing buckets (jobs/audit/plan.py)
+
+
+@njit((_i8r, _i8r, nt.int64, nt.int64, nt.int64, _i8, _i8), **_OPTS)
+def bucket_hulls(phys, rows, row_base, shift, last, first, final):
+    """Each entry's routing bucket (below 0: bucket -1; past ``last``: ``last + 1``; else ``phys >> shift``) and,
+    per bucket ``b`` at index ``b + 1``, the least and greatest row of its entries (``first`` comes filled with the
+    int64 maximum, ``final`` with -1): one pass, no sort, whatever the order of the entries.  Entry ``i``'s row is
+    ``rows[i]``, or ``row_base + i`` when ``rows`` is empty."""
+    for i in range(phys.shape[0]):
+        p = phys[i]
+        if p < 0:
+            k = 0
+        else:
+            k = min(p >> shift, last + 1) + 1
+        r = rows[i] if rows.shape[0] else row_base + i
+        if r < first[k]:
+            first[k] = r
+        if r > final[k]:
+            final[k] = r

@@ -128,6 +128,21 @@ class Buckets:
         last = np.maximum.reduceat(r, starts)
         return cls(b[starts].astype(np.int64), first.astype(np.int64), last.astype(np.int64))
 
+    @classmethod
+    def of_offsets(cls, phys: np.ndarray, rows: np.ndarray | int, shift: int, commitlog_end: int) -> "Buckets":
+        """``of(bucket_of(phys, shift, commitlog_end), rows)`` in one compiled pass, without a sort (an index file
+        holds up to 20 M entries); ``rows`` an int: entry ``i``'s row is ``rows + i``."""
+        from udfs.kernels import _compiled
+
+        last = commitlog_end >> shift
+        first = np.full(last + 3, np.iinfo(np.int64).max, np.int64)  # buckets -1 .. last + 1, at b + 1
+        final = np.full(last + 3, -1, np.int64)
+        row_base, rows = (rows, np.zeros(0, np.int64)) if isinstance(rows, int) else (0, rows)
+        _compiled().bucket_hulls(np.ascontiguousarray(phys, np.int64), np.ascontiguousarray(rows, np.int64),
+                                 row_base, shift, last, first, final)
+        seen = np.flatnonzero(final >= 0)
+        return cls((seen - 1).astype(np.int64), first[seen], final[seen])
+
     def rows_for(self, lo_bucket: int, hi_bucket: int) -> tuple[int, int] | None:
         """The hull [first, last + 1) of the entries whose bucket is in [lo_bucket, hi_bucket]; None if none."""
         a = int(np.searchsorted(self.buckets, lo_bucket, side="left"))

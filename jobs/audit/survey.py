@@ -29,7 +29,7 @@ from store_format.recovery import recover_queue
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.indexfile import INDEX_NAME, IndexFile, read_header
 
-from .plan import Buckets, bucket_of
+from .plan import Buckets
 from .tasks import Emitter
 
 QUEUE_STARTS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
@@ -160,7 +160,7 @@ class QueueSurvey:
                 u = read_unit_arrays(CQFile(p.topic, p.queue_id, Path(local), int(p.name), p.length))
             entry = np.flatnonzero(u.kind == 0)
             qoff = u.queue_offset[entry]
-            b = Buckets.of(bucket_of(u.physical_offset[entry], self.shift, self.commitlog_end), entry)
+            b = Buckets.of_offsets(u.physical_offset[entry], entry, self.shift, self.commitlog_end)
             rows.append({"broker": self.broker, "path": p.loc.path, "topic": p.topic, "queue_id": p.queue_id,
                          "units": len(u.kind), "entries": len(entry),
                          "min_queue_offset": int(qoff.min()) if len(qoff) else None,
@@ -232,8 +232,7 @@ class IndexSurvey:
                         v = EntryViews(m.buf, f.hash_slot_num, count)
                         phys = v.physical_offset[1:].astype(np.int64)
                         del v
-                        b = Buckets.of(bucket_of(phys, self.shift, self.commitlog_end),
-                                       np.arange(1, count, dtype=np.int64))
+                        b = Buckets.of_offsets(phys, 1, self.shift, self.commitlog_end)  # entry 0 is never used
                         row.update(hash_slot_num=f.hash_slot_num, index_num=f.index_num, count=count,
                                    **_header_row(h), **_bucket_columns(b))
         out.partial("survey.index_files", pa.Table.from_pylist([row], schema=INDEX_FILES))
