@@ -153,3 +153,33 @@ def create_uniq_keys(client_ip: bytes, pid: int, class_loader_hash: int, timesta
     text = out.tobytes().decode("ascii")
     w = width * 2
     return [text[i:i + w] for i in range(0, n * w, w)]
+
+
+def offset_msg_id_offsets(msg_ids) -> tuple:
+    """:func:`parse_offset_msg_id`'s physical offsets of many ids at once (a pyarrow string array, or anything
+    ``pyarrow.array`` takes): (offsets int64, valid bool) numpy arrays; an id that does not parse (null, a
+    length other than 32 or 56, a character that is not hex) is not valid and its offset is 0."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids = pa.array(msg_ids, pa.string()) if not isinstance(msg_ids, (pa.Array, pa.ChunkedArray)) else msg_ids
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    n = len(ids)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    length = pc.fill_null(pc.binary_length(ids), 0).to_numpy(zero_copy_only=False)
+    valid = ((length == 32) | (length == 56)) & pc.fill_null(
+        pc.match_substring_regex(ids, r"^[0-9A-Fa-f]*$"), False).to_numpy(zero_copy_only=False)
+    tail = pc.utf8_slice_codeunits(pc.if_else(pa.array(valid), ids, "0" * 16), -16)  # the offset: the last 16
+    start = int(np.frombuffer(tail.buffers()[1], np.int32, 1, tail.offset * 4)[0])
+    digits = np.frombuffer(tail.buffers()[2], np.uint8, 16 * n, start).reshape(n, 16)  # every tail: 16 ASCII chars
+    value = np.full(256, 0, np.uint64)
+    for i, c in enumerate(b"0123456789abcdef"):
+        value[c] = value[ord(chr(c).upper())] = i
+    nibbles = value[digits]
+    offsets = np.zeros(n, np.uint64)
+    for k in range(16):
+        offsets = (offsets << np.uint64(4)) | nibbles[:, k]
+    return offsets.view(np.int64), valid

@@ -792,3 +792,29 @@ def test_cut_streams_are_errors_in_every_codec():
         with pytest.raises(StoreFormatError, match="DECOMPRESSION"):
             decompress(b"", kind)
     assert decompress(zlib.compress(b"abc") + b"trailing", "ZLIB") == b"abc"  # like Inflater: stops at the end
+
+
+_OFFSET_IDS = st.one_of(st.none(), st.text(st.sampled_from(list("0123456789abcdefABCDEF g")), min_size=30, max_size=58),
+                        st.builds(lambda ip, port, off: create_offset_msg_id(ip, port, off),
+                                  st.sampled_from([bytes(4), b"\x0a\x00\x00\x01", bytes(range(16))]),
+                                  st.integers(-2**31, 2**31 - 1), st.integers(-2**63, 2**63 - 1)))
+
+
+@fuzz(200)
+@given(st.lists(_OFFSET_IDS, max_size=20), st.integers(0, 3))
+def test_offset_ids_parsed_together_as_one_by_one(ids, skip):
+    """offset_msg_id_offsets (the audit's vectorized parse of retried messages' origin ids) agrees with
+    parse_offset_msg_id on every id, the ones it refuses included, on a slice of an array too."""
+    import pyarrow as pa
+
+    from store_format.ids import offset_msg_id_offsets
+
+    ids = ids[skip:]
+    offsets, valid = offset_msg_id_offsets(pa.array([None] * skip + ids, pa.string()).slice(skip))
+    for text, offset, ok in zip(ids, offsets.tolist(), valid.tolist()):
+        try:
+            want = parse_offset_msg_id(text).physical_offset
+        except IdError:
+            assert not ok and offset == 0
+        else:
+            assert ok and offset == want

@@ -213,23 +213,16 @@ class AuditContext:
 
     # ---- single records ----------------------------------------------------------------------------------
     def kept_messages_by_id(self, broker: str, msg_ids) -> pa.Table:
-        """The messages the offset message ids name, where a message of the salvage walk starts at the id's offset,
+        """The messages the offset message ids (a list or a pyarrow string array) name, where a message of the salvage walk starts at the id's offset,
         the predicted recovery keeps it and its own offset message id is that id: a table of ``msg_id``,
         ``physical_offset``, ``topic``, ``uniq_key`` (the other ids are left out)."""
-        from store_format.errors import StoreFormatError
-        from store_format.ids import parse_offset_msg_id
+        from store_format.ids import offset_msg_id_offsets
 
-        end = self.recovery[broker].max_physical_offset
-        wanted = set()
-        for msg_id in set(msg_ids) - {None}:
-            try:
-                phys = parse_offset_msg_id(msg_id).physical_offset
-            except StoreFormatError:
-                continue
-            if phys < end:
-                wanted.add(phys)
-        t = self.walk_messages_at(broker, sorted(wanted), ("msg_id", "physical_offset", "topic", "uniq_key"))
-        return t.filter(pc.is_in(t.column("msg_id"), pa.array(list(set(msg_ids) - {None}), pa.string())))
+        ids = pc.unique(pa.array(msg_ids, pa.string()) if isinstance(msg_ids, list) else msg_ids)
+        phys, valid = offset_msg_id_offsets(ids)
+        wanted = np.unique(phys[valid & (phys < self.recovery[broker].max_physical_offset)])
+        t = self.walk_messages_at(broker, wanted, ("msg_id", "physical_offset", "topic", "uniq_key"))
+        return t.filter(pc.is_in(t.column("msg_id"), ids.drop_null()))
 
     def walk_messages_at(self, broker: str, offsets, columns: tuple[str, ...]) -> pa.Table:
         """The decoded ``columns`` (udfs.kernels) of the messages of the salvage walk that start at ``offsets``

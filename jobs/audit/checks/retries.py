@@ -84,7 +84,7 @@ def retry_table(ctx) -> pa.Table:
         return RETRIES.empty_table()
     origins = []
     for broker in pc.unique(hops.column("broker")).to_pylist():
-        ids = pc.unique(hops.filter(pc.equal(hops.column("broker"), broker)).column("origin_message_id")).to_pylist()
+        ids = pc.unique(hops.filter(pc.equal(hops.column("broker"), broker)).column("origin_message_id"))
         found = ctx.kept_messages_by_id(broker, ids)
         origins.append(pa.table({"broker": pa.repeat(pa.scalar(broker), found.num_rows),
                                  "origin_message_id": found.column("msg_id"),
@@ -96,10 +96,22 @@ def retry_table(ctx) -> pa.Table:
     t = hops.append_column("group", _group_of(pc.if_else(scheduled, hops.column("real_topic"), topic)))
     t = t.append_column("stage", pc.if_else(scheduled, "scheduled", pc.if_else(pc.starts_with(topic, _DLQ), "dlq",
                                                                                 "retry")))
-    t = t.join(pa.concat_tables(origins), ["broker", "origin_message_id"], join_type="left outer")
+    # each hop's origin looked up (an id names one offset, so at most one origin), the hops kept in their order
+    origins = pa.concat_tables(origins)
+    at = pc.index_in(_broker_key(t.column("broker"), t.column("origin_message_id")),
+                     value_set=_broker_key(origins.column("broker"), origins.column("origin_message_id")))
+    for name in ("origin_topic_found", "origin_physical_offset", "origin_uniq_key"):
+        t = t.append_column(name, origins.column(name).take(at))
     t = t.append_column("original_topic", pc.coalesce(t.column("retry_topic"), t.column("origin_topic_found")))
-    t = t.sort_by([("broker", "ascending"), ("physical_offset", "ascending")])
+    order = pc.sort_indices(t, [("broker", "ascending"), ("physical_offset", "ascending")])
+    if not (np.diff(order.to_numpy()) == 1).all():  # the tasks return them in commitlog order: mostly sorted
+        t = t.take(order)
     return t.select([f.name for f in RETRIES]).cast(RETRIES)
+
+
+def _broker_key(broker, msg_id):
+    """(broker, id) as one string, for a lookup in one pass."""
+    return pc.binary_join_element_wise(broker, msg_id, "\x00")
 
 
 def on_driver(ctx) -> FamilyResult:
