@@ -24,6 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from store_format import config as C
 from store_format.checkpoint import read_checkpoint, read_markers
 from store_format.fs import unreadable_entries
+from udfs.kernels import scan_offset_table
 from store_format.errors import ErrorKind, StoreFormatError
 
 from .storepaths import Location, find_inputs
@@ -100,7 +101,7 @@ def table_batch(table: str, broker: str, root: str) -> pa.Table:
         return rows(dict(error=str(e)))
     if table == "consumer_offsets":  # a busy broker's offsets: column-wise from the fast path when it reads them
         problems: list = []
-        fast = C.offset_columns(os.path.join(root, "config"), problems)
+        fast = C.offset_columns(os.path.join(root, "config"), problems, offset_scan=scan_offset_table)
         if fast is not None:
             return _offset_table(schema, broker, *fast, problems, rows)
     cfg = C.read_config(os.path.join(root, "config"), CONFIG_FILE[table])

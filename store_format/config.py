@@ -14,6 +14,12 @@ gives exactly what the tolerant parser gives, or steps aside for it: whenever th
 own, bare keys it cannot rewrite (identifiers, keys of nested maps), a trailing comma, or anything the C
 decoder refuses, the tolerant parser reads it (and positions the error).
 
+consumerOffset.json, the one that grows with the fleet, has a faster path still for the rows the metadata source
+and the audit read (:func:`offset_columns`): a one-pass scanner of fastjson's own layout that the caller passes
+(``udfs.kernels.scan_offset_table``, compiled; this package stays free of numba) gives each map's name and
+entries as arrays, and the rows are built from them in memory proportional to the entries; any other layout
+goes the ways above.
+
 Values a broker cannot hold are the file's findings, not exceptions: :func:`value_problems` lists each
 (``OUT_OF_RANGE`` errors naming the file, the key path and the value) -- a consumer offset outside Java's
 long, a queue id or a delay level outside int or not a number -- and the accessors (:func:`consumer_offsets`,
@@ -173,6 +179,14 @@ def _fast_loads(text: str, min_size: int = _FAST_MIN):
 def _fast_loads_bytes(raw: bytearray):
     fast = _scan(raw)
     return _NO_FAST_PATH if fast is None else fast.materialize()
+
+
+@dataclass
+class _Scanned:
+    """A file ``offset_scan`` read: its bytes and the scanner's arrays (:func:`_scanned_offset_columns`)."""
+
+    raw: bytes
+    found: tuple
 
 
 @dataclass
@@ -402,9 +416,10 @@ def read_config(config_dir: str | os.PathLike, name: str) -> ConfigFile:
     return _read_config(config_dir, name)[0]
 
 
-def _read_config(config_dir, name: str, keep_fast: bool = False) -> tuple[ConfigFile, _Fast | None]:
+def _read_config(config_dir, name: str, keep_fast: bool = False, offset_scan=None) -> tuple[ConfigFile, _Fast | None]:
     """:func:`read_config`; with ``keep_fast``, a file the fast path read comes back unmaterialized: (a ConfigFile
-    whose data is None, the parse) -- for :func:`offset_columns`, which needs no Python object per offset."""
+    whose data is None, the parse) -- for :func:`offset_columns`, which needs no Python object per offset, and
+    may pass ``offset_scan`` (:func:`_offset_fast`)."""
     d = Path(config_dir)
     errors = []
     for candidate in (d / name, d / f"{name}.bak"):
@@ -415,7 +430,12 @@ def _read_config(config_dir, name: str, keep_fast: bool = False) -> tuple[Config
         except UnreadableError as e:
             errors.append(ConfigError(ErrorKind.UNREADABLE, e.reason, file=str(candidate)))
             continue
-        fast = _scan(bytearray(raw)) if len(raw) >= _FAST_MIN else None
+        fast = None
+        if len(raw) >= _FAST_MIN:
+            found = offset_scan(raw) if offset_scan is not None else None
+            if found is not None:  # the scanner's arrays, for offset_columns to build from (it alone passes one)
+                return ConfigFile(name, None, str(candidate), tuple(errors)), _Scanned(raw, found)
+            fast = _scan(bytearray(raw))
         if fast is not None:
             del raw
             if keep_fast and isinstance(fast.value, dict):
@@ -442,17 +462,84 @@ def _read_config(config_dir, name: str, keep_fast: bool = False) -> tuple[Config
     return ConfigFile(name, None, None, tuple(errors)), None
 
 
-def offset_columns(config_dir, problems: list, name: str = "consumerOffset.json"):
+def _scanned_offset_columns(raw: bytes, found, cfg: ConfigFile):
+    """:func:`offset_columns`' result from ``offset_scan``'s arrays when the file is what brokers write (every key
+    topic@group and given once, each map's queue ids ascending and within int, the other top-level members
+    readable): built straight from the arrays, the maps put in (topic, group) order by their runs of entries.
+    None for anything else (the general path then says what is wrong with it)."""
+    import numpy as np
+
+    names = _scanned_names(raw, found)
+    if names is None:
+        return None
+    first, count, qid, offset = found[3:7]
+    pairs = [n.rpartition(TOPIC_GROUP_SEPARATOR) for n in names]
+    if len(set(names)) != len(names) or not all(sep for _, sep, _ in pairs):
+        return None
+    if len(qid) and (qid.min() < INT_RANGE[0] or qid.max() > INT_RANGE[1]):
+        return None
+    descending = np.diff(qid) <= 0  # fastjson writes a map's queue ids in ascending order, each once
+    boundary = (first + count)[count > 0] - 1  # each map's last entry: the next one starts another map
+    descending[boundary[boundary < len(descending)]] = False
+    if descending.any():
+        return None
+    del descending
+    keys = [(t, g) for t, _, g in pairs]
+    del pairs, names
+    order = np.array(sorted(range(len(keys)), key=keys.__getitem__), np.int64)
+    sizes = count[order]
+    ends = np.cumsum(sizes)
+    take = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
+    take += np.repeat(first[order] - (ends - sizes), sizes)  # each map's run, in (topic, group) order
+    ordered = [keys[i] for i in order.tolist()]
+    return cfg, {"map": np.repeat(np.arange(len(order)), sizes), "topics": [t for t, _ in ordered],
+                 "groups": [g for _, g in ordered], "queue_id": qid[take].astype(np.int32), "offset": offset[take]}
+
+
+def _offset_fast(raw: bytes, found) -> _Fast | None:
+    """``offset_scan``'s arrays (:func:`offset_columns`) as the fast path's parse of the file, for the general
+    post-processing of a file :func:`_scanned_offset_columns` does not build (a map given twice, queue ids out of
+    order or outside int, a key that is not topic@group); None where the other members or a name do not read."""
+    names = _scanned_names(raw, found)
+    if names is None:
+        return None
+    table = {n: [] for n in names}  # the fast path's placeholder for a flat Integer-keyed map
+    return _Fast({"offsetTable": table}, [(table, n) for n in names], *found[3:7])
+
+
+def _scanned_names(raw: bytes, found) -> list[str] | None:
+    """The maps' names as the C decoder reads them (the file decoded with errors replaced, then the escapes), once
+    the other top-level members are known to read as in the whole file (:func:`loads`); None if one does not."""
+    name_lo, name_hi, name_esc, *_, other_lo, other_hi = found
+    try:
+        for lo, hi in zip(other_lo.tolist(), other_hi.tolist()):
+            loads(raw[lo:hi].decode("utf-8", "replace"))
+        return [json.loads(f'"{raw[lo:hi].decode("utf-8", "replace")}"') if esc else raw[lo:hi].decode("utf-8", "replace")
+                for lo, hi, esc in zip(name_lo.tolist(), name_hi.tolist(), name_esc.tolist())]
+    except (ConfigError, ValueError, RecursionError):
+        return None
+
+
+def offset_columns(config_dir, problems: list, name: str = "consumerOffset.json", offset_scan=None):
     """consumerOffset.json's offsets as numpy columns, in memory proportional to the offsets (no Python object per
     offset): (ConfigFile without data, {"topic", "group", "queue_id", "offset"}) sorted by topic, group, queue id
     (a queue id given twice: the last one, as the dict would keep), entries a broker cannot hold recorded in
     ``problems`` and left out.  None when the fast path does not read the file or its offsetTable holds anything but
-    flat Integer-keyed maps: then :func:`consumer_offsets` of :func:`read_config` gives the same rows."""
+    flat Integer-keyed maps: then :func:`consumer_offsets` of :func:`read_config` gives the same rows.
+    ``offset_scan``: a one-pass scanner of the file's usual layout to try first (:func:`_offset_fast`)."""
     import numpy as np
 
-    cfg, fast = _read_config(config_dir, name, keep_fast=True)
+    cfg, fast = _read_config(config_dir, name, keep_fast=True, offset_scan=offset_scan)
     if fast is None:
         return None
+    if isinstance(fast, _Scanned):
+        built = _scanned_offset_columns(fast.raw, fast.found, ConfigFile(cfg.name, None, cfg.source, cfg.errors))
+        if built is not None:
+            return built
+        scanned = fast
+        fast = _offset_fast(scanned.raw, scanned.found) or _scan(bytearray(scanned.raw))
+        if fast is None:
+            return None
     table = fast.value.get("offsetTable")
     if not isinstance(table, dict) or any(type(v) is not list for v in table.values()):
         return None  # an empty or unusual entry: the dict path says what it is

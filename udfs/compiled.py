@@ -1373,3 +1373,210 @@ def bucket_hulls(phys, rows, row_base, shift, last, first, final):
             first[k] = r
         if r > final[k]:
             final[k] = r
+
+
+# ---------------------------------------------------------------------------------------------------------
+# consumerOffset.json as fastjson writes it (store_format/config.py: offset_columns)
+
+_ASIDE = -1  # the scan steps aside for the exact parser
+
+
+@_inner
+def _ws(b, i, n):
+    """The first index from ``i`` that is not JSON whitespace (the tolerant parser's too: space, tab, LF, CR)."""
+    while i < n and (b[i] == 32 or b[i] == 9 or b[i] == 10 or b[i] == 13):
+        i += 1
+    return i
+
+
+@_inner
+def _string_end(b, i, n, esc):
+    """``b[i]`` is a quote: the index of the closing quote (``esc[0]`` set when an escape is inside), or -1 for a
+    control character (strict JSON refuses them) or no end."""
+    i += 1
+    while i < n:
+        c = b[i]
+        if c == 34:
+            return i
+        if c == 92:
+            esc[0] = True
+            i += 2
+            continue
+        if c < 32:
+            return -1
+        i += 1
+    return -1
+
+
+@_inner
+def _value_end(b, i, n, limit, esc):
+    """The end of the JSON value at ``b[i]`` (whatever it is: the exact parser reads it again), found by its
+    brackets outside strings; -1 without one, or nested deeper than ``limit``."""
+    depth = 0
+    while i < n:
+        c = b[i]
+        if c == 34:
+            i = _string_end(b, i, n, esc)
+            if i < 0:
+                return -1
+            i += 1
+            if depth == 0:
+                return i
+            continue
+        if c == 123 or c == 91:
+            depth += 1
+            if depth > limit:
+                return -1
+        elif c == 125 or c == 93:
+            if depth == 0:
+                return i  # the enclosing object's end: a scalar ended before it
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif depth == 0 and (c == 44 or c == 32 or c == 9 or c == 10 or c == 13):
+            return i
+        i += 1
+    return -1 if depth else i
+
+
+@_inner
+def _integer(b, i, n, strict, out):
+    """A '-'? and 1 to 18 digits at ``b[i]``: its value in ``out[0]``, the index after it; -1 for anything else
+    (``strict``: JSON's grammar, no leading zero).  What follows must end it (whitespace, ':', ',', '}')."""
+    neg = False
+    if i < n and b[i] == 45:
+        neg = True
+        i += 1
+    j = i
+    v = np.int64(0)
+    while j < n and 48 <= b[j] <= 57:
+        v = v * 10 + (b[j] - 48)
+        j += 1
+        if j - i > 18:
+            return -1
+    if j == i or (strict and b[i] == 48 and j - i > 1):
+        return -1
+    if j < n and not (b[j] == 32 or b[j] == 9 or b[j] == 10 or b[j] == 13 or b[j] == 58 or b[j] == 44
+                      or b[j] == 125):
+        return -1
+    out[0] = -v if neg else v
+    return j
+
+
+@njit((_u1r, _i8, _i8, _b1, _i8, _i8, _i8, _i8, _i8, _i8, nt.int64), **_OPTS)
+def offset_table_scan(b, name_lo, name_hi, name_esc, map_first, map_count, keys, values, other_lo, other_hi,
+                      nest_limit):
+    """fastjson's consumerOffset.json, ``{"offsetTable":{"topic@group":{qid:offset,...},...},...}``, in one pass:
+    each map's name span (its quotes excluded, whether an escape is inside) and first entry and count, each
+    entry's queue id (a bare integer key, as the tolerant parser reads it) and offset (a JSON integer), and the
+    value span of every other top-level member (for the exact parser to check).  Returns (maps, entries, other
+    members) or (-1, the position, 0) where the text is anything else: another shape, a trailing comma, a
+    duplicate offsetTable, an escaped top-level key, a longer number, ... -- the exact parser's to read."""
+    n = b.shape[0]
+    esc = np.zeros(1, np.bool_)
+    num = np.zeros(1, np.int64)
+    maps = entries = others = 0
+    seen = False
+    i = _ws(b, 0, n)
+    if i >= n or b[i] != 123:
+        return _ASIDE, i, 0
+    i = _ws(b, i + 1, n)
+    if i < n and b[i] == 125:
+        return _ASIDE, i, 0  # no offsetTable
+    while True:
+        if i >= n or b[i] != 34:
+            return _ASIDE, i, 0
+        esc[0] = False
+        e = _string_end(b, i, n, esc)
+        if e < 0 or esc[0]:
+            return _ASIDE, i, 0
+        is_table = e - i - 1 == 11 and b[i + 1] == 111 and b[i + 2] == 102 and b[i + 3] == 102 and \
+            b[i + 4] == 115 and b[i + 5] == 101 and b[i + 6] == 116 and b[i + 7] == 84 and b[i + 8] == 97 and \
+            b[i + 9] == 98 and b[i + 10] == 108 and b[i + 11] == 101  # "offsetTable"
+        i = _ws(b, e + 1, n)
+        if i >= n or b[i] != 58:
+            return _ASIDE, i, 0
+        i = _ws(b, i + 1, n)
+        if not is_table:
+            e = _value_end(b, i, n, nest_limit, esc)
+            if e <= i:
+                return _ASIDE, i, 0
+            other_lo[others], other_hi[others] = i, e
+            others += 1
+            i = e
+        else:
+            if seen or i >= n or b[i] != 123:
+                return _ASIDE, i, 0
+            seen = True
+            i = _ws(b, i + 1, n)
+            if i < n and b[i] == 125:
+                i += 1
+            else:
+                while True:  # "name":{k:v,...}
+                    if i >= n or b[i] != 34:
+                        return _ASIDE, i, 0
+                    esc[0] = False
+                    e = _string_end(b, i, n, esc)
+                    if e < 0:
+                        return _ASIDE, i, 0
+                    name_lo[maps], name_hi[maps], name_esc[maps] = i + 1, e, esc[0]
+                    map_first[maps] = entries
+                    i = _ws(b, e + 1, n)
+                    if i >= n or b[i] != 58:
+                        return _ASIDE, i, 0
+                    i = _ws(b, i + 1, n)
+                    if i >= n or b[i] != 123:
+                        return _ASIDE, i, 0
+                    i = _ws(b, i + 1, n)
+                    if i < n and b[i] == 125:
+                        i += 1
+                    else:
+                        while True:
+                            at = i
+                            i = _integer(b, i, n, False, num)
+                            if i < 0:
+                                return _ASIDE, at, 0
+                            keys[entries] = num[0]
+                            i = _ws(b, i, n)
+                            if i >= n or b[i] != 58:
+                                return _ASIDE, i, 0
+                            at = _ws(b, i + 1, n)
+                            i = _integer(b, at, n, True, num)
+                            if i < 0:
+                                return _ASIDE, at, 0
+                            values[entries] = num[0]
+                            entries += 1
+                            i = _ws(b, i, n)
+                            if i < n and b[i] == 44:
+                                i = _ws(b, i + 1, n)
+                                if i >= n or b[i] == 125:
+                                    return _ASIDE, i, 0  # a trailing comma
+                                continue
+                            if i < n and b[i] == 125:
+                                i += 1
+                                break
+                            return _ASIDE, i, 0
+                    map_count[maps] = entries - map_first[maps]
+                    maps += 1
+                    i = _ws(b, i, n)
+                    if i < n and b[i] == 44:
+                        i = _ws(b, i + 1, n)
+                        if i >= n or b[i] == 125:
+                            return _ASIDE, i, 0
+                        continue
+                    if i < n and b[i] == 125:
+                        i += 1
+                        break
+                    return _ASIDE, i, 0
+        i = _ws(b, i, n)
+        if i < n and b[i] == 44:
+            i = _ws(b, i + 1, n)
+            if i >= n or b[i] == 125:
+                return _ASIDE, i, 0
+            continue
+        if i < n and b[i] == 125:
+            break
+        return _ASIDE, i, 0
+    if not seen or _ws(b, i + 1, n) != n:
+        return _ASIDE, i, 0
+    return maps, entries, others

@@ -374,6 +374,25 @@ def index_key_hashes(topic, uniq_key, keys, indexable: np.ndarray) -> tuple[np.n
                                   np.asarray(indexable, bool))
 
 
+def scan_offset_table(raw: bytes, nest_limit: int = 100):
+    """consumerOffset.json in fastjson's layout, read in one compiled pass (udfs.compiled.offset_table_scan): the
+    arrays ``store_format.config.offset_columns`` takes as its ``offset_scan``, or None where the text is anything
+    else (a member nested deeper than ``nest_limit`` too: the exact parser's limit counts from the top)."""
+    C = _compiled()
+    maps, colons = raw.count(b"{"), raw.count(b":")  # at most a map per brace, an entry or member per colon
+    name_lo, name_hi, map_first, map_count = (np.empty(maps, np.int64) for _ in range(4))
+    name_esc = np.empty(maps, np.bool_)
+    # bounds, not sizes: np.empty's pages cost memory only where the scan writes
+    keys, values, other_lo, other_hi = (np.empty(colons, np.int64) for _ in range(4))
+    n_maps, n_entries, n_other = C.offset_table_scan(np.frombuffer(raw, np.uint8), name_lo, name_hi, name_esc,
+                                                     map_first, map_count, keys, values, other_lo, other_hi,
+                                                     nest_limit)
+    if n_maps < 0:
+        return None
+    return (name_lo[:n_maps], name_hi[:n_maps], name_esc[:n_maps], map_first[:n_maps], map_count[:n_maps],
+            keys[:n_entries], values[:n_entries], other_lo[:n_other], other_hi[:n_other])
+
+
 class CompiledFramer:
     """``store_format.commitlog``'s bulk framer compiled (:func:`udfs.compiled.frame_run`): the same runs of plain
     valid messages, found by hopping from record to record with every check of ``frame_at`` (the body CRC
