@@ -26,7 +26,7 @@ import struct
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -221,67 +221,87 @@ class Frame:
                            position=self.file_position, field=self.stop_field)
 
 
-def frame_at(buf, pos: int, limit: int, base_offset: int, *, check_crc: bool = True,
-             check_physical_offset: bool = True) -> tuple[str, int, int, str | None, str | None, str | None]:
-    """Classify the bytes at ``pos`` as the broker's recovery would.
+class Framing(NamedTuple):
+    """What :func:`frame_at` finds at a position: a :class:`Frame` without its place and message."""
 
-    Returns ``(kind, size, magic, stop_kind, stop_field, stop_message)`` where kind is message/blank/stop.
-    ``check_physical_offset`` adds our forensic check (PHYSICALOFFSET == base + pos) that the broker lacks.
+    kind: str  # "message" | "blank" | "stop"
+    size: int  # TOTALSIZE (for a stop, the declared field, which may be garbage; 0 where none could be read)
+    magic: int
+    stop_kind: str | None = None  # ErrorKind value or END_OF_DATA
+    stop_field: str | None = None
+    stop_message: str | None = None
+
+    def frame(self, segment: str, pos: int, base_offset: int) -> Frame:
+        return Frame(self.kind, segment, pos, base_offset + pos, self.size, self.magic, self.stop_kind,
+                     self.stop_field, self.stop_message)
+
+
+def frame_at(buf, pos: int, limit: int, base_offset: int, *, check_crc: bool = True,
+             check_physical_offset: bool = True) -> Framing:
+    """Classify the bytes at ``pos`` as the broker's recovery would: a message, the blank, or the stop that ends
+    the walk (with why).  ``check_physical_offset`` adds our forensic check (PHYSICALOFFSET == base + pos) that
+    the broker lacks.
     """
     remaining = limit - pos
     if remaining < 8:
         if remaining > 0 and any(buf[pos:limit]):
-            return "stop", 0, 0, ErrorKind.TRUNCATED.value, "store_size", f"{remaining} stray bytes at the end"
-        return "stop", 0, 0, END_OF_DATA, None, "end of segment"
+            return Framing("stop", 0, 0, ErrorKind.TRUNCATED.value, "store_size", f"{remaining} stray bytes at the end")
+        return Framing("stop", 0, 0, END_OF_DATA, None, "end of segment")
     size, magic = _HEAD.unpack_from(buf, pos)
     if magic == L.BLANK_MAGIC:
         if size != remaining:
-            return ("stop", size, magic, ErrorKind.BAD_LENGTH.value, "store_size",
-                    f"blank TOTALSIZE {size} != {remaining} bytes left in the segment")
-        return "blank", size, magic, None, None, None
+            return Framing("stop", size, magic, ErrorKind.BAD_LENGTH.value, "store_size",
+                           f"blank TOTALSIZE {size} != {remaining} bytes left in the segment")
+        return Framing("blank", size, magic)
     version = L.MESSAGE_MAGICS.get(magic)
     if version is None:
         if size == 0 and magic == 0:
-            return "stop", 0, 0, END_OF_DATA, None, "zeros where the next record would start (unwritten tail)"
-        return "stop", size, magic, ErrorKind.BAD_MAGIC.value, "magic", f"illegal magic code 0x{magic & 0xFFFFFFFF:08X}"
+            return Framing("stop", 0, 0, END_OF_DATA, None, "zeros where the next record would start (unwritten tail)")
+        return Framing("stop", size, magic, ErrorKind.BAD_MAGIC.value, "magic",
+                       f"illegal magic code 0x{magic & 0xFFFFFFFF:08X}")
     if remaining < L.BORN_HOST_OFFSET:
-        return "stop", size, magic, ErrorKind.TRUNCATED.value, "sys_flag", "record header cut by the end of the segment"
+        return Framing("stop", size, magic, ErrorKind.TRUNCATED.value, "sys_flag",
+                       "record header cut by the end of the segment")
     sys_flag = _I32.unpack_from(buf, pos + L.SYS_FLAG_OFFSET)[0]
     lay = L.layout_for(sys_flag, version)
     if size < lay.min_size or size > remaining:
         kind = ErrorKind.TRUNCATED if size > remaining else ErrorKind.BAD_LENGTH
-        return ("stop", size, magic, kind.value, "store_size",
-                f"TOTALSIZE {size} outside [{lay.min_size}, {remaining} bytes left]")
+        return Framing("stop", size, magic, kind.value, "store_size",
+                       f"TOTALSIZE {size} outside [{lay.min_size}, {remaining} bytes left]")
     if check_physical_offset:
         phys = _I64.unpack_from(buf, pos + L.PHYSICAL_OFFSET_OFFSET)[0]
         if phys != base_offset + pos:
-            return ("stop", size, magic, ErrorKind.PHYSICAL_OFFSET_MISMATCH.value, "physical_offset",
-                    f"PHYSICALOFFSET {phys} != segment base + position {base_offset + pos}")
+            return Framing("stop", size, magic, ErrorKind.PHYSICAL_OFFSET_MISMATCH.value, "physical_offset",
+                           f"PHYSICALOFFSET {phys} != segment base + position {base_offset + pos}")
     end = pos + size
     body_len = _I32.unpack_from(buf, pos + lay.offsets["body_length"])[0]
     p = pos + lay.body_offset + max(body_len, 0)
     if body_len < 0 or p + lay.topic_length_width > end:
-        return "stop", size, magic, ErrorKind.BAD_LENGTH.value, "body_length", f"BODYLENGTH {body_len} does not fit"
+        return Framing("stop", size, magic, ErrorKind.BAD_LENGTH.value, "body_length",
+                       f"BODYLENGTH {body_len} does not fit")
     topic_len = buf[p] if version == 1 else _I16.unpack_from(buf, p)[0]
     if version == 1 and topic_len > 127:
         topic_len -= 256  # signed byte
     p += lay.topic_length_width + topic_len
     if topic_len < 0 or p + 2 > end:
-        return "stop", size, magic, ErrorKind.BAD_LENGTH.value, "topic_length", f"TOPICLENGTH {topic_len} does not fit"
+        return Framing("stop", size, magic, ErrorKind.BAD_LENGTH.value, "topic_length",
+                       f"TOPICLENGTH {topic_len} does not fit")
     props_len = _I16.unpack_from(buf, p)[0]
     if props_len < 0 or p + 2 + props_len > end:
-        return ("stop", size, magic, ErrorKind.BAD_LENGTH.value, "properties_length",
-                f"PROPERTIESLENGTH {props_len} does not fit")
+        return Framing("stop", size, magic, ErrorKind.BAD_LENGTH.value, "properties_length",
+                       f"PROPERTIESLENGTH {props_len} does not fit")
     expected = lay.total_size(body_len, topic_len, props_len)
     if expected != size:
-        return "stop", size, magic, ErrorKind.SIZE_MISMATCH.value, "store_size", f"TOTALSIZE {size} != calMsgLength {expected}"
+        return Framing("stop", size, magic, ErrorKind.SIZE_MISMATCH.value, "store_size",
+                       f"TOTALSIZE {size} != calMsgLength {expected}")
     if check_crc and body_len > 0:
         crc = _I32.unpack_from(buf, pos + lay.offsets["body_crc"])[0]
         start = pos + lay.body_offset
         actual = body_crc32(buf[start:start + body_len])
         if crc != actual:
-            return "stop", size, magic, ErrorKind.BAD_CRC.value, "body_crc", f"body CRC {crc} != computed {actual}"
-    return "message", size, magic, None, None, None
+            return Framing("stop", size, magic, ErrorKind.BAD_CRC.value, "body_crc",
+                           f"body CRC {crc} != computed {actual}")
+    return Framing("message", size, magic)
 
 
 def walk_buffer(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
@@ -293,14 +313,13 @@ def walk_buffer(buf, segment: str, base_offset: int, *, start: int = 0, limit: i
     limit = len(buf) if limit is None else limit
     pos = start
     while True:
-        kind, size, magic, stop_kind, stop_field, stop_msg = frame_at(
-            buf, pos, limit, base_offset, check_crc=check_crc, check_physical_offset=check_physical_offset)
-        frame = Frame(kind, segment, pos, base_offset + pos, size, magic, stop_kind, stop_field, stop_msg)
-        if kind == "message":
+        frame = frame_at(buf, pos, limit, base_offset, check_crc=check_crc,
+                         check_physical_offset=check_physical_offset).frame(segment, pos, base_offset)
+        if frame.kind == "message":
             if decode:
-                frame.message = decode_record(buf, pos, limit=pos + size, file=segment)
+                frame.message = decode_record(buf, pos, limit=pos + frame.size, file=segment)
             yield frame
-            pos += size
+            pos += frame.size
             continue
         yield frame
         return
@@ -330,14 +349,14 @@ def find_next_frame(buf, start: int, limit: int, base_offset: int, *, confirm: b
             return None
         cand = hit - 4
         if cand >= start:
-            kind, size, *_ = frame_at(buf, cand, limit, base_offset)
-            if kind == "blank":
+            found = frame_at(buf, cand, limit, base_offset)
+            if found.kind == "blank":
                 return cand
-            if kind == "message":
+            if found.kind == "message":
                 if not confirm or _body_length(buf, cand) > 0:  # frame_at matched its body CRC
                     return cand
-                nxt_kind, _, _, nxt_stop, *_ = frame_at(buf, cand + size, limit, base_offset)
-                if nxt_kind in ("message", "blank") or nxt_stop == END_OF_DATA:
+                nxt = frame_at(buf, cand + found.size, limit, base_offset)
+                if nxt.kind in ("message", "blank") or nxt.stop_kind == END_OF_DATA:
                     return cand
         pos = hit - 3
     return None
@@ -749,15 +768,15 @@ def _walk_into(out: _Collector, framer: _BulkFramer, buf, segment: str, base_off
         if until is not None and pos >= until:
             break
         # a record the bulk pass could not prove a plain valid message: the scalar check decides
-        kind, size, magic, stop_kind, stop_field, stop_msg = frame_at(
-            buf, pos, limit, base_offset, check_crc=check_crc, check_physical_offset=check_physical_offset)
-        if kind == "message":
-            out.one(KIND_MESSAGE, pos, size, magic)
-            pos += size
+        found = frame_at(buf, pos, limit, base_offset, check_crc=check_crc,
+                         check_physical_offset=check_physical_offset)
+        if found.kind == "message":
+            out.one(KIND_MESSAGE, pos, found.size, found.magic)
+            pos += found.size
             window = framer.window_min
             continue
-        frame = Frame(kind, segment, pos, base_offset + pos, size, magic, stop_kind, stop_field, stop_msg)
-        out.one(_KIND_CODES[kind], pos, size, magic, frame)
+        frame = found.frame(segment, pos, base_offset)
+        out.one(_KIND_CODES[found.kind], pos, found.size, found.magic, frame)
         return frame
     return None
 

@@ -416,9 +416,8 @@ def unconfirmable(root: Path, m: Held) -> bool:
     if m.message.body:
         return False
     with ReadOnlyMap(root / m.path) as seg:
-        kind, _, _, stop_kind, *_ = frame_at(seg.buf, m.position + m.size, len(seg.buf),
-                                             m.message.physical_offset - m.position)
-    return kind == "stop" and stop_kind != END_OF_DATA
+        nxt = frame_at(seg.buf, m.position + m.size, len(seg.buf), m.message.physical_offset - m.position)
+    return nxt.kind == "stop" and nxt.stop_kind != END_OF_DATA
 
 
 def check_commitlog(root: Path, case: Case, counts: Counter) -> None:

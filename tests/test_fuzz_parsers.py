@@ -204,8 +204,7 @@ def test_a_huge_declared_size_does_not_allocate(warm_kernels, physical_offset, d
                 decode_record(bytes(hurt))
             assert e.value.kind in (ErrorKind.TRUNCATED, ErrorKind.BAD_LENGTH)
             assert_parity([bytes(hurt)])
-            kind, *_ = frame_at(bytes(hurt), 0, len(hurt), physical_offset)
-            assert kind == "stop"
+            assert frame_at(bytes(hurt), 0, len(hurt), physical_offset).kind == "stop"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -267,8 +266,8 @@ def test_framing_on_hostile_segments(seg, data):
         walk = list(walk_buffer(buf, "seg", base, start=start))
         salvage = _items(buf, base, start=start)
         for pos in {start, len(buf), max(0, len(buf) - 3), data.draw(st.integers(0, len(buf) + 8))}:
-            kind, size, magic, stop_kind, stop_field, _ = frame_at(buf, pos, len(buf), base)
-            assert kind in ("message", "blank", "stop") and (kind != "stop" or stop_kind is not None)
+            found = frame_at(buf, pos, len(buf), base)
+            assert found.kind in ("message", "blank", "stop") and (found.kind != "stop" or found.stop_kind is not None)
         nxt = find_next_frame(buf, start, len(buf), base)
     # the walk: messages back to back from start, then exactly one blank or stop
     assert walk and all(f.kind == "message" for f in walk[:-1]) and walk[-1].kind in ("blank", "stop")
@@ -294,7 +293,7 @@ def test_framing_on_hostile_segments(seg, data):
     assert {(f.file_position, f.size) for f in walk if f.kind == "message"} <= salvaged
     # find_next_frame names a real frame
     if nxt is not None:
-        assert nxt >= start and frame_at(buf, nxt, len(buf), base)[0] in ("message", "blank")
+        assert nxt >= start and frame_at(buf, nxt, len(buf), base).kind in ("message", "blank")
     # every planted record left intact is salvaged when its body CRC or what follows it confirms it (up to the
     # first blank: what follows one is stale, and a blank forged by the edits ends the segment like a real one)
     blank = min((f.file_position for f in salvage if isinstance(f, Frame) and f.kind == "blank"), default=len(buf))
@@ -302,8 +301,8 @@ def test_framing_on_hostile_segments(seg, data):
               if start <= p and p + n <= blank and not any(a < p + n and p < b for a, b in damaged)]
     for p, n in intact:
         following = frame_at(buf, p + n, len(buf), base)
-        if decode_record(buf, p, limit=p + n).body or following[0] in ("message", "blank") \
-                or following[3] == END_OF_DATA:
+        if decode_record(buf, p, limit=p + n).body or following.kind in ("message", "blank") \
+                or following.stop_kind == END_OF_DATA:
             assert (p, n) in salvaged, f"intact record at {p} ({n} bytes) lost by salvage"
 
 

@@ -213,9 +213,9 @@ class AuditContext:
 
     # ---- single records ----------------------------------------------------------------------------------
     def kept_messages_by_id(self, broker: str, msg_ids) -> pa.Table:
-        """The messages the offset message ids (a list or a pyarrow string array) name, where a message of the salvage walk starts at the id's offset,
-        the predicted recovery keeps it and its own offset message id is that id: a table of ``msg_id``,
-        ``physical_offset``, ``topic``, ``uniq_key`` (the other ids are left out)."""
+        """The messages the offset message ids (a list or a pyarrow string array) name, where a message of the
+        salvage walk starts at the id's offset, the predicted recovery keeps it and its own offset message id is
+        that id: a table of ``msg_id``, ``physical_offset``, ``topic``, ``uniq_key`` (the other ids are left out)."""
         from store_format.ids import offset_msg_id_offsets
 
         ids = pc.unique(pa.array(msg_ids, pa.string()) if isinstance(msg_ids, list) else msg_ids)
@@ -256,8 +256,8 @@ class AuditContext:
                 confirmed = (sizes > 0) & (body_lengths > 0) if self.options.check_crc else np.zeros(len(pos), bool)
                 for j in np.flatnonzero((sizes > 0) & (body_lengths == 0)) if self.options.check_crc else ():
                     # an empty body's CRC proves nothing: the next frame must
-                    nxt, _, _, stop, *_ = frame_at(m.buf, int(pos[j] + sizes[j]), limit, seg.base)
-                    confirmed[j] = nxt in ("message", "blank") or stop == END_OF_DATA
+                    nxt = frame_at(m.buf, int(pos[j] + sizes[j]), limit, seg.base)
+                    confirmed[j] = nxt.kind in ("message", "blank") or nxt.stop_kind == END_OF_DATA
                 rest = np.flatnonzero(~confirmed)
                 if len(rest):
                     walked = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc,
