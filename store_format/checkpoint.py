@@ -40,7 +40,7 @@ class Checkpoint:
             if extra is None:
                 break
             vals.append(extra)
-        raw = struct.pack(f">{len(vals)}q", *vals)
+        raw = struct.pack(">" + "".join(m.code for m in L.CHECKPOINT.members[:len(vals)]), *vals)
         return raw + bytes(self.file_length - len(raw))
 
 
@@ -49,9 +49,10 @@ def parse_checkpoint(raw: bytes, file: str | None = None) -> Checkpoint:
         raise CheckpointError(ErrorKind.TRUNCATED, f"{len(raw)} bytes; the checkpoint needs at least "
                               f"{L.CHECKPOINT_MIN_SIZE}", file=file, position=len(raw))
     values = {}
-    for name, off in L.CHECKPOINT_FIELDS:
-        if off + 8 <= len(raw):
-            values[name] = struct.unpack_from(">q", raw, off)[0]
+    for m in L.CHECKPOINT.members:  # 4.x wrote three; each later one only where the file holds it
+        off = L.CHECKPOINT.offset(m.name)
+        if off + m.width <= len(raw):
+            values[m.name] = struct.unpack_from(">" + m.code, raw, off)[0]
     extras = {k: (values.get(k) or None) for k in ("master_flushed_offset", "confirm_phy_offset")}
     return Checkpoint(values["physic_msg_timestamp"], values["logics_msg_timestamp"], values["index_msg_timestamp"],
                       file_length=len(raw), **extras)

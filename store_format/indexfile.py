@@ -30,7 +30,8 @@ from .javahash import index_key, index_key_hash
 
 _HEADER = struct.Struct(L.INDEX_HEADER_STRUCT)
 _ENTRY = struct.Struct(L.INDEX_ENTRY_STRUCT)
-_SLOT = struct.Struct(">i")
+_SLOT = struct.Struct(L.INDEX_SLOT.struct)
+_AT_INDEX_COUNT = L.INDEX_HEADER.offset("index_count")  # where a bad indexCount is reported
 INDEX_NAME = re.compile(r"[0-9]{17}")  # fullmatch: ASCII digits only, no trailing newline
 
 
@@ -319,12 +320,12 @@ def _decide(buf, h: IndexHeader, cands: LengthCandidates, zero_from) -> tuple[tu
     if c <= 1:
         if len(cands) == 1:
             return (cands.slots(cands.lo), cands.lo), "", 0
-        return None, f"indexCount {c}: no entry is written", 36
+        return None, f"indexCount {c}: no entry is written", _AT_INDEX_COUNT
     if used < 0:
-        return None, f"hashSlotCount {used} is negative", 32
+        return None, f"hashSlotCount {used} is negative", L.INDEX_HEADER.offset("hash_slot_count")
     hi = min(cands.hi, (cands.q - max(1, used)) // _RATIO)
     if hi < c:
-        return None, f"no pair has entries >= indexCount {c} and slots >= hashSlotCount {used}", 36
+        return None, f"no pair has entries >= indexCount {c} and slots >= hashSlotCount {used}", _AT_INDEX_COUNT
     blocks = hi - c + 1  # the last entry is the k-th 20-byte block from the end, k in 1..blocks
     if callable(zero_from):
         zero_from = zero_from()
@@ -400,7 +401,8 @@ def _layout_problem(buf, h: IndexHeader, s: int, n: int) -> tuple[str | None, in
         return (f"the last entry ({c - 1}) does not head its slot's chain: slot {slot} holds {head}",
                 L.INDEX_HEADER_SIZE + slot * L.INDEX_SLOT_SIZE)
     if not 0 <= prev < c - 1:
-        return f"the last entry's prevIndex {prev} does not point back into 0..{c - 2}", last_at + 16
+        return (f"the last entry's prevIndex {prev} does not point back into 0..{c - 2}",
+                last_at + L.INDEX_ENTRY.offset("prev_index"))
     if prev > 0:
         prev_hash = entry(prev)[0]
         if prev_hash < 0 or prev_hash % s != slot:

@@ -116,8 +116,7 @@ TOPIC_VALID_CHARS = frozenset("%|-_" + "abcdefghijklmnopqrstuvwxyz" + "ABCDEFGHI
 # --------------------------------------------------------------------------------------------------
 # Store geometry defaults (MessageStoreConfig); real stores are measured from their files.
 DEFAULT_MAPPED_FILE_SIZE_COMMITLOG = 1024 * 1024 * 1024
-CQ_STORE_UNIT_SIZE = 20  # ConsumeQueue unit: phyOffset long | size int | tagsCode long
-DEFAULT_MAPPED_FILE_SIZE_CONSUME_QUEUE = 300000 * CQ_STORE_UNIT_SIZE
+DEFAULT_MAPPED_FILE_SIZE_CONSUME_QUEUE = 300000 * 20  # mappedFileSizeConsumeQueue: 300,000 units
 CQ_PRE_BLANK_SIZE = 0x7FFFFFFF  # fillPreBlank unit: (0, Integer.MAX_VALUE, 0)
 DEFAULT_MAX_HASH_SLOT_NUM = 5000000
 DEFAULT_MAX_INDEX_NUM = 5000000 * 4
@@ -127,26 +126,77 @@ DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 
 DEFAULT_RETRY_MAX_TIMES = 16
 SEGMENT_NAME_DIGITS = 20  # UtilAll.offset2FileName
 
-# ConsumeQueue unit fields (offset, size, struct code)
-CQ_UNIT_FIELDS = (("physical_offset", 0, "q"), ("size", 8, "i"), ("tags_code", 12, "q"))
-CQ_UNIT_STRUCT = ">qiq"
+# --------------------------------------------------------------------------------------------------
+# The fixed-width structures besides the record: each declared once, as its members in file order; offsets,
+# struct formats, numpy dtypes and the README's tables are derived (``FixedLayout``).
 
-# IndexFile (IndexHeader / IndexFile)
-INDEX_HEADER_SIZE = 40
-INDEX_HEADER_FIELDS = (
-    ("begin_timestamp", 0, "q"), ("end_timestamp", 8, "q"), ("begin_phy_offset", 16, "q"),
-    ("end_phy_offset", 24, "q"), ("hash_slot_count", 32, "i"), ("index_count", 36, "i"),
-)
-INDEX_HEADER_STRUCT = ">qqqqii"
-INDEX_SLOT_SIZE = 4
-INDEX_ENTRY_SIZE = 20
-INDEX_ENTRY_FIELDS = (("key_hash", 0, "i"), ("physical_offset", 4, "q"), ("time_diff", 12, "i"), ("prev_index", 16, "i"))
-INDEX_ENTRY_STRUCT = ">iqii"
-INDEX_MAX_RESULTS = 64  # maxMsgsNumBatch: mqadmin's cap; our lookups are uncapped by default
-
-
-#: struct codes of the fields above as big-endian numpy types
+#: struct codes of fixed-width members: their widths, and as big-endian numpy types
+CODE_WIDTHS = {"q": 8, "i": 4, "h": 2, "b": 1}
 NUMPY_CODES = {"i": ">i4", "q": ">i8", "h": ">i2", "b": "i1"}
+_JAVA_TYPES = {"q": "long", "i": "int", "h": "short", "b": "byte"}
+
+
+@dataclass(frozen=True)
+class Member:
+    """One member of a fixed-width structure: our name, its struct code, RocketMQ's name, what it holds."""
+
+    name: str
+    code: str  # "q" long, "i" int, "h" short, "b" byte: big-endian, as Java's ByteBuffer writes them
+    java: str
+    meaning: str
+
+    @property
+    def width(self) -> int:
+        return CODE_WIDTHS[self.code]
+
+
+@dataclass(frozen=True)
+class FixedLayout:
+    """A fixed-width on-disk structure (a consume-queue unit, an index header, slot or entry, the checkpoint):
+    its members in file order, and the size of the whole where it is padded beyond them (``size``)."""
+
+    title: str
+    source: str  # the RocketMQ class that writes it
+    members: tuple[Member, ...]
+    size: int | None = None
+
+    @property
+    def width(self) -> int:
+        """The members' bytes (without padding)."""
+        return sum(m.width for m in self.members)
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        out, at = {}, 0
+        for m in self.members:
+            out[m.name] = at
+            at += m.width
+        return out
+
+    def offset(self, name: str) -> int:
+        return self.offsets[name]
+
+    @property
+    def struct(self) -> str:
+        """The ``struct`` format of the members (big-endian)."""
+        return ">" + "".join(m.code for m in self.members)
+
+    @property
+    def fields(self) -> tuple[tuple[str, int, str], ...]:
+        """(name, offset, struct code) per member: what :func:`numpy_dtype` and bulk readers take."""
+        return tuple((m.name, self.offsets[m.name], m.code) for m in self.members)
+
+    def dtype(self):
+        """A big-endian numpy structured dtype of one unit (``size`` bytes where padded)."""
+        return numpy_dtype(self.fields, self.size or self.width)
+
+    def markdown(self) -> str:
+        """The reference table (README), derived from the declaration."""
+        rows = [f"**{self.title}** ({self.width} bytes{f', in a {self.size}-byte file' if self.size else ''}; "
+                f"`{self.source}`)", "", "| field | RocketMQ name | type | offset | meaning |", "|---|---|---|---|---|"]
+        rows += [f"| `{m.name}` | {m.java} | {_JAVA_TYPES[m.code]} | {self.offsets[m.name]} | {m.meaning} |"
+                 for m in self.members]
+        return "\n".join(rows)
 
 
 def numpy_dtype(fields: tuple, itemsize: int):
@@ -157,18 +207,60 @@ def numpy_dtype(fields: tuple, itemsize: int):
                      "offsets": [f[1] for f in fields], "itemsize": itemsize})
 
 
+CQ_UNIT = FixedLayout("ConsumeQueue unit", "ConsumeQueue.putMessagePositionInfo", (
+    Member("physical_offset", "q", "offset", "the message's CommitLog physical offset"),
+    Member("size", "i", "size", "its TOTALSIZE (Integer.MAX_VALUE in a pre-blank unit)"),
+    Member("tags_code", "q", "tagsCode", "the tag's hash code; a delayed message's delivery time"),
+))
+INDEX_HEADER = FixedLayout("IndexFile header", "IndexHeader", (
+    Member("begin_timestamp", "q", "beginTimestamp", "store time of the first indexed message (ms)"),
+    Member("end_timestamp", "q", "endTimestamp", "store time of the last indexed message (ms)"),
+    Member("begin_phy_offset", "q", "beginPhyOffset", "physical offset of the first indexed message"),
+    Member("end_phy_offset", "q", "endPhyOffset", "physical offset of the last indexed message"),
+    Member("hash_slot_count", "i", "hashSlotCount", "slots that became non-empty"),
+    Member("index_count", "i", "indexCount", "the next entry's number: entries written + 1 (entry 0 is never written)"),
+))
+INDEX_SLOT = FixedLayout("IndexFile hash slot", "IndexFile.putKey", (
+    Member("index", "i", "slotValue", "the number of the newest entry whose key hashes here, 0 when empty"),
+))
+INDEX_ENTRY = FixedLayout("IndexFile entry", "IndexFile.putKey", (
+    Member("key_hash", "i", "keyHash", "the non-negative hash of topic#key (indexKeyHashMethod)"),
+    Member("physical_offset", "q", "phyOffset", "the message's CommitLog physical offset"),
+    Member("time_diff", "i", "timeDiff", "seconds since the header's beginTimestamp"),
+    Member("prev_index", "i", "slotValue", "the number of the previous entry in the same slot's chain, 0 at its end"),
+))
+# StoreCheckpoint: one mapped page; 3 longs in 4.x, +masterFlushedOffset (5.0), +confirmPhyOffset (5.1.1)
+CHECKPOINT = FixedLayout("checkpoint", "StoreCheckpoint", (
+    Member("physic_msg_timestamp", "q", "physicMsgTimestamp", "store time of the last flushed CommitLog message"),
+    Member("logics_msg_timestamp", "q", "logicsMsgTimestamp", "store time of the last flushed consume-queue unit"),
+    Member("index_msg_timestamp", "q", "indexMsgTimestamp", "store time of the last flushed index file"),
+    Member("master_flushed_offset", "q", "masterFlushedOffset", "5.0: the master's flushed offset"),
+    Member("confirm_phy_offset", "q", "confirmPhyOffset", "5.1.1: the confirmed physical offset"),
+), size=4096)
+FIXED_LAYOUTS = (CQ_UNIT, INDEX_HEADER, INDEX_SLOT, INDEX_ENTRY, CHECKPOINT)
+
+# the names the readers and writers use, derived
+CQ_STORE_UNIT_SIZE = CQ_UNIT.width
+CQ_UNIT_FIELDS, CQ_UNIT_STRUCT = CQ_UNIT.fields, CQ_UNIT.struct
+INDEX_HEADER_SIZE, INDEX_HEADER_FIELDS, INDEX_HEADER_STRUCT = INDEX_HEADER.width, INDEX_HEADER.fields, \
+    INDEX_HEADER.struct
+INDEX_SLOT_SIZE = INDEX_SLOT.width
+INDEX_ENTRY_SIZE, INDEX_ENTRY_FIELDS, INDEX_ENTRY_STRUCT = INDEX_ENTRY.width, INDEX_ENTRY.fields, INDEX_ENTRY.struct
+INDEX_MAX_RESULTS = 64  # maxMsgsNumBatch: mqadmin's cap; our lookups are uncapped by default
+CHECKPOINT_FILE_SIZE = CHECKPOINT.size
+CHECKPOINT_FIELDS = tuple((name, offset) for name, offset, _ in CHECKPOINT.fields)
+CHECKPOINT_MIN_SIZE = 3 * CODE_WIDTHS["q"]  # 4.x writes the first three
+CHECKPOINT_SAFETY_MS = 3000  # getMinTimestamp() subtracts 3 s
+
+
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
     return INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
 
 
-# StoreCheckpoint: one mapped page; 3 longs in 4.x, +masterFlushedOffset (5.0), +confirmPhyOffset (5.1.1)
-CHECKPOINT_FILE_SIZE = 4096
-CHECKPOINT_FIELDS = (
-    ("physic_msg_timestamp", 0), ("logics_msg_timestamp", 8), ("index_msg_timestamp", 16),
-    ("master_flushed_offset", 24), ("confirm_phy_offset", 32),
-)
-CHECKPOINT_MIN_SIZE = 24
-CHECKPOINT_SAFETY_MS = 3000  # getMinTimestamp() subtracts 3 s
+def fixed_layouts_markdown() -> str:
+    """Every fixed-width structure's table (README), derived from the declarations."""
+    return "\n\n".join(f.markdown() for f in FIXED_LAYOUTS)
+
 
 # --------------------------------------------------------------------------------------------------
 # CommitLog record layout

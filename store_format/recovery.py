@@ -349,7 +349,7 @@ def index_files_deleted_at_load(index_dir: Path, last_exit_ok: bool, index_msg_t
                 head = read_bytes(entry, 16)
             except UnreadableError:
                 head = b""
-        end_timestamp = struct.unpack(">q", (head + bytes(16))[8:16])[0]
+        end_timestamp = struct.unpack_from(">q", head + bytes(16), L.INDEX_HEADER.offset("end_timestamp"))[0]
         if not last_exit_ok and end_timestamp > index_msg_timestamp:
             deleted.append(entry.name)
     return deleted, notes

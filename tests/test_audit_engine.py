@@ -147,6 +147,7 @@ def test_an_index_counter_past_its_entries_is_one_finding(spark, tmp_path):
     import shutil
     import struct
 
+    from store_format import layout as L
     from store_format.indexfile import IndexFile, list_index_files
 
     store = tmp_path / "store"
@@ -157,7 +158,7 @@ def test_an_index_counter_past_its_entries_is_one_finding(spark, tmp_path):
     audit_job.run(spark, audit_args([store], tmp_path / "clean", "--hash-slots", str(slots),
                               "--index-num", str(entries)))
     raw = bytearray(path.read_bytes())
-    struct.pack_into(">i", raw, 36, 2000)  # indexCount, the header's last int
+    struct.pack_into(">i", raw, L.INDEX_HEADER.offset("index_count"), 2000)
     path.write_bytes(bytes(raw))
     audit_job.run(spark, audit_args([store], tmp_path / "out", "--hash-slots", str(slots), "--index-num", str(entries)))
     index = [f for f in findings(tmp_path / "out") if f["check"].startswith("index.")]
