@@ -2,9 +2,9 @@
 
   .venv/bin/python bench/bench_writer.py --mb 256
 
-Synthetic traffic (store_format.generate: tags, keys, UNIQ_KEYs, IPv6, batches, delays, transactions,
+Synthetic traffic (store_format.write.generate: tags, keys, UNIQ_KEYs, IPv6, batches, delays, transactions,
 retries, DLQ, compressed bodies) is generated once, untimed, into a scratch store, keeping every chunk;
-the same chunks are then appended with ``store_format.bulk.append_many`` into fresh stores and timed:
+the same chunks are then appended with ``store_format.write.bulk.append_many`` into fresh stores and timed:
 commitlog records with blanks and rolling, consume-queue and index dispatch, the flush model, checkpoint and
 config files at close.  Calibration: ``np.sum`` over the written commitlog bytes held in memory.
 
@@ -27,9 +27,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from store_format.bulk import RecordBatch, append_many  # noqa: E402
-from store_format.generate import TrafficConfig, TrafficGenerator  # noqa: E402
-from store_format.writer import StoreWriter, WriterConfig  # noqa: E402
+from store_format.write.bulk import RecordBatch, append_many  # noqa: E402
+from store_format.write.generate import TrafficConfig, TrafficGenerator  # noqa: E402
+from store_format.write.writer import StoreWriter, WriterConfig  # noqa: E402
 
 REF_MSGS, REF_MBPS, REF_SUM_GBPS = 278_000, 132.0, 2.45
 

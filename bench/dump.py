@@ -19,9 +19,9 @@ import numpy as np
 
 from store_format import layout as L
 from store_format.commitlog import KIND_MESSAGE, ReadOnlyMap, Segment, list_segments, salvage_arrays
-from store_format.generate import TrafficConfig, generate_store, progress_line
+from store_format.write.generate import TrafficConfig, generate_store, progress_line
 from store_format.indexfile import list_index_files
-from store_format.writer import WriterConfig
+from store_format.write.writer import WriterConfig
 
 GENERATOR_VERSION = 1  # bump when the dump's traffic changes
 BODY_LOG_MEAN = 5.4  # lognormal(5.4, 0.6) body sizes: median 221 B, 81% between 100 and 400 B

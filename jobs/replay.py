@@ -66,7 +66,7 @@ from store_format.ids import parse_host  # noqa: E402
 from store_format.message import Message  # noqa: E402
 from store_format.properties import parse_properties  # noqa: E402
 from store_format.store import Store  # noqa: E402
-from store_format.writer import StoreWriter, WriterConfig, validate_topic  # noqa: E402
+from store_format.write.writer import StoreWriter, WriterConfig, validate_topic  # noqa: E402
 
 from jobs import cli  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402

@@ -1,0 +1,37 @@
+"""RocketMQ's on-disk store in pure Python: the read side here (layout, codec, framing, the files, recovery), the
+write side in :mod:`store_format.write`.
+
+The write side's modules were ``store_format.writer``, ``store_format.bulk`` ... before they moved; those names
+still import, as the same module objects (``store_format.writer is store_format.write.writer``), through the
+finder below, which loads a moved module only when it is asked for.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+_MOVED = frozenset({"writer", "bulk", "broker", "generate", "damage", "writer_cli"})
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``store_format.<old>`` -> ``store_format.write.<old>``, the same module object."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        head, _, name = fullname.rpartition(".")
+        if head != __name__ or name not in _MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        module = importlib.import_module(f"{__name__}.write.{spec.name.rpartition('.')[2]}")
+        spec.loader_state = module.__spec__  # the import system sets the alias's spec on it: put its own back
+        return module
+
+    def exec_module(self, module):
+        module.__spec__ = module.__spec__.loader_state  # executed under its own name already
+
+
+if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
+    sys.meta_path.append(_MovedModules())

@@ -249,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--msg-id", help="offsetMsgId (32 or 56 hex characters)")
     q.add_argument("--debug", action="store_true", help="show a Python traceback when the tool itself fails")
 
-    from . import writer_cli  # generate / write
+    from .write import writer_cli  # generate / write
 
     writer_cli.register(sub)
     return p

@@ -106,8 +106,8 @@ def parquet_rows(path, drop=()) -> "Counter[str]":
 @pytest.fixture(scope="session")
 def damaged_store(tmp_path_factory) -> Path:
     """A writer-built store from broker flows (writer_support.build_flow_store), damaged through
-    store_format.damage: a flipped body bit mid-log and a torn last record.  Broker name ``damaged``."""
-    from store_format import damage as D
+    store_format.write.damage: a flipped body bit mid-log and a torn last record.  Broker name ``damaged``."""
+    from store_format.write import damage as D
     from store_format.store import Store
 
     from .writer_support import build_flow_store

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import audit
-from store_format import damage as D
+from store_format.write import damage as D
 from store_format import layout as L
 from store_format.config import loads
 from store_format.indexfile import IndexFile, list_index_files

@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from jobs.audit import job as audit_job
-from store_format.generate import TrafficConfig, generate_store
-from store_format.writer import WriterConfig
+from store_format.write.generate import TrafficConfig, generate_store
+from store_format.write.writer import WriterConfig
 
 from .conftest import FIXTURES, fixture_store
 

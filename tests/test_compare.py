@@ -7,8 +7,8 @@ import json
 
 from jobs import compare
 from jobs.output import read_table
-from store_format import damage
-from store_format.writer import StoreWriter
+from store_format.write import damage
+from store_format.write.writer import StoreWriter
 
 from .conftest import fixture_manifest, fixture_store
 from .writer_support import FIXTURE_START_OFFSET_MS, fixture_config, manifest_record

@@ -1,16 +1,16 @@
-"""store_format.damage: each call gives a copy exactly the damage it names, seen through the readers."""
+"""store_format.write.damage: each call gives a copy exactly the damage it names, seen through the readers."""
 from __future__ import annotations
 
 import pytest
 
-from store_format import damage as D
+from store_format.write import damage as D
 from store_format import layout as L
-from store_format.broker import Broker, ManualClock, Producer
+from store_format.write.broker import Broker, ManualClock, Producer
 from store_format.codec import decode_record
 from store_format.commitlog import END_OF_DATA, ReadOnlyMap, list_segments
 from store_format.errors import ErrorKind, RecordError
 from store_format.store import Store
-from store_format.writer import StoreWriter, WriterConfig
+from store_format.write.writer import StoreWriter, WriterConfig
 
 from .writer_support import tree_digest
 

@@ -2,7 +2,7 @@
 
 Bases: the two RocketMQ-written fixtures and two writer-built stores with small segments (blanks, several
 segments, consume-queue and index files rolled over; one left by a crash).  Each base is copied once
-(:func:`store_format.damage.copy_store`); :func:`mutations` gives seeded damage cases, each a
+(:func:`store_format.write.damage.copy_store`); :func:`mutations` gives seeded damage cases, each a
 ``(name, apply, damaged)`` triple: ``apply(root)`` damages the copy and ``damaged`` maps every path it touches
 (relative to the store root) to the byte ranges it may change (``(start, None)`` = to the end; a removed or
 replaced file or folder is ``(0, None)``); :func:`restore` puts those paths back before the next case.
@@ -54,13 +54,13 @@ from store_format.commitlog import END_OF_DATA, SEGMENT_NAME, Frame, ReadOnlyMap
     segment_name
 from store_format.config import CONFIG_FILES, consumer_offsets, delay_offsets, subscription_groups, topic_configs
 from store_format.consumequeue import read_units
-from store_format.damage import copy_store
+from store_format.write.damage import copy_store
 from store_format.errors import StoreFormatError
-from store_format.generate import TrafficConfig, generate_store
+from store_format.write.generate import TrafficConfig, generate_store
 from store_format.message import Message
 from store_format.recovery import predict_recovery
 from store_format.store import Store
-from store_format.writer import WriterConfig
+from store_format.write.writer import WriterConfig
 
 from . import conftest
 from .conftest import fixture_store

@@ -23,7 +23,7 @@ def test_readme_writing_stores_is_the_writer_commands_help():
     text ``generate --help`` and ``write --help`` print: a change to one is a change to the other."""
     import re
 
-    from store_format import writer_cli
+    from store_format.write import writer_cli
 
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     block = re.search(r"## Writing stores \(`generate`, `write`\)\n\n```text\n(.*?)\n```\n", readme, re.S)

@@ -13,14 +13,14 @@ import pytest
 
 from jobs import extract, replay
 from jobs.output import OutputError
-from store_format import damage
+from store_format.write import damage
 from store_format import layout as L
-from store_format.broker import Broker, ManualClock, Producer
+from store_format.write.broker import Broker, ManualClock, Producer
 from store_format.config import consumer_offsets
 from store_format.properties import parse_properties
 from store_format.recovery import predict_recovery
 from store_format.store import Store
-from store_format.writer import StoreWriter, WriterConfig
+from store_format.write.writer import StoreWriter, WriterConfig
 
 from .conftest import fixture_manifest, fixture_store
 

@@ -3,7 +3,7 @@
 Two backends, one truth: ``frame_at`` and the walks built on it define where records are and why a walk
 stops; the numpy framer must give exactly their items over the RocketMQ-written fixtures, writer-built stores
 (several segments, blank-heavy, IPv6 hosts, V2 magic, empty bodies) with every commitlog call of
-``store_format.damage`` applied, hand-built segments whose bodies hide records of their own, and segments
+``store_format.write.damage`` applied, hand-built segments whose bodies hide records of their own, and segments
 corrupted at random.  Each store is also checked with tiny search windows, so runs end at window edges too,
 and with the compiled framer (``udfs.kernels.CompiledFramer``, what the data source uses), which hypothesis
 also runs over damaged segments against ``frame_at`` record by record.
@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store_format import commitlog as C
-from store_format import damage as D
+from store_format.write import damage as D
 from store_format import layout as L
 from store_format.codec import encode_blank, encode_record, encoded_size
 from store_format.commitlog import (KINDS, Frame, FrameArrays, ReadOnlyMap, SalvageSpan, list_segments,
                                     salvage_arrays, salvage_buffer, walk_arrays, walk_buffer)
 from store_format.message import Message, body_crc32
-from store_format.writer import StoreWriter, WriterConfig
+from store_format.write.writer import StoreWriter, WriterConfig
 from tests.conftest import FIXTURE_NAMES, fixture_store
 from udfs.kernels import CompiledFramer
 
@@ -322,7 +322,7 @@ def _last_written_segment(root: Path):
 
 
 def test_a_torn_last_record_is_followed_by_the_unwritten_tail(written, tmp_path, windows):
-    """store_format.damage.torn_tail (the demo store's broker-a): the span is the torn record's written bytes only,
+    """store_format.write.damage.torn_tail (the demo store's broker-a): the span is the torn record's written bytes only,
     up to where the zeros that run to the segment's end begin; the walk then ends in an END_OF_DATA stop there,
     and the span says how long that unwritten tail is.  Both walks agree (assert_parity)."""
     D.torn_tail(written, tmp_path / "d")

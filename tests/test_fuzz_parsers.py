@@ -45,7 +45,7 @@ from store_format.indexfile import IndexFile
 from store_format.javahash import index_key, index_key_hash
 from store_format.message import Message
 from store_format.properties import parse_properties, property_value, split_keys
-from store_format.writer import IndexFileWriter
+from store_format.write.writer import IndexFileWriter
 
 from .test_kernels import assert_parity, records
 

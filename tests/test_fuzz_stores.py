@@ -50,8 +50,8 @@ MUTATIONS = ("bytes", "truncate", "extend", "fifo", "folder", "socket", "device"
 @pytest.fixture(scope="module")
 def base_stores(tmp_path_factory):
     """Two writer-built stores: several small segments and queues, index files, every config file; one crashed."""
-    from store_format.generate import TrafficConfig, generate_store
-    from store_format.writer import WriterConfig
+    from store_format.write.generate import TrafficConfig, generate_store
+    from store_format.write.writer import WriterConfig
 
     root = tmp_path_factory.mktemp("fuzz-bases")
     made = []

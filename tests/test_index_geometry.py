@@ -22,13 +22,13 @@ from jobs import audit, query
 from store_format import layout as L
 from store_format.__main__ import main as store_main
 from store_format.brokerconf import BrokerConfError, parse_properties, read_geometry, read_properties
-from store_format.damage import copy_store
+from store_format.write.damage import copy_store
 from store_format.errors import ErrorKind, IndexFileError
-from store_format.generate import TrafficConfig, generate_store
+from store_format.write.generate import TrafficConfig, generate_store
 from store_format.indexfile import IndexFile, data_end, infer_geometry, length_candidates, list_index_files
 from store_format.javahash import index_key, index_key_hash
 from store_format.store import Store
-from store_format.writer import IndexFileWriter, WriterConfig
+from store_format.write.writer import IndexFileWriter, WriterConfig
 
 from .conftest import FIXTURES, fixture_manifest, fixture_store
 

@@ -12,12 +12,12 @@ import sys
 import pytest
 
 from jobs import extract, query
-from store_format import damage
+from store_format.write import damage
 from store_format.ids import create_uniq_key
 from store_format.message import Message
 from store_format.properties import format_properties
 from store_format.store import Store
-from store_format.writer import StoreWriter, WriterConfig
+from store_format.write.writer import StoreWriter, WriterConfig
 
 from .conftest import REPO, fixture_manifest, fixture_store
 

@@ -93,13 +93,13 @@ def test_multi_segment_normal_recovery_starts_at_third_last(tmp_path):
 # ---------------------------------------------------------------------------------------------------------
 # Messages lost by recovery: the damaged record(s) at the truncation point too (issue "Real brokers' stores")
 
-from store_format import damage as D  # noqa: E402
-from store_format.broker import Broker, ManualClock, Producer  # noqa: E402
+from store_format.write import damage as D  # noqa: E402
+from store_format.write.broker import Broker, ManualClock, Producer  # noqa: E402
 from store_format.commitlog import ReadOnlyMap, list_segments, salvage_buffer, walk_buffer  # noqa: E402
 from store_format.indexfile import IndexFile  # noqa: E402
 from store_format.recovery import (SegmentWalk, describe_damaged_record, lost_records,  # noqa: E402
                                    recovery_walk)
-from store_format.writer import StoreWriter, WriterConfig  # noqa: E402
+from store_format.write.writer import StoreWriter, WriterConfig  # noqa: E402
 
 # small segments, and an index geometry whose length does not give it away (not RocketMQ's 1:4 slots:entries)
 CRASH_CFG = WriterConfig(mappedFileSizeCommitLog=64 * 1024, mappedFileSizeConsumeQueue=20 * 5, maxHashSlotNum=16,

@@ -23,10 +23,10 @@ import pytest
 from jobs import audit, extract
 from jobs.audit import groups as G
 from jobs.audit import report
-from store_format import damage as D
-from store_format.generate import TrafficConfig, generate_store
+from store_format.write import damage as D
+from store_format.write.generate import TrafficConfig, generate_store
 from store_format.store import Store
-from store_format.writer import WriterConfig
+from store_format.write.writer import WriterConfig
 
 from .browser import render
 from .conftest import FIXTURES, fixture_manifest, fixture_store

@@ -34,7 +34,7 @@ from store_format.codec import encode_record
 from store_format.commitlog import ReadOnlyMap
 from store_format.compression import DEFAULT_MAX_DECOMPRESSED, decompress
 from store_format.config import CONFIG_FILES
-from store_format.damage import copy_store
+from store_format.write.damage import copy_store
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.message import Message
 from store_format.paths import MAX_COMPONENT, component_name, safe_component, safe_path
@@ -241,7 +241,7 @@ def test_bombs_in_records_are_findings_for_message_and_kernel(bombs, warm_kernel
 def test_a_bomb_in_a_store_is_found_and_walked_past(tmp_path, bombs):
     """A store whose record carries a bomb: the walk frames it (it is a well-formed record), decompressing it
     is the finding, and the records after it are read."""
-    from store_format.writer import StoreWriter, WriterConfig
+    from store_format.write.writer import StoreWriter, WriterConfig
 
     w = StoreWriter(tmp_path / "s", WriterConfig(mappedFileSizeCommitLog=1 << 20), start_time=1_700_000_000_000)
     w.append(Message(topic="T", body=bombs["ZSTD"], sys_flag=L.COMPRESSED_FLAG | L.COMPRESSION_ZSTD_TYPE))
@@ -611,9 +611,9 @@ def hostile_store(root):
     import socket
 
     from store_format.commitlog import list_segments
-    from store_format.generate import TrafficConfig, generate_store
+    from store_format.write.generate import TrafficConfig, generate_store
     from store_format.indexfile import list_index_files
-    from store_format.writer import WriterConfig
+    from store_format.write.writer import WriterConfig
 
     generate_store(root, TrafficConfig(messages=400, topics=2, queues=2), WriterConfig(mappedFileSizeCommitLog=1 << 16))
     segs = list_segments(root / "commitlog")

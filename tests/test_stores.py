@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.stores import StoreArgumentError, folder_name, resolve_stores, split_name
-from store_format import damage as D
+from store_format.write import damage as D
 
 from .conftest import FIXTURES, fixture_store
 

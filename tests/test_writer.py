@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from store_format import layout as L
-from store_format.bulk import RecordBatch, append_many
+from store_format.write.bulk import RecordBatch, append_many
 from store_format.checkpoint import read_checkpoint
 from store_format.commitlog import list_segments
 from store_format.config import consumer_offsets, read_config, subscription_groups, topic_configs
@@ -24,7 +24,7 @@ from store_format.javahash import JavaHashMap, index_key, index_key_hash, java_h
 from store_format.message import Message
 from store_format.properties import parse_properties
 from store_format.store import Store
-from store_format.writer import StoreWriter, WriterConfig, time_millis_to_human, validate_topic
+from store_format.write.writer import StoreWriter, WriterConfig, time_millis_to_human, validate_topic
 
 from .conftest import REPO
 from .writer_support import fixture_config, files, manifest_record, replay_fixture, tree_digest
@@ -652,7 +652,7 @@ def test_bulk_property_columns_agree_with_property_value():
     a key cut by a record boundary, non-ASCII), and the same rows as ``needle in properties``; a block of
     strings with None gives the present rows, joined, and their lengths."""
     import random
-    from store_format.bulk import _BLOCK, _present_joined, _Properties
+    from store_format.write.bulk import _BLOCK, _present_joined, _Properties
     from store_format.properties import property_value
     rnd = random.Random(5)
     alphabet = ["a", "中", "\x01", "\x02", "RT", "RT\x01", "\x02RT\x01", "RT\x01x", "R", "T\x01b"]

@@ -18,14 +18,14 @@ import pytest
 
 from store_format import layout as L
 from store_format.__main__ import mark_early_rolls
-from store_format.broker import BatchItem, Broker, ManualClock, Producer
+from store_format.write.broker import BatchItem, Broker, ManualClock, Producer
 from store_format.codec import encoded_size
-from store_format.bulk import RecordBatch, append_many
+from store_format.write.bulk import RecordBatch, append_many
 from store_format.commitlog import infer_segment_size, list_segments
 from store_format.errors import WriterError
 from store_format.message import Message
 from store_format.store import Store
-from store_format.writer import StoreWriter, WriterConfig
+from store_format.write.writer import StoreWriter, WriterConfig
 
 from .conftest import FIXTURES, REPO
 from .writer_support import files, tree_digest
@@ -368,7 +368,7 @@ def test_bulk_uses_only_the_writers_public_interface():
     """bulk.py reaches no underscored name of the writer (attributes, imports); writer.py never imports
     bulk (no import cycle); damage.py imports public writer names only."""
     def tree(name):
-        return ast.parse((REPO / "store_format" / name).read_text(encoding="utf-8"))
+        return ast.parse((REPO / "store_format" / "write" / name).read_text(encoding="utf-8"))
 
     private = [node.attr for node in ast.walk(tree("bulk.py")) if isinstance(node, ast.Attribute)
                and isinstance(node.value, ast.Name) and node.value.id in ("writer", "w") and node.attr.startswith("_")]

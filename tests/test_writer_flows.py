@@ -1,4 +1,4 @@
-"""Broker flows (store_format.broker): what the broker stores for each client action, read back through
+"""Broker flows (store_format.write.broker): what the broker stores for each client action, read back through
 the readers, and the real broker's own store reproduced byte for byte."""
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import base64
 import pytest
 
 from store_format import layout as L
-from store_format.broker import BatchItem, Broker, ManualClock, Producer
+from store_format.write.broker import BatchItem, Broker, ManualClock, Producer
 from store_format.compression import decompress
 from store_format.config import consumer_offsets, delay_offsets, read_config, subscription_groups, topic_configs
 from store_format.errors import WriterError
-from store_format.generate import TrafficConfig, generate_store
+from store_format.write.generate import TrafficConfig, generate_store
 from store_format.ids import parse_uniq_key
 from store_format.javahash import java_hash
 from store_format.properties import parse_properties
 from store_format.store import Store
-from store_format.writer import StoreWriter, WriterConfig
+from store_format.write.writer import StoreWriter, WriterConfig
 
 from .conftest import fixture_manifest, fixture_store
 from .writer_support import ScriptedClock, files, fixture_config
@@ -376,7 +376,7 @@ def test_generation_is_deterministic(tmp_path):
 def test_generator_templates_equal_the_broker_flow_functions(tmp_path):
     """The generator renders frequent shapes from templates; each must be byte-equal to what broker.py's
     flow functions build for the same values."""
-    from store_format.broker import (batch_item_string, batch_properties, client_message, half_properties,
+    from store_format.write.broker import (batch_item_string, batch_properties, client_message, half_properties,
                                      received_properties, schedule_properties, _string)
     cfg = WriterConfig(mappedFileSizeCommitLog=4_000_000, mappedFileSizeConsumeQueue=6000, maxHashSlotNum=500,
                        maxIndexNum=2000)

@@ -6,9 +6,9 @@ import base64
 import hashlib
 from pathlib import Path
 
-from store_format.broker import Broker, ManualClock, Producer
+from store_format.write.broker import Broker, ManualClock, Producer
 from store_format.message import Message
-from store_format.writer import StoreWriter, WriterConfig
+from store_format.write.writer import StoreWriter, WriterConfig
 
 
 def manifest_record(x: dict) -> Message:

@@ -14,10 +14,10 @@ written), 1 differences, 2 bad usage.
 
 The corpus (``DIR/stores/``, a folder of store roots: each folder name is its broker name) is the three
 RocketMQ-written fixtures (symlinks ``fx-*``, read in place), and stores written by store_format's writer with
-seeded generators and manual clocks (no wall clock anywhere): ``gen`` (store_format.generate traffic: 3 topics
+seeded generators and manual clocks (no wall clock anywhere): ``gen`` (store_format.write.generate traffic: 3 topics
 x 2 queues, batches, delays, transactions, retries, DLQ, compressed bodies; 256 KiB segments, 2,000-entry index
 files), ``gen-crashed`` (the same, killed: abort file, stale checkpoint), ``dmg-<kind>`` (one per
-store_format.damage function, each on a copy of a small generated store), ``forged-*`` (damage those functions
+store_format.write.damage function, each on a copy of a small generated store), ``forged-*`` (damage those functions
 do not make, forged through the codec or the writer: a hole of zeros, a wrong TOTALSIZE, an impossible one, a
 wrong PHYSICALOFFSET, a missing segment and a stray file, no commitlog at all, consume-queue units and index
 entries pointing wrong, odd config files and offsets), ``flows`` (tests/writer_support.build_flow_store),
@@ -63,17 +63,17 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from store_format import damage as D  # noqa: E402
+from store_format.write import damage as D  # noqa: E402
 from store_format import layout as L  # noqa: E402
-from store_format.broker import Broker, ManualClock, Producer  # noqa: E402
+from store_format.write.broker import Broker, ManualClock, Producer  # noqa: E402
 from store_format.codec import decode_record, encode_record  # noqa: E402
 from store_format.commitlog import ReadOnlyMap  # noqa: E402
 from store_format.consumequeue import discover_queues, unit_bytes  # noqa: E402
-from store_format.generate import TrafficConfig, generate_store  # noqa: E402
+from store_format.write.generate import TrafficConfig, generate_store  # noqa: E402
 from store_format.indexfile import list_index_files  # noqa: E402
 from store_format.message import Message  # noqa: E402
 from store_format.store import Store  # noqa: E402
-from store_format.writer import StoreWriter, WriterConfig  # noqa: E402
+from store_format.write.writer import StoreWriter, WriterConfig  # noqa: E402
 from tests.writer_support import build_flow_store  # noqa: E402
 
 KIB = 1024

@@ -2,9 +2,9 @@
 grouped by cause.
 
 The dump (demo-out/dump/, generated once and reused) is written by the project's own StoreWriter from
-synthetic traffic (store_format/generate.py): 8 topics, per-topic consumer groups that lag behind,
+synthetic traffic (store_format/write/generate.py): 8 topics, per-topic consumer groups that lag behind,
 transactions (some left open), delayed messages, send-backs through %RETRY% into %DLQ%, IPv6 producers,
-compressed bodies, 16 MiB segments.  Then a few faults are injected with store_format.damage:
+compressed bodies, 16 MiB segments.  Then a few faults are injected with store_format.write.damage:
 
   broker-a  crashed (abort file, stale checkpoint) and its last record torn (the write never fully landed)
   broker-b  one flipped bit in a record of its middle segment, and one consume-queue folder lost
@@ -27,10 +27,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from store_format import damage as D  # noqa: E402
-from store_format.generate import TrafficConfig, generate_store, progress_line  # noqa: E402
+from store_format.write import damage as D  # noqa: E402
+from store_format.write.generate import TrafficConfig, generate_store, progress_line  # noqa: E402
 from store_format.store import Store  # noqa: E402
-from store_format.writer import WriterConfig  # noqa: E402
+from store_format.write.writer import WriterConfig  # noqa: E402
 
 SEGMENT = 16 << 20
 

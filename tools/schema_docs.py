@@ -253,8 +253,8 @@ def meaning(table: str, column: str) -> str:
 def collect(spark) -> dict:
     """Schemas of every output, from an audit of a small generated store and the jobs' own definitions."""
     from jobs import audit, decode, extract, trend
-    from store_format.generate import TrafficConfig, generate_store
-    from store_format.writer import WriterConfig
+    from store_format.write.generate import TrafficConfig, generate_store
+    from store_format.write.writer import WriterConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         store, out = Path(tmp) / "broker-x" / "store", Path(tmp) / "audit"

@@ -7,7 +7,7 @@ transactions (half, then commit + op, rollback op, or never resolved), consumers
 (%RETRY%group through the schedule topic, %DLQ%group after the group's max reconsume times), bodies over
 4 KiB compressed by their producer (zlib, lz4, zstd) and committed consumer offsets at the end.
 
-Every properties string comes from :mod:`store_format.broker`'s flow functions: the frequent shapes
+Every properties string comes from :mod:`store_format.write.broker`'s flow functions: the frequent shapes
 (plain, delayed, batch item, half) are rendered once with placeholder values into a template (the key
 order of a Java HashMap depends on the key names only), the rare ones are built record by record.
 Follow-ups that need a physical offset (a commit's prepared offset, a send-back's ORIGIN_MESSAGE_ID)
@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import layout as L
+from .. import layout as L
 from .broker import (batch_item_string, batch_properties, client_message, half_properties, op_properties,
                      received_properties, reread_properties, schedule_properties, send_back_properties, _string)
 from .bulk import RecordBatch, append_many
-from .compression import compress
-from .ids import create_offset_msg_id, create_uniq_keys, parse_host
-from .properties import property_value
+from ..compression import compress
+from ..ids import create_offset_msg_id, create_uniq_keys, parse_host
+from ..properties import property_value
 from .writer import StoreWriter, WriterConfig
 
 _SENTINEL = re.compile("\x00(\\d+)\x00")

@@ -57,13 +57,13 @@ import json
 import os
 import sys
 
-from . import fs
+from .. import fs
 from .bulk import RecordBatch, append_many
-from .codec import host_flags
-from .errors import ErrorKind, StoreFormatError, WriterError
-from . import layout as L
+from ..codec import host_flags
+from ..errors import ErrorKind, StoreFormatError, WriterError
+from .. import layout as L
 from .generate import TrafficConfig, generate_store, progress_line
-from .message import Message
+from ..message import Message
 from .writer import StoreWriter, WriterConfig
 
 EXIT_OK, EXIT_USAGE = 0, 2

@@ -28,14 +28,14 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import layout as L
-from .codec import decode_record, encode_record
-from .commitlog import Frame, ReadOnlyMap, list_segments, walk_buffer
-from .consumequeue import discover_queues, read_queue
-from .errors import ErrorKind, StoreFormatError
-from .indexfile import IndexFile, list_index_files
-from .javahash import index_key, index_key_hash
-from .message import body_crc32
+from .. import layout as L
+from ..codec import decode_record, encode_record
+from ..commitlog import Frame, ReadOnlyMap, list_segments, walk_buffer
+from ..consumequeue import discover_queues, read_queue
+from ..errors import ErrorKind, StoreFormatError
+from ..indexfile import IndexFile, list_index_files
+from ..javahash import index_key, index_key_hash
+from ..message import body_crc32
 
 _CQ_UNIT = struct.Struct(L.CQ_UNIT_STRUCT)
 _COPY_CHUNK = 1 << 20

@@ -1,4 +1,4 @@
-"""The bulk path: many stored records into a :class:`~store_format.writer.StoreWriter` at once
+"""The bulk path: many stored records into a :class:`~store_format.write.writer.StoreWriter` at once
 (:func:`append_many`).
 
 Same rules as ``StoreWriter.append`` and ``append_batch`` (which stay the reference; a parity test holds the
@@ -26,13 +26,13 @@ from operator import is_not
 
 import numpy as np
 
-from . import layout as L
-from .codec import host_flags
-from .errors import ErrorKind, WriterError
-from .ids import parse_host
-from .javahash import index_hash_of, java_hash_concat, java_hash_joined, java_hash_many, java_hash_tokens_joined
-from .message import Message
-from .properties import parse_properties
+from .. import layout as L
+from ..codec import host_flags
+from ..errors import ErrorKind, WriterError
+from ..ids import parse_host
+from ..javahash import index_hash_of, java_hash_concat, java_hash_joined, java_hash_many, java_hash_tokens_joined
+from ..message import Message
+from ..properties import parse_properties
 from .writer import BATCH_SHARED_FIELDS, StoreWriter, validate_queue_id, validate_topic
 
 _INDEX_HEADER = struct.Struct(L.INDEX_HEADER_STRUCT)

@@ -1,5 +1,5 @@
 """Broker flows: the records a RocketMQ 4.9.x broker stores for each client action, built the way the
-broker builds them and written through :class:`~store_format.writer.StoreWriter`.
+broker builds them and written through :class:`~store_format.write.writer.StoreWriter`.
 
 Property strings are ``messageProperties2String`` of Java HashMaps, so their order is the map's iteration
 order (:class:`~store_format.javahash.JavaHashMap`) and each step below adds, removes or re-puts keys in the
@@ -30,14 +30,14 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from . import layout as L
-from .codec import host_flags
-from .compression import compress as _compress
-from .errors import ErrorKind, WriterError
-from .ids import create_uniq_key
-from .javahash import JavaHashMap
-from .message import Message
-from .properties import format_properties, parse_properties
+from .. import layout as L
+from ..codec import host_flags
+from ..compression import compress as _compress
+from ..errors import ErrorKind, WriterError
+from ..ids import create_uniq_key
+from ..javahash import JavaHashMap
+from ..message import Message
+from ..properties import format_properties, parse_properties
 from .writer import StoreWriter, validate_topic
 
 class ManualClock:

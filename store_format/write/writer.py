@@ -22,11 +22,11 @@ Every file lives under ``root``; topics are validated like ``TopicValidator`` an
 after resolving symlinks, so no record can name a path outside it.
 
 ``append`` is the reference path, one record at a time, and ``append_batch`` one classic batch
-(``CommitLog.putMessages``: one put, never split across segments).  :func:`store_format.bulk.append_many`
+(``CommitLog.putMessages``: one put, never split across segments).  :func:`store_format.write.bulk.append_many`
 writes the same bytes for many records with array operations through the writer's bulk interface (the
 methods under "the bulk path's interface" below; the writer never imports the bulk module).  Broker flows
-live in :mod:`store_format.broker`, damage on purpose in :mod:`store_format.damage`, synthetic traffic in
-:mod:`store_format.generate`.
+live in :mod:`store_format.write.broker`, damage on purpose in :mod:`store_format.write.damage`, synthetic traffic in
+:mod:`store_format.write.generate`.
 """
 from __future__ import annotations
 
@@ -44,18 +44,18 @@ from pathlib import Path
 from typing import Callable, Iterable
 from zoneinfo import ZoneInfo
 
-from . import layout as L
-from .brokerconf import read_properties
-from .codec import encode_blank, encode_record, encoded_size, host_flags
-from .commitlog import list_segments, segment_name, walk_buffer, ReadOnlyMap
-from .config import dumps_fastjson, read_config
-from .checkpoint import read_checkpoint
-from .consumequeue import discover_queues, read_queue
-from .errors import ErrorKind, RecordError, StoreFormatError, WriterError
-from .indexfile import list_index_files
-from .javahash import JavaHashMap, index_key, index_key_hash
-from .message import Message, body_crc32
-from .properties import split_keys
+from .. import layout as L
+from ..brokerconf import read_properties
+from ..codec import encode_blank, encode_record, encoded_size, host_flags
+from ..commitlog import list_segments, segment_name, walk_buffer, ReadOnlyMap
+from ..config import dumps_fastjson, read_config
+from ..checkpoint import read_checkpoint
+from ..consumequeue import discover_queues, read_queue
+from ..errors import ErrorKind, RecordError, StoreFormatError, WriterError
+from ..indexfile import list_index_files
+from ..javahash import JavaHashMap, index_key, index_key_hash
+from ..message import Message, body_crc32
+from ..properties import split_keys
 
 _CQ_UNIT = struct.Struct(L.CQ_UNIT_STRUCT)
 _INDEX_HEADER = struct.Struct(L.INDEX_HEADER_STRUCT)
@@ -122,7 +122,7 @@ class WriterConfig:
             ZoneInfo(self.timezone)
         except Exception:
             raise WriterError(ErrorKind.BAD_CONFIG, f"unknown time zone {self.timezone!r}", field="timezone") from None
-        from .ids import parse_host  # a bad host is a config error, not a later encode failure
+        from ..ids import parse_host  # a bad host is a config error, not a later encode failure
         try:
             parse_host(self.storeHost)
         except StoreFormatError as e:
@@ -321,7 +321,7 @@ class ConsumeQueueWriter:
 
     def load(self):
         """Reopen existing files: position after the last valid unit (ConsumeQueue.recover)."""
-        from .consumequeue import list_queue_files
+        from ..consumequeue import list_queue_files
         existing = list_queue_files(self.dir, "", 0)
         for f in existing:
             if f.length != self.file_size:
@@ -587,7 +587,7 @@ class StoreWriter:
 
         if self.root.exists() and not self.root.is_dir():
             raise WriterError(ErrorKind.INVALID_INPUT, "store root exists and is not a directory", file=str(self.root))
-        from .fs import OUTPUT_MARKER  # a job's prepared output folder (jobs/output.py) counts as empty
+        from ..fs import OUTPUT_MARKER  # a job's prepared output folder (jobs/output.py) counts as empty
 
         existing = self.root.is_dir() and any(p.name != OUTPUT_MARKER for p in self.root.iterdir())
         if existing and not append:
@@ -1020,7 +1020,7 @@ class StoreWriter:
             self.roll()
         return [self.append(r) for r in records]
 
-    # ---- the bulk path's interface (store_format.bulk) ---------------------------------------------
+    # ---- the bulk path's interface (store_format.write.bulk) ---------------------------------------------
     def check_open(self) -> None:
         if self._closed:
             raise WriterError(ErrorKind.INVALID_INPUT, "the writer is closed", file=str(self.root))
@@ -1053,7 +1053,7 @@ class StoreWriter:
 
     def read_record(self, physical_offset: int) -> Message:
         """Decode a record this writer holds (the broker's ``lookMessageByOffset``)."""
-        from .codec import decode_record
+        from ..codec import decode_record
         self._drain()
         base, seg = self._segment_at(physical_offset)
         return decode_record(seg.map, physical_offset - base, file=segment_name(base))
