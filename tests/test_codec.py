@@ -15,6 +15,8 @@ from store_format.javahash import index_key_hash, java_hash, tags_code
 from store_format.message import Message
 from store_format.properties import format_properties, parse_properties
 
+from .strategies import messages, property_text
+
 
 def test_layout_pinned_to_the_reference():
     v4 = L.record_layout(False, False, 1)
@@ -77,35 +79,6 @@ def test_ids_reference_vectors():
     assert create_uniq_key(u.client_ip, 12345, 460141958, 1700000000000, 1) == "C0A8000A30391B6D358647B760000001"
 
 
-hosts = st.one_of(
-    st.tuples(st.binary(min_size=4, max_size=4), st.integers(0, 65535)),
-    st.tuples(st.binary(min_size=16, max_size=16), st.integers(0, 65535)),
-).map(lambda t: format_host(*t))
-text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), max_size=20)
-topics = st.text(alphabet=st.sampled_from(sorted(L.TOPIC_VALID_CHARS)), min_size=1, max_size=127)
-long_topics = st.text(alphabet=st.sampled_from(sorted(L.TOPIC_VALID_CHARS)), min_size=128, max_size=300)
-i32, i64 = st.integers(-2**31, 2**31 - 1), st.integers(-2**63, 2**63 - 1)
-
-
-@st.composite
-def messages(draw):
-    version = draw(st.sampled_from([1, 2]))
-    born, store = draw(hosts), draw(hosts)
-    props = draw(st.dictionaries(text.filter(bool), text.filter(bool), max_size=6))
-    sys_flag = draw(st.integers(0, 0x7FF)) & ~(L.BORNHOST_V6_FLAG | L.STOREHOST_V6_FLAG)
-    if "[" in born:
-        sys_flag |= L.BORNHOST_V6_FLAG
-    if "[" in store:
-        sys_flag |= L.STOREHOST_V6_FLAG
-    return Message(
-        topic=draw(long_topics if version == 2 and draw(st.booleans()) else topics),
-        body=draw(st.binary(max_size=3000)), queue_id=draw(i32),
-        properties_raw=format_properties(props, trailing_separator=draw(st.booleans())), flag=draw(i32),
-        sys_flag=sys_flag, queue_offset=draw(i64), physical_offset=draw(st.integers(0, 2**62)),
-        born_timestamp=draw(i64), born_host=born, store_timestamp=draw(i64), store_host=store,
-        reconsume_times=draw(i32), prepared_transaction_offset=draw(i64), magic_version=version)
-
-
 @settings(max_examples=300, deadline=None)
 @given(messages())
 def test_encode_decode_round_trip(msg):
@@ -120,7 +93,7 @@ def test_encode_decode_round_trip(msg):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(text.filter(bool), text.filter(bool), max_size=8), st.booleans())
+@given(st.dictionaries(property_text.filter(bool), property_text.filter(bool), max_size=8), st.booleans())
 def test_properties_round_trip(props, trailing):
     assert parse_properties(format_properties(props, trailing)) == props
 

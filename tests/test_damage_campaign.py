@@ -64,7 +64,8 @@ from store_format.write.writer import WriterConfig
 
 from . import conftest
 from .conftest import fixture_store
-from .test_fuzz_parsers import FUZZ, bounded_memory, positioned
+from .strategies import FUZZ
+from .test_fuzz_parsers import bounded_memory, positioned
 
 SEEDS = int(os.environ.get("CAMPAIGN_SEEDS", "40" if FUZZ else "2"))
 MEMORY_EVERY = 1 if FUZZ else 3  # peak allocation traced on every n-th store (tracing doubles the cost)

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import json
 
-import os
 import struct
 import tempfile
 import tracemalloc
 import zlib
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from store_format import layout as L
@@ -47,28 +45,11 @@ from store_format.message import Message
 from store_format.properties import parse_properties, property_value, split_keys
 from store_format.write.writer import IndexFileWriter
 
-from .test_kernels import assert_parity, records
+from .strategies import fuzz, records
+from .test_kernels import assert_parity
 
 # ---------------------------------------------------------------------------------------------------------
 # Profiles: small and deterministic in `make test`, large and random in `make fuzz`
-
-FUZZ = os.environ.get("ROCKETMQ_FUZZ") == "1"
-# a deadline catches hangs and blow-ups (examples take milliseconds); `make test` shares two cores with Spark,
-# so its deadline leaves room for a busy machine
-_DEADLINE_MS = int(os.environ.get("FUZZ_DEADLINE_MS", "2000" if FUZZ else "5000"))
-_SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-settings.register_profile("hostile-quick", deadline=timedelta(milliseconds=_DEADLINE_MS), derandomize=True,
-                          database=None, suppress_health_check=_SUPPRESS, print_blob=True)
-settings.register_profile("hostile-fuzz", deadline=timedelta(milliseconds=_DEADLINE_MS), derandomize=False,
-                          max_examples=int(os.environ.get("FUZZ_EXAMPLES", "2000")),
-                          suppress_health_check=_SUPPRESS, print_blob=True)
-PROFILE = settings.get_profile("hostile-fuzz" if FUZZ else "hostile-quick")
-
-
-def fuzz(quick_examples: int) -> settings:
-    """Settings for one fuzz test: ``quick_examples`` in `make test`, the fuzz profile's count otherwise."""
-    return settings(PROFILE, max_examples=PROFILE.max_examples if FUZZ else quick_examples)
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Memory: a parser's peak allocation must follow its input, never a length field it read

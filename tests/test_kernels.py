@@ -22,6 +22,7 @@ from store_format.message import DERIVED_FIELDS, STORED_FIELDS, Message, body_cr
 from udfs import kernels as K
 
 from .conftest import fixture_manifest, fixture_store
+from .strategies import damaged, property_keys, records
 
 DATETIME_MIN_MS, DATETIME_MAX_MS = -62132918400000, 253402300799999  # 0001-02-01 .. 9999-12-31 (UTC)
 
@@ -445,112 +446,6 @@ def test_numba_cache_from_a_zip_is_found_again_wherever_the_zip_lies(tmp_path):
 # ---------------------------------------------------------------------------------------------------------
 # Hypothesis: generated records, then damaged ones
 
-_text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
-_sep_text = st.lists(st.sampled_from(list("ab \x01\x02é😀") + ["TAGS", "KEYS"]), max_size=10).map("".join)
-_keys = st.sampled_from([L.PROPERTY_TAGS, L.PROPERTY_KEYS, L.PROPERTY_UNIQ_KEY, L.PROPERTY_DELAY_TIME_LEVEL,
-                         L.PROPERTY_REAL_TOPIC, L.PROPERTY_REAL_QUEUE_ID, L.PROPERTY_RETRY_TOPIC,
-                         L.PROPERTY_ORIGIN_MESSAGE_ID, "WAIT", "CLUSTER", "ünï", "😀k"])
-
-
-@st.composite
-def _uniq_keys(draw):
-    ip = draw(st.sampled_from([bytes([10, 0, 0, 1]), bytes(range(16)), bytes(4)]))
-    uk = create_uniq_key(ip, draw(st.integers(0, 65535)), draw(st.integers(-2**31, 2**31 - 1)),
-                         draw(st.integers(0, 2**42)), draw(st.integers(0, 65535)))
-    spaced = " ".join(uk[i:i + 2] for i in range(0, len(uk), 2))
-    return draw(st.sampled_from([uk, uk.lower(), uk[:-1], uk + "0", spaced]))
-
-
-_values = st.one_of(_text, _sep_text, _uniq_keys(), st.integers(-5, 40).map(str), st.just("x" * 3000))
-
-
-@st.composite
-def _properties(draw):
-    entries = draw(st.lists(st.tuples(st.one_of(_keys, _text), _values), max_size=8))
-    if draw(st.booleans()):
-        entries.insert(draw(st.integers(0, len(entries))), (L.PROPERTY_UNIQ_KEY, draw(_uniq_keys())))
-    raw = "\x02".join(f"{k}\x01{v}" for k, v in entries)
-    if draw(st.booleans()):
-        raw += draw(st.sampled_from(["\x02", "\x01", "\x02\x01", ""]))
-    if draw(st.integers(0, 9)) == 0:
-        raw = draw(_sep_text)
-    return raw if len(raw.encode()) <= L.MAX_PROPERTIES_LENGTH else raw[:2000]
-
-
-@st.composite
-def _hosts(draw):
-    if draw(st.booleans()):
-        ip = ".".join(str(b) for b in draw(st.binary(min_size=4, max_size=4)))
-        return f"{ip}:{draw(st.integers(0, 65535))}", False
-    from store_format.ids import format_host
-    return format_host(draw(st.binary(min_size=16, max_size=16)), draw(st.integers(-2**31, 2**31 - 1))), True
-
-
-@st.composite
-def records(draw) -> bytes:
-    version = draw(st.sampled_from([1, 1, 2]))
-    topic = draw(st.one_of(_text.filter(bool), st.sampled_from([L.SCHEDULE_TOPIC, "TopicTest", "%RETRY%g"]),
-                           st.text(min_size=100, max_size=140)
-                           .filter(lambda t: version == 2 or len(t.encode()) <= 127)))
-    if version == 1 and len(topic.encode()) > 127:
-        topic = topic[:20]
-    born, born_v6 = draw(_hosts())
-    store, store_v6 = draw(_hosts())
-    flags = draw(st.integers(0, 0xFFF)) & ~(L.BORNHOST_V6_FLAG | L.STOREHOST_V6_FLAG)
-    flags |= (L.BORNHOST_V6_FLAG if born_v6 else 0) | (L.STOREHOST_V6_FLAG if store_v6 else 0)
-    kind = draw(st.sampled_from(["raw", "raw", "ZLIB", "LZ4", "ZSTD", "huge", "empty"]))
-    body = draw(st.binary(max_size=64))
-    if kind in ("ZLIB", "LZ4", "ZSTD"):
-        body = compress(body * 20, kind)
-        flags = (flags & ~L.COMPRESSION_TYPE_MASK) | L.COMPRESSED_FLAG | L.COMPRESSION_FLAGS[kind]
-    elif kind == "huge":
-        body = bytes(range(256)) * 300
-    elif kind == "empty":
-        body = b""
-    i32, i64 = st.integers(-2**31, 2**31 - 1), st.integers(-2**63, 2**63 - 1)
-    msg = Message(
-        topic=topic, body=body, queue_id=draw(i32), properties_raw=draw(_properties()), flag=draw(i32),
-        sys_flag=flags, queue_offset=draw(i64), physical_offset=draw(i64),
-        born_timestamp=draw(st.one_of(st.integers(0, 2**42), i64)), born_host=born,
-        store_timestamp=draw(st.integers(0, 2**42)), store_host=store, reconsume_times=draw(i32),
-        prepared_transaction_offset=draw(i64), magic_version=version,
-        body_crc=draw(st.one_of(st.none(), st.none(), i32)))
-    return encode_record(msg)
-
-
-@st.composite
-def damaged(draw, frame: bytes) -> bytes | None:
-    how = draw(st.sampled_from(["none", "truncate", "field", "byte", "null", "extend", "grow"]))
-    if how == "none":
-        return frame
-    if how == "null":
-        return None
-    if how == "truncate":
-        return frame[:draw(st.integers(0, len(frame) - 1))]
-    if how == "extend":
-        return frame + draw(st.binary(min_size=1, max_size=8))
-    buf = bytearray(frame)
-    if how == "grow":  # TOTALSIZE covers extra bytes: SIZE_MISMATCH
-        extra = draw(st.binary(min_size=1, max_size=8))
-        struct.pack_into(">i", buf, 0, len(frame) + len(extra))
-        return bytes(buf) + extra
-    if how == "field":  # one of the length/magic fields, overwritten
-        version = 2 if frame[4:8] == struct.pack(">i", L.MAGIC_V2) else 1
-        lay = L.layout_for(struct.unpack_from(">i", frame, L.SYS_FLAG_OFFSET)[0], version)
-        body_len = struct.unpack_from(">i", frame, lay.offsets["body_length"])[0]
-        topic_len_at = lay.body_offset + body_len
-        topic_len = struct.unpack_from(">b" if version == 1 else ">h", frame, topic_len_at)[0]
-        spots = [(0, ">i"), (4, ">i"), (lay.offsets["body_length"], ">i"),
-                 (topic_len_at, ">b" if version == 1 else ">h"),
-                 (topic_len_at + lay.topic_length_width + topic_len, ">h")]
-        at, fmt = draw(st.sampled_from(spots))
-        lo, hi = {">i": (-2**31, 2**31 - 1), ">h": (-2**15, 2**15 - 1), ">b": (-128, 127)}[fmt]
-        struct.pack_into(fmt, buf, at, draw(st.integers(lo, hi)))
-    else:
-        buf[draw(st.integers(0, len(buf) - 1))] = draw(st.integers(0, 255))
-    return bytes(buf)
-
-
 _settings = settings(max_examples=60, deadline=3000, suppress_health_check=[HealthCheck.too_slow,
                                                                           HealthCheck.data_too_large])
 
@@ -645,7 +540,7 @@ def test_hostile_row_of_one_repeated_key_stays_fast_and_exact():
 
 
 @settings(max_examples=40, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
-@given(keys=st.lists(st.one_of(_keys, st.text(st.characters(codec="utf-8", exclude_characters="\x00\x01\x02"),
+@given(keys=st.lists(st.one_of(property_keys, st.text(st.characters(codec="utf-8", exclude_characters="\x00\x01\x02"),
                                             min_size=1, max_size=20)), min_size=1, max_size=6),
        values=st.lists(st.lists(st.text(st.characters(codec="utf-8", exclude_characters="\x00\x01\x02"), min_size=1,
                                         max_size=15), min_size=6, max_size=6), min_size=1, max_size=6),

@@ -43,7 +43,8 @@ from store_format.store import Store
 from udfs import kernels as K
 
 from .conftest import FIXTURES, REPO, fixture_manifest, fixture_store, tree_state
-from .test_fuzz_parsers import bounded_memory, fuzz, warm_kernels  # noqa: F401 (a fixture)
+from .strategies import fuzz
+from .test_fuzz_parsers import bounded_memory, warm_kernels  # noqa: F401 (a fixture)
 
 # ---------------------------------------------------------------------------------------------------------
 # Read-only inputs
