@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from datasources.commitlog import CommitLogReader, Options, arrow_schema, spark_ddl
+from datasources.base import spark_schema
+from datasources.commitlog import CommitLogReader, Options, arrow_schema
 
 NAME = "bench-commitlog-replay"
 
@@ -30,7 +31,7 @@ class ReplaySource(DataSource):
 
     def schema(self) -> str:
         opts = Options.parse({"materialize": "positions", **self.options})
-        return spark_ddl(arrow_schema(opts.materialize, columns=opts.columns))
+        return spark_schema(arrow_schema(opts.materialize, columns=opts.columns))
 
     def reader(self, schema) -> "ReplayReader":
         return ReplayReader(self.options)

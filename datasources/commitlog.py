@@ -55,8 +55,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSource, DataSourceReader, EqualTo, GreaterThan, GreaterThanOrEqual, In, \
-    InputPartition, LessThan, LessThanOrEqual
+from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition, LessThan, \
+    LessThanOrEqual
 
 from store_format import layout as L
 from store_format.commitlog import END_OF_DATA, KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, \
@@ -64,11 +64,11 @@ from store_format.commitlog import END_OF_DATA, KIND_BLANK, KIND_CORRUPT, KIND_M
 from store_format.errors import ErrorKind, RecordError
 from store_format.fs import open_fd
 
+from .base import StoreDataSource, StoreReader, parse_mode
 from .storepaths import Location, PartInput, find_inputs, parse_bool, parse_size
 
 FORMAT = "rocketmq-commitlog"
 WALKS = ("recovery", "salvage")
-MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 MATERIALIZE = ("positions", "frames", "headers", "decoded")
 # Default ranges (range_sizes): the written data of every segment (the newest one's up to written_end: ranges
 # past it would each scan the zero tail) shared out as about TASKS_PER_CORE ranges per core of the session, each
@@ -141,22 +141,6 @@ def arrow_schema(materialize: str, decompress: bool = False, columns: tuple[str,
     return pa.schema(fields)
 
 
-def spark_ddl(schema: pa.Schema) -> str:
-    return ", ".join(f"`{f.name}` {_spark_type(f.type)}" for f in schema)
-
-
-def _spark_type(t: pa.DataType) -> str:
-    simple = {pa.int32(): "INT", pa.int64(): "BIGINT", pa.string(): "STRING", pa.binary(): "BINARY",
-              pa.bool_(): "BOOLEAN", pa.int16(): "SMALLINT", pa.int8(): "TINYINT", pa.float64(): "DOUBLE"}
-    if t in simple:
-        return simple[t]
-    if pa.types.is_map(t):
-        return f"MAP<{_spark_type(t.key_type)}, {_spark_type(t.item_type)}>"
-    if pa.types.is_list(t):
-        return f"ARRAY<{_spark_type(t.value_type)}>"
-    raise TypeError(f"no Spark type for {t}")
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Options
 
@@ -193,7 +177,7 @@ class Options:
         return cls(
             split_size=parse_size(options["splitSize"], DEFAULT_SPLIT_SIZE) if options.get("splitSize") else None,
             walk=choice("walk", WALKS, "recovery"),
-            mode=choice("mode", MODES, "PERMISSIVE", upper=True),
+            mode=parse_mode(options),
             materialize=materialize,
             check_crc=parse_bool(options.get("checkCrc"), True),
             decompress=parse_bool(options.get("decompress"), False),
@@ -690,24 +674,10 @@ def _value_set(filters, col: str) -> set | None:
 # Spark
 
 
-class CommitLogDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def schema(self) -> str:
-        opts = Options.parse(self.options)
-        return spark_ddl(arrow_schema(opts.materialize, opts.decompress, opts.columns))
-
-    def reader(self, schema) -> "CommitLogReader":
-        return CommitLogReader(self.options)
-
-
-class CommitLogReader(DataSourceReader):
+class CommitLogReader(StoreReader):
     def __init__(self, options):
-        self.path = options.get("path")
+        super().__init__(options)
         self.opts = Options.parse(options)
-        self.broker = options.get("broker")
         self.filters = []
 
     def pushFilters(self, filters):
@@ -765,6 +735,15 @@ class CommitLogReader(DataSourceReader):
         if not partition.name:
             return
         yield from _RangeReader(partition, self.opts, self.filters).batches()
+
+
+class CommitLogDataSource(StoreDataSource):
+    FORMAT = FORMAT
+    READER = CommitLogReader
+
+    def arrow_schema(self) -> pa.Schema:
+        opts = Options.parse(self.options)
+        return arrow_schema(opts.materialize, opts.decompress, opts.columns)
 
 
 @dataclass(frozen=True)

@@ -13,17 +13,17 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import InputPartition
 
 from store_format import layout as L
 from store_format.commitlog import SEGMENT_NAME, ReadOnlyMap
 from store_format.consumequeue import UNIT_KINDS, CQFile, queue_id_of, read_unit_arrays, units_of
 from store_format.errors import ErrorKind, StoreFormatError
 
+from .base import StoreDataSource, StoreReader, parse_mode
 from .storepaths import Location, find_inputs, local_copy
 
 FORMAT = "rocketmq-consumequeue"
-MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 SCHEMA = pa.schema([
     ("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
     ("physical_offset", pa.int64()), ("size", pa.int32()), ("tags_code", pa.int64()), ("file", pa.string()),
@@ -140,27 +140,10 @@ def read_unit_window(loc: Location, first: int, end: int) -> dict:
     return units_of(loc.read_range(first * L.CQ_STORE_UNIT_SIZE, n))
 
 
-class ConsumeQueueDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def schema(self) -> str:
-        from .commitlog import spark_ddl
-
-        return spark_ddl(SCHEMA)
-
-    def reader(self, schema):
-        return ConsumeQueueReader(self.options)
-
-
-class ConsumeQueueReader(DataSourceReader):
+class ConsumeQueueReader(StoreReader):
     def __init__(self, options):
-        self.path = options.get("path")
-        self.broker = options.get("broker")
-        self.mode = options.get("mode", "PERMISSIVE").upper()
-        if self.mode not in MODES:
-            raise ValueError(f"option mode={self.mode!r}: choose one of {', '.join(MODES)}")
+        super().__init__(options)
+        self.mode = parse_mode(options)
 
     def partitions(self):
         return group_files(plan_files(self.path, self.broker)) or [CQFileGroup([])]
@@ -181,3 +164,11 @@ class ConsumeQueueReader(DataSourceReader):
                 batch = batch.filter(pc.invert(corrupt))
             if batch.num_rows:
                 yield batch
+
+
+class ConsumeQueueDataSource(StoreDataSource):
+    FORMAT = FORMAT
+    READER = ConsumeQueueReader
+
+    def arrow_schema(self) -> pa.Schema:
+        return SCHEMA

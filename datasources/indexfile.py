@@ -22,13 +22,14 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import InputPartition
 
 from store_format import layout as L
 from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.indexfile import INDEX_NAME, IndexFile, read_header
 
+from .base import StoreDataSource, StoreReader
 from .storepaths import Location, find_inputs, local_copy
 
 FORMAT = "rocketmq-index"
@@ -221,24 +222,9 @@ def _rows_batch(rows: list[dict]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
 
 
-class IndexDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def schema(self) -> str:
-        from .commitlog import spark_ddl
-
-        return spark_ddl(SCHEMA)
-
-    def reader(self, schema):
-        return IndexReader(self.options)
-
-
-class IndexReader(DataSourceReader):
+class IndexReader(StoreReader):
     def __init__(self, options):
-        self.path = options.get("path")
-        self.broker = options.get("broker")
+        super().__init__(options)
         self.hash_slot_num = int(options["hashSlotNum"]) if options.get("hashSlotNum") else None
         self.index_num = int(options["indexNum"]) if options.get("indexNum") else None
 
@@ -250,3 +236,11 @@ class IndexReader(DataSourceReader):
         if partition.loc is None:
             return
         yield from file_batches(partition)
+
+
+class IndexDataSource(StoreDataSource):
+    FORMAT = FORMAT
+    READER = IndexReader
+
+    def arrow_schema(self) -> pa.Schema:
+        return SCHEMA

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import InputPartition
 
 from store_format import config as C
 from store_format.checkpoint import read_checkpoint, read_markers
@@ -27,6 +27,7 @@ from store_format.fs import unreadable_entries
 from udfs.kernels import scan_offset_table
 from store_format.errors import ErrorKind, StoreFormatError
 
+from .base import StoreDataSource, StoreReader
 from .storepaths import Location, find_inputs
 
 FORMAT = "rocketmq-metadata"
@@ -205,24 +206,9 @@ def _bool(v):
     return v if isinstance(v, bool) else None
 
 
-class MetadataDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def schema(self) -> str:
-        from .commitlog import spark_ddl
-
-        return spark_ddl(schema_of(self.options.get("table", "")))
-
-    def reader(self, schema):
-        return MetadataReader(self.options)
-
-
-class MetadataReader(DataSourceReader):
+class MetadataReader(StoreReader):
     def __init__(self, options):
-        self.path = options.get("path")
-        self.broker = options.get("broker")
+        super().__init__(options)
         self.table = options.get("table", "")
         self.schema = schema_of(self.table)
 
@@ -254,3 +240,11 @@ def _mirror(root: Location, tmp: str, table: str) -> None:
         if loc.is_file():
             with loc.fs.open_input_stream(loc.path) as src, open(os.path.join(tmp, name), "wb") as dst:
                 dst.write(src.read())
+
+
+class MetadataDataSource(StoreDataSource):
+    FORMAT = FORMAT
+    READER = MetadataReader
+
+    def arrow_schema(self) -> pa.Schema:
+        return schema_of(self.options.get("table", ""))
