@@ -35,9 +35,10 @@ if __package__ in (None, ""):  # spark-submit jobs/compare.py: make the project 
 
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args  # noqa: E402
 from store_format.commitlog import ReadOnlyMap  # noqa: E402
-from store_format.config import consumer_offsets, delay_offsets  # noqa: E402
+from store_format.config import delay_offsets, read_consumer_offsets  # noqa: E402
 from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.store import Store  # noqa: E402
+from udfs.kernels import scan_offset_table  # noqa: E402
 
 from jobs import cli  # noqa: E402
 from jobs.cli import EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
@@ -135,7 +136,7 @@ def consume_queue_diff(spark, a: StoreRef, b: StoreRef):
 def offset_file_diff(sa: Store, sb: Store) -> list[dict]:
     """Every consumer offset (topic@group, queue) and delay offset (level) whose value differs."""
     out = []
-    ca, cb = consumer_offsets(sa.config("consumerOffset.json")), consumer_offsets(sb.config("consumerOffset.json"))
+    ca, cb = (read_consumer_offsets(s.root / "config", offset_scan=scan_offset_table) for s in (sa, sb))
     for topic, group in sorted(set(ca) | set(cb)):
         qa, qb = ca.get((topic, group), {}), cb.get((topic, group), {})
         for q in sorted(set(qa) | set(qb)):

@@ -60,13 +60,14 @@ if __package__ in (None, ""):  # spark-submit jobs/replay.py: make the project i
 from store_format import fs  # noqa: E402
 from store_format import layout as L  # noqa: E402
 from store_format.codec import host_flags  # noqa: E402
-from store_format.config import consumer_offsets, subscription_groups, topic_configs  # noqa: E402
+from store_format.config import read_consumer_offsets, subscription_groups, topic_configs  # noqa: E402
 from store_format.errors import ErrorKind, StoreFormatError, WriterError  # noqa: E402
 from store_format.ids import parse_host  # noqa: E402
 from store_format.message import Message  # noqa: E402
 from store_format.properties import parse_properties  # noqa: E402
 from store_format.store import Store  # noqa: E402
 from store_format.write.writer import StoreWriter, WriterConfig, validate_topic  # noqa: E402
+from udfs.kernels import scan_offset_table  # noqa: E402
 
 from jobs import cli  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
@@ -302,7 +303,8 @@ def carry_configs(writer: StoreWriter, store: Store, notes: list) -> None:
 def carry_offsets(writer: StoreWriter, store: Store, replayer: Replayer, notes: list) -> int:
     """The source's committed consumer offsets, translated to the new queue offsets."""
     n = 0
-    for (topic, group), table in sorted(consumer_offsets(store.config("consumerOffset.json")).items()):
+    offsets = read_consumer_offsets(store.root / "config", offset_scan=scan_offset_table)
+    for (topic, group), table in sorted(offsets.items()):
         try:
             validate_topic(topic)
         except WriterError as e:

@@ -625,6 +625,29 @@ def consumer_offsets(cfg: ConfigFile, problems: list | None = None) -> dict[tupl
     return out
 
 
+def read_consumer_offsets(config_dir, problems: list | None = None, offset_scan=None
+                          ) -> dict[tuple[str, str], dict[int, int]]:
+    """:func:`consumer_offsets` of the store's consumerOffset.json (or its ``.bak``), through
+    :func:`offset_columns` when it reads the file (with ``offset_scan``: seconds for a file of hundreds of MB),
+    else through :func:`read_config`; the same dict either way."""
+    found: list = []
+    cols = offset_columns(config_dir, found, offset_scan=offset_scan)
+    if cols is None:
+        return consumer_offsets(read_config(config_dir, "consumerOffset.json"), problems)
+    if problems is not None:
+        problems.extend(found)
+    import numpy as np
+
+    table = cols[1]
+    per_map = np.bincount(table["map"], minlength=len(table["topics"])).tolist()
+    qids, offsets = table["queue_id"].tolist(), table["offset"].tolist()
+    out, at = {}, 0
+    for topic, group, n in zip(table["topics"], table["groups"], per_map):
+        out[(topic, group)] = dict(zip(qids[at:at + n], offsets[at:at + n]))
+        at += n
+    return out
+
+
 def delay_offsets(cfg: ConfigFile, problems: list | None = None) -> dict[int, int]:
     """delayOffset.json -> {delay level: next SCHEDULE_TOPIC_XXXX queue offset to deliver}; a level outside int
     or not a number, an offset outside long: left out, and recorded in ``problems``."""

@@ -846,15 +846,22 @@ def test_the_one_pass_offset_scan_agrees_with_the_exact_reader(scratch, text):
     d = scratch / "offsets-scan"
     (d / "config").mkdir(parents=True, exist_ok=True)
     (d / "config" / "consumerOffset.json").write_bytes(text.encode("utf-8", "surrogatepass"))
+    def offsets_dict(**scan):  # what compare and replay read (read_consumer_offsets), problems or error included
+        problems: list = []
+        try:
+            return C.read_consumer_offsets(d / "config", problems, **scan), [str(p) for p in problems]
+        except ConfigError as e:
+            return str(e)
+
     keep = C._FAST_MIN
     try:
         C._FAST_MIN = 0
-        scanned = table_rows("consumer_offsets", "b", str(d))
+        scanned, scanned_dict = table_rows("consumer_offsets", "b", str(d)), offsets_dict(offset_scan=scan_offset_table)
         C._FAST_MIN = 1 << 62
-        exact = table_rows("consumer_offsets", "b", str(d))
+        exact, exact_dict = table_rows("consumer_offsets", "b", str(d)), offsets_dict()
     finally:
         C._FAST_MIN = keep
-    assert scanned == exact
+    assert scanned == exact and scanned_dict == exact_dict
     raw = text.encode("utf-8", "surrogatepass")
     found = scan_offset_table(raw)
     if found is not None and C._scanned_names(raw, found) is not None:
