@@ -133,16 +133,27 @@ def table_batch(table: str, broker: str, root: str) -> pa.Table:
 
 def _offset_table(schema, broker, cfg, cols, problems, rows) -> pa.Table:
     n = len(cols["map"])
-    index = pa.array(cols["map"], pa.int64())
-    arrays = {"broker": pa.repeat(pa.scalar(broker, _S), n), "topic": pa.array(cols["topics"], _S).take(index),
-              "group": pa.array(cols["groups"], _S).take(index), "queue_id": pa.array(cols["queue_id"], _I),
-              "offset": pa.array(cols["offset"], _L), "source": pa.repeat(pa.scalar(cfg.source, _S), n)}
-    good = pa.Table.from_arrays([arrays[f.name] if f.name in arrays else pa.nulls(n, f.type) for f in schema],
+    index = pa.array(cols["map"])  # numpy's int64: no copy
+    arrays = {"broker": _constant(broker, n, _S), "topic": cols["topics"].take(index),
+              "group": cols["groups"].take(index), "queue_id": pa.array(cols["queue_id"], _I),
+              "offset": pa.array(cols["offset"], _L), "source": _constant(cfg.source, n, _S)}
+    good = pa.Table.from_arrays([arrays[f.name] if f.name in arrays else _constant(None, n, f.type) for f in schema],
                                 schema=schema)
     if not problems:
         return good
     return pa.concat_tables([good, rows(*[dict(source=cfg.source, error=str(e), error_key=e.field,
                                                error_value=getattr(e, "value_text", None)) for e in problems])])
+
+
+_BLOCK = 1 << 16  # MetadataReader's batch size
+
+
+def _constant(value, n: int, type_) -> pa.ChunkedArray:
+    """``value`` on ``n`` rows as one block of rows shared by every chunk: a column that repeats the file's path on
+    millions of rows takes the memory of one block."""
+    block = pa.repeat(pa.scalar(value, type_), min(n, _BLOCK))
+    full, rest = divmod(n, _BLOCK)
+    return pa.chunked_array([block] * full + ([block.slice(0, rest)] if rest or not n else []), type_)
 
 
 def _config_columns(table: str, cfg, problems: list) -> dict[str, list]:

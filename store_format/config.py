@@ -32,6 +32,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .errors import ConfigError, ErrorKind
 from .fs import UnreadableError, read_bytes
@@ -181,12 +182,31 @@ def _fast_loads_bytes(raw: bytearray):
     return _NO_FAST_PATH if fast is None else fast.materialize()
 
 
+class OffsetScan(NamedTuple):
+    """What an ``offset_scan`` (``udfs.kernels.scan_offset_table``) reads of consumerOffset.json in fastjson's
+    layout: each map's name span in the file (quotes excluded; ``name_esc``: an escape inside), its first entry
+    and entry count; each entry's queue id (``keys``) and offset (``values``), in file order; the value span of
+    every other top-level member.  ``rows``, where the file is what brokers write (:func:`_scanned_offset_columns`):
+    (the row's map, topics, groups (Arrow strings, one per map, in (topic, group) order), queue ids, offsets)."""
+
+    name_lo: object
+    name_hi: object
+    name_esc: object
+    map_first: object
+    map_count: object
+    keys: object
+    values: object
+    other_lo: object
+    other_hi: object
+    rows: tuple | None = None
+
+
 @dataclass
 class _Scanned:
     """A file ``offset_scan`` read: its bytes and the scanner's arrays (:func:`_scanned_offset_columns`)."""
 
     raw: bytes
-    found: tuple
+    found: OffsetScan
 
 
 @dataclass
@@ -462,38 +482,33 @@ def _read_config(config_dir, name: str, keep_fast: bool = False, offset_scan=Non
     return ConfigFile(name, None, None, tuple(errors)), None
 
 
-def _scanned_offset_columns(raw: bytes, found, cfg: ConfigFile):
-    """:func:`offset_columns`' result from ``offset_scan``'s arrays when the file is what brokers write (every key
-    topic@group and given once, each map's queue ids ascending and within int, the other top-level members
-    readable): built straight from the arrays, the maps put in (topic, group) order by their runs of entries.
-    None for anything else (the general path then says what is wrong with it)."""
+def _scanned_offset_columns(raw: bytes, found: OffsetScan, cfg: ConfigFile):
+    """:func:`offset_columns`' result from ``offset_scan``'s rows when the file is what brokers write (every key
+    topic@group without an escape and given once, each map's queue ids ascending and within int: the scanner
+    built the rows then, the maps in (topic, group) order of their bytes), the names valid UTF-8 (for which that
+    order is Python's) and the other top-level members readable.  None for anything else (the general path then
+    says what is wrong with it)."""
+    if found.rows is None or not _others_read(raw, found):
+        return None
+    row_map, topics, groups, qid, offset = found.rows
+    if not raw.isascii() and not (_valid_utf8(topics) and _valid_utf8(groups)):
+        return None  # the exact path reads invalid bytes as U+FFFD, in another order
+    return cfg, {"map": row_map, "topics": topics, "groups": groups, "queue_id": qid, "offset": offset}
+
+
+def _valid_utf8(names) -> bool:
+    """Every string of an Arrow string array (built from raw bytes) valid UTF-8, as Python's decoder has it."""
     import numpy as np
 
-    names = _scanned_names(raw, found)
-    if names is None:
-        return None
-    first, count, qid, offset = found[3:7]
-    pairs = [n.rpartition(TOPIC_GROUP_SEPARATOR) for n in names]
-    if len(set(names)) != len(names) or not all(sep for _, sep, _ in pairs):
-        return None
-    if len(qid) and (qid.min() < INT_RANGE[0] or qid.max() > INT_RANGE[1]):
-        return None
-    descending = np.diff(qid) <= 0  # fastjson writes a map's queue ids in ascending order, each once
-    boundary = (first + count)[count > 0] - 1  # each map's last entry: the next one starts another map
-    descending[boundary[boundary < len(descending)]] = False
-    if descending.any():
-        return None
-    del descending
-    keys = [(t, g) for t, _, g in pairs]
-    del pairs, names
-    order = np.array(sorted(range(len(keys)), key=keys.__getitem__), np.int64)
-    sizes = count[order]
-    ends = np.cumsum(sizes)
-    take = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
-    take += np.repeat(first[order] - (ends - sizes), sizes)  # each map's run, in (topic, group) order
-    ordered = [keys[i] for i in order.tolist()]
-    return cfg, {"map": np.repeat(np.arange(len(order)), sizes), "topics": [t for t, _ in ordered],
-                 "groups": [g for _, g in ordered], "queue_id": qid[take].astype(np.int32), "offset": offset[take]}
+    off = np.frombuffer(names.buffers()[1], np.int32, len(names) + 1)
+    data = np.frombuffer(names.buffers()[2] or b"", np.uint8)
+    high = np.concatenate([[0], np.cumsum(data >= 0x80)])[off]  # only names with non-ASCII bytes need decoding
+    try:
+        for k in np.flatnonzero(np.diff(high)).tolist():
+            data[off[k]:off[k + 1]].tobytes().decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _offset_fast(raw: bytes, found) -> _Fast | None:
@@ -507,27 +522,38 @@ def _offset_fast(raw: bytes, found) -> _Fast | None:
     return _Fast({"offsetTable": table}, [(table, n) for n in names], *found[3:7])
 
 
-def _scanned_names(raw: bytes, found) -> list[str] | None:
+def _scanned_names(raw: bytes, found: OffsetScan) -> list[str] | None:
     """The maps' names as the C decoder reads them (the file decoded with errors replaced, then the escapes), once
     the other top-level members are known to read as in the whole file (:func:`loads`); None if one does not."""
-    name_lo, name_hi, name_esc, *_, other_lo, other_hi = found
+    if not _others_read(raw, found):
+        return None
     try:
-        for lo, hi in zip(other_lo.tolist(), other_hi.tolist()):
-            loads(raw[lo:hi].decode("utf-8", "replace"))
         return [json.loads(f'"{raw[lo:hi].decode("utf-8", "replace")}"') if esc else raw[lo:hi].decode("utf-8", "replace")
-                for lo, hi, esc in zip(name_lo.tolist(), name_hi.tolist(), name_esc.tolist())]
-    except (ConfigError, ValueError, RecursionError):
+                for lo, hi, esc in zip(found.name_lo.tolist(), found.name_hi.tolist(), found.name_esc.tolist())]
+    except (ValueError, RecursionError):
         return None
 
 
+def _others_read(raw: bytes, found: OffsetScan) -> bool:
+    """The top-level members beside offsetTable (5.x's dataVersion) read as in the whole file (:func:`loads`)."""
+    try:
+        for lo, hi in zip(found.other_lo.tolist(), found.other_hi.tolist()):
+            loads(raw[lo:hi].decode("utf-8", "replace"))
+    except (ConfigError, ValueError, RecursionError):
+        return False
+    return True
+
+
 def offset_columns(config_dir, problems: list, name: str = "consumerOffset.json", offset_scan=None):
-    """consumerOffset.json's offsets as numpy columns, in memory proportional to the offsets (no Python object per
-    offset): (ConfigFile without data, {"topic", "group", "queue_id", "offset"}) sorted by topic, group, queue id
+    """consumerOffset.json's offsets as columns, in memory proportional to the offsets (no Python object per
+    offset): (ConfigFile without data, {"map": each row's map (int32), "topics", "groups": each map's (Arrow
+    strings), "queue_id" (int32), "offset" (int64)}), the rows sorted by topic, group, queue id
     (a queue id given twice: the last one, as the dict would keep), entries a broker cannot hold recorded in
     ``problems`` and left out.  None when the fast path does not read the file or its offsetTable holds anything but
     flat Integer-keyed maps: then :func:`consumer_offsets` of :func:`read_config` gives the same rows.
     ``offset_scan``: a one-pass scanner of the file's usual layout to try first (:func:`_offset_fast`)."""
     import numpy as np
+    import pyarrow as pa
 
     cfg, fast = _read_config(config_dir, name, keep_fast=True, offset_scan=offset_scan)
     if fast is None:
@@ -589,8 +615,9 @@ def offset_columns(config_dir, problems: list, name: str = "consumerOffset.json"
     take = np.repeat(first[chosen], sizes) + (np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes))
     r, qid, offset = np.repeat(np.arange(len(chosen)), sizes), q[take], o[take]
     ordered = [(names[i][0], names[i][2]) for i in order]
-    return cfg, {"map": r, "topics": [t for t, _ in ordered], "groups": [g for _, g in ordered],
-                 "queue_id": qid.astype(np.int32), "offset": offset}
+    return cfg, {"map": r.astype(np.int32), "topics": pa.array([t for t, _ in ordered], pa.string()),
+                 "groups": pa.array([g for _, g in ordered], pa.string()), "queue_id": qid.astype(np.int32),
+                 "offset": offset}
 
 
 INT_RANGE = (-2**31, 2**31 - 1)  # java.lang.Integer: queue ids, delay levels, queue counts
@@ -642,7 +669,7 @@ def read_consumer_offsets(config_dir, problems: list | None = None, offset_scan=
     per_map = np.bincount(table["map"], minlength=len(table["topics"])).tolist()
     qids, offsets = table["queue_id"].tolist(), table["offset"].tolist()
     out, at = {}, 0
-    for topic, group, n in zip(table["topics"], table["groups"], per_map):
+    for topic, group, n in zip(table["topics"].to_pylist(), table["groups"].to_pylist(), per_map):
         out[(topic, group)] = dict(zip(qids[at:at + n], offsets[at:at + n]))
         at += n
     return out

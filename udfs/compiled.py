@@ -1384,7 +1384,10 @@ _ASIDE = -1  # the scan steps aside for the exact parser
 @_inner
 def _ws(b, i, n):
     """The first index from ``i`` that is not JSON whitespace (the tolerant parser's too: space, tab, LF, CR)."""
-    while i < n and (b[i] == 32 or b[i] == 9 or b[i] == 10 or b[i] == 13):
+    while i < n:
+        c = _at(b, i)
+        if not (c == 32 or c == 9 or c == 10 or c == 13):
+            break
         i += 1
     return i
 
@@ -1395,7 +1398,7 @@ def _string_end(b, i, n, esc):
     control character (strict JSON refuses them) or no end."""
     i += 1
     while i < n:
-        c = b[i]
+        c = _at(b, i)
         if c == 34:
             return i
         if c == 92:
@@ -1414,7 +1417,7 @@ def _value_end(b, i, n, limit, esc):
     brackets outside strings; -1 without one, or nested deeper than ``limit``."""
     depth = 0
     while i < n:
-        c = b[i]
+        c = _at(b, i)
         if c == 34:
             i = _string_end(b, i, n, esc)
             if i < 0:
@@ -1444,20 +1447,20 @@ def _integer(b, i, n, strict, out):
     """A '-'? and 1 to 18 digits at ``b[i]``: its value in ``out[0]``, the index after it; -1 for anything else
     (``strict``: JSON's grammar, no leading zero).  What follows must end it (whitespace, ':', ',', '}')."""
     neg = False
-    if i < n and b[i] == 45:
+    if i < n and _at(b, i) == 45:
         neg = True
         i += 1
     j = i
     v = np.int64(0)
-    while j < n and 48 <= b[j] <= 57:
-        v = v * 10 + (b[j] - 48)
+    while j < n and 48 <= _at(b, j) <= 57:
+        v = v * 10 + (_at(b, j) - 48)
         j += 1
         if j - i > 18:
             return -1
-    if j == i or (strict and b[i] == 48 and j - i > 1):
+    if j == i or (strict and _at(b, i) == 48 and j - i > 1):
         return -1
-    if j < n and not (b[j] == 32 or b[j] == 9 or b[j] == 10 or b[j] == 13 or b[j] == 58 or b[j] == 44
-                      or b[j] == 125):
+    c = _at(b, j) if j < n else 0
+    if j < n and not (c == 32 or c == 9 or c == 10 or c == 13 or c == 58 or c == 44 or c == 125):
         return -1
     out[0] = -v if neg else v
     return j
@@ -1478,23 +1481,23 @@ def offset_table_scan(b, name_lo, name_hi, name_esc, map_first, map_count, keys,
     maps = entries = others = 0
     seen = False
     i = _ws(b, 0, n)
-    if i >= n or b[i] != 123:
+    if i >= n or _at(b, i) != 123:
         return _ASIDE, i, 0
     i = _ws(b, i + 1, n)
-    if i < n and b[i] == 125:
+    if i < n and _at(b, i) == 125:
         return _ASIDE, i, 0  # no offsetTable
     while True:
-        if i >= n or b[i] != 34:
+        if i >= n or _at(b, i) != 34:
             return _ASIDE, i, 0
         esc[0] = False
         e = _string_end(b, i, n, esc)
         if e < 0 or esc[0]:
             return _ASIDE, i, 0
-        is_table = e - i - 1 == 11 and b[i + 1] == 111 and b[i + 2] == 102 and b[i + 3] == 102 and \
-            b[i + 4] == 115 and b[i + 5] == 101 and b[i + 6] == 116 and b[i + 7] == 84 and b[i + 8] == 97 and \
-            b[i + 9] == 98 and b[i + 10] == 108 and b[i + 11] == 101  # "offsetTable"
+        is_table = e - i - 1 == 11 and _at(b, i + 1) == 111 and _at(b, i + 2) == 102 and _at(b, i + 3) == 102 and \
+            _at(b, i + 4) == 115 and _at(b, i + 5) == 101 and _at(b, i + 6) == 116 and _at(b, i + 7) == 84 and _at(b, i + 8) == 97 and \
+            _at(b, i + 9) == 98 and _at(b, i + 10) == 108 and _at(b, i + 11) == 101  # "offsetTable"
         i = _ws(b, e + 1, n)
-        if i >= n or b[i] != 58:
+        if i >= n or _at(b, i) != 58:
             return _ASIDE, i, 0
         i = _ws(b, i + 1, n)
         if not is_table:
@@ -1505,15 +1508,15 @@ def offset_table_scan(b, name_lo, name_hi, name_esc, map_first, map_count, keys,
             others += 1
             i = e
         else:
-            if seen or i >= n or b[i] != 123:
+            if seen or i >= n or _at(b, i) != 123:
                 return _ASIDE, i, 0
             seen = True
             i = _ws(b, i + 1, n)
-            if i < n and b[i] == 125:
+            if i < n and _at(b, i) == 125:
                 i += 1
             else:
                 while True:  # "name":{k:v,...}
-                    if i >= n or b[i] != 34:
+                    if i >= n or _at(b, i) != 34:
                         return _ASIDE, i, 0
                     esc[0] = False
                     e = _string_end(b, i, n, esc)
@@ -1522,13 +1525,13 @@ def offset_table_scan(b, name_lo, name_hi, name_esc, map_first, map_count, keys,
                     name_lo[maps], name_hi[maps], name_esc[maps] = i + 1, e, esc[0]
                     map_first[maps] = entries
                     i = _ws(b, e + 1, n)
-                    if i >= n or b[i] != 58:
+                    if i >= n or _at(b, i) != 58:
                         return _ASIDE, i, 0
                     i = _ws(b, i + 1, n)
-                    if i >= n or b[i] != 123:
+                    if i >= n or _at(b, i) != 123:
                         return _ASIDE, i, 0
                     i = _ws(b, i + 1, n)
-                    if i < n and b[i] == 125:
+                    if i < n and _at(b, i) == 125:
                         i += 1
                     else:
                         while True:
@@ -1538,7 +1541,7 @@ def offset_table_scan(b, name_lo, name_hi, name_esc, map_first, map_count, keys,
                                 return _ASIDE, at, 0
                             keys[entries] = num[0]
                             i = _ws(b, i, n)
-                            if i >= n or b[i] != 58:
+                            if i >= n or _at(b, i) != 58:
                                 return _ASIDE, i, 0
                             at = _ws(b, i + 1, n)
                             i = _integer(b, at, n, True, num)
@@ -1547,36 +1550,155 @@ def offset_table_scan(b, name_lo, name_hi, name_esc, map_first, map_count, keys,
                             values[entries] = num[0]
                             entries += 1
                             i = _ws(b, i, n)
-                            if i < n and b[i] == 44:
+                            if i < n and _at(b, i) == 44:
                                 i = _ws(b, i + 1, n)
-                                if i >= n or b[i] == 125:
+                                if i >= n or _at(b, i) == 125:
                                     return _ASIDE, i, 0  # a trailing comma
                                 continue
-                            if i < n and b[i] == 125:
+                            if i < n and _at(b, i) == 125:
                                 i += 1
                                 break
                             return _ASIDE, i, 0
                     map_count[maps] = entries - map_first[maps]
                     maps += 1
                     i = _ws(b, i, n)
-                    if i < n and b[i] == 44:
+                    if i < n and _at(b, i) == 44:
                         i = _ws(b, i + 1, n)
-                        if i >= n or b[i] == 125:
+                        if i >= n or _at(b, i) == 125:
                             return _ASIDE, i, 0
                         continue
-                    if i < n and b[i] == 125:
+                    if i < n and _at(b, i) == 125:
                         i += 1
                         break
                     return _ASIDE, i, 0
         i = _ws(b, i, n)
-        if i < n and b[i] == 44:
+        if i < n and _at(b, i) == 44:
             i = _ws(b, i + 1, n)
-            if i >= n or b[i] == 125:
+            if i >= n or _at(b, i) == 125:
                 return _ASIDE, i, 0
             continue
-        if i < n and b[i] == 125:
+        if i < n and _at(b, i) == 125:
             break
         return _ASIDE, i, 0
     if not seen or _ws(b, i + 1, n) != n:
         return _ASIDE, i, 0
     return maps, entries, others
+
+
+_SIGN = -9223372036854775808  # flips a big-endian word's top bit: signed order is then the bytes' order
+
+
+@_inner
+def _key_cmp(kb, ks, ke, pk, i, j):
+    """-1, 0 or 1: key ``i`` (``kb[ks[i]:ke[i]]``) against key ``j`` as bytes; ``pk``: each key's first eight bytes
+    as a word (zero-padded), compared first."""
+    x, y = _at(pk, i), _at(pk, j)
+    if x != y:
+        return -1 if x < y else 1
+    p, pe, q, qe = _at(ks, i), _at(ke, i), _at(ks, j), _at(ke, j)
+    p, q = min(p + 8, pe), min(q + 8, qe)
+    while p + 8 <= pe and q + 8 <= qe:
+        x, y = _i64(kb, p) ^ _SIGN, _i64(kb, q) ^ _SIGN
+        if x != y:
+            return -1 if x < y else 1
+        p += 8
+        q += 8
+    while p < pe and q < qe:
+        x, y = _at(kb, p), _at(kb, q)
+        if x != y:
+            return -1 if x < y else 1
+        p += 1
+        q += 1
+    if p < pe:
+        return 1
+    return -1 if q < qe else 0
+
+
+@njit((_u1r, _i8r, _i8r, nt.int64, _i8, _i8), **_OPTS)
+def offset_name_order(b, lo, hi, sep, at, order):
+    """The maps' names ``b[lo[k]:hi[k]]`` split at their last ``sep`` byte (``at[k]``: topic@group) and
+    ``order``: the maps by (topic, group) as bytes, stably.  Returns 0, or 1 where a name has no ``sep``, 2 where
+    two names are the same (the exact parser decides what those mean).  Each name is sorted as a key, topic, a 0
+    byte, group, copied together (the names hold no byte under 32: the scan refuses them in strings, and names
+    with escapes are not passed here)."""
+    n = lo.shape[0]
+    ks, ke, pk = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    size = 0
+    for k in range(n):
+        p = hi[k] - 1
+        while p >= lo[k] and b[p] != sep:
+            p -= 1
+        if p < lo[k]:
+            return 1
+        at[k] = p
+        ks[k], ke[k] = size, size + hi[k] - lo[k]
+        size = ke[k] + 8  # eight 0 bytes after each key: its first word reads whole
+    kb = np.zeros(size, np.uint8)
+    for k in range(n):
+        _copy(kb, ks[k], b, lo[k], at[k] - lo[k])
+        _copy(kb, ks[k] + at[k] - lo[k] + 1, b, at[k] + 1, hi[k] - at[k] - 1)
+        pk[k] = _i64(kb, ks[k]) ^ _SIGN
+    ordered = True
+    for k in range(n):
+        order[k] = k
+        if k and ordered and _key_cmp(kb, ks, ke, pk, k - 1, k) > 0:
+            ordered = False
+    if not ordered:  # bottom-up merge sort (fastjson writes a hash map: any order)
+        src, dst = order, np.empty(n, np.int64)
+        width, swapped = 1, False
+        while width < n:
+            for s in range(0, n, 2 * width):
+                i, mid, end, k = s, min(s + width, n), min(s + 2 * width, n), s
+                j = mid
+                while i < mid and j < end:
+                    if _key_cmp(kb, ks, ke, pk, src[j], src[i]) < 0:
+                        dst[k] = src[j]
+                        j += 1
+                    else:
+                        dst[k] = src[i]
+                        i += 1
+                    k += 1
+                while i < mid:
+                    dst[k] = src[i]
+                    i += 1
+                    k += 1
+                while j < end:
+                    dst[k] = src[j]
+                    j += 1
+                    k += 1
+            src, dst = dst, src
+            swapped = not swapped
+            width *= 2
+        if swapped:
+            order[:] = src
+    for k in range(1, n):
+        if _key_cmp(kb, ks, ke, pk, order[k - 1], order[k]) == 0:
+            return 2
+    return 0
+
+
+@njit((_i8r, _i8r, _i8r, _i8r, _i8r, _i4, _i4, _i8), **_OPTS)
+def offset_rows(order, first, count, keys, values, row_map, qid, offset):
+    """The rows of the maps taken in ``order`` (each map's entries ``first[m]`` to ``first[m] + count[m]``): the
+    map's place in ``order``, the queue id, the offset.  False where a map's queue ids are not ascending (fastjson
+    writes them so, each once) or one lies outside int: the rows are then the general path's to build."""
+    r = 0
+    for m in range(order.shape[0]):
+        a = first[order[m]]
+        for j in range(a, a + count[order[m]]):
+            q = keys[j]
+            if q < -2147483648 or q > 2147483647 or (j > a and q <= keys[j - 1]):
+                return False
+            row_map[r] = m
+            qid[r] = q
+            offset[r] = values[j]
+            r += 1
+    return True
+
+
+@njit((_u1r, _i8r, _i8r, _i4, _u1), **_OPTS)
+def gather_spans(b, lo, hi, off, out):
+    """The spans ``b[lo[k]:hi[k]]`` one after another into ``out``, at Arrow's offsets ``off`` (the caller's
+    cumulative sum of their lengths)."""
+    for k in range(lo.shape[0]):
+        _copy(out, off[k], b, lo[k], hi[k] - lo[k])

@@ -376,21 +376,50 @@ def index_key_hashes(topic, uniq_key, keys, indexable: np.ndarray) -> tuple[np.n
 
 def scan_offset_table(raw: bytes, nest_limit: int = 100):
     """consumerOffset.json in fastjson's layout, read in one compiled pass (udfs.compiled.offset_table_scan): the
-    arrays ``store_format.config.offset_columns`` takes as its ``offset_scan``, or None where the text is anything
-    else (a member nested deeper than ``nest_limit`` too: the exact parser's limit counts from the top)."""
+    ``store_format.config.OffsetScan`` that ``store_format.config.offset_columns`` takes from its ``offset_scan``,
+    or None where the text is anything else (a member nested deeper than ``nest_limit`` too: the exact parser's
+    limit counts from the top).  Where every name is topic@group without an escape, given once, and every map's
+    queue ids ascend within int (what brokers write), the rows too: the maps in (topic, group) order of their
+    bytes (offset_name_order), their entries (offset_rows) and names (gather_spans) -- the caller checks that
+    the names are valid UTF-8, for which that order is Python's."""
+    from store_format.config import TOPIC_GROUP_SEPARATOR, OffsetScan
+
     C = _compiled()
     maps, colons = raw.count(b"{"), raw.count(b":")  # at most a map per brace, an entry or member per colon
     name_lo, name_hi, map_first, map_count = (np.empty(maps, np.int64) for _ in range(4))
     name_esc = np.empty(maps, np.bool_)
     # bounds, not sizes: np.empty's pages cost memory only where the scan writes
     keys, values, other_lo, other_hi = (np.empty(colons, np.int64) for _ in range(4))
-    n_maps, n_entries, n_other = C.offset_table_scan(np.frombuffer(raw, np.uint8), name_lo, name_hi, name_esc,
-                                                     map_first, map_count, keys, values, other_lo, other_hi,
-                                                     nest_limit)
+    b = np.frombuffer(raw, np.uint8)
+    n_maps, n_entries, n_other = C.offset_table_scan(b, name_lo, name_hi, name_esc, map_first, map_count, keys,
+                                                     values, other_lo, other_hi, nest_limit)
     if n_maps < 0:
         return None
-    return (name_lo[:n_maps], name_hi[:n_maps], name_esc[:n_maps], map_first[:n_maps], map_count[:n_maps],
-            keys[:n_entries], values[:n_entries], other_lo[:n_other], other_hi[:n_other])
+    name_lo, name_hi, name_esc, map_first, map_count = (a[:n_maps] for a in (name_lo, name_hi, name_esc, map_first,
+                                                                             map_count))
+    keys, values = keys[:n_entries], values[:n_entries]
+    rows = None
+    at, order = np.empty(n_maps, np.int64), np.empty(n_maps, np.int64)
+    if not name_esc.any() and \
+            C.offset_name_order(b, name_lo, name_hi, ord(TOPIC_GROUP_SEPARATOR), at, order) == 0:
+        row_map, qid, offset = np.empty(n_entries, np.int32), np.empty(n_entries, np.int32), np.empty(n_entries,
+                                                                                                     np.int64)
+        at = at[order]
+        if (name_hi - name_lo).sum() < 2**31 and \
+                C.offset_rows(order, map_first, map_count, keys, values, row_map, qid, offset):  # int32 offsets
+            rows = (row_map, _spans(b, name_lo[order], at), _spans(b, at + 1, name_hi[order]), qid, offset)
+    return OffsetScan(name_lo, name_hi, name_esc, map_first, map_count, keys, values, other_lo[:n_other],
+                      other_hi[:n_other], rows)
+
+
+def _spans(b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> pa.Array:
+    """The byte spans ``b[lo:hi]`` (under 2 GiB in all) as an Arrow string array, not validated: the caller checks
+    the text."""
+    off = np.zeros(len(lo) + 1, np.int32)
+    np.cumsum(hi - lo, dtype=np.int32, out=off[1:])
+    out = np.empty(int(off[-1]), np.uint8)
+    _compiled().gather_spans(b, lo, hi, off, out)
+    return pa.StringArray.from_buffers(len(lo), pa.py_buffer(off), pa.py_buffer(out))
 
 
 class CompiledFramer:
