@@ -13,6 +13,7 @@ A crash found there becomes an ``@example`` here.
 from __future__ import annotations
 
 import json
+import re
 
 import struct
 import tempfile
@@ -866,3 +867,101 @@ def test_the_one_pass_offset_scan_agrees_with_the_exact_reader(scratch, text):
     found = scan_offset_table(raw)
     if found is not None and C._scanned_names(raw, found) is not None:
         C._slow_loads(text, "x.json")  # what it reads (the scan, then its checks), the exact parser reads too
+
+
+_BROKER_NAME_CHARS = st.sampled_from(list("aAzZ09_-%.@é😀"))
+
+
+@st.composite
+def broker_offset_files(draw):
+    """consumerOffset.json as a busy broker writes it (dumps_fastjson): up to 40 maps in hash order (shuffled),
+    names of up to ~40 bytes sharing a prefix (the compiled sort compares the first eight bytes as a word, then
+    eight at a time), each map's queue ids ascending, offsets of up to 18 digits (the scan's; longer ones step
+    aside, as the other test's files try); then at most one mutation: an escaped '@' in a name, a
+    queue id given twice, a queue id or offset outside its Java type, a cut."""
+    prefix = draw(st.sampled_from(["", "T", "Topic_0", "%RETRY%group_", "rmq_sys_é@"]))
+    names = draw(st.lists(st.text(_BROKER_NAME_CHARS, max_size=24).map(lambda s: prefix + s), max_size=40,
+                          unique=True))
+    table = {n: {q: draw(st.integers(0, 10**18 - 1)) for q in sorted(draw(st.sets(st.integers(0, 2**31 - 1),
+                                                                               max_size=4)))}
+             for n in draw(st.permutations(names))}
+    text = dumps_fastjson({"offsetTable": table})
+    mutation = draw(st.sampled_from(["none", "none", "escape", "twice", "qid_range", "offset_range", "cut"]))
+    maps = list(re.finditer(r"\{(-?\d+):(-?\d+)", text))  # the Integer-keyed maps' first entries
+    if mutation == "escape":
+        text = text.replace("@", "\\u0040", 1)
+    elif mutation == "cut":
+        text = text[:draw(st.integers(0, len(text)))]
+    elif mutation != "none" and maps:
+        m = draw(st.sampled_from(maps))
+        q, o = m.group(1), m.group(2)
+        new = {"twice": f"{{{q}:{o},{q}:{draw(st.integers(0, 9))}",
+               "qid_range": f"{{{draw(st.sampled_from([2**31, -2**31 - 1, 10**18]))}:{o}",
+               "offset_range": f"{{{q}:{draw(st.sampled_from([2**63, -2**63 - 1, 10**19]))}"}[mutation]
+        text = text[:m.start()] + new + text[m.end():]
+    return mutation, names, text
+
+
+@fuzz(150)
+@given(broker_offset_files())
+@example(("none", ["b@x", "a@y", "a.b@x", "a@x@y", "é@a", "z@"], dumps_fastjson(
+    {"offsetTable": {n: {0: 1} for n in ["b@x", "a@y", "a.b@x", "a@x@y", "é@a", "z@"]}})))  # '@' sorts after '.'
+@example(("none", [], dumps_fastjson({"offsetTable": {f"Topic_0{i % 7:012d}@group_{i:09d}": {0: i, 3: 10**18 - 1}
+                                                      for i in range(300, 0, -1)}})))  # > 8-byte common prefixes
+def test_the_compiled_offset_rows_agree_with_the_exact_reader(scratch, case):
+    """The rows the compiled passes build (udfs.kernels.scan_offset_table: the scan, the maps sorted by (topic,
+    group) as bytes, the rows in that order) are the exact path's rows and problems, with the dict compare and
+    replay read, for broker-shaped files and their mutations; and for an unmutated file whose names are all
+    topic@group, the compiled rows are what is used (not a step aside)."""
+    from datasources.metadata import table_rows
+    from store_format import config as C
+    from udfs.kernels import scan_offset_table
+
+    mutation, names, text = case
+    d = scratch / "offsets-rows"
+    (d / "config").mkdir(parents=True, exist_ok=True)
+    raw = text.encode("utf-8")
+    (d / "config" / "consumerOffset.json").write_bytes(raw)
+
+    def read():
+        problems: list = []
+        rows = table_rows("consumer_offsets", "b", str(d))
+        return rows, C.read_consumer_offsets(d / "config", problems, offset_scan=scan_offset_table), \
+            [str(p) for p in problems]
+
+    keep = C._FAST_MIN
+    try:
+        C._FAST_MIN = 0
+        scanned = read()
+        C._FAST_MIN = 1 << 62
+        exact = read()
+    finally:
+        C._FAST_MIN = keep
+    assert scanned == exact
+    if mutation == "none" and all("@" in n for n in names):
+        found = scan_offset_table(raw)
+        assert found is not None and found.rows is not None
+        assert len(found.rows[0]) == sum(len(r) for r in exact[1].values())
+
+
+def test_a_damaged_big_offset_file_is_the_exact_parsers_positioned_error(scratch):
+    """A broker-sized consumerOffset.json (over the fast paths' threshold) with one damaged byte: every fast path
+    steps aside, and the metadata source's one error row and read_consumer_offsets' problems name the file and the
+    byte, as the tolerant parser does."""
+    from datasources.metadata import table_rows
+    from store_format import config as C
+
+    text = dumps_fastjson({"offsetTable": {f"T{i % 13}@g{i}": {q: i * q for q in range(4)} for i in range(4000)}})
+    assert len(text) > C._FAST_MIN
+    at = text.index("2:", len(text) // 2) + 1
+    text = text[:at] + ";" + text[at + 1:]  # a ':' of an entry made ';'
+    d = scratch / "offsets-damaged"
+    (d / "config").mkdir(parents=True, exist_ok=True)
+    path = d / "config" / "consumerOffset.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as exact:
+        C._slow_loads(text, str(path))
+    assert exact.value.position == at
+    rows = table_rows("consumer_offsets", "b", str(d))
+    assert [(r["error"], r["topic"]) for r in rows] == [(str(exact.value), None)]
+    assert f"@{at}" in rows[0]["error"]
