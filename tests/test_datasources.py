@@ -477,6 +477,39 @@ def test_metadata_tables(spark):
         spark.read.format("rocketmq-metadata").option("table", "nope").load(base).collect()
 
 
+
+def test_big_consumer_offsets_through_spark(spark, tmp_path):
+    """A consumerOffset.json big enough for the compiled rows (over the fast paths' threshold, more rows than one
+    batch: the broker and source columns are one shared block per chunk): Spark reads the rows table_batch
+    builds, and they are the dict path's, problems included."""
+    from datasources.metadata import table_rows
+    from store_format.config import dumps_fastjson
+
+    root = tmp_path / "b1"
+    (root / "config").mkdir(parents=True)
+    (root / "commitlog").mkdir()
+    path = root / "config" / "consumerOffset.json"
+    table = {f"T{i % 17}@g{i}": {q: i * 1000 + q for q in range(16)} for i in range(5000, 0, -1)}
+
+    def read():
+        rows = spark.read.format("rocketmq-metadata").option("table", "consumer_offsets").load(str(root)).collect()
+        got = sorted((tuple(r) for r in rows), key=repr)
+        assert got == sorted((tuple(r.values()) for r in table_rows("consumer_offsets", rows[0]["broker"], str(root))),
+                             key=repr)
+        assert {r[5] for r in got} == {str(path)}
+        return got
+
+    path.write_text(dumps_fastjson({"offsetTable": table}))
+    assert len(read()) == 5000 * 16
+    table["T1@g1"] = {0: 1, 2**31: 2}  # a queue id outside int: the general path, and one problem row
+    path.write_text(dumps_fastjson({"offsetTable": table}))
+    got = read()
+    want = consumer_offsets(read_config(root / "config", "consumerOffset.json"))
+    assert len(got) == 4999 * 16 + 1 + 1 and [r[7] for r in got if r[6]] == ["offsetTable/T1@g1/2147483648"]
+    assert {((r[1], r[2]), r[3], r[4]) for r in got if r[6] is None} == \
+        {(k, q, o) for k, qs in want.items() for q, o in qs.items()}
+
+
 def test_decode_record_agrees_with_frames_of_the_damaged_store(dump):
     """Frames the ranges yield past damage decode with the scalar codec: resync finds real records."""
     for _, seg in [x for x in _all_segments(dump) if x[0] == "damaged"]:
