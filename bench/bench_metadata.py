@@ -12,9 +12,10 @@ process's start), in one run, so they compare:
              builds the same Python objects;
   read       store_format.config.read_config of the fastjson file (the fast path: numpy finds the flat Integer-keyed
              maps outside strings and rewrites them in place as arrays, then the C decoder);
-  rows       datasources.metadata.table_batch("consumer_offsets"): the file read by the one-pass compiled scan of
-             fastjson's layout (udfs.kernels.scan_offset_table) and the consumer-offset rows built column-wise
-             from its arrays (what the rocketmq-metadata source and the audit get);
+  rows       datasources.metadata.table_batch("consumer_offsets"): the file read by the compiled passes over
+             fastjson's layout (udfs.kernels.scan_offset_table: the scan, the maps sorted by name, the rows in
+             that order) and the consumer-offset table built from those columns (what the rocketmq-metadata source
+             and the audit get);
   tolerant   the tolerant parser alone (the exact definition, which the fast path steps aside for) on a
              --tolerant-mb file of the same traffic, scaled to --mb: what every read cost before.
 

@@ -132,6 +132,8 @@ def table_batch(table: str, broker: str, root: str) -> pa.Table:
 
 
 def _offset_table(schema, broker, cfg, cols, problems, rows) -> pa.Table:
+    """The consumer_offsets table from :func:`store_format.config.offset_columns`' columns: the names taken per row,
+    the constant columns shared (:func:`_constant`)."""
     n = len(cols["map"])
     index = pa.array(cols["map"])  # numpy's int64: no copy
     arrays = {"broker": _constant(broker, n, _S), "topic": cols["topics"].take(index),

@@ -15,10 +15,13 @@ own, bare keys it cannot rewrite (identifiers, keys of nested maps), a trailing 
 decoder refuses, the tolerant parser reads it (and positions the error).
 
 consumerOffset.json, the one that grows with the fleet, has a faster path still for the rows the metadata source
-and the audit read (:func:`offset_columns`): a one-pass scanner of fastjson's own layout that the caller passes
+and the audit read (:func:`offset_columns`): a scanner of fastjson's own layout that the caller passes
 (``udfs.kernels.scan_offset_table``, compiled; this package stays free of numba) gives each map's name and
-entries as arrays, and the rows are built from them in memory proportional to the entries; any other layout
-goes the ways above.
+entries as arrays (:class:`OffsetScan`) and, for a file as brokers write it, the rows themselves: the maps sorted
+by (topic, group) as bytes (Python's order for valid UTF-8, which is checked here), each row's map, queue id and
+offset as numpy columns, the names once per map as Arrow strings -- no Python object per offset or per map.
+Anything else (a name escaped, without '@' or given twice, queue ids out of order or outside int, a number of
+19 digits...) goes the ways above.
 
 Values a broker cannot hold are the file's findings, not exceptions: :func:`value_problems` lists each
 (``OUT_OF_RANGE`` errors naming the file, the key path and the value) -- a consumer offset outside Java's

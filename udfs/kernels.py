@@ -385,10 +385,10 @@ def scan_offset_table(raw: bytes, nest_limit: int = 100):
     from store_format.config import TOPIC_GROUP_SEPARATOR, OffsetScan
 
     C = _compiled()
-    maps, colons = raw.count(b"{"), raw.count(b":")  # at most a map per brace, an entry or member per colon
-    name_lo, name_hi, map_first, map_count = (np.empty(maps, np.int64) for _ in range(4))
-    name_esc = np.empty(maps, np.bool_)
+    colons = raw.count(b":")  # at most an entry, a map or a member per colon
     # bounds, not sizes: np.empty's pages cost memory only where the scan writes
+    name_lo, name_hi, map_first, map_count = (np.empty(colons, np.int64) for _ in range(4))
+    name_esc = np.empty(colons, np.bool_)
     keys, values, other_lo, other_hi = (np.empty(colons, np.int64) for _ in range(4))
     b = np.frombuffer(raw, np.uint8)
     n_maps, n_entries, n_other = C.offset_table_scan(b, name_lo, name_hi, name_esc, map_first, map_count, keys,
