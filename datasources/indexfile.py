@@ -49,7 +49,7 @@ SCHEMA = pa.schema([
     # corrupt
     ("reason", pa.string()), ("detail", pa.string()),
 ])
-_ENTRY_DTYPE = L.numpy_dtype(L.INDEX_ENTRY_FIELDS, L.INDEX_ENTRY_SIZE)
+_ENTRY_DTYPE = L.INDEX_ENTRY.dtype()
 
 
 @dataclass
@@ -85,10 +85,10 @@ class EntryViews:
         self.hash_slot_num, self.count = hash_slot_num, count
         self.raw = np.frombuffer(buf, np.uint8)
         entries_at = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE
-        fields = {name: at for name, at, _ in L.INDEX_ENTRY_FIELDS}
-        self.geo = np.array([L.INDEX_HEADER_SIZE, entries_at, L.INDEX_ENTRY_SIZE, fields["key_hash"],
-                             fields["physical_offset"], fields["time_diff"], fields["prev_index"]], np.int64)
-        self.slots = np.frombuffer(buf, ">i4", hash_slot_num, L.INDEX_HEADER_SIZE)
+        at = L.INDEX_ENTRY.offsets
+        self.geo = np.array([L.INDEX_HEADER_SIZE, entries_at, L.INDEX_ENTRY_SIZE, at["key_hash"], at["physical_offset"],
+                             at["time_diff"], at["prev_index"], L.INDEX_SLOT_SIZE], np.int64)
+        self.slots = np.frombuffer(buf, L.INDEX_SLOT.numpy_type("index"), hash_slot_num, L.INDEX_HEADER_SIZE)
         e = np.frombuffer(buf, _ENTRY_DTYPE, count, L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE)
         self.key_hash, self.physical_offset = e["key_hash"], e["physical_offset"]
         self.time_diff, self.prev_index = e["time_diff"], e["prev_index"]

@@ -55,6 +55,7 @@ from .store import Store
 _I32_AT = lambda buf, pos: int.from_bytes(buf[pos:pos + 4], "big", signed=True)  # noqa: E731
 _I64_AT = lambda buf, pos: int.from_bytes(buf[pos:pos + 8], "big", signed=True)  # noqa: E731
 _LENGTH_FIELDS = ("body_length", "topic_length", "properties_length")
+_END_TIMESTAMP_END = L.INDEX_HEADER.end("end_timestamp")  # the header bytes that recovery reads
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -295,7 +296,7 @@ def effective_checkpoint(root: Path) -> tuple[Checkpoint | None, list[str], list
             notes.append(f"checkpoint is {len(raw)} bytes: StoreCheckpoint maps a 4096-byte page over it, so the "
                          "missing bytes read as 0")
         raw = raw + bytes(L.CHECKPOINT_MIN_SIZE - len(raw))
-    values = struct.unpack(">qqq", raw[:24])
+    values = struct.unpack_from(L.CHECKPOINT.head_struct(L.CHECKPOINT_MIN_MEMBERS), raw)
     return Checkpoint(*values, file_length=os.stat(path).st_size), [], notes
 
 
@@ -346,10 +347,10 @@ def index_files_deleted_at_load(index_dir: Path, last_exit_ok: bool, index_msg_t
         head = b""
         if entry.is_file():
             try:
-                head = read_bytes(entry, 16)
+                head = read_bytes(entry, _END_TIMESTAMP_END)
             except UnreadableError:
                 head = b""
-        end_timestamp = struct.unpack_from(">q", head + bytes(16), L.INDEX_HEADER.offset("end_timestamp"))[0]
+        end_timestamp = L.INDEX_HEADER.read(head.ljust(_END_TIMESTAMP_END, b"\0"), "end_timestamp")
         if not last_exit_ok and end_timestamp > index_msg_timestamp:
             deleted.append(entry.name)
     return deleted, notes
