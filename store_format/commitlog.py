@@ -236,6 +236,14 @@ class Framing(NamedTuple):
                      self.stop_field, self.stop_message)
 
 
+class FrameRun(NamedTuple):
+    """What a bulk framer's ``run`` finds: the consecutive plain valid messages from a position, as columns."""
+
+    positions: np.ndarray  # int64, file positions
+    sizes: np.ndarray  # int64, TOTALSIZE
+    magics: np.ndarray  # int32
+
+
 def frame_at(buf, pos: int, limit: int, base_offset: int, *, check_crc: bool = True,
              check_physical_offset: bool = True) -> Framing:
     """Classify the bytes at ``pos`` as the broker's recovery would: a message, the blank, or the stop that ends
@@ -684,8 +692,8 @@ class _BulkFramer:
         self.data = self.i8 = self.i16 = self.i32 = self.i64 = None
         self.mv.release()
 
-    def run(self, start: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(positions, sizes, magics) of the run from ``start`` (a record boundary) among records starting
+    def run(self, start: int, hi: int) -> FrameRun:
+        """The run from ``start`` (a record boundary) among records starting
         before ``hi`` (at most ``limit - MIN_RECORD_SIZE + 1``); empty when the record at ``start`` is not one."""
         data, i32 = self.data, self.i32
         window = data[start + L.MAGIC_OFFSET:hi + L.MAGIC_OFFSET]
@@ -722,7 +730,7 @@ class _BulkFramer:
             crc_ok = self._crc_ok(body_at, body_len[first:j], i32[cand[first:j] + _BODY_CRC_AT])
             if not crc_ok.all():
                 j = first + int(np.argmin(crc_ok))
-        return cand[:j], size[:j], magic[:j]
+        return FrameRun(cand[:j], size[:j], magic[:j])
 
     def _framing_ok(self, cand, variant, body_len, size, end) -> np.ndarray:
         """frame_at's message checks after the magic (and PHYSICALOFFSET), for every candidate at once.
@@ -747,7 +755,7 @@ class _BulkFramer:
         return ((crc & 0x7FFFFFFF) == stored) | (body_len == 0)
 
 
-_EMPTY_RUN = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32))
+_EMPTY_RUN = FrameRun(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32))
 
 
 def _walk_into(out: _Collector, framer: _BulkFramer, buf, segment: str, base_offset: int, pos: int, limit: int,
@@ -758,10 +766,10 @@ def _walk_into(out: _Collector, framer: _BulkFramer, buf, segment: str, base_off
     while until is None or pos < until:
         hi = min(pos + window, last_start, limit if until is None else until)
         if hi > pos:
-            positions, sizes, magics = framer.run(pos, hi)
-            if len(positions):
-                out.run(positions, sizes, magics)
-                pos = int(positions[-1] + sizes[-1])
+            run = framer.run(pos, hi)
+            if len(run.positions):
+                out.run(run.positions, run.sizes, run.magics)
+                pos = int(run.positions[-1] + run.sizes[-1])
                 if pos >= hi:  # the run filled its window: go on in bulk
                     window = min(2 * window, framer.window_max)
                     continue

@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from store_format import layout as L
+from store_format.commitlog import FrameRun
 from store_format.compression import DEFAULT_MAX_DECOMPRESSED, decompress
 from store_format.errors import StoreFormatError
 from store_format.ids import parse_uniq_key
@@ -420,7 +421,7 @@ class CompiledFramer:
         """Drop the view of the buffer (an mmap cannot close while it lives)."""
         self.data = None
 
-    def run(self, start: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def run(self, start: int, hi: int) -> FrameRun:
         if start < 0:
             raise ValueError(f"a run cannot start at {start}")
         C = _compiled()
@@ -436,8 +437,8 @@ class CompiledFramer:
                 break
             start = int(positions[-1] + sizes[-1])  # full: the run may go on
         if len(pieces) == 1:
-            return tuple(a.copy() if len(a) < cap else a for a in pieces[0])  # not the rest of the buffers
-        return tuple(np.concatenate(col) for col in zip(*pieces))
+            return FrameRun(*(a.copy() if len(a) < cap else a for a in pieces[0]))  # not the rest of the buffers
+        return FrameRun(*(np.concatenate(col) for col in zip(*pieces)))
 
     def each(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The record at each of ``starts`` alone, as :meth:`run` would take it: (TOTALSIZE, BODYLENGTH) where it
