@@ -62,7 +62,9 @@ class Segment:
 
 def list_segments(commitlog_dir: str | os.PathLike) -> list[Segment]:
     """Segments sorted by base offset; files whose names are not 20 digits are ignored."""
-    d = Path(commitlog_dir)
+    from .fs import as_path
+
+    d = as_path(commitlog_dir)
     out = []
     if d.is_dir():
         for p in d.iterdir():
@@ -109,7 +111,7 @@ def data_end(fd: int, length: int) -> int:
     in a preallocated index file the broker mapped and wrote the start of).  Bisects on ``SEEK_DATA`` (about 30
     system calls); ``length`` where the system cannot tell."""
     seek_data = getattr(os, "SEEK_DATA", None)
-    if seek_data is None or length <= 0:
+    if seek_data is None or fd is None or length <= 0:  # no descriptor: a file read through pyarrow.fs
         return length
 
     def data_at_or_after(pos: int) -> bool:
@@ -161,12 +163,18 @@ _ZERO_SCAN_BLOCK = 1 << 18
 
 class ReadOnlyMap:
     """A read-only view of a regular file: an mmap (empty files give an empty bytes).  Never writable; opened
-    through :func:`store_format.fs.open_file` (anything but a regular file is an ``UnreadableError``)."""
+    through :func:`store_format.fs.open_file` (anything but a regular file is an ``UnreadableError``).  A file on a
+    non-local file system (a ``store_format.fs.StorePath``) is read whole into ``bytes`` instead: no mmap there."""
 
     def __init__(self, path: str | os.PathLike):
-        from .fs import open_file
+        from .fs import StorePath, as_path, open_file
 
-        self.path = Path(path)
+        self.path = as_path(path)
+        if isinstance(self.path, StorePath):
+            self._f = None
+            with open_file(self.path) as f:
+                self.buf = _read_all(f, self.path)
+            return
         self._f = open_file(self.path)
         size = os.fstat(self._f.fileno()).st_size
         self.buf = _FileMap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
@@ -176,8 +184,9 @@ class ReadOnlyMap:
     def __len__(self) -> int:
         return len(self.buf)
 
-    def fileno(self) -> int:
-        return self._f.fileno()
+    def fileno(self) -> int | None:
+        """The local file's descriptor (its holes can be asked for); None for a file read through pyarrow.fs."""
+        return self._f.fileno() if self._f is not None else None
 
     def written_length(self, end: int | None = None) -> int:
         """The file's bytes (its first ``end``) up to its last non-zero one (:func:`written_length`)."""
@@ -190,13 +199,23 @@ class ReadOnlyMap:
                 buf.close()
             except BufferError:  # a numpy or memoryview view still exports it (garbage not yet collected):
                 pass  # the map is unmapped when the last view goes
-        self._f.close()
+        if self._f is not None:
+            self._f.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _read_all(f, path) -> bytes:
+    from .fs import UnreadableError
+
+    try:
+        return f.read()
+    except OSError as e:
+        raise UnreadableError(path, e.strerror or str(e)) from None
 
 
 @dataclass
