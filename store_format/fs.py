@@ -345,6 +345,21 @@ def filesystem_of(uri: str) -> tuple[pafs.FileSystem, str]:
                                f"{FILESYSTEMS_ENV}: docs/cluster.md)", file=uri) from None
 
 
+def uri_below(uri: str, base: "Location", below: "Location") -> str:
+    """The URI of ``below``, a file or folder at or under ``base`` (what ``uri`` resolves to): ``uri`` with the
+    relative path appended before its query (``?region=...`` and other options kept), so it resolves to the same
+    file system again, wherever the path inside it does not spell the URI (``s3://bucket/key`` is ``bucket/key``)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    rel = posixpath.relpath(below.path.rstrip("/") or "/", base.path.rstrip("/") or "/")
+    if rel == ".":
+        return uri
+    if rel.startswith(".."):
+        raise ValueError(f"{below.path} is not under {base.path}")
+    u = urlsplit(uri)
+    return urlunsplit(u._replace(path=u.path.rstrip("/") + "/" + rel))
+
+
 def resolve(path) -> "Location":
     """A local path, a ``file://`` URI or any other file system's URI as a :class:`Location`."""
     if isinstance(path, Location):
@@ -676,6 +691,6 @@ def store_root_of(path) -> str:
     return p
 
 
-__all__ = ["Location", "StorePath", "resolve", "as_path", "is_uri", "filesystem_of", "register_filesystem",
+__all__ = ["Location", "StorePath", "resolve", "as_path", "is_uri", "uri_below", "filesystem_of", "register_filesystem",
            "FILESYSTEMS_ENV", "real", "identity", "ancestry", "overlap", "store_root_of", "UnreadableError", "Entry", "error_line", "open_fd", "open_file", "read_bytes", "check_file", "check_folder", "entry",
            "entries", "unreadable_entries", "part_of", "describe", "OUTPUT_MARKER", "STORE_FILES", "STORE_FOLDERS"]
