@@ -64,7 +64,12 @@ class StoreInput:
 
 
 def commitlog_bytes(root: str | os.PathLike) -> int:
-    """The bytes of a local store's commitlog segments."""
+    """The bytes of a store's commitlog segments."""
+    from store_format import fs
+
+    where = fs.as_path(root)
+    if isinstance(where, fs.StorePath):  # another file system: its listing's sizes
+        return sum(e.size for e in fs.entries(where / "commitlog") if e.is_file)
     d = os.path.join(root, "commitlog")
     return sum(e.stat().st_size for e in os.scandir(d) if e.is_file()) if os.path.isdir(d) else 0
 

@@ -3,7 +3,7 @@
 A dump is evidence, and hostile: where the store has a regular file there may be a FIFO (whose ``open`` blocks
 until a writer comes), a socket, a symbolic link to ``/dev/zero`` or to a tape device, a link loop, a dangling
 link, or a file the reader may not open.  Every read of a dump file goes through :func:`open_fd` (and what is
-built on it: :func:`open_file`, :func:`read_bytes`, ``commitlog.ReadOnlyMap``), which
+built on it: :func:`open_file`, :func:`read_bytes`, :class:`ReadOnlyMap`), which
 
 * looks before it opens (``stat``: a device is refused without being opened, since opening some devices has
   side effects),
@@ -23,11 +23,12 @@ instead of passing over them in silence.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import posixpath
 import stat
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -288,6 +289,136 @@ def part_of(error: StoreFormatError, root) -> str | None:
     return rel.parts[0] if rel.parts else None
 
 
+# ------------------------------------------------------------------------------------- read-only maps
+
+class _FileMap(mmap.mmap):
+    """A read-only mmap that can ask its file where data starts (``SEEK_DATA``), so a search past the written data
+    skips a sparse file's holes without touching them (a first touch of a hole page still costs a page fault)."""
+
+    def data_from(self, pos: int) -> tuple[int, int]:
+        """(start, end) of the first data extent at or after ``pos`` (the file's length when none); where the file
+        system cannot tell, the rest of the file."""
+        size = len(self)
+        try:
+            start = os.lseek(self.fd, pos, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # only a hole from pos to the end
+                return size, size
+            return pos, size
+        try:
+            return start, min(os.lseek(self.fd, start, os.SEEK_HOLE), size)
+        except OSError:
+            return start, size
+
+
+def data_end(fd: int, length: int) -> int:
+    """Where the file's data ends: every byte from there is in a hole (zeros the file system never stored, as
+    in a preallocated index file the broker mapped and wrote the start of).  Bisects on ``SEEK_DATA`` (about 30
+    system calls); ``length`` where the system cannot tell."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    if seek_data is None or fd is None or length <= 0:  # no descriptor: a file read through pyarrow.fs
+        return length
+
+    def data_at_or_after(pos: int) -> bool:
+        try:
+            return os.lseek(fd, pos, seek_data) < length
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # no data from pos to the end
+                return False
+            raise
+
+    try:
+        if not data_at_or_after(0):
+            return 0
+        lo, hi = 0, length  # data at or after lo; none at or after hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if data_at_or_after(mid):
+                lo = mid
+            else:
+                hi = mid
+        return hi
+    except OSError:
+        return length
+
+
+def written_length(buf, fd: int | None = None, end: int | None = None) -> int:
+    """Bytes of ``buf`` (its first ``end``) up to and including its last non-zero byte (0 when all are zeros):
+    read backwards from the end of the file's data (:func:`data_end` of ``fd``: a trailing hole is zeros, never
+    read), a block at a time, so a preallocated file's unwritten tail costs one pass over the part that is
+    stored."""
+    import numpy as np
+
+    end = min(len(buf) if end is None else end, len(buf) if fd is None else data_end(fd, len(buf)))
+    arr = np.frombuffer(buf, np.uint8, end) if end else None
+    try:
+        while end > 0:
+            start = max(0, end - _ZERO_SCAN_BLOCK)
+            block = arr[start:end]
+            if block.any():
+                return start + int(np.flatnonzero(block)[-1]) + 1
+            end = start
+        return 0
+    finally:
+        del arr  # no view may outlive the caller's map
+
+
+_ZERO_SCAN_BLOCK = 1 << 18
+
+
+class ReadOnlyMap:
+    """A read-only view of a regular file: an mmap (empty files give an empty bytes).  Never writable; opened
+    through :func:`store_format.fs.open_file` (anything but a regular file is an ``UnreadableError``).  A file on a
+    non-local file system (a ``store_format.fs.StorePath``) is read whole into ``bytes`` instead: no mmap there."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = as_path(path)
+        if isinstance(self.path, StorePath):
+            self._f = None
+            with open_file(self.path) as f:
+                self.buf = _read_all(f, self.path)
+            return
+        self._f = open_file(self.path)
+        size = os.fstat(self._f.fileno()).st_size
+        self.buf = _FileMap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        if size:
+            self.buf.fd = self._f.fileno()
+
+    def __len__(self) -> int:
+        return len(self.buf)
+
+    def fileno(self) -> int | None:
+        """The local file's descriptor (its holes can be asked for); None for a file read through pyarrow.fs."""
+        return self._f.fileno() if self._f is not None else None
+
+    def written_length(self, end: int | None = None) -> int:
+        """The file's bytes (its first ``end``) up to its last non-zero one (:func:`written_length`)."""
+        return written_length(self.buf, self.fileno(), end) if len(self.buf) else 0
+
+    def close(self):
+        buf, self.buf = self.buf, b""
+        if isinstance(buf, mmap.mmap):
+            try:
+                buf.close()
+            except BufferError:  # a numpy or memoryview view still exports it (garbage not yet collected):
+                pass  # the map is unmapped when the last view goes
+        if self._f is not None:
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _read_all(f, path) -> bytes:
+    try:
+        return f.read()
+    except OSError as e:
+        raise UnreadableError(path, e.strerror or str(e)) from None
+
+
 # ------------------------------------------------------------------------------------- the file-system seam
 #
 # A dump on any pyarrow file system (hdfs://, s3://, gs://, abfs://, a PyFileSystem of the user's): a
@@ -370,8 +501,19 @@ def resolve(path) -> "Location":
     if not path:
         raise StoreFormatError(ErrorKind.INVALID_INPUT, "no path given")
     if is_uri(path):
-        return Location(*filesystem_of(path))
+        fs_, inside = filesystem_of(path)
+        return Location(fs_, inside, (path, inside))
     return Location(pafs.LocalFileSystem(), os.path.abspath(path))
+
+
+def uri_of(path) -> str:
+    """A path the readers open (``Path``, :class:`StorePath`, :class:`Location`, a string) as the string that
+    resolves to it again: what a data source is given (``.load(...)``), in its own Python process."""
+    if isinstance(path, StorePath):
+        return path.loc.uri()
+    if isinstance(path, Location):
+        return path.uri()
+    return os.fspath(path)
 
 
 def as_path(path) -> "Path | StorePath":
@@ -394,6 +536,8 @@ class Location:
 
     fs: pafs.FileSystem
     path: str
+    # (URI, its path) this was resolved from, so a path below it can be named by a URI again (uri())
+    origin: tuple[str, str] | None = field(default=None, compare=False)
 
     @property
     def local_path(self) -> str | None:
@@ -405,10 +549,10 @@ class Location:
         return posixpath.basename(self.path.rstrip("/"))
 
     def child(self, name: str) -> "Location":
-        return Location(self.fs, posixpath.join(self.path, name))
+        return Location(self.fs, posixpath.join(self.path, name), self.origin)
 
     def parent(self) -> "Location":
-        return Location(self.fs, posixpath.dirname(self.path.rstrip("/")))
+        return Location(self.fs, posixpath.dirname(self.path.rstrip("/")), self.origin)
 
     def info(self) -> pafs.FileInfo:
         return self.fs.get_file_info(self.path)
@@ -480,12 +624,12 @@ class Location:
     open_range = read_range
 
     def mmap_or_read(self, offset: int = 0, length: int | None = None):
-        """The bytes ``[offset, offset + length)`` (to the end when ``length`` is None): a read-only map when the
-        file system is local (``commitlog.ReadOnlyMap``: close it), else a ranged read into ``bytes``."""
+        """The bytes ``[offset, offset + length)`` (to the end when ``length`` is None) as ``.buf`` of a context
+        manager: a read-only map when the file system is local (the whole file: ``commitlog.ReadOnlyMap``, or a
+        view of its range), else one ranged read into ``bytes``."""
         if self.local_path is not None:
-            from .commitlog import ReadOnlyMap
-
-            return ReadOnlyMap(self.local_path)
+            m = ReadOnlyMap(self.local_path)
+            return m if offset == 0 and length is None else _Window(m, offset, length)
         if length is None:
             length = max(0, self.size() - offset)
         return _Bytes(self.read_range(offset, length), self.path)
@@ -494,7 +638,11 @@ class Location:
         return Path(self.path) if self.local_path is not None else StorePath(self)
 
     def uri(self) -> str:
-        return self.path if self.local_path is not None else str(StorePath(self))
+        """What resolves to this again, in any process: the local path, or a URI below the one it came from."""
+        if self.local_path is not None or self.origin is None:
+            return self.path
+        uri, base = self.origin
+        return uri_below(uri, Location(self.fs, base), self)
 
     def __str__(self) -> str:
         return self.path
@@ -510,8 +658,6 @@ class _Bytes:
         return len(self.buf)
 
     def written_length(self, end: int | None = None) -> int:
-        from .commitlog import written_length
-
         return written_length(self.buf, None, end) if len(self.buf) else 0
 
     def close(self) -> None:
@@ -522,6 +668,21 @@ class _Bytes:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class _Window(_Bytes):
+    """A range of a local read-only map, as a view (released before the map closes)."""
+
+    def __init__(self, m, offset: int, length: int | None):
+        end = len(m.buf) if length is None else min(len(m.buf), offset + length)
+        self._map = m
+        super().__init__(memoryview(m.buf)[min(offset, end):end] if len(m.buf) else b"", str(m.path))
+
+    def close(self) -> None:
+        if isinstance(self.buf, memoryview):
+            self.buf.release()
+        self.buf = b""
+        self._map.close()
 
 
 def _readable(info: pafs.FileInfo) -> bool:
@@ -691,6 +852,6 @@ def store_root_of(path) -> str:
     return p
 
 
-__all__ = ["Location", "StorePath", "resolve", "as_path", "is_uri", "uri_below", "filesystem_of", "register_filesystem",
+__all__ = ["ReadOnlyMap", "data_end", "written_length", "Location", "StorePath", "resolve", "as_path", "is_uri", "uri_below", "uri_of", "filesystem_of", "register_filesystem",
            "FILESYSTEMS_ENV", "real", "identity", "ancestry", "overlap", "store_root_of", "UnreadableError", "Entry", "error_line", "open_fd", "open_file", "read_bytes", "check_file", "check_folder", "entry",
            "entries", "unreadable_entries", "part_of", "describe", "OUTPUT_MARKER", "STORE_FILES", "STORE_FOLDERS"]

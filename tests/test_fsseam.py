@@ -125,7 +125,7 @@ def test_the_audit_over_a_custom_scheme_equals_the_local_run(spark, elsewhere, d
     assert result.exit_code == code
     assert any("/commitlog/" in p for p in remotefs.OPENS)
 
-    swaps = [(f"elsewhere://fx/", f"{fixtures}/"), (f"elsewhere://dmg/", f"{damaged_base}/"),
+    swaps = [("elsewhere://fx/", f"{fixtures}/"), ("elsewhere://dmg/", f"{damaged_base}/"),
              (f"{remotefs.PREFIX}/fx", str(fixtures)), (f"{remotefs.PREFIX}/dmg", str(damaged_base))]
 
     def paths(text: str) -> str:
