@@ -8,16 +8,16 @@ counted, so a test can also see that reads went through it.  The scheme ``elsewh
 """
 from __future__ import annotations
 
+import json
 import os
 import posixpath
-import shutil
-from pathlib import Path
 
 import pyarrow.fs as pafs
 
 SCHEME = "elsewhere"
 PREFIX = "/elsewhere-not-a-local-path"
 ROOTS: dict[str, str] = {}  # tag -> the local folder it serves (per process: register() fills it)
+ROOTS_ENV = "REMOTEFS_ROOTS"  # the same as JSON, for other processes (a data source's Python workers)
 OPENS: list[str] = []  # every path opened for reading through the handler
 
 
@@ -115,6 +115,8 @@ def from_uri(uri: str):
     rest = uri.split("://", 1)[1]
     tag, _, rel = rest.partition("/")
     if tag not in ROOTS:
+        ROOTS.update(json.loads(os.environ.get(ROOTS_ENV, "{}")))
+    if tag not in ROOTS:
         raise ValueError(f"{uri}: no folder is served as {tag!r} in this process")
     return filesystem(tag, ROOTS[tag]), posixpath.join(f"{PREFIX}/{tag}", rel).rstrip("/")
 
@@ -128,8 +130,8 @@ def register(tag: str, root) -> str:
     return f"{SCHEME}://{tag}/"
 
 
-def snapshot(src, dst) -> Path:
-    """A copy of ``src`` (a store or a folder of stores; links followed) at ``dst``, to serve without touching
-    the original (fixtures are read in place, but their symbolic links would lead a handler out of its folder)."""
-    shutil.copytree(src, dst, symlinks=False)
-    return Path(dst)
+def environment() -> dict[str, str]:
+    """The environment another process needs to resolve ``elsewhere://`` as this one does."""
+    from store_format import fs
+
+    return {fs.FILESYSTEMS_ENV: f"{SCHEME}=tests.remotefs:from_uri", ROOTS_ENV: json.dumps(ROOTS)}
