@@ -1,4 +1,7 @@
-"""The one way in to a dump's files: read-only opens that refuse anything but regular files and folders.
+"""The one way in to a dump's files: read-only opens that refuse anything but regular files and folders, on the
+local file system or, through ``pyarrow.fs``, on any other (the file-system seam, below: :class:`Location`,
+:class:`StorePath`, :func:`resolve`, :func:`register_filesystem`; local files are memory-mapped, others read by
+ranges).
 
 A dump is evidence, and hostile: where the store has a regular file there may be a FIFO (whose ``open`` blocks
 until a writer comes), a socket, a symbolic link to ``/dev/zero`` or to a tape device, a link loop, a dangling

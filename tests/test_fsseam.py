@@ -216,3 +216,29 @@ def test_compare_through_the_seam(spark, remote_sources, tmp_path):
     args = compare.build_parser().parse_args(["--store", uri, "--store", str(FIXTURES / "broker" / "store"),
                                               "--out", str(tmp_path / "cmp")])
     assert compare.run(spark, args).exit_code == 0
+
+
+@pytest.mark.spark
+def test_decode_and_repair_through_the_seam(spark, remote_sources, damaged_store, tmp_path):
+    """decode exports the local run's rows; replay --repair of the damaged writer-built store, read through the
+    scheme, writes a store whose messages and consumer offsets are the local repair's."""
+    from jobs import decode, replay
+
+    uri = remote_sources("dmg", damaged_store.parent.parent) + "damaged/store"
+    outs = {}
+    for name, store in (("local", damaged_store), ("remote", uri)):
+        outs[name] = tmp_path / f"decode-{name}"
+        args = decode.build_parser().parse_args(["--store", str(store), "--out", str(outs[name]), "--format",
+                                                 "parquet"])
+        assert decode.run(spark, args).exit_code == 0
+    assert parquet_rows(outs["remote"]) == parquet_rows(outs["local"])
+
+    repaired = {}
+    for name, store in (("local", damaged_store), ("remote", uri)):
+        repaired[name] = tmp_path / f"repair-{name}"
+        args = replay.build_parser().parse_args(["--repair", str(store), "--out", str(repaired[name])])
+        assert replay.run(spark, args).exit_code == 0
+    a, b = Store(repaired["remote"]), Store(repaired["local"])
+    assert [(m.topic, m.queue_id, m.queue_offset, m.body) for m in a.messages()] == \
+        [(m.topic, m.queue_id, m.queue_offset, m.body) for m in b.messages()]
+    assert a.config("consumerOffset.json").data == b.config("consumerOffset.json").data
