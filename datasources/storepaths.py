@@ -41,6 +41,8 @@ def find_inputs(path: str, part: str, broker: str | None = None) -> list[PartInp
     """The ``part`` folders (or the single file) that ``path`` names, one per broker.
 
     Raises a MISSING error naming the path when it holds no store at all."""
+    if not path:
+        raise StoreFormatError(ErrorKind.INVALID_INPUT, "no path given: use .load(path)")
     loc = resolve(path)
     info = loc.info()
     if info.type == pafs.FileType.NotFound:
