@@ -9,6 +9,7 @@ import pickle
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from store_format import fs
@@ -133,6 +134,10 @@ def test_the_audit_over_a_custom_scheme_equals_the_local_run(spark, elsewhere, d
             text = text.replace(a, b)
         return text
 
+    # the damaged store's dropped damaged record is described from its bytes, read through the scheme
+    lost = [dict(r["details"]) for r in pq.read_table(out / "findings").to_pylist()
+            if r["check"] == "recovery.message_lost"]
+    assert any(d["state"] == "damaged" for d in lost)
     for name in ("findings", "metrics", *(f"tables/{t.name}" for t in (reference / "tables").iterdir())):
         _same_rows(out, reference, name, paths)
     mine, ref = (json.loads((d / "summary.json").read_text()) for d in (out, reference))
