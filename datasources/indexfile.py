@@ -30,7 +30,7 @@ from store_format.errors import ErrorKind, StoreFormatError
 from store_format.indexfile import INDEX_NAME, IndexFile, read_header
 
 from .base import StoreDataSource, StoreReader
-from .storepaths import Location, find_inputs, local_copy
+from .storepaths import Location, find_inputs
 
 FORMAT = "rocketmq-index"
 SCHEMA = pa.schema([
@@ -173,37 +173,37 @@ def file_batches(part: IndexFilePartition) -> Iterator[pa.RecordBatch]:
                             "detail": "an index file name is its creation time, yyyyMMddHHmmssSSS (17 digits); "
                                       "not read"}])
         return
-    with local_copy(part.loc) as local:
-        try:
-            f = IndexFile(local, part.hash_slot_num, part.index_num)
-        except StoreFormatError as e:
-            yield _rows_batch([{**base, "kind": "corrupt", "reason": e.kind.value, "detail": e.message,
-                                **_header_fields(local)}])
-            return
-        with f, ReadOnlyMap(local) as m:  # IndexFile gave header and geometry; the entries are read in bulk
-            h = f.header
-            count = min(max(h.index_count, 1), f.index_num)
-            v = EntryViews(m.buf, f.hash_slot_num, count)
-            bits = chain_bits(v)
-            yield _rows_batch([{**base, "kind": "header", **vars(h), "hash_slot_num": f.hash_slot_num,
-                                "index_num": f.index_num, **entry_summary(v)}])
-            constant = {"broker": pa.scalar(part.broker, pa.string()), "file": pa.scalar(part.name, pa.string()),
-                        "kind": pa.scalar("entry", pa.string())}
-            for start in range(1, count, _BATCH_ROWS):
-                end = min(start + _BATCH_ROWS, count)
-                kh, phys, td, prev = v.chunk(start, end)  # copies: nothing sent may point into the map
-                rows = end - start
-                columns = {
-                    **{name: pa.repeat(value, rows) for name, value in constant.items()},
-                    "entry": pa.array(np.arange(start, end, dtype=np.int32)),
-                    "slot": pa.array(kh % np.int32(f.hash_slot_num), mask=kh < 0), "key_hash": pa.array(kh),
-                    "physical_offset": pa.array(phys), "time_diff": pa.array(td),
-                    "store_time": pa.array(h.begin_timestamp + td.astype(np.int64) * 1000),
-                    "prev_index": pa.array(prev), "problems": problem_lists(bits[start:end]),
-                }
-                yield pa.RecordBatch.from_arrays([columns[fld.name] if fld.name in columns
-                                                  else pa.nulls(rows, fld.type) for fld in SCHEMA], schema=SCHEMA)
-            del v  # no view may outlive the map
+    local = part.loc.as_path()  # a Path, else a fs.StorePath read through pyarrow.fs
+    try:
+        f = IndexFile(local, part.hash_slot_num, part.index_num)
+    except StoreFormatError as e:
+        yield _rows_batch([{**base, "kind": "corrupt", "reason": e.kind.value, "detail": e.message,
+                            **_header_fields(local)}])
+        return
+    with f, ReadOnlyMap(local) as m:  # IndexFile gave header and geometry; the entries are read in bulk
+        h = f.header
+        count = min(max(h.index_count, 1), f.index_num)
+        v = EntryViews(m.buf, f.hash_slot_num, count)
+        bits = chain_bits(v)
+        yield _rows_batch([{**base, "kind": "header", **vars(h), "hash_slot_num": f.hash_slot_num,
+                            "index_num": f.index_num, **entry_summary(v)}])
+        constant = {"broker": pa.scalar(part.broker, pa.string()), "file": pa.scalar(part.name, pa.string()),
+                    "kind": pa.scalar("entry", pa.string())}
+        for start in range(1, count, _BATCH_ROWS):
+            end = min(start + _BATCH_ROWS, count)
+            kh, phys, td, prev = v.chunk(start, end)  # copies: nothing sent may point into the map
+            rows = end - start
+            columns = {
+                **{name: pa.repeat(value, rows) for name, value in constant.items()},
+                "entry": pa.array(np.arange(start, end, dtype=np.int32)),
+                "slot": pa.array(kh % np.int32(f.hash_slot_num), mask=kh < 0), "key_hash": pa.array(kh),
+                "physical_offset": pa.array(phys), "time_diff": pa.array(td),
+                "store_time": pa.array(h.begin_timestamp + td.astype(np.int64) * 1000),
+                "prev_index": pa.array(prev), "problems": problem_lists(bits[start:end]),
+            }
+            yield pa.RecordBatch.from_arrays([columns[fld.name] if fld.name in columns
+                                              else pa.nulls(rows, fld.type) for fld in SCHEMA], schema=SCHEMA)
+        del v  # no view may outlive the map
 
 
 _BATCH_ROWS = 16384

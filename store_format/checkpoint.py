@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import layout as L
 from .errors import CheckpointError, ErrorKind
-from .fs import UnreadableError, read_bytes
+from .fs import UnreadableError, as_path, read_bytes
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def parse_checkpoint(raw: bytes, file: str | None = None) -> Checkpoint:
 
 
 def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    p = Path(path)
+    p = as_path(path)
     if not p.exists() and not p.is_symlink():
         raise CheckpointError(ErrorKind.MISSING, "no checkpoint file", file=str(p))
     raw = read_bytes(p, L.CHECKPOINT_FILE_SIZE)  # a FIFO, a device, a loop: UnreadableError
@@ -85,7 +85,7 @@ def path_kind(path: Path) -> str | None:
 
 
 def read_markers(root: str | os.PathLike) -> Markers:
-    root = Path(root)
+    root = as_path(root)
     abort = root / "abort"
     pid = None
     if abort.is_file():

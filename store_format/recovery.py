@@ -248,6 +248,12 @@ def java_rw_open(path: Path) -> tuple[str | None, str | None]:
     import errno
     import stat as st
 
+    from .fs import StorePath
+
+    if isinstance(path, StorePath):  # another file system: files and folders only, no links
+        kind = path.loc.info().type.name
+        return ("Is a directory", "a folder") if kind == "Directory" else \
+            (None, "a regular file" if kind == "File" else "absent")
     try:
         mode = os.stat(path).st_mode
     except OSError as e:
@@ -297,7 +303,7 @@ def effective_checkpoint(root: Path) -> tuple[Checkpoint | None, list[str], list
                          "missing bytes read as 0")
         raw = raw + bytes(L.CHECKPOINT_MIN_SIZE - len(raw))
     values = struct.unpack_from(L.CHECKPOINT.head_struct(L.CHECKPOINT_MIN_MEMBERS), raw)
-    return Checkpoint(*values, file_length=os.stat(path).st_size), [], notes
+    return Checkpoint(*values, file_length=path.stat().st_size), [], notes
 
 
 def java_parse_long(text: str) -> int | None:
@@ -714,7 +720,7 @@ def recovery_region(store: Store, message_index_safe: bool = False) -> list[Segm
     """The segments whose recovery walks :func:`predict_recovery` may need: from where the walk starts to the
     last one (an engine that walks them elsewhere passes them as ``walks``)."""
     mode = "abnormal" if store.markers().abort else "normal"
-    cp, _, _ = effective_checkpoint(Path(store.root))
+    cp, _, _ = effective_checkpoint(store.root)
     start, _ = recovery_start(store.segments, mode, cp, message_index_safe)
     return store.segments[start:]
 
@@ -731,7 +737,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     applies :func:`lost_records` itself.  ``queue_starts``: {(topic, queue id): :class:`QueueStart`} computed
     elsewhere; then the queues are not read here and ``cq_truncation`` stays empty for the caller to finish
     each queue (:func:`finish_queue`, with :func:`truncates_queues`' decision)."""
-    root = Path(store.root)
+    root = store.root
     markers = store.markers()
     mode = "abnormal" if markers.abort else "normal"  # DefaultMessageStore.isTempFileExist: File.exists()
     segs = store.segments

@@ -230,7 +230,7 @@ class AuditContext:
         body followed by another frame, a blank or the end of the data) lies on the walk from its segment's start
         (find_next_frame's confirmation); the walk ends at the segment's first blank.  Anything else is settled
         by walking the segment.  The frames are checked together (udfs.kernels.CompiledFramer.each)."""
-        from store_format.commitlog import END_OF_DATA, KIND_MESSAGE, ReadOnlyMap, frame_at, salvage_arrays
+        from store_format.commitlog import END_OF_DATA, KIND_MESSAGE, frame_at, salvage_arrays
         from udfs import kernels as K
 
         segments = self.plans[broker].named_segments
@@ -244,9 +244,9 @@ class AuditContext:
             blank = self.first_blanks.get((broker, seg.name))
             if blank is not None:
                 pos = pos[pos <= blank]
-            if not len(pos) or seg.loc.local_path is None:
+            if not len(pos):
                 continue
-            with ReadOnlyMap(seg.loc.local_path) as m:
+            with seg.loc.mmap_or_read() as m:  # a read-only map, or the segment read through pyarrow.fs
                 limit = len(m.buf)
                 framer = K.CompiledFramer(m.buf, limit, seg.base, self.options.check_crc, True)
                 try:
