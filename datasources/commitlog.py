@@ -63,6 +63,7 @@ from store_format.commitlog import END_OF_DATA, KIND_BLANK, KIND_CORRUPT, KIND_M
     SEGMENT_NAME, FrameArrays, ReadOnlyMap, SalvageSpan, find_next_frame, infer_segment_size, salvage_arrays
 from store_format.errors import ErrorKind, RecordError
 from store_format.fs import open_fd
+from udfs.columns import column
 
 from .base import StoreDataSource, StoreReader, parse_mode
 from .storepaths import Location, PartInput, find_inputs, parse_bool, parse_size
@@ -86,13 +87,22 @@ DEFAULT_BATCH_ROWS = 16384
 # was read is re-made with more bytes.  It bounds a legitimate record: 4 MiB body + 64 KiB (broker >= 4.9.5).
 DEFAULT_MAX_RECORD_SIZE = L.DEFAULT_MAX_MESSAGE_SIZE + (64 << 10)
 
-BASE_COLUMNS = (
-    ("broker", pa.string()), ("segment", pa.string()), ("file_position", pa.int64()),
-    ("physical_offset", pa.int64()), ("kind", pa.string()), ("store_size", pa.int32()), ("length", pa.int64()),
-    ("beyond_first_stop", pa.bool_()), ("reason", pa.string()), ("field", pa.string()), ("detail", pa.string()),
-    ("excerpt_hex", pa.string()),
-)
-_BASE_NAMES = tuple(n for n, _ in BASE_COLUMNS)
+BASE_COLUMNS = pa.schema([  # every row's, whatever it materializes
+    column("broker", pa.string()), column("segment", pa.string()), column("file_position", pa.int64()),
+    column("physical_offset", pa.int64()),
+    column("kind", pa.string(), "what the walk found there: `message`, `blank`, `stop` or `corrupt`"),
+    column("store_size", pa.int32()),
+    column("length", pa.int64(), "bytes the row covers: a message's or blank's TOTALSIZE; for a stop, the rest "
+                                 "of the segment file from there; for a corrupt span, its length"),
+    column("beyond_first_stop", pa.bool_(), "found by the salvage walk past the point where the broker's recovery "
+                                            "walk stops"),
+    column("reason", pa.string(), "stop and corrupt rows: why (END_OF_DATA, BAD_CRC, ...)"),
+    column("field", pa.string(), "stop and corrupt rows: the field that failed"),
+    column("detail", pa.string(), "stop and corrupt rows: what was found there"),
+    column("excerpt_hex", pa.string(), "corrupt rows: the span's first bytes, in hex"),
+])
+FRAME = column("frame", pa.binary(), "materialize=frames: the record's bytes")
+_BASE_NAMES = tuple(BASE_COLUMNS.names)
 
 
 def _kernel_columns(materialize: str, decompress: bool, columns: tuple[str, ...] | None = None) -> tuple[str, ...]:
@@ -130,9 +140,9 @@ def parse_columns(value: str | None, materialize: str) -> tuple[str, ...] | None
 
 
 def arrow_schema(materialize: str, decompress: bool = False, columns: tuple[str, ...] | None = None) -> pa.Schema:
-    fields = [pa.field(n, t) for n, t in BASE_COLUMNS]
+    fields = list(BASE_COLUMNS)
     if materialize == "frames":
-        fields.append(pa.field("frame", pa.binary()))
+        fields.append(FRAME)
     kcols = _kernel_columns(materialize, decompress, columns)
     if kcols:
         from udfs import kernels as K
