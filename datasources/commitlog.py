@@ -65,8 +65,8 @@ from store_format.errors import ErrorKind, RecordError
 from store_format.fs import open_fd
 from udfs.columns import column
 
-from .base import StoreDataSource, StoreReader, parse_mode
-from .storepaths import Location, PartInput, find_inputs, parse_bool, parse_size
+from .base import StoreDataSource, StoreReader, option_bool, option_choice, option_int, option_size, parse_mode
+from .storepaths import Location, PartInput, find_inputs
 
 FORMAT = "rocketmq-commitlog"
 WALKS = ("recovery", "salvage")
@@ -176,31 +176,24 @@ class Options:
 
     @classmethod
     def parse(cls, options) -> "Options":
-        def choice(key, allowed, default, upper=False):
-            v = options.get(key, default)
-            v = v.upper() if upper else v.lower()
-            if v not in allowed:
-                raise ValueError(f"option {key}={options.get(key)!r}: choose one of {', '.join(allowed)}")
-            return v
-
-        materialize = choice("materialize", MATERIALIZE, "frames")
+        materialize = option_choice(options, "materialize", MATERIALIZE, "frames")
         return cls(
-            split_size=parse_size(options["splitSize"], DEFAULT_SPLIT_SIZE) if options.get("splitSize") else None,
-            walk=choice("walk", WALKS, "recovery"),
+            split_size=option_size(options, "splitSize"),
+            walk=option_choice(options, "walk", WALKS, "recovery"),
             mode=parse_mode(options),
             materialize=materialize,
-            check_crc=parse_bool(options.get("checkCrc"), True),
-            decompress=parse_bool(options.get("decompress"), False),
-            segment_size=parse_size(options["segmentSize"], 0) if options.get("segmentSize") else None,
-            batch_rows=int(options.get("batchRows", DEFAULT_BATCH_ROWS)),
-            excerpt_bytes=int(options.get("excerptBytes", 32)),
-            io=choice("io", ("auto", "ranged"), "auto"),
-            max_record_size=parse_size(options.get("maxRecordSize"), DEFAULT_MAX_RECORD_SIZE),
+            check_crc=option_bool(options, "checkCrc", True),
+            decompress=option_bool(options, "decompress", False),
+            segment_size=option_size(options, "segmentSize"),
+            batch_rows=option_int(options, "batchRows", DEFAULT_BATCH_ROWS),
+            excerpt_bytes=option_int(options, "excerptBytes", 32, minimum=0),
+            io=option_choice(options, "io", ("auto", "ranged"), "auto"),
+            max_record_size=option_size(options, "maxRecordSize", DEFAULT_MAX_RECORD_SIZE),
             delay_levels=options.get("messageDelayLevel"),
             columns=parse_columns(options.get("columns"), materialize),
-            push_filters=parse_bool(options.get("pushFilters"), False),
+            push_filters=option_bool(options, "pushFilters", False),
             ends=options.get("segmentEnds", "planner"),
-            parallelism=int(options["parallelism"]) if options.get("parallelism") else None,
+            parallelism=option_int(options, "parallelism"),
         )
 
 
