@@ -29,7 +29,7 @@ from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.indexfile import INDEX_NAME, IndexFile, read_header
 
-from .base import StoreDataSource, StoreReader
+from .base import StoreDataSource, StoreReader, option_int
 from .storepaths import Location, find_inputs
 
 FORMAT = "rocketmq-index"
@@ -225,8 +225,8 @@ def _rows_batch(rows: list[dict]) -> pa.RecordBatch:
 class IndexReader(StoreReader):
     def __init__(self, options):
         super().__init__(options)
-        self.hash_slot_num = int(options["hashSlotNum"]) if options.get("hashSlotNum") else None
-        self.index_num = int(options["indexNum"]) if options.get("indexNum") else None
+        self.hash_slot_num = option_int(options, "hashSlotNum")
+        self.index_num = option_int(options, "indexNum")
 
     def partitions(self):
         return plan_files(self.path, self.broker, self.hash_slot_num, self.index_num) or \

@@ -55,6 +55,8 @@ from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
 
+import pyarrow as pa
+
 if __package__ in (None, ""):  # spark-submit jobs/extract.py: make the project importable
     try:
         import _bootstrap  # noqa: F401  (jobs/_bootstrap.py)
@@ -72,6 +74,7 @@ from store_format.store import Store  # noqa: E402
 from jobs import cli  # noqa: E402
 from jobs.progress import Phase  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
+from udfs import columns as C  # noqa: E402
 
 MANIFEST_NAME = "_manifest.json"
 DUPLICATE_UNIQ_KEY = "DUPLICATE_UNIQ_KEY"
@@ -80,6 +83,12 @@ HALF_STATES = ("committed", "rolled-back", "unresolved")
 TRAN_TYPES = tuple(L.TRAN_TYPE_NAMES.values())
 #: the columns of an extract, in order: the dump's label, the canonical message, where the walk found it
 OUTPUT_COLUMNS = ("broker",) + CANONICAL_FIELDS + ("beyond_first_stop",)
+#: what an extract may add after them (output_columns); the Spark code of select() makes them
+ADDED_COLUMNS = pa.schema([
+    C.column("stored_compression", pa.string(), "extract --body decompressed: the compression the body was stored "
+                                              "with"),
+    C.column("consumer", pa.string(), "extract --consumers: the simulated consumer the queue is allocated to"),
+])
 _EXAMPLES = 20  # rejected rows named in the manifest
 
 

@@ -11,11 +11,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_format import layout as L
+from udfs.columns import column
 
 from .inputs import StoreInput
 from .plan import BrokerPlan
 from .tasks import Outputs
 
+#: per consume queue (AuditContext.queue_bounds; the audit's ``queues`` table)
+QUEUE_BOUNDS = pa.schema([column("broker", pa.string()), column("topic", pa.string()), column("queue_id", pa.int32()),
+                          column("min_offset", pa.int64()), column("max_offset", pa.int64()),
+                          column("entries", pa.int64(), "units in the consume queue files")])
 
 
 @dataclass
@@ -146,17 +151,14 @@ class AuditContext:
 
         t = self.survey_partial("survey.cq_files", CQ_FILES)
         t = t.filter(pc.greater(t.column("entries"), 0))
-        empty = pa.table({"broker": pa.array([], pa.string()), "topic": pa.array([], pa.string()),
-                          "queue_id": pa.array([], pa.int32()), "min_offset": pa.array([], pa.int64()),
-                          "max_offset": pa.array([], pa.int64()), "entries": pa.array([], pa.int64())})
         if not t.num_rows:
-            return empty
+            return QUEUE_BOUNDS.empty_table()
         g = t.group_by(["broker", "topic", "queue_id"]).aggregate([("min_queue_offset", "min"),
                                                                    ("max_queue_offset", "max"), ("entries", "sum")])
         return pa.table({"broker": g.column("broker"), "topic": g.column("topic"), "queue_id": g.column("queue_id"),
                          "min_offset": g.column("min_queue_offset_min"),
                          "max_offset": pc.add(g.column("max_queue_offset_max"), 1),
-                         "entries": g.column("entries_sum")})
+                         "entries": g.column("entries_sum")}, schema=QUEUE_BOUNDS)
 
     @cached_property
     def queue_ids(self) -> set[tuple]:
