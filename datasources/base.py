@@ -1,6 +1,7 @@
 """What the four sources' implementations share (issue 25): the DataSource that names the source and turns its
-Arrow schema into Spark's, and the reader's options common to all (path, broker, mode).  Each source keeps only
-what is its own: its Arrow schema, its options, how it plans partitions and reads one.
+Arrow schema into Spark's, the reader's options common to all (path, broker, mode), and the accessors every
+source reads its options with (a bad value is an error naming the option).  Each source keeps only what is its
+own: its Arrow schema, its options, how it plans partitions and reads one.
 
 These are the implementations; Spark registers the stand-ins of datasources/sources.py, which import them when
 a read is planned (so this module may import pyarrow).
@@ -13,6 +14,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
+
+from .storepaths import parse_bool, parse_size
 
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")  # Spark's own names for what a reader does with bad rows
 
@@ -52,9 +55,50 @@ class StoreReader(DataSourceReader):
         self.broker = options.get("broker")
 
 
+# Options: each accessor reads one option, ``default`` when it is absent or empty, and a bad value is a ValueError
+# that names the option and the value given.
+
+
+def _option(options, name: str, default, parse):
+    value = options.get(name)
+    if value is None or str(value).strip() == "":
+        return default
+    try:
+        return parse(value)
+    except ValueError as e:
+        raise ValueError(f"option {name}={value!r}: {e}") from None
+
+
+def option_choice(options, name: str, choices, default: str, *, upper: bool = False) -> str:
+    """One of ``choices`` (compared upper- or lower-cased, as they are spelled)."""
+    def choose(value):
+        v = str(value).upper() if upper else str(value).lower()
+        if v not in choices:
+            raise ValueError(f"choose one of {', '.join(choices)}")
+        return v
+
+    return _option(options, name, default, choose)
+
+
+def option_bool(options, name: str, default: bool) -> bool:
+    return _option(options, name, default, lambda v: parse_bool(v, default))
+
+
+def option_size(options, name: str, default: int | None = None) -> int | None:
+    """Bytes, with an optional k/m/g suffix (storepaths.parse_size)."""
+    return _option(options, name, default, lambda v: parse_size(v, 0))
+
+
+def option_int(options, name: str, default: int | None = None, minimum: int = 1) -> int | None:
+    def whole(value):
+        n = int(str(value).strip())
+        if n < minimum:
+            raise ValueError(f"must be at least {minimum}")
+        return n
+
+    return _option(options, name, default, whole)
+
+
 def parse_mode(options) -> str:
     """The ``mode`` option (PERMISSIVE, the default; DROPMALFORMED; FAILFAST), or a ValueError naming the choices."""
-    mode = options.get("mode", "PERMISSIVE").upper()
-    if mode not in MODES:
-        raise ValueError(f"option mode={mode!r}: choose one of {', '.join(MODES)}")
-    return mode
+    return option_choice(options, "mode", MODES, "PERMISSIVE", upper=True)

@@ -63,9 +63,10 @@ from store_format.commitlog import END_OF_DATA, KIND_BLANK, KIND_CORRUPT, KIND_M
     SEGMENT_NAME, FrameArrays, ReadOnlyMap, SalvageSpan, find_next_frame, infer_segment_size, salvage_arrays
 from store_format.errors import ErrorKind, RecordError
 from store_format.fs import open_fd
+from udfs.columns import column
 
-from .base import StoreDataSource, StoreReader, parse_mode
-from .storepaths import Location, PartInput, find_inputs, parse_bool, parse_size
+from .base import StoreDataSource, StoreReader, option_bool, option_choice, option_int, option_size, parse_mode
+from .storepaths import Location, PartInput, find_inputs
 
 FORMAT = "rocketmq-commitlog"
 WALKS = ("recovery", "salvage")
@@ -86,13 +87,22 @@ DEFAULT_BATCH_ROWS = 16384
 # was read is re-made with more bytes.  It bounds a legitimate record: 4 MiB body + 64 KiB (broker >= 4.9.5).
 DEFAULT_MAX_RECORD_SIZE = L.DEFAULT_MAX_MESSAGE_SIZE + (64 << 10)
 
-BASE_COLUMNS = (
-    ("broker", pa.string()), ("segment", pa.string()), ("file_position", pa.int64()),
-    ("physical_offset", pa.int64()), ("kind", pa.string()), ("store_size", pa.int32()), ("length", pa.int64()),
-    ("beyond_first_stop", pa.bool_()), ("reason", pa.string()), ("field", pa.string()), ("detail", pa.string()),
-    ("excerpt_hex", pa.string()),
-)
-_BASE_NAMES = tuple(n for n, _ in BASE_COLUMNS)
+BASE_COLUMNS = pa.schema([  # every row's, whatever it materializes
+    column("broker", pa.string()), column("segment", pa.string()), column("file_position", pa.int64()),
+    column("physical_offset", pa.int64()),
+    column("kind", pa.string(), "what the walk found there: `message`, `blank`, `stop` or `corrupt`"),
+    column("store_size", pa.int32()),
+    column("length", pa.int64(), "bytes the row covers: a message's or blank's TOTALSIZE; for a stop, the rest "
+                                 "of the segment file from there; for a corrupt span, its length"),
+    column("beyond_first_stop", pa.bool_(), "found by the salvage walk past the point where the broker's recovery "
+                                            "walk stops"),
+    column("reason", pa.string(), "stop and corrupt rows: why (END_OF_DATA, BAD_CRC, ...)"),
+    column("field", pa.string(), "stop and corrupt rows: the field that failed"),
+    column("detail", pa.string(), "stop and corrupt rows: what was found there"),
+    column("excerpt_hex", pa.string(), "corrupt rows: the span's first bytes, in hex"),
+])
+FRAME = column("frame", pa.binary(), "materialize=frames: the record's bytes")
+_BASE_NAMES = tuple(BASE_COLUMNS.names)
 
 
 def _kernel_columns(materialize: str, decompress: bool, columns: tuple[str, ...] | None = None) -> tuple[str, ...]:
@@ -130,9 +140,9 @@ def parse_columns(value: str | None, materialize: str) -> tuple[str, ...] | None
 
 
 def arrow_schema(materialize: str, decompress: bool = False, columns: tuple[str, ...] | None = None) -> pa.Schema:
-    fields = [pa.field(n, t) for n, t in BASE_COLUMNS]
+    fields = list(BASE_COLUMNS)
     if materialize == "frames":
-        fields.append(pa.field("frame", pa.binary()))
+        fields.append(FRAME)
     kcols = _kernel_columns(materialize, decompress, columns)
     if kcols:
         from udfs import kernels as K
@@ -166,31 +176,24 @@ class Options:
 
     @classmethod
     def parse(cls, options) -> "Options":
-        def choice(key, allowed, default, upper=False):
-            v = options.get(key, default)
-            v = v.upper() if upper else v.lower()
-            if v not in allowed:
-                raise ValueError(f"option {key}={options.get(key)!r}: choose one of {', '.join(allowed)}")
-            return v
-
-        materialize = choice("materialize", MATERIALIZE, "frames")
+        materialize = option_choice(options, "materialize", MATERIALIZE, "frames")
         return cls(
-            split_size=parse_size(options["splitSize"], DEFAULT_SPLIT_SIZE) if options.get("splitSize") else None,
-            walk=choice("walk", WALKS, "recovery"),
+            split_size=option_size(options, "splitSize"),
+            walk=option_choice(options, "walk", WALKS, "recovery"),
             mode=parse_mode(options),
             materialize=materialize,
-            check_crc=parse_bool(options.get("checkCrc"), True),
-            decompress=parse_bool(options.get("decompress"), False),
-            segment_size=parse_size(options["segmentSize"], 0) if options.get("segmentSize") else None,
-            batch_rows=int(options.get("batchRows", DEFAULT_BATCH_ROWS)),
-            excerpt_bytes=int(options.get("excerptBytes", 32)),
-            io=choice("io", ("auto", "ranged"), "auto"),
-            max_record_size=parse_size(options.get("maxRecordSize"), DEFAULT_MAX_RECORD_SIZE),
+            check_crc=option_bool(options, "checkCrc", True),
+            decompress=option_bool(options, "decompress", False),
+            segment_size=option_size(options, "segmentSize"),
+            batch_rows=option_int(options, "batchRows", DEFAULT_BATCH_ROWS),
+            excerpt_bytes=option_int(options, "excerptBytes", 32, minimum=0),
+            io=option_choice(options, "io", ("auto", "ranged"), "auto"),
+            max_record_size=option_size(options, "maxRecordSize", DEFAULT_MAX_RECORD_SIZE),
             delay_levels=options.get("messageDelayLevel"),
             columns=parse_columns(options.get("columns"), materialize),
-            push_filters=parse_bool(options.get("pushFilters"), False),
+            push_filters=option_bool(options, "pushFilters", False),
             ends=options.get("segmentEnds", "planner"),
-            parallelism=int(options["parallelism"]) if options.get("parallelism") else None,
+            parallelism=option_int(options, "parallelism"),
         )
 
 

@@ -8,7 +8,6 @@ is not 20 digits); ``zero_tail`` (the unwritten zero-filled rest of a file, one 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,7 +20,7 @@ from store_format.consumequeue import UNIT_KINDS, CQFile, queue_id_of, read_unit
 from store_format.errors import ErrorKind, StoreFormatError
 
 from .base import StoreDataSource, StoreReader, parse_mode
-from .storepaths import Location, find_inputs, local_copy
+from .storepaths import Location, find_inputs
 
 FORMAT = "rocketmq-consumequeue"
 SCHEMA = pa.schema([
@@ -103,8 +102,8 @@ def file_batches(p: CQFilePartition) -> list[pa.RecordBatch]:
     if p.queue_id is None or not SEGMENT_NAME.match(p.name):  # 20 ASCII digits, as commitlog segment names
         return [rows_batch([dict(file_position=0, kind="corrupt", length=p.length,
                                  reason=ErrorKind.BAD_FILE_NAME.value, physical_offset=None)])]
-    with local_copy(p.loc) as local:
-        u = read_unit_arrays(CQFile(p.topic, p.queue_id, Path(local), int(p.name), p.length))
+    local = p.loc.as_path()  # a Path, else a fs.StorePath read through pyarrow.fs
+    u = read_unit_arrays(CQFile(p.topic, p.queue_id, local, int(p.name), p.length))
     n = len(u.kind)
     end = n * L.CQ_STORE_UNIT_SIZE
     tail = []  # the unwritten zero-filled rest, then a partial trailing unit

@@ -29,8 +29,8 @@ from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.indexfile import INDEX_NAME, IndexFile, read_header
 
-from .base import StoreDataSource, StoreReader
-from .storepaths import Location, find_inputs, local_copy
+from .base import StoreDataSource, StoreReader, option_int
+from .storepaths import Location, find_inputs
 
 FORMAT = "rocketmq-index"
 SCHEMA = pa.schema([
@@ -49,7 +49,7 @@ SCHEMA = pa.schema([
     # corrupt
     ("reason", pa.string()), ("detail", pa.string()),
 ])
-_ENTRY_DTYPE = L.numpy_dtype(L.INDEX_ENTRY_FIELDS, L.INDEX_ENTRY_SIZE)
+_ENTRY_DTYPE = L.INDEX_ENTRY.dtype()
 
 
 @dataclass
@@ -85,10 +85,10 @@ class EntryViews:
         self.hash_slot_num, self.count = hash_slot_num, count
         self.raw = np.frombuffer(buf, np.uint8)
         entries_at = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE
-        fields = {name: at for name, at, _ in L.INDEX_ENTRY_FIELDS}
-        self.geo = np.array([L.INDEX_HEADER_SIZE, entries_at, L.INDEX_ENTRY_SIZE, fields["key_hash"],
-                             fields["physical_offset"], fields["time_diff"], fields["prev_index"]], np.int64)
-        self.slots = np.frombuffer(buf, ">i4", hash_slot_num, L.INDEX_HEADER_SIZE)
+        at = L.INDEX_ENTRY.offsets
+        self.geo = np.array([L.INDEX_HEADER_SIZE, entries_at, L.INDEX_ENTRY_SIZE, at["key_hash"], at["physical_offset"],
+                             at["time_diff"], at["prev_index"], L.INDEX_SLOT_SIZE], np.int64)
+        self.slots = np.frombuffer(buf, L.INDEX_SLOT.numpy_type("index"), hash_slot_num, L.INDEX_HEADER_SIZE)
         e = np.frombuffer(buf, _ENTRY_DTYPE, count, L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE)
         self.key_hash, self.physical_offset = e["key_hash"], e["physical_offset"]
         self.time_diff, self.prev_index = e["time_diff"], e["prev_index"]
@@ -173,37 +173,37 @@ def file_batches(part: IndexFilePartition) -> Iterator[pa.RecordBatch]:
                             "detail": "an index file name is its creation time, yyyyMMddHHmmssSSS (17 digits); "
                                       "not read"}])
         return
-    with local_copy(part.loc) as local:
-        try:
-            f = IndexFile(local, part.hash_slot_num, part.index_num)
-        except StoreFormatError as e:
-            yield _rows_batch([{**base, "kind": "corrupt", "reason": e.kind.value, "detail": e.message,
-                                **_header_fields(local)}])
-            return
-        with f, ReadOnlyMap(local) as m:  # IndexFile gave header and geometry; the entries are read in bulk
-            h = f.header
-            count = min(max(h.index_count, 1), f.index_num)
-            v = EntryViews(m.buf, f.hash_slot_num, count)
-            bits = chain_bits(v)
-            yield _rows_batch([{**base, "kind": "header", **vars(h), "hash_slot_num": f.hash_slot_num,
-                                "index_num": f.index_num, **entry_summary(v)}])
-            constant = {"broker": pa.scalar(part.broker, pa.string()), "file": pa.scalar(part.name, pa.string()),
-                        "kind": pa.scalar("entry", pa.string())}
-            for start in range(1, count, _BATCH_ROWS):
-                end = min(start + _BATCH_ROWS, count)
-                kh, phys, td, prev = v.chunk(start, end)  # copies: nothing sent may point into the map
-                rows = end - start
-                columns = {
-                    **{name: pa.repeat(value, rows) for name, value in constant.items()},
-                    "entry": pa.array(np.arange(start, end, dtype=np.int32)),
-                    "slot": pa.array(kh % np.int32(f.hash_slot_num), mask=kh < 0), "key_hash": pa.array(kh),
-                    "physical_offset": pa.array(phys), "time_diff": pa.array(td),
-                    "store_time": pa.array(h.begin_timestamp + td.astype(np.int64) * 1000),
-                    "prev_index": pa.array(prev), "problems": problem_lists(bits[start:end]),
-                }
-                yield pa.RecordBatch.from_arrays([columns[fld.name] if fld.name in columns
-                                                  else pa.nulls(rows, fld.type) for fld in SCHEMA], schema=SCHEMA)
-            del v  # no view may outlive the map
+    local = part.loc.as_path()  # a Path, else a fs.StorePath read through pyarrow.fs
+    try:
+        f = IndexFile(local, part.hash_slot_num, part.index_num)
+    except StoreFormatError as e:
+        yield _rows_batch([{**base, "kind": "corrupt", "reason": e.kind.value, "detail": e.message,
+                            **_header_fields(local)}])
+        return
+    with f, ReadOnlyMap(local) as m:  # IndexFile gave header and geometry; the entries are read in bulk
+        h = f.header
+        count = min(max(h.index_count, 1), f.index_num)
+        v = EntryViews(m.buf, f.hash_slot_num, count)
+        bits = chain_bits(v)
+        yield _rows_batch([{**base, "kind": "header", **vars(h), "hash_slot_num": f.hash_slot_num,
+                            "index_num": f.index_num, **entry_summary(v)}])
+        constant = {"broker": pa.scalar(part.broker, pa.string()), "file": pa.scalar(part.name, pa.string()),
+                    "kind": pa.scalar("entry", pa.string())}
+        for start in range(1, count, _BATCH_ROWS):
+            end = min(start + _BATCH_ROWS, count)
+            kh, phys, td, prev = v.chunk(start, end)  # copies: nothing sent may point into the map
+            rows = end - start
+            columns = {
+                **{name: pa.repeat(value, rows) for name, value in constant.items()},
+                "entry": pa.array(np.arange(start, end, dtype=np.int32)),
+                "slot": pa.array(kh % np.int32(f.hash_slot_num), mask=kh < 0), "key_hash": pa.array(kh),
+                "physical_offset": pa.array(phys), "time_diff": pa.array(td),
+                "store_time": pa.array(h.begin_timestamp + td.astype(np.int64) * 1000),
+                "prev_index": pa.array(prev), "problems": problem_lists(bits[start:end]),
+            }
+            yield pa.RecordBatch.from_arrays([columns[fld.name] if fld.name in columns
+                                              else pa.nulls(rows, fld.type) for fld in SCHEMA], schema=SCHEMA)
+        del v  # no view may outlive the map
 
 
 _BATCH_ROWS = 16384
@@ -225,8 +225,8 @@ def _rows_batch(rows: list[dict]) -> pa.RecordBatch:
 class IndexReader(StoreReader):
     def __init__(self, options):
         super().__init__(options)
-        self.hash_slot_num = int(options["hashSlotNum"]) if options.get("hashSlotNum") else None
-        self.index_num = int(options["indexNum"]) if options.get("indexNum") else None
+        self.hash_slot_num = option_int(options, "hashSlotNum")
+        self.index_num = option_int(options, "indexNum")
 
     def partitions(self):
         return plan_files(self.path, self.broker, self.hash_slot_num, self.index_num) or \

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -23,7 +22,7 @@ from pyspark.sql.datasource import InputPartition
 
 from store_format import config as C
 from store_format.checkpoint import read_checkpoint, read_markers
-from store_format.fs import unreadable_entries
+from store_format.fs import StorePath, as_path, unreadable_entries
 from udfs.kernels import scan_offset_table
 from store_format.errors import ErrorKind, StoreFormatError
 
@@ -48,8 +47,6 @@ TABLES = {
 }
 CONFIG_FILE = {"consumer_offsets": "consumerOffset.json", "delay_offsets": "delayOffset.json",
                "topics": "topics.json", "subscription_groups": "subscriptionGroup.json"}
-# files each table reads, relative to the store root (copied locally first when the store is remote)
-_FILES = {"checkpoint": ("checkpoint",), "markers": ("abort", "lock"), "unreadable_files": ()}
 
 
 def schema_of(table: str) -> pa.Schema:
@@ -76,36 +73,41 @@ def table_rows(table: str, broker: str, root: str) -> list[dict]:
     return table_batch(table, broker, root).to_pylist()
 
 
-def table_batch(table: str, broker: str, root: str) -> pa.Table:
-    """``table`` for one local store root, built column-wise (a busy broker's consumerOffset.json holds
+def table_batch(table: str, broker: str, root) -> pa.Table:
+    """``table`` for one store root (a local path, a URI, or a ``store_format.fs`` path), built column-wise (a
+    busy broker's consumerOffset.json holds
     millions of offsets).  A file that cannot be read is one row with ``error``; a value the broker cannot hold
     (out of its Java type's range, or not a number) is one row with ``error`` (an OUT_OF_RANGE error naming
     the file), ``error_key`` (its path in the file) and ``error_value``, and is left out of the other rows."""
     schema = schema_of(table)
+    where = as_path(root)
+    if isinstance(where, StorePath):  # on another file system: read through it, named by its paths there
+        root = str(where)
+    join = where.joinpath
 
     def rows(*dicts) -> pa.Table:
         return pa.Table.from_pylist([{"broker": broker, **d} for d in dicts], schema=schema)
 
     try:
         if table == "checkpoint":
-            path = os.path.join(root, "checkpoint")
+            path = join("checkpoint")
             cp = read_checkpoint(path)
             return rows(dict(**{k: v for k, v in vars(cp).items()}, min_timestamp=cp.min_timestamp,
-                             min_timestamp_index=cp.min_timestamp_index, source=path))
+                             min_timestamp_index=cp.min_timestamp_index, source=str(path)))
         if table == "markers":
-            m = read_markers(root)
+            m = read_markers(where)
             return rows(dict(abort=m.abort, abort_pid=m.abort_pid, lock=m.lock, source=root))
         if table == "unreadable_files":
             return rows(*[dict(file=os.path.relpath(e.file, root), reason=e.reason, source=root)
-                          for e in unreadable_entries(root)])
+                          for e in unreadable_entries(where)])
     except StoreFormatError as e:
         return rows(dict(error=str(e)))
     if table == "consumer_offsets":  # a busy broker's offsets: column-wise from the fast path when it reads them
         problems: list = []
-        fast = C.offset_columns(os.path.join(root, "config"), problems, offset_scan=scan_offset_table)
+        fast = C.offset_columns(join("config"), problems, offset_scan=scan_offset_table)
         if fast is not None:
             return _offset_table(schema, broker, *fast, problems, rows)
-    cfg = C.read_config(os.path.join(root, "config"), CONFIG_FILE[table])
+    cfg = C.read_config(join("config"), CONFIG_FILE[table])
     if cfg.data is None:
         errors = "; ".join(str(e) for e in cfg.errors)
         return rows(dict(error=errors)) if errors else rows()
@@ -231,28 +233,8 @@ class MetadataReader(StoreReader):
 
     def read(self, partition: StorePartition):
         root = partition.root
-        if root.local_path is not None:
-            t = table_batch(self.table, partition.broker, root.local_path)
-        else:
-            with tempfile.TemporaryDirectory(prefix="rmq-meta-") as tmp:
-                _mirror(root, tmp, self.table)
-                t = table_batch(self.table, partition.broker, tmp)
+        t = table_batch(self.table, partition.broker, root.local_path or root)
         yield from t.to_batches(max_chunksize=1 << 16)
-
-
-def _mirror(root: Location, tmp: str, table: str) -> None:
-    """Copy the small files a table reads from a remote store root into ``tmp`` (same relative paths)."""
-    if table in _FILES:
-        names = _FILES[table]
-    else:
-        base = CONFIG_FILE[table]
-        names = (f"config/{base}", f"config/{base}.bak")
-        os.makedirs(os.path.join(tmp, "config"))
-    for name in names:
-        loc = root.child(name)
-        if loc.is_file():
-            with loc.fs.open_input_stream(loc.path) as src, open(os.path.join(tmp, name), "wb") as dst:
-                dst.write(src.read())
 
 
 class MetadataDataSource(StoreDataSource):

@@ -8,104 +8,15 @@ Files are only ever opened for reading: local files through read-only mmaps, oth
 """
 from __future__ import annotations
 
-import os
-import posixpath
-import shutil
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
 from store_format.errors import ErrorKind, StoreFormatError
+# the file-system seam lives at the bottom layer; the data sources use it as it is
+from store_format.fs import Location, resolve  # noqa: F401
 
 PARTS = ("commitlog", "consumequeue", "index")
-
-
-@dataclass(frozen=True)
-class Location:
-    """A file or folder on a pyarrow filesystem (picklable: tasks reopen it)."""
-
-    fs: pafs.FileSystem
-    path: str
-
-    @property
-    def local_path(self) -> str | None:
-        return self.path if isinstance(self.fs, pafs.LocalFileSystem) else None
-
-    @property
-    def name(self) -> str:
-        return posixpath.basename(self.path.rstrip("/"))
-
-    def child(self, name: str) -> "Location":
-        return Location(self.fs, posixpath.join(self.path, name))
-
-    def parent(self) -> "Location":
-        return Location(self.fs, posixpath.dirname(self.path.rstrip("/")))
-
-    def info(self) -> pafs.FileInfo:
-        return self.fs.get_file_info(self.path)
-
-    def is_dir(self) -> bool:
-        return self.info().type == pafs.FileType.Directory
-
-    def is_file(self) -> bool:
-        return self.info().type == pafs.FileType.File
-
-    def list(self) -> list[pafs.FileInfo]:
-        """Direct children, sorted by name; [] when this is not a folder.  Local entries no reader can read (a FIFO,
-        socket or device, a link loop or dangling link, no permission) are left out: never opened, so never waited
-        on; ``store_format.fs.unreadable_entries`` (the ``unreadable_files`` metadata table) reports them."""
-        if not self.is_dir():
-            return []
-        try:
-            infos = self.fs.get_file_info(pafs.FileSelector(self.path, recursive=False))
-        except OSError:  # a folder that cannot be listed: reported the same way
-            return []
-        if self.local_path is not None:
-            infos = [i for i in infos if _readable(i)]
-        return sorted(infos, key=lambda i: i.base_name)
-
-    def read_range(self, offset: int, length: int) -> bytes:
-        with self.fs.open_input_file(self.path) as f:
-            return f.read_at(length, offset)
-
-    def __str__(self) -> str:
-        return self.path
-
-
-def _readable(info: pafs.FileInfo) -> bool:
-    if info.type == pafs.FileType.File:
-        return os.access(info.path, os.R_OK)
-    if info.type == pafs.FileType.Directory:
-        return os.access(info.path, os.R_OK | os.X_OK)
-    return False
-
-
-def resolve(path: str) -> Location:
-    """A local path or a URI (``file://``, ``hdfs://``, ``s3://``...) as a :class:`Location`."""
-    if not path:
-        raise StoreFormatError(ErrorKind.INVALID_INPUT, "no path given: use .load(path)")
-    if "://" in path:
-        fs, p = pafs.FileSystem.from_uri(path)
-        return Location(fs, p)
-    return Location(pafs.LocalFileSystem(), os.path.abspath(path))
-
-
-@contextmanager
-def local_copy(loc: Location):
-    """A local path holding ``loc``'s bytes: the file itself when local, else a temporary copy (for the
-    store_format readers, which take paths; consume-queue and index files have bounded sizes)."""
-    if loc.local_path is not None:
-        yield loc.local_path
-        return
-    tmp = tempfile.NamedTemporaryFile(prefix="rmq-", delete=False)
-    try:
-        with tmp, loc.fs.open_input_stream(loc.path) as src:
-            shutil.copyfileobj(src, tmp, 1 << 20)
-        yield tmp.name
-    finally:
-        os.unlink(tmp.name)
 
 
 def is_store_root(loc: Location) -> bool:
@@ -130,6 +41,8 @@ def find_inputs(path: str, part: str, broker: str | None = None) -> list[PartInp
     """The ``part`` folders (or the single file) that ``path`` names, one per broker.
 
     Raises a MISSING error naming the path when it holds no store at all."""
+    if not path:
+        raise StoreFormatError(ErrorKind.INVALID_INPUT, "no path given: use .load(path)")
     loc = resolve(path)
     info = loc.info()
     if info.type == pafs.FileType.NotFound:

@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # spark-submit jobs/compare.py: make the project 
         pass
 
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args  # noqa: E402
-from store_format.commitlog import ReadOnlyMap  # noqa: E402
+from store_format import fs  # noqa: E402
 from store_format.config import delay_offsets, read_consumer_offsets  # noqa: E402
 from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.store import Store  # noqa: E402
@@ -55,7 +55,7 @@ def walk_items(spark, ref: StoreRef):
 
     from datasources.commitlog import read_commitlog
 
-    df = read_commitlog(spark, str(ref.root), broker=ref.label, walk="salvage", materialize="frames")
+    df = read_commitlog(spark, fs.uri_of(ref.root), broker=ref.label, walk="salvage", materialize="frames")
     # a record's bytes are its first store_size bytes: the source's frame of a record followed by an
     # unframeable span also carries that span (datasources.commitlog._binary_slices joins them)
     digest = F.sha2(F.expr("substring(frame, 1, store_size)"), 256)
@@ -91,9 +91,8 @@ def first_differing_byte(sa: Store, sb: Store, offset: int, length: int) -> int 
     def window(store):
         for seg in store.segments:
             if seg.base_offset <= offset < seg.base_offset + seg.length:
-                with ReadOnlyMap(seg.path) as m:
-                    pos = offset - seg.base_offset
-                    return bytes(m.buf[pos:pos + length])
+                with fs.resolve(seg.path).mmap_or_read(offset - seg.base_offset, length) as m:
+                    return bytes(m.buf)
         return b""
 
     wa, wb = window(sa), window(sb)
@@ -119,7 +118,7 @@ def consume_queue_diff(spark, a: StoreRef, b: StoreRef):
     from pyspark.sql import functions as F
 
     def units(ref, s):
-        df = (spark.read.format("rocketmq-consumequeue").option("broker", ref.label).load(str(ref.root))
+        df = (spark.read.format("rocketmq-consumequeue").option("broker", ref.label).load(fs.uri_of(ref.root))
               .where(F.col("kind").isin("entry", "pre_blank")))
         return df.select("topic", "queue_id", "queue_offset", *[F.col(c).alias(f"{c}_{s}") for c in
                                                                 ("physical_offset", "size", "tags_code", "kind")])

@@ -122,7 +122,7 @@ def prepare(args) -> list:
 
     paths = [split_name(a)[1] for a in args.store]
     check_inputs(paths)
-    stores = resolve_stores(args.store, files=True, remote=True)
+    stores = resolve_stores(args.store, files=True)
     prepare_output(args.out, overwrite=args.overwrite, inputs=paths + [s.path for s in stores], job="decode")
     return stores
 

@@ -55,6 +55,8 @@ from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
 
+import pyarrow as pa
+
 if __package__ in (None, ""):  # spark-submit jobs/extract.py: make the project importable
     try:
         import _bootstrap  # noqa: F401  (jobs/_bootstrap.py)
@@ -64,7 +66,7 @@ if __package__ in (None, ""):  # spark-submit jobs/extract.py: make the project 
 from store_format import layout as L  # noqa: E402
 from store_format.brokerconf import StoreGeometry, add_geometry_arguments, geometry_from_args  # noqa: E402
 from store_format import fs  # noqa: E402
-from store_format.commitlog import ReadOnlyMap  # noqa: E402
+from store_format.commitlog import first_record  # noqa: E402
 from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.message import CANONICAL_FIELDS  # noqa: E402
 from store_format.store import Store  # noqa: E402
@@ -72,6 +74,7 @@ from store_format.store import Store  # noqa: E402
 from jobs import cli  # noqa: E402
 from jobs.progress import Phase  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
+from udfs import columns as C  # noqa: E402
 
 MANIFEST_NAME = "_manifest.json"
 DUPLICATE_UNIQ_KEY = "DUPLICATE_UNIQ_KEY"
@@ -80,6 +83,12 @@ HALF_STATES = ("committed", "rolled-back", "unresolved")
 TRAN_TYPES = tuple(L.TRAN_TYPE_NAMES.values())
 #: the columns of an extract, in order: the dump's label, the canonical message, where the walk found it
 OUTPUT_COLUMNS = ("broker",) + CANONICAL_FIELDS + ("beyond_first_stop",)
+#: what an extract may add after them (output_columns); the Spark code of select() makes them
+ADDED_COLUMNS = pa.schema([
+    C.column("stored_compression", pa.string(), "extract --body decompressed: the compression the body was stored "
+                                              "with"),
+    C.column("consumer", pa.string(), "extract --consumers: the simulated consumer the queue is allocated to"),
+])
 _EXAMPLES = 20  # rejected rows named in the manifest
 
 
@@ -93,7 +102,7 @@ class StoreRef:
     the geometry ``--config``/``--hash-slots``/``--index-num`` give (what they leave out is read from the files)."""
 
     label: str
-    root: Path
+    root: Path  # or a fs.StorePath: a store on another file system (fs.uri_of names it to a data source)
     geometry: StoreGeometry = StoreGeometry()
 
     def open(self) -> Store:
@@ -112,7 +121,7 @@ def resolve_stores(paths: list[str], geometry: StoreGeometry | None = None) -> l
         path = split_name(arg)[1]
         if "://" not in path and Path(path).is_dir():
             fs.check_folder(path)
-    refs = [StoreRef(s.name, Path(s.path), geometry or StoreGeometry()) for s in resolve(paths, files=True)]
+    refs = [StoreRef(s.name, fs.as_path(s.path), geometry or StoreGeometry()) for s in resolve(paths, files=True)]
     if not refs:
         raise UsageError("no --store given")
     return refs
@@ -165,15 +174,15 @@ def segment_time_spans(store: Store) -> list[tuple[str, int | None]] | None:
     """(segment name, store time of its first record) for every segment, or None when the first records'
     times do not grow with the segments (then no segment may be skipped by time)."""
     spans = []
+    from store_format.codec import decode_record
+
     for seg in store.segments:
         ts = None
-        with ReadOnlyMap(seg.path) as m:
-            try:
-                from store_format.codec import decode_record
-
-                ts = decode_record(m.buf, 0, file=seg.name).store_timestamp if len(m) else None
-            except StoreFormatError:
-                ts = None  # damaged first record: its span is unknown
+        try:
+            with first_record(seg) as buf:
+                ts = decode_record(buf, 0, file=seg.name).store_timestamp if len(buf) else None
+        except StoreFormatError:
+            ts = None  # damaged first record: its span is unknown
         spans.append((seg.name, ts))
     known = [ts for _, ts in spans if ts is not None]
     if known != sorted(known):
@@ -221,10 +230,10 @@ def read_messages(spark, stores: list[StoreRef], *, walk: str = "recovery", deco
         if decompress:
             options["decompress"] = "true"
         kept = segments_in_time_range(ref.open(), lo, hi)
-        paths = [str(ref.root)] if kept is None else [str(ref.root / "commitlog" / name) for name in kept]
-        frames += [read_commitlog(spark, p, **options) for p in paths]
+        paths = [ref.root] if kept is None else [ref.root / "commitlog" / name for name in kept]
+        frames += [read_commitlog(spark, fs.uri_of(p), **options) for p in paths]
     if not frames:  # every segment lies outside the time range: an empty frame of the same schema
-        frames = [read_commitlog(spark, str(ref.root), **options).limit(0)]
+        frames = [read_commitlog(spark, fs.uri_of(ref.root), **options).limit(0)]
     df = reduce(lambda a, b: a.unionByName(b), frames)
     if not include_other_rows:
         df = df.where(F.col("kind") == "message")
@@ -305,7 +314,7 @@ def committed_offsets(spark, stores: list[StoreRef], group: str):
     from pyspark.sql import functions as F
 
     frames = [spark.read.format("rocketmq-metadata").option("table", "consumer_offsets")
-              .option("broker", ref.label).load(str(ref.root)) for ref in stores]
+              .option("broker", ref.label).load(fs.uri_of(ref.root)) for ref in stores]
     rows = reduce(lambda a, b: a.unionByName(b), frames)
     errors = [f"{r['broker']}: {r['error']}" for r in rows.where(F.col("error").isNotNull()).collect()]
     offsets = rows.where((F.col("error").isNull()) & (F.col("group") == group)).select(
@@ -534,7 +543,8 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, frame, 
             per_consumer[r["consumer"]] = per_consumer.get(r["consumer"], 0) + r["count"]
     manifest = {
         "job": "extract",
-        "stores": [{"broker": s.label, "path": str(s.root.resolve())} for s in stores],
+        "stores": [{"broker": s.label, "path": fs.real(s.root) if isinstance(s.root, Path) else fs.uri_of(s.root)}
+                   for s in stores],
         "source_geometry": source_geometry(stores[0]),
         "selection": _selection_args(args),
         "output": {"path": args.out, "format": args.format, "order": list(sel.order)},

@@ -276,6 +276,17 @@ def write_table(df, path: str, fmt: str = "parquet", *, mode: str = "overwrite")
     return path
 
 
+def write_parquet_file(table, path: str) -> None:
+    """A pyarrow table as one Parquet file (the audit's part files, written by its tasks and its driver).  The
+    columns' descriptions (udfs/columns.py) are left out: they document the declared schemas, and the files stay
+    the bytes they were before the schemas carried them."""
+    import pyarrow.parquet as pq
+
+    from udfs.columns import plain
+
+    pq.write_table(plain(table), path)
+
+
 def append_history(df, delta_path: str) -> str:
     """Append one run's rows to a Delta history table (created on first use): one commit, schema merged."""
     return write_table(df, delta_path, "delta", mode="append")

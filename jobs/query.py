@@ -55,6 +55,7 @@ if __package__ in (None, ""):  # spark-submit jobs/query.py: make the project im
     except ModuleNotFoundError:  # a copy outside the checkout: the project comes with --py-files
         pass
 
+from store_format import fs  # noqa: E402
 from store_format import layout as L  # noqa: E402
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args  # noqa: E402
 from store_format.config import topic_configs  # noqa: E402
@@ -149,13 +150,13 @@ def check_args(args) -> None:
 def store_hosts(store: Store) -> set[str]:
     """The store hosts this store's records carry (its segments' first records)."""
     from store_format.codec import decode_record
-    from store_format.commitlog import ReadOnlyMap
+    from store_format.commitlog import first_record
 
     hosts = set()
     for seg in store.segments:
-        with ReadOnlyMap(seg.path) as m:
+        with first_record(seg) as buf:
             try:
-                hosts.add(decode_record(m.buf, 0, file=seg.name).store_host)
+                hosts.add(decode_record(buf, 0, file=seg.name).store_host)
             except StoreFormatError:
                 continue
     return hosts
@@ -444,7 +445,7 @@ class Query:
 
         from datasources.commitlog import read_commitlog
 
-        rows = (read_commitlog(self.spark, str(ref.root / "commitlog" / segment), broker=ref.label, walk="salvage",
+        rows = (read_commitlog(self.spark, fs.uri_of(ref.root / "commitlog" / segment), broker=ref.label, walk="salvage",
                                materialize="positions", pushFilters="true")
                 .where((F.col("segment") == segment) & (F.col("physical_offset") <= off))
                 .orderBy(F.col("physical_offset").desc()).limit(1).collect())

@@ -230,10 +230,10 @@ def repair_source(spark, args) -> Source:
     if len(stores) != 1:
         raise UsageError(f"--repair takes one store root; {args.repair} holds {len(stores)}")
     ref = stores[0]
-    ex_args = extract.build_parser().parse_args(["--store", str(ref.root), "--out", "-", "--walk", args.walk]
+    ex_args = extract.build_parser().parse_args(["--store", fs.uri_of(ref.root), "--out", "-", "--walk", args.walk]
                                                 + (["--dedupe"] if args.dedupe else []))
     sel = extract.select(spark, ex_args, stores)
-    return Source(sel.frame, [str(ref.root)], source_geometry(ref), ref.open(),
+    return Source(sel.frame, [fs.uri_of(ref.root)], source_geometry(ref), ref.open(),
                   f"repair of {ref.root} ({args.walk} walk)")
 
 
@@ -457,7 +457,7 @@ def check_and_prepare(args) -> None:
         if not os.path.lexists(source):
             raise UsageError(f"{source}: no such file or directory")
         fs.check_folder(source)  # a loop, a FIFO, no permission: UnreadableError
-    inputs = [source] + ([str(r.root) for r in resolve_stores([args.repair])] if args.repair else [])
+    inputs = [source] + ([fs.uri_of(r.root) for r in resolve_stores([args.repair])] if args.repair else [])
     if not args.dry_run:
         prepare_output(args.out, overwrite=args.overwrite, inputs=inputs, job="replay")
     check_manifest(args, inputs)

@@ -64,7 +64,12 @@ class StoreInput:
 
 
 def commitlog_bytes(root: str | os.PathLike) -> int:
-    """The bytes of a local store's commitlog segments."""
+    """The bytes of a store's commitlog segments."""
+    from store_format import fs
+
+    where = fs.as_path(root)
+    if isinstance(where, fs.StorePath):  # another file system: its listing's sizes
+        return sum(e.size for e in fs.entries(where / "commitlog") if e.is_file)
     d = os.path.join(root, "commitlog")
     return sum(e.stat().st_size for e in os.scandir(d) if e.is_file()) if os.path.isdir(d) else 0
 
@@ -80,12 +85,16 @@ def split_name(arg: str) -> tuple[str | None, str]:
 
 def config_broker_name(root: str | os.PathLike) -> str | None:
     """``brokerName`` from the broker's settings file carried with the dump (:data:`SETTINGS_FILES`), if any."""
+    from store_format import fs
     from store_format.brokerconf import read_properties
     from store_format.errors import StoreFormatError
 
+    base = fs.as_path(root)  # a Path, or a fs.StorePath of a store on another file system
     for rel in SETTINGS_FILES:
-        path = os.path.normpath(os.path.join(root, rel))
-        if os.path.isfile(path):
+        path = base
+        for part in rel.split("/"):
+            path = path.parent if part == ".." else path / part
+        if path.is_file():
             try:
                 name = read_properties(path).get("brokerName", "").strip()
             except (StoreFormatError, OSError):
@@ -106,20 +115,21 @@ def folder_name(root: str | os.PathLike) -> str:
     return candidates[0].name or p.name
 
 
-def resolve_stores(args: list[str], *, files: bool = False, remote: bool = False) -> list[StoreInput]:
+def resolve_stores(args: list[str], *, files: bool = False) -> list[StoreInput]:
     """Store roots named by ``--store`` arguments, with their broker names (module docstring).  ``files``: a
-    segment file stands for its store (the point lookups, extract, replay, compare); ``remote``: pyarrow URIs
-    (``hdfs://``, ``s3://``: the data sources read them; the audit and the point lookups open local files).
-    Raises :class:`StoreArgumentError`, and the data sources' MISSING error for a path that holds no store."""
+    segment file stands for its store (the point lookups, extract, replay, compare).  A PATH may be a URI of any
+    file system store_format.fs resolves (``hdfs://``, ``s3://``, a registered scheme): its store roots are
+    then URIs too, each resolving to the same file system.  Raises :class:`StoreArgumentError`, and the data
+    sources' MISSING error for a path that holds no store."""
     from datasources.storepaths import find_inputs
+    from store_format import fs
 
     found: list[StoreInput] = []
     for arg in args:
         given, path = split_name(arg)
-        uri = "://" in path and not path.startswith("file://")
-        if uri and not remote:
-            raise StoreArgumentError(f"{path}: this job opens local (or mounted) files; copy remote dumps first")
+        uri = fs.is_uri(path) and not path.startswith("file://")
         local = path if uri else os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
+        base = fs.resolve(path) if uri else None
         inputs = find_inputs(local, "commitlog")
         if given and len(inputs) > 1:
             raise StoreArgumentError(f"{arg}: NAME=PATH names one store, but {path} holds {len(inputs)}; name each "
@@ -128,23 +138,15 @@ def resolve_stores(args: list[str], *, files: bool = False, remote: bool = False
             if inp.single_file and not files:
                 raise StoreArgumentError(f"{path}: give a store root, not a single segment file")
             root = inp.loc.parent().parent() if inp.single_file else inp.loc.parent()
-            root_path = _uri_of(path, root.path) if uri else os.path.abspath(root.path)
+            root_path = fs.uri_below(path, base, root) if uri else os.path.abspath(root.path)
             if any(root_path == s.path for s in found):
                 continue
-            configured = None if given or uri else config_broker_name(root_path)
+            configured = None if given else config_broker_name(root_path)
             name, by = (given, "user") if given else (configured, "config") if configured else \
                 (inp.broker if len(inputs) > 1 else folder_name(root.path), "folder")
             found.append(StoreInput(name, root_path, local, from_folder=len(inputs) > 1, named_by=by,
                                     single_file=inp.single_file))
     return _distinct(found)
-
-
-def _uri_of(given: str, path: str) -> str:
-    """``path`` on the file system of the URI ``given`` (scheme and authority kept)."""
-    from urllib.parse import urlparse
-
-    u = urlparse(given)
-    return f"{u.scheme}://{u.netloc}{path}"
 
 
 def _distinct(stores: list[StoreInput]) -> list[StoreInput]:

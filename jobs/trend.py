@@ -24,6 +24,8 @@ import argparse
 import os
 import sys
 
+import pyarrow as pa
+
 if __package__ in (None, ""):  # spark-submit jobs/trend.py: make the project importable
     try:
         import _bootstrap  # noqa: F401  (jobs/_bootstrap.py)
@@ -32,6 +34,7 @@ if __package__ in (None, ""):  # spark-submit jobs/trend.py: make the project im
 
 from jobs import cli  # noqa: E402
 from jobs.output import OutputError, is_delta_table, prepare_output, read_table, write_table  # noqa: E402
+from udfs.columns import column  # noqa: E402
 
 NAME = "trend"
 GROWTH_FLAGS = {"lag_messages": "growing_lag", "lag_ms": "growing_lag", "dlq_messages": "growing_dlq",
@@ -40,11 +43,37 @@ NEW_DAMAGE = "new_damage"
 DAMAGE_FAMILY = "integrity."
 METRIC_KEY = ("broker", "scope", "topic", "queue_id", "group", "metric")
 LISTED = 20  # flags listed under the summary line; the table has them all
-TREND_COLUMNS = (
-    "flag string, run_id string, run_time timestamp, previous_run_id string, previous_run_time timestamp, "
-    "broker string, scope string, topic string, queue_id int, `group` string, metric string, "
-    "previous_value double, value double, change double, finding_id string, check string, severity string, "
-    "file string, file_position bigint, physical_offset bigint, message string")
+
+
+_TIME = pa.timestamp("us", "UTC")
+#: the trend table (--out), described
+TREND_SCHEMA = pa.schema([
+    column("flag", pa.string(), "`growing_lag`, `growing_dlq`, `transaction_backlog` or `new_damage`"),
+    column("run_id", pa.string()), column("run_time", _TIME),
+    column("previous_run_id", pa.string(), "the run compared with"),
+    column("previous_run_time", _TIME, "its run time"),
+    column("broker", pa.string()),
+    column("scope", pa.string(), "metric flags: the metric's scope"),
+    column("topic", pa.string()), column("queue_id", pa.int32()),
+    column("group", pa.string(), "metric flags: consumer group"),
+    column("metric", pa.string(), "metric flags: the metric that rose"),
+    column("previous_value", pa.float64(), "its value in the previous run (0 when the key was new)"),
+    column("value", pa.float64(), "its value now"),
+    column("change", pa.float64(), "value - previous_value"),
+    column("finding_id", pa.string(), "new_damage: the new finding's stable id"),
+    column("check", pa.string(), "new_damage: the integrity check"),
+    column("severity", pa.string(), "new_damage: its severity"),
+    column("file", pa.string(), "new_damage: the file"),
+    column("file_position", pa.int64()), column("physical_offset", pa.int64()),
+    column("message", pa.string(), "new_damage: the finding's message"),
+])
+
+
+def trend_columns():
+    """The trend table's Spark schema (from :data:`TREND_SCHEMA`)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(TREND_SCHEMA)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,7 +111,7 @@ def trends(spark, findings, metrics, pairs: list[tuple]):
 
     pair_df = spark.createDataFrame(
         pairs, "run_id string, run_time timestamp, previous_run_id string, previous_run_time timestamp")
-    empty = spark.createDataFrame([], TREND_COLUMNS)
+    empty = spark.createDataFrame([], trend_columns())
     parts = [empty]
     if metrics is not None:
         parts.append(_metric_growth(metrics, pair_df))

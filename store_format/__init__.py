@@ -3,7 +3,9 @@ write side in :mod:`store_format.write`.
 
 The write side's modules were ``store_format.writer``, ``store_format.bulk`` ... before they moved; those names
 still import, as the same module objects (``store_format.writer is store_format.write.writer``), through the
-finder below, which loads a moved module only when it is asked for.
+finder below, which loads a moved module only when it is asked for.  The write side's public names import from
+the package too (``from store_format import StoreWriter``), loaded the same way: on first use, so reading a store
+never loads the write side.
 """
 from __future__ import annotations
 
@@ -35,3 +37,24 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
     sys.meta_path.append(_MovedModules())
+
+
+#: the write side's public names, importable from the package: name -> its module under store_format.write
+_WRITE_NAMES = {
+    "StoreWriter": "writer", "WriterConfig": "writer", "IndexFileWriter": "writer",
+    "append_many": "bulk", "RecordBatch": "bulk",
+    "Broker": "broker", "Producer": "broker", "ManualClock": "broker", "BatchItem": "broker",
+    "TrafficConfig": "generate", "generate_store": "generate",
+    "copy_store": "damage",
+}
+
+
+def __getattr__(name: str):
+    module = _WRITE_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.write.{module}"), name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WRITE_NAMES))

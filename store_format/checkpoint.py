@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import layout as L
 from .errors import CheckpointError, ErrorKind
-from .fs import UnreadableError, read_bytes
+from .fs import UnreadableError, as_path, read_bytes
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Checkpoint:
             if extra is None:
                 break
             vals.append(extra)
-        raw = struct.pack(">" + "".join(m.code for m in L.CHECKPOINT.members[:len(vals)]), *vals)
+        raw = struct.pack(L.CHECKPOINT.head_struct(len(vals)), *vals)
         return raw + bytes(self.file_length - len(raw))
 
 
@@ -50,16 +50,15 @@ def parse_checkpoint(raw: bytes, file: str | None = None) -> Checkpoint:
                               f"{L.CHECKPOINT_MIN_SIZE}", file=file, position=len(raw))
     values = {}
     for m in L.CHECKPOINT.members:  # 4.x wrote three; each later one only where the file holds it
-        off = L.CHECKPOINT.offset(m.name)
-        if off + m.width <= len(raw):
-            values[m.name] = struct.unpack_from(">" + m.code, raw, off)[0]
+        if L.CHECKPOINT.end(m.name) <= len(raw):
+            values[m.name] = L.CHECKPOINT.read(raw, m.name)
     extras = {k: (values.get(k) or None) for k in ("master_flushed_offset", "confirm_phy_offset")}
     return Checkpoint(values["physic_msg_timestamp"], values["logics_msg_timestamp"], values["index_msg_timestamp"],
                       file_length=len(raw), **extras)
 
 
 def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    p = Path(path)
+    p = as_path(path)
     if not p.exists() and not p.is_symlink():
         raise CheckpointError(ErrorKind.MISSING, "no checkpoint file", file=str(p))
     raw = read_bytes(p, L.CHECKPOINT_FILE_SIZE)  # a FIFO, a device, a loop: UnreadableError
@@ -86,7 +85,7 @@ def path_kind(path: Path) -> str | None:
 
 
 def read_markers(root: str | os.PathLike) -> Markers:
-    root = Path(root)
+    root = as_path(root)
     abort = root / "abort"
     pid = None
     if abort.is_file():

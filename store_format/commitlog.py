@@ -18,12 +18,11 @@ this package stays free of compiled code), and every record they cannot prove va
 """
 from __future__ import annotations
 
-import errno
-import mmap
 import os
 import re
 import struct
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -33,6 +32,8 @@ import numpy as np
 from . import layout as L
 from .codec import decode_record
 from .errors import ErrorKind, RecordError
+# read-only maps live with the file-system seam; named here too, where the readers always found them
+from .fs import ReadOnlyMap, data_end, written_length  # noqa: F401
 from .message import Message, body_crc32
 
 SEGMENT_NAME = re.compile(r"[0-9]{20}\Z")  # ASCII digits only, no trailing newline: use .match
@@ -62,7 +63,9 @@ class Segment:
 
 def list_segments(commitlog_dir: str | os.PathLike) -> list[Segment]:
     """Segments sorted by base offset; files whose names are not 20 digits are ignored."""
-    d = Path(commitlog_dir)
+    from .fs import as_path
+
+    d = as_path(commitlog_dir)
     out = []
     if d.is_dir():
         for p in d.iterdir():
@@ -84,119 +87,19 @@ def infer_segment_size(files) -> int | None:
     return None
 
 
-class _FileMap(mmap.mmap):
-    """A read-only mmap that can ask its file where data starts (``SEEK_DATA``), so a search past the written data
-    skips a sparse file's holes without touching them (a first touch of a hole page still costs a page fault)."""
+@contextmanager
+def first_record(segment: Segment):
+    """A buffer from a segment's start that holds its first record: the read-only map of a local segment, else
+    (a ``fs.StorePath``) a ranged read of the bytes its TOTALSIZE declares, never the whole segment."""
+    from .fs import StorePath
 
-    def data_from(self, pos: int) -> tuple[int, int]:
-        """(start, end) of the first data extent at or after ``pos`` (the file's length when none); where the file
-        system cannot tell, the rest of the file."""
-        size = len(self)
-        try:
-            start = os.lseek(self.fd, pos, os.SEEK_DATA)
-        except OSError as e:
-            if e.errno == errno.ENXIO:  # only a hole from pos to the end
-                return size, size
-            return pos, size
-        try:
-            return start, min(os.lseek(self.fd, start, os.SEEK_HOLE), size)
-        except OSError:
-            return start, size
-
-
-def data_end(fd: int, length: int) -> int:
-    """Where the file's data ends: every byte from there is in a hole (zeros the file system never stored, as
-    in a preallocated index file the broker mapped and wrote the start of).  Bisects on ``SEEK_DATA`` (about 30
-    system calls); ``length`` where the system cannot tell."""
-    seek_data = getattr(os, "SEEK_DATA", None)
-    if seek_data is None or length <= 0:
-        return length
-
-    def data_at_or_after(pos: int) -> bool:
-        try:
-            return os.lseek(fd, pos, seek_data) < length
-        except OSError as e:
-            if e.errno == errno.ENXIO:  # no data from pos to the end
-                return False
-            raise
-
-    try:
-        if not data_at_or_after(0):
-            return 0
-        lo, hi = 0, length  # data at or after lo; none at or after hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if data_at_or_after(mid):
-                lo = mid
-            else:
-                hi = mid
-        return hi
-    except OSError:
-        return length
-
-
-def written_length(buf, fd: int | None = None, end: int | None = None) -> int:
-    """Bytes of ``buf`` (its first ``end``) up to and including its last non-zero byte (0 when all are zeros):
-    read backwards from the end of the file's data (:func:`data_end` of ``fd``: a trailing hole is zeros, never
-    read), a block at a time, so a preallocated file's unwritten tail costs one pass over the part that is
-    stored."""
-    import numpy as np
-
-    end = min(len(buf) if end is None else end, len(buf) if fd is None else data_end(fd, len(buf)))
-    arr = np.frombuffer(buf, np.uint8, end) if end else None
-    try:
-        while end > 0:
-            start = max(0, end - _ZERO_SCAN_BLOCK)
-            block = arr[start:end]
-            if block.any():
-                return start + int(np.flatnonzero(block)[-1]) + 1
-            end = start
-        return 0
-    finally:
-        del arr  # no view may outlive the caller's map
-
-
-_ZERO_SCAN_BLOCK = 1 << 18
-
-
-class ReadOnlyMap:
-    """A read-only view of a regular file: an mmap (empty files give an empty bytes).  Never writable; opened
-    through :func:`store_format.fs.open_file` (anything but a regular file is an ``UnreadableError``)."""
-
-    def __init__(self, path: str | os.PathLike):
-        from .fs import open_file
-
-        self.path = Path(path)
-        self._f = open_file(self.path)
-        size = os.fstat(self._f.fileno()).st_size
-        self.buf = _FileMap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-        if size:
-            self.buf.fd = self._f.fileno()
-
-    def __len__(self) -> int:
-        return len(self.buf)
-
-    def fileno(self) -> int:
-        return self._f.fileno()
-
-    def written_length(self, end: int | None = None) -> int:
-        """The file's bytes (its first ``end``) up to its last non-zero one (:func:`written_length`)."""
-        return written_length(self.buf, self.fileno(), end) if len(self.buf) else 0
-
-    def close(self):
-        buf, self.buf = self.buf, b""
-        if isinstance(buf, mmap.mmap):
-            try:
-                buf.close()
-            except BufferError:  # a numpy or memoryview view still exports it (garbage not yet collected):
-                pass  # the map is unmapped when the last view goes
-        self._f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    if not isinstance(segment.path, StorePath):
+        with ReadOnlyMap(segment.path) as m:
+            yield m.buf
+        return
+    loc = segment.path.loc
+    size = int.from_bytes(loc.read_range(0, 4), "big", signed=True) if segment.length >= 4 else 0
+    yield loc.read_range(0, size if 0 < size <= segment.length else min(segment.length, 4))
 
 
 @dataclass
@@ -234,6 +137,14 @@ class Framing(NamedTuple):
     def frame(self, segment: str, pos: int, base_offset: int) -> Frame:
         return Frame(self.kind, segment, pos, base_offset + pos, self.size, self.magic, self.stop_kind,
                      self.stop_field, self.stop_message)
+
+
+class FrameRun(NamedTuple):
+    """What a bulk framer's ``run`` finds: the consecutive plain valid messages from a position, as columns."""
+
+    positions: np.ndarray  # int64, file positions
+    sizes: np.ndarray  # int64, TOTALSIZE
+    magics: np.ndarray  # int32
 
 
 def frame_at(buf, pos: int, limit: int, base_offset: int, *, check_crc: bool = True,
@@ -684,8 +595,8 @@ class _BulkFramer:
         self.data = self.i8 = self.i16 = self.i32 = self.i64 = None
         self.mv.release()
 
-    def run(self, start: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(positions, sizes, magics) of the run from ``start`` (a record boundary) among records starting
+    def run(self, start: int, hi: int) -> FrameRun:
+        """The run from ``start`` (a record boundary) among records starting
         before ``hi`` (at most ``limit - MIN_RECORD_SIZE + 1``); empty when the record at ``start`` is not one."""
         data, i32 = self.data, self.i32
         window = data[start + L.MAGIC_OFFSET:hi + L.MAGIC_OFFSET]
@@ -722,7 +633,7 @@ class _BulkFramer:
             crc_ok = self._crc_ok(body_at, body_len[first:j], i32[cand[first:j] + _BODY_CRC_AT])
             if not crc_ok.all():
                 j = first + int(np.argmin(crc_ok))
-        return cand[:j], size[:j], magic[:j]
+        return FrameRun(cand[:j], size[:j], magic[:j])
 
     def _framing_ok(self, cand, variant, body_len, size, end) -> np.ndarray:
         """frame_at's message checks after the magic (and PHYSICALOFFSET), for every candidate at once.
@@ -747,7 +658,7 @@ class _BulkFramer:
         return ((crc & 0x7FFFFFFF) == stored) | (body_len == 0)
 
 
-_EMPTY_RUN = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32))
+_EMPTY_RUN = FrameRun(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32))
 
 
 def _walk_into(out: _Collector, framer: _BulkFramer, buf, segment: str, base_offset: int, pos: int, limit: int,
@@ -758,10 +669,10 @@ def _walk_into(out: _Collector, framer: _BulkFramer, buf, segment: str, base_off
     while until is None or pos < until:
         hi = min(pos + window, last_start, limit if until is None else until)
         if hi > pos:
-            positions, sizes, magics = framer.run(pos, hi)
-            if len(positions):
-                out.run(positions, sizes, magics)
-                pos = int(positions[-1] + sizes[-1])
+            run = framer.run(pos, hi)
+            if len(run.positions):
+                out.run(run.positions, run.sizes, run.magics)
+                pos = int(run.positions[-1] + run.sizes[-1])
                 if pos >= hi:  # the run filled its window: go on in bulk
                     window = min(2 * window, framer.window_max)
                     continue

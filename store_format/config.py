@@ -34,11 +34,10 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 from .errors import ConfigError, ErrorKind
-from .fs import UnreadableError, read_bytes
+from .fs import UnreadableError, as_path, read_bytes
 
 CONFIG_FILES = ("consumerOffset.json", "delayOffset.json", "topics.json", "subscriptionGroup.json",
                 "consumerFilter.json")
@@ -443,7 +442,7 @@ def _read_config(config_dir, name: str, keep_fast: bool = False, offset_scan=Non
     """:func:`read_config`; with ``keep_fast``, a file the fast path read comes back unmaterialized: (a ConfigFile
     whose data is None, the parse) -- for :func:`offset_columns`, which needs no Python object per offset, and
     may pass ``offset_scan`` (:func:`_offset_fast`)."""
-    d = Path(config_dir)
+    d = as_path(config_dir)
     errors = []
     for candidate in (d / name, d / f"{name}.bak"):
         if not candidate.exists() and not candidate.is_symlink():

@@ -180,7 +180,7 @@ def units_of(raw, count: int | None = None) -> dict:
     import numpy as np
 
     n = len(raw) // L.CQ_STORE_UNIT_SIZE if count is None else count
-    u = np.frombuffer(raw, L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE), n)
+    u = np.frombuffer(raw, L.CQ_UNIT.dtype(), n)
     phys, size, tags = u["physical_offset"].astype(np.int64), u["size"].astype(np.int32), \
         u["tags_code"].astype(np.int64)
     del u  # no view may outlive a map

@@ -62,9 +62,9 @@ class IndexFile:
 
     def __init__(self, path: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None,
                  *, verify: bool = True):
-        from .fs import UnreadableError
+        from .fs import UnreadableError, as_path
 
-        self.path = Path(path)
+        self.path = as_path(path)
         try:
             self._map = ReadOnlyMap(self.path)
         except UnreadableError as e:  # no permission, not a regular file: an index file that cannot be opened

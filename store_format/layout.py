@@ -15,6 +15,7 @@ kernels and the README table all derive offsets from it through :func:`record_la
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -176,6 +177,30 @@ class FixedLayout:
     def offset(self, name: str) -> int:
         return self.offsets[name]
 
+    def member(self, name: str) -> Member:
+        return next(m for m in self.members if m.name == name)
+
+    def end(self, name: str) -> int:
+        """Where the member ends: the bytes a reader needs to hold it."""
+        return self.offsets[name] + self.member(name).width
+
+    def head_struct(self, count: int) -> str:
+        """The ``struct`` format of the first ``count`` members (a 4.x checkpoint holds three of five)."""
+        return ">" + "".join(m.code for m in self.members[:count])
+
+    def read(self, buf, name: str, at: int = 0) -> int:
+        """One member of the structure that starts at ``at`` of ``buf``."""
+        return struct.unpack_from(">" + self.member(name).code, buf, at + self.offsets[name])[0]
+
+    def pack(self, name: str, value: int) -> bytes:
+        """One member's bytes (to patch it in place)."""
+        return struct.pack(">" + self.member(name).code, value)
+
+    def numpy_type(self, name: str):
+        """One member's big-endian numpy type, for an array of it alone (the slot table)."""
+        import numpy as np
+        return np.dtype(NUMPY_CODES[self.member(name).code])
+
     @property
     def struct(self) -> str:
         """The ``struct`` format of the members (big-endian)."""
@@ -249,7 +274,8 @@ INDEX_ENTRY_SIZE, INDEX_ENTRY_FIELDS, INDEX_ENTRY_STRUCT = INDEX_ENTRY.width, IN
 INDEX_MAX_RESULTS = 64  # maxMsgsNumBatch: mqadmin's cap; our lookups are uncapped by default
 CHECKPOINT_FILE_SIZE = CHECKPOINT.size
 CHECKPOINT_FIELDS = tuple((name, offset) for name, offset, _ in CHECKPOINT.fields)
-CHECKPOINT_MIN_SIZE = 3 * CODE_WIDTHS["q"]  # 4.x writes the first three
+CHECKPOINT_MIN_MEMBERS = 3  # 4.x writes the first three
+CHECKPOINT_MIN_SIZE = CHECKPOINT.end(CHECKPOINT.members[CHECKPOINT_MIN_MEMBERS - 1].name)
 CHECKPOINT_SAFETY_MS = 3000  # getMinTimestamp() subtracts 3 s
 
 

@@ -55,6 +55,7 @@ from .store import Store
 _I32_AT = lambda buf, pos: int.from_bytes(buf[pos:pos + 4], "big", signed=True)  # noqa: E731
 _I64_AT = lambda buf, pos: int.from_bytes(buf[pos:pos + 8], "big", signed=True)  # noqa: E731
 _LENGTH_FIELDS = ("body_length", "topic_length", "properties_length")
+_END_TIMESTAMP_END = L.INDEX_HEADER.end("end_timestamp")  # the header bytes that recovery reads
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -247,6 +248,12 @@ def java_rw_open(path: Path) -> tuple[str | None, str | None]:
     import errno
     import stat as st
 
+    from .fs import StorePath
+
+    if isinstance(path, StorePath):  # another file system: files and folders only, no links
+        kind = path.loc.info().type.name
+        return ("Is a directory", "a folder") if kind == "Directory" else \
+            (None, "a regular file" if kind == "File" else "absent")
     try:
         mode = os.stat(path).st_mode
     except OSError as e:
@@ -295,8 +302,8 @@ def effective_checkpoint(root: Path) -> tuple[Checkpoint | None, list[str], list
             notes.append(f"checkpoint is {len(raw)} bytes: StoreCheckpoint maps a 4096-byte page over it, so the "
                          "missing bytes read as 0")
         raw = raw + bytes(L.CHECKPOINT_MIN_SIZE - len(raw))
-    values = struct.unpack(">qqq", raw[:24])
-    return Checkpoint(*values, file_length=os.stat(path).st_size), [], notes
+    values = struct.unpack_from(L.CHECKPOINT.head_struct(L.CHECKPOINT_MIN_MEMBERS), raw)
+    return Checkpoint(*values, file_length=path.stat().st_size), [], notes
 
 
 def java_parse_long(text: str) -> int | None:
@@ -346,10 +353,10 @@ def index_files_deleted_at_load(index_dir: Path, last_exit_ok: bool, index_msg_t
         head = b""
         if entry.is_file():
             try:
-                head = read_bytes(entry, 16)
+                head = read_bytes(entry, _END_TIMESTAMP_END)
             except UnreadableError:
                 head = b""
-        end_timestamp = struct.unpack_from(">q", head + bytes(16), L.INDEX_HEADER.offset("end_timestamp"))[0]
+        end_timestamp = L.INDEX_HEADER.read(head.ljust(_END_TIMESTAMP_END, b"\0"), "end_timestamp")
         if not last_exit_ok and end_timestamp > index_msg_timestamp:
             deleted.append(entry.name)
     return deleted, notes
@@ -713,7 +720,7 @@ def recovery_region(store: Store, message_index_safe: bool = False) -> list[Segm
     """The segments whose recovery walks :func:`predict_recovery` may need: from where the walk starts to the
     last one (an engine that walks them elsewhere passes them as ``walks``)."""
     mode = "abnormal" if store.markers().abort else "normal"
-    cp, _, _ = effective_checkpoint(Path(store.root))
+    cp, _, _ = effective_checkpoint(store.root)
     start, _ = recovery_start(store.segments, mode, cp, message_index_safe)
     return store.segments[start:]
 
@@ -730,7 +737,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     applies :func:`lost_records` itself.  ``queue_starts``: {(topic, queue id): :class:`QueueStart`} computed
     elsewhere; then the queues are not read here and ``cq_truncation`` stays empty for the caller to finish
     each queue (:func:`finish_queue`, with :func:`truncates_queues`' decision)."""
-    root = Path(store.root)
+    root = store.root
     markers = store.markers()
     mode = "abnormal" if markers.abort else "normal"  # DefaultMessageStore.isTempFileExist: File.exists()
     segs = store.segments

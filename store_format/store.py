@@ -29,7 +29,8 @@ class Store:
     def __init__(self, root: str | os.PathLike, *, segment_size: int | None = None,
                  hash_slot_num: int | None = None, index_num: int | None = None,
                  message_delay_level: str = L.DEFAULT_MESSAGE_DELAY_LEVEL):
-        self.root = Path(root)
+        # a local path stays a Path (mmaps, os-level checks); a URI of another file system is a fs.StorePath
+        self.root = fs.as_path(root)
         if not self.root.is_dir():
             if self.root.exists() or self.root.is_symlink():
                 fs.check_folder(self.root)  # a loop, a FIFO, no permission: UnreadableError says which
@@ -42,7 +43,7 @@ class Store:
         self._segment_size = segment_size
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
-        self._index_geometry: dict[Path, tuple[int, int]] = {}  # per file, once read: (slots, entries)
+        self._index_geometry: dict = {}  # per file (a Path or fs.StorePath), once read: (slots, entries)
         self.delay_levels = L.parse_delay_levels(message_delay_level)
 
     # ---- commitlog ---------------------------------------------------------------------------

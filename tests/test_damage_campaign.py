@@ -327,7 +327,8 @@ def _index_mutations(rng: random.Random, base: Base) -> Iterator[Mutation]:
     yield ("ix.slot", *_patch_new(rng, base, rel, slot_at, [struct.pack(">i", v) for v in
                                                           (-1, 1, 2**31 - 1, 4 * slots - 1, 4 * slots)]))
     entry = rng.randrange(1, max(2, 4 * slots))
-    prev_at = L.INDEX_HEADER_SIZE + slots * L.INDEX_SLOT_SIZE + entry * L.INDEX_ENTRY_SIZE + 16
+    prev_at = L.INDEX_HEADER_SIZE + slots * L.INDEX_SLOT_SIZE + entry * L.INDEX_ENTRY_SIZE + \
+        L.INDEX_ENTRY.offset("prev_index")
     yield ("ix.prev_index", *_patch_new(rng, base, rel, prev_at, [  # a self loop, a forward link, a cycle...
         struct.pack(">i", v) for v in (entry, entry + 1, 1, -1, 2**31 - 1)]))
     cut = rng.choice([0, 39, rng.randrange(length)])

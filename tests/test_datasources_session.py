@@ -207,3 +207,45 @@ def test_a_source_that_cannot_register_fails_with_its_name(monkeypatch):
     with pytest.raises(RuntimeError, match="data source rocketmq-index failed to register: SyntaxError"):
         sources.register(session)
     assert session.registered == [sources.CommitLogSource, sources.ConsumeQueueSource]
+
+
+class _Recorder:
+    """A session as register() uses it: pushdown already on, registrations recorded."""
+
+    def __init__(self):
+        self.conf, self.dataSource, self.registered = self, self, []
+
+    def get(self, key, default=None):
+        return "true"
+
+    def register(self, cls):
+        self.registered.append(cls)
+
+
+def test_a_source_whose_module_does_not_import_fails_with_its_name(monkeypatch):
+    """A real import failure of the project's own module (not a simulated one): no ImportError is swallowed, the
+    session's registration fails naming the source and the module."""
+    from datasources import sources
+
+    monkeypatch.setitem(sys.modules, "datasources.indexfile", None)  # its import now raises ImportError
+    session = _Recorder()
+    with pytest.raises(RuntimeError, match=r"data source rocketmq-index failed to register: ModuleNotFoundError: "
+                                           r".*datasources\.indexfile"):
+        sources.register(session)
+    assert session.registered == [sources.CommitLogSource, sources.ConsumeQueueSource]
+
+
+def test_a_missing_third_party_module_is_the_environment_error_naming_the_source(monkeypatch):
+    """The one optional case: a Python without what the sources need gets WorkerEnvironmentError, saying which source
+    and which module, and how to start the session."""
+    from datasources import sources
+
+    for source in sources.SOURCES:  # the others imported as they are; the index source's module imported anew
+        sources.implementation(source)
+    monkeypatch.delitem(sys.modules, "datasources.indexfile")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as in a Python without pyarrow
+    with pytest.raises(sources.WorkerEnvironmentError, match=r"^rocketmq-index: .*cannot import 'pyarrow'.*"
+                                                             r"PYSPARK_PYTHON"):
+        sources.implementation(sources.IndexSource)
+    with pytest.raises(RuntimeError, match="data source rocketmq-index failed to register: WorkerEnvironmentError"):
+        sources.register(_Recorder())

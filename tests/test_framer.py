@@ -410,12 +410,11 @@ def _scalar_run(buf, start: int, hi: int, limit: int, base: int, check_crc: bool
     (records before ``crc_from`` checked without their CRC: an earlier walk vouched for them)."""
     out, p = [], start
     while p < hi:
-        kind, size, magic, *_ = C.frame_at(buf, p, limit, base, check_crc=check_crc and p >= crc_from,
-                                           check_physical_offset=check_phys)
-        if kind != "message":
+        f = C.frame_at(buf, p, limit, base, check_crc=check_crc and p >= crc_from, check_physical_offset=check_phys)
+        if f.kind != "message":
             break
-        out.append((p, size, magic))
-        p += size
+        out.append((p, f.size, f.magic))
+        p += f.size
     return out
 
 
@@ -440,9 +439,10 @@ def test_compiled_runs_are_frame_at_messages(written_segments, data):
     check_crc, check_phys = data.draw(st.booleans()), data.draw(st.booleans())
     crc_from = data.draw(st.sampled_from([0, len(buf)] + starts) | st.integers(0, len(buf)))
     framer = CompiledFramer(buf, limit, base, check_crc, check_phys, crc_from)
-    positions, sizes, magics = framer.run(start, hi)
+    run = framer.run(start, hi)
     framer.close()
-    assert list(zip(positions.tolist(), sizes.tolist(), magics.tolist())) == \
+    assert isinstance(run, C.FrameRun)
+    assert list(zip(run.positions.tolist(), run.sizes.tolist(), run.magics.tolist())) == \
         _scalar_run(buf, start, hi, limit, base, check_crc, check_phys, crc_from)
     if data.draw(st.booleans()):
         _same(salvage_arrays(buf, name, base, framer=CompiledFramer), list(salvage_buffer(buf, name, base, decode=False)))
@@ -456,8 +456,8 @@ def test_compiled_runs_longer_than_an_output_chunk(written_segments, monkeypatch
     whole = CompiledFramer(buf, len(buf), seg.base_offset, True, True).run(0, len(buf))
     monkeypatch.setattr(CompiledFramer, "_CHUNK", 3)
     chunked = CompiledFramer(buf, len(buf), seg.base_offset, True, True).run(0, len(buf))
-    assert len(whole[0]) > 6 and all((a == b).all() for a, b in zip(whole, chunked))
-    assert chunked[0].tolist() == [p for p, *_ in _scalar_run(buf, 0, len(buf), len(buf), seg.base_offset, True,
+    assert len(whole.positions) > 6 and all((a == b).all() for a, b in zip(whole, chunked))
+    assert chunked.positions.tolist() == [p for p, *_ in _scalar_run(buf, 0, len(buf), len(buf), seg.base_offset, True,
                                                                True, 0)]
 
 
@@ -475,10 +475,10 @@ def test_compiled_frames_each_alone_as_frame_at(written_segments, data):
     sizes, body_lengths = framer.each(np.array(picks, np.int64))
     framer.close()
     for p, size, body_length in zip(picks, sizes.tolist(), body_lengths.tolist()):
-        kind, want, magic, *_ = C.frame_at(buf, p, len(buf), base, check_crc=check_crc,
-                                           check_physical_offset=check_phys) if 0 <= p < len(buf) else ("stop", 0, 0)
-        if kind == "message":
-            lay = L.layout_for(struct.unpack_from(">i", buf, p + L.SYS_FLAG_OFFSET)[0], L.MESSAGE_MAGICS[magic])
-            assert (size, body_length) == (want, struct.unpack_from(">i", buf, p + lay.offsets["body_length"])[0]), p
+        f = C.frame_at(buf, p, len(buf), base, check_crc=check_crc, check_physical_offset=check_phys) \
+            if 0 <= p < len(buf) else C.Framing("stop", 0, 0)
+        if f.kind == "message":
+            lay = L.layout_for(struct.unpack_from(">i", buf, p + L.SYS_FLAG_OFFSET)[0], L.MESSAGE_MAGICS[f.magic])
+            assert (size, body_length) == (f.size, struct.unpack_from(">i", buf, p + lay.offsets["body_length"])[0]), p
         else:
             assert (size, body_length) == (0, -1), p

@@ -450,9 +450,12 @@ def index_files(draw):
     for _ in range(draw(st.integers(0, 4))):
         where = draw(st.sampled_from(["index_count", "slot", "prev", "time_diff", "any"]))
         value = struct.pack(">i", draw(st.one_of(st.sampled_from(_INTERESTING_I32), st.integers(-3, num + 3))))
-        at = {"index_count": 36, "slot": L.INDEX_HEADER_SIZE + 4 * draw(st.integers(0, slots - 1)),
-              "prev": entries_at + 20 * draw(st.integers(0, num - 1)) + 16,
-              "time_diff": entries_at + 20 * draw(st.integers(0, num - 1)) + 12}.get(where)
+        at = {"index_count": L.INDEX_HEADER.offset("index_count"),
+              "slot": L.INDEX_HEADER_SIZE + L.INDEX_SLOT_SIZE * draw(st.integers(0, slots - 1)),
+              "prev": entries_at + L.INDEX_ENTRY_SIZE * draw(st.integers(0, num - 1))
+              + L.INDEX_ENTRY.offset("prev_index"),
+              "time_diff": entries_at + L.INDEX_ENTRY_SIZE * draw(st.integers(0, num - 1))
+              + L.INDEX_ENTRY.offset("time_diff")}.get(where)
         if at is None:
             draw(hostile_edit(raw))
         else:

@@ -270,8 +270,10 @@ def test_rule_4_each_fact_is_checked(tmp_path):
 
     assert infer({}) == (100, 300)
     assert "entry 0 (never written) is not zeros" in infer({base + 3: b"\x01"})
-    assert "does not head its slot's chain" in infer({L.INDEX_HEADER_SIZE + (key_hash % 100) * 4: struct.pack(">i", 7)})
-    assert "prevIndex 40 does not point back" in infer({last + 16: struct.pack(">i", 40)})
+    slot_at = L.INDEX_HEADER_SIZE + (key_hash % 100) * L.INDEX_SLOT_SIZE
+    assert "does not head its slot's chain" in infer({slot_at: struct.pack(">i", 7)})
+    prev_at = last + L.INDEX_ENTRY.offset("prev_index")
+    assert "prevIndex 40 does not point back" in infer({prev_at: struct.pack(">i", 40)})
     assert "negative keyHash" in infer({last: struct.pack(">i", -5)})
     # one of the header's offsets may disagree (the audit's index.header_mismatch); not both
     assert infer({24: struct.pack(">q", 1)}) == (100, 300) == infer({16: struct.pack(">q", 1)})
@@ -303,7 +305,7 @@ def test_a_sparse_files_hole_is_not_read(tmp_path):
     _index_file(path, 20_000, 800_000, 3)  # 16 MB, nearly all unwritten
     with open(path, "rb") as f:
         end = data_end(f.fileno(), path.stat().st_size)
-    assert L.INDEX_HEADER_SIZE + 20_000 * 4 + 4 * 20 <= end <= path.stat().st_size
+    assert L.INDEX_HEADER_SIZE + 20_000 * L.INDEX_SLOT_SIZE + 4 * L.INDEX_ENTRY_SIZE <= end <= path.stat().st_size
     start = time.monotonic()
     with IndexFile(path) as f:
         assert (f.hash_slot_num, f.index_num) == (20_000, 800_000)

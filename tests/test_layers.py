@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "store_format"
@@ -76,3 +79,33 @@ def test_the_write_sides_old_paths_import_the_same_modules():
 
     assert StoreWriter is moved and importlib.import_module("store_format.write.writer").__spec__.name == \
         "store_format.write.writer"
+
+
+def test_the_write_sides_public_names_import_from_the_package():
+    import store_format
+
+    for name, module in store_format._WRITE_NAMES.items():
+        assert getattr(store_format, name) is getattr(importlib.import_module(f"store_format.write.{module}"), name)
+    from store_format import StoreWriter, generate_store  # the form users write
+    from store_format.write.generate import generate_store as moved
+
+    assert StoreWriter.__module__ == "store_format.write.writer" and generate_store is moved
+    assert set(store_format._WRITE_NAMES) <= set(dir(store_format))
+    try:
+        store_format.NoSuchName
+    except AttributeError as e:
+        assert "NoSuchName" in str(e)
+    else:
+        raise AssertionError("an unknown name must raise AttributeError")
+
+
+def test_reading_loads_no_write_module():
+    """At run time too: every read-side module imported (the package's re-exports untouched), nothing of the
+    write side is loaded."""
+    read = sorted(m for m in _graph() if not m.startswith("store_format.write") and m != "store_format.__main__")
+    code = ("import importlib, sys\n"
+            f"for m in {read!r}: importlib.import_module(m)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('store_format.write')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)}, check=True).stdout
+    assert out.strip() == "[]"

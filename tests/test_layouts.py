@@ -5,6 +5,7 @@ from stores RocketMQ 4.9.7 wrote, against what RocketMQ itself reported (the fix
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -32,6 +33,53 @@ def test_every_offset_and_width_is_the_references(layout):
     assert tuple((layout.offset(m.name), m.width) for m in layout.members) == REFERENCE[layout.title]
     assert struct.calcsize(layout.struct) == layout.width and layout.dtype().itemsize == (layout.size or layout.width)
     assert list(layout.dtype().names) == [m.name for m in layout.members]
+
+
+STORE_FORMAT_MD = FIXTURES.parent.parent / "docs" / "store-format.md"
+
+
+def _reference_tables(text: str) -> dict[str, tuple]:
+    """The (offset, width) rows of store-format.md's tables for these structures, read from the document itself:
+    §6.2's and §7.2's "| Offset | Size |", §7.3's "| Entry offset | Size |" and the slot table's "hashSlotNum*4",
+    §8.1's offsets (every checkpoint value a long)."""
+    sections = dict(re.findall(r"^### ([0-9.]+) [^\n]*\n(.*?)(?=^##)", text, re.M | re.S))
+
+    def rows(body: str, first_header: str) -> tuple:
+        table = body[body.index(f"| {first_header} |"):]
+        cells = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:]
+                 if line.startswith("|")]
+        return tuple((int(c[0]), int(c[1].split()[0])) for c in cells)
+
+    slot = re.search(r"`(\d+) \+ hashSlotNum\*(\d+) \+ i\*(\d+)`", sections["7.3"])
+    checkpoint = re.findall(r"^\| (\d+) \| \w+ \(long", sections["8.1"], re.M)
+    return {
+        "ConsumeQueue unit": rows(sections["6.2"], "Offset"),
+        "IndexFile header": rows(sections["7.2"], "Offset"),
+        "IndexFile hash slot": ((0, int(slot.group(2))),),
+        "IndexFile entry": rows(sections["7.3"], "Entry offset"),
+        "checkpoint": tuple((int(o), 8) for o in checkpoint),
+        "sizes": {"IndexFile header": int(slot.group(1)), "IndexFile entry": int(slot.group(3))},
+    }
+
+
+@pytest.mark.skipif(not STORE_FORMAT_MD.is_file(), reason="no shared/docs/store-format.md beside the fixtures")
+def test_every_offset_and_width_is_the_documents():
+    """The copy above against the document it was copied from, and the declarations' sizes against its text."""
+    doc = _reference_tables(STORE_FORMAT_MD.read_text(encoding="utf-8"))
+    assert {k: v for k, v in doc.items() if k != "sizes"} == REFERENCE
+    by_title = {f.title: f for f in L.FIXED_LAYOUTS}
+    assert {title: by_title[title].width for title in doc["sizes"]} == doc["sizes"]
+
+
+def test_one_member_reads_and_patches_through_the_declaration():
+    raw = bytearray(struct.pack(L.INDEX_ENTRY_STRUCT, 7, 1 << 40, 3, 2))
+    assert [L.INDEX_ENTRY.read(raw, m.name) for m in L.INDEX_ENTRY.members] == [7, 1 << 40, 3, 2]
+    at = L.INDEX_ENTRY.offset("time_diff")
+    raw[at:L.INDEX_ENTRY.end("time_diff")] = L.INDEX_ENTRY.pack("time_diff", -5)
+    assert struct.unpack(L.INDEX_ENTRY_STRUCT, raw) == (7, 1 << 40, -5, 2)
+    assert L.INDEX_ENTRY.read(bytes(3) + raw, "physical_offset", at=3) == 1 << 40
+    assert L.CHECKPOINT.head_struct(L.CHECKPOINT_MIN_MEMBERS) == ">qqq" and L.CHECKPOINT_MIN_SIZE == 24
+    assert L.INDEX_SLOT.numpy_type("index") == np.dtype(">i4")
 
 
 def test_the_names_readers_use_are_derived():

@@ -43,3 +43,50 @@ def test_output_schemas_md_is_what_the_generator_produces(generator, spark):
     assert "| `finding_id` | `string` |" in generated and "| `lag_ms` | `bigint` |" in generated
     checked_in = (REPO / "docs" / "output-schemas.md").read_text(encoding="utf-8")
     assert checked_in == generated, "docs/output-schemas.md is out of date: run `make docs`"
+
+
+def test_every_documented_column_is_described_where_its_schema_is_declared(generator):
+    from udfs.columns import description
+
+    fields = generator.declared()
+    assert {"findings", "metrics", "lag", "resend", "decode", "extract", "trend"} <= set(fields)
+    undescribed = sorted(f"{t}.{n}" for t, cols in fields.items() for n, f in cols.items() if not description(f))
+    assert not undescribed
+    assert description(fields["lag"]["broker"]) == description(fields["decode"]["broker"])  # one shared text
+    assert "TOTALSIZE" in description(fields["decode"]["store_size"])
+
+
+def test_a_column_without_a_description_is_refused():
+    import pyarrow as pa
+
+    from udfs.columns import column
+
+    with pytest.raises(KeyError, match="'no_such_column'"):
+        column("no_such_column", pa.int64())
+    assert column("topic", pa.string(), "the real topic").metadata == {b"description": b"the real topic"}
+
+
+def test_descriptions_reach_no_output(generator, tmp_path):
+    """Parquet files written through jobs.output.write_parquet_file are the bytes an undescribed schema gives (the
+    descriptions would otherwise be in the file's Arrow schema), and Spark's schema of a described Arrow schema is
+    the undescribed one's: the sources' schemas and everything Spark writes are unchanged."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from jobs.output import write_parquet_file
+    from udfs.columns import plain
+
+    for table, cols in generator.declared().items():
+        described = pa.schema(list(cols.values()))
+        bare = pa.schema([f.remove_metadata() for f in described])
+        rows = described.empty_table()
+        write_parquet_file(rows, str(tmp_path / "described.parquet"))
+        pq.write_table(rows.cast(bare), str(tmp_path / "bare.parquet"))
+        pq.write_table(rows, str(tmp_path / "unstripped.parquet"))
+        written = (tmp_path / "described.parquet").read_bytes()
+        assert written == (tmp_path / "bare.parquet").read_bytes(), table
+        assert written != (tmp_path / "unstripped.parquet").read_bytes(), table  # what plain() prevents
+        assert plain(rows).schema.equals(bare, check_metadata=True), table
+        assert from_arrow_schema(described) == from_arrow_schema(bare), table
+        assert all(f.metadata == {} for f in from_arrow_schema(described)), table

@@ -148,7 +148,6 @@ def _set_unit(root: Path, topic: str, queue_id: int, queue_offset: int, physical
 
 
 _ENTRY = struct.Struct(L.INDEX_ENTRY_STRUCT)
-_HEADER_AT = {name: at for name, at, _ in L.INDEX_HEADER_FIELDS}
 
 
 def _entry_at(slots: int, entry: int) -> int:
@@ -164,10 +163,9 @@ def _set_entry(path: Path, slots: int, entry: int, **fields) -> None:
 
 
 def _bump_header(path: Path, name: str, by: int) -> None:
-    at = _HEADER_AT[name]
     with ReadOnlyMap(path) as m:
-        value = struct.unpack_from(">i", m.buf, at)[0]
-    _patch(path, at, struct.pack(">i", value + by))
+        value = L.INDEX_HEADER.read(m.buf, name)
+    _patch(path, L.INDEX_HEADER.offset(name), L.INDEX_HEADER.pack(name, value + by))
 
 
 # small files everywhere (the defaults are sparse 1 GiB segments and 400 MiB index files)

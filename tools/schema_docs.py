@@ -8,9 +8,11 @@
 The schemas are not written by hand: the audit runs (local Spark, UI off) on a small store the project's
 writer generates in a temp dir, and its Parquet outputs, ``summary.json`` and metric names are read back;
 the decode and extract columns come from ``jobs.decode.messages`` and ``jobs.extract.OUTPUT_COLUMNS``, the
-trend table from ``jobs.trend.TREND_COLUMNS``.  Only the meaning of each column is written here
-(``MEANINGS``); a column, metric or summary key without one is an error, so the document cannot fall behind
-the code.
+trend table from ``jobs.trend.TREND_SCHEMA``.  What each column means is not written here either: it is the
+description in the field's metadata where the table's schema is declared (udfs/columns.py; ``declared`` lists
+where), read with its type, which must be the type written.  Only the meanings of metric names and
+summary.json keys, which are no schema's columns, are written here (``METRICS``, ``SUMMARY``).  A column,
+metric or summary key without a meaning is an error, so the document cannot fall behind the code.
 
 Finding kinds (``finding_kinds``) are the audit's registry of checks (jobs/audit/findings.py ``CHECKS``, which
 each family of jobs/audit/checks/ fills with the checks it declares); tests/test_schema_docs.py checks that
@@ -42,131 +44,47 @@ def finding_kinds() -> set[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What each column means (the only hand-written part)
+# What each column means: the descriptions in the declared schemas' field metadata (udfs/columns.py)
 
-COMMON = {
-    "broker": "the broker the row belongs to: `--store NAME=PATH`'s NAME, else brokerName from the dump's "
-              "broker.properties, else the store root's folder (`.../<broker>/store` -> `<broker>`; jobs/stores.py)",
-    "run_id": "the audit run: `<UTC time>-<8 hex digits>`, one per `jobs.audit` run",
-    "run_time": "when the audit run started (UTC, second precision)",
-    "topic": "topic name", "queue_id": "queue id within the topic",
-    "queue_offset": "position in the consume queue (the message's QUEUEOFFSET)",
-    "physical_offset": "byte offset in the broker's whole commitlog (segment base offset + file position)",
-    "segment": "commitlog segment file name (its 20-digit base offset)",
-    "file_position": "byte position inside the file (`segment` or `file`)",
-    "group": "consumer group", "uniq_key": "the message's UNIQ_KEY property (the client-side message id)",
-    "min_offset": "first queue offset the consume queue holds a unit for",
-    "max_offset": "one past the last unit's queue offset (the broker's getMaxOffsetInQueue)",
-    "store_timestamp": "STORETIMESTAMP, ms since the epoch (the broker's clock)",
-}
-MEANINGS = {
-    "findings": {
-        "finding_id": "stable id: a hash of the check and where it is (broker, file, positions, topic/queue/offset, "
-                      "key), the same in every run for the same damage",
-        "check": "`family.kind`, see the user guide for every kind", "severity": "`error`, `warning` or `info`",
-        "file": "the file the finding is about: a segment name, `abort`, `index/<name>`, "
-                "`config/<name>.json`, a consume-queue file name",
-        "queue_offset": "the queue offset the finding is about (the first of a range for range findings)",
-        "message": "one sentence saying what is wrong and where (plain text; message content is not quoted)",
-        "details": "check-specific facts (`reason`, `excerpt_hex`, `count`, `uniq_key`, `key`, `lag`...) as strings",
-    },
-    "metrics": {
-        "scope": "what a row measures: `broker`, `queue`, `group` (per group and topic) or `level` (delay level)",
-        "metric": "the metric's name (listed below)", "value": "its value (a double)",
-        "topic": "topic (null for broker-scope metrics)", "queue_id": "queue id (queue- and level-scope metrics)",
-        "group": "consumer group (group-scope metrics)",
-    },
-    "segments": {
-        "base_offset": "the segment's first physical offset (its name as a number)",
-        "file_length": "the file's length in bytes", "messages": "messages the salvage walk framed in it",
-        "message_bytes": "bytes of those messages", "stale_records": "well-formed records after the segment's first "
-        "stop, which the broker's walk never reaches", "corrupt_bytes": "bytes no walk could frame",
-        "first_stop": "file position of the first stop (damage or the zero-filled end of data)",
-        "stop_reason": "why the walk stopped there: END_OF_DATA (normal) or a damage kind (BAD_CRC, ...)",
-        "blank_at": "file position of the end-of-file blank record, if any",
-    },
-    "queues": {"entries": "units in the consume queue files"},
-    "lag": {
-        "offset": "the group's committed offset (consumerOffset.json)",
-        "lag": "messages not consumed yet: max_offset - offset (never negative)",
-        "first_unconsumed_store_time": "store time of the first message not consumed (ms)",
-        "lag_ms": "dump time (as-of) - store time of the first unconsumed message",
-        "retry": "true for a `%RETRY%group` topic", "source": "the file the offset came from (the `.bak` when the "
-                                                             "main file was unreadable)",
-    },
-    "transactions": {
-        "style": "`half` (broker-style: RMQ_SYS_TRANS_HALF_TOPIC + op messages) or `prepared_record` (a raw "
-                 "PREPARED record resolved by a COMMIT/ROLLBACK record)",
-        "uniq_key": "the transaction's UNIQ_KEY (all re-put copies of a half share it)",
-        "topic": "the real topic the transaction is for", "queue_id": "the real queue id",
-        "producer_group": "PGROUP: the producer group the broker checks back with",
-        "physical_offset": "the (last copy of the) half message",
-        "half_queue_offset": "its queue offset in RMQ_SYS_TRANS_HALF_TOPIC",
-        "first_store_time": "store time of the first half copy (ms)", "copies": "half copies (check re-puts)",
-        "check_times": "TRANSACTION_CHECK_TIMES: how often the broker asked the producer",
-        "resolved_time": "store time of the op message that marked it done (ms)",
-        "commit_physical_offset": "the COMMIT record's physical offset", "state": "`committed`, `rolled_back`, "
-        "`committed_without_op` or `open`", "age_ms": "open transactions: dump time - first_store_time",
-    },
-    "delays": {
-        "level": "delay level (1-based; SCHEDULE_TOPIC_XXXX queue `level - 1`)",
-        "queue_id": "the SCHEDULE_TOPIC_XXXX queue", "delivered_offset": "delayOffset.json: the next offset to "
-        "deliver", "pending": "messages at or past delivered_offset", "overdue": "pending, due before the dump "
-        "time, and not delivered to their real topic", "next_deliver_time": "the earliest pending deliver time (ms)",
-    },
-    "retries": {
-        "group": "the consumer group that sent the message back", "stage": "`scheduled` (SCHEDULE_TOPIC_XXXX copy "
-        "waiting for the retry delay), `retry` (%RETRY%group) or `dlq` (%DLQ%group)",
-        "topic": "the topic this copy is stored in", "reconsume_times": "RECONSUMETIMES of this copy",
-        "origin_message_id": "ORIGIN_MESSAGE_ID: the offset msg id of the first stored copy",
-        "original_topic": "the topic the message was first sent to (RETRY_TOPIC, else the original's topic)",
-        "origin_physical_offset": "the original's physical offset when it is in the dump",
-        "origin_uniq_key": "the original's UNIQ_KEY",
-    },
-    "dlq": {
-        "group": "the consumer group whose dead letters these are", "messages": "dead letters in %DLQ%group",
-        "oldest_store_time": "oldest dead letter's store time (ms)", "newest_store_time": "newest one's (ms)",
-        "original_topics": "the topics they were first sent to", "max_reconsume_times": "highest RECONSUMETIMES",
-    },
-    "resend": {
-        "state": "`damaged` (damage destroyed it; named from its header), `dropped` (well-formed, past the cut: "
-                 "recovery drops it) or `unindexed` (kept, but in no consume queue: consumers never receive it)",
-        "keys": "its KEYS (empty where a damaged record's properties are unreadable)",
-        "damage": "damaged: why the walk refused it (BAD_CRC, SIZE_MISMATCH...)",
-    },
-    "messages": {  # decode, extract (the canonical message columns: README "Canonical message fields")
-        "beyond_first_stop": "found by the salvage walk past the point where the broker's recovery walk stops",
-        "store_size": "TOTALSIZE: the record's length in bytes", "magic_version": "1 or 2 (MAGICCODE; V2 has a "
-        "2-byte topic length)", "body_crc": "BODYCRC as stored", "flag": "FLAG (the producer's int flag)",
-        "sys_flag": "SYSFLAG: compression, transaction type, IPv6 host bits", "born_timestamp": "BORNTIMESTAMP "
-        "(ms, the producer's clock)", "born_host": "BORNHOST `ip:port`", "store_host": "STOREHOSTADDRESS `ip:port`",
-        "reconsume_times": "RECONSUMETIMES", "prepared_transaction_offset": "PreparedTransactionOffset",
-        "body": "BODY bytes as stored (compressed if sys_flag says so)", "properties": "PROPERTIES parsed to a map",
-        "properties_raw": "PROPERTIES as stored (`name\\u0001value\\u0002...`)", "msg_id": "offsetMsgId: store "
-        "host + physical offset, 32 hex digits", "keys": "KEYS split on spaces", "tags": "TAGS",
-        "tags_code": "the tag's hash code as dispatched to the consume queue (deliver time for delayed messages)",
-        "tran_type": "NOT, PREPARED, COMMIT or ROLLBACK (from sys_flag)", "compression": "NONE, ZLIB, LZ4 or ZSTD",
-        "body_crc_ok": "the stored BODYCRC matches the body", "producer_ip": "producer IP from the UNIQ_KEY",
-        "producer_pid": "producer process id from the UNIQ_KEY", "producer_time": "the UNIQ_KEY's time (ms)",
-        "delay_level": "DELAY property", "real_topic": "REAL_TOPIC (delayed and half messages)",
-        "real_queue_id": "REAL_QID", "retry_topic": "RETRY_TOPIC (send-back copies)",
-        "origin_message_id": "ORIGIN_MESSAGE_ID (send-back copies)", "size_ok": "TOTALSIZE matches the fields",
-        "error": "why the record did not decode (null when it did)", "error_field": "the field that failed",
-        "decompressed_body": "the body decompressed (--decompress / --body decompressed)",
-        "decompress_error": "why decompression failed", "stored_compression": "extract --body decompressed: the "
-        "compression the body was stored with", "consumer": "extract --consumers: the simulated consumer the "
-        "queue is allocated to",
-    },
-    "trend": {
-        "flag": "`growing_lag`, `growing_dlq`, `transaction_backlog` or `new_damage`",
-        "previous_run_id": "the run compared with", "previous_run_time": "its run time", "scope": "metric flags: "
-        "the metric's scope", "group": "metric flags: consumer group", "metric": "metric flags: the metric that "
-        "rose", "previous_value": "its value in the previous run (0 when the key was new)", "value": "its value now",
-        "change": "value - previous_value", "finding_id": "new_damage: the new finding's stable id",
-        "check": "new_damage: the integrity check", "severity": "new_damage: its severity", "file": "new_damage: "
-        "the file", "message": "new_damage: the finding's message",
-    },
-}
+
+def declared() -> dict[str, dict]:
+    """Each documented table's declared fields by name, from where its schema is declared."""
+    from datasources.commitlog import arrow_schema
+    from jobs import extract, trend
+    from jobs.audit import findings as FD
+    from jobs.audit import resend
+    from jobs.audit.checks import delays, integrity, lag, retries, transactions
+    from jobs.audit.context import QUEUE_BOUNDS
+
+    messages = list(arrow_schema("decoded", decompress=True))  # decode's columns: the source's decoded rows
+    tables = {"findings": FD.FINDINGS_FILE_SCHEMA, "metrics": list(FD.STAMPS) + list(FD.METRIC_SCHEMA),
+              "segments": integrity.SEGMENTS, "queues": QUEUE_BOUNDS, "lag": lag.LAG,
+              "transactions": transactions.TRANSACTIONS, "delays": delays.DELAYS, "retries": retries.RETRIES,
+              "dlq": retries.DLQ, "resend": resend.SCHEMA, "decode": messages,
+              "extract": messages + list(extract.ADDED_COLUMNS), "trend": trend.TREND_SCHEMA}
+    return {table: {f.name: f for f in fields} for table, fields in tables.items()}
+
+
+def meaning(fields: dict, table: str, column: str, typ: str) -> str:
+    """The description of ``column`` as ``table`` declares it; an error when the output has a column its declared
+    schema lacks, declares with another type, or leaves undescribed."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    from udfs.columns import description
+
+    field = fields[table].get(column)
+    if field is None:
+        raise KeyError(f"{table} writes the column {column!r}, which its declared schema lacks")
+    declared_type = from_arrow_type(field.type).simpleString()
+    if declared_type != typ:
+        raise KeyError(f"{table}.{column} is declared {declared_type} and written as {typ}")
+    text = description(field)
+    if not text:
+        raise KeyError(f"{table}.{column} has no description: give it one where its schema is declared "
+                       "(udfs.columns.column)")
+    return text
+
+
 METRICS = {
     "message_count": "messages (broker, queue)", "message_bytes": "bytes of messages (broker, queue)",
     "corrupt_bytes": "bytes no walk could frame (broker)", "segments": "commitlog segments (broker)",
@@ -239,13 +157,6 @@ SUMMARY = {
 }
 
 
-def meaning(table: str, column: str) -> str:
-    got = MEANINGS.get(table, {}).get(column) or COMMON.get(column)
-    if got is None:
-        raise KeyError(f"no meaning written for column {column!r} of {table!r}: add it to tools/schema_docs.py")
-    return got
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Running the code to get the schemas
 
@@ -270,9 +181,12 @@ def collect(spark) -> dict:
         from jobs.stores import resolve_stores
 
         messages = decode.messages(spark, resolve_stores([str(store)]), decompress=True).schema
+    from pyspark.sql.pandas.types import from_arrow_type
+
     by_name = {f.name: f.dataType.simpleString() for f in messages}
-    extract_cols = [*extract.OUTPUT_COLUMNS, "stored_compression", "consumer"]
-    extract_types = {**by_name, "stored_compression": "string", "consumer": "string"}
+    added = {f.name: from_arrow_type(f.type).simpleString() for f in extract.ADDED_COLUMNS}
+    extract_types = {**by_name, **added}
+    extract_cols = [*extract.OUTPUT_COLUMNS, *added]
 
     def columns(schema):
         return [(f.name, f.dataType.simpleString()) for f in schema]
@@ -280,7 +194,7 @@ def collect(spark) -> dict:
     return {"tables": {k: columns(v) for k, v in tables.items()}, "metric_names": metric_names,
             "summary_keys": summary_keys(summary), "decode": columns(messages),
             "extract": [(c, extract_types[c]) for c in extract_cols],
-            "trend": columns(spark.createDataFrame([], trend.TREND_COLUMNS).schema)}
+            "trend": columns(spark.createDataFrame([], trend.trend_columns()).schema)}
 
 
 def summary_keys(value, path: str = "") -> list[str]:
@@ -307,9 +221,10 @@ def summary_keys(value, path: str = "") -> list[str]:
 HEADER = """# Output schemas
 
 Generated by `make docs` (`tools/schema_docs.py`): the column names and types come from running the audit
-on a small generated store and from the jobs' own column lists; do not edit by hand (a test fails when this
-file and the code disagree).  What each finding kind means and what to do about it is in
-[user-guide.md](user-guide.md); every job's options are in [jobs.md](jobs.md).
+on a small generated store and from the jobs' own column lists, each column's meaning from the description
+its schema declares with it; do not edit by hand (a test fails when this file and the code disagree).  What
+each finding kind means and what to do about it is in [user-guide.md](user-guide.md); every job's options are
+in [jobs.md](jobs.md).
 
 Types are Spark SQL types (`bigint` = 64-bit, `int` = 32-bit); timestamps in `*_time`/`*_timestamp` columns
 of `bigint` type are milliseconds since the epoch, as RocketMQ stores them.  Tables are Parquet folders
@@ -331,20 +246,20 @@ AUDIT_TABLES = (
 )
 
 
-def _table(table_key: str, columns: list[tuple[str, str]]) -> str:
-    rows = [f"| `{name}` | `{typ}` | {meaning(table_key, name)} |" for name, typ in columns]
+def _table(fields: dict, table_key: str, columns: list[tuple[str, str]]) -> str:
+    rows = [f"| `{name}` | `{typ}` | {meaning(fields, table_key, name, typ)} |" for name, typ in columns]
     return "| column | type | meaning |\n|---|---|---|\n" + "\n".join(rows) + "\n"
 
 
 def render(schemas: dict) -> str:
-    tables = schemas["tables"]
+    tables, fields = schemas["tables"], declared()
     known = {name for name, _ in AUDIT_TABLES}
     if set(tables) != known:
         raise KeyError(f"the audit writes tables {sorted(tables)}, documented are {sorted(known)}: update "
                        "AUDIT_TABLES in tools/schema_docs.py")
     parts = [HEADER, "## jobs.audit\n"]
     for name, where in AUDIT_TABLES:
-        parts.append(f"### {name}\n\n{where}.\n\n{_table(name, tables[name])}")
+        parts.append(f"### {name}\n\n{where}.\n\n{_table(fields, name, tables[name])}")
     missing = [m for m in schemas["metric_names"] if m not in METRICS]
     if missing:
         raise KeyError(f"metrics without a meaning: {missing}: add them to METRICS in tools/schema_docs.py")
@@ -357,19 +272,19 @@ def render(schemas: dict) -> str:
     parts.append("### summary.json\n\n| key | meaning |\n|---|---|\n"
                  + "\n".join(f"| `{k}` | {SUMMARY[k]} |" for k in SUMMARY) + "\n")
     parts.append("## jobs.decode\n\n`OUT/`: one row per stored message (`--decompress` adds the last two "
-                 "columns).\n\n" + _table("messages", schemas["decode"]))
+                 "columns).\n\n" + _table(fields, "decode", schemas["decode"]))
     parts.append("## jobs.extract\n\n`OUT/`: the selected messages, these columns in this order (`stored_compression` "
                  "only with `--body decompressed`, `consumer` only with `--consumers`/`--consumer-ids`); types as in "
                  "decode.  `OUT/_manifest.json` records `job`, `stores`, `source_geometry`, `selection`, `output` "
                  "(path, format, row order), `notes`, `counts` (`selected`, `written`, `rejected`, "
                  "`rejected_by_reason`, `reconciled`: selected = written + rejected), `rejected_examples`, "
                  "`by_topic`, and with `--not-consumed-by` / `--consumers` the consumption report and the "
-                 "allocation.\n\n" + _table("messages", schemas["extract"]))
+                 "allocation.\n\n" + _table(fields, "extract", schemas["extract"]))
     parts.append("## jobs.query\n\nJSON Lines on stdout: `{\"kind\": \"message\", \"broker\": ..., "
                  "<the decode columns from `physical_offset` to `file_position`>}` per match (`body` base64), and "
                  "with `--explain` `{\"kind\": \"explain\", \"broker\", \"reason\", \"physical_offset\", "
                  "\"detail\"}` lines saying why a message is missing (reasons in jobs.md).\n")
-    parts.append("## jobs.trend\n\n`--out`: one row per flag.\n\n" + _table("trend", schemas["trend"]))
+    parts.append("## jobs.trend\n\n`--out`: one row per flag.\n\n" + _table(fields, "trend", schemas["trend"]))
     return "\n".join(parts)
 
 

@@ -1155,8 +1155,8 @@ def uniq_keys(data, off, idx, born_ts, nibble, min_ms, max_ms):
 # Index files: the chains and the entries' summary, straight from the file's bytes (big-endian)
 
 #: ``geo`` of the index kernels: where the slots and entries start, the entry's width and its fields' offsets
-(GEO_SLOTS_AT, GEO_ENTRIES_AT, GEO_ENTRY_SIZE, GEO_KEY_HASH, GEO_PHYSICAL_OFFSET, GEO_TIME_DIFF, GEO_PREV_INDEX) = \
-    range(7)
+(GEO_SLOTS_AT, GEO_ENTRIES_AT, GEO_ENTRY_SIZE, GEO_KEY_HASH, GEO_PHYSICAL_OFFSET, GEO_TIME_DIFF, GEO_PREV_INDEX,
+ GEO_SLOT_SIZE) = range(8)
 #: bits of index_chain_bits, in datasources.indexfile.CHAIN_PROBLEMS order; CHAIN_REACHED is internal
 CHAIN_PREV_OUT_OF_RANGE, CHAIN_PREV_NOT_OLDER, CHAIN_PREV_OTHER_SLOT, CHAIN_NEGATIVE_TIME_DIFF, CHAIN_UNREACHABLE, \
     CHAIN_REACHED = 1, 2, 4, 8, 16, 128
@@ -1169,9 +1169,9 @@ def index_chain_bits(buf, geo, hash_slot_num, count):
     stopping at 0, out of range, itself, or after an entry whose time diff is negative."""
     bits = np.zeros(count, np.uint8)
     slots_at, at0, size = geo[GEO_SLOTS_AT], geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE]
-    kh_at, td_at, prev_at = geo[GEO_KEY_HASH], geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX]
+    kh_at, td_at, prev_at, slot_size = geo[GEO_KEY_HASH], geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX], geo[GEO_SLOT_SIZE]
     for s in range(hash_slot_num):
-        e = _i32(buf, slots_at + 4 * s)
+        e = _i32(buf, slots_at + slot_size * s)
         if 0 < e < count:
             bits[e] = CHAIN_REACHED
     # Chains run from newer entries to older ones, so one pass from the newest entry down marks them without

@@ -31,32 +31,65 @@ import numpy as np
 import pyarrow as pa
 
 from store_format import layout as L
+from store_format.commitlog import FrameRun
 from store_format.compression import DEFAULT_MAX_DECOMPRESSED, decompress
 from store_format.errors import StoreFormatError
 from store_format.ids import parse_uniq_key
 from store_format.message import DERIVED_FIELDS, STORED_FIELDS
 
+from .columns import column
+
 # ---------------------------------------------------------------------------------------------------------
 # Output schema
 
-_FIELD_TYPES: dict[str, pa.DataType] = {
-    "physical_offset": pa.int64(), "store_size": pa.int32(), "magic_version": pa.int32(), "body_crc": pa.int32(),
-    "queue_id": pa.int32(), "flag": pa.int32(), "queue_offset": pa.int64(), "sys_flag": pa.int32(),
-    "born_timestamp": pa.int64(), "born_host": pa.string(), "store_timestamp": pa.int64(),
-    "store_host": pa.string(), "reconsume_times": pa.int32(), "prepared_transaction_offset": pa.int64(),
-    "body": pa.binary(), "topic": pa.string(), "properties": pa.map_(pa.string(), pa.string()),
-    "properties_raw": pa.string(),
-    "msg_id": pa.string(), "uniq_key": pa.string(), "keys": pa.list_(pa.string()), "tags": pa.string(),
-    "tags_code": pa.int64(), "tran_type": pa.string(), "compression": pa.string(), "body_crc_ok": pa.bool_(),
+_FIELDS: dict[str, pa.Field] = {f.name: f for f in (  # every column a decode can produce, described
+    column("physical_offset", pa.int64()),
+    column("store_size", pa.int32()),
+    column("magic_version", pa.int32(), "1 or 2 (MAGICCODE; V2 has a 2-byte topic length)"),
+    column("body_crc", pa.int32(), "BODYCRC as stored"),
+    column("queue_id", pa.int32()),
+    column("flag", pa.int32(), "FLAG (the producer's int flag)"),
+    column("queue_offset", pa.int64()),
+    column("sys_flag", pa.int32(), "SYSFLAG: compression, transaction type, IPv6 host bits"),
+    column("born_timestamp", pa.int64(), "BORNTIMESTAMP (ms, the producer's clock)"),
+    column("born_host", pa.string(), "BORNHOST `ip:port`"),
+    column("store_timestamp", pa.int64()),
+    column("store_host", pa.string(), "STOREHOSTADDRESS `ip:port`"),
+    column("reconsume_times", pa.int32(), "RECONSUMETIMES"),
+    column("prepared_transaction_offset", pa.int64(), "PreparedTransactionOffset"),
+    column("body", pa.binary(), "BODY bytes as stored (compressed if sys_flag says so)"),
+    column("topic", pa.string()),
+    column("properties", pa.map_(pa.string(), pa.string()), "PROPERTIES parsed to a map"),
+    column("properties_raw", pa.string(), "PROPERTIES as stored (`name\\u0001value\\u0002...`)"),
+    column("msg_id", pa.string(), "offsetMsgId: store host + physical offset, 32 hex digits"),
+    column("uniq_key", pa.string()),
+    column("keys", pa.list_(pa.string()), "KEYS split on spaces"),
+    column("tags", pa.string(), "TAGS"),
+    column("tags_code", pa.int64(), "the tag's hash code as dispatched to the consume queue (deliver time for "
+                                    "delayed messages)"),
+    column("tran_type", pa.string(), "NOT, PREPARED, COMMIT or ROLLBACK (from sys_flag)"),
+    column("compression", pa.string(), "NONE, ZLIB, LZ4 or ZSTD"),
+    column("body_crc_ok", pa.bool_(), "the stored BODYCRC matches the body"),
     # derived here only
-    "producer_ip": pa.string(), "producer_pid": pa.int32(), "producer_time": pa.int64(),
-    "delay_level": pa.int32(), "real_topic": pa.string(), "real_queue_id": pa.int32(),
-    "retry_topic": pa.string(), "origin_message_id": pa.string(), "size_ok": pa.bool_(),
+    column("producer_ip", pa.string(), "producer IP from the UNIQ_KEY"),
+    column("producer_pid", pa.int32(), "producer process id from the UNIQ_KEY"),
+    column("producer_time", pa.int64(), "the UNIQ_KEY's time (ms)"),
+    column("delay_level", pa.int32(), "DELAY property"),
+    column("real_topic", pa.string(), "REAL_TOPIC (delayed and half messages)"),
+    column("real_queue_id", pa.int32(), "REAL_QID"),
+    column("retry_topic", pa.string(), "RETRY_TOPIC (send-back copies)"),
+    column("origin_message_id", pa.string(), "ORIGIN_MESSAGE_ID (send-back copies)"),
+    column("size_ok", pa.bool_(), "TOTALSIZE matches the fields"),
     # opt-in
-    "decompressed_body": pa.binary(), "decompress_error": pa.string(),
+    column("decompressed_body", pa.binary(), "the body decompressed (--decompress / --body decompressed)"),
+    column("decompress_error", pa.string(), "why decompression failed"),
     # status
-    "error": pa.string(), "error_field": pa.string(), "invalid_utf8": pa.string(),
-}
+    column("error", pa.string(), "why the record did not decode (null when it did)"),
+    column("error_field", pa.string(), "the field that failed"),
+    column("invalid_utf8", pa.string(), "which text fields held malformed UTF-8 (`topic`, `properties` or both, "
+                                        "comma-separated; null when none)"),
+)}
+_FIELD_TYPES = {name: f.type for name, f in _FIELDS.items()}
 EXTRA_DERIVED = ("producer_ip", "producer_pid", "producer_time", "delay_level", "real_topic", "real_queue_id",
                  "retry_topic", "origin_message_id", "size_ok")
 DECOMPRESS_COLUMNS = ("decompressed_body", "decompress_error")
@@ -89,7 +122,7 @@ _NEEDS_TEXT = ("body", "topic", "properties_raw", "tags_code") + _PROPERTY_COLUM
 
 def message_schema(columns: Iterable[str] | None = None, decompress: bool = False) -> pa.Schema:
     """The Arrow schema of :func:`decode_frames` output for ``columns`` (default :data:`DEFAULT_COLUMNS`)."""
-    return pa.schema([pa.field(c, _FIELD_TYPES[c]) for c in resolve_columns(columns, decompress)])
+    return pa.schema([_FIELDS[c] for c in resolve_columns(columns, decompress)])
 
 
 def resolve_columns(columns: Iterable[str] | None = None, decompress: bool = False) -> tuple[str, ...]:
@@ -449,7 +482,7 @@ class CompiledFramer:
         """Drop the view of the buffer (an mmap cannot close while it lives)."""
         self.data = None
 
-    def run(self, start: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def run(self, start: int, hi: int) -> FrameRun:
         if start < 0:
             raise ValueError(f"a run cannot start at {start}")
         C = _compiled()
@@ -465,8 +498,8 @@ class CompiledFramer:
                 break
             start = int(positions[-1] + sizes[-1])  # full: the run may go on
         if len(pieces) == 1:
-            return tuple(a.copy() if len(a) < cap else a for a in pieces[0])  # not the rest of the buffers
-        return tuple(np.concatenate(col) for col in zip(*pieces))
+            return FrameRun(*(a.copy() if len(a) < cap else a for a in pieces[0]))  # not the rest of the buffers
+        return FrameRun(*(np.concatenate(col) for col in zip(*pieces)))
 
     def each(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The record at each of ``starts`` alone, as :meth:`run` would take it: (TOTALSIZE, BODYLENGTH) where it

@@ -11,11 +11,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_format import layout as L
+from udfs.columns import column
 
 from .inputs import StoreInput
 from .plan import BrokerPlan
 from .tasks import Outputs
 
+#: per consume queue (AuditContext.queue_bounds; the audit's ``queues`` table)
+QUEUE_BOUNDS = pa.schema([column("broker", pa.string()), column("topic", pa.string()), column("queue_id", pa.int32()),
+                          column("min_offset", pa.int64()), column("max_offset", pa.int64()),
+                          column("entries", pa.int64(), "units in the consume queue files")])
 
 
 @dataclass
@@ -146,17 +151,14 @@ class AuditContext:
 
         t = self.survey_partial("survey.cq_files", CQ_FILES)
         t = t.filter(pc.greater(t.column("entries"), 0))
-        empty = pa.table({"broker": pa.array([], pa.string()), "topic": pa.array([], pa.string()),
-                          "queue_id": pa.array([], pa.int32()), "min_offset": pa.array([], pa.int64()),
-                          "max_offset": pa.array([], pa.int64()), "entries": pa.array([], pa.int64())})
         if not t.num_rows:
-            return empty
+            return QUEUE_BOUNDS.empty_table()
         g = t.group_by(["broker", "topic", "queue_id"]).aggregate([("min_queue_offset", "min"),
                                                                    ("max_queue_offset", "max"), ("entries", "sum")])
         return pa.table({"broker": g.column("broker"), "topic": g.column("topic"), "queue_id": g.column("queue_id"),
                          "min_offset": g.column("min_queue_offset_min"),
                          "max_offset": pc.add(g.column("max_queue_offset_max"), 1),
-                         "entries": g.column("entries_sum")})
+                         "entries": g.column("entries_sum")}, schema=QUEUE_BOUNDS)
 
     @cached_property
     def queue_ids(self) -> set[tuple]:
@@ -230,7 +232,7 @@ class AuditContext:
         body followed by another frame, a blank or the end of the data) lies on the walk from its segment's start
         (find_next_frame's confirmation); the walk ends at the segment's first blank.  Anything else is settled
         by walking the segment.  The frames are checked together (udfs.kernels.CompiledFramer.each)."""
-        from store_format.commitlog import END_OF_DATA, KIND_MESSAGE, ReadOnlyMap, frame_at, salvage_arrays
+        from store_format.commitlog import END_OF_DATA, KIND_MESSAGE, frame_at, salvage_arrays
         from udfs import kernels as K
 
         segments = self.plans[broker].named_segments
@@ -244,9 +246,9 @@ class AuditContext:
             blank = self.first_blanks.get((broker, seg.name))
             if blank is not None:
                 pos = pos[pos <= blank]
-            if not len(pos) or seg.loc.local_path is None:
+            if not len(pos):
                 continue
-            with ReadOnlyMap(seg.loc.local_path) as m:
+            with seg.loc.mmap_or_read() as m:  # a read-only map, or the segment read through pyarrow.fs
                 limit = len(m.buf)
                 framer = K.CompiledFramer(m.buf, limit, seg.base, self.options.check_crc, True)
                 try:

@@ -24,6 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from udfs.columns import column
+
 
 class Severity(enum.IntEnum):
     """Ordered by consequence: a lower value is worse."""
@@ -47,17 +49,33 @@ SEVERITIES = tuple(s.label for s in Severity)
 
 POSITION_COLUMNS = ("broker", "file", "file_position", "physical_offset", "topic", "queue_id", "queue_offset")
 FINDING_SCHEMA = pa.schema([
-    pa.field("check", pa.string(), False), pa.field("severity", pa.string(), False),
-    ("broker", pa.string()), ("file", pa.string()), ("file_position", pa.int64()), ("physical_offset", pa.int64()),
-    ("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()), ("message", pa.string()),
-    ("details", pa.map_(pa.string(), pa.string())),
+    column("check", pa.string(), "`family.kind`, see the user guide for every kind", nullable=False),
+    column("severity", pa.string(), "`error`, `warning` or `info`", nullable=False),
+    column("broker", pa.string()),
+    column("file", pa.string(), "the file the finding is about: a segment name, `abort`, `index/<name>`, "
+                                "`config/<name>.json`, a consume-queue file name"),
+    column("file_position", pa.int64()), column("physical_offset", pa.int64()), column("topic", pa.string()),
+    column("queue_id", pa.int32()),
+    column("queue_offset", pa.int64(), "the queue offset the finding is about (the first of a range for range "
+                                       "findings)"),
+    column("message", pa.string(), "one sentence saying what is wrong and where (plain text; message content is "
+                                   "not quoted)"),
+    column("details", pa.map_(pa.string(), pa.string()), "check-specific facts (`reason`, `excerpt_hex`, `count`, "
+                                                         "`uniq_key`, `key`, `lag`...) as strings"),
 ])
 METRIC_SCHEMA = pa.schema([
-    ("broker", pa.string()), pa.field("scope", pa.string(), False),  # broker | segment | topic | queue | group | level
-    ("topic", pa.string()), ("queue_id", pa.int32()), ("group", pa.string()),
-    pa.field("metric", pa.string(), False), ("value", pa.float64()),
+    column("broker", pa.string()),
+    column("scope", pa.string(), "what a row measures: `broker`, `queue`, `group` (per group and topic) or `level` "
+                                 "(delay level)", nullable=False),
+    column("topic", pa.string(), "topic (null for broker-scope metrics)"),
+    column("queue_id", pa.int32(), "queue id (queue- and level-scope metrics)"),
+    column("group", pa.string(), "consumer group (group-scope metrics)"),
+    column("metric", pa.string(), "the metric's name (listed below)", nullable=False),
+    column("value", pa.float64(), "its value (a double)"),
 ])
-STAMP_COLUMNS = ("run_id", "run_time")
+#: the run's stamps, first in the findings and metrics files
+STAMPS = pa.schema([column("run_id", pa.string()), column("run_time", pa.timestamp("us", "UTC"))])
+STAMP_COLUMNS = tuple(STAMPS.names)
 
 
 # -------------------------------------------------------------------------------------------------- registry
@@ -332,8 +350,10 @@ def concat_metrics(tables: list[pa.Table]) -> pa.Table:
 
 # -------------------------------------------------------------------------------------------------- as written
 
-FINDINGS_FILE_SCHEMA = pa.schema([("run_id", pa.string()), ("run_time", pa.timestamp("us", "UTC")),
-                                  ("finding_id", pa.string())] + list(FINDING_SCHEMA))
+FINDINGS_FILE_SCHEMA = pa.schema(list(STAMPS) + [
+    column("finding_id", pa.string(), "stable id: a hash of the check and where it is (broker, file, positions, "
+                                      "topic/queue/offset, key), the same in every run for the same damage")]
+    + list(FINDING_SCHEMA))
 
 
 def finding_ids(t: pa.Table) -> pa.Array:

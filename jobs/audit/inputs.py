@@ -3,17 +3,27 @@ their files (sizes, mtimes, optionally sha256, before and after the run)."""
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 from jobs.stores import StoreInput, resolve_stores  # noqa: F401  (the audit's inputs: jobs/stores.py)
 from store_format import fs
 
 
-def input_files(stores: list[StoreInput]) -> list[Path]:
-    return sorted(p for s in stores for p in Path(s.path).rglob("*") if p.is_file())
+def input_files(stores: list[StoreInput]) -> list:
+    """Every file of the stores: ``Path``s, or ``fs.StorePath``s of a store on another file system."""
+    return sorted((p for s in stores for p in _files_under(s.path)), key=lambda p: p.parts)  # Path's order
 
 
-def fingerprint(files: list[Path], sha256: bool) -> dict[str, dict]:
+def _files_under(root: str):
+    where = fs.as_path(root)
+    if not isinstance(where, fs.StorePath):
+        return (p for p in where.rglob("*") if p.is_file())
+    import pyarrow.fs as pafs
+
+    infos = where.loc.fs.get_file_info(pafs.FileSelector(where.loc.path, recursive=True))
+    return (fs.StorePath(fs.Location(where.loc.fs, i.path)) for i in infos if i.type == pafs.FileType.File)
+
+
+def fingerprint(files: list, sha256: bool) -> dict[str, dict]:
     out = {}
     for p in files:
         st = p.stat()

@@ -44,10 +44,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from jobs import cli
-from jobs.output import OutputError, append_history, prepare_output
+from jobs.output import OutputError, append_history, prepare_output, write_parquet_file
 from jobs.progress import Phase, say
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args
 
@@ -388,8 +387,8 @@ def run(spark, args) -> AuditResult:
         progress("writing findings")
         counts = _counts(ctx, driver_findings)
         # the scan's tasks wrote theirs; the families' go beside them (always a file: the folder has a schema)
-        pq.write_table(FD.as_written(driver_findings, run_id, run_time), os.path.join(run.findings_dir,
-                                                                                       "part-driver.parquet"))
+        write_parquet_file(FD.as_written(driver_findings, run_id, run_time),
+                           os.path.join(run.findings_dir, "part-driver.parquet"))
         Path(run.findings_dir, "_SUCCESS").touch()
         phases.done("writing findings")
         metrics = FD.concat_metrics([t for r in results.values() for t in r.metrics])
@@ -504,7 +503,7 @@ def _stamp_arrow(t: pa.Table, stamp: dict) -> pa.Table:
 def _write_arrow(t: pa.Table, path: str) -> None:
     """A small table as a Parquet folder (one part file), as Spark would lay it out."""
     os.makedirs(path, exist_ok=True)
-    pq.write_table(t, os.path.join(path, "part-00000.parquet"))
+    write_parquet_file(t, os.path.join(path, "part-00000.parquet"))
     Path(path, "_SUCCESS").touch()
 
 

@@ -22,12 +22,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from udfs.columns import column
+
 NAME = "resend"
 STATES = ("damaged", "dropped", "unindexed")  # the order the report lists them in
 SCHEMA = pa.schema([
-    ("broker", pa.string()), ("state", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
-    ("queue_offset", pa.int64()), ("physical_offset", pa.int64()), ("keys", pa.list_(pa.string())),
-    ("uniq_key", pa.string()), ("store_timestamp", pa.int64()), ("damage", pa.string()),
+    column("broker", pa.string()),
+    column("state", pa.string(), "`damaged` (damage destroyed it; named from its header), `dropped` (well-formed, "
+                                 "past the cut: recovery drops it) or `unindexed` (kept, but in no consume queue: "
+                                 "consumers never receive it)"),
+    column("topic", pa.string()), column("queue_id", pa.int32()), column("queue_offset", pa.int64()),
+    column("physical_offset", pa.int64()),
+    column("keys", pa.list_(pa.string()), "its KEYS (empty where a damaged record's properties are unreadable)"),
+    column("uniq_key", pa.string()), column("store_timestamp", pa.int64()),
+    column("damage", pa.string(), "damaged: why the walk refused it (BAD_CRC, SIZE_MISMATCH...)"),
 ])
 
 
@@ -55,7 +63,7 @@ def damaged_row(broker: str, physical_offset: int, about: dict, damage: str) -> 
 def write_damaged(rows: list[dict], path: str) -> None:
     """The driver's part of the table: damaged records, one row per physical offset (a record that is both an
     integrity span and the record recovery stops at is named twice: the first naming is kept)."""
-    import pyarrow.parquet as pq
+    from jobs.output import write_parquet_file
 
     seen, kept = set(), []
     for r in sorted(rows, key=lambda r: (r["broker"], r["physical_offset"])):
@@ -63,7 +71,7 @@ def write_damaged(rows: list[dict], path: str) -> None:
             seen.add((r["broker"], r["physical_offset"]))
             kept.append(r)
     os.makedirs(path, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(kept, schema=SCHEMA), os.path.join(path, "part-driver.parquet"))
+    write_parquet_file(pa.Table.from_pylist(kept, schema=SCHEMA), os.path.join(path, "part-driver.parquet"))
 
 
 def counts(path: str) -> dict[tuple[str, str], int]:

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +19,7 @@ import pyarrow as pa
 from datasources.commitlog import read_range_walk, span_detail
 from datasources.consumequeue import CQFilePartition
 from datasources.indexfile import EntryViews, IndexFilePartition, written_entries
-from datasources.storepaths import Location, local_copy
+from datasources.storepaths import Location
 from store_format import layout as L
 from store_format.commitlog import KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, ReadOnlyMap, SEGMENT_NAME, \
     SalvageSpan
@@ -156,8 +155,8 @@ class QueueSurvey:
         for p in self.files:
             if p.queue_id is None or not SEGMENT_NAME.match(p.name):
                 continue  # never read: the scan reports the file
-            with local_copy(p.loc) as local:
-                u = read_unit_arrays(CQFile(p.topic, p.queue_id, Path(local), int(p.name), p.length))
+            local = p.loc.as_path()  # a Path, else a fs.StorePath read through pyarrow.fs
+            u = read_unit_arrays(CQFile(p.topic, p.queue_id, local, int(p.name), p.length))
             entry = np.flatnonzero(u.kind == 0)
             qoff = u.queue_offset[entry]
             b = Buckets.of_offsets(u.physical_offset[entry], entry, self.shift, self.commitlog_end)
@@ -217,24 +216,24 @@ class IndexSurvey:
         if not INDEX_NAME.match(p.name):
             row["error"] = ErrorKind.BAD_FILE_NAME.value
         else:
-            with local_copy(p.loc) as local:
-                try:
-                    f = IndexFile(local, p.hash_slot_num, p.index_num)
-                except StoreFormatError as e:
-                    row["error"] = e.kind.value
-                    with ReadOnlyMap(local) as m:  # the header, when the file holds one
-                        if len(m) >= L.INDEX_HEADER_SIZE:
-                            row.update(_header_row(read_header(m.buf)))
-                else:
-                    with f, ReadOnlyMap(local) as m:
-                        h = f.header
-                        count = written_entries(m, f.hash_slot_num, min(max(h.index_count, 1), f.index_num))
-                        v = EntryViews(m.buf, f.hash_slot_num, count)
-                        phys = v.physical_offset[1:].astype(np.int64)
-                        del v
-                        b = Buckets.of_offsets(phys, 1, self.shift, self.commitlog_end)  # entry 0 is never used
-                        row.update(hash_slot_num=f.hash_slot_num, index_num=f.index_num, count=count,
-                                   **_header_row(h), **_bucket_columns(b))
+            local = p.loc.as_path()  # a Path, else a fs.StorePath read through pyarrow.fs
+            try:
+                f = IndexFile(local, p.hash_slot_num, p.index_num)
+            except StoreFormatError as e:
+                row["error"] = e.kind.value
+                with ReadOnlyMap(local) as m:  # the header, when the file holds one
+                    if len(m) >= L.INDEX_HEADER_SIZE:
+                        row.update(_header_row(read_header(m.buf)))
+            else:
+                with f, ReadOnlyMap(local) as m:
+                    h = f.header
+                    count = written_entries(m, f.hash_slot_num, min(max(h.index_count, 1), f.index_num))
+                    v = EntryViews(m.buf, f.hash_slot_num, count)
+                    phys = v.physical_offset[1:].astype(np.int64)
+                    del v
+                    b = Buckets.of_offsets(phys, 1, self.shift, self.commitlog_end)  # entry 0 is never used
+                    row.update(hash_slot_num=f.hash_slot_num, index_num=f.index_num, count=count,
+                               **_header_row(h), **_bucket_columns(b))
         out.partial("survey.index_files", pa.Table.from_pylist([row], schema=INDEX_FILES))
 
 
@@ -248,9 +247,9 @@ def queue_files(parts: list[CQFilePartition]) -> dict[tuple[str, int], list[CQFi
     discover_queues finds them: a number for a folder name, 20 digits for a file name), sorted by name."""
     out: dict[tuple, list] = {}
     for p in parts:
-        if p.queue_id is not None and SEGMENT_NAME.match(p.name) and p.loc.local_path is not None:
+        if p.queue_id is not None and SEGMENT_NAME.match(p.name):
             out.setdefault((p.topic, p.queue_id), []).append(
-                CQFile(p.topic, p.queue_id, Path(p.loc.local_path), int(p.name), p.length))
+                CQFile(p.topic, p.queue_id, p.loc.as_path(), int(p.name), p.length))
     return {k: sorted(v, key=lambda f: f.base_byte_offset) for k, v in out.items()}
 
 

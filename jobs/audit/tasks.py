@@ -62,13 +62,13 @@ class Emitter:
     def write_findings(self, run: RunInfo, part: str) -> None:
         """The task's findings as one Parquet file ``part`` in the run's findings folder, and their counts; its
         detail tables as one file ``part`` each in ``tables_dir/<name>``."""
-        import pyarrow.parquet as pq
+        from jobs.output import write_parquet_file
 
         for name, tables in self.tables.items():
             if run.tables_dir is None:
                 raise RuntimeError(f"a task wrote the table {name} in a stage that writes none")
             os.makedirs(os.path.join(run.tables_dir, name), exist_ok=True)
-            pq.write_table(pa.concat_tables(tables), os.path.join(run.tables_dir, name, part))
+            write_parquet_file(pa.concat_tables(tables), os.path.join(run.tables_dir, name, part))
         if not self.findings:
             return
 
@@ -78,7 +78,7 @@ class Emitter:
                                           "count": counts.column("check_count").cast(pa.int64())}, schema=COUNTS))
         if run.findings_dir is None:
             raise RuntimeError("a task made findings in a stage that writes none")
-        pq.write_table(as_written(t, run.run_id, run.run_time), os.path.join(run.findings_dir, part))
+        write_parquet_file(as_written(t, run.run_id, run.run_time), os.path.join(run.findings_dir, part))
 
     def batches(self):
         for name, tables in self.partials.items():

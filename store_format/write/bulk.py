@@ -217,8 +217,9 @@ def _small(ids: np.ndarray) -> np.ndarray:
     return ids.astype(np.uint16) if len(ids) and 0 <= ids.min() and ids.max() < 1 << 16 else ids
 
 
-_CQ_DTYPE = L.numpy_dtype(L.CQ_UNIT_FIELDS, L.CQ_STORE_UNIT_SIZE)
-_INDEX_ENTRY_DTYPE = L.numpy_dtype(L.INDEX_ENTRY_FIELDS, L.INDEX_ENTRY_SIZE)
+_CQ_DTYPE = L.CQ_UNIT.dtype()
+_INDEX_ENTRY_DTYPE = L.INDEX_ENTRY.dtype()
+_SLOT_TYPE = L.INDEX_SLOT.numpy_type("index")
 
 
 def _np_dtype(lay: L.RecordLayout) -> np.dtype:
@@ -684,7 +685,7 @@ def _put_many(f, key_hash, phy, ts):
         td[first:] = 0 if begin <= 0 else np.clip(d, 0, 0x7FFFFFFF)
     slots = key_hash % f.slots
     slot_base = L.INDEX_HEADER_SIZE
-    table = np.frombuffer(f.m.map, ">i4", count=f.slots, offset=slot_base)
+    table = np.frombuffer(f.m.map, _SLOT_TYPE, count=f.slots, offset=slot_base)
     # by slot, then put order: one sort of distinct keys (SIMD) is several times faster than a stable argsort
     by_slot = np.sort(slots * k + np.arange(k))
     order, ss = by_slot % k, by_slot // k
@@ -709,7 +710,7 @@ def _put_many(f, key_hash, phy, ts):
     new_slots = ss[last_in_group]
     new_vals = idx[order][last_in_group]
     del table
-    slot_view = np.ndarray((f.slots,), ">i4", buffer=f.m.map, offset=slot_base)
+    slot_view = np.ndarray((f.slots,), _SLOT_TYPE, buffer=f.m.map, offset=slot_base)
     slot_view[new_slots] = new_vals
     del slot_view  # release the mapping's buffer export
     f.slot_count += int(np.count_nonzero(existing[new_group] == 0))

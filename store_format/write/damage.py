@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +36,6 @@ from ..indexfile import IndexFile, list_index_files
 from ..javahash import index_key, index_key_hash
 from ..message import body_crc32
 
-_CQ_UNIT = struct.Struct(L.CQ_UNIT_STRUCT)
 _COPY_CHUNK = 1 << 20
 
 
@@ -306,9 +304,10 @@ def wrong_cq_size(src, dst, topic: str, queue_id: int, queue_offset: int | None 
     if size == u.size:
         _fail("the new size equals the record's", field="size")
     rel = f"consumequeue/{topic}/{queue_id}/{u.file}"
-    pos = u.file_position + _CQ_UNIT.size - 12  # the int after the 8-byte physical offset
-    _patch(root, rel, pos, struct.pack(">i", size))
-    return Damage("wrong_cq_size", rel, pos, 4, f"queue offset {u.queue_offset}: size {u.size} -> {size}")
+    pos = u.file_position + L.CQ_UNIT.offset("size")
+    _patch(root, rel, pos, L.CQ_UNIT.pack("size", size))
+    return Damage("wrong_cq_size", rel, pos, L.CQ_UNIT.member("size").width,
+                  f"queue offset {u.queue_offset}: size {u.size} -> {size}")
 
 
 def stale_index_entry(src, dst, topic: str | None = None, key: str | None = None,

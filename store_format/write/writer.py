@@ -60,8 +60,7 @@ from ..properties import split_keys
 _CQ_UNIT = struct.Struct(L.CQ_UNIT_STRUCT)
 _INDEX_HEADER = struct.Struct(L.INDEX_HEADER_STRUCT)
 _INDEX_ENTRY = struct.Struct(L.INDEX_ENTRY_STRUCT)
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
+_INDEX_SLOT = struct.Struct(L.INDEX_SLOT.struct)
 _PRE_BLANK_UNIT = _CQ_UNIT.pack(0, L.CQ_PRE_BLANK_SIZE, 0)
 
 
@@ -411,15 +410,19 @@ class IndexFileWriter:
             # IndexFile(..., endPhyOffset, endTimestamp): a new file starts where the previous one ended
             if prev_end_phy > 0:
                 self.begin_phy = self.end_phy = prev_end_phy
-                self.m.write(16, _I64.pack(prev_end_phy) * 2)
+                self._put_header(begin_phy_offset=prev_end_phy, end_phy_offset=prev_end_phy)
             if prev_end_ts > 0:
                 self.begin_ts = self.end_ts = prev_end_ts
-                self.m.write(0, _I64.pack(prev_end_ts) * 2)
+                self._put_header(begin_timestamp=prev_end_ts, end_timestamp=prev_end_ts)
         else:
             (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
              self.count) = _INDEX_HEADER.unpack_from(self.m.map, 0)
             if self.count <= 0:  # IndexHeader.load
                 self.count = 1
+
+    def _put_header(self, **values: int) -> None:
+        for name, value in values.items():
+            self.m.write(L.INDEX_HEADER.offset(name), L.INDEX_HEADER.pack(name, value))
 
     @property
     def full(self) -> bool:
@@ -430,7 +433,7 @@ class IndexFileWriter:
         if self.count >= self.num:
             return False
         slot_pos = L.INDEX_HEADER_SIZE + (key_hash % self.slots) * L.INDEX_SLOT_SIZE
-        slot_value = _I32.unpack_from(self.m.map, slot_pos)[0]
+        slot_value = _INDEX_SLOT.unpack_from(self.m.map, slot_pos)[0]
         if slot_value <= 0 or slot_value > self.count:
             slot_value = 0
         diff = ts - self.begin_ts
@@ -441,7 +444,7 @@ class IndexFileWriter:
             diff = 0x7FFFFFFF
         pos = L.INDEX_HEADER_SIZE + self.slots * L.INDEX_SLOT_SIZE + self.count * L.INDEX_ENTRY_SIZE
         self.m.write(pos, _INDEX_ENTRY.pack(key_hash, phy, diff, slot_value))
-        self.m.write(slot_pos, _I32.pack(self.count))
+        self.m.write(slot_pos, _INDEX_SLOT.pack(self.count))
         if self.count <= 1:
             self.begin_phy, self.begin_ts = phy, ts
         if slot_value == 0:

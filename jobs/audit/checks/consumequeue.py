@@ -19,13 +19,11 @@ driver.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datasources.storepaths import local_copy
 from store_format import layout as L
 from store_format.commitlog import SEGMENT_NAME
 from store_format.consumequeue import CQFile, read_unit_arrays
@@ -240,8 +238,8 @@ def in_queue_files(facts, files, out) -> None:
             corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=0, length=p.length,
                                 reason=ErrorKind.BAD_FILE_NAME.value))
             continue
-        with local_copy(p.loc) as local:
-            u = read_unit_arrays(CQFile(p.topic, p.queue_id, Path(local), int(p.name), p.length))
+        local = p.loc.as_path()  # a Path, else a fs.StorePath read through pyarrow.fs
+        u = read_unit_arrays(CQFile(p.topic, p.queue_id, local, int(p.name), p.length))
         bad = np.flatnonzero(u.kind >= 2)  # zero units with data after them, units recovery refuses
         for i in bad.tolist():
             corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=int(u.file_position[i]),

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_format import layout as L
+from udfs.columns import column
 
 from ..findings import Consequence, Severity, check, finding_table, metric_table
 from . import FamilyResult
@@ -46,9 +47,16 @@ FOUND = pa.schema([("broker", pa.string()), ("physical_offset", pa.int64()), ("u
                    ("real_topic", pa.string()), ("segment", pa.string()), ("file_position", pa.int64()),
                    ("store_timestamp", pa.int64())])
 DELIVERED = pa.schema([("broker", pa.string()), ("real_topic", pa.string()), ("uniq_key", pa.string())])
-DELAYS = pa.schema([("broker", pa.string()), ("level", pa.int32()), ("queue_id", pa.int32()),
-                    ("min_offset", pa.int64()), ("max_offset", pa.int64()), ("delivered_offset", pa.int64()),
-                    ("pending", pa.int64()), ("overdue", pa.int64()), ("next_deliver_time", pa.int64())])
+DELAYS = pa.schema([
+    column("broker", pa.string()),
+    column("level", pa.int32(), "delay level (1-based; SCHEDULE_TOPIC_XXXX queue `level - 1`)"),
+    column("queue_id", pa.int32(), "the SCHEDULE_TOPIC_XXXX queue"),
+    column("min_offset", pa.int64()), column("max_offset", pa.int64()),
+    column("delivered_offset", pa.int64(), "delayOffset.json: the next offset to deliver"),
+    column("pending", pa.int64(), "messages at or past delivered_offset"),
+    column("overdue", pa.int64(), "pending, due before the dump time, and not delivered to their real topic"),
+    column("next_deliver_time", pa.int64(), "the earliest pending deliver time (ms)"),
+])
 _FILE = "config/delayOffset.json"
 
 

@@ -31,7 +31,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datasources.indexfile import EntryViews, chain_bits, entry_summary, problem_lists, written_entries
-from datasources.storepaths import local_copy
 from store_format import layout as L
 from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
@@ -337,41 +336,41 @@ def in_index_file(facts, part, out) -> None:
         corrupt(ErrorKind.BAD_FILE_NAME.value, "an index file name is its creation time, yyyyMMddHHmmssSSS (17 "
                                                "digits); not read")
         return
-    with local_copy(part.loc) as local:
-        try:
-            f = IndexFile(local, part.hash_slot_num, part.index_num)
-        except StoreFormatError as e:
-            corrupt(e.kind.value, e.message)
-            return
-        with f, ReadOnlyMap(local) as mm:
-            h = f.header
-            counted = min(max(h.index_count, 1), f.index_num)
-            count = written_entries(mm, f.hash_slot_num, counted)  # a counter past them is one finding, not many
-            if count < counted and h.index_count <= f.index_num:
-                out.finding(finding_rows("index.unwritten_entries", [dict(
-                    broker=broker, file=name, file_position=L.INDEX_HEADER_SIZE + f.hash_slot_num * L.INDEX_SLOT_SIZE
-                    + count * L.INDEX_ENTRY_SIZE,
-                    values={"index_count": h.index_count, "unwritten": counted - count, "last_written": count - 1},
-                    details={"index_count": h.index_count, "written_entries": count - 1})]))
-            v = EntryViews(mm.buf, f.hash_slot_num, count)
-            bits = chain_bits(v)
-            summary = entry_summary(v)
-            _header(broker, name, h, f.index_num, summary, out)
-            out.partial("index.files", pa.table({"broker": [broker], "file": [name], "entries": [max(count - 1, 0)],
-                                                 "duplicate_entries": [summary["duplicate_entries"]],
-                                                 "duplicated_pairs": [summary["duplicated_pairs"]]}, schema=FILES))
-            has = np.flatnonzero(bits)  # entry 0 has none
-            if len(has):
-                phys, prev = v.physical_offset[has], v.prev_index[has]
-                p = problem_lists(bits[has])
-                entry = pa.array(has.astype(np.int32))
-                out.finding(finding_table(
-                    "index.chain_problem", len(has), broker=broker, file=name,
-                    physical_offset=pa.array(phys.astype(np.int64)),
-                    values={"entry": entry, "problems_text": pc.binary_join(p, ", ")},
-                    details={"entry": entry, "problems": pc.binary_join(p, ","),
-                             "prev_index": pa.array(prev.astype(np.int32))}))
-            del v
+    local = part.loc.as_path()  # a Path, else a fs.StorePath read through pyarrow.fs
+    try:
+        f = IndexFile(local, part.hash_slot_num, part.index_num)
+    except StoreFormatError as e:
+        corrupt(e.kind.value, e.message)
+        return
+    with f, ReadOnlyMap(local) as mm:
+        h = f.header
+        counted = min(max(h.index_count, 1), f.index_num)
+        count = written_entries(mm, f.hash_slot_num, counted)  # a counter past them is one finding, not many
+        if count < counted and h.index_count <= f.index_num:
+            out.finding(finding_rows("index.unwritten_entries", [dict(
+                broker=broker, file=name, file_position=L.INDEX_HEADER_SIZE + f.hash_slot_num * L.INDEX_SLOT_SIZE
+                + count * L.INDEX_ENTRY_SIZE,
+                values={"index_count": h.index_count, "unwritten": counted - count, "last_written": count - 1},
+                details={"index_count": h.index_count, "written_entries": count - 1})]))
+        v = EntryViews(mm.buf, f.hash_slot_num, count)
+        bits = chain_bits(v)
+        summary = entry_summary(v)
+        _header(broker, name, h, f.index_num, summary, out)
+        out.partial("index.files", pa.table({"broker": [broker], "file": [name], "entries": [max(count - 1, 0)],
+                                             "duplicate_entries": [summary["duplicate_entries"]],
+                                             "duplicated_pairs": [summary["duplicated_pairs"]]}, schema=FILES))
+        has = np.flatnonzero(bits)  # entry 0 has none
+        if len(has):
+            phys, prev = v.physical_offset[has], v.prev_index[has]
+            p = problem_lists(bits[has])
+            entry = pa.array(has.astype(np.int32))
+            out.finding(finding_table(
+                "index.chain_problem", len(has), broker=broker, file=name,
+                physical_offset=pa.array(phys.astype(np.int64)),
+                values={"entry": entry, "problems_text": pc.binary_join(p, ", ")},
+                details={"entry": entry, "problems": pc.binary_join(p, ","),
+                         "prev_index": pa.array(prev.astype(np.int32))}))
+        del v
 
 
 def _header(broker: str, name: str, h, index_num: int, s: dict, out) -> None:

@@ -17,6 +17,7 @@ from datasources.commitlog import span_detail
 from store_format import codec
 from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP
 from store_format.errors import ErrorKind, StoreFormatError
+from udfs.columns import column
 
 from ..findings import Consequence, Severity, check, finding_rows, finding_table, metric_table
 from .. import resend
@@ -79,9 +80,18 @@ SEGMENT_PARTS = pa.schema([
 QUEUE_COUNTS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
                           ("messages", pa.int64()), ("bytes", pa.int64())])
 SEGMENTS = pa.schema([
-    ("broker", pa.string()), ("segment", pa.string()), ("base_offset", pa.int64()), ("file_length", pa.int64()),
-    ("messages", pa.int64()), ("message_bytes", pa.int64()), ("stale_records", pa.int64()),
-    ("corrupt_bytes", pa.int64()), ("first_stop", pa.int64()), ("stop_reason", pa.string()), ("blank_at", pa.int64()),
+    column("broker", pa.string()), column("segment", pa.string()),
+    column("base_offset", pa.int64(), "the segment's first physical offset (its name as a number)"),
+    column("file_length", pa.int64(), "the file's length in bytes"),
+    column("messages", pa.int64(), "messages the salvage walk framed in it"),
+    column("message_bytes", pa.int64(), "bytes of those messages"),
+    column("stale_records", pa.int64(), "well-formed records after the segment's first stop, which the broker's "
+                                        "walk never reaches"),
+    column("corrupt_bytes", pa.int64(), "bytes no walk could frame"),
+    column("first_stop", pa.int64(), "file position of the first stop (damage or the zero-filled end of data)"),
+    column("stop_reason", pa.string(), "why the walk stopped there: END_OF_DATA (normal) or a damage kind "
+                                       "(BAD_CRC, ...)"),
+    column("blank_at", pa.int64(), "file position of the end-of-file blank record, if any"),
 ])
 
 

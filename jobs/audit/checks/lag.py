@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_format import layout as L
+from udfs.columns import column
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_table, metric_table
 from . import FamilyResult
@@ -47,10 +48,17 @@ check("lag.behind", Severity.INFO,
              "`jobs.extract --not-consumed-by GROUP` exports what it has not read.")
 
 FOUND = pa.schema([("broker", pa.string()), ("physical_offset", pa.int64()), ("store_timestamp", pa.int64())])
-LAG = pa.schema([("broker", pa.string()), ("group", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
-                 ("offset", pa.int64()), ("min_offset", pa.int64()), ("max_offset", pa.int64()), ("lag", pa.int64()),
-                 ("first_unconsumed_store_time", pa.int64()), ("lag_ms", pa.int64()), ("retry", pa.bool_()),
-                 ("source", pa.string())])
+LAG = pa.schema([
+    column("broker", pa.string()), column("group", pa.string()), column("topic", pa.string()),
+    column("queue_id", pa.int32()),
+    column("offset", pa.int64(), "the group's committed offset (consumerOffset.json)"),
+    column("min_offset", pa.int64()), column("max_offset", pa.int64()),
+    column("lag", pa.int64(), "messages not consumed yet: max_offset - offset (never negative)"),
+    column("first_unconsumed_store_time", pa.int64(), "store time of the first message not consumed (ms)"),
+    column("lag_ms", pa.int64(), "dump time (as-of) - store time of the first unconsumed message"),
+    column("retry", pa.bool_(), "true for a `%RETRY%group` topic"),
+    column("source", pa.string(), "the file the offset came from (the `.bak` when the main file was unreadable)"),
+])
 _FILE = "config/consumerOffset.json"
 
 

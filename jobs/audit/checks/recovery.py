@@ -236,6 +236,7 @@ def _cq_why(q, recovered_end: int) -> str:
 def _damaged_lost(ctx, name: str, p) -> list[dict]:
     """``recovery.message_lost`` for each damaged record the broker drops (store_format.recovery.lost_records:
     a stop whose header still frames a message), named from its header (describe_damaged_record)."""
+    from store_format import fs
     from store_format.commitlog import ReadOnlyMap
     from store_format.recovery import describe_damaged_record
 
@@ -246,8 +247,12 @@ def _damaged_lost(ctx, name: str, p) -> list[dict]:
         if seg is None:
             continue
         pos = offset - seg.base_offset
-        with ReadOnlyMap(seg.path) as m:
-            about = describe_damaged_record(m.buf, pos)
+        if isinstance(seg.path, fs.StorePath):  # another file system: the record's declared bytes, not the segment
+            size = int.from_bytes(seg.path.loc.read_range(pos, 4).rjust(4, b"\0"), "big", signed=True)
+            about = describe_damaged_record(seg.path.loc.read_range(pos, min(seg.length - pos, max(size, 1024))), 0)
+        else:
+            with ReadOnlyMap(seg.path) as m:
+                about = describe_damaged_record(m.buf, pos)
         where = "at the recovered end" if offset == p.max_physical_offset else "past the recovered end"
         of = (f"{about['topic']}/{about['queue_id']}" if about["topic"] is not None
               else f"queue {about['queue_id']} of an unreadable topic")

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_format import layout as L
+from udfs.columns import column
 
 from ..findings import Consequence, Severity, check, finding_table, metric_table
 from . import FamilyResult
@@ -36,16 +37,31 @@ HOPS = pa.schema([
     ("origin_message_id", pa.string()), ("retry_topic", pa.string()), ("real_topic", pa.string()),
 ])
 RETRIES = pa.schema([
-    ("broker", pa.string()), ("group", pa.string()), ("stage", pa.string()), ("topic", pa.string()),
-    ("queue_id", pa.int32()), ("queue_offset", pa.int64()), ("physical_offset", pa.int64()), ("segment", pa.string()),
-    ("file_position", pa.int64()), ("store_timestamp", pa.int64()), ("reconsume_times", pa.int32()),
-    ("uniq_key", pa.string()), ("origin_message_id", pa.string()), ("original_topic", pa.string()),
-    ("origin_physical_offset", pa.int64()), ("origin_uniq_key", pa.string()),
+    column("broker", pa.string()),
+    column("group", pa.string(), "the consumer group that sent the message back"),
+    column("stage", pa.string(), "`scheduled` (SCHEDULE_TOPIC_XXXX copy waiting for the retry delay), `retry` "
+                                 "(%RETRY%group) or `dlq` (%DLQ%group)"),
+    column("topic", pa.string(), "the topic this copy is stored in"),
+    column("queue_id", pa.int32()), column("queue_offset", pa.int64()), column("physical_offset", pa.int64()),
+    column("segment", pa.string()), column("file_position", pa.int64()), column("store_timestamp", pa.int64()),
+    column("reconsume_times", pa.int32(), "RECONSUMETIMES of this copy"),
+    column("uniq_key", pa.string()),
+    column("origin_message_id", pa.string(), "ORIGIN_MESSAGE_ID: the offset msg id of the first stored copy"),
+    column("original_topic", pa.string(), "the topic the message was first sent to (RETRY_TOPIC, else the "
+                                          "original's topic)"),
+    column("origin_physical_offset", pa.int64(), "the original's physical offset when it is in the dump"),
+    column("origin_uniq_key", pa.string(), "the original's UNIQ_KEY"),
 ])
-DLQ = pa.schema([("broker", pa.string()), ("group", pa.string()), ("messages", pa.int64()),
-                 ("oldest_store_time", pa.int64()), ("newest_store_time", pa.int64()),
-                 ("original_topics", pa.list_(pa.field("element", pa.string(), nullable=False))),
-                 ("max_reconsume_times", pa.int32())])
+DLQ = pa.schema([
+    column("broker", pa.string()),
+    column("group", pa.string(), "the consumer group whose dead letters these are"),
+    column("messages", pa.int64(), "dead letters in %DLQ%group"),
+    column("oldest_store_time", pa.int64(), "oldest dead letter's store time (ms)"),
+    column("newest_store_time", pa.int64(), "newest one's (ms)"),
+    column("original_topics", pa.list_(pa.field("element", pa.string(), nullable=False)),
+           "the topics they were first sent to"),
+    column("max_reconsume_times", pa.int32(), "highest RECONSUMETIMES"),
+])
 
 
 def _destination(topic, real_topic):

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_format import layout as L
+from udfs.columns import column
 
 from ..findings import Consequence, Severity, check, finding_table, metric_table
 from . import FamilyResult
@@ -49,12 +50,23 @@ RECORDS = pa.schema([
     ("tran_type", pa.string()), ("prepared_transaction_offset", pa.int64()), ("op_body", pa.binary()),
 ])
 TRANSACTIONS = pa.schema([
-    ("broker", pa.string()), ("style", pa.string()), ("uniq_key", pa.string()), ("topic", pa.string()),
-    ("queue_id", pa.int32()), ("producer_group", pa.string()), ("physical_offset", pa.int64()),
-    ("half_queue_offset", pa.int64()), ("segment", pa.string()), ("file_position", pa.int64()),
-    ("first_store_time", pa.int64()), ("copies", pa.int64()), ("check_times", pa.int32()),
-    ("resolved_time", pa.int64()), ("commit_physical_offset", pa.int64()), ("state", pa.string()),
-    ("age_ms", pa.int64()),
+    column("broker", pa.string()),
+    column("style", pa.string(), "`half` (broker-style: RMQ_SYS_TRANS_HALF_TOPIC + op messages) or "
+                                 "`prepared_record` (a raw PREPARED record resolved by a COMMIT/ROLLBACK record)"),
+    column("uniq_key", pa.string(), "the transaction's UNIQ_KEY (all re-put copies of a half share it)"),
+    column("topic", pa.string(), "the real topic the transaction is for"),
+    column("queue_id", pa.int32(), "the real queue id"),
+    column("producer_group", pa.string(), "PGROUP: the producer group the broker checks back with"),
+    column("physical_offset", pa.int64(), "the (last copy of the) half message"),
+    column("half_queue_offset", pa.int64(), "its queue offset in RMQ_SYS_TRANS_HALF_TOPIC"),
+    column("segment", pa.string()), column("file_position", pa.int64()),
+    column("first_store_time", pa.int64(), "store time of the first half copy (ms)"),
+    column("copies", pa.int64(), "half copies (check re-puts)"),
+    column("check_times", pa.int32(), "TRANSACTION_CHECK_TIMES: how often the broker asked the producer"),
+    column("resolved_time", pa.int64(), "store time of the op message that marked it done (ms)"),
+    column("commit_physical_offset", pa.int64(), "the COMMIT record's physical offset"),
+    column("state", pa.string(), "`committed`, `rolled_back`, `committed_without_op` or `open`"),
+    column("age_ms", pa.int64(), "open transactions: dump time - first_store_time"),
 ])
 
 

@@ -1,0 +1,249 @@
+"""The file-system seam (issue 23): every read of a dump goes through store_format.fs, so a dump on a file system
+that is not local (here tests/remotefs.py: a PyFileSystem under the custom scheme ``elsewhere://``, whose paths are
+no valid local paths, so a stray open()/os.stat()/mmap fails) is audited as the same dump read locally."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from store_format import fs
+from store_format.errors import StoreFormatError
+from store_format.recovery import predict_recovery
+from store_format.store import Store
+
+from . import remotefs
+from .conftest import AUDIT_STAMPS, FIXTURES, fixture_store, parquet_rows
+
+
+@pytest.fixture
+def elsewhere():
+    """``serve(tag, folder)`` -> ``elsewhere://<tag>/``; every registration is undone afterwards."""
+    before = dict(remotefs.ROOTS)
+    remotefs.OPENS.clear()
+    yield remotefs.register
+    remotefs.ROOTS.clear()
+    remotefs.ROOTS.update(before)
+
+
+def test_a_store_path_is_not_a_local_path(elsewhere, tmp_path):
+    (tmp_path / "f").write_bytes(b"abc")
+    p = fs.as_path(elsewhere("t", tmp_path) + "f")
+    assert isinstance(p, fs.StorePath) and str(p).startswith(remotefs.PREFIX)
+    with pytest.raises(TypeError):
+        open(p, "rb")  # no __fspath__: nothing reads it around the seam
+    with pytest.raises(TypeError):
+        os.stat(p)
+    assert fs.read_bytes(p) == b"abc" and remotefs.OPENS == [str(p)]
+    assert p.stat().st_size == 3 and p.is_file() and not p.is_dir() and p.parent.is_dir()
+    assert [e.name for e in fs.entries(p.parent)] == ["f"]
+    assert pickle.loads(pickle.dumps(p.loc)).read_range(1, 5) == b"bc"
+    with fs.resolve(p).mmap_or_read() as m:  # no mmap off the local file system: the bytes, read through it
+        assert bytes(m.buf) == b"abc" and m.written_length() == 3
+    with fs.resolve(tmp_path / "f").mmap_or_read() as m:  # a local file: mapped
+        assert type(m.buf).__name__ == "_FileMap"
+
+
+def test_local_paths_keep_the_hostile_input_checks(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    loc = fs.resolve(tmp_path / "fifo")
+    with pytest.raises(fs.UnreadableError, match="FIFO"):
+        loc.read_range(0, 4)  # refused without blocking on a writer
+    with pytest.raises(fs.UnreadableError, match="FIFO"):
+        loc.open_input()
+    assert isinstance(fs.as_path(tmp_path), Path) and isinstance(fs.as_path(f"file://{tmp_path}"), Path)
+
+
+def test_an_unknown_scheme_is_a_positioned_error():
+    with pytest.raises(StoreFormatError, match="register_filesystem"):
+        fs.resolve("nosuchscheme://x/store")
+
+
+def test_a_scheme_registered_by_the_environment(monkeypatch, tmp_path):
+    """Another process (a data source's planner, an executor, spark-submit) registers through the environment."""
+    remotefs.ROOTS["env"] = str(tmp_path)
+    (tmp_path / "x").write_bytes(b"1")
+    monkeypatch.setattr(fs, "_SCHEMES", {})
+    monkeypatch.setenv(fs.FILESYSTEMS_ENV, f"other=os:path, {remotefs.SCHEME}=tests.remotefs:from_uri")
+    assert fs.resolve("elsewhere://env/x").read_range(0, 1) == b"1"
+    monkeypatch.setenv(fs.FILESYSTEMS_ENV, "broken=tests.remotefs:no_such_factory")
+    with pytest.raises(StoreFormatError, match="no_such_factory"):
+        fs.resolve("broken://x")
+
+
+def test_uri_below_keeps_the_options():
+    import pyarrow.fs as pafs
+
+    base = fs.Location(pafs.LocalFileSystem(), "bucket/dumps")
+    below = fs.Location(base.fs, "bucket/dumps/b1/store")
+    assert fs.uri_below("s3://bucket/dumps?region=eu-west-1", base, below) == \
+        "s3://bucket/dumps/b1/store?region=eu-west-1"
+    assert fs.uri_below("s3://bucket/dumps/", base, base) == "s3://bucket/dumps/"
+
+
+@pytest.mark.parametrize("name", ["broker", "basic", "recovered-zero-page/input"])
+def test_the_store_reads_the_same_through_the_seam(elsewhere, name):
+    """Store (listings, segments, queues, index, checkpoint, config) and the recovery model over the seam."""
+    local = Store(FIXTURES / name / "store")
+    remote = Store(elsewhere("fx", FIXTURES) + f"{name}/store")
+    assert isinstance(remote.root, fs.StorePath)
+    assert [(s.name, s.length) for s in remote.segments] == [(s.name, s.length) for s in local.segments]
+    assert sorted(remote.queues) == sorted(local.queues)
+    assert list(remote.messages()) == list(local.messages())
+    assert remote.checkpoint() == local.checkpoint() and remote.markers() == local.markers()
+    assert [remote.config(n).data for n in remote.config_names()] == [local.config(n).data for n in local.config_names()]
+    assert [p.name for p in remote.index_paths()] == [p.name for p in local.index_paths()]
+    assert repr(predict_recovery(remote)) == repr(predict_recovery(local))
+    assert remotefs.OPENS  # read through the handler
+
+
+def _same_rows(mine: Path, reference: Path, name: str, paths) -> None:
+    def plain(counter: Counter) -> Counter:
+        return Counter({paths(k): v for k, v in counter.items()})
+
+    assert plain(parquet_rows(mine / name, AUDIT_STAMPS)) == parquet_rows(reference / name, AUDIT_STAMPS), name
+
+
+@pytest.mark.spark
+def test_the_audit_over_a_custom_scheme_equals_the_local_run(spark, elsewhere, damaged_store, local_audit,
+                                                              tmp_path):
+    """The Done-when of issue 23's storage item: the audit of the ``broker`` fixture and a damaged writer-built
+    store, given as ``elsewhere://`` URIs, equals the local run of the same stores (findings, metrics, every
+    table, the summary's counts, brokers and inputs, the exit code), paths aside."""
+    from jobs import audit
+
+    reference, code = local_audit
+    fixtures = fixture_store("broker").parent.parent
+    damaged_base = damaged_store.parent.parent
+    stores = [elsewhere("fx", fixtures) + "broker/store", elsewhere("dmg", damaged_base) + "damaged/store"]
+    out = tmp_path / "audit"
+    result = audit.run(spark, audit.build_parser().parse_args(["--store", *stores, "--out", str(out)]))
+    assert result.exit_code == code
+    assert any("/commitlog/" in p for p in remotefs.OPENS)
+
+    swaps = [("elsewhere://fx/", f"{fixtures}/"), ("elsewhere://dmg/", f"{damaged_base}/"),
+             (f"{remotefs.PREFIX}/fx", str(fixtures)), (f"{remotefs.PREFIX}/dmg", str(damaged_base))]
+
+    def paths(text: str) -> str:
+        for a, b in swaps:
+            text = text.replace(a, b)
+        return text
+
+    # the damaged store's dropped damaged record is described from its bytes, read through the scheme
+    lost = [dict(r["details"]) for r in pq.read_table(out / "findings").to_pylist()
+            if r["check"] == "recovery.message_lost"]
+    assert any(d["state"] == "damaged" for d in lost)
+    for name in ("findings", "metrics", *(f"tables/{t.name}" for t in (reference / "tables").iterdir())):
+        _same_rows(out, reference, name, paths)
+    mine, ref = (json.loads((d / "summary.json").read_text()) for d in (out, reference))
+    mine = json.loads(paths(json.dumps(mine)))
+    assert mine["counts"] == ref["counts"] and mine["brokers"] == ref["brokers"]
+    drop_mtime = [{k: v for k, v in i.items() if k != "mtime_ns"} for i in mine["inputs"]]
+    assert drop_mtime == [{k: v for k, v in i.items() if k != "mtime_ns"} for i in ref["inputs"]]
+
+
+# ---- the other jobs over the seam --------------------------------------------------------------------------
+
+@pytest.fixture
+def remote_sources(spark, elsewhere):
+    """``elsewhere://`` resolvable in the data sources' own Python processes too: the scheme's registration and
+    its folders in the environment the sources are registered with (SparkContext.environment, as
+    spark.executorEnv.* gives it), the sources registered again, and everything undone afterwards."""
+    import datasources
+
+    env = spark.sparkContext.environment
+    before = dict(env)
+
+    def serve(tag, folder) -> str:
+        uri = elsewhere(tag, folder)
+        env.update(remotefs.environment())
+        datasources.register(spark)
+        return uri
+
+    yield serve
+    env.clear()
+    env.update(before)
+    datasources.register(spark)
+
+
+def test_point_queries_through_the_seam(elsewhere):
+    """query --msg-id and --key (no Spark: the index and the records read on the driver through the seam)."""
+    from .test_query import ask
+
+    manifest = json.loads((FIXTURES / "broker" / "manifest.json").read_text())
+    uri = elsewhere("fx", FIXTURES) + "broker/store"
+    for exp in manifest["messages"][:5]:
+        code, msgs, _, _ = ask("--store", uri, "--msg-id", exp["msgId"])
+        assert code == 0 and [m["physical_offset"] for m in msgs] == [exp["commitLogOffset"]]
+        assert msgs[0]["body"] == exp["body"]
+    for q in manifest["indexQueries"][:5]:
+        code, msgs, _, _ = ask("--store", uri, "--topic", q["topic"], "--key", q["key"])
+        assert code == 0 and sorted(m["physical_offset"] for m in msgs) == sorted(set(q["expectedOffsets"]))
+    assert any("/index/" in p for p in remotefs.OPENS)
+
+
+@pytest.mark.spark
+def test_time_range_query_and_extract_through_the_seam(spark, remote_sources, tmp_path):
+    """query --from/--to (segments chosen by their first records, then the commitlog source in its workers) and
+    extract give the local run's rows."""
+    from jobs import extract
+
+    from .test_query import ask
+
+    manifest = json.loads((FIXTURES / "basic" / "manifest.json").read_text())
+    uri = remote_sources("fx", FIXTURES) + "basic/store"
+    ts = sorted(m["storeTimestamp"] for m in manifest["messages"])
+    lo, hi = ts[10], ts[40]
+    code, msgs, _, _ = ask("--store", uri, "--from", lo, "--to", hi, spark=spark)
+    assert code == 0 and [m["physical_offset"] for m in msgs] == [
+        m["commitLogOffset"] for m in manifest["messages"] if lo <= m["storeTimestamp"] <= hi]
+
+    outs = {}
+    for name, store in (("local", FIXTURES / "basic" / "store"), ("remote", uri)):
+        outs[name] = tmp_path / name
+        args = extract.build_parser().parse_args(["--store", str(store), "--out", str(outs[name]), "--format",
+                                                  "parquet"])
+        assert extract.run(spark, args).exit_code == 0
+    assert parquet_rows(outs["remote"]) == parquet_rows(outs["local"])
+
+
+@pytest.mark.spark
+def test_compare_through_the_seam(spark, remote_sources, tmp_path):
+    """compare of a store on the custom scheme with its local self: identical (exit 0), as two local copies."""
+    from jobs import compare
+
+    uri = remote_sources("fx", FIXTURES) + "broker/store"
+    args = compare.build_parser().parse_args(["--store", uri, "--store", str(FIXTURES / "broker" / "store"),
+                                              "--out", str(tmp_path / "cmp")])
+    assert compare.run(spark, args).exit_code == 0
+
+
+@pytest.mark.spark
+def test_decode_and_repair_through_the_seam(spark, remote_sources, damaged_store, tmp_path):
+    """decode exports the local run's rows; replay --repair of the damaged writer-built store, read through the
+    scheme, writes a store whose messages and consumer offsets are the local repair's."""
+    from jobs import decode, replay
+
+    uri = remote_sources("dmg", damaged_store.parent.parent) + "damaged/store"
+    outs = {}
+    for name, store in (("local", damaged_store), ("remote", uri)):
+        outs[name] = tmp_path / f"decode-{name}"
+        args = decode.build_parser().parse_args(["--store", str(store), "--out", str(outs[name]), "--format",
+                                                 "parquet"])
+        assert decode.run(spark, args).exit_code == 0
+    assert parquet_rows(outs["remote"]) == parquet_rows(outs["local"])
+
+    repaired = {}
+    for name, store in (("local", damaged_store), ("remote", uri)):
+        repaired[name] = tmp_path / f"repair-{name}"
+        args = replay.build_parser().parse_args(["--repair", str(store), "--out", str(repaired[name])])
+        assert replay.run(spark, args).exit_code == 0
+    a, b = Store(repaired["remote"]), Store(repaired["local"])
+    assert [(m.topic, m.queue_id, m.queue_offset, m.body) for m in a.messages()] == \
+        [(m.topic, m.queue_id, m.queue_offset, m.body) for m in b.messages()]
+    assert a.config("consumerOffset.json").data == b.config("consumerOffset.json").data
