@@ -371,6 +371,15 @@ def scratch():
         yield Path(d)
 
 
+@pytest.fixture(scope="module")
+def compiled():
+    """udfs.compiled loaded before the examples: on a cold numba cache it compiles for tens of seconds, which must
+    not count against an example's deadline."""
+    from udfs.kernels import _compiled
+
+    return _compiled()
+
+
 @st.composite
 def cq_bytes(draw):
     units = draw(st.lists(st.tuples(st.one_of(st.integers(-2**63, 2**63 - 1), st.sampled_from([0, -1, 2**62])),
@@ -656,7 +665,7 @@ _QUEUE_IDS = st.one_of(st.integers(0, 40), st.integers(-2**63, 2**63 - 1), st.sa
 @fuzz(100)
 @given(st.lists(st.tuples(_OFFSET_KEYS, st.lists(st.tuples(_QUEUE_IDS, st.integers(-2**63, 2**63 - 1)), max_size=6)),
                 max_size=8))
-def test_offset_columns_equal_the_dict_path(scratch, table):
+def test_offset_columns_equal_the_dict_path(compiled, scratch, table):
     """The consumer-offset rows built column-wise from the fast path (no Python object per offset) are the rows
     the dict path gives, problems included, for any offsetTable of flat Integer-keyed maps (duplicates, keys that
     are not topic@group, queue ids outside int, offsets of 19 digits that send the file to the tolerant parser)."""
@@ -839,7 +848,7 @@ def offset_files(draw):
 @example('{"offset\\u0054able":{"a@b":{0:1}},"offsetTable":{}}')  # the table's name escaped: the exact parser's
 @example('{"dataVersion":{"a":[1,"]}",{}]},"offsetTable":{"a@b":{0:1}}} ')
 @example('{"dataVersion":{1:2,x:3},"offsetTable":{"a@b":{0:99999999999999999999}}}')  # 20 digits: out of long
-def test_the_one_pass_offset_scan_agrees_with_the_exact_reader(scratch, text):
+def test_the_one_pass_offset_scan_agrees_with_the_exact_reader(compiled, scratch, text):
     """udfs.kernels.scan_offset_table (the metadata source's and the audit's consumerOffset.json reader, issue 22:
     200 MB in a second or two) gives the rows and problems the exact path gives (the tolerant parser, without the
     fast paths), or steps aside; a file neither reads is the same error row."""
@@ -911,7 +920,7 @@ def broker_offset_files(draw):
     {"offsetTable": {n: {0: 1} for n in ["b@x", "a@y", "a.b@x", "a@x@y", "é@a", "z@"]}})))  # '@' sorts after '.'
 @example(("none", [], dumps_fastjson({"offsetTable": {f"Topic_0{i % 7:012d}@group_{i:09d}": {0: i, 3: 10**18 - 1}
                                                       for i in range(300, 0, -1)}})))  # > 8-byte common prefixes
-def test_the_compiled_offset_rows_agree_with_the_exact_reader(scratch, case):
+def test_the_compiled_offset_rows_agree_with_the_exact_reader(compiled, scratch, case):
     """The rows the compiled passes build (udfs.kernels.scan_offset_table: the scan, the maps sorted by (topic,
     group) as bytes, the rows in that order) are the exact path's rows and problems, with the dict compare and
     replay read, for broker-shaped files and their mutations; and for an unmutated file whose names are all
