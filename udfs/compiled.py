@@ -1493,9 +1493,9 @@ def offset_table_scan(b, name_lo, name_hi, name_esc, map_first, map_count, keys,
         e = _string_end(b, i, n, esc)
         if e < 0 or esc[0]:
             return _ASIDE, i, 0
-        is_table = e - i - 1 == 11 and _at(b, i + 1) == 111 and _at(b, i + 2) == 102 and _at(b, i + 3) == 102 and \
-            _at(b, i + 4) == 115 and _at(b, i + 5) == 101 and _at(b, i + 6) == 116 and _at(b, i + 7) == 84 and _at(b, i + 8) == 97 and \
-            _at(b, i + 9) == 98 and _at(b, i + 10) == 108 and _at(b, i + 11) == 101  # "offsetTable"
+        is_table = e - i - 1 == 11 and b[i + 1] == 111 and b[i + 2] == 102 and b[i + 3] == 102 and \
+            b[i + 4] == 115 and b[i + 5] == 101 and b[i + 6] == 116 and b[i + 7] == 84 and b[i + 8] == 97 and \
+            b[i + 9] == 98 and b[i + 10] == 108 and b[i + 11] == 101  # "offsetTable" (once per member: not hot)
         i = _ws(b, e + 1, n)
         if i >= n or _at(b, i) != 58:
             return _ASIDE, i, 0
