@@ -11,6 +11,7 @@ against what the project computes independently: store_format's walk, the findin
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import importlib.util
 import json
 import re
@@ -53,7 +54,10 @@ def demo_out(spark, tmp_path_factory):
 
     first = run("audit-first", "--checks", "integrity,lag,transactions,retries")
     later = max(b["as_of"] for b in first.summary_data["brokers"]) + 3_600_000
-    run("audit", "--as-of", str(later))
+    second = run("audit", "--as-of", str(later))
+    # the trend job orders runs by run_time: the two runs, seconds apart at most, must not tie
+    started = [dt.datetime.fromisoformat(r.summary_data["run_time"]) for r in (first, second)]
+    assert started[0] < started[1]
     return out
 
 
