@@ -1,21 +1,22 @@
 """What the four sources' implementations share (issue 25): the DataSource that names the source and turns its
 Arrow schema into Spark's, the reader's options common to all (path, broker, mode), and the accessors every
 source reads its options with (a bad value is an error naming the option).  Each source keeps only what is its
-own: its Arrow schema, its options, how it plans partitions and reads one.
+own: its Arrow schema, its options, how it plans partitions over its inputs and reads one.
 
 These are the implementations; Spark registers the stand-ins of datasources/sources.py, which import them when
 a read is planned (so this module may import pyarrow).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from .storepaths import parse_bool, parse_size
+from .storepaths import PartInput, find_inputs, parse_bool, parse_size
 
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")  # Spark's own names for what a reader does with bad rows
 
@@ -46,13 +47,36 @@ class StoreDataSource(DataSource):
         return self.READER(self.options)
 
 
+@dataclass
+class NothingToRead(InputPartition):
+    """The one partition of an empty plan: Spark needs at least one, and it reads no row."""
+
+
 class StoreReader(DataSourceReader):
     """A reader's options every source takes: ``path`` (a store root, a folder of them, a part folder or a file),
-    ``broker`` (the broker name for every row, else each store's own)."""
+    ``broker`` (the broker name for every row, else each store's own), and its planning: the inputs of ``PART``
+    that ``path`` names (one per broker) go to the source's :meth:`plan`, and each partition planned to its
+    :meth:`read_partition`."""
+
+    #: the folder of a store root the source reads (a store_format part name: commitlog, consumequeue, ...)
+    PART: ClassVar[str] = ""
 
     def __init__(self, options):
         self.path = options.get("path")
         self.broker = options.get("broker")
+
+    def plan(self, inputs: list[PartInput]) -> list[InputPartition]:
+        raise NotImplementedError
+
+    def read_partition(self, partition: InputPartition):
+        raise NotImplementedError
+
+    def partitions(self):
+        return self.plan(find_inputs(self.path, self.PART, self.broker)) or [NothingToRead()]
+
+    def read(self, partition):
+        if not isinstance(partition, NothingToRead):
+            yield from self.read_partition(partition)
 
 
 # Options: each accessor reads one option, ``default`` when it is absent or empty, and a bad value is a ValueError

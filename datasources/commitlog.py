@@ -678,6 +678,8 @@ def _value_set(filters, col: str) -> set | None:
 
 
 class CommitLogReader(StoreReader):
+    PART = "commitlog"
+
     def __init__(self, options):
         super().__init__(options)
         self.opts = Options.parse(options)
@@ -695,8 +697,7 @@ class CommitLogReader(StoreReader):
             else:
                 yield f
 
-    def partitions(self):
-        inputs = find_inputs(self.path, "commitlog", self.broker)
+    def plan(self, inputs):
         files = list_segment_files(inputs, self.opts.segment_size)
         brokers, segments = _value_set(self.filters, "broker"), _value_set(self.filters, "segment")
         lo, hi = _offset_bounds(self.filters)
@@ -721,7 +722,7 @@ class CommitLogReader(StoreReader):
                 elif p.start == 0 and p.last and self.opts.ends != "unresolved":
                     p.finds_ends = True
             out.append(p)
-        return out or [SegmentRange("", Location(None, ""), "", None, 0, 0, 0, True, ())]  # noqa: the empty plan
+        return out
 
     def _ends(self, parts: list[SegmentRange]) -> dict:
         if self.opts.ends == "unresolved":
@@ -734,9 +735,7 @@ class CommitLogReader(StoreReader):
         ends.update(walk_ends([p for p in parts if f"{p.broker}/{p.name}" in missing], self.opts))
         return ends
 
-    def read(self, partition: SegmentRange):
-        if not partition.name:
-            return
+    def read_partition(self, partition: SegmentRange):
         yield from _RangeReader(partition, self.opts, self.filters).batches()
 
 

@@ -18,15 +18,33 @@ from store_format import layout as L
 from store_format.commitlog import SEGMENT_NAME, ReadOnlyMap
 from store_format.consumequeue import UNIT_KINDS, CQFile, queue_id_of, read_unit_arrays, units_of
 from store_format.errors import ErrorKind, StoreFormatError
+from udfs.columns import column
 
 from .base import StoreDataSource, StoreReader, parse_mode
-from .storepaths import Location, find_inputs
+from .storepaths import Location, PartInput
 
 FORMAT = "rocketmq-consumequeue"
 SCHEMA = pa.schema([
-    ("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
-    ("physical_offset", pa.int64()), ("size", pa.int32()), ("tags_code", pa.int64()), ("file", pa.string()),
-    ("file_position", pa.int64()), ("kind", pa.string()), ("length", pa.int64()), ("reason", pa.string()),
+    column("broker", pa.string()), column("topic", pa.string(), "topic name: the queue's grandparent folder"),
+    column("queue_id", pa.int32(), "queue id: the queue folder's name (null when it is no int: a `corrupt` row)"),
+    column("queue_offset", pa.int64(), "the unit's queue offset: the file's first (its name / 20) + its index in "
+           "the file; null on `zero_tail` rows and partial trailing units"),
+    column("physical_offset", pa.int64(), "the unit's CommitLog Offset: where its message's record starts in the "
+           "broker's whole commitlog"),
+    column("size", pa.int32(), "the unit's Size: the record's TOTALSIZE"),
+    column("tags_code", pa.int64(), "the unit's Tags HashCode: the tag's hash code; for a delayed message in "
+           "SCHEDULE_TOPIC_XXXX its delivery time (ms)"),
+    column("file", pa.string(), "consume-queue file name (20 digits: the byte offset of its first unit in the "
+           "queue, the queue offset * 20)"),
+    column("file_position", pa.int64(), "byte position of the row's first byte inside the file"),
+    column("kind", pa.string(), "`entry`; `pre_blank` (a fillPreBlank unit); `corrupt` (a unit that fails the "
+           "broker's recovery test offset >= 0 && size > 0, a zero unit with data after it, a partial trailing unit, "
+           "or a file or folder name the broker cannot parse); `zero_tail` (the unwritten zero-filled rest of a "
+           "file, one row)"),
+    column("length", pa.int64(), "bytes the row covers: 20 for a unit, the run's length for `zero_tail` and a "
+           "partial trailing unit"),
+    column("reason", pa.string(), "why a row is `corrupt` (`<kind> unit: recovery stops here`, or an error kind "
+           "such as BAD_FILE_NAME); null otherwise"),
 ])
 _KINDS = {"entry": "entry", "pre_blank": "pre_blank", "invalid": "corrupt", "zero": "corrupt"}
 _ROW_KINDS = [_KINDS[k] for k in UNIT_KINDS]  # row kind by store_format's unit kind code
@@ -67,9 +85,10 @@ def group_files(files: list[CQFilePartition]) -> list[CQFileGroup]:
     return groups
 
 
-def plan_files(path: str, broker: str | None) -> list[CQFilePartition]:
+def plan_files(inputs: list[PartInput]) -> list[CQFilePartition]:
+    """Every file of the consume-queue ``inputs`` (storepaths.find_inputs), in listing order."""
     out = []
-    for inp in find_inputs(path, "consumequeue", broker):
+    for inp in inputs:
         if inp.single_file:  # consumequeue/<topic>/<queueId>/<file>
             qdir = inp.loc.parent()
             out.append(_partition(inp.broker, qdir.parent().name, qdir.name, inp.loc.info()))
@@ -140,14 +159,16 @@ def read_unit_window(loc: Location, first: int, end: int) -> dict:
 
 
 class ConsumeQueueReader(StoreReader):
+    PART = "consumequeue"
+
     def __init__(self, options):
         super().__init__(options)
         self.mode = parse_mode(options)
 
-    def partitions(self):
-        return group_files(plan_files(self.path, self.broker)) or [CQFileGroup([])]
+    def plan(self, inputs):
+        return group_files(plan_files(inputs))
 
-    def read(self, partition: "CQFileGroup"):
+    def read_partition(self, partition: CQFileGroup):
         for part in partition.files:
             yield from self._read_file(part)
 

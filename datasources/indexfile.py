@@ -28,26 +28,49 @@ from store_format import layout as L
 from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.indexfile import INDEX_NAME, IndexFile, read_header
+from udfs.columns import column
 
 from .base import StoreDataSource, StoreReader, option_int
-from .storepaths import Location, find_inputs
+from .storepaths import Location, PartInput
 
 FORMAT = "rocketmq-index"
 SCHEMA = pa.schema([
-    ("broker", pa.string()), ("file", pa.string()), ("kind", pa.string()),
+    column("broker", pa.string()),
+    column("file", pa.string(), "index file name: its creation time, yyyyMMddHHmmssSSS"),
+    column("kind", pa.string(), "`header` (one per file), `entry` (entries 1 .. indexCount-1), or `corrupt` (a file "
+           "that cannot be opened as an index: `reason`, `detail`, and the header's fields when it has 40 bytes)"),
     # header
-    ("begin_timestamp", pa.int64()), ("end_timestamp", pa.int64()), ("begin_phy_offset", pa.int64()),
-    ("end_phy_offset", pa.int64()), ("hash_slot_count", pa.int32()), ("index_count", pa.int32()),
-    ("hash_slot_num", pa.int32()), ("index_num", pa.int32()),
+    column("begin_timestamp", pa.int64(), "header: beginTimestamp, store time (ms) of the first message indexed"),
+    column("end_timestamp", pa.int64(), "header: endTimestamp, store time (ms) of the last message indexed"),
+    column("begin_phy_offset", pa.int64(), "header: beginPhyOffset, commitlog offset of the first message indexed"),
+    column("end_phy_offset", pa.int64(), "header: endPhyOffset, commitlog offset of the last message indexed"),
+    column("hash_slot_count", pa.int32(), "header: hashSlotCount, as the broker counts slots used"),
+    column("index_count", pa.int32(), "header: indexCount, the next entry to write (entry 0 is never written)"),
+    column("hash_slot_num", pa.int32(), "header: the file's slots (maxHashSlotNum), from its size or the "
+           "`hashSlotNum` option"),
+    column("index_num", pa.int32(), "header: the entries the file has room for (maxIndexNum), from its size or "
+           "the `indexNum` option"),
     # header: what the file's entries say, to hold the header against (counted here, where they are in memory)
-    ("entry_slots", pa.int32()), ("first_entry_phy_offset", pa.int64()), ("last_entry_phy_offset", pa.int64()),
-    ("duplicate_entries", pa.int64()), ("duplicated_pairs", pa.int64()),
+    column("entry_slots", pa.int32(), "header: the distinct slots the entries' key hashes fall in"),
+    column("first_entry_phy_offset", pa.int64(), "header: entry 1's physical offset"),
+    column("last_entry_phy_offset", pa.int64(), "header: the last entry's physical offset"),
+    column("duplicate_entries", pa.int64(), "header: entries beyond the first for a (key hash, physical offset) "
+           "pair indexed more than once"),
+    column("duplicated_pairs", pa.int64(), "header: (key hash, physical offset) pairs indexed more than once"),
     # entry
-    ("entry", pa.int32()), ("slot", pa.int32()), ("key_hash", pa.int32()), ("physical_offset", pa.int64()),
-    ("time_diff", pa.int32()), ("store_time", pa.int64()), ("prev_index", pa.int32()),
-    ("problems", pa.list_(pa.string())),
+    column("entry", pa.int32(), "entry: its index in the file (1 .. indexCount-1)"),
+    column("slot", pa.int32(), "entry: its slot, key_hash % hashSlotNum (null for a negative hash)"),
+    column("key_hash", pa.int32(), "entry: keyHash, the key's hash (String.hashCode, absolute value)"),
+    column("physical_offset", pa.int64(), "entry: phyOffset, the indexed message's commitlog offset"),
+    column("time_diff", pa.int32(), "entry: timeDiff, seconds from beginTimestamp to the message's store time"),
+    column("store_time", pa.int64(), "entry: beginTimestamp + timeDiff * 1000 (ms)"),
+    column("prev_index", pa.int32(), "entry: prevIndex, the previous entry of its slot's chain (0: none)"),
+    column("problems", pa.list_(pa.string()), "entry: its hash chain's problems: `prev_out_of_range`, "
+           "`prev_not_older`, `prev_other_slot`, `negative_time_diff`, `unreachable` (the module docstring of "
+           "datasources/indexfile.py)"),
     # corrupt
-    ("reason", pa.string()), ("detail", pa.string()),
+    column("reason", pa.string(), "corrupt: the error kind (BAD_FILE_NAME, TRUNCATED, ...)"),
+    column("detail", pa.string(), "corrupt: what is wrong, in words"),
 ])
 _ENTRY_DTYPE = L.INDEX_ENTRY.dtype()
 
@@ -61,9 +84,11 @@ class IndexFilePartition(InputPartition):
     index_num: int | None
 
 
-def plan_files(path: str, broker: str | None, hash_slot_num, index_num) -> list[IndexFilePartition]:
+def plan_files(inputs: list[PartInput], hash_slot_num, index_num) -> list[IndexFilePartition]:
+    """A partition per file of the index ``inputs`` (storepaths.find_inputs), read with the geometry given (None:
+    each file's own header)."""
     out = []
-    for inp in find_inputs(path, "index", broker):
+    for inp in inputs:
         infos = [inp.loc.info()] if inp.single_file else [i for i in inp.loc.list() if i.is_file]
         for i in infos:
             out.append(IndexFilePartition(inp.broker, Location(inp.loc.fs, i.path), i.base_name, hash_slot_num,
@@ -223,18 +248,17 @@ def _rows_batch(rows: list[dict]) -> pa.RecordBatch:
 
 
 class IndexReader(StoreReader):
+    PART = "index"
+
     def __init__(self, options):
         super().__init__(options)
         self.hash_slot_num = option_int(options, "hashSlotNum")
         self.index_num = option_int(options, "indexNum")
 
-    def partitions(self):
-        return plan_files(self.path, self.broker, self.hash_slot_num, self.index_num) or \
-            [IndexFilePartition("", None, "", None, None)]
+    def plan(self, inputs):
+        return plan_files(inputs, self.hash_slot_num, self.index_num)
 
-    def read(self, partition: IndexFilePartition):
-        if partition.loc is None:
-            return
+    def read_partition(self, partition: IndexFilePartition):
         yield from file_batches(partition)
 
 

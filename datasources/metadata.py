@@ -22,29 +22,69 @@ from pyspark.sql.datasource import InputPartition
 
 from store_format import config as C
 from store_format.checkpoint import read_checkpoint, read_markers
-from store_format.fs import StorePath, as_path, unreadable_entries
-from udfs.kernels import scan_offset_table
 from store_format.errors import ErrorKind, StoreFormatError
+from store_format.fs import StorePath, as_path, unreadable_entries
+from udfs.columns import column
+from udfs.kernels import scan_offset_table
 
 from .base import StoreDataSource, StoreReader
-from .storepaths import Location, find_inputs
+from .storepaths import Location
 
 FORMAT = "rocketmq-metadata"
 _S, _I, _L, _B = pa.string(), pa.int32(), pa.int64(), pa.bool_()
+_CONFIG_JSON = "the whole entry as JSON (keys sorted): every field, the ones above and any other"
 TABLES = {
-    "checkpoint": [("physic_msg_timestamp", _L), ("logics_msg_timestamp", _L), ("index_msg_timestamp", _L),
-                   ("master_flushed_offset", _L), ("confirm_phy_offset", _L), ("min_timestamp", _L),
-                   ("min_timestamp_index", _L), ("file_length", _L)],
-    "markers": [("abort", _B), ("abort_pid", _L), ("lock", _B)],
-    "consumer_offsets": [("topic", _S), ("group", _S), ("queue_id", _I), ("offset", _L)],
-    "delay_offsets": [("delay_level", _I), ("offset", _L)],
-    "topics": [("topic", _S), ("read_queue_nums", _I), ("write_queue_nums", _I), ("perm", _I),
-               ("topic_filter_type", _S), ("topic_sys_flag", _I), ("order", _B), ("config_json", _S)],
-    "unreadable_files": [("file", _S), ("reason", _S)],
-    "subscription_groups": [("group", _S), ("consume_enable", _B), ("consume_broadcast_enable", _B),
-                            ("retry_queue_nums", _I), ("retry_max_times", _I), ("broker_id", _L),
-                            ("which_broker_when_consume_slowly", _L), ("config_json", _S)],
+    "checkpoint": [
+        column("physic_msg_timestamp", _L, "physicMsgTimestamp: store time (ms) of the last message flushed to "
+               "the commitlog"),
+        column("logics_msg_timestamp", _L, "logicsMsgTimestamp: store time (ms) of the last message dispatched to "
+               "a consume queue"),
+        column("index_msg_timestamp", _L, "indexMsgTimestamp: endTimestamp of the last full index file (0: none "
+               "filled up)"),
+        column("master_flushed_offset", _L, "masterFlushedOffset (5.0.0 and later; null when the bytes are absent "
+               "or zero)"),
+        column("confirm_phy_offset", _L, "confirmPhyOffset (5.1.1 and later; null when absent or zero)"),
+        column("min_timestamp", _L, "getMinTimestamp(): min(physic, logics) - 3 s, floored at 0: abnormal "
+               "recovery starts from the first segment whose first message is older"),
+        column("min_timestamp_index", _L, "getMinTimestampIndex(): min(getMinTimestamp(), indexMsgTimestamp)"),
+        column("file_length", _L, "the checkpoint file's size (4096 as the broker maps it)")],
+    "markers": [
+        column("abort", _B, "an `abort` file exists: the broker did not shut down cleanly, its next start runs the "
+               "abnormal recovery"),
+        column("abort_pid", _L, "the PID a 5.x broker writes into `abort` (null: empty, as 4.x leaves it)"),
+        column("lock", _B, "a `lock` file exists (the broker writes it at start and leaves it; only the OS lock on it matters)")],
+    "consumer_offsets": [
+        column("topic", _S, "topic of the `topic@group` key in consumerOffset.json's offsetTable"),
+        column("group", _S, "consumer group of that key"), column("queue_id", _I),
+        column("offset", _L, "the group's committed offset: the next queue offset it will consume")],
+    "delay_offsets": [
+        column("delay_level", _I, "delay level (1-based: SCHEDULE_TOPIC_XXXX's queue id + 1)"),
+        column("offset", _L, "delivered so far: the next queue offset of the level's queue to deliver")],
+    "topics": [
+        column("topic", _S, "topic name (topics.json's topicConfigTable key)"),
+        column("read_queue_nums", _I, "readQueueNums"), column("write_queue_nums", _I, "writeQueueNums"),
+        column("perm", _I, "perm: PermName bits, 4 readable + 2 writable (6: both), 1 inherit, 8 priority"),
+        column("topic_filter_type", _S, "topicFilterType: SINGLE_TAG or MULTI_TAG"),
+        column("topic_sys_flag", _I, "topicSysFlag"), column("order", _B, "order: an ordered topic"),
+        column("config_json", _S, _CONFIG_JSON)],
+    "unreadable_files": [
+        column("file", _S, "the entry's path relative to the store root"),
+        column("reason", _S, "why no reader can open it (not a regular file or folder, a link, no permission, ...)")],
+    "subscription_groups": [
+        column("group", _S, "consumer group (subscriptionGroup.json's subscriptionGroupTable key)"),
+        column("consume_enable", _B, "consumeEnable"), column("consume_broadcast_enable", _B, "consumeBroadcastEnable"),
+        column("retry_queue_nums", _I, "retryQueueNums"),
+        column("retry_max_times", _I, "retryMaxTimes: send-backs before a message goes to %DLQ%group"),
+        column("broker_id", _L, "brokerId the group consumes from"),
+        column("which_broker_when_consume_slowly", _L, "whichBrokerWhenConsumeSlowly"),
+        column("config_json", _S, _CONFIG_JSON)],
 }
+_COMMON = ([column("broker", _S)], [
+    column("source", _S, "the file (or store root) the row was read from"),
+    column("error", _S, "a file that cannot be read: one row with this error; a value the broker cannot hold "
+           "(out of its Java type's range, not a number): one row naming it, left out of the other rows"),
+    column("error_key", _S, "for a value error: the value's path in the file"),
+    column("error_value", _S, "for a value error: the value as written")])
 CONFIG_FILE = {"consumer_offsets": "consumerOffset.json", "delay_offsets": "delayOffset.json",
                "topics": "topics.json", "subscription_groups": "subscriptionGroup.json"}
 
@@ -52,8 +92,7 @@ CONFIG_FILE = {"consumer_offsets": "consumerOffset.json", "delay_offsets": "dela
 def schema_of(table: str) -> pa.Schema:
     if table not in TABLES:
         raise ValueError(f"option table={table!r}: choose one of {', '.join(TABLES)}")
-    return pa.schema([("broker", _S)] + TABLES[table] + [("source", _S), ("error", _S), ("error_key", _S),
-                                                         ("error_value", _S)])
+    return pa.schema(_COMMON[0] + TABLES[table] + _COMMON[1])
 
 
 @dataclass
@@ -222,16 +261,18 @@ def _bool(v):
 
 
 class MetadataReader(StoreReader):
+    PART = "config"
+
     def __init__(self, options):
         super().__init__(options)
         self.table = options.get("table", "")
         self.schema = schema_of(self.table)
 
-    def partitions(self):
-        # find_inputs names each store root's config/ folder; the root is its parent
-        return [StorePartition(i.broker, i.loc.parent()) for i in find_inputs(self.path, "config", self.broker)]
+    def plan(self, inputs):
+        # the inputs are each store root's config/ folder; the root is its parent
+        return [StorePartition(i.broker, i.loc.parent()) for i in inputs]
 
-    def read(self, partition: StorePartition):
+    def read_partition(self, partition: StorePartition):
         root = partition.root
         t = table_batch(self.table, partition.broker, root.local_path or root)
         yield from t.to_batches(max_chunksize=1 << 16)

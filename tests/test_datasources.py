@@ -681,6 +681,7 @@ def test_index_source_on_a_cut_chain_and_a_repeated_entry(fixture, tmp_path):
     """The index source's rows of a file with a cut chain and a repeated entry (tests/test_kernels.py checks the
     compiled chain check and repeat count against a reference on generated files)."""
     from datasources.indexfile import file_batches, plan_files
+    from datasources.storepaths import find_inputs
 
     _, store, _ = fixture
     src = list_index_files(store / "index")[0]
@@ -696,7 +697,7 @@ def test_index_source_on_a_cut_chain_and_a_repeated_entry(fixture, tmp_path):
     damaged.write_bytes(bytes(raw))
 
     def rows(path):
-        return [r for p in plan_files(str(path), None, None, None) for b in file_batches(p) for r in b.to_pylist()]
+        return [r for p in plan_files(find_inputs(str(path), "index"), None, None) for b in file_batches(p) for r in b.to_pylist()]
 
     problems = {r["entry"]: r["problems"] for r in rows(damaged.parent) if r["kind"] == "entry"}
     assert problems[e.index] == ["prev_out_of_range"] and "unreachable" in problems[e.prev_index]

@@ -77,7 +77,11 @@ def test_descriptions_reach_no_output(generator, tmp_path):
     from jobs.output import write_parquet_file
     from udfs.columns import plain
 
-    for table, cols in generator.declared().items():
+    from datasources import consumequeue, indexfile, metadata
+
+    sources = {"rocketmq-consumequeue": consumequeue.SCHEMA, "rocketmq-index": indexfile.SCHEMA,
+               **{f"rocketmq-metadata {t}": metadata.schema_of(t) for t in metadata.TABLES}}
+    for table, cols in [*generator.declared().items(), *((k, {f.name: f for f in v}) for k, v in sources.items())]:
         described = pa.schema(list(cols.values()))
         bare = pa.schema([f.remove_metadata() for f in described])
         rows = described.empty_table()

@@ -285,6 +285,42 @@ def render(schemas: dict) -> str:
                  "with `--explain` `{\"kind\": \"explain\", \"broker\", \"reason\", \"physical_offset\", "
                  "\"detail\"}` lines saying why a message is missing (reasons in jobs.md).\n")
     parts.append("## jobs.trend\n\n`--out`: one row per flag.\n\n" + _table(fields, "trend", schemas["trend"]))
+    parts.append(_sources())
+    return "\n".join(parts)
+
+
+def _source_table(schema, name: str) -> str:
+    """A data source's columns with their types and meanings, from its declared Arrow schema alone."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    fields = {name: {f.name: f for f in schema}}
+    return _table(fields, name, [(f.name, from_arrow_type(f.type).simpleString()) for f in schema])
+
+
+def _sources() -> str:
+    """The four Spark data sources' rows (`spark.read.format(...)`): their schemas are declared in datasources/."""
+    from datasources import commitlog, consumequeue, indexfile, metadata
+
+    full = commitlog.arrow_schema("decoded", decompress=True)
+    parts = ["## Data sources\n\nWhat `spark.read.format(NAME).load(PATH)` returns after `datasources.register(spark)`"
+             " (PATH: a store root, a folder of them, a part folder or one file; options in the README).\n",
+             "### rocketmq-commitlog\n\nOne row per record, blank, stop or corrupt span.  `materialize=positions` "
+             "(the default) gives the columns up to `excerpt_hex`; `frames` adds `frame`; `headers` adds the decoded "
+             "columns but `body`; `decoded` adds them all, and `decompress=true` the last two (the `columns` option "
+             "keeps only those named).\n\n"
+             + _source_table(list(commitlog.BASE_COLUMNS) + [commitlog.FRAME]
+                             + [f for f in full if f.name not in commitlog.BASE_COLUMNS.names], "rocketmq-commitlog"),
+             "### rocketmq-consumequeue\n\nOne row per consume-queue unit, `zero_tail` run or corrupt span.\n\n"
+             + _source_table(consumequeue.SCHEMA, "rocketmq-consumequeue"),
+             "### rocketmq-index\n\nPer index file one `header` row, then one row per entry, or one `corrupt` row; "
+             "a column is null on the rows it is not about.\n\n" + _source_table(indexfile.SCHEMA, "rocketmq-index"),
+             "### rocketmq-metadata\n\nOne of these tables per read (`option(\"table\", NAME)`), one row per "
+             "store and value; every table starts with `broker` and ends with `source`, `error`, `error_key`, "
+             "`error_value` (described under `checkpoint`).\n"]
+    for i, table in enumerate(metadata.TABLES):
+        schema = metadata.schema_of(table)
+        shown = list(schema) if i == 0 else [f for f in schema if f.name in {c.name for c in metadata.TABLES[table]}]
+        parts.append(f"#### table={table}\n\n" + _source_table(shown, f"rocketmq-metadata {table}"))
     return "\n".join(parts)
 
 

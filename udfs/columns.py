@@ -19,7 +19,7 @@ SHARED = {
     "broker": "the broker the row belongs to: `--store NAME=PATH`'s NAME, else brokerName from the dump's "
               "broker.properties, else the store root's folder (`.../<broker>/store` -> `<broker>`; jobs/stores.py)",
     "run_id": "the audit run: `<UTC time>-<8 hex digits>`, one per `jobs.audit` run",
-    "run_time": "when the audit run started (UTC, second precision)",
+    "run_time": "when the audit run started (UTC, to the microsecond)",
     "topic": "topic name", "queue_id": "queue id within the topic",
     "queue_offset": "position in the consume queue (the message's QUEUEOFFSET)",
     "physical_offset": "byte offset in the broker's whole commitlog (segment base offset + file position)",

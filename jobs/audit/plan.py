@@ -74,9 +74,10 @@ def plan_broker(store_input: StoreInput, geometry: StoreGeometry | None = None) 
     inputs = find_inputs(root, "commitlog", name) if (store.root / "commitlog").exists() else []
     size = store.segment_size
     segments = list_segment_files(inputs, size) if inputs else []
-    cq = plan_cq_files(root, name) if (store.root / "consumequeue").is_dir() else []
+    cq = plan_cq_files(find_inputs(root, "consumequeue", name)) if (store.root / "consumequeue").is_dir() else []
     has_index = (store.root / "index").is_dir()
-    index = plan_index_files(root, name, geometry.hash_slot_num, geometry.index_num) if has_index else []
+    index = (plan_index_files(find_inputs(root, "index", name), geometry.hash_slot_num, geometry.index_num)
+             if has_index else [])
     end = max((s.base + max(s.length, size or 0) for s in segments if s.base is not None), default=0)
     shift = max(20, math.ceil(math.log2(max(end, 1) / MAX_BUCKETS))) if end else 20
     return BrokerPlan(name, root, store, segments, size, cq, index, has_index, shift, end)
