@@ -369,19 +369,30 @@ def written_length(buf, fd: int | None = None, end: int | None = None) -> int:
 _ZERO_SCAN_BLOCK = 1 << 18
 
 
+#: a file on another file system up to this size is read into memory whole; a bigger one (a full index file is
+#: 420 MB) is staged in a temp file and mapped, so a task's memory does not grow with it
+STAGE_ABOVE = 64 << 20
+_STAGE_CHUNK = 8 << 20
+
+
 class ReadOnlyMap:
     """A read-only view of a regular file: an mmap (empty files give an empty bytes).  Never writable; opened
     through :func:`store_format.fs.open_file` (anything but a regular file is an ``UnreadableError``).  A file on a
-    non-local file system (a ``store_format.fs.StorePath``) is read whole into ``bytes`` instead: no mmap there."""
+    non-local file system (a ``store_format.fs.StorePath``) has no map of its own: it is read whole into ``bytes``,
+    or, above :data:`STAGE_ABOVE`, copied by chunks into an anonymous temp file (``TMPDIR``; our copy, removed on
+    close) that is mapped instead."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = as_path(path)
         if isinstance(self.path, StorePath):
             self._f = None
             with open_file(self.path) as f:
-                self.buf = _read_all(f, self.path)
-            return
-        self._f = open_file(self.path)
+                if f.size() <= STAGE_ABOVE:
+                    self.buf = _read_all(f, self.path)
+                    return
+                self._f = _staged(f, self.path)
+        else:
+            self._f = open_file(self.path)
         size = os.fstat(self._f.fileno()).st_size
         self.buf = _FileMap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         if size:
@@ -420,6 +431,32 @@ def _read_all(f, path) -> bytes:
         return f.read()
     except OSError as e:
         raise UnreadableError(path, e.strerror or str(e)) from None
+
+
+def _staged(f, path):
+    """The rest of ``f`` copied into a temp file that is already unlinked (it goes with its last descriptor).  Zero
+    chunks are skipped, not written: the copy is sparse where a broker's preallocated file is (a new index file is
+    420 MB of zeros), which keeps the disk it takes and the hole search of :func:`written_length` as the original's."""
+    import tempfile
+
+    staged = tempfile.TemporaryFile(prefix="rocketmq-forensics-")
+    zeros, size = bytes(_STAGE_CHUNK), 0
+    try:
+        while chunk := f.read(_STAGE_CHUNK):
+            if chunk == zeros[:len(chunk)]:
+                staged.seek(len(chunk), os.SEEK_CUR)
+            else:
+                staged.write(chunk)
+            size += len(chunk)
+        staged.truncate(size)  # a zero tail: the length, as a hole
+        staged.flush()
+    except OSError as e:
+        staged.close()
+        raise UnreadableError(path, e.strerror or str(e)) from None
+    except BaseException:
+        staged.close()
+        raise
+    return staged
 
 
 # ------------------------------------------------------------------------------------- the file-system seam

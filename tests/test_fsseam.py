@@ -49,6 +49,55 @@ def test_a_store_path_is_not_a_local_path(elsewhere, tmp_path):
         assert type(m.buf).__name__ == "_FileMap"
 
 
+def test_a_big_remote_file_is_staged_and_mapped_not_held(elsewhere, tmp_path, monkeypatch):
+    """Above fs.STAGE_ABOVE a file read through the seam is copied into an unlinked temp file and mapped (a full
+    index file is 420 MB: a task's memory must not grow with it); zero chunks stay holes; the bytes are the file's."""
+    monkeypatch.setattr(fs, "STAGE_ABOVE", 1 << 16)
+    monkeypatch.setattr(fs, "_STAGE_CHUNK", 1 << 12)
+    data = bytes(range(256)) * 300 + bytes(50_000) + b"end" + bytes(5_000)  # data, a zero run, data, a zero tail
+    (tmp_path / "big").write_bytes(data)
+    (tmp_path / "small").write_bytes(data[:1000])
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    monkeypatch.setenv("TMPDIR", str(staging))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    base = elsewhere("t", tmp_path)
+    with fs.ReadOnlyMap(base + "big") as m:
+        assert type(m.buf).__name__ == "_FileMap" and bytes(m.buf) == data
+        assert m.written_length() == len(data) - 5_000
+        assert list(staging.iterdir()) == []  # unlinked already: nothing left behind, whatever happens
+        assert os.fstat(m.fileno()).st_blocks * 512 < len(data) - 40_000  # the zero run is a hole
+    with fs.ReadOnlyMap(base + "small") as m:
+        assert m.buf == data[:1000] and m.fileno() is None  # small: in memory
+    assert (tmp_path / "big").read_bytes() == data  # the input is only read
+
+
+def test_the_index_source_over_a_staged_remote_file_equals_the_local_read(elsewhere, monkeypatch):
+    """The broker fixture's 420 MB index file (mostly holes) read through the seam, staged: the rows of the local read."""
+    from datasources.indexfile import IndexReader
+
+    monkeypatch.setattr(fs, "STAGE_ABOVE", 1 << 16)
+
+    def rows(path):
+        reader = IndexReader({"path": path})
+        return [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+
+    local = rows(str(fixture_store("broker")))
+    assert local and rows(elsewhere("fx", FIXTURES) + "broker/store") == local
+
+
+def test_the_audit_plans_a_remote_store_as_a_local_one(elsewhere):
+    """The newest segment's written end is probed through the seam too (ranged reads): a remote store's data bytes,
+    and so its split and ranges, are the local one's, not its zero tail read as data."""
+    from jobs import stores
+    from jobs.audit.plan import data_bytes, plan_broker
+
+    for name in ("broker", "basic"):
+        local = plan_broker(stores.resolve_stores([str(FIXTURES / name / "store")])[0])
+        remote = plan_broker(stores.resolve_stores([elsewhere("fx", FIXTURES) + f"{name}/store"])[0])
+        assert data_bytes(remote) == data_bytes(local) < sum(s.length for s in local.named_segments), name
+
+
 def test_local_paths_keep_the_hostile_input_checks(tmp_path):
     os.mkfifo(tmp_path / "fifo")
     loc = fs.resolve(tmp_path / "fifo")

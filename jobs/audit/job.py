@@ -139,9 +139,13 @@ def _segment_plans(plans: dict[str, BrokerPlan], split: int | None, recovery_reg
 
     out = []
     for name, plan in plans.items():
+        newest = plan.named_segments[-1] if plan.named_segments else None
         for seg in plan.named_segments:
             if split and seg.length > split:
-                data = written_end(seg.loc, seg.length) if seg.loc.local_path is not None else seg.length
+                # where the written bytes end: a local file's extents answer at once; elsewhere it costs ranged
+                # reads, spent on the newest segment only (the one a broker is still filling)
+                probe = seg.loc.local_path is not None or seg is newest
+                data = written_end(seg.loc, seg.length) if probe else seg.length
                 ranges = cut_ranges(seg.length, data, split)
             else:
                 ranges = [(0, seg.length, True)]

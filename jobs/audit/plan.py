@@ -91,7 +91,7 @@ def data_bytes(plan: BrokerPlan) -> int:
     if not segs:
         return 0
     newest = segs[-1]
-    tail = written_end(newest.loc, newest.length) if newest.loc.local_path is not None else newest.length
+    tail = written_end(newest.loc, newest.length)  # elsewhere than local: a binary search of ranged reads
     return sum(s.length for s in segs[:-1]) + tail
 
 
