@@ -1466,6 +1466,24 @@ def _integer(b, i, n, strict, out):
     return j
 
 
+_CLOSED, _MORE, _BAD = 0, 1, -1  # what follows an object's member (_after_member)
+
+
+@_inner
+def _after_member(b, i, n):
+    """What follows a member of an object at ``i``: (past the comma, _MORE) with another member to come, (past the
+    closing brace, _CLOSED), or (where it is, _BAD) for anything else, a trailing comma included."""
+    i = _ws(b, i, n)
+    if i < n and _at(b, i) == 44:
+        i = _ws(b, i + 1, n)
+        if i >= n or _at(b, i) == 125:
+            return i, _BAD
+        return i, _MORE
+    if i < n and _at(b, i) == 125:
+        return i + 1, _CLOSED
+    return i, _BAD
+
+
 @njit((_u1r, _i8, _i8, _b1, _i8, _i8, _i8, _i8, _i8, _i8, nt.int64), **_OPTS)
 def offset_table_scan(b, name_lo, name_hi, name_esc, map_first, map_count, keys, values, other_lo, other_hi,
                       nest_limit):
@@ -1549,38 +1567,22 @@ def offset_table_scan(b, name_lo, name_hi, name_esc, map_first, map_count, keys,
                                 return _ASIDE, at, 0
                             values[entries] = num[0]
                             entries += 1
-                            i = _ws(b, i, n)
-                            if i < n and _at(b, i) == 44:
-                                i = _ws(b, i + 1, n)
-                                if i >= n or _at(b, i) == 125:
-                                    return _ASIDE, i, 0  # a trailing comma
-                                continue
-                            if i < n and _at(b, i) == 125:
-                                i += 1
+                            i, then = _after_member(b, i, n)
+                            if then != _MORE:
                                 break
+                        if then == _BAD:
                             return _ASIDE, i, 0
                     map_count[maps] = entries - map_first[maps]
                     maps += 1
-                    i = _ws(b, i, n)
-                    if i < n and _at(b, i) == 44:
-                        i = _ws(b, i + 1, n)
-                        if i >= n or _at(b, i) == 125:
-                            return _ASIDE, i, 0
-                        continue
-                    if i < n and _at(b, i) == 125:
-                        i += 1
+                    i, then = _after_member(b, i, n)
+                    if then != _MORE:
                         break
+                if then == _BAD:
                     return _ASIDE, i, 0
-        i = _ws(b, i, n)
-        if i < n and _at(b, i) == 44:
-            i = _ws(b, i + 1, n)
-            if i >= n or _at(b, i) == 125:
-                return _ASIDE, i, 0
-            continue
-        if i < n and _at(b, i) == 125:
+        i, then = _after_member(b, i, n)
+        if then != _MORE:
             break
-        return _ASIDE, i, 0
-    if not seen or _ws(b, i + 1, n) != n:
+    if then == _BAD or not seen or _ws(b, i, n) != n:
         return _ASIDE, i, 0
     return maps, entries, others
 
