@@ -4,7 +4,8 @@ driver and one set of executors for the three), then a probe of what the executo
 
     spark-submit --master spark://... --py-files rocketmq_forensics.zip cluster_app.py SPEC.json
 
-SPEC.json: {"decode": argv, "extract": argv, "query": argv, "query_out": path, "result": path}.  The result
+SPEC.json: {"decode": argv, "extract": argv, "query": argv, "query_out": path, "result": path, "decode_remote":
+argv} (decode_remote: decode over a custom file system's URI, which the environment registers).  The result
 file gets each job's exit code and, per Python worker that ran a probe task, where ``jobs`` and
 ``udfs.compiled`` were imported from, whether the interpreter saw site-packages, and numba's cache counts.
 No import of the project at the top: Spark has put the zip on the driver's path by the time ``main`` runs.
@@ -54,6 +55,7 @@ def main(spec_path: str) -> int:
     codes = {"decode": decode.main(spec["decode"]), "extract": extract.main(spec["extract"])}
     with open(spec["query_out"], "w") as out, contextlib.redirect_stdout(out):
         codes["query"] = query.main(spec["query"])
+    codes["decode_remote"] = decode.main(spec["decode_remote"])
     spark = build_session("cluster probe")  # the jobs' session, still running
     import jobs
 

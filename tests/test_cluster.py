@@ -6,7 +6,9 @@ The audit runs as a scheduler runs it (``spark-submit jobs/audit/__main__.py``),
 time-range query run in one more application through their command lines (tests/cluster_app.py), over a store
 RocketMQ wrote and a damaged writer-built store.  Each output equals the ``local[2]`` run's of the same jobs on
 the same stores.  The stores are read where they lie: the workers share this machine's file system, as executors
-share a mount on a real cluster.
+share a mount on a real cluster.  The second application also decodes the RocketMQ-written store through a file
+system of a custom scheme (tests/remotefs.py's ``elsewhere://``, shipped beside the zip and named to the driver and
+the executors by ``ROCKETMQ_FORENSICS_FILESYSTEMS``), as a dump on HDFS or S3 is read.
 """
 from __future__ import annotations
 
@@ -16,22 +18,30 @@ import os
 import shutil
 import subprocess
 import threading
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from jobs import decode, extract, query
 from jobs.session import REPO, TEST_PROFILE
+from store_format.fs import FILESYSTEMS_ENV
 from store_format.store import Store
 from tools.sparkcluster import app_conf, spark_submit_command, stop_processes
 
-from .conftest import assert_same_audit, isolated_python, parquet_rows
+from . import remotefs
+from .conftest import FIXTURES, assert_same_audit, isolated_python, parquet_rows
 from .test_packaging import package
 
 pytestmark = pytest.mark.cluster
 
 # what the applications ask of the two one-core workers (1 GiB each)
 APP_CONF = {**TEST_PROFILE, **app_conf(executor_memory="512m")}
+# the custom scheme as a user names theirs: a module shipped with --py-files, its factory in the environment of the
+# driver (spark-submit's) and of the executors (spark.executorEnv)
+REMOTE_ENV = {FILESYSTEMS_ENV: f"{remotefs.SCHEME}=remotefs:from_uri",
+              remotefs.ROOTS_ENV: json.dumps({"fx": str(FIXTURES)})}
+REMOTE_STORE = "elsewhere://fx/broker/store"
 
 
 def _job_argv(stores: list[Path], out: Path, window: tuple[int, int]) -> dict[str, list[str]]:
@@ -56,9 +66,10 @@ class _Submitted:
     """A spark-submit running in the background (its own process group), output to files; stopped by pid if the
     test ends first."""
 
-    def __init__(self, cluster, env: dict, zip_path: Path, app: Path, args: list, work: Path, name: str):
-        conf = {**APP_CONF, "spark.executorEnv.PYTHONPATH": env["PYTHONPATH"]}  # third-party packages, installed
-        cmd = spark_submit_command(cluster.master_url, app, args, py_files=zip_path, conf=conf)
+    def __init__(self, cluster, env: dict, py_files: list[Path], app: Path, args: list, work: Path, name: str):
+        conf = {**APP_CONF, "spark.executorEnv.PYTHONPATH": env["PYTHONPATH"],  # third-party packages, installed
+                **{f"spark.executorEnv.{k}": v for k, v in REMOTE_ENV.items()}}
+        cmd = spark_submit_command(cluster.master_url, app, args, py_files=",".join(map(str, py_files)), conf=conf)
         self.stdout, self.stderr = work / f"{name}.out", work / f"{name}.err"
         with open(self.stdout, "w") as out, open(self.stderr, "w") as err:
             self.proc = subprocess.Popen(cmd, env=env, cwd=work, stdout=out, stderr=err, start_new_session=True)
@@ -104,27 +115,31 @@ def runs(request, spark_cluster, spark, two_stores, tmp_path_factory):  # the cl
     dist.chmod(0o555)  # read-only (root writes anyway: the listing after the runs is the proof)
     listing = sorted(os.listdir(dist))
     _, env = isolated_python(work)  # only the zip can supply the project, to the driver and to the executors
+    env.update(REMOTE_ENV)
     apps = work / "apps"  # outside the repository: the application file's folder is on the driver's path
     apps.mkdir()
     shutil.copy(REPO / "jobs" / "audit" / "__main__.py", apps / "audit_job.py")
     shutil.copy(REPO / "tests" / "cluster_app.py", apps / "cluster_app.py")
+    shutil.copy(REPO / "tests" / "remotefs.py", apps / "remotefs.py")
+    py_files = [zip_path, apps / "remotefs.py"]
     window = _window(two_stores)
     out, local = work / "out", work / "local"
     argv, local_argv = _job_argv(two_stores, out, window), _job_argv(two_stores, local, window)
     spec = {**{k: argv[k] for k in ("decode", "extract", "query")}, "query_out": str(out / "query.jsonl"),
-            "result": str(work / "app.json")}
+            "result": str(work / "app.json"),
+            "decode_remote": ["--store", REMOTE_STORE, "--out", str(out / "decode-remote")]}
     (work / "spec.json").write_text(json.dumps(spec))
     submitted = []
 
     def submit_jobs():  # once the Master has the audit's application (the cores go to the one registered first)
         _wait_for_application(spark_cluster, submitted[0], known)
-        submitted.append(_Submitted(spark_cluster, env, zip_path, apps / "cluster_app.py", [work / "spec.json"], work,
-                                    "jobs"))
+        submitted.append(_Submitted(spark_cluster, env, py_files, apps / "cluster_app.py", [work / "spec.json"],
+                                    work, "jobs"))
 
     second = threading.Thread(target=submit_jobs, name="submit cluster_app.py")
     known = _applications(spark_cluster)  # the session's earlier applications on this cluster
     try:
-        submitted.append(_Submitted(spark_cluster, env, zip_path, apps / "audit_job.py", argv["audit"], work, "audit"))
+        submitted.append(_Submitted(spark_cluster, env, py_files, apps / "audit_job.py", argv["audit"], work, "audit"))
         second.start()
         reference, audit_code = request.getfixturevalue("local_audit")
         codes = {"audit": audit_code}
@@ -163,8 +178,8 @@ def test_the_audit_on_the_cluster_equals_local(runs):
 
 def test_decode_extract_and_query_on_the_cluster_equal_local(runs):
     out, local, window, app = runs["out"], runs["local"], runs["window"], runs["app"]
-    assert app["codes"] == {k: runs["codes"][k] for k in ("decode", "extract", "query")} == \
-        {"decode": 0, "extract": 0, "query": 0}
+    assert app["codes"] == {**{k: runs["codes"][k] for k in ("decode", "extract", "query")}, "decode_remote": 0} == \
+        {"decode": 0, "extract": 0, "query": 0, "decode_remote": 0}
     decoded = parquet_rows(out / "decode")
     assert decoded == parquet_rows(local / "decode") and len(decoded) > 25
     extracted = parquet_rows(out / "extract")
@@ -177,6 +192,15 @@ def test_decode_extract_and_query_on_the_cluster_equal_local(runs):
     found = [json.loads(h) for h in hits]
     assert {h["broker"] for h in found} == {"broker", "damaged"}  # the window cuts both stores
     assert all(window[0] <= h["store_timestamp"] <= window[1] for h in found)
+
+
+def test_the_cluster_decodes_a_store_on_a_custom_file_system(runs):
+    """decode over ``elsewhere://`` on the cluster: the driver's planning and the executors' reads resolve the scheme
+    through the environment, and the rows are the local decode's of the same store."""
+    local = parquet_rows(runs["local"] / "decode")
+    mine = {row for row in local.elements() if json.loads(row)["broker"] == "broker"}
+    remote = parquet_rows(runs["out"] / "decode-remote")
+    assert remote == Counter({row: local[row] for row in mine}) and len(mine) >= 25  # the fixture's 25 messages
 
 
 def test_executors_import_the_project_only_from_the_zip(spark_cluster, runs):

@@ -255,9 +255,9 @@ def app_conf(executor_memory: str = "512m") -> dict[str, str]:
             "spark.executor.extraJavaOptions": DAEMON_JAVA_OPTS}
 
 
-def spark_submit_command(master: str, app: Path, args: list, *, py_files: Path, conf: dict | None = None,
+def spark_submit_command(master: str, app: Path, args: list, *, py_files: Path | str, conf: dict | None = None,
                          properties_file: Path | None = None) -> list[str]:
-    """``spark-submit --master MASTER [--properties-file F] --conf K=V... --py-files ZIP APP ARGS`` with the
+    """``spark-submit --master MASTER [--properties-file F] --conf K=V... --py-files ZIP[,FILE...] APP ARGS`` with the
     installed pyspark's spark-submit."""
     cmd = [str(spark_home() / "bin" / "spark-submit"), "--master", master]
     if properties_file is not None:
