@@ -135,21 +135,25 @@ def consume_queue_diff(spark, a: StoreRef, b: StoreRef):
 def offset_file_diff(sa: Store, sb: Store) -> list[dict]:
     """Every consumer offset (topic@group, queue) and delay offset (level) whose value differs."""
     out = []
-    ca, cb = (read_consumer_offsets(s.root / "config", offset_scan=scan_offset_table) for s in (sa, sb))
+    consumers = [read_consumer_offsets(s.root / "config", offset_scan=scan_offset_table) for s in (sa, sb)]
+    ca, cb = (r.table for r in consumers)
     for topic, group in sorted(set(ca) | set(cb)):
         qa, qb = ca.get((topic, group), {}), cb.get((topic, group), {})
         for q in sorted(set(qa) | set(qb)):
             if qa.get(q) != qb.get(q):
                 out.append({"file": "consumerOffset.json", "key": f"{topic}@{group}", "queue_id": q,
                             "a": qa.get(q), "b": qb.get(q)})
-    da, db = delay_offsets(sa.config("delayOffset.json")), delay_offsets(sb.config("delayOffset.json"))
+    delays = [s.config("delayOffset.json") for s in (sa, sb)]
+    da, db = (delay_offsets(cfg) for cfg in delays)
     for level in sorted(set(da) | set(db)):
         if da.get(level) != db.get(level):
             out.append({"file": "delayOffset.json", "key": f"level {level}", "a": da.get(level), "b": db.get(level)})
-    for name in ("consumerOffset.json", "delayOffset.json"):
-        ra, rb = sa.config(name), sb.config(name)
-        if (ra.data is None) != (rb.data is None):
-            state = lambda cfg: "readable" if cfg.data is not None else "missing or unreadable"  # noqa: E731
+    # each file read once (a busy broker's consumerOffset.json is hundreds of MB): readable as read above
+    readable = {"consumerOffset.json": [r.readable for r in consumers],
+                "delayOffset.json": [cfg.data is not None for cfg in delays]}
+    for name, (ra, rb) in readable.items():
+        if ra != rb:
+            state = lambda ok: "readable" if ok else "missing or unreadable"  # noqa: E731
             out.append({"file": name, "key": "(file)", "a": state(ra), "b": state(rb)})
     return out
 

@@ -303,7 +303,7 @@ def carry_configs(writer: StoreWriter, store: Store, notes: list) -> None:
 def carry_offsets(writer: StoreWriter, store: Store, replayer: Replayer, notes: list) -> int:
     """The source's committed consumer offsets, translated to the new queue offsets."""
     n = 0
-    offsets = read_consumer_offsets(store.root / "config", offset_scan=scan_offset_table)
+    offsets = read_consumer_offsets(store.root / "config", offset_scan=scan_offset_table).table
     for (topic, group), table in sorted(offsets.items()):
         try:
             validate_topic(topic)

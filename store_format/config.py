@@ -654,15 +654,22 @@ def consumer_offsets(cfg: ConfigFile, problems: list | None = None) -> dict[tupl
     return out
 
 
-def read_consumer_offsets(config_dir, problems: list | None = None, offset_scan=None
-                          ) -> dict[tuple[str, str], dict[int, int]]:
+class ConsumerOffsets(NamedTuple):
+    """What :func:`read_consumer_offsets` read: the offsets, and whether the file (or its ``.bak``) parsed at all."""
+
+    table: dict[tuple[str, str], dict[int, int]]  # (topic, group) -> {queue id: committed offset}
+    readable: bool  # False: missing, unreadable or not JSON (its errors are the ConfigFile's)
+
+
+def read_consumer_offsets(config_dir, problems: list | None = None, offset_scan=None) -> ConsumerOffsets:
     """:func:`consumer_offsets` of the store's consumerOffset.json (or its ``.bak``), through
     :func:`offset_columns` when it reads the file (with ``offset_scan``: seconds for a file of hundreds of MB),
-    else through :func:`read_config`; the same dict either way."""
+    else through :func:`read_config`; the same either way, and the file is read once."""
     found: list = []
     cols = offset_columns(config_dir, found, offset_scan=offset_scan)
     if cols is None:
-        return consumer_offsets(read_config(config_dir, "consumerOffset.json"), problems)
+        cfg = read_config(config_dir, "consumerOffset.json")
+        return ConsumerOffsets(consumer_offsets(cfg, problems), cfg.data is not None)
     if problems is not None:
         problems.extend(found)
     import numpy as np
@@ -674,7 +681,7 @@ def read_consumer_offsets(config_dir, problems: list | None = None, offset_scan=
     for topic, group, n in zip(table["topics"].to_pylist(), table["groups"].to_pylist(), per_map):
         out[(topic, group)] = dict(zip(qids[at:at + n], offsets[at:at + n]))
         at += n
-    return out
+    return ConsumerOffsets(out, True)
 
 
 def delay_offsets(cfg: ConfigFile, problems: list | None = None) -> dict[int, int]:

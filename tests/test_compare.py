@@ -84,3 +84,30 @@ def test_identical_copies_exit_0(spark, tmp_path):
 def test_compare_needs_exactly_two_stores(capsys):
     assert compare.main(["--store", str(fixture_store("basic"))]) == 2
     assert "exactly two" in capsys.readouterr().err
+
+
+def test_offset_files_are_compared_and_read_once(tmp_path, monkeypatch):
+    """A consumerOffset.json one side lacks: its offsets and the file itself are named (readable against missing);
+    each store's file is read once, by the compiled scan (a busy broker's is hundreds of MB), never again
+    through the generic reader to see whether it was readable."""
+    import shutil
+
+    from store_format import config as C
+    from store_format import store as store_module
+    from store_format.store import Store
+
+    a, b = (shutil.copytree(fixture_store("broker"), tmp_path / side / "store") for side in ("a", "b"))
+    (b / "config" / "consumerOffset.json").unlink()
+    (b / "config" / "delayOffset.json").write_text("{not json")
+    monkeypatch.setattr(C, "_FAST_MIN", 0)  # the fixture's small file read as a big one is
+    generic = []
+    read_config = C.read_config
+    for where in (C, store_module):  # Store.config calls it by its own name
+        monkeypatch.setattr(where, "read_config", lambda d, name: generic.append(name) or read_config(d, name))
+    diffs = compare.offset_file_diff(Store(a), Store(b))
+    files = {(d["file"], d["key"]): (d["a"], d["b"]) for d in diffs}
+    assert files[("consumerOffset.json", "(file)")] == ("readable", "missing or unreadable")
+    assert files[("delayOffset.json", "(file)")] == ("readable", "missing or unreadable")
+    offsets = [d for d in diffs if d["file"] == "consumerOffset.json" and d["key"] != "(file)"]
+    assert offsets and all(d["a"] is not None and d["b"] is None for d in offsets)
+    assert generic.count("consumerOffset.json") == 1  # store b's: no file for the scan, so the generic reader says so

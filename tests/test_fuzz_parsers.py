@@ -953,7 +953,7 @@ def test_the_compiled_offset_rows_agree_with_the_exact_reader(compiled, scratch,
     if mutation == "none" and all("@" in n for n in names):
         found = scan_offset_table(raw)
         assert found is not None and found.rows is not None
-        assert len(found.rows[0]) == sum(len(r) for r in exact[1].values())
+        assert len(found.rows[0]) == sum(len(r) for r in exact[1].table.values())
 
 
 def test_a_damaged_big_offset_file_is_the_exact_parsers_positioned_error(scratch):
