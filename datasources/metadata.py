@@ -52,7 +52,8 @@ TABLES = {
         column("abort", _B, "an `abort` file exists: the broker did not shut down cleanly, its next start runs the "
                "abnormal recovery"),
         column("abort_pid", _L, "the PID a 5.x broker writes into `abort` (null: empty, as 4.x leaves it)"),
-        column("lock", _B, "a `lock` file exists (the broker writes it at start and leaves it; only the OS lock on it matters)")],
+        column("lock", _B, "a `lock` file exists (the broker writes it at start and leaves it; only the OS lock on it "
+               "matters)")],
     "consumer_offsets": [
         column("topic", _S, "topic of the `topic@group` key in consumerOffset.json's offsetTable"),
         column("group", _S, "consumer group of that key"), column("queue_id", _I),
@@ -79,12 +80,12 @@ TABLES = {
         column("which_broker_when_consume_slowly", _L, "whichBrokerWhenConsumeSlowly"),
         column("config_json", _S, _CONFIG_JSON)],
 }
-_COMMON = ([column("broker", _S)], [
+_READ_STATUS = [  # every table's last columns: where a row was read, and what could not be
     column("source", _S, "the file (or store root) the row was read from"),
     column("error", _S, "a file that cannot be read: one row with this error; a value the broker cannot hold "
            "(out of its Java type's range, not a number): one row naming it, left out of the other rows"),
     column("error_key", _S, "for a value error: the value's path in the file"),
-    column("error_value", _S, "for a value error: the value as written")])
+    column("error_value", _S, "for a value error: the value as written")]
 CONFIG_FILE = {"consumer_offsets": "consumerOffset.json", "delay_offsets": "delayOffset.json",
                "topics": "topics.json", "subscription_groups": "subscriptionGroup.json"}
 
@@ -92,7 +93,7 @@ CONFIG_FILE = {"consumer_offsets": "consumerOffset.json", "delay_offsets": "dela
 def schema_of(table: str) -> pa.Schema:
     if table not in TABLES:
         raise ValueError(f"option table={table!r}: choose one of {', '.join(TABLES)}")
-    return pa.schema(_COMMON[0] + TABLES[table] + _COMMON[1])
+    return pa.schema([column("broker", _S), *TABLES[table], *_READ_STATUS])
 
 
 @dataclass
