@@ -22,6 +22,9 @@ from . import layout as L
 from .commitlog import ReadOnlyMap
 from .errors import ConsumeQueueError, ErrorKind
 
+if TYPE_CHECKING:  # numpy is imported where units are read in bulk, not when this module loads
+    import numpy as np
+
 _UNIT = struct.Struct(L.CQ_UNIT_STRUCT)
 _FILE_NAME = re.compile(r"[0-9]{20}")  # fullmatch: ASCII digits only, no trailing newline
 _QUEUE_DIR = re.compile(r"-?[0-9]{1,10}")  # an int queue id, as Integer.parseInt reads the folder name

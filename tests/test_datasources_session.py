@@ -192,18 +192,8 @@ def test_a_source_that_cannot_register_fails_with_its_name(monkeypatch):
             raise SyntaxError("invalid syntax (indexfile.py, line 1)")
         return real(source)
 
-    class Recorder:
-        def __init__(self):
-            self.conf, self.dataSource, self.registered = self, self, []
-
-        def get(self, key, default=None):
-            return "true"
-
-        def register(self, cls):
-            self.registered.append(cls)
-
     monkeypatch.setattr(sources, "implementation", broken)
-    session = Recorder()
+    session = _Recorder()
     with pytest.raises(RuntimeError, match="data source rocketmq-index failed to register: SyntaxError"):
         sources.register(session)
     assert session.registered == [sources.CommitLogSource, sources.ConsumeQueueSource]
