@@ -53,7 +53,7 @@ def walk_items(spark, ref: StoreRef):
     """The salvage walk's items that are data (not the zero-filled tail), a record's bytes as a SHA-256."""
     from pyspark.sql import functions as F
 
-    from datasources.commitlog import read_commitlog
+    from datasources import read_commitlog
 
     df = read_commitlog(spark, fs.uri_of(ref.root), broker=ref.label, walk="salvage", materialize="frames")
     # a record's bytes are its first store_size bytes: the source's frame of a record followed by an

@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _column_list(text: str) -> list[str]:
     """--columns: message column names, checked against the data source's decoded columns."""
-    from datasources.commitlog import parse_columns
+    from datasources import parse_columns
 
     try:
         return list(parse_columns(text, "decoded") or ())
@@ -70,7 +70,7 @@ def _column_list(text: str) -> list[str]:
 
 def messages(spark, stores: list, walk: str = "recovery", topics: list[str] | None = None,
              decompress: bool = False, columns: list[str] | None = None):
-    """The messages of ``stores`` (jobs.stores.StoreInput: each read under its broker name; optionally of
+    """The messages of ``stores`` (jobs.stores.StoreRef: each read under its broker name; optionally of
     ``topics`` only) as a DataFrame; ``columns``: only these message columns (and the location columns and
     topic)."""
     from functools import reduce

@@ -218,7 +218,7 @@ def read_messages(spark, stores: list[StoreRef], *, walk: str = "recovery", deco
     store-time bounds into the source; other row kinds (blank, stop, corrupt) only with ``include_other_rows``."""
     from pyspark.sql import functions as F
 
-    from datasources.commitlog import read_commitlog
+    from datasources import read_commitlog
 
     lo, hi = time_range
     frames = []
@@ -482,7 +482,7 @@ def source_geometry(ref: StoreRef) -> dict:
 
 
 def write_manifest(path: str, manifest: dict) -> None:
-    from datasources.storepaths import resolve
+    from store_format.fs import resolve
 
     loc = resolve(path).child(MANIFEST_NAME)
     with loc.fs.open_output_stream(loc.path) as f:
@@ -490,7 +490,7 @@ def write_manifest(path: str, manifest: dict) -> None:
 
 
 def read_manifest(path: str) -> dict | None:
-    from datasources.storepaths import resolve
+    from store_format.fs import resolve
 
     loc = resolve(path).child(MANIFEST_NAME)
     if not loc.is_file():

@@ -443,7 +443,7 @@ class Query:
         """What the salvage walk has at ``off`` (a Spark scan of the walk items up to it)."""
         from pyspark.sql import functions as F
 
-        from datasources.commitlog import read_commitlog
+        from datasources import read_commitlog
 
         rows = (read_commitlog(self.spark, fs.uri_of(ref.root / "commitlog" / segment), broker=ref.label, walk="salvage",
                                materialize="positions", pushFilters="true")

@@ -10,12 +10,13 @@ Queue offset n lives at byte n*20 of the queue; a file's name is its first unit'
 """
 from __future__ import annotations
 
-import os
 import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
+
+import pyarrow.fs as pafs
 
 from . import fs
 from . import layout as L
@@ -64,20 +65,56 @@ def classify_unit(physical_offset: int, size: int, tags_code: int) -> str:
     return "invalid"
 
 
-def list_queue_files(queue_dir: str | os.PathLike, topic: str, queue_id: int) -> list[CQFile]:
+@dataclass(frozen=True, eq=False)
+class QueueFile:
+    """One file of ``consumequeue/<topic>/<queue>/`` as the listing finds it (:func:`list_queue_files`): a file the
+    broker loads has an int queue id and a 20-digit name (:attr:`loaded`); any other is only reported."""
+
+    topic: str
+    queue_id: int | None  # None: the queue folder's name is not an int
+    loc: "fs.Location"
+    length: int
+
+    @property
+    def name(self) -> str:
+        return self.loc.name
+
+    @property
+    def loaded(self) -> bool:
+        """The broker loads it: an int queue id and a 20-digit name (its queue's byte offset)."""
+        return self.queue_id is not None and bool(_FILE_NAME.fullmatch(self.name))
+
+    def cq_file(self) -> CQFile:
+        """The file as the readers take it (it must be :attr:`loaded`)."""
+        return CQFile(self.topic, self.queue_id, self.loc.as_path(), int(self.name), self.length)
+
+
+def list_consumequeue(where) -> list[QueueFile]:
+    """Every regular file of a ``consumequeue/`` folder (``<topic>/<queue>/<file>``), or the one file ``where``
+    names, in listing order.  Entries no reader can read are left out (store_format.fs
+    reports them)."""
+    loc = fs.resolve(where)
+    if loc.is_file():
+        queue = loc.parent()
+        return [QueueFile(queue.parent().name, queue_id_of(queue.name), loc, loc.size())]
     out = []
-    for e in _readable_entries(queue_dir):
-        if _FILE_NAME.fullmatch(e.name) and e.is_file:
-            out.append(CQFile(topic, queue_id, e.path, int(e.name), e.size))
-    return sorted(out, key=lambda f: f.base_byte_offset)
+    for topic in _folders(loc):
+        for queue in _folders(topic):
+            qid = queue_id_of(queue.name)
+            out.extend(QueueFile(topic.name, qid, fs.Location(queue.fs, i.path, queue.origin), i.size)
+                       for i in queue.list() if i.is_file)
+    return out
 
 
-def _readable_entries(folder) -> list:
-    """A folder's entries (store_format.fs.entries); none when it cannot be listed (the store reports it)."""
-    try:
-        return fs.entries(folder)
-    except fs.UnreadableError:
-        return []
+def list_queue_files(queue_dir, topic: str, queue_id: int) -> list[CQFile]:
+    """The files of one queue's folder the broker loads, by name."""
+    loc = fs.resolve(queue_dir)
+    return queue_files([QueueFile(topic, queue_id, fs.Location(loc.fs, i.path, loc.origin), i.size)
+                        for i in loc.list() if i.is_file])
+
+
+def _folders(loc) -> list:
+    return [fs.Location(loc.fs, i.path, loc.origin) for i in loc.list() if i.type == pafs.FileType.Directory]
 
 
 def queue_id_of(name: str) -> int | None:
@@ -85,17 +122,19 @@ def queue_id_of(name: str) -> int | None:
     return int(name) if _QUEUE_DIR.fullmatch(name) and -2**31 <= int(name) < 2**31 else None
 
 
-def discover_queues(consumequeue_dir: str | os.PathLike) -> dict[tuple[str, int], list[CQFile]]:
-    """{(topic, queue_id): files}; a queue directory whose name is not an int is skipped."""
-    queues = {}
-    for topic_dir in _readable_entries(consumequeue_dir):
-        if not topic_dir.is_folder or topic_dir.reason is not None:
-            continue
-        for qdir in _readable_entries(topic_dir.path):
-            qid = queue_id_of(qdir.name)
-            if qdir.is_folder and qdir.reason is None and qid is not None:
-                queues[(topic_dir.name, qid)] = list_queue_files(qdir.path, topic_dir.name, qid)
-    return queues
+def discover_queues(consumequeue_dir) -> dict[tuple[str, int], list[CQFile]]:
+    """{(topic, queue_id): files} of the files the broker loads (:attr:`QueueFile.loaded`), each queue's files by
+    name; a queue folder whose name is not an int is skipped."""
+    queues: dict[tuple[str, int], list[CQFile]] = {}
+    for f in list_consumequeue(consumequeue_dir):
+        if f.loaded:
+            queues.setdefault((f.topic, f.queue_id), []).append(f.cq_file())
+    return {k: sorted(v, key=lambda f: f.base_byte_offset) for k, v in queues.items()}
+
+
+def queue_files(files: list[QueueFile]) -> list[CQFile]:
+    """The files of one queue (one folder's listing) the broker loads, by name."""
+    return sorted((f.cq_file() for f in files if f.loaded), key=lambda f: f.base_byte_offset)
 
 
 def read_units(cq_file: CQFile, *, stop_at_invalid: bool = False, include_zero: bool = False) -> Iterator[CQUnit]:

@@ -345,22 +345,50 @@ def data_end(fd: int, length: int) -> int:
         return length
 
 
+def data_extents(fd: int, length: int) -> list[tuple[int, int]] | None:
+    """The file's data extents in ``[0, length)``, ``(start, end)`` in order (SEEK_DATA / SEEK_HOLE: every byte
+    outside them is in a hole, zeros the file system never stored); None where the system cannot tell."""
+    seek_data, seek_hole = getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None)
+    if seek_data is None or seek_hole is None or fd is None:
+        return None
+    out, pos = [], 0
+    try:
+        while pos < length:
+            try:
+                start = os.lseek(fd, pos, seek_data)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # only a hole from pos to the end
+                    break
+                raise
+            if start >= length:
+                break
+            pos = min(os.lseek(fd, start, seek_hole), length)
+            out.append((start, pos))
+    except OSError:
+        return None
+    return out
+
+
 def written_length(buf, fd: int | None = None, end: int | None = None) -> int:
-    """Bytes of ``buf`` (its first ``end``) up to and including its last non-zero byte (0 when all are zeros):
-    read backwards from the end of the file's data (:func:`data_end` of ``fd``: a trailing hole is zeros, never
-    read), a block at a time, so a preallocated file's unwritten tail costs one pass over the part that is
-    stored."""
+    """Bytes of ``buf`` (its first ``end``) up to and including its last non-zero byte (0 when all are zeros),
+    decided by the content alone: read backwards a block at a time, the file's holes (:func:`data_extents` of
+    ``fd``: zeros never stored) passed over unread, so a preallocated file's unwritten tail costs nothing where it
+    is a hole and one pass where its zeros were written out."""
     import numpy as np
 
-    end = min(len(buf) if end is None else end, len(buf) if fd is None else data_end(fd, len(buf)))
+    end = len(buf) if end is None else min(end, len(buf))
+    extents = data_extents(fd, end) if fd is not None else None
+    if extents is None:  # no descriptor (bytes read through pyarrow.fs), or the system cannot tell
+        extents = [(0, end)]
     arr = np.frombuffer(buf, np.uint8, end) if end else None
     try:
-        while end > 0:
-            start = max(0, end - _ZERO_SCAN_BLOCK)
-            block = arr[start:end]
-            if block.any():
-                return start + int(np.flatnonzero(block)[-1]) + 1
-            end = start
+        for lo, hi in reversed(extents):
+            while hi > lo:
+                start = max(lo, hi - _ZERO_SCAN_BLOCK)
+                block = arr[start:hi]
+                if block.any():
+                    return start + int(np.flatnonzero(block)[-1]) + 1
+                hi = start
         return 0
     finally:
         del arr  # no view may outlive the caller's map

@@ -128,6 +128,24 @@ DEFAULT_RETRY_MAX_TIMES = 16
 SEGMENT_NAME_DIGITS = 20  # UtilAll.offset2FileName
 
 # --------------------------------------------------------------------------------------------------
+# The store root's parts (StorePathConfigHelper): the folders a reader lists and the files at the root.  A folder
+# holding one of the ROOT_PARTS is a store root; ``depth`` is how many folders lie between a part folder and its
+# files (consumequeue/<topic>/<queue>/<file>: 2).
+@dataclass(frozen=True)
+class StorePart:
+    folder: str
+    depth: int
+    marks_root: bool
+
+
+STORE_PARTS = (StorePart("commitlog", 0, True), StorePart("consumequeue", 2, True), StorePart("index", 0, True),
+               StorePart("config", 0, False))
+STORE_PART_FOLDERS = tuple(p.folder for p in STORE_PARTS)
+ROOT_PARTS = tuple(p.folder for p in STORE_PARTS if p.marks_root)
+STORE_ROOT_FILES = ("checkpoint", "abort", "lock")
+
+
+# --------------------------------------------------------------------------------------------------
 # The fixed-width structures besides the record: each declared once, as its members in file order; offsets,
 # struct formats, numpy dtypes and the README's tables are derived (``FixedLayout``).
 

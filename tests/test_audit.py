@@ -603,6 +603,7 @@ def test_the_rate_plot_stays_meaningful_for_a_store_spanning_under_a_second():
     import matplotlib.pyplot as plt
 
     from jobs.audit import report
+    from jobs.audit.checks.rates import unit_for
 
     class Keep:  # the real pyplot, keeping the axes drawn on
         def subplots(self, *a, **k):
@@ -610,7 +611,7 @@ def test_the_rate_plot_stays_meaningful_for_a_store_spanning_under_a_second():
             return fig, self.ax
 
     t0 = 1_700_000_000_123
-    assert report._unit_for(299) == 1 and report._unit_for(5_000) == 1_000 and report._unit_for(10**8) == 60_000
+    assert unit_for(299) == 1 and unit_for(5_000) == 1_000 and unit_for(10**8) == 60_000
     counts = {("A", t0 + i): 1 for i in range(0, 300, 3)} | {("B", t0 + 150): 4}
     keep = Keep()
     title, png = report._rate_plot(keep, 1, counts)

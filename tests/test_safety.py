@@ -166,7 +166,8 @@ def test_every_data_source_reader_opens_the_store_read_only(watched):
     from datasources.commitlog import CommitLogReader
     from datasources.consumequeue import ConsumeQueueReader
     from datasources.indexfile import IndexReader
-    from datasources.metadata import TABLES, MetadataReader
+    from datasources.metadata import MetadataReader
+    from udfs.metadata import TABLES
 
     readers = [CommitLogReader({"path": str(watched), "walk": walk, "splitSize": "300k", "materialize": m})
                for walk, m in (("salvage", "frames"), ("recovery", "decoded"))]
@@ -699,7 +700,8 @@ def test_data_sources_never_wait_on_special_files(tmp_path, within):
     from datasources.commitlog import CommitLogReader
     from datasources.consumequeue import ConsumeQueueReader
     from datasources.indexfile import IndexReader
-    from datasources.metadata import TABLES, MetadataReader
+    from datasources.metadata import MetadataReader
+    from udfs.metadata import TABLES
 
     root = tmp_path / "b" / "store"
     made = hostile_store(root)

@@ -54,7 +54,7 @@ def declared() -> dict[str, dict]:
     from jobs.audit import findings as FD
     from jobs.audit import resend
     from jobs.audit.checks import delays, integrity, lag, retries, transactions
-    from jobs.audit.context import QUEUE_BOUNDS
+    from jobs.audit.routes import QUEUE_BOUNDS
 
     messages = list(arrow_schema("decoded", decompress=True))  # decode's columns: the source's decoded rows
     tables = {"findings": FD.FINDINGS_FILE_SCHEMA, "metrics": list(FD.STAMPS) + list(FD.METRIC_SCHEMA),
@@ -299,7 +299,8 @@ def _source_table(schema, name: str) -> str:
 
 def _sources() -> str:
     """The four Spark data sources' rows (`spark.read.format(...)`): their schemas are declared in datasources/."""
-    from datasources import commitlog, consumequeue, indexfile, metadata
+    from datasources import commitlog, consumequeue, indexfile
+    from udfs import metadata
 
     full = commitlog.arrow_schema("decoded", decompress=True)
     parts = ["## Data sources\n\nWhat `spark.read.format(NAME).load(PATH)` returns after `datasources.register(spark)`"

@@ -25,14 +25,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_format import layout as L
-from store_format.commitlog import SEGMENT_NAME
-from store_format.consumequeue import CQFile, read_unit_arrays
+from store_format.consumequeue import read_unit_arrays
 from store_format.errors import ErrorKind
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
 from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
 from .. import resend
-from . import FamilyResult
+from ..contract import Family, FamilyResult
+from ..routes import QUEUE_BOUNDS
 
 DISPATCHED_TYPES = ("NOT", "COMMIT")  # PREPARED and ROLLBACK get no consume-queue entry
 
@@ -99,12 +99,10 @@ UNIT_COLUMNS = [("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset
 LOOSE = pa.schema([("broker", pa.string())] + UNIT_COLUMNS)
 MISSING = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()), ("pending", pa.bool_()),
                      ("queue_offset", pa.int64()), ("physical_offset", pa.int64())])
-DATA_END = pa.schema([("broker", pa.string()), ("data_end", pa.int64())])
 
 
 def in_range(rc, out) -> None:
-    u, m = rc.units, rc.messages
-    out.partial("consumequeue.data_end", pa.table({"broker": [rc.broker], "data_end": [rc.data_end]}, schema=DATA_END))
+    u, m = rc.routed("consumequeue"), rc.messages
     # every unit against the message at its physical offset
     if u.num_rows:
         uphys = u.column("physical_offset").to_numpy()
@@ -234,12 +232,11 @@ def in_queue_files(facts, files, out) -> None:
     """Corrupt units, bad names and partial units of each file (the data source's ``corrupt`` rows)."""
     corrupt = []
     for p in files:
-        if p.queue_id is None or not SEGMENT_NAME.match(p.name):
+        if not p.loaded:
             corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=0, length=p.length,
                                 reason=ErrorKind.BAD_FILE_NAME.value))
             continue
-        local = p.loc.as_path()  # a Path, else a fs.StorePath read through pyarrow.fs
-        u = read_unit_arrays(CQFile(p.topic, p.queue_id, local, int(p.name), p.length))
+        u = read_unit_arrays(p.cq_file())
         bad = np.flatnonzero(u.kind >= 2)  # zero units with data after them, units recovery refuses
         for i in bad.tolist():
             corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=int(u.file_position[i]),
@@ -349,3 +346,13 @@ def _file_sequence(ctx):
                                      queue_offset=(a.base_byte_offset + size) // L.CQ_STORE_UNIT_SIZE,
                                      values={"previous": a.path.name, "missing": missing}))
     return finding_rows("consumequeue.file_gap", rows)
+
+
+FAMILY = Family(
+    "consumequeue", "CommitLog <-> ConsumeQueue: messages without a unit, units pointing wrong, corrupt units, gaps",
+    in_range=in_range, in_files={"consumequeue": in_queue_files}, on_driver=on_driver,
+    emits={"consumequeue.missing": MISSING, "consumequeue.loose": LOOSE},
+    reads=("consumequeue.missing", "consumequeue.loose", "survey.cq_files"),
+    tables={"queues": QUEUE_BOUNDS},
+    metrics={"cq_min_offset": "first unit's queue offset (queue)", "cq_max_offset": "one past the last unit (queue)",
+             "cq_entries": "units (queue)"})
