@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from jobs.stores import StoreRef, resolve_stores  # noqa: F401  (the audit's inputs: jobs/stores.py)
+from jobs.stores import StoreRef
 from store_format import fs
 
 

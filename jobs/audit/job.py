@@ -58,7 +58,9 @@ from .checks import FAMILIES, load_all
 from .contract import FamilyResult
 from .context import AuditContext, AuditOptions
 from .groups import add_times, group_findings
-from .inputs import fingerprint, input_files, resolve_stores
+from jobs.stores import resolve_stores
+
+from .inputs import fingerprint, input_files
 from .plan import BrokerPlan, plan_broker, plan_segments
 from .scan import scan_tasks
 from .survey import survey_tasks

@@ -81,6 +81,9 @@ details.group>div{padding:4px 10px 6px}
 """
 
 
+#: the partial tables the report reads itself (the rest comes through the summary and the tables)
+READS = ("rates.counts",)
+
 def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: str, *, top: int = 200) -> str:
     """report.html for the audit in ``out`` (its summary, detail tables and finding groups)."""
     brokers = summary["brokers"]

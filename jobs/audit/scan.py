@@ -288,9 +288,11 @@ def _block(phys: np.ndarray, size: int) -> np.ndarray:
     return phys - np.fmod(phys, size)
 
 
+#: the partial table the scan's own tasks emit: what each range saw (the dump time, the data's end, first blanks)
 RANGES = pa.schema([("broker", pa.string()), ("segment", pa.string()), ("range_start", pa.int64()),
                     ("messages", pa.int64()), ("blank_at", pa.int64()), ("max_store_timestamp", pa.int64()),
                     ("data_end", pa.int64())])
+EMITS = {"scan.ranges": RANGES}
 
 
 @dataclass

@@ -352,7 +352,7 @@ FAMILY = Family(
     "consumequeue", "CommitLog <-> ConsumeQueue: messages without a unit, units pointing wrong, corrupt units, gaps",
     in_range=in_range, in_files={"consumequeue": in_queue_files}, on_driver=on_driver,
     emits={"consumequeue.missing": MISSING, "consumequeue.loose": LOOSE},
-    reads=("consumequeue.missing", "consumequeue.loose", "survey.cq_files"),
+    reads=("consumequeue.missing", "consumequeue.loose"),
     tables={"queues": QUEUE_BOUNDS},
     metrics={"cq_min_offset": "first unit's queue offset (queue)", "cq_max_offset": "one past the last unit (queue)",
              "cq_entries": "units (queue)"})

@@ -250,7 +250,7 @@ FAMILY = Family(
     survey_probes=schedule_probe, in_survey={"consumequeue": pending_in_survey}, probes=probes, in_range=in_range,
     on_driver=on_driver,
     emits={"delays.pending": PENDING, "delays.found": FOUND, "delays.delivered": DELIVERED},
-    reads=("delays.pending", "delays.found", "delays.delivered", "survey.cq_files"),
+    reads=("delays.pending", "delays.found", "delays.delivered"),
     tables={"delays": DELAYS},
     metrics={"pending_delays": "delayed messages not delivered yet (broker, level)",
              "overdue_delays": "pending and past their deliver time (level)"})

@@ -37,4 +37,4 @@ def rate_counts(rc, out) -> None:
 
 
 FAMILY = Family("rates", "messages per topic over time, for the report's plot", always=True, in_range=rate_counts,
-                emits={"rates.counts": RATE}, reads=("rates.counts",))
+                emits={"rates.counts": RATE})  # read by jobs/audit/report.py
