@@ -40,14 +40,13 @@ from store_format.commitlog import END_OF_DATA, KIND_CORRUPT, KIND_MESSAGE, KIND
     ReadOnlyMap, SalvageSpan, list_segment_files
 from store_format.errors import ErrorKind, RecordError
 from store_format.plan import MAX_RANGE_STREAMED, SegmentRange, plan_ranges, split_segments
-from store_format.scan import DEFAULT_MAX_RECORD_SIZE, cut_to_walk, read_range_walk, segment_ends, span_detail, \
-    walk_ends
+from store_format.scan import DEFAULT_MAX_RECORD_SIZE, WALKS, cut_to_walk, read_range_walk, segment_ends, \
+    span_detail, walk_ends
 from udfs.columns import column
 
 from .base import StoreDataSource, StoreReader, option_bool, option_choice, option_int, option_size, parse_mode
 
 FORMAT = "rocketmq-commitlog"
-WALKS = ("recovery", "salvage")
 MATERIALIZE = ("positions", "frames", "headers", "decoded")
 DEFAULT_BATCH_ROWS = 16384
 

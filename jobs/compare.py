@@ -91,7 +91,7 @@ def first_differing_byte(sa: Store, sb: Store, offset: int, length: int) -> int 
     def window(store):
         for seg in store.segments:
             if seg.base_offset <= offset < seg.base_offset + seg.length:
-                with fs.resolve(seg.path).mmap_or_read(offset - seg.base_offset, length) as m:
+                with fs.map_range(fs.resolve(seg.path), offset - seg.base_offset, length) as m:
                     return bytes(m.buf)
         return b""
 

@@ -32,6 +32,7 @@ if __package__ in (None, ""):  # spark-submit jobs/decode.py: make the project i
 from jobs import cli  # noqa: E402
 from jobs.output import prepare_output, read_table, write_table  # noqa: E402
 from jobs.progress import Phase  # noqa: E402
+from store_format.scan import WALKS  # noqa: E402
 
 NAME = "decode"
 # The data source's damage columns are always null on message rows; ``length`` repeats store_size there.
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_store_arguments(p, what="a broker store root, a folder of broker stores, a commitlog folder or segment "
                                     "file (local path or pyarrow URI)")
     cli.add_output_arguments(p)
-    p.add_argument("--walk", choices=("recovery", "salvage"), default="recovery",
+    p.add_argument("--walk", choices=WALKS, default="recovery",
                    help="recovery: what the broker would recover (default); salvage: also past damage")
     p.add_argument("--topic", action="append", metavar="T",
                    help="keep only this topic (repeatable)")

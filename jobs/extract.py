@@ -66,6 +66,7 @@ if __package__ in (None, ""):  # spark-submit jobs/extract.py: make the project 
 from store_format import layout as L  # noqa: E402
 from store_format.brokerconf import StoreGeometry, add_geometry_arguments, geometry_from_args  # noqa: E402
 from store_format import fs  # noqa: E402
+from store_format.scan import WALKS  # noqa: E402
 from store_format.commitlog import first_record  # noqa: E402
 from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.message import CANONICAL_FIELDS  # noqa: E402
@@ -628,7 +629,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--not-consumed-by", metavar="G", help="what consumer group G has not consumed yet")
     s.add_argument("--consumers", type=int, metavar="N", help="simulate G's N consumers (AVG allocation)")
     s.add_argument("--consumer-ids", metavar="ID,ID", help="simulate G's consumers with these client ids")
-    p.add_argument("--walk", choices=("recovery", "salvage"), default="recovery",
+    p.add_argument("--walk", choices=WALKS, default="recovery",
                    help="recovery: what the broker's recovery walk accepts; salvage: also records past damage")
     p.add_argument("--body", choices=("stored", "decompressed"), default="stored")
     p.add_argument("--dedupe", action="store_true", help="one copy per (topic, UNIQ_KEY, reconsume times, "

@@ -60,6 +60,7 @@ if __package__ in (None, ""):  # spark-submit jobs/replay.py: make the project i
 from store_format import fs  # noqa: E402
 from store_format import layout as L  # noqa: E402
 from store_format.codec import host_flags  # noqa: E402
+from store_format.scan import WALKS  # noqa: E402
 from store_format.config import read_consumer_offsets, subscription_groups, topic_configs  # noqa: E402
 from store_format.errors import ErrorKind, StoreFormatError, WriterError  # noqa: E402
 from store_format.ids import parse_host  # noqa: E402
@@ -484,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--input", metavar="DIR", help="an extract (or a table of canonical message columns)")
     src.add_argument("--repair", metavar="STORE", help="a damaged store root: salvage it and replay what is valid")
     p.add_argument("--input-format", choices=FORMATS, help="default: detected")
-    p.add_argument("--walk", choices=("salvage", "recovery"), default="salvage", help="--repair's walk")
+    p.add_argument("--walk", choices=WALKS, default="salvage", help="--repair's walk")
     p.add_argument("--dedupe", action="store_true", help="--repair: drop copies as extract --dedupe does")
     p.add_argument("--out", required=True, metavar="NEW_STORE", help="the store root to create (refused when it "
                    "exists and is not empty, unless --overwrite)")

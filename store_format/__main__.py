@@ -28,6 +28,7 @@ from pathlib import Path
 
 from . import layout as L
 from .brokerconf import add_geometry_arguments, geometry_from_args
+from .scan import WALKS
 from .commitlog import END_OF_DATA, SalvageSpan
 from .errors import IndexFileError, StoreFormatError
 from .fs import UnreadableError, error_line
@@ -236,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("dump", help="print a store's files as JSON Lines")
     store_args(d)
     d.add_argument("--what", required=True, choices=["commitlog", "consumequeue", "index", "checkpoint", "config"])
-    d.add_argument("--walk", choices=["recovery", "salvage"], default="recovery",
+    d.add_argument("--walk", choices=WALKS, default="recovery",
                    help="recovery: stop where the broker's recovery stops; salvage: resync past damage")
     d.add_argument("--no-crc", action="store_true", help="do not verify body CRCs (the broker's dispatch does not)")
     d.add_argument("--strict", action="store_true", help="exit 1 when damage is found")

@@ -269,16 +269,25 @@ def walk_segment(segment: Segment, **kwargs) -> Iterator[Frame]:
         yield from walk_buffer(m.buf, segment.name, segment.base_offset, **kwargs)
 
 
+def proves_itself(buf, pos: int, size: int, body_length: int, limit: int, base_offset: int) -> bool:
+    """The one rule for a message framed at ``pos`` (``frame_at`` accepted it, its body CRC checked) to prove it lies
+    on its segment's walk: a non-empty body whose CRC matched is its own proof (so an intact record between two
+    damaged ones is found), while a record with an empty body, whose CRC cannot be checked, must be followed by
+    another valid frame, a blank, or zeros/the segment end (so a magic-looking run of bytes inside a body is not
+    taken for a record)."""
+    if body_length > 0:
+        return True
+    nxt = frame_at(buf, pos + size, limit, base_offset)
+    return nxt.kind in ("message", "blank") or nxt.stop_kind == END_OF_DATA
+
+
 def find_next_frame(buf, start: int, limit: int, base_offset: int, *, confirm: bool = True,
                     before: int | None = None) -> int | None:
     """Resync: the first position >= ``start`` (and < ``before``, if given) where a record plausibly begins,
     or None.
 
     A candidate has a message (or blank) magic, a PHYSICALOFFSET equal to base + position, valid framing;
-    when ``confirm`` it must also prove itself: a non-empty body whose CRC32 matches BODYCRC is its own proof
-    (so an intact record between two damaged ones is found), while a record with an empty body, whose CRC
-    cannot be checked, must be followed by another valid frame, a blank, or zeros/the segment end (so a
-    magic-looking run of bytes inside a body is not taken for a record).
+    when ``confirm`` a message must also prove itself (:func:`proves_itself`).
     """
     search_end = limit if before is None else min(limit, before + 7)  # a magic at p + 4 for p < before
     pos = start
@@ -291,12 +300,9 @@ def find_next_frame(buf, start: int, limit: int, base_offset: int, *, confirm: b
             found = frame_at(buf, cand, limit, base_offset)
             if found.kind == "blank":
                 return cand
-            if found.kind == "message":
-                if not confirm or _body_length(buf, cand) > 0:  # frame_at matched its body CRC
-                    return cand
-                nxt = frame_at(buf, cand + found.size, limit, base_offset)
-                if nxt.kind in ("message", "blank") or nxt.stop_kind == END_OF_DATA:
-                    return cand
+            if found.kind == "message" and (
+                    not confirm or proves_itself(buf, cand, found.size, _body_length(buf, cand), limit, base_offset)):
+                return cand
         pos = hit - 3
     return None
 

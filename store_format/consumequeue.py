@@ -84,6 +84,11 @@ class QueueFile:
         """The broker loads it: an int queue id and a 20-digit name (its queue's byte offset)."""
         return self.queue_id is not None and bool(_FILE_NAME.fullmatch(self.name))
 
+    @property
+    def first_queue_offset(self) -> int:
+        """The queue offset of its first unit: its name (the byte offset in the queue) over the unit's size."""
+        return int(self.name) // L.CQ_STORE_UNIT_SIZE
+
     def cq_file(self) -> CQFile:
         """The file as the readers take it (it must be :attr:`loaded`)."""
         return CQFile(self.topic, self.queue_id, self.loc.as_path(), int(self.name), self.length)

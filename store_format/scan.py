@@ -32,6 +32,9 @@ from .errors import ErrorKind, RecordError
 from .fs import Location
 from .plan import SegmentRange
 
+#: the walks a reader can ask for: the broker's recovery walk (up to its first stop), or the salvage walk (past
+#: damage, up to the first blank: :func:`cut_to_walk`)
+WALKS = ("recovery", "salvage")
 # Ranged (non-mmap) reads fetch this much past a range end; a decision closer than this to the end of what
 # was read is re-made with more bytes.  It bounds a legitimate record: 4 MiB body + 64 KiB (broker >= 4.9.5).
 DEFAULT_MAX_RECORD_SIZE = L.DEFAULT_MAX_MESSAGE_SIZE + (64 << 10)
@@ -267,6 +270,6 @@ def read_entry_window(loc: Location, hash_slot_num: int, first: int, end: int) -
             "time_diff": e["time_diff"].astype(np.int32), "prev_index": e["prev_index"].astype(np.int32)}
 
 
-__all__ = ["DEFAULT_MAX_RECORD_SIZE", "RangeWalk", "range_walk", "range_items", "read_range_walk", "SegmentEnds",
+__all__ = ["WALKS", "DEFAULT_MAX_RECORD_SIZE", "RangeWalk", "range_walk", "range_items", "read_range_walk", "SegmentEnds",
            "segment_ends", "walk_ends", "with_crc_checked", "cut_to_walk", "span_detail", "read_unit_window",
            "read_entry_window"]

@@ -110,7 +110,7 @@ def damaged_store(tmp_path_factory) -> Path:
     from store_format.write import damage as D
     from store_format.store import Store
 
-    from .writer_support import build_flow_store
+    from .support.writer_support import build_flow_store
 
     base = tmp_path_factory.mktemp("damaged-flows")
     build_flow_store(base / "flows")

@@ -22,7 +22,7 @@ from store_format.indexfile import IndexFile, list_index_files
 from store_format.store import Store
 
 from .conftest import fixture_manifest, fixture_store
-from .writer_support import build_flow_store
+from .support.writer_support import build_flow_store
 
 MIB = 1 << 20
 FIXTURES = ("basic", "broker")
@@ -524,7 +524,7 @@ def test_exit_codes(spark, tmp_path):
 def test_report_in_a_real_browser(flow_audit, tmp_path):
     """report.html rendered by headless Chromium: no console errors, every plot decodes, the verdict and the
     (escaped) hostile producer group are visible as text, not markup."""
-    from .browser import render
+    from .support.browser import render
 
     _, out, _, _ = flow_audit
     result = render(out / "report.html", tmp_path / "report.png", viewport=(1400, 900))

@@ -12,7 +12,7 @@ from store_format.errors import ErrorKind, RecordError
 from store_format.store import Store
 from store_format.write.writer import StoreWriter, WriterConfig
 
-from .writer_support import tree_digest
+from .support.writer_support import tree_digest
 
 CFG = WriterConfig(mappedFileSizeCommitLog=64 * 1024, mappedFileSizeConsumeQueue=200, maxHashSlotNum=16,
                    maxIndexNum=256)

@@ -64,7 +64,7 @@ from store_format.write.writer import WriterConfig
 
 from . import conftest
 from .conftest import fixture_store
-from .strategies import FUZZ
+from .support.strategies import FUZZ
 from .test_fuzz_parsers import bounded_memory, positioned
 
 SEEDS = int(os.environ.get("CAMPAIGN_SEEDS", "40" if FUZZ else "2"))
@@ -627,7 +627,7 @@ def report(tally: Tally, seeds: int) -> list[str]:
 
 @pytest.mark.slow
 def test_damage_campaign(bases, tmp_path):
-    from .writer_support import tree_digest
+    from .support.writer_support import tree_digest
 
     tally = Tally()
     for base in bases:
@@ -650,7 +650,7 @@ def test_every_family_damages_something(bases, tmp_path):
     :func:`restore` undoes each one."""
     import numpy as np
 
-    from .writer_support import tree_digest
+    from .support.writer_support import tree_digest
 
     for base in bases:
         work = copy_store(base.root, tmp_path / base.name)

@@ -46,7 +46,7 @@ from store_format.message import Message
 from store_format.properties import parse_properties, property_value, split_keys
 from store_format.write.writer import IndexFileWriter
 
-from .strategies import fuzz, records
+from .support.strategies import fuzz, records
 from .test_kernels import assert_parity
 
 # ---------------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from store_format.message import DERIVED_FIELDS, STORED_FIELDS, Message, body_cr
 from udfs import kernels as K
 
 from .conftest import fixture_manifest, fixture_store
-from .strategies import damaged, property_keys, records
+from .support.strategies import damaged, property_keys, records
 
 DATETIME_MIN_MS, DATETIME_MAX_MS = -62132918400000, 253402300799999  # 0001-02-01 .. 9999-12-31 (UTC)
 

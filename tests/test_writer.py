@@ -27,7 +27,7 @@ from store_format.store import Store
 from store_format.write.writer import StoreWriter, WriterConfig, time_millis_to_human, validate_topic
 
 from .conftest import REPO
-from .writer_support import fixture_config, files, manifest_record, replay_fixture, tree_digest
+from .support.writer_support import fixture_config, files, manifest_record, replay_fixture, tree_digest
 
 
 # --------------------------------------------------------------------------------------------------

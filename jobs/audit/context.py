@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from store_format import fs
 from store_format import layout as L
 
 from .inputs import StoreRef
@@ -152,10 +153,8 @@ class AuditContext:
     def queue_ids(self) -> set[tuple]:
         """(broker, topic, queue id) of every consume-queue file with content or a bad name (queue id None when
         the folder is not a number): the queues the consume-queue files show."""
-        from store_format.commitlog import SEGMENT_NAME
-
         return {(name, f.topic, f.queue_id) for name, plan in self.plans.items() for f in plan.cq_files
-                if f.length > 0 or f.queue_id is None or not SEGMENT_NAME.match(f.name)}
+                if f.length > 0 or not f.loaded}
 
     @cached_property
     def queue_topics(self) -> set[tuple]:
@@ -170,7 +169,7 @@ class AuditContext:
 
             files: dict[tuple, list] = {}
             for f in self.plans[broker].cq_files:
-                if f.queue_id is not None and f.name.isdigit() and len(f.name) == 20:
+                if f.loaded:
                     files.setdefault((f.topic, f.queue_id), []).append(f)
             out = {}
             offsets = self.metadata("consumer_offsets").to_pylist()
@@ -179,8 +178,8 @@ class AuditContext:
                     continue
                 key = (r["topic"], r["queue_id"], r["offset"])
                 phys = None
-                for f in sorted(files.get(key[:2], []), key=lambda f: int(f.name)):
-                    first = int(f.name) // L.CQ_STORE_UNIT_SIZE
+                for f in sorted(files.get(key[:2], []), key=lambda f: f.first_queue_offset):
+                    first = f.first_queue_offset
                     if first <= r["offset"] < first + f.length // L.CQ_STORE_UNIT_SIZE:
                         u = read_unit_window(f.loc, r["offset"] - first, r["offset"] - first + 1)
                         if len(u["kind"]) and u["kind"][0] == 0:
@@ -216,11 +215,10 @@ class AuditContext:
 
     def walk_messages_at(self, broker: str, offsets, columns: tuple[str, ...]) -> pa.Table:
         """The decoded ``columns`` (udfs.kernels) of the messages of the salvage walk that start at ``offsets``
-        (sorted), each segment opened once.  A frame that proves itself (a body whose CRC matches, or an empty
-        body followed by another frame, a blank or the end of the data) lies on the walk from its segment's start
-        (find_next_frame's confirmation); the walk ends at the segment's first blank.  Anything else is settled
+        (sorted), each segment opened once.  A frame that proves itself (store_format.commitlog.proves_itself)
+        lies on the walk from its segment's start; the walk ends at the segment's first blank.  Anything else is settled
         by walking the segment.  The frames are checked together (udfs.kernels.CompiledFramer.each)."""
-        from store_format.commitlog import END_OF_DATA, KIND_MESSAGE, frame_at, salvage_arrays
+        from store_format.commitlog import KIND_MESSAGE, proves_itself, salvage_arrays
         from udfs import kernels as K
 
         segments = self.plans[broker].segments
@@ -236,18 +234,18 @@ class AuditContext:
                 pos = pos[pos <= blank]
             if not len(pos):
                 continue
-            with seg.loc.mmap_or_read() as m:  # a read-only map, or the segment read through pyarrow.fs
+            with fs.map_range(seg.loc) as m:  # a read-only map, or the segment read through pyarrow.fs
                 limit = len(m.buf)
                 framer = K.CompiledFramer(m.buf, limit, seg.base_offset, self.options.check_crc, True)
                 try:
                     sizes, body_lengths = framer.each(pos)
                 finally:
                     framer.close()
+                # without the CRC checked no frame proves itself; with it, a non-empty body does (in bulk here) and
+                # an empty one by what follows it
                 confirmed = (sizes > 0) & (body_lengths > 0) if self.options.check_crc else np.zeros(len(pos), bool)
                 for j in np.flatnonzero((sizes > 0) & (body_lengths == 0)) if self.options.check_crc else ():
-                    # an empty body's CRC proves nothing: the next frame must
-                    nxt = frame_at(m.buf, int(pos[j] + sizes[j]), limit, seg.base_offset)
-                    confirmed[j] = nxt.kind in ("message", "blank") or nxt.stop_kind == END_OF_DATA
+                    confirmed[j] = proves_itself(m.buf, int(pos[j]), int(sizes[j]), 0, limit, seg.base_offset)
                 rest = np.flatnonzero(~confirmed)
                 if len(rest):
                     walked = salvage_arrays(m.buf, seg.name, seg.base_offset, check_crc=self.options.check_crc,

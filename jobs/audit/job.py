@@ -49,7 +49,7 @@ from jobs import cli
 from jobs.output import OutputError, append_history, prepare_output, write_parquet_file
 from jobs.progress import Phase, say
 from jobs.session import EXECUTORS, choose_executor
-from store_format.brokerconf import add_geometry_arguments, geometry_from_args, parse_size
+from store_format.brokerconf import add_geometry_arguments, geometry_from_args, size_argument
 
 from . import findings as FD
 from . import resend
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--message-index-safe", action="store_true",
                    help="the broker runs with messageIndexSafe=true (changes the abnormal recovery start)")
     add_geometry_arguments(p, segment_size=True)
-    p.add_argument("--split-size", metavar="BYTES",
+    p.add_argument("--split-size", type=size_argument, metavar="SIZE",
                    help="cut commitlog segments into ranges of this size, one task each (e.g. 128m; default: about "
                         "three ranges per core, 32m to 64m: a task's memory is about twice its range)")
     p.add_argument("--top", type=int, default=200,
@@ -155,7 +155,7 @@ def run(spark, args) -> AuditResult:
     plans = {s.name: plan_broker(s, geometry) for s in stores}
     options = AuditOptions(families=names, as_of=args.as_of, check_crc=not args.no_crc,
                            message_index_safe=args.message_index_safe, segment_size=geometry.segment_size,
-                           split_size=parse_size(args.split_size) if args.split_size else None,
+                           split_size=args.split_size,
                            executor=getattr(args, "executor", "auto"))
     ctx = AuditContext(spark, stores, plans, options, families)
     executor = choose_executor(spark, options.executor)

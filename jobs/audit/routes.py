@@ -165,7 +165,7 @@ def _routed_queue_file(row: dict | None, f: QueueFile) -> RoutedFile | None:
     if row is None or not row["entries"]:
         return None
     return RoutedFile(f.loc, f.name, buckets_of_row(row), {
-        "topic": f.topic, "queue_id": f.queue_id, "first_queue_offset": int(f.name) // L.CQ_STORE_UNIT_SIZE})
+        "topic": f.topic, "queue_id": f.queue_id, "first_queue_offset": f.first_queue_offset})
 
 
 def _length(f) -> int:

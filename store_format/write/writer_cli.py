@@ -58,6 +58,7 @@ import os
 import sys
 
 from .. import fs
+from ..brokerconf import size_argument
 from .bulk import RecordBatch, append_many
 from ..codec import host_flags
 from ..errors import ErrorKind, StoreFormatError, WriterError
@@ -252,7 +253,8 @@ def register(subparsers) -> None:
     g.add_argument("--topics", type=int, default=8, help="business topics (default 8)")
     g.add_argument("--queues", type=int, default=4, help="queues per topic (default 4)")
     g.add_argument("--seed", type=int, default=0, help="random seed: same seed, same store")
-    g.add_argument("--segment-size", type=int, help="mappedFileSizeCommitLog in bytes (default 1 GiB)")
+    g.add_argument("--segment-size", type=size_argument, metavar="SIZE",
+                   help="mappedFileSizeCommitLog in bytes or with k/m/g (default 1g)")
     g.add_argument("--config", help="broker.conf with store settings (key=value)")
     g.add_argument("--rate", type=float, default=2000.0, help="simulated stores per second (default 2000)")
     g.add_argument("--start-ms", type=int, default=1_700_000_000_000, help="simulated broker start (ms)")

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from store_format.scan import span_detail
 from store_format import codec
-from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP
+from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, segment_name
 from store_format.errors import ErrorKind, StoreFormatError
 from udfs.columns import column
 
@@ -286,7 +286,7 @@ def _segment_listing(ctx):
             if size and b.base_offset != a.base_offset + size:
                 gaps.append(dict(broker=name, file=b.name, physical_offset=a.base_offset + size,
                                  values={"previous": a.name, "missing": b.base_offset - a.base_offset - size},
-                                 details={"expected_name": f"{a.base_offset + size:020d}"}))
+                                 details={"expected_name": segment_name(a.base_offset + size)}))
     from ..findings import concat_findings
 
     return concat_findings([finding_rows("integrity.segment_gap", gaps), finding_rows("integrity.no_commitlog", empty)])
