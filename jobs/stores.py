@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from jobs.output import OutputError
+from store_format.brokerconf import StoreGeometry
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -38,12 +39,20 @@ class StoreRef:
     from_folder: bool = False  # found in a folder of several store roots
     named_by: str = "folder"  # "user", "config" (the settings file's brokerName) or "folder"
     single_file: bool = False  # given as one segment file (``source``) of the store at ``path``
+    geometry: StoreGeometry = StoreGeometry()  # what --config and the flags give (the rest is read from the files)
 
-    def open(self, geometry=None):
-        """The store (store_format.store.Store), with the geometry given (--config, the flags) where any."""
+    @property
+    def root(self):
+        """The store root as the Path-based readers open it: a ``Path``, or a ``fs.StorePath`` of a URI."""
+        from store_format import fs
+
+        return fs.as_path(self.path)
+
+    def open(self):
+        """The store (store_format.store.Store), with the geometry given."""
         from store_format.store import Store
 
-        return Store(self.path, **(geometry.store_kwargs() if geometry is not None else {}))
+        return Store(self.path, **self.geometry.store_kwargs())
 
     def commitlog_bytes(self) -> int | None:
         """The bytes of its commitlog segments (what a scan reads), for progress; None for a remote store."""
@@ -76,18 +85,25 @@ def split_name(arg: str) -> tuple[str | None, str]:
     return None, arg
 
 
-def resolve_stores(args: list[str], *, files: bool = False) -> list[StoreRef]:
+def resolve_stores(args: list[str], *, files: bool = False, geometry: StoreGeometry | None = None
+                   ) -> list[StoreRef]:
     """Store roots named by ``--store`` arguments, with their broker names (module docstring).  ``files``: a
-    segment file stands for its store (the point lookups, extract, replay, compare).  A PATH may be a URI of any
-    file system store_format.fs resolves (``hdfs://``, ``s3://``, a registered scheme): its store roots are
-    then URIs too, each resolving to the same file system.  Raises :class:`StoreArgumentError`, and the store
-    layer's MISSING error for a path that holds no store."""
+    segment file stands for its store (the point lookups, extract, replay, compare).  ``geometry``: what --config
+    and the flags give, for every store.  A PATH may be a URI of any file system store_format.fs resolves
+    (``hdfs://``, ``s3://``, a registered scheme): its store roots are then URIs too, each resolving to the same
+    file system.  Raises :class:`StoreArgumentError` (for no argument at all too), the store layer's MISSING error
+    for a path that holds no store, and an UnreadableError naming a folder that cannot be listed (a loop, no
+    permission: never skipped)."""
     from store_format import fs
     from store_format.stores import find_stores
 
+    if not args:
+        raise StoreArgumentError("no --store given")
     found: list[StoreRef] = []
     for arg in args:
         given, path = split_name(arg)
+        if not fs.is_uri(path) and os.path.isdir(path):
+            fs.check_folder(path)
         uri = fs.is_uri(path) and not path.startswith("file://")
         local = path if uri else os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
         stores = find_stores(local)
@@ -102,7 +118,7 @@ def resolve_stores(args: list[str], *, files: bool = False) -> list[StoreRef]:
                 continue
             name, by = (given, "user") if given else (st.name, st.named_by)
             found.append(StoreRef(name, root_path, local, folder=st.folder, from_folder=st.in_folder, named_by=by,
-                                  single_file=st.file is not None))
+                                  single_file=st.file is not None, geometry=geometry or StoreGeometry()))
     return _distinct(found)
 
 
