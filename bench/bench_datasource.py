@@ -52,7 +52,8 @@ import numpy as np  # noqa: E402
 
 from bench.dump import DumpSpec, ensure_dump  # noqa: E402
 from bench.proctree import tree_cpu  # noqa: E402
-from store_format.commitlog import KIND_MESSAGE, ReadOnlyMap, list_segments, salvage_arrays  # noqa: E402
+from store_format.commitlog import KIND_MESSAGE, list_segments, salvage_arrays  # noqa: E402
+from store_format.fs import ReadOnlyMap
 
 CACHE = REPO / "bench" / "cache"
 

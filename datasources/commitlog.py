@@ -36,8 +36,9 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition, LessThan, \
     LessThanOrEqual
 
-from store_format.commitlog import END_OF_DATA, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, FrameArrays, \
-    ReadOnlyMap, SalvageSpan, list_segment_files
+from store_format.commitlog import (END_OF_DATA, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, FrameArrays,
+                                    SalvageSpan, list_segment_files)
+from store_format.fs import ReadOnlyMap
 from store_format.errors import ErrorKind, RecordError
 from store_format.plan import MAX_RANGE_STREAMED, SegmentRange, plan_ranges, split_segments
 from store_format.scan import DEFAULT_MAX_RECORD_SIZE, WALKS, cut_to_walk, read_range_walk, segment_ends, \

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from store_format.commitlog import ReadOnlyMap
+from store_format.fs import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.fs import Location
 from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, index_files, read_header

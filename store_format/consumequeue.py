@@ -20,7 +20,7 @@ import pyarrow.fs as pafs
 
 from . import fs
 from . import layout as L
-from .commitlog import ReadOnlyMap
+from .fs import ReadOnlyMap
 from .errors import ConsumeQueueError, ErrorKind
 
 if TYPE_CHECKING:  # numpy is imported where units are read in bulk, not when this module loads
@@ -242,3 +242,13 @@ def read_queue(files: list[CQFile], **kwargs) -> Iterator[CQUnit]:
 
 def unit_bytes(physical_offset: int, size: int, tags_code: int) -> bytes:
     return _UNIT.pack(physical_offset, size, tags_code)
+
+
+def read_unit_window(loc: "fs.Location", first: int, end: int) -> dict:
+    """Units ``first`` .. ``end - 1`` of a consume-queue file as numpy columns with their kinds
+    (store_format.consumequeue.units_of): read from a read-only map, or one ranged read."""
+    first, n = max(first, 0), max(end - first, 0) * L.CQ_STORE_UNIT_SIZE
+    if loc.local_path is not None:
+        with ReadOnlyMap(loc.local_path) as m:
+            return units_of(bytes(m.buf[first * L.CQ_STORE_UNIT_SIZE:first * L.CQ_STORE_UNIT_SIZE + n]))
+    return units_of(loc.read_range(first * L.CQ_STORE_UNIT_SIZE, n))

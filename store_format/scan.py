@@ -1,6 +1,7 @@
-"""Walking a dump's files by ranges: the commitlog range walk that every parallel reader shares (the commitlog
-data source, the audit's survey and scan), the segment ends it needs, and the unit and entry windows of consume
-queues and index files.  Spark-free: the layers above pass their compiled framer in (``framer``).
+"""Walking a dump's commitlog by ranges: the range walk that every parallel reader shares (the commitlog data
+source, the audit's survey and scan) and the segment ends it needs.  Spark-free: the layers above pass their
+compiled framer in (``framer``).  (The windows of consume-queue units and index entries a range reads live with
+their readers: store_format.consumequeue.read_unit_window, store_format.indexfile.read_entry_window.)
 
 The walk of a segment is a deterministic chain: from a position, ``frame_at`` says message (go on by its size),
 blank (the segment ends) or stop, and after a stop the salvage walk resyncs at ``find_next_frame`` (the first
@@ -24,10 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
-import numpy as np
 
 from . import layout as L
-from .commitlog import KIND_BLANK, KIND_CORRUPT, FrameArrays, ReadOnlyMap, SalvageSpan, find_next_frame, salvage_arrays
+from .commitlog import KIND_BLANK, KIND_CORRUPT, FrameArrays, SalvageSpan, find_next_frame, salvage_arrays
+from .fs import ReadOnlyMap
 from .errors import ErrorKind, RecordError
 from .fs import Location
 from .plan import SegmentRange
@@ -239,37 +240,5 @@ def span_detail(span: SalvageSpan) -> str:
         else "")
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Windows of consume-queue units and index entries, read where a range's routing says they are
-
-
-def read_unit_window(loc: Location, first: int, end: int) -> dict:
-    """Units ``first`` .. ``end - 1`` of a consume-queue file as numpy columns with their kinds
-    (store_format.consumequeue.units_of): read from a read-only map, or one ranged read."""
-    from .consumequeue import units_of
-
-    first, n = max(first, 0), max(end - first, 0) * L.CQ_STORE_UNIT_SIZE
-    if loc.local_path is not None:
-        with ReadOnlyMap(loc.local_path) as m:
-            return units_of(bytes(m.buf[first * L.CQ_STORE_UNIT_SIZE:first * L.CQ_STORE_UNIT_SIZE + n]))
-    return units_of(loc.read_range(first * L.CQ_STORE_UNIT_SIZE, n))
-
-
-def read_entry_window(loc: Location, hash_slot_num: int, first: int, end: int) -> dict:
-    """Entries ``first`` .. ``end - 1`` of an index file (of ``hash_slot_num`` slots) as native numpy columns: read
-    from a read-only map, or one ranged read."""
-    at = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE + max(first, 0) * L.INDEX_ENTRY_SIZE
-    n = max(end - first, 0) * L.INDEX_ENTRY_SIZE
-    if loc.local_path is not None:
-        with ReadOnlyMap(loc.local_path) as m:
-            raw = bytes(m.buf[at:at + n])
-    else:
-        raw = loc.read_range(at, n)
-    e = np.frombuffer(raw, L.INDEX_ENTRY.dtype(), len(raw) // L.INDEX_ENTRY_SIZE)
-    return {"key_hash": e["key_hash"].astype(np.int32), "physical_offset": e["physical_offset"].astype(np.int64),
-            "time_diff": e["time_diff"].astype(np.int32), "prev_index": e["prev_index"].astype(np.int32)}
-
-
-__all__ = ["WALKS", "DEFAULT_MAX_RECORD_SIZE", "RangeWalk", "range_walk", "range_items", "read_range_walk", "SegmentEnds",
-           "segment_ends", "walk_ends", "with_crc_checked", "cut_to_walk", "span_detail", "read_unit_window",
-           "read_entry_window"]
+__all__ = ["WALKS", "DEFAULT_MAX_RECORD_SIZE", "RangeWalk", "range_walk", "range_items", "read_range_walk",
+           "SegmentEnds", "segment_ends", "walk_ends", "with_crc_checked", "cut_to_walk", "span_detail"]

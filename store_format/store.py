@@ -14,8 +14,9 @@ from typing import Iterator
 from . import fs
 from . import layout as L
 from .checkpoint import Checkpoint, Markers, read_checkpoint, read_markers
-from .commitlog import Frame, ReadOnlyMap, Segment, infer_segment_size, list_segment_files, read_message_at, \
-    salvage_buffer, walk_buffer
+from .commitlog import (Frame, Segment, infer_segment_size, list_segment_files, read_message_at, salvage_buffer,
+                        walk_buffer)
+from .fs import ReadOnlyMap
 from .config import ConfigFile, read_config
 from .consumequeue import CQFile, CQUnit, QueueFile, list_consumequeue, queue_files, read_queue
 from .errors import ErrorKind, IndexFileError, StoreFormatError

@@ -14,7 +14,8 @@ import pytest
 from store_format import layout as L
 from store_format.checkpoint import parse_checkpoint, read_checkpoint
 from store_format.codec import decode_record, encode_record
-from store_format.commitlog import END_OF_DATA, Frame, ReadOnlyMap, SalvageSpan, salvage_buffer, walk_buffer
+from store_format.commitlog import END_OF_DATA, Frame, SalvageSpan, salvage_buffer, walk_buffer
+from store_format.fs import ReadOnlyMap
 from store_format.config import loads, read_config
 from store_format.consumequeue import discover_queues, read_queue
 from store_format.errors import ErrorKind, StoreFormatError

@@ -50,8 +50,8 @@ from typing import Callable, Iterator
 import pytest
 
 from store_format import layout as L
-from store_format.commitlog import END_OF_DATA, SEGMENT_NAME, Frame, ReadOnlyMap, SalvageSpan, frame_at, \
-    segment_name
+from store_format.commitlog import END_OF_DATA, SEGMENT_NAME, Frame, SalvageSpan, frame_at, segment_name
+from store_format.fs import ReadOnlyMap
 from store_format.config import CONFIG_FILES, consumer_offsets, delay_offsets, subscription_groups, topic_configs
 from store_format.consumequeue import read_units
 from store_format.write.damage import copy_store

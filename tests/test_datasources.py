@@ -21,7 +21,8 @@ from datasources.twopass import commitlog_ends, read_commitlog
 from store_format.scan import NeedMoreBytes, cut_to_walk, range_items, segment_ends
 from store_format.checkpoint import read_checkpoint
 from store_format.codec import decode_record, encode_blank, encode_record, encoded_size
-from store_format.commitlog import Frame, FrameArrays, ReadOnlyMap, list_segments, salvage_buffer, segment_name, walk_buffer
+from store_format.commitlog import (Frame, FrameArrays, list_segments, salvage_buffer, segment_name, walk_buffer)
+from store_format.fs import ReadOnlyMap
 from store_format.config import consumer_offsets, read_config
 from store_format.consumequeue import UNIT_KINDS, CQFile, discover_queues, read_unit_arrays, read_units
 from store_format.errors import StoreFormatError

@@ -28,7 +28,7 @@ import zstandard
 
 from store_format import layout as L
 from store_format.codec import encode_record
-from store_format.commitlog import ReadOnlyMap
+from store_format.fs import ReadOnlyMap
 from store_format.compression import DEFAULT_MAX_DECOMPRESSED, decompress
 from store_format.config import CONFIG_FILES
 from store_format.write.damage import copy_store

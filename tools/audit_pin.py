@@ -67,7 +67,7 @@ from store_format.write import damage as D  # noqa: E402
 from store_format import layout as L  # noqa: E402
 from store_format.write.broker import Broker, ManualClock, Producer  # noqa: E402
 from store_format.codec import decode_record, encode_record  # noqa: E402
-from store_format.commitlog import ReadOnlyMap  # noqa: E402
+from store_format.fs import ReadOnlyMap
 from store_format.consumequeue import discover_queues, unit_bytes  # noqa: E402
 from store_format.write.generate import TrafficConfig, generate_store  # noqa: E402
 from store_format.indexfile import list_index_files  # noqa: E402

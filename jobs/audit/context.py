@@ -165,7 +165,7 @@ class AuditContext:
         where the queue has no entry there), for every offset in consumerOffset.json."""
         cache = self.__dict__.setdefault("_committed", {})
         if broker not in cache:
-            from store_format.scan import read_unit_window
+            from store_format.consumequeue import read_unit_window
 
             files: dict[tuple, list] = {}
             for f in self.plans[broker].cq_files:

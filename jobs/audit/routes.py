@@ -23,13 +23,13 @@ import numpy as np
 import pyarrow as pa
 
 from store_format import layout as L
-from store_format.consumequeue import CQFile, QueueFile, read_unit_arrays
+from store_format.consumequeue import CQFile, QueueFile, read_unit_arrays, read_unit_window
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.fs import Location, ReadOnlyMap
-from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_header, written_entries
+from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_entry_window, read_header, \
+    written_entries
 from store_format.plan import group_queue_files
 from store_format.recovery import recover_queue
-from store_format.scan import read_entry_window, read_unit_window
 from udfs.columns import column
 
 from .plan import BrokerPlan, Buckets, IndexFilePlan
@@ -274,4 +274,5 @@ ROUTES = {r.name: r for r in (CONSUMEQUEUE, INDEX)}
 VIEW = {CONSUMEQUEUE.name: UNITS, INDEX.name: ENTRIES}
 
 __all__ = ["Route", "RoutedFile", "SurveyInput", "ROUTES", "VIEW", "CONSUMEQUEUE", "INDEX", "CQ_FILES",
-           "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES", "queues_of", "buckets_of_row", "bucket_columns"]
+           "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES", "queues_of", "buckets_of_row",
+           "bucket_columns"]

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from .. import layout as L
 from ..codec import decode_record, encode_record
-from ..commitlog import Frame, ReadOnlyMap, list_segments, walk_buffer
+from ..commitlog import Frame, list_segments, walk_buffer
+from ..fs import ReadOnlyMap
 from ..consumequeue import discover_queues, read_queue
 from ..errors import ErrorKind, StoreFormatError
 from ..indexfile import IndexFile, list_index_files

@@ -47,7 +47,8 @@ from zoneinfo import ZoneInfo
 from .. import layout as L
 from ..brokerconf import read_properties
 from ..codec import encode_blank, encode_record, encoded_size, host_flags
-from ..commitlog import list_segments, segment_name, walk_buffer, ReadOnlyMap
+from ..commitlog import list_segments, segment_name, walk_buffer
+from ..fs import ReadOnlyMap
 from ..config import dumps_fastjson, read_config
 from ..checkpoint import read_checkpoint
 from ..consumequeue import discover_queues, read_queue

@@ -152,7 +152,7 @@ def _damaged_lost(ctx, name: str, p) -> list[dict]:
     """``recovery.message_lost`` for each damaged record the broker drops (store_format.recovery.lost_records:
     a stop whose header still frames a message), named from its header (describe_damaged_record)."""
     from store_format import fs
-    from store_format.commitlog import ReadOnlyMap
+    from store_format.fs import ReadOnlyMap
     from store_format.recovery import describe_damaged_record
 
     segments = ctx.plans[name].store.segments
