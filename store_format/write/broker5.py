@@ -262,25 +262,15 @@ class Broker5(Broker):
     def _fire(self, src: Message, enqueue_time: int, roll: bool, slot_time: int, unit: int) -> Fired:
         """TimerDequeuePutMessageService: addMetric(-1), convert, doPut."""
         dequeue_ms = self.clock()
-        props = property_map(src.properties_raw, DECODED_CAPACITY)
         if enqueue_time == L.TIMER_ENQUEUE_NEVER:
-            props.put(L.PROPERTY_TIMER_ENQUEUE_MS, str(L.TIMER_ENQUEUE_NEVER))
-        self.timer.add_metric(Message(src.topic, properties_raw=format_properties(props.to_dict())), -1, dequeue_ms)
-        if enqueue_time != -1:
-            props.put(L.PROPERTY_TIMER_ENQUEUE_MS, str(enqueue_time))
-        if roll:
-            times = props.get(L.PROPERTY_TIMER_ROLL_TIMES)
-            props.put(L.PROPERTY_TIMER_ROLL_TIMES, str(int(times) + 1 if times is not None else 1))
-        props.put(L.PROPERTY_TIMER_DEQUEUE_MS, str(dequeue_ms))
-        string = to_string(props)
+            marked = property_map(src.properties_raw, DECODED_CAPACITY)
+            marked.put(L.PROPERTY_TIMER_ENQUEUE_MS, str(L.TIMER_ENQUEUE_NEVER))
+            self.timer.add_metric(Message(src.topic, properties_raw=to_string(marked)), -1, dequeue_ms)
+        else:
+            self.timer.add_metric(src, -1, dequeue_ms)
+        topic, qid, props, string = convert_timer_record(src, enqueue_time, roll, dequeue_ms)
         if not roll and props.get(L.PROPERTY_TIMER_DEL_UNIQKEY) is not None:
             return Fired(slot_time, unit, "deleted", src)  # doPut: a delete entry is never put (PUT_NO_RETRY)
-        if roll:
-            topic, qid = src.topic, src.queue_id
-        else:
-            topic, qid = props.get(L.PROPERTY_REAL_TOPIC), _int(props.get(L.PROPERTY_REAL_QUEUE_ID))
-            props.remove(L.PROPERTY_REAL_TOPIC)  # cleared from the map only: the string keeps them
-            props.remove(L.PROPERTY_REAL_QUEUE_ID)
         inner = _Inner(topic, qid, src.body, props, string, flag=src.flag, sys_flag=src.sys_flag,
                        born_timestamp=src.born_timestamp, born_host=src.born_host, store_host=src.store_host,
                        reconsume_times=src.reconsume_times)
@@ -423,6 +413,28 @@ class Broker5(Broker):
         return SendResult(",".join(uniqs), [self._put(inner)])
 
 
+def convert_timer_record(src: Message, enqueue_time: int, roll: bool, dequeue_ms: int) -> \
+        tuple[str, int, JavaHashMap, str]:
+    """``TimerMessageStore.convert`` + ``convertMessage`` of a stored ``rmq_sys_wheel_timer`` record: (topic,
+    queue id, the new record's map, the string stored).  The string is built from the decoded map
+    (HashMap(128)) with TIMER_ENQUEUE_MS (unless ``enqueue_time`` is -1), TIMER_ROLL_TIMES (a roll) and
+    TIMER_DEQUEUE_MS put, before REAL_TOPIC/REAL_QID are cleared from the map: they stay on disk."""
+    props = property_map(src.properties_raw, DECODED_CAPACITY)
+    if enqueue_time != -1:
+        props.put(L.PROPERTY_TIMER_ENQUEUE_MS, str(enqueue_time))
+    if roll:
+        times = props.get(L.PROPERTY_TIMER_ROLL_TIMES)
+        props.put(L.PROPERTY_TIMER_ROLL_TIMES, str(int(times) + 1 if times is not None else 1))
+    props.put(L.PROPERTY_TIMER_DEQUEUE_MS, str(dequeue_ms))
+    string = to_string(props)
+    if roll:
+        return src.topic, src.queue_id, props, string
+    topic, qid = props.get(L.PROPERTY_REAL_TOPIC), _int(props.get(L.PROPERTY_REAL_QUEUE_ID))
+    props.remove(L.PROPERTY_REAL_TOPIC)
+    props.remove(L.PROPERTY_REAL_QUEUE_ID)
+    return topic, qid, props, string
+
+
 def _encode_client_message(body: bytes, flag: int, props: bytes) -> bytes:
     """``MessageDecoder.encodeMessage``: TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG, BODY, PROPERTIES (short)."""
     import struct
@@ -437,4 +449,4 @@ def _cq_file(cq, base: int):
     return CQFile("", 0, m.path, base, m.size)
 
 
-__all__ = ["Broker5", "Fired", "PopResult"]
+__all__ = ["Broker5", "Fired", "PopResult", "convert_timer_record"]
