@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import layout as L
+from .errors import ErrorKind, StoreFormatError
 
 KEY = L.PROPERTY_CRC32.encode("ascii")  # b"__CRC32#"
 PREFIX = KEY + L.NAME_VALUE_SEPARATOR.encode("ascii")  # 9 bytes
@@ -96,7 +97,8 @@ def check_record_crc(buf, pos: int = 0, size: int | None = None, *, properties: 
     if size is None:
         size = struct.unpack_from(">i", buf, pos)[0]
     if size < RESERVED or pos + size > len(buf):
-        raise ValueError(f"record of {size} bytes at {pos} does not fit a {RESERVED}-byte CRC property in the buffer")
+        raise StoreFormatError(ErrorKind.BAD_LENGTH, f"record of {size} bytes at {pos} does not fit a {RESERVED}-byte "
+                               "CRC property in the buffer", position=pos, field="store_size")
     rec = memoryview(buf)[pos:pos + size]
     try:
         computed = record_crc(rec, size)
