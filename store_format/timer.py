@@ -316,6 +316,26 @@ def read_timer_unit_arrays(src, *, base_offset: int | None = None) -> TimerUnitA
         return timer_units_of(m.buf, file=name, base_offset=base, written=m.written_length())
 
 
+def read_timer_unit_range(src, start: int, length: int, *, base_offset: int | None = None) -> TimerUnitArrays:
+    """The units that start in ``[start, start + length)`` of one timer-log file (``start`` rounded up to a unit
+    boundary): one ranged read or a window of the read-only map, for an audit task given a split of the file."""
+    loc, base, name = _file_of(src, base_offset)
+    first = -(-max(0, start) // UNIT_SIZE) * UNIT_SIZE
+    stop = start + length
+    file_length = loc.size()
+    if first >= min(stop, file_length):
+        return timer_units_of(b"", file=name, base_offset=base, file_length=file_length, start=first)
+    # a unit that starts before ``stop`` is read whole (up to 52 bytes past the range)
+    with rolled.open_bytes(loc, first, min(file_length, stop + UNIT_SIZE - 1) - first) as m:
+        arrays = timer_units_of(m.buf, file=name, base_offset=base, file_length=file_length, start=first,
+                                written=m.written_length())
+    keep = arrays.file_position < stop
+    if keep.all():
+        return arrays
+    cols = {k: getattr(arrays, k)[keep] for k in ("file_position", "kind", "reason", *_ARRAY_COLUMNS)}
+    return TimerUnitArrays(name, base, **cols)
+
+
 class TimerLog:
     """The timer log of a store as one offset space (its rolled files), for lookups by timer-log offset: a wheel
     slot's ``lastPos``, a unit's ``prevPos``.  Files are opened on first use (read-only) and closed by
@@ -713,6 +733,7 @@ def timer_store_files(root) -> TimerStoreFiles:
 
 __all__ = ["TimerUnit", "TimerUnitArrays", "TimerLog", "ChainWalk", "WheelSlots", "Slot", "TimerCheckpoint",
            "TimerMetrics", "TimerStoreError", "TimerStoreFiles", "UNIT_KINDS", "REASONS", "list_timer_log_files",
-           "walk_timer_log", "walk_timer_log_buffer", "timer_units_of", "read_timer_unit_arrays", "walk_chain",
+           "walk_timer_log", "walk_timer_log_buffer", "timer_units_of", "read_timer_unit_arrays", "read_timer_unit_range",
+           "walk_chain",
            "slot_index", "read_wheel_slots", "wheel_slot", "parse_timer_checkpoint", "read_timer_checkpoint",
            "read_timer_metrics", "timer_store_files", "magic_ok", "magic_name"]

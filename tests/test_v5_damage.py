@@ -273,3 +273,29 @@ def test_lmq_prediction_corner_cases():
     assert [s.reason for s in pred.skips] == ["below_write_position"]
     assert lmq.java_split(",") == [] and lmq.java_split("") == [""] and lmq.java_split(",a,,") == ["", "a"]
     assert lmq.parse_java_long("+5") == 5 and lmq.parse_java_long("") is None and lmq.parse_java_long("٣") is None
+
+
+@pytest.mark.parametrize("split", [52, 100, 500, 4096])
+def test_timer_log_splits_give_the_whole_files_units(gen5, split):
+    for f in T.list_timer_log_files(gen5):
+        whole = T.read_timer_unit_arrays(f)
+        parts = [T.read_timer_unit_range(f, s, split) for s in range(0, f.length, split)]
+        assert np.concatenate([p.file_position for p in parts]).tolist() == whole.file_position.tolist()
+        assert np.concatenate([p.physical_offset for p in parts]).tolist() == whole.physical_offset.tolist()
+        assert np.concatenate([p.kind for p in parts]).tolist() == whole.kind.tolist()
+
+
+def test_dump_strict_exits_1_on_timer_damage(tmp_path):
+    import subprocess
+    import sys
+
+    D.looping_timer_chain(store5("v5-timer"), tmp_path / "a")
+    D.timercheck_wrong_length(store5("v5-timer"), tmp_path / "b")
+    repo = Path(__file__).resolve().parent.parent
+    for store, what in ((tmp_path / "a", "timerwheel"), (tmp_path / "b", "timercheck")):
+        r = subprocess.run([sys.executable, "-m", "store_format", "dump", str(store), "--what", what, "--strict"],
+                           capture_output=True, text=True, cwd=repo, timeout=120)
+        assert r.returncode == 1 and "damage found" in r.stderr
+        r = subprocess.run([sys.executable, "-m", "store_format", "dump", str(store), "--what", what],
+                           capture_output=True, text=True, cwd=repo, timeout=120)
+        assert r.returncode == 0

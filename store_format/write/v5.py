@@ -117,11 +117,9 @@ class TimerStoreWriter:
         self.started: int | None = None
         self.last_activity = 0
         self.bypass: list[tuple] = []  # (record physical offset, size): due already at enqueue, never in the wheel
-        from .writer import _Mapped
-
-        self._Mapped = _Mapped
+        self._Mapped = writer.mapped_file
         self.wheel_path = writer._path("timerwheel")
-        self.wheel = _Mapped(self.wheel_path, L.timer_wheel_file_size(self.slots_total), create=True)
+        self.wheel = self._Mapped(self.wheel_path, L.timer_wheel_file_size(self.slots_total), create=True)
 
     # ---- the clock ------------------------------------------------------------------------------------
     def floor(self, ms: int) -> int:
@@ -334,9 +332,7 @@ class BatchConsumeQueueWriter:
     """``BatchConsumeQueue.putBatchMessagePositionInfo`` for one topic-queue."""
 
     def __init__(self, writer, topic: str, queue_id: int):
-        from .writer import _Mapped
-
-        self._Mapped = _Mapped
+        self._Mapped = writer.mapped_file
         self.dir = writer._path("batchconsumequeue", topic, str(queue_id))
         self.file_size = writer.config.mapperFileSizeBatchConsumeQueue
         self.files: dict = {}
@@ -495,11 +491,8 @@ class V5Store:
                 self.stall = lmq.LmqStall(msg.physical_offset, name, text, "NumberFormatException")
                 return False
             qid = L.LMQ_QUEUE_ID if self.enable_lmq and lmq.is_lmq(name) else msg.queue_id
-            try:
-                from .writer import validate_topic
-                validate_topic(name)
-            except WriterError:
-                continue  # a name no folder can hold is never written by this writer
+            if not name.strip() or not set(name) <= L.TOPIC_VALID_CHARS or len(name) > L.TOPIC_MAX_LENGTH:
+                continue  # a name no folder can hold (TopicValidator) is never written by this writer
             self.writer.consume_queue(name, qid).put(msg.physical_offset, msg.store_size, tags_code, offset)
         return True
 

@@ -654,6 +654,10 @@ class StoreWriter:
             self._release_lock()
             raise
 
+    def mapped_file(self, path: Path, size: int, create: bool = True) -> _Mapped:
+        """A preallocated, sparse file mapped for writing (the 5.x side's timer log, wheel, batch queues)."""
+        return _Mapped(path, size, create)
+
     def _start_v5(self) -> None:
         if self._reopened and (self.config.timerWheelEnable or self.config.enableLmq or self.config.enableMultiDispatch
                                or any(t.attributes for t in self.topics._d.values())):
