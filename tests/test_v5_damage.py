@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store_format import batchcq as B
 from store_format import layout as L
 from store_format import lmq
 from store_format import pop as P

@@ -5,7 +5,6 @@ untouched.  No Spark."""
 from __future__ import annotations
 
 import dataclasses
-import struct
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from store_format import lmq
 from store_format import pop as P
 from store_format import propcrc
 from store_format import timer as T
-from store_format.codec import decode_record
 from store_format.commitlog import list_segments, walk_buffer
 from store_format.consumequeue import discover_queues, read_queue
 from store_format.errors import WriterError

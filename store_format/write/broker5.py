@@ -399,10 +399,11 @@ class Broker5(Broker):
         for it in items:
             uniq = it.uniq_key or producer.next_uniq_key(born)
             uniqs.append(uniq)
-            s = format_properties(client_message(it.tags, it.keys, it.properties, uniq).to_dict()).encode("utf-8")
+            s = format_properties(client_message(it.tags, it.keys, it.properties, uniq).to_dict(),
+                                  trailing_separator=True).encode("utf-8")
             body += _encode_client_message(it.body, it.flag, s)
         props = JavaHashMap()
-        props.put(L.PROPERTY_UNIQ_KEY, uniqs[0])
+        props.put(L.PROPERTY_UNIQ_KEY, producer.next_uniq_key(born))  # the batch's own id, after its items
         props.put(L.PROPERTY_WAIT_STORE_MSG_OK, "true")
         props.put(L.PROPERTY_CLUSTER, self.config.brokerClusterName)
         props.put(L.PROPERTY_INNER_NUM, str(len(items)))

@@ -33,16 +33,13 @@ test compares.
 from __future__ import annotations
 
 import dataclasses
-import os
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 
 from .. import layout as L
 from .. import lmq
 from .. import propcrc
 from ..commitlog import segment_name
-from ..errors import ErrorKind, WriterError
 from ..javahash import JavaHashMap, java_hash
 from ..message import Message
 from ..properties import format_properties, parse_properties
