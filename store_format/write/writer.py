@@ -92,19 +92,44 @@ class WriterConfig:
     autoCreateTopicEnable: bool = True
     enableConsumeQueueExt: bool = False
     timezone: str = "UTC"  # the broker JVM's zone: index file names are local yyyyMMddHHmmssSSS
+    # RocketMQ 5.x (store_format.write.v5).  Off by default: the writer is a 4.9.x broker unless these say
+    # otherwise (5.3.3's own default for timerWheelEnable is true; ``generate --rocketmq 5`` turns it on)
+    enabledAppendPropCRC: bool = False
+    timerWheelEnable: bool = False
+    mappedFileSizeTimerLog: int = L.DEFAULT_MAPPED_FILE_SIZE_TIMER_LOG
+    timerPrecisionMs: int = L.DEFAULT_TIMER_PRECISION_MS
+    timerRollWindowSlot: int = L.DEFAULT_TIMER_ROLL_WINDOW_SLOT
+    timerMaxDelaySec: int = L.DEFAULT_TIMER_MAX_DELAY_SEC
+    enableLmq: bool = False
+    enableMultiDispatch: bool = False
+    mapperFileSizeBatchConsumeQueue: int = L.DEFAULT_MAPPED_FILE_SIZE_BATCH_CQ
+
+    @property
+    def is_5x(self) -> bool:
+        """Any 5.x store behaviour asked for (BatchCQ topics also turn it on, when registered)."""
+        return self.enabledAppendPropCRC or self.timerWheelEnable or self.enableLmq or self.enableMultiDispatch
 
     def __post_init__(self):
         # MessageStoreConfig.getMappedFileSizeConsumeQueue rounds up to whole 20-byte units
         units = -(-int(self.mappedFileSizeConsumeQueue) // L.CQ_STORE_UNIT_SIZE)
         self.mappedFileSizeConsumeQueue = units * L.CQ_STORE_UNIT_SIZE
         for name in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum",
-                     "maxMessageSize"):
+                     "maxMessageSize", "mappedFileSizeTimerLog", "timerPrecisionMs", "timerRollWindowSlot",
+                     "timerMaxDelaySec"):
             if int(getattr(self, name)) <= 0:
                 raise WriterError(ErrorKind.BAD_CONFIG, f"{name} must be positive, got {getattr(self, name)}",
                                   field=name)
         if self.mappedFileSizeCommitLog < L.MIN_RECORD_SIZE + L.END_FILE_MIN_BLANK_LENGTH:
             raise WriterError(ErrorKind.BAD_CONFIG, f"mappedFileSizeCommitLog {self.mappedFileSizeCommitLog} cannot "
                               "hold a single record", field="mappedFileSizeCommitLog")
+        if self.mappedFileSizeTimerLog < L.TIMER_LOG_UNIT.width + L.TIMER_LOG_MIN_BLANK_LEN:
+            raise WriterError(ErrorKind.BAD_CONFIG, f"mappedFileSizeTimerLog {self.mappedFileSizeTimerLog} cannot hold "
+                              "a timer-log unit and its blank", field="mappedFileSizeTimerLog")
+        if self.mapperFileSizeBatchConsumeQueue < L.BATCH_CQ_UNIT.width or \
+                self.mapperFileSizeBatchConsumeQueue % L.BATCH_CQ_UNIT.width:
+            raise WriterError(ErrorKind.BAD_CONFIG, f"mapperFileSizeBatchConsumeQueue {self.mapperFileSizeBatchConsumeQueue}"
+                              f" is not a positive multiple of {L.BATCH_CQ_UNIT.width}",
+                              field="mapperFileSizeBatchConsumeQueue")
         if self.maxIndexNum < 2:
             raise WriterError(ErrorKind.BAD_CONFIG, "maxIndexNum must be >= 2 (entry 0 is never used)",
                               field="maxIndexNum")
@@ -528,10 +553,12 @@ class _TopicConfig:
     name: str
     queues: int
     perm: int
+    attributes: dict | None = None  # 5.x TopicConfig.attributes (e.g. queue.type=BatchCQ); 4.x has none
 
     def to_json(self) -> dict:  # fastjson writes bean fields in alphabetical order
-        return {"order": False, "perm": self.perm, "readQueueNums": self.queues, "topicFilterType": "SINGLE_TAG",
-                "topicName": self.name, "topicSysFlag": 0, "writeQueueNums": self.queues}
+        out = {"order": False, "perm": self.perm, "readQueueNums": self.queues, "topicFilterType": "SINGLE_TAG",
+               "topicName": self.name, "topicSysFlag": 0, "writeQueueNums": self.queues}
+        return {"attributes": dict(self.attributes), **out} if self.attributes else out
 
 
 def _group_json(name: str) -> dict:
@@ -588,6 +615,8 @@ class StoreWriter:
         self.messages_written = 0
         self._io = None  # the bulk path's commitlog writes run on one background thread (pwritev drops the GIL)
         self._io_pending: list = []
+        self._reopened = False
+        self.v5 = None
 
         if self.root.exists() and not self.root.is_dir():
             raise WriterError(ErrorKind.INVALID_INPUT, "store root exists and is not a directory", file=str(self.root))
@@ -606,10 +635,13 @@ class StoreWriter:
         try:
             for d in ("commitlog", "consumequeue"):  # DefaultMessageStore's constructor: ensureDirOK
                 self._path(d).mkdir(exist_ok=True)
+            self.v5 = None  # the 5.x side (store_format.write.v5), when the configuration asks for it
             if existing:
                 self._open_existing()
             else:
                 self._init_configs()
+            if self.config.is_5x:
+                self._start_v5()
             if start_time is not None:
                 self.flush.begin(start_time)
                 self.topics_version.timestamp = self.topics_version.timestamp or start_time
@@ -622,6 +654,19 @@ class StoreWriter:
             self._close_maps()
             self._release_lock()
             raise
+
+    def mapped_file(self, path: Path, size: int, create: bool = True) -> _Mapped:
+        """A preallocated, sparse file mapped for writing (the 5.x side's timer log, wheel, batch queues)."""
+        return _Mapped(path, size, create)
+
+    def _start_v5(self) -> None:
+        if self._reopened and (self.config.timerWheelEnable or self.config.enableLmq or self.config.enableMultiDispatch
+                               or any(t.attributes for t in self.topics._d.values())):
+            raise WriterError(ErrorKind.INVALID_INPUT, "reopening a store with the 5.x timer store, LMQ or BatchCQ "
+                              "state is not supported by the writer (only enabledAppendPropCRC)", file=str(self.root))
+        from .v5 import V5Store
+
+        self.v5 = V5Store(self)
 
     # ---- paths and lock ------------------------------------------------------------------------
     def _path(self, *parts: str) -> Path:
@@ -676,11 +721,21 @@ class StoreWriter:
             self.groups.put(g, _group_json(g))
 
     def register_topic(self, topic: str, queues: int | None = None, perm: int = L.PERM_READ | L.PERM_WRITE, *,
-                       at: int | None = None) -> None:
+                       at: int | None = None, attributes: dict | None = None) -> None:
         """Create a topic config as the broker's auto-create does, or widen it to ``queues``; the data
-        version takes the time ``at`` (default :meth:`now`)."""
-        validate_topic(topic)
+        version takes the time ``at`` (default :meth:`now`).  ``attributes`` (5.x, e.g. ``{"queue.type":
+        "BatchCQ"}``) are set when the topic is created; a BatchCQ topic turns the writer's 5.x side on.  A 5.x
+        writer takes topics up to 255 characters (their records are V2: autoMessageVersionOnTopicLen)."""
+        validate_topic(topic, 2 if self.v5 is not None else 1)
         cur = self.topics.get(topic)
+        if attributes and cur is None:
+            self.topics.put(topic, _TopicConfig(topic, queues or min(L.CLIENT_DEFAULT_TOPIC_QUEUE_NUMS,
+                                                                      self.config.defaultTopicQueueNums),
+                                                perm, dict(attributes)))
+            self.topics_version.next(self.now(at))
+            if self.v5 is None:
+                self._start_v5()
+            return
         if cur is None:
             if queues is None:
                 if topic.startswith(L.RETRY_GROUP_TOPIC_PREFIX):
@@ -779,6 +834,7 @@ class StoreWriter:
         loaded, consume queues and the last index file reopened, the commitlog walked to its valid end, and
         records past the consume queues' reach dispatched again (with RocketMQ's own dedupe: a queue's
         maxPhysicOffset, the index's endPhyOffset)."""
+        self._reopened = True
         c = self.config
         cfgdir = self.root / "config"
         self._init_configs()
@@ -975,6 +1031,8 @@ class StoreWriter:
         queue id, flags, timestamps, hosts, reconsume times, prepared offset, body and properties string are
         kept; queue offset, physical offset, body CRC and size are assigned.  Returns the stored record."""
         self.check_open()
+        if self.v5 is not None:
+            record = self.v5.prepare(record)
         try:
             size = self.check_record(record)
             sys_flag = record.sys_flag
@@ -994,14 +1052,22 @@ class StoreWriter:
             self.roll()
         phy = self.reserve(size)
         key = (record.topic, record.queue_id)
-        if record.dispatchable:
+        if not record.dispatchable:
+            queue_offset = 0  # PREPARED/ROLLBACK: not consumed, not counted
+        elif self.v5 is not None and self.v5.batch_topic(record.topic):
+            queue_offset = self.v5.take_queue_offset(record)  # BatchConsumeQueue's own counter
+        else:
             queue_offset = self.queue_table.get(key, 0)
             self.queue_table[key] = queue_offset + 1
-        else:
-            queue_offset = 0  # PREPARED/ROLLBACK: not consumed, not counted
         stored = dataclasses.replace(record, queue_offset=queue_offset, physical_offset=phy, body_crc=None,
                                      store_size=None, segment=None, file_position=None)
         data = encode_record(stored)
+        if self.v5 is not None and self.v5.crc:
+            data = self.v5.seal(data)
+            stored.properties_raw = stored.properties_raw[:-L.CRC32_RESERVED_LEN] + \
+                data[-L.CRC32_RESERVED_LEN:].decode("ascii")
+            stored.properties = None
+            stored.__post_init__()
         base = self.cur_base
         self.segments[base].write(phy - base, data)
         stored.store_size = len(data)
@@ -1072,6 +1138,9 @@ class StoreWriter:
 
     def _dispatch(self, msg: Message):
         """CommitLogDispatcherBuildConsumeQueue, then CommitLogDispatcherBuildIndex."""
+        if self.v5 is not None:
+            self.v5.dispatch(msg)  # the 5.x dispatchers (batch queues, LMQ, the timer enqueue) and the index
+            return
         if msg.dispatchable:
             tags_code = msg.dispatch_tags_code(self.delay_levels)
             cq = self.consume_queue(msg.topic, msg.queue_id)
@@ -1175,9 +1244,13 @@ class StoreWriter:
         self._persist_configs()
         self._write_file("checkpoint", self.flush.checkpoint_bytes((self.flush.physic, self.flush.logics,
                                                                     self.flush.index)))
+        finished = True
+        if self.v5 is not None:  # a stalled reput keeps abort ("CommitLog have not finish to be dispatched")
+            finished = self.v5.close(self.now(), clean=True)
         self._close_maps()
         self._closed = True
-        (self.root / "abort").unlink(missing_ok=True)
+        if finished:
+            (self.root / "abort").unlink(missing_ok=True)
         self._release_lock()
 
     def crash(self) -> None:
@@ -1189,6 +1262,8 @@ class StoreWriter:
             self.flush.advance(self.clock())
         self._persist_configs()  # the broker persists configs every few seconds
         self._write_file("checkpoint", self.flush.checkpoint_bytes(self.flush.on_disk))
+        if self.v5 is not None:
+            self.v5.close(self.now(), clean=False)
         if self.cur_base >= 0:  # AllocateMappedFileService had the next segment ready
             self._segment(self.cur_base + self.config.mappedFileSizeCommitLog)
         self._close_maps()
