@@ -45,8 +45,8 @@ def connect_run(connect_server, two_stores, tmp_path_factory):
 
 def test_a_connect_session_is_not_classic(connect_run, spark):
     """A Connect session, whose cores the audit asks of the server when it has no spark.default.parallelism
-    (datasources.commitlog.planned_parallelism: the server's local[2], as in a classic session)."""
-    from datasources.commitlog import planned_parallelism
+    (datasources.base.planned_parallelism: the server's local[2], as in a classic session)."""
+    from datasources.base import planned_parallelism
 
     _, result, _ = connect_run
     assert result["connect"] and result["notebook_session"].startswith("pyspark.sql.connect")

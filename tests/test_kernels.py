@@ -568,7 +568,7 @@ def _index_file_bytes(slot_heads, entries) -> bytes:
 
 
 def _reference_chains(slot_heads, entries) -> list[list[str]]:
-    from datasources.indexfile import CHAIN_PROBLEMS
+    from store_format.indexfile import CHAIN_PROBLEMS
 
     n, slots = len(entries), len(slot_heads)
     reached = set()
