@@ -70,30 +70,39 @@ class Segment:
 
 def list_segment_files(where, segment_size: int | None = None) -> list[Segment]:
     """Every regular file of a ``commitlog/`` folder (or the one segment file ``where`` names), in name order, each
-    with what is wrong with its name or length.  ``segment_size``: the store's, when known; else the files' own
-    (:func:`infer_segment_size`)."""
+    with what is wrong with its name or length: the MappedFileQueue folder's one listing
+    (store_format.rolled.list_rolled_files), in the commitlog's words.  ``segment_size``: the store's, when known;
+    else the files' own (:func:`infer_segment_size`)."""
     from .fs import resolve
+    from .rolled import RolledFile, list_rolled_files
 
     loc = resolve(where)
-    infos = [loc.info()] if loc.is_file() else [i for i in loc.list() if i.is_file]
-    named = [i for i in infos if SEGMENT_NAME.match(i.base_name)]
-    size = segment_size or infer_segment_size([(int(i.base_name), i.size) for i in named])
-    out = []
-    for i in infos:
-        file = Location(loc.fs, i.path, loc.origin)
-        if not SEGMENT_NAME.match(i.base_name):
-            out.append(Segment(file, None, i.size, ((ErrorKind.BAD_FILE_NAME.value, "a commitlog file name must be its "
-                       "20-digit base offset; not read (no base offset to check records against)"),)))
-            continue
-        problems = ()
-        if size and i.size != size:
-            problems = ((ErrorKind.BAD_GEOMETRY.value, f"segment is {i.size} bytes, the store's segment size is "
-                         f"{size} (the broker refuses to load it); read anyway"),)
-        elif not i.size:  # no size to compare with when it is the only segment: empty is never right
-            problems = ((ErrorKind.BAD_GEOMETRY.value, "segment file is empty: the broker preallocates every segment "
-                         "(mappedFileSizeCommitLog) and refuses to load an empty one"),)
-        out.append(Segment(file, int(i.base_name), i.size, problems))
-    return out
+    if loc.is_file():
+        i = loc.info()
+        named = SEGMENT_NAME.match(i.base_name) is not None
+        size = segment_size or (i.size if named and i.size else None)
+        problems = () if named else (("BAD_FILE_NAME", "bad_name"),)
+        if named and size and i.size != size:
+            problems = (("BAD_GEOMETRY", "wrong_length"),)
+        elif named and not i.size:
+            problems = (("BAD_GEOMETRY", "empty"),)
+        files = [RolledFile(loc, int(i.base_name) if named else None, i.size, problems)]
+    else:
+        files = list_rolled_files(loc, segment_size, every_file=True)
+        size = segment_size or infer_segment_size([(f.base_offset, f.length) for f in files
+                                                   if f.base_offset is not None])
+    return [Segment(f.location, f.base_offset, f.length, tuple((kind, _SEGMENT_PROBLEMS[what].format(
+        length=f.length, size=size)) for kind, what in f.problems)) for f in files]
+
+
+_SEGMENT_PROBLEMS = {  # the listing's problems (store_format.rolled.list_rolled_files), as the commitlog says them
+    "bad_name": "a commitlog file name must be its 20-digit base offset; not read (no base offset to check records "
+                "against)",
+    "wrong_length": "segment is {length} bytes, the store's segment size is {size} (the broker refuses to load it); "
+                    "read anyway",
+    "empty": "segment file is empty: the broker preallocates every segment (mappedFileSizeCommitLog) and refuses to "
+             "load an empty one",
+}
 
 
 def list_segments(commitlog_dir) -> list[Segment]:
@@ -103,16 +112,12 @@ def list_segments(commitlog_dir) -> list[Segment]:
 
 
 def infer_segment_size(files) -> int | None:
-    """mappedFileSizeCommitLog as the segment files show it, from their (base offset, length) pairs: the
-    smallest spacing of the names, else the only file's length.  None when the files cannot tell: no file, or
-    one empty file (an empty file is never a preallocated segment, so its length says nothing)."""
-    files = sorted(files)
-    gaps = [b - a for (a, _), (b, _) in zip(files, files[1:]) if b > a]
-    if gaps:
-        return min(gaps)
-    if len(files) == 1 and files[0][1] > 0:
-        return files[0][1]
-    return None
+    """mappedFileSizeCommitLog as the segment files show it, from their (base offset, length) pairs
+    (store_format.rolled.infer_file_size: the smallest spacing of the names, else the only file's length; None when
+    the files cannot tell)."""
+    from .rolled import infer_file_size
+
+    return infer_file_size(files)
 
 
 @contextmanager

@@ -52,11 +52,13 @@ def file_size(src) -> int:
 
 @dataclass(frozen=True)
 class RolledFile:
-    """One file of a MappedFileQueue folder."""
+    """One file of a MappedFileQueue folder, with what is wrong with the file itself (``problems``: (ErrorKind
+    value, what is wrong) pairs, about its name or its length)."""
 
     location: fs.Location
-    base_offset: int  # the name: offset of the file's first byte in the queue
+    base_offset: int | None  # the name: offset of the file's first byte in the queue (None: not 20 digits)
     length: int  # the file's actual length (a healthy store: the configured file size)
+    problems: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -67,26 +69,49 @@ class RolledFile:
         return name_of(self.location)
 
 
-def list_rolled_files(folder) -> list[RolledFile]:
-    """The rolled files of ``folder`` in offset order; other names are ignored, and a missing folder has none.
-    Entries no reader can open (a FIFO, a link loop...) are left out by ``Location.list``."""
+def list_rolled_files(folder, file_size: int | None = None, *, every_file: bool = False) -> list[RolledFile]:
+    """The rolled files of ``folder`` in offset order; a missing folder has none.  Entries no reader can open (a
+    FIFO, a link loop...) are left out by ``Location.list``.
+
+    ``every_file``: every regular file instead, by name, each with its problems as ``MappedFileQueue.load`` meets
+    them: a name that is not 20 digits (``base_offset`` None: never loaded), a length other than the queue's file
+    size (``file_size``, else :func:`infer_file_size` of the named files), an empty file.  The commitlog's listing
+    (store_format.commitlog.list_segment_files) and the batch consume queues' are this one."""
+    from .errors import ErrorKind
+
     loc = location(folder)
+    infos = [i for i in loc.list() if i.type == pafs.FileType.File]
+    if not every_file:
+        return sorted((RolledFile(loc.child(i.base_name), int(i.base_name), i.size) for i in infos
+                       if _ROLLED_NAME.fullmatch(i.base_name)), key=lambda f: f.base_offset)
+    named = [(int(i.base_name), i.size) for i in infos if _ROLLED_NAME.fullmatch(i.base_name)]
+    size = file_size or infer_file_size(named)
     out = []
-    for info in loc.list():
-        if info.type == pafs.FileType.File and _ROLLED_NAME.fullmatch(info.base_name):
-            out.append(RolledFile(loc.child(info.base_name), int(info.base_name), info.size))
-    return sorted(out, key=lambda f: f.base_offset)
+    for i in infos:  # Location.list gives them by name
+        child_loc = loc.child(i.base_name)
+        if not _ROLLED_NAME.fullmatch(i.base_name):
+            out.append(RolledFile(child_loc, None, i.size, ((ErrorKind.BAD_FILE_NAME.value, "bad_name"),)))
+            continue
+        problems = ()
+        if size and i.size != size:
+            problems = ((ErrorKind.BAD_GEOMETRY.value, "wrong_length"),)
+        elif not i.size:
+            problems = ((ErrorKind.BAD_GEOMETRY.value, "empty"),)
+        out.append(RolledFile(child_loc, int(i.base_name), i.size, problems))
+    return out
 
 
-def infer_file_size(files: list[RolledFile]) -> int | None:
-    """The configured file size as the names and lengths show it: the smallest spacing of the names, else the
-    only file's length (None when nothing tells)."""
-    bases = sorted({f.base_offset for f in files})
-    gaps = [b - a for a, b in zip(bases, bases[1:]) if b > a]
+def infer_file_size(files) -> int | None:
+    """The configured file size as the names and lengths show it (:class:`RolledFile` items or (base offset,
+    length) pairs): the smallest spacing of the names, else the only file's length.  None when the files cannot tell: no
+    file, or one empty file (an empty file is never a preallocated one, so its length says nothing)."""
+    pairs = sorted((f.base_offset, f.length) if isinstance(f, RolledFile) else tuple(f) for f in files
+                   if not isinstance(f, RolledFile) or f.base_offset is not None)
+    gaps = [b - a for (a, _), (b, _) in zip(pairs, pairs[1:]) if b > a]
     if gaps:
         return min(gaps)
-    if len(files) == 1 and files[0].length > 0:
-        return files[0].length
+    if len(pairs) == 1 and pairs[0][1] > 0:
+        return pairs[0][1]
     return None
 
 
