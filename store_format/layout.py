@@ -139,7 +139,9 @@ class StorePart:
 
 
 STORE_PARTS = (StorePart("commitlog", 0, True), StorePart("consumequeue", 2, True), StorePart("index", 0, True),
-               StorePart("config", 0, False))
+               StorePart("config", 0, False),
+               # 5.x: a queue.type=BatchCQ topic's queues, <topic>/<queue>/<20-digit byte offset> (StorePathConfigHelper)
+               StorePart("batchconsumequeue", 2, False))
 STORE_PART_FOLDERS = tuple(p.folder for p in STORE_PARTS)
 ROOT_PARTS = tuple(p.folder for p in STORE_PARTS if p.marks_root)
 STORE_ROOT_FILES = ("checkpoint", "abort", "lock")
