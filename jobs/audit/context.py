@@ -3,7 +3,7 @@ facts the check families share (recovery predicted per broker, the dump time, th
 config files), each computed once."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -12,12 +12,13 @@ import pyarrow.compute as pc
 
 from store_format import fs
 from store_format import layout as L
+from store_format.brokerconf import RecoverySettings
 
 from .inputs import StoreRef
 from .plan import BrokerPlan
 from .routes import CQ_FILES, QUEUE_BOUNDS, QUEUE_STARTS
 from .scan import RANGES
-from .survey import WALK_ITEMS
+from .survey import WALK_ITEMS, WALK_RANGES
 from .tasks import Outputs, failure_row
 
 
@@ -30,6 +31,13 @@ class AuditOptions:
     segment_size: int | None = None
     split_size: int | None = None
     executor: str = "auto"  # where the tasks run (jobs.session.choose_executor): auto, driver or spark
+    recovery: RecoverySettings = field(default_factory=RecoverySettings)  # broker.conf's __CRC32# switches
+
+    @property
+    def forced_crc_check(self) -> bool:
+        """The broker's recovery checks each record's __CRC32# instead of its body CRC (forceVerifyPropCRC, which
+        acts only with checkCRCOnRecover)."""
+        return self.recovery.force_verify_prop_crc and self.check_crc
 
 
 class AuditContext:
@@ -68,28 +76,44 @@ class AuditContext:
             try:
                 self.recovery[name] = predict_recovery(
                     plan.store, message_index_safe=self.options.message_index_safe, check_crc=self.options.check_crc,
-                    walks=walks.get(name, {}), enumerate_lost=False, queue_starts=starts[name])
+                    walks=walks.get(name, {}), enumerate_lost=False, queue_starts=starts[name],
+                    settings=self.options.recovery)
             except Exception as e:  # that broker is not scanned; the others are
                 self.failures.append(failure_row(name, "predicting its recovery", e))
 
     def segment_walks(self) -> dict[str, dict]:
         """broker -> segment -> SegmentWalk: where the broker's recovery walk of each surveyed segment ends, from the
         survey's salvage walk: its first blank or stop (the same walk but for the PHYSICALOFFSET check the broker
-        lacks: a segment whose walk stopped at a PHYSICAL_OFFSET_MISMATCH is walked again here, the broker's way)."""
+        lacks: a segment whose walk stopped at a PHYSICAL_OFFSET_MISMATCH is walked again here, the broker's way).
+        With forceVerifyPropCRC the walk ends earlier at the first record the forced check refuses (the survey found
+        it among the walk's messages), and a segment whose walk stopped at a BAD_CRC (a body CRC the broker does
+        not check then) is walked again here the broker's way."""
         from store_format.errors import ErrorKind
         from store_format.recovery import SegmentWalk, recovery_walk
 
+        force = self.options.forced_crc_check
         first: dict[tuple, dict] = {}
         for r in self.survey_partial("survey.walk_items", WALK_ITEMS).to_pylist():
             if r["kind"] in ("stop", "blank"):
                 key = (r["broker"], r["segment"])
                 if key not in first or r["file_position"] < first[key]["file_position"]:
                     first[key] = r
+        refused: dict[tuple, dict] = {}
+        for r in self.survey_partial("survey.walk_ranges", WALK_RANGES).to_pylist():
+            key = (r["broker"], r["segment"])
+            if r["prop_crc_stop"] is not None and (key not in refused or
+                                                   r["prop_crc_stop"] < refused[key]["prop_crc_stop"]):
+                refused[key] = r
         out: dict[str, dict] = {}
         for (broker, segment), r in first.items():
             seg = next(s for s in self.plans[broker].store.segments if s.name == segment)
-            if r["reason"] == ErrorKind.PHYSICAL_OFFSET_MISMATCH.value:
-                walk = recovery_walk(seg, self.options.check_crc)
+            f = refused.get((broker, segment)) if force else None
+            rewalk = (ErrorKind.PHYSICAL_OFFSET_MISMATCH.value,) + ((ErrorKind.BAD_CRC.value,) if force else ())
+            if f is not None and f["prop_crc_stop"] < r["file_position"]:
+                walk = SegmentWalk(segment, seg.base_offset, f["prop_crc_stop"], "stop", f["prop_crc_stop_kind"],
+                                   "properties", f["prop_crc_stop_size"])
+            elif r["kind"] == "stop" and r["reason"] in rewalk:
+                walk = recovery_walk(seg, self.options.check_crc, force)
             else:
                 walk = SegmentWalk(segment, seg.base_offset, r["file_position"], r["kind"],
                                    r["reason"] if r["kind"] == "stop" else None, r["field"], r["size"] or 0)

@@ -109,6 +109,7 @@ class SegmentPlan:
     segment: Segment
     ranges: list[SegmentRange]
     surveyed: bool
+    in_recovery_region: bool = False  # the broker's recovery walks it (its forced CRC check, if any, too)
 
 
 def plan_segments(plans: dict[str, BrokerPlan], cores: int, split_size: int | None,
@@ -120,7 +121,8 @@ def plan_segments(plans: dict[str, BrokerPlan], cores: int, split_size: int | No
         by_segment.setdefault((r.broker, r.name), []).append(r)
     region = {name: {s.name for s in recovery_region(plan.store, message_index_safe)} for name, plan in plans.items()}
     return [SegmentPlan(name, s, by_segment[name, s.name],
-                        len(by_segment[name, s.name]) > 1 or s.name in region[name]) for name, s in named]
+                        len(by_segment[name, s.name]) > 1 or s.name in region[name], s.name in region[name])
+            for name, s in named]
 
 
 @dataclass(frozen=True)
