@@ -15,7 +15,7 @@ AUDIT = Path(__file__).resolve().parent.parent / "jobs" / "audit"
 #: the partial tables the engine itself reads (the survey's walks, the scan's ranges, the routes' files and queue
 #: starts): jobs/audit/context.py and scan.py
 ENGINE_READS = {"survey.walk_items", "survey.walk_ranges", "scan.ranges", "survey.queue_starts", "survey.cq_files",
-                "survey.index_files"}
+                "survey.index_files", "survey.batch_files"}
 
 
 def _partial_names(source: str, owner: str, methods: tuple[str, ...]) -> set[str]:

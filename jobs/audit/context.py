@@ -16,7 +16,7 @@ from store_format.brokerconf import RecoverySettings
 
 from .inputs import StoreRef
 from .plan import BrokerPlan
-from .routes import CQ_FILES, QUEUE_BOUNDS, QUEUE_STARTS
+from .routes import BATCH_FILES, CQ_FILES, QUEUE_BOUNDS, QUEUE_STARTS
 from .scan import RANGES
 from .survey import WALK_ITEMS, WALK_RANGES
 from .tasks import Outputs, failure_row
@@ -161,8 +161,11 @@ class AuditContext:
     @cached_property
     def queue_bounds(self) -> pa.Table:
         """Per consume queue: ``min_offset`` (first entry), ``max_offset`` (one past the last entry, as the broker's
-        ``getMaxOffsetInQueue``) and the entry count, from the consume-queue files."""
-        t = self.survey_partial("survey.cq_files", CQ_FILES)
+        ``getMaxOffsetInQueue``) and the entry count, from the consume-queue files; a 5.x batch consume queue's
+        offsets count messages (its last unit's msgBaseOffset + batchSize), its entries are its units."""
+        columns = ["broker", "topic", "queue_id", "entries", "min_queue_offset", "max_queue_offset"]
+        t = pa.concat_tables([self.survey_partial(name, schema).select(columns)
+                              for name, schema in (("survey.cq_files", CQ_FILES), ("survey.batch_files", BATCH_FILES))])
         t = t.filter(pc.greater(t.column("entries"), 0))
         if not t.num_rows:
             return QUEUE_BOUNDS.empty_table()
@@ -184,6 +187,24 @@ class AuditContext:
     def queue_topics(self) -> set[tuple]:
         return {(b, t) for b, t, _ in self.queue_ids}
 
+    @cached_property
+    def committed_offsets(self) -> pa.Table:
+        """Every offset a group committed that the broker holds (broker, topic, group, queue_id, offset, source):
+        consumerOffset.json's, and 5.x lmqConsumerOffset.json's (enableLmq: its %LMQ% groups' one offset per
+        topic@group, and every other group's, which the broker then keeps there instead: those supersede
+        consumerOffset.json's for the same topic, group and queue).  Rows that name an error are left out."""
+        columns = ["broker", "topic", "group", "queue_id", "offset", "source"]
+        plain = self.metadata("consumer_offsets")
+        plain = plain.filter(pc.and_(pc.is_null(plain.column("error")), pc.is_valid(plain.column("topic"))))
+        lmq = self.metadata("lmq_consumer_offsets")
+        lmq = lmq.filter(pc.and_(pc.is_null(lmq.column("error")), pc.is_valid(lmq.column("topic"))))
+        if not lmq.num_rows:
+            return plain.select(columns)
+        held = set(zip(*(lmq.column(c).to_pylist() for c in ("broker", "topic", "group", "queue_id"))))
+        keep = [k not in held for k in zip(*(plain.column(c).to_pylist() for c in ("broker", "topic", "group",
+                                                                                   "queue_id")))]
+        return pa.concat_tables([plain.filter(pa.array(keep, pa.bool_())).select(columns), lmq.select(columns)])
+
     def committed_units(self, broker: str) -> dict[tuple, int | None]:
         """(topic, queue id, committed offset) -> the physical offset of the entry unit at that queue offset (None
         where the queue has no entry there), for every offset in consumerOffset.json."""
@@ -196,9 +217,8 @@ class AuditContext:
                 if f.loaded:
                     files.setdefault((f.topic, f.queue_id), []).append(f)
             out = {}
-            offsets = self.metadata("consumer_offsets").to_pylist()
-            for r in offsets:
-                if r["broker"] != broker or r["error"] is not None or r["topic"] is None:
+            for r in self.committed_offsets.to_pylist():
+                if r["broker"] != broker:
                     continue
                 key = (r["topic"], r["queue_id"], r["offset"])
                 phys = None

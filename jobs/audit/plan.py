@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
+from store_format import layout as L
 from store_format.brokerconf import StoreGeometry
 from store_format.commitlog import Segment
 from store_format.consumequeue import QueueFile
@@ -60,6 +62,20 @@ class BrokerPlan:
         """Every file of index/ with the geometry given (--config, the flags; None: each file's own)."""
         g = self.geometry
         return [IndexFilePlan(f, g.hash_slot_num, g.index_num) for f in self.store.index_files]
+
+    @cached_property
+    def lmq_queues(self) -> bool:
+        """The broker has %LMQ% consume queues (LMQ multi-dispatch: store-format-5x.md section 5)."""
+        return any(topic.startswith(L.LMQ_PREFIX) for topic, _ in self.store.queues)
+
+    @cached_property
+    def multi_dispatch(self) -> bool:
+        """Its records may carry INNER_MULTI_DISPATCH: it has LMQ queues, or its files say it is a 5.x store (a 4.9.x
+        broker with LMQ shows its %LMQ% queues or lmqConsumerOffset.json), so the scan reads their property strings."""
+        from store_format.features import store_features
+
+        f = store_features(self.store.loc)
+        return self.lmq_queues or f.is_5x or f.lmq_consumer_offsets
 
     @property
     def has_index_dir(self) -> bool:

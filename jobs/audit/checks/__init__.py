@@ -11,9 +11,9 @@ import importlib
 
 from ..contract import Family, FamilyResult  # noqa: F401  (FamilyResult: what on_driver returns)
 
-FAMILIES = ("integrity", "recovery", "consumequeue", "index", "lag", "transactions", "delays", "retries",
+FAMILIES = ("integrity", "recovery", "consumequeue", "batchcq", "index", "lag", "transactions", "delays", "retries",
             "metadata")
-ALWAYS = ("prediction", "rates")
+ALWAYS = ("prediction", "lmq", "rates")
 
 
 def load(family: str) -> Family:

@@ -3,7 +3,8 @@
 Checks: ``metadata.config_unreadable`` (error: neither the file nor its ``.bak`` parses),
 ``metadata.config_from_backup`` (warning: the main file was empty or broken; the broker loads the ``.bak``),
 ``metadata.config_missing`` (info), ``metadata.topic_not_in_config`` (warning: a topic with consume queues but
-no topics.json entry; info for system topics, which 4.9.7 itself leaves out, e.g. RMQ_SYS_TRANS_OP_HALF_TOPIC),
+no topics.json entry; info for system topics, which 4.9.7 itself leaves out, e.g. RMQ_SYS_TRANS_OP_HALF_TOPIC;
+never for an %LMQ% queue, which the broker keeps without a topic config),
 ``metadata.queue_outside_config`` (warning: a queue id at or past the topic's queue count),
 ``metadata.group_not_in_config`` (warning: offsets for a group without a subscriptionGroup.json entry),
 ``metadata.store_file_unreadable`` (error: an entry of the store no reader can read -- a FIFO, socket or device, a
@@ -114,7 +115,8 @@ def on_driver(ctx) -> FamilyResult:
         for broker, topic, qid in queues:
             conf = topics.get((broker, topic))
             if conf is None:
-                missing[(broker, topic)] = missing.get((broker, topic), 0) + 1
+                if not topic.startswith(L.LMQ_PREFIX):  # an %LMQ% queue is never a topics.json entry (light queues)
+                    missing[(broker, topic)] = missing.get((broker, topic), 0) + 1
                 continue
             count = _greatest(conf["read_queue_nums"], conf["write_queue_nums"])
             if topic != L.SCHEDULE_TOPIC and qid is not None and count is not None and qid >= count:
