@@ -1,4 +1,6 @@
-"""Consumer progress from ``config/consumerOffset.json`` (or its ``.bak``): per group/topic/queue the message
+"""Consumer progress from ``config/consumerOffset.json`` (or its ``.bak``), and on a 5.x broker with LMQ
+(``enableLmq``) from ``config/lmqConsumerOffset.json``, whose %LMQ% groups have one offset per LMQ queue (queue 0)
+and which then holds every other group's offsets too: per group/topic/queue the message
 lag (queue max offset - committed offset) and the time lag (dump time - store time of the first unconsumed
 message), retry topics (``%RETRY%group``) included.
 
@@ -11,6 +13,8 @@ The first unconsumed message of each committed offset is found by the scan: the 
 offset before it, and the task owning the unit's physical offset says whether a message starts there.
 """
 from __future__ import annotations
+
+import posixpath
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +64,12 @@ LAG = pa.schema([
     column("source", pa.string(), "the file the offset came from (the `.bak` when the main file was unreadable)"),
 ])
 _FILE = "config/consumerOffset.json"
+_LMQ_FILE = "config/lmqConsumerOffset.json"
+
+
+def _file_of(source: str | None) -> str:
+    """The config file a row's offset came from, as findings name it (its ``.bak`` folded in)."""
+    return _LMQ_FILE if source and posixpath.basename(source).startswith("lmqConsumerOffset.json") else _FILE
 
 
 def probes(ctx, broker: str) -> np.ndarray:
@@ -82,8 +92,7 @@ def in_range(rc, out) -> None:
 
 
 def lag_table(ctx) -> pa.Table:
-    offsets = ctx.metadata("consumer_offsets")
-    offsets = offsets.filter(pc.and_(pc.is_null(offsets.column("error")), pc.is_valid(offsets.column("topic"))))
+    offsets = ctx.committed_offsets  # consumerOffset.json's, and 5.x lmqConsumerOffset.json's (LMQ groups too)
     bounds = {(r["broker"], r["topic"], r["queue_id"]): r for r in ctx.queue_bounds.to_pylist()}
     found = {(r["broker"], r["physical_offset"]): r["store_timestamp"]
              for r in ctx.partial("lag.found", FOUND).to_pylist()}
@@ -130,7 +139,8 @@ def on_driver(ctx) -> FamilyResult:
 
     per_topic: dict[tuple, dict] = {}
     for r in t.to_pylist():
-        p = per_topic.setdefault((r["broker"], r["group"], r["topic"]), {"lag": 0, "lag_ms": None})
+        p = per_topic.setdefault((r["broker"], r["group"], r["topic"]), {"lag": 0, "lag_ms": None,
+                                                                          "file": _file_of(r["source"])})
         p["lag"] += r["lag"]
         if r["lag_ms"] is not None:
             p["lag_ms"] = r["lag_ms"] if p["lag_ms"] is None else max(p["lag_ms"], r["lag_ms"])
@@ -142,7 +152,7 @@ def on_driver(ctx) -> FamilyResult:
         group = pa.array([k[1] for k in behind], pa.string())
         res.findings.append(finding_table(
             "lag.behind", len(behind), broker=pa.array([k[0] for k in behind]), topic=pa.array([k[2] for k in behind]),
-            file=_FILE, values={"group": group, "lag": lag,
+            file=pa.array([per_topic[k]["file"] for k in behind], pa.string()), values={"group": group, "lag": lag,
                                 "lag_seconds": pa.array([None if v is None else int(v / 1000) for v in
                                                          lag_ms.to_pylist()], pa.int64())},
             details={"group": group, "lag": lag, "lag_ms": lag_ms, "key": group}))
@@ -160,7 +170,8 @@ def _offset_findings(check_id: str, rows: list[dict]):
     group, offset = col("group", pa.string()), col("offset", pa.int64())
     details = {"group": group, "offset": offset}
     positions = dict(broker=col("broker", pa.string()), topic=col("topic", pa.string()),
-                     queue_id=col("queue_id", pa.int32()), file=_FILE)
+                     queue_id=col("queue_id", pa.int32()), file=pa.array([_file_of(r["source"]) for r in rows],
+                                                                        pa.string()))
     if check_id == "lag.offset_above_max":
         details["max_offset"] = col("max_offset", pa.int64())
         positions["queue_offset"] = offset
