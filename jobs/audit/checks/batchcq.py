@@ -15,7 +15,8 @@ between two others).  The queues' bounds are rows of the consumequeue family's `
 
 Where each is decided: as for consume queues (jobs/audit/checks/consumequeue.py), a scan task joins the batch units
 it owns with its messages by physical offset; a file task reads whole queues for what their files say alone; the
-queue-offset ranges of missing units and units past the data's end are finished on the driver.
+queue-offset ranges of missing units and units past the data's end are finished on the driver.  Always run: the
+consumequeue family leaves batch topics' records to it, and it finds nothing on a store without batch queues.
 """
 from __future__ import annotations
 
@@ -358,6 +359,6 @@ def _file_problems(ctx):
 FAMILY = Family(
     "batchcq", "CommitLog <-> BatchConsumeQueue (5.x batch topics): messages without a unit, units pointing wrong or "
                "saying other than the dispatch writes, offset gaps, corrupt units and files",
-    in_range=in_range, in_files={"batchconsumequeue": in_batch_files}, on_driver=on_driver,
+    always=True, in_range=in_range, in_files={"batchconsumequeue": in_batch_files}, on_driver=on_driver,
     emits={"batchcq.missing": MISSING, "batchcq.loose": LOOSE},
     reads=("batchcq.missing", "batchcq.loose"))
