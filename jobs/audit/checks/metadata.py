@@ -54,6 +54,9 @@ check("metadata.config_value_out_of_range", Severity.ERROR,
              "store.")
 
 _TABLES = ("consumer_offsets", "delay_offsets", "topics", "subscription_groups")
+# 5.x files a broker writes only with a feature on: read when present, never missing (enableLmq: offsets go to
+# lmqConsumerOffset.json instead of consumerOffset.json, which is then not missing either)
+_OPTIONAL = ("lmq_consumer_offsets",)
 
 
 def _system(topic: str) -> bool:
@@ -70,7 +73,7 @@ def on_driver(ctx) -> FamilyResult:
     res = FamilyResult()
     present = {}
     files: dict[str, list] = {}
-    for table in _TABLES:
+    for table in _TABLES + _OPTIONAL:
         name = CONFIG_FILE[table]
         rows = ctx.metadata(table).to_pylist()
         for s in ctx.stores:
@@ -95,7 +98,8 @@ def on_driver(ctx) -> FamilyResult:
             elif mine and source and source.endswith(".bak"):
                 files.setdefault("metadata.config_from_backup", []).append(dict(
                     broker=s.name, file=file, values={"name": name}))
-            elif not exists:
+            elif not exists and table not in _OPTIONAL and not (table == "consumer_offsets" and (
+                    cfg / CONFIG_FILE["lmq_consumer_offsets"]).exists()):
                 files.setdefault("metadata.config_missing", []).append(dict(broker=s.name, file=file))
     for r in ctx.metadata("unreadable_files").to_pylist():
         if r["file"] is not None:
