@@ -80,6 +80,22 @@ def _checks(findings: list[dict], broker: str, severity: str | None = None) -> d
 
 
 # --------------------------------------------------------------------------------------------------
+# Which records carry __CRC32#: the decode's flag and the store layer's test agree, on RocketMQ's records
+
+
+@pytest.mark.parametrize("name,carry", [("v5-crc", True), ("v5-default", False), ("v5-lmq", False)])
+def test_the_decode_flags_exactly_the_records_that_carry_the_property(name, carry):
+    from udfs import kernels as K
+
+    for seg in list_segments(store5(name) / "commitlog"):
+        with ReadOnlyMap(seg.path) as m:
+            frames = [f for f in walk_buffer(m.buf, seg.name, seg.base_offset) if f.kind == "message"]
+            pos, size = [f.file_position for f in frames], [f.size for f in frames]
+            flag = K.decode_buffer(m.buf, pos, size, columns=("crc_property",)).column("crc_property").to_pylist()
+            assert flag == propcrc.carries_crc(m.buf, pos, size).tolist() == [carry] * len(frames)
+
+
+# --------------------------------------------------------------------------------------------------
 # The 5.3.3 fixtures, audited together
 
 

@@ -37,7 +37,7 @@ NEG_INF = np.iinfo(np.int64).min
 # columns every message row carries, decoded once per range (the rest on demand, for the few rows that need them)
 DECODED = ("topic", "queue_id", "queue_offset", "tags_code", "tran_type", "store_timestamp", "uniq_key", "keys",
            "tags", "prepared_transaction_offset", "real_topic", "real_queue_id", "retry_topic", "origin_message_id",
-           "reconsume_times", "sys_flag", "invalid_utf8")
+           "reconsume_times", "sys_flag", "invalid_utf8", "crc_property")
 _DECODE_ROWS = 1 << 18
 
 # locate(): what a physical offset that starts no message points at

@@ -188,17 +188,17 @@ def _malformed_texts(rc, out) -> None:
 
 
 def _property_crcs(rc, out) -> None:
-    """The ``__CRC32#`` of every message that carries one (store-format-5x.md section 1): the records' last 20
-    bytes are tested in bulk for the property's key (store_format.propcrc.carries_crc), and only the records that
-    hold it get their CRC computed, so a range of 4.x records costs one gather.  A mismatch is an error at its
-    record, a value that is not ten digits a warning."""
+    """The ``__CRC32#`` of every message that carries one (store-format-5x.md section 1): the decode says which do
+    (the kernels' ``crc_property``, found while the properties are copied), and only those get their CRC computed,
+    so a range of 4.x records pays nothing.  A mismatch is an error at its record, a value that is not ten digits
+    a warning."""
     if not len(rc.message_rows):
+        return
+    rows = np.flatnonzero(pc.fill_null(rc.messages.column("crc_property"), False).to_numpy(zero_copy_only=False))
+    if not len(rows):
         return
     pos = rc.positions[rc.message_rows] - rc.w0
     sizes = rc.items.sizes[rc.message_rows]
-    rows = np.flatnonzero(propcrc.carries_crc(rc.buf, pos, sizes))
-    if not len(rows):
-        return
     c = propcrc.check_crc_many(rc.buf, pos[rows], sizes[rows])
     out.partial("integrity.property_crcs", pa.table({"broker": [rc.broker], "records": [len(rows)],
                                                      "verified": [int((c.status == propcrc.OK).sum())]},
