@@ -1157,7 +1157,23 @@ def uniq_keys(data, off, idx, born_ts, nibble, min_ms, max_ms):
 #: ``geo`` of the index kernels: where the slots and entries start, the entry's width and its fields' offsets
 (GEO_SLOTS_AT, GEO_ENTRIES_AT, GEO_ENTRY_SIZE, GEO_KEY_HASH, GEO_PHYSICAL_OFFSET, GEO_TIME_DIFF, GEO_PREV_INDEX,
  GEO_SLOT_SIZE) = range(8)
-#: bits of index_chain_bits, in datasources.indexfile.CHAIN_PROBLEMS order; CHAIN_REACHED is internal
+
+
+def index_geometry(hash_slot_num: int):
+    """The ``geo`` array of an index file of ``hash_slot_num`` slots, from store_format.layout (read at call time,
+    an argument of the kernels: never a global of this module, whose source alone keys numba's cache)."""
+    from store_format import layout as L
+
+    at = L.INDEX_ENTRY.offsets
+    geo = np.zeros(8, np.int64)
+    geo[GEO_SLOTS_AT], geo[GEO_ENTRIES_AT] = L.INDEX_HEADER_SIZE, L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE
+    geo[GEO_ENTRY_SIZE], geo[GEO_SLOT_SIZE] = L.INDEX_ENTRY_SIZE, L.INDEX_SLOT_SIZE
+    geo[GEO_KEY_HASH], geo[GEO_PHYSICAL_OFFSET] = at["key_hash"], at["physical_offset"]
+    geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX] = at["time_diff"], at["prev_index"]
+    return geo
+
+
+#: bits of index_chain_bits, in store_format.indexfile.CHAIN_PROBLEMS order; CHAIN_REACHED is internal
 CHAIN_PREV_OUT_OF_RANGE, CHAIN_PREV_NOT_OLDER, CHAIN_PREV_OTHER_SLOT, CHAIN_NEGATIVE_TIME_DIFF, CHAIN_UNREACHABLE, \
     CHAIN_REACHED = 1, 2, 4, 8, 16, 128
 
