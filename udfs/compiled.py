@@ -15,7 +15,8 @@ Properties grammar (``MessageDecoder.string2messageProperties``, RocketMQ >= 4.9
 Every kernel, by what it serves (each called through a public wrapper of udfs.kernels, never from elsewhere):
 
 * records: :func:`decode_records` walks every frame once: the framing checks of ``codec.decode_record`` in its
-  order, the header fields, copies of BODY/TOPIC/PROPERTIES, the body CRC (slice-by-8), host strings and msgId.
+  order, the header fields, copies of BODY/TOPIC/PROPERTIES, the body CRC (slice-by-8), host strings, msgId and
+  whether the record ends in the ``__CRC32#`` property (5.2.0+).
   :func:`parse_properties` splits each row's PROPERTIES into map entries and finds the named properties;
   :func:`tags_hashes`, :func:`split_keys`, :func:`uniq_keys` and :func:`parse_ints` derive columns from them;
   :func:`take_strings` gathers strings by row index (named property values, small name tables);
