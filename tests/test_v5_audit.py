@@ -449,3 +449,46 @@ def test_the_audit_reads_force_verify_prop_crc_from_its_config(spark, tmp_path):
     assert cuts["on"] == {"flip": (frame.physical_offset, "BAD_PROPERTY_CRC"), "resealed": (end, "END_OF_DATA")}
     assert cuts["on-findings"] == {"flip": frame.physical_offset}
     assert cuts["off-findings"] == {"resealed": target.physical_offset}
+
+
+# --------------------------------------------------------------------------------------------------
+# Hostile 5.x files: findings at their place, never a crash
+
+
+def test_hostile_batch_queues_lmq_queues_and_offsets_are_findings(spark, tmp_path):
+    import random
+
+    rng = random.Random(32)
+    stores = tmp_path / "stores"
+    bcq = "batchconsumequeue/BatchTopic"
+    D.copy_store(store5("v5-batchcq"), stores / "bcq-garbage")
+    f = stores / "bcq-garbage" / bcq / "0" / ("0" * 20)
+    f.write_bytes(bytes(rng.randrange(256) for _ in range(f.stat().st_size)))
+    D.copy_store(store5("v5-batchcq"), stores / "bcq-files")
+    with open(stores / "bcq-files" / bcq / "1" / ("0" * 20), "ab") as g:
+        g.write(b"\x01" * 7)  # a partial unit: the file is no longer the queue's size
+    (stores / "bcq-files" / bcq / "0" / "junk").write_bytes(b"x")
+    (stores / "bcq-files" / bcq / "x").mkdir()
+    (stores / "bcq-files" / bcq / "x" / ("0" * 20)).write_bytes(bytes(46))
+    D.copy_store(store5("v5-lmq"), stores / "lmq-garbage")
+    q = stores / "lmq-garbage" / "consumequeue" / "%LMQ%room1" / "0" / ("0" * 20)
+    q.write_bytes(bytes(rng.randrange(256) for _ in range(q.stat().st_size)))
+    (stores / "lmq-garbage" / "config").mkdir(exist_ok=True)
+    (stores / "lmq-garbage" / "config" / "lmqConsumerOffset.json").write_text('{"lmqOffsetTable": {')
+    w, b, p = _broker5(stores / "lmq-lists")
+    b.send(p, "LmqParent", b"a", lmq="%LMQ%a", queue_id=0)
+    b.send(p, "LmqParent", b"b", lmq=" , ", queue_id=0)  # names there, all blank: no dispatch list
+    b.send(p, "LmqParent", b"c", lmq="%LMQ%a,,%LMQ%b", queue_id=0)  # an empty name before the last: a stall
+    w.close()
+    out = tmp_path / "out"
+    result = audit.run(spark, audit_args([stores], out))
+    findings = rows(out, "findings")
+    assert not [f for f in findings if f["check"] == "broker.audit_failed"], result.summary
+    assert {"batchcq.corrupt_unit", "batchcq.missing_unit"} <= set(_checks(findings, "bcq-garbage"))
+    files = [f for f in findings if f["broker"] == "bcq-files" and f["check"] == "batchcq.file_problem"]
+    assert {f["file"] for f in files} >= {"junk", "0" * 20}
+    assert any(f["check"] == "batchcq.corrupt_unit" and f["broker"] == "bcq-files" for f in findings)
+    assert "metadata.config_unreadable" in _checks(findings, "lmq-garbage")
+    assert {"lmq.missing_unit"} <= set(_checks(findings, "lmq-garbage", "error"))
+    [s] = [f for f in findings if f["broker"] == "lmq-lists" and f["check"] == "lmq.dispatch_stalled"]
+    assert s["details"]["names"] == "%LMQ%a,,%LMQ%b"

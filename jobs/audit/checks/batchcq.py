@@ -341,7 +341,7 @@ def _file_problems(ctx):
             for _, what in problems:
                 size = infer_file_size(plan.store.batch_queues.get((f.topic, f.queue_id), ()))
                 rows.append(dict(broker=name, file=f.name, topic=f.topic, queue_id=f.queue_id,
-                                 values={"queue_text": f.queue_id if f.queue_id is not None else "?",
+                                 values={"queue_text": str(f.queue_id) if f.queue_id is not None else "?",
                                          "reason": _FILE_REASONS[what].format(length=f.length, size=size)},
                                  details={"problem": what, "length": f.length}))
         for (topic, qid), queue in plan.store.batch_queues.items():
@@ -350,7 +350,7 @@ def _file_problems(ctx):
                 if size and b.base_offset != a.base_offset + size:
                     missing = (b.base_offset - a.base_offset - size) // UNIT_SIZE
                     rows.append(dict(broker=name, file=b.name, topic=topic, queue_id=qid,
-                                     values={"queue_text": qid, "reason": f"it does not follow {a.name}: {missing} "
+                                     values={"queue_text": str(qid), "reason": f"it does not follow {a.name}: {missing} "
                                                                           "units are missing between them"},
                                      details={"problem": "gap", "previous": a.name, "missing_units": missing}))
     return finding_rows("batchcq.file_problem", rows)
