@@ -492,3 +492,25 @@ def test_hostile_batch_queues_lmq_queues_and_offsets_are_findings(spark, tmp_pat
     assert {"lmq.missing_unit"} <= set(_checks(findings, "lmq-garbage", "error"))
     [s] = [f for f in findings if f["broker"] == "lmq-lists" and f["check"] == "lmq.dispatch_stalled"]
     assert s["details"]["names"] == "%LMQ%a,,%LMQ%b"
+
+
+def test_batch_queues_have_lag_in_messages(spark, tmp_path):
+    """A batch queue's offsets count messages: a group's lag on it is its last unit's msgBaseOffset + batchSize minus
+    the group's offset, and its messages without units are reported by their offsets."""
+    from store_format.write.broker import BatchItem
+
+    cfg = WriterConfig(storeHost="192.168.0.10:10911", mappedFileSizeCommitLog=1 << 20, timerWheelEnable=True,
+                       enabledAppendPropCRC=True)
+    w = StoreWriter(tmp_path / "batch", cfg, clock=ManualClock(START))
+    b, p = Broker5(w), Producer(born_host="10.1.2.3:50000")
+    w.register_topic("BatchTopic", 1, attributes={L.TOPIC_ATTRIBUTE_QUEUE_TYPE: L.QUEUE_TYPE_BATCH})
+    for n in (3, 1, 4):
+        b.send_inner_batch(p, "BatchTopic", [BatchItem(b"x%d" % i) for i in range(n)], queue_id=0)
+    b.send(p, "BatchTopic", b"single", queue_id=0)
+    w.commit_offset("cg", "BatchTopic", 0, 2)
+    w.close()
+    out = tmp_path / "out"
+    audit.run(spark, audit_args([tmp_path / "batch"], out))
+    [lag] = [r for r in rows(out, "tables/lag") if r["topic"] == "BatchTopic"]
+    assert (lag["min_offset"], lag["max_offset"], lag["lag"]) == (0, 9, 7)
+    assert _errors(rows(out, "findings"), "batch") == []
