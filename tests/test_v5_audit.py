@@ -514,3 +514,29 @@ def test_batch_queues_have_lag_in_messages(spark, tmp_path):
     [lag] = [r for r in rows(out, "tables/lag") if r["topic"] == "BatchTopic"]
     assert (lag["min_offset"], lag["max_offset"], lag["lag"]) == (0, 9, 7)
     assert _errors(rows(out, "findings"), "batch") == []
+
+
+def test_dump_s_recovery_walk_follows_force_verify_prop_crc(tmp_path, capsys):
+    """``store_format dump --what commitlog --config`` with forceVerifyPropCRC: each segment's walk stops where the
+    broker's forced check does (the records before it are listed, the stop names why); without it, as before."""
+    import json
+
+    from store_format.__main__ import main
+
+    d = D.flip_bit_under_crc(store5("v5-crc"), tmp_path / "s", field="born_timestamp")
+    seg, frame = _record_at(tmp_path / "s", d)
+    conf = _conf(tmp_path / "b.conf", forceVerifyPropCRC="true")
+
+    def dump(*extra):
+        code = main(["dump", str(tmp_path / "s"), "--what", "commitlog", "--strict", *extra])
+        return code, [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    code, plain = dump()
+    assert code == 0 and sum(r["kind"] == "message" for r in plain) == len(manifest5("v5-crc")["messages"])
+    code, forced = dump("--config", str(conf))
+    stops = [r for r in forced if r["kind"] == "stop" and r["stop_kind"] != "END_OF_DATA"]
+    assert code == 1 and [(r["segment"], r["file_position"], r["stop_kind"]) for r in stops] == \
+        [(seg, frame.file_position, "BAD_PROPERTY_CRC")]
+    assert [r for r in forced if r["kind"] == "message"] == \
+        [r for r in plain if r["kind"] == "message" and r["physical_offset"] < frame.physical_offset or
+         r["kind"] == "message" and r["segment"] != seg]
