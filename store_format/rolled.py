@@ -100,8 +100,9 @@ def list_folder(where, file_size: int | None = None, part: str = "") -> list[Rol
     for i in infos:
         file = fs.Location(loc.fs, i.path, loc.origin)
         if not _ROLLED_NAME.fullmatch(i.base_name):
-            out.append(RolledFile(file, None, i.size, ((ErrorKind.BAD_FILE_NAME.value, f"a {part or noun} file name must be "
-                                  f"its 20-digit base offset; not read (no base offset to check {checked})"),)))
+            why = f"a {part or noun} file name must be its 20-digit base offset; not read (no base offset to check " \
+                f"{checked})"
+            out.append(RolledFile(file, None, i.size, ((ErrorKind.BAD_FILE_NAME.value, why),)))
             continue
         problems = ()
         if size and i.size != size:

@@ -290,8 +290,8 @@ def _source_table(schema, name: str) -> str:
 
 
 def _sources() -> str:
-    """The four Spark data sources' rows (`spark.read.format(...)`): their schemas are declared in datasources/."""
-    from datasources import commitlog, consumequeue, indexfile
+    """The Spark data sources' rows (`spark.read.format(...)`): their schemas are declared in datasources/."""
+    from datasources import commitlog, consumequeue, indexfile, timerlog
     from udfs import metadata
 
     full = commitlog.arrow_schema("decoded", decompress=True)
@@ -307,6 +307,9 @@ def _sources() -> str:
              + _source_table(consumequeue.SCHEMA, "rocketmq-consumequeue"),
              "### rocketmq-index\n\nPer index file one `header` row, then one row per entry, or one `corrupt` row; "
              "a column is null on the rows it is not about.\n\n" + _source_table(indexfile.SCHEMA, "rocketmq-index"),
+             "### rocketmq-timerlog\n\nOne row per unit of a 5.x broker's timer log (`timerlog/`): `entry`, the "
+             "end-of-file `blank`, or `corrupt`; a store without a timer log has none.\n\n"
+             + _source_table(timerlog.SCHEMA, "rocketmq-timerlog"),
              "### rocketmq-metadata\n\nOne of these tables per read (`option(\"table\", NAME)`), one row per "
              "store and value; every table starts with `broker` and ends with `source`, `error`, `error_key`, "
              "`error_value` (described under `checkpoint`).\n"]
