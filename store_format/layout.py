@@ -522,6 +522,8 @@ DEFAULT_TIMER_SLOTS_TOTAL = 7 * 86400  # TimerMessageStore: TIMER_WHEEL_TTL_DAY 
 DEFAULT_TIMER_ROLL_WINDOW_SLOT = 2 * 86400  # timerRollWindowSlot
 DEFAULT_TIMER_MAX_DELAY_SEC = 3 * 86400  # timerMaxDelaySec
 TIMER_LOG_MIN_BLANK_LEN = 4 + 8 + 4  # TimerLog.MIN_BLANK_LEN
+TIMER_BLANK_SLOTS = 60  # TimerMessageStore.TIMER_BLANK_SLOTS: recover() reads from no earlier than now - slotsTotal + 60
+DEFAULT_TIMER_FLUSH_INTERVAL_MS = 1000  # timerFlushIntervalMs: the checkpoint, log and wheel are flushed this often
 
 TIMER_LOG_UNIT = FixedLayout("timerlog unit", "TimerMessageStore.doEnqueue / TimerLog.UNIT_SIZE", (
     Member("size", "i", "size", "always 52 (TimerLog.UNIT_SIZE)"),

@@ -703,6 +703,28 @@ def read_timer_metrics(config_dir) -> TimerMetrics:
     return TimerMetrics(counts, dv if isinstance(dv, dict) else None, cfg.source, tuple(errors))
 
 
+# ------------------------------------------------------------------------------------------- the broker's rules
+
+
+def delete_key(real_topic: str | None, uniq_key: str | None) -> str:
+    """``TimerMessageStore.buildDeleteKey``: what a recall's TIMER_DEL_UNIQKEY names, ``<REAL_TOPIC>+<UNIQ_KEY>``."""
+    return f"{real_topic}+{uniq_key}"
+
+
+def dequeued(slot_time_ms: int, last_read_time_ms: int | None) -> bool:
+    """Whether the wheel has read the slot of ``slot_time_ms``: ``TimerMessageStore.dequeue`` reads the slot at
+    ``currReadTimeMs`` and then moves it one precision on, so every slot before the checkpoint's lastReadTimeMs has
+    been read (a missing checkpoint reads as 0: nothing)."""
+    return slot_time_ms < (last_read_time_ms or 0)
+
+
+def wheel_reach_ms(precision_ms: int = L.DEFAULT_TIMER_PRECISION_MS,
+                   slots_total: int = L.DEFAULT_TIMER_SLOTS_TOTAL) -> int:
+    """How far back a restarted wheel reads: ``recover()`` starts at lastReadTimeMs but never before ``now -
+    slotsTotal * precision + TIMER_BLANK_SLOTS * precision``; a slot older than that at the start is never read."""
+    return (slots_total - L.TIMER_BLANK_SLOTS) * precision_ms
+
+
 # ------------------------------------------------------------------------------------------- the whole store
 
 
@@ -738,4 +760,5 @@ __all__ = ["TimerUnit", "TimerUnitArrays", "TimerLog", "ChainWalk", "WheelSlots"
            "walk_timer_log", "walk_timer_log_buffer", "timer_units_of", "read_timer_unit_arrays", "read_timer_unit_range",
            "walk_chain",
            "slot_index", "read_wheel_slots", "wheel_slot", "parse_timer_checkpoint", "read_timer_checkpoint",
-           "read_timer_metrics", "timer_store_files", "magic_ok", "magic_name"]
+           "read_timer_metrics", "timer_store_files", "magic_ok", "magic_name", "delete_key", "dequeued",
+           "wheel_reach_ms"]

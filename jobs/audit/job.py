@@ -153,6 +153,8 @@ def run(spark, args) -> AuditResult:
     before = fingerprint(files, args.sha256)
     geometry = geometry_from_args(args)
     plans = {s.name: plan_broker(s, geometry) for s in stores}
+    families = [f for f in families if f.applies is None or any(f.applies(p) for p in plans.values())]
+    names = tuple(n for n in names if n in {f.name for f in families})  # the families run (summary.json "checks")
     options = AuditOptions(families=names, as_of=args.as_of, check_crc=not args.no_crc,
                            message_index_safe=args.message_index_safe, segment_size=geometry.segment_size,
                            split_size=args.split_size,
