@@ -337,7 +337,8 @@ def _timercheck(loc):
                   "missing ones as 0")
         return cp, {"length": cp.file_length, "page": page, "severity": Severity.ERROR, "reason": reason}
     return cp, {"length": cp.file_length, "page": page, "severity": Severity.WARNING,
-                "reason": "its offsets are intact; the broker maps one page and ignores the rest (or zero-fills it)"}
+                "reason": "its offsets are intact: the broker maps one page, zero-filling a shorter file and ignoring "
+                          "bytes past it"}
 
 
 def _wheel(loc):
