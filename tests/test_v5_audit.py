@@ -9,6 +9,7 @@ import argparse
 import collections
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -367,3 +368,35 @@ def test_pop_states_orphan_acks_and_a_message_revived_twice(spark, tmp_path):
     metrics = {r["metric"]: r["value"] for r in pq.read_table(tmp_path / "out" / "metrics").to_pylist()}
     assert metrics["pop_lost"] == 1 and metrics["pop_in_flight"] == 1 and metrics["pop_orphan_acks"] == 1
     assert metrics["pop_acked"] == 2 and metrics["pop_revived"] == 1 and metrics["pop_revive_pending"] == 1
+
+
+def test_a_corrupt_unit_the_chain_through_it_and_a_wheel_of_the_wrong_length(spark, tmp_path, gen5):
+    """A unit whose magic the broker refuses, in the file the timer's recovery scans: the recovery truncates the
+    timer log there (its later units are lost), and the chain of the slot still to be read that runs through it
+    breaks there; a timerwheel of another length keeps the broker from starting."""
+    root = D.copy_store(gen5, tmp_path / "s")
+    read = T.read_timer_checkpoint(root / "config" / "timercheck").last_read_time_ms
+    last = T.list_timer_log_files(root)[-1]
+    mine = [u for u in T.walk_timer_log(last) if u.kind == "entry"]
+    victim = next(u for u in mine if u.slot_time_ms >= read and any(
+        v.prev_pos == u.timerlog_offset for v in mine))  # a pending unit a later one points back to
+    patch(root / "timerlog" / last.name, victim.file_position + L.TIMER_LOG_UNIT.offset("magic"),
+          L.TIMER_LOG_UNIT.pack("magic", 0x21))
+    os.truncate(root / "timerwheel", 1000)
+    found = audit(spark, [root], tmp_path / "out", "--checks", "timers")
+    by = collections.defaultdict(list)
+    for f in found["findings"]:
+        by[f["check"]].append(f)
+    [c] = by["timers.corrupt_unit"]
+    later = sum(1 for u in mine if u.timerlog_offset > victim.timerlog_offset)
+    assert (c["file"], c["file_position"]) == (f"timerlog/{last.name}", victim.file_position)
+    assert f"{later} later unit(s) go with it" in c["message"]
+    [w] = by["timers.wheel_bad_length"]
+    assert (w["file"], w["file_position"], w["severity"]) == ("timerwheel", 1000, "error")
+    # a short wheel holds no slot, so no chain is walked; with the wheel restored, the chain breaks at the unit
+    shutil.copyfile(gen5 / "timerwheel", root / "timerwheel")
+    found = audit(spark, [root], tmp_path / "out2", "--checks", "timers")
+    broken = [f for f in found["findings"] if f["check"] == "timers.chain_broken"]
+    assert broken and all("corrupt unit" in f["message"] or "timer log's end" in f["message"] or
+                          "no unit starts" in f["message"] for f in broken)
+    assert any(str(victim.timerlog_offset) in f["message"] for f in broken)
