@@ -400,3 +400,19 @@ def test_a_corrupt_unit_the_chain_through_it_and_a_wheel_of_the_wrong_length(spa
     assert broken and all("corrupt unit" in f["message"] or "timer log's end" in f["message"] or
                           "no unit starts" in f["message"] for f in broken)
     assert any(str(victim.timerlog_offset) in f["message"] for f in broken)
+
+
+def test_the_report_says_how_many_timers_wait_and_when_the_next_are_due(spark, tmp_path):
+    out = tmp_path / "out"
+    audit_job.run(spark, audit_job.build_parser().parse_args(["--store", str(store5("v5-timer")), "--out", str(out)]))
+    page = (out / "report.html").read_text(encoding="utf-8")
+    section = page[page.index("<h2 id='timers'>"):]
+    section = section[:section.index("</table>")]
+    cells = [c.split(">", 1)[1] for c in section.split("<td")[1:]]
+    assert cells[:6] == ["v5-timer</td>", "34</td>", "0</td>", "13</td>", "2</td>", "0</td>"]
+    first = json.loads((out / "summary.json").read_text())["brokers"][0]["timers"]["next_due"][0]  # the manifest's
+    assert f"epoch ms {first['due_ms']}'" in cells[7].split("<br>")[0] and f"&times; {first['messages']}" in cells[7]
+    without = tmp_path / "plain"
+    audit_job.run(spark, audit_job.build_parser().parse_args(["--store", str(fixture_store("broker")),
+                                                              "--out", str(without)]))
+    assert "id='timers'" not in (without / "report.html").read_text(encoding="utf-8")
