@@ -303,6 +303,7 @@ class Query:
         for ref in self.stores:
             if not any(h.broker == ref.name for h in result.hits):
                 out += self.why_not_indexed(ref, key)
+        out += self.timer_and_pop_paths(result, key)
         if result.hits:
             return
         # found by no index: scan every store, past damage too
@@ -321,6 +322,18 @@ class Query:
                     out.append(Explanation(ref.name, "NEVER_WRITTEN", detail))
             for hit in mine:
                 out += self.why_scan_only(ref, hit)
+
+    def timer_and_pop_paths(self, result: QueryResult, key: str) -> list[Explanation]:
+        """5.x stores: each found timer message's path and POP-consumed message's state (jobs/query_paths.py)."""
+        from jobs import query_paths
+
+        out = []
+        for ref in self.stores:
+            hits = [h.message for h in result.hits if h.broker == ref.name]
+            found = query_paths.explain(self.opened[ref.name], hits, key=key, topic=self.args.topic,
+                                        recovered_end=self.prediction(ref.name).max_physical_offset)
+            out += [Explanation(ref.name, reason, detail, offset) for reason, detail, offset in found]
+        return out
 
     def visibility(self, hit: Hit) -> list[Explanation]:
         """Notes on a found message: will the broker's recovery keep it?"""
