@@ -30,6 +30,10 @@ NOT_A_RECORD_START, OUT_OF_RANGE -- and notes found messages that the broker's r
 with the salvage walk, which also reads past damage: a message found there is printed and classified
 (PAST_LOGICAL_END: after the point where its segment's recovery walk stops; DROPPED_BY_RECOVERY; NOT_INDEXED;
 NO_INDEX_ENTRY), and one found nowhere is NEVER_WRITTEN (NOT_IN_TIME_WINDOW when --from/--to narrowed it).
+On a 5.x store ``--explain`` of ``--uniq-key``/``--key`` also follows a timer message (TIMER_ENQUEUED, TIMER_IN_WHEEL,
+then TIMER_FIRED, TIMER_ROLLED, TIMER_PENDING, TIMER_RECALLED, TIMER_LOST... with why; also for ``--topic T --key K``
+when it is still on rmq_sys_wheel_timer) and says a POP-consumed message's state (POP_ACKED, POP_IN_FLIGHT,
+POP_REVIVE_PENDING, POP_REVIVED, POP_LOST): jobs/query_paths.py.
 
 Output: JSON Lines (default) -- ``{"kind": "message", "broker": ..., <canonical message fields>}`` per message
 (the fields of store_format's ``Message.to_dict``, body in base64; README "Canonical message fields"), and
