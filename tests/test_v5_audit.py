@@ -416,3 +416,35 @@ def test_the_report_says_how_many_timers_wait_and_when_the_next_are_due(spark, t
     audit_job.run(spark, audit_job.build_parser().parse_args(["--store", str(fixture_store("broker")),
                                                               "--out", str(without)]))
     assert "id='timers'" not in (without / "report.html").read_text(encoding="utf-8")
+
+
+def test_hostile_timer_files_are_findings_never_a_crash_or_a_hang(spark, tmp_path):
+    """FIFOs where the timer's files belong are named by the metadata family and never opened; random bytes in the
+    timer log, the wheel and the timercheck are classified (corrupt units, broken chains), never an audit failure."""
+    import random
+
+    fifo = D.copy_store(store5("v5-timer"), tmp_path / "fifo")
+    try:
+        os.mkfifo(fifo / "timerlog" / "00000000000000004096")
+    except OSError:
+        pytest.skip("no FIFOs here")
+    for rel in ("timerwheel", "config/timercheck"):
+        (fifo / rel).unlink()
+        os.mkfifo(fifo / rel)
+    found = audit(spark, [fifo], tmp_path / "fifo-out")
+    assert sorted(f["file"] for f in found["findings"] if f["check"] == "metadata.store_file_unreadable") == \
+        ["config/timercheck", "timerlog/00000000000000004096", "timerwheel"]
+    assert not of(found, "timers.") and not of(found, "broker.")
+    rng = random.Random(32)
+    noise = D.copy_store(store5("v5-timer"), tmp_path / "noise")
+    for f in sorted((noise / "timerlog").iterdir()):
+        raw = bytearray(f.read_bytes())
+        for _ in range(40):
+            raw[rng.randrange(len(raw))] = rng.randrange(256)
+        f.write_bytes(bytes(raw))
+    patch(noise / "config" / "timercheck", 0, bytes(rng.randrange(256) for _ in range(56)))
+    slot = T.read_wheel_slots(noise / "timerwheel").slot_index[0]
+    patch(noise / "timerwheel", int(slot) * T.SLOT_SIZE + 8, bytes(rng.randrange(256) for _ in range(16)))
+    found = audit(spark, [noise], tmp_path / "noise-out", "--checks", "timers,pop")
+    assert not of(found, "broker.") and of(found, "timers.corrupt_unit")
+    assert all(f["file"] and f["file_position"] is not None for f in of(found, "timers.corrupt_unit"))

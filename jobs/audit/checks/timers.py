@@ -607,13 +607,14 @@ def _file_findings(b: _Broker, paths: list[TP.Path], resume: int | None) -> list
             "values": {"length": b.wheel.file_length, "expected": expected},
             "details": {"length": b.wheel.file_length}}]))
     behind = []
+    known = b.checkpoint is not None or b.cp_problem is not None  # an unreadable one is the metadata family's
     again = [p for p in paths if p.state in ("fired", "rolled") and p.unit is not None
-             and not T.dequeued(p.unit.slot_time_ms, b.read_time)]
+             and not T.dequeued(p.unit.slot_time_ms, b.read_time)] if known else []
     if again:
-        behind.append((0, f"lastReadTimeMs {b.read_time} is before the slots of {len(again)} timer message(s) already "
+        behind.append((0, f"lastReadTimeMs {b.read_time or 0} is before the slots of {len(again)} timer message(s) already "
                           f"fired or rolled (the first at {min(p.unit.slot_time_ms for p in again)}): the broker reads "
                           "those slots again", len(again)))
-    enqueued_again = [p for p in paths if p.unit is not None and resume is not None
+    enqueued_again = [p for p in paths if known and p.unit is not None and resume is not None
                       and p.record.queue_offset >= resume and p.record.kept]
     if enqueued_again:
         behind.append((16, f"the timer resumes enqueuing rmq_sys_wheel_timer/0 at {resume}, before "
