@@ -217,9 +217,14 @@ def _pop_states(store: Store, hits: list[Message]) -> list[tuple]:
     retries = []
     for m in hits:
         groups = {c.body.consumer_group for c in cks if (c.body.topic, c.body.queue_id) == (m.topic, m.queue_id)}
-        for t in sorted({t for g in groups for t in PS.retry_topics(g, m.topic)}):
-            retries += [PS.Retry(r.topic, r.uniq_key, r.reconsume_times, r.physical_offset, r.segment, r.file_position)
-                        for r in _lookup(store, t, m.uniq_key or "") if r.properties.get("1ST_POP_TIME") is not None]
+        targets = {t for g in groups for t in PS.retry_topics(g, m.topic)}
+        for t in sorted(targets) + [L.SCHEDULE_TOPIC, L.TIMER_TOPIC]:  # a re-put the put hooks delayed waits there
+            for r in _lookup(store, t, m.uniq_key or ""):
+                to = r.topic if r.topic in targets else r.properties.get(L.PROPERTY_REAL_TOPIC)
+                if r.properties.get("1ST_POP_TIME") is not None and to in targets and \
+                        (r.topic not in targets or r.properties.get(L.PROPERTY_REAL_TOPIC) != r.topic):
+                    retries.append(PS.Retry(to, r.uniq_key, r.reconsume_times, r.physical_offset, r.segment,
+                                            r.file_position))
 
     def uniq_key_of(topic, queue_id, offsets):
         return {o: wanted[(topic, queue_id, o)].uniq_key for o in offsets if (topic, queue_id, o) in wanted}

@@ -46,7 +46,9 @@ class Placed:
 
 @dataclass(frozen=True)
 class Retry:
-    """A record on a retry topic re-put by the revive service (it carries 1ST_POP_TIME)."""
+    """A record the revive service re-put (it carries 1ST_POP_TIME): on the retry topic, or, when the put hooks
+    delayed it (a message that kept its DELAY level), on SCHEDULE_TOPIC_XXXX with the retry topic as REAL_TOPIC
+    (``topic`` is the retry topic either way)."""
 
     topic: str
     uniq_key: str | None

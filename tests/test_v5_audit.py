@@ -266,7 +266,7 @@ def test_units_pointing_at_no_timer_record_or_past_the_recovered_end(spark, tmp_
 def gen5(tmp_path_factory) -> Path:
     """``generate --rocketmq 5``: timers fired, rolled and recalled, POP pops, acks and revives, LMQ, CRC."""
     root = tmp_path_factory.mktemp("gen5") / "broker-g" / "store"
-    generate_store_5x(root, Traffic5Config(messages=1500, seed=11),
+    generate_store_5x(root, Traffic5Config(messages=4000, seed=11),
                       config_5x(WriterConfig(mappedFileSizeCommitLog=1 << 20, mappedFileSizeTimerLog=4096)))
     return root
 
@@ -315,9 +315,10 @@ def test_a_pop_checkpoint_that_is_not_json_is_found_at_its_record(spark, tmp_pat
     d = D.pop_checkpoint_not_json(gen5, tmp_path / "bad")
     found = audit(spark, [tmp_path / "bad"], tmp_path / "out", "--checks", "pop")
     [f] = found["findings"]
-    record = d.position - L.layout_for(0).offsets["body_crc"]  # the helper rewrites from BODYCRC on
-    assert f["check"] == "pop.bad_body" and f["physical_offset"] == record and f["severity"] == "error"
-    assert f["file"] == Path(d.path).name and f["file_position"] == record + L.layout_for(0).body_offset
+    at = d.position - L.layout_for(0).offsets["body_crc"]  # the helper rewrites from BODYCRC on
+    assert f["check"] == "pop.bad_body" and f["physical_offset"] == int(Path(d.path).name) + at
+    assert f["file"] == Path(d.path).name and f["file_position"] == at + L.layout_for(0).body_offset
+    assert f["severity"] == "error"
     assert dict(f["details"])["reason"] == "BAD_JSON"
 
 
@@ -448,3 +449,31 @@ def test_hostile_timer_files_are_findings_never_a_crash_or_a_hang(spark, tmp_pat
     found = audit(spark, [noise], tmp_path / "noise-out", "--checks", "timers,pop")
     assert not of(found, "broker.") and of(found, "timers.corrupt_unit")
     assert all(f["file"] and f["file_position"] is not None for f in of(found, "timers.corrupt_unit"))
+
+
+def test_a_revive_the_put_hooks_delay_is_one_revive(spark, tmp_path):
+    """A delivered delay-level message keeps its DELAY property (RocketMQ does not clear it), so its revive goes
+    through the put hooks to SCHEDULE_TOPIC_XXXX, with the retry topic as REAL_TOPIC, and is delivered there later:
+    revived, once."""
+    broker, p = writer5(tmp_path / "s")
+    broker.send(p, "PopTopic", b"late", queue_id=0, delay_level=1)
+    broker.deliver_due(START + 5_000)
+    got = broker.pop("cgA", "PopTopic", 0, 1, invisible_time=10_000)
+    [retry] = broker.revive(START + 30_000)
+    assert retry.topic == L.SCHEDULE_TOPIC and retry.properties[L.PROPERTY_REAL_TOPIC] == "%RETRY%cgA_PopTopic"
+    broker.writer.close()
+    found = audit(spark, [tmp_path / "s"], tmp_path / "out", "--checks", "pop")
+    [row] = found["tables"]["pop"]
+    assert (row["queue_offset"], row["state"], row["retry_offset"]) == (got.checkpoint.offsets()[0], "revived",
+                                                                        retry.physical_offset)
+    assert found["findings"] == []
+    broker2, p2 = writer5(tmp_path / "s2")  # the same, and the delayed retry delivered to the retry topic
+    broker2.send(p2, "PopTopic", b"late", queue_id=0, delay_level=1)
+    broker2.deliver_due(START + 5_000)
+    broker2.pop("cgA", "PopTopic", 0, 1, invisible_time=10_000)
+    broker2.revive(START + 30_000)
+    delivered = broker2.deliver_due(START + 60_000)
+    assert [d.topic for d in delivered] == ["%RETRY%cgA_PopTopic"]
+    broker2.writer.close()
+    found = audit(spark, [tmp_path / "s2"], tmp_path / "out2", "--checks", "pop")
+    assert [r["state"] for r in found["tables"]["pop"]] == ["revived"] and found["findings"] == []

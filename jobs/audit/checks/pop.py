@@ -89,18 +89,27 @@ def in_range(rc, out) -> None:
     rows = np.flatnonzero(pc.or_(fired, waiting).to_numpy(zero_copy_only=False))
     if len(rows):
         _revive_records(rc, rows, fired.to_numpy(zero_copy_only=False)[rows], out)
-    retry = np.flatnonzero(pc.fill_null(pc.starts_with(topic, L.RETRY_GROUP_TOPIC_PREFIX), False)
-                           .to_numpy(zero_copy_only=False))
+    # what the revive service wrote: a record on the retry topic, or, when the put hooks delayed it (a message that
+    # kept its DELAY level, or a timer), on SCHEDULE_TOPIC_XXXX / rmq_sys_wheel_timer with the retry topic as
+    # REAL_TOPIC; the delayed one's later delivery (REAL_TOPIC = its topic) is the same revive, not another
+    real = m.column("real_topic")
+    on_retry = pc.fill_null(pc.and_(pc.starts_with(topic, L.RETRY_GROUP_TOPIC_PREFIX),
+                                    pc.invert(pc.fill_null(pc.equal(topic, real), False))), False)
+    delayed = pc.fill_null(pc.and_(pc.is_in(topic, pa.array([L.SCHEDULE_TOPIC, L.TIMER_TOPIC])),
+                                   pc.starts_with(real, L.RETRY_GROUP_TOPIC_PREFIX)), False)
+    retry = np.flatnonzero(pc.or_(on_retry, delayed).to_numpy(zero_copy_only=False))
     if len(retry):
-        props = rc.decode(retry, ("properties",)).column("properties")
-        put = pc.is_valid(pc.map_lookup(props, pa.scalar(_FIRST_POP_TIME), "last"))
+        props = rc.decode(retry, ("properties", "reconsume_times"))
+        put = pc.is_valid(pc.map_lookup(props.column("properties"), pa.scalar(_FIRST_POP_TIME), "last"))
         t = m.take(retry).filter(put)
         if t.num_rows:
-            reconsume = rc.decode(retry, ("reconsume_times",)).column("reconsume_times").filter(put)
+            to = pc.if_else(pc.starts_with(t.column("topic"), L.RETRY_GROUP_TOPIC_PREFIX), t.column("topic"),
+                            t.column("real_topic"))
             out.partial("pop.retries", pa.table({
                 "broker": pa.repeat(pa.scalar(rc.broker), t.num_rows),
-                **{c: t.column(c) for c in ("physical_offset", "segment", "file_position", "topic", "uniq_key")},
-                "reconsume_times": reconsume}, schema=RETRIES))
+                **{c: t.column(c) for c in ("physical_offset", "segment", "file_position")}, "topic": to,
+                "uniq_key": t.column("uniq_key"),
+                "reconsume_times": props.column("reconsume_times").filter(put)}, schema=RETRIES))
 
 
 def _revive_records(rc, rows: np.ndarray, fired: np.ndarray, out) -> None:
