@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
@@ -32,7 +33,10 @@ SCHEMA = pa.schema([
            "broker's whole commitlog"),
     column("size", pa.int32(), "the unit's Size: the record's TOTALSIZE"),
     column("tags_code", pa.int64(), "the unit's Tags HashCode: the tag's hash code; for a delayed message in "
-           "SCHEDULE_TOPIC_XXXX its delivery time (ms)"),
+           "SCHEDULE_TOPIC_XXXX its delivery time (ms); with ConsumeQueueExt, the ext unit's (null when the unit's "
+           "address reaches none)"),
+    column("ext_offset", pa.int64(), "ConsumeQueueExt (enableConsumeQueueExt): where the unit's tagsCode slot "
+           "held an ext unit's address, that unit's offset in the queue's consumequeue_ext files; null otherwise"),
     column("file", pa.string(), "consume-queue file name (20 digits: the byte offset of its first unit in the "
            "queue, the queue offset * 20)"),
     column("file_position", pa.int64(), "byte position of the row's first byte inside the file"),
@@ -88,10 +92,13 @@ def file_batches(broker: str, p: QueueFile) -> list[pa.RecordBatch]:
     row_kind = pa.array(_ROW_KINDS, pa.string()).take(pa.array(u.kind, pa.int8()))
     reasons = pa.array([None if k in ("entry", "pre_blank") else f"{k} unit: recovery stops here" for k in UNIT_KINDS],
                        pa.string()).take(pa.array(u.kind, pa.int8()))
+    ext = u.ext_offset if u.ext_offset is not None else np.full(n, -1, np.int64)
+    found = u.ext_found if u.ext_found is not None else np.zeros(n, bool)
     columns = {
         "broker": pa.repeat(pa.scalar(broker, pa.string()), n), "topic": pa.repeat(pa.scalar(p.topic, pa.string()), n),
         "queue_id": pa.repeat(pa.scalar(p.queue_id, pa.int32()), n), "queue_offset": pa.array(u.queue_offset),
-        "physical_offset": pa.array(u.physical_offset), "size": pa.array(u.size), "tags_code": pa.array(u.tags_code),
+        "physical_offset": pa.array(u.physical_offset), "size": pa.array(u.size),
+        "tags_code": pa.array(u.tags_code, mask=(ext >= 0) & ~found), "ext_offset": pa.array(ext, mask=ext < 0),
         "file": pa.repeat(pa.scalar(p.name, pa.string()), n), "file_position": pa.array(u.file_position),
         "kind": row_kind, "length": pa.repeat(pa.scalar(L.CQ_STORE_UNIT_SIZE, pa.int64()), n), "reason": reasons,
     }

@@ -1,4 +1,5 @@
-"""ConsumeQueue files: ``consumequeue/<topic>/<queueId>/<20-digit logical byte offset>``.
+"""ConsumeQueue files: ``consumequeue/<topic>/<queueId>/<20-digit logical byte offset>``, and their extension
+``consumequeue_ext/<topic>/<queueId>/<20-digit offset>`` (ConsumeQueueExt, ``enableConsumeQueueExt``).
 
 Unit (20 bytes, big-endian; ``ConsumeQueue.putMessagePositionInfo``)::
 
@@ -7,6 +8,16 @@ Unit (20 bytes, big-endian; ``ConsumeQueue.putMessagePositionInfo``)::
 Queue offset n lives at byte n*20 of the queue; a file's name is its first unit's byte offset.  Recovery
 (``ConsumeQueue.recover``) accepts units while ``offset >= 0 && size > 0``; pre-blank units written by
 ``fillPreBlank`` are ``(0, Integer.MAX_VALUE, 0)``; the unwritten tail is zeros.
+
+ConsumeQueueExt unit (``ConsumeQueueExt.CqExtUnit``; files rolled like the commitlog, ``MappedFileQueue``)::
+
+    size (short: 20 + bitMapSize) | tagsCode (long) | msgStoreTime (long) | bitMapSize (short) | filterBitMap
+    a file ends with size -1 when its next unit did not fit (fullFillToEnd); zeros are its unwritten tail
+
+With the extension on, a unit's tagsCode slot holds the address of its ext unit (the offset in the queue's ext files
+plus Long.MIN_VALUE: at or below ``CQ_EXT_MAX_ADDR``, where no tagsCode, a sign-extended int, reaches), and the
+tagsCode consumers see is the ext unit's (``ConsumeQueue.get``): every reader here gives that one, with the address
+beside it (``ext_offset``); an address that reaches no ext unit keeps its raw value and ``ext_found`` false.
 """
 from __future__ import annotations
 
@@ -40,6 +51,7 @@ class CQUnit:
     kind: str  # "entry" | "pre_blank" | "invalid" (fails recovery's offset >= 0 && size > 0) | "zero"
     file: str
     file_position: int
+    ext_offset: int | None = None  # the tagsCode slot held this ConsumeQueueExt address (tags_code: its unit's)
 
 
 @dataclass(frozen=True)
@@ -145,28 +157,40 @@ def queue_files(files: list[QueueFile]) -> list[CQFile]:
 def read_units(cq_file: CQFile, *, stop_at_invalid: bool = False, include_zero: bool = False) -> Iterator[CQUnit]:
     """Every unit of one file, classified.  A trailing partial unit raises a positioned TRUNCATED error
     after the whole units have been yielded."""
-    with ReadOnlyMap(cq_file.path) as m:
-        n = len(m) // L.CQ_STORE_UNIT_SIZE
-        base_q = cq_file.first_queue_offset
-        written = None  # where the file's last non-zero byte ends (ReadOnlyMap.written_length), at the first zero unit
-        for i in range(n):
-            pos = i * L.CQ_STORE_UNIT_SIZE
-            phys, size, tags = _UNIT.unpack_from(m.buf, pos)
-            kind = classify_unit(phys, size, tags)
-            if kind == "zero" and not include_zero:
-                # recovery stops at the first invalid unit; trailing zeros are the unwritten tail.  The end of
-                # the written bytes is found once per file: testing each zero unit's tail copied the rest of the
-                # mapping per unit (quadratic: a 6 MB file with a few bytes at its end never finished)
-                if written is None:
-                    written = m.written_length()
-                if pos >= written:
+    lookup = None  # the queue's ConsumeQueueExt, opened at the first address
+    try:
+        with ReadOnlyMap(cq_file.path) as m:
+            n = len(m) // L.CQ_STORE_UNIT_SIZE
+            base_q = cq_file.first_queue_offset
+            written = None  # where the file's last non-zero byte ends (ReadOnlyMap.written_length), at the first zero unit
+            for i in range(n):
+                pos = i * L.CQ_STORE_UNIT_SIZE
+                phys, size, tags = _UNIT.unpack_from(m.buf, pos)
+                kind = classify_unit(phys, size, tags)
+                if kind == "zero" and not include_zero:
+                    # recovery stops at the first invalid unit; trailing zeros are the unwritten tail.  The end of
+                    # the written bytes is found once per file: testing each zero unit's tail copied the rest of the
+                    # mapping per unit (quadratic: a 6 MB file with a few bytes at its end never finished)
+                    if written is None:
+                        written = m.written_length()
+                    if pos >= written:
+                        break
+                if stop_at_invalid and kind in ("invalid", "zero"):
                     break
-            if stop_at_invalid and kind in ("invalid", "zero"):
-                break
-            yield CQUnit(base_q + i, phys, size, tags, kind, cq_file.path.name, pos)
-        if len(m) % L.CQ_STORE_UNIT_SIZE:
-            raise ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {len(m)} is not a multiple of "
-                                    f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=n * L.CQ_STORE_UNIT_SIZE)
+                ext = None
+                if tags <= L.CQ_EXT_MAX_ADDR:  # the slot holds a ConsumeQueueExt address: its unit's tagsCode
+                    lookup = lookup or ExtLookup(ext_folder(cq_file.path))
+                    ext = ext_offset(tags)
+                    [found] = lookup.tags_codes([ext])
+                    tags = found if found is not None else tags
+                yield CQUnit(base_q + i, phys, size, tags, kind, cq_file.path.name, pos, ext)
+            if len(m) % L.CQ_STORE_UNIT_SIZE:
+                raise ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {len(m)} is not a multiple of "
+                                        f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path),
+                                        position=n * L.CQ_STORE_UNIT_SIZE)
+    finally:
+        if lookup is not None:
+            lookup.close()
 
 
 @dataclass
@@ -177,10 +201,12 @@ class UnitArrays:
     queue_offset: "np.ndarray"
     physical_offset: "np.ndarray"
     size: "np.ndarray"
-    tags_code: "np.ndarray"
+    tags_code: "np.ndarray"  # the ConsumeQueueExt unit's where the slot holds an address it reaches
     kind: "np.ndarray"
     file_position: "np.ndarray"
     truncated: ConsumeQueueError | None
+    ext_offset: "np.ndarray | None" = None  # per unit, the ext address's offset (-1: the slot held a tagsCode)
+    ext_found: "np.ndarray | None" = None  # the address reached an ext unit
 
 
 UNIT_KINDS = ("entry", "pre_blank", "zero", "invalid")
@@ -193,7 +219,7 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
 
     with ReadOnlyMap(cq_file.path) as m:
         n, _ = written_units(m)
-        u = units_of(m.buf, n)
+        u = units_of(m.buf, n, ext=ext_folder(cq_file.path))
         truncated = None
         if len(m) % L.CQ_STORE_UNIT_SIZE:
             whole = len(m) - len(m) % L.CQ_STORE_UNIT_SIZE
@@ -201,7 +227,7 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
                                           f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=whole)
     index = np.arange(n, dtype=np.int64)
     return UnitArrays(cq_file.first_queue_offset + index, u["physical_offset"], u["size"], u["tags_code"], u["kind"],
-                      index * L.CQ_STORE_UNIT_SIZE, truncated)
+                      index * L.CQ_STORE_UNIT_SIZE, truncated, u.get("ext_offset"), u.get("ext_found"))
 
 
 def written_units(m: ReadOnlyMap) -> tuple[int, int]:
@@ -220,10 +246,11 @@ def unit_kinds(phys, size, tags):
                       (phys >= 0) & (size > 0)], [1, 2, 0], 3).astype(np.int8)  # classify_unit's order
 
 
-def units_of(raw, count: int | None = None) -> dict:
+def units_of(raw, count: int | None = None, *, ext=None) -> dict:
     """The first ``count`` units (default: every whole unit) of ``raw`` (bytes, or a map: nothing is kept pointing
     into it) as native numpy columns, with their kind codes and whether each was written (any of its 20 bytes not
-    zero)."""
+    zero).  ``ext``: the queue's ConsumeQueueExt folder (:func:`ext_folder`); where any slot holds an address, its
+    unit's tagsCode replaces it and ``ext_offset`` / ``ext_found`` say where it pointed."""
     import numpy as np
 
     n = len(raw) // L.CQ_STORE_UNIT_SIZE if count is None else count
@@ -231,8 +258,20 @@ def units_of(raw, count: int | None = None) -> dict:
     phys, size, tags = u["physical_offset"].astype(np.int64), u["size"].astype(np.int32), \
         u["tags_code"].astype(np.int64)
     del u  # no view may outlive a map
-    return {"physical_offset": phys, "size": size, "tags_code": tags, "kind": unit_kinds(phys, size, tags),
-            "written": (phys != 0) | (size != 0) | (tags != 0)}
+    out = {"physical_offset": phys, "size": size, "tags_code": tags, "kind": unit_kinds(phys, size, tags),
+           "written": (phys != 0) | (size != 0) | (tags != 0)}
+    addressed = tags <= L.CQ_EXT_MAX_ADDR
+    if ext is not None and addressed.any():  # none in a store without the extension: nothing more to read
+        offsets = np.where(addressed, tags - np.iinfo(np.int64).min, -1)
+        rows = np.flatnonzero(addressed)
+        found = ext_tags_codes(ext, offsets[rows].tolist())
+        hit = np.array([t is not None for t in found], bool)
+        out["tags_code"] = tags.copy()
+        out["tags_code"][rows[hit]] = np.array([t for t in found if t is not None], np.int64)
+        out["ext_offset"] = offsets
+        out["ext_found"] = np.zeros(n, bool)
+        out["ext_found"][rows[hit]] = True
+    return out
 
 
 def read_queue(files: list[CQFile], **kwargs) -> Iterator[CQUnit]:
@@ -245,10 +284,126 @@ def unit_bytes(physical_offset: int, size: int, tags_code: int) -> bytes:
 
 
 def read_unit_window(loc: "fs.Location", first: int, end: int) -> dict:
-    """Units ``first`` .. ``end - 1`` of a consume-queue file as numpy columns with their kinds
-    (store_format.consumequeue.units_of): read from a read-only map, or one ranged read."""
+    """Units ``first`` .. ``end - 1`` of a consume-queue file as numpy columns with their kinds (:func:`units_of`,
+    ext addresses resolved): read from a read-only map, or one ranged read."""
     first, n = max(first, 0), max(end - first, 0) * L.CQ_STORE_UNIT_SIZE
     if loc.local_path is not None:
         with ReadOnlyMap(loc.local_path) as m:
-            return units_of(bytes(m.buf[first * L.CQ_STORE_UNIT_SIZE:first * L.CQ_STORE_UNIT_SIZE + n]))
-    return units_of(loc.read_range(first * L.CQ_STORE_UNIT_SIZE, n))
+            raw = bytes(m.buf[first * L.CQ_STORE_UNIT_SIZE:first * L.CQ_STORE_UNIT_SIZE + n])
+    else:
+        raw = loc.read_range(first * L.CQ_STORE_UNIT_SIZE, n)
+    return units_of(raw, ext=ext_folder(loc))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ConsumeQueueExt
+
+
+def ext_offset(address: int) -> int:
+    """ConsumeQueueExt.unDecorate: the offset in the queue's ext files a tagsCode-slot address names."""
+    return address + (1 << 63)
+
+
+def ext_address(offset: int) -> int:
+    """ConsumeQueueExt.decorate: what a consume-queue unit's tagsCode slot holds for the ext unit at ``offset``."""
+    return offset - (1 << 63)
+
+
+def ext_folder(cq) -> "fs.Location":
+    """The ConsumeQueueExt folder of a consume-queue file's queue (a path, a ``fs.StorePath`` or a Location):
+    ``<root>/consumequeue_ext/<topic>/<queueId>`` beside ``<root>/consumequeue/<topic>/<queueId>/<file>``."""
+    queue = fs.resolve(cq).parent()
+    topic = queue.parent()
+    return topic.parent().parent().child("consumequeue_ext").child(topic.name).child(queue.name)
+
+
+def ext_files(folder) -> list[tuple["fs.Location", int, int]]:
+    """(file, base offset, length) of every ext file of a queue's folder the broker loads, by offset."""
+    loc = fs.resolve(folder)
+    return sorted(((fs.Location(loc.fs, i.path, loc.origin), int(i.base_name), i.size) for i in loc.list()
+                   if i.is_file and _FILE_NAME.fullmatch(i.base_name)), key=lambda f: f[1])
+
+
+class ExtLookup:
+    """A queue's ext units read by address as ConsumeQueueExt.get reads them (the file holding the offset, a size
+    of at least 1 and the unit's 20 bytes there); its files listed once and each mapped once, until closed."""
+
+    def __init__(self, folder):
+        self.files = ext_files(folder)
+        self.maps: dict[int, object] = {}
+
+    def tags_codes(self, offsets: list[int]) -> list[int | None]:
+        """The tagsCode of the ext unit at each offset, None where none is: no file, or nothing written there."""
+        out: list[int | None] = [None] * len(offsets)
+        for i, off in enumerate(offsets):
+            for loc, base, length in self.files:
+                if base <= off < base + length:
+                    if base not in self.maps:
+                        self.maps[base] = fs.map_range(loc)
+                    buf, pos = self.maps[base].buf, off - base
+                    if pos + L.CQ_EXT_MIN_UNIT_SIZE <= len(buf) and L.CQ_EXT_UNIT.read(buf, "size", pos) >= 1:
+                        out[i] = L.CQ_EXT_UNIT.read(buf, "tags_code", pos)
+                    break
+        return out
+
+    def close(self) -> None:
+        for m in self.maps.values():
+            m.close()
+        self.maps = {}
+
+
+def ext_tags_codes(folder, offsets: list[int]) -> list[int | None]:
+    """:meth:`ExtLookup.tags_codes` of a queue's ext folder, once."""
+    lookup = ExtLookup(folder)
+    try:
+        return lookup.tags_codes(offsets)
+    finally:
+        lookup.close()
+
+
+@dataclass
+class ExtUnits:
+    """A queue's ConsumeQueueExt units as ConsumeQueueExt.recover walks them (each file from its start, unit after
+    unit by size, to the first size below 1), in bulk, with what is wrong with them (``problems``: each a
+    positioned ConsumeQueueError; the walk of that file stops there)."""
+
+    offset: "np.ndarray"  # in the queue's ext files: what a consume-queue unit's address names
+    size: "np.ndarray"
+    tags_code: "np.ndarray"
+    msg_store_time: "np.ndarray"
+    bitmap_size: "np.ndarray"
+    file: list[str]
+    file_position: "np.ndarray"
+    problems: list[ConsumeQueueError]
+
+
+def read_ext_units(folder) -> ExtUnits:
+    """Every ext unit of a queue's folder (:func:`ext_folder`); none when it has no file."""
+    import numpy as np
+
+    cols: dict[str, list] = {k: [] for k in ("offset", "size", "tags_code", "msg_store_time", "bitmap_size",
+                                             "file", "file_position")}
+    problems = []
+    for loc, base, length in ext_files(folder):
+        with fs.map_range(loc) as m:
+            buf, pos = m.buf, 0
+            while pos + 2 <= len(buf):
+                size = L.CQ_EXT_UNIT.read(buf, "size", pos)
+                if size < 1:
+                    break  # the unwritten tail (0) or the end mark (-1)
+                bad = ("runs past the end of the file" if pos + max(size, L.CQ_EXT_MIN_UNIT_SIZE) > len(buf)
+                       else f"size {size} is below the {L.CQ_EXT_MIN_UNIT_SIZE} bytes of a unit"
+                       if size < L.CQ_EXT_MIN_UNIT_SIZE else None)
+                if bad:
+                    problems.append(ConsumeQueueError(ErrorKind.BAD_LENGTH, f"ConsumeQueueExt unit {bad}",
+                                                      file=str(loc), position=pos, field="size"))
+                    break
+                for name in ("size", "tags_code", "msg_store_time", "bitmap_size"):
+                    cols[name].append(L.CQ_EXT_UNIT.read(buf, name, pos))
+                cols["offset"].append(base + pos)
+                cols["file"].append(loc.name)
+                cols["file_position"].append(pos)
+                pos += size
+    ints = {k: np.array(v, np.int64) for k, v in cols.items() if k != "file"}
+    return ExtUnits(ints["offset"], ints["size"], ints["tags_code"], ints["msg_store_time"], ints["bitmap_size"],
+                    cols["file"], ints["file_position"], problems)

@@ -145,7 +145,7 @@ TIMER_WHEEL_FILE = "timerwheel"  # 5.x, at the root
 TIMER_CHECK_FILE = "timercheck"  # 5.x, under config/ (binary, one page)
 TIMER_METRICS_FILE = "timermetrics"  # 5.x, under config/ (JSON, with .bak)
 STORE_PARTS = (StorePart("commitlog", 0, True, rolled=True), StorePart("consumequeue", 2, True),
-               StorePart("index", 0, True), StorePart("config", 0, False),
+               StorePart("index", 0, True), StorePart("config", 0, False), StorePart("consumequeue_ext", 2, False),
                StorePart(TIMER_LOG_DIR, 0, False, rolled=True))
 STORE_PART_FOLDERS = tuple(p.folder for p in STORE_PARTS)
 ROOT_PARTS = tuple(p.folder for p in STORE_PARTS if p.marks_root)
@@ -287,10 +287,27 @@ CHECKPOINT = FixedLayout("checkpoint", "StoreCheckpoint", (
     Member("master_flushed_offset", "q", "masterFlushedOffset", "5.0: the master's flushed offset"),
     Member("confirm_phy_offset", "q", "confirmPhyOffset", "5.1.1: the confirmed physical offset"),
 ), size=4096)
-FIXED_LAYOUTS = (CQ_UNIT, INDEX_HEADER, INDEX_SLOT, INDEX_ENTRY, CHECKPOINT)
+# ConsumeQueueExt (enableConsumeQueueExt, default off): consumequeue_ext/<topic>/<queueId>/<20-digit offset>, rolled
+# like the commitlog; a unit is these 20 bytes and a filter bitmap of bitmap_size bytes; a file whose next unit would
+# not fit ends with a size of -1.  A consume-queue unit then holds the unit's address in its tagsCode slot:
+# offset + Long.MIN_VALUE, every value at or below CQ_EXT_MAX_ADDR (no tagsCode, a sign-extended int, reaches it).
+CQ_EXT_UNIT = FixedLayout("ConsumeQueueExt unit", "ConsumeQueueExt.CqExtUnit.write", (
+    Member("size", "h", "size", "the unit's bytes: 20 + bitmap_size"),
+    Member("tags_code", "q", "tagsCode", "the tag's hash code the consume-queue unit would hold"),
+    Member("msg_store_time", "q", "msgStoreTime", "the message's store time (ms)"),
+    Member("bitmap_size", "h", "bitMapSize", "bytes of the consumer-filter bitmap that follows (0: none)"),
+))
+FIXED_LAYOUTS = (CQ_UNIT, INDEX_HEADER, INDEX_SLOT, INDEX_ENTRY, CHECKPOINT, CQ_EXT_UNIT)
 
 # the names the readers and writers use, derived
 CQ_STORE_UNIT_SIZE = CQ_UNIT.width
+CQ_EXT_MIN_UNIT_SIZE = CQ_EXT_UNIT.width  # CqExtUnit.MIN_EXT_UNIT_SIZE
+CQ_EXT_MAX_UNIT_SIZE = 0x7FFF  # Short.MAX_VALUE
+CQ_EXT_END_SIZE = -1  # fullFillToEnd: the size that ends a file
+CQ_EXT_END_BLANK = 4  # END_BLANK_DATA_LENGTH: what a file keeps free for that end mark
+CQ_EXT_MAX_ADDR = -(1 << 31) - 1  # ConsumeQueueExt.MAX_ADDR: Integer.MIN_VALUE - 1L; isExtAddr(x) := x <= it
+DEFAULT_MAPPED_FILE_SIZE_CQ_EXT = 48 << 20  # mappedFileSizeConsumeQueueExt
+DEFAULT_BITMAP_LENGTH_CQ_EXT = 64  # bitMapLengthConsumeQueueExt, in bits (the broker sets it to its bloom filter's)
 CQ_UNIT_FIELDS, CQ_UNIT_STRUCT = CQ_UNIT.fields, CQ_UNIT.struct
 INDEX_HEADER_SIZE, INDEX_HEADER_FIELDS, INDEX_HEADER_STRUCT = INDEX_HEADER.width, INDEX_HEADER.fields, \
     INDEX_HEADER.struct

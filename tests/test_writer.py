@@ -489,7 +489,7 @@ def test_config_from_broker_conf_file(tmp_path):
     defaults = WriterConfig()
     assert (defaults.mappedFileSizeCommitLog, defaults.mappedFileSizeConsumeQueue, defaults.maxHashSlotNum,
             defaults.maxIndexNum, defaults.maxMessageSize) == (1 << 30, 6_000_000, 5_000_000, 20_000_000, 4 << 20)
-    for bad in ("mappedFileSizeCommitLog=abc", "messageIndexEnable=maybe", "enableConsumeQueueExt=true",
+    for bad in ("mappedFileSizeCommitLog=abc", "messageIndexEnable=maybe", "enableConsumeQueueExt=maybe",
                 "storeHost=nowhere", "messageDelayLevel=1x"):
         conf.write_text(bad + "\n")
         with pytest.raises(WriterError):

@@ -17,6 +17,9 @@ through :mod:`store_format.codec` (wrong CRC, bad magic) and index entries go th
 ``delete_consume_queue``  consumequeue/<topic>[/<queueId>] is removed
 ``stale_index_entry``  the index gains an entry for topic#key pointing where no record is (past the end)
 ``wrong_cq_size``      one consume-queue unit's size field disagrees with the record's TOTALSIZE
+``cq_ext_dangling``    one consume-queue unit's ConsumeQueueExt address points where no ext unit is
+``cq_ext_orphan``      a ConsumeQueueExt unit no consume-queue unit points to follows the queue's last one
+``cq_ext_bad_bitmap``  one ConsumeQueueExt unit's bitMapSize no longer agrees with its size
 =====================  ================================================================================
 
 RocketMQ 5.x damage (stores with a timer log, LMQ queues, POP records or the ``__CRC32#`` property):
@@ -47,7 +50,7 @@ from .. import layout as L
 from ..codec import decode_record, encode_record
 from ..commitlog import Frame, list_segments, walk_buffer
 from ..fs import ReadOnlyMap
-from ..consumequeue import discover_queues, read_queue
+from ..consumequeue import discover_queues, ext_address, ext_files, ext_folder, read_ext_units, read_queue
 from ..errors import ErrorKind, StoreFormatError
 from ..indexfile import IndexFile, list_index_files
 from ..javahash import index_key, index_key_hash
@@ -325,6 +328,68 @@ def wrong_cq_size(src, dst, topic: str, queue_id: int, queue_offset: int | None 
     _patch(root, rel, pos, L.CQ_UNIT.pack("size", size))
     return Damage("wrong_cq_size", rel, pos, L.CQ_UNIT.member("size").width,
                   f"queue offset {u.queue_offset}: size {u.size} -> {size}")
+
+
+def _ext_unit(root: Path, topic: str, queue_id: int, queue_offset: int | None):
+    """(a consume-queue unit of the queue whose tagsCode slot holds an ext address, default the last; the queue's
+    files)."""
+    files = discover_queues(root / "consumequeue").get((topic, queue_id))
+    if not files:
+        _fail(f"no consume queue {topic}/{queue_id}", field="topic")
+    units = [u for u in read_queue(files, stop_at_invalid=True) if u.kind == "entry" and u.ext_offset is not None
+             and (queue_offset is None or u.queue_offset == queue_offset)]
+    if not units:
+        _fail(f"no unit with a ConsumeQueueExt address in {topic}/{queue_id} (at {queue_offset})", field="queue_offset")
+    return units[-1], files
+
+
+def cq_ext_dangling(src, dst, topic: str, queue_id: int, queue_offset: int | None = None) -> Damage:
+    """Point one unit's ConsumeQueueExt address (default the queue's last) past the queue's last ext unit: at no ext
+    entry."""
+    root = copy_store(src, dst)
+    u, files = _ext_unit(root, topic, queue_id, queue_offset)
+    ext = read_ext_units(ext_folder(files[0].path))
+    beyond = int((ext.offset + ext.size).max()) + L.CQ_EXT_MIN_UNIT_SIZE if len(ext.offset) else 0
+    rel = f"consumequeue/{topic}/{queue_id}/{u.file}"
+    pos = u.file_position + L.CQ_UNIT.offset("tags_code")
+    _patch(root, rel, pos, L.CQ_UNIT.pack("tags_code", ext_address(beyond)))
+    return Damage("cq_ext_dangling", rel, pos, L.CQ_UNIT.member("tags_code").width,
+                  f"queue offset {u.queue_offset}: ext address {u.ext_offset} -> {beyond} (no unit there)")
+
+
+def cq_ext_orphan(src, dst, topic: str, queue_id: int, tags_code: int = 0, store_timestamp: int = 0) -> Damage:
+    """Append one ConsumeQueueExt unit after the queue's last one, which no consume-queue unit points to."""
+    root = copy_store(src, dst)
+    folder = root / "consumequeue_ext" / topic / str(queue_id)
+    ext = read_ext_units(folder)
+    files = ext_files(folder)
+    if not files or not len(ext.offset):
+        _fail(f"no ConsumeQueueExt units in {topic}/{queue_id}", field="topic")
+    loc, base, length = files[-1]
+    pos = int((ext.offset + ext.size).max()) - base
+    if pos + L.CQ_EXT_MIN_UNIT_SIZE + L.CQ_EXT_END_BLANK > length:
+        _fail("the queue's last ext file has no room for another unit", file=loc.path)
+    unit = b"".join(L.CQ_EXT_UNIT.pack(n, v) for n, v in (("size", L.CQ_EXT_MIN_UNIT_SIZE), ("tags_code", tags_code),
+                                                           ("msg_store_time", store_timestamp), ("bitmap_size", 0)))
+    rel = f"consumequeue_ext/{topic}/{queue_id}/{loc.name}"
+    _patch(root, rel, pos, unit)
+    return Damage("cq_ext_orphan", rel, pos, len(unit), f"an ext unit at offset {base + pos} no unit points to")
+
+
+def cq_ext_bad_bitmap(src, dst, topic: str, queue_id: int, queue_offset: int | None = None,
+                      bitmap_size: int = 8) -> Damage:
+    """Set the bitMapSize of one unit's ConsumeQueueExt unit (default the queue's last) to ``bitmap_size``, which
+    its size (20 + its real bitmap) no longer agrees with."""
+    root = copy_store(src, dst)
+    u, files = _ext_unit(root, topic, queue_id, queue_offset)
+    for loc, base, length in ext_files(ext_folder(files[0].path)):
+        if base <= u.ext_offset < base + length:
+            rel = f"consumequeue_ext/{topic}/{queue_id}/{loc.name}"
+            pos = u.ext_offset - base + L.CQ_EXT_UNIT.offset("bitmap_size")
+            _patch(root, rel, pos, L.CQ_EXT_UNIT.pack("bitmap_size", bitmap_size))
+            return Damage("cq_ext_bad_bitmap", rel, pos, L.CQ_EXT_UNIT.member("bitmap_size").width,
+                          f"queue offset {u.queue_offset}: bitMapSize -> {bitmap_size}")
+    _fail(f"no ext file holds offset {u.ext_offset}", field="queue_offset")
 
 
 def stale_index_entry(src, dst, topic: str | None = None, key: str | None = None,

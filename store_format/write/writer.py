@@ -90,7 +90,8 @@ class WriterConfig:
     flushConsumeQueueThoroughInterval: int = 60 * 1000
     defaultTopicQueueNums: int = L.DEFAULT_TOPIC_QUEUE_NUMS  # TBW102's queues; auto-created topics get min(4, this)
     autoCreateTopicEnable: bool = True
-    enableConsumeQueueExt: bool = False
+    enableConsumeQueueExt: bool = False  # consumequeue_ext/: units' tagsCode kept beside them (ConsumeQueueExt)
+    mappedFileSizeConsumeQueueExt: int = L.DEFAULT_MAPPED_FILE_SIZE_CQ_EXT
     timezone: str = "UTC"  # the broker JVM's zone: index file names are local yyyyMMddHHmmssSSS
     # RocketMQ 5.x (store_format.write.v5).  Off by default: the writer is a 4.9.x broker unless these say
     # otherwise (5.3.3's own default for timerWheelEnable is true; ``generate --rocketmq 5`` turns it on)
@@ -133,9 +134,10 @@ class WriterConfig:
         if self.maxIndexNum < 2:
             raise WriterError(ErrorKind.BAD_CONFIG, "maxIndexNum must be >= 2 (entry 0 is never used)",
                               field="maxIndexNum")
-        if self.enableConsumeQueueExt:
-            raise WriterError(ErrorKind.BAD_CONFIG, "enableConsumeQueueExt=true (consumequeue_ext) is not written "
-                              "by this writer", field="enableConsumeQueueExt")
+        if self.enableConsumeQueueExt and self.mappedFileSizeConsumeQueueExt < L.CQ_EXT_MIN_UNIT_SIZE + \
+                L.CQ_EXT_END_BLANK:
+            raise WriterError(ErrorKind.BAD_CONFIG, f"mappedFileSizeConsumeQueueExt {self.mappedFileSizeConsumeQueueExt}"
+                              " cannot hold a unit", field="mappedFileSizeConsumeQueueExt")
         if self.flushDiskType not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             raise WriterError(ErrorKind.BAD_CONFIG, f"flushDiskType {self.flushDiskType!r}: ASYNC_FLUSH or SYNC_FLUSH",
                               field="flushDiskType")
@@ -333,8 +335,71 @@ class _Mapped:
 # Consume queue and index file writers
 
 
+class ConsumeQueueExtWriter:
+    """``ConsumeQueueExt.put`` for one topic-queue: a unit (size, tagsCode, store time, filter bitmap) appended to
+    ``consumequeue_ext/<topic>/<queueId>/``, rolled like the commitlog; a file the next unit does not fit (with the
+    4 bytes of its end mark to spare) is ended with a size of -1."""
+
+    def __init__(self, writer: "StoreWriter", topic: str, queue_id: int):
+        self.dir = writer._path("consumequeue_ext", topic, str(queue_id))
+        self.file_size = writer.config.mappedFileSizeConsumeQueueExt
+        self.files: dict[int, _Mapped] = {}
+        self.last_base = -1
+        self.wrote = 0
+
+    def load(self) -> None:
+        """Reopen: write after the last unit of the last file (ConsumeQueueExt.recover's walk by size)."""
+        from ..consumequeue import ext_files, read_ext_units
+
+        existing = ext_files(self.dir) if self.dir.is_dir() else []
+        if not existing:
+            return
+        loc, base, length = existing[-1]
+        if length != self.file_size:
+            raise WriterError(ErrorKind.BAD_GEOMETRY, f"consume queue ext file is {length} bytes, "
+                              f"mappedFileSizeConsumeQueueExt is {self.file_size}", file=str(loc))
+        units = read_ext_units(self.dir)
+        mine = units.offset >= base
+        self.last_base = base
+        self.wrote = int((units.offset[mine] + units.size[mine]).max()) - base if mine.any() else 0
+        self.files[base] = _Mapped(Path(loc.path), self.file_size, create=False)
+        if self.wrote + 2 <= self.file_size and int.from_bytes(
+                self.files[base].map[self.wrote:self.wrote + 2], "big", signed=True) == L.CQ_EXT_END_SIZE:
+            self.wrote = self.file_size  # ended already
+
+    def put(self, tags_code: int, store_timestamp: int, bitmap: bytes = b"") -> int:
+        """Append a unit; the address the consume-queue unit holds for it (ConsumeQueueExt.decorate)."""
+        from ..consumequeue import ext_address
+
+        size = L.CQ_EXT_MIN_UNIT_SIZE + len(bitmap)
+        if size > L.CQ_EXT_MAX_UNIT_SIZE:
+            raise WriterError(ErrorKind.OUT_OF_RANGE, f"a ConsumeQueueExt unit of {size} bytes (the filter bitmap is "
+                              f"{len(bitmap)})", file=str(self.dir))
+        if self.last_base < 0 or size > self.file_size - self.wrote - L.CQ_EXT_END_BLANK:
+            if self.last_base >= 0:  # fullFillToEnd: the end mark, then the next file
+                self.files[self.last_base].write(self.wrote, L.CQ_EXT_END_SIZE.to_bytes(2, "big", signed=True))
+                self.files[self.last_base].release_fd()
+            base = 0 if self.last_base < 0 else self.last_base + self.file_size
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.files[base] = _Mapped(self.dir / segment_name(base), self.file_size, create=True)
+            self.last_base, self.wrote = base, 0
+        unit = b"".join(L.CQ_EXT_UNIT.pack(name, value) for name, value in (
+            ("size", size), ("tags_code", tags_code), ("msg_store_time", store_timestamp),
+            ("bitmap_size", len(bitmap)))) + bitmap
+        self.files[self.last_base].write(self.wrote, unit)
+        address = ext_address(self.last_base + self.wrote)
+        self.wrote += size
+        return address
+
+    def close(self):
+        for m in self.files.values():
+            m.close()
+
+
 class ConsumeQueueWriter:
-    """``ConsumeQueue.putMessagePositionInfo`` for one topic-queue."""
+    """``ConsumeQueue.putMessagePositionInfo`` for one topic-queue (with ``enableConsumeQueueExt``,
+    ``putMessagePositionInfoWrapper``: the tagsCode goes to the queue's ConsumeQueueExt and the unit holds its
+    address)."""
 
     def __init__(self, writer: "StoreWriter", topic: str, queue_id: int):
         self.dir = writer._path("consumequeue", topic, str(queue_id))
@@ -343,6 +408,8 @@ class ConsumeQueueWriter:
         self.last_base = -1
         self.wrote = 0  # write position inside the last file
         self.max_physic_offset = -1
+        self.writer = writer
+        self.ext = ConsumeQueueExtWriter(writer, topic, queue_id) if writer.config.enableConsumeQueueExt else None
 
     def load(self):
         """Reopen existing files: position after the last valid unit (ConsumeQueue.recover)."""
@@ -362,6 +429,8 @@ class ConsumeQueueWriter:
                 self.wrote = unit.queue_offset * L.CQ_STORE_UNIT_SIZE - self.last_base + L.CQ_STORE_UNIT_SIZE
                 if unit.kind == "entry":
                     self.max_physic_offset = unit.physical_offset + unit.size
+        if self.ext is not None:
+            self.ext.load()
 
     def _new_file(self, base: int) -> _Mapped:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -372,9 +441,14 @@ class ConsumeQueueWriter:
         self.last_base, self.wrote = base, 0
         return m
 
-    def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+    def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int,
+            store_timestamp: int | None = None) -> bool:
         if physical_offset + size <= self.max_physic_offset:
             return False  # "build consume queue repeatedly": already dispatched
+        if self.ext is not None:  # the ext unit first, as putMessagePositionInfoWrapper does
+            if store_timestamp is None:
+                store_timestamp = self.writer.store_timestamp_at(physical_offset)
+            tags_code = self.ext.put(tags_code, store_timestamp)
         expect = queue_offset * L.CQ_STORE_UNIT_SIZE
         if self.last_base < 0:  # first file of this queue
             m = self._new_file(expect - expect % self.file_size)
@@ -401,7 +475,7 @@ class ConsumeQueueWriter:
         first_phys, first_size, _ = _CQ_UNIT.unpack_from(units, 0)
         fresh = first_phys + first_size > self.max_physic_offset and first_queue_offset != 0 and \
             self.last_base >= 0 and first_queue_offset * L.CQ_STORE_UNIT_SIZE == self.last_base + self.wrote
-        if not fresh:  # first file of the queue, a gap or a repeat: unit by unit
+        if not fresh or self.ext is not None:  # first file, a gap, a repeat, or ext units to write: unit by unit
             done = False
             for i in range(k):
                 p, z, t = _CQ_UNIT.unpack_from(units, i * L.CQ_STORE_UNIT_SIZE)
@@ -422,6 +496,8 @@ class ConsumeQueueWriter:
     def close(self):
         for m in self.files.values():
             m.close()
+        if self.ext is not None:
+            self.ext.close()
 
 
 class IndexFileWriter:
@@ -654,6 +730,18 @@ class StoreWriter:
             self._close_maps()
             self._release_lock()
             raise
+
+    def store_timestamp_at(self, physical_offset: int) -> int:
+        """STORETIMESTAMP of the record written at ``physical_offset`` (what a dispatch request carries), read back
+        from its segment (the bulk path's writes still in flight landed first)."""
+        self._drain()
+        size = self.config.mappedFileSizeCommitLog
+        base = physical_offset - physical_offset % size
+        m, pos = self.segments[base].map, physical_offset % size
+        sys_flag = int.from_bytes(m[pos + L.SYS_FLAG_OFFSET:pos + L.SYS_FLAG_OFFSET + 4], "big", signed=True)
+        magic = int.from_bytes(m[pos + L.MAGIC_OFFSET:pos + L.MAGIC_OFFSET + 4], "big", signed=True)
+        at = pos + L.layout_for(sys_flag, L.MESSAGE_MAGICS.get(magic, 1)).offsets["store_timestamp"]
+        return int.from_bytes(m[at:at + 8], "big", signed=True)
 
     def mapped_file(self, path: Path, size: int, create: bool = True) -> _Mapped:
         """A preallocated, sparse file mapped for writing (the 5.x side's timer log, wheel, batch queues)."""
@@ -1144,7 +1232,7 @@ class StoreWriter:
         if msg.dispatchable:
             tags_code = msg.dispatch_tags_code(self.delay_levels)
             cq = self.consume_queue(msg.topic, msg.queue_id)
-            if cq.put(msg.physical_offset, msg.store_size, tags_code, msg.queue_offset):
+            if cq.put(msg.physical_offset, msg.store_size, tags_code, msg.queue_offset, msg.store_timestamp):
                 self.flush.logics = msg.store_timestamp
             self._track_schedule(msg)
         if self.config.messageIndexEnable:
