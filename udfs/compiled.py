@@ -12,11 +12,22 @@ Properties grammar (``MessageDecoder.string2messageProperties``, RocketMQ >= 4.9
 
     an empty KEY or VALUE drops the segment; a repeated KEY keeps its last value.
 
-* :func:`decode_records` walks every frame once: the framing checks of ``codec.decode_record`` in its order,
-  the header fields, copies of BODY/TOPIC/PROPERTIES, the body CRC (slice-by-8), host strings and msgId.
-* :func:`parse_properties` splits each row's PROPERTIES into map entries and finds the named properties;
-  :func:`tags_hashes`, :func:`split_keys`, :func:`uniq_keys` and :func:`parse_ints` derive columns from them.
-* :func:`take_strings` gathers strings by row index (named property values, small name tables).
+Every kernel, by what it serves (each called through a public wrapper of udfs.kernels, never from elsewhere):
+
+* records: :func:`decode_records` walks every frame once: the framing checks of ``codec.decode_record`` in its
+  order, the header fields, copies of BODY/TOPIC/PROPERTIES, the body CRC (slice-by-8), host strings and msgId.
+  :func:`parse_properties` splits each row's PROPERTIES into map entries and finds the named properties;
+  :func:`tags_hashes`, :func:`split_keys`, :func:`uniq_keys` and :func:`parse_ints` derive columns from them;
+  :func:`take_strings` gathers strings by row index (named property values, small name tables);
+  :func:`index_keys` gives the keys IndexService indexes for each record and their hashes.
+* framing: :func:`frame_run` (the run of plain valid messages from a position, ``CompiledFramer``) and
+  :func:`frame_each` (its verdict on records at given positions).
+* index files: :func:`index_chain_bits` (each entry's hash-chain problems), :func:`index_entry_summary` (slots
+  used, repeated pairs), :func:`pairs_in_sorted` (which (offset, hash) pairs of one set are in another), with
+  :func:`index_geometry` (their ``geo`` argument, built beside the constants that name its positions).
+* routing: :func:`bucket_hulls` (each routing bucket's first and last row, jobs/audit/plan.py's ``Buckets``).
+* consumerOffset.json: :func:`offset_table_scan`, :func:`offset_name_order`, :func:`offset_rows` (the offset
+  table's rows in one pass, udfs/metadata.py) and :func:`gather_spans` (spans of bytes into an Arrow buffer).
 
 Every table (layout offsets, magics, CRC table, ...) is an argument, never a global: numba's disk cache is
 keyed on this file only, so a constant taken from another module would go stale.  Variable-length outputs are
