@@ -477,3 +477,25 @@ def test_a_revive_the_put_hooks_delay_is_one_revive(spark, tmp_path):
     broker2.writer.close()
     found = audit(spark, [tmp_path / "s2"], tmp_path / "out2", "--checks", "pop")
     assert [r["state"] for r in found["tables"]["pop"]] == ["revived"] and found["findings"] == []
+
+
+def test_a_broker_whose_timer_audit_fails_is_that_brokers_finding(spark, tmp_path, monkeypatch):
+    """A bug or a file no check foresaw in one broker's timer store: that broker's broker.audit_failed, the other
+    broker's timers as they are, and summary.json still written."""
+    from jobs.audit.checks import timers
+
+    real = timers._audit_broker
+
+    def failing(b):
+        if b.name == "v5-timer":
+            raise ValueError("no check foresaw this")
+        return real(b)
+
+    monkeypatch.setattr(timers, "_audit_broker", failing)
+    found = audit(spark, [f"v5-timer={store5('v5-timer')}", f"other={store5('v5-default')}"], tmp_path / "out",
+                  "--checks", "timers")
+    [failed] = of(found, "broker.")
+    assert failed["broker"] == "v5-timer" and dict(failed["details"])["error"] == "ValueError: no check foresaw this"
+    brokers = {b["name"]: b for b in found["summary"]["brokers"]}
+    assert "timers" not in brokers["v5-timer"] and brokers["other"]["timers"]["pending"] == 0
+    assert {r["broker"] for r in found["tables"]["timers"]} <= {"other"}

@@ -39,6 +39,7 @@ from ..contract import Family, FamilyResult
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, metric_table
 from ..routes import TIMER_UNITS, TIMERLOG_FILES
 from ..scan import IN_DAMAGE, MID_RECORD
+from ..tasks import failure_row
 
 _W = Severity.WARNING
 check("timers.overdue", Severity.WARNING,
@@ -353,11 +354,9 @@ def _wheel(loc):
 def on_driver(ctx) -> FamilyResult:
     res = FamilyResult()
     paths_rows, metric_rows = [], []
-    for name, plan in ctx.plans.items():
-        if not applies(plan):
-            continue
-        b = _computed(ctx).get(name)
-        if b is None:
+    for name, b in _computed(ctx).items():
+        if isinstance(b, Exception):  # that broker's finding; the others' results stand
+            ctx.failures.append(failure_row(name, "the timers checks", b))
             continue
         res.findings.append(b["findings"])
         paths_rows += b["rows"]
@@ -379,7 +378,10 @@ def _computed(ctx) -> dict:
     if not cache:
         for name, plan in ctx.plans.items():
             if applies(plan):
-                cache[name] = _audit_broker(_Broker(ctx, name, plan))
+                try:
+                    cache[name] = _audit_broker(_Broker(ctx, name, plan))
+                except Exception as e:  # noqa: BLE001 - reported by on_driver as that broker's audit_failed
+                    cache[name] = e
     return cache
 
 
@@ -724,7 +726,7 @@ def _heads(b: _Broker, offs: np.ndarray, slot: np.ndarray) -> dict[int, int]:
 
 def summary(ctx) -> dict:
     """summary.json's ``timers`` per broker with a timer store: how many timer messages wait, and when they are due."""
-    return {name: {"timers": b["summary"]} for name, b in _computed(ctx).items()}
+    return {name: {"timers": b["summary"]} for name, b in _computed(ctx).items() if not isinstance(b, Exception)}
 
 
 FAMILY = Family(
