@@ -31,7 +31,7 @@ from . import layout as L
 from . import rolled
 from .errors import ErrorKind, StoreFormatError
 
-BATCH_CQ_DIR = "batchconsumequeue"  # its StorePart in layout.STORE_PARTS
+BATCH_CQ_DIR = L.BATCH_CQ_DIR
 UNIT = L.BATCH_CQ_UNIT
 UNIT_SIZE = UNIT.width  # 46
 _UNIT = struct.Struct(UNIT.struct)
@@ -115,8 +115,8 @@ class BatchQueueFile:
 
 def list_batch_queue_files(root) -> list[BatchQueueFile]:
     """Every regular file of ``<root>/batchconsumequeue/<topic>/<queue>/`` (bad folder and file names too), each
-    with its problems (store_format.rolled.list_rolled_files with ``every_file``: a bad name, a length other than
-    the queue's file size), by topic, queue and name."""
+    with its problems (store_format.rolled.list_folder, the one listing of rolled folders: a bad name, a length
+    other than the queue's file size), by topic, queue and name."""
     from .consumequeue import queue_id_of
 
     out = []
@@ -126,7 +126,7 @@ def list_batch_queue_files(root) -> list[BatchQueueFile]:
             continue
         for q in base.child(t.base_name).list():
             if q.type == pafs.FileType.Directory:
-                files = rolled.list_rolled_files(base.child(t.base_name).child(q.base_name), every_file=True)
+                files = rolled.list_folder(base.child(t.base_name).child(q.base_name), part=BATCH_CQ_DIR)
                 out += [BatchQueueFile(t.base_name, queue_id_of(q.base_name), f) for f in files]
     return out
 

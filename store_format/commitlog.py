@@ -32,6 +32,7 @@ from .codec import decode_record
 from .errors import ErrorKind, RecordError
 from .fs import Location, ReadOnlyMap  # noqa: F401  (ReadOnlyMap: named here too, where readers found it)
 from .message import Message, body_crc32
+from .rolled import RolledFile, infer_file_size, list_folder, list_rolled_files
 
 SEGMENT_NAME = re.compile(r"[0-9]{20}\Z")  # ASCII digits only, no trailing newline: use .match
 END_OF_DATA = "END_OF_DATA"  # stop kind for zeros where the next record would start: not damage
@@ -47,76 +48,23 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:0{L.SEGMENT_NAME_DIGITS}d}"
 
 
-@dataclass(frozen=True, eq=False)
-class Segment:
-    """One file of ``commitlog/`` as the listing finds it (:func:`list_segment_files`), with what is wrong with the
-    file itself: a name that is no base offset (``base_offset`` None: never read), a length that is not the
-    store's segment size, an empty file."""
-
-    loc: Location
-    base_offset: int | None  # None: the name is not 20 digits (the file is only reported)
-    length: int  # actual file length (a healthy store: == mapped file size)
-    problems: tuple[tuple[str, str], ...] = ()  # (ErrorKind value, what is wrong) about the file
-
-    @property
-    def name(self) -> str:
-        return self.loc.name
-
-    @property
-    def path(self):
-        """What the Path-based readers open: a ``Path`` (local), else a ``fs.StorePath``."""
-        return self.loc.as_path()
+#: one file of ``commitlog/`` as the listing finds it (store_format.rolled: the one listing of rolled folders)
+Segment = RolledFile
 
 
 def list_segment_files(where, segment_size: int | None = None) -> list[Segment]:
-    """Every regular file of a ``commitlog/`` folder (or the one segment file ``where`` names), in name order, each
-    with what is wrong with its name or length: the MappedFileQueue folder's one listing
-    (store_format.rolled.list_rolled_files), in the commitlog's words.  ``segment_size``: the store's, when known;
-    else the files' own (:func:`infer_segment_size`)."""
-    from .fs import resolve
-    from .rolled import RolledFile, list_rolled_files
-
-    loc = resolve(where)
-    if loc.is_file():
-        i = loc.info()
-        named = SEGMENT_NAME.match(i.base_name) is not None
-        size = segment_size or (i.size if named and i.size else None)
-        problems = () if named else (("BAD_FILE_NAME", "bad_name"),)
-        if named and size and i.size != size:
-            problems = (("BAD_GEOMETRY", "wrong_length"),)
-        elif named and not i.size:
-            problems = (("BAD_GEOMETRY", "empty"),)
-        files = [RolledFile(loc, int(i.base_name) if named else None, i.size, problems)]
-    else:
-        files = list_rolled_files(loc, segment_size, every_file=True)
-        size = segment_size or infer_segment_size([(f.base_offset, f.length) for f in files
-                                                   if f.base_offset is not None])
-    return [Segment(f.location, f.base_offset, f.length, tuple((kind, _SEGMENT_PROBLEMS[what].format(
-        length=f.length, size=size)) for kind, what in f.problems)) for f in files]
-
-
-_SEGMENT_PROBLEMS = {  # the listing's problems (store_format.rolled.list_rolled_files), as the commitlog says them
-    "bad_name": "a commitlog file name must be its 20-digit base offset; not read (no base offset to check records "
-                "against)",
-    "wrong_length": "segment is {length} bytes, the store's segment size is {size} (the broker refuses to load it); "
-                    "read anyway",
-    "empty": "segment file is empty: the broker preallocates every segment (mappedFileSizeCommitLog) and refuses to "
-             "load an empty one",
-}
+    """Every regular file of a ``commitlog/`` folder (or the one segment file ``where`` names), in name order, each with
+    what is wrong with its name or length (:func:`store_format.rolled.list_folder`)."""
+    return list_folder(where, segment_size, "commitlog")
 
 
 def list_segments(commitlog_dir) -> list[Segment]:
     """The segments the broker loads: the named files of :func:`list_segment_files`, by base offset."""
-    return sorted((s for s in list_segment_files(commitlog_dir) if s.base_offset is not None),
-                  key=lambda s: s.base_offset)
+    return list_rolled_files(commitlog_dir, part="commitlog")
 
 
 def infer_segment_size(files) -> int | None:
-    """mappedFileSizeCommitLog as the segment files show it, from their (base offset, length) pairs
-    (store_format.rolled.infer_file_size: the smallest spacing of the names, else the only file's length; None when
-    the files cannot tell)."""
-    from .rolled import infer_file_size
-
+    """mappedFileSizeCommitLog as the segment files show it (:func:`store_format.rolled.infer_file_size`)."""
     return infer_file_size(files)
 
 

@@ -1,542 +1,501 @@
-"""The audit of RocketMQ 5.x stores (issue 32): LMQ queues, batch consume queues and the whole-record CRC.
-
-Fidelity against the 5.3.3 fixtures: each of v5-default, v5-crc, v5-lmq and v5-batchcq audits with no false error,
-and what the audit reports of them (the LMQ dispatch RocketMQ itself mishandled, the batch queues' bounds, every
-CRC property verified) is what their manifests say.  Damage made through store_format.write.damage, to copies of
-the fixtures and of writer-built 5.x stores, is found at its position by the right check; the dispatch list that
-stalls RocketMQ's reput makes a broker that will not start; LMQ groups' offsets give lag.  Recovery under
-forceVerifyPropCRC is predicted as store-format-5x.md section 1.3-1.4 says RocketMQ recovers (store layer, no
-Spark), and the audit reads the setting from --config."""
+"""The 5.x audit families (issue 32): ``timers`` and ``pop``.  The v5-timer fixture (written by RocketMQ 5.3.3)
+audits with no false error and its timer messages read as its manifest and RocketMQ's own timer metrics say, field
+by field; writer-built 5.x stores (store_format.write.broker5 flows, generate --rocketmq 5) with each kind of
+damage -- the damage helpers' and byte patches the writer's flows cannot make -- are found at the damaged position
+by the right check; a 4.x dump is audited without the 5.x families."""
 from __future__ import annotations
 
+import argparse
+import collections
+import json
+import os
 import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
-from jobs import audit
+from jobs.audit import job as audit_job
 from store_format import layout as L
-from store_format import propcrc
-from store_format.batchcq import discover_batch_queues, read_batch_queue
-from store_format.brokerconf import RecoverySettings, read_properties, recovery_settings
-from store_format.commitlog import list_segments, walk_buffer
-from store_format.consumequeue import discover_queues, read_queue
-from store_format.fs import ReadOnlyMap
-from store_format.recovery import predict_recovery, recovery_walk
-from store_format.store import Store
+from store_format import pop as P
+from store_format import timer as T
 from store_format.write import damage as D
 from store_format.write.broker import ManualClock, Producer
-from store_format.write.broker5 import Broker5
+from store_format.write.broker5 import Broker5, PopResult
 from store_format.write.generate5 import Traffic5Config, config_5x, generate_store_5x
 from store_format.write.writer import StoreWriter, WriterConfig
 
-from .test_audit import audit_args, by_severity, rows
-from .test_v5_fixtures import manifest5, records, store5
+from .conftest import fixture_store
+from .test_v5_fixtures import manifest5, store5
 
-OWN = ("v5-default", "v5-crc", "v5-lmq", "v5-batchcq")
 START = 1_795_786_365_000
+DAY = 86_400_000
 
 
-def _frames(root: Path) -> list:
-    """(segment name, message frame) of every record, in physical order."""
-    out = []
-    for seg in list_segments(root / "commitlog"):
-        with ReadOnlyMap(seg.path) as m:
-            out += [(seg.name, f) for f in walk_buffer(m.buf, seg.name, seg.base_offset) if f.kind == "message"]
-    return out
+def audit(spark, stores, out: Path, *extra) -> dict:
+    """One audit (no report); its findings, tables and summary."""
+    args = audit_job.build_parser().parse_args(["--store", *map(str, stores), "--out", str(out), "--no-report",
+                                                *extra])
+    result = audit_job.run(spark, args)
+    tables = {p.name: pq.read_table(p).to_pylist() for p in (out / "tables").iterdir()}
+    return {"exit": result.exit_code, "findings": pq.read_table(out / "findings").to_pylist(), "tables": tables,
+            "summary": json.loads((out / "summary.json").read_text())}
 
 
-def _record_at(root: Path, damage: D.Damage):
-    """The record a commitlog damage lies in: (segment, frame)."""
-    seg = Path(damage.path).name
-    return next((s, f) for s, f in _frames(root) if s == seg and
-                f.file_position <= damage.position < f.file_position + f.size)
+def of(found: dict, prefix: str) -> list[dict]:
+    return [f for f in found["findings"] if f["check"].startswith(prefix)]
 
 
-def _gen5(root: Path, segment: int = 1 << 20, messages: int = 500) -> Path:
-    generate_store_5x(root, Traffic5Config(messages=messages, seed=7),
-                      config_5x(WriterConfig(mappedFileSizeCommitLog=segment, mappedFileSizeTimerLog=4096)))
+def writer5(root: Path, **overrides) -> tuple[Broker5, Producer]:
+    cfg = WriterConfig(storeHost="192.168.0.10:10911", mappedFileSizeCommitLog=1 << 20, mappedFileSizeTimerLog=2048,
+                       timerWheelEnable=True, enabledAppendPropCRC=True, **overrides)
+    return Broker5(StoreWriter(root, cfg, clock=ManualClock(START))), Producer(born_host="10.1.2.3:50000")
+
+
+def units_of(root: Path) -> list:
+    return [u for f in T.list_timer_log_files(root) for u in T.walk_timer_log(f) if u.kind == "entry"]
+
+
+def patch(path: Path, position: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        f.write(data)
+
+
+# ------------------------------------------------------------------------------------------------ the fixture
+
+
+def test_v5_timer_audits_clean_and_its_timers_are_the_manifests(spark, tmp_path):
+    found = audit(spark, [store5("v5-timer")], tmp_path / "out")
+    assert found["exit"] == 0
+    assert [f for f in found["findings"] if f["severity"] != "info"] == []
+    assert {f["check"] for f in found["findings"]} == {"metadata.config_missing"}  # consumerOffset.json etc.
+    m = manifest5("v5-timer")
+    cp = m["timer"]["timerCheckpoint (TimerCheckpoint class)"]
+    joined = m["timerMessages (join of puts, messages and timer.timerLogUnits; derived in Python, not by RocketMQ)"]
+    recalled = {t["TIMER_DEL_UNIQKEY"] for t in joined if "TIMER_DEL_UNIQKEY" in t}
+    rows = {r["physical_offset"]: r for r in found["tables"]["timers"]}
+    expected = {}
+    for t in joined:
+        if not t["timerLogUnits"]:
+            assert t["wroteOffset"] not in rows  # stored on its own topic, or refused: never in the timer
+            continue
+        [unit] = t["timerLogUnits"]
+        delivered = [o for o in t["otherRecordsWithSameUniqKey_[offset,topic,queueId,queueOffset]"]
+                     if o[1] == t["originalTopic"]]
+        state = "recall" if "TIMER_DEL_UNIQKEY" in t else "fired" if delivered else \
+            "recalled" if f"{t['originalTopic']}+{t['uniqKey']}" in recalled else \
+            "pending" if unit["slotTimeMs"] >= cp["lastReadTimeMs"] else "?"
+        kind = {1: "timer", 3: "roll", 5: "recall"}[unit["magic"]]
+        expected[t["wroteOffset"]] = (t["uniqKey"], t["originalTopic"], t["originalQueueId"], kind,
+                                      int(t["TIMER_OUT_MS"]), unit["offset"], unit["slotTimeMs"], state,
+                                      delivered[0][0] if delivered else None, delivered[0][3] if delivered else None)
+    got = {o: (r["uniq_key"], r["real_topic"], r["real_queue_id"], r["kind"], r["deliver_ms"], r["timerlog_offset"],
+               r["slot_time_ms"], r["state"], r["delivered_offset"], r["delivered_queue_offset"])
+           for o, r in rows.items()}
+    assert got == expected and len(got) == 51
+    assert collections.Counter(r[7] for r in got.values()) == {"pending": 34, "fired": 13, "recalled": 2,
+                                                               "recall": 2}
+    # RocketMQ's own count of what waits in the wheel (TimerMetrics: +1 a put, -1 a delete entry) is the pending one
+    metrics = m["timer"]["timerMetrics (TimerMetrics class)"]["timingCount_[count,timeStamp]"]
+    timers = found["summary"]["brokers"][0]["timers"]
+    assert timers["pending"] == sum(c for c, _ in metrics.values()) == 34
+    assert timers["fired"] == 13 and timers["recalled"] == 2 and timers["lost"] == 0 and timers["overdue"] == 0
+    assert timers["read_time_ms"] == cp["lastReadTimeMs"]
+    waiting = sorted(v[4] for v in expected.values() if v[7] == "pending")
+    assert timers["next_due"][0] == {"due_ms": waiting[0], "messages": waiting.count(waiting[0])}
+    assert timers["last_due_ms"] == waiting[-1] and "timers" in found["summary"]["checks"]
+
+
+def test_a_4x_dump_is_audited_without_the_5x_families(spark, tmp_path):
+    found = audit(spark, [fixture_store("broker")], tmp_path / "out")
+    assert "timers" not in found["summary"]["checks"] and "pop" not in found["summary"]["checks"]
+    assert "timers" not in found["tables"] and "pop" not in found["tables"]
+    assert "timers" not in found["summary"]["brokers"][0]
+
+
+# ------------------------------------------------------------------------------------------------ timer flows
+
+
+def test_pending_overdue_fired_and_recalled_timers(spark, tmp_path):
+    broker, p = writer5(tmp_path / "s")
+    fired = broker.send(p, "TimerTopic", b"fired", delay_sec=2, queue_id=0)
+    far = broker.send(p, "TimerTopic", b"far", delay_sec=3600, queue_id=1)
+    gone = broker.send(p, "TimerTopic", b"gone", delay_sec=600, queue_id=0)
+    recall = broker.recall(p, "TimerTopic", gone.msg_id, int(gone.record.properties[L.PROPERTY_TIMER_OUT_MS]) + 1)
+    broker.run_timers(START + 10_000)
+    late = broker.send(p, "TimerTopic", b"late", delay_sec=5, queue_id=2)
+    broker.clock.set(START + 120_000)  # the timer is not run again: "late" is due and its slot unread
+    broker.send(p, "PlainTopic", b"now", queue_id=0)
+    broker.writer.close()
+    found = audit(spark, [tmp_path / "s"], tmp_path / "out", "--checks", "timers,pop")
+    rows = {r["uniq_key"]: r for r in found["tables"]["timers"] if r["kind"] == "timer"}
+    assert rows[fired.msg_id]["state"] == "fired" and rows[far.msg_id]["state"] == "pending"
+    assert rows[gone.msg_id]["state"] == "recalled" and rows[late.msg_id]["state"] == "overdue"
+    assert fired.record.physical_offset < rows[fired.msg_id]["delivered_offset"] < late.record.physical_offset
+    [r] = [r for r in found["tables"]["timers"] if r["kind"] == "recall"]
+    assert r["physical_offset"] == recall.physical_offset and r["state"] == "recall"
+    [over] = of(found, "timers.")
+    assert over["check"] == "timers.overdue" and over["severity"] == "warning" and over["topic"] == "TimerTopic"
+    late_unit = [u for u in units_of(tmp_path / "s") if u.physical_offset == late.record.physical_offset][0]
+    assert (over["file"], over["file_position"]) == (f"timerlog/{Path(late_unit.file).name}", late_unit.file_position)
+    assert dict(over["details"])["uniq_key"] == late.msg_id and found["exit"] == 0
+    t = found["summary"]["brokers"][0]["timers"]
+    assert (t["pending"], t["overdue"], t["fired"], t["recalled"]) == (2, 1, 1, 1)
+    # a week later, what still waits is past the wheel's reach: a restarted timer never reads those slots
+    later = audit(spark, [tmp_path / "s"], tmp_path / "later", "--checks", "timers", "--as-of", str(START + 8 * DAY))
+    assert sorted(f["check"] for f in later["findings"]) == ["timers.lost_past_reach"] * 2 and later["exit"] == 1
+
+
+def test_lost_timers_and_a_roll_chain_that_ends_nowhere(spark, tmp_path):
+    """The checkpoint's read time moved past slots the timer never fired (the broker lost them: its checkpoint is
+    ahead of what it did): a normal unit is lost, a roll unit's chain ends."""
+    broker, p = writer5(tmp_path / "s")
+    normal = broker.send(p, "TimerTopic", b"n", delay_sec=3, queue_id=0)
+    roll = broker.send(p, "TimerTopic", b"r", deliver_ms=START + 2 * DAY + 3_600_000, queue_id=1)
+    broker.timer.catch_up(START + 2 * DAY)  # read and write times move on, nothing fired
+    broker.clock.set(START + 2 * DAY)
+    broker.send(p, "PlainTopic", b"x", queue_id=0)
+    broker.writer.close()
+    found = audit(spark, [tmp_path / "s"], tmp_path / "out", "--checks", "timers")
+    by = {f["check"]: f for f in of(found, "timers.")}
+    assert set(by) == {"timers.lost", "timers.roll_chain_broken"}
+    units = {u.physical_offset: u for u in units_of(tmp_path / "s")}
+    for check_id, sent in (("timers.lost", normal), ("timers.roll_chain_broken", roll)):
+        f, u = by[check_id], units[sent.record.physical_offset]
+        assert (f["file"], f["file_position"], f["physical_offset"]) == (f"timerlog/{Path(u.file).name}",
+                                                                       u.file_position, sent.record.physical_offset)
+        assert dict(f["details"])["uniq_key"] == sent.msg_id and f["severity"] == "error"
+    assert "no roll re-put" in by["timers.roll_chain_broken"]["message"]
+
+
+def test_recalled_but_delivered_and_delivered_twice(spark, tmp_path):
+    broker, p = writer5(tmp_path / "s")
+    missed = broker.send(p, "TimerTopic", b"m", delay_sec=30, queue_id=0)
+    out_ms = int(missed.record.properties[L.PROPERTY_TIMER_OUT_MS])
+    broker.recall(p, "TimerTopic", missed.msg_id, out_ms + 5001)  # the recall names another slot
+    twice = broker.send(p, "TimerTopic", b"t", delay_sec=3, queue_id=1)
+    fired = broker.run_timers(START + 60_000)
+    [f] = [f for f in fired if f.outcome == "fired" and f.source.uniq_key == twice.msg_id]
+    [unit] = [u for u in units_of(tmp_path / "s") if u.physical_offset == twice.record.physical_offset]
+    again = broker._fire(f.source, unit.write_time_ms, False, f.slot_time, f.unit_offset)  # a slot read twice
+    broker.writer.close()
+    found = audit(spark, [tmp_path / "s"], tmp_path / "out", "--checks", "timers")
+    by = {f["check"]: f for f in of(found, "timers.")}
+    assert set(by) == {"timers.recalled_but_delivered", "timers.delivered_twice"}
+    r = by["timers.recalled_but_delivered"]
+    assert r["physical_offset"] == missed.record.physical_offset and "names the slot" in r["message"]
+    d = by["timers.delivered_twice"]
+    assert (d["physical_offset"], d["topic"], d["queue_id"]) == (again.record.physical_offset, "TimerTopic", 1)
+    assert dict(d["details"])["first_delivery"] == str(f.record.physical_offset)
+
+
+def test_a_checkpoint_behind_and_ahead_of_the_timer_log(spark, tmp_path):
+    broker, p = writer5(tmp_path / "s")
+    for i in range(3):
+        broker.send(p, "TimerTopic", b"%d" % i, delay_sec=2 + i, queue_id=0)
+    broker.run_timers(START + 30_000)
+    broker.writer.close()
+    check = tmp_path / "s" / "config" / "timercheck"
+    cp = T.read_timer_checkpoint(check)
+    patch(check, 0, L.TIMER_CHECKPOINT.pack("last_read_time_ms", START))  # before the three fired slots
+    behind = audit(spark, [tmp_path / "s"], tmp_path / "behind", "--checks", "timers")
+    [f] = of(behind, "timers.")
+    assert f["check"] == "timers.checkpoint_behind" and (f["file"], f["file_position"]) == ("config/timercheck", 0)
+    assert dict(f["details"])["count"] == "3" and f["severity"] == "warning"
+    patch(check, 0, L.TIMER_CHECKPOINT.pack("last_read_time_ms", cp.last_read_time_ms))
+    patch(check, 8, L.TIMER_CHECKPOINT.pack("last_timer_log_flush_pos", cp.last_timer_log_flush_pos + 10 * 52))
+    ahead = audit(spark, [tmp_path / "s"], tmp_path / "ahead", "--checks", "timers")
+    [f] = of(ahead, "timers.")
+    assert f["check"] == "timers.checkpoint_ahead" and (f["file"], f["file_position"]) == ("config/timercheck", 8)
+    assert f["severity"] == "error" and str(cp.last_timer_log_flush_pos + 520) in f["message"]
+
+
+def test_a_slot_the_wheel_lost_leaves_its_units_unreachable(spark, tmp_path):
+    """A pending unit in an older timer-log file (which the timer's recovery does not rescan) whose wheel slot is
+    zeroed: no chain reaches it."""
+    broker, p = writer5(tmp_path / "s")
+    lone = broker.send(p, "TimerTopic", b"lone", delay_sec=7200, queue_id=0)
+    for i in range(90):  # two more timer-log files of short timers (39 units a 2,048-byte file)
+        broker.send(p, "TimerTopic", b"%d" % i, delay_sec=1 + i % 5, queue_id=1)
+    broker.run_timers(START + 20_000)
+    broker.writer.close()
+    root = tmp_path / "s"
+    assert len(T.list_timer_log_files(root)) >= 3
+    [u] = [u for u in units_of(root) if u.physical_offset == lone.record.physical_offset]
+    patch(root / "timerwheel", T.slot_index(u.slot_time_ms) * T.SLOT_SIZE, bytes(T.SLOT_SIZE))
+    found = audit(spark, [root], tmp_path / "out", "--checks", "timers")
+    [f] = of(found, "timers.")
+    assert f["check"] == "timers.unit_unreachable" and (f["file"], f["file_position"]) == (
+        f"timerlog/{Path(u.file).name}", u.file_position)
+    assert found["summary"]["brokers"][0]["timers"]["lost"] == 1
+
+
+def test_units_pointing_at_no_timer_record_or_past_the_recovered_end(spark, tmp_path):
+    broker, p = writer5(tmp_path / "s")
+    plain = broker.send(p, "PlainTopic", b"plain", queue_id=0)
+    a = broker.send(p, "TimerTopic", b"a", delay_sec=600, queue_id=0)
+    b = broker.send(p, "TimerTopic", b"b", delay_sec=900, queue_id=0)
+    broker.send(p, "PlainTopic", b"between", queue_id=0)
+    c = broker.send(p, "TimerTopic", b"c", delay_sec=1200, queue_id=0)
+    broker.writer.close()
+    units = {u.physical_offset: u for u in units_of(tmp_path / "s")}
+    ua = units[a.record.physical_offset]
+    D.timer_unit_outside_commitlog(tmp_path / "s", tmp_path / "other", timerlog_offset=ua.timerlog_offset,
+                                   physical_offset=plain.record.physical_offset)
+    found = audit(spark, [tmp_path / "other"], tmp_path / "o1", "--checks", "timers")
+    wrong = [f for f in of(found, "timers.") if f["check"] == "timers.unit_not_timer_record"]
+    assert len(wrong) == 1 and (wrong[0]["file_position"], wrong[0]["physical_offset"]) == (
+        ua.file_position, plain.record.physical_offset)
+    assert "a record of PlainTopic" in wrong[0]["message"] and wrong[0]["severity"] == "error"
+    # a bad CRC before c: recovery ends the CommitLog there, and c's unit points past the recovered end
+    between = [f for f in D._messages(tmp_path / "s") if f.message.body == b"between"][0]
+    D.bad_crc(tmp_path / "s", tmp_path / "cut", physical_offset=between.physical_offset)
+    found = audit(spark, [tmp_path / "cut"], tmp_path / "o2", "--checks", "timers")
+    [f] = [f for f in of(found, "timers.") if f["check"] == "timers.unit_past_recovered_end"]
+    uc = units[c.record.physical_offset]
+    assert (f["file_position"], f["physical_offset"]) == (uc.file_position, c.record.physical_offset)
+    assert str(between.physical_offset) in f["message"]
+    assert b.record.physical_offset < between.physical_offset
+
+
+# ------------------------------------------------------------------------------------------------ damage helpers
+
+
+@pytest.fixture(scope="module")
+def gen5(tmp_path_factory) -> Path:
+    """``generate --rocketmq 5``: timers fired, rolled and recalled, POP pops, acks and revives, LMQ, CRC."""
+    root = tmp_path_factory.mktemp("gen5") / "broker-g" / "store"
+    generate_store_5x(root, Traffic5Config(messages=4000, seed=11),
+                      config_5x(WriterConfig(mappedFileSizeCommitLog=1 << 20, mappedFileSizeTimerLog=4096)))
     return root
 
 
-def _broker5(root: Path) -> tuple[StoreWriter, Broker5, Producer]:
-    cfg = WriterConfig(storeHost="192.168.0.10:10911", mappedFileSizeCommitLog=1 << 20, timerWheelEnable=True,
-                       enableLmq=True, enableMultiDispatch=True, enabledAppendPropCRC=True)
-    w = StoreWriter(root, cfg, clock=ManualClock(START))
-    return w, Broker5(w), Producer(born_host="10.1.2.3:50000")
+def test_a_generated_5x_store_has_no_timer_or_pop_finding(spark, tmp_path, gen5):
+    found = audit(spark, [gen5], tmp_path / "out", "--checks", "timers,pop")
+    assert found["findings"] == [] and found["exit"] == 0
+    states = collections.Counter(r["state"] for r in found["tables"]["timers"])
+    assert states["fired"] > 50 and states["pending"] > 0 and states["recalled"] > 0
+    pops = collections.Counter(r["state"] for r in found["tables"]["pop"])
+    assert set(pops) <= {"acked", "revived"} and pops["acked"] and pops["revived"]
 
 
-def _conf(path: Path, **values) -> Path:
-    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()), encoding="iso-8859-1")
-    return path
+def _pending_slot(root: Path) -> int:
+    """A wheel slot still to be read whose chain holds more than one unit."""
+    read = T.read_timer_checkpoint(root / "config" / "timercheck").last_read_time_ms
+    with T.TimerLog(root) as log:
+        for row in T.read_wheel_slots(root / "timerwheel").rows():
+            if row["slot_time_ms"] >= read and len(T.walk_chain(log, row["last_pos"]).units) > 1:
+                return row["slot_time_ms"]
+    raise AssertionError("no pending slot with a chain")
 
 
-def _checks(findings: list[dict], broker: str, severity: str | None = None) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for f in findings:
-        if f["broker"] == broker and (severity is None or f["severity"] == severity):
-            out[f["check"]] = out.get(f["check"], 0) + 1
-    return out
+def test_each_timer_damage_is_found_where_it_is(spark, tmp_path, gen5):
+    cases = [
+        (D.timer_unit_outside_commitlog(gen5, tmp_path / "outside"), "timers.unit_outside_commitlog",
+         L.TIMER_LOG_UNIT.offset("physical_offset")),
+        (D.looping_timer_chain(gen5, tmp_path / "loop", slot_time_ms=_pending_slot(gen5)), "timers.chain_loop",
+         L.TIMER_LOG_UNIT.offset("prev_pos")),
+        (D.timercheck_wrong_length(gen5, tmp_path / "short56"), "timers.timercheck_bad_length", 0),
+        (D.timercheck_wrong_length(gen5, tmp_path / "short20", length=20), "timers.timercheck_bad_length", 0),
+    ]
+    for (d, check_id, field_at), name in zip(cases, ("outside", "loop", "short56", "short20")):
+        found = audit(spark, [tmp_path / name], tmp_path / f"{name}-out", "--checks", "timers")
+        mine = [f for f in found["findings"] if f["check"] == check_id]
+        assert len(mine) == 1, (name, [f["check"] for f in found["findings"]])
+        f = mine[0]
+        assert f["file"] == d.path and f["file_position"] == d.position - field_at, (name, f)
+    short = {n: [f for f in audit(spark, [tmp_path / n], tmp_path / f"{n}-again", "--checks", "timers")["findings"]
+                 if f["check"] == "timers.timercheck_bad_length"][0] for n in ("short56", "short20")}
+    assert short["short56"]["severity"] == "warning" and short["short20"]["severity"] == "error"
+    assert "reads the missing ones as 0" in short["short20"]["message"]
 
 
-# --------------------------------------------------------------------------------------------------
-# Which records carry __CRC32#: the decode's flag and the store layer's test agree, on RocketMQ's records
+def test_a_pop_checkpoint_that_is_not_json_is_found_at_its_record(spark, tmp_path, gen5):
+    d = D.pop_checkpoint_not_json(gen5, tmp_path / "bad")
+    found = audit(spark, [tmp_path / "bad"], tmp_path / "out", "--checks", "pop")
+    [f] = found["findings"]
+    at = d.position - L.layout_for(0).offsets["body_crc"]  # the helper rewrites from BODYCRC on
+    assert f["check"] == "pop.bad_body" and f["physical_offset"] == int(Path(d.path).name) + at
+    assert f["file"] == Path(d.path).name and f["file_position"] == at + L.layout_for(0).body_offset
+    assert f["severity"] == "error"
+    assert dict(f["details"])["reason"] == "BAD_JSON"
 
 
-@pytest.mark.parametrize("name,carry", [("v5-crc", True), ("v5-default", False), ("v5-lmq", False)])
-def test_the_decode_flags_exactly_the_records_that_carry_the_property(name, carry):
-    from udfs import kernels as K
-
-    for seg in list_segments(store5(name) / "commitlog"):
-        with ReadOnlyMap(seg.path) as m:
-            frames = [f for f in walk_buffer(m.buf, seg.name, seg.base_offset) if f.kind == "message"]
-            pos, size = [f.file_position for f in frames], [f.size for f in frames]
-            flag = K.decode_buffer(m.buf, pos, size, columns=("crc_property",)).column("crc_property").to_pylist()
-            assert flag == propcrc.carries_crc(m.buf, pos, size).tolist() == [carry] * len(frames)
+# ------------------------------------------------------------------------------------------------ POP flows
 
 
-# --------------------------------------------------------------------------------------------------
-# The 5.3.3 fixtures, audited together
-
-
-@pytest.fixture(scope="module")
-def fixtures5_audit(spark, tmp_path_factory):
-    out = tmp_path_factory.mktemp("v5audit") / "out"
-    result = audit.run(spark, audit_args([f"{n}={store5(n)}" for n in OWN], out))
-    return result, out, rows(out, "findings")
-
-
-def test_the_5x_fixtures_audit_with_no_false_error(fixtures5_audit):
-    result, out, findings = fixtures5_audit
-    assert by_severity(findings, "error") == [] and result.exit_code == 0
-    # the only warnings: the records whose dispatch list ends in a non-LMQ name, for which RocketMQ wrote no LMQ
-    # unit (store-format-5x.md section 5.1); RocketMQ's view has no unit of them in any %LMQ% queue
-    warnings = by_severity(findings, "warning")
-    assert {f["check"] for f in warnings} == {"lmq.dispatch_skipped"}
-    mishandled = [r.physical_offset for r in records("v5-lmq")
-                  if r.properties.get(L.PROPERTY_INNER_MULTI_DISPATCH, "").endswith(",NotLmqTopic")]
-    assert sorted(f["physical_offset"] for f in warnings if f["broker"] == "v5-lmq") == mishandled
-    assert len(mishandled) == 10 and all(f["details"]["reason"] == "count_mismatch" for f in warnings)
-    in_lmq = {e[1] for c in manifest5("v5-lmq")["consumeQueues"] if c["topic"].startswith(L.LMQ_PREFIX)
-              for e in c["entries_[queueOffset,commitLogOffset,size,tagsCode,batchNum]"]}
-    assert not in_lmq & set(mishandled)
-    # and from the first of them on, %LMQ%room3's units sit below the offsets its records carry
-    [info] = [f for f in findings if f["check"] == "lmq.offsets_diverged"]
-    assert (info["broker"], info["topic"], info["queue_offset"]) == ("v5-lmq", "%LMQ%room3", 1)
-
-
-def test_the_queues_table_has_every_queue_rocketmq_reads_back(fixtures5_audit):
-    """Consume queues, %LMQ% queues and batch consume queues, with the bounds RocketMQ's own view gives (a batch
-    queue's offsets count messages; its entries are its 46-byte units)."""
-    _, out, _ = fixtures5_audit
-    queues = {(r["broker"], r["topic"], r["queue_id"]): r for r in rows(out, "tables/queues")}
-    for name in ("v5-lmq", "v5-batchcq"):
-        for c in manifest5(name)["consumeQueues"]:
-            if not c["dirExists"]:
-                continue
-            q = queues[(name, c["topic"], c["queueId"])]
-            assert (q["min_offset"], q["max_offset"]) == (c["minOffset"], c["maxOffset"]), c["topic"]
-            units = c.get("rawUnits") or c["entries_[queueOffset,commitLogOffset,size,tagsCode,batchNum]"]
-            assert q["entries"] == len(units)
-    assert ("v5-batchcq", "BatchTopic", 0) in queues
-
-
-def test_every_crc_property_of_v5_crc_is_verified(fixtures5_audit):
-    _, out, _ = fixtures5_audit
-    metrics = {(r["broker"], r["metric"]): r["value"] for r in rows(out, "metrics") if r["scope"] == "broker"}
-    n = len(manifest5("v5-crc")["messages"])
-    assert metrics[("v5-crc", "property_crc_records")] == metrics[("v5-crc", "property_crc_verified")] == n
-    assert ("v5-default", "property_crc_records") not in metrics  # no record carries it
-
-
-def test_rocketmq_consumequeue_reads_lmq_queues_like_any_other(spark):
-    """The data source's LMQ queue rows are the units RocketMQ reads back from them."""
-    df = spark.read.format("rocketmq-consumequeue").load(str(store5("v5-lmq"))).where("kind = 'entry'")
-    got: dict[tuple, list] = {}
-    for r in df.orderBy("topic", "queue_id", "queue_offset").collect():
-        got.setdefault((r.topic, r.queue_id), []).append([r.queue_offset, r.physical_offset, r.size, r.tags_code])
-    for c in manifest5("v5-lmq")["consumeQueues"]:
-        entries = [e[:4] for e in c["entries_[queueOffset,commitLogOffset,size,tagsCode,batchNum]"]]
-        assert got.get((c["topic"], c["queueId"]), []) == entries, c["topic"]
-    assert {t for t, _ in got if t.startswith(L.LMQ_PREFIX)} == {"%LMQ%room1", "%LMQ%room2", "%LMQ%room3"}
-
-
-# --------------------------------------------------------------------------------------------------
-# Damage: to copies of the fixtures and of a writer-built 5.x store, in one audit
-
-
-@pytest.fixture(scope="module")
-def damaged5(spark, tmp_path_factory):
-    base = tmp_path_factory.mktemp("v5damage")
-    stores = base / "stores"
-    gen = _gen5(base / "gen5")
-    lmq_queue = max((q for q, _ in discover_queues(gen / "consumequeue") if q.startswith(L.LMQ_PREFIX)),
-                    key=lambda q: len(list(read_queue(discover_queues(gen / "consumequeue")[(q, 0)]))))
-    batch_queue = max(discover_batch_queues(gen), key=lambda k: len(list(read_batch_queue(
-        discover_batch_queues(gen)[k]))))
-    made = {
-        "gen5": None,
-        "fx-lmq-missing": D.lmq_unit_missing(store5("v5-lmq"), stores / "fx-lmq-missing", "%LMQ%room2", 7),
-        "fx-lmq-dup": D.lmq_unit_duplicated(store5("v5-lmq"), stores / "fx-lmq-dup", "%LMQ%room2", 7),
-        "fx-crc-flip": D.flip_bit_under_crc(store5("v5-crc"), stores / "fx-crc-flip", field="store_timestamp", bit=5),
-        "fx-crc-digit": D.crc_property_non_digit(store5("v5-crc"), stores / "fx-crc-digit", digit=3),
-        "fx-batch-size": D.batch_unit_field(store5("v5-batchcq"), stores / "fx-batch-size", "BatchTopic", 0, 4),
-        "fx-batch-missing": D.batch_unit_missing(store5("v5-batchcq"), stores / "fx-batch-missing", "BatchTopic", 1,
-                                                 3),
-        "gen-lmq-missing": D.lmq_unit_missing(gen, stores / "gen-lmq-missing", lmq_queue),
-        "gen-lmq-dup": D.lmq_unit_duplicated(gen, stores / "gen-lmq-dup", lmq_queue),
-        "gen-crc-flip": D.flip_bit_under_crc(gen, stores / "gen-crc-flip"),
-        "gen-crc-digit": D.crc_property_non_digit(gen, stores / "gen-crc-digit", digit=9, char="#"),
-        "gen-batch-base": D.batch_unit_field(gen, stores / "gen-batch-base", *batch_queue, field="msg_base_offset",
-                                             value=1000),
-    }
-    shutil.copytree(gen, stores / "gen5")
-    out = base / "out"
-    audit.run(spark, audit_args([stores], out))
-    return stores, made, rows(out, "findings")
-
-
-def _errors(findings, broker):
-    return [f for f in findings if f["broker"] == broker and f["severity"] == "error"]
-
-
-def test_a_writer_built_5x_store_audits_with_no_error(damaged5):
-    """Reader against our own writer (consistency, not fidelity): every 5.x flow of generate --rocketmq 5."""
-    _, _, findings = damaged5
-    assert _errors(findings, "gen5") == []
-    assert set(_checks(findings, "gen5", "warning")) <= {"lmq.dispatch_skipped"}
-
-
-@pytest.mark.parametrize("broker,queue,offset", [("fx-lmq-missing", "%LMQ%room2", 7), ("gen-lmq-missing", None, None)])
-def test_an_lmq_unit_missing_is_found_where_the_dispatch_put_it(damaged5, broker, queue, offset):
-    stores, made, findings = damaged5
-    d = made[broker]
-    removed = int(d.detail.split("(record at ")[1].split(")")[0])
-    queue = queue or d.path.split("/")[1]
-    errors = _errors(findings, broker)
-    [missing] = [f for f in errors if f["check"] == "lmq.missing_unit"]
-    assert (missing["topic"], missing["physical_offset"]) == (queue, removed)
-    assert offset is None or missing["queue_offset"] == offset
-    # the units after it moved down one: one run of them, from the removed unit's place on
-    shifts = [f for f in errors if f["check"] == "lmq.offset_shift"]
-    assert {f["check"] for f in errors} <= {"lmq.missing_unit", "lmq.offset_shift"}
-    assert all(int(f["details"]["delta"]) == -1 and f["queue_offset"] == missing["queue_offset"] for f in shifts)
-
-
-@pytest.mark.parametrize("broker", ["fx-lmq-dup", "gen-lmq-dup"])
-def test_an_lmq_unit_duplicated_is_found_at_the_copy(damaged5, broker):
-    stores, made, findings = damaged5
-    d = made[broker]
-    twice = int(d.detail.split("(record at ")[1].split(")")[0])
-    errors = _errors(findings, broker)
-    [dup] = [f for f in errors if f["check"] == "lmq.duplicate_unit"]
-    assert dup["physical_offset"] == twice and dup["file_position"] == d.position  # the second of the two
-    assert {f["check"] for f in errors} <= {"lmq.duplicate_unit", "lmq.offset_shift"}
-    assert all(int(f["details"]["delta"]) == 1 for f in errors if f["check"] == "lmq.offset_shift")
-
-
-@pytest.mark.parametrize("broker,check_id,severity", [
-    ("fx-crc-flip", "integrity.bad_property_crc", "error"), ("gen-crc-flip", "integrity.bad_property_crc", "error"),
-    ("fx-crc-digit", "integrity.malformed_property_crc", "warning"),
-    ("gen-crc-digit", "integrity.malformed_property_crc", "warning")])
-def test_crc_damage_is_found_at_its_record(damaged5, broker, check_id, severity):
-    stores, made, findings = damaged5
-    seg, frame = _record_at(stores / broker, made[broker])
-    mine = [f for f in findings if f["broker"] == broker and f["severity"] in ("error", "warning")
-            and f["check"] != "lmq.dispatch_skipped"]  # a writer-built store's LMQ sends RocketMQ mishandles
-    assert [(f["check"], f["severity"], f["file"], f["file_position"], f["physical_offset"]) for f in mine] == \
-        [(check_id, severity, seg, frame.file_position, frame.physical_offset)]
-    with ReadOnlyMap(stores / broker / "commitlog" / seg) as m:
-        c = propcrc.check_record_crc(m.buf, frame.file_position, frame.size)
-    if severity == "error":
-        assert mine[0]["details"]["computed_crc"] == str(c.computed) != mine[0]["details"]["stored_crc"]
-    else:
-        assert mine[0]["details"]["stored_text"] == c.stored_text and not c.stored_text.isdigit()
-
-
-def test_batch_unit_damage_is_found_at_the_unit(damaged5):
-    stores, made, findings = damaged5
-    d = made["fx-batch-size"]  # batchSize 7 -> 8 of unit 4: the unit says so, and the next one no longer follows
-    errors = _errors(findings, "fx-batch-size")
-    [wrong] = [f for f in errors if f["check"] == "batchcq.unit_mismatch"]
-    assert wrong["file_position"] == d.position - L.BATCH_CQ_UNIT.offset("batch_size")
-    assert wrong["details"].items() >= {"field": "batch_size", "unit_value": "8", "record_value": "7"}.items()
-    [gap] = [f for f in errors if f["check"] == "batchcq.offset_gap"]
-    assert gap["file_position"] == wrong["file_position"] + 46 and len(errors) == 2
-    # a unit removed: its record's messages have no unit, and the queue's offsets skip them
-    errors = _errors(findings, "fx-batch-missing")
-    [missing] = [f for f in errors if f["check"] == "batchcq.missing_unit"]
-    assert (missing["topic"], missing["queue_id"], missing["physical_offset"]) == ("BatchTopic", 1, 5878)
-    assert (missing["queue_offset"], missing["details"]["last_queue_offset"]) == (11, "15")
-    [gap] = [f for f in errors if f["check"] == "batchcq.offset_gap"]
-    assert gap["file_position"] == made["fx-batch-missing"].position and len(errors) == 2
-    # a base offset the dispatch never writes, in a writer-built store
-    d = made["gen-batch-base"]
-    [wrong] = [f for f in _errors(findings, "gen-batch-base") if f["check"] == "batchcq.unit_mismatch"]
-    assert wrong["details"]["field"] == "msg_base_offset" and wrong["details"]["unit_value"] == "1000"
-    assert wrong["file"] == Path(d.path).name
-    assert wrong["file_position"] == d.position - L.BATCH_CQ_UNIT.offset("msg_base_offset")
-
-
-# --------------------------------------------------------------------------------------------------
-# The dispatch list that stalls the reput, and LMQ lag
-
-
-def _stalling_store(root: Path) -> tuple[int, int]:
-    """Five LMQ sends, one whose list names a non-LMQ queue before the last, then six more records: (the stalled
-    record's physical offset, the records after it)."""
-    w, b, p = _broker5(root)
-    for i in range(5):
-        b.send(p, "LmqParent", b"a%d" % i, lmq="%LMQ%a", queue_id=0, keys=f"k{i}")
-    bad = b.send(p, "LmqParent", b"b", lmq=["%LMQ%a", "NotLmqTopic", "%LMQ%b"], queue_id=0)
-    for i in range(3):
-        b.send(p, "Plain", b"c%d" % i, queue_id=1, keys=f"after{i}")
-        b.send(p, "LmqParent", b"d%d" % i, lmq="%LMQ%a", queue_id=0)
-    w.close()
-    return bad.record.physical_offset, 6
-
-
-@pytest.fixture(scope="module")
-def stalled(spark, tmp_path_factory):
-    base = tmp_path_factory.mktemp("stall")
-    at, after = _stalling_store(base / "stores" / "stalled")
-    shutil.copytree(base / "stores" / "stalled", base / "stores" / "no-abort")
-    (base / "stores" / "no-abort" / "abort").unlink()  # someone removed it: a normal start
-    out = base / "out"
-    result = audit.run(spark, audit_args([base / "stores"], out))
-    return at, after, result, rows(out, "findings")
-
-
-def test_a_stalled_dispatch_is_predicted_and_the_broker_will_not_start(stalled):
-    at, after, result, findings = stalled
-    brokers = {b["name"]: b for b in result.summary_data["brokers"]}
-    assert brokers["stalled"]["recovery"]["broker_will_start"] is False
-    assert "Long.parseLong" in brokers["stalled"]["recovery"]["start_problems"][0]
-    assert brokers["no-abort"]["recovery"]["broker_will_start"] is True
-    for broker in ("stalled", "no-abort"):
-        [s] = [f for f in findings if f["broker"] == broker and f["check"] == "lmq.dispatch_stalled"]
-        assert s["physical_offset"] == at and s["details"]["records_after"] == str(after)
-        # no "missing unit" (nor key) for the records the stall left undispatched: they are pending
-        errors = _checks(findings, broker, "error")
-        assert not {"consumequeue.missing_entry", "lmq.missing_unit"} & set(errors)
-        # only the stalled record's own keys are missing for good, and only on a normal start: its dispatch threw
-        # before the index was built, and the 5.3.3 reput starts at the commitlog's end
-        assert {f["physical_offset"] for f in findings if f["broker"] == broker and f["check"] == "index.key_missing"} \
-            <= ({at} if broker == "no-abort" else set())
-        pending = [f for f in findings if f["broker"] == broker and f["check"] == "consumequeue.not_yet_dispatched"]
-        assert sum(int(f["details"]["count"]) for f in pending) == after
-    assert _checks(findings, "stalled", "error") == {"lmq.dispatch_stalled": 1, "recovery.broker_will_not_start": 1}
-    assert set(_checks(findings, "no-abort", "error")) == {"lmq.dispatch_stalled", "index.key_missing"}
-    [no_abort] = [f for f in findings if f["broker"] == "no-abort" and f["check"] == "lmq.dispatch_stalled"]
-    assert "never dispatched" in no_abort["message"]
-
-
-def test_lmq_groups_have_lag(spark, tmp_path):
-    w, b, p = _broker5(tmp_path / "lag")
+def test_pop_states_orphan_acks_and_a_message_revived_twice(spark, tmp_path):
+    broker, p = writer5(tmp_path / "s")
     for i in range(8):
-        b.send(p, "LmqParent", b"a%d" % i, lmq=["%LMQ%a", "%LMQ%b"] if i % 2 else "%LMQ%a", queue_id=0)
-    w.commit_offset("%LMQ%g1", "%LMQ%a", 0, 5)
-    w.commit_offset("%LMQ%g1", "%LMQ%b", 0, 4)
-    w.commit_offset("cg", "LmqParent", 0, 6)
-    w.close()
-    assert not (tmp_path / "lag" / "config" / "consumerOffset.json").exists()  # LmqConsumerOffsetManager's file
+        broker.send(p, "PopTopic", b"m%d" % i, queue_id=0, tags="T")
+    acked = broker.pop("cgA", "PopTopic", 0, 2, invisible_time=10_000)  # offsets 0, 1
+    broker.ack(acked, [0, 1])
+    revived = broker.pop("cgA", "PopTopic", 0, 1, invisible_time=10_000)  # offset 2
+    broker.pop("cgA", "PopTopic", 0, 1, invisible_time=10_000)  # offset 3: lost below
+    fake = PopResult(P.PopCheckPoint(0, 1, 10_000, 0, 1, 0, "PopTopic", "cgB", 0, (0,), "broker-a"), acked.ck_record)
+    broker._acked[("PopTopic", 0, "cgB", 1, 0)] = set()  # the writer's flow keeps its own pops' acks
+    orphan = broker.ack(fake, 0)  # an ack no checkpoint matches
+    fired = [f.record for f in broker.run_timers(START + 30_000) if f.outcome == "fired" and f.record.tags == "ck"]
+    # the revive service re-puts offset 2 (twice: a revive done again) and commits past every checkpoint fired, so
+    # offset 3, neither acked nor re-put, is lost
+    src = broker._message_at("PopTopic", 0, 2)
+    first = broker._revive_retry(revived.checkpoint, src)
+    dup = broker._revive_retry(revived.checkpoint, src)
+    for qid in {r.queue_id for r in fired}:
+        broker.commit_offset(L.REVIVE_GROUP, broker.revive_topic, qid,
+                             max(r.queue_offset for r in fired if r.queue_id == qid) + 1)
+    pending = broker.pop("cgA", "PopTopic", 0, 1, invisible_time=5_000)  # offset 4: fired, not consumed
+    broker.run_timers(START + 60_000)
+    held = broker.pop("cgA", "PopTopic", 0, 1, invisible_time=600_000)  # offset 5: its checkpoint has not fired
+    broker.writer.close()
+    found = audit(spark, [tmp_path / "s"], tmp_path / "out", "--checks", "pop")
+    rows = {r["queue_offset"]: r for r in found["tables"]["pop"] if r["group"] == "cgA"}
+    assert {o: r["state"] for o, r in rows.items()} == {0: "acked", 1: "acked", 2: "revived", 3: "lost",
+                                                        4: "revive_pending", 5: "in_flight"}
+    assert rows[2]["retry_offset"] == first.physical_offset and rows[2]["uniq_key"] == src.uniq_key
+    assert rows[5]["checkpoint_offset"] == held.ck_record.physical_offset
+    assert rows[0]["ack_offset"] is not None and rows[4]["revive_time_ms"] == pending.checkpoint.revive_time
+    by = collections.defaultdict(list)
+    for f in found["findings"]:
+        by[f["check"]].append(f)
+    assert set(by) == {"pop.lost", "pop.orphan_ack", "pop.revived_twice"}
+    [f] = by["pop.lost"]
+    assert (f["topic"], f["queue_id"], f["queue_offset"]) == ("PopTopic", 0, 3) and f["severity"] == "error"
+    [f] = by["pop.orphan_ack"]  # due already when sent (pop time 1): stored on the revive topic at once
+    assert dict(f["details"])["group"] == "cgB" and f["physical_offset"] == orphan.physical_offset
+    [f] = by["pop.revived_twice"]
+    assert f["physical_offset"] == dup.physical_offset and f["topic"] == "%RETRY%cgA_PopTopic"
+    metrics = {r["metric"]: r["value"] for r in pq.read_table(tmp_path / "out" / "metrics").to_pylist()}
+    assert metrics["pop_lost"] == 1 and metrics["pop_in_flight"] == 1 and metrics["pop_orphan_acks"] == 1
+    assert metrics["pop_acked"] == 2 and metrics["pop_revived"] == 1 and metrics["pop_revive_pending"] == 1
+
+
+def test_a_corrupt_unit_the_chain_through_it_and_a_wheel_of_the_wrong_length(spark, tmp_path, gen5):
+    """A unit whose magic the broker refuses, in the file the timer's recovery scans: the recovery truncates the
+    timer log there (its later units are lost), and the chain of the slot still to be read that runs through it
+    breaks there; a timerwheel of another length keeps the broker from starting."""
+    root = D.copy_store(gen5, tmp_path / "s")
+    read = T.read_timer_checkpoint(root / "config" / "timercheck").last_read_time_ms
+    last = T.list_timer_log_files(root)[-1]
+    mine = [u for u in T.walk_timer_log(last) if u.kind == "entry"]
+    victim = next(u for u in mine if u.slot_time_ms >= read and any(
+        v.prev_pos == u.timerlog_offset for v in mine))  # a pending unit a later one points back to
+    patch(root / "timerlog" / last.name, victim.file_position + L.TIMER_LOG_UNIT.offset("magic"),
+          L.TIMER_LOG_UNIT.pack("magic", 0x21))
+    os.truncate(root / "timerwheel", 1000)
+    found = audit(spark, [root], tmp_path / "out", "--checks", "timers")
+    by = collections.defaultdict(list)
+    for f in found["findings"]:
+        by[f["check"]].append(f)
+    [c] = by["timers.corrupt_unit"]
+    later = sum(1 for u in mine if u.timerlog_offset > victim.timerlog_offset)
+    assert (c["file"], c["file_position"]) == (f"timerlog/{last.name}", victim.file_position)
+    assert f"{later} later unit(s) go with it" in c["message"]
+    [w] = by["timers.wheel_bad_length"]
+    assert (w["file"], w["file_position"], w["severity"]) == ("timerwheel", 1000, "error")
+    # a short wheel holds no slot, so no chain is walked; with the wheel restored, the chain breaks at the unit
+    shutil.copyfile(gen5 / "timerwheel", root / "timerwheel")
+    found = audit(spark, [root], tmp_path / "out2", "--checks", "timers")
+    broken = [f for f in found["findings"] if f["check"] == "timers.chain_broken"]
+    assert broken and all("corrupt unit" in f["message"] or "timer log's end" in f["message"] or
+                          "no unit starts" in f["message"] for f in broken)
+    assert any(str(victim.timerlog_offset) in f["message"] for f in broken)
+
+
+def test_the_report_says_how_many_timers_wait_and_when_the_next_are_due(spark, tmp_path):
     out = tmp_path / "out"
-    audit.run(spark, audit_args([tmp_path / "lag"], out))
-    lag = {(r["group"], r["topic"]): r for r in rows(out, "tables/lag")}
-    assert {k: (r["offset"], r["max_offset"], r["lag"]) for k, r in lag.items()} == {
-        ("%LMQ%g1", "%LMQ%a"): (5, 8, 3), ("%LMQ%g1", "%LMQ%b"): (4, 4, 0), ("cg", "LmqParent"): (6, 8, 2)}
-    assert lag[("%LMQ%g1", "%LMQ%a")]["first_unconsumed_store_time"] is not None
-    behind = {f["topic"]: f for f in rows(out, "findings") if f["check"] == "lag.behind"}
-    assert behind["%LMQ%a"]["file"] == "config/lmqConsumerOffset.json" and set(behind) == {"%LMQ%a", "LmqParent"}
+    audit_job.run(spark, audit_job.build_parser().parse_args(["--store", str(store5("v5-timer")), "--out", str(out)]))
+    page = (out / "report.html").read_text(encoding="utf-8")
+    section = page[page.index("<h2 id='timers'>"):]
+    section = section[:section.index("</table>")]
+    cells = [c.split(">", 1)[1] for c in section.split("<td")[1:]]
+    assert cells[:6] == ["v5-timer</td>", "34</td>", "0</td>", "13</td>", "2</td>", "0</td>"]
+    first = json.loads((out / "summary.json").read_text())["brokers"][0]["timers"]["next_due"][0]  # the manifest's
+    assert f"epoch ms {first['due_ms']}'" in cells[7].split("<br>")[0] and f"&times; {first['messages']}" in cells[7]
+    without = tmp_path / "plain"
+    audit_job.run(spark, audit_job.build_parser().parse_args(["--store", str(fixture_store("broker")),
+                                                              "--out", str(without)]))
+    assert "id='timers'" not in (without / "report.html").read_text(encoding="utf-8")
 
 
-# --------------------------------------------------------------------------------------------------
-# Recovery under forceVerifyPropCRC (store-format-5x.md sections 1.3-1.4): the store layer, no Spark
-
-
-def test_broker_conf_crc_switches_read_as_properties2object_does(tmp_path):
-    assert recovery_settings({}) == RecoverySettings()  # both off by default, as in 5.3.3
-    s = recovery_settings(read_properties(_conf(tmp_path / "b.conf", forceVerifyPropCRC="TRUE",
-                                                enabledAppendPropCRC="true ")))
-    assert s.force_verify_prop_crc and not s.enabled_append_prop_crc  # Boolean.parseBoolean: no trim
-
-
-def test_off_a_bad_property_crc_does_not_cut_on_it_cuts_at_that_record(tmp_path):
-    d = D.flip_bit_under_crc(store5("v5-crc"), tmp_path / "s", field="born_timestamp")
-    _, frame = _record_at(tmp_path / "s", d)
-    off = predict_recovery(Store(tmp_path / "s"))
-    on = predict_recovery(Store(tmp_path / "s"), settings=RecoverySettings(force_verify_prop_crc=True))
-    assert off.max_physical_offset == manifest5("v5-crc")["commitLogMaxOffset"] and off.stop_kind == "END_OF_DATA"
-    assert (on.max_physical_offset, on.stop_kind) == (frame.physical_offset, "BAD_PROPERTY_CRC")
-    assert on.dropped_messages == [(frame.physical_offset, frame.size)] or not on.lost_enumerated
-    # the forced check needs checkCRCOnRecover: without it nothing is verified
-    assert predict_recovery(Store(tmp_path / "s"), check_crc=False,
-                            settings=RecoverySettings(force_verify_prop_crc=True)).stop_kind == "END_OF_DATA"
-
-
-def test_on_a_store_written_without_the_property_is_cut_at_its_first_record():
-    on = predict_recovery(Store(store5("v5-default")), settings=RecoverySettings(force_verify_prop_crc=True))
-    assert (on.max_physical_offset, on.stop_kind, on.start_segment) == (0, "NO_PROPERTY_CRC", "0" * 20)
-    assert any("enabledAppendPropCRC is off" in n for n in on.notes)
-    both = predict_recovery(Store(store5("v5-crc")), settings=RecoverySettings(True, True))
-    assert both.stop_kind == "END_OF_DATA" and not any("enabledAppendPropCRC" in n for n in both.notes)
-
-
-def _reseal(root: Path, seg: str, frame) -> None:
-    """The record's __CRC32# recomputed over what it holds now (its bytes as the broker would have sealed them)."""
-    path = root / "commitlog" / seg
-    raw = bytearray(path.read_bytes()[frame.file_position:frame.file_position + frame.size])
-    propcrc.patch_crc(raw)
-    with open(path, "r+b") as f:
-        f.seek(frame.file_position)
-        f.write(raw)
-
-
-def test_on_the_body_crc_is_not_checked(tmp_path):
-    """A record whose BODYCRC is wrong but whose __CRC32# matches: the broker's forced check keeps it."""
-    target = records("v5-crc")[-3]
-    d = D.bad_crc(store5("v5-crc"), tmp_path / "s", physical_offset=target.physical_offset)
-    seg, frame = next((s, f) for s, f in _frames(store5("v5-crc")) if f.physical_offset == target.physical_offset)
-    _reseal(tmp_path / "s", seg, frame)
-    assert Path(d.path).name == seg
-    store = Store(tmp_path / "s")
-    off = predict_recovery(store)
-    on = predict_recovery(store, settings=RecoverySettings(force_verify_prop_crc=True))
-    assert (off.max_physical_offset, off.stop_kind) == (target.physical_offset, "BAD_CRC")
-    assert on.stop_kind == "END_OF_DATA" and on.max_physical_offset == manifest5("v5-crc")["commitLogMaxOffset"]
-    walk = recovery_walk(store.segments[-1], force_verify_prop_crc=True)
-    assert walk.stop_kind == "END_OF_DATA"
-
-
-def test_on_only_the_segments_the_normal_recovery_walks_are_checked(tmp_path):
-    """Damage in an older segment than the last three is never seen by the broker (store-format-5x.md 1.4)."""
-    gen = _gen5(tmp_path / "gen", segment=64 << 10, messages=600)
-    segs = list_segments(gen / "commitlog")
-    assert len(segs) >= 5
-    frames = _frames(gen)
-    old = next(f for s, f in frames if s == segs[0].name)
-    new = next(f for s, f in frames if s == segs[-2].name)
-    force = RecoverySettings(force_verify_prop_crc=True, enabled_append_prop_crc=True)
-    clean = predict_recovery(Store(gen), settings=force)
-    D.flip_bit_under_crc(gen, tmp_path / "old", physical_offset=old.physical_offset)
-    D.flip_bit_under_crc(gen, tmp_path / "new", physical_offset=new.physical_offset)
-    assert predict_recovery(Store(tmp_path / "old"), settings=force).max_physical_offset == \
-        clean.max_physical_offset
-    cut = predict_recovery(Store(tmp_path / "new"), settings=force)
-    assert (cut.max_physical_offset, cut.stop_kind) == (new.physical_offset, "BAD_PROPERTY_CRC")
-
-
-def test_the_audit_reads_force_verify_prop_crc_from_its_config(spark, tmp_path):
-    """The same flipped record: recovery.truncation at it with the setting, none without; and the audit's survey
-    finds a record the forced check refuses, or keeps, as the store layer's walk does."""
-    d = D.flip_bit_under_crc(store5("v5-crc"), tmp_path / "stores" / "flip", field="born_timestamp")
-    _, frame = _record_at(tmp_path / "stores" / "flip", d)
-    target = records("v5-crc")[-3]
-    D.bad_crc(store5("v5-crc"), tmp_path / "stores" / "resealed", physical_offset=target.physical_offset)
-    seg, tframe = next((s, f) for s, f in _frames(store5("v5-crc")) if f.physical_offset == target.physical_offset)
-    _reseal(tmp_path / "stores" / "resealed", seg, tframe)
-    conf = _conf(tmp_path / "broker.conf", forceVerifyPropCRC="true", enabledAppendPropCRC="true")
-    cuts = {}
-    for name, extra in (("off", {}), ("on", {"config": conf})):
-        out = tmp_path / name
-        result = audit.run(spark, audit_args([tmp_path / "stores"], out, **extra))
-        cuts[name] = {b["name"]: (b["recovery"]["predicted_max_physical_offset"], b["recovery"]["stop_kind"])
-                      for b in result.summary_data["brokers"]}
-        trunc = {f["broker"]: f for f in rows(out, "findings") if f["check"] == "recovery.truncation"}
-        cuts[name + "-findings"] = {b: f["physical_offset"] for b, f in trunc.items()}
-    end = manifest5("v5-crc")["commitLogMaxOffset"]
-    assert cuts["off"] == {"flip": (end, "END_OF_DATA"), "resealed": (target.physical_offset, "BAD_CRC")}
-    assert cuts["on"] == {"flip": (frame.physical_offset, "BAD_PROPERTY_CRC"), "resealed": (end, "END_OF_DATA")}
-    assert cuts["on-findings"] == {"flip": frame.physical_offset}
-    assert cuts["off-findings"] == {"resealed": target.physical_offset}
-
-
-# --------------------------------------------------------------------------------------------------
-# Hostile 5.x files: findings at their place, never a crash
-
-
-def test_hostile_batch_queues_lmq_queues_and_offsets_are_findings(spark, tmp_path):
+def test_hostile_timer_files_are_findings_never_a_crash_or_a_hang(spark, tmp_path):
+    """FIFOs where the timer's files belong are named by the metadata family and never opened; random bytes in the
+    timer log, the wheel and the timercheck are classified (corrupt units, broken chains), never an audit failure."""
     import random
 
+    fifo = D.copy_store(store5("v5-timer"), tmp_path / "fifo")
+    try:
+        os.mkfifo(fifo / "timerlog" / "00000000000000004096")
+    except OSError:
+        pytest.skip("no FIFOs here")
+    for rel in ("timerwheel", "config/timercheck"):
+        (fifo / rel).unlink()
+        os.mkfifo(fifo / rel)
+    found = audit(spark, [fifo], tmp_path / "fifo-out")
+    assert sorted(f["file"] for f in found["findings"] if f["check"] == "metadata.store_file_unreadable") == \
+        ["config/timercheck", "timerlog/00000000000000004096", "timerwheel"]
+    assert not of(found, "timers.") and not of(found, "broker.")
     rng = random.Random(32)
-    stores = tmp_path / "stores"
-    bcq = "batchconsumequeue/BatchTopic"
-    D.copy_store(store5("v5-batchcq"), stores / "bcq-garbage")
-    f = stores / "bcq-garbage" / bcq / "0" / ("0" * 20)
-    f.write_bytes(bytes(rng.randrange(256) for _ in range(f.stat().st_size)))
-    D.copy_store(store5("v5-batchcq"), stores / "bcq-files")
-    with open(stores / "bcq-files" / bcq / "1" / ("0" * 20), "ab") as g:
-        g.write(b"\x01" * 7)  # a partial unit: the file is no longer the queue's size
-    (stores / "bcq-files" / bcq / "0" / "junk").write_bytes(b"x")
-    (stores / "bcq-files" / bcq / "x").mkdir()
-    (stores / "bcq-files" / bcq / "x" / ("0" * 20)).write_bytes(bytes(46))
-    D.copy_store(store5("v5-lmq"), stores / "lmq-garbage")
-    q = stores / "lmq-garbage" / "consumequeue" / "%LMQ%room1" / "0" / ("0" * 20)
-    q.write_bytes(bytes(rng.randrange(256) for _ in range(q.stat().st_size)))
-    (stores / "lmq-garbage" / "config").mkdir(exist_ok=True)
-    (stores / "lmq-garbage" / "config" / "lmqConsumerOffset.json").write_text('{"lmqOffsetTable": {')
-    w, b, p = _broker5(stores / "lmq-lists")
-    b.send(p, "LmqParent", b"a", lmq="%LMQ%a", queue_id=0)
-    b.send(p, "LmqParent", b"b", lmq=" , ", queue_id=0)  # names there, all blank: no dispatch list
-    b.send(p, "LmqParent", b"c", lmq="%LMQ%a,,%LMQ%b", queue_id=0)  # an empty name before the last: a stall
-    w.close()
-    out = tmp_path / "out"
-    result = audit.run(spark, audit_args([stores], out))
-    findings = rows(out, "findings")
-    assert not [f for f in findings if f["check"] == "broker.audit_failed"], result.summary
-    assert {"batchcq.corrupt_unit", "batchcq.missing_unit"} <= set(_checks(findings, "bcq-garbage"))
-    files = [f for f in findings if f["broker"] == "bcq-files" and f["check"] == "batchcq.file_problem"]
-    assert {f["file"] for f in files} >= {"junk", "0" * 20}
-    assert any(f["check"] == "batchcq.corrupt_unit" and f["broker"] == "bcq-files" for f in findings)
-    assert "metadata.config_unreadable" in _checks(findings, "lmq-garbage")
-    assert {"lmq.missing_unit"} <= set(_checks(findings, "lmq-garbage", "error"))
-    [s] = [f for f in findings if f["broker"] == "lmq-lists" and f["check"] == "lmq.dispatch_stalled"]
-    assert s["details"]["names"] == "%LMQ%a,,%LMQ%b"
+    noise = D.copy_store(store5("v5-timer"), tmp_path / "noise")
+    for f in sorted((noise / "timerlog").iterdir()):
+        raw = bytearray(f.read_bytes())
+        for _ in range(40):
+            raw[rng.randrange(len(raw))] = rng.randrange(256)
+        f.write_bytes(bytes(raw))
+    patch(noise / "config" / "timercheck", 0, bytes(rng.randrange(256) for _ in range(56)))
+    slot = T.read_wheel_slots(noise / "timerwheel").slot_index[0]
+    patch(noise / "timerwheel", int(slot) * T.SLOT_SIZE + 8, bytes(rng.randrange(256) for _ in range(16)))
+    found = audit(spark, [noise], tmp_path / "noise-out", "--checks", "timers,pop")
+    assert not of(found, "broker.") and of(found, "timers.corrupt_unit")
+    assert all(f["file"] and f["file_position"] is not None for f in of(found, "timers.corrupt_unit"))
 
 
-def test_batch_queues_have_lag_in_messages(spark, tmp_path):
-    """A batch queue's offsets count messages: a group's lag on it is its last unit's msgBaseOffset + batchSize minus
-    the group's offset, and its messages without units are reported by their offsets."""
-    from store_format.write.broker import BatchItem
+def test_a_revive_the_put_hooks_delay_is_one_revive(spark, tmp_path):
+    """A delivered delay-level message keeps its DELAY property (RocketMQ does not clear it), so its revive goes
+    through the put hooks to SCHEDULE_TOPIC_XXXX, with the retry topic as REAL_TOPIC, and is delivered there later:
+    revived, once."""
+    broker, p = writer5(tmp_path / "s")
+    broker.send(p, "PopTopic", b"late", queue_id=0, delay_level=1)
+    broker.deliver_due(START + 5_000)
+    got = broker.pop("cgA", "PopTopic", 0, 1, invisible_time=10_000)
+    [retry] = broker.revive(START + 30_000)
+    assert retry.topic == L.SCHEDULE_TOPIC and retry.properties[L.PROPERTY_REAL_TOPIC] == "%RETRY%cgA_PopTopic"
+    broker.writer.close()
+    found = audit(spark, [tmp_path / "s"], tmp_path / "out", "--checks", "pop")
+    [row] = found["tables"]["pop"]
+    assert (row["queue_offset"], row["state"], row["retry_offset"]) == (got.checkpoint.offsets()[0], "revived",
+                                                                        retry.physical_offset)
+    assert found["findings"] == []
+    broker2, p2 = writer5(tmp_path / "s2")  # the same, and the delayed retry delivered to the retry topic
+    broker2.send(p2, "PopTopic", b"late", queue_id=0, delay_level=1)
+    broker2.deliver_due(START + 5_000)
+    broker2.pop("cgA", "PopTopic", 0, 1, invisible_time=10_000)
+    broker2.revive(START + 30_000)
+    delivered = broker2.deliver_due(START + 60_000)
+    assert [d.topic for d in delivered] == ["%RETRY%cgA_PopTopic"]
+    broker2.writer.close()
+    found = audit(spark, [tmp_path / "s2"], tmp_path / "out2", "--checks", "pop")
+    assert [r["state"] for r in found["tables"]["pop"]] == ["revived"] and found["findings"] == []
 
-    cfg = WriterConfig(storeHost="192.168.0.10:10911", mappedFileSizeCommitLog=1 << 20, timerWheelEnable=True,
-                       enabledAppendPropCRC=True)
-    w = StoreWriter(tmp_path / "batch", cfg, clock=ManualClock(START))
-    b, p = Broker5(w), Producer(born_host="10.1.2.3:50000")
-    w.register_topic("BatchTopic", 1, attributes={L.TOPIC_ATTRIBUTE_QUEUE_TYPE: L.QUEUE_TYPE_BATCH})
-    for n in (3, 1, 4):
-        b.send_inner_batch(p, "BatchTopic", [BatchItem(b"x%d" % i) for i in range(n)], queue_id=0)
-    b.send(p, "BatchTopic", b"single", queue_id=0)
-    w.commit_offset("cg", "BatchTopic", 0, 2)
-    w.close()
-    out = tmp_path / "out"
-    audit.run(spark, audit_args([tmp_path / "batch"], out))
-    [lag] = [r for r in rows(out, "tables/lag") if r["topic"] == "BatchTopic"]
-    assert (lag["min_offset"], lag["max_offset"], lag["lag"]) == (0, 9, 7)
-    assert _errors(rows(out, "findings"), "batch") == []
 
+def test_a_broker_whose_timer_audit_fails_is_that_brokers_finding(spark, tmp_path, monkeypatch):
+    """A bug or a file no check foresaw in one broker's timer store: that broker's broker.audit_failed, the other
+    broker's timers as they are, and summary.json still written."""
+    from jobs.audit.checks import timers
 
-def test_dump_s_recovery_walk_follows_force_verify_prop_crc(tmp_path, capsys):
-    """``store_format dump --what commitlog --config`` with forceVerifyPropCRC: each segment's walk stops where the
-    broker's forced check does (the records before it are listed, the stop names why); without it, as before."""
-    import json
+    real = timers._audit_broker
 
-    from store_format.__main__ import main
+    def failing(b):
+        if b.name == "v5-timer":
+            raise ValueError("no check foresaw this")
+        return real(b)
 
-    d = D.flip_bit_under_crc(store5("v5-crc"), tmp_path / "s", field="born_timestamp")
-    seg, frame = _record_at(tmp_path / "s", d)
-    conf = _conf(tmp_path / "b.conf", forceVerifyPropCRC="true")
-
-    def dump(*extra):
-        code = main(["dump", str(tmp_path / "s"), "--what", "commitlog", "--strict", *extra])
-        return code, [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-
-    code, plain = dump()
-    assert code == 0 and sum(r["kind"] == "message" for r in plain) == len(manifest5("v5-crc")["messages"])
-    code, forced = dump("--config", str(conf))
-    stops = [r for r in forced if r["kind"] == "stop" and r["stop_kind"] != "END_OF_DATA"]
-    assert code == 1 and [(r["segment"], r["file_position"], r["stop_kind"]) for r in stops] == \
-        [(seg, frame.file_position, "BAD_PROPERTY_CRC")]
-    assert [r for r in forced if r["kind"] == "message"] == \
-        [r for r in plain if r["kind"] == "message" and r["physical_offset"] < frame.physical_offset or
-         r["kind"] == "message" and r["segment"] != seg]
+    monkeypatch.setattr(timers, "_audit_broker", failing)
+    found = audit(spark, [f"v5-timer={store5('v5-timer')}", f"other={store5('v5-default')}"], tmp_path / "out",
+                  "--checks", "timers")
+    [failed] = of(found, "broker.")
+    assert failed["broker"] == "v5-timer" and dict(failed["details"])["error"] == "ValueError: no check foresaw this"
+    brokers = {b["name"]: b for b in found["summary"]["brokers"]}
+    assert "timers" not in brokers["v5-timer"] and brokers["other"]["timers"]["pending"] == 0
+    assert {r["broker"] for r in found["tables"]["timers"]} <= {"other"}

@@ -78,6 +78,11 @@ class BrokerPlan:
         return self.lmq_queues or f.is_5x or f.lmq_consumer_offsets
 
     @property
+    def timer_log_files(self) -> list:
+        """The timer-log files the broker loads (5.x; store_format.rolled.RolledFile), by base offset."""
+        return self.store.timer_log
+
+    @property
     def has_index_dir(self) -> bool:
         return self.store.loc.child("index").is_dir()
 

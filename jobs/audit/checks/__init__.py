@@ -11,10 +11,11 @@ import importlib
 
 from ..contract import Family, FamilyResult  # noqa: F401  (FamilyResult: what on_driver returns)
 
-FAMILIES = ("integrity", "recovery", "consumequeue", "index", "lag", "transactions", "delays", "retries",
+FAMILIES = ("integrity", "recovery", "consumequeue", "index", "lag", "transactions", "delays", "timers", "pop", "retries",
             "metadata")
-# lmq and batchcq check what consumequeue leaves to them (LMQ queues' membership, batch topics' records) and find
-# nothing on a 4.x store; lmq's stalled dispatch completes the recovery prediction
+# lmq and batchcq check what consumequeue leaves to them (LMQ queues' membership, batch topics' records), so they
+# run whatever --checks says, where the files give them anything (Family.applies); lmq's stalled dispatch
+# completes the recovery prediction
 ALWAYS = ("prediction", "lmq", "batchcq", "rates")
 
 

@@ -15,8 +15,9 @@ between two others).  The queues' bounds are rows of the consumequeue family's `
 
 Where each is decided: as for consume queues (jobs/audit/checks/consumequeue.py), a scan task joins the batch units
 it owns with its messages by physical offset; a file task reads whole queues for what their files say alone; the
-queue-offset ranges of missing units and units past the data's end are finished on the driver.  Always run: the
-consumequeue family leaves batch topics' records to it, and it finds nothing on a store without batch queues.
+queue-offset ranges of missing units and units past the data's end are finished on the driver.  Run whatever
+``--checks`` says, for every broker with batch topics (``applies``): the consumequeue family leaves their records to
+it.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import pyarrow.compute as pc
 from store_format import layout as L
 from store_format.batchcq import KIND_END_MARKER, KIND_ENTRY, UNIT_SIZE, read_batch_unit_arrays
 from store_format.lmq import parse_java_long
-from store_format.rolled import infer_file_size
+from store_format.errors import ErrorKind
 
 from ..contract import Family, FamilyResult
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table
@@ -323,12 +324,7 @@ def _missing(ctx):
     return concat_findings(out)
 
 
-_FILE_REASONS = {
-    "bad_name": "its name is not a 20-digit offset (or its queue folder is not a number): the broker does not load "
-                "it, so its units are not read",
-    "wrong_length": "{length} bytes, not the queue's file size {size}: the broker refuses to load the queue",
-    "empty": "empty: the broker preallocates every file and refuses an empty one",
-}
+_BAD_QUEUE = "its queue folder's name is not a number: the broker does not load it, so its units are not read"
 
 
 def _file_problems(ctx):
@@ -337,13 +333,12 @@ def _file_problems(ctx):
     for name, plan in ctx.plans.items():
         files = plan.store.batch_queue_files
         for f in files:
-            problems = list(f.problems) or ([("BAD_FILE_NAME", "bad_name")] if f.queue_id is None else [])
-            for _, what in problems:
-                size = infer_file_size(plan.store.batch_queues.get((f.topic, f.queue_id), ()))
+            problems = list(f.problems) or ([(ErrorKind.BAD_FILE_NAME.value, _BAD_QUEUE)] if f.queue_id is None else [])
+            for kind, why in problems:
                 rows.append(dict(broker=name, file=f.name, topic=f.topic, queue_id=f.queue_id,
                                  values={"queue_text": str(f.queue_id) if f.queue_id is not None else "?",
-                                         "reason": _FILE_REASONS[what].format(length=f.length, size=size)},
-                                 details={"problem": what, "length": f.length}))
+                                         "reason": why},
+                                 details={"problem": kind, "length": f.length}))
         for (topic, qid), queue in plan.store.batch_queues.items():
             size = max((f.length for f in queue), default=0)
             for a, b in zip(queue, queue[1:]):
@@ -356,9 +351,15 @@ def _file_problems(ctx):
     return finding_rows("batchcq.file_problem", rows)
 
 
+def applies(plan) -> bool:
+    """A broker with batch topics (batchconsumequeue/ folders, or topics.json's queue.type=BatchCQ)."""
+    return bool(plan.store.batch_topics)
+
+
 FAMILY = Family(
     "batchcq", "CommitLog <-> BatchConsumeQueue (5.x batch topics): messages without a unit, units pointing wrong or "
                "saying other than the dispatch writes, offset gaps, corrupt units and files",
-    always=True, in_range=in_range, in_files={"batchconsumequeue": in_batch_files}, on_driver=on_driver,
+    always=True, applies=applies, in_range=in_range, in_files={"batchconsumequeue": in_batch_files},
+    on_driver=on_driver,
     emits={"batchcq.missing": MISSING, "batchcq.loose": LOOSE},
     reads=("batchcq.missing", "batchcq.loose"))

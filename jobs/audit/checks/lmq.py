@@ -1,8 +1,9 @@
 """LMQ multi-dispatch (enableLmq / enableMultiDispatch, RocketMQ 4.9.3 and later): every %LMQ% consume queue against
 what RocketMQ 5.3.3's dispatch writes into it, predicted from the records that name it (store_format.lmq:
 ``INNER_MULTI_DISPATCH`` and ``INNER_MULTI_QUEUE_OFFSET``, RocketMQ's mishandling of non-LMQ names included,
-store-format-5x.md section 5.1).  Always run: the dispatch list that stalls the reput completes the recovery
-prediction (a broker that will not start).
+store-format-5x.md section 5.1).  Run whatever ``--checks`` says, for every store whose files say its records may
+carry dispatch lists (``applies``): the dispatch list that stalls the reput completes the recovery prediction (a
+broker that will not start).
 
 Checks: ``lmq.missing_unit`` (a unit the dispatch writes is not in the queue), ``lmq.unexpected_unit`` (a unit
 pointing at a record the dispatch does not put in that queue), ``lmq.duplicate_unit``, ``lmq.offset_shift`` (a run
@@ -396,9 +397,14 @@ def _stalled(ctx, broker: str, stall: tuple[int, int], pred, by_offset: dict) ->
                  "key": r["uniq_key"]})])
 
 
+def applies(plan) -> bool:
+    """A broker whose files say its records may carry dispatch lists (a 5.x store, LMQ queues or offsets)."""
+    return plan.multi_dispatch
+
+
 FAMILY = Family(
     "lmq", "LMQ queues against RocketMQ's multi-dispatch predicted from the records; the dispatch list that stalls "
            "the reput (a broker that will not start)",
-    always=True, in_range=in_range, after_scan=after_scan, on_driver=on_driver,
+    always=True, applies=applies, in_range=in_range, after_scan=after_scan, on_driver=on_driver,
     emits={"lmq.records": RECORDS, "lmq.units": UNITS, "lmq.ranges": RANGES},
     reads=("lmq.records", "lmq.units", "lmq.ranges"))
