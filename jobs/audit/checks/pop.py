@@ -191,10 +191,9 @@ def _ledger(ctx, name: str, plan) -> PS.PopLedger:
                         r["file_position"])
                for r in retries.filter(pc.equal(retries.column("broker"), name)).to_pylist()]
     revive = {}
-    offsets = ctx.metadata("consumer_offsets")
+    offsets = ctx.committed_offsets  # consumerOffset.json's, or lmqConsumerOffset.json's with enableLmq
     for r in offsets.filter(pc.equal(offsets.column("broker"), name)).to_pylist():
-        if r["error"] is None and r["group"] == L.REVIVE_GROUP and r["topic"] and \
-                r["topic"].startswith(L.REVIVE_TOPIC_PREFIX) and r["queue_id"] is not None:
+        if r["group"] == L.REVIVE_GROUP and r["topic"].startswith(L.REVIVE_TOPIC_PREFIX) and r["queue_id"] is not None:
             revive[r["queue_id"]] = r["offset"]
     before = None
     if plan.segments and plan.segments[0].base_offset > 0:  # retention deleted older records: checkpoints too
