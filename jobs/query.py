@@ -556,8 +556,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def prepare(args) -> None:
+    """The arguments and the stores checked before Spark starts (a scan starts it before ``run``)."""
+    check_args(args)
+    resolve_stores(args.store, geometry_from_args(args))
+
+
 def main(argv=None, prog: str | None = None) -> int:
-    return cli.main("query", build_parser, run, argv, prepare=check_args, needs_spark=needs_spark, prog=prog)
+    return cli.main("query", build_parser, run, argv, prepare=prepare, needs_spark=needs_spark, prog=prog)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,10 @@ found:
 Names must differ.  Brokers whose settings give the same ``brokerName`` (a master and its slave) are named after
 their folders instead; a folder name given twice gets ``-2``, ``-3`` when it is a store root of its own, and is
 refused inside one folder of store roots (name one of them with ``NAME=PATH``).
+
+Each store is given once: the same store root reached by two arguments (after following links: ``a=X b=X``,
+``X X/``, or a folder of store roots that holds a store also given on its own) is refused, naming both
+arguments, before any job starts Spark.
 """
 from __future__ import annotations
 
@@ -125,6 +129,7 @@ def resolve_stores(args: list[str], *, files: bool = False) -> list[StoreInput]:
     from store_format import fs
 
     found: list[StoreInput] = []
+    given_by: dict[str, str] = {}  # a store root, resolved (links followed) -> the argument that named it
     for arg in args:
         given, path = split_name(arg)
         uri = fs.is_uri(path) and not path.startswith("file://")
@@ -135,18 +140,36 @@ def resolve_stores(args: list[str], *, files: bool = False) -> list[StoreInput]:
             raise StoreArgumentError(f"{arg}: NAME=PATH names one store, but {path} holds {len(inputs)}; name each "
                                      "store root on its own")
         for inp in inputs:
-            if inp.single_file and not files:
-                raise StoreArgumentError(f"{path}: give a store root, not a single segment file")
+            if inp.single_file:
+                _check_single_file(path, inp, files)
             root = inp.loc.parent().parent() if inp.single_file else inp.loc.parent()
             root_path = fs.uri_below(path, base, root) if uri else os.path.abspath(root.path)
-            if any(root_path == s.path for s in found):
-                continue
+            same = root_path if uri else os.path.realpath(root_path)
+            if same in given_by:
+                # one broker audited twice (or compared with itself) is never what was meant: say so
+                raise StoreArgumentError(f"--store {given_by[same]} and --store {arg} are the same store "
+                                         f"({root_path}): give each store once")
+            given_by[same] = arg
             configured = None if given else config_broker_name(root_path)
             name, by = (given, "user") if given else (configured, "config") if configured else \
                 (inp.broker if len(inputs) > 1 else folder_name(root.path), "folder")
             found.append(StoreInput(name, root_path, local, from_folder=len(inputs) > 1, named_by=by,
                                     single_file=inp.single_file))
     return _distinct(found)
+
+
+def _check_single_file(path: str, inp, files: bool) -> None:
+    """A file given as --store: a segment file stands for its store where ``files`` allows; any other file is
+    named for what it is, with what was expected instead."""
+    loc = inp.loc
+    in_commitlog = loc.parent().name == "commitlog"
+    if not in_commitlog:
+        raise StoreArgumentError(f"{path}: a file that is not a commitlog segment; expected a store root (the "
+                                 "folder holding commitlog/, consumequeue/, index/), a folder of store roots"
+                                 + (", or one segment file (commitlog/<20-digit offset>)" if files else ""))
+    if not files:
+        raise StoreArgumentError(f"{path}: a single segment file; this job reads whole stores: give its store "
+                                 f"root, {loc.parent().parent().path}")
 
 
 def _distinct(stores: list[StoreInput]) -> list[StoreInput]:
