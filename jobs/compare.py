@@ -1,6 +1,6 @@
 """Compare: two dumps of one broker (master and slave, or two copies) -- where do they part?
 
-  python -m jobs.compare --store A --store B [--print json|text]
+  rocketmq-forensics compare --store A B [--print json|text]
          [--out DIR [--format parquet|jsonl|delta] [--overwrite]]
 
 * CommitLog: both salvage walks (every record, blank, damaged stop and unframeable span, also past damage;
@@ -16,7 +16,7 @@
   every value that differs.
 
 Prints one JSON summary (``--print text``: readable lines); ``--out`` also writes the differing walk items
-and consume-queue units as tables (``commitlog/``, ``consumequeue/``; jobs/output.py formats) and the summary
+and consume-queue units as tables (``commitlog/``, ``consumequeue/``, in the ``--format`` given) and the summary
 as ``_manifest.json``.  Exit codes: 0 identical, 1 differences found, 2 bad usage or unreadable input.
 """
 from __future__ import annotations
@@ -292,7 +292,7 @@ def _value(v) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jobs.compare", description=__doc__,
+    p = argparse.ArgumentParser(prog=f"{cli.PROG} compare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_store_arguments(p, what="the two stores to compare (give exactly two)")
     p.add_argument("--print", choices=("json", "text"), default="json", help="how the summary is printed")

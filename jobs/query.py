@@ -1,6 +1,6 @@
 """Query: find messages in one or more broker dumps, and say why one cannot be found.
 
-  python -m jobs.query --store PATH [--store PATH ...]
+  rocketmq-forensics query --store PATH [PATH ...]
          (--msg-id ID | --topic T --key K | --uniq-key U [--topic T] | --from T1 --to T2 [--topic T [--tag TAG]]
           | --topic T --tag TAG [--from T1] [--to T2])
          [--format jsonl|table] [--explain] [--limit N]
@@ -26,19 +26,19 @@ HASH_COLLISION_ONLY (candidates with the same hash, other keys), STALE_INDEX_ENT
 no record is), OUTSIDE_INDEX_WINDOW, INDEX_FILE_UNREADABLE (an index file that could not be opened, so not
 searched), NOT_INDEXED (stored after the index's last entry), OTHER_STORE_HOST,
 NOT_A_RECORD_START, OUT_OF_RANGE -- and notes found messages that the broker's recovery will drop
-(DROPPED_BY_RECOVERY, from store_format.recovery).  When the lookup finds nothing it falls back to a Spark scan
+(DROPPED_BY_RECOVERY, from the model of the broker's recovery the audit uses).  When the lookup finds nothing it falls back to a Spark scan
 with the salvage walk, which also reads past damage: a message found there is printed and classified
 (PAST_LOGICAL_END: after the point where its segment's recovery walk stops; DROPPED_BY_RECOVERY; NOT_INDEXED;
 NO_INDEX_ENTRY), and one found nowhere is NEVER_WRITTEN (NOT_IN_TIME_WINDOW when --from/--to narrowed it).
 
 Output: JSON Lines (default) -- ``{"kind": "message", "broker": ..., <canonical message fields>}`` per message
-(the fields of store_format's ``Message.to_dict``, body in base64; README "Canonical message fields"), and
+(the canonical message fields, body in base64: docs/record-layout.md), and
 with ``--explain`` ``{"kind": "explain", "broker", "reason", "physical_offset", "detail"}`` lines -- or a
 table.  Exit codes: 0 found, 1 nothing found, 2 bad usage (an id or key that does not parse says why) or an
 unreadable store.  An index file that cannot be opened (unreadable, too short, or a geometry neither the file
 nor ``--config``/``--hash-slots``/``--index-num`` tells) is named on stderr (a notice) and the key is looked
 for by a Spark scan of every store (salvage walk) as well, so the answer stays complete (exit 0 or 1), as
-``python -m store_format query``'s; a geometry given with ``--config`` or the flags that an index file's content
+``python -m store_format query`` does; a geometry given with ``--config`` or the flags that an index file's content
 contradicts is an error naming the file (exit 2).
 """
 from __future__ import annotations
@@ -538,18 +538,23 @@ def needs_spark(args) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jobs.query", description=__doc__,
+    p = argparse.ArgumentParser(prog=f"{cli.PROG} query", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_store_arguments(p, what="a broker store root, one of its part folders or segment files, or a folder "
                                     "of brokers' store roots")
     p.add_argument("--msg-id", metavar="ID", help="offsetMsgId (32 or 56 hex characters)")
-    p.add_argument("--topic", metavar="T")
+    p.add_argument("--topic", metavar="T", help="the topic: needed with --key and --tag; narrows --uniq-key and "
+                                                "--from/--to")
     p.add_argument("--key", metavar="K", help="a KEYS entry (or a UNIQ_KEY) of topic T")
     p.add_argument("--uniq-key", metavar="U", help="UNIQ_KEY, the client's msgId")
     p.add_argument("--tag", metavar="TAG", help="TAGS value (with --topic)")
-    p.add_argument("--from", dest="from_time", type=parse_time, metavar="T1", help="store time >= T1 (ms or ISO-8601)")
-    p.add_argument("--to", dest="to_time", type=parse_time, metavar="T2", help="store time <= T2 (ms or ISO-8601)")
-    p.add_argument("--format", choices=("jsonl", "table"), default="jsonl")
+    p.add_argument("--from", dest="from_time", type=parse_time, metavar="T1",
+                   help="store time >= T1 (ISO-8601, e.g. 2024-05-01T10:00:00Z, UTC unless it says; or ms since the "
+                        "epoch)")
+    p.add_argument("--to", dest="to_time", type=parse_time, metavar="T2", help="store time <= T2 (as --from)")
+    p.add_argument("--format", choices=("jsonl", "table"), default="jsonl",
+                   help="jsonl: one JSON object per message (default, every field); table: one line per message, "
+                        "for reading")
     p.add_argument("--explain", action="store_true", help="say why a message is not found; fall back to a scan")
     p.add_argument("--limit", type=int, metavar="N", help="print at most N messages")
     add_geometry_arguments(p)

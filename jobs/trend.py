@@ -1,8 +1,8 @@
 """trend: what got worse between audit runs, read from the audit's Delta history.
 
-  python -m jobs.trend --history DIR [--all] [--out DIR [--format parquet|delta|jsonl] [--overwrite]]
+  rocketmq-forensics trend --history DIR [--all] [--out DIR [--format parquet|delta|jsonl] [--overwrite]]
 
-DIR is what ``jobs.audit --history DIR`` appends to: DIR/findings and DIR/metrics, Delta tables with one
+DIR is what ``rocketmq-forensics audit --history DIR`` appends to: DIR/findings and DIR/metrics, Delta tables with one
 ``run_id``/``run_time`` per audit run (metrics in long format: broker, scope, topic, queue_id, group, metric,
 value).  Runs are ordered by ``run_time``; by default the last run is compared with the one before it,
 ``--all`` compares every run with its predecessor.  Flags:
@@ -78,7 +78,7 @@ def trend_columns():
 
 def build_parser() -> argparse.ArgumentParser:
     flags = __doc__[__doc__.index("  growing_lag"):__doc__.index("Exit codes")]
-    p = argparse.ArgumentParser(prog="python -m jobs.trend", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog=f"{cli.PROG} trend", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=f"flags (run vs. previous run):\n{flags}"
                                        "Exit codes: 0 nothing got worse, 1 something did, 2 could not run.")
@@ -167,8 +167,8 @@ def _describe(row) -> str:
 
 def prepare(args) -> None:
     if "://" not in args.history and not os.path.isdir(args.history):
-        raise OutputError(f"{args.history}: no audit history here (expected a folder written by jobs.audit "
-                          "--history)")
+        raise OutputError(f"{args.history}: no audit history here (expected a folder written by "
+                          "rocketmq-forensics audit --history)")
     if args.out:
         prepare_output(args.out, overwrite=args.overwrite, inputs=[args.history], job="trend")
 
@@ -179,7 +179,7 @@ def run(spark, args) -> cli.JobResult:
     metrics = _history(spark, args.history, "metrics")
     if findings is None and metrics is None:
         raise OutputError(f"{args.history} holds no audit history (expected findings/ and metrics/ Delta tables "
-                          "written by jobs.audit --history)")
+                          "written by rocketmq-forensics audit --history)")
     pairs = run_pairs(findings, metrics, args.all)
     if not pairs:
         return cli.JobResult("trend: fewer than two audit runs in the history: nothing to compare yet", cli.EXIT_OK)

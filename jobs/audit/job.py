@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs import cli
+from jobs.extract import parse_time
 from jobs.output import OutputError, append_history, prepare_output, write_parquet_file
 from jobs.progress import Phase, say
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args
@@ -72,19 +73,19 @@ class AuditResult(cli.JobResult):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jobs.audit", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog=f"{cli.PROG} audit", description=__doc__.split("\n\n")[0],
                                 epilog="Exit codes: 0 no error findings, 1 error findings, 2 the audit could "
                                        "not run.  Input dumps are only ever opened read-only.")
     cli.add_store_arguments(p)
     cli.add_output_arguments(p, formats=())  # findings, metrics and tables are Parquet (and Delta with --history)
     p.add_argument("--history", metavar="DELTA_DIR",
                    help="also append findings and metrics to the Delta tables DELTA_DIR/findings and "
-                        "DELTA_DIR/metrics (for jobs/trend.py and the lag-over-time notebook)")
+                        "DELTA_DIR/metrics (for `rocketmq-forensics trend` and the lag-over-time notebook)")
     p.add_argument("--checks", default=",".join(FAMILIES),
                    help=f"comma-separated check families to run (default all: {','.join(FAMILIES)})")
-    p.add_argument("--as-of", type=int, metavar="EPOCH_MS",
-                   help="the dump time for lag, delays and transaction ages (default: each broker's newest "
-                        "store timestamp)")
+    p.add_argument("--as-of", type=parse_time, metavar="TIME",
+                   help="the dump time for lag, delays and transaction ages, ISO-8601 (2024-05-01T10:00:00Z) or ms "
+                        "since the epoch (default: each broker's newest store timestamp)")
     p.add_argument("--sha256", action="store_true",
                    help="record the sha256 of every input file in summary.json, and fail (exit 2) if any input "
                         "changes while the audit runs (chain of custody)")
