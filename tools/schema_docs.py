@@ -305,9 +305,9 @@ def _sources() -> str:
     parts = ["## Data sources\n\nWhat `spark.read.format(NAME).load(PATH)` returns after `datasources.register(spark)`"
              " (PATH: a store root, a folder of them, a part folder or one file; options in the README).\n",
              "### rocketmq-commitlog\n\nOne row per record, blank, stop or corrupt span.  `materialize=positions` "
-             "(the default) gives the columns up to `excerpt_hex`; `frames` adds `frame`; `headers` adds the decoded "
-             "columns but `body`; `decoded` adds them all, and `decompress=true` the last two (the `columns` option "
-             "keeps only those named).\n\n"
+             "gives the columns up to `excerpt_hex`; `frames` adds `frame`; `headers` (the default: what a plain "
+             "`load()` gives) adds the decoded columns but `body`; `decoded` adds them all, and `decompress=true` "
+             "the last two (the `columns` option keeps only those named).\n\n"
              + _source_table(list(commitlog.BASE_COLUMNS) + [commitlog.FRAME]
                              + [f for f in full if f.name not in commitlog.BASE_COLUMNS.names], "rocketmq-commitlog"),
              "### rocketmq-consumequeue\n\nOne row per consume-queue unit, `zero_tail` run or corrupt span.\n\n"
