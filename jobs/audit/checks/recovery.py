@@ -253,6 +253,8 @@ def _damaged_lost(ctx, name: str, p) -> list[dict]:
         else:
             with ReadOnlyMap(seg.path) as m:
                 about = describe_damaged_record(m.buf, pos)
+        if about["topic"] is None:  # the header cannot name it: the consume-queue unit pointing at it can
+            about["topic"] = _topic_from_queue(ctx.plans[name].store, offset, about["queue_id"], about["queue_offset"])
         where = "at the recovered end" if offset == p.max_physical_offset else "past the recovered end"
         of = (f"{about['topic']}/{about['queue_id']}" if about["topic"] is not None
               else f"queue {about['queue_id']} of an unreadable topic")
@@ -263,6 +265,33 @@ def _damaged_lost(ctx, name: str, p) -> list[dict]:
                          details={"state": "damaged", "damage": kind, "declared_size": size,
                                   "uniq_key": about["uniq_key"], "key": about["uniq_key"]}))
     return rows
+
+
+def _topic_from_queue(store, offset: int, queue_id, queue_offset) -> str | None:
+    """The topic whose consume queue ``queue_id`` has, at ``queue_offset``, a unit pointing at physical ``offset``
+    (the header's queue id and offset, which a damaged record often still has): the one topic that names it."""
+    import struct
+
+    from store_format import fs
+
+    if queue_id is None or queue_offset is None or queue_offset < 0:
+        return None
+    at = queue_offset * L.CQ_STORE_UNIT_SIZE
+    found = set()
+    for (topic, qid), files in store.queues.items():
+        if qid != queue_id:
+            continue
+        f = next((f for f in files if f.base_byte_offset <= at < f.base_byte_offset + f.length), None)
+        if f is None or at - f.base_byte_offset + L.CQ_STORE_UNIT_SIZE > f.length:
+            continue
+        try:
+            with fs.resolve(f.path).mmap_or_read(at - f.base_byte_offset, L.CQ_STORE_UNIT_SIZE) as m:
+                unit_offset = struct.unpack_from(L.CQ_UNIT_STRUCT, m.buf, 0)[0]
+        except (OSError, ValueError):  # an unreadable queue file names nothing
+            continue
+        if unit_offset == offset:
+            found.add(topic)
+    return found.pop() if len(found) == 1 else None
 
 
 def summary(ctx) -> dict:
