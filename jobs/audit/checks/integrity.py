@@ -44,7 +44,7 @@ for _r in SPAN_REASONS:
     _consequence, _action = _FILE_ACTIONS.get(_r, (Consequence.DATA_LOST, _SPAN_ACTION))
     check(f"integrity.{str(getattr(_r, 'value', _r)).lower()}", Severity.ERROR, _SPAN, consequence=_consequence,
           action=_action)
-check("integrity.damaged_message", Severity.WARNING,
+check("integrity.damaged_message", Severity.ERROR,
       "the damaged record ({reason}) is a message of {topic}/{queue_id} at queue offset {queue_offset}, key {key_text}",
       consequence=Consequence.DATA_LOST, group="broker",
       action="Ask the producer to resend that key; check consumers for it.")

@@ -57,7 +57,7 @@ check("recovery.index_rebuilt", Severity.INFO,
 check("recovery.note", Severity.WARNING, "{note}",
       consequence=Consequence.DATA_AT_RISK, group="broker",
       action="Read the message; it explains itself.  Remove an `abort` folder once the broker has recovered.")
-check("recovery.message_lost", Severity.WARNING,
+check("recovery.message_lost", Severity.ERROR,
       "[{damaged_prefix}]message [({damage}) ]of {queue_text} at queue offset {queue_offset} lies {where}: the broker "
       "will drop it",
       consequence=Consequence.DATA_LOST, group="broker",
