@@ -71,6 +71,7 @@ from store_format.message import CANONICAL_FIELDS  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
 from jobs import cli  # noqa: E402
+from jobs.display import format_time  # noqa: E402,F401  (the query job takes it from here)
 from jobs.progress import Phase  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
 from udfs import columns as C  # noqa: E402
@@ -139,16 +140,6 @@ def parse_time(text: str) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=_dt.timezone.utc)
     return int(when.timestamp() * 1000)
-
-
-def format_time(ms: int | None) -> str:
-    """ISO-8601 UTC with milliseconds; a time no calendar holds (an open end, a garbage field) as ms."""
-    if ms is None:
-        return ""
-    try:
-        return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).isoformat(timespec="milliseconds")
-    except (ValueError, OverflowError, OSError):
-        return f"{ms} ms"
 
 
 def offset_range(text: str) -> tuple[int | None, int | None]:
