@@ -356,7 +356,8 @@ class Query:
         if off >= pred.max_physical_offset:
             notes.append(Explanation(hit.broker, "DROPPED_BY_RECOVERY", f"the broker's {pred.mode} recovery ends "
                                      f"at physical offset {pred.max_physical_offset} ({pred.stop_kind} in segment "
-                                     f"{pred.stop_segment}); this record lies beyond it and will be dropped", off))
+                                     f"{pred.stop_segment}); this record lies at or past that end and will be "
+                                     "dropped", off))
         if not notes:
             notes.append(Explanation(hit.broker, "FOUND", f"{hit.message.topic}/{hit.message.queue_id} queue offset "
                                      f"{hit.message.queue_offset}, found by {hit.found_by}", off))
