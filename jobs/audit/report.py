@@ -394,6 +394,7 @@ _CONSEQUENCE_TITLES = {
     Consequence.DATA_AT_RISK: "Data at risk",
     Consequence.QUERIES_WRONG: "Queries give wrong or no answers",
     Consequence.CONSUMERS_AFFECTED: "Consumers affected",
+    Consequence.UNKNOWN: "Not known: an input the audit needs is missing",
     Consequence.COSMETIC: "Cosmetic (the broker repairs or tolerates it)",
 }
 

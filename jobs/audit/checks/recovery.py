@@ -38,12 +38,15 @@ check("recovery.truncation", Severity.ERROR,
       "damaged, {intact} intact[, and {unframed_bytes} byte(s) in {unframed_runs} run(s) no walk could frame "
       "(records whose headers are gone: at least one per run, not counted)]",
       consequence=Consequence.DATA_LOST,
-      action="Salvage the messages after the cut first (`jobs.replay --repair`, or `jobs.extract --walk salvage` of "
-             "the offsets after the stop) and re-send them after the restart.")
+      action="When intact messages lie after the cut, copy them out before the restart overwrites them "
+             "(`rocketmq-forensics extract --walk salvage --physical-offsets` from the first of them, the command the "
+             "report's first screen gives; or `rocketmq-forensics replay --repair` for a new store) and re-send them "
+             "after it; the damaged ones only their producers can re-send.")
 check("recovery.segment_deleted", Severity.WARNING,
       "segment {file} lies wholly past the recovered end and will be deleted",
-      consequence=Consequence.DATA_AT_RISK,
-      action="Copy the segment away before starting the broker if it holds messages you need.")
+      consequence=Consequence.DATA_AT_RISK, group="broker",
+      action="Copy the segments away before starting the broker if they hold messages you need (the segments "
+             "table says which hold any).")
 check("recovery.cq_truncated", Severity.WARNING,
       "{units} consume-queue unit(s) of {topic}/{queue_id} from queue offset {queue_offset} on will be dropped: {why}",
       consequence=Consequence.CONSUMERS_AFFECTED, group="broker",
@@ -52,7 +55,7 @@ check("recovery.cq_truncated", Severity.WARNING,
 check("recovery.index_rebuilt", Severity.INFO,
       "index file {name} is newer than the checkpoint's indexMsgTimestamp: abnormal recovery deletes it and rebuilds "
       "it by re-dispatch",
-      consequence=Consequence.QUERIES_WRONG,
+      consequence=Consequence.QUERIES_WRONG, group="broker",
       action="Nothing; key lookups come back once the broker has re-dispatched.")
 check("recovery.note", Severity.WARNING, "{note}",
       consequence=Consequence.DATA_AT_RISK, group="broker",
