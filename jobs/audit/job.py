@@ -52,7 +52,7 @@ from jobs.progress import Phase, say
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args
 
 from . import findings as FD
-from . import resend
+from . import resend, terminal
 from .checks import FAMILIES, FamilyResult, load, load_all
 from .context import AuditContext, AuditOptions
 from .groups import add_times, group_findings
@@ -70,6 +70,7 @@ class AuditResult(cli.JobResult):
     out: str = ""
     summary_data: dict = field(default_factory=dict)
     phases: list = field(default_factory=list)  # (phase, wall seconds), as --profile prints them
+    line: str = ""  # the one line that sums the run up (what --quiet prints)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=200,
                    help="finding groups listed in the report (default 200; tables/ and findings/ keep them all)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="what stdout gets: text (default), each broker's verdict in words (will it start, the cut, "
+                        "the messages lost, what to do first, with the command) and one line; json, the same as "
+                        "one JSON object for machines.  With --quiet, text is the one line")
     p.add_argument("--profile", action="store_true",
                    help="print where the time went: each phase, and the slowest Spark tasks of each stage")
     return p
@@ -419,7 +424,6 @@ def run(spark, args) -> AuditResult:
         progress("grouping findings by cause")
         groups = group_findings(run.findings_dir)
         add_times(groups, ctx.store_times)
-        resend_counts = resend.counts(f"{out}/tables/{resend.NAME}")
         message_counts = _broker_metric(metrics, "message_count")
         after = fingerprint(files, args.sha256)
         if after != before:
@@ -439,9 +443,8 @@ def run(spark, args) -> AuditResult:
                         "report": None if args.no_report else f"{out}/report.html"},
         }
         for b in summary["brokers"]:
-            b["verdict"] = broker_verdict(b, groups,
-                                   {st: n for (name, st), n in resend_counts.items() if name == b["name"]},
-                                   message_counts.get(b["name"]))
+            b["verdict"] = broker_verdict(b, groups, out, message_counts.get(b["name"]))
+        summary["counts"].update(terminal.counts(summary, groups))
         (Path(out) / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False, default=str))
         if not args.no_report:
             progress("rendering report.html")
@@ -452,16 +455,13 @@ def run(spark, args) -> AuditResult:
     finally:
         ctx.release()
 
-    errors = summary["counts"]["error"]
-    verdict = "FAIL" if errors else "PASS"
-    line = (f"audit {verdict}: {errors} error(s), {summary['counts']['warning']} warning(s), "
-            f"{summary['counts']['info']} info in {len(stores)} store(s); report: "
-            f"{summary['outputs']['report'] or '-'}; findings: {out}/findings")
+    code = cli.EXIT_NOTHING if summary["counts"]["error"] else cli.EXIT_OK
     progress(f"done in {time.time() - started:.1f}s")
     if getattr(args, "profile", False):
         _print_profile(ctx, phases)
-    return AuditResult(line, cli.EXIT_NOTHING if errors else cli.EXIT_OK, out=out, summary_data=summary,
-                       phases=phases.times)
+    # stdout: each broker's first screen in words, then one line (--quiet: the line; --format json: JSON)
+    return AuditResult(terminal.render(summary, getattr(args, "format", "text"), getattr(args, "quiet", False), code),
+                       code, out=out, summary_data=summary, phases=phases.times, line=terminal.final_line(summary))
 
 
 def _failure_findings(failures: list[pa.Table]) -> pa.Table:
