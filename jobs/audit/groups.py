@@ -71,7 +71,10 @@ class Group:
     def sort_key(self) -> tuple:
         family = self.check.split(".", 1)[0]
         rank = _FAMILY_ORDER.index(family) if family in _FAMILY_ORDER else len(_FAMILY_ORDER)
-        return (int(self.consequence), int(self.severity), rank, -self.count, self.broker, self.check, self.place)
+        c = CHECKS.get(self.check)
+        per_message = c is not None and c.group == "broker"  # the messages a cause loses come after the cause
+        return (int(self.consequence), int(self.severity), rank, per_message, -self.count, self.broker, self.check,
+                self.place)
 
 
 def _sample_key(r: dict) -> tuple:
