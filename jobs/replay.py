@@ -6,7 +6,7 @@
 
 ``--input`` takes an extract (``rocketmq-forensics extract``) or any table with the canonical message columns
 (``topic`` and ``body`` required; ``properties_raw``, or ``properties``, and the other stored fields as in the
-README's JSON Lines format).  ``--repair STORE`` is extract + replay in one go: every record the salvage walk
+JSON Lines format of docs/writing-stores.md).  ``--repair STORE`` is extract + replay in one go: every record the salvage walk
 frames, also past damage and past the point where the broker's recovery would stop (``--walk recovery``:
 only what recovery keeps), optionally de-duplicated like ``extract --dedupe``.
 

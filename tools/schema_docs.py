@@ -313,7 +313,7 @@ def _sources() -> str:
 
     full = commitlog.arrow_schema("decoded", decompress=True)
     parts = ["## Data sources\n\nWhat `spark.read.format(NAME).load(PATH)` returns after `datasources.register(spark)`"
-             " (PATH: a store root, a folder of them, a part folder or one file; options in the README).\n",
+             " (PATH: a store root, a folder of them, a part folder or one file; options in library.md).\n",
              "### rocketmq-commitlog\n\nOne row per record, blank, stop or corrupt span.  `materialize=positions` "
              "gives the columns up to `excerpt_hex`; `frames` adds `frame`; `headers` (the default: what a plain "
              "`load()` gives) adds the decoded columns but `body`; `decoded` adds them all, and `decompress=true` "
