@@ -68,8 +68,10 @@ def oncall(spark, tmp_path_factory):
                    WriterConfig(mappedFileSizeCommitLog=64 * KIB, mappedFileSizeConsumeQueue=400 * 20,
                                 maxHashSlotNum=128, maxIndexNum=512), crash=True)
     D.torn_tail(base / "work-torn", torn)
+    demo = base / "in" / "demo"  # make demo's two brokers, smaller
+    _load_demo().build_dump(demo, 3000, segment_size=192 * KIB)
     stores = {"clean": fixture_store("basic"), "damaged": FIXTURES / "recovered-zero-page" / "input" / "store",
-              "nostart": nostart, "writer": writer_root, "torn": torn}
+              "nostart": nostart, "writer": writer_root, "torn": torn, "demo": demo}
     runs = {}
     for name, store in stores.items():
         out = base / "out" / name
@@ -78,6 +80,17 @@ def oncall(spark, tmp_path_factory):
         print(f"{name}: audit in {time.perf_counter() - t0:.1f} s")
         runs[name] = (result, out, json.loads((out / "summary.json").read_text()))
     return runs, writer
+
+
+def _load_demo():
+    import importlib.util
+
+    from jobs.session import REPO
+
+    spec = importlib.util.spec_from_file_location("tools_demo", REPO / "tools" / "demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _field(manifest: dict, key: str):
@@ -288,7 +301,8 @@ def test_torn_tail_nothing_intact_after_the_cut(oncall, tmp_path):
 def report_commands(page: str) -> list[str]:
     import html
 
-    return [line for block in re.findall(r"<pre>(.*?)</pre>", page, re.S) for line in html.unescape(block).split("\n")
+    blocks = re.findall(r"<pre[^>]*>(.*?)</pre>", page, re.S)
+    return [line for block in blocks for line in html.unescape(re.sub(r"<[^>]+>", "", block)).split("\n")
             if line and not line.startswith("#")]
 
 
@@ -316,3 +330,20 @@ def test_every_group_is_at_most_a_few_hundred_rows_and_counts_every_finding(onca
         assert len(set(keys)) == len(keys), name
         ranks = [(int(g.consequence), int(g.severity)) for g in groups]
         assert [r[0] for r in ranks] == sorted(r[0] for r in ranks), name  # most consequential first
+
+
+def test_two_broker_demo_fleet_and_first_screens(oncall, tmp_path):
+    """make demo's dump: the fleet table first (a line per broker, in no consume queue said in words), then each
+    broker's first screen with its own actions; every table of the page fits it (screenshots in tmp_path)."""
+    result, out, summary = oncall[0]["demo"]
+    first, whole = _screen(out, tmp_path)
+    a, b = summary["brokers"]
+    text = _words(first.first_screen_text)
+    assert "DATA LOST" in text and "Fleet broker verdict headline lost: damaged / dropped in no consume queue" in text
+    assert f"{a['name']} DATA LOST" in text and f"{b['name']} DATA LOST" in text
+    assert a["verdict"]["actions"][0]["kind"] == "nothing_after_cut"  # broker-a's torn tail
+    page = _words(whole.page_text)
+    for broker in summary["brokers"]:
+        assert _words(broker["verdict"]["actions"][0]["text"]) in page
+    assert "Not known" not in page or "missing" in page
+    assert "Consumer lag" in page and "oldest unconsumed stored at" in page

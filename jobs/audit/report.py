@@ -58,8 +58,8 @@ th{background:#f3f5fa;white-space:nowrap} td.num{text-align:right;font-variant-n
 td.wide{max-width:520px;min-width:14em;overflow-wrap:anywhere}
 table.detail{width:100%} table.detail th{white-space:normal;vertical-align:bottom}
 table.detail td.wide{min-width:18em}
-time{white-space:nowrap}
-pre.command{margin:3px 0 6px;white-space:pre-wrap;overflow-wrap:anywhere}
+time{white-space:nowrap} td.nowrap{white-space:nowrap}
+pre.command{margin:3px 0 6px;white-space:pre-wrap;overflow-wrap:anywhere} pre.command span.arg{white-space:nowrap}
 .error{color:#a11}.warning{color:#a60}.info{color:#357}
 .muted{color:#667} img{max-width:100%;border:1px solid #eef} code,pre{font-size:12px}
 pre{background:#f6f7fb;border:1px solid #e3e6ef;padding:8px;white-space:pre-wrap;overflow-wrap:anywhere;margin:4px 0}
@@ -74,7 +74,7 @@ details.group>div{padding:4px 10px 6px}
 .ghead{display:grid;grid-template-columns:70px 290px 1fr 90px 330px;gap:8px;padding:2px 9px;font-weight:600;
  color:#445;font-size:13px}
 .fleet td:first-child{white-space:nowrap}
-.badge{display:inline-block;padding:1px 7px;border-radius:4px;font-size:12px;font-weight:700}
+.badge{display:inline-block;padding:1px 7px;border-radius:4px;font-size:12px;font-weight:700;white-space:nowrap}
 @media print{
  body{max-width:none;margin:0;font-size:11px} .scroll{overflow:visible}
  details.group::details-content{content-visibility:visible;display:block}
@@ -184,6 +184,8 @@ def _cell(value, header: str) -> tuple[str, str]:
         return "", "yes" if value else "no"
     if isinstance(value, (int, float)):
         return "num", _e(value)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "", _breakable(", ".join(value))
     if isinstance(value, (list, dict)):
         return "wide", _e(json.dumps(value, default=str, ensure_ascii=False))
     if header.endswith(("key", "keys", "msg_id", "message_id", "message", "path", "detail", "hex", "problems")):
@@ -296,11 +298,23 @@ def _first_screen(b: dict, out: str, *, top_banner: bool) -> str:
                       + (" (all of it)" if safe == rec["predicted_max_physical_offset"] and not v["cut"] else "")))
     parts.append("<dl class='facts'>" + "".join(f"<dt>{k}</dt><dd>{val}</dd>" for k, val in facts) + "</dl>")
     parts.append("<h3>Do first</h3><ol class='actions'>" + "".join(
-        f"<li>{_md(a['text'])}" + (f"<pre class='command'>{_e(a['command'])}</pre>" if a.get("command") else "")
+        f"<li>{_md(a['text'])}" + (f"<pre class='command'>{_command(a['command'])}</pre>" if a.get("command") else "")
         + "</li>" for a in v["actions"]) + "</ol>")
     parts.append(_resend_section(b, out))
     parts.append("</section>")
     return "".join(parts)
+
+
+def _command(command: str) -> str:
+    """A command as html that wraps between its arguments only (a line never breaks inside '--explain'), and
+    copies as the command."""
+    import shlex
+
+    try:
+        words = [shlex.quote(w) for w in shlex.split(command)]
+    except ValueError:  # not shell words: shown as it is
+        return _e(command)
+    return " ".join(f"<span class='arg'>{_e(w)}</span>" for w in words)
 
 
 def _lost_keys(out: str, broker: str, limit: int = 5) -> list[str]:
@@ -362,7 +376,8 @@ def _commands(b: dict, out: str, path: str) -> str:
         lines.append(f"# the {v['lost']['damaged']:,} damaged message(s) cannot be copied out (their bytes are "
                      "damaged): their producers must re-send them, found by the keys in the table, or where a record "
                      "kept none by its topic, queue, queue offset and store time")
-    return "<pre>" + _e("\n".join(lines)) + "</pre>" if lines else ""
+    shown = [_e(line) if line.startswith("#") else _command(line) for line in lines]
+    return "<pre class='command'>" + "\n".join(shown) + "</pre>" if lines else ""
 
 
 _GROUP_HEAD = ("severity", "check", "where", "count", "first .. last position, store time")
@@ -492,6 +507,8 @@ def _shown_cell(column: str, value) -> tuple[str, str]:
         return "num", _time(value)
     if number and column.endswith("_ms"):
         return "num", f"<span title='{int(value)} ms'>{_e(format_duration(value))}</span>"
+    if column == "broker":  # a short name, never broken at its hyphen
+        return "nowrap", _e(value)
     return _cell(value, column)
 
 
