@@ -161,9 +161,14 @@ def resolve_stores(args: list[str], *, files: bool = False) -> list[StoreInput]:
 def _check_single_file(path: str, inp, files: bool) -> None:
     """A file given as --store: a segment file stands for its store where ``files`` allows; any other file is
     named for what it is, with what was expected instead."""
+    from store_format.commitlog import SEGMENT_NAME
+
     loc = inp.loc
-    in_commitlog = loc.parent().name == "commitlog"
-    if not in_commitlog:
+    # a segment by its place (commitlog/, also through a link) or by its name (a copy or a hard link elsewhere)
+    real = os.path.realpath(loc.path) if loc.local_path is not None else loc.path
+    segment = loc.parent().name == "commitlog" or os.path.basename(os.path.dirname(real)) == "commitlog" \
+        or SEGMENT_NAME.fullmatch(loc.name) is not None
+    if not segment:
         raise StoreArgumentError(f"{path}: a file that is not a commitlog segment; expected a store root (the "
                                  "folder holding commitlog/, consumequeue/, index/), a folder of store roots"
                                  + (", or one segment file (commitlog/<20-digit offset>)" if files else ""))
