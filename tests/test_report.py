@@ -187,6 +187,14 @@ def test_damaged_fixture_first_screen_names_the_cut_the_lost_and_the_first_actio
     assert f"Ask the producer to re-send the damaged message ({overlapping['topic']}/0 at queue offset 45" in text
     assert "Salvage" not in text and "jobs.replay" not in text and "jobs.extract" not in text
     assert f"Messages to re-send: {len(rows)}" in text
+    # below the fold: this store has no consumerOffset.json, so consumer lag is unknown (not "none"), and a
+    # missing input is its own consequence, never cosmetic; ages are spans in words, not milliseconds
+    page = _words(whole.page_text)
+    assert "Consumer lag unknown (consumerOffset.json missing or unreadable)" in page
+    assert "Not known: an input the audit needs is missing" in page
+    cosmetic = page[page.index("Cosmetic (the broker repairs"):page.index("Findings per check")]
+    assert "metadata.config_missing" not in cosmetic
+    assert "age_ms" not in page and "lag_ms" not in page and re.search(r"\bage\b.*\d+(\.\d)? s\b", page, re.S)
     groups = G.group_findings(str(out / "findings"))
     assert f"Findings by cause: {len(groups)} group(s)" in whole.page_text and len(groups) <= 200
     lost = [g for g in groups if g.check == "recovery.message_lost"]
@@ -238,6 +246,9 @@ def test_writer_store_resend_command_copies_out_exactly_the_dropped_messages(onc
     unindexed = [r for r in rows if r["state"] == "unindexed"]
     assert unindexed and {(r["topic"], r["queue_id"]) for r in unindexed} == {("Topic001", 1)}
     assert f"{len(unindexed)} messages in no consume queue" in text
+    deleted = rec["segments_deleted"]  # the segments past the cut: one line, their range
+    assert len(deleted) >= 2 and _words(f"commitlog/{deleted[0]} .. {deleted[-1]}: {len(deleted)} segments deleted "
+                                        "(they lie wholly past the cut)") in text
     page = (out / "report.html").read_text(encoding="utf-8")
     commands = [line for line in report_commands(page) if " extract " in line and "--physical-offsets" in line]
     # the first screen's "do first" and the re-send section print the same command
