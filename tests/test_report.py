@@ -213,7 +213,7 @@ def test_store_that_will_not_start(oncall, tmp_path, spark):
     assert "WILL NOT START" in text and "nostart will NOT start: commitlog/00000000000000000000.bak" in text
     assert "Will it start? NO" in text
     assert "Do first Move commitlog/00000000000000000000.bak out of the store before starting nostart, keeping " \
-           "it: commitlog/00000000000000000000.bak: its name is not an offset" in text
+           "it: its name is not an offset (Long.parseLong fails in new MappedFile), so load() fails." in text
     assert "Messages to re-send none" in text
     # the command, run as printed, moves that file beside the store root; the broker then starts
     [action] = [a for a in b["verdict"]["actions"] if a["kind"] == "will_not_start"]

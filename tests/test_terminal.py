@@ -112,3 +112,34 @@ def test_counts_in_words():
          "other_causes": {"error": 1, "warning": 3, "info": 0}}
     assert terminal._words(c) == ("1 broker will not start, 2 cuts, 1,188 messages lost (1 damaged, 1,187 dropped), "
                                   "4 other causes (1 error, 3 warnings)")
+
+
+def test_a_segment_cut_short_is_extended_not_moved_away(spark, tmp_path):
+    """A copy that lost a segment's preallocated tail: the broker refuses a segment shorter than
+    mappedFileSizeCommitLog.  The action extends it with zeros (what the broker preallocated) rather than moving it
+    away with its messages; run as printed, the broker starts and keeps every whole record of it."""
+    import subprocess
+
+    from store_format.store import Store
+    from store_format.write import damage as D
+    from store_format.write.generate import TrafficConfig, generate_store
+    from store_format.write.writer import WriterConfig
+
+    generate_store(tmp_path / "gen", TrafficConfig(messages=200, topics=1, queues=2, seed=4, p_send_back=0.0),
+                   WriterConfig(mappedFileSizeCommitLog=32 * 1024, mappedFileSizeConsumeQueue=400 * 20))
+    cut = D.truncate_segment(tmp_path / "gen", tmp_path / "copy" / "store")
+    args = audit.build_parser().parse_args(["--store", str(tmp_path / "copy" / "store"), "--out",
+                                            str(tmp_path / "out1"), "--no-report"])
+    [b] = audit.run(spark, args).summary_data["brokers"]
+    [a, *_] = b["verdict"]["actions"]
+    assert b["verdict"]["level"] == "will-not-start" and a["kind"] == "will_not_start"
+    assert a["text"].startswith(f"Extend {cut.path} with zeros to 32,768 bytes")
+    assert shlex.split(a["command"])[:3] == ["truncate", "-s", "32768"]
+    subprocess.run(a["command"], shell=True, check=True)
+    again = audit.run(spark, audit.build_parser().parse_args(["--store", str(tmp_path / "copy" / "store"), "--out",
+                                                              str(tmp_path / "out2"), "--no-report"]))
+    [b] = again.summary_data["brokers"]
+    whole = [f for f in Store(tmp_path / "gen").walk_commitlog(decode=False) if f.kind == "message"
+             and f.physical_offset + f.size <= int(cut.path.split("/")[1]) + cut.position]
+    assert b["verdict"]["will_start"] is True
+    assert b["recovery"]["predicted_max_physical_offset"] == max(f.physical_offset + f.size for f in whole)

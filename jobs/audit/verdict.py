@@ -274,8 +274,19 @@ def _will_not_start(broker: dict, groups: list[Group]) -> dict:
         return _action("will_not_start", f"{name} will not start: {problem}{more}; fix that before starting it.",
                        None, "recovery.broker_will_not_start", count)
     root = broker["path"].rstrip("/")
+    reason = problem[len(rel):].lstrip(":").strip()  # the problem names the file first: said once
+    reason = "it " + reason if reason.startswith("is ") else reason
+    short = re.match(r"commitlog/\d{20}$", rel) and re.search(r"is (\d+) bytes, not mappedFileSizeCommitLog (\d+)",
+                                                             problem)
+    if short and int(short.group(1)) < int(short.group(2)):
+        # a segment cut short (a copy that lost the preallocated tail): zeros to its full length keep its records,
+        # where moving it away would lose them
+        return _action("will_not_start", f"Extend {rel} with zeros to {_n(int(short.group(2)))} bytes, as the broker "
+                       f"preallocates it (keep a copy first), before starting {name}: {reason}{more}.",
+                       command_of(["truncate", "-s", short.group(2), "--", os.path.join(root, rel)]),
+                       "recovery.broker_will_not_start", count)
     aside = os.path.join(os.path.dirname(root), f"{os.path.basename(rel)}.moved-out-of-store")
-    return _action("will_not_start", f"Move {rel} out of the store before starting {name}, keeping it: {problem}"
+    return _action("will_not_start", f"Move {rel} out of the store before starting {name}, keeping it: {reason}"
                    f"{more}.", command_of(["mv", "--", os.path.join(root, rel), aside]),
                    "recovery.broker_will_not_start", count)
 
