@@ -6,9 +6,9 @@
 
 ``--input`` takes an extract (``rocketmq-forensics extract``) or any table with the canonical message columns
 (``topic`` and ``body`` required; ``properties_raw``, or ``properties``, and the other stored fields as in the
-JSON Lines format of docs/writing-stores.md).  ``--repair STORE`` is extract + replay in one go: every record the salvage walk
-frames, also past damage and past the point where the broker's recovery would stop (``--walk recovery``:
-only what recovery keeps), optionally de-duplicated like ``extract --dedupe``.
+JSON Lines format of docs/writing-stores.md).  ``--repair STORE`` is extract + replay in one go: every record
+the salvage walk frames, also past damage and past the point where the broker's recovery would stop
+(``--walk recovery``: only what recovery keeps), optionally de-duplicated like ``extract --dedupe``.
 
 Records are written by the project's store writer in their original order -- by (broker, physical offset),
 so every queue keeps its order -- and get new physical and queue offsets; the consume queues, index files,

@@ -260,7 +260,8 @@ def test_writer_store_resend_command_copies_out_exactly_the_dropped_messages(onc
     resend_action = next(a for a in v["actions"] if a["kind"] == "resend_damaged")
     damaged = next(r for r in rows if r["state"] == "damaged")
     assert f"key {(damaged['keys'] or [damaged['uniq_key']])[0]}" in resend_action["text"]
-    assert f"{damaged['topic']}/{damaged['queue_id']} at queue offset {damaged['queue_offset']}" in resend_action["text"]
+    where = f"{damaged['topic']}/{damaged['queue_id']} at queue offset {damaged['queue_offset']}"
+    assert where in resend_action["text"]
     shown = run_as_printed(resend_action["command"], spark, capture=True)
     assert "DROPPED_BY_RECOVERY" in shown and damaged["uniq_key"] in shown
     # the messages in no consume queue: the printed extract copies out exactly those

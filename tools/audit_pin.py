@@ -30,7 +30,8 @@ Normalized, per run: findings without run_id/run_time (details as a sorted objec
 stamps, every table under tables/ (rows sorted by all their columns), each output's column names and types,
 summary.json without run_id, run_time, elapsed_seconds, version (it depends on how the project is installed)
 and input mtimes (input paths relative, sizes kept), and the run's exit code and verdict line; every absolute
-path in any value becomes ``<corpus>/...``, ``<out>/...`` or (the console script of a printed command) ``<bin>/...``.  Two runs of one engine on one corpus give
+path in any value becomes ``<corpus>/...``, ``<out>/...`` or (the console script of a printed command)
+``<bin>/...``.  Two runs of one engine on one corpus give
 identical normalized outputs.  The goldens also record the corpus' digests: when ``--check`` finds that the
 corpus itself changed (a writer change, not the engine's), it says so first.
 
