@@ -65,7 +65,7 @@ docs: $(STAMP)
 	$(PY) tools/jobs_docs.py --write docs/jobs.md
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) tools/schema_docs.py --write docs/output-schemas.md
 
-# Debian's chromium, for tests/browser.py; installed when missing (root and apt-get, as on the project's
+# Debian's chromium, for tests/support/browser.py; installed when missing (root and apt-get, as on the project's
 # machines), otherwise the command to run is printed.
 chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-headless-shell >/dev/null 2>&1 || { \

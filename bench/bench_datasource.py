@@ -52,7 +52,8 @@ import numpy as np  # noqa: E402
 
 from bench.dump import DumpSpec, ensure_dump  # noqa: E402
 from bench.proctree import tree_cpu  # noqa: E402
-from store_format.commitlog import KIND_MESSAGE, ReadOnlyMap, list_segments, salvage_arrays  # noqa: E402
+from store_format.commitlog import KIND_MESSAGE, list_segments, salvage_arrays  # noqa: E402
+from store_format.fs import ReadOnlyMap
 
 CACHE = REPO / "bench" / "cache"
 
@@ -172,7 +173,7 @@ def scan_round(path: str, repeat: int, ceilings: bool) -> list[dict]:
     """One session's figures (in this process, the code measured first on sys.path): the source's positions
     count and decoded noop write, the session's first run of each and ``repeat`` more, as rows
     {what, run, s, cpu, load}."""
-    from datasources.commitlog import read_commitlog
+    from datasources.twopass import read_commitlog
     from jobs.session import build_session
 
     # compile or load the decoder here first, so a cold run is a session's first, not numba's first ever
@@ -209,7 +210,7 @@ def scan_round(path: str, repeat: int, ceilings: bool) -> list[dict]:
         from pyspark.sql import functions as F
 
         from bench.replay_source import NAME as REPLAY, ReplaySource
-        from datasources.commitlog import commitlog_ends
+        from datasources.twopass import commitlog_ends
 
         for first_pass in ("here", "spark"):
             run(f"first pass (commitlog_ends, first_pass={first_pass})",
@@ -377,7 +378,9 @@ def main(argv=None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     from jobs.session import build_session
-    from datasources.commitlog import DEFAULT_SPLIT_SIZE, FORMAT, read_commitlog
+    from datasources.commitlog import FORMAT
+    from datasources.twopass import read_commitlog
+    from store_format.plan import MAX_RANGE_STREAMED
     from pyspark.sql import functions as F
 
     from bench.replay_source import NAME as REPLAY, ReplaySource
@@ -392,7 +395,7 @@ def main(argv=None) -> int:
     # one warm-up query: the first in a session pays JVM and worker start-up
     noop(spark.read.format(FORMAT).options(materialize="decoded", splitSize=str(8 << 20)).load(str(files[0])))
     for split_mb in args.split_mb:
-        split = (split_mb << 20) if split_mb else DEFAULT_SPLIT_SIZE
+        split = (split_mb << 20) if split_mb else MAX_RANGE_STREAMED  # the split policy's largest range
         one_range = split >= args.segment_mb << 20  # no first pass: each task finds its segment's ends
         label = f"split {split >> 20} MiB" + (", one range a segment" if one_range else "")
         opts = {"splitSize": str(split)}

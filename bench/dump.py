@@ -18,7 +18,8 @@ from typing import NamedTuple
 import numpy as np
 
 from store_format import layout as L
-from store_format.commitlog import KIND_MESSAGE, ReadOnlyMap, Segment, list_segments, salvage_arrays
+from store_format.commitlog import KIND_MESSAGE, Segment, list_segments, salvage_arrays
+from store_format.fs import ReadOnlyMap
 from store_format.write.generate import TrafficConfig, generate_store, progress_line
 from store_format.indexfile import list_index_files
 from store_format.write.writer import WriterConfig

@@ -1,8 +1,10 @@
 """PySpark data sources over RocketMQ broker dumps: ``rocketmq-commitlog``, ``rocketmq-consumequeue``,
-``rocketmq-index`` and ``rocketmq-metadata``.  ``register(spark)`` makes them work in a session (any session:
-see datasources/sources.py); ``read_commitlog`` reads the commitlog in its exact two-pass form (see
-datasources/commitlog.py).  Nothing here imports pyarrow or numpy at import time: Spark's workers import this
-package to unpickle the registered classes, and must get to datasources/sources.py's clear error if they lack them."""
+``rocketmq-index`` and ``rocketmq-metadata``.  This package's root is its whole public API, the one the jobs use:
+``register(spark)`` makes the sources work in a session (any session: see datasources/sources.py);
+``read_commitlog`` reads the commitlog in its exact two-pass form (datasources/twopass.py); ``parse_columns``
+checks the commitlog source's ``columns`` option; ``local_master`` and ``default_parallelism`` say what a session
+offers.  Nothing here imports pyarrow or numpy at import time: Spark's workers import this package to unpickle the
+registered classes, and must get to datasources/sources.py's clear error if they lack them."""
 from __future__ import annotations
 
 
@@ -13,9 +15,30 @@ def register(spark) -> None:
 
 
 def read_commitlog(spark, path: str, **options):
-    from .commitlog import read_commitlog as _read
+    from .twopass import read_commitlog as _read
 
     return _read(spark, path, **options)
 
 
-__all__ = ["register", "read_commitlog"]
+def parse_columns(value: str | None, materialize: str) -> tuple[str, ...] | None:
+    """The commitlog source's ``columns`` option checked (datasources/commitlog.py)."""
+    from .commitlog import parse_columns as _parse
+
+    return _parse(value, materialize)
+
+
+def local_master(spark) -> bool:
+    """The session runs its tasks on this machine (local mode)."""
+    from .base import local_master as _local
+
+    return _local(spark)
+
+
+def default_parallelism(spark) -> int:
+    """The session's cores (a Spark Connect session's too: datasources/base.py)."""
+    from .base import default_parallelism as _cores
+
+    return _cores(spark)
+
+
+__all__ = ["register", "read_commitlog", "parse_columns", "local_master", "default_parallelism"]

@@ -16,7 +16,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from .storepaths import PartInput, find_inputs, parse_bool, parse_size
+from store_format.brokerconf import parse_size
+from store_format.errors import ErrorKind, StoreFormatError
+from store_format.stores import PartInput, part_inputs
 
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")  # Spark's own names for what a reader does with bad rows
 
@@ -72,7 +74,9 @@ class StoreReader(DataSourceReader):
         raise NotImplementedError
 
     def partitions(self):
-        return self.plan(find_inputs(self.path, self.PART, self.broker)) or [NothingToRead()]
+        if not self.path:
+            raise StoreFormatError(ErrorKind.INVALID_INPUT, "no path given: use .load(path)")
+        return self.plan(part_inputs(self.path, self.PART, self.broker)) or [NothingToRead()]
 
     def read(self, partition):
         if not isinstance(partition, NothingToRead):
@@ -104,12 +108,23 @@ def option_choice(options, name: str, choices, default: str, *, upper: bool = Fa
     return _option(options, name, default, choose)
 
 
+def parse_bool(value, default: bool) -> bool:
+    if value is None:
+        return default
+    v = str(value).strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
 def option_bool(options, name: str, default: bool) -> bool:
     return _option(options, name, default, lambda v: parse_bool(v, default))
 
 
 def option_size(options, name: str, default: int | None = None) -> int | None:
-    """Bytes, with an optional k/m/g suffix (storepaths.parse_size)."""
+    """Bytes, with an optional k/m/g suffix (store_format.brokerconf.parse_size)."""
     return _option(options, name, default, lambda v: parse_size(v, 0))
 
 
@@ -126,3 +141,35 @@ def option_int(options, name: str, default: int | None = None, minimum: int = 1)
 def parse_mode(options) -> str:
     """The ``mode`` option (PERMISSIVE, the default; DROPMALFORMED; FAILFAST), or a ValueError naming the choices."""
     return option_choice(options, "mode", MODES, "PERMISSIVE", upper=True)
+
+
+# The session's cores: what a read plans its ranges for, and whether its tasks run on this machine
+
+
+def local_master(spark) -> bool:
+    """The session runs its tasks in this process's machine (local mode): what they read, this process can."""
+    try:
+        master = spark.sparkContext.master
+    except Exception:  # Spark Connect: no SparkContext, the tasks run elsewhere
+        return False
+    return master == "local" or master.startswith("local[")
+
+
+def default_parallelism(spark) -> int:
+    """The session's cores: its default parallelism.  A Spark Connect session has no SparkContext to ask: the
+    server's spark.default.parallelism, else :func:`planned_parallelism` (never this client's cores, which say
+    nothing of the server's)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:
+        conf = spark.conf.get("spark.default.parallelism", None)
+        return int(conf) if conf else planned_parallelism(spark)
+
+
+def planned_parallelism(spark) -> int:
+    """The partitions of a range the session plans with its default parallelism (one small query, on any
+    session)."""
+    from pyspark.sql import functions as F
+
+    parts = spark.range(0, 1 << 16).select(F.spark_partition_id().alias("p"))  # an aggregate refuses it unaliased
+    return int(parts.agg(F.max("p")).first()[0]) + 1

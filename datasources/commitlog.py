@@ -1,37 +1,17 @@
 """``rocketmq-commitlog``: CommitLog segments read in parallel, split into byte ranges on record boundaries.
 
-Partitions are (segment, byte range of ``splitSize``).  The walk of a segment is a deterministic chain: from
-a position, ``frame_at`` says message (go on by its size), blank (the segment ends) or stop, and after a stop
-the salvage walk resyncs at ``find_next_frame`` (the first *confirmed* frame: magic, PHYSICALOFFSET = base +
-position, framing, and a matching body CRC or, for an empty body, another frame after it).  A confirmed frame
-cannot be jumped over by that chain (a message step would need overlapping records, a resync step stops at the
-first one), so every confirmed frame lies on the walk from the segment start.  A task therefore starts at the
-first confirmed frame at or after its range start (the first range at 0, where the walk starts), follows
-store_format's salvage walk and stops at the first confirmed frame at or after its range end, where the next
-task starts: every frame and span of the walk is emitted by exactly one task, whatever the split size.  No
-framing happens here; store_format does it all, in bulk (``salvage_arrays`` with the compiled framer over
-runs of valid messages, the scalar ``frame_at`` for the rest), and batches are built from its arrays, so a
-task does no per-record Python.
+Partitions are the ranges store_format.plan cuts (its one split policy, for a task that streams its rows:
+MAX_RANGE_STREAMED; ``splitSize`` overrides it), and each task's rows are store_format.scan's walk of its range
+(every frame and span of a segment's walk belongs to exactly one range, whatever the cut: see that module), built
+into Arrow batches from its arrays with no per-record Python.  The framing runs compiled
+(``udfs.kernels.CompiledFramer``).
 
-Two facts are only known by walking from a segment's start: where the recovery walk stops (its first
-stop or blank) and where the salvage walk ends (its first blank; stale bytes may follow).  They are the
-"segment ends".  :func:`read_commitlog` gets them in a first pass (:func:`commitlog_ends`: a Spark pass that
-ships only stop and blank rows, or in local mode the same walk in the driver, a range per core at a time), then
-hands them to the second pass in the ``segmentEnds`` option, so every task knows them and ranges past the
-recovery end are never read; the first pass has also checked every body CRC before the recovery stop, so
-the second pass does not check those again (``crc_checked_before``: the CRC is most of the framing work).
-A segment that is a single range needs neither: its one task walks it from the start and finds its ends
-itself, so only segments split into several ranges go through the first pass.  ``spark.read.format(
-"rocketmq-commitlog")`` without ``segmentEnds`` (or with ends that lack a segment it cuts) walks those
-segments in the planner, a range per core at a time, on every query; use :func:`read_commitlog` for large
-dumps.
-
-Ranges (:func:`plan_ranges`): each segment is cut over its written data (a broker's newest segment up to
-:func:`written_end`, the others whole) into equal ranges of at most ``splitSize``, the last one running to the
-segment's end; by default the size comes from the data and the session's parallelism (about TASKS_PER_CORE
-ranges a core, MIN_SPLIT_SIZE to DEFAULT_SPLIT_SIZE), so both cores of local[2] work whatever the dump's shape.
-The framing runs compiled (``udfs.kernels.CompiledFramer``: every check of ``frame_at``, the body CRC with no
-Python call per record), so a first pass costs little beside the rows' transport.
+A segment cut into several ranges needs its ends (where its recovery and salvage walks end: store_format.scan),
+known only by walking it from its start.  datasources/twopass.py's :func:`read_commitlog` finds them in a first
+pass and hands them to this source in the ``segmentEnds`` option, so every task knows them, ranges past the
+recovery end are never read, and body CRCs checked by the first pass are not checked again.  Without
+``segmentEnds`` (or with ends that lack a segment it cuts) the planner walks those segments itself, a range per
+core at a time, on every query; a segment that is a single range needs neither (its one task walks it all).
 
 Rows: one per walk item, ``kind`` = message | blank | stop (where a walk stopped: damage, or END_OF_DATA
 for the zero-filled tail, summarized in one row whose ``length`` is the tail's) | corrupt (bytes the salvage
@@ -46,12 +26,10 @@ cost of a decoded read (Spark's conversion of each column) when a job uses a few
 """
 from __future__ import annotations
 
-import errno
 import functools
 import json
 import math
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,35 +38,21 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition, LessThan, \
     LessThanOrEqual
 
-from store_format import layout as L
-from store_format.commitlog import END_OF_DATA, KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, \
-    SEGMENT_NAME, FrameArrays, ReadOnlyMap, SalvageSpan, find_next_frame, infer_segment_size, salvage_arrays
+from store_format.commitlog import (END_OF_DATA, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, FrameArrays,
+                                    SalvageSpan, list_segment_files)
+from store_format.fs import ReadOnlyMap
 from store_format.errors import ErrorKind, RecordError
-from store_format.fs import open_fd
+from store_format.plan import MAX_RANGE_STREAMED, SegmentRange, plan_ranges, split_segments
+from store_format.scan import DEFAULT_MAX_RECORD_SIZE, WALKS, cut_to_walk, read_range_walk, segment_ends, \
+    span_detail, walk_ends
 from udfs.columns import column
 
 from .base import StoreDataSource, StoreReader, option_bool, option_choice, option_int, option_size, parse_mode
-from .storepaths import Location, PartInput, find_inputs
 
 FORMAT = "rocketmq-commitlog"
-WALKS = ("recovery", "salvage")
 MATERIALIZE = ("positions", "frames", "headers", "decoded")
 DEFAULT_MATERIALIZE = "headers"  # what a plain load() carries: the message columns but the body
-# Default ranges (range_sizes): the written data of every segment (the newest one's up to written_end: ranges
-# past it would each scan the zero tail) shared out as about TASKS_PER_CORE ranges per core of the session, each
-# MIN_SPLIT_SIZE..DEFAULT_SPLIT_SIZE.  Every Spark task costs ~70 ms of CPU before it reads a byte (worker
-# hand-off, unpickling), so ranges stay >= 32 MiB; what a job builds from one partition (a cached table, an Arrow
-# UDF's input) grows with the range (bench/run.py's audit of a single 1 GiB segment ran out of a 2 GiB heap), so
-# they stay <= 256 MiB.  A segment cut into several ranges needs the first pass (its ends), which the compiled
-# framer makes cheap (~0.35 CPU s per GiB with every body CRC, bench/bench_datasource.py --scan).
-# Ranged (non-local) reads hold a range plus 2 x maxRecordSize in memory per task.
-DEFAULT_SPLIT_SIZE = 256 << 20
-MIN_SPLIT_SIZE = 32 << 20
-TASKS_PER_CORE = 2
 DEFAULT_BATCH_ROWS = 16384
-# Ranged (non-mmap) reads fetch this much past a range end; a decision closer than this to the end of what
-# was read is re-made with more bytes.  It bounds a legitimate record: 4 MiB body + 64 KiB (broker >= 4.9.5).
-DEFAULT_MAX_RECORD_SIZE = L.DEFAULT_MAX_MESSAGE_SIZE + (64 << 10)
 
 BASE_COLUMNS = pa.schema([  # every row's, whatever it materializes
     column("broker", pa.string()), column("segment", pa.string()), column("file_position", pa.int64()),
@@ -205,248 +169,27 @@ class Options:
 
 
 @dataclass
-class SegmentRange(InputPartition):
-    """Walk items of one segment whose position lies in [start, next range's sync point)."""
-
-    broker: str
-    loc: Location
-    name: str
-    base: int | None  # None: the name is not a segment name, the file is only reported
-    length: int
-    start: int
-    end: int
-    last: bool
-    problems: tuple  # ((ErrorKind value, message), ...) about the file, emitted by its first range
-    first_stop: int | None = None  # the segment ends; None = unknown (unresolved)
-    first_blank: int | None = None
-    resolved: bool = False
-    crc_checked_before: int = 0  # the pass that found the ends checked every body CRC before this position
-    finds_ends: bool = False  # the range is the whole segment: the task's own walk gives the ends
+class RangePartition(SegmentRange, InputPartition):
+    """A range planned by store_format.plan (walk items of one segment whose position lies in [start, next range's
+    sync point)), as the partition Spark hands to a task."""
 
 
-@dataclass(frozen=True)
-class SegmentFile:
-    broker: str
-    loc: Location
-    name: str
-    base: int | None
-    length: int
-    problems: tuple
+def plan_segment_ranges(inputs, opts: Options) -> list[SegmentRange]:
+    """The ranges of every segment file of the commitlog ``inputs`` (store_format.stores.part_inputs), cut by the
+    split policy for a task that streams its rows (``splitSize`` overrides it)."""
+    segments = [(inp.broker, s) for inp in inputs for s in list_segment_files(inp.loc, opts.segment_size)]
+    return plan_ranges(segments, opts.split_size, opts.parallelism or os.cpu_count() or 2, largest=MAX_RANGE_STREAMED)
 
 
-def list_segment_files(inputs: list[PartInput], segment_size: int | None) -> list[SegmentFile]:
-    """Every file of the commitlog folders, with what is wrong with its name or length."""
-    out = []
-    for inp in inputs:
-        infos = [inp.loc.info()] if inp.single_file else [i for i in inp.loc.list() if i.is_file]
-        named = [i for i in infos if SEGMENT_NAME.match(i.base_name)]
-        size = segment_size or infer_segment_size([(int(i.base_name), i.size) for i in named])
-        for i in infos:
-            loc = Location(inp.loc.fs, i.path)
-            if not SEGMENT_NAME.match(i.base_name):
-                out.append(SegmentFile(inp.broker, loc, i.base_name, None, i.size, (
-                    (ErrorKind.BAD_FILE_NAME.value, "a commitlog file name must be its 20-digit base offset; "
-                     "not read (no base offset to check records against)"),)))
-                continue
-            problems = ()
-            if size and i.size != size:
-                problems = ((ErrorKind.BAD_GEOMETRY.value, f"segment is {i.size} bytes, the store's segment "
-                             f"size is {size} (the broker refuses to load it); read anyway"),)
-            elif not i.size:  # no size to compare with when it is the only segment: empty is never right
-                problems = ((ErrorKind.BAD_GEOMETRY.value, "segment file is empty: the broker preallocates every "
-                             "segment (mappedFileSizeCommitLog) and refuses to load an empty one"),)
-            out.append(SegmentFile(inp.broker, loc, i.base_name, int(i.base_name), i.size, problems))
-    return out
+def walk_options(opts: Options) -> dict:
+    """What :func:`store_format.scan.read_range_walk` takes from the options, and the compiled framer."""
+    return dict(check_crc=opts.check_crc, excerpt_bytes=opts.excerpt_bytes, io=opts.io,
+                max_record_size=opts.max_record_size, framer=_compiled_framer())
 
 
-_PAGE = 4096
-
-
-def written_end(loc: Location, length: int) -> int:
-    """Where a segment's written bytes seem to end: past its last non-zero 4 KiB page, from the file's data extents
-    (SEEK_DATA / SEEK_HOLE: a sparse file's holes are never read) and a binary search over the pages of the last
-    one, as if data were followed by zeros.  For sharing work out only: a zeroed page inside the data can make it
-    early, so the walk never trusts it (the range after it still runs to the segment's end)."""
-    lo, hi = 0, length
-    local = loc.local_path
-    fd = open_fd(local) if local is not None else None  # the read-only way in: no FIFO or device waited on
-    try:
-        if fd is not None:
-            pos, last, told = 0, None, True
-            while pos < length:
-                try:
-                    start = os.lseek(fd, pos, os.SEEK_DATA)
-                    end = min(os.lseek(fd, start, os.SEEK_HOLE), length)
-                except OSError as e:
-                    told = e.errno == errno.ENXIO  # no data past pos; anything else: the file system cannot say
-                    break
-                last, pos = (start, end), end
-            if last is None and told:
-                return 0  # only holes
-            if last is not None and told:
-                lo, hi = last
-
-        def zero_page(at: int) -> bool:
-            n = min(_PAGE, length - at)
-            data = os.pread(fd, n, at) if fd is not None else loc.read_range(at, n)
-            return not any(data)
-
-        first, last_page = lo // _PAGE, -(-hi // _PAGE)  # pages [first, last_page) may hold the end
-        while first < last_page:  # the first page from which every page is zero
-            mid = (first + last_page) // 2
-            if zero_page(mid * _PAGE):
-                last_page = mid
-            else:
-                first = mid + 1
-        return min(length, first * _PAGE)
-    finally:
-        if fd is not None:
-            os.close(fd)
-
-
-def segment_data(files: list[SegmentFile]) -> dict[tuple[str, str], int]:
-    """The bytes each segment's ranges are cut over: a broker's newest segment up to :func:`written_end` (the one
-    with the unwritten zero tail), every other segment whole."""
-    newest = {}
-    for f in files:
-        if f.base is not None and (f.broker not in newest or f.base > newest[f.broker].base):
-            newest[f.broker] = f
-    return {(f.broker, f.name): written_end(f.loc, f.length) if newest.get(f.broker) is f and f.length else f.length
-            for f in files}
-
-
-def range_sizes(files: list[SegmentFile], split_size: int | None, parallelism: int | None = None,
-                data: dict | None = None) -> dict[tuple[str, str], int]:
-    """The largest range of each segment: ``splitSize`` when given; by default (None) the written data of all
-    the segments (:func:`segment_data`, or ``data``) over TASKS_PER_CORE ranges per core (``parallelism``, else
-    this machine's cores), within MIN_SPLIT_SIZE..DEFAULT_SPLIT_SIZE."""
-    if not split_size:
-        data = segment_data(files) if data is None else data
-        cores = parallelism or os.cpu_count() or 2
-        share = -(-sum(data.values()) // (TASKS_PER_CORE * cores))
-        split_size = min(DEFAULT_SPLIT_SIZE, max(MIN_SPLIT_SIZE, -(-share // (1 << 20)) << 20))
-    return {(f.broker, f.name): split_size for f in files}
-
-
-def cut_ranges(length: int, data: int, size: int) -> list[tuple[int, int, bool]]:
-    """(start, end, last) of the ranges of a ``length``-byte segment: its first ``data`` bytes cut into equal
-    ranges of at most ``size``, the last running to the segment's end (the walk never trusts ``data``: a
-    probe that ends early only makes the ranges uneven)."""
-    n = max(1, math.ceil(data / max(size, 1)))
-    step = -(-data // n)
-    return [(k * step, (k + 1) * step, False) for k in range(n - 1)] + [((n - 1) * step, length, True)]
-
-
-def plan_ranges(files: list[SegmentFile], split_size: int | None, parallelism: int | None = None
-                ) -> list[SegmentRange]:
-    out = []
-    data = segment_data(files)
-    sizes = range_sizes(files, split_size, parallelism, data)
-    for f in files:
-        if f.base is None:
-            out.append(SegmentRange(f.broker, f.loc, f.name, None, f.length, 0, 0, True, f.problems))
-            continue
-        for k, (start, end, last) in enumerate(cut_ranges(f.length, data[f.broker, f.name], sizes[f.broker, f.name])):
-            out.append(SegmentRange(f.broker, f.loc, f.name, f.base, f.length, start, end, last,
-                                    f.problems if k == 0 else ()))
-    return out
-
-
-def split_segments(parts: list[SegmentRange]) -> set[str]:
-    """The ``broker/segment`` keys of the segments cut into several ranges (those that need their ends)."""
-    count = {}
-    for p in parts:
-        if p.base is not None:
-            key = f"{p.broker}/{p.name}"
-            count[key] = count.get(key, 0) + 1
-    return {k for k, n in count.items() if n > 1}
-
-
-def local_master(spark) -> bool:
-    """The session runs its tasks in this process's machine (local mode): what they read, this process can."""
-    try:
-        master = spark.sparkContext.master
-    except Exception:  # Spark Connect: no SparkContext, the tasks run elsewhere
-        return False
-    return master == "local" or master.startswith("local[")
-
-
-def default_parallelism(spark) -> int:
-    """The session's cores: its default parallelism.  A Spark Connect session has no SparkContext to ask: the
-    server's spark.default.parallelism, else :func:`planned_parallelism` (never this client's cores, which say
-    nothing of the server's)."""
-    try:
-        return int(spark.sparkContext.defaultParallelism)
-    except Exception:
-        conf = spark.conf.get("spark.default.parallelism", None)
-        return int(conf) if conf else planned_parallelism(spark)
-
-
-def planned_parallelism(spark) -> int:
-    """The partitions of a range the session plans with its default parallelism (one small query, on any
-    session)."""
-    from pyspark.sql import functions as F
-
-    parts = spark.range(0, 1 << 16).select(F.spark_partition_id().alias("p"))  # an aggregate refuses it unaliased
-    return int(parts.agg(F.max("p")).first()[0]) + 1
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The task: walk items of one range
-
-
-class _NeedMoreBytes(Exception):
-    """A decision came too close to the end of the bytes read (ranged reads only)."""
-
-
-@dataclass
-class RangeWalk:
-    """A range's share of a segment's salvage walk: its items (absolute positions), the position its walk starts
-    at (None: no confirmed frame in the range, the previous range's walk covers it) and the position the next
-    range's walk starts at (None: this walk runs to the segment's end).  Consecutive ranges' items tile the
-    segment: every byte from ``first`` to ``until`` belongs to one of this range's items or lies after its last
-    stop."""
-
-    items: FrameArrays
-    first: int | None
-    until: int | None
-
-
-def range_items(buf, w0: int, complete: bool, name: str, base: int, start: int, end: int, last: bool,
-                **kwargs) -> FrameArrays:
-    """The salvage-walk items (absolute positions) owned by range [start, end) (:func:`range_walk`)."""
-    return range_walk(buf, w0, complete, name, base, start, end, last, **kwargs).items
-
-
-def range_walk(buf, w0: int, complete: bool, name: str, base: int, start: int, end: int, last: bool, *,
-               check_crc: bool = True, excerpt_bytes: int = 32, margin: int = 0,
-               segment_length: int | None = None, crc_checked_before: int = 0) -> RangeWalk:
-    """The salvage-walk items (absolute positions) owned by range [start, end), framed in bulk; messages before
-    ``crc_checked_before`` are known to pass the CRC check (the first pass checked the walk up to its stop).
-
-    ``buf`` holds the segment's bytes from ``w0``; ``complete`` says it runs to the segment's end.  An
-    incomplete buffer raises :class:`_NeedMoreBytes` when a decision may depend on bytes it lacks: one within
-    ``margin`` of its end, a stop that the segment's end decides (a blank, a record running past the
-    bytes), or a blank of the whole segment skipped over by a search."""
-    lim = len(buf)
-    rbase = base + w0  # positions below are relative to w0; PHYSICALOFFSET checks use base + w0 + rel
-    doubt = _Doubt(buf, w0, complete, margin, segment_length)
-    if start == 0:
-        s = 0  # the walk itself starts here, confirmed or not
-    else:
-        # only a frame before the range end matters (and an unbounded search would rescan the zero tail)
-        s = find_next_frame(buf, start - w0, lim, rbase, before=end - w0)
-        doubt.search(start - w0, s, end - w0)
-        if s is None:  # no confirmed frame in the range: the previous range's covers it
-            return RangeWalk(FrameArrays.empty(name, base), None, None)
-    e = None if last else find_next_frame(buf, end - w0, lim, rbase)
-    if not last:
-        doubt.search(end - w0, e)
-    items = salvage_arrays(buf, name, rbase, start=s, limit=lim, until=e, check_crc=check_crc,
-                           excerpt_len=excerpt_bytes, crc_checked_before=max(0, crc_checked_before - w0),
-                           framer=_compiled_framer())
-    doubt.items(items)
-    return RangeWalk(items.moved(w0), s + w0, None if e is None else e + w0)
+def walk_segment_ends(ranges: list[SegmentRange], opts: Options) -> dict[str, tuple]:
+    """The ends of the segments cut into ``ranges``, walked in this process (store_format.scan.walk_ends)."""
+    return walk_ends(ranges, parallelism=opts.parallelism, **walk_options(opts))
 
 
 @functools.cache
@@ -454,139 +197,6 @@ def _compiled_framer():
     from udfs.kernels import CompiledFramer
 
     return CompiledFramer
-
-
-class _Doubt:
-    """Decisions an incomplete buffer (ranged reads) cannot make alone; raises :class:`_NeedMoreBytes`."""
-
-    _BLANK = L.BLANK_MAGIC.to_bytes(4, "big", signed=True)
-
-    def __init__(self, buf, w0: int, complete: bool, margin: int, segment_length: int | None):
-        self.buf, self.w0, self.off, self.margin, self.seg_len = buf, w0, complete, margin, segment_length
-
-    def search(self, lo: int, found: int | None, bound: int | None = None):
-        """A search from ``lo`` found ``found`` (None: no frame before ``bound``, or before the bytes' end)."""
-        if self.off:
-            return
-        if found is None and bound is None:
-            raise _NeedMoreBytes  # a frame may lie past the bytes read
-        hi = bound if found is None else found
-        if hi > len(self.buf) - self.margin or self._blank_in(lo, hi):
-            raise _NeedMoreBytes
-
-    def items(self, items: FrameArrays):
-        if self.off:
-            return
-        if len(items) and items.positions.max() > len(self.buf) - self.margin:
-            raise _NeedMoreBytes
-        for it in items.others.values():
-            if isinstance(it, SalvageSpan):
-                if self._blank_in(it.file_position, it.file_position + it.length):
-                    raise _NeedMoreBytes
-            elif it.kind == "stop" and (it.magic == L.BLANK_MAGIC or it.stop_kind == ErrorKind.TRUNCATED.value):
-                raise _NeedMoreBytes
-
-    def _blank_in(self, lo: int, hi: int) -> bool:
-        """A blank header in [lo, hi) whose TOTALSIZE reaches exactly the segment's end."""
-        if self.seg_len is None:
-            return False
-        i = self.buf.find(self._BLANK, lo + 4, hi + 4)
-        while i >= 0:
-            p = i - 4
-            if int.from_bytes(self.buf[p:p + 4], "big", signed=True) == self.seg_len - self.w0 - p:
-                return True
-            i = self.buf.find(self._BLANK, i + 1, hi + 4)
-        return False
-
-
-def _read_range_items(part: SegmentRange, opts: Options):
-    walk, handle, w0 = read_range_walk(part.loc, part.name, part.base, part.length, part.start, part.end, part.last,
-                                       check_crc=opts.check_crc, excerpt_bytes=opts.excerpt_bytes,
-                                       crc_checked_before=part.crc_checked_before, io=opts.io,
-                                       max_record_size=opts.max_record_size)
-    return walk.items, handle, w0
-
-
-def read_range_walk(loc: Location, name: str, base: int, length: int, start: int, end: int, last: bool, *,
-                     check_crc: bool = True, excerpt_bytes: int = 32, crc_checked_before: int = 0, io: str = "auto",
-                     max_record_size: int = DEFAULT_MAX_RECORD_SIZE):
-    """(walk, buffer, buffer offset) for the range [start, end) of a segment (:func:`range_walk`): a read-only
-    mmap for local files (the caller closes it), else ranged reads that grow until every decision was made with
-    ``max_record_size`` bytes to spare."""
-    kwargs = dict(check_crc=check_crc, excerpt_bytes=excerpt_bytes, crc_checked_before=crc_checked_before)
-    local = loc.local_path
-    if local is not None and io == "auto":
-        m = ReadOnlyMap(local)
-        try:
-            walk = range_walk(m.buf, 0, True, name, base, start, end, last, **kwargs)
-        except BaseException:
-            m.close()
-            raise
-        return walk, m, 0
-    w0 = start
-    w1 = length if last else min(length, end + 2 * max_record_size)
-    while True:
-        buf = loc.read_range(w0, w1 - w0)
-        if len(buf) != w1 - w0:
-            raise RecordError(ErrorKind.TRUNCATED, f"read {len(buf)} of {w1 - w0} bytes at {w0}; the file changed "
-                              "while it was read", file=str(loc), position=w0)
-        try:
-            walk = range_walk(buf, w0, w1 == length, name, base, start, end, last,
-                              margin=max_record_size, segment_length=length, **kwargs)
-            return walk, buf, w0
-        except _NeedMoreBytes:
-            w1 = min(length, w0 + 2 * (w1 - w0))
-
-
-def segment_ends(items_of_ranges: list[FrameArrays]) -> tuple[int | None, int | None]:
-    """(first stop or blank, first blank) over every item of a segment's walk."""
-    stops = [it.file_position for items in items_of_ranges for it in items.others.values()
-             if not isinstance(it, SalvageSpan)]
-    blanks = [p for items in items_of_ranges for p in items.positions[items.kinds == KIND_BLANK].tolist()]
-    return (min(stops) if stops else None), (min(blanks) if blanks else None)
-
-
-def walk_ends(parts: list[SegmentRange], opts: Options) -> dict[str, tuple]:
-    """The segment ends of the segments whose ranges are ``parts`` (every range of each), as the first pass finds
-    them (``{"broker/segment": (first_stop, first_blank, crc_checked_before)}``), walked in this process with the
-    tasks' own code, ``opts.parallelism`` ranges at a time (threads: the compiled framer releases the GIL)."""
-    def ends_of(part: SegmentRange) -> tuple[int | None, int | None]:
-        items, handle, _ = _read_range_items(part, opts)
-        if isinstance(handle, ReadOnlyMap):
-            handle.close()
-        return segment_ends([items])
-
-    with ThreadPoolExecutor(max(1, min(len(parts), opts.parallelism or os.cpu_count() or 2))) as pool:
-        found = list(pool.map(ends_of, parts))
-    by_segment = {}
-    for p, ends in zip(parts, found):
-        by_segment.setdefault(f"{p.broker}/{p.name}", []).append(ends)
-    return {key: _with_crc_checked(min((s for s, _ in e if s is not None), default=None),
-                                   min((b for _, b in e if b is not None), default=None), opts.check_crc)
-            for key, e in by_segment.items()}
-
-
-def _with_crc_checked(first_stop: int | None, first_blank: int | None, check_crc: bool) -> tuple:
-    """A segment's ends as the second pass gets them: a walk that found them with CRC checks has checked every
-    message before its first stop, so the second pass need not check those again."""
-    return first_stop, first_blank, (first_stop or 0) if check_crc else 0
-
-
-def cut_to_walk(items: FrameArrays, walk: str, first_stop: int | None, first_blank: int | None) -> FrameArrays:
-    """Apply a segment's ends: the recovery walk is the frames up to its first stop (or blank); the salvage
-    walk ends at its first blank (stale bytes may follow)."""
-    if walk == "recovery":
-        return items.take((items.positions <= first_stop) & (items.kinds != KIND_CORRUPT))
-    if first_blank is None or not len(items) or items.positions[-1] <= first_blank:
-        return items
-    return items.take(items.positions <= first_blank)
-
-
-def span_detail(span: SalvageSpan) -> str:
-    """A row's ``detail`` for an unframeable span."""
-    return f"{span.length} bytes no walk could frame" + (
-        f", then {span.unwritten_tail} zero bytes to the segment's end (its unwritten tail)" if span.unwritten_tail
-        else "")
 
 
 def _is_damage(kind: int, reason: str | None) -> bool:
@@ -701,11 +311,10 @@ class CommitLogReader(StoreReader):
                 yield f
 
     def plan(self, inputs):
-        files = list_segment_files(inputs, self.opts.segment_size)
         brokers, segments = _value_set(self.filters, "broker"), _value_set(self.filters, "segment")
         lo, hi = _offset_bounds(self.filters)
         # ranges planned over every file, as commitlog_ends plans them, then the files the filters exclude dropped
-        parts = [p for p in plan_ranges(files, self.opts.split_size, self.opts.parallelism)
+        parts = [RangePartition(**vars(p)) for p in plan_segment_ranges(inputs, self.opts)
                  if (brokers is None or p.broker in brokers) and (segments is None or p.name in segments)
                  and (p.base is None or (p.base + p.length >= lo and p.base <= hi))]
         ends = self._ends(parts)
@@ -714,9 +323,8 @@ class CommitLogReader(StoreReader):
             if p.base is not None:
                 if p.base + p.start > hi and p.start > 0:
                     continue  # every item of the range lies at or after its start
-                key = f"{p.broker}/{p.name}"
-                if key in ends:
-                    p.first_stop, p.first_blank, *checked = ends[key]
+                if p.key in ends:
+                    p.first_stop, p.first_blank, *checked = ends[p.key]
                     p.crc_checked_before = checked[0] if checked and self.opts.check_crc else 0
                     p.resolved = True
                     cutoff = p.first_stop if self.opts.walk == "recovery" else p.first_blank
@@ -735,7 +343,7 @@ class CommitLogReader(StoreReader):
         # its file changed since): walk it here, with the tasks' own code.  A segment of one range needs none:
         # its one task finds the ends itself.
         missing = split_segments(parts) - set(ends)
-        ends.update(walk_ends([p for p in parts if f"{p.broker}/{p.name}" in missing], self.opts))
+        ends.update(walk_segment_ends([p for p in parts if p.key in missing], self.opts))
         return ends
 
     def read_partition(self, partition: SegmentRange):
@@ -782,7 +390,9 @@ class _RangeReader:
                                               dict(enumerate(problems))), None, 0)
         if p.base is None:
             return
-        items, handle, w0 = _read_range_items(p, self.opts)
+        walk, handle, w0 = read_range_walk(p.loc, p.name, p.base, p.length, p.start, p.end, p.last,
+                                           crc_checked_before=p.crc_checked_before, **walk_options(self.opts))
+        items = walk.items
         try:
             buf = handle.buf if isinstance(handle, ReadOnlyMap) else handle
             if p.finds_ends:
@@ -942,59 +552,5 @@ def _scatter(values: pa.Array, idx: np.ndarray | None, n: int) -> pa.Array:
     return values.take(indices)
 
 
-__all__ = ["CommitLogDataSource", "FORMAT", "arrow_schema", "commitlog_ends", "range_items", "read_commitlog"]
-
-
-FIRST_PASSES = ("auto", "spark", "here")
-
-
-def commitlog_ends(spark, path: str, first_pass: str = "auto", **options) -> dict:
-    """The segment ends ``{"broker/segment": [first_stop, first_blank, crc_checked_before]}`` of the segments
-    split into several ranges (the first pass of :func:`read_commitlog`; none at all when every segment is one
-    range).  ``first_pass``: ``spark``, a Spark pass that ships only stop and blank rows (the work spread over
-    the executors); ``here``, walked in this process with the tasks' code, a range per core at a time
-    (:func:`walk_ends`: no Spark job, whose own cost is most of a cheap walk's); ``auto``: here when the session
-    runs in local mode (its tasks would use this machine's cores anyway), else Spark."""
-    from pyspark.sql import functions as F
-
-    if first_pass not in FIRST_PASSES:
-        raise ValueError(f"first_pass={first_pass!r}: choose one of {', '.join(FIRST_PASSES)}")
-
-    opts = {k: str(v) for k, v in options.items()}
-    opts.setdefault("parallelism", str(default_parallelism(spark)))
-    parsed = Options.parse(opts)  # fail on bad options before any job runs
-    # a segment read by one task needs no first pass: that task walks it all and finds its ends itself
-    files = list_segment_files(find_inputs(path, "commitlog", opts.get("broker")), parsed.segment_size)
-    parts = plan_ranges(files, parsed.split_size, parsed.parallelism)
-    cut = split_segments(parts)
-    split = [f for f in files if f"{f.broker}/{f.name}" in cut]
-    if not split:
-        return {}
-    if first_pass == "here" or (first_pass == "auto" and local_master(spark)):
-        return {k: list(v) for k, v in walk_ends([p for p in parts if f"{p.broker}/{p.name}" in cut], parsed).items()}
-    positions = {k: v for k, v in opts.items() if k != "columns"}  # the decoded columns of the second pass
-    stops = (spark.read.format(FORMAT).options(**positions)
-             .options(materialize="positions", walk="salvage", mode="PERMISSIVE", segmentEnds="unresolved",
-                      pushFilters="true")
-             .load(path)
-             .where(F.col("broker").isin(sorted({f.broker for f in split}))
-                    & F.col("segment").isin(sorted({f.name for f in split})) & F.col("kind").isin("stop", "blank"))
-             .groupBy("broker", "segment")
-             .agg(F.min("file_position").alias("first_stop"),
-                  F.min(F.when(F.col("kind") == "blank", F.col("file_position"))).alias("first_blank")))
-    return {f"{r['broker']}/{r['segment']}": list(_with_crc_checked(r["first_stop"], r["first_blank"],
-                                                                    parsed.check_crc))
-            for r in stops.collect()}
-
-
-def read_commitlog(spark, path: str, ends: dict | None = None, first_pass: str = "auto", **options):
-    """The commitlog as a DataFrame equal to store_format's walks, read in two passes: the segment ends (first
-    stop, first blank) of the segments cut into ranges (:func:`commitlog_ends`, ``first_pass`` as there), then
-    the rows.  ``ends`` from :func:`commitlog_ends` (same path and options) skips the first pass: the walks
-    share it."""
-    opts = {k: str(v) for k, v in options.items()}
-    opts.setdefault("parallelism", str(default_parallelism(spark)))  # both passes plan the same ranges
-    Options.parse(opts)  # fail on bad options before any job runs
-    if ends is None:
-        ends = commitlog_ends(spark, path, first_pass=first_pass, **opts)
-    return spark.read.format(FORMAT).options(**opts).option("segmentEnds", json.dumps(ends)).load(path)
+__all__ = ["CommitLogDataSource", "FORMAT", "Options", "arrow_schema", "parse_columns", "plan_segment_ranges",
+           "walk_segment_ends"]

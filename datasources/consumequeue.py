@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 from pyspark.sql.datasource import InputPartition
 
 from store_format import layout as L
-from store_format.commitlog import SEGMENT_NAME, ReadOnlyMap
-from store_format.consumequeue import UNIT_KINDS, CQFile, queue_id_of, read_unit_arrays, units_of
+from store_format.consumequeue import UNIT_KINDS, QueueFile, list_consumequeue, read_unit_arrays
 from store_format.errors import ErrorKind, StoreFormatError
+from store_format.plan import group_queue_files
+from store_format.stores import PartInput
 from udfs.columns import column
 
 from .base import StoreDataSource, StoreReader, parse_mode
-from .storepaths import Location, PartInput
 
 FORMAT = "rocketmq-consumequeue"
 SCHEMA = pa.schema([
@@ -33,7 +33,10 @@ SCHEMA = pa.schema([
            "broker's whole commitlog"),
     column("size", pa.int32(), "the unit's Size: the record's TOTALSIZE"),
     column("tags_code", pa.int64(), "the unit's Tags HashCode: the tag's hash code; for a delayed message in "
-           "SCHEDULE_TOPIC_XXXX its delivery time (ms)"),
+           "SCHEDULE_TOPIC_XXXX its delivery time (ms); with ConsumeQueueExt, the ext unit's (null when the unit's "
+           "address reaches none)"),
+    column("ext_offset", pa.int64(), "ConsumeQueueExt (enableConsumeQueueExt): where the unit's tagsCode slot "
+           "held an ext unit's address, that unit's offset in the queue's consumequeue_ext files; null otherwise"),
     column("file", pa.string(), "consume-queue file name (20 digits: the byte offset of its first unit in the "
            "queue, the queue offset * 20)"),
     column("file_position", pa.int64(), "byte position of the row's first byte inside the file"),
@@ -51,78 +54,30 @@ _ROW_KINDS = [_KINDS[k] for k in UNIT_KINDS]  # row kind by store_format's unit 
 
 
 @dataclass
-class CQFilePartition(InputPartition):
-    broker: str
-    topic: str
-    queue_id: int | None  # None: the queue folder's name is not an int
-    loc: Location
-    name: str
-    length: int
-
-
-@dataclass
 class CQFileGroup(InputPartition):
-    """Consecutive files read by one task: a broker has thousands of queues, mostly small, and a task per
-    file would cost more in scheduling than in reading."""
+    """Whole queues' files read by one task (store_format.plan.group_queue_files): a broker has thousands of
+    queues, mostly small, and a task per file would cost more in scheduling than in reading."""
 
-    files: list[CQFilePartition]
-
-
-GROUP_BYTES = 64 << 20  # per task: 64 MiB of units (3.3 M entries), or
-GROUP_FILES = 256  # this many files, whichever comes first
+    broker: str
+    files: list[QueueFile]
 
 
-def group_files(files: list[CQFilePartition]) -> list[CQFileGroup]:
-    groups, cur, size = [], [], 0
-    for f in files:
-        if cur and (size + f.length > GROUP_BYTES or len(cur) >= GROUP_FILES):
-            groups.append(CQFileGroup(cur))
-            cur, size = [], 0
-        cur.append(f)
-        size += f.length
-    if cur:
-        groups.append(CQFileGroup(cur))
-    return groups
+def plan_groups(inputs: list[PartInput]) -> list[CQFileGroup]:
+    """The files of the consume-queue ``inputs`` (store_format.stores.part_inputs) in groups of whole queues."""
+    return [CQFileGroup(inp.broker, group) for inp in inputs for group in group_queue_files(list_consumequeue(inp.loc))]
 
 
-def plan_files(inputs: list[PartInput]) -> list[CQFilePartition]:
-    """Every file of the consume-queue ``inputs`` (storepaths.find_inputs), in listing order."""
-    out = []
-    for inp in inputs:
-        if inp.single_file:  # consumequeue/<topic>/<queueId>/<file>
-            qdir = inp.loc.parent()
-            out.append(_partition(inp.broker, qdir.parent().name, qdir.name, inp.loc.info()))
-            continue
-        for topic in inp.loc.list():
-            if topic.type != pafs.FileType.Directory:
-                continue
-            for q in Location(inp.loc.fs, topic.path).list():
-                if q.type != pafs.FileType.Directory:
-                    continue
-                for f in Location(inp.loc.fs, q.path).list():
-                    if f.type == pafs.FileType.File:
-                        out.append(_partition(inp.broker, topic.base_name, q.base_name, f, inp.loc.fs))
-    return out
-
-
-def _partition(broker, topic, qname, info, fs=None) -> CQFilePartition:
-    qid = queue_id_of(qname)
-    fs = fs or pafs.LocalFileSystem()
-    return CQFilePartition(broker, topic, qid, Location(fs, info.path), info.base_name, info.size)
-
-
-def file_batches(p: CQFilePartition) -> list[pa.RecordBatch]:
+def file_batches(broker: str, p: QueueFile) -> list[pa.RecordBatch]:
     """Rows of one consume-queue file (store_format's bulk unit reader), built column-wise: a busy queue
     has 300,000 units a file."""
     def rows_batch(rows: list[dict]) -> pa.RecordBatch:
-        return pa.RecordBatch.from_pylist([{"broker": p.broker, "topic": p.topic, "queue_id": p.queue_id,
+        return pa.RecordBatch.from_pylist([{"broker": broker, "topic": p.topic, "queue_id": p.queue_id,
                                             "file": p.name, **r} for r in rows], schema=SCHEMA)
 
-    if p.queue_id is None or not SEGMENT_NAME.match(p.name):  # 20 ASCII digits, as commitlog segment names
+    if not p.loaded:  # a queue folder that is no int, or a file name that is not 20 ASCII digits
         return [rows_batch([dict(file_position=0, kind="corrupt", length=p.length,
                                  reason=ErrorKind.BAD_FILE_NAME.value, physical_offset=None)])]
-    local = p.loc.as_path()  # a Path, else a fs.StorePath read through pyarrow.fs
-    u = read_unit_arrays(CQFile(p.topic, p.queue_id, local, int(p.name), p.length))
+    u = read_unit_arrays(p.cq_file())
     n = len(u.kind)
     end = n * L.CQ_STORE_UNIT_SIZE
     tail = []  # the unwritten zero-filled rest, then a partial trailing unit
@@ -137,25 +92,18 @@ def file_batches(p: CQFilePartition) -> list[pa.RecordBatch]:
     row_kind = pa.array(_ROW_KINDS, pa.string()).take(pa.array(u.kind, pa.int8()))
     reasons = pa.array([None if k in ("entry", "pre_blank") else f"{k} unit: recovery stops here" for k in UNIT_KINDS],
                        pa.string()).take(pa.array(u.kind, pa.int8()))
+    ext = u.ext_offset if u.ext_offset is not None else np.full(n, -1, np.int64)
+    found = u.ext_found if u.ext_found is not None else np.zeros(n, bool)
     columns = {
-        "broker": pa.repeat(pa.scalar(p.broker, pa.string()), n), "topic": pa.repeat(pa.scalar(p.topic, pa.string()), n),
+        "broker": pa.repeat(pa.scalar(broker, pa.string()), n), "topic": pa.repeat(pa.scalar(p.topic, pa.string()), n),
         "queue_id": pa.repeat(pa.scalar(p.queue_id, pa.int32()), n), "queue_offset": pa.array(u.queue_offset),
-        "physical_offset": pa.array(u.physical_offset), "size": pa.array(u.size), "tags_code": pa.array(u.tags_code),
+        "physical_offset": pa.array(u.physical_offset), "size": pa.array(u.size),
+        "tags_code": pa.array(u.tags_code, mask=(ext >= 0) & ~found), "ext_offset": pa.array(ext, mask=ext < 0),
         "file": pa.repeat(pa.scalar(p.name, pa.string()), n), "file_position": pa.array(u.file_position),
         "kind": row_kind, "length": pa.repeat(pa.scalar(L.CQ_STORE_UNIT_SIZE, pa.int64()), n), "reason": reasons,
     }
     units = pa.RecordBatch.from_arrays([columns[f.name] for f in SCHEMA], schema=SCHEMA)
     return [units, rows_batch(tail)] if tail else [units]
-
-
-def read_unit_window(loc: Location, first: int, end: int) -> dict:
-    """Units ``first`` .. ``end - 1`` of a consume-queue file as numpy columns with their kinds
-    (store_format.consumequeue.units_of): read from a read-only map, or one ranged read."""
-    first, n = max(first, 0), max(end - first, 0) * L.CQ_STORE_UNIT_SIZE
-    if loc.local_path is not None:
-        with ReadOnlyMap(loc.local_path) as m:
-            return units_of(bytes(m.buf[first * L.CQ_STORE_UNIT_SIZE:first * L.CQ_STORE_UNIT_SIZE + n]))
-    return units_of(loc.read_range(first * L.CQ_STORE_UNIT_SIZE, n))
 
 
 class ConsumeQueueReader(StoreReader):
@@ -166,14 +114,14 @@ class ConsumeQueueReader(StoreReader):
         self.mode = parse_mode(options)
 
     def plan(self, inputs):
-        return group_files(plan_files(inputs))
+        return plan_groups(inputs)
 
     def read_partition(self, partition: CQFileGroup):
         for part in partition.files:
-            yield from self._read_file(part)
+            yield from self._read_file(partition.broker, part)
 
-    def _read_file(self, partition: CQFilePartition):
-        for batch in file_batches(partition):
+    def _read_file(self, broker: str, partition: QueueFile):
+        for batch in file_batches(broker, partition):
             corrupt = pc.equal(batch.column("kind"), "corrupt")
             if self.mode == "FAILFAST" and pc.any(corrupt).as_py():
                 r = batch.filter(corrupt).slice(0, 1).to_pylist()[0]

@@ -24,14 +24,15 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from store_format import layout as L
-from store_format.commitlog import ReadOnlyMap
+from store_format.fs import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
-from store_format.indexfile import INDEX_NAME, IndexFile, read_header
+from store_format.fs import Location
+from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, index_files, read_header
+from store_format.stores import PartInput
 from udfs.columns import column
+from udfs.kernels import chain_bits, entry_summary, problem_lists
 
 from .base import StoreDataSource, StoreReader, option_int
-from .storepaths import Location, PartInput
 
 FORMAT = "rocketmq-index"
 SCHEMA = pa.schema([
@@ -72,7 +73,6 @@ SCHEMA = pa.schema([
     column("reason", pa.string(), "corrupt: the error kind (BAD_FILE_NAME, TRUNCATED, ...)"),
     column("detail", pa.string(), "corrupt: what is wrong, in words"),
 ])
-_ENTRY_DTYPE = L.INDEX_ENTRY.dtype()
 
 
 @dataclass
@@ -85,106 +85,10 @@ class IndexFilePartition(InputPartition):
 
 
 def plan_files(inputs: list[PartInput], hash_slot_num, index_num) -> list[IndexFilePartition]:
-    """A partition per file of the index ``inputs`` (storepaths.find_inputs), read with the geometry given (None:
-    each file's own header)."""
-    out = []
-    for inp in inputs:
-        infos = [inp.loc.info()] if inp.single_file else [i for i in inp.loc.list() if i.is_file]
-        for i in infos:
-            out.append(IndexFilePartition(inp.broker, Location(inp.loc.fs, i.path), i.base_name, hash_slot_num,
-                                          index_num))
-    return out
-
-
-# the chain problems an entry can have, in the order they are listed
-CHAIN_PROBLEMS = ("prev_out_of_range", "prev_not_older", "prev_other_slot", "negative_time_diff", "unreachable")
-# (key hash, offset) pairs the duplicate count sorts at once: what a task holds beyond a byte per entry
-SUMMARY_BUCKET_ENTRIES = 1 << 22
-
-
-class EntryViews:
-    """An index file's slots and entries as big-endian numpy views of its map (nothing copied until read):
-    ``key_hash``, ``physical_offset``, ``time_diff``, ``prev_index`` indexed by entry number (0 .. count-1)."""
-
-    def __init__(self, buf, hash_slot_num: int, count: int):
-        self.hash_slot_num, self.count = hash_slot_num, count
-        self.raw = np.frombuffer(buf, np.uint8)
-        entries_at = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE
-        at = L.INDEX_ENTRY.offsets
-        self.geo = np.array([L.INDEX_HEADER_SIZE, entries_at, L.INDEX_ENTRY_SIZE, at["key_hash"], at["physical_offset"],
-                             at["time_diff"], at["prev_index"], L.INDEX_SLOT_SIZE], np.int64)
-        self.slots = np.frombuffer(buf, L.INDEX_SLOT.numpy_type("index"), hash_slot_num, L.INDEX_HEADER_SIZE)
-        e = np.frombuffer(buf, _ENTRY_DTYPE, count, L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE)
-        self.key_hash, self.physical_offset = e["key_hash"], e["physical_offset"]
-        self.time_diff, self.prev_index = e["time_diff"], e["prev_index"]
-
-    def chunk(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Native copies of entries start..end-1: key hash, physical offset, time diff, prev index."""
-        return (self.key_hash[start:end].astype(np.int32), self.physical_offset[start:end].astype(np.int64),
-                self.time_diff[start:end].astype(np.int32), self.prev_index[start:end].astype(np.int32))
-
-    def slot_of(self, key_hash: np.ndarray) -> np.ndarray:
-        return np.where(key_hash >= 0, key_hash % np.int32(self.hash_slot_num), -1)
-
-
-def read_entry_window(loc: Location, hash_slot_num: int, first: int, end: int) -> dict:
-    """Entries ``first`` .. ``end - 1`` of an index file (of ``hash_slot_num`` slots) as native numpy columns: read
-    from a read-only map, or one ranged read."""
-    at = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE + max(first, 0) * L.INDEX_ENTRY_SIZE
-    n = max(end - first, 0) * L.INDEX_ENTRY_SIZE
-    if loc.local_path is not None:
-        with ReadOnlyMap(loc.local_path) as m:
-            raw = bytes(m.buf[at:at + n])
-    else:
-        raw = loc.read_range(at, n)
-    e = np.frombuffer(raw, _ENTRY_DTYPE, len(raw) // L.INDEX_ENTRY_SIZE)
-    return {"key_hash": e["key_hash"].astype(np.int32), "physical_offset": e["physical_offset"].astype(np.int64),
-            "time_diff": e["time_diff"].astype(np.int32), "prev_index": e["prev_index"].astype(np.int32)}
-
-
-def written_entries(m: ReadOnlyMap, hash_slot_num: int, count: int) -> int:
-    """Of the ``count`` entries a header counts, those up to the last one holding a non-zero byte (at least 1:
-    entry 0 is never written).  Entries past it are zeros no put ever wrote: a counter beyond them is one wrong
-    header, not that many broken entries."""
-    at = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE
-    end = m.written_length(at + count * L.INDEX_ENTRY_SIZE)
-    return max(1, min(count, -(-(end - at) // L.INDEX_ENTRY_SIZE)))
-
-
-def chain_bits(v: EntryViews) -> np.ndarray:
-    """Each entry's chain problems (:data:`CHAIN_PROBLEMS`) as bits, bit ``j`` for problem ``j``, one compiled pass
-    over the file's bytes (udfs.compiled.index_chain_bits: reachable is what ``selectPhyOffset`` can walk to from
-    some slot).  Five bytes per entry while it runs, one after."""
-    return _compiled().index_chain_bits(v.raw, v.geo, v.hash_slot_num, v.count)
-
-
-def problem_lists(bits: np.ndarray) -> pa.ListArray:
-    """Entries' problem bits (:func:`chain_bits`) as a list of problem names per entry, in CHAIN_PROBLEMS order."""
-    masks = (bits[:, None] >> np.arange(len(CHAIN_PROBLEMS), dtype=np.uint8)) & 1
-    offsets = np.zeros(len(bits) + 1, np.int32)
-    np.cumsum(masks.sum(axis=1), out=offsets[1:])
-    _, which = np.nonzero(masks)  # row-major: each entry's problems in CHAIN_PROBLEMS order
-    names = pa.array(CHAIN_PROBLEMS, pa.string()).take(pa.array(which, pa.int64()))
-    return pa.ListArray.from_arrays(pa.array(offsets), names)
-
-
-def entry_summary(v: EntryViews, bucket_entries: int = SUMMARY_BUCKET_ENTRIES) -> dict:
-    """What a file's entries (1..count-1) say about its header: the slots they use, the physical offsets of the
-    first and last, and (key hash, offset) pairs indexed more than once (extra entries, pairs), counted exactly
-    (udfs.compiled.index_entry_summary; memory: a byte per entry plus ``bucket_entries`` pairs)."""
-    if v.count <= 1:
-        return {"entry_slots": 0, "duplicate_entries": 0, "duplicated_pairs": 0}
-    slots, duplicate_entries, duplicated_pairs = _compiled().index_entry_summary(v.raw, v.geo, v.hash_slot_num,
-                                                                               v.count, bucket_entries)
-    return {"entry_slots": int(slots), "first_entry_phy_offset": int(v.physical_offset[1]),
-            "last_entry_phy_offset": int(v.physical_offset[v.count - 1]),
-            "duplicate_entries": int(duplicate_entries), "duplicated_pairs": int(duplicated_pairs)}
-
-
-def _compiled():
-    from udfs import compiled  # numba compiles on first use: not at import, which planning on the driver does
-
-    return compiled
+    """A partition per file of the index ``inputs`` (store_format.stores.part_inputs), read with the geometry given
+    (None: each file's own header)."""
+    return [IndexFilePartition(inp.broker, f, f.name, hash_slot_num, index_num)
+            for inp in inputs for f in index_files(inp.loc)]
 
 
 def file_batches(part: IndexFilePartition) -> Iterator[pa.RecordBatch]:

@@ -1,99 +1,20 @@
-"""``rocketmq-metadata``: a store's small files as DataFrames, one reader for all of them.
-
-``option("table", ...)`` chooses: ``checkpoint`` (StoreCheckpoint fields and the derived minimum
-timestamps), ``markers`` (abort / lock presence), ``unreadable_files`` (every entry of the store no reader can
-read, with why: a FIFO, socket or device where a file belongs, a link loop, no permission, a part that is a
-file; the other sources leave those out, never opening them), ``consumer_offsets``, ``delay_offsets``, ``topics``,
-``subscription_groups`` (config/*.json through store_format's fastjson-tolerant reader, with its ``.bak``
-fallback; ``source`` says which file was used).  One row set per broker; a file that cannot be read gives
-one row with ``error`` set instead of failing the query, and so does each value the broker cannot hold (a
-consumer offset outside Java's long, a queue id or a delay level outside int or not a number): ``error`` (an
-OUT_OF_RANGE error naming the file), ``error_key`` (its path in the file), ``error_value``; the other rows
-are complete.
+"""``rocketmq-metadata``: a store's small files as DataFrames, one reader for all of them: ``option("table", ...)``
+chooses the table (udfs/metadata.py builds each one and documents them: checkpoint, markers, unreadable_files,
+consumer_offsets, delay_offsets, topics, subscription_groups), one row set per broker.
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from store_format import config as C
-from store_format.checkpoint import read_checkpoint, read_markers
-from store_format.errors import ErrorKind, StoreFormatError
-from store_format.fs import StorePath, as_path, unreadable_entries
-from udfs.columns import column
-from udfs.kernels import scan_offset_table
+from store_format.fs import Location
+from udfs.metadata import schema_of, table_batch
 
 from .base import StoreDataSource, StoreReader
-from .storepaths import Location
 
 FORMAT = "rocketmq-metadata"
-_S, _I, _L, _B = pa.string(), pa.int32(), pa.int64(), pa.bool_()
-_CONFIG_JSON = "the whole entry as JSON (keys sorted): every field, the ones above and any other"
-TABLES = {
-    "checkpoint": [
-        column("physic_msg_timestamp", _L, "physicMsgTimestamp: store time (ms) of the last message flushed to "
-               "the commitlog"),
-        column("logics_msg_timestamp", _L, "logicsMsgTimestamp: store time (ms) of the last message dispatched to "
-               "a consume queue"),
-        column("index_msg_timestamp", _L, "indexMsgTimestamp: endTimestamp of the last full index file (0: none "
-               "filled up)"),
-        column("master_flushed_offset", _L, "masterFlushedOffset (5.0.0 and later; null when the bytes are absent "
-               "or zero)"),
-        column("confirm_phy_offset", _L, "confirmPhyOffset (5.1.1 and later; null when absent or zero)"),
-        column("min_timestamp", _L, "getMinTimestamp(): min(physic, logics) - 3 s, floored at 0: abnormal "
-               "recovery starts from the first segment whose first message is older"),
-        column("min_timestamp_index", _L, "getMinTimestampIndex(): min(getMinTimestamp(), indexMsgTimestamp)"),
-        column("file_length", _L, "the checkpoint file's size (4096 as the broker maps it)")],
-    "markers": [
-        column("abort", _B, "an `abort` file exists: the broker did not shut down cleanly, its next start runs the "
-               "abnormal recovery"),
-        column("abort_pid", _L, "the PID a 5.x broker writes into `abort` (null: empty, as 4.x leaves it)"),
-        column("lock", _B, "a `lock` file exists (the broker writes it at start and leaves it; only the OS lock on it "
-               "matters)")],
-    "consumer_offsets": [
-        column("topic", _S, "topic of the `topic@group` key in consumerOffset.json's offsetTable"),
-        column("group", _S, "consumer group of that key"), column("queue_id", _I),
-        column("offset", _L, "the group's committed offset: the next queue offset it will consume")],
-    "delay_offsets": [
-        column("delay_level", _I, "delay level (1-based: SCHEDULE_TOPIC_XXXX's queue id + 1)"),
-        column("offset", _L, "delivered so far: the next queue offset of the level's queue to deliver")],
-    "topics": [
-        column("topic", _S, "topic name (topics.json's topicConfigTable key)"),
-        column("read_queue_nums", _I, "readQueueNums"), column("write_queue_nums", _I, "writeQueueNums"),
-        column("perm", _I, "perm: PermName bits, 4 readable + 2 writable (6: both), 1 inherit, 8 priority"),
-        column("topic_filter_type", _S, "topicFilterType: SINGLE_TAG or MULTI_TAG"),
-        column("topic_sys_flag", _I, "topicSysFlag"), column("order", _B, "order: an ordered topic"),
-        column("config_json", _S, _CONFIG_JSON)],
-    "unreadable_files": [
-        column("file", _S, "the entry's path relative to the store root"),
-        column("reason", _S, "why no reader can open it (not a regular file or folder, a link, no permission, ...)")],
-    "subscription_groups": [
-        column("group", _S, "consumer group (subscriptionGroup.json's subscriptionGroupTable key)"),
-        column("consume_enable", _B, "consumeEnable"), column("consume_broadcast_enable", _B, "consumeBroadcastEnable"),
-        column("retry_queue_nums", _I, "retryQueueNums"),
-        column("retry_max_times", _I, "retryMaxTimes: send-backs before a message goes to %DLQ%group"),
-        column("broker_id", _L, "brokerId the group consumes from"),
-        column("which_broker_when_consume_slowly", _L, "whichBrokerWhenConsumeSlowly"),
-        column("config_json", _S, _CONFIG_JSON)],
-}
-_READ_STATUS = [  # every table's last columns: where a row was read, and what could not be
-    column("source", _S, "the file (or store root) the row was read from"),
-    column("error", _S, "a file that cannot be read: one row with this error; a value the broker cannot hold "
-           "(out of its Java type's range, not a number): one row naming it, left out of the other rows"),
-    column("error_key", _S, "for a value error: the value's path in the file"),
-    column("error_value", _S, "for a value error: the value as written")]
-CONFIG_FILE = {"consumer_offsets": "consumerOffset.json", "delay_offsets": "delayOffset.json",
-               "topics": "topics.json", "subscription_groups": "subscriptionGroup.json"}
-
-
-def schema_of(table: str) -> pa.Schema:
-    if table not in TABLES:
-        raise ValueError(f"option table={table!r}: choose one of {', '.join(TABLES)}")
-    return pa.schema([column("broker", _S), *TABLES[table], *_READ_STATUS])
 
 
 @dataclass
@@ -102,172 +23,12 @@ class StorePartition(InputPartition):
     root: Location
 
 
-def is_value_error(error: str | None) -> bool:
-    """An ``error`` that is about one value of a readable file (a value the broker cannot hold: ``error_key`` and
-    ``error_value`` say which), not about the file as a whole."""
-    return error is not None and error.startswith(ErrorKind.OUT_OF_RANGE.value + " ")
-
-
-def table_rows(table: str, broker: str, root: str) -> list[dict]:
-    """Rows of ``table`` for one local store root (:func:`table_batch` as dicts)."""
-    return table_batch(table, broker, root).to_pylist()
-
-
-def table_batch(table: str, broker: str, root) -> pa.Table:
-    """``table`` for one store root (a local path, a URI, or a ``store_format.fs`` path), built column-wise (a
-    busy broker's consumerOffset.json holds
-    millions of offsets).  A file that cannot be read is one row with ``error``; a value the broker cannot hold
-    (out of its Java type's range, or not a number) is one row with ``error`` (an OUT_OF_RANGE error naming
-    the file), ``error_key`` (its path in the file) and ``error_value``, and is left out of the other rows."""
-    schema = schema_of(table)
-    where = as_path(root)
-    if isinstance(where, StorePath):  # on another file system: read through it, named by its paths there
-        root = str(where)
-    join = where.joinpath
-
-    def rows(*dicts) -> pa.Table:
-        return pa.Table.from_pylist([{"broker": broker, **d} for d in dicts], schema=schema)
-
-    try:
-        if table == "checkpoint":
-            path = join("checkpoint")
-            cp = read_checkpoint(path)
-            return rows(dict(**{k: v for k, v in vars(cp).items()}, min_timestamp=cp.min_timestamp,
-                             min_timestamp_index=cp.min_timestamp_index, source=str(path)))
-        if table == "markers":
-            m = read_markers(where)
-            return rows(dict(abort=m.abort, abort_pid=m.abort_pid, lock=m.lock, source=root))
-        if table == "unreadable_files":
-            return rows(*[dict(file=os.path.relpath(e.file, root), reason=e.reason, source=root)
-                          for e in unreadable_entries(where)])
-    except StoreFormatError as e:
-        return rows(dict(error=str(e)))
-    if table == "consumer_offsets":  # a busy broker's offsets: column-wise from the fast path when it reads them
-        problems: list = []
-        fast = C.offset_columns(join("config"), problems, offset_scan=scan_offset_table)
-        if fast is not None:
-            return _offset_table(schema, broker, *fast, problems, rows)
-    cfg = C.read_config(join("config"), CONFIG_FILE[table])
-    if cfg.data is None:
-        errors = "; ".join(str(e) for e in cfg.errors)
-        return rows(dict(error=errors)) if errors else rows()
-    problems: list = []
-    try:
-        columns = _config_columns(table, cfg, problems)
-    except StoreFormatError as e:  # parsed, but not the shape RocketMQ writes (e.g. a table that is not an object)
-        return rows(dict(error=str(e), source=cfg.source))
-    n = len(next(iter(columns.values()))) if columns else 0
-    arrays = []
-    for f in schema:
-        if f.name == "broker":
-            arrays.append(pa.array([broker] * n, f.type))
-        elif f.name == "source":
-            arrays.append(pa.array([cfg.source] * n, f.type))
-        else:
-            arrays.append(pa.array(columns[f.name], f.type) if f.name in columns else pa.nulls(n, f.type))
-    good = pa.Table.from_arrays(arrays, schema=schema)
-    if not problems:
-        return good
-    bad = rows(*[dict(source=cfg.source, error=str(e), error_key=e.field,
-                      error_value=getattr(e, "value_text", None)) for e in problems])
-    return pa.concat_tables([good, bad])
-
-
-def _offset_table(schema, broker, cfg, cols, problems, rows) -> pa.Table:
-    """The consumer_offsets table from :func:`store_format.config.offset_columns`' columns: the names taken per row,
-    the constant columns shared (:func:`_constant`)."""
-    n = len(cols["map"])
-    index = pa.array(cols["map"])  # numpy's int64: no copy
-    arrays = {"broker": _constant(broker, n, _S), "topic": cols["topics"].take(index),
-              "group": cols["groups"].take(index), "queue_id": pa.array(cols["queue_id"], _I),
-              "offset": pa.array(cols["offset"], _L), "source": _constant(cfg.source, n, _S)}
-    good = pa.Table.from_arrays([arrays[f.name] if f.name in arrays else _constant(None, n, f.type) for f in schema],
-                                schema=schema)
-    if not problems:
-        return good
-    return pa.concat_tables([good, rows(*[dict(source=cfg.source, error=str(e), error_key=e.field,
-                                               error_value=getattr(e, "value_text", None)) for e in problems])])
-
-
-_BLOCK = 1 << 16  # MetadataReader's batch size
-
-
-def _constant(value, n: int, type_) -> pa.ChunkedArray:
-    """``value`` on ``n`` rows as one block of rows shared by every chunk: a column that repeats the file's path on
-    millions of rows takes the memory of one block."""
-    block = pa.repeat(pa.scalar(value, type_), min(n, _BLOCK))
-    full, rest = divmod(n, _BLOCK)
-    return pa.chunked_array([block] * full + ([block.slice(0, rest)] if rest or not n else []), type_)
-
-
-def _config_columns(table: str, cfg, problems: list) -> dict[str, list]:
-    src_order = lambda items: sorted(items, key=_by_name)  # noqa: E731
-    if table == "consumer_offsets":
-        topic, group, qid, offset = [], [], [], []
-        for (t, g), queues in sorted(C.consumer_offsets(cfg, problems).items()):
-            qs = sorted(queues)
-            topic += [t] * len(qs)
-            group += [g] * len(qs)
-            qid += qs
-            offset += [queues[q] for q in qs]
-        return {"topic": topic, "group": group, "queue_id": qid, "offset": offset}
-    if table == "delay_offsets":
-        levels = sorted(C.delay_offsets(cfg, problems).items())
-        return {"delay_level": [k for k, _ in levels], "offset": [v for _, v in levels]}
-    if table == "topics":
-        out = {k: [] for k in ("topic", "read_queue_nums", "write_queue_nums", "perm", "topic_filter_type",
-                               "topic_sys_flag", "order", "config_json")}
-        for name, c in src_order(C.topic_configs(cfg).items()):
-            if not isinstance(c, dict):
-                continue
-            path = ("topicConfigTable", name)
-            out["topic"].append(str(name))
-            for col, key in (("read_queue_nums", "readQueueNums"), ("write_queue_nums", "writeQueueNums"),
-                             ("perm", "perm"), ("topic_sys_flag", "topicSysFlag")):
-                out[col].append(C.number(c, key, C.INT_RANGE, problems, cfg, path + (key,)))
-            out["topic_filter_type"].append(_text(c.get("topicFilterType")))
-            out["order"].append(_bool(c.get("order")))
-            out["config_json"].append(_json(c))
-        return out
-    out = {k: [] for k in ("group", "consume_enable", "consume_broadcast_enable", "retry_queue_nums",
-                           "retry_max_times", "broker_id", "which_broker_when_consume_slowly", "config_json")}
-    for name, c in src_order(C.subscription_groups(cfg).items()):
-        if not isinstance(c, dict):
-            continue
-        path = ("subscriptionGroupTable", name)
-        out["group"].append(str(name))
-        out["consume_enable"].append(_bool(c.get("consumeEnable")))
-        out["consume_broadcast_enable"].append(_bool(c.get("consumeBroadcastEnable")))
-        for col, key in (("retry_queue_nums", "retryQueueNums"), ("retry_max_times", "retryMaxTimes"),
-                         ("broker_id", "brokerId"), ("which_broker_when_consume_slowly", "whichBrokerWhenConsumeSlowly")):
-            out[col].append(C.number(c, key, C.GROUP_FIELDS[key], problems, cfg, path + (key,)))
-        out["config_json"].append(_json(c))
-    return out
-
-
-def _by_name(item) -> str:
-    return str(item[0])  # fastjson maps may mix bare numeric and quoted keys
-
-
-def _json(obj) -> str:
-    return json.dumps({str(k): v for k, v in obj.items()}, sort_keys=True, ensure_ascii=False, default=str)
-
-
-def _text(v):
-    return v if isinstance(v, str) else None if v is None else json.dumps(v, default=str)
-
-
-def _bool(v):
-    return v if isinstance(v, bool) else None
-
-
 class MetadataReader(StoreReader):
     PART = "config"
 
     def __init__(self, options):
         super().__init__(options)
         self.table = options.get("table", "")
-        self.schema = schema_of(self.table)
 
     def plan(self, inputs):
         # the inputs are each store root's config/ folder; the root is its parent
@@ -284,4 +45,8 @@ class MetadataDataSource(StoreDataSource):
     READER = MetadataReader
 
     def arrow_schema(self) -> pa.Schema:
-        return schema_of(self.options.get("table", ""))
+        table = self.options.get("table", "")
+        try:
+            return schema_of(table)
+        except ValueError as e:
+            raise ValueError(f"option {e}") from None

@@ -185,6 +185,14 @@ def console_command() -> str:
     return f"{shlex.quote(sys.executable)} -m jobs"
 
 
+def printed_command(job: str, argv: list[str]) -> str:
+    """A command for one of the jobs, as the tools print it for the user: it runs when pasted (the installed
+    script, every argument shell-quoted)."""
+    import shlex
+
+    return " ".join([console_command(), shlex.quote(job), *(shlex.quote(a) for a in argv)])
+
+
 def job_module(name: str):
     return importlib.import_module(f"jobs.{name}")
 

@@ -42,7 +42,8 @@ from udfs.kernels import scan_offset_table  # noqa: E402
 
 from jobs import cli  # noqa: E402
 from jobs.cli import EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
-from jobs.extract import StoreRef, resolve_stores, write_manifest  # noqa: E402
+from jobs.extract import write_manifest  # noqa: E402
+from jobs.stores import StoreRef, resolve_stores  # noqa: E402
 
 DIFF_STATES = ("different", "only_a", "only_b")
 LAG_STATES = ("a_ahead", "b_ahead")
@@ -53,11 +54,11 @@ def walk_items(spark, ref: StoreRef):
     """The salvage walk's items that are data (not the zero-filled tail), a record's bytes as a SHA-256."""
     from pyspark.sql import functions as F
 
-    from datasources.commitlog import read_commitlog
+    from datasources import read_commitlog
 
     from pyspark.sql import Window
 
-    df = read_commitlog(spark, fs.uri_of(ref.root), broker=ref.label, walk="salvage", materialize="frames")
+    df = read_commitlog(spark, ref.path, broker=ref.name, walk="salvage", materialize="frames")
     # a record's bytes are its first store_size bytes: the source's frame of a record followed by an
     # unframeable span also carries that span (datasources.commitlog._binary_slices joins them)
     digest = F.sha2(F.expr("substring(frame, 1, store_size)"), 256)
@@ -97,7 +98,7 @@ def first_differing_byte(sa: Store, sb: Store, offset: int, length: int) -> int 
     def window(store):
         for seg in store.segments:
             if seg.base_offset <= offset < seg.base_offset + seg.length:
-                with fs.resolve(seg.path).mmap_or_read(offset - seg.base_offset, length) as m:
+                with fs.map_range(fs.resolve(seg.path), offset - seg.base_offset, length) as m:
                     return bytes(m.buf)
         return b""
 
@@ -124,7 +125,7 @@ def consume_queue_diff(spark, a: StoreRef, b: StoreRef):
     from pyspark.sql import functions as F
 
     def units(ref, s):
-        df = (spark.read.format("rocketmq-consumequeue").option("broker", ref.label).load(fs.uri_of(ref.root))
+        df = (spark.read.format("rocketmq-consumequeue").option("broker", ref.name).load(ref.path)
               .where(F.col("kind").isin("entry", "pre_blank")))
         return df.select("topic", "queue_id", "queue_offset", *[F.col(c).alias(f"{c}_{s}") for c in
                                                                 ("physical_offset", "size", "tags_code", "kind")])
@@ -172,7 +173,7 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     from jobs.output import prepare_output, write_table
 
     out, err = out or sys.stdout, err or sys.stderr
-    stores = resolve_stores(args.store, geometry_from_args(args))
+    stores = resolve_stores(args.store, files=True, geometry=geometry_from_args(args))
     if len(stores) != 2:
         raise UsageError(f"compare takes exactly two stores (--store A --store B); got {len(stores)}")
     a, b = stores
@@ -217,8 +218,8 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
 
     records_differ = any(counts.get(s) for s in DIFF_STATES + LAG_STATES)
     summary = {
-        "job": "compare", "a": {"broker": a.label, "path": str(a.root), "data_end": end_a},
-        "b": {"broker": b.label, "path": str(b.root), "data_end": end_b},
+        "job": "compare", "a": {"broker": a.name, "path": str(a.root), "data_end": end_a},
+        "b": {"broker": b.name, "path": str(b.root), "data_end": end_b},
         "identical": not (records_differ or per_queue or offsets),
         "commitlog": {"items": {s: counts.get(s, 0) for s in ("equal",) + DIFF_STATES + LAG_STATES},
                       "first_divergence": divergence, "records": listed},
@@ -312,7 +313,7 @@ def check_and_prepare(args) -> None:
     from jobs.output import prepare_output
 
     check_args(args)
-    stores = resolve_stores(args.store, geometry_from_args(args))
+    stores = resolve_stores(args.store, files=True, geometry=geometry_from_args(args))
     if args.out:
         prepare_output(args.out, overwrite=args.overwrite, inputs=list(args.store) + [str(s.root) for s in stores],
                        job="compare")

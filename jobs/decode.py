@@ -31,6 +31,7 @@ if __package__ in (None, ""):  # spark-submit jobs/decode.py: make the project i
 from jobs import cli  # noqa: E402
 from jobs.output import prepare_output, read_table, write_table  # noqa: E402
 from jobs.progress import Phase  # noqa: E402
+from store_format.scan import WALKS  # noqa: E402
 
 NAME = "decode"
 # The data source's damage columns are always null on message rows; ``length`` repeats store_size there.
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_store_arguments(p, what="a broker store root, a folder of broker stores, a commitlog folder or segment "
                                     "file (local path or pyarrow URI)")
     cli.add_output_arguments(p)
-    p.add_argument("--walk", choices=("recovery", "salvage"), default="recovery",
+    p.add_argument("--walk", choices=WALKS, default="recovery",
                    help="recovery: what the broker would recover (default); salvage: also past damage")
     p.add_argument("--topic", action="append", metavar="T",
                    help="keep only this topic (repeatable)")
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _column_list(text: str) -> list[str]:
     """--columns: message column names, checked against the data source's decoded columns."""
-    from datasources.commitlog import parse_columns
+    from datasources import parse_columns
 
     try:
         return list(parse_columns(text, "decoded") or ())
@@ -69,7 +70,7 @@ def _column_list(text: str) -> list[str]:
 
 def messages(spark, stores: list, walk: str = "recovery", topics: list[str] | None = None,
              decompress: bool = False, columns: list[str] | None = None):
-    """The messages of ``stores`` (jobs.stores.StoreInput: each read under its broker name; optionally of
+    """The messages of ``stores`` (jobs.stores.StoreRef: each read under its broker name; optionally of
     ``topics`` only) as a DataFrame; ``columns``: only these message columns (and the location columns and
     topic)."""
     from functools import reduce

@@ -63,8 +63,9 @@ if __package__ in (None, ""):  # spark-submit jobs/extract.py: make the project 
         pass
 
 from store_format import layout as L  # noqa: E402
-from store_format.brokerconf import StoreGeometry, add_geometry_arguments, geometry_from_args  # noqa: E402
+from store_format.brokerconf import add_geometry_arguments, geometry_from_args  # noqa: E402
 from store_format import fs  # noqa: E402
+from store_format.scan import WALKS  # noqa: E402
 from store_format.commitlog import first_record  # noqa: E402
 from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.message import CANONICAL_FIELDS  # noqa: E402
@@ -74,6 +75,7 @@ from jobs import cli  # noqa: E402
 from jobs.display import format_time  # noqa: E402,F401  (the query job takes it from here)
 from jobs.progress import Phase  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
+from jobs.stores import StoreRef, resolve_stores  # noqa: E402
 from udfs import columns as C  # noqa: E402
 
 MANIFEST_NAME = "_manifest.json"
@@ -94,37 +96,6 @@ _EXAMPLES = 20  # rejected rows named in the manifest
 
 # --------------------------------------------------------------------------------------------------
 # Shared by the query, replay and compare jobs
-
-
-@dataclass(frozen=True)
-class StoreRef:
-    """One broker store root named by ``--store``, with the label its rows carry in the ``broker`` column and
-    the geometry ``--config``/``--hash-slots``/``--index-num`` give (what they leave out is read from the files)."""
-
-    label: str
-    root: Path  # or a fs.StorePath: a store on another file system (fs.uri_of names it to a data source)
-    geometry: StoreGeometry = StoreGeometry()
-
-    def open(self) -> Store:
-        return Store(self.root, **self.geometry.store_kwargs())
-
-
-def resolve_stores(paths: list[str], geometry: StoreGeometry | None = None) -> list[StoreRef]:
-    """``--store`` arguments as labelled store roots (jobs/stores.py: a store root, one of its part folders or
-    files, a folder of broker store roots, or NAME=PATH; the label is the broker's name).  ``geometry``
-    (default: none given) applies to every store."""
-    from jobs.stores import resolve_stores as resolve
-
-    from jobs.stores import split_name
-
-    for arg in paths:  # a folder that cannot be listed (no permission, a loop) is named, never skipped
-        path = split_name(arg)[1]
-        if "://" not in path and Path(path).is_dir():
-            fs.check_folder(path)
-    refs = [StoreRef(s.name, fs.as_path(s.path), geometry or StoreGeometry()) for s in resolve(paths, files=True)]
-    if not refs:
-        raise UsageError("no --store given")
-    return refs
 
 
 def parse_time(text: str) -> int:
@@ -208,7 +179,7 @@ def read_messages(spark, stores: list[StoreRef], *, walk: str = "recovery", deco
     store-time bounds into the source; other row kinds (blank, stop, corrupt) only with ``include_other_rows``."""
     from pyspark.sql import functions as F
 
-    from datasources.commitlog import read_commitlog
+    from datasources import read_commitlog
 
     lo, hi = time_range
     frames = []
@@ -216,14 +187,14 @@ def read_messages(spark, stores: list[StoreRef], *, walk: str = "recovery", deco
         # a DataFrame per call that every query filters (by kind or time, below): pushing its filters is safe
         # (CommitLogReader.pushFilters)
         filtered = not include_other_rows or lo is not None or hi is not None
-        options = dict(walk=walk, materialize=materialize, broker=ref.label, pushFilters=str(filtered).lower())
+        options = dict(walk=walk, materialize=materialize, broker=ref.name, pushFilters=str(filtered).lower())
         if decompress:
             options["decompress"] = "true"
         kept = segments_in_time_range(ref.open(), lo, hi)
         paths = [ref.root] if kept is None else [ref.root / "commitlog" / name for name in kept]
         frames += [read_commitlog(spark, fs.uri_of(p), **options) for p in paths]
     if not frames:  # every segment lies outside the time range: an empty frame of the same schema
-        frames = [read_commitlog(spark, fs.uri_of(ref.root), **options).limit(0)]
+        frames = [read_commitlog(spark, ref.path, **options).limit(0)]
     df = reduce(lambda a, b: a.unionByName(b), frames)
     if not include_other_rows:
         df = df.where(F.col("kind") == "message")
@@ -304,7 +275,7 @@ def committed_offsets(spark, stores: list[StoreRef], group: str):
     from pyspark.sql import functions as F
 
     frames = [spark.read.format("rocketmq-metadata").option("table", "consumer_offsets")
-              .option("broker", ref.label).load(fs.uri_of(ref.root)) for ref in stores]
+              .option("broker", ref.name).load(ref.path) for ref in stores]
     rows = reduce(lambda a, b: a.unionByName(b), frames)
     errors = [f"{r['broker']}: {r['error']}" for r in rows.where(F.col("error").isNotNull()).collect()]
     offsets = rows.where((F.col("error").isNull()) & (F.col("group") == group)).select(
@@ -355,10 +326,10 @@ def allocation_rows(stores: list[StoreRef], committed: list[tuple[str, str, int]
         for topic in mqs:
             n = configs.get(topic, {}).get("readQueueNums") if isinstance(configs.get(topic), dict) else None
             if isinstance(n, int) and not isinstance(n, bool):
-                mqs[topic].update((ref.label, q) for q in range(n))
+                mqs[topic].update((ref.name, q) for q in range(n))
         for topic, qid in store.queues:
             if topic in mqs:
-                mqs[topic].add((ref.label, qid))
+                mqs[topic].add((ref.name, qid))
     rows = []
     for topic, queues in sorted(mqs.items()):
         mq_all = sorted(queues, key=lambda bq: (java_string_order(bq[0]), bq[1]))
@@ -472,7 +443,7 @@ def source_geometry(ref: StoreRef) -> dict:
 
 
 def write_manifest(path: str, manifest: dict) -> None:
-    from datasources.storepaths import resolve
+    from store_format.fs import resolve
 
     loc = resolve(path).child(MANIFEST_NAME)
     with loc.fs.open_output_stream(loc.path) as f:
@@ -480,7 +451,7 @@ def write_manifest(path: str, manifest: dict) -> None:
 
 
 def read_manifest(path: str) -> dict | None:
-    from datasources.storepaths import resolve
+    from store_format.fs import resolve
 
     loc = resolve(path).child(MANIFEST_NAME)
     if not loc.is_file():
@@ -533,7 +504,7 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, frame, 
             per_consumer[r["consumer"]] = per_consumer.get(r["consumer"], 0) + r["count"]
     manifest = {
         "job": "extract",
-        "stores": [{"broker": s.label, "path": fs.real(s.root) if isinstance(s.root, Path) else fs.uri_of(s.root)}
+        "stores": [{"broker": s.name, "path": fs.real(s.root) if isinstance(s.root, Path) else fs.uri_of(s.root)}
                    for s in stores],
         "source_geometry": source_geometry(stores[0]),
         "selection": _selection_args(args),
@@ -621,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--not-consumed-by", metavar="G", help="what consumer group G has not consumed yet")
     s.add_argument("--consumers", type=int, metavar="N", help="simulate G's N consumers (AVG allocation)")
     s.add_argument("--consumer-ids", metavar="ID,ID", help="simulate G's consumers with these client ids")
-    p.add_argument("--walk", choices=("recovery", "salvage"), default="recovery",
+    p.add_argument("--walk", choices=WALKS, default="recovery",
                    help="recovery: what the broker's recovery walk accepts; salvage: also records past damage")
     p.add_argument("--body", choices=("stored", "decompressed"), default="stored",
                    help="stored: the body as stored, compressed or not (default); decompressed: compressed bodies "
@@ -639,9 +610,9 @@ def prepare(args) -> list[StoreRef]:
     from jobs.stores import split_name
 
     check_args(args)
-    stores = resolve_stores(args.store, geometry_from_args(args))
+    stores = resolve_stores(args.store, files=True, geometry=geometry_from_args(args))
     prepare_output(args.out, overwrite=args.overwrite,
-                   inputs=[split_name(a)[1] for a in args.store] + [str(s.root) for s in stores], job="extract")
+                   inputs=[split_name(a)[1] for a in args.store] + [s.path for s in stores], job="extract")
     return stores
 
 

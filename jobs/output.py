@@ -33,7 +33,8 @@ from contextlib import contextmanager
 
 import pyarrow.fs as pafs
 
-from datasources.storepaths import PARTS, Location, resolve
+from store_format.fs import Location, resolve
+from store_format.layout import ROOT_PARTS as PARTS
 from store_format import fs
 from store_format.fs import OUTPUT_MARKER
 

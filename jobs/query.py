@@ -69,8 +69,8 @@ from store_format.store import Store  # noqa: E402
 
 from jobs import cli, local_scan  # noqa: E402
 from jobs.cli import EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
-from jobs.extract import (StoreRef, check_key, format_time, parse_time, read_messages,  # noqa: E402
-                          resolve_stores)
+from jobs.extract import check_key, format_time, parse_time, read_messages  # noqa: E402
+from jobs.stores import StoreRef, resolve_stores  # noqa: E402
 
 MODES = ("msg-id", "key", "uniq-key", "time", "tag")
 _END_OF_TIME = 2**63 - 1
@@ -178,8 +178,8 @@ class Query:
         self._spark = spark
         self.args = args
         self.stores = stores
-        self.opened = {ref.label: ref.open() for ref in stores}
-        self.unreadable = {ref.label: {} for ref in stores}  # index files skipped: path -> IndexFileError
+        self.opened = {ref.name: ref.open() for ref in stores}
+        self.unreadable = {ref.name: {} for ref in stores}  # index files skipped: path -> IndexFileError
         self._predictions = {}
         self.begin = args.from_time if args.from_time is not None else 0
         self.end = args.to_time if args.to_time is not None else _END_OF_TIME
@@ -213,19 +213,19 @@ class Query:
             result.hits = self.scan()
         if self.args.explain:
             self.explain(result)
-        result.hits.sort(key=lambda h: ([s.label for s in self.stores].index(h.broker), h.message.physical_offset))
+        result.hits.sort(key=lambda h: ([s.name for s in self.stores].index(h.broker), h.message.physical_offset))
         if self.args.limit is not None:
             result.hits = result.hits[:self.args.limit]
         return result
 
     def by_msg_id(self, msg_id: str) -> list[Hit]:
         ident = parse_offset_msg_id(msg_id)
-        matching = [r for r in self.stores if ident.store_host in store_hosts(self.opened[r.label])]
+        matching = [r for r in self.stores if ident.store_host in store_hosts(self.opened[r.name])]
         hits = []
         for ref in matching + [r for r in self.stores if r not in matching]:
-            msg = self.opened[ref.label].find_msg_id(msg_id)
+            msg = self.opened[ref.name].find_msg_id(msg_id)
             if msg is not None:
-                hits.append(Hit(ref.label, msg, "msg-id"))
+                hits.append(Hit(ref.name, msg, "msg-id"))
         return hits
 
     def key_topics(self, store: Store) -> list[str]:
@@ -235,15 +235,15 @@ class Query:
         key = self.args.key if self.args.key is not None else self.args.uniq_key
         hits = []
         for ref in self.stores:
-            store = self.opened[ref.label]
+            store = self.opened[ref.name]
             seen = set()
             for topic in self.key_topics(store):
-                for msg in store.query_key(topic, key, self.begin, self.end, unreadable=self.unreadable[ref.label]):
+                for msg in store.query_key(topic, key, self.begin, self.end, unreadable=self.unreadable[ref.name]):
                     if self.args.uniq_key is not None and msg.uniq_key != key:
                         continue  # a KEYS entry equal to the id is not the message it names
                     if msg.physical_offset not in seen:
                         seen.add(msg.physical_offset)
-                        hits.append(Hit(ref.label, msg, "index"))
+                        hits.append(Hit(ref.name, msg, "index"))
         return hits
 
     def key_condition(self):
@@ -270,7 +270,7 @@ class Query:
         key), in store then physical order: read here when the segments to read are small
         (jobs/local_scan.py: no Spark session to start), else by a Spark scan."""
         a = self.args
-        small = sum(local_scan.bytes_to_read(self.opened[r.label], a.from_time, a.to_time) for r in self.stores)
+        small = sum(local_scan.bytes_to_read(self.opened[r.name], a.from_time, a.to_time) for r in self.stores)
         if small <= local_scan.LOCAL_SCAN_BYTES:
             return self.scan_here(walk, by_key)
         return self.scan_spark(walk, self.key_condition() if by_key else None)
@@ -281,8 +281,8 @@ class Query:
                                        a.uniq_key if by_key and a.key is None else None)
         hits = []
         for ref in self.stores:
-            for msg, beyond in local_scan.scan(self.opened[ref.label], criteria, walk=walk):
-                hits.append(Hit(ref.label, msg, "scan", beyond))
+            for msg, beyond in local_scan.scan(self.opened[ref.name], criteria, walk=walk):
+                hits.append(Hit(ref.name, msg, "scan", beyond))
                 if a.limit is not None and len(hits) >= a.limit:
                     return hits
         return hits
@@ -317,14 +317,14 @@ class Query:
             out += self.visibility(hit)
         if result.mode == "msg-id":
             for ref in self.stores:
-                if not any(h.broker == ref.label for h in result.hits):
+                if not any(h.broker == ref.name for h in result.hits):
                     out += self.why_no_record(ref, parse_offset_msg_id(self.args.msg_id))
             return
         if result.mode not in ("key", "uniq-key"):
             return
         key = self.args.key if self.args.key is not None else self.args.uniq_key
         for ref in self.stores:
-            if not any(h.broker == ref.label for h in result.hits):
+            if not any(h.broker == ref.name for h in result.hits):
                 out += self.why_not_indexed(ref, key)
         if result.hits:
             return
@@ -333,15 +333,15 @@ class Query:
         result.hits += found
         windowed = (self.begin, self.end) != (0, _END_OF_TIME)
         for ref in self.stores:
-            mine = [h for h in found if h.broker == ref.label]
+            mine = [h for h in found if h.broker == ref.name]
             if not mine:
                 where = f"topic {self.args.topic}" if self.args.topic else "any topic"
                 detail = f"no record in {where} carries {key} in the commitlog, not even past damage (salvage walk)"
                 if windowed:  # the scan keeps the query's time window: outside it, nothing was looked at
-                    out.append(Explanation(ref.label, "NOT_IN_TIME_WINDOW", f"{detail}, stored within "
+                    out.append(Explanation(ref.name, "NOT_IN_TIME_WINDOW", f"{detail}, stored within "
                                            f"[{format_time(self.begin)}, {format_time(self.end)}]"))
                 else:
-                    out.append(Explanation(ref.label, "NEVER_WRITTEN", detail))
+                    out.append(Explanation(ref.name, "NEVER_WRITTEN", detail))
             for hit in mine:
                 out += self.why_scan_only(ref, hit)
 
@@ -364,8 +364,8 @@ class Query:
         return notes
 
     def why_not_indexed(self, ref: StoreRef, key: str) -> list[Explanation]:
-        store = self.opened[ref.label]
-        label = ref.label
+        store = self.opened[ref.name]
+        label = ref.name
         paths = store.index_paths()
         if not paths:
             return [Explanation(label, "NO_INDEX", "the store has no index files (messageIndexEnable=false, or "
@@ -410,12 +410,12 @@ class Query:
 
     def why_scan_only(self, ref: StoreRef, hit: Hit) -> list[Explanation]:
         """A message the index did not give but the scan found: why the index lacks it."""
-        store = self.opened[ref.label]
+        store = self.opened[ref.name]
         msg = hit.message
         off = msg.physical_offset
         out = [e for e in self.visibility(hit) if e.reason != "FOUND"]
         if msg.sys_flag & L.TRANSACTION_MASK == L.TRANSACTION_ROLLBACK_TYPE:
-            out.append(Explanation(ref.label, "NO_INDEX_ENTRY", "ROLLBACK records are never indexed "
+            out.append(Explanation(ref.name, "NO_INDEX_ENTRY", "ROLLBACK records are never indexed "
                                    "(IndexService.buildIndex)", off))
         ends = []
         for path in store.index_paths():
@@ -425,21 +425,21 @@ class Query:
             except StoreFormatError:
                 continue
         if not ends:
-            out.append(Explanation(ref.label, "NO_INDEX", "the store has no readable index file", off))
+            out.append(Explanation(ref.name, "NO_INDEX", "the store has no readable index file", off))
         elif off > max(e[0] for e in ends):
-            out.append(Explanation(ref.label, "NOT_INDEXED", f"stored at {format_time(msg.store_timestamp)}, after "
+            out.append(Explanation(ref.name, "NOT_INDEXED", f"stored at {format_time(msg.store_timestamp)}, after "
                                    f"the index's last entry (physical offset {max(e[0] for e in ends)}, "
                                    f"{format_time(max(e[1] for e in ends))}): dispatch never reached it", off))
         elif not out:
-            out.append(Explanation(ref.label, "NO_INDEX_ENTRY", "in the commitlog, within the index's range, but no "
+            out.append(Explanation(ref.name, "NO_INDEX_ENTRY", "in the commitlog, within the index's range, but no "
                                    "index entry points at it", off))
         return out
 
     def why_no_record(self, ref: StoreRef, ident) -> list[Explanation]:
         """Why offsetMsgId ``ident`` names no record of this store: another broker's id, an offset outside the
         commitlog, inside another record or unframeable bytes, or past the written data."""
-        store = self.opened[ref.label]
-        label, off = ref.label, ident.physical_offset
+        store = self.opened[ref.name]
+        label, off = ref.name, ident.physical_offset
         out = []
         hosts = store_hosts(store)
         if ident.store_host not in hosts:
@@ -466,37 +466,36 @@ class Query:
     def locate(self, ref: StoreRef, segment: str, off: int) -> Explanation:
         """What the salvage walk has at ``off``: its last item at or before it (walked here for a segment of
         a small store's size, else a Spark scan of the walk items up to it)."""
-        store = self.opened[ref.label]
+        store = self.opened[ref.name]
         seg = next((s for s in store.segments if s.name == segment), None)
         if seg is not None and seg.length <= local_scan.LOCAL_SCAN_BYTES:
             r = local_scan.walk_item_at(store, segment, off)
         else:
             r = self.locate_spark(ref, segment, off)
         if r is None:
-            return Explanation(ref.label, "NEVER_WRITTEN", f"no walk item at or before {off}", off)
+            return Explanation(ref.name, "NEVER_WRITTEN", f"no walk item at or before {off}", off)
         start = r["physical_offset"]
         if r["kind"] == "stop" and r["reason"] == "END_OF_DATA":
-            return Explanation(ref.label, "NEVER_WRITTEN", f"offset {off} is past the end of written data in "
+            return Explanation(ref.name, "NEVER_WRITTEN", f"offset {off} is past the end of written data in "
                                f"segment {segment} (zeros from {start})", off)
         span = r["length"] if r["kind"] == "corrupt" else r["store_size"]
         if r["kind"] == "corrupt" and off < start + span:
-            return Explanation(ref.label, "NOT_A_RECORD_START", f"offset {off} lies in {span} unframeable bytes "
+            return Explanation(ref.name, "NOT_A_RECORD_START", f"offset {off} lies in {span} unframeable bytes "
                                f"from {start} ({r['reason']})", off)
         if r["kind"] == "stop":
-            return Explanation(ref.label, "NOT_A_RECORD_START", f"the walk stops at {start} ({r['reason']}: "
+            return Explanation(ref.name, "NOT_A_RECORD_START", f"the walk stops at {start} ({r['reason']}: "
                                f"{r['detail']}); no record is framed at {off}", off)
         if span is not None and start < off < start + span:
-            return Explanation(ref.label, "NOT_A_RECORD_START", f"offset {off} is inside the {r['kind']} at {start} "
+            return Explanation(ref.name, "NOT_A_RECORD_START", f"offset {off} is inside the {r['kind']} at {start} "
                                f"({span} bytes)", off)
-        return Explanation(ref.label, "NEVER_WRITTEN", f"no record is framed at {off}", off)
-
+        return Explanation(ref.name, "NEVER_WRITTEN", f"no record is framed at {off}", off)
 
     def locate_spark(self, ref: StoreRef, segment: str, off: int) -> dict | None:
         from pyspark.sql import functions as F
 
-        from datasources.commitlog import read_commitlog
+        from datasources import read_commitlog
 
-        rows = (read_commitlog(self.spark, fs.uri_of(ref.root / "commitlog" / segment), broker=ref.label,
+        rows = (read_commitlog(self.spark, fs.uri_of(ref.root / "commitlog" / segment), broker=ref.name,
                                walk="salvage", materialize="positions", pushFilters="true")
                 .where((F.col("segment") == segment) & (F.col("physical_offset") <= off))
                 .orderBy(F.col("physical_offset").desc()).limit(1).collect())
@@ -553,7 +552,7 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     ``out`` (the messages are the job's output: the JobResult's summary is empty)."""
     out, err = out or sys.stdout, err or sys.stderr
     check_args(args)
-    stores = resolve_stores(args.store, geometry_from_args(args))
+    stores = resolve_stores(args.store, files=True, geometry=geometry_from_args(args))
     lookup = Query(spark, args, stores)
     result = lookup.run()
     write_result(result, args.format, out)
@@ -601,7 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
 def prepare(args) -> None:
     """The arguments and the stores checked before Spark starts (a scan starts it before ``run``)."""
     check_args(args)
-    resolve_stores(args.store, geometry_from_args(args))
+    resolve_stores(args.store, files=True, geometry=geometry_from_args(args))
 
 
 def main(argv=None, prog: str | None = None) -> int:

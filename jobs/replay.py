@@ -60,6 +60,7 @@ if __package__ in (None, ""):  # spark-submit jobs/replay.py: make the project i
 from store_format import fs  # noqa: E402
 from store_format import layout as L  # noqa: E402
 from store_format.codec import host_flags  # noqa: E402
+from store_format.scan import WALKS  # noqa: E402
 from store_format.config import read_consumer_offsets, subscription_groups, topic_configs  # noqa: E402
 from store_format.errors import ErrorKind, StoreFormatError, WriterError  # noqa: E402
 from store_format.ids import parse_host  # noqa: E402
@@ -71,7 +72,8 @@ from udfs.kernels import scan_offset_table  # noqa: E402
 
 from jobs import cli  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
-from jobs.extract import read_manifest, resolve_stores, source_geometry  # noqa: E402
+from jobs.extract import read_manifest, source_geometry  # noqa: E402
+from jobs.stores import resolve_stores  # noqa: E402
 
 TRACE_MSG_ID = "FORENSICS_ORIGIN_MSG_ID"
 TRACE_BROKER = "FORENSICS_ORIGIN_BROKER"
@@ -226,14 +228,14 @@ class Source:
 def repair_source(spark, args) -> Source:
     from jobs import extract
 
-    stores = resolve_stores([args.repair])
+    stores = resolve_stores([args.repair], files=True)
     if len(stores) != 1:
         raise UsageError(f"--repair takes one store root; {args.repair} holds {len(stores)}")
     ref = stores[0]
-    ex_args = extract.build_parser().parse_args(["--store", fs.uri_of(ref.root), "--out", "-", "--walk", args.walk]
+    ex_args = extract.build_parser().parse_args(["--store", ref.path, "--out", "-", "--walk", args.walk]
                                                 + (["--dedupe"] if args.dedupe else []))
     sel = extract.select(spark, ex_args, stores)
-    return Source(sel.frame, [fs.uri_of(ref.root)], source_geometry(ref), ref.open(),
+    return Source(sel.frame, [ref.path], source_geometry(ref), ref.open(),
                   f"repair of {ref.root} ({args.walk} walk)")
 
 
@@ -457,7 +459,7 @@ def check_and_prepare(args) -> None:
         if not os.path.lexists(source):
             raise UsageError(f"{source}: no such file or directory")
         fs.check_folder(source)  # a loop, a FIFO, no permission: UnreadableError
-    inputs = [source] + ([fs.uri_of(r.root) for r in resolve_stores([args.repair])] if args.repair else [])
+    inputs = [source] + ([r.path for r in resolve_stores([args.repair], files=True)] if args.repair else [])
     if not args.dry_run:
         prepare_output(args.out, overwrite=args.overwrite, inputs=inputs, job="replay")
     check_manifest(args, inputs)
@@ -484,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--input", metavar="DIR", help="an extract (or a table of canonical message columns)")
     src.add_argument("--repair", metavar="STORE", help="a damaged store root: salvage it and replay what is valid")
     p.add_argument("--input-format", choices=FORMATS, help="default: detected")
-    p.add_argument("--walk", choices=("salvage", "recovery"), default="salvage", help="--repair's walk")
+    p.add_argument("--walk", choices=WALKS, default="salvage", help="--repair's walk")
     p.add_argument("--dedupe", action="store_true", help="--repair: drop copies as extract --dedupe does")
     p.add_argument("--out", required=True, metavar="NEW_STORE", help="the store root to create (refused when it "
                    "exists and is not empty, unless --overwrite)")

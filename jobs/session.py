@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent  # the checkout, the install's site-packages, or the zip
@@ -106,6 +107,38 @@ def build_session(app_name: str, master: str | None = None, test_profile: bool =
         register(session)  # a source that cannot register fails here, with its name
     last_start_seconds = time.perf_counter() - started
     return session
+
+
+EXECUTORS = ("auto", "driver", "spark")
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Where a job's own tasks run (jobs/audit/tasks.py): ``driver``, this process's threads, one per core; or
+    ``spark``, one Spark job whose tasks are bins of the work, TASKS_PER_CORE per core (store_format.plan's split
+    policy), so the cores stay busy when the bins' costs differ."""
+
+    where: str
+    cores: int  # the session's cores: its default parallelism
+
+    @property
+    def slots(self) -> int:
+        """Threads at a time (driver), or Spark tasks (spark)."""
+        from store_format.plan import TASKS_PER_CORE
+
+        return self.cores if self.where == "driver" else TASKS_PER_CORE * self.cores
+
+
+def choose_executor(spark, requested: str = "auto") -> Executor:
+    """The executor for ``requested`` (:data:`EXECUTORS`): ``auto`` runs in the driver when the session is local
+    (its executors are this machine's cores anyway, and a first Spark job's start (JVM warm-up, Python workers
+    importing the kernels) costs more than scanning a gigabyte), else as Spark jobs (a cluster, Spark Connect)."""
+    from datasources import default_parallelism, local_master
+
+    if requested not in EXECUTORS:
+        raise ValueError(f"executor {requested!r}: choose one of {', '.join(EXECUTORS)}")
+    where = requested if requested != "auto" else "driver" if local_master(spark) else "spark"
+    return Executor(where, default_parallelism(spark))
 
 
 def is_connect(spark) -> bool:

@@ -1,9 +1,11 @@
 """RocketMQ's on-disk store in pure Python: the read side here (layout, codec, framing, the files, recovery), the
 write side in :mod:`store_format.write`.
 
-The write side's modules were ``store_format.writer``, ``store_format.bulk`` ... before they moved; those names
-still import, as the same module objects (``store_format.writer is store_format.write.writer``), through the
-finder below, which loads a moved module only when it is asked for.  The write side's public names import from
+The write side's modules were ``store_format.writer``, ``store_format.bulk`` ... before they moved (0.1.0); those
+names still import, as the same module objects (``store_format.writer is store_format.write.writer``), through the
+finder below, which loads a moved module only when it is asked for and warns (DeprecationWarning) naming its new
+path.  The old paths go in 0.2.0, with the finder and its test (tests/test_layers.py); nothing in this repository
+uses them.  The write side's public names import from
 the package too (``from store_format import StoreWriter``), loaded the same way: on first use, so reading a store
 never loads the write side.
 """
@@ -27,7 +29,11 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec):
-        module = importlib.import_module(f"{__name__}.write.{spec.name.rpartition('.')[2]}")
+        import warnings
+
+        new = f"{__name__}.write.{spec.name.rpartition('.')[2]}"
+        warnings.warn(f"{spec.name} is now {new}; the old path goes in 0.2.0", DeprecationWarning, stacklevel=3)
+        module = importlib.import_module(new)
         spec.loader_state = module.__spec__  # the import system sets the alias's spec on it: put its own back
         return module
 

@@ -1,6 +1,7 @@
 """Command line for the pure-Python store tools.
 
   python -m store_format dump STORE_DIR --what commitlog|consumequeue|index|checkpoint|config
+  python -m store_format dump STORE_DIR --what timerlog|timerwheel|timercheck      (RocketMQ 5.x timer store)
   python -m store_format query STORE_DIR (--topic T --key K | --msg-id ID)
 
 Records go to stdout as JSON Lines (every one with its file and byte position); the one-line summary and
@@ -15,6 +16,12 @@ An index file that cannot be opened (unreadable, too short, or a geometry neithe
 is complete: exit 0 or 1; but a geometry given with --config or the flags that an index file's content
 contradicts is an error naming the file, its length and the candidates (exit 2).  ``--debug`` shows a Python traceback for a failure of the tool itself (without it,
 one ``error:`` line).
+
+The 5.x timer store (read when its files are there; no flag): ``--what timerlog`` prints every timer-log unit
+(``entry``, the end-of-file ``blank``, ``corrupt`` with its reason); ``--what timerwheel`` every non-empty wheel
+slot with the walk of its chain (``chain``: complete, loop, out_of_range, corrupt); ``--what timercheck`` the
+timer checkpoint.  Damage (a corrupt unit, a looping or corrupt chain, a wheel or timercheck of the wrong
+length) counts for ``--strict``; a store without the file prints nothing and says so.
 """
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ from pathlib import Path
 
 from . import layout as L
 from .brokerconf import add_geometry_arguments, geometry_from_args
+from .scan import WALKS
 from .commitlog import END_OF_DATA, SalvageSpan
 from .errors import IndexFileError, StoreFormatError
 from .fs import UnreadableError, error_line
@@ -97,6 +105,8 @@ def mark_early_rolls(rows):
 
 def dump(store: Store, what: str, args, out) -> tuple[str, bool, int]:
     """Print the ``what`` part of the store; (summary, damage found, files that could not be opened)."""
+    if what in TIMER_PARTS:
+        return dump_timer(store, what, out)
     damaged = False
     part = {"checkpoint": "checkpoint"}.get(what, what)
     unreadable = store.unreadable(part) if part != "checkpoint" else []
@@ -175,6 +185,75 @@ def dump(store: Store, what: str, args, out) -> tuple[str, bool, int]:
     raise ValueError(what)
 
 
+TIMER_PARTS = ("timerlog", "timerwheel", "timercheck")
+
+
+def dump_timer(store: Store, what: str, out) -> tuple[str, bool, int]:
+    """``dump --what timerlog|timerwheel|timercheck``: the 5.x timer store's files, every row with its file and
+    byte position (store_format.timer)."""
+    from . import timer as T
+
+    root = store.root
+    part = "config" if what == "timercheck" else what
+    unreadable = [e for e in store.unreadable(part) if what != "timercheck" or Path(e.file).name == T.TIMER_CHECK_FILE]
+    for e in unreadable:
+        _emit(_error_row(e), out)
+    failed, damaged = len(unreadable), False
+    if what == "timerlog":
+        counts: dict = {}
+        files = T.list_timer_log_files(root)
+        for f in files:
+            try:
+                for u in T.walk_timer_log(f):
+                    counts[u.kind] = counts.get(u.kind, 0) + 1
+                    damaged |= u.kind == "corrupt"
+                    _emit({**u.to_dict(), "file": f.name}, out)
+            except UnreadableError as e:
+                failed += 1
+                _emit(_error_row(e), out)
+        return (f"{len(files)} timer-log file(s): " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+                                                        or "no unit"), damaged, failed)
+    if what == "timerwheel":
+        wheel = root / T.TIMER_WHEEL_FILE
+        if not wheel.exists():
+            return "no timerwheel (not a 5.x store, or its broker never built the timer store)", False, failed
+        try:
+            slots = T.read_wheel_slots(wheel)
+        except UnreadableError as e:
+            _emit(_error_row(e), out)
+            return "timerwheel could not be read", False, failed + 1
+        if slots.problem is not None:
+            damaged = True
+            _emit({**slots.problem.as_dict(), "kind": "error", "error_kind": slots.problem.kind.value}, out)
+        ends: dict = {}
+        with T.TimerLog(root) as log:
+            for row in slots.rows():
+                chain = T.walk_chain(log, row["last_pos"])
+                ends[chain.end] = ends.get(chain.end, 0) + 1
+                row.update(kind="slot", file=T.TIMER_WHEEL_FILE, chain=chain.end, chain_units=len(chain.units),
+                           chain_positions=list(chain.positions))
+                if chain.error is not None:
+                    row["chain_error"] = chain.error.as_dict()
+                damaged |= chain.end in ("loop", "corrupt") or not row["index_matches"]
+                _emit(row, out)
+        return (f"timerwheel: {len(slots)} non-empty slot(s) of {slots.slots_total * 2}; chains: "
+                + (", ".join(f"{v} {k}" for k, v in sorted(ends.items())) or "none"), damaged, failed)
+    path = root / "config" / T.TIMER_CHECK_FILE
+    if not path.exists():
+        return "no config/timercheck (not a 5.x store, or its broker never built the timer store)", False, failed
+    if failed:
+        return "config/timercheck could not be read", False, failed
+    try:
+        cp = T.read_timer_checkpoint(path)
+    except UnreadableError as e:
+        _emit(_error_row(e), out)
+        return "config/timercheck could not be read", False, failed + 1
+    row = {"kind": "timercheck", **cp.to_dict(), "file": f"config/{T.TIMER_CHECK_FILE}"}
+    _emit(row, out)
+    return (f"timercheck {cp.file_length} bytes" + (f"; {cp.problem.kind.value}" if cp.problem else ""),
+            cp.problem is not None, failed)
+
+
 def _error_row(e: StoreFormatError) -> dict:
     """A file or unit that could not be read, as a row: ``kind`` "error", the error's own kind as ``error_kind``."""
     return {**e.as_dict(), "kind": "error", "error_kind": e.kind.value}
@@ -235,8 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("dump", help="print a store's files as JSON Lines")
     store_args(d)
-    d.add_argument("--what", required=True, choices=["commitlog", "consumequeue", "index", "checkpoint", "config"])
-    d.add_argument("--walk", choices=["recovery", "salvage"], default="recovery",
+    d.add_argument("--what", required=True,
+                   choices=["commitlog", "consumequeue", "index", "checkpoint", "config", *TIMER_PARTS])
+    d.add_argument("--walk", choices=WALKS, default="recovery",
                    help="recovery: stop where the broker's recovery stops; salvage: resync past damage")
     d.add_argument("--no-crc", action="store_true", help="do not verify body CRCs (the broker's dispatch does not)")
     d.add_argument("--strict", action="store_true", help="exit 1 when damage is found")

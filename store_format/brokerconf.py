@@ -142,6 +142,32 @@ class StoreGeometry:
         return StoreGeometry(**values)
 
 
+def parse_size(value, default: int | None = None) -> int | None:
+    """A size in bytes with an optional k/m/g suffix (binary units; ``64m``, ``1g``, ``4096``), as the options
+    and flags take them; ``default`` when None.  A ValueError for anything else or a size that is not positive."""
+    if value is None:
+        return default
+    v = str(value).strip().lower().removesuffix("b")
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(v[-1:], 1)
+    try:
+        n = int(v[:-1] if mult > 1 else v) * mult
+    except ValueError:
+        raise ValueError(f"expected a size in bytes such as 4096, 64m or 1g, got {value!r}") from None
+    if n <= 0:
+        raise ValueError(f"size must be positive, got {value!r}")
+    return n
+
+
+def size_argument(text: str) -> int:
+    """:func:`parse_size` as an argparse ``type``: ``--segment-size 1g``, ``--split-size 64m``."""
+    import argparse
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def java_int(key: str, value: str, source: str | None = None) -> int:
     """``Integer.parseInt`` of a setting's value, or an error saying what the broker did with it."""
     if not _JAVA_INT.fullmatch(value) or not -2**31 <= int(value) < 2**31:
@@ -190,9 +216,10 @@ def add_geometry_arguments(parser, *, segment_size: bool = False) -> None:
                         (" (and mappedFileSizeCommitLog)" if segment_size else "") + " are used; the flags below "
                         "override it")
     if segment_size:
-        g.add_argument("--segment-size", type=int, metavar="BYTES",
-                       help="the broker's mappedFileSizeCommitLog (default: inferred from the segment files; give "
-                            "it when a dump has one segment, so a short or long file is caught)")
+        g.add_argument("--segment-size", type=size_argument, metavar="SIZE",
+                       help="the broker's mappedFileSizeCommitLog, in bytes or with k/m/g (1g; default: inferred from "
+                            "the segment files; give it when a dump has one segment, so a short or long file is "
+                            "caught)")
     g.add_argument("--hash-slots", type=int, metavar="N",
                    help="maxHashSlotNum of the index files (default: inferred from each file's length and content)")
     g.add_argument("--index-num", type=int, metavar="N",

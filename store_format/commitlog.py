@@ -18,13 +18,11 @@ this package stays free of compiled code), and every record they cannot prove va
 """
 from __future__ import annotations
 
-import os
 import re
 import struct
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Iterator, NamedTuple
 
 import numpy as np
@@ -32,8 +30,7 @@ import numpy as np
 from . import layout as L
 from .codec import decode_record
 from .errors import ErrorKind, RecordError
-# read-only maps live with the file-system seam; named here too, where the readers always found them
-from .fs import ReadOnlyMap, data_end, written_length  # noqa: F401
+from .fs import Location, ReadOnlyMap  # noqa: F401  (ReadOnlyMap: named here too, where readers found it)
 from .message import Message, body_crc32
 
 SEGMENT_NAME = re.compile(r"[0-9]{20}\Z")  # ASCII digits only, no trailing newline: use .match
@@ -50,28 +47,59 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:0{L.SEGMENT_NAME_DIGITS}d}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Segment:
-    path: Path
-    base_offset: int
+    """One file of ``commitlog/`` as the listing finds it (:func:`list_segment_files`), with what is wrong with the
+    file itself: a name that is no base offset (``base_offset`` None: never read), a length that is not the
+    store's segment size, an empty file."""
+
+    loc: Location
+    base_offset: int | None  # None: the name is not 20 digits (the file is only reported)
     length: int  # actual file length (a healthy store: == mapped file size)
+    problems: tuple[tuple[str, str], ...] = ()  # (ErrorKind value, what is wrong) about the file
 
     @property
     def name(self) -> str:
-        return self.path.name
+        return self.loc.name
+
+    @property
+    def path(self):
+        """What the Path-based readers open: a ``Path`` (local), else a ``fs.StorePath``."""
+        return self.loc.as_path()
 
 
-def list_segments(commitlog_dir: str | os.PathLike) -> list[Segment]:
-    """Segments sorted by base offset; files whose names are not 20 digits are ignored."""
-    from .fs import as_path
+def list_segment_files(where, segment_size: int | None = None) -> list[Segment]:
+    """Every regular file of a ``commitlog/`` folder (or the one segment file ``where`` names), in name order, each
+    with what is wrong with its name or length.  ``segment_size``: the store's, when known; else the files' own
+    (:func:`infer_segment_size`)."""
+    from .fs import resolve
 
-    d = as_path(commitlog_dir)
+    loc = resolve(where)
+    infos = [loc.info()] if loc.is_file() else [i for i in loc.list() if i.is_file]
+    named = [i for i in infos if SEGMENT_NAME.match(i.base_name)]
+    size = segment_size or infer_segment_size([(int(i.base_name), i.size) for i in named])
     out = []
-    if d.is_dir():
-        for p in d.iterdir():
-            if SEGMENT_NAME.match(p.name) and p.is_file():
-                out.append(Segment(p, int(p.name), p.stat().st_size))
-    return sorted(out, key=lambda s: s.base_offset)
+    for i in infos:
+        file = Location(loc.fs, i.path, loc.origin)
+        if not SEGMENT_NAME.match(i.base_name):
+            out.append(Segment(file, None, i.size, ((ErrorKind.BAD_FILE_NAME.value, "a commitlog file name must be its "
+                       "20-digit base offset; not read (no base offset to check records against)"),)))
+            continue
+        problems = ()
+        if size and i.size != size:
+            problems = ((ErrorKind.BAD_GEOMETRY.value, f"segment is {i.size} bytes, the store's segment size is "
+                         f"{size} (the broker refuses to load it); read anyway"),)
+        elif not i.size:  # no size to compare with when it is the only segment: empty is never right
+            problems = ((ErrorKind.BAD_GEOMETRY.value, "segment file is empty: the broker preallocates every segment "
+                         "(mappedFileSizeCommitLog) and refuses to load an empty one"),)
+        out.append(Segment(file, int(i.base_name), i.size, problems))
+    return out
+
+
+def list_segments(commitlog_dir) -> list[Segment]:
+    """The segments the broker loads: the named files of :func:`list_segment_files`, by base offset."""
+    return sorted((s for s in list_segment_files(commitlog_dir) if s.base_offset is not None),
+                  key=lambda s: s.base_offset)
 
 
 def infer_segment_size(files) -> int | None:
@@ -241,16 +269,25 @@ def walk_segment(segment: Segment, **kwargs) -> Iterator[Frame]:
         yield from walk_buffer(m.buf, segment.name, segment.base_offset, **kwargs)
 
 
+def proves_itself(buf, pos: int, size: int, body_length: int, limit: int, base_offset: int) -> bool:
+    """The one rule for a message framed at ``pos`` (``frame_at`` accepted it, its body CRC checked) to prove it lies
+    on its segment's walk: a non-empty body whose CRC matched is its own proof (so an intact record between two
+    damaged ones is found), while a record with an empty body, whose CRC cannot be checked, must be followed by
+    another valid frame, a blank, or zeros/the segment end (so a magic-looking run of bytes inside a body is not
+    taken for a record)."""
+    if body_length > 0:
+        return True
+    nxt = frame_at(buf, pos + size, limit, base_offset)
+    return nxt.kind in ("message", "blank") or nxt.stop_kind == END_OF_DATA
+
+
 def find_next_frame(buf, start: int, limit: int, base_offset: int, *, confirm: bool = True,
                     before: int | None = None) -> int | None:
     """Resync: the first position >= ``start`` (and < ``before``, if given) where a record plausibly begins,
     or None.
 
     A candidate has a message (or blank) magic, a PHYSICALOFFSET equal to base + position, valid framing;
-    when ``confirm`` it must also prove itself: a non-empty body whose CRC32 matches BODYCRC is its own proof
-    (so an intact record between two damaged ones is found), while a record with an empty body, whose CRC
-    cannot be checked, must be followed by another valid frame, a blank, or zeros/the segment end (so a
-    magic-looking run of bytes inside a body is not taken for a record).
+    when ``confirm`` a message must also prove itself (:func:`proves_itself`).
     """
     search_end = limit if before is None else min(limit, before + 7)  # a magic at p + 4 for p < before
     pos = start
@@ -263,12 +300,9 @@ def find_next_frame(buf, start: int, limit: int, base_offset: int, *, confirm: b
             found = frame_at(buf, cand, limit, base_offset)
             if found.kind == "blank":
                 return cand
-            if found.kind == "message":
-                if not confirm or _body_length(buf, cand) > 0:  # frame_at matched its body CRC
-                    return cand
-                nxt = frame_at(buf, cand + found.size, limit, base_offset)
-                if nxt.kind in ("message", "blank") or nxt.stop_kind == END_OF_DATA:
-                    return cand
+            if found.kind == "message" and (
+                    not confirm or proves_itself(buf, cand, found.size, _body_length(buf, cand), limit, base_offset)):
+                return cand
         pos = hit - 3
     return None
 

@@ -684,6 +684,25 @@ def read_consumer_offsets(config_dir, problems: list | None = None, offset_scan=
     return ConsumerOffsets(out, True)
 
 
+LMQ_CONSUMER_OFFSET_FILE = "lmqConsumerOffset.json"  # 5.x, enableLmq (BrokerPathConfigHelper)
+
+
+def lmq_consumer_offsets(cfg: ConfigFile, problems: list | None = None) -> dict[tuple[str, str], int]:
+    """lmqConsumerOffset.json's ``lmqOffsetTable`` (``LmqConsumerOffsetManager``) -> {(topic, group): offset}: one
+    offset per LMQ topic@group (queue id 0 implied).  The file's inherited ``offsetTable`` reads with
+    :func:`consumer_offsets`.  A key that is not topic@group or an offset outside long is left out and recorded in
+    ``problems``."""
+    out = {}
+    for key, value in _table(cfg, "lmqOffsetTable").items():
+        topic, sep, group = str(key).rpartition(TOPIC_GROUP_SEPARATOR)
+        if not sep:
+            _problem(problems, cfg, ("lmqOffsetTable", key), key, "not topic@group")
+            continue
+        if _checked(problems, cfg, ("lmqOffsetTable", key), value, LONG_RANGE, "offset"):
+            out[(topic, group)] = _as_int(value)
+    return out
+
+
 def delay_offsets(cfg: ConfigFile, problems: list | None = None) -> dict[int, int]:
     """delayOffset.json -> {delay level: next SCHEDULE_TOPIC_XXXX queue offset to deliver}; a level outside int
     or not a number, an offset outside long: left out, and recorded in ``problems``."""

@@ -1,4 +1,5 @@
-"""ConsumeQueue files: ``consumequeue/<topic>/<queueId>/<20-digit logical byte offset>``.
+"""ConsumeQueue files: ``consumequeue/<topic>/<queueId>/<20-digit logical byte offset>``, and their extension
+``consumequeue_ext/<topic>/<queueId>/<20-digit offset>`` (ConsumeQueueExt, ``enableConsumeQueueExt``).
 
 Unit (20 bytes, big-endian; ``ConsumeQueue.putMessagePositionInfo``)::
 
@@ -7,19 +8,30 @@ Unit (20 bytes, big-endian; ``ConsumeQueue.putMessagePositionInfo``)::
 Queue offset n lives at byte n*20 of the queue; a file's name is its first unit's byte offset.  Recovery
 (``ConsumeQueue.recover``) accepts units while ``offset >= 0 && size > 0``; pre-blank units written by
 ``fillPreBlank`` are ``(0, Integer.MAX_VALUE, 0)``; the unwritten tail is zeros.
+
+ConsumeQueueExt unit (``ConsumeQueueExt.CqExtUnit``; files rolled like the commitlog, ``MappedFileQueue``)::
+
+    size (short: 20 + bitMapSize) | tagsCode (long) | msgStoreTime (long) | bitMapSize (short) | filterBitMap
+    a file ends with size -1 when its next unit did not fit (fullFillToEnd); zeros are its unwritten tail
+
+With the extension on, a unit's tagsCode slot holds the address of its ext unit (the offset in the queue's ext files
+plus Long.MIN_VALUE: at or below ``CQ_EXT_MAX_ADDR``, where no tagsCode, a sign-extended int, reaches), and the
+tagsCode consumers see is the ext unit's (``ConsumeQueue.get``): every reader here gives that one, with the address
+beside it (``ext_offset``); an address that reaches no ext unit keeps its raw value and ``ext_found`` false.
 """
 from __future__ import annotations
 
-import os
 import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+import pyarrow.fs as pafs
+
 from . import fs
 from . import layout as L
-from .commitlog import ReadOnlyMap
+from .fs import ReadOnlyMap
 from .errors import ConsumeQueueError, ErrorKind
 
 if TYPE_CHECKING:  # numpy is imported where units are read in bulk, not when this module loads
@@ -39,6 +51,7 @@ class CQUnit:
     kind: str  # "entry" | "pre_blank" | "invalid" (fails recovery's offset >= 0 && size > 0) | "zero"
     file: str
     file_position: int
+    ext_offset: int | None = None  # the tagsCode slot held this ConsumeQueueExt address (tags_code: its unit's)
 
 
 @dataclass(frozen=True)
@@ -64,20 +77,61 @@ def classify_unit(physical_offset: int, size: int, tags_code: int) -> str:
     return "invalid"
 
 
-def list_queue_files(queue_dir: str | os.PathLike, topic: str, queue_id: int) -> list[CQFile]:
+@dataclass(frozen=True, eq=False)
+class QueueFile:
+    """One file of ``consumequeue/<topic>/<queue>/`` as the listing finds it (:func:`list_queue_files`): a file the
+    broker loads has an int queue id and a 20-digit name (:attr:`loaded`); any other is only reported."""
+
+    topic: str
+    queue_id: int | None  # None: the queue folder's name is not an int
+    loc: "fs.Location"
+    length: int
+
+    @property
+    def name(self) -> str:
+        return self.loc.name
+
+    @property
+    def loaded(self) -> bool:
+        """The broker loads it: an int queue id and a 20-digit name (its queue's byte offset)."""
+        return self.queue_id is not None and bool(_FILE_NAME.fullmatch(self.name))
+
+    @property
+    def first_queue_offset(self) -> int:
+        """The queue offset of its first unit: its name (the byte offset in the queue) over the unit's size."""
+        return int(self.name) // L.CQ_STORE_UNIT_SIZE
+
+    def cq_file(self) -> CQFile:
+        """The file as the readers take it (it must be :attr:`loaded`)."""
+        return CQFile(self.topic, self.queue_id, self.loc.as_path(), int(self.name), self.length)
+
+
+def list_consumequeue(where) -> list[QueueFile]:
+    """Every regular file of a ``consumequeue/`` folder (``<topic>/<queue>/<file>``), or the one file ``where``
+    names, in listing order.  Entries no reader can read are left out (store_format.fs
+    reports them)."""
+    loc = fs.resolve(where)
+    if loc.is_file():
+        queue = loc.parent()
+        return [QueueFile(queue.parent().name, queue_id_of(queue.name), loc, loc.size())]
     out = []
-    for e in _readable_entries(queue_dir):
-        if _FILE_NAME.fullmatch(e.name) and e.is_file:
-            out.append(CQFile(topic, queue_id, e.path, int(e.name), e.size))
-    return sorted(out, key=lambda f: f.base_byte_offset)
+    for topic in _folders(loc):
+        for queue in _folders(topic):
+            qid = queue_id_of(queue.name)
+            out.extend(QueueFile(topic.name, qid, fs.Location(queue.fs, i.path, queue.origin), i.size)
+                       for i in queue.list() if i.is_file)
+    return out
 
 
-def _readable_entries(folder) -> list:
-    """A folder's entries (store_format.fs.entries); none when it cannot be listed (the store reports it)."""
-    try:
-        return fs.entries(folder)
-    except fs.UnreadableError:
-        return []
+def list_queue_files(queue_dir, topic: str, queue_id: int) -> list[CQFile]:
+    """The files of one queue's folder the broker loads, by name."""
+    loc = fs.resolve(queue_dir)
+    return queue_files([QueueFile(topic, queue_id, fs.Location(loc.fs, i.path, loc.origin), i.size)
+                        for i in loc.list() if i.is_file])
+
+
+def _folders(loc) -> list:
+    return [fs.Location(loc.fs, i.path, loc.origin) for i in loc.list() if i.type == pafs.FileType.Directory]
 
 
 def queue_id_of(name: str) -> int | None:
@@ -85,44 +139,58 @@ def queue_id_of(name: str) -> int | None:
     return int(name) if _QUEUE_DIR.fullmatch(name) and -2**31 <= int(name) < 2**31 else None
 
 
-def discover_queues(consumequeue_dir: str | os.PathLike) -> dict[tuple[str, int], list[CQFile]]:
-    """{(topic, queue_id): files}; a queue directory whose name is not an int is skipped."""
-    queues = {}
-    for topic_dir in _readable_entries(consumequeue_dir):
-        if not topic_dir.is_folder or topic_dir.reason is not None:
-            continue
-        for qdir in _readable_entries(topic_dir.path):
-            qid = queue_id_of(qdir.name)
-            if qdir.is_folder and qdir.reason is None and qid is not None:
-                queues[(topic_dir.name, qid)] = list_queue_files(qdir.path, topic_dir.name, qid)
-    return queues
+def discover_queues(consumequeue_dir) -> dict[tuple[str, int], list[CQFile]]:
+    """{(topic, queue_id): files} of the files the broker loads (:attr:`QueueFile.loaded`), each queue's files by
+    name; a queue folder whose name is not an int is skipped."""
+    queues: dict[tuple[str, int], list[CQFile]] = {}
+    for f in list_consumequeue(consumequeue_dir):
+        if f.loaded:
+            queues.setdefault((f.topic, f.queue_id), []).append(f.cq_file())
+    return {k: sorted(v, key=lambda f: f.base_byte_offset) for k, v in queues.items()}
+
+
+def queue_files(files: list[QueueFile]) -> list[CQFile]:
+    """The files of one queue (one folder's listing) the broker loads, by name."""
+    return sorted((f.cq_file() for f in files if f.loaded), key=lambda f: f.base_byte_offset)
 
 
 def read_units(cq_file: CQFile, *, stop_at_invalid: bool = False, include_zero: bool = False) -> Iterator[CQUnit]:
     """Every unit of one file, classified.  A trailing partial unit raises a positioned TRUNCATED error
     after the whole units have been yielded."""
-    with ReadOnlyMap(cq_file.path) as m:
-        n = len(m) // L.CQ_STORE_UNIT_SIZE
-        base_q = cq_file.first_queue_offset
-        written = None  # where the file's last non-zero byte ends (ReadOnlyMap.written_length), at the first zero unit
-        for i in range(n):
-            pos = i * L.CQ_STORE_UNIT_SIZE
-            phys, size, tags = _UNIT.unpack_from(m.buf, pos)
-            kind = classify_unit(phys, size, tags)
-            if kind == "zero" and not include_zero:
-                # recovery stops at the first invalid unit; trailing zeros are the unwritten tail.  The end of
-                # the written bytes is found once per file: testing each zero unit's tail copied the rest of the
-                # mapping per unit (quadratic: a 6 MB file with a few bytes at its end never finished)
-                if written is None:
-                    written = m.written_length()
-                if pos >= written:
+    lookup = None  # the queue's ConsumeQueueExt, opened at the first address
+    try:
+        with ReadOnlyMap(cq_file.path) as m:
+            n = len(m) // L.CQ_STORE_UNIT_SIZE
+            base_q = cq_file.first_queue_offset
+            written = None  # where the file's last non-zero byte ends (ReadOnlyMap.written_length), at the first zero unit
+            for i in range(n):
+                pos = i * L.CQ_STORE_UNIT_SIZE
+                phys, size, tags = _UNIT.unpack_from(m.buf, pos)
+                kind = classify_unit(phys, size, tags)
+                if kind == "zero" and not include_zero:
+                    # recovery stops at the first invalid unit; trailing zeros are the unwritten tail.  The end of
+                    # the written bytes is found once per file: testing each zero unit's tail copied the rest of the
+                    # mapping per unit (quadratic: a 6 MB file with a few bytes at its end never finished)
+                    if written is None:
+                        written = m.written_length()
+                    if pos >= written:
+                        break
+                if stop_at_invalid and kind in ("invalid", "zero"):
                     break
-            if stop_at_invalid and kind in ("invalid", "zero"):
-                break
-            yield CQUnit(base_q + i, phys, size, tags, kind, cq_file.path.name, pos)
-        if len(m) % L.CQ_STORE_UNIT_SIZE:
-            raise ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {len(m)} is not a multiple of "
-                                    f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=n * L.CQ_STORE_UNIT_SIZE)
+                ext = None
+                if tags <= L.CQ_EXT_MAX_ADDR:  # the slot holds a ConsumeQueueExt address: its unit's tagsCode
+                    lookup = lookup or ExtLookup(ext_folder(cq_file.path))
+                    ext = ext_offset(tags)
+                    [found] = lookup.tags_codes([ext])
+                    tags = found if found is not None else tags
+                yield CQUnit(base_q + i, phys, size, tags, kind, cq_file.path.name, pos, ext)
+            if len(m) % L.CQ_STORE_UNIT_SIZE:
+                raise ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {len(m)} is not a multiple of "
+                                        f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path),
+                                        position=n * L.CQ_STORE_UNIT_SIZE)
+    finally:
+        if lookup is not None:
+            lookup.close()
 
 
 @dataclass
@@ -133,10 +201,12 @@ class UnitArrays:
     queue_offset: "np.ndarray"
     physical_offset: "np.ndarray"
     size: "np.ndarray"
-    tags_code: "np.ndarray"
+    tags_code: "np.ndarray"  # the ConsumeQueueExt unit's where the slot holds an address it reaches
     kind: "np.ndarray"
     file_position: "np.ndarray"
     truncated: ConsumeQueueError | None
+    ext_offset: "np.ndarray | None" = None  # per unit, the ext address's offset (-1: the slot held a tagsCode)
+    ext_found: "np.ndarray | None" = None  # the address reached an ext unit
 
 
 UNIT_KINDS = ("entry", "pre_blank", "zero", "invalid")
@@ -149,7 +219,7 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
 
     with ReadOnlyMap(cq_file.path) as m:
         n, _ = written_units(m)
-        u = units_of(m.buf, n)
+        u = units_of(m.buf, n, ext=ext_folder(cq_file.path))
         truncated = None
         if len(m) % L.CQ_STORE_UNIT_SIZE:
             whole = len(m) - len(m) % L.CQ_STORE_UNIT_SIZE
@@ -157,7 +227,7 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
                                           f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=whole)
     index = np.arange(n, dtype=np.int64)
     return UnitArrays(cq_file.first_queue_offset + index, u["physical_offset"], u["size"], u["tags_code"], u["kind"],
-                      index * L.CQ_STORE_UNIT_SIZE, truncated)
+                      index * L.CQ_STORE_UNIT_SIZE, truncated, u.get("ext_offset"), u.get("ext_found"))
 
 
 def written_units(m: ReadOnlyMap) -> tuple[int, int]:
@@ -176,10 +246,11 @@ def unit_kinds(phys, size, tags):
                       (phys >= 0) & (size > 0)], [1, 2, 0], 3).astype(np.int8)  # classify_unit's order
 
 
-def units_of(raw, count: int | None = None) -> dict:
+def units_of(raw, count: int | None = None, *, ext=None) -> dict:
     """The first ``count`` units (default: every whole unit) of ``raw`` (bytes, or a map: nothing is kept pointing
     into it) as native numpy columns, with their kind codes and whether each was written (any of its 20 bytes not
-    zero)."""
+    zero).  ``ext``: the queue's ConsumeQueueExt folder (:func:`ext_folder`); where any slot holds an address, its
+    unit's tagsCode replaces it and ``ext_offset`` / ``ext_found`` say where it pointed."""
     import numpy as np
 
     n = len(raw) // L.CQ_STORE_UNIT_SIZE if count is None else count
@@ -187,8 +258,20 @@ def units_of(raw, count: int | None = None) -> dict:
     phys, size, tags = u["physical_offset"].astype(np.int64), u["size"].astype(np.int32), \
         u["tags_code"].astype(np.int64)
     del u  # no view may outlive a map
-    return {"physical_offset": phys, "size": size, "tags_code": tags, "kind": unit_kinds(phys, size, tags),
-            "written": (phys != 0) | (size != 0) | (tags != 0)}
+    out = {"physical_offset": phys, "size": size, "tags_code": tags, "kind": unit_kinds(phys, size, tags),
+           "written": (phys != 0) | (size != 0) | (tags != 0)}
+    addressed = tags <= L.CQ_EXT_MAX_ADDR
+    if ext is not None and addressed.any():  # none in a store without the extension: nothing more to read
+        offsets = np.where(addressed, tags - np.iinfo(np.int64).min, -1)
+        rows = np.flatnonzero(addressed)
+        found = ext_tags_codes(ext, offsets[rows].tolist())
+        hit = np.array([t is not None for t in found], bool)
+        out["tags_code"] = tags.copy()
+        out["tags_code"][rows[hit]] = np.array([t for t in found if t is not None], np.int64)
+        out["ext_offset"] = offsets
+        out["ext_found"] = np.zeros(n, bool)
+        out["ext_found"][rows[hit]] = True
+    return out
 
 
 def read_queue(files: list[CQFile], **kwargs) -> Iterator[CQUnit]:
@@ -198,3 +281,129 @@ def read_queue(files: list[CQFile], **kwargs) -> Iterator[CQUnit]:
 
 def unit_bytes(physical_offset: int, size: int, tags_code: int) -> bytes:
     return _UNIT.pack(physical_offset, size, tags_code)
+
+
+def read_unit_window(loc: "fs.Location", first: int, end: int) -> dict:
+    """Units ``first`` .. ``end - 1`` of a consume-queue file as numpy columns with their kinds (:func:`units_of`,
+    ext addresses resolved): read from a read-only map, or one ranged read."""
+    first, n = max(first, 0), max(end - first, 0) * L.CQ_STORE_UNIT_SIZE
+    if loc.local_path is not None:
+        with ReadOnlyMap(loc.local_path) as m:
+            raw = bytes(m.buf[first * L.CQ_STORE_UNIT_SIZE:first * L.CQ_STORE_UNIT_SIZE + n])
+    else:
+        raw = loc.read_range(first * L.CQ_STORE_UNIT_SIZE, n)
+    return units_of(raw, ext=ext_folder(loc))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ConsumeQueueExt
+
+
+def ext_offset(address: int) -> int:
+    """ConsumeQueueExt.unDecorate: the offset in the queue's ext files a tagsCode-slot address names."""
+    return address + (1 << 63)
+
+
+def ext_address(offset: int) -> int:
+    """ConsumeQueueExt.decorate: what a consume-queue unit's tagsCode slot holds for the ext unit at ``offset``."""
+    return offset - (1 << 63)
+
+
+def ext_folder(cq) -> "fs.Location":
+    """The ConsumeQueueExt folder of a consume-queue file's queue (a path, a ``fs.StorePath`` or a Location):
+    ``<root>/consumequeue_ext/<topic>/<queueId>`` beside ``<root>/consumequeue/<topic>/<queueId>/<file>``."""
+    queue = fs.resolve(cq).parent()
+    topic = queue.parent()
+    return topic.parent().parent().child("consumequeue_ext").child(topic.name).child(queue.name)
+
+
+def ext_files(folder) -> list[tuple["fs.Location", int, int]]:
+    """(file, base offset, length) of every ext file of a queue's folder the broker loads, by offset."""
+    loc = fs.resolve(folder)
+    return sorted(((fs.Location(loc.fs, i.path, loc.origin), int(i.base_name), i.size) for i in loc.list()
+                   if i.is_file and _FILE_NAME.fullmatch(i.base_name)), key=lambda f: f[1])
+
+
+class ExtLookup:
+    """A queue's ext units read by address as ConsumeQueueExt.get reads them (the file holding the offset, a size
+    of at least 1 and the unit's 20 bytes there); its files listed once and each mapped once, until closed."""
+
+    def __init__(self, folder):
+        self.files = ext_files(folder)
+        self.maps: dict[int, object] = {}
+
+    def tags_codes(self, offsets: list[int]) -> list[int | None]:
+        """The tagsCode of the ext unit at each offset, None where none is: no file, or nothing written there."""
+        out: list[int | None] = [None] * len(offsets)
+        for i, off in enumerate(offsets):
+            for loc, base, length in self.files:
+                if base <= off < base + length:
+                    if base not in self.maps:
+                        self.maps[base] = fs.map_range(loc)
+                    buf, pos = self.maps[base].buf, off - base
+                    if pos + L.CQ_EXT_MIN_UNIT_SIZE <= len(buf) and L.CQ_EXT_UNIT.read(buf, "size", pos) >= 1:
+                        out[i] = L.CQ_EXT_UNIT.read(buf, "tags_code", pos)
+                    break
+        return out
+
+    def close(self) -> None:
+        for m in self.maps.values():
+            m.close()
+        self.maps = {}
+
+
+def ext_tags_codes(folder, offsets: list[int]) -> list[int | None]:
+    """:meth:`ExtLookup.tags_codes` of a queue's ext folder, once."""
+    lookup = ExtLookup(folder)
+    try:
+        return lookup.tags_codes(offsets)
+    finally:
+        lookup.close()
+
+
+@dataclass
+class ExtUnits:
+    """A queue's ConsumeQueueExt units as ConsumeQueueExt.recover walks them (each file from its start, unit after
+    unit by size, to the first size below 1), in bulk, with what is wrong with them (``problems``: each a
+    positioned ConsumeQueueError; the walk of that file stops there)."""
+
+    offset: "np.ndarray"  # in the queue's ext files: what a consume-queue unit's address names
+    size: "np.ndarray"
+    tags_code: "np.ndarray"
+    msg_store_time: "np.ndarray"
+    bitmap_size: "np.ndarray"
+    file: list[str]
+    file_position: "np.ndarray"
+    problems: list[ConsumeQueueError]
+
+
+def read_ext_units(folder) -> ExtUnits:
+    """Every ext unit of a queue's folder (:func:`ext_folder`); none when it has no file."""
+    import numpy as np
+
+    cols: dict[str, list] = {k: [] for k in ("offset", "size", "tags_code", "msg_store_time", "bitmap_size",
+                                             "file", "file_position")}
+    problems = []
+    for loc, base, length in ext_files(folder):
+        with fs.map_range(loc) as m:
+            buf, pos = m.buf, 0
+            while pos + 2 <= len(buf):
+                size = L.CQ_EXT_UNIT.read(buf, "size", pos)
+                if size < 1:
+                    break  # the unwritten tail (0) or the end mark (-1)
+                bad = ("runs past the end of the file" if pos + max(size, L.CQ_EXT_MIN_UNIT_SIZE) > len(buf)
+                       else f"size {size} is below the {L.CQ_EXT_MIN_UNIT_SIZE} bytes of a unit"
+                       if size < L.CQ_EXT_MIN_UNIT_SIZE else None)
+                if bad:
+                    problems.append(ConsumeQueueError(ErrorKind.BAD_LENGTH, f"ConsumeQueueExt unit {bad}",
+                                                      file=str(loc), position=pos, field="size"))
+                    break
+                for name in ("size", "tags_code", "msg_store_time", "bitmap_size"):
+                    cols[name].append(L.CQ_EXT_UNIT.read(buf, name, pos))
+                cols["offset"].append(base + pos)
+                cols["file"].append(loc.name)
+                cols["file_position"].append(pos)
+                pos += size
+    ints = {k: np.array(v, np.int64) for k, v in cols.items() if k != "file"}
+    return ExtUnits(ints["offset"], ints["size"], ints["tags_code"], ints["msg_store_time"], ints["bitmap_size"],
+                    cols["file"], ints["file_position"], problems)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from . import layout as L
-from .commitlog import ReadOnlyMap, data_end
+from .fs import ReadOnlyMap, data_end
 from .errors import ErrorKind, IndexFileError
 from .javahash import index_key, index_key_hash
 
@@ -415,12 +415,70 @@ def _layout_problem(buf, h: IndexHeader, s: int, n: int) -> tuple[str | None, in
     return None, 0
 
 
-def list_index_files(index_dir: str | os.PathLike) -> list[Path]:
-    """Index files in load order (ascending name = creation time)."""
-    from .fs import UnreadableError, entries
+# ---------------------------------------------------------------------------------------------------------
+# Entries in bulk (numpy over a read-only map)
 
-    try:
-        found = entries(index_dir)
-    except UnreadableError:  # reported by Store.unreadable
-        return []
-    return sorted(e.path for e in found if e.is_file and INDEX_NAME.fullmatch(e.name))
+# the chain problems an entry can have, in the order they are listed
+CHAIN_PROBLEMS = ("prev_out_of_range", "prev_not_older", "prev_other_slot", "negative_time_diff", "unreachable")
+
+
+class EntryViews:
+    """An index file's slots and entries as big-endian numpy views of its map (nothing copied until read):
+    ``key_hash``, ``physical_offset``, ``time_diff``, ``prev_index`` indexed by entry number (0 .. count-1)."""
+
+    def __init__(self, buf, hash_slot_num: int, count: int):
+        self.hash_slot_num, self.count = hash_slot_num, count
+        self.raw = np.frombuffer(buf, np.uint8)
+        self.slots = np.frombuffer(buf, L.INDEX_SLOT.numpy_type("index"), hash_slot_num, L.INDEX_HEADER_SIZE)
+        e = np.frombuffer(buf, L.INDEX_ENTRY.dtype(), count, L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE)
+        self.key_hash, self.physical_offset = e["key_hash"], e["physical_offset"]
+        self.time_diff, self.prev_index = e["time_diff"], e["prev_index"]
+
+    def chunk(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Native copies of entries start..end-1: key hash, physical offset, time diff, prev index."""
+        return (self.key_hash[start:end].astype(np.int32), self.physical_offset[start:end].astype(np.int64),
+                self.time_diff[start:end].astype(np.int32), self.prev_index[start:end].astype(np.int32))
+
+    def slot_of(self, key_hash: np.ndarray) -> np.ndarray:
+        return np.where(key_hash >= 0, key_hash % np.int32(self.hash_slot_num), -1)
+
+
+def written_entries(m: ReadOnlyMap, hash_slot_num: int, count: int) -> int:
+    """Of the ``count`` entries a header counts, those up to the last one holding a non-zero byte (at least 1:
+    entry 0 is never written).  Entries past it are zeros no put ever wrote: a counter beyond them is one wrong
+    header, not that many broken entries."""
+    at = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE
+    end = m.written_length(at + count * L.INDEX_ENTRY_SIZE)
+    return max(1, min(count, -(-(end - at) // L.INDEX_ENTRY_SIZE)))
+
+
+def read_entry_window(loc, hash_slot_num: int, first: int, end: int) -> dict:
+    """Entries ``first`` .. ``end - 1`` of an index file (of ``hash_slot_num`` slots) as native numpy columns: read
+    from a read-only map, or one ranged read."""
+    at = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE + max(first, 0) * L.INDEX_ENTRY_SIZE
+    n = max(end - first, 0) * L.INDEX_ENTRY_SIZE
+    if loc.local_path is not None:
+        with ReadOnlyMap(loc.local_path) as m:
+            raw = bytes(m.buf[at:at + n])
+    else:
+        raw = loc.read_range(at, n)
+    e = np.frombuffer(raw, L.INDEX_ENTRY.dtype(), len(raw) // L.INDEX_ENTRY_SIZE)
+    return {"key_hash": e["key_hash"].astype(np.int32), "physical_offset": e["physical_offset"].astype(np.int64),
+            "time_diff": e["time_diff"].astype(np.int32), "prev_index": e["prev_index"].astype(np.int32)}
+
+
+def index_files(where) -> list:
+    """Every regular file of an ``index/`` folder (or the one file ``where`` names) as ``fs.Location``s, by name;
+    files whose names are no creation time are listed too (the readers report them).  Entries no reader can read
+    are left out (store_format.fs reports them)."""
+    from .fs import Location, resolve
+
+    loc = resolve(where)
+    if loc.is_file():
+        return [loc]
+    return [Location(loc.fs, i.path, loc.origin) for i in loc.list() if i.is_file]
+
+
+def list_index_files(index_dir) -> list[Path]:
+    """Index files in load order (ascending name = creation time), as the Path-based readers open them."""
+    return [f.as_path() for f in index_files(index_dir) if INDEX_NAME.fullmatch(f.name)]

@@ -128,6 +128,24 @@ DEFAULT_RETRY_MAX_TIMES = 16
 SEGMENT_NAME_DIGITS = 20  # UtilAll.offset2FileName
 
 # --------------------------------------------------------------------------------------------------
+# The store root's parts (StorePathConfigHelper): the folders a reader lists and the files at the root.  A folder
+# holding one of the ROOT_PARTS is a store root; ``depth`` is how many folders lie between a part folder and its
+# files (consumequeue/<topic>/<queue>/<file>: 2).
+@dataclass(frozen=True)
+class StorePart:
+    folder: str
+    depth: int
+    marks_root: bool
+
+
+STORE_PARTS = (StorePart("commitlog", 0, True), StorePart("consumequeue", 2, True), StorePart("index", 0, True),
+               StorePart("config", 0, False), StorePart("consumequeue_ext", 2, False))
+STORE_PART_FOLDERS = tuple(p.folder for p in STORE_PARTS)
+ROOT_PARTS = tuple(p.folder for p in STORE_PARTS if p.marks_root)
+STORE_ROOT_FILES = ("checkpoint", "abort", "lock")
+
+
+# --------------------------------------------------------------------------------------------------
 # The fixed-width structures besides the record: each declared once, as its members in file order; offsets,
 # struct formats, numpy dtypes and the README's tables are derived (``FixedLayout``).
 
@@ -262,10 +280,27 @@ CHECKPOINT = FixedLayout("checkpoint", "StoreCheckpoint", (
     Member("master_flushed_offset", "q", "masterFlushedOffset", "5.0: the master's flushed offset"),
     Member("confirm_phy_offset", "q", "confirmPhyOffset", "5.1.1: the confirmed physical offset"),
 ), size=4096)
-FIXED_LAYOUTS = (CQ_UNIT, INDEX_HEADER, INDEX_SLOT, INDEX_ENTRY, CHECKPOINT)
+# ConsumeQueueExt (enableConsumeQueueExt, default off): consumequeue_ext/<topic>/<queueId>/<20-digit offset>, rolled
+# like the commitlog; a unit is these 20 bytes and a filter bitmap of bitmap_size bytes; a file whose next unit would
+# not fit ends with a size of -1.  A consume-queue unit then holds the unit's address in its tagsCode slot:
+# offset + Long.MIN_VALUE, every value at or below CQ_EXT_MAX_ADDR (no tagsCode, a sign-extended int, reaches it).
+CQ_EXT_UNIT = FixedLayout("ConsumeQueueExt unit", "ConsumeQueueExt.CqExtUnit.write", (
+    Member("size", "h", "size", "the unit's bytes: 20 + bitmap_size"),
+    Member("tags_code", "q", "tagsCode", "the tag's hash code the consume-queue unit would hold"),
+    Member("msg_store_time", "q", "msgStoreTime", "the message's store time (ms)"),
+    Member("bitmap_size", "h", "bitMapSize", "bytes of the consumer-filter bitmap that follows (0: none)"),
+))
+FIXED_LAYOUTS = (CQ_UNIT, INDEX_HEADER, INDEX_SLOT, INDEX_ENTRY, CHECKPOINT, CQ_EXT_UNIT)
 
 # the names the readers and writers use, derived
 CQ_STORE_UNIT_SIZE = CQ_UNIT.width
+CQ_EXT_MIN_UNIT_SIZE = CQ_EXT_UNIT.width  # CqExtUnit.MIN_EXT_UNIT_SIZE
+CQ_EXT_MAX_UNIT_SIZE = 0x7FFF  # Short.MAX_VALUE
+CQ_EXT_END_SIZE = -1  # fullFillToEnd: the size that ends a file
+CQ_EXT_END_BLANK = 4  # END_BLANK_DATA_LENGTH: what a file keeps free for that end mark
+CQ_EXT_MAX_ADDR = -(1 << 31) - 1  # ConsumeQueueExt.MAX_ADDR: Integer.MIN_VALUE - 1L; isExtAddr(x) := x <= it
+DEFAULT_MAPPED_FILE_SIZE_CQ_EXT = 48 << 20  # mappedFileSizeConsumeQueueExt
+DEFAULT_BITMAP_LENGTH_CQ_EXT = 64  # bitMapLengthConsumeQueueExt, in bits (the broker sets it to its bloom filter's)
 CQ_UNIT_FIELDS, CQ_UNIT_STRUCT = CQ_UNIT.fields, CQ_UNIT.struct
 INDEX_HEADER_SIZE, INDEX_HEADER_FIELDS, INDEX_HEADER_STRUCT = INDEX_HEADER.width, INDEX_HEADER.fields, \
     INDEX_HEADER.struct
@@ -454,3 +489,134 @@ DEFAULT_SUBSCRIPTION_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TES
 TOPIC_TABLE_CAPACITY = 1024  # TopicConfigManager / SubscriptionGroupManager: new ConcurrentHashMap(1024)
 OFFSET_TABLE_CAPACITY = 512  # ConsumerOffsetManager.offsetTable: new ConcurrentHashMap(512)
 QUEUE_OFFSET_TABLE_CAPACITY = 32  # each topic@group table, and ScheduleMessageService.offsetTable: (32)
+
+
+# ==================================================================================================
+# RocketMQ 5.x additions (shared/docs/store-format-5x.md; each fact's 5.3.3 source is named there)
+#
+#   timerlog/<20-digit offset>   52-byte units (TimerLog.UNIT_SIZE), a 16-byte blank where one more unit and a
+#                                blank would not fit (TimerLog.append); rolled like the commitlog
+#   timerwheel                   slotsTotal * 2 slots of 32 bytes (TimerWheel / Slot), one fixed-size sparse file
+#   config/timercheck            seven longs in one 4096-byte page (TimerCheckpoint.flush)
+#   batchconsumequeue/<t>/<q>/   46-byte units (BatchConsumeQueue.putBatchMessagePositionInfo)
+#   __CRC32#                     the last 20 bytes of a record's properties (MessageDecoder.createCrc32)
+
+# MessageConst (5.x)
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+PROPERTY_INNER_NUM = "INNER_NUM"
+PROPERTY_INNER_BASE = "INNER_BASE"
+PROPERTY_POP_CK = "POP_CK"
+
+# Whole-record CRC (CommitLog.CRC32_RESERVED_LEN, MessageDecoder.createCrc32): "__CRC32#" \x01 10 digits \x02
+CRC32_DIGITS = 10
+CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + CRC32_DIGITS + 1  # 20
+
+# Timer store (TimerMessageStore, MessageStoreConfig)
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+TIMER_QUEUE_ID = 0
+TIMER_MAGIC_DEFAULT, TIMER_MAGIC_ROLL, TIMER_MAGIC_DELETE = 1, 2, 4
+TIMER_MAGIC_MASK = 0xF  # isMagicOK: (magic | 0xF) == 0xF
+TIMER_ENQUEUE_NEVER = 2**63 - 1  # TIMER_ENQUEUE_MS of a record already due when read: Long.MAX_VALUE
+TIMER_RECALL_TAG = "_RECALL_TAG_"
+DEFAULT_MAPPED_FILE_SIZE_TIMER_LOG = 100 * 1024 * 1024  # mappedFileSizeTimerLog
+DEFAULT_TIMER_PRECISION_MS = 1000  # timerPrecisionMs
+DEFAULT_TIMER_SLOTS_TOTAL = 7 * 86400  # TimerMessageStore: TIMER_WHEEL_TTL_DAY * DAY_SECS
+DEFAULT_TIMER_ROLL_WINDOW_SLOT = 2 * 86400  # timerRollWindowSlot
+DEFAULT_TIMER_MAX_DELAY_SEC = 3 * 86400  # timerMaxDelaySec
+TIMER_LOG_MIN_BLANK_LEN = 4 + 8 + 4  # TimerLog.MIN_BLANK_LEN
+
+TIMER_LOG_UNIT = FixedLayout("timerlog unit", "TimerMessageStore.doEnqueue / TimerLog.UNIT_SIZE", (
+    Member("size", "i", "size", "always 52 (TimerLog.UNIT_SIZE)"),
+    Member("prev_pos", "q", "prev pos", "timerlog offset of the previous unit of the same slot, -1 at the chain's end"),
+    Member("magic", "i", "magic", "bit flags: 1 default, 2 roll, 4 delete (stored 1, 3, 5, 7)"),
+    Member("write_time_ms", "q", "currWriteTimeMs", "the wheel's write time when the unit was written (ms)"),
+    Member("delay_ms", "i", "delayedTime - currWriteTimeMs", "slot time minus write time (ms)"),
+    Member("physical_offset", "q", "offsetPy", "CommitLog offset of the rmq_sys_wheel_timer record"),
+    Member("store_size", "i", "sizePy", "that record's TOTALSIZE"),
+    Member("real_topic_hash", "i", "hashTopicForMetrics", "String.hashCode() of REAL_TOPIC, 0 without one"),
+    Member("reserved", "q", "reserved", "0"),
+))
+TIMER_LOG_BLANK = FixedLayout("timerlog end-of-file blank", "TimerLog.append", (
+    Member("size", "i", "fileSize - wrotePosition", "bytes left in the file from the blank"),
+    Member("zero", "q", "0", "0"),
+    Member("magic", "i", "BLANK_MAGIC_CODE", "0xCBD43194, the CommitLog blank magic (at a unit's magic offset)"),
+))
+TIMER_WHEEL_SLOT = FixedLayout("timerwheel slot", "TimerWheel.putSlot / Slot", (
+    Member("time", "q", "timeMs / precisionMs", "the slot's time divided by timerPrecisionMs (epoch seconds by "
+                                                "default)"),
+    Member("first_pos", "q", "firstPos", "timerlog offset of the slot's first unit"),
+    Member("last_pos", "q", "lastPos", "timerlog offset of the slot's newest unit (head of the prevPos chain)"),
+    Member("num", "i", "num", "live count: +1 per put, -1 per delete unit"),
+    Member("magic", "i", "magic", "unused, 0"),
+))
+TIMER_CHECKPOINT = FixedLayout("timercheck", "TimerCheckpoint.flush", (
+    Member("last_read_time_ms", "q", "lastReadTimeMs", "dequeue progress: the wheel time delivered up to (ms)"),
+    Member("last_timer_log_flush_pos", "q", "lastTimerLogFlushPos", "timerlog flushed offset"),
+    Member("last_timer_queue_offset", "q", "lastTimerQueueOffset", "next rmq_sys_wheel_timer/0 queue offset to "
+                                                                    "enqueue"),
+    Member("master_timer_queue_offset", "q", "masterTimerQueueOffset", "the master's, read from it"),
+    Member("state_version", "q", "dataVersion.stateVersion", "added later: absent (zero) in older files"),
+    Member("data_version_timestamp", "q", "dataVersion.timestamp", "ms"),
+    Member("data_version_counter", "q", "dataVersion.counter", ""),
+), size=OS_PAGE_SIZE)
+TIMER_CHECKPOINT_MIN_MEMBERS = 4  # the four longs every version writes
+
+# BatchConsumeQueue (queue.type=BatchCQ) and its unit
+TOPIC_ATTRIBUTE_QUEUE_TYPE = "queue.type"
+QUEUE_TYPE_SIMPLE, QUEUE_TYPE_BATCH = "SimpleCQ", "BatchCQ"
+DEFAULT_MAPPED_FILE_SIZE_BATCH_CQ = 300000 * 46  # mapperFileSizeBatchConsumeQueue
+BATCH_CQ_INVALID_POS = -1  # INVALID_POS: the compacted offset every unit gets
+BATCH_CQ_UNIT = FixedLayout("BatchConsumeQueue unit", "BatchConsumeQueue.putBatchMessagePositionInfo", (
+    Member("physical_offset", "q", "offset", "CommitLog physical offset of the record"),
+    Member("size", "i", "size", "its TOTALSIZE"),
+    Member("tags_code", "q", "tagsCode", "the tag's hash code"),
+    Member("store_timestamp", "q", "storeTime", "the record's store time (ms)"),
+    Member("msg_base_offset", "q", "msgBaseOffset", "logical offset of the record's first message"),
+    Member("batch_size", "h", "batchSize", "logical messages in the record"),
+    Member("compacted_offset", "i", "compactedOffset", "always INVALID_POS (-1)"),
+    Member("reserved", "i", "reserved", "0"),
+))
+
+# LMQ / multi-dispatch (MixAll, MessageConst)
+LMQ_DISPATCH_SEPARATOR = ","
+LMQ_QUEUE_ID = 0
+
+# POP (PopAckConstants, KeyBuilder, BrokerConfig)
+REVIVE_TOPIC_PREFIX = SYSTEM_TOPIC_PREFIX + "REVIVE_LOG_"  # + brokerClusterName
+REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
+POP_CK_TAG, POP_ACK_TAG, POP_BATCH_ACK_TAG = "ck", "ack", "bAck"
+POP_ACK_TIME_INTERVAL_MS = 1000  # PopAckConstants.ackTimeInterval
+POP_ORDER_REVIVE_QUEUE = 999
+DEFAULT_REVIVE_QUEUE_NUM = 8
+POP_UNIQ_SPLIT = "@"  # PopAckConstants.SPLIT
+
+FIXED_LAYOUTS_5X = (TIMER_LOG_UNIT, TIMER_LOG_BLANK, TIMER_WHEEL_SLOT, TIMER_CHECKPOINT, BATCH_CQ_UNIT)
+
+
+def revive_topic(cluster: str) -> str:
+    """PopAckConstants.buildClusterReviveTopic."""
+    return REVIVE_TOPIC_PREFIX + cluster
+
+
+def timer_wheel_file_size(slots_total: int = DEFAULT_TIMER_SLOTS_TOTAL) -> int:
+    """TimerWheel's fixed length: slotsTotal * 2 slots (38,707,200 bytes by default)."""
+    return slots_total * 2 * TIMER_WHEEL_SLOT.width
+
+
+def timer_log_last_unit_offset(file_size: int) -> int:
+    """TimerLog.getOffsetForLastUnit: where a full file's last unit starts."""
+    return file_size - (file_size - TIMER_LOG_MIN_BLANK_LEN) % TIMER_LOG_UNIT.width - TIMER_LOG_MIN_BLANK_LEN \
+        - TIMER_LOG_UNIT.width
+
+
+def fixed_layouts_5x_markdown() -> str:
+    """The 5.x structures' tables, derived from the declarations."""
+    return "\n\n".join(f.markdown() for f in FIXED_LAYOUTS_5X)

@@ -46,8 +46,8 @@ from . import layout as L
 from .checkpoint import Checkpoint
 from .codec import decode_record
 from .consumequeue import units_of
-from .commitlog import KIND_MESSAGE, Frame, ReadOnlyMap, SalvageSpan, Segment, salvage_arrays, \
-    walk_arrays
+from .commitlog import KIND_MESSAGE, Frame, SalvageSpan, Segment, salvage_arrays, walk_arrays
+from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
 from .fs import UnreadableError, read_bytes
 from .store import Store

@@ -6,7 +6,6 @@ given is checked against every file); the 1 GiB / 6 MB / 420 MB defaults are nev
 """
 from __future__ import annotations
 
-import os
 from collections import Counter
 from functools import cached_property
 from pathlib import Path
@@ -15,22 +14,30 @@ from typing import Iterator
 from . import fs
 from . import layout as L
 from .checkpoint import Checkpoint, Markers, read_checkpoint, read_markers
-from .commitlog import Frame, ReadOnlyMap, Segment, infer_segment_size, list_segments, read_message_at, \
-    salvage_buffer, walk_buffer
+from .commitlog import (Frame, Segment, infer_segment_size, list_segment_files, read_message_at, salvage_buffer,
+                        walk_buffer)
+from .fs import ReadOnlyMap
 from .config import ConfigFile, read_config
-from .consumequeue import CQFile, CQUnit, discover_queues, read_queue
+from .consumequeue import CQFile, CQUnit, QueueFile, list_consumequeue, queue_files, read_queue
 from .errors import ErrorKind, IndexFileError, StoreFormatError
 from .ids import parse_host, parse_offset_msg_id
-from .indexfile import IndexFile, list_index_files
+from .indexfile import INDEX_NAME, IndexFile, index_files
 from .message import Message
 
 
 class Store:
-    def __init__(self, root: str | os.PathLike, *, segment_size: int | None = None,
+    """A store root on any file system (``loc``, a ``fs.Location``: a local path is the local case), listed once:
+    :attr:`segment_files`, :attr:`queue_files` and :attr:`index_files` are every file of its parts with what is wrong
+    with each, and the broker's view (:attr:`segments`, :attr:`queues`, :meth:`index_paths`) is derived from them.
+    ``root`` is its pathlib face for the readers written over ``Path`` (a ``Path`` when local, else a
+    ``fs.StorePath``)."""
+
+    def __init__(self, root, *, segment_size: int | None = None,
                  hash_slot_num: int | None = None, index_num: int | None = None,
                  message_delay_level: str = L.DEFAULT_MESSAGE_DELAY_LEVEL):
+        self.loc = fs.resolve(root)
         # a local path stays a Path (mmaps, os-level checks); a URI of another file system is a fs.StorePath
-        self.root = fs.as_path(root)
+        self.root = self.loc.as_path()
         if not self.root.is_dir():
             if self.root.exists() or self.root.is_symlink():
                 fs.check_folder(self.root)  # a loop, a FIFO, no permission: UnreadableError says which
@@ -58,8 +65,16 @@ class Store:
         return found if part is None else [e for e in found if fs.part_of(e, self.root) == part]
 
     @cached_property
+    def segment_files(self) -> list[Segment]:
+        """Every file of ``commitlog/`` (bad names too), by name, each with what is wrong with it."""
+        if not self._readable_folder("commitlog"):
+            return []
+        return list_segment_files(self.loc.child("commitlog"), self._segment_size)
+
+    @cached_property
     def segments(self) -> list[Segment]:
-        return list_segments(self.root / "commitlog") if self._readable_folder("commitlog") else []
+        """The segments the broker loads (20-digit names), by base offset."""
+        return sorted((s for s in self.segment_files if s.base_offset is not None), key=lambda s: s.base_offset)
 
     @property
     def segment_size(self) -> int | None:
@@ -98,8 +113,18 @@ class Store:
 
     # ---- consume queues ----------------------------------------------------------------------
     @cached_property
+    def queue_files(self) -> list[QueueFile]:
+        """Every file of ``consumequeue/<topic>/<queue>/`` (bad folder and file names too), in listing order."""
+        return list_consumequeue(self.loc.child("consumequeue")) if self._readable_folder("consumequeue") else []
+
+    @cached_property
     def queues(self) -> dict[tuple[str, int], list[CQFile]]:
-        return discover_queues(self.root / "consumequeue") if self._readable_folder("consumequeue") else {}
+        """{(topic, queue id): files} the broker loads, each queue's files by name."""
+        out: dict[tuple[str, int], list] = {}
+        for f in self.queue_files:
+            if f.loaded:
+                out.setdefault((f.topic, f.queue_id), []).append(f)
+        return {k: queue_files(v) for k, v in out.items()}
 
     @property
     def consume_queue_file_size(self) -> int | None:
@@ -110,8 +135,14 @@ class Store:
         return read_queue(self.queues.get((topic, queue_id), []), **kwargs)
 
     # ---- index -------------------------------------------------------------------------------
+    @cached_property
+    def index_files(self) -> list[fs.Location]:
+        """Every file of ``index/`` (bad names too), by name."""
+        return index_files(self.loc.child("index")) if self._readable_folder("index") else []
+
     def index_paths(self) -> list[Path]:
-        return list_index_files(self.root / "index") if self._readable_folder("index") else []
+        """The index files the broker loads (17-digit names), by name, as the Path-based readers open them."""
+        return [f.as_path() for f in self.index_files if INDEX_NAME.fullmatch(f.name)]
 
     def open_index(self, path: Path) -> IndexFile:
         """An index file with its geometry: the store's given one (checked against the file) or the file's own,

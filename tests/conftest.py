@@ -33,6 +33,7 @@ def _fixtures_root() -> Path:
 
 FIXTURES = _fixtures_root() / "rocketmq-4.9.7"
 FIXTURE_NAMES = ("basic", "broker")
+FIXTURES_5X = FIXTURES.parent / "rocketmq-5.3.3"
 
 
 def fixture_store(name: str) -> Path:
@@ -110,7 +111,7 @@ def damaged_store(tmp_path_factory) -> Path:
     from store_format.write import damage as D
     from store_format.store import Store
 
-    from .writer_support import build_flow_store
+    from .support.writer_support import build_flow_store
 
     base = tmp_path_factory.mktemp("damaged-flows")
     build_flow_store(base / "flows")
@@ -315,10 +316,14 @@ def fixtures_stay_untouched():
     """Input dumps are opened read-only everywhere: once every test (Spark jobs included) has run, no fixture
     file has new bytes or a new mtime, and none appeared or vanished.  Yields the snapshot taken at the start."""
     before = tree_state(FIXTURES)
+    before_5x = tree_state(FIXTURES_5X)  # the 5.3.3 stores too (tests/test_v5_*.py read them in place)
     yield before
     after = tree_state(FIXTURES)
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     assert not changed, f"the test run changed read-only fixture files under {FIXTURES}: {changed[:10]}"
+    after_5x = tree_state(FIXTURES_5X)
+    changed = sorted(k for k in before_5x.keys() | after_5x.keys() if before_5x.get(k) != after_5x.get(k))
+    assert not changed, f"the test run changed read-only fixture files under {FIXTURES_5X}: {changed[:10]}"
 
 
 def pytest_collection_modifyitems(config, items):

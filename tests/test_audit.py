@@ -22,7 +22,7 @@ from store_format.indexfile import IndexFile, list_index_files
 from store_format.store import Store
 
 from .conftest import fixture_manifest, fixture_store
-from .writer_support import build_flow_store
+from .support.writer_support import build_flow_store
 
 MIB = 1 << 20
 FIXTURES = ("basic", "broker")
@@ -527,7 +527,7 @@ def test_exit_codes(spark, tmp_path):
 def test_report_in_a_real_browser(flow_audit, tmp_path):
     """report.html rendered by headless Chromium: no console errors, every plot decodes, the verdict and the
     (escaped) hostile producer group are visible as text, not markup."""
-    from .browser import render
+    from .support.browser import render
 
     _, out, _, _ = flow_audit
     result = render(out / "report.html", tmp_path / "report.png", viewport=(1400, 900))
@@ -606,6 +606,7 @@ def test_the_rate_plot_stays_meaningful_for_a_store_spanning_under_a_second():
     import matplotlib.pyplot as plt
 
     from jobs.audit import report
+    from jobs.audit.checks.rates import unit_for
 
     class Keep:  # the real pyplot, keeping the axes drawn on
         def subplots(self, *a, **k):
@@ -613,7 +614,7 @@ def test_the_rate_plot_stays_meaningful_for_a_store_spanning_under_a_second():
             return fig, self.ax
 
     t0 = 1_700_000_000_123
-    assert report._unit_for(299) == 1 and report._unit_for(5_000) == 1_000 and report._unit_for(10**8) == 60_000
+    assert unit_for(299) == 1 and unit_for(5_000) == 1_000 and unit_for(10**8) == 60_000
     counts = {("A", t0 + i): 1 for i in range(0, 300, 3)} | {("B", t0 + 150): 4}
     keep = Keep()
     title, png = report._rate_plot(keep, 1, counts)

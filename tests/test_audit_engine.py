@@ -42,14 +42,14 @@ class FailingTask:
 
 
 def test_a_failing_task_is_that_brokers_finding_and_the_others_are_whole(spark, tmp_path, monkeypatch):
-    plain = audit_job._scan_tasks
+    plain = audit_job.scan_tasks
 
     def with_a_failure(ctx, segments):
         return plain(ctx, segments) + [FailingTask("broker")]
 
     stores = [fixture_store("basic"), fixture_store("broker")]
     clean = audit_job.run(spark, audit_args(stores, tmp_path / "clean"))
-    monkeypatch.setattr(audit_job, "_scan_tasks", with_a_failure)
+    monkeypatch.setattr(audit_job, "scan_tasks", with_a_failure)
     result = audit_job.run(spark, audit_args(stores, tmp_path / "failed"))
     assert clean.exit_code == 0 and result.exit_code == 1
     [failed] = [f for f in findings(tmp_path / "failed") if f["check"] == "broker.audit_failed"]
@@ -64,12 +64,14 @@ def test_a_failing_task_is_that_brokers_finding_and_the_others_are_whole(spark, 
 
 
 def test_a_failing_family_is_a_finding_for_every_broker(spark, tmp_path, monkeypatch):
+    from dataclasses import replace
+
     from jobs.audit.checks import lag
 
     def broken(ctx):
         raise KeyError("offset")
 
-    monkeypatch.setattr(lag, "on_driver", broken)
+    monkeypatch.setattr(lag, "FAMILY", replace(lag.FAMILY, on_driver=broken))
     result = audit_job.run(spark, audit_args([fixture_store("basic"), fixture_store("broker")], tmp_path / "out",
                                              "--checks", "lag,metadata"))
     rows = findings(tmp_path / "out")
@@ -79,10 +81,7 @@ def test_a_failing_family_is_a_finding_for_every_broker(spark, tmp_path, monkeyp
     assert any(f["check"].startswith("metadata.") for f in rows)  # the other family ran
 
 
-def _jobs_of_an_audit(spark, out: Path, monkeypatch, local: bool) -> int:
-    import datasources.commitlog
-
-    monkeypatch.setattr(datasources.commitlog, "local_master", lambda _: local)
+def _jobs_of_an_audit(spark, out: Path, executor: str) -> int:
     sc = spark.sparkContext
 
     def job_id(group: str) -> int:  # Spark numbers jobs in order: one RDD action's id marks a point in time
@@ -96,15 +95,17 @@ def _jobs_of_an_audit(spark, out: Path, monkeypatch, local: bool) -> int:
 
     before = job_id(f"before-{out.name}")
     audit_job.run(spark, audit_args([fixture_store("basic"), fixture_store("broker"),
-                                     FIXTURES / "recovered-zero-page" / "input" / "store"], out))
+                                     FIXTURES / "recovered-zero-page" / "input" / "store"], out,
+                                    "--executor", executor))
     return job_id(f"after-{out.name}") - before - 1
 
 
-def test_an_audit_is_two_spark_jobs_or_none_in_local_mode(spark, tmp_path, monkeypatch):
-    """The survey and the scan, whatever the number of checks and files (the report and every output are
-    written without Spark); in local mode both run in the driver's threads, with the same findings and summary."""
-    assert _jobs_of_an_audit(spark, tmp_path / "spark", monkeypatch, local=False) == 2
-    assert _jobs_of_an_audit(spark, tmp_path / "local", monkeypatch, local=True) == 0
+def test_an_audit_is_two_spark_jobs_or_none_in_the_driver(spark, tmp_path):
+    """--executor spark: the survey and the scan are two Spark jobs, whatever the number of checks and files (the
+    report and every output are written without Spark); --executor driver (auto's choice in local mode): both run
+    in the driver's threads, with the same findings and summary."""
+    assert _jobs_of_an_audit(spark, tmp_path / "spark", "spark") == 2
+    assert _jobs_of_an_audit(spark, tmp_path / "local", "driver") == 0
     key = lambda f: (f["check"], f["broker"], f["file"] or "", f["file_position"] or -1)  # noqa: E731
     drop = {"run_id", "run_time"}
     spark_findings, local_findings = ([{k: v for k, v in f.items() if k not in drop} for f in findings(tmp_path / d)]
@@ -118,26 +119,26 @@ def test_an_audit_is_two_spark_jobs_or_none_in_local_mode(spark, tmp_path, monke
 def test_the_newest_segment_is_split_over_its_data(tmp_path):
     """One full segment and a partly written one, fewer than the cores want: both are cut into ranges, the
     newest only over its written data (its zero tail is the last range's)."""
-    from datasources.commitlog import written_end
-    from jobs.audit.inputs import StoreInput
-    from jobs.audit.plan import plan_broker, scan_split_size
+    from jobs.audit.inputs import StoreRef
+    from jobs.audit.plan import plan_broker, plan_segments
+    from store_format.plan import written_end
 
     root = tmp_path / "store"
     segment = 4 << 20
     generate_store(root, TrafficConfig(messages=12_000, topics=2, queues=2, seed=5),
                    WriterConfig(mappedFileSizeCommitLog=segment, maxHashSlotNum=1000, maxIndexNum=4000))
-    plan = plan_broker(StoreInput("b", str(root), str(root)))
-    segs = plan.named_segments
+    plan = plan_broker(StoreRef("b", str(root), str(root)))
+    segs = plan.segments
     assert len(segs) == 2
-    split = scan_split_size([plan], cores=8, requested=None)
-    # 8 cores want ~24 ranges: the size is the floor; shrink it for the test's small segments
-    ranges = {sp.seg.name: sp.ranges for sp in audit_job._segment_plans({"b": plan}, 1 << 20, {})}
+    # 8 cores want ~24 ranges: the size is the floor (32 MiB), one range a segment; 1 MiB ranges for the test
+    assert [len(sp.ranges) for sp in plan_segments({"b": plan}, 8, None, False)] == [1, 1]
+    ranges = {sp.segment.name: sp.ranges for sp in plan_segments({"b": plan}, 8, 1 << 20, False)}
     newest = ranges[segs[1].name]
     data = written_end(segs[1].loc, segs[1].length)
-    assert split is not None and len(ranges[segs[0].name]) == 4
+    assert len(ranges[segs[0].name]) == 4
     assert 0 < data < segment and len(newest) == -(-data // (1 << 20))
-    assert newest[-1][1] == segment and newest[-1][2] and all(not last for _, _, last in newest[:-1])
-    assert all(a[1] == b[0] for a, b in zip(newest, newest[1:]))  # the ranges tile the segment
+    assert newest[-1].end == segment and newest[-1].last and all(not r.last for r in newest[:-1])
+    assert all(a.end == b.start for a, b in zip(newest, newest[1:]))  # the ranges tile the segment
 
 
 def test_an_index_counter_past_its_entries_is_one_finding(spark, tmp_path):

@@ -14,7 +14,8 @@ import pytest
 from store_format import layout as L
 from store_format.checkpoint import parse_checkpoint, read_checkpoint
 from store_format.codec import decode_record, encode_record
-from store_format.commitlog import END_OF_DATA, Frame, ReadOnlyMap, SalvageSpan, salvage_buffer, walk_buffer
+from store_format.commitlog import END_OF_DATA, Frame, SalvageSpan, salvage_buffer, walk_buffer
+from store_format.fs import ReadOnlyMap
 from store_format.config import loads, read_config
 from store_format.consumequeue import discover_queues, read_queue
 from store_format.errors import ErrorKind, StoreFormatError
@@ -296,7 +297,7 @@ def test_config_values_a_broker_cannot_hold_are_findings_not_exceptions(tmp_path
     """Out of the Java type's range, or not a number: an OUT_OF_RANGE problem naming the file, the key path and the
     value; the accessors leave the entry out, the metadata rows carry one error row per value and every other
     row (issue 22)."""
-    from datasources.metadata import is_value_error, table_rows
+    from udfs.metadata import is_value_error, table_rows
     from store_format.config import consumer_offsets, value_problems
 
     d = tmp_path / "config"

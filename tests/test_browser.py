@@ -1,4 +1,4 @@
-"""tests/browser.py proves what it reports: console errors raised by a page's script, uncaught exceptions,
+"""tests/support/browser.py proves what it reports: console errors raised by a page's script, uncaught exceptions,
 images that do not decode, the visible text, and a screenshot in which an embedded image is drawn."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from .browser import render
+from .support.browser import render
 
 pytestmark = [pytest.mark.browser]
 

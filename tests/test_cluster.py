@@ -3,11 +3,11 @@ with one core each (tests/conftest.py ``spark_cluster``, tools/sparkcluster.py),
 ``--py-files`` in a read-only folder, and an interpreter that cannot import the project from the checkout.
 
 The audit runs as a scheduler runs it (``spark-submit jobs/audit/__main__.py``), then decode, extract and a
-time-range query run in one more application through their command lines (tests/cluster_app.py), over a store
+time-range query run in one more application through their command lines (tests/support/cluster_app.py), over a store
 RocketMQ wrote and a damaged writer-built store.  Each output equals the ``local[2]`` run's of the same jobs on
 the same stores.  The stores are read where they lie: the workers share this machine's file system, as executors
 share a mount on a real cluster.  The second application also decodes the RocketMQ-written store through a file
-system of a custom scheme (tests/remotefs.py's ``elsewhere://``, shipped beside the zip and named to the driver and
+system of a custom scheme (tests/support/remotefs.py's ``elsewhere://``, shipped beside the zip and named to the driver and
 the executors by ``ROCKETMQ_FORENSICS_FILESYSTEMS``), as a dump on HDFS or S3 is read.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from store_format.fs import FILESYSTEMS_ENV
 from store_format.store import Store
 from tools.sparkcluster import app_conf, spark_submit_command, stop_processes
 
-from . import remotefs
+from .support import remotefs
 from .conftest import FIXTURES, assert_same_audit, isolated_python, parquet_rows
 from .test_packaging import package
 
@@ -103,7 +103,7 @@ def _wait_for_application(cluster, submitted: _Submitted, known: set[str], timeo
 @pytest.fixture(scope="module")
 def runs(request, spark_cluster, spark, two_stores, tmp_path_factory):  # the cluster first: it may skip
     """The jobs on the cluster and in the test session (local[2], from the checkout), side by side: the audit's
-    application file and tests/cluster_app.py (decode, extract, query) are submitted together, and the local
+    application file and tests/support/cluster_app.py (decode, extract, query) are submitted together, and the local
     audit, decode, extract and query run meanwhile.  The audit asks for every core of the cluster, so the Master
     gives the second application its executors only once the audit's application has ended (its executors have
     left numba's cache behind): its driver starts meanwhile.  Returns the outputs' folders and what each run
@@ -119,8 +119,8 @@ def runs(request, spark_cluster, spark, two_stores, tmp_path_factory):  # the cl
     apps = work / "apps"  # outside the repository: the application file's folder is on the driver's path
     apps.mkdir()
     shutil.copy(REPO / "jobs" / "audit" / "__main__.py", apps / "audit_job.py")
-    shutil.copy(REPO / "tests" / "cluster_app.py", apps / "cluster_app.py")
-    shutil.copy(REPO / "tests" / "remotefs.py", apps / "remotefs.py")
+    shutil.copy(REPO / "tests" / "support" / "cluster_app.py", apps / "cluster_app.py")
+    shutil.copy(REPO / "tests" / "support" / "remotefs.py", apps / "remotefs.py")
     py_files = [zip_path, apps / "remotefs.py"]
     window = _window(two_stores)
     out, local = work / "out", work / "local"
@@ -151,7 +151,7 @@ def runs(request, spark_cluster, spark, two_stores, tmp_path_factory):  # the cl
         audited = submitted[0].wait()
         assert audited.returncode in (0, 1), audited.output()
         second.join()
-        assert len(submitted) == 2, "tests/cluster_app.py was not submitted"
+        assert len(submitted) == 2, "tests/support/cluster_app.py was not submitted"
         jobs = submitted[1].wait()
         assert jobs.returncode == 0, jobs.output()
     finally:

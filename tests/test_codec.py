@@ -15,7 +15,7 @@ from store_format.javahash import index_key_hash, java_hash, tags_code
 from store_format.message import Message
 from store_format.properties import format_properties, parse_properties
 
-from .strategies import messages, property_text
+from .support.strategies import messages, property_text
 
 
 def test_layout_pinned_to_the_reference():

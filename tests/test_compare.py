@@ -11,7 +11,7 @@ from store_format.write import damage
 from store_format.write.writer import StoreWriter
 
 from .conftest import fixture_manifest, fixture_store
-from .writer_support import FIXTURE_START_OFFSET_MS, fixture_config, manifest_record
+from .support.writer_support import FIXTURE_START_OFFSET_MS, fixture_config, manifest_record
 
 
 def run_compare(spark, *argv):

@@ -1,7 +1,7 @@
 """The suite over Spark Connect (issue 23): a Spark Connect server started from the installed pyspark
 (tests/conftest.py ``connect_server``, tools/sparkcluster.py; the spark-connect jar ships in its jars/), whose
 Python workers run an interpreter that cannot import the project from the checkout, and a client process
-(tests/connect_client.py) that does what a notebook user does: ``SparkSession.builder.remote(...)``, the
+(tests/support/connect_client.py) that does what a notebook user does: ``SparkSession.builder.remote(...)``, the
 packaged zip added as a Python artifact, ``datasources.register(spark)``, every source read, the audit's
 ``run(spark, args)``; then the audit's command line with ``SPARK_REMOTE`` set.  Every read and both audits equal the same work in the classic local[2] session.
 """
@@ -19,7 +19,7 @@ import pytest
 from jobs.session import REPO
 
 from .conftest import assert_same_audit, parquet_rows
-from .connect_client import read_all
+from .support.connect_client import read_all
 from .test_packaging import package
 
 pytestmark = pytest.mark.cluster
@@ -32,7 +32,7 @@ def connect_run(connect_server, two_stores, tmp_path_factory):
             "stores": [str(s) for s in two_stores], "out": str(work / "out"), "result": str(work / "result.json")}
     (work / "spec.json").write_text(json.dumps(spec))
     client = work / "connect_client.py"  # outside the repository, like a notebook
-    client.write_text((REPO / "tests" / "connect_client.py").read_text())
+    client.write_text((REPO / "tests" / "support" / "connect_client.py").read_text())
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "PYSPARK_DRIVER_PYTHON",
                                                             "SPARK_CONNECT_MODE_ENABLED", "PYSPARK_GATEWAY_PORT")}
     env.update(SPARK_REMOTE=connect_server.url,
@@ -45,8 +45,8 @@ def connect_run(connect_server, two_stores, tmp_path_factory):
 
 def test_a_connect_session_is_not_classic(connect_run, spark):
     """A Connect session, whose cores the audit asks of the server when it has no spark.default.parallelism
-    (datasources.commitlog.planned_parallelism: the server's local[2], as in a classic session)."""
-    from datasources.commitlog import planned_parallelism
+    (datasources.base.planned_parallelism: the server's local[2], as in a classic session)."""
+    from datasources.base import planned_parallelism
 
     _, result, _ = connect_run
     assert result["connect"] and result["notebook_session"].startswith("pyspark.sql.connect")

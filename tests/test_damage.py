@@ -7,12 +7,13 @@ from store_format.write import damage as D
 from store_format import layout as L
 from store_format.write.broker import Broker, ManualClock, Producer
 from store_format.codec import decode_record
-from store_format.commitlog import END_OF_DATA, ReadOnlyMap, list_segments
+from store_format.commitlog import END_OF_DATA, list_segments
+from store_format.fs import ReadOnlyMap
 from store_format.errors import ErrorKind, RecordError
 from store_format.store import Store
 from store_format.write.writer import StoreWriter, WriterConfig
 
-from .writer_support import tree_digest
+from .support.writer_support import tree_digest
 
 CFG = WriterConfig(mappedFileSizeCommitLog=64 * 1024, mappedFileSizeConsumeQueue=200, maxHashSlotNum=16,
                    maxIndexNum=256)

@@ -50,8 +50,8 @@ from typing import Callable, Iterator
 import pytest
 
 from store_format import layout as L
-from store_format.commitlog import END_OF_DATA, SEGMENT_NAME, Frame, ReadOnlyMap, SalvageSpan, frame_at, \
-    segment_name
+from store_format.commitlog import END_OF_DATA, SEGMENT_NAME, Frame, SalvageSpan, frame_at, segment_name
+from store_format.fs import ReadOnlyMap
 from store_format.config import CONFIG_FILES, consumer_offsets, delay_offsets, subscription_groups, topic_configs
 from store_format.consumequeue import read_units
 from store_format.write.damage import copy_store
@@ -64,7 +64,7 @@ from store_format.write.writer import WriterConfig
 
 from . import conftest
 from .conftest import fixture_store
-from .strategies import FUZZ
+from .support.strategies import FUZZ
 from .test_fuzz_parsers import bounded_memory, positioned
 
 SEEDS = int(os.environ.get("CAMPAIGN_SEEDS", "40" if FUZZ else "2"))
@@ -627,7 +627,7 @@ def report(tally: Tally, seeds: int) -> list[str]:
 
 @pytest.mark.slow
 def test_damage_campaign(bases, tmp_path):
-    from .writer_support import tree_digest
+    from .support.writer_support import tree_digest
 
     tally = Tally()
     for base in bases:
@@ -650,7 +650,7 @@ def test_every_family_damages_something(bases, tmp_path):
     :func:`restore` undoes each one."""
     import numpy as np
 
-    from .writer_support import tree_digest
+    from .support.writer_support import tree_digest
 
     for base in bases:
         work = copy_store(base.root, tmp_path / base.name)
@@ -829,7 +829,7 @@ def test_audit_on_a_batch_of_mutated_stores(spark, bases, tmp_path):
     :func:`check_audit` holds for every store; the other data sources read the whole batch without an error."""
     from datasources.consumequeue import ConsumeQueueReader
     from datasources.indexfile import IndexReader
-    from datasources.metadata import TABLES as METADATA_TABLES
+    from udfs.metadata import TABLES as METADATA_TABLES
     from datasources.metadata import MetadataReader
     from jobs import audit
 
@@ -876,7 +876,7 @@ def test_audit_on_a_batch_of_mutated_stores(spark, bases, tmp_path):
 
 
 def test_metadata_rows_with_bare_and_quoted_keys(tmp_path):
-    from datasources.metadata import table_rows
+    from udfs.metadata import table_rows
 
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "topics.json").write_text('{"topicConfigTable":{1:{"perm":6},"T":{"perm":6}}}')

@@ -16,11 +16,13 @@ import numpy as np
 import pytest
 from chispa import assert_df_equality
 
-from datasources.commitlog import BASE_COLUMNS, _NeedMoreBytes, commitlog_ends, cut_to_walk, range_items, read_commitlog, \
-    segment_ends
+from datasources.commitlog import BASE_COLUMNS
+from datasources.twopass import commitlog_ends, read_commitlog
+from store_format.scan import NeedMoreBytes, cut_to_walk, range_items, segment_ends
 from store_format.checkpoint import read_checkpoint
 from store_format.codec import decode_record, encode_blank, encode_record, encoded_size
-from store_format.commitlog import Frame, FrameArrays, ReadOnlyMap, list_segments, salvage_buffer, segment_name, walk_buffer
+from store_format.commitlog import (Frame, FrameArrays, list_segments, salvage_buffer, segment_name, walk_buffer)
+from store_format.fs import ReadOnlyMap
 from store_format.config import consumer_offsets, read_config
 from store_format.consumequeue import UNIT_KINDS, CQFile, discover_queues, read_unit_arrays, read_units
 from store_format.errors import StoreFormatError
@@ -137,7 +139,7 @@ def _by_ranges(buf: bytes, seg, split: int, ranged_margin: int | None = None, **
                 out.append(range_items(buf[a:w1], a, w1 == len(buf), seg.name, seg.base_offset, a, b, last,
                                        margin=ranged_margin, segment_length=len(buf), **kwargs))
                 break
-            except _NeedMoreBytes:
+            except NeedMoreBytes:
                 w1 = min(len(buf), a + 2 * (w1 - a))
     return out
 
@@ -287,7 +289,7 @@ def test_bad_columns_option_is_a_clear_error(spark, options, says):
 
 
 @pytest.mark.parametrize("options, says", [
-    ({"splitSize": "12q"}, "option splitSize='12q': invalid literal"),
+    ({"splitSize": "12q"}, "option splitSize='12q': expected a size in bytes"),
     ({"splitSize": "-4k"}, "option splitSize='-4k': size must be positive"),
     ({"checkCrc": "maybe"}, "option checkCrc='maybe': expected true or false"),
     ({"batchRows": "0"}, "option batchRows='0': must be at least 1"),
@@ -527,7 +529,7 @@ def test_big_consumer_offsets_through_spark(spark, tmp_path):
     """A consumerOffset.json big enough for the compiled rows (over the fast paths' threshold, more rows than one
     batch: the broker and source columns are one shared block per chunk): Spark reads the rows table_batch
     builds, and they are the dict path's, problems included."""
-    from datasources.metadata import table_rows
+    from udfs.metadata import table_rows
     from store_format.config import dumps_fastjson
 
     root = tmp_path / "b1"
@@ -646,14 +648,13 @@ def test_frames_of_a_damaged_store_are_exactly_their_records(spark, tmp_path):
 def test_an_empty_only_segment_is_a_geometry_problem(tmp_path):
     """With one segment there is no other length to compare with, but an empty segment file is never right (the
     broker preallocates segments and refuses to load an empty one): a BAD_GEOMETRY row, not silence."""
-    from datasources.commitlog import list_segment_files
-    from datasources.storepaths import find_inputs
+    from store_format.commitlog import list_segment_files
 
     root = _write_store(tmp_path / "e", _bodies(3, 7))
     [seg] = list_segments(root / "commitlog")
-    assert [f.problems for f in list_segment_files(find_inputs(str(root), "commitlog"), None)] == [()]
+    assert [f.problems for f in list_segment_files(root / "commitlog")] == [()]
     seg.path.write_bytes(b"")
-    [f] = list_segment_files(find_inputs(str(root), "commitlog"), None)
+    [f] = list_segment_files(root / "commitlog")
     assert [kind for kind, _ in f.problems] == ["BAD_GEOMETRY"]
 
 
@@ -697,7 +698,7 @@ def test_index_source_on_a_cut_chain_and_a_repeated_entry(fixture, tmp_path):
     """The index source's rows of a file with a cut chain and a repeated entry (tests/test_kernels.py checks the
     compiled chain check and repeat count against a reference on generated files)."""
     from datasources.indexfile import file_batches, plan_files
-    from datasources.storepaths import find_inputs
+    from store_format.stores import part_inputs
 
     _, store, _ = fixture
     src = list_index_files(store / "index")[0]
@@ -713,7 +714,7 @@ def test_index_source_on_a_cut_chain_and_a_repeated_entry(fixture, tmp_path):
     damaged.write_bytes(bytes(raw))
 
     def rows(path):
-        return [r for p in plan_files(find_inputs(str(path), "index"), None, None) for b in file_batches(p) for r in b.to_pylist()]
+        return [r for p in plan_files(part_inputs(str(path), "index"), None, None) for b in file_batches(p) for r in b.to_pylist()]
 
     problems = {r["entry"]: r["problems"] for r in rows(damaged.parent) if r["kind"] == "entry"}
     assert problems[e.index] == ["prev_out_of_range"] and "unreachable" in problems[e.prev_index]
@@ -782,17 +783,25 @@ def test_default_ranges_share_the_written_data_over_the_cores(tmp_path):
     and the last one runs to the segment's end.  A given splitSize cuts the same way, in ranges of at most it."""
     import pyarrow.fs as pafs
 
-    from datasources.commitlog import DEFAULT_SPLIT_SIZE, MIN_SPLIT_SIZE, SegmentFile, plan_ranges
-    from datasources.storepaths import Location
+    from store_format.commitlog import Segment
+    from store_format.fs import Location
+    from store_format.plan import MAX_RANGE_STREAMED, MIN_RANGE, TASKS_PER_CORE, plan_ranges as plan
 
     gib, mib = 1 << 30, 1 << 20
+
+    def plan_ranges(segments, split, cores):
+        return plan(segments, split, cores or os.cpu_count(), largest=MAX_RANGE_STREAMED)
 
     def files(broker: str, newest_data: int, older: int) -> list:
         out = []
         for k in range(older + 1):
             path = _sparse_segment(tmp_path / broker / segment_name(k * gib), gib, newest_data if k == older else 0)
-            out.append(SegmentFile(broker, Location(pafs.LocalFileSystem(), str(path)), path.name, k * gib, gib, ()))
+            out.append((broker, Segment(Location(pafs.LocalFileSystem(), str(path)), k * gib, gib)))
         return out
+
+    def equal_ranges(data: int, cores: int) -> int:
+        """The range size of the policy: about TASKS_PER_CORE ranges a core, whole MiB, 32 to 256 MiB."""
+        return min(MAX_RANGE_STREAMED, max(MIN_RANGE, -(-(-(-data // (TASKS_PER_CORE * cores))) // mib) * mib))
 
     def shape(parts) -> dict:
         """segment -> its ranges' starts (they tile the segment: each ends where the next starts, the last at
@@ -806,17 +815,18 @@ def test_default_ranges_share_the_written_data_over_the_cores(tmp_path):
             assert all(a.end == b.start for a, b in zip(ranges, ranges[1:]))
         return {k: [r.start for r in v] for k, v in out.items()}
 
-    # make bench's dump: a full segment and a newest one with 8.5 MB written; both cores get 256 MiB ranges
+    # make bench's dump: a full segment and a newest one with 8.5 MB written; 6 ranges of 173 MiB for 2 cores
     bench = files("bench", 8_527_285, 1)
-    assert shape(plan_ranges(bench, None, 2)) == {("bench", 0): [k * DEFAULT_SPLIT_SIZE for k in range(4)],
+    size = equal_ranges(gib + 8_527_285, 2)
+    assert size == 173 * mib and TASKS_PER_CORE == 3
+    assert shape(plan_ranges(bench, None, 2)) == {("bench", 0): [k * -(-gib // 6) for k in range(6)],
                                                  ("bench", gib): [0]}
     # a single newest segment, 600 MiB written: equal ranges over the data, as many as the cores want
     single = files("single", 600 * mib, 0)
-    assert shape(plan_ranges(single, None, 2)) == {("single", 0): [k * 150 * mib for k in range(4)]}
-    assert len(plan_ranges(single, None, 8)) == 16  # 37.5 MiB each
-    assert shape(plan_ranges(single, None, 64)) == {("single", 0): [k * -(-600 * mib // 19) for k in range(19)]}
+    assert shape(plan_ranges(single, None, 2)) == {("single", 0): [k * 100 * mib for k in range(6)]}
+    assert len(plan_ranges(single, None, 8)) == 19  # 32 MiB each at least: 600 / 32
     assert len(plan_ranges(single, None, None)) == len(plan_ranges(single, None, os.cpu_count()))
-    # two brokers, two full segments each and a newest one of 300 MiB
+    # two brokers, two full segments each and a newest one of 300 MiB: 4.6 GiB over 6 ranges, the 256 MiB cap
     two = files("a", 300 * mib, 2) + files("b", 300 * mib, 2)
     assert {k: len(v) for k, v in shape(plan_ranges(two, None, 2)).items()} == \
         {(b, k * gib): 4 if k < 2 else 2 for b in "ab" for k in range(3)}
@@ -825,7 +835,7 @@ def test_default_ranges_share_the_written_data_over_the_cores(tmp_path):
     # a newest segment with nothing written is one range; so is a small dump, whatever the cores
     assert shape(plan_ranges(files("empty", 0, 0), None, 2)) == {("empty", 0): [0]}
     assert shape(plan_ranges(files("small", 40 * mib, 0), None, 64)) == {("small", 0): [0, 20 * mib]}
-    assert MIN_SPLIT_SIZE == 32 * mib
+    assert MIN_RANGE == 32 * mib
 
 
 def _holey_store(root: Path) -> tuple[Path, int]:
@@ -847,8 +857,8 @@ def test_the_newest_segment_cut_over_its_written_data_tiles_its_walk(dump, tmp_p
     probe only shares out work (the holey store fools it with zeroed pages inside the data)."""
     import pyarrow.fs as pafs
 
-    from datasources.commitlog import cut_ranges, written_end
-    from datasources.storepaths import Location
+    from store_format.fs import Location
+    from store_format.plan import cut_ranges, written_end
 
     holey, data_end = _holey_store(tmp_path / "holey")
     segments = list(_all_segments(dump)) + [("holey", list_segments(holey / "commitlog")[0])]
@@ -856,7 +866,7 @@ def test_the_newest_segment_cut_over_its_written_data_tiles_its_walk(dump, tmp_p
     for broker, seg in segments:
         buf = seg.path.read_bytes()
         probe = written_end(Location(pafs.LocalFileSystem(), str(seg.path)), len(buf))
-        assert probe <= len(buf) and not any(buf[probe:]) or broker == "holey"
+        assert probe <= len(buf) and not any(buf[probe:])
         cut_short += probe < len(buf)
         salvage = [_key(x) for x in salvage_buffer(buf, seg.name, seg.base_offset, decode=False)]
         recovery = [_key(x) for x in walk_buffer(buf, seg.name, seg.base_offset, decode=False)]
@@ -872,18 +882,21 @@ def test_the_newest_segment_cut_over_its_written_data_tiles_its_walk(dump, tmp_p
                 assert [_key(x) for x in cut_to_walk(items, "recovery", *ends)] == recovery, (broker, data, size)
     assert cut_short >= 4  # the fixtures' segments, the holey one and the multi store's newest
     seg = list_segments(holey / "commitlog")[0]
-    assert written_end(Location(pafs.LocalFileSystem(), str(seg.path)), seg.length) == 64 << 10 < data_end
+    # a local file is read back from its end: exact; another file system's binary search stops at the zeroed pages
+    assert written_end(Location(pafs.LocalFileSystem(), str(seg.path)), seg.length) == -(-data_end // 4096) * 4096
+    remote = Location(pafs.SubTreeFileSystem("/", pafs.LocalFileSystem()), str(seg.path).lstrip("/"))
+    assert remote.local_path is None and written_end(remote, seg.length) == 64 << 10 < data_end
 
 
 def test_spark_reads_a_newest_segment_cut_over_its_written_data(spark, tmp_path):
-    """Through Spark: the holey store's one (newest) segment cut over what the probe calls its data (the 64 KiB
-    before its zeroed pages: four ranges of 16 KiB, the last running to the segment's end) reads exactly the
-    scalar walks."""
-    store, _ = _holey_store(tmp_path / "holey")
+    """Through Spark: the holey store's one (newest) segment cut over its written data (past its zeroed pages:
+    ranges of 16 KiB, the last running to the segment's end) reads exactly the scalar walks; the recovery walk's
+    ranges past its stop (the zeroed pages at 64 KiB) are never read."""
+    store, data_end = _holey_store(tmp_path / "holey")
     path = str(store)
-    for walk in ("recovery", "salvage"):
+    for walk, ranges in (("recovery", 5), ("salvage", -(-data_end // (16 << 10)))):
         df = read_commitlog(spark, path, walk=walk, splitSize="16k", materialize="positions")
-        assert df.rdd.getNumPartitions() == 4
+        assert df.rdd.getNumPartitions() == ranges
         assert _spark_rows(df) == _scalar_rows(tmp_path, walk, "holey")
 
 

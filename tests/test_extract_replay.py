@@ -13,6 +13,7 @@ import pytest
 
 from jobs import extract, replay
 from jobs.output import OutputError
+from jobs.stores import resolve_stores
 from store_format.write import damage
 from store_format import layout as L
 from store_format.write.broker import Broker, ManualClock, Producer
@@ -203,7 +204,7 @@ def test_dedupe_across_replicas_and_decompressed_bodies(spark, tmp_path):
 
 
 def test_half_message_states(spark):
-    stores = extract.resolve_stores([str(fixture_store("basic"))])
+    stores = resolve_stores([str(fixture_store("basic"))], files=True)
     states = {r["physical_offset"]: r["half_state"] for r in
               extract.half_states(lambda: extract.read_messages(spark, stores)).collect()}
     assert states == {13831: "committed", 14569: "rolled-back"}

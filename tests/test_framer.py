@@ -23,8 +23,9 @@ from store_format import commitlog as C
 from store_format.write import damage as D
 from store_format import layout as L
 from store_format.codec import encode_blank, encode_record, encoded_size
-from store_format.commitlog import (KINDS, Frame, FrameArrays, ReadOnlyMap, SalvageSpan, list_segments,
-                                    salvage_arrays, salvage_buffer, walk_arrays, walk_buffer)
+from store_format.commitlog import (KINDS, Frame, FrameArrays, SalvageSpan, list_segments, salvage_arrays,
+                                    salvage_buffer, walk_arrays, walk_buffer)
+from store_format.fs import ReadOnlyMap
 from store_format.message import Message, body_crc32
 from store_format.write.writer import StoreWriter, WriterConfig
 from tests.conftest import FIXTURE_NAMES, fixture_store

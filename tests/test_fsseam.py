@@ -1,5 +1,5 @@
 """The file-system seam (issue 23): every read of a dump goes through store_format.fs, so a dump on a file system
-that is not local (here tests/remotefs.py: a PyFileSystem under the custom scheme ``elsewhere://``, whose paths are
+that is not local (here tests/support/remotefs.py: a PyFileSystem under the custom scheme ``elsewhere://``, whose paths are
 no valid local paths, so a stray open()/os.stat()/mmap fails) is audited as the same dump read locally."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from store_format.errors import StoreFormatError
 from store_format.recovery import predict_recovery
 from store_format.store import Store
 
-from . import remotefs
+from .support import remotefs
 from .conftest import AUDIT_STAMPS, FIXTURES, fixture_store, parquet_rows
 
 
@@ -43,17 +43,17 @@ def test_a_store_path_is_not_a_local_path(elsewhere, tmp_path):
     assert p.stat().st_size == 3 and p.is_file() and not p.is_dir() and p.parent.is_dir()
     assert [e.name for e in fs.entries(p.parent)] == ["f"]
     assert pickle.loads(pickle.dumps(p.loc)).read_range(1, 5) == b"bc"
-    with fs.resolve(p).mmap_or_read() as m:  # no mmap off the local file system: the bytes, read through it
+    with fs.map_range(fs.resolve(p)) as m:  # no mmap off the local file system: the bytes, read through it
         assert bytes(m.buf) == b"abc" and m.written_length() == 3
-    with fs.resolve(tmp_path / "f").mmap_or_read() as m:  # a local file: mapped
+    with fs.map_range(fs.resolve(tmp_path / "f")) as m:  # a local file: mapped
         assert type(m.buf).__name__ == "_FileMap"
 
 
 def test_a_big_remote_file_is_staged_and_mapped_not_held(elsewhere, tmp_path, monkeypatch):
-    """Above fs.STAGE_ABOVE a file read through the seam is copied into an unlinked temp file and mapped (a full
+    """Above fs.maps.STAGE_ABOVE a file read through the seam is copied into an unlinked temp file and mapped (a full
     index file is 420 MB: a task's memory must not grow with it); zero chunks stay holes; the bytes are the file's."""
-    monkeypatch.setattr(fs, "STAGE_ABOVE", 1 << 16)
-    monkeypatch.setattr(fs, "_STAGE_CHUNK", 1 << 12)
+    monkeypatch.setattr(fs.maps, "STAGE_ABOVE", 1 << 16)
+    monkeypatch.setattr(fs.maps, "_STAGE_CHUNK", 1 << 12)
     data = bytes(range(256)) * 300 + bytes(50_000) + b"end" + bytes(5_000)  # data, a zero run, data, a zero tail
     (tmp_path / "big").write_bytes(data)
     (tmp_path / "small").write_bytes(data[:1000])
@@ -76,7 +76,7 @@ def test_the_index_source_over_a_staged_remote_file_equals_the_local_read(elsewh
     """The broker fixture's 420 MB index file (mostly holes) read through the seam, staged: the rows of the local read."""
     from datasources.indexfile import IndexReader
 
-    monkeypatch.setattr(fs, "STAGE_ABOVE", 1 << 16)
+    monkeypatch.setattr(fs.maps, "STAGE_ABOVE", 1 << 16)
 
     def rows(path):
         reader = IndexReader({"path": path})
@@ -90,12 +90,16 @@ def test_the_audit_plans_a_remote_store_as_a_local_one(elsewhere):
     """The newest segment's written end is probed through the seam too (ranged reads): a remote store's data bytes,
     and so its split and ranges, are the local one's, not its zero tail read as data."""
     from jobs import stores
-    from jobs.audit.plan import data_bytes, plan_broker
+    from jobs.audit.plan import plan_broker
+    from store_format.plan import segment_data
+
+    def data_bytes(plan) -> int:
+        return sum(segment_data([(plan.name, s) for s in plan.segments]).values())
 
     for name in ("broker", "basic"):
         local = plan_broker(stores.resolve_stores([str(FIXTURES / name / "store")])[0])
         remote = plan_broker(stores.resolve_stores([elsewhere("fx", FIXTURES) + f"{name}/store"])[0])
-        assert data_bytes(remote) == data_bytes(local) < sum(s.length for s in local.named_segments), name
+        assert data_bytes(remote) == data_bytes(local) < sum(s.length for s in local.segments), name
 
 
 def test_local_paths_keep_the_hostile_input_checks(tmp_path):
@@ -117,10 +121,10 @@ def test_a_scheme_registered_by_the_environment(monkeypatch, tmp_path):
     """Another process (a data source's planner, an executor, spark-submit) registers through the environment."""
     remotefs.ROOTS["env"] = str(tmp_path)
     (tmp_path / "x").write_bytes(b"1")
-    monkeypatch.setattr(fs, "_SCHEMES", {})
-    monkeypatch.setenv(fs.FILESYSTEMS_ENV, f"other=os:path, {remotefs.SCHEME}=tests.remotefs:from_uri")
+    monkeypatch.setattr(fs.remote, "_SCHEMES", {})
+    monkeypatch.setenv(fs.FILESYSTEMS_ENV, f"other=os:path, {remotefs.SCHEME}=tests.support.remotefs:from_uri")
     assert fs.resolve("elsewhere://env/x").read_range(0, 1) == b"1"
-    monkeypatch.setenv(fs.FILESYSTEMS_ENV, "broken=tests.remotefs:no_such_factory")
+    monkeypatch.setenv(fs.FILESYSTEMS_ENV, "broken=tests.support.remotefs:no_such_factory")
     with pytest.raises(StoreFormatError, match="no_such_factory"):
         fs.resolve("broken://x")
 

@@ -46,7 +46,7 @@ from store_format.message import Message
 from store_format.properties import parse_properties, property_value, split_keys
 from store_format.write.writer import IndexFileWriter
 
-from .strategies import fuzz, records
+from .support.strategies import fuzz, records
 from .test_kernels import assert_parity
 
 # ---------------------------------------------------------------------------------------------------------
@@ -669,7 +669,7 @@ def test_offset_columns_equal_the_dict_path(compiled, scratch, table):
     """The consumer-offset rows built column-wise from the fast path (no Python object per offset) are the rows
     the dict path gives, problems included, for any offsetTable of flat Integer-keyed maps (duplicates, keys that
     are not topic@group, queue ids outside int, offsets of 19 digits that send the file to the tolerant parser)."""
-    from datasources.metadata import table_rows
+    from udfs.metadata import table_rows
     from store_format import config as C
 
     text = "{\"offsetTable\":{" + ",".join(
@@ -852,7 +852,7 @@ def test_the_one_pass_offset_scan_agrees_with_the_exact_reader(compiled, scratch
     """udfs.kernels.scan_offset_table (the metadata source's and the audit's consumerOffset.json reader, issue 22:
     200 MB in a second or two) gives the rows and problems the exact path gives (the tolerant parser, without the
     fast paths), or steps aside; a file neither reads is the same error row."""
-    from datasources.metadata import table_rows
+    from udfs.metadata import table_rows
     from store_format import config as C
     from udfs.kernels import scan_offset_table
 
@@ -925,7 +925,7 @@ def test_the_compiled_offset_rows_agree_with_the_exact_reader(compiled, scratch,
     group) as bytes, the rows in that order) are the exact path's rows and problems, with the dict compare and
     replay read, for broker-shaped files and their mutations; and for an unmutated file whose names are all
     topic@group, the compiled rows are what is used (not a step aside)."""
-    from datasources.metadata import table_rows
+    from udfs.metadata import table_rows
     from store_format import config as C
     from udfs.kernels import scan_offset_table
 
@@ -960,7 +960,7 @@ def test_a_damaged_big_offset_file_is_the_exact_parsers_positioned_error(scratch
     """A broker-sized consumerOffset.json (over the fast paths' threshold) with one damaged byte: every fast path
     steps aside, and the metadata source's one error row and read_consumer_offsets' problems name the file and the
     byte, as the tolerant parser does."""
-    from datasources.metadata import table_rows
+    from udfs.metadata import table_rows
     from store_format import config as C
 
     text = dumps_fastjson({"offsetTable": {f"T{i % 13}@g{i}": {q: i * q for q in range(4)} for i in range(4000)}})

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .conftest import REPO
-from .strategies import FUZZ
+from .support.strategies import FUZZ
 EXAMPLES = int(os.environ.get("FUZZ_STORE_EXAMPLES", "200" if FUZZ else "12"))  # ~1.5 s each
 AUDITS = int(os.environ.get("FUZZ_AUDITS", "8")) if FUZZ else 3
 COMMAND_SECONDS = 30  # per command: each takes a few seconds at most on these stores

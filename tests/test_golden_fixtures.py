@@ -9,7 +9,8 @@ import pytest
 
 from store_format import layout as L
 from store_format.codec import decode_record, encode_record
-from store_format.commitlog import END_OF_DATA, ReadOnlyMap
+from store_format.commitlog import END_OF_DATA
+from store_format.fs import ReadOnlyMap
 from store_format.config import dumps_fastjson
 from store_format.store import Store
 

@@ -404,8 +404,9 @@ def test_every_command_takes_the_same_geometry_options(geometry_stores, tmp_path
     --segment-size where a command has it), handed to the Store objects and the index data source."""
     from datasources.indexfile import IndexReader
     from jobs import compare, extract
-    from jobs.audit.inputs import StoreInput
+    from jobs.audit.inputs import StoreRef
     from jobs.audit.plan import plan_broker
+    from jobs.stores import resolve_stores
     from store_format.__main__ import build_parser as store_parser
     from store_format.brokerconf import geometry_from_args
 
@@ -424,9 +425,10 @@ def test_every_command_takes_the_same_geometry_options(geometry_stores, tmp_path
             # broker.conf's segment size only where the command takes --segment-size
             assert g.segment_size == (262144 if name in ("audit", "store_format") and "--config" in argv else None)
         assert geometry_from_args(parse(["--config", str(conf), "--index-num", "7"])).index_num == 7  # flags win
-    [ref] = extract.resolve_stores([str(root)], geometry_from_args(parsers["query"](["--config", str(conf)])))
+    [ref] = resolve_stores([str(root)], files=True,
+                           geometry=geometry_from_args(parsers["query"](["--config", str(conf)])))
     assert (ref.open().hash_slot_num, ref.open().index_num) == geometry
-    plan = plan_broker(StoreInput("b", str(root), str(root)),
+    plan = plan_broker(StoreRef("b", str(root), str(root)),
                        geometry_from_args(parsers["audit"](["--config", str(conf)])))
     assert plan.store.segment_size == 262144 and plan.store.index_num == 300
     assert plan.index_files and all((p.hash_slot_num, p.index_num) == (100, 300) for p in plan.index_files)

@@ -22,7 +22,7 @@ from store_format.message import DERIVED_FIELDS, STORED_FIELDS, Message, body_cr
 from udfs import kernels as K
 
 from .conftest import fixture_manifest, fixture_store
-from .strategies import damaged, property_keys, records
+from .support.strategies import damaged, property_keys, records
 
 DATETIME_MIN_MS, DATETIME_MAX_MS = -62132918400000, 253402300799999  # 0001-02-01 .. 9999-12-31 (UTC)
 
@@ -568,7 +568,7 @@ def _index_file_bytes(slot_heads, entries) -> bytes:
 
 
 def _reference_chains(slot_heads, entries) -> list[list[str]]:
-    from datasources.indexfile import CHAIN_PROBLEMS
+    from store_format.indexfile import CHAIN_PROBLEMS
 
     n, slots = len(entries), len(slot_heads)
     reached = set()

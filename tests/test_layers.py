@@ -49,7 +49,7 @@ def _graph() -> dict[str, set[str]]:
 def test_the_read_side_never_imports_the_write_side():
     graph = _graph()
     read = {m for m in graph if not m.startswith("store_format.write") and m != "store_format.__main__"}
-    assert len(read) > 15 and len([m for m in graph if m.startswith("store_format.write.")]) == 6
+    assert len(read) > 15 and len([m for m in graph if m.startswith("store_format.write.")]) == 9
     crossing = {m: sorted(d for d in graph[m] if d.startswith("store_format.write")) for m in read}
     assert not {m: d for m, d in crossing.items() if d}
 
@@ -72,8 +72,14 @@ def test_no_import_cycle_in_store_format():
 
 
 def test_the_write_sides_old_paths_import_the_same_modules():
+    import pytest
+
     for old in ("writer", "bulk", "broker", "generate", "damage", "writer_cli"):
-        assert importlib.import_module(f"store_format.{old}") is importlib.import_module(f"store_format.write.{old}")
+        sys.modules.pop(f"store_format.{old}", None)
+        with pytest.warns(DeprecationWarning, match=f"store_format.{old} is now store_format.write.{old}; the old "
+                                                    "path goes in 0.2.0"):
+            assert importlib.import_module(f"store_format.{old}") is \
+                importlib.import_module(f"store_format.write.{old}")
     from store_format.writer import StoreWriter
     from store_format.write.writer import StoreWriter as moved
 
@@ -109,3 +115,89 @@ def test_reading_loads_no_write_module():
     out = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)}, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------------ the layers above it
+
+REPO = PACKAGE.parent
+AUDIT = REPO / "jobs" / "audit"
+#: jobs/audit's floors, from the ground up: a module imports only modules of lower floors (issue 30)
+AUDIT_FLOORS = (
+    ("findings", "contract", "inputs"),
+    ("tasks", "plan", "resend"),
+    ("routes",),  # the routed files: what a survey task and a range read of them
+    ("survey",),
+    ("scan",),  # the scan's builder takes the survey's segment ends
+    ("checks.*",),  # the families, each of them
+    ("checks",),  # their registry
+    ("context", "groups", "report"),
+    ("verdict",),
+    ("terminal",),  # the verdict in words on stdout
+    ("job",),
+    ("__init__",),  # the package's face
+    ("__main__",),  # python -m jobs.audit
+)
+
+
+def _audit_graph() -> dict[str, set[str]]:
+    """jobs/audit's modules (``checks.lag``, ``scan``...) and the ones of the package each imports, lazily too."""
+    graph = {}
+    for path in AUDIT.rglob("*.py"):
+        parts = path.relative_to(AUDIT).with_suffix("").parts
+        name = ".".join(p for p in parts if p != "__init__") or "__init__"
+        package = list(parts[:-1])
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package[:len(package) - (node.level - 1)]
+                if node.module is None:
+                    deps |= {".".join(base + [a.name]) for a in node.names}
+                else:
+                    deps.add(".".join(base + node.module.split(".")))
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jobs.audit"):
+                deps.add(node.module[len("jobs.audit."):] or "__init__")
+        graph[name] = {d for d in deps if d and d != name}
+    return graph
+
+
+def _floor(module: str) -> int:
+    for i, floor in enumerate(AUDIT_FLOORS):
+        if module in floor or (module.startswith("checks.") and "checks.*" in floor):
+            return i
+    raise AssertionError(f"jobs/audit/{module} is on no floor of AUDIT_FLOORS: give it one")
+
+
+def test_the_audit_package_has_one_way_layers_and_no_circles():
+    graph = _audit_graph()
+    upward = {m: sorted(d for d in deps if _floor(d) >= _floor(m)) for m, deps in graph.items()}
+    assert not {m: d for m, d in upward.items() if d}, "imports that run back up (or across a floor)"
+
+
+def test_no_job_imports_a_data_source_module_to_read():
+    """jobs/ reads through the store layer (store_format, udfs) or through Spark (``spark.read.format``,
+    ``datasources.read_commitlog``): it may import the datasources package's root (its public API), never one of
+    its modules."""
+    found = {}
+    for path in (REPO / "jobs").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            bad = [n for n in names if n.startswith("datasources.")]
+            if bad:
+                found[str(path.relative_to(REPO))] = bad
+    assert not found
+
+
+def test_store_format_imports_nothing_above_it():
+    """The store layer runs in a notebook, a test, an executor or a plain script: no Spark, no udfs, no
+    datasources, no jobs."""
+    above = ("pyspark", "udfs", "datasources", "jobs")
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            bad = [n for n in names if n.split(".")[0] in above]
+            if bad:
+                found[str(path.relative_to(REPO))] = bad
+    assert not found

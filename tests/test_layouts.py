@@ -18,13 +18,15 @@ from .conftest import FIXTURE_NAMES, FIXTURES, fixture_store
 
 REPO = Path(__file__).resolve().parent.parent
 
-# store-format.md: §5 (consume-queue unit), §7.2 (index header), §7.3 (slot, entry), §8.1 (checkpoint)
+# store-format.md: §5 (consume-queue unit), §7.2 (index header), §7.3 (slot, entry), §8.1 (checkpoint), §6.4 (the
+# ConsumeQueueExt unit)
 REFERENCE = {
     "ConsumeQueue unit": ((0, 8), (8, 4), (12, 8)),
     "IndexFile header": ((0, 8), (8, 8), (16, 8), (24, 8), (32, 4), (36, 4)),
     "IndexFile hash slot": ((0, 4),),
     "IndexFile entry": ((0, 4), (4, 8), (12, 4), (16, 4)),
     "checkpoint": ((0, 8), (8, 8), (16, 8), (24, 8), (32, 8)),
+    "ConsumeQueueExt unit": ((0, 2), (2, 8), (10, 8), (18, 2)),
 }
 
 
@@ -52,12 +54,17 @@ def _reference_tables(text: str) -> dict[str, tuple]:
 
     slot = re.search(r"`(\d+) \+ hashSlotNum\*(\d+) \+ i\*(\d+)`", sections["7.3"])
     checkpoint = re.findall(r"^\| (\d+) \| \w+ \(long", sections["8.1"], re.M)
+    # §6.4 gives the ext unit as a line: `size(short) | tagsCode(long) | msgStoreTime(long) | bitMapSize(short) | ...`
+    widths = {"short": 2, "int": 4, "long": 8}
+    ext = re.search(r"`(size\(short\)[^`]*)`", sections["6.4"]).group(1)
+    members = [widths[m] for m in re.findall(r"\((short|int|long)\)", ext)]
     return {
         "ConsumeQueue unit": rows(sections["6.2"], "Offset"),
         "IndexFile header": rows(sections["7.2"], "Offset"),
         "IndexFile hash slot": ((0, int(slot.group(2))),),
         "IndexFile entry": rows(sections["7.3"], "Entry offset"),
         "checkpoint": tuple((int(o), 8) for o in checkpoint),
+        "ConsumeQueueExt unit": tuple((sum(members[:i]), w) for i, w in enumerate(members)),
         "sizes": {"IndexFile header": int(slot.group(1)), "IndexFile entry": int(slot.group(3))},
     }
 

@@ -95,7 +95,8 @@ def test_multi_segment_normal_recovery_starts_at_third_last(tmp_path):
 
 from store_format.write import damage as D  # noqa: E402
 from store_format.write.broker import Broker, ManualClock, Producer  # noqa: E402
-from store_format.commitlog import ReadOnlyMap, list_segments, salvage_buffer, walk_buffer  # noqa: E402
+from store_format.commitlog import list_segments, salvage_buffer, walk_buffer  # noqa: E402
+from store_format.fs import ReadOnlyMap
 from store_format.indexfile import IndexFile  # noqa: E402
 from store_format.recovery import (SegmentWalk, describe_damaged_record, lost_records,  # noqa: E402
                                    recovery_walk)

@@ -28,7 +28,7 @@ from store_format.write.generate import TrafficConfig, generate_store
 from store_format.store import Store
 from store_format.write.writer import WriterConfig
 
-from .browser import render
+from .support.browser import render
 from .conftest import FIXTURES, fixture_manifest, fixture_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.browser]

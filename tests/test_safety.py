@@ -8,8 +8,7 @@
 * No eval/exec/pickle (or the like) anywhere in the packages: a syntax-tree scan, with its own self-test.
 * Names from a dump (topics, groups) never become paths outside an output root: the writer (the only code
   that makes folders from topic names, consumequeue/<topic>/<queue>) refuses any name that is not a RocketMQ
-  topic (tests/test_writer.py), and :func:`store_format.paths.safe_path`, for names that must become paths,
-  cannot leave its root.
+  topic (tests/test_writer.py); the jobs write tables, never a file per topic.
 * Chain of custody: the audit's ``--sha256`` records every input's hash (tests/test_damage_campaign.py's audit
   leg checks them) and refuses to finish when an input changes during the run, even with size and mtime kept.
 """
@@ -26,25 +25,21 @@ import lz4.frame
 import pyarrow as pa
 import pytest
 import zstandard
-from hypothesis import given
-from hypothesis import strategies as st
 
 from store_format import layout as L
 from store_format.codec import encode_record
-from store_format.commitlog import ReadOnlyMap
+from store_format.fs import ReadOnlyMap
 from store_format.compression import DEFAULT_MAX_DECOMPRESSED, decompress
 from store_format.config import CONFIG_FILES
 from store_format.write.damage import copy_store
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.message import Message
-from store_format.paths import MAX_COMPONENT, component_name, safe_component, safe_path
 from store_format.recovery import predict_recovery
 from store_format.store import Store
 from udfs import kernels as K
 
 from .conftest import FIXTURES, REPO, fixture_manifest, fixture_store, tree_state
-from .strategies import fuzz
-from .test_fuzz_parsers import bounded_memory, warm_kernels  # noqa: F401 (a fixture)
+from .test_fuzz_parsers import bounded_memory, warm_kernels  # noqa: F401,F811 (fixtures)
 
 # ---------------------------------------------------------------------------------------------------------
 # Read-only inputs
@@ -166,7 +161,8 @@ def test_every_data_source_reader_opens_the_store_read_only(watched):
     from datasources.commitlog import CommitLogReader
     from datasources.consumequeue import ConsumeQueueReader
     from datasources.indexfile import IndexReader
-    from datasources.metadata import TABLES, MetadataReader
+    from datasources.metadata import MetadataReader
+    from udfs.metadata import TABLES
 
     readers = [CommitLogReader({"path": str(watched), "walk": walk, "splitSize": "300k", "materialize": m})
                for walk, m in (("salvage", "frames"), ("recovery", "decoded"))]
@@ -360,46 +356,6 @@ def test_the_audit_refuses_when_an_input_changes_during_the_run(spark, tmp_path,
 
 # ---------------------------------------------------------------------------------------------------------
 # Paths from dump content
-
-HOSTILE = ["../x", "/abs", "a/../../b", "..", ".", "", "a\x00b", "x" * 10_000, "é/😀", "%RETRY%cg1", "%DLQ%g",
-           "TopicTest", "con", "a\\..\\b", "~", "+2F", "+", ".hidden", "a" * 199 + "+", " ", "\n"]
-
-
-@pytest.mark.parametrize("name", HOSTILE, ids=lambda n: repr(n[:20]))
-def test_hostile_topic_names_stay_inside_the_root(tmp_path, name):
-    root = tmp_path / "out"
-    path = safe_path(root, name, "0", "part.parquet")
-    assert os.path.commonpath([root, path]) == str(root) and path.parent.parent.parent == root
-    comp = safe_component(name)
-    assert comp not in (".", "..") and "/" not in comp and "\x00" not in comp
-    assert 0 < len(comp.encode()) <= MAX_COMPONENT
-    path.parent.mkdir(parents=True)
-    path.write_bytes(b"x")  # the file system takes it, and it lands where the check says
-    assert path.resolve().is_relative_to(root.resolve())
-
-
-def test_names_stay_readable_and_distinct():
-    assert safe_component("%RETRY%cg1") == "%RETRY%cg1" and safe_component("TopicTest") == "TopicTest"
-    assert safe_component("../x") == "+2E.+2Fx" and safe_component("") == "+" and safe_component(7) == "7"
-    comps = [safe_component(n) for n in HOSTILE]
-    assert len(set(comps)) == len(HOSTILE)
-    for name, comp in zip(HOSTILE, comps):
-        if "~" not in comp:
-            assert component_name(comp) == name
-    long_a, long_b = "x" * 10_000, "x" * 9_999 + "y"
-    assert safe_component(long_a) != safe_component(long_b)
-
-
-@fuzz(200)
-@given(st.text(max_size=300), st.text(max_size=300))
-def test_safe_component_is_safe_and_injective(a, b):
-    ca, cb = safe_component(a), safe_component(b)
-    assert set(ca) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-%.+~")
-    assert not ca.startswith(".") and len(ca) <= MAX_COMPONENT
-    assert (ca == cb) == (a == b)
-    if "~" not in ca:
-        assert component_name(ca) == a
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Evidence is untouchable: every job that writes, every path shape (issue 22)
@@ -699,7 +655,8 @@ def test_data_sources_never_wait_on_special_files(tmp_path, within):
     from datasources.commitlog import CommitLogReader
     from datasources.consumequeue import ConsumeQueueReader
     from datasources.indexfile import IndexReader
-    from datasources.metadata import TABLES, MetadataReader
+    from datasources.metadata import MetadataReader
+    from udfs.metadata import TABLES
 
     root = tmp_path / "b" / "store"
     made = hostile_store(root)

@@ -77,7 +77,8 @@ def test_descriptions_reach_no_output(generator, tmp_path):
     from jobs.output import write_parquet_file
     from udfs.columns import plain
 
-    from datasources import consumequeue, indexfile, metadata
+    from datasources import consumequeue, indexfile
+    from udfs import metadata
 
     sources = {"rocketmq-consumequeue": consumequeue.SCHEMA, "rocketmq-index": indexfile.SCHEMA,
                **{f"rocketmq-metadata {t}": metadata.schema_of(t) for t in metadata.TABLES}}

@@ -12,7 +12,7 @@ from datasources.commitlog import CommitLogReader
 from datasources.consumequeue import ConsumeQueueReader
 from datasources.indexfile import IndexReader
 from datasources.metadata import MetadataReader
-from datasources.storepaths import PARTS
+from store_format.layout import STORE_PART_FOLDERS
 
 from .conftest import fixture_store
 
@@ -25,7 +25,7 @@ def _rows(reader) -> list[dict]:
 
 def test_every_reader_plans_through_the_base():
     for reader in (*READERS.values(), MetadataReader):
-        assert issubclass(reader, StoreReader) and reader.PART in (*PARTS, "config"), reader
+        assert issubclass(reader, StoreReader) and reader.PART in STORE_PART_FOLDERS, reader
         # the source's own parts are plan and read_partition; partitions and read stay the base's
         assert reader.partitions is StoreReader.partitions and reader.read is StoreReader.read, reader
         assert reader.plan is not StoreReader.plan and reader.read_partition is not StoreReader.read_partition

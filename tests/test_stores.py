@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.stores import StoreArgumentError, folder_name, resolve_stores, split_name
+from jobs.stores import StoreArgumentError, resolve_stores, split_name
+from store_format.stores import folder_name
 from store_format.write import damage as D
 
 from .conftest import FIXTURES, fixture_store

@@ -27,7 +27,7 @@ from store_format.store import Store
 from store_format.write.writer import StoreWriter, WriterConfig, time_millis_to_human, validate_topic
 
 from .conftest import REPO
-from .writer_support import fixture_config, files, manifest_record, replay_fixture, tree_digest
+from .support.writer_support import fixture_config, files, manifest_record, replay_fixture, tree_digest
 
 
 # --------------------------------------------------------------------------------------------------
@@ -489,7 +489,7 @@ def test_config_from_broker_conf_file(tmp_path):
     defaults = WriterConfig()
     assert (defaults.mappedFileSizeCommitLog, defaults.mappedFileSizeConsumeQueue, defaults.maxHashSlotNum,
             defaults.maxIndexNum, defaults.maxMessageSize) == (1 << 30, 6_000_000, 5_000_000, 20_000_000, 4 << 20)
-    for bad in ("mappedFileSizeCommitLog=abc", "messageIndexEnable=maybe", "enableConsumeQueueExt=true",
+    for bad in ("mappedFileSizeCommitLog=abc", "messageIndexEnable=maybe", "enableConsumeQueueExt=maybe",
                 "storeHost=nowhere", "messageDelayLevel=1x"):
         conf.write_text(bad + "\n")
         with pytest.raises(WriterError):

@@ -28,7 +28,7 @@ from store_format.store import Store
 from store_format.write.writer import StoreWriter, WriterConfig
 
 from .conftest import FIXTURES, REPO
-from .writer_support import files, tree_digest
+from .support.writer_support import files, tree_digest
 
 SEGMENT = 8192
 CONFIG = WriterConfig(mappedFileSizeCommitLog=SEGMENT, mappedFileSizeConsumeQueue=200, maxHashSlotNum=16,

@@ -19,7 +19,7 @@ from store_format.store import Store
 from store_format.write.writer import StoreWriter, WriterConfig
 
 from .conftest import fixture_manifest, fixture_store
-from .writer_support import ScriptedClock, files, fixture_config
+from .support.writer_support import ScriptedClock, files, fixture_config
 
 
 def keys_of(props: str) -> list[str]:
@@ -363,7 +363,7 @@ def test_cover_gives_a_tiny_store_every_topic_and_queue(tmp_path):
 
 
 def test_generation_is_deterministic(tmp_path):
-    from .writer_support import tree_digest
+    from .support.writer_support import tree_digest
     cfg = WriterConfig(mappedFileSizeCommitLog=1_000_000, mappedFileSizeConsumeQueue=6000, maxHashSlotNum=500,
                        maxIndexNum=2000)
     for name in ("a", "b"):

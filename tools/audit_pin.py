@@ -9,7 +9,7 @@ exactly the outputs of the engine it replaces: findings (finding_id included), m
 ``tests/test_audit_pin.py`` does the ``--check`` with ``jobs.audit`` (and builds the corpus again in another
 process to prove it byte-for-byte deterministic).  ``--corpus DIR`` is a cache: built once, reused while
 ``CORPUS.json`` there carries the same stamp (a hash of the sources that shape the stores: this file,
-tests/writer_support.py, store_format/); ``--keep OUT`` keeps the raw audit outputs.  Exit codes: 0 equal (or
+tests/support/writer_support.py, store_format/); ``--keep OUT`` keeps the raw audit outputs.  Exit codes: 0 equal (or
 written), 1 differences, 2 bad usage.
 
 The corpus (``DIR/stores/``, a folder of store roots: each folder name is its broker name) is the three
@@ -68,14 +68,14 @@ from store_format.write import damage as D  # noqa: E402
 from store_format import layout as L  # noqa: E402
 from store_format.write.broker import Broker, ManualClock, Producer  # noqa: E402
 from store_format.codec import decode_record, encode_record  # noqa: E402
-from store_format.commitlog import ReadOnlyMap  # noqa: E402
+from store_format.fs import ReadOnlyMap
 from store_format.consumequeue import discover_queues, unit_bytes  # noqa: E402
 from store_format.write.generate import TrafficConfig, generate_store  # noqa: E402
 from store_format.indexfile import list_index_files  # noqa: E402
 from store_format.message import Message  # noqa: E402
 from store_format.store import Store  # noqa: E402
 from store_format.write.writer import StoreWriter, WriterConfig  # noqa: E402
-from tests.writer_support import build_flow_store  # noqa: E402
+from tests.support.writer_support import build_flow_store  # noqa: E402
 
 KIB = 1024
 T0 = 1_700_000_000_000
@@ -91,7 +91,7 @@ RUNS = {
 }
 ALWAYS_ARGS = ["--no-report"]  # report.html carries the run time and plots: not pinned
 SUMMARY_VOLATILE = ("run_id", "run_time", "elapsed_seconds", "version")
-STAMP_SOURCES = ("tools/audit_pin.py", "tests/writer_support.py", "store_format")
+STAMP_SOURCES = ("tools/audit_pin.py", "tests/support/writer_support.py", "store_format")
 
 
 def default_fixtures() -> Path:

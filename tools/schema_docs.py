@@ -10,9 +10,10 @@ writer generates in a temp dir, and its Parquet outputs, ``summary.json`` and me
 the decode and extract columns come from ``jobs.decode.messages`` and ``jobs.extract.OUTPUT_COLUMNS``, the
 trend table from ``jobs.trend.TREND_SCHEMA``.  What each column means is not written here either: it is the
 description in the field's metadata where the table's schema is declared (udfs/columns.py; ``declared`` lists
-where), read with its type, which must be the type written.  Only the meanings of metric names and
-summary.json keys, which are no schema's columns, are written here (``METRICS``, ``SUMMARY``).  A column,
-metric or summary key without a meaning is an error, so the document cannot fall behind the code.
+where: the audit's detail tables are each family's declared ``tables``), read with its type, which must be the
+type written.  A metric's meaning is what its family declares (``metrics``); only the meanings of summary.json
+keys, which are no schema's columns, are written here (``SUMMARY``).  A column, metric or summary key without a
+meaning is an error, so the document cannot fall behind the code.
 
 Finding kinds (``finding_kinds``) are the audit's registry of checks (jobs/audit/findings.py ``CHECKS``, which
 each family of jobs/audit/checks/ fills with the checks it declares); tests/test_schema_docs.py checks that
@@ -53,15 +54,13 @@ def declared() -> dict[str, dict]:
     from jobs import extract, trend
     from jobs.audit import findings as FD
     from jobs.audit import resend
-    from jobs.audit.checks import delays, integrity, lag, retries, transactions
-    from jobs.audit.context import QUEUE_BOUNDS
+    from jobs.audit.checks import load_all
 
     messages = list(arrow_schema("decoded", decompress=True))  # decode's columns: the source's decoded rows
-    tables = {"findings": FD.FINDINGS_FILE_SCHEMA, "metrics": list(FD.STAMPS) + list(FD.METRIC_SCHEMA),
-              "segments": integrity.SEGMENTS, "queues": QUEUE_BOUNDS, "lag": lag.LAG,
-              "transactions": transactions.TRANSACTIONS, "delays": delays.DELAYS, "retries": retries.RETRIES,
-              "dlq": retries.DLQ, "resend": resend.SCHEMA, "decode": messages,
-              "extract": messages + list(extract.ADDED_COLUMNS), "trend": trend.TREND_SCHEMA}
+    families = {name: schema for family in load_all() for name, schema in family.tables.items()}
+    tables = {"findings": FD.FINDINGS_FILE_SCHEMA, "metrics": list(FD.STAMPS) + list(FD.METRIC_SCHEMA), **families,
+              "resend": resend.SCHEMA, "decode": messages, "extract": messages + list(extract.ADDED_COLUMNS),
+              "trend": trend.TREND_SCHEMA}
     return {table: {f.name: f for f in fields} for table, fields in tables.items()}
 
 
@@ -85,22 +84,13 @@ def meaning(fields: dict, table: str, column: str, typ: str) -> str:
     return text
 
 
-METRICS = {
-    "message_count": "messages (broker, queue)", "message_bytes": "bytes of messages (broker, queue)",
-    "corrupt_bytes": "bytes no walk could frame (broker)", "segments": "commitlog segments (broker)",
-    "messages_lost": "messages the predicted recovery drops, damaged and intact (broker)",
-    "damaged_messages_lost": "of those, the damaged records that still frame a message (broker)",
-    "predicted_max_physical_offset": "where the broker's recovery will end the commitlog (broker)",
-    "cq_min_offset": "first unit's queue offset (queue)", "cq_max_offset": "one past the last unit (queue)",
-    "cq_entries": "units (queue)", "index_entries": "index entries (broker)", "index_files": "index files (broker)",
-    "index_duplicate_entries": "duplicate index entries (broker)",
-    "lag_messages": "messages a group has not consumed, per topic (group)",
-    "lag_ms": "age of the oldest unconsumed message at the dump time, per topic (group)",
-    "open_transactions": "half messages neither committed nor rolled back (broker)",
-    "transactions": "transactions seen (broker)", "pending_delays": "delayed messages not delivered yet "
-    "(broker, level)", "overdue_delays": "pending and past their deliver time (level)",
-    "dlq_messages": "dead letters (group)", "retry_messages": "messages in %RETRY%group (group)",
-}
+def metrics() -> dict[str, str]:
+    """Each metric's meaning, as the family that measures it declares it (jobs/audit/checks/)."""
+    from jobs.audit.checks import load_all
+
+    return {name: text for family in load_all() for name, text in family.metrics.items()}
+
+
 SUMMARY = {
     "tool": "`rocketmq-forensics`", "version": "the installed package version (`unknown` from a zip)",
     "run_id": "the run's id (as in the findings and metrics)", "run_time": "when it started (ISO-8601, UTC)",
@@ -270,9 +260,11 @@ def render(schemas: dict) -> str:
     parts = [HEADER, "## jobs.audit\n"]
     for name, where in AUDIT_TABLES:
         parts.append(f"### {name}\n\n{where}.\n\n{_table(fields, name, tables[name])}")
+    METRICS = metrics()
     missing = [m for m in schemas["metric_names"] if m not in METRICS]
     if missing:
-        raise KeyError(f"metrics without a meaning: {missing}: add them to METRICS in tools/schema_docs.py")
+        raise KeyError(f"metrics without a meaning: {missing}: declare them in their family's metrics "
+                       "(jobs/audit/checks/)")
     parts.append("### Metric names\n\nThe `metric` column's values (some only appear when there is something to "
                  "count):\n\n| metric | meaning (scopes) |\n|---|---|\n"
                  + "\n".join(f"| `{m}` | {t} |" for m, t in METRICS.items()) + "\n")
@@ -309,7 +301,8 @@ def _source_table(schema, name: str) -> str:
 
 def _sources() -> str:
     """The four Spark data sources' rows (`spark.read.format(...)`): their schemas are declared in datasources/."""
-    from datasources import commitlog, consumequeue, indexfile, metadata
+    from datasources import commitlog, consumequeue, indexfile
+    from udfs import metadata
 
     full = commitlog.arrow_schema("decoded", decompress=True)
     parts = ["## Data sources\n\nWhat `spark.read.format(NAME).load(PATH)` returns after `datasources.register(spark)`"

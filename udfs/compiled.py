@@ -12,11 +12,22 @@ Properties grammar (``MessageDecoder.string2messageProperties``, RocketMQ >= 4.9
 
     an empty KEY or VALUE drops the segment; a repeated KEY keeps its last value.
 
-* :func:`decode_records` walks every frame once: the framing checks of ``codec.decode_record`` in its order,
-  the header fields, copies of BODY/TOPIC/PROPERTIES, the body CRC (slice-by-8), host strings and msgId.
-* :func:`parse_properties` splits each row's PROPERTIES into map entries and finds the named properties;
-  :func:`tags_hashes`, :func:`split_keys`, :func:`uniq_keys` and :func:`parse_ints` derive columns from them.
-* :func:`take_strings` gathers strings by row index (named property values, small name tables).
+Every kernel, by what it serves (each called through a public wrapper of udfs.kernels, never from elsewhere):
+
+* records: :func:`decode_records` walks every frame once: the framing checks of ``codec.decode_record`` in its
+  order, the header fields, copies of BODY/TOPIC/PROPERTIES, the body CRC (slice-by-8), host strings and msgId.
+  :func:`parse_properties` splits each row's PROPERTIES into map entries and finds the named properties;
+  :func:`tags_hashes`, :func:`split_keys`, :func:`uniq_keys` and :func:`parse_ints` derive columns from them;
+  :func:`take_strings` gathers strings by row index (named property values, small name tables);
+  :func:`index_keys` gives the keys IndexService indexes for each record and their hashes.
+* framing: :func:`frame_run` (the run of plain valid messages from a position, ``CompiledFramer``) and
+  :func:`frame_each` (its verdict on records at given positions).
+* index files: :func:`index_chain_bits` (each entry's hash-chain problems), :func:`index_entry_summary` (slots
+  used, repeated pairs), :func:`pairs_in_sorted` (which (offset, hash) pairs of one set are in another), with
+  :func:`index_geometry` (their ``geo`` argument, built beside the constants that name its positions).
+* routing: :func:`bucket_hulls` (each routing bucket's first and last row, jobs/audit/plan.py's ``Buckets``).
+* consumerOffset.json: :func:`offset_table_scan`, :func:`offset_name_order`, :func:`offset_rows` (the offset
+  table's rows in one pass, udfs/metadata.py) and :func:`gather_spans` (spans of bytes into an Arrow buffer).
 
 Every table (layout offsets, magics, CRC table, ...) is an argument, never a global: numba's disk cache is
 keyed on this file only, so a constant taken from another module would go stale.  Variable-length outputs are
@@ -1157,7 +1168,23 @@ def uniq_keys(data, off, idx, born_ts, nibble, min_ms, max_ms):
 #: ``geo`` of the index kernels: where the slots and entries start, the entry's width and its fields' offsets
 (GEO_SLOTS_AT, GEO_ENTRIES_AT, GEO_ENTRY_SIZE, GEO_KEY_HASH, GEO_PHYSICAL_OFFSET, GEO_TIME_DIFF, GEO_PREV_INDEX,
  GEO_SLOT_SIZE) = range(8)
-#: bits of index_chain_bits, in datasources.indexfile.CHAIN_PROBLEMS order; CHAIN_REACHED is internal
+
+
+def index_geometry(hash_slot_num: int):
+    """The ``geo`` array of an index file of ``hash_slot_num`` slots, from store_format.layout (read at call time,
+    an argument of the kernels: never a global of this module, whose source alone keys numba's cache)."""
+    from store_format import layout as L
+
+    at = L.INDEX_ENTRY.offsets
+    geo = np.zeros(8, np.int64)
+    geo[GEO_SLOTS_AT], geo[GEO_ENTRIES_AT] = L.INDEX_HEADER_SIZE, L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE
+    geo[GEO_ENTRY_SIZE], geo[GEO_SLOT_SIZE] = L.INDEX_ENTRY_SIZE, L.INDEX_SLOT_SIZE
+    geo[GEO_KEY_HASH], geo[GEO_PHYSICAL_OFFSET] = at["key_hash"], at["physical_offset"]
+    geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX] = at["time_diff"], at["prev_index"]
+    return geo
+
+
+#: bits of index_chain_bits, in store_format.indexfile.CHAIN_PROBLEMS order; CHAIN_REACHED is internal
 CHAIN_PREV_OUT_OF_RANGE, CHAIN_PREV_NOT_OLDER, CHAIN_PREV_OTHER_SLOT, CHAIN_NEGATIVE_TIME_DIFF, CHAIN_UNREACHABLE, \
     CHAIN_REACHED = 1, 2, 4, 8, 16, 128
 

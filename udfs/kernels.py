@@ -34,6 +34,7 @@ from store_format import layout as L
 from store_format.commitlog import FrameRun
 from store_format.compression import DEFAULT_MAX_DECOMPRESSED, decompress
 from store_format.errors import StoreFormatError
+from store_format.indexfile import CHAIN_PROBLEMS, EntryViews  # noqa: F401  (EntryViews: the kernels' input)
 from store_format.ids import parse_uniq_key
 from store_format.message import DERIVED_FIELDS, STORED_FIELDS
 
@@ -238,6 +239,21 @@ def frames_from_buffer(buf, starts, sizes) -> Frames:
 def _compiled():
     from . import compiled
     return compiled
+
+
+def load_compiled() -> None:
+    """Import the compiled passes now (from numba's disk cache, or compiled): a process that will need them can
+    pay for it while it waits for something else (the audit, while its Spark session starts)."""
+    _compiled()
+
+
+def bucket_hulls(phys: np.ndarray, rows: np.ndarray, row_base: int, shift: int, last: int, first: np.ndarray,
+                 final: np.ndarray) -> None:
+    """Per routing bucket (``phys >> shift``, -1 below 0, ``last + 1`` past the end), the first and last row of the
+    offsets in it, into ``first`` and ``final`` (indexed bucket + 1), in one compiled pass: an index file holds up
+    to 20 M entries, whose sort would cost more than the read (jobs.audit.plan.Buckets.of_offsets)."""
+    _compiled().bucket_hulls(np.ascontiguousarray(phys, np.int64), np.ascontiguousarray(rows, np.int64), row_base,
+                             shift, last, first, final)
 
 
 @functools.cache
@@ -741,3 +757,64 @@ class _Decoder:
         both = pa.concat_arrays([self.body, pa.array(extra, pa.binary())]) if extra else self.body
         self.cols["decompressed_body"] = both.take(_num(idx, pa.int64(), good))
         self.cols["decompress_error"] = pa.array(errors, pa.string())
+
+# ---------------------------------------------------------------------------------------------------------
+# Index files (store_format.indexfile.EntryViews over a read-only map): the hash chains and the entries' summary
+
+# (key hash, offset) pairs the duplicate count sorts at once: what a task holds beyond a byte per entry
+SUMMARY_BUCKET_ENTRIES = 1 << 22
+
+
+def chain_bits(v: "EntryViews") -> np.ndarray:
+    """Each entry's chain problems (:data:`CHAIN_PROBLEMS`) as bits, bit ``j`` for problem ``j``, one compiled pass
+    over the file's bytes (udfs.compiled.index_chain_bits: reachable is what ``selectPhyOffset`` can walk to from
+    some slot).  Five bytes per entry while it runs, one after."""
+    c = _compiled()
+    return c.index_chain_bits(v.raw, c.index_geometry(v.hash_slot_num), v.hash_slot_num, v.count)
+
+
+def problem_lists(bits: np.ndarray) -> pa.ListArray:
+    """Entries' problem bits (:func:`chain_bits`) as a list of problem names per entry, in CHAIN_PROBLEMS order."""
+    masks = (bits[:, None] >> np.arange(len(CHAIN_PROBLEMS), dtype=np.uint8)) & 1
+    offsets = np.zeros(len(bits) + 1, np.int32)
+    np.cumsum(masks.sum(axis=1), out=offsets[1:])
+    _, which = np.nonzero(masks)  # row-major: each entry's problems in CHAIN_PROBLEMS order
+    names = pa.array(CHAIN_PROBLEMS, pa.string()).take(pa.array(which, pa.int64()))
+    return pa.ListArray.from_arrays(pa.array(offsets), names)
+
+
+def entry_summary(v: "EntryViews", bucket_entries: int = SUMMARY_BUCKET_ENTRIES) -> dict:
+    """What a file's entries (1..count-1) say about its header: the slots they use, the physical offsets of the
+    first and last, and (key hash, offset) pairs indexed more than once (extra entries, pairs), counted exactly
+    (udfs.compiled.index_entry_summary; memory: a byte per entry plus ``bucket_entries`` pairs)."""
+    if v.count <= 1:
+        return {"entry_slots": 0, "duplicate_entries": 0, "duplicated_pairs": 0}
+    c = _compiled()
+    slots, duplicate_entries, duplicated_pairs = c.index_entry_summary(v.raw, c.index_geometry(v.hash_slot_num),
+                                                                       v.hash_slot_num, v.count, bucket_entries)
+    return {"entry_slots": int(slots), "first_entry_phy_offset": int(v.physical_offset[1]),
+            "last_entry_phy_offset": int(v.physical_offset[v.count - 1]),
+            "duplicate_entries": int(duplicate_entries), "duplicated_pairs": int(duplicated_pairs)}
+
+
+def pairs_in(a_phys: np.ndarray, a_hash: np.ndarray, b_phys: np.ndarray, b_hash: np.ndarray) -> np.ndarray:
+    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s (udfs.compiled.pairs_in_sorted); either side
+    put in offset order first where it is not (entries and keys mostly come in commitlog order)."""
+    found = np.zeros(len(a_phys), bool)
+    if not len(a_phys) or not len(b_phys):
+        return found
+
+    def ordered(phys, hashes):
+        phys, hashes = np.ascontiguousarray(phys, np.int64), np.ascontiguousarray(hashes, np.int32)
+        if len(phys) > 1 and (phys[1:] < phys[:-1]).any():
+            order = np.argsort(phys, kind="stable")
+            return phys[order], hashes[order], order
+        return phys, hashes, None
+
+    a_phys, a_hash, a_order = ordered(a_phys, a_hash)
+    b_phys, b_hash, _ = ordered(b_phys, b_hash)
+    hits = found if a_order is None else np.zeros(len(a_phys), bool)
+    _compiled().pairs_in_sorted(a_phys, a_hash, b_phys, b_hash, hits)
+    if a_order is not None:
+        found[a_order] = hits
+    return found

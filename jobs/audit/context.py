@@ -10,32 +10,33 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from store_format import fs
 from store_format import layout as L
-from udfs.columns import column
 
-from .inputs import StoreInput
+from .inputs import StoreRef
 from .plan import BrokerPlan
-from .tasks import Outputs
-
-#: per consume queue (AuditContext.queue_bounds; the audit's ``queues`` table)
-QUEUE_BOUNDS = pa.schema([column("broker", pa.string()), column("topic", pa.string()), column("queue_id", pa.int32()),
-                          column("min_offset", pa.int64()), column("max_offset", pa.int64()),
-                          column("entries", pa.int64(), "units in the consume queue files")])
+from .routes import CQ_FILES, QUEUE_BOUNDS, QUEUE_STARTS
+from .scan import RANGES
+from .survey import WALK_ITEMS
+from .tasks import Outputs, failure_row
 
 
 @dataclass
 class AuditOptions:
-    families: tuple[str, ...]
+    families: tuple[str, ...]  # the check families chosen (--checks)
     as_of: int | None = None
     check_crc: bool = True
     message_index_safe: bool = False
     segment_size: int | None = None
     split_size: int | None = None
+    executor: str = "auto"  # where the tasks run (jobs.session.choose_executor): auto, driver or spark
 
 
 class AuditContext:
-    def __init__(self, spark, stores: list[StoreInput], plans: dict[str, BrokerPlan], options: AuditOptions):
+    def __init__(self, spark, stores: list[StoreRef], plans: dict[str, BrokerPlan], options: AuditOptions,
+                 families: list | None = None):
         self.spark, self.stores, self.plans, self.options = spark, stores, plans, options
+        self.families = list(families or [])  # the jobs.audit.contract.Family objects this audit runs
         self.survey = Outputs()
         self.scan = Outputs()
         self.failures: list[pa.Table] = []  # tasks and steps that failed (tasks.FAILURES rows)
@@ -53,12 +54,8 @@ class AuditContext:
     # ---- recovery ----------------------------------------------------------------------------------------
     def predict_recovery(self) -> None:
         """What each broker's recovery will do, decided from the survey's walks of the segments it walks (so
-        nothing is walked here) and completed by the scan (:func:`checks.recovery.lost_from_scan`)."""
-        from store_format.recovery import predict_recovery
-
-        from store_format.recovery import QueueStart
-
-        from .survey import QUEUE_STARTS
+        nothing is walked here) and completed by the scan (the ``prediction`` family's ``after_scan``)."""
+        from store_format.recovery import QueueStart, predict_recovery
 
         walks = self.segment_walks()
         starts: dict[str, dict] = {name: {} for name in self.plans}
@@ -66,8 +63,6 @@ class AuditContext:
             starts[r["broker"]][(r["topic"], r["queue_id"])] = QueueStart(
                 r["recover_end"], r["max_physic_offset"],
                 (r["refused_offset"], r["refused_size"]) if r["refused_offset"] is not None else None)
-        from .tasks import failure_row
-
         self.queue_starts = starts
         for name, plan in self.plans.items():
             try:
@@ -83,8 +78,6 @@ class AuditContext:
         lacks: a segment whose walk stopped at a PHYSICAL_OFFSET_MISMATCH is walked again here, the broker's way)."""
         from store_format.errors import ErrorKind
         from store_format.recovery import SegmentWalk, recovery_walk
-
-        from .survey import WALK_ITEMS
 
         first: dict[tuple, dict] = {}
         for r in self.survey_partial("survey.walk_items", WALK_ITEMS).to_pylist():
@@ -106,8 +99,6 @@ class AuditContext:
     # ---- from the scan -----------------------------------------------------------------------------------
     @cached_property
     def _ranges(self) -> pa.Table:
-        from .scan import RANGES
-
         return self.partial("scan.ranges", RANGES)
 
     @cached_property
@@ -147,8 +138,6 @@ class AuditContext:
     def queue_bounds(self) -> pa.Table:
         """Per consume queue: ``min_offset`` (first entry), ``max_offset`` (one past the last entry, as the broker's
         ``getMaxOffsetInQueue``) and the entry count, from the consume-queue files."""
-        from .survey import CQ_FILES
-
         t = self.survey_partial("survey.cq_files", CQ_FILES)
         t = t.filter(pc.greater(t.column("entries"), 0))
         if not t.num_rows:
@@ -164,10 +153,8 @@ class AuditContext:
     def queue_ids(self) -> set[tuple]:
         """(broker, topic, queue id) of every consume-queue file with content or a bad name (queue id None when
         the folder is not a number): the queues the consume-queue files show."""
-        from store_format.commitlog import SEGMENT_NAME
-
         return {(name, f.topic, f.queue_id) for name, plan in self.plans.items() for f in plan.cq_files
-                if f.length > 0 or f.queue_id is None or not SEGMENT_NAME.match(f.name)}
+                if f.length > 0 or not f.loaded}
 
     @cached_property
     def queue_topics(self) -> set[tuple]:
@@ -178,11 +165,11 @@ class AuditContext:
         where the queue has no entry there), for every offset in consumerOffset.json."""
         cache = self.__dict__.setdefault("_committed", {})
         if broker not in cache:
-            from datasources.consumequeue import read_unit_window
+            from store_format.consumequeue import read_unit_window
 
             files: dict[tuple, list] = {}
             for f in self.plans[broker].cq_files:
-                if f.queue_id is not None and f.name.isdigit() and len(f.name) == 20:
+                if f.loaded:
                     files.setdefault((f.topic, f.queue_id), []).append(f)
             out = {}
             offsets = self.metadata("consumer_offsets").to_pylist()
@@ -191,8 +178,8 @@ class AuditContext:
                     continue
                 key = (r["topic"], r["queue_id"], r["offset"])
                 phys = None
-                for f in sorted(files.get(key[:2], []), key=lambda f: int(f.name)):
-                    first = int(f.name) // L.CQ_STORE_UNIT_SIZE
+                for f in sorted(files.get(key[:2], []), key=lambda f: f.first_queue_offset):
+                    first = f.first_queue_offset
                     if first <= r["offset"] < first + f.length // L.CQ_STORE_UNIT_SIZE:
                         u = read_unit_window(f.loc, r["offset"] - first, r["offset"] - first + 1)
                         if len(u["kind"]) and u["kind"][0] == 0:
@@ -204,8 +191,8 @@ class AuditContext:
 
     # ---- config files ------------------------------------------------------------------------------------
     def metadata(self, table: str) -> pa.Table:
-        """A store metadata table (datasources/metadata.py's rows), read on the driver: these files are small."""
-        from datasources.metadata import schema_of, table_batch
+        """A store metadata table (udfs/metadata.py), read on the driver: these files are small."""
+        from udfs.metadata import schema_of, table_batch
 
         cache = self.__dict__.setdefault("_metadata", {})
         if table not in cache:  # column-wise: a broker's consumerOffset.json may hold millions of offsets
@@ -228,41 +215,40 @@ class AuditContext:
 
     def walk_messages_at(self, broker: str, offsets, columns: tuple[str, ...]) -> pa.Table:
         """The decoded ``columns`` (udfs.kernels) of the messages of the salvage walk that start at ``offsets``
-        (sorted), each segment opened once.  A frame that proves itself (a body whose CRC matches, or an empty
-        body followed by another frame, a blank or the end of the data) lies on the walk from its segment's start
-        (find_next_frame's confirmation); the walk ends at the segment's first blank.  Anything else is settled
+        (sorted), each segment opened once.  A frame that proves itself (store_format.commitlog.proves_itself)
+        lies on the walk from its segment's start; the walk ends at the segment's first blank.  Anything else is settled
         by walking the segment.  The frames are checked together (udfs.kernels.CompiledFramer.each)."""
-        from store_format.commitlog import END_OF_DATA, KIND_MESSAGE, frame_at, salvage_arrays
+        from store_format.commitlog import KIND_MESSAGE, proves_itself, salvage_arrays
         from udfs import kernels as K
 
-        segments = self.plans[broker].named_segments
-        bases = np.array([s.base for s in segments], np.int64)
+        segments = self.plans[broker].segments
+        bases = np.array([s.base_offset for s in segments], np.int64)
         offsets = np.asarray(offsets, np.int64)
         at = np.searchsorted(bases, offsets, side="right") - 1
         parts = []
         for i, seg in enumerate(segments):
-            pos = offsets[at == i] - seg.base
+            pos = offsets[at == i] - seg.base_offset
             pos = pos[(pos >= 0) & (pos < seg.length)]
             blank = self.first_blanks.get((broker, seg.name))
             if blank is not None:
                 pos = pos[pos <= blank]
             if not len(pos):
                 continue
-            with seg.loc.mmap_or_read() as m:  # a read-only map, or the segment read through pyarrow.fs
+            with fs.map_range(seg.loc) as m:  # a read-only map, or the segment read through pyarrow.fs
                 limit = len(m.buf)
-                framer = K.CompiledFramer(m.buf, limit, seg.base, self.options.check_crc, True)
+                framer = K.CompiledFramer(m.buf, limit, seg.base_offset, self.options.check_crc, True)
                 try:
                     sizes, body_lengths = framer.each(pos)
                 finally:
                     framer.close()
+                # without the CRC checked no frame proves itself; with it, a non-empty body does (in bulk here) and
+                # an empty one by what follows it
                 confirmed = (sizes > 0) & (body_lengths > 0) if self.options.check_crc else np.zeros(len(pos), bool)
                 for j in np.flatnonzero((sizes > 0) & (body_lengths == 0)) if self.options.check_crc else ():
-                    # an empty body's CRC proves nothing: the next frame must
-                    nxt = frame_at(m.buf, int(pos[j] + sizes[j]), limit, seg.base)
-                    confirmed[j] = nxt.kind in ("message", "blank") or nxt.stop_kind == END_OF_DATA
+                    confirmed[j] = proves_itself(m.buf, int(pos[j]), int(sizes[j]), 0, limit, seg.base_offset)
                 rest = np.flatnonzero(~confirmed)
                 if len(rest):
-                    walked = salvage_arrays(m.buf, seg.name, seg.base, check_crc=self.options.check_crc,
+                    walked = salvage_arrays(m.buf, seg.name, seg.base_offset, check_crc=self.options.check_crc,
                                             framer=K.CompiledFramer)
                     messages = walked.kinds == KIND_MESSAGE
                     w_pos, w_size = walked.positions[messages], walked.sizes[messages]

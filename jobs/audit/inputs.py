@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 
-from jobs.stores import StoreInput, resolve_stores  # noqa: F401  (the audit's inputs: jobs/stores.py)
+from jobs.stores import StoreRef
 from store_format import fs
 
 
-def input_files(stores: list[StoreInput]) -> list:
+def input_files(stores: list[StoreRef]) -> list:
     """Every file of the stores: ``Path``s, or ``fs.StorePath``s of a store on another file system."""
     return sorted((p for s in stores for p in _files_under(s.path)), key=lambda p: p.parts)  # Path's order
 

@@ -49,15 +49,22 @@ from jobs import cli
 from jobs.extract import parse_time
 from jobs.output import OutputError, append_history, prepare_output, write_parquet_file
 from jobs.progress import Phase, say
-from store_format.brokerconf import add_geometry_arguments, geometry_from_args
+from jobs.session import EXECUTORS, choose_executor
+from store_format.brokerconf import add_geometry_arguments, geometry_from_args, size_argument
 
 from . import findings as FD
 from . import resend, terminal
-from .checks import FAMILIES, FamilyResult, load, load_all
+from . import checks
+from .checks import FAMILIES, load_all
+from .contract import FamilyResult
 from .context import AuditContext, AuditOptions
 from .groups import add_times, group_findings
-from .inputs import fingerprint, input_files, resolve_stores
-from .plan import TASKS_PER_CORE, BrokerPlan, plan_broker, scan_split_size
+from jobs.stores import resolve_stores
+
+from .inputs import fingerprint, input_files
+from .plan import BrokerPlan, plan_broker, plan_segments
+from .scan import scan_tasks
+from .survey import survey_tasks
 from .tasks import FAILURES, RunInfo, failure_row, run_tasks
 from .verdict import verdict as broker_verdict
 
@@ -95,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--message-index-safe", action="store_true",
                    help="the broker runs with messageIndexSafe=true (changes the abnormal recovery start)")
     add_geometry_arguments(p, segment_size=True)
-    p.add_argument("--split-size", metavar="BYTES",
+    p.add_argument("--split-size", type=size_argument, metavar="SIZE",
                    help="cut commitlog segments into ranges of this size, one task each (e.g. 128m; default: about "
                         "three ranges per core, 32m to 64m: a task's memory is about twice its range)")
     p.add_argument("--top", type=int, default=200,
@@ -105,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what stdout gets: text (default), each broker's verdict in words (will it start, the cut, "
                         "the messages lost, what to do first, with the command) and one line; json, the same as "
                         "one JSON object for machines.  With --quiet, text is the one line")
+    p.add_argument("--executor", choices=EXECUTORS, default="auto",
+                   help="where the audit's tasks run: in this process's threads, one per core (driver), or as two "
+                        "Spark jobs (spark); auto (the default): driver for a local[N] session, spark on a cluster "
+                        "or over Spark Connect (the driver then reads every input file itself)")
     p.add_argument("--profile", action="store_true",
                    help="print where the time went: each phase, and the slowest Spark tasks of each stage")
     return p
@@ -127,194 +138,6 @@ class _Phases:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Planning the two stages
-
-
-@dataclass
-class _SegmentPlan:
-    """How one segment is read: its ranges, and whether the survey walks it first."""
-
-    broker: str
-    seg: object  # datasources.commitlog.SegmentFile
-    ranges: list[tuple[int, int, bool]]  # (start, end, last)
-    surveyed: bool
-
-
-def _segment_plans(plans: dict[str, BrokerPlan], split: int | None, recovery_region: dict[str, set]) -> list:
-    from datasources.commitlog import cut_ranges, written_end
-
-    out = []
-    for name, plan in plans.items():
-        newest = plan.named_segments[-1] if plan.named_segments else None
-        for seg in plan.named_segments:
-            if split and seg.length > split:
-                # where the written bytes end: a local file's extents answer at once; elsewhere it costs ranged
-                # reads, spent on the newest segment only (the one a broker is still filling)
-                probe = seg.loc.local_path is not None or seg is newest
-                data = written_end(seg.loc, seg.length) if probe else seg.length
-                ranges = cut_ranges(seg.length, data, split)
-            else:
-                ranges = [(0, seg.length, True)]
-            out.append(_SegmentPlan(name, seg, ranges, len(ranges) > 1 or seg.name in recovery_region.get(name, ())))
-    return out
-
-
-def _survey_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
-    from datasources.consumequeue import GROUP_BYTES, GROUP_FILES
-
-    from .survey import IndexSurvey, QueueSurvey, SegmentSurvey
-
-    tasks = []
-    for sp in segments:
-        if sp.surveyed:
-            for start, end, last in sp.ranges:
-                tasks.append(SegmentSurvey(sp.broker, sp.seg.loc, sp.seg.name, sp.seg.base, sp.seg.length, start, end,
-                                           last, ctx.options.check_crc))
-    delay = ctx.metadata("delay_offsets")
-    for name, plan in ctx.plans.items():
-        nxt = {lv - 1: o for b, lv, o, err in zip(delay.column("broker").to_pylist(),
-                                                  delay.column("delay_level").to_pylist(),
-                                                  delay.column("offset").to_pylist(), delay.column("error").to_pylist())
-               if b == name and err is None and lv is not None} if "delays" in ctx.options.families else {}
-        schedule = {qid: nxt.get(qid, 0) for (topic, qid) in plan.store.queues if topic == "SCHEDULE_TOPIC_XXXX"} \
-            if "delays" in ctx.options.families else {}
-        segs = [(s.base, s.length, s.loc) for s in plan.named_segments]
-        for group in _queue_groups(plan.cq_files, GROUP_BYTES, GROUP_FILES):
-            tasks.append(QueueSurvey(name, group, plan.shift, plan.commitlog_end, schedule, segs))
-        for part in plan.index_files:
-            tasks.append(IndexSurvey(name, part, plan.shift, plan.commitlog_end))
-    return tasks
-
-
-def _queue_groups(files: list, max_bytes: int, max_files: int) -> list[list]:
-    """Whole queues (every file of a queue, in order) packed into groups of about ``max_bytes``."""
-    queues: dict[tuple, list] = {}
-    for f in files:
-        queues.setdefault((f.topic, f.queue_id), []).append(f)
-    groups, cur, size = [], [], 0
-    for key in sorted(queues, key=lambda k: (k[0], k[1] is None, k[1] or 0)):
-        q = sorted(queues[key], key=lambda f: f.name)
-        qsize = sum(f.length for f in q)
-        if cur and (size + qsize > max_bytes or len(cur) + len(q) > max_files):
-            groups.append(cur)
-            cur, size = [], 0
-        cur.extend(q)
-        size += qsize
-    if cur:
-        groups.append(cur)
-    return groups
-
-
-def _segment_ends(ctx: AuditContext) -> dict[tuple[str, str], tuple[int | None, int | None]]:
-    """(first stop or blank, first blank) of every surveyed segment's walk."""
-    from .survey import WALK_ITEMS
-
-    ends: dict[tuple, list] = {}
-    for r in ctx.survey_partial("survey.walk_items", WALK_ITEMS).to_pylist():
-        e = ends.setdefault((r["broker"], r["segment"]), [None, None])
-        if r["kind"] in ("stop", "blank"):
-            e[0] = r["file_position"] if e[0] is None else min(e[0], r["file_position"])
-        if r["kind"] == "blank":
-            e[1] = r["file_position"] if e[1] is None else min(e[1], r["file_position"])
-    from .survey import WALK_RANGES
-
-    for r in ctx.survey_partial("survey.walk_ranges", WALK_RANGES).to_pylist():
-        ends.setdefault((r["broker"], r["segment"]), [None, None])
-    return {k: tuple(v) for k, v in ends.items()}
-
-
-def _scan_tasks(ctx: AuditContext, segments: list[_SegmentPlan]) -> list:
-    from datasources.consumequeue import GROUP_BYTES, GROUP_FILES
-
-    from .scan import BrokerFacts, CommitlogRange, IndexScan, QueueScan, RoutedIndexFile, RoutedQueueFile
-    from store_format.recovery import truncates_queues
-
-    from .checks.index import unreadable_ranges
-    from .survey import CQ_FILES, INDEX_FILES, buckets_of_row
-
-    ends = _segment_ends(ctx)
-    cq_rows = {r["path"]: r for r in ctx.survey_partial("survey.cq_files", CQ_FILES).to_pylist()}
-    ix_rows = {r["path"]: r for r in ctx.survey_partial("survey.index_files", INDEX_FILES).to_pylist()}
-    tasks = []
-    for name, plan in ctx.plans.items():
-        p = ctx.recovery.get(name)
-        if p is None:
-            continue  # its recovery could not be predicted: a finding says so
-        stop = p.walks.get(p.stop_segment) if p.stop_segment else None
-        queue_files = [RoutedQueueFile(f.loc, f.topic, f.queue_id, f.name, int(f.name) // 20,
-                                       buckets_of_row(cq_rows[f.loc.path]))
-                       for f in plan.cq_files if f.loc.path in cq_rows and cq_rows[f.loc.path]["entries"]]
-        index_files = [RoutedIndexFile(f.loc, f.name, r["hash_slot_num"], r["index_num"], r["count"],
-                                       r["begin_timestamp"], buckets_of_row(r))
-                       for f in plan.index_files for r in [ix_rows.get(f.loc.path)]
-                       if r is not None and r["error"] is None and (r["count"] or 0) > 1]
-        problems = [(f.base or 0, f.length, kind) for f in plan.segments for kind, _ in f.problems]
-        facts = BrokerFacts(
-            broker=name, families=ctx.options.families, check_crc=ctx.options.check_crc,
-            segment_size=plan.store.segment_size or 1, recovered_end=p.max_physical_offset, recovery_stop=stop,
-            reput_from=p.max_cq_physical_offset, has_commitlog=bool(plan.store.segments),
-            truncate_queues=truncates_queues(ctx.queue_starts[name].values(), p.max_physical_offset,
-                                             bool(plan.store.segments))[0],
-            index_pending_from=p.redispatch_from if p.redispatch_from is not None else p.max_cq_physical_offset,
-            indexed=plan.has_index_dir, shift=plan.shift, commitlog_end=plan.commitlog_end,
-            queue_files=queue_files, index_files=index_files, file_problems=problems,
-            unverifiable=[(f, lo, hi) for f, lo, hi, _ in unreadable_ranges(
-                [r for r in ix_rows.values() if r["broker"] == name])],
-            delay_levels=dict(plan.store.delay_levels))
-        for family in ctx.options.families:
-            hook = getattr(load(family), "probes", None)
-            if hook is not None:
-                facts.probes[family] = hook(ctx, name)
-        mine = [sp for sp in segments if sp.broker == name]
-        for i, sp in enumerate(mine):
-            nxt = mine[i + 1].seg.base if i + 1 < len(mine) else None
-            first_stop, first_blank = ends.get((name, sp.seg.name), (None, None))
-            resolved = (name, sp.seg.name) in ends
-            for k, (start, end, last) in enumerate(sp.ranges):
-                tasks.append(CommitlogRange(
-                    facts, sp.seg.loc, sp.seg.name, sp.seg.base, sp.seg.length, start, end, last,
-                    first_stop=first_stop, first_blank=first_blank,
-                    crc_checked_before=(first_stop or 0) if resolved and ctx.options.check_crc else 0,
-                    resolved=resolved, first_of_broker=(i == 0 and k == 0), next_base=nxt if last else None))
-        if not mine:  # no segment: one task still owns every offset, so units and entries are checked
-
-            tasks.append(_NoCommitlog(facts))
-        for group in _queue_groups(plan.cq_files, GROUP_BYTES, GROUP_FILES):
-            tasks.append(QueueScan(facts, group))
-        for part in plan.index_files:
-            tasks.append(IndexScan(facts, part))
-    return tasks
-
-
-@dataclass
-class _NoCommitlog:
-    """A broker without commitlog segments: its units and entries point at nothing."""
-
-    facts: object
-
-    @property
-    def broker(self) -> str:
-        return self.facts.broker
-
-    def describe(self) -> str:
-        return f"{self.facts.broker}: no commitlog"
-
-    def cost(self) -> int:
-        return 1
-
-    def run(self, out) -> None:
-        from store_format.commitlog import FrameArrays
-
-        from .scan import INF, NEG_INF, RangeContext, family_module
-
-        rc = RangeContext(self.facts, "", 0, FrameArrays.empty("", 0), None, b"", 0, NEG_INF, INF, True)
-        for family in self.facts.families:
-            hook = getattr(family_module(family), "in_range", None)
-            if hook is not None:
-                hook(rc, out)
-
-
-# ---------------------------------------------------------------------------------------------------------
 # The run
 
 
@@ -327,130 +150,60 @@ def run(spark, args) -> AuditResult:
     run_id = f"{run_time.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
     stores = resolve_stores(args.store)
     _prepare_outputs(args, stores)
-    families = tuple(f.strip() for f in args.checks.split(",") if f.strip())
-    for f in families:
-        load(f)
+    names = tuple(f.strip() for f in args.checks.split(",") if f.strip())
+    families = checks.selected(names)
     load_all()
     files = input_files(stores)
     total = sum(p.stat().st_size for p in files)
-    progress(f"{len(stores)} store(s), {len(files)} files, {total / 2**20:.1f} MiB; checks: {', '.join(families)}")
+    progress(f"{len(stores)} store(s), {len(files)} files, {total / 2**20:.1f} MiB; checks: {', '.join(names)}")
     before = fingerprint(files, args.sha256)
     geometry = geometry_from_args(args)
     plans = {s.name: plan_broker(s, geometry) for s in stores}
-    from datasources.storepaths import parse_size
-
-    options = AuditOptions(families=families, as_of=args.as_of, check_crc=not args.no_crc,
+    options = AuditOptions(families=names, as_of=args.as_of, check_crc=not args.no_crc,
                            message_index_safe=args.message_index_safe, segment_size=geometry.segment_size,
-                           split_size=parse_size(args.split_size, 0) if args.split_size else None)
-    ctx = AuditContext(spark, stores, plans, options)
-    from datasources.commitlog import default_parallelism, local_master
-
-    cores = default_parallelism(spark)
-    split = scan_split_size(list(plans.values()), cores, options.split_size)
-    from store_format.recovery import recovery_region
-
-    region = {name: {s.name for s in recovery_region(plan.store, options.message_index_safe)}
-              for name, plan in plans.items()}
-    segments = _segment_plans(plans, split, region)
+                           split_size=args.split_size,
+                           executor=getattr(args, "executor", "auto"))
+    ctx = AuditContext(spark, stores, plans, options, families)
+    executor = choose_executor(spark, options.executor)
+    segments = plan_segments(plans, executor.cores, options.split_size, options.message_index_safe)
     phases.done("planning")
 
     out = args.out.rstrip("/")
     run = RunInfo(os.path.join(out, "findings"), run_id, run_time, tables_dir=os.path.join(out, "tables"))
     os.makedirs(run.findings_dir, exist_ok=True)
     try:
-        survey = _survey_tasks(ctx, segments)
-        # local mode: the tasks run in the driver's threads, on the cores the session's tasks would use, without
-        # a Spark job's start (on a cluster they run where the executors are, two jobs)
-        local = local_master(spark)
-        where = " in the driver" if local else ""
-        with Phase(f"survey ({len(survey)} task(s){where})", sum(t.cost() for t in survey),
-                   None if local else spark) as phase:
-            ctx.survey = run_tasks(spark, survey, cores if local else TASKS_PER_CORE * cores, RunInfo(None),
-                                   in_driver=local, phase=phase)
+        ctx.survey = _stage(spark, "survey", survey_tasks(ctx, segments), executor, RunInfo(None))
         ctx.failures.append(ctx.survey.get("_failures", FAILURES))
         phases.done("survey")
         progress("predicting recovery")
         ctx.predict_recovery()
         phases.done("recovery prediction")
-        scan = _scan_tasks(ctx, segments)
-        with Phase(f"scan ({len(scan)} task(s){where})", sum(t.cost() for t in scan), None if local else spark) \
-                as phase:
-            ctx.scan = run_tasks(spark, scan, cores if local else TASKS_PER_CORE * cores, run, in_driver=local,
-                                 phase=phase)
+        ctx.scan = _stage(spark, "scan", scan_tasks(ctx, segments), executor, run)
         ctx.failures.append(ctx.scan.get("_failures", FAILURES))
-        from .checks.recovery import lost_from_scan
-
-        lost_from_scan(ctx)
-        phases.done("scan")
-
-        results = {}
         for family in families:
-            t0 = time.time()
-            try:
-                results[family] = load(family).on_driver(ctx)
-            except Exception as e:  # a bug or input no check foresaw: every broker's results lack this family
-                ctx.failures += [failure_row(s.name, f"the {family} checks", e) for s in stores]
-            progress(f"{family}: {time.time() - t0:.1f}s")
-        results["_failures"] = FamilyResult(findings=[_failure_findings(ctx.failures)])
+            if family.after_scan is not None:
+                family.after_scan(ctx)
+        phases.done("scan")
+        results = _finish(ctx)
         phases.done("families on the driver")
+        written = _write_outputs(ctx, results, run, out, args.history, spark)
+        phases.done("writing findings, metrics, tables, history")
 
-        stamp = {"run_id": run_id, "run_time": run_time}
-        driver_findings = FD.concat_findings([t for r in results.values() for t in r.findings])
-        progress("writing findings")
-        counts = _counts(ctx, driver_findings)
-        # the scan's tasks wrote theirs; the families' go beside them (always a file: the folder has a schema)
-        write_parquet_file(FD.as_written(driver_findings, run_id, run_time),
-                           os.path.join(run.findings_dir, "part-driver.parquet"))
-        Path(run.findings_dir, "_SUCCESS").touch()
-        phases.done("writing findings")
-        metrics = FD.concat_metrics([t for r in results.values() for t in r.metrics])
-        _write_arrow(_stamp_arrow(metrics, stamp), f"{out}/metrics")
-        tables = {name: t for r in results.values() for name, t in r.tables.items()}
-        for name, t in tables.items():
-            _write_arrow(t, f"{out}/tables/{name}")
-        # the messages to re-send: the scan's tasks wrote the dropped and unindexed ones; the damaged ones go beside
-        resend.write_damaged(ctx.partial("resend.damaged", resend.DAMAGED).to_pylist() + ctx.resend_damaged,
-                             f"{out}/tables/{resend.NAME}")
-        Path(out, "tables", resend.NAME, "_SUCCESS").touch()
-        if args.history:
-            progress(f"appending to the history at {args.history}")
-            append_history(spark.read.parquet(f"{out}/findings"), f"{args.history.rstrip('/')}/findings")
-            append_history(spark.read.parquet(f"{out}/metrics"), f"{args.history.rstrip('/')}/metrics")
-        phases.done("writing metrics, tables, history")
-
-        from .checks import recovery as recovery_family
-
-        recovery = recovery_family.summary(ctx)
         progress("grouping findings by cause")
         groups = group_findings(run.findings_dir)
         add_times(groups, ctx.store_times)
-        message_counts = _broker_metric(metrics, "message_count")
         after = fingerprint(files, args.sha256)
         if after != before:
             changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
             raise OutputError(f"input files changed during the audit (chain of custody broken): {changed[:5]}")
-        summary = {
-            "tool": TOOL, "version": _version(), "run_id": run_id, "run_time": run_time.isoformat(),
-            "elapsed_seconds": round(time.time() - started, 1), "checks": list(families),
-            "inputs": [{"path": p, **v} for p, v in before.items()],
-            "counts": {"error": counts["severity"].get("error", 0), "warning": counts["severity"].get("warning", 0),
-                       "info": counts["severity"].get("info", 0), "per_check": counts["per_check"]},
-            "brokers": [{"name": s.name, "path": s.path, "geometry": _geometry(plans[s.name]),
-                         "as_of": ctx.as_of.get(s.name), "recovery": recovery.get(s.name)} for s in stores],
-            "groups": len(groups),
-            "outputs": {"findings": f"{out}/findings", "metrics": f"{out}/metrics",
-                        **{f"tables/{n}": f"{out}/tables/{n}" for n in [*tables, resend.NAME]},
-                        "report": None if args.no_report else f"{out}/report.html"},
-        }
-        for b in summary["brokers"]:
-            b["verdict"] = broker_verdict(b, groups, out, message_counts.get(b["name"]))
-        summary["counts"].update(terminal.counts(summary, groups))
+        summary = _summary(ctx, written, groups, before, out, started, run_id, run_time,
+                           None if args.no_report else f"{out}/report.html")
         (Path(out) / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False, default=str))
         if not args.no_report:
             progress("rendering report.html")
             from . import report
 
-            report.write(ctx, summary, tables, groups, out, top=args.top)
+            report.write(ctx, summary, written.tables, groups, out, top=args.top)
         phases.done("summary and report")
     finally:
         ctx.release()
@@ -462,6 +215,94 @@ def run(spark, args) -> AuditResult:
     # stdout: each broker's first screen in words, then one line (--quiet: the line; --format json: JSON)
     return AuditResult(terminal.render(summary, getattr(args, "format", "text"), getattr(args, "quiet", False), code),
                        code, out=out, summary_data=summary, phases=phases.times, line=terminal.final_line(summary))
+
+
+def _stage(spark, name: str, tasks: list, executor, run: RunInfo):
+    """One stage's tasks run where the executor says, with a progress line (jobs/progress.py)."""
+    where = " in the driver" if executor.where == "driver" else ""
+    with Phase(f"{name} ({len(tasks)} task(s){where})", sum(t.cost() for t in tasks),
+               spark if executor.where == "spark" else None) as phase:
+        return run_tasks(spark, tasks, executor, run, phase=phase)
+
+
+def _finish(ctx: AuditContext) -> list[FamilyResult]:
+    """Every family's ``on_driver``, in order; a family that fails is a finding for every broker."""
+    results = []
+    for family in ctx.families:
+        if family.on_driver is None:
+            continue
+        t0 = time.time()
+        try:
+            results.append(family.on_driver(ctx))
+        except Exception as e:  # a bug or input no check foresaw: every broker's results lack this family
+            ctx.failures += [failure_row(s.name, f"the {family.name} checks", e) for s in ctx.stores]
+        progress(f"{family.name}: {time.time() - t0:.1f}s")
+    results.append(FamilyResult(findings=[_failure_findings(ctx.failures)]))
+    return results
+
+
+@dataclass
+class _Written:
+    """What the run wrote, for the summary and the report."""
+
+    counts: dict
+    metrics: pa.Table
+    tables: dict[str, pa.Table]
+    resend_counts: dict
+
+
+def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo, out: str, history: str | None,
+                   spark) -> _Written:
+    """The families' findings beside the scan tasks' (always a file: the folder has a schema), the metrics, the
+    detail tables, the messages to re-send, and the history."""
+    progress("writing findings")
+    driver_findings = FD.concat_findings([t for r in results for t in r.findings])
+    counts = _counts(ctx, driver_findings)
+    write_parquet_file(FD.as_written(driver_findings, run.run_id, run.run_time),
+                       os.path.join(run.findings_dir, "part-driver.parquet"))
+    Path(run.findings_dir, "_SUCCESS").touch()
+    metrics = FD.concat_metrics([t for r in results for t in r.metrics])
+    _write_arrow(_stamp_arrow(metrics, {"run_id": run.run_id, "run_time": run.run_time}), f"{out}/metrics")
+    tables = {name: t for r in results for name, t in r.tables.items()}
+    for name, t in tables.items():
+        _write_arrow(t, f"{out}/tables/{name}")
+    # the messages to re-send: the scan's tasks wrote the dropped and unindexed ones; the damaged ones go beside
+    resend.write_damaged(ctx.resend_damaged, f"{out}/tables/{resend.NAME}")
+    Path(out, "tables", resend.NAME, "_SUCCESS").touch()
+    if history:
+        progress(f"appending to the history at {history}")
+        append_history(spark.read.parquet(f"{out}/findings"), f"{history.rstrip('/')}/findings")
+        append_history(spark.read.parquet(f"{out}/metrics"), f"{history.rstrip('/')}/metrics")
+    return _Written(counts, metrics, tables, resend.counts(f"{out}/tables/{resend.NAME}"))
+
+
+def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, out: str, started: float,
+             run_id: str, run_time, report: str | None) -> dict:
+    counts = written.counts
+    brokers = [{"name": s.name, "path": s.path, "geometry": _geometry(ctx.plans[s.name]),
+                "as_of": ctx.as_of.get(s.name)} for s in ctx.stores]
+    for family in ctx.families:  # what the families add to each broker (the predicted recovery)
+        if family.summary is not None:
+            found = family.summary(ctx)
+            for b in brokers:
+                b.update(found.get(b["name"], {}))
+    summary = {
+        "tool": TOOL, "version": _version(), "run_id": run_id, "run_time": run_time.isoformat(),
+        "elapsed_seconds": round(time.time() - started, 1), "checks": list(ctx.options.families),
+        "inputs": [{"path": p, **v} for p, v in inputs.items()],
+        "counts": {"error": counts["severity"].get("error", 0), "warning": counts["severity"].get("warning", 0),
+                   "info": counts["severity"].get("info", 0), "per_check": counts["per_check"]},
+        "brokers": brokers,
+        "groups": len(groups),
+        "outputs": {"findings": f"{out}/findings", "metrics": f"{out}/metrics",
+                    **{f"tables/{n}": f"{out}/tables/{n}" for n in [*written.tables, resend.NAME]},
+                    "report": report},
+    }
+    message_counts = _broker_metric(written.metrics, "message_count")
+    for b in brokers:
+        b["verdict"] = broker_verdict(b, groups, out, message_counts.get(b["name"]))
+    summary["counts"].update(terminal.counts(summary, groups))
+    return summary
 
 
 def _failure_findings(failures: list[pa.Table]) -> pa.Table:
@@ -579,9 +420,9 @@ def _load_in_background() -> None:
 
     def load_kernels():
         try:
-            from udfs.kernels import _compiled
+            from udfs.kernels import load_compiled
 
-            _compiled()
+            load_compiled()
             load_all()
         except Exception:  # noqa: BLE001 - the task that imports them reports it, with its broker
             pass

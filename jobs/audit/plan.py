@@ -1,10 +1,10 @@
-"""What an audit will read, decided on the driver from the file listing alone: per broker its segment files, consume-
-queue files and index files, and how the commitlog is cut into tasks.
+"""What an audit will read, decided on the driver from the store layer's listing alone: per broker its segment files,
+consume-queue files and index files (store_format.store.Store: listed once, with their problems), and how the
+commitlog is cut into tasks (store_format.plan: the split policy for a task that holds its range, and the cut).
 
-The cut: segments are split into ranges of about a third of a core's share, at most MAX_SPLIT, so every core is
-busy and a task's memory does not grow with the segment size (:func:`scan_split_size`).  The broker's recovery
-walk covers its newest segments (three in normal recovery, more after a crash), and a split segment's ranges
-need the segment's walk ends; both come from the survey (a first, lighter pass over the framing).
+The broker's recovery walk covers its newest segments (three in normal recovery, more after a crash), and a split
+segment's ranges need the segment's walk ends; both come from the survey (a first, lighter pass over the framing),
+so those segments are surveyed.
 
 Physical offsets route consume-queue units and index entries to the task whose commitlog range holds them:
 every file's entries are summarized by the survey as buckets (``phys >> shift``) with the unit-index interval
@@ -17,21 +17,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from datasources.commitlog import SegmentFile, list_segment_files
-from datasources.consumequeue import CQFilePartition, plan_files as plan_cq_files
-from datasources.indexfile import IndexFilePartition, plan_files as plan_index_files
-from datasources.storepaths import find_inputs
 from store_format.brokerconf import StoreGeometry
+from store_format.commitlog import Segment
+from store_format.consumequeue import QueueFile
+from store_format.fs import Location
+from store_format.plan import MAX_RANGE_HELD, SegmentRange, plan_ranges
+from store_format.recovery import recovery_region
 from store_format.store import Store
 
-from .inputs import StoreInput
+from .inputs import StoreRef
 
-MIN_SPLIT = 32 << 20  # a range smaller than this costs more in task overhead than it gains in parallelism
-# a task holds its range's decoded columns (about twice the range): ranges of at most this size keep a task's
-# memory the same from a small dump to a 1 GiB-segment broker of hundreds of GB (the survey's first pass over
-# every cut segment costs ~0.6 s of CPU per GiB)
-MAX_SPLIT = 64 << 20
-TASKS_PER_CORE = 3  # ranges of uneven cost (damage, the newest segment's data end) still keep cores busy
 MAX_BUCKETS = 4096  # routing buckets per broker: the bucket width follows the commitlog's length
 NEGATIVE_BUCKET = -1  # index entries may hold garbage offsets: below 0, and past the commitlog's end
 BEYOND = np.iinfo(np.int64).max
@@ -42,20 +37,49 @@ class BrokerPlan:
     name: str
     root: str
     store: Store = field(repr=False)
-    segments: list[SegmentFile]
-    segment_size: int | None
-    cq_files: list[CQFilePartition]
-    index_files: list[IndexFilePartition]
-    has_index_dir: bool
+    geometry: StoreGeometry
     shift: int  # routing bucket of a physical offset: phys >> shift
     commitlog_end: int  # one past the last byte any segment file could hold
+
+    @property
+    def segment_files(self) -> list[Segment]:
+        """Every file of commitlog/ (bad names too), with its problems."""
+        return self.store.segment_files
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The segments with a base offset, by base offset."""
+        return self.store.segments
+
+    @property
+    def cq_files(self) -> list[QueueFile]:
+        return self.store.queue_files
+
+    @property
+    def index_files(self) -> list["IndexFilePlan"]:
+        """Every file of index/ with the geometry given (--config, the flags; None: each file's own)."""
+        g = self.geometry
+        return [IndexFilePlan(f, g.hash_slot_num, g.index_num) for f in self.store.index_files]
+
+    @property
+    def has_index_dir(self) -> bool:
+        return self.store.loc.child("index").is_dir()
 
     def bucket(self, phys: np.ndarray) -> np.ndarray:
         return bucket_of(phys, self.shift, self.commitlog_end)
 
+
+@dataclass(frozen=True)
+class IndexFilePlan:
+    """An index file as the audit reads it: where it is and the geometry given (None: the file's own)."""
+
+    loc: Location
+    hash_slot_num: int | None
+    index_num: int | None
+
     @property
-    def named_segments(self) -> list[SegmentFile]:
-        return sorted((s for s in self.segments if s.base is not None), key=lambda s: s.base)
+    def name(self) -> str:
+        return self.loc.name
 
 
 def bucket_of(phys: np.ndarray, shift: int, commitlog_end: int) -> np.ndarray:
@@ -66,45 +90,37 @@ def bucket_of(phys: np.ndarray, shift: int, commitlog_end: int) -> np.ndarray:
     return np.where(phys < 0, NEGATIVE_BUCKET, np.minimum(b, last + 1))
 
 
-def plan_broker(store_input: StoreInput, geometry: StoreGeometry | None = None) -> BrokerPlan:
+def plan_broker(store_input: StoreRef, geometry: StoreGeometry | None = None) -> BrokerPlan:
     """What one broker's audit reads; ``geometry`` (--config and the flags) where the files cannot tell."""
-    name, root = store_input.name, store_input.path
     geometry = geometry or StoreGeometry()
-    store = Store(root, **geometry.store_kwargs())
-    inputs = find_inputs(root, "commitlog", name) if (store.root / "commitlog").exists() else []
+    store = Store(store_input.path, **geometry.store_kwargs())
     size = store.segment_size
-    segments = list_segment_files(inputs, size) if inputs else []
-    cq = plan_cq_files(find_inputs(root, "consumequeue", name)) if (store.root / "consumequeue").is_dir() else []
-    has_index = (store.root / "index").is_dir()
-    index = (plan_index_files(find_inputs(root, "index", name), geometry.hash_slot_num, geometry.index_num)
-             if has_index else [])
-    end = max((s.base + max(s.length, size or 0) for s in segments if s.base is not None), default=0)
+    end = max((s.base_offset + max(s.length, size or 0) for s in store.segments), default=0)
     shift = max(20, math.ceil(math.log2(max(end, 1) / MAX_BUCKETS))) if end else 20
-    return BrokerPlan(name, root, store, segments, size, cq, index, has_index, shift, end)
+    return BrokerPlan(store_input.name, store_input.path, store, geometry, shift, end)
 
 
-def data_bytes(plan: BrokerPlan) -> int:
-    """The commitlog bytes a broker holds: every segment's length, the newest one's up to its written end."""
-    from datasources.commitlog import written_end
+@dataclass
+class SegmentPlan:
+    """How one segment is read: its ranges, and whether the survey walks it first (a segment the broker's recovery
+    walks, or one cut into several ranges: their walk needs the segment's ends)."""
 
-    segs = plan.named_segments
-    if not segs:
-        return 0
-    newest = segs[-1]
-    tail = written_end(newest.loc, newest.length)  # elsewhere than local: a binary search of ranged reads
-    return sum(s.length for s in segs[:-1]) + tail
+    broker: str
+    segment: Segment
+    ranges: list[SegmentRange]
+    surveyed: bool
 
 
-def scan_split_size(plans: list[BrokerPlan], cores: int, requested: int | None) -> int | None:
-    """The range size segments are cut into: ``requested`` (--split-size), else what gives about TASKS_PER_CORE
-    ranges per core, within MIN_SPLIT..MAX_SPLIT."""
-    if requested:
-        return requested
-    total = sum(data_bytes(p) for p in plans)
-    if not total:
-        return None
-    size = -(-total // (TASKS_PER_CORE * cores))
-    return int(min(MAX_SPLIT, max(MIN_SPLIT, -(-size // (1 << 20)) << 20)))
+def plan_segments(plans: dict[str, BrokerPlan], cores: int, split_size: int | None,
+                  message_index_safe: bool) -> list[SegmentPlan]:
+    """Every named segment of every broker cut into ranges by the split policy (for a task that holds its range)."""
+    named = [(name, s) for name, plan in plans.items() for s in plan.segments]
+    by_segment: dict[tuple[str, str], list[SegmentRange]] = {}
+    for r in plan_ranges(named, split_size, cores, largest=MAX_RANGE_HELD):
+        by_segment.setdefault((r.broker, r.name), []).append(r)
+    region = {name: {s.name for s in recovery_region(plan.store, message_index_safe)} for name, plan in plans.items()}
+    return [SegmentPlan(name, s, by_segment[name, s.name],
+                        len(by_segment[name, s.name]) > 1 or s.name in region[name]) for name, s in named]
 
 
 @dataclass(frozen=True)
@@ -133,14 +149,13 @@ class Buckets:
     def of_offsets(cls, phys: np.ndarray, rows: np.ndarray | int, shift: int, commitlog_end: int) -> "Buckets":
         """``of(bucket_of(phys, shift, commitlog_end), rows)`` in one compiled pass, without a sort (an index file
         holds up to 20 M entries); ``rows`` an int: entry ``i``'s row is ``rows + i``."""
-        from udfs.kernels import _compiled
+        from udfs.kernels import bucket_hulls
 
         last = commitlog_end >> shift
         first = np.full(last + 3, np.iinfo(np.int64).max, np.int64)  # buckets -1 .. last + 1, at b + 1
         final = np.full(last + 3, -1, np.int64)
         row_base, rows = (rows, np.zeros(0, np.int64)) if isinstance(rows, int) else (0, rows)
-        _compiled().bucket_hulls(np.ascontiguousarray(phys, np.int64), np.ascontiguousarray(rows, np.int64),
-                                 row_base, shift, last, first, final)
+        bucket_hulls(phys, rows, row_base, shift, last, first, final)
         seen = np.flatnonzero(final >= 0)
         return cls((seen - 1).astype(np.int64), first[seen], final[seen])
 

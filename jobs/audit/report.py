@@ -84,6 +84,9 @@ details.group>div{padding:4px 10px 6px}
 """
 
 
+#: the partial tables the report reads itself (the rest comes through the summary and the tables)
+READS = ("rates.counts",)
+
 def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: str, *, top: int = 200) -> str:
     """report.html for the audit in ``out`` (its summary, detail tables and finding groups)."""
     brokers = summary["brokers"]
@@ -351,7 +354,10 @@ def _resend_section(b: dict, out: str) -> str:
 
 def _commands(b: dict, out: str, path: str) -> str:
     """The commands that copy the lost messages out of the dump (and into a fresh store), as they run pasted."""
-    from .verdict import command
+    from jobs.cli import printed_command
+
+    def command(argv: list[str]) -> str:
+        return printed_command(argv[0], argv[1:])
 
     name, v = b["name"], b["verdict"]
     store = f"{name}={b['path']}"
@@ -633,45 +639,19 @@ def _rate_plot(plt, unit_ms: int, counts: dict) -> tuple[str, str]:
     return "Message rate over time per topic", _png(fig)
 
 
-# The scan's per-topic counts over time (partial table ``report.rate``): a range counts per millisecond when it
-# spans at most two seconds, per second up to two hours, else per minute; ``unit`` is the unit in milliseconds.
-RATE = pa.schema([("topic", pa.string()), ("unit", pa.int32()), ("time", pa.int64()), ("messages", pa.int64())])
-_UNITS = ((2_000, 1), (7_200_000, 1_000), (None, 60_000))  # (widest span in ms, unit in ms)
-
-
-def _unit_for(span_ms: int) -> int:
-    return next(u for limit, u in _UNITS if limit is None or span_ms <= limit)
-
-
-def rate_counts(rc) -> pa.Table | None:
-    """A range's kept messages per topic and time unit."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    kept = rc.column("kept")
-    if not kept.any():
-        return None
-    m = rc.messages
-    t = pa.table({"topic": m.column("topic"), "store_timestamp": m.column("store_timestamp")}).filter(pa.array(kept))
-    ms = t.column("store_timestamp").to_numpy(zero_copy_only=False)
-    unit = _unit_for(int(ms.max() - ms.min()))
-    g = pa.table({"topic": t.column("topic"), "time": pa.array(np.floor_divide(ms, unit))}).group_by(
-        ["topic", "time"]).aggregate([("time", "count")])
-    return pa.table({"topic": g.column("topic"), "unit": pa.repeat(pa.scalar(unit, pa.int32()), g.num_rows),
-                     "time": g.column("time"), "messages": pc.cast(g.column("time_count"), pa.int64())}, schema=RATE)
-
-
 def message_rate(ctx) -> tuple[int, dict] | None:
     """(milliseconds per unit, {(topic, time in units): kept messages}) over every range, in the finest unit
     every range counted in and the whole span allows."""
-    t = ctx.partial("report.rate", RATE)
+    from .checks.rates import RATE, unit_for
+
+    t = ctx.partial("rates.counts", RATE)
     if not t.num_rows:
         return None
     rows = t.to_pylist()
     coarsest = max(r["unit"] for r in rows)
     lo = min(r["time"] * r["unit"] for r in rows)
     hi = max((r["time"] + 1) * r["unit"] - 1 for r in rows)
-    unit = max(coarsest, _unit_for(hi - lo))
+    unit = max(coarsest, unit_for(hi - lo))
     counts: dict[tuple, int] = {}
     for r in rows:
         key = (r["topic"], r["time"] * r["unit"] // unit)

@@ -1,34 +1,35 @@
-"""The scan: the audit's one pass over a dump, as Spark tasks that each decide every check they can locally.
+"""The scan: the audit's one pass over a dump, in tasks that each decide every check they can locally.
 
 A :class:`CommitlogRange` task walks one range of a segment (salvage walk, bodies' CRCs checked once), decodes
-the columns the checks use with udfs.kernels, and owns a span of physical offsets: the consume-queue units and
-index entries pointing into it are read (only those: routed by the survey's buckets) and reconciled with its
-messages right there, in numpy, with no join across tasks.  Spans tile the number line: a range owns from the
-position its walk starts at (the broker's first range: from minus infinity) to where the next range's walk
-starts (a segment's last range: to the next segment, the last one: to plus infinity), so every unit and entry is
-checked by exactly one task, and the record a unit points into (or just after) is always that task's.
+the columns the checks use with udfs.kernels, and owns a span of physical offsets: the entries of every routed
+file (jobs/audit/routes.py: consume-queue units, index entries) pointing into it are read (only those: routed by
+the survey's buckets) and reconciled with its messages right there, in numpy, with no join across tasks.  Spans
+tile the number line: a range owns from the position its walk starts at (the broker's first range: from minus
+infinity) to where the next range's walk starts (a segment's last range: to the next segment, the last one: to
+plus infinity), so every entry is checked by exactly one task, and the record an entry points into (or just
+after) is always that task's.
 
-:class:`QueueScan` reads consume-queue files for what concerns a file alone (corrupt units, names, what recovery
-truncates); :class:`IndexScan` walks one index file's hash chains and holds its header against its entries.
-Each family of jobs/audit/checks/ contributes a hook per task kind (``in_range``, ``in_queue_files``,
-``in_index_file``) and finishes on the driver (``on_driver``) from the partial tables its hooks emitted.
+A :class:`FileScan` task reads a group of one route's files for what a file says alone (corrupt units, names,
+what recovery truncates, an index file's hash chains and header).  Each family of jobs/audit/checks/ contributes
+hooks (jobs/audit/contract.py: ``in_range``, ``in_files[route]``) and finishes on the driver from the partial
+tables its hooks emitted.
 """
 from __future__ import annotations
 
-import importlib
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
 
-from datasources.commitlog import cut_to_walk, read_range_walk, segment_ends
-from datasources.storepaths import Location
 from store_format import layout as L
-from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, ReadOnlyMap
+from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, FrameArrays
+from store_format.fs import Location, ReadOnlyMap
+from store_format.scan import cut_to_walk, read_range_walk, segment_ends
+from udfs.kernels import CompiledFramer
 
-from .plan import Buckets
+from .plan import NEGATIVE_BUCKET, bucket_of
+from .routes import ROUTES, VIEW
 from .tasks import Emitter
 
 INF = np.iinfo(np.int64).max
@@ -43,39 +44,12 @@ _DECODE_ROWS = 1 << 18
 IN_DAMAGE, MID_RECORD, OUTSIDE = 0, 1, 2
 
 
-def family_module(family: str):
-    return importlib.import_module(f"jobs.audit.checks.{family}")
-
-
-@dataclass(frozen=True)
-class RoutedQueueFile:
-    """A consume-queue file as a scan task reads it: entry ``i`` is unit ``i`` of the file."""
-
-    loc: Location
-    topic: str
-    queue_id: int
-    name: str
-    first_queue_offset: int
-    buckets: Buckets
-
-
-@dataclass(frozen=True)
-class RoutedIndexFile:
-    loc: Location
-    name: str
-    hash_slot_num: int
-    index_num: int
-    count: int  # entries 1 .. count-1 are written
-    begin_timestamp: int
-    buckets: Buckets
-
-
 @dataclass
 class BrokerFacts:
     """What every scan task of one broker shares (decided on the driver between survey and scan)."""
 
     broker: str
-    families: tuple[str, ...]
+    families: tuple  # the jobs.audit.contract.Family objects this audit runs (their hooks)
     check_crc: bool
     segment_size: int  # the broker's segment size (1 when unknown): a record belongs to its size-aligned block
     recovered_end: int  # the predicted recovery's max physical offset: messages before it are kept
@@ -87,14 +61,11 @@ class BrokerFacts:
     indexed: bool  # the store has an index/ folder
     shift: int
     commitlog_end: int
-    queue_files: list[RoutedQueueFile] = field(default_factory=list)
-    index_files: list[RoutedIndexFile] = field(default_factory=list)
+    routed: dict = field(default_factory=dict)  # route name -> its routes.RoutedFile of this broker
     # file-level damage that counts as corrupt bytes where it lies: (physical offset, length, reason)
     file_problems: list[tuple[int, int, str]] = field(default_factory=list)
-    # index files it could not read: (file, from, to) the physical offsets whose keys only they could serve
-    unverifiable: list[tuple[str, int, int]] = field(default_factory=list)
     delay_levels: dict = field(default_factory=lambda: dict(L.DEFAULT_DELAY_LEVELS))
-    probes: dict = field(default_factory=dict)  # family -> what it asks every range task to look up
+    probes: dict = field(default_factory=dict)  # family name -> what it asks every task of the broker to look up
 
 
 @dataclass
@@ -127,7 +98,7 @@ class CommitlogRange:
     def run(self, out: Emitter) -> None:
         walk, handle, w0 = read_range_walk(self.loc, self.name, self.base, self.length, self.start, self.end,
                                            self.last, check_crc=self.facts.check_crc,
-                                           crc_checked_before=self.crc_checked_before)
+                                           crc_checked_before=self.crc_checked_before, framer=CompiledFramer)
         try:
             items = walk.items
             first_stop, first_blank = (self.first_stop, self.first_blank) if self.resolved else segment_ends([items])
@@ -148,18 +119,9 @@ class CommitlogRange:
                 "messages": [len(rc.message_rows)], "blank_at": [int(blanks.min()) if len(blanks) else None],
                 "max_store_timestamp": [int(ts.max()) if len(ts) else None], "data_end": [rc.data_end]},
                 schema=RANGES))
-            from .checks.recovery import lost_records_in
-            from .report import rate_counts
-
-            lost_records_in(rc, out)  # the summary's recovery counts them, whatever the families
-
-            rate = rate_counts(rc) if len(rc.message_rows) else None
-            if rate is not None:
-                out.partial("report.rate", rate)
             for family in self.facts.families:
-                hook = getattr(family_module(family), "in_range", None)
-                if hook is not None:
-                    hook(rc, out)
+                if family.in_range is not None:
+                    family.in_range(rc, out)
             rc.release()
         finally:
             if isinstance(handle, ReadOnlyMap):
@@ -183,6 +145,7 @@ class RangeContext:
     def release(self) -> None:
         self.buf = None
         self.__dict__.pop("messages", None)
+        self.__dict__.pop("_routed", None)
 
     # ---- messages ---------------------------------------------------------------------------------------
     @cached_property
@@ -235,70 +198,36 @@ class RangeContext:
     def owns(self, phys: np.ndarray) -> np.ndarray:
         return (phys >= self.lo) & (phys < self.hi)
 
-    def _buckets(self) -> tuple[int, int]:
-        from .plan import NEGATIVE_BUCKET, bucket_of
-
+    @cached_property
+    def _owned_buckets(self) -> tuple[int, int]:
         f = self.facts
         lo = NEGATIVE_BUCKET if self.lo == NEG_INF else int(bucket_of(np.array([self.lo]), f.shift, f.commitlog_end)[0])
         hi = int(bucket_of(np.array([INF if self.hi == INF else self.hi - 1]), f.shift, f.commitlog_end)[0])
         return lo, hi
 
-    @cached_property
-    def units(self) -> pa.Table:
-        """The consume-queue entries (units recovery would accept) whose physical offset this range owns."""
-        from datasources.consumequeue import read_unit_window
+    def routed(self, route: str) -> pa.Table:
+        """The entries of the route's files (jobs/audit/routes.py: units recovery would accept, index entries 1 ..
+        count-1 of every readable file...) whose physical offset this range owns, as the route shows them."""
+        cache = self.__dict__.setdefault("_routed", {})
+        if route not in cache:
+            cache[route] = self._read_routed(route)
+        return cache[route]
 
+    def _read_routed(self, name: str) -> pa.Table:
+        route, schema = ROUTES[name], VIEW[name]
         if self.lo >= self.hi:
-            return _UNITS.empty_table()
-        blo, bhi = self._buckets()
+            return schema.empty_table()
+        blo, bhi = self._owned_buckets
         parts = []
-        for f in self.facts.queue_files:
+        for f in self.facts.routed.get(name, ()):
             rows = f.buckets.rows_for(blo, bhi)
             if rows is None:
                 continue
-            u = read_unit_window(f.loc, rows[0], rows[1])
-            keep = (u["kind"] == 0) & self.owns(u["physical_offset"])
-            idx = np.flatnonzero(keep)
-            if not len(idx):
-                continue
-            k = len(idx)
-            parts.append(pa.table({
-                "topic": pa.repeat(pa.scalar(f.topic, pa.string()), k),
-                "queue_id": pa.repeat(pa.scalar(f.queue_id, pa.int32()), k),
-                "queue_offset": pa.array(f.first_queue_offset + rows[0] + idx, pa.int64()),
-                "physical_offset": pa.array(u["physical_offset"][idx]), "size": pa.array(u["size"][idx]),
-                "tags_code": pa.array(u["tags_code"][idx]), "file": pa.repeat(pa.scalar(f.name, pa.string()), k),
-                "file_position": pa.array((rows[0] + idx) * L.CQ_STORE_UNIT_SIZE, pa.int64()),
-            }, schema=_UNITS))
-        return pa.concat_tables(parts) if parts else _UNITS.empty_table()
-
-    @cached_property
-    def index_entries(self) -> pa.Table:
-        """The index entries (1 .. count-1 of every readable file) whose physical offset this range owns."""
-        from datasources.indexfile import read_entry_window
-
-        if self.lo >= self.hi:
-            return _ENTRIES.empty_table()
-        blo, bhi = self._buckets()
-        parts = []
-        for f in self.facts.index_files:
-            rows = f.buckets.rows_for(blo, bhi)
-            if rows is None:
-                continue
-            e = read_entry_window(f.loc, f.hash_slot_num, rows[0], rows[1])
-            idx = np.flatnonzero(self.owns(e["physical_offset"]))
-            if not len(idx):
-                continue
-            k = len(idx)
-            td = e["time_diff"][idx]
-            parts.append(pa.table({
-                "file": pa.repeat(pa.scalar(f.name, pa.string()), k),
-                "entry": pa.array((rows[0] + idx).astype(np.int32)), "key_hash": pa.array(e["key_hash"][idx]),
-                "physical_offset": pa.array(e["physical_offset"][idx]), "time_diff": pa.array(td),
-                "store_time": pa.array(f.begin_timestamp + td.astype(np.int64) * 1000),
-                "prev_index": pa.array(e["prev_index"][idx]),
-            }, schema=_ENTRIES))
-        return pa.concat_tables(parts) if parts else _ENTRIES.empty_table()
+            w = route.window(f, rows[0], rows[1])
+            idx = np.flatnonzero(w["valid"] & self.owns(w["physical_offset"]))
+            if len(idx):
+                parts.append(route.view(f, rows[0], idx, w))
+        return pa.concat_tables(parts) if parts else schema.empty_table()
 
     # ---- what a loose physical offset points at ---------------------------------------------------------
     @cached_property
@@ -359,66 +288,122 @@ def _block(phys: np.ndarray, size: int) -> np.ndarray:
     return phys - np.fmod(phys, size)
 
 
+#: the partial table the scan's own tasks emit: what each range saw (the dump time, the data's end, first blanks)
 RANGES = pa.schema([("broker", pa.string()), ("segment", pa.string()), ("range_start", pa.int64()),
                     ("messages", pa.int64()), ("blank_at", pa.int64()), ("max_store_timestamp", pa.int64()),
                     ("data_end", pa.int64())])
-_UNITS = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
-                    ("physical_offset", pa.int64()), ("size", pa.int32()), ("tags_code", pa.int64()),
-                    ("file", pa.string()), ("file_position", pa.int64())])
-_ENTRIES = pa.schema([("file", pa.string()), ("entry", pa.int32()), ("key_hash", pa.int32()),
-                      ("physical_offset", pa.int64()), ("time_diff", pa.int32()), ("store_time", pa.int64()),
-                      ("prev_index", pa.int32())])
+EMITS = {"scan.ranges": RANGES}
 
 
 @dataclass
-class QueueScan:
-    """Consume-queue files of whole queues (file by file, in queue order) for what a file says alone."""
+class FileScan:
+    """A group of one route's files (whole queues), for what each file says alone: the families' ``in_files``
+    hooks for the route."""
 
+    route: str
     facts: BrokerFacts
-    files: list  # CQFilePartition, every file of each queue, in order
+    files: list
 
     @property
     def broker(self) -> str:
         return self.facts.broker
 
     def describe(self) -> str:
-        return f"{self.facts.broker}: {len(self.files)} consume-queue file(s)"
+        return f"{self.facts.broker}: {len(self.files)} {self.route} file(s)"
 
     def cost(self) -> int:
-        return sum(f.length for f in self.files)
+        return sum(ROUTES[self.route].scan_cost(f) for f in self.files)
 
     def run(self, out: Emitter) -> None:
-        from .checks.recovery import queue_recovery_in
-
-        queue_recovery_in(self.facts, self.files, out)  # the summary's recovery counts it, whatever the families
         for family in self.facts.families:
-            hook = getattr(family_module(family), "in_queue_files", None)
+            hook = family.in_files.get(self.route)
             if hook is not None:
                 hook(self.facts, self.files, out)
 
 
 @dataclass
-class IndexScan:
+class NoCommitlog:
+    """A broker without commitlog segments: one task still owns every offset, so its routed entries are checked
+    (they point at nothing)."""
+
     facts: BrokerFacts
-    part: object  # IndexFilePartition
 
     @property
     def broker(self) -> str:
         return self.facts.broker
 
     def describe(self) -> str:
-        return f"{self.facts.broker}/index/{self.part.name}"
+        return f"{self.facts.broker}: no commitlog"
 
     def cost(self) -> int:
-        return self.size  # the chain walk reads the whole file
-
-    @property
-    def size(self) -> int:
-        loc = self.part.loc
-        return os.path.getsize(loc.local_path) if loc.local_path is not None else loc.info().size
+        return 1
 
     def run(self, out: Emitter) -> None:
+        rc = RangeContext(self.facts, "", 0, FrameArrays.empty("", 0), None, b"", 0, NEG_INF, INF, True)
         for family in self.facts.families:
-            hook = getattr(family_module(family), "in_index_file", None)
-            if hook is not None:
-                hook(self.facts, self.part, out)
+            if family.in_range is not None:
+                family.in_range(rc, out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The stage's tasks
+
+
+def broker_facts(ctx, name: str) -> BrokerFacts | None:
+    """What the scan tasks of one broker share: its predicted recovery, its routed files (from the survey's rows)
+    and the families' probes; None when its recovery could not be predicted (a finding says so)."""
+    from store_format.recovery import truncates_queues
+
+    plan, p = ctx.plans[name], ctx.recovery.get(name)
+    if p is None:
+        return None
+    routed = {}
+    for route in ROUTES.values():
+        rows = {r["path"]: r for r in ctx.survey.get(route.files_partial, route.survey_schema).to_pylist()}
+        found = (route.routed(rows.get(f.loc.path), f) for f in route.files(plan))
+        routed[route.name] = [r for r in found if r is not None]
+    facts = BrokerFacts(
+        broker=name, families=tuple(ctx.families), check_crc=ctx.options.check_crc,
+        segment_size=plan.store.segment_size or 1, recovered_end=p.max_physical_offset,
+        recovery_stop=p.walks.get(p.stop_segment) if p.stop_segment else None,
+        reput_from=p.max_cq_physical_offset, has_commitlog=bool(plan.store.segments),
+        truncate_queues=truncates_queues(ctx.queue_starts[name].values(), p.max_physical_offset,
+                                         bool(plan.store.segments))[0],
+        index_pending_from=p.redispatch_from if p.redispatch_from is not None else p.max_cq_physical_offset,
+        indexed=plan.has_index_dir, shift=plan.shift, commitlog_end=plan.commitlog_end, routed=routed,
+        file_problems=[(f.base_offset or 0, f.length, kind) for f in plan.segment_files for kind, _ in f.problems],
+        delay_levels=dict(plan.store.delay_levels))
+    for family in ctx.families:
+        if family.probes is not None:
+            facts.probes[family.name] = family.probes(ctx, name)
+    return facts
+
+
+def scan_tasks(ctx, segments: list) -> list:
+    """The scan's tasks: every range of every segment (:class:`jobs.audit.plan.SegmentPlan`) with what it owns,
+    and each broker's files of every route in the route's groups."""
+    from .survey import segment_ends as surveyed_ends
+
+    ends = surveyed_ends(ctx.survey)
+    tasks = []
+    for name, plan in ctx.plans.items():
+        facts = broker_facts(ctx, name)
+        if facts is None:
+            continue
+        mine = [sp for sp in segments if sp.broker == name]
+        for i, sp in enumerate(mine):
+            nxt = mine[i + 1].segment.base_offset if i + 1 < len(mine) else None
+            resolved = (name, sp.segment.name) in ends
+            first_stop, first_blank = ends.get((name, sp.segment.name), (None, None))
+            for k, r in enumerate(sp.ranges):
+                tasks.append(CommitlogRange(
+                    facts, r.loc, r.name, r.base, r.length, r.start, r.end, r.last,
+                    first_stop=first_stop, first_blank=first_blank,
+                    crc_checked_before=(first_stop or 0) if resolved and ctx.options.check_crc else 0,
+                    resolved=resolved, first_of_broker=(i == 0 and k == 0), next_base=nxt if r.last else None))
+        if not mine:
+            tasks.append(NoCommitlog(facts))
+        for route in ROUTES.values():
+            if any(route.name in f.in_files for f in ctx.families):
+                tasks += [FileScan(route.name, facts, group) for group in route.group(route.files(plan))]
+    return tasks

@@ -1,13 +1,14 @@
-"""The survey: the first, light Spark stage of an audit, whose small results the driver needs before the scan.
+"""The survey: the first, light stage of an audit, whose small results the driver needs before the scan.
 
 * :class:`SegmentSurvey`: one range of a segment's salvage walk, CRC checked, reporting only what is not a
   message (stops, blanks, unframeable spans) and where its data ends.  Run over the segments the broker's
   recovery walks and over segments the scan splits: the driver then knows every segment's walk ends (first stop,
   first blank), so it can predict recovery and give each scan range what only a walk from the segment's start
   knows.
-* :class:`QueueSurvey`: consume-queue files, a group of whole queues per task: per file its units' bounds and
-  the routing buckets of its entries (which scan task owns which units).
-* :class:`IndexSurvey`: one index file: header, geometry, and the routing buckets of its entries.
+* :class:`RouteSurvey`: a group of one route's files (jobs/audit/routes.py: consume-queue files in groups of whole
+  queues, index files one by one): per file its bounds and the routing buckets of its entries (which scan task
+  owns which entries), what the route finds over the group (where each queue's recovery starts), and the
+  families' ``in_survey`` hooks over what was read.
 """
 from __future__ import annotations
 
@@ -16,24 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from datasources.commitlog import read_range_walk, span_detail
-from datasources.consumequeue import CQFilePartition
-from datasources.indexfile import EntryViews, IndexFilePartition, written_entries
-from datasources.storepaths import Location
-from store_format import layout as L
-from store_format.commitlog import KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, ReadOnlyMap, SEGMENT_NAME, \
-    SalvageSpan
-from store_format.consumequeue import CQFile, read_unit_arrays
-from store_format.recovery import recover_queue
-from store_format.errors import ErrorKind, StoreFormatError
-from store_format.indexfile import INDEX_NAME, IndexFile, read_header
+from store_format.commitlog import KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, SalvageSpan
+from store_format.fs import Location, ReadOnlyMap
+from store_format.scan import SegmentEnds, read_range_walk, span_detail
+from udfs.kernels import CompiledFramer
 
-from .plan import Buckets
+from .routes import ROUTES, SurveyInput
 from .tasks import Emitter
 
-QUEUE_STARTS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
-                          ("recover_end", pa.int64()), ("max_physic_offset", pa.int64()),
-                          ("refused_offset", pa.int64()), ("refused_size", pa.int64())])
 WALK_ITEMS = pa.schema([
     ("broker", pa.string()), ("segment", pa.string()), ("range_start", pa.int64()), ("file_position", pa.int64()),
     ("kind", pa.string()), ("size", pa.int64()), ("reason", pa.string()), ("field", pa.string()),
@@ -43,19 +34,8 @@ WALK_RANGES = pa.schema([
     ("broker", pa.string()), ("segment", pa.string()), ("range_start", pa.int64()), ("first", pa.int64()),
     ("until", pa.int64()), ("messages", pa.int64()), ("data_end", pa.int64()),
 ])
-BUCKETS = [("bucket", pa.list_(pa.int64())), ("bucket_first", pa.list_(pa.int64())),
-           ("bucket_last", pa.list_(pa.int64()))]
-CQ_FILES = pa.schema([
-    ("broker", pa.string()), ("path", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
-    ("units", pa.int64()), ("entries", pa.int64()),
-    ("min_queue_offset", pa.int64()), ("max_queue_offset", pa.int64()), *BUCKETS,
-])
-INDEX_FILES = pa.schema([
-    ("broker", pa.string()), ("path", pa.string()), ("name", pa.string()), ("error", pa.string()),
-    ("hash_slot_num", pa.int32()), ("index_num", pa.int32()), ("count", pa.int64()),
-    ("begin_timestamp", pa.int64()), ("end_timestamp", pa.int64()), ("begin_phy_offset", pa.int64()),
-    ("end_phy_offset", pa.int64()), ("index_count", pa.int32()), *BUCKETS,
-])
+#: the partial tables the survey's own tasks emit (the routes declare theirs)
+EMITS = {"survey.walk_items": WALK_ITEMS, "survey.walk_ranges": WALK_RANGES}
 
 
 def walk_rows(broker: str, segment: str, range_start: int, items) -> list[dict]:
@@ -91,7 +71,7 @@ class SegmentSurvey:
 
     def run(self, out: Emitter) -> None:
         walk, handle, _ = read_range_walk(self.loc, self.name, self.base, self.length, self.start, self.end,
-                                          self.last, check_crc=self.check_crc)
+                                          self.last, check_crc=self.check_crc, framer=CompiledFramer)
         if isinstance(handle, ReadOnlyMap):
             handle.close()
         items = walk.items
@@ -105,154 +85,72 @@ class SegmentSurvey:
         }], schema=WALK_RANGES))
 
 
-def _bucket_columns(b: Buckets) -> dict:
-    return {"bucket": b.buckets.tolist(), "bucket_first": b.first.tolist(), "bucket_last": b.last.tolist()}
-
-
 @dataclass
-class QueueSurvey:
-    """Consume-queue files of whole queues.  For SCHEDULE_TOPIC_XXXX, the units at or past each level's next
-    offset to deliver (``schedule_next``, queue id -> offset) are the pending delayed messages: their records are
-    read here (without checking them: the scan says whether a message of the walk starts there)."""
+class RouteSurvey:
+    """A group of one route's files (jobs/audit/routes.py), with the hooks of the families that survey them."""
 
-    broker: str
-    files: list[CQFilePartition]
-    shift: int
-    commitlog_end: int
-    schedule_next: dict
-    segments: list  # (base offset, length, Location) of the named segments, to read pending records
+    route: str
+    given: SurveyInput
+    files: list
+    hooks: tuple = ()  # (family name, its in_survey hook for this route)
+
+    @property
+    def broker(self) -> str:
+        return self.given.broker
 
     def describe(self) -> str:
-        return f"{self.broker}: {len(self.files)} consume-queue file(s)"
+        return f"{self.given.broker}: {len(self.files)} {self.route} file(s)"
 
     def cost(self) -> int:
-        return sum(f.length for f in self.files)
+        return sum(ROUTES[self.route].survey_cost(f) for f in self.files)
 
     def run(self, out: Emitter) -> None:
-        rows, pending = [], []
-        maps: dict[str, ReadOnlyMap] = {}  # the segments pending records are read from, each mapped once
-        try:
-            self._read(rows, pending, maps)
-        finally:
-            for m in maps.values():
-                m.close()
-        out.partial("survey.cq_files", pa.Table.from_pylist(rows, schema=CQ_FILES))
-        starts = []
-        for (topic, qid), files in queue_files(self.files).items():
-            s = recover_queue(files)  # ConsumeQueue.recover(): the broker's own walk of the queue
-            starts.append({"broker": self.broker, "topic": topic, "queue_id": qid, "recover_end": s.recover_end,
-                           "max_physic_offset": s.max_physic_offset,
-                           "refused_offset": s.refused[0] if s.refused else None,
-                           "refused_size": s.refused[1] if s.refused else None})
-        out.partial("survey.queue_starts", pa.Table.from_pylist(starts, schema=QUEUE_STARTS))
-        if pending:
-            from .checks.delays import PENDING
-
-            out.partial("delays.pending", pa.Table.from_pylist(pending, schema=PENDING))
-
-    def _read(self, rows: list, pending: list, maps: dict) -> None:
-        """Each file's row and bounds into ``rows``, the pending delayed messages into ``pending``."""
-        for p in self.files:
-            if p.queue_id is None or not SEGMENT_NAME.match(p.name):
-                continue  # never read: the scan reports the file
-            local = p.loc.as_path()  # a Path, else a fs.StorePath read through pyarrow.fs
-            u = read_unit_arrays(CQFile(p.topic, p.queue_id, local, int(p.name), p.length))
-            entry = np.flatnonzero(u.kind == 0)
-            qoff = u.queue_offset[entry]
-            b = Buckets.of_offsets(u.physical_offset[entry], entry, self.shift, self.commitlog_end)
-            rows.append({"broker": self.broker, "path": p.loc.path, "topic": p.topic, "queue_id": p.queue_id,
-                         "units": len(u.kind), "entries": len(entry),
-                         "min_queue_offset": int(qoff.min()) if len(qoff) else None,
-                         "max_queue_offset": int(qoff.max()) if len(qoff) else None, **_bucket_columns(b)})
-            if p.topic == L.SCHEDULE_TOPIC and p.queue_id in self.schedule_next:
-                due = entry[qoff >= self.schedule_next[p.queue_id]]
-                for i in due.tolist():
-                    phys = int(u.physical_offset[i])
-                    msg = self._record(phys, maps)
-                    pending.append({"broker": self.broker, "level": p.queue_id + 1,
-                                    "queue_offset": int(u.queue_offset[i]), "physical_offset": phys,
-                                    "deliver_time": int(u.tags_code[i]),
-                                    "uniq_key": msg.uniq_key if msg else None,
-                                    "real_topic": msg.properties.get(L.PROPERTY_REAL_TOPIC) if msg else None})
-
-    def _record(self, phys: int, maps: dict):
-        """The record a unit points at, decoded as it stands (None when it does not decode)."""
-        from store_format import codec
-
-        for base, length, loc in self.segments:
-            if base <= phys < base + length:
-                pos = phys - base
-                head = loc.read_range(pos, 4) if loc.local_path is None else None
-                try:
-                    if loc.local_path is not None:
-                        if loc.local_path not in maps:
-                            maps[loc.local_path] = ReadOnlyMap(loc.local_path)
-                        return codec.decode_record(maps[loc.local_path].buf, pos, file=loc.path)
-                    size = int.from_bytes(head, "big", signed=True)
-                    if not 0 < size <= length - pos:
-                        return None
-                    return codec.decode_record(loc.read_range(pos, size), 0, file=loc.path)
-                except StoreFormatError:
-                    return None
-        return None
+        route = ROUTES[self.route]
+        rows = []
+        for f in self.files:
+            row, read = route.survey_file(self.given, f)
+            if row is not None:
+                rows.append(row)
+            for _, hook in self.hooks:
+                hook(self.given, f, read, out)
+        out.partial(route.files_partial, pa.Table.from_pylist(rows, schema=route.survey_schema))
+        if route.survey_group is not None:
+            route.survey_group(self.given, self.files, out)
 
 
-@dataclass
-class IndexSurvey:
-    broker: str
-    part: IndexFilePartition
-    shift: int
-    commitlog_end: int
-
-    def describe(self) -> str:
-        return f"{self.broker}/index/{self.part.name}"
-
-    def cost(self) -> int:
-        return 1 << 20  # reads a few bytes per entry
-
-    def run(self, out: Emitter) -> None:
-        p = self.part
-        row = {"broker": self.broker, "path": p.loc.path, "name": p.name}
-        if not INDEX_NAME.match(p.name):
-            row["error"] = ErrorKind.BAD_FILE_NAME.value
-        else:
-            local = p.loc.as_path()  # a Path, else a fs.StorePath read through pyarrow.fs
-            try:
-                f = IndexFile(local, p.hash_slot_num, p.index_num)
-            except StoreFormatError as e:
-                row["error"] = e.kind.value
-                with ReadOnlyMap(local) as m:  # the header, when the file holds one
-                    if len(m) >= L.INDEX_HEADER_SIZE:
-                        row.update(_header_row(read_header(m.buf)))
-            else:
-                with f, ReadOnlyMap(local) as m:
-                    h = f.header
-                    count = written_entries(m, f.hash_slot_num, min(max(h.index_count, 1), f.index_num))
-                    v = EntryViews(m.buf, f.hash_slot_num, count)
-                    phys = v.physical_offset[1:].astype(np.int64)
-                    del v
-                    b = Buckets.of_offsets(phys, 1, self.shift, self.commitlog_end)  # entry 0 is never used
-                    row.update(hash_slot_num=f.hash_slot_num, index_num=f.index_num, count=count,
-                               **_header_row(h), **_bucket_columns(b))
-        out.partial("survey.index_files", pa.Table.from_pylist([row], schema=INDEX_FILES))
+# ---------------------------------------------------------------------------------------------------------
+# The stage's tasks
 
 
-def _header_row(h) -> dict:
-    return {"begin_timestamp": h.begin_timestamp, "end_timestamp": h.end_timestamp,
-            "begin_phy_offset": h.begin_phy_offset, "end_phy_offset": h.end_phy_offset, "index_count": h.index_count}
+def survey_tasks(ctx, segments: list) -> list:
+    """The survey's tasks: every range of the surveyed segments (:class:`jobs.audit.plan.SegmentPlan`), and each
+    broker's files of every route in the route's groups, with the families' survey hooks and probes."""
+    tasks = []
+    for sp in segments:
+        if sp.surveyed:
+            for r in sp.ranges:
+                tasks.append(SegmentSurvey(sp.broker, r.loc, r.name, r.base, r.length, r.start, r.end, r.last,
+                                           ctx.options.check_crc))
+    for name, plan in ctx.plans.items():
+        probes = {f.name: f.survey_probes(ctx, name) for f in ctx.families if f.survey_probes is not None}
+        given = SurveyInput(name, plan.shift, plan.commitlog_end, probes)
+        for route in ROUTES.values():
+            hooks = tuple((f.name, f.in_survey[route.name]) for f in ctx.families if route.name in f.in_survey)
+            for group in route.group(route.files(plan)):
+                tasks.append(RouteSurvey(route.name, given, group, hooks))
+    return tasks
 
 
-def queue_files(parts: list[CQFilePartition]) -> dict[tuple[str, int], list[CQFile]]:
-    """The consume-queue files of ``parts`` the broker loads, by queue (as store_format.consumequeue's
-    discover_queues finds them: a number for a folder name, 20 digits for a file name), sorted by name."""
-    out: dict[tuple, list] = {}
-    for p in parts:
-        if p.queue_id is not None and SEGMENT_NAME.match(p.name):
-            out.setdefault((p.topic, p.queue_id), []).append(
-                CQFile(p.topic, p.queue_id, p.loc.as_path(), int(p.name), p.length))
-    return {k: sorted(v, key=lambda f: f.base_byte_offset) for k, v in out.items()}
-
-
-def buckets_of_row(row: dict) -> Buckets:
-    return Buckets(np.array(row["bucket"] or [], np.int64), np.array(row["bucket_first"] or [], np.int64),
-                   np.array(row["bucket_last"] or [], np.int64))
+def segment_ends(survey) -> dict[tuple[str, str], SegmentEnds]:
+    """The ends of every surveyed segment's walk (store_format.scan.SegmentEnds), from the survey's rows."""
+    stops: dict[tuple, list] = {}
+    blanks: dict[tuple, list] = {}
+    for r in survey.get("survey.walk_items", WALK_ITEMS).to_pylist():
+        key = (r["broker"], r["segment"])
+        if r["kind"] == "stop":
+            stops.setdefault(key, []).append(r["file_position"])
+        elif r["kind"] == "blank":
+            blanks.setdefault(key, []).append(r["file_position"])
+    keys = set(stops) | set(blanks) | {(r["broker"], r["segment"])
+                                       for r in survey.get("survey.walk_ranges", WALK_RANGES).to_pylist()}
+    return {k: SegmentEnds.of(stops.get(k, ()), blanks.get(k, ())) for k in keys}

@@ -1,11 +1,11 @@
-"""How the audit runs its work: a list of task objects, packed into a few Spark tasks, in one stage.
+"""How the audit runs its work: a list of tasks (:class:`Task`), run by the executor jobs/session.py chooses.
 
-A task is a picklable object with ``run(out)``, ``describe()`` and ``cost()``; it writes findings and named
-partial tables to ``out`` (an :class:`Emitter`).  :func:`run_tasks` packs the tasks into at most ``slots`` bins
-of about equal cost and runs them as ``spark.range(n, numPartitions=n).mapInArrow(...)``: no data source
-planning round trip, and nothing the session must offer but the DataFrame API (so it runs the same in a
-notebook, on a cluster and over Spark Connect).  In a local-mode session the same tasks run in the driver's
-threads instead, the costliest first (``in_driver``): the executors would be this machine's cores anyway.
+A task is a picklable object with ``run(out)``, ``describe()``, ``cost()`` and ``broker``; it writes findings and
+named partial tables to ``out`` (an :class:`Emitter`).  :func:`run_tasks` runs a stage's tasks where the
+executor says: ``driver``, in this process's threads, the costliest first (a local session's executors would be
+this machine's cores anyway); ``spark``, packed into at most ``slots`` bins of about equal cost and run as
+``spark.range(n, numPartitions=n).mapInArrow(...)``: no data source planning round trip, and nothing the session
+must offer but the DataFrame API (so it runs the same in a notebook, on a cluster and over Spark Connect).
 
 Findings never travel: each task writes its own as one Parquet file into the run's findings folder (stamped
 with the run and each finding's id, :func:`findings.as_written`), named after the task, so a retried task
@@ -19,6 +19,7 @@ import io
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -27,6 +28,22 @@ from .findings import as_written
 OUTPUT_SCHEMA = pa.schema([("table", pa.string()), ("payload", pa.binary())])
 COUNTS = pa.schema([("check", pa.string()), ("severity", pa.string()), ("count", pa.int64())])
 FAILURES = pa.schema([("broker", pa.string()), ("what", pa.string()), ("error", pa.string()), ("where", pa.string())])
+
+
+class Task(Protocol):
+    """One piece of a stage's work (jobs/audit/survey.py, scan.py)."""
+
+    @property
+    def broker(self) -> str: ...
+
+    def describe(self) -> str:
+        """What it reads, for progress, --profile and a failure's finding."""
+
+    def cost(self) -> int:
+        """About the bytes it reads: tasks are packed and ordered by it."""
+
+    def run(self, out: "Emitter") -> None:
+        """Read and check, emitting findings, detail tables and partial tables to ``out``."""
 
 
 @dataclass(frozen=True)
@@ -146,20 +163,18 @@ def _runner(bins: list[list], run: RunInfo):
     return execute
 
 
-def run_tasks(spark, tasks: list, slots: int, run: RunInfo, *, in_driver: bool = False, phase=None) -> "Outputs":
-    """Every task run (packed into at most ``slots`` Spark tasks, one Spark job); their partial tables.
-    ``in_driver``: the tasks run in this process instead, ``slots`` threads at a time, the costliest first (the
-    compiled kernels and most of numpy and Arrow release the GIL): for a local-mode session, whose Spark tasks
-    would read the same files on the same cores after a first job's start (JVM warm-up, Python workers importing
-    the kernels) that costs more than the work of a gigabyte.  ``phase`` (a :class:`jobs.progress.Phase`) is told
-    the cost and count of the tasks done, as a Spark job's tracker tells it."""
+def run_tasks(spark, tasks: list[Task], executor, run: RunInfo, *, phase=None) -> "Outputs":
+    """Every task run where ``executor`` (jobs.session.Executor) says; their partial tables.  ``driver``: in this
+    process, ``slots`` threads at a time, the costliest first (the compiled kernels and most of numpy and Arrow
+    release the GIL); ``phase`` (a :class:`jobs.progress.Phase`) is told the cost and count of the tasks done, as a
+    Spark job's tracker tells it.  ``spark``: packed into at most ``slots`` Spark tasks, one Spark job."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     if not tasks:
         return Outputs()
-    if in_driver:
-        return _run_in_driver(tasks, slots, run, phase)
-    bins = pack(tasks, slots)
+    if executor.where == "driver":
+        return _run_in_driver(tasks, executor.slots, run, phase)
+    bins = pack(tasks, executor.slots)
     ids = spark.range(0, len(bins), 1, numPartitions=len(bins))
     df = ids.mapInArrow(_runner(bins, run), from_arrow_schema(OUTPUT_SCHEMA))
     return Outputs.of(df.toArrow())

@@ -332,10 +332,10 @@ def _resend_command(broker: dict, damaged: list[dict]) -> str | None:
 
 
 def command(argv: list[str]) -> str:
-    """A console command for one of the jobs, as it runs when pasted: the installed script, arguments quoted."""
-    from jobs.cli import console_command
+    """A console command for one of the jobs (``argv[0]``), as it runs when pasted."""
+    from jobs.cli import printed_command
 
-    return console_command() + " " + command_of(argv)
+    return printed_command(argv[0], argv[1:])
 
 
 def command_of(argv: list[str]) -> str:

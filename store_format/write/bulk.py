@@ -272,6 +272,8 @@ class Appended:
 def append_many(writer: StoreWriter, batch: RecordBatch) -> Appended:
     """Append every record of ``batch`` to ``writer``, vectorized: the same bytes as ``writer.append`` for each
     record in turn (``writer.append_batch`` for each run of equal batch ids); returns where each went."""
+    if getattr(writer, "v5", None) is not None:  # the 5.x put path (CRC, LMQ, BatchCQ, timer) is the scalar one
+        return _append_scalar(writer, batch)
     enabled = gc.isenabled()
     gc.disable()  # hundreds of thousands of short-lived objects, no cycles: skip the collector's passes
     try:
@@ -279,6 +281,22 @@ def append_many(writer: StoreWriter, batch: RecordBatch) -> Appended:
     finally:
         if enabled:
             gc.enable()
+
+
+def _append_scalar(writer: StoreWriter, batch: RecordBatch) -> Appended:
+    """``writer.append`` / ``append_batch`` record by record (a writer with its 5.x side on)."""
+    bid = batch.column("batch_id", np.int64, -1)
+    stored, i, n = [], 0, len(batch)
+    while i < n:
+        j = i + 1
+        while bid[i] >= 0 and j < n and bid[j] == bid[i]:
+            j += 1
+        msgs = [batch.message(k) for k in range(i, j)]
+        stored.extend(writer.append_batch(msgs) if bid[i] >= 0 else [writer.append(msgs[0])])
+        i = j
+    return Appended(np.array([m.physical_offset for m in stored], np.int64),
+                    np.array([m.queue_offset for m in stored], np.int64),
+                    np.array([m.store_size for m in stored], np.int64))
 
 
 # RecordBatch's column for each of the writer's BATCH_SHARED_FIELDS (same id, same value: the tables are distinct)

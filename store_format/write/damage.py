@@ -17,7 +17,26 @@ through :mod:`store_format.codec` (wrong CRC, bad magic) and index entries go th
 ``delete_consume_queue``  consumequeue/<topic>[/<queueId>] is removed
 ``stale_index_entry``  the index gains an entry for topic#key pointing where no record is (past the end)
 ``wrong_cq_size``      one consume-queue unit's size field disagrees with the record's TOTALSIZE
+``cq_ext_dangling``    one consume-queue unit's ConsumeQueueExt address points where no ext unit is
+``cq_ext_orphan``      a ConsumeQueueExt unit no consume-queue unit points to follows the queue's last one
+``cq_ext_bad_bitmap``  one ConsumeQueueExt unit's bitMapSize no longer agrees with its size
 =====================  ================================================================================
+
+RocketMQ 5.x damage (stores with a timer log, LMQ queues, POP records or the ``__CRC32#`` property):
+
+================================  =====================================================================
+``timer_unit_outside_commitlog``  a timer-log unit's CommitLog offset points past the CommitLog's end
+``looping_timer_chain``           a wheel slot's chain loops: one of its units' prevPos points at the slot's
+                                  newest unit (or at itself)
+``timercheck_wrong_length``       ``config/timercheck`` is cut (or grown) to a length other than its page
+``pop_checkpoint_not_json``       a POP checkpoint (``ck``) record's body is replaced by bytes that are not
+                                  JSON (same length; body CRC and ``__CRC32#`` recomputed: only the body lies)
+``crc_property_non_digit``        one of a record's ``__CRC32#`` digits becomes a non-digit character
+``flip_bit_under_crc``            one bit outside the body (BORNTIMESTAMP by default) of a record with
+                                  ``__CRC32#`` flips: its body CRC still matches, its whole-record CRC does not
+``lmq_unit_missing``              one unit of an LMQ consume queue is removed (the later ones move down)
+``lmq_unit_duplicated``           one unit of an LMQ consume queue appears twice (the later ones move up)
+================================  =====================================================================
 """
 from __future__ import annotations
 
@@ -29,8 +48,9 @@ from pathlib import Path
 
 from .. import layout as L
 from ..codec import decode_record, encode_record
-from ..commitlog import Frame, ReadOnlyMap, list_segments, walk_buffer
-from ..consumequeue import discover_queues, read_queue
+from ..commitlog import Frame, list_segments, walk_buffer
+from ..fs import ReadOnlyMap
+from ..consumequeue import discover_queues, ext_address, ext_files, ext_folder, read_ext_units, read_queue
 from ..errors import ErrorKind, StoreFormatError
 from ..indexfile import IndexFile, list_index_files
 from ..javahash import index_key, index_key_hash
@@ -310,6 +330,68 @@ def wrong_cq_size(src, dst, topic: str, queue_id: int, queue_offset: int | None 
                   f"queue offset {u.queue_offset}: size {u.size} -> {size}")
 
 
+def _ext_unit(root: Path, topic: str, queue_id: int, queue_offset: int | None):
+    """(a consume-queue unit of the queue whose tagsCode slot holds an ext address, default the last; the queue's
+    files)."""
+    files = discover_queues(root / "consumequeue").get((topic, queue_id))
+    if not files:
+        _fail(f"no consume queue {topic}/{queue_id}", field="topic")
+    units = [u for u in read_queue(files, stop_at_invalid=True) if u.kind == "entry" and u.ext_offset is not None
+             and (queue_offset is None or u.queue_offset == queue_offset)]
+    if not units:
+        _fail(f"no unit with a ConsumeQueueExt address in {topic}/{queue_id} (at {queue_offset})", field="queue_offset")
+    return units[-1], files
+
+
+def cq_ext_dangling(src, dst, topic: str, queue_id: int, queue_offset: int | None = None) -> Damage:
+    """Point one unit's ConsumeQueueExt address (default the queue's last) past the queue's last ext unit: at no ext
+    entry."""
+    root = copy_store(src, dst)
+    u, files = _ext_unit(root, topic, queue_id, queue_offset)
+    ext = read_ext_units(ext_folder(files[0].path))
+    beyond = int((ext.offset + ext.size).max()) + L.CQ_EXT_MIN_UNIT_SIZE if len(ext.offset) else 0
+    rel = f"consumequeue/{topic}/{queue_id}/{u.file}"
+    pos = u.file_position + L.CQ_UNIT.offset("tags_code")
+    _patch(root, rel, pos, L.CQ_UNIT.pack("tags_code", ext_address(beyond)))
+    return Damage("cq_ext_dangling", rel, pos, L.CQ_UNIT.member("tags_code").width,
+                  f"queue offset {u.queue_offset}: ext address {u.ext_offset} -> {beyond} (no unit there)")
+
+
+def cq_ext_orphan(src, dst, topic: str, queue_id: int, tags_code: int = 0, store_timestamp: int = 0) -> Damage:
+    """Append one ConsumeQueueExt unit after the queue's last one, which no consume-queue unit points to."""
+    root = copy_store(src, dst)
+    folder = root / "consumequeue_ext" / topic / str(queue_id)
+    ext = read_ext_units(folder)
+    files = ext_files(folder)
+    if not files or not len(ext.offset):
+        _fail(f"no ConsumeQueueExt units in {topic}/{queue_id}", field="topic")
+    loc, base, length = files[-1]
+    pos = int((ext.offset + ext.size).max()) - base
+    if pos + L.CQ_EXT_MIN_UNIT_SIZE + L.CQ_EXT_END_BLANK > length:
+        _fail("the queue's last ext file has no room for another unit", file=loc.path)
+    unit = b"".join(L.CQ_EXT_UNIT.pack(n, v) for n, v in (("size", L.CQ_EXT_MIN_UNIT_SIZE), ("tags_code", tags_code),
+                                                           ("msg_store_time", store_timestamp), ("bitmap_size", 0)))
+    rel = f"consumequeue_ext/{topic}/{queue_id}/{loc.name}"
+    _patch(root, rel, pos, unit)
+    return Damage("cq_ext_orphan", rel, pos, len(unit), f"an ext unit at offset {base + pos} no unit points to")
+
+
+def cq_ext_bad_bitmap(src, dst, topic: str, queue_id: int, queue_offset: int | None = None,
+                      bitmap_size: int = 8) -> Damage:
+    """Set the bitMapSize of one unit's ConsumeQueueExt unit (default the queue's last) to ``bitmap_size``, which
+    its size (20 + its real bitmap) no longer agrees with."""
+    root = copy_store(src, dst)
+    u, files = _ext_unit(root, topic, queue_id, queue_offset)
+    for loc, base, length in ext_files(ext_folder(files[0].path)):
+        if base <= u.ext_offset < base + length:
+            rel = f"consumequeue_ext/{topic}/{queue_id}/{loc.name}"
+            pos = u.ext_offset - base + L.CQ_EXT_UNIT.offset("bitmap_size")
+            _patch(root, rel, pos, L.CQ_EXT_UNIT.pack("bitmap_size", bitmap_size))
+            return Damage("cq_ext_bad_bitmap", rel, pos, L.CQ_EXT_UNIT.member("bitmap_size").width,
+                          f"queue offset {u.queue_offset}: bitMapSize -> {bitmap_size}")
+    _fail(f"no ext file holds offset {u.ext_offset}", field="queue_offset")
+
+
 def stale_index_entry(src, dst, topic: str | None = None, key: str | None = None,
                       physical_offset: int | None = None, hash_slot_num: int | None = None,
                       index_num: int | None = None) -> Damage:
@@ -349,5 +431,254 @@ def stale_index_entry(src, dst, topic: str | None = None, key: str | None = None
                   f"{topic}#{key} -> physical offset {physical_offset} (no record there)", ranges)
 
 
+# --------------------------------------------------------------------------------------------------
+# RocketMQ 5.x damage
+
+
+def _timer_units(root: Path) -> list:
+    from .. import timer as T
+
+    return [u for f in T.list_timer_log_files(root) for u in T.walk_timer_log(f) if u.kind == "entry"]
+
+
+def _commitlog_end(root: Path) -> int:
+    frames = _messages(root)
+    return frames[-1].physical_offset + frames[-1].size if frames else 0
+
+
+def timer_unit_outside_commitlog(src, dst, timerlog_offset: int | None = None,
+                                 physical_offset: int | None = None) -> Damage:
+    """A timer-log unit (default: the last one) whose CommitLog offset is ``physical_offset`` (default: 1 MiB past
+    the end of the CommitLog's records), as a unit left behind by a CommitLog truncated under it."""
+    root = copy_store(src, dst)
+    units = _timer_units(root)
+    if timerlog_offset is not None:
+        units = [u for u in units if u.timerlog_offset == timerlog_offset]
+    if not units:
+        _fail("no timer-log unit to point elsewhere", file=str(root / "timerlog"), field="timerlog_offset")
+    u = units[-1]
+    target = _commitlog_end(root) + (1 << 20) if physical_offset is None else physical_offset
+    rel = f"timerlog/{Path(u.file).name}"
+    pos = u.file_position + L.TIMER_LOG_UNIT.offset("physical_offset")
+    _patch(root, rel, pos, L.TIMER_LOG_UNIT.pack("physical_offset", target))
+    return Damage("timer_unit_outside_commitlog", rel, pos, L.TIMER_LOG_UNIT.member("physical_offset").width,
+                  f"unit at timer-log offset {u.timerlog_offset}: CommitLog offset {u.physical_offset} -> {target}")
+
+
+def looping_timer_chain(src, dst, slot_time_ms: int | None = None) -> Damage:
+    """The chain of the wheel slot for ``slot_time_ms`` (default: the non-empty slot with the longest chain)
+    loops: the prevPos of its oldest unit points at the slot's newest unit (a one-unit chain: at itself)."""
+    from .. import timer as T
+
+    root = copy_store(src, dst)
+    slots = T.read_wheel_slots(root / T.TIMER_WHEEL_FILE)
+    with T.TimerLog(root) as log:
+        chains = []
+        for row in slots.rows():
+            if slot_time_ms is not None and row["slot_time_ms"] != slot_time_ms:
+                continue
+            walk = T.walk_chain(log, row["last_pos"])
+            if walk.end == "complete" and walk.units:
+                chains.append(walk)
+    if not chains:
+        _fail("no wheel slot with a complete chain to make loop", file=str(root / T.TIMER_WHEEL_FILE),
+              field="slot_time_ms")
+    walk = max(chains, key=lambda c: (len(c.units), c.last_pos))
+    oldest = walk.units[-1]
+    rel = f"timerlog/{Path(oldest.file).name}"
+    pos = oldest.file_position + L.TIMER_LOG_UNIT.offset("prev_pos")
+    _patch(root, rel, pos, L.TIMER_LOG_UNIT.pack("prev_pos", walk.last_pos))
+    return Damage("looping_timer_chain", rel, pos, L.TIMER_LOG_UNIT.member("prev_pos").width,
+                  f"unit at timer-log offset {oldest.timerlog_offset}: prevPos -1 -> {walk.last_pos} "
+                  f"(the chain of {len(walk.units)} unit(s) from {walk.last_pos} loops)")
+
+
+def timercheck_wrong_length(src, dst, length: int = L.TIMER_CHECKPOINT.width) -> Damage:
+    """``config/timercheck`` cut (or zero-extended) to ``length`` bytes (default 56: the members without their
+    page)."""
+    root = copy_store(src, dst)
+    path = root / "config" / "timercheck"
+    if not path.is_file():
+        _fail("the store has no config/timercheck", file=str(path))
+    old = path.stat().st_size
+    if length == old or length < 0:
+        _fail(f"length {length} is the file's own or negative", field="length")
+    os.truncate(path, length)
+    return Damage("timercheck_wrong_length", "config/timercheck", min(old, length), abs(old - length),
+                  f"file {old} -> {length} bytes")
+
+
+def _rewrite_record(root: Path, f: Frame, change) -> tuple[int, int, list]:
+    """Decode the record of ``f``, let ``change`` alter its Message, re-encode it (body CRC recomputed, the
+    ``__CRC32#`` property recomputed when the record has one) and write what differs; (first position, length,
+    ranges)."""
+    from .. import propcrc
+
+    with ReadOnlyMap(root / _rel_segment(f)) as m:
+        old = bytes(m.buf[f.file_position:f.file_position + f.size])
+        msg = decode_record(m.buf, f.file_position, file=f.segment)
+    change(msg)
+    msg.body_crc = None
+    new = bytearray(encode_record(msg))
+    if len(new) != len(old):
+        _fail("the change would move the record's length", field="body")
+    if propcrc.check_record_crc(old).status != "absent":
+        propcrc.patch_crc(new)
+    first, last = _diff_span(old, bytes(new))
+    _patch(root, _rel_segment(f), f.file_position + first, bytes(new[first:last + 1]))
+    return f.file_position + first, last - first + 1, [(f.file_position + first, last - first + 1)]
+
+
+def pop_checkpoint_not_json(src, dst, physical_offset: int | None = None, body: bytes | None = None) -> Damage:
+    """A POP checkpoint record (tag ``ck``; default: the last one, on the revive topic if any fired, else on
+    rmq_sys_wheel_timer) whose body becomes ``body`` (default: ``<not json>`` and filler, same length)."""
+    root = copy_store(src, dst)
+    cks = [f for f in _messages(root) if f.message.tags == L.POP_CK_TAG]
+    revived = [f for f in cks if f.message.topic.startswith(L.REVIVE_TOPIC_PREFIX)]
+    pool = revived or cks
+    if physical_offset is not None:
+        pool = [f for f in cks if f.physical_offset == physical_offset]
+    if not pool:
+        _fail("the store has no POP checkpoint record", file=str(root / "commitlog"), field="physical_offset")
+    f = pool[-1]
+    n = len(f.message.body)
+    new_body = (b"<not json>" + b"#" * n)[:n] if body is None else body
+    if len(new_body) != n:
+        _fail(f"body must keep the record's {n} bytes", field="body")
+
+    def change(msg):
+        msg.body = new_body
+
+    pos, length, ranges = _rewrite_record(root, f, change)
+    return Damage("pop_checkpoint_not_json", _rel_segment(f), pos, length,
+                  f"ck record at {f.physical_offset}: body is {new_body[:16]!r}...", tuple(ranges))
+
+
+def _crc_frame(root: Path, physical_offset: int | None) -> Frame:
+    from .. import propcrc
+
+    def has_crc(fr):
+        with ReadOnlyMap(root / _rel_segment(fr)) as m:
+            return propcrc.check_record_crc(m.buf, fr.file_position, fr.size).status == "ok"
+
+    return _frame(root, physical_offset, has_crc)
+
+
+def crc_property_non_digit(src, dst, physical_offset: int | None = None, digit: int = 0, char: str = "x") -> Damage:
+    """One of the ten ``__CRC32#`` digits (``digit``, 0 = the least significant, the first written) of a record
+    (default: the last with a valid property) becomes ``char`` (one ASCII non-digit)."""
+    if len(char) != 1 or not char.isascii() or char.isdigit():
+        _fail("char must be one ASCII non-digit character", field="char")
+    if not 0 <= digit < L.CRC32_DIGITS:
+        _fail(f"digit must be in [0, {L.CRC32_DIGITS})", field="digit")
+    root = copy_store(src, dst)
+    f = _crc_frame(root, physical_offset)
+    pos = f.file_position + f.size - L.CRC32_RESERVED_LEN + len(L.PROPERTY_CRC32) + 1 + digit
+    _patch(root, _rel_segment(f), pos, char.encode("ascii"))
+    return Damage("crc_property_non_digit", _rel_segment(f), pos, 1,
+                  f"record at {f.physical_offset}: __CRC32# digit {digit} -> {char!r}")
+
+
+def flip_bit_under_crc(src, dst, physical_offset: int | None = None, field: str = "born_timestamp",
+                       bit: int = 0) -> Damage:
+    """Flip bit ``bit`` (0 = the lowest of the field's last byte) of a record's ``field`` (a fixed header field
+    other than the body's) in a record with ``__CRC32#`` (default: the last): the body CRC still matches, the
+    whole-record CRC does not."""
+    root = copy_store(src, dst)
+    f = _crc_frame(root, physical_offset)
+    lay = L.layout_for(f.message.sys_flag, f.message.magic_version)
+    if field not in lay.offsets or field in ("store_size", "magic", "body_length"):
+        _fail(f"field {field!r} is not a header field a bit can flip in without moving the record", field="field")
+    width = lay.widths[field]
+    if not 0 <= bit < width * 8:
+        _fail(f"bit {bit} is outside the {width}-byte field", field="bit")
+    pos = f.file_position + lay.offsets[field] + width - 1 - bit // 8
+    with ReadOnlyMap(root / _rel_segment(f)) as m:
+        old = m.buf[pos]
+    _patch(root, _rel_segment(f), pos, bytes([old ^ (1 << (bit % 8))]))
+    return Damage("flip_bit_under_crc", _rel_segment(f), pos, 1,
+                  f"record at {f.physical_offset}: bit {bit} of {field} (the __CRC32# no longer matches)")
+
+
+def _lmq_units(root: Path, queue: str):
+    from ..consumequeue import discover_queues
+
+    files = discover_queues(root / "consumequeue").get((queue, L.LMQ_QUEUE_ID))
+    if not files:
+        _fail(f"no consume queue {queue}/{L.LMQ_QUEUE_ID}", field="queue")
+    units = [u for u in read_queue(files, stop_at_invalid=True) if u.kind == "entry"]
+    if not units:
+        _fail(f"{queue} has no unit", field="queue")
+    return files, units
+
+
+def _rewrite_queue(root: Path, queue: str, files, raw: bytes, first_changed: int, kind: str, detail: str) -> Damage:
+    """Write ``raw`` (the queue's units from its first file's start) back over the queue's files."""
+    size = files[0].length
+    start_file = first_changed // size
+    for i, f in enumerate(files):
+        if i < start_file:
+            continue
+        chunk = raw[i * size:(i + 1) * size]
+        if len(chunk) > f.length:
+            _fail("the queue's last file has no room", field="queue")
+        _patch(root, f"consumequeue/{queue}/{L.LMQ_QUEUE_ID}/{f.path.name}", 0, chunk)
+    last_file = files[min(len(files) - 1, first_changed // size)]
+    return Damage(kind, f"consumequeue/{queue}/{L.LMQ_QUEUE_ID}/{last_file.path.name}", first_changed % size,
+                  len(raw) - first_changed, detail)
+
+
+def lmq_unit_missing(src, dst, queue: str, queue_offset: int | None = None) -> Damage:
+    """The unit at ``queue_offset`` of LMQ consume queue ``queue`` (default: its middle unit) is removed, the
+    later units move one down and the freed last place is zeros."""
+    from ..consumequeue import unit_bytes
+
+    root = copy_store(src, dst)
+    files, units = _lmq_units(root, queue)
+    if any(f.base_byte_offset != i * files[0].length for i, f in enumerate(files)):
+        _fail("the queue's files do not start at 0 back to back", field="queue")
+    u = units[len(units) // 2] if queue_offset is None else next((x for x in units if x.queue_offset == queue_offset),
+                                                                   None)
+    if u is None:
+        _fail(f"no unit at queue offset {queue_offset}", field="queue_offset")
+    kept = [x for x in units if x.queue_offset != u.queue_offset]
+    head = units[0].queue_offset * L.CQ_STORE_UNIT_SIZE  # pre-blank units before the first entry stay as they are
+    raw = bytearray(b"\0" * head) + b"".join(unit_bytes(x.physical_offset, x.size, x.tags_code) for x in kept) + \
+        bytes(L.CQ_STORE_UNIT_SIZE)
+    with ReadOnlyMap(files[0].path) as m:
+        raw[:head] = bytes(m.buf[:head])
+    at = u.queue_offset * L.CQ_STORE_UNIT_SIZE
+    return _rewrite_queue(root, queue, files, bytes(raw), at, "lmq_unit_missing",
+                          f"{queue}: unit {u.queue_offset} (record at {u.physical_offset}) removed")
+
+
+def lmq_unit_duplicated(src, dst, queue: str, queue_offset: int | None = None) -> Damage:
+    """The unit at ``queue_offset`` of LMQ consume queue ``queue`` (default: its middle unit) appears twice
+    (at its place and the next one), the later units move one up."""
+    from ..consumequeue import unit_bytes
+
+    root = copy_store(src, dst)
+    files, units = _lmq_units(root, queue)
+    if any(f.base_byte_offset != i * files[0].length for i, f in enumerate(files)):
+        _fail("the queue's files do not start at 0 back to back", field="queue")
+    u = units[len(units) // 2] if queue_offset is None else next((x for x in units if x.queue_offset == queue_offset),
+                                                                   None)
+    if u is None:
+        _fail(f"no unit at queue offset {queue_offset}", field="queue_offset")
+    out = []
+    for x in units:
+        out.append(x)
+        if x.queue_offset == u.queue_offset:
+            out.append(x)
+    head = units[0].queue_offset * L.CQ_STORE_UNIT_SIZE
+    with ReadOnlyMap(files[0].path) as m:
+        raw = bytes(m.buf[:head]) + b"".join(unit_bytes(x.physical_offset, x.size, x.tags_code) for x in out)
+    at = (u.queue_offset + 1) * L.CQ_STORE_UNIT_SIZE
+    return _rewrite_queue(root, queue, files, raw, at, "lmq_unit_duplicated",
+                          f"{queue}: unit {u.queue_offset} (record at {u.physical_offset}) written twice")
+
+
 __all__ = ["Damage", "DamageError", "copy_store", "torn_tail", "flip_body_bit", "zero_page", "truncate_segment",
-           "bad_magic", "bad_crc", "delete_consume_queue", "wrong_cq_size", "stale_index_entry"]
+           "bad_magic", "bad_crc", "delete_consume_queue", "wrong_cq_size", "stale_index_entry",
+           "timer_unit_outside_commitlog", "looping_timer_chain", "timercheck_wrong_length", "pop_checkpoint_not_json",
+           "crc_property_non_digit", "flip_bit_under_crc", "lmq_unit_missing", "lmq_unit_duplicated"]

@@ -47,7 +47,8 @@ from zoneinfo import ZoneInfo
 from .. import layout as L
 from ..brokerconf import read_properties
 from ..codec import encode_blank, encode_record, encoded_size, host_flags
-from ..commitlog import list_segments, segment_name, walk_buffer, ReadOnlyMap
+from ..commitlog import list_segments, segment_name, walk_buffer
+from ..fs import ReadOnlyMap
 from ..config import dumps_fastjson, read_config
 from ..checkpoint import read_checkpoint
 from ..consumequeue import discover_queues, read_queue
@@ -89,27 +90,54 @@ class WriterConfig:
     flushConsumeQueueThoroughInterval: int = 60 * 1000
     defaultTopicQueueNums: int = L.DEFAULT_TOPIC_QUEUE_NUMS  # TBW102's queues; auto-created topics get min(4, this)
     autoCreateTopicEnable: bool = True
-    enableConsumeQueueExt: bool = False
+    enableConsumeQueueExt: bool = False  # consumequeue_ext/: units' tagsCode kept beside them (ConsumeQueueExt)
+    mappedFileSizeConsumeQueueExt: int = L.DEFAULT_MAPPED_FILE_SIZE_CQ_EXT
     timezone: str = "UTC"  # the broker JVM's zone: index file names are local yyyyMMddHHmmssSSS
+    # RocketMQ 5.x (store_format.write.v5).  Off by default: the writer is a 4.9.x broker unless these say
+    # otherwise (5.3.3's own default for timerWheelEnable is true; ``generate --rocketmq 5`` turns it on)
+    enabledAppendPropCRC: bool = False
+    timerWheelEnable: bool = False
+    mappedFileSizeTimerLog: int = L.DEFAULT_MAPPED_FILE_SIZE_TIMER_LOG
+    timerPrecisionMs: int = L.DEFAULT_TIMER_PRECISION_MS
+    timerRollWindowSlot: int = L.DEFAULT_TIMER_ROLL_WINDOW_SLOT
+    timerMaxDelaySec: int = L.DEFAULT_TIMER_MAX_DELAY_SEC
+    enableLmq: bool = False
+    enableMultiDispatch: bool = False
+    mapperFileSizeBatchConsumeQueue: int = L.DEFAULT_MAPPED_FILE_SIZE_BATCH_CQ
+
+    @property
+    def is_5x(self) -> bool:
+        """Any 5.x store behaviour asked for (BatchCQ topics also turn it on, when registered)."""
+        return self.enabledAppendPropCRC or self.timerWheelEnable or self.enableLmq or self.enableMultiDispatch
 
     def __post_init__(self):
         # MessageStoreConfig.getMappedFileSizeConsumeQueue rounds up to whole 20-byte units
         units = -(-int(self.mappedFileSizeConsumeQueue) // L.CQ_STORE_UNIT_SIZE)
         self.mappedFileSizeConsumeQueue = units * L.CQ_STORE_UNIT_SIZE
         for name in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum",
-                     "maxMessageSize"):
+                     "maxMessageSize", "mappedFileSizeTimerLog", "timerPrecisionMs", "timerRollWindowSlot",
+                     "timerMaxDelaySec"):
             if int(getattr(self, name)) <= 0:
                 raise WriterError(ErrorKind.BAD_CONFIG, f"{name} must be positive, got {getattr(self, name)}",
                                   field=name)
         if self.mappedFileSizeCommitLog < L.MIN_RECORD_SIZE + L.END_FILE_MIN_BLANK_LENGTH:
             raise WriterError(ErrorKind.BAD_CONFIG, f"mappedFileSizeCommitLog {self.mappedFileSizeCommitLog} cannot "
                               "hold a single record", field="mappedFileSizeCommitLog")
+        if self.mappedFileSizeTimerLog < L.TIMER_LOG_UNIT.width + L.TIMER_LOG_MIN_BLANK_LEN:
+            raise WriterError(ErrorKind.BAD_CONFIG, f"mappedFileSizeTimerLog {self.mappedFileSizeTimerLog} cannot hold "
+                              "a timer-log unit and its blank", field="mappedFileSizeTimerLog")
+        if self.mapperFileSizeBatchConsumeQueue < L.BATCH_CQ_UNIT.width or \
+                self.mapperFileSizeBatchConsumeQueue % L.BATCH_CQ_UNIT.width:
+            raise WriterError(ErrorKind.BAD_CONFIG, f"mapperFileSizeBatchConsumeQueue {self.mapperFileSizeBatchConsumeQueue}"
+                              f" is not a positive multiple of {L.BATCH_CQ_UNIT.width}",
+                              field="mapperFileSizeBatchConsumeQueue")
         if self.maxIndexNum < 2:
             raise WriterError(ErrorKind.BAD_CONFIG, "maxIndexNum must be >= 2 (entry 0 is never used)",
                               field="maxIndexNum")
-        if self.enableConsumeQueueExt:
-            raise WriterError(ErrorKind.BAD_CONFIG, "enableConsumeQueueExt=true (consumequeue_ext) is not written "
-                              "by this writer", field="enableConsumeQueueExt")
+        if self.enableConsumeQueueExt and self.mappedFileSizeConsumeQueueExt < L.CQ_EXT_MIN_UNIT_SIZE + \
+                L.CQ_EXT_END_BLANK:
+            raise WriterError(ErrorKind.BAD_CONFIG, f"mappedFileSizeConsumeQueueExt {self.mappedFileSizeConsumeQueueExt}"
+                              " cannot hold a unit", field="mappedFileSizeConsumeQueueExt")
         if self.flushDiskType not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             raise WriterError(ErrorKind.BAD_CONFIG, f"flushDiskType {self.flushDiskType!r}: ASYNC_FLUSH or SYNC_FLUSH",
                               field="flushDiskType")
@@ -307,8 +335,71 @@ class _Mapped:
 # Consume queue and index file writers
 
 
+class ConsumeQueueExtWriter:
+    """``ConsumeQueueExt.put`` for one topic-queue: a unit (size, tagsCode, store time, filter bitmap) appended to
+    ``consumequeue_ext/<topic>/<queueId>/``, rolled like the commitlog; a file the next unit does not fit (with the
+    4 bytes of its end mark to spare) is ended with a size of -1."""
+
+    def __init__(self, writer: "StoreWriter", topic: str, queue_id: int):
+        self.dir = writer._path("consumequeue_ext", topic, str(queue_id))
+        self.file_size = writer.config.mappedFileSizeConsumeQueueExt
+        self.files: dict[int, _Mapped] = {}
+        self.last_base = -1
+        self.wrote = 0
+
+    def load(self) -> None:
+        """Reopen: write after the last unit of the last file (ConsumeQueueExt.recover's walk by size)."""
+        from ..consumequeue import ext_files, read_ext_units
+
+        existing = ext_files(self.dir) if self.dir.is_dir() else []
+        if not existing:
+            return
+        loc, base, length = existing[-1]
+        if length != self.file_size:
+            raise WriterError(ErrorKind.BAD_GEOMETRY, f"consume queue ext file is {length} bytes, "
+                              f"mappedFileSizeConsumeQueueExt is {self.file_size}", file=str(loc))
+        units = read_ext_units(self.dir)
+        mine = units.offset >= base
+        self.last_base = base
+        self.wrote = int((units.offset[mine] + units.size[mine]).max()) - base if mine.any() else 0
+        self.files[base] = _Mapped(Path(loc.path), self.file_size, create=False)
+        if self.wrote + 2 <= self.file_size and int.from_bytes(
+                self.files[base].map[self.wrote:self.wrote + 2], "big", signed=True) == L.CQ_EXT_END_SIZE:
+            self.wrote = self.file_size  # ended already
+
+    def put(self, tags_code: int, store_timestamp: int, bitmap: bytes = b"") -> int:
+        """Append a unit; the address the consume-queue unit holds for it (ConsumeQueueExt.decorate)."""
+        from ..consumequeue import ext_address
+
+        size = L.CQ_EXT_MIN_UNIT_SIZE + len(bitmap)
+        if size > L.CQ_EXT_MAX_UNIT_SIZE:
+            raise WriterError(ErrorKind.OUT_OF_RANGE, f"a ConsumeQueueExt unit of {size} bytes (the filter bitmap is "
+                              f"{len(bitmap)})", file=str(self.dir))
+        if self.last_base < 0 or size > self.file_size - self.wrote - L.CQ_EXT_END_BLANK:
+            if self.last_base >= 0:  # fullFillToEnd: the end mark, then the next file
+                self.files[self.last_base].write(self.wrote, L.CQ_EXT_END_SIZE.to_bytes(2, "big", signed=True))
+                self.files[self.last_base].release_fd()
+            base = 0 if self.last_base < 0 else self.last_base + self.file_size
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.files[base] = _Mapped(self.dir / segment_name(base), self.file_size, create=True)
+            self.last_base, self.wrote = base, 0
+        unit = b"".join(L.CQ_EXT_UNIT.pack(name, value) for name, value in (
+            ("size", size), ("tags_code", tags_code), ("msg_store_time", store_timestamp),
+            ("bitmap_size", len(bitmap)))) + bitmap
+        self.files[self.last_base].write(self.wrote, unit)
+        address = ext_address(self.last_base + self.wrote)
+        self.wrote += size
+        return address
+
+    def close(self):
+        for m in self.files.values():
+            m.close()
+
+
 class ConsumeQueueWriter:
-    """``ConsumeQueue.putMessagePositionInfo`` for one topic-queue."""
+    """``ConsumeQueue.putMessagePositionInfo`` for one topic-queue (with ``enableConsumeQueueExt``,
+    ``putMessagePositionInfoWrapper``: the tagsCode goes to the queue's ConsumeQueueExt and the unit holds its
+    address)."""
 
     def __init__(self, writer: "StoreWriter", topic: str, queue_id: int):
         self.dir = writer._path("consumequeue", topic, str(queue_id))
@@ -317,6 +408,8 @@ class ConsumeQueueWriter:
         self.last_base = -1
         self.wrote = 0  # write position inside the last file
         self.max_physic_offset = -1
+        self.writer = writer
+        self.ext = ConsumeQueueExtWriter(writer, topic, queue_id) if writer.config.enableConsumeQueueExt else None
 
     def load(self):
         """Reopen existing files: position after the last valid unit (ConsumeQueue.recover)."""
@@ -336,6 +429,8 @@ class ConsumeQueueWriter:
                 self.wrote = unit.queue_offset * L.CQ_STORE_UNIT_SIZE - self.last_base + L.CQ_STORE_UNIT_SIZE
                 if unit.kind == "entry":
                     self.max_physic_offset = unit.physical_offset + unit.size
+        if self.ext is not None:
+            self.ext.load()
 
     def _new_file(self, base: int) -> _Mapped:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -346,9 +441,14 @@ class ConsumeQueueWriter:
         self.last_base, self.wrote = base, 0
         return m
 
-    def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+    def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int,
+            store_timestamp: int | None = None) -> bool:
         if physical_offset + size <= self.max_physic_offset:
             return False  # "build consume queue repeatedly": already dispatched
+        if self.ext is not None:  # the ext unit first, as putMessagePositionInfoWrapper does
+            if store_timestamp is None:
+                store_timestamp = self.writer.store_timestamp_at(physical_offset)
+            tags_code = self.ext.put(tags_code, store_timestamp)
         expect = queue_offset * L.CQ_STORE_UNIT_SIZE
         if self.last_base < 0:  # first file of this queue
             m = self._new_file(expect - expect % self.file_size)
@@ -375,7 +475,7 @@ class ConsumeQueueWriter:
         first_phys, first_size, _ = _CQ_UNIT.unpack_from(units, 0)
         fresh = first_phys + first_size > self.max_physic_offset and first_queue_offset != 0 and \
             self.last_base >= 0 and first_queue_offset * L.CQ_STORE_UNIT_SIZE == self.last_base + self.wrote
-        if not fresh:  # first file of the queue, a gap or a repeat: unit by unit
+        if not fresh or self.ext is not None:  # first file, a gap, a repeat, or ext units to write: unit by unit
             done = False
             for i in range(k):
                 p, z, t = _CQ_UNIT.unpack_from(units, i * L.CQ_STORE_UNIT_SIZE)
@@ -396,6 +496,8 @@ class ConsumeQueueWriter:
     def close(self):
         for m in self.files.values():
             m.close()
+        if self.ext is not None:
+            self.ext.close()
 
 
 class IndexFileWriter:
@@ -527,10 +629,12 @@ class _TopicConfig:
     name: str
     queues: int
     perm: int
+    attributes: dict | None = None  # 5.x TopicConfig.attributes (e.g. queue.type=BatchCQ); 4.x has none
 
     def to_json(self) -> dict:  # fastjson writes bean fields in alphabetical order
-        return {"order": False, "perm": self.perm, "readQueueNums": self.queues, "topicFilterType": "SINGLE_TAG",
-                "topicName": self.name, "topicSysFlag": 0, "writeQueueNums": self.queues}
+        out = {"order": False, "perm": self.perm, "readQueueNums": self.queues, "topicFilterType": "SINGLE_TAG",
+               "topicName": self.name, "topicSysFlag": 0, "writeQueueNums": self.queues}
+        return {"attributes": dict(self.attributes), **out} if self.attributes else out
 
 
 def _group_json(name: str) -> dict:
@@ -587,6 +691,8 @@ class StoreWriter:
         self.messages_written = 0
         self._io = None  # the bulk path's commitlog writes run on one background thread (pwritev drops the GIL)
         self._io_pending: list = []
+        self._reopened = False
+        self.v5 = None
 
         if self.root.exists() and not self.root.is_dir():
             raise WriterError(ErrorKind.INVALID_INPUT, "store root exists and is not a directory", file=str(self.root))
@@ -605,10 +711,13 @@ class StoreWriter:
         try:
             for d in ("commitlog", "consumequeue"):  # DefaultMessageStore's constructor: ensureDirOK
                 self._path(d).mkdir(exist_ok=True)
+            self.v5 = None  # the 5.x side (store_format.write.v5), when the configuration asks for it
             if existing:
                 self._open_existing()
             else:
                 self._init_configs()
+            if self.config.is_5x:
+                self._start_v5()
             if start_time is not None:
                 self.flush.begin(start_time)
                 self.topics_version.timestamp = self.topics_version.timestamp or start_time
@@ -621,6 +730,31 @@ class StoreWriter:
             self._close_maps()
             self._release_lock()
             raise
+
+    def store_timestamp_at(self, physical_offset: int) -> int:
+        """STORETIMESTAMP of the record written at ``physical_offset`` (what a dispatch request carries), read back
+        from its segment (the bulk path's writes still in flight landed first)."""
+        self._drain()
+        size = self.config.mappedFileSizeCommitLog
+        base = physical_offset - physical_offset % size
+        m, pos = self.segments[base].map, physical_offset % size
+        sys_flag = int.from_bytes(m[pos + L.SYS_FLAG_OFFSET:pos + L.SYS_FLAG_OFFSET + 4], "big", signed=True)
+        magic = int.from_bytes(m[pos + L.MAGIC_OFFSET:pos + L.MAGIC_OFFSET + 4], "big", signed=True)
+        at = pos + L.layout_for(sys_flag, L.MESSAGE_MAGICS.get(magic, 1)).offsets["store_timestamp"]
+        return int.from_bytes(m[at:at + 8], "big", signed=True)
+
+    def mapped_file(self, path: Path, size: int, create: bool = True) -> _Mapped:
+        """A preallocated, sparse file mapped for writing (the 5.x side's timer log, wheel, batch queues)."""
+        return _Mapped(path, size, create)
+
+    def _start_v5(self) -> None:
+        if self._reopened and (self.config.timerWheelEnable or self.config.enableLmq or self.config.enableMultiDispatch
+                               or any(t.attributes for t in self.topics._d.values())):
+            raise WriterError(ErrorKind.INVALID_INPUT, "reopening a store with the 5.x timer store, LMQ or BatchCQ "
+                              "state is not supported by the writer (only enabledAppendPropCRC)", file=str(self.root))
+        from .v5 import V5Store
+
+        self.v5 = V5Store(self)
 
     # ---- paths and lock ------------------------------------------------------------------------
     def _path(self, *parts: str) -> Path:
@@ -675,11 +809,21 @@ class StoreWriter:
             self.groups.put(g, _group_json(g))
 
     def register_topic(self, topic: str, queues: int | None = None, perm: int = L.PERM_READ | L.PERM_WRITE, *,
-                       at: int | None = None) -> None:
+                       at: int | None = None, attributes: dict | None = None) -> None:
         """Create a topic config as the broker's auto-create does, or widen it to ``queues``; the data
-        version takes the time ``at`` (default :meth:`now`)."""
-        validate_topic(topic)
+        version takes the time ``at`` (default :meth:`now`).  ``attributes`` (5.x, e.g. ``{"queue.type":
+        "BatchCQ"}``) are set when the topic is created; a BatchCQ topic turns the writer's 5.x side on.  A 5.x
+        writer takes topics up to 255 characters (their records are V2: autoMessageVersionOnTopicLen)."""
+        validate_topic(topic, 2 if self.v5 is not None else 1)
         cur = self.topics.get(topic)
+        if attributes and cur is None:
+            self.topics.put(topic, _TopicConfig(topic, queues or min(L.CLIENT_DEFAULT_TOPIC_QUEUE_NUMS,
+                                                                      self.config.defaultTopicQueueNums),
+                                                perm, dict(attributes)))
+            self.topics_version.next(self.now(at))
+            if self.v5 is None:
+                self._start_v5()
+            return
         if cur is None:
             if queues is None:
                 if topic.startswith(L.RETRY_GROUP_TOPIC_PREFIX):
@@ -778,6 +922,7 @@ class StoreWriter:
         loaded, consume queues and the last index file reopened, the commitlog walked to its valid end, and
         records past the consume queues' reach dispatched again (with RocketMQ's own dedupe: a queue's
         maxPhysicOffset, the index's endPhyOffset)."""
+        self._reopened = True
         c = self.config
         cfgdir = self.root / "config"
         self._init_configs()
@@ -974,6 +1119,8 @@ class StoreWriter:
         queue id, flags, timestamps, hosts, reconsume times, prepared offset, body and properties string are
         kept; queue offset, physical offset, body CRC and size are assigned.  Returns the stored record."""
         self.check_open()
+        if self.v5 is not None:
+            record = self.v5.prepare(record)
         try:
             size = self.check_record(record)
             sys_flag = record.sys_flag
@@ -993,14 +1140,22 @@ class StoreWriter:
             self.roll()
         phy = self.reserve(size)
         key = (record.topic, record.queue_id)
-        if record.dispatchable:
+        if not record.dispatchable:
+            queue_offset = 0  # PREPARED/ROLLBACK: not consumed, not counted
+        elif self.v5 is not None and self.v5.batch_topic(record.topic):
+            queue_offset = self.v5.take_queue_offset(record)  # BatchConsumeQueue's own counter
+        else:
             queue_offset = self.queue_table.get(key, 0)
             self.queue_table[key] = queue_offset + 1
-        else:
-            queue_offset = 0  # PREPARED/ROLLBACK: not consumed, not counted
         stored = dataclasses.replace(record, queue_offset=queue_offset, physical_offset=phy, body_crc=None,
                                      store_size=None, segment=None, file_position=None)
         data = encode_record(stored)
+        if self.v5 is not None and self.v5.crc:
+            data = self.v5.seal(data)
+            stored.properties_raw = stored.properties_raw[:-L.CRC32_RESERVED_LEN] + \
+                data[-L.CRC32_RESERVED_LEN:].decode("ascii")
+            stored.properties = None
+            stored.__post_init__()
         base = self.cur_base
         self.segments[base].write(phy - base, data)
         stored.store_size = len(data)
@@ -1071,10 +1226,13 @@ class StoreWriter:
 
     def _dispatch(self, msg: Message):
         """CommitLogDispatcherBuildConsumeQueue, then CommitLogDispatcherBuildIndex."""
+        if self.v5 is not None:
+            self.v5.dispatch(msg)  # the 5.x dispatchers (batch queues, LMQ, the timer enqueue) and the index
+            return
         if msg.dispatchable:
             tags_code = msg.dispatch_tags_code(self.delay_levels)
             cq = self.consume_queue(msg.topic, msg.queue_id)
-            if cq.put(msg.physical_offset, msg.store_size, tags_code, msg.queue_offset):
+            if cq.put(msg.physical_offset, msg.store_size, tags_code, msg.queue_offset, msg.store_timestamp):
                 self.flush.logics = msg.store_timestamp
             self._track_schedule(msg)
         if self.config.messageIndexEnable:
@@ -1174,9 +1332,13 @@ class StoreWriter:
         self._persist_configs()
         self._write_file("checkpoint", self.flush.checkpoint_bytes((self.flush.physic, self.flush.logics,
                                                                     self.flush.index)))
+        finished = True
+        if self.v5 is not None:  # a stalled reput keeps abort ("CommitLog have not finish to be dispatched")
+            finished = self.v5.close(self.now(), clean=True)
         self._close_maps()
         self._closed = True
-        (self.root / "abort").unlink(missing_ok=True)
+        if finished:
+            (self.root / "abort").unlink(missing_ok=True)
         self._release_lock()
 
     def crash(self) -> None:
@@ -1188,6 +1350,8 @@ class StoreWriter:
             self.flush.advance(self.clock())
         self._persist_configs()  # the broker persists configs every few seconds
         self._write_file("checkpoint", self.flush.checkpoint_bytes(self.flush.on_disk))
+        if self.v5 is not None:
+            self.v5.close(self.now(), clean=False)
         if self.cur_base >= 0:  # AllocateMappedFileService had the next segment ready
             self._segment(self.cur_base + self.config.mappedFileSizeCommitLog)
         self._close_maps()

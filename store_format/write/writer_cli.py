@@ -2,7 +2,13 @@
 
   python -m store_format generate OUT_DIR --messages N [--topics T] [--queues Q] [--seed S]
                                   [--segment-size BYTES] [--config broker.conf] [--crash] [--cover]
+                                  [--rocketmq 4|5]
   python -m store_format write OUT_DIR --input messages.jsonl [--config broker.conf] [--crash] [--append]
+
+``generate --rocketmq 5`` writes a 5.3.3 broker's store (store_format.write.generate5: timers, LMQ, POP, a BatchCQ
+topic, ``__CRC32#``).  A ``--config`` with 5.x settings (``enabledAppendPropCRC``, ``timerWheelEnable``,
+``enableLmq``, ``enableMultiDispatch``, ``mappedFileSizeTimerLog``...) gives ``write`` the 5.x put path too: with
+``enabledAppendPropCRC=true`` every record written gets its ``__CRC32#`` property.
 
 Both refuse a non-empty OUT_DIR (``write --append`` adds to the store there, re-dispatching whatever its
 consume queues and index lack).  ``--crash`` leaves the store as a killed broker would (``abort`` file,
@@ -58,6 +64,7 @@ import os
 import sys
 
 from .. import fs
+from ..brokerconf import size_argument
 from .bulk import RecordBatch, append_many
 from ..codec import host_flags
 from ..errors import ErrorKind, StoreFormatError, WriterError
@@ -80,15 +87,26 @@ def _config(args) -> WriterConfig:
 def run_generate(args) -> int:
     try:
         cfg = _config(args)
+        args.rate_given = args.rate is not None
         traffic = TrafficConfig(messages=args.messages, topics=args.topics, queues=args.queues, seed=args.seed,
-                                rate=args.rate, start_ms=args.start_ms, cover=args.cover)
+                                rate=args.rate if args.rate_given else 2000.0, start_ms=args.start_ms,
+                                cover=args.cover)
         if args.messages <= 0 or args.topics <= 0 or args.queues <= 0:
             raise ValueError("--messages, --topics and --queues must be positive")
         if os.path.isdir(args.out_dir) and os.listdir(args.out_dir):  # generate only writes new stores
             raise ValueError(f"{args.out_dir} is not empty: generate writes a new store; give a new or empty "
                              "folder (write --append adds records to a store that is there)")
-        stats = generate_store(args.out_dir, traffic, cfg, progress=None if args.quiet else progress_line(),
-                               crash=args.crash)
+        if args.rocketmq == "5":
+            from .generate5 import Traffic5Config, config_5x, generate_store_5x
+
+            traffic5 = Traffic5Config(messages=args.messages, topics=args.topics, queues=args.queues, seed=args.seed,
+                                      rate=args.rate if args.rate_given else Traffic5Config.rate,
+                                      start_ms=args.start_ms)
+            stats = generate_store_5x(args.out_dir, traffic5, cfg if cfg.is_5x else config_5x(cfg),
+                                      progress=None if args.quiet else progress_line(), crash=args.crash)
+        else:
+            stats = generate_store(args.out_dir, traffic, cfg, progress=None if args.quiet else progress_line(),
+                                   crash=args.crash)
     except (StoreFormatError, ValueError, OSError) as e:
         print(f"error: {fs.error_line(e)}", file=sys.stderr)
         return EXIT_USAGE
@@ -252,9 +270,15 @@ def register(subparsers) -> None:
     g.add_argument("--topics", type=int, default=8, help="business topics (default 8)")
     g.add_argument("--queues", type=int, default=4, help="queues per topic (default 4)")
     g.add_argument("--seed", type=int, default=0, help="random seed: same seed, same store")
-    g.add_argument("--segment-size", type=int, help="mappedFileSizeCommitLog in bytes (default 1 GiB)")
+    g.add_argument("--segment-size", type=size_argument, metavar="SIZE",
+                   help="mappedFileSizeCommitLog in bytes or with k/m/g (default 1g)")
     g.add_argument("--config", help="broker.conf with store settings (key=value)")
-    g.add_argument("--rate", type=float, default=2000.0, help="simulated stores per second (default 2000)")
+    g.add_argument("--rate", type=float, default=None, help="simulated stores per second (default 2000; 200 with "
+                   "--rocketmq 5, so that timers fire while the traffic runs)")
+    g.add_argument("--rocketmq", choices=["4", "5"], default="4",
+                   help="4 (default): a 4.9.x broker's store; 5: a 5.3.3 broker's (timer wheel and log, timer "
+                        "messages fired, rolled and recalled, LMQ queues, POP checkpoints and acks, a BatchCQ "
+                        "topic, __CRC32# on every record; --config's settings win)")
     g.add_argument("--start-ms", type=int, default=1_700_000_000_000, help="simulated broker start (ms)")
     g.add_argument("--crash", action="store_true", help="end as a killed broker: abort file, stale checkpoint")
     g.add_argument("--cover", action="store_true",

@@ -1,39 +1,36 @@
-"""The audit's check families, one module each.  A family declares its checks (``findings.check``: id, severity,
-message template) at import and implements any of these hooks:
+"""The audit's check families, one module each, each declaring its whole contract in one object (``FAMILY``, a
+:class:`jobs.audit.contract.Family`: its checks are declared with ``findings.check`` at import).  This is the
+registry the engine, tools/schema_docs.py and the docs read.
 
-* ``in_range(rc, out)``: in a scan task, over one commitlog range (:class:`jobs.audit.scan.RangeContext`: its
-  walk, messages, the consume-queue units and index entries it owns);
-* ``in_queue_files(facts, files, out)`` / ``in_index_file(facts, part, out)``: in a scan task, over consume-queue
-  files / one index file;
-* ``on_driver(ctx) -> FamilyResult``: on the driver, from the partial tables its hooks emitted and the driver's
-  own facts (recovery, config files), returning findings, metrics and detail tables as Arrow tables.
-
-Adding a check never touches another family.  Order matters only for progress output."""
+:data:`FAMILIES` are the families ``--checks`` chooses from, in the order they run and report; the ``always``
+families (:data:`ALWAYS`) run in every audit: they complete what the summary and the report show.  Adding a check
+never touches another family."""
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
 
-import pyarrow as pa
+from ..contract import Family, FamilyResult  # noqa: F401  (FamilyResult: what on_driver returns)
 
 FAMILIES = ("integrity", "recovery", "consumequeue", "index", "lag", "transactions", "delays", "retries",
             "metadata")
+ALWAYS = ("prediction", "rates")
 
 
-@dataclass
-class FamilyResult:
-    findings: list[pa.Table] = field(default_factory=list)
-    metrics: list[pa.Table] = field(default_factory=list)
-    tables: dict[str, pa.Table] = field(default_factory=dict)
-
-
-def load(family: str):
-    if family not in FAMILIES:
+def load(family: str) -> Family:
+    """The family named ``family`` (one of FAMILIES or ALWAYS), its module imported."""
+    if family not in FAMILIES + ALWAYS:
         raise ValueError(f"unknown check family {family!r}: choose from {', '.join(FAMILIES)}")
-    return importlib.import_module(f"{__name__}.{family}")
+    found = importlib.import_module(f"{__name__}.{family}").FAMILY
+    if found.name != family or found.always != (family in ALWAYS):
+        raise TypeError(f"{__name__}.{family}.FAMILY is {found.name!r} (always={found.always})")
+    return found
 
 
-def load_all() -> None:
-    """Import every family, so the registry (jobs.audit.findings.CHECKS) is complete."""
-    for family in FAMILIES:
-        load(family)
+def load_all() -> list[Family]:
+    """Every family, so the registry of checks (jobs.audit.findings.CHECKS) is complete."""
+    return [load(f) for f in FAMILIES + ALWAYS]
+
+
+def selected(names) -> list[Family]:
+    """The families an audit runs: the ones chosen, in the order given, and the always ones."""
+    return [load(f) for f in names] + [load(f) for f in ALWAYS]

@@ -10,7 +10,11 @@ broker's reput service dispatches it at start), ``consumequeue.wrong_queue``, ``
 the warning ``consumequeue.entry_in_damage`` (the record it points at is inside a corrupt span: the damage is
 the finding), ``consumequeue.corrupt_unit`` (units recovery stops at, bad file names, partial units),
 ``consumequeue.file_gap`` (file names out of sequence).  Units past the recovered end are the recovery
-family's ``recovery.cq_truncated``.
+family's ``recovery.cq_truncated``.  With ConsumeQueueExt (``enableConsumeQueueExt``: a unit's tagsCode slot holds
+the address of its ext unit, whose tagsCode the readers give): ``consumequeue.ext_unit_missing`` (an address that
+reaches no ext unit), ``consumequeue.ext_unit_orphan`` (warning: an ext unit no unit points to),
+``consumequeue.ext_unit_corrupt`` (an ext unit whose size is wrong, or whose filter bitmap's length is not its
+size's or not the queue's other units').
 
 Where each is decided: a scan task joins the units it owns with its messages by physical offset (every check
 about one unit or one message, and duplicates: units at one offset share an owner); the queue-offset ranges of
@@ -25,14 +29,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_format import layout as L
-from store_format.commitlog import SEGMENT_NAME
-from store_format.consumequeue import CQFile, read_unit_arrays
+from store_format import fs
+from store_format.consumequeue import ext_folder, read_ext_units, read_unit_arrays
 from store_format.errors import ErrorKind
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
 from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
 from .. import resend
-from . import FamilyResult
+from ..contract import Family, FamilyResult
+from ..routes import QUEUE_BOUNDS
 
 DISPATCHED_TYPES = ("NOT", "COMMIT")  # PREPARED and ROLLBACK get no consume-queue entry
 
@@ -87,6 +92,20 @@ check("consumequeue.corrupt_unit", Severity.ERROR,
       "consume-queue {topic}/{queue_id_text|?} file {file}: {reason|corrupt unit}",
       group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
       action="Rebuild the queue from the log.")
+check("consumequeue.ext_unit_missing", Severity.ERROR,
+      "unit of {topic}/{queue_id} at queue offset {queue_offset} holds the ConsumeQueueExt address {ext_offset}, "
+      "where no ext unit is: its tagsCode is lost",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Consumers filtering by tag may skip the message: rebuild the queue (and its consumequeue_ext) from "
+             "the log.")
+check("consumequeue.ext_unit_orphan", Severity.WARNING,
+      "ConsumeQueueExt unit of {topic}/{queue_id} at offset {ext_offset} is pointed to by no consume-queue unit",
+      group="queue", consequence=Consequence.COSMETIC,
+      action="Nothing: it is never read.")
+check("consumequeue.ext_unit_corrupt", Severity.ERROR,
+      "ConsumeQueueExt unit of {topic}/{queue_id}[ at offset {ext_offset}]: {problem}",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Rebuild the queue's consumequeue_ext from the log (tag filters read it).")
 check("consumequeue.file_gap", Severity.ERROR,
       "consume-queue file {file} of {topic}/{queue_id} does not follow {previous}: {missing} units are missing between "
       "them",
@@ -99,12 +118,10 @@ UNIT_COLUMNS = [("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset
 LOOSE = pa.schema([("broker", pa.string())] + UNIT_COLUMNS)
 MISSING = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()), ("pending", pa.bool_()),
                      ("queue_offset", pa.int64()), ("physical_offset", pa.int64())])
-DATA_END = pa.schema([("broker", pa.string()), ("data_end", pa.int64())])
 
 
 def in_range(rc, out) -> None:
-    u, m = rc.units, rc.messages
-    out.partial("consumequeue.data_end", pa.table({"broker": [rc.broker], "data_end": [rc.data_end]}, schema=DATA_END))
+    u, m = rc.routed("consumequeue"), rc.messages
     # every unit against the message at its physical offset
     if u.num_rows:
         uphys = u.column("physical_offset").to_numpy()
@@ -162,7 +179,9 @@ def _mismatches(rc, u: pa.Table, rows: np.ndarray, at: np.ndarray, out) -> None:
     topics = pc.unique(pa.concat_arrays([u.column("topic").combine_chunks(), m.column("topic").combine_chunks()]))
     same_topic = num_codes(u.column("topic"), topics)[rows] == num_codes(m.column("topic"), topics)[at]
     wrong_queue = ~same_topic | (unum("queue_id") != mnum("queue_id"))
-    tags_known = m.column("tags_code").is_valid().to_numpy(zero_copy_only=False)[at]
+    # a unit's address that reached no ext unit has no tagsCode to compare (consumequeue.ext_unit_missing says so)
+    tags_known = m.column("tags_code").is_valid().to_numpy(zero_copy_only=False)[at] & \
+        (unum("tags_code") > L.CQ_EXT_MAX_ADDR)
     dispatched = pc.is_in(m.column("tran_type"), pa.array(DISPATCHED_TYPES)).to_numpy(zero_copy_only=False)[at]
     checks = (
         ("consumequeue.wrong_queue", wrong_queue,
@@ -231,15 +250,17 @@ def _duplicates(rc, u: pa.Table, out) -> None:
 # ------------------------------------------------------------------------------------------------ queue files
 
 def in_queue_files(facts, files, out) -> None:
-    """Corrupt units, bad names and partial units of each file (the data source's ``corrupt`` rows)."""
-    corrupt = []
+    """Corrupt units, bad names and partial units of each file (the data source's ``corrupt`` rows), and each
+    queue's units against its ConsumeQueueExt."""
+    corrupt, addressed = [], {}
     for p in files:
-        if p.queue_id is None or not SEGMENT_NAME.match(p.name):
+        if not p.loaded:
             corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=0, length=p.length,
                                 reason=ErrorKind.BAD_FILE_NAME.value))
             continue
-        local = p.loc.as_path()  # a Path, else a fs.StorePath read through pyarrow.fs
-        u = read_unit_arrays(CQFile(p.topic, p.queue_id, local, int(p.name), p.length))
+        u = read_unit_arrays(p.cq_file())
+        if u.ext_offset is not None:
+            addressed.setdefault((p.topic, p.queue_id), []).append((p, u))
         bad = np.flatnonzero(u.kind >= 2)  # zero units with data after them, units recovery refuses
         for i in bad.tolist():
             corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=int(u.file_position[i]),
@@ -254,6 +275,48 @@ def in_queue_files(facts, files, out) -> None:
         queue_id=c["queue_id"], queue_offset=c.get("queue_offset"),
         values={"queue_id_text": c["queue_id"], "reason": c["reason"]},
         details={"length": c["length"], "reason": c["reason"]}) for c in corrupt]))
+    for (topic, qid), units in addressed.items():  # none where the extension was off
+        _ext_units(facts.broker, topic, qid, units, out)
+
+
+def _ext_units(broker: str, topic: str, qid: int, addressed: list, out) -> None:
+    """A queue's units (``addressed``: (file, its unit arrays) with ext addresses) against its ConsumeQueueExt units
+    (consumequeue_ext/<topic>/<queueId>): addresses that reach no ext unit, ext units no address reaches, ext units
+    whose size or filter bitmap is wrong."""
+    ext = read_ext_units(ext_folder(addressed[0][0].loc))
+    starts = set(ext.offset.tolist())
+    missing, pointed = [], set()
+    for f, u in addressed:
+        for i in np.flatnonzero(u.ext_offset >= 0).tolist():
+            off = int(u.ext_offset[i])
+            pointed.add(off)
+            if off not in starts:
+                missing.append(dict(broker=broker, file=f.name, file_position=int(u.file_position[i]), topic=topic,
+                                    queue_id=qid, queue_offset=int(u.queue_offset[i]),
+                                    physical_offset=int(u.physical_offset[i]), values={"ext_offset": off},
+                                    details={"ext_offset": off}))
+    out.finding(finding_rows("consumequeue.ext_unit_missing", missing))
+    orphan = [i for i, off in enumerate(ext.offset.tolist()) if off not in pointed]
+    out.finding(finding_rows("consumequeue.ext_unit_orphan", [dict(
+        broker=broker, file=f"consumequeue_ext/{topic}/{qid}/{ext.file[i]}", file_position=int(ext.file_position[i]),
+        topic=topic, queue_id=qid, values={"ext_offset": int(ext.offset[i])},
+        details={"ext_offset": int(ext.offset[i]), "tags_code": int(ext.tags_code[i])}) for i in orphan]))
+    # a unit's bitmap is its size's rest, and as long as the queue's others (bitMapLengthConsumeQueueExt / 8)
+    bitmaps = ext.bitmap_size[ext.bitmap_size > 0]
+    usual = int(np.bincount(bitmaps).argmax()) if len(bitmaps) else 0
+    corrupt = [(i, f"its size {int(ext.size[i])} is not 20 + its bitMapSize {int(ext.bitmap_size[i])}")
+               if ext.size[i] != L.CQ_EXT_MIN_UNIT_SIZE + ext.bitmap_size[i] else
+               (i, f"its filter bitmap is {int(ext.bitmap_size[i])} bytes, the queue's others {usual}")
+               for i in np.flatnonzero((ext.size != L.CQ_EXT_MIN_UNIT_SIZE + ext.bitmap_size)
+                                       | ((ext.bitmap_size > 0) & (ext.bitmap_size != usual))).tolist()]
+    corrupt += [(None, e) for e in ext.problems]
+    out.finding(finding_rows("consumequeue.ext_unit_corrupt", [dict(
+        broker=broker, topic=topic, queue_id=qid,
+        file=f"consumequeue_ext/{topic}/{qid}/{ext.file[i] if i is not None else fs.resolve(p.file).name}",
+        file_position=int(ext.file_position[i]) if i is not None else p.position,
+        values={"ext_offset": int(ext.offset[i]) if i is not None else None,
+                "problem": p if i is not None else p.message},
+        details={"problem": p if i is not None else p.message}) for i, p in corrupt]))
 
 
 # ------------------------------------------------------------------------------------------------------ driver
@@ -349,3 +412,13 @@ def _file_sequence(ctx):
                                      queue_offset=(a.base_byte_offset + size) // L.CQ_STORE_UNIT_SIZE,
                                      values={"previous": a.path.name, "missing": missing}))
     return finding_rows("consumequeue.file_gap", rows)
+
+
+FAMILY = Family(
+    "consumequeue", "CommitLog <-> ConsumeQueue: messages without a unit, units pointing wrong, corrupt units, gaps",
+    in_range=in_range, in_files={"consumequeue": in_queue_files}, on_driver=on_driver,
+    emits={"consumequeue.missing": MISSING, "consumequeue.loose": LOOSE},
+    reads=("consumequeue.missing", "consumequeue.loose"),
+    tables={"queues": QUEUE_BOUNDS},
+    metrics={"cq_min_offset": "first unit's queue offset (queue)", "cq_max_offset": "one past the last unit (queue)",
+             "cq_entries": "units (queue)"})

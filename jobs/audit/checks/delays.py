@@ -8,8 +8,9 @@ but delayOffset.json was not persisted past it: it will be delivered again), ``d
 (warning), ``delays.unknown_level`` (warning: an offset for a level the broker does not have).  Detail table:
 ``delays``.
 
-The pending units and a first reading of their records come from the survey; the scan then confirms each record
-(a message of the walk starts there) and looks for delivered copies (REAL_TOPIC, UNIQ_KEY) in every range.
+The pending units and a first reading of their records come from the survey (its consume-queue files:
+``in_survey``); the scan then confirms each record (a message of the walk starts there) and looks for delivered
+copies (REAL_TOPIC, UNIQ_KEY) in every range.
 """
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from store_format import codec
 from store_format import layout as L
+from store_format.errors import StoreFormatError
+from store_format.fs import ReadOnlyMap
 from udfs.columns import column
 
+from ..contract import Family, FamilyResult
 from ..findings import Consequence, Severity, check, finding_table, metric_table
-from . import FamilyResult
 
 check("delays.overdue", Severity.WARNING,
       "delay level {level} message for {real_topic|?} was due {due_seconds} s before the dump time and is not delivered",
@@ -58,6 +62,64 @@ DELAYS = pa.schema([
     column("next_deliver_time", pa.int64(), "the earliest pending deliver time (ms)"),
 ])
 _FILE = "config/delayOffset.json"
+
+
+def schedule_probe(ctx, broker: str) -> dict:
+    """What the survey needs to read the pending delayed messages: each SCHEDULE_TOPIC_XXXX queue's next offset to
+    deliver (delayOffset.json; absent = 0, as ScheduleMessageService starts) and the segments the records are in."""
+    delay = ctx.metadata("delay_offsets")
+    nxt = {lv - 1: o for b, lv, o, err in zip(delay.column("broker").to_pylist(), delay.column("delay_level").to_pylist(),
+                                              delay.column("offset").to_pylist(), delay.column("error").to_pylist())
+           if b == broker and err is None and lv is not None}
+    plan = ctx.plans[broker]
+    return {"next": {qid: nxt.get(qid, 0) for (topic, qid) in plan.store.queues if topic == L.SCHEDULE_TOPIC},
+            "segments": [(s.base_offset, s.length, s.loc) for s in plan.segments]}
+
+
+def pending_in_survey(given, f, units, out) -> None:
+    """The units of a SCHEDULE_TOPIC_XXXX file at or past its level's next offset to deliver: the pending delayed
+    messages, with a first reading of their records (not checked: the scan says whether a message of the walk
+    starts there)."""
+    probe = given.probes.get("delays")
+    if units is None or probe is None or f.topic != L.SCHEDULE_TOPIC or f.queue_id not in probe["next"]:
+        return
+    entry = np.flatnonzero(units.kind == 0)
+    due = entry[units.queue_offset[entry] >= probe["next"][f.queue_id]]
+    maps: dict[str, ReadOnlyMap] = {}  # the segments pending records are read from, each mapped once
+    pending = []
+    try:
+        for i in due.tolist():
+            phys = int(units.physical_offset[i])
+            msg = _record(probe["segments"], phys, maps)
+            pending.append({"broker": given.broker, "level": f.queue_id + 1,
+                            "queue_offset": int(units.queue_offset[i]), "physical_offset": phys,
+                            "deliver_time": int(units.tags_code[i]), "uniq_key": msg.uniq_key if msg else None,
+                            "real_topic": msg.properties.get(L.PROPERTY_REAL_TOPIC) if msg else None})
+    finally:
+        for m in maps.values():
+            m.close()
+    if pending:
+        out.partial("delays.pending", pa.Table.from_pylist(pending, schema=PENDING))
+
+
+def _record(segments: list, phys: int, maps: dict):
+    """The record a unit points at, decoded as it stands (None when it does not decode)."""
+    for base, length, loc in segments:
+        if base <= phys < base + length:
+            pos = phys - base
+            head = loc.read_range(pos, 4) if loc.local_path is None else None
+            try:
+                if loc.local_path is not None:
+                    if loc.local_path not in maps:
+                        maps[loc.local_path] = ReadOnlyMap(loc.local_path)
+                    return codec.decode_record(maps[loc.local_path].buf, pos, file=loc.path)
+                size = int.from_bytes(head, "big", signed=True)
+                if not 0 < size <= length - pos:
+                    return None
+                return codec.decode_record(loc.read_range(pos, size), 0, file=loc.path)
+            except StoreFormatError:
+                return None
+    return None
 
 
 def in_range(rc, out) -> None:
@@ -181,3 +243,14 @@ def on_driver(ctx) -> FamilyResult:
         names = sorted(per_broker)
         res.metrics.append(metric_table("broker", {"pending_delays": [per_broker[b] for b in names]}, broker=names))
     return res
+
+
+FAMILY = Family(
+    "delays", "delayed messages per level: pending, overdue, delivered but not recorded, delayOffset.json's offsets",
+    survey_probes=schedule_probe, in_survey={"consumequeue": pending_in_survey}, probes=probes, in_range=in_range,
+    on_driver=on_driver,
+    emits={"delays.pending": PENDING, "delays.found": FOUND, "delays.delivered": DELIVERED},
+    reads=("delays.pending", "delays.found", "delays.delivered"),
+    tables={"delays": DELAYS},
+    metrics={"pending_delays": "delayed messages not delivered yet (broker, level)",
+             "overdue_delays": "pending and past their deliver time (level)"})

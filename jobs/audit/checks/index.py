@@ -30,15 +30,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datasources.indexfile import EntryViews, chain_bits, entry_summary, problem_lists, written_entries
 from store_format import layout as L
-from store_format.commitlog import ReadOnlyMap
 from store_format.errors import ErrorKind, StoreFormatError
-from store_format.indexfile import INDEX_NAME, IndexFile
+from store_format.fs import ReadOnlyMap
+from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, written_entries
+from udfs.kernels import chain_bits, entry_summary, pairs_in, problem_lists
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
+from ..contract import Family, FamilyResult
+from ..routes import INDEX_FILES
 from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
-from . import FamilyResult
 
 check("index.key_missing", Severity.ERROR,
       "key {topic}#{key} of this message has no index entry: queries by it will not find it",
@@ -142,38 +143,13 @@ def key_text(m: pa.Table, rows: np.ndarray, source: np.ndarray) -> pa.Array:
     return pc.if_else(pa.array(source < 0), uniq, pieces)
 
 
-def pairs_in(a_phys: np.ndarray, a_hash: np.ndarray, b_phys: np.ndarray, b_hash: np.ndarray) -> np.ndarray:
-    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s (udfs.compiled.pairs_in_sorted); either side
-    put in offset order first where it is not (entries and keys mostly come in commitlog order)."""
-    from udfs.kernels import _compiled
-
-    found = np.zeros(len(a_phys), bool)
-    if not len(a_phys) or not len(b_phys):
-        return found
-
-    def ordered(phys, hashes):
-        phys, hashes = np.ascontiguousarray(phys, np.int64), np.ascontiguousarray(hashes, np.int32)
-        if len(phys) > 1 and (phys[1:] < phys[:-1]).any():
-            order = np.argsort(phys, kind="stable")
-            return phys[order], hashes[order], order
-        return phys, hashes, None
-
-    a_phys, a_hash, a_order = ordered(a_phys, a_hash)
-    b_phys, b_hash, _ = ordered(b_phys, b_hash)
-    hits = found if a_order is None else np.zeros(len(a_phys), bool)
-    _compiled().pairs_in_sorted(a_phys, a_hash, b_phys, b_hash, hits)
-    if a_order is not None:
-        found[a_order] = hits
-    return found
-
-
 def in_range(rc, out) -> None:
     m = rc.messages
     if not rc.facts.indexed:
         out.partial("index.unindexed", pa.table({"broker": [rc.broker], "messages": [int(rc.column("kept").sum())]},
                                                 schema=UNINDEXED))
         return
-    e = rc.index_entries
+    e = rc.routed("index")
     if m.num_rows:
         krow, ksrc, khash = message_keys(m)
         kept = rc.column("kept")
@@ -187,7 +163,7 @@ def in_range(rc, out) -> None:
 
     # messages -> entries: each kept key needs an entry with its (offset, hash)
     missing = np.flatnonzero(kept[krow] & ~pairs_in(kphys, khash, ephys, ehash)) if len(krow) else krow
-    if len(missing) and rc.facts.unverifiable:  # keys only an unreadable file could serve: counted per file
+    if len(missing) and rc.facts.probes.get("index"):  # keys only an unreadable file could serve: counted per file
         missing = _unverifiable(rc, missing, kphys, out)
     if len(missing):
         rows = krow[missing]
@@ -256,7 +232,7 @@ def _unverifiable(rc, missing: np.ndarray, kphys: np.ndarray, out) -> np.ndarray
     pending = phys >= rc.facts.index_pending_from
     left = np.ones(len(missing), bool)
     rows = []
-    for file, lo, hi in rc.facts.unverifiable:
+    for file, lo, hi in rc.facts.probes.get("index") or ():
         mine = ~pending & left & (phys >= lo) & (phys <= hi)
         if mine.any():
             p = phys[mine]
@@ -323,7 +299,12 @@ def _loose(rc, e: pa.Table, out) -> None:
 
 # ------------------------------------------------------------------------------------------------ index files
 
-def in_index_file(facts, part, out) -> None:
+def in_index_files(facts, files, out) -> None:
+    for part in files:
+        _index_file(facts, part, out)
+
+
+def _index_file(facts, part, out) -> None:
     """One file: unreadable (one finding), or its header against its entries and every entry's chain."""
     broker, name = facts.broker, part.name
 
@@ -433,9 +414,14 @@ def on_driver(ctx) -> FamilyResult:
     return res
 
 
-def _keys_unverifiable(ctx):
-    from ..survey import INDEX_FILES
+def _unverifiable_probe(ctx, broker: str) -> list[tuple[str, int, int]]:
+    """The index files the survey could not read, each with the physical offsets whose keys only it could serve:
+    (file, from, to) for every range task to count its missing keys against."""
+    rows = ctx.survey_partial("survey.index_files", INDEX_FILES).to_pylist()
+    return [(f, lo, hi) for f, lo, hi, _ in unreadable_ranges([r for r in rows if r["broker"] == broker])]
 
+
+def _keys_unverifiable(ctx):
     t = ctx.partial("index.unverifiable", UNVERIFIABLE)
     if not t.num_rows:
         return concat_findings([])
@@ -468,3 +454,14 @@ def _outside(ctx):
             broker=r["broker"], file=r["file"], physical_offset=r["physical_offset"],
             values={"entry": r["entry"], "data_end": end}, details={"entry": r["entry"], "key_hash": r["key_hash"]})]))
     return concat_findings(out)
+
+
+FAMILY = Family(
+    "index", "CommitLog <-> IndexFile: keys that cannot be found, entries pointing wrong, headers, chains, duplicates",
+    probes=_unverifiable_probe, in_range=in_range, in_files={"index": in_index_files}, on_driver=on_driver,
+    emits={"index.unindexed": UNINDEXED, "index.dropped": DROPPED, "index.unverifiable": UNVERIFIABLE,
+           "index.loose": LOOSE, "index.files": FILES},
+    reads=("index.unindexed", "index.dropped", "index.unverifiable", "index.loose", "index.files",
+           "survey.index_files"),
+    metrics={"index_entries": "index entries (broker)", "index_files": "index files (broker)",
+             "index_duplicate_entries": "duplicate index entries (broker)"})

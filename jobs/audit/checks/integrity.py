@@ -13,15 +13,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datasources.commitlog import span_detail
+from store_format.scan import span_detail
 from store_format import codec
-from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP
+from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, segment_name
 from store_format.errors import ErrorKind, StoreFormatError
 from udfs.columns import column
 
 from ..findings import Consequence, Severity, check, finding_rows, finding_table, metric_table
 from .. import resend
-from . import FamilyResult
+from ..contract import Family, FamilyResult
 
 _SPAN = ("unframeable bytes ({reason|?}): {length} bytes at {file}@{file_position}[, then the segment's unwritten "
          "zero tail ({unwritten_tail} bytes, not damage)][: {detail}]")
@@ -186,7 +186,7 @@ def _damaged_messages(rc, spans, out) -> None:
             uniq_key=msg.uniq_key, store_timestamp=msg.store_timestamp), s.reason))
     out.finding(finding_rows("integrity.damaged_message", rows))
     if named:
-        out.partial("resend.damaged", pa.Table.from_pylist(named, schema=resend.DAMAGED))
+        out.partial("integrity.damaged", pa.Table.from_pylist(named, schema=resend.DAMAGED))
 
 
 # ------------------------------------------------------------------------------------------------------ driver
@@ -196,9 +196,9 @@ def file_problem_rows(ctx) -> list[dict]:
     count: (broker, segment, physical offset, length, reason, field, detail)."""
     rows = []
     for name, plan in ctx.plans.items():
-        for f in plan.segments:
+        for f in plan.segment_files:
             for kind, detail in f.problems:
-                rows.append(dict(broker=name, segment=f.name, physical_offset=f.base or 0, length=f.length,
+                rows.append(dict(broker=name, segment=f.name, physical_offset=f.base_offset or 0, length=f.length,
                                  reason=kind, field="file_name" if kind == ErrorKind.BAD_FILE_NAME.value
                                  else "file_length", detail=detail))
     return rows
@@ -286,7 +286,24 @@ def _segment_listing(ctx):
             if size and b.base_offset != a.base_offset + size:
                 gaps.append(dict(broker=name, file=b.name, physical_offset=a.base_offset + size,
                                  values={"previous": a.name, "missing": b.base_offset - a.base_offset - size},
-                                 details={"expected_name": f"{a.base_offset + size:020d}"}))
+                                 details={"expected_name": segment_name(a.base_offset + size)}))
     from ..findings import concat_findings
 
     return concat_findings([finding_rows("integrity.segment_gap", gaps), finding_rows("integrity.no_commitlog", empty)])
+
+
+def _damaged_to_resend(ctx) -> None:
+    """The damaged messages the scan named go to the messages to re-send, first (a record that recovery also names
+    keeps this naming)."""
+    ctx.resend_damaged[:0] = ctx.partial("integrity.damaged", resend.DAMAGED).to_pylist()
+
+
+FAMILY = Family(
+    "integrity", "unframeable spans, damaged and stale records, segment files of the wrong name or length, gaps",
+    in_range=in_range, after_scan=_damaged_to_resend, on_driver=on_driver,
+    emits={"integrity.segments": SEGMENT_PARTS, "integrity.queue_counts": QUEUE_COUNTS,
+           "integrity.damaged": resend.DAMAGED},
+    reads=("integrity.segments", "integrity.queue_counts", "integrity.damaged"),
+    tables={"segments": SEGMENTS},
+    metrics={"message_count": "messages (broker, queue)", "message_bytes": "bytes of messages (broker, queue)",
+             "corrupt_bytes": "bytes no walk could frame (broker)", "segments": "commitlog segments (broker)"})

@@ -20,7 +20,7 @@ from store_format import layout as L
 from udfs.columns import column
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_table, metric_table
-from . import FamilyResult
+from ..contract import Family, FamilyResult
 
 check("lag.offset_for_unknown_topic", Severity.WARNING,
       "group {group} has an offset for topic {topic}, which has no consume queue and no topics.json entry",
@@ -172,3 +172,11 @@ def _offset_findings(check_id: str, rows: list[dict]):
         "group": group, "offset": offset, "max_offset": col("max_offset", pa.int64()),
         "min_offset": col("min_offset", pa.int64()), "read_queue_nums": col("read_queue_nums", pa.int32())},
         details=details, **positions)])
+
+
+FAMILY = Family(
+    "lag", "per group, topic and queue the message lag and time lag; offsets out of range, for unknown queues",
+    probes=probes, in_range=in_range, on_driver=on_driver, emits={"lag.found": FOUND}, reads=("lag.found",),
+    tables={"lag": LAG},
+    metrics={"lag_messages": "messages a group has not consumed, per topic (group)",
+             "lag_ms": "age of the oldest unconsumed message at the dump time, per topic (group)"})

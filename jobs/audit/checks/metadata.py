@@ -15,11 +15,11 @@ on it and the broker does not start; the entry is left out and everything else i
 from __future__ import annotations
 
 
-from datasources.metadata import CONFIG_FILE, is_value_error
+from udfs.metadata import CONFIG_FILE, is_value_error
 from store_format import layout as L
 
 from ..findings import Consequence, Severity, check, finding_rows
-from . import FamilyResult
+from ..contract import Family, FamilyResult
 
 check("metadata.config_unreadable", Severity.ERROR, "{file} cannot be read: {error}",
       consequence=Consequence.DATA_LOST,
@@ -138,3 +138,8 @@ def on_driver(ctx) -> FamilyResult:
             broker=b, file="config/consumerOffset.json", values={"group": g},
             details={"group": g, "key": g}) for b, g in offsets if (b, g) not in groups]))
     return res
+
+
+FAMILY = Family(
+    "metadata", "unreadable or backup-only config files; topics and groups missing from topics.json and "
+    "subscriptionGroup.json", on_driver=on_driver)

@@ -23,7 +23,7 @@ from store_format import layout as L
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
 from .. import resend
-from . import FamilyResult
+from ..contract import Family, FamilyResult
 
 check("recovery.broker_will_not_start", Severity.ERROR, "the broker will refuse to start: {problem}",
       consequence=Consequence.WILL_NOT_START,
@@ -68,10 +68,6 @@ check("recovery.message_lost", Severity.ERROR,
              "list them with the commands that extract them.")
 
 
-LOST = pa.schema([("broker", pa.string()), ("state", pa.string()), ("physical_offset", pa.int64()),
-                  ("size", pa.int64()), ("damage", pa.string())])
-
-
 def in_range(rc, out) -> None:
     m = rc.messages
     lost = np.flatnonzero(~rc.column("kept"))
@@ -88,87 +84,6 @@ def in_range(rc, out) -> None:
         values={"damaged_prefix": None, "damage": None, "queue_text": queue_text, "where": "past the recovered end"},
         details={"state": "intact", "uniq_key": uniq, "key": uniq, "msg_id": ids}))
     out.table(resend.NAME, resend.message_rows(rc.broker, "dropped", t))
-
-
-def lost_records_in(rc, out) -> None:
-    """The records past the recovered end (store_format.recovery.lost_records), for the broker's count: intact
-    messages, damaged records that still frame one, bytes no frame covers."""
-    from store_format.commitlog import KIND_CORRUPT, KIND_MESSAGE
-    from store_format.recovery import lost_records
-
-    f, it = rc.facts, rc.items
-    end = f.recovered_end
-    phys = it.positions + rc.base
-    stop = f.recovery_stop if f.recovery_stop is not None and rc.lo <= f.recovery_stop.physical_offset < rc.hi \
-        else None
-    message = it.kinds == KIND_MESSAGE
-    other = ~message & ((phys >= end) | ((it.kinds == KIND_CORRUPT) & (phys + it.sizes > end)))
-    intact = np.flatnonzero(message & (phys >= end))
-    if not len(intact) and not other.any() and stop is None:
-        return
-    lost = lost_records(it.take(other), end, stop)
-    rows = {"state": [], "physical_offset": [], "size": [], "damage": []}
-    for state, records in (("damaged", lost.damaged), ("unframed", lost.unframed)):
-        for r in records:
-            rows["state"].append(state)
-            rows["physical_offset"].append(r[0])
-            rows["size"].append(r[1])
-            rows["damage"].append(r[2] if state == "damaged" else None)
-    n = len(intact) + len(rows["state"])
-    out.partial("recovery.lost", pa.table({
-        "broker": pa.repeat(pa.scalar(rc.broker), n),
-        "state": pa.concat_arrays([pa.repeat(pa.scalar("intact"), len(intact)), pa.array(rows["state"], pa.string())]),
-        "physical_offset": pa.concat_arrays([pa.array(phys[intact]), pa.array(rows["physical_offset"], pa.int64())]),
-        "size": pa.concat_arrays([pa.array(it.sizes[intact].astype(np.int64)), pa.array(rows["size"], pa.int64())]),
-        "damage": pa.concat_arrays([pa.nulls(len(intact), pa.string()), pa.array(rows["damage"], pa.string())])},
-        schema=LOST))
-
-
-QUEUES = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
-                    ("recover_end", pa.int64()), ("max_physic_offset", pa.int64()), ("end", pa.int64()),
-                    ("dropped", pa.int64()), ("first_dropped", pa.int64()), ("reason", pa.string()),
-                    ("refused_offset", pa.int64()), ("refused_size", pa.int64())])
-
-
-def queue_recovery_in(facts, parts, out) -> None:
-    """What recovery leaves of each queue of ``parts`` (store_format.recovery.finish_queue, with the broker-wide
-    decision to truncate), for the queues that lose units."""
-    from store_format.recovery import finish_queue, recover_queue
-
-    from ..survey import queue_files
-
-    rows = []
-    for (topic, qid), files in queue_files(parts).items():
-        q = finish_queue(topic, qid, files, recover_queue(files), facts.recovered_end, facts.has_commitlog,
-                         facts.truncate_queues)
-        if q.dropped:
-            rows.append({"broker": facts.broker, "topic": topic, "queue_id": qid, "recover_end": q.recover_end,
-                         "max_physic_offset": q.max_physic_offset, "end": q.end, "dropped": q.dropped,
-                         "first_dropped": q.first_dropped, "reason": q.reason,
-                         "refused_offset": q.invalid_unit[0] if q.invalid_unit else None,
-                         "refused_size": q.invalid_unit[1] if q.invalid_unit else None})
-    if rows:
-        out.partial("recovery.queues", pa.Table.from_pylist(rows, schema=QUEUES))
-
-
-def lost_from_scan(ctx) -> None:
-    """Give each broker's prediction what its scan found: the records past the recovered end (predict_recovery was
-    told not to enumerate them: ``enumerate_lost=False``) and the queues recovery cuts (``queue_starts``)."""
-    from store_format.recovery import QueueRecovery
-
-    queues = ctx.partial("recovery.queues", QUEUES).to_pylist()
-    t = ctx.partial("recovery.lost", LOST).sort_by([("broker", "ascending"), ("physical_offset", "ascending")])
-    for name, p in ctx.recovery.items():
-        p.cq_truncation = {(q["topic"], q["queue_id"]): QueueRecovery(
-            q["topic"], q["queue_id"], q["recover_end"], q["max_physic_offset"], q["end"], q["dropped"],
-            q["first_dropped"], q["reason"], (q["refused_offset"], q["refused_size"])
-            if q["refused_offset"] is not None else None) for q in queues if q["broker"] == name}
-        p.cq_units_truncated = {k: q.dropped for k, q in p.cq_truncation.items()}
-        mine = t.filter(pc.equal(t.column("broker"), name)).to_pylist()
-        p.dropped_messages = [(r["physical_offset"], r["size"]) for r in mine if r["state"] == "intact"]
-        p.damaged_dropped = [(r["physical_offset"], r["size"], r["damage"]) for r in mine if r["state"] == "damaged"]
-        p.unframed_dropped = [(r["physical_offset"], r["size"]) for r in mine if r["state"] == "unframed"]
-        p.lost_enumerated = True
 
 
 def on_driver(ctx) -> FamilyResult:
@@ -240,7 +155,7 @@ def _damaged_lost(ctx, name: str, p) -> list[dict]:
     """``recovery.message_lost`` for each damaged record the broker drops (store_format.recovery.lost_records:
     a stop whose header still frames a message), named from its header (describe_damaged_record)."""
     from store_format import fs
-    from store_format.commitlog import ReadOnlyMap
+    from store_format.fs import ReadOnlyMap
     from store_format.recovery import describe_damaged_record
 
     segments = ctx.plans[name].store.segments
@@ -288,28 +203,18 @@ def _topic_from_queue(store, offset: int, queue_id, queue_offset) -> str | None:
         if f is None or at - f.base_byte_offset + L.CQ_STORE_UNIT_SIZE > f.length:
             continue
         try:
-            with fs.resolve(f.path).mmap_or_read(at - f.base_byte_offset, L.CQ_STORE_UNIT_SIZE) as m:
-                unit_offset = struct.unpack_from(L.CQ_UNIT_STRUCT, m.buf, 0)[0]
-        except (OSError, ValueError):  # an unreadable queue file names nothing
+            raw = fs.resolve(f.path).read_range(at - f.base_byte_offset, L.CQ_STORE_UNIT_SIZE)
+            unit_offset = struct.unpack_from(L.CQ_UNIT_STRUCT, raw, 0)[0]
+        except (OSError, ValueError, struct.error):  # an unreadable queue file names nothing
             continue
         if unit_offset == offset:
             found.add(topic)
     return found.pop() if len(found) == 1 else None
 
 
-def summary(ctx) -> dict:
-    """The summary.json ``recovery`` object per broker."""
-    out = {}
-    for name, p in ctx.recovery.items():
-        out[name] = {
-            "mode": p.mode, "broker_will_start": p.will_start, "start_problems": p.start_problems,
-            "start_segment": p.start_segment, "predicted_max_physical_offset": p.max_physical_offset,
-            "stop_segment": p.stop_segment, "stop_position": p.stop_position, "stop_kind": p.stop_kind,
-            "messages_lost": p.messages_lost, "damaged_messages_lost": p.damaged_messages_lost,
-            "intact_messages_lost": p.intact_messages_lost, "unframed_bytes_lost": p.unframed_bytes_lost,
-            "unframed_runs_lost": len(p.unframed_dropped), "bytes_lost": p.bytes_lost,
-            "segments_deleted": p.segments_deleted, "max_cq_physical_offset": p.max_cq_physical_offset,
-            "cq_units_truncated": sum(p.cq_units_truncated.values()),
-            "index_files_deleted": p.index_files_deleted, "redispatch_from": p.redispatch_from, "notes": p.notes,
-        }
-    return out
+FAMILY = Family(
+    "recovery", "what the broker will do at start: whether it starts, where it cuts, what it drops, deletes, rebuilds",
+    in_range=in_range, on_driver=on_driver,
+    metrics={"messages_lost": "messages the predicted recovery drops, damaged and intact (broker)",
+             "damaged_messages_lost": "of those, the damaged records that still frame a message (broker)",
+             "predicted_max_physical_offset": "where the broker's recovery will end the commitlog (broker)"})

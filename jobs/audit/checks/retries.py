@@ -20,7 +20,7 @@ from store_format import layout as L
 from udfs.columns import column
 
 from ..findings import Consequence, Severity, check, finding_table, metric_table
-from . import FamilyResult
+from ..contract import Family, FamilyResult
 
 _RETRY, _DLQ = L.RETRY_GROUP_TOPIC_PREFIX, L.DLQ_GROUP_TOPIC_PREFIX
 
@@ -171,3 +171,10 @@ def on_driver(ctx) -> FamilyResult:
                                         n=retries.num_rows, broker=retries.column("broker"),
                                         group=retries.column("group")))
     return res
+
+
+FAMILY = Family(
+    "retries", "the retry -> DLQ lineage of every dead letter, the DLQ inventory per group",
+    in_range=in_range, on_driver=on_driver, emits={"retries.hops": HOPS}, reads=("retries.hops",),
+    tables={"retries": RETRIES, "dlq": DLQ},
+    metrics={"dlq_messages": "dead letters (group)", "retry_messages": "messages in %RETRY%group (group)"})

@@ -25,7 +25,7 @@ from store_format import layout as L
 from udfs.columns import column
 
 from ..findings import Consequence, Severity, check, finding_table, metric_table
-from . import FamilyResult
+from ..contract import Family, FamilyResult
 
 check("transactions.open", Severity.WARNING,
       "open transaction for {topic|?} from producer group {producer_group|?}, {age_seconds} s old at the dump time, "
@@ -264,3 +264,11 @@ def on_driver(ctx) -> FamilyResult:
                                                    "transactions": g.column("broker_count")},
                                         n=g.num_rows, broker=g.column("broker")))
     return res
+
+
+FAMILY = Family(
+    "transactions", "every half message committed, rolled back or open, with its age; raw PREPARED records",
+    in_range=in_range, on_driver=on_driver, emits={"transactions.records": RECORDS},
+    reads=("transactions.records",), tables={"transactions": TRANSACTIONS},
+    metrics={"open_transactions": "half messages neither committed nor rolled back (broker)",
+             "transactions": "transactions seen (broker)"})

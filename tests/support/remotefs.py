@@ -134,4 +134,4 @@ def environment() -> dict[str, str]:
     """The environment another process needs to resolve ``elsewhere://`` as this one does."""
     from store_format import fs
 
-    return {fs.FILESYSTEMS_ENV: f"{SCHEME}=tests.remotefs:from_uri", ROOTS_ENV: json.dumps(ROOTS)}
+    return {fs.FILESYSTEMS_ENV: f"{SCHEME}=tests.support.remotefs:from_uri", ROOTS_ENV: json.dumps(ROOTS)}

@@ -73,7 +73,7 @@ def main(spec_path: str) -> int:
 
     spark = SparkSession.builder.remote(os.environ["SPARK_REMOTE"]).getOrCreate()
     result = {"notebook_session": type(spark).__module__, "connect": is_connect(spark)}
-    from datasources.commitlog import planned_parallelism
+    from datasources.base import planned_parallelism
 
     result["planned_parallelism"] = planned_parallelism(spark)  # the audit's cores where the server sets none
     ship_project(spark, spec["zip"])

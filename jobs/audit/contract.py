@@ -1,0 +1,65 @@
+"""The check-family contract: everything a family is, declared in one object (:class:`Family`), which the engine
+(plan, survey, scan, job), tools/schema_docs.py and the docs read.  The engine names no family: it runs whatever
+hooks the registry's families declare, where their names say.
+
+Where each hook runs (``rc``: a :class:`jobs.audit.scan.RangeContext`; ``out``: the task's
+:class:`jobs.audit.tasks.Emitter`; ``ctx``: the driver's :class:`jobs.audit.context.AuditContext`):
+
+* ``survey_probes(ctx, broker) -> object``: on the driver before the survey; what its survey hooks need.
+* ``in_survey[route](task, file, read, out)``: in a survey task of that route (jobs/audit/routes.py), for each file
+  the route's survey read (``read``: what it read of the file, the route's own form; ``task.probes[family]``).
+* ``probes(ctx, broker) -> object``: on the driver between survey and scan; what its scan hooks need
+  (``rc.facts.probes[family]`` in every task of the broker).
+* ``in_range(rc, out)``: in every commitlog range task, over its walk, its messages and what it owns.
+* ``in_files[route](facts, files, out)``: in a file task of that route, over a group of its files (whole queues).
+* ``after_scan(ctx)``: on the driver once the scan is done, before any family finishes (to complete what the
+  others read: the recovery prediction).
+* ``on_driver(ctx) -> FamilyResult``: on the driver, from the partial tables and the driver's facts: findings,
+  metrics and detail tables.
+* ``summary(ctx) -> {broker: value}``: ``value`` goes into summary.json's broker object under the family's name.
+
+A family declares what its hooks emit (``emits``: partial tables by name, with their schemas; a partial's name
+starts with the family's), what it reads of others (``reads``), its detail tables (``tables``, columns described
+with udfs.columns) and its metrics (``metrics``, name -> description).  ``always`` families run in every audit
+whatever ``--checks`` says (they complete what the summary and the report show) and are not offered there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pyarrow as pa
+
+
+@dataclass
+class FamilyResult:
+    findings: list[pa.Table] = field(default_factory=list)
+    metrics: list[pa.Table] = field(default_factory=list)
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    doc: str  # one line: what it finds
+    always: bool = False
+    survey_probes: Callable | None = None
+    in_survey: dict[str, Callable] = field(default_factory=dict)
+    probes: Callable | None = None
+    in_range: Callable | None = None
+    in_files: dict[str, Callable] = field(default_factory=dict)
+    after_scan: Callable | None = None
+    on_driver: Callable | None = None
+    summary: Callable | None = None
+    emits: dict[str, pa.Schema] = field(default_factory=dict)
+    reads: tuple[str, ...] = ()
+    tables: dict[str, pa.Schema] = field(default_factory=dict)
+    metrics: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        wrong = [n for n in self.emits if not n.startswith(f"{self.name}.")]
+        if wrong:
+            raise ValueError(f"family {self.name}: partial tables are named after their family: {wrong}")
+
+
+__all__ = ["Family", "FamilyResult"]

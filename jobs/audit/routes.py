@@ -1,0 +1,278 @@
+"""The routed files: per-file structures whose entries point at CommitLog offsets, each declared once as a
+:class:`Route` that the engine serves with one survey task kind, one file task kind and one view of the entries a
+commitlog range owns (``RangeContext.routed(route)``).  Today: consume-queue units (``consumequeue``) and index
+entries (``index``).
+
+How a route is served: the survey reads each file's bounds and summarizes its entries as routing buckets
+(``phys >> shift``: :class:`jobs.audit.plan.Buckets`), one row per file in the route's ``files`` partial; the
+scan's range tasks then read, of every file, only the window of entries whose buckets meet the range and keep the
+entries whose offset the range owns, so each entry is checked next to the message it points at by exactly one
+task; the file tasks read whole files (groups of them) for what a file says alone.
+
+A route declares: where its files are (``files``), how they are grouped into tasks (``group``), what the survey
+reads of one file (``survey_file``: its row, and what it read, handed to the families' ``in_survey`` hooks) and of
+a group (``survey_group``), what a scan task needs of a surveyed file (``routed``), and how a window of entries is
+read (``window``) and shown (``view``, with the schema ``VIEW``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from store_format import layout as L
+from store_format.consumequeue import CQFile, QueueFile, read_unit_arrays, read_unit_window
+from store_format.errors import ErrorKind, StoreFormatError
+from store_format.fs import Location, ReadOnlyMap
+from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_entry_window, read_header, \
+    written_entries
+from store_format.plan import group_queue_files
+from store_format.recovery import recover_queue
+from udfs.columns import column
+
+from .plan import BrokerPlan, Buckets, IndexFilePlan
+
+BUCKETS = [("bucket", pa.list_(pa.int64())), ("bucket_first", pa.list_(pa.int64())),
+           ("bucket_last", pa.list_(pa.int64()))]
+
+
+def bucket_columns(b: Buckets) -> dict:
+    return {"bucket": b.buckets.tolist(), "bucket_first": b.first.tolist(), "bucket_last": b.last.tolist()}
+
+
+def buckets_of_row(row: dict) -> Buckets:
+    return Buckets(np.array(row["bucket"] or [], np.int64), np.array(row["bucket_first"] or [], np.int64),
+                   np.array(row["bucket_last"] or [], np.int64))
+
+
+@dataclass(frozen=True)
+class RoutedFile:
+    """A surveyed file as a scan task reads it: entry ``i`` of its entries region, by routing bucket, and the route's
+    own parameters for reading and showing a window (``params``)."""
+
+    loc: Location
+    name: str
+    buckets: Buckets
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SurveyInput:
+    """What a route's survey of a group of files is given: the broker, its routing, and the families' probes."""
+
+    broker: str
+    shift: int
+    commitlog_end: int
+    probes: dict = field(default_factory=dict)  # family name -> its survey_probes' answer for this broker
+
+
+@dataclass(frozen=True)
+class Route:
+    name: str
+    files: Callable[[BrokerPlan], list]  # the broker's files of this route, as its tasks take them
+    group: Callable[[list], list[list]]  # the files each task takes
+    files_partial: str  # the survey's partial table of the route's files (``survey_schema``: one row per file)
+    survey_schema: pa.Schema
+    survey_file: Callable  # (SurveyInput, file) -> (its row or None, what was read of it, for in_survey hooks)
+    routed: Callable  # (its survey row, file) -> RoutedFile, or None when nothing of it is routed
+    window: Callable  # (RoutedFile, first, end) -> numpy columns of entries first..end-1: physical_offset, valid
+    view: Callable  # (RoutedFile, first, rows, window) -> pa.Table of VIEW[name], the kept rows of the window
+    survey_cost: Callable  # file -> bytes the survey reads of it, for packing tasks
+    scan_cost: Callable  # file -> bytes a file task reads of it
+    survey_group: Callable | None = None  # (SurveyInput, files, out): what the survey finds over a group
+    emits: dict[str, pa.Schema] = field(default_factory=dict)  # its survey's partial tables, the files' one too
+
+
+# ---------------------------------------------------------------------------------------------------------
+# consume-queue units
+
+CQ_FILES = pa.schema([
+    ("broker", pa.string()), ("path", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
+    ("units", pa.int64()), ("entries", pa.int64()),
+    ("min_queue_offset", pa.int64()), ("max_queue_offset", pa.int64()), *BUCKETS,
+])
+QUEUE_STARTS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
+                          ("recover_end", pa.int64()), ("max_physic_offset", pa.int64()),
+                          ("refused_offset", pa.int64()), ("refused_size", pa.int64())])
+#: per consume queue (AuditContext.queue_bounds, from the survey's rows; the audit's ``queues`` table)
+QUEUE_BOUNDS = pa.schema([column("broker", pa.string()), column("topic", pa.string()), column("queue_id", pa.int32()),
+                          column("min_offset", pa.int64()), column("max_offset", pa.int64()),
+                          column("entries", pa.int64(), "units in the consume queue files")])
+UNITS = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
+                   ("physical_offset", pa.int64()), ("size", pa.int32()), ("tags_code", pa.int64()),
+                   ("file", pa.string()), ("file_position", pa.int64())])
+
+
+def _survey_queue_file(task: SurveyInput, f: QueueFile):
+    if not f.loaded:
+        return None, None  # never read: the file task reports the file
+    u = read_unit_arrays(f.cq_file())
+    entry = np.flatnonzero(u.kind == 0)
+    qoff = u.queue_offset[entry]
+    b = Buckets.of_offsets(u.physical_offset[entry], entry, task.shift, task.commitlog_end)
+    return {"broker": task.broker, "path": f.loc.path, "topic": f.topic, "queue_id": f.queue_id,
+            "units": len(u.kind), "entries": len(entry), "min_queue_offset": int(qoff.min()) if len(qoff) else None,
+            "max_queue_offset": int(qoff.max()) if len(qoff) else None, **bucket_columns(b)}, u
+
+
+def queues_of(files: list[QueueFile]) -> dict[tuple[str, int], list[CQFile]]:
+    """The files of ``files`` the broker loads, by queue (a number for a folder name, 20 digits for a file name),
+    each queue's by name."""
+    out: dict[tuple, list] = {}
+    for f in files:
+        if f.loaded:
+            out.setdefault((f.topic, f.queue_id), []).append(f.cq_file())
+    return {k: sorted(v, key=lambda f: f.base_byte_offset) for k, v in out.items()}
+
+
+def _queue_starts(task: SurveyInput, files: list[QueueFile], out) -> None:
+    """ConsumeQueue.recover()'s walk of each whole queue of the group: where the broker's recovery will start it."""
+    starts = []
+    for (topic, qid), queue in queues_of(files).items():
+        s = recover_queue(queue)
+        starts.append({"broker": task.broker, "topic": topic, "queue_id": qid, "recover_end": s.recover_end,
+                       "max_physic_offset": s.max_physic_offset,
+                       "refused_offset": s.refused[0] if s.refused else None,
+                       "refused_size": s.refused[1] if s.refused else None})
+    out.partial("survey.queue_starts", pa.Table.from_pylist(starts, schema=QUEUE_STARTS))
+
+
+def _unit_window(f: RoutedFile, first: int, end: int) -> dict:
+    u = read_unit_window(f.loc, first, end)
+    return {"physical_offset": u["physical_offset"], "size": u["size"], "tags_code": u["tags_code"],
+            "valid": u["kind"] == 0}
+
+
+def _unit_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+    k = len(idx)
+    return pa.table({
+        "topic": pa.repeat(pa.scalar(f.params["topic"], pa.string()), k),
+        "queue_id": pa.repeat(pa.scalar(f.params["queue_id"], pa.int32()), k),
+        "queue_offset": pa.array(f.params["first_queue_offset"] + first + idx, pa.int64()),
+        "physical_offset": pa.array(w["physical_offset"][idx]), "size": pa.array(w["size"][idx]),
+        "tags_code": pa.array(w["tags_code"][idx]), "file": pa.repeat(pa.scalar(f.name, pa.string()), k),
+        "file_position": pa.array((first + idx) * L.CQ_STORE_UNIT_SIZE, pa.int64()),
+    }, schema=UNITS)
+
+
+def _queue_files(plan: BrokerPlan) -> list[QueueFile]:
+    return plan.cq_files
+
+
+def _routed_queue_file(row: dict | None, f: QueueFile) -> RoutedFile | None:
+    if row is None or not row["entries"]:
+        return None
+    return RoutedFile(f.loc, f.name, buckets_of_row(row), {
+        "topic": f.topic, "queue_id": f.queue_id, "first_queue_offset": f.first_queue_offset})
+
+
+def _length(f) -> int:
+    return f.length
+
+
+CONSUMEQUEUE = Route(
+    name="consumequeue", files=_queue_files, group=group_queue_files,
+    files_partial="survey.cq_files", survey_schema=CQ_FILES, survey_file=_survey_queue_file,
+    routed=_routed_queue_file, window=_unit_window, view=_unit_view, survey_cost=_length, scan_cost=_length,
+    survey_group=_queue_starts, emits={"survey.cq_files": CQ_FILES, "survey.queue_starts": QUEUE_STARTS})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# index entries
+
+INDEX_FILES = pa.schema([
+    ("broker", pa.string()), ("path", pa.string()), ("name", pa.string()), ("error", pa.string()),
+    ("hash_slot_num", pa.int32()), ("index_num", pa.int32()), ("count", pa.int64()),
+    ("begin_timestamp", pa.int64()), ("end_timestamp", pa.int64()), ("begin_phy_offset", pa.int64()),
+    ("end_phy_offset", pa.int64()), ("index_count", pa.int32()), *BUCKETS,
+])
+ENTRIES = pa.schema([("file", pa.string()), ("entry", pa.int32()), ("key_hash", pa.int32()),
+                     ("physical_offset", pa.int64()), ("time_diff", pa.int32()), ("store_time", pa.int64()),
+                     ("prev_index", pa.int32())])
+
+
+def _header_row(h) -> dict:
+    return {"begin_timestamp": h.begin_timestamp, "end_timestamp": h.end_timestamp,
+            "begin_phy_offset": h.begin_phy_offset, "end_phy_offset": h.end_phy_offset, "index_count": h.index_count}
+
+
+def _survey_index_file(task: SurveyInput, p: IndexFilePlan):
+    """Header, geometry and the routing buckets of the entries (1 .. count-1) of one index file."""
+    row = {"broker": task.broker, "path": p.loc.path, "name": p.name}
+    if not INDEX_NAME.match(p.name):
+        row["error"] = ErrorKind.BAD_FILE_NAME.value
+        return row, None
+    local = p.loc.as_path()  # a Path, else a fs.StorePath read through pyarrow.fs
+    try:
+        f = IndexFile(local, p.hash_slot_num, p.index_num)
+    except StoreFormatError as e:
+        row["error"] = e.kind.value
+        with ReadOnlyMap(local) as m:  # the header, when the file holds one
+            if len(m) >= L.INDEX_HEADER_SIZE:
+                row.update(_header_row(read_header(m.buf)))
+        return row, None
+    with f, ReadOnlyMap(local) as m:
+        h = f.header
+        count = written_entries(m, f.hash_slot_num, min(max(h.index_count, 1), f.index_num))
+        v = EntryViews(m.buf, f.hash_slot_num, count)
+        phys = v.physical_offset[1:].astype(np.int64)
+        del v
+        b = Buckets.of_offsets(phys, 1, task.shift, task.commitlog_end)  # entry 0 is never used
+        row.update(hash_slot_num=f.hash_slot_num, index_num=f.index_num, count=count, **_header_row(h),
+                   **bucket_columns(b))
+    return row, None
+
+
+def _entry_window(f: RoutedFile, first: int, end: int) -> dict:
+    e = read_entry_window(f.loc, f.params["hash_slot_num"], first, end)
+    return {**e, "valid": np.ones(len(e["physical_offset"]), bool)}
+
+
+def _entry_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+    k = len(idx)
+    td = w["time_diff"][idx]
+    return pa.table({
+        "file": pa.repeat(pa.scalar(f.name, pa.string()), k), "entry": pa.array((first + idx).astype(np.int32)),
+        "key_hash": pa.array(w["key_hash"][idx]), "physical_offset": pa.array(w["physical_offset"][idx]),
+        "time_diff": pa.array(td), "store_time": pa.array(f.params["begin_timestamp"] + td.astype(np.int64) * 1000),
+        "prev_index": pa.array(w["prev_index"][idx]),
+    }, schema=ENTRIES)
+
+
+def _index_files(plan: BrokerPlan) -> list[IndexFilePlan]:
+    return plan.index_files
+
+
+def _one_each(files: list) -> list[list]:
+    return [[f] for f in files]
+
+
+def _routed_index_file(row: dict | None, f: IndexFilePlan) -> RoutedFile | None:
+    if row is None or row["error"] is not None or (row["count"] or 0) <= 1:
+        return None
+    return RoutedFile(f.loc, f.name, buckets_of_row(row), {"hash_slot_num": row["hash_slot_num"],
+                                                           "begin_timestamp": row["begin_timestamp"]})
+
+
+def _a_few_bytes_an_entry(f: IndexFilePlan) -> int:
+    return 1 << 20
+
+
+def _file_size(f: IndexFilePlan) -> int:
+    return f.loc.size()  # the chain walk reads the whole file
+
+
+INDEX = Route(
+    name="index", files=_index_files, group=_one_each,
+    files_partial="survey.index_files", survey_schema=INDEX_FILES, survey_file=_survey_index_file,
+    routed=_routed_index_file, window=_entry_window, view=_entry_view, survey_cost=_a_few_bytes_an_entry,
+    scan_cost=_file_size, emits={"survey.index_files": INDEX_FILES})
+
+ROUTES = {r.name: r for r in (CONSUMEQUEUE, INDEX)}
+VIEW = {CONSUMEQUEUE.name: UNITS, INDEX.name: ENTRIES}
+
+__all__ = ["Route", "RoutedFile", "SurveyInput", "ROUTES", "VIEW", "CONSUMEQUEUE", "INDEX", "CQ_FILES",
+           "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES", "queues_of", "buckets_of_row",
+           "bucket_columns"]

@@ -1,0 +1,27 @@
+"""The one way in to a dump's files, and the file-system seam: read-only opens that refuse anything but regular
+files and folders, on the local file system or, through ``pyarrow.fs``, on any other.  Every reader imports it as
+``store_format.fs``; the concerns live apart:
+
+* fs/hostile.py: hostile-input opens of local files (:func:`open_fd`: look, open read-only and non-blocking,
+  check what was opened; every failure an :class:`UnreadableError` naming the path and the reason in words), and
+  what the file's holes say (:func:`data_extents`, :func:`written_length`);
+* fs/remote.py: remote locations (:class:`Location`, :class:`StorePath`, :func:`resolve`,
+  :func:`register_filesystem`: local files stay paths and are memory-mapped, others are read by ranges);
+* fs/maps.py: maps and listings of any dump file (:class:`ReadOnlyMap`, :func:`open_file`, :func:`read_bytes`,
+  :func:`entries`, :func:`unreadable_entries`, :func:`map_range`);
+* fs/identity.py: where a path really is (identity and overlap by device and inode: :func:`overlap`).
+"""
+from __future__ import annotations
+
+from .hostile import UnreadableError, data_end, data_extents, describe, error_line, open_fd, written_length
+from .identity import ancestry, identity, overlap, real, store_root_of
+from .maps import OUTPUT_MARKER, STORE_FILES, STORE_FOLDERS, Entry, ReadOnlyMap, check_file, check_folder, entries, \
+    entry, map_range, open_file, part_of, read_bytes, unreadable_entries
+from .remote import FILESYSTEMS_ENV, Location, StorePath, as_path, filesystem_of, is_uri, register_filesystem, \
+    resolve, uri_below, uri_of
+
+__all__ = ["ReadOnlyMap", "data_end", "data_extents", "written_length", "Location", "StorePath", "resolve", "as_path",
+           "is_uri", "uri_below", "uri_of", "filesystem_of", "register_filesystem", "FILESYSTEMS_ENV", "real",
+           "identity", "ancestry", "overlap", "store_root_of", "UnreadableError", "Entry", "error_line", "open_fd",
+           "open_file", "read_bytes", "check_file", "check_folder", "entry", "entries", "unreadable_entries",
+           "part_of", "describe", "map_range", "OUTPUT_MARKER", "STORE_FILES", "STORE_FOLDERS"]

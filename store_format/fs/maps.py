@@ -1,0 +1,296 @@
+"""Maps and listings of a dump's files, local or remote: :class:`ReadOnlyMap` (a read-only mmap of a local file;
+a remote file read whole, or staged in an unlinked temp file above :data:`STAGE_ABOVE`), the any-path opens
+(:func:`open_file`, :func:`read_bytes`, :func:`check_file`, :func:`check_folder`), :func:`entries` (a folder listed
+with what each entry is, without opening any) and :func:`unreadable_entries` (every entry of a store root a reader
+would have to skip: the store tools and the audit report those instead of passing over them in silence).
+"""
+from __future__ import annotations
+
+import mmap
+import stat
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from .. import layout as L
+from ..errors import StoreFormatError
+from .hostile import UnreadableError, _FileMap, _os_reason, describe, open_fd, written_length
+from .remote import Location, StorePath, _Bytes, _unreadable, _Window, as_path
+
+
+
+def open_file(path, *, follow: bool = True):
+    """:func:`open_fd` as a binary file object (``rb``); a :class:`StorePath` through its file system."""
+    if isinstance(path, StorePath):
+        return path.loc.open_input()
+    return os.fdopen(open_fd(path, follow=follow), "rb")
+
+
+def read_bytes(path, limit: int | None = None, *, follow: bool = True) -> bytes:
+    """The bytes of a regular file (at most ``limit``)."""
+    with open_file(path, follow=follow) as f:
+        try:
+            return f.read() if limit is None else f.read(limit)
+        except OSError as e:
+            raise UnreadableError(path, _os_reason(e)) from None
+
+
+def check_file(path, *, follow: bool = True) -> None:
+    """Raise :class:`UnreadableError` unless ``path`` opens as a regular file."""
+    if isinstance(path, StorePath):
+        path.loc.open_input().close()
+        return
+    os.close(open_fd(path, follow=follow))
+
+
+def check_folder(path) -> None:
+    """Raise :class:`UnreadableError` unless ``path`` opens (and lists) as a folder."""
+    if isinstance(path, StorePath):
+        found = _remote_entry(path)
+        if not found.is_folder:
+            raise UnreadableError(path, found.reason if found.reason else "a regular file, not a folder")
+        try:
+            path.loc.fs.get_file_info(pafs.FileSelector(path.loc.path, recursive=False))
+        except OSError as e:
+            raise _unreadable(path, e) from None
+        return
+    fd = open_fd(path, folder=True)
+    try:
+        os.listdir(fd)
+    except OSError as e:
+        raise UnreadableError(path, _os_reason(e)) from None
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a folder, as a reader would meet it (links followed)."""
+
+    name: str
+    path: Path
+    kind: str  # "file" | "folder" | "other" (FIFO, socket, device) | "broken" (loop, dangling link, no stat)
+    size: int
+    reason: str | None  # why it is not a readable file or folder (None for a plain file or folder)
+
+    @property
+    def is_file(self) -> bool:
+        return self.kind == "file"
+
+    @property
+    def is_folder(self) -> bool:
+        return self.kind == "folder"
+
+    def error(self) -> UnreadableError:
+        return UnreadableError(self.path, self.reason or "cannot be read")
+
+
+def entry(path) -> Entry:
+    """What ``path`` is (following links), never opening it."""
+    if isinstance(path, StorePath):
+        return _remote_entry(path)
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError as e:
+        return Entry(path.name, path, "broken", 0, _os_reason(e))
+    if stat.S_ISREG(st.st_mode):
+        reason = None if os.access(path, os.R_OK) else "Permission denied"
+        return Entry(path.name, path, "file", st.st_size, reason)
+    if stat.S_ISDIR(st.st_mode):
+        reason = None if os.access(path, os.R_OK | os.X_OK) else "Permission denied"
+        return Entry(path.name, path, "folder", 0, reason)
+    return Entry(path.name, path, "other", 0, f"{describe(st.st_mode)}, not a regular file")
+
+
+def entries(folder) -> list[Entry]:
+    """Every entry of ``folder``, sorted by name (``[]`` when it is not a folder; an unlistable folder raises
+    :class:`UnreadableError`)."""
+    if isinstance(folder, StorePath):
+        if not folder.is_dir():
+            return []
+        try:
+            infos = folder.loc.fs.get_file_info(pafs.FileSelector(folder.loc.path, recursive=False))
+        except OSError as e:
+            raise _unreadable(folder, e) from None
+        return [_remote_entry(folder / i.base_name, i) for i in sorted(infos, key=lambda i: i.base_name)]
+    folder = Path(folder)
+    try:
+        names = os.listdir(folder)
+    except (NotADirectoryError, FileNotFoundError):
+        return []
+    except OSError as e:
+        raise UnreadableError(folder, _os_reason(e)) from None
+    return [entry(folder / n) for n in sorted(names)]
+
+
+STORE_FILES = L.STORE_ROOT_FILES
+#: the file every output of the suite's jobs holds (jobs/output.py): only such a folder is ever deleted by
+#: --overwrite, and the writer accepts it in an otherwise empty store root
+OUTPUT_MARKER = "_ROCKETMQ_FORENSICS"
+STORE_FOLDERS = L.STORE_PART_FOLDERS
+
+
+def unreadable_entries(root) -> list[UnreadableError]:
+    """Every entry of a store root that a reader cannot read: FIFOs, sockets and devices (also behind links),
+    link loops and dangling links, files and folders without permission, and a part folder (``commitlog/``,
+    ``consumequeue/``, ``index/``, ``config/``) that is not a folder.  Walked: the part folders (consume queues
+    two levels deep: ``<topic>/<queue>/<file>``) and the root's ``checkpoint``, ``abort``, ``lock``."""
+    root = as_path(root)
+    out: list[UnreadableError] = []
+
+    def visit(folder: Path, depth: int) -> None:
+        try:
+            found = entries(folder)
+        except UnreadableError as e:
+            out.append(e)
+            return
+        for e in found:
+            if e.reason is not None:
+                out.append(e.error())
+            elif e.is_folder and depth > 0:
+                visit(e.path, depth - 1)
+
+    for part in L.STORE_PARTS:
+        name = part.folder
+        e = entry(root / name)
+        if e.kind == "broken" and e.reason and e.reason.startswith("no such file") and not (root / name).is_symlink():
+            continue  # absent: a store may lack any part
+        if e.reason is not None:
+            out.append(e.error())
+        elif e.kind == "file":
+            out.append(UnreadableError(e.path, "a regular file, not a folder: this part of the store is not read"))
+        else:
+            visit(e.path, part.depth)
+    for name in STORE_FILES:
+        e = entry(root / name)
+        if e.kind == "broken" and not (root / name).is_symlink():
+            continue
+        if e.reason is not None and not (name != "checkpoint" and e.kind == "folder"):
+            out.append(e.error())
+    return out
+
+
+def part_of(error: StoreFormatError, root) -> str | None:
+    """The store part (``commitlog``, ``consumequeue``, ``index``, ``config``) or root file an error's path
+    lies in, relative to ``root``."""
+    try:
+        rel = Path(error.file).relative_to(str(as_path(root)))
+    except ValueError:
+        return None
+    return rel.parts[0] if rel.parts else None
+
+
+#: a file on another file system up to this size is read into memory whole; a bigger one (a full index file is
+#: 420 MB) is staged in a temp file and mapped, so a task's memory does not grow with it
+STAGE_ABOVE = 64 << 20
+_STAGE_CHUNK = 8 << 20
+
+
+class ReadOnlyMap:
+    """A read-only view of a regular file: an mmap (empty files give an empty bytes).  Never writable; opened
+    through :func:`store_format.fs.open_file` (anything but a regular file is an ``UnreadableError``).  A file on a
+    non-local file system (a ``store_format.fs.StorePath``) has no map of its own: it is read whole into ``bytes``,
+    or, above :data:`STAGE_ABOVE`, copied by chunks into an anonymous temp file (``TMPDIR``; our copy, removed on
+    close) that is mapped instead."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = as_path(path)
+        if isinstance(self.path, StorePath):
+            self._f = None
+            with open_file(self.path) as f:
+                if f.size() <= STAGE_ABOVE:
+                    self.buf = _read_all(f, self.path)
+                    return
+                self._f = _staged(f, self.path)
+        else:
+            self._f = open_file(self.path)
+        size = os.fstat(self._f.fileno()).st_size
+        self.buf = _FileMap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        if size:
+            self.buf.fd = self._f.fileno()
+
+    def __len__(self) -> int:
+        return len(self.buf)
+
+    def fileno(self) -> int | None:
+        """The local file's descriptor (its holes can be asked for); None for a file read through pyarrow.fs."""
+        return self._f.fileno() if self._f is not None else None
+
+    def written_length(self, end: int | None = None) -> int:
+        """The file's bytes (its first ``end``) up to its last non-zero one (:func:`written_length`)."""
+        return written_length(self.buf, self.fileno(), end) if len(self.buf) else 0
+
+    def close(self):
+        buf, self.buf = self.buf, b""
+        if isinstance(buf, mmap.mmap):
+            try:
+                buf.close()
+            except BufferError:  # a numpy or memoryview view still exports it (garbage not yet collected):
+                pass  # the map is unmapped when the last view goes
+        if self._f is not None:
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _read_all(f, path) -> bytes:
+    try:
+        return f.read()
+    except OSError as e:
+        raise UnreadableError(path, e.strerror or str(e)) from None
+
+
+def _staged(f, path):
+    """The rest of ``f`` copied into a temp file that is already unlinked (it goes with its last descriptor).  Zero
+    chunks are skipped, not written: the copy is sparse where a broker's preallocated file is (a new index file is
+    420 MB of zeros), which keeps the disk it takes and the hole search of :func:`written_length` as the original's."""
+    import tempfile
+
+    staged = tempfile.TemporaryFile(prefix="rocketmq-forensics-")
+    zeros, size = bytes(_STAGE_CHUNK), 0
+    try:
+        while chunk := f.read(_STAGE_CHUNK):
+            if chunk == zeros[:len(chunk)]:
+                staged.seek(len(chunk), os.SEEK_CUR)
+            else:
+                staged.write(chunk)
+            size += len(chunk)
+        staged.truncate(size)  # a zero tail: the length, as a hole
+        staged.flush()
+    except OSError as e:
+        staged.close()
+        raise UnreadableError(path, e.strerror or str(e)) from None
+    except BaseException:
+        staged.close()
+        raise
+    return staged
+
+
+def _remote_entry(path: StorePath, info: pafs.FileInfo | None = None) -> Entry:
+    info = info if info is not None else path.loc.info()
+    if info.type == pafs.FileType.File:
+        return Entry(path.name, path, "file", info.size or 0, None)
+    if info.type == pafs.FileType.Directory:
+        return Entry(path.name, path, "folder", 0, None)
+    if info.type == pafs.FileType.NotFound:
+        return Entry(path.name, path, "broken", 0, "no such file")
+    return Entry(path.name, path, "other", 0, "not a regular file")
+
+
+def map_range(loc: Location, offset: int = 0, length: int | None = None):
+    """The bytes ``[offset, offset + length)`` of a file (to its end when ``length`` is None) as ``.buf`` of a context
+    manager: a read-only map when the file system is local (the whole file's :class:`ReadOnlyMap`, or a view of its
+    range), else one ranged read into ``bytes``."""
+    if loc.local_path is not None:
+        m = ReadOnlyMap(loc.local_path)
+        return m if offset == 0 and length is None else _Window(m, offset, length)
+    if length is None:
+        length = max(0, loc.size() - offset)
+    return _Bytes(loc.read_range(offset, length), loc.path)

@@ -1,0 +1,77 @@
+"""The check-family contract (jobs/audit/contract.py, issue 30): every family declares its whole contract in one
+object, the declarations say what the code does, and every partial table emitted is read by someone."""
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pyarrow as pa
+
+from jobs.audit import checks, report, routes, scan, survey
+from jobs.audit.contract import Family
+
+AUDIT = Path(__file__).resolve().parent.parent / "jobs" / "audit"
+#: the partial tables the engine itself reads (the survey's walks, the scan's ranges, the routes' files and queue
+#: starts): jobs/audit/context.py and scan.py
+ENGINE_READS = {"survey.walk_items", "survey.walk_ranges", "scan.ranges", "survey.queue_starts", "survey.cq_files",
+                "survey.index_files"}
+
+
+def _partial_names(source: str, owner: str, methods: tuple[str, ...]) -> set[str]:
+    """The literal names passed to ``<owner>.<method>("name", ...)`` in ``source``."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in methods \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == owner \
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            out.add(node.args[0].value)
+    return out
+
+
+def test_every_family_is_one_declared_object():
+    families = checks.load_all()
+    assert [f.name for f in families] == [*checks.FAMILIES, *checks.ALWAYS]
+    for f in families:
+        assert isinstance(f, Family) and f.doc and f.always == (f.name in checks.ALWAYS)
+        assert set(f.in_files) | set(f.in_survey) <= set(routes.ROUTES), f.name
+        for name, schema in {**f.emits, **f.tables}.items():
+            assert isinstance(schema, pa.Schema), (f.name, name)
+        assert all(isinstance(v, str) and v for v in f.metrics.values()), f.name
+
+
+def test_declarations_say_what_the_hooks_do():
+    """What a family's module emits (``out.partial``) and reads (``ctx.partial``, ``ctx.survey_partial``) is what
+    its FAMILY declares, as literal names: nothing undeclared, nothing declared for show."""
+    for f in checks.load_all():
+        source = inspect.getsource(inspect.getmodule(f.on_driver or f.in_range))
+        written = _partial_names(source, "out", ("partial",))
+        read = _partial_names(source, "ctx", ("partial", "survey_partial"))
+        assert written == set(f.emits), (f.name, written, set(f.emits))
+        assert read == set(f.reads), (f.name, read, set(f.reads))
+
+
+def test_every_partial_table_emitted_is_read():
+    families = checks.load_all()
+    emitted = {n for f in families for n in f.emits} | {n for r in routes.ROUTES.values() for n in r.emits} \
+        | set(survey.EMITS) | set(scan.EMITS)
+    read = {n for f in families for n in f.reads} | ENGINE_READS | set(report.READS)
+    assert emitted - read == set(), "partial tables nothing reads: " + ", ".join(sorted(emitted - read))
+    assert read - emitted == set(), "partial tables read but never emitted: " + ", ".join(sorted(read - emitted))
+
+
+def test_the_engine_names_no_family():
+    """plan, survey, scan, context, tasks and job read families only through the registry: no family's module, no
+    family's partial table by name."""
+    names = set(checks.FAMILIES + checks.ALWAYS)
+    for module in ("plan", "survey", "scan", "context", "tasks", "job", "routes"):
+        source = (AUDIT / f"{module}.py").read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not any(node.module.endswith(f"checks.{n}") for n in names), (module, node.module)
+                if node.module.endswith("checks"):
+                    assert not {a.name for a in node.names} & names, (module, [a.name for a in node.names])
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                prefix = node.value.split(".", 1)[0]
+                assert not ("." in node.value and prefix in names), (module, node.value)

@@ -1,0 +1,136 @@
+"""The Spark-free store layer (store_format.stores, .plan, .scan; issue 30): one discovery and one naming rule for
+every reader, the written end of a segment decided by its content however the file lies on disk, and one split
+policy."""
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from store_format import fs
+from store_format.commitlog import list_segments
+from store_format.plan import MAX_RANGE_HELD, MAX_RANGE_STREAMED, plan_ranges, range_size, written_end
+from store_format.stores import find_stores, part_inputs
+
+from .conftest import FIXTURES, fixture_store
+
+PAGE = 4096
+
+
+def _data_extents(path: Path) -> list[tuple[int, int]] | None:
+    with open(path, "rb") as f:
+        return fs.data_extents(f.fileno(), os.path.getsize(path))
+
+
+def _lay(path: Path, content: bytes, how: str) -> Path:
+    """``content`` laid down as a file: ``dense`` (every byte written), ``sparse`` (the data, then a hole to the
+    end), ``sparse+block`` (as sparse, then the last 4 KiB block written out as zeros: how copy tools that end a
+    sparse file by writing its last byte lay it down)."""
+    data = len(content.rstrip(b"\0"))
+    with open(path, "wb") as f:
+        if how == "dense":
+            f.write(content)
+        else:
+            f.write(content[:data])
+            f.truncate(len(content))
+            if how == "sparse+block":
+                f.seek(len(content) - PAGE)
+                f.write(bytes(PAGE))
+    return path
+
+
+def test_the_written_end_is_decided_by_the_content_however_the_segment_lies(tmp_path):
+    """The broker fixture's newest segment laid four ways (dense, sparse, sparse with an allocated zero block at its
+    end, and read through another file system): one written end, the end of the page of its last non-zero byte."""
+    [seg] = list_segments(fixture_store("broker") / "commitlog")[-1:]
+    content = seg.path.read_bytes()
+    expected = -(-len(content.rstrip(b"\0")) // PAGE) * PAGE
+    assert 0 < expected < len(content)
+    ends = {}
+    for how in ("dense", "sparse", "sparse+block"):
+        path = _lay(tmp_path / how, content, how)
+        assert path.read_bytes() == content
+        ends[how] = written_end(fs.resolve(path), len(content))
+    remote = fs.Location(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()), "dense")
+    assert remote.local_path is None
+    ends["remote"] = written_end(remote, len(content))
+    assert ends == dict.fromkeys(ends, expected)
+    # where the file system tells holes apart, the layouts are what the test says they are: the sparse one with
+    # an allocated last block is the case whose allocation once decided the answer (data up to that block)
+    extents = _data_extents(tmp_path / "sparse+block")
+    if extents is not None and extents != [(0, len(content))]:
+        assert extents[-1][1] == len(content) and len(extents) >= 2
+
+
+def test_the_audit_plans_the_same_ranges_however_the_fixture_was_copied(tmp_path):
+    """A copy of a store whose newest segment is sparse with an allocated last block plans the same data bytes as
+    the fixture itself, and as the same store read through another file system."""
+    from jobs.audit.inputs import StoreRef
+    from jobs.audit.plan import plan_broker
+    from store_format.plan import segment_data
+
+    root = tmp_path / "broker" / "store"
+    shutil.copytree(fixture_store("broker"), root)
+    newest = list_segments(root / "commitlog")[-1]
+    _lay(newest.path, newest.path.read_bytes(), "sparse+block")
+
+    def data(path: str) -> dict:
+        plan = plan_broker(StoreRef("b", path, path))
+        return segment_data([("b", s) for s in plan.segments])
+
+    local = data(str(root))
+    assert local == data(str(fixture_store("broker")))
+    fs.register_filesystem("layertest", lambda uri: (pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()),
+                                                     uri.split("://", 1)[1]))
+    assert data("layertest://broker/store") == local
+
+
+def test_one_naming_rule_for_the_sources_and_the_jobs(tmp_path):
+    """A copy in ``incident-7/input/store`` is broker ``incident-7`` for a data source's planning as for every job's
+    --store (the generic folder names passed over); a folder of store roots names each by its entry."""
+    from jobs.stores import resolve_stores
+
+    root = tmp_path / "incident-7" / "input" / "store"
+    shutil.copytree(fixture_store("basic"), root)
+    assert [i.broker for i in part_inputs(str(root), "commitlog")] == ["incident-7"]
+    assert [s.name for s in resolve_stores([str(root)])] == ["incident-7"]
+    assert [i.broker for i in part_inputs(str(root / "commitlog"), "commitlog")] == ["incident-7"]
+    both = tmp_path / "both"
+    for name in ("broker-a", "broker-b"):
+        shutil.copytree(fixture_store("broker"), both / name / "store")
+    assert [i.broker for i in part_inputs(str(both), "index")] == ["broker-a", "broker-b"]
+    assert [s.name for s in resolve_stores([str(both)])] == ["broker-a", "broker-b"]
+    [found] = find_stores(str(root / "commitlog" / list_segments(root / "commitlog")[0].name))
+    assert found.root.path == str(root) and found.file is not None
+
+
+def test_one_split_policy_two_bounds():
+    """The data source and the audit cut by one policy: about TASKS_PER_CORE ranges a core from 32 MiB, at most
+    256 MiB for a task that streams its rows and 64 MiB for one that holds its range."""
+    mib = 1 << 20
+    assert range_size(600 * mib, 2, largest=MAX_RANGE_STREAMED) == 100 * mib
+    assert range_size(600 * mib, 2, largest=MAX_RANGE_HELD) == 64 * mib
+    assert range_size(10 * mib, 2) == 32 * mib and range_size(10 * mib, 2, 5 * mib) == 5 * mib
+    assert plan_ranges([], None, 2) == []
+
+
+def test_a_fifo_segment_is_planned_without_being_opened(tmp_path):
+    """The listing looks, never opens: a FIFO where a segment belongs is left out of the plan (store_format.fs
+    reports it), and planning does not block on it."""
+    root = tmp_path / "store"
+    shutil.copytree(fixture_store("basic"), root)
+    try:
+        os.mkfifo(root / "commitlog" / "00000000000001048576")
+    except OSError as e:
+        if e.errno in (errno.EPERM, errno.ENOSYS):
+            pytest.skip("no FIFOs here")
+        raise
+    [inp] = part_inputs(str(root), "commitlog")
+    from store_format.commitlog import list_segment_files
+
+    assert [s.name for s in list_segment_files(inp.loc)] == [s.name for s in list_segments(FIXTURES / "basic" / "store"
+                                                                                          / "commitlog")]
