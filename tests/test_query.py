@@ -136,7 +136,7 @@ def test_time_range_and_tag_scans(spark, where):
 # --explain
 
 
-def test_explain_hash_collision_and_stale_entry_then_scan(spark, where, tmp_path):
+def test_explain_hash_collision_and_stale_entry_then_scan(spark, tmp_path):
     """'Aa' and 'BB' have the same Java hash: a query for BB finds only the Aa record as a candidate; a stale
     entry points past the end; the fallback scan finds neither key anywhere: never written."""
     small_store(tmp_path / "s", n=3, extra=[("Orders", "Aa")])
@@ -188,7 +188,7 @@ def test_explain_msg_ids_that_name_no_record(spark, where):
     assert code == 0 and [e["reason"] for e in why] == ["FOUND"]
 
 
-def test_explain_outside_the_index_time_window(spark, where, tmp_path):
+def test_explain_outside_the_index_time_window(spark, tmp_path):
     stored = small_store(tmp_path / "s", n=5)
     later = stored[-1].store_timestamp + 3_600_000
     code, msgs, why, _ = ask("--store", tmp_path / "s", "--topic", "Orders", "--key", "item-2", "--from", later,
