@@ -302,7 +302,8 @@ def spark_figures(bench: Bench, spark, meta: dict, work: Path) -> dict:
     counted = bench.measure("spark_count", "spark local[2]: commitlog source, count (positions)", count, nbytes, n)
     # every default column decoded and handed to Spark, written nowhere (the noop sink materializes each row)
     bench.measure("spark_decode", "spark local[2]: commitlog source, every default column decoded",
-                  lambda: read_commitlog(spark, store).write.format("noop").mode("overwrite").save(), nbytes, n)
+                  lambda: read_commitlog(spark, store, materialize="frames").write.format("noop").mode("overwrite")
+                  .save(), nbytes, n)
     parquet = str(Path(work) / "messages.parquet")
     bench.measure("spark_decode_parquet", "spark local[2]: decode job's messages -> Parquet",
                   lambda: write_table(decode_job.messages(spark, resolve_stores([store])), parquet, "parquet"), nbytes, n)
