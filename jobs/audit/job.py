@@ -252,7 +252,6 @@ class _Written:
     counts: dict
     metrics: pa.Table
     tables: dict[str, pa.Table]
-    resend_counts: dict
 
 
 def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo, out: str, history: str | None,
@@ -277,7 +276,7 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
         progress(f"appending to the history at {history}")
         append_history(spark.read.parquet(f"{out}/findings"), f"{history.rstrip('/')}/findings")
         append_history(spark.read.parquet(f"{out}/metrics"), f"{history.rstrip('/')}/metrics")
-    return _Written(counts, metrics, tables, resend.counts(f"{out}/tables/{resend.NAME}"))
+    return _Written(counts, metrics, tables)
 
 
 def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, out: str, started: float,

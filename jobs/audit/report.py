@@ -453,9 +453,11 @@ def _recovery_section(summary: dict) -> str:
         if r is None:
             rows.append([b["name"], "unknown"] + [None] * 8)
             continue
-        rows.append([b["name"], r["mode"], "yes" if r["broker_will_start"] else "NO",
+        v = b.get("verdict") or {}  # the verdict's start: the commitlog's and every other store's blockers
+        starts, problems = v.get("will_start", r["broker_will_start"]), v.get("why_not", r["start_problems"])
+        rows.append([b["name"], r["mode"], "yes" if starts else "NO",
                      r["predicted_max_physical_offset"], r["stop_segment"], r["stop_kind"], r["messages_lost"],
-                     r["cq_units_truncated"], len(r["index_files_deleted"]), "; ".join(r["start_problems"])])
+                     r["cq_units_truncated"], len(r["index_files_deleted"]), "; ".join(problems)])
     return "<h2>Recovery prediction</h2>" + _html_table(
         ["broker", "mode", "will start", "recovered end", "stop segment", "stop reason", "messages lost",
          "CQ units truncated", "index files rebuilt", "start problems"], rows, numeric={3, 6, 7, 8})

@@ -69,6 +69,8 @@ def verdict(broker: dict, groups: list[Group], out: str, message_count: int | No
     v: dict = {"level": "pass", "banner": "", "headline": "", "will_start": None, "why_not": [], "cut": None,
                "lost": {"damaged": damaged, "dropped": dropped, "unframed_runs": 0, "unindexed": unindexed},
                "at_risk": [], "safe_before": None, "actions": []}
+    if rec is not None:
+        rec = _with_other_blockers(rec, mine)
     if rec is None:
         v["level"] = "incomplete"
         v["headline"] = (f"{name}: the audit could not predict this broker's recovery, so whether it starts and what "
@@ -100,6 +102,22 @@ def verdict(broker: dict, groups: list[Group], out: str, message_count: int | No
     v["banner"] = LEVELS[v["level"]]
     v["actions"] = actions(broker, v, mine, out)
     return v
+
+
+# families whose will-not-start findings the commitlog's recovery prediction already counts in start_problems
+_RECOVERY_MODELLED = ("recovery", "integrity")
+
+
+def _with_other_blockers(rec: dict, groups: list[Group]) -> dict:
+    """``rec`` (the commitlog's recovery prediction) with the start blockers other families found (a 5.x
+    timerwheel of the wrong length: TimerWheel refuses to load) as further start problems: the broker starts only
+    when every store it loads does."""
+    blockers = [g for g in groups if g.consequence == Consequence.WILL_NOT_START
+                and g.check.split(".")[0] not in _RECOVERY_MODELLED]
+    problems = [g.samples[0]["message"] if g.samples else g.check for g in blockers]
+    if not problems:
+        return rec
+    return dict(rec, broker_will_start=False, start_problems=list(rec["start_problems"]) + problems)
 
 
 def _empty_segments(out: str, broker: str) -> set[str]:
@@ -193,10 +211,11 @@ def _action(kind: str, text: str, command: str | None = None, check: str | None 
 def actions(broker: dict, v: dict, groups: list[Group], out: str) -> list[dict]:
     """The broker's actions, most urgent first (module docstring), at most :data:`ACTIONS`."""
     name, rec = broker["name"], broker.get("recovery")
+    rec = _with_other_blockers(rec, groups) if rec is not None else None
     table = os.path.join(out, "tables", resend.NAME)
     done: list[dict] = []
     if rec is not None and not rec["broker_will_start"]:
-        done.append(_will_not_start(broker, groups))
+        done.append(_will_not_start(broker, rec, groups))
     lost = v["lost"]
     damaged = [r for r in resend.first_rows(table, name, _KEYS_NAMED) if r["state"] == "damaged"]
     if v["cut"] and lost["dropped"]:
@@ -261,14 +280,19 @@ def _restart_changes_data(at_risk: list[str]) -> bool:
     return any(not item.startswith("index/") for item in at_risk)
 
 
-def _will_not_start(broker: dict, groups: list[Group]) -> dict:
+def _will_not_start(broker: dict, rec: dict, groups: list[Group]) -> dict:
     """Which file stops the broker (the first problem, as the broker meets it) and the command that moves it out
-    of the store, beside the store root."""
-    name, rec = broker["name"], broker["recovery"]
+    of the store, beside the store root; a blocker another family found, that family's what-to-do."""
+    name = broker["name"]
     problem = rec["start_problems"][0]
-    rel = _file_of_problem(problem)
     more = f" (and {_plural(len(rec['start_problems']) - 1, 'more problem')} below)" \
         if len(rec["start_problems"]) > 1 else ""
+    other = next((g for g in groups if g.consequence == Consequence.WILL_NOT_START and g.samples
+                  and g.samples[0]["message"] == problem), None)
+    if other is not None and other.check.split(".")[0] not in _RECOVERY_MODELLED:
+        return _action("will_not_start", f"{name} will not start: {problem}{more}. {other.action}", None, other.check,
+                       other.count)
+    rel = _file_of_problem(problem)
     count = sum(g.count for g in groups if g.check == "recovery.broker_will_not_start")
     if rel is None:
         return _action("will_not_start", f"{name} will not start: {problem}{more}; fix that before starting it.",
