@@ -40,7 +40,7 @@ check("lmq.missing_unit", Severity.ERROR,
       "the record is not in LMQ queue {topic} at queue offset {queue_offset}, where RocketMQ's dispatch put it: "
       "consumers of that queue cannot see it",
       group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
-      action="The queue file lost the unit: extract the record (`jobs.extract`) and re-send it to the LMQ, or "
+      action="The queue file lost the unit: extract the record (`rocketmq-forensics extract`) and re-send it to the LMQ, or "
              "rebuild the queue by re-dispatch (an abnormal start re-dispatches from the checkpoint).")
 check("lmq.unexpected_unit", Severity.ERROR,
       "unit {queue_offset} of LMQ queue {topic} points at a record of {message_topic} whose dispatch list does not "
@@ -74,10 +74,11 @@ check("lmq.dispatch_stalled", Severity.ERROR,
       "the dispatch list of this record names {queue} (offset {offset_text}) before its last name: "
       "Long.parseLong throws, the broker's reput retries this record for ever and the {after} record(s) after it "
       "reach no consume queue or index; {restart}",
-      group="broker", consequence=Consequence.WILL_NOT_START,
-      action="Extract the records from this one on (`jobs.extract`) before anything else; removing `abort` lets the "
-             "broker start with a normal recovery, whose reput starts at the commitlog's end, so re-send them "
-             "afterwards; make producers list only %LMQ% names.")
+      # not WILL_NOT_START: whether the broker starts is the recovery prediction's start problem (after_scan)
+      group="broker", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Extract the records from this one on (`rocketmq-forensics extract`) before anything else; removing "
+             "`abort` lets the broker start with a normal recovery, whose reput starts at the commitlog's end, so "
+             "re-send them afterwards; make producers list only %LMQ% names.")
 
 # a record that names queues to multi-dispatch to, as a scan task returns it
 RECORDS = pa.schema([
