@@ -844,23 +844,23 @@ class StoreWriter:
         c = self.config
         cfgdir = self.root / "config"
         self._init_configs()
-        topics = read_config(cfgdir, "topics.json").data or {}
+        topics = _config_data(cfgdir, "topics.json")
         for name, tc in (topics.get("topicConfigTable") or {}).items():
             self.topics.put(name, _TopicConfig(name, int(tc.get("writeQueueNums", 1)),
                                                int(tc.get("perm", L.PERM_READ | L.PERM_WRITE))))
         dv = topics.get("dataVersion") or {}
         self.topics_version = _DataVersion(int(dv.get("counter", 0)), int(dv.get("timestamp", 0)))
-        groups = read_config(cfgdir, "subscriptionGroup.json").data or {}
+        groups = _config_data(cfgdir, "subscriptionGroup.json")
         for name, g in (groups.get("subscriptionGroupTable") or {}).items():
             self.groups.put(name, g)
         dv = groups.get("dataVersion") or {}
         self.groups_version = _DataVersion(int(dv.get("counter", 0)), int(dv.get("timestamp", 0)))
-        for key, table in ((read_config(cfgdir, "consumerOffset.json").data or {}).get("offsetTable") or {}).items():
+        for key, table in (_config_data(cfgdir, "consumerOffset.json").get("offsetTable") or {}).items():
             m = JavaHashMap(initial_capacity=L.QUEUE_OFFSET_TABLE_CAPACITY, concurrent=True)
             for q, o in table.items():
                 m.put(int(q), int(o))
             self.consumer_offsets.put(key, m)
-        for level, off in ((read_config(cfgdir, "delayOffset.json").data or {}).get("offsetTable") or {}).items():
+        for level, off in (_config_data(cfgdir, "delayOffset.json").get("offsetTable") or {}).items():
             self.delay_offsets.put(int(level), int(off))
         if (self.root / "checkpoint").is_file():
             cp = read_checkpoint(self.root / "checkpoint")
@@ -1301,6 +1301,18 @@ class StoreWriter:
         else:  # an interrupted write must not look like a clean shutdown
             self.crash()
         return False
+
+
+def _config_data(config_dir: Path, name: str) -> dict:
+    """A config file the reopened store's broker had loaded ({} when absent or unreadable, as the broker starts
+    empty then).  One too large to parse within memory is refused: the store would be closed with it rewritten
+    empty."""
+    cfg = read_config(config_dir, name)
+    big = next((e for e in cfg.errors if e.kind is ErrorKind.TOO_LARGE), None)
+    if big is not None:
+        raise WriterError(ErrorKind.TOO_LARGE, f"{big.message}; appending would rewrite it without its entries",
+                          file=big.file)
+    return cfg.data or {}
 
 
 def _write_pinned(mapped: PooledFile, pos: int, pieces: list) -> int:
