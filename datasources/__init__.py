@@ -1,10 +1,10 @@
 """PySpark data sources over RocketMQ broker dumps: ``rocketmq-commitlog``, ``rocketmq-consumequeue``,
-``rocketmq-index`` and ``rocketmq-metadata``.  This package's root is its whole public API, the one the jobs use:
-``register(spark)`` makes the sources work in a session (any session: see datasources/sources.py);
-``read_commitlog`` reads the commitlog in its exact two-pass form (datasources/twopass.py); ``parse_columns``
-checks the commitlog source's ``columns`` option; ``local_master`` and ``default_parallelism`` say what a session
-offers.  Nothing here imports pyarrow or numpy at import time: Spark's workers import this package to unpickle the
-registered classes, and must get to datasources/sources.py's clear error if they lack them."""
+``rocketmq-index``, ``rocketmq-metadata`` and ``rocketmq-timerlog`` (5.x).  This package's root is its whole
+public API, the one the jobs use: ``register(spark)`` makes the sources work in a session (any session: see
+datasources/sources.py); ``read_commitlog`` reads the commitlog in its exact two-pass form (datasources/twopass.py);
+``parse_columns`` checks the commitlog source's ``columns`` option; ``local_master`` and ``default_parallelism`` say
+what a session offers.  Nothing here imports pyarrow or numpy at import time: Spark's workers import this package
+to unpickle the registered classes, and must get to datasources/sources.py's clear error if they lack them."""
 from __future__ import annotations
 
 

@@ -1,4 +1,4 @@
-"""What the four sources' implementations share (issue 25): the DataSource that names the source and turns its
+"""What the sources' implementations share (issue 25): the DataSource that names the source and turns its
 Arrow schema into Spark's, the reader's options common to all (path, broker, mode), and the accessors every
 source reads its options with (a bad value is an error naming the option).  Each source keeps only what is its
 own: its Arrow schema, its options, how it plans partitions over its inputs and reads one.

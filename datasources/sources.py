@@ -1,4 +1,4 @@
-"""The classes Spark registers for the four sources, and ``register(spark)``, which makes them work in the
+"""The classes Spark registers for the sources, and ``register(spark)``, which makes them work in the
 session it is given (a plain ``SparkSession.builder.getOrCreate()``, a notebook's, a cluster's default one).
 
 Two facts of PySpark 4.3 (shared/docs/spark-notes.md) decide how:
@@ -8,8 +8,8 @@ Two facts of PySpark 4.3 (shared/docs/spark-notes.md) decide how:
   from PATH, which usually lacks pyarrow and numpy; had this module imported them, the first read would end in
   "No module named 'pyarrow'" deep in a worker traceback.  So this module imports only the standard library
   and pyspark (Spark puts its own pyspark on every worker's path).  Each registered class is a stand-in for its
-  implementation (``CommitLogDataSource`` in datasources/commitlog.py, and the consume-queue, index and
-  metadata ones), imported by ``schema()`` and ``reader()``; a missing third-party module there becomes one
+  implementation (``CommitLogDataSource`` in datasources/commitlog.py, and the consume-queue, index, metadata
+  and timer-log ones), imported by ``schema()`` and ``reader()``; a missing third-party module there becomes one
   :class:`WorkerEnvironmentError` saying how to start the session.  ``load()`` calls ``schema()`` in a worker,
   so the first read fails with it.  ``register`` imports every implementation in the driver first, so a
   source that is broken (or a driver without the environment) fails there, with the source's name.
@@ -133,7 +133,12 @@ class MetadataSource(_Source):
     IMPLEMENTATION = ("metadata", "MetadataDataSource")
 
 
-SOURCES = (CommitLogSource, ConsumeQueueSource, IndexSource, MetadataSource)
+class TimerLogSource(_Source):
+    FORMAT = "rocketmq-timerlog"
+    IMPLEMENTATION = ("timerlog", "TimerLogDataSource")
+
+
+SOURCES = (CommitLogSource, ConsumeQueueSource, IndexSource, MetadataSource, TimerLogSource)
 # the sources whose reader implements pushFilters, and the form registered where the session refuses the conf
 WITHOUT_PUSHDOWN = {CommitLogSource: CommitLogSourceWithoutPushdown}
 

@@ -30,6 +30,10 @@ NOT_A_RECORD_START, OUT_OF_RANGE -- and notes found messages that the broker's r
 with the salvage walk, which also reads past damage: a message found there is printed and classified
 (PAST_LOGICAL_END: after the point where its segment's recovery walk stops; DROPPED_BY_RECOVERY; NOT_INDEXED;
 NO_INDEX_ENTRY), and one found nowhere is NEVER_WRITTEN (NOT_IN_TIME_WINDOW when --from/--to narrowed it).
+On a 5.x store ``--explain`` of ``--uniq-key``/``--key`` also follows a timer message (TIMER_ENQUEUED, TIMER_IN_WHEEL,
+then TIMER_FIRED, TIMER_ROLLED, TIMER_PENDING, TIMER_RECALLED, TIMER_LOST... with why; also for ``--topic T --key K``
+when it is still on rmq_sys_wheel_timer) and says a POP-consumed message's state (POP_ACKED, POP_IN_FLIGHT,
+POP_REVIVE_PENDING, POP_REVIVED, POP_LOST): jobs/query_paths.py.
 
 Output: JSON Lines (default) -- ``{"kind": "message", "broker": ..., <canonical message fields>}`` per message
 (the fields of store_format's ``Message.to_dict``, body in base64; README "Canonical message fields"), and
@@ -303,6 +307,7 @@ class Query:
         for ref in self.stores:
             if not any(h.broker == ref.name for h in result.hits):
                 out += self.why_not_indexed(ref, key)
+        out += self.timer_and_pop_paths(result, key)
         if result.hits:
             return
         # found by no index: scan every store, past damage too
@@ -321,6 +326,18 @@ class Query:
                     out.append(Explanation(ref.name, "NEVER_WRITTEN", detail))
             for hit in mine:
                 out += self.why_scan_only(ref, hit)
+
+    def timer_and_pop_paths(self, result: QueryResult, key: str) -> list[Explanation]:
+        """5.x stores: each found timer message's path and POP-consumed message's state (jobs/query_paths.py)."""
+        from jobs import query_paths
+
+        out = []
+        for ref in self.stores:
+            hits = [h.message for h in result.hits if h.broker == ref.name]
+            found = query_paths.explain(self.opened[ref.name], hits, key=key, topic=self.args.topic,
+                                        recovered_end=self.prediction(ref.name).max_physical_offset)
+            out += [Explanation(ref.name, reason, detail, offset) for reason, detail, offset in found]
+        return out
 
     def visibility(self, hit: Hit) -> list[Explanation]:
         """Notes on a found message: will the broker's recovery keep it?"""

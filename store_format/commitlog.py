@@ -32,6 +32,7 @@ from .codec import decode_record
 from .errors import ErrorKind, RecordError
 from .fs import Location, ReadOnlyMap  # noqa: F401  (ReadOnlyMap: named here too, where readers found it)
 from .message import Message, body_crc32
+from .rolled import RolledFile, infer_file_size, list_folder, list_rolled_files
 
 SEGMENT_NAME = re.compile(r"[0-9]{20}\Z")  # ASCII digits only, no trailing newline: use .match
 END_OF_DATA = "END_OF_DATA"  # stop kind for zeros where the next record would start: not damage
@@ -47,72 +48,24 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:0{L.SEGMENT_NAME_DIGITS}d}"
 
 
-@dataclass(frozen=True, eq=False)
-class Segment:
-    """One file of ``commitlog/`` as the listing finds it (:func:`list_segment_files`), with what is wrong with the
-    file itself: a name that is no base offset (``base_offset`` None: never read), a length that is not the
-    store's segment size, an empty file."""
-
-    loc: Location
-    base_offset: int | None  # None: the name is not 20 digits (the file is only reported)
-    length: int  # actual file length (a healthy store: == mapped file size)
-    problems: tuple[tuple[str, str], ...] = ()  # (ErrorKind value, what is wrong) about the file
-
-    @property
-    def name(self) -> str:
-        return self.loc.name
-
-    @property
-    def path(self):
-        """What the Path-based readers open: a ``Path`` (local), else a ``fs.StorePath``."""
-        return self.loc.as_path()
+#: one file of ``commitlog/`` as the listing finds it (store_format.rolled: the one listing of rolled folders)
+Segment = RolledFile
 
 
 def list_segment_files(where, segment_size: int | None = None) -> list[Segment]:
-    """Every regular file of a ``commitlog/`` folder (or the one segment file ``where`` names), in name order, each
-    with what is wrong with its name or length.  ``segment_size``: the store's, when known; else the files' own
-    (:func:`infer_segment_size`)."""
-    from .fs import resolve
-
-    loc = resolve(where)
-    infos = [loc.info()] if loc.is_file() else [i for i in loc.list() if i.is_file]
-    named = [i for i in infos if SEGMENT_NAME.match(i.base_name)]
-    size = segment_size or infer_segment_size([(int(i.base_name), i.size) for i in named])
-    out = []
-    for i in infos:
-        file = Location(loc.fs, i.path, loc.origin)
-        if not SEGMENT_NAME.match(i.base_name):
-            out.append(Segment(file, None, i.size, ((ErrorKind.BAD_FILE_NAME.value, "a commitlog file name must be its "
-                       "20-digit base offset; not read (no base offset to check records against)"),)))
-            continue
-        problems = ()
-        if size and i.size != size:
-            problems = ((ErrorKind.BAD_GEOMETRY.value, f"segment is {i.size} bytes, the store's segment size is "
-                         f"{size} (the broker refuses to load it); read anyway"),)
-        elif not i.size:  # no size to compare with when it is the only segment: empty is never right
-            problems = ((ErrorKind.BAD_GEOMETRY.value, "segment file is empty: the broker preallocates every segment "
-                         "(mappedFileSizeCommitLog) and refuses to load an empty one"),)
-        out.append(Segment(file, int(i.base_name), i.size, problems))
-    return out
+    """Every regular file of a ``commitlog/`` folder (or the one segment file ``where`` names), in name order, each with
+    what is wrong with its name or length (:func:`store_format.rolled.list_folder`)."""
+    return list_folder(where, segment_size, "commitlog")
 
 
 def list_segments(commitlog_dir) -> list[Segment]:
     """The segments the broker loads: the named files of :func:`list_segment_files`, by base offset."""
-    return sorted((s for s in list_segment_files(commitlog_dir) if s.base_offset is not None),
-                  key=lambda s: s.base_offset)
+    return list_rolled_files(commitlog_dir, part="commitlog")
 
 
 def infer_segment_size(files) -> int | None:
-    """mappedFileSizeCommitLog as the segment files show it, from their (base offset, length) pairs: the
-    smallest spacing of the names, else the only file's length.  None when the files cannot tell: no file, or
-    one empty file (an empty file is never a preallocated segment, so its length says nothing)."""
-    files = sorted(files)
-    gaps = [b - a for (a, _), (b, _) in zip(files, files[1:]) if b > a]
-    if gaps:
-        return min(gaps)
-    if len(files) == 1 and files[0][1] > 0:
-        return files[0][1]
-    return None
+    """mappedFileSizeCommitLog as the segment files show it (:func:`store_format.rolled.infer_file_size`)."""
+    return infer_file_size(files)
 
 
 @contextmanager

@@ -128,21 +128,28 @@ DEFAULT_RETRY_MAX_TIMES = 16
 SEGMENT_NAME_DIGITS = 20  # UtilAll.offset2FileName
 
 # --------------------------------------------------------------------------------------------------
-# The store root's parts (StorePathConfigHelper): the folders a reader lists and the files at the root.  A folder
-# holding one of the ROOT_PARTS is a store root; ``depth`` is how many folders lie between a part folder and its
-# files (consumequeue/<topic>/<queue>/<file>: 2).
+# The store root's parts (StorePathConfigHelper; 5.x: TimerMessageStore, BrokerPathConfigHelper): the folders a
+# reader lists and the files at the root.  A folder holding one of the ROOT_PARTS is a store root; ``depth`` is how
+# many folders lie between a part folder and its files (consumequeue/<topic>/<queue>/<file>: 2); a ``rolled`` part
+# is a MappedFileQueue folder (files named by their first byte's offset: store_format.rolled lists them).
 @dataclass(frozen=True)
 class StorePart:
     folder: str
     depth: int
     marks_root: bool
+    rolled: bool = False
 
 
-STORE_PARTS = (StorePart("commitlog", 0, True), StorePart("consumequeue", 2, True), StorePart("index", 0, True),
-               StorePart("config", 0, False), StorePart("consumequeue_ext", 2, False))
+TIMER_LOG_DIR = "timerlog"  # 5.x, appears with the first timer unit: never alone what makes a store root
+TIMER_WHEEL_FILE = "timerwheel"  # 5.x, at the root
+TIMER_CHECK_FILE = "timercheck"  # 5.x, under config/ (binary, one page)
+TIMER_METRICS_FILE = "timermetrics"  # 5.x, under config/ (JSON, with .bak)
+STORE_PARTS = (StorePart("commitlog", 0, True, rolled=True), StorePart("consumequeue", 2, True),
+               StorePart("index", 0, True), StorePart("config", 0, False), StorePart("consumequeue_ext", 2, False),
+               StorePart(TIMER_LOG_DIR, 0, False, rolled=True))
 STORE_PART_FOLDERS = tuple(p.folder for p in STORE_PARTS)
 ROOT_PARTS = tuple(p.folder for p in STORE_PARTS if p.marks_root)
-STORE_ROOT_FILES = ("checkpoint", "abort", "lock")
+STORE_ROOT_FILES = ("checkpoint", "abort", "lock", TIMER_WHEEL_FILE)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -532,6 +539,8 @@ DEFAULT_TIMER_SLOTS_TOTAL = 7 * 86400  # TimerMessageStore: TIMER_WHEEL_TTL_DAY 
 DEFAULT_TIMER_ROLL_WINDOW_SLOT = 2 * 86400  # timerRollWindowSlot
 DEFAULT_TIMER_MAX_DELAY_SEC = 3 * 86400  # timerMaxDelaySec
 TIMER_LOG_MIN_BLANK_LEN = 4 + 8 + 4  # TimerLog.MIN_BLANK_LEN
+TIMER_BLANK_SLOTS = 60  # TimerMessageStore.TIMER_BLANK_SLOTS: recover() reads from no earlier than now - slotsTotal + 60
+DEFAULT_TIMER_FLUSH_INTERVAL_MS = 1000  # timerFlushIntervalMs: the checkpoint, log and wheel are flushed this often
 
 TIMER_LOG_UNIT = FixedLayout("timerlog unit", "TimerMessageStore.doEnqueue / TimerLog.UNIT_SIZE", (
     Member("size", "i", "size", "always 52 (TimerLog.UNIT_SIZE)"),
@@ -597,6 +606,7 @@ POP_ACK_TIME_INTERVAL_MS = 1000  # PopAckConstants.ackTimeInterval
 POP_ORDER_REVIVE_QUEUE = 999
 DEFAULT_REVIVE_QUEUE_NUM = 8
 POP_UNIQ_SPLIT = "@"  # PopAckConstants.SPLIT
+POP_MAX_MSG_NUMS = 32  # PopMessageProcessor refuses a pop of more than 32 messages
 
 FIXED_LAYOUTS_5X = (TIMER_LOG_UNIT, TIMER_LOG_BLANK, TIMER_WHEEL_SLOT, TIMER_CHECKPOINT, BATCH_CQ_UNIT)
 

@@ -52,9 +52,10 @@ class PopCheckPoint:
         return self.pop_time + self.invisible_time
 
     def offsets(self) -> list[int]:
-        """The popped queue offsets (so + each d)."""
+        """The popped queue offsets (so + each d; an old checkpoint without d: so + 0 .. n - 1, n no more than a pop
+        can take, so a damaged n is no endless list)."""
         return [self.start_offset + d for d in self.queue_offset_diff] if self.queue_offset_diff else \
-            list(range(self.start_offset, self.start_offset + self.num))
+            list(range(self.start_offset, self.start_offset + max(0, min(self.num, L.POP_MAX_MSG_NUMS))))
 
     def acked(self, i: int) -> bool:
         return bool(self.bit_map >> i & 1)

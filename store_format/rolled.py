@@ -1,5 +1,7 @@
 """Files a 5.x reader opens, given as a local path or a :class:`store_format.fs.Location`, and the folders of
-rolled files (``MappedFileQueue``: each file named by the 20-digit offset of its first byte).
+rolled files (``MappedFileQueue``: each file named by the 20-digit offset of its first byte): the one listing of
+``commitlog/`` and ``timerlog/`` (:func:`list_folder`, every file with what is wrong with it) and the broker's view
+of it (:func:`list_rolled_files`).
 
 Grammar (``MappedFileQueue.load``, ``UtilAll.offset2FileName``)::
 
@@ -16,9 +18,8 @@ import os
 import re
 from dataclasses import dataclass
 
-import pyarrow.fs as pafs
-
 from . import fs
+from . import layout as L
 
 _ROLLED_NAME = re.compile(r"[0-9]{20}")  # fullmatch: ASCII digits only
 
@@ -50,43 +51,87 @@ def file_size(src) -> int:
     return location(src).size()
 
 
-@dataclass(frozen=True)
-class RolledFile:
-    """One file of a MappedFileQueue folder."""
+#: how the listing names a part's files and its size setting in what it says is wrong with one (only words)
+_WORDS = {
+    "commitlog": ("segment", "the store's segment size", "mappedFileSizeCommitLog", "records against"),
+    L.TIMER_LOG_DIR: ("timer-log file", "the timer log's file size", "mappedFileSizeTimerLog", "units against"),
+}
+_ANY_PART = ("file", "the folder's file size", "its mapped file size", "entries against")
 
-    location: fs.Location
-    base_offset: int  # the name: offset of the file's first byte in the queue
+
+@dataclass(frozen=True, eq=False)
+class RolledFile:
+    """One file of a MappedFileQueue folder (``commitlog/``, ``timerlog/``...) as the listing finds it, with what is
+    wrong with the file itself: a name that is no base offset (``base_offset`` None: never read), a length that is
+    not the folder's file size, an empty file."""
+
+    loc: fs.Location
+    base_offset: int | None  # the name: offset of the file's first byte in the queue; None: not 20 digits
     length: int  # the file's actual length (a healthy store: the configured file size)
+    problems: tuple[tuple[str, str], ...] = ()  # (ErrorKind value, what is wrong) about the file
 
     @property
     def name(self) -> str:
-        return self.location.name
+        return self.loc.name
 
     @property
-    def path(self) -> str:
-        return name_of(self.location)
+    def path(self):
+        """What the Path-based readers open: a ``Path`` (local), else a ``fs.StorePath``."""
+        return self.loc.as_path()
+
+    @property
+    def location(self) -> fs.Location:
+        return self.loc
 
 
-def list_rolled_files(folder) -> list[RolledFile]:
-    """The rolled files of ``folder`` in offset order; other names are ignored, and a missing folder has none.
-    Entries no reader can open (a FIFO, a link loop...) are left out by ``Location.list``."""
-    loc = location(folder)
+def list_folder(where, file_size: int | None = None, part: str = "") -> list[RolledFile]:
+    """Every regular file of a MappedFileQueue folder (or the one file ``where`` names), in name order, each with
+    what is wrong with its name or length: the one listing of ``commitlog/`` and ``timerlog/``.  ``file_size``:
+    the folder's, when known; else the files' own (:func:`infer_file_size`).  Entries no reader can open (a FIFO,
+    a link loop...) are left out by ``Location.list``; a missing folder has none."""
+    from .errors import ErrorKind
+
+    noun, size_of, setting, checked = _WORDS.get(part, _ANY_PART)
+    loc = location(where)
+    infos = [loc.info()] if loc.is_file() else [i for i in loc.list() if i.is_file]
+    named = [i for i in infos if _ROLLED_NAME.fullmatch(i.base_name)]
+    size = file_size or infer_file_size([(int(i.base_name), i.size) for i in named])
     out = []
-    for info in loc.list():
-        if info.type == pafs.FileType.File and _ROLLED_NAME.fullmatch(info.base_name):
-            out.append(RolledFile(loc.child(info.base_name), int(info.base_name), info.size))
-    return sorted(out, key=lambda f: f.base_offset)
+    for i in infos:
+        file = fs.Location(loc.fs, i.path, loc.origin)
+        if not _ROLLED_NAME.fullmatch(i.base_name):
+            why = f"a {part or noun} file name must be its 20-digit base offset; not read (no base offset to check " \
+                f"{checked})"
+            out.append(RolledFile(file, None, i.size, ((ErrorKind.BAD_FILE_NAME.value, why),)))
+            continue
+        problems = ()
+        if size and i.size != size:
+            problems = ((ErrorKind.BAD_GEOMETRY.value, f"{noun} is {i.size} bytes, {size_of} is {size} (the broker "
+                         "refuses to load it); read anyway"),)
+        elif not i.size:  # no size to compare with when it is the only file: empty is never right
+            problems = ((ErrorKind.BAD_GEOMETRY.value, f"{noun} file is empty: the broker preallocates every {noun} "
+                         f"({setting}) and refuses to load an empty one"),)
+        out.append(RolledFile(file, int(i.base_name), i.size, problems))
+    return out
 
 
-def infer_file_size(files: list[RolledFile]) -> int | None:
-    """The configured file size as the names and lengths show it: the smallest spacing of the names, else the
-    only file's length (None when nothing tells)."""
-    bases = sorted({f.base_offset for f in files})
-    gaps = [b - a for a, b in zip(bases, bases[1:]) if b > a]
+def list_rolled_files(folder, file_size: int | None = None, part: str = "") -> list[RolledFile]:
+    """The files of ``folder`` the broker loads (20-digit names), in offset order: :func:`list_folder` without the
+    files it cannot name."""
+    return sorted((f for f in list_folder(folder, file_size, part) if f.base_offset is not None),
+                  key=lambda f: f.base_offset)
+
+
+def infer_file_size(files) -> int | None:
+    """The configured file size as the files show it, from their (base offset, length) pairs: the smallest spacing
+    of the names, else the only file's length.  None when the files cannot tell: no file, or one empty file (an
+    empty file is never a preallocated one, so its length says nothing)."""
+    files = sorted(files)
+    gaps = [b - a for (a, _), (b, _) in zip(files, files[1:]) if b > a]
     if gaps:
         return min(gaps)
-    if len(files) == 1 and files[0].length > 0:
-        return files[0].length
+    if len(files) == 1 and files[0][1] > 0:
+        return files[0][1]
     return None
 
 

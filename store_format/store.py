@@ -22,6 +22,7 @@ from .consumequeue import CQFile, CQUnit, QueueFile, list_consumequeue, queue_fi
 from .errors import ErrorKind, IndexFileError, StoreFormatError
 from .ids import parse_host, parse_offset_msg_id
 from .indexfile import INDEX_NAME, IndexFile, index_files
+from .rolled import RolledFile, list_folder
 from .message import Message
 
 
@@ -60,7 +61,7 @@ class Store:
     def unreadable(self, part: str | None = None) -> list[fs.UnreadableError]:
         """The entries of the store no reader can read (:func:`store_format.fs.unreadable_entries`: FIFOs,
         devices, link loops, dangling links, no permission, a part that is a file), of ``part`` only when given
-        (``commitlog``, ``consumequeue``, ``index``, ``config``, or a root file such as ``checkpoint``)."""
+        (a folder of ``layout.STORE_PARTS``, or a root file such as ``checkpoint`` or ``timerwheel``)."""
         found = fs.unreadable_entries(self.root)
         return found if part is None else [e for e in found if fs.part_of(e, self.root) == part]
 
@@ -110,6 +111,20 @@ class Store:
 
     def read_message(self, physical_offset: int) -> Message:
         return read_message_at(self.segments, physical_offset, self.segment_size)
+
+    # ---- timer log (5.x) ----------------------------------------------------------------------
+    @cached_property
+    def timer_log_files(self) -> list[RolledFile]:
+        """Every file of ``timerlog/`` (bad names too), by name, each with what is wrong with it (the same listing
+        as the commitlog's: store_format.rolled)."""
+        if not self._readable_folder(L.TIMER_LOG_DIR):
+            return []
+        return list_folder(self.loc.child(L.TIMER_LOG_DIR), part=L.TIMER_LOG_DIR)
+
+    @cached_property
+    def timer_log(self) -> list[RolledFile]:
+        """The timer-log files the broker loads (20-digit names), by base offset: what the timer readers take."""
+        return sorted((f for f in self.timer_log_files if f.base_offset is not None), key=lambda f: f.base_offset)
 
     # ---- consume queues ----------------------------------------------------------------------
     @cached_property

@@ -42,10 +42,10 @@ from . import rolled
 from .errors import ErrorKind, StoreFormatError
 from .fs import UnreadableError
 
-TIMER_LOG_DIR = "timerlog"
-TIMER_WHEEL_FILE = "timerwheel"
-TIMER_CHECK_FILE = "timercheck"  # under config/
-TIMER_METRICS_FILE = "timermetrics"  # under config/
+TIMER_LOG_DIR = L.TIMER_LOG_DIR
+TIMER_WHEEL_FILE = L.TIMER_WHEEL_FILE
+TIMER_CHECK_FILE = L.TIMER_CHECK_FILE  # under config/
+TIMER_METRICS_FILE = L.TIMER_METRICS_FILE  # under config/
 
 UNIT = L.TIMER_LOG_UNIT
 UNIT_SIZE = UNIT.width  # 52
@@ -142,14 +142,15 @@ class TimerUnit:
 
 
 def list_timer_log_files(root) -> list[rolled.RolledFile]:
-    """``timerlog/`` of the store root ``root`` (path or Location), in offset order."""
-    return rolled.list_rolled_files(rolled.child(root, TIMER_LOG_DIR))
+    """The files of ``timerlog/`` of the store root ``root`` (path or Location) the broker loads, in offset order
+    (store_format.rolled's listing; ``Store.timer_log_files`` has every file with its problems)."""
+    return rolled.list_rolled_files(rolled.child(root, TIMER_LOG_DIR), part=TIMER_LOG_DIR)
 
 
 def _file_of(src, base_offset: int | None):
     """(location, base offset, name) of a RolledFile, a path or a Location (base from the 20-digit name)."""
     if isinstance(src, rolled.RolledFile):
-        return src.location, src.base_offset, src.path
+        return src.loc, src.base_offset, rolled.name_of(src.loc)
     loc = rolled.location(src)
     if base_offset is None:
         base_offset = int(loc.name) if loc.name.isdigit() else 0
@@ -368,11 +369,12 @@ class TimerLog:
         pos = offset - f.base_offset
         buf = self._buf(i)
         piece = bytes(buf[pos:pos + UNIT_SIZE])
-        units = list(walk_timer_log_buffer(piece, f.path, f.base_offset, file_length=f.length, start=pos,
+        name = rolled.name_of(f.loc)
+        units = list(walk_timer_log_buffer(piece, name, f.base_offset, file_length=f.length, start=pos,
                                            written=len(piece)))
         if not units:
             raise TimerStoreError(ErrorKind.OUT_OF_RANGE, f"timer-log offset {offset} is in the unwritten (zero) "
-                                  "part of its file", file=f.path, position=pos, field="prev_pos")
+                                  "part of its file", file=name, position=pos, field="prev_pos")
         return units[0]
 
     def close(self) -> None:
@@ -701,6 +703,28 @@ def read_timer_metrics(config_dir) -> TimerMetrics:
     return TimerMetrics(counts, dv if isinstance(dv, dict) else None, cfg.source, tuple(errors))
 
 
+# ------------------------------------------------------------------------------------------- the broker's rules
+
+
+def delete_key(real_topic: str | None, uniq_key: str | None) -> str:
+    """``TimerMessageStore.buildDeleteKey``: what a recall's TIMER_DEL_UNIQKEY names, ``<REAL_TOPIC>+<UNIQ_KEY>``."""
+    return f"{real_topic}+{uniq_key}"
+
+
+def dequeued(slot_time_ms: int, last_read_time_ms: int | None) -> bool:
+    """Whether the wheel has read the slot of ``slot_time_ms``: ``TimerMessageStore.dequeue`` reads the slot at
+    ``currReadTimeMs`` and then moves it one precision on, so every slot before the checkpoint's lastReadTimeMs has
+    been read (a missing checkpoint reads as 0: nothing)."""
+    return slot_time_ms < (last_read_time_ms or 0)
+
+
+def wheel_reach_ms(precision_ms: int = L.DEFAULT_TIMER_PRECISION_MS,
+                   slots_total: int = L.DEFAULT_TIMER_SLOTS_TOTAL) -> int:
+    """How far back a restarted wheel reads: ``recover()`` starts at lastReadTimeMs but never before ``now -
+    slotsTotal * precision + TIMER_BLANK_SLOTS * precision``; a slot older than that at the start is never read."""
+    return (slots_total - L.TIMER_BLANK_SLOTS) * precision_ms
+
+
 # ------------------------------------------------------------------------------------------- the whole store
 
 
@@ -736,4 +760,5 @@ __all__ = ["TimerUnit", "TimerUnitArrays", "TimerLog", "ChainWalk", "WheelSlots"
            "walk_timer_log", "walk_timer_log_buffer", "timer_units_of", "read_timer_unit_arrays", "read_timer_unit_range",
            "walk_chain",
            "slot_index", "read_wheel_slots", "wheel_slot", "parse_timer_checkpoint", "read_timer_checkpoint",
-           "read_timer_metrics", "timer_store_files", "magic_ok", "magic_name"]
+           "read_timer_metrics", "timer_store_files", "magic_ok", "magic_name", "delete_key", "dequeued",
+           "wheel_reach_ms"]

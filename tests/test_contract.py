@@ -12,10 +12,10 @@ from jobs.audit import checks, report, routes, scan, survey
 from jobs.audit.contract import Family
 
 AUDIT = Path(__file__).resolve().parent.parent / "jobs" / "audit"
-#: the partial tables the engine itself reads (the survey's walks, the scan's ranges, the routes' files and queue
-#: starts): jobs/audit/context.py and scan.py
+#: the partial tables the engine itself reads (the survey's walks, the scan's ranges, every route's files and the
+#: queue starts): jobs/audit/context.py and scan.py
 ENGINE_READS = {"survey.walk_items", "survey.walk_ranges", "scan.ranges", "survey.queue_starts", "survey.cq_files",
-                "survey.index_files"}
+                "survey.index_files"} | {r.files_partial for r in routes.ROUTES.values()}
 
 
 def _partial_names(source: str, owner: str, methods: tuple[str, ...]) -> set[str]:

@@ -1,4 +1,4 @@
-"""The four sources' readers plan through datasources/base.py's one hook (issue 25): the base finds the inputs of
+"""The sources' readers plan through datasources/base.py's one hook (issue 25): the base finds the inputs of
 the reader's PART that ``path`` names and hands them to ``plan``; an empty plan is one partition that reads
 nothing; ``read`` dispatches to ``read_partition``.  No Spark: the readers are driven as Spark drives them."""
 from __future__ import annotations
@@ -12,6 +12,7 @@ from datasources.commitlog import CommitLogReader
 from datasources.consumequeue import ConsumeQueueReader
 from datasources.indexfile import IndexReader
 from datasources.metadata import MetadataReader
+from datasources.timerlog import TimerLogReader
 from store_format.layout import STORE_PART_FOLDERS
 
 from .conftest import fixture_store
@@ -24,7 +25,7 @@ def _rows(reader) -> list[dict]:
 
 
 def test_every_reader_plans_through_the_base():
-    for reader in (*READERS.values(), MetadataReader):
+    for reader in (*READERS.values(), MetadataReader, TimerLogReader):
         assert issubclass(reader, StoreReader) and reader.PART in STORE_PART_FOLDERS, reader
         # the source's own parts are plan and read_partition; partitions and read stay the base's
         assert reader.partitions is StoreReader.partitions and reader.read is StoreReader.read, reader

@@ -134,3 +134,65 @@ def test_a_fifo_segment_is_planned_without_being_opened(tmp_path):
 
     assert [s.name for s in list_segment_files(inp.loc)] == [s.name for s in list_segments(FIXTURES / "basic" / "store"
                                                                                           / "commitlog")]
+
+
+# ---- the 5.x parts (issue 32): the timer log is listed as the commitlog is, and its files are parts of the store
+
+
+def _timer_store(tmp_path) -> Path:
+    from store_format.write.damage import copy_store
+
+    from .conftest import FIXTURES_5X
+
+    return copy_store(FIXTURES_5X / "v5-timer" / "store", tmp_path / "store")
+
+
+def test_the_timer_log_and_the_commitlog_share_one_listing(tmp_path):
+    """``Store`` lists ``timerlog/`` once, as ``commitlog/`` is listed (store_format.rolled.list_folder): every file
+    with what is wrong with it, and the broker's view (20-digit names, by offset) derived from it."""
+    from store_format import rolled
+    from store_format.commitlog import Segment
+    from store_format.store import Store
+
+    root = _timer_store(tmp_path)
+    (root / "timerlog" / "notes.txt").write_bytes(b"x")
+    os.truncate(root / "timerlog" / "00000000000000002048", 1000)
+    store = Store(root)
+    files = {f.name: f for f in store.timer_log_files}
+    assert sorted(files) == ["00000000000000000000", "00000000000000002048", "notes.txt"]
+    assert files["00000000000000000000"].problems == ()
+    assert files["notes.txt"].base_offset is None and files["notes.txt"].problems[0][0] == "BAD_FILE_NAME"
+    [(kind, text)] = files["00000000000000002048"].problems
+    assert kind == "BAD_GEOMETRY" and "timer-log file is 1000 bytes, the timer log's file size is 2048" in text
+    assert [f.name for f in store.timer_log] == ["00000000000000000000", "00000000000000002048"]
+    assert Segment is rolled.RolledFile and all(type(s) is rolled.RolledFile for s in store.segment_files)
+    assert [s.name for s in store.segments] == ["00000000000000000000"]
+
+
+def test_unreadable_timer_files_are_found_through_the_store_parts(tmp_path):
+    """A FIFO in ``timerlog/``, a FIFO ``timerwheel`` and a FIFO ``config/timercheck`` are named by
+    ``fs.unreadable_entries`` (layout.STORE_PARTS and STORE_ROOT_FILES), each under its part, and never opened."""
+    from store_format.store import Store
+
+    root = _timer_store(tmp_path)
+    try:
+        os.mkfifo(root / "timerlog" / "00000000000000004096")
+    except OSError as e:
+        if e.errno in (errno.EPERM, errno.ENOSYS):
+            pytest.skip("no FIFOs here")
+        raise
+    (root / "timerwheel").unlink()
+    os.mkfifo(root / "timerwheel")
+    (root / "config" / "timercheck").unlink()
+    os.mkfifo(root / "config" / "timercheck")
+    store = Store(root)
+    found = {fs.part_of(e, root): Path(e.file).name for e in store.unreadable()}
+    assert found == {"timerlog": "00000000000000004096", "timerwheel": "timerwheel", "config": "timercheck"}
+    assert [f.name for f in store.timer_log] == ["00000000000000000000", "00000000000000002048"]
+
+
+def test_a_timer_log_path_names_its_store(tmp_path):
+    root = _timer_store(tmp_path)
+    for path in (root / "timerlog", root / "timerlog" / "00000000000000002048"):
+        [found] = find_stores(str(path))
+        assert found.root.path == str(root)

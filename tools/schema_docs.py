@@ -144,6 +144,15 @@ SUMMARY = {
     "brokers[].verdict.actions": "the three actions that matter most", "brokers[].verdict.actions[].check":
     "the check whose what-to-do it is", "brokers[].verdict.actions[].consequence": "its consequence",
     "brokers[].verdict.actions[].count": "its findings", "brokers[].verdict.actions[].text": "what to do",
+    "brokers[].timers": "5.x, a store with a timer store: its timer messages (timers family)",
+    "brokers[].timers.pending": "timer messages the broker will still deliver (in the wheel, or waiting to enter it)",
+    "brokers[].timers.overdue": "of them, due before the dump time with their slot unread",
+    "brokers[].timers.fired": "delivered to their real topic", "brokers[].timers.recalled": "recalled before delivery",
+    "brokers[].timers.lost": "timer messages the broker will never deliver",
+    "brokers[].timers.read_time_ms": "config/timercheck's lastReadTimeMs: every wheel slot before it has been read",
+    "brokers[].timers.next_due": "the next deliver times of pending timer messages (up to five)",
+    "brokers[].timers.next_due[].due_ms": "a deliver time (ms)", "brokers[].timers.next_due[].messages": "messages "
+    "due then", "brokers[].timers.last_due_ms": "the last pending deliver time",
 }
 
 
@@ -155,6 +164,7 @@ def collect(spark) -> dict:
     """Schemas of every output, from an audit of a small generated store and the jobs' own definitions."""
     from jobs import audit, decode, extract, trend
     from store_format.write.generate import TrafficConfig, generate_store
+    from store_format.write.generate5 import Traffic5Config, config_5x, generate_store_5x
     from store_format.write.writer import WriterConfig
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -168,6 +178,17 @@ def collect(spark) -> dict:
         metric_names = sorted(r["metric"] for r in spark.read.parquet(str(out / "metrics")).select("metric")
                               .distinct().collect())
         summary = json.loads((out / "summary.json").read_text())
+        # a 5.x store's audit: the tables, metrics and summary keys of the families that run only for 5.x stores
+        store5, out5 = Path(tmp) / "broker-5" / "store", Path(tmp) / "audit5"
+        generate_store_5x(store5, Traffic5Config(messages=400, seed=5),
+                          config_5x(WriterConfig(mappedFileSizeCommitLog=256 << 10, mappedFileSizeTimerLog=4096)))
+        audit.run(spark, audit.build_parser().parse_args(["--store", str(store5), "--out", str(out5), "--no-report",
+                                                          "--checks", "timers,pop"]))
+        for p in sorted((out5 / "tables").iterdir()):
+            tables.setdefault(p.name, spark.read.parquet(str(p)).schema)
+        metric_names = sorted(set(metric_names) | {r["metric"] for r in spark.read.parquet(str(out5 / "metrics"))
+                                                   .select("metric").distinct().collect()})
+        summary["brokers"] += json.loads((out5 / "summary.json").read_text())["brokers"]
         from jobs.stores import resolve_stores
 
         messages = decode.messages(spark, resolve_stores([str(store)]), decompress=True).schema
@@ -229,6 +250,9 @@ AUDIT_TABLES = (
     ("lag", "`OUT/tables/lag/`: one row per group, topic and queue with a committed offset (lag family)"),
     ("transactions", "`OUT/tables/transactions/`: one row per transaction (transactions family)"),
     ("delays", "`OUT/tables/delays/`: one row per delay level (delays family)"),
+    ("timers", "`OUT/tables/timers/`: 5.x, one row per record on rmq_sys_wheel_timer and its timer-log unit: the "
+               "timer message's path and state (timers family)"),
+    ("pop", "`OUT/tables/pop/`: 5.x, one row per message a POP checkpoint popped, with its state (pop family)"),
     ("retries", "`OUT/tables/retries/`: one row per send-back copy (retries family)"),
     ("dlq", "`OUT/tables/dlq/`: one row per group with dead letters (retries family)"),
     ("resend", "`OUT/tables/resend/`: one row per message to re-send: damaged, dropped by recovery, or in no "
@@ -290,8 +314,8 @@ def _source_table(schema, name: str) -> str:
 
 
 def _sources() -> str:
-    """The four Spark data sources' rows (`spark.read.format(...)`): their schemas are declared in datasources/."""
-    from datasources import commitlog, consumequeue, indexfile
+    """The Spark data sources' rows (`spark.read.format(...)`): their schemas are declared in datasources/."""
+    from datasources import commitlog, consumequeue, indexfile, timerlog
     from udfs import metadata
 
     full = commitlog.arrow_schema("decoded", decompress=True)
@@ -307,6 +331,9 @@ def _sources() -> str:
              + _source_table(consumequeue.SCHEMA, "rocketmq-consumequeue"),
              "### rocketmq-index\n\nPer index file one `header` row, then one row per entry, or one `corrupt` row; "
              "a column is null on the rows it is not about.\n\n" + _source_table(indexfile.SCHEMA, "rocketmq-index"),
+             "### rocketmq-timerlog\n\nOne row per unit of a 5.x broker's timer log (`timerlog/`): `entry`, the "
+             "end-of-file `blank`, or `corrupt`; a store without a timer log has none.\n\n"
+             + _source_table(timerlog.SCHEMA, "rocketmq-timerlog"),
              "### rocketmq-metadata\n\nOne of these tables per read (`option(\"table\", NAME)`), one row per "
              "store and value; every table starts with `broker` and ends with `source`, `error`, `error_key`, "
              "`error_value` (described under `checkpoint`).\n"]

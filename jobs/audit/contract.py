@@ -17,6 +17,10 @@ Where each hook runs (``rc``: a :class:`jobs.audit.scan.RangeContext`; ``out``: 
 * ``on_driver(ctx) -> FamilyResult``: on the driver, from the partial tables and the driver's facts: findings,
   metrics and detail tables.
 * ``summary(ctx) -> {broker: value}``: ``value`` goes into summary.json's broker object under the family's name.
+* ``applies(plan) -> bool``: on the driver after planning, per broker (``plan``: a
+  :class:`jobs.audit.plan.BrokerPlan`): whether its files give the family anything to check.  A family whose
+  structures no store of the dump has (the timer store of a 5.x broker, in a dump of 4.x brokers) is not run, as
+  a store is read as 5.x because its files say so; without ``applies`` a family always runs.
 
 A family declares what its hooks emit (``emits``: partial tables by name, with their schemas; a partial's name
 starts with the family's), what it reads of others (``reads``), its detail tables (``tables``, columns described
@@ -51,6 +55,7 @@ class Family:
     after_scan: Callable | None = None
     on_driver: Callable | None = None
     summary: Callable | None = None
+    applies: Callable | None = None
     emits: dict[str, pa.Schema] = field(default_factory=dict)
     reads: tuple[str, ...] = ()
     tables: dict[str, pa.Schema] = field(default_factory=dict)

@@ -5,13 +5,15 @@
 
 Reads every store (read-only) and runs the check families of jobs/audit/checks/ (framing and integrity, the
 broker's recovery predicted, CommitLog <-> ConsumeQueue, CommitLog <-> IndexFile, consumer lag, transactions,
-delays, retries and DLQ, metadata), then writes to DIR:
+delays, 5.x timer messages and POP consumption, retries and DLQ, metadata; a family for structures no store of the
+dump has does not run), then writes to DIR:
 
   findings/      Parquet, one row per finding (check, severity, broker, file, file_position, physical_offset,
                  topic, queue_id, queue_offset, message, details, stable finding_id)
   metrics/       Parquet, long format (broker, scope, topic, queue_id, group, metric, value)
-  tables/<name>/ Parquet detail tables: segments, queues, lag, transactions, delays, retries, dlq, and resend (the
-                 messages to re-send: damaged, dropped by recovery, or in no consume queue; jobs/audit/resend.py)
+  tables/<name>/ Parquet detail tables: segments, queues, lag, transactions, delays, timers and pop (5.x), retries,
+                 dlq, and resend (the messages to re-send: damaged, dropped by recovery, or in no consume queue;
+                 jobs/audit/resend.py)
   summary.json   tool version, run time, inputs, geometry, counts per severity and per check, and per broker its
                  recovery and its verdict (jobs/audit/verdict.py: will it start, the cut, what is lost, what to do)
   report.html    one self-contained page: per broker, in words, will it start, where recovery cuts, what is lost and
@@ -153,6 +155,8 @@ def run(spark, args) -> AuditResult:
     before = fingerprint(files, args.sha256)
     geometry = geometry_from_args(args)
     plans = {s.name: plan_broker(s, geometry) for s in stores}
+    families = [f for f in families if f.applies is None or any(f.applies(p) for p in plans.values())]
+    names = tuple(n for n in names if n in {f.name for f in families})  # the families run (summary.json "checks")
     options = AuditOptions(families=names, as_of=args.as_of, check_crc=not args.no_crc,
                            message_index_safe=args.message_index_safe, segment_size=geometry.segment_size,
                            split_size=args.split_size,

@@ -62,6 +62,11 @@ class BrokerPlan:
         return [IndexFilePlan(f, g.hash_slot_num, g.index_num) for f in self.store.index_files]
 
     @property
+    def timer_log_files(self) -> list:
+        """The timer-log files the broker loads (5.x; store_format.rolled.RolledFile), by base offset."""
+        return self.store.timer_log
+
+    @property
     def has_index_dir(self) -> bool:
         return self.store.loc.child("index").is_dir()
 

@@ -105,6 +105,7 @@ def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: st
     parts.append(_groups_section(groups, top))
     parts.append(_per_check_section(counts["per_check"]))
     parts.append(_recovery_section(summary))
+    parts.append(_timers_section(summary))
     plots = _plots(ctx, tables)
     if plots:
         parts.append("<h2>Plots</h2>")
@@ -438,6 +439,24 @@ def _recovery_section(summary: dict) -> str:
     return "<h2>Recovery prediction</h2>" + _html_table(
         ["broker", "mode", "will start", "recovered end", "stop segment", "stop reason", "messages lost",
          "CQ units truncated", "index files rebuilt", "start problems"], rows, numeric={3, 6, 7, 8})
+
+
+def _timers_section(summary: dict) -> str:
+    """5.x brokers' timer messages (the timers family's summary): how many wait, and when the next ones are due."""
+    rows = []
+    for b in summary["brokers"]:
+        t = b.get("timers")
+        if t is None:
+            continue
+        due = "<br>".join(f"{_time(d['due_ms'])} &times; {d['messages']:,}" for d in t["next_due"]) or "none"
+        rows.append([b["name"], t["pending"], t["overdue"], t["fired"], t["recalled"], t["lost"],
+                     _time(t["read_time_ms"]), due, _time(t["last_due_ms"])])
+    if not rows:
+        return ""
+    return "<h2 id='timers'>Timer messages</h2>" + _html_table(
+        ["broker", "pending", "overdue", "fired", "recalled", "lost", "wheel read up to", "next due",
+         "last due"], rows, numeric={1, 2, 3, 4, 5}, raw={6, 7, 8}) + \
+        "<p class='muted'>tables/timers/ has every timer message's path and state.</p>"
 
 
 def _per_check_section(per_check: dict) -> str:

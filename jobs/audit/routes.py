@@ -1,7 +1,7 @@
 """The routed files: per-file structures whose entries point at CommitLog offsets, each declared once as a
 :class:`Route` that the engine serves with one survey task kind, one file task kind and one view of the entries a
-commitlog range owns (``RangeContext.routed(route)``).  Today: consume-queue units (``consumequeue``) and index
-entries (``index``).
+commitlog range owns (``RangeContext.routed(route)``).  Today: consume-queue units (``consumequeue``), index
+entries (``index``) and 5.x timer-log units (``timerlog``: each points at its record on rmq_sys_wheel_timer).
 
 How a route is served: the survey reads each file's bounds and summarizes its entries as routing buckets
 (``phys >> shift``: :class:`jobs.audit.plan.Buckets`), one row per file in the route's ``files`` partial; the
@@ -30,6 +30,8 @@ from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_entry
     written_entries
 from store_format.plan import group_queue_files
 from store_format.recovery import recover_queue
+from store_format.timer import KIND_BLANK as TIMER_BLANK, KIND_CORRUPT as TIMER_CORRUPT, KIND_ENTRY as TIMER_ENTRY, \
+    UNIT_SIZE as TIMER_UNIT_SIZE, read_timer_unit_arrays, read_timer_unit_range
 from udfs.columns import column
 
 from .plan import BrokerPlan, Buckets, IndexFilePlan
@@ -270,9 +272,74 @@ INDEX = Route(
     routed=_routed_index_file, window=_entry_window, view=_entry_view, survey_cost=_a_few_bytes_an_entry,
     scan_cost=_file_size, emits={"survey.index_files": INDEX_FILES})
 
-ROUTES = {r.name: r for r in (CONSUMEQUEUE, INDEX)}
-VIEW = {CONSUMEQUEUE.name: UNITS, INDEX.name: ENTRIES}
 
-__all__ = ["Route", "RoutedFile", "SurveyInput", "ROUTES", "VIEW", "CONSUMEQUEUE", "INDEX", "CQ_FILES",
-           "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES", "queues_of", "buckets_of_row",
-           "bucket_columns"]
+# ---------------------------------------------------------------------------------------------------------
+# timer-log units (5.x): each entry points at its record on rmq_sys_wheel_timer
+
+TIMERLOG_FILES = pa.schema([
+    ("broker", pa.string()), ("path", pa.string()), ("name", pa.string()), ("base_offset", pa.int64()),
+    ("length", pa.int64()), ("units", pa.int64()), ("entries", pa.int64()), ("blanks", pa.int64()),
+    ("corrupt", pa.int64()), ("written_end", pa.int64()), *BUCKETS,
+])
+TIMER_UNITS = pa.schema([("file", pa.string()), ("file_position", pa.int64()), ("timerlog_offset", pa.int64()),
+                         ("prev_pos", pa.int64()), ("magic", pa.int32()), ("write_time_ms", pa.int64()),
+                         ("delay_ms", pa.int32()), ("slot_time_ms", pa.int64()), ("physical_offset", pa.int64()),
+                         ("store_size", pa.int32()), ("real_topic_hash", pa.int32())])
+
+
+def _survey_timer_file(task: SurveyInput, f):
+    """A timer-log file walked whole (its units' kinds depend on where its written bytes end): its counts and the
+    routing buckets of its entries, whose row in the walk is their unit number (units sit at 52-byte steps)."""
+    u = read_timer_unit_arrays(f)
+    entry = np.flatnonzero(u.kind == TIMER_ENTRY)
+    b = Buckets.of_offsets(u.physical_offset[entry], entry, task.shift, task.commitlog_end)
+    ends = u.file_position + np.where(u.kind == TIMER_BLANK, u.size, TIMER_UNIT_SIZE)
+    return {"broker": task.broker, "path": f.loc.path, "name": f.name, "base_offset": f.base_offset,
+            "length": f.length, "units": len(u), "entries": len(entry), "blanks": int((u.kind == TIMER_BLANK).sum()),
+            "corrupt": int((u.kind == TIMER_CORRUPT).sum()),
+            "written_end": f.base_offset + int(ends.max()) if len(u) else f.base_offset, **bucket_columns(b)}, u
+
+
+def _routed_timer_file(row: dict | None, f) -> RoutedFile | None:
+    if row is None or not row["entries"]:
+        return None
+    return RoutedFile(f.loc, f.name, buckets_of_row(row), {"base_offset": f.base_offset})
+
+
+def _timer_unit_window(f: RoutedFile, first: int, end: int) -> dict:
+    u = read_timer_unit_range(f.loc, first * TIMER_UNIT_SIZE, (end - first) * TIMER_UNIT_SIZE,
+                              base_offset=f.params["base_offset"])
+    return {"file_position": u.file_position, "prev_pos": u.prev_pos, "magic": u.magic,
+            "write_time_ms": u.write_time_ms, "delay_ms": u.delay_ms, "physical_offset": u.physical_offset,
+            "store_size": u.store_size, "real_topic_hash": u.real_topic_hash, "valid": u.kind == TIMER_ENTRY}
+
+
+def _timer_unit_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+    k = len(idx)
+    pos = w["file_position"][idx]
+    write, delay = w["write_time_ms"][idx], w["delay_ms"][idx]
+    return pa.table({
+        "file": pa.repeat(pa.scalar(f.name, pa.string()), k), "file_position": pa.array(pos),
+        "timerlog_offset": pa.array(f.params["base_offset"] + pos), "prev_pos": pa.array(w["prev_pos"][idx]),
+        "magic": pa.array(w["magic"][idx]), "write_time_ms": pa.array(write), "delay_ms": pa.array(delay),
+        "slot_time_ms": pa.array(write + delay.astype(np.int64)), "physical_offset": pa.array(w["physical_offset"][idx]),
+        "store_size": pa.array(w["store_size"][idx]), "real_topic_hash": pa.array(w["real_topic_hash"][idx]),
+    }, schema=TIMER_UNITS)
+
+
+def _timer_files(plan: BrokerPlan) -> list:
+    return plan.timer_log_files
+
+
+TIMERLOG = Route(
+    name="timerlog", files=_timer_files, group=_one_each,
+    files_partial="survey.timerlog_files", survey_schema=TIMERLOG_FILES, survey_file=_survey_timer_file,
+    routed=_routed_timer_file, window=_timer_unit_window, view=_timer_unit_view, survey_cost=_length,
+    scan_cost=_length, emits={"survey.timerlog_files": TIMERLOG_FILES})
+
+ROUTES = {r.name: r for r in (CONSUMEQUEUE, INDEX, TIMERLOG)}
+VIEW = {CONSUMEQUEUE.name: UNITS, INDEX.name: ENTRIES, TIMERLOG.name: TIMER_UNITS}
+
+__all__ = ["Route", "RoutedFile", "SurveyInput", "ROUTES", "VIEW", "CONSUMEQUEUE", "INDEX", "TIMERLOG", "CQ_FILES",
+           "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES", "TIMERLOG_FILES", "TIMER_UNITS",
+           "queues_of", "buckets_of_row", "bucket_columns"]

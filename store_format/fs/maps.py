@@ -136,8 +136,9 @@ STORE_FOLDERS = L.STORE_PART_FOLDERS
 def unreadable_entries(root) -> list[UnreadableError]:
     """Every entry of a store root that a reader cannot read: FIFOs, sockets and devices (also behind links),
     link loops and dangling links, files and folders without permission, and a part folder (``commitlog/``,
-    ``consumequeue/``, ``index/``, ``config/``) that is not a folder.  Walked: the part folders (consume queues
-    two levels deep: ``<topic>/<queue>/<file>``) and the root's ``checkpoint``, ``abort``, ``lock``."""
+    ``consumequeue/``, ``index/``, ``config/``, 5.x's ``timerlog/``) that is not a folder.  Walked: the parts of
+    ``layout.STORE_PARTS`` (consume queues two levels deep: ``<topic>/<queue>/<file>``) and the root files of
+    ``layout.STORE_ROOT_FILES`` (``checkpoint``, ``abort``, ``lock``, 5.x's ``timerwheel``)."""
     root = as_path(root)
     out: list[UnreadableError] = []
 

@@ -93,6 +93,7 @@ class Broker5(Broker):
         self.ck_number = 0  # PopMessageProcessor.ckMessageNumber
         self.pop_offsets: dict[tuple[str, str, int], int] = {}  # (topic, group, qid) -> next offset to pop
         self._acked: dict[tuple, set] = {}  # (topic, qid, group, popTime, startOffset) -> acked offsets
+        self._unrevived: list[Message] = []  # checkpoints fired to the revive topic, not yet consumed by revive()
 
     @property
     def timer(self):
@@ -275,6 +276,8 @@ class Broker5(Broker):
                        born_timestamp=src.born_timestamp, born_host=src.born_host, store_host=src.store_host,
                        reconsume_times=src.reconsume_times)
         stored = self._put(inner)
+        if not roll and stored.topic == self.revive_topic and stored.tags == L.POP_CK_TAG:
+            self._unrevived.append(stored)  # whichever run fired it, the revive service consumes it in order
         return Fired(slot_time, unit, "rolled" if roll else "fired", src, stored)
 
     # ---- POP ------------------------------------------------------------------------------------------
@@ -334,13 +337,12 @@ class Broker5(Broker):
 
     def revive(self, now: int | None = None) -> list[Message]:
         """Fire the timers (the ck and ack records reach the revive topic), then PopReviveService: every fired
-        ck's unacked messages re-put to ``%RETRY%<group>_<topic>``; the revive group's offsets committed."""
-        fired = self.run_timers(now)
+        ck not consumed yet (fired by this call or an earlier ``run_timers``) has its unacked messages re-put to
+        ``%RETRY%<group>_<topic>``; the revive group's offsets committed."""
+        self.run_timers(now)
         out = []
-        for f in fired:
-            rec = f.record
-            if f.outcome != "fired" or rec is None or rec.topic != self.revive_topic or rec.tags != L.POP_CK_TAG:
-                continue
+        fired, self._unrevived = self._unrevived, []
+        for rec in fired:
             ck = P.parse_pop_body(L.POP_CK_TAG, rec.body)
             acked = self._acked.get((ck.topic, ck.queue_id, ck.consumer_group, ck.pop_time, ck.start_offset), set())
             for off in ck.offsets():

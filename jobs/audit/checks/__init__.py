@@ -11,7 +11,7 @@ import importlib
 
 from ..contract import Family, FamilyResult  # noqa: F401  (FamilyResult: what on_driver returns)
 
-FAMILIES = ("integrity", "recovery", "consumequeue", "index", "lag", "transactions", "delays", "retries",
+FAMILIES = ("integrity", "recovery", "consumequeue", "index", "lag", "transactions", "delays", "timers", "pop", "retries",
             "metadata")
 ALWAYS = ("prediction", "rates")
 
