@@ -19,7 +19,9 @@ persisted fastjson-style, checkpoint written, files synced, ``abort`` removed la
 segment is left behind.  ``append=True`` reopens a store as a restarted broker would (configs, queues and
 index reopened, the commitlog walked to its valid end, the tail past the consume queues re-dispatched).
 Every file lives under ``root``; topics are validated like ``TopicValidator`` and every path is checked
-after resolving symlinks, so no record can name a path outside it.
+after resolving symlinks, so no record can name a path outside it.  Every file is written through the writer's
+bounded set of open files (:mod:`store_format.write.openfiles`: at most 256 open, the least recently used closed
+first), so a store of any number of queues is written under ``ulimit -n 1024``.
 
 ``append`` is the reference path, one record at a time, and ``append_batch`` one classic batch
 (``CommitLog.putMessages``: one put, never split across segments).  :func:`store_format.write.bulk.append_many`
