@@ -17,8 +17,10 @@ Rows: one per walk item, ``kind`` = message | blank | stop (where a walk stopped
 for the zero-filled tail, summarized in one row whose ``length`` is the tail's) | corrupt (bytes the salvage
 walk could not frame, never the zero tail after them, or a segment file with a bad name or length).
 ``materialize`` chooses what else a row carries: ``positions``
-(nothing), ``frames`` (the record bytes), ``headers`` (decoded columns without the body) or ``decoded``
-(every canonical column, from udfs.kernels), since Python sources get no column pruning; with ``headers`` or
+(nothing), ``frames`` (the record bytes), ``headers`` (decoded columns without the body: the default, so that a
+plain ``load()`` has the columns people join and filter on -- topic, queue id and offset, keys, tags, store
+time) or ``decoded`` (every canonical column, from udfs.kernels), since Python sources get no column pruning; a
+job that needs less says so (``positions`` to count or locate, ``frames`` to compare bytes); with ``headers`` or
 ``decoded``, ``columns`` (comma-separated names) ships only the decoded columns asked for, which is most of the
 cost of a decoded read (Spark's conversion of each column) when a job uses a few.
 """
@@ -49,6 +51,7 @@ from .base import StoreDataSource, StoreReader, option_bool, option_choice, opti
 
 FORMAT = "rocketmq-commitlog"
 MATERIALIZE = ("positions", "frames", "headers", "decoded")
+DEFAULT_MATERIALIZE = "headers"  # what a plain load() carries: the message columns but the body
 DEFAULT_BATCH_ROWS = 16384
 
 BASE_COLUMNS = pa.schema([  # every row's, whatever it materializes
@@ -140,7 +143,7 @@ class Options:
 
     @classmethod
     def parse(cls, options) -> "Options":
-        materialize = option_choice(options, "materialize", MATERIALIZE, "frames")
+        materialize = option_choice(options, "materialize", MATERIALIZE, DEFAULT_MATERIALIZE)
         return cls(
             split_size=option_size(options, "splitSize"),
             walk=option_choice(options, "walk", WALKS, "recovery"),

@@ -29,48 +29,77 @@ Two facts of PySpark 4.3 (shared/docs/spark-notes.md) decide how:
   does not offer ``pushFilters``, so Spark filters every row itself (same rows, no pruning; ``pushFilters=true``
   and ``read_commitlog`` work, unpruned), and ``register`` warns once.  Turning the conf off after
   ``register`` brings Spark's DATA_SOURCE_PUSHDOWN_DISABLED back; ``register`` again turns it on.
+
+* **The workers run the Python the session was started with**: ``SparkContext.pythonExec``, which is
+  ``PYSPARK_PYTHON`` when the session started (spark-submit sets it from ``spark.pyspark.python``), else
+  ``python3`` from PATH; ``.config("spark.pyspark.python", ...)`` on a builder does not change it.  A user's own
+  session often gets ``python3``, which cannot import the project at all.  So the registered classes are pickled
+  *by value* (this module is registered with cloudpickle's ``register_pickle_by_value``): a worker unpickles
+  them without importing the project, and its first read fails in :func:`implementation` with one
+  :class:`WorkerEnvironmentError` naming ``PYSPARK_PYTHON`` and the interpreter to use (the driver's, carried
+  in the pickled code), whether the project or a dependency is what it lacks.  ``register`` sees this coming
+  in a local session: when the workers' interpreter is another environment than the driver's and lacks the
+  project or a dependency, it warns once, with the fix (:func:`check_workers_python`).
 """
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
+import subprocess
 import sys
 import warnings
 
+from pyspark import cloudpickle
 from pyspark.errors import PySparkException
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 _PROJECT_PACKAGES = frozenset({"datasources", "store_format", "udfs", "jobs"})
+# what the sources' implementations import beyond the standard library and pyspark
+_DEPENDENCIES = ("numpy", "pyarrow")
+# the interpreter that registered the sources: the one to name in a worker's error (this value travels with
+# the classes, which are pickled by value)
+_DRIVER_PYTHON = sys.executable
 
 
 class WorkerEnvironmentError(RuntimeError):
-    """The Python running a source (a Spark worker's, or the driver's) lacks a third-party module the sources
-    need: the session was started without the project's environment for its Python workers."""
+    """The Python running a source (a Spark worker's, or the driver's) cannot import the project or a
+    third-party module the sources need: the session was started without the project's environment for its
+    Python workers."""
 
 
-def _environment_message(source: str, missing: str) -> str:
-    return (f"{source}: {sys.executable} (Python {sys.version.split()[0]}) cannot import {missing!r}, which the "
-            "rocketmq-forensics data sources need.  Spark's Python workers run `python3` from PATH unless the "
-            "session was started with PYSPARK_PYTHON naming another interpreter.  "
-            "Start the session with the interpreter of the environment where rocketmq-forensics is installed: "
-            "export PYSPARK_PYTHON=/path/to/.venv/bin/python before starting Python or Jupyter (or set "
-            "os.environ['PYSPARK_PYTHON'] = sys.executable before the first SparkSession; a running session "
-            "keeps its workers' Python, so restart the kernel), or run spark-submit with PYSPARK_PYTHON set the "
-            "same way (or --conf spark.pyspark.python=/path/to/.venv/bin/python).")
+def _environment_message(source: str, missing: str, project: bool = False) -> str:
+    what = (f"the rocketmq-forensics project (no module named {missing!r})" if project else
+            f"{missing!r}, which the rocketmq-forensics data sources need")
+    return (f"{source}: {sys.executable} (Python {sys.version.split()[0]}) cannot import {what}: Spark's Python "
+            "workers run PYSPARK_PYTHON as it was when the session started, else `python3` from PATH.  Start the "
+            f"session with PYSPARK_PYTHON={_DRIVER_PYTHON}: `export PYSPARK_PYTHON={_DRIVER_PYTHON}` before "
+            "starting Python or Jupyter, or os.environ['PYSPARK_PYTHON'] = sys.executable before the first "
+            "SparkSession (a running session keeps its workers' Python: restart the kernel); with spark-submit, "
+            f"--conf spark.pyspark.python={_DRIVER_PYTHON}.")
 
 
 def implementation(source: type["_Source"]) -> type[DataSource]:
-    """The DataSource class that implements ``source``, imported now.  A third-party module that this Python
-    lacks is a :class:`WorkerEnvironmentError`; anything else (a broken module of the project) propagates."""
+    """The DataSource class that implements ``source``, imported now.  A Python that cannot import the project at
+    all, or lacks a third-party module, is a :class:`WorkerEnvironmentError`; a module of the project that is
+    there but broken propagates."""
     module, cls = source.IMPLEMENTATION
     try:
         mod = importlib.import_module(f".{module}", __package__)
     except ModuleNotFoundError as e:
-        top = (e.name or "").partition(".")[0]
-        if not top or top in _PROJECT_PACKAGES:
-            raise
-        raise WorkerEnvironmentError(_environment_message(source.FORMAT, top)) from None
+        name = e.name or ""
+        top = name.partition(".")[0]
+        if not top or (top in _PROJECT_PACKAGES and name != top):
+            raise  # a module of an importable package is missing: the project is broken, not the environment
+        raise WorkerEnvironmentError(_environment_message(source.FORMAT, top, project=top in _PROJECT_PACKAGES)) \
+            from None
     return getattr(mod, cls)
+
+
+# The registered classes reach the workers by value: a worker that cannot import the project still unpickles
+# them, and says so in words (implementation) instead of failing in cloudpickle with "No module named".
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 class _Source(DataSource):
@@ -156,10 +185,80 @@ def enable_pushdown(spark) -> bool:
     return True
 
 
+_WARNED: set[str] = set()  # the workers' interpreters already warned about, once per process
+
+
+def check_workers_python(spark) -> str | None:
+    """Warns (once per interpreter) when the Python workers of a local session will run another environment than
+    this one that cannot import the project or a dependency; returns the warning, or None.  A cluster's
+    executors, a Spark Connect server's workers and sessions without a SparkContext are not checked: their
+    Python is not on this machine."""
+    try:
+        sc = spark.sparkContext
+        workers, master = str(sc.pythonExec), str(sc.master)
+        shipped = bool(getattr(sc, "_python_includes", None))  # --py-files / addPyFile: the project may come so
+    except Exception:  # noqa: BLE001 - a Connect session or a stand-in has no SparkContext: nothing to check
+        return None
+    if not master.startswith("local") or workers in _WARNED:
+        return None
+    missing = _missing_in(workers, check_project=not shipped)
+    if not missing:
+        return None
+    _WARNED.add(workers)
+    how = f"PYSPARK_PYTHON={workers}" if os.environ.get("PYSPARK_PYTHON") == workers else \
+        "`python3` from PATH: PYSPARK_PYTHON was not set when the session started"
+    message = (f"Spark's Python workers in this session run {workers} ({how}), not this Python "
+               f"({sys.executable}), and it {missing}: the first read of a rocketmq-* source will fail.  Fix: stop "
+               f"the session and start it again with PYSPARK_PYTHON={sys.executable} (`export "
+               f"PYSPARK_PYTHON={sys.executable}` before starting Python or Jupyter, or os.environ['PYSPARK_PYTHON'] "
+               "= sys.executable before the first SparkSession of the process; restart a notebook's kernel first).")
+    warnings.warn(message, stacklevel=4)  # the line of the caller of datasources.register
+    return message
+
+
+def _missing_in(python: str, check_project: bool) -> str | None:
+    """What ``python`` (a command or a path, as Spark runs it) lacks of the project and its dependencies, in
+    words, or None when it has everything or is this very environment.  Asked of the interpreter itself, from
+    this working folder (where local workers start)."""
+    path = python if os.sep in python else shutil.which(python)
+    if path is None:
+        return "cannot be found on PATH"
+    if _same_python(path):
+        return None
+    wanted = list(_DEPENDENCIES) + (sorted(_PROJECT_PACKAGES - {"jobs"}) if check_project else [])
+    probe = ("import importlib.util as u, sys; print(sys.prefix); "
+             f"print(','.join(m for m in {wanted!r} if u.find_spec(m) is None))")
+    try:
+        done = subprocess.run([path, "-c", probe], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"cannot be run ({e})"
+    lines = done.stdout.splitlines()
+    if done.returncode != 0 or len(lines) < 2:
+        return f"cannot be run (exit {done.returncode})"
+    if lines[0] == sys.prefix or not lines[1]:
+        return None
+    lacking = lines[1].split(",")
+    project = [m for m in lacking if m in _PROJECT_PACKAGES]
+    return ("cannot import the rocketmq-forensics project" if project else
+            f"cannot import {', '.join(repr(m) for m in lacking)}, which the sources need")
+
+
+def _same_python(path: str) -> bool:
+    """Whether the interpreter at ``path`` is this one in this environment (the same file, and the same virtual
+    environment or none), answered without running it."""
+    if os.path.realpath(path) != os.path.realpath(sys.executable):
+        return False
+    root = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    in_venv = os.path.isfile(os.path.join(root, "pyvenv.cfg"))
+    return os.path.realpath(root if in_venv else sys.base_prefix) == os.path.realpath(sys.prefix)
+
+
 def register(spark) -> None:
     """Registers every source with ``spark`` (see the module docstring): filter pushdown turned on, or the
     commitlog source without it where the session refuses; each implementation imported here first, so a
-    broken source fails now with its name."""
+    broken source fails now with its name; a warning first when the session's Python workers will not be able
+    to run them (:func:`check_workers_python`)."""
+    check_workers_python(spark)
     pushdown = enable_pushdown(spark)
     for source in SOURCES:
         try:
@@ -172,4 +271,5 @@ def register(spark) -> None:
             raise RuntimeError(f"data source {source.FORMAT} failed to register: {type(e).__name__}: {e}") from e
 
 
-__all__ = ["PUSHDOWN_CONF", "SOURCES", "WorkerEnvironmentError", "enable_pushdown", "implementation", "register"]
+__all__ = ["PUSHDOWN_CONF", "SOURCES", "WorkerEnvironmentError", "check_workers_python", "enable_pushdown",
+           "implementation", "register"]

@@ -173,6 +173,26 @@ def report_failure(name: str, e: BaseException, debug: bool) -> int:
 # The console command
 
 
+def console_command() -> str:
+    """How a command the tools print for the user starts, so that it runs as printed: the console script
+    installed beside this Python (``.venv/bin/rocketmq-forensics`` after ``make setup``, on PATH or not),
+    shell-quoted; ``python -m jobs`` with this Python where no script is installed (a zip on --py-files)."""
+    import shlex
+
+    script = Path(sys.executable).parent / PROG  # not resolved: a venv's python is a link out of the venv
+    if script.is_file() and os.access(script, os.X_OK):
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m jobs"
+
+
+def printed_command(job: str, argv: list[str]) -> str:
+    """A command for one of the jobs, as the tools print it for the user: it runs when pasted (the installed
+    script, every argument shell-quoted)."""
+    import shlex
+
+    return " ".join([console_command(), shlex.quote(job), *(shlex.quote(a) for a in argv)])
+
+
 def job_module(name: str):
     return importlib.import_module(f"jobs.{name}")
 

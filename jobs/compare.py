@@ -1,6 +1,6 @@
 """Compare: two dumps of one broker (master and slave, or two copies) -- where do they part?
 
-  python -m jobs.compare --store A --store B [--print json|text]
+  rocketmq-forensics compare --store A B [--print json|text]
          [--out DIR [--format parquet|jsonl|delta] [--overwrite]]
 
 * CommitLog: both salvage walks (every record, blank, damaged stop and unframeable span, also past damage;
@@ -16,7 +16,7 @@
   every value that differs.
 
 Prints one JSON summary (``--print text``: readable lines); ``--out`` also writes the differing walk items
-and consume-queue units as tables (``commitlog/``, ``consumequeue/``; jobs/output.py formats) and the summary
+and consume-queue units as tables (``commitlog/``, ``consumequeue/``, in the ``--format`` given) and the summary
 as ``_manifest.json``.  Exit codes: 0 identical, 1 differences found, 2 bad usage or unreadable input.
 """
 from __future__ import annotations
@@ -56,12 +56,18 @@ def walk_items(spark, ref: StoreRef):
 
     from datasources import read_commitlog
 
+    from pyspark.sql import Window
+
     df = read_commitlog(spark, ref.path, broker=ref.name, walk="salvage", materialize="frames")
     # a record's bytes are its first store_size bytes: the source's frame of a record followed by an
     # unframeable span also carries that span (datasources.commitlog._binary_slices joins them)
     digest = F.sha2(F.expr("substring(frame, 1, store_size)"), 256)
-    return df.where(~((F.col("kind") == "stop") & (F.col("reason") == "END_OF_DATA"))).select(
+    items = df.where(~((F.col("kind") == "stop") & (F.col("reason") == "END_OF_DATA"))).select(
         "physical_offset", "segment", "kind", "length", "reason", digest.alias("digest"))
+    # one item per offset: where damage stops the walk, the salvage walk has a stop row and the corrupt span
+    # that starts there; the span is the item (joined as two, one damaged record counted twice)
+    first = Window.partitionBy("physical_offset").orderBy((F.col("kind") == "stop").cast("int"))
+    return items.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).drop("_n")
 
 
 def commitlog_diff(spark, a: StoreRef, b: StoreRef):
@@ -233,33 +239,61 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     return cli.JobResult("", EXIT_OK if summary["identical"] else EXIT_NOTHING)
 
 
+_STATE_WORDS = {"different": "differ", "only_a": "only in A (inside B's data)", "only_b": "only in B (inside A's data)",
+                "a_ahead": "only in A, past B's end", "b_ahead": "only in B, past A's end"}
+
+
+def _item_words(side: dict | None) -> str:
+    """One side of a walk item in words: a message by who it is, anything else by its kind, size and reason."""
+    if not side or side.get("kind") is None:
+        return "nothing there"
+    if side["kind"] == "message":
+        who = f"{side['topic']}/{side['queue_id']} at queue offset {side['queue_offset']}" if "topic" in side else \
+            f"undecodable ({side.get('decode_error')})"
+        ids = "".join(f", {label} {side[k]}" for k, label in (("msg_id", "msg id"), ("uniq_key", "uniq key"))
+                      if side.get(k))
+        return f"message {who}{ids} ({side['length']:,} bytes)"
+    reason = f", {side['reason']}" if side.get("reason") else ""
+    return f"{side['kind']} ({side['length'] or 0:,} bytes{reason})"
+
+
 def write_summary(summary: dict, fmt: str, out) -> None:
     if fmt == "json":
         out.write(json.dumps(summary, ensure_ascii=False, default=str) + "\n")
         return
     a, b, cl = summary["a"], summary["b"], summary["commitlog"]
-    out.write(f"A {a['broker']}: {a['path']} (data ends at {a['data_end']})\n")
-    out.write(f"B {b['broker']}: {b['path']} (data ends at {b['data_end']})\n")
-    out.write("commitlog items: " + ", ".join(f"{k} {v}" for k, v in cl["items"].items()) + "\n")
+    lines = [f"A {a['broker']}: {a['path']} (data ends at physical offset {a['data_end']:,})",
+             f"B {b['broker']}: {b['path']} (data ends at physical offset {b['data_end']:,})"]
+    n = cl["items"]
+    lines.append(f"commitlog: {n['equal']:,} record(s) equal, {n['different']:,} differ, {n['only_a']:,} only in A, "
+                 f"{n['only_b']:,} only in B; past the other's end: {n['a_ahead']:,} in A, {n['b_ahead']:,} in B")
     d = cl["first_divergence"]
     if d:
-        out.write(f"first divergence at physical offset {d['physical_offset']} ({d['status']}; first differing byte "
-                  f"{d['first_differing_byte']}): A {d['a']} / B {d['b']}\n")
+        byte = d["first_differing_byte"]
+        lines += [f"first divergence at physical offset {d['physical_offset']:,}"
+                  + (f" (first differing byte {byte:,})" if byte is not None else ""),
+                  f"  A: {_item_words(d['a'])}", f"  B: {_item_words(d['b'])}"]
     else:
-        out.write("no divergence in the data both sides hold\n")
+        lines.append("no divergence in the data both sides hold")
     for state, rows in cl["records"].items():
-        out.write(f"{state}: " + ", ".join(str(r["physical_offset"]) for r in rows) + "\n")
+        lines.append(f"records that {_STATE_WORDS.get(state, state)}: "
+                     + ", ".join(f"{r['physical_offset']:,}" for r in rows))
     for q in summary["consumequeue"]:
-        out.write(f"consume queue {q['topic']}/{q['queue_id']}: first difference at queue offset "
-                  f"{q['first_differing_queue_offset']} (equal {q['equal']}, different {q['different']}, only A "
-                  f"{q['only_a']}, only B {q['only_b']})\n")
+        lines.append(f"consume queue {q['topic']}/{q['queue_id']}: first difference at queue offset "
+                     f"{q['first_differing_queue_offset']:,} ({q['equal']:,} unit(s) equal, {q['different']:,} "
+                     f"differ, {q['only_a']:,} only in A, {q['only_b']:,} only in B)")
     for o in summary["offset_files"]:
-        out.write(f"{o['file']} {o['key']}{' queue ' + str(o['queue_id']) if 'queue_id' in o else ''}: "
-                  f"A {o['a']} / B {o['b']}\n")
+        queue = f" queue {o['queue_id']}" if "queue_id" in o else ""
+        lines.append(f"{o['file']} {o['key']}{queue}: A {_value(o['a'])}, B {_value(o['b'])}")
+    out.write("".join(f"{line}\n" for line in lines))
+
+
+def _value(v) -> str:
+    return "absent" if v is None else str(v)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jobs.compare", description=__doc__,
+    p = argparse.ArgumentParser(prog=f"{cli.PROG} compare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_store_arguments(p, what="the two stores to compare (give exactly two)")
     p.add_argument("--print", choices=("json", "text"), default="json", help="how the summary is printed")

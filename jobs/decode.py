@@ -1,12 +1,11 @@
 """decode: export every message of one or more broker dumps as a table.
 
-  python -m jobs.decode --store PATH [PATH ...] --out DIR [--format parquet|delta|jsonl]
-                        [--walk recovery|salvage] [--topic T ...] [--columns C,C,...] [--decompress]
-                        [--overwrite]
-  spark-submit --py-files dist/rocketmq_forensics.zip jobs/decode.py --store ... --out ...
+  rocketmq-forensics decode --store PATH [PATH ...] --out DIR [--format parquet|delta|jsonl]
+                            [--walk recovery|salvage] [--topic T ...] [--columns C,C,...] [--decompress]
+                            [--overwrite]
 
 The messages table has one row per stored message, with the canonical columns of the ``rocketmq-commitlog``
-data source read with ``materialize=decoded`` (datasources/commitlog.py): location (``broker, segment,
+data source read with ``materialize=decoded``: location (``broker, segment,
 file_position, physical_offset, store_size``, ``beyond_first_stop`` = found by the salvage walk past the
 point where the broker's recovery stops), every stored field, and the derived ones (msg_id, uniq_key, keys,
 tags, tran_type, compression, body_crc_ok, ...); ``--columns`` keeps only the named ones (with the location
@@ -41,7 +40,7 @@ NOT_MESSAGE_COLUMNS = ("kind", "length", "reason", "field", "detail", "excerpt_h
 
 def build_parser() -> argparse.ArgumentParser:
     table = __doc__[__doc__.index("The messages table"):__doc__.index("Exit codes")]
-    p = argparse.ArgumentParser(prog="python -m jobs.decode", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog=f"{cli.PROG} decode", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=f"{table}Exit codes: 0 messages written, 1 nothing matched, 2 could not run.")
     cli.add_store_arguments(p, what="a broker store root, a folder of broker stores, a commitlog folder or segment "

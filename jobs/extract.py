@@ -1,6 +1,6 @@
 """Extract: select messages from one or more broker dumps and write them as a table, with a manifest.
 
-  python -m jobs.extract --store PATH [--store PATH ...] --out DIR [--format parquet|jsonl|delta]
+  rocketmq-forensics extract --store PATH [PATH ...] --out DIR [--format parquet|jsonl|delta]
          [--topic T ...] [--queue Q ...] [--tag TAG] [--key K] [--from T1] [--to T2]
          [--physical-offsets FROM..TO] [--queue-offsets FROM..TO]
          [--tran-type NOT|PREPARED|COMMIT|ROLLBACK] [--half committed|rolled-back|unresolved]
@@ -28,8 +28,8 @@ the consumer ids sorted as Java sorts strings; consumer i takes a contiguous run
 message.  The broker name is the dump folder's name (``<broker>/store`` -> ``<broker>``); name the folders
 after brokerName for an exact simulation.  Subscription tag filters are not known offline and are not applied.
 
-Output (``jobs/output.py`` formats): one row per message with ``broker``, the canonical message fields
-(README "Canonical message fields"), ``beyond_first_stop`` (found by ``--walk salvage`` past where its
+Output (Parquet, JSON Lines or Delta: ``--format``): one row per message with ``broker``, the canonical message fields
+(docs/record-layout.md, "Canonical message fields"), ``beyond_first_stop`` (found by ``--walk salvage`` past where its
 segment's recovery walk stops) and, when simulating, ``consumer``.  ``--body decompressed`` stores the
 decompressed body with the compression bits cleared from ``sys_flag`` (``compression`` NONE, ``body_crc`` of
 the new body, ``stored_compression`` what it was), so the table replays as plain records.  ``--dedupe``
@@ -40,11 +40,10 @@ offset) -- across brokers and replicas; records without a UNIQ_KEY are never dro
 selection and counts that reconcile: ``selected = written + rejected`` with a reason per rejection
 (DUPLICATE_UNIQ_KEY, DECOMPRESSION); ``written`` is counted back from the output.  Exit codes: 0 written,
 1 nothing matched, 2 bad usage, unreadable input or an output that must not be written.
-
-The helpers shared by the query, replay and compare jobs (labelled store roots, time arguments, reading several
-dumps' commitlogs as one DataFrame) live here, since those jobs are, in part, an extract; the command line,
-exit codes and output arguments are the job runtime's (jobs/cli.py), the store names jobs/stores.py's.
 """
+# The helpers the query, replay and compare jobs share (labelled store roots, time arguments, several dumps'
+# commitlogs read as one DataFrame) live here, since those jobs are in part an extract; the command line, exit
+# codes and output arguments are the job runtime's (jobs/cli.py), the store names jobs/stores.py's.
 from __future__ import annotations
 
 import argparse
@@ -73,6 +72,7 @@ from store_format.message import CANONICAL_FIELDS  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
 from jobs import cli  # noqa: E402
+from jobs.display import format_time  # noqa: E402,F401  (the query job takes it from here)
 from jobs.progress import Phase  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
 from jobs.stores import StoreRef, resolve_stores  # noqa: E402
@@ -111,16 +111,6 @@ def parse_time(text: str) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=_dt.timezone.utc)
     return int(when.timestamp() * 1000)
-
-
-def format_time(ms: int | None) -> str:
-    """ISO-8601 UTC with milliseconds; a time no calendar holds (an open end, a garbage field) as ms."""
-    if ms is None:
-        return ""
-    try:
-        return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).isoformat(timespec="milliseconds")
-    except (ValueError, OverflowError, OSError):
-        return f"{ms} ms"
 
 
 def offset_range(text: str) -> tuple[int | None, int | None]:
@@ -575,18 +565,21 @@ def consumption_report(spark, stores: list[StoreRef], group: str, unconsumed) ->
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jobs.extract", description=__doc__,
+    p = argparse.ArgumentParser(prog=f"{cli.PROG} extract", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_store_arguments(p, what="a broker store root, one of its part folders or segment files, or a folder of "
                                     "brokers' store roots")
     add_output_arguments(p)
     s = p.add_argument_group("selection (every criterion given must hold)")
-    s.add_argument("--topic", action="append", metavar="T")
-    s.add_argument("--queue", action="append", type=int, metavar="Q")
-    s.add_argument("--tag", metavar="TAG")
+    s.add_argument("--topic", action="append", metavar="T", help="messages of topic T (repeatable: any of them)")
+    s.add_argument("--queue", action="append", type=int, metavar="Q",
+                   help="messages of queue id Q (repeatable: any of them)")
+    s.add_argument("--tag", metavar="TAG", help="messages whose TAGS is TAG")
     s.add_argument("--key", metavar="K", help="a KEYS entry or the UNIQ_KEY")
-    s.add_argument("--from", dest="from_time", type=parse_time, metavar="T1", help="store time >= T1")
-    s.add_argument("--to", dest="to_time", type=parse_time, metavar="T2", help="store time <= T2")
+    s.add_argument("--from", dest="from_time", type=parse_time, metavar="T1",
+                   help="store time >= T1 (ISO-8601, e.g. 2024-05-01T10:00:00Z, UTC unless it says; or ms since the "
+                        "epoch)")
+    s.add_argument("--to", dest="to_time", type=parse_time, metavar="T2", help="store time <= T2 (as --from)")
     s.add_argument("--physical-offsets", type=offset_range, metavar="FROM..TO",
                    help="physical offsets from FROM to TO, both included (either may be left out: 5010015..); "
                         "the audit's report gives this for the messages recovery drops")
@@ -601,7 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--consumer-ids", metavar="ID,ID", help="simulate G's consumers with these client ids")
     p.add_argument("--walk", choices=WALKS, default="recovery",
                    help="recovery: what the broker's recovery walk accepts; salvage: also records past damage")
-    p.add_argument("--body", choices=("stored", "decompressed"), default="stored")
+    p.add_argument("--body", choices=("stored", "decompressed"), default="stored",
+                   help="stored: the body as stored, compressed or not (default); decompressed: compressed bodies "
+                        "decompressed, their compression bits cleared (replays as plain records)")
     p.add_argument("--dedupe", action="store_true", help="one copy per (topic, UNIQ_KEY, reconsume times, "
                    "transaction type) across brokers and replicas")
     add_geometry_arguments(p)

@@ -1,6 +1,6 @@
 """Query: find messages in one or more broker dumps, and say why one cannot be found.
 
-  python -m jobs.query --store PATH [--store PATH ...]
+  rocketmq-forensics query --store PATH [PATH ...]
          (--msg-id ID | --topic T --key K | --uniq-key U [--topic T] | --from T1 --to T2 [--topic T [--tag TAG]]
           | --topic T --tag TAG [--from T1] [--to T2])
          [--format jsonl|table] [--explain] [--limit N]
@@ -17,32 +17,34 @@ Point lookups need no Spark (fast: a few file reads per store):
   every topic the store knows (its consume queues, topics.json, the schedule and half topics): a delayed,
   retried or transactional message is found in each topic it passed through.
 
-Scans run on Spark (the ``rocketmq-commitlog`` data source, recovery walk): ``--from``/``--to`` without a
-key (store time, pushed into the source; segments whose time span lies outside are skipped) and
-``--topic T --tag TAG`` (topic and tag pushed into the source).
+Scans read every message of the recovery walk: ``--from``/``--to`` without a key (segments whose time span lies
+outside are skipped) and ``--topic T --tag TAG``.  A store whose segments to read hold up to 256 MiB is scanned
+in this process, in seconds; a larger one by Spark (the ``rocketmq-commitlog`` data source, store time, topic
+and tag pushed into it), which this job then starts.
 
 ``--explain`` says, per store, why a message was not found -- NO_INDEX (no index files), NO_INDEX_ENTRY,
 HASH_COLLISION_ONLY (candidates with the same hash, other keys), STALE_INDEX_ENTRY (a candidate points where
 no record is), OUTSIDE_INDEX_WINDOW, INDEX_FILE_UNREADABLE (an index file that could not be opened, so not
 searched), NOT_INDEXED (stored after the index's last entry), OTHER_STORE_HOST,
 NOT_A_RECORD_START, OUT_OF_RANGE -- and notes found messages that the broker's recovery will drop
-(DROPPED_BY_RECOVERY, from store_format.recovery).  When the lookup finds nothing it falls back to a Spark scan
-with the salvage walk, which also reads past damage: a message found there is printed and classified
+(DROPPED_BY_RECOVERY, from the model of the broker's recovery the audit uses).  When the lookup finds nothing it
+falls back to a scan with the salvage walk (here or by Spark, as above), which also reads past damage: a message
+found there is printed and classified
 (PAST_LOGICAL_END: after the point where its segment's recovery walk stops; DROPPED_BY_RECOVERY; NOT_INDEXED;
 NO_INDEX_ENTRY), and one found nowhere is NEVER_WRITTEN (NOT_IN_TIME_WINDOW when --from/--to narrowed it).
 On a 5.x store ``--explain`` of ``--uniq-key``/``--key`` also follows a timer message (TIMER_ENQUEUED, TIMER_IN_WHEEL,
 then TIMER_FIRED, TIMER_ROLLED, TIMER_PENDING, TIMER_RECALLED, TIMER_LOST... with why; also for ``--topic T --key K``
 when it is still on rmq_sys_wheel_timer) and says a POP-consumed message's state (POP_ACKED, POP_IN_FLIGHT,
-POP_REVIVE_PENDING, POP_REVIVED, POP_LOST): jobs/query_paths.py.
+POP_REVIVE_PENDING, POP_REVIVED, POP_LOST).
 
 Output: JSON Lines (default) -- ``{"kind": "message", "broker": ..., <canonical message fields>}`` per message
-(the fields of store_format's ``Message.to_dict``, body in base64; README "Canonical message fields"), and
+(the canonical message fields, body in base64: docs/record-layout.md), and
 with ``--explain`` ``{"kind": "explain", "broker", "reason", "physical_offset", "detail"}`` lines -- or a
 table.  Exit codes: 0 found, 1 nothing found, 2 bad usage (an id or key that does not parse says why) or an
 unreadable store.  An index file that cannot be opened (unreadable, too short, or a geometry neither the file
 nor ``--config``/``--hash-slots``/``--index-num`` tells) is named on stderr (a notice) and the key is looked
-for by a Spark scan of every store (salvage walk) as well, so the answer stays complete (exit 0 or 1), as
-``python -m store_format query``'s; a geometry given with ``--config`` or the flags that an index file's content
+for by a scan of every store (salvage walk) as well, so the answer stays complete (exit 0 or 1), as
+``python -m store_format query`` does; a geometry given with ``--config`` or the flags that an index file's content
 contradicts is an error naming the file (exit 2).
 """
 from __future__ import annotations
@@ -69,13 +71,12 @@ from store_format.javahash import index_key, index_key_hash  # noqa: E402
 from store_format.message import Message  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
-from jobs import cli  # noqa: E402
+from jobs import cli, local_scan  # noqa: E402
 from jobs.cli import EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
 from jobs.extract import check_key, format_time, parse_time, read_messages  # noqa: E402
 from jobs.stores import StoreRef, resolve_stores  # noqa: E402
 
 MODES = ("msg-id", "key", "uniq-key", "time", "tag")
-POINT_MODES = ("msg-id", "key", "uniq-key")
 _END_OF_TIME = 2**63 - 1
 
 
@@ -250,7 +251,8 @@ class Query:
         return hits
 
     def key_condition(self):
-        """The Column a scan for the key (--key: a KEYS entry or the UNIQ_KEY; --uniq-key: the UNIQ_KEY) keeps."""
+        """The Column a Spark scan for the key (--key: a KEYS entry or the UNIQ_KEY; --uniq-key: the UNIQ_KEY)
+        keeps."""
         from pyspark.sql import functions as F
 
         self.spark  # a Column needs a running session
@@ -264,11 +266,32 @@ class Query:
         """``hits`` plus what a salvage-walk scan of every store finds for the key (the index lookup's answer when
         an index file cannot be used), each message once."""
         seen = {(h.broker, h.message.physical_offset) for h in hits}
-        found = [h for h in self.scan(walk="salvage", match=self.key_condition())
-                 if (h.broker, h.message.physical_offset) not in seen]
+        found = [h for h in self.scan(walk="salvage", by_key=True) if (h.broker, h.message.physical_offset) not in seen]
         return hits + found
 
-    def scan(self, *, walk: str = "recovery", match=None) -> list[Hit]:
+    def scan(self, *, walk: str = "recovery", by_key: bool = False) -> list[Hit]:
+        """Messages of the stores' commitlogs that meet the query's time range, topic and tag (and, ``by_key``, its
+        key), in store then physical order: read here when the segments to read are small
+        (jobs/local_scan.py: no Spark session to start), else by a Spark scan."""
+        a = self.args
+        small = sum(local_scan.bytes_to_read(self.opened[r.name], a.from_time, a.to_time) for r in self.stores)
+        if small <= local_scan.LOCAL_SCAN_BYTES:
+            return self.scan_here(walk, by_key)
+        return self.scan_spark(walk, self.key_condition() if by_key else None)
+
+    def scan_here(self, walk: str, by_key: bool) -> list[Hit]:
+        a = self.args
+        criteria = local_scan.Criteria(a.from_time, a.to_time, a.topic, a.tag, a.key if by_key else None,
+                                       a.uniq_key if by_key and a.key is None else None)
+        hits = []
+        for ref in self.stores:
+            for msg, beyond in local_scan.scan(self.opened[ref.name], criteria, walk=walk):
+                hits.append(Hit(ref.name, msg, "scan", beyond))
+                if a.limit is not None and len(hits) >= a.limit:
+                    return hits
+        return hits
+
+    def scan_spark(self, walk: str, match=None) -> list[Hit]:
         """Message rows of a Spark scan (time range, topic, tag pushed into the source; ``match`` an extra
         Column condition), in store then physical order."""
         from pyspark.sql import functions as F
@@ -311,7 +334,7 @@ class Query:
         if result.hits:
             return
         # found by no index: scan every store, past damage too
-        found = self.scan(walk="salvage", match=self.key_condition())
+        found = self.scan(walk="salvage", by_key=True)
         result.hits += found
         windowed = (self.begin, self.end) != (0, _END_OF_TIME)
         for ref in self.stores:
@@ -350,7 +373,8 @@ class Query:
         if off >= pred.max_physical_offset:
             notes.append(Explanation(hit.broker, "DROPPED_BY_RECOVERY", f"the broker's {pred.mode} recovery ends "
                                      f"at physical offset {pred.max_physical_offset} ({pred.stop_kind} in segment "
-                                     f"{pred.stop_segment}); this record lies beyond it and will be dropped", off))
+                                     f"{pred.stop_segment}); this record lies at or past that end and will be "
+                                     "dropped", off))
         if not notes:
             notes.append(Explanation(hit.broker, "FOUND", f"{hit.message.topic}/{hit.message.queue_id} queue offset "
                                      f"{hit.message.queue_offset}, found by {hit.found_by}", off))
@@ -457,18 +481,16 @@ class Query:
         return out
 
     def locate(self, ref: StoreRef, segment: str, off: int) -> Explanation:
-        """What the salvage walk has at ``off`` (a Spark scan of the walk items up to it)."""
-        from pyspark.sql import functions as F
-
-        from datasources import read_commitlog
-
-        rows = (read_commitlog(self.spark, fs.uri_of(ref.root / "commitlog" / segment), broker=ref.name, walk="salvage",
-                               materialize="positions", pushFilters="true")
-                .where((F.col("segment") == segment) & (F.col("physical_offset") <= off))
-                .orderBy(F.col("physical_offset").desc()).limit(1).collect())
-        if not rows:
+        """What the salvage walk has at ``off``: its last item at or before it (walked here for a segment of
+        a small store's size, else a Spark scan of the walk items up to it)."""
+        store = self.opened[ref.name]
+        seg = next((s for s in store.segments if s.name == segment), None)
+        if seg is not None and seg.length <= local_scan.LOCAL_SCAN_BYTES:
+            r = local_scan.walk_item_at(store, segment, off)
+        else:
+            r = self.locate_spark(ref, segment, off)
+        if r is None:
             return Explanation(ref.name, "NEVER_WRITTEN", f"no walk item at or before {off}", off)
-        r = rows[0]
         start = r["physical_offset"]
         if r["kind"] == "stop" and r["reason"] == "END_OF_DATA":
             return Explanation(ref.name, "NEVER_WRITTEN", f"offset {off} is past the end of written data in "
@@ -484,6 +506,17 @@ class Query:
             return Explanation(ref.name, "NOT_A_RECORD_START", f"offset {off} is inside the {r['kind']} at {start} "
                                f"({span} bytes)", off)
         return Explanation(ref.name, "NEVER_WRITTEN", f"no record is framed at {off}", off)
+
+    def locate_spark(self, ref: StoreRef, segment: str, off: int) -> dict | None:
+        from pyspark.sql import functions as F
+
+        from datasources import read_commitlog
+
+        rows = (read_commitlog(self.spark, fs.uri_of(ref.root / "commitlog" / segment), broker=ref.name,
+                               walk="salvage", materialize="positions", pushFilters="true")
+                .where((F.col("segment") == segment) & (F.col("physical_offset") <= off))
+                .orderBy(F.col("physical_offset").desc()).limit(1).collect())
+        return rows[0].asDict() if rows else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -503,7 +536,12 @@ def _table_row(hit: Hit) -> list[str]:
     values = {"broker": hit.broker, "physical_offset": m.physical_offset, "store_time": format_time(m.store_timestamp),
               "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset, "msg_id": m.msg_id,
               "uniq_key": m.uniq_key or "", "keys": " ".join(m.keys), "tags": m.tags or "", "body": body}
-    return [str(values[name]) for name, _ in TABLE_COLUMNS]
+    return [_printable(str(values[name])) for name, _ in TABLE_COLUMNS]
+
+
+def _printable(text: str) -> str:
+    """A cell on one line: line breaks and other control characters of a body or key shown as ``·``."""
+    return "".join(c if c.isprintable() else "\u00b7" for c in text)
 
 
 def write_result(result: QueryResult, fmt: str, out) -> None:
@@ -547,34 +585,43 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
 
 
 def needs_spark(args) -> bool:
-    """Scans need Spark from the start; point lookups never, or only for --explain's fallback (started then)."""
-    try:
-        return query_mode(args) not in POINT_MODES
-    except UsageError:
-        return False
+    """Never from the start: point lookups read a few records, and a scan starts Spark only when the store is
+    too large to scan here (Query.scan)."""
+    return False
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jobs.query", description=__doc__,
+    p = argparse.ArgumentParser(prog=f"{cli.PROG} query", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_store_arguments(p, what="a broker store root, one of its part folders or segment files, or a folder "
                                     "of brokers' store roots")
     p.add_argument("--msg-id", metavar="ID", help="offsetMsgId (32 or 56 hex characters)")
-    p.add_argument("--topic", metavar="T")
+    p.add_argument("--topic", metavar="T", help="the topic: needed with --key and --tag; narrows --uniq-key and "
+                                                "--from/--to")
     p.add_argument("--key", metavar="K", help="a KEYS entry (or a UNIQ_KEY) of topic T")
     p.add_argument("--uniq-key", metavar="U", help="UNIQ_KEY, the client's msgId")
     p.add_argument("--tag", metavar="TAG", help="TAGS value (with --topic)")
-    p.add_argument("--from", dest="from_time", type=parse_time, metavar="T1", help="store time >= T1 (ms or ISO-8601)")
-    p.add_argument("--to", dest="to_time", type=parse_time, metavar="T2", help="store time <= T2 (ms or ISO-8601)")
-    p.add_argument("--format", choices=("jsonl", "table"), default="jsonl")
+    p.add_argument("--from", dest="from_time", type=parse_time, metavar="T1",
+                   help="store time >= T1 (ISO-8601, e.g. 2024-05-01T10:00:00Z, UTC unless it says; or ms since the "
+                        "epoch)")
+    p.add_argument("--to", dest="to_time", type=parse_time, metavar="T2", help="store time <= T2 (as --from)")
+    p.add_argument("--format", choices=("jsonl", "table"), default="jsonl",
+                   help="jsonl: one JSON object per message (default, every field); table: one line per message, "
+                        "for reading")
     p.add_argument("--explain", action="store_true", help="say why a message is not found; fall back to a scan")
     p.add_argument("--limit", type=int, metavar="N", help="print at most N messages")
     add_geometry_arguments(p)
     return p
 
 
+def prepare(args) -> None:
+    """The arguments and the stores checked before Spark starts (a scan starts it before ``run``)."""
+    check_args(args)
+    resolve_stores(args.store, files=True, geometry=geometry_from_args(args))
+
+
 def main(argv=None, prog: str | None = None) -> int:
-    return cli.main("query", build_parser, run, argv, prepare=check_args, needs_spark=needs_spark, prog=prog)
+    return cli.main("query", build_parser, run, argv, prepare=prepare, needs_spark=needs_spark, prog=prog)
 
 
 if __name__ == "__main__":

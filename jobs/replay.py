@@ -1,16 +1,16 @@
 """Replay: write extracted or salvaged messages into a fresh, complete broker store.
 
-  python -m jobs.replay --input EXTRACT_DIR [--input-format parquet|delta|jsonl] --out NEW_STORE
-  python -m jobs.replay --repair STORE --out NEW_STORE [--walk salvage|recovery] [--dedupe]
+  rocketmq-forensics replay --input EXTRACT_DIR [--input-format parquet|delta|jsonl] --out NEW_STORE
+  rocketmq-forensics replay --repair STORE --out NEW_STORE [--walk salvage|recovery] [--dedupe]
          [--overwrite] [--dry-run] [--config broker.conf] [--set NAME=VALUE ...] [--store-host HOST] [--no-trace]
 
-``--input`` takes an extract (``python -m jobs.extract``) or any table with the canonical message columns
+``--input`` takes an extract (``rocketmq-forensics extract``) or any table with the canonical message columns
 (``topic`` and ``body`` required; ``properties_raw``, or ``properties``, and the other stored fields as in the
-README's JSON Lines format).  ``--repair STORE`` is extract + replay in one go: every record the salvage walk
-frames, also past damage and past the point where the broker's recovery would stop (``--walk recovery``:
-only what recovery keeps), optionally de-duplicated like ``extract --dedupe``.
+JSON Lines format of docs/writing-stores.md).  ``--repair STORE`` is extract + replay in one go: every record
+the salvage walk frames, also past damage and past the point where the broker's recovery would stop
+(``--walk recovery``: only what recovery keeps), optionally de-duplicated like ``extract --dedupe``.
 
-Records are written by store_format's StoreWriter in their original order -- by (broker, physical offset),
+Records are written by the project's store writer in their original order -- by (broker, physical offset),
 so every queue keeps its order -- and get new physical and queue offsets; the consume queues, index files,
 checkpoint and config/*.json are built as the broker builds them, and the store is shut down cleanly: a
 complete store.  Each record keeps its topic, queue id, flags, timestamps, hosts (``--store-host`` restamps
@@ -480,7 +480,7 @@ def check_args(args) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from jobs.output import FORMATS
 
-    p = argparse.ArgumentParser(prog="python -m jobs.replay", description=__doc__,
+    p = argparse.ArgumentParser(prog=f"{cli.PROG} replay", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_argument_group("source (one of)")
     src.add_argument("--input", metavar="DIR", help="an extract (or a table of canonical message columns)")

@@ -11,6 +11,10 @@ reader shares).
 Names must differ.  Brokers whose settings give the same ``brokerName`` (a master and its slave) are named after
 their folders instead; a folder name given twice gets ``-2``, ``-3`` when it is a store root of its own, and is
 refused inside one folder of store roots (name one of them with ``NAME=PATH``).
+
+Each store is given once: the same store root reached by two arguments (after following links: ``a=X b=X``,
+``X X/``, or a folder of store roots that holds a store also given on its own) is refused, naming both
+arguments, before any job starts Spark.
 """
 from __future__ import annotations
 
@@ -100,6 +104,7 @@ def resolve_stores(args: list[str], *, files: bool = False, geometry: StoreGeome
     if not args:
         raise StoreArgumentError("no --store given")
     found: list[StoreRef] = []
+    given_by: dict[str, str] = {}  # a store root, resolved (links followed) -> the argument that named it
     for arg in args:
         given, path = split_name(arg)
         if not fs.is_uri(path) and os.path.isdir(path):
@@ -111,15 +116,37 @@ def resolve_stores(args: list[str], *, files: bool = False, geometry: StoreGeome
             raise StoreArgumentError(f"{arg}: NAME=PATH names one store, but {path} holds {len(stores)}; name each "
                                      "store root on its own")
         for st in stores:
-            if st.file is not None and not files:
-                raise StoreArgumentError(f"{path}: give a store root, not a single segment file")
+            if st.file is not None:
+                _check_single_file(path, st.file, st.root, files)
             root_path = st.root.uri() if uri else os.path.abspath(st.root.path)
-            if any(root_path == s.path for s in found):
-                continue
+            same = root_path if uri else os.path.realpath(root_path)
+            if same in given_by:
+                # one broker audited twice (or compared with itself) is never what was meant: say so
+                raise StoreArgumentError(f"--store {given_by[same]} and --store {arg} are the same store "
+                                         f"({root_path}): give each store once")
+            given_by[same] = arg
             name, by = (given, "user") if given else (st.name, st.named_by)
             found.append(StoreRef(name, root_path, local, folder=st.folder, from_folder=st.in_folder, named_by=by,
                                   single_file=st.file is not None, geometry=geometry or StoreGeometry()))
     return _distinct(found)
+
+
+def _check_single_file(path: str, loc, root, files: bool) -> None:
+    """A file given as --store: a segment file stands for its store where ``files`` allows; any other file is
+    named for what it is, with what was expected instead."""
+    from store_format.commitlog import SEGMENT_NAME
+
+    # a segment by its place (commitlog/, also through a link) or by its name (a copy or a hard link elsewhere)
+    real = os.path.realpath(loc.path) if loc.local_path is not None else loc.path
+    segment = loc.parent().name == "commitlog" or os.path.basename(os.path.dirname(real)) == "commitlog" \
+        or SEGMENT_NAME.fullmatch(loc.name) is not None
+    if not segment:
+        raise StoreArgumentError(f"{path}: a file that is not a commitlog segment; expected a store root (the "
+                                 "folder holding commitlog/, consumequeue/, index/), a folder of store roots"
+                                 + (", or one segment file (commitlog/<20-digit offset>)" if files else ""))
+    if not files:
+        raise StoreArgumentError(f"{path}: a single segment file; this job reads whole stores: give its store "
+                                 f"root, {root.path}")
 
 
 def _distinct(stores: list[StoreRef]) -> list[StoreRef]:

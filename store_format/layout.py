@@ -11,7 +11,7 @@ A host is 4 (IPv4) or 16 (IPv6) address bytes plus a 4-byte int port; the width 
 sysflag bits BORNHOST_V6 (0x10) and STOREHOST_V6 (0x20).  The topic length is a signed byte for
 magic V1 and a signed short for magic V2 (RocketMQ >= 5.1.0).  The record layout below (RECORD_FIELDS)
 is the only place the order and widths are written; the encoder, the scalar decoder, the vectorized
-kernels and the README table all derive offsets from it through :func:`record_layout`.
+kernels and docs/record-layout.md all derive offsets from it through :func:`record_layout`.
 """
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ STORE_ROOT_FILES = ("checkpoint", "abort", "lock", TIMER_WHEEL_FILE)
 
 # --------------------------------------------------------------------------------------------------
 # The fixed-width structures besides the record: each declared once, as its members in file order; offsets,
-# struct formats, numpy dtypes and the README's tables are derived (``FixedLayout``).
+# struct formats, numpy dtypes and docs/record-layout.md's tables are derived (``FixedLayout``).
 
 #: struct codes of fixed-width members: their widths, and as big-endian numpy types
 CODE_WIDTHS = {"q": 8, "i": 4, "h": 2, "b": 1}
@@ -241,7 +241,7 @@ class FixedLayout:
         return numpy_dtype(self.fields, self.size or self.width)
 
     def markdown(self) -> str:
-        """The reference table (README), derived from the declaration."""
+        """The reference table (docs/record-layout.md), derived from the declaration."""
         rows = [f"**{self.title}** ({self.width} bytes{f', in a {self.size}-byte file' if self.size else ''}; "
                 f"`{self.source}`)", "", "| field | RocketMQ name | type | offset | meaning |", "|---|---|---|---|---|"]
         rows += [f"| `{m.name}` | {m.java} | {_JAVA_TYPES[m.code]} | {self.offsets[m.name]} | {m.meaning} |"
@@ -326,7 +326,7 @@ def index_file_size(hash_slot_num: int, index_num: int) -> int:
 
 
 def fixed_layouts_markdown() -> str:
-    """Every fixed-width structure's table (README), derived from the declarations."""
+    """Every fixed-width structure's table (docs/record-layout.md), derived from the declarations."""
     return "\n\n".join(f.markdown() for f in FIXED_LAYOUTS)
 
 
@@ -437,7 +437,7 @@ MIN_RECORD_SIZE = record_layout(False, False).min_size  # 91: smallest possible 
 
 
 def layout_table_markdown() -> str:
-    """The documentation table (README / --help), derived from the declaration."""
+    """The documentation table (docs/record-layout.md, --help), derived from the declaration."""
     v4, v6 = record_layout(False, False), record_layout(True, True)
     rows = ["| # | field | RocketMQ name | width | offset (IPv4/IPv4, V1) | offset (IPv6/IPv6, V1) |",
             "|---|---|---|---|---|---|"]

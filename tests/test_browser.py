@@ -69,3 +69,13 @@ def test_render_reports_how_wide_the_page_is(tmp_path):
                       + "word " * 400 + "</p></body></html>")
     assert render(wide, tmp_path / "wide.png", viewport=(800, 600)).page_width > 800
     assert render(narrow, tmp_path / "narrow.png", viewport=(800, 600)).page_width == 800
+
+
+def test_render_names_the_boxes_that_scroll_sideways(tmp_path):
+    page = tmp_path / "boxes.html"
+    page.write_text("<!doctype html><html><body style='margin:0'><h2>Wide</h2><div style='overflow-x:auto'><table>"
+                    "<tr><td style='white-space:nowrap'>" + "x" * 400 + "</td></tr></table></div><h2>Narrow</h2>"
+                    "<div style='overflow-x:auto'><table><tr><td>fits</td></tr></table></div></body></html>")
+    result = render(page, tmp_path / "boxes.png", viewport=(800, 600))
+    assert result.page_width == 800 and len(result.scrolls_sideways) == 1
+    assert result.scrolls_sideways[0].startswith("Wide (")

@@ -171,7 +171,7 @@ def runs(request, spark_cluster, spark, two_stores, tmp_path_factory):  # the cl
 def test_the_audit_on_the_cluster_equals_local(runs):
     audited = runs["audit"]
     assert runs["codes"]["audit"] == 1 and audited.returncode == 1  # the damaged store has errors: exit 1 both
-    assert "audit FAIL" in audited.stdout.read_text()
+    assert "\naudit DATA LOST (2 stores): 1 cut, " in audited.stdout.read_text()
     summary = assert_same_audit(runs["out"] / "audit", runs["reference"])
     assert summary["counts"]["error"] > 0 and {b["name"] for b in summary["brokers"]} == {"broker", "damaged"}
 

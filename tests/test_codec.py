@@ -121,6 +121,6 @@ def test_host_text_is_javas():
     assert zlib.crc32(b"Hello RocketMQ") & 0x7FFFFFFF == 1774740973
 
 
-def test_readme_layout_table_is_derived_from_the_declaration():
-    readme = (__import__("pathlib").Path(__file__).parent.parent / "README.md").read_text()
-    assert L.layout_table_markdown() in readme
+def test_record_layout_page_table_is_derived_from_the_declaration():
+    page = (__import__("pathlib").Path(__file__).parent.parent / "docs" / "record-layout.md").read_text()
+    assert L.layout_table_markdown() in page

@@ -42,6 +42,30 @@ def test_an_injected_divergence_is_found_at_the_right_offset(spark, tmp_path):
     assert json.loads((tmp_path / "diff" / "_manifest.json").read_text())["identical"] is False
 
 
+def test_one_damaged_record_counts_once_and_text_is_readable(spark, tmp_path):
+    """The salvage walk has two items where damage stops it (the stop and the corrupt span from there): the
+    comparison counts the record once, in the summary, the listing and the --out table; --print text says it
+    in words, no Python reprs."""
+    manifest = fixture_manifest("broker")
+    target = manifest["messages"][len(manifest["messages"]) // 2]
+    damage.flip_body_bit(fixture_store("broker"), tmp_path / "copy", physical_offset=target["commitLogOffset"])
+    argv = ["--store", fixture_store("broker"), "--store", tmp_path / "copy"]
+    code, s = run_compare(spark, *argv, "--out", tmp_path / "diff")
+    assert code == 1 and s["commitlog"]["items"]["different"] == 1
+    assert [r["physical_offset"] for r in s["commitlog"]["records"]["different"]] == [target["commitLogOffset"]]
+    assert [r["physical_offset"] for r in read_table(spark, str(tmp_path / "diff" / "commitlog")).collect()] == \
+        [target["commitLogOffset"]]
+    out = io.StringIO()
+    compare.run(spark, compare.build_parser().parse_args([str(a) for a in argv] + ["--print", "text"]), out=out,
+                err=io.StringIO())
+    text = out.getvalue()
+    assert "{'" not in text and "': " not in text and "None" not in text, text  # no dict reprs
+    assert "1 differ" in text and f"first divergence at physical offset {target['commitLogOffset']:,}" in text
+    assert (f"  A: message {target['topic']}/{target['queueId']} at queue offset {target['queueOffset']}, "
+            f"msg id {target['msgId']}") in text
+    assert "  B: corrupt (" in text and "BAD_CRC)" in text
+
+
 def write_prefix(root, manifest, n, offsets: dict):
     """The broker fixture's first ``n`` records written by the StoreWriter (same bytes for the same prefix),
     with consumer offsets ``{(group, topic, queue): offset}``."""

@@ -75,4 +75,4 @@ def test_the_audit_over_connect_equals_local(connect_run, local_audit):
     assert result["audit_exit"] == result["cli_exit"] == code == 1
     assert_same_audit(out / "audit", reference)
     assert_same_audit(out / "audit-cli", reference, report=False)
-    assert "audit FAIL" in proc.stdout  # the command line's summary line
+    assert "\naudit DATA LOST (2 stores): 1 cut, " in proc.stdout  # the command line's summary line

@@ -399,6 +399,22 @@ def test_pushed_filters_prune_and_filter_exactly(spark, dump):
                                                 segment_name(2 * SEG), 2 * SEG) if f.kind == "blank"]
 
 
+def test_a_plain_load_has_the_columns_people_join_on(spark):
+    """``load()`` with no option carries the message columns (the documented default, ``headers``: all but the
+    body), so the obvious join with the consume queue works: every unit of the broker fixture meets its message."""
+    from datasources.commitlog import DEFAULT_MATERIALIZE
+
+    store = str(fixture_store("broker"))
+    messages = spark.read.format("rocketmq-commitlog").load(store)
+    assert DEFAULT_MATERIALIZE == "headers"
+    assert {"topic", "queue_id", "queue_offset", "keys", "tags", "store_timestamp", "uniq_key"} <= set(messages.columns)
+    assert "body" not in messages.columns and "frame" not in messages.columns
+    units = spark.read.format("rocketmq-consumequeue").load(store).where("kind = 'entry'")
+    joined = units.join(messages.where("kind = 'message'"),
+                        ["broker", "topic", "queue_id", "queue_offset", "physical_offset"])
+    assert joined.count() == units.count() > 0
+
+
 def test_a_loaded_dataframe_counts_everything_after_a_filtered_query(spark):
     df = spark.read.format("rocketmq-commitlog").load(str(fixture_store("broker")))
     everything = df.count()

@@ -1,6 +1,6 @@
 """docs/jobs.md is generated from every job's --help (tools/jobs_docs.py, `make docs`): the checked-in copy
-must be exactly what the generator produces now, so the reference never drifts from the code; the README's
-"Writing stores" block is the writer commands' --help text, checked the same way."""
+must be exactly what the generator produces now, so the reference never drifts from the code; the writer's page
+(docs/writing-stores.md) is the writer commands' --help text, checked the same way."""
 from __future__ import annotations
 
 import importlib.util
@@ -18,17 +18,17 @@ def test_jobs_md_is_what_the_generator_produces():
     assert checked_in == generated, "docs/jobs.md is out of date: run `make docs`"
 
 
-def test_readme_writing_stores_is_the_writer_commands_help():
-    """The README's "Writing stores" block (the JSON Lines table of ``write``) is writer_cli's docstring, the
-    text ``generate --help`` and ``write --help`` print: a change to one is a change to the other."""
+def test_writing_stores_page_is_the_writer_commands_help():
+    """docs/writing-stores.md's text block (the JSON Lines table of ``write``) is writer_cli's docstring, the text
+    ``generate --help`` and ``write --help`` print: a change to one is a change to the other."""
     import re
 
     from store_format.write import writer_cli
 
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"## Writing stores \(`generate`, `write`\)\n\n```text\n(.*?)\n```\n", readme, re.S)
-    assert block, "README.md has no 'Writing stores' text block"
-    assert block.group(1) == writer_cli.__doc__.strip("\n"), "README.md's Writing stores block is out of date"
+    page = (REPO / "docs" / "writing-stores.md").read_text(encoding="utf-8")
+    block = re.search(r"\n```text\n(.*?)\n```\n", page, re.S)
+    assert block, "docs/writing-stores.md has no text block"
+    assert block.group(1) == writer_cli.__doc__.strip("\n"), "docs/writing-stores.md's text block is out of date"
 
 
 def test_user_guide_what_to_do_is_each_checks_action():

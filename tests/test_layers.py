@@ -132,6 +132,7 @@ AUDIT_FLOORS = (
     ("checks",),  # their registry
     ("context", "groups", "report"),
     ("verdict",),
+    ("terminal",),  # the verdict in words on stdout
     ("job",),
     ("__init__",),  # the package's face
     ("__main__",),  # python -m jobs.audit

@@ -156,7 +156,14 @@ def test_investigating_an_audit(executed, demo_out):
     summary = json.loads((demo_out / "audit" / "summary.json").read_text())
     assert f"findings: {rows} rows (summary.json: {sum(summary['counts'][s] for s in ('error', 'warning', 'info'))})" \
         in out
-    assert f"verdict: FAIL: {summary['counts']['error']} error(s)" in out
+    from jobs.audit import terminal
+
+    assert terminal.final_line(summary) in out  # what the audit printed, causes not findings
+    assert f"findings: {summary['counts']['error']} error(s)" in out
+    # times as ISO-8601 UTC in the tables shown, not epoch ms: the dead-letter table's and the trail's
+    html = "".join(_outputs(nb, "text/html"))
+    assert re.search(r"<td>20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z</td>", html)
+    assert not re.search(r"<td>1[67]\d{11}</td>", html)  # no epoch milliseconds left in a shown table
     # the drill-down found the flipped bit of broker-b and dumped the bytes around it
     assert re.search(r"integrity\.bad_crc in broker-b segment \d{20} at byte \d+", out)
     assert "<- the finding's position" in out
@@ -184,19 +191,25 @@ def test_lag_and_transactions_over_history(executed, demo_out, spark):
 
 @pytest.mark.slow
 def test_make_demo_prints_each_brokers_verdict_and_the_findings_grouped(demo_out):
-    """What ``make demo`` prints after its audit: per broker the banner, headline and first action (not a raw
-    error count), then the first findings grouped by cause, most consequential first."""
+    """What ``make demo`` prints after its audit: what the audit prints (per broker will it start, the cut, the
+    messages lost and what to do, with the command; the run in one line counting causes, not findings), then the
+    first findings grouped by cause, most consequential first."""
+    from jobs.audit import terminal
+
     summary = json.loads((demo_out / "audit" / "summary.json").read_text())
     text = _load_demo().verdict_text(summary, demo_out / "audit")
     lines = text.splitlines()
+    assert terminal.render(summary) in text and terminal.final_line(summary) in lines
     for b in summary["brokers"]:
         v = b["verdict"]
-        assert f"{b['name']}: {v['banner']} - {v['headline']}" in lines
-        assert f"    do: {v['actions'][0]['text']}" in lines
-    # broker-a's torn tail: recovery cuts there; broker-b's flipped bit lies before the segments a normal recovery
-    # walks (this small dump has six): kept, but untrustworthy, and a queue lost its consume queue
-    assert "broker-a: DATA LOST - broker-a will start (abnormal recovery) but cuts the log at physical offset" in text
-    assert "broker-b: DATA LOST - broker-b will start (normal recovery) and keeps all" in text and "FAIL" not in text
+        assert f"{b['name']}: {v['banner']}" in lines
+        assert f"  Do first:       {v['actions'][0]['text']}" in lines
+    # broker-a's torn tail: recovery cuts there and nothing intact follows; broker-b's flipped bit lies before the
+    # segments a normal recovery walks (this small dump has six): kept, but untrustworthy, and a queue lost its
+    # consume queue
+    a, b = summary["brokers"]
+    assert a["verdict"]["actions"][0]["kind"] == "nothing_after_cut" and "FAIL" not in text
+    assert "broker-b will start (normal recovery) and keeps all" in b["verdict"]["headline"]
     groups = lines[lines.index(next(x for x in lines if x.startswith("Findings grouped by cause"))) + 1:]
     assert len(groups) == 10 and groups[0].startswith("  [data lost] broker-a recovery.truncation ")
     assert [x for x in groups if "delays.overdue" in x or "transactions.open" in x] == []  # consumers affected: later

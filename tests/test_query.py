@@ -19,7 +19,7 @@ from store_format.properties import format_properties
 from store_format.store import Store
 from store_format.write.writer import StoreWriter, WriterConfig
 
-from .conftest import REPO, fixture_manifest, fixture_store
+from .conftest import FIXTURES, REPO, fixture_manifest, fixture_store
 
 
 def ask(*argv, spark=None):
@@ -104,10 +104,20 @@ def test_key_queries_have_no_64_result_cap(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
-# Scans (Spark)
+# Scans: here (small stores, jobs/local_scan.py) and by Spark (large ones), held to the same answers
 
 
-def test_time_range_and_tag_scans(spark):
+@pytest.fixture(params=["here", "spark"])
+def where(request, monkeypatch):
+    """Scans made in this process (every test store is small), or by Spark (as for a store past the limit)."""
+    from jobs import local_scan
+
+    if request.param == "spark":
+        monkeypatch.setattr(local_scan, "LOCAL_SCAN_BYTES", -1)
+    return request.param
+
+
+def test_time_range_and_tag_scans(spark, where):
     manifest, root = fixture_manifest("basic"), fixture_store("basic")
     ts = sorted(m["storeTimestamp"] for m in manifest["messages"])
     lo, hi = ts[10], ts[40]
@@ -140,7 +150,7 @@ def test_explain_hash_collision_and_stale_entry_then_scan(spark, tmp_path):
     assert code == 1 and [e["reason"] for e in why] == ["STALE_INDEX_ENTRY", "NEVER_WRITTEN"]
 
 
-def test_explain_a_record_past_damage_is_found_by_the_salvage_scan(spark, basic_copy, tmp_path):
+def test_explain_a_record_past_damage_is_found_by_the_salvage_scan(spark, where, basic_copy, tmp_path):
     """Recovery stops at a bad CRC; with the index gone, the record after it is found only by the scan,
     past the logical end, and the broker's recovery would drop it."""
     root, manifest = basic_copy
@@ -160,7 +170,7 @@ def test_explain_a_record_past_damage_is_found_by_the_salvage_scan(spark, basic_
     assert f"ends at physical offset {bad['commitLogOffset']}" in dropped["detail"]
 
 
-def test_explain_msg_ids_that_name_no_record(spark):
+def test_explain_msg_ids_that_name_no_record(spark, where):
     manifest, root = fixture_manifest("basic"), fixture_store("basic")
     first = manifest["messages"][0]
     inside = first["msgId"][:-4] + f"{first['commitLogOffset'] + 10:04X}"
@@ -189,7 +199,7 @@ def test_explain_outside_the_index_time_window(spark, tmp_path):
         ask("--store", tmp_path / "s", "--topic", "Orders", "--key", "item-2", "--from", later, "--to", 0)
 
 
-def test_time_scans_skip_segments_outside_the_range(spark, tmp_path):
+def test_time_scans_skip_segments_outside_the_range(spark, where, tmp_path):
     """Store times grow segment by segment: a range inside the last segments reads only those files."""
     cfg = WriterConfig(mappedFileSizeCommitLog=2048, mappedFileSizeConsumeQueue=400, maxHashSlotNum=16,
                        maxIndexNum=64)
@@ -230,6 +240,25 @@ def test_bad_input_is_a_clear_message_and_exit_2(argv, says, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert (says or "is not a time") in err
+
+
+def test_a_time_range_and_an_explained_miss_on_a_small_store_start_no_spark(monkeypatch, capsys):
+    """What a person asks at a prompt answers in seconds: a time range, a tag, and --explain for a key found
+    nowhere (its salvage scan) read a small store here; no Spark session is started."""
+    import jobs.session
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a Spark session was started for a small store")
+
+    monkeypatch.setattr(jobs.session, "build_session", refuse)
+    root = FIXTURES / "recovered-zero-page" / "input" / "store"
+    assert query.main(["--store", str(root), "--from", "2030-01-01T00:00Z", "--to", "2030-01-02T00:00Z"]) == 1
+    assert "0 message(s) found" in capsys.readouterr().err
+    assert query.main(["--store", str(root), "--topic", "RandA", "--key", "no-such-key", "--explain"]) == 1
+    assert '"reason": "NEVER_WRITTEN"' in capsys.readouterr().out
+    assert query.main(["--store", str(root), "--from", "0", "--to", "9999999999999", "--limit", "3",
+                       "--format", "table"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 4  # the header and three messages
 
 
 def test_python_m_jobs_query_runs_without_spark():

@@ -13,6 +13,7 @@ import ast
 import json
 import re
 import shlex
+import subprocess
 import time
 from pathlib import Path
 
@@ -20,9 +21,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import audit, extract
+from jobs import audit
 from jobs.audit import groups as G
-from jobs.audit import report
 from store_format.write import damage as D
 from store_format.write.generate import TrafficConfig, generate_store
 from store_format.store import Store
@@ -63,8 +63,15 @@ def oncall(spark, tmp_path_factory):
     (nostart / "commitlog" / f"{0:020d}.bak").write_bytes((nostart / "commitlog" / f"{0:020d}").read_bytes())
     writer_root = base / "in" / "incident-7" / "input" / "store"
     writer = _writer_store(writer_root)
+    torn = base / "in" / "torn" / "store"  # the demo's broker-a: a crash tore the last record
+    generate_store(base / "work-torn", TrafficConfig(messages=300, topics=2, queues=2, seed=9, p_send_back=0.0),
+                   WriterConfig(mappedFileSizeCommitLog=64 * KIB, mappedFileSizeConsumeQueue=400 * 20,
+                                maxHashSlotNum=128, maxIndexNum=512), crash=True)
+    D.torn_tail(base / "work-torn", torn)
+    demo = base / "in" / "demo"  # make demo's two brokers, smaller
+    _load_demo().build_dump(demo, 3000, segment_size=192 * KIB)
     stores = {"clean": fixture_store("basic"), "damaged": FIXTURES / "recovered-zero-page" / "input" / "store",
-              "nostart": nostart, "writer": writer_root}
+              "nostart": nostart, "writer": writer_root, "torn": torn, "demo": demo}
     runs = {}
     for name, store in stores.items():
         out = base / "out" / name
@@ -73,6 +80,17 @@ def oncall(spark, tmp_path_factory):
         print(f"{name}: audit in {time.perf_counter() - t0:.1f} s")
         runs[name] = (result, out, json.loads((out / "summary.json").read_text()))
     return runs, writer
+
+
+def _load_demo():
+    import importlib.util
+
+    from jobs.session import REPO
+
+    spec = importlib.util.spec_from_file_location("tools_demo", REPO / "tools" / "demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _field(manifest: dict, key: str):
@@ -87,8 +105,9 @@ def _screen(out: Path, tmp_path: Path):
     whole = render(out / "report.html", tmp_path / "report.png", viewport=SCREEN)
     assert first.console_errors == [] and first.broken_images == 0
     assert first.screenshot_path.stat().st_size > 20_000  # a drawn page, not a blank one
-    # the page fits the screen's width: wide tables wrap or scroll inside their own box, the page never sideways
+    # the page fits the screen's width, and so does every table in it: none scrolls sideways in its own box
     assert whole.page_width <= SCREEN[0], f"report.html is {whole.page_width} px wide on a {SCREEN[0]} px screen"
+    assert whole.scrolls_sideways == [], f"tables wider than the page: {whole.scrolls_sideways}"
     return first, whole
 
 
@@ -157,8 +176,25 @@ def test_damaged_fixture_first_screen_names_the_cut_the_lost_and_the_first_actio
                if by_offset[o]["state"] == "dropped")
     keys_shown = [k for k, o in named if k in text]
     assert keys_shown, "the first screen shows keys of lost messages"
-    assert "Do first Salvage the messages after the cut first" in text
+    # what to do, from the facts: intact messages lie after the cut, so copy them out first; the damaged one at
+    # the cut is named by the topic its consume-queue unit gives (the zeroed page took its header's topic),
+    # which is the topic RocketMQ's own manifest says
+    [overlapping, *_] = damage["messagesOverlappingZeroedPage"]
+    assert by_offset[overlapping["commitLogOffset"]]["topic"] == overlapping["topic"] == "RandB"
+    assert (f"Do first Copy out the {rec['intact_messages_lost']} intact messages recovery drops after the cut at "
+            f"physical offset {after['commitLogMaxOffset']:,} before restarting recovered-zero-page: a restart "
+            "overwrites them.") in text
+    assert f"Ask the producer to re-send the damaged message ({overlapping['topic']}/0 at queue offset 45" in text
+    assert "Salvage" not in text and "jobs.replay" not in text and "jobs.extract" not in text
     assert f"Messages to re-send: {len(rows)}" in text
+    # below the fold: this store has no consumerOffset.json, so consumer lag is unknown (not "none"), and a
+    # missing input is its own consequence, never cosmetic; ages are spans in words, not milliseconds
+    page = _words(whole.page_text)
+    assert "Consumer lag unknown (consumerOffset.json missing or unreadable)" in page
+    assert "Not known: an input the audit needs is missing" in page
+    cosmetic = page[page.index("Cosmetic (the broker repairs"):page.index("Findings per check")]
+    assert "metadata.config_missing" not in cosmetic
+    assert "age_ms" not in page and "lag_ms" not in page and re.search(r"\bage\b.*\d+(\.\d)? s\b", page, re.S)
     groups = G.group_findings(str(out / "findings"))
     assert f"Findings by cause: {len(groups)} group(s)" in whole.page_text and len(groups) <= 200
     lost = [g for g in groups if g.check == "recovery.message_lost"]
@@ -168,7 +204,7 @@ def test_damaged_fixture_first_screen_names_the_cut_the_lost_and_the_first_actio
     assert pc.sum(pc.equal(findings.column("check"), "recovery.message_lost")).as_py() == rec["messages_lost"]
 
 
-def test_store_that_will_not_start(oncall, tmp_path):
+def test_store_that_will_not_start(oncall, tmp_path, spark):
     result, out, summary = oncall[0]["nostart"]
     first, _ = _screen(out, tmp_path)
     [b] = summary["brokers"]
@@ -176,8 +212,18 @@ def test_store_that_will_not_start(oncall, tmp_path):
     text = _words(first.first_screen_text)
     assert "WILL NOT START" in text and "nostart will NOT start: commitlog/00000000000000000000.bak" in text
     assert "Will it start? NO" in text
-    assert "Do first Fix or remove the named file before starting the broker (keep a copy)." in text
+    assert "Do first Move commitlog/00000000000000000000.bak out of the store before starting nostart, keeping " \
+           "it: its name is not an offset (Long.parseLong fails in new MappedFile), so load() fails." in text
     assert "Messages to re-send none" in text
+    # the command, run as printed, moves that file beside the store root; the broker then starts
+    [action] = [a for a in b["verdict"]["actions"] if a["kind"] == "will_not_start"]
+    root = Path(b["path"])
+    assert action["command"] == (f"mv -- {root}/commitlog/00000000000000000000.bak "
+                                 f"{root.parent}/00000000000000000000.bak.moved-out-of-store")
+    subprocess.run(action["command"], shell=True, check=True)
+    again = audit.run(spark, audit.build_parser().parse_args(["--store", str(root), "--out", str(tmp_path / "again"),
+                                                              "--no-report"]))
+    assert again.summary_data["brokers"][0]["verdict"]["will_start"] is True
 
 
 def test_writer_store_resend_command_copies_out_exactly_the_dropped_messages(oncall, spark, tmp_path):
@@ -200,22 +246,75 @@ def test_writer_store_resend_command_copies_out_exactly_the_dropped_messages(onc
     unindexed = [r for r in rows if r["state"] == "unindexed"]
     assert unindexed and {(r["topic"], r["queue_id"]) for r in unindexed} == {("Topic001", 1)}
     assert f"{len(unindexed)} messages in no consume queue" in text
+    deleted = rec["segments_deleted"]  # the segments past the cut: one line, their range
+    assert len(deleted) >= 2 and _words(f"commitlog/{deleted[0]} .. {deleted[-1]}: {len(deleted)} segments deleted "
+                                        "(they lie wholly past the cut)") in text
     page = (out / "report.html").read_text(encoding="utf-8")
     commands = [line for line in report_commands(page) if " extract " in line and "--physical-offsets" in line]
-    [command] = commands
-    argv = shlex.split(command)
-    assert argv[:2] == [report.PROG, "extract"]
-    argv[argv.index("--out") + 1] = str(tmp_path / "resend")
-    args = extract.build_parser().parse_args(argv[2:])
-    assert extract.run(spark, args).exit_code == 0
-    got = pq.read_table(tmp_path / "resend").column("physical_offset").to_pylist()
+    # the first screen's "do first" and the re-send section print the same command
+    assert len(set(commands)) == 1 and v["actions"][0]["kind"] == "copy_out" and v["actions"][0]["command"] in commands
+    assert run_as_printed(v["actions"][0]["command"], spark) == 0
+    got = pq.read_table(out / "resend" / "broker-w").column("physical_offset").to_pylist()
     assert sorted(got) == dropped
+    # the damaged message: its producer re-sends it, by the key its header kept; the query shows what is left
+    resend_action = next(a for a in v["actions"] if a["kind"] == "resend_damaged")
+    damaged = next(r for r in rows if r["state"] == "damaged")
+    assert f"key {(damaged['keys'] or [damaged['uniq_key']])[0]}" in resend_action["text"]
+    where = f"{damaged['topic']}/{damaged['queue_id']} at queue offset {damaged['queue_offset']}"
+    assert where in resend_action["text"]
+    shown = run_as_printed(resend_action["command"], spark, capture=True)
+    assert "DROPPED_BY_RECOVERY" in shown and damaged["uniq_key"] in shown
+    # the messages in no consume queue: the printed extract copies out exactly those
+    unindexed_action = next(a for a in v["actions"] if a["kind"] == "extract_unindexed")
+    assert run_as_printed(unindexed_action["command"], spark) == 0
+    target = Path(shlex.split(unindexed_action["command"])[-1])
+    assert sorted(pq.read_table(target).column("queue_offset").to_pylist()) == \
+        sorted(r["queue_offset"] for r in unindexed)
+
+
+def run_as_printed(command: str, spark, capture: bool = False):
+    """A command the report prints, run as pasted: its program is the console script installed beside this
+    Python (checked), its arguments go to that script's entry point here, in this test's Spark session."""
+    import contextlib
+    import io
+    import sys
+
+    from jobs.cli import console
+
+    argv = shlex.split(command)
+    assert argv[0] == str(Path(sys.executable).parent / "rocketmq-forensics") and Path(argv[0]).is_file()
+    if not capture:
+        return console(argv[1:])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        console(argv[1:])
+    return out.getvalue()
+
+
+def test_torn_tail_nothing_intact_after_the_cut(oncall, tmp_path):
+    """A crash tore the last record: recovery drops only it, so there is nothing to copy out; the first screen says
+    so (not "salvage the messages after the cut"), and names the torn message by the topic its consume-queue unit
+    gives, since its header no longer can."""
+    result, out, summary = oncall[0]["torn"]
+    first, _ = _screen(out, tmp_path)
+    [b] = summary["brokers"]
+    v, rec = b["verdict"], b["recovery"]
+    assert v["level"] == "data-lost" and rec["intact_messages_lost"] == 0 and rec["damaged_messages_lost"] == 1
+    [row] = _resend(out)
+    assert row["state"] == "damaged" and row["topic"] is not None  # from the consume-queue unit
+    text = _words(first.first_screen_text)
+    assert (f"Do first Nothing intact lies after the cut at physical offset {v['cut']['physical_offset']:,}, so "
+            "there is nothing to copy out before restarting torn: a restart loses only the 1 damaged message there "
+            f"({row['topic']}/{row['queue_id']} at queue offset {row['queue_offset']}") in text
+    assert "Copy out" not in text and "Salvage" not in text
+    assert [a["kind"] for a in v["actions"]] == ["nothing_after_cut"]
 
 
 def report_commands(page: str) -> list[str]:
     import html
 
-    return [line for block in re.findall(r"<pre>(.*?)</pre>", page, re.S) for line in html.unescape(block).split("\n")
+    blocks = re.findall(r"<pre[^>]*>(.*?)</pre>", page, re.S)
+    return [line for block in blocks for line in html.unescape(re.sub(r"<[^>]+>", "", block)).split("\n")
             if line and not line.startswith("#")]
 
 
@@ -243,3 +342,20 @@ def test_every_group_is_at_most_a_few_hundred_rows_and_counts_every_finding(onca
         assert len(set(keys)) == len(keys), name
         ranks = [(int(g.consequence), int(g.severity)) for g in groups]
         assert [r[0] for r in ranks] == sorted(r[0] for r in ranks), name  # most consequential first
+
+
+def test_two_broker_demo_fleet_and_first_screens(oncall, tmp_path):
+    """make demo's dump: the fleet table first (a line per broker, in no consume queue said in words), then each
+    broker's first screen with its own actions; every table of the page fits it (screenshots in tmp_path)."""
+    result, out, summary = oncall[0]["demo"]
+    first, whole = _screen(out, tmp_path)
+    a, b = summary["brokers"]
+    text = _words(first.first_screen_text)
+    assert "DATA LOST" in text and "Fleet broker verdict headline lost: damaged / dropped in no consume queue" in text
+    assert f"{a['name']} DATA LOST" in text and f"{b['name']} DATA LOST" in text
+    assert a["verdict"]["actions"][0]["kind"] == "nothing_after_cut"  # broker-a's torn tail
+    page = _words(whole.page_text)
+    for broker in summary["brokers"]:
+        assert _words(broker["verdict"]["actions"][0]["text"]) in page
+    assert "Not known" not in page or "missing" in page
+    assert "Consumer lag" in page and "oldest unconsumed stored at" in page

@@ -429,8 +429,8 @@ def _shapes(root, links, tmp_path):
 def _job_argv(job: str, given, out) -> list[str]:
     if job == "replay":
         return ["--repair", str(given), "--out", str(out), "--overwrite"]
-    if job == "compare":
-        return ["--store", str(given), "--store", str(given), "--out", str(out), "--overwrite"]
+    if job == "compare":  # compared with another store: the same one twice is refused before any output check
+        return ["--store", str(given), "--store", str(fixture_store("basic")), "--out", str(out), "--overwrite"]
     return ["--store", str(given), "--out", str(out), "--overwrite"]
 
 

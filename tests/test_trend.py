@@ -97,3 +97,56 @@ def test_all_runs_and_exit_codes(spark, history, tmp_path, capsys):
 
 def _tables(spark, history):
     return (read_table(spark, str(history / "findings")), read_table(spark, str(history / "metrics")))
+
+
+def test_a_broker_that_goes_from_keeping_everything_to_losing_messages(spark, tmp_path, capsys):
+    """Three audits of one broker into one history: clean, then a copy with a flipped bit mid-log and a consume
+    queue lost, then a copy that will not start.  trend names the regression that matters, with both runs:
+    the new cut, the messages lost, the messages in no consume queue, and then the broker that no longer
+    starts."""
+    from jobs import audit
+    from store_format.store import Store
+    from store_format.write import damage as D
+    from store_format.write.generate import TrafficConfig, generate_store
+    from store_format.write.writer import WriterConfig
+
+    clean = tmp_path / "clean"
+    generate_store(clean, TrafficConfig(messages=600, topics=2, queues=2, seed=3, p_send_back=0.0),
+                   WriterConfig(mappedFileSizeCommitLog=64 * 1024, mappedFileSizeConsumeQueue=400 * 20,
+                                maxHashSlotNum=128, maxIndexNum=512))
+    frames = [f for f in Store(clean).walk_commitlog(decode=False) if f.kind == "message"]
+    D.flip_body_bit(clean, tmp_path / "flipped", physical_offset=frames[len(frames) // 2].physical_offset)
+    D.delete_consume_queue(tmp_path / "flipped", tmp_path / "damaged", "Topic000", 1)
+    nostart = D.copy_store(clean, tmp_path / "nostart")
+    (nostart / "commitlog" / f"{0:020d}.bak").write_bytes(b"a copy left by hand")
+    history = tmp_path / "history"
+    runs = []
+    for i, store in enumerate((clean, tmp_path / "damaged", nostart)):
+        args = audit.build_parser().parse_args(["--store", f"broker-t={store}", "--out", str(tmp_path / f"out{i}"),
+                                                "--history", str(history), "--no-report"])
+        runs.append(audit.run(spark, args).summary_data)
+    lost = next(b["recovery"]["messages_lost"] for b in runs[1]["brokers"])
+    cut = next(b["recovery"]["predicted_max_physical_offset"] for b in runs[1]["brokers"])
+    assert lost > 100 and runs[0]["brokers"][0]["recovery"]["messages_lost"] == 0
+
+    capsys.readouterr()
+    assert trend.main(["--history", str(history), "--all", "--out", str(tmp_path / "trends")]) == 1
+    out = capsys.readouterr().out
+    first, second, third = (r["run_id"] for r in runs)
+    flags = {(r.flag, r.run_id, r.previous_run_id): r for r in read_table(spark, str(tmp_path / "trends")).collect()}
+    assert flags[("cut_moved", second, first)].value == cut and flags[("cut_moved", second, first)].previous_value \
+        is None
+    assert flags[("lost_more", second, first)].value == lost
+    unindexed = flags[("newly_unindexed", second, first)]
+    lost_queue = [m for m in Store(clean).messages() if (m.topic, m.queue_id) == ("Topic000", 1)
+                  and m.physical_offset < cut and m.tran_type in ("NOT", "COMMIT")]
+    assert (unindexed.previous_value, unindexed.value) == (0, len(lost_queue)) and lost_queue
+    assert ("no_longer_starts", third, second) in flags and ("no_longer_starts", second, first) not in flags
+    # the summary names both runs of each flag
+    assert f"cut_moved: broker-t: run {second}: recovery cuts the log at physical offset {cut:,}; run {first}: " \
+           "recovery kept the whole log" in out
+    assert f"lost_more: broker-t: run {second}: {lost:,} messages lost; run {first}: 0" in out
+    assert f"no_longer_starts: broker-t: run {third} will not start (" in out and f"; run {second} would" in out
+    assert out.splitlines()[0].startswith("trend: 2 run pairs: 1 no_longer_starts, 1 cut_moved, 1 lost_more, "
+                                          "1 newly_unindexed")
+

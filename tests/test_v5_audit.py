@@ -394,6 +394,11 @@ def test_a_corrupt_unit_the_chain_through_it_and_a_wheel_of_the_wrong_length(spa
     assert f"{later} later unit(s) go with it" in c["message"]
     [w] = by["timers.wheel_bad_length"]
     assert (w["file"], w["file_position"], w["severity"]) == ("timerwheel", 1000, "error")
+    [broker] = found["summary"]["brokers"]  # the commitlog recovers, but TimerWheel refuses to load: no start
+    assert broker["recovery"]["broker_will_start"] and broker["verdict"]["will_start"] is False
+    assert broker["verdict"]["level"] == "will-not-start"
+    assert "timerwheel is 1000 bytes" in broker["verdict"]["why_not"][-1]
+    assert broker["verdict"]["actions"][0]["check"] == "timers.wheel_bad_length"
     # a short wheel holds no slot, so no chain is walked; with the wheel restored, the chain breaks at the unit
     shutil.copyfile(gen5 / "timerwheel", root / "timerwheel")
     found = audit(spark, [root], tmp_path / "out2", "--checks", "timers")

@@ -30,7 +30,8 @@ Normalized, per run: findings without run_id/run_time (details as a sorted objec
 stamps, every table under tables/ (rows sorted by all their columns), each output's column names and types,
 summary.json without run_id, run_time, elapsed_seconds, version (it depends on how the project is installed)
 and input mtimes (input paths relative, sizes kept), and the run's exit code and verdict line; every absolute
-path in any value becomes ``<corpus>/...`` or ``<out>/...``.  Two runs of one engine on one corpus give
+path in any value becomes ``<corpus>/...``, ``<out>/...`` or (the console script of a printed command)
+``<bin>/...``.  Two runs of one engine on one corpus give
 identical normalized outputs.  The goldens also record the corpus' digests: when ``--check`` finds that the
 corpus itself changed (a writer change, not the engine's), it says so first.
 
@@ -582,7 +583,9 @@ class _Paths:
 
     def __init__(self, out: Path, corpus: Path):
         roots = {str(Path(out).absolute()): "<out>", str(Path(out).resolve()): "<out>",
-                 str(Path(corpus).absolute()): "<corpus>", str(Path(corpus).resolve()): "<corpus>"}
+                 str(Path(corpus).absolute()): "<corpus>", str(Path(corpus).resolve()): "<corpus>",
+                 # the console script the printed commands start with (jobs.cli.console_command)
+                 str(Path(sys.executable).parent): "<bin>"}
         stores = Path(corpus) / "stores"
         for link in (d for d in stores.iterdir() if d.is_symlink()) if stores.is_dir() else ():
             roots[str(link.resolve())] = f"<corpus>/stores/{link.name}"
@@ -650,7 +653,7 @@ def normalize_summary(summary: dict, result, paths: _Paths) -> dict:
     s["inputs"] = sorted(({k: v for k, v in i.items() if k != "mtime_ns"} for i in s.get("inputs", [])),
                          key=lambda i: i["path"])
     if result is not None:
-        s["result"] = {"exit_code": result.exit_code, "line": paths(result.summary)}
+        s["result"] = {"exit_code": result.exit_code, "line": paths(getattr(result, "line", "") or result.summary)}
     return s
 
 

@@ -1,5 +1,5 @@
-"""make demo: a realistic two-broker dump, audited through spark-submit, with each broker's verdict and the findings
-grouped by cause.
+"""make demo: a realistic two-broker dump, audited through spark-submit, with each broker's verdict (what the audit
+prints: jobs/audit/terminal.py) and the findings grouped by cause.
 
 The dump (demo-out/dump/, generated once and reused) is written by the project's own StoreWriter from
 synthetic traffic (store_format/write/generate.py): 8 topics, per-topic consumer groups that lag behind,
@@ -86,29 +86,32 @@ def main(argv=None) -> int:
            str(REPO / "jobs" / "audit" / "__main__.py"), "--store", str(dump), "--out", str(audit_out), "--overwrite",
            "--history", str(out / "history")]
     print("demo: " + " ".join(cmd), file=sys.stderr)
-    run = subprocess.run(cmd, env=env, cwd=REPO)  # spark-submit streams the job's progress lines
+    # spark-submit streams the job's progress lines (stderr); its stdout, the verdict, is printed below with the
+    # findings grouped by cause
+    run = subprocess.run(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
     if run.returncode not in (0, 1):  # 1 = the audit found errors, which the demo dump has on purpose
+        print(run.stdout, end="")
         print(f"demo: the audit could not run (exit {run.returncode})", file=sys.stderr)
         return run.returncode
     summary = json.loads((audit_out / "summary.json").read_text())
     print(verdict_text(summary, audit_out))
+    from jobs.cli import console_command
+
     print(f"\nReport:   {audit_out / 'report.html'}\nFindings: {audit_out / 'findings'}\nMetrics:  "
           f"{audit_out / 'metrics'}\nTables:   {audit_out / 'tables'}\nSummary:  {audit_out / 'summary.json'}\n"
-          f"History:  {out / 'history'} (python -m jobs.trend --history {out / 'history'}; notebooks/)")
+          f"History:  {out / 'history'} ({console_command()} trend --history {out / 'history'}; notebooks/)")
     return 0
 
 
 def verdict_text(summary: dict, audit_out: Path, top: int = 10) -> str:
-    """What the demo prints after the audit: per broker the report's first screen in a few lines (its banner,
-    headline and what to do first: summary.json's verdict), then the first findings grouped by cause (the
-    report's rows, most consequential first: one row for every message one cut drops, not one per message)."""
+    """What the demo prints after the audit: what the audit itself prints (per broker the report's first screen
+    in words, each action with its command, and the run's line: jobs/audit/terminal.py), then the first findings
+    grouped by cause (the report's rows, most consequential first: one row for every message one cut drops, not
+    one per message)."""
+    from jobs.audit import terminal
     from jobs.audit.groups import group_findings
 
-    lines = [""]
-    for b in summary["brokers"]:
-        v = b["verdict"]
-        lines.append(f"{b['name']}: {v['banner']} - {v['headline']}")
-        lines += [f"    do: {a['text']}" for a in v["actions"]]
+    lines = ["", terminal.render(summary), ""]
     groups = group_findings(str(audit_out / "findings"))
     total = sum(summary["counts"][s] for s in ("error", "warning", "info"))
     lines.append(f"Findings grouped by cause ({len(groups):,} group(s) of {total:,} finding(s); the first {top}):")

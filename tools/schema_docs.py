@@ -141,9 +141,19 @@ SUMMARY = {
     "brokers[].verdict.lost.unindexed": "kept but in no consume queue",
     "brokers[].verdict.at_risk": "what a restart now destroys, file by file",
     "brokers[].verdict.safe_before": "every byte before this physical offset is intact",
-    "brokers[].verdict.actions": "the three actions that matter most", "brokers[].verdict.actions[].check":
-    "the check whose what-to-do it is", "brokers[].verdict.actions[].consequence": "its consequence",
-    "brokers[].verdict.actions[].count": "its findings", "brokers[].verdict.actions[].text": "what to do",
+    "brokers[].verdict.actions": "what to do, decided by the facts, most urgent first (at most four)",
+    "brokers[].verdict.actions[].kind": "`will_not_start`, `copy_out`, `nothing_after_cut`, `resend_damaged`, "
+    "`extract_unindexed`, `keep_a_copy`, `check` (a check's what-to-do) or `none`",
+    "brokers[].verdict.actions[].text": "what to do, in one sentence",
+    "brokers[].verdict.actions[].command": "the command that does it, as it runs pasted (null: none helps)",
+    "brokers[].verdict.actions[].check": "the check the action answers", "brokers[].verdict.actions[].count":
+    "its findings (or the messages concerned)",
+    "counts.will_not_start": "brokers that will not start", "counts.cuts": "brokers whose recovery cuts the log",
+    "counts.messages_lost": "messages lost, every broker: damaged + dropped", "counts.damaged": "damaged messages",
+    "counts.dropped": "intact messages recovery drops after a cut", "counts.unindexed": "messages in no consume queue",
+    "counts.other_causes": "the other finding groups (causes), per severity", "counts.other_causes.error": "errors",
+    "counts.other_causes.warning": "warnings", "counts.other_causes.info": "notes",
+    "counts.in_words": "all of it in words, as the terminal's last line and the report's header say it",
     "brokers[].timers": "5.x, a store with a timer store: its timer messages (timers family)",
     "brokers[].timers.pending": "timer messages the broker will still deliver (in the wheel, or waiting to enter it)",
     "brokers[].timers.overdue": "of them, due before the dump time with their slot unread",
@@ -320,11 +330,11 @@ def _sources() -> str:
 
     full = commitlog.arrow_schema("decoded", decompress=True)
     parts = ["## Data sources\n\nWhat `spark.read.format(NAME).load(PATH)` returns after `datasources.register(spark)`"
-             " (PATH: a store root, a folder of them, a part folder or one file; options in the README).\n",
+             " (PATH: a store root, a folder of them, a part folder or one file; options in library.md).\n",
              "### rocketmq-commitlog\n\nOne row per record, blank, stop or corrupt span.  `materialize=positions` "
-             "(the default) gives the columns up to `excerpt_hex`; `frames` adds `frame`; `headers` adds the decoded "
-             "columns but `body`; `decoded` adds them all, and `decompress=true` the last two (the `columns` option "
-             "keeps only those named).\n\n"
+             "gives the columns up to `excerpt_hex`; `frames` adds `frame`; `headers` (the default: what a plain "
+             "`load()` gives) adds the decoded columns but `body`; `decoded` adds them all, and `decompress=true` "
+             "the last two (the `columns` option keeps only those named).\n\n"
              + _source_table(list(commitlog.BASE_COLUMNS) + [commitlog.FRAME]
                              + [f for f in full if f.name not in commitlog.BASE_COLUMNS.names], "rocketmq-commitlog"),
              "### rocketmq-consumequeue\n\nOne row per consume-queue unit, `zero_tail` run or corrupt span.\n\n"

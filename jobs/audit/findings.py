@@ -89,7 +89,8 @@ class Consequence(enum.IntEnum):
     DATA_AT_RISK = 2
     QUERIES_WRONG = 3
     CONSUMERS_AFFECTED = 4
-    COSMETIC = 5
+    UNKNOWN = 5  # an input the audit needs is missing: what it would have shown is not known
+    COSMETIC = 6
 
     @property
     def label(self) -> str:

@@ -45,6 +45,8 @@ class Group:
     last_position: int | None = None
     first_time: int | None = None  # store times of the messages at first_offset and last_offset (if any)
     last_time: int | None = None
+    first_file: str | None = None  # least and greatest file named (a group of one per broker: its range)
+    last_file: str | None = None
     samples: list[dict] = field(default_factory=list)
 
     @property
@@ -69,7 +71,10 @@ class Group:
     def sort_key(self) -> tuple:
         family = self.check.split(".", 1)[0]
         rank = _FAMILY_ORDER.index(family) if family in _FAMILY_ORDER else len(_FAMILY_ORDER)
-        return (int(self.consequence), int(self.severity), rank, -self.count, self.broker, self.check, self.place)
+        c = CHECKS.get(self.check)
+        per_message = c is not None and c.group == "broker"  # the messages a cause loses come after the cause
+        return (int(self.consequence), int(self.severity), rank, per_message, -self.count, self.broker, self.check,
+                self.place)
 
 
 def _sample_key(r: dict) -> tuple:
@@ -110,8 +115,9 @@ def _reduce(t: pa.Table, grouping: str, groups: dict) -> None:
     within = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
     sample_rows = order[within < SAMPLES]
     samples = t.select(list(_COLUMNS[2:])).take(pa.array(sample_rows)).to_pylist()
-    stats = pa.table({"g": ids, "rank": rank, "phys": phys, "pos": pos}).group_by("g").aggregate(
-        [("g", "count"), ("rank", "min"), ("phys", "min"), ("phys", "max"), ("pos", "min"), ("pos", "max")])
+    stats = pa.table({"g": ids, "rank": rank, "phys": phys, "pos": pos, "file": t.column("file").combine_chunks()}) \
+        .group_by("g").aggregate([("g", "count"), ("rank", "min"), ("phys", "min"), ("phys", "max"), ("pos", "min"),
+                                  ("pos", "max"), ("file", "min"), ("file", "max")])
     first_of = {}
     for g, i in zip(sorted_ids[starts].tolist(), starts.tolist()):
         first_of[g] = order[i]
@@ -130,6 +136,8 @@ def _reduce(t: pa.Table, grouping: str, groups: dict) -> None:
         g.last_offset = _most(g.last_offset, row["phys_max"])
         g.first_position = _least(g.first_position, row["pos_min"])
         g.last_position = _most(g.last_position, row["pos_max"])
+        g.first_file = _least(g.first_file, row["file_min"])
+        g.last_file = _most(g.last_file, row["file_max"])
     for row_index, s in zip(sample_rows.tolist(), samples):
         g = groups[by_id[int(ids[row_index])]]
         g.samples = sorted(g.samples + [s], key=_sample_key)[:SAMPLES]

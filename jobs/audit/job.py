@@ -48,13 +48,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs import cli
+from jobs.extract import parse_time
 from jobs.output import OutputError, append_history, prepare_output, write_parquet_file
 from jobs.progress import Phase, say
 from jobs.session import EXECUTORS, choose_executor
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args, size_argument
 
 from . import findings as FD
-from . import resend
+from . import resend, terminal
 from . import checks
 from .checks import FAMILIES, load_all
 from .contract import FamilyResult
@@ -78,22 +79,23 @@ class AuditResult(cli.JobResult):
     out: str = ""
     summary_data: dict = field(default_factory=dict)
     phases: list = field(default_factory=list)  # (phase, wall seconds), as --profile prints them
+    line: str = ""  # the one line that sums the run up (what --quiet prints)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jobs.audit", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog=f"{cli.PROG} audit", description=__doc__.split("\n\n")[0],
                                 epilog="Exit codes: 0 no error findings, 1 error findings, 2 the audit could "
                                        "not run.  Input dumps are only ever opened read-only.")
     cli.add_store_arguments(p)
     cli.add_output_arguments(p, formats=())  # findings, metrics and tables are Parquet (and Delta with --history)
     p.add_argument("--history", metavar="DELTA_DIR",
                    help="also append findings and metrics to the Delta tables DELTA_DIR/findings and "
-                        "DELTA_DIR/metrics (for jobs/trend.py and the lag-over-time notebook)")
+                        "DELTA_DIR/metrics (for `rocketmq-forensics trend` and the lag-over-time notebook)")
     p.add_argument("--checks", default=",".join(FAMILIES),
                    help=f"comma-separated check families to run (default all: {','.join(FAMILIES)})")
-    p.add_argument("--as-of", type=int, metavar="EPOCH_MS",
-                   help="the dump time for lag, delays and transaction ages (default: each broker's newest "
-                        "store timestamp)")
+    p.add_argument("--as-of", type=parse_time, metavar="TIME",
+                   help="the dump time for lag, delays and transaction ages, ISO-8601 (2024-05-01T10:00:00Z) or ms "
+                        "since the epoch (default: each broker's newest store timestamp)")
     p.add_argument("--sha256", action="store_true",
                    help="record the sha256 of every input file in summary.json, and fail (exit 2) if any input "
                         "changes while the audit runs (chain of custody)")
@@ -108,6 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=200,
                    help="finding groups listed in the report (default 200; tables/ and findings/ keep them all)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="what stdout gets: text (default), each broker's verdict in words (will it start, the cut, "
+                        "the messages lost, what to do first, with the command) and one line; json, the same as "
+                        "one JSON object for machines.  With --quiet, text is the one line")
     p.add_argument("--executor", choices=EXECUTORS, default="auto",
                    help="where the audit's tasks run: in this process's threads, one per core (driver), or as two "
                         "Spark jobs (spark); auto (the default): driver for a local[N] session, spark on a cluster "
@@ -206,16 +212,13 @@ def run(spark, args) -> AuditResult:
     finally:
         ctx.release()
 
-    errors = summary["counts"]["error"]
-    verdict = "FAIL" if errors else "PASS"
-    line = (f"audit {verdict}: {errors} error(s), {summary['counts']['warning']} warning(s), "
-            f"{summary['counts']['info']} info in {len(stores)} store(s); report: "
-            f"{summary['outputs']['report'] or '-'}; findings: {out}/findings")
+    code = cli.EXIT_NOTHING if summary["counts"]["error"] else cli.EXIT_OK
     progress(f"done in {time.time() - started:.1f}s")
     if getattr(args, "profile", False):
         _print_profile(ctx, phases)
-    return AuditResult(line, cli.EXIT_NOTHING if errors else cli.EXIT_OK, out=out, summary_data=summary,
-                       phases=phases.times)
+    # stdout: each broker's first screen in words, then one line (--quiet: the line; --format json: JSON)
+    return AuditResult(terminal.render(summary, getattr(args, "format", "text"), getattr(args, "quiet", False), code),
+                       code, out=out, summary_data=summary, phases=phases.times, line=terminal.final_line(summary))
 
 
 def _stage(spark, name: str, tasks: list, executor, run: RunInfo):
@@ -249,7 +252,6 @@ class _Written:
     counts: dict
     metrics: pa.Table
     tables: dict[str, pa.Table]
-    resend_counts: dict
 
 
 def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo, out: str, history: str | None,
@@ -274,7 +276,7 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
         progress(f"appending to the history at {history}")
         append_history(spark.read.parquet(f"{out}/findings"), f"{history.rstrip('/')}/findings")
         append_history(spark.read.parquet(f"{out}/metrics"), f"{history.rstrip('/')}/metrics")
-    return _Written(counts, metrics, tables, resend.counts(f"{out}/tables/{resend.NAME}"))
+    return _Written(counts, metrics, tables)
 
 
 def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, out: str, started: float,
@@ -301,8 +303,8 @@ def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, o
     }
     message_counts = _broker_metric(written.metrics, "message_count")
     for b in brokers:
-        b["verdict"] = broker_verdict(b, groups, {st: n for (name, st), n in written.resend_counts.items()
-                                                  if name == b["name"]}, message_counts.get(b["name"]))
+        b["verdict"] = broker_verdict(b, groups, out, message_counts.get(b["name"]))
+    summary["counts"].update(terminal.counts(summary, groups))
     return summary
 
 

@@ -22,15 +22,14 @@ import io
 import json
 import os
 import re
-import shlex
 from pathlib import Path
 
 import pyarrow as pa
 
+from jobs.display import format_duration, format_iso_z, is_time_column
+
 from . import resend
 from .findings import CHECKS, Consequence
-
-PROG = "rocketmq-forensics"  # the console command the report's commands use (pyproject [project.scripts])
 _ROWS = 200  # rows of a detail table shown
 _RESEND_ROWS = 10  # messages to re-send shown per broker (tables/resend has them all)
 _TOPICS_PLOTTED = 8
@@ -57,6 +56,10 @@ th,td{border:1px solid #dde;padding:3px 6px;text-align:left;vertical-align:top;o
 th{background:#f3f5fa;white-space:nowrap} td.num{text-align:right;font-variant-numeric:tabular-nums;
  white-space:nowrap}
 td.wide{max-width:520px;min-width:14em;overflow-wrap:anywhere}
+table.detail{width:100%} table.detail th{white-space:normal;vertical-align:bottom}
+table.detail td.wide{min-width:18em}
+time{white-space:nowrap} td.nowrap{white-space:nowrap}
+pre.command{margin:3px 0 6px;white-space:pre-wrap;overflow-wrap:anywhere} pre.command span.arg{white-space:nowrap}
 .error{color:#a11}.warning{color:#a60}.info{color:#357}
 .muted{color:#667} img{max-width:100%;border:1px solid #eef} code,pre{font-size:12px}
 pre{background:#f6f7fb;border:1px solid #e3e6ef;padding:8px;white-space:pre-wrap;overflow-wrap:anywhere;margin:4px 0}
@@ -71,7 +74,7 @@ details.group>div{padding:4px 10px 6px}
 .ghead{display:grid;grid-template-columns:70px 290px 1fr 90px 330px;gap:8px;padding:2px 9px;font-weight:600;
  color:#445;font-size:13px}
 .fleet td:first-child{white-space:nowrap}
-.badge{display:inline-block;padding:1px 7px;border-radius:4px;font-size:12px;font-weight:700}
+.badge{display:inline-block;padding:1px 7px;border-radius:4px;font-size:12px;font-weight:700;white-space:nowrap}
 @media print{
  body{max-width:none;margin:0;font-size:11px} .scroll{overflow:visible}
  details.group::details-content{content-visibility:visible;display:block}
@@ -93,8 +96,7 @@ def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: st
     title = _overall_title(brokers)
     parts = [f"<header><h1>RocketMQ store audit</h1><div class='meta'>{_time_iso(summary['run_time'])} &middot; "
              f"{_e(summary['tool'])} {_e(summary['version'])} &middot; run {_e(summary['run_id'])} &middot; "
-             f"{counts['error']:,} error(s), {counts['warning']:,} warning(s), {counts['info']:,} info finding(s) "
-             f"in {len(brokers)} store(s), {len(groups):,} group(s) &middot; <a href='#findings'>findings by cause</a>"
+             f"{len(brokers)} store(s): {_e(counts['in_words'])} &middot; <a href='#findings'>findings by cause</a>"
              f" &middot; <a href='summary.json'>summary.json</a></div></header>"]
     if len(brokers) > 1:
         parts.append(f"<div class='banner {worst['level']}' id='verdict'><span class='word'>"
@@ -111,10 +113,11 @@ def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: st
         parts.append("<h2>Plots</h2>")
     for heading, png in plots:
         parts.append(f"<h3>{_e(heading)}</h3><img alt='{_e(heading)}' src='data:image/png;base64,{png}'>")
+    missing = _missing_inputs(groups)
     for name, heading in (("lag", "Consumer lag"), ("transactions", "Transactions"), ("delays", "Delayed messages"),
                           ("dlq", "Dead-letter queues"), ("segments", "Segments")):
         if name in tables:
-            parts.append(_table_section(tables[name], heading, name))
+            parts.append(_table_section(tables[name], heading, name, [b["name"] for b in brokers], missing))
     inputs = summary["inputs"]
     parts.append(f"<h2>Inputs</h2><details><summary>{len(inputs):,} file(s) read (read-only)</summary>"
                  + _html_table(["path", "size", "sha256"],
@@ -161,11 +164,9 @@ def _time(ms) -> str:
     """A store time (epoch ms) as ISO-8601 UTC, the epoch in the tooltip."""
     if ms is None:
         return ""
-    try:
-        iso = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
-    except (ValueError, OverflowError, OSError):
-        return _e(f"{ms} ms")  # a time no calendar holds (a garbage field)
-    iso = iso.replace("+00:00", "Z")
+    iso = format_iso_z(ms)
+    if iso.endswith(" ms"):  # a time no calendar holds (a garbage field)
+        return _e(iso)
     return f"<time datetime='{iso}' title='epoch ms {ms}'>{iso}</time>"
 
 
@@ -179,20 +180,41 @@ def _time_iso(text: str) -> str:
 
 
 def _cell(value, header: str) -> tuple[str, str]:
-    """(class, html) of a table cell: times as <time>, numbers right-aligned."""
+    """(class, html) of a table cell: times as <time>, numbers right-aligned, booleans as yes and no, long words
+    breakable."""
     if value is not None and not isinstance(value, bool) and isinstance(value, int) and _is_time(header):
         return "num", _time(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, bool):
+        return "", "yes" if value else "no"
+    if isinstance(value, (int, float)):
         return "num", _e(value)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "", _breakable(", ".join(value))
     if isinstance(value, (list, dict)):
         return "wide", _e(json.dumps(value, default=str, ensure_ascii=False))
-    wide = header.endswith(("key", "keys", "msg_id", "message_id", "message", "path", "detail", "hex", "problems"))
-    return ("wide" if wide else ""), _e(value)
+    if header.endswith(("key", "keys", "msg_id", "message_id", "message", "path", "detail", "hex", "problems")):
+        return "wide", _e(value)  # a column wide enough to break its words anywhere (td.wide)
+    return "", _breakable(value)
+
+
+_LONG_WORD = 16  # a word longer than this (a 127-character topic, a unique key) may break inside
+
+
+def _breakable(value) -> str:
+    """Escaped text whose long words may wrap (a <wbr> every few characters inside them), so a table of topics
+    and keys fits the page without breaking short words ("broker-a", "committed") anywhere."""
+    out = []
+    for token in re.split(r"(\s+)", "" if value is None else str(value)):
+        if len(token) > _LONG_WORD:
+            out.append("<wbr>".join(_e(token[i:i + 8]) for i in range(0, len(token), 8)))
+        else:
+            out.append(_e(token))
+    return "".join(out)
 
 
 def _is_time(header: str) -> bool:
-    h = header.lower()
-    return h.endswith(("_time", "timestamp", "store time")) or h in ("as_of", "time", "first time", "last time")
+    h = header.lower().replace(" ", "_")
+    return is_time_column(h) or h in ("first_time", "last_time")
 
 
 def _html_table(header: list[str], rows: list[list], numeric: set[int] = frozenset(), raw: set[int] = frozenset(),
@@ -229,7 +251,8 @@ def _fleet(brokers: list[dict]) -> str:
                      f"<span class='badge {v['level']}'>{_e(v['banner'])}</span>", _e(v["headline"]),
                      f"{lost['damaged']:,} / {lost['dropped']:,}", f"{lost['unindexed']:,}"])
     return "<h2 id='fleet'>Fleet</h2>" + _html_table(
-        ["broker", "verdict", "headline", "damaged / dropped", "unindexed"], rows, raw={0, 1, 2, 3, 4}, cls="fleet")
+        ["broker", "verdict", "headline", "lost: damaged / dropped", "in no consume queue"], rows, raw={0, 1, 2, 3, 4},
+        cls="fleet")
 
 
 def _first_screen(b: dict, out: str, *, top_banner: bool) -> str:
@@ -279,11 +302,23 @@ def _first_screen(b: dict, out: str, *, top_banner: bool) -> str:
                       + (" (all of it)" if safe == rec["predicted_max_physical_offset"] and not v["cut"] else "")))
     parts.append("<dl class='facts'>" + "".join(f"<dt>{k}</dt><dd>{val}</dd>" for k, val in facts) + "</dl>")
     parts.append("<h3>Do first</h3><ol class='actions'>" + "".join(
-        f"<li>{_md(a['text'])}" + (f" <span class='muted'>({_e(a['check'])}, {a['count']:,})</span>"
-                                   if a["check"] else "") + "</li>" for a in v["actions"]) + "</ol>")
+        f"<li>{_md(a['text'])}" + (f"<pre class='command'>{_command(a['command'])}</pre>" if a.get("command") else "")
+        + "</li>" for a in v["actions"]) + "</ol>")
     parts.append(_resend_section(b, out))
     parts.append("</section>")
     return "".join(parts)
+
+
+def _command(command: str) -> str:
+    """A command as html that wraps between its arguments only (a line never breaks inside '--explain'), and
+    copies as the command."""
+    import shlex
+
+    try:
+        words = [shlex.quote(w) for w in shlex.split(command)]
+    except ValueError:  # not shell words: shown as it is
+        return _e(command)
+    return " ".join(f"<span class='arg'>{_e(w)}</span>" for w in words)
 
 
 def _lost_keys(out: str, broker: str, limit: int = 5) -> list[str]:
@@ -319,55 +354,37 @@ def _resend_section(b: dict, out: str) -> str:
 
 
 def _commands(b: dict, out: str, path: str) -> str:
-    """The commands that copy the lost messages out of the dump (and into a fresh store)."""
+    """The commands that copy the lost messages out of the dump (and into a fresh store), as they run pasted."""
+    from jobs.cli import printed_command
+
+    def command(argv: list[str]) -> str:
+        return printed_command(argv[0], argv[1:])
+
     name, v = b["name"], b["verdict"]
-    store = shlex.quote(f"{name}={b['path']}")
+    store = f"{name}={b['path']}"
     lines = []
     if v["lost"]["dropped"]:
         first = resend.first_offset(path, name, "dropped")
         target = os.path.join(out, "resend", name)
         lines += [f"# the {v['lost']['dropped']:,} dropped message(s) are still in the dump: copy them out before "
                   "the restart overwrites them",
-                  f"{PROG} extract --store {store} --walk salvage --physical-offsets {first}.. "
-                  f"--out {shlex.quote(target)}",
+                  command(["extract", "--store", store, "--walk", "salvage", "--physical-offsets", f"{first}..",
+                           "--out", target]),
                   "# then re-produce them from that table, or write them into a fresh store a broker can serve",
-                  f"{PROG} replay --input {shlex.quote(target)} --out {shlex.quote(target + '-store')}"]
-    for q in _unindexed_queues(path, name)[:5]:
+                  command(["replay", "--input", target, "--out", target + "-store"])]
+    for q in resend.unindexed_queues(path, name)[:5]:
         target = os.path.join(out, "resend", f"{name}-{q['topic']}-{q['queue_id']}")
-        lines += [f"# {q['count']:,} message(s) of {q['topic']}/{q['queue_id']} in no consume queue",
-                  f"{PROG} extract --store {store} --topic {shlex.quote(q['topic'])} --queue {q['queue_id']} "
-                  f"--queue-offsets {q['first']}..{q['last']} --out {shlex.quote(target)}"
-                  + ("" if q["count"] == q["last"] - q["first"] + 1 else "   # (not contiguous: the range holds "
-                     "kept messages too)")]
+        lines += [f"# {q['count']:,} message(s) of {q['topic']}/{q['queue_id']} in no consume queue"
+                  + ("" if q["count"] == q["last"] - q["first"] + 1 else " (not contiguous: the range below holds "
+                     "kept messages too)"),
+                  command(["extract", "--store", store, "--topic", q["topic"], "--queue", str(q["queue_id"]),
+                           "--queue-offsets", f"{q['first']}..{q['last']}", "--out", target])]
     if v["lost"]["damaged"]:
         lines.append(f"# the {v['lost']['damaged']:,} damaged message(s) cannot be copied out (their bytes are "
-                     "damaged): ask their producers to re-send them by the keys in the table (a header too damaged "
-                     "to name its topic leaves its queue, queue offset and store time)")
-    return "<pre>" + _e("\n".join(lines)) + "</pre>" if lines else ""
-
-
-def _unindexed_queues(path: str, broker: str) -> list[dict]:
-    """Per queue with unindexed messages: their count and least and greatest queue offset."""
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
-
-    if not os.path.isdir(path):
-        return []
-    per: dict[tuple, dict] = {}
-    dataset = ds.dataset(path, format="parquet", schema=resend.SCHEMA)
-    for batch in dataset.to_batches(columns=["topic", "queue_id", "queue_offset"],
-                                    filter=(pc.field("broker") == broker) & (pc.field("state") == "unindexed")):
-        if not batch.num_rows:
-            continue
-        g = pa.table(batch).group_by(["topic", "queue_id"]).aggregate(
-            [("queue_offset", "count"), ("queue_offset", "min"), ("queue_offset", "max")])
-        for r in g.to_pylist():
-            q = per.setdefault((r["topic"], r["queue_id"]), {"topic": r["topic"], "queue_id": r["queue_id"],
-                                                           "count": 0, "first": r["queue_offset_min"],
-                                                           "last": r["queue_offset_max"]})
-            q["count"] += r["queue_offset_count"]
-            q["first"], q["last"] = min(q["first"], r["queue_offset_min"]), max(q["last"], r["queue_offset_max"])
-    return sorted(per.values(), key=lambda q: (-q["count"], q["topic"], q["queue_id"]))
+                     "damaged): their producers must re-send them, found by the keys in the table, or where a record "
+                     "kept none by its topic, queue, queue offset and store time")
+    shown = [_e(line) if line.startswith("#") else _command(line) for line in lines]
+    return "<pre class='command'>" + "\n".join(shown) + "</pre>" if lines else ""
 
 
 _GROUP_HEAD = ("severity", "check", "where", "count", "first .. last position, store time")
@@ -398,6 +415,7 @@ _CONSEQUENCE_TITLES = {
     Consequence.DATA_AT_RISK: "Data at risk",
     Consequence.QUERIES_WRONG: "Queries give wrong or no answers",
     Consequence.CONSUMERS_AFFECTED: "Consumers affected",
+    Consequence.UNKNOWN: "Not known: an input the audit needs is missing",
     Consequence.COSMETIC: "Cosmetic (the broker repairs or tolerates it)",
 }
 
@@ -410,6 +428,8 @@ def _group(g) -> str:
     elif g.first_position is not None:
         span = (f"byte {g.first_position:,}" if g.first_position == g.last_position
                 else f"bytes {g.first_position:,}..{g.last_position:,}")
+    elif not g.place and g.first_file is not None:  # one row for a broker's files (segments deleted): their range
+        span = _e(g.first_file) if g.first_file == g.last_file else f"{_e(g.first_file)} .. {_e(g.last_file)}"
     else:
         span = ""
     if g.first_time is not None:
@@ -433,9 +453,11 @@ def _recovery_section(summary: dict) -> str:
         if r is None:
             rows.append([b["name"], "unknown"] + [None] * 8)
             continue
-        rows.append([b["name"], r["mode"], "yes" if r["broker_will_start"] else "NO",
+        v = b.get("verdict") or {}  # the verdict's start: the commitlog's and every other store's blockers
+        starts, problems = v.get("will_start", r["broker_will_start"]), v.get("why_not", r["start_problems"])
+        rows.append([b["name"], r["mode"], "yes" if starts else "NO",
                      r["predicted_max_physical_offset"], r["stop_segment"], r["stop_kind"], r["messages_lost"],
-                     r["cq_units_truncated"], len(r["index_files_deleted"]), "; ".join(r["start_problems"])])
+                     r["cq_units_truncated"], len(r["index_files_deleted"]), "; ".join(problems)])
     return "<h2>Recovery prediction</h2>" + _html_table(
         ["broker", "mode", "will start", "recovered end", "stop segment", "stop reason", "messages lost",
          "CQ units truncated", "index files rebuilt", "start problems"], rows, numeric={3, 6, 7, 8})
@@ -468,15 +490,81 @@ def _per_check_section(per_check: dict) -> str:
             + _html_table(["severity", "check", "count"], rows, numeric={2}) + "</details>")
 
 
-def _table_section(table: pa.Table, heading: str, name: str) -> str:
-    cols = [c for c in table.column_names if not c.startswith("_")]
-    rows = [[r[c] for c in cols] for r in table.slice(0, _ROWS).to_pylist()]
+# How each detail table is shown (its columns, in order, under words; tables/<name>/ keeps every column, in ms):
+# what an operator reads, narrow enough for the page (a segment and file position repeat the physical offset)
+_SHOWN = {
+    "lag": (("group", "group"), ("topic", "topic"), ("queue_id", "queue"), ("offset", "committed offset"),
+            ("max_offset", "max offset"), ("lag", "lag (messages)"), ("lag_ms", "lag (time)"),
+            ("first_unconsumed_store_time", "oldest unconsumed stored at"), ("retry", "retry")),
+    "transactions": (("topic", "topic"), ("queue_id", "queue"), ("producer_group", "producer group"),
+                     ("uniq_key", "unique key"), ("physical_offset", "physical offset"), ("state", "state"),
+                     ("first_store_time", "stored at"), ("age_ms", "age"), ("check_times", "checks"),
+                     ("resolved_time", "resolved at"), ("style", "style")),
+    "delays": (("level", "level"), ("queue_id", "queue"), ("min_offset", "min offset"), ("max_offset", "max offset"),
+               ("delivered_offset", "delivered offset"), ("pending", "pending"), ("overdue", "overdue"),
+               ("next_deliver_time", "next delivery at")),
+    "dlq": (("group", "group"), ("messages", "messages"), ("original_topics", "original topics"),
+            ("max_reconsume_times", "max reconsume times"), ("oldest_store_time", "oldest stored at"),
+            ("newest_store_time", "newest stored at")),
+    "segments": (("segment", "segment"), ("file_length", "file length"), ("messages", "messages"),
+                 ("message_bytes", "message bytes"), ("corrupt_bytes", "corrupt bytes"),
+                 ("stale_records", "stale records"), ("first_stop", "first stop"), ("stop_reason", "stop reason"),
+                 ("blank_at", "blank at")),
+}
+# what an empty table means, and the input it needs beside the commitlog (missing: the table is unknown)
+_EMPTY = {"lag": "none: no group has an unconsumed message", "transactions": "none: no half message in the commitlog",
+          "delays": "none: no delayed message in the commitlog", "dlq": "none: no %DLQ% topic in the commitlog",
+          "segments": "none"}
+_NEEDS = {"lag": "config/consumerOffset.json", "delays": "config/delayOffset.json"}
+
+
+def _missing_inputs(groups: list) -> dict[str, set[str]]:
+    """broker -> the config files the audit found missing or unreadable there."""
+    out: dict[str, set[str]] = {}
+    for g in groups:
+        if g.check in ("metadata.config_missing", "metadata.config_unreadable") and g.file:
+            out.setdefault(g.broker, set()).add(g.file)
+    return out
+
+
+def _shown_cell(column: str, value) -> tuple[str, str]:
+    """(class, html) of a detail table's cell: moments as <time>, ``*_ms`` spans in words, numbers right-aligned."""
+    number = value is not None and not isinstance(value, bool) and isinstance(value, (int, float))
+    if number and is_time_column(column):
+        return "num", _time(value)
+    if number and column.endswith("_ms"):
+        return "num", f"<span title='{int(value)} ms'>{_e(format_duration(value))}</span>"
+    if column == "broker":  # a short name, never broken at its hyphen
+        return "nowrap", _e(value)
+    return _cell(value, column)
+
+
+def _table_section(table: pa.Table, heading: str, name: str, brokers: list[str],
+                   missing: dict[str, set[str]]) -> str:
+    shown = [c for c in _SHOWN.get(name, [(c, c) for c in table.column_names if not c.startswith("_")])
+             if c[0] in table.column_names]
+    if len(brokers) > 1:
+        shown = [("broker", "broker")] + [c for c in shown if c[0] != "broker"]
     total = table.num_rows
     note = f" <span class='muted'>(first {_ROWS} of {total:,}: tables/{_e(name)}/ has them all)</span>" \
         if total > _ROWS else ""
-    if not rows:
-        return f"<h2 id='{_e(name)}'>{_e(heading)}</h2><p class='muted'>none</p>"
-    return f"<h2 id='{_e(name)}'>{_e(heading)}{note}</h2>" + _html_table(cols, rows)
+    need = _NEEDS.get(name)
+    unknown = [b for b in brokers if need in missing.get(b, ())] if need else []
+    what = f"unknown ({need.split('/')[-1]} missing or unreadable)" if need else ""
+    if not total:
+        text = what if unknown and len(unknown) == len(brokers) else _EMPTY.get(name, "none")
+        if unknown and len(unknown) < len(brokers):
+            text += f"; {', '.join(unknown)}: {what}"
+        return f"<h2 id='{_e(name)}'>{_e(heading)}</h2><p class='muted'>{_e(text)}</p>"
+    head = "".join(f"<th>{_e(label)}</th>" for _, label in shown)
+    body = []
+    for r in table.slice(0, _ROWS).to_pylist():
+        cells = [_shown_cell(col, r[col]) for col, _ in shown]
+        body.append("<tr>" + "".join(f"<td class='{k}'>{v}</td>" if k else f"<td>{v}</td>" for k, v in cells)
+                    + "</tr>")
+    after = f"<p class='muted'>{_e(', '.join(unknown))}: {_e(what)}</p>" if unknown else ""
+    return (f"<h2 id='{_e(name)}'>{_e(heading)}{note}</h2><div class='scroll'><table class='detail'><tr>{head}</tr>"
+            f"{''.join(body)}</table></div>{after}")
 
 
 # ---------------------------------------------------------------------------------------------------------

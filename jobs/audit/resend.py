@@ -6,7 +6,8 @@ with what a producer needs to send it again (topic, queue, keys, unique key, sto
   damaged     a record damage destroyed whose header still names a message (``integrity.damaged_message``,
               ``recovery.message_lost`` with ``details.state`` = damaged); its body cannot be trusted
   dropped     a well-formed message past the recovered end: recovery drops it (``recovery.message_lost``, intact);
-              it is still in the dump, so ``jobs.extract --walk salvage --physical-offsets N..`` copies it out
+              it is still in the dump, so ``rocketmq-forensics extract --walk salvage --physical-offsets N..``
+              copies it out
   unindexed   a message the broker keeps but no consume-queue unit points at (``consumequeue.missing_entry``):
               consumers never receive it unless the queue is rebuilt
 
@@ -125,3 +126,27 @@ def first_offset(path: str, broker: str, state: str) -> int | None:
             m = pc.min(batch.column(0)).as_py()
             least = m if least is None else min(least, m)
     return least
+
+
+def unindexed_queues(path: str, broker: str) -> list[dict]:
+    """Per queue with messages in no consume queue: their count and least and greatest queue offset, the largest
+    first."""
+    import pyarrow.dataset as ds
+
+    if not os.path.isdir(path):
+        return []
+    per: dict[tuple, dict] = {}
+    dataset = ds.dataset(path, format="parquet", schema=SCHEMA)
+    for batch in dataset.to_batches(columns=["topic", "queue_id", "queue_offset"],
+                                    filter=(pc.field("broker") == broker) & (pc.field("state") == "unindexed")):
+        if not batch.num_rows:
+            continue
+        g = pa.table(batch).group_by(["topic", "queue_id"]).aggregate(
+            [("queue_offset", "count"), ("queue_offset", "min"), ("queue_offset", "max")])
+        for r in g.to_pylist():
+            q = per.setdefault((r["topic"], r["queue_id"]), {"topic": r["topic"], "queue_id": r["queue_id"],
+                                                           "count": 0, "first": r["queue_offset_min"],
+                                                           "last": r["queue_offset_max"]})
+            q["count"] += r["queue_offset_count"]
+            q["first"], q["last"] = min(q["first"], r["queue_offset_min"]), max(q["last"], r["queue_offset_max"])
+    return sorted(per.values(), key=lambda q: (-q["count"], q["topic"], q["queue_id"]))

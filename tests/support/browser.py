@@ -42,6 +42,7 @@ class BrowserResult:
     console_messages: list[str] = field(default_factory=list)  # every console call, for diagnosis
     first_screen_text: str = ""  # the text a reader sees before scrolling (text nodes inside the viewport)
     page_width: int = 0  # the document's scroll width in CSS pixels: wider than the viewport = a sideways scroll
+    scrolls_sideways: list[str] = field(default_factory=list)  # boxes inside the page wider than themselves
 
 
 def find_chromium() -> str | None:
@@ -125,7 +126,8 @@ def _describe_exception(params: dict) -> str:
 
 
 # What the page shows: all its text, the text of the nodes drawn inside the first viewport (what a reader sees
-# before scrolling), how many images did not decode, and how wide the document is.
+# before scrolling), how many images did not decode, how wide the document is, and which boxes inside it scroll
+# sideways (a table wider than the page, in a box of its own: named by the heading before it).
 _STATE_JS = """(() => {
   const first = [], h = window.innerHeight, w = window.innerWidth;
   const walk = document.createTreeWalker(document.body || document.documentElement, NodeFilter.SHOW_TEXT);
@@ -137,9 +139,17 @@ _STATE_JS = """(() => {
     if (Array.from(r.getClientRects()).some(b => b.top < h && b.bottom > 0 && b.left < w && b.width > 0))
       first.push(t);
   }
+  const sideways = Array.from(document.querySelectorAll('*')).filter(e => {
+    const s = getComputedStyle(e).overflowX;
+    return (s === 'auto' || s === 'scroll') && e.scrollWidth > e.clientWidth + 1;
+  }).map(e => {
+    const h = e.previousElementSibling && /^H[1-6]$/.test(e.previousElementSibling.tagName)
+      ? e.previousElementSibling.textContent.trim() : e.tagName;
+    return h + ' (' + e.scrollWidth + ' > ' + e.clientWidth + ' px)';
+  });
   return JSON.stringify({text: document.body ? document.body.innerText : '', first: first.join(' '),
     broken: Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).length,
-    width: document.documentElement.scrollWidth});
+    width: document.documentElement.scrollWidth, sideways: sideways});
 })()"""
 
 
@@ -205,7 +215,7 @@ def render(html_path, png_path, *, viewport: tuple[int, int] = VIEWPORT, timeout
                 entry = params["entry"]
                 errors.append(f"{entry.get('text')} {entry.get('url', '')}".strip())
         return BrowserResult(errors, state["text"], png_path, state["broken"], messages, state["first"],
-                             state["width"])
+                             state["width"], state["sideways"])
     finally:
         try:
             pipe.send("Browser.close", deadline=time.monotonic() + 5)

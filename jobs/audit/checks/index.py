@@ -44,8 +44,8 @@ from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
 check("index.key_missing", Severity.ERROR,
       "key {topic}#{key} of this message has no index entry: queries by it will not find it",
       consequence=Consequence.QUERIES_WRONG, group="broker",
-      action="Use `jobs.query --explain` or a scan (`jobs.query --topic ... --from/--to`); rebuilding the index "
-             "needs a broker re-dispatch (delete the index files, abnormal start).")
+      action="Use `rocketmq-forensics query --explain` or a scan (`rocketmq-forensics query --topic ... --from/--to`); "
+             "rebuilding the index needs a broker re-dispatch (delete the index files, abnormal start).")
 check("index.not_yet_indexed", Severity.WARNING, "key {topic}#{key} is not indexed yet (the broker indexes it at start)",
       consequence=Consequence.COSMETIC, group="broker",
       action="Nothing.")
@@ -104,8 +104,8 @@ check("index.keys_unverifiable", Severity.WARNING,
       "{keys} keys not verifiable: index file {file} unreadable ({messages} messages at physical offsets "
       "{physical_offset}..{last}, in its range {range_from}..{range_to_text} {basis_text}); see index.corrupt_file",
       consequence=Consequence.QUERIES_WRONG,
-      action="Fix or remove the file (`index.corrupt_file`); until then find those messages with `jobs.query "
-             "--explain` or a scan.")
+      action="Fix or remove the file (`index.corrupt_file`); until then find those messages with `rocketmq-forensics "
+             "query --explain` or a scan.")
 check("index.no_index", Severity.WARNING,
       "no index/ folder: key lookups of {messages} messages cannot work (messageIndexEnable=false, or the folder is "
       "lost)",

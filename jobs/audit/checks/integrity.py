@@ -29,9 +29,9 @@ SPAN_REASONS = (ErrorKind.BAD_MAGIC, ErrorKind.BAD_CRC, ErrorKind.SIZE_MISMATCH,
                 ErrorKind.TRUNCATED, ErrorKind.PHYSICAL_OFFSET_MISMATCH, "END_OF_DATA", ErrorKind.BAD_FILE_NAME,
                 ErrorKind.BAD_GEOMETRY)
 _SPAN_ACTION = ("The messages inside the span are gone from this copy; check `recovery.truncation` for what the broker "
-                "will drop after it; look for the same offsets in a slave or backup (`jobs.compare`), and salvage the "
-                "records after the span with `jobs.replay --repair` (or `jobs.extract --walk salvage`) before starting "
-                "the broker on this disk.")
+                "will drop after it; look for the same offsets in a slave or backup (`rocketmq-forensics compare`), "
+                "and copy out the intact records after the span (`rocketmq-forensics extract --walk salvage`, or "
+                "`rocketmq-forensics replay --repair` for a new store) before starting the broker on this disk.")
 _FILE_ACTIONS = {  # the two reasons that are about a segment file, not about bytes inside one
     ErrorKind.BAD_FILE_NAME: (Consequence.DATA_AT_RISK,
                               "Rename the file to its 20-digit offset or move it out of `commitlog/` (keep a copy); until "
@@ -44,15 +44,15 @@ for _r in SPAN_REASONS:
     _consequence, _action = _FILE_ACTIONS.get(_r, (Consequence.DATA_LOST, _SPAN_ACTION))
     check(f"integrity.{str(getattr(_r, 'value', _r)).lower()}", Severity.ERROR, _SPAN, consequence=_consequence,
           action=_action)
-check("integrity.damaged_message", Severity.WARNING,
+check("integrity.damaged_message", Severity.ERROR,
       "the damaged record ({reason}) is a message of {topic}/{queue_id} at queue offset {queue_offset}, key {key_text}",
       consequence=Consequence.DATA_LOST, group="broker",
       action="Ask the producer to resend that key; check consumers for it.")
 check("integrity.stale_records", Severity.WARNING,
       "{count} well-formed record(s) after the segment's first stop (the broker's walk never reaches them)",
       consequence=Consequence.DATA_AT_RISK,
-      action="Usually leftovers of an earlier truncation; extract them (`jobs.extract --walk salvage`) if they are "
-             "messages that were never consumed.")
+      action="Usually leftovers of an earlier truncation; extract them (`rocketmq-forensics extract --walk salvage`) "
+             "if they are messages that were never consumed.")
 check("integrity.segment_gap", Severity.ERROR,
       "segment {file} follows {previous}: {missing} bytes of commitlog are missing between them",
       consequence=Consequence.DATA_LOST,

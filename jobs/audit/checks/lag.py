@@ -44,8 +44,8 @@ check("lag.offset_below_min", Severity.WARNING,
 check("lag.behind", Severity.INFO,
       "group {group} is {lag} message(s) behind on {topic}[ (oldest unconsumed {lag_seconds} s before the dump time)]",
       consequence=Consequence.CONSUMERS_AFFECTED,
-      action="Normal in small amounts; a large or growing lag (see `jobs.trend`) means a stuck or slow consumer.  "
-             "`jobs.extract --not-consumed-by GROUP` exports what it has not read.")
+      action="Normal in small amounts; a large or growing lag (see `rocketmq-forensics trend`) means a stuck or slow "
+             "consumer.  `rocketmq-forensics extract --not-consumed-by GROUP` exports what it has not read.")
 
 FOUND = pa.schema([("broker", pa.string()), ("physical_offset", pa.int64()), ("store_timestamp", pa.int64())])
 LAG = pa.schema([

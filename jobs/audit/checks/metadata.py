@@ -42,8 +42,9 @@ check("metadata.config_from_backup", Severity.WARNING, "{file} is empty or broke
       consequence=Consequence.DATA_AT_RISK,
       action="Expected after a crash during a write; the `.bak` may be slightly older.")
 check("metadata.config_missing", Severity.INFO, "no {file}: its checks are skipped",
-      consequence=Consequence.COSMETIC,
-      action="Copy it if the dump should have it.")
+      consequence=Consequence.UNKNOWN,
+      action="Copy it if the dump should have it: until then what it holds (consumer offsets, delay progress, topics, "
+             "groups) is unknown, not absent.")
 check("metadata.topic_not_in_config", Severity.WARNING,
       "topic {topic} has {queues} consume queue(s) but no topics.json entry", also=(Severity.INFO,),
       consequence=Consequence.COSMETIC,

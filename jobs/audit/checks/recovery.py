@@ -38,12 +38,15 @@ check("recovery.truncation", Severity.ERROR,
       "damaged, {intact} intact[, and {unframed_bytes} byte(s) in {unframed_runs} run(s) no walk could frame "
       "(records whose headers are gone: at least one per run, not counted)]",
       consequence=Consequence.DATA_LOST,
-      action="Salvage the messages after the cut first (`jobs.replay --repair`, or `jobs.extract --walk salvage` of "
-             "the offsets after the stop) and re-send them after the restart.")
+      action="When intact messages lie after the cut, copy them out before the restart overwrites them "
+             "(`rocketmq-forensics extract --walk salvage --physical-offsets` from the first of them, the command the "
+             "report's first screen gives; or `rocketmq-forensics replay --repair` for a new store) and re-send them "
+             "after it; the damaged ones only their producers can re-send.")
 check("recovery.segment_deleted", Severity.WARNING,
       "segment {file} lies wholly past the recovered end and will be deleted",
-      consequence=Consequence.DATA_AT_RISK,
-      action="Copy the segment away before starting the broker if it holds messages you need.")
+      consequence=Consequence.DATA_AT_RISK, group="broker",
+      action="Copy the segments away before starting the broker if they hold messages you need (the segments "
+             "table says which hold any).")
 check("recovery.cq_truncated", Severity.WARNING,
       "{units} consume-queue unit(s) of {topic}/{queue_id} from queue offset {queue_offset} on will be dropped: {why}",
       consequence=Consequence.CONSUMERS_AFFECTED, group="broker",
@@ -52,12 +55,12 @@ check("recovery.cq_truncated", Severity.WARNING,
 check("recovery.index_rebuilt", Severity.INFO,
       "index file {name} is newer than the checkpoint's indexMsgTimestamp: abnormal recovery deletes it and rebuilds "
       "it by re-dispatch",
-      consequence=Consequence.QUERIES_WRONG,
+      consequence=Consequence.QUERIES_WRONG, group="broker",
       action="Nothing; key lookups come back once the broker has re-dispatched.")
 check("recovery.note", Severity.WARNING, "{note}",
       consequence=Consequence.DATA_AT_RISK, group="broker",
       action="Read the message; it explains itself.  Remove an `abort` folder once the broker has recovered.")
-check("recovery.message_lost", Severity.WARNING,
+check("recovery.message_lost", Severity.ERROR,
       "[{damaged_prefix}]message [({damage}) ]of {queue_text} at queue offset {queue_offset} lies {where}: the broker "
       "will drop it",
       consequence=Consequence.DATA_LOST, group="broker",
@@ -168,6 +171,8 @@ def _damaged_lost(ctx, name: str, p) -> list[dict]:
         else:
             with ReadOnlyMap(seg.path) as m:
                 about = describe_damaged_record(m.buf, pos)
+        if about["topic"] is None:  # the header cannot name it: the consume-queue unit pointing at it can
+            about["topic"] = _topic_from_queue(ctx.plans[name].store, offset, about["queue_id"], about["queue_offset"])
         where = "at the recovered end" if offset == p.max_physical_offset else "past the recovered end"
         of = (f"{about['topic']}/{about['queue_id']}" if about["topic"] is not None
               else f"queue {about['queue_id']} of an unreadable topic")
@@ -178,6 +183,33 @@ def _damaged_lost(ctx, name: str, p) -> list[dict]:
                          details={"state": "damaged", "damage": kind, "declared_size": size,
                                   "uniq_key": about["uniq_key"], "key": about["uniq_key"]}))
     return rows
+
+
+def _topic_from_queue(store, offset: int, queue_id, queue_offset) -> str | None:
+    """The topic whose consume queue ``queue_id`` has, at ``queue_offset``, a unit pointing at physical ``offset``
+    (the header's queue id and offset, which a damaged record often still has): the one topic that names it."""
+    import struct
+
+    from store_format import fs
+
+    if queue_id is None or queue_offset is None or queue_offset < 0:
+        return None
+    at = queue_offset * L.CQ_STORE_UNIT_SIZE
+    found = set()
+    for (topic, qid), files in store.queues.items():
+        if qid != queue_id:
+            continue
+        f = next((f for f in files if f.base_byte_offset <= at < f.base_byte_offset + f.length), None)
+        if f is None or at - f.base_byte_offset + L.CQ_STORE_UNIT_SIZE > f.length:
+            continue
+        try:
+            raw = fs.resolve(f.path).read_range(at - f.base_byte_offset, L.CQ_STORE_UNIT_SIZE)
+            unit_offset = struct.unpack_from(L.CQ_UNIT_STRUCT, raw, 0)[0]
+        except (OSError, ValueError, struct.error):  # an unreadable queue file names nothing
+            continue
+        if unit_offset == offset:
+            found.add(topic)
+    return found.pop() if len(found) == 1 else None
 
 
 FAMILY = Family(

@@ -27,8 +27,8 @@ _RETRY, _DLQ = L.RETRY_GROUP_TOPIC_PREFIX, L.DLQ_GROUP_TOPIC_PREFIX
 check("retries.dlq_message", Severity.INFO,
       "dead letter of group {group} from {original_topic|?} after {reconsume_times} reconsume(s){origin_text}",
       consequence=Consequence.CONSUMERS_AFFECTED, group="topic",
-      action="Investigate why the group fails it; `jobs.extract --dlq` exports them and `jobs.replay` can re-send "
-             "them.")
+      action="Investigate why the group fails it; `rocketmq-forensics extract --dlq` exports them and "
+             "`rocketmq-forensics replay` can re-send them.")
 
 HOPS = pa.schema([
     ("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),

@@ -1,0 +1,145 @@
+"""The audit's verdict on the terminal (jobs/audit/terminal.py): on a headless broker host stdout is all there is.
+Per broker it says will it start, where recovery cuts, the messages lost and what to do, with the command; then
+one line that counts causes, not findings ("1 cut, N messages lost", not N warnings).  --quiet keeps the line,
+--format json gives the same facts to machines.  And the actions' cases the writer-built stores do not reach."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs import audit
+from jobs.audit import terminal, verdict
+
+pytestmark = [pytest.mark.spark]
+
+
+@pytest.fixture(scope="module")
+def damaged_run(spark, damaged_store, tmp_path_factory):
+    """main() as the console runs it, three ways, on the writer-built store with a flipped bit mid-log and a
+    torn tail: (text, quiet line, JSON)."""
+    out = tmp_path_factory.mktemp("terminal")
+    printed = {}
+    for name, extra in (("text", []), ("quiet", ["--quiet"]), ("json", ["--format", "json", "--quiet"])):
+        import contextlib
+        import io
+
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            code = audit.main(["--store", str(damaged_store), "--out", str(out / name), "--no-report", *extra])
+        assert code == 1, buf.getvalue()
+        printed[name] = buf.getvalue()
+    summary = json.loads((out / "text" / "summary.json").read_text())
+    return printed, summary
+
+
+def test_the_terminal_says_the_first_screen_in_words(damaged_run):
+    printed, summary = damaged_run
+    [b] = summary["brokers"]
+    v, rec = b["verdict"], b["recovery"]
+    lines = printed["text"].splitlines()
+    assert lines[0] == "damaged: DATA LOST"
+    assert lines[1] == f"  Will it start?  yes ({rec['mode']} recovery)"
+    assert lines[2].startswith(f"  The cut:        physical offset {v['cut']['physical_offset']:,}, segment ")
+    lost = v["lost"]
+    assert lines[3].startswith(f"  Messages lost:  {lost['damaged'] + lost['dropped']:,} ({lost['damaged']:,} "
+                               f"damaged, {lost['dropped']:,} dropped after the cut)")
+    assert lines[4] == f"  Do first:       {v['actions'][0]['text']}"
+    # the command under it runs as printed: the console script beside this Python, paths quoted
+    command = shlex.split(lines[5].strip())
+    assert command[0] == str(Path(sys.executable).parent / "rocketmq-forensics") and command[1] == "extract"
+    assert command[command.index("--physical-offsets") + 1].endswith("..")
+    assert lines[-1] == printed["quiet"].strip()
+
+
+def test_one_line_counts_causes_not_findings(damaged_run):
+    """One flipped bit mid-log loses every message after it: the line says one cut and how many messages, and the
+    lost messages are errors like the cut (not a warning each)."""
+    printed, summary = damaged_run
+    c = summary["counts"]
+    line = printed["quiet"].strip()
+    assert "\n" not in line
+    assert line.startswith(f"audit DATA LOST (1 store): 1 cut, {c['messages_lost']:,} messages lost "
+                           f"({c['damaged']:,} damaged, {c['dropped']:,} dropped)")
+    assert c["messages_lost"] > 1 and "warning(s)" not in line
+    per_check = c["per_check"]
+    assert per_check["recovery.message_lost"]["severity"] == per_check["recovery.truncation"]["severity"] == "error"
+    from jobs.audit.findings import CHECKS, Severity
+
+    assert CHECKS["integrity.damaged_message"].severity == Severity.ERROR  # the message a damaged record held
+
+
+def test_json_is_the_same_facts_for_machines(damaged_run):
+    printed, summary = damaged_run
+    data = json.loads(printed["json"])
+    assert data["exit_code"] == 1 and data["line"] == printed["quiet"].strip()
+    same = ("level", "headline", "will_start", "cut", "lost", "at_risk", "safe_before")
+    assert [{k: b["verdict"][k] for k in same} for b in data["brokers"]] == \
+        [{k: b["verdict"][k] for k in same} for b in summary["brokers"]]
+    assert [a["kind"] for a in data["brokers"][0]["verdict"]["actions"]] == \
+        [a["kind"] for a in summary["brokers"][0]["verdict"]["actions"]]
+    assert data["counts"]["cuts"] == 1 and "per_check" not in data["counts"]
+
+
+def _broker(**recovery) -> dict:
+    rec = {"mode": "normal", "broker_will_start": True, "start_problems": [], "predicted_max_physical_offset": 1000,
+           "stop_segment": "00000000000000000000", "stop_position": 1000, "stop_kind": "END_OF_DATA",
+           "messages_lost": 0, "damaged_messages_lost": 0, "intact_messages_lost": 0, "unframed_bytes_lost": 0,
+           "unframed_runs_lost": 0, "bytes_lost": 0, "segments_deleted": [], "cq_units_truncated": 0,
+           "index_files_deleted": [], **recovery}
+    return {"name": "b1", "path": "/dumps/b 1/store", "recovery": rec}
+
+
+def test_a_restart_that_changes_the_store_while_nothing_is_lost(tmp_path):
+    """Data at risk only if restarted: nothing is lost, but recovery would truncate consume-queue units: keep a copy
+    first, with the command that makes it (a path with a space, quoted)."""
+    b = _broker(cq_units_truncated=4)
+    v = verdict.verdict(b, [], str(tmp_path), 10)
+    assert v["level"] == "pass" and v["at_risk"] == ["consume queues: 4 units truncated"]
+    [a] = v["actions"]
+    assert a["kind"] == "keep_a_copy" and "Nothing is lost, but a restart of b1 changes the store" in a["text"]
+    assert shlex.split(a["command"]) == ["cp", "-a", "--", "/dumps/b 1/store", "/dumps/b 1/store.before-restart"]
+    # an index the broker rebuilds itself is no reason
+    v = verdict.verdict(_broker(index_files_deleted=["20240501000000000"]), [], str(tmp_path), 10)
+    assert [a["kind"] for a in v["actions"]] == ["none"]
+
+
+def test_counts_in_words():
+    c = {"will_not_start": 1, "cuts": 2, "messages_lost": 1188, "damaged": 1, "dropped": 1187, "unindexed": 0,
+         "other_causes": {"error": 1, "warning": 3, "info": 0}}
+    assert terminal._words(c) == ("1 broker will not start, 2 cuts, 1,188 messages lost (1 damaged, 1,187 dropped), "
+                                  "4 other causes (1 error, 3 warnings)")
+
+
+def test_a_segment_cut_short_is_extended_not_moved_away(spark, tmp_path):
+    """A copy that lost a segment's preallocated tail: the broker refuses a segment shorter than
+    mappedFileSizeCommitLog.  The action extends it with zeros (what the broker preallocated) rather than moving it
+    away with its messages; run as printed, the broker starts and keeps every whole record of it."""
+    import subprocess
+
+    from store_format.store import Store
+    from store_format.write import damage as D
+    from store_format.write.generate import TrafficConfig, generate_store
+    from store_format.write.writer import WriterConfig
+
+    generate_store(tmp_path / "gen", TrafficConfig(messages=200, topics=1, queues=2, seed=4, p_send_back=0.0),
+                   WriterConfig(mappedFileSizeCommitLog=32 * 1024, mappedFileSizeConsumeQueue=400 * 20))
+    cut = D.truncate_segment(tmp_path / "gen", tmp_path / "copy" / "store")
+    args = audit.build_parser().parse_args(["--store", str(tmp_path / "copy" / "store"), "--out",
+                                            str(tmp_path / "out1"), "--no-report"])
+    [b] = audit.run(spark, args).summary_data["brokers"]
+    [a, *_] = b["verdict"]["actions"]
+    assert b["verdict"]["level"] == "will-not-start" and a["kind"] == "will_not_start"
+    assert a["text"].startswith(f"Extend {cut.path} with zeros to 32,768 bytes")
+    assert shlex.split(a["command"])[:3] == ["truncate", "-s", "32768"]
+    subprocess.run(a["command"], shell=True, check=True)
+    again = audit.run(spark, audit.build_parser().parse_args(["--store", str(tmp_path / "copy" / "store"), "--out",
+                                                              str(tmp_path / "out2"), "--no-report"]))
+    [b] = again.summary_data["brokers"]
+    whole = [f for f in Store(tmp_path / "gen").walk_commitlog(decode=False) if f.kind == "message"
+             and f.physical_offset + f.size <= int(cut.path.split("/")[1]) + cut.position]
+    assert b["verdict"]["will_start"] is True
+    assert b["recovery"]["predicted_max_physical_offset"] == max(f.physical_offset + f.size for f in whole)
