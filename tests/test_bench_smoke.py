@@ -70,7 +70,7 @@ def test_in_process_figures(tiny, measured):
     bench, lines, _, _ = measured
     f = bench.figures
     whole = ("raw_read", "numpy_pass", "framing_bulk", "kernel_decode_naive_fields", "kernel_decode", "kernel_decode_all",
-             "spark_count", "spark_decode", "spark_decode_parquet")
+             "spark_count", "spark_decode", "spark_headers", "spark_decode_parquet")
     for key in whole:
         assert f[key]["messages"] == meta["messages"] and f[key]["bytes"] == meta["commitlog_bytes"], key
     for key in ("framing_scalar", "naive_decode", "scalar_decode"):  # the first 0.5 MB only
