@@ -27,6 +27,7 @@ class ErrorKind(str, enum.Enum):
     MISSING = "MISSING"  # a file or directory the store should have
     INVALID_INPUT = "INVALID_INPUT"  # a caller's value (topic name, record too large...) that is refused
     UNREADABLE = "UNREADABLE"  # a file that cannot be read: not a regular file (FIFO, device...), a loop, no permission
+    TOO_LARGE = "TOO_LARGE"  # a file too large to parse within memory (store_format.config.CONFIG_MEMORY_LIMIT)
 
 
 class StoreFormatError(ValueError):
