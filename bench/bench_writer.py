@@ -57,7 +57,7 @@ def build_batches(n_bytes: int, seed: int, cfg: WriterConfig, scratch: Path, bod
 
 def timed_write(batches, cfg: WriterConfig, root: Path, start_ms: int) -> tuple[float, float, float]:
     """(wall s appending, CPU s appending, wall s closing): the put path with dispatch, then the clean
-    shutdown that syncs every mapped file (RocketMQ's async flush does that work off the put path)."""
+    shutdown that syncs every file written (RocketMQ's async flush does that work off the put path)."""
     gc.collect()
     w = StoreWriter(root, cfg, start_time=start_ms)
     t, c = time.perf_counter(), time.process_time()
@@ -146,7 +146,7 @@ def main(argv=None) -> int:
                   f"{f['numpy_sum_gb_s']:.2f} GB/s; writer/sum {f['mb_s'] / (f['numpy_sum_gb_s'] * 1000):.4f} "
                   f"(RocketMQ {REF_MBPS / (REF_SUM_GBPS * 1000):.4f}); relative to RocketMQ: "
                   f"{f['x_rocketmq_msgs_s']:.2f}x msg/s, {f['x_rocketmq_mb_s']:.2f}x MB/s (>= 1.00 matches it)")
-        print(f"close (configs, checkpoint, msync of every mapped file): best {r['close_seconds']:.2f} s; CPU time "
+        print(f"close (configs, checkpoint, fdatasync of every file written): best {r['close_seconds']:.2f} s; CPU time "
               f"is immune to other load on the machine, wall clock is what you wait for")
     finally:
         if not args.dir:

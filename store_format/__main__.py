@@ -8,14 +8,17 @@ Records go to stdout as JSON Lines (every one with its file and byte position); 
 errors go to stderr.  Exit codes: 0 ok, 1 nothing matched (query) or damage found (dump --strict),
 2 bad usage or unreadable input.  A file that cannot be read -- no permission, a FIFO, socket or device where
 the store has a regular file, a symbolic link loop, a part that is a file -- is never waited on: ``dump``
-prints an ``error`` row for it (``error_kind`` UNREADABLE), goes on with the rest and exits 2; a store root
+prints an ``error`` row for it (``error_kind`` UNREADABLE), goes on with the rest and exits 2; so does a config
+file too large to parse within memory (TOO_LARGE: ``store_format.config.CONFIG_MEMORY_LIMIT``); a store root
 or a checkpoint that cannot be read ends the command with one line, ``error: <path>: <reason>``, and exit 2.
 An index file that cannot be opened (unreadable, too short, or a geometry neither the file nor
 --config/--hash-slots/--index-num tells): ``dump --what index`` prints an ``error`` row for it and exits 2;
 ``query --key`` says so on stderr and scans the commitlog for the key instead (salvage walk), so its answer
 is complete: exit 0 or 1; but a geometry given with --config or the flags that an index file's content
-contradicts is an error naming the file, its length and the candidates (exit 2).  ``--debug`` shows a Python traceback for a failure of the tool itself (without it,
-one ``error:`` line).
+contradicts is an error naming the file, its length and the candidates (exit 2).  Every failure of the tool
+itself -- out of memory, an internal error, an output that cannot be written (``error: <stdout>: No space left on
+device``) -- is one line, ``error: <path>: <reason>``, and exit 2, never 1; ``--debug`` adds the Python traceback.
+A reader that goes away (``| head``) ends the command quietly, exit 0.
 
 The 5.x timer store (read when its files are there; no flag): ``--what timerlog`` prints every timer-log unit
 (``entry``, the end-of-file ``blank``, ``corrupt`` with its reason); ``--what timerwheel`` every non-empty wheel
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
 import traceback
 from collections import deque
@@ -42,7 +46,7 @@ from . import layout as L
 from .brokerconf import add_geometry_arguments, geometry_from_args, recovery_settings_from_args
 from .scan import WALKS
 from .commitlog import END_OF_DATA, Frame, SalvageSpan
-from .errors import IndexFileError, StoreFormatError
+from .errors import ErrorKind, IndexFileError, StoreFormatError
 from .fs import ReadOnlyMap, UnreadableError, error_line
 from .store import Store
 
@@ -187,7 +191,7 @@ def dump(store: Store, what: str, args, out) -> tuple[str, bool, int]:
             cfg = store.config(name)
             errors = list(cfg.errors) + value_problems(cfg)
             damaged |= cfg.data is None or bool(errors)
-            failed += any(e.kind.value == "UNREADABLE" for e in cfg.errors)
+            failed += any(e.kind in (ErrorKind.UNREADABLE, ErrorKind.TOO_LARGE) for e in cfg.errors)
             _emit({"name": name, "source": cfg.source, "data": _stringify_keys(cfg.data),
                    "errors": [e.as_dict() for e in errors]}, out)
         return f"{len(names)} config file(s)", damaged, len(unreadable) + failed
@@ -378,46 +382,121 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    where = getattr(args, "store", None) or getattr(args, "out_dir", None)
     if hasattr(args, "run"):  # generate / write
-        return guarded(lambda: args.run(args), args.debug)
+        return guarded(lambda: args.run(args), args.debug, where)
     if args.command == "query" and not args.msg_id and not (args.topic and args.key):
         parser.error("query needs --msg-id ID, or --topic T with --key K")
-    return guarded(lambda: _run(args), args.debug)
+    return guarded(lambda: _run(args), args.debug, where)
 
 
-def guarded(body, debug: bool = False) -> int:
+STDOUT = "<stdout>"  # the path an output error names
+
+
+class _Output:
+    """stdout for the records: an error writing it (a full disk, a closed pipe) names ``<stdout>``."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise _named(e, STDOUT) from None
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise _named(e, STDOUT) from None
+
+
+def _named(e: OSError, path: str) -> OSError:
+    return OSError(e.errno, e.strerror or str(e), path) if e.filename is None else e
+
+
+def guarded(body, debug: bool = False, where=None) -> int:
     """Run a command's body with the exit-code contract: unreadable input, a refused input and any OSError are
-    one line (``error: <path>: <reason>``) and exit 2; a failure of the tool itself is one line too (its
-    traceback only with ``--debug``), also exit 2, never Python's 1 (which means "nothing matched")."""
+    one line (``error: <path>: <reason>``) and exit 2; a failure of the tool itself is one line too (``error:
+    <where>: internal error: ...``, ``out of memory: ...`` for a MemoryError; its traceback only with ``--debug``),
+    also exit 2, never Python's 1 (which means "nothing matched" or "damage found").  The output is flushed
+    before the body counts as done, so that an output error is this line too, not Python's exit status 120.
+    The line is printed after the failed frames are let go: a parse that ran out of memory leaves the memory to
+    print it with (and a last-resort write of a fixed line if even that fails)."""
+    failure = None
     try:
-        return body()
-    except BrokenPipeError:
+        code = body()
+        _Output(sys.stdout).flush()
+        return code
+    except BrokenPipeError:  # the reader went away (``| head``): nothing more to say, and nothing at exit either
+        _silence_stdout()
         return EXIT_OK
-    except (StoreFormatError, OSError) as e:
-        if debug:
-            traceback.print_exc()
-        print(f"error: {error_line(e)}", file=sys.stderr)
-        return EXIT_USAGE
     except Exception as e:  # noqa: BLE001 - the contract: no traceback without --debug
         if debug:
-            traceback.print_exc()
-        print(f"error: internal error: {type(e).__name__}: {e}" + ("" if debug else " (run with --debug for the "
-                                                                                    "traceback)"), file=sys.stderr)
-        return EXIT_USAGE
+            try:
+                traceback.print_exc()
+            except Exception:  # noqa: BLE001 - the line below still says what failed
+                pass
+        _drop_frames(e)
+        failure = e
+    return _report(failure, debug, where)
+
+
+def _drop_frames(e: BaseException) -> None:
+    """Let the failed frames go (and what they held), for ``e`` and the errors chained to it."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        if e.__cause__ is not None:
+            _drop_frames(e.__cause__)
+        e = e.__context__
+
+
+def _report(e: Exception, debug: bool, where) -> int:
+    try:
+        if isinstance(e, (StoreFormatError, OSError)):
+            line = f"error: {error_line(e)}"
+        else:
+            what = "out of memory" if isinstance(e, MemoryError) else "internal error"
+            line = (f"error: {where or 'store_format'}: {what}: {type(e).__name__}" + (f": {e}" if str(e) else "")
+                    + ("" if debug else " (run with --debug for the traceback)"))
+        print(line, file=sys.stderr, flush=True)
+    except Exception:  # noqa: BLE001 - even the line could not be made or printed: a fixed one
+        try:
+            os.write(2, b"error: store_format: the command failed, and so did printing why\n")
+        except OSError:
+            pass
+    return EXIT_USAGE
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null: the interpreter's flush at exit has nothing to fail on."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _run(args) -> int:
     geometry = geometry_from_args(args).merged(message_delay_level=args.delay_levels or None)
     store = Store(args.store, **geometry.store_kwargs())
     if args.command == "dump":
-        summary, damaged, unreadable = dump(store, args.what, args, sys.stdout)
+        summary, damaged, unreadable = dump(store, args.what, args, _Output(sys.stdout))
         print(summary + ("; damage found" if damaged else "")
               + (f"; {unreadable} file(s) could not be read" if unreadable else ""), file=sys.stderr)
         if unreadable:
             return EXIT_UNREADABLE
         return EXIT_FINDINGS if damaged and args.strict else EXIT_OK
     lost = [e for e in store.unreadable("commitlog")]
-    n, unreadable = query(store, args, sys.stdout)
+    n, unreadable = query(store, args, _Output(sys.stdout))
     for e in lost:
         print(f"error: {e.line()}", file=sys.stderr)
     print(f"{n} message(s) matched" + (f"; {len(unreadable)} index file(s) could not be used: the commitlog was "

@@ -23,6 +23,14 @@ offset as numpy columns, the names once per map as Arrow strings -- no Python ob
 Anything else (a name escaped, without '@' or given twice, queue ids out of order or outside int, a number of
 19 digits...) goes the ways above.
 
+Memory: a file is parsed into Python objects (a dict, an int per offset: ~9 times the file's size) only up to
+:data:`CONFIG_MEMORY_LIMIT` bytes (``ROCKETMQ_CONFIG_MEMORY_LIMIT`` in the environment, or a caller's ``limit``,
+lowers or raises it).  Past it, consumerOffset.json in the broker's layout is still read, as columns
+(:func:`offset_columns` with a scanner: memory proportional to the offsets kept, no Python object per offset);
+any other file, or one the columns cannot be built from, is not parsed: its :class:`ConfigFile` carries a
+``TOO_LARGE`` error ("too large to parse within memory: N bytes", naming the file), which the audit reports as a
+finding while it checks the rest.  A ``MemoryError`` while parsing is that error too, naming the operation.
+
 Values a broker cannot hold are the file's findings, not exceptions: :func:`value_problems` lists each
 (``OUT_OF_RANGE`` errors naming the file, the key path and the value) -- a consumer offset outside Java's
 long, a queue id or a delay level outside int or not a number -- and the accessors (:func:`consumer_offsets`,
@@ -37,10 +45,19 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .errors import ConfigError, ErrorKind
-from .fs import UnreadableError, as_path, read_bytes
+from .fs import StorePath, UnreadableError, as_path, open_file
 
 CONFIG_FILES = ("consumerOffset.json", "delayOffset.json", "topics.json", "subscriptionGroup.json",
                 "consumerFilter.json")
+#: The largest config file parsed into Python objects (bytes).  A busy broker's consumerOffset.json reaches a few
+#: hundred MB at most: the broker builds the whole file as one String in its heap (fastjson) and rewrites it every
+#: 5 s (flushConsumerOffsetInterval), and the project's "busy broker" is 200 MB (bench/bench_metadata.py, 11 M
+#: offsets).  Parsed, such a file takes ~9 times its size (1.8 GiB for 200 MB, BENCHMARKS.md "Big metadata"),
+#: which the machine auditing that broker can hold; a 1 GiB file took 16 GB.  Past the limit only the offsets'
+#: columns are built (memory proportional to the offsets), and any other file is reported as too large.
+CONFIG_MEMORY_LIMIT = 256 << 20
+CONFIG_MEMORY_LIMIT_ENV = "ROCKETMQ_CONFIG_MEMORY_LIMIT"  # overrides it (bytes), e.g. on a machine with less memory
+TOO_LARGE_MESSAGE = "too large to parse within memory: {size} bytes (the limit is {limit}, CONFIG_MEMORY_LIMIT)"
 TOPIC_GROUP_SEPARATOR = "@"
 _MAX_DEPTH = 200
 _WS = " \t\r\n"
@@ -433,55 +450,129 @@ class ConfigFile:
     errors: tuple  # ConfigError for each file that failed
 
 
-def read_config(config_dir: str | os.PathLike, name: str) -> ConfigFile:
-    """Read ``name`` like ``ConfigManager.load``: the main file, else ``name.bak``."""
-    return _read_config(config_dir, name)[0]
+def memory_limit(limit: int | None = None) -> int:
+    """The size past which a config file is not parsed into Python objects: ``limit`` if given, else
+    ``$ROCKETMQ_CONFIG_MEMORY_LIMIT``, else :data:`CONFIG_MEMORY_LIMIT`."""
+    if limit is not None:
+        return int(limit)
+    env = os.environ.get(CONFIG_MEMORY_LIMIT_ENV)
+    if env:
+        try:
+            return int(env)
+        except ValueError:
+            raise ConfigError(ErrorKind.BAD_CONFIG, f"{CONFIG_MEMORY_LIMIT_ENV}={env!r}: a number of bytes",
+                              field=CONFIG_MEMORY_LIMIT_ENV) from None
+    return CONFIG_MEMORY_LIMIT
 
 
-def _read_config(config_dir, name: str, keep_fast: bool = False, offset_scan=None) -> tuple[ConfigFile, _Fast | None]:
+def too_large(file: str, size: int, limit: int) -> ConfigError:
+    """The error of a file past the limit (:data:`TOO_LARGE_MESSAGE`)."""
+    return ConfigError(ErrorKind.TOO_LARGE, TOO_LARGE_MESSAGE.format(size=size, limit=limit), file=file)
+
+
+def out_of_memory(file: str, size: int | None, operation: str) -> ConfigError:
+    """A ``MemoryError`` met while ``operation`` (e.g. "parsing it"), as the file's TOO_LARGE error."""
+    return ConfigError(ErrorKind.TOO_LARGE, f"ran out of memory {operation}" + ("" if size is None else
+                                                                                 f" ({size} bytes)"), file=file)
+
+
+_TOO_LARGE_SIZE = re.compile(r"too large to parse within memory: (\d+) bytes")
+
+
+def too_large_size(error: str | None) -> int | None:
+    """The file size a TOO_LARGE error's text names (None for another error, or an out-of-memory one)."""
+    m = _TOO_LARGE_SIZE.search(error or "")
+    return int(m.group(1)) if m else None
+
+
+def _read_limited(candidate, limit: int | None) -> tuple[int, bytes | None]:
+    """(size, bytes) of a config file; bytes None when it is larger than ``limit`` (then not read at all)."""
+    with open_file(candidate) as f:  # a FIFO, a device, a folder, a loop, no permission: unreadable
+        try:
+            size = f.size() if isinstance(candidate, StorePath) else os.fstat(f.fileno()).st_size
+            if limit is not None and size > limit:
+                return size, None
+            raw = f.read()
+            return len(raw), raw  # what was read (a file growing or shrinking under the read: its bytes)
+        except OSError as e:
+            raise UnreadableError(candidate, e.strerror or str(e)) from None
+
+
+def read_config(config_dir: str | os.PathLike, name: str, *, limit: int | None = None) -> ConfigFile:
+    """Read ``name`` like ``ConfigManager.load``: the main file, else ``name.bak``.  A file larger than
+    :func:`memory_limit` is not parsed: its TOO_LARGE error, and no fallback (the broker would load it)."""
+    return _read_config(config_dir, name, limit=limit)[0]
+
+
+def _read_config(config_dir, name: str, keep_fast: bool = False, offset_scan=None,
+                 limit: int | None = None) -> tuple[ConfigFile, _Fast | None]:
     """:func:`read_config`; with ``keep_fast``, a file the fast path read comes back unmaterialized: (a ConfigFile
     whose data is None, the parse) -- for :func:`offset_columns`, which needs no Python object per offset, and
-    may pass ``offset_scan`` (:func:`_offset_fast`)."""
+    may pass ``offset_scan`` (:func:`_offset_fast`): a file past the limit is read only by it."""
     d = as_path(config_dir)
+    limit = memory_limit(limit)
     errors = []
     for candidate in (d / name, d / f"{name}.bak"):
         if not candidate.exists() and not candidate.is_symlink():
             continue
         try:
-            raw = read_bytes(candidate)  # a FIFO, a device, a folder, a loop, no permission: unreadable
+            size, raw = _read_limited(candidate, limit if offset_scan is None else None)
         except UnreadableError as e:
             errors.append(ConfigError(ErrorKind.UNREADABLE, e.reason, file=str(candidate)))
             continue
-        fast = None
-        if len(raw) >= _FAST_MIN:
-            found = offset_scan(raw) if offset_scan is not None else None
-            if found is not None:  # the scanner's arrays, for offset_columns to build from (it alone passes one)
-                return ConfigFile(name, None, str(candidate), tuple(errors)), _Scanned(raw, found)
-            fast = _scan(bytearray(raw))
-        if fast is not None:
-            del raw
-            if keep_fast and isinstance(fast.value, dict):
-                return ConfigFile(name, None, str(candidate), tuple(errors)), fast
-            data = fast.materialize()
-            if isinstance(data, dict):
-                return ConfigFile(name, data, str(candidate), tuple(errors)), None
-            errors.append(ConfigError(ErrorKind.BAD_JSON, "top level is not an object", file=str(candidate)))
-            continue
-        text = raw.decode("utf-8", "replace")
-        del raw
-        if not text.strip():
-            errors.append(ConfigError(ErrorKind.BAD_JSON, "empty file", file=str(candidate), position=0))
-            continue
+        except MemoryError:
+            errors.append(out_of_memory(str(candidate), None, "reading it"))
+            break
         try:
-            data = _slow_loads(text, str(candidate))
-        except ConfigError as e:
-            errors.append(e)
-            continue
-        if not isinstance(data, dict):
-            errors.append(ConfigError(ErrorKind.BAD_JSON, "top level is not an object", file=str(candidate)))
-            continue
-        return ConfigFile(name, data, str(candidate), tuple(errors)), None
+            if size > limit:  # the offsets' scanner alone, or not at all; and no .bak (the broker loads this one)
+                found = offset_scan(raw) if offset_scan is not None else None
+                if found is None:
+                    errors.append(too_large(str(candidate), size, limit))
+                    break
+                return ConfigFile(name, None, str(candidate), tuple(errors)), _Scanned(raw, found)
+            parsed = _parse(name, str(candidate), raw, errors, keep_fast, offset_scan)
+        except MemoryError:
+            raw = None
+            errors.append(out_of_memory(str(candidate), size, "parsing it"))
+            break
+        raw = None
+        if parsed is not None:
+            return ConfigFile(name, parsed[0], str(candidate), tuple(errors)), parsed[1]
     return ConfigFile(name, None, None, tuple(errors)), None
+
+
+def _parse(name: str, file: str, raw: bytes, errors: list, keep_fast: bool, offset_scan):
+    """One candidate's bytes: (data, None), or (None, the unmaterialized parse) for ``keep_fast``; None when it does
+    not parse (its error added to ``errors``: the caller tries the ``.bak``)."""
+    fast = None
+    if len(raw) >= _FAST_MIN:
+        found = offset_scan(raw) if offset_scan is not None else None
+        if found is not None:  # the scanner's arrays, for offset_columns to build from (it alone passes one)
+            return None, _Scanned(raw, found)
+        fast = _scan(bytearray(raw))
+    if fast is not None:
+        del raw
+        if keep_fast and isinstance(fast.value, dict):
+            return None, fast
+        data = fast.materialize()
+        if isinstance(data, dict):
+            return data, None
+        errors.append(ConfigError(ErrorKind.BAD_JSON, "top level is not an object", file=file))
+        return None
+    text = raw.decode("utf-8", "replace")
+    del raw
+    if not text.strip():
+        errors.append(ConfigError(ErrorKind.BAD_JSON, "empty file", file=file, position=0))
+        return None
+    try:
+        data = _slow_loads(text, file)
+    except ConfigError as e:
+        errors.append(e)
+        return None
+    if not isinstance(data, dict):
+        errors.append(ConfigError(ErrorKind.BAD_JSON, "top level is not an object", file=file))
+        return None
+    return data, None
 
 
 def _scanned_offset_columns(raw: bytes, found: OffsetScan, cfg: ConfigFile):
@@ -546,26 +637,39 @@ def _others_read(raw: bytes, found: OffsetScan) -> bool:
     return True
 
 
-def offset_columns(config_dir, problems: list, name: str = "consumerOffset.json", offset_scan=None):
+def offset_columns(config_dir, problems: list, name: str = "consumerOffset.json", offset_scan=None, *,
+                   limit: int | None = None):
     """consumerOffset.json's offsets as columns, in memory proportional to the offsets (no Python object per
     offset): (ConfigFile without data, {"map": each row's map (int32), "topics", "groups": each map's (Arrow
     strings), "queue_id" (int32), "offset" (int64)}), the rows sorted by topic, group, queue id
     (a queue id given twice: the last one, as the dict would keep), entries a broker cannot hold recorded in
     ``problems`` and left out.  None when the fast path does not read the file or its offsetTable holds anything but
     flat Integer-keyed maps: then :func:`consumer_offsets` of :func:`read_config` gives the same rows.
-    ``offset_scan``: a one-pass scanner of the file's usual layout to try first (:func:`_offset_fast`)."""
+    ``offset_scan``: a one-pass scanner of the file's usual layout to try first (:func:`_offset_fast`); a file past
+    :func:`memory_limit` is read by it alone (None when it cannot: :func:`read_config` then says it is too large).
+    A ``MemoryError`` on the way is the file's TOO_LARGE :class:`ConfigError`, naming what ran out."""
+    cfg, fast = _read_config(config_dir, name, keep_fast=True, offset_scan=offset_scan, limit=limit)
+    if fast is None:
+        return None
+    try:
+        return _offset_columns(cfg, fast, problems, memory_limit(limit))
+    except MemoryError:
+        fast = None
+        raise out_of_memory(cfg.source, None, "building its offset columns") from None
+
+
+def _offset_columns(cfg: ConfigFile, fast, problems: list, limit: int):
     import numpy as np
     import pyarrow as pa
 
-    cfg, fast = _read_config(config_dir, name, keep_fast=True, offset_scan=offset_scan)
-    if fast is None:
-        return None
     if isinstance(fast, _Scanned):
         built = _scanned_offset_columns(fast.raw, fast.found, ConfigFile(cfg.name, None, cfg.source, cfg.errors))
         if built is not None:
             return built
         scanned = fast
-        fast = _offset_fast(scanned.raw, scanned.found) or _scan(bytearray(scanned.raw))
+        fast = _offset_fast(scanned.raw, scanned.found)
+        if fast is None and len(scanned.raw) <= limit:  # the fast path's parse: Python objects, within the limit
+            fast = _scan(bytearray(scanned.raw))
         if fast is None:
             return None
     table = fast.value.get("offsetTable")

@@ -283,16 +283,17 @@ def unit_bytes(physical_offset: int, size: int, tags_code: int) -> bytes:
     return _UNIT.pack(physical_offset, size, tags_code)
 
 
-def read_unit_window(loc: "fs.Location", first: int, end: int) -> dict:
+def read_unit_window(loc: "fs.Location", first: int, end: int, *, resolve_ext: bool = True) -> dict:
     """Units ``first`` .. ``end - 1`` of a consume-queue file as numpy columns with their kinds (:func:`units_of`,
-    ext addresses resolved): read from a read-only map, or one ranged read."""
+    ext addresses resolved unless ``resolve_ext`` is False: the kinds and physical offsets do not depend on them):
+    read from a read-only map, or one ranged read."""
     first, n = max(first, 0), max(end - first, 0) * L.CQ_STORE_UNIT_SIZE
     if loc.local_path is not None:
         with ReadOnlyMap(loc.local_path) as m:
             raw = bytes(m.buf[first * L.CQ_STORE_UNIT_SIZE:first * L.CQ_STORE_UNIT_SIZE + n])
     else:
         raw = loc.read_range(first * L.CQ_STORE_UNIT_SIZE, n)
-    return units_of(raw, ext=ext_folder(loc))
+    return units_of(raw, ext=ext_folder(loc) if resolve_ext else None)
 
 
 # ---------------------------------------------------------------------------------------------------------

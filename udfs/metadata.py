@@ -7,8 +7,9 @@ read, with why: a FIFO, socket or device where a file belongs, a link loop, no p
 file; the other sources leave those out, never opening them), ``consumer_offsets``, ``lmq_consumer_offsets``
 (5.x ``lmqConsumerOffset.json``), ``delay_offsets``, ``topics``,
 ``subscription_groups`` (config/*.json through store_format's fastjson-tolerant reader, with its ``.bak``
-fallback; ``source`` says which file was used).  One row set per broker; a file that cannot be read gives
-one row with ``error`` set instead of failing the query, and so does each value the broker cannot hold (a
+fallback; ``source`` says which file was used).  One row set per broker; a file that cannot be read, or is too
+large to parse within memory (``TOO_LARGE``, past ``store_format.config.CONFIG_MEMORY_LIMIT``: consumerOffset.json
+in the broker's layout is still read, as columns), gives one row with ``error`` set instead of failing the query, and so does each value the broker cannot hold (a
 consumer offset outside Java's long, a queue id or a delay level outside int or not a number): ``error`` (an
 OUT_OF_RANGE error naming the file), ``error_key`` (its path in the file), ``error_value``; the other rows
 are complete.
@@ -108,6 +109,11 @@ def is_value_error(error: str | None) -> bool:
     return error is not None and error.startswith(ErrorKind.OUT_OF_RANGE.value + " ")
 
 
+def is_too_large(error: str | None) -> bool:
+    """An ``error`` saying the file is too large to parse within memory (store_format.config.CONFIG_MEMORY_LIMIT)."""
+    return error is not None and any(part.startswith(ErrorKind.TOO_LARGE.value + " ") for part in error.split("; "))
+
+
 def table_rows(table: str, broker: str, root: str) -> list[dict]:
     """Rows of ``table`` for one local store root (:func:`table_batch` as dicts)."""
     return table_batch(table, broker, root).to_pylist()
@@ -144,7 +150,10 @@ def table_batch(table: str, broker: str, root) -> pa.Table:
         return rows(dict(error=str(e)))
     if table == "consumer_offsets":  # a busy broker's offsets: column-wise from the fast path when it reads them
         problems: list = []
-        fast = C.offset_columns(join("config"), problems, offset_scan=scan_offset_table)
+        try:  # past store_format.config.CONFIG_MEMORY_LIMIT only this way (or the file's TOO_LARGE error below)
+            fast = C.offset_columns(join("config"), problems, offset_scan=scan_offset_table)
+        except StoreFormatError as e:  # ran out of memory building the columns: the file's error row
+            return rows(dict(error=str(e), source=e.file))
         if fast is not None:
             return _offset_table(schema, broker, *fast, problems, rows)
     cfg = C.read_config(join("config"), CONFIG_FILE[table])

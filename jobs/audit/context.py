@@ -189,49 +189,112 @@ class AuditContext:
 
     @cached_property
     def committed_offsets(self) -> pa.Table:
-        """Every offset a group committed that the broker holds (broker, topic, group, queue_id, offset, source):
-        consumerOffset.json's, and 5.x lmqConsumerOffset.json's (enableLmq: its %LMQ% groups' one offset per
-        topic@group, and every other group's, which the broker then keeps there instead: those supersede
-        consumerOffset.json's for the same topic, group and queue).  Rows that name an error are left out."""
-        columns = ["broker", "topic", "group", "queue_id", "offset", "source"]
-        plain = self.metadata("consumer_offsets")
-        plain = plain.filter(pc.and_(pc.is_null(plain.column("error")), pc.is_valid(plain.column("topic"))))
-        lmq = self.metadata("lmq_consumer_offsets")
-        lmq = lmq.filter(pc.and_(pc.is_null(lmq.column("error")), pc.is_valid(lmq.column("topic"))))
-        if not lmq.num_rows:
-            return plain.select(columns)
-        held = set(zip(*(lmq.column(c).to_pylist() for c in ("broker", "topic", "group", "queue_id"))))
-        keep = [k not in held for k in zip(*(plain.column(c).to_pylist() for c in ("broker", "topic", "group",
-                                                                                   "queue_id")))]
-        return pa.concat_tables([plain.filter(pa.array(keep, pa.bool_())).select(columns), lmq.select(columns)])
+        """Every offset a group committed that the broker holds, in their order (slices of the metadata tables:
+        nothing copied): consumerOffset.json's rows that hold an offset (no error, a topic), and 5.x
+        lmqConsumerOffset.json's (enableLmq: its %LMQ% groups' one offset per topic@group, and every other group's,
+        which the broker then keeps there instead: those supersede consumerOffset.json's for the same topic, group
+        and queue), with ``unit``: the physical offset of the entry unit at that committed queue offset in the
+        queue's consume-queue files (null where the queue has no entry there).  Columns throughout, keyed by numbers
+        (:meth:`queue_keys`): a busy broker's consumerOffset.json holds millions of offsets, and no Python object is
+        made per offset."""
+        from store_format.consumequeue import read_unit_window
 
-    def committed_units(self, broker: str) -> dict[tuple, int | None]:
-        """(topic, queue id, committed offset) -> the physical offset of the entry unit at that queue offset (None
-        where the queue has no entry there), for every offset in consumerOffset.json."""
-        cache = self.__dict__.setdefault("_committed", {})
-        if broker not in cache:
-            from store_format.consumequeue import read_unit_window
-
-            files: dict[tuple, list] = {}
-            for f in self.plans[broker].cq_files:
-                if f.loaded:
-                    files.setdefault((f.topic, f.queue_id), []).append(f)
-            out = {}
-            for r in self.committed_offsets.to_pylist():
-                if r["broker"] != broker:
+        t = self._held_offsets
+        unit = np.full(t.num_rows, -1, np.int64)
+        if t.num_rows:
+            keys = self.queue_keys(t)
+            for broker, rows in self.broker_rows(t).items():
+                files = [f for f in self.plans[broker].cq_files if f.loaded] if broker in self.plans else []
+                if not files:
                     continue
-                key = (r["topic"], r["queue_id"], r["offset"])
-                phys = None
-                for f in sorted(files.get(key[:2], []), key=lambda f: f.first_queue_offset):
-                    first = f.first_queue_offset
-                    if first <= r["offset"] < first + f.length // L.CQ_STORE_UNIT_SIZE:
-                        u = read_unit_window(f.loc, r["offset"] - first, r["offset"] - first + 1)
-                        if len(u["kind"]) and u["kind"][0] == 0:
-                            phys = int(u["physical_offset"][0])
-                        break
-                out[key] = phys
-            cache[broker] = out
-        return cache[broker]
+                # the file with the lowest first queue offset that holds the committed offset, as the queue's files
+                # are read in order
+                order = sorted(range(len(files)), key=lambda i: (files[i].first_queue_offset, i))
+                fkey = self.key_of([files[i].topic for i in order], [files[i].queue_id for i in order])
+                first = np.array([files[i].first_queue_offset for i in order], np.int64)
+                units = np.array([files[i].length // L.CQ_STORE_UNIT_SIZE for i in order], np.int64)
+                by_key = np.argsort(fkey, kind="stable")  # by queue, then first queue offset
+                fkey, first, units, which = fkey[by_key], first[by_key], units[by_key], np.array(order)[by_key]
+                rk, off = keys[rows], t.column("offset").take(pa.array(rows)).to_numpy()
+                lo, hi = np.searchsorted(fkey, rk, "left"), np.searchsorted(fkey, rk, "right")
+                got = np.full(len(rows), -1, np.int64)  # index into files
+                todo, k = np.flatnonzero(lo < hi), 0
+                while len(todo):  # the queue's k-th file, for the rows it has not placed yet
+                    c = lo[todo] + k
+                    inside = (first[c] <= off[todo]) & (off[todo] < first[c] + units[c])
+                    got[todo[inside]] = c[inside]
+                    k += 1
+                    todo = todo[~inside & (lo[todo] + k < hi[todo])]
+                placed = np.flatnonzero(got >= 0)
+                if not len(placed):
+                    continue
+                f_of, at = got[placed], off[placed] - first[got[placed]]
+                by = np.lexsort((at, f_of))
+                placed, f_of, at = placed[by], f_of[by], at[by]
+                bounds = np.flatnonzero(np.r_[True, f_of[1:] != f_of[:-1], True])
+                for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+                    loc = files[int(which[f_of[a]])].loc
+                    unit[rows[placed[a:b]]] = _units_at(loc, at[a:b], read_unit_window)
+        return t.append_column("unit", pa.array(unit, pa.int64(), mask=unit < 0))
+
+    @cached_property
+    def _held_offsets(self) -> pa.Table:
+        """consumerOffset.json's valid rows, less those lmqConsumerOffset.json also holds, then the LMQ file's
+        (:attr:`committed_offsets` without ``unit``).  The LMQ file is small (a group's one offset per topic, or
+        the groups of a broker with enableLmq): only its keys are joined."""
+        def valid(t):
+            return pc.and_(pc.is_null(t.column("error")), pc.is_valid(t.column("topic")))
+
+        plain = _rows_where(self.metadata("consumer_offsets"), valid)
+        lmq = _rows_where(self.metadata("lmq_consumer_offsets"), valid)
+        if not lmq.num_rows:
+            return plain
+        key = ["broker", "topic", "group", "queue_id"]
+        row = pa.array(np.arange(plain.num_rows, dtype=np.int64))
+        kept = (plain.select(key).append_column("_row", row)
+                .join(lmq.select(key).group_by(key).aggregate([]), keys=key, join_type="left anti"))
+        kept_rows = np.sort(kept.column("_row").to_numpy())
+        return pa.concat_tables([plain.take(pa.array(kept_rows)),
+                                 lmq.select(plain.column_names).cast(plain.schema)])
+
+    def committed_units(self, broker: str) -> np.ndarray:
+        """The distinct physical offsets of the entry units at ``broker``'s committed offsets
+        (:attr:`committed_offsets`)."""
+        t = self.committed_offsets
+        rows = self.broker_rows(t).get(broker)
+        if rows is None:
+            return np.empty(0, np.int64)
+        units = t.column("unit").take(pa.array(rows)).drop_null()
+        return np.unique(units.to_numpy().astype(np.int64, copy=False)) if len(units) else np.empty(0, np.int64)
+
+    # ---- keys of (topic, queue id), for tables of millions of rows ----------------------------------------------
+    @cached_property
+    def _topics(self) -> pa.Array:
+        """Every topic of consumerOffset.json's and lmqConsumerOffset.json's rows, distinct: what :meth:`key_of`
+        numbers topics by."""
+        topics = [self.metadata(t).column("topic") for t in ("consumer_offsets", "lmq_consumer_offsets")]
+        return pc.unique(pa.chunked_array([c for t in topics for c in t.chunks], pa.string()).drop_null())
+
+    def key_of(self, topics, queue_ids) -> np.ndarray:
+        """An int64 per (topic, queue id): the topic's number among the committed offsets' topics (:attr:`_topics`)
+        above the queue id's 32 bits; -1 for a topic no offset names (it matches none of theirs)."""
+        code = pc.index_in(pa.array(topics, pa.string()) if isinstance(topics, list) else topics, value_set=self._topics)
+        code = pc.fill_null(code, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        qid = np.asarray(queue_ids if not isinstance(queue_ids, (pa.Array, pa.ChunkedArray)) else
+                         queue_ids.to_numpy(zero_copy_only=False), np.int64)
+        return np.where(code < 0, -1, (code << 32) | (qid & 0xFFFFFFFF))
+
+    def queue_keys(self, t: pa.Table) -> np.ndarray:
+        """:meth:`key_of` for each row of ``t`` (its ``topic`` and ``queue_id`` columns)."""
+        return self.key_of(t.column("topic"), t.column("queue_id"))
+
+    def broker_rows(self, t: pa.Table) -> dict[str, np.ndarray]:
+        """broker -> the indexes of its rows in ``t`` (a few brokers, millions of rows: one mask each)."""
+        out = {}
+        brokers = t.column("broker")
+        for b in pc.unique(brokers).to_pylist():
+            out[b] = np.flatnonzero(pc.equal(brokers, b).to_numpy(zero_copy_only=False))
+        return out
 
     # ---- config files ------------------------------------------------------------------------------------
     def metadata(self, table: str) -> pa.Table:
@@ -319,3 +382,34 @@ class AuditContext:
 
     def release(self) -> None:
         pass
+
+
+def _rows_where(t: pa.Table, keep) -> pa.Table:
+    """The rows of ``t`` where ``keep(t)`` holds, as slices of it (zero-copy: the kept rows are long runs, the
+    left-out ones a file's error rows)."""
+    mask = keep(t)
+    if pc.all(mask).as_py() is not False:
+        return t
+    m = mask.to_numpy(zero_copy_only=False).astype(bool)
+    edges = np.flatnonzero(np.diff(np.r_[0, m.view(np.int8), 0]))
+    runs = [t.slice(a, b - a) for a, b in zip(edges[0::2].tolist(), edges[1::2].tolist())]
+    return pa.concat_tables(runs) if runs else t.slice(0, 0)
+
+
+_WINDOW_UNITS = 1 << 16  # units one read of a consume-queue file may span for the committed offsets in it (1.25 MiB)
+
+
+def _units_at(loc, at: np.ndarray, read_unit_window) -> np.ndarray:
+    """The physical offset of the entry unit at each of ``at`` (sorted unit indexes of one consume-queue file), -1
+    where the unit there is not an entry: one read of the span when it is short, else a read per unit."""
+    out = np.full(len(at), -1, np.int64)
+    lo, hi = int(at[0]), int(at[-1]) + 1
+    spans = [(lo, hi, np.arange(len(at)))] if hi - lo <= _WINDOW_UNITS else \
+        [(int(u), int(u) + 1, np.flatnonzero(at == u)) for u in np.unique(at)]
+    for a, b, which in spans:
+        u = read_unit_window(loc, a, b, resolve_ext=False)
+        k = at[which] - a
+        ok = k < len(u["kind"])
+        got = np.where(u["kind"][k[ok]] == 0, u["physical_offset"][k[ok]], -1)
+        out[which[ok]] = got
+    return out

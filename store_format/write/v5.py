@@ -102,7 +102,7 @@ class TimerStoreWriter:
         self.roll_window = cfg.timerRollWindowSlot
         self.file_size = cfg.mappedFileSizeTimerLog
         self.log_dir = writer._path("timerlog")
-        self.files: dict = {}  # base offset -> _Mapped
+        self.files: dict = {}  # base offset -> PooledFile (store_format.write.openfiles)
         self.cur_base = -1
         self.cur_pos = 0
         self.units: dict[int, tuple] = {}  # offset -> unpacked unit (the dequeue's reads)
@@ -117,9 +117,9 @@ class TimerStoreWriter:
         self.started: int | None = None
         self.last_activity = 0
         self.bypass: list[tuple] = []  # (record physical offset, size): due already at enqueue, never in the wheel
-        self._Mapped = writer.mapped_file
+        self._new_file = writer.mapped_file  # through the writer's bounded set of open files
         self.wheel_path = writer._path("timerwheel")
-        self.wheel = self._Mapped(self.wheel_path, L.timer_wheel_file_size(self.slots_total), create=True)
+        self.wheel = self._new_file(self.wheel_path, L.timer_wheel_file_size(self.slots_total), create=True)
 
     # ---- the clock ------------------------------------------------------------------------------------
     def floor(self, ms: int) -> int:
@@ -143,8 +143,8 @@ class TimerStoreWriter:
         if m is None:
             self.log_dir.mkdir(exist_ok=True)
             if self.cur_base in self.files:
-                self.files[self.cur_base].release_fd()
-            m = self.files[base] = self._Mapped(self.log_dir / segment_name(base), self.file_size, create=True)
+                self.files[self.cur_base].release()
+            m = self.files[base] = self._new_file(self.log_dir / segment_name(base), self.file_size, create=True)
         return m
 
     def append(self, unit: bytes) -> int:
@@ -332,7 +332,7 @@ class BatchConsumeQueueWriter:
     """``BatchConsumeQueue.putBatchMessagePositionInfo`` for one topic-queue."""
 
     def __init__(self, writer, topic: str, queue_id: int):
-        self._Mapped = writer.mapped_file
+        self._new_file = writer.mapped_file  # through the writer's bounded set of open files
         self.dir = writer._path("batchconsumequeue", topic, str(queue_id))
         self.file_size = writer.config.mapperFileSizeBatchConsumeQueue
         self.files: dict = {}
@@ -346,9 +346,9 @@ class BatchConsumeQueueWriter:
         if self.base < 0 or self.wrote + _BCQ_UNIT.size > self.file_size:
             self.dir.mkdir(parents=True, exist_ok=True)
             if self.base >= 0:
-                self.files[self.base].release_fd()
+                self.files[self.base].release()
             self.base = 0 if self.base < 0 else self.base + self.file_size
-            self.files[self.base] = self._Mapped(self.dir / segment_name(self.base), self.file_size, create=True)
+            self.files[self.base] = self._new_file(self.dir / segment_name(self.base), self.file_size, create=True)
             self.wrote = 0
         self.files[self.base].write(self.wrote, _BCQ_UNIT.pack(phys, size, tags, store_ts, base_offset, batch_size,
                                                                 L.BATCH_CQ_INVALID_POS, 0))

@@ -19,7 +19,9 @@ persisted fastjson-style, checkpoint written, files synced, ``abort`` removed la
 segment is left behind.  ``append=True`` reopens a store as a restarted broker would (configs, queues and
 index reopened, the commitlog walked to its valid end, the tail past the consume queues re-dispatched).
 Every file lives under ``root``; topics are validated like ``TopicValidator`` and every path is checked
-after resolving symlinks, so no record can name a path outside it.
+after resolving symlinks, so no record can name a path outside it.  Every file is written through the writer's
+bounded set of open files (:mod:`store_format.write.openfiles`: at most 256 open, the least recently used closed
+first), so a store of any number of queues is written under ``ulimit -n 1024``.
 
 ``append`` is the reference path, one record at a time, and ``append_batch`` one classic batch
 (``CommitLog.putMessages``: one put, never split across segments).  :func:`store_format.write.bulk.append_many`
@@ -33,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import fcntl
-import mmap
 import os
 import shutil
 import struct
@@ -57,6 +58,7 @@ from ..indexfile import list_index_files
 from ..javahash import JavaHashMap, index_key, index_key_hash
 from ..message import Message, body_crc32
 from ..properties import split_keys
+from .openfiles import OpenFiles, PooledFile
 
 _CQ_UNIT = struct.Struct(L.CQ_UNIT_STRUCT)
 _INDEX_HEADER = struct.Struct(L.INDEX_HEADER_STRUCT)
@@ -244,93 +246,6 @@ def time_millis_to_human(ms: int, tz: str = "UTC") -> str:
     return f"{t:%Y%m%d%H%M%S}{ms % 1000:03d}"
 
 
-def _fd_budget() -> int:
-    import resource
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return max(0, (soft if soft != resource.RLIM_INFINITY else 1 << 16) // 2)
-
-
-class _Mapped:
-    """A preallocated (sparse, zero-filled) file mapped for writing, like RocketMQ's MappedFile.
-
-    Writes go through pwrite while the file keeps a descriptor (same page cache as the mapping): on ext4
-    the first write fault into a hole of a mapping costs milliseconds, and a store creates many files.
-    Descriptors are kept within half the process limit; beyond that a file is written through its map.
-    """
-
-    _open_fds = 0
-    _budget = _fd_budget()
-
-    def __init__(self, path: Path, size: int, create: bool, keep_fd: bool = True):
-        self.path = path
-        self.size = size
-        mode = "w+b" if create else "r+b"
-        f = open(path, mode)
-        try:
-            if create:
-                f.truncate(size)
-            elif os.fstat(f.fileno()).st_size != size:
-                raise WriterError(ErrorKind.BAD_GEOMETRY, f"file is {os.fstat(f.fileno()).st_size} bytes, the "
-                                  f"configuration says {size}", file=str(path))
-            self.map = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_WRITE)
-        except BaseException:
-            f.close()
-            raise
-        if keep_fd and _Mapped._open_fds < _Mapped._budget:
-            self.fd = f
-            _Mapped._open_fds += 1
-        else:
-            self.fd = None
-            f.close()
-
-    def write(self, pos: int, data) -> None:
-        if pos < 0 or pos + len(data) > self.size:
-            raise WriterError(ErrorKind.OUT_OF_RANGE, f"write of {len(data)} bytes at {pos} runs past the "
-                              f"{self.size}-byte file", file=str(self.path), position=pos)
-        if self.fd is not None:
-            os.pwrite(self.fd.fileno(), data, pos)
-        else:
-            self.map[pos:pos + len(data)] = data
-
-    _IOV_MAX = 1024  # os.sysconf("SC_IOV_MAX") on Linux
-
-    def writev(self, pos: int, pieces: list) -> int:
-        """Write ``pieces`` back to back from ``pos`` (pwritev: no joined copy); returns bytes written."""
-        total = sum(map(len, pieces))
-        if pos < 0 or pos + total > self.size:
-            raise WriterError(ErrorKind.OUT_OF_RANGE, f"write of {total} bytes at {pos} runs past the "
-                              f"{self.size}-byte file", file=str(self.path), position=pos)
-        if self.fd is None:
-            self.map[pos:pos + total] = b"".join(pieces)
-            return total
-        fd, at = self.fd.fileno(), pos
-        for i in range(0, len(pieces), self._IOV_MAX):
-            group = pieces[i:i + self._IOV_MAX]
-            want = sum(map(len, group))
-            done = os.pwritev(fd, group, at)
-            if done != want:  # a short write: finish this group the plain way
-                rest = b"".join(group)[done:]
-                while rest:
-                    k = os.pwrite(fd, rest, at + done)
-                    done += k
-                    rest = rest[k:]
-            at += want
-        return total
-
-    def release_fd(self) -> None:
-        """Done appending to this file (a later one took over): give its descriptor back."""
-        if self.fd is not None:
-            self.fd.close()
-            self.fd = None
-            _Mapped._open_fds -= 1
-
-    def close(self) -> None:
-        if not self.map.closed:
-            self.map.flush()
-            self.map.close()
-        self.release_fd()
-
-
 # --------------------------------------------------------------------------------------------------
 # Consume queue and index file writers
 
@@ -343,7 +258,8 @@ class ConsumeQueueExtWriter:
     def __init__(self, writer: "StoreWriter", topic: str, queue_id: int):
         self.dir = writer._path("consumequeue_ext", topic, str(queue_id))
         self.file_size = writer.config.mappedFileSizeConsumeQueueExt
-        self.files: dict[int, _Mapped] = {}
+        self.open_files = writer.open_files
+        self.files: dict[int, PooledFile] = {}
         self.last_base = -1
         self.wrote = 0
 
@@ -362,7 +278,7 @@ class ConsumeQueueExtWriter:
         mine = units.offset >= base
         self.last_base = base
         self.wrote = int((units.offset[mine] + units.size[mine]).max()) - base if mine.any() else 0
-        self.files[base] = _Mapped(Path(loc.path), self.file_size, create=False)
+        self.files[base] = self.open_files.file(loc.path, self.file_size, create=False)
         if self.wrote + 2 <= self.file_size and int.from_bytes(
                 self.files[base].map[self.wrote:self.wrote + 2], "big", signed=True) == L.CQ_EXT_END_SIZE:
             self.wrote = self.file_size  # ended already
@@ -378,10 +294,10 @@ class ConsumeQueueExtWriter:
         if self.last_base < 0 or size > self.file_size - self.wrote - L.CQ_EXT_END_BLANK:
             if self.last_base >= 0:  # fullFillToEnd: the end mark, then the next file
                 self.files[self.last_base].write(self.wrote, L.CQ_EXT_END_SIZE.to_bytes(2, "big", signed=True))
-                self.files[self.last_base].release_fd()
+                self.files[self.last_base].release()
             base = 0 if self.last_base < 0 else self.last_base + self.file_size
             self.dir.mkdir(parents=True, exist_ok=True)
-            self.files[base] = _Mapped(self.dir / segment_name(base), self.file_size, create=True)
+            self.files[base] = self.open_files.file(self.dir / segment_name(base), self.file_size, create=True)
             self.last_base, self.wrote = base, 0
         unit = b"".join(L.CQ_EXT_UNIT.pack(name, value) for name, value in (
             ("size", size), ("tags_code", tags_code), ("msg_store_time", store_timestamp),
@@ -404,7 +320,7 @@ class ConsumeQueueWriter:
     def __init__(self, writer: "StoreWriter", topic: str, queue_id: int):
         self.dir = writer._path("consumequeue", topic, str(queue_id))
         self.file_size = writer.config.mappedFileSizeConsumeQueue
-        self.files: dict[int, _Mapped] = {}
+        self.files: dict[int, PooledFile] = {}
         self.last_base = -1
         self.wrote = 0  # write position inside the last file
         self.max_physic_offset = -1
@@ -419,7 +335,7 @@ class ConsumeQueueWriter:
             if f.length != self.file_size:
                 raise WriterError(ErrorKind.BAD_GEOMETRY, f"consume queue file is {f.length} bytes, "
                                   f"mappedFileSizeConsumeQueue is {self.file_size}", file=str(f.path))
-            self.files[f.base_byte_offset] = _Mapped(f.path, self.file_size, create=False, keep_fd=f is existing[-1])
+            self.files[f.base_byte_offset] = self.writer.open_files.file(f.path, self.file_size, create=False)
         if existing:
             self.last_base = existing[-1].base_byte_offset
             self.wrote = 0
@@ -432,11 +348,11 @@ class ConsumeQueueWriter:
         if self.ext is not None:
             self.ext.load()
 
-    def _new_file(self, base: int) -> _Mapped:
+    def _new_file(self, base: int) -> PooledFile:
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.last_base >= 0:
-            self.files[self.last_base].release_fd()
-        m = _Mapped(self.dir / segment_name(base), self.file_size, create=True)
+            self.files[self.last_base].release()
+        m = self.writer.open_files.file(self.dir / segment_name(base), self.file_size, create=True)
         self.files[base] = m
         self.last_base, self.wrote = base, 0
         return m
@@ -503,9 +419,10 @@ class ConsumeQueueWriter:
 class IndexFileWriter:
     """One ``IndexFile``: header fields kept here and written through to the mapping like IndexHeader."""
 
-    def __init__(self, path: Path, slots: int, num: int, create: bool, prev_end_phy: int = 0, prev_end_ts: int = 0):
+    def __init__(self, path: Path, slots: int, num: int, create: bool, prev_end_phy: int = 0, prev_end_ts: int = 0,
+                 files: OpenFiles | None = None):
         self.path, self.slots, self.num = path, slots, num
-        self.m = _Mapped(path, L.index_file_size(slots, num), create)
+        self.m = (files or OpenFiles()).file(path, L.index_file_size(slots, num), create)
         if create:
             self.begin_ts = self.end_ts = self.begin_phy = self.end_phy = 0
             self.slot_count, self.count = 0, 1
@@ -671,7 +588,9 @@ class StoreWriter:
         self.clock = clock
         self._closed = False
         self._last_ts = 0  # store time of the last record written (the clock stands in while it is 0)
-        self.segments: dict[int, _Mapped] = {}
+        # every file written is opened through this, at most MAX_OPEN_FILES at once (store_format.write.openfiles)
+        self.open_files = OpenFiles()
+        self.segments: dict[int, PooledFile] = {}
         self.cur_base = -1  # base offset of the segment being written
         self.cur_pos = 0
         self.queue_table: dict[tuple[str, int], int] = {}
@@ -743,9 +662,10 @@ class StoreWriter:
         at = pos + L.layout_for(sys_flag, L.MESSAGE_MAGICS.get(magic, 1)).offsets["store_timestamp"]
         return int.from_bytes(m[at:at + 8], "big", signed=True)
 
-    def mapped_file(self, path: Path, size: int, create: bool = True) -> _Mapped:
-        """A preallocated, sparse file mapped for writing (the 5.x side's timer log, wheel, batch queues)."""
-        return _Mapped(path, size, create)
+    def mapped_file(self, path: Path, size: int, create: bool = True) -> PooledFile:
+        """A preallocated, sparse file to write, through the writer's open files (the 5.x side's timer log,
+        wheel, batch queues)."""
+        return self.open_files.file(path, size, create)
 
     def _start_v5(self) -> None:
         if self._reopened and (self.config.timerWheelEnable or self.config.enableLmq or self.config.enableMultiDispatch
@@ -931,23 +851,23 @@ class StoreWriter:
         c = self.config
         cfgdir = self.root / "config"
         self._init_configs()
-        topics = read_config(cfgdir, "topics.json").data or {}
+        topics = _config_data(cfgdir, "topics.json")
         for name, tc in (topics.get("topicConfigTable") or {}).items():
             self.topics.put(name, _TopicConfig(name, int(tc.get("writeQueueNums", 1)),
                                                int(tc.get("perm", L.PERM_READ | L.PERM_WRITE))))
         dv = topics.get("dataVersion") or {}
         self.topics_version = _DataVersion(int(dv.get("counter", 0)), int(dv.get("timestamp", 0)))
-        groups = read_config(cfgdir, "subscriptionGroup.json").data or {}
+        groups = _config_data(cfgdir, "subscriptionGroup.json")
         for name, g in (groups.get("subscriptionGroupTable") or {}).items():
             self.groups.put(name, g)
         dv = groups.get("dataVersion") or {}
         self.groups_version = _DataVersion(int(dv.get("counter", 0)), int(dv.get("timestamp", 0)))
-        for key, table in ((read_config(cfgdir, "consumerOffset.json").data or {}).get("offsetTable") or {}).items():
+        for key, table in (_config_data(cfgdir, "consumerOffset.json").get("offsetTable") or {}).items():
             m = JavaHashMap(initial_capacity=L.QUEUE_OFFSET_TABLE_CAPACITY, concurrent=True)
             for q, o in table.items():
                 m.put(int(q), int(o))
             self.consumer_offsets.put(key, m)
-        for level, off in ((read_config(cfgdir, "delayOffset.json").data or {}).get("offsetTable") or {}).items():
+        for level, off in (_config_data(cfgdir, "delayOffset.json").get("offsetTable") or {}).items():
             self.delay_offsets.put(int(level), int(off))
         if (self.root / "checkpoint").is_file():
             cp = read_checkpoint(self.root / "checkpoint")
@@ -964,7 +884,8 @@ class StoreWriter:
         names = list_index_files(self.root / "index")
         self.index_names = [p.name for p in names]
         if names:
-            self.index_file = IndexFileWriter(names[-1], c.maxHashSlotNum, c.maxIndexNum, create=False)
+            self.index_file = IndexFileWriter(names[-1], c.maxHashSlotNum, c.maxIndexNum, create=False,
+                                              files=self.open_files)
         # the commitlog: walk every segment as recovery does, continue at the end.  Dispatch resumes where
         # DefaultMessageStore.start() puts the reput service: the largest physical offset any consume queue
         # reached (the commitlog's start when there is none), so deleting consumequeue/ rebuilds it.
@@ -986,8 +907,7 @@ class StoreWriter:
                     last = frame
                     if frame.kind == "message":
                         self._replay(frame.message)
-            self.segments[seg.base_offset] = _Mapped(seg.path, c.mappedFileSizeCommitLog, create=False,
-                                                     keep_fd=i == len(segs) - 1)
+            self.segments[seg.base_offset] = self.open_files.file(seg.path, c.mappedFileSizeCommitLog, create=False)
             self.cur_base, self.cur_pos = seg.base_offset, last.file_position
             if last.kind == "blank":
                 self.cur_pos = c.mappedFileSizeCommitLog
@@ -1011,20 +931,20 @@ class StoreWriter:
         self.flush.appended(msg.store_timestamp)
 
     # ---- commitlog -----------------------------------------------------------------------------
-    def _segment(self, base: int) -> _Mapped:
+    def _segment(self, base: int) -> PooledFile:
         m = self.segments.get(base)
         if m is None:
             if self._io_pending:
                 self._drain()  # writes to the older segments use their descriptors
-            for old in self.segments.values():
-                old.release_fd()
+            if self.segments:  # the segment written so far (the older ones were released when it came)
+                self.segments[next(reversed(self.segments))].release()
             d = self._path("commitlog")
             d.mkdir(exist_ok=True)
-            m = _Mapped(d / segment_name(base), self.config.mappedFileSizeCommitLog, create=True)
+            m = self.open_files.file(d / segment_name(base), self.config.mappedFileSizeCommitLog, create=True)
             self.segments[base] = m
         return m
 
-    def _segment_at(self, physical_offset: int) -> tuple[int, _Mapped]:
+    def _segment_at(self, physical_offset: int) -> tuple[int, PooledFile]:
         """(base offset, mapping) of the segment this writer holds that contains ``physical_offset``."""
         base = physical_offset - physical_offset % self.config.mappedFileSizeCommitLog
         seg = self.segments.get(base)
@@ -1206,7 +1126,8 @@ class StoreWriter:
             self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer-io")
         while len(self._io_pending) >= self._IO_MAX_PENDING:
             self._io_pending.pop(0).result()
-        self._io_pending.append(self._io.submit(mapped.writev, physical_offset - base, pieces))
+        mapped.pin()  # open until the I/O thread has written (the writer's thread may close files for room)
+        self._io_pending.append(self._io.submit(_write_pinned, mapped, physical_offset - base, pieces))
 
     def _drain(self) -> None:
         """Wait for every background write (before reading records back, syncing, or closing)."""
@@ -1296,7 +1217,8 @@ class StoreWriter:
             name = time_millis_to_human(ms, self.config.timezone)
         self.index_names.append(name)
         self.index_file = IndexFileWriter(d / name, self.config.maxHashSlotNum, self.config.maxIndexNum,
-                                          create=True, prev_end_phy=prev_phy, prev_end_ts=prev_ts)
+                                          create=True, prev_end_phy=prev_phy, prev_end_ts=prev_ts,
+                                          files=self.open_files)
         return self.index_file
 
     def _build_index(self, msg: Message):
@@ -1327,6 +1249,7 @@ class StoreWriter:
             cq.close()
         if self.index_file is not None:
             self.index_file.close()
+        self.open_files.close_all()
 
     def close(self) -> None:
         """Clean shutdown: configs persisted, checkpoint flushed, everything synced, then ``abort`` removed."""
@@ -1385,6 +1308,26 @@ class StoreWriter:
         else:  # an interrupted write must not look like a clean shutdown
             self.crash()
         return False
+
+
+def _config_data(config_dir: Path, name: str) -> dict:
+    """A config file the reopened store's broker had loaded ({} when absent or unreadable, as the broker starts
+    empty then).  One too large to parse within memory is refused: the store would be closed with it rewritten
+    empty."""
+    cfg = read_config(config_dir, name)
+    big = next((e for e in cfg.errors if e.kind is ErrorKind.TOO_LARGE), None)
+    if big is not None:
+        raise WriterError(ErrorKind.TOO_LARGE, f"{big.message}; appending would rewrite it without its entries",
+                          file=big.file)
+    return cfg.data or {}
+
+
+def _write_pinned(mapped: PooledFile, pos: int, pieces: list) -> int:
+    """The I/O thread's write: ``mapped`` was pinned open for it."""
+    try:
+        return mapped.writev(pos, pieces)
+    finally:
+        mapped.unpin()
 
 
 def _all_zero(path: Path, chunk: int = 1 << 20) -> bool:

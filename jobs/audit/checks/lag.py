@@ -14,7 +14,6 @@ offset before it, and the task owning the unit's physical offset says whether a 
 """
 from __future__ import annotations
 
-import posixpath
 
 import numpy as np
 import pyarrow as pa
@@ -67,14 +66,25 @@ _FILE = "config/consumerOffset.json"
 _LMQ_FILE = "config/lmqConsumerOffset.json"
 
 
-def _file_of(source: str | None) -> str:
-    """The config file a row's offset came from, as findings name it (its ``.bak`` folded in)."""
-    return _LMQ_FILE if source and posixpath.basename(source).startswith("lmqConsumerOffset.json") else _FILE
+def _from_lmq(source) -> pa.Array:
+    """Whether each row's offset came from lmqConsumerOffset.json (or its ``.bak``), by its ``source`` path."""
+    return pc.fill_null(pc.match_substring_regex(source, r"(^|/)lmqConsumerOffset\.json[^/]*$"), False)
+
+
+def _files_of(t: pa.Table, per_topic: pa.Table) -> pa.Array:
+    """The config file each (broker, group, topic) row of ``per_topic`` took its offsets from, as findings name it
+    (its ``.bak`` folded in): lmqConsumerOffset.json where any of the lag table ``t``'s rows for it came from there
+    (only those rows become objects: the LMQ file's groups), else consumerOffset.json."""
+    from_lmq = _from_lmq(t.column("source"))
+    key = ["broker", "group", "topic"]
+    lmq = {tuple(r[c] for c in key) for r in t.filter(from_lmq).select(key).group_by(key).aggregate([]).to_pylist()}
+    return pa.array([_LMQ_FILE if k in lmq else _FILE for k in zip(*(per_topic.column(c).to_pylist() for c in key))],
+                    pa.string())
 
 
 def probes(ctx, broker: str) -> np.ndarray:
     """Physical offsets of the units at every committed offset of ``broker`` (what the scan looks up)."""
-    return np.unique(np.array([p for p in ctx.committed_units(broker).values() if p is not None], np.int64))
+    return ctx.committed_units(broker)
 
 
 def in_range(rc, out) -> None:
@@ -92,86 +102,193 @@ def in_range(rc, out) -> None:
 
 
 def lag_table(ctx) -> pa.Table:
-    offsets = ctx.committed_offsets  # consumerOffset.json's, and 5.x lmqConsumerOffset.json's (LMQ groups too)
-    bounds = {(r["broker"], r["topic"], r["queue_id"]): r for r in ctx.queue_bounds.to_pylist()}
-    found = {(r["broker"], r["physical_offset"]): r["store_timestamp"]
-             for r in ctx.partial("lag.found", FOUND).to_pylist()}
-    rows = []
-    for r in offsets.to_pylist():
-        b = bounds.get((r["broker"], r["topic"], r["queue_id"]))
-        unit = ctx.committed_units(r["broker"]).get((r["topic"], r["queue_id"], r["offset"]))
-        ts = found.get((r["broker"], unit)) if unit is not None else None
-        max_offset = b["max_offset"] if b else None
-        lag = max((max_offset or 0) - r["offset"], 0)
-        rows.append({"broker": r["broker"], "group": r["group"], "topic": r["topic"], "queue_id": r["queue_id"],
-                     "offset": r["offset"], "min_offset": b["min_offset"] if b else None, "max_offset": max_offset,
-                     "lag": lag, "first_unconsumed_store_time": ts if lag > 0 else None,
-                     "lag_ms": ctx.as_of[r["broker"]] - ts if lag > 0 and ts is not None else None,
-                     "retry": r["topic"].startswith(L.RETRY_GROUP_TOPIC_PREFIX), "source": r["source"]})
-    return pa.Table.from_pylist(rows, schema=LAG)
+    """One row per committed offset (:attr:`AuditContext.committed_offsets`, in its order), built from numpy columns
+    keyed by numbers (:meth:`AuditContext.queue_keys`): a busy broker's consumerOffset.json holds millions of
+    offsets, and neither a Python object nor a string is made per offset."""
+    offsets = ctx.committed_offsets
+    n = offsets.num_rows
+    keys = ctx.queue_keys(offsets)
+    min_offset, max_offset, ts = (np.zeros(n, np.int64) for _ in range(3))
+    has_min, has_max, has_ts = (np.zeros(n, bool) for _ in range(3))
+    as_of = np.zeros(n, np.int64)
+    bounds, found = ctx.queue_bounds, ctx.partial("lag.found", FOUND)
+    unit = offsets.column("unit")
+    for broker, rows in ctx.broker_rows(offsets).items():
+        as_of[rows] = ctx.as_of.get(broker, 0)
+        b = bounds.filter(pc.equal(bounds.column("broker"), broker))
+        if b.num_rows:  # the queue's bounds (one row a queue)
+            bkey = ctx.key_of(b.column("topic"), b.column("queue_id"))
+            at, hit = _lookup(bkey, keys[rows])
+            r = rows[hit]
+            min_offset[r] = b.column("min_offset").to_numpy()[at[hit]]
+            max_offset[r] = b.column("max_offset").to_numpy()[at[hit]]
+            has_min[r] = has_max[r] = True
+        f = found.filter(pc.equal(found.column("broker"), broker))
+        mine = unit.take(pa.array(rows))
+        if f.num_rows and mine.null_count < len(mine):  # the store time of each unit's message (the last said)
+            fu = f.column("physical_offset").to_numpy()
+            u = pc.fill_null(mine, -1).to_numpy(zero_copy_only=False)
+            at, hit = _lookup(fu, u, last=True)
+            hit &= u >= 0
+            ts[rows[hit]] = f.column("store_timestamp").to_numpy()[at[hit]]
+            has_ts[rows[hit]] = True
+    offset = offsets.column("offset").to_numpy()
+    lag = np.maximum(np.where(has_max, max_offset, 0) - offset, 0)
+    behind = lag > 0
+    columns = {"broker": offsets.column("broker"), "group": offsets.column("group"), "topic": offsets.column("topic"),
+               "queue_id": offsets.column("queue_id"), "offset": offsets.column("offset"),
+               "min_offset": pa.array(min_offset, pa.int64(), mask=~has_min),
+               "max_offset": pa.array(max_offset, pa.int64(), mask=~has_max), "lag": pa.array(lag, pa.int64()),
+               "first_unconsumed_store_time": pa.array(ts, pa.int64(), mask=~(behind & has_ts)),
+               "lag_ms": pa.array(as_of - ts, pa.int64(), mask=~(behind & has_ts)),
+               "retry": pc.starts_with(offsets.column("topic"), L.RETRY_GROUP_TOPIC_PREFIX),
+               "source": offsets.column("source")}
+    return pa.table({f.name: _as(columns[f.name], f.type) for f in LAG}, schema=LAG)
+
+
+def _lookup(keys: np.ndarray, wanted: np.ndarray, last: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(index into ``keys``, found) for each of ``wanted``; of equal keys the first, or with ``last`` the last."""
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    if last and len(sk):
+        keep = np.r_[sk[1:] != sk[:-1], True]
+        order, sk = order[keep], sk[keep]
+    pos = np.minimum(np.searchsorted(sk, wanted), max(len(sk) - 1, 0))
+    hit = (sk[pos] == wanted) if len(sk) else np.zeros(len(wanted), bool)
+    return order[pos] if len(sk) else pos, hit
+
+
+def _as(values, typ: pa.DataType):
+    return values if values.type == typ else pc.cast(values, typ)
+
+
+_FLAGS = ("lag.offset_for_unknown_topic", "lag.offset_for_unknown_queue", "lag.offset_above_max",
+          "lag.offset_below_min")
 
 
 def on_driver(ctx) -> FamilyResult:
     res = FamilyResult()
     t = lag_table(ctx)
     res.tables["lag"] = t
+    n = t.num_rows
     topics = ctx.metadata("topics")
     topics = topics.filter(pc.is_valid(topics.column("topic")))
-    known = ctx.queue_topics | {(b, tp) for b, tp in zip(topics.column("broker").to_pylist(),
-                                                         topics.column("topic").to_pylist())}
-    read_queues = {(b, tp): n for b, tp, n in zip(topics.column("broker").to_pylist(), topics.column("topic").to_pylist(),
-                                                  topics.column("read_queue_nums").to_pylist())}
-    groups: dict[str, list] = {}
-    for r in t.to_pylist():
-        unknown_topic = (r["broker"], r["topic"]) not in known
-        rq = read_queues.get((r["broker"], r["topic"]))
-        unknown_queue = (not unknown_topic and r["max_offset"] is None and rq is not None and r["queue_id"] >= rq)
-        above = not unknown_topic and not unknown_queue and r["offset"] > (r["max_offset"] or 0)
-        below = r["min_offset"] is not None and r["offset"] < r["min_offset"]
-        row = dict(r, read_queue_nums=rq)
-        for flag, check_id in ((unknown_topic, "lag.offset_for_unknown_topic"),
-                               (unknown_queue, "lag.offset_for_unknown_queue"),
-                               (above, "lag.offset_above_max"), (below, "lag.offset_below_min")):
-            if flag:
-                groups.setdefault(check_id, []).append(row)
-    for check_id, rows in groups.items():
-        res.findings.append(_offset_findings(check_id, rows))
+    # per broker: the topics the data or topics.json know, and each configured topic's read queue count (the last
+    # given); the rows' topics by number (AuditContext.key_of), so nothing is made per row but numbers
+    code = np.right_shift(ctx.queue_keys(t), 32)
+    known = np.zeros(n, bool)
+    rq, has_rq = np.zeros(n, np.int64), np.zeros(n, bool)
+    data_topics: dict[str, list] = {}
+    for b, tp in ctx.queue_topics:
+        data_topics.setdefault(b, []).append(tp)
+    for broker, rows in ctx.broker_rows(t).items():
+        conf = topics.filter(pc.equal(topics.column("broker"), broker))
+        names = data_topics.get(broker, []) + conf.column("topic").to_pylist()
+        known_codes = ctx.key_of(names, [0] * len(names)) >> 32
+        known[rows] = np.isin(code[rows], known_codes[known_codes >= 0])
+        if conf.num_rows:
+            ccode = ctx.key_of(conf.column("topic"), np.zeros(conf.num_rows, np.int64)) >> 32
+            nums = conf.column("read_queue_nums")
+            at, hit = _lookup(ccode, code[rows], last=True)
+            hit &= nums.is_valid().to_numpy(zero_copy_only=False)[at]  # the last given, when it is a number
+            r = rows[hit]
+            rq[r] = pc.fill_null(nums, 0).to_numpy(zero_copy_only=False)[at[hit]]
+            has_rq[r] = True
+    max_offset, min_offset = t.column("max_offset"), t.column("min_offset")
+    has_max = max_offset.is_valid().to_numpy(zero_copy_only=False)
+    has_min = min_offset.is_valid().to_numpy(zero_copy_only=False)
+    max_o = pc.fill_null(max_offset, 0).to_numpy(zero_copy_only=False)
+    min_o = pc.fill_null(min_offset, 0).to_numpy(zero_copy_only=False)
+    offset = t.column("offset").to_numpy()
+    qid = t.column("queue_id").to_numpy().astype(np.int64)
+    unknown_topic = ~known
+    unknown_queue = ~unknown_topic & ~has_max & has_rq & (qid >= rq)
+    above = ~unknown_topic & ~unknown_queue & (offset > max_o)
+    below = has_min & (offset < min_o)
+    flagged = t.append_column("read_queue_nums", pa.array(rq, pa.int32(), mask=~has_rq))
+    # each check's findings in row order; the checks in the order of their first row (then as _FLAGS lists them)
+    firsts = []
+    for k, (check_id, flag) in enumerate(zip(_FLAGS, (unknown_topic, unknown_queue, above, below))):
+        hits = np.flatnonzero(flag)
+        if len(hits):
+            firsts.append((int(hits[0]), k, check_id, hits))
+    for _, _, check_id, hits in sorted(firsts, key=lambda f: f[:2]):
+        res.findings.append(_offset_findings(check_id, flagged.take(pa.array(hits))))
 
-    per_topic: dict[tuple, dict] = {}
-    for r in t.to_pylist():
-        p = per_topic.setdefault((r["broker"], r["group"], r["topic"]), {"lag": 0, "lag_ms": None,
-                                                                          "file": _file_of(r["source"])})
-        p["lag"] += r["lag"]
-        if r["lag_ms"] is not None:
-            p["lag_ms"] = r["lag_ms"] if p["lag_ms"] is None else max(p["lag_ms"], r["lag_ms"])
-    keys = sorted(per_topic)
-    behind = [k for k in keys if per_topic[k]["lag"] > 0]
-    if behind:
-        lag = pa.array([per_topic[k]["lag"] for k in behind], pa.int64())
-        lag_ms = pa.array([per_topic[k]["lag_ms"] for k in behind], pa.int64())
-        group = pa.array([k[1] for k in behind], pa.string())
+    per_topic = _per_topic(t)
+    behind = per_topic.filter(pc.greater(per_topic.column("lag"), 0))
+    if behind.num_rows:
+        lag, lag_ms, group = behind.column("lag"), behind.column("lag_ms"), behind.column("group")
         res.findings.append(finding_table(
-            "lag.behind", len(behind), broker=pa.array([k[0] for k in behind]), topic=pa.array([k[2] for k in behind]),
-            file=pa.array([per_topic[k]["file"] for k in behind], pa.string()), values={"group": group, "lag": lag,
-                                "lag_seconds": pa.array([None if v is None else int(v / 1000) for v in
-                                                         lag_ms.to_pylist()], pa.int64())},
+            "lag.behind", behind.num_rows, broker=behind.column("broker"), topic=behind.column("topic"),
+            file=_files_of(t, behind),
+            values={"group": group, "lag": lag,
+                    "lag_seconds": pa.array([None if v is None else int(v / 1000) for v in lag_ms.to_pylist()],
+                                            pa.int64())},
             details={"group": group, "lag": lag, "lag_ms": lag_ms, "key": group}))
-    if keys:
+    if per_topic.num_rows:
         res.metrics.append(metric_table("group", {
-            "lag_messages": pa.array([per_topic[k]["lag"] for k in keys], pa.float64()),
-            "lag_ms": pa.array([per_topic[k]["lag_ms"] for k in keys], pa.float64())},
-            broker=[k[0] for k in keys], group=[k[1] for k in keys], topic=[k[2] for k in keys]))
+            "lag_messages": pc.cast(per_topic.column("lag"), pa.float64()),
+            "lag_ms": pc.cast(per_topic.column("lag_ms"), pa.float64())},
+            broker=per_topic.column("broker"), group=per_topic.column("group"), topic=per_topic.column("topic")))
     return res
 
 
-def _offset_findings(check_id: str, rows: list[dict]):
-    n = len(rows)
-    col = lambda name, typ: pa.array([r[name] for r in rows], typ)  # noqa: E731
+def _per_topic(t: pa.Table) -> pa.Table:
+    """Per (broker, group, topic), in that order: the lag summed and the largest lag_ms (null when none).  The lag
+    table's rows come a map at a time (udfs.metadata: by topic, group, queue id), so the sums run over runs of
+    rows; runs of one key that are apart (another order) are merged after the runs are sorted."""
+    n = t.num_rows
+    empty = pa.table({"broker": pa.array([], pa.string()), "group": pa.array([], pa.string()),
+                      "topic": pa.array([], pa.string()), "lag": pa.array([], pa.int64()),
+                      "lag_ms": pa.array([], pa.int64())})
+    if not n:
+        return empty
+    new = np.zeros(n, bool)
+    new[0] = True
+    for name in ("broker", "group", "topic"):
+        c = t.column(name)
+        if n > 1:
+            new[1:] |= pc.not_equal(c.slice(1), c.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(new)
+    lag = np.add.reduceat(t.column("lag").to_numpy(), starts)
+    ms = t.column("lag_ms")
+    valid = ms.is_valid().to_numpy(zero_copy_only=False)
+    ms_max = np.maximum.reduceat(np.where(valid, pc.fill_null(ms, 0).to_numpy(zero_copy_only=False),
+                                          np.iinfo(np.int64).min), starts)
+    ms_any = np.add.reduceat(valid.astype(np.int64), starts) > 0
+    at = pa.array(starts)
+    runs = pa.table({"broker": t.column("broker").take(at), "group": t.column("group").take(at),
+                     "topic": t.column("topic").take(at), "lag": pa.array(lag, pa.int64()),
+                     "lag_ms": pa.array(ms_max, pa.int64(), mask=~ms_any)})
+    runs = runs.take(pc.sort_indices(runs, [("broker", "ascending"), ("group", "ascending"),
+                                            ("topic", "ascending")]))
+    if len(runs) > 1:
+        same = np.ones(len(runs) - 1, bool)
+        for name in ("broker", "group", "topic"):
+            c = runs.column(name)
+            same &= pc.equal(c.slice(1), c.slice(0, len(runs) - 1)).to_numpy(zero_copy_only=False)
+        if same.any():  # one key in runs apart: merged (small: a row per map)
+            return _merged(runs)
+    return runs
+
+
+def _merged(runs: pa.Table) -> pa.Table:
+    g = runs.group_by(["broker", "group", "topic"], use_threads=False).aggregate([("lag", "sum"), ("lag_ms", "max")])
+    out = pa.table({"broker": g.column("broker"), "group": g.column("group"), "topic": g.column("topic"),
+                    "lag": g.column("lag_sum"), "lag_ms": g.column("lag_ms_max")})
+    return out.take(pc.sort_indices(out, [("broker", "ascending"), ("group", "ascending"), ("topic", "ascending")]))
+
+
+def _offset_findings(check_id: str, rows: pa.Table):
+    """The findings of one offset check, from the lag table's rows it flags (with ``read_queue_nums``)."""
+    n = rows.num_rows
+    col = lambda name, typ: _as(rows.column(name), typ)  # noqa: E731
     group, offset = col("group", pa.string()), col("offset", pa.int64())
     details = {"group": group, "offset": offset}
     positions = dict(broker=col("broker", pa.string()), topic=col("topic", pa.string()),
-                     queue_id=col("queue_id", pa.int32()), file=pa.array([_file_of(r["source"]) for r in rows],
-                                                                        pa.string()))
+                     queue_id=col("queue_id", pa.int32()),
+                     file=pc.if_else(_from_lmq(rows.column("source")), _LMQ_FILE, _FILE))
     if check_id == "lag.offset_above_max":
         details["max_offset"] = col("max_offset", pa.int64())
         positions["queue_offset"] = offset

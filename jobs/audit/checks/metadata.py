@@ -1,6 +1,9 @@
 """Metadata: the config files against the data.
 
 Checks: ``metadata.config_unreadable`` (error: neither the file nor its ``.bak`` parses),
+``metadata.config_too_large`` (warning: a file too large to parse within memory, ``store_format.config.
+CONFIG_MEMORY_LIMIT``: its checks are skipped, the rest of the store is audited; consumerOffset.json in the
+broker's layout is read as columns whatever its size),
 ``metadata.config_from_backup`` (warning: the main file was empty or broken; the broker loads the ``.bak``),
 ``metadata.config_missing`` (info), ``metadata.topic_not_in_config`` (warning: a topic with consume queues but
 no topics.json entry; info for system topics, which 4.9.7 itself leaves out, e.g. RMQ_SYS_TRANS_OP_HALF_TOPIC;
@@ -16,8 +19,13 @@ on it and the broker does not start; the entry is left out and everything else i
 from __future__ import annotations
 
 
-from udfs.metadata import CONFIG_FILE, is_value_error
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from udfs.metadata import CONFIG_FILE, is_too_large, is_value_error
 from store_format import layout as L
+from store_format.config import CONFIG_MEMORY_LIMIT_ENV, too_large_size
 
 from ..findings import Consequence, Severity, check, finding_rows
 from ..contract import Family, FamilyResult
@@ -25,6 +33,12 @@ from ..contract import Family, FamilyResult
 check("metadata.config_unreadable", Severity.ERROR, "{file} cannot be read: {error}",
       consequence=Consequence.DATA_LOST,
       action="Restore it from a backup; the broker starts without it (offsets, topics lost).")
+check("metadata.config_too_large", Severity.WARNING,
+      "{file} is too large to parse within memory[ ({size} bytes)]: its checks are skipped (the rest of the store is "
+      "audited)",
+      consequence=Consequence.COSMETIC,
+      action=f"Audit it on a machine with more memory, with {CONFIG_MEMORY_LIMIT_ENV} (bytes) raised past its size; a "
+             "broker writes a config file this large only with millions of entries, so look at why.")
 check("metadata.config_from_backup", Severity.WARNING, "{file} is empty or broken; the broker will load {name}.bak",
       consequence=Consequence.DATA_AT_RISK,
       action="Expected after a crash during a write; the `.bak` may be slightly older.")
@@ -76,11 +90,22 @@ def on_driver(ctx) -> FamilyResult:
     files: dict[str, list] = {}
     for table in _TABLES + _OPTIONAL:
         name = CONFIG_FILE[table]
-        rows = ctx.metadata(table).to_pylist()
+        # column-wise: consumer_offsets may hold millions of rows; only its error rows become Python objects
+        t = ctx.metadata(table)
+        errors = t.filter(pc.is_valid(t.column("error"))).select(["broker", "error", "error_key", "error_value",
+                                                                  "source"]).to_pylist()
+        counts = dict(zip(*(c.to_pylist() for c in pc.value_counts(t.column("broker")).flatten())))
+        sources = {}  # each broker's first source, in row order (a mask a broker: nothing copied per row)
+        sourced = t.column("source").is_valid()
+        for b in counts:
+            at = np.flatnonzero(pc.and_(sourced, pc.equal(t.column("broker"), b)).to_numpy(zero_copy_only=False))
+            if len(at):
+                sources[b] = t.column("source")[int(at[0])].as_py()
         for s in ctx.stores:
-            mine = [r for r in rows if r["broker"] == s.name]
-            error = next((r["error"] for r in mine if r["error"] is not None and not is_value_error(r["error"])), None)
-            for r in mine:
+            mine = counts.get(s.name, 0) > 0
+            errs = [r for r in errors if r["broker"] == s.name]
+            error = next((r["error"] for r in errs if not is_value_error(r["error"])), None)
+            for r in errs:
                 if is_value_error(r["error"]):
                     reason = r["error"].rsplit(": ", 1)[-1]
                     files.setdefault("metadata.config_value_out_of_range", []).append(dict(
@@ -88,12 +113,16 @@ def on_driver(ctx) -> FamilyResult:
                                                                       "reason": reason},
                         details={"key": r["error_key"], "value": r["error_value"], "reason": reason,
                                  "source": r["source"]}))
-            source = next((r["source"] for r in mine if r["source"] is not None), None)
+            source = sources.get(s.name)
             cfg = ctx.plans[s.name].store.root / "config"
             exists = (cfg / name).exists() or (cfg / f"{name}.bak").exists()
             present[(s.name, table)] = bool(mine and error is None and exists)
             file = f"config/{name}"
-            if mine and error:
+            if mine and error and is_too_large(error):
+                size = too_large_size(error)
+                files.setdefault("metadata.config_too_large", []).append(dict(
+                    broker=s.name, file=file, values={"size": size}, details={"size": size, "error": error}))
+            elif mine and error:
                 files.setdefault("metadata.config_unreadable", []).append(dict(
                     broker=s.name, file=file, values={"error": error}))
             elif mine and source and source.endswith(".bak"):
@@ -138,8 +167,12 @@ def on_driver(ctx) -> FamilyResult:
     if with_groups:
         groups = {(r["broker"], r["group"]) for r in ctx.metadata("subscription_groups").to_pylist()
                   if r["group"] is not None}
-        offsets = sorted({(r["broker"], r["group"]) for r in ctx.metadata("consumer_offsets").to_pylist()
-                          if r["broker"] in with_groups and r["group"] is not None})
+        t = ctx.metadata("consumer_offsets").select(["broker", "group"])
+        keep = pc.and_(pc.is_valid(t.column("group")), pc.is_in(t.column("broker"), pa.array(with_groups, pa.string())))
+        if pc.all(keep).as_py() is False:
+            t = t.filter(keep)
+        pairs = t.group_by(["broker", "group"], use_threads=False).aggregate([])
+        offsets = sorted(zip(pairs.column("broker").to_pylist(), pairs.column("group").to_pylist()))
         res.findings.append(finding_rows("metadata.group_not_in_config", [dict(
             broker=b, file="config/consumerOffset.json", values={"group": g},
             details={"group": g, "key": g}) for b, g in offsets if (b, g) not in groups]))
