@@ -1,6 +1,6 @@
 """``rocketmq-metadata``: a store's small files as DataFrames, one reader for all of them: ``option("table", ...)``
 chooses the table (udfs/metadata.py builds each one and documents them: checkpoint, markers, unreadable_files,
-consumer_offsets, delay_offsets, topics, subscription_groups), one row set per broker.
+consumer_offsets, lmq_consumer_offsets, delay_offsets, topics, subscription_groups), one row set per broker.
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from . import layout as L
 from . import rolled
 from .errors import ErrorKind, StoreFormatError
 
-BATCH_CQ_DIR = "batchconsumequeue"
+BATCH_CQ_DIR = L.BATCH_CQ_DIR
 UNIT = L.BATCH_CQ_UNIT
 UNIT_SIZE = UNIT.width  # 46
 _UNIT = struct.Struct(UNIT.struct)
@@ -79,21 +79,71 @@ def classify(phys: int, size: int, base: int, batch: int, *rest) -> str:
     return "invalid"
 
 
-def discover_batch_queues(root) -> dict[tuple[str, int], list[rolled.RolledFile]]:
-    """``{(topic, queue_id): files}`` under ``<root>/batchconsumequeue``; a queue folder whose name is not an int
-    is skipped."""
+@dataclass(frozen=True, eq=False)
+class BatchQueueFile:
+    """One file of ``batchconsumequeue/<topic>/<queue>/`` as the listing finds it (:func:`list_batch_queue_files`):
+    the broker loads it when its queue folder is an int and its name 20 digits (:attr:`loaded`)."""
+
+    topic: str
+    queue_id: int | None  # None: the queue folder's name is not an int
+    file: rolled.RolledFile
+
+    @property
+    def loc(self):
+        return self.file.location
+
+    @property
+    def name(self) -> str:
+        return self.file.name
+
+    @property
+    def length(self) -> int:
+        return self.file.length
+
+    @property
+    def base_offset(self) -> int | None:
+        return self.file.base_offset
+
+    @property
+    def problems(self) -> tuple:
+        return self.file.problems
+
+    @property
+    def loaded(self) -> bool:
+        return self.queue_id is not None and self.file.base_offset is not None
+
+
+def list_batch_queue_files(root) -> list[BatchQueueFile]:
+    """Every regular file of ``<root>/batchconsumequeue/<topic>/<queue>/`` (bad folder and file names too), each
+    with its problems (store_format.rolled.list_folder, the one listing of rolled folders: a bad name, a length
+    other than the queue's file size), by topic, queue and name."""
     from .consumequeue import queue_id_of
 
-    out = {}
+    out = []
     base = rolled.child(root, BATCH_CQ_DIR)
     for t in base.list():
         if t.type != pafs.FileType.Directory:
             continue
         for q in base.child(t.base_name).list():
-            qid = queue_id_of(q.base_name)
-            if q.type == pafs.FileType.Directory and qid is not None:
-                out[(t.base_name, qid)] = rolled.list_rolled_files(base.child(t.base_name).child(q.base_name))
+            if q.type == pafs.FileType.Directory:
+                files = rolled.list_folder(base.child(t.base_name).child(q.base_name), part=BATCH_CQ_DIR)
+                out += [BatchQueueFile(t.base_name, queue_id_of(q.base_name), f) for f in files]
     return out
+
+
+def discover_batch_queues(root) -> dict[tuple[str, int], list[rolled.RolledFile]]:
+    """``{(topic, queue_id): files}`` of the files the broker loads under ``<root>/batchconsumequeue``, each queue's
+    by offset; a queue folder whose name is not an int is skipped."""
+    return batch_queues_of(list_batch_queue_files(root))
+
+
+def batch_queues_of(files: list[BatchQueueFile]) -> dict[tuple[str, int], list[rolled.RolledFile]]:
+    """The loaded files of a listing by queue, each queue's by offset."""
+    out: dict[tuple[str, int], list] = {}
+    for f in files:
+        if f.loaded:
+            out.setdefault((f.topic, f.queue_id), []).append(f.file)
+    return {k: sorted(v, key=lambda f: f.base_offset) for k, v in out.items()}
 
 
 def batch_units_of(raw, count: int | None = None) -> dict:
@@ -193,12 +243,21 @@ def max_offset(files: list[rolled.RolledFile]) -> int:
     return last.next_offset if last is not None else 0
 
 
+def read_batch_unit_window(src, first: int, end: int) -> dict:
+    """Units ``first`` .. ``end - 1`` of one file as :func:`batch_units_of` columns: from a read-only map, or one
+    ranged read."""
+    first, end = max(first, 0), max(end, first)
+    with rolled.open_bytes(src, first * UNIT_SIZE, (end - first) * UNIT_SIZE) as m:
+        return batch_units_of(m.buf, len(m.buf) // UNIT_SIZE)
+
+
 def unit_bytes(physical_offset: int, size: int, tags_code: int, store_timestamp: int, msg_base_offset: int,
                batch_size: int, compacted_offset: int = L.BATCH_CQ_INVALID_POS, reserved: int = 0) -> bytes:
     return _UNIT.pack(physical_offset, size, tags_code, store_timestamp, msg_base_offset, batch_size,
                       compacted_offset, reserved)
 
 
-__all__ = ["BatchUnit", "BatchUnitArrays", "BatchConsumeQueueError", "UNIT_KINDS", "discover_batch_queues",
+__all__ = ["BatchUnit", "BatchUnitArrays", "BatchConsumeQueueError", "BatchQueueFile", "UNIT_KINDS",
+           "list_batch_queue_files", "discover_batch_queues", "batch_queues_of", "read_batch_unit_window",
            "batch_units_of", "read_batch_unit_arrays", "read_batch_units", "read_batch_queue", "max_offset",
            "unit_bytes", "classify"]

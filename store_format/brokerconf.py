@@ -204,17 +204,55 @@ def read_geometry(path: str | os.PathLike) -> StoreGeometry:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# The settings that change how recovery reads a record (5.2.0 and later)
+
+# MessageStoreConfig names of the whole-record CRC switches, with the RecoverySettings field each sets
+RECOVERY_KEYS = {"enabledAppendPropCRC": "enabled_append_prop_crc", "forceVerifyPropCRC": "force_verify_prop_crc"}
+
+
+@dataclass(frozen=True)
+class RecoverySettings:
+    """broker.conf's ``__CRC32#`` switches (store-format-5x.md section 1), both off by default as in 5.3.3:
+    ``force_verify_prop_crc`` makes the recovery walk check each record's whole-record CRC instead of its body CRC
+    (a record without the property, or whose property does not match, ends the valid data);
+    ``enabled_append_prop_crc`` makes the broker append the property to every record it writes from its start."""
+
+    enabled_append_prop_crc: bool = False
+    force_verify_prop_crc: bool = False
+    source: str | None = None
+
+
+def java_boolean(value: str) -> bool:
+    """``Boolean.parseBoolean``, as ``properties2Object`` applies it: "true" in any case, nothing else (no trim)."""
+    return value.lower() == "true"
+
+
+def recovery_settings(values: dict[str, str], source: str | None = None) -> RecoverySettings:
+    """The recovery switches broker.conf ``values`` set (absent keys keep their defaults)."""
+    return RecoverySettings(**{name: java_boolean(values[key]) for key, name in RECOVERY_KEYS.items()
+                               if key in values}, source=source)
+
+
+def recovery_settings_from_args(args) -> RecoverySettings:
+    """The recovery switches of ``--config`` (the defaults without one)."""
+    conf = getattr(args, "config", None)
+    return recovery_settings(read_properties(conf), str(conf)) if conf else RecoverySettings()
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The same options on every command that reads a store
 
 
-def add_geometry_arguments(parser, *, segment_size: bool = False) -> None:
+def add_geometry_arguments(parser, *, segment_size: bool = False, recovery: bool = False) -> None:
     """``--config broker.conf``, ``--hash-slots``, ``--index-num`` (and ``--segment-size`` where asked) on
-    ``parser``: what the files cannot tell.  :func:`geometry_from_args` reads them back."""
+    ``parser``: what the files cannot tell.  :func:`geometry_from_args` reads them back (and, for a command that
+    predicts recovery, ``recovery``: :func:`recovery_settings_from_args`)."""
     g = parser.add_argument_group("store geometry (default: read from the files; give it only if they cannot tell)")
     g.add_argument("--config", metavar="broker.conf",
                    help="the broker's broker.conf: its maxHashSlotNum and maxIndexNum" +
                         (" (and mappedFileSizeCommitLog)" if segment_size else "") + " are used; the flags below "
-                        "override it")
+                        "override it" + ("; its forceVerifyPropCRC and enabledAppendPropCRC (default false) change "
+                                         "how the broker's recovery reads records" if recovery else ""))
     if segment_size:
         g.add_argument("--segment-size", type=size_argument, metavar="SIZE",
                        help="the broker's mappedFileSizeCommitLog, in bytes or with k/m/g (1g; default: inferred from "
@@ -246,5 +284,6 @@ def geometry_from_args(args) -> StoreGeometry:
     return out
 
 
-__all__ = ["BrokerConfError", "GEOMETRY_KEYS", "StoreGeometry", "add_geometry_arguments", "geometry_from_args",
+__all__ = ["BrokerConfError", "GEOMETRY_KEYS", "RECOVERY_KEYS", "RecoverySettings", "StoreGeometry", "java_boolean",
+           "recovery_settings", "recovery_settings_from_args", "add_geometry_arguments", "geometry_from_args",
            "java_int", "parse_properties", "read_geometry", "read_properties", "store_geometry"]

@@ -27,6 +27,9 @@ class ErrorKind(str, enum.Enum):
     MISSING = "MISSING"  # a file or directory the store should have
     INVALID_INPUT = "INVALID_INPUT"  # a caller's value (topic name, record too large...) that is refused
     UNREADABLE = "UNREADABLE"  # a file that cannot be read: not a regular file (FIFO, device...), a loop, no permission
+    # recovery walk stops under forceVerifyPropCRC (5.2.0+): the record's __CRC32# does not match (or is no number)
+    BAD_PROPERTY_CRC = "BAD_PROPERTY_CRC"
+    NO_PROPERTY_CRC = "NO_PROPERTY_CRC"  # ... or it has no __CRC32# property at all
     TOO_LARGE = "TOO_LARGE"  # a file too large to parse within memory (store_format.config.CONFIG_MEMORY_LIMIT)
 
 

@@ -131,7 +131,8 @@ SEGMENT_NAME_DIGITS = 20  # UtilAll.offset2FileName
 # The store root's parts (StorePathConfigHelper; 5.x: TimerMessageStore, BrokerPathConfigHelper): the folders a
 # reader lists and the files at the root.  A folder holding one of the ROOT_PARTS is a store root; ``depth`` is how
 # many folders lie between a part folder and its files (consumequeue/<topic>/<queue>/<file>: 2); a ``rolled`` part
-# is a MappedFileQueue folder (files named by their first byte's offset: store_format.rolled lists them).
+# is a MappedFileQueue folder (files named by their first byte's offset: store_format.rolled lists them; with a
+# depth, each of its queue folders is one).
 @dataclass(frozen=True)
 class StorePart:
     folder: str
@@ -144,9 +145,10 @@ TIMER_LOG_DIR = "timerlog"  # 5.x, appears with the first timer unit: never alon
 TIMER_WHEEL_FILE = "timerwheel"  # 5.x, at the root
 TIMER_CHECK_FILE = "timercheck"  # 5.x, under config/ (binary, one page)
 TIMER_METRICS_FILE = "timermetrics"  # 5.x, under config/ (JSON, with .bak)
+BATCH_CQ_DIR = "batchconsumequeue"  # 5.x, a queue.type=BatchCQ topic's queues: <topic>/<queue>/<20-digit byte offset>
 STORE_PARTS = (StorePart("commitlog", 0, True, rolled=True), StorePart("consumequeue", 2, True),
                StorePart("index", 0, True), StorePart("config", 0, False), StorePart("consumequeue_ext", 2, False),
-               StorePart(TIMER_LOG_DIR, 0, False, rolled=True))
+               StorePart(TIMER_LOG_DIR, 0, False, rolled=True), StorePart(BATCH_CQ_DIR, 2, False, rolled=True))
 STORE_PART_FOLDERS = tuple(p.folder for p in STORE_PARTS)
 ROOT_PARTS = tuple(p.folder for p in STORE_PARTS if p.marks_root)
 STORE_ROOT_FILES = ("checkpoint", "abort", "lock", TIMER_WHEEL_FILE)

@@ -18,8 +18,9 @@ A check has one of four outcomes (:data:`STATUSES`): ``ok``; ``absent`` (the las
 arithmetic and cuts recovery at a record without the property or with a mismatch).
 
 :func:`check_record_crc` checks one record's bytes; :func:`check_crc_many` the records at given positions of one
-buffer at once (numpy over the 20-byte tails, one C ``zlib.crc32`` call per record), for the audit's bulk path.
-Nothing here is wired into framing or recovery.
+buffer at once (numpy over the 20-byte tails, one C ``zlib.crc32`` call per record), for the audit's bulk path;
+:func:`carries_crc` finds the records that hold the property before any CRC is computed.  Framing never checks
+the property; the recovery model does under ``forceVerifyPropCRC`` (store_format.recovery.forced_crc_stop).
 """
 from __future__ import annotations
 
@@ -177,6 +178,30 @@ def check_crc_many(buf, positions, sizes) -> CrcArrays:
     return CrcArrays(status, computed, stored, force_ok)
 
 
+def carries_crc(buf, positions, sizes) -> np.ndarray:
+    """Which of the records at ``positions`` (TOTALSIZEs ``sizes``) of ``buf`` end in the property's key
+    (``__CRC32#`` and 0x01 where their last 20 bytes start): the bulk test that comes before any CRC is computed,
+    so records written without the property (every 4.x record) cost one gather of nine bytes each."""
+    positions = np.asarray(positions, dtype=np.int64)
+    if not len(positions):
+        return np.zeros(0, bool)
+    raw = np.frombuffer(buf, np.uint8)
+    try:
+        keys = raw[(positions + np.asarray(sizes, dtype=np.int64) - RESERVED)[:, None] + np.arange(DIGITS_AT)]
+    finally:
+        del raw
+    return (keys == np.frombuffer(PREFIX, np.uint8)).all(axis=1)
+
+
+def stored_texts(buf, positions, sizes) -> list[str]:
+    """The ten characters after the key of each record (escaped where they are not ASCII), as a finding shows them."""
+    out = []
+    for p, s in zip(np.asarray(positions).tolist(), np.asarray(sizes).tolist()):
+        start = p + s - RESERVED + DIGITS_AT
+        out.append(bytes(buf[start:start + DIGITS]).decode("ascii", "backslashreplace"))
+    return out
+
+
 def with_crc_reservation(properties: str) -> str:
     """``MessageExtEncoder`` with ``enabledAppendPropCRC``: a non-empty property string that does not end in
     0x02 gets one; the 20 bytes the CRC will take follow (here as ``createCrc32`` of 0, patched at append)."""
@@ -193,4 +218,4 @@ def patch_crc(record: bytearray) -> int:
 
 
 __all__ = ["STATUSES", "CrcCheck", "CrcArrays", "record_crc", "crc_digits", "crc_property", "java_crc_value",
-           "check_record_crc", "check_crc_many", "with_crc_reservation", "patch_crc"]
+           "check_record_crc", "check_crc_many", "carries_crc", "stored_texts", "with_crc_reservation", "patch_crc"]

@@ -15,7 +15,8 @@ Each rule below names the 4.9.7 method it follows.
   (``getMinTimestampIndex()`` when messageIndexSafe) (``isMappedFileMatchedRecover``); else segment 0.  Every
   record from there is re-dispatched.
 * The walk (:func:`recovery_walk`, one segment at a time) checks body CRCs (``checkCRCOnRecover``) with
-  ``checkMessageAndReturnSize`` and stops at the first record it refuses; a blank moves to the next segment
+  ``checkMessageAndReturnSize`` (5.2.0 and later with ``forceVerifyPropCRC``: each record's ``__CRC32#`` instead,
+  store-format-5x.md section 1.3) and stops at the first record it refuses; a blank moves to the next segment
   (after the last segment's blank the end is that blank).  The recovered max physical offset is where it
   stopped; later segments are deleted, later bytes are kept but ignored (``MappedFileQueue.truncateDirtyFiles``).
 * Consume queues (:func:`recover_consume_queues`): ``ConsumeQueue.recover()`` cuts each queue at its first unit
@@ -50,6 +51,7 @@ from .commitlog import KIND_MESSAGE, Frame, SalvageSpan, Segment, salvage_arrays
 from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
 from .fs import UnreadableError, read_bytes
+from .brokerconf import RecoverySettings
 from .store import Store
 
 _I32_AT = lambda buf, pos: int.from_bytes(buf[pos:pos + 4], "big", signed=True)  # noqa: E731
@@ -108,15 +110,45 @@ class SegmentWalk:
                    frame.size)
 
 
-def recovery_walk(segment: Segment, check_crc: bool = True) -> SegmentWalk:
+def recovery_walk(segment: Segment, check_crc: bool = True, force_verify_prop_crc: bool = False) -> SegmentWalk:
     """The one definition of a segment's recovery walk (``CommitLog.checkMessageAndReturnSize`` record by record
-    from the segment's start, as ``recoverNormally`` / ``recoverAbnormally`` do), framed in bulk."""
+    from the segment's start, as ``recoverNormally`` / ``recoverAbnormally`` do), framed in bulk.  With
+    ``force_verify_prop_crc`` (and ``check_crc``, checkCRCOnRecover) the broker checks each record's ``__CRC32#``
+    instead of its body CRC (store-format-5x.md section 1.3): the walk frames without the body CRC and ends at the
+    first record the forced check refuses (:func:`forced_crc_stop`), if that comes first."""
+    force = force_verify_prop_crc and check_crc
     with ReadOnlyMap(segment.path) as m:
-        items = walk_arrays(m.buf, segment.name, segment.base_offset, check_crc=check_crc,
+        items = walk_arrays(m.buf, segment.name, segment.base_offset, check_crc=check_crc and not force,
                             check_physical_offset=False)
-        last = items.others[len(items) - 1]
+        last = SegmentWalk.of(items.others[len(items) - 1], segment.base_offset)
+        if force:
+            msg = items.kinds == KIND_MESSAGE
+            refused = forced_crc_stop(m.buf, items.positions[msg], items.sizes[msg])
+            if refused is not None:
+                pos, size, kind = refused
+                last = SegmentWalk(segment.name, segment.base_offset, pos, "stop", kind, "properties", size)
         del items
-    return SegmentWalk.of(last, segment.base_offset)
+    return last
+
+
+def forced_crc_stop(buf, positions, sizes) -> tuple[int, int, str] | None:
+    """``forceVerifyPropCRC``'s verdict on the records at ``positions`` (TOTALSIZEs ``sizes``, in walk order) of
+    ``buf``: (position, size, NO_PROPERTY_CRC or BAD_PROPERTY_CRC) of the first record the broker refuses (it has no
+    ``__CRC32#``, or the property's value, parsed as Java does, is not the CRC of ``[0, TOTALSIZE - 20)``), None when
+    it keeps them all (store_format.propcrc.check_crc_many)."""
+    import numpy as np
+
+    from .propcrc import ABSENT, check_crc_many
+
+    if not len(positions):
+        return None
+    verdict = check_crc_many(buf, positions, sizes)
+    refused = np.flatnonzero(~verdict.force_ok)
+    if not len(refused):
+        return None
+    i = int(refused[0])
+    kind = ErrorKind.NO_PROPERTY_CRC if verdict.status[i] == ABSENT else ErrorKind.BAD_PROPERTY_CRC
+    return int(positions[i]), int(sizes[i]), kind.value
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -727,7 +759,8 @@ def recovery_region(store: Store, message_index_safe: bool = False) -> list[Segm
 
 def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True,
                      walks: dict[str, SegmentWalk] | None = None, enumerate_lost: bool = True,
-                     queue_starts: dict | None = None) -> RecoveryPrediction:
+                     queue_starts: dict | None = None, settings: RecoverySettings | None = None
+                     ) -> RecoveryPrediction:
     """What the broker will do when it starts on ``store``.
 
     ``walks``: recovery-walk outcomes by segment name (:func:`recovery_walk`), e.g. computed in parallel; a
@@ -736,7 +769,12 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     ``damaged_dropped`` and ``unframed_dropped`` empty for a caller that has the salvage walk's items and
     applies :func:`lost_records` itself.  ``queue_starts``: {(topic, queue id): :class:`QueueStart`} computed
     elsewhere; then the queues are not read here and ``cq_truncation`` stays empty for the caller to finish
-    each queue (:func:`finish_queue`, with :func:`truncates_queues`' decision)."""
+    each queue (:func:`finish_queue`, with :func:`truncates_queues`' decision).  ``settings``: broker.conf's
+    ``__CRC32#`` switches (store_format.brokerconf.RecoverySettings; default: both off, as in 5.3.3):
+    ``forceVerifyPropCRC`` changes the walk (:func:`recovery_walk`), and the ``walks`` given must have been
+    decided the same way."""
+    settings = settings or RecoverySettings()
+    force = settings.force_verify_prop_crc and check_crc
     root = store.root
     markers = store.markers()
     mode = "abnormal" if markers.abort else "normal"  # DefaultMessageStore.isTempFileExist: File.exists()
@@ -759,7 +797,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
 
     def walk_of(seg: Segment) -> SegmentWalk:
         if seg.name not in used:
-            used[seg.name] = given[seg.name] if seg.name in given else recovery_walk(seg, check_crc)
+            used[seg.name] = given[seg.name] if seg.name in given else recovery_walk(seg, check_crc, force)
         return used[seg.name]
 
     start_index, redispatch_from = recovery_start(segs, mode, cp, message_index_safe)
@@ -779,6 +817,9 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         queues, max_cq = {}, max((s.max_physic_offset for s in queue_starts.values()), default=-1)
     truncation = {k: q for k, q in queues.items() if q.dropped}
 
+    if force and not settings.enabled_append_prop_crc:
+        notes.append("forceVerifyPropCRC is on and enabledAppendPropCRC is off: the records the broker writes from its "
+                     "next start carry no __CRC32#, so the recovery after that cuts at the first of them")
     index_deleted = []
     if cp is not None:
         index_deleted, index_notes = index_files_deleted_at_load(root / "index", mode == "normal",

@@ -55,6 +55,8 @@ def file_size(src) -> int:
 _WORDS = {
     "commitlog": ("segment", "the store's segment size", "mappedFileSizeCommitLog", "records against"),
     L.TIMER_LOG_DIR: ("timer-log file", "the timer log's file size", "mappedFileSizeTimerLog", "units against"),
+    L.BATCH_CQ_DIR: ("batch consume-queue file", "the queue's file size", "mapperFileSizeBatchConsumeQueue",
+                     "units against"),
 }
 _ANY_PART = ("file", "the folder's file size", "its mapped file size", "entries against")
 

@@ -149,6 +149,40 @@ class Store:
     def consume_queue(self, topic: str, queue_id: int, **kwargs) -> Iterator[CQUnit]:
         return read_queue(self.queues.get((topic, queue_id), []), **kwargs)
 
+    # ---- batch consume queues (5.x, queue.type=BatchCQ) ----------------------------------------
+    @cached_property
+    def batch_queue_files(self) -> list:
+        """Every file of ``batchconsumequeue/<topic>/<queue>/`` (bad names and lengths too, each with its problems:
+        store_format.batchcq.BatchQueueFile), by topic, queue and name."""
+        from .batchcq import BATCH_CQ_DIR, list_batch_queue_files
+
+        return list_batch_queue_files(self.loc) if self._readable_folder(BATCH_CQ_DIR) else []
+
+    @cached_property
+    def batch_queues(self) -> dict:
+        """{(topic, queue id): rolled files} the broker loads, each queue's by offset."""
+        from .batchcq import batch_queues_of
+
+        return batch_queues_of(self.batch_queue_files)
+
+    @cached_property
+    def batch_topics(self) -> frozenset:
+        """The topics whose records go to batch consume queues instead of consume queues: those with a queue folder
+        under ``batchconsumequeue/``, and those topics.json gives ``queue.type=BatchCQ``."""
+        found = {f.topic for f in self.batch_queue_files if f.queue_id is not None}
+        from .config import topic_configs
+
+        cfg = self.config("topics.json")
+        try:
+            table = topic_configs(cfg) if isinstance(cfg.data, dict) else {}
+        except StoreFormatError:  # a topicConfigTable that is not a map: the metadata family reports it
+            table = {}
+        for name, c in table.items():
+            attributes = c.get("attributes") if isinstance(c, dict) else None
+            if isinstance(attributes, dict) and attributes.get(L.TOPIC_ATTRIBUTE_QUEUE_TYPE) == L.QUEUE_TYPE_BATCH:
+                found.add(str(name))
+        return frozenset(found)
+
     # ---- index -------------------------------------------------------------------------------
     @cached_property
     def index_files(self) -> list[fs.Location]:

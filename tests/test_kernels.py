@@ -19,6 +19,7 @@ from store_format.compression import compress
 from store_format.errors import ErrorKind, RecordError, StoreFormatError
 from store_format.ids import create_uniq_key, parse_uniq_key
 from store_format.message import DERIVED_FIELDS, STORED_FIELDS, Message, body_crc32
+from store_format.propcrc import carries_crc
 from udfs import kernels as K
 
 from .conftest import fixture_manifest, fixture_store
@@ -76,6 +77,7 @@ def scalar_row(frame: bytes | None, max_decompressed: int = 1 << 20) -> dict:
         row["decompress_error"] = e.kind.value
     fields = {"topic" if f == "topic" else "properties" for f, _, _ in malformed_texts(frame)}
     row["invalid_utf8"] = ",".join(f for f in ("topic", "properties") if f in fields) or None
+    row["crc_property"] = bool(carries_crc(frame, [0], [msg.store_size])[0])
     return row
 
 

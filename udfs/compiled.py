@@ -15,7 +15,8 @@ Properties grammar (``MessageDecoder.string2messageProperties``, RocketMQ >= 4.9
 Every kernel, by what it serves (each called through a public wrapper of udfs.kernels, never from elsewhere):
 
 * records: :func:`decode_records` walks every frame once: the framing checks of ``codec.decode_record`` in its
-  order, the header fields, copies of BODY/TOPIC/PROPERTIES, the body CRC (slice-by-8), host strings and msgId.
+  order, the header fields, copies of BODY/TOPIC/PROPERTIES, the body CRC (slice-by-8), host strings, msgId and
+  whether the record ends in the ``__CRC32#`` property (5.2.0+).
   :func:`parse_properties` splits each row's PROPERTIES into map entries and finds the named properties;
   :func:`tags_hashes`, :func:`split_keys`, :func:`uniq_keys` and :func:`parse_ints` derive columns from them;
   :func:`take_strings` gathers strings by row index (named property values, small name tables);
@@ -172,6 +173,7 @@ UNIQ_NONE, UNIQ_DECODED, UNIQ_ASK_PYTHON = range(3)
 WANT_TEXT, WANT_CRC, WANT_BORN_HOST, WANT_STORE_HOST, WANT_MSG_ID = 1, 2, 4, 8, 16
 #: ``flags`` bits written by decode_records
 FLAG_TOPIC_NOT_UTF8, FLAG_PROPS_NOT_UTF8, FLAG_SCHEDULE_TOPIC, FLAG_CRC_OK = 1, 2, 4, 8
+FLAG_CRC_PROPERTY = 16  # the record's last 20 bytes start with ``__CRC32#`` 0x01 (store_format.propcrc)
 #: widest text a host / msgId can take: '[' 39 ']:' 11 (IPv6 and a negative port), 2 x 28 hex digits
 HOST_TEXT_MAX, MSG_ID_TEXT_MAX, IP_TEXT_MAX = 53, 56, 39
 
@@ -229,6 +231,9 @@ for _i, _c in enumerate(b"0123456789abcdef"):
 for _i, _c in enumerate(b"ABCDEF"):
     NIBBLE[_c] = 10 + _i
 SCHEDULE_TOPIC = np.frombuffer(L.SCHEDULE_TOPIC.encode(), np.uint8).copy()
+# the whole-record CRC property's key, found CRC32_RESERVED_LEN bytes before a record's end (RocketMQ >= 5.2.0)
+CRC_PROPERTY_KEY = np.frombuffer((L.PROPERTY_CRC32 + L.NAME_VALUE_SEPARATOR).encode("ascii"), np.uint8).copy()
+CRC_PROPERTY_BACK = L.CRC32_RESERVED_LEN
 
 # ---------------------------------------------------------------------------------------------------------
 # numba types of the signatures (inputs read-only, so buffers of bytes, mmaps and Arrow all pass)
@@ -639,17 +644,18 @@ def _lengths(data, s, total, min_size, tlw, body_length_at, body_offset):
     return 0, body_len, topic_len, props_len
 
 
-@njit((_u1r, _i8r, _i8r, _b1r, _i8r2, _i8r2, _i8r2, _i8r, nt.int64, _u4r, _u1r,
+@njit((_u1r, _i8r, _i8r, _b1r, _i8r2, _i8r2, _i8r2, _i8r, nt.int64, _u4r, _u1r, _u1r, nt.int64,
        _i4_2, _i8_2, _i1, _i1,
        _i4, _u1, _i4, _u1, _i4, _u1, _i4, _u1, _i4, _u1, _i4, _u1), **_OPTS)
 def decode_records(data, starts, sizes, present, lay, i32_offsets, i64_offsets, params, want, crc_table,
-                   schedule_topic,
+                   schedule_topic, crc_key, crc_back,
                    i32, i64, err, flags,
                    body_off, body_data, topic_off, topic_data, props_off, props_data,
                    born_off, born_data, store_off, store_data, id_off, id_data):
     """Frame ``i`` is ``data[starts[i]:starts[i]+sizes[i]]``.  Writes ``err[i]`` (0 = decoded), the header
     integers (``i32``/``i64`` rows as INT32_FIELDS/INT64_FIELDS, 0 on error rows), ``flags`` and, as ``want``
-    asks, the texts: ``*_off[i]:*_off[i+1]`` of ``*_data`` (empty on error rows)."""
+    asks, the texts: ``*_off[i]:*_off[i+1]`` of ``*_data`` (empty on error rows).  With the texts, whether the
+    record ends in ``crc_key`` and its value (``crc_back`` bytes from its end, just copied: FLAG_CRC_PROPERTY)."""
     n = starts.shape[0]
     magic_v1, magic_v2 = params[PAR_MAGIC_V1], params[PAR_MAGIC_V2]
     sys_flag_at, born_v6, store_v6 = params[PAR_SYS_FLAG_OFFSET], params[PAR_BORN_V6], params[PAR_STORE_V6]
@@ -736,6 +742,8 @@ def decode_records(data, starts, sizes, present, lay, i32_offsets, i64_offsets, 
                     f |= FLAG_PROPS_NOT_UTF8
                 if topic_len == schedule_topic.shape[0] and _same(data, topic_at, schedule_topic, 0, topic_len):
                     f |= FLAG_SCHEDULE_TOPIC
+                if total >= crc_back and _same(data, s + total - crc_back, crc_key, 0, crc_key.shape[0]):
+                    f |= FLAG_CRC_PROPERTY
             if crc and (_crc32(data, body_at, body_len, crc_table) & 0x7FFFFFFF) == body_crc:
                 f |= FLAG_CRC_OK
             if born:

@@ -89,6 +89,8 @@ _FIELDS: dict[str, pa.Field] = {f.name: f for f in (  # every column a decode ca
     column("error_field", pa.string(), "the field that failed"),
     column("invalid_utf8", pa.string(), "which text fields held malformed UTF-8 (`topic`, `properties` or both, "
                                         "comma-separated; null when none)"),
+    column("crc_property", pa.bool_(), "the record ends in the whole-record CRC property `__CRC32#` (RocketMQ "
+                                       ">= 5.2.0, enabledAppendPropCRC): its last 20 bytes start with the key"),
 )}
 _FIELD_TYPES = {name: f.type for name, f in _FIELDS.items()}
 EXTRA_DERIVED = ("producer_ip", "producer_pid", "producer_time", "delay_level", "real_topic", "real_queue_id",
@@ -98,8 +100,9 @@ STATUS_COLUMNS = ("error", "error_field")
 #: every column produced unless asked otherwise (decompression is opt-in)
 DEFAULT_COLUMNS = STORED_FIELDS + DERIVED_FIELDS + EXTRA_DERIVED + STATUS_COLUMNS
 #: opt-in: which text fields held malformed UTF-8 ("topic", "properties" or both, comma-separated; null when
-#: none): the broker's ``new String(bytes, UTF_8)`` replaced those bytes with U+FFFD, as these columns do
-TEXT_CHECK_COLUMNS = ("invalid_utf8",)
+#: none): the broker's ``new String(bytes, UTF_8)`` replaced those bytes with U+FFFD, as these columns do; and
+#: whether the record ends in the ``__CRC32#`` property (found while its properties are copied: no pass of its own)
+TEXT_CHECK_COLUMNS = ("invalid_utf8", "crc_property")
 ALL_COLUMNS = DEFAULT_COLUMNS + DECOMPRESS_COLUMNS + TEXT_CHECK_COLUMNS
 #: what RocketMQ's ``MessageDecoder.decode`` yields (bodies kept, properties parsed, msgId), to compare with
 #: its speed.  decode() verifies no CRC, so neither does this selection.
@@ -574,7 +577,7 @@ class _Decoder:
         store = texts(n * C.HOST_TEXT_MAX if want & C.WANT_STORE_HOST else 0)
         msg_id = texts(n * C.MSG_ID_TEXT_MAX if want & C.WANT_MSG_ID else 0)
         C.decode_records(data, starts, sizes, present, C.LAYOUT, C.INT32_OFFSETS, C.INT64_OFFSETS, C.PARAMS, want,
-                         C.CRC_TABLE, C.SCHEDULE_TOPIC, i32, i64, err, flags,
+                         C.CRC_TABLE, C.SCHEDULE_TOPIC, C.CRC_PROPERTY_KEY, C.CRC_PROPERTY_BACK, i32, i64, err, flags,
                          *body, *topic, *props, *born, *store, *msg_id)
 
         ok = present & (err == 0)
@@ -629,6 +632,8 @@ class _Decoder:
         if len(bad):  # Java parses the text with U+FFFD in place
             poff, pdata = _replace_invalid_utf8(poff, pdata, bad)
         c["properties_raw"] = _strings(poff, pdata, valid)
+        if "crc_property" in self.want:
+            c["crc_property"] = _bool((self.flags & C.FLAG_CRC_PROPERTY) != 0, valid)
         if "invalid_utf8" in self.want:
             which = ((self.flags & C.FLAG_TOPIC_NOT_UTF8) != 0) + 2 * ((self.flags & C.FLAG_PROPS_NOT_UTF8) != 0)
             c["invalid_utf8"] = pa.array([None, "topic", "properties", "topic,properties"], pa.string()).take(

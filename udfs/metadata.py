@@ -4,7 +4,8 @@ what the audit reads of them on the driver).
 A table name chooses: ``checkpoint`` (StoreCheckpoint fields and the derived minimum
 timestamps), ``markers`` (abort / lock presence), ``unreadable_files`` (every entry of the store no reader can
 read, with why: a FIFO, socket or device where a file belongs, a link loop, no permission, a part that is a
-file; the other sources leave those out, never opening them), ``consumer_offsets``, ``delay_offsets``, ``topics``,
+file; the other sources leave those out, never opening them), ``consumer_offsets``, ``lmq_consumer_offsets``
+(5.x ``lmqConsumerOffset.json``), ``delay_offsets``, ``topics``,
 ``subscription_groups`` (config/*.json through store_format's fastjson-tolerant reader, with its ``.bak``
 fallback; ``source`` says which file was used).  One row set per broker; a file that cannot be read, or is too
 large to parse within memory (``TOO_LARGE``, past ``store_format.config.CONFIG_MEMORY_LIMIT``: consumerOffset.json
@@ -21,6 +22,7 @@ import os
 import pyarrow as pa
 
 from store_format import config as C
+from store_format import layout as L
 from store_format.checkpoint import read_checkpoint, read_markers
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.fs import StorePath, as_path, unreadable_entries
@@ -55,6 +57,13 @@ TABLES = {
         column("topic", _S, "topic of the `topic@group` key in consumerOffset.json's offsetTable"),
         column("group", _S, "consumer group of that key"), column("queue_id", _I),
         column("offset", _L, "the group's committed offset: the next queue offset it will consume")],
+    "lmq_consumer_offsets": [
+        column("topic", _S, "topic of the `topic@group` key in lmqConsumerOffset.json (5.x, enableLmq)"),
+        column("group", _S, "consumer group of that key"),
+        column("queue_id", _I, "the queue id (always 0 for an %LMQ% group's offset: one per topic@group)"),
+        column("offset", _L, "the group's committed offset: the next queue offset it will consume"),
+        column("table", _S, "`lmqOffsetTable` (groups named %LMQ%...) or `offsetTable` (every other group: with "
+               "enableLmq the broker keeps them here instead of consumerOffset.json)")],
     "delay_offsets": [
         column("delay_level", _I, "delay level (1-based: SCHEDULE_TOPIC_XXXX's queue id + 1)"),
         column("offset", _L, "delivered so far: the next queue offset of the level's queue to deliver")],
@@ -83,8 +92,9 @@ _READ_STATUS = [  # every table's last columns: where a row was read, and what c
            "(out of its Java type's range, not a number): one row naming it, left out of the other rows"),
     column("error_key", _S, "for a value error: the value's path in the file"),
     column("error_value", _S, "for a value error: the value as written")]
-CONFIG_FILE = {"consumer_offsets": "consumerOffset.json", "delay_offsets": "delayOffset.json",
-               "topics": "topics.json", "subscription_groups": "subscriptionGroup.json"}
+CONFIG_FILE = {"consumer_offsets": "consumerOffset.json", "lmq_consumer_offsets": C.LMQ_CONSUMER_OFFSET_FILE,
+               "delay_offsets": "delayOffset.json", "topics": "topics.json",
+               "subscription_groups": "subscriptionGroup.json"}
 
 
 def schema_of(table: str) -> pa.Schema:
@@ -210,6 +220,17 @@ def _config_columns(table: str, cfg, problems: list) -> dict[str, list]:
             qid += qs
             offset += [queues[q] for q in qs]
         return {"topic": topic, "group": group, "queue_id": qid, "offset": offset}
+    if table == "lmq_consumer_offsets":
+        out = {"topic": [], "group": [], "queue_id": [], "offset": [], "table": []}
+        for (t, g), offset in sorted(C.lmq_consumer_offsets(cfg, problems).items()):
+            for k, v in (("topic", t), ("group", g), ("queue_id", L.LMQ_QUEUE_ID), ("offset", offset),
+                         ("table", "lmqOffsetTable")):
+                out[k].append(v)
+        for (t, g), queues in sorted(C.consumer_offsets(cfg, problems).items()):
+            for q in sorted(queues):
+                for k, v in (("topic", t), ("group", g), ("queue_id", q), ("offset", queues[q]), ("table", "offsetTable")):
+                    out[k].append(v)
+        return out
     if table == "delay_offsets":
         levels = sorted(C.delay_offsets(cfg, problems).items())
         return {"delay_level": [k for k, _ in levels], "offset": [v for _, v in levels]}

@@ -3,7 +3,7 @@ facts the check families share (recovery predicted per broker, the dump time, th
 config files), each computed once."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -12,12 +12,13 @@ import pyarrow.compute as pc
 
 from store_format import fs
 from store_format import layout as L
+from store_format.brokerconf import RecoverySettings
 
 from .inputs import StoreRef
 from .plan import BrokerPlan
-from .routes import CQ_FILES, QUEUE_BOUNDS, QUEUE_STARTS
+from .routes import BATCH_FILES, CQ_FILES, QUEUE_BOUNDS, QUEUE_STARTS
 from .scan import RANGES
-from .survey import WALK_ITEMS
+from .survey import WALK_ITEMS, WALK_RANGES
 from .tasks import Outputs, failure_row
 
 
@@ -30,6 +31,13 @@ class AuditOptions:
     segment_size: int | None = None
     split_size: int | None = None
     executor: str = "auto"  # where the tasks run (jobs.session.choose_executor): auto, driver or spark
+    recovery: RecoverySettings = field(default_factory=RecoverySettings)  # broker.conf's __CRC32# switches
+
+    @property
+    def forced_crc_check(self) -> bool:
+        """The broker's recovery checks each record's __CRC32# instead of its body CRC (forceVerifyPropCRC, which
+        acts only with checkCRCOnRecover)."""
+        return self.recovery.force_verify_prop_crc and self.check_crc
 
 
 class AuditContext:
@@ -68,28 +76,44 @@ class AuditContext:
             try:
                 self.recovery[name] = predict_recovery(
                     plan.store, message_index_safe=self.options.message_index_safe, check_crc=self.options.check_crc,
-                    walks=walks.get(name, {}), enumerate_lost=False, queue_starts=starts[name])
+                    walks=walks.get(name, {}), enumerate_lost=False, queue_starts=starts[name],
+                    settings=self.options.recovery)
             except Exception as e:  # that broker is not scanned; the others are
                 self.failures.append(failure_row(name, "predicting its recovery", e))
 
     def segment_walks(self) -> dict[str, dict]:
         """broker -> segment -> SegmentWalk: where the broker's recovery walk of each surveyed segment ends, from the
         survey's salvage walk: its first blank or stop (the same walk but for the PHYSICALOFFSET check the broker
-        lacks: a segment whose walk stopped at a PHYSICAL_OFFSET_MISMATCH is walked again here, the broker's way)."""
+        lacks: a segment whose walk stopped at a PHYSICAL_OFFSET_MISMATCH is walked again here, the broker's way).
+        With forceVerifyPropCRC the walk ends earlier at the first record the forced check refuses (the survey found
+        it among the walk's messages), and a segment whose walk stopped at a BAD_CRC (a body CRC the broker does
+        not check then) is walked again here the broker's way."""
         from store_format.errors import ErrorKind
         from store_format.recovery import SegmentWalk, recovery_walk
 
+        force = self.options.forced_crc_check
         first: dict[tuple, dict] = {}
         for r in self.survey_partial("survey.walk_items", WALK_ITEMS).to_pylist():
             if r["kind"] in ("stop", "blank"):
                 key = (r["broker"], r["segment"])
                 if key not in first or r["file_position"] < first[key]["file_position"]:
                     first[key] = r
+        refused: dict[tuple, dict] = {}
+        for r in self.survey_partial("survey.walk_ranges", WALK_RANGES).to_pylist():
+            key = (r["broker"], r["segment"])
+            if r["prop_crc_stop"] is not None and (key not in refused or
+                                                   r["prop_crc_stop"] < refused[key]["prop_crc_stop"]):
+                refused[key] = r
         out: dict[str, dict] = {}
         for (broker, segment), r in first.items():
             seg = next(s for s in self.plans[broker].store.segments if s.name == segment)
-            if r["reason"] == ErrorKind.PHYSICAL_OFFSET_MISMATCH.value:
-                walk = recovery_walk(seg, self.options.check_crc)
+            f = refused.get((broker, segment)) if force else None
+            rewalk = (ErrorKind.PHYSICAL_OFFSET_MISMATCH.value,) + ((ErrorKind.BAD_CRC.value,) if force else ())
+            if f is not None and f["prop_crc_stop"] < r["file_position"]:
+                walk = SegmentWalk(segment, seg.base_offset, f["prop_crc_stop"], "stop", f["prop_crc_stop_kind"],
+                                   "properties", f["prop_crc_stop_size"])
+            elif r["kind"] == "stop" and r["reason"] in rewalk:
+                walk = recovery_walk(seg, self.options.check_crc, force)
             else:
                 walk = SegmentWalk(segment, seg.base_offset, r["file_position"], r["kind"],
                                    r["reason"] if r["kind"] == "stop" else None, r["field"], r["size"] or 0)
@@ -137,8 +161,11 @@ class AuditContext:
     @cached_property
     def queue_bounds(self) -> pa.Table:
         """Per consume queue: ``min_offset`` (first entry), ``max_offset`` (one past the last entry, as the broker's
-        ``getMaxOffsetInQueue``) and the entry count, from the consume-queue files."""
-        t = self.survey_partial("survey.cq_files", CQ_FILES)
+        ``getMaxOffsetInQueue``) and the entry count, from the consume-queue files; a 5.x batch consume queue's
+        offsets count messages (its last unit's msgBaseOffset + batchSize), its entries are its units."""
+        columns = ["broker", "topic", "queue_id", "entries", "min_queue_offset", "max_queue_offset"]
+        t = pa.concat_tables([self.survey_partial(name, schema).select(columns)
+                              for name, schema in (("survey.cq_files", CQ_FILES), ("survey.batch_files", BATCH_FILES))])
         t = t.filter(pc.greater(t.column("entries"), 0))
         if not t.num_rows:
             return QUEUE_BOUNDS.empty_table()
@@ -162,15 +189,17 @@ class AuditContext:
 
     @cached_property
     def committed_offsets(self) -> pa.Table:
-        """The consumer_offsets rows that hold an offset (no error, a topic), in their order (slices of the metadata
-        table: nothing copied), with ``unit``: the physical offset of the entry unit at that committed queue offset
-        in the queue's consume-queue files (null where the queue has no entry there).  Columns throughout, keyed
-        by numbers (:meth:`queue_keys`): a busy broker's consumerOffset.json holds millions of offsets, and no
-        Python object is made per offset."""
+        """Every offset a group committed that the broker holds, in their order (slices of the metadata tables:
+        nothing copied): consumerOffset.json's rows that hold an offset (no error, a topic), and 5.x
+        lmqConsumerOffset.json's (enableLmq: its %LMQ% groups' one offset per topic@group, and every other group's,
+        which the broker then keeps there instead: those supersede consumerOffset.json's for the same topic, group
+        and queue), with ``unit``: the physical offset of the entry unit at that committed queue offset in the
+        queue's consume-queue files (null where the queue has no entry there).  Columns throughout, keyed by numbers
+        (:meth:`queue_keys`): a busy broker's consumerOffset.json holds millions of offsets, and no Python object is
+        made per offset."""
         from store_format.consumequeue import read_unit_window
 
-        t = _rows_where(self.metadata("consumer_offsets"),
-                        lambda t: pc.and_(pc.is_null(t.column("error")), pc.is_valid(t.column("topic"))))
+        t = self._held_offsets
         unit = np.full(t.num_rows, -1, np.int64)
         if t.num_rows:
             keys = self.queue_keys(t)
@@ -208,6 +237,26 @@ class AuditContext:
                     unit[rows[placed[a:b]]] = _units_at(loc, at[a:b], read_unit_window)
         return t.append_column("unit", pa.array(unit, pa.int64(), mask=unit < 0))
 
+    @cached_property
+    def _held_offsets(self) -> pa.Table:
+        """consumerOffset.json's valid rows, less those lmqConsumerOffset.json also holds, then the LMQ file's
+        (:attr:`committed_offsets` without ``unit``).  The LMQ file is small (a group's one offset per topic, or
+        the groups of a broker with enableLmq): only its keys are joined."""
+        def valid(t):
+            return pc.and_(pc.is_null(t.column("error")), pc.is_valid(t.column("topic")))
+
+        plain = _rows_where(self.metadata("consumer_offsets"), valid)
+        lmq = _rows_where(self.metadata("lmq_consumer_offsets"), valid)
+        if not lmq.num_rows:
+            return plain
+        key = ["broker", "topic", "group", "queue_id"]
+        row = pa.array(np.arange(plain.num_rows, dtype=np.int64))
+        kept = (plain.select(key).append_column("_row", row)
+                .join(lmq.select(key).group_by(key).aggregate([]), keys=key, join_type="left anti"))
+        kept_rows = np.sort(kept.column("_row").to_numpy())
+        return pa.concat_tables([plain.take(pa.array(kept_rows)),
+                                 lmq.select(plain.column_names).cast(plain.schema)])
+
     def committed_units(self, broker: str) -> np.ndarray:
         """The distinct physical offsets of the entry units at ``broker``'s committed offsets
         (:attr:`committed_offsets`)."""
@@ -221,8 +270,10 @@ class AuditContext:
     # ---- keys of (topic, queue id), for tables of millions of rows ----------------------------------------------
     @cached_property
     def _topics(self) -> pa.Array:
-        """Every topic of consumerOffset.json's rows, distinct: what :meth:`key_of` numbers topics by."""
-        return pc.unique(self.metadata("consumer_offsets").column("topic").drop_null())
+        """Every topic of consumerOffset.json's and lmqConsumerOffset.json's rows, distinct: what :meth:`key_of`
+        numbers topics by."""
+        topics = [self.metadata(t).column("topic") for t in ("consumer_offsets", "lmq_consumer_offsets")]
+        return pc.unique(pa.chunked_array([c for t in topics for c in t.chunks], pa.string()).drop_null())
 
     def key_of(self, topics, queue_ids) -> np.ndarray:
         """An int64 per (topic, queue id): the topic's number among the committed offsets' topics (:attr:`_topics`)

@@ -337,8 +337,9 @@ def metric_table(scope: str, values: dict, n: int | None = None, **keys) -> pa.T
         out[name] = _column(keys.get(name), n, METRIC_SCHEMA.field(name).type).take(pa.array(rows))
     out["scope"] = pa.repeat(pa.scalar(scope), n * k)
     out["metric"] = pa.array(names * n, pa.string())
+    # values are doubles: an integer past 2**53 (a damaged file's offset) is rounded, not refused
     vals = [pc.cast(_column(values[m], n, pa.float64()) if not isinstance(values[m], (pa.Array, pa.ChunkedArray))
-                    else values[m], pa.float64()) for m in names]
+                    else values[m], pa.float64(), safe=False) for m in names]
     flat = pa.concat_arrays([v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v for v in vals])
     out["value"] = flat.take(pa.array(np.tile(np.arange(k), n) * n + rows, pa.int64()))
     return pa.Table.from_arrays([out[f.name] for f in METRIC_SCHEMA], schema=METRIC_SCHEMA)

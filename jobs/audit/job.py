@@ -52,7 +52,8 @@ from jobs.extract import parse_time
 from jobs.output import OutputError, append_history, prepare_output, write_parquet_file
 from jobs.progress import Phase, say
 from jobs.session import EXECUTORS, choose_executor
-from store_format.brokerconf import add_geometry_arguments, geometry_from_args, size_argument
+from store_format.brokerconf import add_geometry_arguments, geometry_from_args, recovery_settings_from_args, \
+    size_argument
 
 from . import findings as FD
 from . import resend, terminal
@@ -103,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not verify body CRCs (the broker checks them on recovery: checkCRCOnRecover)")
     p.add_argument("--message-index-safe", action="store_true",
                    help="the broker runs with messageIndexSafe=true (changes the abnormal recovery start)")
-    add_geometry_arguments(p, segment_size=True)
+    add_geometry_arguments(p, segment_size=True, recovery=True)
     p.add_argument("--split-size", type=size_argument, metavar="SIZE",
                    help="cut commitlog segments into ranges of this size, one task each (e.g. 128m; default: about "
                         "three ranges per core, 32m to 64m: a task's memory is about twice its range)")
@@ -166,7 +167,7 @@ def run(spark, args) -> AuditResult:
     options = AuditOptions(families=names, as_of=args.as_of, check_crc=not args.no_crc,
                            message_index_safe=args.message_index_safe, segment_size=geometry.segment_size,
                            split_size=args.split_size,
-                           executor=getattr(args, "executor", "auto"))
+                           executor=getattr(args, "executor", "auto"), recovery=recovery_settings_from_args(args))
     ctx = AuditContext(spark, stores, plans, options, families)
     executor = choose_executor(spark, options.executor)
     segments = plan_segments(plans, executor.cores, options.split_size, options.message_index_safe)

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
+from store_format import layout as L
 from store_format.brokerconf import StoreGeometry
 from store_format.commitlog import Segment
 from store_format.consumequeue import QueueFile
@@ -60,6 +62,20 @@ class BrokerPlan:
         """Every file of index/ with the geometry given (--config, the flags; None: each file's own)."""
         g = self.geometry
         return [IndexFilePlan(f, g.hash_slot_num, g.index_num) for f in self.store.index_files]
+
+    @cached_property
+    def lmq_queues(self) -> bool:
+        """The broker has %LMQ% consume queues (LMQ multi-dispatch: store-format-5x.md section 5)."""
+        return any(topic.startswith(L.LMQ_PREFIX) for topic, _ in self.store.queues)
+
+    @cached_property
+    def multi_dispatch(self) -> bool:
+        """Its records may carry INNER_MULTI_DISPATCH: it has LMQ queues, or its files say it is a 5.x store (a 4.9.x
+        broker with LMQ shows its %LMQ% queues or lmqConsumerOffset.json), so the scan reads their property strings."""
+        from store_format.features import store_features
+
+        f = store_features(self.store.loc)
+        return self.lmq_queues or f.is_5x or f.lmq_consumer_offsets
 
     @property
     def timer_log_files(self) -> list:
@@ -114,6 +130,7 @@ class SegmentPlan:
     segment: Segment
     ranges: list[SegmentRange]
     surveyed: bool
+    in_recovery_region: bool = False  # the broker's recovery walks it (its forced CRC check, if any, too)
 
 
 def plan_segments(plans: dict[str, BrokerPlan], cores: int, split_size: int | None,
@@ -125,7 +142,8 @@ def plan_segments(plans: dict[str, BrokerPlan], cores: int, split_size: int | No
         by_segment.setdefault((r.broker, r.name), []).append(r)
     region = {name: {s.name for s in recovery_region(plan.store, message_index_safe)} for name, plan in plans.items()}
     return [SegmentPlan(name, s, by_segment[name, s.name],
-                        len(by_segment[name, s.name]) > 1 or s.name in region[name]) for name, s in named]
+                        len(by_segment[name, s.name]) > 1 or s.name in region[name], s.name in region[name])
+            for name, s in named]
 
 
 @dataclass(frozen=True)

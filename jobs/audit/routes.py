@@ -1,7 +1,8 @@
 """The routed files: per-file structures whose entries point at CommitLog offsets, each declared once as a
 :class:`Route` that the engine serves with one survey task kind, one file task kind and one view of the entries a
 commitlog range owns (``RangeContext.routed(route)``).  Today: consume-queue units (``consumequeue``), index
-entries (``index``) and 5.x timer-log units (``timerlog``: each points at its record on rmq_sys_wheel_timer).
+entries (``index``) and 5.x timer-log units (``timerlog``: each points at its record on rmq_sys_wheel_timer) and
+batch consume-queue units (``batchconsumequeue``).
 
 How a route is served: the survey reads each file's bounds and summarizes its entries as routing buckets
 (``phys >> shift``: :class:`jobs.audit.plan.Buckets`), one row per file in the route's ``files`` partial; the
@@ -23,6 +24,8 @@ import numpy as np
 import pyarrow as pa
 
 from store_format import layout as L
+from store_format.batchcq import KIND_ENTRY as BATCH_ENTRY, UNIT_SIZE as BATCH_UNIT_SIZE, read_batch_unit_arrays, \
+    read_batch_unit_window
 from store_format.consumequeue import CQFile, QueueFile, read_unit_arrays, read_unit_window
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.fs import Location, ReadOnlyMap
@@ -337,9 +340,74 @@ TIMERLOG = Route(
     routed=_routed_timer_file, window=_timer_unit_window, view=_timer_unit_view, survey_cost=_length,
     scan_cost=_length, emits={"survey.timerlog_files": TIMERLOG_FILES})
 
-ROUTES = {r.name: r for r in (CONSUMEQUEUE, INDEX, TIMERLOG)}
-VIEW = {CONSUMEQUEUE.name: UNITS, INDEX.name: ENTRIES, TIMERLOG.name: TIMER_UNITS}
 
-__all__ = ["Route", "RoutedFile", "SurveyInput", "ROUTES", "VIEW", "CONSUMEQUEUE", "INDEX", "TIMERLOG", "CQ_FILES",
-           "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES", "TIMERLOG_FILES", "TIMER_UNITS",
-           "queues_of", "buckets_of_row", "bucket_columns"]
+# ---------------------------------------------------------------------------------------------------------
+# batch consume-queue units (5.x, queue.type=BatchCQ): 46-byte units, each covering batchSize messages from
+# msgBaseOffset (store_format.batchcq); a file's units are appended densely, so a unit's place in the queue is its
+# msgBaseOffset, not its byte position
+
+BATCH_FILES = pa.schema([
+    ("broker", pa.string()), ("path", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
+    ("units", pa.int64()), ("entries", pa.int64()),
+    # the first entry's msgBaseOffset and the last message offset its entries cover (msgBaseOffset + batchSize - 1)
+    ("min_queue_offset", pa.int64()), ("max_queue_offset", pa.int64()), *BUCKETS,
+])
+BATCH_UNITS = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("msg_base_offset", pa.int64()),
+                         ("batch_size", pa.int32()), ("physical_offset", pa.int64()), ("size", pa.int32()),
+                         ("tags_code", pa.int64()), ("store_timestamp", pa.int64()), ("file", pa.string()),
+                         ("file_position", pa.int64())])
+
+
+def _survey_batch_file(task: SurveyInput, f):
+    if not f.loaded:
+        return None, None  # never read: the file task reports the file
+    u = read_batch_unit_arrays(f.file)
+    entry = np.flatnonzero(u.kind == BATCH_ENTRY)
+    first, last = u.msg_base_offset[entry], u.msg_base_offset[entry] + u.batch_size[entry] - 1
+    b = Buckets.of_offsets(u.physical_offset[entry], entry, task.shift, task.commitlog_end)
+    return {"broker": task.broker, "path": f.loc.path, "topic": f.topic, "queue_id": f.queue_id, "units": len(u),
+            "entries": len(entry), "min_queue_offset": int(first.min()) if len(entry) else None,
+            "max_queue_offset": int(last.max()) if len(entry) else None, **bucket_columns(b)}, u
+
+
+def _batch_window(f: RoutedFile, first: int, end: int) -> dict:
+    u = read_batch_unit_window(f.loc, first, end)
+    return {**u, "valid": u["kind"] == BATCH_ENTRY}
+
+
+def _batch_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+    k = len(idx)
+    return pa.table({
+        "topic": pa.repeat(pa.scalar(f.params["topic"], pa.string()), k),
+        "queue_id": pa.repeat(pa.scalar(f.params["queue_id"], pa.int32()), k),
+        "msg_base_offset": pa.array(w["msg_base_offset"][idx]), "batch_size": pa.array(w["batch_size"][idx]),
+        "physical_offset": pa.array(w["physical_offset"][idx]), "size": pa.array(w["size"][idx]),
+        "tags_code": pa.array(w["tags_code"][idx]), "store_timestamp": pa.array(w["store_timestamp"][idx]),
+        "file": pa.repeat(pa.scalar(f.name, pa.string()), k),
+        "file_position": pa.array((first + idx) * BATCH_UNIT_SIZE, pa.int64()),
+    }, schema=BATCH_UNITS)
+
+
+def _batch_files(plan: BrokerPlan) -> list:
+    return plan.store.batch_queue_files
+
+
+def _routed_batch_file(row: dict | None, f) -> RoutedFile | None:
+    if row is None or not row["entries"]:
+        return None
+    return RoutedFile(f.loc, f.name, buckets_of_row(row), {"topic": f.topic, "queue_id": f.queue_id})
+
+
+BATCHCONSUMEQUEUE = Route(
+    name="batchconsumequeue", files=_batch_files, group=group_queue_files,
+    files_partial="survey.batch_files", survey_schema=BATCH_FILES, survey_file=_survey_batch_file,
+    routed=_routed_batch_file, window=_batch_window, view=_batch_view, survey_cost=_length, scan_cost=_length,
+    emits={"survey.batch_files": BATCH_FILES})
+
+ROUTES = {r.name: r for r in (CONSUMEQUEUE, INDEX, TIMERLOG, BATCHCONSUMEQUEUE)}
+VIEW = {CONSUMEQUEUE.name: UNITS, INDEX.name: ENTRIES, TIMERLOG.name: TIMER_UNITS, BATCHCONSUMEQUEUE.name: BATCH_UNITS}
+
+__all__ = ["Route", "RoutedFile", "SurveyInput", "ROUTES", "VIEW", "CONSUMEQUEUE", "INDEX", "TIMERLOG",
+           "BATCHCONSUMEQUEUE", "CQ_FILES", "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES",
+           "TIMERLOG_FILES", "TIMER_UNITS", "BATCH_FILES", "BATCH_UNITS", "queues_of", "buckets_of_row",
+           "bucket_columns"]

@@ -37,7 +37,7 @@ NEG_INF = np.iinfo(np.int64).min
 # columns every message row carries, decoded once per range (the rest on demand, for the few rows that need them)
 DECODED = ("topic", "queue_id", "queue_offset", "tags_code", "tran_type", "store_timestamp", "uniq_key", "keys",
            "tags", "prepared_transaction_offset", "real_topic", "real_queue_id", "retry_topic", "origin_message_id",
-           "reconsume_times", "sys_flag", "invalid_utf8")
+           "reconsume_times", "sys_flag", "invalid_utf8", "crc_property")
 _DECODE_ROWS = 1 << 18
 
 # locate(): what a physical offset that starts no message points at
@@ -66,6 +66,12 @@ class BrokerFacts:
     file_problems: list[tuple[int, int, str]] = field(default_factory=list)
     delay_levels: dict = field(default_factory=lambda: dict(L.DEFAULT_DELAY_LEVELS))
     probes: dict = field(default_factory=dict)  # family name -> what it asks every task of the broker to look up
+    # 5.x: the topics whose records go to batch consume queues (store_format.store.Store.batch_topics), whether it
+    # has %LMQ% consume queues, and whether its records may name queues to multi-dispatch to (a 5.x store, or LMQ
+    # queues or offsets: then every range decodes its messages' property strings too, ``properties_raw``)
+    batch_topics: frozenset = frozenset()
+    lmq_queues: bool = False
+    multi_dispatch: bool = False
 
 
 @dataclass
@@ -150,7 +156,8 @@ class RangeContext:
     # ---- messages ---------------------------------------------------------------------------------------
     @cached_property
     def messages(self) -> pa.Table:
-        """Every message of the range: where it is, whether recovery keeps it, and the :data:`DECODED` columns."""
+        """Every message of the range: where it is, whether recovery keeps it, and the :data:`DECODED` columns
+        (and ``properties_raw`` where the broker's records may carry multi-dispatch lists)."""
         from udfs import kernels as K
 
         pos = self.positions[self.message_rows]
@@ -158,9 +165,10 @@ class RangeContext:
         phys = pos + self.base
         n = len(pos)
         starts = pos - self.w0
-        parts = [K.decode_buffer(self.buf, starts[a:a + _DECODE_ROWS], sizes[a:a + _DECODE_ROWS], columns=DECODED,
+        columns = DECODED + (("properties_raw",) if self.facts.multi_dispatch else ())
+        parts = [K.decode_buffer(self.buf, starts[a:a + _DECODE_ROWS], sizes[a:a + _DECODE_ROWS], columns=columns,
                                  delay_levels=self.facts.delay_levels) for a in range(0, max(n, 1), _DECODE_ROWS)]
-        decoded = pa.Table.from_batches(parts).combine_chunks() if n else K.message_schema(DECODED).empty_table()
+        decoded = pa.Table.from_batches(parts).combine_chunks() if n else K.message_schema(columns).empty_table()
         beyond = pos > self.first_stop if self.first_stop is not None else np.zeros(n, bool)
         base = {
             "segment": pa.repeat(pa.scalar(self.segment, pa.string()), n), "file_position": pa.array(pos, pa.int64()),
@@ -168,7 +176,7 @@ class RangeContext:
             "beyond_first_stop": pa.array(beyond), "kept": pa.array(phys < self.facts.recovered_end),
         }
         t = pa.table(base)
-        for name in DECODED:
+        for name in columns:
             t = t.append_column(name, decoded.column(name))
         return t
 
@@ -372,7 +380,8 @@ def broker_facts(ctx, name: str) -> BrokerFacts | None:
         index_pending_from=p.redispatch_from if p.redispatch_from is not None else p.max_cq_physical_offset,
         indexed=plan.has_index_dir, shift=plan.shift, commitlog_end=plan.commitlog_end, routed=routed,
         file_problems=[(f.base_offset or 0, f.length, kind) for f in plan.segment_files for kind, _ in f.problems],
-        delay_levels=dict(plan.store.delay_levels))
+        delay_levels=dict(plan.store.delay_levels), batch_topics=plan.store.batch_topics,
+        lmq_queues=plan.lmq_queues, multi_dispatch=plan.multi_dispatch)
     for family in ctx.families:
         if family.probes is not None:
             facts.probes[family.name] = family.probes(ctx, name)

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from store_format.commitlog import KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, SalvageSpan
 from store_format.fs import Location, ReadOnlyMap
+from store_format.recovery import forced_crc_stop
 from store_format.scan import SegmentEnds, read_range_walk, span_detail
 from udfs.kernels import CompiledFramer
 
@@ -33,6 +34,8 @@ WALK_ITEMS = pa.schema([
 WALK_RANGES = pa.schema([
     ("broker", pa.string()), ("segment", pa.string()), ("range_start", pa.int64()), ("first", pa.int64()),
     ("until", pa.int64()), ("messages", pa.int64()), ("data_end", pa.int64()),
+    # forceVerifyPropCRC: the first message of the range the broker's forced check refuses (position, size, kind)
+    ("prop_crc_stop", pa.int64()), ("prop_crc_stop_size", pa.int64()), ("prop_crc_stop_kind", pa.string()),
 ])
 #: the partial tables the survey's own tasks emit (the routes declare theirs)
 EMITS = {"survey.walk_items": WALK_ITEMS, "survey.walk_ranges": WALK_RANGES}
@@ -62,6 +65,7 @@ class SegmentSurvey:
     end: int
     last: bool
     check_crc: bool
+    force_verify_prop_crc: bool = False  # the broker's recovery walks this segment with forceVerifyPropCRC
 
     def describe(self) -> str:
         return f"{self.broker}/{self.name}@{self.start}"
@@ -70,11 +74,18 @@ class SegmentSurvey:
         return self.end - self.start
 
     def run(self, out: Emitter) -> None:
-        walk, handle, _ = read_range_walk(self.loc, self.name, self.base, self.length, self.start, self.end,
-                                          self.last, check_crc=self.check_crc, framer=CompiledFramer)
-        if isinstance(handle, ReadOnlyMap):
-            handle.close()
+        walk, handle, w0 = read_range_walk(self.loc, self.name, self.base, self.length, self.start, self.end,
+                                           self.last, check_crc=self.check_crc, framer=CompiledFramer)
         items = walk.items
+        refused = None
+        try:
+            if self.force_verify_prop_crc:
+                msg = items.kinds == KIND_MESSAGE
+                buf = handle.buf if isinstance(handle, ReadOnlyMap) else handle
+                refused = forced_crc_stop(buf, items.positions[msg] - w0, items.sizes[msg])
+        finally:
+            if isinstance(handle, ReadOnlyMap):
+                handle.close()
         out.partial("survey.walk_items", pa.Table.from_pylist(walk_rows(self.broker, self.name, self.start, items),
                                                               schema=WALK_ITEMS))
         msg = items.kinds == KIND_MESSAGE
@@ -82,6 +93,8 @@ class SegmentSurvey:
         out.partial("survey.walk_ranges", pa.Table.from_pylist([{
             "broker": self.broker, "segment": self.name, "range_start": self.start, "first": walk.first,
             "until": walk.until, "messages": int(msg.sum()), "data_end": int(ends.max()) if len(items) else None,
+            "prop_crc_stop": refused[0] + w0 if refused else None, "prop_crc_stop_size": refused[1] if refused else None,
+            "prop_crc_stop_kind": refused[2] if refused else None,
         }], schema=WALK_RANGES))
 
 
@@ -130,7 +143,8 @@ def survey_tasks(ctx, segments: list) -> list:
         if sp.surveyed:
             for r in sp.ranges:
                 tasks.append(SegmentSurvey(sp.broker, r.loc, r.name, r.base, r.length, r.start, r.end, r.last,
-                                           ctx.options.check_crc))
+                                           ctx.options.check_crc, ctx.options.forced_crc_check and
+                                           sp.in_recovery_region))
     for name, plan in ctx.plans.items():
         probes = {f.name: f.survey_probes(ctx, name) for f in ctx.families if f.survey_probes is not None}
         given = SurveyInput(name, plan.shift, plan.commitlog_end, probes)

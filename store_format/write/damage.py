@@ -36,6 +36,9 @@ RocketMQ 5.x damage (stores with a timer log, LMQ queues, POP records or the ``_
                                   ``__CRC32#`` flips: its body CRC still matches, its whole-record CRC does not
 ``lmq_unit_missing``              one unit of an LMQ consume queue is removed (the later ones move down)
 ``lmq_unit_duplicated``           one unit of an LMQ consume queue appears twice (the later ones move up)
+``batch_unit_field``              one field of a batch consume-queue unit (msgBaseOffset, batchSize, size...)
+                                  takes another value
+``batch_unit_missing``            one unit of a batch consume queue is removed (the later ones move down)
 ================================  =====================================================================
 """
 from __future__ import annotations
@@ -678,7 +681,55 @@ def lmq_unit_duplicated(src, dst, queue: str, queue_offset: int | None = None) -
                           f"{queue}: unit {u.queue_offset} (record at {u.physical_offset}) written twice")
 
 
+def _batch_queue(root: Path, topic: str, queue_id: int):
+    from ..batchcq import discover_batch_queues, read_batch_queue
+
+    files = discover_batch_queues(root).get((topic, queue_id))
+    units = [u for u in read_batch_queue(files or [], stop_at_invalid=True)]
+    if not units:
+        _fail(f"no batch consume queue {topic}/{queue_id} with units", field="queue")
+    return files, units
+
+
+def batch_unit_field(src, dst, topic: str, queue_id: int, index: int | None = None, field: str = "batch_size",
+                     value: int | None = None) -> Damage:
+    """Unit number ``index`` (default: the middle one) of batch consume queue ``topic``/``queue_id`` gets ``value``
+    in ``field`` (a member of layout.BATCH_CQ_UNIT; default: the present value + 1)."""
+    from ..batchcq import UNIT
+
+    root = copy_store(src, dst)
+    _, units = _batch_queue(root, topic, queue_id)
+    u = units[len(units) // 2 if index is None else index]
+    old = getattr(u, field)
+    new = old + 1 if value is None else value
+    data = new.to_bytes(UNIT.member(field).width, "big", signed=True)
+    rel = f"batchconsumequeue/{topic}/{queue_id}/{Path(u.file).name}"
+    at = u.file_position + UNIT.offset(field)
+    _patch(root, rel, at, data)
+    return Damage("batch_unit_field", rel, at, len(data),
+                  f"{topic}/{queue_id}: unit at {u.file_position} (record at {u.physical_offset}): {field} {old} -> {new}")
+
+
+def batch_unit_missing(src, dst, topic: str, queue_id: int, index: int | None = None) -> Damage:
+    """Unit number ``index`` (default: the middle one) of batch consume queue ``topic``/``queue_id`` is removed; the
+    later units of its file move one down and the freed place is zeros."""
+    from ..batchcq import UNIT_SIZE, unit_bytes
+
+    root = copy_store(src, dst)
+    _, units = _batch_queue(root, topic, queue_id)
+    u = units[len(units) // 2 if index is None else index]
+    same = [x for x in units if x.file == u.file and x.file_position > u.file_position]
+    raw = b"".join(unit_bytes(x.physical_offset, x.size, x.tags_code, x.store_timestamp, x.msg_base_offset,
+                              x.batch_size, x.compacted_offset, x.reserved) for x in same) + bytes(UNIT_SIZE)
+    rel = f"batchconsumequeue/{topic}/{queue_id}/{Path(u.file).name}"
+    _patch(root, rel, u.file_position, raw)
+    return Damage("batch_unit_missing", rel, u.file_position, len(raw),
+                  f"{topic}/{queue_id}: unit at {u.file_position} (record at {u.physical_offset}, messages "
+                  f"{u.msg_base_offset}..{u.next_offset - 1}) removed")
+
+
 __all__ = ["Damage", "DamageError", "copy_store", "torn_tail", "flip_body_bit", "zero_page", "truncate_segment",
            "bad_magic", "bad_crc", "delete_consume_queue", "wrong_cq_size", "stale_index_entry",
            "timer_unit_outside_commitlog", "looping_timer_chain", "timercheck_wrong_length", "pop_checkpoint_not_json",
-           "crc_property_non_digit", "flip_bit_under_crc", "lmq_unit_missing", "lmq_unit_duplicated"]
+           "crc_property_non_digit", "flip_bit_under_crc", "lmq_unit_missing", "lmq_unit_duplicated",
+           "batch_unit_field", "batch_unit_missing"]

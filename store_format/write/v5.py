@@ -13,7 +13,9 @@ What each part reproduces (5.3.3 classes; layouts from :mod:`store_format.layout
                 ``updateLmqOffsets`` after the write (+1 per LMQ name); dispatch: ``ConsumeQueue.
                 multiDispatchLmqQueue`` as :func:`store_format.lmq.predict_dispatch` describes it, including the
                 count-mismatch skip and the NumberFormatException that stops every later dispatch (the writer
-                then leaves ``abort`` at close, as the broker does when its reput has not finished)
+                then leaves ``abort`` at close, as the broker does when its reput has not finished); offsets:
+                ``LmqConsumerOffsetManager`` (an %LMQ% group's one offset per topic@group in lmqOffsetTable, in
+                ``config/lmqConsumerOffset.json``, which replaces consumerOffset.json)
   BatchCQ       ``BatchConsumeQueue.assignQueueOffset``: a per-queue counter advanced by the record's message
                 count (INNER_NUM, else 1), INNER_BASE added to an inner-batch record's string; dispatch writes a
                 46-byte unit (``putBatchMessagePositionInfo``) instead of a consume-queue unit
@@ -40,6 +42,7 @@ from .. import layout as L
 from .. import lmq
 from .. import propcrc
 from ..commitlog import segment_name
+from ..config import LMQ_CONSUMER_OFFSET_FILE, dumps_fastjson
 from ..javahash import JavaHashMap, java_hash
 from ..message import Message
 from ..properties import format_properties, parse_properties
@@ -376,6 +379,7 @@ class V5Store:
         self.batch_offsets: dict[tuple[str, int], int] = {}
         self.bcqs: dict[tuple[str, int], BatchConsumeQueueWriter] = {}
         self.timer = TimerStoreWriter(writer) if cfg.timerWheelEnable else None
+        self.lmq_consumer_offsets: dict[str, int] = {}  # "topic@group" -> offset, for %LMQ% groups (enableLmq)
         self.stall: lmq.LmqStall | None = None  # set when a dispatch throws NumberFormatException
         self.undispatched = 0  # records written after the stall
         self._pending_lmq: str | None = None
@@ -492,6 +496,24 @@ class V5Store:
                 continue  # a name no folder can hold (TopicValidator) is never written by this writer
             self.writer.consume_queue(name, qid).put(msg.physical_offset, msg.store_size, tags_code, offset)
         return True
+
+    # ---- consumer offsets (LmqConsumerOffsetManager) --------------------------------------------------
+    def commit_lmq_offset(self, group: str, topic: str, offset: int) -> bool:
+        """``LmqConsumerOffsetManager.commitOffset``: with enableLmq an %LMQ% group's offset is one per
+        topic@group (the queue id is not kept); False for any other group (the ordinary table)."""
+        if not (self.enable_lmq and lmq.is_lmq(group)):
+            return False
+        self.lmq_consumer_offsets[f"{topic}@{group}"] = int(offset)
+        return True
+
+    def config_texts(self, texts: dict, offsets: dict) -> None:
+        """With enableLmq the broker's offset manager is ``LmqConsumerOffsetManager``, which persists to
+        ``lmqConsumerOffset.json`` (its inherited offsetTable and the lmqOffsetTable; fastjson orders the keys) and
+        never writes consumerOffset.json."""
+        if not self.enable_lmq:
+            return
+        del texts["consumerOffset.json"]
+        texts[LMQ_CONSUMER_OFFSET_FILE] = dumps_fastjson({"lmqOffsetTable": dict(self.lmq_consumer_offsets), **offsets})
 
     # ---- shutdown -------------------------------------------------------------------------------------
     def close(self, now: int, clean: bool) -> bool:

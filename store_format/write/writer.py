@@ -769,6 +769,8 @@ class StoreWriter:
         """``ConsumerOffsetManager.commitOffset``: the next queue offset ``group`` will consume."""
         validate_topic(topic)
         validate_queue_id(queue_id)
+        if self.v5 is not None and self.v5.commit_lmq_offset(group, topic, offset):
+            return  # an %LMQ% group with enableLmq: LmqConsumerOffsetManager keeps one offset per topic@group
         key = f"{topic}@{group}"
         table = self.consumer_offsets.get(key)
         if table is None:
@@ -822,13 +824,16 @@ class StoreWriter:
         groups = {"dataVersion": dataclasses.asdict(self.groups_version),
                   "subscriptionGroupTable": self.groups.to_dict()}
         offsets = {"offsetTable": {k: v.to_dict() for k, v in self.consumer_offsets.items()}}
-        return {
+        texts = {
             "topics.json": dumps_fastjson(topics),
             "subscriptionGroup.json": dumps_fastjson(groups),
             "consumerOffset.json": dumps_fastjson(offsets),
             "delayOffset.json": dumps_fastjson({"offsetTable": self.delay_offsets.to_dict()}),
             "consumerFilter.json": dumps_fastjson({"filterDataByTopic": {}}),
         }
+        if self.v5 is not None:
+            self.v5.config_texts(texts, offsets)
+        return texts
 
     def _persist_configs(self):
         d = self._path("config")

@@ -14,7 +14,9 @@ family's ``recovery.cq_truncated``.  With ConsumeQueueExt (``enableConsumeQueueE
 the address of its ext unit, whose tagsCode the readers give): ``consumequeue.ext_unit_missing`` (an address that
 reaches no ext unit), ``consumequeue.ext_unit_orphan`` (warning: an ext unit no unit points to),
 ``consumequeue.ext_unit_corrupt`` (an ext unit whose size is wrong, or whose filter bitmap's length is not its
-size's or not the queue's other units').
+size's or not the queue's other units').  5.x: a unit of an %LMQ% queue is checked here for what it says of its
+record (size, tagsCode, transaction type, where it points); which records it should hold, at which offsets, is the
+lmq family's; the messages of queue.type=BatchCQ topics have batch units instead (the batchcq family).
 
 Where each is decided: a scan task joins the units it owns with its messages by physical offset (every check
 about one unit or one message, and duplicates: units at one offset share an owner); the queue-offset ranges of
@@ -122,6 +124,7 @@ MISSING = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id
 
 def in_range(rc, out) -> None:
     u, m = rc.routed("consumequeue"), rc.messages
+    lmq = _lmq_units(rc, u)
     # every unit against the message at its physical offset
     if u.num_rows:
         uphys = u.column("physical_offset").to_numpy()
@@ -131,19 +134,19 @@ def in_range(rc, out) -> None:
         kept[hit] = rc.column("kept")[at[hit]]
         matched = np.flatnonzero(kept)
         if len(matched):
-            _mismatches(rc, u, matched, at[matched], out)
+            _mismatches(rc, u, matched, at[matched], out, lmq[matched])
         loose = np.flatnonzero(~hit)
         if len(loose):
             _loose(rc, u.take(loose), out)
-        _duplicates(rc, u, out)
-    # kept dispatchable messages without any unit at their offset
+        _duplicates(rc, u.filter(pa.array(~lmq)) if lmq.any() else u, out)
+    # kept dispatchable messages without any unit of their own queue at their offset
     if m.num_rows:
         want = rc.column("kept") & pc.is_in(m.column("tran_type"), pa.array(DISPATCHED_TYPES)).to_numpy(
-            zero_copy_only=False)
+            zero_copy_only=False) & ~_batch_topic_messages(rc)
         mphys = rc.column("physical_offset")
         has_unit = np.zeros(len(mphys), bool)
-        if u.num_rows:
-            unit_phys = np.sort(u.column("physical_offset").to_numpy())
+        if u.num_rows and not lmq.all():
+            unit_phys = np.sort(u.column("physical_offset").to_numpy()[~lmq])
             i = np.minimum(np.searchsorted(unit_phys, mphys), len(unit_phys) - 1)
             has_unit = unit_phys[i] == mphys
         rows = np.flatnonzero(want & ~has_unit)
@@ -165,9 +168,10 @@ def _unit_positions(rc, u: pa.Table) -> dict:
                 queue_offset=u.column("queue_offset"))
 
 
-def _mismatches(rc, u: pa.Table, rows: np.ndarray, at: np.ndarray, out) -> None:
+def _mismatches(rc, u: pa.Table, rows: np.ndarray, at: np.ndarray, out, lmq: np.ndarray) -> None:
     """Units ``rows`` of ``u`` against the kept messages at their offsets (message rows ``at``): compared in numpy,
-    and only the units that differ are gathered into findings."""
+    and only the units that differ are gathered into findings.  ``lmq``: which of them are LMQ units, whose queue
+    and queue offset are the lmq family's to check (their record is another queue's)."""
     m = rc.messages
 
     def mnum(name):
@@ -178,7 +182,7 @@ def _mismatches(rc, u: pa.Table, rows: np.ndarray, at: np.ndarray, out) -> None:
 
     topics = pc.unique(pa.concat_arrays([u.column("topic").combine_chunks(), m.column("topic").combine_chunks()]))
     same_topic = num_codes(u.column("topic"), topics)[rows] == num_codes(m.column("topic"), topics)[at]
-    wrong_queue = ~same_topic | (unum("queue_id") != mnum("queue_id"))
+    wrong_queue = (~same_topic | (unum("queue_id") != mnum("queue_id"))) & ~lmq
     # a unit's address that reached no ext unit has no tagsCode to compare (consumequeue.ext_unit_missing says so)
     tags_known = m.column("tags_code").is_valid().to_numpy(zero_copy_only=False)[at] & \
         (unum("tags_code") > L.CQ_EXT_MAX_ADDR)
@@ -186,7 +190,7 @@ def _mismatches(rc, u: pa.Table, rows: np.ndarray, at: np.ndarray, out) -> None:
     checks = (
         ("consumequeue.wrong_queue", wrong_queue,
          {"message_topic": ("m", "topic"), "message_queue_id": ("m", "queue_id")}),
-        ("consumequeue.queue_offset_mismatch", ~wrong_queue & (unum("queue_offset") != mnum("queue_offset")),
+        ("consumequeue.queue_offset_mismatch", ~wrong_queue & ~lmq & (unum("queue_offset") != mnum("queue_offset")),
          {"message_queue_offset": ("m", "queue_offset")}),
         ("consumequeue.size_mismatch", unum("size") != mnum("store_size"),
          {"unit_size": ("u", "size"), "record_size": ("m", "store_size")}),
@@ -245,6 +249,25 @@ def _duplicates(rc, u: pa.Table, out) -> None:
     f = t.take(first)
     out.finding(finding_table("consumequeue.duplicate_entry", len(first), values={"units": pa.array(n)},
                               details={"units": pa.array(n)}, **_unit_positions(rc, f)))
+
+
+# ------------------------------------------------------------------------------------------ 5.x: LMQ and BatchCQ
+
+def _lmq_units(rc, u: pa.Table) -> np.ndarray:
+    """Which units are of %LMQ% queues: the same record's unit in a queue of another name (multi-dispatch,
+    store-format-5x.md section 5); whether each is where RocketMQ's dispatch puts it is the lmq family's check."""
+    if not rc.facts.lmq_queues or not u.num_rows:
+        return np.zeros(u.num_rows, bool)
+    return pc.starts_with(u.column("topic"), L.LMQ_PREFIX).to_numpy(zero_copy_only=False)
+
+
+def _batch_topic_messages(rc) -> np.ndarray:
+    """Which messages are of queue.type=BatchCQ topics: they get a batch consume-queue unit, never a consume-queue
+    one (the batchcq family's check)."""
+    if not rc.facts.batch_topics:
+        return np.zeros(rc.messages.num_rows, bool)
+    return pc.is_in(rc.messages.column("topic"), pa.array(sorted(rc.facts.batch_topics))).to_numpy(
+        zero_copy_only=False)
 
 
 # ------------------------------------------------------------------------------------------------ queue files

@@ -137,8 +137,9 @@ def message_keys(m: pa.Table) -> tuple[np.ndarray, pa.Array, np.ndarray]:
 
 def key_text(m: pa.Table, rows: np.ndarray, source: np.ndarray) -> pa.Array:
     """The key texts of (row, source) pairs from :func:`message_keys`."""
-    keys = m.column("keys").combine_chunks()
-    pieces = keys.values.take(pa.array(np.maximum(source, 0)))
+    values = m.column("keys").combine_chunks().values
+    # no message of the range has KEYS: every key is a UNIQ_KEY (source < 0), and there is no piece to take
+    pieces = values.take(pa.array(np.maximum(source, 0))) if len(values) else pa.nulls(len(source), values.type)
     uniq = m.column("uniq_key").combine_chunks().take(pa.array(rows))
     return pc.if_else(pa.array(source < 0), uniq, pieces)
 

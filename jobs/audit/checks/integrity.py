@@ -5,7 +5,10 @@ Checks: ``integrity.<reason>`` for each corrupt span (reason = the walk's stop k
 bad_magic, size_mismatch, bad_length, truncated, physical_offset_mismatch, end_of_data for a hole after zeros;
 bad_file_name, bad_geometry (wrong or empty length) for segment files), ``integrity.damaged_message`` (the
 message a span destroyed, when its header still decodes), ``integrity.stale_records``, ``integrity.segment_gap``,
-``integrity.no_commitlog``, ``integrity.invalid_utf8`` (a topic, property name or value that is not UTF-8).  The segment table (fill and damage per segment) is this family's detail table.
+``integrity.no_commitlog``, ``integrity.invalid_utf8`` (a topic, property name or value that is not UTF-8),
+``integrity.bad_property_crc`` (5.2.0+: a record whose whole-record CRC property ``__CRC32#`` does not match its
+bytes) and the warning ``integrity.malformed_property_crc`` (the property's value is not ten digits).  The
+segment table (fill and damage per segment) is this family's detail table.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import pyarrow.compute as pc
 
 from store_format.scan import span_detail
 from store_format import codec
+from store_format import propcrc
 from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, segment_name
 from store_format.errors import ErrorKind, StoreFormatError
 from udfs.columns import column
@@ -69,6 +73,19 @@ check("integrity.invalid_utf8", Severity.WARNING,
              "(expect `index.*` findings for the same message).  Re-send it from the producer's record if the key "
              "matters.")
 
+check("integrity.bad_property_crc", Severity.ERROR,
+      "the record's whole-record CRC (__CRC32# {stored}) does not match its bytes ({computed}): a byte of it changed "
+      "after it was written",
+      consequence=Consequence.DATA_AT_RISK, group="broker",
+      action="The body CRC still holds, so only the header or properties changed (times, offsets, keys, tags): "
+             "compare the record with a slave or backup (`rocketmq-forensics compare`); with forceVerifyPropCRC the "
+             "broker's recovery cuts here.")
+check("integrity.malformed_property_crc", Severity.WARNING,
+      "the record's __CRC32# property holds {text}, not ten digits: its whole-record CRC cannot be checked",
+      consequence=Consequence.DATA_AT_RISK, group="broker",
+      action="A byte of the property changed: compare the record with a slave or backup (`rocketmq-forensics "
+             "compare`); with forceVerifyPropCRC the broker's recovery cuts here.")
+
 _CONTEXT_REASONS = ("BAD_CRC", "SIZE_MISMATCH", "PHYSICAL_OFFSET_MISMATCH")  # spans whose record still decodes
 
 SEGMENT_PARTS = pa.schema([
@@ -77,6 +94,7 @@ SEGMENT_PARTS = pa.schema([
     ("stop_reason", pa.string()), ("blank_at", pa.int64()), ("stale_first", pa.int64()), ("stale_last", pa.int64()),
     ("stale_first_offset", pa.int64()),
 ])
+PROPERTY_CRCS = pa.schema([("broker", pa.string()), ("records", pa.int64()), ("verified", pa.int64())])
 QUEUE_COUNTS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
                           ("messages", pa.int64()), ("bytes", pa.int64())])
 SEGMENTS = pa.schema([
@@ -137,6 +155,7 @@ def in_range(rc, out) -> None:
     }], schema=SEGMENT_PARTS))
     m = rc.messages
     _malformed_texts(rc, out)
+    _property_crcs(rc, out)
     if m.num_rows:
         per_queue = m.group_by(["topic", "queue_id"]).aggregate([("store_size", "count"), ("store_size", "sum")])
         out.partial("integrity.queue_counts", pa.table({
@@ -166,6 +185,39 @@ def _malformed_texts(rc, out) -> None:
                              details={"field": field, "value": value, "malformed_at": at + rc.w0,
                                       "uniq_key": m["uniq_key"]}))
     out.finding(finding_rows("integrity.invalid_utf8", rows))
+
+
+def _property_crcs(rc, out) -> None:
+    """The ``__CRC32#`` of every message that carries one (store-format-5x.md section 1): the decode says which do
+    (the kernels' ``crc_property``, found while the properties are copied), and only those get their CRC computed,
+    so a range of 4.x records pays nothing.  A mismatch is an error at its record, a value that is not ten digits
+    a warning."""
+    if not len(rc.message_rows):
+        return
+    rows = np.flatnonzero(pc.fill_null(rc.messages.column("crc_property"), False).to_numpy(zero_copy_only=False))
+    if not len(rows):
+        return
+    pos = rc.positions[rc.message_rows] - rc.w0
+    sizes = rc.items.sizes[rc.message_rows]
+    c = propcrc.check_crc_many(rc.buf, pos[rows], sizes[rows])
+    out.partial("integrity.property_crcs", pa.table({"broker": [rc.broker], "records": [len(rows)],
+                                                     "verified": [int((c.status == propcrc.OK).sum())]},
+                                                    schema=PROPERTY_CRCS))
+    for status, check_id in ((propcrc.MISMATCH, "integrity.bad_property_crc"),
+                             (propcrc.MALFORMED, "integrity.malformed_property_crc")):
+        bad = np.flatnonzero(c.status == status)
+        if not len(bad):
+            continue
+        t = rc.messages.take(rows[bad])
+        text = pa.array(propcrc.stored_texts(rc.buf, pos[rows[bad]], sizes[rows[bad]]), pa.string())
+        computed, stored = pa.array(c.computed[bad]), pa.array(c.stored[bad])
+        out.finding(finding_table(
+            check_id, len(bad), broker=rc.broker, file=rc.segment, file_position=t.column("file_position"),
+            physical_offset=t.column("physical_offset"), topic=t.column("topic"), queue_id=t.column("queue_id"),
+            queue_offset=t.column("queue_offset"),
+            values={"stored": stored, "computed": computed, "text": text},
+            details={"stored_text": text, "stored_crc": stored if status == propcrc.MISMATCH else None,
+                     "computed_crc": computed, "uniq_key": t.column("uniq_key"), "key": t.column("uniq_key")}))
 
 
 def _damaged_messages(rc, spans, out) -> None:
@@ -264,6 +316,12 @@ def on_driver(ctx) -> FamilyResult:
         "message_count": per_broker.column("messages_sum"), "message_bytes": per_broker.column("message_bytes_sum"),
         "corrupt_bytes": per_broker.column("corrupt_bytes_sum"), "segments": per_broker.column("segment_count")},
         broker=per_broker.column("broker")))
+    crcs = ctx.partial("integrity.property_crcs", PROPERTY_CRCS)
+    if crcs.num_rows:  # only records that carry __CRC32# (5.2.0+): none on a 4.x broker
+        crcs = crcs.group_by("broker").aggregate([("records", "sum"), ("verified", "sum")])
+        res.metrics.append(metric_table("broker", {"property_crc_records": crcs.column("records_sum"),
+                                                   "property_crc_verified": crcs.column("verified_sum")},
+                                        broker=crcs.column("broker")))
     q = ctx.partial("integrity.queue_counts", QUEUE_COUNTS)
     if q.num_rows:
         q = q.group_by(["broker", "topic", "queue_id"]).aggregate([("messages", "sum"), ("bytes", "sum")])
@@ -302,8 +360,10 @@ FAMILY = Family(
     "integrity", "unframeable spans, damaged and stale records, segment files of the wrong name or length, gaps",
     in_range=in_range, after_scan=_damaged_to_resend, on_driver=on_driver,
     emits={"integrity.segments": SEGMENT_PARTS, "integrity.queue_counts": QUEUE_COUNTS,
-           "integrity.damaged": resend.DAMAGED},
-    reads=("integrity.segments", "integrity.queue_counts", "integrity.damaged"),
+           "integrity.damaged": resend.DAMAGED, "integrity.property_crcs": PROPERTY_CRCS},
+    reads=("integrity.segments", "integrity.queue_counts", "integrity.damaged", "integrity.property_crcs"),
     tables={"segments": SEGMENTS},
     metrics={"message_count": "messages (broker, queue)", "message_bytes": "bytes of messages (broker, queue)",
-             "corrupt_bytes": "bytes no walk could frame (broker)", "segments": "commitlog segments (broker)"})
+             "corrupt_bytes": "bytes no walk could frame (broker)", "segments": "commitlog segments (broker)",
+             "property_crc_records": "records carrying the whole-record CRC property __CRC32# (broker; 5.2.0+)",
+             "property_crc_verified": "of those, records whose __CRC32# matches their bytes (broker)"})

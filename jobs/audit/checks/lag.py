@@ -1,4 +1,6 @@
-"""Consumer progress from ``config/consumerOffset.json`` (or its ``.bak``): per group/topic/queue the message
+"""Consumer progress from ``config/consumerOffset.json`` (or its ``.bak``), and on a 5.x broker with LMQ
+(``enableLmq``) from ``config/lmqConsumerOffset.json``, whose %LMQ% groups have one offset per LMQ queue (queue 0)
+and which then holds every other group's offsets too: per group/topic/queue the message
 lag (queue max offset - committed offset) and the time lag (dump time - store time of the first unconsumed
 message), retry topics (``%RETRY%group``) included.
 
@@ -11,6 +13,7 @@ The first unconsumed message of each committed offset is found by the scan: the 
 offset before it, and the task owning the unit's physical offset says whether a message starts there.
 """
 from __future__ import annotations
+
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +63,23 @@ LAG = pa.schema([
     column("source", pa.string(), "the file the offset came from (the `.bak` when the main file was unreadable)"),
 ])
 _FILE = "config/consumerOffset.json"
+_LMQ_FILE = "config/lmqConsumerOffset.json"
+
+
+def _from_lmq(source) -> pa.Array:
+    """Whether each row's offset came from lmqConsumerOffset.json (or its ``.bak``), by its ``source`` path."""
+    return pc.fill_null(pc.match_substring_regex(source, r"(^|/)lmqConsumerOffset\.json[^/]*$"), False)
+
+
+def _files_of(t: pa.Table, per_topic: pa.Table) -> pa.Array:
+    """The config file each (broker, group, topic) row of ``per_topic`` took its offsets from, as findings name it
+    (its ``.bak`` folded in): lmqConsumerOffset.json where any of the lag table ``t``'s rows for it came from there
+    (only those rows become objects: the LMQ file's groups), else consumerOffset.json."""
+    from_lmq = _from_lmq(t.column("source"))
+    key = ["broker", "group", "topic"]
+    lmq = {tuple(r[c] for c in key) for r in t.filter(from_lmq).select(key).group_by(key).aggregate([]).to_pylist()}
+    return pa.array([_LMQ_FILE if k in lmq else _FILE for k in zip(*(per_topic.column(c).to_pylist() for c in key))],
+                    pa.string())
 
 
 def probes(ctx, broker: str) -> np.ndarray:
@@ -200,7 +220,8 @@ def on_driver(ctx) -> FamilyResult:
     if behind.num_rows:
         lag, lag_ms, group = behind.column("lag"), behind.column("lag_ms"), behind.column("group")
         res.findings.append(finding_table(
-            "lag.behind", behind.num_rows, broker=behind.column("broker"), topic=behind.column("topic"), file=_FILE,
+            "lag.behind", behind.num_rows, broker=behind.column("broker"), topic=behind.column("topic"),
+            file=_files_of(t, behind),
             values={"group": group, "lag": lag,
                     "lag_seconds": pa.array([None if v is None else int(v / 1000) for v in lag_ms.to_pylist()],
                                             pa.int64())},
@@ -266,7 +287,8 @@ def _offset_findings(check_id: str, rows: pa.Table):
     group, offset = col("group", pa.string()), col("offset", pa.int64())
     details = {"group": group, "offset": offset}
     positions = dict(broker=col("broker", pa.string()), topic=col("topic", pa.string()),
-                     queue_id=col("queue_id", pa.int32()), file=_FILE)
+                     queue_id=col("queue_id", pa.int32()),
+                     file=pc.if_else(_from_lmq(rows.column("source")), _LMQ_FILE, _FILE))
     if check_id == "lag.offset_above_max":
         details["max_offset"] = col("max_offset", pa.int64())
         positions["queue_offset"] = offset

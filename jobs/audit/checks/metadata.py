@@ -6,7 +6,8 @@ CONFIG_MEMORY_LIMIT``: its checks are skipped, the rest of the store is audited;
 broker's layout is read as columns whatever its size),
 ``metadata.config_from_backup`` (warning: the main file was empty or broken; the broker loads the ``.bak``),
 ``metadata.config_missing`` (info), ``metadata.topic_not_in_config`` (warning: a topic with consume queues but
-no topics.json entry; info for system topics, which 4.9.7 itself leaves out, e.g. RMQ_SYS_TRANS_OP_HALF_TOPIC),
+no topics.json entry; info for system topics, which 4.9.7 itself leaves out, e.g. RMQ_SYS_TRANS_OP_HALF_TOPIC;
+never for an %LMQ% queue, which the broker keeps without a topic config),
 ``metadata.queue_outside_config`` (warning: a queue id at or past the topic's queue count),
 ``metadata.group_not_in_config`` (warning: offsets for a group without a subscriptionGroup.json entry),
 ``metadata.store_file_unreadable`` (error: an entry of the store no reader can read -- a FIFO, socket or device, a
@@ -68,6 +69,9 @@ check("metadata.config_value_out_of_range", Severity.ERROR,
              "store.")
 
 _TABLES = ("consumer_offsets", "delay_offsets", "topics", "subscription_groups")
+# 5.x files a broker writes only with a feature on: read when present, never missing (enableLmq: offsets go to
+# lmqConsumerOffset.json instead of consumerOffset.json, which is then not missing either)
+_OPTIONAL = ("lmq_consumer_offsets",)
 
 
 def _system(topic: str) -> bool:
@@ -84,7 +88,7 @@ def on_driver(ctx) -> FamilyResult:
     res = FamilyResult()
     present = {}
     files: dict[str, list] = {}
-    for table in _TABLES:
+    for table in _TABLES + _OPTIONAL:
         name = CONFIG_FILE[table]
         # column-wise: consumer_offsets may hold millions of rows; only its error rows become Python objects
         t = ctx.metadata(table)
@@ -124,7 +128,8 @@ def on_driver(ctx) -> FamilyResult:
             elif mine and source and source.endswith(".bak"):
                 files.setdefault("metadata.config_from_backup", []).append(dict(
                     broker=s.name, file=file, values={"name": name}))
-            elif not exists:
+            elif not exists and table not in _OPTIONAL and not (table == "consumer_offsets" and (
+                    cfg / CONFIG_FILE["lmq_consumer_offsets"]).exists()):
                 files.setdefault("metadata.config_missing", []).append(dict(broker=s.name, file=file))
     for r in ctx.metadata("unreadable_files").to_pylist():
         if r["file"] is not None:
@@ -144,7 +149,8 @@ def on_driver(ctx) -> FamilyResult:
         for broker, topic, qid in queues:
             conf = topics.get((broker, topic))
             if conf is None:
-                missing[(broker, topic)] = missing.get((broker, topic), 0) + 1
+                if not topic.startswith(L.LMQ_PREFIX):  # an %LMQ% queue is never a topics.json entry (light queues)
+                    missing[(broker, topic)] = missing.get((broker, topic), 0) + 1
                 continue
             count = _greatest(conf["read_queue_nums"], conf["write_queue_nums"])
             if topic != L.SCHEDULE_TOPIC and qid is not None and count is not None and qid >= count:

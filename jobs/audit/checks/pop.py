@@ -191,11 +191,11 @@ def _ledger(ctx, name: str, plan) -> PS.PopLedger:
                         r["file_position"])
                for r in retries.filter(pc.equal(retries.column("broker"), name)).to_pylist()]
     revive = {}
-    offsets = ctx.metadata("consumer_offsets").select(["broker", "group", "topic", "queue_id", "offset", "error"])
+    offsets = ctx.committed_offsets  # consumerOffset.json's, or lmqConsumerOffset.json's with enableLmq
     mine = pc.and_(pc.and_(pc.equal(offsets.column("broker"), name), pc.equal(offsets.column("group"), L.REVIVE_GROUP)),
                    pc.starts_with(offsets.column("topic"), L.REVIVE_TOPIC_PREFIX))
-    for r in offsets.filter(pc.fill_null(mine, False)).to_pylist():  # only the revive group's rows become objects
-        if r["error"] is None and r["topic"] and r["queue_id"] is not None:
+    for r in offsets.filter(pc.fill_null(mine, False)).select(["queue_id", "offset"]).to_pylist():  # the revive group's
+        if r["queue_id"] is not None:
             revive[r["queue_id"]] = r["offset"]
     before = None
     if plan.segments and plan.segments[0].base_offset > 0:  # retention deleted older records: checkpoints too
