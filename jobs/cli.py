@@ -131,21 +131,29 @@ def main(name: str, build_parser, run, argv=None, *, prepare=None, needs_spark=N
     if prog:
         parser.prog = prog
     args = absolute_paths(parser.parse_args(argv))  # bad usage exits 2 here, argparse's own code
-    from . import progress
+    from . import interrupts, progress
 
     progress.configure(name, quiet=args.quiet)
+    interrupts.reset()
+    interrupts.install()  # SIGINT/SIGTERM: one line, exit 130/143 (jobs/interrupts.py)
+    spark = None
     try:
         if prepare is not None:
             prepare(args)
-        spark = None
         if needs_spark is None or needs_spark(args):
             from .session import build_session
 
             spark = build_session(f"{PROG} {name}", sources=sources)
+            interrupts.attach(spark)  # the SparkContext's start set a SIGINT handler of its own
         result = run(spark, args)
+        interrupts.check()  # an interrupt swallowed on the way (a py4j finalizer) still ends the run
     except BrokenPipeError:  # the reader of stdout went away (| head): nothing more to say
         return EXIT_OK
-    except Exception as e:  # noqa: BLE001 - any failure is "could not run": never Python's exit 1
+    except BaseException as e:  # noqa: BLE001 - any failure is "could not run": never Python's exit 1
+        if interrupts.interrupted_by(e) is not None:  # the interrupt, or what it broke on the way out
+            return interrupts.stop(name, e, spark)
+        if not isinstance(e, Exception):  # SystemExit and the like: as they were
+            raise
         return report_failure(name, e, args.debug)
     if isinstance(result, int):
         raise TypeError(f"{name}.run returned an exit code; jobs return a cli.JobResult")
@@ -158,7 +166,14 @@ def report_failure(name: str, e: BaseException, debug: bool) -> int:
     """The one line of a failed run (its traceback only with --debug); the exit code 2."""
     if debug:
         traceback.print_exc(file=sys.stderr)
-    if isinstance(e, (ValueError, OSError)):  # bad usage, input or output (StoreFormatError is a ValueError)
+    from . import progress
+    from .causes import cause_line
+
+    cause = cause_line(e, progress.current())  # a Spark error's root cause, a full disk, out of memory
+    if cause is not None:
+        print(f"{name}: error: {cause}" + ("" if debug or not _is_failure_of_job(e) else
+                                           " (--debug shows the traceback)"), file=sys.stderr)
+    elif isinstance(e, (ValueError, OSError)):  # bad usage, input or output (StoreFormatError is a ValueError)
         from store_format.fs import error_line  # unreadable input: '<path>: <reason>'
 
         print(f"{name}: error: {error_line(e)}", file=sys.stderr)
@@ -167,6 +182,11 @@ def report_failure(name: str, e: BaseException, debug: bool) -> int:
         print(f"{name}: error: {type(e).__name__}: {text}" + ("" if debug else " (--debug shows the traceback)"),
               file=sys.stderr)
     return EXIT_FAILED
+
+
+def _is_failure_of_job(e: BaseException) -> bool:
+    """Not bad usage or input (whose line says all): a failed Spark job, out of memory, a bug."""
+    return not isinstance(e, (ValueError, OSError)) or isinstance(e, MemoryError)
 
 
 # ---------------------------------------------------------------------------------------------------------
