@@ -53,8 +53,8 @@ def reduce_text(text: str) -> str:
     lines = [ln.rstrip() for ln in text.splitlines()]
     if any(ln.startswith("Traceback (most recent call last):") for ln in lines):
         root = _python_root(lines)
-        if root:
-            return _with_place(root, text)
+        if root:  # its own message names the file when there is one (an OSError's filename); frames are code
+            return root
     chain = []  # (class, message) from outermost to innermost
     for ln in lines:
         stripped = ln.strip()

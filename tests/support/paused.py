@@ -4,8 +4,7 @@ tests (tests/test_interrupts.py, tests/test_custody.py), with no sleeps.
   python tests/support/paused.py --at REGEX [--then MODE] [--stream stdout] -- MODULE [ARGS...]
 
 runs ``python -m MODULE ARGS...`` in this process; when its main thread writes a line to stderr (or stdout) that
-matches
-REGEX (the first such line), the line is written and flushed, and then, by MODE:
+matches REGEX (the first such line), the line is written and flushed, and then, by MODE:
 
 ``wait``       (default) the main thread blocks until a signal comes: the signal lands exactly at that
                progress line, a phase boundary
@@ -65,13 +64,14 @@ class _Hooked:
         self.fired = False
 
     def write(self, text: str) -> int:
-        n = self.stream.write(text)
         if self.fired or threading.current_thread() is not threading.main_thread():
-            return n
+            return self.stream.write(text)
         self.buffer += text
         *lines, self.buffer = self.buffer.split("\n")
-        if any(self.pattern.search(ln) for ln in lines):
-            self.fired = True
+        # decided before the line goes out: the signal the reader sends on seeing it may land anywhere after
+        self.fired = any(self.pattern.search(ln) for ln in lines)
+        n = self.stream.write(text)
+        if self.fired:
             self.stream.flush()
             self._hook()
         return n
