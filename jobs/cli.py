@@ -13,7 +13,10 @@ several paths each; jobs/stores.py names the brokers), ``--out``, ``--overwrite`
 Exit codes: 0 done (clean), 1 done but nothing matched / findings / differences (each job says which), 2 could
 not run (bad usage, unreadable input, refused output, a failed Spark job): one line ``<job>: error: <reason>``
 on stderr (``<job>: error: <path>: <reason>`` for input that cannot be read), the traceback only with
-``--debug``.  Progress goes to stderr (jobs/progress.py), the summary to stdout; a job whose stdout is its
+``--debug``; a failed Spark job's line is its root cause (jobs/causes.py: ``No space left on device
+(IOException), writing file:/...``), a full disk or a MemoryError names the file and where the job was.  130 or
+143: interrupted by SIGINT or SIGTERM (jobs/interrupts.py): Spark's jobs cancelled, one line saying what was
+interrupted and what was kept, no traceback.  Progress goes to stderr (jobs/progress.py), the summary to stdout; a job whose stdout is its
 output (query's messages, compare's and replay's JSON) prints that itself and returns an empty summary.
 
 Every job runs the same three ways: ``rocketmq-forensics <job> ...`` (the console command, :func:`console`,
@@ -282,5 +285,5 @@ def overview() -> str:
         lines.append(f"  {job:<9} {first[:1].upper()}{first[1:]}")
     lines += ["", "Also: python -m jobs.JOB ..., or spark-submit jobs/JOB.py ... (jobs/audit/__main__.py for the "
                   "audit).", "Exit codes: 0 done and clean, 1 findings / nothing matched / differences, 2 could not "
-                  "run."]
+                  "run, 130 / 143 interrupted (SIGINT / SIGTERM)."]
     return "\n".join(lines)
