@@ -285,5 +285,5 @@ def overview() -> str:
         lines.append(f"  {job:<9} {first[:1].upper()}{first[1:]}")
     lines += ["", "Also: python -m jobs.JOB ..., or spark-submit jobs/JOB.py ... (jobs/audit/__main__.py for the "
                   "audit).", "Exit codes: 0 done and clean, 1 findings / nothing matched / differences, 2 could not "
-                  "run, 130 / 143 interrupted (SIGINT / SIGTERM)."]
+                  "run, 130/143 interrupted (SIGINT/SIGTERM)."]
     return "\n".join(lines)
