@@ -17,6 +17,7 @@ errors (``AnalysisException``, ``PythonException``...) carry the same, or a Pyth
 from __future__ import annotations
 
 import errno
+import os
 import re
 
 # an exception line of a Java chain: "java.io.IOException: msg", "Caused by: org.apache...SparkException: msg",
@@ -120,22 +121,48 @@ def _with_place(root: str, text: str, messages: list[str] | None = None) -> str:
     return f"{root}, in {call.group(1)}()" if call else root
 
 
+_OURS = tuple(f"{os.sep}{p}{os.sep}" for p in ("jobs", "store_format", "udfs", "datasources"))
+_PATH_NAMES = ("path", "filename", "file", "target", "dest")
+
+
+def path_in_frames(e: BaseException) -> str | None:
+    """The file our code was at when ``e`` was raised: the innermost frame of the project's packages holding a
+    local ``path`` (or ``filename``, ``file``...) that is a path.  An error from pyarrow's writers (a full disk:
+    ``Error writing bytes to file``) or from an allocation names no file of its own; the frame that called it
+    does."""
+    frames = []
+    tb = e.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        if not frame.f_code.co_filename.replace("/", os.sep).endswith(".py") or \
+                not any(p in frame.f_code.co_filename for p in _OURS):
+            continue
+        for name in _PATH_NAMES:
+            value = frame.f_locals.get(name)
+            if isinstance(value, os.PathLike) or (isinstance(value, str) and (os.sep in value or "://" in value)):
+                return os.fspath(value) if isinstance(value, os.PathLike) else value
+    return None
+
+
 def os_error_line(e: OSError, where: str | None) -> str | None:
     """A full disk or a file size limit (``e.errno`` in :data:`FULL_DISK`): ``PATH: <reason>, <where>``; None for
     another OS error (its usual line)."""
     if e.errno not in FULL_DISK:
         return None
-    import os
-
-    reason = e.strerror or os.strerror(e.errno)
-    path = os.fsdecode(e.filename) if e.filename is not None else None
+    reason = os.strerror(e.errno)
+    path = os.fsdecode(e.filename) if e.filename is not None else path_in_frames(e)
     return (f"{path}: " if path else "") + reason + (f", {where}" if where else "")
 
 
 def memory_line(e: MemoryError, where: str | None) -> str:
-    """``out of memory, <where>`` (and the message, when there is one: the allocation that failed)."""
+    """``out of memory, <where>`` (and the message, when there is one: the allocation that failed), after the
+    file our code was at when it ran out."""
     text = str(e).strip()
-    return "out of memory" + (f" ({text})" if text else "") + (f", {where}" if where else "")
+    path = path_in_frames(e)
+    return (f"{path}: " if path else "") + "out of memory" + (f" ({text})" if text else "") + (
+        f", {where}" if where else "")
 
 
 def cause_line(e: BaseException, where: str | None = None) -> str | None:
