@@ -14,8 +14,11 @@ are reported by both, at length), Spark's jobs cancelled and the session stopped
     audit: interrupted by SIGINT during scan (3 task(s) in the driver); the previous output is left as it was
 
 what was interrupted (the job, and the phase or step jobs/progress.py knows of) and what was kept.  What was
-kept is asked of :data:`kept_describers`: callables a job's output code registers (the claim-and-commit of the
-outputs), each returning a sentence or None; with none to say anything, the previous output is left as it was.
+kept is what the output code said while the interrupt unwound (:func:`note_kept`), else what
+:data:`kept_describers` (callables it registers, each returning a sentence or None) and the runs of
+jobs/commit.py not ended yet (``active_runs()``, each run's ``kept()``) say at the line, else what they said when
+the signal came (a run that failed and ended on the way is no longer under way at the line); with nothing said,
+the previous output is left as it was.
 """
 from __future__ import annotations
 
@@ -35,15 +38,17 @@ _session = {"spark": None}
 
 
 def install() -> bool:
-    """SIGINT and SIGTERM raise :class:`Interrupted` in the main thread (and are recorded)."""
+    """SIGINT and SIGTERM raise :class:`Interrupted` in the main thread (and are recorded); what was kept is
+    forgotten (a new run)."""
+    _kept.update(notes=[], at_signal=[])
+    if _cancel_at_once not in on_signal:
+        on_signal.append(_cancel_at_once)
     return _install()
 
 
 def attach(spark) -> None:
     """The job's session, to stop on an interrupt; our handlers put back over the SparkContext's own."""
     _session["spark"] = spark
-    if _cancel_at_once not in on_signal:
-        on_signal.append(_cancel_at_once)
     _install()
 
 
@@ -51,6 +56,10 @@ def _cancel_at_once(signum: int) -> None:
     """At the signal itself (store_format.interrupts.on_signal): Spark silenced and its jobs cancelled from a
     thread of their own, so that a main thread waiting on a running job (and pyspark's calls on the way out of
     it, on the same py4j connection) gets its answer instead of waiting for the job's end."""
+    try:
+        _kept["at_signal"] = _ask()  # the runs under way now: they may have ended by the time of the line
+    except BaseException:  # noqa: BLE001 - the line says the default then
+        pass
     spark = _session["spark"]
     if spark is not None:
         threading.Thread(target=_silence_and_cancel, args=(spark,), name="interrupt: cancel", daemon=True).start()
@@ -67,16 +76,44 @@ def _silence_and_cancel(spark) -> None:
         pass
 
 
-def kept() -> str:
-    """What the interrupted run kept, in words (every describer's sentence)."""
+_kept = {"notes": [], "at_signal": []}
+
+
+def note_kept(sentence: str) -> None:
+    """Say what was kept while the interrupt unwinds (a run's output code failing its staging): for the line."""
+    if sentence and sentence not in _kept["notes"]:
+        _kept["notes"].append(sentence.strip())
+
+
+def _committed_runs() -> str | None:
+    """The runs of jobs/commit.py (when this checkout has it) not ended yet, and what each keeps."""
+    try:
+        from . import commit
+    except ImportError:
+        return None
+    runs = getattr(commit, "active_runs", lambda: [])()
+    said = [k for r in runs for k in (r.kept() if callable(getattr(r, "kept", None)) else [])]
+    return "; ".join(said) or None
+
+
+def _ask() -> list[str]:
     said = []
-    for describe in list(kept_describers):
+    for describe in [*kept_describers, _committed_runs]:
         try:
             text = describe()
         except Exception as e:  # noqa: BLE001 - the line must still be printed; say that this part is unknown
             text = f"what was kept is unknown ({type(e).__name__}: {e})"
-        if text:
+        if text and text.strip() not in said:
             said.append(text.strip())
+    return said
+
+
+def kept() -> str:
+    """What the interrupted run kept, in words: what was noted while it unwound (:func:`note_kept`), else what
+    the describers (:data:`kept_describers`, and jobs/commit.py's runs not ended) say now, else what they said
+    when the signal came (a run that has ended since is no longer theirs to describe); with nothing said, the
+    previous output is left as it was."""
+    said = list(_kept["notes"]) or _ask() or list(_kept["at_signal"])
     return "; ".join(said) if said else NOTHING_KEPT
 
 

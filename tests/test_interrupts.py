@@ -138,7 +138,24 @@ def test_the_line_names_the_phase_and_asks_what_was_kept(monkeypatch):
     interrupts.kept_describers.append(lambda: "out/ is unchanged; the run's staging is marked failed")
     assert interrupts.line("audit", signal.SIGINT).endswith(
         "; out/ is unchanged; the run's staging is marked failed")
+    interrupts.note_kept("out/: the staging is marked failed (said while unwinding)")
+    assert interrupts.kept() == "out/: the staging is marked failed (said while unwinding)"
+    interrupts._kept.update(notes=[], at_signal=[])
     progress.configure("job")
+
+
+def test_what_was_kept_is_asked_at_the_signal_too_for_runs_that_end_on_the_way(handlers, monkeypatch):
+    """A run's output code ends (marks its staging failed, releases its claim) as the interrupt unwinds, before
+    the line is printed: what it said at the signal is the line's."""
+    runs = ["out/: the previous output is unchanged; the staging out/.staging is marked failed"]
+    monkeypatch.setattr(interrupts, "kept_describers", [lambda: runs[0] if runs else None])
+    interrupts.install()
+    with pytest.raises(interrupts.Interrupted):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10_000):
+            pass
+    runs.clear()  # the run ended
+    assert interrupts.kept() == "out/: the previous output is unchanged; the staging out/.staging is marked failed"
 
 
 # ---------------------------------------------------------------------------------------------------------
