@@ -41,7 +41,10 @@ def is_spark_error(e: BaseException) -> bool:
 
 def spark_error_text(e: BaseException) -> str:
     """All the text of a Spark error: py4j's Java chain (``str``), pyspark's message and JVM stack."""
-    parts = [str(e)]
+    try:
+        parts = [str(e)]  # a Py4JJavaError asks the JVM for its text
+    except Exception:  # noqa: BLE001 - the JVM is gone: what py4j kept of the message
+        parts = [str(getattr(e, "errmsg", "") or type(e).__name__)]
     for name in ("desc", "stackTrace"):
         value = getattr(e, name, None)
         if isinstance(value, str) and value and value not in parts[0]:

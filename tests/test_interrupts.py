@@ -30,13 +30,14 @@ JAVA_STACK = re.compile(r"^\s+at (org\.apache|java\.|scala\.|py4j)|^(Caused by: 
 
 
 def run_interrupted(args: list[str], at: str, then: str = "wait", sig: int | None = signal.SIGINT,
-                    stream: str = "stderr", trigger: str | None = None, timeout: float = 240):
+                    stream: str = "stderr", trigger: str | None = None, timeout: float = 240, group: bool = False):
     """``python -m ARGS`` held at the first line matching ``at`` (tests/support/paused.py ``then``), sent
-    ``sig`` once the line (or ``trigger``) is read; (exit code, what it wrote to stderr after that line)."""
+    ``sig`` once the line (or ``trigger``) is read (``group``: to its whole process group, the JVM and the Python
+    workers too, as a terminal's Ctrl-C); (exit code, what it wrote to stderr after that line)."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
     p = subprocess.Popen([sys.executable, str(PAUSED), "--at", at, "--then", then, "--stream", stream, "--", *args],
                          cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, start_new_session=group)
     watched = p.stdout if stream == "stdout" else p.stderr
     wanted = re.compile(trigger or at)
     before = []
@@ -48,14 +49,12 @@ def run_interrupted(args: list[str], at: str, then: str = "wait", sig: int | Non
         else:
             raise AssertionError("the trigger line never came:\n" + "".join(before) + p.stderr.read())
         if sig is not None:
-            p.send_signal(sig)
+            os.killpg(p.pid, sig) if group else p.send_signal(sig)
         out, err = p.communicate(timeout=timeout)
     finally:
         if p.poll() is None:
             p.kill()
             p.communicate()
-    if stream == "stdout":
-        return p.returncode, err
     return p.returncode, err
 
 
@@ -197,6 +196,14 @@ def test_audit_sigint_while_a_spark_job_runs_cancels_it_with_no_java_stack(store
                               at=r"\] predicting recovery", then="spark", trigger="SPARK TASK RUNNING")
     assert rc == 130, err
     assert "during predicting recovery" in assert_one_clean_line(err, "audit", "SIGINT")
+
+
+@pytest.mark.spark
+def test_ctrl_c_at_a_terminal_reaches_the_whole_process_group_and_is_one_line(store, tmp_path):
+    rc, err = run_interrupted(["jobs", "audit", "--store", str(store), "--out", str(tmp_path / "out")],
+                              at=r"\] predicting recovery", then="spark", trigger="SPARK TASK RUNNING", group=True)
+    assert rc == 130, err
+    assert_one_clean_line(err, "audit", "SIGINT")
 
 
 @pytest.mark.spark
