@@ -222,3 +222,13 @@ def test_extract_sigterm_while_its_spark_job_runs_is_one_line_and_143(store, tmp
                               at=r"\[extract ", then="spark", trigger="SPARK TASK RUNNING", sig=signal.SIGTERM)
     assert rc == 143, err
     assert_one_clean_line(err, "extract", "SIGTERM")
+
+
+@pytest.mark.spark
+def test_sigterm_while_the_main_thread_reads_a_spark_jobs_rows_is_one_line_and_143(store, tmp_path):
+    """replay reads its rows with ``toLocalIterator`` (issue 33: SIGTERM to ``replay --repair`` dumped a Java
+    stack): the signal lands while the main thread reads rows a Spark job serves."""
+    rc, err = run_interrupted(["jobs", "audit", "--store", str(store), "--out", str(tmp_path / "out")],
+                              at=r"\] predicting recovery", then="iterate", trigger="ITERATING", sig=signal.SIGTERM)
+    assert rc == 143, err
+    assert_one_clean_line(err, "audit", "SIGTERM")

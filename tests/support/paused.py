@@ -14,6 +14,8 @@ matches REGEX (the first such line), the line is written and flushed, and then, 
                inside it ("Exception ignored in"), as py4j's finalizers do; the job goes on
 ``spark``      a Spark job that never ends is started from the main thread; its task writes ``SPARK TASK RUNNING``
                to stderr: the signal lands while the main thread waits on py4j for a running Spark job
+``iterate``    the rows of an endless Spark job are read in the main thread (``toLocalIterator``, as replay
+               reads its rows); ``ITERATING`` is written to stderr after the first
 """
 from __future__ import annotations
 
@@ -55,6 +57,20 @@ def _spark_job() -> None:
     spark.range(0, 1, 1, numPartitions=1).mapInArrow(_block_forever, "id long").collect()
 
 
+def _iterate_forever() -> None:
+    """What replay does with its rows: a Spark job's rows read in the main thread (``toLocalIterator``)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    rows = spark.range(0, 1 << 40, 1, numPartitions=1 << 24).toLocalIterator(prefetchPartitions=True)
+    first = True
+    for _ in rows:
+        if first:
+            sys.__stderr__.write("ITERATING\n")
+            sys.__stderr__.flush()
+            first = False
+
+
 class _Hooked:
     """stderr, with the hook run after the first matching line the main thread writes."""
 
@@ -86,6 +102,8 @@ class _Hooked:
             del x
         elif self.then == "spark":
             _spark_job()
+        elif self.then == "iterate":
+            _iterate_forever()
 
     def flush(self) -> None:
         self.stream.flush()
@@ -100,7 +118,7 @@ def main() -> None:
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # a stuck run says where it is
     p = argparse.ArgumentParser()
     p.add_argument("--at", required=True)
-    p.add_argument("--then", choices=("wait", "stdin", "finalizer", "spark"), default="wait")
+    p.add_argument("--then", choices=("wait", "stdin", "finalizer", "spark", "iterate"), default="wait")
     p.add_argument("--stream", choices=("stderr", "stdout"), default="stderr", help="whose lines to watch")
     p.add_argument("module")
     p.add_argument("args", nargs=argparse.REMAINDER)
