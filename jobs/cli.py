@@ -16,8 +16,9 @@ on stderr (``<job>: error: <path>: <reason>`` for input that cannot be read), th
 ``--debug``; a failed Spark job's line is its root cause (jobs/causes.py: ``No space left on device
 (IOException), writing file:/...``), a full disk or a MemoryError names the file and where the job was.  130 or
 143: interrupted by SIGINT or SIGTERM (jobs/interrupts.py): Spark's jobs cancelled, one line saying what was
-interrupted and what was kept, no traceback.  Progress goes to stderr (jobs/progress.py), the summary to stdout; a job whose stdout is its
-output (query's messages, compare's and replay's JSON) prints that itself and returns an empty summary.
+interrupted and what was kept, no traceback.  Progress goes to stderr (jobs/progress.py), the summary to stdout;
+a job whose stdout is its output (query's messages, compare's and replay's JSON) prints that itself and returns
+an empty summary.
 
 Every job runs the same three ways: ``rocketmq-forensics <job> ...`` (the console command, :func:`console`,
 ``[project.scripts]`` in pyproject.toml), ``python -m jobs.<job> ...`` and ``spark-submit jobs/<job>.py ...``
