@@ -13,8 +13,12 @@ several paths each; jobs/stores.py names the brokers), ``--out``, ``--overwrite`
 Exit codes: 0 done (clean), 1 done but nothing matched / findings / differences (each job says which), 2 could
 not run (bad usage, unreadable input, refused output, a failed Spark job): one line ``<job>: error: <reason>``
 on stderr (``<job>: error: <path>: <reason>`` for input that cannot be read), the traceback only with
-``--debug``.  Progress goes to stderr (jobs/progress.py), the summary to stdout; a job whose stdout is its
-output (query's messages, compare's and replay's JSON) prints that itself and returns an empty summary.
+``--debug``; a failed Spark job's line is its root cause (jobs/causes.py: ``No space left on device
+(IOException), writing file:/...``), a full disk or a MemoryError names the file and where the job was.  130 or
+143: interrupted by SIGINT or SIGTERM (jobs/interrupts.py): Spark's jobs cancelled, one line saying what was
+interrupted and what was kept, no traceback.  Progress goes to stderr (jobs/progress.py), the summary to stdout;
+a job whose stdout is its output (query's messages, compare's and replay's JSON) prints that itself and returns
+an empty summary.
 
 Every job runs the same three ways: ``rocketmq-forensics <job> ...`` (the console command, :func:`console`,
 ``[project.scripts]`` in pyproject.toml), ``python -m jobs.<job> ...`` and ``spark-submit jobs/<job>.py ...``
@@ -131,21 +135,29 @@ def main(name: str, build_parser, run, argv=None, *, prepare=None, needs_spark=N
     if prog:
         parser.prog = prog
     args = absolute_paths(parser.parse_args(argv))  # bad usage exits 2 here, argparse's own code
-    from . import progress
+    from . import interrupts, progress
 
     progress.configure(name, quiet=args.quiet)
+    interrupts.reset()
+    interrupts.install()  # SIGINT/SIGTERM: one line, exit 130/143 (jobs/interrupts.py)
+    spark = None
     try:
         if prepare is not None:
             prepare(args)
-        spark = None
         if needs_spark is None or needs_spark(args):
             from .session import build_session
 
             spark = build_session(f"{PROG} {name}", sources=sources)
+            interrupts.attach(spark)  # the SparkContext's start set a SIGINT handler of its own
         result = run(spark, args)
+        interrupts.check()  # an interrupt swallowed on the way (a py4j finalizer) still ends the run
     except BrokenPipeError:  # the reader of stdout went away (| head): nothing more to say
         return EXIT_OK
-    except Exception as e:  # noqa: BLE001 - any failure is "could not run": never Python's exit 1
+    except BaseException as e:  # noqa: BLE001 - any failure is "could not run": never Python's exit 1
+        if interrupts.interrupted_by(e) is not None:  # the interrupt, or what it broke on the way out
+            return interrupts.stop(name, e, spark)
+        if not isinstance(e, Exception):  # SystemExit and the like: as they were
+            raise
         return report_failure(name, e, args.debug)
     if isinstance(result, int):
         raise TypeError(f"{name}.run returned an exit code; jobs return a cli.JobResult")
@@ -158,7 +170,14 @@ def report_failure(name: str, e: BaseException, debug: bool) -> int:
     """The one line of a failed run (its traceback only with --debug); the exit code 2."""
     if debug:
         traceback.print_exc(file=sys.stderr)
-    if isinstance(e, (ValueError, OSError)):  # bad usage, input or output (StoreFormatError is a ValueError)
+    from . import progress
+    from .causes import cause_line
+
+    cause = cause_line(e, progress.current())  # a Spark error's root cause, a full disk, out of memory
+    if cause is not None:
+        print(f"{name}: error: {cause}" + ("" if debug or not _is_failure_of_job(e) else
+                                           " (--debug shows the traceback)"), file=sys.stderr)
+    elif isinstance(e, (ValueError, OSError)):  # bad usage, input or output (StoreFormatError is a ValueError)
         from store_format.fs import error_line  # unreadable input: '<path>: <reason>'
 
         print(f"{name}: error: {error_line(e)}", file=sys.stderr)
@@ -167,6 +186,11 @@ def report_failure(name: str, e: BaseException, debug: bool) -> int:
         print(f"{name}: error: {type(e).__name__}: {text}" + ("" if debug else " (--debug shows the traceback)"),
               file=sys.stderr)
     return EXIT_FAILED
+
+
+def _is_failure_of_job(e: BaseException) -> bool:
+    """Not bad usage or input (whose line says all): a failed Spark job, out of memory, a bug."""
+    return not isinstance(e, (ValueError, OSError)) or isinstance(e, MemoryError)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -262,5 +286,5 @@ def overview() -> str:
         lines.append(f"  {job:<9} {first[:1].upper()}{first[1:]}")
     lines += ["", "Also: python -m jobs.JOB ..., or spark-submit jobs/JOB.py ... (jobs/audit/__main__.py for the "
                   "audit).", "Exit codes: 0 done and clean, 1 findings / nothing matched / differences, 2 could not "
-                  "run."]
+                  "run, 130/143 interrupted (SIGINT/SIGTERM)."]
     return "\n".join(lines)

@@ -18,15 +18,24 @@ import threading
 import time
 import uuid
 
+from store_format.interrupts import check as check_interrupt
+
 PLAIN_EVERY = 10.0  # seconds between plain progress lines
 _TICK = 0.5
 
-_state = {"quiet": False, "name": "job"}
+_state = {"quiet": False, "name": "job", "phases": [], "step": None}
 
 
 def configure(name: str, quiet: bool = False) -> None:
     """Set by the job runtime (jobs/cli.py) before the job runs."""
-    _state.update(name=name, quiet=quiet)
+    _state.update(name=name, quiet=quiet, phases=[], step=None)
+
+
+def current() -> str | None:
+    """Where the job is (with --quiet too), in words: ``during <phase>`` (the innermost phase under way, or the
+    one an exception left), ``during <step>`` (the last step said), ``after <phase>``; None before any.  What an
+    interrupt's line and a failure's line name (jobs/interrupts.py, jobs/cli.py)."""
+    return f"during {_state['phases'][-1]}" if _state["phases"] else _state["step"]
 
 
 def quiet() -> bool:
@@ -34,7 +43,10 @@ def quiet() -> bool:
 
 
 def say(message: str) -> None:
-    """One line on stderr (not with --quiet)."""
+    """One line on stderr (not with --quiet).  A step's start is a boundary where a recorded interrupt that was
+    swallowed on the way ends the run (store_format/interrupts.py)."""
+    check_interrupt()
+    _state["step"] = f"during {message}"
     if not _state["quiet"]:
         print(f"[{_state['name']} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -76,8 +88,10 @@ class Phase:
 
     # ---- the phase -------------------------------------------------------------------------------------
     def __enter__(self) -> "Phase":
+        check_interrupt()  # a phase boundary: an interrupt swallowed on the way ends the run here
         self.started = time.monotonic()
         self._printed = self.started
+        _state["phases"].append(self.label)
         if quiet():
             return self
         if not self.tty:
@@ -91,15 +105,24 @@ class Phase:
         return self
 
     def __exit__(self, kind, value, tb) -> None:
+        if self.label in _state["phases"]:
+            _state["phases"].reverse()
+            _state["phases"].remove(self.label)  # the innermost of that name
+            _state["phases"].reverse()
+        _state["step"] = f"{'after' if kind is None else 'during'} {self.label}"  # where the job was last
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
         if self._group is not None:
             self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
             self.spark.sparkContext.setLocalProperty("spark.job.description", None)
+        if kind is None:
+            check_interrupt()  # the phase's end, a boundary too
         if quiet():
             return
         took = time.monotonic() - self.started
+        if kind is not None and not issubclass(kind, Exception):
+            return  # interrupted (jobs/interrupts.py): the interrupt's one line names the phase
         if kind is not None:
             self._end(f"{self.label}: stopped after {took:.1f} s")
             return

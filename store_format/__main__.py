@@ -42,6 +42,7 @@ import traceback
 from collections import deque
 from pathlib import Path
 
+from . import interrupts
 from . import layout as L
 from .brokerconf import add_geometry_arguments, geometry_from_args, recovery_settings_from_args
 from .scan import WALKS
@@ -383,11 +384,16 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     where = getattr(args, "store", None) or getattr(args, "out_dir", None)
+    interrupts.reset()
+    interrupts.install()  # SIGINT/SIGTERM: one line, exit 130/143 (store_format/interrupts.py)
     if hasattr(args, "run"):  # generate / write
-        return guarded(lambda: args.run(args), args.debug, where)
+        out = getattr(args, "out_dir", None)
+        kept = f"{out} may hold a partly written store" if out else "nothing was written"
+        return guarded(lambda: args.run(args), args.debug, where, command=args.command, kept=kept)
     if args.command == "query" and not args.msg_id and not (args.topic and args.key):
         parser.error("query needs --msg-id ID, or --topic T with --key K")
-    return guarded(lambda: _run(args), args.debug, where)
+    return guarded(lambda: _run(args), args.debug, where, command=args.command,
+                   kept="the store was only read")
 
 
 STDOUT = "<stdout>"  # the path an output error names
@@ -420,31 +426,52 @@ def _named(e: OSError, path: str) -> OSError:
     return OSError(e.errno, e.strerror or str(e), path) if e.filename is None else e
 
 
-def guarded(body, debug: bool = False, where=None) -> int:
+def guarded(body, debug: bool = False, where=None, *, command: str | None = None, kept: str | None = None) -> int:
     """Run a command's body with the exit-code contract: unreadable input, a refused input and any OSError are
     one line (``error: <path>: <reason>``) and exit 2; a failure of the tool itself is one line too (``error:
     <where>: internal error: ...``, ``out of memory: ...`` for a MemoryError; its traceback only with ``--debug``),
     also exit 2, never Python's 1 (which means "nothing matched" or "damage found").  The output is flushed
     before the body counts as done, so that an output error is this line too, not Python's exit status 120.
     The line is printed after the failed frames are let go: a parse that ran out of memory leaves the memory to
-    print it with (and a last-resort write of a fixed line if even that fails)."""
+    print it with (and a last-resort write of a fixed line if even that fails).  SIGINT and SIGTERM
+    (store_format/interrupts.py) end it with one line, ``store_format: interrupted by SIGINT during <command>;
+    <kept>``, and exit 130 or 143."""
     failure = None
     try:
         code = body()
         _Output(sys.stdout).flush()
+        interrupts.check()  # an interrupt swallowed on the way still ends the run
         return code
     except BrokenPipeError:  # the reader went away (``| head``): nothing more to say, and nothing at exit either
-        _silence_stdout()
-        return EXIT_OK
+        if interrupts.pending() is None:
+            _silence_stdout()
+            return EXIT_OK
+        failure = interrupts.Interrupted(interrupts.pending())
     except Exception as e:  # noqa: BLE001 - the contract: no traceback without --debug
-        if debug:
-            try:
-                traceback.print_exc()
-            except Exception:  # noqa: BLE001 - the line below still says what failed
-                pass
-        _drop_frames(e)
         failure = e
+    except (interrupts.Interrupted, KeyboardInterrupt) as e:
+        failure = e
+    signum = interrupts.interrupted_by(failure)
+    if signum is not None:  # the interrupt, or what it broke on the way out
+        interrupts.handling()
+        return _interrupted(signum, command, kept)
+    if debug:
+        try:
+            traceback.print_exception(failure)
+        except Exception:  # noqa: BLE001 - the line below still says what failed
+            pass
+    _drop_frames(failure)
     return _report(failure, debug, where)
+
+
+def _interrupted(signum: int, command: str | None, kept: str | None) -> int:
+    line = (f"store_format: interrupted by {interrupts.signal_name(signum)}" + (f" during {command}" if command else "")
+            + (f"; {kept}" if kept else ""))
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except Exception:  # noqa: BLE001 - stderr gone: the exit code still says it
+        pass
+    return interrupts.exit_code(signum)
 
 
 def _drop_frames(e: BaseException) -> None:

@@ -30,8 +30,10 @@ after `make setup`), as `python -m jobs.NAME ...`, or as
 audit; `make package` builds the zip; see [scheduling.md](scheduling.md)).  They share one runtime
 (`jobs/cli.py`): the same `--store PATH|NAME=PATH`, `--out`, `--overwrite`, `--format` and `--config`
 wherever a job takes them, `--quiet` and `--debug` everywhere.  Exit codes: 0 done and clean, 1 done with
-findings or nothing matched (each job says which), 2 could not run (one `error:` line on stderr).  Progress
-goes to stderr, one line per phase with the bytes done and an estimate of the rest; the summary to stdout.
+findings or nothing matched (each job says which), 2 could not run (one `error:` line on stderr: a failed
+Spark job's root cause, not its Java stack; `--debug` keeps the stack), 130 / 143 interrupted by SIGINT /
+SIGTERM (Spark's jobs cancelled, one line saying what was interrupted and what was kept).  Progress goes to
+stderr, one line per phase with the bytes done and an estimate of the rest; the summary to stdout.
 """
 
 

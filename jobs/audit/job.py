@@ -64,7 +64,7 @@ from .context import AuditContext, AuditOptions
 from .groups import add_times, group_findings
 from jobs.stores import resolve_stores
 
-from .inputs import fingerprint, input_files
+from .inputs import check_custody, fingerprint, input_files
 from .plan import BrokerPlan, plan_broker, plan_segments
 from .scan import scan_tasks
 from .survey import survey_tasks
@@ -197,10 +197,7 @@ def run(spark, args) -> AuditResult:
         progress("grouping findings by cause")
         groups = group_findings(run.findings_dir)
         add_times(groups, ctx.store_times)
-        after = fingerprint(files, args.sha256)
-        if after != before:
-            changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-            raise OutputError(f"input files changed during the audit (chain of custody broken): {changed[:5]}")
+        check_custody(before, stores, args.sha256)  # the stores listed again: added, removed, replaced, changed
         summary = _summary(ctx, written, groups, before, out, started, run_id, run_time,
                            None if args.no_report else f"{out}/report.html")
         (Path(out) / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False, default=str))
@@ -210,6 +207,11 @@ def run(spark, args) -> AuditResult:
 
             report.write(ctx, summary, written.tables, groups, out, top=args.top)
         phases.done("summary and report")
+    except OutputError:  # the custody check's own (or the output's): nothing more to compare
+        raise
+    except Exception:  # a file that vanished mid-run fails a step: custody names why, not the step
+        check_custody(before, stores, args.sha256)
+        raise
     finally:
         ctx.release()
 

@@ -200,8 +200,13 @@ def _run_in_driver(tasks: list, threads: int, run: RunInfo, phase) -> "Outputs":
         return i, out
 
     order = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost())  # the longest first: no straggler at the end
-    with ThreadPoolExecutor(max(1, min(threads, len(tasks)))) as pool:
+    pool = ThreadPoolExecutor(max(1, min(threads, len(tasks))))
+    try:
         results = sorted(pool.map(one, order), key=lambda r: r[0])  # in the tasks' order, as a job returns them
+    except BaseException:  # an interrupt (jobs/interrupts.py) or a failure: the tasks not started never start
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     parts: dict[str, list[pa.Table]] = {}
     for _, out in results:  # the tables themselves: nothing to serialize within one process
         for name, tables in out.partials.items():

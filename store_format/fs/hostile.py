@@ -72,8 +72,17 @@ def _os_reason(e: OSError) -> str:
     if e.errno == errno.ENXIO:
         return "a socket or a device without a reader, not a regular file"
     if e.errno == errno.ENOENT:
-        return "no such file (a dangling symbolic link?)"
+        # a link whose target is missing is a dangling link; anything else is simply not there (never listed, or
+        # removed after it was listed: a file that vanishes mid-run is not a link of any kind)
+        return "no such file: a dangling symbolic link" if _is_link(e.filename) else "no such file"
     return e.strerror or str(e)
+
+
+def _is_link(path) -> bool:
+    try:
+        return path is not None and os.path.islink(path)
+    except (OSError, TypeError, ValueError):
+        return False
 
 
 def error_line(e: BaseException) -> str:

@@ -1,0 +1,134 @@
+"""SIGINT and SIGTERM as one exception in the main thread, recorded so that it is never lost.
+
+Python turns SIGINT into ``KeyboardInterrupt`` wherever the main thread happens to be, and SIGTERM kills the
+process with no word at all.  Wherever the main thread is, an exception raised there can be swallowed: inside a
+finalizer (``__del__``: py4j's ``JavaObject`` finalizers, a generator's close) Python prints "Exception ignored
+in ..." and goes on, so a run that was asked to stop runs to its end and exits 0.  :func:`install` replaces both
+handlers with one that
+
+* records the signal (:func:`pending`) before anything else, so a caller re-checks it where it is safe
+  (:func:`check`: at phase boundaries, and once more when the work is done) and an interrupt swallowed on the way
+  still ends the run with 130 or 143;
+* raises :class:`Interrupted` (a ``BaseException``, like ``KeyboardInterrupt``: no ``except Exception`` catches
+  it) in the main thread, once; a second signal while the first is being handled is only recorded;
+* keeps Python's "Exception ignored in" report of a swallowed :class:`Interrupted` off stderr (the run's one
+  line says what happened).
+
+This is the store layer's half (no Spark; the ``store_format`` command line uses it as it is); jobs/interrupts.py
+adds Spark's cancellation and the line the jobs print.  The exit code of an interrupted run is 128 + the signal's
+number: 130 for SIGINT, 143 for SIGTERM.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+
+
+class Interrupted(BaseException):
+    """The run was asked to stop by a signal (``signum``); exit code :attr:`exit_code`."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"interrupted by {NAMES.get(signum, signum)}")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.signum)
+
+    @property
+    def name(self) -> str:
+        return signal_name(self.signum)
+
+
+_state = {"signum": None, "handling": False, "installed": False}
+
+
+def exit_code(signum: int) -> int:
+    return 128 + int(signum)
+
+
+def signal_name(signum: int) -> str:
+    return NAMES.get(signum) or signal.Signals(signum).name
+
+
+#: callables run with the signal's number when the first signal comes, before the exception is raised: what must
+#: start at once, whatever the main thread is stuck in (jobs/interrupts.py cancels Spark's jobs from a thread of
+#: its own, so that a main thread waiting on a running job gets its answer)
+on_signal: list = []
+
+
+def _handler(signum, frame) -> None:
+    first = _state["signum"] is None
+    if first:
+        _state["signum"] = signum
+        for react in list(on_signal):
+            try:
+                react(signum)
+            except Exception:  # noqa: BLE001 - the exception below is what matters
+                pass
+    if first and not _state["handling"]:
+        raise Interrupted(signum)
+
+
+def _unraisable(hook):
+    def unraisable(info) -> None:
+        if isinstance(info.exc_value, (Interrupted, KeyboardInterrupt)):
+            return  # recorded in _state: the run ends with it at the next check, and its line says so
+        hook(info)
+
+    unraisable.wrapped = hook
+    return unraisable
+
+
+def install() -> bool:
+    """Our handler for SIGINT and SIGTERM (again: a SparkContext's start sets its own SIGINT handler); only in the
+    main thread (signal handlers can only be set there).  Whether it is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    for s in SIGNALS:
+        signal.signal(s, _handler)
+    if not hasattr(sys.unraisablehook, "wrapped"):
+        sys.unraisablehook = _unraisable(sys.unraisablehook)
+    _state["installed"] = True
+    return True
+
+
+def reset() -> None:
+    """Forget a recorded signal (a new run in the same process: the tests)."""
+    _state.update(signum=None, handling=False)
+
+
+def pending() -> int | None:
+    """The signal received (the first), if any: handled or not, swallowed or not."""
+    return _state["signum"]
+
+
+def check() -> None:
+    """Raise :class:`Interrupted` if a signal came and its exception has not been taken up (say it was swallowed
+    by a finalizer): at phase boundaries and at the end of the work."""
+    signum = _state["signum"]
+    if signum is not None and not _state["handling"]:
+        raise Interrupted(signum)
+
+
+def handling() -> int:
+    """The interrupt is being handled from here on: later signals are recorded only (no exception in the middle
+    of the cleanup).  The signal's number (SIGINT for a bare KeyboardInterrupt)."""
+    _state["handling"] = True
+    if _state["signum"] is None:
+        _state["signum"] = signal.SIGINT
+    return _state["signum"]
+
+
+def interrupted_by(e: BaseException | None) -> int | None:
+    """The signal behind ``e`` (an :class:`Interrupted`, a ``KeyboardInterrupt``), or behind any failure once a
+    signal was received (a py4j call cut short fails with its own error), else None."""
+    if isinstance(e, Interrupted):
+        return e.signum
+    if isinstance(e, KeyboardInterrupt):
+        return _state["signum"] or signal.SIGINT
+    return _state["signum"]

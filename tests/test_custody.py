@@ -1,0 +1,160 @@
+"""Issue 33, "Custody that sees everything": the audit's fingerprint holds inode and ctime, the stores are
+listed again at the end, and a file added, removed, replaced or changed (its mtime set back) during the run is
+named as such and fails the run (exit 2), never called "a dangling symbolic link" (jobs/audit/inputs.py).
+
+The changes are made at a progress line of the audit (``predicting recovery``: the start's fingerprint is taken,
+the scan has not read a byte yet), in process through the audit's progress function, and once end to end in a
+subprocess held at that line (tests/support/paused.py)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.audit import inputs
+from jobs.stores import resolve_stores
+from store_format import fs
+
+from .conftest import fixture_store
+
+REPO = Path(__file__).resolve().parent.parent
+PAUSED = REPO / "tests" / "support" / "paused.py"
+TRIGGER = "predicting recovery"
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    dst = tmp_path / "store"
+    shutil.copytree(fixture_store("basic"), dst)
+    return dst
+
+
+def _next_segment(store: Path) -> Path:
+    """A segment a broker rolling to the next file would create."""
+    last = sorted((store / "commitlog").iterdir())[-1]
+    return store / "commitlog" / f"{int(last.name) + (1 << 30):020d}"
+
+
+def add(store: Path) -> Path:
+    p = _next_segment(store)
+    p.write_bytes(b"\0" * 4096)
+    return p
+
+
+def remove(store: Path) -> Path:
+    p = store / "commitlog" / "00000000000000000000"
+    p.unlink()
+    return p
+
+
+def replace(store: Path) -> Path:
+    """The same name, size and mtime, another file (a new inode)."""
+    p = store / "consumequeue" / "TopicTest" / "0" / "00000000000000000000"
+    st = p.stat()
+    tmp = p.with_name(".new")
+    shutil.copyfile(p, tmp)
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp, p)
+    return p
+
+
+def touch_back(store: Path) -> Path:
+    """A byte changed in place, size kept and the mtime set back: only the ctime tells (no --sha256)."""
+    p = store / "config" / "delayOffset.json"
+    st = p.stat()
+    data = bytearray(p.read_bytes())
+    at = next(i for i, b in enumerate(data) if chr(b).isdigit())
+    data[at] = ord("7") if data[at] != ord("7") else ord("8")
+    p.write_bytes(bytes(data))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert p.stat().st_size == st.st_size and p.stat().st_mtime_ns == st.st_mtime_ns
+    return p
+
+
+CASES = {"added": add, "removed": remove, "replaced": replace, "changed": touch_back}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The fingerprint and its comparison (no Spark)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_change_is_named_for_what_it_is(store, case):
+    before = inputs.fingerprint(inputs.input_files(resolve_stores([str(store)])), sha256=False)
+    path = CASES[case](store)
+    with pytest.raises(inputs.CustodyError) as e:
+        inputs.check_custody(before, resolve_stores([str(store)]), sha256=False)
+    assert e.value.changes == [f"{path}: {case} during the audit" + e.value.changes[0].split(" during the audit")[1]]
+    assert "dangling" not in str(e.value)
+
+
+def test_the_fingerprint_holds_inode_and_ctime_but_the_summary_form_does_not(store):
+    fp = inputs.fingerprint(inputs.input_files(resolve_stores([str(store)])), sha256=False)
+    path = str(store / "checkpoint")
+    st = os.stat(path)
+    assert fp[path] == {"size": st.st_size, "mtime_ns": st.st_mtime_ns}  # summary.json's "inputs", as before
+    assert fp.identity[path] == (st.st_ino, st.st_ctime_ns)
+
+
+def test_a_file_that_vanished_is_no_such_file_not_a_dangling_link(tmp_path):
+    gone = tmp_path / "gone"
+    with pytest.raises(fs.UnreadableError) as e:
+        fs.open_fd(gone)
+    assert e.value.reason == "no such file"
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(fs.UnreadableError) as e:
+        fs.open_fd(link)
+    assert e.value.reason == "no such file: a dangling symbolic link"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The audit (Spark's session fixture; the change made at a progress line)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_change_during_the_audit_fails_custody_naming_it(spark, store, tmp_path, monkeypatch, case):
+    from jobs.audit import job as audit
+
+    said, changed = audit.progress, []
+
+    def progress(message):
+        said(message)
+        if message == TRIGGER:
+            changed.append(CASES[case](store))
+
+    monkeypatch.setattr(audit, "progress", progress)
+    args = audit.build_parser().parse_args(["--store", str(store), "--out", str(tmp_path / "out"), "--no-report"])
+    with pytest.raises(inputs.CustodyError) as e:
+        audit.run(spark, args)
+    assert changed and f"{changed[0]}: {case} during the audit" in str(e.value)
+    assert "dangling" not in str(e.value)
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
+@pytest.mark.spark
+def test_a_segment_removed_mid_run_ends_the_audit_with_exit_2_and_one_custody_line(store, tmp_path):
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
+    p = subprocess.Popen([sys.executable, str(PAUSED), "--at", TRIGGER, "--then", "stdin", "--",
+                          "jobs", "audit", "--store", str(store), "--out", str(tmp_path / "out")],
+                         cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        for line in p.stderr:
+            if TRIGGER in line:
+                break
+        gone = remove(store)
+        out, err = p.communicate("go\n", timeout=240)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 2, err
+    errors = [ln for ln in err.splitlines() if ln.startswith("audit: error:")]
+    assert errors == [f"audit: error: input files changed during the audit (chain of custody broken): "
+                      f"{gone}: removed during the audit"], err
+    assert "dangling" not in err and "Traceback" not in err
