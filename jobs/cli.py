@@ -147,7 +147,8 @@ def main(name: str, build_parser, run, argv=None, *, prepare=None, needs_spark=N
         if needs_spark is None or needs_spark(args):
             from .session import build_session
 
-            spark = build_session(f"{PROG} {name}", sources=sources)
+            with interrupts.handlers_kept():
+                spark = build_session(f"{PROG} {name}", sources=sources)
             interrupts.attach(spark)  # the SparkContext's start set a SIGINT handler of its own
         result = run(spark, args)
         interrupts.check()  # an interrupt swallowed on the way (a py4j finalizer) still ends the run

@@ -22,6 +22,7 @@ the previous output is left as it was.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
@@ -41,6 +42,7 @@ def install() -> bool:
     """SIGINT and SIGTERM raise :class:`Interrupted` in the main thread (and are recorded); what was kept is
     forgotten (a new run)."""
     _kept.update(notes=[], at_signal=[])
+    logging.disable(logging.NOTSET)  # a previous run's interrupt (in this process: tests) silenced the logging
     if _cancel_at_once not in on_signal:
         on_signal.append(_cancel_at_once)
     return _install()
@@ -52,10 +54,38 @@ def attach(spark) -> None:
     _install()
 
 
+@contextlib.contextmanager
+def handlers_kept():
+    """Our SIGINT handler stays while a SparkContext starts: pyspark sets its own at the end of the context's start
+    (cancel the jobs, raise KeyboardInterrupt), and a Ctrl-C between that and :func:`attach` (the JVM session's own
+    start can take seconds) printed py4j's tracebacks.  Only the console jobs ask for this: in a notebook pyspark's
+    handler is the right one."""
+    import pyspark.core.context as context
+
+    real = context.signal
+
+    class _KeepSigint:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        @staticmethod
+        def signal(signum, handler):
+            return real.getsignal(signum) if signum == real.SIGINT else real.signal(signum, handler)
+
+    context.signal = _KeepSigint()
+    try:
+        yield
+    finally:
+        context.signal = real
+
+
 def _cancel_at_once(signum: int) -> None:
     """At the signal itself (store_format.interrupts.on_signal): Spark silenced and its jobs cancelled from a
     thread of their own, so that a main thread waiting on a running job (and pyspark's calls on the way out of
     it, on the same py4j connection) gets its answer instead of waiting for the job's end."""
+    # py4j logs a call cut short through the root logger (logging.exception), a traceback each: after the signal
+    # nothing logged is for the user, whose one line is printed, not logged
+    logging.disable(logging.CRITICAL)
     try:
         _kept["at_signal"] = _ask()  # the runs under way now: they may have ended by the time of the line
     except BaseException:  # noqa: BLE001 - the line says the default then

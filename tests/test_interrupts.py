@@ -161,6 +161,22 @@ def test_what_was_kept_is_asked_at_the_signal_too_for_runs_that_end_on_the_way(h
 # store_format's command line (no Spark)
 
 
+def test_our_sigint_handler_stays_while_a_spark_context_starts(handlers):
+    """pyspark's SparkContext sets its own SIGINT handler at the end of its start (cancel, KeyboardInterrupt, with
+    py4j's tracebacks when the JVM is busy); the console jobs start their session under handlers_kept, where that
+    call leaves ours in place and any other signal's goes through."""
+    import pyspark.core.context as context
+
+    ours, term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with interrupts.handlers_kept():
+        context.signal.signal(signal.SIGINT, lambda *_: None)  # what SparkContext.__init__ does
+        assert signal.getsignal(signal.SIGINT) is ours
+        context.signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    signal.signal(signal.SIGTERM, term)
+    assert context.signal is signal
+
+
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_store_format_dump_interrupted_is_one_line_and_exit_130_or_143(sig, code):
     rc, err = run_interrupted(["store_format", "dump", str(fixture_store("basic")), "--what", "commitlog"],
