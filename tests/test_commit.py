@@ -1,0 +1,166 @@
+"""Claim, then commit (issue 33, jobs/commit.py): every output claimed before any work, written beside itself in a
+staging no reader sees, made visible in one step, and left as it was by a run that fails -- on a local path, on a
+file system with an atomic rename, and on one without (an object store: the marker written last)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jobs import commit
+from jobs.output import OutputError
+from store_format.fs import OUTPUT_MARKER
+
+from .support import remotefs
+
+
+@pytest.fixture
+def elsewhere():
+    before = dict(remotefs.ROOTS)
+    yield remotefs.register
+    remotefs.ROOTS.clear()
+    remotefs.ROOTS.update(before)
+
+
+def _write(out: commit.Output, name: str, data: bytes) -> None:
+    commit.write_bytes(out.staging.child(name), data)
+
+
+def _read(folder, name) -> bytes:
+    with open(os.path.join(folder, name), "rb") as f:
+        return f.read()
+
+
+def test_a_commit_is_one_rename_and_the_staging_is_invisible_until_then(tmp_path):
+    dest = tmp_path / "out"
+    with commit.JobRun("test") as run:
+        out = run.output(str(dest), overwrite=False)
+        _write(out, "data.txt", b"new")
+        _write(out, "_SUCCESS", b"")
+        assert not dest.exists()  # nothing visible before the commit
+        assert out.staging.path.startswith(str(tmp_path / ".out.rocketmq-forensics"))
+        run.commit()
+    assert _read(dest, "data.txt") == b"new" and (dest / "_SUCCESS").exists()
+    mark = json.loads((dest / OUTPUT_MARKER).read_text())
+    assert mark["state"] == "committed" and mark["run_id"] == run.run_id and mark["job"] == "test"
+    assert not (tmp_path / ".out.rocketmq-forensics").exists()  # claim released, control folder gone
+    assert commit.output_state(str(dest)) == "committed"
+
+
+def test_a_second_run_is_refused_naming_the_first(tmp_path):
+    dest = str(tmp_path / "out")
+    with commit.JobRun("first") as first:
+        first.output(dest, overwrite=False)
+        with pytest.raises(commit.ClaimError) as refused:
+            with commit.JobRun("second") as second:
+                second.output(dest, overwrite=True)
+        text = str(refused.value)
+        assert first.run_id in text and f"pid {os.getpid()}" in text and "since" in text
+        assert isinstance(refused.value, OutputError)  # exit 2, one line (jobs/cli.py)
+        first.abandon()
+    assert not os.path.exists(dest)
+
+
+def test_a_failed_run_leaves_the_previous_output_and_marks_its_staging(tmp_path):
+    dest = tmp_path / "out"
+    with commit.JobRun("test") as run:
+        _write(run.output(str(dest), overwrite=False), "data.txt", b"old")
+        run.commit()
+    with pytest.raises(KeyboardInterrupt):
+        with commit.JobRun("test") as run:
+            out = run.output(str(dest), overwrite=True)
+            _write(out, "data.txt", b"new")
+            _write(out, "_SUCCESS", b"")
+            raise KeyboardInterrupt
+    assert _read(dest, "data.txt") == b"old"
+    failed = json.loads(_read(out.staging.path, commit.FAILED))
+    assert failed["reason"].startswith("interrupted") and failed["run_id"] == run.run_id
+    assert run.kept() == [] or "unchanged" in " ".join(run.kept())
+    # the next run cleans what the failed one left
+    with commit.JobRun("test") as again:
+        out2 = again.output(str(dest), overwrite=True)
+        assert not os.path.exists(out.staging.path)
+        _write(out2, "data.txt", b"newer")
+        again.commit()
+    assert _read(dest, "data.txt") == b"newer" and not (tmp_path / ".out.rocketmq-forensics").exists()
+
+
+def test_overwrite_swaps_then_removes_the_old_one(tmp_path):
+    dest = tmp_path / "out"
+    for data in (b"one", b"two"):
+        with commit.JobRun("test") as run:
+            out = run.output(str(dest), overwrite=True)
+            _write(out, "data.txt", data)
+            if data == b"two":
+                assert _read(dest, "data.txt") == b"one"  # the old output stays until the new one is in
+            run.commit()
+    assert _read(dest, "data.txt") == b"two"
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_without_overwrite_an_existing_output_is_refused_untouched(tmp_path):
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "mine.txt").write_text("user data")
+    with pytest.raises(OutputError, match="already exists"):
+        with commit.JobRun("test") as run:
+            run.output(str(dest), overwrite=False)
+    with pytest.raises(OutputError, match="not written by this suite"):
+        with commit.JobRun("test") as run:
+            run.output(str(dest), overwrite=True)
+    assert os.listdir(dest) == ["mine.txt"] and sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_stale_claim_of_a_dead_process_is_taken_over(tmp_path):
+    dest = str(tmp_path / "out")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    control = tmp_path / ".out.rocketmq-forensics"
+    (control / "staging-old").mkdir(parents=True)
+    ident = commit.RunIdentity.current("killed", "old")
+    ident.pid, ident.pid_start = int(dead.stdout), None
+    (control / commit.CLAIM).write_text(json.dumps(ident.__dict__))
+    with commit.JobRun("test") as run:
+        out = run.output(dest, overwrite=False)
+        assert not (control / "staging-old").exists()  # the dead run's staging: cleaned
+        _write(out, "x", b"1")
+        run.commit()
+    assert _read(dest, "x") == b"1"
+
+
+@pytest.mark.parametrize("rename", [True, False], ids=["atomic-rename", "marker-last"])
+def test_outputs_elsewhere_commit_through_the_seam(elsewhere, tmp_path, rename):
+    """A writable ``elsewhere://`` folder: with a rename of folders (HDFS) the commit is a rename; without (an object
+    store) the files are moved in and the committed marker written last; --overwrite keeps the old output until
+    the new one is complete."""
+    base = elsewhere("w", tmp_path, writable=True, rename=rename)
+    for data in (b"one", b"two"):
+        with commit.JobRun("test") as run:
+            out = run.output(base + "out", overwrite=True)
+            _write(out, "part/data.txt", data)
+            assert commit.output_state(base + "out") in ("missing", "committed")
+            run.commit()
+        assert _read(tmp_path / "out" / "part", "data.txt") == data
+        mark = json.loads((tmp_path / "out" / OUTPUT_MARKER).read_text())
+        assert mark["state"] == "committed" and mark["run_id"] == run.run_id
+    assert sorted(os.listdir(tmp_path)) == ["out"] and remotefs.no_local_path_used()
+    # a failed run elsewhere: the previous output intact, the staging marked
+    with pytest.raises(RuntimeError):
+        with commit.JobRun("test") as run:
+            out = run.output(base + "out", overwrite=True)
+            _write(out, "part/data.txt", b"three")
+            raise RuntimeError("disk full")
+    assert _read(tmp_path / "out" / "part", "data.txt") == b"two"
+    assert json.loads(_read(out.staging.path.replace(f"{remotefs.PREFIX}/w", str(tmp_path)),
+                            commit.FAILED))["reason"] == "RuntimeError: disk full"
+
+
+def test_a_reader_refuses_an_uncommitted_output(tmp_path):
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / OUTPUT_MARKER).write_text(json.dumps({"tool": commit.TOOL, "state": "replacing", "run_id": "r1"}))
+    (dest / "x").write_text("half")
+    with pytest.raises(OutputError, match="not committed"):
+        commit.check_committed(str(dest))
