@@ -134,15 +134,26 @@ def main(name: str, build_parser, run, argv=None, *, prepare=None, needs_spark=N
     from . import progress
 
     progress.configure(name, quiet=args.quiet)
-    try:
-        if prepare is not None:
-            prepare(args)
-        spark = None
-        if needs_spark is None or needs_spark(args):
-            from .session import build_session
+    from .commit import JobRun
 
-            spark = build_session(f"{PROG} {name}", sources=sources)
-        result = run(spark, args)
+    try:
+        # one run from the first check to the end: ``prepare`` claims the outputs (jobs/commit.py), ``run`` writes
+        # them beside themselves and commits; any failure or interrupt leaves them as they were
+        with JobRun(name) as job_run:
+            if prepare is not None:
+                prepare(args)
+            spark = None
+            if needs_spark is None or needs_spark(args):
+                from .session import build_session
+
+                spark = build_session(f"{PROG} {name}", sources=sources)
+            result = run(spark, args)
+            if not job_run.done and job_run.participants:
+                if isinstance(result, JobResult) and result.exit_code != EXIT_FAILED:
+                    job_run.commit()
+                else:
+                    job_run.fail("the job failed")
+            job_run.done = True
     except BrokenPipeError:  # the reader of stdout went away (| head): nothing more to say
         return EXIT_OK
     except Exception as e:  # noqa: BLE001 - any failure is "could not run": never Python's exit 1

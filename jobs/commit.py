@@ -552,8 +552,9 @@ class Output(Participant):
     order = 10
 
     def __init__(self, run: "JobRun", path: str, *, overwrite: bool, inputs=(), what: str = "output",
-                 stage: bool = True):
+                 stage: bool = True, inplace: bool = False):
         self.run, self.shown, self.what, self.overwrite = run, str(path), what, overwrite
+        self.inplace = inplace  # an existing Delta table: written in place, its commit a new table version
         check_output(path, overwrite=overwrite, inputs=inputs, what=what)
         self.target = Target(path)
         self.name = f"{what} {path}"
@@ -563,7 +564,9 @@ class Output(Participant):
         try:
             recover(self.target, self.claim, run.recover_hook(self.target))
             self.staging = self.target.control.child(f"{STAGING_PREFIX}{run.identity.run_id}")
-            if stage:
+            if inplace:
+                self.staging = self.target.loc
+            elif stage:
                 make_dirs(self.staging)
         except BaseException:
             self.claim.release()
@@ -611,6 +614,15 @@ class Output(Participant):
 
     # ---- the commit --------------------------------------------------------------------------------------
     def commit(self) -> None:
+        if self.committed:
+            return  # committed, or abandoned (nothing to commit)
+        if self.inplace:  # the Delta transaction the job made was the commit: only the marker is refreshed
+            mark = marker_of(self.target.loc) or {"tool": TOOL}
+            write_json(self.target.loc.child(MARKER), {**mark, "job": self.run.identity.job, "state": COMMITTED,
+                                                       "run_id": self.run.identity.run_id, "written": _now()},
+                       atomic=True)
+            self.committed = True
+            return
         self._upload_work()
         mark = {"tool": TOOL, "job": self.run.identity.job, "run_id": self.run.identity.run_id, "state": COMMITTED,
                 "written": _now(), "note": "written by rocketmq-forensics; --overwrite may replace this folder"}
@@ -664,6 +676,8 @@ class Output(Participant):
             return
         self.failed = True
         self._drop_work()
+        if self.inplace:
+            return  # no staging: the table's log never saw the run's files (jobs/output.py removes them)
         try:
             if self.staging.exists():
                 write_json(self.staging.child(FAILED), {**asdict(self.run.identity), "reason": reason,
@@ -674,7 +688,8 @@ class Output(Participant):
     def abandon(self) -> None:
         """Nothing to commit (a job that found nothing to write): the staging goes, the output stays as it was."""
         self._drop_work()
-        delete(self.staging)
+        if not self.inplace:
+            delete(self.staging)
         self.committed = True  # nothing left to fail
         self.release()
 
@@ -684,6 +699,8 @@ class Output(Participant):
     def kept(self) -> str:
         if self.committed:
             return ""
+        if self.inplace:
+            return f"{self.shown}: the Delta table is at its previous version"
         state = output_state(self.target.loc)
         before = "the previous output is unchanged" if state == COMMITTED else "no output was made"
         return f"{self.shown}: {before}; the staging {self.target.show(self.staging)} is marked failed"
@@ -824,13 +841,15 @@ class JobRun:
                 return p
         return None
 
-    def output(self, path: str, *, overwrite: bool, inputs=(), what: str = "output", stage: bool = True) -> Output:
+    def output(self, path: str, *, overwrite: bool, inputs=(), what: str = "output", stage: bool = True,
+               inplace: bool = False) -> Output:
         """``path`` claimed for this run (refused: :class:`ClaimError`), its leftovers cleaned, a staging made;
         the same object again when this run claimed it already (a job's ``prepare`` claims, its ``run`` writes)."""
         found = self.find(path)
         if found is not None:
             return found
-        return self.add(Output(self, path, overwrite=overwrite, inputs=inputs, what=what, stage=stage))
+        return self.add(Output(self, path, overwrite=overwrite, inputs=inputs, what=what, stage=stage,
+                               inplace=inplace))
 
     def gate(self, name: str, check) -> None:
         """``check()`` must pass (return, not raise) before anything is committed; it runs at :meth:`commit`."""
@@ -904,6 +923,27 @@ def job_run(job: str) -> JobRun:
     claimed the outputs), or a new one when ``run`` is called by itself (a notebook, a test).  Use it as a
     context (``with job_run(NAME) as run:``): only the outermost ``with`` ends the run."""
     found = current_run()
-    if found is not None and found.identity.job == job and not found.done:
+    if found is not None and not found.done:
         return found
     return JobRun(job)
+
+
+def runs_job(job: str):
+    """Decorate a job's ``run(spark, args, ...)``: it runs inside :func:`job_run`, and its claimed outputs are
+    committed when it returns a result that is not a failure (exit 2); an exception, or a failure returned,
+    fails the run (the stagings marked, the outputs as they were)."""
+    import functools
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with job_run(job) as jr:
+                result = fn(*args, **kwargs)
+                if not jr.done:
+                    if getattr(result, "exit_code", 0) == 2:
+                        jr.fail("the job failed (exit 2)")
+                    else:
+                        jr.commit()
+                return result
+        return run
+    return wrap

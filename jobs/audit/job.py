@@ -40,7 +40,6 @@ import json
 import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +48,9 @@ import pyarrow.compute as pc
 
 from jobs import cli
 from jobs.extract import parse_time
-from jobs.output import OutputError, append_history, prepare_output, write_parquet_file
+from jobs.commit import job_run, runs_job
+from jobs.history import claim_history
+from jobs.output import OutputError, prepare_output, write_parquet_file
 from jobs.progress import Phase, say
 from jobs.session import EXECUTORS, choose_executor
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args, size_argument
@@ -143,15 +144,16 @@ class _Phases:
 # The run
 
 
+@runs_job(NAME)
 def run(spark, args) -> AuditResult:
     started = time.time()
     phases = _Phases()
-    # to the microsecond: the trend job orders a history's runs by it, and two audits of a small dump start
-    # within the same second
-    run_time = dt.datetime.now(dt.timezone.utc)
-    run_id = f"{run_time.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
+    # the run's id and time are its claim's (jobs/commit.py): to the microsecond, since the trend job orders a
+    # history's runs by it, and two audits of a small dump start within the same second
+    job = job_run(NAME)
+    run_time, run_id = job.started, job.run_id
     stores = resolve_stores(args.store)
-    _prepare_outputs(args, stores)
+    staged, history = _prepare_outputs(args, stores)  # claimed (again: the same claims), written beside --out
     names = tuple(f.strip() for f in args.checks.split(",") if f.strip())
     families = checks.selected(names)
     load_all()
@@ -172,8 +174,8 @@ def run(spark, args) -> AuditResult:
     segments = plan_segments(plans, executor.cores, options.split_size, options.message_index_safe)
     phases.done("planning")
 
-    out = args.out.rstrip("/")
-    run = RunInfo(os.path.join(out, "findings"), run_id, run_time, tables_dir=os.path.join(out, "tables"))
+    out = args.out.rstrip("/")  # where the run's outputs will be, once committed (summary, report, messages)
+    run = RunInfo(os.path.join(staged, "findings"), run_id, run_time, tables_dir=os.path.join(staged, "tables"))
     os.makedirs(run.findings_dir, exist_ok=True)
     try:
         ctx.survey = _stage(spark, "survey", survey_tasks(ctx, segments), executor, RunInfo(None))
@@ -190,8 +192,8 @@ def run(spark, args) -> AuditResult:
         phases.done("scan")
         results = _finish(ctx)
         phases.done("families on the driver")
-        written = _write_outputs(ctx, results, run, out, args.history, spark)
-        phases.done("writing findings, metrics, tables, history")
+        written = _write_outputs(ctx, results, run, staged)
+        phases.done("writing findings, metrics, tables")
 
         progress("grouping findings by cause")
         groups = group_findings(run.findings_dir)
@@ -201,13 +203,15 @@ def run(spark, args) -> AuditResult:
             changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
             raise OutputError(f"input files changed during the audit (chain of custody broken): {changed[:5]}")
         summary = _summary(ctx, written, groups, before, out, started, run_id, run_time,
-                           None if args.no_report else f"{out}/report.html")
-        (Path(out) / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False, default=str))
+                           None if args.no_report else f"{out}/report.html", staged)
+        (Path(staged) / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False, default=str))
         if not args.no_report:
             progress("rendering report.html")
             from . import report
 
-            report.write(ctx, summary, written.tables, groups, out, top=args.top)
+            report.write(ctx, summary, written.tables, groups, out, top=args.top, staged=staged)
+        if history is not None:  # appended at the commit, after every check of the run (custody included)
+            history.stage(run.findings_dir, os.path.join(staged, "metrics"), out)
         phases.done("summary and report")
     finally:
         ctx.release()
@@ -254,10 +258,9 @@ class _Written:
     tables: dict[str, pa.Table]
 
 
-def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo, out: str, history: str | None,
-                   spark) -> _Written:
+def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo, out: str) -> _Written:
     """The families' findings beside the scan tasks' (always a file: the folder has a schema), the metrics, the
-    detail tables, the messages to re-send, and the history."""
+    detail tables and the messages to re-send, into ``out`` (the run's staging)."""
     progress("writing findings")
     driver_findings = FD.concat_findings([t for r in results for t in r.findings])
     counts = _counts(ctx, driver_findings)
@@ -272,15 +275,11 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
     # the messages to re-send: the scan's tasks wrote the dropped and unindexed ones; the damaged ones go beside
     resend.write_damaged(ctx.resend_damaged, f"{out}/tables/{resend.NAME}")
     Path(out, "tables", resend.NAME, "_SUCCESS").touch()
-    if history:
-        progress(f"appending to the history at {history}")
-        append_history(spark.read.parquet(f"{out}/findings"), f"{history.rstrip('/')}/findings")
-        append_history(spark.read.parquet(f"{out}/metrics"), f"{history.rstrip('/')}/metrics")
     return _Written(counts, metrics, tables)
 
 
 def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, out: str, started: float,
-             run_id: str, run_time, report: str | None) -> dict:
+             run_id: str, run_time, report: str | None, staged: str | None = None) -> dict:
     counts = written.counts
     brokers = [{"name": s.name, "path": s.path, "geometry": _geometry(ctx.plans[s.name]),
                 "as_of": ctx.as_of.get(s.name)} for s in ctx.stores]
@@ -303,7 +302,7 @@ def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, o
     }
     message_counts = _broker_metric(written.metrics, "message_count")
     for b in brokers:
-        b["verdict"] = broker_verdict(b, groups, out, message_counts.get(b["name"]))
+        b["verdict"] = broker_verdict(b, groups, out, message_counts.get(b["name"]), staged)
     summary["counts"].update(terminal.counts(summary, groups))
     return summary
 
@@ -398,15 +397,23 @@ def _version() -> str:
         return "unknown"
 
 
-def _prepare_outputs(args, stores) -> None:
-    """--out prepared and --history checked, both apart from every input (as given and as resolved)."""
+def _prepare_outputs(args, stores):
+    """--history validated and claimed (jobs/history.py: an audit history or nothing, refused untouched
+    otherwise), then --out claimed (jobs/commit.py), both apart from every input (as given and as resolved) and
+    from each other, before any work; -> (the staging the run writes its outputs into, the history's part of
+    the run or None)."""
     from jobs.output import check_apart
+    from jobs.stores import protected_paths
 
-    inputs = list(args.store) + [s.path for s in stores]
+    inputs = protected_paths(args.store, stores)
+    run = job_run(NAME)
+    history = None
     if args.history:
-        check_apart(args.history, inputs, what="history")
         check_apart(args.history, [args.out], what="history")
-    prepare_output(args.out, overwrite=args.overwrite, inputs=inputs, job="audit")
+        check_apart(args.out, [args.history], what="output")
+        history = claim_history(run, args.history, inputs=inputs)
+    out = prepare_output(args.out, overwrite=args.overwrite, inputs=inputs, job="audit")
+    return out.staging_path, history
 
 
 def _prepare(args) -> None:
