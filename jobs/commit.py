@@ -336,7 +336,7 @@ def output_state(path) -> str:
         return COMMITTED if mark.get("state", COMMITTED) == COMMITTED else "uncommitted"
     if not names:
         return "empty"
-    return "foreign" if MARKER not in names else "uncommitted"
+    return "foreign"  # no marker of ours (none, a link, another tool's): not this suite's folder
 
 
 def check_committed(path, what: str = "output") -> None:

@@ -264,6 +264,10 @@ def _describe(row) -> str:
 
 
 def prepare(args) -> None:
+    if args.out:  # never into, over or around the history it reads
+        from jobs.output import check_apart
+
+        check_apart(args.out, [args.history])
     check_history(args.history, must_exist=True)  # an audit history (its tables marked as ours), or refused
     if args.out:
         prepare_output(args.out, overwrite=args.overwrite, inputs=[args.history], job="trend")
