@@ -680,6 +680,9 @@ class Output(Participant):
             return  # no staging: the table's log never saw the run's files (jobs/output.py removes them)
         try:
             if self.staging.exists():
+                for info in files_below(self.staging):  # nothing in a failed staging says it is complete
+                    if info.base_name == "_SUCCESS":
+                        self.staging.fs.delete_file(info.path)
                 write_json(self.staging.child(FAILED), {**asdict(self.run.identity), "reason": reason,
                                                         "failed_at": _now(), "output": self.shown})
         except OSError:
