@@ -14,7 +14,10 @@ from jobs import commit
 from jobs.output import OutputError
 from store_format.fs import OUTPUT_MARKER
 
+from .conftest import fixture_store
 from .support import remotefs
+
+FIXTURE = fixture_store("basic")
 
 
 @pytest.fixture
@@ -164,3 +167,55 @@ def test_a_reader_refuses_an_uncommitted_output(tmp_path):
     (dest / "x").write_text("half")
     with pytest.raises(OutputError, match="not committed"):
         commit.check_committed(str(dest))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The history (jobs/history.py): validated before the audit starts, refused untouched when it is not one
+
+
+def _tree(root) -> dict:
+    return {str(p.relative_to(root)): (p.stat().st_size if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+def _delta_table(path, columns: dict) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(str(path), pa.table(columns))
+
+
+@pytest.mark.parametrize("case", ["extract-table", "metrics-not-delta", "a-file", "unmarked-findings"])
+def test_a_history_that_is_not_an_audit_history_is_refused_before_the_audit(tmp_path, capsys, case):
+    from jobs.audit import job as audit
+
+    history = tmp_path / "history"
+    if case == "extract-table":  # an extract of messages, as Delta: the audit once merged its columns into it
+        _delta_table(history, {"broker": ["b"], "physical_offset": [1], "body": [b"x"]})
+    elif case == "metrics-not-delta":
+        history.mkdir()
+        (history / "metrics").mkdir()
+        (history / "metrics" / "part-0.parquet").write_bytes(b"x")
+    elif case == "a-file":
+        history.write_text("not a folder")
+    else:  # a Delta table with the right columns but not written by the audit
+        _delta_table(history / "findings", {"run_id": ["r"], "run_time": [1], "finding_id": ["f"], "check": ["c"],
+                                            "severity": ["error"], "broker": ["b"]})
+    before = _tree(tmp_path)
+    out = tmp_path / "out"
+    code = audit.main(["--store", str(FIXTURE), "--out", str(out), "--history", str(history)])
+    err = capsys.readouterr().err
+    assert code == 2 and "history" in err and "refused, left untouched" in err and "Traceback" not in err, err
+    assert _tree(tmp_path) == before  # nothing made: no --out, no findings table, no claim left
+
+
+def test_trend_refuses_a_table_that_is_not_an_audit_history(tmp_path, capsys):
+    """Today: ``TypeError: '<' not supported between instances of 'NoneType' and 'datetime.datetime'``."""
+    from jobs import trend
+
+    _delta_table(tmp_path / "h" / "findings", {"broker": ["b"], "physical_offset": [1]})
+    _delta_table(tmp_path / "h" / "metrics", {"broker": ["b"], "value": [1.0]})
+    before = _tree(tmp_path)
+    assert trend.main(["--history", str(tmp_path / "h")]) == 2
+    err = capsys.readouterr().err
+    assert "not an audit history's findings table" in err and "TypeError" not in err, err
+    assert _tree(tmp_path) == before
