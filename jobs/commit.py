@@ -59,7 +59,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow.fs as pafs

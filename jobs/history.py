@@ -21,7 +21,6 @@ The tables are written with delta-rs (no Spark: a history on any file system del
 from __future__ import annotations
 
 import datetime as dt
-import json
 import posixpath
 
 import pyarrow as pa

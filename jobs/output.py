@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import sys
 import time
 import uuid
 from contextlib import contextmanager
@@ -199,14 +198,60 @@ def write_table(df, path: str, fmt: str = "parquet", *, mode: str = "overwrite")
 
 
 def write_parquet_file(table, path: str) -> None:
-    """A pyarrow table as one Parquet file (the audit's part files, written by its tasks and its driver).  The
-    columns' descriptions (udfs/columns.py) are left out: they document the declared schemas, and the files stay
-    the bytes they were before the schemas carried them."""
+    """A pyarrow table as one Parquet file (the audit's part files, written by its tasks and its driver), through
+    the fs seam: ``path`` is a local path or any URI ``store_format.fs`` resolves, so a cluster's tasks need no
+    shared mount.  The columns' descriptions (udfs/columns.py) are left out: they document the declared schemas,
+    and the files stay the bytes they were before the schemas carried them."""
     import pyarrow.parquet as pq
 
     from udfs.columns import plain
 
-    pq.write_table(plain(table), path)
+    loc = out_location(path)
+    loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
+    pq.write_table(plain(table), loc.path, filesystem=loc.fs)
+
+
+# ---------------------------------------------------------------------------------------------- output files
+#
+# Everything a job writes below its (staged) output, and reads back, goes through these: a local path or a URI.
+
+
+def out_location(path: str) -> Location:
+    """``path`` (a local path, ``file://`` or any URI) as a Location to write to."""
+    if _is_remote(path):
+        return resolve(path)
+    return Location(pafs.LocalFileSystem(), os.path.abspath(_local(path)))
+
+
+def out_join(base: str, *parts: str) -> str:
+    return posixpath.join(base, *parts) if _is_remote(base) else os.path.join(base, *parts)
+
+
+def out_makedirs(path: str) -> None:
+    loc = out_location(path)
+    loc.fs.create_dir(loc.path, recursive=True)
+
+
+def out_write(path: str, data: bytes | str) -> None:
+    """A small file (summary.json, report.html, ``_SUCCESS``) written whole."""
+    loc = out_location(path)
+    loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
+    with loc.fs.open_output_stream(loc.path) as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def out_is_dir(path: str) -> bool:
+    return out_location(path).is_dir()
+
+
+def out_dataset(path: str, **kw):
+    """A Parquet folder below an output as a ``pyarrow.dataset`` (None when there is no such folder)."""
+    import pyarrow.dataset as ds
+
+    loc = out_location(path)
+    if not loc.is_dir():
+        return None
+    return ds.dataset(loc.path, filesystem=loc.fs, format="parquet", **kw)
 
 
 def append_history(df, delta_path: str) -> str:

@@ -26,7 +26,6 @@ Exit codes: 0 nothing got worse (or fewer than two runs), 1 something did, 2 cou
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import pyarrow as pa

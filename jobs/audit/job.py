@@ -35,13 +35,10 @@ driver's threads, one per core (jobs/audit/tasks.py), which spares the seconds a
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,7 +47,7 @@ from jobs import cli
 from jobs.extract import parse_time
 from jobs.commit import job_run, runs_job
 from jobs.history import claim_history
-from jobs.output import OutputError, prepare_output, write_parquet_file
+from jobs.output import OutputError, out_join, out_makedirs, out_write, prepare_output, write_parquet_file
 from jobs.progress import Phase, say
 from jobs.session import EXECUTORS, choose_executor
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args, size_argument
@@ -175,8 +172,10 @@ def run(spark, args) -> AuditResult:
     phases.done("planning")
 
     out = args.out.rstrip("/")  # where the run's outputs will be, once committed (summary, report, messages)
-    run = RunInfo(os.path.join(staged, "findings"), run_id, run_time, tables_dir=os.path.join(staged, "tables"))
-    os.makedirs(run.findings_dir, exist_ok=True)
+    # every file of the run goes through the fs seam (jobs/output.py out_*): a local path or a URI, written by the
+    # tasks wherever they run (no shared mount needed)
+    run = RunInfo(out_join(staged, "findings"), run_id, run_time, tables_dir=out_join(staged, "tables"))
+    out_makedirs(run.findings_dir)
     try:
         ctx.survey = _stage(spark, "survey", survey_tasks(ctx, segments), executor, RunInfo(None))
         ctx.failures.append(ctx.survey.get("_failures", FAILURES))
@@ -204,14 +203,14 @@ def run(spark, args) -> AuditResult:
             raise OutputError(f"input files changed during the audit (chain of custody broken): {changed[:5]}")
         summary = _summary(ctx, written, groups, before, out, started, run_id, run_time,
                            None if args.no_report else f"{out}/report.html", staged)
-        (Path(staged) / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False, default=str))
+        out_write(out_join(staged, "summary.json"), json.dumps(summary, indent=2, sort_keys=False, default=str))
         if not args.no_report:
             progress("rendering report.html")
             from . import report
 
             report.write(ctx, summary, written.tables, groups, out, top=args.top, staged=staged)
         if history is not None:  # appended at the commit, after every check of the run (custody included)
-            history.stage(run.findings_dir, os.path.join(staged, "metrics"), out)
+            history.stage(run.findings_dir, out_join(staged, "metrics"), out)
         phases.done("summary and report")
     finally:
         ctx.release()
@@ -265,8 +264,8 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
     driver_findings = FD.concat_findings([t for r in results for t in r.findings])
     counts = _counts(ctx, driver_findings)
     write_parquet_file(FD.as_written(driver_findings, run.run_id, run.run_time),
-                       os.path.join(run.findings_dir, "part-driver.parquet"))
-    Path(run.findings_dir, "_SUCCESS").touch()
+                       out_join(run.findings_dir, "part-driver.parquet"))
+    out_write(out_join(run.findings_dir, "_SUCCESS"), b"")
     metrics = FD.concat_metrics([t for r in results for t in r.metrics])
     _write_arrow(_stamp_arrow(metrics, {"run_id": run.run_id, "run_time": run.run_time}), f"{out}/metrics")
     tables = {name: t for r in results for name, t in r.tables.items()}
@@ -274,7 +273,7 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
         _write_arrow(t, f"{out}/tables/{name}")
     # the messages to re-send: the scan's tasks wrote the dropped and unindexed ones; the damaged ones go beside
     resend.write_damaged(ctx.resend_damaged, f"{out}/tables/{resend.NAME}")
-    Path(out, "tables", resend.NAME, "_SUCCESS").touch()
+    out_write(out_join(out, "tables", resend.NAME, "_SUCCESS"), b"")
     return _Written(counts, metrics, tables)
 
 
@@ -352,9 +351,8 @@ def _stamp_arrow(t: pa.Table, stamp: dict) -> pa.Table:
 
 def _write_arrow(t: pa.Table, path: str) -> None:
     """A small table as a Parquet folder (one part file), as Spark would lay it out."""
-    os.makedirs(path, exist_ok=True)
-    write_parquet_file(t, os.path.join(path, "part-00000.parquet"))
-    Path(path, "_SUCCESS").touch()
+    write_parquet_file(t, out_join(path, "part-00000.parquet"))
+    out_write(out_join(path, "_SUCCESS"), b"")
 
 
 def _geometry(plan: BrokerPlan) -> dict:

@@ -22,7 +22,6 @@ import io
 import json
 import os
 import re
-from pathlib import Path
 
 import pyarrow as pa
 
@@ -130,9 +129,11 @@ def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: st
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>RocketMQ store audit: {_e(worst['banner'])}</title><style>{_CSS}</style></head>"
             f"<body>{''.join(parts)}</body></html>")
-    path = Path(src) / "report.html"
-    path.write_text(page, encoding="utf-8")
-    return str(path)
+    from jobs.output import out_join, out_write
+
+    path = out_join(src, "report.html")
+    out_write(path, page)  # a local path or a URI (the run's staging)
+    return path
 
 
 _LEVEL_ORDER = ("will-not-start", "incomplete", "data-lost", "attention", "pass")
@@ -326,7 +327,9 @@ def _command(command: str) -> str:
 
 def _lost_keys(out: str, broker: str, limit: int = 5) -> list[str]:
     keys = []
-    for r in resend.first_rows(os.path.join(out, "tables", resend.NAME), broker, 50):
+    from jobs.output import out_join
+
+    for r in resend.first_rows(out_join(out, "tables", resend.NAME), broker, 50):
         if r["state"] == "unindexed":
             continue
         for k in [r["uniq_key"], *(r["keys"] or [])]:
@@ -341,7 +344,9 @@ def _resend_section(b: dict, out: str, src: str) -> str:
     name, v = b["name"], b["verdict"]
     lost = v["lost"]
     total = lost["damaged"] + lost["dropped"] + lost["unindexed"]
-    path = os.path.join(src, "tables", resend.NAME)
+    from jobs.output import out_join
+
+    path = out_join(src, "tables", resend.NAME)
     if not total:
         return "<h3>Messages to re-send</h3><p class='muted'>none</p>"
     rows = resend.first_rows(path, name, _RESEND_ROWS)

@@ -65,7 +65,7 @@ def verdict(broker: dict, groups: list[Group], out: str, message_count: int | No
     failed = [g for g in mine if g.check == "broker.audit_failed"]
     errors = sum(g.count for g in mine if g.severity == Severity.ERROR)
     lost_groups = [g for g in mine if g.consequence == Consequence.DATA_LOST]
-    table = os.path.join(src, "tables", resend.NAME)
+    table = _join(src, "tables", resend.NAME)
     counts = {s: n for (b, s), n in resend.counts(table).items() if b == name}
     damaged, dropped, unindexed = (counts.get(s, 0) for s in ("damaged", "dropped", "unindexed"))
     v: dict = {"level": "pass", "banner": "", "headline": "", "will_start": None, "why_not": [], "cut": None,
@@ -122,14 +122,20 @@ def _with_other_blockers(rec: dict, groups: list[Group]) -> dict:
     return dict(rec, broker_will_start=False, start_problems=list(rec["start_problems"]) + problems)
 
 
+def _join(base: str, *parts: str) -> str:
+    from jobs.output import out_join
+
+    return out_join(base, *parts)
+
+
 def _empty_segments(out: str, broker: str) -> set[str]:
     """The segments of ``broker`` that hold nothing (no message, no damage): deleting one destroys nothing."""
-    import pyarrow.parquet as pq
+    from jobs.output import out_dataset, out_join
 
-    path = os.path.join(out, "tables", "segments")
-    if not os.path.isdir(path):
+    dataset = out_dataset(out_join(out, "tables", "segments"))
+    if dataset is None:
         return set()
-    rows = pq.read_table(path, columns=["broker", "segment", "messages", "corrupt_bytes", "stale_records"]).to_pylist()
+    rows = dataset.to_table(columns=["broker", "segment", "messages", "corrupt_bytes", "stale_records"]).to_pylist()
     return {r["segment"] for r in rows if r["broker"] == broker and not (r["messages"] or r["corrupt_bytes"]
                                                                          or r["stale_records"])}
 
@@ -214,7 +220,7 @@ def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | Non
     """The broker's actions, most urgent first (module docstring), at most :data:`ACTIONS`."""
     name, rec = broker["name"], broker.get("recovery")
     rec = _with_other_blockers(rec, groups) if rec is not None else None
-    table = os.path.join(src or out, "tables", resend.NAME)
+    table = _join(src or out, "tables", resend.NAME)
     done: list[dict] = []
     if rec is not None and not rec["broker_will_start"]:
         done.append(_will_not_start(broker, rec, groups))
