@@ -219,3 +219,28 @@ def test_trend_refuses_a_table_that_is_not_an_audit_history(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "not an audit history's findings table" in err and "TypeError" not in err, err
     assert _tree(tmp_path) == before
+
+
+def test_a_history_on_a_scheme_delta_rs_cannot_open_is_refused_before_the_audit(elsewhere, tmp_path, capsys):
+    from jobs.audit import job as audit
+
+    uri = elsewhere("h", tmp_path, writable=True) + "history"
+    assert audit.main(["--store", str(FIXTURE), "--out", str(tmp_path / "out"), "--history", uri]) == 2
+    assert "delta-rs" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_an_interrupt_handler_can_say_what_was_kept(tmp_path):
+    """jobs/interrupts.py's one line: :func:`commit.active_runs` and :meth:`JobRun.kept`."""
+    dest = tmp_path / "out"
+    with commit.JobRun("test") as run:
+        _write(run.output(str(dest), overwrite=False), "x", b"1")
+        run.commit()
+    with pytest.raises(KeyboardInterrupt):
+        with commit.JobRun("test") as run:
+            run.output(str(dest), overwrite=True)
+            assert commit.active_runs() == [run]
+            assert run.kept() == [f"{dest}: the previous output is unchanged; the staging "
+                                  f"{tmp_path}/.out.rocketmq-forensics/staging-{run.run_id} is marked failed"]
+            raise KeyboardInterrupt
+    assert commit.active_runs() == []
