@@ -372,7 +372,9 @@ def detect_format(path: str) -> str:
 
 def read_table(spark, path: str, fmt: str | None = None, *, schema=None):
     """A table written by :func:`write_table` as a DataFrame.  ``schema`` (a StructType or DDL string)
-    is applied to jsonl, whose lines carry no types (BINARY columns come back from base64 only with it)."""
+    is applied to jsonl, whose lines carry no types (BINARY columns come back from base64 only with it).  An
+    output whose run has not committed (its commit cut short: jobs/commit.py) is refused."""
+    _check_committed(path)
     fmt = fmt or detect_format(path)
     if fmt == "parquet":
         return spark.read.parquet(path)
@@ -384,6 +386,17 @@ def read_table(spark, path: str, fmt: str | None = None, *, schema=None):
     if fmt != "delta":
         raise OutputError(f"unknown table format {fmt!r}; expected one of {', '.join(FORMATS)}")
     return _read_delta(spark, path)
+
+
+def _check_committed(path: str) -> None:
+    from store_format.errors import StoreFormatError
+
+    from .commit import check_committed
+
+    try:
+        check_committed(path, "table")
+    except (StoreFormatError, OSError):  # a scheme only Spark knows (s3a://): nothing to look at from here
+        pass
 
 
 def _read_delta(spark, path: str):

@@ -187,7 +187,8 @@ def test_the_audit_on_the_cluster_equals_local(runs):
 
 def test_decode_extract_and_query_on_the_cluster_equal_local(runs):
     out, local, window, app = runs["out"], runs["local"], runs["window"], runs["app"]
-    assert app["codes"] == {**{k: runs["codes"][k] for k in ("decode", "extract", "query")}, "decode_remote": 0} == \
+    codes = {k: v for k, v in app["codes"].items() if k != "audit_remote"}  # (its own test, below)
+    assert codes == {**{k: runs["codes"][k] for k in ("decode", "extract", "query")}, "decode_remote": 0} == \
         {"decode": 0, "extract": 0, "query": 0, "decode_remote": 0}
     decoded = parquet_rows(out / "decode")
     assert decoded == parquet_rows(local / "decode") and len(decoded) > 25

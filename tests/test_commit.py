@@ -244,3 +244,16 @@ def test_an_interrupt_handler_can_say_what_was_kept(tmp_path):
                                   f"{tmp_path}/.out.rocketmq-forensics/staging-{run.run_id} is marked failed"]
             raise KeyboardInterrupt
     assert commit.active_runs() == []
+
+
+def test_read_table_refuses_an_output_whose_commit_was_cut_short(tmp_path):
+    """A marker-last commit (an object store) cut short leaves the marker in state ``replacing``: no reader takes
+    the half-moved folder for a finished output."""
+    from jobs.output import read_table
+
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / OUTPUT_MARKER).write_text(json.dumps({"tool": commit.TOOL, "state": "replacing", "run_id": "r1"}))
+    (dest / "part-0.parquet").write_bytes(b"half")
+    with pytest.raises(OutputError, match="not committed"):
+        read_table(None, str(dest))
