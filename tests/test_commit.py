@@ -257,3 +257,35 @@ def test_read_table_refuses_an_output_whose_commit_was_cut_short(tmp_path):
     (dest / "part-0.parquet").write_bytes(b"half")
     with pytest.raises(OutputError, match="not committed"):
         read_table(None, str(dest))
+
+
+def test_an_append_cut_short_is_ignored_by_readers_and_removed_by_the_next_claim(tmp_path):
+    """Findings appended, metrics and the run marker not (a Ctrl-C between them): the run is not listed, so
+    readers ignore it; the next run that claims the history deletes its rows and the files no log lists."""
+    import datetime as dt
+
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from jobs import history as H
+
+    when = dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)
+
+    def findings(run):
+        return pa.table({"run_id": [run], "run_time": pa.array([when], pa.timestamp("us", "UTC")),
+                         "finding_id": ["f"], "check": ["c"], "severity": ["error"], "broker": ["b"]})
+
+    metrics = pa.table({"run_id": ["r1"], "run_time": pa.array([when], pa.timestamp("us", "UTC")), "broker": ["b"],
+                        "scope": ["broker"], "metric": ["m"], "value": [1.0]})
+    hist = tmp_path / "history"
+    H.append_tables(str(hist), findings("r1"), metrics)
+    H._append(str(hist), H.FINDINGS, findings("r2").to_reader(), findings("r2").schema)  # cut short after this
+    (hist / "findings" / "data-0123").mkdir()  # an append of the old kind killed mid-write
+    assert H.committed_runs(str(hist)).column("run_id").to_pylist() == ["r1"]
+    assert H.check_history(str(hist))  # still an audit history
+    with commit.JobRun("audit") as run:
+        H.claim_history(run, str(hist))
+        run.abandon()
+    ids = DeltaTable(str(hist / "findings")).to_pyarrow_table().column("run_id").to_pylist()
+    assert ids == ["r1"] and not (hist / "findings" / "data-0123").exists()
+    assert not (tmp_path / ".history.rocketmq-forensics").exists()
