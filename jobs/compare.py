@@ -44,7 +44,7 @@ from jobs import cli  # noqa: E402
 from jobs.commit import runs_job  # noqa: E402
 from jobs.cli import EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
 from jobs.extract import write_manifest  # noqa: E402
-from jobs.stores import StoreRef, resolve_stores  # noqa: E402
+from jobs.stores import StoreRef, protected_paths, resolve_stores  # noqa: E402
 
 DIFF_STATES = ("different", "only_a", "only_b")
 LAG_STATES = ("a_ahead", "b_ahead")
@@ -181,8 +181,8 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     a, b = stores
     staged = None
     if args.out:  # claimed (again: the same claim), written beside itself, committed when run() returns
-        staged = prepare_output(args.out, overwrite=args.overwrite, inputs=list(args.store) + [str(a.root),
-                                str(b.root)], job="compare").staging_path
+        staged = prepare_output(args.out, overwrite=args.overwrite, inputs=protected_paths(args.store, stores),
+                                job="compare").staging_path
     sa, sb = a.open(), b.open()
 
     items, end_a, end_b = commitlog_diff(spark, a, b)
@@ -318,8 +318,7 @@ def check_and_prepare(args) -> None:
     check_args(args)
     stores = resolve_stores(args.store, files=True, geometry=geometry_from_args(args))
     if args.out:
-        prepare_output(args.out, overwrite=args.overwrite, inputs=list(args.store) + [str(s.root) for s in stores],
-                       job="compare")
+        prepare_output(args.out, overwrite=args.overwrite, inputs=protected_paths(args.store, stores), job="compare")
 
 
 def main(argv=None, prog: str | None = None) -> int:

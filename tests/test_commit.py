@@ -289,3 +289,17 @@ def test_an_append_cut_short_is_ignored_by_readers_and_removed_by_the_next_claim
     ids = DeltaTable(str(hist / "findings")).to_pyarrow_table().column("run_id").to_pylist()
     assert ids == ["r1"] and not (hist / "findings" / "data-0123").exists()
     assert not (tmp_path / ".history.rocketmq-forensics").exists()
+
+
+def test_a_named_store_uri_reaches_the_output_checks(elsewhere, tmp_path, capsys):
+    """``--store NAME=URI`` as the README says (today: ``Cannot parse URI: 'b1=elsewhere://...'`` from the output
+    guard): the store resolves, the output is checked apart from it, and the run goes on to the next check (here
+    a history that is a file, refused before any work)."""
+    from jobs.audit import job as audit
+
+    uri = elsewhere("fx", FIXTURE.parent) + "store"
+    out = elsewhere("o", tmp_path, writable=True) + "out"  # both on the scheme: the guard compares them by name
+    (tmp_path / "h").write_text("a file")
+    assert audit.main(["--store", f"b1={uri}", "--out", out, "--history", str(tmp_path / "h")]) == 2
+    err = capsys.readouterr().err
+    assert "Cannot parse URI" not in err and "history" in err and "not a folder" in err, err
