@@ -513,6 +513,14 @@ def check_output(path: str, *, overwrite: bool, inputs=(), what: str = "output")
 
     check_apart(path, inputs, what=what)
     target = Target(path)
+    state = check_state(target, path, overwrite=overwrite, what=what)
+    target.check_unclaimed(what)
+    return state
+
+
+def check_state(target: "Target", path: str, *, overwrite: bool, what: str = "output") -> str:
+    """What lies at the output may be replaced by this run (the check before the claim, and again once it is held:
+    another run may have committed in between)."""
     state = output_state(target.loc)
     if state == "file":
         raise OutputError(f"{what} {path} exists and is {_kind(target.loc)}, not a folder written by this suite: "
@@ -527,7 +535,6 @@ def check_output(path: str, *, overwrite: bool, inputs=(), what: str = "output")
                           "another path")
     if state in (COMMITTED, "uncommitted") and not overwrite and not _only_marker(target.loc):
         raise OutputError(f"{what} {path} already exists and is not empty; pass --overwrite to replace it")
-    target.check_unclaimed(what)
     return state
 
 
@@ -563,6 +570,7 @@ class Output(Participant):
         self._work: str | None = None
         try:
             recover(self.target, self.claim, run.recover_hook(self.target))
+            check_state(self.target, path, overwrite=overwrite, what=what)  # as it is now the claim is held
             self.staging = self.target.control.child(f"{STAGING_PREFIX}{run.identity.run_id}")
             if inplace:
                 self.staging = self.target.loc
