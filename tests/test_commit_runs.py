@@ -21,7 +21,7 @@ import pytest
 from .conftest import fixture_store
 
 REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spark]  # job processes that start Spark
 
 
 def _env() -> dict:
