@@ -12,8 +12,9 @@ the result visible in one step at the end; a run that fails or is interrupted le
 **The claim.**  Beside every output (a folder ``X``) lives its control folder ``.X.rocketmq-forensics/``, and in it
 ``claim.json``, created exclusively (``O_CREAT|O_EXCL`` on a local path) with the run's id: run id, job, pid, host,
 start time, command.  A second run on the same output is refused (:class:`ClaimError`, exit 2), naming the first
-and since when; a claim whose process is gone on this host is said to be stale, with what to do (remove the file:
-the next run cleans what the dead one left).  On a file system without exclusive creation (pyarrow has none for
+and since when; a claim whose process is gone on this host (its pid gone, or given to a later process) is stale
+and taken over, said on stderr, and what the dead run left is cleaned; a claim held on another host is refused
+with what to do if that run is gone (remove the file).  On a file system without exclusive creation (pyarrow has none for
 object stores and HDFS) the claim is written when absent and read back: two runs starting within the same moment
 may both think they hold it (docs/cluster.md says so).  The claim is taken before any work and released when the
 run ends, however it ends (``finally``): only a killed process (SIGKILL, power loss) leaves a stale one.
@@ -43,9 +44,15 @@ handler only has to raise (:func:`active_runs` and :meth:`JobRun.kept` say what 
 next run's claim cleans what failed or killed runs left: failed stagings, a commit cut short (finished or rolled
 back by its journal), participants' own leftovers (``recover`` hooks: the history's partial appends).
 
-Delta outputs (``extract --format delta`` over an existing Delta table this suite wrote) are not swapped: the new
-data is staged as files inside the table and its commit is a new table version (:class:`DeltaOutput` in
-jobs/output.py); ``--overwrite`` of a Delta table is a version, never a deleted folder.
+Delta outputs (``extract --format delta --overwrite`` over an existing Delta table this suite wrote) are not
+swapped: the output is claimed ``inplace`` (jobs/output.py ``prepare_output(delta=True)``), the new data is staged
+as files inside the table that no log lists, and its commit is one delta-rs transaction, a new table version;
+``--overwrite`` of a Delta table is a version, never a deleted folder (time travel still reads the old one).
+
+How a job uses it: jobs/cli.py runs ``prepare`` and ``run`` inside one :class:`JobRun`; ``prepare`` claims
+(``prepare_output``), ``run`` (decorated with :func:`runs_job`) writes into ``out.staging_path`` and its outputs
+are committed when it returns anything but a failure.  The audit's history is a participant of the same run
+(jobs/history.py ``HistoryAppend``), committed before the output and undone if the output's commit fails.
 """
 from __future__ import annotations
 
