@@ -366,6 +366,10 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     try:
         if source.store is not None and not args.dry_run:
             carry_configs(writer, source.store, notes)
+        if not args.dry_run:
+            from jobs.progress import say
+
+            say(f"writing the new store (beside {args.out} until it is complete)")
         for row in ordered(source.frame).toLocalIterator(prefetchPartitions=True):
             row = row.asDict()
             selected += 1
