@@ -303,3 +303,42 @@ def test_a_named_store_uri_reaches_the_output_checks(elsewhere, tmp_path, capsys
     assert audit.main(["--store", f"b1={uri}", "--out", out, "--history", str(tmp_path / "h")]) == 2
     err = capsys.readouterr().err
     assert "Cannot parse URI" not in err and "history" in err and "not a folder" in err, err
+
+
+@pytest.mark.parametrize("job", ["decode", "extract", "replay", "compare", "trend", "audit"])
+def test_every_job_refuses_an_output_another_run_holds(job, tmp_path, capsys, monkeypatch):
+    """Claim, then commit for every job with an output: while a run holds ``--out``, another job's run on it is
+    refused in its prepare (exit 2, before any Spark session), naming the first run, and nothing changes."""
+    import importlib
+
+    import jobs.session
+
+    def refuse(*a, **k):
+        raise AssertionError("a Spark session was started")
+
+    monkeypatch.setattr(jobs.session, "build_session", refuse)
+    out = tmp_path / "out"
+    store = str(FIXTURE)
+    argv = {"decode": ["--store", store], "extract": ["--store", store], "replay": ["--repair", store],
+            "compare": ["--store", store, "--store", str(fixture_store("broker"))], "audit": ["--store", store],
+            "trend": ["--history", str(tmp_path / "h")]}[job]
+    if job == "trend":
+        import datetime as dt
+
+        import pyarrow as pa
+
+        from jobs import history as H
+
+        when = pa.array([dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)], pa.timestamp("us", "UTC"))
+        H.append_tables(str(tmp_path / "h"), pa.table({"run_id": ["r"], "run_time": when, "finding_id": ["f"],
+                                                       "check": ["c"], "severity": ["error"], "broker": ["b"]}),
+                        pa.table({"run_id": ["r"], "run_time": when, "broker": ["b"], "scope": ["broker"],
+                                  "metric": ["m"], "value": [1.0]}))
+    with commit.JobRun("holder") as holder:
+        holder.output(str(out), overwrite=False)
+        module = importlib.import_module("jobs.audit.job" if job == "audit" else f"jobs.{job}")
+        assert module.main([*argv, "--out", str(out), "--overwrite"]) == 2
+        err = capsys.readouterr().err
+        assert f"run {holder.run_id}" in err and f"pid {os.getpid()}" in err and "in use by" in err, err
+        holder.abandon()
+    assert not out.exists() and not (tmp_path / ".out.rocketmq-forensics").exists()
