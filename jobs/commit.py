@@ -14,10 +14,11 @@ the result visible in one step at the end; a run that fails or is interrupted le
 start time, command.  A second run on the same output is refused (:class:`ClaimError`, exit 2), naming the first
 and since when; a claim whose process is gone on this host (its pid gone, or given to a later process) is stale
 and taken over, said on stderr, and what the dead run left is cleaned; a claim held on another host is refused
-with what to do if that run is gone (remove the file).  On a file system without exclusive creation (pyarrow has none for
-object stores and HDFS) the claim is written when absent and read back: two runs starting within the same moment
-may both think they hold it (docs/cluster.md says so).  The claim is taken before any work and released when the
-run ends, however it ends (``finally``): only a killed process (SIGKILL, power loss) leaves a stale one.
+with what to do if that run is gone (remove the file).  On a file system without exclusive creation (pyarrow
+has none for object stores and HDFS) the claim is written when absent and read back: two runs starting within the
+same moment may both think they hold it (docs/cluster.md says so).  The claim is taken before any work and
+released when the run ends, however it ends (``finally``): only a killed process (SIGKILL, power loss) leaves a
+stale one.
 
 **Staging and the commit.**  The run writes into ``.X.rocketmq-forensics/staging-<run id>/``: on the same file system
 as ``X`` and under a name no reader looks at.  Its commit (:meth:`Output.commit`) writes the output marker
@@ -655,9 +656,9 @@ class Output(Participant):
             self._commit_by_marker(mark, replaced)
         self.committed = True
         if size is not None and size[0]:
-            _say(f"overwrite: replaced {target.shown} (the previous output: {size[0]} files, {size[1]:,} bytes, written "
-                 f"by {previous.get('job') or TOOL} at {previous.get('written', '?')}; removed once the new one was "
-                 "in place)")
+            _say(f"overwrite: replaced {target.shown} (the previous output: {size[0]} files, {size[1]:,} bytes, "
+                 f"written by {previous.get('job') or TOOL} at {previous.get('written', '?')}; removed once the "
+                 "new one was in place)")
 
     def _commit_by_rename(self, replaced: bool) -> None:
         target, staging, run_id = self.target, self.staging, self.run.identity.run_id
