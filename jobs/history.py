@@ -254,12 +254,28 @@ def recover(history: str) -> None:
 
 
 def _clean_orphan_folders(history: str, table: str, t) -> None:
+    """``data-*`` folders and data files of ``table`` that no commit of its log names (an append killed between
+    writing its files and committing them); nothing is removed where the log cannot be read whole (a checkpoint,
+    or commits cleaned up), since a file named only there must stay."""
     loc = _loc(history).child(table)
-    listed = {u.rstrip("/").rsplit("/", 2)[-2] for u in t.file_uris()}
+    log = loc.child("_delta_log")
+    entries = log.list()
+    commits = sorted((i for i in entries if i.base_name.endswith(".json") and i.base_name[:-5].isdigit()),
+                     key=lambda i: i.base_name)
+    if any("checkpoint" in i.base_name for i in entries) or not commits or commits[0].base_name != f"{0:020d}.json":
+        return
+    named = []
+    for info in commits:
+        with log.fs.open_input_stream(info.path) as f:
+            named.append(f.read().decode("utf-8", "replace"))
+    text = "\n".join(named)
     for info in loc.list():
-        if info.type == pafs.FileType.Directory and info.base_name.startswith("data-") and \
-                info.base_name not in listed:
-            loc.fs.delete_dir(info.path)
+        orphan = info.base_name not in text and (
+            (info.type == pafs.FileType.Directory and info.base_name.startswith("data-"))
+            or (info.type == pafs.FileType.File and info.base_name.startswith("part-")
+                and info.base_name.endswith(".parquet")))
+        if orphan:
+            (loc.fs.delete_dir if info.type == pafs.FileType.Directory else loc.fs.delete_file)(info.path)
             _say(f"history: removed {table}/{info.base_name} (files of an append that was cut short)")
 
 

@@ -281,6 +281,8 @@ def test_an_append_cut_short_is_ignored_by_readers_and_removed_by_the_next_claim
     H.append_tables(str(hist), findings("r1"), metrics)
     H._append(str(hist), H.FINDINGS, findings("r2").to_reader(), findings("r2").schema)  # cut short after this
     (hist / "findings" / "data-0123").mkdir()  # an append of the old kind killed mid-write
+    (hist / "findings" / "part-00000-killed-c000.snappy.parquet").write_bytes(b"PAR1")  # a delta-rs write killed
+    kept = sorted(p.name for p in (hist / "findings").glob("part-*.parquet"))
     assert H.committed_runs(str(hist)).column("run_id").to_pylist() == ["r1"]
     assert H.check_history(str(hist))  # still an audit history
     with commit.JobRun("audit") as run:
@@ -288,6 +290,10 @@ def test_an_append_cut_short_is_ignored_by_readers_and_removed_by_the_next_claim
         run.abandon()
     ids = DeltaTable(str(hist / "findings")).to_pyarrow_table().column("run_id").to_pylist()
     assert ids == ["r1"] and not (hist / "findings" / "data-0123").exists()
+    assert not (hist / "findings" / "part-00000-killed-c000.snappy.parquet").exists()
+    files = {u.rsplit("/", 1)[-1] for u in DeltaTable(str(hist / "findings")).file_uris()}
+    assert files <= set(kept)  # every file the log lists is still there
+    assert DeltaTable(str(hist / "findings"), version=1).to_pyarrow_table().num_rows == 2  # time travel intact
     assert not (tmp_path / ".history.rocketmq-forensics").exists()
 
 
