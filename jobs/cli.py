@@ -140,18 +140,29 @@ def main(name: str, build_parser, run, argv=None, *, prepare=None, needs_spark=N
     progress.configure(name, quiet=args.quiet)
     interrupts.reset()
     interrupts.install()  # SIGINT/SIGTERM: one line, exit 130/143 (jobs/interrupts.py)
+    from .commit import JobRun
+
     spark = None
     try:
-        if prepare is not None:
-            prepare(args)
-        if needs_spark is None or needs_spark(args):
-            from .session import build_session
+        # one run from the first check to the end: ``prepare`` claims the outputs (jobs/commit.py), ``run`` writes
+        # them beside themselves and commits; any failure or interrupt leaves them as they were
+        with JobRun(name) as job_run:
+            if prepare is not None:
+                prepare(args)
+            if needs_spark is None or needs_spark(args):
+                from .session import build_session
 
-            with interrupts.handlers_kept():
-                spark = build_session(f"{PROG} {name}", sources=sources)
-            interrupts.attach(spark)  # the SparkContext's start set a SIGINT handler of its own
-        result = run(spark, args)
-        interrupts.check()  # an interrupt swallowed on the way (a py4j finalizer) still ends the run
+                with interrupts.handlers_kept():
+                    spark = build_session(f"{PROG} {name}", sources=sources)
+                interrupts.attach(spark)  # the SparkContext's start set a SIGINT handler of its own
+            result = run(spark, args)
+            interrupts.check()  # an interrupt swallowed on the way (a py4j finalizer) ends the run uncommitted
+            if not job_run.done and job_run.participants:
+                if isinstance(result, JobResult) and result.exit_code != EXIT_FAILED:
+                    job_run.commit()
+                else:
+                    job_run.fail("the job failed")
+            job_run.done = True
     except BrokenPipeError:  # the reader of stdout went away (| head): nothing more to say
         return EXIT_OK
     except BaseException as e:  # noqa: BLE001 - any failure is "could not run": never Python's exit 1

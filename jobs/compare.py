@@ -41,9 +41,10 @@ from store_format.store import Store  # noqa: E402
 from udfs.kernels import scan_offset_table  # noqa: E402
 
 from jobs import cli  # noqa: E402
+from jobs.commit import runs_job  # noqa: E402
 from jobs.cli import EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
 from jobs.extract import write_manifest  # noqa: E402
-from jobs.stores import StoreRef, resolve_stores  # noqa: E402
+from jobs.stores import StoreRef, protected_paths, resolve_stores  # noqa: E402
 
 DIFF_STATES = ("different", "only_a", "only_b")
 LAG_STATES = ("a_ahead", "b_ahead")
@@ -165,6 +166,7 @@ def offset_file_diff(sa: Store, sb: Store) -> list[dict]:
     return out
 
 
+@runs_job("compare")
 def run(spark, args, out=None, err=None) -> cli.JobResult:
     """Compare the two stores; the summary (the job's output) goes to ``out``."""
     from pyspark.sql import Window
@@ -177,9 +179,10 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     if len(stores) != 2:
         raise UsageError(f"compare takes exactly two stores (--store A --store B); got {len(stores)}")
     a, b = stores
-    if args.out:
-        prepare_output(args.out, overwrite=args.overwrite, inputs=list(args.store) + [str(a.root), str(b.root)],
-                       job="compare")
+    staged = None
+    if args.out:  # claimed (again: the same claim), written beside itself, committed when run() returns
+        staged = prepare_output(args.out, overwrite=args.overwrite, inputs=protected_paths(args.store, stores),
+                                job="compare").staging_path
     sa, sb = a.open(), b.open()
 
     items, end_a, end_b = commitlog_diff(spark, a, b)
@@ -229,10 +232,10 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     if args.out:
         cols = ["physical_offset", "status", "segment_a", "kind_a", "length_a", "reason_a", "segment_b", "kind_b",
                 "length_b", "reason_b"]
-        write_table(diffs.select(*cols).orderBy("physical_offset"), f"{args.out}/commitlog", args.format)
+        write_table(diffs.select(*cols).orderBy("physical_offset"), f"{staged}/commitlog", args.format)
         write_table(units.where(F.col("status") != "equal").orderBy("topic", "queue_id", "queue_offset"),
-                    f"{args.out}/consumequeue", args.format)
-        write_manifest(args.out, summary)
+                    f"{staged}/consumequeue", args.format)
+        write_manifest(staged, summary)
     items.unpersist()
     write_summary(summary, args.print, out)
     print(f"compare: {'identical' if summary['identical'] else 'differences found'}", file=err)
@@ -315,8 +318,7 @@ def check_and_prepare(args) -> None:
     check_args(args)
     stores = resolve_stores(args.store, files=True, geometry=geometry_from_args(args))
     if args.out:
-        prepare_output(args.out, overwrite=args.overwrite, inputs=list(args.store) + [str(s.root) for s in stores],
-                       job="compare")
+        prepare_output(args.out, overwrite=args.overwrite, inputs=protected_paths(args.store, stores), job="compare")
 
 
 def main(argv=None, prog: str | None = None) -> int:

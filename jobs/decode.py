@@ -29,6 +29,7 @@ if __package__ in (None, ""):  # spark-submit jobs/decode.py: make the project i
         pass
 
 from jobs import cli  # noqa: E402
+from jobs.commit import runs_job  # noqa: E402
 from jobs.output import prepare_output, read_table, write_table  # noqa: E402
 from jobs.progress import Phase  # noqa: E402
 from store_format.scan import WALKS  # noqa: E402
@@ -127,15 +128,17 @@ def prepare(args) -> list:
     return stores
 
 
+@runs_job(NAME)
 def run(spark, args) -> cli.JobResult:
-    stores = prepare(args)  # again: run() is also called directly, without main()
+    stores = prepare(args)  # again: run() is also called directly, without main(); the same claim
+    staged = prepare_output(args.out, overwrite=args.overwrite, job=NAME).staging_path  # committed on return
     msgs = messages(spark, stores, args.walk, args.topic, args.decompress, getattr(args, "columns", None))
     sizes = [s.commitlog_bytes() for s in stores]
     with Phase("decode and write", None if None in sizes else sum(sizes), spark):
-        write_table(msgs, args.out, args.format)
+        write_table(msgs, staged, args.format)
     from pyspark.sql import functions as F
 
-    stats = (read_table(spark, args.out, args.format, schema=msgs.schema)
+    stats = (read_table(spark, staged, args.format, schema=msgs.schema)
              .agg(F.count(F.lit(1)).alias("n"), F.countDistinct("broker").alias("brokers"),
                   F.countDistinct("topic").alias("topics")).first())
     damage = _damage(spark, stores, args.walk)

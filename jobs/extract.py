@@ -72,6 +72,7 @@ from store_format.message import CANONICAL_FIELDS  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
 from jobs import cli  # noqa: E402
+from jobs.commit import runs_job  # noqa: E402
 from jobs.display import format_time  # noqa: E402,F401  (the query job takes it from here)
 from jobs.progress import Phase  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
@@ -467,6 +468,7 @@ def _selection_args(args) -> dict:
     return {k: getattr(args, k) for k in keys if getattr(args, k) not in (None, False, [])}
 
 
+@runs_job("extract")
 def run(spark, args, err=None) -> cli.JobResult:
     """Select, write, count back, and write the manifest (its lines on ``err``)."""
     from pyspark import StorageLevel
@@ -489,7 +491,7 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, frame, 
     """Count the selected rows, write the kept ones, count them back, write the manifest."""
     from pyspark.sql import functions as F
 
-    from jobs.output import read_table, write_table
+    from jobs.output import prepare_output, read_table, write_table
 
     by = ["_reject", "topic"] + (["consumer"] if sel.allocation is not None else [])
     tallies = frame.groupBy(*by).count().collect()
@@ -511,16 +513,16 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, frame, 
         "output": {"path": args.out, "format": args.format, "order": list(sel.order)},
         "notes": sel.notes,
     }
+    out = prepare_output(args.out, overwrite=args.overwrite, job="extract")  # the claim prepare() took
+    staged = out.staging_path  # committed when run() returns (a Delta table over ours: a new version in place)
     if selected == 0:
-        from jobs.output import discard_fresh_output
-
-        discard_fresh_output(args.out)  # nothing written: no output folder left behind
+        out.abandon()  # nothing written: no output folder made, an earlier one left as it was
         print("extract: nothing matched the selection" + "".join(f"; {n}" for n in sel.notes), file=err)
         return EXIT_NOTHING
     keep = frame.where(F.col("_reject").isNull())
-    write_table(keep.select(*output_columns(args)).orderBy(*sel.order), args.out, args.format)
+    write_table(keep.select(*output_columns(args)).orderBy(*sel.order), staged, args.format)
     # a schema keeps Spark from inferring one from every JSON line just to count them
-    written = read_table(spark, args.out, args.format, schema="broker string").count()
+    written = read_table(spark, staged, args.format, schema="broker string").count()
     manifest["counts"] = {"selected": selected, "written": written, "rejected": sum(rejected.values()),
                           "rejected_by_reason": dict(sorted(rejected.items())),
                           "reconciled": selected == written + sum(rejected.values())}
@@ -538,7 +540,7 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, frame, 
         for row in sel.allocation:
             queues[row["consumer"]].append(f"{row['topic']}@{row['broker']}:{row['queue_id']}")
         manifest["consumers"] = {c: {"queues": qs, "messages": per_consumer.get(c, 0)} for c, qs in queues.items()}
-    write_manifest(args.out, manifest)
+    write_manifest(staged, manifest)
     c = manifest["counts"]
     print(f"extract: {c['selected']} selected, {c['written']} written, {c['rejected']} rejected "
           f"{c['rejected_by_reason'] or ''} -> {args.out} ({args.format})", file=err)
@@ -612,7 +614,8 @@ def prepare(args) -> list[StoreRef]:
     check_args(args)
     stores = resolve_stores(args.store, files=True, geometry=geometry_from_args(args))
     prepare_output(args.out, overwrite=args.overwrite,
-                   inputs=[split_name(a)[1] for a in args.store] + [s.path for s in stores], job="extract")
+                   inputs=[split_name(a)[1] for a in args.store] + [s.path for s in stores], job="extract",
+                   delta=args.format == "delta")
     return stores
 
 

@@ -18,15 +18,14 @@ Reading back (``read_table``): a Delta table is read as the Parquet files its lo
 (``DeltaTable.file_uris()``) with the log's schema, never by listing the directory, which may hold removed
 or uncommitted files.  ``prepare_output`` is the guard every job calls before writing: never a write into, over or
 around an input dump (paths resolved, compared by device and inode), no clobbering without ``--overwrite``, which
-deletes only a folder this suite wrote (its ``_ROCKETMQ_FORENSICS`` marker file, left in every output).
+replaces only a folder this suite wrote (its ``_ROCKETMQ_FORENSICS`` marker file, left in every output); it claims
+the output for the job's run, which writes beside it and commits in one step (jobs/commit.py).
 """
 from __future__ import annotations
 
 import json
 import os
 import posixpath
-import shutil
-import sys
 import time
 import uuid
 from contextlib import contextmanager
@@ -134,113 +133,36 @@ def marker_of(folder: str) -> dict | None:
     return data if isinstance(data, dict) and data.get("tool") == TOOL else None
 
 
-def _write_marker(folder: str, job: str | None) -> None:
-    """MARKER in a fresh (or empty) folder: created, never opened if something is there already."""
-    body = json.dumps({"tool": TOOL, "job": job, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                       "note": "written by rocketmq-forensics; --overwrite may delete this folder"}).encode()
-    fd = os.open(os.path.join(folder, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(body)
-
-
-def _contents(folder: str) -> tuple[int, int]:
-    """(files, bytes) below ``folder``, links not followed."""
-    files = size = 0
-    for top, dirs, names in os.walk(folder):
-        for n in names:
-            files += 1
-            try:
-                size += os.lstat(os.path.join(top, n)).st_size
-            except OSError:
-                pass
-    return files, size
-
-
 def _only_marker(names) -> bool:
     return not [n for n in names if n != MARKER]
 
 
 def prepare_output(path: str, *, overwrite: bool, inputs: list[str] = (), job: str | None = None,
-                   say=None) -> None:
-    """Make ``path`` ready to be written, after checking the inputs are apart from it (:func:`check_apart`):
-    refused when it exists and is not empty, unless ``overwrite`` and it is a folder this suite wrote (it holds
-    MARKER), which is then deleted and named on stderr (``say``); then the folder is created with MARKER in it.
-    Idempotent: a folder holding only its marker counts as empty."""
+                   say=None, delta: bool = False):
+    """Claim ``path`` for the job's run (jobs/commit.py), after checking the inputs are apart from it
+    (:func:`check_apart`): refused when another run holds it, when it exists and is not empty without
+    ``overwrite``, or when it is not a folder this suite wrote (it holds MARKER).  Nothing at ``path`` changes
+    until the run commits: the job writes into ``out.staging_path``.  ``delta``: an existing Delta table this
+    suite wrote is written in place, as a new table version (never a deleted folder).  Idempotent within a run:
+    ``prepare`` claims, ``run`` gets the same claim back.  Returns the :class:`jobs.commit.Output`."""
+    from .commit import job_run
+
+    run = job_run(job or "job")
+    found = run.find(path)
+    if found is not None:
+        return found
     check_apart(path, inputs)
-    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
-    if _is_remote(path):
-        return _prepare_remote(path, overwrite, job, say)
-    where = fs.real(_local(path))
-    if os.path.lexists(where) and not os.path.isdir(where):
-        try:
-            kind = fs.describe(os.stat(where).st_mode)
-        except OSError:
-            kind = "a broken link"
-        raise OutputError(f"output {path} exists and is {kind}, not a folder written by this suite: --overwrite only ever replaces those; remove it yourself or "
-                          "choose another path")
-    if os.path.isdir(where):
-        names = os.listdir(where)
-        if not _only_marker(names):
-            mark = marker_of(where)
-            if not overwrite:
-                raise OutputError(f"output {path} already exists and is not empty; pass --overwrite to replace it"
-                                  + ("" if mark else " (only possible for a folder this suite wrote: it has no "
-                                     f"{MARKER} file, so remove it yourself or choose another path)"))
-            if mark is None:
-                raise OutputError(f"output {path} exists and was not written by this suite (no {MARKER} file in "
-                                  "it): --overwrite only ever deletes folders this suite wrote; remove it yourself "
-                                  "or choose another path")
-            files, size = _contents(where)
-            shutil.rmtree(where)
-            say(f"overwrite: deleted {where} ({files} files, {size:,} bytes; written by "
-                f"{mark.get('job') or 'rocketmq-forensics'} at {mark.get('written', '?')})")
-    os.makedirs(where, exist_ok=True)
-    if marker_of(where) is None:
-        _write_marker(where, job)
+    inplace = bool(delta and overwrite and _is_our_delta(path))
+    return run.output(path, overwrite=overwrite, inputs=inputs, inplace=inplace)
 
 
-def _prepare_remote(path: str, overwrite: bool, job: str | None, say) -> None:
-    out = resolve(path)
-    info = out.info()
-    if info.type == pafs.FileType.File:
-        raise OutputError(f"output {path} exists and is a file, not a folder written by this suite: --overwrite "
-                          "only ever replaces those")
-    if info.type == pafs.FileType.Directory:
-        names = [i.base_name for i in out.list()]
-        if not _only_marker(names):
-            marked = MARKER in names
-            if not overwrite or not marked:
-                raise OutputError(f"output {path} already exists and is not empty; --overwrite replaces only a "
-                                  f"folder this suite wrote (holding {MARKER})")
-            out.fs.delete_dir(out.path)
-            say(f"overwrite: deleted {path}")
-    out.fs.create_dir(out.path, recursive=True)
-    marker = out.child(MARKER)
-    if marker.info().type == pafs.FileType.NotFound:
-        with out.fs.open_output_stream(marker.path) as f:
-            f.write(json.dumps({"tool": TOOL, "job": job}).encode())
+def _is_our_delta(path: str) -> bool:
+    loc = resolve(path)
+    if not _is_delta(loc):
+        return False
+    from .commit import marker_of as marked
 
-
-def discard_fresh_output(path: str) -> None:
-    """Undo :func:`prepare_output` when nothing was written: a folder holding only its marker goes."""
-    if _is_remote(path) or not is_fresh_output(path):
-        return
-    where = _local(path)
-    os.unlink(os.path.join(where, MARKER))
-    try:
-        os.rmdir(where)
-    except OSError:
-        pass
-
-
-def is_fresh_output(path: str) -> bool:
-    """A folder that holds nothing but MARKER: prepared, nothing written yet."""
-    if _is_remote(path):
-        loc = resolve(path)
-        return loc.is_dir() and _only_marker([i.base_name for i in loc.list()])
-    where = _local(path)
-    return os.path.isdir(where) and _only_marker(os.listdir(where))
+    return marked(loc) is not None
 
 
 # ---------------------------------------------------------------------------------------------- writing
@@ -265,8 +187,6 @@ def write_table(df, path: str, fmt: str = "parquet", *, mode: str = "overwrite")
         raise OutputError(f"unknown output format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if mode not in MODES:
         raise OutputError(f"unknown write mode {mode!r}; expected one of {', '.join(MODES)}")
-    if fmt != "delta" and mode == "overwrite" and is_fresh_output(path):
-        mode = "append"  # a folder prepare_output made: Spark adds its files beside the marker, deleting nothing
     if fmt == "parquet":
         with _micros_timestamps(df.sparkSession):
             df.write.mode(mode).parquet(path)
@@ -278,14 +198,60 @@ def write_table(df, path: str, fmt: str = "parquet", *, mode: str = "overwrite")
 
 
 def write_parquet_file(table, path: str) -> None:
-    """A pyarrow table as one Parquet file (the audit's part files, written by its tasks and its driver).  The
-    columns' descriptions (udfs/columns.py) are left out: they document the declared schemas, and the files stay
-    the bytes they were before the schemas carried them."""
+    """A pyarrow table as one Parquet file (the audit's part files, written by its tasks and its driver), through
+    the fs seam: ``path`` is a local path or any URI ``store_format.fs`` resolves, so a cluster's tasks need no
+    shared mount.  The columns' descriptions (udfs/columns.py) are left out: they document the declared schemas,
+    and the files stay the bytes they were before the schemas carried them."""
     import pyarrow.parquet as pq
 
     from udfs.columns import plain
 
-    pq.write_table(plain(table), path)
+    loc = out_location(path)
+    loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
+    pq.write_table(plain(table), loc.path, filesystem=loc.fs)
+
+
+# ---------------------------------------------------------------------------------------------- output files
+#
+# Everything a job writes below its (staged) output, and reads back, goes through these: a local path or a URI.
+
+
+def out_location(path: str) -> Location:
+    """``path`` (a local path, ``file://`` or any URI) as a Location to write to."""
+    if _is_remote(path):
+        return resolve(path)
+    return Location(pafs.LocalFileSystem(), os.path.abspath(_local(path)))
+
+
+def out_join(base: str, *parts: str) -> str:
+    return posixpath.join(base, *parts) if _is_remote(base) else os.path.join(base, *parts)
+
+
+def out_makedirs(path: str) -> None:
+    loc = out_location(path)
+    loc.fs.create_dir(loc.path, recursive=True)
+
+
+def out_write(path: str, data: bytes | str) -> None:
+    """A small file (summary.json, report.html, ``_SUCCESS``) written whole."""
+    loc = out_location(path)
+    loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
+    with loc.fs.open_output_stream(loc.path) as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def out_is_dir(path: str) -> bool:
+    return out_location(path).is_dir()
+
+
+def out_dataset(path: str, **kw):
+    """A Parquet folder below an output as a ``pyarrow.dataset`` (None when there is no such folder)."""
+    import pyarrow.dataset as ds
+
+    loc = out_location(path)
+    if not loc.is_dir():
+        return None
+    return ds.dataset(loc.path, filesystem=loc.fs, format="parquet", **kw)
 
 
 def append_history(df, delta_path: str) -> str:
@@ -406,7 +372,9 @@ def detect_format(path: str) -> str:
 
 def read_table(spark, path: str, fmt: str | None = None, *, schema=None):
     """A table written by :func:`write_table` as a DataFrame.  ``schema`` (a StructType or DDL string)
-    is applied to jsonl, whose lines carry no types (BINARY columns come back from base64 only with it)."""
+    is applied to jsonl, whose lines carry no types (BINARY columns come back from base64 only with it).  An
+    output whose run has not committed (its commit cut short: jobs/commit.py) is refused."""
+    _check_committed(path)
     fmt = fmt or detect_format(path)
     if fmt == "parquet":
         return spark.read.parquet(path)
@@ -418,6 +386,17 @@ def read_table(spark, path: str, fmt: str | None = None, *, schema=None):
     if fmt != "delta":
         raise OutputError(f"unknown table format {fmt!r}; expected one of {', '.join(FORMATS)}")
     return _read_delta(spark, path)
+
+
+def _check_committed(path: str) -> None:
+    from store_format.errors import StoreFormatError
+
+    from .commit import check_committed
+
+    try:
+        check_committed(path, "table")
+    except (StoreFormatError, OSError):  # a scheme only Spark knows (s3a://): nothing to look at from here
+        pass
 
 
 def _read_delta(spark, path: str):

@@ -71,6 +71,7 @@ from store_format.write.writer import StoreWriter, WriterConfig, validate_topic 
 from udfs.kernels import scan_offset_table  # noqa: E402
 
 from jobs import cli  # noqa: E402
+from jobs.commit import runs_job  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
 from jobs.extract import read_manifest, source_geometry  # noqa: E402
 from jobs.stores import resolve_stores  # noqa: E402
@@ -332,6 +333,7 @@ def count_written(root) -> int:
     return sum(1 for f in Store(root).walk_commitlog(decode=False) if f.kind == "message")
 
 
+@runs_job("replay")
 def run(spark, args, out=None, err=None) -> cli.JobResult:
     """Replay; the summary (or with --dry-run the plan) goes to ``out`` as JSON Lines (the job's output)."""
     from jobs.output import prepare_output
@@ -339,9 +341,10 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     out, err = out or sys.stdout, err or sys.stderr
     check_args(args)
     source = repair_source(spark, args) if args.repair else input_source(spark, args)
-    if not args.dry_run:
-        prepare_output(args.out, overwrite=args.overwrite, inputs=[args.repair or args.input, *source.inputs],
-                       job="replay")
+    staged = None
+    if not args.dry_run:  # the new store is written beside --out (a local folder) and committed on return
+        staged = prepare_output(args.out, overwrite=args.overwrite,
+                                inputs=[args.repair or args.input, *source.inputs], job="replay").local_work()
     check_manifest(args, [args.repair or args.input, *source.inputs])
     config = writer_config(args, source)
     replayer = Replayer(trace=not args.no_trace, store_host=args.store_host)
@@ -359,10 +362,14 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
             examples.append(line)
 
     scratch_dir = tempfile.mkdtemp(prefix="replay-check-") if args.dry_run else None
-    writer = StoreWriter(f"{scratch_dir}/store" if args.dry_run else args.out, config)
+    writer = StoreWriter(f"{scratch_dir}/store" if args.dry_run else staged, config)
     try:
         if source.store is not None and not args.dry_run:
             carry_configs(writer, source.store, notes)
+        if not args.dry_run:
+            from jobs.progress import say
+
+            say(f"writing the new store (beside {args.out} until it is complete)")
         for row in ordered(source.frame).toLocalIterator(prefetchPartitions=True):
             row = row.asDict()
             selected += 1
@@ -398,7 +405,7 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
             shutil.rmtree(scratch_dir, ignore_errors=True)
 
     planned = sum(q.written + q.not_dispatched for q in replayer.queues.values())
-    written = planned if args.dry_run else count_written(args.out)
+    written = planned if args.dry_run else count_written(staged)
     summary = {
         "kind": "summary", "job": "replay", "dry_run": args.dry_run, "source": source.description,
         "output": args.out, "config": {k: v for k, v in config.to_dict().items()

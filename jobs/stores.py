@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from jobs.output import OutputError
 from store_format.brokerconf import StoreGeometry
@@ -80,13 +81,39 @@ def commitlog_bytes(root: str | os.PathLike) -> int:
     return sum(e.stat().st_size for e in os.scandir(d) if e.is_file()) if os.path.isdir(d) else 0
 
 
-def split_name(arg: str) -> tuple[str | None, str]:
-    """``NAME=PATH`` -> (NAME, PATH); a plain path (one that exists as given, or whose part before ``=`` is no
-    name) -> (None, arg)."""
+class StoreArgument(NamedTuple):
+    """One ``--store`` value, parsed once (:func:`store_arguments`): the broker name it gives (``NAME=PATH``) and
+    the path or URI, exactly as given otherwise (links and ``..`` are the kernel's to resolve, not ours)."""
+
+    name: str | None
+    path: str
+
+
+def parse_store_argument(arg: str) -> StoreArgument:
+    """``NAME=PATH`` (PATH a local path or any URI: ``b1=s3://bucket/dump``) -> (NAME, PATH); a plain path (one
+    that exists as given, or whose part before ``=`` is no name) -> (None, arg).  The one place that reads a
+    ``--store`` value: every job, the output guard and the command line's path handling go through it."""
     name, sep, path = arg.partition("=")
     if sep and _NAME.fullmatch(name) and path and not os.path.exists(arg):
-        return name, path
-    return None, arg
+        return StoreArgument(name, path)
+    return StoreArgument(None, arg)
+
+
+def store_arguments(args: list[str]) -> list[StoreArgument]:
+    return [parse_store_argument(a) for a in args or ()]
+
+
+def split_name(arg: str) -> tuple[str | None, str]:
+    """``NAME=PATH`` -> (NAME, PATH) (:func:`parse_store_argument` as a pair)."""
+    parsed = parse_store_argument(arg)
+    return parsed.name, parsed.path
+
+
+def protected_paths(args: list[str], stores: list["StoreRef"] = ()) -> list[str]:
+    """What an output must stay apart from (jobs/output.py ``check_apart``): every ``--store`` path as given
+    (``NAME=`` taken off: a ``b1=vault://...`` argument is the URI ``vault://...``) and every store root it
+    resolved to."""
+    return list(dict.fromkeys([a.path for a in store_arguments(args)] + [s.path for s in stores]))
 
 
 def resolve_stores(args: list[str], *, files: bool = False, geometry: StoreGeometry | None = None
@@ -105,8 +132,7 @@ def resolve_stores(args: list[str], *, files: bool = False, geometry: StoreGeome
         raise StoreArgumentError("no --store given")
     found: list[StoreRef] = []
     given_by: dict[str, str] = {}  # a store root, resolved (links followed) -> the argument that named it
-    for arg in args:
-        given, path = split_name(arg)
+    for arg, (given, path) in zip(args, store_arguments(args)):
         if not fs.is_uri(path) and os.path.isdir(path):
             fs.check_folder(path)
         uri = fs.is_uri(path) and not path.startswith("file://")

@@ -26,7 +26,6 @@ Exit codes: 0 nothing got worse (or fewer than two runs), 1 something did, 2 cou
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import pyarrow as pa
@@ -38,7 +37,9 @@ if __package__ in (None, ""):  # spark-submit jobs/trend.py: make the project im
         pass
 
 from jobs import cli  # noqa: E402
-from jobs.output import OutputError, is_delta_table, prepare_output, read_table, write_table  # noqa: E402
+from jobs.commit import runs_job  # noqa: E402
+from jobs.history import check_history, read_runs  # noqa: E402
+from jobs.output import prepare_output, read_table, write_table  # noqa: E402
 from udfs.columns import column  # noqa: E402
 
 NAME = "trend"
@@ -101,8 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _history(spark, history: str, table: str):
-    path = f"{history.rstrip('/')}/{table}"
-    return read_table(spark, path, "delta") if is_delta_table(path) else None
+    """``table`` of the history, only its complete runs (listed in its ``runs`` table: jobs/history.py)."""
+    return read_runs(spark, history, table)
 
 
 def run_pairs(findings, metrics, everything: bool) -> list[tuple]:
@@ -262,27 +263,28 @@ def _describe(row) -> str:
 
 
 def prepare(args) -> None:
-    if "://" not in args.history and not os.path.isdir(args.history):
-        raise OutputError(f"{args.history}: no audit history here (expected a folder written by "
-                          "rocketmq-forensics audit --history)")
+    if args.out:  # never into, over or around the history it reads
+        from jobs.output import check_apart
+
+        check_apart(args.out, [args.history])
+    check_history(args.history, must_exist=True)  # an audit history (its tables marked as ours), or refused
     if args.out:
         prepare_output(args.out, overwrite=args.overwrite, inputs=[args.history], job="trend")
 
 
+@runs_job(NAME)
 def run(spark, args) -> cli.JobResult:
     prepare(args)
     findings = _history(spark, args.history, "findings")
     metrics = _history(spark, args.history, "metrics")
-    if findings is None and metrics is None:
-        raise OutputError(f"{args.history} holds no audit history (expected findings/ and metrics/ Delta tables "
-                          "written by rocketmq-forensics audit --history)")
     pairs = run_pairs(findings, metrics, args.all)
     if not pairs:
         return cli.JobResult("trend: fewer than two audit runs in the history: nothing to compare yet", cli.EXIT_OK)
     table = trends(spark, findings, metrics, pairs)
     if args.out:
-        write_table(table, args.out, args.format)
-        table = read_table(spark, args.out, args.format, schema=table.schema)
+        staged = prepare_output(args.out, overwrite=args.overwrite, job=NAME).staging_path  # committed on return
+        write_table(table, staged, args.format)
+        table = read_table(spark, staged, args.format, schema=table.schema)
     from pyspark.sql import functions as F
 
     counts = {r["flag"]: r["count"] for r in table.groupBy("flag").count().collect()}

@@ -68,7 +68,7 @@ class _Submitted:
 
     def __init__(self, cluster, env: dict, py_files: list[Path], app: Path, args: list, work: Path, name: str):
         conf = {**APP_CONF, "spark.executorEnv.PYTHONPATH": env["PYTHONPATH"],  # third-party packages, installed
-                **{f"spark.executorEnv.{k}": v for k, v in REMOTE_ENV.items()}}
+                **{f"spark.executorEnv.{k}": env[k] for k in REMOTE_ENV}}
         cmd = spark_submit_command(cluster.master_url, app, args, py_files=",".join(map(str, py_files)), conf=conf)
         self.stdout, self.stderr = work / f"{name}.out", work / f"{name}.err"
         with open(self.stdout, "w") as out, open(self.stderr, "w") as err:
@@ -116,6 +116,12 @@ def runs(request, spark_cluster, spark, two_stores, tmp_path_factory):  # the cl
     listing = sorted(os.listdir(dist))
     _, env = isolated_python(work)  # only the zip can supply the project, to the driver and to the executors
     env.update(REMOTE_ENV)
+    # a writable folder on the scheme (an object store: no rename of folders), for the audit's --out, and the
+    # damaged store served there too: the audit_remote run shares no local path with its executors
+    remote_out = work / "remote-out"
+    remote_out.mkdir()
+    env[remotefs.ROOTS_ENV] = json.dumps({"fx": str(FIXTURES), "dmg": str(two_stores[1].parent.parent),
+                                          "outs": {"root": str(remote_out), "writable": True, "rename": False}})
     apps = work / "apps"  # outside the repository: the application file's folder is on the driver's path
     apps.mkdir()
     shutil.copy(REPO / "jobs" / "audit" / "__main__.py", apps / "audit_job.py")
@@ -127,7 +133,9 @@ def runs(request, spark_cluster, spark, two_stores, tmp_path_factory):  # the cl
     argv, local_argv = _job_argv(two_stores, out, window), _job_argv(two_stores, local, window)
     spec = {**{k: argv[k] for k in ("decode", "extract", "query")}, "query_out": str(out / "query.jsonl"),
             "result": str(work / "app.json"),
-            "decode_remote": ["--store", REMOTE_STORE, "--out", str(out / "decode-remote")]}
+            "decode_remote": ["--store", REMOTE_STORE, "--out", str(out / "decode-remote")],
+            "audit_remote": ["--store", REMOTE_STORE, f"elsewhere://dmg/{two_stores[1].parent.name}/store",
+                             "--out", "elsewhere://outs/audit"]}
     (work / "spec.json").write_text(json.dumps(spec))
     submitted = []
 
@@ -161,6 +169,7 @@ def runs(request, spark_cluster, spark, two_stores, tmp_path_factory):  # the cl
             sub.stop()
         dist.chmod(0o755)
     return {"out": out, "local": local, "reference": reference, "window": window, "codes": codes,
+            "remote_out": remote_out, "damaged_base": two_stores[1].parent.parent,
             "audit": audited, "app": json.loads((work / "app.json").read_text()), "zip": zip_path,
             "listing": (listing, sorted(os.listdir(dist)))}
 
@@ -178,7 +187,8 @@ def test_the_audit_on_the_cluster_equals_local(runs):
 
 def test_decode_extract_and_query_on_the_cluster_equal_local(runs):
     out, local, window, app = runs["out"], runs["local"], runs["window"], runs["app"]
-    assert app["codes"] == {**{k: runs["codes"][k] for k in ("decode", "extract", "query")}, "decode_remote": 0} == \
+    codes = {k: v for k, v in app["codes"].items() if k != "audit_remote"}  # (its own test, below)
+    assert codes == {**{k: runs["codes"][k] for k in ("decode", "extract", "query")}, "decode_remote": 0} == \
         {"decode": 0, "extract": 0, "query": 0, "decode_remote": 0}
     decoded = parquet_rows(out / "decode")
     assert decoded == parquet_rows(local / "decode") and len(decoded) > 25
@@ -201,6 +211,31 @@ def test_the_cluster_decodes_a_store_on_a_custom_file_system(runs):
     mine = {row for row in local.elements() if json.loads(row)["broker"] == "broker"}
     remote = parquet_rows(runs["out"] / "decode-remote")
     assert remote == Counter({row: local[row] for row in mine}) and len(mine) >= 25  # the fixture's 25 messages
+
+
+def test_the_cluster_audits_a_store_into_an_output_on_a_custom_file_system(runs):
+    """Issue 30 item 4: the audit with its stores AND its --out on ``elsewhere://`` (an object store's manners: no
+    rename of folders, so the commit writes its marker last).  The executors write their findings through the fs
+    seam, with no path shared with the driver, and the output equals the local run's, paths aside."""
+    out = runs["remote_out"] / "audit"
+    assert runs["app"]["codes"]["audit_remote"] == runs["codes"]["audit"]
+    assert sorted(p.name for p in runs["remote_out"].iterdir()) == ["audit"]  # no staging or claim left behind
+    assert json.loads((out / "_ROCKETMQ_FORENSICS").read_text())["state"] == "committed"
+    reference, damaged_base = runs["reference"], runs["damaged_base"]
+    swaps = [("elsewhere://fx/", f"{FIXTURES}/"), ("elsewhere://dmg/", f"{damaged_base}/"),
+             (f"{remotefs.PREFIX}/fx", str(FIXTURES)), (f"{remotefs.PREFIX}/dmg", str(damaged_base))]
+
+    def local_paths(text: str) -> str:
+        for a, b in swaps:
+            text = text.replace(a, b)
+        return text
+
+    from .conftest import AUDIT_STAMPS
+
+    for name in ("findings", "metrics", *(f"tables/{t.name}" for t in (reference / "tables").iterdir())):
+        rows = parquet_rows(out / name, AUDIT_STAMPS)
+        assert Counter({local_paths(k): v for k, v in rows.items()}) == parquet_rows(reference / name, AUDIT_STAMPS), \
+            name
 
 
 def test_executors_import_the_project_only_from_the_zip(spark_cluster, runs):

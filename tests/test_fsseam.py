@@ -206,6 +206,45 @@ def test_the_audit_over_a_custom_scheme_equals_the_local_run(spark, elsewhere, d
     assert inputs(mine) == inputs(ref)
 
 
+@pytest.mark.spark
+@pytest.mark.parametrize("rename", [True, False], ids=["out-with-rename", "out-without-rename"])
+def test_the_audit_with_store_and_output_on_a_custom_scheme_equals_the_local_run(spark, elsewhere, damaged_store,
+                                                                               local_audit, tmp_path, rename):
+    """Issue 30 item 4 / issue 33: --out through the fs seam too.  The store AND the output on ``elsewhere://``
+    (a writable folder, with an atomic rename of folders like HDFS, or without one like an object store): the
+    tasks write their findings through store_format.fs (nothing made at a local path), the run is staged beside
+    the output and committed, and the output equals the local run's."""
+    from jobs import audit
+
+    reference, code = local_audit
+    fixtures = fixture_store("broker").parent.parent
+    damaged_base = damaged_store.parent.parent
+    stores = [elsewhere("fx", fixtures) + "broker/store", elsewhere("dmg", damaged_base) + "damaged/store"]
+    remotefs.WRITES.clear()
+    out_uri = elsewhere("outs", tmp_path, writable=True, rename=rename) + "audit"
+    result = audit.run(spark, audit.build_parser().parse_args(["--store", *stores, "--out", out_uri]))
+    assert result.exit_code == code
+    out = tmp_path / "audit"
+    assert remotefs.no_local_path_used() and any("/findings/" in w for w in remotefs.WRITES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit"]  # committed: no staging, no claim left
+    mark = json.loads((out / "_ROCKETMQ_FORENSICS").read_text())
+    assert mark["state"] == "committed" and (out / "findings" / "_SUCCESS").exists()
+    swaps = [("elsewhere://fx/", f"{fixtures}/"), ("elsewhere://dmg/", f"{damaged_base}/"),
+             (f"{remotefs.PREFIX}/fx", str(fixtures)), (f"{remotefs.PREFIX}/dmg", str(damaged_base))]
+
+    def paths(text: str) -> str:
+        for a, b in swaps:
+            text = text.replace(a, b)
+        return text
+
+    for name in ("findings", "metrics", *(f"tables/{t.name}" for t in (reference / "tables").iterdir())):
+        _same_rows(out, reference, name, paths)
+    mine = json.loads(paths((out / "summary.json").read_text().replace(out_uri, "<out>")))
+    ref = json.loads((reference / "summary.json").read_text().replace(str(reference), "<out>"))
+    assert mine["counts"] == ref["counts"] and mine["brokers"] == ref["brokers"]
+    assert (out / "report.html").exists()
+
+
 # ---- the other jobs over the seam --------------------------------------------------------------------------
 
 @pytest.fixture

@@ -97,23 +97,34 @@ def test_delta_refuses_a_folder_that_is_not_a_delta_table(frame, tmp_path):
         write_table(frame, str(tmp_path / "y"), "csv")
 
 
+def _committed(path: str, files: dict[str, bytes] = None, **kw):
+    """One run that claims ``path`` (prepare_output), writes ``files`` into its staging and commits."""
+    from jobs.commit import JobRun
+
+    with JobRun("test") as run:
+        out = prepare_output(path, **kw)
+        for name, data in (files or {}).items():
+            with open(os.path.join(out.staging_path, name), "wb") as f:
+                f.write(data)
+        run.commit()
+    return out
+
+
 def test_prepare_output_refuses_non_empty_without_overwrite(tmp_path):
     out = tmp_path / "out"
-    prepare_output(str(out), overwrite=False)  # missing: created, with the marker
+    _committed(str(out), overwrite=False)  # missing: claimed, committed with the marker
     assert (out / MARKER).is_file() and marker_of(str(out))["tool"] == "rocketmq-forensics"
-    prepare_output(str(out), overwrite=False)  # only the marker: still fresh
+    _committed(str(out), overwrite=False)  # only the marker: still fresh
     (out / "old.parquet").write_bytes(b"x")
     with pytest.raises(OutputError, match="--overwrite"):
-        prepare_output(str(out), overwrite=False)
+        _committed(str(out), overwrite=False)
     assert (out / "old.parquet").exists()
-    said = []
-    prepare_output(str(out), overwrite=True, job="decode", say=said.append)
-    assert not (out / "old.parquet").exists() and (out / MARKER).is_file()
-    assert said and said[0].startswith(f"overwrite: deleted {out.resolve()}") and "2 files" in said[0]
+    _committed(str(out), {"new.parquet": b"y"}, overwrite=True, job="decode")
+    assert not (out / "old.parquet").exists() and (out / MARKER).is_file() and (out / "new.parquet").exists()
     (tmp_path / "file").write_text("a file")
     for overwrite in (False, True):
         with pytest.raises(OutputError, match="--overwrite"):
-            prepare_output(str(tmp_path / "file"), overwrite=overwrite)
+            _committed(str(tmp_path / "file"), overwrite=overwrite)
     assert (tmp_path / "file").read_text() == "a file"
 
 
@@ -139,8 +150,11 @@ def test_overwrite_deletes_only_a_folder_this_suite_wrote(tmp_path):
 def test_a_prepared_output_keeps_its_marker_through_every_format(spark, frame, tmp_path):
     for fmt in FORMATS:
         out = tmp_path / fmt
-        prepare_output(str(out), overwrite=False, job="test")
-        write_table(frame, str(out), fmt)
+        from jobs.commit import JobRun
+
+        with JobRun("test") as run:
+            write_table(frame, prepare_output(str(out), overwrite=False, job="test").staging_path, fmt)
+            run.commit()
         assert (out / MARKER).is_file(), fmt
         assert _sorted(read_table(spark, str(out), schema=frame.schema if fmt == "jsonl" else None)) == _sorted(frame)
 
@@ -157,7 +171,7 @@ def test_prepare_output_never_touches_an_input_store(tmp_path, where):
     with pytest.raises(OutputError, match="overlaps the input store"):
         prepare_output(os.path.relpath(out) + "/", overwrite=True, inputs=[f"file://{store}"])
     assert (store / "commitlog" / "00000000000000000000").exists()
-    prepare_output(str(tmp_path / "dump-out"), overwrite=True, inputs=[str(store)])  # a sibling is fine
+    _committed(str(tmp_path / "dump-out"), overwrite=True, inputs=[str(store)])  # a sibling is fine
 
 
 def test_an_input_naming_a_part_or_a_file_guards_its_whole_store(tmp_path):
@@ -169,4 +183,4 @@ def test_an_input_naming_a_part_or_a_file_guards_its_whole_store(tmp_path):
     for given in (segment, segment.parent):
         with pytest.raises(OutputError, match="overlaps the input store"):
             prepare_output(str(store / "consumequeue" / "out"), overwrite=True, inputs=[str(given)])
-    prepare_output(str(tmp_path / "out"), overwrite=True, inputs=[str(segment)])
+    _committed(str(tmp_path / "out"), overwrite=True, inputs=[str(segment)])

@@ -543,8 +543,12 @@ def test_decode_checks_its_input_before_it_prepares_its_output(tmp_path, capsys)
     from jobs import decode
     from jobs.output import prepare_output
 
+    from jobs.commit import JobRun
+
     out = tmp_path / "out"
-    prepare_output(str(out), overwrite=False, job="decode")
+    with JobRun("decode") as run:
+        prepare_output(str(out), overwrite=False, job="decode")
+        run.commit()
     (out / "part-0.parquet").write_bytes(b"keep")
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "loop").symlink_to(tmp_path / "loop")

@@ -1,5 +1,6 @@
 """jobs/trend.py on synthetic audit history tables (the audit's findings/metrics contract), written the way
-``jobs.audit --history`` writes them: one append_history call per table per run."""
+``jobs.audit --history`` writes them: each run appended whole (jobs/history.py: findings, metrics, then the run's
+row in ``runs``, the marker trend requires)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -7,6 +8,7 @@ import datetime as dt
 import pytest
 
 from jobs import trend
+from jobs.history import append_tables
 from jobs.output import append_history, read_table
 
 FINDINGS = ("run_id string, run_time timestamp, finding_id string, check string, severity string, broker string, "
@@ -45,13 +47,13 @@ def history(spark, tmp_path_factory):
         when = T0 + dt.timedelta(hours=i)
         rows = [_finding(run, when, fid, "integrity.bad_crc", 100 * n) for n, fid in enumerate(finding_ids)]
         rows.append(_finding(run, when, f"lag-{run}", "lag.consumer_behind"))  # new each run, not damage
-        append_history(spark.createDataFrame(rows, FINDINGS), str(root / "findings"))
         metric_rows = []
         for (metric, queue_id, group), value in metrics.items():
             scope = "queue" if queue_id is not None else ("group" if group else "broker")
             metric_rows.append(_metric(run, when, metric, value, scope, "T" if queue_id is not None else None,
                                        queue_id, group))
-        append_history(spark.createDataFrame(metric_rows, METRICS), str(root / "metrics"))
+        append_tables(str(root), spark.createDataFrame(rows, FINDINGS).toArrow(),
+                      spark.createDataFrame(metric_rows, METRICS).toArrow())
     return root
 
 
@@ -90,7 +92,8 @@ def test_all_runs_and_exit_codes(spark, history, tmp_path, capsys):
     assert "no audit history" in capsys.readouterr().err
     one = tmp_path / "one"
     when = T0
-    append_history(spark.createDataFrame([_metric("only", when, "lag_messages", 5)], METRICS), str(one / "metrics"))
+    append_tables(str(one), spark.createDataFrame([_finding("only", when, "f", "integrity.bad_crc")], FINDINGS).toArrow(),
+                  spark.createDataFrame([_metric("only", when, "lag_messages", 5)], METRICS).toArrow())
     assert trend.main(["--history", str(one)]) == 0
     assert "nothing to compare" in capsys.readouterr().out
 

@@ -12,7 +12,6 @@ the number of groups, whatever the number of findings.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -153,15 +152,16 @@ def _most(a, b):
 
 def group_findings(path: str) -> list[Group]:
     """Every group of the findings folder ``path``, in the report's order."""
-    import pyarrow.dataset as ds
-
     from .checks import load_all
 
     load_all()  # each check's grouping and consequence (a fresh process, e.g. make demo's, has not imported them)
-    if not os.path.isdir(path):
+    from jobs.output import out_dataset
+
+    dataset = out_dataset(path)  # a local path or a URI (the run's staging)
+    if dataset is None:
         return []
     groups: dict[str, dict] = {}  # check -> key -> Group
-    for batch in ds.dataset(path, format="parquet").to_batches(columns=list(_COLUMNS)):
+    for batch in dataset.to_batches(columns=list(_COLUMNS)):
         if not batch.num_rows:
             continue
         t = pa.table(batch)

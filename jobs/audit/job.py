@@ -20,9 +20,13 @@ dump has does not run), then writes to DIR:
                  what to do first, the messages to re-send; a fleet table for several brokers; the findings
                  grouped by cause; lag/transaction/delay tables, plots
 
-With --history, findings and metrics are also appended to Delta tables HISTORY/findings and HISTORY/metrics
-(one commit each per run; jobs/trend.py reads them).  Exit codes: 0 no error findings, 1 error findings,
-2 the audit could not run.  Progress goes to stderr, one line per phase (--quiet: none); --profile adds where the
+DIR and HISTORY are local paths or URIs (written through store_format.fs: a cluster needs no shared mount).
+DIR is claimed before any work (a second run on it is refused, naming the first), written beside itself and
+made visible in one step when the run succeeds (jobs/commit.py): a failed or interrupted run leaves the
+previous output as it was.  With --history, findings and metrics are also appended to the Delta tables
+HISTORY/findings and HISTORY/metrics, and the run is listed in HISTORY/runs, last (jobs/history.py: checked
+before the audit starts, appended only once every check passed, chain of custody included; jobs/trend.py reads
+only the runs listed).  Exit codes: 0 no error findings, 1 error findings, 2 the audit could not run.  Progress goes to stderr, one line per phase (--quiet: none); --profile adds where the
 time went.
 
 How it runs: two stages of tasks.  The survey reads what the driver must know first (where each surveyed
@@ -35,21 +39,19 @@ driver's threads, one per core (jobs/audit/tasks.py), which spares the seconds a
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs import cli
 from jobs.extract import parse_time
-from jobs.output import OutputError, append_history, prepare_output, write_parquet_file
+from jobs.commit import job_run, runs_job
+from jobs.history import claim_history
+from jobs.output import OutputError, out_join, out_makedirs, out_write, prepare_output, write_parquet_file
 from jobs.progress import Phase, say
 from jobs.session import EXECUTORS, choose_executor
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args, recovery_settings_from_args, \
@@ -91,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_output_arguments(p, formats=())  # findings, metrics and tables are Parquet (and Delta with --history)
     p.add_argument("--history", metavar="DELTA_DIR",
                    help="also append findings and metrics to the Delta tables DELTA_DIR/findings and "
-                        "DELTA_DIR/metrics (for `rocketmq-forensics trend` and the lag-over-time notebook)")
+                        "DELTA_DIR/metrics, and the run to DELTA_DIR/runs, once every check passed (for "
+                        "`rocketmq-forensics trend` and the lag-over-time notebook); a DELTA_DIR that is not an "
+                        "audit history is refused before the audit starts")
     p.add_argument("--checks", default=",".join(FAMILIES),
                    help=f"comma-separated check families to run (default all: {','.join(FAMILIES)})")
     p.add_argument("--as-of", type=parse_time, metavar="TIME",
@@ -144,15 +148,16 @@ class _Phases:
 # The run
 
 
+@runs_job(NAME)
 def run(spark, args) -> AuditResult:
     started = time.time()
     phases = _Phases()
-    # to the microsecond: the trend job orders a history's runs by it, and two audits of a small dump start
-    # within the same second
-    run_time = dt.datetime.now(dt.timezone.utc)
-    run_id = f"{run_time.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
+    # the run's id and time are its claim's (jobs/commit.py): to the microsecond, since the trend job orders a
+    # history's runs by it, and two audits of a small dump start within the same second
+    job = job_run(NAME)
+    run_time, run_id = job.started, job.run_id
     stores = resolve_stores(args.store)
-    _prepare_outputs(args, stores)
+    staged, history = _prepare_outputs(args, stores)  # claimed (again: the same claims), written beside --out
     names = tuple(f.strip() for f in args.checks.split(",") if f.strip())
     families = checks.selected(names)
     load_all()
@@ -173,9 +178,11 @@ def run(spark, args) -> AuditResult:
     segments = plan_segments(plans, executor.cores, options.split_size, options.message_index_safe)
     phases.done("planning")
 
-    out = args.out.rstrip("/")
-    run = RunInfo(os.path.join(out, "findings"), run_id, run_time, tables_dir=os.path.join(out, "tables"))
-    os.makedirs(run.findings_dir, exist_ok=True)
+    out = args.out.rstrip("/")  # where the run's outputs will be, once committed (summary, report, messages)
+    # every file of the run goes through the fs seam (jobs/output.py out_*): a local path or a URI, written by the
+    # tasks wherever they run (no shared mount needed)
+    run = RunInfo(out_join(staged, "findings"), run_id, run_time, tables_dir=out_join(staged, "tables"))
+    out_makedirs(run.findings_dir)
     try:
         ctx.survey = _stage(spark, "survey", survey_tasks(ctx, segments), executor, RunInfo(None))
         ctx.failures.append(ctx.survey.get("_failures", FAILURES))
@@ -191,21 +198,23 @@ def run(spark, args) -> AuditResult:
         phases.done("scan")
         results = _finish(ctx)
         phases.done("families on the driver")
-        written = _write_outputs(ctx, results, run, out, args.history, spark)
-        phases.done("writing findings, metrics, tables, history")
+        written = _write_outputs(ctx, results, run, staged)
+        phases.done("writing findings, metrics, tables")
 
         progress("grouping findings by cause")
         groups = group_findings(run.findings_dir)
         add_times(groups, ctx.store_times)
         check_custody(before, stores, args.sha256)  # the stores listed again: added, removed, replaced, changed
         summary = _summary(ctx, written, groups, before, out, started, run_id, run_time,
-                           None if args.no_report else f"{out}/report.html")
-        (Path(out) / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False, default=str))
+                           None if args.no_report else f"{out}/report.html", staged)
+        out_write(out_join(staged, "summary.json"), json.dumps(summary, indent=2, sort_keys=False, default=str))
         if not args.no_report:
             progress("rendering report.html")
             from . import report
 
-            report.write(ctx, summary, written.tables, groups, out, top=args.top)
+            report.write(ctx, summary, written.tables, groups, out, top=args.top, staged=staged)
+        if history is not None:  # appended at the commit, after every check of the run (custody included)
+            history.stage(run.findings_dir, out_join(staged, "metrics"), out)
         phases.done("summary and report")
     except OutputError:  # the custody check's own (or the output's): nothing more to compare
         raise
@@ -257,16 +266,15 @@ class _Written:
     tables: dict[str, pa.Table]
 
 
-def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo, out: str, history: str | None,
-                   spark) -> _Written:
+def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo, out: str) -> _Written:
     """The families' findings beside the scan tasks' (always a file: the folder has a schema), the metrics, the
-    detail tables, the messages to re-send, and the history."""
+    detail tables and the messages to re-send, into ``out`` (the run's staging)."""
     progress("writing findings")
     driver_findings = FD.concat_findings([t for r in results for t in r.findings])
     counts = _counts(ctx, driver_findings)
     write_parquet_file(FD.as_written(driver_findings, run.run_id, run.run_time),
-                       os.path.join(run.findings_dir, "part-driver.parquet"))
-    Path(run.findings_dir, "_SUCCESS").touch()
+                       out_join(run.findings_dir, "part-driver.parquet"))
+    out_write(out_join(run.findings_dir, "_SUCCESS"), b"")
     metrics = FD.concat_metrics([t for r in results for t in r.metrics])
     _write_arrow(_stamp_arrow(metrics, {"run_id": run.run_id, "run_time": run.run_time}), f"{out}/metrics")
     tables = {name: t for r in results for name, t in r.tables.items()}
@@ -274,16 +282,12 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
         _write_arrow(t, f"{out}/tables/{name}")
     # the messages to re-send: the scan's tasks wrote the dropped and unindexed ones; the damaged ones go beside
     resend.write_damaged(ctx.resend_damaged, f"{out}/tables/{resend.NAME}")
-    Path(out, "tables", resend.NAME, "_SUCCESS").touch()
-    if history:
-        progress(f"appending to the history at {history}")
-        append_history(spark.read.parquet(f"{out}/findings"), f"{history.rstrip('/')}/findings")
-        append_history(spark.read.parquet(f"{out}/metrics"), f"{history.rstrip('/')}/metrics")
+    out_write(out_join(out, "tables", resend.NAME, "_SUCCESS"), b"")
     return _Written(counts, metrics, tables)
 
 
 def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, out: str, started: float,
-             run_id: str, run_time, report: str | None) -> dict:
+             run_id: str, run_time, report: str | None, staged: str | None = None) -> dict:
     counts = written.counts
     brokers = [{"name": s.name, "path": s.path, "geometry": _geometry(ctx.plans[s.name]),
                 "as_of": ctx.as_of.get(s.name)} for s in ctx.stores]
@@ -306,7 +310,7 @@ def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, o
     }
     message_counts = _broker_metric(written.metrics, "message_count")
     for b in brokers:
-        b["verdict"] = broker_verdict(b, groups, out, message_counts.get(b["name"]))
+        b["verdict"] = broker_verdict(b, groups, out, message_counts.get(b["name"]), staged)
     summary["counts"].update(terminal.counts(summary, groups))
     return summary
 
@@ -356,9 +360,8 @@ def _stamp_arrow(t: pa.Table, stamp: dict) -> pa.Table:
 
 def _write_arrow(t: pa.Table, path: str) -> None:
     """A small table as a Parquet folder (one part file), as Spark would lay it out."""
-    os.makedirs(path, exist_ok=True)
-    write_parquet_file(t, os.path.join(path, "part-00000.parquet"))
-    Path(path, "_SUCCESS").touch()
+    write_parquet_file(t, out_join(path, "part-00000.parquet"))
+    out_write(out_join(path, "_SUCCESS"), b"")
 
 
 def _geometry(plan: BrokerPlan) -> dict:
@@ -401,15 +404,23 @@ def _version() -> str:
         return "unknown"
 
 
-def _prepare_outputs(args, stores) -> None:
-    """--out prepared and --history checked, both apart from every input (as given and as resolved)."""
+def _prepare_outputs(args, stores):
+    """--history validated and claimed (jobs/history.py: an audit history or nothing, refused untouched
+    otherwise), then --out claimed (jobs/commit.py), both apart from every input (as given and as resolved) and
+    from each other, before any work; -> (the staging the run writes its outputs into, the history's part of
+    the run or None)."""
     from jobs.output import check_apart
+    from jobs.stores import protected_paths
 
-    inputs = list(args.store) + [s.path for s in stores]
+    inputs = protected_paths(args.store, stores)
+    run = job_run(NAME)
+    history = None
     if args.history:
-        check_apart(args.history, inputs, what="history")
         check_apart(args.history, [args.out], what="history")
-    prepare_output(args.out, overwrite=args.overwrite, inputs=inputs, job="audit")
+        check_apart(args.out, [args.history], what="output")
+        history = claim_history(run, args.history, inputs=inputs)
+    out = prepare_output(args.out, overwrite=args.overwrite, inputs=inputs, job="audit")
+    return out.staging_path, history
 
 
 def _prepare(args) -> None:

@@ -22,7 +22,6 @@ import io
 import json
 import os
 import re
-from pathlib import Path
 
 import pyarrow as pa
 
@@ -87,8 +86,11 @@ details.group>div{padding:4px 10px 6px}
 #: the partial tables the report reads itself (the rest comes through the summary and the tables)
 READS = ("rates.counts",)
 
-def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: str, *, top: int = 200) -> str:
-    """report.html for the audit in ``out`` (its summary, detail tables and finding groups)."""
+def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: str, *, top: int = 200,
+          staged: str | None = None) -> str:
+    """report.html for the audit in ``out`` (its summary, detail tables and finding groups); ``staged``: where the
+    run's outputs are until it commits (jobs/commit.py): read and written there, named as ``out``."""
+    src = staged or out
     brokers = summary["brokers"]
     counts = summary["counts"]
     worst = min((b["verdict"] for b in brokers), key=lambda v: list(_LEVEL_ORDER).index(v["level"]),
@@ -103,7 +105,7 @@ def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: st
                      f"{_e(worst['banner'])}</span>{_e(title)}</div>")
         parts.append(_fleet(brokers))
     for b in brokers:
-        parts.append(_first_screen(b, out, top_banner=len(brokers) == 1))
+        parts.append(_first_screen(b, out, src, top_banner=len(brokers) == 1))
     parts.append(_groups_section(groups, top))
     parts.append(_per_check_section(counts["per_check"]))
     parts.append(_recovery_section(summary))
@@ -127,9 +129,11 @@ def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: st
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>RocketMQ store audit: {_e(worst['banner'])}</title><style>{_CSS}</style></head>"
             f"<body>{''.join(parts)}</body></html>")
-    path = Path(out) / "report.html"
-    path.write_text(page, encoding="utf-8")
-    return str(path)
+    from jobs.output import out_join, out_write
+
+    path = out_join(src, "report.html")
+    out_write(path, page)  # a local path or a URI (the run's staging)
+    return path
 
 
 _LEVEL_ORDER = ("will-not-start", "incomplete", "data-lost", "attention", "pass")
@@ -255,7 +259,7 @@ def _fleet(brokers: list[dict]) -> str:
         cls="fleet")
 
 
-def _first_screen(b: dict, out: str, *, top_banner: bool) -> str:
+def _first_screen(b: dict, out: str, src: str, *, top_banner: bool) -> str:
     v, rec = b["verdict"], b.get("recovery")
     name = b["name"]
     ident = " id='verdict'" if top_banner else ""
@@ -287,7 +291,7 @@ def _first_screen(b: dict, out: str, *, top_banner: bool) -> str:
     if lost["unframed_runs"]:
         lost_text += (f", and {lost['unframed_runs']:,} unreadable run(s) of records "
                       f"({rec['unframed_bytes_lost']:,} bytes whose headers are gone: not countable)")
-    keys = _lost_keys(out, name)
+    keys = _lost_keys(src, name)
     if keys:
         lost_text += f"; keys: {', '.join(f'<code>{_e(k)}</code>' for k in keys)}"
     if lost["unindexed"]:
@@ -304,7 +308,7 @@ def _first_screen(b: dict, out: str, *, top_banner: bool) -> str:
     parts.append("<h3>Do first</h3><ol class='actions'>" + "".join(
         f"<li>{_md(a['text'])}" + (f"<pre class='command'>{_command(a['command'])}</pre>" if a.get("command") else "")
         + "</li>" for a in v["actions"]) + "</ol>")
-    parts.append(_resend_section(b, out))
+    parts.append(_resend_section(b, out, src))
     parts.append("</section>")
     return "".join(parts)
 
@@ -323,7 +327,9 @@ def _command(command: str) -> str:
 
 def _lost_keys(out: str, broker: str, limit: int = 5) -> list[str]:
     keys = []
-    for r in resend.first_rows(os.path.join(out, "tables", resend.NAME), broker, 50):
+    from jobs.output import out_join
+
+    for r in resend.first_rows(out_join(out, "tables", resend.NAME), broker, 50):
         if r["state"] == "unindexed":
             continue
         for k in [r["uniq_key"], *(r["keys"] or [])]:
@@ -334,11 +340,13 @@ def _lost_keys(out: str, broker: str, limit: int = 5) -> list[str]:
     return keys[:limit]
 
 
-def _resend_section(b: dict, out: str) -> str:
+def _resend_section(b: dict, out: str, src: str) -> str:
     name, v = b["name"], b["verdict"]
     lost = v["lost"]
     total = lost["damaged"] + lost["dropped"] + lost["unindexed"]
-    path = os.path.join(out, "tables", resend.NAME)
+    from jobs.output import out_join
+
+    path = out_join(src, "tables", resend.NAME)
     if not total:
         return "<h3>Messages to re-send</h3><p class='muted'>none</p>"
     rows = resend.first_rows(path, name, _RESEND_ROWS)

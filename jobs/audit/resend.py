@@ -17,7 +17,6 @@ which writes them beside the tasks' files.
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pyarrow as pa
@@ -64,25 +63,30 @@ def damaged_row(broker: str, physical_offset: int, about: dict, damage: str) -> 
 def write_damaged(rows: list[dict], path: str) -> None:
     """The driver's part of the table: damaged records, one row per physical offset (a record that is both an
     integrity span and the record recovery stops at is named twice: the first naming is kept)."""
-    from jobs.output import write_parquet_file
+    from jobs.output import out_join, write_parquet_file
 
     seen, kept = set(), []
     for r in sorted(rows, key=lambda r: (r["broker"], r["physical_offset"])):
         if (r["broker"], r["physical_offset"]) not in seen:
             seen.add((r["broker"], r["physical_offset"]))
             kept.append(r)
-    os.makedirs(path, exist_ok=True)
-    write_parquet_file(pa.Table.from_pylist(kept, schema=SCHEMA), os.path.join(path, "part-driver.parquet"))
+    write_parquet_file(pa.Table.from_pylist(kept, schema=SCHEMA), out_join(path, "part-driver.parquet"))
+
+
+def _dataset(path: str):
+    """The table at ``path`` (a local path or a URI: jobs/output.py), or None when there is none."""
+    from jobs.output import out_dataset
+
+    return out_dataset(path, schema=SCHEMA)
 
 
 def counts(path: str) -> dict[tuple[str, str], int]:
     """(broker, state) -> rows, read a batch at a time."""
-    import pyarrow.dataset as ds
-
     out: dict[tuple, int] = {}
-    if not os.path.isdir(path):
+    dataset = _dataset(path)
+    if dataset is None:
         return out
-    for batch in ds.dataset(path, format="parquet", schema=SCHEMA).to_batches(columns=["broker", "state"]):
+    for batch in dataset.to_batches(columns=["broker", "state"]):
         if not batch.num_rows:
             continue
         g = pa.table(batch).group_by(["broker", "state"]).aggregate([("state", "count")])
@@ -94,13 +98,11 @@ def counts(path: str) -> dict[tuple[str, str], int]:
 def first_rows(path: str, broker: str, limit: int) -> list[dict]:
     """The first ``limit`` rows of a broker, damaged first, then dropped, then unindexed, each by physical offset;
     read a batch at a time so memory stays bounded whatever the table's size."""
-    import pyarrow.dataset as ds
-
-    if not os.path.isdir(path) or limit <= 0:
+    dataset = _dataset(path)
+    if dataset is None or limit <= 0:
         return []
     rank = {s: i for i, s in enumerate(STATES)}
     best: list[dict] = []
-    dataset = ds.dataset(path, format="parquet", schema=SCHEMA)
     for batch in dataset.to_batches(filter=pc.field("broker") == broker):
         if not batch.num_rows:
             continue
@@ -114,12 +116,10 @@ def first_rows(path: str, broker: str, limit: int) -> list[dict]:
 
 def first_offset(path: str, broker: str, state: str) -> int | None:
     """The least physical offset of a broker's rows in ``state`` (where an extract of them starts)."""
-    import pyarrow.dataset as ds
-
-    if not os.path.isdir(path):
+    dataset = _dataset(path)
+    if dataset is None:
         return None
     least = None
-    dataset = ds.dataset(path, format="parquet", schema=SCHEMA)
     for batch in dataset.to_batches(columns=["physical_offset"],
                                     filter=(pc.field("broker") == broker) & (pc.field("state") == state)):
         if batch.num_rows:
@@ -131,12 +131,10 @@ def first_offset(path: str, broker: str, state: str) -> int | None:
 def unindexed_queues(path: str, broker: str) -> list[dict]:
     """Per queue with messages in no consume queue: their count and least and greatest queue offset, the largest
     first."""
-    import pyarrow.dataset as ds
-
-    if not os.path.isdir(path):
+    dataset = _dataset(path)
+    if dataset is None:
         return []
     per: dict[tuple, dict] = {}
-    dataset = ds.dataset(path, format="parquet", schema=SCHEMA)
     for batch in dataset.to_batches(columns=["topic", "queue_id", "queue_offset"],
                                     filter=(pc.field("broker") == broker) & (pc.field("state") == "unindexed")):
         if not batch.num_rows:

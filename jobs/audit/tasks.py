@@ -79,13 +79,12 @@ class Emitter:
     def write_findings(self, run: RunInfo, part: str) -> None:
         """The task's findings as one Parquet file ``part`` in the run's findings folder, and their counts; its
         detail tables as one file ``part`` each in ``tables_dir/<name>``."""
-        from jobs.output import write_parquet_file
+        from jobs.output import out_join, write_parquet_file  # through the fs seam: a path or a URI
 
         for name, tables in self.tables.items():
             if run.tables_dir is None:
                 raise RuntimeError(f"a task wrote the table {name} in a stage that writes none")
-            os.makedirs(os.path.join(run.tables_dir, name), exist_ok=True)
-            write_parquet_file(pa.concat_tables(tables), os.path.join(run.tables_dir, name, part))
+            write_parquet_file(pa.concat_tables(tables), out_join(run.tables_dir, name, part))
         if not self.findings:
             return
 
@@ -95,7 +94,7 @@ class Emitter:
                                           "count": counts.column("check_count").cast(pa.int64())}, schema=COUNTS))
         if run.findings_dir is None:
             raise RuntimeError("a task made findings in a stage that writes none")
-        write_parquet_file(as_written(t, run.run_id, run.run_time), os.path.join(run.findings_dir, part))
+        write_parquet_file(as_written(t, run.run_id, run.run_time), out_join(run.findings_dir, part))
 
     def batches(self):
         for name, tables in self.partials.items():

@@ -55,15 +55,17 @@ def _plural(n: int, one: str, many: str | None = None) -> str:
     return f"{_n(n)} {one if n == 1 else (many or one + 's')}"
 
 
-def verdict(broker: dict, groups: list[Group], out: str, message_count: int | None) -> dict:
+def verdict(broker: dict, groups: list[Group], out: str, message_count: int | None, staged: str | None = None) -> dict:
     """The on-call view of ``broker`` (a summary.json ``brokers`` entry) from its finding groups (in the report's
-    order) and the audit's tables in ``out`` (tables/resend, tables/segments)."""
+    order) and the audit's tables in ``out`` (tables/resend, tables/segments; read from ``staged`` until the run
+    commits, jobs/commit.py)."""
+    src = staged or out
     name, rec = broker["name"], broker.get("recovery")
     mine = [g for g in groups if g.broker == name]
     failed = [g for g in mine if g.check == "broker.audit_failed"]
     errors = sum(g.count for g in mine if g.severity == Severity.ERROR)
     lost_groups = [g for g in mine if g.consequence == Consequence.DATA_LOST]
-    table = os.path.join(out, "tables", resend.NAME)
+    table = _join(src, "tables", resend.NAME)
     counts = {s: n for (b, s), n in resend.counts(table).items() if b == name}
     damaged, dropped, unindexed = (counts.get(s, 0) for s in ("damaged", "dropped", "unindexed"))
     v: dict = {"level": "pass", "banner": "", "headline": "", "will_start": None, "why_not": [], "cut": None,
@@ -84,7 +86,7 @@ def verdict(broker: dict, groups: list[Group], out: str, message_count: int | No
         if loses:
             v["cut"] = {"physical_offset": cut, "segment": rec["stop_segment"], "file_position": rec["stop_position"],
                         "kind": rec["stop_kind"]}
-        v["at_risk"] = _at_risk(rec, _empty_segments(out, name))
+        v["at_risk"] = _at_risk(rec, _empty_segments(src, name))
         first_damage = min((g.first_offset for g in lost_groups if g.first_offset is not None), default=None)
         v["safe_before"] = cut if first_damage is None else min(cut, first_damage)
         v["headline"] = _headline(name, rec, v, message_count, errors, mine)
@@ -100,7 +102,7 @@ def verdict(broker: dict, groups: list[Group], out: str, message_count: int | No
         v["headline"] += f"; the audit of this broker is incomplete ({_plural(sum(g.count for g in failed), 'step')} " \
                          "failed)"
     v["banner"] = LEVELS[v["level"]]
-    v["actions"] = actions(broker, v, mine, out)
+    v["actions"] = actions(broker, v, mine, out, src)
     return v
 
 
@@ -120,14 +122,20 @@ def _with_other_blockers(rec: dict, groups: list[Group]) -> dict:
     return dict(rec, broker_will_start=False, start_problems=list(rec["start_problems"]) + problems)
 
 
+def _join(base: str, *parts: str) -> str:
+    from jobs.output import out_join
+
+    return out_join(base, *parts)
+
+
 def _empty_segments(out: str, broker: str) -> set[str]:
     """The segments of ``broker`` that hold nothing (no message, no damage): deleting one destroys nothing."""
-    import pyarrow.parquet as pq
+    from jobs.output import out_dataset, out_join
 
-    path = os.path.join(out, "tables", "segments")
-    if not os.path.isdir(path):
+    dataset = out_dataset(out_join(out, "tables", "segments"))
+    if dataset is None:
         return set()
-    rows = pq.read_table(path, columns=["broker", "segment", "messages", "corrupt_bytes", "stale_records"]).to_pylist()
+    rows = dataset.to_table(columns=["broker", "segment", "messages", "corrupt_bytes", "stale_records"]).to_pylist()
     return {r["segment"] for r in rows if r["broker"] == broker and not (r["messages"] or r["corrupt_bytes"]
                                                                          or r["stale_records"])}
 
@@ -208,11 +216,11 @@ def _action(kind: str, text: str, command: str | None = None, check: str | None 
     return {"kind": kind, "text": text, "command": command, "check": check, "count": count}
 
 
-def actions(broker: dict, v: dict, groups: list[Group], out: str) -> list[dict]:
+def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | None = None) -> list[dict]:
     """The broker's actions, most urgent first (module docstring), at most :data:`ACTIONS`."""
     name, rec = broker["name"], broker.get("recovery")
     rec = _with_other_blockers(rec, groups) if rec is not None else None
-    table = os.path.join(out, "tables", resend.NAME)
+    table = _join(src or out, "tables", resend.NAME)
     done: list[dict] = []
     if rec is not None and not rec["broker_will_start"]:
         done.append(_will_not_start(broker, rec, groups))

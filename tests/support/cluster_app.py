@@ -5,7 +5,8 @@ driver and one set of executors for the three), then a probe of what the executo
     spark-submit --master spark://... --py-files rocketmq_forensics.zip cluster_app.py SPEC.json
 
 SPEC.json: {"decode": argv, "extract": argv, "query": argv, "query_out": path, "result": path, "decode_remote":
-argv} (decode_remote: decode over a custom file system's URI, which the environment registers).  The result
+argv, "audit_remote": argv} (decode_remote: decode over a custom file system's URI, which the environment
+registers; audit_remote: the audit with its stores and its --out on that file system).  The result
 file gets each job's exit code and, per Python worker that ran a probe task, where ``jobs`` and
 ``udfs.compiled`` were imported from, whether the interpreter saw site-packages, and numba's cache counts.
 No import of the project at the top: Spark has put the zip on the driver's path by the time ``main`` runs.
@@ -56,6 +57,10 @@ def main(spec_path: str) -> int:
     with open(spec["query_out"], "w") as out, contextlib.redirect_stdout(out):
         codes["query"] = query.main(spec["query"])
     codes["decode_remote"] = decode.main(spec["decode_remote"])
+    if spec.get("audit_remote"):  # the stores AND --out on the custom scheme: no path shared with the executors
+        from jobs.audit import job as audit
+
+        codes["audit_remote"] = audit.main(spec["audit_remote"])
     spark = build_session("cluster probe")  # the jobs' session, still running
     import jobs
 

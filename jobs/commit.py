@@ -1,0 +1,968 @@
+"""Claim, then commit: how every output of every job becomes visible, on a local path and on any URI.
+
+A job run (:class:`JobRun`) claims each output before any work, writes into a staging location beside it, and makes
+the result visible in one step at the end; a run that fails or is interrupted leaves the previous output as it was.
+
+    with JobRun("decode") as run:              # the run's id: pid, host, start time, command
+        out = run.output(args.out, overwrite=args.overwrite, inputs=protected)   # claimed, or refused (exit 2)
+        out.write(df, "parquet")               # into out.staging, invisible to every reader
+        run.gate("the counts reconcile", check)   # every check of the run, before anything is committed
+        run.commit()                           # gates, then each participant's commit, then the claims released
+
+**The claim.**  Beside every output (a folder ``X``) lives its control folder ``.X.rocketmq-forensics/``, and in it
+``claim.json``, created exclusively (``O_CREAT|O_EXCL`` on a local path) with the run's id: run id, job, pid, host,
+start time, command.  A second run on the same output is refused (:class:`ClaimError`, exit 2), naming the first
+and since when; a claim whose process is gone on this host (its pid gone, or given to a later process) is stale
+and taken over, said on stderr, and what the dead run left is cleaned; a claim held on another host is refused
+with what to do if that run is gone (remove the file).  On a file system without exclusive creation (pyarrow
+has none for object stores and HDFS) the claim is written when absent and read back: two runs starting within the
+same moment may both think they hold it (docs/cluster.md says so).  The claim is taken before any work and
+released when the run ends, however it ends (``finally``): only a killed process (SIGKILL, power loss) leaves a
+stale one.
+
+**Staging and the commit.**  The run writes into ``.X.rocketmq-forensics/staging-<run id>/``: on the same file system
+as ``X`` and under a name no reader looks at.  Its commit (:meth:`Output.commit`) writes the output marker
+``_ROCKETMQ_FORENSICS`` (``state: committed``, the run and its time) into the staging, then:
+
+* where the file system renames folders atomically (a local path, HDFS, a ``PyFileSystem`` whose handler says
+  ``atomic_rename``), one rename: onto a missing output, or, over an existing one (``--overwrite``), an atomic
+  exchange of the two folders on Linux (``renameat2(RENAME_EXCHANGE)``), else two renames journalled in
+  ``commit-<run id>.json`` (the old output aside, the new one in); only then is the old one removed;
+* elsewhere (object stores: no rename of folders) the marker is written LAST: an old output is first marked
+  ``state: replacing`` (invisible to readers) and moved aside file by file, the staged files are moved in, the
+  marker with ``state: committed`` written, and only then the old files removed; ``commit-<run id>.json`` journals
+  it, so a commit cut short is finished by the next run's claim.
+
+Readers (:func:`output_state`, used by jobs/output.py's ``read_table``) take a folder holding the marker in any state
+but ``committed`` for an uncommitted run and refuse it; a folder without the marker is not this suite's (a table of
+the user's: read as it is); a marker without ``state`` was written before this change (read as committed).
+``_SUCCESS`` files and the committed marker exist only in the staging until the commit moves them in.
+
+**Failure.**  Any exception (``KeyboardInterrupt`` and ``SystemExit`` included) inside ``with JobRun(...)`` marks
+every uncommitted participant failed with the reason -- ``_FAILED.json`` in its staging (run, reason, time) -- undoes
+participants already committed in this run (the history's appends), releases the claims and re-raises: a signal
+handler only has to raise (:func:`active_runs` and :meth:`JobRun.kept` say what was kept, for its one line).  The
+next run's claim cleans what failed or killed runs left: failed stagings, a commit cut short (finished or rolled
+back by its journal), participants' own leftovers (``recover`` hooks: the history's partial appends).
+
+Delta outputs (``extract --format delta --overwrite`` over an existing Delta table this suite wrote) are not
+swapped: the output is claimed ``inplace`` (jobs/output.py ``prepare_output(delta=True)``), the new data is staged
+as files inside the table that no log lists, and its commit is one delta-rs transaction, a new table version;
+``--overwrite`` of a Delta table is a version, never a deleted folder (time travel still reads the old one).
+
+How a job uses it: jobs/cli.py runs ``prepare`` and ``run`` inside one :class:`JobRun`; ``prepare`` claims
+(``prepare_output``), ``run`` (decorated with :func:`runs_job`) writes into ``out.staging_path`` and its outputs
+are committed when it returns anything but a failure.  The audit's history is a participant of the same run
+(jobs/history.py ``HistoryAppend``), committed before the output and undone if the output's commit fails.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import posixpath
+import shlex
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import pyarrow.fs as pafs
+
+from store_format import fs
+from store_format.fs import OUTPUT_MARKER as MARKER
+
+from .output import OutputError
+
+TOOL = "rocketmq-forensics"
+CONTROL_SUFFIX = ".rocketmq-forensics"  # .<name>.rocketmq-forensics/ beside the output
+CLAIM = "claim.json"
+FAILED = "_FAILED.json"  # in a failed staging: the run and the reason
+STAGING_PREFIX = "staging-"
+OLD_PREFIX = "old-"
+JOURNAL_PREFIX = "commit-"
+COMMITTED, REPLACING = "committed", "replacing"
+
+
+class ClaimError(OutputError):
+    """Another run holds the output (or held it and died): refused, exit 2."""
+
+
+def _say(line: str) -> None:
+    from .progress import say
+
+    say(line)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run's identity
+
+
+def _pid_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), which tells a process
+    from a later one that got the same pid; None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def new_run_id(when: dt.datetime | None = None) -> str:
+    when = when or dt.datetime.now(dt.timezone.utc)
+    return f"{when.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class RunIdentity:
+    """Who holds a claim: written in ``claim.json`` and in a failed staging's ``_FAILED.json``."""
+
+    run_id: str
+    job: str
+    pid: int
+    host: str
+    started: str  # ISO-8601 UTC, to the microsecond
+    command: str
+    pid_start: int | None = None
+
+    @classmethod
+    def current(cls, job: str, run_id: str | None = None, started: dt.datetime | None = None) -> "RunIdentity":
+        started = started or dt.datetime.now(dt.timezone.utc)
+        return cls(run_id or new_run_id(started), job, os.getpid(), socket.gethostname(), started.isoformat(),
+                   " ".join(shlex.quote(a) for a in [os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]]),
+                   _pid_start(os.getpid()))
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RunIdentity":
+        known = {k: data.get(k) for k in ("run_id", "job", "pid", "host", "started", "command", "pid_start")}
+        return cls(**{**known, "pid": int(known["pid"] or 0)})
+
+    def describe(self) -> str:
+        return (f"run {self.run_id} ({self.job}, pid {self.pid} on host {self.host}, since {self.started}: "
+                f"{self.command})")
+
+    def alive(self) -> bool | None:
+        """Whether its process still runs: None when it ran on another host (nothing to ask)."""
+        if self.host != socket.gethostname():
+            return None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        if self.pid_start is not None and _pid_start(self.pid) not in (None, self.pid_start):
+            return False  # the pid was given to another process since
+        return True
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Small file operations through the seam (a Location: local or any pyarrow file system)
+
+
+def write_bytes(loc: fs.Location, data: bytes, *, exclusive: bool = False, atomic: bool = False) -> None:
+    """``data`` as the file ``loc``.  ``exclusive``: refused (FileExistsError) when it exists -- by ``O_EXCL`` on a
+    local path, by a look first elsewhere.  ``atomic``: a reader sees the old bytes or the new ones (a local file
+    is written beside and renamed over; an object store's PUT is atomic as it is)."""
+    if loc.local_path is not None:
+        os.makedirs(os.path.dirname(loc.path), exist_ok=True)
+        if exclusive:
+            fd = os.open(loc.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            return
+        if atomic:
+            tmp = f"{loc.path}.{uuid.uuid4().hex[:8]}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, loc.path)
+            return
+        with open(loc.path, "wb") as f:
+            f.write(data)
+        return
+    if exclusive and loc.exists():
+        raise FileExistsError(loc.path)
+    with loc.fs.open_output_stream(loc.path) as f:
+        f.write(data)
+
+
+def read_json(loc: fs.Location) -> dict | None:
+    """A small JSON file's object, or None (missing, unreadable, not an object)."""
+    try:
+        if loc.local_path is not None:
+            raw = fs.read_bytes(loc.path, 1 << 20, follow=False)
+        else:
+            if not loc.is_file():
+                return None
+            with loc.fs.open_input_stream(loc.path) as f:
+                raw = f.read(1 << 20)
+        data = json.loads(raw.decode("utf-8"))
+    except (fs.UnreadableError, OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_json(loc: fs.Location, data: dict, **kw) -> None:
+    write_bytes(loc, json.dumps(data, indent=1, default=str).encode("utf-8"), **kw)
+
+
+def delete(loc: fs.Location) -> None:
+    """``loc`` gone, file or folder (nothing there: nothing to do)."""
+    info = loc.info()
+    if info.type == pafs.FileType.Directory:
+        if loc.local_path is not None:
+            import shutil
+
+            shutil.rmtree(loc.path)
+        else:
+            loc.fs.delete_dir(loc.path)
+    elif info.type != pafs.FileType.NotFound:
+        loc.fs.delete_file(loc.path)
+
+
+def make_dirs(loc: fs.Location) -> None:
+    loc.fs.create_dir(loc.path, recursive=True)
+
+
+def files_below(loc: fs.Location) -> list[pafs.FileInfo]:
+    """Every file below ``loc`` (recursive), by path."""
+    if not loc.is_dir():
+        return []
+    infos = loc.fs.get_file_info(pafs.FileSelector(loc.path, recursive=True))
+    return sorted((i for i in infos if i.type == pafs.FileType.File), key=lambda i: i.path)
+
+
+def contents(loc: fs.Location) -> tuple[int, int]:
+    """(files, bytes) below ``loc``."""
+    found = files_below(loc)
+    return len(found), sum(i.size or 0 for i in found)
+
+
+def atomic_rename(filesystem: pafs.FileSystem) -> bool:
+    """Whether ``move`` of a folder is one atomic rename on this file system: the local one, HDFS, or a
+    ``PyFileSystem`` whose handler says so (``atomic_rename = True``).  Object stores (S3, GCS, Azure blobs) have no
+    rename of folders: their outputs are committed by a marker written last."""
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        return True
+    if type(filesystem).__name__ == "HadoopFileSystem":
+        return True
+    handler = getattr(filesystem, "handler", None)
+    return bool(getattr(handler, "atomic_rename", False))
+
+
+def _move_file(filesystem: pafs.FileSystem, src: str, dst: str) -> None:
+    try:
+        filesystem.move(src, dst)
+        return
+    except NotImplementedError:
+        pass
+    except OSError:
+        if filesystem.get_file_info(src).type == pafs.FileType.NotFound:
+            raise
+    try:
+        filesystem.copy_file(src, dst)
+    except (NotImplementedError, OSError):
+        with filesystem.open_input_stream(src) as a, filesystem.open_output_stream(dst) as b:
+            while True:
+                chunk = a.read(8 << 20)
+                if not chunk:
+                    break
+                b.write(chunk)
+    filesystem.delete_file(src)
+
+
+def move_files(src: fs.Location, dst: fs.Location, *, skip: tuple[str, ...] = ()) -> None:
+    """Every file below ``src`` moved to the same place below ``dst``, one at a time (a file system without a
+    rename of folders); ``skip``: names at the top left where they are.  Idempotent: a file moved already is not
+    looked for again (a commit cut short is finished by running it again)."""
+    make_dirs(dst)
+    base = src.path.rstrip("/")
+    for info in files_below(src):
+        rel = info.path[len(base) + 1:]
+        if rel in skip:
+            continue
+        target = posixpath.join(dst.path, rel)
+        parent = posixpath.dirname(target)
+        if parent != dst.path:
+            src.fs.create_dir(parent, recursive=True)
+        _move_file(src.fs, info.path, target)
+
+
+def exchange(a: str, b: str) -> bool:
+    """Swap two local paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where the kernel, the C
+    library or the file system cannot (the caller then renames twice, journalled)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What lies at an output path
+
+
+def marker_of(loc: fs.Location) -> dict | None:
+    """What the output marker in ``loc`` says, or None when it holds no marker of this suite (a regular file,
+    not a link, whose JSON names this tool)."""
+    data = read_json(loc.child(MARKER))
+    return data if data is not None and data.get("tool") == TOOL else None
+
+
+def output_state(path) -> str:
+    """``missing``, ``file`` (not a folder), ``empty``, ``committed`` (this suite's, committed; or written before
+    commits had states), ``uncommitted`` (this suite's marker in another state: a commit under way or cut short),
+    or ``foreign`` (a folder this suite did not write: no marker)."""
+    loc = fs.resolve(path) if not isinstance(path, fs.Location) else path
+    info = loc.info()
+    if info.type == pafs.FileType.NotFound:
+        return "missing"
+    if info.type != pafs.FileType.Directory:
+        return "file"
+    names = [i.base_name for i in loc.list()] if loc.local_path is None else os.listdir(loc.path)
+    mark = marker_of(loc)
+    if mark is not None:
+        return COMMITTED if mark.get("state", COMMITTED) == COMMITTED else "uncommitted"
+    if not names:
+        return "empty"
+    return "foreign"  # no marker of ours (none, a link, another tool's): not this suite's folder
+
+
+def check_committed(path, what: str = "output") -> None:
+    """Refuse to read an output whose run has not committed (a folder this suite is still writing, or whose
+    commit was cut short: the next run on it finishes or removes it)."""
+    if output_state(path) == "uncommitted":
+        mark = marker_of(fs.resolve(path)) or {}
+        raise OutputError(f"{what} {path} is not committed (run {mark.get('run_id', '?')}: {mark.get('state', '?')}): "
+                          "its run was interrupted or is still writing; readers ignore it until a run commits it")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Targets: an output (or history) folder, its control folder and its claim
+
+
+def beside_uri(uri: str, name: str) -> str:
+    """The URI of ``name`` in the folder that holds ``uri``'s (its options kept): for messages."""
+    u = urlsplit(uri)
+    return urlunsplit(u._replace(path=posixpath.join(posixpath.dirname(u.path.rstrip("/")) or "/", name)))
+
+
+class Target:
+    """A folder a run writes (``--out``, ``--history``): where it is, its control folder beside it, its claim."""
+
+    def __init__(self, path: str):
+        self.shown = str(path)
+        if fs.is_uri(path) and not str(path).startswith("file://"):
+            self.loc = fs.resolve(path)
+            self.uri = str(path)
+        else:
+            local = str(path)[len("file://"):] if str(path).startswith("file://") else str(path)
+            self.loc = fs.Location(pafs.LocalFileSystem(), fs.real(local.rstrip("/") or local))
+            self.uri = None
+        if self.loc.name in ("", ".", ".."):
+            raise OutputError(f"{path}: an output must be a folder with a name (not a file system's root)")
+        self.parent = self.loc.parent()
+        self.control = self.parent.child(f".{self.loc.name}{CONTROL_SUFFIX}")
+        self.rename = atomic_rename(self.loc.fs)
+
+    def show(self, loc: fs.Location) -> str:
+        """``loc`` (in the control folder) as the user would name it."""
+        if self.uri is None:
+            return loc.path
+        rel = loc.path[len(self.parent.path.rstrip("/")) + 1:]
+        return beside_uri(self.uri, rel)
+
+    def holder(self) -> tuple[RunIdentity | None, fs.Location]:
+        claim = self.control.child(CLAIM)
+        data = read_json(claim)
+        return (RunIdentity.from_json(data) if data and data.get("run_id") else None), claim
+
+    def check_unclaimed(self, what: str = "output") -> None:
+        """Refuse when a run holds the claim (or held it and died): the early check, with no side effect."""
+        holder, claim = self.holder()
+        if holder is None:
+            if claim.exists():
+                raise ClaimError(f"{what} {self.shown} is being claimed by another run right now ({self.show(claim)} "
+                                 "is still being written); try again, or choose another path")
+            return
+        if holder.alive() is False:
+            return  # stale: the claim takes it over
+        self._refuse(holder, claim, what)
+
+    def _refuse(self, holder: RunIdentity, claim: fs.Location, what: str):
+        alive = holder.alive()
+        if alive is False:
+            raise ClaimError(f"{what} {self.shown} is claimed by {holder.describe()}, but that process is no longer "
+                             f"running (killed?): its claim is stale.  Remove {self.show(claim)} and run again: the "
+                             "next run removes what it left (its staging)")
+        where = "" if alive else (f" (it runs on another host: if it is no longer running, remove {self.show(claim)} "
+                                  "and run again)")
+        raise ClaimError(f"{what} {self.shown} is in use by {holder.describe()}{where}: two runs never write one "
+                         "output; wait for it to end, or choose another path")
+
+    def claim(self, run: RunIdentity, what: str = "output") -> "Claim":
+        make_dirs(self.control)
+        loc = self.control.child(CLAIM)
+        body = json.dumps(asdict(run), indent=1).encode("utf-8")
+        for _ in range(3):
+            try:
+                write_bytes(loc, body, exclusive=True)
+            except FileExistsError:
+                holder, _ = self.holder()
+                if holder is None:  # being written this very moment, or an empty file left by a crash
+                    time.sleep(0.05)
+                    holder, _ = self.holder()
+                if holder is None:
+                    raise ClaimError(f"{what} {self.shown}: {self.show(loc)} exists but names no run (a claim being "
+                                     "written, or left empty by a crash); if no run is writing it, remove that file "
+                                     "and run again") from None
+                if holder.run_id == run.run_id:
+                    return Claim(self, run)
+                if holder.alive() is False:  # its process is gone (killed): the claim is stale, taken over
+                    _say(f"{what} {self.shown}: taking over the stale claim of {holder.describe()} (that process "
+                         "is no longer running)")
+                    try:
+                        loc.fs.delete_file(loc.path)
+                    except OSError:
+                        pass
+                    continue
+                self._refuse(holder, loc, what)
+            else:
+                break
+        if loc.local_path is None:  # no exclusive creation here: read it back, the last writer wins
+            holder, _ = self.holder()
+            if holder is None or holder.run_id != run.run_id:
+                if holder is None:
+                    raise ClaimError(f"{what} {self.shown}: its claim could not be read back from {self.show(loc)}")
+                self._refuse(holder, loc, what)
+        return Claim(self, run)
+
+
+class Claim:
+    """A held claim: released once (the file removed if it is still ours, the control folder if it is empty)."""
+
+    def __init__(self, target: Target, run: RunIdentity):
+        self.target, self.run, self.held = target, run, True
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        holder, loc = self.target.holder()
+        try:
+            if holder is not None and holder.run_id == self.run.run_id:
+                loc.fs.delete_file(loc.path)
+            control = self.target.control
+            if control.is_dir() and not control.list():
+                control.fs.delete_dir(control.path)
+        except OSError:
+            pass  # the claim file is gone or the folder is not empty: nothing more to release
+
+    def leftovers(self) -> list[fs.Location]:
+        """What other runs left in the control folder (we hold the claim: none of them is running)."""
+        mine = {f"{STAGING_PREFIX}{self.run.run_id}", f"{JOURNAL_PREFIX}{self.run.run_id}.json", CLAIM}
+        return [fs.Location(self.target.control.fs, i.path) for i in self.target.control.list()
+                if i.base_name not in mine]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Participants of a run's commit
+
+
+class Participant:
+    """What a run commits: an output folder, a Delta table's new version, the history's appends.  ``order``:
+    lower commits first (the history before the outputs: an output is committed last, so no undo is asked of
+    it)."""
+
+    order = 10
+    name = "output"
+
+    def commit(self) -> None:
+        raise NotImplementedError
+
+    def undo(self) -> None:
+        """Revert a commit this run made (a later participant failed)."""
+
+    def fail(self, reason: str) -> None:
+        """Never committed: mark the staging failed, with the reason."""
+
+    def release(self) -> None:
+        """Drop the claims."""
+
+    def kept(self) -> str:
+        """What a failure left, in words."""
+        return ""
+
+
+def check_output(path: str, *, overwrite: bool, inputs=(), what: str = "output") -> str:
+    """The early check of an output (no side effect): apart from every input (jobs/output.py ``check_apart``), not
+    claimed by another run, and either missing, empty, or a folder this suite wrote when ``overwrite``.  Returns
+    :func:`output_state`."""
+    from .output import check_apart
+
+    check_apart(path, inputs, what=what)
+    target = Target(path)
+    state = check_state(target, path, overwrite=overwrite, what=what)
+    target.check_unclaimed(what)
+    return state
+
+
+def check_state(target: "Target", path: str, *, overwrite: bool, what: str = "output") -> str:
+    """What lies at the output may be replaced by this run (the check before the claim, and again once it is held:
+    another run may have committed in between)."""
+    state = output_state(target.loc)
+    if state == "file":
+        raise OutputError(f"{what} {path} exists and is {_kind(target.loc)}, not a folder written by this suite: "
+                          "--overwrite only ever replaces those; remove it yourself or choose another path")
+    if state == "foreign":
+        if not overwrite:
+            raise OutputError(f"{what} {path} already exists and is not empty; pass --overwrite to replace it (only "
+                              f"possible for a folder this suite wrote: it has no {MARKER} file, so remove it "
+                              "yourself or choose another path)")
+        raise OutputError(f"{what} {path} exists and was not written by this suite (no {MARKER} file in it): "
+                          "--overwrite only ever replaces folders this suite wrote; remove it yourself or choose "
+                          "another path")
+    if state in (COMMITTED, "uncommitted") and not overwrite and not _only_marker(target.loc):
+        raise OutputError(f"{what} {path} already exists and is not empty; pass --overwrite to replace it")
+    return state
+
+
+def _kind(loc: fs.Location) -> str:
+    if loc.local_path is None:
+        return "a file"
+    try:
+        return fs.describe(os.stat(loc.path).st_mode)
+    except OSError:
+        return "a broken link"
+
+
+def _only_marker(loc: fs.Location) -> bool:
+    return all(i.base_name == MARKER for i in loc.list())
+
+
+class Output(Participant):
+    """An output folder claimed by a run: written in :attr:`staging`, committed by a rename (or a marker written
+    last), or marked failed.  :meth:`local_work` gives a local folder for writers that need one (the store writer
+    of ``replay``), uploaded into the staging before the commit when the output is elsewhere."""
+
+    order = 10
+
+    def __init__(self, run: "JobRun", path: str, *, overwrite: bool, inputs=(), what: str = "output",
+                 stage: bool = True, inplace: bool = False):
+        self.run, self.shown, self.what, self.overwrite = run, str(path), what, overwrite
+        self.inplace = inplace  # an existing Delta table: written in place, its commit a new table version
+        check_output(path, overwrite=overwrite, inputs=inputs, what=what)
+        self.target = Target(path)
+        self.name = f"{what} {path}"
+        self.claim = self.target.claim(run.identity, what)
+        self.committed = self.failed = False
+        self._work: str | None = None
+        try:
+            recover(self.target, self.claim, run.recover_hook(self.target))
+            check_state(self.target, path, overwrite=overwrite, what=what)  # as it is now the claim is held
+            self.staging = self.target.control.child(f"{STAGING_PREFIX}{run.identity.run_id}")
+            if inplace:
+                self.staging = self.target.loc
+            elif stage:
+                make_dirs(self.staging)
+        except BaseException:
+            self.claim.release()
+            raise
+
+    # ---- where the run writes ---------------------------------------------------------------------------
+    @property
+    def staging_path(self) -> str:
+        """The staging as a string: a local path (Spark's writers write there), else its URI (for messages)."""
+        return self.staging.path if self.staging.local_path is not None else self.target.show(self.staging)
+
+    def local_work(self) -> str:
+        """A local folder to write into: the staging itself for a local output; else a temporary folder, copied
+        into the staging when the run commits."""
+        if self.staging.local_path is not None:
+            return self.staging.path
+        if self._work is None:
+            import tempfile
+
+            self._work = tempfile.mkdtemp(prefix="rocketmq-forensics-out-")
+        return self._work
+
+    def _upload_work(self) -> None:
+        if self._work is None:
+            return
+        src = fs.Location(pafs.LocalFileSystem(), self._work)
+        for info in files_below(src):
+            rel = info.path[len(self._work.rstrip("/")) + 1:]
+            dst = self.staging.child(rel)
+            dst.fs.create_dir(posixpath.dirname(dst.path), recursive=True)
+            with open(info.path, "rb") as a, dst.fs.open_output_stream(dst.path) as b:
+                while True:
+                    chunk = a.read(8 << 20)
+                    if not chunk:
+                        break
+                    b.write(chunk)
+        self._drop_work()
+
+    def _drop_work(self) -> None:
+        if self._work is not None:
+            import shutil
+
+            shutil.rmtree(self._work, ignore_errors=True)
+            self._work = None
+
+    # ---- the commit --------------------------------------------------------------------------------------
+    def commit(self) -> None:
+        if self.committed:
+            return  # committed, or abandoned (nothing to commit)
+        if self.inplace:  # the Delta transaction the job made was the commit: only the marker is refreshed
+            mark = marker_of(self.target.loc) or {"tool": TOOL}
+            write_json(self.target.loc.child(MARKER), {**mark, "job": self.run.identity.job, "state": COMMITTED,
+                                                       "run_id": self.run.identity.run_id, "written": _now()},
+                       atomic=True)
+            self.committed = True
+            return
+        self._upload_work()
+        mark = {"tool": TOOL, "job": self.run.identity.job, "run_id": self.run.identity.run_id, "state": COMMITTED,
+                "written": _now(), "note": "written by rocketmq-forensics; --overwrite may replace this folder"}
+        target, staging = self.target, self.staging
+        old = output_state(target.loc)
+        replaced = old in (COMMITTED, "uncommitted", "empty") and target.loc.exists()
+        previous = (marker_of(target.loc) or {}) if replaced else {}
+        size = contents(target.loc) if replaced and old != "empty" else None
+        if target.rename:
+            write_json(staging.child(MARKER), mark)
+            _say(f"committing {self.shown}")
+            self._commit_by_rename(replaced)
+        else:
+            _say(f"committing {self.shown} (a marker written last: this file system has no rename)")
+            self._commit_by_marker(mark, replaced)
+        self.committed = True
+        if size is not None and size[0]:
+            _say(f"overwrite: replaced {target.shown} (the previous output: {size[0]} files, {size[1]:,} bytes, "
+                 f"written by {previous.get('job') or TOOL} at {previous.get('written', '?')}; removed once the "
+                 "new one was in place)")
+
+    def _commit_by_rename(self, replaced: bool) -> None:
+        target, staging, run_id = self.target, self.staging, self.run.identity.run_id
+        if not replaced:
+            if target.loc.is_dir():  # an empty folder: a rename replaces it on a local file system
+                target.loc.fs.delete_dir(target.loc.path)
+            target.loc.fs.move(staging.path, target.loc.path)
+            return
+        if target.loc.local_path is not None and exchange(staging.path, target.loc.path):
+            delete(staging)  # the staging's name now holds the old output
+            return
+        journal = target.control.child(f"{JOURNAL_PREFIX}{run_id}.json")
+        old = target.control.child(f"{OLD_PREFIX}{run_id}")
+        write_json(journal, {"run_id": run_id, "how": "rename", "staging": staging.name, "old": old.name})
+        target.loc.fs.move(target.loc.path, old.path)
+        target.loc.fs.move(staging.path, target.loc.path)
+        delete(old)
+        delete(journal)
+
+    def _commit_by_marker(self, mark: dict, replaced: bool) -> None:
+        target, staging, run_id = self.target, self.staging, self.run.identity.run_id
+        journal = target.control.child(f"{JOURNAL_PREFIX}{run_id}.json")
+        old = target.control.child(f"{OLD_PREFIX}{run_id}")
+        write_json(journal, {"run_id": run_id, "how": "marker", "staging": staging.name, "old": old.name,
+                             "marker": mark, "replaced": replaced})
+        finish_marker_commit(target, staging, old, mark, replaced)
+        delete(journal)
+
+    def fail(self, reason: str) -> None:
+        if self.committed or self.failed:
+            return
+        self.failed = True
+        self._drop_work()
+        if self.inplace:
+            return  # no staging: the table's log never saw the run's files (jobs/output.py removes them)
+        try:
+            if self.staging.exists():
+                for info in files_below(self.staging):  # nothing in a failed staging says it is complete
+                    if info.base_name == "_SUCCESS":
+                        self.staging.fs.delete_file(info.path)
+                write_json(self.staging.child(FAILED), {**asdict(self.run.identity), "reason": reason,
+                                                        "failed_at": _now(), "output": self.shown})
+        except OSError:
+            pass  # a full disk may refuse even this: the next claim removes the staging all the same
+
+    def abandon(self) -> None:
+        """Nothing to commit (a job that found nothing to write): the staging goes, the output stays as it was."""
+        self._drop_work()
+        if not self.inplace:
+            delete(self.staging)
+        self.committed = True  # nothing left to fail
+        self.release()
+
+    def release(self) -> None:
+        self.claim.release()
+
+    def kept(self) -> str:
+        if self.committed:
+            return ""
+        if self.inplace:
+            return f"{self.shown}: the Delta table is at its previous version"
+        state = output_state(self.target.loc)
+        before = "the previous output is unchanged" if state == COMMITTED else "no output was made"
+        return f"{self.shown}: {before}; the staging {self.target.show(self.staging)} is marked failed"
+
+
+def finish_marker_commit(target: Target, staging: fs.Location, old: fs.Location, mark: dict, replaced: bool) -> None:
+    """The commit of an output on a file system without rename, from wherever it stopped: the old output marked
+    replacing and moved aside, the staged files moved in, the committed marker written last, then the old files
+    removed.  Every step can run again."""
+    if replaced and target.loc.exists():
+        if marker_of(target.loc) is not None:
+            write_json(target.loc.child(MARKER), {**(marker_of(target.loc) or {}), "state": REPLACING,
+                                                 "replaced_by": mark["run_id"]})
+        move_files(target.loc, old)
+        delete(target.loc)
+    if staging.exists():
+        move_files(staging, target.loc, skip=(MARKER, FAILED))
+    write_json(target.loc.child(MARKER), mark)  # last: from now on readers see the new output
+    delete(staging)
+    delete(old)
+
+
+def recover(target: Target, claim: Claim, extra=None) -> None:
+    """With the claim held, what earlier runs left beside ``target``: a commit cut short finished (or rolled back
+    by its journal), failed and abandoned stagings removed, ``extra(loc)`` for entries a participant knows (the
+    history's journals); each said on stderr."""
+    entries = claim.leftovers()
+    journals = [e for e in entries if e.name.startswith(JOURNAL_PREFIX) and e.name.endswith(".json")]
+    for journal in journals:
+        data = read_json(journal) or {}
+        staging = target.control.child(str(data.get("staging") or ""))
+        old = target.control.child(str(data.get("old") or ""))
+        if data.get("how") == "marker" and data.get("marker"):
+            finish_marker_commit(target, staging, old, data["marker"], bool(data.get("replaced")))
+            _say(f"recovered {target.shown}: the commit of run {data.get('run_id')} was cut short; finished it")
+        elif data.get("how") == "rename" and data.get("old"):
+            if not target.loc.exists():
+                if staging.is_dir() and marker_of(staging) is not None:
+                    target.loc.fs.move(staging.path, target.loc.path)
+                    _say(f"recovered {target.shown}: the commit of run {data.get('run_id')} was cut short; finished it")
+                elif old.is_dir():
+                    target.loc.fs.move(old.path, target.loc.path)
+                    _say(f"recovered {target.shown}: the commit of run {data.get('run_id')} was cut short; the "
+                         "previous output is back")
+            delete(old)
+        delete(journal)
+    for entry in claim.leftovers():
+        if extra is not None and extra(entry):
+            continue
+        if entry.name.startswith(STAGING_PREFIX):
+            failed = read_json(entry.child(FAILED))
+            why = f"failed: {failed.get('reason')}" if failed else "ended without committing or failing: killed?"
+            delete(entry)
+            _say(f"removed the staging left by run {entry.name[len(STAGING_PREFIX):]} ({why})")
+        elif entry.name.startswith(OLD_PREFIX):
+            delete(entry)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+
+
+_ACTIVE: list["JobRun"] = []
+_LOCK = threading.Lock()
+
+
+def active_runs() -> list["JobRun"]:
+    """The runs of this process that have not ended (for a signal handler's one line: :meth:`JobRun.kept`)."""
+    with _LOCK:
+        return list(_ACTIVE)
+
+
+def describe_exception(e: BaseException) -> str:
+    if isinstance(e, KeyboardInterrupt):
+        return f"interrupted ({type(e).__name__}{': ' + str(e) if str(e) else ''})"
+    if isinstance(e, SystemExit):
+        return f"exited ({e.code})"
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+class JobRun:
+    """One run of a job: its identity, its claimed outputs and other participants, the checks that gate the commit.
+    A context manager: an exception (any, ``KeyboardInterrupt`` and ``SystemExit`` included) fails the run with the
+    exception as the reason and is re-raised; leaving without :meth:`commit` or :meth:`abandon` fails it too."""
+
+    def __init__(self, job: str, *, run_id: str | None = None, started: dt.datetime | None = None):
+        self.identity = RunIdentity.current(job, run_id, started)
+        self.participants: list[Participant] = []
+        self.gates: list[tuple[str, object]] = []
+        self.done = False
+        self.reason: str | None = None
+        self._depth = 0
+        self._hooks: list = []  # recover(target, entry) -> bool: leftovers a participant kind knows
+
+    @property
+    def run_id(self) -> str:
+        return self.identity.run_id
+
+    @property
+    def started(self) -> dt.datetime:
+        return dt.datetime.fromisoformat(self.identity.started)
+
+    def __enter__(self) -> "JobRun":
+        self._depth += 1
+        if self._depth == 1:
+            with _LOCK:
+                _ACTIVE.append(self)
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        self._depth -= 1
+        if self._depth and kind is None:
+            return  # an inner ``with job_run(...)`` of the same run: the outer one decides
+        try:
+            if kind is not None:
+                self.fail(describe_exception(value))
+            elif not self.done:
+                self.fail("the job ended without committing its output")
+        finally:
+            if not self._depth:
+                with _LOCK:
+                    if self in _ACTIVE:
+                        _ACTIVE.remove(self)
+
+    def recover_hook(self, target: "Target"):
+        hooks = list(self._hooks)
+        return (lambda entry: any(h(target, entry) for h in hooks)) if hooks else None
+
+    def add(self, participant: Participant) -> Participant:
+        self.participants.append(participant)
+        return participant
+
+    def find(self, path: str) -> "Output | None":
+        """The output this run claimed at ``path`` (as given), if any."""
+        for p in self.participants:
+            if isinstance(p, Output) and p.shown == str(path):
+                return p
+        return None
+
+    def output(self, path: str, *, overwrite: bool, inputs=(), what: str = "output", stage: bool = True,
+               inplace: bool = False) -> Output:
+        """``path`` claimed for this run (refused: :class:`ClaimError`), its leftovers cleaned, a staging made;
+        the same object again when this run claimed it already (a job's ``prepare`` claims, its ``run`` writes)."""
+        found = self.find(path)
+        if found is not None:
+            return found
+        return self.add(Output(self, path, overwrite=overwrite, inputs=inputs, what=what, stage=stage,
+                               inplace=inplace))
+
+    def gate(self, name: str, check) -> None:
+        """``check()`` must pass (return, not raise) before anything is committed; it runs at :meth:`commit`."""
+        self.gates.append((name, check))
+
+    def commit(self) -> None:
+        """Every gate, then every participant's commit in order (the history first, the outputs last); a failure
+        undoes the commits made, fails the rest and is raised."""
+        for name, check in self.gates:
+            check()
+        done: list[Participant] = []
+        try:
+            for p in sorted(self.participants, key=lambda p: p.order):
+                p.commit()
+                done.append(p)
+        except BaseException as e:
+            reason = describe_exception(e)
+            for p in reversed(done):
+                try:
+                    p.undo()
+                except Exception as undo_error:  # noqa: BLE001 - said, and the first failure is the one raised
+                    _say(f"could not undo the commit of {p.name}: {describe_exception(undo_error)}")
+            self._fail_all(reason, exclude=())
+            raise
+        self.done = True
+        self._release_all()
+
+    def abandon(self) -> None:
+        """Nothing to commit: every staging removed, every claim released, the outputs as they were."""
+        for p in self.participants:
+            if isinstance(p, Output):
+                p.abandon()
+        self.done = True
+        self._release_all()
+
+    def fail(self, reason: str) -> None:
+        if self.done:
+            return
+        self.reason = reason
+        self._fail_all(reason, exclude=())
+
+    def _fail_all(self, reason: str, exclude) -> None:
+        self.done = True
+        for p in self.participants:
+            try:
+                p.fail(reason)
+            except Exception as e:  # noqa: BLE001 - marking a staging failed must not hide the failure itself
+                _say(f"could not mark {p.name} failed: {describe_exception(e)}")
+        self._release_all()
+
+    def _release_all(self) -> None:
+        for p in self.participants:
+            try:
+                p.release()
+            except Exception:  # noqa: BLE001 - a claim that cannot be removed is stale for the next run to say
+                pass
+
+    def kept(self) -> list[str]:
+        """What this run's failure left, one sentence per participant."""
+        return [k for k in (p.kept() for p in self.participants) if k]
+
+
+def current_run() -> "JobRun | None":
+    """The innermost run of this process that has not ended."""
+    with _LOCK:
+        return _ACTIVE[-1] if _ACTIVE else None
+
+
+def job_run(job: str) -> JobRun:
+    """The run a job's ``run(spark, args)`` belongs to: the one jobs/cli.py started for it (its ``prepare``
+    claimed the outputs), or a new one when ``run`` is called by itself (a notebook, a test).  Use it as a
+    context (``with job_run(NAME) as run:``): only the outermost ``with`` ends the run."""
+    found = current_run()
+    if found is not None and not found.done:
+        return found
+    return JobRun(job)
+
+
+def runs_job(job: str):
+    """Decorate a job's ``run(spark, args, ...)``: it runs inside :func:`job_run`, and its claimed outputs are
+    committed when it returns a result that is not a failure (exit 2); an exception, or a failure returned,
+    fails the run (the stagings marked, the outputs as they were)."""
+    import functools
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with job_run(job) as jr:
+                result = fn(*args, **kwargs)
+                if not jr.done:
+                    if getattr(result, "exit_code", 0) == 2:
+                        jr.fail("the job failed (exit 2)")
+                    else:
+                        jr.commit()
+                return result
+        return run
+    return wrap
