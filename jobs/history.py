@@ -41,6 +41,13 @@ MARK = "rocketmq-forensics audit history: "  # + the table's name: the Delta tab
 RUNS_SCHEMA = pa.schema([("run_id", pa.string()), ("run_time", pa.timestamp("us", "UTC")),
                          ("findings", pa.int64()), ("metrics", pa.int64()), ("out", pa.string()),
                          ("appended", pa.timestamp("us", "UTC"))])
+RUNS_MEANING = {  # docs/output-schemas.md (tools/schema_docs.py); kept off the table's schema, as every description
+    "run_id": "the run's id (as in its findings and metrics rows)",
+    "run_time": "when the run started (UTC): trend orders a history's runs by it",
+    "findings": "the run's rows appended to `HISTORY/findings`",
+    "metrics": "the run's rows appended to `HISTORY/metrics`",
+    "out": "the run's `--out`, where its report and tables are",
+    "appended": "when this row was appended, last of the run's three appends: the run is in the history from then"}
 DELTA_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure", "file")
 
 

@@ -275,6 +275,21 @@ def _table(fields: dict, table_key: str, columns: list[tuple[str, str]]) -> str:
     return "| column | type | meaning |\n|---|---|---|\n" + "\n".join(rows) + "\n"
 
 
+def _runs_table() -> str:
+    """``HISTORY/runs``: written by jobs/history.py only, so documented from its schema and RUNS_MEANING."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    from jobs.history import RUNS_MEANING, RUNS_SCHEMA
+
+    undescribed = [f.name for f in RUNS_SCHEMA if f.name not in RUNS_MEANING]
+    if undescribed:
+        raise KeyError(f"HISTORY/runs columns without a meaning: {undescribed}: add them to jobs.history.RUNS_MEANING")
+    rows = [f"| `{f.name}` | `{from_arrow_type(f.type).simpleString()}` | {RUNS_MEANING[f.name]} |" for f in RUNS_SCHEMA]
+    return ("### runs (history)\n\n`HISTORY/runs` (with `--history`): one row per committed run, appended after its "
+            "findings and metrics; `trend` and the notebooks read only the runs listed here.\n\n"
+            "| column | type | meaning |\n|---|---|---|\n" + "\n".join(rows) + "\n")
+
+
 def render(schemas: dict) -> str:
     tables, fields = schemas["tables"], declared()
     known = {name for name, _ in AUDIT_TABLES}
@@ -284,6 +299,7 @@ def render(schemas: dict) -> str:
     parts = [HEADER, "## jobs.audit\n"]
     for name, where in AUDIT_TABLES:
         parts.append(f"### {name}\n\n{where}.\n\n{_table(fields, name, tables[name])}")
+    parts.append(_runs_table())
     METRICS = metrics()
     missing = [m for m in schemas["metric_names"] if m not in METRICS]
     if missing:
