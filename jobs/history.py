@@ -111,15 +111,21 @@ def check_history(history: str, *, must_exist: bool = False) -> bool:
     if other:
         raise HistoryError(f"history {history} is not an audit history: it holds {', '.join(other[:5])} (an audit "
                            f"history holds only the Delta tables {', '.join(TABLES)}); refused, left untouched")
-    for name in names:
-        _check_table(history, name)
+    earlier = [name for name in names if _check_table(history, name)]
+    if earlier and RUNS not in names:
+        if sorted(earlier) != [FINDINGS, METRICS]:
+            raise HistoryError(f"history {history} holds only {', '.join(earlier)} of an earlier version's audit "
+                               f"history (both {FINDINGS} and {METRICS} expected); refused, left untouched")
+        return True  # an earlier version's history: its complete runs are listed in runs/ at the claim
     if must_exist and RUNS not in names:
         raise HistoryError(f"history {history} holds no complete audit run (no {RUNS}/ table: every append was cut "
                            "short); the next audit --history on it cleans it")
     return bool(names)
 
 
-def _check_table(history: str, name: str) -> None:
+def _check_table(history: str, name: str) -> bool:
+    """Refuse ``history/name`` unless it is that table of an audit history; True for one of an earlier version
+    (findings/ or metrics/ with their key columns, written before the tables were marked)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -134,16 +140,19 @@ def _check_table(history: str, name: str) -> None:
                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); refused, left "
                            "untouched") from None
     kind = _marked(t)
+    columns = {f.name for f in pa.schema(t.schema().to_arrow())}
+    if kind is None and name in (FINDINGS, METRICS) and all(c in columns for c in KEYS[name]):
+        return True  # written by an earlier version, before the marker (and runs/): adopted at the claim
     if kind != name:
         what = "it is not marked as one" if kind is None else f"it is marked as the {kind} table"
         raise HistoryError(f"history {history}: {where} is a Delta table but not an audit history's {name} table "
                            f"({what} in its Delta metadata: written by something else, e.g. an extract); refused, "
                            "left untouched")
-    columns = {f.name for f in pa.schema(t.schema().to_arrow())}
     missing = [c for c in KEYS[name] if c not in columns]
     if missing:
         raise HistoryError(f"history {history}: {where} lacks the key columns {', '.join(missing)} of an audit "
                            "history; refused, left untouched")
+    return False
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -154,9 +163,42 @@ def committed_runs(history: str) -> pa.Table:
     """The ``runs`` table: the runs readers may see (empty when there is none)."""
     try:
         t = _delta(history, RUNS)
-    except Exception:  # noqa: BLE001 - no runs table: no complete run
-        return RUNS_SCHEMA.empty_table()
+    except Exception:  # noqa: BLE001 - no runs table: no complete run, or an earlier version's history
+        return _earlier_runs(history)
     return t.to_pyarrow_table()
+
+
+def _earlier_runs(history: str) -> pa.Table:
+    """The runs of a history written before runs/ existed (findings/ and metrics/ not marked): every run in both
+    tables, with its row counts; empty for any other history."""
+    counts = {}
+    for table in (FINDINGS, METRICS):
+        try:
+            t = _delta(history, table)
+        except Exception:  # noqa: BLE001 - no such table: no runs
+            return RUNS_SCHEMA.empty_table()
+        if _marked(t) is not None:  # this version's tables: only runs/ lists runs
+            return RUNS_SCHEMA.empty_table()
+        g = t.to_pyarrow_dataset().to_table(columns=["run_id", "run_time"]).group_by(["run_id", "run_time"]).aggregate(
+            [("run_id", "count")])
+        counts[table] = {(r, w): n for r, w, n in zip(g.column("run_id").to_pylist(), g.column("run_time").to_pylist(),
+                                                      g.column("run_id_count").to_pylist())}
+    both = sorted((k for k in counts[FINDINGS] if k in counts[METRICS]), key=lambda k: (k[1], k[0]))
+    now = dt.datetime.now(dt.timezone.utc)
+    return pa.table({"run_id": [k[0] for k in both], "run_time": [k[1] for k in both],
+                     "findings": [counts[FINDINGS][k] for k in both], "metrics": [counts[METRICS][k] for k in both],
+                     "out": [""] * len(both), "appended": [now] * len(both)}, schema=RUNS_SCHEMA)
+
+
+def adopt_earlier(history: str) -> None:
+    """With the history claimed: an earlier version's history (no runs/) gets its runs/ table listing every run
+    both its tables hold, in one commit, so that this version appends to it and trend reads it; said."""
+    if not _loc(history).is_dir() or _loc(history).child(RUNS).exists():
+        return
+    runs = _earlier_runs(history)
+    if runs.num_rows:
+        _append(history, RUNS, runs.to_reader(), RUNS_SCHEMA)
+        _say(f"history: written by an earlier version; its {runs.num_rows} complete run(s) listed in {RUNS}/")
 
 
 def read_runs(spark, history: str, table: str):
@@ -313,6 +355,7 @@ class HistoryAppend(_participant_base()):
         self.claim = self.target.claim(run.identity, "history")
         try:
             recover_target(self.target, self.claim)
+            adopt_earlier(history)  # before recover(), which removes rows of runs runs/ does not list
             recover(history)
         except BaseException:
             self.claim.release()

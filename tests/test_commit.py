@@ -297,6 +297,41 @@ def test_an_append_cut_short_is_ignored_by_readers_and_removed_by_the_next_claim
     assert not (tmp_path / ".history.rocketmq-forensics").exists()
 
 
+def test_a_history_written_before_the_marker_is_adopted_not_refused(tmp_path):
+    """A history an earlier version wrote (findings/ and metrics/ not marked, no runs/) is an audit history: its
+    runs in both tables are the committed ones, the next claim lists them in runs/ (one commit) before it cleans
+    a run cut short, and audits and trend go on with it instead of refusing it."""
+    import datetime as dt
+
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from jobs import history as H
+
+    def stamp(runs):
+        return {"run_id": [r for r, _ in runs], "run_time": pa.array(
+            [dt.datetime(2024, 5, d, tzinfo=dt.timezone.utc) for _, d in runs], pa.timestamp("us", "UTC"))}
+
+    hist = tmp_path / "history"
+    write_deltalake(str(hist / "findings"), pa.table({**stamp([("r1", 1), ("r2", 2), ("r2", 2), ("r3", 3)]),
+                                                      "finding_id": ["a", "b", "c", "d"], "check": ["c"] * 4,
+                                                      "severity": ["error"] * 4, "broker": ["b"] * 4}))
+    write_deltalake(str(hist / "metrics"), pa.table({**stamp([("r1", 1), ("r2", 2)]), "broker": ["b"] * 2,
+                                                     "scope": ["broker"] * 2, "metric": ["m"] * 2,
+                                                     "value": [1.0, 2.0]}))  # r3's append was cut short
+    assert H.check_history(str(hist), must_exist=True)
+    runs = H.committed_runs(str(hist))
+    assert runs.column("run_id").to_pylist() == ["r1", "r2"] and runs.column("findings").to_pylist() == [1, 2]
+    with commit.JobRun("audit") as run:
+        H.claim_history(run, str(hist))
+        run.abandon()
+    assert H._marked(DeltaTable(str(hist / "runs"))) == H.RUNS
+    assert H.committed_runs(str(hist)).column("run_id").to_pylist() == ["r1", "r2"]
+    assert sorted(DeltaTable(str(hist / "findings")).to_pyarrow_table().column("run_id").to_pylist()) == [
+        "r1", "r2", "r2"]  # r3's rows, in no run, removed
+    assert H.check_history(str(hist))  # and it stays an audit history
+
+
 def test_a_named_store_uri_reaches_the_output_checks(elsewhere, tmp_path, capsys):
     """``--store NAME=URI`` as the README says (today: ``Cannot parse URI: 'b1=elsewhere://...'`` from the output
     guard): the store resolves, the output is checked apart from it, and the run goes on to the next check (here
