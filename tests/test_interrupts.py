@@ -203,7 +203,9 @@ def test_audit_sigterm_at_a_phase_boundary_is_one_line_and_143(store, tmp_path):
                               at=r"\] scan \(.*started", sig=signal.SIGTERM)
     assert rc == 143, err
     line = assert_one_clean_line(err, "audit", "SIGTERM")
-    assert "during scan (" in line and line.endswith("the previous output is left as it was")
+    # what was kept is the run's (jobs/commit.py): no output made, the staging marked failed with the reason
+    assert "during scan (" in line and f"{tmp_path / 'out'}: no output was made; the staging" in line
+    assert line.endswith("is marked failed")
 
 
 @pytest.mark.spark
