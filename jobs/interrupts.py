@@ -191,6 +191,10 @@ def silence(spark) -> None:
         sc = spark.sparkContext
         sc.setLogLevel("OFF")
         jvm = sc._jvm
+        # setLogLevel sets the root logger only; the loggers spark-conf/log4j2.properties names (org.apache.spark
+        # at warn) kept theirs, and a cancelled task's ERROR TaskContextImpl stack still came out after the line
+        log4j = jvm.org.apache.logging.log4j
+        log4j.core.config.Configurator.setAllLevels(log4j.LogManager.ROOT_LOGGER_NAME, log4j.Level.OFF)
         nowhere = jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream())
         jvm.java.lang.System.setErr(nowhere)
         jvm.java.lang.System.setOut(nowhere)

@@ -177,6 +177,27 @@ def test_our_sigint_handler_stays_while_a_spark_context_starts(handlers):
     assert context.signal is signal
 
 
+@pytest.mark.spark
+def test_silence_turns_off_every_jvm_logger_not_only_the_root():
+    """setLogLevel('OFF') sets the root logger only, and the loggers spark-conf names (org.apache.spark at warn)
+    kept logging: a cancelled task's ERROR TaskContextImpl stack came out after the interrupt's line.  In a
+    process of its own: silencing the tests' shared session would hide its logs for the rest of the run."""
+    script = (
+        "from jobs.session import build_session\n"
+        "from jobs import interrupts\n"
+        "spark = build_session('silence', sources=False)\n"
+        "get = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger\n"
+        "names = ('org.apache.spark.TaskContextImpl', 'org.apache.spark.executor.Executor', 'org.apache.parquet.x')\n"
+        "print('before', [get(n).getLevel().toString() for n in names])\n"
+        "interrupts.silence(spark)\n"
+        "print('after', [get(n).getLevel().toString() for n in names])\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert "before ['WARN', 'FATAL', 'ERROR']" in done.stdout, done.stdout
+    assert "after ['OFF', 'OFF', 'OFF']" in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_store_format_dump_interrupted_is_one_line_and_exit_130_or_143(sig, code):
     rc, err = run_interrupted(["store_format", "dump", str(fixture_store("basic")), "--what", "commitlog"],
