@@ -143,6 +143,20 @@ def parse_mode(options) -> str:
     return option_choice(options, "mode", MODES, "PERMISSIVE", upper=True)
 
 
+def apply_mode(batch: pa.Table, mode: str, failfast) -> pa.Table:
+    """A batch of unit rows under ``mode``: FAILFAST raises ``failfast(row)`` (a StoreFormatError) for the first row
+    of ``kind`` corrupt, DROPMALFORMED leaves those rows out, PERMISSIVE keeps them (the sources of per-file units:
+    consume queues, the timer log)."""
+    import pyarrow.compute as pc
+
+    corrupt = pc.equal(batch.column("kind"), "corrupt")
+    if mode == "FAILFAST" and pc.any(corrupt).as_py():
+        raise failfast(batch.filter(corrupt).slice(0, 1).to_pylist()[0])
+    if mode == "DROPMALFORMED":
+        return batch.filter(pc.invert(corrupt))
+    return batch
+
+
 # The session's cores: what a read plans its ranges for, and whether its tasks run on this machine
 
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from store_format import layout as L
@@ -21,7 +20,7 @@ from store_format.plan import group_queue_files
 from store_format.stores import PartInput
 from udfs.columns import column
 
-from .base import StoreDataSource, StoreReader, parse_mode
+from .base import StoreDataSource, StoreReader, apply_mode, parse_mode
 
 FORMAT = "rocketmq-consumequeue"
 SCHEMA = pa.schema([
@@ -122,14 +121,10 @@ class ConsumeQueueReader(StoreReader):
 
     def _read_file(self, broker: str, partition: QueueFile):
         for batch in file_batches(broker, partition):
-            corrupt = pc.equal(batch.column("kind"), "corrupt")
-            if self.mode == "FAILFAST" and pc.any(corrupt).as_py():
-                r = batch.filter(corrupt).slice(0, 1).to_pylist()[0]
-                raise StoreFormatError(ErrorKind(r["reason"]) if r["reason"] in ErrorKind.__members__
-                                       else ErrorKind.BAD_LENGTH, f"corrupt consume-queue unit ({r['reason']}); mode "
-                                       "FAILFAST", file=str(partition.loc), position=r["file_position"])
-            if self.mode == "DROPMALFORMED":
-                batch = batch.filter(pc.invert(corrupt))
+            batch = apply_mode(batch, self.mode, lambda r: StoreFormatError(
+                ErrorKind(r["reason"]) if r["reason"] in ErrorKind.__members__ else ErrorKind.BAD_LENGTH,
+                f"corrupt consume-queue unit ({r['reason']}); mode FAILFAST", file=str(partition.loc),
+                position=r["file_position"]))
             if batch.num_rows:
                 yield batch
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from store_format import layout as L
@@ -23,7 +22,7 @@ from store_format.errors import ErrorKind, StoreFormatError
 from store_format.stores import PartInput
 from udfs.columns import column
 
-from .base import StoreDataSource, StoreReader, parse_mode
+from .base import StoreDataSource, StoreReader, apply_mode, parse_mode
 
 FORMAT = "rocketmq-timerlog"
 SCHEMA = pa.schema([
@@ -103,15 +102,10 @@ class TimerLogReader(StoreReader):
         return plan_files(inputs)
 
     def read_partition(self, partition: TimerLogFile):
-        batch = file_batch(partition.broker, partition.file)
-        corrupt = pc.equal(batch.column("kind"), "corrupt")
-        if self.mode == "FAILFAST" and pc.any(corrupt).as_py():
-            r = batch.filter(corrupt).slice(0, 1).to_pylist()[0]
-            raise StoreFormatError(ErrorKind(r["reason"]), f"corrupt timer-log unit ({r['reason']}); mode FAILFAST",
-                                   file=rolled.name_of(partition.file.loc), position=r["file_position"],
-                                   field="magic" if r["reason"] == ErrorKind.BAD_MAGIC.value else "size")
-        if self.mode == "DROPMALFORMED":
-            batch = batch.filter(pc.invert(corrupt))
+        batch = apply_mode(file_batch(partition.broker, partition.file), self.mode, lambda r: StoreFormatError(
+            ErrorKind(r["reason"]), f"corrupt timer-log unit ({r['reason']}); mode FAILFAST",
+            file=rolled.name_of(partition.file.loc), position=r["file_position"],
+            field="magic" if r["reason"] == ErrorKind.BAD_MAGIC.value else "size"))
         if batch.num_rows:
             yield batch
 
