@@ -6,7 +6,8 @@ configuration asks for any 5.x behaviour (``enabledAppendPropCRC``, ``timerWheel
 What each part reproduces (5.3.3 classes; layouts from :mod:`store_format.layout`):
 
   __CRC32#      ``MessageExtEncoder`` reserves 20 bytes (and a 0x02 before them if the string lacks one); a
-                client's own ``__CRC32#`` is deleted first; ``DefaultAppendMessageCallback.doAppend`` patches
+                client's own ``__CRC32#`` is deleted first, as text (``MessageUtils.deleteProperty``: the rest of
+                the string byte for byte); ``DefaultAppendMessageCallback.doAppend`` patches
                 QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP, then writes ``createCrc32`` of [0, size - 20)
   LMQ           ``LmqDispatch.wrapLmqDispatch`` at append: INNER_MULTI_QUEUE_OFFSET from the LMQ counters ("" for a
                 non-LMQ name), WAIT removed and put back, the string rebuilt from the map (so WAIT stays);
@@ -45,7 +46,7 @@ from ..commitlog import segment_name
 from ..config import LMQ_CONSUMER_OFFSET_FILE, dumps_fastjson
 from ..javahash import JavaHashMap, java_hash
 from ..message import Message
-from ..properties import format_properties, parse_properties
+from ..properties import delete_property, format_properties, parse_properties
 
 _TIMER_UNIT = struct.Struct(L.TIMER_LOG_UNIT.struct)
 _TIMER_BLANK = struct.Struct(L.TIMER_LOG_BLANK.struct)
@@ -401,8 +402,11 @@ class V5Store:
         """The record as the 5.x put path turns it before it is encoded: INNER_BASE (an inner batch on a
         BatchCQ topic), INNER_MULTI_QUEUE_OFFSET (LMQ), the CRC reservation.  Counters are only read here."""
         raw = record.properties_raw
-        trailing = raw.endswith(L.PROPERTY_SEPARATOR) or not raw
         changed = False
+        if self.crc:  # asyncPutMessage deletes a client's own first, as text (MessageUtils.deleteProperty)
+            raw = delete_property(raw, L.PROPERTY_CRC32)
+            changed = raw != record.properties_raw
+        trailing = raw.endswith(L.PROPERTY_SEPARATOR) or not raw
         if record.sys_flag & L.INNER_BATCH_FLAG and self.batch_topic(record.topic):
             m = property_map(raw)
             m.put(L.PROPERTY_INNER_BASE, str(self.batch_offsets.get((record.topic, record.queue_id), 0)))
@@ -416,10 +420,6 @@ class V5Store:
                 m.put(L.PROPERTY_WAIT_STORE_MSG_OK, wait)
             raw, changed = to_string(m, trailing), True
         if self.crc:
-            if L.PROPERTY_CRC32 in record.properties:  # asyncPutMessage deletes a client's own
-                m = property_map(raw)
-                m.remove(L.PROPERTY_CRC32)
-                raw = to_string(m, trailing)
             raw, changed = propcrc.with_crc_reservation(raw), True
         return dataclasses.replace(record, properties_raw=raw, properties=None) if changed else record
 
