@@ -43,6 +43,7 @@ from .. import layout as L
 from .. import lmq
 from .. import propcrc
 from ..commitlog import segment_name
+from ..errors import ErrorKind, WriterError
 from ..config import LMQ_CONSUMER_OFFSET_FILE, dumps_fastjson
 from ..javahash import JavaHashMap, java_hash
 from ..message import Message
@@ -340,6 +341,29 @@ class BatchConsumeQueueWriter:
         self.base = -1
         self.wrote = 0
         self.max_phys = -1
+        self.reach = -1  # where the last unit's record ends in the commitlog
+        self.next_offset = 0  # the last unit's msgBaseOffset + batchSize: the queue's max offset
+
+    def load(self, files: list) -> None:
+        """Reopen (``BatchConsumeQueue.recover``): write after the last valid unit; files of another size than
+        ``mapperFileSizeBatchConsumeQueue`` are refused, as the broker's load refuses them."""
+        from ..batchcq import read_batch_queue
+
+        for f in files:
+            if f.length != self.file_size:
+                raise WriterError(ErrorKind.BAD_GEOMETRY, f"batch consume queue file is {f.length} bytes, "
+                                  f"mapperFileSizeBatchConsumeQueue is {self.file_size}", file=str(f.location))
+        if not files:
+            return
+        self.base, self.wrote = files[0].base_offset, 0  # no valid unit: the first file is written again
+        for u in read_batch_queue(files, stop_at_invalid=True):
+            self.base = u.unit_byte_offset - u.unit_byte_offset % self.file_size
+            self.wrote = u.unit_byte_offset - self.base + _BCQ_UNIT.size
+            self.max_phys, self.reach = u.physical_offset, u.physical_offset + u.size
+            self.next_offset = u.msg_base_offset + u.batch_size
+        for f in files:
+            if f.base_offset <= self.base:
+                self.files[f.base_offset] = self._new_file(self.dir / f.name, self.file_size, create=False)
 
     def put(self, phys: int, size: int, tags: int, store_ts: int, base_offset: int, batch_size: int) -> bool:
         if phys <= self.max_phys:
@@ -354,12 +378,19 @@ class BatchConsumeQueueWriter:
         self.files[self.base].write(self.wrote, _BCQ_UNIT.pack(phys, size, tags, store_ts, base_offset, batch_size,
                                                                 L.BATCH_CQ_INVALID_POS, 0))
         self.wrote += _BCQ_UNIT.size
-        self.max_phys = phys
+        self.max_phys, self.reach, self.next_offset = phys, phys + size, base_offset + batch_size
         return True
 
     def close(self):
         for m in self.files.values():
             m.close()
+
+
+def _message_count(record: Message) -> int:
+    """``CommitLog.getMessageNum``: INNER_NUM of an inner-batch record, else 1."""
+    if record.properties.get(L.PROPERTY_INNER_NUM) is not None:
+        return lmq.parse_java_long(record.properties[L.PROPERTY_INNER_NUM]) or 1
+    return 1
 
 
 # ------------------------------------------------------------------------------------------- the hooks
@@ -384,6 +415,30 @@ class V5Store:
         self.stall: lmq.LmqStall | None = None  # set when a dispatch throws NumberFormatException
         self.undispatched = 0  # records written after the stall
         self._pending_lmq: str | None = None
+        if writer._reopened:
+            self._reopen_batch_queues()
+
+    def _reopen_batch_queues(self) -> None:
+        """A reopened store's ``batchconsumequeue/``: each queue continues after its last unit, and its counter
+        (``batchTopicQueueTable``) at the queue's max offset; the commitlog walk that follows raises it for records
+        past the units' reach (:meth:`replayed`)."""
+        from ..batchcq import discover_batch_queues
+
+        for (topic, qid), files in discover_batch_queues(self.writer.root).items():
+            if not self.batch_topic(topic):
+                continue  # not a BatchCQ topic by config/topics.json: the broker does not load it either
+            bcq = self.bcqs[(topic, qid)] = BatchConsumeQueueWriter(self.writer, topic, qid)
+            bcq.load(files)
+            self.batch_offsets[(topic, qid)] = bcq.next_offset
+
+    def batch_queue_reach(self) -> list[int]:
+        """Where each reopened batch queue's last record ends (the reput resumes at the largest of all queues')."""
+        return [b.reach for b in self.bcqs.values() if b.reach >= 0]
+
+    def replayed(self, msg: Message) -> None:
+        """A record of a BatchCQ topic found in a reopened commitlog: the counter moves past its messages."""
+        key = (msg.topic, msg.queue_id)
+        self.batch_offsets[key] = max(self.batch_offsets.get(key, 0), msg.queue_offset + _message_count(msg))
 
     # ---- which topics ---------------------------------------------------------------------------------
     def batch_topic(self, topic: str) -> bool:
@@ -428,10 +483,7 @@ class V5Store:
         BatchCQ topic; the counter moves by its message count."""
         key = (record.topic, record.queue_id)
         offset = self.batch_offsets.get(key, 0)
-        num = 1
-        if record.properties.get(L.PROPERTY_INNER_NUM) is not None:
-            num = lmq.parse_java_long(record.properties[L.PROPERTY_INNER_NUM]) or 1
-        self.batch_offsets[key] = offset + num
+        self.batch_offsets[key] = offset + _message_count(record)
         return offset
 
     def seal(self, data: bytes) -> bytes:
