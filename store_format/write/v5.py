@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from .. import layout as L
 from .. import lmq
 from .. import propcrc
+from ..batchcq import message_count
 from ..commitlog import segment_name
 from ..errors import ErrorKind, WriterError
 from ..config import LMQ_CONSUMER_OFFSET_FILE, dumps_fastjson
@@ -119,6 +120,7 @@ class TimerStoreWriter:
         self.started: int | None = None
         self.last_activity = 0
         self.bypass: list[tuple] = []  # (record physical offset, size): due already at enqueue, never in the wheel
+        self.enqueue_stopped = False  # :meth:`stop_enqueue`: later timer records wait for the broker's own enqueue
         self._new_file = writer.mapped_file  # through the writer's bounded set of open files
         self.wheel_path = writer._path("timerwheel")
         self.wheel = self._new_file(self.wheel_path, L.timer_wheel_file_size(self.slots_total), create=True)
@@ -246,6 +248,27 @@ class TimerStoreWriter:
         self.pending.add(self.floor(delayed))
         self.add_metric(msg, -1 if is_delete else 1, now)
         return at
+
+    def stop_enqueue(self) -> None:
+        """The enqueue service stops here (a broker whose enqueue had not reached the records that follow): later
+        records of ``rmq_sys_wheel_timer`` get no unit, and the checkpoint's queue offset stays before them, so the
+        broker that opens the store enqueues them itself."""
+        self.enqueue_stopped = True
+
+    def resume_from(self, read_time: int, metrics: dict | None = None) -> None:
+        """Carry a source timer's progress into this one (a replay of a store whose timer had read its wheel up to
+        ``read_time``, its timercheck's lastReadTimeMs): the slots before it were dequeued there -- their timers
+        fired, rolled or were recalled, as the replayed re-puts show -- so the checkpoint reads on from it and
+        only the later slots stay pending, as they were.  ``metrics`` (REAL_TOPIC -> (count, timeStamp), the
+        source's timermetrics) replace the counts of this writer's enqueues, which include those fires."""
+        t = self.floor(read_time)
+        self.start(t)
+        self.read_time = max(self.read_time, t)
+        self.write_time = max(self.write_time, t)
+        self.pending = {p for p in self.pending if p >= self.read_time}
+        self.last_activity = max(self.last_activity, t)
+        for topic, (count, ts) in (metrics or {}).items():
+            self.metrics.put(topic, [int(count), int(ts or 0)])
 
     def next_due(self, now: int) -> int | None:
         """The earliest slot time with units not yet dequeued that the dequeue reaches by ``now``
@@ -386,13 +409,6 @@ class BatchConsumeQueueWriter:
             m.close()
 
 
-def _message_count(record: Message) -> int:
-    """``CommitLog.getMessageNum``: INNER_NUM of an inner-batch record, else 1."""
-    if record.properties.get(L.PROPERTY_INNER_NUM) is not None:
-        return lmq.parse_java_long(record.properties[L.PROPERTY_INNER_NUM]) or 1
-    return 1
-
-
 # ------------------------------------------------------------------------------------------- the hooks
 
 
@@ -438,7 +454,7 @@ class V5Store:
     def replayed(self, msg: Message) -> None:
         """A record of a BatchCQ topic found in a reopened commitlog: the counter moves past its messages."""
         key = (msg.topic, msg.queue_id)
-        self.batch_offsets[key] = max(self.batch_offsets.get(key, 0), msg.queue_offset + _message_count(msg))
+        self.batch_offsets[key] = max(self.batch_offsets.get(key, 0), msg.queue_offset + message_count(msg.properties))
 
     # ---- which topics ---------------------------------------------------------------------------------
     def batch_topic(self, topic: str) -> bool:
@@ -483,7 +499,7 @@ class V5Store:
         BatchCQ topic; the counter moves by its message count."""
         key = (record.topic, record.queue_id)
         offset = self.batch_offsets.get(key, 0)
-        self.batch_offsets[key] = offset + _message_count(record)
+        self.batch_offsets[key] = offset + message_count(record.properties)
         return offset
 
     def seal(self, data: bytes) -> bytes:
@@ -523,7 +539,8 @@ class V5Store:
                     w.flush.logics = msg.store_timestamp
                     if self.multi_dispatch and not self._multi_dispatch(msg, tags_code):
                         return  # NumberFormatException: no index for this record, nothing after it
-                    if self.timer is not None and msg.topic == L.TIMER_TOPIC and msg.queue_id == L.TIMER_QUEUE_ID:
+                    if self.timer is not None and msg.topic == L.TIMER_TOPIC and msg.queue_id == L.TIMER_QUEUE_ID \
+                            and not self.timer.enqueue_stopped:
                         self.timer.enqueue(msg, msg.store_timestamp)
                 w._track_schedule(msg)
         if w.config.messageIndexEnable:

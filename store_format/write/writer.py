@@ -626,20 +626,34 @@ class TopicTable:
     source: str | None = None
 
     @classmethod
-    def from_json(cls, data: dict, source: str | None = None) -> "TopicTable":
+    def from_json(cls, data: dict, source: str | None = None, problems: list | None = None) -> "TopicTable":
         """From a parsed topics.json (the broker's own format, as fastjson writes it; :func:`store_format.config.
-        read_config_file` reads one)."""
+        read_config_file` reads one).  With ``problems`` (a list), an entry that cannot be used is left out and its
+        error added there instead of raised."""
         table = data.get("topicConfigTable") or {}
         if not isinstance(table, dict):
             raise WriterError(ErrorKind.BAD_CONFIG, f"topicConfigTable is a JSON {type(table).__name__}, not an "
                               "object", file=source, field="topicConfigTable")
-        entries = {str(name): _TopicConfig.from_json(str(name), entry, source) for name, entry in table.items()}
+        entries = {}
+        for name, entry in table.items():
+            try:
+                entries[str(name)] = _TopicConfig.from_json(str(name), entry, source)
+            except WriterError as e:
+                if problems is None:
+                    raise
+                problems.append(e)
         dv = data.get("dataVersion") or {}
         if not isinstance(dv, dict):
             raise WriterError(ErrorKind.BAD_CONFIG, f"dataVersion is a JSON {type(dv).__name__}, not an object",
                               file=source, field="dataVersion")
-        version = _DataVersion(*(_config_int(dv, f, 0, source, "dataVersion", LONG_RANGE)
-                                 for f in ("counter", "timestamp")))
+        try:
+            version = _DataVersion(*(_config_int(dv, f, 0, source, "dataVersion", LONG_RANGE)
+                                     for f in ("counter", "timestamp")))
+        except WriterError as e:
+            if problems is None:
+                raise
+            problems.append(e)
+            version = _DataVersion()
         return cls(entries, version, source)
 
 
@@ -844,14 +858,17 @@ class StoreWriter:
                 cur.read_queues = max(cur.read_queues, queues)
             self.topics_version.next(self.now(at))
 
-    def register_group(self, group: str, *, at: int | None = None) -> None:
+    def register_group(self, group: str, *, at: int | None = None, entry: dict | None = None) -> None:
+        """A subscription group as the broker creates it (``entry``: as a subscriptionGroup.json holds it, kept
+        verbatim, the group's own settings included)."""
         if group not in self.groups:
-            self.groups.put(group, _group_json(group))
+            self.groups.put(group, _group_json(group) if entry is None else entry)
             self.groups_version.next(self.now(at))
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """``ConsumerOffsetManager.commitOffset``: the next queue offset ``group`` will consume."""
-        validate_topic(topic)
+        """``ConsumerOffsetManager.commitOffset``: the next queue offset ``group`` will consume (a topic up to 255
+        characters: a 5.x broker's retry topics are V2 records' and have offsets too)."""
+        validate_topic(topic, 2)
         validate_queue_id(queue_id)
         if self.v5 is not None and self.v5.commit_lmq_offset(group, topic, offset):
             return  # an %LMQ% group with enableLmq: LmqConsumerOffsetManager keeps one offset per topic@group
