@@ -866,9 +866,9 @@ class StoreWriter:
             self.groups_version.next(self.now(at))
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """``ConsumerOffsetManager.commitOffset``: the next queue offset ``group`` will consume (a topic up to 255
-        characters: a 5.x broker's retry topics are V2 records' and have offsets too)."""
-        validate_topic(topic, 2)
+        """``ConsumerOffsetManager.commitOffset``: the next queue offset ``group`` will consume (on a 5.x writer a
+        topic up to 255 characters: its long retry topics are V2 records' and have offsets too)."""
+        validate_topic(topic, 2 if self.v5 is not None else 1)
         validate_queue_id(queue_id)
         if self.v5 is not None and self.v5.commit_lmq_offset(group, topic, offset):
             return  # an %LMQ% group with enableLmq: LmqConsumerOffsetManager keeps one offset per topic@group
