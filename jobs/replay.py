@@ -545,8 +545,8 @@ class TimerCarry:
         if metrics.readable:
             self.metrics = metrics.timing_count
         else:
-            notes.append(f"config/{T.TIMER_METRICS_FILE} could not be read: the new store's counts every replayed "
-                         "enqueue, the source's fires and recalls not taken off")
+            notes.append(f"config/{T.TIMER_METRICS_FILE} could not be read: the new store's counts take in every "
+                         "replayed timer's enqueue, the source's fires and recalls not taken off")
 
     def see(self, row: dict) -> None:
         """Before a source row is written: the first timer record the source had not enqueued stops the enqueue."""
@@ -761,8 +761,8 @@ def in_words(summary: dict, plan: list) -> list[str]:
     return lines
 
 
-REJECT_WORDS = {WRITER_REFUSED: "that the broker would refuse", TX_OP_WITHOUT_HALF: "transaction op record(s) whose "
-                "half messages were not replayed"}
+REJECT_WORDS = {WRITER_REFUSED: "record(s) the broker would refuse",
+                TX_OP_WITHOUT_HALF: "transaction op record(s) whose half messages were not replayed"}
 FIVE_X_WORDS = {"enabledAppendPropCRC": "__CRC32# on every record", "timerWheelEnable": "timer store",
                 "enableLmq": "LMQ", "enableMultiDispatch": "multi-dispatch"}
 

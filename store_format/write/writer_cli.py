@@ -66,7 +66,9 @@ are RocketMQ's byte for byte (tests/test_writer_round_trip.py runs it on every 4
 differs: the names of index files and the checkpoint's physicMsgTimestamp (the broker's clock); the timer
 checkpoint's read time and the timer metrics (its threads' clock, and the fires they ran); committed consumer
 offsets (not records) and the groups' data version; and what the writer does not write: 5.x's ``abort.bak`` and
-``compaction/``, a DLedger log, a RocksDB consume queue.  Where the broker rolled early -- an end-of-file blank although the next record and the 8-byte minimum blank would
+``compaction/``, a DLedger log, a RocksDB consume queue.
+
+Where the broker rolled early -- an end-of-file blank although the next record and the 8-byte minimum blank would
 have fitted: the put that followed was a batch -- ``dump --what commitlog`` gives the records after the blank
 a shared ``batch`` (the physical offset of the first of them): the fewest that, as one batch, do not fit, so
 that ``write`` rolls at the same place.
