@@ -30,6 +30,7 @@ import pyarrow.fs as pafs
 from . import layout as L
 from . import rolled
 from .errors import ErrorKind, StoreFormatError
+from .lmq import parse_java_long
 
 BATCH_CQ_DIR = L.BATCH_CQ_DIR
 UNIT = L.BATCH_CQ_UNIT
@@ -251,6 +252,13 @@ def read_batch_unit_window(src, first: int, end: int) -> dict:
         return batch_units_of(m.buf, len(m.buf) // UNIT_SIZE)
 
 
+def message_count(properties: dict) -> int:
+    """``CommitLog.getMessageNum``: the logical messages a record holds -- INNER_NUM of an inner-batch record (a
+    value Long.parseLong refuses, or 0, counts 1), else 1.  A BatchCQ topic's counter moves by it."""
+    text = properties.get(L.PROPERTY_INNER_NUM)
+    return (parse_java_long(text) or 1) if text is not None else 1
+
+
 def unit_bytes(physical_offset: int, size: int, tags_code: int, store_timestamp: int, msg_base_offset: int,
                batch_size: int, compacted_offset: int = L.BATCH_CQ_INVALID_POS, reserved: int = 0) -> bytes:
     return _UNIT.pack(physical_offset, size, tags_code, store_timestamp, msg_base_offset, batch_size,
@@ -260,4 +268,4 @@ def unit_bytes(physical_offset: int, size: int, tags_code: int, store_timestamp:
 __all__ = ["BatchUnit", "BatchUnitArrays", "BatchConsumeQueueError", "BatchQueueFile", "UNIT_KINDS",
            "list_batch_queue_files", "discover_batch_queues", "batch_queues_of", "read_batch_unit_window",
            "batch_units_of", "read_batch_unit_arrays", "read_batch_units", "read_batch_queue", "max_offset",
-           "unit_bytes", "classify"]
+           "unit_bytes", "classify", "message_count"]

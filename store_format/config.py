@@ -504,6 +504,24 @@ def read_config(config_dir: str | os.PathLike, name: str, *, limit: int | None =
     return _read_config(config_dir, name, limit=limit)[0]
 
 
+def read_config_file(path: str | os.PathLike, *, limit: int | None = None) -> dict:
+    """One config file a user names (e.g. ``write --topics``), parsed as :func:`read_config` parses one, without the
+    ``.bak`` fallback (that is the broker's start, not the user's choice): its data, or its positioned error
+    (unreadable, too large to parse within memory, not JSON, not an object) raised."""
+    limit = memory_limit(limit)
+    try:
+        size, raw = _read_limited(as_path(path), limit)
+    except UnreadableError as e:
+        raise ConfigError(ErrorKind.UNREADABLE, e.reason, file=str(path)) from None
+    if raw is None:
+        raise too_large(str(path), size, limit)
+    errors: list = []
+    parsed = _parse(os.path.basename(path), str(path), raw, errors, False, None)
+    if parsed is None:
+        raise errors[0]
+    return parsed[0]
+
+
 def _read_config(config_dir, name: str, keep_fast: bool = False, offset_scan=None,
                  limit: int | None = None) -> tuple[ConfigFile, _Fast | None]:
     """:func:`read_config`; with ``keep_fast``, a file the fast path read comes back unmaterialized: (a ConfigFile

@@ -489,6 +489,7 @@ PERM_INHERIT, PERM_WRITE, PERM_READ = 0x1, 0x2, 0x4  # PermName
 SCHEDULE_TOPIC_QUEUE_NUM = 18  # TopicConfigManager: a constant, not the number of delay levels
 CLIENT_DEFAULT_TOPIC_QUEUE_NUMS = 4  # DefaultMQProducer.defaultTopicQueueNums, asked for on auto-create
 DEFAULT_TOPIC_QUEUE_NUMS = 8  # BrokerConfig.defaultTopicQueueNums (TBW102)
+TOPIC_CONFIG_DEFAULT_QUEUE_NUMS = 16  # TopicConfig.defaultRead/WriteQueueNums: a topics.json entry without them
 COMPRESS_MSG_BODY_OVER_HOWMUCH = 4096  # DefaultMQProducer: bodies this long or longer are compressed
 RETRY_QUEUE_NUMS = 1  # SubscriptionGroupConfig.retryQueueNums
 DLQ_NUMS_PER_GROUP = 1  # SendMessageProcessor

@@ -32,6 +32,36 @@ def format_properties(props: dict[str, str], trailing_separator: bool = False) -
     return s
 
 
+def delete_property(raw: str, name: str) -> str:
+    """``MessageUtils.deleteProperty``: ``raw`` without every ``name\\u0001value\\u0002`` segment, cut as text.  A
+    segment counts where ``name`` starts the string or follows a \\u0002 and is followed by \\u0001; it is cut up to
+    and including the next \\u0002 after that \\u0001 (to the end when there is none).  Everything else -- empty
+    values, repeated keys, the order -- stays byte for byte (a map round trip would drop or merge them)."""
+    if not raw or name not in raw:
+        return raw
+    needle = name + NAME_VALUE_SEPARATOR
+    kept, at = [], 0
+    for i in _segment_starts(raw, needle):
+        if i < at:
+            continue  # inside a segment already cut
+        kept.append(raw[at:i])
+        end = raw.find(PROPERTY_SEPARATOR, i + len(needle))
+        if end < 0:
+            return "".join(kept)
+        at = end + 1
+    kept.append(raw[at:])
+    return "".join(kept)
+
+
+def _segment_starts(raw: str, needle: str):
+    """Positions where ``needle`` (a name and its \\u0001) starts a segment of ``raw``."""
+    i = raw.find(needle)
+    while i >= 0:
+        if i == 0 or raw[i - 1] == PROPERTY_SEPARATOR:
+            yield i
+        i = raw.find(needle, i + 1)
+
+
 def split_keys(keys: str | None) -> list[str]:
     """KEYS split on a single space as ``keys.split(" ")`` does; empty pieces dropped (IndexService)."""
     if not keys:

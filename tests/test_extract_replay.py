@@ -33,8 +33,10 @@ def run_extract(spark, *argv):
 
 
 def run_replay(spark, *argv):
+    """The replay's machine output (--format json): its summary (and a dry run's plan) as JSON Lines."""
     out, err = io.StringIO(), io.StringIO()
-    code = replay.run(spark, replay.build_parser().parse_args([str(a) for a in argv]), out=out, err=err).exit_code
+    args = replay.build_parser().parse_args([str(a) for a in argv] + ["--format", "json"])
+    code = replay.run(spark, args, out=out, err=err).exit_code
     return code, [json.loads(x) for x in out.getvalue().splitlines()], err.getvalue()
 
 

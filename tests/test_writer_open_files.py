@@ -109,7 +109,7 @@ def test_replay_repair_of_50000_queues_under_ulimit_1024(big_store, tmp_path):
     queues, _, fd_limit = BIG
     out = tmp_path / "repaired"
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-    rep = run_limited(["-m", "jobs.replay", "--repair", big_store, "--out", out,
+    rep = run_limited(["-m", "jobs.replay", "--repair", big_store, "--out", out, "--format", "json",
                        *(a for k, v in GEOMETRY.items() for a in ("--set", f"{k}={v}"))], fd_limit, env=env)
     assert rep.returncode == 0, rep.stderr[-3000:]
     summary = json.loads(rep.stdout.strip().splitlines()[-1])

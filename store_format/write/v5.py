@@ -6,7 +6,8 @@ configuration asks for any 5.x behaviour (``enabledAppendPropCRC``, ``timerWheel
 What each part reproduces (5.3.3 classes; layouts from :mod:`store_format.layout`):
 
   __CRC32#      ``MessageExtEncoder`` reserves 20 bytes (and a 0x02 before them if the string lacks one); a
-                client's own ``__CRC32#`` is deleted first; ``DefaultAppendMessageCallback.doAppend`` patches
+                client's own ``__CRC32#`` is deleted first, as text (``MessageUtils.deleteProperty``: the rest of
+                the string byte for byte); ``DefaultAppendMessageCallback.doAppend`` patches
                 QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP, then writes ``createCrc32`` of [0, size - 20)
   LMQ           ``LmqDispatch.wrapLmqDispatch`` at append: INNER_MULTI_QUEUE_OFFSET from the LMQ counters ("" for a
                 non-LMQ name), WAIT removed and put back, the string rebuilt from the map (so WAIT stays);
@@ -41,11 +42,13 @@ from dataclasses import dataclass
 from .. import layout as L
 from .. import lmq
 from .. import propcrc
+from ..batchcq import message_count
 from ..commitlog import segment_name
+from ..errors import ErrorKind, WriterError
 from ..config import LMQ_CONSUMER_OFFSET_FILE, dumps_fastjson
 from ..javahash import JavaHashMap, java_hash
 from ..message import Message
-from ..properties import format_properties, parse_properties
+from ..properties import delete_property, format_properties, parse_properties
 
 _TIMER_UNIT = struct.Struct(L.TIMER_LOG_UNIT.struct)
 _TIMER_BLANK = struct.Struct(L.TIMER_LOG_BLANK.struct)
@@ -117,6 +120,7 @@ class TimerStoreWriter:
         self.started: int | None = None
         self.last_activity = 0
         self.bypass: list[tuple] = []  # (record physical offset, size): due already at enqueue, never in the wheel
+        self.enqueue_stopped = False  # :meth:`stop_enqueue`: later timer records wait for the broker's own enqueue
         self._new_file = writer.mapped_file  # through the writer's bounded set of open files
         self.wheel_path = writer._path("timerwheel")
         self.wheel = self._new_file(self.wheel_path, L.timer_wheel_file_size(self.slots_total), create=True)
@@ -245,6 +249,27 @@ class TimerStoreWriter:
         self.add_metric(msg, -1 if is_delete else 1, now)
         return at
 
+    def stop_enqueue(self) -> None:
+        """The enqueue service stops here (a broker whose enqueue had not reached the records that follow): later
+        records of ``rmq_sys_wheel_timer`` get no unit, and the checkpoint's queue offset stays before them, so the
+        broker that opens the store enqueues them itself."""
+        self.enqueue_stopped = True
+
+    def resume_from(self, read_time: int, metrics: dict | None = None) -> None:
+        """Carry a source timer's progress into this one (a replay of a store whose timer had read its wheel up to
+        ``read_time``, its timercheck's lastReadTimeMs): the slots before it were dequeued there -- their timers
+        fired, rolled or were recalled, as the replayed re-puts show -- so the checkpoint reads on from it and
+        only the later slots stay pending, as they were.  ``metrics`` (REAL_TOPIC -> (count, timeStamp), the
+        source's timermetrics) replace the counts of this writer's enqueues, which include those fires."""
+        t = self.floor(read_time)
+        self.start(t)
+        self.read_time = max(self.read_time, t)
+        self.write_time = max(self.write_time, t)
+        self.pending = {p for p in self.pending if p >= self.read_time}
+        self.last_activity = max(self.last_activity, t)
+        for topic, (count, ts) in (metrics or {}).items():
+            self.metrics.put(topic, [int(count), int(ts or 0)])
+
     def next_due(self, now: int) -> int | None:
         """The earliest slot time with units not yet dequeued that the dequeue reaches by ``now``
         (``currReadTimeMs < currWriteTimeMs`` with the write time at ``now``), else None."""
@@ -339,6 +364,29 @@ class BatchConsumeQueueWriter:
         self.base = -1
         self.wrote = 0
         self.max_phys = -1
+        self.reach = -1  # where the last unit's record ends in the commitlog
+        self.next_offset = 0  # the last unit's msgBaseOffset + batchSize: the queue's max offset
+
+    def load(self, files: list) -> None:
+        """Reopen (``BatchConsumeQueue.recover``): write after the last valid unit; files of another size than
+        ``mapperFileSizeBatchConsumeQueue`` are refused, as the broker's load refuses them."""
+        from ..batchcq import read_batch_queue
+
+        for f in files:
+            if f.length != self.file_size:
+                raise WriterError(ErrorKind.BAD_GEOMETRY, f"batch consume queue file is {f.length} bytes, "
+                                  f"mapperFileSizeBatchConsumeQueue is {self.file_size}", file=str(f.location))
+        if not files:
+            return
+        self.base, self.wrote = files[0].base_offset, 0  # no valid unit: the first file is written again
+        for u in read_batch_queue(files, stop_at_invalid=True):
+            self.base = u.unit_byte_offset - u.unit_byte_offset % self.file_size
+            self.wrote = u.unit_byte_offset - self.base + _BCQ_UNIT.size
+            self.max_phys, self.reach = u.physical_offset, u.physical_offset + u.size
+            self.next_offset = u.msg_base_offset + u.batch_size
+        for f in files:
+            if f.base_offset <= self.base:
+                self.files[f.base_offset] = self._new_file(self.dir / f.name, self.file_size, create=False)
 
     def put(self, phys: int, size: int, tags: int, store_ts: int, base_offset: int, batch_size: int) -> bool:
         if phys <= self.max_phys:
@@ -353,7 +401,7 @@ class BatchConsumeQueueWriter:
         self.files[self.base].write(self.wrote, _BCQ_UNIT.pack(phys, size, tags, store_ts, base_offset, batch_size,
                                                                 L.BATCH_CQ_INVALID_POS, 0))
         self.wrote += _BCQ_UNIT.size
-        self.max_phys = phys
+        self.max_phys, self.reach, self.next_offset = phys, phys + size, base_offset + batch_size
         return True
 
     def close(self):
@@ -383,6 +431,30 @@ class V5Store:
         self.stall: lmq.LmqStall | None = None  # set when a dispatch throws NumberFormatException
         self.undispatched = 0  # records written after the stall
         self._pending_lmq: str | None = None
+        if writer._reopened:
+            self._reopen_batch_queues()
+
+    def _reopen_batch_queues(self) -> None:
+        """A reopened store's ``batchconsumequeue/``: each queue continues after its last unit, and its counter
+        (``batchTopicQueueTable``) at the queue's max offset; the commitlog walk that follows raises it for records
+        past the units' reach (:meth:`replayed`)."""
+        from ..batchcq import discover_batch_queues
+
+        for (topic, qid), files in discover_batch_queues(self.writer.root).items():
+            if not self.batch_topic(topic):
+                continue  # not a BatchCQ topic by config/topics.json: the broker does not load it either
+            bcq = self.bcqs[(topic, qid)] = BatchConsumeQueueWriter(self.writer, topic, qid)
+            bcq.load(files)
+            self.batch_offsets[(topic, qid)] = bcq.next_offset
+
+    def batch_queue_reach(self) -> list[int]:
+        """Where each reopened batch queue's last record ends (the reput resumes at the largest of all queues')."""
+        return [b.reach for b in self.bcqs.values() if b.reach >= 0]
+
+    def replayed(self, msg: Message) -> None:
+        """A record of a BatchCQ topic found in a reopened commitlog: the counter moves past its messages."""
+        key = (msg.topic, msg.queue_id)
+        self.batch_offsets[key] = max(self.batch_offsets.get(key, 0), msg.queue_offset + message_count(msg.properties))
 
     # ---- which topics ---------------------------------------------------------------------------------
     def batch_topic(self, topic: str) -> bool:
@@ -401,8 +473,11 @@ class V5Store:
         """The record as the 5.x put path turns it before it is encoded: INNER_BASE (an inner batch on a
         BatchCQ topic), INNER_MULTI_QUEUE_OFFSET (LMQ), the CRC reservation.  Counters are only read here."""
         raw = record.properties_raw
-        trailing = raw.endswith(L.PROPERTY_SEPARATOR) or not raw
         changed = False
+        if self.crc:  # asyncPutMessage deletes a client's own first, as text (MessageUtils.deleteProperty)
+            raw = delete_property(raw, L.PROPERTY_CRC32)
+            changed = raw != record.properties_raw
+        trailing = raw.endswith(L.PROPERTY_SEPARATOR) or not raw
         if record.sys_flag & L.INNER_BATCH_FLAG and self.batch_topic(record.topic):
             m = property_map(raw)
             m.put(L.PROPERTY_INNER_BASE, str(self.batch_offsets.get((record.topic, record.queue_id), 0)))
@@ -416,10 +491,6 @@ class V5Store:
                 m.put(L.PROPERTY_WAIT_STORE_MSG_OK, wait)
             raw, changed = to_string(m, trailing), True
         if self.crc:
-            if L.PROPERTY_CRC32 in record.properties:  # asyncPutMessage deletes a client's own
-                m = property_map(raw)
-                m.remove(L.PROPERTY_CRC32)
-                raw = to_string(m, trailing)
             raw, changed = propcrc.with_crc_reservation(raw), True
         return dataclasses.replace(record, properties_raw=raw, properties=None) if changed else record
 
@@ -428,10 +499,7 @@ class V5Store:
         BatchCQ topic; the counter moves by its message count."""
         key = (record.topic, record.queue_id)
         offset = self.batch_offsets.get(key, 0)
-        num = 1
-        if record.properties.get(L.PROPERTY_INNER_NUM) is not None:
-            num = lmq.parse_java_long(record.properties[L.PROPERTY_INNER_NUM]) or 1
-        self.batch_offsets[key] = offset + num
+        self.batch_offsets[key] = offset + message_count(record.properties)
         return offset
 
     def seal(self, data: bytes) -> bytes:
@@ -471,7 +539,8 @@ class V5Store:
                     w.flush.logics = msg.store_timestamp
                     if self.multi_dispatch and not self._multi_dispatch(msg, tags_code):
                         return  # NumberFormatException: no index for this record, nothing after it
-                    if self.timer is not None and msg.topic == L.TIMER_TOPIC and msg.queue_id == L.TIMER_QUEUE_ID:
+                    if self.timer is not None and msg.topic == L.TIMER_TOPIC and msg.queue_id == L.TIMER_QUEUE_ID \
+                            and not self.timer.enqueue_stopped:
                         self.timer.enqueue(msg, msg.store_timestamp)
                 w._track_schedule(msg)
         if w.config.messageIndexEnable:

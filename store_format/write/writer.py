@@ -50,7 +50,7 @@ from ..brokerconf import read_properties
 from ..codec import encode_blank, encode_record, encoded_size, host_flags
 from ..commitlog import list_segments, segment_name, walk_buffer
 from ..fs import ReadOnlyMap
-from ..config import dumps_fastjson, read_config
+from ..config import INT_RANGE, LONG_RANGE, dumps_fastjson, number, read_config, value_text
 from ..checkpoint import read_checkpoint
 from ..consumequeue import discover_queues, read_queue
 from ..errors import ErrorKind, RecordError, StoreFormatError, WriterError
@@ -544,14 +544,60 @@ class FlushModel:
 @dataclass
 class _TopicConfig:
     name: str
-    queues: int
+    queues: int  # writeQueueNums (and readQueueNums unless read_queues says otherwise)
     perm: int
     attributes: dict | None = None  # 5.x TopicConfig.attributes (e.g. queue.type=BatchCQ); 4.x has none
+    # the rest of a TopicConfig as a topics.json gave it (the broker's auto-create makes these defaults)
+    read_queues: int | None = None
+    sys_flag: int = 0
+    order: bool = False
+    filter_type: str = "SINGLE_TAG"
 
     def to_json(self) -> dict:  # fastjson writes bean fields in alphabetical order
-        out = {"order": False, "perm": self.perm, "readQueueNums": self.queues, "topicFilterType": "SINGLE_TAG",
-               "topicName": self.name, "topicSysFlag": 0, "writeQueueNums": self.queues}
+        out = {"order": self.order, "perm": self.perm,
+               "readQueueNums": self.queues if self.read_queues is None else self.read_queues,
+               "topicFilterType": self.filter_type, "topicName": self.name, "topicSysFlag": self.sys_flag,
+               "writeQueueNums": self.queues}
         return {"attributes": dict(self.attributes), **out} if self.attributes else out
+
+    @classmethod
+    def from_json(cls, name: str, entry, source: str | None) -> "_TopicConfig":
+        """One ``topicConfigTable`` entry of a topics.json, as fastjson fills a ``TopicConfig`` (a field it lacks
+        keeps the bean's default); a value no TopicConfig can hold is refused, naming the file and the entry."""
+        where = f"topicConfigTable/{name}"
+        if not isinstance(entry, dict):
+            raise WriterError(ErrorKind.BAD_CONFIG, f"{where} is a JSON {type(entry).__name__}, not an object",
+                              file=source, field=where)
+        ints = {f: _config_int(entry, f, default, source, where) for f, default in (
+            ("writeQueueNums", L.TOPIC_CONFIG_DEFAULT_QUEUE_NUMS), ("readQueueNums", L.TOPIC_CONFIG_DEFAULT_QUEUE_NUMS),
+            ("perm", L.PERM_READ | L.PERM_WRITE), ("topicSysFlag", 0))}
+        attributes = entry.get("attributes")
+        if attributes is not None and not (isinstance(attributes, dict) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in attributes.items())):
+            raise WriterError(ErrorKind.BAD_CONFIG, f"{where}/attributes must map names to strings (as "
+                              f"\"queue.type\": \"BatchCQ\"), got {value_text(attributes)}", file=source,
+                              field=f"{where}/attributes")
+        order, filter_type = entry.get("order", False), entry.get("topicFilterType", "SINGLE_TAG")
+        if not isinstance(order, bool) or filter_type not in ("SINGLE_TAG", "MULTI_TAG"):
+            raise WriterError(ErrorKind.BAD_CONFIG, f"{where}: order must be true/false and topicFilterType "
+                              f"SINGLE_TAG or MULTI_TAG, got {value_text(order)} / {value_text(filter_type)}",
+                              file=source, field=where)
+        write = ints["writeQueueNums"]
+        return cls(name, write, ints["perm"], dict(attributes) if attributes else None,
+                   None if ints["readQueueNums"] == write else ints["readQueueNums"], ints["topicSysFlag"], order,
+                   filter_type)
+
+
+def _config_int(entry: dict, field: str, default: int, source: str | None, where: str,
+                bounds: tuple[int, int] = INT_RANGE) -> int:
+    """``entry[field]`` as the Java int (or long) fastjson reads, ``default`` when absent; refused when it is not
+    one."""
+    problems: list = []
+    value = number(entry, field, bounds, problems, None, (where, field))
+    if problems:
+        raise WriterError(ErrorKind.BAD_CONFIG, f"{where}/{field}: {problems[0].message}", file=source,
+                          field=f"{where}/{field}")
+    return default if value is None else value
 
 
 def _group_json(name: str) -> dict:
@@ -568,6 +614,47 @@ class _DataVersion:
     def next(self, now: int):
         self.counter += 1
         self.timestamp = now
+
+
+@dataclass
+class TopicTable:
+    """A topics.json as the writer takes it: its ``topicConfigTable`` entries and ``dataVersion``, each value
+    checked (a value no TopicConfig can hold is refused, naming the file and the entry) before a store is opened."""
+
+    entries: dict  # topic name -> _TopicConfig
+    version: _DataVersion
+    source: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict, source: str | None = None, problems: list | None = None) -> "TopicTable":
+        """From a parsed topics.json (the broker's own format, as fastjson writes it; :func:`store_format.config.
+        read_config_file` reads one).  With ``problems`` (a list), an entry that cannot be used is left out and its
+        error added there instead of raised."""
+        table = data.get("topicConfigTable") or {}
+        if not isinstance(table, dict):
+            raise WriterError(ErrorKind.BAD_CONFIG, f"topicConfigTable is a JSON {type(table).__name__}, not an "
+                              "object", file=source, field="topicConfigTable")
+        entries = {}
+        for name, entry in table.items():
+            try:
+                entries[str(name)] = _TopicConfig.from_json(str(name), entry, source)
+            except WriterError as e:
+                if problems is None:
+                    raise
+                problems.append(e)
+        dv = data.get("dataVersion") or {}
+        if not isinstance(dv, dict):
+            raise WriterError(ErrorKind.BAD_CONFIG, f"dataVersion is a JSON {type(dv).__name__}, not an object",
+                              file=source, field="dataVersion")
+        try:
+            version = _DataVersion(*(_config_int(dv, f, 0, source, "dataVersion", LONG_RANGE)
+                                     for f in ("counter", "timestamp")))
+        except WriterError as e:
+            if problems is None:
+                raise
+            problems.append(e)
+            version = _DataVersion()
+        return cls(entries, version, source)
 
 
 class StoreWriter:
@@ -630,13 +717,15 @@ class StoreWriter:
         try:
             for d in ("commitlog", "consumequeue"):  # DefaultMessageStore's constructor: ensureDirOK
                 self._path(d).mkdir(exist_ok=True)
-            self.v5 = None  # the 5.x side (store_format.write.v5), when the configuration asks for it
+            self.v5 = None  # the 5.x side (store_format.write.v5), when the configuration or a topic asks for it
             if existing:
-                self._open_existing()
+                self._load_configs()
             else:
                 self._init_configs()
-            if self.config.is_5x:
-                self._start_v5()
+            if self.config.is_5x or self._batch_topics():
+                self._start_v5()  # before a reopened store's records are walked: they dispatch as 5.x records
+            if existing:
+                self._reopen_files()
             if start_time is not None:
                 self.flush.begin(start_time)
                 self.topics_version.timestamp = self.topics_version.timestamp or start_time
@@ -668,13 +757,19 @@ class StoreWriter:
         return self.open_files.file(path, size, create)
 
     def _start_v5(self) -> None:
-        if self._reopened and (self.config.timerWheelEnable or self.config.enableLmq or self.config.enableMultiDispatch
-                               or any(t.attributes for t in self.topics._d.values())):
-            raise WriterError(ErrorKind.INVALID_INPUT, "reopening a store with the 5.x timer store, LMQ or BatchCQ "
-                              "state is not supported by the writer (only enabledAppendPropCRC)", file=str(self.root))
+        if self._reopened and (self.config.timerWheelEnable or self.config.enableLmq or self.config.enableMultiDispatch):
+            raise WriterError(ErrorKind.INVALID_INPUT, "reopening a store with the 5.x timer store or LMQ state is not "
+                              "supported by the writer (only enabledAppendPropCRC and BatchCQ topics); write a new "
+                              "store instead (dump --what commitlog, then write with the whole input)",
+                              file=str(self.root))
         from .v5 import V5Store
 
-        self.v5 = V5Store(self)
+        self.v5 = V5Store(self)  # a reopened store's batch consume queues are reopened with it
+
+    def _batch_topics(self) -> bool:
+        """Any topic registered with ``queue.type=BatchCQ``."""
+        return any((t.attributes or {}).get(L.TOPIC_ATTRIBUTE_QUEUE_TYPE) == L.QUEUE_TYPE_BATCH
+                   for _, t in self.topics.items())
 
     # ---- paths and lock ------------------------------------------------------------------------
     def _path(self, *parts: str) -> Path:
@@ -729,12 +824,13 @@ class StoreWriter:
             self.groups.put(g, _group_json(g))
 
     def register_topic(self, topic: str, queues: int | None = None, perm: int = L.PERM_READ | L.PERM_WRITE, *,
-                       at: int | None = None, attributes: dict | None = None) -> None:
+                       at: int | None = None, attributes: dict | None = None, magic_version: int = 1) -> None:
         """Create a topic config as the broker's auto-create does, or widen it to ``queues``; the data
         version takes the time ``at`` (default :meth:`now`).  ``attributes`` (5.x, e.g. ``{"queue.type":
         "BatchCQ"}``) are set when the topic is created; a BatchCQ topic turns the writer's 5.x side on.  A 5.x
-        writer takes topics up to 255 characters (their records are V2: autoMessageVersionOnTopicLen)."""
-        validate_topic(topic, 2 if self.v5 is not None else 1)
+        writer, or a V2 record's topic (``magic_version`` 2: only a 5.x broker stores one), takes topics up to 255
+        characters (autoMessageVersionOnTopicLen)."""
+        validate_topic(topic, 2 if self.v5 is not None or magic_version == 2 else 1)
         cur = self.topics.get(topic)
         if attributes and cur is None:
             self.topics.put(topic, _TopicConfig(topic, queues or min(L.CLIENT_DEFAULT_TOPIC_QUEUE_NUMS,
@@ -758,16 +854,21 @@ class StoreWriter:
             self.topics_version.next(self.now(at))
         elif queues is not None and queues > cur.queues:
             cur.queues = queues
+            if cur.read_queues is not None:
+                cur.read_queues = max(cur.read_queues, queues)
             self.topics_version.next(self.now(at))
 
-    def register_group(self, group: str, *, at: int | None = None) -> None:
+    def register_group(self, group: str, *, at: int | None = None, entry: dict | None = None) -> None:
+        """A subscription group as the broker creates it (``entry``: as a subscriptionGroup.json holds it, kept
+        verbatim, the group's own settings included)."""
         if group not in self.groups:
-            self.groups.put(group, _group_json(group))
+            self.groups.put(group, _group_json(group) if entry is None else entry)
             self.groups_version.next(self.now(at))
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """``ConsumerOffsetManager.commitOffset``: the next queue offset ``group`` will consume."""
-        validate_topic(topic)
+        """``ConsumerOffsetManager.commitOffset``: the next queue offset ``group`` will consume (on a 5.x writer a
+        topic up to 255 characters: its long retry topics are V2 records' and have offsets too)."""
+        validate_topic(topic, 2 if self.v5 is not None else 1)
         validate_queue_id(queue_id)
         if self.v5 is not None and self.v5.commit_lmq_offset(group, topic, offset):
             return  # an %LMQ% group with enableLmq: LmqConsumerOffsetManager keeps one offset per topic@group
@@ -781,12 +882,13 @@ class StoreWriter:
     def _register_for_record(self, msg: Message):
         """Topic/group configs the broker would hold after accepting this record."""
         self.register_record(msg.topic, msg.queue_id, msg.properties.get(L.PROPERTY_REAL_TOPIC),
-                             msg.properties.get(L.PROPERTY_REAL_QUEUE_ID, ""), at=msg.store_timestamp)
+                             msg.properties.get(L.PROPERTY_REAL_QUEUE_ID, ""), at=msg.store_timestamp,
+                             magic_version=msg.magic_version)
 
     def register_record(self, topic: str, queue_id: int, real_topic: str | None = None, real_queue_id: str = "", *,
-                        at: int) -> None:
+                        at: int, magic_version: int = 1) -> None:
         """Topic/group configs the broker would hold after accepting a record of ``topic``/``queue_id``
-        (with these REAL_TOPIC / REAL_QID properties) stored at ``at``."""
+        (with these REAL_TOPIC / REAL_QID properties) stored at ``at`` as a V``magic_version`` record."""
         real, real_qid = real_topic, real_queue_id
         if real and real != topic and not self._known(real, real_qid):  # created before the record moved
             try:
@@ -795,7 +897,7 @@ class StoreWriter:
             except WriterError:
                 pass  # a REAL_TOPIC the broker would have refused: the record itself is still valid
         if topic != L.TRANS_OP_HALF_TOPIC and not self._known(topic, queue_id):  # op topic: never registered
-            self._register_record_topic(topic, queue_id, at)
+            self._register_record_topic(topic, queue_id, at, magic_version)
 
     def _known(self, topic: str, queue_id) -> bool:
         """Already registered with room for ``queue_id`` (then registering again changes nothing)."""
@@ -806,16 +908,16 @@ class StoreWriter:
             queue_id = int(queue_id) if queue_id.isdigit() else 0
         return queue_id < cur.queues and not topic.startswith((L.RETRY_GROUP_TOPIC_PREFIX, L.DLQ_GROUP_TOPIC_PREFIX))
 
-    def _register_record_topic(self, topic: str, queue_id: int, at: int):
+    def _register_record_topic(self, topic: str, queue_id: int, at: int, magic_version: int = 1):
         for prefix in (L.RETRY_GROUP_TOPIC_PREFIX, L.DLQ_GROUP_TOPIC_PREFIX):
             if topic.startswith(prefix) and len(topic) > len(prefix):
                 self.register_group(topic[len(prefix):], at=at)
         cur = self.topics.get(topic)
         if cur is None:
-            self.register_topic(topic, at=at)
+            self.register_topic(topic, at=at, magic_version=magic_version)
             cur = self.topics.get(topic)
         if queue_id >= cur.queues:
-            self.register_topic(topic, queue_id + 1, at=at)
+            self.register_topic(topic, queue_id + 1, at=at, magic_version=magic_version)
 
     def config_texts(self) -> dict[str, str]:
         """The config/*.json files as fastjson writes them."""
@@ -841,22 +943,31 @@ class StoreWriter:
         for name, text in self.config_texts().items():
             _string_to_file(text, d / name)
 
+    def adopt_topics(self, topics: "TopicTable") -> None:
+        """Start from a topics.json (:meth:`TopicTable.from_json`), loaded as TopicConfigManager loads it at start:
+        its entries over the built-in topics, its data version.  A new store only, before its first record (a
+        reopened store keeps its own config/topics.json).  A BatchCQ topic turns the 5.x side on."""
+        if self._reopened or self.messages_written or self.cur_base >= 0:
+            raise WriterError(ErrorKind.INVALID_INPUT, "topics are adopted by a new store before its first record; a "
+                              "reopened store keeps its own config/topics.json", file=topics.source)
+        self._load_topics(topics)
+        if self.v5 is None and self._batch_topics():
+            self._start_v5()
+
+    def _load_topics(self, topics: "TopicTable") -> None:
+        for name, tc in topics.entries.items():
+            self.topics.put(name, tc)
+        self.topics_version = dataclasses.replace(topics.version)
+
     # ---- reopening -----------------------------------------------------------------------------
-    def _open_existing(self):
-        """append=True: pick up a store where it ends, as a restarted broker would: configs and checkpoint
-        loaded, consume queues and the last index file reopened, the commitlog walked to its valid end, and
-        records past the consume queues' reach dispatched again (with RocketMQ's own dedupe: a queue's
-        maxPhysicOffset, the index's endPhyOffset)."""
+    def _load_configs(self):
+        """append=True, first step: the configs a restarted broker loads (topics with their attributes, groups,
+        consumer and delay offsets) and the checkpoint.  :meth:`_reopen_files` follows, once the 5.x side is
+        known."""
         self._reopened = True
-        c = self.config
         cfgdir = self.root / "config"
         self._init_configs()
-        topics = _config_data(cfgdir, "topics.json")
-        for name, tc in (topics.get("topicConfigTable") or {}).items():
-            self.topics.put(name, _TopicConfig(name, int(tc.get("writeQueueNums", 1)),
-                                               int(tc.get("perm", L.PERM_READ | L.PERM_WRITE))))
-        dv = topics.get("dataVersion") or {}
-        self.topics_version = _DataVersion(int(dv.get("counter", 0)), int(dv.get("timestamp", 0)))
+        self._load_topics(TopicTable.from_json(_config_data(cfgdir, "topics.json"), str(cfgdir / "topics.json")))
         groups = _config_data(cfgdir, "subscriptionGroup.json")
         for name, g in (groups.get("subscriptionGroupTable") or {}).items():
             self.groups.put(name, g)
@@ -874,9 +985,16 @@ class StoreWriter:
             self.flush.physic, self.flush.logics, self.flush.index = (
                 cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp)
             self.flush.snapshot()
-        # consume queues as they are on disk
+
+    def _reopen_files(self):
+        """append=True, second step: pick up the store where it ends, as a restarted broker would: consume
+        queues (batch ones with the 5.x side) and the last index file reopened, the commitlog walked to its valid
+        end, and records past the queues' reach dispatched again (with RocketMQ's own dedupe: a queue's
+        maxPhysicOffset, the index's endPhyOffset)."""
+        c = self.config
+        # consume queues as they are on disk (a folder name the charset allows cannot leave the root)
         for (topic, qid), files in discover_queues(self.root / "consumequeue").items():
-            validate_topic(topic)
+            validate_topic(topic, 2)
             cq = ConsumeQueueWriter(self, topic, qid)
             cq.load()
             self.cqs[(topic, qid)] = cq
@@ -894,6 +1012,8 @@ class StoreWriter:
         while len(segs) > 1 and _all_zero(segs[-1].path):
             segs.pop().path.unlink()
         reach = [cq.max_physic_offset for cq in self.cqs.values() if cq.max_physic_offset >= 0]
+        if self.v5 is not None:
+            reach += self.v5.batch_queue_reach()
         self._reput_from = max(reach) if reach else (segs[0].base_offset if segs else 0)
         for i, seg in enumerate(segs):
             if seg.length != c.mappedFileSizeCommitLog:
@@ -919,7 +1039,9 @@ class StoreWriter:
     def _replay(self, msg: Message):
         """State and dispatch for a record already in the commitlog."""
         key = (msg.topic, msg.queue_id)
-        if msg.dispatchable:
+        if msg.dispatchable and self.v5 is not None and self.v5.batch_topic(msg.topic):
+            self.v5.replayed(msg)  # a BatchCQ topic's own counter
+        elif msg.dispatchable:
             self.queue_table[key] = max(self.queue_table.get(key, 0), msg.queue_offset + 1)
         self._last_ts = msg.store_timestamp
         self.flush.advance(msg.store_timestamp)

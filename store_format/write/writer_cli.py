@@ -3,12 +3,21 @@
   python -m store_format generate OUT_DIR --messages N [--topics T] [--queues Q] [--seed S]
                                   [--segment-size BYTES] [--config broker.conf] [--crash] [--cover]
                                   [--rocketmq 4|5]
-  python -m store_format write OUT_DIR --input messages.jsonl [--config broker.conf] [--crash] [--append]
+  python -m store_format write OUT_DIR --input messages.jsonl [--config broker.conf] [--topics topics.json]
+                               [--crash] [--append]
 
 ``generate --rocketmq 5`` writes a 5.3.3 broker's store (store_format.write.generate5: timers, LMQ, POP, a BatchCQ
 topic, ``__CRC32#``).  A ``--config`` with 5.x settings (``enabledAppendPropCRC``, ``timerWheelEnable``,
 ``enableLmq``, ``enableMultiDispatch``, ``mappedFileSizeTimerLog``...) gives ``write`` the 5.x put path too: with
-``enabledAppendPropCRC=true`` every record written gets its ``__CRC32#`` property.
+``enabledAppendPropCRC=true`` every record written gets its ``__CRC32#`` property (one the input already carries
+is deleted first, as text, as the broker deletes it).
+
+``write --topics topics.json`` starts the store from a topics.json in the broker's own format (its
+``topicConfigTable``: each topic's queues, perm and 5.x ``attributes``; its ``dataVersion``), as the broker
+loads it at start.  A topic with ``"attributes": {"queue.type": "BatchCQ"}`` is a 5.x BatchCQ topic: its records
+get the batch counter's queue offsets (INNER_BASE on inner batches) and 46-byte units in batchconsumequeue/
+instead of a consume queue.  ``--append`` keeps the existing store's own config/topics.json, attributes included
+(its batch queues continue after their last unit), and takes no ``--topics``.
 
 Both refuse a non-empty OUT_DIR (``write --append`` adds to the store there, re-dispatching whatever its
 consume queues and index lack).  ``--crash`` leaves the store as a killed broker would (``abort`` file,
@@ -48,9 +57,18 @@ rows are skipped: the writer lays its own blanks):
 broker does) and ignored on input, as are derived fields (``msg_id``, ``tags``, ``keys``...).
 Records are written in file order; PREPARED/ROLLBACK records get queue offset 0 and no consume-queue entry.
 
-A dump written back keeps its commitlog's layout: every record and blank in the same place (byte for byte
-when the store starts at physical offset 0 and its queues at queue offset 0, where the writer starts).  Where
-the broker rolled early -- an end-of-file blank although the next record and the 8-byte minimum blank would
+A dump written back keeps its commitlog's layout: every record and blank in the same place.  With the store's
+own settings (``--config``: its geometry, and for a 5.3.3 store ``timerWheelEnable=true``, RocketMQ's default
+there) and topics (``--topics`` its config/topics.json), and when the store starts at physical offset 0 and its
+queues at queue offset 0 (where the writer starts), it is the store RocketMQ wrote: the commitlog, consume
+queues (LMQ ones too), batch consume queues, the index files' contents, the timer log and wheel and topics.json
+are RocketMQ's byte for byte (tests/test_writer_round_trip.py runs it on every 4.9.7 and 5.3.3 fixture).  What
+differs: the names of index files and the checkpoint's physicMsgTimestamp (the broker's clock); the timer
+checkpoint's read time and the timer metrics (its threads' clock, and the fires they ran); committed consumer
+offsets (not records) and the groups' data version; and what the writer does not write: 5.x's ``abort.bak`` and
+``compaction/``, a DLedger log, a RocksDB consume queue.
+
+Where the broker rolled early -- an end-of-file blank although the next record and the 8-byte minimum blank would
 have fitted: the put that followed was a batch -- ``dump --what commitlog`` gives the records after the blank
 a shared ``batch`` (the physical offset of the first of them): the fewest that, as one batch, do not fit, so
 that ``write`` rolls at the same place.
@@ -65,13 +83,14 @@ import sys
 
 from .. import fs
 from ..brokerconf import size_argument
+from ..config import read_config_file
 from .bulk import RecordBatch, append_many
 from ..codec import host_flags
 from ..errors import ErrorKind, StoreFormatError, WriterError
 from .. import layout as L
 from .generate import TrafficConfig, generate_store, progress_line
 from ..message import Message
-from .writer import StoreWriter, WriterConfig
+from .writer import StoreWriter, TopicTable, WriterConfig
 
 EXIT_OK, EXIT_USAGE = 0, 2
 _CHUNK = 4096
@@ -204,9 +223,14 @@ def check_apart(out_dir: str, inputs) -> None:
 def run_write(args) -> int:
     try:
         cfg = _config(args)
+        if args.topics and args.append:
+            raise WriterError(ErrorKind.INVALID_INPUT, "--topics starts a new store's topics; --append keeps the "
+                              "store's own config/topics.json (its attributes included): leave --topics out",
+                              field="--topics")
         if args.input != "-":
             fs.check_file(args.input)  # the input first: a FIFO, a folder, no permission is refused here
-        check_apart(args.out_dir, [args.input, args.config])
+        check_apart(args.out_dir, [args.input, args.config, args.topics])
+        topics = TopicTable.from_json(read_config_file(args.topics), args.topics) if args.topics else None
         stream = sys.stdin if args.input == "-" else io.TextIOWrapper(fs.open_file(args.input), encoding="utf-8")
     except (StoreFormatError, OSError) as e:
         print(f"error: {fs.error_line(e)}", file=sys.stderr)
@@ -215,6 +239,8 @@ def run_write(args) -> int:
     count = 0
     try:
         writer = StoreWriter(args.out_dir, cfg, append=args.append)
+        if topics is not None:
+            writer.adopt_topics(topics)
         chunk, batch_ids = [], []  # a batch is never cut between chunks
         for k, (msgs, is_batch) in enumerate(_puts(_checked(_records(stream), writer), writer)):
             chunk.extend(msgs)
@@ -295,6 +321,9 @@ def register(subparsers) -> None:
     w.add_argument("--input", required=True, help="JSON Lines file, one stored record per line ('-' = stdin)")
     w.add_argument("--config", help="broker.conf with store settings (key=value)")
     w.add_argument("--crash", action="store_true", help="end as a killed broker: abort file, stale checkpoint")
-    w.add_argument("--append", action="store_true", help="add to the store already in OUT_DIR")
+    w.add_argument("--append", action="store_true", help="add to the store already in OUT_DIR (its config/topics.json, "
+                   "topic attributes included, stays what it says)")
+    w.add_argument("--topics", metavar="topics.json", help="start from these topics: a topics.json in the broker's "
+                   "format (topicConfigTable with queues, perm and 5.x attributes such as queue.type=BatchCQ)")
     w.add_argument("--debug", action="store_true", help="show a Python traceback when the tool itself fails")
     w.set_defaults(run=run_write)
