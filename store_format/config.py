@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from . import layout as L
 from .errors import ConfigError, ErrorKind
 from .fs import StorePath, UnreadableError, as_path, open_file
 
@@ -726,8 +727,8 @@ def _offset_columns(cfg: ConfigFile, fast, problems: list, limit: int):
                  "offset": offset}
 
 
-INT_RANGE = (-2**31, 2**31 - 1)  # java.lang.Integer: queue ids, delay levels, queue counts
-LONG_RANGE = (-2**63, 2**63 - 1)  # java.lang.Long: offsets, broker ids
+INT_RANGE = L.JAVA_INT  # java.lang.Integer: queue ids, delay levels, queue counts
+LONG_RANGE = L.JAVA_LONG  # java.lang.Long: offsets, broker ids
 _JAVA = {INT_RANGE: "int", LONG_RANGE: "long"}
 # numeric fields of topics.json / subscriptionGroup.json entries and their Java types
 TOPIC_INT_FIELDS = ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag")
