@@ -124,8 +124,8 @@ def _fields(data: dict, spec: dict, file, position) -> dict:
                                    position=position, field=keys[0])
             value = tuple(value)
         bounds, java = (L.JAVA_LONG, "long") if name in _LONGS else (L.JAVA_INT, "int")
-        outside = [v for v in (value if listed and value is not None else (value,) if name in _INTS | _LONGS else ())
-                   if not bounds[0] <= v <= bounds[1]]
+        numbers = (value or ()) if listed else (value,) if name in _INTS | _LONGS else ()
+        outside = [v for v in numbers if not bounds[0] <= v <= bounds[1]]
         if outside:
             raise PopBodyError(ErrorKind.OUT_OF_RANGE, f"{keys[0]} holds {outside[0]}, outside Java's {java} range "
                                f"[{bounds[0]}, {bounds[1]}]: the broker cannot read this body", file=file,
