@@ -26,8 +26,9 @@ from .errors import ErrorKind, StoreFormatError
 
 # MessageStoreConfig names of the settings that shape the files, with the StoreGeometry field each sets
 GEOMETRY_KEYS = {"mappedFileSizeCommitLog": "segment_size", "mappedFileSizeConsumeQueue": "consume_queue_file_size",
-                 "maxHashSlotNum": "hash_slot_num", "maxIndexNum": "index_num",
-                 "messageDelayLevel": "message_delay_level"}
+                 "mapperFileSizeBatchConsumeQueue": "batch_queue_file_size",
+                 "mappedFileSizeTimerLog": "timer_log_file_size", "maxHashSlotNum": "hash_slot_num",
+                 "maxIndexNum": "index_num", "messageDelayLevel": "message_delay_level"}
 _DECIMAL = re.compile(r"[+-]?[0-9]+")  # Integer.parseInt's ASCII digits (the only ones a broker.conf holds)
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 _WHITESPACE = " \t\f"  # Properties' white space; line ends are \n, \r, \r\n
@@ -118,6 +119,8 @@ class StoreGeometry:
 
     segment_size: int | None = None  # mappedFileSizeCommitLog
     consume_queue_file_size: int | None = None  # mappedFileSizeConsumeQueue, rounded up to whole 20-byte units
+    batch_queue_file_size: int | None = None  # mapperFileSizeBatchConsumeQueue (5.x)
+    timer_log_file_size: int | None = None  # mappedFileSizeTimerLog (5.x)
     hash_slot_num: int | None = None  # maxHashSlotNum
     index_num: int | None = None  # maxIndexNum
     message_delay_level: str | None = None  # messageDelayLevel
@@ -125,7 +128,9 @@ class StoreGeometry:
 
     def store_kwargs(self) -> dict:
         """Keyword arguments of :class:`store_format.store.Store` for what is known."""
-        out = {"segment_size": self.segment_size, "hash_slot_num": self.hash_slot_num, "index_num": self.index_num}
+        out = {"segment_size": self.segment_size, "hash_slot_num": self.hash_slot_num, "index_num": self.index_num,
+               "file_sizes": {"consumequeue": self.consume_queue_file_size, L.BATCH_CQ_DIR: self.batch_queue_file_size,
+                              L.TIMER_LOG_DIR: self.timer_log_file_size}}
         if self.message_delay_level is not None:
             out["message_delay_level"] = self.message_delay_level
         return out

@@ -2,7 +2,9 @@
 (``enableLmq``) from ``config/lmqConsumerOffset.json``, whose %LMQ% groups have one offset per LMQ queue (queue 0)
 and which then holds every other group's offsets too: per group/topic/queue the message
 lag (queue max offset - committed offset) and the time lag (dump time - store time of the first unconsumed
-message), retry topics (``%RETRY%group``) included.
+message), retry topics (``%RETRY%group``) included.  Lags are 64-bit integers end to end: a committed offset or a
+queue end the file puts anywhere in a long gives an exact lag (a negative offset counts as 0, as RocketMQ's own
+consumer stats count it), and a topic's sum past the largest long is held there.
 
 Checks: ``lag.behind`` (info, one per group and topic with unconsumed messages), the warnings
 ``lag.offset_above_max`` (the committed offset is past the queue's end), ``lag.offset_below_min`` (below the
@@ -56,7 +58,8 @@ LAG = pa.schema([
     column("queue_id", pa.int32()),
     column("offset", pa.int64(), "the group's committed offset (consumerOffset.json)"),
     column("min_offset", pa.int64()), column("max_offset", pa.int64()),
-    column("lag", pa.int64(), "messages not consumed yet: max_offset - offset (never negative)"),
+    column("lag", pa.int64(), "messages not consumed yet: max_offset - offset, never negative (a negative offset "
+                              "counts as 0, as RocketMQ's consumer stats count it)"),
     column("first_unconsumed_store_time", pa.int64(), "store time of the first message not consumed (ms)"),
     column("lag_ms", pa.int64(), "dump time (as-of) - store time of the first unconsumed message"),
     column("retry", pa.bool_(), "true for a `%RETRY%group` topic"),
