@@ -500,18 +500,17 @@ def mapped_file_queue_problems(folder: RolledFolder, rules: LoadRules) -> tuple[
 
 def shared_file_size(folders) -> int | None:
     """The file size a setting gives every folder of one kind (each consume queue's), as their files show it
-    (``folders``: each folder's (base offset, length) pairs): the smallest spacing of the names in any folder, else
-    the commonest non-zero length; None when no file tells."""
+    (``folders``: each folder's (base offset, length) pairs): the commonest non-zero length when every spacing of
+    the names is a multiple of it (a file missing between two others leaves a wider one), else the smallest
+    spacing (most files cut to one length); None when no file tells."""
     from collections import Counter
 
-    from .rolled import infer_file_size
-
-    spaced = [infer_file_size(f) for f in folders if len(f) > 1]
-    spacing = min((s for s in spaced if s), default=None)
-    if spacing:
-        return spacing
     lengths = Counter(n for f in folders for _, n in f if n)
-    return lengths.most_common(1)[0][0] if lengths else None
+    spacings = [b - a for f in folders for (a, _), (b, _) in zip(sorted(f), sorted(f)[1:]) if b > a]
+    common = lengths.most_common(1)[0][0] if lengths else None
+    if common and all(g % common == 0 for g in spacings):
+        return common
+    return min(spacings, default=common)
 
 
 def store_folders(store: Store, generation: str) -> list[RolledFolder]:

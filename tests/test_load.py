@@ -89,6 +89,18 @@ def test_5x_skips_folders_and_deletes_an_empty_last_file(tmp_path):
     assert _predict(root).start_problem_files == [f"consumequeue/PlainTopic/1/{2000:020d}"]
 
 
+def test_a_file_missing_between_two_others_is_no_size(tmp_path):
+    """The queue files' size is their commonest length while every spacing of the names is a multiple of it: a
+    queue whose middle file is missing (files at 0 and 4000 of 2000-byte files) loads; its spacing is no size."""
+    from store_format.recovery import shared_file_size
+
+    root = _copy("v5-timer", tmp_path / "s")
+    (root / "consumequeue/PlainTopic/0" / f"{4000:020d}").write_bytes(bytes(2000))
+    assert _predict(root).will_start
+    assert shared_file_size([[(0, 80), (160, 80)], [(0, 80)]]) == 80
+    assert shared_file_size([[(0, 4096), (6000000, 4096)], [(0, 4096)]]) == 6000000  # every file cut to 4096
+
+
 def test_a_size_from_broker_conf_catches_a_lone_short_file(tmp_path):
     """With one file per queue the files cannot tell a short one: broker.conf's mappedFileSizeConsumeQueue can
     (the Store's given file sizes, from --config)."""
