@@ -295,7 +295,9 @@ def add_geometry_arguments(parser, *, segment_size: bool = False, recovery: bool
                    help="the broker's broker.conf: its maxHashSlotNum and maxIndexNum" +
                         (" (and mappedFileSizeCommitLog)" if segment_size else "") + " are used; the flags below "
                         "override it" + ("; its forceVerifyPropCRC and enabledAppendPropCRC (default false) change "
-                                         "how the broker's recovery reads records" if recovery else ""))
+                                         "how the broker's recovery reads records; its mappedFileSizeConsumeQueue, "
+                                         "mapperFileSizeBatchConsumeQueue and mappedFileSizeTimerLog are the sizes "
+                                         "the broker's load checks those files against" if recovery else ""))
     if segment_size:
         g.add_argument("--segment-size", type=file_size_argument, metavar="SIZE",
                        help="the broker's mappedFileSizeCommitLog, in bytes or with k/m/g (1g; default: inferred from "

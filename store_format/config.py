@@ -542,7 +542,7 @@ def _read_config(config_dir, name: str, keep_fast: bool = False, offset_scan=Non
     return ConfigFile(name, None, None, tuple(errors)), None
 
 
-def config_load_failure(config_dir, name: str, decode_problem=None) -> str | None:
+def config_load_failure(config_dir, name: str, decode_problem=None, offset_scan=None) -> str | None:
     """Why the broker's ``ConfigManager.load()`` of ``name`` returns false (the broker does not start), or None when it
     loads.  ``ConfigManager.load`` (4.9.7 and 5.3.3) reads the file with ``MixAll.file2String``: missing, empty or
     failing to decode, it falls back to ``loadBak``, which returns true for a missing or empty ``.bak`` (the broker
@@ -554,23 +554,33 @@ def config_load_failure(config_dir, name: str, decode_problem=None) -> str | Non
     an object (``null`` and blank text decode to nothing, which loads), a value the broker cannot hold
     (:func:`value_problems`), a table that is not a map; ``decode_problem(data)`` adds a file's own rules (its
     class's fields: :func:`store_format.timer.timer_metrics_decode_problem`).  A file that cannot be read here, or is
-    too large to parse within memory, is not judged (None)."""
+    too large to parse within memory, is not judged (None).  ``offset_scan``: the compiled scanner
+    :func:`offset_columns` takes, for the consumer offsets (a busy broker's hold millions: read as columns)."""
     d = as_path(config_dir)
-    bak = _decode_failure(d / f"{name}.bak", name, decode_problem)
+    bak = _decode_failure(d / f"{name}.bak", name, decode_problem, offset_scan)
     if bak is None:
         return None
-    main = _decode_failure(d / name, name, decode_problem)
+    main = _decode_failure(d / name, name, decode_problem, offset_scan)
     if main is None:
         return None
     return f"{name} {main}, and {name}.bak {bak}: ConfigManager.load() falls back to the .bak and loadBak() fails"
 
 
-def _decode_failure(path, name: str, decode_problem) -> str | None:
+def _decode_failure(path, name: str, decode_problem, offset_scan=None) -> str | None:
     """How ``path`` fails ``ConfigManager``'s read and decode ("is missing", "is empty", "does not decode: ..."), or
     None when it loads -- for a ``.bak``, when ``loadBak`` returns true (missing and empty load as nothing)."""
     bak = path.name.endswith(".bak")
     if not path.exists() and not path.is_symlink():
         return None if bak else "is missing"
+    if name in _OFFSET_FILES:  # the offsets as columns, as the audit reads them: no Python object per offset
+        problems: list = []
+        try:
+            cfg_cols = offset_columns(path.parent, problems, name=path.name, offset_scan=offset_scan)
+        except StoreFormatError:
+            cfg_cols = None
+        if cfg_cols is not None and cfg_cols[0].source == str(path) and (name == "consumerOffset.json" or problems):
+            e = problems[0] if problems else None
+            return None if e is None else f"does not decode ({e.field + ': ' if e.field else ''}{e.message})"
     try:
         size, raw = _read_limited(path, memory_limit())
     except (UnreadableError, MemoryError):
@@ -854,6 +864,7 @@ def read_consumer_offsets(config_dir, problems: list | None = None, offset_scan=
 
 LMQ_CONSUMER_OFFSET_FILE = "lmqConsumerOffset.json"  # 5.x, enableLmq (BrokerPathConfigHelper)
 
+_OFFSET_FILES = ("consumerOffset.json", LMQ_CONSUMER_OFFSET_FILE)  # read as columns where the fast path can
 #: the maps each config file's class holds (fastjson fails on another JSON type there; it ignores other members)
 _TABLES_OF = {"topics.json": ("topicConfigTable",), "subscriptionGroup.json": ("subscriptionGroupTable",),
               "consumerOffset.json": ("offsetTable",), "delayOffset.json": ("offsetTable",),

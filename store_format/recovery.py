@@ -608,11 +608,11 @@ METADATA_CONFIGS = {"4.x": ("topics.json", "consumerOffset.json", "subscriptionG
 DELAY_OFFSETS = "delayOffset.json"
 
 
-def config_load_problems(config_dir: Path, names) -> list[tuple[str, str]]:
+def config_load_problems(config_dir: Path, names, offset_scan=None) -> list[tuple[str, str]]:
     """(file, reason) for each config file of ``names`` whose ``ConfigManager.load()`` fails
-    (:func:`store_format.config.config_load_failure`).  With ``enableLmq`` the broker's consumer offsets are
-    lmqConsumerOffset.json (``LmqConsumerOffsetManager``) instead of consumerOffset.json: that file is read where the
-    dump has it (or its .bak)."""
+    (:func:`store_format.config.config_load_failure`, ``offset_scan`` its compiled scanner of consumer offsets).
+    With ``enableLmq`` the broker's consumer offsets are lmqConsumerOffset.json (``LmqConsumerOffsetManager``)
+    instead of consumerOffset.json: that file is read where the dump has it (or its .bak)."""
     from .config import LMQ_CONSUMER_OFFSET_FILE, config_load_failure
     from .timer import timer_metrics_decode_problem
 
@@ -622,7 +622,7 @@ def config_load_problems(config_dir: Path, names) -> list[tuple[str, str]]:
         if name == "consumerOffset.json" and lmq:
             name = LMQ_CONSUMER_OFFSET_FILE
         why = config_load_failure(config_dir, name,
-                                  timer_metrics_decode_problem if name == L.TIMER_METRICS_FILE else None)
+                                  timer_metrics_decode_problem if name == L.TIMER_METRICS_FILE else None, offset_scan)
         if why:
             out.append((f"config/{name}", f"config/{why}, so the broker does not start"))
     return out
@@ -977,8 +977,8 @@ def recovery_region(store: Store, message_index_safe: bool = False) -> list[Segm
 
 def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True,
                      walks: dict[str, SegmentWalk] | None = None, enumerate_lost: bool = True,
-                     queue_starts: dict | None = None, settings: RecoverySettings | None = None
-                     ) -> RecoveryPrediction:
+                     queue_starts: dict | None = None, settings: RecoverySettings | None = None,
+                     offset_scan=None) -> RecoveryPrediction:
     """What the broker will do when it starts on ``store``.
 
     ``walks``: recovery-walk outcomes by segment name (:func:`recovery_walk`), e.g. computed in parallel; a
@@ -990,7 +990,9 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     each queue (:func:`finish_queue`, with :func:`truncates_queues`' decision).  ``settings``: broker.conf's
     ``__CRC32#`` switches (store_format.brokerconf.RecoverySettings; default: both off, as in 5.3.3):
     ``forceVerifyPropCRC`` changes the walk (:func:`recovery_walk`), and the ``walks`` given must have been
-    decided the same way."""
+    decided the same way.  ``offset_scan``: a compiled scanner of consumerOffset.json
+    (store_format.config.offset_columns'), so that a busy broker's offsets cost no Python object each when their
+    load is predicted."""
     settings = settings or RecoverySettings()
     force = settings.force_verify_prop_crc and check_crc
     root = store.root
@@ -1003,7 +1005,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     # loads the index; then (5.x) the timer store, the delay offsets; start() locks lock
     features = store_features(store.loc)
     generation = features.generation
-    found = config_load_problems(root / "config", METADATA_CONFIGS[generation])
+    found = config_load_problems(root / "config", METADATA_CONFIGS[generation], offset_scan)
     before, at_start = marker_problems(root)
     found += before
     timer_store = features.timer_store  # timerWheelEnable: its files are there

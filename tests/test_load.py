@@ -167,6 +167,7 @@ def test_timermetrics_loads_as_timer_metrics_load_does(tmp_path, main, bak, star
 @pytest.mark.parametrize("name, bak", [
     ("topics.json", '{"topicConfigTable": [1]}'),  # not the map TopicConfigSerializeWrapper holds
     ("consumerOffset.json", '{"offsetTable": {"T@g": {"0": 9223372036854775808}}}'),  # not a long
+    ("consumerOffset.json", '{"offsetTable": {"T@g": {2147483648: 1}}}'),  # a queue id that is not an int
     ("subscriptionGroup.json", '{"subscriptionGroupTable": {"g": {"retryQueueNums": 2147483648}}}'),  # not an int
     ("consumerFilter.json", "{"),
     ("delayOffset.json", '{"offsetTable": {"x": 1}}'),  # a delay level that is not a number
