@@ -537,14 +537,16 @@ def _queue_folders(part: Path) -> list[tuple[str, Path]]:
     them in the file system's order)."""
     from .consumequeue import queue_id_of
 
-    out = []
+    def folders(where, keep=lambda name: True):
+        try:  # a folder that cannot be listed here: metadata.store_file_unreadable says so; its queues are not judged
+            return sorted((e for e in where.iterdir() if e.is_dir() and keep(e.name)), key=lambda e: e.name)
+        except OSError:
+            return []
+
     if not part.is_dir():
-        return out
-    for topic in sorted((t for t in part.iterdir() if t.is_dir()), key=lambda t: t.name):
-        for q in sorted((q for q in topic.iterdir() if q.is_dir() and queue_id_of(q.name) is not None),
-                        key=lambda q: q.name):
-            out.append((f"{part.name}/{topic.name}/{q.name}", q))
-    return out
+        return []
+    return [(f"{part.name}/{topic.name}/{q.name}", q) for topic in folders(part)
+            for q in folders(topic, lambda name: queue_id_of(name) is not None)]
 
 
 def store_load_problems(store: Store, generation: str) -> tuple[list[tuple[str, str]], list[str]]:

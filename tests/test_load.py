@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -133,6 +134,36 @@ def test_5x_checks_each_topics_queue_type(tmp_path):
     plain = next(t.name for t in (root / "consumequeue").iterdir())
     topics({"BatchTopic": {"attributes": {"queue.type": "BatchCQ"}}, plain: {"attributes": {"queue.type": "Batch"}}})
     assert _predict(root).start_problem_files == [f"consumequeue/{plain}"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device", "dangling", "loop"])
+def test_entries_of_every_kind_are_predicted_never_opened(kind):
+    """A FIFO, socket, device, dangling link or link loop in a queue folder, as timermetrics and its .bak, as
+    timercheck: a prediction each (File.length() 0 is no file size; the last entry of a 5.x folder is deleted),
+    never a hang or a crash; config files that cannot be read here are not judged."""
+    import tempfile
+
+    short = Path(tempfile.mkdtemp(prefix="ld", dir="/tmp"))  # a socket's path must fit AF_UNIX's 108 bytes
+    root = _copy("v5-timer", short / "s")
+    try:
+        _predicted_entries(root, kind)
+    finally:
+        shutil.rmtree(short)
+
+
+def _predicted_entries(root, kind):
+    from .test_recovery import _make
+
+    _make(root / "consumequeue/PlainTopic/0" / f"{2000:020d}", kind)  # the last entry: 5.3.3 deletes it
+    _make(root / "consumequeue/PlainTopic/1" / ".x", kind)  # sorts first: refused
+    _make(root / "config" / "timermetrics", kind)
+    _make(root / "config" / "timermetrics.bak", kind)
+    _make(root / "config" / "timercheck", kind)
+    p = _predict(root)
+    assert "consumequeue/PlainTopic/1/.x" in p.start_problem_files
+    assert f"consumequeue/PlainTopic/0/{2000:020d}" not in p.start_problem_files
+    assert ("config/timercheck" in p.start_problem_files) == (kind in ("fifo", "socket", "device", "loop"))
+    assert "config/timermetrics" not in p.start_problem_files
 
 
 # --------------------------------------------------------------------------------------------------
