@@ -579,8 +579,7 @@ def _decode_failure(path, name: str, decode_problem, offset_scan=None) -> str | 
         except StoreFormatError:
             cfg_cols = None
         if cfg_cols is not None and cfg_cols[0].source == str(path) and (name == "consumerOffset.json" or problems):
-            e = problems[0] if problems else None
-            return None if e is None else f"does not decode ({e.field + ': ' if e.field else ''}{e.message})"
+            return _undecodable(problems[0]) if problems else None
     try:
         size, raw = _read_limited(path, memory_limit())
     except (UnreadableError, MemoryError):
@@ -609,10 +608,12 @@ def _decode_failure(path, name: str, decode_problem, offset_scan=None) -> str | 
             _table(cfg, table)
     except ConfigError as e:
         problems.append(e)
-    if problems:
-        e = problems[0]
-        return f"does not decode ({(e.field + ': ') if e.field else ''}{e.message})"
-    return None
+    return _undecodable(problems[0]) if problems else None
+
+
+def _undecodable(e: ConfigError) -> str:
+    """What fastjson refuses in a parsed file, as :func:`_decode_failure` says it."""
+    return f"does not decode ({e.field + ': ' if e.field else ''}{e.message})"
 
 
 def _parse(name: str, file: str, raw: bytes, errors: list, keep_fast: bool, offset_scan):

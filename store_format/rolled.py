@@ -24,11 +24,6 @@ from . import layout as L
 _ROLLED_NAME = re.compile(r"[0-9]{20}")  # fullmatch: ASCII digits only
 
 
-def is_rolled_name(name: str) -> bool:
-    """A MappedFileQueue file name: 20 ASCII digits (``UtilAll.offset2FileName``)."""
-    return bool(_ROLLED_NAME.fullmatch(name))
-
-
 def location(src) -> fs.Location:
     """A path (str, ``Path``, ``StorePath``), a URI or a :class:`~store_format.fs.Location` as a Location."""
     return src if isinstance(src, fs.Location) else fs.resolve(src)

@@ -276,17 +276,7 @@ def _per_topic(t: pa.Table) -> pa.Table:
         c = t.column(name)
         if n > 1:
             new[1:] |= pc.not_equal(c.slice(1), c.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-    starts = np.flatnonzero(new)
-    lag = _sums(t.column("lag").to_numpy(), starts)
-    ms = t.column("lag_ms")
-    valid = ms.is_valid().to_numpy(zero_copy_only=False)
-    ms_max = np.maximum.reduceat(np.where(valid, pc.fill_null(ms, 0).to_numpy(zero_copy_only=False), INT64_MIN),
-                                 starts)
-    ms_any = np.add.reduceat(valid.astype(np.int64), starts) > 0
-    at = pa.array(starts)
-    runs = pa.table({"broker": t.column("broker").take(at), "group": t.column("group").take(at),
-                     "topic": t.column("topic").take(at), "lag": pa.array(lag, pa.int64()),
-                     "lag_ms": pa.array(ms_max, pa.int64(), mask=~ms_any)})
+    runs = _reduced(t, np.flatnonzero(new))
     runs = runs.take(pc.sort_indices(runs, [("broker", "ascending"), ("group", "ascending"),
                                             ("topic", "ascending")]))
     if len(runs) > 1:
@@ -295,23 +285,23 @@ def _per_topic(t: pa.Table) -> pa.Table:
             c = runs.column(name)
             same &= pc.equal(c.slice(1), c.slice(0, len(runs) - 1)).to_numpy(zero_copy_only=False)
         if same.any():  # one key in runs apart: merged (small: a row per map)
-            return _merged(runs, same)
+            return _reduced(runs, np.flatnonzero(np.r_[True, ~same]))
     return runs
 
 
-def _merged(runs: pa.Table, same: np.ndarray) -> pa.Table:
-    """The runs of one key (``runs`` sorted by key; ``same``: each row's key is the previous row's) as one row: the
-    lags summed as :func:`_sums` does, the largest lag_ms."""
-    starts = np.flatnonzero(np.r_[True, ~same])
-    ms = runs.column("lag_ms")
+def _reduced(t: pa.Table, starts: np.ndarray) -> pa.Table:
+    """One row per run of rows of ``t`` (the runs start at ``starts``): its key, the lags summed (:func:`_sums`),
+    the largest lag_ms (null when none)."""
+    ms = t.column("lag_ms")
     valid = ms.is_valid().to_numpy(zero_copy_only=False)
     ms_max = np.maximum.reduceat(np.where(valid, pc.fill_null(ms, 0).to_numpy(zero_copy_only=False), INT64_MIN),
                                  starts)
+    ms_any = np.add.reduceat(valid.astype(np.int64), starts) > 0
     at = pa.array(starts)
-    return pa.table({"broker": runs.column("broker").take(at), "group": runs.column("group").take(at),
-                     "topic": runs.column("topic").take(at), "lag": pa.array(_sums(runs.column("lag").to_numpy(),
-                                                                                  starts), pa.int64()),
-                     "lag_ms": pa.array(ms_max, pa.int64(), mask=~(np.add.reduceat(valid.astype(np.int64), starts) > 0))})
+    return pa.table({"broker": t.column("broker").take(at), "group": t.column("group").take(at),
+                     "topic": t.column("topic").take(at), "lag": pa.array(_sums(t.column("lag").to_numpy(), starts),
+                                                                          pa.int64()),
+                     "lag_ms": pa.array(ms_max, pa.int64(), mask=~ms_any)})
 
 
 def _offset_findings(check_id: str, rows: pa.Table):
