@@ -35,6 +35,9 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from store_format.brokerconf import number_argument
+from store_format.layout import JAVA_INT
+
 from .output import FORMATS
 
 EXIT_OK, EXIT_NOTHING, EXIT_FAILED = 0, 1, 2
@@ -77,6 +80,12 @@ def add_output_arguments(parser: argparse.ArgumentParser, *, default_format: str
                             help=f"table format of the output (default {default_format})"
                                  + ("; jsonl writes BINARY columns as base64" if "jsonl" in formats else ""))
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+
+
+# option types of the ids and counts the jobs take, each refused outside what RocketMQ holds it in (the times and
+# offsets: jobs.extract.parse_time, offset_range)
+queue_id_argument = number_argument(JAVA_INT, "a queue id (a Java int)")
+count_argument = number_argument((1, JAVA_INT[1]), "a count (a positive Java int)")
 
 
 # the jobs' arguments that name dumps and outputs (Spark opens them, on executors or a Connect server)

@@ -63,7 +63,7 @@ if __package__ in (None, ""):  # spark-submit jobs/extract.py: make the project 
         pass
 
 from store_format import layout as L  # noqa: E402
-from store_format.brokerconf import add_geometry_arguments, geometry_from_args  # noqa: E402
+from store_format.brokerconf import add_geometry_arguments, geometry_from_args, number_argument  # noqa: E402
 from store_format import fs  # noqa: E402
 from store_format.scan import WALKS  # noqa: E402
 from store_format.commitlog import first_record  # noqa: E402
@@ -99,11 +99,16 @@ _EXAMPLES = 20  # rejected rows named in the manifest
 # Shared by the query, replay and compare jobs
 
 
+_STORE_TIME = "a store time (ms since the epoch, a Java long)"
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
 def parse_time(text: str) -> int:
-    """A store time argument: ms since the epoch, or ISO-8601 (UTC unless it carries an offset)."""
+    """A store time argument: ms since the epoch (a long, as STORETIMESTAMP is), or ISO-8601 (UTC unless it carries
+    an offset; counted in whole ms, never through a float)."""
     t = str(text).strip()
-    if t.lstrip("-").isdigit():
-        return int(t)
+    if t.lstrip("+-").isdigit():
+        return number_argument(L.JAVA_LONG, _STORE_TIME)(t)
     try:
         when = _dt.datetime.fromisoformat(t.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -111,20 +116,25 @@ def parse_time(text: str) -> int:
                                          "2024-05-01T10:00:00Z") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=_dt.timezone.utc)
-    return int(when.timestamp() * 1000)
+    return (when - _EPOCH) // _dt.timedelta(milliseconds=1)
 
 
 def offset_range(text: str) -> tuple[int | None, int | None]:
-    """``FROM..TO`` (both included; either end may be left out, ``N`` alone is ``N..N``) as (from, to)."""
+    """``FROM..TO`` (both included; either end may be left out, ``N`` alone is ``N..N``) as (from, to): offsets, each
+    a Java long as the store holds them."""
     lo, sep, hi = str(text).strip().partition("..")
+    offset = number_argument(L.JAVA_LONG, "an offset (a Java long)")
     try:
-        bounds = (int(lo) if lo else None, int(hi) if hi else None) if sep else (int(lo), int(lo))
-    except ValueError:
+        bounds = (offset(lo) if lo else None, offset(hi) if hi else None) if sep else (offset(lo), offset(lo))
+    except argparse.ArgumentTypeError as e:
+        if "outside the range" in str(e):
+            raise
         raise argparse.ArgumentTypeError(f"{text!r} is not a range of offsets: give FROM..TO, FROM.. or ..TO "
                                          "(numbers, both ends included)") from None
     if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
         raise argparse.ArgumentTypeError(f"{text!r}: FROM is after TO")
     return bounds
+
 
 
 def java_string_order(s: str) -> bytes:
@@ -574,7 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_arguments(p)
     s = p.add_argument_group("selection (every criterion given must hold)")
     s.add_argument("--topic", action="append", metavar="T", help="messages of topic T (repeatable: any of them)")
-    s.add_argument("--queue", action="append", type=int, metavar="Q",
+    s.add_argument("--queue", action="append", type=cli.queue_id_argument, metavar="Q",
                    help="messages of queue id Q (repeatable: any of them)")
     s.add_argument("--tag", metavar="TAG", help="messages whose TAGS is TAG")
     s.add_argument("--key", metavar="K", help="a KEYS entry or the UNIQ_KEY")
@@ -592,7 +602,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dlq", nargs="?", const="", metavar="GROUP", help="%%DLQ%% topics (of GROUP)")
     s.add_argument("--retry", nargs="?", const="", metavar="GROUP", help="%%RETRY%% topics (of GROUP)")
     s.add_argument("--not-consumed-by", metavar="G", help="what consumer group G has not consumed yet")
-    s.add_argument("--consumers", type=int, metavar="N", help="simulate G's N consumers (AVG allocation)")
+    s.add_argument("--consumers", type=cli.count_argument, metavar="N", help="simulate G's N consumers (AVG allocation)")
     s.add_argument("--consumer-ids", metavar="ID,ID", help="simulate G's consumers with these client ids")
     p.add_argument("--walk", choices=WALKS, default="recovery",
                    help="recovery: what the broker's recovery walk accepts; salvage: also records past damage")

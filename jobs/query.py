@@ -609,7 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="jsonl: one JSON object per message (default, every field); table: one line per message, "
                         "for reading")
     p.add_argument("--explain", action="store_true", help="say why a message is not found; fall back to a scan")
-    p.add_argument("--limit", type=int, metavar="N", help="print at most N messages")
+    p.add_argument("--limit", type=cli.count_argument, metavar="N", help="print at most N messages")
     add_geometry_arguments(p)
     return p
 

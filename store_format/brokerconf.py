@@ -26,9 +26,10 @@ from .errors import ErrorKind, StoreFormatError
 
 # MessageStoreConfig names of the settings that shape the files, with the StoreGeometry field each sets
 GEOMETRY_KEYS = {"mappedFileSizeCommitLog": "segment_size", "mappedFileSizeConsumeQueue": "consume_queue_file_size",
-                 "maxHashSlotNum": "hash_slot_num", "maxIndexNum": "index_num",
-                 "messageDelayLevel": "message_delay_level"}
-_JAVA_INT = re.compile(r"[+-]?[0-9]+")  # Integer.parseInt, ASCII digits (the only ones a broker.conf holds)
+                 "mapperFileSizeBatchConsumeQueue": "batch_queue_file_size",
+                 "mappedFileSizeTimerLog": "timer_log_file_size", "maxHashSlotNum": "hash_slot_num",
+                 "maxIndexNum": "index_num", "messageDelayLevel": "message_delay_level"}
+_DECIMAL = re.compile(r"[+-]?[0-9]+")  # Integer.parseInt's ASCII digits (the only ones a broker.conf holds)
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 _WHITESPACE = " \t\f"  # Properties' white space; line ends are \n, \r, \r\n
 
@@ -118,6 +119,8 @@ class StoreGeometry:
 
     segment_size: int | None = None  # mappedFileSizeCommitLog
     consume_queue_file_size: int | None = None  # mappedFileSizeConsumeQueue, rounded up to whole 20-byte units
+    batch_queue_file_size: int | None = None  # mapperFileSizeBatchConsumeQueue (5.x)
+    timer_log_file_size: int | None = None  # mappedFileSizeTimerLog (5.x)
     hash_slot_num: int | None = None  # maxHashSlotNum
     index_num: int | None = None  # maxIndexNum
     message_delay_level: str | None = None  # messageDelayLevel
@@ -125,7 +128,9 @@ class StoreGeometry:
 
     def store_kwargs(self) -> dict:
         """Keyword arguments of :class:`store_format.store.Store` for what is known."""
-        out = {"segment_size": self.segment_size, "hash_slot_num": self.hash_slot_num, "index_num": self.index_num}
+        out = {"segment_size": self.segment_size, "hash_slot_num": self.hash_slot_num, "index_num": self.index_num,
+               "file_sizes": {"consumequeue": self.consume_queue_file_size, L.BATCH_CQ_DIR: self.batch_queue_file_size,
+                              L.TIMER_LOG_DIR: self.timer_log_file_size}}
         if self.message_delay_level is not None:
             out["message_delay_level"] = self.message_delay_level
         return out
@@ -158,19 +163,57 @@ def parse_size(value, default: int | None = None) -> int | None:
     return n
 
 
-def size_argument(text: str) -> int:
-    """:func:`parse_size` as an argparse ``type``: ``--segment-size 1g``, ``--split-size 64m``."""
+def out_of_range(value, bounds: tuple[int, int], what: str) -> str | None:
+    """Why ``value`` cannot be ``what`` (a number the broker holds within ``bounds``), or None when it can."""
+    if bounds[0] <= value <= bounds[1]:
+        return None
+    return f"{value} is outside the range of {what}, [{bounds[0]}, {bounds[1]}]"
+
+
+def number_argument(bounds: tuple[int, int], what: str):
+    """An argparse ``type`` for an option that takes a whole number the broker holds within ``bounds`` (``what``
+    names it: "a queue id (a Java int)"): anything else is a usage error naming the range (argparse adds the
+    option's name), never a value that overflows later in Arrow, numpy or the JVM."""
+    import argparse
+
+    def parse(text: str) -> int:
+        t = str(text).strip()
+        if not _DECIMAL.fullmatch(t):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: give {what} in "
+                                             f"[{bounds[0]}, {bounds[1]}]")
+        why = out_of_range(int(t), bounds, what)
+        if why:
+            raise argparse.ArgumentTypeError(why)
+        return int(t)
+
+    parse.__name__ = what  # argparse's fallback message names the type by it
+    return parse
+
+
+def size_argument(text: str, bounds: tuple[int, int] = (1, L.JAVA_LONG[1]), what: str = "a size in bytes") -> int:
+    """:func:`parse_size` as an argparse ``type``: ``--split-size 64m`` (any positive long); with ``bounds`` and
+    ``what`` a setting's own range (:data:`file_size_argument`)."""
     import argparse
 
     try:
-        return parse_size(text)
+        n = parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    why = out_of_range(n, bounds, what)
+    if why:
+        raise argparse.ArgumentTypeError(why)
+    return n
+
+
+def file_size_argument(text: str) -> int:
+    """:func:`size_argument` for a broker's file size setting (``--segment-size``: mappedFileSizeCommitLog, a Java
+    int)."""
+    return size_argument(text, (1, L.JAVA_INT[1]), "a broker file size (a positive Java int)")
 
 
 def java_int(key: str, value: str, source: str | None = None) -> int:
     """``Integer.parseInt`` of a setting's value, or an error saying what the broker did with it."""
-    if not _JAVA_INT.fullmatch(value) or not -2**31 <= int(value) < 2**31:
+    if not _DECIMAL.fullmatch(value) or out_of_range(int(value), L.JAVA_INT, "an int"):
         raise BrokerConfError(ErrorKind.BAD_CONFIG, f"{key}={value!r} is not an int (Integer.parseInt fails, so "
                               "the broker ignored it and kept its default); fix or remove the line", file=source,
                               field=key)
@@ -252,15 +295,19 @@ def add_geometry_arguments(parser, *, segment_size: bool = False, recovery: bool
                    help="the broker's broker.conf: its maxHashSlotNum and maxIndexNum" +
                         (" (and mappedFileSizeCommitLog)" if segment_size else "") + " are used; the flags below "
                         "override it" + ("; its forceVerifyPropCRC and enabledAppendPropCRC (default false) change "
-                                         "how the broker's recovery reads records" if recovery else ""))
+                                         "how the broker's recovery reads records; its mappedFileSizeConsumeQueue, "
+                                         "mapperFileSizeBatchConsumeQueue and mappedFileSizeTimerLog are the sizes "
+                                         "the broker's load checks those files against" if recovery else ""))
     if segment_size:
-        g.add_argument("--segment-size", type=size_argument, metavar="SIZE",
+        g.add_argument("--segment-size", type=file_size_argument, metavar="SIZE",
                        help="the broker's mappedFileSizeCommitLog, in bytes or with k/m/g (1g; default: inferred from "
                             "the segment files; give it when a dump has one segment, so a short or long file is "
                             "caught)")
-    g.add_argument("--hash-slots", type=int, metavar="N",
+    g.add_argument("--hash-slots", type=number_argument((1, L.JAVA_INT[1]), "maxHashSlotNum (a positive Java int)"),
+                   metavar="N",
                    help="maxHashSlotNum of the index files (default: inferred from each file's length and content)")
-    g.add_argument("--index-num", type=int, metavar="N",
+    g.add_argument("--index-num", type=number_argument((1, L.JAVA_INT[1]), "maxIndexNum (a positive Java int)"),
+                   metavar="N",
                    help="maxIndexNum of the index files (default: inferred from each file's length and content)")
 
 
@@ -284,6 +331,7 @@ def geometry_from_args(args) -> StoreGeometry:
     return out
 
 
-__all__ = ["BrokerConfError", "GEOMETRY_KEYS", "RECOVERY_KEYS", "RecoverySettings", "StoreGeometry", "java_boolean",
+__all__ = ["BrokerConfError", "GEOMETRY_KEYS", "file_size_argument", "number_argument", "out_of_range",
+           "size_argument", "RECOVERY_KEYS", "RecoverySettings", "StoreGeometry", "java_boolean",
            "recovery_settings", "recovery_settings_from_args", "add_geometry_arguments", "geometry_from_args",
            "java_int", "parse_properties", "read_geometry", "read_properties", "store_geometry"]

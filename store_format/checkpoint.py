@@ -44,7 +44,9 @@ class Checkpoint:
         return raw + bytes(self.file_length - len(raw))
 
 
-def parse_checkpoint(raw: bytes, file: str | None = None) -> Checkpoint:
+def parse_checkpoint(raw: bytes, file: str | None = None, file_length: int | None = None) -> Checkpoint:
+    """The checkpoint's bytes (``raw``: its first page, or all of a shorter file; ``file_length``: the file's
+    length, default ``len(raw)``)."""
     if len(raw) < L.CHECKPOINT_MIN_SIZE:
         raise CheckpointError(ErrorKind.TRUNCATED, f"{len(raw)} bytes; the checkpoint needs at least "
                               f"{L.CHECKPOINT_MIN_SIZE}", file=file, position=len(raw))
@@ -54,15 +56,16 @@ def parse_checkpoint(raw: bytes, file: str | None = None) -> Checkpoint:
             values[m.name] = L.CHECKPOINT.read(raw, m.name)
     extras = {k: (values.get(k) or None) for k in ("master_flushed_offset", "confirm_phy_offset")}
     return Checkpoint(values["physic_msg_timestamp"], values["logics_msg_timestamp"], values["index_msg_timestamp"],
-                      file_length=len(raw), **extras)
+                      file_length=len(raw) if file_length is None else file_length, **extras)
 
 
 def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """``checkpoint`` as the broker maps it: the first page read (never more), the length from the file system."""
     p = as_path(path)
     if not p.exists() and not p.is_symlink():
         raise CheckpointError(ErrorKind.MISSING, "no checkpoint file", file=str(p))
     raw = read_bytes(p, L.CHECKPOINT_FILE_SIZE)  # a FIFO, a device, a loop: UnreadableError
-    return parse_checkpoint(raw, str(p))
+    return parse_checkpoint(raw, str(p), max(len(raw), p.stat().st_size))
 
 
 @dataclass(frozen=True)

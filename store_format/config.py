@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from . import layout as L
 from .errors import ConfigError, ErrorKind
 from .fs import StorePath, UnreadableError, as_path, open_file
 
@@ -559,6 +560,80 @@ def _read_config(config_dir, name: str, keep_fast: bool = False, offset_scan=Non
     return ConfigFile(name, None, None, tuple(errors)), None
 
 
+def config_load_failure(config_dir, name: str, decode_problem=None, offset_scan=None) -> str | None:
+    """Why the broker's ``ConfigManager.load()`` of ``name`` returns false (the broker does not start), or None when it
+    loads.  ``ConfigManager.load`` (4.9.7 and 5.3.3) reads the file with ``MixAll.file2String``: missing, empty or
+    failing to decode, it falls back to ``loadBak``, which returns true for a missing or empty ``.bak`` (the broker
+    starts with nothing from the file) and false for one that fails to decode.  So the load fails only when the file
+    fails (or is missing or empty) and its ``.bak`` is there, not empty, and fails too.  The ``.bak`` is read first:
+    in a healthy store it decodes, and the file itself need not be read again.
+
+    Decoding fails where fastjson throws: text the tolerant parser refuses (:func:`loads`), a top level that is not
+    an object (``null`` and blank text decode to nothing, which loads), a value the broker cannot hold
+    (:func:`value_problems`), a table that is not a map; ``decode_problem(data)`` adds a file's own rules (its
+    class's fields: :func:`store_format.timer.timer_metrics_decode_problem`).  A file that cannot be read here, or is
+    too large to parse within memory, is not judged (None).  ``offset_scan``: the compiled scanner
+    :func:`offset_columns` takes, for the consumer offsets (a busy broker's hold millions: read as columns)."""
+    d = as_path(config_dir)
+    bak = _decode_failure(d / f"{name}.bak", name, decode_problem, offset_scan)
+    if bak is None:
+        return None
+    main = _decode_failure(d / name, name, decode_problem, offset_scan)
+    if main is None:
+        return None
+    return f"{name} {main}, and {name}.bak {bak}: ConfigManager.load() falls back to the .bak and loadBak() fails"
+
+
+def _decode_failure(path, name: str, decode_problem, offset_scan=None) -> str | None:
+    """How ``path`` fails ``ConfigManager``'s read and decode ("is missing", "is empty", "does not decode: ..."), or
+    None when it loads -- for a ``.bak``, when ``loadBak`` returns true (missing and empty load as nothing)."""
+    bak = path.name.endswith(".bak")
+    if not path.exists() and not path.is_symlink():
+        return None if bak else "is missing"
+    if name in _OFFSET_FILES:  # the offsets as columns, as the audit reads them: no Python object per offset
+        problems: list = []
+        try:
+            cfg_cols = offset_columns(path.parent, problems, name=path.name, offset_scan=offset_scan)
+        except StoreFormatError:
+            cfg_cols = None
+        if cfg_cols is not None and cfg_cols[0].source == str(path) and (name == "consumerOffset.json" or problems):
+            return _undecodable(problems[0]) if problems else None
+    try:
+        size, raw = _read_limited(path, memory_limit())
+    except (UnreadableError, MemoryError):
+        return None  # not judged here: the broker (its own user) may read it
+    if raw is None:
+        return None  # too large to parse within memory: not judged
+    if not size:
+        return None if bak else "is empty"
+    errors: list = []
+    try:
+        parsed = _parse(name, str(path), raw, errors, False, None) if raw.strip() else ({}, None)
+    except MemoryError:
+        return None
+    if parsed is None:
+        if raw.strip() == b"null":
+            return None  # fastjson decodes it to null: decode() does nothing, the load succeeds
+        e = errors[-1] if errors else None
+        at = f"byte {e.position}: " if e is not None and e.position is not None else ""
+        return f"does not decode ({at}{e.message if e is not None else 'not JSON'})"
+    cfg = ConfigFile(name, parsed[0], str(path), ())
+    problems = value_problems(cfg)
+    try:
+        problems += [ConfigError(ErrorKind.BAD_CONFIG, why) for why in [decode_problem(cfg.data)] if why] \
+            if decode_problem else []
+        for table in _TABLES_OF.get(name, ()):
+            _table(cfg, table)
+    except ConfigError as e:
+        problems.append(e)
+    return _undecodable(problems[0]) if problems else None
+
+
+def _undecodable(e: ConfigError) -> str:
+    """What fastjson refuses in a parsed file, as :func:`_decode_failure` says it."""
+    return f"does not decode ({e.field + ': ' if e.field else ''}{e.message})"
+
+
 def _parse(name: str, file: str, raw: bytes, errors: list, keep_fast: bool, offset_scan):
     """One candidate's bytes: (data, None), or (None, the unmaterialized parse) for ``keep_fast``; None when it does
     not parse (its error added to ``errors``: the caller tries the ``.bak``)."""
@@ -744,8 +819,8 @@ def _offset_columns(cfg: ConfigFile, fast, problems: list, limit: int):
                  "offset": offset}
 
 
-INT_RANGE = (-2**31, 2**31 - 1)  # java.lang.Integer: queue ids, delay levels, queue counts
-LONG_RANGE = (-2**63, 2**63 - 1)  # java.lang.Long: offsets, broker ids
+INT_RANGE = L.JAVA_INT  # java.lang.Integer: queue ids, delay levels, queue counts
+LONG_RANGE = L.JAVA_LONG  # java.lang.Long: offsets, broker ids
 _JAVA = {INT_RANGE: "int", LONG_RANGE: "long"}
 # numeric fields of topics.json / subscriptionGroup.json entries and their Java types
 TOPIC_INT_FIELDS = ("readQueueNums", "writeQueueNums", "perm", "topicSysFlag")
@@ -808,6 +883,12 @@ def read_consumer_offsets(config_dir, problems: list | None = None, offset_scan=
 
 LMQ_CONSUMER_OFFSET_FILE = "lmqConsumerOffset.json"  # 5.x, enableLmq (BrokerPathConfigHelper)
 
+_OFFSET_FILES = ("consumerOffset.json", LMQ_CONSUMER_OFFSET_FILE)  # read as columns where the fast path can
+#: the maps each config file's class holds (fastjson fails on another JSON type there; it ignores other members)
+_TABLES_OF = {"topics.json": ("topicConfigTable",), "subscriptionGroup.json": ("subscriptionGroupTable",),
+              "consumerOffset.json": ("offsetTable",), "delayOffset.json": ("offsetTable",),
+              LMQ_CONSUMER_OFFSET_FILE: ("offsetTable", "lmqOffsetTable")}
+
 
 def lmq_consumer_offsets(cfg: ConfigFile, problems: list | None = None) -> dict[tuple[str, str], int]:
     """lmqConsumerOffset.json's ``lmqOffsetTable`` (``LmqConsumerOffsetManager``) -> {(topic, group): offset}: one
@@ -848,6 +929,9 @@ def value_problems(cfg: ConfigFile) -> list[ConfigError]:
             consumer_offsets(cfg, problems)
         elif cfg.name == "delayOffset.json":
             delay_offsets(cfg, problems)
+        elif cfg.name == LMQ_CONSUMER_OFFSET_FILE:
+            consumer_offsets(cfg, problems)
+            lmq_consumer_offsets(cfg, problems)
         elif cfg.name == "topics.json":
             for name, c in topic_configs(cfg).items():
                 if isinstance(c, dict):

@@ -4,8 +4,12 @@ No flag is needed to read a 5.x store: a default 5.x broker creates ``timerwheel
 ``config/timermetrics`` at start (``timerWheelEnable`` is on by default) and its compaction service's
 ``compaction/position-checkpoint``; ``timerlog/`` appears with the first timer unit, ``batchconsumequeue/`` with
 a ``queue.type=BatchCQ`` topic, ``consumequeue/%LMQ%...`` with LMQ dispatch, ``config/lmqConsumerOffset.json``
-with ``enableLmq``.  Record-level evidence (V2 magic, ``__CRC32#``) is the framing's to see; this module looks at
-file names only (one listing of a few folders), so it is cheap on any file system.
+with ``enableLmq``.  The records say it too, whatever files a dump kept: a V2 record (MessageVersion V2, magic
+0xDAA320AB: a topic past 127 characters, 5.1.0 and later) or a ``__CRC32#`` property (``enabledAppendPropCRC``,
+5.2.0 and later, on every record the broker writes once it is on).  They are sampled where they are cheapest to
+see: the first records of the first and of the newest commit-log segment (:data:`SAMPLE` bytes of each, framed
+in bulk), so the check costs a listing of a few folders and two small reads on any file system; a store whose only
+V2 record lies deeper in its log, and whose files say nothing, reads as 4.x.
 """
 from __future__ import annotations
 
@@ -27,6 +31,8 @@ class StoreFeatures:
     lmq_queues: tuple  # the %LMQ% consume queues' topic folders
     lmq_consumer_offsets: bool
     compaction: bool  # compaction/ exists
+    v2_records: bool = False  # a sampled record has magic V2
+    crc_property: bool = False  # a sampled record ends in __CRC32#
 
     @property
     def timer_store(self) -> bool:
@@ -35,7 +41,7 @@ class StoreFeatures:
     @property
     def is_5x(self) -> bool:
         return self.timer_store or self.batch_consume_queue or bool(self.lmq_queues) or self.lmq_consumer_offsets \
-            or self.compaction
+            or self.compaction or self.v2_records or self.crc_property
 
     @property
     def generation(self) -> str:
@@ -54,6 +60,8 @@ def store_features(root) -> StoreFeatures:
     if names.get("consumequeue") == pafs.FileType.Directory:
         lmq = tuple(sorted(i.base_name for i in loc.child("consumequeue").list()
                            if i.type == pafs.FileType.Directory and i.base_name.startswith(L.LMQ_PREFIX)))
+    v2, crc = record_evidence(loc.child("commitlog")) if names.get("commitlog") == pafs.FileType.Directory \
+        else (False, False)
     return StoreFeatures(
         timer_log=timer_log,
         timer_wheel=names.get("timerwheel") == pafs.FileType.File,
@@ -63,7 +71,39 @@ def store_features(root) -> StoreFeatures:
         lmq_queues=lmq,
         lmq_consumer_offsets="lmqConsumerOffset.json" in config or "lmqConsumerOffset.json.bak" in config,
         compaction=names.get("compaction") == pafs.FileType.Directory,
+        v2_records=v2, crc_property=crc,
     )
 
 
-__all__ = ["StoreFeatures", "store_features"]
+SAMPLE = 64 << 10  # bytes read from the start of a segment for its first records
+
+
+def record_evidence(commitlog) -> tuple[bool, bool]:
+    """(a V2 record, a ``__CRC32#`` property) among the first records of the first and of the newest segment of
+    ``commitlog`` (a folder: path or Location): :data:`SAMPLE` bytes of each, framed without CRC checks (a record
+    damaged there is no evidence either way).  A segment that cannot be read gives none."""
+    from .commitlog import KIND_MESSAGE, walk_arrays
+    from .fs import UnreadableError
+    from .propcrc import carries_crc
+
+    try:
+        segments = rolled.list_rolled_files(commitlog)
+    except UnreadableError:
+        return False, False
+    v2 = crc = False
+    for seg in {s.name: s for s in segments[:1] + segments[-1:]}.values():
+        try:
+            buf = rolled.read_range(seg.loc, 0, SAMPLE)
+        except (UnreadableError, OSError):
+            continue
+        items = walk_arrays(buf, seg.name, seg.base_offset, check_crc=False, check_physical_offset=False)
+        msg = items.kinds == KIND_MESSAGE
+        pos, sizes = items.positions[msg], items.sizes[msg]
+        raw = memoryview(buf)
+        v2 = v2 or any(int.from_bytes(raw[p + L.MAGIC_OFFSET:p + L.MAGIC_OFFSET + 4], "big", signed=True) == L.MAGIC_V2
+                       for p in pos.tolist())
+        crc = crc or bool(carries_crc(buf, pos, sizes).any())
+    return v2, crc
+
+
+__all__ = ["SAMPLE", "StoreFeatures", "record_evidence", "store_features"]

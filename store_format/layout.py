@@ -29,6 +29,12 @@ MAGIC_OF_VERSION = {1: MAGIC_V1, 2: MAGIC_V2}
 END_FILE_MIN_BLANK_LENGTH = 8  # a message must leave 8 bytes free for the blank (DefaultAppendMessageCallback)
 
 # --------------------------------------------------------------------------------------------------
+# The Java types the broker holds numbers in, as (lowest, highest): long for offsets, times and lags; int for queue
+# ids, counts, most settings and a file size (mappedFileSize...)
+JAVA_INT = (-2**31, 2**31 - 1)
+JAVA_LONG = (-2**63, 2**63 - 1)
+
+# --------------------------------------------------------------------------------------------------
 # MessageSysFlag
 COMPRESSED_FLAG = 0x1
 MULTI_TAGS_FLAG = 0x2

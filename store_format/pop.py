@@ -101,8 +101,10 @@ _ACK_FIELDS = {"ack_offset": ("ao", "ackOffset"), "start_offset": ("so", "startO
                "consumer_group": ("c", "consumerGroup"), "topic": ("t", "topic"), "queue_id": ("q", "queueId"),
                "pop_time": ("pt", "popTime"), "broker_name": ("bn", "brokerName"),
                "ack_offset_list": ("aol", "ackOffsetList")}
-_INTS = {"start_offset", "pop_time", "invisible_time", "bit_map", "num", "queue_id", "revive_offset",
-         "ack_offset"}
+# each number's Java type, as the class declares it: fastjson refuses a value outside it (num, a byte, it reads as an
+# int and narrows); a list's elements: d List<Integer>, aol List<Long>
+_LONGS = {"start_offset", "pop_time", "invisible_time", "revive_offset", "ack_offset", "ack_offset_list"}
+_INTS = {"bit_map", "num", "queue_id", "queue_offset_diff"}
 _DEFAULTS = {"bit_map": 0, "num": 0, "revive_offset": 0, "queue_offset_diff": (), "broker_name": None,
              "re_put_times": None, "ack_offset_list": None, "invisible_time": 0, "start_offset": 0,
              "ack_offset": 0, "queue_id": 0, "pop_time": 0, "consumer_group": None, "topic": None}
@@ -112,14 +114,24 @@ def _fields(data: dict, spec: dict, file, position) -> dict:
     out = {}
     for name, keys in spec.items():
         value = next((data[k] for k in keys if k in data), _DEFAULTS.get(name))
-        if name in _INTS and (isinstance(value, bool) or not isinstance(value, int)):
+        listed = name in ("queue_offset_diff", "ack_offset_list")
+        if name in _INTS | _LONGS and not listed and (isinstance(value, bool) or not isinstance(value, int)):
             raise PopBodyError(ErrorKind.BAD_CONFIG, f"{keys[0]} is {value!r}, not a number", file=file,
                                position=position, field=keys[0])
-        if name in ("queue_offset_diff", "ack_offset_list") and value is not None:
+        if listed and value is not None:
             if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
                 raise PopBodyError(ErrorKind.BAD_CONFIG, f"{keys[0]} is not a list of numbers", file=file,
                                    position=position, field=keys[0])
             value = tuple(value)
+        bounds, java = (L.JAVA_LONG, "long") if name in _LONGS else (L.JAVA_INT, "int")
+        numbers = (value or ()) if listed else (value,) if name in _INTS | _LONGS else ()
+        outside = [v for v in numbers if not bounds[0] <= v <= bounds[1]]
+        if outside:
+            raise PopBodyError(ErrorKind.OUT_OF_RANGE, f"{keys[0]} holds {outside[0]}, outside Java's {java} range "
+                               f"[{bounds[0]}, {bounds[1]}]: the broker cannot read this body", file=file,
+                               position=position, field=keys[0])
+        if name == "num":
+            value = (value + 128) % 256 - 128  # PopCheckPoint.num is a byte: fastjson narrows the int
         if name in ("topic", "consumer_group", "broker_name", "re_put_times") and value is not None \
                 and not isinstance(value, str):
             value = str(value)
@@ -151,13 +163,31 @@ def parse_pop_body(tag: str, body: bytes | str, *, file: str | None = None,
         raise PopBodyError(ErrorKind.BAD_JSON, f"{tag} body is not a JSON object", file=file, position=position,
                            field="body")
     if tag == L.POP_CK_TAG:
-        return PopCheckPoint(**_fields(data, _CK_FIELDS, file, position))
+        ck = PopCheckPoint(**_fields(data, _CK_FIELDS, file, position))
+        _within_long(ck, file, position)
+        return ck
     values = _fields(data, _ACK_FIELDS, file, position)
     if tag == L.POP_BATCH_ACK_TAG and values["ack_offset_list"] is None:
         raise PopBodyError(ErrorKind.BAD_CONFIG, "bAck body has no aol", file=file, position=position, field="aol")
     if tag == L.POP_ACK_TAG:
         values["ack_offset_list"] = None
     return AckMsg(**values)
+
+
+def _within_long(ck: PopCheckPoint, file, position) -> None:
+    """What the broker computes from a checkpoint in long arithmetic -- each popped offset so + d[i]
+    (``ackOffsetByIndex``) and the revive time pt + it -- must be a long: past it Java wraps round to another
+    offset or time, so such a body is refused here as one the broker cannot hold."""
+    sums = [("so", o) for o in (ck.start_offset + min(ck.queue_offset_diff, default=0),
+                                ck.start_offset + max(ck.queue_offset_diff, default=0))]
+    if not ck.queue_offset_diff:
+        sums.append(("so", ck.start_offset + max(0, min(ck.num, L.POP_MAX_MSG_NUMS)) - 1))
+    sums.append(("pt", ck.revive_time))
+    for key, v in sums:
+        if not L.JAVA_LONG[0] <= v <= L.JAVA_LONG[1]:
+            what = "a popped offset (so + d)" if key == "so" else "the revive time (pt + it)"
+            raise PopBodyError(ErrorKind.OUT_OF_RANGE, f"{what} is {v}, past Java's long range: the broker's "
+                               "arithmetic wraps round to another value", file=file, position=position, field=key)
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,18 @@
 
 Each rule below names the 4.9.7 method it follows.
 
-* Start (:func:`marker_problems`, :func:`commitlog_load_problems`, :func:`effective_checkpoint`): ``lock`` must
-  open read-write (the ``DefaultMessageStore`` constructor: not a folder, socket or link loop) and take a write
-  and ``force`` (``start()``: not a FIFO or device); every entry of ``commitlog/`` must be a file of exactly
-  ``mappedFileSizeCommitLog`` bytes with a numeric name (``MappedFileQueue.doLoad``, ``MappedFile.init``);
-  ``checkpoint`` must open read-write and map a page (``StoreCheckpoint``: a regular file, or none); else the
-  broker refuses to start.  What Java does with each kind of file was checked on OpenJDK 17 (:func:`java_rw_open`).
+* Start: every file the broker loads, in its order (``predict_recovery``'s ``start_problems``), by the rules of the
+  RocketMQ that wrote the store (store_format.features: 4.9.7's, or 5.3.3's for a 5.x store): the config files
+  ``ConfigManager.load`` reads, a file and its ``.bak`` (:func:`config_load_problems`); ``lock`` must open
+  read-write (the ``DefaultMessageStore`` constructor: not a folder, socket or link loop) and take a write and
+  ``force`` (``start()``: not a FIFO or device) (:func:`marker_problems`); (5.x) ``config/timercheck`` must map a
+  page (:func:`timer_checkpoint_problems`); every ``MappedFileQueue`` folder -- ``commitlog/``, each consume
+  queue, (5.x) each batch consume queue and ``timerlog/`` -- must hold files of exactly its file size with numeric
+  names (:class:`LoadRules`, :func:`mapped_file_queue_problems`, :func:`store_load_problems`, with 5.3.3's queue
+  types: :func:`queue_type_problems`); ``checkpoint`` must open read-write and map a page (``StoreCheckpoint``: a
+  regular file, or none) (:func:`effective_checkpoint`); (5.x) the index must load; (5.x) ``TimerMessageStore.load``
+  (:func:`timer_store_load_problems`); else the broker refuses to start.  What Java does with each kind of file
+  was checked on OpenJDK 17 (:func:`java_rw_open`).
 * ``abort`` present (``File.exists()``: a folder too) -> ``CommitLog.recoverAbnormally``, else
   ``CommitLog.recoverNormally``: walk from the third-last segment (``size - 3``, clamped
   to 0).  ``recoverAbnormally``: from the last segment backwards, the first
@@ -52,6 +58,7 @@ from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
 from .fs import UnreadableError, read_bytes
 from .brokerconf import RecoverySettings
+from .features import store_features
 from .store import Store
 
 _I32_AT = lambda buf, pos: int.from_bytes(buf[pos:pos + 4], "big", signed=True)  # noqa: E731
@@ -314,9 +321,7 @@ def effective_checkpoint(root: Path) -> tuple[Checkpoint | None, list[str], list
     or a device cannot be extended to the page ("Invalid argument", OpenJDK 17).  A dangling link is a missing
     file (``File.exists()`` is false) whose target is created."""
     path = root / "checkpoint"
-    refused, what = java_rw_open(path)
-    if refused is None and what in ("a FIFO", "a device"):
-        refused = "Invalid argument, from fileChannel.map(READ_WRITE, 0, 4096)"
+    refused, what = page_map_refusal(path)
     if refused is not None:
         return None, [f"checkpoint is {what}: new StoreCheckpoint() throws ({refused}), so "
                       "DefaultMessageStore.load() fails"], []
@@ -336,6 +341,18 @@ def effective_checkpoint(root: Path) -> tuple[Checkpoint | None, list[str], list
         raw = raw + bytes(L.CHECKPOINT_MIN_SIZE - len(raw))
     values = struct.unpack_from(L.CHECKPOINT.head_struct(L.CHECKPOINT_MIN_MEMBERS), raw)
     return Checkpoint(*values, file_length=path.stat().st_size), [], notes
+
+
+def page_map_refusal(path: Path) -> tuple[str | None, str]:
+    """Why ``new RandomAccessFile(path, "rw")`` and ``fileChannel.map(READ_WRITE, 0, 4096)`` throw, as
+    ``StoreCheckpoint`` and ``TimerCheckpoint`` open their file (None when they do not), and what ``path`` is: the
+    open refuses a folder, a socket or a link loop (:func:`java_rw_open`); the map cannot extend a FIFO or a device
+    to the page ("Invalid argument", OpenJDK 17).  Any regular file maps, whatever its length: the first page is
+    what counts."""
+    refused, what = java_rw_open(path)
+    if refused is None and what in ("a FIFO", "a device"):
+        refused = "Invalid argument, from fileChannel.map(READ_WRITE, 0, 4096)"
+    return refused, what
 
 
 def java_parse_long(text: str) -> int | None:
@@ -360,27 +377,32 @@ def java_parse_long(text: str) -> int | None:
     return value if -2**63 <= value < 2**63 else None
 
 
-def index_files_deleted_at_load(index_dir: Path, last_exit_ok: bool, index_msg_timestamp: int
-                                ) -> tuple[list[str], list[str]]:
-    """The index files ``IndexService.load(lastExitOK)`` deletes, and notes.
+def index_files_deleted_at_load(index_dir: Path, last_exit_ok: bool, index_msg_timestamp: int,
+                                generation: str = "4.x") -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """The index files ``IndexService.load(lastExitOK)`` deletes, notes, and start problems.
 
     Every entry of ``index/`` in sorted order: a name ``Long.parseLong`` refuses is skipped (NumberFormatException
     is caught: neither loaded nor deleted); an entry that cannot be opened (a folder: ``new IndexFile`` throws an
-    IOException) ends the load (``load`` returns false, which ``DefaultMessageStore.load`` ignores): it and
-    every later entry are neither loaded nor deleted; any other file is loaded, its header read from its first
+    IOException) ends the load (``load`` returns false): it and every later entry are neither loaded nor deleted,
+    and 5.x's ``DefaultMessageStore.load()`` fails with it (4.9.7 ignores the result: a note); any other file is
+    loaded, its header read from its first
     40 bytes whatever its length or geometry (the broker maps the configured size, extending a short file with
     zeros, so missing header bytes read as 0; a dangling link's target is created, all zeros), and after an
     abnormal exit (``!lastExitOK``) deleted when its endTimestamp > the checkpoint's indexMsgTimestamp.  Normal
     exit: nothing is deleted."""
-    deleted, notes = [], []
+    deleted, notes, problems = [], [], []
     if not index_dir.is_dir():
-        return deleted, notes
+        return deleted, notes, problems
     for entry in sorted(index_dir.iterdir(), key=lambda p: p.name):
         if java_parse_long(entry.name) is None:
             continue
         if entry.is_dir():
-            notes.append(f"index/{entry.name} is a folder: IndexService.load stops there (new IndexFile throws), and "
-                         "it and every later index file are neither loaded nor deleted")
+            if generation == "5.x":
+                problems.append((f"index/{entry.name}", f"index/{entry.name} is a folder: new IndexFile throws, so "
+                                 "IndexService.load returns false and DefaultMessageStore.load() fails"))
+            else:
+                notes.append(f"index/{entry.name} is a folder: IndexService.load stops there (new IndexFile throws), "
+                             "and it and every later index file are neither loaded nor deleted")
             break
         head = b""
         if entry.is_file():
@@ -391,28 +413,66 @@ def index_files_deleted_at_load(index_dir: Path, last_exit_ok: bool, index_msg_t
         end_timestamp = L.INDEX_HEADER.read(head.ljust(_END_TIMESTAMP_END, b"\0"), "end_timestamp")
         if not last_exit_ok and end_timestamp > index_msg_timestamp:
             deleted.append(entry.name)
-    return deleted, notes
+    return deleted, notes, problems
 
 
-def commitlog_load_problems(commitlog_dir: Path, segment_size: int | None) -> tuple[list[tuple[str, str]], list[str]]:
-    """Why ``CommitLog.load()`` (``MappedFileQueue.load`` / ``doLoad``) fails, as (file, reason) pairs, and notes.
+@dataclass(frozen=True)
+class LoadRules:
+    """What the broker's ``MappedFileQueue.doLoad`` does with a folder's entries, by the RocketMQ that wrote the
+    store (:func:`load_rules`).  Every version sorts ``listFiles()`` by name and returns false at the first entry
+    whose ``File.length()`` is not the folder's file size (``load()`` then fails); an entry of the right length is
+    mapped by ``new MappedFile``, whose ``Long.parseLong`` of the name throws NumberFormatException (out of
+    ``load()``) and whose ``RandomAccessFile "rw"`` throws an IOException for a folder (doLoad returns false).
+    4.9.7 (and 5.0.0) take every entry, folders too; 5.1.0 skips folders (``File.isDirectory``); 5.1.4 and later
+    also delete an empty entry that is the last one of the sorted list (``file.length() == 0 && i ==
+    files.size() - 1``: an empty file, a FIFO, a socket, a device or a dangling link) instead of failing."""
 
-    ``doLoad`` takes every entry ``listFiles()`` gives (files, folders, hidden files: not only segment names),
-    sorted by name, and returns false at the first whose ``File.length()`` (a folder's size; 0 for a FIFO, a
-    socket, a device, a dangling link or a link loop) is not mappedFileSizeCommitLog, so
-    ``DefaultMessageStore.load()`` fails.  An entry of the right length is mapped with ``new MappedFile(path,
-    size)``, which parses its name with ``Long.parseLong`` (a NumberFormatException escapes doLoad and fails
-    ``load()``) and opens it read-write (a folder throws an IOException: doLoad returns false).  The broker logs only the first; every one is listed here.  A numeric
-    name that is not 20 digits loads as the segment at that offset (a note: the model ignores it)."""
+    version: str  # the RocketMQ whose rules these are
+    skips_folders: bool
+    deletes_empty_last: bool
+
+
+LOAD_RULES = {"4.x": LoadRules("4.9.7", False, False), "5.x": LoadRules("5.3.3", True, True)}
+
+
+def load_rules(generation: str) -> LoadRules:
+    """The MappedFileQueue rules of a store of ``generation`` (store_format.features: ``4.x`` or ``5.x``; a 5.x store
+    is predicted with 5.3.3's)."""
+    return LOAD_RULES[generation]
+
+
+@dataclass(frozen=True)
+class RolledFolder:
+    """A folder the broker loads as one ``MappedFileQueue``: the commit log, one consume queue, one batch consume
+    queue, the timer log (and later the compaction log).  ``rel`` names it from the store root; ``file_size`` is
+    its setting's value (broker.conf's, else the files': None when neither tells); ``loader`` is the load that
+    fails with it."""
+
+    path: Path
+    rel: str
+    file_size: int | None
+    setting: str  # the MessageStoreConfig setting of its file size
+    loader: str = "load()"
+    noun: str = "file"  # what one of its files is (a commit-log "segment")
+
+
+def mapped_file_queue_problems(folder: RolledFolder, rules: LoadRules) -> tuple[list[tuple[str, str]], list[str]]:
+    """Why ``MappedFileQueue.load`` / ``doLoad`` fails on ``folder`` under ``rules``, as (file, reason) pairs, and
+    notes.  Every entry of the folder counts, not only file names the readers take: a hidden file, a ``.bak`` copy,
+    a folder (4.x), a FIFO, a link.  The broker logs only the first failure; every one is listed here.  A numeric
+    name that is not 20 digits loads as the file at that offset (a note: the model ignores it)."""
     problems, notes = [], []
-    if not commitlog_dir.is_dir():
+    if not folder.path.is_dir():
         return problems, notes
     try:
-        entries = sorted(commitlog_dir.iterdir(), key=lambda e: e.name)
+        entries = sorted(folder.path.iterdir(), key=lambda e: e.name)
     except OSError as e:
-        return problems, [f"commitlog/ cannot be listed here ({e.strerror}): its entries are not checked"]
-    for entry in entries:
-        rel = f"commitlog/{entry.name}"
+        return problems, [f"{folder.rel}/ cannot be listed here ({e.strerror}): its entries are not checked"]
+    size = folder.file_size
+    for i, entry in enumerate(entries):
+        rel = f"{folder.rel}/{entry.name}"
+        if rules.skips_folders and entry.is_dir():  # File.isDirectory, through links
+            continue
         try:
             length = entry.stat().st_size
         except OSError:
@@ -420,19 +480,179 @@ def commitlog_load_problems(commitlog_dir: Path, segment_size: int | None) -> tu
         kind = java_rw_open(entry)[1]
         what = f"{length} bytes" if kind == "a regular file" else "a folder" if kind == "a folder" else \
             f"{kind} (File.length() {length})"
-        if segment_size and length != segment_size:
-            problems.append((rel, f"{rel} is {what}, not mappedFileSizeCommitLog {segment_size}: MappedFileQueue"
-                                  ".doLoad refuses it and load() fails"))
+        if rules.deletes_empty_last and not length and i == len(entries) - 1:
+            notes.append(f"{rel} is {what} and the last entry of {folder.rel}/: MappedFileQueue.doLoad deletes it "
+                         f"({rules.version}) and loads the rest")
+        elif size and length != size:
+            problems.append((rel, f"{rel} is {what}, not {folder.setting} {size}: MappedFileQueue.doLoad refuses it "
+                                  f"and {folder.loader} fails"))
         elif java_parse_long(entry.name) is None:
             problems.append((rel, f"{rel}: its name is not an offset (Long.parseLong fails in new MappedFile), so "
-                                  "load() fails"))
+                                  f"{folder.loader} fails"))
         elif entry.is_dir():
             problems.append((rel, f"{rel} is a folder: new MappedFile cannot open it, so MappedFileQueue.doLoad "
                                   "fails"))
         elif not (len(entry.name) == L.SEGMENT_NAME_DIGITS and entry.name.isascii() and entry.name.isdigit()):
-            notes.append(f"{rel} loads as the segment at offset {java_parse_long(entry.name)} (its name parsed "
+            notes.append(f"{rel} loads as the {folder.noun} at offset {java_parse_long(entry.name)} (its name parsed "
                          "by Long.parseLong, sorted among the others by name); this prediction ignores it")
     return problems, notes
+
+
+def shared_file_size(folders) -> int | None:
+    """The file size a setting gives every folder of one kind (each consume queue's), as their files show it
+    (``folders``: each folder's (base offset, length) pairs): the commonest non-zero length when every spacing of
+    the names is a multiple of it (a file missing between two others leaves a wider one), else the smallest
+    spacing (most files cut to one length); None when no file tells."""
+    from collections import Counter
+
+    lengths = Counter(n for f in folders for _, n in f if n)
+    spacings = [b - a for f in folders for (a, _), (b, _) in zip(sorted(f), sorted(f)[1:]) if b > a]
+    common = lengths.most_common(1)[0][0] if lengths else None
+    if common and all(g % common == 0 for g in spacings):
+        return common
+    return min(spacings, default=common)
+
+
+def store_folders(store: Store, generation: str) -> list[RolledFolder]:
+    """The MappedFileQueue folders ``DefaultMessageStore.load()`` loads, in its order: the commit log, then each
+    consume queue (``consumequeue/<topic>/<queue>``: every topic folder, every queue entry whose name
+    Integer.parseInt reads), then (5.x, ``ConsumeQueueStore.load``) each batch consume queue.  Sizes: broker.conf's
+    (``Store``'s geometry) else the files' (:func:`shared_file_size`)."""
+    out = [RolledFolder(store.root / "commitlog", "commitlog", store.segment_size, "mappedFileSizeCommitLog",
+                        noun="segment")]
+    kinds = [("consumequeue", "mappedFileSizeConsumeQueue",
+              lambda: [[(f.base_byte_offset, f.length) for f in q] for q in store.queues.values()])]
+    if generation == "5.x":
+        kinds.append((L.BATCH_CQ_DIR, "mapperFileSizeBatchConsumeQueue",
+                      lambda: [[(f.base_offset, f.length) for f in q] for q in store.batch_queues.values()]))
+    for part, setting, files in kinds:
+        size = store.given_file_sizes.get(part) or shared_file_size(files())
+        out += [RolledFolder(q, rel, size, setting) for rel, q in _queue_folders(store.root / part)]
+    return out
+
+
+def _queue_folders(part: Path) -> list[tuple[str, Path]]:
+    """(rel, folder) of every queue ``loadConsumeQueues`` loads under ``part`` (consumequeue/ or
+    batchconsumequeue/): each topic folder's entries whose names Integer.parseInt reads, by name (the broker lists
+    them in the file system's order)."""
+    from .consumequeue import queue_id_of
+
+    def folders(where, keep=lambda name: True):
+        try:  # a folder that cannot be listed here: metadata.store_file_unreadable says so; its queues are not judged
+            return sorted((e for e in where.iterdir() if e.is_dir() and keep(e.name)), key=lambda e: e.name)
+        except OSError:
+            return []
+
+    if not part.is_dir():
+        return []
+    return [(f"{part.name}/{topic.name}/{q.name}", q) for topic in folders(part)
+            for q in folders(topic, lambda name: queue_id_of(name) is not None)]
+
+
+def store_load_problems(store: Store, generation: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """Why ``DefaultMessageStore.load()`` fails on the commit log and the (batch) consume queues (every
+    :func:`store_folders` folder under :func:`load_rules`, and 5.3.3's queue types: :func:`queue_type_problems`),
+    as (file, reason) pairs, and notes."""
+    rules = load_rules(generation)
+    problems, notes = [], []
+    for folder in store_folders(store, generation):
+        p, n = mapped_file_queue_problems(folder, rules)
+        problems += p
+        notes += n
+    if generation == "5.x":
+        problems += queue_type_problems(store)
+    return problems, notes
+
+
+def queue_type_problems(store: Store) -> list[tuple[str, str]]:
+    """``ConsumeQueueStore.loadConsumeQueues`` (5.3.3) checks each topic's queue type against topics.json before it
+    loads a queue (``queueTypeShouldBe``): a topic under consumequeue/ must not be ``queue.type=BatchCQ``, one under
+    batchconsumequeue/ must be (no entry, or no attribute, is SimpleCQ), and a value that is neither fails
+    ``CQType.valueOf``; the RuntimeException fails ``load()``.  Without topics.json (nor its .bak) in the dump the
+    broker's topics are unknown, not absent: nothing is checked."""
+    from .config import topic_configs
+
+    cfg = store.config("topics.json")
+    if cfg.data is None:
+        return []
+    try:
+        table = topic_configs(cfg)
+    except StoreFormatError:  # not a map: the file's own problem (the metadata family, and its load)
+        return []
+    out = []
+    for part, expected in (("consumequeue", L.QUEUE_TYPE_SIMPLE), (L.BATCH_CQ_DIR, L.QUEUE_TYPE_BATCH)):
+        seen = set()
+        for rel, _ in _queue_folders(store.root / part):
+            topic = rel.split("/")[1]
+            if topic in seen:
+                continue
+            seen.add(topic)
+            conf = table.get(topic)
+            attributes = conf.get("attributes") if isinstance(conf, dict) else None
+            actual = attributes.get(L.TOPIC_ATTRIBUTE_QUEUE_TYPE, L.QUEUE_TYPE_SIMPLE) \
+                if isinstance(attributes, dict) else L.QUEUE_TYPE_SIMPLE
+            if actual not in (L.QUEUE_TYPE_SIMPLE, L.QUEUE_TYPE_BATCH):
+                out.append((f"{part}/{topic}", f"{part}/{topic}: topics.json gives {topic} queue.type={actual!r}, "
+                                               "which CQType.valueOf refuses, so ConsumeQueueStore.load() fails"))
+            elif actual != expected:
+                out.append((f"{part}/{topic}", f"{part}/{topic}: topics.json gives {topic} queue.type={actual}, so "
+                                               f"ConsumeQueueStore.load() throws (\"The queue type of topic: {topic} "
+                                               f"should be {expected}, but is {actual}\") and fails"))
+    return out
+
+
+#: the config files ``ConfigManager.load()`` reads as the broker initializes, before its store is opened
+#: (``BrokerController.initialize`` / 5.x ``initializeMetadata``), in its order: a load that fails stops the broker.
+#: ``delayOffset.json`` (ScheduleMessageService) and 5.x's ``timermetrics`` load after the store.
+METADATA_CONFIGS = {"4.x": ("topics.json", "consumerOffset.json", "subscriptionGroup.json", "consumerFilter.json"),
+                    "5.x": ("topics.json", "topicQueueMapping.json", "consumerOffset.json", "subscriptionGroup.json",
+                            "consumerFilter.json", "consumerOrderInfo.json")}
+DELAY_OFFSETS = "delayOffset.json"
+
+
+def config_load_problems(config_dir: Path, names, offset_scan=None) -> list[tuple[str, str]]:
+    """(file, reason) for each config file of ``names`` whose ``ConfigManager.load()`` fails
+    (:func:`store_format.config.config_load_failure`, ``offset_scan`` its compiled scanner of consumer offsets).
+    With ``enableLmq`` the broker's consumer offsets are lmqConsumerOffset.json (``LmqConsumerOffsetManager``)
+    instead of consumerOffset.json: that file is read where the dump has it (or its .bak)."""
+    from .config import LMQ_CONSUMER_OFFSET_FILE, config_load_failure
+    from .timer import timer_metrics_decode_problem
+
+    lmq = any((config_dir / f).exists() for f in (LMQ_CONSUMER_OFFSET_FILE, LMQ_CONSUMER_OFFSET_FILE + ".bak"))
+    out = []
+    for name in names:
+        if name == "consumerOffset.json" and lmq:
+            name = LMQ_CONSUMER_OFFSET_FILE
+        why = config_load_failure(config_dir, name,
+                                  timer_metrics_decode_problem if name == L.TIMER_METRICS_FILE else None, offset_scan)
+        if why:
+            out.append((f"config/{name}", f"config/{why}, so the broker does not start"))
+    return out
+
+
+def timer_checkpoint_problems(root: Path) -> list[tuple[str, str]]:
+    """``new TimerCheckpoint(config/timercheck)`` (5.x, ``BrokerController.initializeMessageStore``): it opens and
+    maps its page as the store's checkpoint does (:func:`page_map_refusal`); an exception fails the broker's
+    initialization.  A missing file is created; a file of another length maps (its first page counts: the timers
+    family's ``timers.timercheck_bad_length`` says what is read)."""
+    refused, what = page_map_refusal(root / "config" / L.TIMER_CHECK_FILE)
+    if refused is None:
+        return []
+    return [(f"config/{L.TIMER_CHECK_FILE}", f"config/{L.TIMER_CHECK_FILE} is {what}: new TimerCheckpoint() throws "
+                                             f"({refused}), so BrokerController.initializeMessageStore() fails")]
+
+
+def timer_store_load_problems(store: Store) -> tuple[list[tuple[str, str]], list[str]]:
+    """``TimerMessageStore.load()`` (5.3.3, after the message store's load): ``TimerLog.load()`` -- timerlog/, a
+    MappedFileQueue of mappedFileSizeTimerLog files (:func:`mapped_file_queue_problems`) -- and
+    ``TimerMetrics.load()`` -- config/timermetrics through ``ConfigManager.load`` (:func:`config_load_problems`);
+    either false stops the broker."""
+    size = store.given_file_sizes.get(L.TIMER_LOG_DIR) or shared_file_size(
+        [[(f.base_offset, f.length) for f in store.timer_log]])
+    folder = RolledFolder(store.root / L.TIMER_LOG_DIR, L.TIMER_LOG_DIR, size, "mappedFileSizeTimerLog",
+                          loader="TimerMessageStore.load()")
+    problems, notes = mapped_file_queue_problems(folder, load_rules("5.x"))
+    return problems + config_load_problems(store.root / "config", (L.TIMER_METRICS_FILE,)), notes
 
 
 def marker_problems(root: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -759,8 +979,8 @@ def recovery_region(store: Store, message_index_safe: bool = False) -> list[Segm
 
 def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True,
                      walks: dict[str, SegmentWalk] | None = None, enumerate_lost: bool = True,
-                     queue_starts: dict | None = None, settings: RecoverySettings | None = None
-                     ) -> RecoveryPrediction:
+                     queue_starts: dict | None = None, settings: RecoverySettings | None = None,
+                     offset_scan=None) -> RecoveryPrediction:
     """What the broker will do when it starts on ``store``.
 
     ``walks``: recovery-walk outcomes by segment name (:func:`recovery_walk`), e.g. computed in parallel; a
@@ -772,7 +992,9 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     each queue (:func:`finish_queue`, with :func:`truncates_queues`' decision).  ``settings``: broker.conf's
     ``__CRC32#`` switches (store_format.brokerconf.RecoverySettings; default: both off, as in 5.3.3):
     ``forceVerifyPropCRC`` changes the walk (:func:`recovery_walk`), and the ``walks`` given must have been
-    decided the same way."""
+    decided the same way.  ``offset_scan``: a compiled scanner of consumerOffset.json
+    (store_format.config.offset_columns'), so that a busy broker's offsets cost no Python object each when their
+    load is predicted."""
     settings = settings or RecoverySettings()
     force = settings.force_verify_prop_crc and check_crc
     root = store.root
@@ -780,17 +1002,24 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     mode = "abnormal" if markers.abort else "normal"  # DefaultMessageStore.isTempFileExist: File.exists()
     segs = store.segments
     size = store.segment_size
-    # in the order the broker meets them: the constructor opens lock, load() loads the commitlog, then (after the
-    # consume queues) opens the checkpoint
-    found, at_start = marker_problems(root)
+    # in the order the broker meets them (start_problems): the config files; the store's constructor opens lock
+    # (5.x: and the timer checkpoint); load() loads the commit log and the consume queues, opens the checkpoint and
+    # loads the index; then (5.x) the timer store, the delay offsets; start() locks lock
+    features = store_features(store.loc)
+    generation = features.generation
+    found = config_load_problems(root / "config", METADATA_CONFIGS[generation], offset_scan)
+    before, at_start = marker_problems(root)
+    found += before
+    timer_store = features.timer_store  # timerWheelEnable: its files are there
+    if timer_store:
+        found += timer_checkpoint_problems(root)
     notes = abort_notes(root, markers)
-    cl_problems, cl_notes = commitlog_load_problems(root / "commitlog", size)
-    found += cl_problems
-    notes += cl_notes
+    load_problems, load_notes = store_load_problems(store, generation)
+    found += load_problems
+    notes += load_notes
     cp, cp_problems, cp_notes = effective_checkpoint(root)
     found += [("checkpoint", text) for text in cp_problems]
     notes += cp_notes
-    found += at_start  # DefaultMessageStore.start(), after load()
 
     used: dict[str, SegmentWalk] = {}
     given = walks or {}
@@ -822,9 +1051,16 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
                      "next start carry no __CRC32#, so the recovery after that cuts at the first of them")
     index_deleted = []
     if cp is not None:
-        index_deleted, index_notes = index_files_deleted_at_load(root / "index", mode == "normal",
-                                                                 cp.index_msg_timestamp)
+        index_deleted, index_notes, index_problems = index_files_deleted_at_load(
+            root / "index", mode == "normal", cp.index_msg_timestamp, generation)
         notes += index_notes
+        found += index_problems
+    if timer_store:
+        timer_problems, timer_notes = timer_store_load_problems(store)
+        found += timer_problems
+        notes += timer_notes
+    found += config_load_problems(root / "config", (DELAY_OFFSETS,))
+    found += at_start  # DefaultMessageStore.start(), after every load
 
     return RecoveryPrediction(
         mode=mode, will_start=not found, start_problems=[t for _, t in found], segment_size=size,

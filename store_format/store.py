@@ -35,7 +35,7 @@ class Store:
 
     def __init__(self, root, *, segment_size: int | None = None,
                  hash_slot_num: int | None = None, index_num: int | None = None,
-                 message_delay_level: str = L.DEFAULT_MESSAGE_DELAY_LEVEL):
+                 message_delay_level: str = L.DEFAULT_MESSAGE_DELAY_LEVEL, file_sizes: dict | None = None):
         self.loc = fs.resolve(root)
         # a local path stays a Path (mmaps, os-level checks); a URI of another file system is a fs.StorePath
         self.root = self.loc.as_path()
@@ -49,6 +49,9 @@ class Store:
             raise StoreFormatError(ErrorKind.MISSING, "no commitlog/ or consumequeue/ here; is this a store root?",
                                    file=str(self.root))
         self._segment_size = segment_size
+        # the other rolled folders' file sizes broker.conf gives ({"consumequeue": mappedFileSizeConsumeQueue, ...}):
+        # what the broker's load checks each file against (store_format.recovery.store_folders)
+        self.given_file_sizes = {part: n for part, n in (file_sizes or {}).items() if n}
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self._index_geometry: dict = {}  # per file (a Path or fs.StorePath), once read: (slots, entries)

@@ -627,8 +627,10 @@ class TimerCheckpoint:
         return raw + bytes(L.TIMER_CHECKPOINT.size - len(raw))
 
 
-def parse_timer_checkpoint(raw: bytes, file: str | None = None) -> TimerCheckpoint:
-    """The timercheck bytes; never raises for a length: a wrong one is the result's ``problem``."""
+def parse_timer_checkpoint(raw: bytes, file: str | None = None, file_length: int | None = None) -> TimerCheckpoint:
+    """The timercheck bytes (``raw``: the file's first page or all of a shorter file; ``file_length``: the file's
+    length, default ``len(raw)``); never raises for a length: a wrong one is the result's ``problem``."""
+    length = len(raw) if file_length is None else file_length
     values = {}
     for m in L.TIMER_CHECKPOINT.members:
         values[m.name] = L.TIMER_CHECKPOINT.read(raw, m.name) if L.TIMER_CHECKPOINT.end(m.name) <= len(raw) else None
@@ -636,23 +638,24 @@ def parse_timer_checkpoint(raw: bytes, file: str | None = None) -> TimerCheckpoi
     page = L.TIMER_CHECKPOINT.size
     needed = L.TIMER_CHECKPOINT.end(L.TIMER_CHECKPOINT.members[L.TIMER_CHECKPOINT_MIN_MEMBERS - 1].name)
     if len(raw) < needed:
-        problem = TimerStoreError(ErrorKind.TRUNCATED, f"timercheck is {len(raw)} bytes; its four offsets need "
+        problem = TimerStoreError(ErrorKind.TRUNCATED, f"timercheck is {length} bytes; its four offsets need "
                                   f"{needed} (the broker maps a {page}-byte page)", file=file, position=len(raw),
                                   field=next(m.name for m in L.TIMER_CHECKPOINT.members if values[m.name] is None))
-    elif len(raw) != page:
-        problem = TimerStoreError(ErrorKind.BAD_LENGTH, f"timercheck is {len(raw)} bytes, not the {page}-byte page "
-                                  "TimerCheckpoint maps", file=file, position=min(len(raw), page), field="length")
-    return TimerCheckpoint(**values, file=file, file_length=len(raw), problem=problem)
+    elif length != page:
+        problem = TimerStoreError(ErrorKind.BAD_LENGTH, f"timercheck is {length} bytes, not the {page}-byte page "
+                                  "TimerCheckpoint maps", file=file, position=min(length, page), field="length")
+    return TimerCheckpoint(**values, file=file, file_length=length, problem=problem)
 
 
 def read_timer_checkpoint(src) -> TimerCheckpoint:
-    """``config/timercheck`` (path or Location; at most one page and one byte more are read).  A missing file is
-    a ``MISSING`` :class:`TimerStoreError`; an unreadable one the ``UnreadableError`` of the fs seam."""
+    """``config/timercheck`` (path or Location) as the broker maps it: its first page read (never more, however
+    large the file), its length from the file system.  A missing file is a ``MISSING`` :class:`TimerStoreError`; an
+    unreadable one the ``UnreadableError`` of the fs seam."""
     loc = rolled.location(src)
     name = rolled.name_of(loc)
     if not loc.exists():
         raise TimerStoreError(ErrorKind.MISSING, "no timercheck file", file=name)
-    return parse_timer_checkpoint(loc.read_range(0, L.TIMER_CHECKPOINT.size + 1), name)
+    return parse_timer_checkpoint(loc.read_range(0, L.TIMER_CHECKPOINT.size), name, loc.size())
 
 
 # ------------------------------------------------------------------------------------------- config/timermetrics
@@ -701,6 +704,35 @@ def read_timer_metrics(config_dir) -> TimerMetrics:
         counts[str(topic)] = (count, ts)
     dv = cfg.data.get("dataVersion")
     return TimerMetrics(counts, dv if isinstance(dv, dict) else None, cfg.source, tuple(errors))
+
+
+def timer_metrics_decode_problem(data: dict) -> str | None:
+    """What ``TimerMetrics.decode`` throws on in a parsed config/timermetrics, or None: fastjson fills a
+    ``TimerMetricsSerializeWrapper`` (``timingCount``: a map of ``Metric`` {count AtomicLong, timeStamp long};
+    ``dataVersion``: a ``DataVersion`` of longs; either absent keeps its empty default) and decode then calls
+    ``timingCount.putAll`` and ``dataVersion.assignNewOne``, which throw NullPointerException for an explicit null.
+    A value of the wrong type, or a number outside a long, fails fastjson itself.  Negative counts are RocketMQ's own
+    (every delete unit subtracts one): not a problem."""
+    from .config import LONG_RANGE, _as_int, _is_int
+
+    def long_ok(v) -> bool:
+        return v is None or (_is_int(v) and LONG_RANGE[0] <= _as_int(v) <= LONG_RANGE[1])
+
+    if "timingCount" in data:
+        table = data["timingCount"]
+        if not isinstance(table, dict):
+            return f"timingCount is {'null' if table is None else 'not a map'}"
+        for topic, m in table.items():
+            if not isinstance(m, dict) or not (long_ok(m.get("count")) and long_ok(m.get("timeStamp"))):
+                return f"timingCount[{topic!r}] is not {{count, timeStamp}} of longs"
+    if "dataVersion" in data:
+        dv = data["dataVersion"]
+        if not isinstance(dv, dict):
+            return f"dataVersion is {'null' if dv is None else 'not an object'}"
+        bad = next((k for k in ("timestamp", "stateVersion", "counter") if not long_ok(dv.get(k))), None)
+        if bad:
+            return f"dataVersion.{bad} is not a long"
+    return None
 
 
 # ------------------------------------------------------------------------------------------- the broker's rules
@@ -760,5 +792,6 @@ __all__ = ["TimerUnit", "TimerUnitArrays", "TimerLog", "ChainWalk", "WheelSlots"
            "walk_timer_log", "walk_timer_log_buffer", "timer_units_of", "read_timer_unit_arrays", "read_timer_unit_range",
            "walk_chain",
            "slot_index", "read_wheel_slots", "wheel_slot", "parse_timer_checkpoint", "read_timer_checkpoint",
-           "read_timer_metrics", "timer_store_files", "magic_ok", "magic_name", "delete_key", "dequeued",
+           "read_timer_metrics", "timer_metrics_decode_problem", "timer_store_files", "magic_ok", "magic_name",
+           "delete_key", "dequeued",
            "wheel_reach_ms"]

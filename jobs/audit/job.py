@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-size", type=size_argument, metavar="SIZE",
                    help="cut commitlog segments into ranges of this size, one task each (e.g. 128m; default: about "
                         "three ranges per core, 32m to 64m: a task's memory is about twice its range)")
-    p.add_argument("--top", type=int, default=200,
+    p.add_argument("--top", type=cli.count_argument, default=200,
                    help="finding groups listed in the report (default 200; tables/ and findings/ keep them all)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
     p.add_argument("--format", choices=("text", "json"), default="text",

@@ -82,7 +82,7 @@ import os
 import sys
 
 from .. import fs
-from ..brokerconf import size_argument
+from ..brokerconf import file_size_argument, number_argument
 from ..config import read_config_file
 from .bulk import RecordBatch, append_many
 from ..codec import host_flags
@@ -292,11 +292,14 @@ def register(subparsers) -> None:
     g = subparsers.add_parser("generate", help="write a synthetic broker store (realistic traffic, seeded)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g.add_argument("out_dir", metavar="OUT_DIR", help="new store root (must not exist or be empty)")
-    g.add_argument("--messages", type=int, required=True, help="stored records to write")
-    g.add_argument("--topics", type=int, default=8, help="business topics (default 8)")
-    g.add_argument("--queues", type=int, default=4, help="queues per topic (default 4)")
+    g.add_argument("--messages", type=number_argument((0, L.JAVA_LONG[1]), "a count of records (a Java long)"),
+                   required=True, help="stored records to write")
+    g.add_argument("--topics", type=number_argument((1, L.JAVA_INT[1]), "a count of topics (a positive Java int)"),
+                   default=8, help="business topics (default 8)")
+    g.add_argument("--queues", type=number_argument((1, L.JAVA_INT[1]), "a queue count (a positive Java int)"),
+                   default=4, help="queues per topic (default 4)")
     g.add_argument("--seed", type=int, default=0, help="random seed: same seed, same store")
-    g.add_argument("--segment-size", type=size_argument, metavar="SIZE",
+    g.add_argument("--segment-size", type=file_size_argument, metavar="SIZE",
                    help="mappedFileSizeCommitLog in bytes or with k/m/g (default 1g)")
     g.add_argument("--config", help="broker.conf with store settings (key=value)")
     g.add_argument("--rate", type=float, default=None, help="simulated stores per second (default 2000; 200 with "
@@ -305,7 +308,8 @@ def register(subparsers) -> None:
                    help="4 (default): a 4.9.x broker's store; 5: a 5.3.3 broker's (timer wheel and log, timer "
                         "messages fired, rolled and recalled, LMQ queues, POP checkpoints and acks, a BatchCQ "
                         "topic, __CRC32# on every record; --config's settings win)")
-    g.add_argument("--start-ms", type=int, default=1_700_000_000_000, help="simulated broker start (ms)")
+    g.add_argument("--start-ms", type=number_argument(L.JAVA_LONG, "a time in ms (a Java long)"),
+                   default=1_700_000_000_000, help="simulated broker start (ms)")
     g.add_argument("--crash", action="store_true", help="end as a killed broker: abort file, stale checkpoint")
     g.add_argument("--cover", action="store_true",
                    help="open with a send to every queue and each rare flow once (a delay per level, a committed "

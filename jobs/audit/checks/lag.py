@@ -2,7 +2,9 @@
 (``enableLmq``) from ``config/lmqConsumerOffset.json``, whose %LMQ% groups have one offset per LMQ queue (queue 0)
 and which then holds every other group's offsets too: per group/topic/queue the message
 lag (queue max offset - committed offset) and the time lag (dump time - store time of the first unconsumed
-message), retry topics (``%RETRY%group``) included.
+message), retry topics (``%RETRY%group``) included.  Lags are 64-bit integers end to end: a committed offset or a
+queue end the file puts anywhere in a long gives an exact lag (a negative offset counts as 0, as RocketMQ's own
+consumer stats count it), and a topic's sum past the largest long is held there.
 
 Checks: ``lag.behind`` (info, one per group and topic with unconsumed messages), the warnings
 ``lag.offset_above_max`` (the committed offset is past the queue's end), ``lag.offset_below_min`` (below the
@@ -56,12 +58,14 @@ LAG = pa.schema([
     column("queue_id", pa.int32()),
     column("offset", pa.int64(), "the group's committed offset (consumerOffset.json)"),
     column("min_offset", pa.int64()), column("max_offset", pa.int64()),
-    column("lag", pa.int64(), "messages not consumed yet: max_offset - offset (never negative)"),
+    column("lag", pa.int64(), "messages not consumed yet: max_offset - offset, never negative (a negative offset "
+                              "counts as 0, as RocketMQ's consumer stats count it)"),
     column("first_unconsumed_store_time", pa.int64(), "store time of the first message not consumed (ms)"),
     column("lag_ms", pa.int64(), "dump time (as-of) - store time of the first unconsumed message"),
     column("retry", pa.bool_(), "true for a `%RETRY%group` topic"),
     column("source", pa.string(), "the file the offset came from (the `.bak` when the main file was unreadable)"),
 ])
+INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 _FILE = "config/consumerOffset.json"
 _LMQ_FILE = "config/lmqConsumerOffset.json"
 
@@ -133,17 +137,41 @@ def lag_table(ctx) -> pa.Table:
             ts[rows[hit]] = f.column("store_timestamp").to_numpy()[at[hit]]
             has_ts[rows[hit]] = True
     offset = offsets.column("offset").to_numpy()
-    lag = np.maximum(np.where(has_max, max_offset, 0) - offset, 0)
+    # as RocketMQ's consumer stats (AdminBrokerProcessor.getConsumeStats): a negative queue end or committed offset
+    # counts as 0, so the difference of two longs in [0, 2^63) is a long again, whatever the file holds
+    lag = np.maximum(np.maximum(np.where(has_max, max_offset, 0), 0) - np.maximum(offset, 0), 0)
     behind = lag > 0
     columns = {"broker": offsets.column("broker"), "group": offsets.column("group"), "topic": offsets.column("topic"),
                "queue_id": offsets.column("queue_id"), "offset": offsets.column("offset"),
                "min_offset": pa.array(min_offset, pa.int64(), mask=~has_min),
                "max_offset": pa.array(max_offset, pa.int64(), mask=~has_max), "lag": pa.array(lag, pa.int64()),
                "first_unconsumed_store_time": pa.array(ts, pa.int64(), mask=~(behind & has_ts)),
-               "lag_ms": pa.array(as_of - ts, pa.int64(), mask=~(behind & has_ts)),
+               "lag_ms": pa.array(_difference(as_of, ts), pa.int64(), mask=~(behind & has_ts)),
                "retry": pc.starts_with(offsets.column("topic"), L.RETRY_GROUP_TOPIC_PREFIX),
                "source": offsets.column("source")}
     return pa.table({f.name: _as(columns[f.name], f.type) for f in LAG}, schema=LAG)
+
+
+def _difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a - b`` of int64 columns, held at the int64 bounds where the difference does not fit (a store time a
+    damaged record gives can be any long): never wrapped round."""
+    with np.errstate(over="ignore"):
+        d = a - b
+    wrapped = ((a ^ b) & (a ^ d)) < 0  # the operands' signs differ and the result's differs from a's
+    return np.where(wrapped, np.where(a < 0, INT64_MIN, INT64_MAX), d)
+
+
+def _sums(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """``np.add.reduceat(values, starts)`` of non-negative int64 values, held at the largest long where a run's sum
+    does not fit (lags of queues whose ends a damaged file puts near 2^63): the runs that could reach it are summed
+    exactly in Python's integers, the rest in bulk."""
+    with np.errstate(over="ignore"):
+        sums = np.add.reduceat(values, starts) if len(values) else np.zeros(0, np.int64)
+    near = np.flatnonzero(np.add.reduceat(values.astype(np.float64), starts) >= 2.0 ** 62) if len(values) else []
+    ends = np.r_[starts[1:], len(values)]
+    for i in near:
+        sums[i] = min(int(sum(int(v) for v in values[starts[i]:ends[i]])), INT64_MAX)
+    return sums
 
 
 def _lookup(keys: np.ndarray, wanted: np.ndarray, last: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -223,13 +251,11 @@ def on_driver(ctx) -> FamilyResult:
             "lag.behind", behind.num_rows, broker=behind.column("broker"), topic=behind.column("topic"),
             file=_files_of(t, behind),
             values={"group": group, "lag": lag,
-                    "lag_seconds": pa.array([None if v is None else int(v / 1000) for v in lag_ms.to_pylist()],
-                                            pa.int64())},
+                    "lag_seconds": pc.divide(lag_ms, 1000)},  # integer division, toward zero
             details={"group": group, "lag": lag, "lag_ms": lag_ms, "key": group}))
     if per_topic.num_rows:
         res.metrics.append(metric_table("group", {
-            "lag_messages": pc.cast(per_topic.column("lag"), pa.float64()),
-            "lag_ms": pc.cast(per_topic.column("lag_ms"), pa.float64())},
+            "lag_messages": per_topic.column("lag"), "lag_ms": per_topic.column("lag_ms")},
             broker=per_topic.column("broker"), group=per_topic.column("group"), topic=per_topic.column("topic")))
     return res
 
@@ -250,17 +276,7 @@ def _per_topic(t: pa.Table) -> pa.Table:
         c = t.column(name)
         if n > 1:
             new[1:] |= pc.not_equal(c.slice(1), c.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-    starts = np.flatnonzero(new)
-    lag = np.add.reduceat(t.column("lag").to_numpy(), starts)
-    ms = t.column("lag_ms")
-    valid = ms.is_valid().to_numpy(zero_copy_only=False)
-    ms_max = np.maximum.reduceat(np.where(valid, pc.fill_null(ms, 0).to_numpy(zero_copy_only=False),
-                                          np.iinfo(np.int64).min), starts)
-    ms_any = np.add.reduceat(valid.astype(np.int64), starts) > 0
-    at = pa.array(starts)
-    runs = pa.table({"broker": t.column("broker").take(at), "group": t.column("group").take(at),
-                     "topic": t.column("topic").take(at), "lag": pa.array(lag, pa.int64()),
-                     "lag_ms": pa.array(ms_max, pa.int64(), mask=~ms_any)})
+    runs = _reduced(t, np.flatnonzero(new))
     runs = runs.take(pc.sort_indices(runs, [("broker", "ascending"), ("group", "ascending"),
                                             ("topic", "ascending")]))
     if len(runs) > 1:
@@ -269,15 +285,23 @@ def _per_topic(t: pa.Table) -> pa.Table:
             c = runs.column(name)
             same &= pc.equal(c.slice(1), c.slice(0, len(runs) - 1)).to_numpy(zero_copy_only=False)
         if same.any():  # one key in runs apart: merged (small: a row per map)
-            return _merged(runs)
+            return _reduced(runs, np.flatnonzero(np.r_[True, ~same]))
     return runs
 
 
-def _merged(runs: pa.Table) -> pa.Table:
-    g = runs.group_by(["broker", "group", "topic"], use_threads=False).aggregate([("lag", "sum"), ("lag_ms", "max")])
-    out = pa.table({"broker": g.column("broker"), "group": g.column("group"), "topic": g.column("topic"),
-                    "lag": g.column("lag_sum"), "lag_ms": g.column("lag_ms_max")})
-    return out.take(pc.sort_indices(out, [("broker", "ascending"), ("group", "ascending"), ("topic", "ascending")]))
+def _reduced(t: pa.Table, starts: np.ndarray) -> pa.Table:
+    """One row per run of rows of ``t`` (the runs start at ``starts``): its key, the lags summed (:func:`_sums`),
+    the largest lag_ms (null when none)."""
+    ms = t.column("lag_ms")
+    valid = ms.is_valid().to_numpy(zero_copy_only=False)
+    ms_max = np.maximum.reduceat(np.where(valid, pc.fill_null(ms, 0).to_numpy(zero_copy_only=False), INT64_MIN),
+                                 starts)
+    ms_any = np.add.reduceat(valid.astype(np.int64), starts) > 0
+    at = pa.array(starts)
+    return pa.table({"broker": t.column("broker").take(at), "group": t.column("group").take(at),
+                     "topic": t.column("topic").take(at), "lag": pa.array(_sums(t.column("lag").to_numpy(), starts),
+                                                                          pa.int64()),
+                     "lag_ms": pa.array(ms_max, pa.int64(), mask=~ms_any)})
 
 
 def _offset_findings(check_id: str, rows: pa.Table):

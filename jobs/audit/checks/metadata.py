@@ -32,7 +32,9 @@ from ..contract import Family, FamilyResult
 
 check("metadata.config_unreadable", Severity.ERROR, "{file} cannot be read: {error}",
       consequence=Consequence.DATA_LOST,
-      action="Restore it from a backup; the broker starts without it (offsets, topics lost).")
+      action="Restore it from a backup.  With no `.bak` (or an empty one) the broker starts without what the file held "
+             "(offsets, topics lost); with a `.bak` that does not decode either, it does not start "
+             "(`recovery.broker_will_not_start`).")
 check("metadata.config_too_large", Severity.WARNING,
       "{file} is too large to parse within memory[ ({size} bytes)]: its checks are skipped (the rest of the store is "
       "audited)",

@@ -28,7 +28,7 @@ def rate_counts(rc, out) -> None:
     m = rc.messages
     t = pa.table({"topic": m.column("topic"), "store_timestamp": m.column("store_timestamp")}).filter(pa.array(kept))
     ms = t.column("store_timestamp").to_numpy(zero_copy_only=False)
-    unit = unit_for(int(ms.max() - ms.min()))
+    unit = unit_for(int(ms.max()) - int(ms.min()))  # in Python's integers: store times may span more than a long
     g = pa.table({"topic": t.column("topic"), "time": pa.array(np.floor_divide(ms, unit))}).group_by(
         ["topic", "time"]).aggregate([("time", "count")])
     out.partial("rates.counts", pa.table({

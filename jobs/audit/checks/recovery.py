@@ -1,7 +1,12 @@
 """What the broker will do with this dump when it starts (store_format.recovery's model of RocketMQ 4.9.x).
 
-Checks: ``recovery.broker_will_not_start`` (``lock`` a folder, a ``commitlog/`` entry that is not a
-segment-size file with a numeric name, ``checkpoint`` a folder: the broker fails to initialize or ``load()``),
+Checks: ``recovery.broker_will_not_start`` (a file the broker loads at start fails its load, in the order it meets
+them: a config file and its ``.bak`` that both fail ``ConfigManager.load``; ``lock`` a folder; an entry of a
+MappedFileQueue folder -- ``commitlog/``, each consume queue, (5.x) each batch consume queue and ``timerlog/`` --
+that is not a file of the folder's file size with a numeric name, by the rules of the RocketMQ that wrote the store;
+(5.x) a topic whose queue type topics.json contradicts, ``config/timercheck`` or an ``index/`` entry the broker
+cannot open, ``config/timermetrics`` and its ``.bak`` both failing; ``checkpoint`` a folder:
+store_format.recovery's model of the load),
 ``recovery.truncation`` (one error per broker: recovery drops records: messages_lost = the damaged records
 that still frame a message (damaged_messages_lost) + the intact messages past the recovered end
 (intact_messages_lost), plus unframed_bytes_lost, bytes no walk could frame; store_format.recovery.lost_records),
