@@ -241,13 +241,14 @@ def describe_damaged_record(buf, pos: int, limit: int | None = None) -> dict:
     """What a damaged record that still frames a message (:func:`frames_a_message`) says about itself: the whole
     record decoded without the CRC check when its lengths add up (BAD_CRC, PHYSICAL_OFFSET_MISMATCH), else its
     fixed header (queue id, queue offset, store time...) with the topic only when BODYLENGTH and TOPICLENGTH
-    still fit.  Keys: topic (or None), queue_id, queue_offset, store_timestamp, sys_flag, uniq_key and keys (the
-    KEYS property; None, [] when the properties cannot be read)."""
+    still fit.  Keys: topic (or None), queue_id, queue_offset, store_timestamp, sys_flag, uniq_key, keys (the
+    KEYS property) and real_topic (REAL_TOPIC; None, [] and None when the properties cannot be read)."""
     limit = len(buf) if limit is None else limit
     try:
         msg = decode_record(buf, pos, limit=limit, check_crc=False)
         return dict(topic=msg.topic, queue_id=msg.queue_id, queue_offset=msg.queue_offset,
-                    store_timestamp=msg.store_timestamp, sys_flag=msg.sys_flag, uniq_key=msg.uniq_key, keys=msg.keys)
+                    store_timestamp=msg.store_timestamp, sys_flag=msg.sys_flag, uniq_key=msg.uniq_key, keys=msg.keys,
+                    real_topic=msg.properties.get(L.PROPERTY_REAL_TOPIC))
     except StoreFormatError:
         pass
     version = L.MESSAGE_MAGICS.get(_I32_AT(buf, pos + L.MAGIC_OFFSET), 1)
@@ -264,7 +265,8 @@ def describe_damaged_record(buf, pos: int, limit: int | None = None) -> dict:
             raw = bytes(buf[p + lay.topic_length_width:p + lay.topic_length_width + n])
             topic = raw.decode("utf-8", "replace")
     return dict(topic=topic, queue_id=values.get("queue_id"), queue_offset=values.get("queue_offset"),
-                store_timestamp=values.get("store_timestamp"), sys_flag=values.get("sys_flag"), uniq_key=None, keys=[])
+                store_timestamp=values.get("store_timestamp"), sys_flag=values.get("sys_flag"), uniq_key=None, keys=[],
+                real_topic=None)
 
 
 # ---------------------------------------------------------------------------------------------------------
