@@ -86,13 +86,16 @@ def test_every_command_runs_as_written(checkout, spark, monkeypatch):
 
 def test_a_job_started_as_a_user_starts_it_prints_no_plan_truncation_warning(checkout):
     """The console command in a process of its own, with the project's Spark configuration: its stderr has the
-    progress lines, not Spark's 'Truncated the string representation of a plan' warning."""
+    progress lines, not Spark's 'Truncated the string representation of a plan' warning, nor the JVM's
+    'WARNING: Using incubator modules'."""
     argv = [PROGRAM, "extract", "--store", "demo-out/dump/broker-b/store", "--topic", "Topic003", "--queue", "1",
             "--out", "extract-again"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON")}
     proc = subprocess.run(argv, cwd=checkout, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "select and write" in proc.stderr and "SparkStringUtils" not in proc.stderr
+    # nor the JVM's own first line, which no JVM option silences: the console filters the JVM's stderr
+    assert "Using incubator modules" not in proc.stderr
 
 
 def test_the_python_example_runs_as_written(checkout):
