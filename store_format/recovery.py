@@ -241,8 +241,9 @@ def describe_damaged_record(buf, pos: int, limit: int | None = None) -> dict:
     """What a damaged record that still frames a message (:func:`frames_a_message`) says about itself: the whole
     record decoded without the CRC check when its lengths add up (BAD_CRC, PHYSICAL_OFFSET_MISMATCH), else its
     fixed header (queue id, queue offset, store time...) with the topic only when BODYLENGTH and TOPICLENGTH
-    still fit.  Keys: topic (or None), queue_id, queue_offset, store_timestamp, sys_flag, uniq_key, keys (the
-    KEYS property) and real_topic (REAL_TOPIC; None, [] and None when the properties cannot be read)."""
+    still fit.  Keys: topic (or None), queue_id, queue_offset, store_timestamp, sys_flag, uniq_key and keys (the
+    KEYS property; None and [] when the properties cannot be read), and, only when they can, real_topic
+    (REAL_TOPIC or None)."""
     limit = len(buf) if limit is None else limit
     try:
         msg = decode_record(buf, pos, limit=limit, check_crc=False)
@@ -265,8 +266,7 @@ def describe_damaged_record(buf, pos: int, limit: int | None = None) -> dict:
             raw = bytes(buf[p + lay.topic_length_width:p + lay.topic_length_width + n])
             topic = raw.decode("utf-8", "replace")
     return dict(topic=topic, queue_id=values.get("queue_id"), queue_offset=values.get("queue_offset"),
-                store_timestamp=values.get("store_timestamp"), sys_flag=values.get("sys_flag"), uniq_key=None, keys=[],
-                real_topic=None)
+                store_timestamp=values.get("store_timestamp"), sys_flag=values.get("sys_flag"), uniq_key=None, keys=[])
 
 
 # ---------------------------------------------------------------------------------------------------------

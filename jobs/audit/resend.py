@@ -68,17 +68,29 @@ SCHEMA = pa.schema([
 ])
 
 
+# system topics whose records carry a producer's message for later (REAL_TOPIC names its topic): a delayed message,
+# a half message, a timer message -- or, through the timer, a POP checkpoint for the revive topic
+_CARRIERS = (L.SCHEDULE_TOPIC, L.TRANS_HALF_TOPIC, L.TIMER_TOPIC)
+
+
 def system_records(topic, real_topic) -> pa.Array:
-    """Which records (columns ``topic`` and ``real_topic``) are the broker's own bookkeeping: of a system topic
-    (store_format.layout.is_system_topic) and carrying no REAL_TOPIC, which a producer's delayed, timer or half
-    message keeps there."""
-    system = pc.or_(pc.is_in(topic, pa.array(sorted(L.SYSTEM_TOPICS))), pc.starts_with(topic, L.SYSTEM_TOPIC_PREFIX))
-    return pc.fill_null(pc.and_(system, pc.is_null(real_topic)), False)
+    """Which records (columns ``topic`` and ``real_topic``) are the broker's own bookkeeping: their topic -- the
+    REAL_TOPIC they carry, else their own -- is a system topic (store_format.layout.is_system_topic): a
+    transaction's op record, a POP checkpoint or ack; a producer's delayed, half or timer message carries its own
+    topic as REAL_TOPIC."""
+    effective = pc.coalesce(real_topic, topic)
+    system = pc.or_(pc.is_in(effective, pa.array(sorted(L.SYSTEM_TOPICS))),
+                    pc.starts_with(effective, L.SYSTEM_TOPIC_PREFIX))
+    return pc.fill_null(system, False)
 
 
-def is_system_record(topic: str | None, real_topic: str | None) -> bool:
-    """:func:`system_records` for one record."""
-    return topic is not None and L.is_system_topic(topic) and real_topic is None
+def is_system_record(topic: str | None, real_topic: str | None, *, real_topic_known: bool = True) -> bool:
+    """:func:`system_records` for one record; where its REAL_TOPIC cannot be read (``real_topic_known`` false: a
+    destroyed header), a record of a topic that carries producers' messages counts as one of them."""
+    if not real_topic_known and topic in _CARRIERS:
+        return False
+    effective = real_topic if real_topic is not None else topic
+    return effective is not None and L.is_system_topic(effective)
 
 
 def message_rows(broker: str, state: str, t: pa.Table) -> pa.Table:
@@ -96,13 +108,14 @@ DAMAGED = SCHEMA  # the partial table damaged and destroyed records travel in: f
 
 def damaged_row(broker: str, physical_offset: int, about: dict, damage: str) -> dict:
     """A damaged record as a row, from what its header still says (store_format.recovery.describe_damaged_record
-    or a CRC-less decode); :func:`write_damaged` tells damaged from kept_damaged by the cut."""
+    or a CRC-less decode: ``real_topic`` only where its properties could be read); :func:`write_driver_part` tells
+    damaged from kept_damaged by the cut."""
     topic = about.get("topic")
     return {"broker": broker, "state": "damaged", "topic": topic, "queue_id": about.get("queue_id"),
             "queue_offset": about.get("queue_offset"), "physical_offset": physical_offset,
             "keys": list(about.get("keys") or []), "uniq_key": about.get("uniq_key"),
             "store_timestamp": about.get("store_timestamp"), "damage": damage,
-            "system": is_system_record(topic, about.get("real_topic"))}
+            "system": is_system_record(topic, about.get("real_topic"), real_topic_known="real_topic" in about)}
 
 
 def destroyed_row(broker: str, unit: dict, span_start: int, span_reason: str | None) -> dict:
@@ -112,7 +125,7 @@ def destroyed_row(broker: str, unit: dict, span_start: int, span_reason: str | N
     return {"broker": broker, "state": "destroyed", "topic": unit["topic"], "queue_id": unit["queue_id"],
             "queue_offset": unit["queue_offset"], "physical_offset": unit["physical_offset"], "keys": [],
             "uniq_key": None, "store_timestamp": None, "damage": what,
-            "system": is_system_record(unit["topic"], None)}
+            "system": is_system_record(unit["topic"], None, real_topic_known=False)}
 
 
 def undispatched_row(broker: str, r: dict) -> dict:
@@ -130,7 +143,8 @@ def undispatched_rows(broker: str, t: pa.Table) -> pa.Table:
         pa.repeat(pa.scalar(broker), n), pa.repeat(pa.scalar("undispatched"), n), t.column("topic"),
         t.column("queue_id"), t.column("queue_offset"), t.column("physical_offset"),
         pa.array([[]] * n, pa.list_(pa.string())), pa.nulls(n, pa.string()), pa.nulls(n, pa.int64()),
-        pa.nulls(n, pa.string()), system_records(t.column("topic"), pa.nulls(n, pa.string()))], schema=SCHEMA)
+        pa.nulls(n, pa.string()), pa.array([is_system_record(x, None, real_topic_known=False)
+                                            for x in t.column("topic").to_pylist()], pa.bool_())], schema=SCHEMA)
 
 
 # when one record is named twice (an integrity span that is also the record recovery stops at, or a unit pointing

@@ -74,20 +74,18 @@ def _damage_checks() -> frozenset:
                                                       for r in SPAN_REASONS})
 
 
-def _resend_counts(table: str, name: str) -> tuple[dict, int, int]:
-    """The broker's rows of tables/resend: per state (system records included: they are lost too), the messages
-    to re-send (the others), and the system records."""
-    per = {s: 0 for s in resend.STATES}
-    to_resend = system = 0
+def _resend_counts(table: str, name: str) -> tuple[dict, dict]:
+    """The broker's rows of tables/resend per state: all of them (system records are lost too), and the messages
+    to re-send (the others)."""
+    records = {s: 0 for s in resend.STATES}
+    messages = dict(records)
     for (b, s, is_system), n in resend.counts(table).items():
         if b != name:
             continue
-        per[s] = per.get(s, 0) + n
-        if is_system:
-            system += n
-        else:
-            to_resend += n
-    return per, to_resend, system
+        records[s] = records.get(s, 0) + n
+        if not is_system:
+            messages[s] = messages.get(s, 0) + n
+    return records, messages
 
 
 def verdict(broker: dict, groups: list[Group], out: str, message_count: int | None, staged: str | None = None) -> dict:
@@ -100,11 +98,13 @@ def verdict(broker: dict, groups: list[Group], out: str, message_count: int | No
     failed = [g for g in mine if g.check == "broker.audit_failed"]
     errors = sum(g.count for g in mine if g.severity == Severity.ERROR)
     damage_groups = [g for g in mine if g.consequence == Consequence.DATA_LOST]
-    per, to_resend, system = _resend_counts(_join(src, "tables", resend.NAME), name)
+    per, messages = _resend_counts(_join(src, "tables", resend.NAME), name)
+    to_resend = sum(messages.values())
     v: dict = {"level": "pass", "banner": "", "headline": "", "will_start": None, "why_not": [], "cut": None,
                "lost": {"damaged": per["damaged"], "destroyed": per["destroyed"], "dropped": per["dropped"],
                         "unframed_runs": 0, "unindexed": per["unindexed"], "undispatched": per["undispatched"]},
-               "kept_damaged": per["kept_damaged"], "to_resend": to_resend, "system_records": system,
+               "kept_damaged": per["kept_damaged"], "to_resend": to_resend,
+               "system_records": sum(per.values()) - to_resend,
                "at_risk": [], "safe_before": None, "actions": []}
     # the damage the messages to re-send name (lost or kept) is said by them; what they do not name is data lost
     named = per["damaged"] or per["destroyed"] or per["kept_damaged"]
@@ -140,7 +140,7 @@ def verdict(broker: dict, groups: list[Group], out: str, message_count: int | No
         v["headline"] += f"; the audit of this broker is incomplete ({plural(sum(g.count for g in failed), 'step')} " \
                          "failed)"
     v["banner"] = LEVELS[v["level"]]
-    v["actions"] = actions(broker, v, mine, out, src)
+    v["actions"] = actions(broker, v, mine, out, src, messages)
     return v
 
 
@@ -263,8 +263,10 @@ def _action(kind: str, text: str, command: str | None = None, check: str | None 
     return {"kind": kind, "text": text, "command": command, "check": check, "count": count}
 
 
-def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | None = None) -> list[dict]:
-    """The broker's actions, most urgent first (module docstring), at most :data:`ACTIONS`."""
+def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | None = None,
+            messages: dict | None = None) -> list[dict]:
+    """The broker's actions, most urgent first (module docstring), at most :data:`ACTIONS`; ``messages``: the
+    messages to re-send per state (tables/resend without system records: nobody re-sends those)."""
     name, rec = broker["name"], broker.get("recovery")
     rec = _with_other_blockers(rec, groups) if rec is not None else None
     table = _join(src or out, "tables", resend.NAME)
@@ -273,7 +275,8 @@ def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | Non
     if rec is not None and not rec["broker_will_start"]:
         done += _will_not_start(broker, rec, groups, out)
     lost = v["lost"]
-    gone = lost["damaged"] + lost["destroyed"]  # lost to damage: only their producers can re-send them
+    messages = messages or {**lost, "kept_damaged": v["kept_damaged"]}
+    gone = messages["damaged"] + messages["destroyed"]  # lost to damage: only their producers can re-send them
     damaged = resend.first_rows(table, name, _KEYS_NAMED, ("damaged", "destroyed"))
     if v["cut"] and lost["dropped"]:
         first = resend.first_offset(table, name, "dropped")
@@ -297,15 +300,15 @@ def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | Non
     if gone and not any(a["kind"] == "nothing_after_cut" for a in done):
         done.append(_action("resend_damaged", _resend_words(damaged, gone) + ".", _resend_command(broker, damaged),
                             "integrity.damaged_message", gone))
-    if v["kept_damaged"]:
+    if messages["kept_damaged"]:
         kept = resend.first_rows(table, name, _KEYS_NAMED, ("kept_damaged",))
-        n, many = v["kept_damaged"], v["kept_damaged"] > 1
+        n, many = messages["kept_damaged"], messages["kept_damaged"] > 1
         done.append(_action(
             "kept_damaged", f"Ask the producer{'s' if many else ''} to re-send the {plural(n, 'damaged message')} "
             f"{name} keeps ({_named(kept, n)}), and tell {'their' if many else 'its'} consumers: the broker keeps "
             f"{'them' if many else 'it'} and serves {'them as they are' if many else 'it as it is'}, with bytes the "
             "producer did not send.", _resend_command(broker, kept), "integrity.damaged_message", n))
-    if gone or v["kept_damaged"]:  # the damaged records themselves: said by the actions above
+    if gone or messages["kept_damaged"]:  # the damaged records themselves: said by the actions above
         covered |= _damage_checks()
     if lost["unindexed"]:
         queues = resend.unindexed_queues(table, name)

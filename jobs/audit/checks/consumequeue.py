@@ -353,7 +353,7 @@ def _ext_units(broker: str, topic: str, qid: int, addressed: list, out) -> None:
 
 def _destroyed_to_resend(ctx) -> None:
     """The messages whose records damage destroyed, named by the units still pointing at them, go to the messages
-    to re-send (where a record's header also names it, that naming is kept: resend.write_damaged)."""
+    to re-send (where a record's header also names it, that naming is kept: resend.write_driver_part)."""
     t = ctx.partial("consumequeue.in_span", IN_SPAN)
     ctx.resend_damaged.extend(resend.destroyed_row(r["broker"], r, r["span_start"], r["span_reason"])
                               for r in t.to_pylist())
