@@ -79,8 +79,13 @@ def test_every_command_runs_as_written(checkout, spark, monkeypatch):
     assert by_time[1] == 0 and len(by_time[2].splitlines()) > 1
     assert explained[1] == 1 and "NEVER_WRITTEN" in explained[2]
     audit_out = [out for argv, _, out in ran if argv[1] == "audit"][0]
-    # broker-a's torn tail is a cut; in this small dump broker-b's flipped bit lies where normal recovery does not walk
+    # broker-a's torn tail is a cut; in this small dump broker-b's flipped bit lies where normal recovery does not walk:
+    # the broker keeps that message, damaged -- not lost (issue 37: one vocabulary)
     assert "broker-a: DATA LOST" in audit_out and "\naudit DATA LOST (2 stores): 1 cut, " in audit_out
+    b = audit_out[audit_out.index("broker-b: "):]
+    b = b[:b.index("\n\n")]
+    assert b.startswith("broker-b: ATTENTION") and "  Kept, damaged:  1 message: the broker keeps it" in b
+    assert "1 message kept damaged" in audit_out.splitlines()[-1]
     assert (checkout / "audit-out" / "report.html").is_file() and (checkout / "topic003-1-store" / "commitlog").is_dir()
 
 
