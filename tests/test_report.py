@@ -173,7 +173,8 @@ def test_damaged_fixture_first_screen_names_the_cut_the_lost_and_the_first_actio
     overlap = damage["messagesOverlappingZeroedPage"]
     assert {x["commitLogOffset"] for x in overlap} <= set(by_offset)
     cut_record, gone = (by_offset[x["commitLogOffset"]] for x in overlap)
-    assert (gone["state"], gone["topic"], gone["queue_id"]) == ("destroyed", overlap[1]["topic"], cut_record["queue_id"])
+    assert (gone["state"], gone["topic"], gone["queue_id"]) == \
+        ("destroyed", overlap[1]["topic"], cut_record["queue_id"])
     assert gone["queue_offset"] == cut_record["queue_offset"] + 1 and gone["keys"] == []
     unreadable = {gone["physical_offset"]}
     named = [(q["key"], o) for q in queries for o in q["offsetsBeforeDamage"]

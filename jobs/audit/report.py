@@ -101,7 +101,8 @@ def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: st
     title = _overall_title(brokers)
     parts = [f"<header><h1>RocketMQ store audit</h1><div class='meta'>{_time_iso(summary['run_time'])} &middot; "
              f"{_e(summary['tool'])} {_e(summary['version'])} &middot; run {_e(summary['run_id'])} &middot; "
-             f"{plural(len(brokers), 'store')}: {_e(counts['in_words'])} &middot; <a href='#findings'>findings by cause</a>"
+             f"{plural(len(brokers), 'store')}: {_e(counts['in_words'])} &middot; "
+             "<a href='#findings'>findings by cause</a>"
              f" &middot; <a href='summary.json'>summary.json</a></div></header>"]
     if len(brokers) > 1:
         parts.append(f"<div class='banner {worst['level']}' id='verdict'><span class='word'>"

@@ -22,13 +22,14 @@ queue, keys, unique key, store time).
                 never walks that segment), so consumers receive bytes its producer did not send
                 (``integrity.damaged_message``); kept, damaged: not lost, but to be re-sent all the same
 
-``system`` marks a record of a system topic that carries no producer's message (no REAL_TOPIC: a transaction's op
-record, a POP checkpoint or ack...): the broker's own bookkeeping, which nobody re-sends; the report lists and
-counts only the others as messages to re-send.
+``system`` marks a record whose topic -- the REAL_TOPIC it carries, else its own -- is a system topic (a
+transaction's op record, a POP checkpoint or ack...): the broker's own bookkeeping, which nobody re-sends; the
+report lists and counts only the others as messages to re-send.
 
 Dropped and unindexed rows are written by the scan tasks that find them (one Parquet file per task, as the
 findings are: millions of them never travel to the driver); damaged and destroyed rows are few and named on the
-driver, which writes them beside the tasks' files.
+driver, which writes them beside the tasks' files, with the undispatched rows it makes from the consume queues'
+pending messages.
 """
 from __future__ import annotations
 
@@ -62,9 +63,9 @@ SCHEMA = pa.schema([
     column("uniq_key", pa.string()), column("store_timestamp", pa.int64()),
     column("damage", pa.string(), "damaged, kept_damaged: why the walk refused it (BAD_CRC, SIZE_MISMATCH...); "
                                   "destroyed: what destroyed it (the corrupt span it lies in and where that starts)"),
-    column("system", pa.bool_(), "a record of a system topic that carries no producer's message (no REAL_TOPIC: a "
-                                 "transaction's op record, a POP checkpoint or ack): the broker's bookkeeping, which "
-                                 "nobody re-sends"),
+    column("system", pa.bool_(), "a record whose topic (the REAL_TOPIC it carries, else its own) is a system topic: "
+                                 "a transaction's op record, a POP checkpoint or ack -- the broker's bookkeeping, "
+                                 "which nobody re-sends"),
 ])
 
 

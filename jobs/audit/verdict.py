@@ -61,6 +61,7 @@ LEVELS = {  # level -> the banner's words, most serious first
 ACTIONS = 4  # at most, on the first screen
 _KEYS_NAMED = 3  # damaged messages named by key in an action
 
+
 def _n(x: int) -> str:
     return f"{x:,}"
 
@@ -366,8 +367,10 @@ def _property_crc(broker: dict, v: dict, groups: list[Group], out: str) -> dict 
     n = sum(g.count for g in bad)
     first = min((g for g in bad if g.first_offset is not None), key=lambda g: g.first_offset, default=bad[0])
     name = broker["name"]
-    where = (f"the first at physical offset {_n(first.first_offset)} ({first.place})" if first.first_offset
-             is not None else f"in {first.place}")
+    sample = first.samples[0] if first.samples else None
+    where = f"the first at physical offset {_n(first.first_offset)}" if first.first_offset is not None else "one"
+    if sample is not None and sample["file"] is not None:
+        where += f" (segment {sample['file']} at byte {_n(sample['file_position'] or 0)})"
     f = crc["forced_cut"]
     if f is None:
         forced = "with forceVerifyPropCRC on or off the broker keeps them: its recovery does not walk their segments"
@@ -379,7 +382,8 @@ def _property_crc(broker: dict, v: dict, groups: list[Group], out: str) -> dict 
     conf = _settings_file(broker["path"])
     then = (f"the audit with the broker's settings ({conf}) says which" if conf is not None else
             "run the audit again with the broker's broker.conf in place of `broker.conf` below to know which")
-    return _action("property_crc", f"{plural(n, 'record')} of {name} fail the whole-record CRC (__CRC32#), {where}; "
+    return _action("property_crc", f"{plural(n, 'record')} of {name} {'fails' if n == 1 else 'fail'} the "
+                   f"whole-record CRC (__CRC32#), {where}; "
                    f"{forced}.  The audit was not given the broker's settings: {then}.",
                    command(["audit", "--store", f"{name}={broker['path']}", "--config", conf or "broker.conf",
                             "--out", out.rstrip("/") + "-with-config"]), first.check, n)
@@ -405,7 +409,7 @@ def _will_not_start(broker: dict, rec: dict, groups: list[Group], out: str) -> l
     count = sum(g.count for g in groups if g.check == "recovery.broker_will_not_start")
     stall = broker.get("dispatch_stall")
     if stall is not None and problem == _stall_problem(stall["physical_offset"]):
-        return _stalled_dispatch(broker, stall, problem, more, count, out)
+        return _stalled_dispatch(broker, stall, more, count, out)
     other = next((g for g in groups if g.consequence == Consequence.WILL_NOT_START and g.samples
                   and g.samples[0]["message"] == problem), None)
     if other is not None and other.check.split(".")[0] not in _RECOVERY_MODELLED:
@@ -444,7 +448,7 @@ def _stall_problem(physical_offset: int) -> str:
     return stall_problem(physical_offset)
 
 
-def _stalled_dispatch(broker: dict, stall: dict, problem: str, more: str, count: int, out: str) -> list[dict]:
+def _stalled_dispatch(broker: dict, stall: dict, more: str, count: int, out: str) -> list[dict]:
     """RocketMQ 5.3.3's own LMQ dispatch bug (store-format-5x.md section 5.1): the abnormal recovery re-dispatches
     the record whose dispatch list names a non-LMQ queue before the last, Long.parseLong throws and load() fails.
     The way out that loses nothing more: copy that record and every record after it out of the dump (no consume

@@ -119,7 +119,8 @@ UNIT_COLUMNS = [("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset
                 ("file_position", pa.int64())]
 LOOSE = pa.schema([("broker", pa.string())] + UNIT_COLUMNS)
 # a unit pointing into a corrupt span: the record it names, destroyed (jobs/audit/resend.py), and the span
-IN_SPAN = pa.schema([("broker", pa.string())] + UNIT_COLUMNS + [("span_start", pa.int64()), ("span_reason", pa.string())])
+IN_SPAN = pa.schema([("broker", pa.string())] + UNIT_COLUMNS
+                    + [("span_start", pa.int64()), ("span_reason", pa.string())])
 MISSING = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()), ("pending", pa.bool_()),
                      ("queue_offset", pa.int64()), ("physical_offset", pa.int64())])
 
@@ -366,8 +367,8 @@ def _undispatched_to_resend(ctx) -> None:
         return
     missing = ctx.partial("consumequeue.missing", MISSING)
     for broker, at in sorted(ctx.reput_stalls.items()):
-        m = missing.filter(pc.and_(pc.equal(missing.column("broker"), broker),
-                                   pc.and_(missing.column("pending"), pc.greater(missing.column("physical_offset"), at))))
+        after = pc.and_(missing.column("pending"), pc.greater(missing.column("physical_offset"), at))
+        m = missing.filter(pc.and_(pc.equal(missing.column("broker"), broker), after))
         if m.num_rows:
             ctx.resend_tables.append(resend.undispatched_rows(broker, m))
 

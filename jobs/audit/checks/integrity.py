@@ -251,7 +251,7 @@ def _forced_refusal(rc, out, rows: np.ndarray, force_ok: np.ndarray, pos: np.nda
             break
     if first is None:
         return
-    kind = ErrorKind.BAD_PROPERTY_CRC if plain[first] == 0 else ErrorKind.NO_PROPERTY_CRC
+    kind = ErrorKind.NO_PROPERTY_CRC if plain[first] else ErrorKind.BAD_PROPERTY_CRC
     out.partial("integrity.forced_refusal", pa.table({
         "broker": [rc.broker], "segment": [rc.segment], "file_position": [int(pos[first]) + rc.w0],
         "physical_offset": [int(pos[first]) + rc.w0 + rc.base], "kind": [kind.value]}, schema=FORCED_REFUSALS))
