@@ -122,13 +122,50 @@ def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """``--quiet`` and ``--debug``, which every job takes."""
+    """``--quiet`` and ``--debug``, which every job takes; and a mistyped option's suggestion
+    (:func:`suggest_options`)."""
     flags = {o for a in parser._actions for o in a.option_strings}
     if "--quiet" not in flags:
         parser.add_argument("--quiet", action="store_true", help="no progress on stderr (errors are still said)")
     if "--debug" not in flags:
         parser.add_argument("--debug", action="store_true",
                             help="show the Python traceback when the job fails (default: one error line)")
+    return suggest_options(parser)
+
+
+def did_you_mean(word: str, choices) -> str | None:
+    """The choice closest to a mistyped ``word``, or None when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def suggest_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``parser`` whose usage errors name, for each option of the command line it does not know, the closest one it
+    does ("unrecognized arguments: --uniq-kee 1; did you mean --uniq-key (not --uniq-kee)?", and the same after
+    "the following arguments are required: --store" when ``--stroe`` was typed): argparse on Python 3.11 suggests
+    nothing.  Every job's parser gets it here, through :func:`add_runtime_arguments`."""
+    usage_error, parse = parser.error, parser.parse_args
+    typed: list[str] = []
+
+    def parse_args(args=None, namespace=None):
+        typed[:] = [str(a) for a in (sys.argv[1:] if args is None else args)]
+        return parse(args, namespace)
+
+    def error(message: str):
+        known = [o for a in parser._actions for o in a.option_strings]
+        hints = []
+        for word in typed:
+            name = word.split("=", 1)[0]
+            if not name.startswith("--") or name in known or any(o.startswith(name) for o in known):
+                continue  # a value, an option it knows, or an abbreviation of one
+            close = did_you_mean(name, [o for o in known if o.startswith("--")])
+            if close is not None:
+                hints.append(f"did you mean {close} (not {name})?")
+        usage_error("; ".join([message, *dict.fromkeys(hints)]))
+
+    parser.parse_args, parser.error = parse_args, error
     return parser
 
 
@@ -258,7 +295,9 @@ def console(argv=None) -> int:
         return EXIT_OK
     job, rest = argv[0], argv[1:]
     if job not in JOBS:
-        print(f"{PROG}: error: no job {job!r}; the jobs are {', '.join(JOBS)} ({PROG} --help)", file=sys.stderr)
+        close = did_you_mean(job, JOBS)
+        print(f"{PROG}: error: no job {job!r}{f' (did you mean {close}?)' if close else ''}; the jobs are "
+              f"{', '.join(JOBS)} ({PROG} --help)", file=sys.stderr)
         return EXIT_FAILED
     return job_module(job).main(rest, prog=f"{PROG} {job}")
 

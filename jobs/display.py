@@ -1,4 +1,5 @@
-"""Times and durations as people read them: ISO-8601 UTC for a moment, "3 h 12 min" for a span.
+"""Times, durations and counts as people read them: ISO-8601 UTC for a moment (store_format.times), "3 h 12 min"
+for a span, "1 message" and "2 messages" for a count.
 
 The tables keep the numbers (epoch milliseconds, ``*_ms`` durations: Parquet is for machines); the report, the
 terminal, the query table and the notebooks show them through these functions.  :func:`readable` does it for a
@@ -6,22 +7,7 @@ whole pandas frame, by column name: ``*_time``, ``*_timestamp`` and ``as_of`` ar
 """
 from __future__ import annotations
 
-import datetime as dt
-
-
-def format_time(ms: int | None) -> str:
-    """ISO-8601 UTC with milliseconds; a time no calendar holds (an open end, a garbage field) as ms."""
-    if ms is None:
-        return ""
-    try:
-        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
-    except (ValueError, OverflowError, OSError):
-        return f"{ms} ms"
-
-
-def format_iso_z(ms: int | None) -> str:
-    """:func:`format_time` with ``Z`` for UTC, as the report writes it."""
-    return format_time(ms).replace("+00:00", "Z")
+from store_format.times import format_iso_z, format_time  # noqa: F401 - moments: one home, the store layer's
 
 
 _UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1_000, "s"))
@@ -44,6 +30,12 @@ def format_duration(ms: int | float | None) -> str:
             rest = (ms % size) // small
             return f"{sign}{ms // size} {unit}" + (f" {rest} {small_unit}" if rest else "")
     return f"{sign}{ms} ms"  # not reached: every span of a minute or more has a unit above
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """``n`` things in words, with thousands separators: ``1 message``, ``2,000 messages``; ``many`` where adding
+    "s" is not the plural (``1 index file``, ``2 index files``; ``1 entry``, ``2 entries``)."""
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
 
 
 def is_time_column(name: str) -> bool:

@@ -61,6 +61,43 @@ def read_defaults(path: Path = SPARK_CONF_DIR / "spark-defaults.conf") -> dict[s
 #: --profile reports apart from the job's own time
 last_start_seconds: float | None = None
 
+# Lines the JVM writes on its stderr before any configuration of ours applies, which no option silences: Spark's
+# launcher always adds --add-modules=jdk.incubator.vector (org.apache.spark.launcher.JavaModuleOptions), and
+# the JVM's module bootstrap then prints this warning unconditionally.  A JVM this process starts has its stderr
+# read through a pipe, and every other line passed on (:func:`_start_jvm`).
+JVM_NOISE = (b"WARNING: Using incubator modules: ",)
+
+
+def _start_jvm(options: dict[str, str]) -> None:
+    """Start the session's JVM the way SparkSession.builder would (spark-submit with ``options`` as ``--conf``),
+    with its stderr through a pipe that drops :data:`JVM_NOISE`; nothing to do where a JVM runs already (an
+    earlier session, or spark-submit started this driver: its JVM printed the line before Python ran)."""
+    import subprocess
+    import threading
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return
+    conf = SparkConf()
+    for key, value in options.items():
+        conf.set(key, value)
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    threading.Thread(target=_pass_on, args=(gateway.proc.stderr,), name="jvm-stderr", daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _pass_on(pipe) -> None:
+    """The JVM's stderr to this process's, line by line, without :data:`JVM_NOISE` (read until the JVM ends, so
+    it never blocks on a full pipe)."""
+    for line in iter(pipe.readline, b""):
+        if not line.startswith(JVM_NOISE):
+            try:
+                os.write(2, line)
+            except OSError:  # our stderr is gone: the JVM's lines go with it
+                pass
+
 
 def build_session(app_name: str, master: str | None = None, test_profile: bool = False, extra: dict | None = None,
                   sources: bool = True):
@@ -93,9 +130,13 @@ def build_session(app_name: str, master: str | None = None, test_profile: bool =
     submitted = bool(os.environ.get("PYSPARK_GATEWAY_PORT"))  # set when spark-submit started this driver
     if not remote and (master or ("spark.master" in conf and not submitted)):
         builder = builder.master(master or conf["spark.master"])
+    launched_master = master or (conf.get("spark.master") if not submitted else None)
     conf.pop("spark.master", None)
     for key, value in conf.items():
         builder = builder.config(key, value)
+    if not remote:
+        _start_jvm({"spark.app.name": app_name, **({"spark.master": launched_master} if launched_master else {}),
+                    **conf})
     session = builder.getOrCreate()
     if is_connect(session):  # no SparkContext in this process; the server's log level is the server's
         ship_project(session)

@@ -38,6 +38,7 @@ if __package__ in (None, ""):  # spark-submit jobs/trend.py: make the project im
 
 from jobs import cli  # noqa: E402
 from jobs.commit import runs_job  # noqa: E402
+from jobs.display import plural  # noqa: E402
 from jobs.history import check_history, read_runs  # noqa: E402
 from jobs.output import prepare_output, read_table, write_table  # noqa: E402
 from udfs.columns import column  # noqa: E402
@@ -253,9 +254,9 @@ def _describe(row) -> str:
         return (f"  cut_moved: {row['broker']}: {runs[0]}: recovery cuts the log at physical offset "
                 f"{row['value']:,.0f}; {runs[1]}: recovery {was}")
     if row["flag"] in ("lost_more", "newly_unindexed"):
-        what = "messages lost" if row["flag"] == "lost_more" else "messages in no consume queue"
-        return (f"  {row['flag']}: {row['broker']}: {runs[0]}: {row['value']:,.0f} {what}; {runs[1]}: "
-                f"{row['previous_value']:,.0f}")
+        what = "lost" if row["flag"] == "lost_more" else "in no consume queue"
+        return (f"  {row['flag']}: {row['broker']}: {runs[0]}: {plural(int(row['value']), 'message')} {what}; "
+                f"{runs[1]}: {row['previous_value']:,.0f}")
     if row["flag"] == NEW_DAMAGE:
         return f"  {row['flag']}: {row['check']} {where} {row['file']}@{row['file_position']}: {row['message']}"
     return (f"  {row['flag']}: {row['metric']} {row['scope']} {where}: {row['previous_value']:g} -> "

@@ -116,6 +116,11 @@ SYSTEM_TOPICS = frozenset({
     SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TRACE_TOPIC,
     AUTO_CREATE_TOPIC_KEY_TOPIC, "BenchmarkTest", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
 })
+
+
+def is_system_topic(topic: str) -> bool:
+    """TopicValidator.isSystemTopic: one of :data:`SYSTEM_TOPICS` or a name starting with ``rmq_sys_``."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 TOPIC_MAX_LENGTH_V1 = 127  # Byte.MAX_VALUE: 4.x rejects longer topics
 TOPIC_MAX_LENGTH = 255  # TopicValidator.TOPIC_MAX_LENGTH (5.x)
 TOPIC_VALID_CHARS = frozenset("%|-_" + "abcdefghijklmnopqrstuvwxyz" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ" + "0123456789")

@@ -249,12 +249,14 @@ def describe_damaged_record(buf, pos: int, limit: int | None = None) -> dict:
     record decoded without the CRC check when its lengths add up (BAD_CRC, PHYSICAL_OFFSET_MISMATCH), else its
     fixed header (queue id, queue offset, store time...) with the topic only when BODYLENGTH and TOPICLENGTH
     still fit.  Keys: topic (or None), queue_id, queue_offset, store_timestamp, sys_flag, uniq_key and keys (the
-    KEYS property; None, [] when the properties cannot be read)."""
+    KEYS property; None and [] when the properties cannot be read), and, only when they can, real_topic
+    (REAL_TOPIC or None)."""
     limit = len(buf) if limit is None else limit
     try:
         msg = decode_record(buf, pos, limit=limit, check_crc=False)
         return dict(topic=msg.topic, queue_id=msg.queue_id, queue_offset=msg.queue_offset,
-                    store_timestamp=msg.store_timestamp, sys_flag=msg.sys_flag, uniq_key=msg.uniq_key, keys=msg.keys)
+                    store_timestamp=msg.store_timestamp, sys_flag=msg.sys_flag, uniq_key=msg.uniq_key, keys=msg.keys,
+                    real_topic=msg.properties.get(L.PROPERTY_REAL_TOPIC))
     except StoreFormatError:
         pass
     version = L.MESSAGE_MAGICS.get(_I32_AT(buf, pos + L.MAGIC_OFFSET), 1)

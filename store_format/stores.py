@@ -51,22 +51,36 @@ def is_store_root(loc: Location) -> bool:
     return any(i.type == pafs.FileType.Directory and i.base_name in L.ROOT_PARTS for i in loc.list())
 
 
-def config_broker_name(root) -> str | None:
-    """``brokerName`` from the broker's settings file carried with the dump (:data:`SETTINGS_FILES`), if any."""
-    from .brokerconf import read_properties
-
+def settings_files(root) -> list[Location]:
+    """The broker's settings files carried with the dump (:data:`SETTINGS_FILES`), in that order."""
     base = resolve(root)
+    found = []
     for rel in SETTINGS_FILES:
         loc = base
         for part in rel.split("/"):
             loc = loc.parent() if part == ".." else loc.child(part)
         if loc.is_file():
-            try:
-                name = read_properties(loc.as_path()).get("brokerName", "").strip()
-            except (StoreFormatError, OSError):
-                continue  # an unreadable settings file names nothing; the folder does
-            if name:
-                return name
+            found.append(loc)
+    return found
+
+
+def settings_file(root) -> Location | None:
+    """The first of :func:`settings_files`: what ``--config`` would be given to predict the broker's own way."""
+    found = settings_files(root)
+    return found[0] if found else None
+
+
+def config_broker_name(root) -> str | None:
+    """``brokerName`` from the broker's settings file carried with the dump (:data:`SETTINGS_FILES`), if any."""
+    from .brokerconf import read_properties
+
+    for loc in settings_files(root):
+        try:
+            name = read_properties(loc.as_path()).get("brokerName", "").strip()
+        except (StoreFormatError, OSError):
+            continue  # an unreadable settings file names nothing; the folder does
+        if name:
+            return name
     return None
 
 

@@ -14,11 +14,14 @@ The path (store-format-5x.md §2.3, §2.9)::
                collected), then each unit's record re-put -- to REAL_TOPIC/REAL_QID (``fired``, the new record
                keeps UNIQ_KEY, REAL_TOPIC, and gets TIMER_ENQUEUE_MS = the unit's write time and TIMER_DEQUEUE_MS),
                or, for a roll, back to rmq_sys_wheel_timer with TIMER_ROLL_TIMES + 1 (``rolled``), unless its key
-               was collected (``recalled``: dropped)
+               was collected (``recalled``: dropped).  A roll unit is re-put whatever its magic, a recall's (7) too,
+               so a recall travels with the message it names: it keeps TIMER_OUT_MS (the message's own, from the
+               recall handle) and lands as a delete entry (5) in the message's slot before that slot is read
 
 So a unit is joined to its record by physical offset, to its delivery by (REAL_TOPIC, UNIQ_KEY, TIMER_ENQUEUE_MS =
 the unit's write time), to its roll's next record by (UNIQ_KEY, REAL_TOPIC, TIMER_ROLL_TIMES + 1, the same write
-time), and to a recall by (the delete key, the same slot).
+time), and to a recall by (the delete key, the same slot: the slot its delete entry is in, or, for a recall still
+rolling or not enqueued yet, the slot it will land in, its TIMER_OUT_MS).
 
 States (:data:`STATES`): ``pending`` (in the wheel, due later), ``overdue`` (in the wheel, due before the dump
 time and not read), ``queued`` (on rmq_sys_wheel_timer at or past the queue offset the timer resumes from: not in
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 
 from . import layout as L
 from .timer import delete_key, dequeued
+from .times import format_iso_z as _iso
 
 STATES = ("pending", "overdue", "queued", "fired", "rolled", "recalled", "recall", "lost", "lost_past_reach",
           "unreachable", "dropped", "expired")
@@ -152,12 +156,26 @@ def trace(records: list[TimerRecord], units: list[Unit], checkpoint: Checkpoint,
         rec = by_offset.get(u.physical_offset)
         if rec is not None and rec.del_key is not None and u.delete and not u.roll:
             in_slot.add((rec.del_key, u.slot_time_ms))
+    # a recall still on its way to its slot (a roll unit not read yet, or a record not enqueued yet) lands there as a
+    # delete entry before the slot is read: (delete key, slot time) as it will be collected
+    for r in timer:
+        if r.del_key is not None and r.out_ms is not None and r.kept and _on_its_way(r, units_of, checkpoint):
+            in_slot.add((r.del_key, r.out_ms))
     out = []
     for r in sorted(timer, key=lambda r: r.physical_offset):
         mine = sorted(units_of.get(r.physical_offset, ()), key=lambda u: u.timerlog_offset)
         for u in mine or [None]:
             out.append(_path(r, u, checkpoint, as_of, deliveries, by_roll, recalls, in_slot))
     return out
+
+
+def _on_its_way(r: TimerRecord, units_of: dict, cp: Checkpoint) -> bool:
+    """Whether the record still moves towards its slot: a roll unit of it the dequeue has not read yet (read, it is
+    re-put and goes round again), or no unit yet and a queue offset the enqueue has still to read."""
+    mine = units_of.get(r.physical_offset, ())
+    if mine:
+        return any(u.roll and not dequeued(u.slot_time_ms, cp.last_read_time_ms) for u in mine)
+    return cp.resume_queue_offset is not None and r.queue_offset >= cp.resume_queue_offset
 
 
 def _path(r: TimerRecord, u: Unit | None, cp: Checkpoint, as_of: int, deliveries, by_roll, recalls,
@@ -170,9 +188,13 @@ def _path(r: TimerRecord, u: Unit | None, cp: Checkpoint, as_of: int, deliveries
         p.recalls = recalls.get(key, [])
     if u is None:
         p.deliveries = deliveries.get((r.real_topic, r.uniq_key, L.TIMER_ENQUEUE_NEVER), [])
+        p.recalled_in_slot = not recall and r.out_ms is not None and (key, r.out_ms) in in_slot
         p.state, p.reason = _without_unit(r, p, cp, as_of)
         return p
-    p.recalled_in_slot = not recall and (key, u.slot_time_ms) in in_slot
+    # the delete entry is in its slot, or (a roll still on its way) in the slot it will land in: TIMER_OUT_MS
+    p.recalled_in_slot = not recall and ((key, u.slot_time_ms) in in_slot or (
+        u.roll and r.out_ms is not None and (key, r.out_ms) in in_slot
+        and not dequeued(u.slot_time_ms, cp.last_read_time_ms)))
     if kind == "roll":
         p.next_record = by_roll.get((r.uniq_key, r.real_topic, r.roll_times + 1, u.write_time_ms))
     else:
@@ -193,10 +215,10 @@ def _with_unit(r: TimerRecord, u: Unit, p: Path, cp: Checkpoint, as_of: int) -> 
         if not r.kept:
             return "dropped", "its record lies past the recovered CommitLog end"
         if p.kind == "roll":
-            return "lost", (f"its slot {u.slot_time_ms} was read but no roll re-put (TIMER_ROLL_TIMES "
+            return "lost", (f"its slot {_iso(u.slot_time_ms)} was read but no roll re-put (TIMER_ROLL_TIMES "
                             f"{r.roll_times + 1}) is in the CommitLog: the roll chain ends here")
-        return "lost", (f"its slot {u.slot_time_ms} was read (lastReadTimeMs {cp.last_read_time_ms}) but no record "
-                        f"with its UNIQ_KEY reached {r.real_topic}")
+        return "lost", (f"its slot {_iso(u.slot_time_ms)} was read (lastReadTimeMs {_iso(cp.last_read_time_ms)}) but "
+                        f"no record with its UNIQ_KEY reached {r.real_topic}")
     return _waiting(r, u.slot_time_ms, u.reachable, cp, as_of)
 
 
@@ -208,6 +230,8 @@ def _without_unit(r: TimerRecord, p: Path, cp: Checkpoint, as_of: int) -> tuple[
     if not r.kept:
         return "dropped", "its record lies past the recovered CommitLog end"
     if cp.resume_queue_offset is not None and r.queue_offset >= cp.resume_queue_offset:
+        if p.recalled_in_slot:  # enqueued later, into the slot a recall's delete entry reaches too
+            return "recalled", None
         return _waiting(r, r.out_ms, None, cp, as_of, queued=True)
     if cp.first_covered_queue_offset is not None and r.queue_offset < cp.first_covered_queue_offset:
         return "expired", "older than every unit of the timer log (cleaned)"

@@ -182,7 +182,7 @@ def test_fixture_dlq_inventory(fixtures_audit):
 def test_report_is_self_contained(fixtures_audit):
     _, out = fixtures_audit
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert "<div class='banner pass' id='verdict'><span class='word'>PASS</span>3 of 3 broker(s) pass" in page
+    assert "<div class='banner pass' id='verdict'><span class='word'>PASS</span>3 of 3 brokers pass" in page
     assert page.count("data:image/png;base64,") == 3
     assert "<script" not in page and "http://" not in page and "https://" not in page
     assert "@media print" in page  # and a print stylesheet that opens every group

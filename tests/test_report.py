@@ -134,7 +134,7 @@ def test_clean_store_first_screen_says_pass(oncall, tmp_path):
     assert f"every byte of the log before physical offset {manifest['commitLogMaxOffset']:,} (all of it)" in text
     assert "Nothing to do before a restart" in text and "Messages to re-send none" in text
     groups = G.group_findings(str(out / "findings"))
-    assert f"Findings by cause: {len(groups)} group(s)" in whole.page_text
+    assert f"Findings by cause: {len(groups)} groups" in whole.page_text
     assert sum(g.count for g in groups) == pq.read_table(out / "findings").num_rows
 
 
@@ -157,17 +157,26 @@ def test_damaged_fixture_first_screen_names_the_cut_the_lost_and_the_first_actio
             f"{after['commitLogMaxOffset']:,}") in text
     assert (f"drops {rec['messages_lost']} messages ({rec['damaged_messages_lost']} damaged, "
             f"{rec['intact_messages_lost']} intact)") in text
-    assert f"{rec['messages_lost']}: {rec['damaged_messages_lost']} damaged, {rec['intact_messages_lost']} dropped" \
-        in text
+    # the record whose header the zeroed page took is lost too: destroyed, named by its consume-queue unit
+    assert (f"{rec['messages_lost'] + 1} ({rec['damaged_messages_lost']} damaged, 1 destroyed, "
+            f"{rec['intact_messages_lost']} dropped after the cut), and 1 unreadable run") in text
     rows = _resend(out)
-    assert {r["state"] for r in rows} == {"damaged", "dropped"} and len(rows) == rec["messages_lost"]
+    assert {r["state"] for r in rows} == {"damaged", "destroyed", "dropped"}
+    assert len(rows) == rec["messages_lost"] + rec["unframed_runs_lost"]
     assert min(r["physical_offset"] for r in rows) == after["commitLogMaxOffset"]  # the damaged record at the cut
     # every key RocketMQ's index lost with a dropped message is in the re-send table, with that message
     by_offset = {r["physical_offset"]: r for r in rows}
     queries = _field(m, "indexQueriesForDroppedMessages")
-    # the record under the zeroed page lost its header: its keys cannot be read (an unreadable run)
-    unreadable = {x["commitLogOffset"] for x in damage["messagesOverlappingZeroedPage"]} - set(by_offset)
-    assert len(unreadable) == rec["unframed_runs_lost"] == 1
+    # both records under the zeroed page are named, as RocketMQ's manifest says they were: the one at the cut from
+    # its header (queue offset 45), the next, whose header is gone, by its unit (46: no hole in the queue); its keys
+    # cannot be read (the index keeps only their hashes)
+    overlap = damage["messagesOverlappingZeroedPage"]
+    assert {x["commitLogOffset"] for x in overlap} <= set(by_offset)
+    cut_record, gone = (by_offset[x["commitLogOffset"]] for x in overlap)
+    assert (gone["state"], gone["topic"], gone["queue_id"]) == \
+        ("destroyed", overlap[1]["topic"], cut_record["queue_id"])
+    assert gone["queue_offset"] == cut_record["queue_offset"] + 1 and gone["keys"] == []
+    unreadable = {gone["physical_offset"]}
     named = [(q["key"], o) for q in queries for o in q["offsetsBeforeDamage"]
              if o >= after["commitLogMaxOffset"] and o not in unreadable]
     assert len(named) >= len(queries) - 2 and all(o in by_offset for _, o in named)
@@ -184,9 +193,11 @@ def test_damaged_fixture_first_screen_names_the_cut_the_lost_and_the_first_actio
     assert (f"Do first Copy out the {rec['intact_messages_lost']} intact messages recovery drops after the cut at "
             f"physical offset {after['commitLogMaxOffset']:,} before restarting recovered-zero-page: a restart "
             "overwrites them.") in text
-    assert f"Ask the producer to re-send the damaged message ({overlapping['topic']}/0 at queue offset 45" in text
+    assert (f"Ask the producers to re-send the damaged messages ({overlapping['topic']}/0 at queue offset 45, stored "
+            in text and f"{overlapping['topic']}/0 at queue offset 46, destroyed (SIZE_MISMATCH span at physical "
+            f"offset {after['commitLogMaxOffset']}): no key readable" in text)
     assert "Salvage" not in text and "jobs.replay" not in text and "jobs.extract" not in text
-    assert f"Messages to re-send: {len(rows)}" in text
+    assert f"Messages to re-send: {len([r for r in rows if not r['system']])}" in text
     # below the fold: this store has no consumerOffset.json, so consumer lag is unknown (not "none"), and a
     # missing input is its own consequence, never cosmetic; ages are spans in words, not milliseconds
     page = _words(whole.page_text)
@@ -196,7 +207,7 @@ def test_damaged_fixture_first_screen_names_the_cut_the_lost_and_the_first_actio
     assert "metadata.config_missing" not in cosmetic
     assert "age_ms" not in page and "lag_ms" not in page and re.search(r"\bage\b.*\d+(\.\d)? s\b", page, re.S)
     groups = G.group_findings(str(out / "findings"))
-    assert f"Findings by cause: {len(groups)} group(s)" in whole.page_text and len(groups) <= 200
+    assert f"Findings by cause: {len(groups)} groups" in whole.page_text and len(groups) <= 200
     lost = [g for g in groups if g.check == "recovery.message_lost"]
     assert [g.count for g in lost] == [rec["messages_lost"]]  # one group, not one row per message
     # the findings table keeps one row per lost message
@@ -239,7 +250,7 @@ def test_writer_store_resend_command_copies_out_exactly_the_dropped_messages(onc
     first, _ = _screen(out, tmp_path)
     text = _words(first.first_screen_text)
     assert f"cuts the log at physical offset {victim.physical_offset:,} (BAD_CRC" in text
-    assert f"{len(after) + 1}: 1 damaged, {len(after)} dropped after the cut" in text
+    assert f"{len(after) + 1} (1 damaged, {len(after)} dropped after the cut)" in text
     rows = _resend(out)
     dropped = sorted(r["physical_offset"] for r in rows if r["state"] == "dropped")
     assert dropped == [f.physical_offset for f in after]
@@ -351,9 +362,14 @@ def test_two_broker_demo_fleet_and_first_screens(oncall, tmp_path):
     first, whole = _screen(out, tmp_path)
     a, b = summary["brokers"]
     text = _words(first.first_screen_text)
-    assert "DATA LOST" in text and "Fleet broker verdict headline lost: damaged / dropped in no consume queue" in text
-    assert f"{a['name']} DATA LOST" in text and f"{b['name']} DATA LOST" in text
+    assert "DATA LOST" in text and ("Fleet broker verdict headline lost: damaged / dropped kept, damaged in no "
+                                    "consume queue") in text
+    assert f"{a['name']} DATA LOST" in text
     assert a["verdict"]["actions"][0]["kind"] == "nothing_after_cut"  # broker-a's torn tail
+    # broker-b's flipped bit lies in a segment its normal recovery does not walk: kept, damaged, not lost
+    assert f"{b['name']} ATTENTION" in text and b["verdict"]["kept_damaged"] == 1 and b["verdict"]["cut"] is None
+    assert b["verdict"]["actions"][0]["kind"] == "kept_damaged" and "Kept, damaged 1 message: the broker keeps it" in \
+        _words(whole.page_text)
     page = _words(whole.page_text)
     for broker in summary["brokers"]:
         assert _words(broker["verdict"]["actions"][0]["text"]) in page

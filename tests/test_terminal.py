@@ -45,8 +45,12 @@ def test_the_terminal_says_the_first_screen_in_words(damaged_run):
     assert lines[1] == f"  Will it start?  yes ({rec['mode']} recovery)"
     assert lines[2].startswith(f"  The cut:        physical offset {v['cut']['physical_offset']:,}, segment ")
     lost = v["lost"]
-    assert lines[3].startswith(f"  Messages lost:  {lost['damaged'] + lost['dropped']:,} ({lost['damaged']:,} "
-                               f"damaged, {lost['dropped']:,} dropped after the cut)")
+    # the flipped bit's record (its header still names it), the record its span swallowed (named by its unit), and
+    # the messages after the cut
+    assert lost["damaged"] == lost["destroyed"] == 1
+    assert lines[3] == (f"  Messages lost:  {lost['damaged'] + lost['destroyed'] + lost['dropped']:,} (1 damaged, "
+                        f"1 destroyed, {lost['dropped']:,} dropped after the cut), and 1 unreadable run of records "
+                        "whose headers are gone")
     assert lines[4] == f"  Do first:       {v['actions'][0]['text']}"
     # the command under it runs as printed: the console script beside this Python, paths quoted
     command = shlex.split(lines[5].strip())
@@ -63,7 +67,7 @@ def test_one_line_counts_causes_not_findings(damaged_run):
     line = printed["quiet"].strip()
     assert "\n" not in line
     assert line.startswith(f"audit DATA LOST (1 store): 1 cut, {c['messages_lost']:,} messages lost "
-                           f"({c['damaged']:,} damaged, {c['dropped']:,} dropped)")
+                           f"({c['damaged']:,} damaged, {c['destroyed']:,} destroyed, {c['dropped']:,} dropped)")
     assert c["messages_lost"] > 1 and "warning(s)" not in line
     per_check = c["per_check"]
     assert per_check["recovery.message_lost"]["severity"] == per_check["recovery.truncation"]["severity"] == "error"
@@ -108,10 +112,16 @@ def test_a_restart_that_changes_the_store_while_nothing_is_lost(tmp_path):
 
 
 def test_counts_in_words():
-    c = {"will_not_start": 1, "cuts": 2, "messages_lost": 1188, "damaged": 1, "dropped": 1187, "unindexed": 0,
-         "other_causes": {"error": 1, "warning": 3, "info": 0}}
+    c = {"will_not_start": 1, "cuts": 2, "messages_lost": 1188, "damaged": 1, "destroyed": 0, "dropped": 1187,
+         "kept_damaged": 0, "unindexed": 0, "undispatched": 0, "other_causes": {"error": 1, "warning": 3, "info": 0}}
     assert terminal._words(c) == ("1 broker will not start, 2 cuts, 1,188 messages lost (1 damaged, 1,187 dropped), "
                                   "4 other causes (1 error, 3 warnings)")
+    # one of each, in the singular; what the broker keeps damaged is not lost
+    c.update(will_not_start=0, cuts=1, messages_lost=1, damaged=0, destroyed=1, dropped=0, kept_damaged=1,
+             unindexed=1, undispatched=1, other_causes={"error": 1, "warning": 1, "info": 1})
+    assert terminal._words(c) == ("1 cut, 1 message lost (0 damaged, 1 destroyed, 0 dropped), 1 message kept damaged, "
+                                  "1 in no consume queue, 1 never dispatched, 3 other causes (1 error, 1 warning, "
+                                  "1 note)")
 
 
 def test_a_segment_cut_short_is_extended_not_moved_away(spark, tmp_path):

@@ -147,6 +147,41 @@ def test_pending_overdue_fired_and_recalled_timers(spark, tmp_path):
     assert sorted(f["check"] for f in later["findings"]) == ["timers.lost_past_reach"] * 2 and later["exit"] == 1
 
 
+def _recalled_roll(root: Path, until: int) -> tuple[Broker5, object, object, list]:
+    """A timer beyond the roll window and its recall (which rolls too: magic 3 and 7), beside a timer that is not
+    recalled; the timer run to ``until``: (broker, the recalled send, the other send, what the timer fired)."""
+    broker, p = writer5(root)
+    far = broker.send(p, "TimerTopic", b"far", deliver_ms=START + 2 * DAY + 3_600_000, queue_id=0)
+    out_ms = int(far.record.properties[L.PROPERTY_TIMER_OUT_MS])
+    broker.recall(p, "TimerTopic", far.msg_id, out_ms + 1)  # the recall handle: TIMER_OUT_MS + 1
+    kept = broker.send(p, "TimerTopic", b"kept", delay_sec=7200, queue_id=1)
+    fired = broker.run_timers(until)
+    return broker, far, kept, fired
+
+
+def test_a_recall_that_travels_with_its_timer_makes_it_recalled_not_pending(spark, tmp_path):
+    """RocketMQ 5.3.3 re-puts a roll unit whatever its magic, a recall's (7) too, and both keep their TIMER_OUT_MS:
+    the recall lands as a delete entry in the message's own slot, and the dequeue drops the message there.  So a
+    rolling timer whose recall rolls with it is recalled, not pending, and not in "next due"; the writer's timer,
+    run on past that slot, drops it too."""
+    broker, far, kept, _ = _recalled_roll(tmp_path / "s", START + 10_000)
+    magics = sorted(u.magic for u in units_of(tmp_path / "s"))
+    broker.writer.close()
+    assert magics == [1, 3, 7]  # the kept timer's unit, the roll of the message and of its recall
+    found = audit(spark, [tmp_path / "s"], tmp_path / "out", "--checks", "timers")
+    rows = {(r["uniq_key"], r["kind"]): r for r in found["tables"]["timers"]}
+    assert rows[(far.msg_id, "roll")]["state"] == "recalled"
+    assert rows[(kept.msg_id, "timer")]["state"] == "pending"
+    t = found["summary"]["brokers"][0]["timers"]
+    assert (t["pending"], t["recalled"]) == (1, 1)
+    due = int(kept.record.properties[L.PROPERTY_TIMER_OUT_MS])
+    assert t["next_due"] == [{"due_ms": due, "messages": 1}] and t["last_due_ms"] == due
+    # the timer itself, run past the message's slot, drops it: its delete entry reached that slot first
+    _, far2, _, fired = _recalled_roll(tmp_path / "later", START + 3 * DAY)
+    assert [f.outcome for f in fired if f.source is not None and f.source.uniq_key == far2.msg_id
+            and f.source.properties.get(L.PROPERTY_TIMER_DEL_UNIQKEY) is None][-1] == "recalled"
+
+
 def test_lost_timers_and_a_roll_chain_that_ends_nowhere(spark, tmp_path):
     """The checkpoint's read time moved past slots the timer never fired (the broker lost them: its checkpoint is
     ahead of what it did): a normal unit is lost, a roll unit's chain ends."""

@@ -27,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from jobs.display import plural  # noqa: E402
 from store_format.write import damage as D  # noqa: E402
 from store_format.write.generate import TrafficConfig, generate_store, progress_line  # noqa: E402
 from store_format.store import Store  # noqa: E402
@@ -114,7 +115,8 @@ def verdict_text(summary: dict, audit_out: Path, top: int = 10) -> str:
     lines = ["", terminal.render(summary), ""]
     groups = group_findings(str(audit_out / "findings"))
     total = sum(summary["counts"][s] for s in ("error", "warning", "info"))
-    lines.append(f"Findings grouped by cause ({len(groups):,} group(s) of {total:,} finding(s); the first {top}):")
+    lines.append(f"Findings grouped by cause ({plural(len(groups), 'group')} of {plural(total, 'finding')}; the first "
+                 f"{top}):")
     for g in groups[:top]:
         where = f" {g.place}" if g.place else ""
         first = g.samples[0]["message"] if g.samples else ""

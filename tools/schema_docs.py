@@ -135,22 +135,35 @@ SUMMARY = {
     "brokers[].verdict.why_not": "why it will not start", "brokers[].verdict.cut": "where recovery cuts the log "
     "(null: nowhere)", "brokers[].verdict.cut.physical_offset": "the recovered end",
     "brokers[].verdict.cut.segment": "its segment", "brokers[].verdict.cut.file_position": "its position there",
-    "brokers[].verdict.cut.kind": "why the walk stops there", "brokers[].verdict.lost": "messages lost",
-    "brokers[].verdict.lost.damaged": "damaged (tables/resend)", "brokers[].verdict.lost.dropped": "dropped after "
-    "the cut", "brokers[].verdict.lost.unframed_runs": "runs of records whose headers are gone",
+    "brokers[].verdict.cut.kind": "why the walk stops there", "brokers[].verdict.lost": "messages lost: the broker "
+    "will not deliver them (tables/resend, system records included)",
+    "brokers[].verdict.lost.damaged": "damaged at or past the cut: recovery drops them",
+    "brokers[].verdict.lost.destroyed": "their headers destroyed: named by the consume-queue units still pointing at "
+    "them", "brokers[].verdict.lost.dropped": "dropped after the cut",
+    "brokers[].verdict.lost.unframed_runs": "runs of records whose headers are gone (past the cut)",
     "brokers[].verdict.lost.unindexed": "kept but in no consume queue",
+    "brokers[].verdict.lost.undispatched": "never dispatched: a record's LMQ dispatch list stalls the reput there",
+    "brokers[].verdict.kept_damaged": "kept, damaged: damaged before the cut, the broker keeps and serves them as they "
+    "are (their producers re-send them)",
+    "brokers[].verdict.to_resend": "the messages to re-send (tables/resend without system records)",
+    "brokers[].verdict.system_records": "records of system topics in tables/resend: the broker's bookkeeping, which "
+    "nobody re-sends",
     "brokers[].verdict.at_risk": "what a restart now destroys, file by file",
     "brokers[].verdict.safe_before": "every byte before this physical offset is intact",
     "brokers[].verdict.actions": "what to do, decided by the facts, most urgent first (at most four)",
-    "brokers[].verdict.actions[].kind": "`will_not_start`, `copy_out`, `nothing_after_cut`, `resend_damaged`, "
-    "`extract_unindexed`, `keep_a_copy`, `check` (a check's what-to-do) or `none`",
+    "brokers[].verdict.actions[].kind": "`will_not_start`, `move_abort`, `resend_undispatched`, `copy_out`, "
+    "`nothing_after_cut`, `resend_damaged`, `kept_damaged`, `extract_unindexed`, `property_crc`, `keep_a_copy`, "
+    "`check` (a check's what-to-do) or `none`",
     "brokers[].verdict.actions[].text": "what to do, in one sentence",
     "brokers[].verdict.actions[].command": "the command that does it, as it runs pasted (null: none helps)",
     "brokers[].verdict.actions[].check": "the check the action answers", "brokers[].verdict.actions[].count":
     "its findings (or the messages concerned)",
     "counts.will_not_start": "brokers that will not start", "counts.cuts": "brokers whose recovery cuts the log",
-    "counts.messages_lost": "messages lost, every broker: damaged + dropped", "counts.damaged": "damaged messages",
-    "counts.dropped": "intact messages recovery drops after a cut", "counts.unindexed": "messages in no consume queue",
+    "counts.messages_lost": "messages lost, every broker: damaged + destroyed + dropped",
+    "counts.damaged": "damaged messages recovery drops", "counts.destroyed": "messages whose headers damage destroyed",
+    "counts.dropped": "intact messages recovery drops after a cut",
+    "counts.kept_damaged": "messages the brokers keep damaged", "counts.unindexed": "messages in no consume queue",
+    "counts.undispatched": "messages never dispatched (a stalled reput)",
     "counts.other_causes": "the other finding groups (causes), per severity", "counts.other_causes.error": "errors",
     "counts.other_causes.warning": "warnings", "counts.other_causes.info": "notes",
     "counts.in_words": "all of it in words, as the terminal's last line and the report's header say it",
@@ -161,6 +174,20 @@ SUMMARY = {
     "brokers[].timers.lost": "timer messages the broker will never deliver",
     "brokers[].timers.read_time_ms": "config/timercheck's lastReadTimeMs: every wheel slot before it has been read",
     "brokers[].timers.next_due": "the next deliver times of pending timer messages (up to five)",
+    "brokers[].property_crc": "5.2.0+, records carrying the whole-record CRC `__CRC32#` (integrity family)",
+    "brokers[].property_crc.records": "records carrying it", "brokers[].property_crc.verified": "of them, matching",
+    "brokers[].property_crc.settings_given": "whether `--config` gave the broker's settings",
+    "brokers[].property_crc.force_verify": "its forceVerifyPropCRC (false when not given)",
+    "brokers[].property_crc.forced_cut": "where a forceVerifyPropCRC recovery cuts the log (null: nowhere)",
+    "brokers[].property_crc.forced_cut.physical_offset": "the first record it refuses",
+    "brokers[].property_crc.forced_cut.segment": "its segment", "brokers[].property_crc.forced_cut.file_position":
+    "its position there", "brokers[].property_crc.forced_cut.kind": "`BAD_PROPERTY_CRC` or `NO_PROPERTY_CRC`",
+    "brokers[].dispatch_stall": "5.x: the record whose LMQ dispatch list stalls the reput (lmq family)",
+    "brokers[].dispatch_stall.physical_offset": "where it is", "brokers[].dispatch_stall.segment": "its segment",
+    "brokers[].dispatch_stall.file_position": "its position there", "brokers[].dispatch_stall.topic": "its topic",
+    "brokers[].dispatch_stall.queue_id": "its queue", "brokers[].dispatch_stall.queue_offset": "its queue offset",
+    "brokers[].dispatch_stall.uniq_key": "its UNIQ_KEY",
+    "brokers[].dispatch_stall.records_after": "kept records after it, never dispatched",
     "brokers[].timers.next_due[].due_ms": "a deliver time (ms)", "brokers[].timers.next_due[].messages": "messages "
     "due then", "brokers[].timers.last_due_ms": "the last pending deliver time",
 }

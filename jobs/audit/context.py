@@ -49,7 +49,11 @@ class AuditContext:
         self.scan = Outputs()
         self.failures: list[pa.Table] = []  # tasks and steps that failed (tasks.FAILURES rows)
         self.recovery: dict = {}
-        self.resend_damaged: list[dict] = []  # damaged records the driver names (resend.damaged_row), for tables/resend
+        self.resend_damaged: list[dict] = []  # records the driver names (resend.damaged_row...), for tables/resend
+        self.resend_tables: list[pa.Table] = []  # rows of tables/resend the driver makes in bulk
+        # broker -> the physical offset of the record the broker's reput stops at for ever (a family finds it after
+        # the scan): no record from it on reaches a consume queue, whatever the start
+        self.reput_stalls: dict[str, int] = {}
 
     # ---- partial tables ----------------------------------------------------------------------------------
     def partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:

@@ -12,8 +12,8 @@ dump has does not run), then writes to DIR:
                  topic, queue_id, queue_offset, message, details, stable finding_id)
   metrics/       Parquet, long format (broker, scope, topic, queue_id, group, metric, value)
   tables/<name>/ Parquet detail tables: segments, queues, lag, transactions, delays, timers and pop (5.x), retries,
-                 dlq, and resend (the messages to re-send: damaged, dropped by recovery, or in no consume queue;
-                 jobs/audit/resend.py)
+                 dlq, and resend (the messages to re-send: damaged, destroyed, dropped by recovery, in no consume
+                 queue, or kept damaged; jobs/audit/resend.py)
   summary.json   tool version, run time, inputs, geometry, counts per severity and per check, and per broker its
                  recovery and its verdict (jobs/audit/verdict.py: will it start, the cut, what is lost, what to do)
   report.html    one self-contained page: per broker, in words, will it start, where recovery cuts, what is lost and
@@ -280,8 +280,10 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
     tables = {name: t for r in results for name, t in r.tables.items()}
     for name, t in tables.items():
         _write_arrow(t, f"{out}/tables/{name}")
-    # the messages to re-send: the scan's tasks wrote the dropped and unindexed ones; the damaged ones go beside
-    resend.write_damaged(ctx.resend_damaged, f"{out}/tables/{resend.NAME}")
+    # the messages to re-send: the scan's tasks wrote the dropped and unindexed ones; the damaged and destroyed ones
+    # go beside (a damaged one before the cut is kept, damaged)
+    resend.write_driver_part(ctx.resend_damaged, f"{out}/tables/{resend.NAME}",
+                             {name: p.max_physical_offset for name, p in ctx.recovery.items()}, ctx.resend_tables)
     out_write(out_join(out, "tables", resend.NAME, "_SUCCESS"), b"")
     return _Written(counts, metrics, tables)
 

@@ -27,8 +27,11 @@ import pyarrow as pa
 
 from jobs.display import format_duration, format_iso_z, is_time_column
 
+from jobs.display import plural
+
 from . import resend
 from .findings import CHECKS, Consequence
+from .resend import kept_damaged_words, lost_words
 _ROWS = 200  # rows of a detail table shown
 _RESEND_ROWS = 10  # messages to re-send shown per broker (tables/resend has them all)
 _TOPICS_PLOTTED = 8
@@ -98,7 +101,8 @@ def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: st
     title = _overall_title(brokers)
     parts = [f"<header><h1>RocketMQ store audit</h1><div class='meta'>{_time_iso(summary['run_time'])} &middot; "
              f"{_e(summary['tool'])} {_e(summary['version'])} &middot; run {_e(summary['run_id'])} &middot; "
-             f"{len(brokers)} store(s): {_e(counts['in_words'])} &middot; <a href='#findings'>findings by cause</a>"
+             f"{plural(len(brokers), 'store')}: {_e(counts['in_words'])} &middot; "
+             "<a href='#findings'>findings by cause</a>"
              f" &middot; <a href='summary.json'>summary.json</a></div></header>"]
     if len(brokers) > 1:
         parts.append(f"<div class='banner {worst['level']}' id='verdict'><span class='word'>"
@@ -121,7 +125,7 @@ def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: st
         if name in tables:
             parts.append(_table_section(tables[name], heading, name, [b["name"] for b in brokers], missing))
     inputs = summary["inputs"]
-    parts.append(f"<h2>Inputs</h2><details><summary>{len(inputs):,} file(s) read (read-only)</summary>"
+    parts.append(f"<h2>Inputs</h2><details><summary>{plural(len(inputs), 'file')} read (read-only)</summary>"
                  + _html_table(["path", "size", "sha256"],
                                [[i["path"], i["size"], i.get("sha256", "")] for i in inputs[:_ROWS]], numeric={1})
                  + "</details>")
@@ -147,7 +151,7 @@ def _overall_title(brokers: list[dict]) -> str:
     words = {"will-not-start": "will not start", "incomplete": "not fully audited", "data-lost": "lose data",
              "attention": "need attention", "pass": "pass"}
     n = len(brokers)
-    return "; ".join(f"{len(by[lv])} of {n} broker(s) {words[lv]} ({', '.join(by[lv][:6])}"
+    return "; ".join(f"{len(by[lv])} of {plural(n, 'broker')} {words[lv]} ({', '.join(by[lv][:6])}"
                      f"{', ...' if len(by[lv]) > 6 else ''})" for lv in _LEVEL_ORDER if lv in by)
 
 
@@ -253,10 +257,11 @@ def _fleet(brokers: list[dict]) -> str:
         lost = v["lost"]
         rows.append([f"<a href='#{_anchor(b['name'])}'>{_e(b['name'])}</a>",
                      f"<span class='badge {v['level']}'>{_e(v['banner'])}</span>", _e(v["headline"]),
-                     f"{lost['damaged']:,} / {lost['dropped']:,}", f"{lost['unindexed']:,}"])
+                     f"{lost['damaged'] + lost['destroyed']:,} / {lost['dropped']:,}", f"{v['kept_damaged']:,}",
+                     f"{lost['unindexed']:,}"])
     return "<h2 id='fleet'>Fleet</h2>" + _html_table(
-        ["broker", "verdict", "headline", "lost: damaged / dropped", "in no consume queue"], rows, raw={0, 1, 2, 3, 4},
-        cls="fleet")
+        ["broker", "verdict", "headline", "lost: damaged / dropped", "kept, damaged", "in no consume queue"], rows,
+        raw={0, 1, 2, 3, 4, 5}, cls="fleet")
 
 
 def _first_screen(b: dict, out: str, src: str, *, top_banner: bool) -> str:
@@ -274,8 +279,10 @@ def _first_screen(b: dict, out: str, src: str, *, top_banner: bool) -> str:
         facts.append(("Will it start?", f"yes ({_e(rec['mode'])} recovery)"))
     else:
         why = "".join(f"<li>{_e(p)}</li>" for p in v["why_not"])
-        facts.append(("Will it start?", f"<strong>NO</strong><ul>{why}</ul>What to do: "
-                                        f"{_md(CHECKS['recovery.broker_will_not_start'].action)}"))
+        first = next((a for a in v["actions"] if a["kind"] == "will_not_start"), None)
+        todo = "the first action below" if first is not None else \
+            _md(CHECKS["recovery.broker_will_not_start"].action)
+        facts.append(("Will it start?", f"<strong>NO</strong><ul>{why}</ul>What to do: {todo}"))
     if rec is not None:
         end = rec["predicted_max_physical_offset"]
         if v["cut"]:
@@ -285,19 +292,11 @@ def _first_screen(b: dict, out: str, src: str, *, top_banner: bool) -> str:
                                                  f"({_e(c['kind'])}); everything after it is dropped"))
         else:
             facts.append(("Where recovery cuts", f"nowhere: the log is kept whole, to physical offset {end:,}"))
-    lost = v["lost"]
-    lost_text = (f"<strong>{lost['damaged'] + lost['dropped']:,}</strong>: {lost['damaged']:,} damaged, "
-                 f"{lost['dropped']:,} dropped after the cut")
-    if lost["unframed_runs"]:
-        lost_text += (f", and {lost['unframed_runs']:,} unreadable run(s) of records "
-                      f"({rec['unframed_bytes_lost']:,} bytes whose headers are gone: not countable)")
-    keys = _lost_keys(src, name)
-    if keys:
-        lost_text += f"; keys: {', '.join(f'<code>{_e(k)}</code>' for k in keys)}"
-    if lost["unindexed"]:
-        lost_text += f"; {lost['unindexed']:,} more in no consume queue (consumers never receive them)"
-    facts.append(("Messages lost", lost_text if (lost["damaged"] or lost["dropped"] or lost["unframed_runs"]
-                                                 or lost["unindexed"]) else "none"))
+    lost_text = _e(lost_words(v)) + _keys_words(src, name, resend.LOST_STATES)
+    facts.append(("Messages lost", lost_text))
+    kept = kept_damaged_words(v)
+    if kept:
+        facts.append(("Kept, damaged", _e(kept) + _keys_words(src, name, ("kept_damaged",))))
     if rec is not None:
         facts.append(("At risk if restarted now", "<ul>" + "".join(f"<li>{_e(r)}</li>" for r in v["at_risk"])
                       + "</ul>" if v["at_risk"] else "nothing: recovery truncates and deletes nothing"))
@@ -313,6 +312,10 @@ def _first_screen(b: dict, out: str, src: str, *, top_banner: bool) -> str:
     return "".join(parts)
 
 
+def _are(n: int) -> str:
+    return "is" if n == 1 else "are"
+
+
 def _command(command: str) -> str:
     """A command as html that wraps between its arguments only (a line never breaks inside '--explain'), and
     copies as the command."""
@@ -325,30 +328,32 @@ def _command(command: str) -> str:
     return " ".join(f"<span class='arg'>{_e(w)}</span>" for w in words)
 
 
-def _lost_keys(out: str, broker: str, limit: int = 5) -> list[str]:
-    keys = []
+def _keys_words(out: str, broker: str, states: tuple[str, ...], limit: int = 5) -> str:
+    """The first keys and unique keys of the broker's messages to re-send in ``states``, each list named (a KEYS
+    entry and a UNIQ_KEY are looked up differently: ``query --key`` and ``--uniq-key``), as html ("" for none)."""
     from jobs.output import out_join
 
-    for r in resend.first_rows(out_join(out, "tables", resend.NAME), broker, 50):
-        if r["state"] == "unindexed":
-            continue
-        for k in [r["uniq_key"], *(r["keys"] or [])]:
-            if k and k not in keys:
-                keys.append(k)
-        if len(keys) >= limit:
-            break
-    return keys[:limit]
+    keys, uniq = [], []
+    for r in resend.first_rows(out_join(out, "tables", resend.NAME), broker, 50, states):
+        keys += [k for k in r["keys"] or [] if k not in keys]
+        if r["uniq_key"] and r["uniq_key"] not in uniq:
+            uniq.append(r["uniq_key"])
+    return "".join(f"; {label}: {', '.join(f'<code>{_e(k)}</code>' for k in found[:limit])}"
+                   + (", ..." if len(found) > limit else "")
+                   for label, found in (("keys", keys), ("unique keys", uniq)) if found)
 
 
 def _resend_section(b: dict, out: str, src: str) -> str:
     name, v = b["name"], b["verdict"]
-    lost = v["lost"]
-    total = lost["damaged"] + lost["dropped"] + lost["unindexed"]
+    total = v["to_resend"]
     from jobs.output import out_join
 
     path = out_join(src, "tables", resend.NAME)
+    system = (f"<div class='muted'>{_e(plural(v['system_records'], 'record'))} of system topics left out: the "
+              "broker's own bookkeeping (transaction op records, POP checkpoints and acks...), which nobody re-sends "
+              "(tables/resend has them, <code>system</code> = true)</div>") if v["system_records"] else ""
     if not total:
-        return "<h3>Messages to re-send</h3><p class='muted'>none</p>"
+        return f"<h3>Messages to re-send</h3><p class='muted'>none</p>{system}"
     rows = resend.first_rows(path, name, _RESEND_ROWS)
     note = f" (first {len(rows)} of {total:,})" if total > len(rows) else ""
     table = _html_table(
@@ -358,7 +363,7 @@ def _resend_section(b: dict, out: str, src: str) -> str:
         numeric={2, 3, 4})
     return (f"<h3>Messages to re-send: {total:,}{note}</h3>{table}<div>Every one, as Parquet: "
             f"<a href='tables/{resend.NAME}/'>tables/{resend.NAME}/</a> (filter <code>broker = "
-            f"'{_e(name)}'</code>)</div>" + _commands(b, out, path))
+            f"'{_e(name)}'</code>)</div>{system}" + _commands(b, out, path))
 
 
 def _commands(b: dict, out: str, path: str) -> str:
@@ -374,23 +379,30 @@ def _commands(b: dict, out: str, path: str) -> str:
     if v["lost"]["dropped"]:
         first = resend.first_offset(path, name, "dropped")
         target = os.path.join(out, "resend", name)
-        lines += [f"# the {v['lost']['dropped']:,} dropped message(s) are still in the dump: copy them out before "
-                  "the restart overwrites them",
+        lines += [f"# the {plural(v['lost']['dropped'], 'dropped message')} {_are(v['lost']['dropped'])} still in the "
+                  "dump: copy them out before the restart overwrites them",
                   command(["extract", "--store", store, "--walk", "salvage", "--physical-offsets", f"{first}..",
                            "--out", target]),
                   "# then re-produce them from that table, or write them into a fresh store a broker can serve",
                   command(["replay", "--input", target, "--out", target + "-store"])]
     for q in resend.unindexed_queues(path, name)[:5]:
         target = os.path.join(out, "resend", f"{name}-{q['topic']}-{q['queue_id']}")
-        lines += [f"# {q['count']:,} message(s) of {q['topic']}/{q['queue_id']} in no consume queue"
+        lines += [f"# {plural(q['count'], 'message')} of {q['topic']}/{q['queue_id']} in no consume queue"
                   + ("" if q["count"] == q["last"] - q["first"] + 1 else " (not contiguous: the range below holds "
                      "kept messages too)"),
                   command(["extract", "--store", store, "--topic", q["topic"], "--queue", str(q["queue_id"]),
                            "--queue-offsets", f"{q['first']}..{q['last']}", "--out", target])]
-    if v["lost"]["damaged"]:
-        lines.append(f"# the {v['lost']['damaged']:,} damaged message(s) cannot be copied out (their bytes are "
-                     "damaged): their producers must re-send them, found by the keys in the table, or where a record "
-                     "kept none by its topic, queue, queue offset and store time")
+    damaged = v["lost"]["damaged"] + v["lost"]["destroyed"] + v["kept_damaged"]
+    if damaged:
+        lines.append(f"# the {plural(damaged, 'damaged message')} cannot be copied out (their bytes are damaged): "
+                     f"{'its producer' if damaged == 1 else 'their producers'} must re-send "
+                     f"{'it' if damaged == 1 else 'them'}, found by the keys in the table, or where a record kept none "
+                     "by its topic, queue, queue offset and store time")
+    undispatched = next((a for a in v["actions"] if a["kind"] == "will_not_start" and v["lost"]["undispatched"]
+                         and a.get("command")), None)
+    if undispatched is not None:
+        lines += [f"# the {plural(v['lost']['undispatched'], 'message')} never dispatched: copy them out, then "
+                  "re-send them once the broker runs (the actions above)", undispatched["command"]]
     shown = [_e(line) if line.startswith("#") else _command(line) for line in lines]
     return "<pre class='command'>" + "\n".join(shown) + "</pre>" if lines else ""
 
@@ -401,7 +413,7 @@ _GROUP_HEAD = ("severity", "check", "where", "count", "first .. last position, s
 def _groups_section(groups: list, top: int) -> str:
     shown = groups[:top]
     note = f" <span class='muted'>(first {top} of {len(groups):,})</span>" if len(groups) > top else ""
-    parts = [f"<h2 id='findings'>Findings by cause: {len(groups):,} group(s){note}</h2>",
+    parts = [f"<h2 id='findings'>Findings by cause: {plural(len(groups), 'group')}{note}</h2>",
              "<p class='muted'>One row per check and place (file or queue; per-message findings one row per "
              "broker), most consequential first; open a row for its samples and what to do.  <a href='findings/'>"
              "findings/</a> has every finding, one row each.</p>"]

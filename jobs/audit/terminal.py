@@ -1,8 +1,8 @@
 """The audit's verdict on the terminal: on a headless broker host stdout is all there is, so it says, per broker,
-what the report's first screen says (jobs/audit/verdict.py): will it start, where recovery cuts, the messages
-lost (damaged, dropped after the cut), and what to do, each action with the command that does it; then one line
-for the whole run.  ``--quiet`` prints only that line, ``--format json`` the same facts as one JSON object.
-``make demo`` (tools/demo.py) shows the audit's own output.
+what the report's first screen says (jobs/audit/verdict.py, in its words): will it start, where recovery cuts, the
+messages lost (damaged, destroyed, dropped after the cut), those it keeps damaged, and what to do, each action with
+the command that does it; then one line for the whole run.  ``--quiet`` prints only that line, ``--format json``
+the same facts as one JSON object.  ``make demo`` (tools/demo.py) shows the audit's own output.
 
 The line counts causes, not findings: one flipped bit mid-log is "1 cut, 1,188 messages lost", not 1,188
 warnings; the other findings are counted by cause (the report's groups), per severity.
@@ -10,6 +10,8 @@ warnings; the other findings are counted by cause (the report's groups), per sev
 from __future__ import annotations
 
 import json
+
+from jobs.display import plural
 
 from .findings import Severity
 
@@ -20,16 +22,20 @@ _COUNTED = ("recovery.truncation", "recovery.message_lost", "integrity.damaged_m
 
 def counts(summary: dict, groups: list) -> dict:
     """What summary.json's ``counts`` adds to its per-severity and per-check counts: the brokers that will not
-    start, the cuts, the messages lost (damaged, dropped) and in no consume queue, the other causes per severity
-    (finding groups), and all of it in words."""
+    start, the cuts, the messages lost (damaged, destroyed, dropped), kept damaged, in no consume queue and never
+    dispatched, the other causes per severity (finding groups), and all of it in words."""
+    from .resend import lost_count
+
     brokers = summary["brokers"]
     lost = [b["verdict"]["lost"] for b in brokers]
     out = {
         "will_not_start": sum(1 for b in brokers if b["verdict"]["will_start"] is False),
         "cuts": sum(1 for b in brokers if b["verdict"]["cut"]),
-        "messages_lost": sum(x["damaged"] + x["dropped"] for x in lost),
-        "damaged": sum(x["damaged"] for x in lost), "dropped": sum(x["dropped"] for x in lost),
-        "unindexed": sum(x["unindexed"] for x in lost),
+        "messages_lost": sum(lost_count(x) for x in lost),
+        "damaged": sum(x["damaged"] for x in lost), "destroyed": sum(x["destroyed"] for x in lost),
+        "dropped": sum(x["dropped"] for x in lost),
+        "kept_damaged": sum(b["verdict"]["kept_damaged"] for b in brokers),
+        "unindexed": sum(x["unindexed"] for x in lost), "undispatched": sum(x["undispatched"] for x in lost),
         "other_causes": {s.label: sum(1 for g in groups if g.severity == s and g.check not in _COUNTED)
                          for s in Severity},
     }
@@ -37,26 +43,27 @@ def counts(summary: dict, groups: list) -> dict:
     return out
 
 
-def _plural(n: int, one: str, many: str | None = None) -> str:
-    return f"{n:,} {one if n == 1 else (many or one + 's')}"
-
-
 def _words(c: dict) -> str:
     parts = []
     if c["will_not_start"]:
-        parts.append(f"{_plural(c['will_not_start'], 'broker')} will not start")
-    parts.append(_plural(c["cuts"], "cut"))
-    lost = _plural(c["messages_lost"], "message") + " lost"
+        parts.append(f"{plural(c['will_not_start'], 'broker')} will not start")
+    parts.append(plural(c["cuts"], "cut"))
+    lost = plural(c["messages_lost"], "message") + " lost"
     if c["messages_lost"]:
-        lost += f" ({c['damaged']:,} damaged, {c['dropped']:,} dropped)"
+        lost += f" ({c['damaged']:,} damaged, " + (f"{c['destroyed']:,} destroyed, " if c["destroyed"] else "") + \
+            f"{c['dropped']:,} dropped)"
     parts.append(lost)
+    if c["kept_damaged"]:
+        parts.append(f"{plural(c['kept_damaged'], 'message')} kept damaged")
     if c["unindexed"]:
         parts.append(f"{c['unindexed']:,} in no consume queue")
+    if c["undispatched"]:
+        parts.append(f"{c['undispatched']:,} never dispatched")
     other = c["other_causes"]
     n = sum(other.values())
     words = {"error": ("error", "errors"), "warning": ("warning", "warnings"), "info": ("note", "notes")}
-    parts.append(f"{_plural(n, 'other cause')}" + (" (" + ", ".join(
-        _plural(other[s], *words[s]) for s in ("error", "warning", "info") if other[s]) + ")" if n else ""))
+    parts.append(f"{plural(n, 'other cause')}" + (" (" + ", ".join(
+        plural(other[s], *words[s]) for s in ("error", "warning", "info") if other[s]) + ")" if n else ""))
     return ", ".join(parts)
 
 
@@ -67,12 +74,14 @@ def final_line(summary: dict) -> str:
     levels = list(LEVELS)
     worst = min((b["verdict"]["level"] for b in summary["brokers"]), key=levels.index, default="pass")
     n = len(summary["brokers"])
-    return (f"audit {LEVELS[worst]} ({_plural(n, 'store')}): {summary['counts']['in_words']}; report: "
+    return (f"audit {LEVELS[worst]} ({plural(n, 'store')}): {summary['counts']['in_words']}; report: "
             f"{summary['outputs']['report'] or '-'}")
 
 
 def broker_lines(b: dict) -> list[str]:
     """One broker's first screen in words."""
+    from .resend import kept_damaged_words, lost_words
+
     v, rec = b["verdict"], b.get("recovery")
     lines = [f"{b['name']}: {v['banner']}"]
 
@@ -92,14 +101,10 @@ def broker_lines(b: dict) -> list[str]:
     elif rec is not None:
         fact("The cut:", f"none: recovery keeps the log whole, to physical offset "
                          f"{rec['predicted_max_physical_offset']:,}")
-    lost = v["lost"]
-    text = f"{lost['damaged'] + lost['dropped']:,} ({lost['damaged']:,} damaged, {lost['dropped']:,} dropped after " \
-           "the cut)"
-    if lost["unframed_runs"]:
-        text += f", and {_plural(lost['unframed_runs'], 'unreadable run')} of records whose headers are gone"
-    if lost["unindexed"]:
-        text += f"; {lost['unindexed']:,} more in no consume queue"
-    fact("Messages lost:", text)
+    fact("Messages lost:", lost_words(v))
+    kept = kept_damaged_words(v)
+    if kept:
+        fact("Kept, damaged:", kept)
     for i, a in enumerate(v["actions"]):
         fact("Do first:" if i == 0 else "Then:", a["text"])
         if a.get("command"):

@@ -118,6 +118,9 @@ UNIT_COLUMNS = [("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset
                 ("physical_offset", pa.int64()), ("size", pa.int32()), ("tags_code", pa.int64()), ("file", pa.string()),
                 ("file_position", pa.int64())]
 LOOSE = pa.schema([("broker", pa.string())] + UNIT_COLUMNS)
+# a unit pointing into a corrupt span: the record it names, destroyed (jobs/audit/resend.py), and the span
+IN_SPAN = pa.schema([("broker", pa.string())] + UNIT_COLUMNS
+                    + [("span_start", pa.int64()), ("span_reason", pa.string())])
 MISSING = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()), ("pending", pa.bool_()),
                      ("queue_offset", pa.int64()), ("physical_offset", pa.int64())])
 
@@ -222,10 +225,15 @@ def _loose(rc, u: pa.Table, out) -> None:
         rows = np.flatnonzero(code == c)
         if len(rows):
             t = u.take(rows)
+            span_start = pa.array(prev[rows], pa.int64())
+            span_reason = pa.array([reason[i] for i in rows.tolist()], pa.string())
             out.finding(finding_table(check_id, len(rows), values={
-                "item_position": pa.array(prev[rows], pa.int64()),
-                "item_reason": pa.array([reason[i] for i in rows.tolist()], pa.string())},
-                details=details(t), **_unit_positions(rc, t)))
+                "item_position": span_start, "item_reason": span_reason}, details=details(t), **_unit_positions(rc, t)))
+            if c == IN_DAMAGE:  # the message each names is one to re-send (an LMQ unit names another's queue)
+                own = pc.invert(pc.starts_with(t.column("topic"), L.LMQ_PREFIX))
+                out.partial("consumequeue.in_span", pa.table({
+                    "broker": pa.repeat(pa.scalar(rc.broker), len(rows)), **{n: t.column(n) for n, _ in UNIT_COLUMNS},
+                    "span_start": span_start, "span_reason": span_reason}, schema=IN_SPAN).filter(own))
     rows = np.flatnonzero(code == OUTSIDE)
     if len(rows):
         t = u.take(rows)
@@ -344,8 +352,31 @@ def _ext_units(broker: str, topic: str, qid: int, addressed: list, out) -> None:
 
 # ------------------------------------------------------------------------------------------------------ driver
 
+def _destroyed_to_resend(ctx) -> None:
+    """The messages whose records damage destroyed, named by the units still pointing at them, go to the messages
+    to re-send (where a record's header also names it, that naming is kept: resend.write_driver_part)."""
+    t = ctx.partial("consumequeue.in_span", IN_SPAN)
+    ctx.resend_damaged.extend(resend.destroyed_row(r["broker"], r, r["span_start"], r["span_reason"])
+                              for r in t.to_pylist())
+
+
+def _undispatched_to_resend(ctx) -> None:
+    """The kept records after the one a broker's reput stops at for ever (``ctx.reput_stalls``), which no consume
+    queue holds yet and none ever will, go to the messages to re-send."""
+    if not ctx.reput_stalls:
+        return
+    missing = ctx.partial("consumequeue.missing", MISSING)
+    for broker, at in sorted(ctx.reput_stalls.items()):
+        after = pc.and_(missing.column("pending"), pc.greater(missing.column("physical_offset"), at))
+        m = missing.filter(pc.and_(pc.equal(missing.column("broker"), broker), after))
+        if m.num_rows:
+            ctx.resend_tables.append(resend.undispatched_rows(broker, m))
+
+
 def on_driver(ctx) -> FamilyResult:
     res = FamilyResult()
+    _destroyed_to_resend(ctx)
+    _undispatched_to_resend(ctx)
     res.findings.append(_outside(ctx))
     res.findings.append(_missing(ctx))
     res.findings.append(_file_sequence(ctx))
@@ -440,8 +471,8 @@ def _file_sequence(ctx):
 FAMILY = Family(
     "consumequeue", "CommitLog <-> ConsumeQueue: messages without a unit, units pointing wrong, corrupt units, gaps",
     in_range=in_range, in_files={"consumequeue": in_queue_files}, on_driver=on_driver,
-    emits={"consumequeue.missing": MISSING, "consumequeue.loose": LOOSE},
-    reads=("consumequeue.missing", "consumequeue.loose"),
+    emits={"consumequeue.missing": MISSING, "consumequeue.loose": LOOSE, "consumequeue.in_span": IN_SPAN},
+    reads=("consumequeue.missing", "consumequeue.loose", "consumequeue.in_span"),
     tables={"queues": QUEUE_BOUNDS},
     metrics={"cq_min_offset": "first unit's queue offset (queue)", "cq_max_offset": "one past the last unit (queue)",
              "cq_entries": "units (queue)"})

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from store_format.scan import span_detail
 from store_format import codec
 from store_format import propcrc
+from store_format import layout as L
 from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, segment_name
 from store_format.errors import ErrorKind, StoreFormatError
 from udfs.columns import column
@@ -95,6 +96,9 @@ SEGMENT_PARTS = pa.schema([
     ("stale_first_offset", pa.int64()),
 ])
 PROPERTY_CRCS = pa.schema([("broker", pa.string()), ("records", pa.int64()), ("verified", pa.int64())])
+# per range: the first message a forceVerifyPropCRC recovery walk refuses
+FORCED_REFUSALS = pa.schema([("broker", pa.string()), ("segment", pa.string()), ("file_position", pa.int64()),
+                             ("physical_offset", pa.int64()), ("kind", pa.string())])
 QUEUE_COUNTS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
                           ("messages", pa.int64()), ("bytes", pa.int64())])
 SEGMENTS = pa.schema([
@@ -191,15 +195,18 @@ def _property_crcs(rc, out) -> None:
     """The ``__CRC32#`` of every message that carries one (store-format-5x.md section 1): the decode says which do
     (the kernels' ``crc_property``, found while the properties are copied), and only those get their CRC computed,
     so a range of 4.x records pays nothing.  A mismatch is an error at its record, a value that is not ten digits
-    a warning."""
+    a warning.  And where the broker's recovery would cut this range with ``forceVerifyPropCRC``
+    (:func:`_forced_refusal`)."""
     if not len(rc.message_rows):
         return
-    rows = np.flatnonzero(pc.fill_null(rc.messages.column("crc_property"), False).to_numpy(zero_copy_only=False))
-    if not len(rows):
-        return
+    carries = pc.fill_null(rc.messages.column("crc_property"), False).to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(carries)
     pos = rc.positions[rc.message_rows] - rc.w0
     sizes = rc.items.sizes[rc.message_rows]
     c = propcrc.check_crc_many(rc.buf, pos[rows], sizes[rows])
+    _forced_refusal(rc, out, rows, c.force_ok, pos, sizes)
+    if not len(rows):
+        return
     out.partial("integrity.property_crcs", pa.table({"broker": [rc.broker], "records": [len(rows)],
                                                      "verified": [int((c.status == propcrc.OK).sum())]},
                                                     schema=PROPERTY_CRCS))
@@ -220,6 +227,36 @@ def _property_crcs(rc, out) -> None:
                      "computed_crc": computed, "uniq_key": t.column("uniq_key"), "key": t.column("uniq_key")}))
 
 
+_REFUSAL_CHUNK = 256
+
+
+def _forced_refusal(rc, out, rows: np.ndarray, force_ok: np.ndarray, pos: np.ndarray, sizes: np.ndarray) -> None:
+    """The first message the broker's recovery walk would refuse here with ``forceVerifyPropCRC`` (one it walks:
+    kept, before the segment's first stop; its ``__CRC32#`` missing or not its bytes' CRC as Java parses it), as
+    the partial the summary's forced cut is decided from (:func:`summary`).  The messages without the property at
+    their end are checked a chunk at a time until one is refused, so a range of 4.x records pays one CRC."""
+    walked = rc.column("kept") & ~rc.column("beyond_first_stop")
+    refused = rows[~force_ok & walked[rows]]
+    first = int(refused[0]) if len(refused) else None
+    plain = np.ones(len(walked), bool)
+    plain[rows] = False
+    candidates = np.flatnonzero(plain & walked)
+    if first is not None:
+        candidates = candidates[candidates < first]
+    for a in range(0, len(candidates), _REFUSAL_CHUNK):
+        chunk = candidates[a:a + _REFUSAL_CHUNK]
+        ok = propcrc.check_crc_many(rc.buf, pos[chunk], sizes[chunk]).force_ok
+        if not ok.all():
+            first = int(chunk[np.flatnonzero(~ok)[0]])
+            break
+    if first is None:
+        return
+    kind = ErrorKind.NO_PROPERTY_CRC if plain[first] else ErrorKind.BAD_PROPERTY_CRC
+    out.partial("integrity.forced_refusal", pa.table({
+        "broker": [rc.broker], "segment": [rc.segment], "file_position": [int(pos[first]) + rc.w0],
+        "physical_offset": [int(pos[first]) + rc.w0 + rc.base], "kind": [kind.value]}, schema=FORCED_REFUSALS))
+
+
 def _damaged_messages(rc, spans, out) -> None:
     """For spans where a record still frames (bad CRC, size mismatch...), name the message that was lost: its
     topic, queue and queue offset, decoded without the CRC check."""
@@ -235,7 +272,8 @@ def _damaged_messages(rc, spans, out) -> None:
                          details={"reason": s.reason, "uniq_key": msg.uniq_key, "key": msg.uniq_key}))
         named.append(resend.damaged_row(rc.broker, s.file_position + rc.base, dict(
             topic=msg.topic, queue_id=msg.queue_id, queue_offset=msg.queue_offset, keys=msg.keys,
-            uniq_key=msg.uniq_key, store_timestamp=msg.store_timestamp), s.reason))
+            uniq_key=msg.uniq_key, store_timestamp=msg.store_timestamp,
+            real_topic=msg.properties.get(L.PROPERTY_REAL_TOPIC)), s.reason))
     out.finding(finding_rows("integrity.damaged_message", rows))
     if named:
         out.partial("integrity.damaged", pa.Table.from_pylist(named, schema=resend.DAMAGED))
@@ -356,12 +394,39 @@ def _damaged_to_resend(ctx) -> None:
     ctx.resend_damaged[:0] = ctx.partial("integrity.damaged", resend.DAMAGED).to_pylist()
 
 
+def summary(ctx) -> dict:
+    """summary.json's ``property_crc`` per broker whose records carry ``__CRC32#``: how many, how many match, whether
+    the broker's settings were given (``--config``), and where its recovery would cut the log with
+    ``forceVerifyPropCRC`` on: the first record it refuses in the segments it walks, before the predicted end
+    (null: it refuses none there)."""
+    crcs = ctx.partial("integrity.property_crcs", PROPERTY_CRCS)
+    refusals = ctx.partial("integrity.forced_refusal", FORCED_REFUSALS).sort_by("physical_offset").to_pylist()
+    settings = ctx.options.recovery
+    out = {}
+    for name in sorted(set(crcs.column("broker").to_pylist())):
+        mine = crcs.filter(pc.equal(crcs.column("broker"), name))
+        p = ctx.recovery.get(name)
+        start = next((s.base_offset for s in ctx.plans[name].store.segments if p is not None
+                      and s.name == p.start_segment), None)
+        cut = next((r for r in refusals if r["broker"] == name and p is not None and start is not None
+                    and start <= r["physical_offset"] < p.max_physical_offset), None)
+        out[name] = {"property_crc": {
+            "records": int(pc.sum(mine.column("records")).as_py() or 0),
+            "verified": int(pc.sum(mine.column("verified")).as_py() or 0),
+            "settings_given": settings.source is not None, "force_verify": settings.force_verify_prop_crc,
+            "forced_cut": None if cut is None else {k: cut[k] for k in ("physical_offset", "segment",
+                                                                        "file_position", "kind")}}}
+    return out
+
+
 FAMILY = Family(
     "integrity", "unframeable spans, damaged and stale records, segment files of the wrong name or length, gaps",
-    in_range=in_range, after_scan=_damaged_to_resend, on_driver=on_driver,
+    in_range=in_range, after_scan=_damaged_to_resend, on_driver=on_driver, summary=summary,
     emits={"integrity.segments": SEGMENT_PARTS, "integrity.queue_counts": QUEUE_COUNTS,
-           "integrity.damaged": resend.DAMAGED, "integrity.property_crcs": PROPERTY_CRCS},
-    reads=("integrity.segments", "integrity.queue_counts", "integrity.damaged", "integrity.property_crcs"),
+           "integrity.damaged": resend.DAMAGED, "integrity.property_crcs": PROPERTY_CRCS,
+           "integrity.forced_refusal": FORCED_REFUSALS},
+    reads=("integrity.segments", "integrity.queue_counts", "integrity.damaged", "integrity.property_crcs",
+           "integrity.forced_refusal"),
     tables={"segments": SEGMENTS},
     metrics={"message_count": "messages (broker, queue)", "message_bytes": "bytes of messages (broker, queue)",
              "corrupt_bytes": "bytes no walk could frame (broker)", "segments": "commitlog segments (broker)",

@@ -211,19 +211,24 @@ def _stalls(ctx) -> dict[str, tuple[int, int]]:
     return out
 
 
+def stall_problem(physical_offset: int) -> str:
+    """The start problem a stalling record makes (the verdict gives its way out: jobs/audit/verdict.py)."""
+    return (f"the record at {physical_offset} names a non-LMQ queue before the last in its INNER_MULTI_DISPATCH: the "
+            "abnormal recovery re-dispatches it, Long.parseLong throws and DefaultMessageStore.load() fails")
+
+
 def after_scan(ctx) -> None:
     """A stalled reput in the recovery prediction: the broker keeps ``abort`` ("CommitLog have not finish to be
     dispatched"), its abnormal recovery re-dispatches the record (when it lies in the re-dispatch range and recovery
     keeps it), throws again, and ``DefaultMessageStore.load()`` fails: the broker will not start."""
     for broker, (stall, _) in _stalls(ctx).items():
+        ctx.reput_stalls[broker] = stall  # the records from it on are never dispatched (the consumequeue family)
         p = ctx.recovery.get(broker)
         if p is None or p.mode != "abnormal" or p.redispatch_from is None or not \
                 p.redispatch_from <= stall < p.max_physical_offset:
             continue
         seg = next((s for s in reversed(ctx.plans[broker].store.segments) if s.base_offset <= stall), None)
-        p.start_problems.append(f"the record at {stall} names a non-LMQ queue before the last in its "
-                                "INNER_MULTI_DISPATCH: the abnormal recovery re-dispatches it, Long.parseLong throws "
-                                "and DefaultMessageStore.load() fails")
+        p.start_problems.append(stall_problem(stall))
         p.start_problem_files.append(f"commitlog/{seg.name}" if seg else None)
         p.will_start = False
 
@@ -233,6 +238,7 @@ def on_driver(ctx) -> FamilyResult:
     records = ctx.partial("lmq.records", RECORDS).sort_by([("broker", "ascending"), ("physical_offset", "ascending")])
     units = ctx.partial("lmq.units", UNITS)
     stalls = _stalls(ctx)
+    _stalled_to_resend(ctx, stalls)
     for broker in sorted(set(records.column("broker").to_pylist()) | set(units.column("broker").to_pylist())):
         recs = records.filter(pc.equal(records.column("broker"), broker)).to_pylist()
         mine = units.filter(pc.equal(units.column("broker"), broker)).to_pylist()
@@ -398,6 +404,37 @@ def _stalled(ctx, broker: str, stall: tuple[int, int], pred, by_offset: dict) ->
                  "key": r["uniq_key"]})])
 
 
+def _stalled_record(ctx, broker: str, at: int) -> dict | None:
+    t = ctx.partial("lmq.records", RECORDS)
+    hit = t.filter(pc.and_(pc.equal(t.column("broker"), broker), pc.equal(t.column("physical_offset"), at)))
+    return hit.to_pylist()[0] if hit.num_rows else None
+
+
+def _stalled_to_resend(ctx, stalls: dict) -> None:
+    """The stalling record goes to the messages to re-send (jobs/audit/resend.py): its LMQ units after the bad name
+    are never written (the consumequeue family names the records after it)."""
+    from .. import resend
+
+    for broker, (at, _) in sorted(stalls.items()):
+        r = _stalled_record(ctx, broker, at)
+        if r is not None:
+            ctx.resend_damaged.append(resend.undispatched_row(broker, r))
+
+
+def summary(ctx) -> dict:
+    """summary.json's ``dispatch_stall`` per broker whose reput a record stalls: where the record is and how many
+    kept records follow it (the verdict's way out of a broker that will not start)."""
+    out = {}
+    for broker, (at, after) in _stalls(ctx).items():
+        r = _stalled_record(ctx, broker, at)
+        if r is not None:
+            out[broker] = {"dispatch_stall": {
+                "physical_offset": at, "segment": r["file"], "file_position": r["file_position"], "topic": r["topic"],
+                "queue_id": r["queue_id"], "queue_offset": r["queue_offset"], "uniq_key": r["uniq_key"],
+                "records_after": after}}
+    return out
+
+
 def applies(plan) -> bool:
     """A broker whose files say its records may carry dispatch lists (a 5.x store, LMQ queues or offsets)."""
     return plan.multi_dispatch
@@ -406,6 +443,6 @@ def applies(plan) -> bool:
 FAMILY = Family(
     "lmq", "LMQ queues against RocketMQ's multi-dispatch predicted from the records; the dispatch list that stalls "
            "the reput (a broker that will not start)",
-    always=True, applies=applies, in_range=in_range, after_scan=after_scan, on_driver=on_driver,
+    always=True, applies=applies, in_range=in_range, after_scan=after_scan, on_driver=on_driver, summary=summary,
     emits={"lmq.records": RECORDS, "lmq.units": UNITS, "lmq.ranges": RANGES},
     reads=("lmq.records", "lmq.units", "lmq.ranges"))

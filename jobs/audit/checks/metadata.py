@@ -76,8 +76,7 @@ _TABLES = ("consumer_offsets", "delay_offsets", "topics", "subscription_groups")
 _OPTIONAL = ("lmq_consumer_offsets",)
 
 
-def _system(topic: str) -> bool:
-    return topic in L.SYSTEM_TOPICS or topic.startswith(L.SYSTEM_TOPIC_PREFIX)
+_system = L.is_system_topic
 
 
 def _greatest(*values):

@@ -33,6 +33,8 @@ from store_format import timerpath as TP
 from store_format.errors import StoreFormatError
 from store_format.features import store_features
 from store_format.fs import UnreadableError
+from store_format.times import format_iso_z as _iso
+from jobs.display import plural
 from udfs.columns import column
 
 from ..contract import Family, FamilyResult
@@ -503,7 +505,7 @@ def _path_findings(b: _Broker, paths: list[TP.Path]) -> list[pa.Table]:
             add("timers.lost_past_reach", p, {"due_seconds": ago}, {"due_seconds": ago})
         elif p.state == "unreachable":
             add("timers.unit_unreachable", p, {"timerlog_offset": p.unit.timerlog_offset,
-                                               "slot_time": p.unit.slot_time_ms})
+                                               "slot_time": _iso(p.unit.slot_time_ms)})
         elif p.state == "lost":
             roll = p.kind == "roll" or (p.unit is None and p.record.roll_times > 0)
             add("timers.roll_chain_broken" if roll else "timers.lost", p, {"reason": p.reason}, {"reason": p.reason})
@@ -511,7 +513,7 @@ def _path_findings(b: _Broker, paths: list[TP.Path]) -> list[pa.Table]:
             add("timers.unit_past_recovered_end", p, {"timerlog_offset": p.unit.timerlog_offset,
                                                       "target": p.record.physical_offset,
                                                       "recovered_end": b.recovered_end,
-                                                      "slot_time": p.unit.slot_time_ms})
+                                                      "slot_time": _iso(p.unit.slot_time_ms)})
         if p.state == "fired" and p.recalls:
             add("timers.recalled_but_delivered", p, {"delivered_at": p.delivery.physical_offset,
                                                      "reason": _why_delivered(p)},
@@ -533,11 +535,11 @@ def _why_delivered(p: TP.Path) -> str:
     recall, d, u = p.recalls[0], p.delivery, p.unit
     slot = u.slot_time_ms if u is not None else p.deliver_ms
     if recall.out_ms is not None and recall.out_ms != slot:
-        return f"the recall names the slot {recall.out_ms}, the message is in the slot {slot}"
+        return f"the recall names the slot {_iso(recall.out_ms)}, the message is in the slot {_iso(slot)}"
     if d.dequeue_ms is not None and recall.store_timestamp > d.dequeue_ms:
-        return f"the recall was stored at {recall.store_timestamp}, after the delivery at {d.dequeue_ms}"
-    return (f"the recall was stored at {recall.store_timestamp}, before the slot was read at {d.dequeue_ms}, but its "
-            "delete entry was not in the slot then")
+        return f"the recall was stored at {_iso(recall.store_timestamp)}, after the delivery at {_iso(d.dequeue_ms)}"
+    return (f"the recall was stored at {_iso(recall.store_timestamp)}, before the slot was read at "
+            f"{_iso(d.dequeue_ms)}, but its delete entry was not in the slot then")
 
 
 def _lost_units(b: _Broker) -> int:
@@ -571,7 +573,8 @@ def _unit_findings(b: _Broker) -> list[pa.Table]:
             if waiting:  # its record went with the CommitLog's retention before the timer read it
                 rows.setdefault("timers.lost", []).append({**where, "values": {
                     "real_topic": None, "reason": f"its record at {phys} is before the CommitLog's first segment "
-                                                  f"({b.low}): deleted before its slot {u['slot_time_ms']} was read"},
+                                                  f"({b.low}): deleted before its slot {_iso(u['slot_time_ms'])} was "
+                                                  "read"},
                     "details": {**details, "reason": "record deleted by CommitLog retention"}})
         else:
             what = {"other_topic": f"a record of {u['record_topic']}, not {L.TIMER_TOPIC}",
@@ -613,14 +616,16 @@ def _file_findings(b: _Broker, paths: list[TP.Path], resume: int | None) -> list
     again = [p for p in paths if p.state in ("fired", "rolled") and p.unit is not None
              and not T.dequeued(p.unit.slot_time_ms, b.read_time)] if known else []
     if again:
-        behind.append((0, f"lastReadTimeMs {b.read_time or 0} is before the slots of {len(again)} timer message(s) already "
-                          f"fired or rolled (the first at {min(p.unit.slot_time_ms for p in again)}): the broker reads "
-                          "those slots again", len(again)))
+        behind.append((0, f"lastReadTimeMs {_iso(b.read_time or 0)} is before the slots of "
+                          f"{plural(len(again), 'timer message')} already fired or rolled (the first at "
+                          f"{_iso(min(p.unit.slot_time_ms for p in again))}): the broker reads those slots again",
+                       len(again)))
     enqueued_again = [p for p in paths if known and p.unit is not None and resume is not None
                       and p.record.queue_offset >= resume and p.record.kept]
     if enqueued_again:
         behind.append((16, f"the timer resumes enqueuing rmq_sys_wheel_timer/0 at {resume}, before "
-                           f"{len(enqueued_again)} record(s) the timer log already holds: they are enqueued again",
+                           f"{plural(len(enqueued_again), 'record')} the timer log already holds: they are enqueued "
+                           "again",
                        len(enqueued_again)))
     out.append(finding_rows("timers.checkpoint_behind", [{
         "broker": b.name, "file": cp_file, "file_position": pos, "values": {"reason": why},
@@ -693,12 +698,12 @@ def _chains(b: _Broker) -> tuple[dict, list[pa.Table]]:
     e = entries.to_pylist()
     findings = [finding_rows("timers.chain_loop", [{
         "broker": b.name, "file": f"{L.TIMER_LOG_DIR}/{e[j]['file']}", "file_position": e[j]["file_position"],
-        "values": {"slot_time": t, "timerlog_offset": int(offs[j]), "prev_pos": int(prev[j])},
+        "values": {"slot_time": _iso(t), "timerlog_offset": int(offs[j]), "prev_pos": int(prev[j])},
         "details": {"slot_time_ms": t, "prev_pos": int(prev[j])}} for t, j in loops])]
     findings.append(finding_rows("timers.chain_broken", [{
         "broker": b.name, "file": L.TIMER_WHEEL_FILE,
         "file_position": T.slot_index(t) * T.SLOT_SIZE,
-        "values": {"slot_time": t, "timerlog_offset": at, "reason": why},
+        "values": {"slot_time": _iso(t), "timerlog_offset": at, "reason": why},
         "details": {"slot_time_ms": t, "timerlog_offset": at, "reason": why}} for t, at, why in breaks]))
     return {int(o): bool(r) for o, r in zip(offs.tolist(), reached.tolist())}, findings
 
