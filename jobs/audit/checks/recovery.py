@@ -33,8 +33,9 @@ from ..contract import Family, FamilyResult
 check("recovery.broker_will_not_start", Severity.ERROR, "the broker will refuse to start: {problem}",
       consequence=Consequence.WILL_NOT_START,
       action="Do what the report's first screen (and the terminal) says first: it names the file or record and "
-             "gives the commands, as they run pasted -- move a stray file out of the store or extend a short segment "
-             "(keep a copy); for a record whose LMQ dispatch list stalls the reput, copy it and the records after it "
+             "gives the commands, as they run pasted -- move a stray file out of the folder or extend a short file "
+             "(`truncate -s`) to the folder's file size, restore a config file from a good copy (keep a copy of "
+             "each); for a record whose LMQ dispatch list stalls the reput, copy it and the records after it "
              "out (`rocketmq-forensics extract`), move `abort` out of the store, start, then re-send them.")
 check("recovery.abnormal", Severity.INFO,
       "{what} present: abnormal recovery from segment {start_segment}, re-dispatching from physical offset "
