@@ -176,6 +176,47 @@ def test_a_broker_the_lmq_dispatch_bug_stops_gets_the_commands_that_start_it(spa
     assert b2["verdict"]["will_start"] is True and b2["recovery"]["messages_lost"] == 0
 
 
+
+def _cut_queue_file(root: Path) -> str:
+    """The first consume-queue file cut to half its length (a copy that lost its preallocated tail)."""
+    f = sorted((root / "consumequeue").glob("*/*/0*"))[0]
+    with open(f, "r+b") as h:
+        h.truncate(f.stat().st_size // 2)
+    return str(f.relative_to(root))
+
+
+def _break_topics(root: Path) -> str:
+    """config/topics.json and its .bak both cut mid-JSON: ConfigManager.load() fails on both."""
+    for name in ("topics.json", "topics.json.bak"):
+        f = root / "config" / name
+        f.write_text('{"topicConfigTable":{"T":')
+    return "config/topics.json"
+
+
+@pytest.mark.parametrize("damage,verb", [(_cut_queue_file, "Extend"), (_break_topics, "Restore")])
+def test_every_file_the_load_refuses_gets_a_command_that_starts_the_broker(spark, clean_store, tmp_path, damage,
+                                                                          verb):
+    """A consume-queue file cut short, a config file that fails to decode with its .bak: the broker will not start
+    (the load model), and the first action names the file and gives the command that gets it started without
+    losing more (zeros to the queue file's full length; the config file and its .bak moved aside when no good copy
+    exists), which, run as printed, makes the next audit say it starts."""
+    import shutil
+
+    root = tmp_path / "store"
+    shutil.copytree(clean_store[0], root)
+    rel = damage(root)
+    code, printed, summary = _run(root, tmp_path / "out")
+    [b] = summary["brokers"]
+    v = b["verdict"]
+    assert v["level"] == "will-not-start" and code == 1
+    first = v["actions"][0]
+    assert first["kind"] == "will_not_start" and first["text"].startswith(f"{verb} {rel}") and first["command"]
+    assert "No command can fix that" not in printed
+    assert _as_printed(first["command"]) == 0
+    _, _, again = _run(root, tmp_path / "again")
+    assert again["brokers"][0]["verdict"]["will_start"] is True
+
+
 # ------------------------------------------------------------------------------------------------ CRC advice
 
 def test_a_bad_property_crc_without_the_settings_names_the_forced_cut_and_the_config(spark, tmp_path):

@@ -46,6 +46,7 @@ import re
 import shlex
 
 from jobs.display import plural
+from store_format import layout as L
 
 from . import resend
 from .findings import Consequence, Severity
@@ -423,15 +424,31 @@ def _will_not_start(broker: dict, rec: dict, groups: list[Group], out: str) -> l
     root = broker["path"].rstrip("/")
     reason = problem[len(rel):].lstrip(":").strip()  # the problem names the file first: said once
     reason = "it " + reason if reason.startswith("is ") else reason
-    short = re.match(r"commitlog/\d{20}$", rel) and re.search(r"is (\d+) bytes, not mappedFileSizeCommitLog (\d+)",
-                                                             problem)
-    if short and int(short.group(1)) < int(short.group(2)):
-        # a segment cut short (a copy that lost the preallocated tail): zeros to its full length keep its records,
-        # where moving it away would lose them
-        return [_action("will_not_start", f"Extend {rel} with zeros to {_n(int(short.group(2)))} bytes, as the "
-                        f"broker preallocates it (keep a copy first), before starting {name}: {reason}{more}.",
-                        command_of(["truncate", "-s", short.group(2), "--", os.path.join(root, rel)]),
+    # a file of a MappedFileQueue folder cut short (a copy that lost the preallocated tail): zeros to its full length
+    # keep its records and units, where moving it away would lose them
+    short = re.search(r"is (\d+) bytes, not (\w+) (\d+)", problem)
+    if short and int(short.group(1)) < int(short.group(3)):
+        return [_action("will_not_start", f"Extend {rel} with zeros to {_n(int(short.group(3)))} bytes ({short.group(2)}), "
+                        f"as the broker preallocates it (keep a copy first), before starting {name}: {reason}{more}.",
+                        command_of(["truncate", "-s", short.group(3), "--", os.path.join(root, rel)]),
                         "recovery.broker_will_not_start", count)]
+    if re.match(r"config/[^/]+$", rel) and "ConfigManager.load()" in problem:
+        # the file and its .bak both fail to decode: a good copy keeps what it holds; moving both aside starts the
+        # broker without it (an empty table), which loses what it held
+        both = [os.path.join(root, rel + ext) for ext in ("", ".bak")
+                if not (ext == "" and reason.startswith("it is missing"))]
+        return [_action("will_not_start", f"Restore {rel} from a good copy (a backup, or the slave's) before starting "
+                        f"{name}: {reason}{more}.  Only if there is none, move it and its .bak out of the store (the "
+                        "command): the broker then starts with none of what it held.",
+                        command_of(["mv", "--", *both, os.path.dirname(root)]),
+                        "recovery.broker_will_not_start", count)]
+    typed = re.search(r"topics\.json gives (\S+) queue\.type=(\S+?),? ", problem)
+    if typed:
+        expected = "BatchCQ" if rel.startswith(L.BATCH_CQ_DIR + "/") else "SimpleCQ"
+        return [_action("will_not_start", f"Set the attribute queue.type of topic {typed.group(1)} to {expected} in "
+                        f"config/topics.json (and its .bak), as its folder {rel} says (keep a copy first), before "
+                        f"starting {name}: {reason}{more}.  No command does that edit: topics.json is the broker's own "
+                        "JSON.", None, "recovery.broker_will_not_start", count)]
     return [_action("will_not_start", f"Move {rel} out of the store before starting {name}, keeping it: {reason}"
                     f"{more}.", command_of(["mv", "--", os.path.join(root, rel), _aside(root, rel)]),
                     "recovery.broker_will_not_start", count)]
@@ -479,7 +496,7 @@ def _stalled_dispatch(broker: dict, stall: dict, more: str, count: int, out: str
 
 def _file_of_problem(problem: str) -> str | None:
     """The store-relative file a start problem names first (store_format.recovery words each one that way)."""
-    m = re.match(r"((?:commitlog/)?[^\s:/]+)(?::| is )", problem)
+    m = re.match(r"((?:[^\s:/]+/)*[^\s:/]+)(?::| is | does not )", problem)
     return m.group(1) if m else None
 
 
