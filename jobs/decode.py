@@ -112,8 +112,8 @@ def check_inputs(paths: list[str]) -> None:
     from store_format import fs
 
     for path in paths:
-        local = path[len("file://"):] if path.startswith("file://") else path
-        if "://" not in local and os.path.lexists(local):
+        local = fs.local_path(path)
+        if local is not None and os.path.lexists(local):
             (fs.check_folder if os.path.isdir(local) else fs.check_file)(local)
 
 

@@ -64,11 +64,13 @@ TOOL = "rocketmq-forensics"
 
 
 def _is_remote(path: str) -> bool:
-    return "://" in str(path) and not str(path).startswith("file://")
+    return fs.local_path(str(path)) is None
 
 
 def _local(path: str) -> str:
-    return str(path)[len("file://"):] if str(path).startswith("file://") else str(path)
+    """A local path as it is, a ``file:`` URI as the path it names (store_format.fs.local_path: another host's is
+    refused)."""
+    return fs.local_path(str(path))
 
 
 _HOW = {"is": "is", "inside": "lies inside", "contains": "contains"}
