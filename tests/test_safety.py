@@ -548,9 +548,10 @@ def test_decode_checks_its_input_before_it_prepares_its_output(tmp_path, capsys)
 
     out = tmp_path / "out"
     with JobRun("decode") as run:
-        prepare_output(str(out), overwrite=False, job="decode")
+        staged = prepare_output(str(out), overwrite=False, job="decode").staging_path
+        with open(os.path.join(staged, "part-0.parquet"), "wb") as f:  # a staging with nothing in it: never committed
+            f.write(b"keep")
         run.commit()
-    (out / "part-0.parquet").write_bytes(b"keep")
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     for bad in (tmp_path / "missing", tmp_path / "fifo", tmp_path / "loop", tmp_path / "out"):
