@@ -518,10 +518,9 @@ class Target:
         if kind != "folder":
             raise ForeignEntryError(f"{what} {self.shown}: {here} is {_A_KIND[kind]}, not the control folder this "
                                     "suite makes beside an output; remove it and run again")
-        if self.uri is None:
-            from .output import check_apart
+        from .output import check_apart
 
-            check_apart(self.control.path, self.inputs, what=f"the control folder of {what} {self.shown},")
+        check_apart(here, self.inputs, what=f"the control folder of {what} {self.shown},")
 
     def make_control(self, what: str = "output") -> None:
         self.check_control(what)
