@@ -423,6 +423,16 @@ def _stage_and_commit(out: str, data: bytes, *, overwrite: bool = True) -> commi
     return run
 
 
+def test_a_delta_batch_is_named_for_spark_by_its_uri_not_its_path(bucket):
+    """The Delta writer gave Spark ``scheme://`` glued to the path inside the file system: the bucket (or an HDFS
+    name node's host:port) was lost."""
+    from jobs.output import _spark_path
+
+    _, uri = bucket
+    assert _spark_path(fs.resolve(uri + "sub/a1").child("data-1")) == uri + "sub/a1/data-1"
+    assert _spark_path(fs.resolve("/tmp/x").child("data-1")) == "/tmp/x/data-1"
+
+
 @pytest.mark.parametrize("where", ["a1", "sub/a1", "sub/deeper/a1"], ids=["bucket-top", "one-down", "deeper"])
 @pytest.mark.parametrize("scheme", ["subtree", "local"])
 def test_staged_files_land_where_the_commit_looks(bucket, tmp_path, where, scheme):
