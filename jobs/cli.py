@@ -11,7 +11,8 @@ several paths each; jobs/stores.py names the brokers), ``--out``, ``--overwrite`
 ``--config broker.conf``.
 
 Exit codes: 0 done (clean), 1 done but nothing matched / findings / differences (each job says which), 2 could
-not run (bad usage, unreadable input, refused output, a failed Spark job): one line ``<job>: error: <reason>``
+not run (bad usage, unreadable input, refused output, an input that changed during the run (jobs/custody.py), a
+failed Spark job): one line ``<job>: error: <reason>``
 on stderr (``<job>: error: <path>: <reason>`` for input that cannot be read), the traceback only with
 ``--debug``; a failed Spark job's line is its root cause (jobs/causes.py: ``No space left on device
 (IOException), writing file:/...``), a full disk or a MemoryError names the file and where the job was.  130 or

@@ -41,9 +41,10 @@ from store_format.store import Store  # noqa: E402
 from udfs.kernels import scan_offset_table  # noqa: E402
 
 from jobs import cli  # noqa: E402
-from jobs.commit import runs_job  # noqa: E402
+from jobs.commit import job_run, runs_job  # noqa: E402
+from jobs.custody import watch  # noqa: E402
 from jobs.cli import EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
-from jobs.extract import write_manifest  # noqa: E402
+from jobs.extract import MANIFEST_NAME, write_manifest  # noqa: E402
 from jobs.stores import StoreRef, protected_paths, resolve_stores  # noqa: E402
 
 DIFF_STATES = ("different", "only_a", "only_b")
@@ -179,10 +180,12 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     if len(stores) != 2:
         raise UsageError(f"compare takes exactly two stores (--store A --store B); got {len(stores)}")
     a, b = stores
-    staged = None
+    watch(job_run("compare"), stores)  # the stores' chain of custody, checked again before the commit
+    staged = output = None
     if args.out:  # claimed (again: the same claim), written beside itself, committed when run() returns
-        staged = prepare_output(args.out, overwrite=args.overwrite, inputs=protected_paths(args.store, stores),
-                                job="compare").staging_path
+        output = prepare_output(args.out, overwrite=args.overwrite, inputs=protected_paths(args.store, stores),
+                                job="compare")
+        staged = output.staging_path
     sa, sb = a.open(), b.open()
 
     items, end_a, end_b = commitlog_diff(spark, a, b)
@@ -236,6 +239,7 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
         write_table(units.where(F.col("status") != "equal").orderBy("topic", "queue_id", "queue_offset"),
                     f"{staged}/consumequeue", args.format)
         write_manifest(staged, summary)
+        output.expect("commitlog", "consumequeue", MANIFEST_NAME)  # the commit checks they arrived where it looks
     items.unpersist()
     write_summary(summary, args.print, out)
     print(f"compare: {'identical' if summary['identical'] else 'differences found'}", file=err)

@@ -29,7 +29,8 @@ if __package__ in (None, ""):  # spark-submit jobs/decode.py: make the project i
         pass
 
 from jobs import cli  # noqa: E402
-from jobs.commit import runs_job  # noqa: E402
+from jobs.commit import job_run, runs_job  # noqa: E402
+from jobs.custody import watch  # noqa: E402
 from jobs.output import prepare_output, read_table, write_table  # noqa: E402
 from jobs.progress import Phase  # noqa: E402
 from store_format.scan import WALKS  # noqa: E402
@@ -112,8 +113,8 @@ def check_inputs(paths: list[str]) -> None:
     from store_format import fs
 
     for path in paths:
-        local = path[len("file://"):] if path.startswith("file://") else path
-        if "://" not in local and os.path.lexists(local):
+        local = fs.local_path(path)
+        if local is not None and os.path.lexists(local):
             (fs.check_folder if os.path.isdir(local) else fs.check_file)(local)
 
 
@@ -131,6 +132,7 @@ def prepare(args) -> list:
 @runs_job(NAME)
 def run(spark, args) -> cli.JobResult:
     stores = prepare(args)  # again: run() is also called directly, without main(); the same claim
+    watch(job_run(NAME), stores)  # the stores' chain of custody, checked again before the commit
     staged = prepare_output(args.out, overwrite=args.overwrite, job=NAME).staging_path  # committed on return
     msgs = messages(spark, stores, args.walk, args.topic, args.decompress, getattr(args, "columns", None))
     sizes = [s.commitlog_bytes() for s in stores]

@@ -72,7 +72,8 @@ from store_format.message import CANONICAL_FIELDS  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
 from jobs import cli  # noqa: E402
-from jobs.commit import runs_job  # noqa: E402
+from jobs.commit import job_run, runs_job  # noqa: E402
+from jobs.custody import watch  # noqa: E402
 from jobs.display import format_time  # noqa: E402,F401  (the query job takes it from here)
 from jobs.progress import Phase  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
@@ -485,6 +486,7 @@ def run(spark, args, err=None) -> cli.JobResult:
 
     err = err or sys.stderr
     stores = prepare(args)
+    watch(job_run("extract"), stores)  # the stores' chain of custody, checked again before the commit
     sel = select(spark, args, stores)
     # counted, written and reported from one walk of the dumps
     frame = sel.frame.persist(StorageLevel.MEMORY_AND_DISK)
@@ -551,6 +553,7 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, frame, 
             queues[row["consumer"]].append(f"{row['topic']}@{row['broker']}:{row['queue_id']}")
         manifest["consumers"] = {c: {"queues": qs, "messages": per_consumer.get(c, 0)} for c, qs in queues.items()}
     write_manifest(staged, manifest)
+    out.expect(MANIFEST_NAME)  # the commit checks it arrived where it looks
     c = manifest["counts"]
     print(f"extract: {c['selected']} selected, {c['written']} written, {c['rejected']} rejected "
           f"{c['rejected_by_reason'] or ''} -> {args.out} ({args.format})", file=err)

@@ -64,11 +64,13 @@ TOOL = "rocketmq-forensics"
 
 
 def _is_remote(path: str) -> bool:
-    return "://" in str(path) and not str(path).startswith("file://")
+    return fs.local_path(str(path)) is None
 
 
 def _local(path: str) -> str:
-    return str(path)[len("file://"):] if str(path).startswith("file://") else str(path)
+    """A local path as it is, a ``file:`` URI as the path it names (store_format.fs.local_path: another host's is
+    refused)."""
+    return fs.local_path(str(path))
 
 
 _HOW = {"is": "is", "inside": "lies inside", "contains": "contains"}
@@ -285,7 +287,7 @@ def _write_delta(df, path: str, mode: str) -> None:
             # the _SUCCESS marker would only be litter inside the table
             (df.write.mode("error")  # "errorifexists": Spark Connect knows only this spelling
              .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-             .parquet(_spark_path(path, staging)))
+             .parquet(_spark_path(staging)))
         files = [i for i in staging.fs.get_file_info(pafs.FileSelector(staging.path))
                  if i.type == pafs.FileType.File]
         for litter in (i for i in files if not i.base_name.endswith(".parquet")):  # Hadoop's .crc files
@@ -347,12 +349,11 @@ def _delta_uri(loc: Location) -> str:
     return f"{loc.fs.type_name}://{loc.path}"
 
 
-def _spark_path(original: str, loc: Location) -> str:
-    """``loc`` spelt the way Spark expects for the filesystem ``original`` names."""
-    if isinstance(loc.fs, pafs.LocalFileSystem):
-        return loc.path
-    scheme = original.split("://", 1)[0]
-    return f"{scheme}://{loc.path}"
+def _spark_path(loc: Location) -> str:
+    """``loc`` as Spark's writers are given it: the local path, or the URI that resolves to ``loc`` (below the URI
+    it was resolved from, host and options kept: ``scheme://`` glued to the path lost them, as an HDFS name node's
+    ``host:port`` or a bucket a sub-tree file system's paths do not spell)."""
+    return loc.path if isinstance(loc.fs, pafs.LocalFileSystem) else loc.uri()
 
 
 # ---------------------------------------------------------------------------------------------- reading

@@ -42,11 +42,14 @@ def quiet() -> bool:
     return _state["quiet"]
 
 
-def say(message: str) -> None:
+def say(message: str, *, step: bool = True) -> None:
     """One line on stderr (not with --quiet).  A step's start is a boundary where a recorded interrupt that was
-    swallowed on the way ends the run (store_format/interrupts.py)."""
+    swallowed on the way ends the run (store_format/interrupts.py).  ``step``: the line starts a step (``committing
+    out``), which :func:`current` then names (``during committing out``); False for a line that says what was done
+    (``removed the staging ...``): where the job is stays what it was."""
     check_interrupt()
-    _state["step"] = f"during {message}"
+    if step:
+        _state["step"] = f"during {message}"
     if not _state["quiet"]:
         print(f"[{_state['name']} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 

@@ -109,7 +109,8 @@ from store_format.write.writer import StoreWriter, TopicTable, WriterConfig  # n
 from udfs.kernels import scan_offset_table  # noqa: E402
 
 from jobs import cli  # noqa: E402
-from jobs.commit import runs_job  # noqa: E402
+from jobs.commit import job_run, runs_job  # noqa: E402
+from jobs.custody import watch  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
 from jobs.extract import read_manifest, source_geometry  # noqa: E402
 from jobs.stores import resolve_stores  # noqa: E402
@@ -321,6 +322,7 @@ def remap_op_body(body: bytes, new_offset) -> bytes | None:
 class Source:
     frame: object  # DataFrame of rows to replay (with _reject/_detail for rows an extract already refused)
     inputs: list  # paths the output must stay clear of
+    read: list  # what the replay reads (its chain of custody is checked before the commit)
     geometry: dict
     store: Store | None  # the store a repair reads (its configs are carried over)
     description: str
@@ -337,7 +339,7 @@ def repair_source(spark, args) -> Source:
                                                 + (["--dedupe"] if args.dedupe else []))
     sel = extract.select(spark, ex_args, stores)
     store = ref.open()
-    return Source(sel.frame, [ref.path], repair_settings(ref, store), store,
+    return Source(sel.frame, [ref.path], [ref], repair_settings(ref, store), store,
                   f"repair of {ref.root} ({args.walk} walk)")
 
 
@@ -387,7 +389,7 @@ def input_source(spark, args) -> Source:
     manifest = read_manifest(args.input) or {}
     stores = [s["path"] for s in manifest.get("stores", [])]
     df = df.withColumn("_reject", F.lit(None).cast("string")).withColumn("_detail", F.lit(None).cast("string"))
-    return Source(df, [args.input] + stores, dict(manifest.get("source_geometry") or {}), None,
+    return Source(df, [args.input] + stores, [args.input], dict(manifest.get("source_geometry") or {}), None,
                   f"{args.input} ({fmt})")
 
 
@@ -591,6 +593,7 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     out, err = out or sys.stdout, err or sys.stderr
     check_args(args)
     source = repair_source(spark, args) if args.repair else input_source(spark, args)
+    watch(job_run("replay"), source.read)  # checked again before the commit (a dry run's end too)
     staged = None
     if not args.dry_run:  # the new store is written beside --out (a local folder) and committed on return
         staged = prepare_output(args.out, overwrite=args.overwrite,

@@ -135,8 +135,9 @@ def resolve_stores(args: list[str], *, files: bool = False, geometry: StoreGeome
     for arg, (given, path) in zip(args, store_arguments(args)):
         if not fs.is_uri(path) and os.path.isdir(path):
             fs.check_folder(path)
-        uri = fs.is_uri(path) and not path.startswith("file://")
-        local = path if uri else os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
+        local = fs.local_path(path)  # a file:// URI as its local path (another host's is refused)
+        uri = local is None
+        local = path if uri else os.path.abspath(local)
         stores = find_stores(local)
         if given and len(stores) > 1:
             raise StoreArgumentError(f"{arg}: NAME=PATH names one store, but {path} holds {len(stores)}; name each "

@@ -121,13 +121,13 @@ def test_a_stale_claim_of_a_dead_process_is_taken_over(tmp_path):
     dest = str(tmp_path / "out")
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     control = tmp_path / ".out.rocketmq-forensics"
-    (control / "staging-old").mkdir(parents=True)
-    ident = commit.RunIdentity.current("killed", "old")
+    ident = commit.RunIdentity.current("killed", commit.new_run_id())
+    (control / f"staging-{ident.run_id}").mkdir(parents=True)
     ident.pid, ident.pid_start = int(dead.stdout), None
     (control / commit.CLAIM).write_text(json.dumps(ident.__dict__))
     with commit.JobRun("test") as run:
         out = run.output(dest, overwrite=False)
-        assert not (control / "staging-old").exists()  # the dead run's staging: cleaned
+        assert not (control / f"staging-{ident.run_id}").exists()  # the dead run's staging: cleaned
         _write(out, "x", b"1")
         run.commit()
     assert _read(dest, "x") == b"1"

@@ -32,11 +32,16 @@ def _env() -> dict:
 
 
 class Job:
-    """A job process whose stderr lines are collected; :meth:`wait_for` blocks until a line holds a text."""
+    """A job process whose stderr lines are collected; :meth:`wait_for` blocks until a line holds a text.
+    ``hold_at``: the job is held at the first stderr line matching that pattern until :meth:`release`
+    (tests/support/paused.py), so that what the test does there cannot race the job."""
 
-    def __init__(self, job: str, argv: list[str]):
+    def __init__(self, job: str, argv: list[str], hold_at: str | None = None):
         module = "jobs.audit" if job == "audit" else f"jobs.{job}"
-        self.proc = subprocess.Popen([sys.executable, "-m", module, *argv], cwd=REPO, env=_env(),
+        run = [sys.executable, "-m", module] if hold_at is None else [
+            sys.executable, str(REPO / "tests" / "support" / "paused.py"), "--at", hold_at, "--then", "stdin", "--",
+            module]
+        self.proc = subprocess.Popen([*run, *argv], cwd=REPO, env=_env(), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self._cond = threading.Condition()
@@ -60,6 +65,11 @@ class Job:
             ok = self._cond.wait_for(lambda: self._done or any(text in line for line in self.lines), timeout)
             assert ok, f"timed out waiting for {text!r}:\n{self.stderr}"
             return any(text in line for line in self.lines)
+
+    def release(self) -> None:
+        """A job held at its ``hold_at`` line goes on."""
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
 
     def finish(self, timeout: float = 300) -> int:
         code = self.proc.wait(timeout)
@@ -211,19 +221,22 @@ def test_the_next_run_cleans_what_interrupted_runs_left(baseline, store):
 
 
 def test_a_run_that_fails_chain_of_custody_commits_nothing(baseline, store, tmp_path):
-    """An input file changes mid-run (after the first fingerprint: the survey's line): exit 2, the previous
+    """An input file changes mid-run (after the first fingerprint: the survey's line, where the job is held until
+    the change is made; under load it had passed its last look before the change, exit 0): exit 2, the previous
     output and history unchanged, no _SUCCESS anywhere but in the previous output, the staging marked failed."""
     out, history, before = baseline
     previous = _summary(out)["run_id"]
     copy = tmp_path / "store"
     shutil.copytree(store, copy)
     rows_before = _history_runs(history)
-    job = Job("audit", ["--store", f"b1={copy}", "--out", str(out), "--history", str(history), "--overwrite"])
+    job = Job("audit", ["--store", f"b1={copy}", "--out", str(out), "--history", str(history), "--overwrite"],
+              hold_at="survey")
     assert job.wait_for("survey")
     staging = _staging(out)
     segment = sorted((copy / "commitlog").iterdir())[0]
     st = segment.stat()
     os.utime(segment, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    job.release()
     assert job.finish() == 2
     assert "chain of custody" in job.stderr, job.stderr
     assert _summary(out)["run_id"] == previous

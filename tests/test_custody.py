@@ -1,6 +1,6 @@
 """Issue 33, "Custody that sees everything": the audit's fingerprint holds inode and ctime, the stores are
 listed again at the end, and a file added, removed, replaced or changed (its mtime set back) during the run is
-named as such and fails the run (exit 2), never called "a dangling symbolic link" (jobs/audit/inputs.py).
+named as such and fails the run (exit 2), never called "a dangling symbolic link" (jobs/custody.py).
 
 The changes are made at a progress line of the audit (``predicting recovery``: the start's fingerprint is taken,
 the scan has not read a byte yet), in process through the audit's progress function, and once end to end in a
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.audit import inputs
+from jobs import custody
 from jobs.stores import resolve_stores
 from store_format import fs
 
@@ -84,16 +84,16 @@ CASES = {"added": add, "removed": remove, "replaced": replace, "changed": touch_
 
 @pytest.mark.parametrize("case", CASES)
 def test_each_change_is_named_for_what_it_is(store, case):
-    before = inputs.fingerprint(inputs.input_files(resolve_stores([str(store)])), sha256=False)
+    before = custody.fingerprint(custody.input_files(resolve_stores([str(store)])), sha256=False)
     path = CASES[case](store)
-    with pytest.raises(inputs.CustodyError) as e:
-        inputs.check_custody(before, resolve_stores([str(store)]), sha256=False)
+    with pytest.raises(custody.CustodyError) as e:
+        custody.check_custody(before, resolve_stores([str(store)]), sha256=False)
     assert e.value.changes == [f"{path}: {case} during the audit" + e.value.changes[0].split(" during the audit")[1]]
     assert "dangling" not in str(e.value)
 
 
 def test_the_fingerprint_holds_inode_and_ctime_but_the_summary_form_does_not(store):
-    fp = inputs.fingerprint(inputs.input_files(resolve_stores([str(store)])), sha256=False)
+    fp = custody.fingerprint(custody.input_files(resolve_stores([str(store)])), sha256=False)
     path = str(store / "checkpoint")
     st = os.stat(path)
     assert fp[path] == {"size": st.st_size, "mtime_ns": st.st_mtime_ns}  # summary.json's "inputs", as before
@@ -129,7 +129,7 @@ def test_a_change_during_the_audit_fails_custody_naming_it(spark, store, tmp_pat
 
     monkeypatch.setattr(audit, "progress", progress)
     args = audit.build_parser().parse_args(["--store", str(store), "--out", str(tmp_path / "out"), "--no-report"])
-    with pytest.raises(inputs.CustodyError) as e:
+    with pytest.raises(custody.CustodyError) as e:
         audit.run(spark, args)
     assert changed and f"{changed[0]}: {case} during the audit" in str(e.value)
     assert "dangling" not in str(e.value)

@@ -143,6 +143,22 @@ def test_the_line_names_the_phase_and_asks_what_was_kept(monkeypatch):
     progress.configure("job")
 
 
+def test_a_line_saying_what_was_done_is_never_named_as_the_step_under_way(tmp_path, monkeypatch):
+    """Issue 38 item 7: "interrupted by SIGTERM during removed the staging ...".  The claim's recovery says what it
+    did (jobs/progress.py ``say(step=False)``): the line names the step under way, or none."""
+    from jobs import commit
+
+    progress.configure("audit", quiet=True)
+    monkeypatch.setattr(interrupts, "kept_describers", [])
+    (tmp_path / ".out.rocketmq-forensics" / f"staging-{commit.new_run_id()}").mkdir(parents=True)
+    with commit.JobRun("audit") as run:
+        run.output(str(tmp_path / "out"), overwrite=False)  # removes the staging a killed run left
+        line = interrupts.line("audit", signal.SIGTERM)
+        run.abandon()
+    progress.configure("job")
+    assert line.startswith("audit: interrupted by SIGTERM; ") and "during removed" not in line, line
+
+
 def test_what_was_kept_is_asked_at_the_signal_too_for_runs_that_end_on_the_way(handlers, monkeypatch):
     """A run's output code ends (marks its staging failed, releases its claim) as the interrupt unwinds, before
     the line is printed: what it said at the signal is the line's."""

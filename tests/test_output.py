@@ -98,12 +98,13 @@ def test_delta_refuses_a_folder_that_is_not_a_delta_table(frame, tmp_path):
 
 
 def _committed(path: str, files: dict[str, bytes] = None, **kw):
-    """One run that claims ``path`` (prepare_output), writes ``files`` into its staging and commits."""
+    """One run that claims ``path`` (prepare_output), writes ``files`` (default: one) into its staging and commits
+    (a staging with nothing in it is never committed)."""
     from jobs.commit import JobRun
 
     with JobRun("test") as run:
         out = prepare_output(path, **kw)
-        for name, data in (files or {}).items():
+        for name, data in (files or {"part-0.parquet": b"x"}).items():
             with open(os.path.join(out.staging_path, name), "wb") as f:
                 f.write(data)
         run.commit()
@@ -114,6 +115,7 @@ def test_prepare_output_refuses_non_empty_without_overwrite(tmp_path):
     out = tmp_path / "out"
     _committed(str(out), overwrite=False)  # missing: claimed, committed with the marker
     assert (out / MARKER).is_file() and marker_of(str(out))["tool"] == "rocketmq-forensics"
+    (out / "part-0.parquet").unlink()
     _committed(str(out), overwrite=False)  # only the marker: still fresh
     (out / "old.parquet").write_bytes(b"x")
     with pytest.raises(OutputError, match="--overwrite"):

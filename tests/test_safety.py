@@ -327,12 +327,13 @@ def test_the_scan_finds_each_banned_form():
 def test_the_audit_refuses_when_an_input_changes_during_the_run(spark, tmp_path, monkeypatch):
     """With --sha256 an input whose bytes change while the audit runs (size and mtime put back, so only the hash
     can tell) stops the audit with the chain-of-custody error, and no summary is written."""
+    from jobs import custody
     from jobs.audit import job as audit
     from jobs.output import OutputError
 
     root = copy_store(fixture_store("broker"), tmp_path / "broker")
     victim = root / "config" / "consumerOffset.json"
-    fingerprint, calls = audit.fingerprint, []
+    fingerprint, calls = custody.fingerprint, []
 
     def tamper_after_the_first(files, sha256):
         out = fingerprint(files, sha256)
@@ -345,13 +346,13 @@ def test_the_audit_refuses_when_an_input_changes_during_the_run(spark, tmp_path,
         calls.append(sha256)
         return out
 
-    monkeypatch.setattr(audit, "fingerprint", tamper_after_the_first)
+    monkeypatch.setattr(custody, "fingerprint", tamper_after_the_first)
     args = audit.build_parser().parse_args(["--store", str(root), "--out", str(tmp_path / "out"), "--sha256",
                                             "--checks", "metadata", "--no-report"])
     with pytest.raises(OutputError, match="chain of custody") as e:
         audit.run(spark, args)
-    # the start's fingerprint through the audit's; the end's is the custody check's own (jobs/audit/inputs.py)
-    assert f"{victim}: changed during the audit" in str(e.value) and calls == [True]
+    # the start's fingerprint, then the end's: the last gate of the commit (jobs/custody.py)
+    assert f"{victim}: changed during the audit" in str(e.value) and calls == [True, True]
     assert not (tmp_path / "out" / "summary.json").exists()
 
 
@@ -547,9 +548,10 @@ def test_decode_checks_its_input_before_it_prepares_its_output(tmp_path, capsys)
 
     out = tmp_path / "out"
     with JobRun("decode") as run:
-        prepare_output(str(out), overwrite=False, job="decode")
+        staged = prepare_output(str(out), overwrite=False, job="decode").staging_path
+        with open(os.path.join(staged, "part-0.parquet"), "wb") as f:  # a staging with nothing in it: never committed
+            f.write(b"keep")
         run.commit()
-    (out / "part-0.parquet").write_bytes(b"keep")
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     for bad in (tmp_path / "missing", tmp_path / "fifo", tmp_path / "loop", tmp_path / "out"):

@@ -33,7 +33,9 @@ wherever a job takes them, `--quiet` and `--debug` everywhere.  Exit codes: 0 do
 findings or nothing matched (each job says which), 2 could not run (one `error:` line on stderr: a failed
 Spark job's root cause, not its Java stack; `--debug` keeps the stack), 130 / 143 interrupted by SIGINT /
 SIGTERM (Spark's jobs cancelled, one line saying what was interrupted and what was kept).  Progress goes to
-stderr, one line per phase with the bytes done and an estimate of the rest; the summary to stdout.
+stderr, one line per phase with the bytes done and an estimate of the rest; the summary to stdout.  Every job
+that reads a dump checks its chain of custody before it commits its output: an input file added, removed,
+replaced or changed while the job ran is exit 2, naming the file, and nothing is committed.
 """
 
 

@@ -66,7 +66,7 @@ from .context import AuditContext, AuditOptions
 from .groups import add_times, group_findings
 from jobs.stores import resolve_stores
 
-from .inputs import check_custody, fingerprint, input_files
+from jobs.custody import input_files, watch
 from .plan import BrokerPlan, plan_broker, plan_segments
 from .scan import scan_tasks
 from .survey import survey_tasks
@@ -164,7 +164,9 @@ def run(spark, args) -> AuditResult:
     files = input_files(stores)
     total = sum(p.stat().st_size for p in files)
     progress(f"{len(stores)} store(s), {len(files)} files, {total / 2**20:.1f} MiB; checks: {', '.join(names)}")
-    before = fingerprint(files, args.sha256)
+    # checked again as the last gate of the commit: the stores listed again (added, removed, replaced, changed)
+    custody = watch(job, stores, sha256=args.sha256, files=files)
+    before = custody.before
     geometry = geometry_from_args(args)
     plans = {s.name: plan_broker(s, geometry) for s in stores}
     families = [f for f in families if f.applies is None or any(f.applies(p) for p in plans.values())]
@@ -204,7 +206,6 @@ def run(spark, args) -> AuditResult:
         progress("grouping findings by cause")
         groups = group_findings(run.findings_dir)
         add_times(groups, ctx.store_times)
-        check_custody(before, stores, args.sha256)  # the stores listed again: added, removed, replaced, changed
         summary = _summary(ctx, written, groups, before, out, started, run_id, run_time,
                            None if args.no_report else f"{out}/report.html", staged)
         out_write(out_join(staged, "summary.json"), json.dumps(summary, indent=2, sort_keys=False, default=str))
@@ -215,11 +216,13 @@ def run(spark, args) -> AuditResult:
             report.write(ctx, summary, written.tables, groups, out, top=args.top, staged=staged)
         if history is not None:  # appended at the commit, after every check of the run (custody included)
             history.stage(run.findings_dir, out_join(staged, "metrics"), out)
+        # what the commit checks arrived in the staging before it commits anything
+        job.find(args.out).expect("summary.json", "findings", "metrics", *([] if args.no_report else ["report.html"]))
         phases.done("summary and report")
     except OutputError:  # the custody check's own (or the output's): nothing more to compare
         raise
     except Exception:  # a file that vanished mid-run fails a step: custody names why, not the step
-        check_custody(before, stores, args.sha256)
+        custody.check()
         raise
     finally:
         ctx.release()

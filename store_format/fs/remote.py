@@ -78,18 +78,42 @@ def filesystem_of(uri: str) -> tuple[pafs.FileSystem, str]:
 
 
 def uri_below(uri: str, base: "Location", below: "Location") -> str:
-    """The URI of ``below``, a file or folder at or under ``base`` (what ``uri`` resolves to): ``uri`` with the
-    relative path appended before its query (``?region=...`` and other options kept), so it resolves to the same
-    file system again, wherever the path inside it does not spell the URI (``s3://bucket/key`` is ``bucket/key``)."""
+    """The URI of ``below``, a file or folder at, under or beside ``base`` (what ``uri`` resolves to): ``uri`` with
+    its path moved by the relative path from ``base`` to ``below`` (``..`` included: a folder beside ``base``), its
+    query kept (``?region=...`` and other options), so it resolves to the same file system again, wherever the
+    path inside it does not spell the URI (``s3://bucket/key`` is ``bucket/key``; a sub-tree file system's ``a1``
+    is ``x://bucket/a1``).  A place above the URI's own root is refused (ValueError): no URI of this form names it."""
     from urllib.parse import urlsplit, urlunsplit
 
-    rel = posixpath.relpath(below.path.rstrip("/") or "/", base.path.rstrip("/") or "/")
+    rel = posixpath.relpath("/" + below.path.strip("/"), "/" + base.path.strip("/"))
     if rel == ".":
         return uri
-    if rel.startswith(".."):
-        raise ValueError(f"{below.path} is not under {base.path}")
     u = urlsplit(uri)
-    return urlunsplit(u._replace(path=u.path.rstrip("/") + "/" + rel))
+    top = "/" + u.path.strip("/")
+    moved = posixpath.normpath(posixpath.join(top, rel))
+    ups = len([p for p in rel.split("/") if p == ".."])
+    if ups > len([p for p in top.split("/") if p]):
+        raise ValueError(f"{below.path} is above the root of {uri}: no URI of that form names it")
+    return urlunsplit(u._replace(path=moved))
+
+
+def local_path(path) -> str | None:
+    """The local path ``path`` names -- a path as it is, or a ``file:`` URI as RFC 8089 reads it (``file:///x`` and
+    ``file://localhost/x`` are the local ``/x``) -- or None for another file system's URI.  A ``file://`` URI that
+    names another host is refused (INVALID_INPUT): its files are not on this machine, and the part after the host
+    is no local path either (``file://host/x`` is not ``./host/x``)."""
+    path = os.fspath(path)
+    if not is_uri(path):
+        return path
+    scheme, _, rest = path.partition("://")
+    if scheme.lower() != "file":
+        return None
+    host, slash, inside = rest.partition("/")
+    if host.lower() not in ("", "localhost"):
+        raise StoreFormatError(ErrorKind.INVALID_INPUT, f"{path}: a file:// URI names a file on host {host!r}, not "
+                               "on this machine; give the local path (file:///path, with three slashes), or that "
+                               "host's file system by its own scheme", file=path)
+    return "/" + inside if slash else "/"
 
 
 def resolve(path) -> "Location":
@@ -101,10 +125,11 @@ def resolve(path) -> "Location":
     path = os.fspath(path)
     if not path:
         raise StoreFormatError(ErrorKind.INVALID_INPUT, "no path given")
-    if is_uri(path):
+    local = local_path(path)
+    if local is None:
         fs_, inside = filesystem_of(path)
         return Location(fs_, inside, (path, inside))
-    return Location(pafs.LocalFileSystem(), os.path.abspath(path))
+    return Location(pafs.LocalFileSystem(), os.path.abspath(local))
 
 
 def uri_of(path) -> str:

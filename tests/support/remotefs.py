@@ -209,10 +209,40 @@ def register(tag: str, root, *, writable: bool = False, rename: bool = False) ->
 
 
 def environment() -> dict[str, str]:
-    """The environment another process needs to resolve ``elsewhere://`` as this one does."""
+    """The environment another process needs to resolve ``elsewhere://`` (and ``subtree://``) as this one does."""
     from store_format import fs
 
-    return {fs.FILESYSTEMS_ENV: f"{SCHEME}=tests.support.remotefs:from_uri", ROOTS_ENV: json.dumps(ROOTS)}
+    return {fs.FILESYSTEMS_ENV: f"{SCHEME}=tests.support.remotefs:from_uri,"
+                                f"{SUBTREE}=tests.support.remotefs:subtree_from_uri", ROOTS_ENV: json.dumps(ROOTS)}
+
+
+# ---- a bucket per folder: pyarrow's own SubTreeFileSystem ------------------------------------------------------
+#
+# ``subtree://<bucket>/<key>`` is the file system ``SubTreeFileSystem(<the bucket's folder>, LocalFileSystem())`` and
+# the path ``<key>``, relative, as an object store's keys are: at the bucket's top the parent of ``a1`` is ``""``.
+# Its folders have no atomic rename here (jobs/commit.py commits on it by a marker written last).
+
+SUBTREE = "subtree"
+
+
+def subtree_from_uri(uri: str):
+    """``subtree://<bucket>/<key>`` -> (the bucket's SubTreeFileSystem, ``<key>``): the registered factory."""
+    rest = uri.split("://", 1)[1].split("?", 1)[0]
+    bucket, _, key = rest.partition("/")
+    if bucket not in ROOTS:
+        ROOTS.update(json.loads(os.environ.get(ROOTS_ENV, "{}")))
+    if bucket not in ROOTS:
+        raise ValueError(f"{uri}: no folder is served as bucket {bucket!r} in this process")
+    return pafs.SubTreeFileSystem(_served(bucket)[0], pafs.LocalFileSystem()), key.strip("/")
+
+
+def register_bucket(bucket: str, root) -> str:
+    """Serve the local folder ``root`` as ``subtree://<bucket>/``; returns that URI."""
+    from store_format import fs
+
+    ROOTS[bucket] = {"root": os.path.abspath(root), "writable": True, "rename": False}
+    fs.register_filesystem(SUBTREE, subtree_from_uri)
+    return f"{SUBTREE}://{bucket}/"
 
 
 def no_local_path_used() -> bool:
