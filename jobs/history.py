@@ -505,10 +505,11 @@ class Journal:
         except Exception:  # noqa: BLE001 - an output no longer reachable from here: undecided, left as it is
             return None
 
-    def row(self, appended: dt.datetime | None = None) -> pa.Table:
+    def row(self) -> pa.Table:
+        """The run's row in runs/ (appended now)."""
         return pa.table({"run_id": [self.run_id], "run_time": [self.run_time], "findings": [self.counts[FINDINGS]],
                          "metrics": [self.counts[METRICS]], "out": [self.out],
-                         "appended": [appended or dt.datetime.now(dt.timezone.utc)]}, schema=RUNS_SCHEMA)
+                         "appended": [dt.datetime.now(dt.timezone.utc)]}, schema=RUNS_SCHEMA)
 
 
 def _invalid(data, run_id: str, tool: str) -> str | None:
@@ -628,7 +629,7 @@ def read_runs(spark, history: str, table: str):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Writing: one run, one transaction
+# Writing: a run's appends, its listing, and what a run that ended on the way left
 
 
 def _append(history: str, table: str, data, schema: pa.Schema) -> None:

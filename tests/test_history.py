@@ -411,3 +411,37 @@ def test_the_next_claim_removes_what_a_killed_run_wrote_and_nothing_else(audited
     assert all(p.exists() for p in foreign) and all(p.exists() for p in listed_files)
     assert (killed in H.committed_runs(str(hist)).column("run_id").to_pylist()) is committed
     assert (killed in _rows(hist, H.FINDINGS)) is committed
+
+
+def test_a_run_killed_inside_its_outputs_commit_follows_that_commit(audited, tmp_path):
+    """Killed between the two renames of an output's journalled commit (the output aside, the new one not yet
+    in): whether the run is committed is that output's to decide (its next run finishes the commit from its
+    journal), so the history's next claim leaves the run unlisted and its rows in place, readers list it once the
+    output holds it, and the claim after that lists it."""
+    from jobs.output import prepare_output
+
+    work = tmp_path
+    shutil.copytree(audited / "out", work / "out")
+    shutil.copytree(audited / "history", work / "history")
+    hist, out, control = work / "history", work / "out", work / ".out.rocketmq-forensics"
+    killed = _kill_at("committing ", audited, work)
+    out.rename(control / f"old-{killed}")  # the first rename of a journalled commit, the journal first
+    (control / f"commit-{killed}.json").write_text(json.dumps({"run_id": killed, "how": "rename",
+                                                               "staging": f"staging-{killed}",
+                                                               "old": f"old-{killed}"}))
+    rows = _rows(hist, H.FINDINGS)
+    assert killed in rows
+    with commit.JobRun("audit") as run:
+        H.claim_history(run, str(hist))
+        run.abandon()
+    assert _rows(hist, H.FINDINGS) == rows and killed not in H.committed_runs(str(hist)).column("run_id").to_pylist()
+    with commit.JobRun("audit") as run:  # the output's next run: its claim finishes the commit from the journal
+        prepare_output(str(out), overwrite=True, job="audit")
+        run.abandon()
+    assert json.loads((out / "_ROCKETMQ_FORENSICS").read_text())["run_id"] == killed
+    assert killed in H.committed_runs(str(hist)).column("run_id").to_pylist()
+    with commit.JobRun("audit") as run:
+        H.claim_history(run, str(hist))
+        run.abandon()
+    assert killed in H._read(str(hist), H.RUNS).column("run_id").to_pylist()
+    assert not (work / ".history.rocketmq-forensics").exists()
