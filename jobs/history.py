@@ -142,9 +142,16 @@ def _control(history: str) -> fs.Location:
     return Target(history).control
 
 
-def _read_bytes(loc: fs.Location) -> bytes:
+COMMIT_LIMIT = 64 << 20  # bytes of one Delta commit read at most (an audit history's are kilobytes)
+
+
+def _read_bytes(loc: fs.Location, limit: int = COMMIT_LIMIT) -> bytes:
+    """A small file of the log, read whole; more than ``limit`` bytes is an OSError (never read into memory)."""
     with loc.fs.open_input_stream(loc.path) as f:
-        return f.read()
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"more than {limit:,} bytes, more than any Delta commit of an audit history")
+    return data
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -378,8 +385,8 @@ def check_history(history: str, *, must_exist: bool = False) -> bool:
                                f"history (both {FINDINGS} and {METRICS} expected); refused, left untouched")
         return True  # an earlier version's history: its complete runs are listed in runs/ at the claim
     if must_exist and RUNS not in present and not committed_runs(history).num_rows:
-        raise HistoryError(f"history {history} holds no complete audit run (no {RUNS}/ table: every append was cut "
-                           "short); the next audit --history on it cleans it")
+        raise HistoryError(f"history {history} holds no complete audit run (no {RUNS}/ table: no run that appended "
+                           "to it was committed)")
     return bool(present)
 
 
@@ -736,14 +743,18 @@ def _named_files(history: str, table: str) -> str:
     texts = []
     for info in log.list():
         where = log.child(info.base_name)
-        if _COMMIT.match(info.base_name):
-            texts.append(_read_bytes(where).decode("utf-8", "replace"))
-        elif _CHECKPOINT.match(info.base_name):
-            with where.fs.open_input_file(where.path) as f:
-                checkpoint = pq.ParquetFile(f)
-                actions = checkpoint.read(columns=[c for c in ("add", "remove") if c in checkpoint.schema_arrow.names])
-            for column in actions.column_names:
-                texts += [a["path"] for a in actions.column(column).to_pylist() if a and a.get("path")]
+        try:
+            if _COMMIT.match(info.base_name):
+                texts.append(_read_bytes(where).decode("utf-8", "replace"))
+            elif _CHECKPOINT.match(info.base_name):
+                with where.fs.open_input_file(where.path) as f:
+                    checkpoint = pq.ParquetFile(f)
+                    actions = checkpoint.read(columns=[c for c in ("add", "remove")
+                                                       if c in checkpoint.schema_arrow.names])
+                for column in actions.column_names:
+                    texts += [a["path"] for a in actions.column(column).to_pylist() if a and a.get("path")]
+        except Exception as e:  # noqa: BLE001 - a log file that cannot be read: nothing is removed, the file named
+            raise _damaged(history, f"{table}/{LOG}/{info.base_name}", f"cannot be read ({_first_line(e)})") from None
     return "\n".join(texts)
 
 

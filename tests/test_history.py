@@ -85,6 +85,12 @@ def _without_adds(path: Path) -> None:
     path.write_text("\n".join(line for line in path.read_text().split("\n") if not line.startswith('{"add"')))
 
 
+def _grown(path: Path, size: int) -> Path:
+    with open(path, "r+b") as f:  # a sparse tail of zeros: no disk, but never read whole
+        f.truncate(size)
+    return path
+
+
 def _unlinked(path: Path) -> Path:
     path.unlink()
     return path
@@ -104,6 +110,8 @@ DAMAGE = {
                                   _commit_file(h, "findings", 2))[1], "is not JSON"),
     "missing-middle-version": (lambda h: (_commit_file(h, "metrics", 1).unlink(), _commit_file(h, "metrics", 1))[1],
                                "is missing (the log goes from version 0 to 2)"),
+    "oversized-commit": (lambda h: _grown(_commit_file(h, "findings", 2), H.COMMIT_LIMIT + 1),
+                         "cannot be read (more than"),
     "data-file-cut-short": (lambda h: (_cut(_data_file(h, "findings")), _data_file(h, "findings"))[1],
                             "where the table's log records"),
     "data-file-missing": (lambda h: _unlinked(_data_file(h, "runs")), "is missing (the table's log lists it)"),
