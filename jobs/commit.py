@@ -78,7 +78,9 @@ as files inside the table that no log lists, and its commit is one delta-rs tran
 How a job uses it: jobs/cli.py runs ``prepare`` and ``run`` inside one :class:`JobRun`; ``prepare`` claims
 (``prepare_output``), ``run`` (decorated with :func:`runs_job`) writes into ``out.staging_path`` and its outputs
 are committed when it returns anything but a failure.  The audit's history is a participant of the same run
-(jobs/history.py ``HistoryAppend``), committed before the output and undone if the output's commit fails.
+(jobs/history.py ``HistoryAppend``): its rows are appended before the output's commit (unlisted, and undone if that
+commit fails), and the run is listed in it after (:meth:`Participant.finish`): the output's commit is the run's
+commit point, and a kill on either side of it leaves what the history's next claim settles one way.
 """
 from __future__ import annotations
 
@@ -420,6 +422,19 @@ def check_committed(path, what: str = "output") -> None:
                           "its run was interrupted or is still writing; readers ignore it until a run commits it")
 
 
+def commit_of(path, run_id: str) -> bool | None:
+    """Whether run ``run_id``'s commit of the output ``path`` took: True when the output is that run's, committed;
+    None when its commit journal still lies beside the output (a commit cut short, which the output's next run
+    finishes or rolls back); False otherwise (never committed, or replaced since).  Looks, changes nothing."""
+    target = Target(path)
+    mark = marker_of(target.loc)
+    if mark is not None and mark.get("run_id") == run_id and mark.get("state", COMMITTED) == COMMITTED:
+        return True
+    if target.control.child(f"{JOURNAL_PREFIX}{run_id}.json").exists():
+        return None
+    return False
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Targets: an output (or history) folder, its control folder and its claim
 
@@ -689,13 +704,17 @@ class Claim:
 class Participant:
     """What a run commits: an output folder, a Delta table's new version, the history's appends.  ``order``:
     lower commits first (the history before the outputs: an output is committed last, so no undo is asked of
-    it)."""
+    it); :meth:`finish`, after every commit, completes what must follow the outputs (the history's listing)."""
 
     order = 10
     name = "output"
 
     def commit(self) -> None:
         raise NotImplementedError
+
+    def finish(self) -> None:
+        """After every participant committed (the run's outputs are in place: nothing is undone any more): what
+        completes the run.  A kill or an error here leaves what the participant's next claim finishes."""
 
     def undo(self) -> None:
         """Revert a commit this run made (a later participant failed)."""
@@ -1238,13 +1257,16 @@ class JobRun:
         self.gates.append((name, check))
 
     def commit(self) -> None:
-        """Every gate, then every participant's commit in order (the history first, the outputs last); a failure
-        undoes the commits made, fails the rest and is raised."""
+        """Every gate, then every participant's commit in order (the history's appends first, the outputs last:
+        the run's commit point), then every participant's :meth:`~Participant.finish` (the history lists the run).
+        A failure before the commit point undoes the commits made, fails the rest and is raised; one in a finish
+        is raised as it is (the outputs stay committed; the participant's next claim finishes it)."""
         for name, check in self.gates:
             check()
+        ordered = sorted(self.participants, key=lambda p: p.order)
         done: list[Participant] = []
         try:
-            for p in sorted(self.participants, key=lambda p: p.order):
+            for p in ordered:
                 p.commit()
                 done.append(p)
         except BaseException as e:
@@ -1257,7 +1279,11 @@ class JobRun:
             self._fail_all(reason, exclude=())
             raise
         self.done = True
-        self._release_all()
+        try:
+            for p in ordered:
+                p.finish()
+        finally:
+            self._release_all()
 
     def abandon(self) -> None:
         """Nothing to commit: every staging removed, every claim released, the outputs as they were."""

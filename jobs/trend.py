@@ -16,6 +16,11 @@ value).  Runs are ordered by ``run_time``; by default the last run is compared w
   transaction_backlog open_transactions rose
   new_damage          an integrity finding (check "integrity.*") whose finding_id the previous run did not have
 
+Only committed runs are compared: those DIR/runs lists, and a run whose output is committed but which ended
+before the history listed it (said on stderr; the next audit --history lists it).  A damaged history (an empty
+or cut Delta commit, a missing version, a data file missing, cut short or unreadable) is refused with exit 2,
+naming the file (docs/scheduling.md says how to go on); nothing is left out silently.
+
 The recovery flags compare a broker only when both runs audited it.  A key absent from the previous run
 counts as 0 when that run measured the metric at all (a new DLQ, a new lagging queue); when it did not measure
 it, there is nothing to compare.  The trends table has one row per flag; the summary (stdout) counts them and
@@ -36,11 +41,11 @@ if __package__ in (None, ""):  # spark-submit jobs/trend.py: make the project im
     except ModuleNotFoundError:  # a copy outside the checkout: the project comes with --py-files
         pass
 
-from jobs import cli  # noqa: E402
+from jobs import cli, progress  # noqa: E402
 from jobs.commit import runs_job  # noqa: E402
 from jobs.display import plural  # noqa: E402
-from jobs.history import check_history, read_runs  # noqa: E402
-from jobs.output import prepare_output, read_table, write_table  # noqa: E402
+from jobs.history import check_history, damage_behind, read_runs, unlisted_runs  # noqa: E402
+from jobs.output import OutputError, prepare_output, read_table, write_table  # noqa: E402
 from udfs.columns import column  # noqa: E402
 
 NAME = "trend"
@@ -276,6 +281,19 @@ def prepare(args) -> None:
 @runs_job(NAME)
 def run(spark, args) -> cli.JobResult:
     prepare(args)
+    for journal in unlisted_runs(args.history):
+        progress.say(f"history: run {journal.run_id} is committed (its output {journal.out}) but its run ended before "
+                     "the history listed it: compared as listed (the next audit --history lists it)")
+    try:
+        return _compare(spark, args)
+    except Exception as e:  # noqa: BLE001 - a read that failed on the history's damage names the file; else as it is
+        damaged = None if isinstance(e, OutputError) else damage_behind(args.history)
+        if damaged is not None:
+            raise damaged from None
+        raise
+
+
+def _compare(spark, args) -> cli.JobResult:
     findings = _history(spark, args.history, "findings")
     metrics = _history(spark, args.history, "metrics")
     pairs = run_pairs(findings, metrics, args.all)

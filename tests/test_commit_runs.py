@@ -92,8 +92,11 @@ def _summary(out: Path) -> dict:
 
 
 def _history_runs(history: Path) -> dict[str, dict]:
-    """run id -> {findings, metrics: rows of the run in each table; listed: in the runs table}."""
+    """run id -> {findings, metrics: rows of the run in each table; listed: its row as readers see it (in the runs
+    table, or a committed run not listed there yet: jobs/history.py committed_runs)}."""
     from deltalake import DeltaTable
+
+    from jobs.history import committed_runs
 
     runs: dict[str, dict] = {}
     for table in ("findings", "metrics"):
@@ -101,15 +104,15 @@ def _history_runs(history: Path) -> dict[str, dict]:
             continue
         for rid in DeltaTable(str(history / table)).to_pyarrow_table(columns=["run_id"]).column("run_id").to_pylist():
             runs.setdefault(rid, {"findings": 0, "metrics": 0, "listed": None})[table] += 1
-    if (history / "runs" / "_delta_log").is_dir():
-        for r in DeltaTable(str(history / "runs")).to_pyarrow_table().to_pylist():
-            runs.setdefault(r["run_id"], {"findings": 0, "metrics": 0})["listed"] = r
+    for r in committed_runs(str(history)).to_pylist():
+        runs.setdefault(r["run_id"], {"findings": 0, "metrics": 0})["listed"] = r
     return runs
 
 
 def _assert_whole(out: Path, history: Path, before: str, new: str | None, *, only: bool = True) -> str:
     """The output holds one complete run (the previous one, or the new one), its history lists exactly the runs
-    whose findings and metrics it holds in full; returns the run the output holds."""
+    whose findings and metrics it holds in full, the new run iff the output holds it; returns the run the output
+    holds."""
     summary = _summary(out)
     assert summary["run_id"] in (before, new)
     assert (out / "findings" / "_SUCCESS").exists() and (out / "report.html").exists()
@@ -122,6 +125,8 @@ def _assert_whole(out: Path, history: Path, before: str, new: str | None, *, onl
         assert (r["findings"], r["metrics"]) == (r["listed"]["findings"], r["listed"]["metrics"]), (rid, r)
     if only:  # (earlier tests of the module may have committed whole runs of their own)
         assert set(listed) - _LISTED_EARLIER <= {before, new}
+    if new is not None:
+        assert (new in listed) == (summary["run_id"] == new), (sorted(listed), summary["run_id"])
     return summary["run_id"]
 
 
@@ -166,11 +171,13 @@ def test_two_audits_on_one_output_the_second_is_refused_naming_the_first(store, 
     assert not (tmp_path / ".out.rocketmq-forensics").exists()
 
 
-# phase boundaries of the audit and of the history append (progress lines), and the signal sent there
+# phase boundaries of the audit and of its commit (progress lines: the history's appends, the output's commit, the
+# run listed in the history), and the signal sent there
 BOUNDARIES = [
     ("survey", signal.SIGINT), ("predicting recovery", signal.SIGTERM), ("writing findings", signal.SIGINT),
     ("appending to the history", signal.SIGINT), ("history: findings appended", signal.SIGINT),
-    ("history: metrics appended", signal.SIGTERM), ("history: run", signal.SIGINT), ("committing", signal.SIGTERM),
+    ("history: metrics appended", signal.SIGTERM), ("committing", signal.SIGTERM),
+    ("history: listing run", signal.SIGINT),
 ]
 
 
@@ -192,13 +199,9 @@ def test_an_interrupted_audit_leaves_the_output_and_the_history_whole(baseline, 
     now = _assert_whole(out, history, before, new)
     if now != previous:  # the signal came after the commit point: the new run is whole, and said so
         assert now == new and code in (0, 1) or "committing" in job.stderr
-    else:
+    else:  # the output is the commit point (jobs/history.py): before it, the history never lists the new run
         assert code != 0
-        listed = {rid for rid, r in _history_runs(history).items() if r.get("listed")}
-        # a SIGTERM with no handler kills the process: after the history's commit and before the output's, the
-        # history holds the whole new run and the output the whole previous one (an interrupt that raises undoes
-        # the history's append: jobs/commit.py JobRun.commit)
-        assert new not in listed or (sig == signal.SIGTERM and line == "committing")
+        assert new not in {rid for rid, r in _history_runs(history).items() if r.get("listed")}
     del held
 
 

@@ -313,7 +313,9 @@ def _runs_table() -> str:
         raise KeyError(f"HISTORY/runs columns without a meaning: {undescribed}: add them to jobs.history.RUNS_MEANING")
     rows = [f"| `{f.name}` | `{from_arrow_type(f.type).simpleString()}` | {RUNS_MEANING[f.name]} |" for f in RUNS_SCHEMA]
     return ("### runs (history)\n\n`HISTORY/runs` (with `--history`): one row per committed run, appended after its "
-            "findings and metrics; `trend` and the notebooks read only the runs listed here.\n\n"
+            "findings and metrics, once its output is committed; `trend` and the notebooks read only the runs listed "
+            "here (and a run whose output is committed but that ended before its row was appended: "
+            "[scheduling.md](scheduling.md#a-killed-run-a-damaged-history)).\n\n"
             "| column | type | meaning |\n|---|---|---|\n" + "\n".join(rows) + "\n")
 
 

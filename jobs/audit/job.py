@@ -24,9 +24,10 @@ DIR and HISTORY are local paths or URIs (written through store_format.fs: a clus
 DIR is claimed before any work (a second run on it is refused, naming the first), written beside itself and
 made visible in one step when the run succeeds (jobs/commit.py): a failed or interrupted run leaves the
 previous output as it was.  With --history, findings and metrics are also appended to the Delta tables
-HISTORY/findings and HISTORY/metrics, and the run is listed in HISTORY/runs, last (jobs/history.py: checked
-before the audit starts, appended only once every check passed, chain of custody included; jobs/trend.py reads
-only the runs listed).  Exit codes: 0 no error findings, 1 error findings, 2 the audit could not run.  Progress goes to stderr, one line per phase (--quiet: none); --profile adds where the
+HISTORY/findings and HISTORY/metrics, and the run is listed in HISTORY/runs once its output is committed
+(jobs/history.py: checked before the audit starts, a damaged history refused naming the file; appended only once
+every check passed, chain of custody included; a run killed on the way is settled by the next one; jobs/trend.py
+reads only the committed runs).  Exit codes: 0 no error findings, 1 error findings, 2 the audit could not run.  Progress goes to stderr, one line per phase (--quiet: none); --profile adds where the
 time went.
 
 How it runs: two stages of tasks.  The survey reads what the driver must know first (where each surveyed
@@ -93,9 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_output_arguments(p, formats=())  # findings, metrics and tables are Parquet (and Delta with --history)
     p.add_argument("--history", metavar="DELTA_DIR",
                    help="also append findings and metrics to the Delta tables DELTA_DIR/findings and "
-                        "DELTA_DIR/metrics, and the run to DELTA_DIR/runs, once every check passed (for "
-                        "`rocketmq-forensics trend` and the lag-over-time notebook); a DELTA_DIR that is not an "
-                        "audit history is refused before the audit starts")
+                        "DELTA_DIR/metrics once every check passed, and list the run in DELTA_DIR/runs once its "
+                        "output is committed (for `rocketmq-forensics trend` and the lag-over-time notebook); a "
+                        "DELTA_DIR that is not an audit history, or a damaged one, is refused before the audit "
+                        "starts, naming the file")
     p.add_argument("--checks", default=",".join(FAMILIES),
                    help=f"comma-separated check families to run (default all: {','.join(FAMILIES)})")
     p.add_argument("--as-of", type=parse_time, metavar="TIME",
