@@ -389,6 +389,16 @@ class TimerLog:
         self.close()
 
 
+def rescan_start(files: list, last_timer_log_flush_pos: int | None) -> int:
+    """Where the timer's recovery (``TimerMessageStore.recover`` / ``recoverAndRevise``) starts rescanning the timer
+    log: the base offset of the file holding lastTimerLogFlushPos minus a file's size (the first file's when none
+    does).  Each valid unit it scans, up to the first corrupt one, becomes its slot's lastPos."""
+    if not files:
+        return 0
+    begin = max(0, (last_timer_log_flush_pos or 0) - files[-1].length)
+    return max((f.base_offset for f in files if f.base_offset <= begin), default=files[0].base_offset)
+
+
 # ------------------------------------------------------------------------------------------- chains
 
 
@@ -758,7 +768,7 @@ def timer_store_files(root) -> TimerStoreFiles:
 __all__ = ["TimerUnit", "TimerUnitArrays", "TimerLog", "ChainWalk", "WheelSlots", "Slot", "TimerCheckpoint",
            "TimerMetrics", "TimerStoreError", "TimerStoreFiles", "UNIT_KINDS", "REASONS", "list_timer_log_files",
            "walk_timer_log", "walk_timer_log_buffer", "timer_units_of", "read_timer_unit_arrays", "read_timer_unit_range",
-           "walk_chain",
+           "rescan_start", "walk_chain",
            "slot_index", "read_wheel_slots", "wheel_slot", "parse_timer_checkpoint", "read_timer_checkpoint",
            "read_timer_metrics", "timer_store_files", "magic_ok", "magic_name", "delete_key", "dequeued",
            "wheel_reach_ms"]
