@@ -17,30 +17,38 @@ Point lookups need no Spark (fast: a few file reads per store):
   every topic the store knows (its consume queues, topics.json, the schedule and half topics): a delayed,
   retried or transactional message is found in each topic it passed through.
 
-Scans read every message of the recovery walk: ``--from``/``--to`` without a key (segments whose time span lies
-outside are skipped) and ``--topic T --tag TAG``.  A store whose segments to read hold up to 256 MiB is scanned
-in this process, in seconds; a larger one by Spark (the ``rocketmq-commitlog`` data source, store time, topic
-and tag pushed into it), which this job then starts.
+Scans return what the broker keeps after its predicted recovery (the kept walk: every intact message before the
+cut the audit reports; ``--config``'s forceVerifyPropCRC moves it as it moves the broker's): ``--from``/``--to``
+without a key (segments whose time span lies outside are skipped) and ``--topic T --tag TAG``.  A store whose
+segments to read hold up to 256 MiB is scanned in this process, in seconds; a larger one by Spark (the
+``rocketmq-commitlog`` data source, store time, topic and tag pushed into it), which this job then starts.
 
 ``--explain`` says, per store, why a message was not found -- NO_INDEX (no index files), NO_INDEX_ENTRY,
-HASH_COLLISION_ONLY (candidates with the same hash, other keys), STALE_INDEX_ENTRY (a candidate points where
-no record is), OUTSIDE_INDEX_WINDOW, INDEX_FILE_UNREADABLE (an index file that could not be opened, so not
-searched), NOT_INDEXED (stored after the index's last entry), OTHER_STORE_HOST,
+HASH_COLLISION_ONLY (candidates with the same hash, other keys), STALE_INDEX_ENTRY (a candidate points inside
+another record or outside the commitlog), OUTSIDE_INDEX_WINDOW, INDEX_FILE_UNREADABLE (an index file that could not
+be opened, so not searched), NOT_INDEXED (stored after the index's last entry), OTHER_STORE_HOST,
 NOT_A_RECORD_START, OUT_OF_RANGE -- and notes found messages that the broker's recovery will drop
-(DROPPED_BY_RECOVERY, from the model of the broker's recovery the audit uses).  When the lookup finds nothing it
-falls back to a scan with the salvage walk (here or by Spark, as above), which also reads past damage: a message
-found there is printed and classified
-(PAST_LOGICAL_END: after the point where its segment's recovery walk stops; DROPPED_BY_RECOVERY; NOT_INDEXED;
-NO_INDEX_ENTRY), and one found nowhere is NEVER_WRITTEN (NOT_IN_TIME_WINDOW when --from/--to narrowed it).
-On a 5.x store ``--explain`` of ``--uniq-key``/``--key`` also follows a timer message (TIMER_ENQUEUED, TIMER_IN_WHEEL,
-then TIMER_FIRED, TIMER_ROLLED, TIMER_PENDING, TIMER_RECALLED, TIMER_LOST... with why; also for ``--topic T --key K``
-when it is still on rmq_sys_wheel_timer) and says a POP-consumed message's state (POP_ACKED, POP_IN_FLIGHT,
-POP_REVIVE_PENDING, POP_REVIVED, POP_LOST).
+(DROPPED_BY_RECOVERY, from the model of the broker's recovery the audit uses).  A message the index or a consume
+queue still points at whose record is gone is DESTROYED (no record can be framed there: what destroyed it -- the
+zeros over its header, bytes no walk frames, zeros past the written data) or DAMAGED (its header still frames a
+record that fails a check: which), with its queue offset and position.  When the lookup finds nothing it falls
+back to a scan with the salvage walk (here or by Spark, as above), which also reads past damage and past the cut:
+a message found there is printed and classified (BEHIND_DAMAGE: after damage in its segment; DROPPED_BY_RECOVERY;
+NOT_INDEXED; NO_INDEX_ENTRY); a tag or time-window query that finds nothing does the same, and names the consume-queue
+units with the tag's hash at destroyed records, or the damage inside the window.  Only a message nothing in the
+store refers to is NEVER_WRITTEN (NOT_IN_TIME_WINDOW when --from/--to narrowed a key; NOTHING_IN_WINDOW for a
+window).  On a 5.x store ``--explain`` of ``--uniq-key``/``--key`` also follows a timer message (TIMER_ENQUEUED,
+TIMER_IN_WHEEL, then TIMER_FIRED, TIMER_ROLLED, TIMER_PENDING, TIMER_RECALLED, TIMER_LOST... with why, and
+TIMER_CHAIN_LOOP or TIMER_BLOCKED_BY_LOOP where its slot's chain, or an earlier slot's, loops: the audit's
+timers.chain_loop; also for ``--topic T --key K`` when it is still on rmq_sys_wheel_timer) and says a POP-consumed
+message's state (POP_ACKED, POP_IN_FLIGHT, POP_REVIVE_PENDING, POP_REVIVED, POP_LOST).  Times a person reads are
+ISO-8601 UTC, with the epoch ms of the property they come from beside.
 
-Output: JSON Lines (default) -- ``{"kind": "message", "broker": ..., <canonical message fields>}`` per message
-(the canonical message fields, body in base64: docs/record-layout.md), and
+Output: JSON Lines (default) -- ``{"kind": "message", "broker": ..., <canonical message fields>, "store_time",
+"born_time"}`` per message (the canonical message fields, body in base64: docs/record-layout.md; the two times in
+ISO beside their epoch fields), and
 with ``--explain`` ``{"kind": "explain", "broker", "reason", "physical_offset", "detail"}`` lines -- or a
-table.  Exit codes: 0 found, 1 nothing found, 2 bad usage (an id or key that does not parse says why) or an
+table (a body that is not printable text shown as ``<binary, N bytes: hex...>``).  Exit codes: 0 found, 1 nothing found, 2 bad usage (an id or key that does not parse says why) or an
 unreadable store.  An index file that cannot be opened (unreadable, too short, or a geometry neither the file
 nor ``--config``/``--hash-slots``/``--index-num`` tells) is named on stderr (a notice) and the key is looked
 for by a scan of every store (salvage walk) as well, so the answer stays complete (exit 0 or 1), as
@@ -474,6 +482,10 @@ class Query:
         pred = self.prediction(hit.broker)
         off = hit.message.physical_offset
         notes = []
+        if not hit.message.body_crc_ok:  # a lookup reads the record its index entry names, whatever its CRC
+            notes.append(Explanation(hit.broker, "DAMAGED", f"{hit.message.topic}/{hit.message.queue_id} queue offset "
+                                     f"{hit.message.queue_offset}: its body fails the CRC check (BAD_CRC: BODYCRC "
+                                     f"{hit.message.body_crc}): the body printed is not the one sent", off))
         if hit.beyond_first_stop:
             keeps = "; the broker keeps it (before its cut)" if off < pred.max_physical_offset else ""
             notes.append(Explanation(hit.broker, "BEHIND_DAMAGE", f"found by the salvage walk behind damage in segment "

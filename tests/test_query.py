@@ -386,3 +386,16 @@ def test_the_table_shows_a_binary_body_as_what_it_is(tmp_path, capsys):
     assert rows[1].endswith("<binary, 256 bytes: 0001020304050607...>") and rows[2].endswith("héllo wörld")
     assert query.body_preview(b"\xe2\x82", "NONE") == "<binary, 2 bytes: e282>"  # a UTF-8 sequence cut short
     assert query.body_preview(b"x" * 40, "ZLIB") == "<ZLIB-compressed, 40 bytes>"
+
+
+def test_a_record_found_by_its_key_whose_body_fails_the_crc_is_said_to_be_damaged(basic_copy, tmp_path):
+    """The index names the record and a lookup reads it, whatever its body CRC: --explain says it is damaged (the
+    body printed is not the one sent) and that the broker's recovery, which cuts there, drops it."""
+    root, manifest = basic_copy
+    bad = manifest["messages"][40]
+    damage.flip_body_bit(root, tmp_path / "d", physical_offset=bad["commitLogOffset"], bit=3)
+    code, msgs, why, _ = ask("--store", tmp_path / "d", "--topic", bad["topic"], "--key", bad["uniqKey"], "--explain")
+    assert code == 0 and [m["physical_offset"] for m in msgs] == [bad["commitLogOffset"]]
+    assert [e["reason"] for e in why] == ["DAMAGED", "DROPPED_BY_RECOVERY"]
+    assert f"{bad['topic']}/{bad['queueId']} queue offset {bad['queueOffset']}: its body fails the CRC check" in \
+        why[0]["detail"]
