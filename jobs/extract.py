@@ -29,8 +29,8 @@ message.  The broker name is the dump folder's name (``<broker>/store`` -> ``<br
 after brokerName for an exact simulation.  Subscription tag filters are not known offline and are not applied.
 
 ``--walk`` says which messages: ``kept`` (the default), what the broker keeps after its predicted recovery -- every
-intact message before the cut the audit reports (store_format.recovery; ``--config``'s forceVerifyPropCRC moves it as
-it moves the broker's) -- or ``salvage``, every intact message, also past damage and past the cut.
+intact message before the cut the audit reports (``--config``'s forceVerifyPropCRC moves it as it moves the
+broker's) -- or ``salvage``, every intact message, also past damage and past the cut.
 
 Output (Parquet, JSON Lines or Delta: ``--format``): one row per message with ``broker``, the canonical message fields
 (docs/record-layout.md, "Canonical message fields"), ``beyond_first_stop`` (behind damage in its segment),
