@@ -56,7 +56,7 @@ from store_format.scan import DEFAULT_MAX_RECORD_SIZE, WALK_MEANINGS, WALKS, can
     read_range_walk, segment_ends, span_detail, walk_ends
 from udfs.columns import column
 
-from .base import StoreDataSource, StoreReader, _option, option_bool, option_choice, option_int, option_size, \
+from .base import StoreDataSource, StoreReader, option_bool, option_choice, option_int, option_parsed, option_size, \
     parse_mode
 
 FORMAT = "rocketmq-commitlog"
@@ -189,7 +189,7 @@ def parse_walk(options) -> str:
                              f"({'; '.join(f'{w}: {m}' for w, m in WALK_MEANINGS.items())})")
         return v
 
-    return _option(options, "walk", "kept", choose)
+    return option_parsed(options, "walk", "kept", choose)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ Exit codes: 0 messages written, 1 nothing matched (an empty table is still writt
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -90,8 +91,7 @@ def messages(spark, stores: list, walk: str = "kept", topics: list[str] | None =
 
 
 def _cut_option(ref, cuts: dict | None) -> dict:
-    import json
-
+    """The source's ``recoveryCuts`` option for one store (none: the source predicts the cut itself)."""
     return {} if cuts is None else {"recoveryCuts": json.dumps({ref.name: cuts[ref.name].as_dict()})}
 
 

@@ -85,7 +85,8 @@ def _timer_paths(store: Store, hits: list[Message], key, topic, recovered_end) -
         chains = {unit.slot_time_ms: log.chain(unit.slot_time_ms) for unit in units
                   if not T.dequeued(unit.slot_time_ms, read)}
         reached = [unit if chains.get(unit.slot_time_ms) is None else
-                   replace(unit, reachable=unit.timerlog_offset in chains[unit.slot_time_ms].positions) for unit in units]
+                   replace(unit, reachable=unit.timerlog_offset in chains[unit.slot_time_ms].positions)
+                   for unit in units]
         paths = TP.trace(records, reached, TP.Checkpoint(read, resume, reach_ms=T.wheel_reach_ms()), as_of)
         for p in paths:
             lines = _path_lines(p, read, chains.get(p.unit.slot_time_ms) if p.unit is not None else None)
@@ -295,8 +296,8 @@ def _pop_states(store: Store, hits: list[Message]) -> list[tuple]:
         if m is None:
             continue
         ck = p.ck
-        head = f"popped by {ck.consumer_group} at {_when(ck.pop_time)} (invisible for {ck.invisible_time} ms, revived " \
-               f"at {_when(ck.revive_time)} unless acked; checkpoint at {p.checkpoint.physical_offset})"
+        head = f"popped by {ck.consumer_group} at {_when(ck.pop_time)} (invisible for {ck.invisible_time} ms, " \
+               f"revived at {_when(ck.revive_time)} unless acked; checkpoint at {p.checkpoint.physical_offset})"
         state = {"acked": f"acked by the {'batch ' if p.ack and p.ack.body.is_batch else ''}ack at "
                           f"{p.ack.physical_offset if p.ack else None}",
                  "in_flight": "in flight: its checkpoint has not fired, the consumer still holds it",

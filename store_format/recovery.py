@@ -47,7 +47,7 @@ from . import layout as L
 from .checkpoint import Checkpoint
 from .codec import decode_record
 from .consumequeue import units_of
-from .commitlog import END_OF_DATA, KIND_MESSAGE, Frame, SalvageSpan, Segment, salvage_arrays, walk_arrays
+from .commitlog import KIND_MESSAGE, Frame, SalvageSpan, Segment, salvage_arrays, walk_arrays
 from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
 from .fs import UnreadableError, read_bytes
@@ -716,11 +716,6 @@ class Cut:
     kind: str | None
     mode: str  # "normal" | "abnormal"
     field: str | None = None
-
-    @property
-    def at_damage(self) -> bool:
-        """The recovery ends at damage (what follows, if anything, is dropped), not at the end of the data."""
-        return self.kind not in (None, END_OF_DATA, "last blank")
 
     def as_dict(self) -> dict:
         return {"physical_offset": self.physical_offset, "segment": self.segment, "file_position": self.file_position,

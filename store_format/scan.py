@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple
 
-
 import numpy as np
 
 from . import layout as L
@@ -66,8 +65,8 @@ def canonical_walk(name: str) -> str:
 
 def walk_help(default: str) -> str:
     """The ``--walk`` help every job shares."""
-    return "; ".join(f"{w}: {WALK_MEANINGS[w]}" for w in WALKS) + f" (default {default}; 'recovery' is the " \
-        "earlier name of kept)"
+    earlier = "; ".join(f"'{old}' is the earlier name of {new}" for old, new in WALK_ALIASES.items())
+    return "; ".join(f"{w}: {WALK_MEANINGS[w]}" for w in WALKS) + f" (default {default}; {earlier})"
 
 # Ranged (non-mmap) reads fetch this much past a range end; a decision closer than this to the end of what
 # was read is re-made with more bytes.  It bounds a legitimate record: 4 MiB body + 64 KiB (broker >= 4.9.5).
@@ -312,6 +311,6 @@ def span_detail(span: SalvageSpan) -> str:
         else "")
 
 
-__all__ = ["WALKS", "WALK_MEANINGS", "WALK_ALIASES", "canonical_walk", "walk_help", "DEFAULT_MAX_RECORD_SIZE", "RangeWalk", "range_walk", "range_items", "read_range_walk",
-           "SegmentEnds", "segment_ends", "walk_ends", "with_crc_checked", "cut_to_walk", "kept_items",
-           "span_detail"]
+__all__ = ["WALKS", "WALK_MEANINGS", "WALK_ALIASES", "canonical_walk", "walk_help", "DEFAULT_MAX_RECORD_SIZE",
+           "RangeWalk", "range_walk", "range_items", "read_range_walk", "SegmentEnds", "segment_ends", "walk_ends",
+           "with_crc_checked", "cut_to_walk", "kept_items", "span_detail"]

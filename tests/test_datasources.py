@@ -166,7 +166,8 @@ def test_every_walk_item_is_owned_by_exactly_one_range(dump):
             items = FrameArrays.concat(per_range)
             first_stop, first_blank = segment_ends(per_range)
             assert [_key(x) for x in cut_to_walk(items, "salvage", first_stop, first_blank)] == salvage, (broker, seg.name, split)
-            assert [_key(x) for x in cut_to_walk(items, "kept", first_stop, first_blank, cut)] == kept, (broker, seg.name, split)
+            assert [_key(x) for x in cut_to_walk(items, "kept", first_stop, first_blank, cut)] == kept, \
+                (broker, seg.name, split)
             checked[broker] += 1
         # ranged reads: windows past the range end, grown when a decision falls too close to their end
         # (the margin, maxRecordSize, must exceed the largest record)

@@ -314,7 +314,8 @@ def test_explain_a_record_a_zeroed_page_destroyed_says_destroyed_not_never_writt
         assert why[0]["physical_offset"] == offset
         assert f"RandB/{queue_id} queue offset {queue_offset} (physical offset {offset}, segment" in \
             why[0]["detail"] and zeros in why[0]["detail"]
-        assert "the index still points at it" in why[0]["detail"] and "and so does the consume queue" in why[0]["detail"]
+        assert "the index still points at it" in why[0]["detail"]
+        assert "and so does the consume queue" in why[0]["detail"]
         assert f"its abnormal recovery ends the log at physical offset {damaged}" in why[0]["detail"]
     [first] = [m for m in store.messages() if m.physical_offset == 0]
     msg_id = ids.create_offset_msg_id(*ids.parse_host(first.store_host), destroyed)
