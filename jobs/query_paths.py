@@ -106,9 +106,8 @@ def _timer_paths(store: Store, hits: list[Message], key, topic, recovered_end) -
 
 class _TimerLogFacts:
     """The timer log as the timer's recovery leaves it, read once for a query: every unit (in bulk), the slot heads
-    (the wheel's slots whose time maps to their own index, then each valid unit the recovery rescans -- from
-    store_format.timer.rescan_start to the first corrupt unit -- as its slot's lastPos: the audit's ``timers``
-    family's rule), and each slot's chain walked as the dequeue walks it (store_format.timer.walk_chain)."""
+    (store_format.timer.slot_heads: the wheel's, then the units the recovery rescans, as the audit's ``timers``
+    family has them), and each slot's chain walked as the dequeue walks it (store_format.timer.walk_chain)."""
 
     def __init__(self, store: Store, cp):
         self.store = store
@@ -117,21 +116,16 @@ class _TimerLogFacts:
         start = T.rescan_start(self.files, cp.last_timer_log_flush_pos if cp is not None else None)
         corrupt = [int(o) for a in self.arrays for o in a.timerlog_offset[a.kind == T.KIND_CORRUPT].tolist()
                    if o >= start]
-        end = min(corrupt) if corrupt else None
-        self.heads: dict[int, int] = {}
         wheel = store.loc.child(L.TIMER_WHEEL_FILE)
         try:
             slots = T.read_wheel_slots(wheel, slots_total=L.DEFAULT_TIMER_SLOTS_TOTAL) if wheel.exists() else None
         except (StoreFormatError, OSError):
             slots = None
-        if slots is not None:
-            ok = slots.index_matches
-            self.heads.update(zip(slots.slot_time_ms[ok].tolist(), slots.last_pos[ok].tolist()))
-        for a in self.arrays:
-            offs = a.timerlog_offset
-            scan = (a.kind == T.KIND_ENTRY) & (offs >= start) & ((offs < end) if end is not None else True)
-            for t, o in zip(a.slot_time_ms[scan].tolist(), offs[scan].tolist()):  # in offset order: the last wins
-                self.heads[int(t)] = int(o)
+        entries = [(a.timerlog_offset[a.kind == T.KIND_ENTRY], a.slot_time_ms[a.kind == T.KIND_ENTRY])
+                   for a in self.arrays]
+        self.heads = T.slot_heads(slots, np.concatenate([o for o, _ in entries] or [np.zeros(0, np.int64)]),
+                                  np.concatenate([t for _, t in entries] or [np.zeros(0, np.int64)]), start,
+                                  min(corrupt) if corrupt else None)
 
     def units_at(self, offsets: set[int]) -> list[TP.Unit]:
         """The timer-log units pointing at the records at ``offsets``."""
