@@ -49,8 +49,9 @@ Output: JSON Lines (default) -- ``{"kind": "message", "broker": ..., <canonical 
 ISO beside their epoch fields), and
 with ``--explain`` ``{"kind": "explain", "broker", "reason", "physical_offset", "detail"}`` lines -- or a
 table (a body that is not printable text shown as ``<binary, N bytes: hex...>``).  Exit codes: 0 found, 1 nothing
-found, 2 bad usage (an id or key that does not parse says why) or an unreadable store.  An index file that cannot be opened (unreadable, too short, or a geometry neither the file
-nor ``--config``/``--hash-slots``/``--index-num`` tells) is named on stderr (a notice) and the key is looked
+found, 2 bad usage (an id or key that does not parse says why) or an unreadable store.  An index file that cannot
+be opened (unreadable, too short, or a geometry neither the file nor ``--config``/``--hash-slots``/``--index-num``
+tells) is named on stderr (a notice) and the key is looked
 for by a scan of every store (salvage walk) as well, so the answer stays complete (exit 0 or 1), as
 ``python -m store_format query`` does; a geometry given with ``--config`` or the flags that an index file's content
 contradicts is an error naming the file (exit 2).
