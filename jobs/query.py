@@ -411,15 +411,15 @@ class Query:
     def window_evidence(self, ref: StoreRef) -> list[Explanation]:
         """Damage whose neighbours were stored around the window: unframeable bytes or damaged records between a
         record stored before its end and one stored after its start, where messages of the window may have been."""
-        from jobs.query_evidence import remains_at, units_pointing_at
+        from jobs.query_evidence import remains_at, units_pointing_into
 
         store = self.opened[ref.name]
         cut = self.prediction(ref.name).cut
         out = []
         for seg in local_scan.segments_to_read(store, self.args.from_time, self.args.to_time):
             for span in local_scan.damage_between_times(store, seg, self.begin, self.end):
-                units = units_pointing_at(store, range(span.physical_offset, span.physical_offset + span.length),
-                                          [self.args.topic] if self.args.topic else None)
+                units = units_pointing_into(store, span.physical_offset, span.physical_offset + span.length,
+                                            [self.args.topic] if self.args.topic else None)
                 pointed = sorted({u for found in units.values() for u in found}, key=lambda u: u.physical_offset)
                 remains = remains_at(store, span.physical_offset)
                 detail = (f"{span.length} damaged bytes at physical offset {span.physical_offset} (segment "

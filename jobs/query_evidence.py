@@ -145,16 +145,24 @@ def units_pointing_at(store: Store, offsets: Iterable[int], topics: Iterable[str
                       ) -> dict[int, list[QueueUnit]]:
     """{physical offset: the consume-queue units that point at it}, in the queues of ``topics`` (None: every queue)."""
     wanted = np.array(sorted(set(offsets)), np.int64)
+    return _units(store, topics, lambda phys: np.isin(phys, wanted)) if len(wanted) else {}
+
+
+def units_pointing_into(store: Store, lo: int, hi: int, topics: Iterable[str] | None = None
+                        ) -> dict[int, list[QueueUnit]]:
+    """:func:`units_pointing_at` for every offset in [lo, hi) (a span of damaged bytes, however long)."""
+    return _units(store, topics, lambda phys: (phys >= lo) & (phys < hi))
+
+
+def _units(store: Store, topics: Iterable[str] | None, pointing) -> dict[int, list[QueueUnit]]:
     chosen = None if topics is None else set(topics)
     out: dict[int, list[QueueUnit]] = {}
-    if not len(wanted):
-        return out
     for (topic, qid), files in sorted(store.queues.items()):
         if chosen is not None and topic not in chosen:
             continue
         for f in files:
             a = read_unit_arrays(f)
-            for i in np.flatnonzero((a.kind == _ENTRY) & np.isin(a.physical_offset, wanted)).tolist():
+            for i in np.flatnonzero((a.kind == _ENTRY) & pointing(a.physical_offset)).tolist():
                 unit = QueueUnit(topic, qid, int(a.queue_offset[i]), int(a.physical_offset[i]), int(a.size[i]),
                                  int(a.tags_code[i]))
                 out.setdefault(unit.physical_offset, []).append(unit)
@@ -176,4 +184,4 @@ def units_with_tag(store: Store, topic: str, tag: str) -> list[QueueUnit]:
     return out
 
 
-__all__ = ["QueueUnit", "Remains", "remains_at", "units_pointing_at", "units_with_tag"]
+__all__ = ["QueueUnit", "Remains", "remains_at", "units_pointing_at", "units_pointing_into", "units_with_tag"]

@@ -400,3 +400,24 @@ def test_a_record_found_by_its_key_whose_body_fails_the_crc_is_said_to_be_damage
     assert [e["reason"] for e in why] == ["DAMAGED", "DROPPED_BY_RECOVERY"]
     assert f"{bad['topic']}/{bad['queueId']} queue offset {bad['queueOffset']}: its body fails the CRC check" in \
         why[0]["detail"]
+
+
+def test_a_time_window_whose_messages_a_zeroed_page_destroyed_is_explained_by_the_damage_there(tmp_path):
+    """A page of zeros over records stored within the window: no walk frames them, so --explain names the damaged
+    bytes between the records stored around the window and the consume-queue units still pointing into them
+    (DESTROYED), where before it found nothing and said nothing."""
+    cfg = WriterConfig(mappedFileSizeCommitLog=64 << 10, mappedFileSizeConsumeQueue=4000)
+    t0 = 1_700_000_000_000
+    with StoreWriter(tmp_path / "s", cfg) as w:
+        stored = [w.append(Message(topic="Orders", body=bytes(300), queue_id=0, born_timestamp=t0 + i * 1000,
+                                   store_timestamp=t0 + i * 1000)) for i in range(60)]
+    page = 8192  # the third page: its records are destroyed whole, and the ones around it stay
+    damage.zero_page(tmp_path / "s", tmp_path / "d", physical_offset=page)
+    inside = [m for m in stored if m.physical_offset >= page and m.physical_offset + m.store_size <= page + 4096]
+    assert len(inside) >= 3
+    lo, hi = inside[0].store_timestamp, inside[-1].store_timestamp
+    code, msgs, why, _ = ask("--store", tmp_path / "d", "--from", lo, "--to", hi, "--explain")
+    assert code == 1 and msgs == [] and [e["reason"] for e in why] == ["DESTROYED"]
+    assert "lie between a record stored at" in why[0]["detail"]
+    assert f"Orders/0 queue offset {inside[0].queue_offset}" in why[0]["detail"]
+    assert "the broker's recovery drops them" in why[0]["detail"]  # the zeros end its walk: the cut is there
