@@ -97,6 +97,11 @@ def _option(options, name: str, default, parse):
         raise ValueError(f"option {name}={value!r}: {e}") from None
 
 
+def option_parsed(options, name: str, default, parse):
+    """``parse`` of the option's value (absent or empty: ``default``); its ValueError names the option."""
+    return _option(options, name, default, parse)
+
+
 def option_choice(options, name: str, choices, default: str, *, upper: bool = False) -> str:
     """One of ``choices`` (compared upper- or lower-cased, as they are spelled)."""
     def choose(value):

@@ -6,12 +6,21 @@ MAX_RANGE_STREAMED; ``splitSize`` overrides it), and each task's rows are store_
 into Arrow batches from its arrays with no per-record Python.  The framing runs compiled
 (``udfs.kernels.CompiledFramer``).
 
-A segment cut into several ranges needs its ends (where its recovery and salvage walks end: store_format.scan),
-known only by walking it from its start.  datasources/twopass.py's :func:`read_commitlog` finds them in a first
-pass and hands them to this source in the ``segmentEnds`` option, so every task knows them, ranges past the
-recovery end are never read, and body CRCs checked by the first pass are not checked again.  Without
-``segmentEnds`` (or with ends that lack a segment it cuts) the planner walks those segments itself, a range per
-core at a time, on every query; a segment that is a single range needs neither (its one task walks it all).
+``walk`` says which items: ``kept`` (the default), what the broker keeps after its predicted recovery -- the items
+before the cut the audit reports, and its stop there -- or ``salvage``, everything intact, past damage and past the
+cut (store_format.scan.WALKS; ``recovery`` is the kept walk's earlier name).  The cut is each store's
+(store_format.recovery.predict_cut, predicted by the planner once per read, the ``brokerConfig`` broker.conf's
+CRC settings followed), or the ``recoveryCuts`` a job predicted once for all its reads (JSON ``{broker:
+Cut.as_dict()}``; ``none``: not known, for a salvage read that does not need it).  Every row says whether the broker
+keeps it (``kept``).
+
+A segment cut into several ranges needs its ends (its first stop, where ``beyond_first_stop`` begins, and its first
+blank, where the salvage walk ends: store_format.scan), known only by walking it from its start.
+datasources/twopass.py's :func:`read_commitlog` finds them in a first pass and hands them to this source in the
+``segmentEnds`` option, so every task knows them, ranges past a walk's end are never read, and body CRCs checked by
+the first pass are not checked again.  Without ``segmentEnds`` (or with ends that lack a segment it cuts) the
+planner walks those segments itself, a range per core at a time, on every query; a segment that is a single range
+needs neither (its one task walks it all).
 
 Rows: one per walk item, ``kind`` = message | blank | stop (where a walk stopped: damage, or END_OF_DATA
 for the zero-filled tail, summarized in one row whose ``length`` is the tail's) | corrupt (bytes the salvage
@@ -43,11 +52,12 @@ from store_format.commitlog import (END_OF_DATA, KIND_CORRUPT, KIND_MESSAGE, KIN
 from store_format.fs import ReadOnlyMap
 from store_format.errors import ErrorKind, RecordError
 from store_format.plan import MAX_RANGE_STREAMED, SegmentRange, plan_ranges, split_segments
-from store_format.scan import DEFAULT_MAX_RECORD_SIZE, WALKS, cut_to_walk, read_range_walk, segment_ends, \
-    span_detail, walk_ends
+from store_format.scan import DEFAULT_MAX_RECORD_SIZE, WALK_MEANINGS, WALKS, canonical_walk, cut_to_walk, \
+    read_range_walk, segment_ends, span_detail, walk_ends
 from udfs.columns import column
 
-from .base import StoreDataSource, StoreReader, option_bool, option_choice, option_int, option_size, parse_mode
+from .base import StoreDataSource, StoreReader, option_bool, option_choice, option_int, option_parsed, option_size, \
+    parse_mode
 
 FORMAT = "rocketmq-commitlog"
 MATERIALIZE = ("positions", "frames", "headers", "decoded")
@@ -61,8 +71,10 @@ BASE_COLUMNS = pa.schema([  # every row's, whatever it materializes
     column("store_size", pa.int32()),
     column("length", pa.int64(), "bytes the row covers: a message's or blank's TOTALSIZE; for a stop, the rest "
                                  "of the segment file from there; for a corrupt span, its length"),
-    column("beyond_first_stop", pa.bool_(), "found by the salvage walk past the point where the broker's recovery "
-                                            "walk stops"),
+    column("beyond_first_stop", pa.bool_(), "past damage in its segment: after the first stop of the segment's walk "
+                                            "from its start"),
+    column("kept", pa.bool_(), "before the broker's predicted cut (the audit's): its recovery keeps the row; false "
+                               "past it (the salvage walk's rows the broker drops); null where the cut is unknown"),
     column("reason", pa.string(), "stop and corrupt rows: why (END_OF_DATA, BAD_CRC, ...)"),
     column("field", pa.string(), "stop and corrupt rows: the field that failed"),
     column("detail", pa.string(), "stop and corrupt rows: what was found there"),
@@ -125,7 +137,7 @@ def arrow_schema(materialize: str, decompress: bool = False, columns: tuple[str,
 @dataclass(frozen=True)
 class Options:
     split_size: int | None  # None: the default (range_sizes)
-    walk: str
+    walk: str  # kept | salvage (store_format.scan.WALKS)
     mode: str
     materialize: str
     check_crc: bool
@@ -140,13 +152,15 @@ class Options:
     push_filters: bool  # prune by the query's filters (see CommitLogReader.pushFilters)
     ends: str  # "planner" | "unresolved" | JSON {"broker/segment": [first_stop, first_blank(, crc_checked_before)]}
     parallelism: int | None  # the session's cores, for the default range size (None: this machine's)
+    cuts: str | None  # recoveryCuts: None (predicted here), "none" (not known) or JSON {broker: Cut.as_dict()}
+    broker_config: str | None  # brokerConfig: the broker.conf whose CRC settings the prediction follows
 
     @classmethod
     def parse(cls, options) -> "Options":
         materialize = option_choice(options, "materialize", MATERIALIZE, DEFAULT_MATERIALIZE)
         return cls(
             split_size=option_size(options, "splitSize"),
-            walk=option_choice(options, "walk", WALKS, "recovery"),
+            walk=parse_walk(options),
             mode=parse_mode(options),
             materialize=materialize,
             check_crc=option_bool(options, "checkCrc", True),
@@ -161,7 +175,21 @@ class Options:
             push_filters=option_bool(options, "pushFilters", False),
             ends=options.get("segmentEnds", "planner"),
             parallelism=option_int(options, "parallelism"),
+            cuts=options.get("recoveryCuts"),
+            broker_config=options.get("brokerConfig"),
         )
+
+
+def parse_walk(options) -> str:
+    """The ``walk`` option: kept (default) or salvage (store_format.scan.WALKS; an earlier name is taken too)."""
+    def choose(value):
+        v = canonical_walk(str(value).strip().lower())
+        if v not in WALKS:
+            raise ValueError(f"choose one of {', '.join(WALKS)} "
+                             f"({'; '.join(f'{w}: {m}' for w, m in WALK_MEANINGS.items())})")
+        return v
+
+    return option_parsed(options, "walk", "kept", choose)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -179,6 +207,45 @@ def plan_segment_ranges(inputs, opts: Options) -> list[SegmentRange]:
     split policy for a task that streams its rows (``splitSize`` overrides it)."""
     segments = [(inp.broker, s) for inp in inputs for s in list_segment_files(inp.loc, opts.segment_size)]
     return plan_ranges(segments, opts.split_size, opts.parallelism or os.cpu_count() or 2, largest=MAX_RANGE_STREAMED)
+
+
+def recovery_cuts(inputs, opts: Options) -> dict:
+    """{broker: store_format.recovery.Cut or None} for the inputs: the ``recoveryCuts`` given, else each store's
+    predicted here the audit's way (store_format.recovery.predict_cut, ``brokerConfig``'s CRC settings,
+    ``checkCrc`` as checkCRCOnRecover).  None where it is not known: ``recoveryCuts=none``, or a store whose recovery
+    cannot be predicted (a segment file outside a store) -- the kept walk then refuses to read."""
+    from store_format.recovery import Cut
+
+    given = opts.cuts.strip() if opts.cuts is not None else None
+    if given is not None and given.lower() == "none":
+        found = {inp.broker: None for inp in inputs}
+    else:
+        table = json.loads(given) if given else {}
+        found = {inp.broker: Cut.from_dict(table[inp.broker]) if inp.broker in table else predicted_cut(inp, opts)
+                 for inp in inputs}
+    if opts.walk == "kept":
+        unknown = [b for b, c in found.items() if c is None]
+        if unknown:
+            raise ValueError(f"walk=kept returns what the broker keeps after its predicted recovery, which is not "
+                             f"known for {', '.join(unknown)} (a segment file outside a store, or recoveryCuts=none): "
+                             "read it with walk=salvage, or give its store root")
+    return found
+
+
+def predicted_cut(inp, opts: Options):
+    """The cut of the store ``inp`` belongs to (None when its root is not a store)."""
+    from store_format.brokerconf import read_properties, recovery_settings
+    from store_format.errors import StoreFormatError
+    from store_format.recovery import predict_cut
+    from store_format.store import Store
+
+    settings = recovery_settings(read_properties(opts.broker_config), opts.broker_config) \
+        if opts.broker_config else None
+    try:
+        store = Store(inp.root, segment_size=opts.segment_size)
+    except StoreFormatError:
+        return None
+    return predict_cut(store, settings, check_crc=opts.check_crc).cut
 
 
 def walk_options(opts: Options) -> dict:
@@ -314,22 +381,28 @@ class CommitLogReader(StoreReader):
         brokers, segments = _value_set(self.filters, "broker"), _value_set(self.filters, "segment")
         lo, hi = _offset_bounds(self.filters)
         # ranges planned over every file, as commitlog_ends plans them, then the files the filters exclude dropped
+        inputs = [i for i in inputs if brokers is None or i.broker in brokers]
+        cuts = recovery_cuts(inputs, self.opts)
+        kept = self.opts.walk == "kept"
         parts = [RangePartition(**vars(p)) for p in plan_segment_ranges(inputs, self.opts)
                  if (brokers is None or p.broker in brokers) and (segments is None or p.name in segments)
                  and (p.base is None or (p.base + p.length >= lo and p.base <= hi))]
-        ends = self._ends(parts)
+        past_cut = {p.key for p in parts if kept and p.base is not None and p.base > cuts[p.broker].physical_offset}
+        ends = self._ends([p for p in parts if p.key not in past_cut])  # a segment the broker deletes needs none
         out = []
         for p in parts:
+            p.cut = cuts.get(p.broker)
             if p.base is not None:
                 if p.base + p.start > hi and p.start > 0:
                     continue  # every item of the range lies at or after its start
+                if kept and p.base + p.start > p.cut.physical_offset and not p.problems:
+                    continue  # past the broker's cut: the kept walk has nothing there
                 if p.key in ends:
                     p.first_stop, p.first_blank, *checked = ends[p.key]
                     p.crc_checked_before = checked[0] if checked and self.opts.check_crc else 0
                     p.resolved = True
-                    cutoff = p.first_stop if self.opts.walk == "recovery" else p.first_blank
-                    if cutoff is not None and p.start > cutoff and not p.problems:
-                        continue  # the walk ends before this range: nothing to read
+                    if p.first_blank is not None and p.start > p.first_blank and not p.problems:
+                        continue  # the salvage walk of the segment ends before this range: nothing to read
                 elif p.start == 0 and p.last and self.opts.ends != "unresolved":
                     p.finds_ends = True
             out.append(p)
@@ -398,8 +471,8 @@ class _RangeReader:
             if p.finds_ends:
                 p.first_stop, p.first_blank = segment_ends([items])
                 p.resolved = True
-            if p.resolved:
-                items = cut_to_walk(items, self.opts.walk, p.first_stop, p.first_blank)
+            if p.resolved or p.cut is not None:
+                items = cut_to_walk(items, self.opts.walk, p.first_stop, p.first_blank if p.resolved else None, p.cut)
             if self.filters and self.opts.mode != "FAILFAST":  # FAILFAST fails on damage the filters drop too
                 items = _prefilter(items, self.filters, p.base)
             n = self.opts.batch_rows
@@ -444,6 +517,12 @@ class _RangeReader:
             beyond = pa.array(beyond, pa.bool_(), mask=_rows_mask(problem, n) if problem else None)
         else:
             beyond = pa.nulls(n, pa.bool_())
+        if p.cut is not None and p.base is not None:
+            problem = [i for i, it in items.others.items() if isinstance(it, _FileProblem)]
+            kept = pa.array(pos + p.base < p.cut.physical_offset, pa.bool_(),
+                            mask=_rows_mask(problem, n) if problem else None)
+        else:
+            kept = pa.nulls(n, pa.bool_())
         all_messages = not items.others
         cols = {
             "broker": _repeated(p.broker, n),
@@ -454,7 +533,7 @@ class _RangeReader:
             "store_size": pa.array(items.sizes, pa.int32()) if all_messages else
             pa.array(np.where(store_size_null, 0, items.sizes), pa.int32(), mask=store_size_null),
             "length": pa.array(length, pa.int64()),
-            "beyond_first_stop": beyond,
+            "beyond_first_stop": beyond, "kept": kept,
             "reason": _sparse(reason, n), "field": _sparse(field, n), "detail": _sparse(detail, n),
             "excerpt_hex": _sparse(excerpt, n),
         }

@@ -45,7 +45,7 @@ def commitlog_ends(spark, path: str, first_pass: str = "auto", **options) -> dic
     positions = {k: v for k, v in opts.items() if k != "columns"}  # the decoded columns of the second pass
     stops = (spark.read.format(FORMAT).options(**positions)
              .options(materialize="positions", walk="salvage", mode="PERMISSIVE", segmentEnds="unresolved",
-                      pushFilters="true")
+                      pushFilters="true", recoveryCuts="none")  # stops and blanks only: no cut needed
              .load(path)
              .where(F.col("broker").isin(sorted({f.broker for f in split}))
                     & F.col("segment").isin(sorted({f.name for f in split})) & F.col("kind").isin("stop", "blank"))

@@ -1,24 +1,26 @@
 """decode: export every message of one or more broker dumps as a table.
 
   rocketmq-forensics decode --store PATH [PATH ...] --out DIR [--format parquet|delta|jsonl]
-                            [--walk recovery|salvage] [--topic T ...] [--columns C,C,...] [--decompress]
+                            [--walk kept|salvage] [--topic T ...] [--columns C,C,...] [--decompress]
                             [--overwrite]
 
 The messages table has one row per stored message, with the canonical columns of the ``rocketmq-commitlog``
 data source read with ``materialize=decoded``: location (``broker, segment,
-file_position, physical_offset, store_size``, ``beyond_first_stop`` = found by the salvage walk past the
-point where the broker's recovery stops), every stored field, and the derived ones (msg_id, uniq_key, keys,
-tags, tran_type, compression, body_crc_ok, ...); ``--columns`` keeps only the named ones (with the location
-columns and topic), and is cheaper: the data source then decodes and ships only those.  ``--walk recovery``
-(default) keeps what the broker itself would recover; ``salvage`` resyncs past damage.  Damage is not part of
-this table (the audit reports it); the summary line counts where a walk stopped on damage and the unframeable
-spans it skipped.
+file_position, physical_offset, store_size``, ``beyond_first_stop`` = behind damage in its segment, ``kept`` =
+before the broker's predicted cut), every stored field, and the derived ones (msg_id, uniq_key, keys, tags,
+tran_type, compression, body_crc_ok, ...); ``--columns`` keeps only the named ones (with the location columns and
+topic), and is cheaper: the data source then decodes and ships only those.  ``--walk kept`` (default): what the
+broker keeps after its predicted recovery, every intact message before the cut the audit reports; ``salvage``:
+every intact message, also past damage and past the cut (``kept`` false there).  Damage is not part of this table
+(the audit reports it); the summary line says where each broker's recovery cuts the log, counts where a walk
+stopped on damage and the unframeable spans it skipped.
 
 Exit codes: 0 messages written, 1 nothing matched (an empty table is still written), 2 could not run.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -33,7 +35,7 @@ from jobs.commit import job_run, runs_job  # noqa: E402
 from jobs.custody import watch  # noqa: E402
 from jobs.output import prepare_output, read_table, write_table  # noqa: E402
 from jobs.progress import Phase  # noqa: E402
-from store_format.scan import WALKS  # noqa: E402
+from store_format.scan import WALKS, canonical_walk, walk_help  # noqa: E402
 
 NAME = "decode"
 # The data source's damage columns are always null on message rows; ``length`` repeats store_size there.
@@ -48,8 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_store_arguments(p, what="a broker store root, a folder of broker stores, a commitlog folder or segment "
                                     "file (local path or pyarrow URI)")
     cli.add_output_arguments(p)
-    p.add_argument("--walk", choices=WALKS, default="recovery",
-                   help="recovery: what the broker would recover (default); salvage: also past damage")
+    p.add_argument("--walk", type=canonical_walk, choices=WALKS, default="kept", help=walk_help("kept"))
     p.add_argument("--topic", action="append", metavar="T",
                    help="keep only this topic (repeatable)")
     p.add_argument("--columns", metavar="C,C,...", type=_column_list,
@@ -70,11 +71,11 @@ def _column_list(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(str(e).removeprefix("option columns: ")) from None
 
 
-def messages(spark, stores: list, walk: str = "recovery", topics: list[str] | None = None,
-             decompress: bool = False, columns: list[str] | None = None):
+def messages(spark, stores: list, walk: str = "kept", topics: list[str] | None = None,
+             decompress: bool = False, columns: list[str] | None = None, cuts: dict | None = None):
     """The messages of ``stores`` (jobs.stores.StoreRef: each read under its broker name; optionally of
     ``topics`` only) as a DataFrame; ``columns``: only these message columns (and the location columns and
-    topic)."""
+    topic); ``cuts``: {broker: store_format.recovery.Cut} (predicted by the source when not given)."""
     from functools import reduce
 
     from pyspark.sql import functions as F
@@ -83,14 +84,19 @@ def messages(spark, stores: list, walk: str = "recovery", topics: list[str] | No
 
     chosen = {"columns": ",".join(dict.fromkeys(["topic", *columns]))} if columns else {}
     frames = [read_commitlog(spark, s.read_path(), materialize="decoded", walk=walk, broker=s.name,
-                             decompress=str(decompress).lower(), **chosen) for s in stores]
+                             decompress=str(decompress).lower(), **chosen, **_cut_option(s, cuts)) for s in stores]
     msgs = reduce(lambda a, b: a.unionByName(b), frames).where(F.col("kind") == "message")
     if topics:
         msgs = msgs.where(F.col("topic").isin(topics))
     return msgs.drop(*NOT_MESSAGE_COLUMNS)
 
 
-def _damage(spark, stores: list, walk: str) -> dict[str, int]:
+def _cut_option(ref, cuts: dict | None) -> dict:
+    """The source's ``recoveryCuts`` option for one store (none: the source predicts the cut itself)."""
+    return {} if cuts is None else {"recoveryCuts": json.dumps({ref.name: cuts[ref.name].as_dict()})}
+
+
+def _damage(spark, stores: list, walk: str, cuts: dict | None = None) -> dict[str, int]:
     """How many walks stopped on damage and how many unframeable spans were skipped (positions only)."""
     from functools import reduce
 
@@ -99,8 +105,8 @@ def _damage(spark, stores: list, walk: str) -> dict[str, int]:
     from datasources import read_commitlog
     from store_format.commitlog import END_OF_DATA
 
-    frames = [read_commitlog(spark, s.read_path(), materialize="positions", walk=walk, broker=s.name)
-              for s in stores]
+    frames = [read_commitlog(spark, s.read_path(), materialize="positions", walk=walk, broker=s.name,
+                             **_cut_option(s, cuts)) for s in stores]
     rows = (reduce(lambda a, b: a.unionByName(b), frames)
             .where((F.col("kind") == "corrupt") | ((F.col("kind") == "stop") & (F.col("reason") != END_OF_DATA)))
             .groupBy("kind").count().collect())
@@ -134,7 +140,10 @@ def run(spark, args) -> cli.JobResult:
     stores = prepare(args)  # again: run() is also called directly, without main(); the same claim
     watch(job_run(NAME), stores)  # the stores' chain of custody, checked again before the commit
     staged = prepare_output(args.out, overwrite=args.overwrite, job=NAME).staging_path  # committed on return
-    msgs = messages(spark, stores, args.walk, args.topic, args.decompress, getattr(args, "columns", None))
+    from jobs.extract import predictions
+
+    cuts = {name: p.cut for name, p in predictions(stores).items()}
+    msgs = messages(spark, stores, args.walk, args.topic, args.decompress, getattr(args, "columns", None), cuts)
     sizes = [s.commitlog_bytes() for s in stores]
     with Phase("decode and write", None if None in sizes else sum(sizes), spark):
         write_table(msgs, staged, args.format)
@@ -143,10 +152,12 @@ def run(spark, args) -> cli.JobResult:
     stats = (read_table(spark, staged, args.format, schema=msgs.schema)
              .agg(F.count(F.lit(1)).alias("n"), F.countDistinct("broker").alias("brokers"),
                   F.countDistinct("topic").alias("topics")).first())
-    damage = _damage(spark, stores, args.walk)
+    damage = _damage(spark, stores, args.walk, cuts)
+    where = "; ".join(f"{name} recovery cuts at physical offset {c.physical_offset:,} ({c.kind})"
+                      for name, c in cuts.items())
     summary = (f"decode: {stats['n']} messages ({stats['topics']} topics, {stats['brokers']} brokers) written to "
                f"{args.out} as {args.format}; walk {args.walk}: {damage.get('stop', 0)} stops on damage, "
-               f"{damage.get('corrupt', 0)} corrupt spans skipped")
+               f"{damage.get('corrupt', 0)} corrupt spans skipped; {where}")
     return cli.JobResult(summary, cli.EXIT_OK if stats["n"] else cli.EXIT_NOTHING)
 
 

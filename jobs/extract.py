@@ -6,7 +6,7 @@
          [--tran-type NOT|PREPARED|COMMIT|ROLLBACK] [--half committed|rolled-back|unresolved]
          [--dlq [GROUP]] [--retry [GROUP]]
          [--not-consumed-by G [--consumers N | --consumer-ids ID,ID...]]
-         [--walk recovery|salvage] [--body stored|decompressed] [--dedupe] [--overwrite]
+         [--walk kept|salvage] [--config broker.conf] [--body stored|decompressed] [--dedupe] [--overwrite]
 
 Every given criterion must hold (AND).  ``--key`` matches a KEYS entry or the UNIQ_KEY; ``--from``/``--to``
 bound the store time (ms since the epoch or ISO-8601, UTC unless an offset is given) and are pushed into the
@@ -28,18 +28,28 @@ the consumer ids sorted as Java sorts strings; consumer i takes a contiguous run
 message.  The broker name is the dump folder's name (``<broker>/store`` -> ``<broker>``); name the folders
 after brokerName for an exact simulation.  Subscription tag filters are not known offline and are not applied.
 
+``--walk`` says which messages: ``kept`` (the default), what the broker keeps after its predicted recovery -- every
+intact message before the cut the audit reports (``--config``'s forceVerifyPropCRC moves it as it moves the
+broker's) -- or ``salvage``, every intact message, also past damage and past the cut.
+
 Output (Parquet, JSON Lines or Delta: ``--format``): one row per message with ``broker``, the canonical message fields
-(docs/record-layout.md, "Canonical message fields"), ``beyond_first_stop`` (found by ``--walk salvage`` past where its
-segment's recovery walk stops) and, when simulating, ``consumer``.  ``--body decompressed`` stores the
+(docs/record-layout.md, "Canonical message fields"), ``beyond_first_stop`` (behind damage in its segment),
+``kept`` (before the broker's cut: false for the salvage walk's messages the broker drops) and, when simulating,
+``consumer``.  ``--body decompressed`` stores the
 decompressed body with the compression bits cleared from ``sys_flag`` (``compression`` NONE, ``body_crc`` of
 the new body, ``stored_compression`` what it was), so the table replays as plain records.  ``--dedupe``
 keeps one copy per (topic, UNIQ_KEY, reconsume times, transaction type) -- the first by (broker, physical
 offset) -- across brokers and replicas; records without a UNIQ_KEY are never dropped.
 
-``<out>/_manifest.json`` (ignored by table readers: a leading underscore) records the stores, the
-selection and counts that reconcile: ``selected = written + rejected`` with a reason per rejection
-(DUPLICATE_UNIQ_KEY, DECOMPRESSION); ``written`` is counted back from the output.  Exit codes: 0 written,
-1 nothing matched, 2 bad usage, unreadable input or an output that must not be written.
+``<out>/_manifest.json`` (ignored by table readers: a leading underscore) records the stores, the selection, the
+walk, per broker where its recovery cuts the log (``brokers``: physical offset, segment, byte, why) and how many intact
+messages of the selection lie past the cut (left out by the kept walk, written by the salvage walk) or behind damage
+before it, and counts: ``selected = written + rejected`` with a reason per rejection (DUPLICATE_UNIQ_KEY,
+DECOMPRESSION), ``written`` counted back from the output.  ``holes`` lists the queue offsets missing between the
+selected messages of a queue (records the store held that no intact record of the walk holds: damaged or destroyed);
+``reconciled`` is true when the counts add up and there is no hole.  Exit codes: 0 written (holes are said on
+stderr and in the manifest), 1 nothing matched, 2 bad usage, unreadable input, an output that must not be written, or
+counts that do not add up.
 """
 # The helpers the query, replay and compare jobs share (labelled store roots, time arguments, several dumps'
 # commitlogs read as one DataFrame) live here, since those jobs are in part an extract; the command line, exit
@@ -50,7 +60,7 @@ import argparse
 import datetime as _dt
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
 
@@ -65,7 +75,7 @@ if __package__ in (None, ""):  # spark-submit jobs/extract.py: make the project 
 from store_format import layout as L  # noqa: E402
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args, number_argument  # noqa: E402
 from store_format import fs  # noqa: E402
-from store_format.scan import WALKS  # noqa: E402
+from store_format.scan import WALK_MEANINGS, WALKS, canonical_walk, walk_help  # noqa: E402
 from store_format.commitlog import first_record  # noqa: E402
 from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.message import CANONICAL_FIELDS  # noqa: E402
@@ -86,7 +96,7 @@ DECOMPRESSION = "DECOMPRESSION"
 HALF_STATES = ("committed", "rolled-back", "unresolved")
 TRAN_TYPES = tuple(L.TRAN_TYPE_NAMES.values())
 #: the columns of an extract, in order: the dump's label, the canonical message, where the walk found it
-OUTPUT_COLUMNS = ("broker",) + CANONICAL_FIELDS + ("beyond_first_stop",)
+OUTPUT_COLUMNS = ("broker",) + CANONICAL_FIELDS + ("beyond_first_stop", "kept")
 #: what an extract may add after them (output_columns); the Spark code of select() makes them
 ADDED_COLUMNS = pa.schema([
     C.column("stored_compression", pa.string(), "extract --body decompressed: the compression the body was stored "
@@ -183,23 +193,39 @@ def segments_in_time_range(store: Store, lo: int | None, hi: int | None) -> list
     return None if len(keep) == len(spans) else keep
 
 
-def read_messages(spark, stores: list[StoreRef], *, walk: str = "recovery", decompress: bool = False,
+def predictions(stores: list[StoreRef], args=None) -> dict:
+    """{broker: store_format.recovery.RecoveryPrediction} of each store, the audit's (store_format.recovery.predict_cut,
+    with ``--config``'s CRC settings when ``args`` has one): its ``cut`` is where the kept walk ends."""
+    from store_format.brokerconf import recovery_settings_from_args
+    from store_format.recovery import predict_cut
+
+    settings = recovery_settings_from_args(args) if args is not None else None
+    return {ref.name: predict_cut(ref.open(), settings) for ref in stores}
+
+
+def read_messages(spark, stores: list[StoreRef], *, walk: str = "kept", decompress: bool = False,
                   materialize: str = "decoded", time_range: tuple[int | None, int | None] = (None, None),
-                  include_other_rows: bool = False):
+                  include_other_rows: bool = False, cuts: dict | None = None):
     """Every message row of the stores' commitlogs as one DataFrame (the ``rocketmq-commitlog`` data source,
-    two-pass reader), labelled by ``broker``.  ``time_range`` skips segments outside it and pushes the
-    store-time bounds into the source; other row kinds (blank, stop, corrupt) only with ``include_other_rows``."""
+    two-pass reader), labelled by ``broker``, as ``walk`` returns them (store_format.scan.WALKS).  ``cuts``: {broker:
+    store_format.recovery.Cut}, each store's predicted recovery (:func:`predictions`; predicted here when not
+    given), which the kept walk ends at and every row's ``kept`` is decided by.  ``time_range`` skips segments
+    outside it and pushes the store-time bounds into the source; other row kinds (blank, stop, corrupt) only with
+    ``include_other_rows``."""
     from pyspark.sql import functions as F
 
     from datasources import read_commitlog
 
     lo, hi = time_range
+    if cuts is None:
+        cuts = {name: p.cut for name, p in predictions(stores).items()}
     frames = []
     for ref in stores:
         # a DataFrame per call that every query filters (by kind or time, below): pushing its filters is safe
         # (CommitLogReader.pushFilters)
         filtered = not include_other_rows or lo is not None or hi is not None
-        options = dict(walk=walk, materialize=materialize, broker=ref.name, pushFilters=str(filtered).lower())
+        options = dict(walk=walk, materialize=materialize, broker=ref.name, pushFilters=str(filtered).lower(),
+                       recoveryCuts=json.dumps({ref.name: cuts[ref.name].as_dict()}))
         if decompress:
             options["decompress"] = "true"
         kept = segments_in_time_range(ref.open(), lo, hi)
@@ -352,14 +378,18 @@ def allocation_rows(stores: list[StoreRef], committed: list[tuple[str, str, int]
 
 @dataclass
 class Selection:
-    frame: object  # DataFrame: the selected rows with a ``_reject`` (reason) and ``_detail`` column
+    frame: object  # DataFrame: the rows the walk gives, selected, with a ``_reject`` (reason) and ``_detail`` column
     order: tuple  # output sort columns
     notes: list
     allocation: list | None  # (broker, topic, queue_id, consumer) rows when simulating consumers
+    base: object = None  # DataFrame: every intact message the selection names (the salvage walk's), ``kept`` marked
+    recovery: dict = field(default_factory=dict)  # broker -> RecoveryPrediction (its cut: where the kept walk ends)
 
 
 def select(spark, args, stores: list[StoreRef]) -> Selection:
-    """The rows the arguments select, each marked with why it would not be written (or not)."""
+    """The rows the arguments select from the walk asked for, each marked with why it would not be written (or not),
+    and every intact message the selection names (``base``: the salvage walk's, each marked whether the broker keeps
+    it), which what the walk leaves out is counted from."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -367,14 +397,16 @@ def select(spark, args, stores: list[StoreRef]) -> Selection:
     if lo is not None and hi is not None and lo > hi:
         raise UsageError(f"--from {format_time(lo)} is after --to {format_time(hi)}")
     decompress = args.body == "decompressed"
-    msgs = read_messages(spark, stores, walk=args.walk, decompress=decompress, time_range=(lo, hi))
+    recovery = predictions(stores, args)
+    cuts = {name: p.cut for name, p in recovery.items()}
+    msgs = read_messages(spark, stores, walk="salvage", decompress=decompress, time_range=(lo, hi), cuts=cuts)
     cond = selection_filter(args)
     if cond is not None:
         msgs = msgs.where(cond)
     notes: list[str] = []
     order = ("broker", "physical_offset")
     if args.half:  # resolution comes from commit and op records anywhere in the dump, not only in the range
-        states = half_states(lambda: read_messages(spark, stores, walk=args.walk))
+        states = half_states(lambda: read_messages(spark, stores, walk=args.walk, cuts=cuts))
         msgs = msgs.join(states.where(F.col("half_state") == args.half), ["broker", "physical_offset"], "left_semi")
     allocation = None
     if args.not_consumed_by is not None:
@@ -393,6 +425,9 @@ def select(spark, args, stores: list[StoreRef]) -> Selection:
             allocation = allocation_rows(stores, committed, cids)
             schema = "broker string, topic string, queue_id int, consumer string"
             msgs = msgs.join(spark.createDataFrame(allocation, schema), ["broker", "topic", "queue_id"], "left")
+    base = msgs
+    if args.walk == "kept":
+        msgs = msgs.where(F.col("kept"))
     reject = F.lit(None).cast("string")
     detail = F.lit(None).cast("string")
     if decompress:
@@ -418,7 +453,7 @@ def select(spark, args, stores: list[StoreRef]) -> Selection:
         detail = F.when(dup, F.concat(F.lit("a copy of the record at "), F.col("_first"))).otherwise(detail)
         reject = F.when(dup, F.lit(DUPLICATE_UNIQ_KEY)).otherwise(reject)
     msgs = msgs.withColumn("_reject", reject).withColumn("_detail", detail)
-    return Selection(msgs, order, notes, allocation)
+    return Selection(msgs, order, notes, allocation, base, recovery)
 
 
 def output_columns(args) -> list[str]:
@@ -482,86 +517,187 @@ def _selection_args(args) -> dict:
 @runs_job("extract")
 def run(spark, args, err=None) -> cli.JobResult:
     """Select, write, count back, and write the manifest (its lines on ``err``)."""
-    from pyspark import StorageLevel
+    from jobs.stores import commitlog_bytes
 
     err = err or sys.stderr
     stores = prepare(args)
     watch(job_run("extract"), stores)  # the stores' chain of custody, checked again before the commit
     sel = select(spark, args, stores)
-    # counted, written and reported from one walk of the dumps
-    frame = sel.frame.persist(StorageLevel.MEMORY_AND_DISK)
-    from jobs.stores import commitlog_bytes
-
-    try:
-        with Phase("select and write", sum(commitlog_bytes(s.root) for s in stores), spark):
-            return cli.JobResult("", write_selection(spark, args, stores, sel, frame, err))
-    finally:
-        frame.unpersist()
+    with Phase("select and write", sum(commitlog_bytes(s.root) for s in stores), spark) as phase:
+        return cli.JobResult("", write_selection(spark, args, stores, sel, err, phase))
 
 
-def write_selection(spark, args, stores: list[StoreRef], sel: Selection, frame, err) -> int:
-    """Count the selected rows, write the kept ones, count them back, write the manifest."""
+def write_selection(spark, args, stores: list[StoreRef], sel: Selection, err, phase: Phase | None = None) -> int:
+    """Count the selected rows and what the walk leaves out, look for holes, write the rows kept, count them back,
+    write the manifest; counted, written and reported from one read of the dumps (``phase``: its steps named)."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from jobs.output import prepare_output, read_table, write_table
 
-    by = ["_reject", "topic"] + (["consumer"] if sel.allocation is not None else [])
-    tallies = frame.groupBy(*by).count().collect()
-    selected = sum(r["count"] for r in tallies)
-    rejected, by_topic, per_consumer = {}, {}, {}
-    for r in tallies:
-        if r["_reject"] is not None:
-            rejected[r["_reject"]] = rejected.get(r["_reject"], 0) + r["count"]
-            continue
-        by_topic[r["topic"]] = by_topic.get(r["topic"], 0) + r["count"]
+    def step(label: str) -> None:
+        if phase is not None:
+            phase.step(label)
+
+    base = sel.base.persist(StorageLevel.MEMORY_AND_DISK)
+    frame = sel.frame.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        step("counting the walk's rows and what it leaves out")
+        named = base.groupBy("broker", "kept", "beyond_first_stop").count().collect()
+        step("counting the selection")
+        by = ["_reject", "topic", "broker", "kept"] + (["consumer"] if sel.allocation is not None else [])
+        tallies = frame.groupBy(*by).count().collect()
+        base.unpersist()
+        step("looking for holes")
+        holes = selection_holes(args, stores, frame)
+        selected = sum(r["count"] for r in tallies)
+        rejected, by_topic, per_consumer = {}, {}, {}
+        for r in tallies:
+            if r["_reject"] is not None:
+                rejected[r["_reject"]] = rejected.get(r["_reject"], 0) + r["count"]
+                continue
+            by_topic[r["topic"]] = by_topic.get(r["topic"], 0) + r["count"]
+            if sel.allocation is not None:
+                per_consumer[r["consumer"]] = per_consumer.get(r["consumer"], 0) + r["count"]
+        brokers, walk_notes = walk_report(args, sel, named, tallies, holes)
+        manifest = {
+            "job": "extract",
+            "stores": [{"broker": s.name, "path": fs.real(s.root) if isinstance(s.root, Path) else fs.uri_of(s.root)}
+                       for s in stores],
+            "source_geometry": source_geometry(stores[0]),
+            "selection": _selection_args(args),
+            "walk": {"name": args.walk, "returns": WALK_MEANINGS[args.walk]},
+            "brokers": brokers,
+            "output": {"path": args.out, "format": args.format, "order": list(sel.order)},
+            "notes": sel.notes + walk_notes,
+        }
+        out = prepare_output(args.out, overwrite=args.overwrite, job="extract")  # the claim prepare() took
+        staged = out.staging_path  # committed when run() returns (a Delta table over ours: a new version in place)
+        if selected == 0:
+            out.abandon()  # nothing written: no output folder made, an earlier one left as it was
+            print("extract: nothing matched the selection" + "".join(f"; {n}" for n in manifest["notes"]),
+                  file=err)
+            return EXIT_NOTHING
+        keep = frame.where(F.col("_reject").isNull())
+        step("writing")
+        write_table(keep.select(*output_columns(args)).orderBy(*sel.order), staged, args.format)
+        step("counting the output back")
+        # a schema keeps Spark from inferring one from every JSON line just to count them
+        written = read_table(spark, staged, args.format, schema="broker string").count()
+        adds_up = selected == written + sum(rejected.values())
+        manifest["counts"] = {"selected": selected, "written": written, "rejected": sum(rejected.values()),
+                              "rejected_by_reason": dict(sorted(rejected.items())),
+                              "missing_in_holes": holes.get("missing", 0), "adds_up": adds_up,
+                              "reconciled": adds_up and not holes.get("missing")}
+        manifest["holes"] = holes
+        if rejected:
+            manifest["rejected_examples"] = [
+                {"broker": r["broker"], "physical_offset": r["physical_offset"], "msg_id": r["msg_id"],
+                 "reason": r["_reject"], "detail": r["_detail"]}
+                for r in frame.where(F.col("_reject").isNotNull()).orderBy("broker", "physical_offset")
+                .select("broker", "physical_offset", "msg_id", "_reject", "_detail").limit(_EXAMPLES).collect()]
+        manifest["by_topic"] = dict(sorted(by_topic.items()))
+        if args.not_consumed_by is not None:
+            manifest["not_consumed_by"] = consumption_report(spark, stores, args.not_consumed_by, keep)
         if sel.allocation is not None:
-            per_consumer[r["consumer"]] = per_consumer.get(r["consumer"], 0) + r["count"]
-    manifest = {
-        "job": "extract",
-        "stores": [{"broker": s.name, "path": fs.real(s.root) if isinstance(s.root, Path) else fs.uri_of(s.root)}
-                   for s in stores],
-        "source_geometry": source_geometry(stores[0]),
-        "selection": _selection_args(args),
-        "output": {"path": args.out, "format": args.format, "order": list(sel.order)},
-        "notes": sel.notes,
-    }
-    out = prepare_output(args.out, overwrite=args.overwrite, job="extract")  # the claim prepare() took
-    staged = out.staging_path  # committed when run() returns (a Delta table over ours: a new version in place)
-    if selected == 0:
-        out.abandon()  # nothing written: no output folder made, an earlier one left as it was
-        print("extract: nothing matched the selection" + "".join(f"; {n}" for n in sel.notes), file=err)
-        return EXIT_NOTHING
-    keep = frame.where(F.col("_reject").isNull())
-    write_table(keep.select(*output_columns(args)).orderBy(*sel.order), staged, args.format)
-    # a schema keeps Spark from inferring one from every JSON line just to count them
-    written = read_table(spark, staged, args.format, schema="broker string").count()
-    manifest["counts"] = {"selected": selected, "written": written, "rejected": sum(rejected.values()),
-                          "rejected_by_reason": dict(sorted(rejected.items())),
-                          "reconciled": selected == written + sum(rejected.values())}
-    if rejected:
-        manifest["rejected_examples"] = [
-            {"broker": r["broker"], "physical_offset": r["physical_offset"], "msg_id": r["msg_id"],
-             "reason": r["_reject"], "detail": r["_detail"]}
-            for r in frame.where(F.col("_reject").isNotNull()).orderBy("broker", "physical_offset")
-            .select("broker", "physical_offset", "msg_id", "_reject", "_detail").limit(_EXAMPLES).collect()]
-    manifest["by_topic"] = dict(sorted(by_topic.items()))
-    if args.not_consumed_by is not None:
-        manifest["not_consumed_by"] = consumption_report(spark, stores, args.not_consumed_by, keep)
-    if sel.allocation is not None:
-        queues = {c: [] for c in consumer_ids(args)}
-        for row in sel.allocation:
-            queues[row["consumer"]].append(f"{row['topic']}@{row['broker']}:{row['queue_id']}")
-        manifest["consumers"] = {c: {"queues": qs, "messages": per_consumer.get(c, 0)} for c, qs in queues.items()}
-    write_manifest(staged, manifest)
-    out.expect(MANIFEST_NAME)  # the commit checks it arrived where it looks
+            queues = {c: [] for c in consumer_ids(args)}
+            for row in sel.allocation:
+                queues[row["consumer"]].append(f"{row['topic']}@{row['broker']}:{row['queue_id']}")
+            manifest["consumers"] = {c: {"queues": qs, "messages": per_consumer.get(c, 0)}
+                                     for c, qs in queues.items()}
+        write_manifest(staged, manifest)
+        out.expect(MANIFEST_NAME)  # the commit checks it arrived where it looks
+    finally:
+        frame.unpersist()
+        base.unpersist()
     c = manifest["counts"]
     print(f"extract: {c['selected']} selected, {c['written']} written, {c['rejected']} rejected "
-          f"{c['rejected_by_reason'] or ''} -> {args.out} ({args.format})", file=err)
-    if not c["reconciled"]:
+          f"{c['rejected_by_reason'] or ''} -> {args.out} ({args.format}, {args.walk} walk)", file=err)
+    for note in walk_notes:
+        print(f"extract: {note}", file=err)
+    if not adds_up:
         print("error: the counts do not reconcile (selected != written + rejected); the output is suspect",
               file=err)
         return EXIT_FAILED
     return EXIT_OK
+
+
+#: the options that pick single messages: the queue offsets between the messages they pick are not expected
+_PICKS_SINGLE_MESSAGES = (("tag", "--tag"), ("key", "--key"), ("tran_type", "--tran-type"), ("half", "--half"))
+_HOLES_LISTED = 50
+
+
+def selection_holes(args, stores: list[StoreRef], frame) -> dict:
+    """Queue offsets the selection leaves out between the ones it has, per queue: messages the store held (their
+    queue offsets were given out) that no intact record of the walk holds -- damaged or destroyed records, or, for
+    the kept walk, records the broker keeps but cannot serve.  Not looked for where the selection picks single
+    messages (--tag, --key...), and not in batch queues (whose records take a queue offset per inner message);
+    PREPARED and ROLLBACK records take no queue offset."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    picked = [option for attr, option in _PICKS_SINGLE_MESSAGES if getattr(args, attr, None)]
+    if picked:
+        return {"checked": False, "why": f"the selection picks single messages ({', '.join(picked)}): the queue "
+                                         "offsets between them are not expected in it"}
+    rows = frame.where(F.col("tran_type").isin("NOT", "COMMIT"))
+    for ref in stores:
+        for topic in sorted(ref.open().batch_topics):
+            rows = rows.where(~((F.col("broker") == ref.name) & (F.col("topic") == topic)))
+    w = Window.partitionBy("broker", "topic", "queue_id").orderBy("queue_offset")
+    gaps = (rows.select("broker", "topic", "queue_id", "queue_offset", "physical_offset")
+            .withColumn("_prev", F.lag("queue_offset").over(w))
+            .withColumn("_after", F.lag("physical_offset").over(w))
+            .where(F.col("queue_offset") - F.col("_prev") > 1)
+            .select("broker", "topic", "queue_id", (F.col("_prev") + 1).alias("first"),
+                    (F.col("queue_offset") - 1).alias("last"),
+                    (F.col("queue_offset") - F.col("_prev") - 1).alias("missing"),
+                    F.col("_after").alias("after_physical_offset"),
+                    F.col("physical_offset").alias("before_physical_offset"))
+            .orderBy("broker", "topic", "queue_id", "first").collect())
+    listed = [{"broker": g["broker"], "topic": g["topic"], "queue_id": g["queue_id"],
+               "queue_offsets": [g["first"], g["last"]], "missing": g["missing"],
+               "after_physical_offset": g["after_physical_offset"],
+               "before_physical_offset": g["before_physical_offset"]} for g in gaps[:_HOLES_LISTED]]
+    return {"checked": True, "missing": sum(g["missing"] for g in gaps), "holes": len(gaps), "listed": listed}
+
+
+def walk_report(args, sel: Selection, named: list, tallies: list, holes: dict) -> tuple[list[dict], list[str]]:
+    """Per broker: where its predicted recovery cuts the log, how many intact messages of the selection lie past the
+    cut (left out by the kept walk, written by the salvage walk with kept = false) and behind damage in their
+    segment before it (written, beyond_first_stop = true); and the notes that say so."""
+    out, notes = [], []
+    for name, prediction in sel.recovery.items():
+        cut = prediction.cut
+        mine = [r for r in named if r["broker"] == name]
+        past = sum(r["count"] for r in mine if r["kept"] is False)
+        behind = sum(r["count"] for r in mine if r["kept"] and r["beyond_first_stop"])
+        written_past = sum(r["count"] for r in tallies if r["broker"] == name and r["kept"] is False
+                           and r["_reject"] is None)
+        where = (f"the broker's predicted cut at physical offset {cut.physical_offset:,} (segment {cut.segment} byte "
+                 f"{cut.file_position}: {cut.kind}, {cut.mode} recovery)")
+        out.append({"broker": name, "cut": cut.as_dict(), "will_start": prediction.will_start,
+                    "intact_past_cut": past, "past_cut_written": written_past, "intact_past_damage": behind})
+        if past and args.walk == "kept":
+            notes.append(f"{name}: {past:,} intact message(s) of the selection lie at or past {where} and were left "
+                         "out: the broker drops them (--walk salvage writes them too, marked kept = false)")
+        elif past:
+            notes.append(f"{name}: {written_past:,} of the messages written lie at or past {where}: the broker drops "
+                         "them (kept = false)")
+        if behind:
+            notes.append(f"{name}: {behind:,} message(s) written lie behind damage in their segment, before the cut "
+                         "(beyond_first_stop = true): the broker keeps them")
+    for h in holes.get("listed", []):
+        first, last = h["queue_offsets"]
+        span = f"queue offset {first}" if first == last else f"queue offsets {first}-{last}"
+        notes.append(f"{h['broker']}: {h['topic']}/{h['queue_id']} {span} missing between physical offsets "
+                     f"{h['after_physical_offset']} and {h['before_physical_offset']}: no intact record holds "
+                     f"{'it' if first == last else 'them'} (damaged or destroyed; `query --explain` and the audit "
+                     "say what happened there)")
+    if holes.get("holes", 0) > len(holes.get("listed", [])):
+        notes.append(f"{holes['holes'] - len(holes['listed'])} more hole(s): {holes['missing']:,} queue offsets "
+                     "missing in all")
+    return out, notes
 
 
 def consumption_report(spark, stores: list[StoreRef], group: str, unconsumed) -> list[dict]:
@@ -607,14 +743,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--not-consumed-by", metavar="G", help="what consumer group G has not consumed yet")
     s.add_argument("--consumers", type=cli.count_argument, metavar="N", help="simulate G's N consumers (AVG allocation)")
     s.add_argument("--consumer-ids", metavar="ID,ID", help="simulate G's consumers with these client ids")
-    p.add_argument("--walk", choices=WALKS, default="recovery",
-                   help="recovery: what the broker's recovery walk accepts; salvage: also records past damage")
+    p.add_argument("--walk", type=canonical_walk, choices=WALKS, default="kept", help=walk_help("kept"))
     p.add_argument("--body", choices=("stored", "decompressed"), default="stored",
                    help="stored: the body as stored, compressed or not (default); decompressed: compressed bodies "
                         "decompressed, their compression bits cleared (replays as plain records)")
     p.add_argument("--dedupe", action="store_true", help="one copy per (topic, UNIQ_KEY, reconsume times, "
                    "transaction type) across brokers and replicas")
-    add_geometry_arguments(p)
+    add_geometry_arguments(p, recovery=True)
     return p
 
 

@@ -3,10 +3,11 @@
 seconds to start, and walking a few hundred MB here costs less than that.
 
 Each segment the query can concern (its store-time span, as :func:`jobs.extract.segments_in_time_range` says)
-is walked with store_format's bulk walks (the recovery walk, or the salvage walk that also frames past damage),
-the columns the query filters on are decoded in bulk (udfs.kernels), and only the messages kept are decoded
-whole.  The rows are the ones the Spark scan gives (``rocketmq-commitlog``, materialize=decoded): the same walk,
-the same ``beyond_first_stop``; tests/test_query.py holds the two equal.  The lead's store layer will be this
+is walked with store_format's bulk salvage walk and cut to the walk asked for (store_format.scan.cut_to_walk: the
+kept walk ends at the broker's predicted cut), the columns the query filters on are decoded in bulk
+(udfs.kernels), and only the messages kept are decoded whole.  The rows are the ones the Spark scan gives
+(``rocketmq-commitlog``, materialize=decoded): the same walk, the same ``beyond_first_stop``; tests/test_query.py
+holds the two equal.  The lead's store layer will be this
 module's home once it has a planned scan of its own.
 """
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Iterator
 import numpy as np
 
 from store_format.codec import decode_record
-from store_format.commitlog import KIND_BLANK, KIND_MESSAGE, KIND_STOP, KINDS, ReadOnlyMap, salvage_arrays, \
-    walk_arrays
+from store_format.commitlog import KIND_CORRUPT, KIND_MESSAGE, KINDS, ReadOnlyMap, salvage_arrays
 from store_format.message import Message
+from store_format.recovery import Cut
+from store_format.scan import cut_to_walk, segment_ends
 from store_format.store import Store
 
 # Stores whose segments to read hold at most this many bytes are scanned here; larger ones by Spark.
@@ -52,24 +54,25 @@ def bytes_to_read(store: Store, lo: int | None, hi: int | None) -> int:
     return sum(s.length for s in segments_to_read(store, lo, hi))
 
 
-def scan(store: Store, criteria: Criteria, *, walk: str = "recovery") -> Iterator[tuple[Message, bool | None]]:
-    """(message, beyond_first_stop) of every message the walk frames that meets ``criteria``, in physical order;
-    ``beyond_first_stop`` is None for the recovery walk (it never goes past a stop)."""
+def scan(store: Store, criteria: Criteria, cut: Cut, *, walk: str = "kept") -> Iterator[tuple[Message, bool]]:
+    """(message, beyond_first_stop) of every message ``walk`` returns (store_format.scan.WALKS; ``cut``: the broker's
+    predicted recovery, store_format.recovery.predict_cut) that meets ``criteria``, in physical order."""
     for seg in segments_to_read(store, criteria.lo, criteria.hi):
+        if walk == "kept" and seg.base_offset > cut.physical_offset:
+            return  # the broker deletes this segment and every later one
         with ReadOnlyMap(seg.path) as m:
-            yield from _segment(m.buf, seg.name, seg.base_offset, criteria, walk)
+            yield from _segment(m.buf, seg.name, seg.base_offset, criteria, walk, cut)
 
 
-def _segment(buf, name: str, base: int, c: Criteria, walk: str) -> Iterator[tuple[Message, bool | None]]:
+def _segment(buf, name: str, base: int, c: Criteria, walk: str, cut: Cut) -> Iterator[tuple[Message, bool]]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from udfs.kernels import decode_buffer
 
-    items = walk_arrays(buf, name, base) if walk == "recovery" else salvage_arrays(buf, name, base)
-    # the recovery walk stops at the segment's first stop or blank; what the salvage walk frames later is beyond
-    stops = items.positions[(items.kinds == KIND_STOP) | (items.kinds == KIND_BLANK)]
-    first_stop = int(stops.min()) if len(stops) else None
+    items = salvage_arrays(buf, name, base)
+    first_stop, first_blank = segment_ends([items])
+    items = cut_to_walk(items, walk, first_stop, first_blank, cut)
     rows = items.kinds == KIND_MESSAGE
     positions, sizes = items.positions[rows], items.sizes[rows]
     if not len(positions):
@@ -97,8 +100,46 @@ def _segment(buf, name: str, base: int, c: Criteria, walk: str) -> Iterator[tupl
         listed[pc.list_parent_indices(keys).filter(holds(pc.equal(pc.list_flatten(keys), c.key))).to_numpy()] = True
         keep &= listed | holds(pc.equal(t.column("uniq_key"), c.key))
     for p in positions[keep].tolist():
-        beyond = None if walk == "recovery" else bool(first_stop is not None and p > first_stop)
-        yield decode_record(buf, p, file=name), beyond
+        yield decode_record(buf, p, file=name), bool(first_stop is not None and p > first_stop)
+
+
+@dataclass(frozen=True)
+class DamageSpan:
+    """Bytes of a segment the salvage walk cannot frame, with the store times of the intact records around them
+    (None: none on that side in the segment)."""
+
+    physical_offset: int
+    file_position: int
+    length: int
+    reason: str
+    before_ms: int | None
+    after_ms: int | None
+
+
+def damage_between_times(store: Store, seg, lo: int, hi: int) -> list[DamageSpan]:
+    """The unframeable spans of ``seg`` that lie between a record stored at or before ``hi`` and one stored at or
+    after ``lo``: where messages stored within [lo, hi] may have been."""
+    from udfs.kernels import decode_buffer
+
+    out = []
+    with ReadOnlyMap(seg.path) as m:
+        items = salvage_arrays(m.buf, seg.name, seg.base_offset)
+        items = cut_to_walk(items, "salvage", *segment_ends([items]))
+        spans = np.flatnonzero(items.kinds == KIND_CORRUPT)
+        if not len(spans):
+            return out
+        rows = np.flatnonzero(items.kinds == KIND_MESSAGE)
+        times = decode_buffer(m.buf, items.positions[rows], items.sizes[rows], columns=("store_timestamp",)) \
+            .column("store_timestamp").to_numpy(zero_copy_only=False) if len(rows) else np.zeros(0, np.int64)
+        for i in spans.tolist():
+            k = int(np.searchsorted(rows, i))
+            before = int(times[k - 1]) if k > 0 else None
+            after = int(times[k]) if k < len(rows) else None
+            if (before is None or before <= hi) and (after is None or after >= lo):
+                span = items.others[i]
+                out.append(DamageSpan(seg.base_offset + span.file_position, span.file_position, span.length,
+                                      span.reason, before, after))
+    return out
 
 
 def walk_item_at(store: Store, segment: str, offset: int) -> dict | None:

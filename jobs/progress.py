@@ -7,7 +7,10 @@ seconds while it runs, and its end.  ``--quiet`` (every job takes it) silences a
 A phase that runs Spark jobs is measured by Spark itself: the jobs run in a job group of the phase's own, and a
 watcher thread reads the group's stages from ``SparkContext.statusTracker()`` (tasks done of tasks) every half
 second; the bytes done are the phase's bytes times that fraction (the audit's tasks are packed to about equal
-bytes each, so the fraction of tasks is the fraction of bytes).  Spark's own console progress bar is off
+bytes each, so the fraction of tasks is the fraction of bytes).  A phase whose work is several Spark jobs one after
+the other (count, write, count back) names each with :meth:`Phase.step`: the line then says the step and measures
+the step's own latest job (``Spark job 2`` when a step runs more than one), so a finished job's 100% is never
+followed by a smaller share of a total that grew, with nothing to say why.  Spark's own console progress bar is off
 (``spark.ui.showConsoleProgress=false``, jobs/session.py), so nothing else draws on the line.  A Spark Connect
 session has no SparkContext in this process: its phases show their time (and bytes where the job counts them).
 """
@@ -88,6 +91,9 @@ class Phase:
         self._thread = None
         self._group = None
         self._width = 0
+        self.step_label: str | None = None
+        self._before_step: set = set()  # the group's Spark jobs started before the step began
+        self.step_jobs = 0  # Spark jobs of the step so far
 
     # ---- the phase -------------------------------------------------------------------------------------
     def __enter__(self) -> "Phase":
@@ -135,13 +141,28 @@ class Phase:
     def update(self, done_bytes: float) -> None:
         self.done_bytes = done_bytes
 
+    def step(self, label: str) -> None:
+        """The phase's next step (its own Spark jobs from now on): the line names it and measures only its jobs;
+        said as a line of its own in a log."""
+        self._before_step |= set(self._job_ids())
+        self.step_label, self.step_jobs = label, 0
+        self.fraction, self.tasks_done = None, 0
+        if self._count_tasks:
+            self.tasks = None
+        _state["step"] = f"during {self.label} ({label})"
+        if not quiet() and not self.tty:
+            self._line(f"{self.label}: {label}")
+
     # ---- drawing ---------------------------------------------------------------------------------------
     def text(self, now: float) -> str:
         """The progress line as it stands."""
         elapsed = now - self.started
         frac = self.fraction if self.fraction is not None else (self.done_bytes / self.total if self.total else None)
-        parts = [f"{self.label}:"]
-        if self.total and frac is not None:
+        label = self.label
+        if self.step_label is not None:  # the step's own job: the phase's bytes are not its measure
+            label += f" ({self.step_label}{f', Spark job {self.step_jobs}' if self.step_jobs > 1 else ''})"
+        parts = [f"{label}:"]
+        if self.total and frac is not None and self.step_label is None:
             parts.append(f"{mib(frac * self.total)} of {mib(self.total)} ({frac:.0%})")
         elif frac is not None:
             parts.append(f"{frac:.0%}")
@@ -180,14 +201,28 @@ class Phase:
                 self._printed = now
                 self._line(self.text(now))
 
+    def _job_ids(self) -> list:
+        if self._group is None:
+            return []
+        try:
+            return list(self.spark.sparkContext.statusTracker().getJobIdsForGroup(self._group))
+        except Exception:  # noqa: BLE001 - a tracker that cannot answer has no jobs to show
+            return []
+
     def _poll(self) -> None:
-        """The share of the phase's Spark tasks that are done (every stage of its job group so far)."""
+        """The share of the phase's Spark tasks that are done: every stage of its job group so far, or in a step
+        its latest job's."""
         if self._group is None:
             return
+        step = self.step_label
         try:
             tracker = self.spark.sparkContext.statusTracker()
             total = done = 0
-            for job in tracker.getJobIdsForGroup(self._group):
+            jobs = list(tracker.getJobIdsForGroup(self._group))
+            if step is not None:
+                jobs = sorted(j for j in jobs if j not in self._before_step)
+                n_jobs, jobs = len(jobs), jobs[-1:]
+            for job in jobs:
                 info = tracker.getJobInfo(job)
                 for stage in (info.stageIds if info else ()):
                     s = tracker.getStageInfo(stage)
@@ -196,6 +231,10 @@ class Phase:
                         done += s.numCompletedTasks
         except Exception:  # noqa: BLE001 - a status the tracker no longer has is no progress to show, not an error
             return
+        if step != self.step_label:
+            return  # a step began meanwhile: these are the last one's jobs
+        if step is not None:
+            self.step_jobs = n_jobs
         if total:
             self.fraction = done / total
             if self._count_tasks:

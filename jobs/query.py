@@ -17,32 +17,41 @@ Point lookups need no Spark (fast: a few file reads per store):
   every topic the store knows (its consume queues, topics.json, the schedule and half topics): a delayed,
   retried or transactional message is found in each topic it passed through.
 
-Scans read every message of the recovery walk: ``--from``/``--to`` without a key (segments whose time span lies
-outside are skipped) and ``--topic T --tag TAG``.  A store whose segments to read hold up to 256 MiB is scanned
-in this process, in seconds; a larger one by Spark (the ``rocketmq-commitlog`` data source, store time, topic
-and tag pushed into it), which this job then starts.
+Scans return what the broker keeps after its predicted recovery (the kept walk: every intact message before the
+cut the audit reports; ``--config``'s forceVerifyPropCRC moves it as it moves the broker's): ``--from``/``--to``
+without a key (segments whose time span lies outside are skipped) and ``--topic T --tag TAG``.  A store whose
+segments to read hold up to 256 MiB is scanned in this process, in seconds; a larger one by Spark (the
+``rocketmq-commitlog`` data source, store time, topic and tag pushed into it), which this job then starts.
 
 ``--explain`` says, per store, why a message was not found -- NO_INDEX (no index files), NO_INDEX_ENTRY,
-HASH_COLLISION_ONLY (candidates with the same hash, other keys), STALE_INDEX_ENTRY (a candidate points where
-no record is), OUTSIDE_INDEX_WINDOW, INDEX_FILE_UNREADABLE (an index file that could not be opened, so not
-searched), NOT_INDEXED (stored after the index's last entry), OTHER_STORE_HOST,
+HASH_COLLISION_ONLY (candidates with the same hash, other keys), STALE_INDEX_ENTRY (a candidate points inside
+another record or outside the commitlog), OUTSIDE_INDEX_WINDOW, INDEX_FILE_UNREADABLE (an index file that could not
+be opened, so not searched), NOT_INDEXED (stored after the index's last entry), OTHER_STORE_HOST,
 NOT_A_RECORD_START, OUT_OF_RANGE -- and notes found messages that the broker's recovery will drop
-(DROPPED_BY_RECOVERY, from the model of the broker's recovery the audit uses).  When the lookup finds nothing it
-falls back to a scan with the salvage walk (here or by Spark, as above), which also reads past damage: a message
-found there is printed and classified
-(PAST_LOGICAL_END: after the point where its segment's recovery walk stops; DROPPED_BY_RECOVERY; NOT_INDEXED;
-NO_INDEX_ENTRY), and one found nowhere is NEVER_WRITTEN (NOT_IN_TIME_WINDOW when --from/--to narrowed it).
-On a 5.x store ``--explain`` of ``--uniq-key``/``--key`` also follows a timer message (TIMER_ENQUEUED, TIMER_IN_WHEEL,
-then TIMER_FIRED, TIMER_ROLLED, TIMER_PENDING, TIMER_RECALLED, TIMER_LOST... with why; also for ``--topic T --key K``
-when it is still on rmq_sys_wheel_timer) and says a POP-consumed message's state (POP_ACKED, POP_IN_FLIGHT,
-POP_REVIVE_PENDING, POP_REVIVED, POP_LOST).
+(DROPPED_BY_RECOVERY, from the model of the broker's recovery the audit uses).  A message the index or a consume
+queue still points at whose record is gone is DESTROYED (no record can be framed there: what destroyed it -- the
+zeros over its header, bytes no walk frames, zeros past the written data) or DAMAGED (its header still frames a
+record that fails a check: which), with its queue offset and position.  When the lookup finds nothing it falls
+back to a scan with the salvage walk (here or by Spark, as above), which also reads past damage and past the cut:
+a message found there is printed and classified (BEHIND_DAMAGE: after damage in its segment; DROPPED_BY_RECOVERY;
+NOT_INDEXED; NO_INDEX_ENTRY); a tag or time-window query that finds nothing does the same, and names the consume-queue
+units with the tag's hash at destroyed records, or the damage inside the window.  Only a message nothing in the
+store refers to is NEVER_WRITTEN (NOT_IN_TIME_WINDOW when --from/--to narrowed a key; NOTHING_IN_WINDOW for a
+window).  On a 5.x store ``--explain`` of ``--uniq-key``/``--key`` also follows a timer message (TIMER_ENQUEUED,
+TIMER_IN_WHEEL, then TIMER_FIRED, TIMER_ROLLED, TIMER_PENDING, TIMER_RECALLED, TIMER_LOST... with why, and
+TIMER_CHAIN_LOOP or TIMER_BLOCKED_BY_LOOP where its slot's chain, or an earlier slot's, loops: the audit's
+timers.chain_loop; also for ``--topic T --key K`` when it is still on rmq_sys_wheel_timer) and says a POP-consumed
+message's state (POP_ACKED, POP_IN_FLIGHT, POP_REVIVE_PENDING, POP_REVIVED, POP_LOST).  Times a person reads are
+ISO-8601 UTC, with the epoch ms of the property they come from beside.
 
-Output: JSON Lines (default) -- ``{"kind": "message", "broker": ..., <canonical message fields>}`` per message
-(the canonical message fields, body in base64: docs/record-layout.md), and
+Output: JSON Lines (default) -- ``{"kind": "message", "broker": ..., <canonical message fields>, "store_time",
+"born_time"}`` per message (the canonical message fields, body in base64: docs/record-layout.md; the two times in
+ISO beside their epoch fields), and
 with ``--explain`` ``{"kind": "explain", "broker", "reason", "physical_offset", "detail"}`` lines -- or a
-table.  Exit codes: 0 found, 1 nothing found, 2 bad usage (an id or key that does not parse says why) or an
-unreadable store.  An index file that cannot be opened (unreadable, too short, or a geometry neither the file
-nor ``--config``/``--hash-slots``/``--index-num`` tells) is named on stderr (a notice) and the key is looked
+table (a body that is not printable text shown as ``<binary, N bytes: hex...>``).  Exit codes: 0 found, 1 nothing
+found, 2 bad usage (an id or key that does not parse says why) or an unreadable store.  An index file that cannot
+be opened (unreadable, too short, or a geometry neither the file nor ``--config``/``--hash-slots``/``--index-num``
+tells) is named on stderr (a notice) and the key is looked
 for by a scan of every store (salvage walk) as well, so the answer stays complete (exit 0 or 1), as
 ``python -m store_format query`` does; a geometry given with ``--config`` or the flags that an index file's content
 contradicts is an error naming the file (exit 2).
@@ -73,10 +82,13 @@ from store_format.store import Store  # noqa: E402
 
 from jobs import cli, local_scan  # noqa: E402
 from jobs.cli import EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
+from jobs.display import format_iso_z  # noqa: E402
 from jobs.extract import check_key, format_time, parse_time, read_messages  # noqa: E402
 from jobs.stores import StoreRef, resolve_stores  # noqa: E402
 
 MODES = ("msg-id", "key", "uniq-key", "time", "tag")
+#: the reasons that say the store still refers to a message it cannot give back (never NEVER_WRITTEN then)
+EVIDENCE = ("DAMAGED", "DESTROYED")
 _END_OF_TIME = 2**63 - 1
 
 
@@ -197,10 +209,13 @@ class Query:
         return self._spark
 
     def prediction(self, label: str):
-        from store_format.recovery import predict_recovery
+        """The store's predicted recovery, the audit's (``--config``'s CRC settings): its cut is where the kept walk
+        ends and what DROPPED_BY_RECOVERY says."""
+        from store_format.brokerconf import recovery_settings_from_args
+        from store_format.recovery import predict_cut
 
         if label not in self._predictions:
-            self._predictions[label] = predict_recovery(self.opened[label])
+            self._predictions[label] = predict_cut(self.opened[label], recovery_settings_from_args(self.args))
         return self._predictions[label]
 
     # ---- lookups -------------------------------------------------------------------------------
@@ -269,7 +284,7 @@ class Query:
         found = [h for h in self.scan(walk="salvage", by_key=True) if (h.broker, h.message.physical_offset) not in seen]
         return hits + found
 
-    def scan(self, *, walk: str = "recovery", by_key: bool = False) -> list[Hit]:
+    def scan(self, *, walk: str = "kept", by_key: bool = False) -> list[Hit]:
         """Messages of the stores' commitlogs that meet the query's time range, topic and tag (and, ``by_key``, its
         key), in store then physical order: read here when the segments to read are small
         (jobs/local_scan.py: no Spark session to start), else by a Spark scan."""
@@ -285,7 +300,8 @@ class Query:
                                        a.uniq_key if by_key and a.key is None else None)
         hits = []
         for ref in self.stores:
-            for msg, beyond in local_scan.scan(self.opened[ref.name], criteria, walk=walk):
+            cut = self.prediction(ref.name).cut
+            for msg, beyond in local_scan.scan(self.opened[ref.name], criteria, cut, walk=walk):
                 hits.append(Hit(ref.name, msg, "scan", beyond))
                 if a.limit is not None and len(hits) >= a.limit:
                     return hits
@@ -297,7 +313,8 @@ class Query:
         from pyspark.sql import functions as F
 
         a = self.args
-        df = read_messages(self.spark, self.stores, walk=walk, time_range=(a.from_time, a.to_time))
+        df = read_messages(self.spark, self.stores, walk=walk, time_range=(a.from_time, a.to_time),
+                           cuts={ref.name: self.prediction(ref.name).cut for ref in self.stores})
         if a.topic is not None:
             df = df.where(F.col("topic") == a.topic)
         if a.tag is not None:
@@ -325,6 +342,7 @@ class Query:
                     out += self.why_no_record(ref, parse_offset_msg_id(self.args.msg_id))
             return
         if result.mode not in ("key", "uniq-key"):
+            self.explain_scan(result)
             return
         key = self.args.key if self.args.key is not None else self.args.uniq_key
         for ref in self.stores:
@@ -339,9 +357,11 @@ class Query:
         windowed = (self.begin, self.end) != (0, _END_OF_TIME)
         for ref in self.stores:
             mine = [h for h in found if h.broker == ref.name]
-            if not mine:
+            referred = any(e.broker == ref.name and e.reason in EVIDENCE for e in out)
+            if not mine and not referred:
                 where = f"topic {self.args.topic}" if self.args.topic else "any topic"
-                detail = f"no record in {where} carries {key} in the commitlog, not even past damage (salvage walk)"
+                detail = (f"no record in {where} carries {key} in the commitlog, not even past damage (salvage walk), "
+                          "and no index entry for it points at a damaged or destroyed record")
                 if windowed:  # the scan keeps the query's time window: outside it, nothing was looked at
                     out.append(Explanation(ref.name, "NOT_IN_TIME_WINDOW", f"{detail}, stored within "
                                            f"[{format_time(self.begin)}, {format_time(self.end)}]"))
@@ -349,6 +369,102 @@ class Query:
                     out.append(Explanation(ref.name, "NEVER_WRITTEN", detail))
             for hit in mine:
                 out += self.why_scan_only(ref, hit)
+
+    def explain_scan(self, result: QueryResult) -> None:
+        """A tag or time-window query the kept walk found nothing for: the salvage walk's messages (past damage and
+        past the cut, each with what the broker does with it), and what the store still says of the ones no walk
+        gives back (consume-queue units with the tag's hash at damaged or destroyed records; damage inside the
+        window); NEVER_WRITTEN or NOTHING_IN_WINDOW only when there is neither."""
+        if result.hits:
+            return
+        out = result.explanations
+        found = self.scan(walk="salvage")
+        result.hits += found
+        for hit in found:
+            out += self.visibility(hit)
+        for ref in self.stores:
+            evidence = self.tag_evidence(ref) if result.mode == "tag" else self.window_evidence(ref)
+            out += evidence
+            if evidence or any(h.broker == ref.name for h in found):
+                continue
+            what = (f"message of topic {self.args.topic} with tag {self.args.tag}" if result.mode == "tag"
+                    else "message" + (f" of topic {self.args.topic}" if self.args.topic else ""))
+            window = (f" stored within [{format_time(self.begin)}, {format_time(self.end)}]"
+                      if (self.begin, self.end) != (0, _END_OF_TIME) else "")
+            reason = "NEVER_WRITTEN" if result.mode == "tag" and not window else "NOTHING_IN_WINDOW"
+            out.append(Explanation(ref.name, reason, f"no {what}{window} in the commitlog, not even past damage "
+                                   "(salvage walk), and no consume-queue unit or damaged record says one was there"))
+
+    def tag_evidence(self, ref: StoreRef) -> list[Explanation]:
+        """The consume-queue units of the topic with the tag's hash whose records are damaged or destroyed."""
+        from jobs.query_evidence import units_with_tag
+
+        store = self.opened[ref.name]
+        out = []
+        for unit in units_with_tag(store, self.args.topic, self.args.tag):
+            e = self.damage_note(ref, unit.physical_offset, [unit], f"its consume-queue unit has the hash of tag "
+                                                                    f"{self.args.tag}")
+            if e is not None:
+                out.append(e)
+        return out
+
+    def window_evidence(self, ref: StoreRef) -> list[Explanation]:
+        """Damage whose neighbours were stored around the window: unframeable bytes or damaged records between a
+        record stored before its end and one stored after its start, where messages of the window may have been."""
+        from jobs.query_evidence import remains_at, units_pointing_into
+
+        store = self.opened[ref.name]
+        cut = self.prediction(ref.name).cut
+        out = []
+        for seg in local_scan.segments_to_read(store, self.args.from_time, self.args.to_time):
+            for span in local_scan.damage_between_times(store, seg, self.begin, self.end):
+                units = units_pointing_into(store, span.physical_offset, span.physical_offset + span.length,
+                                            [self.args.topic] if self.args.topic else None)
+                pointed = sorted({u for found in units.values() for u in found}, key=lambda u: u.physical_offset)
+                remains = remains_at(store, span.physical_offset)
+                detail = (f"{span.length} damaged bytes at physical offset {span.physical_offset} (segment "
+                          f"{seg.name} byte {span.file_position}: {span.reason}) lie between a record stored at "
+                          f"{format_time(span.before_ms)} and one stored at {format_time(span.after_ms)}: messages of "
+                          "the window may have been there")
+                if remains is not None:
+                    detail += f"; {remains.what}"
+                if pointed:
+                    detail += "; consume-queue units still point into them: " + ", ".join(u.name for u in pointed[:5])
+                if span.physical_offset >= cut.physical_offset:
+                    detail += f"; the broker's recovery drops them: {self.cut_words(ref.name)}"
+                out.append(Explanation(ref.name, "DESTROYED", detail, span.physical_offset))
+        return out
+
+    def damage_note(self, ref: StoreRef, offset: int, units: list, referred: str, key: str | None = None
+                    ) -> Explanation | None:
+        """DAMAGED or DESTROYED for a record something still refers to (``referred``: what), when no intact record
+        starts at ``offset``; None when one does."""
+        from jobs.query_evidence import remains_at
+
+        remains = remains_at(self.opened[ref.name], offset)
+        if remains is None or remains.state in ("inside", "outside"):
+            return None
+        reason = "DAMAGED" if remains.state == "damaged" else "DESTROYED"
+        names = ", ".join(u.name for u in units)
+        what = f"{names} ({remains.where})" if names else remains.where
+        if remains.header is not None and not names and remains.header.get("queue_offset") is not None:
+            what = f"queue offset {remains.header['queue_offset']} of queue {remains.header.get('queue_id')} " \
+                   f"({remains.where})"
+        detail = f"{what}: {referred}, but {remains.what}"
+        if key is not None and remains.state == "damaged":
+            detail += f"; its properties {'still name' if remains.carries(key) else 'no longer show'} {key}"
+        elif key is not None:
+            detail += f"; an index entry holds only the key's hash, so that the record carried {key} cannot be " \
+                      "confirmed from its bytes"
+        cut = self.prediction(ref.name).cut
+        if offset >= cut.physical_offset:
+            detail += f"; the broker's recovery drops it: {self.cut_words(ref.name)}"
+        return Explanation(ref.name, reason, detail, offset)
+
+    def cut_words(self, label: str) -> str:
+        pred = self.prediction(label)
+        return f"its {pred.mode} recovery ends the log at physical offset {pred.max_physical_offset}, at the " \
+               f"{pred.stop_kind} in segment {pred.stop_segment}"
 
     def timer_and_pop_paths(self, result: QueryResult, key: str) -> list[Explanation]:
         """5.x stores: each found timer message's path and POP-consumed message's state (jobs/query_paths.py)."""
@@ -367,14 +483,17 @@ class Query:
         pred = self.prediction(hit.broker)
         off = hit.message.physical_offset
         notes = []
+        if not hit.message.body_crc_ok:  # a lookup reads the record its index entry names, whatever its CRC
+            notes.append(Explanation(hit.broker, "DAMAGED", f"{hit.message.topic}/{hit.message.queue_id} queue offset "
+                                     f"{hit.message.queue_offset}: its body fails the CRC check (BAD_CRC: BODYCRC "
+                                     f"{hit.message.body_crc}): the body printed is not the one sent", off))
         if hit.beyond_first_stop:
-            notes.append(Explanation(hit.broker, "PAST_LOGICAL_END", f"found by the salvage walk after the point "
-                                     f"where segment {hit.message.segment}'s recovery walk stops", off))
+            keeps = "; the broker keeps it (before its cut)" if off < pred.max_physical_offset else ""
+            notes.append(Explanation(hit.broker, "BEHIND_DAMAGE", f"found by the salvage walk behind damage in segment "
+                                     f"{hit.message.segment} (after its walk's first stop){keeps}", off))
         if off >= pred.max_physical_offset:
-            notes.append(Explanation(hit.broker, "DROPPED_BY_RECOVERY", f"the broker's {pred.mode} recovery ends "
-                                     f"at physical offset {pred.max_physical_offset} ({pred.stop_kind} in segment "
-                                     f"{pred.stop_segment}); this record lies at or past that end and will be "
-                                     "dropped", off))
+            notes.append(Explanation(hit.broker, "DROPPED_BY_RECOVERY", f"{self.cut_words(hit.broker)}; this record "
+                                     "lies at or past that end and will be dropped", off))
         if not notes:
             notes.append(Explanation(hit.broker, "FOUND", f"{hit.message.topic}/{hit.message.queue_id} queue offset "
                                      f"{hit.message.queue_offset}, found by {hit.found_by}", off))
@@ -387,6 +506,8 @@ class Query:
         if not paths:
             return [Explanation(label, "NO_INDEX", "the store has no index files (messageIndexEnable=false, or "
                                 "index/ is missing)")]
+        from jobs.query_evidence import units_pointing_at
+
         topics = self.key_topics(store)
         windowed = (self.begin, self.end) != (0, _END_OF_TIME)
         out, collisions, stale, outside = [], [], [], 0
@@ -400,8 +521,12 @@ class Query:
                 try:
                     msg = store.read_message(off)
                 except StoreFormatError as e:
-                    stale.append(Explanation(label, "STALE_INDEX_ENTRY", f"{topic}#{key} points at {off}, where no "
-                                             f"record decodes ({e.kind.value}: {e.message})", off))
+                    units = units_pointing_at(store, [off], [topic]).get(off, [])
+                    referred = f"the index still points at it for {topic}#{key}" + (
+                        " and so does the consume queue" if units else "")
+                    note = self.damage_note(ref, off, units, referred, key)
+                    stale.append(note or Explanation(label, "STALE_INDEX_ENTRY", f"{topic}#{key} points at {off}, "
+                                                     f"where no record decodes ({e.kind.value}: {e.message})", off))
                     continue
                 if msg.physical_offset != off:
                     stale.append(Explanation(label, "STALE_INDEX_ENTRY", f"{topic}#{key} points at {off}; the bytes "
@@ -477,7 +602,11 @@ class Query:
             out.append(Explanation(label, "OTHER_STORE_HOST", f"the record at {off} was stored by {msg.store_host}; "
                                    f"its id is {msg.msg_id}", off))
             return out
-        out.append(self.locate(ref, seg.name, off))
+        from jobs.query_evidence import units_pointing_at
+
+        units = units_pointing_at(store, [off]).get(off, [])
+        note = self.damage_note(ref, off, units, "the consume queue still points at it") if units else None
+        out.append(note or self.locate(ref, seg.name, off))
         return out
 
     def locate(self, ref: StoreRef, segment: str, off: int) -> Explanation:
@@ -527,12 +656,33 @@ TABLE_COLUMNS = (("broker", 10), ("physical_offset", 12), ("store_time", 24), ("
 
 
 def message_line(hit: Hit) -> dict:
-    return {"kind": "message", "broker": hit.broker, **hit.message.to_dict()}
+    """A message's JSON line: its fields (times in epoch ms, as stored), and its store and born times as a person
+    reads them (ISO-8601 UTC) beside."""
+    m = hit.message
+    return {"kind": "message", "broker": hit.broker, **m.to_dict(), "store_time": format_iso_z(m.store_timestamp),
+            "born_time": format_iso_z(m.born_timestamp)}
+
+
+_BODY_CHARS = 24
+
+
+def body_preview(body: bytes, compression: str = "NONE") -> str:
+    """A body as a table cell: its text when it is UTF-8 that prints, else what it is and its first bytes in hex
+    (a binary body decoded as text is mojibake)."""
+    if compression != "NONE":
+        return f"<{compression}-compressed, {len(body)} bytes>"
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and all(c.isprintable() or c in "\t\n\r" for c in text):
+        return text[:_BODY_CHARS]
+    return f"<binary, {len(body)} bytes: {body[:8].hex()}{'...' if len(body) > 8 else ''}>"
 
 
 def _table_row(hit: Hit) -> list[str]:
     m = hit.message
-    body = m.body[:24].decode("utf-8", "replace") if m.compression == "NONE" else f"<{m.compression}>"
+    body = body_preview(m.body, m.compression)
     values = {"broker": hit.broker, "physical_offset": m.physical_offset, "store_time": format_time(m.store_timestamp),
               "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset, "msg_id": m.msg_id,
               "uniq_key": m.uniq_key or "", "keys": " ".join(m.keys), "tags": m.tags or "", "body": body}
@@ -610,7 +760,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "for reading")
     p.add_argument("--explain", action="store_true", help="say why a message is not found; fall back to a scan")
     p.add_argument("--limit", type=cli.count_argument, metavar="N", help="print at most N messages")
-    add_geometry_arguments(p)
+    add_geometry_arguments(p, recovery=True)
     return p
 
 

@@ -11,6 +11,11 @@ print beside its own explanations; a 4.x store gets none.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
+
+from jobs.display import format_iso_z
 from store_format import layout as L
 from store_format import pop as P
 from store_format import popstate as PS
@@ -55,6 +60,17 @@ def _timer_paths(store: Store, hits: list[Message], key, topic, recovered_end) -
     if key is not None and topic is not None and topic != L.TIMER_TOPIC:  # a timer message for T still waiting
         uniq |= {m.uniq_key for m in _lookup(store, L.TIMER_TOPIC, key)
                  if m.uniq_key and m.properties.get(L.PROPERTY_REAL_TOPIC) == topic}
+    if not uniq:
+        return []
+    try:
+        cp = T.read_timer_checkpoint(store.loc.child("config").child(L.TIMER_CHECK_FILE))
+    except (StoreFormatError, OSError):
+        cp = None
+    read = cp.last_read_time_ms if cp is not None else None
+    resume = None
+    if cp is not None and cp.last_timer_queue_offset is not None:
+        resume = min(cp.last_timer_queue_offset, cp.master_timer_queue_offset or cp.last_timer_queue_offset)
+    log = _TimerLogFacts(store, cp)
     out = []
     for u in sorted(uniq):
         timer = [m for m in _lookup(store, L.TIMER_TOPIC, u) if m.uniq_key == u]
@@ -64,21 +80,79 @@ def _timer_paths(store: Store, hits: list[Message], key, topic, recovered_end) -
         delivered = [m for t in sorted(real) for m in _lookup(store, t, u)
                      if m.uniq_key == u and m.properties.get(L.PROPERTY_TIMER_DEQUEUE_MS) is not None]
         records = [_record(m, recovered_end) for m in timer + delivered]
-        units, heads = _units_of(store, {m.physical_offset for m in timer})
-        try:
-            cp = T.read_timer_checkpoint(store.loc.child("config").child(L.TIMER_CHECK_FILE))
-        except (StoreFormatError, OSError):
-            cp = None
-        read = cp.last_read_time_ms if cp is not None else None
-        resume = None
-        if cp is not None and cp.last_timer_queue_offset is not None:
-            resume = min(cp.last_timer_queue_offset, cp.master_timer_queue_offset or cp.last_timer_queue_offset)
+        units = log.units_at({m.physical_offset for m in timer})
         as_of = _dump_time(store, records)
-        reached = [_reach(store, u, heads, read) for u in units]
+        chains = {unit.slot_time_ms: log.chain(unit.slot_time_ms) for unit in units
+                  if not T.dequeued(unit.slot_time_ms, read)}
+        reached = [unit if chains.get(unit.slot_time_ms) is None else
+                   replace(unit, reachable=unit.timerlog_offset in chains[unit.slot_time_ms].positions)
+                   for unit in units]
         paths = TP.trace(records, reached, TP.Checkpoint(read, resume, reach_ms=T.wheel_reach_ms()), as_of)
         for p in paths:
-            out += _path_lines(p, read)
+            lines = _path_lines(p, read, chains.get(p.unit.slot_time_ms) if p.unit is not None else None)
+            waiting = lines[-1][0] in tuple(f"TIMER_{s.upper()}" for s in TP.WAITING)
+            blocked = log.first_loop(read, p.unit.slot_time_ms if p.unit is not None else p.deliver_ms or 0) \
+                if waiting else None
+            if blocked is not None:
+                t, walk = blocked
+                last = walk.units[-1]
+                lines[-1] = ("TIMER_BLOCKED_BY_LOOP", f"not fired, and it will not be: the chain of the earlier wheel "
+                             f"slot for {_when(t)} loops at the timer-log unit at {last.timerlog_offset} (prevPos "
+                             f"{last.prev_pos}), and the timer's dequeue never gets past that slot (the audit's "
+                             f"timers.chain_loop); due at {_when(p.deliver_ms)}", p.record.physical_offset)
+            out += lines
     return out
+
+
+class _TimerLogFacts:
+    """The timer log as the timer's recovery leaves it, read once for a query: every unit (in bulk), the slot heads
+    (store_format.timer.slot_heads: the wheel's, then the units the recovery rescans, as the audit's ``timers``
+    family has them), and each slot's chain walked as the dequeue walks it (store_format.timer.walk_chain)."""
+
+    def __init__(self, store: Store, cp):
+        self.store = store
+        self.files = store.timer_log
+        self.arrays = [T.read_timer_unit_arrays(f) for f in self.files]
+        start = T.rescan_start(self.files, cp.last_timer_log_flush_pos if cp is not None else None)
+        corrupt = [int(o) for a in self.arrays for o in a.timerlog_offset[a.kind == T.KIND_CORRUPT].tolist()
+                   if o >= start]
+        wheel = store.loc.child(L.TIMER_WHEEL_FILE)
+        try:
+            slots = T.read_wheel_slots(wheel, slots_total=L.DEFAULT_TIMER_SLOTS_TOTAL) if wheel.exists() else None
+        except (StoreFormatError, OSError):
+            slots = None
+        entries = [(a.timerlog_offset[a.kind == T.KIND_ENTRY], a.slot_time_ms[a.kind == T.KIND_ENTRY])
+                   for a in self.arrays]
+        self.heads = T.slot_heads(slots, np.concatenate([o for o, _ in entries] or [np.zeros(0, np.int64)]),
+                                  np.concatenate([t for _, t in entries] or [np.zeros(0, np.int64)]), start,
+                                  min(corrupt) if corrupt else None)
+
+    def units_at(self, offsets: set[int]) -> list[TP.Unit]:
+        """The timer-log units pointing at the records at ``offsets``."""
+        units = []
+        for f, a in zip(self.files, self.arrays):
+            for j in np.flatnonzero((a.kind == T.KIND_ENTRY) & np.isin(a.physical_offset, list(offsets))).tolist():
+                units.append(TP.Unit(int(a.timerlog_offset[j]), f.name, int(a.file_position[j]), int(a.magic[j]),
+                                     int(a.write_time_ms[j]), int(a.slot_time_ms[j]), int(a.physical_offset[j]),
+                                     int(a.prev_pos[j])))
+        return units
+
+    def first_loop(self, read: int | None, before: int) -> tuple[int, T.ChainWalk] | None:
+        """The first slot still to be read (its time at or after ``read``) and before ``before`` whose chain loops,
+        with its walk: the dequeue stops there for ever, so no later slot is read."""
+        for t in sorted(t for t in self.heads if not T.dequeued(t, read) and t < before):
+            walk = self.chain(t)
+            if walk is not None and walk.end == "loop":
+                return t, walk
+        return None
+
+    def chain(self, slot_time_ms: int) -> T.ChainWalk | None:
+        """The chain of the slot for ``slot_time_ms`` from its head, as the dequeue walks it (None: no head)."""
+        head = self.heads.get(slot_time_ms)
+        if head is None or head < 0:
+            return None
+        with T.TimerLog(files=self.files) as log:
+            return T.walk_chain(log, head)
 
 
 def _lookup(store: Store, topic: str, key: str) -> list[Message]:
@@ -105,47 +179,6 @@ def _record(m: Message, recovered_end: int | None) -> TP.TimerRecord:
                           recovered_end is None or m.physical_offset < recovered_end, m.segment, m.file_position)
 
 
-def _units_of(store: Store, offsets: set[int]) -> tuple[list[TP.Unit], dict[int, int]]:
-    """The timer-log units pointing at ``offsets``, and the slot heads the timer's recovery sets (each unit of the
-    files it rescans, the last file and the one before, becomes its slot's lastPos)."""
-    import numpy as np
-
-    units, heads = [], {}
-    files = store.timer_log
-    for i, f in enumerate(files):
-        a = T.read_timer_unit_arrays(f)
-        entry = a.kind == T.KIND_ENTRY
-        for j in np.flatnonzero(entry & np.isin(a.physical_offset, list(offsets))).tolist():
-            units.append(TP.Unit(int(a.timerlog_offset[j]), f.name, int(a.file_position[j]), int(a.magic[j]),
-                                 int(a.write_time_ms[j]), int(a.slot_time_ms[j]), int(a.physical_offset[j]),
-                                 int(a.prev_pos[j])))
-        if i >= len(files) - 2:
-            for t, o in zip(a.slot_time_ms[entry].tolist(), a.timerlog_offset[entry].tolist()):
-                heads[int(t)] = int(o)
-    return units, heads
-
-
-def _reach(store: Store, u: TP.Unit, heads: dict[int, int], read: int | None) -> TP.Unit:
-    """The unit, with whether the chain of its slot reaches it (only asked of a slot still to be read)."""
-    from dataclasses import replace
-
-    if T.dequeued(u.slot_time_ms, read):
-        return u
-    wheel = store.loc.child(L.TIMER_WHEEL_FILE)
-    starts = []
-    try:
-        slot = T.wheel_slot(wheel, u.slot_time_ms) if wheel.exists() else None
-    except (StoreFormatError, OSError):
-        slot = None
-    if slot is not None and slot.last_pos >= 0:
-        starts.append(slot.last_pos)
-    if u.slot_time_ms in heads:
-        starts.append(heads[u.slot_time_ms])
-    with T.TimerLog(files=store.timer_log) as log:
-        reached = any(u.timerlog_offset in T.walk_chain(log, s).positions for s in starts)
-    return replace(u, reachable=reached)
-
-
 def _dump_time(store: Store, records: list[TP.TimerRecord]) -> int:
     """The checkpoint's last flushed store time (the best offline guess at when the broker stopped), or the newest
     store time of the records."""
@@ -166,32 +199,53 @@ _STATE_WORDS = {
 }
 
 
-def _path_lines(p: TP.Path, read: int | None) -> list[tuple]:
+def _when(ms: int | None, name: str | None = None) -> str:
+    """A time as a person reads it (ISO-8601 UTC), with the epoch ms of the property it comes from beside."""
+    if ms is None:
+        return "an unknown time" + (f" (no {name})" if name else "")
+    return f"{format_iso_z(ms)} ({name + ' ' if name else ''}{ms})"
+
+
+def _path_lines(p: TP.Path, read: int | None, chain: T.ChainWalk | None = None) -> list[tuple]:
     r, u = p.record, p.unit
     what = "a recall" if p.kind == "recall" else f"a roll re-put (TIMER_ROLL_TIMES {r.roll_times})" \
         if r.roll_times else "a timer message"
     out = [("TIMER_ENQUEUED", f"{what} on {L.TIMER_TOPIC}/{r.queue_id} queue offset {r.queue_offset} for "
-            f"{r.real_topic}/{r.real_queue_id}, due at {r.out_ms} (TIMER_OUT_MS)", r.physical_offset)]
+            f"{r.real_topic}/{r.real_queue_id}, due at {_when(r.out_ms, 'TIMER_OUT_MS')}", r.physical_offset)]
     if u is not None:
-        roll = f"; a roll: re-put at {u.slot_time_ms} to go round again" if u.roll and not u.delete else ""
+        roll = f"; a roll: re-put at {format_iso_z(u.slot_time_ms)} to go round again" if u.roll and not u.delete \
+            else ""
         out.append(("TIMER_IN_WHEEL", f"timer-log unit at {u.timerlog_offset} ({L.TIMER_LOG_DIR}/{u.file} "
-                    f"@{u.file_position}) in the wheel slot for time {u.slot_time_ms} (slot index "
-                    f"{T.slot_index(u.slot_time_ms)}){roll}; the wheel has read up to {read}", r.physical_offset))
+                    f"@{u.file_position}) in the wheel slot for {format_iso_z(u.slot_time_ms)} ({u.slot_time_ms}, "
+                    f"slot index {T.slot_index(u.slot_time_ms)}){roll}; the wheel has read up to {_when(read)}",
+                    r.physical_offset))
     elif p.state not in ("fired",):
         out.append(("TIMER_NOT_IN_WHEEL", "no timer-log unit points at it", r.physical_offset))
+    if chain is not None and chain.end == "loop" and p.state in TP.WAITING and p.kind != "recall":
+        last = chain.units[-1]
+        out.append(("TIMER_CHAIN_LOOP", f"not fired, and it will not be: the chain of its wheel slot for "
+                    f"{_when(u.slot_time_ms)} loops at the timer-log unit at {last.timerlog_offset} (prevPos "
+                    f"{last.prev_pos}): the timer's dequeue of that slot never ends, and every later timer waits "
+                    "behind it (the audit's timers.chain_loop); due at " + _when(p.deliver_ms), r.physical_offset))
+        return out
+    if chain is not None and chain.end in ("out_of_range", "corrupt") and p.state == "unreachable":
+        out.append(("TIMER_CHAIN_BROKEN", f"the chain of its wheel slot for {_when(u.slot_time_ms)} breaks before it: "
+                    f"{chain.error.message if chain.error is not None else chain.end} (the audit's "
+                    "timers.chain_broken)", r.physical_offset))
     if p.state == "fired":
         for d in p.deliveries:
-            out.append(("TIMER_FIRED", f"fired at {d.dequeue_ms} (TIMER_DEQUEUE_MS) as record {d.physical_offset} on "
-                        f"{d.topic}/{d.queue_id} queue offset {d.queue_offset}", d.physical_offset))
+            out.append(("TIMER_FIRED", f"fired at {_when(d.dequeue_ms, 'TIMER_DEQUEUE_MS')} as record "
+                        f"{d.physical_offset} on {d.topic}/{d.queue_id} queue offset {d.queue_offset}",
+                        d.physical_offset))
         if p.recalls:
             out.append(("TIMER_RECALLED_BUT_DELIVERED", f"the recall at {p.recalls[0].physical_offset} did not stop "
                         "it", r.physical_offset))
     elif p.state == "rolled":
         n = p.next_record
-        out.append(("TIMER_ROLLED", f"rolled at {n.dequeue_ms} as record {n.physical_offset} (TIMER_ROLL_TIMES "
-                    f"{n.roll_times})", n.physical_offset))
+        out.append(("TIMER_ROLLED", f"rolled at {_when(n.dequeue_ms, 'TIMER_DEQUEUE_MS')} as record "
+                    f"{n.physical_offset} (TIMER_ROLL_TIMES {n.roll_times})", n.physical_offset))
     else:
-        text = _STATE_WORDS[p.state].format(due=p.deliver_ms, reason=p.reason, del_key=r.del_key)
+        text = _STATE_WORDS[p.state].format(due=_when(p.deliver_ms), reason=p.reason, del_key=r.del_key)
         out.append((f"TIMER_{p.state.upper()}", text, r.physical_offset))
     return out
 
@@ -236,8 +290,8 @@ def _pop_states(store: Store, hits: list[Message]) -> list[tuple]:
         if m is None:
             continue
         ck = p.ck
-        head = f"popped by {ck.consumer_group} at {ck.pop_time} (invisible for {ck.invisible_time} ms, revived at " \
-               f"{ck.revive_time} unless acked; checkpoint at {p.checkpoint.physical_offset})"
+        head = f"popped by {ck.consumer_group} at {_when(ck.pop_time)} (invisible for {ck.invisible_time} ms, " \
+               f"revived at {_when(ck.revive_time)} unless acked; checkpoint at {p.checkpoint.physical_offset})"
         state = {"acked": f"acked by the {'batch ' if p.ack and p.ack.body.is_batch else ''}ack at "
                           f"{p.ack.physical_offset if p.ack else None}",
                  "in_flight": "in flight: its checkpoint has not fired, the consumer still holds it",

@@ -1,7 +1,7 @@
 """Replay: write extracted or salvaged messages into a fresh, complete broker store.
 
   rocketmq-forensics replay --input EXTRACT_DIR [--input-format parquet|delta|jsonl] --out NEW_STORE
-  rocketmq-forensics replay --repair STORE --out NEW_STORE [--walk salvage|recovery] [--dedupe]
+  rocketmq-forensics replay --repair STORE --out NEW_STORE [--walk salvage|kept] [--dedupe]
          [--overwrite] [--dry-run] [--config broker.conf] [--set NAME=VALUE ...] [--store-host HOST] [--no-trace]
          [--format text|json]
 
@@ -9,7 +9,8 @@
 (``topic`` and ``body`` required; ``properties_raw``, or ``properties``, and the other stored fields as in the
 JSON Lines format of docs/writing-stores.md).  ``--repair STORE`` is extract + replay in one go: every record
 the salvage walk frames, also past damage and past the point where the broker's recovery would stop
-(``--walk recovery``: only what recovery keeps), optionally de-duplicated like ``extract --dedupe``.
+(``--walk kept``: only what the broker keeps after its predicted recovery), optionally de-duplicated like
+``extract --dedupe``.
 
 Records are written by the project's store writer in their original order -- by (broker, physical offset),
 so every queue keeps its order -- and get new physical and queue offsets; the consume queues, index files,
@@ -97,7 +98,7 @@ from store_format import layout as L  # noqa: E402
 from store_format import lmq  # noqa: E402
 from store_format.batchcq import message_count  # noqa: E402
 from store_format.codec import host_flags  # noqa: E402
-from store_format.scan import WALKS  # noqa: E402
+from store_format.scan import WALKS, canonical_walk, walk_help  # noqa: E402
 from store_format.config import (LMQ_CONSUMER_OFFSET_FILE, consumer_offsets, lmq_consumer_offsets,  # noqa: E402
                                  read_consumer_offsets, subscription_groups)
 from store_format.errors import ErrorKind, StoreFormatError, WriterError  # noqa: E402
@@ -819,7 +820,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--input", metavar="DIR", help="an extract (or a table of canonical message columns)")
     src.add_argument("--repair", metavar="STORE", help="a damaged store root: salvage it and replay what is valid")
     p.add_argument("--input-format", choices=FORMATS, help="default: detected")
-    p.add_argument("--walk", choices=WALKS, default="salvage", help="--repair's walk")
+    p.add_argument("--walk", type=canonical_walk, choices=WALKS, default="salvage",
+                   help=f"--repair's walk: {walk_help('salvage')}")
     p.add_argument("--dedupe", action="store_true", help="--repair: drop copies as extract --dedupe does")
     p.add_argument("--out", required=True, metavar="NEW_STORE", help="the store root to create (refused when it "
                    "exists and is not empty, unless --overwrite)")

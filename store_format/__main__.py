@@ -26,10 +26,13 @@ slot with the walk of its chain (``chain``: complete, loop, out_of_range, corrup
 timer checkpoint.  Damage (a corrupt unit, a looping or corrupt chain, a wheel or timercheck of the wrong
 length) counts for ``--strict``; a store without the file prints nothing and says so.
 
-``--config broker.conf`` with ``forceVerifyPropCRC=true`` (RocketMQ 5.2.0+): ``dump --what commitlog`` (the recovery
-walk) checks each record's ``__CRC32#`` instead of its body CRC, as the broker's recovery then does, and ends a
-segment's walk at the first record without the property or whose value does not match (a ``stop`` row of kind
-NO_PROPERTY_CRC or BAD_PROPERTY_CRC, damage for ``--strict``).
+``dump --what commitlog`` prints a walk of the commitlog (``--walk``, store_format.scan.WALKS): ``kept`` (the
+default), what the broker keeps after its predicted recovery -- every row before the cut the audit reports, then the
+broker's stop there, nothing after it -- or ``salvage``, every frame and unframeable span of every segment, past
+damage and past the cut.  ``--config broker.conf`` with ``forceVerifyPropCRC=true`` (RocketMQ 5.2.0+) moves the cut
+as it moves the broker's: its recovery checks each record's ``__CRC32#`` instead of its body CRC and ends the log at
+the first record without the property or whose value does not match (a ``stop`` row of kind NO_PROPERTY_CRC or
+BAD_PROPERTY_CRC, damage for ``--strict``).
 """
 from __future__ import annotations
 
@@ -45,10 +48,11 @@ from pathlib import Path
 from . import interrupts
 from . import layout as L
 from .brokerconf import add_geometry_arguments, geometry_from_args, recovery_settings_from_args
-from .scan import WALKS
-from .commitlog import END_OF_DATA, Frame, SalvageSpan
+from .recovery import predict_cut
+from .scan import WALKS, canonical_walk, kept_items, walk_help
+from .commitlog import END_OF_DATA, SalvageSpan
 from .errors import ErrorKind, IndexFileError, StoreFormatError
-from .fs import ReadOnlyMap, UnreadableError, error_line
+from .fs import UnreadableError, error_line
 from .store import Store
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -128,11 +132,17 @@ def dump(store: Store, what: str, args, out) -> tuple[str, bool, int]:
     if what == "commitlog":
         counts = {}
         skipped = []
-        force = args.walk == "recovery" and not args.no_crc and recovery_settings_from_args(args).force_verify_prop_crc
-        frames = store.walk_commitlog(check_crc=not args.no_crc and not force, salvage=args.walk == "salvage",
-                                      unreadable=skipped)
-        if force:
-            frames = forced_crc_walk(store, frames)
+        frames = store.walk_commitlog(check_crc=not args.no_crc, salvage=True, unreadable=skipped)
+        if args.walk == "kept":
+            try:
+                cut = predict_cut(store, recovery_settings_from_args(args), check_crc=not args.no_crc).cut
+            except UnreadableError as e:  # a segment its recovery reads: what the broker keeps is not known
+                if e.file not in reported:
+                    reported.add(e.file)
+                    _emit(_error_row(e), out)
+                return (f"{len(store.segments)} segment(s): the kept walk needs the broker's predicted recovery, "
+                        f"which cannot read {e.file}", False, len(unreadable) + 1)
+            frames = kept_items(frames, cut)
         for d in mark_early_rolls(map(frame_to_dict, frames)):
             counts[d["kind"]] = counts.get(d["kind"], 0) + 1
             damaged |= d["kind"] == "corrupt" or bool(d.get("damage"))
@@ -197,37 +207,6 @@ def dump(store: Store, what: str, args, out) -> tuple[str, bool, int]:
                    "errors": [e.as_dict() for e in errors]}, out)
         return f"{len(names)} config file(s)", damaged, len(unreadable) + failed
     raise ValueError(what)
-
-
-def forced_crc_walk(store: Store, frames):
-    """The recovery walk's frames under forceVerifyPropCRC (``--config``; store-format-5x.md section 1.3): each
-    segment's walk (framed without the body CRC, which the broker then skips) ends at the first record whose
-    ``__CRC32#`` is missing or does not match, as a ``stop`` of kind NO_PROPERTY_CRC or BAD_PROPERTY_CRC
-    (store_format.recovery.forced_crc_stop)."""
-    from .recovery import forced_crc_stop
-
-    paths = {seg.name: seg.path for seg in store.segments}
-    stopped, mapped = None, None  # the segment whose walk the forced check ended; (segment, its open map)
-    try:
-        for f in frames:
-            segment = getattr(f, "segment", None)
-            if segment == stopped:
-                continue  # past the forced stop: the broker's walk of this segment ended there
-            if isinstance(f, Frame) and f.kind == "message":
-                if mapped is None or mapped[0] != segment:
-                    if mapped is not None:
-                        mapped[1].close()
-                    mapped = (segment, ReadOnlyMap(paths[segment]))
-                refused = forced_crc_stop(mapped[1].buf, [f.file_position], [f.size])
-                if refused is not None:
-                    stopped = segment
-                    f = Frame("stop", segment, f.file_position, f.physical_offset, f.size, f.magic,
-                              stop_kind=refused[2], stop_field="properties",
-                              stop_message="forceVerifyPropCRC: the broker's recovery refuses this record")
-            yield f
-    finally:
-        if mapped is not None:
-            mapped[1].close()
 
 
 TIMER_PARTS = ("timerlog", "timerwheel", "timercheck")
@@ -361,8 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     store_args(d)
     d.add_argument("--what", required=True,
                    choices=["commitlog", "consumequeue", "index", "checkpoint", "config", *TIMER_PARTS])
-    d.add_argument("--walk", choices=WALKS, default="recovery",
-                   help="recovery: stop where the broker's recovery stops; salvage: resync past damage")
+    d.add_argument("--walk", type=canonical_walk, choices=WALKS, default="kept", help=walk_help("kept"))
     d.add_argument("--no-crc", action="store_true", help="do not verify body CRCs (the broker's dispatch does not)")
     d.add_argument("--strict", action="store_true", help="exit 1 when damage is found")
     d.add_argument("--debug", action="store_true", help="show a Python traceback when the tool itself fails")

@@ -97,6 +97,7 @@ class SegmentRange:
     resolved: bool = False
     crc_checked_before: int = 0  # the pass that found the ends checked every body CRC before this position
     finds_ends: bool = False  # the range is the whole segment: the task's own walk gives the ends
+    cut: object = None  # store_format.recovery.Cut: where the broker's predicted recovery ends its log (None: unknown)
 
     @property
     def key(self) -> str:

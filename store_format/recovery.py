@@ -906,6 +906,13 @@ class RecoveryPrediction:
         return (sum(s for _, s in self.dropped_messages) + sum(s for _, s, _ in self.damaged_dropped)
                 + self.unframed_bytes_lost)
 
+    @property
+    def cut(self) -> "Cut":
+        """Where the recovery ends the log (what the ``kept`` walk returns lies before it)."""
+        stop = self.walks.get(self.stop_segment) if self.stop_segment is not None else None
+        return Cut(self.max_physical_offset, self.stop_segment, self.stop_position, self.stop_kind, self.mode,
+                   stop.stop_field if stop is not None else None)
+
     def as_dict(self) -> dict:
         d = {k: v for k, v in vars(self).items() if k != "walks"}
         d["cq_units_truncated"] = {f"{t}/{q}": n for (t, q), n in self.cq_units_truncated.items()}
@@ -915,6 +922,40 @@ class RecoveryPrediction:
                  damaged_messages_lost=self.damaged_messages_lost, unframed_bytes_lost=self.unframed_bytes_lost,
                  bytes_lost=self.bytes_lost)
         return d
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Where the broker's predicted recovery ends the commitlog (:attr:`RecoveryPrediction.cut`, the cut the audit's
+    summary.json gives as ``recovery.predicted_max_physical_offset``, ``stop_segment``, ``stop_position`` and
+    ``stop_kind``): the broker keeps what lies before ``physical_offset`` and drops the rest.  ``kind`` says why its
+    walk ends there (END_OF_DATA or "last blank": the end of the data; else the damage: BAD_CRC, ...); ``field`` the
+    field its walk refused."""
+
+    physical_offset: int
+    segment: str | None
+    file_position: int | None
+    kind: str | None
+    mode: str  # "normal" | "abnormal"
+    field: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"physical_offset": self.physical_offset, "segment": self.segment, "file_position": self.file_position,
+                "kind": self.kind, "field": self.field, "mode": self.mode}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Cut":
+        return cls(int(d["physical_offset"]), d.get("segment"), d.get("file_position"), d.get("kind"),
+                   d.get("mode") or "normal", d.get("field"))
+
+
+def predict_cut(store: Store, settings: RecoverySettings | None = None, *, check_crc: bool = True,
+                message_index_safe: bool = False) -> RecoveryPrediction:
+    """The prediction a walk needs, the same as the audit's (:func:`predict_recovery`) without what it costs to
+    count the losses: no lost records enumerated, no consume queue read (its :attr:`~RecoveryPrediction.cut`,
+    mode, start problems and notes are the audit's; its counts and queue truncations are empty)."""
+    return predict_recovery(store, message_index_safe=message_index_safe, check_crc=check_crc,
+                            enumerate_lost=False, queue_starts={}, settings=settings)
 
 
 def _first_record_matches(seg: Segment, min_timestamp: int) -> bool:

@@ -13,29 +13,61 @@ range at 0, where the walk starts), follows store_format's salvage walk and stop
 or after its end, where the next range's walk starts: every frame and span of the walk belongs to exactly one
 range, whatever the cut (:mod:`store_format.plan`).
 
-Two facts are only known by walking from a segment's start: where the recovery walk stops (its first stop or
-blank) and where the salvage walk ends (its first blank; stale bytes may follow).  They are the segment's ends
-(:class:`SegmentEnds`), found by the walks of all its ranges together (:func:`segment_ends`, :func:`walk_ends`)
-and applied to a range's items by :func:`cut_to_walk`.
+Two facts are only known by walking from a segment's start: its first stop or blank (the items after it lie
+beyond damage in their segment: ``beyond_first_stop``) and where the salvage walk ends (its first blank; stale
+bytes may follow).  They are the segment's ends (:class:`SegmentEnds`), found by the walks of all its ranges
+together (:func:`segment_ends`, :func:`walk_ends`).  A third is only known by walking the segments the broker's
+recovery walks: where that recovery ends the log (store_format.recovery.predict_cut, the audit's cut).
+:func:`cut_to_walk` applies them to a range's items for the walk asked for (:data:`WALKS`).
 """
 from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple
 
+import numpy as np
 
 from . import layout as L
-from .commitlog import KIND_BLANK, KIND_CORRUPT, FrameArrays, SalvageSpan, find_next_frame, salvage_arrays
+from .commitlog import KIND_BLANK, KIND_MESSAGE, KIND_STOP, Frame, FrameArrays, SalvageSpan, find_next_frame, \
+    salvage_arrays
 from .fs import ReadOnlyMap
 from .errors import ErrorKind, RecordError
 from .fs import Location
 from .plan import SegmentRange
 
-#: the walks a reader can ask for: the broker's recovery walk (up to its first stop), or the salvage walk (past
-#: damage, up to the first blank: :func:`cut_to_walk`)
-WALKS = ("recovery", "salvage")
+if TYPE_CHECKING:
+    from .recovery import Cut
+
+#: the walks a reader can ask for, named by what they return (:func:`cut_to_walk`):
+#: ``kept``, what the broker keeps after its predicted recovery: the items before the cut the audit reports
+#: (store_format.recovery.predict_cut: the broker drops everything from there on), and its stop there;
+#: ``salvage``, everything intact: every frame the salvage walk finds, past damage and past the cut
+WALKS = ("kept", "salvage")
+#: what each walk returns, in the words of every ``--walk`` help and the user guide
+WALK_MEANINGS = {
+    "kept": "what the broker keeps after its predicted recovery: every intact message before the cut the audit "
+            "reports (the broker drops everything from there on; intact messages behind damage in a segment its "
+            "recovery does not walk are kept, and marked beyond_first_stop)",
+    "salvage": "every intact message: also past damage and past the broker's cut (those marked kept = false)",
+}
+#: earlier names still taken: ``recovery`` cut each segment at its own first stop and went on in the next one,
+#: which no broker does; it now names the kept walk
+WALK_ALIASES = {"recovery": "kept"}
+
+
+def canonical_walk(name: str) -> str:
+    """A walk's name with an earlier name (:data:`WALK_ALIASES`) replaced; anything else unchanged (an argparse
+    ``type`` before ``choices=WALKS``, which names the choices)."""
+    return WALK_ALIASES.get(name, name)
+
+
+def walk_help(default: str) -> str:
+    """The ``--walk`` help every job shares."""
+    earlier = "; ".join(f"'{old}' is the earlier name of {new}" for old, new in WALK_ALIASES.items())
+    return "; ".join(f"{w}: {WALK_MEANINGS[w]}" for w in WALKS) + f" (default {default}; {earlier})"
+
 # Ranged (non-mmap) reads fetch this much past a range end; a decision closer than this to the end of what
 # was read is re-made with more bytes.  It bounds a legitimate record: 4 MiB body + 64 KiB (broker >= 4.9.5).
 DEFAULT_MAX_RECORD_SIZE = L.DEFAULT_MAX_MESSAGE_SIZE + (64 << 10)
@@ -172,8 +204,8 @@ def read_range_walk(loc: Location, name: str, base: int, length: int, start: int
 
 
 class SegmentEnds(NamedTuple):
-    """Where a segment's walks end: ``first_stop``, its first stop or blank (the recovery walk ends there), and
-    ``first_blank`` (the salvage walk ends there); None where the walk found none."""
+    """Where a segment's walks end: ``first_stop``, its first stop or blank (what follows lies beyond damage in the
+    segment), and ``first_blank`` (the salvage walk ends there); None where the walk found none."""
 
     first_stop: int | None
     first_blank: int | None
@@ -223,14 +255,53 @@ def with_crc_checked(ends: SegmentEnds, check_crc: bool) -> tuple:
     return ends.first_stop, ends.first_blank, (ends.first_stop or 0) if check_crc else 0
 
 
-def cut_to_walk(items: FrameArrays, walk: str, first_stop: int | None, first_blank: int | None) -> FrameArrays:
-    """Apply a segment's ends: the recovery walk is the frames up to its first stop (or blank); the salvage
-    walk ends at its first blank (stale bytes may follow)."""
-    if walk == "recovery":
-        return items.take((items.positions <= first_stop) & (items.kinds != KIND_CORRUPT))
-    if first_blank is None or not len(items) or items.positions[-1] <= first_blank:
+def cut_to_walk(items: FrameArrays, walk: str, first_stop: int | None, first_blank: int | None,
+                cut: "Cut | None" = None) -> FrameArrays:
+    """A range's (or segment's) items as ``walk`` returns them.  The salvage walk ends at its segment's first blank
+    (stale bytes may follow).  The kept walk is those items before ``cut`` (the broker's predicted recovery:
+    :class:`store_format.recovery.Cut`), and the broker's stop or blank at the cut; a message our framing accepts
+    where the broker's walk refuses it (a forced ``__CRC32#`` check) is that stop.  ``first_stop`` is not needed:
+    it is what ``beyond_first_stop`` is decided from."""
+    if first_blank is not None and len(items) and items.positions[-1] > first_blank:
+        items = items.take(items.positions <= first_blank)
+    if walk == "salvage":
         return items
-    return items.take(items.positions <= first_blank)
+    if walk != "kept" or cut is None:
+        raise ValueError(f"walk {walk!r}: the kept walk needs the broker's cut; walks are {', '.join(WALKS)}")
+    phys = items.positions + items.base_offset
+    at = phys == cut.physical_offset
+    keep = (phys < cut.physical_offset) | (at & ((items.kinds == KIND_STOP) | (items.kinds == KIND_BLANK)))
+    refused = np.flatnonzero(at & (items.kinds == KIND_MESSAGE))
+    if len(refused) and cut.kind is not None:
+        i = int(refused[0])
+        keep[i] = True
+        kinds = items.kinds.copy()
+        kinds[i] = KIND_STOP
+        stop = Frame("stop", items.segment, int(items.positions[i]), cut.physical_offset, int(items.sizes[i]),
+                     int(items.magics[i]), stop_kind=cut.kind, stop_field=cut.field,
+                     stop_message="the broker's recovery refuses this record (its predicted cut)")
+        items = FrameArrays(items.segment, items.base_offset, items.positions, items.sizes, kinds, items.magics,
+                            {**items.others, i: stop})
+    return items if keep.all() else items.take(keep)
+
+
+def kept_items(items: Iterable, cut: "Cut") -> Iterator:
+    """:func:`cut_to_walk`'s kept walk over a whole salvage walk's items (:class:`Frame` / :class:`SalvageSpan`, the
+    segments in order: ``Store.walk_commitlog(salvage=True)``), one at a time: those before the cut, then the broker's
+    stop there (a message our framing accepts at the cut is that stop), and nothing after it."""
+    for it in items:
+        phys = it.physical_offset if isinstance(it, Frame) else int(it.segment) + it.file_position
+        if phys < cut.physical_offset:
+            yield it
+            continue
+        if phys == cut.physical_offset and isinstance(it, Frame):
+            if it.kind != "message":
+                yield it
+            elif cut.kind is not None:
+                yield Frame("stop", it.segment, it.file_position, phys, it.size, it.magic, stop_kind=cut.kind,
+                            stop_field=cut.field, stop_message="the broker's recovery refuses this record (its "
+                                                               "predicted cut)")
+        return
 
 
 def span_detail(span: SalvageSpan) -> str:
@@ -240,5 +311,6 @@ def span_detail(span: SalvageSpan) -> str:
         else "")
 
 
-__all__ = ["WALKS", "DEFAULT_MAX_RECORD_SIZE", "RangeWalk", "range_walk", "range_items", "read_range_walk",
-           "SegmentEnds", "segment_ends", "walk_ends", "with_crc_checked", "cut_to_walk", "span_detail"]
+__all__ = ["WALKS", "WALK_MEANINGS", "WALK_ALIASES", "canonical_walk", "walk_help", "DEFAULT_MAX_RECORD_SIZE",
+           "RangeWalk", "range_walk", "range_items", "read_range_walk", "SegmentEnds", "segment_ends", "walk_ends",
+           "with_crc_checked", "cut_to_walk", "kept_items", "span_detail"]

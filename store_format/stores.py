@@ -163,6 +163,7 @@ class PartInput:
     broker: str
     loc: Location
     single_file: bool
+    root: Location | None = None  # the store root it belongs to
 
 
 def part_inputs(path, part: str, broker: str | None = None) -> list[PartInput]:
@@ -172,8 +173,8 @@ def part_inputs(path, part: str, broker: str | None = None) -> list[PartInput]:
     if broker is not None and len(stores) > 1:
         raise StoreFormatError(ErrorKind.INVALID_INPUT, f"the broker option names one store but {len(stores)} store "
                                "roots were found; broker names come from their folders", file=str(path))
-    return [PartInput(broker or s.name, s.file if s.file is not None else s.root.child(part), s.file is not None)
-            for s in stores]
+    return [PartInput(broker or s.name, s.file if s.file is not None else s.root.child(part), s.file is not None,
+                      s.root) for s in stores]
 
 
 __all__ = ["PartInput", "part_inputs", "GENERIC_FOLDERS", "SETTINGS_FILES", "FoundStore", "is_store_root", "config_broker_name", "folder_name",

@@ -389,6 +389,32 @@ class TimerLog:
         self.close()
 
 
+def rescan_start(files: list, last_timer_log_flush_pos: int | None) -> int:
+    """Where the timer's recovery (``TimerMessageStore.recover`` / ``recoverAndRevise``) starts rescanning the timer
+    log: the base offset of the file holding lastTimerLogFlushPos minus a file's size (the first file's when none
+    does).  Each valid unit it scans, up to the first corrupt one, becomes its slot's lastPos."""
+    if not files:
+        return 0
+    begin = max(0, (last_timer_log_flush_pos or 0) - files[-1].length)
+    return max((f.base_offset for f in files if f.base_offset <= begin), default=files[0].base_offset)
+
+
+def slot_heads(wheel: "WheelSlots | None", offsets, slot_times, rescan_from: int, rescan_until: int | None
+               ) -> dict[int, int]:
+    """Slot time -> lastPos as the timer's recovery leaves the wheel: the wheel's slots whose time maps to their own
+    index, then each valid unit it rescans (``offsets`` and their ``slot_times``, in offset order, from
+    ``rescan_from`` (:func:`rescan_start`) to ``rescan_until``, the first corrupt unit there, if any) as its slot's
+    lastPos, the last one winning."""
+    heads: dict[int, int] = {}
+    if wheel is not None:
+        ok = wheel.index_matches
+        heads.update(zip(wheel.slot_time_ms[ok].tolist(), wheel.last_pos[ok].tolist()))
+    offsets, slot_times = np.asarray(offsets, np.int64), np.asarray(slot_times, np.int64)
+    scan = (offsets >= rescan_from) & ((offsets < rescan_until) if rescan_until is not None else True)
+    heads.update(zip(slot_times[scan].tolist(), offsets[scan].tolist()))  # a dict keeps the last of a key
+    return heads
+
+
 # ------------------------------------------------------------------------------------------- chains
 
 
@@ -790,7 +816,7 @@ def timer_store_files(root) -> TimerStoreFiles:
 __all__ = ["TimerUnit", "TimerUnitArrays", "TimerLog", "ChainWalk", "WheelSlots", "Slot", "TimerCheckpoint",
            "TimerMetrics", "TimerStoreError", "TimerStoreFiles", "UNIT_KINDS", "REASONS", "list_timer_log_files",
            "walk_timer_log", "walk_timer_log_buffer", "timer_units_of", "read_timer_unit_arrays", "read_timer_unit_range",
-           "walk_chain",
+           "rescan_start", "slot_heads", "walk_chain",
            "slot_index", "read_wheel_slots", "wheel_slot", "parse_timer_checkpoint", "read_timer_checkpoint",
            "read_timer_metrics", "timer_metrics_decode_problem", "timer_store_files", "magic_ok", "magic_name",
            "delete_key", "dequeued",

@@ -143,7 +143,9 @@ def trace(records: list[TimerRecord], units: list[Unit], checkpoint: Checkpoint,
     for r in records:
         if r.topic != L.TIMER_TOPIC and r.dequeue_ms is not None:
             deliveries.setdefault((r.topic, r.uniq_key, r.enqueue_ms), []).append(r)
-    by_roll = {(r.uniq_key, r.real_topic, r.roll_times, r.enqueue_ms): r for r in timer if r.roll_times}
+    # a roll's next record is its own record's re-put: a recall rolls too, with the same UNIQ_KEY (and, enqueued in
+    # the same millisecond, the same TIMER_ENQUEUE_MS), and carries its TIMER_DEL_UNIQKEY on
+    by_roll = {(r.uniq_key, r.real_topic, r.roll_times, r.enqueue_ms, r.del_key): r for r in timer if r.roll_times}
     recalls: dict[str, list[TimerRecord]] = {}
     for r in timer:
         if r.del_key is not None:
@@ -196,7 +198,7 @@ def _path(r: TimerRecord, u: Unit | None, cp: Checkpoint, as_of: int, deliveries
         u.roll and r.out_ms is not None and (key, r.out_ms) in in_slot
         and not dequeued(u.slot_time_ms, cp.last_read_time_ms)))
     if kind == "roll":
-        p.next_record = by_roll.get((r.uniq_key, r.real_topic, r.roll_times + 1, u.write_time_ms))
+        p.next_record = by_roll.get((r.uniq_key, r.real_topic, r.roll_times + 1, u.write_time_ms, r.del_key))
     else:
         p.deliveries = deliveries.get((r.real_topic, r.uniq_key, u.write_time_ms), [])
     p.state, p.reason = _with_unit(r, u, p, cp, as_of)

@@ -18,7 +18,9 @@ from chispa import assert_df_equality
 
 from datasources.commitlog import BASE_COLUMNS
 from datasources.twopass import commitlog_ends, read_commitlog
-from store_format.scan import NeedMoreBytes, cut_to_walk, range_items, segment_ends
+from store_format.recovery import predict_cut
+from store_format.scan import NeedMoreBytes, cut_to_walk, kept_items, range_items, segment_ends
+from store_format.store import Store
 from store_format.checkpoint import read_checkpoint
 from store_format.codec import decode_record, encode_blank, encode_record, encoded_size
 from store_format.commitlog import (Frame, FrameArrays, list_segments, salvage_buffer, segment_name, walk_buffer)
@@ -150,18 +152,22 @@ SPLITS = (64, 300, 1000, 4096, 7777, SEG, 1 << 20, 3 << 20)
 @pytest.mark.slow
 def test_every_walk_item_is_owned_by_exactly_one_range(dump):
     """The task function alone: for every segment and split size, the ranges' items joined in order are
-    store_format's salvage walk, and cutting them at the segment ends gives both walks exactly."""
+    store_format's salvage walk, and cutting them at the segment ends (and the broker's cut) gives both walks
+    exactly: the salvage walk, and the kept walk as its scalar face (store_format.scan.kept_items) gives it."""
     checked = Counter()
     for broker, seg in _all_segments(dump):
         buf = seg.path.read_bytes()
         salvage = [_key(x) for x in salvage_buffer(buf, seg.name, seg.base_offset, decode=False)]
         recovery = [_key(x) for x in walk_buffer(buf, seg.name, seg.base_offset, decode=False)]
+        cut = _cut(dump, broker)
+        kept = [_key(x) for x in kept_items(salvage_buffer(buf, seg.name, seg.base_offset, decode=False), cut)]
         for split in (x for x in SPLITS if x >= 1000 or len(buf) <= SEG):  # bounded task counts
             per_range = _by_ranges(buf, seg, split)
             items = FrameArrays.concat(per_range)
             first_stop, first_blank = segment_ends(per_range)
             assert [_key(x) for x in cut_to_walk(items, "salvage", first_stop, first_blank)] == salvage, (broker, seg.name, split)
-            assert [_key(x) for x in cut_to_walk(items, "recovery", first_stop, first_blank)] == recovery, (broker, seg.name, split)
+            assert [_key(x) for x in cut_to_walk(items, "kept", first_stop, first_blank, cut)] == kept, \
+                (broker, seg.name, split)
             checked[broker] += 1
         # ranged reads: windows past the range end, grown when a decision falls too close to their end
         # (the margin, maxRecordSize, must exceed the largest record)
@@ -186,13 +192,26 @@ def test_every_walk_item_is_owned_by_exactly_one_range(dump):
     assert (end.stop_kind, span.unwritten_tail) == ("END_OF_DATA", len(buf) - end.file_position)
 
 
+def _cut(dump: Path, broker: str):
+    """The broker's predicted recovery cut (the audit's), which the kept walk ends at."""
+    root = dump / broker / "store" if (dump / broker / "store").is_dir() else dump / broker
+    return predict_cut(Store(root)).cut
+
+
 def _scalar_rows(dump: Path, walk: str, only: str | None = None) -> Counter:
+    """The rows of a walk as store_format's scalar walks give them: ``salvage``, ``kept`` (the salvage walk of the
+    broker's segments cut at its predicted recovery) or ``first_stops`` (each segment's walk from its start to its
+    first stop: the rows that are not beyond_first_stop)."""
     rows = Counter()
     for broker, seg in _all_segments(dump):
         if only is not None and broker != only:
             continue
         buf = seg.path.read_bytes()
-        items = (walk_buffer if walk == "recovery" else salvage_buffer)(buf, seg.name, seg.base_offset, decode=False)
+        if walk == "first_stops":
+            items = walk_buffer(buf, seg.name, seg.base_offset, decode=False)
+        else:
+            items = salvage_buffer(buf, seg.name, seg.base_offset, decode=False)
+            items = kept_items(items, _cut(dump, broker)) if walk == "kept" else items
         for it in items:
             k = _key(it)
             rows[(broker, seg.name) + k[:2] + (k[2] if k[0] != "stop" else None, k[3])] += 1
@@ -219,13 +238,19 @@ def test_spark_reads_both_walks_exactly_whatever_the_split(spark, dump, only, sp
     ends = commitlog_ends(spark, path, splitSize=split)
     # only segments cut into several ranges go through the first pass; the others' tasks find their own ends
     assert set(ends) == ({"basic/00000000000000000000"} if only else set())
-    for walk in ("recovery", "salvage"):
+    kept = {}
+    for walk in ("kept", "salvage"):
         rows = read_commitlog(spark, path, ends=ends, walk=walk, splitSize=split, materialize="positions") \
-            .select("broker", "segment", "kind", "file_position", "store_size", "length", "reason",
-                    "beyond_first_stop").collect()
+            .select("broker", "segment", "kind", "file_position", "physical_offset", "store_size", "length", "reason",
+                    "beyond_first_stop", "kept").collect()
         assert _spark_rows(rows) == _scalar_rows(dump, walk, only)
+        cuts = {b: _cut(dump, b).physical_offset for b in {r["broker"] for r in rows}}
+        assert all(r["kept"] == (r["physical_offset"] < cuts[r["broker"]]) for r in rows)
+        kept[walk] = _spark_rows([r for r in rows if r["kept"]])
         if walk == "salvage":
-            assert _spark_rows([r for r in rows if not r["beyond_first_stop"]]) == _scalar_rows(dump, "recovery", only)
+            assert _spark_rows([r for r in rows if not r["beyond_first_stop"]]) == _scalar_rows(dump, "first_stops",
+                                                                                                 only)
+    assert kept["kept"] == kept["salvage"]  # what the broker keeps: the same rows either way
 
 
 def test_frames_are_the_record_bytes_and_decoded_columns_match_the_scalar_decoder(spark, dump):
@@ -294,7 +319,7 @@ def test_bad_columns_option_is_a_clear_error(spark, options, says):
     ({"checkCrc": "maybe"}, "option checkCrc='maybe': expected true or false"),
     ({"batchRows": "0"}, "option batchRows='0': must be at least 1"),
     ({"parallelism": "two"}, "option parallelism='two': invalid literal"),
-    ({"walk": "sideways"}, "option walk='sideways': choose one of recovery, salvage"),
+    ({"walk": "sideways"}, "option walk='sideways': choose one of kept, salvage"),
     ({"mode": "lenient"}, "option mode='lenient': choose one of PERMISSIVE, DROPMALFORMED, FAILFAST"),
 ])
 def test_a_bad_option_value_is_an_error_naming_the_option(options, says):
@@ -311,7 +336,8 @@ def test_absent_and_empty_options_take_their_defaults():
     for given in ({}, {"splitSize": "", "batchRows": "", "checkCrc": "", "mode": "", "walk": ""}):
         o = Options.parse(given)
         assert (o.split_size, o.batch_rows, o.check_crc, o.mode, o.walk, o.max_record_size, o.parallelism) == \
-            (None, DEFAULT_BATCH_ROWS, True, "PERMISSIVE", "recovery", DEFAULT_MAX_RECORD_SIZE, None)
+            (None, DEFAULT_BATCH_ROWS, True, "PERMISSIVE", "kept", DEFAULT_MAX_RECORD_SIZE, None)
+    assert Options.parse({"walk": "recovery"}).walk == "kept"  # the earlier name
     o = Options.parse({"splitSize": "6k", "checkCrc": "false", "mode": "failfast", "excerptBytes": "0"})
     assert (o.split_size, o.check_crc, o.mode, o.excerpt_bytes) == (6 << 10, False, "FAILFAST", 0)
     with pytest.raises(ValueError, match=re.escape("option hashSlotNum='0': must be at least 1")):
@@ -343,8 +369,10 @@ def test_modes(spark, dump):
     dropped = read_commitlog(spark, path, ends=ends, walk="salvage", splitSize=10000, materialize="positions",
                              mode="DROPMALFORMED").collect()
     assert Counter(map(tuple, dropped)) == Counter(map(tuple, permissive)) - Counter(map(tuple, damage))
-    # the first damage of the recovery walk: a CRC in segment 1 or the garbage in segment 3 (tasks race)
-    with pytest.raises(Exception, match=r"(BAD_CRC .*00000000000000016384|BAD_MAGIC .*00000000000000049152)@\d+"):
+    # the first damage before the broker's cut: a CRC in segment 1, the hole of zeros in segment 2 or the garbage in
+    # segment 3 (tasks race; the broker keeps them: its recovery walks the last three segments)
+    with pytest.raises(Exception, match=r"(BAD_CRC .*00000000000000016384|TRUNCATED .*00000000000000032768|"
+                                        r"BAD_MAGIC .*00000000000000049152)@\d+"):
         read_commitlog(spark, path, ends=ends, splitSize=10000, materialize="positions", mode="FAILFAST").collect()
     # a healthy store passes FAILFAST: its zero tail is not damage
     assert read_commitlog(spark, str(dump / "multi"), mode="FAILFAST", materialize="positions").count() == 300 + \
@@ -869,7 +897,8 @@ def test_the_newest_segment_cut_over_its_written_data_tiles_its_walk(dump, tmp_p
         assert probe <= len(buf) and not any(buf[probe:])
         cut_short += probe < len(buf)
         salvage = [_key(x) for x in salvage_buffer(buf, seg.name, seg.base_offset, decode=False)]
-        recovery = [_key(x) for x in walk_buffer(buf, seg.name, seg.base_offset, decode=False)]
+        kept = [_key(x) for x in kept_items(salvage_buffer(buf, seg.name, seg.base_offset, decode=False),
+                                            _cut(holey.parent if broker == "holey" else dump, broker))]
         for data in sorted({probe, 0, 1, len(buf) // 3, len(buf)}):
             for size in (1000, 4096, max(1, data // 3)):
                 ranges = cut_ranges(len(buf), data, size)
@@ -879,7 +908,8 @@ def test_the_newest_segment_cut_over_its_written_data_tiles_its_walk(dump, tmp_p
                 items = FrameArrays.concat(per_range)
                 ends = segment_ends(per_range)
                 assert [_key(x) for x in cut_to_walk(items, "salvage", *ends)] == salvage, (broker, data, size)
-                assert [_key(x) for x in cut_to_walk(items, "recovery", *ends)] == recovery, (broker, data, size)
+                assert [_key(x) for x in cut_to_walk(items, "kept", *ends, _cut(holey.parent if broker == "holey"
+                                                                                else dump, broker))] == kept
     assert cut_short >= 4  # the fixtures' segments, the holey one and the multi store's newest
     seg = list_segments(holey / "commitlog")[0]
     # a local file is read back from its end: exact; another file system's binary search stops at the zeroed pages
@@ -890,11 +920,11 @@ def test_the_newest_segment_cut_over_its_written_data_tiles_its_walk(dump, tmp_p
 
 def test_spark_reads_a_newest_segment_cut_over_its_written_data(spark, tmp_path):
     """Through Spark: the holey store's one (newest) segment cut over its written data (past its zeroed pages:
-    ranges of 16 KiB, the last running to the segment's end) reads exactly the scalar walks; the recovery walk's
-    ranges past its stop (the zeroed pages at 64 KiB) are never read."""
+    ranges of 16 KiB, the last running to the segment's end) reads exactly the scalar walks; the kept walk's
+    ranges past the broker's cut (the zeroed pages at 64 KiB) are never read."""
     store, data_end = _holey_store(tmp_path / "holey")
     path = str(store)
-    for walk, ranges in (("recovery", 5), ("salvage", -(-data_end // (16 << 10)))):
+    for walk, ranges in (("kept", 5), ("salvage", -(-data_end // (16 << 10)))):
         df = read_commitlog(spark, path, walk=walk, splitSize="16k", materialize="positions")
         assert df.rdd.getNumPartitions() == ranges
         assert _spark_rows(df) == _scalar_rows(tmp_path, walk, "holey")

@@ -71,7 +71,7 @@ def test_columns_keeps_the_location_topic_and_the_chosen_columns(spark, tmp_path
     assert result.exit_code == 0
     table = read_table(spark, str(out))
     assert table.columns == ["broker", "segment", "file_position", "physical_offset", "store_size",
-                             "beyond_first_stop", "topic", "queue_offset", "body"]
+                             "beyond_first_stop", "kept", "topic", "queue_offset", "body"]
     expected = {m["commitLogOffset"]: m for m in manifest["messages"]}
     rows = table.collect()
     assert len(rows) == len(expected)

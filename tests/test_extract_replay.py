@@ -64,7 +64,12 @@ def test_store_extract_replay_read_back_gives_the_same_messages(spark, tmp_path)
     code, _ = run_extract(spark, "--store", root, "--out", ex, "--format", "parquet")
     assert code == 0
     counts = manifest_of(ex)["counts"]
-    assert counts == {"selected": 85, "written": 85, "rejected": 0, "rejected_by_reason": {}, "reconciled": True}
+    assert counts == {"selected": 85, "written": 85, "rejected": 0, "rejected_by_reason": {}, "missing_in_holes": 0,
+                      "adds_up": True, "reconciled": True}  # RocketMQ's own queues: no hole where there is none
+    [broker] = manifest_of(ex)["brokers"]
+    cut = predict_recovery(Store(root)).cut
+    assert manifest_of(ex)["walk"]["name"] == "kept" and broker["cut"] == cut.as_dict() and cut.kind == "END_OF_DATA"
+    assert (broker["intact_past_cut"], broker["intact_past_damage"]) == (0, 0)
     code, lines, _ = run_replay(spark, "--input", ex, "--out", new)
     assert code == 0 and lines[-1]["counts"]["written"] == 85 and lines[-1]["counts"]["reconciled"]
 
@@ -279,3 +284,75 @@ def test_outputs_are_never_clobbered_or_written_into_an_input(spark, tmp_path):
 def test_bad_arguments_exit_2_before_any_work(job, argv, says, capsys):
     assert job.main(argv) == 2
     assert says in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------
+# Walks that mean what they say (issue 37)
+
+
+def _demo_like(root: Path) -> tuple:
+    """A store like the demo's broker-b (synthetic traffic, clean shutdown) with one body bit flipped in the middle
+    record, inside the segments the broker's recovery walks: it cuts the log there.  Returns (the store, the damaged
+    record, the broker's cut)."""
+    from store_format.write.generate import TrafficConfig, generate_store
+
+    generate_store(root / "clean", TrafficConfig(messages=900, seed=2), WriterConfig(mappedFileSizeCommitLog=96 << 10))
+    frames = [f for f in Store(root / "clean").walk_commitlog(decode=True) if f.kind == "message"]
+    victim = frames[len(frames) // 2].message
+    damage.flip_body_bit(root / "clean", root / "store", physical_offset=victim.physical_offset, bit=3)
+    cut = predict_recovery(Store(root / "store")).cut
+    assert cut.physical_offset == victim.physical_offset and cut.kind == "BAD_CRC"
+    assert len(Store(root / "store").segments) - 3 <= [s.name for s in Store(root / "store").segments].index(
+        cut.segment) < len(Store(root / "store").segments) - 1  # walked by recovery, segments after it
+    return root / "store", victim, cut
+
+
+def _intact(store: Path, topic: str, queue_id: int) -> list:
+    """Every intact message of a queue, as the salvage walk frames them."""
+    return [f.message for f in Store(store).walk_commitlog(decode=True, salvage=True)
+            if getattr(f, "kind", None) == "message" and f.message.topic == topic and f.message.queue_id == queue_id]
+
+
+def test_the_kept_walk_ends_at_the_brokers_cut_and_the_manifest_says_what_it_left_out(spark, tmp_path):
+    """The default walk (kept) writes a queue's messages up to the broker's predicted cut -- the audit's -- with no
+    hole, and the manifest names the cut and counts the intact messages of the selection past it; the salvage walk
+    writes them all, marked kept = false past the cut, and its one hole (the damaged record, which no walk can give
+    back) makes the manifest not reconciled, the hole named.  (The walk this replaced cut each segment at its own
+    first stop: it wrote messages past the cut and left out the intact ones after the damage in its segment.)"""
+    store, victim, cut = _demo_like(tmp_path)
+    topic, qid = victim.topic, victim.queue_id
+    intact = _intact(store, topic, qid)
+    before = [m for m in intact if m.physical_offset < cut.physical_offset]
+    past = [m for m in intact if m.physical_offset >= cut.physical_offset]
+    assert before and len({m.segment for m in past}) >= 2
+    code, err = run_extract(spark, "--store", store, "--topic", topic, "--queue", qid, "--out", tmp_path / "kept",
+                            "--format", "jsonl")
+    m = manifest_of(tmp_path / "kept")
+    rows = jsonl_rows(tmp_path / "kept")
+    assert code == 0 and [r["physical_offset"] for r in rows] == [x.physical_offset for x in before]
+    assert [r["queue_offset"] for r in rows] == list(range(rows[0]["queue_offset"], victim.queue_offset))
+    assert all(r["kept"] for r in rows) and m["walk"]["name"] == "kept"
+    [broker] = m["brokers"]
+    assert broker["cut"] == cut.as_dict() and broker["intact_past_cut"] == len(past) and broker["past_cut_written"] == 0
+    assert m["counts"]["reconciled"] and m["holes"] == {"checked": True, "missing": 0, "holes": 0, "listed": []}
+    assert f"{len(past):,} intact message(s) of the selection lie at or past the broker's predicted cut at physical " \
+           f"offset {cut.physical_offset:,}" in err and "--walk salvage writes them too" in err
+
+    code, err = run_extract(spark, "--store", store, "--topic", topic, "--queue", qid, "--walk", "salvage", "--out",
+                            tmp_path / "salvage", "--format", "jsonl")
+    m = manifest_of(tmp_path / "salvage")
+    rows = jsonl_rows(tmp_path / "salvage")
+    assert code == 0 and [r["physical_offset"] for r in rows] == [x.physical_offset for x in intact]
+    assert [r["kept"] for r in rows] == [x.physical_offset < cut.physical_offset for x in intact]
+    [broker] = m["brokers"]
+    assert (broker["intact_past_cut"], broker["past_cut_written"]) == (len(past), len(past))
+    assert m["counts"]["adds_up"] and not m["counts"]["reconciled"] and m["counts"]["missing_in_holes"] == 1
+    [hole] = m["holes"]["listed"]
+    assert (hole["topic"], hole["queue_id"], hole["queue_offsets"]) == (topic, qid, [victim.queue_offset] * 2)
+    assert hole["after_physical_offset"] < victim.physical_offset < hole["before_physical_offset"]
+    assert f"{topic}/{qid} queue offset {victim.queue_offset} missing" in err
+    # the earlier name of the kept walk still works
+    code, _ = run_extract(spark, "--store", store, "--topic", topic, "--queue", qid, "--walk", "recovery", "--out",
+                          tmp_path / "alias", "--format", "jsonl")
+    assert code == 0 and manifest_of(tmp_path / "alias")["walk"]["name"] == "kept"
+    assert jsonl_rows(tmp_path / "alias") == jsonl_rows(tmp_path / "kept")

@@ -13,6 +13,7 @@ import pytest
 
 from jobs import extract, query
 from store_format.write import damage
+from store_format import ids
 from store_format.ids import create_uniq_key
 from store_format.message import Message
 from store_format.properties import format_properties
@@ -137,8 +138,10 @@ def test_time_range_and_tag_scans(spark, where):
 
 
 def test_explain_hash_collision_and_stale_entry_then_scan(spark, tmp_path):
-    """'Aa' and 'BB' have the same Java hash: a query for BB finds only the Aa record as a candidate; a stale
-    entry points past the end; the fallback scan finds neither key anywhere: never written."""
+    """'Aa' and 'BB' have the same Java hash: a query for BB finds only the Aa record as a candidate, and the
+    fallback scan finds neither key anywhere: never written.  An index entry for 'ghost' points past the end of the
+    records (as a record that never reached the disk leaves behind): the index refers to it, so it is not 'never
+    written' but destroyed."""
     small_store(tmp_path / "s", n=3, extra=[("Orders", "Aa")])
     damage.stale_index_entry(tmp_path / "s", tmp_path / "d", topic="Orders", key="ghost")
     code, msgs, why, _ = ask("--store", tmp_path / "d", "--topic", "Orders", "--key", "BB", "--explain", spark=spark)
@@ -147,12 +150,14 @@ def test_explain_hash_collision_and_stale_entry_then_scan(spark, tmp_path):
     assert "KEYS ['Aa']" in why[0]["detail"]
     code, msgs, why, _ = ask("--store", tmp_path / "d", "--topic", "Orders", "--key", "ghost", "--explain",
                              spark=spark)
-    assert code == 1 and [e["reason"] for e in why] == ["STALE_INDEX_ENTRY", "NEVER_WRITTEN"]
+    assert code == 1 and [e["reason"] for e in why] == ["DESTROYED"]
+    assert "the index still points at it for Orders#ghost" in why[0]["detail"]
+    assert "the record never reached the disk, or its bytes were zeroed" in why[0]["detail"]
 
 
 def test_explain_a_record_past_damage_is_found_by_the_salvage_scan(spark, where, basic_copy, tmp_path):
     """Recovery stops at a bad CRC; with the index gone, the record after it is found only by the scan,
-    past the logical end, and the broker's recovery would drop it."""
+    behind the damage, and the broker's recovery would drop it."""
     root, manifest = basic_copy
     msgs_ = manifest["messages"]
     bad, after = msgs_[40], msgs_[41]
@@ -164,10 +169,10 @@ def test_explain_a_record_past_damage_is_found_by_the_salvage_scan(spark, where,
     assert code == 0 and [m["physical_offset"] for m in msgs] == [after["commitLogOffset"]]
     assert base64.b64decode(msgs[0]["body"]) == base64.b64decode(after["body"])
     reasons = {e["reason"] for e in why}
-    assert {"NO_INDEX", "PAST_LOGICAL_END", "DROPPED_BY_RECOVERY"} <= reasons
+    assert {"NO_INDEX", "BEHIND_DAMAGE", "DROPPED_BY_RECOVERY"} <= reasons
     dropped = next(e for e in why if e["reason"] == "DROPPED_BY_RECOVERY")
     assert dropped["physical_offset"] == after["commitLogOffset"]
-    assert f"ends at physical offset {bad['commitLogOffset']}" in dropped["detail"]
+    assert f"ends the log at physical offset {bad['commitLogOffset']}, at the BAD_CRC" in dropped["detail"]
 
 
 def test_explain_msg_ids_that_name_no_record(spark, where):
@@ -279,3 +284,140 @@ def test_main_exit_codes_and_table_format(capsys):
     assert query.main(["--store", root, "--topic", exp["topic"], "--key", "no-such-key"]) == 1
     assert query.main(["--store", "/no/such/dir", "--msg-id", exp["msgId"]]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------
+# --explain from all the evidence: what the index and the consume queue still point at (issue 37)
+
+ZERO_PAGE = FIXTURES / "recovered-zero-page"
+
+
+def test_explain_a_record_a_zeroed_page_destroyed_says_destroyed_not_never_written():
+    """recovered-zero-page (written by RocketMQ 4.9.7, crashed, then a page zeroed): the page destroyed the header of
+    one RandB record and the tail of the one before it.  The index and the consume queue still point at both: explain
+    says DESTROYED and DAMAGED, with the queue offset, the position and the zeros, never NEVER_WRITTEN; so does a msg
+    id of the destroyed record."""
+    manifest = json.loads((ZERO_PAGE / "manifest.json").read_text())
+    zeroed = manifest["damage"]
+    damaged, destroyed = (m["commitLogOffset"] for m in zeroed["messagesOverlappingZeroedPage"])
+    root = ZERO_PAGE / "input" / "store"
+    store = Store(root)
+    units = {u.physical_offset: (q, u.queue_offset) for (t, q) in store.queues if t == "RandB"
+             for u in store.consume_queue(t, q)}
+    zeros = f"from {zeroed['zeroedFrom']} to {zeroed['zeroedFrom'] + zeroed['zeroedLen']} ({zeroed['zeroedLen']} bytes)"
+    for offset, reason in ((destroyed, "DESTROYED"), (damaged, "DAMAGED")):
+        [key] = [q["key"] for q in manifest["indexQueriesForDroppedMessages"]
+                 if q["topic"] == "RandB" and q["offsetsBeforeDamage"] == [offset]][:1]
+        code, msgs, why, _ = ask("--store", root, "--topic", "RandB", "--key", key, "--explain")
+        assert code == 1 and msgs == [] and [e["reason"] for e in why] == [reason], why
+        queue_id, queue_offset = units[offset]
+        assert why[0]["physical_offset"] == offset
+        assert f"RandB/{queue_id} queue offset {queue_offset} (physical offset {offset}, segment" in \
+            why[0]["detail"] and zeros in why[0]["detail"]
+        assert "the index still points at it" in why[0]["detail"]
+        assert "and so does the consume queue" in why[0]["detail"]
+        assert f"its abnormal recovery ends the log at physical offset {damaged}" in why[0]["detail"]
+    [first] = [m for m in store.messages() if m.physical_offset == 0]
+    msg_id = ids.create_offset_msg_id(*ids.parse_host(first.store_host), destroyed)
+    code, msgs, why, _ = ask("--store", root, "--msg-id", msg_id, "--explain")
+    assert code == 1 and [e["reason"] for e in why] == ["DESTROYED"] and zeros in why[0]["detail"]
+    assert why[0]["detail"].startswith("RandB/{} queue offset {}".format(*units[destroyed]))
+
+
+def _tagged_store(root, tag="Late"):
+    """Twenty messages over segments of 2 KiB (clean shutdown); the last eight carry TAGS ``tag``."""
+    cfg = WriterConfig(mappedFileSizeCommitLog=2048, mappedFileSizeConsumeQueue=400, maxHashSlotNum=16,
+                       maxIndexNum=64)
+    t0 = 1_700_000_000_000
+    with StoreWriter(root, cfg) as w:
+        return [w.append(Message(topic="Orders", body=bytes(300), queue_id=0, born_timestamp=t0 + i * 1000,
+                                 store_timestamp=t0 + i * 1000,
+                                 properties_raw=format_properties({"TAGS": tag if i >= 12 else "Early"})))
+                for i in range(20)]
+
+
+def test_tag_and_time_queries_past_a_bad_magic_return_what_the_broker_keeps_and_explain_the_rest(spark, where,
+                                                                                                  tmp_path):
+    """A bad magic in the segments the broker's recovery walks: it cuts the log there.  A tag or time query returns
+    what the broker keeps (nothing of the later messages, in that segment or the next); with --explain the salvage
+    walk frames them, each DROPPED_BY_RECOVERY, as --uniq-key would say."""
+    stored = _tagged_store(tmp_path / "s")
+    bad = stored[11]
+    damage.bad_magic(tmp_path / "s", tmp_path / "d", physical_offset=bad.physical_offset)
+    late = [m for m in stored if m.physical_offset > bad.physical_offset]
+    assert len({m.segment for m in late}) >= 2
+    window = ("--from", late[0].store_timestamp, "--to", late[-1].store_timestamp)
+    for argv in (("--topic", "Orders", "--tag", "Late"), window):
+        code, msgs, why, _ = ask("--store", tmp_path / "d", *argv, spark=spark)
+        assert (code, msgs, why) == (1, [], [])
+        code, msgs, why, _ = ask("--store", tmp_path / "d", *argv, "--explain", spark=spark)
+        assert code == 0 and [m["physical_offset"] for m in msgs] == [m.physical_offset for m in late], argv
+        dropped = [e for e in why if e["reason"] == "DROPPED_BY_RECOVERY"]
+        assert [e["physical_offset"] for e in dropped] == [m.physical_offset for m in late]
+        assert f"ends the log at physical offset {bad.physical_offset}, at the BAD_MAGIC" in dropped[0]["detail"]
+
+
+def test_a_tag_whose_records_are_destroyed_is_explained_by_the_consume_queue(spark, tmp_path):
+    """The records of a tag lie under a zeroed page: no walk frames them, but the consume queue's units carry the
+    tag's hash and still point at them: DESTROYED, with their queue offsets; an unknown tag is never written."""
+    stored = _tagged_store(tmp_path / "s", tag="Gone")
+    victim = stored[14]
+    damage.zero_page(tmp_path / "s", tmp_path / "d", physical_offset=victim.physical_offset)
+    code, msgs, why, _ = ask("--store", tmp_path / "d", "--topic", "Orders", "--tag", "Gone", "--explain")
+    found = {m["physical_offset"] for m in msgs}
+    destroyed = [e for e in why if e["reason"] == "DESTROYED"]
+    assert victim.physical_offset not in found and victim.physical_offset in {e["physical_offset"] for e in destroyed}
+    [e] = [e for e in destroyed if e["physical_offset"] == victim.physical_offset]
+    assert f"Orders/0 queue offset {victim.queue_offset}" in e["detail"] and "the hash of tag Gone" in e["detail"]
+    code, msgs, why, _ = ask("--store", tmp_path / "d", "--topic", "Orders", "--tag", "Never", "--explain")
+    assert code == 1 and [e["reason"] for e in why] == ["NEVER_WRITTEN"]
+
+
+def test_the_table_shows_a_binary_body_as_what_it_is(tmp_path, capsys):
+    """A body that is not printable UTF-8 is not printed as mojibake: the table says it is binary and shows its first
+    bytes in hex; text stays text."""
+    cfg = WriterConfig(mappedFileSizeCommitLog=1 << 20, storeHost="10.0.0.1:10911")
+    with StoreWriter(tmp_path / "s", cfg) as w:
+        for body in (bytes(range(256)), "héllo wörld".encode()):
+            w.append(Message(topic="Bin", body=body, queue_id=0, born_timestamp=1_700_000_000_000,
+                             store_timestamp=1_700_000_000_000))
+    assert query.main(["--store", str(tmp_path / "s"), "--from", "0", "--to", "9999999999999", "--format",
+                       "table"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[1].endswith("<binary, 256 bytes: 0001020304050607...>") and rows[2].endswith("héllo wörld")
+    assert query.body_preview(b"\xe2\x82", "NONE") == "<binary, 2 bytes: e282>"  # a UTF-8 sequence cut short
+    assert query.body_preview(b"x" * 40, "ZLIB") == "<ZLIB-compressed, 40 bytes>"
+
+
+def test_a_record_found_by_its_key_whose_body_fails_the_crc_is_said_to_be_damaged(basic_copy, tmp_path):
+    """The index names the record and a lookup reads it, whatever its body CRC: --explain says it is damaged (the
+    body printed is not the one sent) and that the broker's recovery, which cuts there, drops it."""
+    root, manifest = basic_copy
+    bad = manifest["messages"][40]
+    damage.flip_body_bit(root, tmp_path / "d", physical_offset=bad["commitLogOffset"], bit=3)
+    code, msgs, why, _ = ask("--store", tmp_path / "d", "--topic", bad["topic"], "--key", bad["uniqKey"], "--explain")
+    assert code == 0 and [m["physical_offset"] for m in msgs] == [bad["commitLogOffset"]]
+    assert [e["reason"] for e in why] == ["DAMAGED", "DROPPED_BY_RECOVERY"]
+    assert f"{bad['topic']}/{bad['queueId']} queue offset {bad['queueOffset']}: its body fails the CRC check" in \
+        why[0]["detail"]
+
+
+def test_a_time_window_whose_messages_a_zeroed_page_destroyed_is_explained_by_the_damage_there(tmp_path):
+    """A page of zeros over records stored within the window: no walk frames them, so --explain names the damaged
+    bytes between the records stored around the window and the consume-queue units still pointing into them
+    (DESTROYED), where before it found nothing and said nothing."""
+    cfg = WriterConfig(mappedFileSizeCommitLog=64 << 10, mappedFileSizeConsumeQueue=4000)
+    t0 = 1_700_000_000_000
+    with StoreWriter(tmp_path / "s", cfg) as w:
+        stored = [w.append(Message(topic="Orders", body=bytes(300), queue_id=0, born_timestamp=t0 + i * 1000,
+                                   store_timestamp=t0 + i * 1000)) for i in range(60)]
+    page = 8192  # the third page: its records are destroyed whole, and the ones around it stay
+    damage.zero_page(tmp_path / "s", tmp_path / "d", physical_offset=page)
+    inside = [m for m in stored if m.physical_offset >= page and m.physical_offset + m.store_size <= page + 4096]
+    assert len(inside) >= 3
+    lo, hi = inside[0].store_timestamp, inside[-1].store_timestamp
+    code, msgs, why, _ = ask("--store", tmp_path / "d", "--from", lo, "--to", hi, "--explain")
+    assert code == 1 and msgs == [] and [e["reason"] for e in why] == ["DESTROYED"]
+    assert "lie between a record stored at" in why[0]["detail"]
+    assert f"Orders/0 queue offset {inside[0].queue_offset}" in why[0]["detail"]
+    assert "the broker's recovery drops them" in why[0]["detail"]  # the zeros end its walk: the cut is there

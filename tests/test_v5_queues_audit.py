@@ -517,8 +517,9 @@ def test_batch_queues_have_lag_in_messages(spark, tmp_path):
 
 
 def test_dump_s_recovery_walk_follows_force_verify_prop_crc(tmp_path, capsys):
-    """``store_format dump --what commitlog --config`` with forceVerifyPropCRC: each segment's walk stops where the
-    broker's forced check does (the records before it are listed, the stop names why); without it, as before."""
+    """``store_format dump --what commitlog --config`` with forceVerifyPropCRC: the kept walk ends where the broker's
+    forced check cuts the log (the records before it are listed, the stop names why, nothing after it); without it,
+    every record is kept."""
     import json
 
     from store_format.__main__ import main
@@ -538,5 +539,5 @@ def test_dump_s_recovery_walk_follows_force_verify_prop_crc(tmp_path, capsys):
     assert code == 1 and [(r["segment"], r["file_position"], r["stop_kind"]) for r in stops] == \
         [(seg, frame.file_position, "BAD_PROPERTY_CRC")]
     assert [r for r in forced if r["kind"] == "message"] == \
-        [r for r in plain if r["kind"] == "message" and r["physical_offset"] < frame.physical_offset or
-         r["kind"] == "message" and r["segment"] != seg]
+        [r for r in plain if r["kind"] == "message" and r["physical_offset"] < frame.physical_offset]
+    assert forced[-1]["physical_offset"] == frame.physical_offset  # the cut: nothing after it
