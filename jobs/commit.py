@@ -976,6 +976,9 @@ class Output(Participant):
         if self.journalled:
             return (f"{self.shown}: its commit was cut short (readers refuse it meanwhile); the next run on it "
                     f"finishes it, or puts the previous output back, by its journal")
+        if state == COMMITTED and (marker_of(self.target.loc) or {}).get("run_id") == self.run.identity.run_id:
+            # the interrupt came after the commit point (the rename), before the commit returned: the output is ours
+            return f"{self.shown}: committed (the interrupt came as its commit ended)"
         before = "the previous output is unchanged" if state == COMMITTED else "no output was made"
         if self.unmarked:
             return (f"{self.shown}: {before}; nothing was written beside it (its control folder is no longer a folder "

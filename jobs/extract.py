@@ -715,6 +715,12 @@ def consumption_report(spark, stores: list[StoreRef], group: str, unconsumed) ->
             for r in rows.collect()]
 
 
+# each simulated consumer is an id, an allocation and a manifest entry: a group far larger than any queue count is a
+# typo, not a consumer group (and would exhaust memory)
+MAX_CONSUMERS = 1 << 16
+CONSUMERS_ARGUMENT = number_argument((1, MAX_CONSUMERS), "a count of consumers")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"{cli.PROG} extract", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -741,7 +747,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dlq", nargs="?", const="", metavar="GROUP", help="%%DLQ%% topics (of GROUP)")
     s.add_argument("--retry", nargs="?", const="", metavar="GROUP", help="%%RETRY%% topics (of GROUP)")
     s.add_argument("--not-consumed-by", metavar="G", help="what consumer group G has not consumed yet")
-    s.add_argument("--consumers", type=cli.count_argument, metavar="N", help="simulate G's N consumers (AVG allocation)")
+    s.add_argument("--consumers", type=CONSUMERS_ARGUMENT, metavar="N",
+                   help=f"simulate G's N consumers (AVG allocation; at most {MAX_CONSUMERS:,})")
     s.add_argument("--consumer-ids", metavar="ID,ID", help="simulate G's consumers with these client ids")
     p.add_argument("--walk", type=canonical_walk, choices=WALKS, default="kept", help=walk_help("kept"))
     p.add_argument("--body", choices=("stored", "decompressed"), default="stored",

@@ -104,22 +104,33 @@ class HistoryDamaged(HistoryError):
     """An audit history whose Delta log or data files are damaged: refused, the file named, untouched (exit 2)."""
 
 
-def _say(line: str) -> None:
+def _say(line: str, *, step: bool = True) -> None:
     from .progress import say
 
-    say(line)
+    say(line, step=step)
+
+
+def _local(history: str) -> str | None:
+    """The local path a --history names (a path, or a ``file:`` URI as RFC 8089 reads it; one naming another host
+    is refused), or None for another file system's URI."""
+    from store_format.errors import StoreFormatError
+
+    try:
+        return fs.local_path(history)
+    except StoreFormatError as e:
+        raise HistoryError(f"history {e.message}") from None
 
 
 def _loc(history: str) -> fs.Location:
-    if fs.is_uri(history) and not history.startswith("file://"):
+    local = _local(history)
+    if local is None:
         return fs.resolve(history)
-    local = history[len("file://"):] if history.startswith("file://") else history
     return fs.Location(pafs.LocalFileSystem(), fs.real(local))
 
 
 def table_uri(history: str, table: str) -> str:
     """What delta-rs opens for ``history/table``."""
-    if fs.is_uri(history) and not history.startswith("file://"):
+    if _local(history) is None:
         return f"{history.rstrip('/')}/{table}"
     return posixpath.join(_loc(history).path, table)
 
@@ -355,7 +366,7 @@ def check_history(history: str, *, must_exist: bool = False) -> bool:
     absent or empty (unless ``must_exist``), or a folder whose findings/, metrics/ and runs/ are each absent or a
     Delta table of ours (the metadata's name) with its key columns, and nothing else; refuse a damaged one
     (:class:`HistoryDamaged`: its log and data files, :func:`check_log`).  True when it holds runs."""
-    if fs.is_uri(history) and not history.startswith("file://"):
+    if _local(history) is None:
         scheme = history.split("://", 1)[0].lower()
         if scheme not in DELTA_SCHEMES:
             raise HistoryError(f"history {history}: the history's Delta tables are written with delta-rs, which "
@@ -618,7 +629,8 @@ def adopt_earlier(history: str) -> None:
     runs = _earlier_runs(history)
     if runs.num_rows:
         _append(history, RUNS, runs.to_reader(), RUNS_SCHEMA)
-        _say(f"history: written by an earlier version; its {runs.num_rows} complete run(s) listed in {RUNS}/")
+        _say(f"history: written by an earlier version; its {runs.num_rows} complete run(s) listed in {RUNS}/",
+             step=False)
 
 
 def read_runs(spark, history: str, table: str):
@@ -725,7 +737,7 @@ def _remove_strays(history: str, journal: Journal) -> None:
                 continue  # not what delta-rs writes: not the run's (and a link is never followed)
             delete(loc.child(info.base_name))
             _say(f"history: removed {table}/{info.base_name} (written by run {journal.run_id}, and no version of "
-                 "the table lists it)")
+                 "the table lists it)", step=False)
         for info in log.list():
             if _TEMP_COMMIT.match(info.base_name) and info.base_name not in was["log"]:
                 delete(log.child(info.base_name))
@@ -778,14 +790,14 @@ def settle(history: str, own: str | None = None) -> None:
             _list(history, journal)
             _forget(journal)
             _say(f"history: run {run} was committed (its output {journal.out}) but ended before the history listed "
-                 "it: listed now")
+                 "it: listed now", step=False)
         elif took is None:
             _say(f"history: run {run} ended while committing its output {journal.out}: its rows stay unlisted until "
-                 "a run on that output finishes or rolls back its commit")
+                 "a run on that output finishes or rolls back its commit", step=False)
         else:
             _roll_back(history, journal)
             _say(f"history: rolled back the appends of run {run} (it ended before its output {journal.out} was "
-                 "committed)")
+                 "committed)", step=False)
     from .commit import delete
 
     control = _control(history)
@@ -838,7 +850,7 @@ class HistoryAppend(_participant_base()):
         check_apart(history, inputs, what="history")
         check_history(history)
         self.run, self.shown, self.name = run, history, f"history {history}"
-        self.target = Target(history)
+        self.target = Target(history, inputs=inputs)
         self.claim = self.target.claim(run.identity, "history")
         try:
             recover_target(self.target, self.claim, lambda entry: entry.name.startswith(JOURNAL_PREFIX))
@@ -868,7 +880,7 @@ class HistoryAppend(_participant_base()):
             d = _dataset(folder)
             counts[table] = d.count_rows()
             _append(self.shown, table, d.to_batches(), d.schema)
-            _say(f"history: {table} appended ({counts[table]} rows)")
+            _say(f"history: {table} appended ({counts[table]} rows)", step=False)
         self.journal.appended(counts)
 
     def finish(self) -> None:
@@ -878,7 +890,7 @@ class HistoryAppend(_participant_base()):
         _say(f"history: listing run {self.journal.run_id}")
         _list(self.shown, self.journal)
         self.listed = True
-        _say(f"history: run {self.journal.run_id} recorded")
+        _say(f"history: run {self.journal.run_id} recorded", step=False)
         _forget(self.journal)
 
     def undo(self) -> None:

@@ -112,6 +112,7 @@ from udfs.kernels import scan_offset_table  # noqa: E402
 from jobs import cli  # noqa: E402
 from jobs.commit import job_run, runs_job  # noqa: E402
 from jobs.custody import watch  # noqa: E402
+from jobs.display import plural  # noqa: E402
 from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
 from jobs.extract import read_manifest, source_geometry  # noqa: E402
 from jobs.stores import resolve_stores  # noqa: E402
@@ -467,8 +468,9 @@ def carry_offsets(writer: StoreWriter, store: Store, replayer: Replayer, notes: 
         writer.register_group(group)
     lmq_carried = 0
     if lmq_offsets and (writer.v5 is None or not writer.v5.enable_lmq):
-        notes.append(f"{name}: {len(lmq_offsets)} LMQ consumer offset(s) not carried: the new store's settings have "
-                     "enableLmq=false, so its broker keeps no LMQ offsets (--set enableLmq=true carries them)")
+        notes.append(f"{name}: {plural(len(lmq_offsets), 'LMQ consumer offset')} not carried: the new store's "
+                     "settings have enableLmq=false, so its broker keeps no LMQ offsets (--set enableLmq=true "
+                     "carries them)")
         return n, 0
     for (topic, group), committed in sorted(lmq_offsets.items()):
         if not lmq.is_lmq(group):  # LmqConsumerOffsetManager keeps only %LMQ% groups there
@@ -501,7 +503,7 @@ def uncarried(store: Store, notes: list) -> None:
         if name == "consumerFilter.json":
             filters = (store.config(name).data or {}).get("filterDataByTopic")
             if filters:
-                notes.append(f"config/{name}: the filters of {len(filters)} topic(s) were not carried (the new "
+                notes.append(f"config/{name}: the filters of {plural(len(filters), 'topic')} were not carried (the new "
                              "store has none; consumers register theirs again)")
         elif name not in CARRIED_CONFIG:
             notes.append(f"config/{name} was not carried (the new store has none)")
@@ -565,12 +567,13 @@ class TimerCarry:
         if self.checkpoint is not None:
             self.timer.resume_from(self.checkpoint.last_read_time_ms, self.metrics)
         elif self.timer is not None and self.timer_records:
-            self.notes.append(f"{self.why_pending}: the {self.timer_records} replayed timer record(s) are all pending "
-                              "in the new store's timer, so any the source had fired already will fire again")
+            self.notes.append(f"{self.why_pending}: the {plural(self.timer_records, 'replayed timer record')} are "
+                              "all pending in the new store's timer, so any the source had fired already will fire "
+                              "again")
         elif self.timer is None and self.timer_records:
-            self.notes.append(f"{self.timer_records} record(s) of {L.TIMER_TOPIC} were replayed without a timer store "
-                              "(timerWheelEnable=false): a 5.x broker that runs its timer enqueues them all from "
-                              "the queue's start, fired ones too")
+            self.notes.append(f"{plural(self.timer_records, 'record')} of {L.TIMER_TOPIC} were replayed without "
+                              "a timer store (timerWheelEnable=false): a 5.x broker that runs its timer enqueues them "
+                              "all from the queue's start, fired ones too")
 
 
 def check_as_writer(scratch: StoreWriter, msg: Message) -> None:
@@ -658,9 +661,9 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
         if timers is not None:
             timers.finish()
         if replayer.stale_crc:
-            notes.append(f"{replayer.stale_crc} record(s) carried a __CRC32# computed over their old offsets: removed, "
-                         "as the new store's settings have enabledAppendPropCRC=false (--set enabledAppendPropCRC="
-                         "true writes fresh ones)")
+            notes.append(f"{plural(replayer.stale_crc, 'record')} carried a __CRC32# computed over their old "
+                         "offsets: removed, as the new store's settings have enabledAppendPropCRC=false (--set "
+                         "enabledAppendPropCRC=true writes fresh ones)")
         if args.dry_run:
             writer.crash()
         else:
@@ -719,12 +722,13 @@ def in_words(summary: dict, plan: list) -> list[str]:
     c, dry = summary["counts"], summary["dry_run"]
     if c["selected"] == 0:
         return [f"replay: nothing to replay: no message of the {summary['source']} was selected"]
-    lines = [f"replay: {'would write' if dry else 'wrote'} {c['written']} of the {c['selected']} selected "
-             f"message(s) into {summary['output']}, from the {summary['source']}"
-             + ("" if dry else "; the new store was shut down cleanly")]
+    lines = [f"replay: {'would write' if dry else 'wrote'} {c['written']:,} of the "
+             f"{plural(c['selected'], 'selected message')} {'into' if dry else 'for'} {summary['output']}, from the "
+             f"{summary['source']}" + ("" if dry else "; the new store was shut down cleanly, and becomes "
+                                       f"{summary['output']} once the run's last checks pass")]
     if c["rejected"]:
-        lines.append(f"  rejected {c['rejected']}: " + ", ".join(f"{n} {REJECT_WORDS.get(r, r)} ({r})" for r, n in
-                                                               c["rejected_by_reason"].items()))
+        lines.append(f"  rejected {c['rejected']:,}: " + ", ".join(
+            f"{plural(n, *REJECT_WORDS.get(r, (r, r)))} ({r})" for r, n in c["rejected_by_reason"].items()))
     if not c["written"]:
         lines.append("  nothing was replayed: every selected message was rejected")
     if not c["reconciled"]:
@@ -734,15 +738,15 @@ def in_words(summary: dict, plan: list) -> list[str]:
         n = q["new_queue_offsets"][1] if q["new_queue_offsets"] else 0
         where = "; ".join(f"{b or 'input'} queue offsets {lo}-{hi}" for b, (lo, hi) in sorted(q["from"].items()))
         lines.append(f"  {q['topic']}/{q['queue_id']}: " + (f"new queue offsets 0-{n - 1}" if n else "no message")
-                     + f" ({q['records']} record(s)"
+                     + f" ({plural(q['records'], 'record')}"
                      + (f"; from {where})" if where else ")")
-                     + (f", {q['not_dispatched']} prepared or rolled-back record(s) with no queue entry"
+                     + (f", {plural(q['not_dispatched'], 'prepared or rolled-back record')} with no queue entry"
                         if q["not_dispatched"] else ""))
     for r in [x for x in plan if x["kind"] == "reject"][:20]:
         lines.append(f"  would reject the record at {r['physical_offset']} of {r['broker'] or 'the input'}: "
                      f"{r['reason']}: {r['detail']}")
     if not queues:
-        lines.append(f"  {summary['queues']} queue(s) written, each with new queue offsets from 0")
+        lines.append(f"  {plural(summary['queues'], 'queue')} written, each with new queue offsets from 0")
     settings = summary["config"]
     five = [FIVE_X_WORDS[k] for k in FIVE_X_SETTINGS if settings.get(k)]
     lines.append(f"  settings: {settings.get('mappedFileSizeCommitLog')}-byte segments, "
@@ -750,14 +754,14 @@ def in_words(summary: dict, plan: list) -> list[str]:
                  f"{settings.get('storeHost')}" + (f"; 5.x: {', '.join(five)}" if five else ""))
     if "consumer_offsets_carried" in summary:
         lines.append(f"  consumer offsets carried: {summary['consumer_offsets_carried']}, and "
-                     f"{summary['lmq_consumer_offsets_carried']} LMQ offset(s), each translated to the new queue "
-                     "offsets (a group resumes at the first message it had not consumed)")
+                     f"{plural(summary['lmq_consumer_offsets_carried'], 'LMQ offset')}, each translated to the new "
+                     "queue offsets (a group resumes at the first message it had not consumed)")
     if summary["trace_properties"]:
         lines.append("  each record carries its origin in " + ", ".join(summary["trace_properties"]))
     if summary["dangling_prepared_offsets"]:
-        lines.append(f"  {summary['dangling_prepared_offsets']} COMMIT or ROLLBACK record(s) end a transaction whose "
-                     "half message was not replayed: their prepared-transaction offset still points into the old "
-                     "store")
+        lines.append(f"  {plural(summary['dangling_prepared_offsets'], 'COMMIT or ROLLBACK record')} end a "
+                     "transaction whose half message was not replayed: their prepared-transaction offset still points "
+                     "into the old store")
     lines += [f"  note: {n}" for n in summary["notes"]]
     for r in summary.get("rejected_examples", [])[:5]:
         lines.append(f"  e.g. rejected the record at {r['physical_offset']} of {r['broker'] or 'the input'}: "
@@ -765,8 +769,9 @@ def in_words(summary: dict, plan: list) -> list[str]:
     return lines
 
 
-REJECT_WORDS = {WRITER_REFUSED: "record(s) the broker would refuse",
-                TX_OP_WITHOUT_HALF: "transaction op record(s) whose half messages were not replayed"}
+REJECT_WORDS = {WRITER_REFUSED: ("record the broker would refuse", "records the broker would refuse"),
+                TX_OP_WITHOUT_HALF: ("transaction op record whose half message was not replayed",
+                                     "transaction op records whose half messages were not replayed")}
 FIVE_X_WORDS = {"enabledAppendPropCRC": "__CRC32# on every record", "timerWheelEnable": "timer store",
                 "enableLmq": "LMQ", "enableMultiDispatch": "multi-dispatch"}
 

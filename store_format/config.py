@@ -542,6 +542,10 @@ def _read_config(config_dir, name: str, keep_fast: bool = False, offset_scan=Non
         except MemoryError:
             errors.append(out_of_memory(str(candidate), None, "reading it"))
             break
+        if candidate.name == name and raw is not None and size and raw.strip() in (b"", b"null"):
+            # not empty, so ConfigManager.load() decodes it rather than the .bak: fastjson gives null, decode() does
+            # nothing, and the broker starts with an empty table (the .bak is never read)
+            return ConfigFile(name, {}, str(candidate), ()), None
         try:
             if size > limit:  # the offsets' scanner alone, or not at all; and no .bak (the broker loads this one)
                 found = offset_scan(raw) if offset_scan is not None else None

@@ -324,3 +324,18 @@ def test_load_failures_are_findings_of_the_audit(spark, tmp_path):
     [broker] = found["summary"]["brokers"]
     assert broker["recovery"]["broker_will_start"] is False and broker["verdict"]["will_start"] is False
     assert found["exit"] == 1
+
+
+@pytest.mark.parametrize("main", ["  \n", "null"])
+def test_a_blank_main_config_loads_as_nothing_and_the_bak_is_never_read(tmp_path, main):
+    """ConfigManager.load() falls back to the .bak only for a main file of length 0; one of blanks (or ``null``)
+    is decoded -- fastjson gives null, decode() does nothing -- so the broker starts with an empty table, not the
+    .bak's.  The readers say the same: the main file, empty; the load model: it starts."""
+    from store_format.config import config_load_failure, consumer_offsets, read_config
+
+    (tmp_path / "consumerOffset.json").write_text(main)
+    (tmp_path / "consumerOffset.json.bak").write_text('{"offsetTable":{"T@g":{"0":5}}}')
+    cfg = read_config(tmp_path, "consumerOffset.json")
+    assert cfg.source == str(tmp_path / "consumerOffset.json") and cfg.data == {} and not cfg.errors
+    assert list(consumer_offsets(cfg)) == []
+    assert config_load_failure(tmp_path, "consumerOffset.json") is None

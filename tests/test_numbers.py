@@ -120,7 +120,7 @@ def test_a_pop_checkpoint_whose_offsets_run_past_a_long_is_a_finding_not_a_failu
     (extract_parser, ["--out", "o", "--queue", "2147483648"], "--queue", L.JAVA_INT),
     (extract_parser, ["--out", "o", "--physical-offsets", "0..9223372036854775808"], "--physical-offsets",
      L.JAVA_LONG),
-    (extract_parser, ["--out", "o", "--consumers", "2147483648"], "--consumers", (1, L.JAVA_INT[1])),
+    (extract_parser, ["--out", "o", "--consumers", "65537"], "--consumers", (1, 65536)),  # each one is listed
     (audit_job.build_parser, ["--out", "o", "--as-of", "99999999999999999999"], "--as-of", L.JAVA_LONG),
     (audit_job.build_parser, ["--out", "o", "--segment-size", "2g"], "--segment-size", (1, L.JAVA_INT[1])),
     (audit_job.build_parser, ["--out", "o", "--split-size", "9223372036854775808"], "--split-size",

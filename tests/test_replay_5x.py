@@ -183,8 +183,9 @@ def test_replay_says_in_words_what_it_did(spark, tmp_path):
     code, text = run_replay(spark, "--repair", src, "--out", tmp_path / "new", fmt="text")
     assert code == 0
     lines = text.splitlines()
-    assert lines[0].startswith("replay: wrote 28 of the 28 selected message(s) into ")
-    assert "; 5.x: timer store" in text and "consumer offsets carried: 0, and 0 LMQ offset(s)" in text
+    assert lines[0].startswith("replay: wrote 28 of the 28 selected messages for ")
+    assert lines[0].endswith(" once the run's last checks pass")  # printed before the commit: said so
+    assert "; 5.x: timer store" in text and "consumer offsets carried: 0, and 0 LMQ offsets" in text
     assert "note: topic BatchTopic: queue.type=BatchCQ taken from its batchconsumequeue/ folder" in text
     assert not any(line.lstrip().startswith("{") for line in lines)
     code, text = run_replay(spark, "--repair", src, "--out", tmp_path / "plan", "--dry-run", fmt="text")

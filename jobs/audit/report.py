@@ -431,7 +431,7 @@ def _groups_section(groups: list, top: int) -> str:
 
 _CONSEQUENCE_TITLES = {
     Consequence.WILL_NOT_START: "The broker will not start",
-    Consequence.DATA_LOST: "Data lost",
+    Consequence.DATA_LOST: "Data lost or damaged",  # a damaged message the broker keeps is here too
     Consequence.DATA_AT_RISK: "Data at risk",
     Consequence.QUERIES_WRONG: "Queries give wrong or no answers",
     Consequence.CONSUMERS_AFFECTED: "Consumers affected",

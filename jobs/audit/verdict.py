@@ -426,10 +426,10 @@ def _will_not_start(broker: dict, rec: dict, groups: list[Group], out: str) -> l
     reason = "it " + reason if reason.startswith("is ") else reason
     # a file of a MappedFileQueue folder cut short (a copy that lost the preallocated tail): zeros to its full length
     # keep its records and units, where moving it away would lose them
-    short = re.search(r"is (\d+) bytes, not (\w+) (\d+)", problem)
+    short = re.match(r".*/\d{20}$", rel) and re.search(r"is (\d+) bytes, not (\w+) (\d+)", problem)
     if short and int(short.group(1)) < int(short.group(3)):
-        return [_action("will_not_start", f"Extend {rel} with zeros to {_n(int(short.group(3)))} bytes ({short.group(2)}), "
-                        f"as the broker preallocates it (keep a copy first), before starting {name}: {reason}{more}.",
+        return [_action("will_not_start", f"Extend {rel} with zeros to {_n(int(short.group(3)))} bytes "
+                        f"({short.group(2)}), as the broker preallocates it (keep a copy first), before starting {name}: {reason}{more}.",
                         command_of(["truncate", "-s", short.group(3), "--", os.path.join(root, rel)]),
                         "recovery.broker_will_not_start", count)]
     if re.match(r"config/[^/]+$", rel) and "ConfigManager.load()" in problem:

@@ -312,9 +312,8 @@ class _Broker:
         files = self.plan.timer_log_files
         if not files or not self.corrupt.num_rows:
             return None
-        flush = self.checkpoint.last_timer_log_flush_pos if self.checkpoint is not None else 0
-        begin = max(0, (flush or 0) - files[-1].length)
-        start = max((f.base_offset for f in files if f.base_offset <= begin), default=files[0].base_offset)
+        flush = self.checkpoint.last_timer_log_flush_pos if self.checkpoint is not None else None
+        start = T.rescan_start(files, flush)
         bad = [o for o in self.corrupt.column("timerlog_offset").to_pylist() if o >= start]
         return min(bad) if bad else None
 
@@ -709,24 +708,10 @@ def _chains(b: _Broker) -> tuple[dict, list[pa.Table]]:
 
 
 def _heads(b: _Broker, offs: np.ndarray, slot: np.ndarray) -> dict[int, int]:
-    """Slot time -> lastPos: the wheel's slots whose time field maps to their own index, then what the timer's
-    recovery rewrites (``recoverAndRevise``: each valid unit it scans, from the file holding lastTimerLogFlushPos
-    minus a file's size to where it stops, becomes its slot's lastPos)."""
-    heads: dict[int, int] = {}
-    w = b.wheel
-    if w is not None:
-        ok = w.index_matches
-        for t, last in zip(w.slot_time_ms[ok].tolist(), w.last_pos[ok].tolist()):
-            heads[int(t)] = int(last)
-    files = b.plan.timer_log_files
-    if files:
-        flush = (b.checkpoint.last_timer_log_flush_pos or 0) if b.checkpoint is not None else 0
-        begin = max(0, flush - files[-1].length)
-        start = max((f.base_offset for f in files if f.base_offset <= begin), default=files[0].base_offset)
-        scan = (offs >= start) & ((offs < b.truncated_at) if b.truncated_at is not None else True)
-        for t, o in zip(slot[scan].tolist(), offs[scan].tolist()):  # in offset order: the last one wins
-            heads[int(t)] = int(o)
-    return heads
+    """Slot time -> lastPos as the timer's recovery leaves the wheel (store_format.timer: the one rule explain
+    follows too)."""
+    flush = b.checkpoint.last_timer_log_flush_pos if b.checkpoint is not None else None
+    return T.slot_heads(b.wheel, offs, slot, T.rescan_start(b.plan.timer_log_files, flush), b.truncated_at)
 
 
 def summary(ctx) -> dict:
