@@ -191,5 +191,5 @@ def test_replay_says_in_words_what_it_did(spark, tmp_path):
     code, text = run_replay(spark, "--repair", src, "--out", tmp_path / "plan", "--dry-run", fmt="text")
     assert code == 0 and not (tmp_path / "plan").exists()
     assert text.startswith("replay: would write 28 of the 28 selected")
-    assert "  PlainTopic/0: new queue offsets 0-4 (5 record(s); from v5-batchcq queue offsets 0-4)" in text
-    assert "  BatchTopic/0: new queue offsets 0-28 (9 record(s); from v5-batchcq queue offsets 0-28)" in text
+    assert "  PlainTopic/0: new queue offsets 0-4 (5 records; from v5-batchcq queue offsets 0-4)" in text
+    assert "  BatchTopic/0: new queue offsets 0-28 (9 records; from v5-batchcq queue offsets 0-28)" in text
