@@ -127,15 +127,17 @@ class QueueUnits:
         return len(self.queue_offset)
 
     @classmethod
-    def of(cls, topic: str, queue_id: int, offsets: list[int], values: bytes) -> "QueueUnits":
-        v = np.frombuffer(values, UNIT_VALUE_DTYPE, len(offsets))
-        return cls(topic, queue_id, np.array(offsets, np.int64), v["physical_offset"].astype(np.int64),
+    def of(cls, topic: str, queue_id: int, offsets: bytes, values: bytes) -> "QueueUnits":
+        """From the keys' big-endian queue offsets and the 28-byte values, concatenated."""
+        v = np.frombuffer(values, UNIT_VALUE_DTYPE, len(values) // UNIT_VALUE.size)
+        return cls(topic, queue_id, np.frombuffer(offsets, ">i8").astype(np.int64),
+                   v["physical_offset"].astype(np.int64),
                    v["size"].astype(np.int32), v["tags_code"].astype(np.int64), v["store_timestamp"].astype(np.int64))
 
     @classmethod
     def concat(cls, topic: str, queue_id: int, parts: list["QueueUnits"]) -> "QueueUnits":
         if not parts:
-            return cls.of(topic, queue_id, [], b"")
+            return cls.of(topic, queue_id, b"", b"")
         return cls(topic, queue_id, *(np.concatenate([getattr(p, f) for p in parts]) for f in
                                       ("queue_offset", "physical_offset", "size", "tags_code", "store_timestamp")))
 
@@ -436,30 +438,32 @@ class RocksDBQueues:
         if it is None:
             return
         it.seek(prefix + _LONG.pack(max(from_offset, 0)))
-        offsets: list[int] = []
-        values = bytearray()
+        # the prefix fixes the topic, queue id and separators: a well-formed key only adds a non-negative offset,
+        # so the loop checks lengths and one bit, and the decoders only say what is wrong with the rest
+        whole, stop = len(prefix) + 8, None if to_offset is None else prefix + _LONG.pack(max(to_offset, 0))
+        offsets, values, n = bytearray(), bytearray(), 0
         while it.valid():
             key = it.key()
-            if not key.startswith(prefix):
+            if not key.startswith(prefix) or (stop is not None and key >= stop):
                 break
             value = it.value()
-            try:
-                k = decode_unit_key(key, folder=self.folder)
-                check_unit_value(key, value, folder=self.folder)
-            except RocksDBEntryError as e:
-                self._note(e)
-                it.next()
-                continue
-            if to_offset is not None and k.queue_offset >= to_offset:
-                break
-            offsets.append(k.queue_offset)
+            if len(key) != whole or key[whole - 8] & 0x80 or len(value) != UNIT_VALUE.size:
+                try:
+                    decode_unit_key(key, folder=self.folder)
+                    check_unit_value(key, value, folder=self.folder)
+                except RocksDBEntryError as e:
+                    self._note(e)
+                    it.next()
+                    continue
+            offsets += key[whole - 8:]
             values += value
-            if len(offsets) == window:
+            n += 1
+            if n == window:
                 yield QueueUnits.of(topic, queue_id, offsets, bytes(values))
-                offsets, values = [], bytearray()
+                offsets, values, n = bytearray(), bytearray(), 0
             it.next()
         self._done(it)
-        if offsets:
+        if n:
             yield QueueUnits.of(topic, queue_id, offsets, bytes(values))
 
     def units(self, topic: str, queue_id: int, from_offset: int = 0, to_offset: int | None = None) -> QueueUnits:
