@@ -226,7 +226,16 @@ def out_location(path: str) -> Location:
 
 
 def out_join(base: str, *parts: str) -> str:
-    return posixpath.join(base, *parts) if _is_remote(base) else os.path.join(base, *parts)
+    """``parts`` below ``base``: a URI's path is extended before its query (``s3://b/o?region=r`` + ``t`` is
+    ``s3://b/o/t?region=r``, not a key spelled ``o?region=r/t``)."""
+    if not _is_remote(base):
+        return os.path.join(base, *parts)
+    from urllib.parse import urlsplit, urlunsplit
+
+    u = urlsplit(base)
+    if not u.scheme or not (u.query or u.fragment):
+        return posixpath.join(base, *parts)
+    return urlunsplit(u._replace(path=posixpath.join(u.path or "/", *parts)))
 
 
 def out_makedirs(path: str) -> None:

@@ -590,3 +590,13 @@ def test_a_commit_cut_short_at_any_step_is_finished_or_rolled_back_whole(bucket,
     assert _files(root / "a1") == new and json.loads((root / "a1" / OUTPUT_MARKER).read_text())["run_id"] == \
         second.run_id
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_dir()) == ["a1", "a1/findings"]
+
+
+def test_a_path_joined_below_a_uri_keeps_its_query_after_the_path():
+    """The outputs' seam joins below a URI's path, never after its options: ``?region=...`` stays the URI's query
+    (appended after it, the key would be ``o?region=r/findings``, a folder of its own)."""
+    from jobs.output import out_join
+
+    assert out_join("s3://b/o?region=r", "findings", "p.parquet") == "s3://b/o/findings/p.parquet?region=r"
+    assert out_join("s3://b/o", "findings") == "s3://b/o/findings"
+    assert out_join("x://bucket/a1?k=v#f", "t") == "x://bucket/a1/t?k=v#f"
