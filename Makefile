@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml | check-java
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	@echo "compiling the decode kernels once for this machine (numba's disk cache; no job compiles them again)"
+	$(PY) -c "import udfs.compiled"
 	@touch $(STAMP)
 
 test: $(STAMP) chromium
@@ -58,8 +60,11 @@ clean:
 # --- the front door: spark-submit zip, generated job docs, headless browser for the HTML report tests ---
 .PHONY: chromium docs
 
+# The zip's kernels compiled into this machine's numba cache (keyed on their source, as executors key it: see
+# docs/cluster.md), so a local spark-submit of the zip compiles nothing.
 package:
 	$(PYTHON) tools/package.py dist/rocketmq_forensics.zip
+	@if [ -x $(PY) ]; then cd / && PYTHONPATH=$(abspath dist/rocketmq_forensics.zip) $(abspath $(PY)) -c "import udfs.compiled"; fi
 
 docs: $(STAMP)
 	$(PY) tools/jobs_docs.py --write docs/jobs.md

@@ -655,3 +655,18 @@ def test_offset_hash_pairs_in_is_set_membership(a, b, sort_b):
     cols = lambda pairs: (np.array([p for p, _ in pairs], np.int64), np.array([h for _, h in pairs], np.int32))  # noqa: E731
     found = pairs_in(*cols(a), *cols(b))
     assert found.tolist() == [pair in set(b) for pair in a]
+
+
+def test_the_profile_line_says_whether_the_kernels_were_compiled(monkeypatch):
+    """--profile names the kernels' compile apart: 0 s when numba's cache had them (make setup fills it), else
+    how many passes this process compiled."""
+    from jobs.audit import job
+    from udfs import kernels
+
+    kernels.load_compiled()
+    if kernels.KERNEL_LOAD["compiled"] == 0:
+        assert " 0.00 s  (none: loaded from numba's cache" in job._kernel_line()
+    monkeypatch.setattr(kernels, "KERNEL_LOAD", {"seconds": 14.5, "compiled": 66})
+    assert "  14.50 s  (66 passes compiled: numba's cache was cold" in job._kernel_line()
+    monkeypatch.setattr(kernels, "KERNEL_LOAD", {})
+    assert job._kernel_line().endswith("not loaded in the driver yet")

@@ -1739,3 +1739,12 @@ def gather_spans(b, lo, hi, off, out):
     cumulative sum of their lengths)."""
     for k in range(lo.shape[0]):
         _copy(out, off[k], b, lo[k], hi[k] - lo[k])
+
+
+def compiled_in_this_process() -> int:
+    """How many of this module's compiled passes numba compiled in this process rather than loading them from its
+    disk cache (0 after ``make setup``, which compiles them once for the machine): what --profile reports."""
+    from numba.core.registry import CPUDispatcher
+
+    return sum(sum(d.stats.cache_misses.values()) for d in globals().values() if isinstance(d, CPUDispatcher))
+

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import time
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -238,9 +239,15 @@ def frames_from_buffer(buf, starts, sizes) -> Frames:
 # ~15 s), on the first decode rather than on import: schema users never pay it.
 
 
+#: how this process got the compiled passes, once it has: seconds and how many numba compiled (not from its cache)
+KERNEL_LOAD: dict = {}
+
+
 @functools.cache
 def _compiled():
+    started = time.perf_counter()
     from . import compiled
+    KERNEL_LOAD.update(seconds=time.perf_counter() - started, compiled=compiled.compiled_in_this_process())
     return compiled
 
 

@@ -388,6 +388,7 @@ def _print_profile(ctx: AuditContext, phases: _Phases) -> None:
         lines.append(f"  {'(Spark session start, before it)':<34} {session.last_start_seconds:7.2f} s")
     lines += [f"  {name:<34} {secs:7.2f} s" for name, secs in phases.times]
     lines.append(f"  {'the audit in all':<34} {sum(s for _, s in phases.times):7.2f} s")
+    lines.append(_kernel_line())
     for stage, outputs in (("survey", ctx.survey), ("scan", ctx.scan)):
         t = outputs.partials.get("_timing")
         if t is None or not t.num_rows:
@@ -400,6 +401,19 @@ def _print_profile(ctx: AuditContext, phases: _Phases) -> None:
         for r in rows[:5]:
             lines.append(f"    {r['seconds']:7.2f} s  {r['kind']} {r['name']}")
     print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _kernel_line() -> str:
+    """The driver's compiled kernels, apart from the phases (loaded while the session starts): compile seconds are
+    0 when numba's disk cache had them (``make setup`` fills it)."""
+    from udfs.kernels import KERNEL_LOAD
+
+    if not KERNEL_LOAD:
+        return f"  {'kernel compile':<34} not loaded in the driver yet"
+    secs, compiled = KERNEL_LOAD["seconds"], KERNEL_LOAD["compiled"]
+    how = (f"{compiled} pass{'es' if compiled != 1 else ''} compiled: numba's cache was cold (make setup fills it)"
+           if compiled else f"none: loaded from numba's cache in {secs:.2f} s, during the session start")
+    return f"  {'kernel compile':<34} {secs if compiled else 0.0:7.2f} s  ({how})"
 
 
 def _version() -> str:
