@@ -612,8 +612,7 @@ def test_the_rate_plot_stays_meaningful_for_a_store_spanning_under_a_second():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from jobs.audit import report
-    from jobs.audit.checks.rates import unit_for
+    from jobs.audit.checks.rates import rate_plot, unit_for
 
     class Keep:  # the real pyplot, keeping the axes drawn on
         def subplots(self, *a, **k):
@@ -624,12 +623,13 @@ def test_the_rate_plot_stays_meaningful_for_a_store_spanning_under_a_second():
     assert unit_for(299) == 1 and unit_for(5_000) == 1_000 and unit_for(10**8) == 60_000
     counts = {("A", t0 + i): 1 for i in range(0, 300, 3)} | {("B", t0 + 150): 4}
     keep = Keep()
-    title, png = report._rate_plot(keep, 1, counts)
-    assert title == "Message rate over time per topic" and png
+    title, fig = rate_plot(keep, 1, counts)
+    assert title == "Message rate over time per topic" and fig is not None
     assert keep.ax.get_xlabel() == "seconds since 2023-11-14T22:13:20.123Z (0.005 s buckets)"
     lines = {line.get_label(): line for line in keep.ax.get_lines()}
     assert sorted(lines) == ["A", "B"] and len(lines["A"].get_xdata()) == 60
     assert max(lines["A"].get_ydata()) == 2 / 0.005 and max(lines["B"].get_ydata()) == 4 / 0.005
-    title, _ = report._rate_plot(keep, 1, {("A", t0): 7, ("B", t0): 2})
+    title, _ = rate_plot(keep, 1, {("A", t0): 7, ("B", t0): 2})
     assert title.startswith("Messages per topic") and [p.get_width() for p in keep.ax.patches] == [7, 2]
     assert keep.ax.get_xlabel() == "messages (all stored within 1 ms of 2023-11-14T22:13:20.123Z)"
+    plt.close("all")

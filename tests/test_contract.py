@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from jobs.audit import checks, report, routes, scan, survey
+from jobs.audit import checks, routes, scan, survey
 from jobs.audit.contract import Family
 
 AUDIT = Path(__file__).resolve().parent.parent / "jobs" / "audit"
@@ -55,7 +55,7 @@ def test_every_partial_table_emitted_is_read():
     families = checks.load_all()
     emitted = {n for f in families for n in f.emits} | {n for r in routes.ROUTES.values() for n in r.emits} \
         | set(survey.EMITS) | set(scan.EMITS)
-    read = {n for f in families for n in f.reads} | ENGINE_READS | set(report.READS)
+    read = {n for f in families for n in f.reads} | ENGINE_READS
     assert emitted - read == set(), "partial tables nothing reads: " + ", ".join(sorted(emitted - read))
     assert read - emitted == set(), "partial tables read but never emitted: " + ", ".join(sorted(read - emitted))
 
@@ -75,3 +75,47 @@ def test_the_engine_names_no_family():
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 prefix = node.value.split(".", 1)[0]
                 assert not ("." in node.value and prefix in names), (module, node.value)
+
+
+def test_the_presentation_names_no_check():
+    """report.py, groups.py and verdict.py render what the families and checks declare (views, sections, plots,
+    ranks, groupings, roles): no check id of the catalogue, nor a family's ``family.`` prefix, in any string of
+    theirs (f-string pieces and docstrings too)."""
+    import re
+
+    from jobs.audit.findings import CHECKS
+
+    checks.load_all()
+    ids = sorted(CHECKS, key=len, reverse=True)
+    assert len(ids) > 90
+    named = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, ids)) + r")(?![\w])")
+    prefixes = {f"{c.family}." for c in CHECKS.values()}
+    for module in ("report", "groups", "verdict"):
+        tree = ast.parse((AUDIT / f"{module}.py").read_text(encoding="utf-8"))
+        strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        assert len(strings) > 20, module
+        found = sorted({m.group(1) for s in strings for m in named.finditer(s)})
+        assert not found, f"jobs/audit/{module}.py names checks: {found}"
+        assert not [s for s in strings if s in prefixes], module
+
+
+def test_what_the_presentation_reads_is_declared():
+    """The roles the verdict and the report look checks up by are each declared, the one-check roles by one check;
+    the detail tables the report shows are tables their families declare, each view's columns in the table."""
+    from jobs.audit.checks import the_check, with_role
+    from jobs.audit.findings import ROLES
+
+    families = checks.load_all()
+    for role in ROLES:
+        assert with_role(role), role
+    for role in ("start_blocker", "cut", "lost_after_cut", "unindexed", "damaged_message", "dispatch_stall",
+                 "audit_failed"):
+        the_check(role)
+    views = {name: (f, v) for f in families for name, v in f.views.items()}
+    assert set(views) == {"lag", "transactions", "delays", "dlq", "segments"}
+    for name, (f, v) in views.items():
+        assert {c for c, _ in v.columns} <= set(f.tables[name].names), name
+    orders = [v.order for _, v in views.values()]
+    assert len(set(orders)) == len(orders)
+    ranked = [f.rank for f in families if f.rank is not None]
+    assert len(set(ranked)) == len(ranked)

@@ -26,6 +26,15 @@ A family declares what its hooks emit (``emits``: partial tables by name, with t
 starts with the family's), what it reads of others (``reads``), its detail tables (``tables``, columns described
 with udfs.columns) and its metrics (``metrics``, name -> description).  ``always`` families run in every audit
 whatever ``--checks`` says (they complete what the summary and the report show) and are not offered there.
+
+A family also declares how it is presented (jobs/audit/report.py, groups.py and verdict.py render these and name
+no family and no check): ``views`` (its detail tables the report shows: :class:`TableView`), ``sections`` (what it
+adds to summary.json's brokers, shown as a table: :class:`SummaryView`), ``plots`` (:class:`Plot`), ``rank``
+(where its finding groups come within one consequence and severity, lower first; unranked families after every
+ranked one), ``blockers_predicted`` (its will-not-start findings are problems the commitlog's recovery prediction
+already lists) and ``damage_behind_cut`` (where recovery cuts, its errors are the damage behind the cut, which the
+cut's actions say).  How a check's findings group, and what a check means to the verdict (its roles), the check
+declares itself (``findings.check``).
 """
 from __future__ import annotations
 
@@ -40,6 +49,55 @@ class FamilyResult:
     findings: list[pa.Table] = field(default_factory=list)
     metrics: list[pa.Table] = field(default_factory=list)
     tables: dict[str, pa.Table] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TableView:
+    """How the report shows one of the family's detail tables: under ``title``, at ``order`` among the report's
+    detail tables; ``columns`` (column, label) in order (empty: every column under its own name); ``empty``: what
+    an empty table means; ``needs``: the input beside the commitlog it is read from (missing: the table is
+    unknown)."""
+
+    title: str
+    order: int
+    columns: tuple[tuple[str, str], ...] = ()
+    empty: str = "none"
+    needs: str | None = None
+
+
+#: how a :class:`SummaryView` column is drawn: words, a number, a store time (epoch ms), or a list of (store time,
+#: count) pairs one a line
+CELL_KINDS = ("text", "number", "time", "time_counts")
+
+
+@dataclass(frozen=True)
+class SummaryView:
+    """A section of the report drawn from summary.json's brokers (what the family's ``summary`` adds): one row per
+    broker, ``row(broker) -> list | None`` (a summary.json ``brokers`` entry; None: the broker has no row), under
+    ``columns`` (label, kind: :data:`CELL_KINDS`); at ``order`` among the report's summary sections; ``anchor``: its
+    id in the page; ``note``: a line under the table; ``always``: shown with no row too."""
+
+    title: str
+    order: int
+    columns: tuple[tuple[str, str], ...]
+    row: Callable
+    anchor: str | None = None
+    note: str = ""
+    always: bool = False
+
+    def __post_init__(self):
+        wrong = [k for _, k in self.columns if k not in CELL_KINDS]
+        if wrong:
+            raise ValueError(f"section {self.title}: unknown cell kinds {wrong}")
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A plot of the report: ``draw(ctx, tables, plt) -> (heading, figure) | None`` (``tables``: the run's detail
+    tables by name; ``plt``: matplotlib's pyplot), at ``order`` among the report's plots."""
+
+    order: int
+    draw: Callable
 
 
 @dataclass(frozen=True)
@@ -60,11 +118,20 @@ class Family:
     reads: tuple[str, ...] = ()
     tables: dict[str, pa.Schema] = field(default_factory=dict)
     metrics: dict[str, str] = field(default_factory=dict)
+    views: dict[str, TableView] = field(default_factory=dict)
+    sections: tuple[SummaryView, ...] = ()
+    plots: tuple[Plot, ...] = ()
+    rank: int | None = None
+    blockers_predicted: bool = False
+    damage_behind_cut: bool = False
 
     def __post_init__(self):
         wrong = [n for n in self.emits if not n.startswith(f"{self.name}.")]
         if wrong:
             raise ValueError(f"family {self.name}: partial tables are named after their family: {wrong}")
+        unknown = [n for n in self.views if n not in self.tables]
+        if unknown:
+            raise ValueError(f"family {self.name}: views of tables it does not declare: {unknown}")
 
 
-__all__ = ["Family", "FamilyResult"]
+__all__ = ["Family", "FamilyResult", "Plot", "SummaryView", "TableView"]

@@ -103,6 +103,24 @@ class Consequence(enum.IntEnum):
 # message lost after one cut).
 GROUPINGS = ("place", "queue", "topic", "broker")
 
+# What a check means to the verdict (jobs/audit/verdict.py) and the report, which name no check: a check declares
+# its roles, and they find it by role (jobs.audit.checks.with_role, over the whole registry).
+ROLES = {
+    "start_blocker": "the broker will not start (the commitlog's recovery prediction says why)",
+    "cut": "recovery cuts the log and drops what follows",
+    "lost_after_cut": "a message recovery drops after the cut",
+    "unindexed": "a message in no consume queue: consumers never receive it",
+    "damage": "damaged records themselves (the spans and the messages they held): the messages to re-send name them",
+    "damaged_message": "a damaged message (what the actions about damaged messages name)",
+    "property_crc": "a record whose whole-record CRC (__CRC32#) fails",
+    "dispatch_stall": "the record whose LMQ dispatch list stalls the reput",
+    "audit_failed": "a step of the audit failed on the broker",
+    "input_missing": "a config file the audit needs is missing or unreadable (the tables it feeds are unknown)",
+}
+
+# the engine's own checks (``broker.*``, declared here) among the families' ranks (contract.Family.rank)
+ENGINE_FAMILY, ENGINE_RANK = "broker", 15
+
 
 @dataclass(frozen=True)
 class Check:
@@ -117,6 +135,7 @@ class Check:
     consequence: Consequence = Consequence.COSMETIC
     action: str = ""
     group: str = "place"
+    roles: tuple[str, ...] = ()
 
     @property
     def family(self) -> str:
@@ -127,10 +146,13 @@ CHECKS: dict[str, Check] = {}
 
 
 def check(id: str, severity: Severity, template: str, also: tuple[Severity, ...] = (), *,
-          consequence: Consequence, action: str, group: str = "place") -> Check:
+          consequence: Consequence, action: str, group: str = "place", roles: tuple[str, ...] = ()) -> Check:
     """Declare a check (each family declares its own at import): what it says, how bad it is, what it costs the
-    broker's data and what to do about it."""
-    c = Check(id, severity, template, also, consequence, action.strip(), group)
+    broker's data, what to do about it, how the report groups its findings and what it means to the verdict
+    (``roles``, :data:`ROLES`)."""
+    c = Check(id, severity, template, also, consequence, action.strip(), group, tuple(roles))
+    if set(c.roles) - set(ROLES):
+        raise ValueError(f"check {id}: unknown roles {sorted(set(c.roles) - set(ROLES))}")
     if id in CHECKS and CHECKS[id] != c:
         raise ValueError(f"check {id} is declared twice, differently")
     if not c.action or group not in GROUPINGS:
@@ -306,7 +328,7 @@ def _detail_text(v):
 
 # the audit's own check: one broker's bad file (or a bug) is that broker's finding, never the end of the run
 check("broker.audit_failed", Severity.ERROR, "the audit of this broker is incomplete: {what} failed: {error}",
-      consequence=Consequence.DATA_AT_RISK, group="broker",
+      consequence=Consequence.DATA_AT_RISK, group="broker", roles=("audit_failed",),
       action="Keep the run's output; re-run the audit on that broker alone with `--checks` narrowed to see what else "
              "it finds, and report the error with `details.where` (and, if you can share it, the file).")
 

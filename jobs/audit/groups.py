@@ -4,8 +4,10 @@ A group is one check at one place of one broker (``Check.group``: per file, or p
 no file; per consume queue; per topic; or one per broker for per-message findings that all say the same thing, such as every
 message lost after one cut): its count, worst severity, first and last position, the store times there, and
 the first few findings as samples.  Groups are ordered by consequence (``findings.Consequence``: will not start,
-data lost, data at risk, queries wrong, consumers affected, cosmetic), then severity, then size; the findings
-table keeps every row for whoever filters it.
+data lost, data at risk, queries wrong, consumers affected, cosmetic), then severity, then the rank the check's
+family declares (contract.Family.rank: what the broker will do first, then the damage that causes it, then the
+rest), then size; the findings table keeps every row for whoever filters it.  Nothing here names a family or a
+check: each check declares its grouping, each family its rank.
 
 The findings folder is read a batch at a time and each batch is reduced with Arrow, so memory stays bounded by
 the number of groups, whatever the number of findings.
@@ -13,20 +15,27 @@ the number of groups, whatever the number of findings.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .findings import CHECKS, Consequence, Severity
+from .findings import CHECKS, ENGINE_FAMILY, ENGINE_RANK, Consequence, Severity
 
 SAMPLES = 5
 _COLUMNS = ("check", "severity", "broker", "file", "file_position", "physical_offset", "topic", "queue_id",
             "queue_offset", "message")
 _SEVERITIES = pa.array([s.label for s in Severity])
-# within one consequence and severity: what the broker will do first, then the damage that causes it, then the rest
-_FAMILY_ORDER = ("recovery", "broker", "integrity", "consumequeue", "index", "lag", "transactions", "delays",
-                 "retries", "metadata")
+_UNRANKED = float("inf")  # a family that declares no rank (or a check this build does not know): after the ranked
+
+
+@lru_cache(maxsize=None)
+def _ranks() -> dict[str, float]:
+    """family -> the rank it declares (the engine's own checks' too)."""
+    from .checks import load_all
+
+    return {f.name: f.rank for f in load_all() if f.rank is not None} | {ENGINE_FAMILY: ENGINE_RANK}
 
 
 @dataclass
@@ -68,8 +77,7 @@ class Group:
         return ""
 
     def sort_key(self) -> tuple:
-        family = self.check.split(".", 1)[0]
-        rank = _FAMILY_ORDER.index(family) if family in _FAMILY_ORDER else len(_FAMILY_ORDER)
+        rank = _ranks().get(self.check.split(".", 1)[0], _UNRANKED)
         c = CHECKS.get(self.check)
         per_message = c is not None and c.group == "broker"  # the messages a cause loses come after the cause
         return (int(self.consequence), int(self.severity), rank, per_message, -self.count, self.broker, self.check,

@@ -6,7 +6,9 @@ lost, attention, pass), the headline, will it start and why not, where recovery 
 restart now destroys, what is safe, the three actions that matter most, and the messages to re-send with the
 commands that copy them out.  With several brokers a fleet table comes first, one line per broker.  Below:
 the findings grouped by cause (jobs/audit/groups.py) in order of consequence, each group expandable to its
-samples (``<details>``: no script), then counts per check, plots and the detail tables.
+samples (``<details>``: no script), then counts per check, the families' sections, plots and detail tables.  The
+page names no family and no check: what the families declare (jobs/audit/contract.py: their summary sections,
+plots and table views) and the checks' roles (findings.ROLES) say what goes where.
 
 Self-contained (CSS inline, plots as PNG data URIs drawn with matplotlib's Agg backend, no script), so it opens
 offline, survives e-mail and prints (a print stylesheet opens every group).  Times are ISO-8601 UTC with the
@@ -30,11 +32,11 @@ from jobs.display import format_duration, format_iso_z, is_time_column
 from jobs.display import plural
 
 from . import resend
-from .findings import CHECKS, Consequence
+from .checks import load_all, the_check, with_role
+from .findings import Consequence
 from .resend import kept_damaged_words, lost_words
 _ROWS = 200  # rows of a detail table shown
 _RESEND_ROWS = 10  # messages to re-send shown per broker (tables/resend has them all)
-_TOPICS_PLOTTED = 8
 _CSS = """
 *{box-sizing:border-box}
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px auto;max-width:1360px;
@@ -86,9 +88,6 @@ details.group>div{padding:4px 10px 6px}
 """
 
 
-#: the partial tables the report reads itself (the rest comes through the summary and the tables)
-READS = ("rates.counts",)
-
 def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: str, *, top: int = 200,
           staged: str | None = None) -> str:
     """report.html for the audit in ``out`` (its summary, detail tables and finding groups); ``staged``: where the
@@ -112,18 +111,19 @@ def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: st
         parts.append(_first_screen(b, out, src, top_banner=len(brokers) == 1))
     parts.append(_groups_section(groups, top))
     parts.append(_per_check_section(counts["per_check"]))
-    parts.append(_recovery_section(summary))
-    parts.append(_timers_section(summary))
-    plots = _plots(ctx, tables)
+    families = load_all()  # what every family declares to show; what this run has no data for is left out
+    for section in sorted((s for f in families for s in f.sections), key=lambda s: s.order):
+        parts.append(_summary_section(section, brokers))
+    plots = _plots(ctx, tables, families)
     if plots:
         parts.append("<h2>Plots</h2>")
     for heading, png in plots:
         parts.append(f"<h3>{_e(heading)}</h3><img alt='{_e(heading)}' src='data:image/png;base64,{png}'>")
     missing = _missing_inputs(groups)
-    for name, heading in (("lag", "Consumer lag"), ("transactions", "Transactions"), ("delays", "Delayed messages"),
-                          ("dlq", "Dead-letter queues"), ("segments", "Segments")):
+    views = sorted(((name, view) for f in families for name, view in f.views.items()), key=lambda nv: nv[1].order)
+    for name, view in views:
         if name in tables:
-            parts.append(_table_section(tables[name], heading, name, [b["name"] for b in brokers], missing))
+            parts.append(_table_section(tables[name], view, name, [b["name"] for b in brokers], missing))
     inputs = summary["inputs"]
     parts.append(f"<h2>Inputs</h2><details><summary>{plural(len(inputs), 'file')} read (read-only)</summary>"
                  + _html_table(["path", "size", "sha256"],
@@ -274,14 +274,13 @@ def _first_screen(b: dict, out: str, src: str, *, top_banner: bool) -> str:
     facts = []
     if v["will_start"] is None:
         facts.append(("Will it start?", "unknown: the audit could not predict its recovery (see "
-                                        "<code>broker.audit_failed</code> below)"))
+                                        f"<code>{the_check('audit_failed').id}</code> below)"))
     elif v["will_start"]:
         facts.append(("Will it start?", f"yes ({_e(rec['mode'])} recovery)"))
     else:
         why = "".join(f"<li>{_e(p)}</li>" for p in v["why_not"])
         first = next((a for a in v["actions"] if a["kind"] == "will_not_start"), None)
-        todo = "the first action below" if first is not None else \
-            _md(CHECKS["recovery.broker_will_not_start"].action)
+        todo = "the first action below" if first is not None else _md(the_check("start_blocker").action)
         facts.append(("Will it start?", f"<strong>NO</strong><ul>{why}</ul>What to do: {todo}"))
     if rec is not None:
         end = rec["predicted_max_physical_offset"]
@@ -466,39 +465,27 @@ def _group(g) -> str:
             f"<div><strong>What to do:</strong> {_md(g.action)}{samples}{more}</div></details>")
 
 
-def _recovery_section(summary: dict) -> str:
-    rows = []
-    for b in summary["brokers"]:
-        r = b["recovery"]
-        if r is None:
-            rows.append([b["name"], "unknown"] + [None] * 8)
-            continue
-        v = b.get("verdict") or {}  # the verdict's start: the commitlog's and every other store's blockers
-        starts, problems = v.get("will_start", r["broker_will_start"]), v.get("why_not", r["start_problems"])
-        rows.append([b["name"], r["mode"], "yes" if starts else "NO",
-                     r["predicted_max_physical_offset"], r["stop_segment"], r["stop_kind"], r["messages_lost"],
-                     r["cq_units_truncated"], len(r["index_files_deleted"]), "; ".join(problems)])
-    return "<h2>Recovery prediction</h2>" + _html_table(
-        ["broker", "mode", "will start", "recovered end", "stop segment", "stop reason", "messages lost",
-         "CQ units truncated", "index files rebuilt", "start problems"], rows, numeric={3, 6, 7, 8})
-
-
-def _timers_section(summary: dict) -> str:
-    """5.x brokers' timer messages (the timers family's summary): how many wait, and when the next ones are due."""
-    rows = []
-    for b in summary["brokers"]:
-        t = b.get("timers")
-        if t is None:
-            continue
-        due = "<br>".join(f"{_time(d['due_ms'])} &times; {d['messages']:,}" for d in t["next_due"]) or "none"
-        rows.append([b["name"], t["pending"], t["overdue"], t["fired"], t["recalled"], t["lost"],
-                     _time(t["read_time_ms"]), due, _time(t["last_due_ms"])])
-    if not rows:
+def _summary_section(section, brokers: list[dict]) -> str:
+    """A family's section of summary.json's brokers (contract.SummaryView): a row per broker that has one."""
+    rows = [r for r in (section.row(b) for b in brokers) if r is not None]
+    if not rows and not section.always:
         return ""
-    return "<h2 id='timers'>Timer messages</h2>" + _html_table(
-        ["broker", "pending", "overdue", "fired", "recalled", "lost", "wheel read up to", "next due",
-         "last due"], rows, numeric={1, 2, 3, 4, 5}, raw={6, 7, 8}) + \
-        "<p class='muted'>tables/timers/ has every timer message's path and state.</p>"
+    kinds = [kind for _, kind in section.columns]
+    drawn = [[_summary_cell(kind, v) for kind, v in zip(kinds, r)] for r in rows]
+    anchor = f" id='{_e(section.anchor)}'" if section.anchor else ""
+    note = f"<p class='muted'>{html.escape(section.note, quote=False)}</p>" if section.note else ""
+    return f"<h2{anchor}>{_e(section.title)}</h2>" + _html_table(
+        [label for label, _ in section.columns], drawn, numeric={i for i, k in enumerate(kinds) if k == "number"},
+        raw={i for i, k in enumerate(kinds) if k in ("time", "time_counts")}) + note
+
+
+def _summary_cell(kind: str, value):
+    """A summary section's cell: store times drawn as <time> (html), the rest as _html_table draws it."""
+    if kind == "time":
+        return _time(value)
+    if kind == "time_counts":
+        return "<br>".join(f"{_time(ms)} &times; {n:,}" for ms, n in value) or "none"
+    return value
 
 
 def _per_check_section(per_check: dict) -> str:
@@ -510,39 +497,12 @@ def _per_check_section(per_check: dict) -> str:
             + _html_table(["severity", "check", "count"], rows, numeric={2}) + "</details>")
 
 
-# How each detail table is shown (its columns, in order, under words; tables/<name>/ keeps every column, in ms):
-# what an operator reads, narrow enough for the page (a segment and file position repeat the physical offset)
-_SHOWN = {
-    "lag": (("group", "group"), ("topic", "topic"), ("queue_id", "queue"), ("offset", "committed offset"),
-            ("max_offset", "max offset"), ("lag", "lag (messages)"), ("lag_ms", "lag (time)"),
-            ("first_unconsumed_store_time", "oldest unconsumed stored at"), ("retry", "retry")),
-    "transactions": (("topic", "topic"), ("queue_id", "queue"), ("producer_group", "producer group"),
-                     ("uniq_key", "unique key"), ("physical_offset", "physical offset"), ("state", "state"),
-                     ("first_store_time", "stored at"), ("age_ms", "age"), ("check_times", "checks"),
-                     ("resolved_time", "resolved at"), ("style", "style")),
-    "delays": (("level", "level"), ("queue_id", "queue"), ("min_offset", "min offset"), ("max_offset", "max offset"),
-               ("delivered_offset", "delivered offset"), ("pending", "pending"), ("overdue", "overdue"),
-               ("next_deliver_time", "next delivery at")),
-    "dlq": (("group", "group"), ("messages", "messages"), ("original_topics", "original topics"),
-            ("max_reconsume_times", "max reconsume times"), ("oldest_store_time", "oldest stored at"),
-            ("newest_store_time", "newest stored at")),
-    "segments": (("segment", "segment"), ("file_length", "file length"), ("messages", "messages"),
-                 ("message_bytes", "message bytes"), ("corrupt_bytes", "corrupt bytes"),
-                 ("stale_records", "stale records"), ("first_stop", "first stop"), ("stop_reason", "stop reason"),
-                 ("blank_at", "blank at")),
-}
-# what an empty table means, and the input it needs beside the commitlog (missing: the table is unknown)
-_EMPTY = {"lag": "none: no group has an unconsumed message", "transactions": "none: no half message in the commitlog",
-          "delays": "none: no delayed message in the commitlog", "dlq": "none: no %DLQ% topic in the commitlog",
-          "segments": "none"}
-_NEEDS = {"lag": "config/consumerOffset.json", "delays": "config/delayOffset.json"}
-
-
 def _missing_inputs(groups: list) -> dict[str, set[str]]:
     """broker -> the config files the audit found missing or unreadable there."""
+    missing = {c.id for c in with_role("input_missing")}
     out: dict[str, set[str]] = {}
     for g in groups:
-        if g.check in ("metadata.config_missing", "metadata.config_unreadable") and g.file:
+        if g.check in missing and g.file:
             out.setdefault(g.broker, set()).add(g.file)
     return out
 
@@ -559,20 +519,23 @@ def _shown_cell(column: str, value) -> tuple[str, str]:
     return _cell(value, column)
 
 
-def _table_section(table: pa.Table, heading: str, name: str, brokers: list[str],
-                   missing: dict[str, set[str]]) -> str:
-    shown = [c for c in _SHOWN.get(name, [(c, c) for c in table.column_names if not c.startswith("_")])
+def _table_section(table: pa.Table, view, name: str, brokers: list[str], missing: dict[str, set[str]]) -> str:
+    """A detail table as its family's view (contract.TableView) shows it: its columns (tables/<name>/ keeps every
+    column, in ms) under words, the first rows; what an empty table means, or that it is unknown where the input
+    it needs is missing."""
+    heading = view.title
+    shown = [c for c in (view.columns or [(c, c) for c in table.column_names if not c.startswith("_")])
              if c[0] in table.column_names]
     if len(brokers) > 1:
         shown = [("broker", "broker")] + [c for c in shown if c[0] != "broker"]
     total = table.num_rows
     note = f" <span class='muted'>(first {_ROWS} of {total:,}: tables/{_e(name)}/ has them all)</span>" \
         if total > _ROWS else ""
-    need = _NEEDS.get(name)
+    need = view.needs
     unknown = [b for b in brokers if need in missing.get(b, ())] if need else []
     what = f"unknown ({need.split('/')[-1]} missing or unreadable)" if need else ""
     if not total:
-        text = what if unknown and len(unknown) == len(brokers) else _EMPTY.get(name, "none")
+        text = what if unknown and len(unknown) == len(brokers) else view.empty
         if unknown and len(unknown) < len(brokers):
             text += f"; {', '.join(unknown)}: {what}"
         return f"<h2 id='{_e(name)}'>{_e(heading)}</h2><p class='muted'>{_e(text)}</p>"
@@ -600,101 +563,17 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _plots(ctx, tables: dict[str, pa.Table]) -> list[tuple[str, str]]:
+def _plots(ctx, tables: dict[str, pa.Table], families: list) -> list[tuple[str, str]]:
+    """(heading, PNG) of every plot the families declare (contract.Plot), in their order, where they have data."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     plots = []
-    rate = message_rate(ctx)
-    if rate is not None:
-        plots.append(_rate_plot(plt, *rate))
-
-    segs = tables.get("segments")
-    if segs is not None and segs.num_rows:
-        segs = sorted(segs.to_pylist(), key=lambda s: (s["broker"], s["segment"]))
-        fig, ax = plt.subplots(figsize=(13, 0.5 + 0.32 * len(segs)))
-        labels = [f"{s['broker']}/{s['segment']}" for s in segs]
-        size = [max(s["file_length"] or 0, 1) for s in segs]
-        used = [(s["message_bytes"] or 0) / n * 100 for s, n in zip(segs, size)]
-        bad = [(s["corrupt_bytes"] or 0) / n * 100 for s, n in zip(segs, size)]
-        ax.barh(labels, used, color="#4c8bd6", label="messages")
-        ax.barh(labels, bad, left=used, color="#d64c4c", label="corrupt")
-        ax.set_xlim(0, 100)
-        ax.set_xlabel("% of segment file")
-        ax.invert_yaxis()
-        ax.legend(fontsize=8)
-        plots.append(("Segment fill and damage", _png(fig)))
-
-    lag = tables.get("lag")
-    if lag is not None and lag.num_rows:
-        per: dict[tuple, int] = {}
-        for r in lag.to_pylist():
-            per[(r["broker"], r["group"], r["topic"])] = per.get((r["broker"], r["group"], r["topic"]), 0) + r["lag"]
-        top = sorted(per.items(), key=lambda kv: -kv[1])[:30]
-        fig, ax = plt.subplots(figsize=(13, 0.5 + 0.32 * len(top)))
-        ax.barh([f"{g} @ {t} ({b})"[:70] for (b, g, t), _ in top], [n for _, n in top], color="#e0a030")
-        ax.set_xlabel("messages not yet consumed")
-        ax.invert_yaxis()
-        plots.append(("Consumer lag per group", _png(fig)))
+    for plot in sorted((p for f in families for p in f.plots), key=lambda p: p.order):
+        drawn = plot.draw(ctx, tables, plt)
+        if drawn is not None:
+            heading, fig = drawn
+            plots.append((heading, _png(fig)))
     return plots
-
-
-def _rate_plot(plt, unit_ms: int, counts: dict) -> tuple[str, str]:
-    """Messages per second per topic over the store's time span: about 60 buckets whatever the span (down to
-    one millisecond); a span inside one bucket is a bar per topic, said as such."""
-    lo = min(t for _, t in counts)
-    hi = max(t for _, t in counts)
-    totals: dict[str, int] = {}
-    for (topic, _), n in counts.items():
-        totals[topic] = totals.get(topic, 0) + n
-    busiest = sorted(totals, key=lambda t: (-totals[t], t))[:_TOPICS_PLOTTED]
-    start = dt.datetime.fromtimestamp(lo * unit_ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
-    start = start.replace("+00:00", "Z")
-    if hi == lo:  # every message in one time unit: a rate over time would be one point
-        fig, ax = plt.subplots(figsize=(13, 0.6 + 0.3 * min(len(totals), _TOPICS_PLOTTED + 1)))
-        names = busiest + (["(other)"] if len(totals) > len(busiest) else [])
-        values = [totals[t] for t in busiest] + ([sum(v for t, v in totals.items() if t not in busiest)]
-                                                 if len(totals) > len(busiest) else [])
-        ax.barh([n[:40] for n in names], values, color="#4c8bd6")
-        ax.invert_yaxis()
-        ax.set_xlabel(f"messages (all stored within {unit_ms:g} ms of {start})")
-        return "Messages per topic (the whole store spans less than one time bucket)", _png(fig)
-    width = max(1, -(-(hi - lo + 1) // 60))  # in units: about 60 buckets
-    buckets: dict[str, dict[int, int]] = {}
-    for (topic, t), n in counts.items():
-        b = buckets.setdefault(topic if topic in busiest else "(other)", {})
-        k = (t - lo) // width
-        b[k] = b.get(k, 0) + n
-    seconds = width * unit_ms / 1000
-    fig, ax = plt.subplots(figsize=(13, 3.6))
-    last = (hi - lo) // width
-    for topic in sorted(buckets):  # empty buckets are zeros: a quiet stretch is drawn as one
-        pts = [(k, buckets[topic].get(k, 0)) for k in range(last + 1)]
-        ax.plot([k * seconds for k, _ in pts], [c / seconds for _, c in pts], marker=".", markersize=3,
-                linewidth=1, label=topic[:40])
-    ax.set_xlabel(f"seconds since {start} ({seconds:g} s buckets)")
-    ax.set_ylabel("messages / s")
-    ax.legend(fontsize=7, ncol=2)
-    return "Message rate over time per topic", _png(fig)
-
-
-def message_rate(ctx) -> tuple[int, dict] | None:
-    """(milliseconds per unit, {(topic, time in units): kept messages}) over every range, in the finest unit
-    every range counted in and the whole span allows."""
-    from .checks.rates import RATE, unit_for
-
-    t = ctx.partial("rates.counts", RATE)
-    if not t.num_rows:
-        return None
-    rows = t.to_pylist()
-    coarsest = max(r["unit"] for r in rows)
-    lo = min(r["time"] * r["unit"] for r in rows)
-    hi = max((r["time"] + 1) * r["unit"] - 1 for r in rows)
-    unit = max(coarsest, unit_for(hi - lo))
-    counts: dict[tuple, int] = {}
-    for r in rows:
-        key = (r["topic"], r["time"] * r["unit"] // unit)
-        counts[key] = counts.get(key, 0) + r["messages"]
-    return unit, counts

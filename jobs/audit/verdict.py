@@ -10,8 +10,9 @@ keeps and serves it but its bytes changed (damage before the cut, in a segment i
 producer must re-send it all the same.  The level and the headline come from those facts, not from a count of
 findings:
 
-  will-not-start  the broker refuses to start (recovery.broker_will_not_start)
-  incomplete      the audit could not finish this broker (broker.audit_failed, or no recovery prediction)
+  will-not-start  the broker refuses to start (the check of the role ``start_blocker``, or another family's
+                  will-not-start finding)
+  incomplete      the audit could not finish this broker (the role ``audit_failed``, or no recovery prediction)
   data-lost       messages are lost: recovery drops some, or damage destroyed some (a data-lost check the kept
                   damage does not explain)
   attention       nothing is lost, but error findings remain (a message kept damaged, queries or consumers affected)
@@ -38,6 +39,11 @@ where no command can help, the sentence says so:
 ``summary.json`` carries each broker's verdict (``brokers[].verdict``); the report's first screen, the fleet
 table and the terminal (jobs/audit/terminal.py) show it, in the words resend.lost_words and
 resend.kept_damaged_words give.
+
+The verdict names no check and no family: where it needs a check's meaning (the start blocker, the cut, the
+messages lost after it, damage, a message in no consume queue...) it finds the check by the role the check
+declares (findings.ROLES), and where it needs a family's (its start blockers are the recovery prediction's own,
+its errors are the damage behind a cut) the family declares it (contract.Family).
 """
 from __future__ import annotations
 
@@ -49,6 +55,7 @@ from jobs.display import plural
 from store_format import layout as L
 
 from . import resend
+from .checks import load_all, the_check, with_role
 from .findings import Consequence, Severity
 from .groups import Group
 
@@ -67,13 +74,29 @@ def _n(x: int) -> str:
     return f"{x:,}"
 
 
+def _role(role: str) -> str:
+    """The id of the one check declaring ``role`` (findings.ROLES)."""
+    return the_check(role).id
+
+
+def _roles(*roles: str) -> frozenset:
+    """The ids of the checks declaring any of ``roles``."""
+    return frozenset(c.id for r in roles for c in with_role(r))
+
+
+def _families_declaring(flag: str) -> frozenset:
+    """The families whose contract sets ``flag`` (contract.Family)."""
+    return frozenset(f.name for f in load_all() if getattr(f, flag))
+
+
+def _family(check: str) -> str:
+    return check.split(".", 1)[0]
+
+
 def _damage_checks() -> frozenset:
     """The checks that report damaged records themselves (the spans and the messages they held): what the
     messages to re-send name as damaged, destroyed or kept damaged."""
-    from .checks.integrity import SPAN_REASONS
-
-    return frozenset({"integrity.damaged_message"} | {f"integrity.{str(getattr(r, 'value', r)).lower()}"
-                                                      for r in SPAN_REASONS})
+    return _roles("damage")
 
 
 def _resend_counts(table: str, name: str) -> tuple[dict, dict]:
@@ -97,7 +120,8 @@ def verdict(broker: dict, groups: list[Group], out: str, message_count: int | No
     src = staged or out
     name, rec = broker["name"], broker.get("recovery")
     mine = [g for g in groups if g.broker == name]
-    failed = [g for g in mine if g.check == "broker.audit_failed"]
+    failing = _roles("audit_failed")
+    failed = [g for g in mine if g.check in failing]
     errors = sum(g.count for g in mine if g.severity == Severity.ERROR)
     damage_groups = [g for g in mine if g.consequence == Consequence.DATA_LOST]
     per, messages = _resend_counts(_join(src, "tables", resend.NAME), name)
@@ -110,7 +134,8 @@ def verdict(broker: dict, groups: list[Group], out: str, message_count: int | No
                "at_risk": [], "safe_before": None, "actions": []}
     # the damage the messages to re-send name (lost or kept) is said by them; what they do not name is data lost
     named = per["damaged"] or per["destroyed"] or per["kept_damaged"]
-    lost_groups = [g for g in damage_groups if not (named and g.check in _damage_checks())]
+    damage = _damage_checks()
+    lost_groups = [g for g in damage_groups if not (named and g.check in damage)]
     if rec is not None:
         rec = _with_other_blockers(rec, mine)
     if rec is None:
@@ -146,16 +171,12 @@ def verdict(broker: dict, groups: list[Group], out: str, message_count: int | No
     return v
 
 
-# families whose will-not-start findings the commitlog's recovery prediction already counts in start_problems
-_RECOVERY_MODELLED = ("recovery", "integrity")
-
-
 def _with_other_blockers(rec: dict, groups: list[Group]) -> dict:
     """``rec`` (the commitlog's recovery prediction) with the start blockers other families found (a 5.x
     timerwheel of the wrong length: TimerWheel refuses to load) as further start problems: the broker starts only
     when every store it loads does."""
-    blockers = [g for g in groups if g.consequence == Consequence.WILL_NOT_START
-                and g.check.split(".")[0] not in _RECOVERY_MODELLED]
+    predicted = _families_declaring("blockers_predicted")  # already in the prediction's start_problems
+    blockers = [g for g in groups if g.consequence == Consequence.WILL_NOT_START and _family(g.check) not in predicted]
     problems = [g.samples[0]["message"] if g.samples else g.check for g in blockers]
     if not problems:
         return rec
@@ -232,7 +253,8 @@ def _headline(name: str, rec: dict, v: dict, message_count: int | None, errors: 
         parts.append(f"{plural(v['kept_damaged'], 'message')} it keeps {'is' if one else 'are'} damaged (kept, "
                      f"damaged: consumers receive {'it as it is' if one else 'them as they are'}; "
                      f"{'its producer' if one else 'their producers'} must re-send {'it' if one else 'them'})")
-    other_lost = [g for g in lost_groups if g.check not in ("recovery.truncation", "recovery.message_lost")]
+    by_cut = _roles("cut", "lost_after_cut")
+    other_lost = [g for g in lost_groups if g.check not in by_cut]
     if other_lost and not cuts:
         parts.append(f"data is lost: {other_lost[0].check} ({plural(other_lost[0].count, 'finding')})")
     if lost["unindexed"]:
@@ -273,7 +295,7 @@ def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | Non
     rec = _with_other_blockers(rec, groups) if rec is not None else None
     table = _join(src or out, "tables", resend.NAME)
     done: list[dict] = []
-    covered = set(_COVERED)
+    covered = set(_roles(*_COVERED))
     if rec is not None and not rec["broker_will_start"]:
         done += _will_not_start(broker, rec, groups, out)
     lost = v["lost"]
@@ -286,7 +308,7 @@ def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | Non
             "copy_out", f"Copy out the {plural(lost['dropped'], 'intact message')} recovery drops after the cut at "
             f"physical offset {_n(v['cut']['physical_offset'])} before restarting {name}: a restart overwrites them.",
             command(["extract", "--store", f"{name}={broker['path']}", "--walk", "salvage", "--physical-offsets",
-                     f"{first}..", "--out", os.path.join(out, "resend", name)]), "recovery.truncation",
+                     f"{first}..", "--out", os.path.join(out, "resend", name)]), _role("cut"),
             lost["dropped"]))
     elif v["cut"]:
         if gone:
@@ -298,10 +320,10 @@ def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | Non
         done.append(_action(
             "nothing_after_cut", f"Nothing intact lies after the cut at physical offset "
             f"{_n(v['cut']['physical_offset'])}, so there is nothing to copy out before restarting {name}: a restart "
-            f"loses only {what}.", _resend_command(broker, damaged), "recovery.truncation", gone))
+            f"loses only {what}.", _resend_command(broker, damaged), _role("cut"), gone))
     if gone and not any(a["kind"] == "nothing_after_cut" for a in done):
         done.append(_action("resend_damaged", _resend_words(damaged, gone) + ".", _resend_command(broker, damaged),
-                            "integrity.damaged_message", gone))
+                            _role("damaged_message"), gone))
     if messages["kept_damaged"]:
         kept = resend.first_rows(table, name, _KEYS_NAMED, ("kept_damaged",))
         n, many = messages["kept_damaged"], messages["kept_damaged"] > 1
@@ -309,7 +331,7 @@ def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | Non
             "kept_damaged", f"Ask the producer{'s' if many else ''} to re-send the {plural(n, 'damaged message')} "
             f"{name} keeps ({_named(kept, n)}), and tell {'their' if many else 'its'} consumers: the broker keeps "
             f"{'them' if many else 'it'} and serves {'them as they are' if many else 'it as it is'}, with bytes the "
-            "producer did not send.", _resend_command(broker, kept), "integrity.damaged_message", n))
+            "producer did not send.", _resend_command(broker, kept), _role("damaged_message"), n))
     if gone or messages["kept_damaged"]:  # the damaged records themselves: said by the actions above
         covered |= _damage_checks()
     if lost["unindexed"]:
@@ -323,11 +345,11 @@ def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | Non
             command(["extract", "--store", f"{name}={broker['path']}", "--topic", q["topic"], "--queue",
                      str(q["queue_id"]), "--queue-offsets", f"{q['first']}..{q['last']}", "--out",
                      os.path.join(out, "resend", f"{name}-{q['topic']}-{q['queue_id']}")]),
-            "consumequeue.missing_entry", lost["unindexed"]))
+            _role("unindexed"), lost["unindexed"]))
     crc = _property_crc(broker, v, groups, out)
     if crc is not None:
         done.append(crc)
-        covered |= set(_PROPERTY_CRC_CHECKS)
+        covered |= _roles("property_crc")
     if rec is not None and not done and v["level"] in ("pass", "attention") and _restart_changes_data(v["at_risk"]):
         done.append(_action(
             "keep_a_copy", f"Nothing is lost, but a restart of {name} changes the store ({v['at_risk'][0]}"
@@ -336,8 +358,9 @@ def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | Non
             command_of(["cp", "-a", "--", broker["path"], broker["path"].rstrip("/") + ".before-restart"])))
     # an error the facts above do not cover (a queue pointing past the log, a config file the broker cannot
     # read...): the user guide's what-to-do for the most consequential one
+    behind_cut = _families_declaring("damage_behind_cut") if v["cut"] else frozenset()
     worst = next((g for g in groups if g.severity == Severity.ERROR and g.consequence != Consequence.COSMETIC
-                  and g.check not in covered and not (v["cut"] and g.check.startswith("integrity."))), None)
+                  and g.check not in covered and _family(g.check) not in behind_cut), None)
     if worst is not None and (not done or worst.consequence <= Consequence.DATA_LOST):
         done.append(_action("check", worst.action, None, worst.check, worst.count))
     if not done and v["level"] == "pass":
@@ -345,11 +368,9 @@ def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | Non
     return done[:ACTIONS]
 
 
-# the checks whose what-to-do the actions above say with the facts (and, where there is a cut, integrity.*: the
-# damage behind it)
-_COVERED = ("recovery.broker_will_not_start", "recovery.truncation", "recovery.message_lost",
-            "consumequeue.missing_entry", "lmq.dispatch_stalled")
-_PROPERTY_CRC_CHECKS = ("integrity.bad_property_crc", "integrity.malformed_property_crc")
+# the roles of the checks whose what-to-do the actions above say with the facts (and, where there is a cut, the
+# families of the damage behind it: Family.damage_behind_cut)
+_COVERED = ("start_blocker", "cut", "lost_after_cut", "unindexed", "dispatch_stall")
 
 
 def _restart_changes_data(at_risk: list[str]) -> bool:
@@ -362,7 +383,8 @@ def _property_crc(broker: dict, v: dict, groups: list[Group], out: str) -> dict 
     given: whether its recovery cuts there depends on ``forceVerifyPropCRC``, so say where a forced check would cut
     and give the audit that knows (``--config`` with the broker's settings file, found beside the dump or named)."""
     crc = broker.get("property_crc")
-    bad = [g for g in groups if g.check in _PROPERTY_CRC_CHECKS]
+    crc_checks = _roles("property_crc")
+    bad = [g for g in groups if g.check in crc_checks]
     if crc is None or not bad or crc["settings_given"]:
         return None
     n = sum(g.count for g in bad)
@@ -407,20 +429,20 @@ def _will_not_start(broker: dict, rec: dict, groups: list[Group], out: str) -> l
     problem = rec["start_problems"][0]
     more = f" (and {plural(len(rec['start_problems']) - 1, 'more problem')} below)" \
         if len(rec["start_problems"]) > 1 else ""
-    count = sum(g.count for g in groups if g.check == "recovery.broker_will_not_start")
+    blocker = _role("start_blocker")
+    count = sum(g.count for g in groups if g.check == blocker)
     stall = broker.get("dispatch_stall")
     if stall is not None and problem == _stall_problem(stall["physical_offset"]):
         return _stalled_dispatch(broker, stall, more, count, out)
     other = next((g for g in groups if g.consequence == Consequence.WILL_NOT_START and g.samples
                   and g.samples[0]["message"] == problem), None)
-    if other is not None and other.check.split(".")[0] not in _RECOVERY_MODELLED:
+    if other is not None and _family(other.check) not in _families_declaring("blockers_predicted"):
         return [_action("will_not_start", f"{name} will not start: {problem}{more}. {other.action}", None,
                         other.check, other.count)]
     rel = _file_of_problem(problem)
     if rel is None:
         return [_action("will_not_start", f"{name} will not start: {problem}{more}.  No command can fix that from "
-                        "the dump: see recovery.broker_will_not_start below.", None,
-                        "recovery.broker_will_not_start", count)]
+                        f"the dump: see {blocker} below.", None, blocker, count)]
     root = broker["path"].rstrip("/")
     reason = problem[len(rel):].lstrip(":").strip()  # the problem names the file first: said once
     reason = "it " + reason if reason.startswith("is ") else reason
@@ -431,7 +453,7 @@ def _will_not_start(broker: dict, rec: dict, groups: list[Group], out: str) -> l
         return [_action("will_not_start", f"Extend {rel} with zeros to {_n(int(short.group(3)))} bytes "
                         f"({short.group(2)}), as the broker preallocates it (keep a copy first), before starting {name}: {reason}{more}.",
                         command_of(["truncate", "-s", short.group(3), "--", os.path.join(root, rel)]),
-                        "recovery.broker_will_not_start", count)]
+                        blocker, count)]
     if re.match(r"config/[^/]+$", rel) and "ConfigManager.load()" in problem:
         # the file and its .bak both fail to decode: a good copy keeps what it holds; moving both aside starts the
         # broker without it (an empty table), which loses what it held
@@ -441,17 +463,17 @@ def _will_not_start(broker: dict, rec: dict, groups: list[Group], out: str) -> l
                         f"{name}: {reason}{more}.  Only if there is none, move it and its .bak out of the store (the "
                         "command): the broker then starts with none of what it held.",
                         command_of(["mv", "--", *both, os.path.dirname(root)]),
-                        "recovery.broker_will_not_start", count)]
+                        blocker, count)]
     typed = re.search(r"topics\.json gives (\S+) queue\.type=(\S+?),? ", problem)
     if typed:
         expected = "BatchCQ" if rel.startswith(L.BATCH_CQ_DIR + "/") else "SimpleCQ"
         return [_action("will_not_start", f"Set the attribute queue.type of topic {typed.group(1)} to {expected} in "
                         f"config/topics.json (and its .bak), as its folder {rel} says (keep a copy first), before "
                         f"starting {name}: {reason}{more}.  No command does that edit: topics.json is the broker's own "
-                        "JSON.", None, "recovery.broker_will_not_start", count)]
+                        "JSON.", None, blocker, count)]
     return [_action("will_not_start", f"Move {rel} out of the store before starting {name}, keeping it: {reason}"
                     f"{more}.", command_of(["mv", "--", os.path.join(root, rel), _aside(root, rel)]),
-                    "recovery.broker_will_not_start", count)]
+                    blocker, count)]
 
 
 def _aside(root: str, rel: str) -> str:
@@ -483,15 +505,15 @@ def _stalled_dispatch(broker: dict, stall: dict, more: str, count: int, out: str
                 f"{more}.  First copy it and the {plural(after, 'record')} after it out of the dump: no consume "
                 "queue holds them.", command(["extract", "--store", f"{name}={broker['path']}", "--walk", "salvage",
                                              "--physical-offsets", f"{at}..", "--out", target]),
-                "recovery.broker_will_not_start", count or 1),
+                _role("start_blocker"), count or 1),
         _action("move_abort", f"Then move `abort` out of the store: {name} starts with a normal recovery, which keeps "
                 "the whole log, and its reput starts at the commitlog's end, so it never meets that record (and "
                 f"never dispatches the {plural(n, 'record')} from it on).",
                 command_of(["mv", "--", os.path.join(root, "abort"), _aside(root, "abort")]),
-                "lmq.dispatch_stalled", n),
+                _role("dispatch_stall"), n),
         _action("resend_undispatched", f"Once {name} runs, re-send the {plural(n, 'message')} of that extract "
                 "(topic, queue, keys and body in it) with their producers; no command here sends to a broker.  Make "
-                "producers list only %LMQ% names in INNER_MULTI_DISPATCH.", None, "lmq.dispatch_stalled", n)]
+                "producers list only %LMQ% names in INNER_MULTI_DISPATCH.", None, _role("dispatch_stall"), n)]
 
 
 def _file_of_problem(problem: str) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 
 from ..contract import Family, FamilyResult  # noqa: F401  (FamilyResult: what on_driver returns)
+from ..findings import CHECKS, ROLES, Check
 
 FAMILIES = ("integrity", "recovery", "consumequeue", "index", "lag", "transactions", "delays", "timers", "pop", "retries",
             "metadata")
@@ -37,3 +38,19 @@ def load_all() -> list[Family]:
 def selected(names) -> list[Family]:
     """The families an audit runs: the ones chosen, in the order given, and the always ones."""
     return [load(f) for f in names] + [load(f) for f in ALWAYS]
+
+
+def with_role(role: str) -> tuple[Check, ...]:
+    """The checks declaring ``role`` (jobs.audit.findings.ROLES), every family's checks declared first."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}")
+    load_all()
+    return tuple(c for c in CHECKS.values() if role in c.roles)
+
+
+def the_check(role: str) -> Check:
+    """The one check declaring ``role``."""
+    found = with_role(role)
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} checks declare the role {role!r}, not one")
+    return found[0]

@@ -82,7 +82,7 @@ check("consumequeue.entry_not_a_message", Severity.ERROR, "unit points at bytes 
 check("consumequeue.missing_entry", Severity.ERROR,
       "{count} message(s) of {topic}/{queue_id} at queue offset(s) {span} have no consume-queue unit: consumers "
       "cannot see them",
-      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED, roles=("unindexed",),
       action="Re-dispatch: remove the damaged queue folder and let the broker rebuild it (it re-dispatches from the "
              "checkpoint after an abnormal start), or extract the messages and re-send.")
 check("consumequeue.not_yet_dispatched", Severity.WARNING,
@@ -473,6 +473,6 @@ FAMILY = Family(
     in_range=in_range, in_files={"consumequeue": in_queue_files}, on_driver=on_driver,
     emits={"consumequeue.missing": MISSING, "consumequeue.loose": LOOSE, "consumequeue.in_span": IN_SPAN},
     reads=("consumequeue.missing", "consumequeue.loose", "consumequeue.in_span"),
-    tables={"queues": QUEUE_BOUNDS},
+    tables={"queues": QUEUE_BOUNDS}, rank=30,
     metrics={"cq_min_offset": "first unit's queue offset (queue)", "cq_max_offset": "one past the last unit (queue)",
              "cq_entries": "units (queue)"})

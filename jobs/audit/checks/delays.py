@@ -24,7 +24,7 @@ from store_format.errors import StoreFormatError
 from store_format.fs import ReadOnlyMap
 from udfs.columns import column
 
-from ..contract import Family, FamilyResult
+from ..contract import Family, FamilyResult, TableView
 from ..findings import Consequence, Severity, check, finding_table, metric_table
 
 check("delays.overdue", Severity.WARNING,
@@ -245,12 +245,18 @@ def on_driver(ctx) -> FamilyResult:
     return res
 
 
+VIEW = TableView("Delayed messages", 30, (
+    ("level", "level"), ("queue_id", "queue"), ("min_offset", "min offset"), ("max_offset", "max offset"),
+    ("delivered_offset", "delivered offset"), ("pending", "pending"), ("overdue", "overdue"),
+    ("next_deliver_time", "next delivery at")),
+    empty="none: no delayed message in the commitlog", needs="config/delayOffset.json")
+
 FAMILY = Family(
     "delays", "delayed messages per level: pending, overdue, delivered but not recorded, delayOffset.json's offsets",
     survey_probes=schedule_probe, in_survey={"consumequeue": pending_in_survey}, probes=probes, in_range=in_range,
     on_driver=on_driver,
     emits={"delays.pending": PENDING, "delays.found": FOUND, "delays.delivered": DELIVERED},
     reads=("delays.pending", "delays.found", "delays.delivered"),
-    tables={"delays": DELAYS},
+    tables={"delays": DELAYS}, views={"delays": VIEW}, rank=70,
     metrics={"pending_delays": "delayed messages not delivered yet (broker, level)",
              "overdue_delays": "pending and past their deliver time (level)"})

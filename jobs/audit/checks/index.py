@@ -459,7 +459,7 @@ def _outside(ctx):
 
 FAMILY = Family(
     "index", "CommitLog <-> IndexFile: keys that cannot be found, entries pointing wrong, headers, chains, duplicates",
-    probes=_unverifiable_probe, in_range=in_range, in_files={"index": in_index_files}, on_driver=on_driver,
+    probes=_unverifiable_probe, in_range=in_range, in_files={"index": in_index_files}, on_driver=on_driver, rank=40,
     emits={"index.unindexed": UNINDEXED, "index.dropped": DROPPED, "index.unverifiable": UNVERIFIABLE,
            "index.loose": LOOSE, "index.files": FILES},
     reads=("index.unindexed", "index.dropped", "index.unverifiable", "index.loose", "index.files",

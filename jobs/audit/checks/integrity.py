@@ -26,7 +26,7 @@ from udfs.columns import column
 
 from ..findings import Consequence, Severity, check, finding_rows, finding_table, metric_table
 from .. import resend
-from ..contract import Family, FamilyResult
+from ..contract import Family, FamilyResult, Plot, TableView
 
 _SPAN = ("unframeable bytes ({reason|?}): {length} bytes at {file}@{file_position}[, then the segment's unwritten "
          "zero tail ({unwritten_tail} bytes, not damage)][: {detail}]")
@@ -48,10 +48,10 @@ _FILE_ACTIONS = {  # the two reasons that are about a segment file, not about by
 for _r in SPAN_REASONS:
     _consequence, _action = _FILE_ACTIONS.get(_r, (Consequence.DATA_LOST, _SPAN_ACTION))
     check(f"integrity.{str(getattr(_r, 'value', _r)).lower()}", Severity.ERROR, _SPAN, consequence=_consequence,
-          action=_action)
+          action=_action, roles=("damage",))
 check("integrity.damaged_message", Severity.ERROR,
       "the damaged record ({reason}) is a message of {topic}/{queue_id} at queue offset {queue_offset}, key {key_text}",
-      consequence=Consequence.DATA_LOST, group="broker",
+      consequence=Consequence.DATA_LOST, group="broker", roles=("damage", "damaged_message"),
       action="Ask the producer to resend that key; check consumers for it.")
 check("integrity.stale_records", Severity.WARNING,
       "{count} well-formed record(s) after the segment's first stop (the broker's walk never reaches them)",
@@ -77,13 +77,13 @@ check("integrity.invalid_utf8", Severity.WARNING,
 check("integrity.bad_property_crc", Severity.ERROR,
       "the record's whole-record CRC (__CRC32# {stored}) does not match its bytes ({computed}): a byte of it changed "
       "after it was written",
-      consequence=Consequence.DATA_AT_RISK, group="broker",
+      consequence=Consequence.DATA_AT_RISK, group="broker", roles=("property_crc",),
       action="The body CRC still holds, so only the header or properties changed (times, offsets, keys, tags): "
              "compare the record with a slave or backup (`rocketmq-forensics compare`); with forceVerifyPropCRC the "
              "broker's recovery cuts here.")
 check("integrity.malformed_property_crc", Severity.WARNING,
       "the record's __CRC32# property holds {text}, not ten digits: its whole-record CRC cannot be checked",
-      consequence=Consequence.DATA_AT_RISK, group="broker",
+      consequence=Consequence.DATA_AT_RISK, group="broker", roles=("property_crc",),
       action="A byte of the property changed: compare the record with a slave or backup (`rocketmq-forensics "
              "compare`); with forceVerifyPropCRC the broker's recovery cuts here.")
 
@@ -419,6 +419,32 @@ def summary(ctx) -> dict:
     return out
 
 
+def _segment_plot(ctx, tables, plt):
+    """Each segment's fill: the share of its file holding messages, and the share no walk could frame."""
+    segs = tables.get("segments")
+    if segs is None or not segs.num_rows:
+        return None
+    segs = sorted(segs.to_pylist(), key=lambda s: (s["broker"], s["segment"]))
+    fig, ax = plt.subplots(figsize=(13, 0.5 + 0.32 * len(segs)))
+    labels = [f"{s['broker']}/{s['segment']}" for s in segs]
+    size = [max(s["file_length"] or 0, 1) for s in segs]
+    used = [(s["message_bytes"] or 0) / n * 100 for s, n in zip(segs, size)]
+    bad = [(s["corrupt_bytes"] or 0) / n * 100 for s, n in zip(segs, size)]
+    ax.barh(labels, used, color="#4c8bd6", label="messages")
+    ax.barh(labels, bad, left=used, color="#d64c4c", label="corrupt")
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of segment file")
+    ax.invert_yaxis()
+    ax.legend(fontsize=8)
+    return "Segment fill and damage", fig
+
+
+# a segment and file position repeat the physical offset: left out of the report's view
+SEGMENTS_VIEW = TableView("Segments", 50, (
+    ("segment", "segment"), ("file_length", "file length"), ("messages", "messages"),
+    ("message_bytes", "message bytes"), ("corrupt_bytes", "corrupt bytes"), ("stale_records", "stale records"),
+    ("first_stop", "first stop"), ("stop_reason", "stop reason"), ("blank_at", "blank at")))
+
 FAMILY = Family(
     "integrity", "unframeable spans, damaged and stale records, segment files of the wrong name or length, gaps",
     in_range=in_range, after_scan=_damaged_to_resend, on_driver=on_driver, summary=summary,
@@ -427,7 +453,8 @@ FAMILY = Family(
            "integrity.forced_refusal": FORCED_REFUSALS},
     reads=("integrity.segments", "integrity.queue_counts", "integrity.damaged", "integrity.property_crcs",
            "integrity.forced_refusal"),
-    tables={"segments": SEGMENTS},
+    tables={"segments": SEGMENTS}, views={"segments": SEGMENTS_VIEW}, plots=(Plot(20, _segment_plot),), rank=20,
+    blockers_predicted=True, damage_behind_cut=True,
     metrics={"message_count": "messages (broker, queue)", "message_bytes": "bytes of messages (broker, queue)",
              "corrupt_bytes": "bytes no walk could frame (broker)", "segments": "commitlog segments (broker)",
              "property_crc_records": "records carrying the whole-record CRC property __CRC32# (broker; 5.2.0+)",

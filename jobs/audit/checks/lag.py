@@ -25,7 +25,7 @@ from store_format import layout as L
 from udfs.columns import column
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_table, metric_table
-from ..contract import Family, FamilyResult
+from ..contract import Family, FamilyResult, Plot, TableView
 
 check("lag.offset_for_unknown_topic", Severity.WARNING,
       "group {group} has an offset for topic {topic}, which has no consume queue and no topics.json entry",
@@ -326,9 +326,31 @@ def _offset_findings(check_id: str, rows: pa.Table):
         details=details, **positions)])
 
 
+def _lag_plot(ctx, tables, plt):
+    """The groups furthest behind: messages not yet consumed per group and topic, the 30 largest."""
+    lag = tables.get("lag")
+    if lag is None or not lag.num_rows:
+        return None
+    per: dict[tuple, int] = {}
+    for r in lag.to_pylist():
+        per[(r["broker"], r["group"], r["topic"])] = per.get((r["broker"], r["group"], r["topic"]), 0) + r["lag"]
+    top = sorted(per.items(), key=lambda kv: -kv[1])[:30]
+    fig, ax = plt.subplots(figsize=(13, 0.5 + 0.32 * len(top)))
+    ax.barh([f"{g} @ {t} ({b})"[:70] for (b, g, t), _ in top], [n for _, n in top], color="#e0a030")
+    ax.set_xlabel("messages not yet consumed")
+    ax.invert_yaxis()
+    return "Consumer lag per group", fig
+
+
+VIEW = TableView("Consumer lag", 10, (
+    ("group", "group"), ("topic", "topic"), ("queue_id", "queue"), ("offset", "committed offset"),
+    ("max_offset", "max offset"), ("lag", "lag (messages)"), ("lag_ms", "lag (time)"),
+    ("first_unconsumed_store_time", "oldest unconsumed stored at"), ("retry", "retry")),
+    empty="none: no group has an unconsumed message", needs="config/consumerOffset.json")
+
 FAMILY = Family(
     "lag", "per group, topic and queue the message lag and time lag; offsets out of range, for unknown queues",
     probes=probes, in_range=in_range, on_driver=on_driver, emits={"lag.found": FOUND}, reads=("lag.found",),
-    tables={"lag": LAG},
+    tables={"lag": LAG}, views={"lag": VIEW}, plots=(Plot(30, _lag_plot),), rank=50,
     metrics={"lag_messages": "messages a group has not consumed, per topic (group)",
              "lag_ms": "age of the oldest unconsumed message at the dump time, per topic (group)"})

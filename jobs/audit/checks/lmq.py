@@ -75,7 +75,7 @@ check("lmq.dispatch_stalled", Severity.ERROR,
       "Long.parseLong throws, the broker's reput retries this record for ever and the {after} record(s) after it "
       "reach no consume queue or index; {restart}",
       # not WILL_NOT_START: whether the broker starts is the recovery prediction's start problem (after_scan)
-      group="broker", consequence=Consequence.CONSUMERS_AFFECTED,
+      group="broker", consequence=Consequence.CONSUMERS_AFFECTED, roles=("dispatch_stall",),
       action="Extract the records from this one on (`rocketmq-forensics extract`) before anything else; removing "
              "`abort` lets the broker start with a normal recovery, whose reput starts at the commitlog's end, so "
              "re-send them afterwards; make producers list only %LMQ% names.")

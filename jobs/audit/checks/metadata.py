@@ -31,7 +31,7 @@ from ..findings import Consequence, Severity, check, finding_rows
 from ..contract import Family, FamilyResult
 
 check("metadata.config_unreadable", Severity.ERROR, "{file} cannot be read: {error}",
-      consequence=Consequence.DATA_LOST,
+      consequence=Consequence.DATA_LOST, roles=("input_missing",),
       action="Restore it from a backup.  With no `.bak` (or an empty one) the broker starts without what the file held "
              "(offsets, topics lost); with a `.bak` that does not decode either, it does not start "
              "(`recovery.broker_will_not_start`).")
@@ -45,7 +45,7 @@ check("metadata.config_from_backup", Severity.WARNING, "{file} is empty or broke
       consequence=Consequence.DATA_AT_RISK,
       action="Expected after a crash during a write; the `.bak` may be slightly older.")
 check("metadata.config_missing", Severity.INFO, "no {file}: its checks are skipped",
-      consequence=Consequence.UNKNOWN,
+      consequence=Consequence.UNKNOWN, roles=("input_missing",),
       action="Copy it if the dump should have it: until then what it holds (consumer offsets, delay progress, topics, "
              "groups) is unknown, not absent.")
 check("metadata.topic_not_in_config", Severity.WARNING,
@@ -182,4 +182,4 @@ def on_driver(ctx) -> FamilyResult:
 
 FAMILY = Family(
     "metadata", "unreadable or backup-only config files; topics and groups missing from topics.json and "
-    "subscriptionGroup.json", on_driver=on_driver)
+    "subscriptionGroup.json", on_driver=on_driver, rank=90)

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..contract import Family
+from ..contract import Family, SummaryView
 from ..routes import queues_of
 
 LOST = pa.schema([("broker", pa.string()), ("state", pa.string()), ("physical_offset", pa.int64()),
@@ -115,8 +115,26 @@ def summary(ctx) -> dict:
     return out
 
 
+def _section_row(broker: dict) -> list:
+    """A broker's row of the report's recovery section; whether it starts is the verdict's (the commitlog's and
+    every other store's blockers)."""
+    r = broker["recovery"]
+    if r is None:
+        return [broker["name"], "unknown"] + [None] * 8
+    v = broker.get("verdict") or {}
+    starts, problems = v.get("will_start", r["broker_will_start"]), v.get("why_not", r["start_problems"])
+    return [broker["name"], r["mode"], "yes" if starts else "NO", r["predicted_max_physical_offset"], r["stop_segment"],
+            r["stop_kind"], r["messages_lost"], r["cq_units_truncated"], len(r["index_files_deleted"]),
+            "; ".join(problems)]
+
+
+SECTION = SummaryView("Recovery prediction", 10, (
+    ("broker", "text"), ("mode", "text"), ("will start", "text"), ("recovered end", "number"),
+    ("stop segment", "text"), ("stop reason", "text"), ("messages lost", "number"), ("CQ units truncated", "number"),
+    ("index files rebuilt", "number"), ("start problems", "text")), _section_row, always=True)
+
 FAMILY = Family(
     "prediction", "the broker's recovery, completed from the scan: the records it drops and the queues it cuts",
     always=True, in_range=lost_records_in, in_files={"consumequeue": queue_recovery_in}, after_scan=lost_from_scan,
-    summary=summary, emits={"prediction.lost": LOST, "prediction.queues": QUEUES},
+    summary=summary, sections=(SECTION,), emits={"prediction.lost": LOST, "prediction.queues": QUEUES},
     reads=("prediction.lost", "prediction.queues"))

@@ -31,7 +31,7 @@ from .. import resend
 from ..contract import Family, FamilyResult
 
 check("recovery.broker_will_not_start", Severity.ERROR, "the broker will refuse to start: {problem}",
-      consequence=Consequence.WILL_NOT_START,
+      consequence=Consequence.WILL_NOT_START, roles=("start_blocker",),
       action="Do what the report's first screen (and the terminal) says first: it names the file or record and "
              "gives the commands, as they run pasted -- move a stray file out of the folder or extend a short file "
              "(`truncate -s`) to the folder's file size, restore a config file from a good copy (keep a copy of "
@@ -46,7 +46,7 @@ check("recovery.truncation", Severity.ERROR,
       "recovery stops at {physical_offset} ({stop_kind}) and drops {lost} message(s) from {first} on: {damaged} "
       "damaged, {intact} intact[, and {unframed_bytes} byte(s) in {unframed_runs} run(s) no walk could frame "
       "(records whose headers are gone: at least one per run, not counted)]",
-      consequence=Consequence.DATA_LOST,
+      consequence=Consequence.DATA_LOST, roles=("cut",),
       action="When intact messages lie after the cut, copy them out before the restart overwrites them "
              "(`rocketmq-forensics extract --walk salvage --physical-offsets` from the first of them, the command the "
              "report's first screen gives; or `rocketmq-forensics replay --repair` for a new store) and re-send them "
@@ -72,7 +72,7 @@ check("recovery.note", Severity.WARNING, "{note}",
 check("recovery.message_lost", Severity.ERROR,
       "[{damaged_prefix}]message [({damage}) ]of {queue_text} at queue offset {queue_offset} lies {where}: the broker "
       "will drop it",
-      consequence=Consequence.DATA_LOST, group="broker",
+      consequence=Consequence.DATA_LOST, group="broker", roles=("lost_after_cut",),
       action="Re-send these messages after the restart: the report's \"Messages to re-send\" table and `tables/resend` "
              "list them with the commands that extract them.")
 
@@ -223,7 +223,7 @@ def _topic_from_queue(store, offset: int, queue_id, queue_offset) -> str | None:
 
 FAMILY = Family(
     "recovery", "what the broker will do at start: whether it starts, where it cuts, what it drops, deletes, rebuilds",
-    in_range=in_range, on_driver=on_driver,
+    in_range=in_range, on_driver=on_driver, rank=10, blockers_predicted=True,
     metrics={"messages_lost": "messages the predicted recovery drops, damaged and intact (broker)",
              "damaged_messages_lost": "of those, the damaged records that still frame a message (broker)",
              "predicted_max_physical_offset": "where the broker's recovery will end the commitlog (broker)"})

@@ -20,7 +20,7 @@ from store_format import layout as L
 from udfs.columns import column
 
 from ..findings import Consequence, Severity, check, finding_table, metric_table
-from ..contract import Family, FamilyResult
+from ..contract import Family, FamilyResult, TableView
 
 _RETRY, _DLQ = L.RETRY_GROUP_TOPIC_PREFIX, L.DLQ_GROUP_TOPIC_PREFIX
 
@@ -173,8 +173,14 @@ def on_driver(ctx) -> FamilyResult:
     return res
 
 
+DLQ_VIEW = TableView("Dead-letter queues", 40, (
+    ("group", "group"), ("messages", "messages"), ("original_topics", "original topics"),
+    ("max_reconsume_times", "max reconsume times"), ("oldest_store_time", "oldest stored at"),
+    ("newest_store_time", "newest stored at")),
+    empty="none: no %DLQ% topic in the commitlog")
+
 FAMILY = Family(
     "retries", "the retry -> DLQ lineage of every dead letter, the DLQ inventory per group",
     in_range=in_range, on_driver=on_driver, emits={"retries.hops": HOPS}, reads=("retries.hops",),
-    tables={"retries": RETRIES, "dlq": DLQ},
+    tables={"retries": RETRIES, "dlq": DLQ}, views={"dlq": DLQ_VIEW}, rank=80,
     metrics={"dlq_messages": "dead letters (group)", "retry_messages": "messages in %RETRY%group (group)"})

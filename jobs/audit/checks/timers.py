@@ -37,7 +37,7 @@ from store_format.times import format_iso_z as _iso
 from jobs.display import plural
 from udfs.columns import column
 
-from ..contract import Family, FamilyResult
+from ..contract import Family, FamilyResult, SummaryView
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, metric_table
 from ..routes import TIMER_UNITS, TIMERLOG_FILES
 from ..scan import IN_DAMAGE, MID_RECORD
@@ -719,11 +719,25 @@ def summary(ctx) -> dict:
     return {name: {"timers": b["summary"]} for name, b in _computed(ctx).items() if not isinstance(b, Exception)}
 
 
+def _section_row(broker: dict) -> list | None:
+    """A broker's row of the report's timer section: how many timer messages wait, and when the next ones are due."""
+    t = broker.get("timers")
+    if t is None:
+        return None
+    return [broker["name"], t["pending"], t["overdue"], t["fired"], t["recalled"], t["lost"], t["read_time_ms"],
+            [(d["due_ms"], d["messages"]) for d in t["next_due"]], t["last_due_ms"]]
+
+
+SECTION = SummaryView("Timer messages", 20, (
+    ("broker", "text"), ("pending", "number"), ("overdue", "number"), ("fired", "number"), ("recalled", "number"),
+    ("lost", "number"), ("wheel read up to", "time"), ("next due", "time_counts"), ("last due", "time")),
+    _section_row, anchor="timers", note="tables/timers/ has every timer message's path and state.")
+
 FAMILY = Family(
     "timers", "5.x timer messages: pending, overdue, fired, recalled and lost; the timer log, wheel and timercheck "
               "against the CommitLog",
     in_survey={"timerlog": corrupt_in_survey}, in_range=in_range, on_driver=on_driver, summary=summary,
-    applies=applies,
+    applies=applies, sections=(SECTION,),
     emits={"timers.corrupt": CORRUPT, "timers.units": UNITS, "timers.records": RECORDS},
     reads=("timers.units", "timers.records", "timers.corrupt", "survey.timerlog_files"),
     tables={"timers": TIMERS},

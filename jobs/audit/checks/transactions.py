@@ -25,7 +25,7 @@ from store_format import layout as L
 from udfs.columns import column
 
 from ..findings import Consequence, Severity, check, finding_table, metric_table
-from ..contract import Family, FamilyResult
+from ..contract import Family, FamilyResult, TableView
 
 check("transactions.open", Severity.WARNING,
       "open transaction for {topic|?} from producer group {producer_group|?}, {age_seconds} s old at the dump time, "
@@ -266,9 +266,16 @@ def on_driver(ctx) -> FamilyResult:
     return res
 
 
+VIEW = TableView("Transactions", 20, (
+    ("topic", "topic"), ("queue_id", "queue"), ("producer_group", "producer group"), ("uniq_key", "unique key"),
+    ("physical_offset", "physical offset"), ("state", "state"), ("first_store_time", "stored at"), ("age_ms", "age"),
+    ("check_times", "checks"), ("resolved_time", "resolved at"), ("style", "style")),
+    empty="none: no half message in the commitlog")
+
 FAMILY = Family(
     "transactions", "every half message committed, rolled back or open, with its age; raw PREPARED records",
     in_range=in_range, on_driver=on_driver, emits={"transactions.records": RECORDS},
     reads=("transactions.records",), tables={"transactions": TRANSACTIONS},
+    views={"transactions": VIEW}, rank=60,
     metrics={"open_transactions": "half messages neither committed nor rolled back (broker)",
              "transactions": "transactions seen (broker)"})
