@@ -21,7 +21,7 @@ import numpy as np
 from store_format import layout as L
 from store_format.brokerconf import StoreGeometry
 from store_format.commitlog import Segment
-from store_format.consumequeue import QueueFile
+from store_format.queues import QueueFile
 from store_format.fs import Location
 from store_format.plan import MAX_RANGE_HELD, SegmentRange, plan_ranges
 from store_format.recovery import recovery_region

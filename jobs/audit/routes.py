@@ -24,15 +24,12 @@ import numpy as np
 import pyarrow as pa
 
 from store_format import layout as L
-from store_format.batchcq import KIND_ENTRY as BATCH_ENTRY, UNIT_SIZE as BATCH_UNIT_SIZE, read_batch_unit_arrays, \
-    read_batch_unit_window
-from store_format.consumequeue import CQFile, QueueFile, read_unit_arrays, read_unit_window
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.fs import Location, ReadOnlyMap
 from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_entry_window, read_header, \
     written_entries
 from store_format.plan import group_queue_files
-from store_format.recovery import recover_queue
+from store_format.queues import QueueFile, group_queues
 from store_format.timer import KIND_BLANK as TIMER_BLANK, KIND_CORRUPT as TIMER_CORRUPT, KIND_ENTRY as TIMER_ENTRY, \
     UNIT_SIZE as TIMER_UNIT_SIZE, read_timer_unit_arrays, read_timer_unit_range
 from udfs.columns import column
@@ -113,31 +110,24 @@ UNITS = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("queue_off
 def _survey_queue_file(task: SurveyInput, f: QueueFile):
     if not f.loaded:
         return None, None  # never read: the file task reports the file
-    u = read_unit_arrays(f.cq_file())
-    entry = np.flatnonzero(u.kind == 0)
-    qoff = u.queue_offset[entry]
+    u = f.units()
+    entry = np.flatnonzero(u.valid)
+    first, last = u.queue_offset[entry], u.ends[entry] - 1  # a batch unit covers batchSize queue offsets
     b = Buckets.of_offsets(u.physical_offset[entry], entry, task.shift, task.commitlog_end)
     return {"broker": task.broker, "path": f.loc.path, "topic": f.topic, "queue_id": f.queue_id,
-            "units": len(u.kind), "entries": len(entry), "min_queue_offset": int(qoff.min()) if len(qoff) else None,
-            "max_queue_offset": int(qoff.max()) if len(qoff) else None, **bucket_columns(b)}, u
-
-
-def queues_of(files: list[QueueFile]) -> dict[tuple[str, int], list[CQFile]]:
-    """The files of ``files`` the broker loads, by queue (a number for a folder name, 20 digits for a file name),
-    each queue's by name."""
-    out: dict[tuple, list] = {}
-    for f in files:
-        if f.loaded:
-            out.setdefault((f.topic, f.queue_id), []).append(f.cq_file())
-    return {k: sorted(v, key=lambda f: f.base_byte_offset) for k, v in out.items()}
+            "units": len(u.kind), "entries": len(entry), "min_queue_offset": int(first.min()) if len(first) else None,
+            "max_queue_offset": int(last.max()) if len(last) else None, **bucket_columns(b)}, u
 
 
 def _queue_starts(task: SurveyInput, files: list[QueueFile], out) -> None:
-    """ConsumeQueue.recover()'s walk of each whole queue of the group: where the broker's recovery will start it."""
+    """What recovery's walk of each whole queue of the group leaves (store_format.queues.Queue.recover): where the
+    broker's recovery will start it."""
     starts = []
-    for (topic, qid), queue in queues_of(files).items():
-        s = recover_queue(queue)
-        starts.append({"broker": task.broker, "topic": topic, "queue_id": qid, "recover_end": s.recover_end,
+    for q in group_queues(files):
+        s = q.recover()
+        if s is None:
+            continue  # a backend whose recovery is not modelled
+        starts.append({"broker": task.broker, "topic": q.topic, "queue_id": q.queue_id, "recover_end": s.recover_end,
                        "max_physic_offset": s.max_physic_offset,
                        "refused_offset": s.refused[0] if s.refused else None,
                        "refused_size": s.refused[1] if s.refused else None})
@@ -145,9 +135,7 @@ def _queue_starts(task: SurveyInput, files: list[QueueFile], out) -> None:
 
 
 def _unit_window(f: RoutedFile, first: int, end: int) -> dict:
-    u = read_unit_window(f.loc, first, end)
-    return {"physical_offset": u["physical_offset"], "size": u["size"], "tags_code": u["tags_code"],
-            "valid": u["kind"] == 0}
+    return f.params["backend"].window(f.loc, first, end)
 
 
 def _unit_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
@@ -170,7 +158,7 @@ def _routed_queue_file(row: dict | None, f: QueueFile) -> RoutedFile | None:
     if row is None or not row["entries"]:
         return None
     return RoutedFile(f.loc, f.name, buckets_of_row(row), {
-        "topic": f.topic, "queue_id": f.queue_id, "first_queue_offset": f.first_queue_offset})
+        "topic": f.topic, "queue_id": f.queue_id, "first_queue_offset": f.first_queue_offset, "backend": f.backend})
 
 
 def _length(f) -> int:
@@ -358,23 +346,6 @@ BATCH_UNITS = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("msg
                          ("file_position", pa.int64())])
 
 
-def _survey_batch_file(task: SurveyInput, f):
-    if not f.loaded:
-        return None, None  # never read: the file task reports the file
-    u = read_batch_unit_arrays(f.file)
-    entry = np.flatnonzero(u.kind == BATCH_ENTRY)
-    first, last = u.msg_base_offset[entry], u.msg_base_offset[entry] + u.batch_size[entry] - 1
-    b = Buckets.of_offsets(u.physical_offset[entry], entry, task.shift, task.commitlog_end)
-    return {"broker": task.broker, "path": f.loc.path, "topic": f.topic, "queue_id": f.queue_id, "units": len(u),
-            "entries": len(entry), "min_queue_offset": int(first.min()) if len(entry) else None,
-            "max_queue_offset": int(last.max()) if len(entry) else None, **bucket_columns(b)}, u
-
-
-def _batch_window(f: RoutedFile, first: int, end: int) -> dict:
-    u = read_batch_unit_window(f.loc, first, end)
-    return {**u, "valid": u["kind"] == BATCH_ENTRY}
-
-
 def _batch_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
     k = len(idx)
     return pa.table({
@@ -384,7 +355,7 @@ def _batch_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table
         "physical_offset": pa.array(w["physical_offset"][idx]), "size": pa.array(w["size"][idx]),
         "tags_code": pa.array(w["tags_code"][idx]), "store_timestamp": pa.array(w["store_timestamp"][idx]),
         "file": pa.repeat(pa.scalar(f.name, pa.string()), k),
-        "file_position": pa.array((first + idx) * BATCH_UNIT_SIZE, pa.int64()),
+        "file_position": pa.array((first + idx) * f.params["backend"].unit_size, pa.int64()),
     }, schema=BATCH_UNITS)
 
 
@@ -395,13 +366,14 @@ def _batch_files(plan: BrokerPlan) -> list:
 def _routed_batch_file(row: dict | None, f) -> RoutedFile | None:
     if row is None or not row["entries"]:
         return None
-    return RoutedFile(f.loc, f.name, buckets_of_row(row), {"topic": f.topic, "queue_id": f.queue_id})
+    return RoutedFile(f.loc, f.name, buckets_of_row(row), {"topic": f.topic, "queue_id": f.queue_id,
+                                                           "backend": f.backend})
 
 
 BATCHCONSUMEQUEUE = Route(
     name="batchconsumequeue", files=_batch_files, group=group_queue_files,
-    files_partial="survey.batch_files", survey_schema=BATCH_FILES, survey_file=_survey_batch_file,
-    routed=_routed_batch_file, window=_batch_window, view=_batch_view, survey_cost=_length, scan_cost=_length,
+    files_partial="survey.batch_files", survey_schema=BATCH_FILES, survey_file=_survey_queue_file,
+    routed=_routed_batch_file, window=_unit_window, view=_batch_view, survey_cost=_length, scan_cost=_length,
     emits={"survey.batch_files": BATCH_FILES})
 
 ROUTES = {r.name: r for r in (CONSUMEQUEUE, INDEX, TIMERLOG, BATCHCONSUMEQUEUE)}
@@ -409,5 +381,5 @@ VIEW = {CONSUMEQUEUE.name: UNITS, INDEX.name: ENTRIES, TIMERLOG.name: TIMER_UNIT
 
 __all__ = ["Route", "RoutedFile", "SurveyInput", "ROUTES", "VIEW", "CONSUMEQUEUE", "INDEX", "TIMERLOG",
            "BATCHCONSUMEQUEUE", "CQ_FILES", "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES",
-           "TIMERLOG_FILES", "TIMER_UNITS", "BATCH_FILES", "BATCH_UNITS", "queues_of", "buckets_of_row",
+           "TIMERLOG_FILES", "TIMER_UNITS", "BATCH_FILES", "BATCH_UNITS", "buckets_of_row",
            "bucket_columns"]
