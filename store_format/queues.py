@@ -226,11 +226,22 @@ class Backend:
     def __repr__(self) -> str:  # a plan's files are printed in errors; the functions say nothing there
         return f"Backend({self.name})"
 
+    def __reduce__(self):  # sent to tasks by name: one object per backend in every process
+        return _backend_named, (self.name,)
+
+
+def _backend_named(name: str) -> "Backend":
+    return BY_NAME[name]
+
+
+def _batch_file_of(f: QueueFile):
+    return f.file
+
 
 FILE = Backend("file", "consumequeue", L.CQ_STORE_UNIT_SIZE, "4.x", "mappedFileSizeConsumeQueue",
                QueueFile.cq_file, _file_units, _file_window, _file_recover)
 BATCH = Backend("batch", L.BATCH_CQ_DIR, L.BATCH_CQ_UNIT.width, "5.x", "mapperFileSizeBatchConsumeQueue",
-                lambda f: f.file, _batch_units, _batch_window)
+                _batch_file_of, _batch_units, _batch_window)
 BACKENDS = (FILE, BATCH)
 BY_NAME = {b.name: b for b in BACKENDS}
 BY_FOLDER = {b.folder: b for b in BACKENDS}

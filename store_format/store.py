@@ -211,6 +211,23 @@ class Store:
                 found.add(str(name))
         return frozenset(found)
 
+    @cached_property
+    def topics_by_kind(self) -> dict[str, frozenset]:
+        """{queue kind: its topics} of the kinds besides ``plain`` the broker has (store_format.queues.Queue.kind):
+        ``batch`` (:attr:`batch_topics`: their folders, and topics.json's queue.type=BatchCQ) and ``lmq`` (the
+        %LMQ% consume queues' topics); what the audit's families ask of a broker, so the engine names no kind."""
+        lmq = frozenset(q.topic for q in self.queue_models if q.kind == "lmq")
+        return {kind: topics for kind, topics in (("batch", self.batch_topics), ("lmq", lmq)) if topics}
+
+    @cached_property
+    def multi_dispatch(self) -> bool:
+        """Its records may carry INNER_MULTI_DISPATCH: it has %LMQ% queues, or its files say it is a 5.x store (a
+        4.9.x broker with LMQ shows its %LMQ% queues or lmqConsumerOffset.json)."""
+        from .features import store_features
+
+        f = store_features(self.loc)
+        return "lmq" in self.topics_by_kind or f.is_5x or f.lmq_consumer_offsets
+
     # ---- index -------------------------------------------------------------------------------
     @cached_property
     def index_files(self) -> list[fs.Location]:

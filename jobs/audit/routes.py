@@ -1,8 +1,9 @@
 """The routed files: per-file structures whose entries point at CommitLog offsets, each declared once as a
 :class:`Route` that the engine serves with one survey task kind, one file task kind and one view of the entries a
-commitlog range owns (``RangeContext.routed(route)``).  Today: consume-queue units (``consumequeue``), index
-entries (``index``) and 5.x timer-log units (``timerlog``: each points at its record on rmq_sys_wheel_timer) and
-batch consume-queue units (``batchconsumequeue``).
+commitlog range owns (``RangeContext.routed(route)``).  Today: the units of each consume-queue backend
+(store_format.queues: ``consumequeue``, 5.x ``batchconsumequeue``; one route each, served through the queue's
+backend), index entries (``index``) and 5.x timer-log units (``timerlog``: each points at its record on
+rmq_sys_wheel_timer).
 
 How a route is served: the survey reads each file's bounds and summarizes its entries as routing buckets
 (``phys >> shift``: :class:`jobs.audit.plan.Buckets`), one row per file in the route's ``files`` partial; the
@@ -18,6 +19,7 @@ read (``window``) and shown (``view``, with the schema ``VIEW``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -29,7 +31,7 @@ from store_format.fs import Location, ReadOnlyMap
 from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_entry_window, read_header, \
     written_entries
 from store_format.plan import group_queue_files
-from store_format.queues import QueueFile, group_queues
+from store_format.queues import BATCH, FILE, Backend, QueueFile, group_queues
 from store_format.timer import KIND_BLANK as TIMER_BLANK, KIND_CORRUPT as TIMER_CORRUPT, KIND_ENTRY as TIMER_ENTRY, \
     UNIT_SIZE as TIMER_UNIT_SIZE, read_timer_unit_arrays, read_timer_unit_range
 from udfs.columns import column
@@ -85,6 +87,7 @@ class Route:
     scan_cost: Callable  # file -> bytes a file task reads of it
     survey_group: Callable | None = None  # (SurveyInput, files, out): what the survey finds over a group
     emits: dict[str, pa.Schema] = field(default_factory=dict)  # its survey's partial tables, the files' one too
+    backend: Backend | None = None  # a queue route: its queues' backend (store_format.queues); their bounds
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -93,6 +96,7 @@ class Route:
 CQ_FILES = pa.schema([
     ("broker", pa.string()), ("path", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
     ("units", pa.int64()), ("entries", pa.int64()),
+    # the first entry's queue offset and the last queue offset its entries cover (store_format.queues.Units.ends)
     ("min_queue_offset", pa.int64()), ("max_queue_offset", pa.int64()), *BUCKETS,
 ])
 QUEUE_STARTS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
@@ -134,11 +138,24 @@ def _queue_starts(task: SurveyInput, files: list[QueueFile], out) -> None:
     out.partial("survey.queue_starts", pa.Table.from_pylist(starts, schema=QUEUE_STARTS))
 
 
-def _unit_window(f: RoutedFile, first: int, end: int) -> dict:
-    return f.params["backend"].window(f.loc, first, end)
+def _queue_route(backend: Backend, files_partial: str, view: Callable, **more) -> Route:
+    """The route of one backend's queue files: its listing, grouped by whole queues; every file surveyed, routed and
+    windowed through its backend (store_format.queues), shown by ``view``."""
+    return Route(name=backend.folder, files=partial(_backend_files, backend), group=group_queue_files,
+                 files_partial=files_partial, survey_schema=CQ_FILES, survey_file=_survey_queue_file,
+                 routed=_routed_queue_file, window=partial(_backend_window, backend), view=partial(view, backend),
+                 survey_cost=_length, scan_cost=_length, backend=backend, **more)
 
 
-def _unit_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+def _backend_files(backend: Backend, plan: BrokerPlan) -> list[QueueFile]:
+    return plan.store.listing_of(backend)
+
+
+def _backend_window(backend: Backend, f: RoutedFile, first: int, end: int) -> dict:
+    return backend.window(f.loc, first, end)
+
+
+def _unit_view(backend: Backend, f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
     k = len(idx)
     return pa.table({
         "topic": pa.repeat(pa.scalar(f.params["topic"], pa.string()), k),
@@ -146,30 +163,19 @@ def _unit_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
         "queue_offset": pa.array(f.params["first_queue_offset"] + first + idx, pa.int64()),
         "physical_offset": pa.array(w["physical_offset"][idx]), "size": pa.array(w["size"][idx]),
         "tags_code": pa.array(w["tags_code"][idx]), "file": pa.repeat(pa.scalar(f.name, pa.string()), k),
-        "file_position": pa.array((first + idx) * L.CQ_STORE_UNIT_SIZE, pa.int64()),
+        "file_position": pa.array((first + idx) * backend.unit_size, pa.int64()),
     }, schema=UNITS)
-
-
-def _queue_files(plan: BrokerPlan) -> list[QueueFile]:
-    return plan.cq_files
 
 
 def _routed_queue_file(row: dict | None, f: QueueFile) -> RoutedFile | None:
     if row is None or not row["entries"]:
         return None
     return RoutedFile(f.loc, f.name, buckets_of_row(row), {
-        "topic": f.topic, "queue_id": f.queue_id, "first_queue_offset": f.first_queue_offset, "backend": f.backend})
+        "topic": f.topic, "queue_id": f.queue_id, "first_queue_offset": f.first_queue_offset})
 
 
 def _length(f) -> int:
     return f.length
-
-
-CONSUMEQUEUE = Route(
-    name="consumequeue", files=_queue_files, group=group_queue_files,
-    files_partial="survey.cq_files", survey_schema=CQ_FILES, survey_file=_survey_queue_file,
-    routed=_routed_queue_file, window=_unit_window, view=_unit_view, survey_cost=_length, scan_cost=_length,
-    survey_group=_queue_starts, emits={"survey.cq_files": CQ_FILES, "survey.queue_starts": QUEUE_STARTS})
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -334,19 +340,14 @@ TIMERLOG = Route(
 # msgBaseOffset (store_format.batchcq); a file's units are appended densely, so a unit's place in the queue is its
 # msgBaseOffset, not its byte position
 
-BATCH_FILES = pa.schema([
-    ("broker", pa.string()), ("path", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
-    ("units", pa.int64()), ("entries", pa.int64()),
-    # the first entry's msgBaseOffset and the last message offset its entries cover (msgBaseOffset + batchSize - 1)
-    ("min_queue_offset", pa.int64()), ("max_queue_offset", pa.int64()), *BUCKETS,
-])
+BATCH_FILES = CQ_FILES  # a queue file's row whatever its backend (a batch unit covers msgBaseOffset .. + batchSize - 1)
 BATCH_UNITS = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("msg_base_offset", pa.int64()),
                          ("batch_size", pa.int32()), ("physical_offset", pa.int64()), ("size", pa.int32()),
                          ("tags_code", pa.int64()), ("store_timestamp", pa.int64()), ("file", pa.string()),
                          ("file_position", pa.int64())])
 
 
-def _batch_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+def _batch_view(backend: Backend, f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
     k = len(idx)
     return pa.table({
         "topic": pa.repeat(pa.scalar(f.params["topic"], pa.string()), k),
@@ -355,31 +356,21 @@ def _batch_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table
         "physical_offset": pa.array(w["physical_offset"][idx]), "size": pa.array(w["size"][idx]),
         "tags_code": pa.array(w["tags_code"][idx]), "store_timestamp": pa.array(w["store_timestamp"][idx]),
         "file": pa.repeat(pa.scalar(f.name, pa.string()), k),
-        "file_position": pa.array((first + idx) * f.params["backend"].unit_size, pa.int64()),
+        "file_position": pa.array((first + idx) * backend.unit_size, pa.int64()),
     }, schema=BATCH_UNITS)
 
 
-def _batch_files(plan: BrokerPlan) -> list:
-    return plan.store.batch_queue_files
-
-
-def _routed_batch_file(row: dict | None, f) -> RoutedFile | None:
-    if row is None or not row["entries"]:
-        return None
-    return RoutedFile(f.loc, f.name, buckets_of_row(row), {"topic": f.topic, "queue_id": f.queue_id,
-                                                           "backend": f.backend})
-
-
-BATCHCONSUMEQUEUE = Route(
-    name="batchconsumequeue", files=_batch_files, group=group_queue_files,
-    files_partial="survey.batch_files", survey_schema=BATCH_FILES, survey_file=_survey_queue_file,
-    routed=_routed_batch_file, window=_unit_window, view=_batch_view, survey_cost=_length, scan_cost=_length,
-    emits={"survey.batch_files": BATCH_FILES})
+# each backend's queue route, with the survey's partial of its files and the view of its units its families read (a
+# new backend adds one here, and the family that checks its units)
+CONSUMEQUEUE = _queue_route(FILE, "survey.cq_files", _unit_view, survey_group=_queue_starts,
+                            emits={"survey.cq_files": CQ_FILES, "survey.queue_starts": QUEUE_STARTS})
+BATCHCONSUMEQUEUE = _queue_route(BATCH, "survey.batch_files", _batch_view, emits={"survey.batch_files": BATCH_FILES})
+QUEUE_ROUTES = (CONSUMEQUEUE, BATCHCONSUMEQUEUE)
 
 ROUTES = {r.name: r for r in (CONSUMEQUEUE, INDEX, TIMERLOG, BATCHCONSUMEQUEUE)}
 VIEW = {CONSUMEQUEUE.name: UNITS, INDEX.name: ENTRIES, TIMERLOG.name: TIMER_UNITS, BATCHCONSUMEQUEUE.name: BATCH_UNITS}
 
-__all__ = ["Route", "RoutedFile", "SurveyInput", "ROUTES", "VIEW", "CONSUMEQUEUE", "INDEX", "TIMERLOG",
-           "BATCHCONSUMEQUEUE", "CQ_FILES", "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES",
+__all__ = ["Route", "RoutedFile", "SurveyInput", "ROUTES", "VIEW", "QUEUE_ROUTES", "CONSUMEQUEUE", "INDEX",
+           "TIMERLOG", "BATCHCONSUMEQUEUE", "CQ_FILES", "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES",
            "TIMERLOG_FILES", "TIMER_UNITS", "BATCH_FILES", "BATCH_UNITS", "buckets_of_row",
            "bucket_columns"]
