@@ -104,14 +104,18 @@ def list_queue_files(where, backends: tuple["Backend", ...] | None = None) -> li
     reports them); a missing folder has none."""
     loc = rolled.location(where)
     if loc.is_file():
-        part = BY_FOLDER.get(loc.parent().parent().parent().name, FILE)
-        parts = [(part, loc)]
+        parts = [(b, loc) for b in BY_FOLDER.get(loc.parent().parent().parent().name, (FILE,))[:1]]
     elif loc.name in BY_FOLDER:  # one part folder
-        parts = [(BY_FOLDER[loc.name], loc)]
+        parts = [(b, loc) for b in BY_FOLDER[loc.name]]
     else:
         parts = [(b, loc.child(b.folder)) for b in BACKENDS]
-    return [QueueFile(topic, qid, backend, f) for backend, part in parts if backends is None or backend in backends
-            for topic, qid, f in rolled.list_queue_folders(part, backend.folder)]
+    return [f for backend, part in parts if backends is None or backend in backends for f in backend.list_files(part)]
+
+
+def _rolled_queue_files(backend: "Backend", part) -> list[QueueFile]:
+    """A rolled backend's listing: every file of every ``<topic>/<queue>/`` MappedFileQueue under its part folder
+    (store_format.rolled.list_queue_folders), or the one file ``part`` names."""
+    return [QueueFile(topic, qid, backend, f) for topic, qid, f in rolled.list_queue_folders(part, backend.folder)]
 
 
 def group_queues(files: list[QueueFile]) -> list["Queue"]:
@@ -208,20 +212,27 @@ def _file_recover(files):
 @dataclass(frozen=True)
 class Backend:
     """How a queue's units are kept: where (``folder`` under the store root), their size, and the functions a
-    reader asks.  A new backend provides the same: ``file_of`` (a listed file as its readers take it),
+    reader asks.  A new backend provides the same: ``lister`` (its :class:`QueueFile` s under its part folder;
+    default: the rolled ``<topic>/<queue>/`` folders), ``file_of`` (a listed file as its readers take it),
     ``file_units`` (a file's :class:`Units`), ``window`` (units ``first``..``end - 1`` of a file as numpy columns
     with ``physical_offset``, ``size``, ``tags_code`` and ``valid``) and ``recover`` (the broker's recovery of one
     queue's files, None where it is not modelled)."""
 
     name: str  # the source's ``backend`` column
-    folder: str
+    folder: str  # its part folder under the store root (a RocksDB queue's would share ``consumequeue/``)
     unit_size: int
     since: str  # the store generation that loads it ("4.x": every broker; "5.x": 5.x only)
     setting: str  # the broker setting of its file size
+    queue_type: str | None  # the topic attribute queue.type its topics must have (ConsumeQueueStore's check), if any
     file_of: Callable
     file_units: Callable
     window: Callable
     recover: Callable | None = None
+    lister: Callable = _rolled_queue_files  # (backend, part folder or one file) -> its QueueFiles
+
+    def list_files(self, part) -> list[QueueFile]:
+        """Its files under ``part`` (its part folder, or one file), each with its problems, in listing order."""
+        return self.lister(self, part)
 
     def __repr__(self) -> str:  # a plan's files are printed in errors; the functions say nothing there
         return f"Backend({self.name})"
@@ -238,13 +249,15 @@ def _batch_file_of(f: QueueFile):
     return f.file
 
 
-FILE = Backend("file", "consumequeue", L.CQ_STORE_UNIT_SIZE, "4.x", "mappedFileSizeConsumeQueue",
+FILE = Backend("file", "consumequeue", L.CQ_STORE_UNIT_SIZE, "4.x", "mappedFileSizeConsumeQueue", L.QUEUE_TYPE_SIMPLE,
                QueueFile.cq_file, _file_units, _file_window, _file_recover)
 BATCH = Backend("batch", L.BATCH_CQ_DIR, L.BATCH_CQ_UNIT.width, "5.x", "mapperFileSizeBatchConsumeQueue",
-                _batch_file_of, _batch_units, _batch_window)
+                L.QUEUE_TYPE_BATCH, _batch_file_of, _batch_units, _batch_window)
 BACKENDS = (FILE, BATCH)
 BY_NAME = {b.name: b for b in BACKENDS}
-BY_FOLDER = {b.folder: b for b in BACKENDS}
+BY_FOLDER: dict[str, tuple[Backend, ...]] = {}
+for _b in BACKENDS:
+    BY_FOLDER[_b.folder] = BY_FOLDER.get(_b.folder, ()) + (_b,)
 
 
 def backends_of(generation: str) -> tuple[Backend, ...]:

@@ -582,7 +582,9 @@ def queue_type_problems(store: Store) -> list[tuple[str, str]]:
     except StoreFormatError:  # not a map: the file's own problem (the metadata family, and its load)
         return []
     out = []
-    for part, expected in (("consumequeue", L.QUEUE_TYPE_SIMPLE), (L.BATCH_CQ_DIR, L.QUEUE_TYPE_BATCH)):
+    from .queues import BACKENDS
+
+    for part, expected in ((b.folder, b.queue_type) for b in BACKENDS if b.queue_type):
         seen = set()
         for rel, _ in _queue_folders(store.root / part):
             topic = rel.split("/")[1]
