@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from . import fs
 from . import layout as L
+from .errors import ErrorKind
 
 _ROLLED_NAME = re.compile(r"[0-9]{20}")  # fullmatch: ASCII digits only
 _QUEUE_DIR = re.compile(r"-?[0-9]{1,10}")  # an int queue id, as Integer.parseInt reads a queue folder's name
@@ -103,8 +104,6 @@ def list_folder(where, file_size: int | None = None, part: str = "") -> list[Rol
 def folder_files(loc: fs.Location, infos, file_size: int | None = None, part: str = "") -> list[RolledFile]:
     """:func:`list_folder` of entries already listed (``infos``: ``loc.list()``'s, or the one file's info): a caller
     walking many folders lists each once."""
-    from .errors import ErrorKind
-
     noun, size_of, setting, checked = _WORDS.get(part, _ANY_PART)
     infos = [i for i in infos if i.is_file]
     named = [i for i in infos if _ROLLED_NAME.fullmatch(i.base_name)]
