@@ -161,6 +161,7 @@ class Units:
     store_timestamp: "np.ndarray | None" = None
     ext_offset: "np.ndarray | None" = None
     ext_found: "np.ndarray | None" = None
+    file: "np.ndarray | None" = None  # the file of each unit (:meth:`Queue.units`, over several files)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -305,6 +306,39 @@ class Queue:
     def window(self, f: QueueFile, first: int, end: int) -> dict:
         """Units ``first`` .. ``end - 1`` of one of its files (:attr:`Backend.window`)."""
         return self.backend.window(f.loc, first, end)
+
+    def units(self, first: int = 0, end: int | None = None) -> Units:
+        """Its units (up to each file's last written one, in file order) that cover a queue offset in ``first`` ..
+        ``end - 1`` (all from ``first`` when ``end`` is None), with each unit's ``file``; a file backend's files
+        wholly outside the window are not read (their names say which units they hold)."""
+        import numpy as np
+
+        parts = []
+        for f in self.files:
+            if self.backend.file_units is _file_units:
+                lo, n = f.first_unit, -(-f.length // self.backend.unit_size)
+                if lo + n <= first or (end is not None and lo >= end):
+                    continue
+            u = f.units()
+            keep = (u.ends > first) & (u.queue_offset < end if end is not None else True)
+            parts.append((f.name, u, np.flatnonzero(keep)))
+        names = ("queue_offset", "physical_offset", "size", "tags_code", "kind", "valid", "file_position",
+                 "batch_size", "msg_base_offset", "store_timestamp", "ext_offset", "ext_found")
+        if not parts:
+            empty = np.zeros(0, np.int64)
+            return Units(empty, empty, empty, empty, empty.astype(np.int8), empty.astype(bool), empty, None, (),
+                         file=np.zeros(0, object))
+        fill = {"ext_offset": -1, "ext_found": False}  # a file without ext addresses: none of its units has one
+
+        def column(c):
+            if all(getattr(u, c) is None for _, u, _ in parts):
+                return None
+            return np.concatenate([getattr(u, c)[i] if getattr(u, c) is not None else np.full(len(i), fill[c])
+                                   for _, u, i in parts])
+
+        cols = {c: column(c) for c in names}
+        return Units(**cols, truncated=None, kinds=parts[0][1].kinds,
+                     file=np.concatenate([np.full(len(i), name, object) for name, _, i in parts]))
 
     def bounds(self) -> tuple[int, int] | None:
         """(min offset, max offset) of its valid units: the first one's queue offset and one past the last queue

@@ -91,3 +91,20 @@ def test_the_source_reads_batch_units_with_their_columns(spark):
     # the columns a user asks for by name resolve (they failed with UNRESOLVED_COLUMN)
     assert df.where("backend = 'batch'").selectExpr("sum(batch_size)", "max(msg_base_offset)").first()[0] == \
         sum(u["batchSize"] for q in manifest()["consumeQueues"] for u in q.get("rawUnits", []))
+
+
+def test_unit_windows_by_queue_offset_are_what_get_message_reads():
+    """A window by queue offset holds the units RocketMQ's getMessage reads from there: a batch unit is in every
+    window that meets the offsets it covers."""
+    queues = {q.key: q for q in group_queues(list_queue_files(BATCHCQ / "store"))}
+    for m in manifest()["consumeQueues"]:
+        q, entries = queues[(m["topic"], m["queueId"])], m[ENTRIES]
+        whole = q.units()
+        assert [[int(o), int(p), int(s), int(t)] for o, p, s, t, v in zip(
+            whole.queue_offset, whole.physical_offset, whole.size, whole.tags_code, whole.valid) if v] == \
+            [e[:4] for e in entries]
+        for first, end in ((0, 1), (2, 5), (m["maxOffset"] - 1, m["maxOffset"]), (m["maxOffset"], None)):
+            w = q.units(first, end)
+            covering = [e[1] for e in entries if e[0] + e[4] > first and (end is None or e[0] < end)]
+            assert w.physical_offset[w.valid].tolist() == covering
+            assert set(w.file.tolist()) <= {f.name for f in q.files}
