@@ -1,9 +1,13 @@
-"""``rocketmq-consumequeue``: every ConsumeQueue unit as a row, one task per file.
+"""``rocketmq-consumequeue``: every consume-queue unit of every backend as a row (store_format.queues: the 20-byte
+units of ``consumequeue/``, ``backend`` = ``file``; 5.x batch topics' 46-byte units of ``batchconsumequeue/``,
+``backend`` = ``batch``), whole queues per task.
 
-Units come from store_format's ``read_units`` (the same classification as the broker's recovery test
-``offset >= 0 && size > 0``).  Kinds: ``entry``; ``pre_blank`` (``fillPreBlank`` units); ``corrupt`` (a unit
-that fails the recovery test, a zero unit with data after it, a partial trailing unit, or a file whose name
-is not 20 digits); ``zero_tail`` (the unwritten zero-filled rest of a file, one row with its length).
+Units come from each queue's backend (the same classification as the broker's recovery test: ``offset >= 0 &&
+size > 0``, and for a batch unit ``msgBaseOffset >= 0 && batchSize > 0``).  Kinds: ``entry``; ``pre_blank``
+(``fillPreBlank`` units); ``corrupt`` (a unit that fails the recovery test, a zero unit with data after it, a
+partial trailing unit, or a file whose name is not 20 digits); ``zero_tail`` (the unwritten zero-filled rest of a
+file, one row with its length).  Every backend gives the same columns; a batch unit's ``queue_offset`` is its
+``msg_base_offset`` (its first message's), and ``batch_size`` says how many queue offsets it covers.
 """
 from __future__ import annotations
 
@@ -13,10 +17,9 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from store_format import layout as L
-from store_format.consumequeue import UNIT_KINDS, QueueFile, list_consumequeue, read_unit_arrays
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.plan import group_queue_files
+from store_format.queues import QueueFile, list_queue_files
 from store_format.stores import PartInput
 from udfs.columns import column
 
@@ -27,7 +30,8 @@ SCHEMA = pa.schema([
     column("broker", pa.string()), column("topic", pa.string(), "topic name: the queue's grandparent folder"),
     column("queue_id", pa.int32(), "queue id: the queue folder's name (null when it is no int: a `corrupt` row)"),
     column("queue_offset", pa.int64(), "the unit's queue offset: the file's first (its name / 20) + its index in "
-           "the file; null on `zero_tail` rows and partial trailing units"),
+           "the file; a batch unit's msgBaseOffset (its first message's); null on `zero_tail` rows and partial "
+           "trailing units"),
     column("physical_offset", pa.int64(), "the unit's CommitLog Offset: where its message's record starts in the "
            "broker's whole commitlog"),
     column("size", pa.int32(), "the unit's Size: the record's TOTALSIZE"),
@@ -37,19 +41,26 @@ SCHEMA = pa.schema([
     column("ext_offset", pa.int64(), "ConsumeQueueExt (enableConsumeQueueExt): where the unit's tagsCode slot "
            "held an ext unit's address, that unit's offset in the queue's consumequeue_ext files; null otherwise"),
     column("file", pa.string(), "consume-queue file name (20 digits: the byte offset of its first unit in the "
-           "queue, the queue offset * 20)"),
+           "queue, the unit index * the unit's size, 20 or 46)"),
     column("file_position", pa.int64(), "byte position of the row's first byte inside the file"),
     column("kind", pa.string(), "`entry`; `pre_blank` (a fillPreBlank unit); `corrupt` (a unit that fails the "
-           "broker's recovery test offset >= 0 && size > 0, a zero unit with data after it, a partial trailing unit, "
-           "or a file or folder name the broker cannot parse); `zero_tail` (the unwritten zero-filled rest of a "
+           "broker's recovery test offset >= 0 && size > 0 (a batch unit's also msgBaseOffset >= 0 && batchSize > 0; "
+           "its reason names a compaction end marker `end_marker`), a zero unit with data after it, a partial "
+           "trailing unit, or a file or folder name the broker cannot parse); `zero_tail` (the unwritten zero-filled rest of a "
            "file, one row)"),
-    column("length", pa.int64(), "bytes the row covers: 20 for a unit, the run's length for `zero_tail` and a "
-           "partial trailing unit"),
+    column("length", pa.int64(), "bytes the row covers: the unit's size (20, or 46 for a batch unit) for a unit, "
+           "the run's length for `zero_tail` and a partial trailing unit"),
     column("reason", pa.string(), "why a row is `corrupt` (`<kind> unit: recovery stops here`, or an error kind "
            "such as BAD_FILE_NAME); null otherwise"),
+    column("backend", pa.string(), "how the queue keeps its units: `file` (consumequeue/, 20-byte units), `batch` "
+           "(batchconsumequeue/, a 5.x queue.type=BatchCQ topic's 46-byte units)"),
+    column("batch_size", pa.int32(), "a batch unit's batchSize: the queue offsets (messages of its inner-batch "
+           "record) it covers from msg_base_offset; null for other backends"),
+    column("msg_base_offset", pa.int64(), "a batch unit's msgBaseOffset: its first message's queue offset; null for "
+           "other backends"),
 ])
-_KINDS = {"entry": "entry", "pre_blank": "pre_blank", "invalid": "corrupt", "zero": "corrupt"}
-_ROW_KINDS = [_KINDS[k] for k in UNIT_KINDS]  # row kind by store_format's unit kind code
+#: row kind by a backend's unit kind: the units recovery accepts are entries; ``pre_blank`` (fillPreBlank's) is its own
+_ROW_KIND = {"entry": "entry", "pre_blank": "pre_blank"}
 
 
 @dataclass
@@ -62,25 +73,31 @@ class CQFileGroup(InputPartition):
 
 
 def plan_groups(inputs: list[PartInput]) -> list[CQFileGroup]:
-    """The files of the consume-queue ``inputs`` (store_format.stores.part_inputs) in groups of whole queues."""
-    return [CQFileGroup(inp.broker, group) for inp in inputs for group in group_queue_files(list_consumequeue(inp.loc))]
+    """The queue files of the ``inputs`` (store_format.stores.part_inputs) in groups of whole queues: the one file a
+    path named, else every backend's queues of its store."""
+    return [CQFileGroup(inp.broker, group) for inp in inputs
+            for group in group_queue_files(list_queue_files(inp.loc if inp.single_file or inp.root is None
+                                                            else inp.root))]
 
 
 def file_batches(broker: str, p: QueueFile) -> list[pa.RecordBatch]:
-    """Rows of one consume-queue file (store_format's bulk unit reader), built column-wise: a busy queue
-    has 300,000 units a file."""
+    """Rows of one queue file (its backend's bulk unit reader), built column-wise: a busy queue has 300,000 units a
+    file."""
+    unit_size = p.backend.unit_size
+
     def rows_batch(rows: list[dict]) -> pa.RecordBatch:
         return pa.RecordBatch.from_pylist([{"broker": broker, "topic": p.topic, "queue_id": p.queue_id,
-                                            "file": p.name, **r} for r in rows], schema=SCHEMA)
+                                            "file": p.name, "backend": p.backend.name, **r} for r in rows],
+                                          schema=SCHEMA)
 
     if not p.loaded:  # a queue folder that is no int, or a file name that is not 20 ASCII digits
         return [rows_batch([dict(file_position=0, kind="corrupt", length=p.length,
                                  reason=ErrorKind.BAD_FILE_NAME.value, physical_offset=None)])]
-    u = read_unit_arrays(p.cq_file())
-    n = len(u.kind)
-    end = n * L.CQ_STORE_UNIT_SIZE
+    u = p.units()
+    n = len(u)
+    end = n * unit_size
     tail = []  # the unwritten zero-filled rest, then a partial trailing unit
-    whole = p.length - p.length % L.CQ_STORE_UNIT_SIZE
+    whole = p.length - p.length % unit_size
     if whole > end:
         tail.append(dict(file_position=end, kind="zero_tail", length=whole - end))
     if u.truncated is not None:
@@ -88,18 +105,27 @@ def file_batches(broker: str, p: QueueFile) -> list[pa.RecordBatch]:
                          reason=u.truncated.kind.value))
     if not n:
         return [rows_batch(tail)] if tail else []
-    row_kind = pa.array(_ROW_KINDS, pa.string()).take(pa.array(u.kind, pa.int8()))
-    reasons = pa.array([None if k in ("entry", "pre_blank") else f"{k} unit: recovery stops here" for k in UNIT_KINDS],
-                       pa.string()).take(pa.array(u.kind, pa.int8()))
+    codes = pa.array(u.kind, pa.int8())
+    row_kind = pa.array([_ROW_KIND.get(k, "corrupt") for k in u.kinds], pa.string()).take(codes)
+    reasons = pa.array([None if k in _ROW_KIND else f"{k} unit: recovery stops here" for k in u.kinds],
+                       pa.string()).take(codes)
     ext = u.ext_offset if u.ext_offset is not None else np.full(n, -1, np.int64)
     found = u.ext_found if u.ext_found is not None else np.zeros(n, bool)
+
+    def repeat(value, type_):
+        return pa.repeat(pa.scalar(value, type_), n)
+
     columns = {
-        "broker": pa.repeat(pa.scalar(broker, pa.string()), n), "topic": pa.repeat(pa.scalar(p.topic, pa.string()), n),
-        "queue_id": pa.repeat(pa.scalar(p.queue_id, pa.int32()), n), "queue_offset": pa.array(u.queue_offset),
-        "physical_offset": pa.array(u.physical_offset), "size": pa.array(u.size),
-        "tags_code": pa.array(u.tags_code, mask=(ext >= 0) & ~found), "ext_offset": pa.array(ext, mask=ext < 0),
-        "file": pa.repeat(pa.scalar(p.name, pa.string()), n), "file_position": pa.array(u.file_position),
-        "kind": row_kind, "length": pa.repeat(pa.scalar(L.CQ_STORE_UNIT_SIZE, pa.int64()), n), "reason": reasons,
+        "broker": repeat(broker, pa.string()), "topic": repeat(p.topic, pa.string()),
+        "queue_id": repeat(p.queue_id, pa.int32()), "queue_offset": pa.array(u.queue_offset, pa.int64()),
+        "physical_offset": pa.array(u.physical_offset, pa.int64()), "size": pa.array(u.size, pa.int32()),
+        "tags_code": pa.array(u.tags_code, pa.int64(), mask=(ext >= 0) & ~found),
+        "ext_offset": pa.array(ext, mask=ext < 0), "file": repeat(p.name, pa.string()),
+        "file_position": pa.array(u.file_position, pa.int64()), "kind": row_kind,
+        "length": repeat(unit_size, pa.int64()), "reason": reasons, "backend": repeat(p.backend.name, pa.string()),
+        "batch_size": repeat(None, pa.int32()) if u.batch_size is None else pa.array(u.batch_size, pa.int32()),
+        "msg_base_offset": repeat(None, pa.int64()) if u.msg_base_offset is None
+        else pa.array(u.msg_base_offset, pa.int64()),
     }
     units = pa.RecordBatch.from_arrays([columns[f.name] for f in SCHEMA], schema=SCHEMA)
     return [units, rows_batch(tail)] if tail else [units]

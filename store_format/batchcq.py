@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
-import pyarrow.fs as pafs
 
 from . import layout as L
 from . import rolled
@@ -80,71 +79,11 @@ def classify(phys: int, size: int, base: int, batch: int, *rest) -> str:
     return "invalid"
 
 
-@dataclass(frozen=True, eq=False)
-class BatchQueueFile:
-    """One file of ``batchconsumequeue/<topic>/<queue>/`` as the listing finds it (:func:`list_batch_queue_files`):
-    the broker loads it when its queue folder is an int and its name 20 digits (:attr:`loaded`)."""
-
-    topic: str
-    queue_id: int | None  # None: the queue folder's name is not an int
-    file: rolled.RolledFile
-
-    @property
-    def loc(self):
-        return self.file.location
-
-    @property
-    def name(self) -> str:
-        return self.file.name
-
-    @property
-    def length(self) -> int:
-        return self.file.length
-
-    @property
-    def base_offset(self) -> int | None:
-        return self.file.base_offset
-
-    @property
-    def problems(self) -> tuple:
-        return self.file.problems
-
-    @property
-    def loaded(self) -> bool:
-        return self.queue_id is not None and self.file.base_offset is not None
-
-
-def list_batch_queue_files(root) -> list[BatchQueueFile]:
-    """Every regular file of ``<root>/batchconsumequeue/<topic>/<queue>/`` (bad folder and file names too), each
-    with its problems (store_format.rolled.list_folder, the one listing of rolled folders: a bad name, a length
-    other than the queue's file size), by topic, queue and name."""
-    from .consumequeue import queue_id_of
-
-    out = []
-    base = rolled.child(root, BATCH_CQ_DIR)
-    for t in base.list():
-        if t.type != pafs.FileType.Directory:
-            continue
-        for q in base.child(t.base_name).list():
-            if q.type == pafs.FileType.Directory:
-                files = rolled.list_folder(base.child(t.base_name).child(q.base_name), part=BATCH_CQ_DIR)
-                out += [BatchQueueFile(t.base_name, queue_id_of(q.base_name), f) for f in files]
-    return out
-
-
 def discover_batch_queues(root) -> dict[tuple[str, int], list[rolled.RolledFile]]:
     """``{(topic, queue_id): files}`` of the files the broker loads under ``<root>/batchconsumequeue``, each queue's
-    by offset; a queue folder whose name is not an int is skipped."""
-    return batch_queues_of(list_batch_queue_files(root))
-
-
-def batch_queues_of(files: list[BatchQueueFile]) -> dict[tuple[str, int], list[rolled.RolledFile]]:
-    """The loaded files of a listing by queue, each queue's by offset."""
-    out: dict[tuple[str, int], list] = {}
-    for f in files:
-        if f.loaded:
-            out.setdefault((f.topic, f.queue_id), []).append(f.file)
-    return {k: sorted(v, key=lambda f: f.base_offset) for k, v in out.items()}
+    by offset (store_format.rolled's listing of queue folders; the name stays for the writer and the tests that read
+    a written store back by queue; a queue is store_format.queues')."""
+    return rolled.by_queue(rolled.list_queue_folders(rolled.child(root, BATCH_CQ_DIR), BATCH_CQ_DIR))
 
 
 def batch_units_of(raw, count: int | None = None) -> dict:
@@ -265,7 +204,7 @@ def unit_bytes(physical_offset: int, size: int, tags_code: int, store_timestamp:
                       compacted_offset, reserved)
 
 
-__all__ = ["BatchUnit", "BatchUnitArrays", "BatchConsumeQueueError", "BatchQueueFile", "UNIT_KINDS",
-           "list_batch_queue_files", "discover_batch_queues", "batch_queues_of", "read_batch_unit_window",
+__all__ = ["BatchUnit", "BatchUnitArrays", "BatchConsumeQueueError", "UNIT_KINDS",
+           "discover_batch_queues", "read_batch_unit_window",
            "batch_units_of", "read_batch_unit_arrays", "read_batch_units", "read_batch_queue", "max_offset",
            "unit_bytes", "classify", "message_count"]

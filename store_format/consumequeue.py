@@ -21,13 +21,10 @@ beside it (``ext_offset``); an address that reaches no ext unit keeps its raw va
 """
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
-
-import pyarrow.fs as pafs
 
 from . import fs
 from . import layout as L
@@ -38,8 +35,6 @@ if TYPE_CHECKING:  # numpy is imported where units are read in bulk, not when th
     import numpy as np
 
 _UNIT = struct.Struct(L.CQ_UNIT_STRUCT)
-_FILE_NAME = re.compile(r"[0-9]{20}")  # fullmatch: ASCII digits only, no trailing newline
-_QUEUE_DIR = re.compile(r"-?[0-9]{1,10}")  # an int queue id, as Integer.parseInt reads the folder name
 
 
 @dataclass(frozen=True)
@@ -77,81 +72,25 @@ def classify_unit(physical_offset: int, size: int, tags_code: int) -> str:
     return "invalid"
 
 
-@dataclass(frozen=True, eq=False)
-class QueueFile:
-    """One file of ``consumequeue/<topic>/<queue>/`` as the listing finds it (:func:`list_queue_files`): a file the
-    broker loads has an int queue id and a 20-digit name (:attr:`loaded`); any other is only reported."""
-
-    topic: str
-    queue_id: int | None  # None: the queue folder's name is not an int
-    loc: "fs.Location"
-    length: int
-
-    @property
-    def name(self) -> str:
-        return self.loc.name
-
-    @property
-    def loaded(self) -> bool:
-        """The broker loads it: an int queue id and a 20-digit name (its queue's byte offset)."""
-        return self.queue_id is not None and bool(_FILE_NAME.fullmatch(self.name))
-
-    @property
-    def first_queue_offset(self) -> int:
-        """The queue offset of its first unit: its name (the byte offset in the queue) over the unit's size."""
-        return int(self.name) // L.CQ_STORE_UNIT_SIZE
-
-    def cq_file(self) -> CQFile:
-        """The file as the readers take it (it must be :attr:`loaded`)."""
-        return CQFile(self.topic, self.queue_id, self.loc.as_path(), int(self.name), self.length)
-
-
-def list_consumequeue(where) -> list[QueueFile]:
-    """Every regular file of a ``consumequeue/`` folder (``<topic>/<queue>/<file>``), or the one file ``where``
-    names, in listing order.  Entries no reader can read are left out (store_format.fs
-    reports them)."""
-    loc = fs.resolve(where)
-    if loc.is_file():
-        queue = loc.parent()
-        return [QueueFile(queue.parent().name, queue_id_of(queue.name), loc, loc.size())]
-    out = []
-    for topic in _folders(loc):
-        for queue in _folders(topic):
-            qid = queue_id_of(queue.name)
-            out.extend(QueueFile(topic.name, qid, fs.Location(queue.fs, i.path, queue.origin), i.size)
-                       for i in queue.list() if i.is_file)
-    return out
+# A queue is store_format.queues' (every backend, over store_format.rolled's one listing); these two names stay for the
+# writer (store_format.write, which opens one queue folder or a whole consumequeue/ to append) and the many tests
+# that read a written store back by queue.
 
 
 def list_queue_files(queue_dir, topic: str, queue_id: int) -> list[CQFile]:
     """The files of one queue's folder the broker loads, by name."""
-    loc = fs.resolve(queue_dir)
-    return queue_files([QueueFile(topic, queue_id, fs.Location(loc.fs, i.path, loc.origin), i.size)
-                        for i in loc.list() if i.is_file])
+    from . import rolled
 
-
-def _folders(loc) -> list:
-    return [fs.Location(loc.fs, i.path, loc.origin) for i in loc.list() if i.type == pafs.FileType.Directory]
-
-
-def queue_id_of(name: str) -> int | None:
-    """The queue id a queue folder's name gives (as Integer.parseInt: ASCII digits, an int), else None."""
-    return int(name) if _QUEUE_DIR.fullmatch(name) and -2**31 <= int(name) < 2**31 else None
+    return [CQFile(topic, queue_id, f.path, f.base_offset, f.length) for f in rolled.list_rolled_files(queue_dir)]
 
 
 def discover_queues(consumequeue_dir) -> dict[tuple[str, int], list[CQFile]]:
-    """{(topic, queue_id): files} of the files the broker loads (:attr:`QueueFile.loaded`), each queue's files by
-    name; a queue folder whose name is not an int is skipped."""
-    queues: dict[tuple[str, int], list[CQFile]] = {}
-    for f in list_consumequeue(consumequeue_dir):
-        if f.loaded:
-            queues.setdefault((f.topic, f.queue_id), []).append(f.cq_file())
-    return {k: sorted(v, key=lambda f: f.base_byte_offset) for k, v in queues.items()}
+    """{(topic, queue_id): files} of the files the broker loads under a ``consumequeue/`` folder (store_format.queues'
+    listing: store_format.rolled), each queue's files by name; a queue folder whose name is not an int is skipped."""
+    from . import rolled
 
-
-def queue_files(files: list[QueueFile]) -> list[CQFile]:
-    """The files of one queue (one folder's listing) the broker loads, by name."""
-    return sorted((f.cq_file() for f in files if f.loaded), key=lambda f: f.base_byte_offset)
+    return {k: [CQFile(k[0], k[1], f.path, f.base_offset, f.length) for f in files]
+            for k, files in rolled.by_queue(rolled.list_queue_folders(consumequeue_dir, "consumequeue")).items()}
 
 
 def read_units(cq_file: CQFile, *, stop_at_invalid: bool = False, include_zero: bool = False) -> Iterator[CQUnit]:
@@ -319,10 +258,11 @@ def ext_folder(cq) -> "fs.Location":
 
 
 def ext_files(folder) -> list[tuple["fs.Location", int, int]]:
-    """(file, base offset, length) of every ext file of a queue's folder the broker loads, by offset."""
-    loc = fs.resolve(folder)
-    return sorted(((fs.Location(loc.fs, i.path, loc.origin), int(i.base_name), i.size) for i in loc.list()
-                   if i.is_file and _FILE_NAME.fullmatch(i.base_name)), key=lambda f: f[1])
+    """(file, base offset, length) of every ext file of a queue's folder the broker loads, by offset
+    (store_format.rolled's listing; a tuple for the writer and the damage tools that take it so)."""
+    from . import rolled
+
+    return [(f.loc, f.base_offset, f.length) for f in rolled.list_rolled_files(folder)]
 
 
 class ExtLookup:
@@ -408,3 +348,155 @@ def read_ext_units(folder) -> ExtUnits:
     ints = {k: np.array(v, np.int64) for k, v in cols.items() if k != "file"}
     return ExtUnits(ints["offset"], ints["size"], ints["tags_code"], ints["msg_store_time"], ints["bitmap_size"],
                     cols["file"], ints["file_position"], problems)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Recovery of a consume queue: ConsumeQueue.recover() and truncateDirtyLogicFiles(phyOffset) (its prediction
+# over the whole store is store_format.recovery's)
+
+
+@dataclass(frozen=True)
+class QueueRecovery:
+    """What recovery leaves of one consume queue.  Positions are logical byte offsets in the queue (queue
+    offset x 20); ``end`` is where the queue's units end after recovery: every written unit at or past it is
+    dropped (``dropped``; a written unit is any 20 bytes that are not all zeros)."""
+
+    topic: str
+    queue_id: int
+    recover_end: int  # after ConsumeQueue.recover()
+    max_physic_offset: int  # recover()'s maxPhysicOffset: offset + size of the last valid unit walked (-1: none)
+    end: int  # after truncateDirtyLogicFiles (== recover_end when it does not run)
+    dropped: int
+    first_dropped: int | None  # queue offset of the first dropped unit
+    reason: str | None  # "invalid_unit" | "past_recovered_end" | "no_commitlog"
+    invalid_unit: tuple[int, int] | None = None  # (offset, size) of the unit recover() stopped at, if written
+
+
+class _QueueUnits:
+    """Each file's units of one queue, read on demand: numpy physical offsets, sizes and written flags of the
+    units up to the last written one (the rest are zeros), and the file's count of whole units."""
+
+    def __init__(self, files):
+        self.files = files
+        self._cache = {}
+
+    def __call__(self, i: int):
+        if i not in self._cache:
+            import numpy as np
+
+            with ReadOnlyMap(self.files[i].path) as m:
+                n, whole = written_units(m)
+                u = units_of(m.buf, n)
+            self._cache[i] = (u["physical_offset"], u["size"].astype(np.int64), u["written"], whole)
+        return self._cache[i]
+
+
+def _recover_queue(files, units) -> tuple[int, int, tuple[int, int] | None]:
+    """ConsumeQueue.recover(): from file ``size - 3`` (clamped to 0), units while ``offset >= 0 && size > 0``; a
+    full file goes on to the next.  Returns (the end, maxPhysicOffset, the refused unit if written)."""
+    max_phys, refused = -1, None
+    if not files:
+        return 0, max_phys, refused
+    for i in range(max(0, len(files) - 3), len(files)):
+        phys, size, written, whole = units(i)
+        valid = (phys >= 0) & (size > 0)
+        k = len(valid) if valid.all() else int(valid.argmin())  # at len(valid) < whole, a zero unit stops it
+        if k:
+            max_phys = int(phys[k - 1] + size[k - 1])
+        if k < whole:
+            if k < len(written) and written[k]:
+                refused = (int(phys[k]), int(size[k]))
+            return files[i].base_byte_offset + k * L.CQ_STORE_UNIT_SIZE, max_phys, refused
+    last = files[-1]
+    return last.base_byte_offset + units(len(files) - 1)[3] * L.CQ_STORE_UNIT_SIZE, max_phys, refused
+
+
+def _truncate_queue(files, units, recover_end: int, phy_offset: int) -> int:
+    """truncateDirtyLogicFiles(phyOffset) on what recover() left (the files starting at or before its end, as
+    MappedFileQueue.truncateDirtyFiles keeps them), from the last file back: a file whose first unit has
+    offset >= phyOffset is deleted; otherwise the first unit stays (whatever it holds), then units stay while
+    ``offset >= 0 && size > 0 && offset < phyOffset``.  Returns the queue's end (the first file's start when
+    every file is deleted)."""
+    kept = [i for i, f in enumerate(files) if f.base_byte_offset <= recover_end]
+    while kept:
+        i = kept[-1]
+        phys, size, _, whole = units(i)
+        base = files[i].base_byte_offset
+        if not whole:
+            return base
+        if (phys[0] if len(phys) else 0) >= phy_offset:  # a zero first unit reads as offset 0
+            kept.pop()
+            continue
+        ok = (phys >= 0) & (size > 0) & (phys < phy_offset)
+        k = len(ok) if ok.all() else int(ok.argmin())  # at len(ok) < whole, a zero unit stops it
+        return base + max(k, 1) * L.CQ_STORE_UNIT_SIZE  # the first unit stays, whatever it holds
+    return files[0].base_byte_offset if files else 0
+
+
+@dataclass(frozen=True)
+class QueueStart:
+    """What ``ConsumeQueue.recover()`` leaves of one queue, before the commitlog's recovered end is known."""
+
+    recover_end: int
+    max_physic_offset: int  # -1: no valid unit walked
+    refused: tuple[int, int] | None  # (offset, size) of the written unit recover() stopped at
+
+
+def recover_queue(files) -> QueueStart:
+    """``ConsumeQueue.recover()`` of one queue (files sorted by name)."""
+    return QueueStart(*_recover_queue(files, _QueueUnits(files)))
+
+
+def finish_queue(topic: str, queue_id: int, files, start: QueueStart, commitlog_end: int, has_commitlog: bool,
+                 truncate: bool, units=None) -> QueueRecovery:
+    """What recovery leaves of one queue once the commitlog's recovered end is known: ``truncateDirtyLogicFiles``
+    when ``truncate`` (every queue's maxPhysicOffset against the end: decided over all queues), ``destroyLogics``
+    without a commitlog; the written units from the queue's new end on are dropped."""
+    units = units or _QueueUnits(files)
+    if not has_commitlog:
+        end = files[0].base_byte_offset if files else 0
+    elif truncate:
+        end = _truncate_queue(files, units, start.recover_end, commitlog_end)
+    else:
+        end = start.recover_end
+    dropped, first_dropped = 0, None
+    for i, f in enumerate(files):
+        if f.base_byte_offset + f.length <= end:
+            continue
+        written = units(i)[2]
+        skip = max(0, (end - f.base_byte_offset) // L.CQ_STORE_UNIT_SIZE)
+        hits = written[skip:].nonzero()[0]
+        if len(hits) and first_dropped is None:
+            first_dropped = (f.base_byte_offset // L.CQ_STORE_UNIT_SIZE) + skip + int(hits[0])
+        dropped += len(hits)
+    reason = None
+    if dropped:
+        reason = "no_commitlog" if not has_commitlog else "past_recovered_end" if end < start.recover_end \
+            else "invalid_unit"
+    return QueueRecovery(topic, queue_id, start.recover_end, start.max_physic_offset, end, dropped, first_dropped,
+                         reason, start.refused if reason == "invalid_unit" else None)
+
+
+def truncates_queues(starts, commitlog_end: int, has_commitlog: bool = True) -> tuple[bool, int]:
+    """(whether recovery runs truncateDirtyLogicFiles on every queue, the queues' max maxPhysicOffset): it does
+    when that max is >= the recovered commitlog end (``DefaultMessageStore.recover``)."""
+    max_cq = max((s.max_physic_offset for s in starts), default=-1)
+    return has_commitlog and max_cq >= commitlog_end, max_cq
+
+
+def recover_consume_queues(queues: dict, commitlog_end: int, has_commitlog: bool = True
+                           ) -> tuple[dict, int]:
+    """Every queue as recovery leaves it (``DefaultMessageStore.recover``): ``recoverConsumeQueue()`` runs
+    ``ConsumeQueue.recover()`` on each queue and takes the max of their maxPhysicOffset (-1 without units); the
+    commitlog recovery then calls ``truncateDirtyLogicFiles(processOffset)`` on every queue when that max is
+    >= the recovered commitlog end; with no commitlog segment at all it destroys every queue
+    (``destroyLogics``).  ``queues``: {(topic, queue id): files sorted by name}.  Returns ({key:
+    :class:`QueueRecovery`}, the max maxPhysicOffset)."""
+    units = {key: _QueueUnits(files) for key, files in queues.items()}
+    starts = {key: QueueStart(*_recover_queue(files, units[key])) for key, files in queues.items()}
+    truncate, max_cq = truncates_queues(starts.values(), commitlog_end, has_commitlog)
+    return {(topic, qid): finish_queue(topic, qid, files, starts[(topic, qid)], commitlog_end, has_commitlog,
+                                       truncate, units[(topic, qid)])
+            for (topic, qid), files in queues.items()}, max_cq
+
+

@@ -52,7 +52,8 @@ from typing import Iterable
 from . import layout as L
 from .checkpoint import Checkpoint
 from .codec import decode_record
-from .consumequeue import units_of
+from .consumequeue import (QueueRecovery, QueueStart, finish_queue, recover_consume_queues,  # noqa: F401
+                           recover_queue, truncates_queues)
 from .commitlog import KIND_MESSAGE, Frame, SalvageSpan, Segment, salvage_arrays, walk_arrays
 from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
@@ -520,16 +521,15 @@ def store_folders(store: Store, generation: str) -> list[RolledFolder]:
     consume queue (``consumequeue/<topic>/<queue>``: every topic folder, every queue entry whose name
     Integer.parseInt reads), then (5.x, ``ConsumeQueueStore.load``) each batch consume queue.  Sizes: broker.conf's
     (``Store``'s geometry) else the files' (:func:`shared_file_size`)."""
+    from .queues import backends_of
+
     out = [RolledFolder(store.root / "commitlog", "commitlog", store.segment_size, "mappedFileSizeCommitLog",
                         noun="segment")]
-    kinds = [("consumequeue", "mappedFileSizeConsumeQueue",
-              lambda: [[(f.base_byte_offset, f.length) for f in q] for q in store.queues.values()])]
-    if generation == "5.x":
-        kinds.append((L.BATCH_CQ_DIR, "mapperFileSizeBatchConsumeQueue",
-                      lambda: [[(f.base_offset, f.length) for f in q] for q in store.batch_queues.values()]))
-    for part, setting, files in kinds:
-        size = store.given_file_sizes.get(part) or shared_file_size(files())
-        out += [RolledFolder(q, rel, size, setting) for rel, q in _queue_folders(store.root / part)]
+    for backend in backends_of(generation):
+        part = backend.folder
+        size = store.given_file_sizes.get(part) or shared_file_size(
+            [[(f.base_offset, f.length) for f in q.files] for q in store.queue_models if q.backend is backend])
+        out += [RolledFolder(q, rel, size, backend.setting) for rel, q in _queue_folders(store.root / part)]
     return out
 
 
@@ -537,7 +537,7 @@ def _queue_folders(part: Path) -> list[tuple[str, Path]]:
     """(rel, folder) of every queue ``loadConsumeQueues`` loads under ``part`` (consumequeue/ or
     batchconsumequeue/): each topic folder's entries whose names Integer.parseInt reads, by name (the broker lists
     them in the file system's order)."""
-    from .consumequeue import queue_id_of
+    from .rolled import queue_id_of
 
     def folders(where, keep=lambda name: True):
         try:  # a folder that cannot be listed here: metadata.store_file_unreadable says so; its queues are not judged
@@ -582,7 +582,9 @@ def queue_type_problems(store: Store) -> list[tuple[str, str]]:
     except StoreFormatError:  # not a map: the file's own problem (the metadata family, and its load)
         return []
     out = []
-    for part, expected in (("consumequeue", L.QUEUE_TYPE_SIMPLE), (L.BATCH_CQ_DIR, L.QUEUE_TYPE_BATCH)):
+    from .queues import BACKENDS
+
+    for part, expected in ((b.folder, b.queue_type) for b in BACKENDS if b.queue_type):
         seen = set()
         for rel, _ in _queue_folders(store.root / part):
             topic = rel.split("/")[1]
@@ -694,157 +696,6 @@ def abort_notes(root: Path, markers) -> list[str]:
         return ["abort is not a regular file (a FIFO, a socket or a device): File.exists() is true, so the broker "
                 "recovers abnormally"]
     return []
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Consume queues: ConsumeQueue.recover() and truncateDirtyLogicFiles(phyOffset)
-
-
-@dataclass(frozen=True)
-class QueueRecovery:
-    """What recovery leaves of one consume queue.  Positions are logical byte offsets in the queue (queue
-    offset x 20); ``end`` is where the queue's units end after recovery: every written unit at or past it is
-    dropped (``dropped``; a written unit is any 20 bytes that are not all zeros)."""
-
-    topic: str
-    queue_id: int
-    recover_end: int  # after ConsumeQueue.recover()
-    max_physic_offset: int  # recover()'s maxPhysicOffset: offset + size of the last valid unit walked (-1: none)
-    end: int  # after truncateDirtyLogicFiles (== recover_end when it does not run)
-    dropped: int
-    first_dropped: int | None  # queue offset of the first dropped unit
-    reason: str | None  # "invalid_unit" | "past_recovered_end" | "no_commitlog"
-    invalid_unit: tuple[int, int] | None = None  # (offset, size) of the unit recover() stopped at, if written
-
-
-class _QueueUnits:
-    """Each file's units of one queue, read on demand: numpy physical offsets, sizes and written flags of the
-    units up to the last written one (the rest are zeros), and the file's count of whole units."""
-
-    def __init__(self, files):
-        self.files = files
-        self._cache = {}
-
-    def __call__(self, i: int):
-        if i not in self._cache:
-            import numpy as np
-
-            from .consumequeue import written_units
-
-            with ReadOnlyMap(self.files[i].path) as m:
-                n, whole = written_units(m)
-                u = units_of(m.buf, n)
-            self._cache[i] = (u["physical_offset"], u["size"].astype(np.int64), u["written"], whole)
-        return self._cache[i]
-
-
-def _recover_queue(files, units) -> tuple[int, int, tuple[int, int] | None]:
-    """ConsumeQueue.recover(): from file ``size - 3`` (clamped to 0), units while ``offset >= 0 && size > 0``; a
-    full file goes on to the next.  Returns (the end, maxPhysicOffset, the refused unit if written)."""
-    max_phys, refused = -1, None
-    if not files:
-        return 0, max_phys, refused
-    for i in range(max(0, len(files) - 3), len(files)):
-        phys, size, written, whole = units(i)
-        valid = (phys >= 0) & (size > 0)
-        k = len(valid) if valid.all() else int(valid.argmin())  # at len(valid) < whole, a zero unit stops it
-        if k:
-            max_phys = int(phys[k - 1] + size[k - 1])
-        if k < whole:
-            if k < len(written) and written[k]:
-                refused = (int(phys[k]), int(size[k]))
-            return files[i].base_byte_offset + k * L.CQ_STORE_UNIT_SIZE, max_phys, refused
-    last = files[-1]
-    return last.base_byte_offset + units(len(files) - 1)[3] * L.CQ_STORE_UNIT_SIZE, max_phys, refused
-
-
-def _truncate_queue(files, units, recover_end: int, phy_offset: int) -> int:
-    """truncateDirtyLogicFiles(phyOffset) on what recover() left (the files starting at or before its end, as
-    MappedFileQueue.truncateDirtyFiles keeps them), from the last file back: a file whose first unit has
-    offset >= phyOffset is deleted; otherwise the first unit stays (whatever it holds), then units stay while
-    ``offset >= 0 && size > 0 && offset < phyOffset``.  Returns the queue's end (the first file's start when
-    every file is deleted)."""
-    kept = [i for i, f in enumerate(files) if f.base_byte_offset <= recover_end]
-    while kept:
-        i = kept[-1]
-        phys, size, _, whole = units(i)
-        base = files[i].base_byte_offset
-        if not whole:
-            return base
-        if (phys[0] if len(phys) else 0) >= phy_offset:  # a zero first unit reads as offset 0
-            kept.pop()
-            continue
-        ok = (phys >= 0) & (size > 0) & (phys < phy_offset)
-        k = len(ok) if ok.all() else int(ok.argmin())  # at len(ok) < whole, a zero unit stops it
-        return base + max(k, 1) * L.CQ_STORE_UNIT_SIZE  # the first unit stays, whatever it holds
-    return files[0].base_byte_offset if files else 0
-
-
-@dataclass(frozen=True)
-class QueueStart:
-    """What ``ConsumeQueue.recover()`` leaves of one queue, before the commitlog's recovered end is known."""
-
-    recover_end: int
-    max_physic_offset: int  # -1: no valid unit walked
-    refused: tuple[int, int] | None  # (offset, size) of the written unit recover() stopped at
-
-
-def recover_queue(files) -> QueueStart:
-    """``ConsumeQueue.recover()`` of one queue (files sorted by name)."""
-    return QueueStart(*_recover_queue(files, _QueueUnits(files)))
-
-
-def finish_queue(topic: str, queue_id: int, files, start: QueueStart, commitlog_end: int, has_commitlog: bool,
-                 truncate: bool, units=None) -> QueueRecovery:
-    """What recovery leaves of one queue once the commitlog's recovered end is known: ``truncateDirtyLogicFiles``
-    when ``truncate`` (every queue's maxPhysicOffset against the end: decided over all queues), ``destroyLogics``
-    without a commitlog; the written units from the queue's new end on are dropped."""
-    units = units or _QueueUnits(files)
-    if not has_commitlog:
-        end = files[0].base_byte_offset if files else 0
-    elif truncate:
-        end = _truncate_queue(files, units, start.recover_end, commitlog_end)
-    else:
-        end = start.recover_end
-    dropped, first_dropped = 0, None
-    for i, f in enumerate(files):
-        if f.base_byte_offset + f.length <= end:
-            continue
-        written = units(i)[2]
-        skip = max(0, (end - f.base_byte_offset) // L.CQ_STORE_UNIT_SIZE)
-        hits = written[skip:].nonzero()[0]
-        if len(hits) and first_dropped is None:
-            first_dropped = (f.base_byte_offset // L.CQ_STORE_UNIT_SIZE) + skip + int(hits[0])
-        dropped += len(hits)
-    reason = None
-    if dropped:
-        reason = "no_commitlog" if not has_commitlog else "past_recovered_end" if end < start.recover_end \
-            else "invalid_unit"
-    return QueueRecovery(topic, queue_id, start.recover_end, start.max_physic_offset, end, dropped, first_dropped,
-                         reason, start.refused if reason == "invalid_unit" else None)
-
-
-def truncates_queues(starts, commitlog_end: int, has_commitlog: bool = True) -> tuple[bool, int]:
-    """(whether recovery runs truncateDirtyLogicFiles on every queue, the queues' max maxPhysicOffset): it does
-    when that max is >= the recovered commitlog end (``DefaultMessageStore.recover``)."""
-    max_cq = max((s.max_physic_offset for s in starts), default=-1)
-    return has_commitlog and max_cq >= commitlog_end, max_cq
-
-
-def recover_consume_queues(queues: dict, commitlog_end: int, has_commitlog: bool = True
-                           ) -> tuple[dict, int]:
-    """Every queue as recovery leaves it (``DefaultMessageStore.recover``): ``recoverConsumeQueue()`` runs
-    ``ConsumeQueue.recover()`` on each queue and takes the max of their maxPhysicOffset (-1 without units); the
-    commitlog recovery then calls ``truncateDirtyLogicFiles(processOffset)`` on every queue when that max is
-    >= the recovered commitlog end; with no commitlog segment at all it destroys every queue
-    (``destroyLogics``).  ``queues``: {(topic, queue id): files sorted by name}.  Returns ({key:
-    :class:`QueueRecovery`}, the max maxPhysicOffset)."""
-    units = {key: _QueueUnits(files) for key, files in queues.items()}
-    starts = {key: QueueStart(*_recover_queue(files, units[key])) for key, files in queues.items()}
-    truncate, max_cq = truncates_queues(starts.values(), commitlog_end, has_commitlog)
-    return {(topic, qid): finish_queue(topic, qid, files, starts[(topic, qid)], commitlog_end, has_commitlog,
-                                       truncate, units[(topic, qid)])
-            for (topic, qid), files in queues.items()}, max_cq
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import os
 import re
+
+import pyarrow.fs as pafs
 from dataclasses import dataclass
 
 from . import fs
 from . import layout as L
+from .errors import ErrorKind
 
 _ROLLED_NAME = re.compile(r"[0-9]{20}")  # fullmatch: ASCII digits only
+_QUEUE_DIR = re.compile(r"-?[0-9]{1,10}")  # an int queue id, as Integer.parseInt reads a queue folder's name
 
 
 def location(src) -> fs.Location:
@@ -55,6 +59,7 @@ def file_size(src) -> int:
 _WORDS = {
     "commitlog": ("segment", "the store's segment size", "mappedFileSizeCommitLog", "records against"),
     L.TIMER_LOG_DIR: ("timer-log file", "the timer log's file size", "mappedFileSizeTimerLog", "units against"),
+    "consumequeue": ("consume-queue file", "the queue's file size", "mappedFileSizeConsumeQueue", "units against"),
     L.BATCH_CQ_DIR: ("batch consume-queue file", "the queue's file size", "mapperFileSizeBatchConsumeQueue",
                      "units against"),
 }
@@ -88,14 +93,19 @@ class RolledFile:
 
 def list_folder(where, file_size: int | None = None, part: str = "") -> list[RolledFile]:
     """Every regular file of a MappedFileQueue folder (or the one file ``where`` names), in name order, each with
-    what is wrong with its name or length: the one listing of ``commitlog/`` and ``timerlog/``.  ``file_size``:
-    the folder's, when known; else the files' own (:func:`infer_file_size`).  Entries no reader can open (a FIFO,
-    a link loop...) are left out by ``Location.list``; a missing folder has none."""
-    from .errors import ErrorKind
-
-    noun, size_of, setting, checked = _WORDS.get(part, _ANY_PART)
+    what is wrong with its name or length: the one listing of ``commitlog/``, ``timerlog/`` and each queue's folder
+    (store_format.queues).  ``file_size``: the folder's, when known; else the files' own (:func:`infer_file_size`).
+    Entries no reader can open (a FIFO, a link loop...) are left out by ``Location.list``; a missing folder has
+    none."""
     loc = location(where)
-    infos = [loc.info()] if loc.is_file() else [i for i in loc.list() if i.is_file]
+    return folder_files(loc, [loc.info()] if loc.is_file() else loc.list(), file_size, part)
+
+
+def folder_files(loc: fs.Location, infos, file_size: int | None = None, part: str = "") -> list[RolledFile]:
+    """:func:`list_folder` of entries already listed (``infos``: ``loc.list()``'s, or the one file's info): a caller
+    walking many folders lists each once."""
+    noun, size_of, setting, checked = _WORDS.get(part, _ANY_PART)
+    infos = [i for i in infos if i.is_file]
     named = [i for i in infos if _ROLLED_NAME.fullmatch(i.base_name)]
     size = file_size or infer_file_size([(int(i.base_name), i.size) for i in named])
     out = []
@@ -115,6 +125,43 @@ def list_folder(where, file_size: int | None = None, part: str = "") -> list[Rol
                          f"({setting}) and refuses to load an empty one"),)
         out.append(RolledFile(file, int(i.base_name), i.size, problems))
     return out
+
+
+def queue_id_of(name: str) -> int | None:
+    """The queue id a queue folder's name gives (as Integer.parseInt: ASCII digits, an int), else None."""
+    return int(name) if _QUEUE_DIR.fullmatch(name) and -2**31 <= int(name) < 2**31 else None
+
+
+def list_queue_folders(part, part_name: str) -> list[tuple[str, int | None, RolledFile]]:
+    """(topic, queue id, file) of every regular file of every ``<topic>/<queue>/`` folder under a queue part folder
+    (``consumequeue/``, ``batchconsumequeue/``: each queue folder a MappedFileQueue), or of the one file ``part``
+    names, in listing order, each with its problems (:func:`folder_files`, words of ``part_name``); the queue id is
+    None where the folder's name is not an int.  The one walk of that shape: store_format.queues wraps it."""
+    loc = location(part)
+    if loc.is_file():
+        queue = loc.parent()
+        return [(queue.parent().name, queue_id_of(queue.name), f)
+                for f in folder_files(queue, [loc.info()], None, part_name)]
+    out = []
+    for topic in _subfolders(loc):
+        for queue in _subfolders(topic):
+            qid = queue_id_of(queue.name)
+            out += [(topic.name, qid, f) for f in folder_files(queue, queue.list(), None, part_name)]
+    return out
+
+
+def _subfolders(loc: fs.Location) -> list[fs.Location]:
+    return [fs.Location(loc.fs, i.path, loc.origin) for i in loc.list() if i.type == pafs.FileType.Directory]
+
+
+def by_queue(entries) -> dict[tuple[str, int], list[RolledFile]]:
+    """{(topic, queue id): files} of :func:`list_queue_folders`' entries the broker loads (an int queue id, a
+    20-digit name), each queue's by base offset, in the order the listing first shows each queue."""
+    out: dict[tuple[str, int], list[RolledFile]] = {}
+    for topic, qid, f in entries:
+        if qid is not None and f.base_offset is not None:
+            out.setdefault((topic, qid), []).append(f)
+    return {k: sorted(v, key=lambda f: f.base_offset) for k, v in out.items()}
 
 
 def list_rolled_files(folder, file_size: int | None = None, part: str = "") -> list[RolledFile]:

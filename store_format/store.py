@@ -18,7 +18,7 @@ from .commitlog import (Frame, Segment, infer_segment_size, list_segment_files, 
                         walk_buffer)
 from .fs import ReadOnlyMap
 from .config import ConfigFile, read_config
-from .consumequeue import CQFile, CQUnit, QueueFile, list_consumequeue, queue_files, read_queue
+from .consumequeue import CQFile, CQUnit, read_queue
 from .errors import ErrorKind, IndexFileError, StoreFormatError
 from .ids import parse_host, parse_offset_msg_id
 from .indexfile import INDEX_NAME, IndexFile, index_files
@@ -129,20 +129,45 @@ class Store:
         """The timer-log files the broker loads (20-digit names), by base offset: what the timer readers take."""
         return sorted((f for f in self.timer_log_files if f.base_offset is not None), key=lambda f: f.base_offset)
 
-    # ---- consume queues ----------------------------------------------------------------------
+    # ---- consume queues (every backend: store_format.queues) -----------------------------------------
     @cached_property
-    def queue_files(self) -> list[QueueFile]:
+    def queue_listing(self) -> list:
+        """Every file of every queue folder (``consumequeue/``, 5.x ``batchconsumequeue/``...: store_format.queues,
+        bad folder and file names too, each with its problems), in listing order; a part folder no reader can read
+        has none (store_format.fs reports it)."""
+        from .queues import BACKENDS, list_queue_files
+
+        return [f for b in BACKENDS if self._readable_folder(b.folder)
+                for f in list_queue_files(self.loc.child(b.folder), (b,))]
+
+    @cached_property
+    def queue_models(self) -> list:
+        """Every queue the broker loads, of every backend (store_format.queues.Queue), in listing order."""
+        from .queues import group_queues
+
+        return group_queues(self.queue_listing)
+
+    def listing_of(self, backend) -> list:
+        """:attr:`queue_listing`'s files of one backend (store_format.queues.Backend)."""
+        return [f for f in self.queue_listing if f.backend is backend]
+
+    def queues_of(self, backend) -> dict[tuple[str, int], list]:
+        """{(topic, queue id): files as the backend's readers take them} of one backend's queues, each by name."""
+        return {q.key: q.reader_files for q in self.queue_models if q.backend is backend}
+
+    @property
+    def queue_files(self) -> list:
         """Every file of ``consumequeue/<topic>/<queue>/`` (bad folder and file names too), in listing order."""
-        return list_consumequeue(self.loc.child("consumequeue")) if self._readable_folder("consumequeue") else []
+        from .queues import FILE
+
+        return self.listing_of(FILE)
 
     @cached_property
     def queues(self) -> dict[tuple[str, int], list[CQFile]]:
-        """{(topic, queue id): files} the broker loads, each queue's files by name."""
-        out: dict[tuple[str, int], list] = {}
-        for f in self.queue_files:
-            if f.loaded:
-                out.setdefault((f.topic, f.queue_id), []).append(f)
-        return {k: queue_files(v) for k, v in out.items()}
+        """{(topic, queue id): files} of the consume queues (``consumequeue/``) the broker loads, each by name."""
+        from .queues import FILE
+
+        return self.queues_of(FILE)
 
     @property
     def consume_queue_file_size(self) -> int | None:
@@ -153,20 +178,20 @@ class Store:
         return read_queue(self.queues.get((topic, queue_id), []), **kwargs)
 
     # ---- batch consume queues (5.x, queue.type=BatchCQ) ----------------------------------------
-    @cached_property
+    @property
     def batch_queue_files(self) -> list:
-        """Every file of ``batchconsumequeue/<topic>/<queue>/`` (bad names and lengths too, each with its problems:
-        store_format.batchcq.BatchQueueFile), by topic, queue and name."""
-        from .batchcq import BATCH_CQ_DIR, list_batch_queue_files
+        """Every file of ``batchconsumequeue/<topic>/<queue>/`` (bad names and lengths too, each with its problems),
+        by topic, queue and name."""
+        from .queues import BATCH
 
-        return list_batch_queue_files(self.loc) if self._readable_folder(BATCH_CQ_DIR) else []
+        return self.listing_of(BATCH)
 
     @cached_property
     def batch_queues(self) -> dict:
         """{(topic, queue id): rolled files} the broker loads, each queue's by offset."""
-        from .batchcq import batch_queues_of
+        from .queues import BATCH
 
-        return batch_queues_of(self.batch_queue_files)
+        return self.queues_of(BATCH)
 
     @cached_property
     def batch_topics(self) -> frozenset:
@@ -185,6 +210,23 @@ class Store:
             if isinstance(attributes, dict) and attributes.get(L.TOPIC_ATTRIBUTE_QUEUE_TYPE) == L.QUEUE_TYPE_BATCH:
                 found.add(str(name))
         return frozenset(found)
+
+    @cached_property
+    def topics_by_kind(self) -> dict[str, frozenset]:
+        """{queue kind: its topics} of the kinds besides ``plain`` the broker has (store_format.queues.Queue.kind):
+        ``batch`` (:attr:`batch_topics`: their folders, and topics.json's queue.type=BatchCQ) and ``lmq`` (the
+        %LMQ% consume queues' topics); what the audit's families ask of a broker, so the engine names no kind."""
+        lmq = frozenset(q.topic for q in self.queue_models if q.kind == "lmq")
+        return {kind: topics for kind, topics in (("batch", self.batch_topics), ("lmq", lmq)) if topics}
+
+    @cached_property
+    def multi_dispatch(self) -> bool:
+        """Its records may carry INNER_MULTI_DISPATCH: it has %LMQ% queues, or its files say it is a 5.x store (a
+        4.9.x broker with LMQ shows its %LMQ% queues or lmqConsumerOffset.json)."""
+        from .features import store_features
+
+        f = store_features(self.loc)
+        return "lmq" in self.topics_by_kind or f.is_5x or f.lmq_consumer_offsets
 
     # ---- index -------------------------------------------------------------------------------
     @cached_property

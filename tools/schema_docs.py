@@ -382,7 +382,8 @@ def _sources() -> str:
              "the last two (the `columns` option keeps only those named).\n\n"
              + _source_table(list(commitlog.BASE_COLUMNS) + [commitlog.FRAME]
                              + [f for f in full if f.name not in commitlog.BASE_COLUMNS.names], "rocketmq-commitlog"),
-             "### rocketmq-consumequeue\n\nOne row per consume-queue unit, `zero_tail` run or corrupt span.\n\n"
+             "### rocketmq-consumequeue\n\nOne row per consume-queue unit of every backend (`consumequeue/`, 5.x "
+             "`batchconsumequeue/`), `zero_tail` run or corrupt span.\n\n"
              + _source_table(consumequeue.SCHEMA, "rocketmq-consumequeue"),
              "### rocketmq-index\n\nPer index file one `header` row, then one row per entry, or one `corrupt` row; "
              "a column is null on the rows it is not about.\n\n" + _source_table(indexfile.SCHEMA, "rocketmq-index"),

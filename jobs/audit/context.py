@@ -16,7 +16,7 @@ from store_format.brokerconf import RecoverySettings
 
 from .inputs import StoreRef
 from .plan import BrokerPlan
-from .routes import BATCH_FILES, CQ_FILES, QUEUE_BOUNDS, QUEUE_STARTS
+from .routes import QUEUE_BOUNDS, QUEUE_ROUTES, QUEUE_STARTS
 from .scan import RANGES
 from .survey import WALK_ITEMS, WALK_RANGES
 from .tasks import Outputs, failure_row
@@ -165,12 +165,12 @@ class AuditContext:
     # ---- consume queues ----------------------------------------------------------------------------------
     @cached_property
     def queue_bounds(self) -> pa.Table:
-        """Per consume queue: ``min_offset`` (first entry), ``max_offset`` (one past the last entry, as the broker's
-        ``getMaxOffsetInQueue``) and the entry count, from the consume-queue files; a 5.x batch consume queue's
-        offsets count messages (its last unit's msgBaseOffset + batchSize), its entries are its units."""
+        """Per queue of every backend: ``min_offset`` (first entry), ``max_offset`` (one past the last queue offset
+        its entries cover, as the broker's ``getMaxOffsetInQueue``: a batch unit covers batchSize of them) and the
+        entry count (units), from the survey's rows of every queue route's files."""
         columns = ["broker", "topic", "queue_id", "entries", "min_queue_offset", "max_queue_offset"]
-        t = pa.concat_tables([self.survey_partial(name, schema).select(columns)
-                              for name, schema in (("survey.cq_files", CQ_FILES), ("survey.batch_files", BATCH_FILES))])
+        t = pa.concat_tables([self.survey_partial(r.files_partial, r.survey_schema).select(columns)
+                              for r in QUEUE_ROUTES])
         t = t.filter(pc.greater(t.column("entries"), 0))
         if not t.num_rows:
             return QUEUE_BOUNDS.empty_table()

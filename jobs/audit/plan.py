@@ -21,7 +21,7 @@ import numpy as np
 from store_format import layout as L
 from store_format.brokerconf import StoreGeometry
 from store_format.commitlog import Segment
-from store_format.consumequeue import QueueFile
+from store_format.queues import QueueFile
 from store_format.fs import Location
 from store_format.plan import MAX_RANGE_HELD, SegmentRange, plan_ranges
 from store_format.recovery import recovery_region
@@ -63,19 +63,11 @@ class BrokerPlan:
         g = self.geometry
         return [IndexFilePlan(f, g.hash_slot_num, g.index_num) for f in self.store.index_files]
 
-    @cached_property
-    def lmq_queues(self) -> bool:
-        """The broker has %LMQ% consume queues (LMQ multi-dispatch: store-format-5x.md section 5)."""
-        return any(topic.startswith(L.LMQ_PREFIX) for topic, _ in self.store.queues)
-
-    @cached_property
+    @property
     def multi_dispatch(self) -> bool:
-        """Its records may carry INNER_MULTI_DISPATCH: it has LMQ queues, or its files say it is a 5.x store (a 4.9.x
-        broker with LMQ shows its %LMQ% queues or lmqConsumerOffset.json), so the scan reads their property strings."""
-        from store_format.features import store_features
-
-        f = store_features(self.store.loc)
-        return self.lmq_queues or f.is_5x or f.lmq_consumer_offsets
+        """Its records may name queues to multi-dispatch to (store_format.store.Store.multi_dispatch), so the scan
+        reads their property strings."""
+        return self.store.multi_dispatch
 
     @property
     def timer_log_files(self) -> list:

@@ -1,8 +1,9 @@
 """The routed files: per-file structures whose entries point at CommitLog offsets, each declared once as a
 :class:`Route` that the engine serves with one survey task kind, one file task kind and one view of the entries a
-commitlog range owns (``RangeContext.routed(route)``).  Today: consume-queue units (``consumequeue``), index
-entries (``index``) and 5.x timer-log units (``timerlog``: each points at its record on rmq_sys_wheel_timer) and
-batch consume-queue units (``batchconsumequeue``).
+commitlog range owns (``RangeContext.routed(route)``).  Today: the units of each consume-queue backend
+(store_format.queues: ``consumequeue``, 5.x ``batchconsumequeue``; one route each, served through the queue's
+backend), index entries (``index``) and 5.x timer-log units (``timerlog``: each points at its record on
+rmq_sys_wheel_timer).
 
 How a route is served: the survey reads each file's bounds and summarizes its entries as routing buckets
 (``phys >> shift``: :class:`jobs.audit.plan.Buckets`), one row per file in the route's ``files`` partial; the
@@ -18,21 +19,19 @@ read (``window``) and shown (``view``, with the schema ``VIEW``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 
 from store_format import layout as L
-from store_format.batchcq import KIND_ENTRY as BATCH_ENTRY, UNIT_SIZE as BATCH_UNIT_SIZE, read_batch_unit_arrays, \
-    read_batch_unit_window
-from store_format.consumequeue import CQFile, QueueFile, read_unit_arrays, read_unit_window
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.fs import Location, ReadOnlyMap
 from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_entry_window, read_header, \
     written_entries
 from store_format.plan import group_queue_files
-from store_format.recovery import recover_queue
+from store_format.queues import BATCH, FILE, Backend, QueueFile, group_queues
 from store_format.timer import KIND_BLANK as TIMER_BLANK, KIND_CORRUPT as TIMER_CORRUPT, KIND_ENTRY as TIMER_ENTRY, \
     UNIT_SIZE as TIMER_UNIT_SIZE, read_timer_unit_arrays, read_timer_unit_range
 from udfs.columns import column
@@ -88,6 +87,7 @@ class Route:
     scan_cost: Callable  # file -> bytes a file task reads of it
     survey_group: Callable | None = None  # (SurveyInput, files, out): what the survey finds over a group
     emits: dict[str, pa.Schema] = field(default_factory=dict)  # its survey's partial tables, the files' one too
+    backend: Backend | None = None  # a queue route: its queues' backend (store_format.queues); their bounds
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -96,6 +96,7 @@ class Route:
 CQ_FILES = pa.schema([
     ("broker", pa.string()), ("path", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
     ("units", pa.int64()), ("entries", pa.int64()),
+    # the first entry's queue offset and the last queue offset its entries cover (store_format.queues.Units.ends)
     ("min_queue_offset", pa.int64()), ("max_queue_offset", pa.int64()), *BUCKETS,
 ])
 QUEUE_STARTS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
@@ -113,44 +114,48 @@ UNITS = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("queue_off
 def _survey_queue_file(task: SurveyInput, f: QueueFile):
     if not f.loaded:
         return None, None  # never read: the file task reports the file
-    u = read_unit_arrays(f.cq_file())
-    entry = np.flatnonzero(u.kind == 0)
-    qoff = u.queue_offset[entry]
+    u = f.units()
+    entry = np.flatnonzero(u.valid)
+    first, last = u.queue_offset[entry], u.ends[entry] - 1  # a batch unit covers batchSize queue offsets
     b = Buckets.of_offsets(u.physical_offset[entry], entry, task.shift, task.commitlog_end)
     return {"broker": task.broker, "path": f.loc.path, "topic": f.topic, "queue_id": f.queue_id,
-            "units": len(u.kind), "entries": len(entry), "min_queue_offset": int(qoff.min()) if len(qoff) else None,
-            "max_queue_offset": int(qoff.max()) if len(qoff) else None, **bucket_columns(b)}, u
-
-
-def queues_of(files: list[QueueFile]) -> dict[tuple[str, int], list[CQFile]]:
-    """The files of ``files`` the broker loads, by queue (a number for a folder name, 20 digits for a file name),
-    each queue's by name."""
-    out: dict[tuple, list] = {}
-    for f in files:
-        if f.loaded:
-            out.setdefault((f.topic, f.queue_id), []).append(f.cq_file())
-    return {k: sorted(v, key=lambda f: f.base_byte_offset) for k, v in out.items()}
+            "units": len(u.kind), "entries": len(entry), "min_queue_offset": int(first.min()) if len(first) else None,
+            "max_queue_offset": int(last.max()) if len(last) else None, **bucket_columns(b)}, u
 
 
 def _queue_starts(task: SurveyInput, files: list[QueueFile], out) -> None:
-    """ConsumeQueue.recover()'s walk of each whole queue of the group: where the broker's recovery will start it."""
+    """What recovery's walk of each whole queue of the group leaves (store_format.queues.Queue.recover): where the
+    broker's recovery will start it."""
     starts = []
-    for (topic, qid), queue in queues_of(files).items():
-        s = recover_queue(queue)
-        starts.append({"broker": task.broker, "topic": topic, "queue_id": qid, "recover_end": s.recover_end,
+    for q in group_queues(files):
+        s = q.recover()
+        if s is None:
+            continue  # a backend whose recovery is not modelled
+        starts.append({"broker": task.broker, "topic": q.topic, "queue_id": q.queue_id, "recover_end": s.recover_end,
                        "max_physic_offset": s.max_physic_offset,
                        "refused_offset": s.refused[0] if s.refused else None,
                        "refused_size": s.refused[1] if s.refused else None})
     out.partial("survey.queue_starts", pa.Table.from_pylist(starts, schema=QUEUE_STARTS))
 
 
-def _unit_window(f: RoutedFile, first: int, end: int) -> dict:
-    u = read_unit_window(f.loc, first, end)
-    return {"physical_offset": u["physical_offset"], "size": u["size"], "tags_code": u["tags_code"],
-            "valid": u["kind"] == 0}
+def _queue_route(backend: Backend, files_partial: str, view: Callable, **more) -> Route:
+    """The route of one backend's queue files: its listing, grouped by whole queues; every file surveyed, routed and
+    windowed through its backend (store_format.queues), shown by ``view``."""
+    return Route(name=backend.folder, files=partial(_backend_files, backend), group=group_queue_files,
+                 files_partial=files_partial, survey_schema=CQ_FILES, survey_file=_survey_queue_file,
+                 routed=_routed_queue_file, window=partial(_backend_window, backend), view=partial(view, backend),
+                 survey_cost=_length, scan_cost=_length, backend=backend, **more)
 
 
-def _unit_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+def _backend_files(backend: Backend, plan: BrokerPlan) -> list[QueueFile]:
+    return plan.store.listing_of(backend)
+
+
+def _backend_window(backend: Backend, f: RoutedFile, first: int, end: int) -> dict:
+    return backend.window(f.loc, first, end)
+
+
+def _unit_view(backend: Backend, f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
     k = len(idx)
     return pa.table({
         "topic": pa.repeat(pa.scalar(f.params["topic"], pa.string()), k),
@@ -158,12 +163,8 @@ def _unit_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
         "queue_offset": pa.array(f.params["first_queue_offset"] + first + idx, pa.int64()),
         "physical_offset": pa.array(w["physical_offset"][idx]), "size": pa.array(w["size"][idx]),
         "tags_code": pa.array(w["tags_code"][idx]), "file": pa.repeat(pa.scalar(f.name, pa.string()), k),
-        "file_position": pa.array((first + idx) * L.CQ_STORE_UNIT_SIZE, pa.int64()),
+        "file_position": pa.array((first + idx) * backend.unit_size, pa.int64()),
     }, schema=UNITS)
-
-
-def _queue_files(plan: BrokerPlan) -> list[QueueFile]:
-    return plan.cq_files
 
 
 def _routed_queue_file(row: dict | None, f: QueueFile) -> RoutedFile | None:
@@ -175,13 +176,6 @@ def _routed_queue_file(row: dict | None, f: QueueFile) -> RoutedFile | None:
 
 def _length(f) -> int:
     return f.length
-
-
-CONSUMEQUEUE = Route(
-    name="consumequeue", files=_queue_files, group=group_queue_files,
-    files_partial="survey.cq_files", survey_schema=CQ_FILES, survey_file=_survey_queue_file,
-    routed=_routed_queue_file, window=_unit_window, view=_unit_view, survey_cost=_length, scan_cost=_length,
-    survey_group=_queue_starts, emits={"survey.cq_files": CQ_FILES, "survey.queue_starts": QUEUE_STARTS})
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -346,36 +340,14 @@ TIMERLOG = Route(
 # msgBaseOffset (store_format.batchcq); a file's units are appended densely, so a unit's place in the queue is its
 # msgBaseOffset, not its byte position
 
-BATCH_FILES = pa.schema([
-    ("broker", pa.string()), ("path", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
-    ("units", pa.int64()), ("entries", pa.int64()),
-    # the first entry's msgBaseOffset and the last message offset its entries cover (msgBaseOffset + batchSize - 1)
-    ("min_queue_offset", pa.int64()), ("max_queue_offset", pa.int64()), *BUCKETS,
-])
+BATCH_FILES = CQ_FILES  # a queue file's row whatever its backend (a batch unit covers msgBaseOffset .. + batchSize - 1)
 BATCH_UNITS = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("msg_base_offset", pa.int64()),
                          ("batch_size", pa.int32()), ("physical_offset", pa.int64()), ("size", pa.int32()),
                          ("tags_code", pa.int64()), ("store_timestamp", pa.int64()), ("file", pa.string()),
                          ("file_position", pa.int64())])
 
 
-def _survey_batch_file(task: SurveyInput, f):
-    if not f.loaded:
-        return None, None  # never read: the file task reports the file
-    u = read_batch_unit_arrays(f.file)
-    entry = np.flatnonzero(u.kind == BATCH_ENTRY)
-    first, last = u.msg_base_offset[entry], u.msg_base_offset[entry] + u.batch_size[entry] - 1
-    b = Buckets.of_offsets(u.physical_offset[entry], entry, task.shift, task.commitlog_end)
-    return {"broker": task.broker, "path": f.loc.path, "topic": f.topic, "queue_id": f.queue_id, "units": len(u),
-            "entries": len(entry), "min_queue_offset": int(first.min()) if len(entry) else None,
-            "max_queue_offset": int(last.max()) if len(entry) else None, **bucket_columns(b)}, u
-
-
-def _batch_window(f: RoutedFile, first: int, end: int) -> dict:
-    u = read_batch_unit_window(f.loc, first, end)
-    return {**u, "valid": u["kind"] == BATCH_ENTRY}
-
-
-def _batch_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+def _batch_view(backend: Backend, f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
     k = len(idx)
     return pa.table({
         "topic": pa.repeat(pa.scalar(f.params["topic"], pa.string()), k),
@@ -384,30 +356,21 @@ def _batch_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table
         "physical_offset": pa.array(w["physical_offset"][idx]), "size": pa.array(w["size"][idx]),
         "tags_code": pa.array(w["tags_code"][idx]), "store_timestamp": pa.array(w["store_timestamp"][idx]),
         "file": pa.repeat(pa.scalar(f.name, pa.string()), k),
-        "file_position": pa.array((first + idx) * BATCH_UNIT_SIZE, pa.int64()),
+        "file_position": pa.array((first + idx) * backend.unit_size, pa.int64()),
     }, schema=BATCH_UNITS)
 
 
-def _batch_files(plan: BrokerPlan) -> list:
-    return plan.store.batch_queue_files
-
-
-def _routed_batch_file(row: dict | None, f) -> RoutedFile | None:
-    if row is None or not row["entries"]:
-        return None
-    return RoutedFile(f.loc, f.name, buckets_of_row(row), {"topic": f.topic, "queue_id": f.queue_id})
-
-
-BATCHCONSUMEQUEUE = Route(
-    name="batchconsumequeue", files=_batch_files, group=group_queue_files,
-    files_partial="survey.batch_files", survey_schema=BATCH_FILES, survey_file=_survey_batch_file,
-    routed=_routed_batch_file, window=_batch_window, view=_batch_view, survey_cost=_length, scan_cost=_length,
-    emits={"survey.batch_files": BATCH_FILES})
+# each backend's queue route, with the survey's partial of its files and the view of its units its families read (a
+# new backend adds one here, and the family that checks its units)
+CONSUMEQUEUE = _queue_route(FILE, "survey.cq_files", _unit_view, survey_group=_queue_starts,
+                            emits={"survey.cq_files": CQ_FILES, "survey.queue_starts": QUEUE_STARTS})
+BATCHCONSUMEQUEUE = _queue_route(BATCH, "survey.batch_files", _batch_view, emits={"survey.batch_files": BATCH_FILES})
+QUEUE_ROUTES = (CONSUMEQUEUE, BATCHCONSUMEQUEUE)
 
 ROUTES = {r.name: r for r in (CONSUMEQUEUE, INDEX, TIMERLOG, BATCHCONSUMEQUEUE)}
 VIEW = {CONSUMEQUEUE.name: UNITS, INDEX.name: ENTRIES, TIMERLOG.name: TIMER_UNITS, BATCHCONSUMEQUEUE.name: BATCH_UNITS}
 
-__all__ = ["Route", "RoutedFile", "SurveyInput", "ROUTES", "VIEW", "CONSUMEQUEUE", "INDEX", "TIMERLOG",
-           "BATCHCONSUMEQUEUE", "CQ_FILES", "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES",
-           "TIMERLOG_FILES", "TIMER_UNITS", "BATCH_FILES", "BATCH_UNITS", "queues_of", "buckets_of_row",
+__all__ = ["Route", "RoutedFile", "SurveyInput", "ROUTES", "VIEW", "QUEUE_ROUTES", "CONSUMEQUEUE", "INDEX",
+           "TIMERLOG", "BATCHCONSUMEQUEUE", "CQ_FILES", "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES",
+           "TIMERLOG_FILES", "TIMER_UNITS", "BATCH_FILES", "BATCH_UNITS", "buckets_of_row",
            "bucket_columns"]

@@ -66,12 +66,15 @@ class BrokerFacts:
     file_problems: list[tuple[int, int, str]] = field(default_factory=list)
     delay_levels: dict = field(default_factory=lambda: dict(L.DEFAULT_DELAY_LEVELS))
     probes: dict = field(default_factory=dict)  # family name -> what it asks every task of the broker to look up
-    # 5.x: the topics whose records go to batch consume queues (store_format.store.Store.batch_topics), whether it
-    # has %LMQ% consume queues, and whether its records may name queues to multi-dispatch to (a 5.x store, or LMQ
+    # the topics of each queue kind besides plain the broker has (store_format.store.Store.topics_by_kind: 5.x batch
+    # topics, %LMQ% queues), and whether its records may name queues to multi-dispatch to (a 5.x store, or LMQ
     # queues or offsets: then every range decodes its messages' property strings too, ``properties_raw``)
-    batch_topics: frozenset = frozenset()
-    lmq_queues: bool = False
+    queue_kinds: dict = field(default_factory=dict)
     multi_dispatch: bool = False
+
+    def topics_of(self, kind: str) -> frozenset:
+        """The topics of the broker's queues of ``kind`` (store_format.queues.Queue.kind); none when it has none."""
+        return self.queue_kinds.get(kind, frozenset())
 
 
 @dataclass
@@ -380,8 +383,8 @@ def broker_facts(ctx, name: str) -> BrokerFacts | None:
         index_pending_from=p.redispatch_from if p.redispatch_from is not None else p.max_cq_physical_offset,
         indexed=plan.has_index_dir, shift=plan.shift, commitlog_end=plan.commitlog_end, routed=routed,
         file_problems=[(f.base_offset or 0, f.length, kind) for f in plan.segment_files for kind, _ in f.problems],
-        delay_levels=dict(plan.store.delay_levels), batch_topics=plan.store.batch_topics,
-        lmq_queues=plan.lmq_queues, multi_dispatch=plan.multi_dispatch)
+        delay_levels=dict(plan.store.delay_levels), queue_kinds=plan.store.topics_by_kind,
+        multi_dispatch=plan.multi_dispatch)
     for family in ctx.families:
         if family.probes is not None:
             facts.probes[family.name] = family.probes(ctx, name)

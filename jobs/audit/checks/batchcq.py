@@ -85,7 +85,8 @@ MISSING = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id
 
 
 def in_range(rc, out) -> None:
-    if not rc.facts.batch_topics:
+    batch = rc.facts.topics_of("batch")
+    if not batch:
         return
     u, m = rc.routed("batchconsumequeue"), rc.messages
     if u.num_rows:
@@ -102,7 +103,7 @@ def in_range(rc, out) -> None:
         _duplicates(rc, u, out)
     if m.num_rows:
         want = rc.column("kept") & pc.is_in(m.column("tran_type"), pa.array(DISPATCHED_TYPES)).to_numpy(
-            zero_copy_only=False) & pc.is_in(m.column("topic"), pa.array(sorted(rc.facts.batch_topics))).to_numpy(
+            zero_copy_only=False) & pc.is_in(m.column("topic"), pa.array(sorted(batch))).to_numpy(
             zero_copy_only=False)
         mphys = rc.column("physical_offset")
         has_unit = np.isin(mphys, u.column("physical_offset").to_numpy()) if u.num_rows else np.zeros(len(mphys), bool)

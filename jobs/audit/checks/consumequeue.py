@@ -264,7 +264,7 @@ def _duplicates(rc, u: pa.Table, out) -> None:
 def _lmq_units(rc, u: pa.Table) -> np.ndarray:
     """Which units are of %LMQ% queues: the same record's unit in a queue of another name (multi-dispatch,
     store-format-5x.md section 5); whether each is where RocketMQ's dispatch puts it is the lmq family's check."""
-    if not rc.facts.lmq_queues or not u.num_rows:
+    if not rc.facts.topics_of("lmq") or not u.num_rows:
         return np.zeros(u.num_rows, bool)
     return pc.starts_with(u.column("topic"), L.LMQ_PREFIX).to_numpy(zero_copy_only=False)
 
@@ -272,9 +272,10 @@ def _lmq_units(rc, u: pa.Table) -> np.ndarray:
 def _batch_topic_messages(rc) -> np.ndarray:
     """Which messages are of queue.type=BatchCQ topics: they get a batch consume-queue unit, never a consume-queue
     one (the batchcq family's check)."""
-    if not rc.facts.batch_topics:
+    batch = rc.facts.topics_of("batch")
+    if not batch:
         return np.zeros(rc.messages.num_rows, bool)
-    return pc.is_in(rc.messages.column("topic"), pa.array(sorted(rc.facts.batch_topics))).to_numpy(
+    return pc.is_in(rc.messages.column("topic"), pa.array(sorted(batch))).to_numpy(
         zero_copy_only=False)
 
 

@@ -83,7 +83,7 @@ def pending_in_survey(given, f, units, out) -> None:
     probe = given.probes.get("delays")
     if units is None or probe is None or f.topic != L.SCHEDULE_TOPIC or f.queue_id not in probe["next"]:
         return
-    entry = np.flatnonzero(units.kind == 0)
+    entry = np.flatnonzero(units.valid)
     due = entry[units.queue_offset[entry] >= probe["next"][f.queue_id]]
     maps: dict[str, ReadOnlyMap] = {}  # the segments pending records are read from, each mapped once
     pending = []

@@ -125,7 +125,7 @@ def in_range(rc, out) -> None:
     f = rc.facts
     if not f.multi_dispatch:
         return
-    if f.lmq_queues:
+    if f.topics_of("lmq"):
         _units(rc, out)
     m = rc.messages
     if not m.num_rows:

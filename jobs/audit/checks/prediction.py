@@ -10,8 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from store_format.queues import group_queues
+
 from ..contract import Family, SummaryView
-from ..routes import queues_of
 
 LOST = pa.schema([("broker", pa.string()), ("state", pa.string()), ("physical_offset", pa.int64()),
                   ("size", pa.int64()), ("damage", pa.string())])
@@ -60,11 +61,15 @@ QUEUES = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id"
 def queue_recovery_in(facts, parts, out) -> None:
     """What recovery leaves of each queue of ``parts`` (store_format.recovery.finish_queue, with the broker-wide
     decision to truncate), for the queues that lose units."""
-    from store_format.recovery import finish_queue, recover_queue
+    from store_format.recovery import finish_queue
 
     rows = []
-    for (topic, qid), files in queues_of(parts).items():
-        q = finish_queue(topic, qid, files, recover_queue(files), facts.recovered_end, facts.has_commitlog,
+    for queue in group_queues(parts):
+        start = queue.recover()
+        if start is None:
+            continue  # a backend whose recovery is not modelled
+        topic, qid = queue.key
+        q = finish_queue(topic, qid, queue.reader_files, start, facts.recovered_end, facts.has_commitlog,
                          facts.truncate_queues)
         if q.dropped:
             rows.append({"broker": facts.broker, "topic": topic, "queue_id": qid, "recover_end": q.recover_end,

@@ -1,0 +1,361 @@
+"""A consume queue, whatever holds it: one :class:`Queue` (topic, queue id, backend) over its rolled files, one
+listing of every queue folder of a store (:func:`list_queue_files`), one grouping (:func:`group_queues`), unit
+windows and bounds by queue offset, and what the broker's recovery does to it.
+
+A backend (:class:`Backend`) is how a queue's units are kept: its part folder under the store root, its unit's size
+and decoder, and its recovery model.  Today's backends (store-format-5x.md section 3):
+
+- ``file``: ``consumequeue/<topic>/<queueId>/<20-digit byte offset>``, 20-byte units (store_format.consumequeue;
+  with ``enableConsumeQueueExt`` their tagsCodes in ``consumequeue_ext/``), queue offset n at byte n * 20;
+- ``batch``: ``batchconsumequeue/<topic>/<queueId>/<20-digit byte offset>`` (5.x, ``queue.type=BatchCQ``), 46-byte
+  units (store_format.batchcq), each covering ``batchSize`` queue offsets from its ``msgBaseOffset``.
+
+The queue's kind (:attr:`Queue.kind`: ``plain``, ``lmq``, ``batch``) follows from its backend and its name; an ext
+queue is a ``file`` queue whose units hold ConsumeQueueExt addresses (:attr:`Queue.has_ext`).  A further backend
+(RocksDB, compaction) plugs in as one more :class:`Backend` with the same functions.
+
+Every file is opened read-only (store_format.rolled).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Callable
+
+from . import fs
+from . import layout as L
+from . import rolled
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A queue's files, listed once
+
+
+@dataclass(frozen=True, eq=False)
+class QueueFile:
+    """One file of a queue folder (``<part>/<topic>/<queue>/<file>``) as the listing finds it, with what is wrong
+    with it (``problems``: a bad name, a length other than its folder's file size; store_format.rolled).  The broker
+    loads it when its queue folder is an int and its name 20 digits (:attr:`loaded`)."""
+
+    topic: str
+    queue_id: int | None  # None: the queue folder's name is not an int
+    backend: "Backend"
+    file: rolled.RolledFile
+
+    @property
+    def loc(self) -> fs.Location:
+        return self.file.loc
+
+    @property
+    def name(self) -> str:
+        return self.file.name
+
+    @property
+    def length(self) -> int:
+        return self.file.length
+
+    @property
+    def problems(self) -> tuple:
+        return self.file.problems
+
+    @property
+    def base_offset(self) -> int | None:
+        """The file's name: the byte offset of its first unit in the queue (None: the name is not 20 digits)."""
+        return self.file.base_offset
+
+    @property
+    def loaded(self) -> bool:
+        """The broker loads it: an int queue id and a 20-digit name."""
+        return self.queue_id is not None and self.file.base_offset is not None
+
+    @property
+    def first_unit(self) -> int:
+        """The index in the queue of the file's first unit: its name over the unit's size."""
+        return self.file.base_offset // self.backend.unit_size
+
+    @property
+    def first_queue_offset(self) -> int:
+        """A ``file`` queue's first unit's queue offset (its unit index; a batch queue's offsets are in its units)."""
+        return self.first_unit
+
+    def cq_file(self):
+        """The file as store_format.consumequeue's readers take it (a ``file`` queue's, :attr:`loaded`)."""
+        from .consumequeue import CQFile
+
+        return CQFile(self.topic, self.queue_id, self.loc.as_path(), self.file.base_offset, self.length)
+
+    def reader_file(self):
+        """The file as its backend's readers take it (:attr:`Backend.file_of`)."""
+        return self.backend.file_of(self)
+
+    def units(self) -> "Units":
+        """Every unit of the file up to its last written one, in bulk (:class:`Units`)."""
+        return self.backend.file_units(self)
+
+
+def list_queue_files(where, backends: tuple["Backend", ...] | None = None) -> list[QueueFile]:
+    """Every regular file of every queue folder ``where`` holds, in listing order, each with its problems: a store
+    root (each backend's part folder: ``consumequeue/``, ``batchconsumequeue/``...), one part folder (its
+    backend's), or the one file ``where`` names (the backend of the part folder three levels up; ``file`` when no
+    part folder is there).  ``backends``: only theirs.  Entries no reader can read are left out (store_format.fs
+    reports them); a missing folder has none."""
+    loc = rolled.location(where)
+    if loc.is_file():
+        parts = [(b, loc) for b in BY_FOLDER.get(loc.parent().parent().parent().name, (FILE,))[:1]]
+    elif loc.name in BY_FOLDER:  # one part folder
+        parts = [(b, loc) for b in BY_FOLDER[loc.name]]
+    else:
+        parts = [(b, loc.child(b.folder)) for b in BACKENDS]
+    return [f for backend, part in parts if backends is None or backend in backends for f in backend.list_files(part)]
+
+
+def _rolled_queue_files(backend: "Backend", part) -> list[QueueFile]:
+    """A rolled backend's listing: every file of every ``<topic>/<queue>/`` MappedFileQueue under its part folder
+    (store_format.rolled.list_queue_folders), or the one file ``part`` names."""
+    return [QueueFile(topic, qid, backend, f) for topic, qid, f in rolled.list_queue_folders(part, backend.folder)]
+
+
+def group_queues(files: list[QueueFile]) -> list["Queue"]:
+    """The queues of a listing: the files the broker loads by backend, topic and queue id (store_format.rolled's
+    grouping), each queue's files by name, in the order the listing first shows each queue."""
+    by_file = {id(f.file): f for f in files}
+    out = []
+    for backend in dict.fromkeys(f.backend for f in files):
+        entries = [(f.topic, f.queue_id, f.file) for f in files if f.backend is backend]
+        out += [Queue(topic, qid, backend, tuple(by_file[id(r)] for r in rs))
+                for (topic, qid), rs in rolled.by_queue(entries).items()]
+    return out
+
+
+def queue_files_by_key(files: list[QueueFile]) -> dict[tuple[str, int], list]:
+    """{(topic, queue id): its files as the backend's readers take them} of one backend's listing."""
+    return {q.key: q.reader_files for q in group_queues(files)}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Units, whatever the backend
+
+
+@dataclass
+class Units:
+    """One file's units in bulk, the same columns for every backend (numpy, the file's units in order, up to its
+    last written one): ``queue_offset`` is the unit's place in the queue (a ``file`` unit's index; a batch unit's
+    ``msgBaseOffset``), ``valid`` the units recovery accepts; ``kind`` codes index the backend's ``kinds``;
+    ``batch_size`` / ``msg_base_offset`` / ``store_timestamp`` / ``ext_offset`` / ``ext_found`` are None where the
+    backend has none; ``truncated`` is the positioned error of a partial trailing unit."""
+
+    queue_offset: "np.ndarray"
+    physical_offset: "np.ndarray"
+    size: "np.ndarray"
+    tags_code: "np.ndarray"
+    kind: "np.ndarray"
+    valid: "np.ndarray"
+    file_position: "np.ndarray"
+    truncated: object
+    kinds: tuple
+    batch_size: "np.ndarray | None" = None
+    msg_base_offset: "np.ndarray | None" = None
+    store_timestamp: "np.ndarray | None" = None
+    ext_offset: "np.ndarray | None" = None
+    ext_found: "np.ndarray | None" = None
+    file: "np.ndarray | None" = None  # the file of each unit (:meth:`Queue.units`, over several files)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @property
+    def ends(self) -> "np.ndarray":
+        """One past the last queue offset each unit covers (a batch unit covers batchSize of them)."""
+        return self.queue_offset + (1 if self.batch_size is None else self.batch_size.astype("int64"))
+
+
+def _file_units(f: QueueFile) -> Units:
+    from .consumequeue import UNIT_KINDS, read_unit_arrays
+
+    u = read_unit_arrays(f.cq_file())
+    return Units(u.queue_offset, u.physical_offset, u.size, u.tags_code, u.kind, u.kind == 0, u.file_position,
+                 u.truncated, UNIT_KINDS, ext_offset=u.ext_offset, ext_found=u.ext_found)
+
+
+def _batch_units(f: QueueFile) -> Units:
+    from .batchcq import KIND_ENTRY, UNIT_KINDS, read_batch_unit_arrays
+
+    u = read_batch_unit_arrays(f.file)
+    return Units(u.msg_base_offset, u.physical_offset, u.size, u.tags_code, u.kind, u.kind == KIND_ENTRY,
+                 u.file_position, u.truncated, UNIT_KINDS, batch_size=u.batch_size, msg_base_offset=u.msg_base_offset,
+                 store_timestamp=u.store_timestamp)
+
+
+def _file_window(loc: fs.Location, first: int, end: int) -> dict:
+    from .consumequeue import read_unit_window
+
+    u = read_unit_window(loc, first, end)
+    return {"physical_offset": u["physical_offset"], "size": u["size"], "tags_code": u["tags_code"],
+            "valid": u["kind"] == 0}
+
+
+def _batch_window(loc: fs.Location, first: int, end: int) -> dict:
+    from .batchcq import KIND_ENTRY, read_batch_unit_window
+
+    u = read_batch_unit_window(loc, first, end)
+    return {**u, "valid": u["kind"] == KIND_ENTRY}
+
+
+def _file_recover(files):
+    from .consumequeue import recover_queue
+
+    return recover_queue(files)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How a queue's units are kept: where (``folder`` under the store root), their size, and the functions a
+    reader asks.  A new backend provides the same: ``lister`` (its :class:`QueueFile` s under its part folder;
+    default: the rolled ``<topic>/<queue>/`` folders), ``file_of`` (a listed file as its readers take it),
+    ``file_units`` (a file's :class:`Units`), ``window`` (units ``first``..``end - 1`` of a file as numpy columns
+    with ``physical_offset``, ``size``, ``tags_code`` and ``valid``) and ``recover`` (the broker's recovery of one
+    queue's files, None where it is not modelled)."""
+
+    name: str  # the source's ``backend`` column
+    folder: str  # its part folder under the store root (a RocksDB queue's would share ``consumequeue/``)
+    unit_size: int
+    since: str  # the store generation that loads it ("4.x": every broker; "5.x": 5.x only)
+    setting: str  # the broker setting of its file size
+    queue_type: str | None  # the topic attribute queue.type its topics must have (ConsumeQueueStore's check), if any
+    file_of: Callable
+    file_units: Callable
+    window: Callable
+    recover: Callable | None = None
+    lister: Callable = _rolled_queue_files  # (backend, part folder or one file) -> its QueueFiles
+
+    def list_files(self, part) -> list[QueueFile]:
+        """Its files under ``part`` (its part folder, or one file), each with its problems, in listing order."""
+        return self.lister(self, part)
+
+    def __repr__(self) -> str:  # a plan's files are printed in errors; the functions say nothing there
+        return f"Backend({self.name})"
+
+    def __reduce__(self):  # sent to tasks by name: one object per backend in every process
+        return _backend_named, (self.name,)
+
+
+def _backend_named(name: str) -> "Backend":
+    return BY_NAME[name]
+
+
+def _batch_file_of(f: QueueFile):
+    return f.file
+
+
+FILE = Backend("file", "consumequeue", L.CQ_STORE_UNIT_SIZE, "4.x", "mappedFileSizeConsumeQueue", L.QUEUE_TYPE_SIMPLE,
+               QueueFile.cq_file, _file_units, _file_window, _file_recover)
+BATCH = Backend("batch", L.BATCH_CQ_DIR, L.BATCH_CQ_UNIT.width, "5.x", "mapperFileSizeBatchConsumeQueue",
+                L.QUEUE_TYPE_BATCH, _batch_file_of, _batch_units, _batch_window)
+BACKENDS = (FILE, BATCH)
+BY_NAME = {b.name: b for b in BACKENDS}
+BY_FOLDER: dict[str, tuple[Backend, ...]] = {}
+for _b in BACKENDS:
+    BY_FOLDER[_b.folder] = BY_FOLDER.get(_b.folder, ()) + (_b,)
+
+
+def backends_of(generation: str) -> tuple[Backend, ...]:
+    """The backends a broker of ``generation`` ("4.x", "5.x") loads."""
+    return tuple(b for b in BACKENDS if b.since == "4.x" or generation == "5.x")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A queue
+
+
+@dataclass(frozen=True, eq=False)
+class Queue:
+    """One consume queue: its topic, id, backend and the files the broker loads, by name."""
+
+    topic: str
+    queue_id: int
+    backend: Backend
+    files: tuple[QueueFile, ...]
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.queue_id
+
+    @property
+    def kind(self) -> str:
+        """``batch`` (a BatchCQ topic's queue), ``lmq`` (an %LMQ% queue: multi-dispatch), else ``plain``."""
+        if self.backend is BATCH:
+            return "batch"
+        return "lmq" if self.topic.startswith(L.LMQ_PREFIX) else "plain"
+
+    @cached_property
+    def has_ext(self) -> bool:
+        """A ``file`` queue with ConsumeQueueExt files (``consumequeue_ext/<topic>/<queue>/``)."""
+        from .consumequeue import ext_folder
+
+        return self.backend is FILE and bool(self.files) and bool(
+            rolled.list_rolled_files(ext_folder(self.files[0].loc)))
+
+    @property
+    def reader_files(self) -> list:
+        """Its files as the backend's readers take them (store_format.consumequeue.CQFile, rolled.RolledFile)."""
+        return [f.reader_file() for f in self.files]
+
+    def window(self, f: QueueFile, first: int, end: int) -> dict:
+        """Units ``first`` .. ``end - 1`` of one of its files (:attr:`Backend.window`)."""
+        return self.backend.window(f.loc, first, end)
+
+    def units(self, first: int = 0, end: int | None = None) -> Units:
+        """Its units (up to each file's last written one, in file order) that cover a queue offset in ``first`` ..
+        ``end - 1`` (all from ``first`` when ``end`` is None), with each unit's ``file``; a file backend's files
+        wholly outside the window are not read (their names say which units they hold)."""
+        import numpy as np
+
+        parts = []
+        for f in self.files:
+            if self.backend.file_units is _file_units:
+                lo, n = f.first_unit, -(-f.length // self.backend.unit_size)
+                if lo + n <= first or (end is not None and lo >= end):
+                    continue
+            u = f.units()
+            keep = (u.ends > first) & (u.queue_offset < end if end is not None else True)
+            parts.append((f.name, u, np.flatnonzero(keep)))
+        names = ("queue_offset", "physical_offset", "size", "tags_code", "kind", "valid", "file_position",
+                 "batch_size", "msg_base_offset", "store_timestamp", "ext_offset", "ext_found")
+        if not parts:
+            empty = np.zeros(0, np.int64)
+            return Units(empty, empty, empty, empty, empty.astype(np.int8), empty.astype(bool), empty, None, (),
+                         file=np.zeros(0, object))
+        fill = {"ext_offset": -1, "ext_found": False}  # a file without ext addresses: none of its units has one
+
+        def column(c):
+            if all(getattr(u, c) is None for _, u, _ in parts):
+                return None
+            return np.concatenate([getattr(u, c)[i] if getattr(u, c) is not None else np.full(len(i), fill[c])
+                                   for _, u, i in parts])
+
+        cols = {c: column(c) for c in names}
+        return Units(**cols, truncated=None, kinds=parts[0][1].kinds,
+                     file=np.concatenate([np.full(len(i), name, object) for name, _, i in parts]))
+
+    def bounds(self) -> tuple[int, int] | None:
+        """(min offset, max offset) of its valid units: the first one's queue offset and one past the last queue
+        offset they cover (the broker's ``getMaxOffsetInQueue``); None when it has none."""
+        lo = hi = None
+        for f in self.files:
+            u = f.units()
+            if u.valid.any():
+                first, end = int(u.queue_offset[u.valid].min()), int(u.ends[u.valid].max())
+                lo, hi = first if lo is None else min(lo, first), end if hi is None else max(hi, end)
+        return None if lo is None else (lo, hi)
+
+    def recover(self):
+        """What ``recover()`` of its backend leaves of it (store_format.recovery.QueueStart for a ``file`` queue);
+        None where the backend's recovery is not modelled."""
+        return self.backend.recover(self.reader_files) if self.backend.recover else None
+
+
+__all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "BACKENDS", "BY_NAME", "BY_FOLDER",
+           "backends_of", "list_queue_files", "group_queues", "queue_files_by_key"]
