@@ -365,6 +365,7 @@ class Broker:
         self._halves: dict[int, Message] = {}  # half records sent through this broker, not yet resolved
         self._resolved: set[int] = set()
         self.rocketmq5 = writer.rocketmq5
+        self.max_delay_level = self.config.max_delay_level  # parsed once: every put asks for it
         self.received_capacity = received_capacity
         self.revive_topic = L.revive_topic(self.config.brokerClusterName)
         self.revive_queue_num = revive_queue_num
@@ -390,7 +391,7 @@ class Broker:
                 not (self.rocketmq5 and inner.topic == L.TIMER_TOPIC):
             if self.rocketmq5 and self._is_timer(inner):
                 self._transform_timer(inner, store_ts)
-            moved = schedule_properties(inner.props, inner.topic, inner.queue_id, self.config.max_delay_level,
+            moved = schedule_properties(inner.props, inner.topic, inner.queue_id, self.max_delay_level,
                                         trailing=self.rocketmq5)
             if moved is not None:
                 inner.topic, inner.queue_id, inner.string = moved
