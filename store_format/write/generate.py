@@ -72,13 +72,22 @@ def _template(build, nargs: int):
 
 
 @dataclass
-class TrafficConfig:
+class _Traffic:
+    """What every traffic profile says: how many records, over which topics and queues, from which seed, on which
+    simulated clock."""
+
     messages: int
     topics: int = 8
     queues: int = 4
     seed: int = 0
     start_ms: int = 1_700_000_000_000
     rate: float = 2000.0  # stored records per simulated second
+
+
+@dataclass
+class TrafficConfig(_Traffic):
+    """The 4.9.x profile."""
+
     producers: int = 8
     ipv6_producers: int = 1
     p_delay: float = 0.03
@@ -407,13 +416,11 @@ def config_5x(base: WriterConfig | None = None, **overrides) -> WriterConfig:
 
 
 @dataclass
-class Traffic5Config:
-    messages: int
+class Traffic5Config(_Traffic):
+    """The 5.3.3 profile."""
+
     topics: int = 4
-    queues: int = 4
-    seed: int = 0
-    start_ms: int = 1_700_000_000_000
-    rate: float = 200.0  # stored records per simulated second
+    rate: float = 200.0
     p_timer: float = 0.15
     p_far_timer: float = 0.1  # of timers: hours ahead (pending at the end)
     p_roll_timer: float = 0.05  # of timers: beyond the roll window

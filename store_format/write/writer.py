@@ -60,9 +60,9 @@ from ..errors import ErrorKind, RecordError, StoreFormatError, WriterError
 from ..javahash import JavaHashMap
 from ..message import Message, body_crc32
 from ..properties import delete_property
-from .consumequeue import ConsumeQueueExtWriter, ConsumeQueues, ConsumeQueueWriter  # noqa: F401 (their old home)
+from .consumequeue import ConsumeQueues, ConsumeQueueWriter
 from .dispatch import Dispatcher, DispatchRequest, overrides
-from .indexfile import IndexFileWriter, IndexService, time_millis_to_human  # noqa: F401 (their old home)
+from .indexfile import IndexFileWriter, IndexService, time_millis_to_human  # noqa: F401 (their old home, still imported)
 from .openfiles import OpenFiles, PooledFile
 
 
