@@ -467,7 +467,7 @@ def carry_offsets(writer: StoreWriter, store: Store, replayer: Replayer, notes: 
             continue
         writer.register_group(group)
     lmq_carried = 0
-    if lmq_offsets and (not writer.config.enableLmq):
+    if lmq_offsets and not writer.config.enableLmq:
         notes.append(f"{name}: {plural(len(lmq_offsets), 'LMQ consumer offset')} not carried: the new store's "
                      "settings have enableLmq=false, so its broker keeps no LMQ offsets (--set enableLmq=true "
                      "carries them)")
