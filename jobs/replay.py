@@ -434,7 +434,7 @@ def carry_configs(writer: StoreWriter, store: Store, notes: list) -> None:
     except StoreFormatError as e:  # a topicConfigTable that is not a map: nothing of it is carried
         notes.append(f"topics.json was not carried: {e.message}")
     notes += [f"topics.json: {e.field} was not carried: {e.message}" for e in problems]
-    for topic in sorted(t for t in store.batch_topics if writer.v5 is None or not writer.v5.batch_topic(t)):
+    for topic in sorted(t for t in store.batch_topics if not writer.batch_topic(t)):
         queues = 1 + max((q for t, q in store.batch_queues if t == topic), default=0)
         writer.register_topic(topic, queues, attributes={L.TOPIC_ATTRIBUTE_QUEUE_TYPE: L.QUEUE_TYPE_BATCH})
         notes.append(f"topic {topic}: queue.type=BatchCQ taken from its batchconsumequeue/ folder (topics.json "
@@ -467,7 +467,7 @@ def carry_offsets(writer: StoreWriter, store: Store, replayer: Replayer, notes: 
             continue
         writer.register_group(group)
     lmq_carried = 0
-    if lmq_offsets and (writer.v5 is None or not writer.v5.enable_lmq):
+    if lmq_offsets and not writer.config.enableLmq:
         notes.append(f"{name}: {plural(len(lmq_offsets), 'LMQ consumer offset')} not carried: the new store's "
                      "settings have enableLmq=false, so its broker keeps no LMQ offsets (--set enableLmq=true "
                      "carries them)")
@@ -515,7 +515,7 @@ def uncarried(store: Store, notes: list) -> None:
 class TimerCarry:
     """The source timer's progress carried into the new store, so that its timer fires what was pending there and
     nothing it had fired already: the timercheck's read time and the timermetrics
-    (:meth:`~store_format.write.v5.TimerStoreWriter.resume_from`), and its queue offset -- timer records the source's
+    (:meth:`~store_format.write.timer.TimerStoreWriter.resume_from`), and its queue offset -- timer records the source's
     enqueue had not reached are left for the new broker's own enqueue (:meth:`stop_enqueue`).  What cannot be
     carried is said in ``notes``."""
 
@@ -526,7 +526,7 @@ class TimerCarry:
         self.timer, self.notes, self.checkpoint, self.metrics = None, notes, None, None
         self.timer_records = 0  # records of rmq_sys_wheel_timer/0 replayed
         self.why_pending = None  # why every replayed timer is pending in the new store
-        timer = writer.v5.timer if writer.v5 is not None else None
+        timer = writer.timer
         if timer is None:
             if store is not None and store_features(store.loc).timer_store:
                 notes.append("the source's timer store (timerlog/, timerwheel, config/timercheck, timermetrics) was "
@@ -623,7 +623,7 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     scratch_dir = tempfile.mkdtemp(prefix="replay-check-") if args.dry_run else None
     writer = StoreWriter(f"{scratch_dir}/store" if args.dry_run else staged, config)
     timers = None
-    replayer.batch_topic = lambda topic: writer.v5 is not None and writer.v5.batch_topic(topic)
+    replayer.batch_topic = writer.batch_topic
     try:
         if source.store is not None:  # a dry run's too, into its scratch store: it plans with the same topics
             carry_configs(writer, source.store, notes)

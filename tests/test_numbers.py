@@ -15,7 +15,7 @@ from jobs.query import build_parser as query_parser
 from store_format import layout as L
 from store_format import pop as P
 from store_format.write.broker import BatchItem, ManualClock, Producer
-from store_format.write.broker5 import Broker5
+from store_format.write.broker import Broker
 from store_format.write.writer import StoreWriter, WriterConfig
 
 from .conftest import fixture_store
@@ -29,7 +29,7 @@ def _batch_store(root, base: int) -> None:
     set to ``base``."""
     cfg = WriterConfig(storeHost="192.168.0.10:10911", mappedFileSizeCommitLog=1 << 20, timerWheelEnable=True)
     w = StoreWriter(root, cfg, clock=ManualClock(START))
-    b, p = Broker5(w), Producer(born_host="10.1.2.3:50000")
+    b, p = Broker(w), Producer(born_host="10.1.2.3:50000")
     w.register_topic("BatchTopic", 1, attributes={L.TOPIC_ATTRIBUTE_QUEUE_TYPE: L.QUEUE_TYPE_BATCH})
     for n in (3, 1, 4):
         b.send_inner_batch(p, "BatchTopic", [BatchItem(b"x%d" % i) for i in range(n)], queue_id=0)

@@ -27,7 +27,7 @@ from store_format.config import consumer_offsets, lmq_consumer_offsets, read_con
 from store_format.consumequeue import discover_queues
 from store_format.write import damage
 from store_format.write.broker import BatchItem, ManualClock, Producer
-from store_format.write.broker5 import Broker5
+from store_format.write.broker import Broker
 from store_format.write.writer import StoreWriter, WriterConfig
 
 from .conftest import FIXTURES_5X
@@ -53,7 +53,7 @@ def writer_built(root: Path) -> dict:
     cfg = WriterConfig(storeHost="192.168.0.10:10911", mappedFileSizeCommitLog=1 << 20, enableLmq=True,
                        enableMultiDispatch=True, enabledAppendPropCRC=True)
     w = StoreWriter(root, cfg, clock=ManualClock(START))
-    broker, p = Broker5(w), Producer(born_host="10.1.2.3:50000")
+    broker, p = Broker(w), Producer(born_host="10.1.2.3:50000")
     w.register_topic("BatchTopic", 1, attributes=BATCH)
     lmq = [broker.send(p, "LmqParent", b"lmq-%d" % i, lmq="%LMQ%a", queue_id=0).record for i in range(4)]
     batches = [broker.send_inner_batch(p, "BatchTopic", [BatchItem(b"b%d" % j) for j in range(n)], queue_id=0)
@@ -159,7 +159,7 @@ def test_a_timer_record_the_source_had_not_enqueued_is_left_to_the_new_broker(sp
     cfg = WriterConfig(storeHost="192.168.0.10:10911", mappedFileSizeCommitLog=1 << 20, timerWheelEnable=True,
                        mappedFileSizeTimerLog=2048)
     w = StoreWriter(tmp_path / "s", cfg, clock=ManualClock(START))
-    broker, p = Broker5(w), Producer(born_host="10.1.2.3:50000")
+    broker, p = Broker(w), Producer(born_host="10.1.2.3:50000")
     for i in range(4):
         broker.send(p, "TimerTopic", b"t%d" % i, deliver_ms=START + 3_600_000 + i * 1000, queue_id=0)
     w.close()

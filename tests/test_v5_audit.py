@@ -1,6 +1,6 @@
 """The 5.x audit families (issue 32): ``timers`` and ``pop``.  The v5-timer fixture (written by RocketMQ 5.3.3)
 audits with no false error and its timer messages read as its manifest and RocketMQ's own timer metrics say, field
-by field; writer-built 5.x stores (store_format.write.broker5 flows, generate --rocketmq 5) with each kind of
+by field; writer-built 5.x stores (store_format.write.broker's 5.x flows, generate --rocketmq 5) with each kind of
 damage -- the damage helpers' and byte patches the writer's flows cannot make -- are found at the damaged position
 by the right check; a 4.x dump is audited without the 5.x families."""
 from __future__ import annotations
@@ -21,8 +21,8 @@ from store_format import pop as P
 from store_format import timer as T
 from store_format.write import damage as D
 from store_format.write.broker import ManualClock, Producer
-from store_format.write.broker5 import Broker5, PopResult
-from store_format.write.generate5 import Traffic5Config, config_5x, generate_store_5x
+from store_format.write.broker import Broker, PopResult
+from store_format.write.generate import Traffic5Config, config_5x, generate_store
 from store_format.write.writer import StoreWriter, WriterConfig
 
 from .conftest import fixture_store
@@ -46,10 +46,10 @@ def of(found: dict, prefix: str) -> list[dict]:
     return [f for f in found["findings"] if f["check"].startswith(prefix)]
 
 
-def writer5(root: Path, **overrides) -> tuple[Broker5, Producer]:
+def writer5(root: Path, **overrides) -> tuple[Broker, Producer]:
     cfg = WriterConfig(storeHost="192.168.0.10:10911", mappedFileSizeCommitLog=1 << 20, mappedFileSizeTimerLog=2048,
                        timerWheelEnable=True, enabledAppendPropCRC=True, **overrides)
-    return Broker5(StoreWriter(root, cfg, clock=ManualClock(START))), Producer(born_host="10.1.2.3:50000")
+    return Broker(StoreWriter(root, cfg, clock=ManualClock(START))), Producer(born_host="10.1.2.3:50000")
 
 
 def units_of(root: Path) -> list:
@@ -147,7 +147,7 @@ def test_pending_overdue_fired_and_recalled_timers(spark, tmp_path):
     assert sorted(f["check"] for f in later["findings"]) == ["timers.lost_past_reach"] * 2 and later["exit"] == 1
 
 
-def _recalled_roll(root: Path, until: int) -> tuple[Broker5, object, object, list]:
+def _recalled_roll(root: Path, until: int) -> tuple[Broker, object, object, list]:
     """A timer beyond the roll window and its recall (which rolls too: magic 3 and 7), beside a timer that is not
     recalled; the timer run to ``until``: (broker, the recalled send, the other send, what the timer fired)."""
     broker, p = writer5(root)
@@ -301,8 +301,8 @@ def test_units_pointing_at_no_timer_record_or_past_the_recovered_end(spark, tmp_
 def gen5(tmp_path_factory) -> Path:
     """``generate --rocketmq 5``: timers fired, rolled and recalled, POP pops, acks and revives, LMQ, CRC."""
     root = tmp_path_factory.mktemp("gen5") / "broker-g" / "store"
-    generate_store_5x(root, Traffic5Config(messages=4000, seed=11),
-                      config_5x(WriterConfig(mappedFileSizeCommitLog=1 << 20, mappedFileSizeTimerLog=4096)))
+    generate_store(root, Traffic5Config(messages=4000, seed=11),
+                   config_5x(WriterConfig(mappedFileSizeCommitLog=1 << 20, mappedFileSizeTimerLog=4096)))
     return root
 
 

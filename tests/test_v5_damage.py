@@ -22,7 +22,7 @@ from store_format.errors import StoreFormatError
 from store_format.fs import ReadOnlyMap
 from store_format.message import Message
 from store_format.write import damage as D
-from store_format.write.generate5 import Traffic5Config, config_5x, generate_store_5x
+from store_format.write.generate import Traffic5Config, config_5x, generate_store
 from store_format.write.writer import WriterConfig
 
 from .support.strategies import fuzz
@@ -33,8 +33,8 @@ from .test_v5_fixtures import records, store5
 def gen5(tmp_path_factory) -> Path:
     """A small generated 5.x store with every 5.x structure (timer log, POP records, LMQ queues, CRC)."""
     root = tmp_path_factory.mktemp("gen5") / "s"
-    generate_store_5x(root, Traffic5Config(messages=500, seed=7),
-                      config_5x(WriterConfig(mappedFileSizeCommitLog=1 << 20, mappedFileSizeTimerLog=4096)))
+    generate_store(root, Traffic5Config(messages=500, seed=7),
+                   config_5x(WriterConfig(mappedFileSizeCommitLog=1 << 20, mappedFileSizeTimerLog=4096)))
     return root
 
 

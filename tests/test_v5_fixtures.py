@@ -28,7 +28,7 @@ from store_format.consumequeue import discover_queues, read_queue
 from store_format.features import store_features
 from store_format.fs import ReadOnlyMap, resolve
 from store_format.javahash import java_hash
-from store_format.write.broker5 import convert_timer_record
+from store_format.write.broker import convert_timer_record
 
 from .conftest import FIXTURES, FIXTURES_5X
 

@@ -26,8 +26,8 @@ from store_format.recovery import predict_recovery, recovery_walk
 from store_format.store import Store
 from store_format.write import damage as D
 from store_format.write.broker import ManualClock, Producer
-from store_format.write.broker5 import Broker5
-from store_format.write.generate5 import Traffic5Config, config_5x, generate_store_5x
+from store_format.write.broker import Broker
+from store_format.write.generate import Traffic5Config, config_5x, generate_store
 from store_format.write.writer import StoreWriter, WriterConfig
 
 from .test_audit import audit_args, by_severity, rows
@@ -54,16 +54,16 @@ def _record_at(root: Path, damage: D.Damage):
 
 
 def _gen5(root: Path, segment: int = 1 << 20, messages: int = 500) -> Path:
-    generate_store_5x(root, Traffic5Config(messages=messages, seed=7),
-                      config_5x(WriterConfig(mappedFileSizeCommitLog=segment, mappedFileSizeTimerLog=4096)))
+    generate_store(root, Traffic5Config(messages=messages, seed=7),
+                   config_5x(WriterConfig(mappedFileSizeCommitLog=segment, mappedFileSizeTimerLog=4096)))
     return root
 
 
-def _broker5(root: Path) -> tuple[StoreWriter, Broker5, Producer]:
+def _broker5(root: Path) -> tuple[StoreWriter, Broker, Producer]:
     cfg = WriterConfig(storeHost="192.168.0.10:10911", mappedFileSizeCommitLog=1 << 20, timerWheelEnable=True,
                        enableLmq=True, enableMultiDispatch=True, enabledAppendPropCRC=True)
     w = StoreWriter(root, cfg, clock=ManualClock(START))
-    return w, Broker5(w), Producer(born_host="10.1.2.3:50000")
+    return w, Broker(w), Producer(born_host="10.1.2.3:50000")
 
 
 def _conf(path: Path, **values) -> Path:
@@ -502,7 +502,7 @@ def test_batch_queues_have_lag_in_messages(spark, tmp_path):
     cfg = WriterConfig(storeHost="192.168.0.10:10911", mappedFileSizeCommitLog=1 << 20, timerWheelEnable=True,
                        enabledAppendPropCRC=True)
     w = StoreWriter(tmp_path / "batch", cfg, clock=ManualClock(START))
-    b, p = Broker5(w), Producer(born_host="10.1.2.3:50000")
+    b, p = Broker(w), Producer(born_host="10.1.2.3:50000")
     w.register_topic("BatchTopic", 1, attributes={L.TOPIC_ATTRIBUTE_QUEUE_TYPE: L.QUEUE_TYPE_BATCH})
     for n in (3, 1, 4):
         b.send_inner_batch(p, "BatchTopic", [BatchItem(b"x%d" % i) for i in range(n)], queue_id=0)

@@ -1,5 +1,5 @@
-"""The writer's 5.x side (store_format/write/v5.py, broker5.py, generate5.py): the 5.3.3 fixtures' traffic replayed
-through it comes out byte for byte as RocketMQ wrote it (commitlog, consume queues, LMQ queues, batch consume
+"""The writer's 5.x side (the dispatchers of store_format/write/{batchcq,lmq,timer}.py, the 5.x flows of broker.py, the
+5.3.3 profile of generate.py): the 5.3.3 fixtures' traffic replayed through it comes out byte for byte as RocketMQ wrote it (commitlog, consume queues, LMQ queues, batch consume
 queues, timer log and wheel), the 5.x broker flows read back through the 5.x readers, and a 4.x writer is
 untouched.  No Spark."""
 from __future__ import annotations
@@ -20,9 +20,9 @@ from store_format.consumequeue import discover_queues, read_queue
 from store_format.errors import WriterError
 from store_format.fs import ReadOnlyMap
 from store_format.write.broker import ManualClock, Producer
-from store_format.write.broker5 import Broker5
-from store_format.write.generate5 import Traffic5Config, config_5x, generate_store_5x
-from store_format.write.v5 import property_map, to_string
+from store_format.write.broker import Broker
+from store_format.write.generate import Traffic5Config, config_5x, generate_store
+from store_format.write.javaprops import property_map, to_string
 from store_format.write.writer import StoreWriter, WriterConfig
 
 from .test_v5_fixtures import manifest5, records, store5, timer_manifest
@@ -68,7 +68,7 @@ def test_v5_crc_is_reproduced_byte_for_byte(tmp_path):
     """enabledAppendPropCRC: each record's __CRC32# computed over the bytes as stored (offsets and store time
     patched) -- the commitlog, consume queues and the index files' contents are RocketMQ's."""
     w = replay("v5-crc", tmp_path / "s", lambda r: r.properties_raw[:-L.CRC32_RESERVED_LEN])
-    assert w.config.enabledAppendPropCRC and w.v5 is not None and w.v5.timer is None
+    assert w.config.enabledAppendPropCRC and w.rocketmq5 and w.timer is None
     w.close()
     assert assert_same_files(tmp_path / "s", store5("v5-crc"), "commitlog") == 2
     assert assert_same_files(tmp_path / "s", store5("v5-crc"), "consumequeue") == 13
@@ -102,7 +102,7 @@ def test_v5_timer_log_and_wheel_are_reproduced_given_the_same_times(tmp_path):
     blank at the end of the first 2,048-byte file, the sparse wheel's slots, and the checkpoint's offsets."""
     t = timer_manifest("v5-timer")
     w = replay("v5-timer", tmp_path / "s", lambda r: r.properties_raw, timerWheelEnable=True)
-    w.v5.timer.catch_up(t["timerCheckpoint (TimerCheckpoint class)"]["lastReadTimeMs"])
+    w.timer.catch_up(t["timerCheckpoint (TimerCheckpoint class)"]["lastReadTimeMs"])
     w.close()
     out, src = tmp_path / "s", store5("v5-timer")
     assert assert_same_files(out, src, "commitlog") == 1
@@ -124,7 +124,7 @@ def test_a_4x_writer_has_no_5x_side(tmp_path):
     cfg = WriterConfig()
     assert not cfg.is_5x and not cfg.enabledAppendPropCRC and not cfg.timerWheelEnable and not cfg.enableLmq
     w = StoreWriter(tmp_path / "s", cfg)
-    assert w.v5 is None
+    assert not w.rocketmq5
     w.close()
     assert not (tmp_path / "s" / "timerwheel").exists() and not (tmp_path / "s" / "config" / "timercheck").exists()
 
@@ -141,7 +141,7 @@ def b5(tmp_path):
     cfg = WriterConfig(storeHost="192.168.0.10:10911", mappedFileSizeCommitLog=1 << 20, mappedFileSizeTimerLog=2048,
                        timerWheelEnable=True, enableLmq=True, enableMultiDispatch=True, enabledAppendPropCRC=True)
     w = StoreWriter(tmp_path / "s", cfg, clock=ManualClock(START))
-    yield Broker5(w), Producer(born_host="10.1.2.3:50000")
+    yield Broker(w), Producer(born_host="10.1.2.3:50000")
     if not w._closed:
         w.close()
 
@@ -284,8 +284,8 @@ def test_inner_batch_to_a_batchcq_topic(b5, tmp_path):
 
 def test_generate_rocketmq_5_is_a_readable_deterministic_5x_store(tmp_path):
     cfg = config_5x(WriterConfig(mappedFileSizeCommitLog=1 << 20, mappedFileSizeTimerLog=8192))
-    stats = generate_store_5x(tmp_path / "a", Traffic5Config(messages=600, seed=3), cfg)
-    generate_store_5x(tmp_path / "b", Traffic5Config(messages=600, seed=3), cfg)
+    stats = generate_store(tmp_path / "a", Traffic5Config(messages=600, seed=3), cfg)
+    generate_store(tmp_path / "b", Traffic5Config(messages=600, seed=3), cfg)
     assert stats["messages"] > 600 and stats["pops"] > 0
     for sub in ("commitlog", "timerlog", "batchconsumequeue"):
         assert [x.read_bytes() for x in files(tmp_path / "a", sub)] == [x.read_bytes() for x in files(tmp_path / "b", sub)]

@@ -200,8 +200,7 @@ SUMMARY = {
 def collect(spark) -> dict:
     """Schemas of every output, from an audit of a small generated store and the jobs' own definitions."""
     from jobs import audit, decode, extract, trend
-    from store_format.write.generate import TrafficConfig, generate_store
-    from store_format.write.generate5 import Traffic5Config, config_5x, generate_store_5x
+    from store_format.write.generate import Traffic5Config, TrafficConfig, config_5x, generate_store
     from store_format.write.writer import WriterConfig
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -217,8 +216,8 @@ def collect(spark) -> dict:
         summary = json.loads((out / "summary.json").read_text())
         # a 5.x store's audit: the tables, metrics and summary keys of the families that run only for 5.x stores
         store5, out5 = Path(tmp) / "broker-5" / "store", Path(tmp) / "audit5"
-        generate_store_5x(store5, Traffic5Config(messages=400, seed=5),
-                          config_5x(WriterConfig(mappedFileSizeCommitLog=256 << 10, mappedFileSizeTimerLog=4096)))
+        generate_store(store5, Traffic5Config(messages=400, seed=5),
+                       config_5x(WriterConfig(mappedFileSizeCommitLog=256 << 10, mappedFileSizeTimerLog=4096)))
         audit.run(spark, audit.build_parser().parse_args(["--store", str(store5), "--out", str(out5), "--no-report",
                                                           "--checks", "timers,pop"]))
         for p in sorted((out5 / "tables").iterdir()):

@@ -272,7 +272,7 @@ class Appended:
 def append_many(writer: StoreWriter, batch: RecordBatch) -> Appended:
     """Append every record of ``batch`` to ``writer``, vectorized: the same bytes as ``writer.append`` for each
     record in turn (``writer.append_batch`` for each run of equal batch ids); returns where each went."""
-    if getattr(writer, "v5", None) is not None:  # the 5.x put path (CRC, LMQ, BatchCQ, timer) is the scalar one
+    if writer.rocketmq5:  # the 5.x put path (CRC, LMQ, BatchCQ, timer) is the scalar one
         return _append_scalar(writer, batch)
     enabled = gc.isenabled()
     gc.disable()  # hundreds of thousands of short-lived objects, no cycles: skip the collector's passes

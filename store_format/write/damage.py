@@ -401,7 +401,7 @@ def stale_index_entry(src, dst, topic: str | None = None, key: str | None = None
     """Add an index entry for ``topic#key`` (default: the last record's topic and UNIQ_KEY) pointing at
     ``physical_offset`` (default: the end of the commitlog's records), as a record dropped by recovery
     leaves behind.  Goes through ``IndexFile.putKey`` of the last index file."""
-    from .writer import IndexFileWriter
+    from .indexfile import IndexFileWriter
     root = copy_store(src, dst)
     frames = _messages(root)
     if not frames:

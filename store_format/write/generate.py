@@ -1,6 +1,14 @@
-"""Synthetic broker traffic, written through the bulk path: dumps of any size for tests and benchmarks.
+"""Synthetic broker traffic: stores of any size for tests and benchmarks (``python -m store_format generate``).
 
-The traffic is what a busy 4.9.x broker sees, on a simulated clock (``rate`` stores per second):
+One generator, :func:`generate_store`; the traffic profile says which broker it models:
+
+  :class:`TrafficConfig`   a busy 4.9.x broker, written through the bulk path
+  :class:`Traffic5Config`  a RocketMQ 5.3.3 broker (``generate --rocketmq 5``), written through
+                           :class:`~store_format.write.broker.Broker` (the scalar put path, since every 5.x record
+                           goes through a hook: CRC, LMQ, BatchCQ, timer), on the given WriterConfig with the 5.x
+                           switches turned on (:func:`config_5x`)
+
+The 4.9.x traffic, on a simulated clock (``rate`` stores per second):
 plain sends with tags, one or two keys and UNIQ_KEYs from a handful of producer clients (some on IPv6),
 classic batches, delayed sends (SCHEDULE_TOPIC_XXXX copies, delivered to their real topic when due),
 transactions (half, then commit + op, rollback op, or never resolved), consumers sending messages back
@@ -12,6 +20,23 @@ Every properties string comes from :mod:`store_format.write.broker`'s flow funct
 order of a Java HashMap depends on the key names only), the rare ones are built record by record.
 Follow-ups that need a physical offset (a commit's prepared offset, a send-back's ORIGIN_MESSAGE_ID)
 only refer to records of earlier chunks, whose offsets the writer has returned.
+
+The 5.3.3 traffic: on a simulated clock (``rate`` stores per second), seeded, the traffic mixes:
+
+  plain sends      business topics, tags and keys, several producers (one on IPv6)
+  timer messages   TIMER_DELAY_SEC / TIMER_DELAY_MS / TIMER_DELIVER_MS: most due within seconds (fired while the
+                   traffic runs), some hours ahead (pending at the end), a few beyond the roll window (roll units)
+                   and a few recalled (delete units; the recalled message is dropped when its slot fires)
+  delay levels     SCHEDULE_TOPIC_XXXX, delivered when due
+  LMQ              INNER_MULTI_DISPATCH to one to three %LMQ% queues; a few lists end with a non-LMQ name, which
+                   RocketMQ mishandles (no LMQ unit for that record; later offsets shift); never the stalling
+                   form (a non-LMQ name before the last), which would stop the store's dispatch
+  POP              pops with checkpoints (ck) and acks / batch acks through the timer, revived when due: unacked
+                   messages re-put to %RETRY%<group>_<topic>
+  BatchCQ          inner batches to a queue.type=BatchCQ topic (batchconsumequeue/)
+  __CRC32#         every record, when enabledAppendPropCRC is on (the default here)
+
+The last store times run ahead of the wheel only by what the traffic leaves pending.
 """
 from __future__ import annotations
 
@@ -27,6 +52,7 @@ import numpy as np
 from .. import layout as L
 from .broker import (batch_item_string, batch_properties, client_message, half_properties, op_properties,
                      received_properties, reread_properties, schedule_properties, send_back_properties, _string)
+from .broker import BatchItem, Broker, ManualClock, Producer
 from .bulk import RecordBatch, append_many
 from ..compression import compress
 from ..ids import create_offset_msg_id, create_uniq_keys, parse_host
@@ -46,13 +72,22 @@ def _template(build, nargs: int):
 
 
 @dataclass
-class TrafficConfig:
+class _Traffic:
+    """What every traffic profile says: how many records, over which topics and queues, from which seed, on which
+    simulated clock."""
+
     messages: int
     topics: int = 8
     queues: int = 4
     seed: int = 0
     start_ms: int = 1_700_000_000_000
     rate: float = 2000.0  # stored records per simulated second
+
+
+@dataclass
+class TrafficConfig(_Traffic):
+    """The 4.9.x profile."""
+
     producers: int = 8
     ipv6_producers: int = 1
     p_delay: float = 0.03
@@ -70,6 +105,12 @@ class TrafficConfig:
     # transaction, a retry and a dead letter per group), so that a tiny store has every topic and queue a large
     # one has; the retries land only if the store spans ~20 simulated seconds (a low rate for a tiny store)
     cover: bool = False
+
+    def broker_config(self, base: WriterConfig | None) -> WriterConfig:
+        return base or WriterConfig()
+
+    def traffic(self, writer_config: WriterConfig) -> "_BulkTraffic":
+        return _BulkTraffic(self, writer_config)
 
 
 @dataclass
@@ -365,18 +406,77 @@ class TrafficGenerator:
             keys=[r["keys"] for r in rows])
 
 
-def generate_store(out_dir, cfg: TrafficConfig, writer_config: WriterConfig | None = None, progress=None,
-                   crash: bool = False) -> dict:
-    """Write ``cfg.messages`` records of synthetic traffic to a new store at ``out_dir``; returns stats."""
-    writer_config = writer_config or WriterConfig()
-    gen = TrafficGenerator(cfg, writer_config)
-    writer = StoreWriter(out_dir, writer_config, start_time=cfg.start_ms)
-    for topic in gen.topics:  # created up front with --queues queues (mqadmin updateTopic)
-        writer.register_topic(topic, cfg.queues)
+def config_5x(base: WriterConfig | None = None, **overrides) -> WriterConfig:
+    """``base`` (default: WriterConfig()) as a 5.3.3 broker with the timer wheel, LMQ, multi-dispatch and the CRC
+    property on (overrides win: e.g. ``enabledAppendPropCRC=False``)."""
+    values = (base or WriterConfig()).to_dict()
+    values.update(timerWheelEnable=True, enableLmq=True, enableMultiDispatch=True, enabledAppendPropCRC=True)
+    values.update(overrides)
+    return WriterConfig.from_dict(values)
+
+
+@dataclass
+class Traffic5Config(_Traffic):
+    """The 5.3.3 profile."""
+
+    topics: int = 4
+    rate: float = 200.0
+    p_timer: float = 0.15
+    p_far_timer: float = 0.1  # of timers: hours ahead (pending at the end)
+    p_roll_timer: float = 0.05  # of timers: beyond the roll window
+    p_recall: float = 0.1  # of timers: recalled
+    p_delay: float = 0.03
+    p_lmq: float = 0.1
+    p_lmq_mishandled: float = 0.1  # of LMQ sends: a non-LMQ name last in the list
+    p_pop: float = 0.03
+    p_batch_cq: float = 0.03
+
+    def broker_config(self, base: WriterConfig | None) -> WriterConfig:
+        return config_5x(base) if base is None or not base.is_5x else base
+
+    def traffic(self, writer_config: WriterConfig) -> "_BrokerTraffic":
+        return _BrokerTraffic(self, writer_config)
+
+
+def generate_store(out_dir, cfg: "TrafficConfig | Traffic5Config", writer_config: WriterConfig | None = None,
+                   progress=None, crash: bool = False) -> dict:
+    """Write about ``cfg.messages`` records of synthetic traffic to a new store at ``out_dir`` (5.x: the sends; fired
+    timers, revives and deliveries come on top), consumers' offsets committed at 90% of each queue; returns stats."""
+    writer_config = cfg.broker_config(writer_config)
+    traffic = cfg.traffic(writer_config)
+    writer = StoreWriter(out_dir, writer_config, clock=traffic.clock, start_time=cfg.start_ms)
     t0 = time.perf_counter()
-    gen_s = write_s = 0.0
-    written = nbytes = 0
     try:
+        stats = traffic.run(writer, progress, t0)
+        # consumers have committed most of what they read
+        for (topic, qid), nxt in sorted(writer.queue_table.items()):
+            if topic in traffic.topics:
+                writer.commit_offset(f"cg-{topic}", topic, qid, int(nxt * 0.9))
+    except BaseException:
+        writer.crash()
+        raise
+    traffic.finish(writer, stats)
+    writer.crash() if crash else writer.close()
+    total_s = time.perf_counter() - t0
+    return {"write_s": total_s, **stats, "total_s": total_s, "segments": len(writer.segments)}
+
+
+class _BulkTraffic:
+    """The 4.9.x profile's traffic (:class:`TrafficGenerator`) in chunks through :func:`append_many`."""
+
+    clock = None  # the generator's simulated clock stands in at close (:meth:`finish`)
+
+    def __init__(self, cfg: TrafficConfig, writer_config: WriterConfig):
+        self.cfg = cfg
+        self.gen = TrafficGenerator(cfg, writer_config)
+        self.topics = self.gen.topics
+
+    def run(self, writer: StoreWriter, progress, t0: float) -> dict:
+        cfg, gen = self.cfg, self.gen
+        for topic in gen.topics:  # created up front with --queues queues (mqadmin updateTopic)
+            writer.register_topic(topic, cfg.queues)
+        gen_s = write_s = 0.0
+        written = nbytes = 0
         # small runs still see follow-ups; a cover's retries need three appends (send, send-back, redelivery)
         step = min(cfg.chunk, max(64 if cfg.cover else 256, cfg.messages // 16))
         while written < cfg.messages:
@@ -393,17 +493,102 @@ def generate_store(out_dir, cfg: TrafficConfig, writer_config: WriterConfig | No
             nbytes += int(appended.store_size.sum())
             if progress:
                 progress(written, cfg.messages, nbytes, time.perf_counter() - t0)
-        # consumers have committed most of what they read
-        for (topic, qid), nxt in sorted(writer.queue_table.items()):
-            if topic in gen.topics:
-                writer.commit_offset(gen.groups[gen.topics.index(topic)], topic, qid, int(nxt * 0.9))
-    except BaseException:
-        writer.crash()
-        raise
-    writer.clock = lambda: gen.now
-    writer.crash() if crash else writer.close()
-    return {"messages": written, "bytes": nbytes, "generate_s": gen_s, "write_s": write_s,
-            "total_s": time.perf_counter() - t0, "segments": len(writer.segments)}
+        return {"messages": written, "bytes": nbytes, "generate_s": gen_s, "write_s": write_s}
+
+    def finish(self, writer: StoreWriter, stats: dict) -> None:
+        writer.clock = lambda: self.gen.now
+
+
+class _BrokerTraffic:
+    """The 5.3.3 profile's traffic, one client action at a time through :class:`Broker`."""
+
+    def __init__(self, cfg: "Traffic5Config", writer_config: WriterConfig):
+        self.cfg, self.wcfg = cfg, writer_config
+        self.clock = ManualClock(cfg.start_ms, tick=1)
+        self.topics = [f"Topic{i:03d}" for i in range(cfg.topics)]
+
+    def run(self, writer: StoreWriter, progress, t0: float) -> dict:
+        cfg, wcfg, clock, topics = self.cfg, self.wcfg, self.clock, self.topics
+        broker = Broker(writer, clock)
+        rng = np.random.default_rng(cfg.seed)
+        for t in topics:
+            writer.register_topic(t, cfg.queues)
+        batch_topic = "BatchTopic"
+        writer.register_topic(batch_topic, 2, attributes={L.TOPIC_ATTRIBUTE_QUEUE_TYPE: L.QUEUE_TYPE_BATCH})
+        producers = [Producer(group=f"pg-{p}", born_host=(f"[2001:db8::{p + 1:x}]:{50000 + p}" if p == 0
+                                                         else f"10.0.0.{p + 1}:{50000 + p}"),
+                              client_ip="2001:db8::1" if p == 0 else f"10.0.0.{p + 1}", pid=1000 + p) for p in range(4)]
+        tags = ["TagA", "TagB", "TagC", "created", "paid"]
+        step = 1000.0 / cfg.rate
+        sent, pops = 0, []
+        while sent < cfg.messages:
+            clock.set(cfg.start_ms + int(sent * step))
+            if sent % 64 == 0:
+                broker.run_timers(clock.ms)
+                broker.deliver_due(clock.ms)
+            p = producers[int(rng.integers(len(producers)))]
+            topic = topics[int(rng.integers(len(topics)))]
+            body = bytes(rng.integers(32, 127, int(rng.lognormal(5.0, 0.5)), dtype=np.uint8))
+            tag = tags[int(rng.integers(len(tags)))]
+            key = f"k{sent}"
+            u = rng.random()
+            if u < cfg.p_timer:
+                r = rng.random()
+                if r < cfg.p_roll_timer:
+                    res = broker.send(p, topic, body, tags=tag, keys=key,
+                                      delay_sec=int(wcfg.timerRollWindowSlot * wcfg.timerPrecisionMs // 1000
+                                                    + rng.integers(60, 3600)))
+                elif r < cfg.p_roll_timer + cfg.p_far_timer:
+                    res = broker.send(p, topic, body, tags=tag, keys=key, delay_ms=int(rng.integers(3600, 36000)) * 1000)
+                else:
+                    kind = int(rng.integers(3))
+                    ahead = int(rng.integers(1000, 20000))
+                    res = broker.send(p, topic, body, tags=tag, keys=key,
+                                      **({"delay_sec": ahead // 1000} if kind == 0 else {"delay_ms": ahead}
+                                         if kind == 1 else {"deliver_ms": clock.ms + ahead}))
+                rec = res.record
+                if rec.topic == L.TIMER_TOPIC and rng.random() < cfg.p_recall:
+                    out_ms = int(rec.properties[L.PROPERTY_TIMER_OUT_MS])
+                    if out_ms - clock.ms > 1000:
+                        broker.recall(p, topic, res.msg_id, out_ms + 1)
+            elif u < cfg.p_timer + cfg.p_delay:
+                broker.send(p, topic, body, tags=tag, keys=key, delay_level=int(rng.integers(1, 4)))
+            elif u < cfg.p_timer + cfg.p_delay + cfg.p_lmq:
+                names = [f"%LMQ%room{int(rng.integers(8))}" for _ in range(int(rng.integers(1, 4)))]
+                names = list(dict.fromkeys(names))
+                if rng.random() < cfg.p_lmq_mishandled:
+                    names.append("NotLmqTopic")
+                broker.send(p, "LmqParent", body, tags=tag, keys=key, lmq=names)
+            elif u < cfg.p_timer + cfg.p_delay + cfg.p_lmq + cfg.p_pop:
+                q = int(rng.integers(cfg.queues))
+                got = broker.pop(f"cg-{topic}", topic, q, int(rng.integers(1, 5)), invisible_time=30_000)
+                if got is not None:
+                    offsets = got.checkpoint.offsets()
+                    r = rng.random()
+                    if r < 0.5:
+                        broker.ack(got, offsets)  # an ack or a batch ack
+                    elif r < 0.8 and len(offsets) > 1:
+                        broker.ack(got, offsets[0])  # part acked: the rest is revived
+                    pops.append(got)
+                else:
+                    broker.send(p, topic, body, tags=tag, keys=key)
+            elif u < cfg.p_timer + cfg.p_delay + cfg.p_lmq + cfg.p_pop + cfg.p_batch_cq:
+                n = int(rng.integers(1, 6))
+                broker.send_inner_batch(p, batch_topic, [BatchItem(body[:40] + bytes([48 + i]), tags=tag)
+                                                        for i in range(n)])
+            else:
+                broker.send(p, topic, body, tags=tag, keys=key)
+            sent += 1
+            if progress and (sent % 1000 == 0 or sent == cfg.messages):
+                progress(sent, cfg.messages, writer.cur_base + writer.cur_pos, time.perf_counter() - t0)
+        now = cfg.start_ms + int(sent * step) + 60_000  # a minute later: what was due fires, the rest waits
+        broker.revive(now)
+        broker.deliver_due(now)
+        return {"messages": sent, "bytes": 0, "generate_s": 0.0, "pops": len(pops)}
+
+    def finish(self, writer: StoreWriter, stats: dict) -> None:
+        stats["messages"] = writer.messages_written  # the fired timers, revives and deliveries included
+        stats["bytes"] = writer.cur_base + writer.cur_pos
 
 
 def progress_line(stream=sys.stderr):

@@ -1,16 +1,19 @@
-"""StoreWriter: lay down a complete broker store the way RocketMQ 4.9.x's ``DefaultMessageStore`` does.
+"""StoreWriter: lay down a complete broker store the way RocketMQ's ``DefaultMessageStore`` does (4.9.x, or 5.3.3 with
+the settings that turn its 5.x structures on).
 
-What one ``append`` does (``CommitLog.DefaultAppendMessageCallback.doAppend`` + the reput dispatchers)::
+One ``append`` is a CommitLog append followed by the dispatchers (:mod:`store_format.write.dispatch`), as the
+broker's put path and reput service do (``CommitLog.DefaultAppendMessageCallback.doAppend`` + the dispatchers)::
 
     commitlog  record = codec.encode_record(...) at the segment's write position; when
                len + 8 > bytes left (END_FILE_MIN_BLANK_LENGTH) the 8-byte blank (left, BLANK magic) ends the
-               segment and the record goes to the next one; segments are sparse, full-size, zero-filled
-    queue      QUEUEOFFSET = topicQueueTable["topic-qid"]++ for NOT/COMMIT; PREPARED/ROLLBACK get 0
-    CQ         (phyOffset q | TOTALSIZE i | tagsCode q) at queueOffset*20 of consumequeue/<topic>/<qid>/;
-               none for PREPARED/ROLLBACK; SCHEDULE_TOPIC_XXXX tagsCode = deliver time; a queue whose first
-               file starts mid-file is pre-filled with (0, Integer.MAX_VALUE, 0) units (fillPreBlank)
-    index      topic#UNIQ_KEY and topic#key for each of KEYS (IndexService.buildIndex); not for ROLLBACK;
-               a full file is followed by a new one whose header starts from the old one's end (IndexFile)
+               segment and the record goes to the next one; segments are sparse, full-size, zero-filled;
+               with enabledAppendPropCRC the __CRC32# property (``MessageExtEncoder`` reserves 20 bytes, a client's
+               own is deleted first, as text; doAppend writes ``createCrc32`` of the stored record into them)
+    queue      QUEUEOFFSET from the queue that owns the topic (topicQueueTable["topic-qid"]++ for a plain queue,
+               the batch queue's own counter for a BatchCQ topic) for NOT/COMMIT; PREPARED/ROLLBACK get 0
+    dispatch   the consume queue (:mod:`.consumequeue`), batch queue (:mod:`.batchcq`), LMQ (:mod:`.lmq`),
+               timer (:mod:`.timer`), delay offsets, index (:mod:`.indexfile`), each turned on by the broker
+               setting RocketMQ reads for it
     checkpoint physic/logics/index timestamps as the flush services would have left them (``FlushModel``)
 
 ``abort`` exists from the moment the writer opens the store; ``close()`` is a clean shutdown (config/*.json
@@ -33,7 +36,6 @@ live in :mod:`store_format.write.broker`, damage on purpose in :mod:`store_forma
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import fcntl
 import os
 import shutil
@@ -46,25 +48,22 @@ from typing import Callable, Iterable
 from zoneinfo import ZoneInfo
 
 from .. import layout as L
+from .. import propcrc
 from ..brokerconf import read_properties
 from ..codec import encode_blank, encode_record, encoded_size, host_flags
 from ..commitlog import list_segments, segment_name, walk_buffer
 from ..fs import ReadOnlyMap
 from ..config import INT_RANGE, LONG_RANGE, dumps_fastjson, number, read_config, value_text
 from ..checkpoint import read_checkpoint
-from ..consumequeue import discover_queues, read_queue
+from ..consumequeue import discover_queues
 from ..errors import ErrorKind, RecordError, StoreFormatError, WriterError
-from ..indexfile import list_index_files
-from ..javahash import JavaHashMap, index_key, index_key_hash
+from ..javahash import JavaHashMap
 from ..message import Message, body_crc32
-from ..properties import split_keys
+from ..properties import delete_property
+from .consumequeue import ConsumeQueues, ConsumeQueueWriter
+from .dispatch import Dispatcher, DispatchRequest, overrides
+from .indexfile import IndexFileWriter, IndexService, time_millis_to_human  # noqa: F401 (their old home, still imported)
 from .openfiles import OpenFiles, PooledFile
-
-_CQ_UNIT = struct.Struct(L.CQ_UNIT_STRUCT)
-_INDEX_HEADER = struct.Struct(L.INDEX_HEADER_STRUCT)
-_INDEX_ENTRY = struct.Struct(L.INDEX_ENTRY_STRUCT)
-_INDEX_SLOT = struct.Struct(L.INDEX_SLOT.struct)
-_PRE_BLANK_UNIT = _CQ_UNIT.pack(0, L.CQ_PRE_BLANK_SIZE, 0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -95,8 +94,8 @@ class WriterConfig:
     enableConsumeQueueExt: bool = False  # consumequeue_ext/: units' tagsCode kept beside them (ConsumeQueueExt)
     mappedFileSizeConsumeQueueExt: int = L.DEFAULT_MAPPED_FILE_SIZE_CQ_EXT
     timezone: str = "UTC"  # the broker JVM's zone: index file names are local yyyyMMddHHmmssSSS
-    # RocketMQ 5.x (store_format.write.v5).  Off by default: the writer is a 4.9.x broker unless these say
-    # otherwise (5.3.3's own default for timerWheelEnable is true; ``generate --rocketmq 5`` turns it on)
+    # RocketMQ 5.x structures (store_format.write.dispatch).  Off by default: the writer is a 4.9.x broker unless these
+    # say otherwise (5.3.3's own default for timerWheelEnable is true; ``generate --rocketmq 5`` turns it on)
     enabledAppendPropCRC: bool = False
     timerWheelEnable: bool = False
     mappedFileSizeTimerLog: int = L.DEFAULT_MAPPED_FILE_SIZE_TIMER_LOG
@@ -238,244 +237,6 @@ def validate_queue_id(queue_id) -> None:
 # these fields of the batch itself into every item (an item brings only its flag, body and properties).
 BATCH_SHARED_FIELDS = ("topic", "queue_id", "sys_flag", "born_timestamp", "born_host", "store_timestamp",
                        "store_host", "reconsume_times")
-
-
-def time_millis_to_human(ms: int, tz: str = "UTC") -> str:
-    """``UtilAll.timeMillisToHumanString``: yyyyMMddHHmmssSSS in the broker's zone."""
-    t = _dt.datetime.fromtimestamp(ms / 1000, ZoneInfo(tz))
-    return f"{t:%Y%m%d%H%M%S}{ms % 1000:03d}"
-
-
-# --------------------------------------------------------------------------------------------------
-# Consume queue and index file writers
-
-
-class ConsumeQueueExtWriter:
-    """``ConsumeQueueExt.put`` for one topic-queue: a unit (size, tagsCode, store time, filter bitmap) appended to
-    ``consumequeue_ext/<topic>/<queueId>/``, rolled like the commitlog; a file the next unit does not fit (with the
-    4 bytes of its end mark to spare) is ended with a size of -1."""
-
-    def __init__(self, writer: "StoreWriter", topic: str, queue_id: int):
-        self.dir = writer._path("consumequeue_ext", topic, str(queue_id))
-        self.file_size = writer.config.mappedFileSizeConsumeQueueExt
-        self.open_files = writer.open_files
-        self.files: dict[int, PooledFile] = {}
-        self.last_base = -1
-        self.wrote = 0
-
-    def load(self) -> None:
-        """Reopen: write after the last unit of the last file (ConsumeQueueExt.recover's walk by size)."""
-        from ..consumequeue import ext_files, read_ext_units
-
-        existing = ext_files(self.dir) if self.dir.is_dir() else []
-        if not existing:
-            return
-        loc, base, length = existing[-1]
-        if length != self.file_size:
-            raise WriterError(ErrorKind.BAD_GEOMETRY, f"consume queue ext file is {length} bytes, "
-                              f"mappedFileSizeConsumeQueueExt is {self.file_size}", file=str(loc))
-        units = read_ext_units(self.dir)
-        mine = units.offset >= base
-        self.last_base = base
-        self.wrote = int((units.offset[mine] + units.size[mine]).max()) - base if mine.any() else 0
-        self.files[base] = self.open_files.file(loc.path, self.file_size, create=False)
-        if self.wrote + 2 <= self.file_size and int.from_bytes(
-                self.files[base].map[self.wrote:self.wrote + 2], "big", signed=True) == L.CQ_EXT_END_SIZE:
-            self.wrote = self.file_size  # ended already
-
-    def put(self, tags_code: int, store_timestamp: int, bitmap: bytes = b"") -> int:
-        """Append a unit; the address the consume-queue unit holds for it (ConsumeQueueExt.decorate)."""
-        from ..consumequeue import ext_address
-
-        size = L.CQ_EXT_MIN_UNIT_SIZE + len(bitmap)
-        if size > L.CQ_EXT_MAX_UNIT_SIZE:
-            raise WriterError(ErrorKind.OUT_OF_RANGE, f"a ConsumeQueueExt unit of {size} bytes (the filter bitmap is "
-                              f"{len(bitmap)})", file=str(self.dir))
-        if self.last_base < 0 or size > self.file_size - self.wrote - L.CQ_EXT_END_BLANK:
-            if self.last_base >= 0:  # fullFillToEnd: the end mark, then the next file
-                self.files[self.last_base].write(self.wrote, L.CQ_EXT_END_SIZE.to_bytes(2, "big", signed=True))
-                self.files[self.last_base].release()
-            base = 0 if self.last_base < 0 else self.last_base + self.file_size
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self.files[base] = self.open_files.file(self.dir / segment_name(base), self.file_size, create=True)
-            self.last_base, self.wrote = base, 0
-        unit = b"".join(L.CQ_EXT_UNIT.pack(name, value) for name, value in (
-            ("size", size), ("tags_code", tags_code), ("msg_store_time", store_timestamp),
-            ("bitmap_size", len(bitmap)))) + bitmap
-        self.files[self.last_base].write(self.wrote, unit)
-        address = ext_address(self.last_base + self.wrote)
-        self.wrote += size
-        return address
-
-    def close(self):
-        for m in self.files.values():
-            m.close()
-
-
-class ConsumeQueueWriter:
-    """``ConsumeQueue.putMessagePositionInfo`` for one topic-queue (with ``enableConsumeQueueExt``,
-    ``putMessagePositionInfoWrapper``: the tagsCode goes to the queue's ConsumeQueueExt and the unit holds its
-    address)."""
-
-    def __init__(self, writer: "StoreWriter", topic: str, queue_id: int):
-        self.dir = writer._path("consumequeue", topic, str(queue_id))
-        self.file_size = writer.config.mappedFileSizeConsumeQueue
-        self.files: dict[int, PooledFile] = {}
-        self.last_base = -1
-        self.wrote = 0  # write position inside the last file
-        self.max_physic_offset = -1
-        self.writer = writer
-        self.ext = ConsumeQueueExtWriter(writer, topic, queue_id) if writer.config.enableConsumeQueueExt else None
-
-    def load(self):
-        """Reopen existing files: position after the last valid unit (ConsumeQueue.recover)."""
-        from ..consumequeue import list_queue_files
-        existing = list_queue_files(self.dir, "", 0)
-        for f in existing:
-            if f.length != self.file_size:
-                raise WriterError(ErrorKind.BAD_GEOMETRY, f"consume queue file is {f.length} bytes, "
-                                  f"mappedFileSizeConsumeQueue is {self.file_size}", file=str(f.path))
-            self.files[f.base_byte_offset] = self.writer.open_files.file(f.path, self.file_size, create=False)
-        if existing:
-            self.last_base = existing[-1].base_byte_offset
-            self.wrote = 0
-            for unit in read_queue(existing, stop_at_invalid=True):
-                self.last_base = unit.queue_offset * L.CQ_STORE_UNIT_SIZE - \
-                    (unit.queue_offset * L.CQ_STORE_UNIT_SIZE) % self.file_size
-                self.wrote = unit.queue_offset * L.CQ_STORE_UNIT_SIZE - self.last_base + L.CQ_STORE_UNIT_SIZE
-                if unit.kind == "entry":
-                    self.max_physic_offset = unit.physical_offset + unit.size
-        if self.ext is not None:
-            self.ext.load()
-
-    def _new_file(self, base: int) -> PooledFile:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if self.last_base >= 0:
-            self.files[self.last_base].release()
-        m = self.writer.open_files.file(self.dir / segment_name(base), self.file_size, create=True)
-        self.files[base] = m
-        self.last_base, self.wrote = base, 0
-        return m
-
-    def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int,
-            store_timestamp: int | None = None) -> bool:
-        if physical_offset + size <= self.max_physic_offset:
-            return False  # "build consume queue repeatedly": already dispatched
-        if self.ext is not None:  # the ext unit first, as putMessagePositionInfoWrapper does
-            if store_timestamp is None:
-                store_timestamp = self.writer.store_timestamp_at(physical_offset)
-            tags_code = self.ext.put(tags_code, store_timestamp)
-        expect = queue_offset * L.CQ_STORE_UNIT_SIZE
-        if self.last_base < 0:  # first file of this queue
-            m = self._new_file(expect - expect % self.file_size)
-            if queue_offset != 0:
-                until = expect % self.file_size
-                m.write(0, _PRE_BLANK_UNIT * (until // L.CQ_STORE_UNIT_SIZE))
-                self.wrote = until
-        elif self.wrote >= self.file_size:
-            m = self._new_file(self.last_base + self.file_size)
-        else:
-            m = self.files[self.last_base]
-        if queue_offset != 0 and expect < self.last_base + self.wrote:
-            return False  # this queue offset is already written
-        # RocketMQ appends at its write position even when expect differs ("[BUG]logic queue order");
-        # our queue offsets are always consecutive, so the two agree.
-        m.write(self.wrote, _CQ_UNIT.pack(physical_offset, size, tags_code))
-        self.wrote += L.CQ_STORE_UNIT_SIZE
-        self.max_physic_offset = physical_offset + size
-        return True
-
-    def put_units(self, units, first_queue_offset: int) -> bool:
-        """``put`` for packed units at consecutive queue offsets (the bulk path); the same bytes."""
-        k = len(units) // L.CQ_STORE_UNIT_SIZE
-        first_phys, first_size, _ = _CQ_UNIT.unpack_from(units, 0)
-        fresh = first_phys + first_size > self.max_physic_offset and first_queue_offset != 0 and \
-            self.last_base >= 0 and first_queue_offset * L.CQ_STORE_UNIT_SIZE == self.last_base + self.wrote
-        if not fresh or self.ext is not None:  # first file, a gap, a repeat, or ext units to write: unit by unit
-            done = False
-            for i in range(k):
-                p, z, t = _CQ_UNIT.unpack_from(units, i * L.CQ_STORE_UNIT_SIZE)
-                done |= self.put(p, z, t, first_queue_offset + i)
-            return done
-        data = units
-        while len(data):
-            if self.wrote >= self.file_size:
-                self._new_file(self.last_base + self.file_size)
-            n = min(len(data), self.file_size - self.wrote)
-            self.files[self.last_base].write(self.wrote, data[:n])
-            self.wrote += n
-            data = data[n:]
-        last_phys, last_size, _ = _CQ_UNIT.unpack_from(units, (k - 1) * L.CQ_STORE_UNIT_SIZE)
-        self.max_physic_offset = last_phys + last_size
-        return True
-
-    def close(self):
-        for m in self.files.values():
-            m.close()
-        if self.ext is not None:
-            self.ext.close()
-
-
-class IndexFileWriter:
-    """One ``IndexFile``: header fields kept here and written through to the mapping like IndexHeader."""
-
-    def __init__(self, path: Path, slots: int, num: int, create: bool, prev_end_phy: int = 0, prev_end_ts: int = 0,
-                 files: OpenFiles | None = None):
-        self.path, self.slots, self.num = path, slots, num
-        self.m = (files or OpenFiles()).file(path, L.index_file_size(slots, num), create)
-        if create:
-            self.begin_ts = self.end_ts = self.begin_phy = self.end_phy = 0
-            self.slot_count, self.count = 0, 1
-            # IndexFile(..., endPhyOffset, endTimestamp): a new file starts where the previous one ended
-            if prev_end_phy > 0:
-                self.begin_phy = self.end_phy = prev_end_phy
-                self._put_header(begin_phy_offset=prev_end_phy, end_phy_offset=prev_end_phy)
-            if prev_end_ts > 0:
-                self.begin_ts = self.end_ts = prev_end_ts
-                self._put_header(begin_timestamp=prev_end_ts, end_timestamp=prev_end_ts)
-        else:
-            (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
-             self.count) = _INDEX_HEADER.unpack_from(self.m.map, 0)
-            if self.count <= 0:  # IndexHeader.load
-                self.count = 1
-
-    def _put_header(self, **values: int) -> None:
-        for name, value in values.items():
-            self.m.write(L.INDEX_HEADER.offset(name), L.INDEX_HEADER.pack(name, value))
-
-    @property
-    def full(self) -> bool:
-        return self.count >= self.num
-
-    def put(self, key_hash: int, phy: int, ts: int) -> bool:
-        """``IndexFile.putKey``; False when full."""
-        if self.count >= self.num:
-            return False
-        slot_pos = L.INDEX_HEADER_SIZE + (key_hash % self.slots) * L.INDEX_SLOT_SIZE
-        slot_value = _INDEX_SLOT.unpack_from(self.m.map, slot_pos)[0]
-        if slot_value <= 0 or slot_value > self.count:
-            slot_value = 0
-        diff = ts - self.begin_ts
-        diff = int(diff / 1000) if diff >= 0 else -((-diff) // 1000)  # Java long division truncates
-        if self.begin_ts <= 0 or diff < 0:
-            diff = 0
-        elif diff > 0x7FFFFFFF:
-            diff = 0x7FFFFFFF
-        pos = L.INDEX_HEADER_SIZE + self.slots * L.INDEX_SLOT_SIZE + self.count * L.INDEX_ENTRY_SIZE
-        self.m.write(pos, _INDEX_ENTRY.pack(key_hash, phy, diff, slot_value))
-        self.m.write(slot_pos, _INDEX_SLOT.pack(self.count))
-        if self.count <= 1:
-            self.begin_phy, self.begin_ts = phy, ts
-        if slot_value == 0:
-            self.slot_count += 1
-        self.count += 1
-        self.end_phy, self.end_ts = phy, ts
-        self.m.write(0, _INDEX_HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
-                                           self.slot_count, self.count))
-        return True
-
-    def close(self):
-        self.m.close()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -680,10 +441,7 @@ class StoreWriter:
         self.segments: dict[int, PooledFile] = {}
         self.cur_base = -1  # base offset of the segment being written
         self.cur_pos = 0
-        self.queue_table: dict[tuple[str, int], int] = {}
-        self.cqs: dict[tuple[str, int], ConsumeQueueWriter] = {}
-        self.index_file: IndexFileWriter | None = None
-        self.index_names: list[str] = []
+        self.queue_table: dict[tuple[str, int], int] = {}  # topicQueueTable: each plain queue's next offset
         self.flush = FlushModel(self.config)
         self.delay_offsets = JavaHashMap(initial_capacity=L.QUEUE_OFFSET_TABLE_CAPACITY, concurrent=True)
         self.consumer_offsets = JavaHashMap(initial_capacity=L.OFFSET_TABLE_CAPACITY, concurrent=True)
@@ -698,7 +456,17 @@ class StoreWriter:
         self._io = None  # the bulk path's commitlog writes run on one background thread (pwritev drops the GIL)
         self._io_pending: list = []
         self._reopened = False
-        self.v5 = None
+        self._attributed_topics = False  # a topic with attributes registered: only a 5.x broker has them
+        # the structures built from the commitlog (store_format.write.dispatch): the consume queues and the index
+        # always exist (a reopened store's are picked up); the rest as the configuration and the topics ask
+        self.consume_queues = ConsumeQueues(self)
+        self.index = IndexService(self)
+        self.batch_queues = None  # BatchQueues, once a topic has queue.type=BatchCQ
+        self.lmq = None  # LmqDispatch with enableLmq / enableMultiDispatch
+        self.timer_enqueue = None  # TimerEnqueue with timerWheelEnable
+        self.dispatchers: list[Dispatcher] = []
+        self.stall = None  # lmq.LmqStall: a dispatch threw, the reput stopped there
+        self.undispatched = 0  # records written after the stall
 
         if self.root.exists() and not self.root.is_dir():
             raise WriterError(ErrorKind.INVALID_INPUT, "store root exists and is not a directory", file=str(self.root))
@@ -717,13 +485,20 @@ class StoreWriter:
         try:
             for d in ("commitlog", "consumequeue"):  # DefaultMessageStore's constructor: ensureDirOK
                 self._path(d).mkdir(exist_ok=True)
-            self.v5 = None  # the 5.x side (store_format.write.v5), when the configuration or a topic asks for it
             if existing:
                 self._load_configs()
             else:
                 self._init_configs()
-            if self.config.is_5x or self._batch_topics():
-                self._start_v5()  # before a reopened store's records are walked: they dispatch as 5.x records
+            # before a reopened store's records are walked: they dispatch through these
+            if self.config.enableLmq or self.config.enableMultiDispatch:
+                from .lmq import LmqDispatch
+
+                self.lmq = LmqDispatch(self)
+            if self.config.timerWheelEnable:
+                from .timer import TimerEnqueue
+
+                self.timer_enqueue = TimerEnqueue(self)
+            self._turn_on_batch_queues()
             if existing:
                 self._reopen_files()
             if start_time is not None:
@@ -752,24 +527,54 @@ class StoreWriter:
         return int.from_bytes(m[at:at + 8], "big", signed=True)
 
     def mapped_file(self, path: Path, size: int, create: bool = True) -> PooledFile:
-        """A preallocated, sparse file to write, through the writer's open files (the 5.x side's timer log,
-        wheel, batch queues)."""
+        """A preallocated, sparse file to write, through the writer's open files (the timer log, wheel, batch
+        queues)."""
         return self.open_files.file(path, size, create)
 
-    def _start_v5(self) -> None:
-        if self._reopened and (self.config.timerWheelEnable or self.config.enableLmq or self.config.enableMultiDispatch):
-            raise WriterError(ErrorKind.INVALID_INPUT, "reopening a store with the 5.x timer store or LMQ state is not "
-                              "supported by the writer (only enabledAppendPropCRC and BatchCQ topics); write a new "
-                              "store instead (dump --what commitlog, then write with the whole input)",
-                              file=str(self.root))
-        from .v5 import V5Store
+    # ---- the dispatchers -----------------------------------------------------------------------
+    def _turn_on_batch_queues(self) -> None:
+        """The batch queues, from the first topic registered with ``queue.type=BatchCQ`` (a reopened store's
+        ``batchconsumequeue/`` is reopened with them)."""
+        if self.batch_queues is None and self._batch_topics():
+            from .batchcq import BatchQueues
 
-        self.v5 = V5Store(self)  # a reopened store's batch consume queues are reopened with it
+            self.batch_queues = BatchQueues(self)
+            self._attributed_topics = True
+        self._list_dispatchers()
+
+    def _list_dispatchers(self) -> None:
+        """``dispatcherList`` in RocketMQ's order: the record's own queue (plain or batch), the LMQ units after a
+        plain unit, the timer's enqueue of its queue, delay offsets, the index."""
+        self.dispatchers = [d for d in (self.consume_queues, self.batch_queues, self.lmq, self.timer_enqueue,
+                                        _DelayOffsets(self), self.index if self.config.messageIndexEnable else None)
+                            if d is not None]
+        self._preparers = [d for d in self.dispatchers if overrides(d, "prepare")]
+        self._after_append = [d for d in self.dispatchers if overrides(d, "appended")]
 
     def _batch_topics(self) -> bool:
         """Any topic registered with ``queue.type=BatchCQ``."""
         return any((t.attributes or {}).get(L.TOPIC_ATTRIBUTE_QUEUE_TYPE) == L.QUEUE_TYPE_BATCH
                    for _, t in self.topics.items())
+
+    @property
+    def rocketmq5(self) -> bool:
+        """The broker is a 5.x one: its configuration turns a 5.x structure on, or a topic has attributes (a 4.x
+        TopicConfig has none).  It takes topics up to 255 characters; the bulk path, which vectorizes the 4.x
+        dispatch only, hands its records to :meth:`append`."""
+        return self.config.is_5x or self._attributed_topics
+
+    def batch_topic(self, topic: str) -> bool:
+        """A topic registered with ``queue.type=BatchCQ`` (its records go to the batch queue)."""
+        return self.batch_queues is not None and self.batch_queues.owns(topic)
+
+    def _queues_of(self, topic: str):
+        """The dispatcher that owns ``topic``'s queues (ConsumeQueueStore.findOrCreateConsumeQueue by queue.type)."""
+        return self.batch_queues if self.batch_topic(topic) else self.consume_queues
+
+    @property
+    def timer(self):
+        """The timer store (:class:`~store_format.write.timer.TimerStoreWriter`), None without timerWheelEnable."""
+        return None if self.timer_enqueue is None else self.timer_enqueue.store
 
     # ---- paths and lock ------------------------------------------------------------------------
     def _path(self, *parts: str) -> Path:
@@ -830,15 +635,15 @@ class StoreWriter:
         "BatchCQ"}``) are set when the topic is created; a BatchCQ topic turns the writer's 5.x side on.  A 5.x
         writer, or a V2 record's topic (``magic_version`` 2: only a 5.x broker stores one), takes topics up to 255
         characters (autoMessageVersionOnTopicLen)."""
-        validate_topic(topic, 2 if self.v5 is not None or magic_version == 2 else 1)
+        validate_topic(topic, 2 if self.rocketmq5 or magic_version == 2 else 1)
         cur = self.topics.get(topic)
         if attributes and cur is None:
             self.topics.put(topic, _TopicConfig(topic, queues or min(L.CLIENT_DEFAULT_TOPIC_QUEUE_NUMS,
                                                                       self.config.defaultTopicQueueNums),
                                                 perm, dict(attributes)))
             self.topics_version.next(self.now(at))
-            if self.v5 is None:
-                self._start_v5()
+            self._attributed_topics = True
+            self._turn_on_batch_queues()
             return
         if cur is None:
             if queues is None:
@@ -868,9 +673,9 @@ class StoreWriter:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """``ConsumerOffsetManager.commitOffset``: the next queue offset ``group`` will consume (on a 5.x writer a
         topic up to 255 characters: its long retry topics are V2 records' and have offsets too)."""
-        validate_topic(topic, 2 if self.v5 is not None else 1)
+        validate_topic(topic, 2 if self.rocketmq5 else 1)
         validate_queue_id(queue_id)
-        if self.v5 is not None and self.v5.commit_lmq_offset(group, topic, offset):
+        if self.lmq is not None and self.lmq.commit_offset(group, topic, offset):
             return  # an %LMQ% group with enableLmq: LmqConsumerOffsetManager keeps one offset per topic@group
         key = f"{topic}@{group}"
         table = self.consumer_offsets.get(key)
@@ -933,8 +738,8 @@ class StoreWriter:
             "delayOffset.json": dumps_fastjson({"offsetTable": self.delay_offsets.to_dict()}),
             "consumerFilter.json": dumps_fastjson({"filterDataByTopic": {}}),
         }
-        if self.v5 is not None:
-            self.v5.config_texts(texts, offsets)
+        for d in self.dispatchers:
+            d.config_texts(texts, offsets)
         return texts
 
     def _persist_configs(self):
@@ -951,8 +756,7 @@ class StoreWriter:
             raise WriterError(ErrorKind.INVALID_INPUT, "topics are adopted by a new store before its first record; a "
                               "reopened store keeps its own config/topics.json", file=topics.source)
         self._load_topics(topics)
-        if self.v5 is None and self._batch_topics():
-            self._start_v5()
+        self._turn_on_batch_queues()
 
     def _load_topics(self, topics: "TopicTable") -> None:
         for name, tc in topics.entries.items():
@@ -962,7 +766,7 @@ class StoreWriter:
     # ---- reopening -----------------------------------------------------------------------------
     def _load_configs(self):
         """append=True, first step: the configs a restarted broker loads (topics with their attributes, groups,
-        consumer and delay offsets) and the checkpoint.  :meth:`_reopen_files` follows, once the 5.x side is
+        consumer and delay offsets) and the checkpoint.  :meth:`_reopen_files` follows, once the dispatchers are
         known."""
         self._reopened = True
         cfgdir = self.root / "config"
@@ -993,17 +797,10 @@ class StoreWriter:
         maxPhysicOffset, the index's endPhyOffset)."""
         c = self.config
         # consume queues as they are on disk (a folder name the charset allows cannot leave the root)
-        for (topic, qid), files in discover_queues(self.root / "consumequeue").items():
+        for topic, qid in discover_queues(self.root / "consumequeue"):
             validate_topic(topic, 2)
-            cq = ConsumeQueueWriter(self, topic, qid)
-            cq.load()
-            self.cqs[(topic, qid)] = cq
-        # the last index file, if it has room
-        names = list_index_files(self.root / "index")
-        self.index_names = [p.name for p in names]
-        if names:
-            self.index_file = IndexFileWriter(names[-1], c.maxHashSlotNum, c.maxIndexNum, create=False,
-                                              files=self.open_files)
+            self.consume_queues.reopen(topic, qid)
+        self.index.reopen()
         # the commitlog: walk every segment as recovery does, continue at the end.  Dispatch resumes where
         # DefaultMessageStore.start() puts the reput service: the largest physical offset any consume queue
         # reached (the commitlog's start when there is none), so deleting consumequeue/ rebuilds it.
@@ -1011,9 +808,7 @@ class StoreWriter:
         # truncateDirtyFiles: a preallocated segment a crash left behind (all zeros) is dropped
         while len(segs) > 1 and _all_zero(segs[-1].path):
             segs.pop().path.unlink()
-        reach = [cq.max_physic_offset for cq in self.cqs.values() if cq.max_physic_offset >= 0]
-        if self.v5 is not None:
-            reach += self.v5.batch_queue_reach()
+        reach = self.consume_queues.reach() + (self.batch_queues.reach() if self.batch_queues is not None else [])
         self._reput_from = max(reach) if reach else (segs[0].base_offset if segs else 0)
         for i, seg in enumerate(segs):
             if seg.length != c.mappedFileSizeCommitLog:
@@ -1038,11 +833,8 @@ class StoreWriter:
 
     def _replay(self, msg: Message):
         """State and dispatch for a record already in the commitlog."""
-        key = (msg.topic, msg.queue_id)
-        if msg.dispatchable and self.v5 is not None and self.v5.batch_topic(msg.topic):
-            self.v5.replayed(msg)  # a BatchCQ topic's own counter
-        elif msg.dispatchable:
-            self.queue_table[key] = max(self.queue_table.get(key, 0), msg.queue_offset + 1)
+        if msg.dispatchable:
+            self._queues_of(msg.topic).replayed(msg)  # its queue's counter moves past it
         self._last_ts = msg.store_timestamp
         self.flush.advance(msg.store_timestamp)
         self._register_for_record(msg)
@@ -1166,8 +958,7 @@ class StoreWriter:
         queue id, flags, timestamps, hosts, reconsume times, prepared offset, body and properties string are
         kept; queue offset, physical offset, body CRC and size are assigned.  Returns the stored record."""
         self.check_open()
-        if self.v5 is not None:
-            record = self.v5.prepare(record)
+        record = self._prepare(record)
         try:
             size = self.check_record(record)
             sys_flag = record.sys_flag
@@ -1186,19 +977,15 @@ class StoreWriter:
         if size > self.room():
             self.roll()
         phy = self.reserve(size)
-        key = (record.topic, record.queue_id)
-        if not record.dispatchable:
-            queue_offset = 0  # PREPARED/ROLLBACK: not consumed, not counted
-        elif self.v5 is not None and self.v5.batch_topic(record.topic):
-            queue_offset = self.v5.take_queue_offset(record)  # BatchConsumeQueue's own counter
-        else:
-            queue_offset = self.queue_table.get(key, 0)
-            self.queue_table[key] = queue_offset + 1
+        # PREPARED/ROLLBACK: not consumed, not counted
+        queue_offset = self._queues_of(record.topic).take_queue_offset(record) if record.dispatchable else 0
         stored = dataclasses.replace(record, queue_offset=queue_offset, physical_offset=phy, body_crc=None,
                                      store_size=None, segment=None, file_position=None)
         data = encode_record(stored)
-        if self.v5 is not None and self.v5.crc:
-            data = self.v5.seal(data)
+        if self.config.enabledAppendPropCRC:  # doAppend's CRC: over the record as stored, into its last 20 bytes
+            data = bytearray(data)
+            propcrc.patch_crc(data)
+            data = bytes(data)
             stored.properties_raw = stored.properties_raw[:-L.CRC32_RESERVED_LEN] + \
                 data[-L.CRC32_RESERVED_LEN:].decode("ascii")
             stored.properties = None
@@ -1208,6 +995,8 @@ class StoreWriter:
         stored.store_size = len(data)
         stored.body_crc = body_crc32(record.body)
         stored.segment, stored.file_position = segment_name(base), phy - base
+        for d in self._after_append:
+            d.appended(stored)
         self._dispatch(stored)
         self.flush.appended(ts)
         self.appended(1, at=ts)
@@ -1267,24 +1056,42 @@ class StoreWriter:
     # ---- dispatch ------------------------------------------------------------------------------
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueueWriter:
         """The consume queue of ``topic``/``queue_id`` (created on first use, as findConsumeQueue does)."""
-        cq = self.cqs.get((topic, queue_id))
-        if cq is None:
-            cq = self.cqs[(topic, queue_id)] = ConsumeQueueWriter(self, topic, queue_id)
-        return cq
+        return self.consume_queues.queue(topic, queue_id)
+
+    @property
+    def cqs(self) -> dict:
+        """(topic, queue id) -> the plain consume queues written or reopened."""
+        return self.consume_queues.cqs
+
+    def _prepare(self, record: Message) -> Message:
+        """The record as the put path turns it before it is sized: a client's own __CRC32# deleted, as text
+        (``MessageUtils.deleteProperty``, with enabledAppendPropCRC), each dispatcher's part (INNER_BASE of a
+        BatchCQ inner batch, LMQ's INNER_MULTI_QUEUE_OFFSET), then the CRC reservation (``MessageExtEncoder``).
+        Counters are only read here."""
+        crc = self.config.enabledAppendPropCRC
+        if not (crc or self._preparers):
+            return record
+        raw = record.properties_raw
+        if crc:
+            raw = delete_property(raw, L.PROPERTY_CRC32)
+        for d in self._preparers:
+            raw = d.prepare(record, raw)
+        if crc:
+            raw = propcrc.with_crc_reservation(raw)
+        return dataclasses.replace(record, properties_raw=raw, properties=None) if raw != record.properties_raw \
+            else record
 
     def _dispatch(self, msg: Message):
-        """CommitLogDispatcherBuildConsumeQueue, then CommitLogDispatcherBuildIndex."""
-        if self.v5 is not None:
-            self.v5.dispatch(msg)  # the 5.x dispatchers (batch queues, LMQ, the timer enqueue) and the index
+        """The reput of one stored record: each dispatcher in turn (``DefaultMessageStore.doDispatch``); nothing once
+        a dispatch has stalled."""
+        if self.stall is not None:
+            self.undispatched += 1
             return
-        if msg.dispatchable:
-            tags_code = msg.dispatch_tags_code(self.delay_levels)
-            cq = self.consume_queue(msg.topic, msg.queue_id)
-            if cq.put(msg.physical_offset, msg.store_size, tags_code, msg.queue_offset, msg.store_timestamp):
-                self.flush.logics = msg.store_timestamp
-            self._track_schedule(msg)
-        if self.config.messageIndexEnable:
-            self._build_index(msg)
+        request = DispatchRequest(msg, msg.dispatch_tags_code(self.delay_levels) if msg.dispatchable else 0,
+                                  self._queues_of(msg.topic))
+        for d in self.dispatchers:
+            if not d.dispatch(request):
+                return
 
     def _track_schedule(self, msg: Message):
         self._track_fields(msg.topic, msg.queue_id, msg.queue_offset, msg.physical_offset, msg.uniq_key,
@@ -1318,46 +1125,16 @@ class StoreWriter:
             self._track_fields(topics[i], queue_ids[i], queue_offsets[i], physical_offsets[i], uniqs[i], reals[i])
 
     def last_index_file(self, *, at: int) -> IndexFileWriter:
-        """IndexService.getAndCreateLastIndexFile: the index file to put into; when there is none or it is full,
-        a new one, named after the time ``at`` (the store time of the record being dispatched)."""
-        cur = self.index_file
-        if cur is not None and not cur.full:
-            return cur
-        prev_phy = prev_ts = 0
-        if cur is not None:
-            prev_phy, prev_ts = cur.end_phy, cur.end_ts
-            # IndexService.flush(prev): a full file's end time becomes indexMsgTimestamp, checkpoint flushed
-            self.flush.index = cur.end_ts
-            self.flush.snapshot()
-            cur.close()
-        d = self._path("index")
-        d.mkdir(exist_ok=True)
-        ms = self.now(at)
-        name = time_millis_to_human(ms, self.config.timezone)
-        while name in self.index_names or (d / name).exists():  # two files in one millisecond would collide
-            ms += 1
-            name = time_millis_to_human(ms, self.config.timezone)
-        self.index_names.append(name)
-        self.index_file = IndexFileWriter(d / name, self.config.maxHashSlotNum, self.config.maxIndexNum,
-                                          create=True, prev_end_phy=prev_phy, prev_end_ts=prev_ts,
-                                          files=self.open_files)
-        return self.index_file
+        """The index file to put into (:meth:`IndexService.last_index_file`)."""
+        return self.index.last_index_file(at=at)
 
-    def _build_index(self, msg: Message):
-        """IndexService.buildIndex."""
-        f = self.last_index_file(at=msg.store_timestamp)
-        if msg.physical_offset < f.end_phy:
-            return  # already indexed
-        if msg.sys_flag & L.TRANSACTION_MASK == L.TRANSACTION_ROLLBACK_TYPE:
-            return
-        keys = []
-        if msg.uniq_key is not None:
-            keys.append(msg.uniq_key)
-        keys.extend(split_keys(msg.properties.get(L.PROPERTY_KEYS)))
-        for k in keys:
-            h = index_key_hash(index_key(msg.topic, k))
-            while not f.put(h, msg.physical_offset, msg.store_timestamp):
-                f = self.last_index_file(at=msg.store_timestamp)
+    @property
+    def index_file(self) -> IndexFileWriter | None:
+        return self.index.index_file
+
+    @property
+    def index_names(self) -> list[str]:
+        return self.index.index_names
 
     # ---- shutdown ------------------------------------------------------------------------------
     def _close_maps(self):
@@ -1367,10 +1144,8 @@ class StoreWriter:
             self._io = None
         for m in self.segments.values():
             m.close()
-        for cq in self.cqs.values():
-            cq.close()
-        if self.index_file is not None:
-            self.index_file.close()
+        self.consume_queues.close_files()
+        self.index.close_files()
         self.open_files.close_all()
 
     def close(self) -> None:
@@ -1382,12 +1157,10 @@ class StoreWriter:
         self._persist_configs()
         self._write_file("checkpoint", self.flush.checkpoint_bytes((self.flush.physic, self.flush.logics,
                                                                     self.flush.index)))
-        finished = True
-        if self.v5 is not None:  # a stalled reput keeps abort ("CommitLog have not finish to be dispatched")
-            finished = self.v5.close(self.now(), clean=True)
+        self._close_dispatchers(clean=True)
         self._close_maps()
         self._closed = True
-        if finished:
+        if self.stall is None:  # a stalled reput keeps abort ("CommitLog have not finish to be dispatched")
             (self.root / "abort").unlink(missing_ok=True)
         self._release_lock()
 
@@ -1400,13 +1173,19 @@ class StoreWriter:
             self.flush.advance(self.clock())
         self._persist_configs()  # the broker persists configs every few seconds
         self._write_file("checkpoint", self.flush.checkpoint_bytes(self.flush.on_disk))
-        if self.v5 is not None:
-            self.v5.close(self.now(), clean=False)
+        self._close_dispatchers(clean=False)
         if self.cur_base >= 0:  # AllocateMappedFileService had the next segment ready
             self._segment(self.cur_base + self.config.mappedFileSizeCommitLog)
         self._close_maps()
         self._closed = True
         self._release_lock()
+
+    def _close_dispatchers(self, clean: bool) -> None:
+        closing = [d for d in self.dispatchers if overrides(d, "close")]
+        if closing:
+            now = self.now()
+            for d in closing:
+                d.close(now, clean)
 
     def _write_file(self, name: str, data: bytes):
         with open(self._path(name), "wb") as f:
@@ -1430,6 +1209,19 @@ class StoreWriter:
         else:  # an interrupted write must not look like a clean shutdown
             self.crash()
         return False
+
+
+class _DelayOffsets(Dispatcher):
+    """ScheduleMessageService's progress (delayOffset.json): a dispatched record's delivery moves its level on
+    (:meth:`StoreWriter._track_schedule`)."""
+
+    def __init__(self, writer: StoreWriter):
+        self.writer = writer
+
+    def dispatch(self, request: DispatchRequest) -> bool:
+        if request.msg.dispatchable:
+            self.writer._track_schedule(request.msg)
+        return True
 
 
 def _config_data(config_dir: Path, name: str) -> dict:

@@ -6,8 +6,8 @@
   python -m store_format write OUT_DIR --input messages.jsonl [--config broker.conf] [--topics topics.json]
                                [--crash] [--append]
 
-``generate --rocketmq 5`` writes a 5.3.3 broker's store (store_format.write.generate5: timers, LMQ, POP, a BatchCQ
-topic, ``__CRC32#``).  A ``--config`` with 5.x settings (``enabledAppendPropCRC``, ``timerWheelEnable``,
+``generate --rocketmq 5`` writes a 5.3.3 broker's store (store_format.write.generate's 5.3.3 profile: timers, LMQ,
+POP, a BatchCQ topic, ``__CRC32#``).  A ``--config`` with 5.x settings (``enabledAppendPropCRC``, ``timerWheelEnable``,
 ``enableLmq``, ``enableMultiDispatch``, ``mappedFileSizeTimerLog``...) gives ``write`` the 5.x put path too: with
 ``enabledAppendPropCRC=true`` every record written gets its ``__CRC32#`` property (one the input already carries
 is deleted first, as text, as the broker deletes it).
@@ -88,7 +88,7 @@ from .bulk import RecordBatch, append_many
 from ..codec import host_flags
 from ..errors import ErrorKind, StoreFormatError, WriterError
 from .. import layout as L
-from .generate import TrafficConfig, generate_store, progress_line
+from .generate import Traffic5Config, TrafficConfig, generate_store, progress_line
 from ..message import Message
 from .writer import StoreWriter, TopicTable, WriterConfig
 
@@ -115,17 +115,12 @@ def run_generate(args) -> int:
         if os.path.isdir(args.out_dir) and os.listdir(args.out_dir):  # generate only writes new stores
             raise ValueError(f"{args.out_dir} is not empty: generate writes a new store; give a new or empty "
                              "folder (write --append adds records to a store that is there)")
-        if args.rocketmq == "5":
-            from .generate5 import Traffic5Config, config_5x, generate_store_5x
-
-            traffic5 = Traffic5Config(messages=args.messages, topics=args.topics, queues=args.queues, seed=args.seed,
-                                      rate=args.rate if args.rate_given else Traffic5Config.rate,
-                                      start_ms=args.start_ms)
-            stats = generate_store_5x(args.out_dir, traffic5, cfg if cfg.is_5x else config_5x(cfg),
-                                      progress=None if args.quiet else progress_line(), crash=args.crash)
-        else:
-            stats = generate_store(args.out_dir, traffic, cfg, progress=None if args.quiet else progress_line(),
-                                   crash=args.crash)
+        if args.rocketmq == "5":  # the 5.3.3 profile: its traffic, on cfg with the 5.x switches on
+            traffic = Traffic5Config(messages=args.messages, topics=args.topics, queues=args.queues, seed=args.seed,
+                                     rate=args.rate if args.rate_given else Traffic5Config.rate,
+                                     start_ms=args.start_ms)
+        stats = generate_store(args.out_dir, traffic, cfg, progress=None if args.quiet else progress_line(),
+                               crash=args.crash)
     except (StoreFormatError, ValueError, OSError) as e:
         print(f"error: {fs.error_line(e)}", file=sys.stderr)
         return EXIT_USAGE
