@@ -1,0 +1,182 @@
+"""The DLedger commit log reader (store_format.dledger) against the store RocketMQ 5.3.3 and DLedger 0.3.1.2 wrote
+(shared/fixtures/rocketmq-5.3.3/dledger): every raw data-file item, every entry DLedger's get(index) returns, the
+ledger indexes after load(), the checkpoint and term as the manifest (their own read-back) says; seeded damage on a
+copy found by the named check.  No Spark."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import struct
+
+import pytest
+
+from store_format import dledger as D
+
+from .conftest import FIXTURES_5X
+
+STORE = FIXTURES_5X / "dledger" / "store"
+
+
+@functools.lru_cache(maxsize=None)
+def manifest() -> dict:
+    with open(FIXTURES_5X / "dledger" / "manifest.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+@functools.lru_cache(maxsize=None)
+def fixture_log() -> tuple[D.DLedgerLog, tuple[D.Entry, ...], D.Ledger]:
+    log = D.DLedgerLog(D.find_home(STORE))
+    items = log.entries()
+    return log, tuple(items), log.recover(items)
+
+
+def test_detected_from_the_files_alone():
+    assert D.is_dledger_store(STORE)
+    assert D.find_home(STORE).name == "dledger-n0"
+    plain = FIXTURES_5X / "v5-default" / "store"
+    assert not D.is_dledger_store(plain) and D.find_home(plain) is None
+
+
+def test_every_raw_item_as_plain_reads_saw_it():
+    log, items, ledger = fixture_log()
+    raw = manifest()["readBack"]["rawEntries"]
+    assert len(items) == len(raw)
+    accepted = {e.position for e in ledger.entries}
+    for mine, want in zip(items, raw):
+        assert (mine.file, mine.position, mine.file_position, mine.magic, mine.size, mine.kind.upper()) == \
+            (want["file"], want["pos"], want["filePos"], want["magic"], want["size"], want["type"])
+        if want["type"] != "ENTRY":
+            assert mine.problems == ()
+            continue
+        assert (mine.index, mine.term, mine.pos_field, mine.channel, mine.chain_crc, mine.body_crc, mine.body_size) == \
+            (want["index"], want["term"], want["posField"], want["channel"], want["chainCrc"], want["bodyCrc"],
+             want["bodySize"])
+        unit = want["indexUnit"]
+        assert (mine.index_unit.file, mine.index_unit.file_position, mine.index_unit.magic, mine.index_unit.pos,
+                mine.index_unit.size, mine.index_unit.index, mine.index_unit.term) == \
+            (unit["file"], unit["filePos"], unit["magic"], unit["pos"], unit["size"], unit["index"], unit["term"])
+        assert mine.index_unit.matches(mine) == want["indexUnitMatches"]
+        assert (not mine.fails()) == want["headerChecksPass"] and list(mine.problems) == want["problems"]
+        assert (mine.position in accepted) == want["acceptedByDLedger"]
+        body = log.body(mine)
+        assert hashlib.sha256(body).hexdigest() == want["bodySha256"]
+        assert D.body_crc32(body) == want["bodyZlibCrc32"]
+
+
+def test_get_index_and_the_ledger_after_load():
+    log, _, ledger = fixture_log()
+    after = manifest()["readBack"]["afterLoad"]
+    assert (ledger.begin_index, ledger.end_index, ledger.end_term, ledger.committed_index, ledger.committed_pos,
+            ledger.data_end) == (after["ledgerBeginIndex"], after["ledgerEndIndex"], after["ledgerEndTerm"],
+                                 after["committedIndex"], after["committedPos"], after["dataMaxWrotePosition"])
+    assert (ledger.end_index + 1) * D.INDEX_UNIT_SIZE == after["indexMaxWrotePosition"]
+    assert ledger.stop is None and ledger.index_rewritten_from is None and ledger.will_not_start is None
+    got = [{"index": e.index, "term": e.term, "pos": e.position, "magic": e.magic, "size": e.size,
+            "channel": e.channel, "chainCrc": e.chain_crc, "bodyCrc": e.body_crc, "bodyLength": e.body_size,
+            "bodySha256": hashlib.sha256(log.body(e)).hexdigest(), "committed": e.index <= ledger.committed_index}
+           for e in ledger.entries]
+    assert got == manifest()["readBack"]["dledgerEntriesAfterLoad"]
+
+
+def test_each_record_sits_at_its_entry_plus_48():
+    log, _, ledger = fixture_log()
+    by_index = {e.index: e for e in ledger.entries}
+    for rec in manifest()["readBack"]["records"]:
+        entry = by_index[rec["dledgerIndex"]]
+        assert (entry.term, entry.position, entry.record_offset) == \
+            (rec["dledgerTerm"], rec["dledgerPos"], rec["physicalOffset"])
+        assert rec["dispatch"]["bufferSize"] == entry.size and rec["physicalOffsetField"] == entry.record_offset
+        assert hashlib.sha256(log.body(entry)).hexdigest() == rec["rawSha256"]
+
+
+def test_checkpoint_and_term():
+    log, _, _ = fixture_log()
+    text = manifest()["textFiles"]
+    assert text["store/dledger-n0/checkpoint"] == "committedIndex=302\nendIndex=302\n"
+    assert text["store/dledger-n0/currterm"] == "voteLeader=n0\ncurrTerm=0\n"
+    assert log.metadata == D.Metadata(302, 302, 0, "n0")
+    assert log.self_id == "n0"
+
+
+# ---- seeded damage, on a copy -------------------------------------------------------------------------
+
+@pytest.fixture
+def dledger_copy(tmp_path):
+    dst = tmp_path / "store"
+    shutil.copytree(STORE, dst)
+    for folder, _, files in os.walk(dst):
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
+    return dst
+
+
+def _raw(index: int) -> dict:
+    return next(e for e in manifest()["readBack"]["rawEntries"] if e.get("index") == index)
+
+
+def _patch(store, entry: dict, offset: int, fmt: str, value):
+    with open(store / "dledger-n0" / entry["file"], "r+b") as f:
+        f.seek(entry["filePos"] + offset)
+        f.write(struct.pack(fmt, value))
+
+
+def test_a_bad_body_crc_is_found_and_dledger_accepts_it(dledger_copy):
+    """A nonzero bodyCrc that is not the body's CRC-32: dledger.body_crc; DLedger never checks it, so the ledger is
+    unchanged."""
+    entry = _raw(40)
+    _patch(dledger_copy, entry, 40, ">i", entry["bodyZlibCrc32"] ^ 0x1)
+    log = D.DLedgerLog(D.find_home(dledger_copy))
+    items = log.entries()
+    bad = [(e.index, name) for e in items for name, _ in e.problems]
+    assert bad == [(40, D.CHECK_BODY_CRC)]
+    ledger = log.recover(items)
+    assert (ledger.end_index, ledger.committed_index, ledger.stop) == (302, 302, None)
+    # the right CRC passes
+    _patch(dledger_copy, entry, 40, ">i", entry["bodyZlibCrc32"])
+    assert all(not e.problems for e in D.DLedgerLog(D.find_home(dledger_copy)).entries())
+
+
+def test_a_term_going_backwards_is_found_and_ends_dledgers_walk(dledger_copy):
+    """Entry 100 (and its index unit) says term 2, entry 101 term 0: dledger.term on 101, where DLedger's recovery
+    ends the ledger; the committed index is clamped to it."""
+    entry = _raw(100)
+    _patch(dledger_copy, entry, 16, ">q", 2)
+    unit = entry["indexUnit"]
+    with open(dledger_copy / "dledger-n0" / unit["file"], "r+b") as f:
+        f.seek(unit["filePos"] + 24)
+        f.write(struct.pack(">q", 2))
+    log = D.DLedgerLog(D.find_home(dledger_copy))
+    items = log.entries()
+    bad = [(e.index, name) for e in items for name, _ in e.problems]
+    assert bad == [(101, D.CHECK_TERM)]
+    ledger = log.recover(items)
+    assert (ledger.end_index, ledger.end_term, ledger.stop.index, ledger.committed_index) == (100, 2, 101, 100)
+    assert ledger.data_end == _raw(101)["pos"] and ledger.committed_pos == _raw(101)["pos"]
+
+
+def test_a_stale_index_unit_is_rewritten_not_a_stop(dledger_copy):
+    unit = _raw(7)["indexUnit"]
+    with open(dledger_copy / "dledger-n0" / unit["file"], "r+b") as f:
+        f.seek(unit["filePos"] + 4)
+        f.write(struct.pack(">q", 12345))
+    log = D.DLedgerLog(D.find_home(dledger_copy))
+    ledger = log.recover()
+    assert (ledger.end_index, ledger.index_rewritten_from) == (302, 7)
+
+
+def test_a_torn_tail_and_a_lost_checkpoint(dledger_copy):
+    """The last entry cut short by a zeroed size; a checkpoint saying -1 (a crash before the first flush): the
+    ledger ends at the entry before, nothing is committed."""
+    entry = _raw(302)
+    _patch(dledger_copy, entry, 4, ">i", 10_000_000)
+    (dledger_copy / "dledger-n0" / "checkpoint").write_text("committedIndex=-1\nendIndex=302\n")
+    log = D.DLedgerLog(D.find_home(dledger_copy))
+    items = log.entries()
+    assert items[-1].kind == "unframed" and items[-1].problems[0][0] == D.CHECK_SIZE
+    ledger = log.recover(items)
+    assert (ledger.end_index, ledger.committed_index, ledger.committed_pos, ledger.data_end) == \
+        (301, -1, -1, entry["pos"])
