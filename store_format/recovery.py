@@ -49,11 +49,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from . import dledger
 from . import layout as L
 from .checkpoint import Checkpoint
 from .codec import decode_record
 from .consumequeue import units_of
-from .commitlog import KIND_MESSAGE, Frame, SalvageSpan, Segment, salvage_arrays, walk_arrays
+from .commitlog import END_OF_DATA, KIND_MESSAGE, Frame, SalvageSpan, Segment, salvage_arrays, walk_arrays
 from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
 from .fs import UnreadableError, read_bytes
@@ -124,6 +125,10 @@ def recovery_walk(segment: Segment, check_crc: bool = True, force_verify_prop_cr
     instead of its body CRC (store-format-5x.md section 1.3): the walk frames without the body CRC and ends at the
     first record the forced check refuses (:func:`forced_crc_stop`), if that comes first."""
     force = force_verify_prop_crc and check_crc
+    if dledger.is_data_file(segment.loc):  # DLedger's own walk: headers only, no record CRC (its recover())
+        with ReadOnlyMap(segment.path) as m:
+            items = dledger.walk_items(m.buf, segment.name, segment.base_offset, check_crc=False, salvage=False)
+            return SegmentWalk.of(items.others[len(items) - 1], segment.base_offset)
     with ReadOnlyMap(segment.path) as m:
         items = walk_arrays(m.buf, segment.name, segment.base_offset, check_crc=check_crc and not force,
                             check_physical_offset=False)
@@ -236,8 +241,11 @@ def walk_lost_records(store: Store, recovered_end: int, stop: SegmentWalk | None
             continue
         checked = recovered_end - seg.base_offset if check_crc and seg.base_offset <= recovered_end else 0
         with ReadOnlyMap(seg.path) as m:
-            arrays = salvage_arrays(m.buf, seg.name, seg.base_offset, check_crc=check_crc,
-                                    crc_checked_before=max(0, checked))
+            if dledger.is_data_file(seg.loc):
+                arrays = dledger.walk_items(m.buf, seg.name, seg.base_offset, check_crc=check_crc)
+            else:
+                arrays = salvage_arrays(m.buf, seg.name, seg.base_offset, check_crc=check_crc,
+                                        crc_checked_before=max(0, checked))
             keep = (arrays.positions + seg.base_offset >= recovered_end) | (arrays.kinds != KIND_MESSAGE)
             items.extend(arrays.take(keep))
             del arrays
@@ -1020,6 +1028,43 @@ def recovery_region(store: Store, message_index_safe: bool = False) -> list[Segm
     return store.segments[start:]
 
 
+def _dledger_end(store: Store, segs: list[Segment]) -> tuple:
+    """(start index, recovered end, the SegmentWalk it ends in, stop kind, notes, start problems) of a DLedger store
+    (docs/store-format-dledger.md): DLedger's ``recover()`` ends the log at its last entry that passes its header
+    checks (store_format.dledger.DLedgerLog.recover); RocketMQ's ``dledgerRecoverNormally`` truncates the consume
+    queues there.  (RocketMQ's commit-log max offset is DLedger's committed position, which the node's next
+    election as leader brings up to the ledger's end.)"""
+    log = dledger.DLedgerLog(store.dledger_home, data_file_size=store.segment_size)
+    ledger = log.recover()
+    names = [f"data/{s.name}" for s in segs]
+    start = names.index(ledger.start_file) if ledger.start_file in names else 0
+    notes, problems = list(log.metadata.problems), []
+    if ledger.will_not_start:
+        problems.append(ledger.will_not_start)
+    if not segs:
+        return 0, 0, None, None, notes, problems
+    end = ledger.data_end
+    seg = next((s for s in reversed(segs) if s.base_offset <= end), segs[0])
+    if ledger.stop is not None:
+        check, why = next(((c, w) for c, w in ledger.stop.problems if c in dledger.RECOVERY_CHECKS),
+                          ledger.stop.problems[0] if ledger.stop.problems else ("dledger", ""))
+        walk = SegmentWalk(seg.name, seg.base_offset, end - seg.base_offset, "stop", check, None, ledger.stop.size)
+        notes.append(f"DLedger's recovery ends the ledger at index {ledger.end_index} (physical offset {end}): the "
+                     f"entry after it fails {check} ({why}); DLedger truncates its data and index files there")
+        kind = check
+    else:
+        walk = SegmentWalk(seg.name, seg.base_offset, end - seg.base_offset, "stop", END_OF_DATA)
+        kind = END_OF_DATA
+    if ledger.index_rewritten_from is not None:
+        notes.append(f"DLedger rewrites its index units from index {ledger.index_rewritten_from} on: the unit there "
+                     "disagrees with its entry")
+    if ledger.committed_index < ledger.end_index:
+        committed = "nothing" if ledger.committed_index < 0 else f"index {ledger.committed_index}"
+        notes.append(f"DLedger's checkpoint has {committed} committed of the ledger's {ledger.end_index}: until the "
+                     f"node leads its group again RocketMQ serves only to physical offset {max(ledger.committed_pos, 0)}")
+    return start, end, walk, kind, notes, problems
+
+
 def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True,
                      walks: dict[str, SegmentWalk] | None = None, enumerate_lost: bool = True,
                      queue_starts: dict | None = None, settings: RecoverySettings | None = None,
@@ -1072,8 +1117,16 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
             used[seg.name] = given[seg.name] if seg.name in given else recovery_walk(seg, check_crc, force)
         return used[seg.name]
 
-    start_index, redispatch_from = recovery_start(segs, mode, cp, message_index_safe)
-    max_offset, stop_walk, stop_kind = recovered_end(segs, start_index, walk_of)
+    if store.dledger_home is not None:  # the CommitLog in DLedger entries: DLedger's recover() decides its end
+        start_index, max_offset, stop_walk, stop_kind, dledger_notes, dledger_problems = _dledger_end(store, segs)
+        redispatch_from = None
+        notes += dledger_notes
+        found += [("dledger", text) for text in dledger_problems]
+        if stop_walk is not None:
+            used[stop_walk.segment] = stop_walk
+    else:
+        start_index, redispatch_from = recovery_start(segs, mode, cp, message_index_safe)
+        max_offset, stop_walk, stop_kind = recovered_end(segs, start_index, walk_of)
     stop_seg = stop_walk.segment if stop_walk else None
     stop_pos = stop_walk.position if stop_walk else None
 

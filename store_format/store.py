@@ -69,8 +69,19 @@ class Store:
         return found if part is None else [e for e in found if fs.part_of(e, self.root) == part]
 
     @cached_property
+    def dledger_home(self) -> fs.Location | None:
+        """The ``dledger-<selfId>`` folder of a DLedger store (``enableDLegerCommitLog``: a ``dledger-*`` folder with
+        ``data/`` and no ``commitlog/``), found from the files alone; None for a plain commit log."""
+        from .dledger import find_home
+
+        return None if fs.entry(self.root / "commitlog").is_folder else find_home(self.loc)
+
+    @cached_property
     def segment_files(self) -> list[Segment]:
-        """Every file of ``commitlog/`` (bad names too), by name, each with what is wrong with it."""
+        """Every file of ``commitlog/`` (bad names too), by name, each with what is wrong with it; of a DLedger
+        store, its data files (the CommitLog's container: store_format.dledger.walk_items walks them)."""
+        if self.dledger_home is not None:
+            return list_segment_files(self.dledger_home.child("data"), self._segment_size)
         if not self._readable_folder("commitlog"):
             return []
         return list_segment_files(self.loc.child("commitlog"), self._segment_size)
