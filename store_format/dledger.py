@@ -534,6 +534,18 @@ def walk_items(buf, segment: str, base_offset: int, *, start: int = 0, limit: in
     return out.result()
 
 
+def walk_frames(buf, segment: str, base_offset: int, *, decode: bool = True, check_crc: bool = True,
+                salvage: bool = False):
+    """:func:`walk_items` as the frames (and spans) ``walk_buffer`` / ``salvage_buffer`` yield, messages decoded
+    when ``decode``; without ``salvage``, up to the first blank or stop."""
+    from .codec import decode_record
+
+    for item in walk_items(buf, segment, base_offset, check_crc=check_crc, salvage=salvage):
+        if decode and getattr(item, "kind", None) == "message":
+            item.message = decode_record(buf, item.file_position, limit=item.file_position + item.size, file=segment)
+        yield item
+
+
 def range_items(buf, segment: str, base_offset: int, start: int, end: int, last: bool, *, check_crc: bool = True,
                 excerpt_len: int = 32):
     """The salvage items owned by the range [start, end) of a data file: from the first confirmed header at or

@@ -53,7 +53,7 @@ from . import dledger
 from . import layout as L
 from .checkpoint import Checkpoint
 from .codec import decode_record
-from .consumequeue import units_of
+from .consumequeue import read_queue, units_of
 from .commitlog import END_OF_DATA, KIND_MESSAGE, Frame, SalvageSpan, Segment, salvage_arrays, walk_arrays
 from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
@@ -1028,7 +1028,56 @@ def recovery_region(store: Store, message_index_safe: bool = False) -> list[Segm
     return store.segments[start:]
 
 
-def _dledger_end(store: Store, segs: list[Segment]) -> tuple:
+def _dledger_first_record_matches(seg: Segment, min_timestamp: int) -> bool:
+    """``DLedgerCommitLog.isMmapFileMatchedRecover`` (file CQs): the record in the data file's first entry (at 48)
+    has a V1 magic, a non-zero store time and a store time <= min_timestamp."""
+    with ReadOnlyMap(seg.path) as m:
+        buf, at = m.buf, dledger.BODY_OFFSET
+        if len(buf) < at + L.BORN_HOST_OFFSET + 4 or _I32_AT(buf, at + L.MAGIC_OFFSET) != L.MAGIC_V1:
+            return False
+        ts_pos = at + L.layout_for(_I32_AT(buf, at + L.SYS_FLAG_OFFSET)).offsets["store_timestamp"]
+        store_ts = _I64_AT(buf, ts_pos) if len(buf) >= ts_pos + 8 else 0
+        return store_ts != 0 and store_ts <= min_timestamp
+
+
+def dledger_abnormal_queue_cut(store: Store, segs: list[Segment], ledger_end: int, min_timestamp: int,
+                               check_crc: bool = True) -> int:
+    """Where RocketMQ 5.3.3's ``dledgerRecoverAbnormally`` truncates the consume queues: it walks the records from
+    the newest data file whose first record matches the checkpoint (else the first file) with
+    ``checkMessageAndReturnSize`` (CRC checked) to the first it refuses, and adds each record's size, not its
+    48-byte entry header, to the start of the file it ends in: 48 x (records walked in that file) bytes short of
+    where the walk really ends (docs/store-format-dledger.md)."""
+    files = [s for s in segs if s.base_offset < ledger_end] or segs[:1]
+    start = next((i for i in range(len(files) - 1, -1, -1) if _dledger_first_record_matches(files[i], min_timestamp)),
+                 0)
+    cut = files[start].base_offset
+    for seg in files[start:]:
+        with ReadOnlyMap(seg.path) as m:
+            limit = min(len(m.buf), max(0, ledger_end - seg.base_offset))
+            items = dledger.walk_items(m.buf, seg.name, seg.base_offset, limit=limit, check_crc=check_crc,
+                                       salvage=False)
+            cut = seg.base_offset + int(items.sizes[items.kinds == KIND_MESSAGE].sum())
+            closing = items.others.get(len(items) - 1)
+        if closing is None or closing.kind != "blank":
+            break
+    return cut
+
+
+def dledger_units_never_rebuilt(store: Store, queue_cut: int, reput_from: int, ledger_end: int) -> dict:
+    """{(topic, queue id): (units, first queue offset)} of the consume-queue units the abnormal recovery drops
+    (at or past ``queue_cut``) and the reput does not write again (it starts at ``reput_from``): units of
+    messages DLedger keeps (before ``ledger_end``) that consumers never get."""
+    lost = {}
+    for (topic, qid), files in store.queues.items():
+        for u in read_queue(files):
+            if u.kind == "entry" and queue_cut <= u.physical_offset < min(reput_from, ledger_end):
+                n, first = lost.get((topic, qid), (0, u.queue_offset))
+                lost[(topic, qid)] = (n + 1, min(first, u.queue_offset))
+    return lost
+
+
+def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Checkpoint | None = None,
+                 message_index_safe: bool = False, check_crc: bool = True) -> tuple:
     """(start index, recovered end, the SegmentWalk it ends in, stop kind, notes, start problems) of a DLedger store
     (docs/store-format-dledger.md): DLedger's ``recover()`` ends the log at its last entry that passes its header
     checks (store_format.dledger.DLedgerLog.recover); RocketMQ's ``dledgerRecoverNormally`` truncates the consume
@@ -1062,6 +1111,22 @@ def _dledger_end(store: Store, segs: list[Segment]) -> tuple:
         committed = "nothing" if ledger.committed_index < 0 else f"index {ledger.committed_index}"
         notes.append(f"DLedger's checkpoint has {committed} committed of the ledger's {ledger.end_index}: until the "
                      f"node leads its group again RocketMQ serves only to physical offset {max(ledger.committed_pos, 0)}")
+    if mode == "abnormal":
+        min_ts = 0 if cp is None else cp.min_timestamp_index if message_index_safe else cp.min_timestamp
+        queue_cut = dledger_abnormal_queue_cut(store, segs, end, min_ts, check_crc)
+        # DefaultMessageStore.start: the reput starts at getConfirmOffset() = DLedger's committed position (> 0)
+        reput_from = ledger.committed_pos if ledger.committed_pos > 0 else 0
+        lost = dledger_units_never_rebuilt(store, queue_cut, reput_from, end) if queue_cut < end else {}
+        if lost:
+            units = sum(n for n, _ in lost.values())
+            where = ", ".join(f"{t}/{q} from queue offset {first} ({n})" for (t, q), (n, first)
+                              in sorted(lost.items())[:5]) + (", ..." if len(lost) > 5 else "")
+            notes.append(f"RocketMQ 5.3.3's abnormal DLedger recovery truncates the consume queues at physical offset "
+                         f"{queue_cut}, {end - queue_cut} bytes before DLedger's end {end} (it counts each record's "
+                         f"size, not its 48-byte entry header), and its reput starts at the committed position "
+                         f"{reput_from}: {units} consume-queue unit(s) of intact messages are dropped and never "
+                         f"rebuilt, so consumers never receive those messages ({where}).  Before starting, "
+                         "rebuild those queues offline or plan to re-send the messages")
     return start, end, walk, kind, notes, problems
 
 
@@ -1118,7 +1183,8 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         return used[seg.name]
 
     if store.dledger_home is not None:  # the CommitLog in DLedger entries: DLedger's recover() decides its end
-        start_index, max_offset, stop_walk, stop_kind, dledger_notes, dledger_problems = _dledger_end(store, segs)
+        start_index, max_offset, stop_walk, stop_kind, dledger_notes, dledger_problems = _dledger_end(
+            store, segs, mode, cp, message_index_safe, check_crc)
         redispatch_from = None
         notes += dledger_notes
         found += [("dledger", text) for text in dledger_problems]

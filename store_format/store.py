@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
-from . import fs
+from . import dledger, fs
 from . import layout as L
 from .checkpoint import Checkpoint, Markers, read_checkpoint, read_markers
 from .commitlog import (Frame, Segment, infer_segment_size, list_segment_files, read_message_at, salvage_buffer,
@@ -72,9 +72,7 @@ class Store:
     def dledger_home(self) -> fs.Location | None:
         """The ``dledger-<selfId>`` folder of a DLedger store (``enableDLegerCommitLog``: a ``dledger-*`` folder with
         ``data/`` and no ``commitlog/``), found from the files alone; None for a plain commit log."""
-        from .dledger import find_home
-
-        return None if fs.entry(self.root / "commitlog").is_folder else find_home(self.loc)
+        return None if fs.entry(self.root / "commitlog").is_folder else dledger.find_home(self.loc)
 
     @cached_property
     def segment_files(self) -> list[Segment]:
@@ -110,6 +108,10 @@ class Store:
                 unreadable.append(e)
                 continue
             with m:
+                if dledger.is_data_file(seg.loc):  # the records inside DLedger entries
+                    yield from dledger.walk_frames(m.buf, seg.name, seg.base_offset, decode=decode,
+                                                   check_crc=check_crc, salvage=salvage)
+                    continue
                 if salvage:
                     yield from salvage_buffer(m.buf, seg.name, seg.base_offset, decode=decode, check_crc=check_crc)
                     continue

@@ -180,3 +180,100 @@ def test_a_torn_tail_and_a_lost_checkpoint(dledger_copy):
     ledger = log.recover(items)
     assert (ledger.end_index, ledger.committed_index, ledger.committed_pos, ledger.data_end) == \
         (301, -1, -1, entry["pos"])
+
+
+# ---- the log model: the CommitLog records inside the entries, and the broker's recovery of them -----------------
+
+def test_the_commitlog_readers_see_rocketmqs_records():
+    """The store's segments are the DLedger data files; every walk gives each record at entry + 48, as the manifest's
+    records (RocketMQ's own checkMessageAndReturnSize) say."""
+    from store_format.fs import ReadOnlyMap
+    from store_format.store import Store
+
+    store = Store(STORE)
+    assert store.dledger_home is not None and [s.name for s in store.segments] == \
+        ["00000000000000000000", "00000000000000262144"]
+    offsets = []
+    for seg in store.segments:
+        with ReadOnlyMap(seg.path) as m:
+            items = D.walk_items(m.buf, seg.name, seg.base_offset)
+            offsets += (items.positions[items.kinds == 0] + seg.base_offset).tolist()
+            sizes = items.sizes[items.kinds == 0].tolist()
+    records = manifest()["readBack"]["records"]
+    assert offsets == [r["physicalOffset"] for r in records]
+    assert sizes == [r["dispatch"]["msgSize"] for r in records if r["physicalOffset"] >= 262144]
+    assert [m.physical_offset for m in store.messages()] == offsets
+
+
+def test_recovery_follows_dledger_and_truncates_nothing_on_a_clean_store():
+    from store_format.recovery import predict_recovery
+    from store_format.store import Store
+
+    p = predict_recovery(Store(STORE))
+    after = manifest()["readBack"]["afterLoad"]
+    assert (p.mode, p.will_start, p.max_physical_offset, p.cq_units_truncated, p.dropped_messages, p.notes) == \
+        ("normal", True, after["commitLogMaxOffset"], {}, [], [])
+
+
+def test_a_term_going_backwards_cuts_the_log_where_dledger_does(dledger_copy):
+    from store_format.recovery import predict_recovery
+    from store_format.store import Store
+
+    entry = _raw(100)
+    _patch(dledger_copy, entry, 16, ">q", 2)
+    with open(dledger_copy / "dledger-n0" / entry["indexUnit"]["file"], "r+b") as f:
+        f.seek(entry["indexUnit"]["filePos"] + 24)
+        f.write(struct.pack(">q", 2))
+    p = predict_recovery(Store(dledger_copy))
+    cut = _raw(101)["pos"]
+    assert (p.max_physical_offset, p.stop_kind) == (cut, D.CHECK_TERM)
+    lost = [r["physicalOffset"] for r in manifest()["readBack"]["records"] if r["physicalOffset"] >= cut]
+    assert [o for o, _ in p.dropped_messages] == lost and len(lost) == 202
+    assert any("term" in n for n in p.notes)
+
+
+def test_rocketmq_5_3_3s_abnormal_recovery_drops_units_it_never_rebuilds(dledger_copy):
+    """With abort present, dledgerRecoverAbnormally walks from data file 0 (no first record is older than the
+    checkpoint), counts 157 records' sizes in the last file without their 48-byte headers and truncates the consume
+    queues 157 x 48 bytes short of the end; the reput starts at the committed position, so the units of the messages
+    in between are gone for good: a note names them."""
+    from store_format.recovery import predict_recovery
+    from store_format.store import Store
+
+    (dledger_copy / "abort").write_bytes(b"")
+    p = predict_recovery(Store(dledger_copy))
+    end = manifest()["readBack"]["afterLoad"]["commitLogMaxOffset"]
+    in_last_file = [e for e in manifest()["readBack"]["rawEntries"] if e["file"].endswith("262144")]
+    cut = end - 48 * len(in_last_file)
+    lost = [r for r in manifest()["readBack"]["records"] if cut <= r["physicalOffset"] < end
+            and r["topic"] != "TopicTx"]  # a PREPARED record has no unit
+    [note] = [n for n in p.notes if "abnormal DLedger recovery" in n]
+    assert f"at physical offset {cut}," in note and f": {len(lost)} consume-queue unit(s)" in note
+    for r in lost:
+        assert f"{r['topic']}/{r['queueId']}" in note
+    assert p.mode == "abnormal" and p.max_physical_offset == end
+
+
+def test_the_source_and_the_audit_read_it_as_its_manifest_says(spark, tmp_path):
+    """rocketmq-commitlog gives every record at RocketMQ's offset, kept; the consume queues point at them; the audit
+    finds nothing false (the index's duplicates are keys listed twice, the delay is undelivered: both true)."""
+    import pyarrow.parquet as pq
+
+    import datasources
+    from jobs.audit import job as audit_job
+
+    datasources.register(spark)
+    rows = spark.read.format("rocketmq-commitlog").load(str(STORE)).where("kind = 'message'") \
+        .orderBy("physical_offset").collect()
+    records = manifest()["readBack"]["records"]
+    assert [(r["physical_offset"], r["topic"], r["queue_id"], r["queue_offset"], r["msg_id"], r["kept"])
+            for r in rows] == [(x["physicalOffset"], x["topic"], x["queueId"], x["queueOffset"], x["msgId"], True)
+                               for x in records]
+    out = tmp_path / "out"
+    args = audit_job.build_parser().parse_args(["--store", str(STORE), "--out", str(out), "--no-report"])
+    assert audit_job.run(spark, args).exit_code == 0
+    found = {(f["check"], f["severity"]) for f in pq.read_table(out / "findings").to_pylist()}
+    assert found == {("index.duplicate_entries", "info"), ("delays.overdue", "warning"),
+                     ("metadata.config_missing", "info")}
+    summary = json.loads((out / "summary.json").read_text())
+    assert json.dumps(summary).count("520405") >= 1
