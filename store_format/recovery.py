@@ -1084,7 +1084,8 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
     queues there.  (RocketMQ's commit-log max offset is DLedger's committed position, which the node's next
     election as leader brings up to the ledger's end.)"""
     log = dledger.DLedgerLog(store.dledger_home, data_file_size=store.segment_size)
-    ledger = log.recover()
+    items = log.entries()
+    ledger = log.recover(items)
     names = [f"data/{s.name}" for s in segs]
     start = names.index(ledger.start_file) if ledger.start_file in names else 0
     notes, problems = list(log.metadata.problems), []
@@ -1104,6 +1105,18 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
     else:
         walk = SegmentWalk(seg.name, seg.base_offset, end - seg.base_offset, "stop", END_OF_DATA)
         kind = END_OF_DATA
+    unchecked: dict[str, list] = {}  # what neither DLedger nor RocketMQ checks: the broker serves these as they are
+    for e in items:
+        for check, why in e.problems:
+            if check in (dledger.CHECK_BODY_CRC, dledger.CHECK_CHAIN_CRC, dledger.CHECK_BLANK):
+                unchecked.setdefault(check, []).append((e, why))
+    for check, found in sorted(unchecked.items()):
+        e, why = found[0]
+        where = f"index {e.index}, physical offset {e.record_offset}" if e.kind == "entry" else \
+            f"physical offset {e.position}"
+        notes.append(f"{len(found)} DLedger entr{'y fails' if len(found) == 1 else 'ies fail'} {check}, the first at "
+                     f"{where} ({e.file}@{e.file_position}): {why}; neither DLedger nor RocketMQ checks it, so the "
+                     "broker serves the entry as it is: compare the record with its producer's copy")
     if ledger.index_rewritten_from is not None:
         notes.append(f"DLedger rewrites its index units from index {ledger.index_rewritten_from} on: the unit there "
                      "disagrees with its entry")

@@ -103,15 +103,27 @@ def test_checkpoint_and_term():
 
 # ---- seeded damage, on a copy -------------------------------------------------------------------------
 
-@pytest.fixture
-def dledger_copy(tmp_path):
-    dst = tmp_path / "store"
+def _copy(dst):
     shutil.copytree(STORE, dst)
     for folder, _, files in os.walk(dst):
         os.chmod(folder, 0o755)
         for name in files:
             os.chmod(os.path.join(folder, name), 0o644)
     return dst
+
+
+@pytest.fixture
+def dledger_copy(tmp_path):
+    return _copy(tmp_path / "store")
+
+
+def _term_goes_backwards_at_101(store):
+    """Entry 100 and its index unit say term 2: entry 101's term 0 goes backwards."""
+    entry = _raw(100)
+    _patch(store, entry, 16, ">q", 2)
+    with open(store / "dledger-n0" / entry["indexUnit"]["file"], "r+b") as f:
+        f.seek(entry["indexUnit"]["filePos"] + 24)
+        f.write(struct.pack(">q", 2))
 
 
 def _raw(index: int) -> dict:
@@ -135,6 +147,14 @@ def test_a_bad_body_crc_is_found_and_dledger_accepts_it(dledger_copy):
     assert bad == [(40, D.CHECK_BODY_CRC)]
     ledger = log.recover(items)
     assert (ledger.end_index, ledger.committed_index, ledger.stop) == (302, 302, None)
+    from store_format.recovery import predict_recovery
+    from store_format.store import Store
+
+    p = predict_recovery(Store(dledger_copy))  # the audit's recovery.note
+    [note] = p.notes
+    assert note.startswith(f"1 DLedger entry fails {D.CHECK_BODY_CRC}, the first at index 40, physical offset "
+                           f"{entry['pos'] + 48}")
+    assert p.max_physical_offset == manifest()["readBack"]["afterLoad"]["commitLogMaxOffset"]
     # the right CRC passes
     _patch(dledger_copy, entry, 40, ">i", entry["bodyZlibCrc32"])
     assert all(not e.problems for e in D.DLedgerLog(D.find_home(dledger_copy)).entries())
@@ -143,12 +163,7 @@ def test_a_bad_body_crc_is_found_and_dledger_accepts_it(dledger_copy):
 def test_a_term_going_backwards_is_found_and_ends_dledgers_walk(dledger_copy):
     """Entry 100 (and its index unit) says term 2, entry 101 term 0: dledger.term on 101, where DLedger's recovery
     ends the ledger; the committed index is clamped to it."""
-    entry = _raw(100)
-    _patch(dledger_copy, entry, 16, ">q", 2)
-    unit = entry["indexUnit"]
-    with open(dledger_copy / "dledger-n0" / unit["file"], "r+b") as f:
-        f.seek(unit["filePos"] + 24)
-        f.write(struct.pack(">q", 2))
+    _term_goes_backwards_at_101(dledger_copy)
     log = D.DLedgerLog(D.find_home(dledger_copy))
     items = log.entries()
     bad = [(e.index, name) for e in items for name, _ in e.problems]
@@ -219,11 +234,7 @@ def test_a_term_going_backwards_cuts_the_log_where_dledger_does(dledger_copy):
     from store_format.recovery import predict_recovery
     from store_format.store import Store
 
-    entry = _raw(100)
-    _patch(dledger_copy, entry, 16, ">q", 2)
-    with open(dledger_copy / "dledger-n0" / entry["indexUnit"]["file"], "r+b") as f:
-        f.seek(entry["indexUnit"]["filePos"] + 24)
-        f.write(struct.pack(">q", 2))
+    _term_goes_backwards_at_101(dledger_copy)
     p = predict_recovery(Store(dledger_copy))
     cut = _raw(101)["pos"]
     assert (p.max_physical_offset, p.stop_kind) == (cut, D.CHECK_TERM)
@@ -255,8 +266,10 @@ def test_rocketmq_5_3_3s_abnormal_recovery_drops_units_it_never_rebuilds(dledger
 
 
 def test_the_source_and_the_audit_read_it_as_its_manifest_says(spark, tmp_path):
-    """rocketmq-commitlog gives every record at RocketMQ's offset, kept; the consume queues point at them; the audit
-    finds nothing false (the index's duplicates are keys listed twice, the delay is undelivered: both true)."""
+    """rocketmq-commitlog gives every record at RocketMQ's offset, kept; the audit finds nothing false on the fixture
+    (the index's duplicates are keys listed twice, the delay is undelivered: both true), and on copies it finds an
+    entry's bad body CRC (a recovery note naming dledger.body_crc) and a term going backwards (DLedger's cut there:
+    every later message lost)."""
     import pyarrow.parquet as pq
 
     import datasources
@@ -269,11 +282,26 @@ def test_the_source_and_the_audit_read_it_as_its_manifest_says(spark, tmp_path):
     assert [(r["physical_offset"], r["topic"], r["queue_id"], r["queue_offset"], r["msg_id"], r["kept"])
             for r in rows] == [(x["physicalOffset"], x["topic"], x["queueId"], x["queueOffset"], x["msgId"], True)
                                for x in records]
+    crc = _copy(tmp_path / "crc")
+    _patch(crc, _raw(40), 40, ">i", _raw(40)["bodyZlibCrc32"] ^ 0x1)
+    term = _copy(tmp_path / "term")
+    _term_goes_backwards_at_101(term)
     out = tmp_path / "out"
-    args = audit_job.build_parser().parse_args(["--store", str(STORE), "--out", str(out), "--no-report"])
-    assert audit_job.run(spark, args).exit_code == 0
-    found = {(f["check"], f["severity"]) for f in pq.read_table(out / "findings").to_pylist()}
-    assert found == {("index.duplicate_entries", "info"), ("delays.overdue", "warning"),
-                     ("metadata.config_missing", "info")}
+    args = audit_job.build_parser().parse_args(["--store", f"clean={STORE}", f"crc={crc}", f"term={term}",
+                                                "--out", str(out), "--no-report"])
+    audit_job.run(spark, args)
+    findings = pq.read_table(out / "findings").to_pylist()
+    by = {b: [f for f in findings if f["broker"] == b] for b in ("clean", "crc", "term")}
+    assert {(f["check"], f["severity"]) for f in by["clean"]} == {
+        ("index.duplicate_entries", "info"), ("delays.overdue", "warning"), ("metadata.config_missing", "info")}
+    [note] = [f for f in by["crc"] if f["check"] == "recovery.note"]
+    assert D.CHECK_BODY_CRC in note["message"] and note["severity"] == "warning"
+    assert {f["check"] for f in by["crc"]} - {f["check"] for f in by["clean"]} == {"recovery.note"}
+    cut = _raw(101)["pos"]
+    lost = sorted(f["physical_offset"] for f in by["term"] if f["check"] == "recovery.message_lost")
+    assert lost == [r["physicalOffset"] for r in records if r["physicalOffset"] >= cut]
+    assert any(D.CHECK_TERM in f["message"] for f in by["term"] if f["check"] == "recovery.note")
     summary = json.loads((out / "summary.json").read_text())
-    assert json.dumps(summary).count("520405") >= 1
+    cuts = {b["name"]: b["recovery"]["predicted_max_physical_offset"] for b in summary["brokers"]}
+    assert cuts == {"clean": records[-1]["physicalOffset"] + records[-1]["storeSize"], "crc": cuts["clean"],
+                    "term": cut}
