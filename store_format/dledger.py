@@ -23,6 +23,7 @@ from functools import cached_property
 
 from . import fs
 from .brokerconf import parse_properties
+from .errors import StoreFormatError
 from .rolled import RolledFile, list_folder, open_bytes
 
 MAGIC = 1  # DLedgerMmapFileStore.MAGIC_1 (= CURRENT_MAGIC)
@@ -180,10 +181,10 @@ def _read_properties(loc: fs.Location, problems: list[str]) -> dict[str, str]:
         return {}
     try:
         raw = fs.read_bytes(loc.as_path(), 1 << 16)
-    except fs.UnreadableError as e:
+        return parse_properties(raw.decode("latin-1"), loc.name)
+    except StoreFormatError as e:  # unreadable, or an escape Java's Properties.load refuses
         problems.append(str(e))
         return {}
-    return parse_properties(raw.decode("latin-1"), loc.name)
 
 
 class DLedgerLog:

@@ -305,3 +305,24 @@ def test_the_source_and_the_audit_read_it_as_its_manifest_says(spark, tmp_path):
     cuts = {b["name"]: b["recovery"]["predicted_max_physical_offset"] for b in summary["brokers"]}
     assert cuts == {"clean": records[-1]["physicalOffset"] + records[-1]["storeSize"], "crc": cuts["clean"],
                     "term": cut}
+
+
+def test_hostile_headers_and_metadata_give_positioned_problems(dledger_copy):
+    """A negative size, an index far past every index file, a checkpoint Java cannot parse: named problems, a
+    prediction, no exception."""
+    from store_format.recovery import predict_recovery
+    from store_format.store import Store
+
+    _patch(dledger_copy, _raw(5), 4, ">i", -7)
+    _patch(dledger_copy, _raw(200), 8, ">q", 2**62)
+    (dledger_copy / "dledger-n0" / "checkpoint").write_bytes(b"committedIndex=\\u12\nendIndex=x\n")
+    log = D.DLedgerLog(D.find_home(dledger_copy))
+    items = log.entries()
+    bad = {(e.file, e.file_position): [c for c, _ in e.problems] for e in items if e.problems}
+    assert bad[(_raw(5)["file"], _raw(5)["filePos"])] == [D.CHECK_SIZE]
+    assert bad[(_raw(200)["file"], _raw(200)["filePos"])] == [D.CHECK_INDEX_UNIT, D.CHECK_INDEX]
+    assert log.metadata.committed_index is None and log.metadata.problems
+    ledger = log.recover(items)
+    assert (ledger.end_index, ledger.committed_index, ledger.data_end) == (4, -1, _raw(5)["pos"])
+    p = predict_recovery(Store(dledger_copy))
+    assert p.max_physical_offset == _raw(5)["pos"] and p.stop_kind == D.CHECK_SIZE
