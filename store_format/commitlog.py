@@ -72,8 +72,12 @@ def infer_segment_size(files) -> int | None:
 def first_record(segment: Segment):
     """A buffer from a segment's start that holds its first record: the read-only map of a local segment, else
     (a ``fs.StorePath``) a ranged read of the bytes its TOTALSIZE declares, never the whole segment."""
+    from . import dledger
     from .fs import StorePath
 
+    if dledger.is_data_file(segment.loc):  # a DLedger data file: the first entry's body is the first record
+        yield dledger.first_body(segment.loc, segment.length)
+        return
     if not isinstance(segment.path, StorePath):
         with ReadOnlyMap(segment.path) as m:
             yield m.buf

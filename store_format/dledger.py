@@ -535,6 +535,18 @@ def walk_items(buf, segment: str, base_offset: int, *, start: int = 0, limit: in
     return out.result()
 
 
+def first_body(loc: fs.Location, length: int) -> bytes:
+    """The body of a data file's first entry (its first CommitLog record), read alone; empty when the file does
+    not start with an entry."""
+    head = loc.read_range(0, BODY_OFFSET) if length >= BODY_OFFSET else b""
+    if len(head) < BODY_OFFSET:
+        return b""
+    magic, size = _INT_PAIR.unpack_from(head, 0)
+    if magic != MAGIC or not BODY_OFFSET < size <= length:
+        return b""
+    return loc.read_range(BODY_OFFSET, size - BODY_OFFSET)
+
+
 def walk_frames(buf, segment: str, base_offset: int, *, decode: bool = True, check_crc: bool = True,
                 salvage: bool = False):
     """:func:`walk_items` as the frames (and spans) ``walk_buffer`` / ``salvage_buffer`` yield, messages decoded

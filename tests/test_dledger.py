@@ -218,6 +218,13 @@ def test_the_commitlog_readers_see_rocketmqs_records():
     assert offsets == [r["physicalOffset"] for r in records]
     assert sizes == [r["dispatch"]["msgSize"] for r in records if r["physicalOffset"] >= 262144]
     assert [m.physical_offset for m in store.messages()] == offsets
+    from store_format.codec import decode_record
+    from store_format.commitlog import first_record
+
+    by_offset = {r["physicalOffset"]: r for r in records}
+    for seg in store.segments:  # what the query and extract jobs read of each segment: its first record
+        with first_record(seg) as buf:
+            assert decode_record(buf, 0).store_timestamp == by_offset[seg.base_offset + 48]["storeTimestamp"]
 
 
 def test_recovery_follows_dledger_and_truncates_nothing_on_a_clean_store():
