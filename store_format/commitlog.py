@@ -702,6 +702,18 @@ def walk_arrays(buf, segment: str, base_offset: int, *, start: int = 0, limit: i
     return out.result()
 
 
+def salvage_segment(segment: Segment, buf, *, check_crc: bool = True, excerpt_len: int = 32, framer=None
+                    ) -> FrameArrays:
+    """:func:`salvage_arrays` of a whole segment's bytes, in its container: a DLedger data file's records are those
+    inside its entries (store_format.dledger.walk_items), every other segment's the plain walk's."""
+    from . import dledger
+
+    if dledger.is_data_file(segment.loc):
+        return dledger.walk_items(buf, segment.name, segment.base_offset, check_crc=check_crc, excerpt_len=excerpt_len)
+    return salvage_arrays(buf, segment.name, segment.base_offset, check_crc=check_crc, excerpt_len=excerpt_len,
+                          framer=framer)
+
+
 def salvage_arrays(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
                    until: int | None = None, check_crc: bool = True, excerpt_len: int = 32,
                    crc_checked_before: int = 0, framer=None) -> FrameArrays:

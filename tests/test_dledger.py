@@ -221,6 +221,11 @@ def test_the_commitlog_readers_see_rocketmqs_records():
     from store_format.codec import decode_record
     from store_format.commitlog import first_record
 
+    from jobs.local_scan import Criteria, scan
+    from store_format.recovery import predict_cut
+
+    kept = [m.physical_offset for m, _ in scan(store, Criteria(topic="TopicC"), predict_cut(store).cut)]
+    assert kept == [r["physicalOffset"] for r in records if r["topic"] == "TopicC"]  # the jobs' local scan
     by_offset = {r["physicalOffset"]: r for r in records}
     for seg in store.segments:  # what the query and extract jobs read of each segment: its first record
         with first_record(seg) as buf:
