@@ -37,9 +37,9 @@ HOME_PREFIX = "dledger-"  # DLedgerConfig.getDefaultPath: <storeBaseDir>/dledger
 CHECKPOINT_FILE = "checkpoint"  # DLedgerMmapFileStore.CHECK_POINT_FILE
 TERM_FILE = "currterm"  # MemberState.TERM_PERSIST_FILE
 
-_ENTRY_HEADER = struct.Struct(">iiqqqiiii")  # magic size index term pos channel chainCrc bodyCrc bodySize
+ENTRY_HEADER = struct.Struct(">iiqqqiiii")  # magic size index term pos channel chainCrc bodyCrc bodySize
 _INDEX_UNIT = struct.Struct(">iqiqq")  # magic pos size index term
-_INT_PAIR = struct.Struct(">ii")
+INT_PAIR = struct.Struct(">ii")
 _JAVA_LONG = re.compile(r"[+-]?[0-9]+")
 
 # the named checks of an entry (Entry.problems); DLedger's own recovery applies the first six
@@ -261,7 +261,7 @@ class DLedgerLog:
             buf, n = m.buf, len(m.buf)
             pos = 0
             while pos + MIN_BLANK_LEN <= n:
-                magic, size = _INT_PAIR.unpack_from(buf, pos)
+                magic, size = INT_PAIR.unpack_from(buf, pos)
                 where = f.base_offset + pos
                 if magic == BLANK_MAGIC:
                     problems = () if size == n - pos else (
@@ -280,7 +280,7 @@ class DLedgerLog:
 
     def _entry(self, name: str, buf, pos: int, where: int) -> Entry:
         magic, size, index, term, pos_field, channel, chain_crc, body_crc, body_size = \
-            _ENTRY_HEADER.unpack_from(buf, pos)
+            ENTRY_HEADER.unpack_from(buf, pos)
         problems = []
         if magic != MAGIC:
             problems.append((CHECK_MAGIC, f"magic {magic}, DLedger 0.3.1.2 writes {MAGIC}"))
@@ -405,11 +405,11 @@ def _with(entry: Entry, **changes) -> Entry:
     return replace(entry, **changes)
 
 
-# ---- the CommitLog records inside: the walk every CommitLog reader takes ---------------------------------
+# ---- what the CommitLog walk over the entries needs (store_format.commitlog.dledger_items) -----------------
 
 def is_data_file(loc) -> bool:
     """A file of a DLedger data folder (``<root>/dledger-<id>/data/<name>``), told from its path alone: the
-    CommitLog readers walk it as DLedger entries (:func:`walk_items`) instead of plain records."""
+    CommitLog readers walk it as DLedger entries (store_format.commitlog.dledger_items) instead of plain records."""
     path = loc.path if isinstance(loc, fs.Location) else str(loc)
     parts = path.replace("\\", "/").rstrip("/").split("/")
     return len(parts) >= 3 and parts[-2] == "data" and parts[-3].startswith(HOME_PREFIX)
@@ -420,7 +420,7 @@ def confirmed_header(buf, pos: int, limit: int, base: int) -> bool:
     field equal to its own absolute position (a 16-byte agreement no record body repeats by chance)."""
     if pos < 0 or pos + BODY_OFFSET > limit:
         return False
-    magic, size, _, _, pos_field, _, _, _, body_size = _ENTRY_HEADER.unpack_from(buf, pos)
+    magic, size, _, _, pos_field, _, _, _, body_size = ENTRY_HEADER.unpack_from(buf, pos)
     return (magic == MAGIC and pos_field == base + pos and size > HEADER_SIZE and body_size + BODY_OFFSET == size
             and pos + size <= limit)
 
@@ -440,137 +440,13 @@ def next_header(buf, start: int, limit: int, base: int, before: int | None = Non
     return None
 
 
-def walk_items(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
-               until: int | None = None, check_crc: bool = True, salvage: bool = True, excerpt_len: int = 32):
-    """A DLedger data file's CommitLog items as :func:`store_format.commitlog.salvage_arrays` gives a segment's
-    (``salvage``; else :func:`~store_format.commitlog.walk_arrays`: up to the first stop): each entry's record
-    framed where it lies, at file position entry + 48, so every physical offset is RocketMQ's; the file's blank
-    and the end of the written part at the entry position.  An entry whose header fails DLedger's own checks is a
-    stop there (BAD_MAGIC, BAD_LENGTH, TRUNCATED, PHYSICAL_OFFSET_MISMATCH of the pos field); the salvage walk
-    goes on at the next confirmed header, the bytes between a span.  A record that fails the CommitLog checks (or
-    does not fill its entry) is a stop at the record; the salvage walk goes on at the next entry.  ``start``:
-    the walk starts at the first confirmed header at or after it (0: at 0, confirmed or not); ``until``: items
-    before it only."""
-    from .commitlog import (END_OF_DATA, KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, Frame, SalvageSpan,
-                            _Collector, frame_at, zero_tail_start)
-    from .errors import ErrorKind
-
-    limit = len(buf) if limit is None else limit
-    out = _Collector(segment, base_offset)
-    pos = start
-
-    def stop_at(at: int, size: int, magic: int, kind: str, field_name: str | None, why: str):
-        out.one(KIND_STOP, at, size, magic, Frame("stop", segment, at, base_offset + at, size, magic, kind,
-                                                   field_name, why))
-
-    while pos < limit and (until is None or pos < until):
-        if limit - pos < MIN_BLANK_LEN:
-            if any(buf[pos:limit]):
-                stop_at(pos, 0, 0, ErrorKind.TRUNCATED.value, "store_size", f"{limit - pos} stray bytes at the end")
-            break
-        magic, size = _INT_PAIR.unpack_from(buf, pos)
-        if magic == BLANK_MAGIC and size == limit - pos:
-            out.one(KIND_BLANK, pos, size, magic, Frame("blank", segment, pos, base_offset + pos, size, magic))
-            break
-        failed = None
-        if magic == 0 and size == 0:
-            failed = (END_OF_DATA, None, "zeros where the next entry would start (unwritten tail)")
-        elif magic == BLANK_MAGIC:
-            failed = (ErrorKind.BAD_LENGTH.value, "store_size", f"DLedger blank of {size} bytes, {limit - pos} left")
-        elif magic != MAGIC:
-            failed = (ErrorKind.BAD_MAGIC.value, "magic", f"DLedger entry magic {magic}, not {MAGIC}")
-        elif size <= HEADER_SIZE or pos + BODY_OFFSET > limit:
-            failed = (ErrorKind.BAD_LENGTH.value, "store_size", f"DLedger entry size {size}")
-        elif pos + size > limit:
-            failed = (ErrorKind.TRUNCATED.value, "store_size", f"DLedger entry of {size} bytes runs past the file")
-        else:
-            _, _, _, _, pos_field, _, _, _, body_size = _ENTRY_HEADER.unpack_from(buf, pos)
-            if body_size + BODY_OFFSET != size:
-                failed = (ErrorKind.SIZE_MISMATCH.value, "store_size", f"DLedger size {size} != 48 + bodySize "
-                          f"{body_size}")
-            elif pos_field != base_offset + pos:
-                failed = (ErrorKind.PHYSICAL_OFFSET_MISMATCH.value, "physical_offset",
-                          f"DLedger pos field {pos_field} != {base_offset + pos}")
-        if failed is None:
-            at, end = pos + BODY_OFFSET, pos + size
-            found = frame_at(buf, at, end, base_offset, check_crc=check_crc)
-            if found.kind == "message" and found.size == size - BODY_OFFSET:
-                out.one(KIND_MESSAGE, at, found.size, found.magic)
-                pos = end
-                continue
-            if found.kind == "message":
-                stop_at(at, found.size, found.magic, ErrorKind.SIZE_MISMATCH.value, "store_size",
-                        f"TOTALSIZE {found.size} != the DLedger entry's bodySize {size - BODY_OFFSET}")
-            else:
-                stop_at(at, found.size, found.magic, found.stop_kind or ErrorKind.BAD_MAGIC.value, found.stop_field,
-                        found.stop_message or "")
-            if not salvage:
-                break
-            pos = end  # the entry frames the damaged record: the walk goes on at the next entry
-            continue
-        kind, field_name, why = failed
-        stop_at(pos, size, magic, kind, field_name, why)
-        if not salvage:
-            break
-        nxt = next_header(buf, pos + 1, limit, base_offset)
-        tail = 0
-        if nxt is None:
-            zeros = zero_tail_start(buf, pos, limit)
-            if kind == END_OF_DATA or zeros <= pos:
-                break
-            tail, nxt = limit - zeros, None
-            end = zeros
-        else:
-            end = nxt
-        if kind != END_OF_DATA or nxt is not None:
-            if end > pos:
-                out.one(KIND_CORRUPT, pos, end - pos, 0, SalvageSpan(segment, pos, end - pos, kind,
-                                                                    bytes(buf[pos:min(end, pos + excerpt_len)]),
-                                                                    tail))
-        if nxt is None:
-            if tail:
-                stop_at(end, 0, 0, END_OF_DATA, None, "zeros where the next entry would start (unwritten tail)")
-            break
-        pos = nxt
-    return out.result()
-
-
 def first_body(loc: fs.Location, length: int) -> bytes:
     """The body of a data file's first entry (its first CommitLog record), read alone; empty when the file does
     not start with an entry."""
     head = loc.read_range(0, BODY_OFFSET) if length >= BODY_OFFSET else b""
     if len(head) < BODY_OFFSET:
         return b""
-    magic, size = _INT_PAIR.unpack_from(head, 0)
+    magic, size = INT_PAIR.unpack_from(head, 0)
     if magic != MAGIC or not BODY_OFFSET < size <= length:
         return b""
     return loc.read_range(BODY_OFFSET, size - BODY_OFFSET)
-
-
-def walk_frames(buf, segment: str, base_offset: int, *, decode: bool = True, check_crc: bool = True,
-                salvage: bool = False):
-    """:func:`walk_items` as the frames (and spans) ``walk_buffer`` / ``salvage_buffer`` yield, messages decoded
-    when ``decode``; without ``salvage``, up to the first blank or stop."""
-    from .codec import decode_record
-
-    for item in walk_items(buf, segment, base_offset, check_crc=check_crc, salvage=salvage):
-        if decode and getattr(item, "kind", None) == "message":
-            item.message = decode_record(buf, item.file_position, limit=item.file_position + item.size, file=segment)
-        yield item
-
-
-def range_items(buf, segment: str, base_offset: int, start: int, end: int, last: bool, *, check_crc: bool = True,
-                excerpt_len: int = 32):
-    """The salvage items owned by the range [start, end) of a data file: from the first confirmed header at or
-    after ``start`` (0: the file's start) to the first at or after ``end`` (the next range's start).  Returns
-    (items, first, until) as store_format.scan.RangeWalk takes them."""
-    limit = len(buf)
-    first = 0 if start == 0 else next_header(buf, start, limit, base_offset, before=end)
-    if first is None:
-        from .commitlog import FrameArrays
-
-        return FrameArrays.empty(segment, base_offset), None, None
-    until = None if last else next_header(buf, end, limit, base_offset)
-    items = walk_items(buf, segment, base_offset, start=first, limit=limit, until=until, check_crc=check_crc,
-                       excerpt_len=excerpt_len)
-    return items, first, until

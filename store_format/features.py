@@ -90,7 +90,7 @@ def record_evidence(commitlog) -> tuple[bool, bool]:
     ``commitlog`` (a folder: path or Location): :data:`SAMPLE` bytes of each, framed without CRC checks (a record
     damaged there is no evidence either way).  A segment that cannot be read gives none."""
     from . import dledger
-    from .commitlog import KIND_MESSAGE, walk_arrays
+    from .commitlog import KIND_MESSAGE, dledger_items, walk_arrays
     from .fs import UnreadableError
     from .propcrc import carries_crc
 
@@ -105,7 +105,7 @@ def record_evidence(commitlog) -> tuple[bool, bool]:
         except (UnreadableError, OSError):
             continue
         if dledger.is_data_file(seg.loc):
-            items = dledger.walk_items(buf, seg.name, seg.base_offset, check_crc=False, salvage=False)
+            items = dledger_items(buf, seg.name, seg.base_offset, check_crc=False, salvage=False)
         else:
             items = walk_arrays(buf, seg.name, seg.base_offset, check_crc=False, check_physical_offset=False)
         msg = items.kinds == KIND_MESSAGE

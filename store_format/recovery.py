@@ -54,7 +54,8 @@ from . import layout as L
 from .checkpoint import Checkpoint
 from .codec import decode_record
 from .consumequeue import read_queue, units_of
-from .commitlog import END_OF_DATA, KIND_MESSAGE, Frame, SalvageSpan, Segment, salvage_arrays, walk_arrays
+from .commitlog import (END_OF_DATA, KIND_MESSAGE, Frame, SalvageSpan, Segment, dledger_items, salvage_arrays,
+                        walk_arrays)
 from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
 from .fs import UnreadableError, read_bytes
@@ -127,7 +128,7 @@ def recovery_walk(segment: Segment, check_crc: bool = True, force_verify_prop_cr
     force = force_verify_prop_crc and check_crc
     if dledger.is_data_file(segment.loc):  # DLedger's own walk: headers only, no record CRC (its recover())
         with ReadOnlyMap(segment.path) as m:
-            items = dledger.walk_items(m.buf, segment.name, segment.base_offset, check_crc=False, salvage=False)
+            items = dledger_items(m.buf, segment.name, segment.base_offset, check_crc=False, salvage=False)
             return SegmentWalk.of(items.others[len(items) - 1], segment.base_offset)
     with ReadOnlyMap(segment.path) as m:
         items = walk_arrays(m.buf, segment.name, segment.base_offset, check_crc=check_crc and not force,
@@ -242,7 +243,7 @@ def walk_lost_records(store: Store, recovered_end: int, stop: SegmentWalk | None
         checked = recovered_end - seg.base_offset if check_crc and seg.base_offset <= recovered_end else 0
         with ReadOnlyMap(seg.path) as m:
             if dledger.is_data_file(seg.loc):
-                arrays = dledger.walk_items(m.buf, seg.name, seg.base_offset, check_crc=check_crc)
+                arrays = dledger_items(m.buf, seg.name, seg.base_offset, check_crc=check_crc)
             else:
                 arrays = salvage_arrays(m.buf, seg.name, seg.base_offset, check_crc=check_crc,
                                         crc_checked_before=max(0, checked))
@@ -1054,7 +1055,7 @@ def dledger_abnormal_queue_cut(store: Store, segs: list[Segment], ledger_end: in
     for seg in files[start:]:
         with ReadOnlyMap(seg.path) as m:
             limit = min(len(m.buf), max(0, ledger_end - seg.base_offset))
-            items = dledger.walk_items(m.buf, seg.name, seg.base_offset, limit=limit, check_crc=check_crc,
+            items = dledger_items(m.buf, seg.name, seg.base_offset, limit=limit, check_crc=check_crc,
                                        salvage=False)
             cut = seg.base_offset + int(items.sizes[items.kinds == KIND_MESSAGE].sum())
             closing = items.others.get(len(items) - 1)
@@ -1122,8 +1123,9 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
                      "disagrees with its entry")
     if ledger.committed_index < ledger.end_index:
         committed = "nothing" if ledger.committed_index < 0 else f"index {ledger.committed_index}"
+        served = max(ledger.committed_pos, 0)
         notes.append(f"DLedger's checkpoint has {committed} committed of the ledger's {ledger.end_index}: until the "
-                     f"node leads its group again RocketMQ serves only to physical offset {max(ledger.committed_pos, 0)}")
+                     f"node leads its group again RocketMQ serves only to physical offset {served}")
     if mode == "abnormal":
         min_ts = 0 if cp is None else cp.min_timestamp_index if message_index_safe else cp.min_timestamp
         queue_cut = dledger_abnormal_queue_cut(store, segs, end, min_ts, check_crc)

@@ -14,8 +14,8 @@ from typing import Iterator
 from . import dledger, fs
 from . import layout as L
 from .checkpoint import Checkpoint, Markers, read_checkpoint, read_markers
-from .commitlog import (Frame, Segment, infer_segment_size, list_segment_files, read_message_at, salvage_buffer,
-                        walk_buffer)
+from .commitlog import (Frame, Segment, dledger_frames, infer_segment_size, list_segment_files, read_message_at,
+                        salvage_buffer, walk_buffer)
 from .fs import ReadOnlyMap
 from .config import ConfigFile, read_config
 from .consumequeue import CQFile, CQUnit, QueueFile, list_consumequeue, queue_files, read_queue
@@ -77,7 +77,7 @@ class Store:
     @cached_property
     def segment_files(self) -> list[Segment]:
         """Every file of ``commitlog/`` (bad names too), by name, each with what is wrong with it; of a DLedger
-        store, its data files (the CommitLog's container: store_format.dledger.walk_items walks them)."""
+        store, its data files (the CommitLog's container: store_format.commitlog.dledger_items walks them)."""
         if self.dledger_home is not None:
             return list_segment_files(self.dledger_home.child("data"), self._segment_size)
         if not self._readable_folder("commitlog"):
@@ -109,8 +109,8 @@ class Store:
                 continue
             with m:
                 if dledger.is_data_file(seg.loc):  # the records inside DLedger entries
-                    yield from dledger.walk_frames(m.buf, seg.name, seg.base_offset, decode=decode,
-                                                   check_crc=check_crc, salvage=salvage)
+                    yield from dledger_frames(m.buf, seg.name, seg.base_offset, decode=decode, check_crc=check_crc,
+                                              salvage=salvage)
                     continue
                 if salvage:
                     yield from salvage_buffer(m.buf, seg.name, seg.base_offset, decode=decode, check_crc=check_crc)

@@ -14,6 +14,7 @@ import struct
 import pytest
 
 from store_format import dledger as D
+from store_format.commitlog import dledger_items
 
 from .conftest import FIXTURES_5X
 
@@ -211,7 +212,7 @@ def test_the_commitlog_readers_see_rocketmqs_records():
     offsets = []
     for seg in store.segments:
         with ReadOnlyMap(seg.path) as m:
-            items = D.walk_items(m.buf, seg.name, seg.base_offset)
+            items = dledger_items(m.buf, seg.name, seg.base_offset)
             offsets += (items.positions[items.kinds == 0] + seg.base_offset).tolist()
             sizes = items.sizes[items.kinds == 0].tolist()
     records = manifest()["readBack"]["records"]
