@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 
 from store_format.codec import decode_record
-from store_format.commitlog import KIND_CORRUPT, KIND_MESSAGE, KINDS, ReadOnlyMap, salvage_arrays
+from store_format.commitlog import KIND_CORRUPT, KIND_MESSAGE, KINDS, ReadOnlyMap, salvage_segment
 from store_format.message import Message
 from store_format.recovery import Cut
 from store_format.scan import cut_to_walk, segment_ends
@@ -61,16 +61,17 @@ def scan(store: Store, criteria: Criteria, cut: Cut, *, walk: str = "kept") -> I
         if walk == "kept" and seg.base_offset > cut.physical_offset:
             return  # the broker deletes this segment and every later one
         with ReadOnlyMap(seg.path) as m:
-            yield from _segment(m.buf, seg.name, seg.base_offset, criteria, walk, cut)
+            yield from _segment(m.buf, seg, criteria, walk, cut)
 
 
-def _segment(buf, name: str, base: int, c: Criteria, walk: str, cut: Cut) -> Iterator[tuple[Message, bool]]:
+def _segment(buf, seg, c: Criteria, walk: str, cut: Cut) -> Iterator[tuple[Message, bool]]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from udfs.kernels import decode_buffer
 
-    items = salvage_arrays(buf, name, base)
+    name = seg.name
+    items = salvage_segment(seg, buf)
     first_stop, first_blank = segment_ends([items])
     items = cut_to_walk(items, walk, first_stop, first_blank, cut)
     rows = items.kinds == KIND_MESSAGE
@@ -123,7 +124,7 @@ def damage_between_times(store: Store, seg, lo: int, hi: int) -> list[DamageSpan
 
     out = []
     with ReadOnlyMap(seg.path) as m:
-        items = salvage_arrays(m.buf, seg.name, seg.base_offset)
+        items = salvage_segment(seg, m.buf)
         items = cut_to_walk(items, "salvage", *segment_ends([items]))
         spans = np.flatnonzero(items.kinds == KIND_CORRUPT)
         if not len(spans):
@@ -149,7 +150,7 @@ def walk_item_at(store: Store, segment: str, offset: int) -> dict | None:
     if seg is None:
         return None
     with ReadOnlyMap(seg.path) as m:
-        items = salvage_arrays(m.buf, seg.name, seg.base_offset)
+        items = salvage_segment(seg, m.buf)
     i = int(np.searchsorted(items.positions, offset - seg.base_offset, side="right")) - 1
     if i < 0:
         return None

@@ -27,6 +27,7 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
+from . import dledger
 from . import layout as L
 from .codec import decode_record
 from .errors import ErrorKind, RecordError
@@ -74,6 +75,9 @@ def first_record(segment: Segment):
     (a ``fs.StorePath``) a ranged read of the bytes its TOTALSIZE declares, never the whole segment."""
     from .fs import StorePath
 
+    if dledger.is_data_file(segment.loc):  # a DLedger data file: the first entry's body is the first record
+        yield dledger.first_body(segment.loc, segment.length)
+        return
     if not isinstance(segment.path, StorePath):
         with ReadOnlyMap(segment.path) as m:
             yield m.buf
@@ -698,6 +702,16 @@ def walk_arrays(buf, segment: str, base_offset: int, *, start: int = 0, limit: i
     return out.result()
 
 
+def salvage_segment(segment: Segment, buf, *, check_crc: bool = True, excerpt_len: int = 32, framer=None
+                    ) -> FrameArrays:
+    """:func:`salvage_arrays` of a whole segment's bytes, in its container: a DLedger data file's records are those
+    inside its entries (:func:`dledger_items`), every other segment's the plain walk's."""
+    if dledger.is_data_file(segment.loc):
+        return dledger_items(buf, segment.name, segment.base_offset, check_crc=check_crc, excerpt_len=excerpt_len)
+    return salvage_arrays(buf, segment.name, segment.base_offset, check_crc=check_crc, excerpt_len=excerpt_len,
+                          framer=framer)
+
+
 def salvage_arrays(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
                    until: int | None = None, check_crc: bool = True, excerpt_len: int = 32,
                    crc_checked_before: int = 0, framer=None) -> FrameArrays:
@@ -721,3 +735,121 @@ def salvage_arrays(buf, segment: str, base_offset: int, *, start: int = 0, limit
     finally:
         framer.close()
     return out.result()
+
+
+# ---- the CommitLog inside DLedger entries (store_format.dledger: the container) ------------------------------
+
+def dledger_items(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
+                  until: int | None = None, check_crc: bool = True, salvage: bool = True, excerpt_len: int = 32):
+    """A DLedger data file's CommitLog items as :func:`store_format.commitlog.salvage_arrays` gives a segment's
+    (``salvage``; else :func:`~store_format.commitlog.walk_arrays`: up to the first stop): each entry's record
+    framed where it lies, at file position entry + 48, so every physical offset is RocketMQ's; the file's blank
+    and the end of the written part at the entry position.  An entry whose header fails DLedger's own checks is a
+    stop there (BAD_MAGIC, BAD_LENGTH, TRUNCATED, PHYSICAL_OFFSET_MISMATCH of the pos field); the salvage walk
+    goes on at the next confirmed header, the bytes between a span.  A record that fails the CommitLog checks (or
+    does not fill its entry) is a stop at the record; the salvage walk goes on at the next entry.  ``start``:
+    the walk starts at the first confirmed header at or after it (0: at 0, confirmed or not); ``until``: items
+    before it only."""
+    limit = len(buf) if limit is None else limit
+    out = _Collector(segment, base_offset)
+    pos = start
+
+    def stop_at(at: int, size: int, magic: int, kind: str, field_name: str | None, why: str):
+        out.one(KIND_STOP, at, size, magic, Frame("stop", segment, at, base_offset + at, size, magic, kind,
+                                                   field_name, why))
+
+    while pos < limit and (until is None or pos < until):
+        if limit - pos < dledger.MIN_BLANK_LEN:
+            if any(buf[pos:limit]):
+                stop_at(pos, 0, 0, ErrorKind.TRUNCATED.value, "store_size", f"{limit - pos} stray bytes at the end")
+            break
+        magic, size = dledger.INT_PAIR.unpack_from(buf, pos)
+        if magic == dledger.BLANK_MAGIC and size == limit - pos:
+            out.one(KIND_BLANK, pos, size, magic, Frame("blank", segment, pos, base_offset + pos, size, magic))
+            break
+        failed = None
+        if magic == 0 and size == 0:
+            failed = (END_OF_DATA, None, "zeros where the next entry would start (unwritten tail)")
+        elif magic == dledger.BLANK_MAGIC:
+            failed = (ErrorKind.BAD_LENGTH.value, "store_size", f"DLedger blank of {size} bytes, {limit - pos} left")
+        elif magic != dledger.MAGIC:
+            failed = (ErrorKind.BAD_MAGIC.value, "magic", f"DLedger entry magic {magic}, not {dledger.MAGIC}")
+        elif size <= dledger.HEADER_SIZE or pos + dledger.BODY_OFFSET > limit:
+            failed = (ErrorKind.BAD_LENGTH.value, "store_size", f"DLedger entry size {size}")
+        elif pos + size > limit:
+            failed = (ErrorKind.TRUNCATED.value, "store_size", f"DLedger entry of {size} bytes runs past the file")
+        else:
+            _, _, _, _, pos_field, _, _, _, body_size = dledger.ENTRY_HEADER.unpack_from(buf, pos)
+            if body_size + dledger.BODY_OFFSET != size:
+                failed = (ErrorKind.SIZE_MISMATCH.value, "store_size", f"DLedger size {size} != 48 + bodySize "
+                          f"{body_size}")
+            elif pos_field != base_offset + pos:
+                failed = (ErrorKind.PHYSICAL_OFFSET_MISMATCH.value, "physical_offset",
+                          f"DLedger pos field {pos_field} != {base_offset + pos}")
+        if failed is None:
+            at, end = pos + dledger.BODY_OFFSET, pos + size
+            found = frame_at(buf, at, end, base_offset, check_crc=check_crc)
+            if found.kind == "message" and found.size == size - dledger.BODY_OFFSET:
+                out.one(KIND_MESSAGE, at, found.size, found.magic)
+                pos = end
+                continue
+            if found.kind == "message":
+                stop_at(at, found.size, found.magic, ErrorKind.SIZE_MISMATCH.value, "store_size",
+                        f"TOTALSIZE {found.size} != the DLedger entry's bodySize {size - dledger.BODY_OFFSET}")
+            else:
+                stop_at(at, found.size, found.magic, found.stop_kind or ErrorKind.BAD_MAGIC.value, found.stop_field,
+                        found.stop_message or "")
+            if not salvage:
+                break
+            pos = end  # the entry frames the damaged record: the walk goes on at the next entry
+            continue
+        kind, field_name, why = failed
+        stop_at(pos, size, magic, kind, field_name, why)
+        if not salvage:
+            break
+        nxt = dledger.next_header(buf, pos + 1, limit, base_offset)
+        tail = 0
+        if nxt is None:
+            zeros = zero_tail_start(buf, pos, limit)
+            if kind == END_OF_DATA or zeros <= pos:
+                break
+            tail, nxt = limit - zeros, None
+            end = zeros
+        else:
+            end = nxt
+        if kind != END_OF_DATA or nxt is not None:
+            if end > pos:
+                out.one(KIND_CORRUPT, pos, end - pos, 0, SalvageSpan(segment, pos, end - pos, kind,
+                                                                    bytes(buf[pos:min(end, pos + excerpt_len)]),
+                                                                    tail))
+        if nxt is None:
+            if tail:
+                stop_at(end, 0, 0, END_OF_DATA, None, "zeros where the next entry would start (unwritten tail)")
+            break
+        pos = nxt
+    return out.result()
+
+
+def dledger_frames(buf, segment: str, base_offset: int, *, decode: bool = True, check_crc: bool = True,
+                   salvage: bool = False):
+    """:func:`dledger_items` as the frames (and spans) ``walk_buffer`` / ``salvage_buffer`` yield, messages decoded
+    when ``decode``; without ``salvage``, up to the first blank or stop."""
+    for item in dledger_items(buf, segment, base_offset, check_crc=check_crc, salvage=salvage):
+        if decode and getattr(item, "kind", None) == "message":
+            item.message = decode_record(buf, item.file_position, limit=item.file_position + item.size, file=segment)
+        yield item
+
+
+def dledger_range_items(buf, segment: str, base_offset: int, start: int, end: int, last: bool, *,
+                        check_crc: bool = True, excerpt_len: int = 32):
+    """The salvage items owned by the range [start, end) of a data file: from the first confirmed header at or
+    after ``start`` (0: the file's start) to the first at or after ``end`` (the next range's start).  Returns
+    (items, first, until) as store_format.scan.RangeWalk takes them."""
+    limit = len(buf)
+    first = 0 if start == 0 else dledger.next_header(buf, start, limit, base_offset, before=end)
+    if first is None:
+        return FrameArrays.empty(segment, base_offset), None, None
+    until = None if last else dledger.next_header(buf, end, limit, base_offset)
+    items = dledger_items(buf, segment, base_offset, start=first, limit=limit, until=until, check_crc=check_crc,
+                       excerpt_len=excerpt_len)
+    return items, first, until

@@ -60,8 +60,15 @@ def store_features(root) -> StoreFeatures:
     if names.get("consumequeue") == pafs.FileType.Directory:
         lmq = tuple(sorted(i.base_name for i in loc.child("consumequeue").list()
                            if i.type == pafs.FileType.Directory and i.base_name.startswith(L.LMQ_PREFIX)))
-    v2, crc = record_evidence(loc.child("commitlog")) if names.get("commitlog") == pafs.FileType.Directory \
-        else (False, False)
+    v2, crc = False, False
+    if names.get("commitlog") == pafs.FileType.Directory:
+        v2, crc = record_evidence(loc.child("commitlog"))
+    else:  # a DLedger store: its records are in the entries of dledger-<selfId>/data
+        from .dledger import find_home
+
+        home = find_home(loc)
+        if home is not None:
+            v2, crc = record_evidence(home.child("data"))
     return StoreFeatures(
         timer_log=timer_log,
         timer_wheel=names.get("timerwheel") == pafs.FileType.File,
@@ -82,7 +89,8 @@ def record_evidence(commitlog) -> tuple[bool, bool]:
     """(a V2 record, a ``__CRC32#`` property) among the first records of the first and of the newest segment of
     ``commitlog`` (a folder: path or Location): :data:`SAMPLE` bytes of each, framed without CRC checks (a record
     damaged there is no evidence either way).  A segment that cannot be read gives none."""
-    from .commitlog import KIND_MESSAGE, walk_arrays
+    from . import dledger
+    from .commitlog import KIND_MESSAGE, dledger_items, walk_arrays
     from .fs import UnreadableError
     from .propcrc import carries_crc
 
@@ -96,7 +104,10 @@ def record_evidence(commitlog) -> tuple[bool, bool]:
             buf = rolled.read_range(seg.loc, 0, SAMPLE)
         except (UnreadableError, OSError):
             continue
-        items = walk_arrays(buf, seg.name, seg.base_offset, check_crc=False, check_physical_offset=False)
+        if dledger.is_data_file(seg.loc):
+            items = dledger_items(buf, seg.name, seg.base_offset, check_crc=False, salvage=False)
+        else:
+            items = walk_arrays(buf, seg.name, seg.base_offset, check_crc=False, check_physical_offset=False)
         msg = items.kinds == KIND_MESSAGE
         pos, sizes = items.positions[msg], items.sizes[msg]
         raw = memoryview(buf)

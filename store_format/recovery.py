@@ -49,12 +49,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from . import dledger
 from . import layout as L
 from .checkpoint import Checkpoint
 from .codec import decode_record
-from .consumequeue import (QueueRecovery, QueueStart, finish_queue, recover_consume_queues,  # noqa: F401
+from .consumequeue import (QueueRecovery, QueueStart, finish_queue, read_queue, recover_consume_queues,  # noqa: F401
                            recover_queue, truncates_queues)
-from .commitlog import KIND_MESSAGE, Frame, SalvageSpan, Segment, salvage_arrays, walk_arrays
+from .commitlog import (END_OF_DATA, KIND_MESSAGE, Frame, SalvageSpan, Segment, dledger_items, salvage_arrays,
+                        walk_arrays)
 from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
 from .fs import UnreadableError, read_bytes
@@ -125,6 +127,10 @@ def recovery_walk(segment: Segment, check_crc: bool = True, force_verify_prop_cr
     instead of its body CRC (store-format-5x.md section 1.3): the walk frames without the body CRC and ends at the
     first record the forced check refuses (:func:`forced_crc_stop`), if that comes first."""
     force = force_verify_prop_crc and check_crc
+    if dledger.is_data_file(segment.loc):  # DLedger's own walk: headers only, no record CRC (its recover())
+        with ReadOnlyMap(segment.path) as m:
+            items = dledger_items(m.buf, segment.name, segment.base_offset, check_crc=False, salvage=False)
+            return SegmentWalk.of(items.others[len(items) - 1], segment.base_offset)
     with ReadOnlyMap(segment.path) as m:
         items = walk_arrays(m.buf, segment.name, segment.base_offset, check_crc=check_crc and not force,
                             check_physical_offset=False)
@@ -237,8 +243,11 @@ def walk_lost_records(store: Store, recovered_end: int, stop: SegmentWalk | None
             continue
         checked = recovered_end - seg.base_offset if check_crc and seg.base_offset <= recovered_end else 0
         with ReadOnlyMap(seg.path) as m:
-            arrays = salvage_arrays(m.buf, seg.name, seg.base_offset, check_crc=check_crc,
-                                    crc_checked_before=max(0, checked))
+            if dledger.is_data_file(seg.loc):
+                arrays = dledger_items(m.buf, seg.name, seg.base_offset, check_crc=check_crc)
+            else:
+                arrays = salvage_arrays(m.buf, seg.name, seg.base_offset, check_crc=check_crc,
+                                        crc_checked_before=max(0, checked))
             keep = (arrays.positions + seg.base_offset >= recovered_end) | (arrays.kinds != KIND_MESSAGE)
             items.extend(arrays.take(keep))
             del arrays
@@ -871,6 +880,122 @@ def recovery_region(store: Store, message_index_safe: bool = False) -> list[Segm
     return store.segments[start:]
 
 
+def _dledger_first_record_matches(seg: Segment, min_timestamp: int) -> bool:
+    """``DLedgerCommitLog.isMmapFileMatchedRecover`` (file CQs): the record in the data file's first entry (at 48)
+    has a V1 magic, a non-zero store time and a store time <= min_timestamp."""
+    with ReadOnlyMap(seg.path) as m:
+        buf, at = m.buf, dledger.BODY_OFFSET
+        if len(buf) < at + L.BORN_HOST_OFFSET + 4 or _I32_AT(buf, at + L.MAGIC_OFFSET) != L.MAGIC_V1:
+            return False
+        ts_pos = at + L.layout_for(_I32_AT(buf, at + L.SYS_FLAG_OFFSET)).offsets["store_timestamp"]
+        store_ts = _I64_AT(buf, ts_pos) if len(buf) >= ts_pos + 8 else 0
+        return store_ts != 0 and store_ts <= min_timestamp
+
+
+def dledger_abnormal_queue_cut(store: Store, segs: list[Segment], ledger_end: int, min_timestamp: int,
+                               check_crc: bool = True) -> int:
+    """Where RocketMQ 5.3.3's ``dledgerRecoverAbnormally`` truncates the consume queues: it walks the records from
+    the newest data file whose first record matches the checkpoint (else the first file) with
+    ``checkMessageAndReturnSize`` (CRC checked) to the first it refuses, and adds each record's size, not its
+    48-byte entry header, to the start of the file it ends in: 48 x (records walked in that file) bytes short of
+    where the walk really ends (docs/store-format-dledger.md)."""
+    files = [s for s in segs if s.base_offset < ledger_end] or segs[:1]
+    start = next((i for i in range(len(files) - 1, -1, -1) if _dledger_first_record_matches(files[i], min_timestamp)),
+                 0)
+    cut = files[start].base_offset
+    for seg in files[start:]:
+        with ReadOnlyMap(seg.path) as m:
+            limit = min(len(m.buf), max(0, ledger_end - seg.base_offset))
+            items = dledger_items(m.buf, seg.name, seg.base_offset, limit=limit, check_crc=check_crc,
+                                       salvage=False)
+            cut = seg.base_offset + int(items.sizes[items.kinds == KIND_MESSAGE].sum())
+            closing = items.others.get(len(items) - 1)
+        if closing is None or closing.kind != "blank":
+            break
+    return cut
+
+
+def dledger_units_never_rebuilt(store: Store, queue_cut: int, reput_from: int, ledger_end: int) -> dict:
+    """{(topic, queue id): (units, first queue offset)} of the consume-queue units the abnormal recovery drops
+    (at or past ``queue_cut``) and the reput does not write again (it starts at ``reput_from``): units of
+    messages DLedger keeps (before ``ledger_end``) that consumers never get."""
+    lost = {}
+    for (topic, qid), files in store.queues.items():
+        for u in read_queue(files):
+            if u.kind == "entry" and queue_cut <= u.physical_offset < min(reput_from, ledger_end):
+                n, first = lost.get((topic, qid), (0, u.queue_offset))
+                lost[(topic, qid)] = (n + 1, min(first, u.queue_offset))
+    return lost
+
+
+def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Checkpoint | None = None,
+                 message_index_safe: bool = False, check_crc: bool = True) -> tuple:
+    """(start index, recovered end, the SegmentWalk it ends in, stop kind, notes, start problems) of a DLedger store
+    (docs/store-format-dledger.md): DLedger's ``recover()`` ends the log at its last entry that passes its header
+    checks (store_format.dledger.DLedgerLog.recover); RocketMQ's ``dledgerRecoverNormally`` truncates the consume
+    queues there.  (RocketMQ's commit-log max offset is DLedger's committed position, which the node's next
+    election as leader brings up to the ledger's end.)"""
+    log = dledger.DLedgerLog(store.dledger_home, data_file_size=store.segment_size)
+    items = log.entries()
+    ledger = log.recover(items)
+    names = [f"data/{s.name}" for s in segs]
+    start = names.index(ledger.start_file) if ledger.start_file in names else 0
+    notes, problems = list(log.metadata.problems), []
+    if ledger.will_not_start:
+        problems.append(ledger.will_not_start)
+    if not segs:
+        return 0, 0, None, None, notes, problems
+    end = ledger.data_end
+    seg = next((s for s in reversed(segs) if s.base_offset <= end), segs[0])
+    if ledger.stop is not None:
+        check, why = next(((c, w) for c, w in ledger.stop.problems if c in dledger.RECOVERY_CHECKS),
+                          ledger.stop.problems[0] if ledger.stop.problems else ("dledger", ""))
+        walk = SegmentWalk(seg.name, seg.base_offset, end - seg.base_offset, "stop", check, None, ledger.stop.size)
+        notes.append(f"DLedger's recovery ends the ledger at index {ledger.end_index} (physical offset {end}): the "
+                     f"entry after it fails {check} ({why}); DLedger truncates its data and index files there")
+        kind = check
+    else:
+        walk = SegmentWalk(seg.name, seg.base_offset, end - seg.base_offset, "stop", END_OF_DATA)
+        kind = END_OF_DATA
+    unchecked: dict[str, list] = {}  # what neither DLedger nor RocketMQ checks: the broker serves these as they are
+    for e in items:
+        for check, why in e.problems:
+            if check in (dledger.CHECK_BODY_CRC, dledger.CHECK_CHAIN_CRC, dledger.CHECK_BLANK):
+                unchecked.setdefault(check, []).append((e, why))
+    for check, found in sorted(unchecked.items()):
+        e, why = found[0]
+        where = f"index {e.index}, physical offset {e.record_offset}" if e.kind == "entry" else \
+            f"physical offset {e.position}"
+        notes.append(f"{len(found)} DLedger entr{'y fails' if len(found) == 1 else 'ies fail'} {check}, the first at "
+                     f"{where} ({e.file}@{e.file_position}): {why}; neither DLedger nor RocketMQ checks it, so the "
+                     "broker serves the entry as it is: compare the record with its producer's copy")
+    if ledger.index_rewritten_from is not None:
+        notes.append(f"DLedger rewrites its index units from index {ledger.index_rewritten_from} on: the unit there "
+                     "disagrees with its entry")
+    if ledger.committed_index < ledger.end_index:
+        committed = "nothing" if ledger.committed_index < 0 else f"index {ledger.committed_index}"
+        served = max(ledger.committed_pos, 0)
+        notes.append(f"DLedger's checkpoint has {committed} committed of the ledger's {ledger.end_index}: until the "
+                     f"node leads its group again RocketMQ serves only to physical offset {served}")
+    if mode == "abnormal":
+        min_ts = 0 if cp is None else cp.min_timestamp_index if message_index_safe else cp.min_timestamp
+        queue_cut = dledger_abnormal_queue_cut(store, segs, end, min_ts, check_crc)
+        # DefaultMessageStore.start: the reput starts at getConfirmOffset() = DLedger's committed position (> 0)
+        reput_from = ledger.committed_pos if ledger.committed_pos > 0 else 0
+        lost = dledger_units_never_rebuilt(store, queue_cut, reput_from, end) if queue_cut < end else {}
+        if lost:
+            units = sum(n for n, _ in lost.values())
+            where = ", ".join(f"{t}/{q} from queue offset {first} ({n})" for (t, q), (n, first)
+                              in sorted(lost.items())[:5]) + (", ..." if len(lost) > 5 else "")
+            notes.append(f"RocketMQ 5.3.3's abnormal DLedger recovery truncates the consume queues at physical offset "
+                         f"{queue_cut}, {end - queue_cut} bytes before DLedger's end {end} (it counts each record's "
+                         f"size, not its 48-byte entry header), and its reput starts at the committed position "
+                         f"{reput_from}: {units} consume-queue unit(s) of intact messages are dropped and never "
+                         f"rebuilt, so consumers never receive those messages ({where}).  Before starting, "
+                         "rebuild those queues offline or plan to re-send the messages")
+    return start, end, walk, kind, notes, problems
+
+
 def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True,
                      walks: dict[str, SegmentWalk] | None = None, enumerate_lost: bool = True,
                      queue_starts: dict | None = None, settings: RecoverySettings | None = None,
@@ -923,8 +1048,17 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
             used[seg.name] = given[seg.name] if seg.name in given else recovery_walk(seg, check_crc, force)
         return used[seg.name]
 
-    start_index, redispatch_from = recovery_start(segs, mode, cp, message_index_safe)
-    max_offset, stop_walk, stop_kind = recovered_end(segs, start_index, walk_of)
+    if store.dledger_home is not None:  # the CommitLog in DLedger entries: DLedger's recover() decides its end
+        start_index, max_offset, stop_walk, stop_kind, dledger_notes, dledger_problems = _dledger_end(
+            store, segs, mode, cp, message_index_safe, check_crc)
+        redispatch_from = None
+        notes += dledger_notes
+        found += [("dledger", text) for text in dledger_problems]
+        if stop_walk is not None:
+            used[stop_walk.segment] = stop_walk
+    else:
+        start_index, redispatch_from = recovery_start(segs, mode, cp, message_index_safe)
+        max_offset, stop_walk, stop_kind = recovered_end(segs, start_index, walk_of)
     stop_seg = stop_walk.segment if stop_walk else None
     stop_pos = stop_walk.position if stop_walk else None
 

@@ -11,11 +11,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
-from . import fs
+from . import dledger, fs
 from . import layout as L
 from .checkpoint import Checkpoint, Markers, read_checkpoint, read_markers
-from .commitlog import (Frame, Segment, infer_segment_size, list_segment_files, read_message_at, salvage_buffer,
-                        walk_buffer)
+from .commitlog import (Frame, Segment, dledger_frames, infer_segment_size, list_segment_files, read_message_at,
+                        salvage_buffer, walk_buffer)
 from .fs import ReadOnlyMap
 from .config import ConfigFile, read_config
 from .consumequeue import CQFile, CQUnit, read_queue
@@ -69,8 +69,17 @@ class Store:
         return found if part is None else [e for e in found if fs.part_of(e, self.root) == part]
 
     @cached_property
+    def dledger_home(self) -> fs.Location | None:
+        """The ``dledger-<selfId>`` folder of a DLedger store (``enableDLegerCommitLog``: a ``dledger-*`` folder with
+        ``data/`` and no ``commitlog/``), found from the files alone; None for a plain commit log."""
+        return None if fs.entry(self.root / "commitlog").is_folder else dledger.find_home(self.loc)
+
+    @cached_property
     def segment_files(self) -> list[Segment]:
-        """Every file of ``commitlog/`` (bad names too), by name, each with what is wrong with it."""
+        """Every file of ``commitlog/`` (bad names too), by name, each with what is wrong with it; of a DLedger
+        store, its data files (the CommitLog's container: store_format.commitlog.dledger_items walks them)."""
+        if self.dledger_home is not None:
+            return list_segment_files(self.dledger_home.child("data"), self._segment_size)
         if not self._readable_folder("commitlog"):
             return []
         return list_segment_files(self.loc.child("commitlog"), self._segment_size)
@@ -99,6 +108,10 @@ class Store:
                 unreadable.append(e)
                 continue
             with m:
+                if dledger.is_data_file(seg.loc):  # the records inside DLedger entries
+                    yield from dledger_frames(m.buf, seg.name, seg.base_offset, decode=decode, check_crc=check_crc,
+                                              salvage=salvage)
+                    continue
                 if salvage:
                     yield from salvage_buffer(m.buf, seg.name, seg.base_offset, decode=decode, check_crc=check_crc)
                     continue

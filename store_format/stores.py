@@ -173,8 +173,20 @@ def part_inputs(path, part: str, broker: str | None = None) -> list[PartInput]:
     if broker is not None and len(stores) > 1:
         raise StoreFormatError(ErrorKind.INVALID_INPUT, f"the broker option names one store but {len(stores)} store "
                                "roots were found; broker names come from their folders", file=str(path))
-    return [PartInput(broker or s.name, s.file if s.file is not None else s.root.child(part), s.file is not None,
-                      s.root) for s in stores]
+    return [PartInput(broker or s.name, s.file if s.file is not None else part_folder(s.root, part),
+                      s.file is not None, s.root) for s in stores]
+
+
+def part_folder(root: Location, part: str) -> Location:
+    """The folder of ``part`` in a store root; a DLedger store's ``commitlog`` is its DLedger data folder
+    (``dledger-<selfId>/data``, store_format.dledger: the CommitLog records inside DLedger entries)."""
+    if part == "commitlog" and not root.child("commitlog").is_dir():
+        from .dledger import find_home
+
+        home = find_home(root)
+        if home is not None:
+            return home.child("data")
+    return root.child(part)
 
 
 __all__ = ["PartInput", "part_inputs", "GENERIC_FOLDERS", "SETTINGS_FILES", "FoundStore", "is_store_root", "config_broker_name", "folder_name",

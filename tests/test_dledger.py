@@ -1,0 +1,341 @@
+"""The DLedger commit log reader (store_format.dledger) against the store RocketMQ 5.3.3 and DLedger 0.3.1.2 wrote
+(shared/fixtures/rocketmq-5.3.3/dledger): every raw data-file item, every entry DLedger's get(index) returns, the
+ledger indexes after load(), the checkpoint and term as the manifest (their own read-back) says; seeded damage on a
+copy found by the named check.  No Spark."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import struct
+
+import pytest
+
+from store_format import dledger as D
+from store_format.commitlog import dledger_items
+
+from .conftest import FIXTURES_5X
+
+STORE = FIXTURES_5X / "dledger" / "store"
+
+
+@functools.lru_cache(maxsize=None)
+def manifest() -> dict:
+    with open(FIXTURES_5X / "dledger" / "manifest.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+@functools.lru_cache(maxsize=None)
+def fixture_log() -> tuple[D.DLedgerLog, tuple[D.Entry, ...], D.Ledger]:
+    log = D.DLedgerLog(D.find_home(STORE))
+    items = log.entries()
+    return log, tuple(items), log.recover(items)
+
+
+def test_detected_from_the_files_alone():
+    assert D.is_dledger_store(STORE)
+    assert D.find_home(STORE).name == "dledger-n0"
+    plain = FIXTURES_5X / "v5-default" / "store"
+    assert not D.is_dledger_store(plain) and D.find_home(plain) is None
+
+
+def test_every_raw_item_as_plain_reads_saw_it():
+    log, items, ledger = fixture_log()
+    raw = manifest()["readBack"]["rawEntries"]
+    assert len(items) == len(raw)
+    accepted = {e.position for e in ledger.entries}
+    for mine, want in zip(items, raw):
+        assert (mine.file, mine.position, mine.file_position, mine.magic, mine.size, mine.kind.upper()) == \
+            (want["file"], want["pos"], want["filePos"], want["magic"], want["size"], want["type"])
+        if want["type"] != "ENTRY":
+            assert mine.problems == ()
+            continue
+        assert (mine.index, mine.term, mine.pos_field, mine.channel, mine.chain_crc, mine.body_crc, mine.body_size) == \
+            (want["index"], want["term"], want["posField"], want["channel"], want["chainCrc"], want["bodyCrc"],
+             want["bodySize"])
+        unit = want["indexUnit"]
+        assert (mine.index_unit.file, mine.index_unit.file_position, mine.index_unit.magic, mine.index_unit.pos,
+                mine.index_unit.size, mine.index_unit.index, mine.index_unit.term) == \
+            (unit["file"], unit["filePos"], unit["magic"], unit["pos"], unit["size"], unit["index"], unit["term"])
+        assert mine.index_unit.matches(mine) == want["indexUnitMatches"]
+        assert (not mine.fails()) == want["headerChecksPass"] and list(mine.problems) == want["problems"]
+        assert (mine.position in accepted) == want["acceptedByDLedger"]
+        body = log.body(mine)
+        assert hashlib.sha256(body).hexdigest() == want["bodySha256"]
+        assert D.body_crc32(body) == want["bodyZlibCrc32"]
+
+
+def test_get_index_and_the_ledger_after_load():
+    log, _, ledger = fixture_log()
+    after = manifest()["readBack"]["afterLoad"]
+    assert (ledger.begin_index, ledger.end_index, ledger.end_term, ledger.committed_index, ledger.committed_pos,
+            ledger.data_end) == (after["ledgerBeginIndex"], after["ledgerEndIndex"], after["ledgerEndTerm"],
+                                 after["committedIndex"], after["committedPos"], after["dataMaxWrotePosition"])
+    assert (ledger.end_index + 1) * D.INDEX_UNIT_SIZE == after["indexMaxWrotePosition"]
+    assert ledger.stop is None and ledger.index_rewritten_from is None and ledger.will_not_start is None
+    got = [{"index": e.index, "term": e.term, "pos": e.position, "magic": e.magic, "size": e.size,
+            "channel": e.channel, "chainCrc": e.chain_crc, "bodyCrc": e.body_crc, "bodyLength": e.body_size,
+            "bodySha256": hashlib.sha256(log.body(e)).hexdigest(), "committed": e.index <= ledger.committed_index}
+           for e in ledger.entries]
+    assert got == manifest()["readBack"]["dledgerEntriesAfterLoad"]
+
+
+def test_each_record_sits_at_its_entry_plus_48():
+    log, _, ledger = fixture_log()
+    by_index = {e.index: e for e in ledger.entries}
+    for rec in manifest()["readBack"]["records"]:
+        entry = by_index[rec["dledgerIndex"]]
+        assert (entry.term, entry.position, entry.record_offset) == \
+            (rec["dledgerTerm"], rec["dledgerPos"], rec["physicalOffset"])
+        assert rec["dispatch"]["bufferSize"] == entry.size and rec["physicalOffsetField"] == entry.record_offset
+        assert hashlib.sha256(log.body(entry)).hexdigest() == rec["rawSha256"]
+
+
+def test_checkpoint_and_term():
+    log, _, _ = fixture_log()
+    text = manifest()["textFiles"]
+    assert text["store/dledger-n0/checkpoint"] == "committedIndex=302\nendIndex=302\n"
+    assert text["store/dledger-n0/currterm"] == "voteLeader=n0\ncurrTerm=0\n"
+    assert log.metadata == D.Metadata(302, 302, 0, "n0")
+    assert log.self_id == "n0"
+
+
+# ---- seeded damage, on a copy -------------------------------------------------------------------------
+
+def _copy(dst):
+    shutil.copytree(STORE, dst)
+    for folder, _, files in os.walk(dst):
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
+    return dst
+
+
+@pytest.fixture
+def dledger_copy(tmp_path):
+    return _copy(tmp_path / "store")
+
+
+def _term_goes_backwards_at_101(store):
+    """Entry 100 and its index unit say term 2: entry 101's term 0 goes backwards."""
+    entry = _raw(100)
+    _patch(store, entry, 16, ">q", 2)
+    with open(store / "dledger-n0" / entry["indexUnit"]["file"], "r+b") as f:
+        f.seek(entry["indexUnit"]["filePos"] + 24)
+        f.write(struct.pack(">q", 2))
+
+
+def _raw(index: int) -> dict:
+    return next(e for e in manifest()["readBack"]["rawEntries"] if e.get("index") == index)
+
+
+def _patch(store, entry: dict, offset: int, fmt: str, value):
+    with open(store / "dledger-n0" / entry["file"], "r+b") as f:
+        f.seek(entry["filePos"] + offset)
+        f.write(struct.pack(fmt, value))
+
+
+def test_a_bad_body_crc_is_found_and_dledger_accepts_it(dledger_copy):
+    """A nonzero bodyCrc that is not the body's CRC-32: dledger.body_crc; DLedger never checks it, so the ledger is
+    unchanged."""
+    entry = _raw(40)
+    _patch(dledger_copy, entry, 40, ">i", entry["bodyZlibCrc32"] ^ 0x1)
+    log = D.DLedgerLog(D.find_home(dledger_copy))
+    items = log.entries()
+    bad = [(e.index, name) for e in items for name, _ in e.problems]
+    assert bad == [(40, D.CHECK_BODY_CRC)]
+    ledger = log.recover(items)
+    assert (ledger.end_index, ledger.committed_index, ledger.stop) == (302, 302, None)
+    from store_format.recovery import predict_recovery
+    from store_format.store import Store
+
+    p = predict_recovery(Store(dledger_copy))  # the audit's recovery.note
+    [note] = p.notes
+    assert note.startswith(f"1 DLedger entry fails {D.CHECK_BODY_CRC}, the first at index 40, physical offset "
+                           f"{entry['pos'] + 48}")
+    assert p.max_physical_offset == manifest()["readBack"]["afterLoad"]["commitLogMaxOffset"]
+    # the right CRC passes
+    _patch(dledger_copy, entry, 40, ">i", entry["bodyZlibCrc32"])
+    assert all(not e.problems for e in D.DLedgerLog(D.find_home(dledger_copy)).entries())
+
+
+def test_a_term_going_backwards_is_found_and_ends_dledgers_walk(dledger_copy):
+    """Entry 100 (and its index unit) says term 2, entry 101 term 0: dledger.term on 101, where DLedger's recovery
+    ends the ledger; the committed index is clamped to it."""
+    _term_goes_backwards_at_101(dledger_copy)
+    log = D.DLedgerLog(D.find_home(dledger_copy))
+    items = log.entries()
+    bad = [(e.index, name) for e in items for name, _ in e.problems]
+    assert bad == [(101, D.CHECK_TERM)]
+    ledger = log.recover(items)
+    assert (ledger.end_index, ledger.end_term, ledger.stop.index, ledger.committed_index) == (100, 2, 101, 100)
+    assert ledger.data_end == _raw(101)["pos"] and ledger.committed_pos == _raw(101)["pos"]
+
+
+def test_a_stale_index_unit_is_rewritten_not_a_stop(dledger_copy):
+    unit = _raw(7)["indexUnit"]
+    with open(dledger_copy / "dledger-n0" / unit["file"], "r+b") as f:
+        f.seek(unit["filePos"] + 4)
+        f.write(struct.pack(">q", 12345))
+    log = D.DLedgerLog(D.find_home(dledger_copy))
+    ledger = log.recover()
+    assert (ledger.end_index, ledger.index_rewritten_from) == (302, 7)
+
+
+def test_a_torn_tail_and_a_lost_checkpoint(dledger_copy):
+    """The last entry cut short by a zeroed size; a checkpoint saying -1 (a crash before the first flush): the
+    ledger ends at the entry before, nothing is committed."""
+    entry = _raw(302)
+    _patch(dledger_copy, entry, 4, ">i", 10_000_000)
+    (dledger_copy / "dledger-n0" / "checkpoint").write_text("committedIndex=-1\nendIndex=302\n")
+    log = D.DLedgerLog(D.find_home(dledger_copy))
+    items = log.entries()
+    assert items[-1].kind == "unframed" and items[-1].problems[0][0] == D.CHECK_SIZE
+    ledger = log.recover(items)
+    assert (ledger.end_index, ledger.committed_index, ledger.committed_pos, ledger.data_end) == \
+        (301, -1, -1, entry["pos"])
+
+
+# ---- the log model: the CommitLog records inside the entries, and the broker's recovery of them -----------------
+
+def test_the_commitlog_readers_see_rocketmqs_records():
+    """The store's segments are the DLedger data files; every walk gives each record at entry + 48, as the manifest's
+    records (RocketMQ's own checkMessageAndReturnSize) say."""
+    from store_format.fs import ReadOnlyMap
+    from store_format.store import Store
+
+    store = Store(STORE)
+    assert store.dledger_home is not None and [s.name for s in store.segments] == \
+        ["00000000000000000000", "00000000000000262144"]
+    offsets = []
+    for seg in store.segments:
+        with ReadOnlyMap(seg.path) as m:
+            items = dledger_items(m.buf, seg.name, seg.base_offset)
+            offsets += (items.positions[items.kinds == 0] + seg.base_offset).tolist()
+            sizes = items.sizes[items.kinds == 0].tolist()
+    records = manifest()["readBack"]["records"]
+    assert offsets == [r["physicalOffset"] for r in records]
+    assert sizes == [r["dispatch"]["msgSize"] for r in records if r["physicalOffset"] >= 262144]
+    assert [m.physical_offset for m in store.messages()] == offsets
+    from store_format.codec import decode_record
+    from store_format.commitlog import first_record
+
+    from jobs.local_scan import Criteria, scan
+    from store_format.recovery import predict_cut
+
+    kept = [m.physical_offset for m, _ in scan(store, Criteria(topic="TopicC"), predict_cut(store).cut)]
+    assert kept == [r["physicalOffset"] for r in records if r["topic"] == "TopicC"]  # the jobs' local scan
+    by_offset = {r["physicalOffset"]: r for r in records}
+    for seg in store.segments:  # what the query and extract jobs read of each segment: its first record
+        with first_record(seg) as buf:
+            assert decode_record(buf, 0).store_timestamp == by_offset[seg.base_offset + 48]["storeTimestamp"]
+
+
+def test_recovery_follows_dledger_and_truncates_nothing_on_a_clean_store():
+    from store_format.recovery import predict_recovery
+    from store_format.store import Store
+
+    p = predict_recovery(Store(STORE))
+    after = manifest()["readBack"]["afterLoad"]
+    assert (p.mode, p.will_start, p.max_physical_offset, p.cq_units_truncated, p.dropped_messages, p.notes) == \
+        ("normal", True, after["commitLogMaxOffset"], {}, [], [])
+
+
+def test_a_term_going_backwards_cuts_the_log_where_dledger_does(dledger_copy):
+    from store_format.recovery import predict_recovery
+    from store_format.store import Store
+
+    _term_goes_backwards_at_101(dledger_copy)
+    p = predict_recovery(Store(dledger_copy))
+    cut = _raw(101)["pos"]
+    assert (p.max_physical_offset, p.stop_kind) == (cut, D.CHECK_TERM)
+    lost = [r["physicalOffset"] for r in manifest()["readBack"]["records"] if r["physicalOffset"] >= cut]
+    assert [o for o, _ in p.dropped_messages] == lost and len(lost) == 202
+    assert any("term" in n for n in p.notes)
+
+
+def test_rocketmq_5_3_3s_abnormal_recovery_drops_units_it_never_rebuilds(dledger_copy):
+    """With abort present, dledgerRecoverAbnormally walks from data file 0 (no first record is older than the
+    checkpoint), counts 157 records' sizes in the last file without their 48-byte headers and truncates the consume
+    queues 157 x 48 bytes short of the end; the reput starts at the committed position, so the units of the messages
+    in between are gone for good: a note names them."""
+    from store_format.recovery import predict_recovery
+    from store_format.store import Store
+
+    (dledger_copy / "abort").write_bytes(b"")
+    p = predict_recovery(Store(dledger_copy))
+    end = manifest()["readBack"]["afterLoad"]["commitLogMaxOffset"]
+    in_last_file = [e for e in manifest()["readBack"]["rawEntries"] if e["file"].endswith("262144")]
+    cut = end - 48 * len(in_last_file)
+    lost = [r for r in manifest()["readBack"]["records"] if cut <= r["physicalOffset"] < end
+            and r["topic"] != "TopicTx"]  # a PREPARED record has no unit
+    [note] = [n for n in p.notes if "abnormal DLedger recovery" in n]
+    assert f"at physical offset {cut}," in note and f": {len(lost)} consume-queue unit(s)" in note
+    for r in lost:
+        assert f"{r['topic']}/{r['queueId']}" in note
+    assert p.mode == "abnormal" and p.max_physical_offset == end
+
+
+def test_the_source_and_the_audit_read_it_as_its_manifest_says(spark, tmp_path):
+    """rocketmq-commitlog gives every record at RocketMQ's offset, kept; the audit finds nothing false on the fixture
+    (the index's duplicates are keys listed twice, the delay is undelivered: both true), and on copies it finds an
+    entry's bad body CRC (a recovery note naming dledger.body_crc) and a term going backwards (DLedger's cut there:
+    every later message lost)."""
+    import pyarrow.parquet as pq
+
+    import datasources
+    from jobs.audit import job as audit_job
+
+    datasources.register(spark)
+    rows = spark.read.format("rocketmq-commitlog").load(str(STORE)).where("kind = 'message'") \
+        .orderBy("physical_offset").collect()
+    records = manifest()["readBack"]["records"]
+    assert [(r["physical_offset"], r["topic"], r["queue_id"], r["queue_offset"], r["msg_id"], r["kept"])
+            for r in rows] == [(x["physicalOffset"], x["topic"], x["queueId"], x["queueOffset"], x["msgId"], True)
+                               for x in records]
+    crc = _copy(tmp_path / "crc")
+    _patch(crc, _raw(40), 40, ">i", _raw(40)["bodyZlibCrc32"] ^ 0x1)
+    term = _copy(tmp_path / "term")
+    _term_goes_backwards_at_101(term)
+    out = tmp_path / "out"
+    args = audit_job.build_parser().parse_args(["--store", f"clean={STORE}", f"crc={crc}", f"term={term}",
+                                                "--out", str(out), "--no-report"])
+    audit_job.run(spark, args)
+    findings = pq.read_table(out / "findings").to_pylist()
+    by = {b: [f for f in findings if f["broker"] == b] for b in ("clean", "crc", "term")}
+    assert {(f["check"], f["severity"]) for f in by["clean"]} == {
+        ("index.duplicate_entries", "info"), ("delays.overdue", "warning"), ("metadata.config_missing", "info")}
+    [note] = [f for f in by["crc"] if f["check"] == "recovery.note"]
+    assert D.CHECK_BODY_CRC in note["message"] and note["severity"] == "warning"
+    assert {f["check"] for f in by["crc"]} - {f["check"] for f in by["clean"]} == {"recovery.note"}
+    cut = _raw(101)["pos"]
+    lost = sorted(f["physical_offset"] for f in by["term"] if f["check"] == "recovery.message_lost")
+    assert lost == [r["physicalOffset"] for r in records if r["physicalOffset"] >= cut]
+    assert any(D.CHECK_TERM in f["message"] for f in by["term"] if f["check"] == "recovery.note")
+    summary = json.loads((out / "summary.json").read_text())
+    cuts = {b["name"]: b["recovery"]["predicted_max_physical_offset"] for b in summary["brokers"]}
+    assert cuts == {"clean": records[-1]["physicalOffset"] + records[-1]["storeSize"], "crc": cuts["clean"],
+                    "term": cut}
+
+
+def test_hostile_headers_and_metadata_give_positioned_problems(dledger_copy):
+    """A negative size, an index far past every index file, a checkpoint Java cannot parse: named problems, a
+    prediction, no exception."""
+    from store_format.recovery import predict_recovery
+    from store_format.store import Store
+
+    _patch(dledger_copy, _raw(5), 4, ">i", -7)
+    _patch(dledger_copy, _raw(200), 8, ">q", 2**62)
+    (dledger_copy / "dledger-n0" / "checkpoint").write_bytes(b"committedIndex=\\u12\nendIndex=x\n")
+    log = D.DLedgerLog(D.find_home(dledger_copy))
+    items = log.entries()
+    bad = {(e.file, e.file_position): [c for c, _ in e.problems] for e in items if e.problems}
+    assert bad[(_raw(5)["file"], _raw(5)["filePos"])] == [D.CHECK_SIZE]
+    assert bad[(_raw(200)["file"], _raw(200)["filePos"])] == [D.CHECK_INDEX_UNIT, D.CHECK_INDEX]
+    assert log.metadata.committed_index is None and log.metadata.problems
+    ledger = log.recover(items)
+    assert (ledger.end_index, ledger.committed_index, ledger.data_end) == (4, -1, _raw(5)["pos"])
+    p = predict_recovery(Store(dledger_copy))
+    assert p.max_physical_offset == _raw(5)["pos"] and p.stop_kind == D.CHECK_SIZE
