@@ -27,7 +27,7 @@ taken before any work and released when the run ends, however it ends (``finally
 
 **Only the run's own files.**  The control folder is a folder of its own beside the output: never a symbolic link
 nor reached through one (the output's parent is resolved once, links and ``..`` as the OS does, and must stay
-so), never in, over or around an input (jobs/output.py ``check_apart``, by device and inode), looked at again
+so), never in, over or around an input (jobs/apart.py ``check_apart``, by device and inode), looked at again
 before every write in it (:meth:`Target.check_control`).  Nothing read from it is trusted before it is checked
 (:func:`recover`): a journal names only its own run's entries (``staging-<run id>``, ``old-<run id>``: plain names,
 no separator, no ``..``, no absolute path, a run id of :func:`new_run_id`'s shape), each entry is what the journal
@@ -103,7 +103,7 @@ import pyarrow.fs as pafs
 from store_format import fs
 from store_format.fs import OUTPUT_MARKER as MARKER
 
-from .output import OutputError
+from .apart import OutputError, check_apart
 
 TOOL = "rocketmq-forensics"
 CONTROL_SUFFIX = ".rocketmq-forensics"  # .<name>.rocketmq-forensics/ beside the output
@@ -468,7 +468,7 @@ _A_KIND = {"folder": "a folder", "file": "a file", "link": "a symbolic link", "o
 
 class Target:
     """A folder a run writes (``--out``, ``--history``): where it is, its control folder beside it, its claim.
-    ``inputs``: what the run reads, which the control folder must stay apart from (jobs/output.py check_apart)."""
+    ``inputs``: what the run reads, which the control folder must stay apart from (jobs/apart.py check_apart)."""
 
     def __init__(self, path: str, inputs=()):
         self.shown = str(path)
@@ -533,7 +533,6 @@ class Target:
         if kind != "folder":
             raise ForeignEntryError(f"{what} {self.shown}: {here} is {_A_KIND[kind]}, not the control folder this "
                                     "suite makes beside an output; remove it and run again")
-        from .output import check_apart
 
         check_apart(here, self.inputs, what=f"the control folder of {what} {self.shown},")
 
@@ -731,10 +730,9 @@ class Participant:
 
 
 def check_output(path: str, *, overwrite: bool, inputs=(), what: str = "output") -> str:
-    """The early check of an output (no side effect): apart from every input (jobs/output.py ``check_apart``), not
+    """The early check of an output (no side effect): apart from every input (jobs/apart.py ``check_apart``), not
     claimed by another run, and either missing, empty, or a folder this suite wrote when ``overwrite``.  Returns
     :func:`output_state`."""
-    from .output import check_apart
 
     check_apart(path, inputs, what=what)
     target = Target(path, inputs)

@@ -201,3 +201,42 @@ def test_store_format_imports_nothing_above_it():
             if bad:
                 found[str(path.relative_to(REPO))] = bad
     assert not found
+
+
+def _runtime_graph() -> dict[str, set[str]]:
+    """jobs/'s own top-level modules (the runtime and the jobs, not jobs/audit/) and which of them each imports,
+    lazily too (an import inside a function is an edge all the same)."""
+    jobs = Path(__file__).resolve().parent.parent / "jobs"
+    names = {p.stem for p in jobs.glob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in jobs.glob("*.py"):
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                parts = ((node.module or "").split(".") if node.level == 1 else
+                         (node.module or "").split(".")[1:] if (node.module or "").startswith("jobs.") else [])
+                if parts and parts[0] in names:
+                    edges.add(parts[0])
+                elif node.level == 1 and not node.module:
+                    edges |= {a.name for a in node.names if a.name in names}
+        graph[path.stem] = edges - {path.stem}
+    return graph
+
+
+def test_the_runtime_modules_import_each_other_one_way():
+    """No circle among jobs/'s modules (jobs/commit.py and jobs/output.py imported each other until the guard both
+    need moved to jobs/apart.py, below both)."""
+    graph = _runtime_graph()
+    assert "output" not in graph["commit"] and "commit" not in graph["apart"] and "output" not in graph["apart"]
+    done = set()
+
+    def visit(node, path):
+        assert node not in path, f"an import circle in jobs/: {' -> '.join(path[path.index(node):] + [node])}"
+        if node in done:
+            return
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, path + [node])
+        done.add(node)
+
+    for node in sorted(graph):
+        visit(node, [])
