@@ -55,6 +55,7 @@ from .codec import decode_record
 from .consumequeue import (QueueRecovery, QueueStart, finish_queue, recover_consume_queues,  # noqa: F401
                            recover_queue, truncates_queues)
 from .commitlog import KIND_MESSAGE, Frame, SalvageSpan, Segment, salvage_arrays, walk_arrays
+from .queues import dispatch_end as queue_dispatch_end
 from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
 from .fs import UnreadableError, read_bytes
@@ -938,6 +939,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         queues, max_cq = recover_consume_queues(store.queues, max_offset, has_commitlog=bool(segs))
     else:
         queues, max_cq = {}, max((s.max_physic_offset for s in queue_starts.values()), default=-1)
+    max_cq = max(max_cq, queue_dispatch_end(store.loc))  # a RocksDB queue's checkpoint row (store_format.queues)
     truncation = {k: q for k, q in queues.items() if q.dropped}
 
     if force and not settings.enabled_append_prop_crc:

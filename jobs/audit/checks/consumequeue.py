@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from store_format import layout as L
 from store_format import fs
-from store_format.consumequeue import ext_folder, read_ext_units, read_unit_arrays
+from store_format.consumequeue import ext_folder, read_ext_units
 from store_format.errors import ErrorKind
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
@@ -290,7 +290,7 @@ def in_queue_files(facts, files, out) -> None:
             corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=0, length=p.length,
                                 reason=ErrorKind.BAD_FILE_NAME.value))
             continue
-        u = read_unit_arrays(p.cq_file())
+        u = p.units()  # its backend's units (a RocksDB queue's: no corrupt kind, a missing key is a message's miss)
         if u.ext_offset is not None:
             addressed.setdefault((p.topic, p.queue_id), []).append((p, u))
         bad = np.flatnonzero(u.kind >= 2)  # zero units with data after them, units recovery refuses
