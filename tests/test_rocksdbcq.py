@@ -313,19 +313,64 @@ def test_what_cannot_be_read_is_unreadable_with_the_reason(tmp_path, monkeypatch
 
 
 # --------------------------------------------------------------------------------------------------
-# The audit as it is (the engine does not ask this reader yet: issue 39 item 1's queue model will)
+# The audit and the source, through the queue model's rocksdb backend (store_format/queues.py)
 
-def test_the_audit_reads_no_database_file_as_a_queue_and_its_warnings_are_units_the_database_holds(spark, tmp_path):
+def whole_store_copy(tmp_path: Path) -> Path:
+    """A writable copy of the whole fixture store (commitlog and database) to seed."""
+    root = tmp_path / "store"
+    shutil.copytree(STORE, root)
+    for p in [root, *root.rglob("*")]:
+        p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    return root
+
+
+def test_the_audit_reads_the_database_as_rocketmq_does(spark, tmp_path, manifest):
     from .test_v5_audit import audit
 
+    before = folder_state(DB)
     found = audit(spark, [STORE], tmp_path / "out")
-    assert found["exit"] == 0 and found["tables"]["queues"] == []
-    assert not [f for f in found["findings"] if f["severity"] == "error"]
-    assert not [f for f in found["findings"] if (f["file"] or "").startswith("consumequeue")]
-    warnings = [f for f in found["findings"] if f["severity"] == "warning"]
-    assert {f["check"] for f in warnings} <= {"consumequeue.not_yet_dispatched"}
-    with R.RocksDBQueues(STORE) as q:
-        for f in warnings:  # each one false: the database holds every unit it says is not there yet
-            count = int(dict(f["details"])["count"])
-            held = q.units(f["topic"], f["queue_id"], f["queue_offset"], f["queue_offset"] + count)
-            assert held.queue_offset.tolist() == list(range(f["queue_offset"], f["queue_offset"] + count))
+    assert folder_state(DB) == before  # nothing written
+    assert found["exit"] == 0
+    assert [f for f in found["findings"] if f["severity"] != "info"] == []  # no false finding
+    after_load = manifest["readBack"]["afterLoad"]
+    recovery = found["summary"]["brokers"][0]["recovery"]
+    # RocketMQ's recovery takes the checkpoint row as the queues' max physical offset
+    assert recovery["max_cq_physical_offset"] == after_load["maxPhyOffsetInConsumeQueue"] == 497836
+    served = {(q["topic"], q["queueId"]): (q["min"], q["max"]) for q in manifest["readBack"]["consumeQueues"]
+              if q["entries"]}
+    assert {(r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"])
+            for r in found["tables"]["queues"]} == served
+    assert sum(r["entries"] for r in found["tables"]["queues"]) == 302
+
+
+def test_a_deleted_key_and_a_wrong_unit_are_found_by_the_consume_queue_checks(spark, tmp_path):
+    from .test_v5_audit import audit
+
+    root = whole_store_copy(tmp_path)
+    with R.RocksDBQueues(root) as q:
+        size_of = q.unit("TopicB", 0, 3)
+    db = open_for_writing(root)
+    try:
+        del db[R.unit_key("TopicA", 1, 5)]
+        db[R.unit_key("TopicB", 0, 3)] = R.unit_value(size_of[0], size_of[1] + 1, size_of[2], size_of[3])
+        db.flush()
+    finally:
+        db.close()
+    found = audit(spark, [root], tmp_path / "out")
+    missing = [f for f in found["findings"] if f["check"] == "consumequeue.missing_entry"]
+    assert [(f["topic"], f["queue_id"], f["queue_offset"]) for f in missing] == [("TopicA", 1, 5)]
+    wrong = [f for f in found["findings"] if f["check"] == "consumequeue.size_mismatch"]
+    assert [(f["topic"], f["queue_id"], f["queue_offset"], f["physical_offset"]) for f in wrong] == [
+        ("TopicB", 0, 3, size_of[0])]
+    assert {f["check"] for f in found["findings"] if f["severity"] != "info"} == {
+        "consumequeue.missing_entry", "consumequeue.size_mismatch"}
+
+
+def test_the_source_gives_the_databases_units_with_backend_rocksdb(spark, manifest):
+    rows = spark.read.format("rocketmq-consumequeue").load(str(STORE)).collect()
+    assert {r["backend"] for r in rows} == {"rocksdb"} and {r["kind"] for r in rows} == {"entry"}
+    got = sorted((r["topic"], r["queue_id"], r["queue_offset"], r["physical_offset"], r["size"], r["tags_code"])
+                 for r in rows)
+    want = sorted((q["topic"], q["queueId"], *e) for q in manifest["readBack"]["consumeQueues"] for e in q["entries"])
+    assert got == want and len(got) == 302
+    assert {r["length"] for r in rows} == {28}
