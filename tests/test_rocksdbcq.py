@@ -374,3 +374,16 @@ def test_the_source_gives_the_databases_units_with_backend_rocksdb(spark, manife
     want = sorted((q["topic"], q["queueId"], *e) for q in manifest["readBack"]["consumeQueues"] for e in q["entries"])
     assert got == want and len(got) == 302
     assert {r["length"] for r in rows} == {28}
+
+
+def test_a_database_that_will_not_open_is_one_finding_and_the_rest_of_the_audit_runs(spark, tmp_path):
+    from .test_v5_audit import audit
+
+    root = whole_store_copy(tmp_path)
+    (root / "consumequeue" / "CURRENT").write_text("MANIFEST-000099\n")  # names a MANIFEST that is not there
+    found = audit(spark, [root], tmp_path / "out")
+    [f] = [f for f in found["findings"] if f["check"] == "consumequeue.backend_unreadable"]
+    assert f["file"] == "consumequeue" and "RocksDB will not open it" in dict(f["details"])["reason"]
+    assert "MANIFEST-000099" in dict(f["details"])["reason"]
+    assert found["summary"]["brokers"][0]["recovery"]["predicted_max_physical_offset"] == 497836  # the rest ran
+    assert found["tables"]["queues"] == []

@@ -185,7 +185,7 @@ class AuditContext:
         """(broker, topic, queue id) of every consume-queue file with content or a bad name (queue id None when
         the folder is not a number): the queues the consume-queue files show."""
         return {(name, f.topic, f.queue_id) for name, plan in self.plans.items() for f in plan.cq_files
-                if f.length > 0 or not f.loaded}
+                if (f.length > 0 or not f.loaded) and f.topic}  # no topic: a queue database that cannot be read
 
     @cached_property
     def queue_topics(self) -> set[tuple]:

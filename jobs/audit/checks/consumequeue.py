@@ -94,6 +94,11 @@ check("consumequeue.corrupt_unit", Severity.ERROR,
       "consume-queue {topic}/{queue_id_text|?} file {file}: {reason|corrupt unit}",
       group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
       action="Rebuild the queue from the log.")
+check("consumequeue.backend_unreadable", Severity.ERROR,
+      "the consume queues in {file} cannot be read: {reason}",
+      group="queue", consequence=Consequence.UNKNOWN,
+      action="Read the reason: install the binding it names, or audit a copy of the store whose consumequeue/ "
+             "database opens; until then no unit of it is checked and its messages read as undispatched.")
 check("consumequeue.ext_unit_missing", Severity.ERROR,
       "unit of {topic}/{queue_id} at queue offset {queue_offset} holds the ConsumeQueueExt address {ext_offset}, "
       "where no ext unit is: its tagsCode is lost",
@@ -286,6 +291,12 @@ def in_queue_files(facts, files, out) -> None:
     queue's units against its ConsumeQueueExt."""
     corrupt, addressed = [], {}
     for p in files:
+        unreadable = [why for kind, why in p.problems if kind == "unreadable"]
+        if unreadable:  # a queue backend that cannot be opened here (store_format.queues: a RocksDB database)
+            out.finding(finding_rows("consumequeue.backend_unreadable", [dict(
+                broker=facts.broker, file=str(p.loc.parent().name), values={"reason": unreadable[0]},
+                details={"reason": unreadable[0], "backend": p.backend.name})]))
+            continue
         if not p.loaded:
             corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=0, length=p.length,
                                 reason=ErrorKind.BAD_FILE_NAME.value))
