@@ -378,17 +378,100 @@ for _b in BACKENDS:
     BY_FOLDER[_b.folder] = BY_FOLDER.get(_b.folder, ()) + (_b,)
 
 
-def dispatch_end(store_root) -> int:
+def dispatch_end(store_root, listing: list[QueueFile]) -> int:
     """The largest end of dispatch a backend of the store records apart from its units (RocksDB's checkpoint row),
-    -1 when none does: recovery takes it as the queues' max physical offset."""
+    -1 when none does: recovery takes it as the queues' max physical offset.  Not where the part folder also holds
+    a preferred backend's queues (``listing``: the store's :func:`list_queue_files`): a flat-file broker that
+    double-writes RocksDB (``rocksdbCQDoubleWriteEnable``) recovers from its files."""
     root = rolled.location(store_root)
-    ends = [b.dispatch_end(root.child(b.folder)) for b in BACKENDS if b.dispatch_end is not None]
+    ends = [b.dispatch_end(root.child(b.folder)) for b in BACKENDS if b.dispatch_end is not None
+            and not any(f.loaded and f.backend is not b and f.backend.folder == b.folder for f in listing)]
     return max((e for e in ends if e is not None), default=-1)
 
 
+def preferred(files: list[QueueFile]) -> list[QueueFile]:
+    """``files`` less those of a queue a preferred backend of the same part folder also holds: where both the
+    flat files and a RocksDB database keep a queue (a store migrating, ``rocksdbCQDoubleWriteEnable``), the broker
+    reads the files (CombineConsumeQueueStore's ``combineCQPreferCQType`` = ``default``); the two are reconciled
+    apart (:func:`disagreements`)."""
+    rank = {b: i for i, b in enumerate(BACKENDS)}
+    best: dict[tuple, int] = {}
+    for f in files:
+        if f.loaded:
+            k = (f.backend.folder, f.topic, f.queue_id)
+            best[k] = min(best.get(k, rank[f.backend]), rank[f.backend])
+    return [f for f in files if not f.loaded or best[(f.backend.folder, f.topic, f.queue_id)] == rank[f.backend]]
+
+
+def shared_queues(queues: list["Queue"]) -> list[tuple["Queue", "Queue"]]:
+    """(the preferred backend's queue, another backend's) for each queue two backends of one part folder hold
+    (:func:`preferred`), in ``queues``' order."""
+    by_key: dict[tuple, list] = {}
+    for q in queues:
+        by_key.setdefault((q.backend.folder, q.key), []).append(q)
+    rank = {b: i for i, b in enumerate(BACKENDS)}
+    out = []
+    for qs in by_key.values():
+        qs = sorted(qs, key=lambda q: rank[q.backend])
+        out += [(qs[0], q) for q in qs[1:]]
+    return out
+
+
+def unit_columns(q: "Queue", first: int, end: int) -> dict:
+    """Queue offsets ``first`` .. ``end - 1`` of a queue whose unit i of a file is queue offset file.first_unit + i
+    (``file`` and ``rocksdb`` backends) as dense numpy columns ``physical_offset``, ``size``, ``tags_code`` and
+    ``valid`` (False where no file holds a unit there): each file read only over the window."""
+    n = max(end - first, 0)
+    out = {"physical_offset": np.zeros(n, np.int64), "size": np.zeros(n, np.int64),
+           "tags_code": np.zeros(n, np.int64), "valid": np.zeros(n, bool)}
+    for f in q.files:
+        lo, hi = f.first_unit, f.first_unit + f.length // q.backend.unit_size
+        a, b = max(lo, first), min(hi, end)
+        if a >= b:
+            continue
+        w = q.backend.window(f.loc, a - lo, b - lo)
+        k = len(w["valid"])
+        at = slice(a - first, a - first + k)
+        for c in out:
+            out[c][at] = np.where(w["valid"], w[c], out[c][at]) if c != "valid" else out[c][at] | w["valid"]
+    return out
+
+
+def disagreements(a: "Queue", b: "Queue", window: int = 1 << 16) -> dict | None:
+    """Where two backends' copies of one queue differ (both ``file``/``rocksdb``-shaped, :func:`unit_columns`):
+    from the later of their first units to the end of the longer, queue offsets where one has a unit the other
+    lacks or the two units name another record (physical offset, size) or tagsCode.  None when they agree; else
+    the count, the first such queue offset and each side's unit there (None: none), read a window at a time."""
+    ba, bb = a.bounds(), b.bounds()
+    if ba is None and bb is None:
+        return None
+    lo = max(x[0] for x in (ba, bb) if x is not None) if ba and bb else (ba or bb)[0]
+    hi = max(x[1] for x in (ba, bb) if x is not None)
+    count, first = 0, None
+    for start in range(lo, hi, window):
+        end = min(start + window, hi)
+        x, y = unit_columns(a, start, end), unit_columns(b, start, end)
+        differ = (x["valid"] != y["valid"]) | ((x["valid"] & y["valid"]) & (
+            (x["physical_offset"] != y["physical_offset"]) | (x["size"] != y["size"])
+            | (x["tags_code"] != y["tags_code"])))
+        count += int(differ.sum())
+        if first is None and differ.any():
+            i = int(np.flatnonzero(differ)[0])
+
+            def unit(u):
+                return (int(u["physical_offset"][i]), int(u["size"][i]), int(u["tags_code"][i])) \
+                    if u["valid"][i] else None
+            first = (start + i, unit(x), unit(y))
+    if not count:
+        return None
+    return {"count": count, "queue_offset": first[0], "units": {a.backend.name: first[1], b.backend.name: first[2]},
+            "compared": (lo, hi)}
+
+
 def backends_of(generation: str) -> tuple[Backend, ...]:
-    """The backends a broker of ``generation`` ("4.x", "5.x") loads."""
-    return tuple(b for b in BACKENDS if b.since == "4.x" or generation == "5.x")
+    """The backends of rolled files (MappedFileQueues: not a database) a broker of ``generation`` ("4.x", "5.x")
+    loads."""
+    return tuple(b for b in BACKENDS if (b.since == "4.x" or generation == "5.x") and b.lister is _rolled_queue_files)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -468,6 +551,9 @@ class Queue:
     def bounds(self) -> tuple[int, int] | None:
         """(min offset, max offset) of its valid units: the first one's queue offset and one past the last queue
         offset they cover (the broker's ``getMaxOffsetInQueue``); None when it has none."""
+        if self.backend is ROCKSDB:  # a database queue's virtual file runs from its first key to its last
+            return (self.files[0].first_unit, self.files[0].first_unit + self.files[0].length // ROCKSDB_UNIT_SIZE) \
+                if self.files else None
         lo = hi = None
         for f in self.files:
             u = f.units()
@@ -482,5 +568,6 @@ class Queue:
         return self.backend.recover(self.reader_files) if self.backend.recover else None
 
 
-__all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "BACKENDS", "dispatch_end", "BY_NAME", "BY_FOLDER",
-           "backends_of", "list_queue_files", "group_queues", "queue_files_by_key"]
+__all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "BACKENDS", "BY_NAME", "BY_FOLDER",
+           "backends_of", "list_queue_files", "group_queues", "queue_files_by_key", "dispatch_end", "preferred",
+           "shared_queues", "unit_columns", "disagreements"]

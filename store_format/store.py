@@ -159,10 +159,10 @@ class Store:
     def queue_files(self) -> list:
         """Every file of the consume queues ``consumequeue/`` holds, whatever its backend (store_format.queues: its
         ``<topic>/<queue>/`` files, bad folder and file names too, and a RocksDB database's queues), in listing
-        order."""
-        from .queues import FILE
+        order; a queue both the files and a database hold, the files' (store_format.queues.preferred)."""
+        from .queues import FILE, preferred
 
-        return [f for f in self.queue_listing if f.backend.folder == FILE.folder]
+        return preferred([f for f in self.queue_listing if f.backend.folder == FILE.folder])
 
     @cached_property
     def queues(self) -> dict[tuple[str, int], list[CQFile]]:

@@ -387,3 +387,38 @@ def test_a_database_that_will_not_open_is_one_finding_and_the_rest_of_the_audit_
     assert "MANIFEST-000099" in dict(f["details"])["reason"]
     assert found["summary"]["brokers"][0]["recovery"]["predicted_max_physical_offset"] == 497836  # the rest ran
     assert found["tables"]["queues"] == []
+
+
+def test_a_queue_the_files_and_the_database_both_hold_is_reconciled(spark, tmp_path):
+    """A store migrating (flat files beside the database): TopicA/1 also as a 20-byte-unit file, a copy of the
+    database's units but for one size; the broker reads the file, so its unit is also a size mismatch."""
+    import struct
+
+    from store_format import queues as Q
+
+    from .test_v5_audit import audit
+
+    root = whole_store_copy(tmp_path)
+    with R.RocksDBQueues(root) as q:
+        units = q.units("TopicA", 1)
+    sizes = units.size.copy()
+    sizes[7] += 1
+    data = b"".join(struct.pack(">qiq", p, s, t) for p, s, t in zip(units.physical_offset.tolist(), sizes.tolist(),
+                                                                     units.tags_code.tolist()))
+    folder = root / "consumequeue" / "TopicA" / "1"
+    folder.mkdir(parents=True)
+    (folder / ("0" * 20)).write_bytes(data + bytes(2000 - len(data)))
+
+    [(first, other)] = Q.shared_queues(Q.group_queues(Q.list_queue_files(root)))
+    assert (first.backend, other.backend, first.key) == (Q.FILE, Q.ROCKSDB, ("TopicA", 1))
+    d = Q.disagreements(first, other, window=4)  # windows smaller than the queue
+    assert (d["count"], d["queue_offset"], d["compared"]) == (1, 7, (0, len(units)))
+    assert d["units"]["rocksdb"][1] + 1 == d["units"]["file"][1]
+
+    found = audit(spark, [root], tmp_path / "out")
+    [f] = [f for f in found["findings"] if f["check"] == "consumequeue.backends_disagree"]
+    assert (f["topic"], f["queue_id"], f["queue_offset"]) == ("TopicA", 1, 7)
+    wrong = [f for f in found["findings"] if f["check"] == "consumequeue.size_mismatch"]
+    assert [(f["topic"], f["queue_id"], f["queue_offset"]) for f in wrong] == [("TopicA", 1, 7)]
+    assert {f["check"] for f in found["findings"] if f["severity"] != "info"} == {
+        "consumequeue.backends_disagree", "consumequeue.size_mismatch"}

@@ -1,8 +1,8 @@
 """The routed files: per-file structures whose entries point at CommitLog offsets, each declared once as a
 :class:`Route` that the engine serves with one survey task kind, one file task kind and one view of the entries a
 commitlog range owns (``RangeContext.routed(route)``).  Today: the units of each consume-queue backend
-(store_format.queues: ``consumequeue``, 5.x ``batchconsumequeue``; one route each, served through the queue's
-backend), index entries (``index``) and 5.x timer-log units (``timerlog``: each points at its record on
+(store_format.queues: one route per part folder, ``consumequeue`` (its files, or its RocksDB database's queues)
+and 5.x ``batchconsumequeue``, each file served through its own backend), index entries (``index``) and 5.x timer-log units (``timerlog``: each points at its record on
 rmq_sys_wheel_timer).
 
 How a route is served: the survey reads each file's bounds and summarizes its entries as routing buckets
@@ -149,7 +149,8 @@ def _queue_route(backend: Backend, files_partial: str, view: Callable, files: Ca
     (store_format.queues), shown by ``view``."""
     return Route(name=backend.folder, files=files or partial(_backend_files, backend), group=group_queue_files,
                  files_partial=files_partial, survey_schema=CQ_FILES, survey_file=_survey_queue_file,
-                 routed=_routed_queue_file, window=_backend_window, view=view, survey_cost=_length,
+                 routed=_routed_queue_file, window=partial(_backend_window, backend), view=partial(view, backend),
+                 survey_cost=_length,
                  scan_cost=_length, backend=backend, **more)
 
 
@@ -161,12 +162,17 @@ def _consume_queue_files(plan: BrokerPlan) -> list[QueueFile]:
     return plan.cq_files  # consumequeue/'s queues, whatever holds them (files, a RocksDB database)
 
 
-def _backend_window(f: RoutedFile, first: int, end: int) -> dict:
-    return BY_NAME[f.params["backend"]].window(f.loc, first, end)
+def _backend_of(route_backend: Backend, f: RoutedFile) -> Backend:
+    """The backend of a routed file (its ``backend`` param; the route's own when it names none)."""
+    return BY_NAME[f.params["backend"]] if "backend" in f.params else route_backend
 
 
-def _unit_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
-    backend = BY_NAME[f.params["backend"]]
+def _backend_window(route_backend: Backend, f: RoutedFile, first: int, end: int) -> dict:
+    return _backend_of(route_backend, f).window(f.loc, first, end)
+
+
+def _unit_view(route_backend: Backend, f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+    backend = _backend_of(route_backend, f)
     k = len(idx)
     return pa.table({
         "topic": pa.repeat(pa.scalar(f.params["topic"], pa.string()), k),
@@ -359,8 +365,8 @@ BATCH_UNITS = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("msg
                          ("file_position", pa.int64())])
 
 
-def _batch_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
-    backend = BY_NAME[f.params["backend"]]
+def _batch_view(route_backend: Backend, f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+    backend = _backend_of(route_backend, f)
     k = len(idx)
     return pa.table({
         "topic": pa.repeat(pa.scalar(f.params["topic"], pa.string()), k),

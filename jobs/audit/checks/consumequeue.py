@@ -34,6 +34,7 @@ from store_format import layout as L
 from store_format import fs
 from store_format.consumequeue import ext_folder, read_ext_units
 from store_format.errors import ErrorKind
+from store_format.queues import disagreements, shared_queues
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
 from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
@@ -99,6 +100,13 @@ check("consumequeue.backend_unreadable", Severity.ERROR,
       group="queue", consequence=Consequence.UNKNOWN,
       action="Read the reason: install the binding it names, or audit a copy of the store whose consumequeue/ "
              "database opens; until then no unit of it is checked and its messages read as undispatched.")
+check("consumequeue.backends_disagree", Severity.ERROR,
+      "{count} queue offset(s) of {topic}/{queue_id} from {queue_offset} differ between its {preferred} and "
+      "{other} consume queues (there: {preferred} {preferred_unit}, {other} {other_unit})",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="The broker reads the first; a broker switched to the other (storeType) serves other messages: "
+             "rebuild the one that disagrees with the log (the other consume-queue findings say which) before "
+             "switching.")
 check("consumequeue.ext_unit_missing", Severity.ERROR,
       "unit of {topic}/{queue_id} at queue offset {queue_offset} holds the ConsumeQueueExt address {ext_offset}, "
       "where no ext unit is: its tagsCode is lost",
@@ -392,6 +400,7 @@ def on_driver(ctx) -> FamilyResult:
     res.findings.append(_outside(ctx))
     res.findings.append(_missing(ctx))
     res.findings.append(_file_sequence(ctx))
+    res.findings.append(_backends_disagree(ctx))
     bounds = ctx.queue_bounds
     res.tables["queues"] = bounds
     res.metrics.append(metric_table("queue", {"cq_min_offset": bounds.column("min_offset"),
@@ -478,6 +487,27 @@ def _file_sequence(ctx):
                                      queue_offset=(a.base_byte_offset + size) // L.CQ_STORE_UNIT_SIZE,
                                      values={"previous": a.path.name, "missing": missing}))
     return finding_rows("consumequeue.file_gap", rows)
+
+
+def _backends_disagree(ctx):
+    """Each queue two backends hold (the files and a RocksDB database of a migrating store) reconciled unit by unit
+    (store_format.queues.disagreements), a window at a time."""
+    rows = []
+    for name, plan in ctx.plans.items():
+        for first, other in shared_queues(plan.store.queue_models):
+            d = disagreements(first, other)
+            if d is None:
+                continue
+            a, b = first.backend.name, other.backend.name
+            shown = {k: "no unit" if u is None else f"(physical offset {u[0]}, size {u[1]}, tagsCode {u[2]})"
+                     for k, u in d["units"].items()}
+            rows.append(dict(broker=name, topic=first.topic, queue_id=first.queue_id, queue_offset=d["queue_offset"],
+                             physical_offset=(d["units"][a] or d["units"][b])[0],
+                             values={"count": d["count"], "preferred": a, "other": b, "preferred_unit": shown[a],
+                                     "other_unit": shown[b]},
+                             details={"count": d["count"], "compared_from": d["compared"][0],
+                                      "compared_to": d["compared"][1], a: shown[a], b: shown[b]}))
+    return finding_rows("consumequeue.backends_disagree", rows)
 
 
 FAMILY = Family(
