@@ -356,7 +356,15 @@ def test_a_deleted_key_and_a_wrong_unit_are_found_by_the_consume_queue_checks(sp
         db.flush()
     finally:
         db.close()
+    (root / "config").mkdir()
+    (root / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": {"TopicA@cg": {"1": 3}}}))
     found = audit(spark, [root], tmp_path / "out")
+    # the lag reads the database: the max offset the broker serves, the store time of the first unconsumed unit's
+    [lag] = found["tables"]["lag"]
+    with R.RocksDBQueues(STORE) as q:
+        third, max_offset = q.units("TopicA", 1, 3, 4), q.bounds("TopicA", 1).max_offset
+    assert (lag["topic"], lag["queue_id"], lag["max_offset"], lag["lag"]) == ("TopicA", 1, max_offset, max_offset - 3)
+    assert lag["first_unconsumed_store_time"] == int(third.store_timestamp[0])
     missing = [f for f in found["findings"] if f["check"] == "consumequeue.missing_entry"]
     assert [(f["topic"], f["queue_id"], f["queue_offset"]) for f in missing] == [("TopicA", 1, 5)]
     wrong = [f for f in found["findings"] if f["check"] == "consumequeue.size_mismatch"]
