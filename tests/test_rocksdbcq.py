@@ -341,6 +341,10 @@ def test_the_audit_reads_the_database_as_rocketmq_does(spark, tmp_path, manifest
     assert {(r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"])
             for r in found["tables"]["queues"]} == served
     assert sum(r["entries"] for r in found["tables"]["queues"]) == 302
+    # the delayed messages pending in the database's SCHEDULE_TOPIC_XXXX queues (no delayOffset.json: all of them)
+    assert {(r["queue_id"], r["pending"]) for r in found["tables"]["delays"]} == {
+        (q["queueId"], len(q["entries"])) for q in manifest["readBack"]["consumeQueues"]
+        if q["topic"] == "SCHEDULE_TOPIC_XXXX" and q["entries"]}
 
 
 def test_a_deleted_key_and_a_wrong_unit_are_found_by_the_consume_queue_checks(spark, tmp_path):
