@@ -434,3 +434,18 @@ def test_a_queue_the_files_and_the_database_both_hold_is_reconciled(spark, tmp_p
     assert [(f["topic"], f["queue_id"], f["queue_offset"]) for f in wrong] == [("TopicA", 1, 7)]
     assert {f["check"] for f in found["findings"] if f["severity"] != "info"} == {
         "consumequeue.backends_disagree", "consumequeue.size_mismatch"}
+
+
+def test_query_evidence_reads_the_databases_units():
+    from jobs import query_evidence
+    from store_format.javahash import tags_code
+    from store_format.store import Store
+
+    store = Store(STORE)
+    with R.RocksDBQueues(STORE) as q:
+        units = q.units("TopicA", 1)
+    phys = int(units.physical_offset[4])
+    [u] = query_evidence.units_pointing_at(store, [phys])[phys]
+    assert (u.topic, u.queue_id, u.queue_offset, u.size) == ("TopicA", 1, 4, int(units.size[4]))
+    tagged = query_evidence.units_with_tag(store, "TopicA", "TagA")
+    assert tagged and all(t.tags_code == tags_code("TagA") for t in tagged)
