@@ -11,6 +11,7 @@ file, one row with its length).  Every backend gives the same columns; a batch u
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,12 +49,14 @@ SCHEMA = pa.schema([
            "its reason names a compaction end marker `end_marker`), a zero unit with data after it, a partial "
            "trailing unit, or a file or folder name the broker cannot parse); `zero_tail` (the unwritten zero-filled rest of a "
            "file, one row)"),
-    column("length", pa.int64(), "bytes the row covers: the unit's size (20, or 46 for a batch unit) for a unit, "
+    column("length", pa.int64(), "bytes the row covers: the unit's size (20; 28 for a RocksDB unit, 46 for a "
+           "batch one) for a unit, "
            "the run's length for `zero_tail` and a partial trailing unit"),
     column("reason", pa.string(), "why a row is `corrupt` (`<kind> unit: recovery stops here`, or an error kind "
            "such as BAD_FILE_NAME); null otherwise"),
-    column("backend", pa.string(), "how the queue keeps its units: `file` (consumequeue/, 20-byte units), `batch` "
-           "(batchconsumequeue/, a 5.x queue.type=BatchCQ topic's 46-byte units)"),
+    column("backend", pa.string(), "how the queue keeps its units: `file` (consumequeue/, 20-byte units), `rocksdb` "
+           "(consumequeue/ a RocksDB database: 28-byte values), `batch` (batchconsumequeue/, a 5.x "
+           "queue.type=BatchCQ topic's 46-byte units)"),
     column("batch_size", pa.int32(), "a batch unit's batchSize: the queue offsets (messages of its inner-batch "
            "record) it covers from msg_base_offset; null for other backends"),
     column("msg_base_offset", pa.int64(), "a batch unit's msgBaseOffset: its first message's queue offset; null for "
@@ -90,9 +93,11 @@ def file_batches(broker: str, p: QueueFile) -> list[pa.RecordBatch]:
                                             "file": p.name, "backend": p.backend.name, **r} for r in rows],
                                           schema=SCHEMA)
 
-    if not p.loaded:  # a queue folder that is no int, or a file name that is not 20 ASCII digits
+    if not p.loaded:  # a queue folder that is no int, a file name that is not 20 ASCII digits, a database unread
+        unreadable = [why for kind, why in p.problems if kind == "unreadable"]
         return [rows_batch([dict(file_position=0, kind="corrupt", length=p.length,
-                                 reason=ErrorKind.BAD_FILE_NAME.value, physical_offset=None)])]
+                                 reason=unreadable[0] if unreadable else ErrorKind.BAD_FILE_NAME.value,
+                                 physical_offset=None)])]
     u = p.units()
     n = len(u)
     end = n * unit_size
@@ -103,6 +108,9 @@ def file_batches(broker: str, p: QueueFile) -> list[pa.RecordBatch]:
     if u.truncated is not None:
         tail.append(dict(file_position=u.truncated.position, kind="corrupt", length=p.length - u.truncated.position,
                          reason=u.truncated.kind.value))
+    if "missing" in u.kinds:  # a RocksDB queue's offsets without a key between its first and last: no unit, no row
+        u = _present(u, u.kinds.index("missing"))
+        n = len(u)
     if not n:
         return [rows_batch(tail)] if tail else []
     codes = pa.array(u.kind, pa.int8())
@@ -129,6 +137,13 @@ def file_batches(broker: str, p: QueueFile) -> list[pa.RecordBatch]:
     }
     units = pa.RecordBatch.from_arrays([columns[f.name] for f in SCHEMA], schema=SCHEMA)
     return [units, rows_batch(tail)] if tail else [units]
+
+
+def _present(u, missing: int):
+    """``u`` without its units of kind ``missing``."""
+    keep = u.kind != missing
+    return dataclasses.replace(u, **{f.name: getattr(u, f.name)[keep] for f in dataclasses.fields(u)
+                                     if isinstance(getattr(u, f.name), np.ndarray)})
 
 
 class ConsumeQueueReader(StoreReader):

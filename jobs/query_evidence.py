@@ -12,13 +12,12 @@ from typing import Iterable
 import numpy as np
 
 from store_format.commitlog import END_OF_DATA, frame_at
-from store_format.consumequeue import UNIT_KINDS, read_unit_arrays
 from store_format.fs import ReadOnlyMap
 from store_format.javahash import tags_code
+from store_format.queues import group_queues
 from store_format.recovery import describe_damaged_record, frames_a_message
 from store_format.store import Store
 
-_ENTRY = UNIT_KINDS.index("entry")
 _ZERO_RUN_MIN = 16  # fewer zero bytes than this inside a record are data, not a zeroed range
 
 
@@ -154,15 +153,21 @@ def units_pointing_into(store: Store, lo: int, hi: int, topics: Iterable[str] | 
     return _units(store, topics, lambda phys: (phys >= lo) & (phys < hi))
 
 
+def _consume_queues(store: Store) -> list[tuple[tuple[str, int], list]]:
+    """(key, files) of the consume queues the broker reads, whatever their backend (store_format.queues: the files
+    of ``consumequeue/``, or its RocksDB database's queues), by key."""
+    return sorted(((q.key, list(q.files)) for q in group_queues(store.queue_files)), key=lambda kv: kv[0])
+
+
 def _units(store: Store, topics: Iterable[str] | None, pointing) -> dict[int, list[QueueUnit]]:
     chosen = None if topics is None else set(topics)
     out: dict[int, list[QueueUnit]] = {}
-    for (topic, qid), files in sorted(store.queues.items()):
+    for (topic, qid), files in _consume_queues(store):
         if chosen is not None and topic not in chosen:
             continue
         for f in files:
-            a = read_unit_arrays(f)
-            for i in np.flatnonzero((a.kind == _ENTRY) & pointing(a.physical_offset)).tolist():
+            a = f.units()
+            for i in np.flatnonzero(a.valid & pointing(a.physical_offset)).tolist():
                 unit = QueueUnit(topic, qid, int(a.queue_offset[i]), int(a.physical_offset[i]), int(a.size[i]),
                                  int(a.tags_code[i]))
                 out.setdefault(unit.physical_offset, []).append(unit)
@@ -173,12 +178,12 @@ def units_with_tag(store: Store, topic: str, tag: str) -> list[QueueUnit]:
     """The consume-queue units of ``topic`` whose tags code is ``tag``'s (the hash the broker dispatched)."""
     code = tags_code(tag)
     out = []
-    for (t, qid), files in sorted(store.queues.items()):
+    for (t, qid), files in _consume_queues(store):
         if t != topic:
             continue
         for f in files:
-            a = read_unit_arrays(f)
-            for i in np.flatnonzero((a.kind == _ENTRY) & (a.tags_code == code)).tolist():
+            a = f.units()
+            for i in np.flatnonzero(a.valid & (a.tags_code == code)).tolist():
                 out.append(QueueUnit(t, qid, int(a.queue_offset[i]), int(a.physical_offset[i]), int(a.size[i]),
                                      code))
     return out

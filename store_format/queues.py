@@ -8,7 +8,12 @@ and decoder, and its recovery model.  Today's backends (store-format-5x.md secti
 - ``file``: ``consumequeue/<topic>/<queueId>/<20-digit byte offset>``, 20-byte units (store_format.consumequeue;
   with ``enableConsumeQueueExt`` their tagsCodes in ``consumequeue_ext/``), queue offset n at byte n * 20;
 - ``batch``: ``batchconsumequeue/<topic>/<queueId>/<20-digit byte offset>`` (5.x, ``queue.type=BatchCQ``), 46-byte
-  units (store_format.batchcq), each covering ``batchSize`` queue offsets from its ``msgBaseOffset``.
+  units (store_format.batchcq), each covering ``batchSize`` queue offsets from its ``msgBaseOffset``;
+- ``rocksdb``: ``consumequeue/`` itself a RocksDB database (5.2 and later, ``storeType=defaultRocksDB``; found by its
+  ``CURRENT`` and tables, store_format.rocksdbcq), one key per 28-byte unit.  Each queue is listed as one virtual
+  file ``consumequeue/<topic>/<queueId>/<20-digit byte offset of its first key's unit>`` covering its first to its
+  last key: unit i of it is queue offset first + i, and a queue offset with no key is a ``missing`` unit, so windows
+  by unit index work as for a file queue.
 
 The queue's kind (:attr:`Queue.kind`: ``plain``, ``lmq``, ``batch``) follows from its backend and its name; an ext
 queue is a ``file`` queue whose units hold ConsumeQueueExt addresses (:attr:`Queue.has_ext`).  A further backend
@@ -20,14 +25,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from . import fs
 from . import layout as L
 from . import rolled
 
-if TYPE_CHECKING:
-    import numpy as np
+import numpy as np
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -235,6 +239,9 @@ class Backend:
         """Its files under ``part`` (its part folder, or one file), each with its problems, in listing order."""
         return self.lister(self, part)
 
+    dispatch_end: Callable | None = None  # (part folder) -> where it records its dispatch ended, if it keeps that
+    bounds: Callable | None = None  # (QueueFile) -> (min offset, max offset) the broker serves, where not its units'
+
     def __repr__(self) -> str:  # a plan's files are printed in errors; the functions say nothing there
         return f"Backend({self.name})"
 
@@ -254,16 +261,217 @@ FILE = Backend("file", "consumequeue", L.CQ_STORE_UNIT_SIZE, "4.x", "mappedFileS
                QueueFile.cq_file, _file_units, _file_window, _file_recover)
 BATCH = Backend("batch", L.BATCH_CQ_DIR, L.BATCH_CQ_UNIT.width, "5.x", "mapperFileSizeBatchConsumeQueue",
                 L.QUEUE_TYPE_BATCH, _batch_file_of, _batch_units, _batch_window)
-BACKENDS = (FILE, BATCH)
+
+
+# -- rocksdb: every queue of the database one virtual file (see the module's doc) ---------------------------------
+
+_DATABASES: dict = {}  # (folder, what its files are) -> store_format.rocksdbcq.RocksDBQueues, open once a process
+ROCKSDB_UNIT_SIZE = 28  # a unit's value: physicalOffset, size, tagsCode, storeTimestamp (rocksdbcq.UNIT_VALUE)
+ROCKSDB_UNIT_KINDS = ("entry", "missing")  # a key at the queue offset; none there (a hole between first and last)
+
+
+def _rocksdb(folder: fs.Location):
+    """The database of a ``consumequeue/`` folder, opened read-only once per process (and again when its files
+    change: a seeded copy); RocksDBQueueUnreadable when it cannot be."""
+    import atexit
+    import os
+
+    from .rocksdbcq import RocksDBQueues
+
+    local = folder.local_path
+    stamp = tuple(sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(local))) \
+        if local else None
+    key = (folder.path, stamp)
+    db = _DATABASES.get(key)
+    if db is None:
+        if not _DATABASES:
+            atexit.register(lambda: [d.close() for d in _DATABASES.values()])
+        db = _DATABASES[key] = RocksDBQueues(folder.parent())
+    return db
+
+
+def _rocksdb_place(loc: fs.Location) -> tuple:
+    """(database folder, topic, queue id, first queue offset) of a virtual file's location."""
+    return loc.parent().parent().parent(), loc.parent().parent().name, int(loc.parent().name), \
+        int(loc.name) // ROCKSDB_UNIT_SIZE
+
+
+def _rocksdb_queue_files(backend: "Backend", part) -> list[QueueFile]:
+    """One virtual file per queue with a unit key, when ``part`` is a RocksDB database (store_format.rocksdbcq
+    .is_rocksdb_queue_folder); a database that cannot be opened is one unloaded entry whose problem says why."""
+    from .rocksdbcq import RocksDBQueueUnreadable, is_rocksdb_queue_folder
+
+    loc = rolled.location(part)
+    if loc.is_file() or not is_rocksdb_queue_folder(loc):
+        return []
+    try:
+        db = _rocksdb(loc)
+        out = []
+        for topic, qid in db.queues():
+            b = db.bounds(topic, qid)
+            if b.first_unit is None:
+                continue  # an offset row and no unit: nothing to read
+            name = f"{b.first_unit * backend.unit_size:020d}"
+            length = (b.last_unit - b.first_unit + 1) * backend.unit_size
+            out.append(QueueFile(topic, qid, backend, rolled.RolledFile(
+                loc.child(topic).child(str(qid)).child(name), b.first_unit * backend.unit_size, length)))
+        return out
+    except RocksDBQueueUnreadable as e:
+        return [QueueFile("", None, backend, rolled.RolledFile(loc.child("CURRENT"), None, 0,
+                                                               (("unreadable", e.reason),)))]
+
+
+def _rocksdb_window(loc: fs.Location, first: int, end: int, *, full: bool = False) -> dict:
+    folder, topic, qid, base = _rocksdb_place(loc)
+    u = _rocksdb(folder).units(topic, qid, base + first, base + end)
+    n = max(end - first, 0)
+    at = u.queue_offset - (base + first)
+    out = {"physical_offset": np.zeros(n, np.int64), "size": np.zeros(n, np.int32),
+           "tags_code": np.zeros(n, np.int64), "store_timestamp": np.zeros(n, np.int64), "valid": np.zeros(n, bool)}
+    for c in ("physical_offset", "size", "tags_code", "store_timestamp"):
+        out[c][at] = getattr(u, c)
+    out["valid"][at] = True
+    return out
+
+
+def _rocksdb_units(f: QueueFile) -> Units:
+    n = f.length // f.backend.unit_size
+    w = _rocksdb_window(f.loc, 0, n)
+    return Units(np.arange(f.first_unit, f.first_unit + n, dtype=np.int64), w["physical_offset"], w["size"],
+                 w["tags_code"], np.where(w["valid"], 0, 1).astype(np.int8), w["valid"],
+                 np.arange(n, dtype=np.int64) * f.backend.unit_size, None, ROCKSDB_UNIT_KINDS,
+                 store_timestamp=w["store_timestamp"])
+
+
+def _rocksdb_file_of(f: QueueFile):
+    return f
+
+
+def _rocksdb_dispatch_end(part) -> int | None:
+    """The checkpoint row: the end of the last record dispatched into the database, which RocketMQ's recovery takes
+    as the consume queues' max physical offset (RocksDBConsumeQueueStore.getMaxPhyOffsetInConsumeQueue)."""
+    from .rocksdbcq import RocksDBQueueUnreadable, is_rocksdb_queue_folder
+
+    loc = rolled.location(part)
+    if not is_rocksdb_queue_folder(loc):
+        return None
+    try:
+        return _rocksdb(loc).checkpoint()
+    except RocksDBQueueUnreadable:
+        return None
+
+
+def _rocksdb_bounds(f: QueueFile) -> tuple[int, int] | None:
+    """(getMinOffsetInQueue, getMaxOffsetInQueue) a 5.3.3 broker serves from the ``offset`` rows."""
+    folder, topic, qid, _ = _rocksdb_place(f.loc)
+    b = _rocksdb(folder).bounds(topic, qid)
+    return (b.min_offset, b.max_offset) if b.max_row is not None else None
+
+
+ROCKSDB = Backend("rocksdb", "consumequeue", ROCKSDB_UNIT_SIZE, "5.x", "storeType", L.QUEUE_TYPE_SIMPLE,
+                  _rocksdb_file_of, _rocksdb_units, _rocksdb_window, None, _rocksdb_queue_files,
+                  _rocksdb_dispatch_end, _rocksdb_bounds)
+BACKENDS = (FILE, BATCH, ROCKSDB)
 BY_NAME = {b.name: b for b in BACKENDS}
 BY_FOLDER: dict[str, tuple[Backend, ...]] = {}
 for _b in BACKENDS:
     BY_FOLDER[_b.folder] = BY_FOLDER.get(_b.folder, ()) + (_b,)
 
 
+def dispatch_end(store_root, listing: list[QueueFile]) -> int:
+    """The largest end of dispatch a backend of the store records apart from its units (RocksDB's checkpoint row),
+    -1 when none does: recovery takes it as the queues' max physical offset.  Not where the part folder also holds
+    a preferred backend's queues (``listing``: the store's :func:`list_queue_files`): a flat-file broker that
+    double-writes RocksDB (``rocksdbCQDoubleWriteEnable``) recovers from its files."""
+    root = rolled.location(store_root)
+    ends = [b.dispatch_end(root.child(b.folder)) for b in BACKENDS if b.dispatch_end is not None
+            and not any(f.loaded and f.backend is not b and f.backend.folder == b.folder for f in listing)]
+    return max((e for e in ends if e is not None), default=-1)
+
+
+def preferred(files: list[QueueFile]) -> list[QueueFile]:
+    """``files`` less those of a queue a preferred backend of the same part folder also holds: where both the
+    flat files and a RocksDB database keep a queue (a store migrating, ``rocksdbCQDoubleWriteEnable``), the broker
+    reads the files (CombineConsumeQueueStore's ``combineCQPreferCQType`` = ``default``); the two are reconciled
+    apart (:func:`disagreements`)."""
+    rank = {b: i for i, b in enumerate(BACKENDS)}
+    best: dict[tuple, int] = {}
+    for f in files:
+        if f.loaded:
+            k = (f.backend.folder, f.topic, f.queue_id)
+            best[k] = min(best.get(k, rank[f.backend]), rank[f.backend])
+    return [f for f in files if not f.loaded or best[(f.backend.folder, f.topic, f.queue_id)] == rank[f.backend]]
+
+
+def shared_queues(queues: list["Queue"]) -> list[tuple["Queue", "Queue"]]:
+    """(the preferred backend's queue, another backend's) for each queue two backends of one part folder hold
+    (:func:`preferred`), in ``queues``' order."""
+    by_key: dict[tuple, list] = {}
+    for q in queues:
+        by_key.setdefault((q.backend.folder, q.key), []).append(q)
+    rank = {b: i for i, b in enumerate(BACKENDS)}
+    out = []
+    for qs in by_key.values():
+        qs = sorted(qs, key=lambda q: rank[q.backend])
+        out += [(qs[0], q) for q in qs[1:]]
+    return out
+
+
+def unit_columns(q: "Queue", first: int, end: int) -> dict:
+    """Queue offsets ``first`` .. ``end - 1`` of a queue whose unit i of a file is queue offset file.first_unit + i
+    (``file`` and ``rocksdb`` backends) as dense numpy columns ``physical_offset``, ``size``, ``tags_code`` and
+    ``valid`` (False where no file holds a unit there): each file read only over the window."""
+    n = max(end - first, 0)
+    out = {"physical_offset": np.zeros(n, np.int64), "size": np.zeros(n, np.int64),
+           "tags_code": np.zeros(n, np.int64), "valid": np.zeros(n, bool)}
+    for f in q.files:
+        lo, hi = f.first_unit, f.first_unit + f.length // q.backend.unit_size
+        a, b = max(lo, first), min(hi, end)
+        if a >= b:
+            continue
+        w = q.backend.window(f.loc, a - lo, b - lo)
+        k = len(w["valid"])
+        at = slice(a - first, a - first + k)
+        for c in out:
+            out[c][at] = np.where(w["valid"], w[c], out[c][at]) if c != "valid" else out[c][at] | w["valid"]
+    return out
+
+
+def disagreements(a: "Queue", b: "Queue", window: int = 1 << 16) -> dict | None:
+    """Where two backends' copies of one queue differ (both ``file``/``rocksdb``-shaped, :func:`unit_columns`):
+    from the later of their first units to the end of the longer, queue offsets where one has a unit the other
+    lacks or the two units name another record (physical offset, size) or tagsCode.  None when they agree; else
+    the count, the first such queue offset and each side's unit there (None: none), read a window at a time."""
+    ba, bb = a.bounds(), b.bounds()
+    if ba is None and bb is None:
+        return None
+    lo = max(x[0] for x in (ba, bb) if x is not None) if ba and bb else (ba or bb)[0]
+    hi = max(x[1] for x in (ba, bb) if x is not None)
+    count, first = 0, None
+    for start in range(lo, hi, window):
+        end = min(start + window, hi)
+        x, y = unit_columns(a, start, end), unit_columns(b, start, end)
+        differ = (x["valid"] != y["valid"]) | ((x["valid"] & y["valid"]) & (
+            (x["physical_offset"] != y["physical_offset"]) | (x["size"] != y["size"])
+            | (x["tags_code"] != y["tags_code"])))
+        count += int(differ.sum())
+        if first is None and differ.any():
+            i = int(np.flatnonzero(differ)[0])
+
+            def unit(u):
+                return (int(u["physical_offset"][i]), int(u["size"][i]), int(u["tags_code"][i])) \
+                    if u["valid"][i] else None
+            first = (start + i, unit(x), unit(y))
+    if not count:
+        return None
+    return {"count": count, "queue_offset": first[0], "units": {a.backend.name: first[1], b.backend.name: first[2]},
+            "compared": (lo, hi)}
+
+
 def backends_of(generation: str) -> tuple[Backend, ...]:
-    """The backends a broker of ``generation`` ("4.x", "5.x") loads."""
-    return tuple(b for b in BACKENDS if b.since == "4.x" or generation == "5.x")
+    """The backends of rolled files (MappedFileQueues: not a database) a broker of ``generation`` ("4.x", "5.x")
+    loads."""
+    return tuple(b for b in BACKENDS if (b.since == "4.x" or generation == "5.x") and b.lister is _rolled_queue_files)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -343,6 +551,9 @@ class Queue:
     def bounds(self) -> tuple[int, int] | None:
         """(min offset, max offset) of its valid units: the first one's queue offset and one past the last queue
         offset they cover (the broker's ``getMaxOffsetInQueue``); None when it has none."""
+        if self.backend is ROCKSDB:  # a database queue's virtual file runs from its first key to its last
+            return (self.files[0].first_unit, self.files[0].first_unit + self.files[0].length // ROCKSDB_UNIT_SIZE) \
+                if self.files else None
         lo = hi = None
         for f in self.files:
             u = f.units()
@@ -357,5 +568,6 @@ class Queue:
         return self.backend.recover(self.reader_files) if self.backend.recover else None
 
 
-__all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "BACKENDS", "BY_NAME", "BY_FOLDER",
-           "backends_of", "list_queue_files", "group_queues", "queue_files_by_key"]
+__all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "BACKENDS", "BY_NAME", "BY_FOLDER",
+           "backends_of", "list_queue_files", "group_queues", "queue_files_by_key", "dispatch_end", "preferred",
+           "shared_queues", "unit_columns", "disagreements"]

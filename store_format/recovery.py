@@ -57,6 +57,7 @@ from .consumequeue import (QueueRecovery, QueueStart, finish_queue, read_queue, 
                            recover_queue, truncates_queues)
 from .commitlog import (END_OF_DATA, KIND_MESSAGE, Frame, SalvageSpan, Segment, dledger_items, salvage_arrays,
                         walk_arrays)
+from .queues import dispatch_end as queue_dispatch_end
 from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
 from .fs import UnreadableError, read_bytes
@@ -591,9 +592,9 @@ def queue_type_problems(store: Store) -> list[tuple[str, str]]:
     except StoreFormatError:  # not a map: the file's own problem (the metadata family, and its load)
         return []
     out = []
-    from .queues import BACKENDS
+    from .queues import backends_of
 
-    for part, expected in ((b.folder, b.queue_type) for b in BACKENDS if b.queue_type):
+    for part, expected in ((b.folder, b.queue_type) for b in backends_of("5.x") if b.queue_type):
         seen = set()
         for rel, _ in _queue_folders(store.root / part):
             topic = rel.split("/")[1]
@@ -1072,6 +1073,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         queues, max_cq = recover_consume_queues(store.queues, max_offset, has_commitlog=bool(segs))
     else:
         queues, max_cq = {}, max((s.max_physic_offset for s in queue_starts.values()), default=-1)
+    max_cq = max(max_cq, queue_dispatch_end(store.loc, store.queue_listing))  # a RocksDB queue's checkpoint row (store_format.queues)
     truncation = {k: q for k, q in queues.items() if q.dropped}
 
     if force and not settings.enabled_append_prop_crc:

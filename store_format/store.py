@@ -170,10 +170,12 @@ class Store:
 
     @property
     def queue_files(self) -> list:
-        """Every file of ``consumequeue/<topic>/<queue>/`` (bad folder and file names too), in listing order."""
-        from .queues import FILE
+        """Every file of the consume queues ``consumequeue/`` holds, whatever its backend (store_format.queues: its
+        ``<topic>/<queue>/`` files, bad folder and file names too, and a RocksDB database's queues), in listing
+        order; a queue both the files and a database hold, the files' (store_format.queues.preferred)."""
+        from .queues import FILE, preferred
 
-        return self.listing_of(FILE)
+        return preferred([f for f in self.queue_listing if f.backend.folder == FILE.folder])
 
     @cached_property
     def queues(self) -> dict[tuple[str, int], list[CQFile]]:

@@ -313,19 +313,139 @@ def test_what_cannot_be_read_is_unreadable_with_the_reason(tmp_path, monkeypatch
 
 
 # --------------------------------------------------------------------------------------------------
-# The audit as it is (the engine does not ask this reader yet: issue 39 item 1's queue model will)
+# The audit and the source, through the queue model's rocksdb backend (store_format/queues.py)
 
-def test_the_audit_reads_no_database_file_as_a_queue_and_its_warnings_are_units_the_database_holds(spark, tmp_path):
+def whole_store_copy(tmp_path: Path) -> Path:
+    """A writable copy of the whole fixture store (commitlog and database) to seed."""
+    root = tmp_path / "store"
+    shutil.copytree(STORE, root)
+    for p in [root, *root.rglob("*")]:
+        p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    return root
+
+
+def test_the_audit_reads_the_database_as_rocketmq_does(spark, tmp_path, manifest):
     from .test_v5_audit import audit
 
+    before = folder_state(DB)
     found = audit(spark, [STORE], tmp_path / "out")
-    assert found["exit"] == 0 and found["tables"]["queues"] == []
-    assert not [f for f in found["findings"] if f["severity"] == "error"]
-    assert not [f for f in found["findings"] if (f["file"] or "").startswith("consumequeue")]
-    warnings = [f for f in found["findings"] if f["severity"] == "warning"]
-    assert {f["check"] for f in warnings} <= {"consumequeue.not_yet_dispatched"}
+    assert folder_state(DB) == before  # nothing written
+    assert found["exit"] == 0
+    assert [f for f in found["findings"] if f["severity"] != "info"] == []  # no false finding
+    after_load = manifest["readBack"]["afterLoad"]
+    recovery = found["summary"]["brokers"][0]["recovery"]
+    # RocketMQ's recovery takes the checkpoint row as the queues' max physical offset
+    assert recovery["max_cq_physical_offset"] == after_load["maxPhyOffsetInConsumeQueue"] == 497836
+    served = {(q["topic"], q["queueId"]): (q["min"], q["max"]) for q in manifest["readBack"]["consumeQueues"]
+              if q["entries"]}
+    assert {(r["topic"], r["queue_id"]): (r["min_offset"], r["max_offset"])
+            for r in found["tables"]["queues"]} == served
+    assert sum(r["entries"] for r in found["tables"]["queues"]) == 302
+    # the delayed messages pending in the database's SCHEDULE_TOPIC_XXXX queues (no delayOffset.json: all of them)
+    assert {(r["queue_id"], r["pending"]) for r in found["tables"]["delays"]} == {
+        (q["queueId"], len(q["entries"])) for q in manifest["readBack"]["consumeQueues"]
+        if q["topic"] == "SCHEDULE_TOPIC_XXXX" and q["entries"]}
+
+
+def test_a_deleted_key_and_a_wrong_unit_are_found_by_the_consume_queue_checks(spark, tmp_path):
+    from .test_v5_audit import audit
+
+    root = whole_store_copy(tmp_path)
+    with R.RocksDBQueues(root) as q:
+        size_of = q.unit("TopicB", 0, 3)
+    db = open_for_writing(root)
+    try:
+        del db[R.unit_key("TopicA", 1, 5)]
+        db[R.unit_key("TopicB", 0, 3)] = R.unit_value(size_of[0], size_of[1] + 1, size_of[2], size_of[3])
+        db.flush()
+    finally:
+        db.close()
+    (root / "config").mkdir()
+    (root / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": {"TopicA@cg": {"1": 3}}}))
+    found = audit(spark, [root], tmp_path / "out")
+    # the lag reads the database: the max offset the broker serves, the store time of the first unconsumed unit's
+    [lag] = found["tables"]["lag"]
     with R.RocksDBQueues(STORE) as q:
-        for f in warnings:  # each one false: the database holds every unit it says is not there yet
-            count = int(dict(f["details"])["count"])
-            held = q.units(f["topic"], f["queue_id"], f["queue_offset"], f["queue_offset"] + count)
-            assert held.queue_offset.tolist() == list(range(f["queue_offset"], f["queue_offset"] + count))
+        third, max_offset = q.units("TopicA", 1, 3, 4), q.bounds("TopicA", 1).max_offset
+    assert (lag["topic"], lag["queue_id"], lag["max_offset"], lag["lag"]) == ("TopicA", 1, max_offset, max_offset - 3)
+    assert lag["first_unconsumed_store_time"] == int(third.store_timestamp[0])
+    missing = [f for f in found["findings"] if f["check"] == "consumequeue.missing_entry"]
+    assert [(f["topic"], f["queue_id"], f["queue_offset"]) for f in missing] == [("TopicA", 1, 5)]
+    wrong = [f for f in found["findings"] if f["check"] == "consumequeue.size_mismatch"]
+    assert [(f["topic"], f["queue_id"], f["queue_offset"], f["physical_offset"]) for f in wrong] == [
+        ("TopicB", 0, 3, size_of[0])]
+    assert {f["check"] for f in found["findings"] if f["severity"] != "info"} == {
+        "consumequeue.missing_entry", "consumequeue.size_mismatch"}
+
+
+def test_the_source_gives_the_databases_units_with_backend_rocksdb(spark, manifest):
+    rows = spark.read.format("rocketmq-consumequeue").load(str(STORE)).collect()
+    assert {r["backend"] for r in rows} == {"rocksdb"} and {r["kind"] for r in rows} == {"entry"}
+    got = sorted((r["topic"], r["queue_id"], r["queue_offset"], r["physical_offset"], r["size"], r["tags_code"])
+                 for r in rows)
+    want = sorted((q["topic"], q["queueId"], *e) for q in manifest["readBack"]["consumeQueues"] for e in q["entries"])
+    assert got == want and len(got) == 302
+    assert {r["length"] for r in rows} == {28}
+
+
+def test_a_database_that_will_not_open_is_one_finding_and_the_rest_of_the_audit_runs(spark, tmp_path):
+    from .test_v5_audit import audit
+
+    root = whole_store_copy(tmp_path)
+    (root / "consumequeue" / "CURRENT").write_text("MANIFEST-000099\n")  # names a MANIFEST that is not there
+    found = audit(spark, [root], tmp_path / "out")
+    [f] = [f for f in found["findings"] if f["check"] == "consumequeue.backend_unreadable"]
+    assert f["file"] == "consumequeue" and "RocksDB will not open it" in dict(f["details"])["reason"]
+    assert "MANIFEST-000099" in dict(f["details"])["reason"]
+    assert found["summary"]["brokers"][0]["recovery"]["predicted_max_physical_offset"] == 497836  # the rest ran
+    assert found["tables"]["queues"] == []
+
+
+def test_a_queue_the_files_and_the_database_both_hold_is_reconciled(spark, tmp_path):
+    """A store migrating (flat files beside the database): TopicA/1 also as a 20-byte-unit file, a copy of the
+    database's units but for one size; the broker reads the file, so its unit is also a size mismatch."""
+    import struct
+
+    from store_format import queues as Q
+
+    from .test_v5_audit import audit
+
+    root = whole_store_copy(tmp_path)
+    with R.RocksDBQueues(root) as q:
+        units = q.units("TopicA", 1)
+    sizes = units.size.copy()
+    sizes[7] += 1
+    data = b"".join(struct.pack(">qiq", p, s, t) for p, s, t in zip(units.physical_offset.tolist(), sizes.tolist(),
+                                                                     units.tags_code.tolist()))
+    folder = root / "consumequeue" / "TopicA" / "1"
+    folder.mkdir(parents=True)
+    (folder / ("0" * 20)).write_bytes(data + bytes(2000 - len(data)))
+
+    [(first, other)] = Q.shared_queues(Q.group_queues(Q.list_queue_files(root)))
+    assert (first.backend, other.backend, first.key) == (Q.FILE, Q.ROCKSDB, ("TopicA", 1))
+    d = Q.disagreements(first, other, window=4)  # windows smaller than the queue
+    assert (d["count"], d["queue_offset"], d["compared"]) == (1, 7, (0, len(units)))
+    assert d["units"]["rocksdb"][1] + 1 == d["units"]["file"][1]
+
+    found = audit(spark, [root], tmp_path / "out")
+    [f] = [f for f in found["findings"] if f["check"] == "consumequeue.backends_disagree"]
+    assert (f["topic"], f["queue_id"], f["queue_offset"]) == ("TopicA", 1, 7)
+    wrong = [f for f in found["findings"] if f["check"] == "consumequeue.size_mismatch"]
+    assert [(f["topic"], f["queue_id"], f["queue_offset"]) for f in wrong] == [("TopicA", 1, 7)]
+    assert {f["check"] for f in found["findings"] if f["severity"] != "info"} == {
+        "consumequeue.backends_disagree", "consumequeue.size_mismatch"}
+
+
+def test_query_evidence_reads_the_databases_units():
+    from jobs import query_evidence
+    from store_format.javahash import tags_code
+    from store_format.store import Store
+
+    store = Store(STORE)
+    with R.RocksDBQueues(STORE) as q:
+        units = q.units("TopicA", 1)
+    phys = int(units.physical_offset[4])
+    [u] = query_evidence.units_pointing_at(store, [phys])[phys]
+    assert (u.topic, u.queue_id, u.queue_offset, u.size) == ("TopicA", 1, 4, int(units.size[4]))
+    tagged = query_evidence.units_with_tag(store, "TopicA", "TagA")
+    assert tagged and all(t.tags_code == tags_code("TagA") for t in tagged)

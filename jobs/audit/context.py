@@ -11,7 +11,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_format import fs
-from store_format import layout as L
 from store_format.brokerconf import RecoverySettings
 
 from .inputs import StoreRef
@@ -186,7 +185,7 @@ class AuditContext:
         """(broker, topic, queue id) of every consume-queue file with content or a bad name (queue id None when
         the folder is not a number): the queues the consume-queue files show."""
         return {(name, f.topic, f.queue_id) for name, plan in self.plans.items() for f in plan.cq_files
-                if f.length > 0 or not f.loaded}
+                if (f.length > 0 or not f.loaded) and f.topic}  # no topic: a queue database that cannot be read
 
     @cached_property
     def queue_topics(self) -> set[tuple]:
@@ -199,11 +198,9 @@ class AuditContext:
         lmqConsumerOffset.json's (enableLmq: its %LMQ% groups' one offset per topic@group, and every other group's,
         which the broker then keeps there instead: those supersede consumerOffset.json's for the same topic, group
         and queue), with ``unit``: the physical offset of the entry unit at that committed queue offset in the
-        queue's consume-queue files (null where the queue has no entry there).  Columns throughout, keyed by numbers
+        queue's consume-queue files, whatever their backend (null where the queue has no entry there).  Columns throughout, keyed by numbers
         (:meth:`queue_keys`): a busy broker's consumerOffset.json holds millions of offsets, and no Python object is
         made per offset."""
-        from store_format.consumequeue import read_unit_window
-
         t = self._held_offsets
         unit = np.full(t.num_rows, -1, np.int64)
         if t.num_rows:
@@ -217,7 +214,7 @@ class AuditContext:
                 order = sorted(range(len(files)), key=lambda i: (files[i].first_queue_offset, i))
                 fkey = self.key_of([files[i].topic for i in order], [files[i].queue_id for i in order])
                 first = np.array([files[i].first_queue_offset for i in order], np.int64)
-                units = np.array([files[i].length // L.CQ_STORE_UNIT_SIZE for i in order], np.int64)
+                units = np.array([files[i].length // files[i].backend.unit_size for i in order], np.int64)
                 by_key = np.argsort(fkey, kind="stable")  # by queue, then first queue offset
                 fkey, first, units, which = fkey[by_key], first[by_key], units[by_key], np.array(order)[by_key]
                 rk, off = keys[rows], t.column("offset").take(pa.array(rows)).to_numpy()
@@ -238,8 +235,8 @@ class AuditContext:
                 placed, f_of, at = placed[by], f_of[by], at[by]
                 bounds = np.flatnonzero(np.r_[True, f_of[1:] != f_of[:-1], True])
                 for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-                    loc = files[int(which[f_of[a]])].loc
-                    unit[rows[placed[a:b]]] = _units_at(loc, at[a:b], read_unit_window)
+                    f = files[int(which[f_of[a]])]
+                    unit[rows[placed[a:b]]] = _units_at(f.loc, at[a:b], f.backend.window)
         return t.append_column("unit", pa.array(unit, pa.int64(), mask=unit < 0))
 
     @cached_property
@@ -404,17 +401,18 @@ def _rows_where(t: pa.Table, keep) -> pa.Table:
 _WINDOW_UNITS = 1 << 16  # units one read of a consume-queue file may span for the committed offsets in it (1.25 MiB)
 
 
-def _units_at(loc, at: np.ndarray, read_unit_window) -> np.ndarray:
-    """The physical offset of the entry unit at each of ``at`` (sorted unit indexes of one consume-queue file), -1
-    where the unit there is not an entry: one read of the span when it is short, else a read per unit."""
+def _units_at(loc, at: np.ndarray, window) -> np.ndarray:
+    """The physical offset of the entry unit at each of ``at`` (sorted unit indexes of one consume-queue file, read
+    by its backend's ``window``), -1 where the unit there is not an entry: one read of the span when it is short,
+    else a read per unit."""
     out = np.full(len(at), -1, np.int64)
     lo, hi = int(at[0]), int(at[-1]) + 1
     spans = [(lo, hi, np.arange(len(at)))] if hi - lo <= _WINDOW_UNITS else \
         [(int(u), int(u) + 1, np.flatnonzero(at == u)) for u in np.unique(at)]
     for a, b, which in spans:
-        u = read_unit_window(loc, a, b, resolve_ext=False)
+        u = window(loc, a, b)
         k = at[which] - a
-        ok = k < len(u["kind"])
-        got = np.where(u["kind"][k[ok]] == 0, u["physical_offset"][k[ok]], -1)
+        ok = k < len(u["valid"])
+        got = np.where(u["valid"][k[ok]], u["physical_offset"][k[ok]], -1)
         out[which[ok]] = got
     return out

@@ -1,8 +1,8 @@
 """The routed files: per-file structures whose entries point at CommitLog offsets, each declared once as a
 :class:`Route` that the engine serves with one survey task kind, one file task kind and one view of the entries a
 commitlog range owns (``RangeContext.routed(route)``).  Today: the units of each consume-queue backend
-(store_format.queues: ``consumequeue``, 5.x ``batchconsumequeue``; one route each, served through the queue's
-backend), index entries (``index``) and 5.x timer-log units (``timerlog``: each points at its record on
+(store_format.queues: one route per part folder, ``consumequeue`` (its files, or its RocksDB database's queues)
+and 5.x ``batchconsumequeue``, each file served through its own backend), index entries (``index``) and 5.x timer-log units (``timerlog``: each points at its record on
 rmq_sys_wheel_timer).
 
 How a route is served: the survey reads each file's bounds and summarizes its entries as routing buckets
@@ -31,7 +31,7 @@ from store_format.fs import Location, ReadOnlyMap
 from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_entry_window, read_header, \
     written_entries
 from store_format.plan import group_queue_files
-from store_format.queues import BATCH, FILE, Backend, QueueFile, group_queues
+from store_format.queues import BATCH, BY_NAME, FILE, Backend, QueueFile, group_queues
 from store_format.timer import KIND_BLANK as TIMER_BLANK, KIND_CORRUPT as TIMER_CORRUPT, KIND_ENTRY as TIMER_ENTRY, \
     UNIT_SIZE as TIMER_UNIT_SIZE, read_timer_unit_arrays, read_timer_unit_range
 from udfs.columns import column
@@ -118,9 +118,13 @@ def _survey_queue_file(task: SurveyInput, f: QueueFile):
     entry = np.flatnonzero(u.valid)
     first, last = u.queue_offset[entry], u.ends[entry] - 1  # a batch unit covers batchSize queue offsets
     b = Buckets.of_offsets(u.physical_offset[entry], entry, task.shift, task.commitlog_end)
+    lo, hi = (int(first.min()), int(last.max())) if len(first) else (None, None)
+    served = f.backend.bounds(f) if f.backend.bounds is not None and len(first) else None
+    if served is not None:  # a backend whose broker serves bounds from rows of their own (RocksDB's offset rows)
+        lo, hi = served[0], served[1] - 1
     return {"broker": task.broker, "path": f.loc.path, "topic": f.topic, "queue_id": f.queue_id,
-            "units": len(u.kind), "entries": len(entry), "min_queue_offset": int(first.min()) if len(first) else None,
-            "max_queue_offset": int(last.max()) if len(last) else None, **bucket_columns(b)}, u
+            "units": len(u.kind), "entries": len(entry), "min_queue_offset": lo, "max_queue_offset": hi,
+            **bucket_columns(b)}, u
 
 
 def _queue_starts(task: SurveyInput, files: list[QueueFile], out) -> None:
@@ -138,24 +142,37 @@ def _queue_starts(task: SurveyInput, files: list[QueueFile], out) -> None:
     out.partial("survey.queue_starts", pa.Table.from_pylist(starts, schema=QUEUE_STARTS))
 
 
-def _queue_route(backend: Backend, files_partial: str, view: Callable, **more) -> Route:
-    """The route of one backend's queue files: its listing, grouped by whole queues; every file surveyed, routed and
-    windowed through its backend (store_format.queues), shown by ``view``."""
-    return Route(name=backend.folder, files=partial(_backend_files, backend), group=group_queue_files,
+def _queue_route(backend: Backend, files_partial: str, view: Callable, files: Callable | None = None,
+                 **more) -> Route:
+    """The route of one part folder's queue files (``files``: of every backend kept there; default ``backend``'s
+    listing), grouped by whole queues; every file surveyed, routed and windowed through its own backend
+    (store_format.queues), shown by ``view``."""
+    return Route(name=backend.folder, files=files or partial(_backend_files, backend), group=group_queue_files,
                  files_partial=files_partial, survey_schema=CQ_FILES, survey_file=_survey_queue_file,
                  routed=_routed_queue_file, window=partial(_backend_window, backend), view=partial(view, backend),
-                 survey_cost=_length, scan_cost=_length, backend=backend, **more)
+                 survey_cost=_length,
+                 scan_cost=_length, backend=backend, **more)
 
 
 def _backend_files(backend: Backend, plan: BrokerPlan) -> list[QueueFile]:
     return plan.store.listing_of(backend)
 
 
-def _backend_window(backend: Backend, f: RoutedFile, first: int, end: int) -> dict:
-    return backend.window(f.loc, first, end)
+def _consume_queue_files(plan: BrokerPlan) -> list[QueueFile]:
+    return plan.cq_files  # consumequeue/'s queues, whatever holds them (files, a RocksDB database)
 
 
-def _unit_view(backend: Backend, f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+def _backend_of(route_backend: Backend, f: RoutedFile) -> Backend:
+    """The backend of a routed file (its ``backend`` param; the route's own when it names none)."""
+    return BY_NAME[f.params["backend"]] if "backend" in f.params else route_backend
+
+
+def _backend_window(route_backend: Backend, f: RoutedFile, first: int, end: int) -> dict:
+    return _backend_of(route_backend, f).window(f.loc, first, end)
+
+
+def _unit_view(route_backend: Backend, f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+    backend = _backend_of(route_backend, f)
     k = len(idx)
     return pa.table({
         "topic": pa.repeat(pa.scalar(f.params["topic"], pa.string()), k),
@@ -171,7 +188,8 @@ def _routed_queue_file(row: dict | None, f: QueueFile) -> RoutedFile | None:
     if row is None or not row["entries"]:
         return None
     return RoutedFile(f.loc, f.name, buckets_of_row(row), {
-        "topic": f.topic, "queue_id": f.queue_id, "first_queue_offset": f.first_queue_offset})
+        "topic": f.topic, "queue_id": f.queue_id, "first_queue_offset": f.first_queue_offset,
+        "backend": f.backend.name})
 
 
 def _length(f) -> int:
@@ -347,7 +365,8 @@ BATCH_UNITS = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("msg
                          ("file_position", pa.int64())])
 
 
-def _batch_view(backend: Backend, f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+def _batch_view(route_backend: Backend, f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+    backend = _backend_of(route_backend, f)
     k = len(idx)
     return pa.table({
         "topic": pa.repeat(pa.scalar(f.params["topic"], pa.string()), k),
@@ -362,7 +381,7 @@ def _batch_view(backend: Backend, f: RoutedFile, first: int, idx: np.ndarray, w:
 
 # each backend's queue route, with the survey's partial of its files and the view of its units its families read (a
 # new backend adds one here, and the family that checks its units)
-CONSUMEQUEUE = _queue_route(FILE, "survey.cq_files", _unit_view, survey_group=_queue_starts,
+CONSUMEQUEUE = _queue_route(FILE, "survey.cq_files", _unit_view, _consume_queue_files, survey_group=_queue_starts,
                             emits={"survey.cq_files": CQ_FILES, "survey.queue_starts": QUEUE_STARTS})
 BATCHCONSUMEQUEUE = _queue_route(BATCH, "survey.batch_files", _batch_view, emits={"survey.batch_files": BATCH_FILES})
 QUEUE_ROUTES = (CONSUMEQUEUE, BATCHCONSUMEQUEUE)

@@ -32,8 +32,9 @@ import pyarrow.compute as pc
 
 from store_format import layout as L
 from store_format import fs
-from store_format.consumequeue import ext_folder, read_ext_units, read_unit_arrays
+from store_format.consumequeue import ext_folder, read_ext_units
 from store_format.errors import ErrorKind
+from store_format.queues import disagreements, shared_queues
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
 from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
@@ -94,6 +95,18 @@ check("consumequeue.corrupt_unit", Severity.ERROR,
       "consume-queue {topic}/{queue_id_text|?} file {file}: {reason|corrupt unit}",
       group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
       action="Rebuild the queue from the log.")
+check("consumequeue.backend_unreadable", Severity.ERROR,
+      "the consume queues in {file} cannot be read: {reason}",
+      group="queue", consequence=Consequence.UNKNOWN,
+      action="Read the reason: install the binding it names, or audit a copy of the store whose consumequeue/ "
+             "database opens; until then no unit of it is checked and its messages read as undispatched.")
+check("consumequeue.backends_disagree", Severity.ERROR,
+      "{count} queue offset(s) of {topic}/{queue_id} from {queue_offset} differ between its {preferred} and "
+      "{other} consume queues (there: {preferred} {preferred_unit}, {other} {other_unit})",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="The broker reads the first; a broker switched to the other (storeType) serves other messages: "
+             "rebuild the one that disagrees with the log (the other consume-queue findings say which) before "
+             "switching.")
 check("consumequeue.ext_unit_missing", Severity.ERROR,
       "unit of {topic}/{queue_id} at queue offset {queue_offset} holds the ConsumeQueueExt address {ext_offset}, "
       "where no ext unit is: its tagsCode is lost",
@@ -286,11 +299,17 @@ def in_queue_files(facts, files, out) -> None:
     queue's units against its ConsumeQueueExt."""
     corrupt, addressed = [], {}
     for p in files:
+        unreadable = [why for kind, why in p.problems if kind == "unreadable"]
+        if unreadable:  # a queue backend that cannot be opened here (store_format.queues: a RocksDB database)
+            out.finding(finding_rows("consumequeue.backend_unreadable", [dict(
+                broker=facts.broker, file=str(p.loc.parent().name), values={"reason": unreadable[0]},
+                details={"reason": unreadable[0], "backend": p.backend.name})]))
+            continue
         if not p.loaded:
             corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=0, length=p.length,
                                 reason=ErrorKind.BAD_FILE_NAME.value))
             continue
-        u = read_unit_arrays(p.cq_file())
+        u = p.units()  # its backend's units (a RocksDB queue's: no corrupt kind, a missing key is a message's miss)
         if u.ext_offset is not None:
             addressed.setdefault((p.topic, p.queue_id), []).append((p, u))
         bad = np.flatnonzero(u.kind >= 2)  # zero units with data after them, units recovery refuses
@@ -381,6 +400,7 @@ def on_driver(ctx) -> FamilyResult:
     res.findings.append(_outside(ctx))
     res.findings.append(_missing(ctx))
     res.findings.append(_file_sequence(ctx))
+    res.findings.append(_backends_disagree(ctx))
     bounds = ctx.queue_bounds
     res.tables["queues"] = bounds
     res.metrics.append(metric_table("queue", {"cq_min_offset": bounds.column("min_offset"),
@@ -467,6 +487,27 @@ def _file_sequence(ctx):
                                      queue_offset=(a.base_byte_offset + size) // L.CQ_STORE_UNIT_SIZE,
                                      values={"previous": a.path.name, "missing": missing}))
     return finding_rows("consumequeue.file_gap", rows)
+
+
+def _backends_disagree(ctx):
+    """Each queue two backends hold (the files and a RocksDB database of a migrating store) reconciled unit by unit
+    (store_format.queues.disagreements), a window at a time."""
+    rows = []
+    for name, plan in ctx.plans.items():
+        for first, other in shared_queues(plan.store.queue_models):
+            d = disagreements(first, other)
+            if d is None:
+                continue
+            a, b = first.backend.name, other.backend.name
+            shown = {k: "no unit" if u is None else f"(physical offset {u[0]}, size {u[1]}, tagsCode {u[2]})"
+                     for k, u in d["units"].items()}
+            rows.append(dict(broker=name, topic=first.topic, queue_id=first.queue_id, queue_offset=d["queue_offset"],
+                             physical_offset=(d["units"][a] or d["units"][b])[0],
+                             values={"count": d["count"], "preferred": a, "other": b, "preferred_unit": shown[a],
+                                     "other_unit": shown[b]},
+                             details={"count": d["count"], "compared_from": d["compared"][0],
+                                      "compared_to": d["compared"][1], a: shown[a], b: shown[b]}))
+    return finding_rows("consumequeue.backends_disagree", rows)
 
 
 FAMILY = Family(

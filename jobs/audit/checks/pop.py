@@ -207,20 +207,18 @@ def _ledger(ctx, name: str, plan) -> PS.PopLedger:
 
 def _uniq_keys(ctx, broker: str, plan, topic: str, queue_id: int, offsets: list[int]) -> dict[int, str]:
     """The UNIQ_KEYs of the messages at ``offsets`` of one consume queue: each unit read, then its record."""
-    from store_format.consumequeue import read_unit_window
-
     phys = {}
     for f in plan.cq_files:
         if not f.loaded or (f.topic, f.queue_id) != (topic, queue_id):
             continue
-        first, n = f.first_queue_offset, f.length // L.CQ_STORE_UNIT_SIZE
+        first, n = f.first_queue_offset, f.length // f.backend.unit_size
         mine = [o for o in offsets if first <= o < first + n]
         if not mine:
             continue
-        u = read_unit_window(f.loc, min(mine) - first, max(mine) - first + 1)
+        u = f.backend.window(f.loc, min(mine) - first, max(mine) - first + 1)
         for o in mine:
             i = o - min(mine)
-            if u["kind"][i] == 0:
+            if i < len(u["valid"]) and u["valid"][i]:
                 phys[o] = int(u["physical_offset"][i])
     if not phys:
         return {}
