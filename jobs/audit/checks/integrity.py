@@ -419,24 +419,50 @@ def summary(ctx) -> dict:
     return out
 
 
+_SEGMENT_BARS = 40  # at most, in the segment plot: past it, runs of consecutive segments share a bar
+
+
 def _segment_plot(ctx, tables, plt):
-    """Each segment's fill: the share of its file holding messages, and the share no walk could frame."""
+    """Each segment's fill: the share of its file holding messages, and the share no walk could frame.  Past
+    :data:`_SEGMENT_BARS` segments, a bar is a run of consecutive segments of one broker (their bytes summed), so
+    thousands of small segments draw one readable figure, not a bar each (tables/segments/ has every one)."""
     segs = tables.get("segments")
     if segs is None or not segs.num_rows:
         return None
     segs = sorted(segs.to_pylist(), key=lambda s: (s["broker"], s["segment"]))
-    fig, ax = plt.subplots(figsize=(13, 0.5 + 0.32 * len(segs)))
-    labels = [f"{s['broker']}/{s['segment']}" for s in segs]
-    size = [max(s["file_length"] or 0, 1) for s in segs]
-    used = [(s["message_bytes"] or 0) / n * 100 for s, n in zip(segs, size)]
-    bad = [(s["corrupt_bytes"] or 0) / n * 100 for s, n in zip(segs, size)]
+    bars = _segment_bars(segs)
+    fig, ax = plt.subplots(figsize=(13, 0.5 + 0.32 * len(bars)))
+    labels = [label for label, _, _, _ in bars]
+    size = [max(n, 1) for _, n, _, _ in bars]
+    used = [m / n * 100 for (_, _, m, _), n in zip(bars, size)]
+    bad = [c / n * 100 for (_, _, _, c), n in zip(bars, size)]
     ax.barh(labels, used, color="#4c8bd6", label="messages")
     ax.barh(labels, bad, left=used, color="#d64c4c", label="corrupt")
     ax.set_xlim(0, 100)
-    ax.set_xlabel("% of segment file")
+    ax.set_xlabel("% of segment file" if len(bars) == len(segs) else "% of the segments' files")
     ax.invert_yaxis()
     ax.legend(fontsize=8)
     return "Segment fill and damage", fig
+
+
+def _segment_bars(segs: list[dict]) -> list[tuple[str, int, int, int]]:
+    """(label, file bytes, message bytes, corrupt bytes) per bar: a segment each up to :data:`_SEGMENT_BARS`, else
+    runs of about equal count of consecutive segments within each broker."""
+    def one(s):
+        return s["file_length"] or 0, s["message_bytes"] or 0, s["corrupt_bytes"] or 0
+
+    if len(segs) <= _SEGMENT_BARS:
+        return [(f"{s['broker']}/{s['segment']}", *one(s)) for s in segs]
+    per_bar = -(-len(segs) // _SEGMENT_BARS)
+    bars = []
+    for i in range(0, len(segs), per_bar):
+        run = segs[i:i + per_bar]
+        for broker in dict.fromkeys(s["broker"] for s in run):  # a run never spans two brokers
+            mine = [s for s in run if s["broker"] == broker]
+            first, last = mine[0]["segment"], mine[-1]["segment"]
+            label = f"{broker}/{first}" if len(mine) == 1 else f"{broker}/{first}..{last} ({len(mine)} segments)"
+            bars.append((label, *map(sum, zip(*(one(s) for s in mine)))))
+    return bars
 
 
 # a segment and file position repeat the physical offset: left out of the report's view

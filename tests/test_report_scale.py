@@ -1,0 +1,38 @@
+"""The report stays a page past thousands of segments (issue 40, "wide and many"): the segment plot draws runs of
+consecutive segments, never a bar per segment; a few segments are still a bar each."""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from jobs.audit.checks import integrity
+from jobs.audit.report import _png
+
+
+def _segments(n: int, brokers: int = 1) -> pa.Table:
+    return pa.Table.from_pylist([{"broker": f"b{i % brokers}", "segment": f"{i * 8192:020d}", "file_length": 8192,
+                                  "message_bytes": 8000, "corrupt_bytes": 4096 if i == 7 else 0}
+                                 for i in range(n)])
+
+
+def test_four_thousand_segments_draw_one_small_figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heading, fig = integrity._segment_plot(None, {"segments": _segments(4096)}, plt)
+    assert heading == "Segment fill and damage"
+    assert len(fig.axes[0].get_yticklabels()) <= integrity._SEGMENT_BARS
+    assert len(_png(fig)) < 300_000  # base64 bytes in report.html (a bar per segment was 28 MB)
+
+
+def test_runs_sum_their_bytes_and_never_span_two_brokers():
+    rows = _segments(130, brokers=2).to_pylist()
+    rows.sort(key=lambda s: (s["broker"], s["segment"]))
+    bars = integrity._segment_bars(rows)
+    assert len(bars) <= integrity._SEGMENT_BARS + 2
+    assert sum(b[1] for b in bars) == 130 * 8192 and sum(b[3] for b in bars) == 4096
+    assert all(label.startswith(("b0/", "b1/")) for label, *_ in bars)
+    assert not any("b0/" in label and "b1" in label.split("/", 1)[1] for label, *_ in bars)
+    few = integrity._segment_bars(rows[:3])
+    assert [label for label, *_ in few] == [f"b0/{s['segment']}" for s in rows[:3]]
