@@ -9,6 +9,10 @@ infinity) to where the next range's walk starts (a segment's last range: to the 
 plus infinity), so every entry is checked by exactly one task, and the record an entry points into (or just
 after) is always that task's.
 
+Consecutive small ranges of one broker (small segments: a store rolled at a few KiB, thousands of them) run as
+one :class:`CommitlogRun` task: each range is checked as on its own, but the routed entries of their joint span are
+read once, not once per range and file.
+
 A :class:`FileScan` task reads a group of one route's files for what a file says alone (corrupt units, names,
 what recovery truncates, an index file's hash chains and header).  Each family of jobs/audit/checks/ contributes
 hooks (jobs/audit/contract.py: ``in_range``, ``in_files[route]``) and finishes on the driver from the partial
@@ -30,7 +34,7 @@ from udfs.kernels import CompiledFramer
 
 from .plan import NEGATIVE_BUCKET, bucket_of
 from .routes import ROUTES, VIEW
-from .tasks import Emitter
+from .tasks import Emitter, failure_row
 
 INF = np.iinfo(np.int64).max
 NEG_INF = np.iinfo(np.int64).min
@@ -39,6 +43,9 @@ DECODED = ("topic", "queue_id", "queue_offset", "tags_code", "tran_type", "store
            "tags", "prepared_transaction_offset", "real_topic", "real_queue_id", "retry_topic", "origin_message_id",
            "reconsume_times", "sys_flag", "invalid_utf8", "crc_property")
 _DECODE_ROWS = 1 << 18
+SMALL_RANGE = 4 << 20  # a range smaller than this shares a task with its small neighbours (CommitlogRun)...
+RUN_BYTES = 32 << 20  # ...up to about this many bytes of log per task
+RUN_RANGES = 256  # ...and this many ranges: a few thousand small segments still make tasks for every core
 
 # locate(): what a physical offset that starts no message points at
 IN_DAMAGE, MID_RECORD, OUTSIDE = 0, 1, 2
@@ -104,7 +111,9 @@ class CommitlogRange:
     def cost(self) -> int:
         return self.end - self.start
 
-    def run(self, out: Emitter) -> None:
+    def run(self, out: Emitter, windows: "RoutedWindows | None" = None) -> None:
+        """``windows``: the routed entries of a span holding this range's (a :class:`CommitlogRun`'s), read once
+        for all its ranges; None: read for this range alone."""
         walk, handle, w0 = read_range_walk(self.loc, self.name, self.base, self.length, self.start, self.end,
                                            self.last, check_crc=self.facts.check_crc,
                                            crc_checked_before=self.crc_checked_before, framer=CompiledFramer)
@@ -120,7 +129,7 @@ class CommitlogRange:
                     INF if self.next_base is None else max(self.next_base, self.base + self.length))
             buf = handle.buf if isinstance(handle, ReadOnlyMap) else handle
             rc = RangeContext(self.facts, self.name, self.base, items, first_stop, buf, w0, lo, hi,
-                              self.start == 0)
+                              self.start == 0, windows)
             blanks = items.positions[items.kinds == KIND_BLANK]
             ts = rc.column("store_timestamp") if len(rc.message_rows) else np.zeros(0, np.int64)
             out.partial("scan.ranges", pa.table({
@@ -136,12 +145,94 @@ class CommitlogRange:
             if isinstance(handle, ReadOnlyMap):
                 handle.close()
 
+    def span_bound(self) -> tuple[int, int]:
+        """Physical offsets holding the span this range will own, whatever its walk finds (it owns from its
+        walk's start to the next range's walk's start, inside its segment unless it is the segment's last)."""
+        lo = NEG_INF if self.first_of_broker else self.base + self.start
+        hi = (INF if self.next_base is None else max(self.next_base, self.base + self.length)) if self.last \
+            else self.base + self.length
+        return lo, hi
+
+
+@dataclass
+class CommitlogRun:
+    """Consecutive small ranges of one broker as one task: each checked as its own task would be (a failing one is
+    that range's failure), the routed entries of their joint span read once (:class:`RoutedWindows`): thousands
+    of 8 KiB segments must not each open every consume-queue file."""
+
+    ranges: tuple
+
+    @property
+    def broker(self) -> str:
+        return self.ranges[0].broker
+
+    def describe(self) -> str:
+        return f"{self.ranges[0].describe()} .. {self.ranges[-1].name}@{self.ranges[-1].start} " \
+               f"({len(self.ranges)} ranges)"
+
+    def cost(self) -> int:
+        return sum(r.cost() for r in self.ranges)
+
+    def run(self, out: Emitter) -> None:
+        bounds = [r.span_bound() for r in self.ranges]
+        windows = RoutedWindows(self.ranges[0].facts, min(lo for lo, _ in bounds), max(hi for _, hi in bounds))
+        for r in self.ranges:
+            mine = Emitter()
+            try:
+                r.run(mine, windows)
+            except Exception as e:  # as tasks.run_one: what the range made before it failed is incomplete
+                mine = Emitter()
+                mine.partial("_failures", failure_row(r.broker, r.describe(), e))
+            out.merge(mine)
+
+
+def in_runs(ranges: list) -> list:
+    """A broker's ranges as tasks: runs of consecutive ranges smaller than :data:`SMALL_RANGE`, up to about
+    :data:`RUN_BYTES` and :data:`RUN_RANGES` each, as :class:`CommitlogRun` tasks; every other range its own task."""
+    tasks, run, size = [], [], 0
+    for r in ranges + [None]:  # None: the end, flushing the last run
+        if r is None or r.cost() >= SMALL_RANGE or size + r.cost() > RUN_BYTES or len(run) == RUN_RANGES:
+            tasks.extend(run if len(run) < 2 else [CommitlogRun(tuple(run))])
+            run, size = [], 0
+        if r is not None:
+            (run if r.cost() < SMALL_RANGE else tasks).append(r)
+            size += r.cost() if r.cost() < SMALL_RANGE else 0
+    return tasks
+
+
+def _owned_buckets(facts: BrokerFacts, lo: int, hi: int) -> tuple[int, int]:
+    """The survey's buckets (jobs/audit/plan.py) of physical offsets ``lo`` .. ``hi`` - 1."""
+    blo = NEGATIVE_BUCKET if lo == NEG_INF else int(bucket_of(np.array([lo]), facts.shift, facts.commitlog_end)[0])
+    bhi = int(bucket_of(np.array([INF if hi == INF else hi - 1]), facts.shift, facts.commitlog_end)[0])
+    return blo, bhi
+
+
+class RoutedWindows:
+    """The windows of every routed file of a route holding the entries that point into ``lo`` .. ``hi`` - 1, read
+    once per route: (file, its first unit's row, the window) as routes.Route.window reads them."""
+
+    def __init__(self, facts: BrokerFacts, lo: int, hi: int):
+        self.facts, self.lo, self.hi = facts, lo, hi
+        self._read: dict[str, list] = {}
+
+    def of(self, name: str) -> list:
+        if name not in self._read:
+            route = ROUTES[name]
+            blo, bhi = _owned_buckets(self.facts, self.lo, self.hi)
+            windows = []
+            for f in self.facts.routed.get(name, ()):
+                rows = f.buckets.rows_for(blo, bhi)
+                if rows is not None:
+                    windows.append((f, rows[0], route.window(f, rows[0], rows[1])))
+            self._read[name] = windows
+        return self._read[name]
+
 
 class RangeContext:
     """One range's walk, messages and the units and entries it owns, for the families' ``in_range`` hooks."""
 
     def __init__(self, facts: BrokerFacts, segment: str, base: int, items, first_stop: int | None, buf, w0: int,
-                 lo: int, hi: int, first_range: bool):
+                 lo: int, hi: int, first_range: bool, windows: RoutedWindows | None = None):
         self.facts, self.broker, self.segment, self.base = facts, facts.broker, segment, base
         self.items, self.first_stop = items, first_stop
         self.buf, self.w0 = buf, w0
@@ -150,6 +241,7 @@ class RangeContext:
         self.kinds = items.kinds
         self.positions = items.positions  # file positions
         self.message_rows = np.flatnonzero(items.kinds == KIND_MESSAGE)
+        self._windows = windows  # the routed entries of a span holding this range's, read once (CommitlogRun)
 
     def release(self) -> None:
         self.buf = None
@@ -209,13 +301,6 @@ class RangeContext:
     def owns(self, phys: np.ndarray) -> np.ndarray:
         return (phys >= self.lo) & (phys < self.hi)
 
-    @cached_property
-    def _owned_buckets(self) -> tuple[int, int]:
-        f = self.facts
-        lo = NEGATIVE_BUCKET if self.lo == NEG_INF else int(bucket_of(np.array([self.lo]), f.shift, f.commitlog_end)[0])
-        hi = int(bucket_of(np.array([INF if self.hi == INF else self.hi - 1]), f.shift, f.commitlog_end)[0])
-        return lo, hi
-
     def routed(self, route: str) -> pa.Table:
         """The entries of the route's files (jobs/audit/routes.py: units recovery would accept, index entries 1 ..
         count-1 of every readable file...) whose physical offset this range owns, as the route shows them."""
@@ -228,16 +313,12 @@ class RangeContext:
         route, schema = ROUTES[name], VIEW[name]
         if self.lo >= self.hi:
             return schema.empty_table()
-        blo, bhi = self._owned_buckets
+        windows = (self._windows or RoutedWindows(self.facts, self.lo, self.hi)).of(name)
         parts = []
-        for f in self.facts.routed.get(name, ()):
-            rows = f.buckets.rows_for(blo, bhi)
-            if rows is None:
-                continue
-            w = route.window(f, rows[0], rows[1])
+        for f, first, w in windows:
             idx = np.flatnonzero(w["valid"] & self.owns(w["physical_offset"]))
             if len(idx):
-                parts.append(route.view(f, rows[0], idx, w))
+                parts.append(route.view(f, first, idx, w))
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
     # ---- what a loose physical offset points at ---------------------------------------------------------
@@ -403,16 +484,18 @@ def scan_tasks(ctx, segments: list) -> list:
         if facts is None:
             continue
         mine = [sp for sp in segments if sp.broker == name]
+        ranges = []
         for i, sp in enumerate(mine):
             nxt = mine[i + 1].segment.base_offset if i + 1 < len(mine) else None
             resolved = (name, sp.segment.name) in ends
             first_stop, first_blank = ends.get((name, sp.segment.name), (None, None))
             for k, r in enumerate(sp.ranges):
-                tasks.append(CommitlogRange(
+                ranges.append(CommitlogRange(
                     facts, r.loc, r.name, r.base, r.length, r.start, r.end, r.last,
                     first_stop=first_stop, first_blank=first_blank,
                     crc_checked_before=(first_stop or 0) if resolved and ctx.options.check_crc else 0,
                     resolved=resolved, first_of_broker=(i == 0 and k == 0), next_base=nxt if r.last else None))
+        tasks += in_runs(ranges)
         if not mine:
             tasks.append(NoCommitlog(facts))
         for route in ROUTES.values():

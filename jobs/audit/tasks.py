@@ -76,6 +76,13 @@ class Emitter:
     def partial(self, name: str, table: pa.Table) -> None:
         self.partials.setdefault(name, []).append(table)
 
+    def merge(self, other: "Emitter") -> None:
+        """What ``other`` emitted, after what this one has (a task made of several, jobs/audit/scan.py)."""
+        self.findings += other.findings
+        for mine, theirs in ((self.partials, other.partials), (self.tables, other.tables)):
+            for name, tables in theirs.items():
+                mine.setdefault(name, []).extend(tables)
+
     def write_findings(self, run: RunInfo, part: str) -> None:
         """The task's findings as one Parquet file ``part`` in the run's findings folder, and their counts; its
         detail tables as one file ``part`` each in ``tables_dir/<name>``."""
