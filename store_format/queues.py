@@ -362,9 +362,12 @@ def _rocksdb_dispatch_end(part) -> int | None:
 
 
 def _rocksdb_bounds(f: QueueFile) -> tuple[int, int] | None:
-    """(getMinOffsetInQueue, getMaxOffsetInQueue) a 5.3.3 broker serves from the ``offset`` rows."""
+    """(getMinOffsetInQueue, getMaxOffsetInQueue) a 5.3.3 broker serves from the ``offset`` rows, with the CommitLog's
+    min offset as the broker computes it (:func:`store_format.commitlog.min_offset`)."""
+    from .commitlog import min_offset
+
     folder, topic, qid, _ = _rocksdb_place(f.loc)
-    b = _rocksdb(folder).bounds(topic, qid)
+    b = _rocksdb(folder).bounds(topic, qid, min_offset(folder.parent().child("commitlog")))
     return (b.min_offset, b.max_offset) if b.max_row is not None else None
 
 
