@@ -381,7 +381,7 @@ def _geometry(plan: BrokerPlan) -> dict:
 
 
 def _queue_count(store) -> int:
-    """The queues the broker loads, of every backend (files, batch, a RocksDB database), a queue two backends
+    """The queues the broker loads, of every backend (files, batch, a database), a queue two backends
     hold (a store migrating) once."""
     from store_format.queues import shared_queues
 
