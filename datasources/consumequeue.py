@@ -108,7 +108,7 @@ def file_batches(broker: str, p: QueueFile) -> list[pa.RecordBatch]:
     if u.truncated is not None:
         tail.append(dict(file_position=u.truncated.position, kind="corrupt", length=p.length - u.truncated.position,
                          reason=u.truncated.kind.value))
-    if "missing" in u.kinds:  # a RocksDB queue's offsets without a key between its first and last: no unit, no row
+    if "missing" in u.kinds:  # a database queue's offsets without a key between its first and last: no row
         u = _present(u, u.kinds.index("missing"))
         n = len(u)
     if not n:

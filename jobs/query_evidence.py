@@ -155,7 +155,7 @@ def units_pointing_into(store: Store, lo: int, hi: int, topics: Iterable[str] | 
 
 def _consume_queues(store: Store) -> list[tuple[tuple[str, int], list]]:
     """(key, files) of the consume queues the broker reads, whatever their backend (store_format.queues: the files
-    of ``consumequeue/``, or its RocksDB database's queues), by key."""
+    of ``consumequeue/``, or a database backend's queues there), by key."""
     return sorted(((q.key, list(q.files)) for q in group_queues(store.queue_files)), key=lambda kv: kv[0])
 
 

@@ -64,6 +64,27 @@ def list_segments(commitlog_dir) -> list[Segment]:
     return list_rolled_files(commitlog_dir, part="commitlog")
 
 
+def min_offset(commitlog_dir) -> int:
+    """``CommitLog.getMinOffset`` as a broker computes it once it has loaded ``commitlog_dir``: the first segment's
+    base offset (every loaded file is available), -1 without a segment.  Read once per listing of the folder (its
+    modification time): the queue model asks it for every queue."""
+    from . import fs
+
+    loc = fs.resolve(commitlog_dir)
+    try:
+        stamp = loc.info().mtime_ns
+    except (OSError, AttributeError):
+        stamp = None
+    key = (loc.path, stamp)
+    if key not in _MIN_OFFSETS:
+        segs = list_segments(commitlog_dir)
+        _MIN_OFFSETS[key] = segs[0].base_offset if segs else -1
+    return _MIN_OFFSETS[key]
+
+
+_MIN_OFFSETS: dict = {}
+
+
 def infer_segment_size(files) -> int | None:
     """mappedFileSizeCommitLog as the segment files show it (:func:`store_format.rolled.infer_file_size`)."""
     return infer_file_size(files)

@@ -241,6 +241,11 @@ class Backend:
 
     dispatch_end: Callable | None = None  # (part folder) -> where it records its dispatch ended, if it keeps that
     bounds: Callable | None = None  # (QueueFile) -> (min offset, max offset) the broker serves, where not its units'
+    # a database backend's recovery (store_format.recovery): (part folder) -> DatabaseState or None, and
+    # (part folder, offset to truncate, CommitLog min offset) -> [(rocksdbcq.MaxCorrection, unit keys unserved,
+    # of those before the offset)]
+    state: Callable | None = None
+    truncate_dirty: Callable | None = None
 
     def __repr__(self) -> str:  # a plan's files are printed in errors; the functions say nothing there
         return f"Backend({self.name})"
@@ -362,15 +367,55 @@ def _rocksdb_dispatch_end(part) -> int | None:
 
 
 def _rocksdb_bounds(f: QueueFile) -> tuple[int, int] | None:
-    """(getMinOffsetInQueue, getMaxOffsetInQueue) a 5.3.3 broker serves from the ``offset`` rows."""
+    """(getMinOffsetInQueue, getMaxOffsetInQueue) a 5.3.3 broker serves from the ``offset`` rows, with the CommitLog's
+    min offset as the broker computes it (:func:`store_format.commitlog.min_offset`)."""
+    from .commitlog import min_offset
+
     folder, topic, qid, _ = _rocksdb_place(f.loc)
-    b = _rocksdb(folder).bounds(topic, qid)
+    b = _rocksdb(folder).bounds(topic, qid, min_offset(folder.parent().child("commitlog")))
     return (b.min_offset, b.max_offset) if b.max_row is not None else None
+
+
+def _rocksdb_state(part) -> "DatabaseState | None":
+    """The checkpoint row and whether the database holds any row (None: no readable database in ``part``)."""
+    from .rocksdbcq import RocksDBQueueUnreadable, is_rocksdb_queue_folder
+
+    loc = rolled.location(part)
+    if not is_rocksdb_queue_folder(loc):
+        return None
+    try:
+        db = _rocksdb(loc)
+        return DatabaseState(db.checkpoint(), db.is_empty())
+    except RocksDBQueueUnreadable:
+        return None
+
+
+def _rocksdb_truncate_dirty(part, offset: int, commitlog_min_offset: int) -> list:
+    """RocksDBConsumeQueueStore.truncateDirty(offset) predicted (store_format.rocksdbcq.RocksDBQueues.truncate_dirty),
+    with each corrected queue's unit keys the broker stops serving counted, and of those the ones before ``offset``
+    (units of kept messages its search skipped)."""
+    db = _rocksdb(rolled.location(part))
+    out = []
+    for c in db.truncate_dirty(offset, commitlog_min_offset):
+        unserved = db.units(c.topic, c.queue_id, c.new.queue_offset + 1, c.old.queue_offset + 1) \
+            if c.new != c.old else None
+        out.append((c, len(unserved) if unserved is not None else 0,
+                    int((unserved.physical_offset < offset).sum()) if unserved is not None else 0))
+    return out
+
+
+@dataclass(frozen=True)
+class DatabaseState:
+    """What a backend that is a database keeps apart from its units, as recovery reads it: ``dispatch_end`` (its
+    checkpoint of where dispatch ended; None: no such row) and ``empty`` (no row at all: a crash lost them)."""
+
+    dispatch_end: int | None
+    empty: bool
 
 
 ROCKSDB = Backend("rocksdb", "consumequeue", ROCKSDB_UNIT_SIZE, "5.x", "storeType", L.QUEUE_TYPE_SIMPLE,
                   _rocksdb_file_of, _rocksdb_units, _rocksdb_window, None, _rocksdb_queue_files,
-                  _rocksdb_dispatch_end, _rocksdb_bounds)
+                  _rocksdb_dispatch_end, _rocksdb_bounds, _rocksdb_state, _rocksdb_truncate_dirty)
 BACKENDS = (FILE, BATCH, ROCKSDB)
 BY_NAME = {b.name: b for b in BACKENDS}
 BY_FOLDER: dict[str, tuple[Backend, ...]] = {}
@@ -378,14 +423,20 @@ for _b in BACKENDS:
     BY_FOLDER[_b.folder] = BY_FOLDER.get(_b.folder, ()) + (_b,)
 
 
-def dispatch_end(store_root, listing: list[QueueFile]) -> int:
-    """The largest end of dispatch a backend of the store records apart from its units (RocksDB's checkpoint row),
-    -1 when none does: recovery takes it as the queues' max physical offset.  Not where the part folder also holds
-    a preferred backend's queues (``listing``: the store's :func:`list_queue_files`): a flat-file broker that
-    double-writes RocksDB (``rocksdbCQDoubleWriteEnable``) recovers from its files."""
+def queue_stores(store_root, listing: list[QueueFile]) -> list[tuple[Backend, "fs.Location"]]:
+    """(backend, part folder) of each database backend (one with a :attr:`Backend.state`) that is the broker's
+    queue store: not where its part folder also holds a preferred backend's queues (``listing``: the store's
+    :func:`list_queue_files`): a flat-file broker that double-writes RocksDB (``rocksdbCQDoubleWriteEnable``)
+    recovers from its files."""
     root = rolled.location(store_root)
-    ends = [b.dispatch_end(root.child(b.folder)) for b in BACKENDS if b.dispatch_end is not None
+    return [(b, root.child(b.folder)) for b in BACKENDS if b.state is not None
             and not any(f.loaded and f.backend is not b and f.backend.folder == b.folder for f in listing)]
+
+
+def dispatch_end(store_root, listing: list[QueueFile]) -> int:
+    """The largest end of dispatch a queue store of the store records apart from its units (RocksDB's checkpoint
+    row; :func:`queue_stores`), -1 when none does: recovery takes it as the queues' max physical offset."""
+    ends = [b.dispatch_end(part) for b, part in queue_stores(store_root, listing) if b.dispatch_end is not None]
     return max((e for e in ends if e is not None), default=-1)
 
 
@@ -569,5 +620,6 @@ class Queue:
 
 
 __all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "BACKENDS", "BY_NAME", "BY_FOLDER",
-           "backends_of", "list_queue_files", "group_queues", "queue_files_by_key", "dispatch_end", "preferred",
+           "backends_of", "list_queue_files", "group_queues", "queue_files_by_key", "dispatch_end", "queue_stores",
+           "DatabaseState", "preferred",
            "shared_queues", "unit_columns", "disagreements"]

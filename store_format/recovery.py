@@ -29,6 +29,9 @@ Each rule below names the 4.9.7 method it follows.
   that fails ``offset >= 0 && size > 0``; then, when the queues' max physical offset is >= the recovered end,
   ``truncateDirtyLogicFiles`` cuts each at its first unit at or past that end; with no segment at all every
   queue is destroyed.
+* A RocksDB queue store (5.3.3, ``storeType=defaultRocksDB``): its checkpoint row is the queues' max physical
+  offset and decides where the walk starts (:func:`recovery_start`); ``truncateDirty`` moves queues' ``max`` rows
+  back, and a database with no row is rebuilt by the re-dispatch (:func:`database_recovery`).
 * Index files (``IndexService.load(lastExitOK)``): after an abnormal exit every index file whose header's
   endTimestamp > the checkpoint's indexMsgTimestamp is deleted (and rebuilt by the re-dispatch); see
   :func:`index_files_deleted_at_load`.
@@ -709,6 +712,80 @@ def abort_notes(root: Path, markers) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# A RocksDB queue store (storeType=defaultRocksDB, 5.3.3)
+
+
+@dataclass(frozen=True)
+class QueueRebuild:
+    """A database queue store with no row at all (its writes skip the WAL: a crash before any flush loses every
+    row), which the broker's recovery rebuilds from the CommitLog: ``mode``'s walk re-dispatches every record from
+    ``from_offset`` (segment ``start_segment``) to the recovered end, ``bytes`` of CommitLog.
+    ``first_record_skipped``: a normal recovery (no ``abort``) dispatches only records past the checkpoint (0
+    here), so the record at physical offset 0 gets no unit.  ``commitlog_min_offset``: the first segment's base
+    offset; units of records before it are not rebuilt (a queue whose records all lie before it restarts at queue
+    offset 0)."""
+
+    backend: str
+    mode: str
+    start_segment: str | None
+    from_offset: int
+    end_offset: int
+    commitlog_min_offset: int
+    first_record_skipped: bool
+
+    @property
+    def bytes(self) -> int:
+        return max(0, self.end_offset - self.from_offset)
+
+
+def database_recovery(database, segs: list[Segment], mode: str, start_index: int, recovered_end: int
+                      ) -> tuple[dict, QueueRebuild | None, list[str]]:
+    """What RocketMQ 5.3.3's recovery does to a database queue store (``database``: :func:`queue_store_state`),
+    as ({(topic, queue id): QueueRecovery} of the queues it cuts, the rebuild of an empty store or None, notes).
+
+    ``DefaultMessageStore.recover`` takes the checkpoint row (0 without one) as the queues' max physical offset;
+    when that is >= the recovered end, ``truncateDirtyLogicFiles`` runs ``RocksDBConsumeQueueStore.truncateDirty``
+    (store_format.rocksdbcq.RocksDBQueues.truncate_dirty): each queue whose ``max`` row lies at or past the cut gets
+    its max moved back; the unit keys stay.  A QueueRecovery's positions are queue offset x 20 as for a file queue
+    (``end``: the new max offset + 1).  With no CommitLog segment at all the broker destroys the database
+    (``destroy`` and ``loadAfterDestroy``)."""
+    backend, part, state = database
+    checkpoint = state.dispatch_end or 0
+    unit = L.CQ_STORE_UNIT_SIZE
+    if not segs:
+        return {}, None, [] if state.empty else [
+            "the store has no commitlog segment: recovery destroys the RocksDB consume queue (every queue's units "
+            "and offsets) and opens it empty"]
+    if state.empty:
+        first = segs[start_index]
+        skipped = mode == "normal" and first.base_offset == 0 and _first_record_within(first, 0)
+        return {}, QueueRebuild(backend.name, mode, first.name, first.base_offset, recovered_end,
+                                segs[0].base_offset, skipped), []
+    if checkpoint < recovered_end:
+        return {}, None, []
+    truncation, notes = {}, []
+    for c, keys, kept in backend.truncate_dirty(part, recovered_end, segs[0].base_offset):
+        if c.refused:
+            notes.append(f"RocksDB's truncateDirty cannot move back the max offset of {c.topic}/{c.queue_id}: "
+                         f"{c.refused}, so the broker logs an error and keeps serving its max offset "
+                         f"{c.old.queue_offset + 1}, whose last unit (physical offset {c.old.physical_offset}) lies "
+                         f"past the recovered end {recovered_end}: pulls there find no message until new messages "
+                         "are written (they are given queue offsets from that max on)")
+        elif keys:
+            if kept:
+                notes.append(f"RocksDB's truncateDirty moves the max offset of {c.topic}/{c.queue_id} back to "
+                             f"{c.new.queue_offset + 1}, {kept} unit(s) short of the recovered end {recovered_end}: "
+                             "its binary search stops at the unit of the record at the end itself and keeps the last "
+                             "unit it probed below it, so the kept message(s) from queue offset "
+                             f"{c.new.queue_offset + 1} on are no longer served and new messages overwrite their "
+                             "keys: copy them out before the restart (rocketmq-forensics extract) and re-send them")
+            truncation[(c.topic, c.queue_id)] = QueueRecovery(
+                c.topic, c.queue_id, (c.old.queue_offset + 1) * unit, c.old.physical_offset,
+                (c.new.queue_offset + 1) * unit, keys, c.new.queue_offset + 1, "max_row_corrected")
+    return truncation, None, notes
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The prediction
 
 
@@ -742,6 +819,7 @@ class RecoveryPrediction:
     start_problem_files: list = field(default_factory=list)  # the file each start problem names (or None)
     cq_truncation: dict = field(default_factory=dict)  # (topic, qid) -> QueueRecovery, queues that drop units
     abort_kind: str | None = None  # "file" | "folder" | "other": what ``abort`` is (None: absent)
+    queue_rebuild: "QueueRebuild | None" = None  # a database queue store with no row: rebuilt from the CommitLog
 
     @property
     def intact_messages_lost(self) -> int:
@@ -851,25 +929,55 @@ def recovered_end(segments: list[Segment], start_index: int, walk_of) -> tuple[i
     return segments[start_index].base_offset, None, None  # not reached: the loop always returns
 
 
-def recovery_start(segs: list[Segment], mode: str, cp: Checkpoint | None, message_index_safe: bool = False
-                   ) -> tuple[int, int | None]:
+def recovery_start(segs: list[Segment], mode: str, cp: Checkpoint | None, message_index_safe: bool = False,
+                   queue_store_end: int | None = None) -> tuple[int, int | None]:
     """(index of the segment the recovery walk starts at, the physical offset re-dispatch starts at or None):
     ``recoverNormally`` starts at the third-last segment; ``recoverAbnormally`` at the last segment, going back,
     whose first record matches the checkpoint (``isMappedFileMatchedRecover``), else segment 0, and re-dispatches
-    every record from there.  Only first records are read: the walks from there decide the rest."""
-    if mode == "normal":
-        return max(0, len(segs) - 3), None
+    every record from there.  Only first records are read: the walks from there decide the rest.
+
+    ``queue_store_end``: a RocksDB queue store's checkpoint row (0 without one: ``getMaxPhyOffsetInConsumeQueue``),
+    which 5.3.3 compares instead: ``recoverNormally`` starts at the last segment (not the first) whose base offset
+    is <= it, else the first; ``isMappedFileMatchedRecover`` matches a first record with a message magic whose
+    PHYSICALOFFSET is <= it (store-format-5x.md section 4.6)."""
     if not segs:
         return 0, None
+    if mode == "normal":
+        if queue_store_end is None:
+            return max(0, len(segs) - 3), None
+        return next((i for i in range(len(segs) - 1, 0, -1) if segs[i].base_offset <= queue_store_end), 0), None
     min_ts = 0
     if cp is not None:
         min_ts = cp.min_timestamp_index if message_index_safe else cp.min_timestamp
     start_index = 0
     for i in range(len(segs) - 1, -1, -1):
-        if _first_record_matches(segs[i], min_ts):
+        if _first_record_matches(segs[i], min_ts) if queue_store_end is None \
+                else _first_record_within(segs[i], queue_store_end):
             start_index = i
             break
     return start_index, segs[start_index].base_offset
+
+
+def _first_record_within(seg: Segment, end: int) -> bool:
+    """CommitLog.isMappedFileMatchedRecover with a RocksDB queue store (5.3.3): the first record has a message
+    magic (V1 or V2) and a PHYSICALOFFSET <= ``end``, the store's checkpoint row."""
+    with ReadOnlyMap(seg.path) as m:
+        buf = m.buf
+        if len(buf) < L.PHYSICAL_OFFSET_OFFSET + 8 or _I32_AT(buf, L.MAGIC_OFFSET) not in L.MESSAGE_MAGICS:
+            return False
+        return _I64_AT(buf, L.PHYSICAL_OFFSET_OFFSET) <= end
+
+
+def queue_store_state(store: Store):
+    """(backend, part folder, :class:`store_format.queues.DatabaseState`) of the store's database queue store
+    (RocksDB's, store_format.queues.queue_stores), or None: the broker's queues are files."""
+    from .queues import queue_stores
+
+    for backend, part in queue_stores(store.loc, store.queue_listing):
+        state = backend.state(part)
+        if state is not None:
+            return backend, part, state
+    return None
 
 
 def recovery_region(store: Store, message_index_safe: bool = False) -> list[Segment]:
@@ -877,7 +985,9 @@ def recovery_region(store: Store, message_index_safe: bool = False) -> list[Segm
     last one (an engine that walks them elsewhere passes them as ``walks``)."""
     mode = "abnormal" if store.markers().abort else "normal"
     cp, _, _ = effective_checkpoint(store.root)
-    start, _ = recovery_start(store.segments, mode, cp, message_index_safe)
+    db = queue_store_state(store) if store.dledger_home is None else None
+    start, _ = recovery_start(store.segments, mode, cp, message_index_safe,
+                              (db[2].dispatch_end or 0) if db else None)
     return store.segments[start:]
 
 
@@ -1043,6 +1153,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
 
     used: dict[str, SegmentWalk] = {}
     given = walks or {}
+    database = queue_store_state(store) if store.dledger_home is None else None  # RocksDB's queue store
 
     def walk_of(seg: Segment) -> SegmentWalk:
         if seg.name not in used:
@@ -1058,7 +1169,8 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         if stop_walk is not None:
             used[stop_walk.segment] = stop_walk
     else:
-        start_index, redispatch_from = recovery_start(segs, mode, cp, message_index_safe)
+        start_index, redispatch_from = recovery_start(segs, mode, cp, message_index_safe,
+                                                      (database[2].dispatch_end or 0) if database else None)
         max_offset, stop_walk, stop_kind = recovered_end(segs, start_index, walk_of)
     stop_seg = stop_walk.segment if stop_walk else None
     stop_pos = stop_walk.position if stop_walk else None
@@ -1075,6 +1187,11 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         queues, max_cq = {}, max((s.max_physic_offset for s in queue_starts.values()), default=-1)
     max_cq = max(max_cq, queue_dispatch_end(store.loc, store.queue_listing))  # a RocksDB queue's checkpoint row (store_format.queues)
     truncation = {k: q for k, q in queues.items() if q.dropped}
+    rebuild = None
+    if database is not None:
+        db_truncation, rebuild, db_notes = database_recovery(database, segs, mode, start_index, max_offset)
+        truncation.update(db_truncation)
+        notes += db_notes
 
     if force and not settings.enabled_append_prop_crc:
         notes.append("forceVerifyPropCRC is on and enabledAppendPropCRC is off: the records the broker writes from its "
@@ -1100,4 +1217,5 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         cq_units_truncated={k: q.dropped for k, q in truncation.items()},
         index_files_deleted=index_deleted, redispatch_from=redispatch_from, notes=notes,
         damaged_dropped=lost.damaged, unframed_dropped=lost.unframed, walks=used, lost_enumerated=enumerate_lost,
-        start_problem_files=[f for f, _ in found], cq_truncation=truncation, abort_kind=markers.abort_kind)
+        start_problem_files=[f for f, _ in found], cq_truncation=truncation, abort_kind=markers.abort_kind,
+        queue_rebuild=rebuild)

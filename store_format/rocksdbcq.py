@@ -566,31 +566,120 @@ class RocksDBQueues:
 
     def _rocketmq_min(self, topic: str, queue_id: int, min_row: OffsetRow | None, max_row: OffsetRow | None,
                       m: int) -> int:
-        """RocksDBConsumeQueueOffsetTable.getMinCqOffset on a broker that has not cached the queue yet
-        (isMinOffsetOk, correctMinCqOffset, RocksDBConsumeQueueTable.binarySearchInCQ), ``m`` the CommitLog's min
-        offset.  The broker writes a min row as it answers; this only reads."""
+        """RocksDBConsumeQueueOffsetTable.getMinCqOffset on a broker that has not cached the queue yet, ``m`` the
+        CommitLog's min offset (:meth:`_min_answer`)."""
+        return self._min_answer(topic, queue_id, min_row, max_row, m)[0]
+
+    def _min_answer(self, topic: str, queue_id: int, min_row: OffsetRow | None, max_row: OffsetRow | None,
+                    m: int) -> tuple[int, OffsetRow | None]:
+        """(what getMinCqOffset answers, the min pair the broker then keeps in memory or None) on a broker that has
+        not cached the queue yet (isMinOffsetOk, correctMinCqOffset, binarySearchInCQ), ``m`` the CommitLog's min
+        offset.  The broker writes a min row as it answers; this only reads.  The two can disagree (a search that
+        finds nothing keeps the max row's pair but answers the old floor): correctMaxCqOffset then refuses."""
         if min_row is not None and min_row.physical_offset >= m:
-            return min_row.queue_offset
+            return min_row.queue_offset, min_row
         floor = min_row.queue_offset if min_row is not None else 0
         if max_row is None:
-            return 0
+            return 0, OffsetRow(m, 0)
         if max_row.physical_offset < m:
-            return max_row.queue_offset + 1
-        low, high, found = floor, max_row.queue_offset, -1
+            return max_row.queue_offset + 1, OffsetRow(m, max_row.queue_offset + 1)
+        found = self.binary_search(topic, queue_id, max_row.queue_offset, floor, m, True)
+        if found is not None:
+            return found.queue_offset, found
+        return floor, max_row if max_row.queue_offset != floor else None
+
+    def binary_search(self, topic: str, queue_id: int, high: int, low: int, target: int,
+                      first_at_or_past: bool) -> OffsetRow | None:
+        """RocksDBConsumeQueueTable.binarySearchInCQ as 5.3.3 runs it, over the keys from queue offset ``low`` to
+        ``high``: ``first_at_or_past`` (its ``min``) the unit of the lowest offset it probes whose physical offset
+        is >= ``target``, else the last probed below ``target`` (an exact hit then ends the search with the last
+        one probed below it, not necessarily the unit just before).  A missing key moves the low end up.  None:
+        no unit qualified."""
+        result = None
         while high >= low:
             mid = low + ((high - low) >> 1)
             unit = self.unit(topic, queue_id, mid)
-            if unit is None:  # a missing key moves the low end up, as binarySearchInCQ does
+            if unit is None:
                 low = mid + 1
                 continue
-            if unit[0] == m:
-                found = mid
+            if unit[0] == target:
+                if first_at_or_past:
+                    result = OffsetRow(unit[0], mid)
                 break
-            if unit[0] > m:
-                high, found = mid - 1, mid
+            if unit[0] > target:
+                high = mid - 1
+                if first_at_or_past:
+                    result = OffsetRow(unit[0], mid)
             else:
                 low = mid + 1
-        return found if found != -1 else floor
+                if not first_at_or_past:
+                    result = OffsetRow(unit[0], mid)
+        return result
+
+    def is_empty(self) -> bool:
+        """No row in either family: what a broker that crashed before any flush leaves (its writes skip the WAL)."""
+        for cf in (DEFAULT_CF, OFFSET_CF):
+            it = self._iter(cf)
+            if it is None:
+                continue
+            it.seek_to_first()
+            if it.valid():
+                return False
+            self._done(it)
+        return True
+
+    def truncate_dirty(self, offset_to_truncate: int, commitlog_min_offset: int) -> list[MaxCorrection]:
+        """What RocketMQ 5.3.3's ``RocksDBConsumeQueueStore.truncateDirty(offsetToTruncate)`` does to the database,
+        predicted: nothing when the checkpoint row (0 without one) is <= ``offset_to_truncate``; else the
+        checkpoint becomes ``offset_to_truncate`` and every queue whose ``max`` row's physical offset is >= it has
+        that row moved back (``RocksDBConsumeQueueOffsetTable.truncateDirty``, ``truncateDirtyOffset``,
+        ``correctMaxCqOffset``): to the last unit the search (:meth:`binary_search`, from the queue's min offset)
+        finds below the cut; with none, to the min pair (unless max and min offsets are equal: left as it is).  No
+        unit key is deleted: the keys past the new max stay until new messages overwrite them.  Where
+        correctMaxCqOffset refuses (the min pair is not the min it answered, or lies past the cut: every unit of the
+        queue is past it) the broker logs an error and the ``max`` row stays past the cut (``refused``)."""
+        if (self.checkpoint() or 0) <= offset_to_truncate:
+            return []
+        out = []
+        for (topic, qid), rows in sorted(self._offset_rows().items()):
+            old = rows.get(MAX)
+            if old is None or old.physical_offset < offset_to_truncate:
+                continue
+            served_min, kept = self._min_answer(topic, qid, rows.get(MIN), old, commitlog_min_offset)
+            if kept is None or kept.queue_offset != served_min:
+                out.append(MaxCorrection(topic, qid, old, old, "its min offset cannot be settled (correctMaxCqOffset "
+                                                               "throws \"correctMaxCqOffset error\")"))
+                continue
+            if kept.physical_offset > offset_to_truncate:
+                out.append(MaxCorrection(topic, qid, old, old, f"its first unit (physical offset "
+                                                               f"{kept.physical_offset}) lies past the cut too "
+                                                               "(correctMaxCqOffset throws \"correctMaxCqOffset "
+                                                               "error\")"))
+                continue
+            below = self.binary_search(topic, qid, old.queue_offset, served_min, offset_to_truncate, False)
+            if below is None:
+                new = OffsetRow(kept.physical_offset, served_min) if old.queue_offset != served_min else old
+            else:
+                new = below
+            out.append(MaxCorrection(topic, qid, old, new, None))
+        return out
+
+
+@dataclass(frozen=True)
+class MaxCorrection:
+    """One queue's ``max`` row as ``truncateDirty`` leaves it (:meth:`RocksDBQueues.truncate_dirty`): ``old`` and
+    ``new`` rows (the served max offset is the new row's queue offset + 1), and why it stayed (``refused``)."""
+
+    topic: str
+    queue_id: int
+    old: OffsetRow
+    new: OffsetRow
+    refused: str | None
+
+    @property
+    def units_unserved(self) -> int:
+        """Queue offsets the broker no longer serves: from the new max + 1 to the old max."""
+        return self.old.queue_offset - self.new.queue_offset
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -171,7 +171,7 @@ class Store:
     @property
     def queue_files(self) -> list:
         """Every file of the consume queues ``consumequeue/`` holds, whatever its backend (store_format.queues: its
-        ``<topic>/<queue>/`` files, bad folder and file names too, and a RocksDB database's queues), in listing
+        ``<topic>/<queue>/`` files, bad folder and file names too, and a database backend's queues), in listing
         order; a queue both the files and a database hold, the files' (store_format.queues.preferred)."""
         from .queues import FILE, preferred
 

@@ -104,7 +104,9 @@ SUMMARY = {
     "brokers[].path": "store root", "brokers[].geometry": "sizes read from the files",
     "brokers[].geometry.segment_size": "commitlog segment size", "brokers[].geometry.segments": "segment files",
     "brokers[].geometry.first_segment": "first segment name", "brokers[].geometry.last_segment": "last one",
-    "brokers[].geometry.consume_queue_file_size": "consume-queue file size", "brokers[].geometry.queues": "queues",
+    "brokers[].geometry.consume_queue_file_size": "consume-queue file size",
+    "brokers[].geometry.queues": "queues the broker loads, of every backend (files, batch, a RocksDB database; a queue "
+                                 "two hold once)",
     "brokers[].geometry.index_files": "index files", "brokers[].as_of": "the dump time used for lag and ages (ms)",
     "brokers[].recovery": "what the broker will do when it starts on this dump",
     "brokers[].recovery.mode": "`normal` or `abnormal` (abort file present)",

@@ -376,8 +376,16 @@ def _geometry(plan: BrokerPlan) -> dict:
     segs = st.segments
     return {"segment_size": st.segment_size, "segments": len(segs),
             "first_segment": segs[0].name if segs else None, "last_segment": segs[-1].name if segs else None,
-            "consume_queue_file_size": st.consume_queue_file_size, "queues": len(st.queues),
+            "consume_queue_file_size": st.consume_queue_file_size, "queues": _queue_count(st),
             "index_files": len(st.index_paths())}
+
+
+def _queue_count(store) -> int:
+    """The queues the broker loads, of every backend (files, batch, a database), a queue two backends
+    hold (a store migrating) once."""
+    from store_format.queues import shared_queues
+
+    return len(store.queue_models) - len(shared_queues(store.queue_models))
 
 
 def _print_profile(ctx: AuditContext, phases: _Phases) -> None:

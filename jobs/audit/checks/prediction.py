@@ -83,16 +83,17 @@ def queue_recovery_in(facts, parts, out) -> None:
 
 def lost_from_scan(ctx) -> None:
     """Give each broker's prediction what its scan found: the records past the recovered end (predict_recovery was
-    told not to enumerate them: ``enumerate_lost=False``) and the queues recovery cuts (``queue_starts``)."""
+    told not to enumerate them: ``enumerate_lost=False``) and the file queues recovery cuts (``queue_starts``),
+    beside the database queue store's queues predict_recovery cut itself (from its offset rows)."""
     from store_format.recovery import QueueRecovery
 
     queues = ctx.partial("prediction.queues", QUEUES).to_pylist()
     t = ctx.partial("prediction.lost", LOST).sort_by([("broker", "ascending"), ("physical_offset", "ascending")])
     for name, p in ctx.recovery.items():
-        p.cq_truncation = {(q["topic"], q["queue_id"]): QueueRecovery(
+        p.cq_truncation.update({(q["topic"], q["queue_id"]): QueueRecovery(
             q["topic"], q["queue_id"], q["recover_end"], q["max_physic_offset"], q["end"], q["dropped"],
             q["first_dropped"], q["reason"], (q["refused_offset"], q["refused_size"])
-            if q["refused_offset"] is not None else None) for q in queues if q["broker"] == name}
+            if q["refused_offset"] is not None else None) for q in queues if q["broker"] == name})
         p.cq_units_truncated = {k: q.dropped for k, q in p.cq_truncation.items()}
         mine = t.filter(pc.equal(t.column("broker"), name)).to_pylist()
         p.dropped_messages = [(r["physical_offset"], r["size"]) for r in mine if r["state"] == "intact"]

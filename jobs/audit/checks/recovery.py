@@ -15,8 +15,9 @@ recovered end: a message of the salvage walk the recovered end does not keep) or
 stop kind, named from its header on the driver)), ``recovery.segment_deleted``, ``recovery.cq_truncated`` (per
 queue, the units recovery drops: from the first unit ConsumeQueue.recover refuses, or the first at or past the
 recovered end that truncateDirtyLogicFiles cuts at, every later one), ``recovery.index_rebuilt`` (abnormal
-recovery deletes and rebuilds newer index files), ``recovery.abnormal`` (the abort file is there: the broker did
-not shut down cleanly), ``recovery.note``.
+recovery deletes and rebuilds newer index files), ``recovery.cq_rebuilt`` (a consume-queue database with no row at
+all, what a crash leaves: recovery re-dispatches the CommitLog to rebuild every queue), ``recovery.abnormal`` (the
+abort file is there: the broker did not shut down cleanly), ``recovery.note``.
 """
 from __future__ import annotations
 
@@ -61,6 +62,16 @@ check("recovery.cq_truncated", Severity.WARNING,
       consequence=Consequence.CONSUMERS_AFFECTED, group="broker",
       action="Consumers' offsets above the new end will be corrected by the broker; expect re-consumption or skips "
              "on that queue.")
+check("recovery.cq_rebuilt", Severity.WARNING,
+      "the consume queue (backend {backend}) holds no row (its writes skip the write-ahead log, so a crash before a "
+      "flush loses them all): the broker's {mode} recovery rebuilds every queue by re-dispatching the CommitLog "
+      "from physical offset {from_offset} (segment {start_segment}) to {end_offset}, {bytes} byte(s), before it "
+      "serves[; {skipped}][; {aged}]",
+      consequence=Consequence.CONSUMERS_AFFECTED, group="broker",
+      action="Expect a long start (the whole CommitLog is dispatched again); nothing is lost and consumers' offsets "
+             "stay valid, as every unit is rebuilt at its record's own queue offset.  If the finding says a normal "
+             "recovery skips the record at physical offset 0, create an empty `abort` file in the store first: the "
+             "abnormal recovery re-dispatches that record too.")
 check("recovery.index_rebuilt", Severity.INFO,
       "index file {name} is newer than the checkpoint's indexMsgTimestamp: abnormal recovery deletes it and rebuilds "
       "it by re-dispatch",
@@ -131,6 +142,14 @@ def on_driver(ctx) -> FamilyResult:
             add("recovery.cq_truncated", broker=name, topic=topic, queue_id=qid, queue_offset=q.first_dropped,
                 physical_offset=p.max_physical_offset, values={"units": q.dropped, "why": _cq_why(q, p.max_physical_offset)},
                 details={"units": q.dropped, "reason": q.reason, "recovered_queue_end": q.end // L.CQ_STORE_UNIT_SIZE})
+        r = p.queue_rebuild
+        if r is not None:
+            add("recovery.cq_rebuilt", broker=name, file="consumequeue", physical_offset=r.from_offset,
+                values={"backend": r.backend, "mode": r.mode,
+                        "from_offset": r.from_offset, "start_segment": r.start_segment, "end_offset": r.end_offset,
+                        "bytes": r.bytes, "skipped": _rebuild_skips(r), "aged": _rebuild_aged(r)},
+                details={"bytes": r.bytes, "first_record_skipped": r.first_record_skipped,
+                         "commitlog_min_offset": r.commitlog_min_offset})
         for f in p.index_files_deleted:
             add("recovery.index_rebuilt", broker=name, file=f"index/{f}", values={"name": f})
         for note in p.notes:
@@ -147,8 +166,30 @@ def on_driver(ctx) -> FamilyResult:
     return res
 
 
+def _rebuild_skips(r) -> str | None:
+    """What a normal recovery of an empty queue store misses (store_format.recovery.QueueRebuild)."""
+    if not r.first_record_skipped:
+        return None
+    return ("recoverNormally dispatches only records past the checkpoint, 0 here, so the message at physical offset 0 "
+            "gets no unit and its consumers never receive it (an abort file makes the recovery abnormal, which "
+            "dispatches it)")
+
+
+def _rebuild_aged(r) -> str | None:
+    """What a rebuild cannot restore when the CommitLog's first segments are gone."""
+    if r.commitlog_min_offset <= 0:
+        return None
+    return (f"the CommitLog now starts at {r.commitlog_min_offset}: units of older records are not rebuilt, each "
+            "queue's min offset becomes its first record left, and a queue with no record left gets no max offset, "
+            "so its new messages restart at queue offset 0, below its consumers' committed offsets")
+
+
 def _cq_why(q, recovered_end: int) -> str:
     """Why recovery drops a queue's units (store_format.recovery.QueueRecovery.reason)."""
+    if q.reason == "max_row_corrected":
+        return (f"the queue store's checkpoint lies past the recovered commitlog end {recovered_end}, and its "
+                f"truncateDirty moves the queue's max offset back to {q.end // L.CQ_STORE_UNIT_SIZE} (the keys past "
+                "it stay until new messages overwrite them)")
     if q.reason == "no_commitlog":
         return "the store has no commitlog segment, so recovery destroys every consume queue (destroyLogics)"
     if q.reason == "past_recovered_end":

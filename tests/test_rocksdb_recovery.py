@@ -1,0 +1,158 @@
+"""What RocketMQ 5.3.3's recovery does to a RocksDB consume queue (``storeType=defaultRocksDB``), predicted on copies
+of the store RocketMQ wrote (fixture ``rocketmq-5.3.3/rocksdb-cq``; store-format-5x.md section 4.6): the checkpoint
+row is the queues' max physical offset recovery takes; a checkpoint past the recovered end makes ``truncateDirty``
+move each queue's ``max`` row back (keys stay; a queue wholly past the end keeps its row: the broker's own error);
+a database with no row at all (a crash: its writes skip the WAL) is rebuilt by re-dispatching the CommitLog; and the
+min offsets the broker serves use the CommitLog's real min offset.  The expectations are derived from the units
+themselves, not from the model."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from store_format import queues as Q
+from store_format import rocksdbcq as R
+from store_format.commitlog import list_segments, walk_segment
+from store_format.recovery import QueueRebuild, predict_recovery
+from store_format.store import Store
+
+from .test_rocksdbcq import STORE, manifest, open_for_writing, whole_store_copy  # noqa: F401  (a fixture)
+
+LAST = "00000000000000262144"  # the fixture's second and last segment
+CHECKPOINT = 497836  # its checkpoint row, the end of its CommitLog
+
+
+def emptied(root):
+    """The database of a copy with every row of both families deleted: what a crash before any flush leaves."""
+    db = open_for_writing(root)
+    try:
+        for family in (db, db.get_column_family(R.OFFSET_CF)):
+            for key in list(family.keys()):
+                del family[key]
+        db.flush()
+    finally:
+        db.close()
+    return root
+
+
+def cut_last_segment(root) -> int:
+    """Zero the last segment of a copy from the last message before TopicTx's only one (so that queue lies
+    wholly past the cut); the cut's physical offset."""
+    [seg] = [s for s in list_segments(root / "commitlog") if s.name == LAST]
+    messages = [f for f in walk_segment(seg) if f.kind == "message"]
+    tx = next(f for f in messages if f.message.topic == "TopicTx")
+    at = max(f.file_position for f in messages if f.file_position < tx.file_position)
+    with open(seg.path, "r+b") as f:
+        f.seek(at)
+        f.write(bytes(seg.length - at))
+    return seg.base_offset + at
+
+
+def units_of(store) -> dict:
+    with R.RocksDBQueues(store) as db:
+        return {k: list(zip(db.units(*k).queue_offset.tolist(), db.units(*k).physical_offset.tolist()))
+                for k in db.queues() if len(db.units(*k))}
+
+
+def test_a_clean_database_recovers_as_rocketmq_read_it_back(manifest):  # noqa: F811
+    p = predict_recovery(Store(STORE))
+    after = manifest["readBack"]["afterLoad"]
+    assert (p.mode, p.will_start) == ("normal", True) and not manifest["abortFileExists"]
+    assert p.max_physical_offset == after["commitLogMaxOffset"] == CHECKPOINT
+    assert p.max_cq_physical_offset == after["maxPhyOffsetInConsumeQueue"]
+    # 5.3.3's recoverNormally starts at the last segment whose base offset is <= the checkpoint (not the third-last)
+    assert p.start_segment == LAST
+    assert p.cq_truncation == {} and p.queue_rebuild is None and p.notes == []
+
+
+def test_an_empty_database_is_rebuilt_from_the_first_segment(tmp_path):
+    root = emptied(whole_store_copy(tmp_path))
+    with R.RocksDBQueues(root) as db:
+        assert db.is_empty() and db.checkpoint() is None
+    p = predict_recovery(Store(root))
+    # no abort: recoverNormally(0) walks from segment 0 and dispatches records past offset 0 only
+    assert p.queue_rebuild == QueueRebuild("rocksdb", "normal", "0" * 20, 0, CHECKPOINT, 0, True)
+    assert (p.max_physical_offset, p.max_cq_physical_offset, p.cq_truncation) == (CHECKPOINT, 0, {})
+    (root / "abort").write_bytes(b"")
+    p = predict_recovery(Store(root))
+    # abort: isMappedFileMatchedRecover takes the segment whose first record's offset is <= 0: everything again
+    assert (p.mode, p.start_segment, p.redispatch_from) == ("abnormal", "0" * 20, 0)
+    assert p.queue_rebuild == QueueRebuild("rocksdb", "abnormal", "0" * 20, 0, CHECKPOINT, 0, False)
+    assert p.queue_rebuild.bytes == CHECKPOINT
+    (root / "commitlog" / ("0" * 20)).unlink()  # the first segment aged out: nothing to match, the first left
+    p = predict_recovery(Store(root))
+    assert p.queue_rebuild == QueueRebuild("rocksdb", "abnormal", LAST, 262144, CHECKPOINT, 262144, False)
+
+
+def test_a_checkpoint_past_the_cut_moves_each_queues_max_back(tmp_path):
+    root = whole_store_copy(tmp_path)
+    cut = cut_last_segment(root)
+    p = predict_recovery(Store(root))
+    assert (p.max_physical_offset, p.max_cq_physical_offset) == (cut, CHECKPOINT)
+    want, wholly_past, hits = {}, [], {}
+    for key, units in units_of(STORE).items():
+        below = [o for o, phys in units if phys < cut]
+        past = [o for o, phys in units if phys >= cut]
+        hits.update({key: (o, units[-1][0]) for o, phys in units if phys == cut})
+        if past and not below:
+            wholly_past.append(key)
+        elif past:
+            want[key] = (below[-1] + 1, len(past), "max_row_corrected")
+    # the queue holding the record at the cut: binarySearchInCQ(high 42, low 0) probes 21 (below: kept as the
+    # answer), 32 and 26 (past), then 23, the record at the cut itself, and stops there: the max goes back to 21,
+    # one short of the last unit below the cut (22), whose kept message the broker stops serving
+    assert hits == {("TopicB", 0): (23, 42)} and want[("TopicB", 0)] == (23, 20, "max_row_corrected")
+    want[("TopicB", 0)] = (22, 21, "max_row_corrected")
+    assert {k: (q.first_dropped, q.dropped, q.reason) for k, q in p.cq_truncation.items()} == want
+    assert {k: q.end // 20 for k, q in p.cq_truncation.items()} == {k: w[0] for k, w in want.items()}
+    assert len(want) >= 5 and wholly_past == [("TopicTx", 0)]
+    skipped, refused = p.notes  # the broker refuses to move TopicTx/0's max row, and keeps serving it
+    assert "TopicTx/0" in refused and "keeps serving its max offset 1" in refused and str(cut) in refused
+    assert "TopicB/0 back to 22, 1 unit(s) short" in skipped
+    # nothing happens when the checkpoint is not past the cut
+    with R.RocksDBQueues(root) as db:
+        assert db.truncate_dirty(CHECKPOINT, 0) == [] and db.truncate_dirty(CHECKPOINT + 1, 0) == []
+
+
+def test_the_served_min_offset_uses_the_commitlogs_min_offset(tmp_path):
+    root = whole_store_copy(tmp_path)
+    (root / "commitlog" / ("0" * 20)).unlink()
+    m = 262144  # CommitLog.getMinOffset: the first segment left
+    want = {k: (next((o for o, phys in units if phys >= m), units[-1][0] + 1), units[-1][0] + 1)
+            for k, units in units_of(STORE).items()}
+    got = {(f.topic, f.queue_id): f.backend.bounds(f) for f in Q.list_queue_files(root) if f.loaded}
+    assert got == want
+    assert sum(lo > 0 for lo, _ in got.values()) >= 5  # most queues start later now
+
+
+@pytest.mark.spark
+def test_the_audit_tells_what_recovery_does_to_the_database(spark, tmp_path):
+    from .test_v5_audit import audit
+
+    empty = emptied(whole_store_copy(tmp_path / "empty"))
+    cut_root = whole_store_copy(tmp_path / "cut")
+    cut = cut_last_segment(cut_root)
+    aged = whole_store_copy(tmp_path / "aged")
+    (aged / "commitlog" / ("0" * 20)).unlink()
+    found = audit(spark, [f"empty={empty}", f"cut={cut_root}", f"aged={aged}"], tmp_path / "out")
+    by = {}
+    for f in found["findings"]:
+        by.setdefault((f["broker"], f["check"]), []).append(f)
+    [rebuilt] = by[("empty", "recovery.cq_rebuilt")]
+    assert (rebuilt["severity"], rebuilt["physical_offset"]) == ("warning", 0)
+    assert f"{CHECKPOINT} byte(s)" in rebuilt["message"] and "message at physical offset 0 gets no unit" in \
+        rebuilt["message"]
+    assert json.loads(json.dumps(dict(rebuilt["details"])))["first_record_skipped"] in ("true", True)
+    truncated = {(f["topic"], f["queue_id"]): f["queue_offset"] for f in by[("cut", "recovery.cq_truncated")]}
+    assert truncated == {k: q.first_dropped for k, q in predict_recovery(Store(cut_root)).cq_truncation.items()}
+    assert any("truncateDirty" in f["message"] for f in by[("cut", "recovery.cq_truncated")])
+    notes = " ".join(f["message"] for f in by[("cut", "recovery.note")])
+    assert "max offset of TopicTx/0" in notes and "max offset of TopicB/0" in notes
+    assert not [c for b, c in by if b != "empty" and c == "recovery.cq_rebuilt"]
+    # the served min offsets in the audit's queues table (what lag, pop and delays read)
+    queues = {(r["topic"], r["queue_id"]): r["min_offset"] for r in found["tables"]["queues"] if r["broker"] == "aged"}
+    assert queues == {(f.topic, f.queue_id): f.backend.bounds(f)[0] for f in Q.list_queue_files(aged) if f.loaded}
+    geometry = {b["name"]: b["geometry"]["queues"] for b in found["summary"]["brokers"]}
+    assert geometry == {"empty": 0, "cut": 12, "aged": 12}
+    assert cut < CHECKPOINT
