@@ -484,16 +484,18 @@ def truncates_queues(starts, commitlog_end: int, has_commitlog: bool = True) -> 
     return has_commitlog and max_cq >= commitlog_end, max_cq
 
 
-def recover_consume_queues(queues: dict, commitlog_end: int, has_commitlog: bool = True
-                           ) -> tuple[dict, int]:
+def recover_consume_queues(queues: dict, commitlog_end: int, has_commitlog: bool = True,
+                           starts: dict | None = None) -> tuple[dict, int]:
     """Every queue as recovery leaves it (``DefaultMessageStore.recover``): ``recoverConsumeQueue()`` runs
     ``ConsumeQueue.recover()`` on each queue and takes the max of their maxPhysicOffset (-1 without units); the
     commitlog recovery then calls ``truncateDirtyLogicFiles(processOffset)`` on every queue when that max is
     >= the recovered commitlog end; with no commitlog segment at all it destroys every queue
     (``destroyLogics``).  ``queues``: {(topic, queue id): files sorted by name}.  Returns ({key:
-    :class:`QueueRecovery`}, the max maxPhysicOffset)."""
+    :class:`QueueRecovery`}, the max maxPhysicOffset).  ``starts``: each queue's :func:`recover_queue`, when
+    computed before (a 5.x recovery's walk starts where they end)."""
     units = {key: _QueueUnits(files) for key, files in queues.items()}
-    starts = {key: QueueStart(*_recover_queue(files, units[key])) for key, files in queues.items()}
+    starts = starts if starts is not None else {key: QueueStart(*_recover_queue(files, units[key]))
+                                                for key, files in queues.items()}
     truncate, max_cq = truncates_queues(starts.values(), commitlog_end, has_commitlog)
     return {(topic, qid): finish_queue(topic, qid, files, starts[(topic, qid)], commitlog_end, has_commitlog,
                                        truncate, units[(topic, qid)])

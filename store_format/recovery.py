@@ -16,7 +16,8 @@ Each rule below names the 4.9.7 method it follows.
   was checked on OpenJDK 17 (:func:`java_rw_open`).
 * ``abort`` present (``File.exists()``: a folder too) -> ``CommitLog.recoverAbnormally``, else
   ``CommitLog.recoverNormally``: walk from the third-last segment (``size - 3``, clamped
-  to 0).  ``recoverAbnormally``: from the last segment backwards, the first
+  to 0; 5.3.2 and later, so a 5.x store: from the last segment whose base offset is <= the consume queues' max
+  physical offset, store-format.md section 10.4).  ``recoverAbnormally``: from the last segment backwards, the first
   whose first record has a V1 magic, a non-zero store time and a store time <= ``checkpoint.getMinTimestamp()``
   (``getMinTimestampIndex()`` when messageIndexSafe) (``isMappedFileMatchedRecover``); else segment 0.  Every
   record from there is re-dispatched.
@@ -930,7 +931,7 @@ def recovered_end(segments: list[Segment], start_index: int, walk_of) -> tuple[i
 
 
 def recovery_start(segs: list[Segment], mode: str, cp: Checkpoint | None, message_index_safe: bool = False,
-                   queue_store_end: int | None = None) -> tuple[int, int | None]:
+                   queue_store_end: int | None = None, queues_end: int | None = None) -> tuple[int, int | None]:
     """(index of the segment the recovery walk starts at, the physical offset re-dispatch starts at or None):
     ``recoverNormally`` starts at the third-last segment; ``recoverAbnormally`` at the last segment, going back,
     whose first record matches the checkpoint (``isMappedFileMatchedRecover``), else segment 0, and re-dispatches
@@ -939,13 +940,19 @@ def recovery_start(segs: list[Segment], mode: str, cp: Checkpoint | None, messag
     ``queue_store_end``: a RocksDB queue store's checkpoint row (0 without one: ``getMaxPhyOffsetInConsumeQueue``),
     which 5.3.3 compares instead: ``recoverNormally`` starts at the last segment (not the first) whose base offset
     is <= it, else the first; ``isMappedFileMatchedRecover`` matches a first record with a message magic whose
-    PHYSICALOFFSET is <= it (store-format-5x.md section 4.6)."""
+    PHYSICALOFFSET is <= it (store-format-5x.md section 4.6).
+
+    ``queues_end``: the file consume queues' max maxPhysicOffset (``getMaxPhyOffsetInConsumeQueue``, -1 without a
+    unit), given for a store whose broker is 5.3.2 or later (a 5.x store: predicted as 5.3.3): its
+    ``recoverNormally`` starts at the last segment whose base offset is <= it, else the first, as with a RocksDB
+    queue store; its abnormal recovery keeps the timestamp rule (store-format.md section 10.4)."""
     if not segs:
         return 0, None
     if mode == "normal":
-        if queue_store_end is None:
+        end = queue_store_end if queue_store_end is not None else queues_end
+        if end is None:
             return max(0, len(segs) - 3), None
-        return next((i for i in range(len(segs) - 1, 0, -1) if segs[i].base_offset <= queue_store_end), 0), None
+        return next((i for i in range(len(segs) - 1, 0, -1) if segs[i].base_offset <= end), 0), None
     min_ts = 0
     if cp is not None:
         min_ts = cp.min_timestamp_index if message_index_safe else cp.min_timestamp
@@ -1153,6 +1160,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
 
     used: dict[str, SegmentWalk] = {}
     given = walks or {}
+    file_starts, queues_end = None, None  # the file queues' recover(), when the walk's start needs them (5.x)
     database = queue_store_state(store) if store.dledger_home is None else None  # RocksDB's queue store
 
     def walk_of(seg: Segment) -> SegmentWalk:
@@ -1169,8 +1177,13 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         if stop_walk is not None:
             used[stop_walk.segment] = stop_walk
     else:
+        if mode == "normal" and database is None and generation == "5.x":  # 5.3.3 starts where the queues end
+            if queue_starts is None:
+                file_starts = {key: recover_queue(files) for key, files in store.queues.items()}
+            queues_end = max((s.max_physic_offset for s in (queue_starts if queue_starts is not None else file_starts).values()), default=-1)
         start_index, redispatch_from = recovery_start(segs, mode, cp, message_index_safe,
-                                                      (database[2].dispatch_end or 0) if database else None)
+                                                      (database[2].dispatch_end or 0) if database else None,
+                                                      queues_end)
         max_offset, stop_walk, stop_kind = recovered_end(segs, start_index, walk_of)
     stop_seg = stop_walk.segment if stop_walk else None
     stop_pos = stop_walk.position if stop_walk else None
@@ -1182,7 +1195,8 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         lost = walk_lost_records(store, max_offset, stop_walk, check_crc=check_crc)
 
     if queue_starts is None:
-        queues, max_cq = recover_consume_queues(store.queues, max_offset, has_commitlog=bool(segs))
+        queues, max_cq = recover_consume_queues(store.queues, max_offset, has_commitlog=bool(segs),
+                                                starts=file_starts)
     else:
         queues, max_cq = {}, max((s.max_physic_offset for s in queue_starts.values()), default=-1)
     max_cq = max(max_cq, queue_dispatch_end(store.loc, store.queue_listing))  # a RocksDB queue's checkpoint row (store_format.queues)

@@ -375,8 +375,12 @@ def test_off_a_bad_property_crc_does_not_cut_on_it_cuts_at_that_record(tmp_path)
 
 
 def test_on_a_store_written_without_the_property_is_cut_at_its_first_record():
+    """5.3.3's normal recovery starts at the last segment whose base is <= the queues' max physical offset (here the
+    second of two, store-format.md section 10.4), so the forced check cuts at that segment's first record; the
+    first segment is never walked."""
     on = predict_recovery(Store(store5("v5-default")), settings=RecoverySettings(force_verify_prop_crc=True))
-    assert (on.max_physical_offset, on.stop_kind, on.start_segment) == (0, "NO_PROPERTY_CRC", "0" * 20)
+    second = f"{262144:020d}"
+    assert (on.max_physical_offset, on.stop_kind, on.start_segment) == (262144, "NO_PROPERTY_CRC", second)
     assert any("enabledAppendPropCRC is off" in n for n in on.notes)
     both = predict_recovery(Store(store5("v5-crc")), settings=RecoverySettings(True, True))
     assert both.stop_kind == "END_OF_DATA" and not any("enabledAppendPropCRC" in n for n in both.notes)
@@ -409,15 +413,18 @@ def test_on_the_body_crc_is_not_checked(tmp_path):
 
 
 def test_on_only_the_segments_the_normal_recovery_walks_are_checked(tmp_path):
-    """Damage in an older segment than the last three is never seen by the broker (store-format-5x.md 1.4)."""
+    """Damage in a segment older than the one holding the queues' max physical offset is never seen by the broker:
+    5.3.3's normal recovery starts at the last segment whose base is <= it (store-format.md 10.4, store-format-5x.md
+    1.4), not at the third-last as 4.9.7's does."""
     gen = _gen5(tmp_path / "gen", segment=64 << 10, messages=600)
     segs = list_segments(gen / "commitlog")
     assert len(segs) >= 5
     frames = _frames(gen)
-    old = next(f for s, f in frames if s == segs[0].name)
-    new = next(f for s, f in frames if s == segs[-2].name)
+    old = next(f for s, f in frames if s == segs[-2].name)  # walked by 4.9.7's rule, not by 5.3.3's
+    new = [f for s, f in frames if s == segs[-1].name][1]
     force = RecoverySettings(force_verify_prop_crc=True, enabled_append_prop_crc=True)
     clean = predict_recovery(Store(gen), settings=force)
+    assert clean.start_segment == segs[-1].name
     D.flip_bit_under_crc(gen, tmp_path / "old", physical_offset=old.physical_offset)
     D.flip_bit_under_crc(gen, tmp_path / "new", physical_offset=new.physical_offset)
     assert predict_recovery(Store(tmp_path / "old"), settings=force).max_physical_offset == \
