@@ -739,6 +739,35 @@ def salvage_arrays(buf, segment: str, base_offset: int, *, start: int = 0, limit
 
 # ---- the CommitLog inside DLedger entries (store_format.dledger: the container) ------------------------------
 
+#: what a record's container says of it beyond the record, (column, numpy dtype, meaning): a DLedger entry's index
+#: and term (null for a plain CommitLog record); :func:`container_fields` reads them
+CONTAINER_FIELDS = (
+    ("dledger_index", "int64", "DLedger stores: the index of the DLedger entry that holds the record (its header's "
+                               "`index`); null for a plain CommitLog"),
+    ("dledger_term", "int64", "DLedger stores: the leader's term when that entry was appended (its header's `term`); "
+                              "null for a plain CommitLog"),
+)
+_INDEX_AT = 8 - dledger.BODY_OFFSET  # the entry header's index field, then its term, relative to the record
+
+
+def in_container(loc) -> bool:
+    """A segment whose records lie inside a container's entries (a DLedger data file), told from its path: walked
+    with :func:`container_range_items`, never as plain records."""
+    return dledger.is_data_file(loc)
+
+
+def container_fields(loc, buf, record_positions: np.ndarray) -> dict[str, np.ndarray] | None:
+    """Each :data:`CONTAINER_FIELDS` of the records at ``record_positions`` of ``buf`` (a data file's bytes from
+    its start, as its walk framed them: every record sits right after a confirmed entry header), or None for a
+    plain segment."""
+    if not in_container(loc):
+        return None
+    at = np.asarray(record_positions, np.int64) + _INDEX_AT
+    raw = np.frombuffer(buf, np.uint8)[at[:, None] + np.arange(16)] if len(at) else np.zeros((0, 16), np.uint8)
+    index_term = np.ascontiguousarray(raw).view(">i8").astype(np.int64)
+    return {"dledger_index": index_term[:, 0], "dledger_term": index_term[:, 1]}
+
+
 def dledger_items(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
                   until: int | None = None, check_crc: bool = True, salvage: bool = True, excerpt_len: int = 32):
     """A DLedger data file's CommitLog items as :func:`store_format.commitlog.salvage_arrays` gives a segment's
@@ -840,9 +869,9 @@ def dledger_frames(buf, segment: str, base_offset: int, *, decode: bool = True, 
         yield item
 
 
-def dledger_range_items(buf, segment: str, base_offset: int, start: int, end: int, last: bool, *,
+def container_range_items(buf, segment: str, base_offset: int, start: int, end: int, last: bool, *,
                         check_crc: bool = True, excerpt_len: int = 32):
-    """The salvage items owned by the range [start, end) of a data file: from the first confirmed header at or
+    """The salvage items owned by the range [start, end) of a DLedger data file: from the first confirmed header at or
     after ``start`` (0: the file's start) to the first at or after ``end`` (the next range's start).  Returns
     (items, first, until) as store_format.scan.RangeWalk takes them."""
     limit = len(buf)

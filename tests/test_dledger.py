@@ -295,10 +295,23 @@ def test_the_source_and_the_audit_read_it_as_its_manifest_says(spark, tmp_path):
     assert [(r["physical_offset"], r["topic"], r["queue_id"], r["queue_offset"], r["msg_id"], r["kept"])
             for r in rows] == [(x["physicalOffset"], x["topic"], x["queueId"], x["queueOffset"], x["msgId"], True)
                                for x in records]
+    # each record's DLedger index and term as columns: those of the entry it sits in (the raw item at offset - 48)
+    entries = {e["pos"] + D.BODY_OFFSET: (e["index"], e["term"]) for e in manifest()["readBack"]["rawEntries"]
+               if e["type"] == "ENTRY"}
+    assert [(r["dledger_index"], r["dledger_term"]) for r in rows] == [entries[r["physical_offset"]] for r in rows]
+    assert len(entries) == len(rows) and len({r["dledger_index"] for r in rows}) == len(rows)
+    others = spark.read.format("rocketmq-commitlog").load(str(STORE)).where("kind != 'message'").collect()
+    assert others and all(r["dledger_index"] is None and r["dledger_term"] is None for r in others)
+    plain = spark.read.format("rocketmq-commitlog").option("materialize", "positions") \
+        .load(str(FIXTURES_5X / "v5-default" / "store"))
+    assert plain.where("dledger_index is not null or dledger_term is not null").count() == 0
     crc = _copy(tmp_path / "crc")
     _patch(crc, _raw(40), 40, ">i", _raw(40)["bodyZlibCrc32"] ^ 0x1)
     term = _copy(tmp_path / "term")
     _term_goes_backwards_at_101(term)
+    seeded = spark.read.format("rocketmq-commitlog").option("walk", "salvage").load(str(term)) \
+        .where(f"physical_offset in ({_raw(100)['pos'] + 48}, {_raw(101)['pos'] + 48})").orderBy("physical_offset")
+    assert [(r["dledger_index"], r["dledger_term"]) for r in seeded.collect()] == [(100, 2), (101, 0)]
     out = tmp_path / "out"
     args = audit_job.build_parser().parse_args(["--store", f"clean={STORE}", f"crc={crc}", f"term={term}",
                                                 "--out", str(out), "--no-report"])
