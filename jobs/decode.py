@@ -40,7 +40,7 @@ from store_format.scan import WALKS, canonical_walk, walk_help  # noqa: E402
 
 NAME = "decode"
 # The data source's damage columns are always null on message rows; ``length`` repeats store_size there.  The
-# container's columns (a DLedger entry's index and term) are not the message's: the table keeps its declared columns.
+# container's columns (store_format.commitlog.CONTAINER_FIELDS) are not the message's: the table keeps its own.
 NOT_MESSAGE_COLUMNS = ("kind", "length", "reason", "field", "detail", "excerpt_hex") + tuple(
     name for name, _, _ in CONTAINER_FIELDS)
 

@@ -756,6 +756,14 @@ def in_container(loc) -> bool:
     return dledger.is_data_file(loc)
 
 
+def walk_start(loc, buf, segment: str, base_offset: int) -> FrameArrays:
+    """The items of a segment's first bytes (``buf``, from its start) up to the first stop, framed in its container
+    without CRC or physical-offset checks: evidence of what its records are like, not of damage."""
+    if in_container(loc):
+        return dledger_items(buf, segment, base_offset, check_crc=False, salvage=False)
+    return walk_arrays(buf, segment, base_offset, check_crc=False, check_physical_offset=False)
+
+
 def container_fields(loc, buf, record_positions: np.ndarray) -> dict[str, np.ndarray] | None:
     """Each :data:`CONTAINER_FIELDS` of the records at ``record_positions`` of ``buf`` (a data file's bytes from
     its start, as its walk framed them: every record sits right after a confirmed entry header), or None for a
