@@ -137,6 +137,29 @@ def _patch(store, entry: dict, offset: int, fmt: str, value):
         f.write(struct.pack(fmt, value))
 
 
+def _found(store) -> dict:
+    """{check: [(index, severity, file, file_position, physical_offset)]}: the audit's dledger family on ``store``
+    (jobs/audit/checks/dledger.py, what its on_driver makes findings of)."""
+    from jobs.audit.checks import dledger as family
+    from jobs.audit.findings import CHECKS
+
+    out = {}
+    for check, rows in family.broker_rows(D.DLedgerLog(D.find_home(store))).items():
+        sev = CHECKS[check].severity
+        out[check] = [(r["details"].get("index"), r.get("severity", sev).label, r["file"],
+                       r.get("file_position"), r["physical_offset"]) for r in rows]
+    return out
+
+
+def _at(index: int) -> tuple:
+    """Where the family places a finding about entry ``index``: its data file, the record's position (entry + 48)."""
+    e = _raw(index)
+    return e["file"].removeprefix("data/"), e["filePos"] + 48, e["pos"] + 48
+
+
+def test_the_clean_fixture_gives_no_dledger_finding():
+    assert _found(STORE) == {}
+
 def test_a_bad_body_crc_is_found_and_dledger_accepts_it(dledger_copy):
     """A nonzero bodyCrc that is not the body's CRC-32: dledger.body_crc; DLedger never checks it, so the ledger is
     unchanged."""
@@ -156,6 +179,7 @@ def test_a_bad_body_crc_is_found_and_dledger_accepts_it(dledger_copy):
     assert note.startswith(f"1 DLedger entry fails {D.CHECK_BODY_CRC}, the first at index 40, physical offset "
                            f"{entry['pos'] + 48}")
     assert p.max_physical_offset == manifest()["readBack"]["afterLoad"]["commitLogMaxOffset"]
+    assert _found(dledger_copy) == {"dledger.body_crc": [(40, "error", *_at(40))]}
     # the right CRC passes
     _patch(dledger_copy, entry, 40, ">i", entry["bodyZlibCrc32"])
     assert all(not e.problems for e in D.DLedgerLog(D.find_home(dledger_copy)).entries())
@@ -172,6 +196,9 @@ def test_a_term_going_backwards_is_found_and_ends_dledgers_walk(dledger_copy):
     ledger = log.recover(items)
     assert (ledger.end_index, ledger.end_term, ledger.stop.index, ledger.committed_index) == (100, 2, 101, 100)
     assert ledger.data_end == _raw(101)["pos"] and ledger.committed_pos == _raw(101)["pos"]
+    # the checkpoint's committed 302 lies past the new end: those committed entries are gone from this node
+    assert _found(dledger_copy) == {"dledger.term": [(101, "error", *_at(101))], "dledger.committed": [
+        (None, "error", "dledger-n0/checkpoint", None, _raw(101)["pos"])]}
 
 
 def test_a_stale_index_unit_is_rewritten_not_a_stop(dledger_copy):
@@ -182,6 +209,33 @@ def test_a_stale_index_unit_is_rewritten_not_a_stop(dledger_copy):
     log = D.DLedgerLog(D.find_home(dledger_copy))
     ledger = log.recover()
     assert (ledger.end_index, ledger.index_rewritten_from) == (302, 7)
+    assert _found(dledger_copy) == {"dledger.index": [(7, "warning", *_at(7))]}
+
+
+def test_a_wrong_pos_field_and_an_index_that_skips_are_found_by_their_own_checks(dledger_copy):
+    """Entry 150's pos field off by 8, entry 200's index 250 (its unit is 200's, and 201 then does not follow it):
+    dledger.position and dledger.index, each at its entry; DLedger's recovery ends the ledger at the first."""
+    _patch(dledger_copy, _raw(150), 24, ">q", _raw(150)["pos"] + 8)
+    _patch(dledger_copy, _raw(200), 8, ">q", 250)
+    found = _found(dledger_copy)
+    assert found["dledger.position"] == [(150, "error", *_at(150))]
+    assert found["dledger.index"] == [(250, "error", *_at(200)), (250, "warning", *_at(200)),
+                                      (201, "error", *_at(201))]
+    assert set(found) == {"dledger.position", "dledger.index", "dledger.committed"}
+    [committed] = found["dledger.committed"]  # the checkpoint's 302 is past the ledger's new end, 149
+    assert committed[1:3] == ("error", "dledger-n0/checkpoint")
+
+
+def test_the_committed_index_against_the_ledger(dledger_copy):
+    """A checkpoint behind the ledger: a warning (RocketMQ serves up to the committed entry until the node leads);
+    ahead of it: an error (committed entries gone); -1: nothing committed."""
+    checkpoint = dledger_copy / "dledger-n0" / "checkpoint"
+    for text, severity, served in (("committedIndex=100\n", "warning", _raw(101)["pos"]),
+                                   ("committedIndex=-1\n", "warning", 0),
+                                   ("committedIndex=400\n", "error", manifest()["readBack"]["afterLoad"][
+                                       "commitLogMaxOffset"])):
+        checkpoint.write_text(text)
+        assert _found(dledger_copy) == {"dledger.committed": [(None, severity, "dledger-n0/checkpoint", None, served)]}
 
 
 def test_a_torn_tail_and_a_lost_checkpoint(dledger_copy):
@@ -281,8 +335,8 @@ def test_rocketmq_5_3_3s_abnormal_recovery_drops_units_it_never_rebuilds(dledger
 def test_the_source_and_the_audit_read_it_as_its_manifest_says(spark, tmp_path):
     """rocketmq-commitlog gives every record at RocketMQ's offset, kept; the audit finds nothing false on the fixture
     (the index's duplicates are keys listed twice, the delay is undelivered: both true), and on copies it finds an
-    entry's bad body CRC (a recovery note naming dledger.body_crc) and a term going backwards (DLedger's cut there:
-    every later message lost)."""
+    entry's bad body CRC (dledger.body_crc; a recovery note summarizes it) and a term going backwards (dledger.term,
+    and DLedger's cut there: every later message lost)."""
     import pyarrow.parquet as pq
 
     import datasources
@@ -320,9 +374,17 @@ def test_the_source_and_the_audit_read_it_as_its_manifest_says(spark, tmp_path):
     by = {b: [f for f in findings if f["broker"] == b] for b in ("clean", "crc", "term")}
     assert {(f["check"], f["severity"]) for f in by["clean"]} == {
         ("index.duplicate_entries", "info"), ("delays.overdue", "warning"), ("metadata.config_missing", "info")}
+    # each seeded disagreement found by its own check, where it is (the recovery note only summarizes)
+    dledger_found = {b: [(f["check"], f["severity"], f["file"], f["file_position"], f["physical_offset"],
+                          dict(f["details"]).get("index")) for f in by[b] if f["check"].startswith("dledger.")]
+                     for b in by}
+    assert dledger_found["clean"] == []
+    assert dledger_found["crc"] == [("dledger.body_crc", "error", *_at(40), "40")]
+    assert sorted(dledger_found["term"]) == [("dledger.committed", "error", "dledger-n0/checkpoint", None,
+                                              _raw(101)["pos"], None), ("dledger.term", "error", *_at(101), "101")]
     [note] = [f for f in by["crc"] if f["check"] == "recovery.note"]
     assert D.CHECK_BODY_CRC in note["message"] and note["severity"] == "warning"
-    assert {f["check"] for f in by["crc"]} - {f["check"] for f in by["clean"]} == {"recovery.note"}
+    assert {f["check"] for f in by["crc"]} - {f["check"] for f in by["clean"]} == {"recovery.note", "dledger.body_crc"}
     cut = _raw(101)["pos"]
     lost = sorted(f["physical_offset"] for f in by["term"] if f["check"] == "recovery.message_lost")
     assert lost == [r["physicalOffset"] for r in records if r["physicalOffset"] >= cut]
