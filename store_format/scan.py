@@ -183,7 +183,7 @@ def read_range_walk(loc: Location, name: str, base: int, length: int, start: int
         handle = ReadOnlyMap(loc.local_path) if loc.local_path is not None else None
         buf = handle.buf if handle is not None else loc.read_range(0, length)
         items, first, until = container_range_items(buf, name, base, start, end, last, check_crc=check_crc,
-                                                     excerpt_len=excerpt_bytes)
+                                                     excerpt_len=excerpt_bytes, framer=framer)
         return RangeWalk(items, first, until), (handle if handle is not None else buf), 0
     local = loc.local_path
     if local is not None and io == "auto":
