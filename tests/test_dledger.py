@@ -212,6 +212,22 @@ def test_a_stale_index_unit_is_rewritten_not_a_stop(dledger_copy):
     assert _found(dledger_copy) == {"dledger.index": [(7, "warning", *_at(7))]}
 
 
+
+def test_a_run_of_bad_index_units_is_one_finding(dledger_copy):
+    """Units 10 to 19 zeroed (a torn index file): one dledger.index warning at entry 10 that counts them, not ten
+    (a lost index file would otherwise give one per entry of the ledger)."""
+    from jobs.audit.checks import dledger as family
+
+    unit = _raw(10)["indexUnit"]
+    with open(dledger_copy / "dledger-n0" / unit["file"], "r+b") as f:
+        f.seek(unit["filePos"])
+        f.write(bytes(10 * D.INDEX_UNIT_SIZE))
+    assert _found(dledger_copy) == {"dledger.index": [(10, "warning", *_at(10))]}
+    [row] = family.broker_rows(D.DLedgerLog(D.find_home(dledger_copy)))["dledger.index"]
+    assert (row["details"]["count"], row["details"]["last_index"]) == (10, 19)
+    assert "(and the index units of the 9 entries after it, to index 19)" in row["values"]["problem"]
+
+
 def test_a_wrong_pos_field_and_an_index_that_skips_are_found_by_their_own_checks(dledger_copy):
     """Entry 150's pos field off by 8, entry 200's index 250 (its unit is 200's, and 201 then does not follow it):
     dledger.position and dledger.index, each at its entry; DLedger's recovery ends the ledger at the first."""

@@ -73,7 +73,7 @@ def broker_rows(log: D.DLedgerLog) -> dict[str, list[dict]]:
         rows.setdefault(check_id, []).append(row)
 
     items = log.entries()
-    previous = None
+    previous = unit_run = None
     for e in items:
         if e.kind != "entry":
             continue
@@ -99,17 +99,29 @@ def broker_rows(log: D.DLedgerLog) -> dict[str, list[dict]]:
                 **_at(e, values={**values, "problem": f"{failed[D.CHECK_INDEX]}: DLedger's recovery ends the ledger "
                                                       "at the first entry whose index does not follow"},
                       details={"reason": failed[D.CHECK_INDEX], "what": "entry"}))
-        if D.CHECK_INDEX_UNIT in failed:
+        if D.CHECK_INDEX_UNIT in failed and unit_run is not None:  # one finding per run of entries
+            unit_run["details"].update(count=unit_run["details"]["count"] + 1, last_index=e.index)
+            unit_run["values"]["problem"] = _unit_problem(unit_run["details"])
+        elif D.CHECK_INDEX_UNIT in failed:
             unit = e.index_unit
-            add("dledger.index", severity=Severity.WARNING,
-                **_at(e, values={**values, "problem": f"{failed[D.CHECK_INDEX_UNIT]}; DLedger rewrites the index "
-                                                      "units from the first that disagrees"},
-                      details={"reason": failed[D.CHECK_INDEX_UNIT], "what": "index_unit",
-                               "index_file": unit.file if unit else None,
-                               "index_file_position": unit.file_position if unit else None}))
+            details = {"reason": failed[D.CHECK_INDEX_UNIT], "what": "index_unit", "count": 1, "last_index": e.index,
+                       "index_file": unit.file if unit else None,
+                       "index_file_position": unit.file_position if unit else None}
+            unit_run = _at(e, severity=Severity.WARNING, values={**values, "problem": _unit_problem(details)},
+                           details=details)
+            add("dledger.index", **unit_run)
+        else:
+            unit_run = None
         previous = e
     _committed(log, log.recover(items), add)
     return rows
+
+
+def _unit_problem(details: dict) -> str:
+    more = details["count"] - 1
+    return (f"{details['reason']}" + (f" (and the index units of the {more} entr{'y' if more == 1 else 'ies'} after "
+            f"it, to index {details['last_index']})" if more else "") + "; DLedger rewrites the index units from the "
+            "first that disagrees")
 
 
 def _committed(log: D.DLedgerLog, ledger: D.Ledger, add) -> None:
