@@ -47,8 +47,8 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition, LessThan, \
     LessThanOrEqual
 
-from store_format.commitlog import (END_OF_DATA, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, FrameArrays,
-                                    SalvageSpan, list_segment_files)
+from store_format.commitlog import (CONTAINER_FIELDS, END_OF_DATA, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS,
+                                    FrameArrays, SalvageSpan, container_fields, list_segment_files)
 from store_format.fs import ReadOnlyMap
 from store_format.errors import ErrorKind, RecordError
 from store_format.plan import MAX_RANGE_STREAMED, SegmentRange, plan_ranges, split_segments
@@ -75,6 +75,7 @@ BASE_COLUMNS = pa.schema([  # every row's, whatever it materializes
                                             "from its start"),
     column("kept", pa.bool_(), "before the broker's predicted cut (the audit's): its recovery keeps the row; false "
                                "past it (the salvage walk's rows the broker drops); null where the cut is unknown"),
+    *(column(name, pa.from_numpy_dtype(np.dtype(dtype)), doc) for name, dtype, doc in CONTAINER_FIELDS),
     column("reason", pa.string(), "stop and corrupt rows: why (END_OF_DATA, BAD_CRC, ...)"),
     column("field", pa.string(), "stop and corrupt rows: the field that failed"),
     column("detail", pa.string(), "stop and corrupt rows: what was found there"),
@@ -540,6 +541,7 @@ class _RangeReader:
         msg_rows = None if all_messages else np.flatnonzero(kinds == KIND_MESSAGE)
         starts, sizes = (pos, items.sizes) if all_messages else (pos[msg_rows], items.sizes[msg_rows])
         starts = starts - w0
+        cols.update(self._container(buf, starts, msg_rows, n))
         if opts.materialize == "frames":
             cols["frame"] = _scatter(_binary_slices(buf, starts, sizes), msg_rows, n)
         if self.kernel_cols:
@@ -556,6 +558,13 @@ class _RangeReader:
             batch = batch.filter(pa.array(keep))
         if batch.num_rows:
             yield batch
+
+    def _container(self, buf, starts, msg_rows, n) -> dict:
+        """The message rows' container columns (store_format.commitlog.CONTAINER_FIELDS), null on every other row
+        and for a plain segment."""
+        found = container_fields(self.p.loc, buf, starts) if buf is not None and len(starts) else None
+        return {name: pa.nulls(n, pa.from_numpy_dtype(np.dtype(dtype))) if found is None
+                else _scatter(pa.array(found[name]), msg_rows, n) for name, dtype, _ in CONTAINER_FIELDS}
 
     def _decode(self, buf, w0: int, starts, sizes, msg_rows, n) -> dict:
         from store_format.layout import parse_delay_levels

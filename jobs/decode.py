@@ -35,11 +35,14 @@ from jobs.commit import job_run, runs_job  # noqa: E402
 from jobs.custody import watch  # noqa: E402
 from jobs.output import prepare_output, read_table, write_table  # noqa: E402
 from jobs.progress import Phase  # noqa: E402
+from store_format.commitlog import CONTAINER_FIELDS  # noqa: E402
 from store_format.scan import WALKS, canonical_walk, walk_help  # noqa: E402
 
 NAME = "decode"
-# The data source's damage columns are always null on message rows; ``length`` repeats store_size there.
-NOT_MESSAGE_COLUMNS = ("kind", "length", "reason", "field", "detail", "excerpt_hex")
+# The data source's damage columns are always null on message rows; ``length`` repeats store_size there.  The
+# container's columns (store_format.commitlog.CONTAINER_FIELDS) are not the message's: the table keeps its own.
+NOT_MESSAGE_COLUMNS = ("kind", "length", "reason", "field", "detail", "excerpt_hex") + tuple(
+    name for name, _, _ in CONTAINER_FIELDS)
 
 
 def build_parser() -> argparse.ArgumentParser:

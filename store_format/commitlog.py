@@ -728,7 +728,8 @@ def salvage_segment(segment: Segment, buf, *, check_crc: bool = True, excerpt_le
     """:func:`salvage_arrays` of a whole segment's bytes, in its container: a DLedger data file's records are those
     inside its entries (:func:`dledger_items`), every other segment's the plain walk's."""
     if dledger.is_data_file(segment.loc):
-        return dledger_items(buf, segment.name, segment.base_offset, check_crc=check_crc, excerpt_len=excerpt_len)
+        return dledger_items(buf, segment.name, segment.base_offset, check_crc=check_crc, excerpt_len=excerpt_len,
+                             framer=framer)
     return salvage_arrays(buf, segment.name, segment.base_offset, check_crc=check_crc, excerpt_len=excerpt_len,
                           framer=framer)
 
@@ -760,8 +761,46 @@ def salvage_arrays(buf, segment: str, base_offset: int, *, start: int = 0, limit
 
 # ---- the CommitLog inside DLedger entries (store_format.dledger: the container) ------------------------------
 
+#: what a record's container says of it beyond the record, (column, numpy dtype, meaning): a DLedger entry's index
+#: and term (null for a plain CommitLog record); :func:`container_fields` reads them
+CONTAINER_FIELDS = (
+    ("dledger_index", "int64", "DLedger stores: the index of the DLedger entry that holds the record (its header's "
+                               "`index`); null for a plain CommitLog"),
+    ("dledger_term", "int64", "DLedger stores: the leader's term when that entry was appended (its header's `term`); "
+                              "null for a plain CommitLog"),
+)
+_INDEX_AT = 8 - dledger.BODY_OFFSET  # the entry header's index field, then its term, relative to the record
+
+
+def in_container(loc) -> bool:
+    """A segment whose records lie inside a container's entries (a DLedger data file), told from its path: walked
+    with :func:`container_range_items`, never as plain records."""
+    return dledger.is_data_file(loc)
+
+
+def walk_start(loc, buf, segment: str, base_offset: int) -> FrameArrays:
+    """The items of a segment's first bytes (``buf``, from its start) up to the first stop, framed in its container
+    without CRC or physical-offset checks: evidence of what its records are like, not of damage."""
+    if in_container(loc):
+        return dledger_items(buf, segment, base_offset, check_crc=False, salvage=False)
+    return walk_arrays(buf, segment, base_offset, check_crc=False, check_physical_offset=False)
+
+
+def container_fields(loc, buf, record_positions: np.ndarray) -> dict[str, np.ndarray] | None:
+    """Each :data:`CONTAINER_FIELDS` of the records at ``record_positions`` of ``buf`` (a data file's bytes from
+    its start, as its walk framed them: every record sits right after a confirmed entry header), or None for a
+    plain segment."""
+    if not in_container(loc):
+        return None
+    at = np.asarray(record_positions, np.int64) + _INDEX_AT
+    raw = np.frombuffer(buf, np.uint8)[at[:, None] + np.arange(16)] if len(at) else np.zeros((0, 16), np.uint8)
+    index_term = np.ascontiguousarray(raw).view(">i8").astype(np.int64)
+    return {"dledger_index": index_term[:, 0], "dledger_term": index_term[:, 1]}
+
+
 def dledger_items(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
-                  until: int | None = None, check_crc: bool = True, salvage: bool = True, excerpt_len: int = 32):
+                  until: int | None = None, check_crc: bool = True, salvage: bool = True, excerpt_len: int = 32,
+                  framer=None):
     """A DLedger data file's CommitLog items as :func:`store_format.commitlog.salvage_arrays` gives a segment's
     (``salvage``; else :func:`~store_format.commitlog.walk_arrays`: up to the first stop): each entry's record
     framed where it lies, at file position entry + 48, so every physical offset is RocketMQ's; the file's blank
@@ -770,14 +809,19 @@ def dledger_items(buf, segment: str, base_offset: int, *, start: int = 0, limit:
     goes on at the next confirmed header, the bytes between a span.  A record that fails the CommitLog checks (or
     does not fill its entry) is a stop at the record; the salvage walk goes on at the next entry.  ``start``:
     the walk starts at the first confirmed header at or after it (0: at 0, confirmed or not); ``until``: items
-    before it only."""
+    before it only.  ``framer`` (:class:`_BulkFramer`'s interface, e.g. udfs.kernels.CompiledFramer): the records
+    are framed by its ``each`` in one call, the scalar ``frame_at`` deciding only those it does not accept whole.
+
+    The entry headers are walked first (a record's outcome never moves the walk: the next entry follows the
+    entry), the records framed after, and the items given in order, up to the first stop without ``salvage``."""
     limit = len(buf) if limit is None else limit
     out = _Collector(segment, base_offset)
     pos = start
+    walked: list[tuple] = []  # (kind, position, size, magic, item) in order; kind None: the record in [position, size)
 
     def stop_at(at: int, size: int, magic: int, kind: str, field_name: str | None, why: str):
-        out.one(KIND_STOP, at, size, magic, Frame("stop", segment, at, base_offset + at, size, magic, kind,
-                                                   field_name, why))
+        walked.append((KIND_STOP, at, size, magic, Frame("stop", segment, at, base_offset + at, size, magic, kind,
+                                                          field_name, why)))
 
     while pos < limit and (until is None or pos < until):
         if limit - pos < dledger.MIN_BLANK_LEN:
@@ -786,7 +830,8 @@ def dledger_items(buf, segment: str, base_offset: int, *, start: int = 0, limit:
             break
         magic, size = dledger.INT_PAIR.unpack_from(buf, pos)
         if magic == dledger.BLANK_MAGIC and size == limit - pos:
-            out.one(KIND_BLANK, pos, size, magic, Frame("blank", segment, pos, base_offset + pos, size, magic))
+            walked.append((KIND_BLANK, pos, size, magic,
+                           Frame("blank", segment, pos, base_offset + pos, size, magic)))
             break
         failed = None
         if magic == 0 and size == 0:
@@ -808,21 +853,8 @@ def dledger_items(buf, segment: str, base_offset: int, *, start: int = 0, limit:
                 failed = (ErrorKind.PHYSICAL_OFFSET_MISMATCH.value, "physical_offset",
                           f"DLedger pos field {pos_field} != {base_offset + pos}")
         if failed is None:
-            at, end = pos + dledger.BODY_OFFSET, pos + size
-            found = frame_at(buf, at, end, base_offset, check_crc=check_crc)
-            if found.kind == "message" and found.size == size - dledger.BODY_OFFSET:
-                out.one(KIND_MESSAGE, at, found.size, found.magic)
-                pos = end
-                continue
-            if found.kind == "message":
-                stop_at(at, found.size, found.magic, ErrorKind.SIZE_MISMATCH.value, "store_size",
-                        f"TOTALSIZE {found.size} != the DLedger entry's bodySize {size - dledger.BODY_OFFSET}")
-            else:
-                stop_at(at, found.size, found.magic, found.stop_kind or ErrorKind.BAD_MAGIC.value, found.stop_field,
-                        found.stop_message or "")
-            if not salvage:
-                break
-            pos = end  # the entry frames the damaged record: the walk goes on at the next entry
+            walked.append((None, pos + dledger.BODY_OFFSET, pos + size, 0, None))
+            pos += size  # the entry frames its record, damaged or not: the walk goes on at the next entry
             continue
         kind, field_name, why = failed
         stop_at(pos, size, magic, kind, field_name, why)
@@ -840,15 +872,58 @@ def dledger_items(buf, segment: str, base_offset: int, *, start: int = 0, limit:
             end = nxt
         if kind != END_OF_DATA or nxt is not None:
             if end > pos:
-                out.one(KIND_CORRUPT, pos, end - pos, 0, SalvageSpan(segment, pos, end - pos, kind,
-                                                                    bytes(buf[pos:min(end, pos + excerpt_len)]),
-                                                                    tail))
+                walked.append((KIND_CORRUPT, pos, end - pos, 0, SalvageSpan(segment, pos, end - pos, kind,
+                                                                           bytes(buf[pos:min(end, pos + excerpt_len)]),
+                                                                           tail)))
         if nxt is None:
             if tail:
                 stop_at(end, 0, 0, END_OF_DATA, None, "zeros where the next entry would start (unwritten tail)")
             break
         pos = nxt
+    whole = _records_framed_whole(buf, limit, base_offset, check_crc, framer, walked)
+    for i, (kind, at, size, magic, item) in enumerate(walked):
+        if kind is not None:
+            out.one(kind, at, size, magic, item)
+            continue
+        end = size
+        if i in whole:
+            out.one(KIND_MESSAGE, at, end - at, whole[i])
+            continue
+        found = frame_at(buf, at, end, base_offset, check_crc=check_crc)
+        if found.kind == "message" and found.size == end - at:
+            out.one(KIND_MESSAGE, at, found.size, found.magic)
+            continue
+        if found.kind == "message":
+            why = (ErrorKind.SIZE_MISMATCH.value, "store_size",
+                   f"TOTALSIZE {found.size} != the DLedger entry's bodySize {end - at}")
+        else:
+            why = (found.stop_kind or ErrorKind.BAD_MAGIC.value, found.stop_field, found.stop_message or "")
+        out.one(KIND_STOP, at, found.size, found.magic, Frame("stop", segment, at, base_offset + at, found.size,
+                                                              found.magic, *why))
+        if not salvage:
+            break
     return out.result()
+
+
+def _records_framed_whole(buf, limit: int, base_offset: int, check_crc: bool, framer, walked: list) -> dict:
+    """{row of ``walked``: magic} for the records ``framer`` accepts as plain valid messages filling their entry
+    (none without a framer: ``frame_at`` decides each)."""
+    rows = [i for i, w in enumerate(walked) if w[0] is None]
+    if framer is None or not rows:
+        return {}
+    starts = np.array([walked[i][1] for i in rows], np.int64)
+    ends = np.array([walked[i][2] for i in rows], np.int64)
+    f = framer(buf, limit, base_offset, check_crc, True)
+    try:
+        sizes, _ = f.each(starts)
+    finally:
+        f.close()
+    ok = np.flatnonzero(sizes == ends - starts)
+    if not len(ok):
+        return {}
+    data = np.frombuffer(buf, np.uint8)
+    magics = np.ascontiguousarray(data[starts[ok, None] + np.arange(4, 8)]).view(">i4").ravel()  # MAGICCODE
+    return {rows[j]: int(m) for j, m in zip(ok.tolist(), magics.tolist())}
 
 
 def dledger_frames(buf, segment: str, base_offset: int, *, decode: bool = True, check_crc: bool = True,
@@ -861,9 +936,9 @@ def dledger_frames(buf, segment: str, base_offset: int, *, decode: bool = True, 
         yield item
 
 
-def dledger_range_items(buf, segment: str, base_offset: int, start: int, end: int, last: bool, *,
-                        check_crc: bool = True, excerpt_len: int = 32):
-    """The salvage items owned by the range [start, end) of a data file: from the first confirmed header at or
+def container_range_items(buf, segment: str, base_offset: int, start: int, end: int, last: bool, *,
+                          check_crc: bool = True, excerpt_len: int = 32, framer=None):
+    """The salvage items owned by the range [start, end) of a DLedger data file: from the first confirmed header at or
     after ``start`` (0: the file's start) to the first at or after ``end`` (the next range's start).  Returns
     (items, first, until) as store_format.scan.RangeWalk takes them."""
     limit = len(buf)
@@ -872,5 +947,5 @@ def dledger_range_items(buf, segment: str, base_offset: int, start: int, end: in
         return FrameArrays.empty(segment, base_offset), None, None
     until = None if last else dledger.next_header(buf, end, limit, base_offset)
     items = dledger_items(buf, segment, base_offset, start=first, limit=limit, until=until, check_crc=check_crc,
-                       excerpt_len=excerpt_len)
+                          excerpt_len=excerpt_len, framer=framer)
     return items, first, until

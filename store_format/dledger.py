@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -241,21 +242,42 @@ class DLedgerLog:
         (DLedger's own, and the CRCs it never verifies).  Index and term continuity run across files."""
         out: list[Entry] = []
         last: Entry | None = None
-        for f in self.data_files:
-            for item in self._file_items(f):
-                if item.kind == "entry":
-                    problems = list(item.problems)
-                    if last is not None and item.index != last.index + 1:
-                        problems.append((CHECK_INDEX, f"index {item.index} after {last.index}"))
-                    if last is not None and item.term < last.term:
-                        problems.append((CHECK_TERM, f"term {item.term} after {last.term}: terms never go "
-                                         "backwards"))
-                    item = _with(item, problems=tuple(problems))
-                    last = item
-                out.append(item)
+        with ExitStack() as index_maps:
+            units = self._unit_reader(index_maps)
+            for f in self.data_files:
+                for item in self._file_items(f, units):
+                    if item.kind == "entry":
+                        problems = []
+                        if last is not None and item.index != last.index + 1:
+                            problems.append((CHECK_INDEX, f"index {item.index} after {last.index}"))
+                        if last is not None and item.term < last.term:
+                            problems.append((CHECK_TERM, f"term {item.term} after {last.term}: terms never go "
+                                             "backwards"))
+                        if problems:
+                            item = _with(item, problems=item.problems + tuple(problems))
+                        last = item
+                    out.append(item)
         return out
 
-    def _file_items(self, f: RolledFile):
+    def _unit_reader(self, maps: ExitStack):
+        """:meth:`index_unit` over index files each mapped once (for the walk of every entry), closed with
+        ``maps``."""
+        bufs: dict[str, object] = {}
+
+        def unit(index: int) -> IndexUnit | None:
+            offset = index * INDEX_UNIT_SIZE
+            for f in self.index_files if index >= 0 else ():
+                if f.base_offset <= offset and offset + INDEX_UNIT_SIZE <= f.base_offset + f.length:
+                    if f.name not in bufs:
+                        bufs[f.name] = maps.enter_context(open_bytes(f.loc)).buf
+                    buf, at = bufs[f.name], offset - f.base_offset
+                    if at + INDEX_UNIT_SIZE > len(buf):
+                        return None
+                    return IndexUnit(f"index/{f.name}", at, *_INDEX_UNIT.unpack_from(buf, at))
+            return None
+        return unit
+
+    def _file_items(self, f: RolledFile, units):
         name = f"data/{f.name}"
         with open_bytes(f.loc) as m:
             buf, n = m.buf, len(m.buf)
@@ -275,10 +297,10 @@ class DLedgerLog:
                                                         else f"runs past the file's end ({n} bytes)")
                     yield Entry(name, pos, where, "unframed", magic, size, problems=((CHECK_SIZE, why),))
                     return
-                yield self._entry(name, buf, pos, where)
+                yield self._entry(name, buf, pos, where, units)
                 pos += size
 
-    def _entry(self, name: str, buf, pos: int, where: int) -> Entry:
+    def _entry(self, name: str, buf, pos: int, where: int, units) -> Entry:
         magic, size, index, term, pos_field, channel, chain_crc, body_crc, body_size = \
             ENTRY_HEADER.unpack_from(buf, pos)
         problems = []
@@ -295,7 +317,7 @@ class DLedgerLog:
                 problems.append((CHECK_BODY_CRC, f"bodyCrc {body_crc}, the body's CRC-32 is {crc32}"))
         if chain_crc:
             problems.append((CHECK_CHAIN_CRC, f"chainCrc {chain_crc & 0xFFFFFFFF}: no DLedger version writes one"))
-        unit = self.index_unit(index)
+        unit = units(index)
         entry = Entry(name, pos, where, "entry", magic, size, index, term, pos_field, channel, chain_crc, body_crc,
                       body_size, crc32, unit)
         if unit is None:
@@ -303,7 +325,7 @@ class DLedgerLog:
         elif not unit.matches(entry):
             problems.append((CHECK_INDEX_UNIT, f"index unit {unit.file}@{unit.file_position} says magic "
                              f"{unit.magic} pos {unit.pos} size {unit.size} index {unit.index} term {unit.term}"))
-        return _with(entry, problems=tuple(problems))
+        return _with(entry, problems=tuple(problems)) if problems else entry
 
     def body(self, entry: Entry) -> bytes:
         """The entry's body: the CommitLog record's bytes."""

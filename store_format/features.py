@@ -19,6 +19,7 @@ import pyarrow.fs as pafs
 
 from . import layout as L
 from . import rolled
+from .stores import part_folder
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,9 @@ def store_features(root) -> StoreFeatures:
         lmq = tuple(sorted(i.base_name for i in loc.child("consumequeue").list()
                            if i.type == pafs.FileType.Directory and i.base_name.startswith(L.LMQ_PREFIX)))
     v2, crc = False, False
-    if names.get("commitlog") == pafs.FileType.Directory:
-        v2, crc = record_evidence(loc.child("commitlog"))
-    else:  # a DLedger store: its records are in the entries of dledger-<selfId>/data
-        from .dledger import find_home
-
-        home = find_home(loc)
-        if home is not None:
-            v2, crc = record_evidence(home.child("data"))
+    records = part_folder(loc, "commitlog")  # the CommitLog's folder, whatever its container
+    if records.is_dir():
+        v2, crc = record_evidence(records)
     return StoreFeatures(
         timer_log=timer_log,
         timer_wheel=names.get("timerwheel") == pafs.FileType.File,
@@ -89,8 +85,7 @@ def record_evidence(commitlog) -> tuple[bool, bool]:
     """(a V2 record, a ``__CRC32#`` property) among the first records of the first and of the newest segment of
     ``commitlog`` (a folder: path or Location): :data:`SAMPLE` bytes of each, framed without CRC checks (a record
     damaged there is no evidence either way).  A segment that cannot be read gives none."""
-    from . import dledger
-    from .commitlog import KIND_MESSAGE, dledger_items, walk_arrays
+    from .commitlog import KIND_MESSAGE, walk_start
     from .fs import UnreadableError
     from .propcrc import carries_crc
 
@@ -104,10 +99,7 @@ def record_evidence(commitlog) -> tuple[bool, bool]:
             buf = rolled.read_range(seg.loc, 0, SAMPLE)
         except (UnreadableError, OSError):
             continue
-        if dledger.is_data_file(seg.loc):
-            items = dledger_items(buf, seg.name, seg.base_offset, check_crc=False, salvage=False)
-        else:
-            items = walk_arrays(buf, seg.name, seg.base_offset, check_crc=False, check_physical_offset=False)
+        items = walk_start(seg.loc, buf, seg.name, seg.base_offset)
         msg = items.kinds == KIND_MESSAGE
         pos, sizes = items.positions[msg], items.sizes[msg]
         raw = memoryview(buf)

@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
-from . import dledger
 from . import layout as L
-from .commitlog import KIND_BLANK, KIND_MESSAGE, KIND_STOP, Frame, FrameArrays, SalvageSpan, dledger_range_items, \
-    find_next_frame, salvage_arrays
+from .commitlog import KIND_BLANK, KIND_MESSAGE, KIND_STOP, Frame, FrameArrays, SalvageSpan, \
+    container_range_items, find_next_frame, in_container, salvage_arrays
 from .fs import ReadOnlyMap
 from .errors import ErrorKind, RecordError
 from .fs import Location
@@ -180,11 +179,11 @@ def read_range_walk(loc: Location, name: str, base: int, length: int, start: int
     ``max_record_size`` bytes to spare."""
     kwargs = dict(check_crc=check_crc, excerpt_bytes=excerpt_bytes, crc_checked_before=crc_checked_before,
                   framer=framer)
-    if dledger.is_data_file(loc):  # the CommitLog inside DLedger entries: its own walk, over the whole file
+    if in_container(loc):  # records inside a container's entries: the container's walk, over the whole file
         handle = ReadOnlyMap(loc.local_path) if loc.local_path is not None else None
         buf = handle.buf if handle is not None else loc.read_range(0, length)
-        items, first, until = dledger_range_items(buf, name, base, start, end, last, check_crc=check_crc,
-                                                  excerpt_len=excerpt_bytes)
+        items, first, until = container_range_items(buf, name, base, start, end, last, check_crc=check_crc,
+                                                     excerpt_len=excerpt_bytes, framer=framer)
         return RangeWalk(items, first, until), (handle if handle is not None else buf), 0
     local = loc.local_path
     if local is not None and io == "auto":

@@ -137,6 +137,29 @@ def _patch(store, entry: dict, offset: int, fmt: str, value):
         f.write(struct.pack(fmt, value))
 
 
+def _found(store) -> dict:
+    """{check: [(index, severity, file, file_position, physical_offset)]}: the audit's dledger family on ``store``
+    (jobs/audit/checks/dledger.py, what its on_driver makes findings of)."""
+    from jobs.audit.checks import dledger as family
+    from jobs.audit.findings import CHECKS
+
+    out = {}
+    for check, rows in family.broker_rows(D.DLedgerLog(D.find_home(store))).items():
+        sev = CHECKS[check].severity
+        out[check] = [(r["details"].get("index"), r.get("severity", sev).label, r["file"],
+                       r.get("file_position"), r["physical_offset"]) for r in rows]
+    return out
+
+
+def _at(index: int) -> tuple:
+    """Where the family places a finding about entry ``index``: its data file, the record's position (entry + 48)."""
+    e = _raw(index)
+    return e["file"].removeprefix("data/"), e["filePos"] + 48, e["pos"] + 48
+
+
+def test_the_clean_fixture_gives_no_dledger_finding():
+    assert _found(STORE) == {}
+
 def test_a_bad_body_crc_is_found_and_dledger_accepts_it(dledger_copy):
     """A nonzero bodyCrc that is not the body's CRC-32: dledger.body_crc; DLedger never checks it, so the ledger is
     unchanged."""
@@ -156,6 +179,7 @@ def test_a_bad_body_crc_is_found_and_dledger_accepts_it(dledger_copy):
     assert note.startswith(f"1 DLedger entry fails {D.CHECK_BODY_CRC}, the first at index 40, physical offset "
                            f"{entry['pos'] + 48}")
     assert p.max_physical_offset == manifest()["readBack"]["afterLoad"]["commitLogMaxOffset"]
+    assert _found(dledger_copy) == {"dledger.body_crc": [(40, "error", *_at(40))]}
     # the right CRC passes
     _patch(dledger_copy, entry, 40, ">i", entry["bodyZlibCrc32"])
     assert all(not e.problems for e in D.DLedgerLog(D.find_home(dledger_copy)).entries())
@@ -172,6 +196,9 @@ def test_a_term_going_backwards_is_found_and_ends_dledgers_walk(dledger_copy):
     ledger = log.recover(items)
     assert (ledger.end_index, ledger.end_term, ledger.stop.index, ledger.committed_index) == (100, 2, 101, 100)
     assert ledger.data_end == _raw(101)["pos"] and ledger.committed_pos == _raw(101)["pos"]
+    # the checkpoint's committed 302 lies past the new end: those committed entries are gone from this node
+    assert _found(dledger_copy) == {"dledger.term": [(101, "error", *_at(101))], "dledger.committed": [
+        (None, "error", "dledger-n0/checkpoint", None, _raw(101)["pos"])]}
 
 
 def test_a_stale_index_unit_is_rewritten_not_a_stop(dledger_copy):
@@ -182,6 +209,49 @@ def test_a_stale_index_unit_is_rewritten_not_a_stop(dledger_copy):
     log = D.DLedgerLog(D.find_home(dledger_copy))
     ledger = log.recover()
     assert (ledger.end_index, ledger.index_rewritten_from) == (302, 7)
+    assert _found(dledger_copy) == {"dledger.index": [(7, "warning", *_at(7))]}
+
+
+
+def test_a_run_of_bad_index_units_is_one_finding(dledger_copy):
+    """Units 10 to 19 zeroed (a torn index file): one dledger.index warning at entry 10 that counts them, not ten
+    (a lost index file would otherwise give one per entry of the ledger)."""
+    from jobs.audit.checks import dledger as family
+
+    unit = _raw(10)["indexUnit"]
+    with open(dledger_copy / "dledger-n0" / unit["file"], "r+b") as f:
+        f.seek(unit["filePos"])
+        f.write(bytes(10 * D.INDEX_UNIT_SIZE))
+    assert _found(dledger_copy) == {"dledger.index": [(10, "warning", *_at(10))]}
+    [row] = family.broker_rows(D.DLedgerLog(D.find_home(dledger_copy)))["dledger.index"]
+    assert (row["details"]["count"], row["details"]["last_index"]) == (10, 19)
+    assert "(and the index units of the 9 entries after it, to index 19)" in row["values"]["problem"]
+
+
+def test_a_wrong_pos_field_and_an_index_that_skips_are_found_by_their_own_checks(dledger_copy):
+    """Entry 150's pos field off by 8, entry 200's index 250 (its unit is 200's, and 201 then does not follow it):
+    dledger.position and dledger.index, each at its entry; DLedger's recovery ends the ledger at the first."""
+    _patch(dledger_copy, _raw(150), 24, ">q", _raw(150)["pos"] + 8)
+    _patch(dledger_copy, _raw(200), 8, ">q", 250)
+    found = _found(dledger_copy)
+    assert found["dledger.position"] == [(150, "error", *_at(150))]
+    assert found["dledger.index"] == [(250, "error", *_at(200)), (250, "warning", *_at(200)),
+                                      (201, "error", *_at(201))]
+    assert set(found) == {"dledger.position", "dledger.index", "dledger.committed"}
+    [committed] = found["dledger.committed"]  # the checkpoint's 302 is past the ledger's new end, 149
+    assert committed[1:3] == ("error", "dledger-n0/checkpoint")
+
+
+def test_the_committed_index_against_the_ledger(dledger_copy):
+    """A checkpoint behind the ledger: a warning (RocketMQ serves up to the committed entry until the node leads);
+    ahead of it: an error (committed entries gone); -1: nothing committed."""
+    checkpoint = dledger_copy / "dledger-n0" / "checkpoint"
+    for text, severity, served in (("committedIndex=100\n", "warning", _raw(101)["pos"]),
+                                   ("committedIndex=-1\n", "warning", 0),
+                                   ("committedIndex=400\n", "error", manifest()["readBack"]["afterLoad"][
+                                       "commitLogMaxOffset"])):
+        checkpoint.write_text(text)
+        assert _found(dledger_copy) == {"dledger.committed": [(None, severity, "dledger-n0/checkpoint", None, served)]}
 
 
 def test_a_torn_tail_and_a_lost_checkpoint(dledger_copy):
@@ -281,8 +351,8 @@ def test_rocketmq_5_3_3s_abnormal_recovery_drops_units_it_never_rebuilds(dledger
 def test_the_source_and_the_audit_read_it_as_its_manifest_says(spark, tmp_path):
     """rocketmq-commitlog gives every record at RocketMQ's offset, kept; the audit finds nothing false on the fixture
     (the index's duplicates are keys listed twice, the delay is undelivered: both true), and on copies it finds an
-    entry's bad body CRC (a recovery note naming dledger.body_crc) and a term going backwards (DLedger's cut there:
-    every later message lost)."""
+    entry's bad body CRC (dledger.body_crc; a recovery note summarizes it) and a term going backwards (dledger.term,
+    and DLedger's cut there: every later message lost)."""
     import pyarrow.parquet as pq
 
     import datasources
@@ -295,10 +365,23 @@ def test_the_source_and_the_audit_read_it_as_its_manifest_says(spark, tmp_path):
     assert [(r["physical_offset"], r["topic"], r["queue_id"], r["queue_offset"], r["msg_id"], r["kept"])
             for r in rows] == [(x["physicalOffset"], x["topic"], x["queueId"], x["queueOffset"], x["msgId"], True)
                                for x in records]
+    # each record's DLedger index and term as columns: those of the entry it sits in (the raw item at offset - 48)
+    entries = {e["pos"] + D.BODY_OFFSET: (e["index"], e["term"]) for e in manifest()["readBack"]["rawEntries"]
+               if e["type"] == "ENTRY"}
+    assert [(r["dledger_index"], r["dledger_term"]) for r in rows] == [entries[r["physical_offset"]] for r in rows]
+    assert len(entries) == len(rows) and len({r["dledger_index"] for r in rows}) == len(rows)
+    others = spark.read.format("rocketmq-commitlog").load(str(STORE)).where("kind != 'message'").collect()
+    assert others and all(r["dledger_index"] is None and r["dledger_term"] is None for r in others)
+    plain = spark.read.format("rocketmq-commitlog").option("materialize", "positions") \
+        .load(str(FIXTURES_5X / "v5-default" / "store"))
+    assert plain.where("dledger_index is not null or dledger_term is not null").count() == 0
     crc = _copy(tmp_path / "crc")
     _patch(crc, _raw(40), 40, ">i", _raw(40)["bodyZlibCrc32"] ^ 0x1)
     term = _copy(tmp_path / "term")
     _term_goes_backwards_at_101(term)
+    seeded = spark.read.format("rocketmq-commitlog").option("walk", "salvage").load(str(term)) \
+        .where(f"physical_offset in ({_raw(100)['pos'] + 48}, {_raw(101)['pos'] + 48})").orderBy("physical_offset")
+    assert [(r["dledger_index"], r["dledger_term"]) for r in seeded.collect()] == [(100, 2), (101, 0)]
     out = tmp_path / "out"
     args = audit_job.build_parser().parse_args(["--store", f"clean={STORE}", f"crc={crc}", f"term={term}",
                                                 "--out", str(out), "--no-report"])
@@ -307,9 +390,17 @@ def test_the_source_and_the_audit_read_it_as_its_manifest_says(spark, tmp_path):
     by = {b: [f for f in findings if f["broker"] == b] for b in ("clean", "crc", "term")}
     assert {(f["check"], f["severity"]) for f in by["clean"]} == {
         ("index.duplicate_entries", "info"), ("delays.overdue", "warning"), ("metadata.config_missing", "info")}
+    # each seeded disagreement found by its own check, where it is (the recovery note only summarizes)
+    dledger_found = {b: [(f["check"], f["severity"], f["file"], f["file_position"], f["physical_offset"],
+                          dict(f["details"]).get("index")) for f in by[b] if f["check"].startswith("dledger.")]
+                     for b in by}
+    assert dledger_found["clean"] == []
+    assert dledger_found["crc"] == [("dledger.body_crc", "error", *_at(40), "40")]
+    assert sorted(dledger_found["term"]) == [("dledger.committed", "error", "dledger-n0/checkpoint", None,
+                                              _raw(101)["pos"], None), ("dledger.term", "error", *_at(101), "101")]
     [note] = [f for f in by["crc"] if f["check"] == "recovery.note"]
     assert D.CHECK_BODY_CRC in note["message"] and note["severity"] == "warning"
-    assert {f["check"] for f in by["crc"]} - {f["check"] for f in by["clean"]} == {"recovery.note"}
+    assert {f["check"] for f in by["crc"]} - {f["check"] for f in by["clean"]} == {"recovery.note", "dledger.body_crc"}
     cut = _raw(101)["pos"]
     lost = sorted(f["physical_offset"] for f in by["term"] if f["check"] == "recovery.message_lost")
     assert lost == [r["physicalOffset"] for r in records if r["physicalOffset"] >= cut]
@@ -339,3 +430,38 @@ def test_hostile_headers_and_metadata_give_positioned_problems(dledger_copy):
     assert (ledger.end_index, ledger.committed_index, ledger.data_end) == (4, -1, _raw(5)["pos"])
     p = predict_recovery(Store(dledger_copy))
     assert p.max_physical_offset == _raw(5)["pos"] and p.stop_kind == D.CHECK_SIZE
+
+
+def test_the_compiled_framer_walks_the_entries_as_frame_at_does(dledger_copy):
+    """dledger_items with udfs.kernels.CompiledFramer (the records framed in one compiled call) gives every item the
+    scalar walk gives, on the fixture and on a copy with a flipped body byte (BAD_CRC), a record shorter than its
+    entry says and a wrong pos field, salvage walk or not."""
+    from store_format.commitlog import FrameArrays
+    from udfs.kernels import CompiledFramer
+
+    def same(a: FrameArrays, b: FrameArrays) -> None:
+        assert (a.positions.tolist(), a.sizes.tolist(), a.kinds.tolist(), a.magics.tolist()) == \
+            (b.positions.tolist(), b.sizes.tolist(), b.kinds.tolist(), b.magics.tolist())
+        assert {k: repr(v) for k, v in a.others.items()} == {k: repr(v) for k, v in b.others.items()}
+
+    def walks(store) -> list:
+        out = []
+        for path in sorted((store / "dledger-n0" / "data").iterdir()):
+            buf = path.read_bytes()
+            for salvage in (True, False):
+                scalar = dledger_items(buf, path.name, int(path.name), salvage=salvage)
+                same(dledger_items(buf, path.name, int(path.name), salvage=salvage, framer=CompiledFramer), scalar)
+                out.append(scalar)
+        return out
+
+    clean = walks(STORE)
+    assert sum(len(w) for w in clean[::2]) == len(manifest()["readBack"]["records"]) + 2  # + the blank, the end
+    from store_format import layout as L
+
+    body = L.record_layout(False, False, 1).body_offset  # record 40: V1, IPv4 hosts
+    _patch(dledger_copy, _raw(40), 48 + body + 3, ">B", 0x55)  # a byte of its body
+    _patch(dledger_copy, _raw(90), 48, ">i", _raw(90)["size"] - 48 - 4)  # TOTALSIZE 4 short of the entry
+    _patch(dledger_copy, _raw(150), 24, ">q", _raw(150)["pos"] + 8)
+    damaged = walks(dledger_copy)
+    stops = [it.stop_kind for w in damaged[::2] for it in w.others.values() if getattr(it, "stop_kind", None)]
+    assert {"BAD_CRC", "PHYSICAL_OFFSET_MISMATCH"} <= set(stops) and len(stops) >= 4

@@ -12,7 +12,7 @@ import importlib
 from ..contract import Family, FamilyResult  # noqa: F401  (FamilyResult: what on_driver returns)
 from ..findings import CHECKS, ROLES, Check
 
-FAMILIES = ("integrity", "recovery", "consumequeue", "index", "lag", "transactions", "delays", "timers", "pop", "retries",
+FAMILIES = ("integrity", "recovery", "dledger", "consumequeue", "index", "lag", "transactions", "delays", "timers", "pop", "retries",
             "metadata")
 # lmq and batchcq check what consumequeue leaves to them (LMQ queues' membership, batch topics' records), so they
 # run whatever --checks says, where the files give them anything (Family.applies); lmq's stalled dispatch
