@@ -1,6 +1,7 @@
 """``rocketmq-consumequeue``: every consume-queue unit of every backend as a row (store_format.queues: the 20-byte
 units of ``consumequeue/``, ``backend`` = ``file``; 5.x batch topics' 46-byte units of ``batchconsumequeue/``,
-``backend`` = ``batch``), whole queues per task.
+``backend`` = ``batch``; compacted topics' sparse queues of ``compaction/compactionCq``, ``backend`` =
+``compaction``), whole queues per task.
 
 Units come from each queue's backend (the same classification as the broker's recovery test: ``offset >= 0 &&
 size > 0``, and for a batch unit ``msgBaseOffset >= 0 && batchSize > 0``).  Kinds: ``entry``; ``pre_blank``
@@ -56,7 +57,9 @@ SCHEMA = pa.schema([
            "such as BAD_FILE_NAME); null otherwise"),
     column("backend", pa.string(), "how the queue keeps its units: `file` (consumequeue/, 20-byte units), `rocksdb` "
            "(consumequeue/ a RocksDB database: 28-byte values), `batch` (batchconsumequeue/, a 5.x "
-           "queue.type=BatchCQ topic's 46-byte units)"),
+           "queue.type=BatchCQ topic's 46-byte units), `compaction` (compaction/compactionCq/, a 5.x "
+           "cleanup.policy=COMPACTION topic's sparse queue: 46-byte units whose physical_offset is in its "
+           "compaction log)"),
     column("batch_size", pa.int32(), "a batch unit's batchSize: the queue offsets (messages of its inner-batch "
            "record) it covers from msg_base_offset; null for other backends"),
     column("msg_base_offset", pa.int64(), "a batch unit's msgBaseOffset: its first message's queue offset; null for "
