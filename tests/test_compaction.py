@@ -83,6 +83,14 @@ def stores(spark, tmp_path_factory):
     data = bytearray(cq.read_bytes())
     data[0:8] = data[46:54]  # unit 0 points at unit 1's record
     cq.write_bytes(bytes(data))
+    (wrong / "compaction" / "compactionLog" / "Kv" / "0" / "compacting").mkdir()  # an interrupted compaction's
+    (wrong / "compaction" / "compactionLog" / "Kv" / "0" / "compacting" / f"{0:020d}").write_bytes(b"\0" * 920)
+    corrupt = base / "stores" / "corrupt-log"
+    shutil.copytree(clean, corrupt)
+    log = corrupt / "compaction" / "compactionLog" / "Kv" / "0" / f"{0:020d}"
+    data = bytearray(log.read_bytes())
+    data[178 + 88] ^= 0x01  # the first byte of the second record's body (a V1 record's body starts at 88): its CRC fails
+    log.write_bytes(bytes(data))
     out = base / "out"
     audit.run(spark, audit_args([base / "stores"], out))
     return clean, dropped, rows(out, "findings")
@@ -142,9 +150,38 @@ def test_a_dropped_newest_value_is_found_naming_the_key_and_its_record(spark, st
 
 
 @pytest.mark.spark
-def test_a_sparse_unit_pointing_at_another_record_is_found(spark, stores):
+def test_a_sparse_unit_pointing_at_another_record_and_a_generation_left_are_found(spark, stores):
     _, _, findings = stores
     new = [f for f in findings if f["broker"] == "wrong-unit" and f["severity"] in ("error", "warning")]
-    assert [(f["check"], f["queue_offset"], f["file_position"]) for f in new] == \
-        [("compaction.unit_points_wrong", 6, 0)]
-    assert "its record is at queue offset" in new[0]["message"]
+    assert {(f["check"], f["queue_offset"], f["file_position"], f["severity"]) for f in new} == \
+        {("compaction.unit_points_wrong", 6, 0, "error"), ("compaction.generation_left", None, None, "warning")}
+    [wrong] = [f for f in new if f["check"] == "compaction.unit_points_wrong"]
+    assert "its record is at queue offset 8" in wrong["message"]  # the generation folder is not read as the queue
+
+
+@pytest.mark.spark
+def test_a_corrupt_log_record_is_found_where_the_walk_stops(spark, stores):
+    """The units behind the damage are not reported again; the values behind it are missing for consumers."""
+    _, _, findings = stores
+    new = [f for f in findings if f["broker"] == "corrupt-log" and f["severity"] in ("error", "warning")]
+    [bad] = [f for f in new if f["check"] == "compaction.corrupt_record"]
+    assert (bad["file"], bad["file_position"], bad["details"]["problem"]) == (f"{0:020d}", 178, "BAD_CRC")
+    assert sorted((f["check"], f["queue_offset"]) for f in new if f is not bad) == \
+        [("compaction.newest_value_missing", 8), ("compaction.newest_value_missing", 11)]
+
+
+def test_the_consume_queue_source_gives_the_sparse_units(tmp_path):
+    """The rows of ``rocketmq-consumequeue`` (its tasks' reader, without Spark): backend ``compaction``, queue offset
+    = msgBaseOffset, batchSize 1."""
+    from datasources.consumequeue import file_batches
+
+    root = _write(tmp_path / "s")
+    got = [r for f in list_queue_files(root) if f.backend is COMPACTION
+           for b in file_batches("b", f) for r in b.to_pylist()]
+    want = _expected(root)
+    assert sorted((r["queue_id"], r["queue_offset"], r["msg_base_offset"], r["batch_size"], r["backend"])
+                  for r in got if r["kind"] == "entry") == \
+        [(m.queue_id, m.queue_offset, m.queue_offset, 1, "compaction") for q in sorted(want) for m in want[q]]
+    ends = [r for r in got if r["kind"] == "end_marker"]  # where each of the first two log files ended
+    assert {r["kind"] for r in got} == {"entry", "end_marker", "zero_tail"} and len(ends) == 2 and \
+        {r["file_position"] for r in ends} == {3 * 46} and ends[0]["reason"] is None

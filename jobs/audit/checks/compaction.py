@@ -13,7 +13,8 @@ record at its queue offset), ``compaction.unit_points_wrong`` (a sparse unit who
 or whose record is of another queue, queue offset or size), ``compaction.corrupt_record`` (the log's walk stops on
 damage: framing, PHYSICALOFFSET or body CRC, as the CommitLog's does) and ``compaction.file_problem`` (a sparse-queue
 file of a bad name or length, a log file without the sparse-queue file of its name or the other way round, a log
-folder without its queue folder, an unreadable position-checkpoint).
+folder without its queue folder, an unreadable position-checkpoint); the warning ``compaction.generation_left`` (a
+``compacting/`` or ``replicating/`` folder an interrupted compaction or slave sync left in a queue folder).
 
 Where: a scan task sends the kept records of the broker's compaction topics (their queue offset, KEYS, body CRC and
 whether the body is empty) to the driver, which reads each queue's log and sparse queue (store_format.compaction,
@@ -22,6 +23,8 @@ with a compaction store or a COMPACTION topic (``applies``).
 """
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,7 +32,7 @@ import pyarrow.fs as pafs
 
 from store_format import layout as L
 from store_format.commitlog import END_OF_DATA
-from store_format.compaction import log_files, read_position_checkpoint, walk_log
+from store_format.compaction import generations, log_files, read_position_checkpoint, walk_log
 from store_format.queues import COMPACTION
 from store_format.rolled import queue_id_of
 
@@ -71,6 +74,13 @@ check("compaction.file_problem", Severity.ERROR, "compaction store file {file} o
       action="The broker's load of the compaction store fails on a log and sparse queue that do not pair up, and "
              "it will not start: restore the missing file or move the queue's folders away (the broker rebuilds "
              "them).")
+
+check("compaction.generation_left", Severity.WARNING,
+      "{part} {topic}/{queue_text} holds a {generation}/ folder: a compaction (compacting) or a slave's sync from its "
+      "master (replicating) was interrupted; the broker does not read it as the queue",
+      group="queue", consequence=Consequence.COSMETIC,
+      action="Move the folder away before the broker's next compaction, which writes its new generation into the "
+             "same folder.")
 
 RECORDS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
                      ("queue_offset", pa.int64()), ("physical_offset", pa.int64()), ("store_size", pa.int32()),
@@ -125,7 +135,7 @@ def _broker(name: str, store, records: pa.Table) -> list:
     for r in records.to_pylist():
         by_queue.setdefault((r["topic"], r["queue_id"]), []).append(r)
     found = {c: [] for c in ("newest_value_missing", "superseded_value_kept", "record_differs", "unit_points_wrong",
-                             "corrupt_record", "file_problem")}
+                             "corrupt_record", "file_problem", "generation_left")}
     base = dict(broker=name)
     if cp.error is not None:
         found["file_problem"].append(dict(base, file=L.COMPACTION_CHECKPOINT_FILE, topic=None, values={
@@ -133,6 +143,10 @@ def _broker(name: str, store, records: pa.Table) -> list:
             details={"problem": cp.error.kind.value}))
     queues = [q for q in store.queue_models if q.backend is COMPACTION]
     found["file_problem"] += _file_problems(name, store, queues)
+    for part, topic, queue, generation in generations(store.loc):
+        found["generation_left"].append(dict(base, topic=topic, queue_id=queue_id_of(queue),
+                                             file=f"{part}/{topic}/{queue}/{generation}", values={
+                                                 "part": part, "queue_text": queue, "generation": generation}))
     for q in queues:
         topic, qid = q.key
         at, stops = _log(store.loc, topic, qid)
@@ -142,10 +156,14 @@ def _broker(name: str, store, records: pa.Table) -> list:
                                                 values={"reason": fr.stop_message or fr.stop_kind},
                                                 details={"problem": fr.stop_kind, "field": fr.stop_field}))
         u = q.units()
+        damaged = {fr.physical_offset - fr.file_position: fr.physical_offset for fr in stops}
+        bases = sorted(f.base_offset for f in log_files(store.loc, topic, qid) if f.base_offset is not None)
         for i in np.flatnonzero(u.valid):
             phys, qo, size = int(u.physical_offset[i]), int(u.queue_offset[i]), int(u.size[i])
             fr = at.get(phys)
             msg = fr.message if fr is not None else None
+            if msg is None and _behind(bases, damaged, phys):
+                continue  # a unit of a record behind the log's damage: the corrupt_record finding is its cause
             reason = "no log record starts there" if msg is None else \
                 f"its record is of {msg.topic}/{msg.queue_id}" if (msg.topic, msg.queue_id) != (topic, qid) else \
                 f"its record is at queue offset {msg.queue_offset}" if msg.queue_offset != qo else \
@@ -158,6 +176,13 @@ def _broker(name: str, store, records: pa.Table) -> list:
         log = sorted((fr.message for fr in at.values()), key=lambda m: m.queue_offset)
         _against_commitlog(base, topic, qid, cp.offset(topic, qid), log, by_queue.get((topic, qid), []), found)
     return [finding_rows(f"compaction.{c}", rows) for c, rows in found.items()]
+
+
+def _behind(bases: list, damaged: dict, phys: int) -> bool:
+    """``phys`` lies from the damage stop of its log file on (``bases``: the log files' base offsets, in order;
+    ``damaged``: {file base offset: the stop's log offset})."""
+    i = bisect.bisect_right(bases, phys) - 1
+    return i >= 0 and bases[i] in damaged and damaged[bases[i]] <= phys
 
 
 def _against_commitlog(base: dict, topic: str, qid: int, checkpoint: int, log: list, records: list,
