@@ -182,6 +182,8 @@ def test_the_consume_queue_source_gives_the_sparse_units(tmp_path):
     assert sorted((r["queue_id"], r["queue_offset"], r["msg_base_offset"], r["batch_size"], r["backend"])
                   for r in got if r["kind"] == "entry") == \
         [(m.queue_id, m.queue_offset, m.queue_offset, 1, "compaction") for q in sorted(want) for m in want[q]]
+    one = root / "compaction" / "compactionCq" / "Kv" / "1" / f"{0:020d}"  # a path naming one file: its backend's
+    assert [(f.backend, f.topic, f.queue_id) for f in list_queue_files(one)] == [(COMPACTION, "Kv", 1)]
     ends = [r for r in got if r["kind"] == "end_marker"]  # where each of the first two log files ended
     assert {r["kind"] for r in got} == {"entry", "end_marker", "zero_tail"} and len(ends) == 2 and \
         {r["file_position"] for r in ends} == {3 * 46} and ends[0]["reason"] is None

@@ -24,6 +24,7 @@ with a compaction store or a COMPACTION topic (``applies``).
 from __future__ import annotations
 
 import bisect
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -118,12 +119,25 @@ def on_driver(ctx) -> FamilyResult:
     return res
 
 
+class _Held(NamedTuple):
+    """What the checks need of one log record (its body is not kept: a log may be large)."""
+
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    keys: str | None
+    body_crc: int
+
+
 def _log(root, topic: str, qid: int) -> tuple[dict, list]:
-    """A queue's log records {log offset: message} and the walk's damage stops."""
+    """A queue's log records {log offset: _Held} and the walk's damage stops."""
     at, stops = {}, []
     for fr in walk_log(log_files(root, topic, qid)):
         if fr.kind == "message":
-            at[fr.physical_offset] = fr
+            m = fr.message
+            at[fr.physical_offset] = _Held(fr.size, m.topic, m.queue_id, m.queue_offset,
+                                           m.properties.get(L.PROPERTY_KEYS), m.body_crc)
         elif fr.kind == "stop" and fr.stop_kind != END_OF_DATA:
             stops.append(fr)
     return at, stops
@@ -160,20 +174,19 @@ def _broker(name: str, store, records: pa.Table) -> list:
         bases = sorted(f.base_offset for f in log_files(store.loc, topic, qid) if f.base_offset is not None)
         for i in np.flatnonzero(u.valid):
             phys, qo, size = int(u.physical_offset[i]), int(u.queue_offset[i]), int(u.size[i])
-            fr = at.get(phys)
-            msg = fr.message if fr is not None else None
+            msg = at.get(phys)
             if msg is None and _behind(bases, damaged, phys):
                 continue  # a unit of a record behind the log's damage: the corrupt_record finding is its cause
             reason = "no log record starts there" if msg is None else \
                 f"its record is of {msg.topic}/{msg.queue_id}" if (msg.topic, msg.queue_id) != (topic, qid) else \
                 f"its record is at queue offset {msg.queue_offset}" if msg.queue_offset != qo else \
-                f"its record is {fr.size} bytes, the unit says {size}" if fr.size != size else None
+                f"its record is {msg.size} bytes, the unit says {size}" if msg.size != size else None
             if reason:
                 found["unit_points_wrong"].append(dict(base, topic=topic, queue_id=qid, queue_offset=qo,
                                                        physical_offset=phys, file=str(u.file[i]),
                                                        file_position=int(u.file_position[i]),
                                                        values={"reason": reason}))
-        log = sorted((fr.message for fr in at.values()), key=lambda m: m.queue_offset)
+        log = sorted(at.values(), key=lambda m: m.queue_offset)
         _against_commitlog(base, topic, qid, cp.offset(topic, qid), log, by_queue.get((topic, qid), []), found)
     return [finding_rows(f"compaction.{c}", rows) for c, rows in found.items()]
 
@@ -194,8 +207,8 @@ def _against_commitlog(base: dict, topic: str, qid: int, checkpoint: int, log: l
         r = by_offset.get(m.queue_offset)
         if r is None:
             continue  # the CommitLog no longer holds it (its files were deleted): nothing to compare with
-        for field, mine, theirs in (("KEYS", m.properties.get(L.PROPERTY_KEYS), r["keys"]),
-                                    ("size", m.store_size, r["store_size"]), ("body CRC", m.body_crc, r["body_crc"])):
+        for field, mine, theirs in (("KEYS", m.keys, r["keys"]), ("size", m.size, r["store_size"]),
+                                    ("body CRC", m.body_crc, r["body_crc"])):
             if mine != theirs:
                 found["record_differs"].append(dict(base, topic=topic, queue_id=qid, queue_offset=m.queue_offset,
                                                     physical_offset=r["physical_offset"], values={
@@ -210,9 +223,8 @@ def _against_commitlog(base: dict, topic: str, qid: int, checkpoint: int, log: l
             newest[r["keys"]] = r
     held: dict[str, list] = {}
     for m in log:
-        k = m.properties.get(L.PROPERTY_KEYS)
-        if k and m.queue_offset <= checkpoint:
-            held.setdefault(k, []).append(m.queue_offset)
+        if m.keys and m.queue_offset <= checkpoint:
+            held.setdefault(m.keys, []).append(m.queue_offset)
     for key, r in newest.items():
         mine = held.get(key, [])
         if r["has_body"] and r["queue_offset"] not in mine:
