@@ -1,6 +1,7 @@
 """``rocketmq-consumequeue``: every consume-queue unit of every backend as a row (store_format.queues: the 20-byte
 units of ``consumequeue/``, ``backend`` = ``file``; 5.x batch topics' 46-byte units of ``batchconsumequeue/``,
-``backend`` = ``batch``), whole queues per task.
+``backend`` = ``batch``; compacted topics' sparse queues of ``compaction/compactionCq``, ``backend`` =
+``compaction``), whole queues per task.
 
 Units come from each queue's backend (the same classification as the broker's recovery test: ``offset >= 0 &&
 size > 0``, and for a batch unit ``msgBaseOffset >= 0 && batchSize > 0``).  Kinds: ``entry``; ``pre_blank``
@@ -47,8 +48,8 @@ SCHEMA = pa.schema([
     column("kind", pa.string(), "`entry`; `pre_blank` (a fillPreBlank unit); `corrupt` (a unit that fails the "
            "broker's recovery test offset >= 0 && size > 0 (a batch unit's also msgBaseOffset >= 0 && batchSize > 0; "
            "its reason names a compaction end marker `end_marker`), a zero unit with data after it, a partial "
-           "trailing unit, or a file or folder name the broker cannot parse); `zero_tail` (the unwritten zero-filled rest of a "
-           "file, one row)"),
+           "trailing unit, or a file or folder name the broker cannot parse); `end_marker` (a compaction sparse queue's "
+           "end marker: its log file ended there); `zero_tail` (the unwritten zero-filled rest of a file, one row)"),
     column("length", pa.int64(), "bytes the row covers: the unit's size (20; 28 for a RocksDB unit, 46 for a "
            "batch one) for a unit, "
            "the run's length for `zero_tail` and a partial trailing unit"),
@@ -56,7 +57,9 @@ SCHEMA = pa.schema([
            "such as BAD_FILE_NAME); null otherwise"),
     column("backend", pa.string(), "how the queue keeps its units: `file` (consumequeue/, 20-byte units), `rocksdb` "
            "(consumequeue/ a RocksDB database: 28-byte values), `batch` (batchconsumequeue/, a 5.x "
-           "queue.type=BatchCQ topic's 46-byte units)"),
+           "queue.type=BatchCQ topic's 46-byte units), `compaction` (compaction/compactionCq/, a 5.x "
+           "cleanup.policy=COMPACTION topic's sparse queue: 46-byte units whose physical_offset is in its "
+           "compaction log)"),
     column("batch_size", pa.int32(), "a batch unit's batchSize: the queue offsets (messages of its inner-batch "
            "record) it covers from msg_base_offset; null for other backends"),
     column("msg_base_offset", pa.int64(), "a batch unit's msgBaseOffset: its first message's queue offset; null for "
@@ -64,6 +67,9 @@ SCHEMA = pa.schema([
 ])
 #: row kind by a backend's unit kind: the units recovery accepts are entries; ``pre_blank`` (fillPreBlank's) is its own
 _ROW_KIND = {"entry": "entry", "pre_blank": "pre_blank"}
+#: a sparse queue's end marker is where its compaction log's file ends (SparseConsumeQueue.putEndPositionInfo), not
+#: damage as it would be in a batch queue
+_ROW_KIND_OF = {"compaction": {**_ROW_KIND, "end_marker": "end_marker"}}
 
 
 @dataclass
@@ -114,8 +120,9 @@ def file_batches(broker: str, p: QueueFile) -> list[pa.RecordBatch]:
     if not n:
         return [rows_batch(tail)] if tail else []
     codes = pa.array(u.kind, pa.int8())
-    row_kind = pa.array([_ROW_KIND.get(k, "corrupt") for k in u.kinds], pa.string()).take(codes)
-    reasons = pa.array([None if k in _ROW_KIND else f"{k} unit: recovery stops here" for k in u.kinds],
+    kinds = _ROW_KIND_OF.get(p.backend.name, _ROW_KIND)
+    row_kind = pa.array([kinds.get(k, "corrupt") for k in u.kinds], pa.string()).take(codes)
+    reasons = pa.array([None if k in kinds else f"{k} unit: recovery stops here" for k in u.kinds],
                        pa.string()).take(codes)
     ext = u.ext_offset if u.ext_offset is not None else np.full(n, -1, np.int64)
     found = u.ext_found if u.ext_found is not None else np.zeros(n, bool)

@@ -157,6 +157,16 @@ TIMER_WHEEL_FILE = "timerwheel"  # 5.x, at the root
 TIMER_CHECK_FILE = "timercheck"  # 5.x, under config/ (binary, one page)
 TIMER_METRICS_FILE = "timermetrics"  # 5.x, under config/ (JSON, with .bak)
 BATCH_CQ_DIR = "batchconsumequeue"  # 5.x, a queue.type=BatchCQ topic's queues: <topic>/<queue>/<20-digit byte offset>
+# 5.x, cleanup.policy=COMPACTION topics (docs/store-format-compaction.md): compaction/compactionLog/<topic>/<queue>/ the
+# log (CommitLog records), compaction/compactionCq/<topic>/<queue>/ its SparseConsumeQueue (46-byte units, each file
+# named after the log file it indexes), compaction/position-checkpoint the queue offsets compacted up to
+COMPACTION_DIR = "compaction"
+COMPACTION_LOG_DIR = COMPACTION_DIR + "/compactionLog"
+COMPACTION_CQ_DIR = COMPACTION_DIR + "/compactionCq"
+COMPACTION_CHECKPOINT_FILE = "position-checkpoint"
+COMPACTION_GENERATIONS = ("compacting", "replicating")  # temporary sub folders of a queue folder, never the queue
+DEFAULT_COMPACTION_CQ_FILE_SIZE = 10 * 1024 * 1024 // 46 * 46  # compactionCqMappedFileSize, whole units
+DEFAULT_COMPACTION_FILE_SIZE = 100 * 1024 * 1024  # compactionMappedFileSize (the log's is derived from both)
 STORE_PARTS = (StorePart("commitlog", 0, True, rolled=True), StorePart("consumequeue", 2, True),
                StorePart("index", 0, True), StorePart("config", 0, False), StorePart("consumequeue_ext", 2, False),
                StorePart(TIMER_LOG_DIR, 0, False, rolled=True), StorePart(BATCH_CQ_DIR, 2, False, rolled=True))
@@ -595,6 +605,8 @@ TIMER_CHECKPOINT_MIN_MEMBERS = 4  # the four longs every version writes
 # BatchConsumeQueue (queue.type=BatchCQ) and its unit
 TOPIC_ATTRIBUTE_QUEUE_TYPE = "queue.type"
 QUEUE_TYPE_SIMPLE, QUEUE_TYPE_BATCH = "SimpleCQ", "BatchCQ"
+TOPIC_ATTRIBUTE_CLEANUP_POLICY = "cleanup.policy"  # TopicAttributes.CLEANUP_POLICY_ATTRIBUTE
+CLEANUP_POLICY_DELETE, CLEANUP_POLICY_COMPACTION = "DELETE", "COMPACTION"
 DEFAULT_MAPPED_FILE_SIZE_BATCH_CQ = 300000 * 46  # mapperFileSizeBatchConsumeQueue
 BATCH_CQ_INVALID_POS = -1  # INVALID_POS: the compacted offset every unit gets
 BATCH_CQ_UNIT = FixedLayout("BatchConsumeQueue unit", "BatchConsumeQueue.putBatchMessagePositionInfo", (

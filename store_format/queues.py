@@ -13,11 +13,16 @@ and decoder, and its recovery model.  Today's backends (store-format-5x.md secti
   ``CURRENT`` and tables, store_format.rocksdbcq), one key per 28-byte unit.  Each queue is listed as one virtual
   file ``consumequeue/<topic>/<queueId>/<20-digit byte offset of its first key's unit>`` covering its first to its
   last key: unit i of it is queue offset first + i, and a queue offset with no key is a ``missing`` unit, so windows
-  by unit index work as for a file queue.
+  by unit index work as for a file queue;
+- ``compaction``: ``compaction/compactionCq/<topic>/<queueId>/<20-digit>`` (5.x, ``cleanup.policy=COMPACTION``;
+  store_format.compaction), the SparseConsumeQueue over a compaction log: batch units (batchSize 1) whose
+  phyOffset is an offset in ``compaction/compactionLog/<topic>/<queueId>/``, not the CommitLog, and whose
+  msgBaseOffset is the original queue offset (sparse: gaps where values were compacted away); each file is named
+  after the log file it indexes.  Its queues' kind is ``compaction``.
 
-The queue's kind (:attr:`Queue.kind`: ``plain``, ``lmq``, ``batch``) follows from its backend and its name; an ext
+The queue's kind (:attr:`Queue.kind`: ``plain``, ``lmq``, ``batch``, ``compaction``) follows from its backend and its name; an ext
 queue is a ``file`` queue whose units hold ConsumeQueueExt addresses (:attr:`Queue.has_ext`).  A further backend
-(RocksDB, compaction) plugs in as one more :class:`Backend` with the same functions.
+plugs in as one more :class:`Backend` with the same functions.
 
 Every file is opened read-only (store_format.rolled).
 """
@@ -416,11 +421,29 @@ class DatabaseState:
 ROCKSDB = Backend("rocksdb", "consumequeue", ROCKSDB_UNIT_SIZE, "5.x", "storeType", L.QUEUE_TYPE_SIMPLE,
                   _rocksdb_file_of, _rocksdb_units, _rocksdb_window, None, _rocksdb_queue_files,
                   _rocksdb_dispatch_end, _rocksdb_bounds, _rocksdb_state, _rocksdb_truncate_dirty)
-BACKENDS = (FILE, BATCH, ROCKSDB)
+
+
+# -- compaction: a cleanup.policy=COMPACTION topic's SparseConsumeQueue over its compaction log (store_format.compaction)
+
+
+def _sparse_queue_files(backend: "Backend", part) -> list[QueueFile]:
+    """The rolled ``<topic>/<queue>/`` files of ``compaction/compactionCq/``, each file named after the log file it
+    indexes (so the folder's file size is its files' length, not their names' spacing); the ``compacting/`` and
+    ``replicating/`` generations are folders, not files of the queue."""
+    from .compaction import sparse_file_size
+
+    return [QueueFile(topic, qid, backend, f)
+            for topic, qid, f in rolled.list_queue_folders(part, backend.folder, sparse_file_size)]
+
+
+COMPACTION = Backend("compaction", L.COMPACTION_CQ_DIR, L.BATCH_CQ_UNIT.width, "5.x", "compactionCqMappedFileSize",
+                     None, _batch_file_of, _batch_units, _batch_window, None, _sparse_queue_files)
+BACKENDS = (FILE, BATCH, ROCKSDB, COMPACTION)
 BY_NAME = {b.name: b for b in BACKENDS}
-BY_FOLDER: dict[str, tuple[Backend, ...]] = {}
+BY_FOLDER: dict[str, tuple[Backend, ...]] = {}  # by the part folder's own name (compactionCq: compaction/compactionCq)
 for _b in BACKENDS:
-    BY_FOLDER[_b.folder] = BY_FOLDER.get(_b.folder, ()) + (_b,)
+    _leaf = _b.folder.rsplit("/", 1)[-1]
+    BY_FOLDER[_leaf] = BY_FOLDER.get(_leaf, ()) + (_b,)
 
 
 def queue_stores(store_root, listing: list[QueueFile]) -> list[tuple[Backend, "fs.Location"]]:
@@ -544,9 +567,11 @@ class Queue:
 
     @property
     def kind(self) -> str:
-        """``batch`` (a BatchCQ topic's queue), ``lmq`` (an %LMQ% queue: multi-dispatch), else ``plain``."""
+        """``batch`` (a BatchCQ topic's queue), ``compaction`` (a compacted topic's sparse queue), ``lmq`` (an %LMQ% queue: multi-dispatch), else ``plain``."""
         if self.backend is BATCH:
             return "batch"
+        if self.backend is COMPACTION:
+            return "compaction"
         return "lmq" if self.topic.startswith(L.LMQ_PREFIX) else "plain"
 
     @cached_property
@@ -619,7 +644,7 @@ class Queue:
         return self.backend.recover(self.reader_files) if self.backend.recover else None
 
 
-__all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "BACKENDS", "BY_NAME", "BY_FOLDER",
-           "backends_of", "list_queue_files", "group_queues", "queue_files_by_key", "dispatch_end", "queue_stores",
-           "DatabaseState", "preferred",
+__all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "COMPACTION", "BACKENDS", "BY_NAME",
+           "BY_FOLDER", "backends_of", "list_queue_files", "group_queues", "queue_files_by_key", "dispatch_end",
+           "queue_stores", "DatabaseState", "preferred",
            "shared_queues", "unit_columns", "disagreements"]

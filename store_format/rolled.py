@@ -62,6 +62,10 @@ _WORDS = {
     "consumequeue": ("consume-queue file", "the queue's file size", "mappedFileSizeConsumeQueue", "units against"),
     L.BATCH_CQ_DIR: ("batch consume-queue file", "the queue's file size", "mapperFileSizeBatchConsumeQueue",
                      "units against"),
+    L.COMPACTION_CQ_DIR: ("sparse consume-queue file", "the queue's file size", "compactionCqMappedFileSize",
+                          "units against"),
+    L.COMPACTION_LOG_DIR: ("compaction-log file", "the log's file size", "compactionMappedFileSize",
+                           "records against"),
 }
 _ANY_PART = ("file", "the folder's file size", "its mapped file size", "entries against")
 
@@ -132,21 +136,24 @@ def queue_id_of(name: str) -> int | None:
     return int(name) if _QUEUE_DIR.fullmatch(name) and -2**31 <= int(name) < 2**31 else None
 
 
-def list_queue_folders(part, part_name: str) -> list[tuple[str, int | None, RolledFile]]:
+def list_queue_folders(part, part_name: str, size_of=None) -> list[tuple[str, int | None, RolledFile]]:
     """(topic, queue id, file) of every regular file of every ``<topic>/<queue>/`` folder under a queue part folder
     (``consumequeue/``, ``batchconsumequeue/``: each queue folder a MappedFileQueue), or of the one file ``part``
     names, in listing order, each with its problems (:func:`folder_files`, words of ``part_name``); the queue id is
-    None where the folder's name is not an int.  The one walk of that shape: store_format.queues wraps it."""
+    None where the folder's name is not an int; ``size_of`` (the folder's entries -> its file size) where the names do
+    not tell it (a sparse queue's files are named after its log's).  The one walk of that shape: store_format.queues
+    wraps it."""
     loc = location(part)
     if loc.is_file():
         queue = loc.parent()
         return [(queue.parent().name, queue_id_of(queue.name), f)
-                for f in folder_files(queue, [loc.info()], None, part_name)]
+                for f in folder_files(queue, [loc.info()], size_of and size_of([loc.info()]), part_name)]
     out = []
     for topic in _subfolders(loc):
         for queue in _subfolders(topic):
             qid = queue_id_of(queue.name)
-            out += [(topic.name, qid, f) for f in folder_files(queue, queue.list(), None, part_name)]
+            infos = queue.list()
+            out += [(topic.name, qid, f) for f in folder_files(queue, infos, size_of and size_of(infos), part_name)]
     return out
 
 

@@ -213,6 +213,10 @@ class Store:
         """The topics whose records go to batch consume queues instead of consume queues: those with a queue folder
         under ``batchconsumequeue/``, and those topics.json gives ``queue.type=BatchCQ``."""
         found = {f.topic for f in self.batch_queue_files if f.queue_id is not None}
+        return frozenset(found | self._topics_with(L.TOPIC_ATTRIBUTE_QUEUE_TYPE, L.QUEUE_TYPE_BATCH))
+
+    def _topics_with(self, attribute: str, value: str) -> set:
+        """The topics topics.json gives ``attribute`` = ``value`` (5.x TopicConfig.attributes)."""
         from .config import topic_configs
 
         cfg = self.config("topics.json")
@@ -220,19 +224,37 @@ class Store:
             table = topic_configs(cfg) if isinstance(cfg.data, dict) else {}
         except StoreFormatError:  # a topicConfigTable that is not a map: the metadata family reports it
             table = {}
+        found = set()
         for name, c in table.items():
             attributes = c.get("attributes") if isinstance(c, dict) else None
-            if isinstance(attributes, dict) and attributes.get(L.TOPIC_ATTRIBUTE_QUEUE_TYPE) == L.QUEUE_TYPE_BATCH:
+            if isinstance(attributes, dict) and attributes.get(attribute) == value:
                 found.add(str(name))
-        return frozenset(found)
+        return found
+
+    @cached_property
+    def compaction_topics(self) -> frozenset:
+        """The topics with a compaction store (store_format.compaction): a sparse queue folder under
+        ``compaction/compactionCq/``, a log folder under ``compaction/compactionLog/``, or topics.json's
+        ``cleanup.policy=COMPACTION``."""
+        import pyarrow.fs as pafs
+
+        from .queues import COMPACTION
+
+        found = {f.topic for f in self.listing_of(COMPACTION) if f.queue_id is not None}
+        logs = self.loc.child(L.COMPACTION_DIR).child("compactionLog")
+        if self._readable_folder(L.COMPACTION_LOG_DIR):
+            found |= {i.base_name for i in logs.list() if i.type == pafs.FileType.Directory}
+        return frozenset(found | self._topics_with(L.TOPIC_ATTRIBUTE_CLEANUP_POLICY, L.CLEANUP_POLICY_COMPACTION))
 
     @cached_property
     def topics_by_kind(self) -> dict[str, frozenset]:
         """{queue kind: its topics} of the kinds besides ``plain`` the broker has (store_format.queues.Queue.kind):
-        ``batch`` (:attr:`batch_topics`: their folders, and topics.json's queue.type=BatchCQ) and ``lmq`` (the
+        ``batch`` (:attr:`batch_topics`: their folders, and topics.json's queue.type=BatchCQ), ``compaction``
+        (:attr:`compaction_topics`) and ``lmq`` (the
         %LMQ% consume queues' topics); what the audit's families ask of a broker, so the engine names no kind."""
         lmq = frozenset(q.topic for q in self.queue_models if q.kind == "lmq")
-        return {kind: topics for kind, topics in (("batch", self.batch_topics), ("lmq", lmq)) if topics}
+        return {kind: topics for kind, topics in (("batch", self.batch_topics), ("lmq", lmq),
+                                                  ("compaction", self.compaction_topics)) if topics}
 
     @cached_property
     def multi_dispatch(self) -> bool:

@@ -12,6 +12,7 @@ RocketMQ reads for it:
   timer           :mod:`.timer`         timerWheelEnable
   delay offsets   :mod:`.writer`        always (ScheduleMessageService's delayOffset.json)
   index           :mod:`.indexfile`     messageIndexEnable
+  compaction      :mod:`.compaction`    a topic whose cleanup.policy attribute is COMPACTION (enableCompaction)
 
 A dispatcher may take part in the put path too, as the queue it owns does in RocketMQ (``assignQueueOffset``
 before the record is encoded, ``increaseQueueOffset`` after it is written).  The hooks, each a no-op here:

@@ -105,6 +105,9 @@ class WriterConfig:
     enableLmq: bool = False
     enableMultiDispatch: bool = False
     mapperFileSizeBatchConsumeQueue: int = L.DEFAULT_MAPPED_FILE_SIZE_BATCH_CQ
+    enableCompaction: bool = True  # the compaction store of cleanup.policy=COMPACTION topics (store_format.write.compaction)
+    compactionMappedFileSize: int = L.DEFAULT_COMPACTION_FILE_SIZE
+    compactionCqMappedFileSize: int = L.DEFAULT_COMPACTION_CQ_FILE_SIZE
 
     @property
     def is_5x(self) -> bool:
@@ -127,6 +130,10 @@ class WriterConfig:
         if self.mappedFileSizeTimerLog < L.TIMER_LOG_UNIT.width + L.TIMER_LOG_MIN_BLANK_LEN:
             raise WriterError(ErrorKind.BAD_CONFIG, f"mappedFileSizeTimerLog {self.mappedFileSizeTimerLog} cannot hold "
                               "a timer-log unit and its blank", field="mappedFileSizeTimerLog")
+        if self.compactionCqMappedFileSize < 2 * L.BATCH_CQ_UNIT.width or self.compactionMappedFileSize <= 0:
+            raise WriterError(ErrorKind.BAD_CONFIG, f"compactionCqMappedFileSize {self.compactionCqMappedFileSize} "
+                              f"cannot hold a unit and its end marker, or compactionMappedFileSize "
+                              f"{self.compactionMappedFileSize} is not positive", field="compactionCqMappedFileSize")
         if self.mapperFileSizeBatchConsumeQueue < L.BATCH_CQ_UNIT.width or \
                 self.mapperFileSizeBatchConsumeQueue % L.BATCH_CQ_UNIT.width:
             raise WriterError(ErrorKind.BAD_CONFIG, f"mapperFileSizeBatchConsumeQueue {self.mapperFileSizeBatchConsumeQueue}"
@@ -464,6 +471,7 @@ class StoreWriter:
         self.batch_queues = None  # BatchQueues, once a topic has queue.type=BatchCQ
         self.lmq = None  # LmqDispatch with enableLmq / enableMultiDispatch
         self.timer_enqueue = None  # TimerEnqueue with timerWheelEnable
+        self.compaction = None  # CompactionStore, once a topic has cleanup.policy=COMPACTION (and enableCompaction)
         self.dispatchers: list[Dispatcher] = []
         self.stall = None  # lmq.LmqStall: a dispatch threw, the reput stopped there
         self.undispatched = 0  # records written after the stall
@@ -534,11 +542,19 @@ class StoreWriter:
     # ---- the dispatchers -----------------------------------------------------------------------
     def _turn_on_batch_queues(self) -> None:
         """The batch queues, from the first topic registered with ``queue.type=BatchCQ`` (a reopened store's
-        ``batchconsumequeue/`` is reopened with them)."""
+        ``batchconsumequeue/`` is reopened with them); the compaction store, from the first with
+        ``cleanup.policy=COMPACTION``."""
         if self.batch_queues is None and self._batch_topics():
             from .batchcq import BatchQueues
 
             self.batch_queues = BatchQueues(self)
+            self._attributed_topics = True
+        if self.compaction is None and self.config.enableCompaction and any(
+                (t.attributes or {}).get(L.TOPIC_ATTRIBUTE_CLEANUP_POLICY) == L.CLEANUP_POLICY_COMPACTION
+                for _, t in self.topics.items()):
+            from .compaction import CompactionStore  # the last dispatcher (DefaultMessageStore's addLast)
+
+            self.compaction = CompactionStore(self)
             self._attributed_topics = True
         self._list_dispatchers()
 
@@ -546,7 +562,8 @@ class StoreWriter:
         """``dispatcherList`` in RocketMQ's order: the record's own queue (plain or batch), the LMQ units after a
         plain unit, the timer's enqueue of its queue, delay offsets, the index."""
         self.dispatchers = [d for d in (self.consume_queues, self.batch_queues, self.lmq, self.timer_enqueue,
-                                        _DelayOffsets(self), self.index if self.config.messageIndexEnable else None)
+                                        _DelayOffsets(self), self.index if self.config.messageIndexEnable else None,
+                                        self.compaction)
                             if d is not None]
         self._preparers = [d for d in self.dispatchers if overrides(d, "prepare")]
         self._after_append = [d for d in self.dispatchers if overrides(d, "appended")]

@@ -16,8 +16,12 @@ is deleted first, as text, as the broker deletes it).
 ``topicConfigTable``: each topic's queues, perm and 5.x ``attributes``; its ``dataVersion``), as the broker
 loads it at start.  A topic with ``"attributes": {"queue.type": "BatchCQ"}`` is a 5.x BatchCQ topic: its records
 get the batch counter's queue offsets (INNER_BASE on inner batches) and 46-byte units in batchconsumequeue/
-instead of a consume queue.  ``--append`` keeps the existing store's own config/topics.json, attributes included
-(its batch queues continue after their last unit), and takes no ``--topics``.
+instead of a consume queue.  One with ``"attributes": {"cleanup.policy": "COMPACTION"}`` gets a compaction store
+(with ``enableCompaction``, RocketMQ's default): at close each of its queues is compacted up to its last record with
+KEYS, into compaction/compactionLog/ and compaction/compactionCq/ (``compactionMappedFileSize``,
+``compactionCqMappedFileSize``), and compaction/position-checkpoint says so.  ``--append`` keeps the existing
+store's own config/topics.json, attributes included (its batch queues continue after their last unit; a store with
+COMPACTION topics is refused), and takes no ``--topics``.
 
 Both refuse a non-empty OUT_DIR (``write --append`` adds to the store there, re-dispatching whatever its
 consume queues and index lack).  ``--crash`` leaves the store as a killed broker would (``abort`` file,
@@ -66,7 +70,8 @@ are RocketMQ's byte for byte (tests/test_writer_round_trip.py runs it on every 4
 differs: the names of index files and the checkpoint's physicMsgTimestamp (the broker's clock); the timer
 checkpoint's read time and the timer metrics (its threads' clock, and the fires they ran); committed consumer
 offsets (not records) and the groups' data version; and what the writer does not write: 5.x's ``abort.bak`` and
-``compaction/``, a DLedger log, a RocksDB consume queue.
+``compaction/`` (but for COMPACTION topics' stores: no fixture has one to compare with), a DLedger log, a RocksDB
+consume queue.
 
 Where the broker rolled early -- an end-of-file blank although the next record and the 8-byte minimum blank would
 have fitted: the put that followed was a batch -- ``dump --what commitlog`` gives the records after the blank

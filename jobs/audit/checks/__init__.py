@@ -14,10 +14,11 @@ from ..findings import CHECKS, ROLES, Check
 
 FAMILIES = ("integrity", "recovery", "dledger", "consumequeue", "index", "lag", "transactions", "delays", "timers", "pop", "retries",
             "metadata")
-# lmq and batchcq check what consumequeue leaves to them (LMQ queues' membership, batch topics' records), so they
+# lmq, batchcq and compaction check what consumequeue leaves to them (LMQ queues' membership, batch topics' records,
+# compacted topics' logs), so they
 # run whatever --checks says, where the files give them anything (Family.applies); lmq's stalled dispatch
 # completes the recovery prediction
-ALWAYS = ("prediction", "lmq", "batchcq", "rates")
+ALWAYS = ("prediction", "lmq", "batchcq", "compaction", "rates")
 
 
 def load(family: str) -> Family:
