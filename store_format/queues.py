@@ -518,10 +518,12 @@ class Dispatch:
 
     @classmethod
     def of(cls, store) -> "Dispatch":
-        """A broker's dispatch as its store shows it (store_format.store.Store: the topics of its batch queue
-        folders and topics.json's queue.type=BatchCQ, its %LMQ% queues; whether it is a 5.x store or shows LMQ)."""
+        """A broker's dispatch as its store shows it (store_format.store.Store.topics_by_kind: the topics of each
+        backend a queue.type selects, by the backend's name: a batch queue folder's and topics.json's
+        queue.type=BatchCQ; its %LMQ% queues; whether it is a 5.x store or shows LMQ)."""
         kinds = store.topics_by_kind
-        return cls(tuple((b.folder, kinds[kind]) for b, kind in ((BATCH, "batch"),) if kind in kinds),
+        return cls(tuple((b.folder, kinds[b.name]) for b in BACKENDS
+                         if b.queue_type != L.QUEUE_TYPE_SIMPLE and b.name in kinds),
                    "lmq" in kinds, bool(store.multi_dispatch))
 
     def folder_of(self, topic: str) -> str:

@@ -169,7 +169,7 @@ class AuditContext:
     @cached_property
     def queue_bounds(self) -> pa.Table:
         """Per queue of every backend: ``min_offset`` (first entry), ``max_offset`` (one past the last queue offset
-        its entries cover, as the broker's ``getMaxOffsetInQueue``: a batch unit covers batchSize of them) and the
+        its entries cover, as the broker's ``getMaxOffsetInQueue``: a unit may cover several) and the
         entry count (units), from the survey's rows of every queue route's files."""
         columns = ["broker", "topic", "queue_id", "entries", "min_queue_offset", "max_queue_offset"]
         t = pa.concat_tables([self.survey_partial(r.files_partial, r.survey_schema).select(columns)

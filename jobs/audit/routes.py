@@ -120,7 +120,7 @@ def _survey_queue_file(task: SurveyInput, f: QueueFile):
     b = Buckets.of_offsets(u.physical_offset[entry], entry, task.shift, task.commitlog_end)
     lo, hi = (int(first.min()), int(last.max())) if len(first) else (None, None)
     served = f.backend.bounds(f) if f.backend.bounds is not None and len(first) else None
-    if served is not None:  # a backend whose broker serves bounds from rows of their own (RocksDB's offset rows)
+    if served is not None:  # a backend whose broker serves bounds from rows of their own (Backend.bounds)
         lo, hi = served[0], served[1] - 1
     return {"broker": task.broker, "path": f.loc.path, "topic": f.topic, "queue_id": f.queue_id,
             "units": len(u.kind), "entries": len(entry), "min_queue_offset": lo, "max_queue_offset": hi,
