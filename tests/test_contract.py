@@ -172,8 +172,10 @@ def kind_names(source: str) -> list[str]:
 
 def test_no_engine_module_names_a_queue_kind():
     """The engine serves every queue folder alike (routes.py: one route per folder from the backends' views), and a
-    family asks the broker's Dispatch which messages get a unit where and which units are copies."""
-    named = {m: kind_names((AUDIT / f"{m}.py").read_text(encoding="utf-8")) for m in ENGINE}
+    family asks the broker's Dispatch which messages get a unit where and which units are copies: the consumequeue
+    family too, which checks every unit of its folder whatever its backend."""
+    named = {m: kind_names((AUDIT / f"{m.replace('.', '/')}.py").read_text(encoding="utf-8"))
+             for m in (*ENGINE, "checks.consumequeue")}
     assert not {m: n for m, n in named.items() if n}
     assert set(ENGINE) | {"findings", "report", "resend", "verdict"} == {p.stem for p in AUDIT.glob("*.py")}
 
