@@ -251,6 +251,14 @@ class Backend:
     # of those before the offset)]
     state: Callable | None = None
     truncate_dirty: Callable | None = None
+    # how a unit is shown (the audit's view of a window of units): (column, Arrow type name) in order; ``topic``,
+    # ``queue_id``, ``file`` and ``file_position`` are the file's, ``queue_offset`` the unit's index (with
+    # :attr:`dense`), every other column the window's.  The backends of one part folder show units alike; a
+    # backend without one is not routed (:data:`ROUTED_FOLDERS`)
+    view: tuple | None = None
+    # unit i of a file is queue offset ``first_unit + i`` (a window by unit index is one by queue offset); False
+    # where a unit's queue offset is in the unit (a batch unit's msgBaseOffset)
+    dense: bool = True
 
     def __repr__(self) -> str:  # a plan's files are printed in errors; the functions say nothing there
         return f"Backend({self.name})"
@@ -267,10 +275,18 @@ def _batch_file_of(f: QueueFile):
     return f.file
 
 
+# a consume-queue unit as the audit shows it (``consumequeue/``: flat files or a RocksDB database)
+UNIT_VIEW = (("topic", "string"), ("queue_id", "int32"), ("queue_offset", "int64"), ("physical_offset", "int64"),
+             ("size", "int32"), ("tags_code", "int64"), ("file", "string"), ("file_position", "int64"))
+# a batch unit: it covers batchSize queue offsets from its msgBaseOffset, and keeps its record's store time
+BATCH_UNIT_VIEW = (("topic", "string"), ("queue_id", "int32"), ("msg_base_offset", "int64"), ("batch_size", "int32"),
+                   ("physical_offset", "int64"), ("size", "int32"), ("tags_code", "int64"),
+                   ("store_timestamp", "int64"), ("file", "string"), ("file_position", "int64"))
+
 FILE = Backend("file", "consumequeue", L.CQ_STORE_UNIT_SIZE, "4.x", "mappedFileSizeConsumeQueue", L.QUEUE_TYPE_SIMPLE,
-               QueueFile.cq_file, _file_units, _file_window, _file_recover)
+               QueueFile.cq_file, _file_units, _file_window, _file_recover, view=UNIT_VIEW)
 BATCH = Backend("batch", L.BATCH_CQ_DIR, L.BATCH_CQ_UNIT.width, "5.x", "mapperFileSizeBatchConsumeQueue",
-                L.QUEUE_TYPE_BATCH, _batch_file_of, _batch_units, _batch_window)
+                L.QUEUE_TYPE_BATCH, _batch_file_of, _batch_units, _batch_window, view=BATCH_UNIT_VIEW, dense=False)
 
 
 # -- rocksdb: every queue of the database one virtual file (see the module's doc) ---------------------------------
@@ -420,7 +436,8 @@ class DatabaseState:
 
 ROCKSDB = Backend("rocksdb", "consumequeue", ROCKSDB_UNIT_SIZE, "5.x", "storeType", L.QUEUE_TYPE_SIMPLE,
                   _rocksdb_file_of, _rocksdb_units, _rocksdb_window, None, _rocksdb_queue_files,
-                  _rocksdb_dispatch_end, _rocksdb_bounds, _rocksdb_state, _rocksdb_truncate_dirty)
+                  _rocksdb_dispatch_end, _rocksdb_bounds, _rocksdb_state, _rocksdb_truncate_dirty,
+                  view=UNIT_VIEW)
 
 
 # -- compaction: a cleanup.policy=COMPACTION topic's SparseConsumeQueue over its compaction log (store_format.compaction)
@@ -437,13 +454,18 @@ def _sparse_queue_files(backend: "Backend", part) -> list[QueueFile]:
 
 
 COMPACTION = Backend("compaction", L.COMPACTION_CQ_DIR, L.BATCH_CQ_UNIT.width, "5.x", "compactionCqMappedFileSize",
-                     None, _batch_file_of, _batch_units, _batch_window, None, _sparse_queue_files)
+                     None, _batch_file_of, _batch_units, _batch_window, None, _sparse_queue_files,
+                     dense=False)  # not routed (no view): its units point into the compaction log, not the CommitLog
 BACKENDS = (FILE, BATCH, ROCKSDB, COMPACTION)
 BY_NAME = {b.name: b for b in BACKENDS}
 BY_FOLDER: dict[str, tuple[Backend, ...]] = {}  # by the part folder's own name (compactionCq: compaction/compactionCq)
 for _b in BACKENDS:
     _leaf = _b.folder.rsplit("/", 1)[-1]
     BY_FOLDER[_leaf] = BY_FOLDER.get(_leaf, ()) + (_b,)
+#: the part folders whose queues' units are shown (:attr:`Backend.view`), each once, in :data:`BACKENDS` order: the
+#: audit routes each folder's units to the commitlog ranges they point into
+ROUTED_FOLDERS = tuple(dict.fromkeys(b.folder for b in BACKENDS
+                                     if all(x.view for x in BACKENDS if x.folder == b.folder)))
 
 
 def queue_stores(store_root, listing: list[QueueFile]) -> list[tuple[Backend, "fs.Location"]]:
@@ -549,6 +571,74 @@ def backends_of(generation: str) -> tuple[Backend, ...]:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Where a broker dispatches a message's units
+
+
+def holds_copies(topic: str) -> bool:
+    """A queue of ``topic`` holds copies: units pointing at records of other queues, which the dispatch of a record
+    naming it in INNER_MULTI_DISPATCH writes (an %LMQ% queue, store-format-5x.md section 5)."""
+    return topic.startswith(L.LMQ_PREFIX)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """Where a broker's dispatch (CommitLogDispatcherBuildConsumeQueue) puts a message's units: its own unit in the
+    queue of its topic and queue id, kept in the part folder of the backend its topic's ``queue.type`` attribute
+    selects (``consumequeue/`` unless one does: ConsumeQueueStore.findOrCreateConsumeQueue); and, for a record that
+    names queues to multi-dispatch to, a copy in each of them (:func:`holds_copies`).  What the audit's families ask
+    of a broker, so that they and the engine name no queue kind.  Built from what a store shows (:meth:`of`)."""
+
+    # (part folder, its topics) of the backends a topic's queue.type selects instead of ``consumequeue/``'s
+    typed: tuple[tuple[str, frozenset], ...] = ()
+    copies_held: bool = False  # some of the broker's queues hold copies (:func:`holds_copies`)
+    multi: bool = False  # its records may name queues to multi-dispatch to, so their properties are read
+
+    @classmethod
+    def of(cls, store) -> "Dispatch":
+        """A broker's dispatch as its store shows it (store_format.store.Store.topics_by_kind: the topics of each
+        backend a queue.type selects, by the backend's name: a batch queue folder's and topics.json's
+        queue.type=BatchCQ; its %LMQ% queues; whether it is a 5.x store or shows LMQ)."""
+        kinds = store.topics_by_kind
+        return cls(tuple((b.folder, kinds[b.name]) for b in BACKENDS
+                         if b.queue_type not in (None, L.QUEUE_TYPE_SIMPLE) and b.name in kinds),
+                   "lmq" in kinds, bool(store.multi_dispatch))
+
+    def folder_of(self, topic: str) -> str:
+        """The part folder of the queue a message of ``topic`` gets its own unit in."""
+        return next((folder for folder, topics in self.typed if topic in topics), FILE.folder)
+
+    def dispatches_to(self, folder: str) -> bool:
+        """Some message of the broker's topics gets its own unit in a queue of ``folder``."""
+        return folder == FILE.folder or any(f == folder and topics for f, topics in self.typed)
+
+    def own_units_in(self, folder: str, topics) -> np.ndarray:
+        """Which messages (``topics``: each one's topic, an Arrow array or a list) get their own unit in a queue of
+        ``folder`` (:meth:`folder_of` each, in bulk)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        topics = topics if isinstance(topics, (pa.Array, pa.ChunkedArray)) else pa.array(topics, pa.string())
+        if folder == FILE.folder:  # every topic no attribute sends elsewhere
+            others = sorted(t for f, ts in self.typed if f != folder for t in ts)
+            if not others:
+                return np.ones(len(topics), bool)
+            return ~pc.is_in(topics, pa.array(others, pa.string())).to_numpy(zero_copy_only=False)
+        mine = sorted(t for f, ts in self.typed if f == folder for t in ts)
+        if not mine:
+            return np.zeros(len(topics), bool)
+        return pc.is_in(topics, pa.array(mine, pa.string())).to_numpy(zero_copy_only=False)
+
+    def copies(self, topics) -> np.ndarray:
+        """Which units (``topics``: each one's queue's topic, an Arrow array) are copies of another queue's record
+        (:func:`holds_copies`): their queue and queue offset are not their record's."""
+        import pyarrow.compute as pc
+
+        if not self.copies_held or not len(topics):
+            return np.zeros(len(topics), bool)
+        return pc.starts_with(topics, L.LMQ_PREFIX).to_numpy(zero_copy_only=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # A queue
 
 
@@ -572,7 +662,7 @@ class Queue:
             return "batch"
         if self.backend is COMPACTION:
             return "compaction"
-        return "lmq" if self.topic.startswith(L.LMQ_PREFIX) else "plain"
+        return "lmq" if holds_copies(self.topic) else "plain"
 
     @cached_property
     def has_ext(self) -> bool:
@@ -646,5 +736,5 @@ class Queue:
 
 __all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "COMPACTION", "BACKENDS", "BY_NAME",
            "BY_FOLDER", "backends_of", "list_queue_files", "group_queues", "queue_files_by_key", "dispatch_end",
-           "queue_stores", "DatabaseState", "preferred",
-           "shared_queues", "unit_columns", "disagreements"]
+           "queue_stores", "DatabaseState", "preferred", "shared_queues", "unit_columns", "disagreements", "Dispatch",
+           "holds_copies", "ROUTED_FOLDERS", "UNIT_VIEW", "BATCH_UNIT_VIEW"]

@@ -14,7 +14,7 @@ from jobs.audit.contract import Family
 AUDIT = Path(__file__).resolve().parent.parent / "jobs" / "audit"
 #: the partial tables the engine itself reads (the survey's walks, the scan's ranges, every route's files and the
 #: queue starts): jobs/audit/context.py and scan.py
-ENGINE_READS = {"survey.walk_items", "survey.walk_ranges", "scan.ranges", "survey.queue_starts", "survey.cq_files",
+ENGINE_READS = {"survey.walk_items", "survey.walk_ranges", "scan.ranges", "survey.queue_starts",
                 "survey.index_files"} | {r.files_partial for r in routes.ROUTES.values()}
 
 
@@ -119,3 +119,70 @@ def test_what_the_presentation_reads_is_declared():
     assert len(set(orders)) == len(orders)
     ranked = [f.rank for f in families if f.rank is not None]
     assert len(set(ranked)) == len(ranked)
+
+
+# ------------------------------------------------------------------------------- the engine names no queue kind
+
+#: jobs/audit's shared engine: it asks the queue model (store_format.queues: its backends, Dispatch) and the families
+#: for anything a queue kind decides (issue 39); the families, and the report's words about their findings, may name
+#: what they are about
+ENGINE = ("__init__", "__main__", "context", "contract", "groups", "inputs", "job", "plan", "routes", "scan",
+          "survey", "tasks", "terminal")
+QUEUE_KINDS = ("lmq", "batch", "rocksdb", "compaction")
+#: the names of the store layer that say a kind (store_format.layout's and store_format.queues')
+KIND_NAMES = {"LMQ_PREFIX", "BATCH_CQ_DIR", "BATCH_CQ_UNIT", "QUEUE_TYPE_BATCH", "BATCH", "ROCKSDB", "COMPACTION",
+              "holds_copies"}
+#: Arrow's record batches, which are no queue's
+ARROW_BATCHES = {"batch", "batches", "RecordBatch", "to_batches", "from_batches", "table_batch"}
+#: the metadata table of lmqConsumerOffset.json: a config file (context.py merges its offsets), not a queue
+NO_QUEUE_STRINGS = {"lmq_consumer_offsets"}
+
+
+def _words(name: str) -> set[str]:
+    """The lower-case words of an identifier or a string (snake_case, camelCase, dotted, spaced)."""
+    import re
+
+    return {w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+", name)}
+
+
+def kind_names(source: str) -> list[str]:
+    """Where ``source`` names a queue kind: a string that is no docstring, an identifier (a name, an attribute, an
+    import, a definition, a keyword) with a kind among its words, or a store-layer name of a kind."""
+    tree = ast.parse(source)
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) not in docstrings and node.value not in NO_QUEUE_STRINGS and \
+                    _words(node.value) & set(QUEUE_KINDS):
+                found.append(f"line {node.lineno}: {node.value!r}")
+            continue
+        names = [node.id] if isinstance(node, ast.Name) else [node.attr] if isinstance(node, ast.Attribute) else \
+            [a.name for a in node.names] + [a.asname for a in node.names if a.asname] \
+            if isinstance(node, (ast.Import, ast.ImportFrom)) else \
+            [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else \
+            [node.arg] if isinstance(node, (ast.arg, ast.keyword)) and node.arg else []
+        for name in names:
+            if name in KIND_NAMES or (name not in ARROW_BATCHES and _words(name) & set(QUEUE_KINDS)):
+                found.append(f"line {getattr(node, 'lineno', '?')}: {name}")
+    return sorted(found, key=lambda f: int(f.split(":")[0].split()[1]))
+
+
+def test_no_engine_module_names_a_queue_kind():
+    """The engine serves every queue folder alike (routes.py: one route per folder from the backends' views), and a
+    family asks the broker's Dispatch which messages get a unit where and which units are copies: the consumequeue
+    family too, which checks every unit of its folder whatever its backend."""
+    named = {m: kind_names((AUDIT / f"{m.replace('.', '/')}.py").read_text(encoding="utf-8"))
+             for m in (*ENGINE, "checks.consumequeue")}
+    assert not {m: n for m, n in named.items() if n}
+    assert set(ENGINE) | {"findings", "report", "resend", "verdict"} == {p.stem for p in AUDIT.glob("*.py")}
+
+
+def test_the_kind_detector_finds_each_way_of_naming_one():
+    found = kind_names('"""the doc of a batch queue"""\nfrom store_format.queues import BATCH\nx = L.LMQ_PREFIX\n'
+                       'y = "survey.batch_files"\ndef _rocksdb_view(compactionTopic): pass\nz = f(isLmq=1)\n'
+                       'for batch in t.to_batches(): pa.RecordBatch\n')
+    assert found == ["line 2: BATCH", "line 3: LMQ_PREFIX", "line 4: 'survey.batch_files'", "line 5: _rocksdb_view",
+                     "line 5: compactionTopic", "line 6: isLmq"], found

@@ -106,3 +106,31 @@ def test_unit_windows_by_queue_offset_are_what_get_message_reads():
             covering = [e[1] for e in entries if e[0] + e[4] > first and (end is None or e[0] < end)]
             assert w.physical_offset[w.valid].tolist() == covering
             assert set(w.file.tolist()) <= {f.name for f in q.files}
+
+
+@pytest.mark.parametrize("name", ["v5-batchcq", "v5-lmq", "v5-default"])
+def test_the_dispatch_rule_says_where_rocketmq_put_each_unit(name):
+    """Dispatch (what the audit's families ask instead of naming a queue kind), against RocketMQ's own read-back:
+    a queue's part folder is the one its topic's messages are dispatched to (a BatchCQ queue's ``batchconsumequeue``),
+    every message of a queue is dispatched to that folder and no other, and a queue holds copies exactly when its
+    units point at records of another topic (the multi-dispatch)."""
+    import pyarrow as pa
+
+    from store_format.queues import Dispatch
+
+    with open(FIXTURES_5X / name / "manifest.json", encoding="utf-8") as f:
+        m = json.load(f)
+    d = Dispatch.of(Store(FIXTURES_5X / name / "store"))
+    record_topic = {r["commitLogOffset"]: r["topic"] for r in m["messages"]}
+    folders = {"BatchCQ": BATCH.folder, "SimpleCQ": FILE.folder}
+    for q in m["consumeQueues"]:
+        folder = folders[q["cqType"]]
+        others = {record_topic[e[1]] for e in q[ENTRIES]} - {q["topic"]}
+        copy = bool(d.copies(pa.array([q["topic"]]))[0])
+        assert copy == bool(others), q["topic"]
+        if not copy:
+            assert d.folder_of(q["topic"]) == folder and d.dispatches_to(folder)
+            for f in folders.values():
+                assert d.own_units_in(f, [q["topic"]]).tolist() == [f == folder], (q["topic"], f)
+    assert d.multi and d.copies_held == (name == "v5-lmq")  # any 5.x store's records may carry dispatch lists
+    assert d.dispatches_to(BATCH.folder) == (name == "v5-batchcq")

@@ -39,6 +39,10 @@ class AuditOptions:
         return self.recovery.force_verify_prop_crc and self.check_crc
 
 
+# the metadata table of lmqConsumerOffset.json (5.x): a config file, whose offsets supersede consumerOffset.json's
+SUPERSEDING_OFFSETS = "lmq_consumer_offsets"
+
+
 class AuditContext:
     def __init__(self, spark, stores: list[StoreRef], plans: dict[str, BrokerPlan], options: AuditOptions,
                  families: list | None = None):
@@ -165,7 +169,7 @@ class AuditContext:
     @cached_property
     def queue_bounds(self) -> pa.Table:
         """Per queue of every backend: ``min_offset`` (first entry), ``max_offset`` (one past the last queue offset
-        its entries cover, as the broker's ``getMaxOffsetInQueue``: a batch unit covers batchSize of them) and the
+        its entries cover, as the broker's ``getMaxOffsetInQueue``: a unit may cover several) and the
         entry count (units), from the survey's rows of every queue route's files."""
         columns = ["broker", "topic", "queue_id", "entries", "min_queue_offset", "max_queue_offset"]
         t = pa.concat_tables([self.survey_partial(r.files_partial, r.survey_schema).select(columns)
@@ -182,9 +186,9 @@ class AuditContext:
 
     @cached_property
     def queue_ids(self) -> set[tuple]:
-        """(broker, topic, queue id) of every consume-queue file with content or a bad name (queue id None when
-        the folder is not a number): the queues the consume-queue files show."""
-        return {(name, f.topic, f.queue_id) for name, plan in self.plans.items() for f in plan.cq_files
+        """(broker, topic, queue id) of every queue file, whatever its backend, with content or a bad name (queue
+        id None when the folder is not a number): the queues the queue files show."""
+        return {(name, f.topic, f.queue_id) for name, plan in self.plans.items() for f in plan.queue_files
                 if (f.length > 0 or not f.loaded) and f.topic}  # no topic: a queue database that cannot be read
 
     @cached_property
@@ -198,15 +202,16 @@ class AuditContext:
         lmqConsumerOffset.json's (enableLmq: its %LMQ% groups' one offset per topic@group, and every other group's,
         which the broker then keeps there instead: those supersede consumerOffset.json's for the same topic, group
         and queue), with ``unit``: the physical offset of the entry unit at that committed queue offset in the
-        queue's consume-queue files, whatever their backend (null where the queue has no entry there).  Columns throughout, keyed by numbers
-        (:meth:`queue_keys`): a busy broker's consumerOffset.json holds millions of offsets, and no Python object is
-        made per offset."""
+        queue's files of a backend whose unit index is the queue offset (store_format.queues.Backend.dense; null
+        where the queue has no entry there).  Columns throughout, keyed by numbers (:meth:`queue_keys`): a busy
+        broker's consumerOffset.json holds millions of offsets, and no Python object is made per offset."""
         t = self._held_offsets
         unit = np.full(t.num_rows, -1, np.int64)
         if t.num_rows:
             keys = self.queue_keys(t)
             for broker, rows in self.broker_rows(t).items():
-                files = [f for f in self.plans[broker].cq_files if f.loaded] if broker in self.plans else []
+                files = [f for f in self.plans[broker].queue_files if f.loaded and f.backend.dense] \
+                    if broker in self.plans else []
                 if not files:
                     continue
                 # the file with the lowest first queue offset that holds the committed offset, as the queue's files
@@ -248,16 +253,16 @@ class AuditContext:
             return pc.and_(pc.is_null(t.column("error")), pc.is_valid(t.column("topic")))
 
         plain = _rows_where(self.metadata("consumer_offsets"), valid)
-        lmq = _rows_where(self.metadata("lmq_consumer_offsets"), valid)
-        if not lmq.num_rows:
+        carried = _rows_where(self.metadata(SUPERSEDING_OFFSETS), valid)
+        if not carried.num_rows:
             return plain
         key = ["broker", "topic", "group", "queue_id"]
         row = pa.array(np.arange(plain.num_rows, dtype=np.int64))
         kept = (plain.select(key).append_column("_row", row)
-                .join(lmq.select(key).group_by(key).aggregate([]), keys=key, join_type="left anti"))
+                .join(carried.select(key).group_by(key).aggregate([]), keys=key, join_type="left anti"))
         kept_rows = np.sort(kept.column("_row").to_numpy())
         return pa.concat_tables([plain.take(pa.array(kept_rows)),
-                                 lmq.select(plain.column_names).cast(plain.schema)])
+                                 carried.select(plain.column_names).cast(plain.schema)])
 
     def committed_units(self, broker: str) -> np.ndarray:
         """The distinct physical offsets of the entry units at ``broker``'s committed offsets
@@ -274,7 +279,7 @@ class AuditContext:
     def _topics(self) -> pa.Array:
         """Every topic of consumerOffset.json's and lmqConsumerOffset.json's rows, distinct: what :meth:`key_of`
         numbers topics by."""
-        topics = [self.metadata(t).column("topic") for t in ("consumer_offsets", "lmq_consumer_offsets")]
+        topics = [self.metadata(t).column("topic") for t in ("consumer_offsets", SUPERSEDING_OFFSETS)]
         return pc.unique(pa.chunked_array([c for t in topics for c in t.chunks], pa.string()).drop_null())
 
     def key_of(self, topics, queue_ids) -> np.ndarray:

@@ -18,10 +18,9 @@ from functools import cached_property
 
 import numpy as np
 
-from store_format import layout as L
 from store_format.brokerconf import StoreGeometry
 from store_format.commitlog import Segment
-from store_format.queues import QueueFile
+from store_format.queues import Dispatch, QueueFile, preferred
 from store_format.fs import Location
 from store_format.plan import MAX_RANGE_HELD, SegmentRange, plan_ranges
 from store_format.recovery import recovery_region
@@ -53,21 +52,22 @@ class BrokerPlan:
         """The segments with a base offset, by base offset."""
         return self.store.segments
 
-    @property
-    def cq_files(self) -> list[QueueFile]:
-        return self.store.queue_files
+    @cached_property
+    def queue_files(self) -> list[QueueFile]:
+        """Every file of every queue folder, whatever its backend (each with its backend and problems), in listing
+        order; a queue two backends of one folder hold, the one the broker reads (store_format.queues.preferred)."""
+        return preferred(self.store.queue_listing)
+
+    @cached_property
+    def dispatch(self) -> Dispatch:
+        """Where its dispatch puts each message's units (store_format.queues.Dispatch)."""
+        return Dispatch.of(self.store)
 
     @property
     def index_files(self) -> list["IndexFilePlan"]:
         """Every file of index/ with the geometry given (--config, the flags; None: each file's own)."""
         g = self.geometry
         return [IndexFilePlan(f, g.hash_slot_num, g.index_num) for f in self.store.index_files]
-
-    @property
-    def multi_dispatch(self) -> bool:
-        """Its records may name queues to multi-dispatch to (store_format.store.Store.multi_dispatch), so the scan
-        reads their property strings."""
-        return self.store.multi_dispatch
 
     @property
     def timer_log_files(self) -> list:

@@ -1,9 +1,13 @@
 """The routed files: per-file structures whose entries point at CommitLog offsets, each declared once as a
 :class:`Route` that the engine serves with one survey task kind, one file task kind and one view of the entries a
-commitlog range owns (``RangeContext.routed(route)``).  Today: the units of each consume-queue backend
-(store_format.queues: one route per part folder, ``consumequeue`` (its files, or its RocksDB database's queues)
-and 5.x ``batchconsumequeue``, each file served through its own backend), index entries (``index``) and 5.x timer-log units (``timerlog``: each points at its record on
-rmq_sys_wheel_timer).
+commitlog range owns (``RangeContext.routed(route)``).  Today: the units of the queues (store_format.queues: one
+route per part folder whose backends show their units, named after it, every file surveyed, windowed and shown
+through its own backend: :attr:`store_format.queues.Backend.view`), index entries (``index``) and 5.x timer-log
+units (``timerlog``: each points at its record on rmq_sys_wheel_timer).
+
+The queues are routed per part folder, not as one route over every folder: the families check each folder's units
+apart (their own file tasks, their own view, whose columns differ where a unit covers several queue offsets), and
+each folder's survey rows are one partial table (``survey.<folder>_files``).
 
 How a route is served: the survey reads each file's bounds and summarizes its entries as routing buckets
 (``phys >> shift``: :class:`jobs.audit.plan.Buckets`), one row per file in the route's ``files`` partial; the
@@ -31,7 +35,7 @@ from store_format.fs import Location, ReadOnlyMap
 from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_entry_window, read_header, \
     written_entries
 from store_format.plan import group_queue_files
-from store_format.queues import BATCH, BY_NAME, FILE, Backend, QueueFile, group_queues
+from store_format.queues import BY_FOLDER, BY_NAME, ROUTED_FOLDERS, Backend, QueueFile, group_queues
 from store_format.timer import KIND_BLANK as TIMER_BLANK, KIND_CORRUPT as TIMER_CORRUPT, KIND_ENTRY as TIMER_ENTRY, \
     UNIT_SIZE as TIMER_UNIT_SIZE, read_timer_unit_arrays, read_timer_unit_range
 from udfs.columns import column
@@ -87,7 +91,6 @@ class Route:
     scan_cost: Callable  # file -> bytes a file task reads of it
     survey_group: Callable | None = None  # (SurveyInput, files, out): what the survey finds over a group
     emits: dict[str, pa.Schema] = field(default_factory=dict)  # its survey's partial tables, the files' one too
-    backend: Backend | None = None  # a queue route: its queues' backend (store_format.queues); their bounds
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -106,9 +109,6 @@ QUEUE_STARTS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("que
 QUEUE_BOUNDS = pa.schema([column("broker", pa.string()), column("topic", pa.string()), column("queue_id", pa.int32()),
                           column("min_offset", pa.int64()), column("max_offset", pa.int64()),
                           column("entries", pa.int64(), "units in the consume queue files")])
-UNITS = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
-                   ("physical_offset", pa.int64()), ("size", pa.int32()), ("tags_code", pa.int64()),
-                   ("file", pa.string()), ("file_position", pa.int64())])
 
 
 def _survey_queue_file(task: SurveyInput, f: QueueFile):
@@ -116,11 +116,11 @@ def _survey_queue_file(task: SurveyInput, f: QueueFile):
         return None, None  # never read: the file task reports the file
     u = f.units()
     entry = np.flatnonzero(u.valid)
-    first, last = u.queue_offset[entry], u.ends[entry] - 1  # a batch unit covers batchSize queue offsets
+    first, last = u.queue_offset[entry], u.ends[entry] - 1  # a unit may cover several queue offsets
     b = Buckets.of_offsets(u.physical_offset[entry], entry, task.shift, task.commitlog_end)
     lo, hi = (int(first.min()), int(last.max())) if len(first) else (None, None)
     served = f.backend.bounds(f) if f.backend.bounds is not None and len(first) else None
-    if served is not None:  # a backend whose broker serves bounds from rows of their own (RocksDB's offset rows)
+    if served is not None:  # a backend whose broker serves bounds from rows of their own (Backend.bounds)
         lo, hi = served[0], served[1] - 1
     return {"broker": task.broker, "path": f.loc.path, "topic": f.topic, "queue_id": f.queue_id,
             "units": len(u.kind), "entries": len(entry), "min_queue_offset": lo, "max_queue_offset": hi,
@@ -142,46 +142,53 @@ def _queue_starts(task: SurveyInput, files: list[QueueFile], out) -> None:
     out.partial("survey.queue_starts", pa.Table.from_pylist(starts, schema=QUEUE_STARTS))
 
 
-def _queue_route(backend: Backend, files_partial: str, view: Callable, files: Callable | None = None,
-                 **more) -> Route:
-    """The route of one part folder's queue files (``files``: of every backend kept there; default ``backend``'s
-    listing), grouped by whole queues; every file surveyed, routed and windowed through its own backend
-    (store_format.queues), shown by ``view``."""
-    return Route(name=backend.folder, files=files or partial(_backend_files, backend), group=group_queue_files,
-                 files_partial=files_partial, survey_schema=CQ_FILES, survey_file=_survey_queue_file,
-                 routed=_routed_queue_file, window=partial(_backend_window, backend), view=partial(view, backend),
-                 survey_cost=_length,
-                 scan_cost=_length, backend=backend, **more)
+def view_schema(folder: str) -> pa.Schema:
+    """The view of a part folder's units: its backends' (store_format.queues.Backend.view), one for them all."""
+    views = {b.view for b in BY_FOLDER[folder]}
+    if len(views) != 1:
+        raise ValueError(f"the backends of {folder}/ show their units differently: {sorted(map(str, views))}")
+    return pa.schema([(name, pa.type_for_alias(kind)) for name, kind in views.pop()])
 
 
-def _backend_files(backend: Backend, plan: BrokerPlan) -> list[QueueFile]:
-    return plan.store.listing_of(backend)
+def _queue_route(folder: str, **more) -> Route:
+    """The route of one part folder's queue files, of every backend kept there, grouped by whole queues; every file
+    surveyed, routed, windowed and shown through its own backend (store_format.queues)."""
+    return Route(name=folder, files=partial(_folder_files, folder), group=group_queue_files,
+                 files_partial=f"survey.{folder}_files", survey_schema=CQ_FILES, survey_file=_survey_queue_file,
+                 routed=_routed_queue_file, window=partial(_backend_window, folder),
+                 view=partial(_unit_view, folder, view_schema(folder)), survey_cost=_length, scan_cost=_length,
+                 emits={f"survey.{folder}_files": CQ_FILES, **more.pop("emits", {})}, **more)
 
 
-def _consume_queue_files(plan: BrokerPlan) -> list[QueueFile]:
-    return plan.cq_files  # consumequeue/'s queues, whatever holds them (files, a RocksDB database)
+def _folder_files(folder: str, plan: BrokerPlan) -> list[QueueFile]:
+    """The broker's files of one part folder (those of the backend it reads where two hold a queue)."""
+    return [f for f in plan.queue_files if f.backend.folder == folder]
 
 
-def _backend_of(route_backend: Backend, f: RoutedFile) -> Backend:
-    """The backend of a routed file (its ``backend`` param; the route's own when it names none)."""
-    return BY_NAME[f.params["backend"]] if "backend" in f.params else route_backend
+def _backend_of(folder: str, f: RoutedFile) -> Backend:
+    """The backend of a routed file (its ``backend`` param; the folder's first when it names none)."""
+    return BY_NAME[f.params["backend"]] if "backend" in f.params else BY_FOLDER[folder][0]
 
 
-def _backend_window(route_backend: Backend, f: RoutedFile, first: int, end: int) -> dict:
-    return _backend_of(route_backend, f).window(f.loc, first, end)
+def _backend_window(folder: str, f: RoutedFile, first: int, end: int) -> dict:
+    return _backend_of(folder, f).window(f.loc, first, end)
 
 
-def _unit_view(route_backend: Backend, f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
-    backend = _backend_of(route_backend, f)
+def _unit_view(folder: str, schema: pa.Schema, f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
+    """Units ``first + idx`` of a window as the folder's view shows them: the file's topic, queue, name and byte
+    positions, a dense backend's queue offsets from the unit index, every other column the window's."""
+    backend = _backend_of(folder, f)
     k = len(idx)
-    return pa.table({
-        "topic": pa.repeat(pa.scalar(f.params["topic"], pa.string()), k),
-        "queue_id": pa.repeat(pa.scalar(f.params["queue_id"], pa.int32()), k),
-        "queue_offset": pa.array(f.params["first_queue_offset"] + first + idx, pa.int64()),
-        "physical_offset": pa.array(w["physical_offset"][idx]), "size": pa.array(w["size"][idx]),
-        "tags_code": pa.array(w["tags_code"][idx]), "file": pa.repeat(pa.scalar(f.name, pa.string()), k),
-        "file_position": pa.array((first + idx) * backend.unit_size, pa.int64()),
-    }, schema=UNITS)
+    made = {
+        "topic": lambda: pa.repeat(pa.scalar(f.params["topic"], pa.string()), k),
+        "queue_id": lambda: pa.repeat(pa.scalar(f.params["queue_id"], pa.int32()), k),
+        "file": lambda: pa.repeat(pa.scalar(f.name, pa.string()), k),
+        "file_position": lambda: pa.array((first + idx) * backend.unit_size, pa.int64()),
+    }
+    if backend.dense:
+        made["queue_offset"] = lambda: pa.array(f.params["first_queue_offset"] + first + idx, pa.int64())
+    return pa.table({name: made[name]() if name in made else pa.array(w[name][idx]) for name in schema.names},
+                    schema=schema)
 
 
 def _routed_queue_file(row: dict | None, f: QueueFile) -> RoutedFile | None:
@@ -354,42 +361,18 @@ TIMERLOG = Route(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# batch consume-queue units (5.x, queue.type=BatchCQ): 46-byte units, each covering batchSize messages from
-# msgBaseOffset (store_format.batchcq); a file's units are appended densely, so a unit's place in the queue is its
-# msgBaseOffset, not its byte position
+# the routes
 
-BATCH_FILES = CQ_FILES  # a queue file's row whatever its backend (a batch unit covers msgBaseOffset .. + batchSize - 1)
-BATCH_UNITS = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("msg_base_offset", pa.int64()),
-                         ("batch_size", pa.int32()), ("physical_offset", pa.int64()), ("size", pa.int32()),
-                         ("tags_code", pa.int64()), ("store_timestamp", pa.int64()), ("file", pa.string()),
-                         ("file_position", pa.int64())])
+# one per queue folder whose backends show their units (store_format.queues.ROUTED_FOLDERS), each survey also
+# saying where recovery starts each queue of its group (none for a backend whose recovery is not modelled)
+QUEUE_ROUTES = tuple(_queue_route(folder, survey_group=_queue_starts, emits={"survey.queue_starts": QUEUE_STARTS})
+                     for folder in ROUTED_FOLDERS)
+CONSUMEQUEUE = QUEUE_ROUTES[0]  # the queues of every topic no attribute sends elsewhere
 
-
-def _batch_view(route_backend: Backend, f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
-    backend = _backend_of(route_backend, f)
-    k = len(idx)
-    return pa.table({
-        "topic": pa.repeat(pa.scalar(f.params["topic"], pa.string()), k),
-        "queue_id": pa.repeat(pa.scalar(f.params["queue_id"], pa.int32()), k),
-        "msg_base_offset": pa.array(w["msg_base_offset"][idx]), "batch_size": pa.array(w["batch_size"][idx]),
-        "physical_offset": pa.array(w["physical_offset"][idx]), "size": pa.array(w["size"][idx]),
-        "tags_code": pa.array(w["tags_code"][idx]), "store_timestamp": pa.array(w["store_timestamp"][idx]),
-        "file": pa.repeat(pa.scalar(f.name, pa.string()), k),
-        "file_position": pa.array((first + idx) * backend.unit_size, pa.int64()),
-    }, schema=BATCH_UNITS)
-
-
-# each backend's queue route, with the survey's partial of its files and the view of its units its families read (a
-# new backend adds one here, and the family that checks its units)
-CONSUMEQUEUE = _queue_route(FILE, "survey.cq_files", _unit_view, _consume_queue_files, survey_group=_queue_starts,
-                            emits={"survey.cq_files": CQ_FILES, "survey.queue_starts": QUEUE_STARTS})
-BATCHCONSUMEQUEUE = _queue_route(BATCH, "survey.batch_files", _batch_view, emits={"survey.batch_files": BATCH_FILES})
-QUEUE_ROUTES = (CONSUMEQUEUE, BATCHCONSUMEQUEUE)
-
-ROUTES = {r.name: r for r in (CONSUMEQUEUE, INDEX, TIMERLOG, BATCHCONSUMEQUEUE)}
-VIEW = {CONSUMEQUEUE.name: UNITS, INDEX.name: ENTRIES, TIMERLOG.name: TIMER_UNITS, BATCHCONSUMEQUEUE.name: BATCH_UNITS}
+ROUTES = {r.name: r for r in (CONSUMEQUEUE, INDEX, TIMERLOG, *QUEUE_ROUTES[1:])}
+VIEW = {**{r.name: view_schema(r.name) for r in QUEUE_ROUTES}, INDEX.name: ENTRIES, TIMERLOG.name: TIMER_UNITS}
+UNITS = VIEW[CONSUMEQUEUE.name]
 
 __all__ = ["Route", "RoutedFile", "SurveyInput", "ROUTES", "VIEW", "QUEUE_ROUTES", "CONSUMEQUEUE", "INDEX",
-           "TIMERLOG", "BATCHCONSUMEQUEUE", "CQ_FILES", "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES",
-           "TIMERLOG_FILES", "TIMER_UNITS", "BATCH_FILES", "BATCH_UNITS", "buckets_of_row",
-           "bucket_columns"]
+           "TIMERLOG", "CQ_FILES", "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES",
+           "TIMERLOG_FILES", "TIMER_UNITS", "buckets_of_row", "bucket_columns", "view_schema"]

@@ -29,6 +29,7 @@ import pyarrow as pa
 from store_format import layout as L
 from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, FrameArrays
 from store_format.fs import Location, ReadOnlyMap
+from store_format.queues import Dispatch
 from store_format.scan import cut_to_walk, read_range_walk, segment_ends
 from udfs.kernels import CompiledFramer
 
@@ -73,15 +74,10 @@ class BrokerFacts:
     file_problems: list[tuple[int, int, str]] = field(default_factory=list)
     delay_levels: dict = field(default_factory=lambda: dict(L.DEFAULT_DELAY_LEVELS))
     probes: dict = field(default_factory=dict)  # family name -> what it asks every task of the broker to look up
-    # the topics of each queue kind besides plain the broker has (store_format.store.Store.topics_by_kind: 5.x batch
-    # topics, %LMQ% queues), and whether its records may name queues to multi-dispatch to (a 5.x store, or LMQ
-    # queues or offsets: then every range decodes its messages' property strings too, ``properties_raw``)
-    queue_kinds: dict = field(default_factory=dict)
-    multi_dispatch: bool = False
-
-    def topics_of(self, kind: str) -> frozenset:
-        """The topics of the broker's queues of ``kind`` (store_format.queues.Queue.kind); none when it has none."""
-        return self.queue_kinds.get(kind, frozenset())
+    # where the broker's dispatch puts each message's units (store_format.queues.Dispatch: which queue folder a
+    # topic's units are in, which queues hold copies of other queues' records); with ``dispatch.multi`` every range
+    # decodes its messages' property strings too (``properties_raw``)
+    dispatch: Dispatch = field(default_factory=Dispatch)
 
 
 @dataclass
@@ -260,7 +256,7 @@ class RangeContext:
         phys = pos + self.base
         n = len(pos)
         starts = pos - self.w0
-        columns = DECODED + (("properties_raw",) if self.facts.multi_dispatch else ())
+        columns = DECODED + (("properties_raw",) if self.facts.dispatch.multi else ())
         parts = [K.decode_buffer(self.buf, starts[a:a + _DECODE_ROWS], sizes[a:a + _DECODE_ROWS], columns=columns,
                                  delay_levels=self.facts.delay_levels) for a in range(0, max(n, 1), _DECODE_ROWS)]
         decoded = pa.Table.from_batches(parts).combine_chunks() if n else K.message_schema(columns).empty_table()
@@ -464,8 +460,7 @@ def broker_facts(ctx, name: str) -> BrokerFacts | None:
         index_pending_from=p.redispatch_from if p.redispatch_from is not None else p.max_cq_physical_offset,
         indexed=plan.has_index_dir, shift=plan.shift, commitlog_end=plan.commitlog_end, routed=routed,
         file_problems=[(f.base_offset or 0, f.length, kind) for f in plan.segment_files for kind, _ in f.problems],
-        delay_levels=dict(plan.store.delay_levels), queue_kinds=plan.store.topics_by_kind,
-        multi_dispatch=plan.multi_dispatch)
+        delay_levels=dict(plan.store.delay_levels), dispatch=plan.dispatch)
     for family in ctx.families:
         if family.probes is not None:
             facts.probes[family.name] = family.probes(ctx, name)

@@ -52,7 +52,7 @@ import re
 import shlex
 
 from jobs.display import plural
-from store_format import layout as L
+from store_format.queues import BY_FOLDER, FILE
 
 from . import resend
 from .checks import load_all, the_check, with_role
@@ -466,7 +466,7 @@ def _will_not_start(broker: dict, rec: dict, groups: list[Group], out: str) -> l
                         blocker, count)]
     typed = re.search(r"topics\.json gives (\S+) queue\.type=(\S+?),? ", problem)
     if typed:
-        expected = "BatchCQ" if rel.startswith(L.BATCH_CQ_DIR + "/") else "SimpleCQ"
+        expected = BY_FOLDER.get(rel.split("/")[0], (FILE,))[0].queue_type  # the type its folder's backend needs
         return [_action("will_not_start", f"Set the attribute queue.type of topic {typed.group(1)} to {expected} in "
                         f"config/topics.json (and its .bak), as its folder {rel} says (keep a copy first), before "
                         f"starting {name}: {reason}{more}.  No command does that edit: topics.json is the broker's own "

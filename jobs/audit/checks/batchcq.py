@@ -84,11 +84,14 @@ MISSING = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id
                      ("queue_offset", pa.int64()), ("last_queue_offset", pa.int64()), ("physical_offset", pa.int64())])
 
 
+ROUTE = L.BATCH_CQ_DIR  # the route of the batch consume queues (jobs/audit/routes.py: their part folder)
+
+
 def in_range(rc, out) -> None:
-    batch = rc.facts.topics_of("batch")
-    if not batch:
+    dispatch = rc.facts.dispatch
+    if not dispatch.dispatches_to(ROUTE):
         return
-    u, m = rc.routed("batchconsumequeue"), rc.messages
+    u, m = rc.routed(ROUTE), rc.messages
     if u.num_rows:
         at = rc.message_at(u.column("physical_offset").to_numpy())
         hit = at >= 0
@@ -103,8 +106,7 @@ def in_range(rc, out) -> None:
         _duplicates(rc, u, out)
     if m.num_rows:
         want = rc.column("kept") & pc.is_in(m.column("tran_type"), pa.array(DISPATCHED_TYPES)).to_numpy(
-            zero_copy_only=False) & pc.is_in(m.column("topic"), pa.array(sorted(batch))).to_numpy(
-            zero_copy_only=False)
+            zero_copy_only=False) & dispatch.own_units_in(ROUTE, m.column("topic"))
         mphys = rc.column("physical_offset")
         has_unit = np.isin(mphys, u.column("physical_offset").to_numpy()) if u.num_rows else np.zeros(len(mphys), bool)
         rows = np.flatnonzero(want & ~has_unit)
@@ -360,7 +362,7 @@ def applies(plan) -> bool:
 FAMILY = Family(
     "batchcq", "CommitLog <-> BatchConsumeQueue (5.x batch topics): messages without a unit, units pointing wrong or "
                "saying other than the dispatch writes, offset gaps, corrupt units and files",
-    always=True, applies=applies, in_range=in_range, in_files={"batchconsumequeue": in_batch_files},
+    always=True, applies=applies, in_range=in_range, in_files={ROUTE: in_batch_files},
     on_driver=on_driver,
     emits={"batchcq.missing": MISSING, "batchcq.loose": LOOSE},
     reads=("batchcq.missing", "batchcq.loose"))

@@ -138,9 +138,12 @@ MISSING = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id
                      ("queue_offset", pa.int64()), ("physical_offset", pa.int64())])
 
 
+ROUTE = "consumequeue"  # the route of the queues this family checks (jobs/audit/routes.py: their part folder)
+
+
 def in_range(rc, out) -> None:
-    u, m = rc.routed("consumequeue"), rc.messages
-    lmq = _lmq_units(rc, u)
+    u, m = rc.routed(ROUTE), rc.messages
+    copies = rc.facts.dispatch.copies(u.column("topic"))
     # every unit against the message at its physical offset
     if u.num_rows:
         uphys = u.column("physical_offset").to_numpy()
@@ -150,19 +153,20 @@ def in_range(rc, out) -> None:
         kept[hit] = rc.column("kept")[at[hit]]
         matched = np.flatnonzero(kept)
         if len(matched):
-            _mismatches(rc, u, matched, at[matched], out, lmq[matched])
+            _mismatches(rc, u, matched, at[matched], out, copies[matched])
         loose = np.flatnonzero(~hit)
         if len(loose):
             _loose(rc, u.take(loose), out)
-        _duplicates(rc, u.filter(pa.array(~lmq)) if lmq.any() else u, out)
-    # kept dispatchable messages without any unit of their own queue at their offset
+        _duplicates(rc, u.filter(pa.array(~copies)) if copies.any() else u, out)
+    # kept dispatchable messages without any unit of their own queue at their offset (those whose own unit is in
+    # another folder's queue are that folder's family's)
     if m.num_rows:
         want = rc.column("kept") & pc.is_in(m.column("tran_type"), pa.array(DISPATCHED_TYPES)).to_numpy(
-            zero_copy_only=False) & ~_batch_topic_messages(rc)
+            zero_copy_only=False) & rc.facts.dispatch.own_units_in(ROUTE, m.column("topic"))
         mphys = rc.column("physical_offset")
         has_unit = np.zeros(len(mphys), bool)
-        if u.num_rows and not lmq.all():
-            unit_phys = np.sort(u.column("physical_offset").to_numpy()[~lmq])
+        if u.num_rows and not copies.all():
+            unit_phys = np.sort(u.column("physical_offset").to_numpy()[~copies])
             i = np.minimum(np.searchsorted(unit_phys, mphys), len(unit_phys) - 1)
             has_unit = unit_phys[i] == mphys
         rows = np.flatnonzero(want & ~has_unit)
@@ -184,10 +188,11 @@ def _unit_positions(rc, u: pa.Table) -> dict:
                 queue_offset=u.column("queue_offset"))
 
 
-def _mismatches(rc, u: pa.Table, rows: np.ndarray, at: np.ndarray, out, lmq: np.ndarray) -> None:
+def _mismatches(rc, u: pa.Table, rows: np.ndarray, at: np.ndarray, out, copies: np.ndarray) -> None:
     """Units ``rows`` of ``u`` against the kept messages at their offsets (message rows ``at``): compared in numpy,
-    and only the units that differ are gathered into findings.  ``lmq``: which of them are LMQ units, whose queue
-    and queue offset are the lmq family's to check (their record is another queue's)."""
+    and only the units that differ are gathered into findings.  ``copies``: which of them are copies of another
+    queue's record (store_format.queues.Dispatch.copies), whose queue and queue offset the family that checks the
+    multi-dispatch checks."""
     m = rc.messages
 
     def mnum(name):
@@ -198,7 +203,7 @@ def _mismatches(rc, u: pa.Table, rows: np.ndarray, at: np.ndarray, out, lmq: np.
 
     topics = pc.unique(pa.concat_arrays([u.column("topic").combine_chunks(), m.column("topic").combine_chunks()]))
     same_topic = num_codes(u.column("topic"), topics)[rows] == num_codes(m.column("topic"), topics)[at]
-    wrong_queue = (~same_topic | (unum("queue_id") != mnum("queue_id"))) & ~lmq
+    wrong_queue = (~same_topic | (unum("queue_id") != mnum("queue_id"))) & ~copies
     # a unit's address that reached no ext unit has no tagsCode to compare (consumequeue.ext_unit_missing says so)
     tags_known = m.column("tags_code").is_valid().to_numpy(zero_copy_only=False)[at] & \
         (unum("tags_code") > L.CQ_EXT_MAX_ADDR)
@@ -206,7 +211,7 @@ def _mismatches(rc, u: pa.Table, rows: np.ndarray, at: np.ndarray, out, lmq: np.
     checks = (
         ("consumequeue.wrong_queue", wrong_queue,
          {"message_topic": ("m", "topic"), "message_queue_id": ("m", "queue_id")}),
-        ("consumequeue.queue_offset_mismatch", ~wrong_queue & ~lmq & (unum("queue_offset") != mnum("queue_offset")),
+        ("consumequeue.queue_offset_mismatch", ~wrong_queue & ~copies & (unum("queue_offset") != mnum("queue_offset")),
          {"message_queue_offset": ("m", "queue_offset")}),
         ("consumequeue.size_mismatch", unum("size") != mnum("store_size"),
          {"unit_size": ("u", "size"), "record_size": ("m", "store_size")}),
@@ -242,8 +247,8 @@ def _loose(rc, u: pa.Table, out) -> None:
             span_reason = pa.array([reason[i] for i in rows.tolist()], pa.string())
             out.finding(finding_table(check_id, len(rows), values={
                 "item_position": span_start, "item_reason": span_reason}, details=details(t), **_unit_positions(rc, t)))
-            if c == IN_DAMAGE:  # the message each names is one to re-send (an LMQ unit names another's queue)
-                own = pc.invert(pc.starts_with(t.column("topic"), L.LMQ_PREFIX))
+            if c == IN_DAMAGE:  # the message each names is one to re-send (a copy names another's queue)
+                own = pa.array(~rc.facts.dispatch.copies(t.column("topic")))
                 out.partial("consumequeue.in_span", pa.table({
                     "broker": pa.repeat(pa.scalar(rc.broker), len(rows)), **{n: t.column(n) for n, _ in UNIT_COLUMNS},
                     "span_start": span_start, "span_reason": span_reason}, schema=IN_SPAN).filter(own))
@@ -270,26 +275,6 @@ def _duplicates(rc, u: pa.Table, out) -> None:
     f = t.take(first)
     out.finding(finding_table("consumequeue.duplicate_entry", len(first), values={"units": pa.array(n)},
                               details={"units": pa.array(n)}, **_unit_positions(rc, f)))
-
-
-# ------------------------------------------------------------------------------------------ 5.x: LMQ and BatchCQ
-
-def _lmq_units(rc, u: pa.Table) -> np.ndarray:
-    """Which units are of %LMQ% queues: the same record's unit in a queue of another name (multi-dispatch,
-    store-format-5x.md section 5); whether each is where RocketMQ's dispatch puts it is the lmq family's check."""
-    if not rc.facts.topics_of("lmq") or not u.num_rows:
-        return np.zeros(u.num_rows, bool)
-    return pc.starts_with(u.column("topic"), L.LMQ_PREFIX).to_numpy(zero_copy_only=False)
-
-
-def _batch_topic_messages(rc) -> np.ndarray:
-    """Which messages are of queue.type=BatchCQ topics: they get a batch consume-queue unit, never a consume-queue
-    one (the batchcq family's check)."""
-    batch = rc.facts.topics_of("batch")
-    if not batch:
-        return np.zeros(rc.messages.num_rows, bool)
-    return pc.is_in(rc.messages.column("topic"), pa.array(sorted(batch))).to_numpy(
-        zero_copy_only=False)
 
 
 # ------------------------------------------------------------------------------------------------ queue files
@@ -512,7 +497,7 @@ def _backends_disagree(ctx):
 
 FAMILY = Family(
     "consumequeue", "CommitLog <-> ConsumeQueue: messages without a unit, units pointing wrong, corrupt units, gaps",
-    in_range=in_range, in_files={"consumequeue": in_queue_files}, on_driver=on_driver,
+    in_range=in_range, in_files={ROUTE: in_queue_files}, on_driver=on_driver,
     emits={"consumequeue.missing": MISSING, "consumequeue.loose": LOOSE, "consumequeue.in_span": IN_SPAN},
     reads=("consumequeue.missing", "consumequeue.loose", "consumequeue.in_span"),
     tables={"queues": QUEUE_BOUNDS}, rank=30,

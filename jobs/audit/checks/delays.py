@@ -72,7 +72,8 @@ def schedule_probe(ctx, broker: str) -> dict:
                                               delay.column("offset").to_pylist(), delay.column("error").to_pylist())
            if b == broker and err is None and lv is not None}
     plan = ctx.plans[broker]
-    levels = sorted({f.queue_id for f in plan.cq_files if f.loaded and f.topic == L.SCHEDULE_TOPIC})  # any backend
+    levels = sorted({f.queue_id for f in plan.queue_files if f.loaded and f.topic == L.SCHEDULE_TOPIC
+                     and f.backend.folder == plan.dispatch.folder_of(f.topic)})  # of any backend of its folder
     return {"next": {qid: nxt.get(qid, 0) for qid in levels},
             "segments": [(s.base_offset, s.length, s.loc) for s in plan.segments]}
 

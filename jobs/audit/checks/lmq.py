@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from store_format import layout as L
 from store_format.lmq import QueueState, predict_dispatch
+from store_format.queues import holds_copies
 
 from ..contract import Family, FamilyResult
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows
@@ -123,9 +124,9 @@ def _record(r: dict) -> _Record:
 
 def in_range(rc, out) -> None:
     f = rc.facts
-    if not f.multi_dispatch:
+    if not f.dispatch.multi:
         return
-    if f.topics_of("lmq"):
+    if f.dispatch.copies_held:
         _units(rc, out)
     m = rc.messages
     if not m.num_rows:
@@ -176,7 +177,7 @@ def _units(rc, out) -> None:
     u = rc.routed("consumequeue")
     if not u.num_rows:
         return
-    u = u.filter(pc.starts_with(u.column("topic"), L.LMQ_PREFIX))
+    u = u.filter(pa.array(rc.facts.dispatch.copies(u.column("topic"))))
     if not u.num_rows:
         return
     at = rc.message_at(u.column("physical_offset").to_numpy())
@@ -252,8 +253,8 @@ def _seed(ctx, broker: str, units: list[dict], file_size: int) -> tuple[dict, in
     segments = ctx.plans[broker].store.segments
     low = segments[0].base_offset if segments else 0
     first_file = {}
-    for f in ctx.plans[broker].cq_files:
-        if f.loaded and f.topic.startswith(L.LMQ_PREFIX):
+    for f in ctx.plans[broker].queue_files:
+        if f.loaded and f.backend.dense and holds_copies(f.topic):  # its name: its first unit's byte offset
             key = (f.topic, f.queue_id)
             first_file[key] = min(first_file.get(key, int(f.name)), int(f.name))
     states = {}
@@ -437,7 +438,7 @@ def summary(ctx) -> dict:
 
 def applies(plan) -> bool:
     """A broker whose files say its records may carry dispatch lists (a 5.x store, LMQ queues or offsets)."""
-    return plan.multi_dispatch
+    return plan.dispatch.multi
 
 
 FAMILY = Family(

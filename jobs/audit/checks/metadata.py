@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from udfs.metadata import CONFIG_FILE, is_too_large, is_value_error
 from store_format import layout as L
 from store_format.config import CONFIG_MEMORY_LIMIT_ENV, too_large_size
+from store_format.queues import holds_copies
 
 from ..findings import Consequence, Severity, check, finding_rows
 from ..contract import Family, FamilyResult
@@ -150,7 +151,7 @@ def on_driver(ctx) -> FamilyResult:
         for broker, topic, qid in queues:
             conf = topics.get((broker, topic))
             if conf is None:
-                if not topic.startswith(L.LMQ_PREFIX):  # an %LMQ% queue is never a topics.json entry (light queues)
+                if not holds_copies(topic):  # an %LMQ% queue is never a topics.json entry (light queues)
                     missing[(broker, topic)] = missing.get((broker, topic), 0) + 1
                 continue
             count = _greatest(conf["read_queue_nums"], conf["write_queue_nums"])

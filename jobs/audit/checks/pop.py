@@ -208,8 +208,8 @@ def _ledger(ctx, name: str, plan) -> PS.PopLedger:
 def _uniq_keys(ctx, broker: str, plan, topic: str, queue_id: int, offsets: list[int]) -> dict[int, str]:
     """The UNIQ_KEYs of the messages at ``offsets`` of one consume queue: each unit read, then its record."""
     phys = {}
-    for f in plan.cq_files:
-        if not f.loaded or (f.topic, f.queue_id) != (topic, queue_id):
+    for f in plan.queue_files:  # a unit index a queue offset (store_format.queues.Backend.dense)
+        if not f.loaded or not f.backend.dense or (f.topic, f.queue_id) != (topic, queue_id):
             continue
         first, n = f.first_queue_offset, f.length // f.backend.unit_size
         mine = [o for o in offsets if first <= o < first + n]
