@@ -187,3 +187,4 @@ def test_the_consume_queue_source_gives_the_sparse_units(tmp_path):
     ends = [r for r in got if r["kind"] == "end_marker"]  # where each of the first two log files ended
     assert {r["kind"] for r in got} == {"entry", "end_marker", "zero_tail"} and len(ends) == 2 and \
         {r["file_position"] for r in ends} == {3 * 46} and ends[0]["reason"] is None
+

@@ -88,9 +88,14 @@ RECORDS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id
                      ("body_crc", pa.int32()), ("keys", pa.string()), ("has_body", pa.bool_())])
 
 
+def probes(ctx, broker: str) -> frozenset:
+    """The broker's cleanup.policy=COMPACTION topics, for every scan task of it."""
+    return ctx.plans[broker].store.compaction_topics
+
+
 def in_range(rc, out) -> None:
     """The kept records of the compaction topics in this range (CompactionService.putRequest takes every one)."""
-    topics = rc.facts.topics_of("compaction")
+    topics = rc.facts.probes.get("compaction")
     m = rc.messages
     if not topics or not m.num_rows:
         return
@@ -286,5 +291,5 @@ def applies(plan) -> bool:
 FAMILY = Family(
     "compaction", "CommitLog <-> compaction store (5.x cleanup.policy=COMPACTION topics): newest values the log "
                   "dropped, records and units that disagree, corrupt logs, unpaired files",
-    always=True, applies=applies, in_range=in_range, on_driver=on_driver,
+    always=True, applies=applies, probes=probes, in_range=in_range, on_driver=on_driver,
     emits={"compaction.records": RECORDS}, reads=("compaction.records",))
