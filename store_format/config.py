@@ -30,6 +30,9 @@ lowers or raises it).  Past it, consumerOffset.json in the broker's layout is st
 any other file, or one the columns cannot be built from, is not parsed: its :class:`ConfigFile` carries a
 ``TOO_LARGE`` error ("too large to parse within memory: N bytes", naming the file), which the audit reports as a
 finding while it checks the rest.  A ``MemoryError`` while parsing is that error too, naming the operation.
+Whether the broker can load a consumer-offsets file (:func:`config_load_failure`, the recovery prediction) is
+judged in one compiled pass over a read-only map of it that keeps nothing per map or offset
+(``offset_scan(buf, check_only=True)``: :class:`OffsetCheck`), never by building its rows.
 
 Values a broker cannot hold are the file's findings, not exceptions: :func:`value_problems` lists each
 (``OUT_OF_RANGE`` errors naming the file, the key path and the value) -- a consumer offset outside Java's
@@ -45,8 +48,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from . import layout as L
-from .errors import ConfigError, ErrorKind
-from .fs import StorePath, UnreadableError, as_path, open_file
+from .errors import ConfigError, ErrorKind, StoreFormatError
+from .fs import ReadOnlyMap, StorePath, UnreadableError, as_path, open_file
 
 CONFIG_FILES = ("consumerOffset.json", "delayOffset.json", "topics.json", "subscriptionGroup.json",
                 "consumerFilter.json")
@@ -219,6 +222,19 @@ class OffsetScan(NamedTuple):
     other_lo: object
     other_hi: object
     rows: tuple | None = None
+
+
+class OffsetCheck(NamedTuple):
+    """What ``offset_scan(buf, check_only=True)`` (``udfs.kernels.scan_offset_table``) reads of consumerOffset.json
+    in fastjson's layout without keeping a row: the counts of maps, entries and names with an escape, the value
+    span of every other top-level member, and the first map in file order a broker cannot hold: (its index, its
+    name's span, the first queue id outside int, or None for a name that is not topic@group), or None."""
+
+    maps: int
+    entries: int
+    escaped_names: int
+    others: list
+    problem: tuple | None
 
 
 @dataclass
@@ -594,14 +610,19 @@ def _decode_failure(path, name: str, decode_problem, offset_scan=None) -> str | 
     bak = path.name.endswith(".bak")
     if not path.exists() and not path.is_symlink():
         return None if bak else "is missing"
-    if name in _OFFSET_FILES:  # the offsets as columns, as the audit reads them: no Python object per offset
-        problems: list = []
-        try:
-            cfg_cols = offset_columns(path.parent, problems, name=path.name, offset_scan=offset_scan)
-        except StoreFormatError:
-            cfg_cols = None
-        if cfg_cols is not None and cfg_cols[0].source == str(path) and (name == "consumerOffset.json" or problems):
-            return _undecodable(problems[0]) if problems else None
+    if name in _OFFSET_FILES:  # the offsets checked in one pass, else as columns: no Python object per offset
+        checked = _offsets_load_check(path, name, offset_scan)
+        if checked is _NOT_CHECKED:
+            problems: list = []
+            try:
+                cfg_cols = offset_columns(path.parent, problems, name=path.name, offset_scan=offset_scan)
+            except StoreFormatError:
+                cfg_cols = None
+            if cfg_cols is not None and cfg_cols[0].source == str(path) and (name == "consumerOffset.json" or
+                                                                             problems):
+                return _undecodable(problems[0]) if problems else None
+        elif checked is not _GENERAL_PATH:
+            return checked
     try:
         size, raw = _read_limited(path, memory_limit())
     except (UnreadableError, MemoryError):
@@ -631,6 +652,51 @@ def _decode_failure(path, name: str, decode_problem, offset_scan=None) -> str | 
     except ConfigError as e:
         problems.append(e)
     return _undecodable(problems[0]) if problems else None
+
+
+_NOT_CHECKED, _GENERAL_PATH = object(), object()
+
+
+def _offsets_load_check(path, name: str, offset_scan):
+    """:func:`_decode_failure` of a consumer-offsets file through ``offset_scan``'s check (``check_only``) over a
+    read-only map of it: memory constant, whatever the file's size (a 1 GiB file took more than 13 GB as columns),
+    where the columns :func:`offset_columns` would build decide -- the file at least the fast path's 64 KiB, in
+    the broker's layout, no name escaped.  The answer (None when it loads), or ``_GENERAL_PATH``:
+    lmqConsumerOffset.json without a problem here, which the parse of the whole file judges (within the limit),
+    or ``_NOT_CHECKED``: offset_columns says.  The problem named is the first in file order, as fastjson meets it
+    (offset_columns names it so too, but for a map given twice, which it leaves to the whole file's parse)."""
+    if offset_scan is None:
+        return _NOT_CHECKED
+    try:
+        with ReadOnlyMap(path) as m:
+            size = len(m)
+            if size < _FAST_MIN:
+                return _NOT_CHECKED  # the parse reads it (offset_columns does not)
+            found = offset_scan(m.buf, check_only=True)
+            if found is not None and not found.escaped_names:
+                others = [bytes(m.buf[lo:hi]) for lo, hi in found.others]
+                problem = found.problem
+                key = None if problem is None else bytes(m.buf[problem[1]:problem[2]]).decode("utf-8", "replace")
+    except (UnreadableError, OSError, MemoryError):
+        return _NOT_CHECKED  # offset_columns reads it as it can, or says why not
+    past = size > memory_limit()
+    if found is None or found.escaped_names:  # past the limit the columns are the scanner's alone: none here
+        return None if past and found is None else _NOT_CHECKED
+    try:
+        for text in others:  # dataVersion: read as in the whole file
+            loads(text.decode("utf-8", "replace"))
+    except (ConfigError, ValueError, RecursionError):
+        return None if past else _NOT_CHECKED
+    if problem is None:
+        return None if name == "consumerOffset.json" else _GENERAL_PATH
+    problems: list = []
+    cfg = ConfigFile(name, None, str(path), ())
+    if problem[3] is None:
+        _problem(problems, cfg, ("offsetTable", key), key, "not topic@group")
+    else:
+        _problem(problems, cfg, ("offsetTable", key, problem[3]), problem[3],
+                 f"queue id is outside Java's int range [{INT_RANGE[0]}, {INT_RANGE[1]}]")
+    return _undecodable(problems[0])
 
 
 def _undecodable(e: ConfigError) -> str:
