@@ -493,13 +493,22 @@ def out_of_memory(file: str, size: int | None, operation: str) -> ConfigError:
                                                                                  f" ({size} bytes)"), file=file)
 
 
-_TOO_LARGE_SIZE = re.compile(r"too large to parse within memory: (\d+) bytes")
+_TOO_LARGE_SIZE = re.compile(r"too large to parse within memory: (\d+) bytes|ran out of memory [^(;]*\((\d+) bytes\)")
 
 
 def too_large_size(error: str | None) -> int | None:
-    """The file size a TOO_LARGE error's text names (None for another error, or an out-of-memory one)."""
+    """The file size a TOO_LARGE error's text names, past the limit or out of memory (None for another error)."""
     m = _TOO_LARGE_SIZE.search(error or "")
-    return int(m.group(1)) if m else None
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def file_size(path) -> int | None:
+    """A config file's size, for an error that names it (None when it cannot be asked)."""
+    try:
+        p = as_path(path)
+        return p.loc.info().size if isinstance(p, StorePath) else os.stat(p).st_size
+    except (OSError, StoreFormatError, AttributeError):
+        return None
 
 
 def _read_limited(candidate, limit: int | None) -> tuple[int, bytes | None]:
@@ -556,7 +565,7 @@ def _read_config(config_dir, name: str, keep_fast: bool = False, offset_scan=Non
             errors.append(ConfigError(ErrorKind.UNREADABLE, e.reason, file=str(candidate)))
             continue
         except MemoryError:
-            errors.append(out_of_memory(str(candidate), None, "reading it"))
+            errors.append(out_of_memory(str(candidate), file_size(candidate), "reading it"))
             break
         if candidate.name == name and raw is not None and size and raw.strip() in (b"", b"null"):
             # not empty, so ConfigManager.load() decodes it rather than the .bak: fastjson gives null, decode() does
@@ -595,13 +604,22 @@ def config_load_failure(config_dir, name: str, decode_problem=None, offset_scan=
     too large to parse within memory, is not judged (None).  ``offset_scan``: the compiled scanner
     :func:`offset_columns` takes, for the consumer offsets (a busy broker's hold millions: read as columns)."""
     d = as_path(config_dir)
-    bak = _decode_failure(d / f"{name}.bak", name, decode_problem, offset_scan)
+    bak = _judged(d / f"{name}.bak", name, decode_problem, offset_scan)
     if bak is None:
         return None
-    main = _decode_failure(d / name, name, decode_problem, offset_scan)
+    main = _judged(d / name, name, decode_problem, offset_scan)
     if main is None:
         return None
     return f"{name} {main}, and {name}.bak {bak}: ConfigManager.load() falls back to the .bak and loadBak() fails"
+
+
+def _judged(path, name: str, decode_problem, offset_scan) -> str | None:
+    """:func:`_decode_failure`; None (not judged, as a file too large to parse) where it runs out of memory: the
+    metadata family names the file and its size (udfs.metadata's error row), the prediction goes on."""
+    try:
+        return _decode_failure(path, name, decode_problem, offset_scan)
+    except MemoryError:
+        return None
 
 
 def _decode_failure(path, name: str, decode_problem, offset_scan=None) -> str | None:
@@ -818,7 +836,7 @@ def offset_columns(config_dir, problems: list, name: str = "consumerOffset.json"
         return _offset_columns(cfg, fast, problems, memory_limit(limit))
     except MemoryError:
         fast = None
-        raise out_of_memory(cfg.source, None, "building its offset columns") from None
+        raise out_of_memory(cfg.source, file_size(cfg.source), "building its offset columns") from None
 
 
 def _offset_columns(cfg: ConfigFile, fast, problems: list, limit: int):

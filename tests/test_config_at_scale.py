@@ -107,3 +107,28 @@ def test_the_check_counts_what_the_scan_reads_and_steps_aside_where_it_does(tmp_
         got = scan_offset_table(bad, check_only=True)
         assert (got is None) == (scan_offset_table(bad) is None)
         assert got is None or got.escaped_names == 1  # an escaped name: the columns judge it
+
+
+def test_running_out_of_memory_building_a_config_table_is_its_error_row_naming_the_file_and_its_size(
+        tmp_path, monkeypatch):
+    """Whatever runs out of memory while a config file's table is built, the table is the file's one TOO_LARGE row
+    naming it and its size (which the metadata family's config_too_large finding reports), not a MemoryError."""
+    import udfs.metadata as M
+
+    config = tmp_path / "store" / "config"
+    config.mkdir(parents=True)
+    (config / "topics.json").write_text(dumps_fastjson({"topicConfigTable": {"T": {"perm": 6}}}))
+    (config / "consumerOffset.json").write_text(dumps_fastjson({"offsetTable": _MAPS}))
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(M, "_config_columns", exhausted)
+    monkeypatch.setattr(M, "_offset_table", exhausted)
+    for table, name in (("topics", "topics.json"), ("consumer_offsets", "consumerOffset.json")):
+        t = M.table_batch(table, "b", tmp_path / "store")
+        (error,) = t.column("error").to_pylist()
+        size = (config / name).stat().st_size
+        assert error == f"TOO_LARGE {config / name}: ran out of memory building its table ({size} bytes)"
+        assert M.is_too_large(error) and C.too_large_size(error) == size
+    assert C.too_large_size("TOO_LARGE x: ran out of memory reading it") is None
