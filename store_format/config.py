@@ -26,7 +26,9 @@ Anything else (a name escaped, without '@' or given twice, queue ids out of orde
 Memory: a file is parsed into Python objects (a dict, an int per offset: ~9 times the file's size) only up to
 :data:`CONFIG_MEMORY_LIMIT` bytes (``ROCKETMQ_CONFIG_MEMORY_LIMIT`` in the environment, or a caller's ``limit``,
 lowers or raises it).  Past it, consumerOffset.json in the broker's layout is still read, as columns
-(:func:`offset_columns` with a scanner: memory proportional to the offsets kept, no Python object per offset);
+(:func:`offset_columns` with a scanner: memory proportional to the offsets kept, no Python object per offset), up
+to :data:`CONFIG_OFFSETS_LIMIT` offsets (counted first in one pass; more: a TOO_LARGE error naming the file, its
+size and counts);
 any other file, or one the columns cannot be built from, is not parsed: its :class:`ConfigFile` carries a
 ``TOO_LARGE`` error ("too large to parse within memory: N bytes", naming the file), which the audit reports as a
 finding while it checks the rest.  A ``MemoryError`` while parsing is that error too, naming the operation.
@@ -62,6 +64,14 @@ CONFIG_FILES = ("consumerOffset.json", "delayOffset.json", "topics.json", "subsc
 CONFIG_MEMORY_LIMIT = 256 << 20
 CONFIG_MEMORY_LIMIT_ENV = "ROCKETMQ_CONFIG_MEMORY_LIMIT"  # overrides it (bytes), e.g. on a machine with less memory
 TOO_LARGE_MESSAGE = "too large to parse within memory: {size} bytes (the limit is {limit}, CONFIG_MEMORY_LIMIT)"
+#: The most consumer offsets read from one file (as columns, past CONFIG_MEMORY_LIMIT too).  The audit's driver holds
+#: ~250 bytes an offset (the table, the lag table), so 32 M offsets (a ~400 MB file) take ~8 GB; a file holding more
+#: is one TOO_LARGE error naming it, its size and counts (its offsets are skipped, the rest is audited), never an
+#: out-of-memory (a 1 GiB file of 87 M offsets took more than 13 GB).  ``ROCKETMQ_CONFIG_OFFSETS_LIMIT`` changes it.
+CONFIG_OFFSETS_LIMIT = 32_000_000
+CONFIG_OFFSETS_LIMIT_ENV = "ROCKETMQ_CONFIG_OFFSETS_LIMIT"
+TOO_MANY_OFFSETS_MESSAGE = ("too large to read within memory: {size} bytes holding {entries} offsets in {maps} maps, "
+                            "more than the limit of {limit} offsets (CONFIG_OFFSETS_LIMIT): its offsets are skipped")
 TOPIC_GROUP_SEPARATOR = "@"
 _MAX_DEPTH = 200
 _WS = " \t\r\n"
@@ -482,6 +492,32 @@ def memory_limit(limit: int | None = None) -> int:
     return CONFIG_MEMORY_LIMIT
 
 
+def offsets_limit() -> int:
+    """The most consumer offsets read from one file: ``$ROCKETMQ_CONFIG_OFFSETS_LIMIT``, else
+    :data:`CONFIG_OFFSETS_LIMIT`."""
+    env = os.environ.get(CONFIG_OFFSETS_LIMIT_ENV)
+    if env:
+        try:
+            return int(env)
+        except ValueError:
+            raise ConfigError(ErrorKind.BAD_CONFIG, f"{CONFIG_OFFSETS_LIMIT_ENV}={env!r}: a number of offsets",
+                              field=CONFIG_OFFSETS_LIMIT_ENV) from None
+    return CONFIG_OFFSETS_LIMIT
+
+
+def _scan_offsets(offset_scan, raw, file: str):
+    """``offset_scan(raw)``, counted first by its one-pass check: a file holding more offsets than
+    :func:`offsets_limit` is its TOO_LARGE error (raised), its columns never built."""
+    counted = offset_scan(raw, check_only=True)
+    if counted is None:
+        return None
+    limit = offsets_limit()
+    if counted.entries > limit:
+        raise ConfigError(ErrorKind.TOO_LARGE, TOO_MANY_OFFSETS_MESSAGE.format(
+            size=len(raw), entries=counted.entries, maps=counted.maps, limit=limit), file=file)
+    return offset_scan(raw)
+
+
 def too_large(file: str, size: int, limit: int) -> ConfigError:
     """The error of a file past the limit (:data:`TOO_LARGE_MESSAGE`)."""
     return ConfigError(ErrorKind.TOO_LARGE, TOO_LARGE_MESSAGE.format(size=size, limit=limit), file=file)
@@ -493,7 +529,8 @@ def out_of_memory(file: str, size: int | None, operation: str) -> ConfigError:
                                                                                  f" ({size} bytes)"), file=file)
 
 
-_TOO_LARGE_SIZE = re.compile(r"too large to parse within memory: (\d+) bytes|ran out of memory [^(;]*\((\d+) bytes\)")
+_TOO_LARGE_SIZE = re.compile(r"too large to (?:parse|read) within memory: (\d+) bytes|"
+                             r"ran out of memory [^(;]*\((\d+) bytes\)")
 
 
 def too_large_size(error: str | None) -> int | None:
@@ -573,7 +610,7 @@ def _read_config(config_dir, name: str, keep_fast: bool = False, offset_scan=Non
             return ConfigFile(name, {}, str(candidate), ()), None
         try:
             if size > limit:  # the offsets' scanner alone, or not at all; and no .bak (the broker loads this one)
-                found = offset_scan(raw) if offset_scan is not None else None
+                found = _scan_offsets(offset_scan, raw, str(candidate)) if offset_scan is not None else None
                 if found is None:
                     errors.append(too_large(str(candidate), size, limit))
                     break
@@ -727,7 +764,7 @@ def _parse(name: str, file: str, raw: bytes, errors: list, keep_fast: bool, offs
     not parse (its error added to ``errors``: the caller tries the ``.bak``)."""
     fast = None
     if len(raw) >= _FAST_MIN:
-        found = offset_scan(raw) if offset_scan is not None else None
+        found = _scan_offsets(offset_scan, raw, file) if offset_scan is not None else None
         if found is not None:  # the scanner's arrays, for offset_columns to build from (it alone passes one)
             return None, _Scanned(raw, found)
         fast = _scan(bytearray(raw))

@@ -132,3 +132,43 @@ def test_running_out_of_memory_building_a_config_table_is_its_error_row_naming_t
         assert error == f"TOO_LARGE {config / name}: ran out of memory building its table ({size} bytes)"
         assert M.is_too_large(error) and C.too_large_size(error) == size
     assert C.too_large_size("TOO_LARGE x: ran out of memory reading it") is None
+
+
+def test_a_file_holding_more_offsets_than_the_limit_is_skipped_naming_it_its_size_and_counts(tmp_path, monkeypatch):
+    """Past ROCKETMQ_CONFIG_OFFSETS_LIMIT (lowered here; 32 M offsets by default) consumerOffset.json's columns are
+    never built: the metadata table is the file's one TOO_LARGE row naming it, its size and counts (the .bak is not
+    read: the broker loads this file), compare and replay get that error, and the audit's driver reports it as
+    metadata.config_too_large with the size while the rest runs (an empty lag table)."""
+    from jobs.audit.checks import lag, metadata
+    from jobs.audit.context import AuditContext, AuditOptions
+    from jobs.audit.plan import plan_broker
+    from jobs.stores import resolve_stores
+    from store_format.errors import ConfigError, ErrorKind
+    import udfs.metadata as M
+
+    root = tmp_path / "store"
+    shutil.copytree(fixture_store("basic"), root)
+    for p in [root, *root.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    path = root / "config" / "consumerOffset.json"
+    path.write_text(dumps_fastjson({"offsetTable": _MAPS}))
+    (root / "config" / "consumerOffset.json.bak").write_text(dumps_fastjson({"offsetTable": {"T0@g0": {0: 0}}}))
+    size = path.stat().st_size
+    monkeypatch.setenv(C.CONFIG_OFFSETS_LIMIT_ENV, "15999")
+    message = (f"too large to read within memory: {size} bytes holding 16000 offsets in 2000 maps, more than the "
+               "limit of 15999 offsets (CONFIG_OFFSETS_LIMIT): its offsets are skipped")
+    (error,) = M.table_batch("consumer_offsets", "b", root).column("error").to_pylist()
+    assert error == f"TOO_LARGE {path}: {message}" and C.too_large_size(error) == size
+    with pytest.raises(ConfigError) as raised:
+        C.read_consumer_offsets(root / "config", offset_scan=scan_offset_table)
+    assert raised.value.kind is ErrorKind.TOO_LARGE and raised.value.file == str(path)
+
+    stores = resolve_stores([str(root)])
+    ctx = AuditContext(None, stores, {s.name: plan_broker(s) for s in stores}, AuditOptions(families=("lag", "metadata")))
+    found, checked = lag.FAMILY.on_driver(ctx), metadata.FAMILY.on_driver(ctx)
+    assert found.tables["lag"].num_rows == 0
+    big = [r for t in checked.findings for r in t.to_pylist() if r["check"] == "metadata.config_too_large"]
+    assert [(r["file"], dict(r["details"])["size"]) for r in big] == [("config/consumerOffset.json", str(size))]
+    assert f"({size} bytes)" in big[0]["message"]
+    monkeypatch.setenv(C.CONFIG_OFFSETS_LIMIT_ENV, "16000")  # at the limit: read
+    assert M.table_batch("consumer_offsets", "b", root).num_rows == 16000
