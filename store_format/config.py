@@ -509,10 +509,8 @@ def _scan_offsets(offset_scan, raw, file: str):
     """``offset_scan(raw)``, counted first by its one-pass check: a file holding more offsets than
     :func:`offsets_limit` is its TOO_LARGE error (raised), its columns never built."""
     counted = offset_scan(raw, check_only=True)
-    if counted is None:
-        return None
     limit = offsets_limit()
-    if counted.entries > limit:
+    if counted is not None and counted.entries > limit:
         raise ConfigError(ErrorKind.TOO_LARGE, TOO_MANY_OFFSETS_MESSAGE.format(
             size=len(raw), entries=counted.entries, maps=counted.maps, limit=limit), file=file)
     return offset_scan(raw)

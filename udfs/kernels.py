@@ -482,7 +482,7 @@ def scan_offset_table(raw, nest_limit: int = 100, *, check_only: bool = False):
                       other_hi[:n_other], rows)
 
 
-_CHECK_OTHERS = 64  # top-level members beside offsetTable the check keeps (a broker writes one: dataVersion)
+_CHECK_OTHERS = 1 << 16  # top-level members beside offsetTable the check keeps (a broker writes one: dataVersion)
 
 
 def _check_offset_table(C, raw, nest_limit: int, OffsetCheck, counts_only: bool = False):
