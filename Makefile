@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test cluster-test demo bench bench-scale fuzz lint package clean check-java
+.PHONY: setup test cluster-test demo bench bench-scale bench-config fuzz lint package clean check-java
 
 setup: $(STAMP) chromium
 
@@ -53,6 +53,12 @@ bench-scale: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/run.py --skip framing decode writer index spark audit \
 	  --scale-mib 256 --scale-segment-mib 1024 --scale-steps 1 4 16 --scale-jobs audit --scale-rounds 1 \
 	  --scale-warmup-step 1 --scale-warmups 1 --results bench/results-scale.json $(BENCH_ARGS)
+
+# Config files at any size (issue 40): a generated 1 GiB consumerOffset.json (once, into bench/cache/), each phase
+# of its reading in a process under `prlimit --as` of 8 GiB, peak resident memory and outcome, into
+# bench/results-config.json (BENCHMARKS.md, "Config files at any size"); e.g. BENCH_ARGS="--mib 256".
+bench-config: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_config.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

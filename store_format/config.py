@@ -26,10 +26,15 @@ Anything else (a name escaped, without '@' or given twice, queue ids out of orde
 Memory: a file is parsed into Python objects (a dict, an int per offset: ~9 times the file's size) only up to
 :data:`CONFIG_MEMORY_LIMIT` bytes (``ROCKETMQ_CONFIG_MEMORY_LIMIT`` in the environment, or a caller's ``limit``,
 lowers or raises it).  Past it, consumerOffset.json in the broker's layout is still read, as columns
-(:func:`offset_columns` with a scanner: memory proportional to the offsets kept, no Python object per offset);
+(:func:`offset_columns` with a scanner: memory proportional to the offsets kept, no Python object per offset), up
+to :data:`CONFIG_OFFSETS_LIMIT` offsets (counted first in one pass; more: a TOO_LARGE error naming the file, its
+size and counts);
 any other file, or one the columns cannot be built from, is not parsed: its :class:`ConfigFile` carries a
 ``TOO_LARGE`` error ("too large to parse within memory: N bytes", naming the file), which the audit reports as a
 finding while it checks the rest.  A ``MemoryError`` while parsing is that error too, naming the operation.
+Whether the broker can load a consumer-offsets file (:func:`config_load_failure`, the recovery prediction) is
+judged in one compiled pass over a read-only map of it that keeps nothing per map or offset
+(``offset_scan(buf, check_only=True)``: :class:`OffsetCheck`), never by building its rows.
 
 Values a broker cannot hold are the file's findings, not exceptions: :func:`value_problems` lists each
 (``OUT_OF_RANGE`` errors naming the file, the key path and the value) -- a consumer offset outside Java's
@@ -45,8 +50,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from . import layout as L
-from .errors import ConfigError, ErrorKind
-from .fs import StorePath, UnreadableError, as_path, open_file
+from .errors import ConfigError, ErrorKind, StoreFormatError
+from .fs import ReadOnlyMap, StorePath, UnreadableError, as_path, open_file
 
 CONFIG_FILES = ("consumerOffset.json", "delayOffset.json", "topics.json", "subscriptionGroup.json",
                 "consumerFilter.json")
@@ -59,6 +64,14 @@ CONFIG_FILES = ("consumerOffset.json", "delayOffset.json", "topics.json", "subsc
 CONFIG_MEMORY_LIMIT = 256 << 20
 CONFIG_MEMORY_LIMIT_ENV = "ROCKETMQ_CONFIG_MEMORY_LIMIT"  # overrides it (bytes), e.g. on a machine with less memory
 TOO_LARGE_MESSAGE = "too large to parse within memory: {size} bytes (the limit is {limit}, CONFIG_MEMORY_LIMIT)"
+#: The most consumer offsets read from one file (as columns, past CONFIG_MEMORY_LIMIT too).  The audit's driver holds
+#: ~250 bytes an offset (the table, the lag table), so 32 M offsets (a ~400 MB file) take ~8 GB; a file holding more
+#: is one TOO_LARGE error naming it, its size and counts (its offsets are skipped, the rest is audited), never an
+#: out-of-memory (a 1 GiB file of 87 M offsets took more than 13 GB).  ``ROCKETMQ_CONFIG_OFFSETS_LIMIT`` changes it.
+CONFIG_OFFSETS_LIMIT = 32_000_000
+CONFIG_OFFSETS_LIMIT_ENV = "ROCKETMQ_CONFIG_OFFSETS_LIMIT"
+TOO_MANY_OFFSETS_MESSAGE = ("too large to read within memory: {size} bytes holding {entries} offsets in {maps} maps, "
+                            "more than the limit of {limit} offsets (CONFIG_OFFSETS_LIMIT): its offsets are skipped")
 TOPIC_GROUP_SEPARATOR = "@"
 _MAX_DEPTH = 200
 _WS = " \t\r\n"
@@ -219,6 +232,19 @@ class OffsetScan(NamedTuple):
     other_lo: object
     other_hi: object
     rows: tuple | None = None
+
+
+class OffsetCheck(NamedTuple):
+    """What ``offset_scan(buf, check_only=True)`` (``udfs.kernels.scan_offset_table``) reads of consumerOffset.json
+    in fastjson's layout without keeping a row: the counts of maps, entries and names with an escape, the value
+    span of every other top-level member, and the first map in file order a broker cannot hold: (its index, its
+    name's span, the first queue id outside int, or None for a name that is not topic@group), or None."""
+
+    maps: int
+    entries: int
+    escaped_names: int
+    others: list
+    problem: tuple | None
 
 
 @dataclass
@@ -466,6 +492,30 @@ def memory_limit(limit: int | None = None) -> int:
     return CONFIG_MEMORY_LIMIT
 
 
+def offsets_limit() -> int:
+    """The most consumer offsets read from one file: ``$ROCKETMQ_CONFIG_OFFSETS_LIMIT``, else
+    :data:`CONFIG_OFFSETS_LIMIT`."""
+    env = os.environ.get(CONFIG_OFFSETS_LIMIT_ENV)
+    if env:
+        try:
+            return int(env)
+        except ValueError:
+            raise ConfigError(ErrorKind.BAD_CONFIG, f"{CONFIG_OFFSETS_LIMIT_ENV}={env!r}: a number of offsets",
+                              field=CONFIG_OFFSETS_LIMIT_ENV) from None
+    return CONFIG_OFFSETS_LIMIT
+
+
+def _scan_offsets(offset_scan, raw, file: str):
+    """``offset_scan(raw)``, counted first by its one-pass check: a file holding more offsets than
+    :func:`offsets_limit` is its TOO_LARGE error (raised), its columns never built."""
+    counted = offset_scan(raw, check_only=True)
+    limit = offsets_limit()
+    if counted is not None and counted.entries > limit:
+        raise ConfigError(ErrorKind.TOO_LARGE, TOO_MANY_OFFSETS_MESSAGE.format(
+            size=len(raw), entries=counted.entries, maps=counted.maps, limit=limit), file=file)
+    return offset_scan(raw)
+
+
 def too_large(file: str, size: int, limit: int) -> ConfigError:
     """The error of a file past the limit (:data:`TOO_LARGE_MESSAGE`)."""
     return ConfigError(ErrorKind.TOO_LARGE, TOO_LARGE_MESSAGE.format(size=size, limit=limit), file=file)
@@ -477,13 +527,23 @@ def out_of_memory(file: str, size: int | None, operation: str) -> ConfigError:
                                                                                  f" ({size} bytes)"), file=file)
 
 
-_TOO_LARGE_SIZE = re.compile(r"too large to parse within memory: (\d+) bytes")
+_TOO_LARGE_SIZE = re.compile(r"too large to (?:parse|read) within memory: (\d+) bytes|"
+                             r"ran out of memory [^(;]*\((\d+) bytes\)")
 
 
 def too_large_size(error: str | None) -> int | None:
-    """The file size a TOO_LARGE error's text names (None for another error, or an out-of-memory one)."""
+    """The file size a TOO_LARGE error's text names, past the limit or out of memory (None for another error)."""
     m = _TOO_LARGE_SIZE.search(error or "")
-    return int(m.group(1)) if m else None
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def file_size(path) -> int | None:
+    """A config file's size, for an error that names it (None when it cannot be asked)."""
+    try:
+        p = as_path(path)
+        return p.loc.info().size if isinstance(p, StorePath) else os.stat(p).st_size
+    except (OSError, StoreFormatError, AttributeError):
+        return None
 
 
 def _read_limited(candidate, limit: int | None) -> tuple[int, bytes | None]:
@@ -540,7 +600,7 @@ def _read_config(config_dir, name: str, keep_fast: bool = False, offset_scan=Non
             errors.append(ConfigError(ErrorKind.UNREADABLE, e.reason, file=str(candidate)))
             continue
         except MemoryError:
-            errors.append(out_of_memory(str(candidate), None, "reading it"))
+            errors.append(out_of_memory(str(candidate), file_size(candidate), "reading it"))
             break
         if candidate.name == name and raw is not None and size and raw.strip() in (b"", b"null"):
             # not empty, so ConfigManager.load() decodes it rather than the .bak: fastjson gives null, decode() does
@@ -548,7 +608,7 @@ def _read_config(config_dir, name: str, keep_fast: bool = False, offset_scan=Non
             return ConfigFile(name, {}, str(candidate), ()), None
         try:
             if size > limit:  # the offsets' scanner alone, or not at all; and no .bak (the broker loads this one)
-                found = offset_scan(raw) if offset_scan is not None else None
+                found = _scan_offsets(offset_scan, raw, str(candidate)) if offset_scan is not None else None
                 if found is None:
                     errors.append(too_large(str(candidate), size, limit))
                     break
@@ -579,13 +639,22 @@ def config_load_failure(config_dir, name: str, decode_problem=None, offset_scan=
     too large to parse within memory, is not judged (None).  ``offset_scan``: the compiled scanner
     :func:`offset_columns` takes, for the consumer offsets (a busy broker's hold millions: read as columns)."""
     d = as_path(config_dir)
-    bak = _decode_failure(d / f"{name}.bak", name, decode_problem, offset_scan)
+    bak = _judged(d / f"{name}.bak", name, decode_problem, offset_scan)
     if bak is None:
         return None
-    main = _decode_failure(d / name, name, decode_problem, offset_scan)
+    main = _judged(d / name, name, decode_problem, offset_scan)
     if main is None:
         return None
     return f"{name} {main}, and {name}.bak {bak}: ConfigManager.load() falls back to the .bak and loadBak() fails"
+
+
+def _judged(path, name: str, decode_problem, offset_scan) -> str | None:
+    """:func:`_decode_failure`; None (not judged, as a file too large to parse) where it runs out of memory: the
+    metadata family names the file and its size (udfs.metadata's error row), the prediction goes on."""
+    try:
+        return _decode_failure(path, name, decode_problem, offset_scan)
+    except MemoryError:
+        return None
 
 
 def _decode_failure(path, name: str, decode_problem, offset_scan=None) -> str | None:
@@ -594,14 +663,19 @@ def _decode_failure(path, name: str, decode_problem, offset_scan=None) -> str | 
     bak = path.name.endswith(".bak")
     if not path.exists() and not path.is_symlink():
         return None if bak else "is missing"
-    if name in _OFFSET_FILES:  # the offsets as columns, as the audit reads them: no Python object per offset
-        problems: list = []
-        try:
-            cfg_cols = offset_columns(path.parent, problems, name=path.name, offset_scan=offset_scan)
-        except StoreFormatError:
-            cfg_cols = None
-        if cfg_cols is not None and cfg_cols[0].source == str(path) and (name == "consumerOffset.json" or problems):
-            return _undecodable(problems[0]) if problems else None
+    if name in _OFFSET_FILES:  # the offsets checked in one pass, else as columns: no Python object per offset
+        checked = _offsets_load_check(path, name, offset_scan)
+        if checked is _NOT_CHECKED:
+            problems: list = []
+            try:
+                cfg_cols = offset_columns(path.parent, problems, name=path.name, offset_scan=offset_scan)
+            except StoreFormatError:
+                cfg_cols = None
+            if cfg_cols is not None and cfg_cols[0].source == str(path) and (name == "consumerOffset.json" or
+                                                                             problems):
+                return _undecodable(problems[0]) if problems else None
+        elif checked is not _GENERAL_PATH:
+            return checked
     try:
         size, raw = _read_limited(path, memory_limit())
     except (UnreadableError, MemoryError):
@@ -633,6 +707,51 @@ def _decode_failure(path, name: str, decode_problem, offset_scan=None) -> str | 
     return _undecodable(problems[0]) if problems else None
 
 
+_NOT_CHECKED, _GENERAL_PATH = object(), object()
+
+
+def _offsets_load_check(path, name: str, offset_scan):
+    """:func:`_decode_failure` of a consumer-offsets file through ``offset_scan``'s check (``check_only``) over a
+    read-only map of it: memory constant, whatever the file's size (a 1 GiB file took more than 13 GB as columns),
+    where the columns :func:`offset_columns` would build decide -- the file at least the fast path's 64 KiB, in
+    the broker's layout, no name escaped.  The answer (None when it loads), or ``_GENERAL_PATH``:
+    lmqConsumerOffset.json without a problem here, which the parse of the whole file judges (within the limit),
+    or ``_NOT_CHECKED``: offset_columns says.  The problem named is the first in file order, as fastjson meets it
+    (offset_columns names it so too, but for a map given twice, which it leaves to the whole file's parse)."""
+    if offset_scan is None:
+        return _NOT_CHECKED
+    try:
+        with ReadOnlyMap(path) as m:
+            size = len(m)
+            if size < _FAST_MIN:
+                return _NOT_CHECKED  # the parse reads it (offset_columns does not)
+            found = offset_scan(m.buf, check_only=True)
+            if found is not None and not found.escaped_names:
+                others = [bytes(m.buf[lo:hi]) for lo, hi in found.others]
+                problem = found.problem
+                key = None if problem is None else bytes(m.buf[problem[1]:problem[2]]).decode("utf-8", "replace")
+    except (UnreadableError, OSError, MemoryError):
+        return _NOT_CHECKED  # offset_columns reads it as it can, or says why not
+    past = size > memory_limit()
+    if found is None or found.escaped_names:  # past the limit the columns are the scanner's alone: none here
+        return None if past and found is None else _NOT_CHECKED
+    try:
+        for text in others:  # dataVersion: read as in the whole file
+            loads(text.decode("utf-8", "replace"))
+    except (ConfigError, ValueError, RecursionError):
+        return None if past else _NOT_CHECKED
+    if problem is None:
+        return None if name == "consumerOffset.json" else _GENERAL_PATH
+    problems: list = []
+    cfg = ConfigFile(name, None, str(path), ())
+    if problem[3] is None:
+        _problem(problems, cfg, ("offsetTable", key), key, "not topic@group")
+    else:
+        _problem(problems, cfg, ("offsetTable", key, problem[3]), problem[3],
+                 f"queue id is outside Java's int range [{INT_RANGE[0]}, {INT_RANGE[1]}]")
+    return _undecodable(problems[0])
+
+
 def _undecodable(e: ConfigError) -> str:
     """What fastjson refuses in a parsed file, as :func:`_decode_failure` says it."""
     return f"does not decode ({e.field + ': ' if e.field else ''}{e.message})"
@@ -643,7 +762,7 @@ def _parse(name: str, file: str, raw: bytes, errors: list, keep_fast: bool, offs
     not parse (its error added to ``errors``: the caller tries the ``.bak``)."""
     fast = None
     if len(raw) >= _FAST_MIN:
-        found = offset_scan(raw) if offset_scan is not None else None
+        found = _scan_offsets(offset_scan, raw, file) if offset_scan is not None else None
         if found is not None:  # the scanner's arrays, for offset_columns to build from (it alone passes one)
             return None, _Scanned(raw, found)
         fast = _scan(bytearray(raw))
@@ -752,7 +871,7 @@ def offset_columns(config_dir, problems: list, name: str = "consumerOffset.json"
         return _offset_columns(cfg, fast, problems, memory_limit(limit))
     except MemoryError:
         fast = None
-        raise out_of_memory(cfg.source, None, "building its offset columns") from None
+        raise out_of_memory(cfg.source, file_size(cfg.source), "building its offset columns") from None
 
 
 def _offset_columns(cfg: ConfigFile, fast, problems: list, limit: int):

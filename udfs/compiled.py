@@ -1733,6 +1733,150 @@ def offset_rows(order, first, count, keys, values, row_map, qid, offset):
     return True
 
 
+# what offset_table_check reports in ``out`` (store_format.config.OffsetCheck reads them by these indexes)
+CHECK_MAPS, CHECK_ENTRIES, CHECK_OTHERS, CHECK_ESCAPED, CHECK_PROBLEM_MAP, CHECK_PROBLEM_KIND, CHECK_NAME_LO, \
+    CHECK_NAME_HI, CHECK_QUEUE_ID, CHECK_FIELDS = range(10)
+CHECK_NOT_TOPIC_GROUP, CHECK_QUEUE_ID_OUTSIDE_INT = 1, 2  # the first problem's kind
+
+
+@njit((_u1r, nt.int64, nt.int64, _i8, _i8, _i8), **_OPTS)
+def offset_table_check(b, nest_limit, sep, out, other_lo, other_hi):
+    """:func:`offset_table_scan`'s grammar read in the same one pass, keeping nothing per map or entry (memory
+    constant, whatever the file's size): the counts of maps, entries and escaped names, and the first map (in file
+    order) a broker cannot hold -- a name without ``sep`` (topic@group; only names without an escape are judged:
+    the caller reads a file with escaped names the exact way), else the first queue id outside int -- into
+    ``out`` (the CHECK_* indexes); the other top-level members' value spans into ``other_lo``/``other_hi`` (at
+    most their length).  Returns 0, or -1 where the scan steps aside (``out[CHECK_MAPS]``: the position), -2
+    with more other members than fit."""
+    n = b.shape[0]
+    esc = np.zeros(1, np.bool_)
+    num = np.zeros(1, np.int64)
+    for k in range(CHECK_FIELDS):
+        out[k] = 0
+    out[CHECK_PROBLEM_MAP] = -1
+    maps = entries = others = 0
+    seen = False
+    i = _ws(b, 0, n)
+    if i >= n or _at(b, i) != 123:
+        out[CHECK_MAPS] = i
+        return -1
+    i = _ws(b, i + 1, n)
+    if i < n and _at(b, i) == 125:
+        out[CHECK_MAPS] = i
+        return -1  # no offsetTable
+    while True:
+        if i >= n or _at(b, i) != 34:
+            out[CHECK_MAPS] = i
+            return -1
+        esc[0] = False
+        e = _string_end(b, i, n, esc)
+        if e < 0 or esc[0]:
+            out[CHECK_MAPS] = i
+            return -1
+        is_table = e - i - 1 == 11 and b[i + 1] == 111 and b[i + 2] == 102 and b[i + 3] == 102 and \
+            b[i + 4] == 115 and b[i + 5] == 101 and b[i + 6] == 116 and b[i + 7] == 84 and b[i + 8] == 97 and \
+            b[i + 9] == 98 and b[i + 10] == 108 and b[i + 11] == 101  # "offsetTable"
+        i = _ws(b, e + 1, n)
+        if i >= n or _at(b, i) != 58:
+            out[CHECK_MAPS] = i
+            return -1
+        i = _ws(b, i + 1, n)
+        if not is_table:
+            e = _value_end(b, i, n, nest_limit, esc)
+            if e <= i:
+                out[CHECK_MAPS] = i
+                return -1
+            if others >= other_lo.shape[0]:
+                return -2
+            other_lo[others], other_hi[others] = i, e
+            others += 1
+            i = e
+        else:
+            if seen or i >= n or _at(b, i) != 123:
+                out[CHECK_MAPS] = i
+                return -1
+            seen = True
+            i = _ws(b, i + 1, n)
+            if i < n and _at(b, i) == 125:
+                i += 1
+            else:
+                while True:  # "name":{k:v,...}
+                    if i >= n or _at(b, i) != 34:
+                        out[CHECK_MAPS] = i
+                        return -1
+                    esc[0] = False
+                    e = _string_end(b, i, n, esc)
+                    if e < 0:
+                        out[CHECK_MAPS] = i
+                        return -1
+                    judged = out[CHECK_PROBLEM_MAP] < 0
+                    if esc[0]:
+                        out[CHECK_ESCAPED] += 1
+                    elif judged:
+                        p = e - 1
+                        while p > i and b[p] != sep:
+                            p -= 1
+                        if p == i:  # no separator: not topic@group
+                            out[CHECK_PROBLEM_MAP], out[CHECK_PROBLEM_KIND] = maps, CHECK_NOT_TOPIC_GROUP
+                            out[CHECK_NAME_LO], out[CHECK_NAME_HI] = i + 1, e
+                            judged = False
+                    name_lo = i + 1
+                    i = _ws(b, e + 1, n)
+                    if i >= n or _at(b, i) != 58:
+                        out[CHECK_MAPS] = i
+                        return -1
+                    i = _ws(b, i + 1, n)
+                    if i >= n or _at(b, i) != 123:
+                        out[CHECK_MAPS] = i
+                        return -1
+                    i = _ws(b, i + 1, n)
+                    if i < n and _at(b, i) == 125:
+                        i += 1
+                    else:
+                        while True:
+                            at = i
+                            i = _integer(b, i, n, False, num)
+                            if i < 0:
+                                out[CHECK_MAPS] = at
+                                return -1
+                            q = num[0]
+                            if judged and not esc[0] and (q < -2147483648 or q > 2147483647):
+                                out[CHECK_PROBLEM_MAP], out[CHECK_PROBLEM_KIND] = maps, CHECK_QUEUE_ID_OUTSIDE_INT
+                                out[CHECK_NAME_LO], out[CHECK_NAME_HI], out[CHECK_QUEUE_ID] = name_lo, e, q
+                                judged = False
+                            i = _ws(b, i, n)
+                            if i >= n or _at(b, i) != 58:
+                                out[CHECK_MAPS] = i
+                                return -1
+                            at = _ws(b, i + 1, n)
+                            i = _integer(b, at, n, True, num)
+                            if i < 0:
+                                out[CHECK_MAPS] = at
+                                return -1
+                            entries += 1
+                            i, then = _after_member(b, i, n)
+                            if then != _MORE:
+                                break
+                        if then == _BAD:
+                            out[CHECK_MAPS] = i
+                            return -1
+                    maps += 1
+                    i, then = _after_member(b, i, n)
+                    if then != _MORE:
+                        break
+                if then == _BAD:
+                    out[CHECK_MAPS] = i
+                    return -1
+        i, then = _after_member(b, i, n)
+        if then != _MORE:
+            break
+    if then == _BAD or not seen or _ws(b, i, n) != n:
+        out[CHECK_MAPS] = i
+        return -1
+    out[CHECK_MAPS], out[CHECK_ENTRIES], out[CHECK_OTHERS] = maps, entries, others
+    return 0
+
+
 @njit((_u1r, _i8r, _i8r, _i4, _u1), **_OPTS)
 def gather_spans(b, lo, hi, off, out):
     """The spans ``b[lo[k]:hi[k]]`` one after another into ``out``, at Arrow's offsets ``off`` (the caller's

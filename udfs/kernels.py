@@ -433,22 +433,33 @@ def index_key_hashes(topic, uniq_key, keys, indexable: np.ndarray) -> tuple[np.n
                                   np.asarray(indexable, bool))
 
 
-def scan_offset_table(raw: bytes, nest_limit: int = 100):
+def scan_offset_table(raw, nest_limit: int = 100, *, check_only: bool = False):
     """consumerOffset.json in fastjson's layout, read in one compiled pass (udfs.compiled.offset_table_scan): the
     ``store_format.config.OffsetScan`` that ``store_format.config.offset_columns`` takes from its ``offset_scan``,
     or None where the text is anything else (a member nested deeper than ``nest_limit`` too: the exact parser's
     limit counts from the top).  Where every name is topic@group without an escape, given once, and every map's
     queue ids ascend within int (what brokers write), the rows too: the maps in (topic, group) order of their
     bytes (offset_name_order), their entries (offset_rows) and names (gather_spans) -- the caller checks that
-    the names are valid UTF-8, for which that order is Python's."""
-    from store_format.config import TOPIC_GROUP_SEPARATOR, OffsetScan
+    the names are valid UTF-8, for which that order is Python's.
+
+    ``check_only``: the same grammar read without keeping anything per map or entry (udfs.compiled.
+    offset_table_check, memory constant for a file of any size: ``raw`` may be a read-only map of it), as a
+    ``store_format.config.OffsetCheck`` -- whether the broker can load the file, not its rows."""
+    from store_format.config import TOPIC_GROUP_SEPARATOR, OffsetCheck, OffsetScan
 
     C = _compiled()
-    colons = raw.count(b":")  # at most an entry, a map or a member per colon
-    # bounds, not sizes: np.empty's pages cost memory only where the scan writes
-    name_lo, name_hi, map_first, map_count = (np.empty(colons, np.int64) for _ in range(4))
-    name_esc = np.empty(colons, np.bool_)
-    keys, values, other_lo, other_hi = (np.empty(colons, np.int64) for _ in range(4))
+    if check_only:
+        return _check_offset_table(C, raw, nest_limit, OffsetCheck)
+    counted = _check_offset_table(C, raw, nest_limit, OffsetCheck, counts_only=True)  # the same grammar
+    if counted is None:
+        return None
+    # the arrays at the sizes the check counted: each a column of the file's maps or entries, nothing to spare
+    # (sized a colon each, as bounds, they took 64 bytes of address space a colon: 7 GB for a 1 GiB file)
+    maps, entries, others = counted
+    name_lo, name_hi, map_first, map_count = (np.empty(maps, np.int64) for _ in range(4))
+    name_esc = np.empty(maps, np.bool_)
+    keys, values = np.empty(entries, np.int64), np.empty(entries, np.int64)
+    other_lo, other_hi = np.empty(others, np.int64), np.empty(others, np.int64)
     b = np.frombuffer(raw, np.uint8)
     n_maps, n_entries, n_other = C.offset_table_scan(b, name_lo, name_hi, name_esc, map_first, map_count, keys,
                                                      values, other_lo, other_hi, nest_limit)
@@ -469,6 +480,37 @@ def scan_offset_table(raw: bytes, nest_limit: int = 100):
             rows = (row_map, _spans(b, name_lo[order], at), _spans(b, at + 1, name_hi[order]), qid, offset)
     return OffsetScan(name_lo, name_hi, name_esc, map_first, map_count, keys, values, other_lo[:n_other],
                       other_hi[:n_other], rows)
+
+
+_CHECK_OTHERS = 1 << 16  # top-level members beside offsetTable the check keeps (a broker writes one: dataVersion)
+
+
+def _check_offset_table(C, raw, nest_limit: int, OffsetCheck, counts_only: bool = False):
+    """``scan_offset_table``'s ``check_only`` (an OffsetCheck, or None), or with ``counts_only`` the (maps,
+    entries, other members) the scan will find (None: it steps aside)."""
+    from store_format.config import TOPIC_GROUP_SEPARATOR
+
+    b = np.frombuffer(raw, np.uint8) if len(raw) else np.zeros(0, np.uint8)
+    if b.flags.writeable:  # the compiled signature takes read-only bytes (maps, bytes)
+        b = b.view()
+        b.flags.writeable = False
+    out = np.zeros(C.CHECK_FIELDS, np.int64)
+    other_lo, other_hi = np.empty(_CHECK_OTHERS, np.int64), np.empty(_CHECK_OTHERS, np.int64)
+    got = C.offset_table_check(b, nest_limit, ord(TOPIC_GROUP_SEPARATOR), out, other_lo, other_hi)
+    if counts_only and got == -2:  # more other members than the check keeps: they are counted by the colons
+        colons = raw.count(b":") if isinstance(raw, bytes) else int(np.count_nonzero(b == 58))
+        return colons, colons, colons
+    if got != 0:
+        return None
+    if counts_only:
+        return int(out[C.CHECK_MAPS]), int(out[C.CHECK_ENTRIES]), int(out[C.CHECK_OTHERS])
+    kind = int(out[C.CHECK_PROBLEM_KIND])
+    problem = None if out[C.CHECK_PROBLEM_MAP] < 0 else (
+        int(out[C.CHECK_PROBLEM_MAP]), int(out[C.CHECK_NAME_LO]), int(out[C.CHECK_NAME_HI]),
+        int(out[C.CHECK_QUEUE_ID]) if kind == C.CHECK_QUEUE_ID_OUTSIDE_INT else None)
+    others = int(out[C.CHECK_OTHERS])
+    return OffsetCheck(int(out[C.CHECK_MAPS]), int(out[C.CHECK_ENTRIES]), int(out[C.CHECK_ESCAPED]),
+                       list(zip(other_lo[:others].tolist(), other_hi[:others].tolist())), problem)
 
 
 def _spans(b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> pa.Array:

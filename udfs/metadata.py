@@ -148,6 +148,16 @@ def table_batch(table: str, broker: str, root) -> pa.Table:
                           for e in unreadable_entries(where)])
     except StoreFormatError as e:
         return rows(dict(error=str(e)))
+    try:
+        return _config_table(table, schema, broker, join, rows)
+    except MemoryError:  # building the table: the file's error row, naming it and its size (the rest goes on)
+        path = join("config") / CONFIG_FILE[table]
+        e = C.out_of_memory(str(path), C.file_size(path), "building its table")
+        return rows(dict(error=str(e), source=e.file))
+
+
+def _config_table(table: str, schema, broker: str, join, rows) -> pa.Table:
+    """:func:`table_batch` of a config file's table."""
     if table == "consumer_offsets":  # a busy broker's offsets: column-wise from the fast path when it reads them
         problems: list = []
         try:  # past store_format.config.CONFIG_MEMORY_LIMIT only this way (or the file's TOO_LARGE error below)
