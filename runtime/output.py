@@ -19,7 +19,7 @@ Reading back (``read_table``): a Delta table is read as the Parquet files its lo
 or uncommitted files.  ``prepare_output`` is the guard every job calls before writing: never a write into, over or
 around an input dump (paths resolved, compared by device and inode), no clobbering without ``--overwrite``, which
 replaces only a folder this suite wrote (its ``_ROCKETMQ_FORENSICS`` marker file, left in every output); it claims
-the output for the job's run, which writes beside it and commits in one step (jobs/commit.py).
+the output for the job's run, which writes beside it and commits in one step (runtime/commit.py).
 """
 from __future__ import annotations
 
@@ -69,12 +69,12 @@ def _only_marker(names) -> bool:
 
 def prepare_output(path: str, *, overwrite: bool, inputs: list[str] = (), job: str | None = None,
                    say=None, delta: bool = False):
-    """Claim ``path`` for the job's run (jobs/commit.py), after checking the inputs are apart from it
+    """Claim ``path`` for the job's run (runtime/commit.py), after checking the inputs are apart from it
     (:func:`check_apart`): refused when another run holds it, when it exists and is not empty without
     ``overwrite``, or when it is not a folder this suite wrote (it holds MARKER).  Nothing at ``path`` changes
     until the run commits: the job writes into ``out.staging_path``.  ``delta``: an existing Delta table this
     suite wrote is written in place, as a new table version (never a deleted folder).  Idempotent within a run:
-    ``prepare`` claims, ``run`` gets the same claim back.  Returns the :class:`jobs.commit.Output`."""
+    ``prepare`` claims, ``run`` gets the same claim back.  Returns the :class:`runtime.commit.Output`."""
     from .commit import job_run
 
     run = job_run(job or "job")
@@ -311,7 +311,7 @@ def detect_format(path: str) -> str:
 def read_table(spark, path: str, fmt: str | None = None, *, schema=None):
     """A table written by :func:`write_table` as a DataFrame.  ``schema`` (a StructType or DDL string)
     is applied to jsonl, whose lines carry no types (BINARY columns come back from base64 only with it).  An
-    output whose run has not committed (its commit cut short: jobs/commit.py) is refused."""
+    output whose run has not committed (its commit cut short: runtime/commit.py) is refused."""
     _check_committed(path)
     fmt = fmt or detect_format(path)
     if fmt == "parquet":

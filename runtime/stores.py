@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from jobs.output import OutputError
+from runtime.output import OutputError
 from store_format.brokerconf import StoreGeometry
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -110,7 +110,7 @@ def split_name(arg: str) -> tuple[str | None, str]:
 
 
 def protected_paths(args: list[str], stores: list["StoreRef"] = ()) -> list[str]:
-    """What an output must stay apart from (jobs/output.py ``check_apart``): every ``--store`` path as given
+    """What an output must stay apart from (runtime/output.py ``check_apart``): every ``--store`` path as given
     (``NAME=`` taken off: a ``b1=vault://...`` argument is the URI ``vault://...``) and every store root it
     resolved to."""
     return list(dict.fromkeys([a.path for a in store_arguments(args)] + [s.path for s in stores]))

@@ -48,13 +48,13 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs import cli
+from runtime import cli
 from jobs.extract import parse_time
-from jobs.commit import job_run, runs_job
-from jobs.history import claim_history
-from jobs.output import OutputError, out_join, out_makedirs, out_write, prepare_output, write_parquet_file
-from jobs.progress import Phase, say
-from jobs.session import EXECUTORS, choose_executor
+from runtime.commit import job_run, runs_job
+from runtime.history import claim_history
+from runtime.output import OutputError, out_join, out_makedirs, out_write, prepare_output, write_parquet_file
+from runtime.progress import Phase, say
+from runtime.session import EXECUTORS, choose_executor
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args, recovery_settings_from_args, \
     size_argument
 
@@ -65,9 +65,9 @@ from .checks import FAMILIES, load_all
 from .contract import FamilyResult
 from .context import AuditContext, AuditOptions
 from .groups import add_times, group_findings
-from jobs.stores import resolve_stores
+from runtime.stores import resolve_stores
 
-from jobs.custody import input_files, watch
+from runtime.custody import input_files, watch
 from .plan import BrokerPlan, plan_broker, plan_segments
 from .scan import scan_tasks
 from .survey import survey_tasks
@@ -381,7 +381,7 @@ def _geometry(plan: BrokerPlan) -> dict:
 
 
 def _print_profile(ctx: AuditContext, phases: _Phases) -> None:
-    from jobs import session
+    from runtime import session
 
     lines = ["where the time went (wall clock):"]
     if session.last_start_seconds is not None:
@@ -430,8 +430,8 @@ def _prepare_outputs(args, stores):
     otherwise), then --out claimed (jobs/commit.py), both apart from every input (as given and as resolved) and
     from each other, before any work; -> (the staging the run writes its outputs into, the history's part of
     the run or None)."""
-    from jobs.output import check_apart
-    from jobs.stores import protected_paths
+    from runtime.output import check_apart
+    from runtime.stores import protected_paths
 
     inputs = protected_paths(args.store, stores)
     run = job_run(NAME)

@@ -79,7 +79,7 @@ class Emitter:
     def write_findings(self, run: RunInfo, part: str) -> None:
         """The task's findings as one Parquet file ``part`` in the run's findings folder, and their counts; its
         detail tables as one file ``part`` each in ``tables_dir/<name>``."""
-        from jobs.output import out_join, write_parquet_file  # through the fs seam: a path or a URI
+        from runtime.output import out_join, write_parquet_file  # through the fs seam: a path or a URI
 
         for name, tables in self.tables.items():
             if run.tables_dir is None:
@@ -110,7 +110,7 @@ def failure_row(broker: str, what: str, e: BaseException) -> pa.Table:
     import traceback
 
     frames = [f for f in traceback.extract_tb(e.__traceback__)
-              if any(f"{os.sep}{p}{os.sep}" in f.filename for p in ("store_format", "datasources", "udfs", "jobs"))]
+              if any(f"{os.sep}{p}{os.sep}" in f.filename for p in ("store_format", "datasources", "udfs", "runtime", "jobs"))]
     where = f"{frames[-1].filename.rsplit(os.sep, 2)[-2]}/{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" \
         if frames else None
     return pa.table({"broker": [broker], "what": [what], "error": [f"{type(e).__name__}: {e}"], "where": [where]},
