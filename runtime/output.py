@@ -36,7 +36,7 @@ from store_format.fs import Location, resolve
 from store_format import fs
 from store_format.fs import OUTPUT_MARKER
 
-from .apart import OutputError, check_apart, is_remote as _is_remote, local_of as _local  # noqa: F401
+from .apart import OutputError, check_apart, is_remote as _is_remote  # noqa: F401  (the jobs import the first two here)
 
 FORMATS = ("parquet", "delta", "jsonl")
 MODES = ("overwrite", "append")
@@ -136,7 +136,7 @@ def write_parquet_file(table, path: str) -> None:
 
     from udfs.columns import plain
 
-    loc = out_location(path)
+    loc = resolve(path)
     loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
     pq.write_table(plain(table), loc.path, filesystem=loc.fs)
 
@@ -144,13 +144,6 @@ def write_parquet_file(table, path: str) -> None:
 # ---------------------------------------------------------------------------------------------- output files
 #
 # Everything a job writes below its (staged) output, and reads back, goes through these: a local path or a URI.
-
-
-def out_location(path: str) -> Location:
-    """``path`` (a local path, ``file://`` or any URI) as a Location to write to."""
-    if _is_remote(path):
-        return resolve(path)
-    return Location(pafs.LocalFileSystem(), os.path.abspath(_local(path)))
 
 
 def out_join(base: str, *parts: str) -> str:
@@ -167,27 +160,27 @@ def out_join(base: str, *parts: str) -> str:
 
 
 def out_makedirs(path: str) -> None:
-    loc = out_location(path)
+    loc = resolve(path)
     loc.fs.create_dir(loc.path, recursive=True)
 
 
 def out_write(path: str, data: bytes | str) -> None:
     """A small file (summary.json, report.html, ``_SUCCESS``) written whole."""
-    loc = out_location(path)
+    loc = resolve(path)
     loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
     with loc.fs.open_output_stream(loc.path) as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
 def out_is_dir(path: str) -> bool:
-    return out_location(path).is_dir()
+    return resolve(path).is_dir()
 
 
 def out_dataset(path: str, **kw):
     """A Parquet folder below an output as a ``pyarrow.dataset`` (None when there is no such folder)."""
     import pyarrow.dataset as ds
 
-    loc = out_location(path)
+    loc = resolve(path)
     if not loc.is_dir():
         return None
     return ds.dataset(loc.path, filesystem=loc.fs, format="parquet", **kw)

@@ -70,15 +70,12 @@ class StoreRef:
         return self.source if self.single_file else self.path
 
 
-def commitlog_bytes(root: str | os.PathLike) -> int:
-    """The bytes of a store's commitlog segments."""
+def commitlog_bytes(root) -> int:
+    """The bytes of a store's commitlog segments (``root`` a local path, a URI or what fs.as_path gives: one
+    listing through the fs seam, links followed)."""
     from store_format import fs
 
-    where = fs.as_path(root)
-    if isinstance(where, fs.StorePath):  # another file system: its listing's sizes
-        return sum(e.size for e in fs.entries(where / "commitlog") if e.is_file)
-    d = os.path.join(root, "commitlog")
-    return sum(e.stat().st_size for e in os.scandir(d) if e.is_file()) if os.path.isdir(d) else 0
+    return sum(e.size for e in fs.entries(fs.as_path(root) / "commitlog") if e.is_file)
 
 
 class StoreArgument(NamedTuple):
