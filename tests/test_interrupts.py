@@ -200,7 +200,7 @@ def test_silence_turns_off_every_jvm_logger_not_only_the_root():
     process of its own: silencing the tests' shared session would hide its logs for the rest of the run."""
     script = (
         "from runtime.session import build_session\n"
-        "from jobs import interrupts\n"
+        "from runtime import interrupts\n"
         "spark = build_session('silence', sources=False)\n"
         "get = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger\n"
         "names = ('org.apache.spark.TaskContextImpl', 'org.apache.spark.executor.Executor', 'org.apache.parquet.x')\n"

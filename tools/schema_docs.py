@@ -309,7 +309,8 @@ def _runs_table() -> str:
 
     undescribed = [f.name for f in RUNS_SCHEMA if f.name not in RUNS_MEANING]
     if undescribed:
-        raise KeyError(f"HISTORY/runs columns without a meaning: {undescribed}: add them to runtime.history.RUNS_MEANING")
+        raise KeyError(f"HISTORY/runs columns without a meaning: {undescribed}: add them to "
+                       "runtime.history.RUNS_MEANING")
     rows = [f"| `{f.name}` | `{from_arrow_type(f.type).simpleString()}` | {RUNS_MEANING[f.name]} |" for f in RUNS_SCHEMA]
     return ("### runs (history)\n\n`HISTORY/runs` (with `--history`): one row per committed run, appended after its "
             "findings and metrics, once its output is committed; `trend` and the notebooks read only the runs listed "
