@@ -100,7 +100,7 @@ def measure(phase: str, root: Path) -> dict:
     from jobs.audit.checks import lag, metadata
     from jobs.audit.context import AuditContext, AuditOptions
     from jobs.audit.plan import plan_broker
-    from jobs.stores import resolve_stores
+    from runtime.stores import resolve_stores
 
     stores = resolve_stores([str(root)])
     ctx = AuditContext(None, stores, {s.name: plan_broker(s) for s in stores},

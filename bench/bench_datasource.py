@@ -174,7 +174,7 @@ def scan_round(path: str, repeat: int, ceilings: bool) -> list[dict]:
     count and decoded noop write, the session's first run of each and ``repeat`` more, as rows
     {what, run, s, cpu, load}."""
     from datasources.twopass import read_commitlog
-    from jobs.session import build_session
+    from runtime.session import build_session
 
     # compile or load the decoder here first, so a cold run is a session's first, not numba's first ever
     from udfs import kernels as K
@@ -377,7 +377,7 @@ def main(argv=None) -> int:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    from jobs.session import build_session
+    from runtime.session import build_session
     from datasources.commitlog import FORMAT
     from datasources.twopass import read_commitlog
     from store_format.plan import MAX_RANGE_STREAMED

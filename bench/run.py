@@ -278,7 +278,7 @@ def index_lookups(bench: Bench, store: Path, segs: list[SegmentBytes], lookups: 
 
 def spark_session():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from jobs.session import build_session
+    from runtime.session import build_session
 
     return build_session("bench", master="local[2]", extra={"spark.ui.enabled": "false", "spark.driver.memory": "4g"})
 
@@ -290,8 +290,8 @@ def spark_figures(bench: Bench, spark, meta: dict, work: Path) -> dict:
 
     from datasources import read_commitlog
     from jobs import decode as decode_job
-    from jobs.output import write_table
-    from jobs.stores import resolve_stores
+    from runtime.output import write_table
+    from runtime.stores import resolve_stores
 
     store, nbytes, n = meta["store"], meta["commitlog_bytes"], meta["messages"]
     # the first query of a session pays the JVM's and the planner workers' start-up
@@ -370,7 +370,7 @@ def audit_submit_figure(bench: Bench, key: str, label: str, master: str, meta: d
     report, once: the audit's own run time (summary.json's elapsed_seconds), the submit's wall time, the CPU and
     the peak memory of this process tree (a cluster started by this process is part of it)."""
     from bench.proctree import PeakSampler
-    from jobs.session import write_project_zip
+    from runtime.session import write_project_zip
     from tools.sparkcluster import spark_submit
 
     zip_path = work / "dist" / "rocketmq_forensics.zip"

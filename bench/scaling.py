@@ -128,7 +128,7 @@ def bracketed(plan: list[tuple], run, paired: bool) -> Iterator[dict]:
 
 def _child(job: str, out: str, stores: list[str], warmup: str | None, rounds: int, paired: bool,
            warmups: int = 1) -> None:
-    from jobs.session import build_session
+    from runtime.session import build_session
 
     module = importlib.import_module(f"jobs.{job}")
     t = time.perf_counter()

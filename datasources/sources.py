@@ -20,7 +20,7 @@ Two facts of PySpark 4.3 (shared/docs/spark-notes.md) decide how:
   This was chosen over registering readers without ``pushFilters`` because pushdown is what keeps a big dump
   cheap (``read_commitlog``'s first pass plans only the segments cut into ranges; a read with the commitlog's
   ``pushFilters=true`` option skips segments and ranges outside a query's physical offsets), and because the
-  user's session then plans every read exactly as the jobs' sessions do (jobs/session.py sets the same conf),
+  user's session then plans every read exactly as the jobs' sessions do (runtime/session.py sets the same conf),
   with one reader class per source.  Sources that push nothing are unaffected by the conf; the commitlog source
   pushes only with its ``pushFilters`` option (Spark 4.3 would reuse a pushed read for a later unfiltered
   query on the same DataFrame: see ``CommitLogReader.pushFilters``), so enabling the conf changes no rows.

@@ -1,4 +1,5 @@
-"""The jobs (jobs/cli.py: the one runtime, the ``rocketmq-forensics`` console command)."""
+"""The jobs (each runs in the one runtime, runtime/cli.py; jobs/console.py is the ``rocketmq-forensics`` console
+command)."""
 import sys as _sys
 
 
@@ -21,7 +22,7 @@ def _module_run() -> tuple[str, list[str]] | None:
 
 _run = _module_run()
 if _run is not None:  # ``python -m jobs.audit.report --help`` would print nothing: library code says what it is
-    from jobs.cli import not_a_job as _not_a_job, runnable as _runnable
+    from jobs.console import not_a_job as _not_a_job, runnable as _runnable
 
     if not _runnable(_run[0]):
         _sys.exit(_not_a_job(*_run))

@@ -1,7 +1,7 @@
-"""``python -m jobs JOB ...``: the console command ``rocketmq-forensics`` (jobs/cli.py's :func:`console`)."""
+"""``python -m jobs JOB ...``: the console command ``rocketmq-forensics`` (jobs/console.py's :func:`console`)."""
 import sys
 
-from jobs.cli import console
+from jobs.console import console
 
 if __name__ == "__main__":
     sys.exit(console())

@@ -40,12 +40,12 @@ from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.store import Store  # noqa: E402
 from udfs.kernels import scan_offset_table  # noqa: E402
 
-from jobs import cli  # noqa: E402
-from jobs.commit import job_run, runs_job  # noqa: E402
-from jobs.custody import watch  # noqa: E402
-from jobs.cli import EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
+from runtime import cli  # noqa: E402
+from runtime.commit import job_run, runs_job  # noqa: E402
+from runtime.custody import watch  # noqa: E402
+from runtime.cli import EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
 from jobs.extract import MANIFEST_NAME, write_manifest  # noqa: E402
-from jobs.stores import StoreRef, protected_paths, resolve_stores  # noqa: E402
+from runtime.stores import StoreRef, protected_paths, resolve_stores  # noqa: E402
 
 DIFF_STATES = ("different", "only_a", "only_b")
 LAG_STATES = ("a_ahead", "b_ahead")
@@ -173,7 +173,7 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from jobs.output import prepare_output, write_table
+    from runtime.output import prepare_output, write_table
 
     out, err = out or sys.stdout, err or sys.stderr
     stores = resolve_stores(args.store, files=True, geometry=geometry_from_args(args))
@@ -317,7 +317,7 @@ def check_args(args) -> None:
 
 def check_and_prepare(args) -> None:
     """The arguments and the inputs checked, then --out prepared, before Spark starts (run() prepares again)."""
-    from jobs.output import prepare_output
+    from runtime.output import prepare_output
 
     check_args(args)
     stores = resolve_stores(args.store, files=True, geometry=geometry_from_args(args))

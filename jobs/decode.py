@@ -30,11 +30,11 @@ if __package__ in (None, ""):  # spark-submit jobs/decode.py: make the project i
     except ModuleNotFoundError:  # a copy outside the checkout: the project comes with --py-files
         pass
 
-from jobs import cli  # noqa: E402
-from jobs.commit import job_run, runs_job  # noqa: E402
-from jobs.custody import watch  # noqa: E402
-from jobs.output import prepare_output, read_table, write_table  # noqa: E402
-from jobs.progress import Phase  # noqa: E402
+from runtime import cli  # noqa: E402
+from runtime.commit import job_run, runs_job  # noqa: E402
+from runtime.custody import watch  # noqa: E402
+from runtime.output import prepare_output, read_table, write_table  # noqa: E402
+from runtime.progress import Phase  # noqa: E402
 from store_format.commitlog import CONTAINER_FIELDS  # noqa: E402
 from store_format.scan import WALKS, canonical_walk, walk_help  # noqa: E402
 
@@ -76,7 +76,7 @@ def _column_list(text: str) -> list[str]:
 
 def messages(spark, stores: list, walk: str = "kept", topics: list[str] | None = None,
              decompress: bool = False, columns: list[str] | None = None, cuts: dict | None = None):
-    """The messages of ``stores`` (jobs.stores.StoreRef: each read under its broker name; optionally of
+    """The messages of ``stores`` (runtime.stores.StoreRef: each read under its broker name; optionally of
     ``topics`` only) as a DataFrame; ``columns``: only these message columns (and the location columns and
     topic); ``cuts``: {broker: store_format.recovery.Cut} (predicted by the source when not given)."""
     from functools import reduce
@@ -128,8 +128,8 @@ def check_inputs(paths: list[str]) -> None:
 
 
 def prepare(args) -> list:
-    """The stores (jobs/stores.py) and the output folder, checked before Spark starts: the inputs first."""
-    from jobs.stores import resolve_stores, split_name
+    """The stores (runtime/stores.py) and the output folder, checked before Spark starts: the inputs first."""
+    from runtime.stores import resolve_stores, split_name
 
     paths = [split_name(a)[1] for a in args.store]
     check_inputs(paths)

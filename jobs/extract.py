@@ -53,7 +53,7 @@ counts that do not add up.
 """
 # The helpers the query, replay and compare jobs share (labelled store roots, time arguments, several dumps'
 # commitlogs read as one DataFrame) live here, since those jobs are in part an extract; the command line, exit
-# codes and output arguments are the job runtime's (jobs/cli.py), the store names jobs/stores.py's.
+# codes and output arguments are the job runtime's (runtime/cli.py), the store names runtime/stores.py's.
 from __future__ import annotations
 
 import argparse
@@ -81,13 +81,13 @@ from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.message import CANONICAL_FIELDS  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
-from jobs import cli  # noqa: E402
-from jobs.commit import job_run, runs_job  # noqa: E402
-from jobs.custody import watch  # noqa: E402
-from jobs.display import format_time  # noqa: E402,F401  (the query job takes it from here)
-from jobs.progress import Phase  # noqa: E402
-from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
-from jobs.stores import StoreRef, resolve_stores  # noqa: E402
+from runtime import cli  # noqa: E402
+from runtime.commit import job_run, runs_job  # noqa: E402
+from runtime.custody import watch  # noqa: E402
+from runtime.display import format_time  # noqa: E402,F401  (the query job takes it from here)
+from runtime.progress import Phase  # noqa: E402
+from runtime.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
+from runtime.stores import StoreRef, resolve_stores  # noqa: E402
 from udfs import columns as C  # noqa: E402
 
 MANIFEST_NAME = "_manifest.json"
@@ -517,7 +517,7 @@ def _selection_args(args) -> dict:
 @runs_job("extract")
 def run(spark, args, err=None) -> cli.JobResult:
     """Select, write, count back, and write the manifest (its lines on ``err``)."""
-    from jobs.stores import commitlog_bytes
+    from runtime.stores import commitlog_bytes
 
     err = err or sys.stderr
     stores = prepare(args)
@@ -533,7 +533,7 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, err, ph
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from jobs.output import prepare_output, read_table, write_table
+    from runtime.output import prepare_output, read_table, write_table
 
     def step(label: str) -> None:
         if phase is not None:
@@ -763,8 +763,8 @@ def build_parser() -> argparse.ArgumentParser:
 def prepare(args) -> list[StoreRef]:
     """The arguments and stores checked and the output folder prepared: before Spark starts (and again, the same,
     when ``run`` is called directly)."""
-    from jobs.output import prepare_output
-    from jobs.stores import split_name
+    from runtime.output import prepare_output
+    from runtime.stores import split_name
 
     check_args(args)
     stores = resolve_stores(args.store, files=True, geometry=geometry_from_args(args))

@@ -80,11 +80,12 @@ from store_format.javahash import index_key, index_key_hash  # noqa: E402
 from store_format.message import Message  # noqa: E402
 from store_format.store import Store  # noqa: E402
 
-from jobs import cli, local_scan  # noqa: E402
-from jobs.cli import EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
-from jobs.display import format_iso_z  # noqa: E402
+from jobs import local_scan  # noqa: E402
+from runtime import cli  # noqa: E402
+from runtime.cli import EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
+from runtime.display import format_iso_z  # noqa: E402
 from jobs.extract import check_key, format_time, parse_time, read_messages  # noqa: E402
-from jobs.stores import StoreRef, resolve_stores  # noqa: E402
+from runtime.stores import StoreRef, resolve_stores  # noqa: E402
 
 MODES = ("msg-id", "key", "uniq-key", "time", "tag")
 #: the reasons that say the store still refers to a message it cannot give back (never NEVER_WRITTEN then)
@@ -203,7 +204,7 @@ class Query:
     @property
     def spark(self):
         if self._spark is None:
-            from jobs.session import build_session
+            from runtime.session import build_session
 
             self._spark = build_session("rocketmq-forensics query")
         return self._spark

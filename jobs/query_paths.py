@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from jobs.display import format_iso_z
+from runtime.display import format_iso_z
 from store_format import layout as L
 from store_format import pop as P
 from store_format import popstate as PS

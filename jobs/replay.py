@@ -109,13 +109,13 @@ from store_format.store import Store  # noqa: E402
 from store_format.write.writer import StoreWriter, TopicTable, WriterConfig  # noqa: E402
 from udfs.kernels import scan_offset_table  # noqa: E402
 
-from jobs import cli  # noqa: E402
-from jobs.commit import job_run, runs_job  # noqa: E402
-from jobs.custody import watch  # noqa: E402
-from jobs.display import plural  # noqa: E402
-from jobs.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
+from runtime import cli  # noqa: E402
+from runtime.commit import job_run, runs_job  # noqa: E402
+from runtime.custody import watch  # noqa: E402
+from runtime.display import plural  # noqa: E402
+from runtime.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError  # noqa: E402
 from jobs.extract import read_manifest, source_geometry  # noqa: E402
-from jobs.stores import resolve_stores  # noqa: E402
+from runtime.stores import resolve_stores  # noqa: E402
 
 TRACE_MSG_ID = "FORENSICS_ORIGIN_MSG_ID"
 TRACE_BROKER = "FORENSICS_ORIGIN_BROKER"
@@ -379,7 +379,7 @@ def repair_settings(ref, store: Store) -> dict:
 def input_source(spark, args) -> Source:
     from pyspark.sql import functions as F
 
-    from jobs.output import detect_format, read_table
+    from runtime.output import detect_format, read_table
 
     fmt = args.input_format or detect_format(args.input)
     df = read_table(spark, args.input, fmt, schema=INPUT_COLUMNS if fmt == "jsonl" else None)
@@ -592,7 +592,7 @@ def count_written(root) -> int:
 @runs_job("replay")
 def run(spark, args, out=None, err=None) -> cli.JobResult:
     """Replay; the summary (or with --dry-run the plan) goes to ``out`` as JSON Lines (the job's output)."""
-    from jobs.output import prepare_output
+    from runtime.output import prepare_output
 
     out, err = out or sys.stdout, err or sys.stderr
     check_args(args)
@@ -628,7 +628,7 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
         if source.store is not None:  # a dry run's too, into its scratch store: it plans with the same topics
             carry_configs(writer, source.store, notes)
         if not args.dry_run:
-            from jobs.progress import say
+            from runtime.progress import say
 
             timers = TimerCarry(writer, source.store, notes)
             say(f"writing the new store (beside {args.out} until it is complete)")
@@ -780,7 +780,7 @@ def check_manifest(args, inputs) -> None:
     """--manifest: a regular file (or a new one) apart from every input and from the new store."""
     if not args.manifest:
         return
-    from jobs.output import check_apart
+    from runtime.output import check_apart
 
     check_apart(args.manifest, list(inputs) + ([] if args.dry_run else [args.out]), what="manifest")
     if os.path.lexists(args.manifest) and not os.path.isfile(args.manifest):
@@ -790,7 +790,7 @@ def check_manifest(args, inputs) -> None:
 def check_and_prepare(args) -> None:
     """The arguments and the source path checked, then the output prepared, before Spark starts (run() reads
     the source and prepares again, idempotently)."""
-    from jobs.output import prepare_output
+    from runtime.output import prepare_output
 
     check_args(args)
     source = args.repair or args.input
@@ -817,7 +817,7 @@ def check_args(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jobs.output import FORMATS
+    from runtime.output import FORMATS
 
     p = argparse.ArgumentParser(prog=f"{cli.PROG} replay", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -41,11 +41,11 @@ if __package__ in (None, ""):  # spark-submit jobs/trend.py: make the project im
     except ModuleNotFoundError:  # a copy outside the checkout: the project comes with --py-files
         pass
 
-from jobs import cli, progress  # noqa: E402
-from jobs.commit import runs_job  # noqa: E402
-from jobs.display import plural  # noqa: E402
-from jobs.history import check_history, damage_behind, read_runs, unlisted_runs  # noqa: E402
-from jobs.output import OutputError, prepare_output, read_table, write_table  # noqa: E402
+from runtime import cli, progress  # noqa: E402
+from runtime.commit import runs_job  # noqa: E402
+from runtime.display import plural  # noqa: E402
+from runtime.history import check_history, damage_behind, read_runs, unlisted_runs  # noqa: E402
+from runtime.output import OutputError, prepare_output, read_table, write_table  # noqa: E402
 from udfs.columns import column  # noqa: E402
 
 NAME = "trend"
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _history(spark, history: str, table: str):
-    """``table`` of the history, only its complete runs (listed in its ``runs`` table: jobs/history.py)."""
+    """``table`` of the history, only its complete runs (listed in its ``runs`` table: runtime/history.py)."""
     return read_runs(spark, history, table)
 
 
@@ -270,7 +270,7 @@ def _describe(row) -> str:
 
 def prepare(args) -> None:
     if args.out:  # never into, over or around the history it reads
-        from jobs.output import check_apart
+        from runtime.output import check_apart
 
         check_apart(args.out, [args.history])
     check_history(args.history, must_exist=True)  # an audit history (its tables marked as ours), or refused

@@ -14,7 +14,7 @@ handlers with one that
 * keeps Python's "Exception ignored in" report of a swallowed :class:`Interrupted` off stderr (the run's one
   line says what happened).
 
-This is the store layer's half (no Spark; the ``store_format`` command line uses it as it is); jobs/interrupts.py
+This is the store layer's half (no Spark; the ``store_format`` command line uses it as it is); runtime/interrupts.py
 adds Spark's cancellation and the line the jobs print.  The exit code of an interrupted run is 128 + the signal's
 number: 130 for SIGINT, 143 for SIGTERM.
 """
@@ -56,7 +56,7 @@ def signal_name(signum: int) -> str:
 
 
 #: callables run with the signal's number when the first signal comes, before the exception is raised: what must
-#: start at once, whatever the main thread is stuck in (jobs/interrupts.py cancels Spark's jobs from a thread of
+#: start at once, whatever the main thread is stuck in (runtime/interrupts.py cancels Spark's jobs from a thread of
 #: its own, so that a main thread waiting on a running job gets its answer)
 on_signal: list = []
 

@@ -1,7 +1,7 @@
 """Moments as people read them: ISO-8601 UTC with milliseconds (``2026-12-01T22:56:06.000Z``).
 
 Every layer that words a time for a person (the store layer's explanations, the jobs' report, terminal and tables)
-says it this way; the numbers (epoch milliseconds) stay in the data.  jobs/display.py adds durations and counts.
+says it this way; the numbers (epoch milliseconds) stay in the data.  runtime/display.py adds durations and counts.
 """
 from __future__ import annotations
 

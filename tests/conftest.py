@@ -69,7 +69,7 @@ def spark():
     """One local[2] SparkSession for the whole run, with the fast test profile from spark-notes.md."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    from jobs.session import build_session
+    from runtime.session import build_session
 
     session = build_session("tests", master="local[2]", test_profile=True)
     yield session
@@ -188,7 +188,7 @@ def _start_spark_cluster(work: Path):
 
 
 def _start_connect_server(work: Path):
-    from jobs.session import TEST_PROFILE
+    from runtime.session import TEST_PROFILE
     from tools.sparkcluster import start_connect_server
 
     try:

@@ -508,7 +508,7 @@ def test_flow_history_tables(flow_audit):
     assert findings.to_pyarrow_table().num_rows == len(rows(out, "findings"))
     names = set(metrics.to_pyarrow_table().column("metric").to_pylist())
     assert {"lag_messages", "open_transactions", "pending_delays", "dlq_messages", "message_count"} <= names
-    # the run marker, written last (jobs/history.py), names the run of the output and its whole append
+    # the run marker, written last (runtime/history.py), names the run of the output and its whole append
     runs = DeltaTable(str(history / "runs")).to_pyarrow_table().to_pylist()
     summary = json.loads((out / "summary.json").read_text())
     assert [(r["run_id"], r["findings"], r["metrics"]) for r in runs] == \

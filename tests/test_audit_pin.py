@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from jobs.session import REPO
+from runtime.session import REPO
 
 from .conftest import FIXTURES
 

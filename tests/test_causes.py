@@ -1,6 +1,6 @@
 """Issue 33, "Errors that name the cause": a Spark error is its root cause in one line (``--debug`` keeps the
-stack), and a full disk, a file size limit or a MemoryError names the file and the operation (jobs/causes.py,
-jobs/cli.py's report_failure).
+stack), and a full disk, a file size limit or a MemoryError names the file and the operation (runtime/causes.py,
+runtime/cli.py's report_failure).
 
 The reducer is tested on Py4J/Java error texts as Spark 4.x prints them (a task that hit the file size limit
 while writing shuffle data, a write task that hit a full disk, a Python worker's traceback, an analysis error),
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs import cli, progress
-from jobs.causes import cause_line, reduce_text
+from runtime import cli, progress
+from runtime.causes import cause_line, reduce_text
 
 from .conftest import fixture_store
 
@@ -189,10 +189,10 @@ def test_extract_under_a_file_size_limit_is_one_line_naming_the_cause(tmp_path):
 
 def test_a_write_past_the_file_size_limit_names_the_file_pyarrow_does_not(tmp_path, capsys):
     """pyarrow's writers fail with ``Error writing bytes to file`` (errno EFBIG or ENOSPC, no file name): the line
-    names the file our writer was writing, from its frame (jobs/output.py's write_parquet_file)."""
+    names the file our writer was writing, from its frame (runtime/output.py's write_parquet_file)."""
     import pyarrow as pa
 
-    from jobs.output import write_parquet_file
+    from runtime.output import write_parquet_file
 
     target = tmp_path / "findings" / "part-driver.parquet"
     target.parent.mkdir()

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from jobs import decode, extract, query
-from jobs.session import REPO, TEST_PROFILE
+from runtime.session import REPO, TEST_PROFILE
 from store_format.fs import FILESYSTEMS_ENV
 from store_format.store import Store
 from tools.sparkcluster import app_conf, spark_submit_command, stop_processes
@@ -161,7 +161,7 @@ def runs(request, spark_cluster, spark, two_stores, tmp_path_factory):  # the cl
         second.join()
         assert len(submitted) == 2, "tests/support/cluster_app.py was not submitted"
         jobs = submitted[1].wait()
-        assert jobs.returncode == 0, jobs.output()
+        assert jobs.returncode == 0, runtime.output()
     finally:
         if second.ident is not None:
             second.join()

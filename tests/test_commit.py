@@ -1,4 +1,4 @@
-"""Claim, then commit (issue 33, jobs/commit.py): every output claimed before any work, written beside itself in a
+"""Claim, then commit (issue 33, runtime/commit.py): every output claimed before any work, written beside itself in a
 staging no reader sees, made visible in one step, and left as it was by a run that fails -- on a local path, on a
 file system with an atomic rename, and on one without (an object store: the marker written last)."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from jobs import commit
-from jobs.output import OutputError
+from runtime import commit
+from runtime.output import OutputError
 from store_format.fs import OUTPUT_MARKER
 
 from .conftest import fixture_store
@@ -62,7 +62,7 @@ def test_a_second_run_is_refused_naming_the_first(tmp_path):
                 second.output(dest, overwrite=True)
         text = str(refused.value)
         assert first.run_id in text and f"pid {os.getpid()}" in text and "since" in text
-        assert isinstance(refused.value, OutputError)  # exit 2, one line (jobs/cli.py)
+        assert isinstance(refused.value, OutputError)  # exit 2, one line (runtime/cli.py)
         first.abandon()
     assert not os.path.exists(dest)
 
@@ -170,7 +170,7 @@ def test_a_reader_refuses_an_uncommitted_output(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The history (jobs/history.py): validated before the audit starts, refused untouched when it is not one
+# The history (runtime/history.py): validated before the audit starts, refused untouched when it is not one
 
 
 def _tree(root) -> dict:
@@ -231,7 +231,7 @@ def test_a_history_on_a_scheme_delta_rs_cannot_open_is_refused_before_the_audit(
 
 
 def test_an_interrupt_handler_can_say_what_was_kept(tmp_path):
-    """jobs/interrupts.py's one line: :func:`commit.active_runs` and :meth:`JobRun.kept`."""
+    """runtime/interrupts.py's one line: :func:`commit.active_runs` and :meth:`JobRun.kept`."""
     dest = tmp_path / "out"
     with commit.JobRun("test") as run:
         _write(run.output(str(dest), overwrite=False), "x", b"1")
@@ -249,7 +249,7 @@ def test_an_interrupt_handler_can_say_what_was_kept(tmp_path):
 def test_read_table_refuses_an_output_whose_commit_was_cut_short(tmp_path):
     """A marker-last commit (an object store) cut short leaves the marker in state ``replacing``: no reader takes
     the half-moved folder for a finished output."""
-    from jobs.output import read_table
+    from runtime.output import read_table
 
     dest = tmp_path / "out"
     dest.mkdir()
@@ -279,12 +279,12 @@ def test_every_job_refuses_an_output_another_run_holds(job, tmp_path, capsys, mo
     refused in its prepare (exit 2, before any Spark session), naming the first run, and nothing changes."""
     import importlib
 
-    import jobs.session
+    import runtime.session
 
     def refuse(*a, **k):
         raise AssertionError("a Spark session was started")
 
-    monkeypatch.setattr(jobs.session, "build_session", refuse)
+    monkeypatch.setattr(runtime.session, "build_session", refuse)
     out = tmp_path / "out"
     store = str(FIXTURE)
     argv = {"decode": ["--store", store], "extract": ["--store", store], "replay": ["--repair", store],
@@ -295,7 +295,7 @@ def test_every_job_refuses_an_output_another_run_holds(job, tmp_path, capsys, mo
 
         import pyarrow as pa
 
-        from jobs import history as H
+        from runtime import history as H
 
         when = pa.array([dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)], pa.timestamp("us", "UTC"))
         H.append_tables(str(tmp_path / "h"), pa.table({"run_id": ["r"], "run_time": when, "finding_id": ["f"],

@@ -1,4 +1,4 @@
-"""Issue 38 items 1, 2 and 7, issue 37 item 7 (jobs/commit.py): nothing outside a run's own files is ever touched,
+"""Issue 38 items 1, 2 and 7, issue 37 item 7 (runtime/commit.py): nothing outside a run's own files is ever touched,
 and a commit checks what it commits.
 
 * Every forged journal and link of the campaign is planted beside ``--out`` and the real command is run (``decode``
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs import commit
-from jobs.output import OutputError
+from runtime import commit
+from runtime.output import OutputError
 from store_format import fs
 from store_format.errors import StoreFormatError
 from store_format.fs import OUTPUT_MARKER
@@ -411,8 +411,8 @@ def bucket(tmp_path):
 
 def _stage_and_commit(out: str, data: bytes, *, overwrite: bool = True) -> commit.JobRun:
     """A run writing through the string its staging is given as (what Spark and the audit's tasks are given),
-    through the job outputs' own seam (jobs/output.py out_write)."""
-    from jobs.output import out_join, out_write
+    through the job outputs' own seam (runtime/output.py out_write)."""
+    from runtime.output import out_join, out_write
 
     with commit.JobRun("test") as run:
         o = run.output(out, overwrite=overwrite)
@@ -426,7 +426,7 @@ def _stage_and_commit(out: str, data: bytes, *, overwrite: bool = True) -> commi
 def test_a_delta_batch_is_named_for_spark_by_its_uri_not_its_path(bucket):
     """The Delta writer gave Spark ``scheme://`` glued to the path inside the file system: the bucket (or an HDFS
     name node's host:port) was lost."""
-    from jobs.output import _spark_path
+    from runtime.output import _spark_path
 
     _, uri = bucket
     assert _spark_path(fs.resolve(uri + "sub/a1").child("data-1")) == uri + "sub/a1/data-1"
@@ -451,7 +451,7 @@ def test_staged_files_land_where_the_commit_looks(bucket, tmp_path, where, schem
 
 @pytest.mark.parametrize("scheme", ["subtree", "local"])
 def test_a_commit_whose_staged_files_did_not_arrive_fails_naming_them(bucket, scheme):
-    from jobs.output import out_join, out_write
+    from runtime.output import out_join, out_write
 
     root, uri = bucket
     out = (uri if scheme == "subtree" else f"{root}/") + "a1"
@@ -494,7 +494,7 @@ def test_an_audit_at_a_buckets_top_commits_its_findings(spark, bucket):
 def test_every_job_with_inputs_checks_their_custody_before_its_commit(spark, tmp_path, monkeypatch, job):
     import importlib
 
-    from jobs.custody import CustodyError
+    from runtime.custody import CustodyError
 
     module = importlib.import_module(f"jobs.{job}")
     store = tmp_path / "store"
@@ -543,7 +543,7 @@ def test_a_commit_cut_short_at_any_step_is_finished_or_rolled_back_whole(bucket,
     new = {"summary.json": b"new", "findings/part-0.parquet": b"new", "findings/part-1.parquet": b"new"}
 
     def run_writing(files: dict) -> commit.JobRun:
-        from jobs.output import out_join, out_write
+        from runtime.output import out_join, out_write
 
         with commit.JobRun("test") as run:
             o = run.output(out, overwrite=True)
@@ -595,7 +595,7 @@ def test_a_commit_cut_short_at_any_step_is_finished_or_rolled_back_whole(bucket,
 def test_a_path_joined_below_a_uri_keeps_its_query_after_the_path():
     """The outputs' seam joins below a URI's path, never after its options: ``?region=...`` stays the URI's query
     (appended after it, the key would be ``o?region=r/findings``, a folder of its own)."""
-    from jobs.output import out_join
+    from runtime.output import out_join
 
     assert out_join("s3://b/o?region=r", "findings", "p.parquet") == "s3://b/o/findings/p.parquet?region=r"
     assert out_join("s3://b/o", "findings") == "s3://b/o/findings"

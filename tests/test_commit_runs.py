@@ -93,10 +93,10 @@ def _summary(out: Path) -> dict:
 
 def _history_runs(history: Path) -> dict[str, dict]:
     """run id -> {findings, metrics: rows of the run in each table; listed: its row as readers see it (in the runs
-    table, or a committed run not listed there yet: jobs/history.py committed_runs)}."""
+    table, or a committed run not listed there yet: runtime/history.py committed_runs)}."""
     from deltalake import DeltaTable
 
-    from jobs.history import committed_runs
+    from runtime.history import committed_runs
 
     runs: dict[str, dict] = {}
     for table in ("findings", "metrics"):
@@ -195,11 +195,11 @@ def test_an_interrupted_audit_leaves_the_output_and_the_history_whole(baseline, 
     if reached:
         job.proc.send_signal(sig)
     code = job.finish()
-    assert "Traceback" not in job.stderr or sig == signal.SIGINT  # (the clean one-liner is jobs/interrupts.py's)
+    assert "Traceback" not in job.stderr or sig == signal.SIGINT  # (the clean one-liner is runtime/interrupts.py's)
     now = _assert_whole(out, history, before, new)
     if now != previous:  # the signal came after the commit point: the new run is whole, and said so
         assert now == new and code in (0, 1) or "committing" in job.stderr
-    else:  # the output is the commit point (jobs/history.py): before it, the history never lists the new run
+    else:  # the output is the commit point (runtime/history.py): before it, the history never lists the new run
         assert code != 0
         assert new not in {rid for rid, r in _history_runs(history).items() if r.get("listed")}
     del held

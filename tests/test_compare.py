@@ -6,7 +6,7 @@ import io
 import json
 
 from jobs import compare
-from jobs.output import read_table
+from runtime.output import read_table
 from store_format.write import damage
 from store_format.write.writer import StoreWriter
 

@@ -142,7 +142,7 @@ def test_a_file_holding_more_offsets_than_the_limit_is_skipped_naming_it_its_siz
     from jobs.audit.checks import lag, metadata
     from jobs.audit.context import AuditContext, AuditOptions
     from jobs.audit.plan import plan_broker
-    from jobs.stores import resolve_stores
+    from runtime.stores import resolve_stores
     from store_format.errors import ConfigError, ErrorKind
     import udfs.metadata as M
 

@@ -157,7 +157,7 @@ def test_dump_of_a_config_past_the_limit_is_its_error_row_and_exit_2(tmp_path):
 
 _DRIVER = r"""
 import json, resource, sys
-from jobs.stores import resolve_stores
+from runtime.stores import resolve_stores
 from jobs.audit.plan import plan_broker
 from jobs.audit.context import AuditContext, AuditOptions
 from jobs.audit.checks import lag, metadata

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.session import REPO
+from runtime.session import REPO
 
 from .conftest import assert_same_audit, parquet_rows
 from .support.connect_client import read_all
@@ -69,7 +69,7 @@ def test_every_source_reads_the_same_over_connect(connect_run, spark, two_stores
 
 def test_the_audit_over_connect_equals_local(connect_run, local_audit):
     """``jobs.audit.run(spark, args)`` in the notebook's session, and ``python -m jobs.audit`` with SPARK_REMOTE
-    (jobs/session.py ships the project to its session itself): both equal the classic session's audit."""
+    (runtime/session.py ships the project to its session itself): both equal the classic session's audit."""
     reference, code = local_audit
     out, result, proc = connect_run
     assert result["audit_exit"] == result["cli_exit"] == code == 1

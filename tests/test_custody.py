@@ -1,6 +1,6 @@
 """Issue 33, "Custody that sees everything": the audit's fingerprint holds inode and ctime, the stores are
 listed again at the end, and a file added, removed, replaced or changed (its mtime set back) during the run is
-named as such and fails the run (exit 2), never called "a dangling symbolic link" (jobs/custody.py).
+named as such and fails the run (exit 2), never called "a dangling symbolic link" (runtime/custody.py).
 
 The changes are made at a progress line of the audit (``predicting recovery``: the start's fingerprint is taken,
 the scan has not read a byte yet), in process through the audit's progress function, and once end to end in a
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs import custody
-from jobs.stores import resolve_stores
+from runtime import custody
+from runtime.stores import resolve_stores
 from store_format import fs
 
 from .conftest import fixture_store

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from jobs import decode
-from jobs.output import read_table
+from runtime.output import read_table
 
 from .conftest import fixture_manifest, fixture_store
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from jobs.session import REPO
+from runtime.session import REPO
 
 
 def test_jobs_md_is_what_the_generator_produces():

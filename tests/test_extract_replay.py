@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from jobs import extract, replay
-from jobs.output import OutputError
-from jobs.stores import resolve_stores
+from runtime.output import OutputError
+from runtime.stores import resolve_stores
 from store_format.write import damage
 from store_format import layout as L
 from store_format.write.broker import Broker, ManualClock, Producer

@@ -89,7 +89,7 @@ def test_the_index_source_over_a_staged_remote_file_equals_the_local_read(elsewh
 def test_the_audit_plans_a_remote_store_as_a_local_one(elsewhere):
     """The newest segment's written end is probed through the seam too (ranged reads): a remote store's data bytes,
     and so its split and ranges, are the local one's, not its zero tail read as data."""
-    from jobs import stores
+    from runtime import stores
     from jobs.audit.plan import plan_broker
     from store_format.plan import segment_data
 

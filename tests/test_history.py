@@ -1,4 +1,4 @@
-"""The audit's history never loses a committed run (issue 38, items 3 and 7; jobs/history.py).
+"""The audit's history never loses a committed run (issue 38, items 3 and 7; runtime/history.py).
 
 * A run killed (SIGKILL) at each step of its commit leaves the history and its output so that the readers (trend)
   and the next ``audit --history`` see the whole run or none of it: listed iff its output is committed.  The run is
@@ -24,8 +24,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs import commit, trend
-from jobs import history as H
+from jobs import trend
+from runtime import commit
+from runtime import history as H
 from jobs.audit import job as audit
 
 from .conftest import REPO, fixture_store
@@ -329,7 +330,7 @@ def _trend_compares(spark, hist: Path) -> list[tuple[str, str]]:
     return [(previous, run) for run, _, previous, _ in pairs]
 
 
-# the steps of a run's commit (jobs/history.py's docstring), by the line said at each, and whether the run's output
+# the steps of a run's commit (runtime/history.py's docstring), by the line said at each, and whether the run's output
 # is committed when it is killed there
 STEPS = [
     ("appending to the history at", False),  # its journal not written yet
@@ -426,7 +427,7 @@ def test_a_run_killed_inside_its_outputs_commit_follows_that_commit(audited, tmp
     in): whether the run is committed is that output's to decide (its next run finishes the commit from its
     journal), so the history's next claim leaves the run unlisted and its rows in place, readers list it once the
     output holds it, and the claim after that lists it."""
-    from jobs.output import prepare_output
+    from runtime.output import prepare_output
 
     work = tmp_path
     shutil.copytree(audited / "out", work / "out")

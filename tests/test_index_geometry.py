@@ -406,7 +406,7 @@ def test_every_command_takes_the_same_geometry_options(geometry_stores, tmp_path
     from jobs import compare, extract
     from jobs.audit.inputs import StoreRef
     from jobs.audit.plan import plan_broker
-    from jobs.stores import resolve_stores
+    from runtime.stores import resolve_stores
     from store_format.__main__ import build_parser as store_parser
     from store_format.brokerconf import geometry_from_args
 

@@ -1,6 +1,6 @@
 """Issue 33, "Interrupts are clean": SIGINT and SIGTERM end every command with one line (what was interrupted,
 what was kept) and exit 130 / 143, with no Python traceback and no Java stack, and an interrupt is never
-swallowed (jobs/interrupts.py, store_format/interrupts.py).
+swallowed (runtime/interrupts.py, store_format/interrupts.py).
 
 The jobs run in subprocesses under tests/support/paused.py, which holds them at a given progress line (a phase
 boundary), or starts a Spark job that never ends there, or has a finalizer swallow the interrupt: the signal is
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import interrupts, progress
+from runtime import interrupts, progress
 from store_format import interrupts as core
 
 from .conftest import fixture_store
@@ -145,8 +145,8 @@ def test_the_line_names_the_phase_and_asks_what_was_kept(monkeypatch):
 
 def test_a_line_saying_what_was_done_is_never_named_as_the_step_under_way(tmp_path, monkeypatch):
     """Issue 38 item 7: "interrupted by SIGTERM during removed the staging ...".  The claim's recovery says what it
-    did (jobs/progress.py ``say(step=False)``): the line names the step under way, or none."""
-    from jobs import commit
+    did (runtime/progress.py ``say(step=False)``): the line names the step under way, or none."""
+    from runtime import commit
 
     progress.configure("audit", quiet=True)
     monkeypatch.setattr(interrupts, "kept_describers", [])
@@ -199,8 +199,8 @@ def test_silence_turns_off_every_jvm_logger_not_only_the_root():
     kept logging: a cancelled task's ERROR TaskContextImpl stack came out after the interrupt's line.  In a
     process of its own: silencing the tests' shared session would hide its logs for the rest of the run."""
     script = (
-        "from jobs.session import build_session\n"
-        "from jobs import interrupts\n"
+        "from runtime.session import build_session\n"
+        "from runtime import interrupts\n"
         "spark = build_session('silence', sources=False)\n"
         "get = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger\n"
         "names = ('org.apache.spark.TaskContextImpl', 'org.apache.spark.executor.Executor', 'org.apache.parquet.x')\n"
@@ -240,7 +240,7 @@ def test_audit_sigterm_at_a_phase_boundary_is_one_line_and_143(store, tmp_path):
                               at=r"\] scan \(.*started", sig=signal.SIGTERM)
     assert rc == 143, err
     line = assert_one_clean_line(err, "audit", "SIGTERM")
-    # what was kept is the run's (jobs/commit.py): no output made, the staging marked failed with the reason
+    # what was kept is the run's (runtime/commit.py): no output made, the staging marked failed with the reason
     assert "during scan (" in line and f"{tmp_path / 'out'}: no output was made; the staging" in line
     assert line.endswith("is marked failed")
 

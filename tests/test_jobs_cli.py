@@ -1,6 +1,6 @@
-"""The one job runtime (jobs/cli.py), without Spark: every job answers --help (exit 0, a usage line) in each of its
+"""The one job runtime (runtime/cli.py), without Spark: every job answers --help (exit 0, a usage line) in each of its
 forms (the console command's subcommand, ``python -m jobs``, the spark-submit script file), usage and input
-errors are one ``error:`` line and exit 2 before any session starts, and the progress line (jobs/progress.py)
+errors are one ``error:`` line and exit 2 before any session starts, and the progress line (runtime/progress.py)
 says bytes and what is left, redrawn on a terminal and as plain lines in a log, silent with --quiet."""
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ import tomllib
 
 import pytest
 
-from jobs import cli, progress
-from jobs.session import REPO
+from jobs import console
+from runtime import cli, progress
+from runtime.session import REPO
 
 
-@pytest.mark.parametrize("job", cli.JOBS)
+@pytest.mark.parametrize("job", console.JOBS)
 def test_every_job_answers_help_through_the_console_command(job, capsys):
     with pytest.raises(SystemExit) as e:
-        cli.console([job, "--help"])
+        console.console([job, "--help"])
     assert e.value.code == 0
     text = capsys.readouterr().out
     assert text.startswith(f"usage: {cli.PROG} {job} [-h]")
@@ -30,18 +31,18 @@ def test_every_job_answers_help_through_the_console_command(job, capsys):
 
 
 def test_console_lists_every_job_and_refuses_an_unknown_one(capsys):
-    assert cli.console(["--help"]) == 0
+    assert console.console(["--help"]) == 0
     listing = capsys.readouterr().out
     assert listing.startswith(f"usage: {cli.PROG} JOB")
-    assert all(re.search(rf"^  {job} +\S", listing, re.M) for job in cli.JOBS)
-    assert cli.console(["audi"]) == 2
+    assert all(re.search(rf"^  {job} +\S", listing, re.M) for job in console.JOBS)
+    assert console.console(["audi"]) == 2
     assert "no job 'audi'" in capsys.readouterr().err
 
 
 def test_the_console_command_is_declared_in_pyproject():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, attr = scripts[cli.PROG].partition(":")
-    assert (module, attr) == ("jobs.cli", "console")
+    assert (module, attr) == ("jobs.console", "console")
 
 
 @pytest.mark.parametrize("argv", [["-m", "jobs", "--help"], ["-m", "jobs.trend", "--help"],
@@ -61,12 +62,12 @@ def test_bad_input_is_one_error_line_and_exit_2_before_spark(tmp_path, capsys):
     for job, argv in (("decode", ["--store", missing, "--out", str(tmp_path / "o")]),
                       ("extract", ["--store", missing, "--out", str(tmp_path / "o")]),
                       ("audit", ["--store", f"b1={missing}", "--out", str(tmp_path / "o")])):
-        assert cli.console([job, *argv]) == 2, job
+        assert console.console([job, *argv]) == 2, job
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"{job}: error: ") and "no such file" in err[0], (job, err)
     assert not (tmp_path / "o").exists()
     with pytest.raises(SystemExit) as e:  # argparse's own usage errors: exit 2 as well
-        cli.console(["extract", "--out", str(tmp_path / "o")])
+        console.console(["extract", "--out", str(tmp_path / "o")])
     assert e.value.code == 2
 
 
@@ -109,9 +110,9 @@ def test_python_m_on_any_module_of_jobs_answers():
         parts = path.relative_to(REPO).with_suffix("").parts
         if parts[-1] != "__main__":
             modules.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    assert {m for m in modules if cli.runnable(m)} == {"jobs", "jobs.audit", *(f"jobs.{j}" for j in cli.JOBS
+    assert {m for m in modules if console.runnable(m)} == {"jobs", "jobs.audit", *(f"jobs.{j}" for j in console.JOBS
                                                                                if j != "audit")}
-    assert "jobs.audit.report" in modules and not cli.runnable("jobs.report")
+    assert "jobs.audit.report" in modules and not console.runnable("jobs.report")
 
 
 @pytest.mark.parametrize("module", ["jobs.audit.report", "jobs.report"])

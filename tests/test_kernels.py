@@ -401,7 +401,7 @@ def test_numba_cache_from_a_zip_is_found_again_wherever_the_zip_lies(tmp_path):
     import sysconfig
     import zipfile
 
-    from jobs.session import REPO
+    from runtime.session import REPO
 
     probe = ("import json, udfs.compiled as C\n"
              "ds = [v for v in vars(C).values() if hasattr(v, 'stats') and getattr(v, '_cache', None) is not None\n"

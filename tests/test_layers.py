@@ -4,6 +4,7 @@ paths still import, as the same modules."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import os
 import subprocess
@@ -174,11 +175,11 @@ def test_the_audit_package_has_one_way_layers_and_no_circles():
 
 
 def test_no_job_imports_a_data_source_module_to_read():
-    """jobs/ reads through the store layer (store_format, udfs) or through Spark (``spark.read.format``,
-    ``datasources.read_commitlog``): it may import the datasources package's root (its public API), never one of
-    its modules."""
+    """jobs/ (and the runtime under them) reads through the store layer (store_format, udfs) or through Spark
+    (``spark.read.format``, ``datasources.read_commitlog``): it may import the datasources package's root (its
+    public API), never one of its modules."""
     found = {}
-    for path in (REPO / "jobs").rglob("*.py"):
+    for path in [*(REPO / "jobs").rglob("*.py"), *(REPO / "runtime").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
                 [a.name for a in node.names] if isinstance(node, ast.Import) else []
@@ -190,8 +191,8 @@ def test_no_job_imports_a_data_source_module_to_read():
 
 def test_store_format_imports_nothing_above_it():
     """The store layer runs in a notebook, a test, an executor or a plain script: no Spark, no udfs, no
-    datasources, no jobs."""
-    above = ("pyspark", "udfs", "datasources", "jobs")
+    datasources, no runtime, no jobs."""
+    above = ("pyspark", "udfs", "datasources", "runtime", "jobs")
     found = {}
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -203,40 +204,137 @@ def test_store_format_imports_nothing_above_it():
     assert not found
 
 
-def _runtime_graph() -> dict[str, set[str]]:
-    """jobs/'s own top-level modules (the runtime and the jobs, not jobs/audit/) and which of them each imports,
-    lazily too (an import inside a function is an edge all the same)."""
-    jobs = Path(__file__).resolve().parent.parent / "jobs"
-    names = {p.stem for p in jobs.glob("*.py")}
+def _module_graph(package: str) -> dict[str, set[str]]:
+    """``package``'s own top-level modules (jobs/audit/ aside: it has its floors above) and which of them each
+    imports, lazily too (an import inside a function is an edge all the same)."""
+    folder = REPO / package
+    names = {p.stem for p in folder.glob("*.py")}
     graph: dict[str, set[str]] = {}
-    for path in jobs.glob("*.py"):
+    for path in folder.glob("*.py"):
         edges = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom):
-                parts = ((node.module or "").split(".") if node.level == 1 else
-                         (node.module or "").split(".")[1:] if (node.module or "").startswith("jobs.") else [])
+                module = node.module or ""
+                parts = (module.split(".") if node.level == 1 else
+                         module.split(".")[1:] if module.startswith(f"{package}.") else [])
                 if parts and parts[0] in names:
                     edges.add(parts[0])
-                elif node.level == 1 and not node.module:
+                elif (node.level == 1 and not module) or (not node.level and module == package):
                     edges |= {a.name for a in node.names if a.name in names}
         graph[path.stem] = edges - {path.stem}
     return graph
 
 
-def test_the_runtime_modules_import_each_other_one_way():
-    """No circle among jobs/'s modules (jobs/commit.py and jobs/output.py imported each other until the guard both
-    need moved to jobs/apart.py, below both)."""
-    graph = _runtime_graph()
-    assert "output" not in graph["commit"] and "commit" not in graph["apart"] and "output" not in graph["apart"]
-    done = set()
+def _circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` (its modules in order, the first again at the end), or None."""
+    done: set[str] = set()
 
     def visit(node, path):
-        assert node not in path, f"an import circle in jobs/: {' -> '.join(path[path.index(node):] + [node])}"
+        if node in path:
+            return path[path.index(node):] + [node]
         if node in done:
-            return
+            return None
         for nxt in sorted(graph.get(node, ())):
-            visit(nxt, path + [node])
+            found = visit(nxt, path + [node])
+            if found:
+                return found
         done.add(node)
+        return None
 
-    for node in sorted(graph):
-        visit(node, [])
+    return next((c for c in (visit(n, []) for n in sorted(graph)) if c), None)
+
+
+def test_the_runtime_modules_import_each_other_one_way():
+    """No circle among runtime/'s modules (runtime/commit.py and runtime/output.py imported each other until the
+    guard both need moved to runtime/apart.py, below both), nor among jobs/' own."""
+    graph = _module_graph("runtime")
+    assert {"cli", "commit", "output", "apart", "history", "session"} <= set(graph)
+    assert "output" not in graph["commit"] and "commit" not in graph["apart"] and "output" not in graph["apart"]
+    assert _circle(graph) is None, f"an import circle in runtime/: {' -> '.join(_circle(graph))}"
+    jobs = _module_graph("jobs")
+    assert _circle(jobs) is None, f"an import circle in jobs/: {' -> '.join(_circle(jobs))}"
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _circle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+# ------------------------------------------------------------------------------------ the top-level packages
+
+#: the project's packages from the ground up (issue 39 item 5): each imports only packages on lower floors, so
+#: no import circle can run across them.  tools/, bench/, notebooks/ and tests/ stand above them all.
+PACKAGE_FLOORS = ("store_format", "udfs", "datasources", "runtime", "jobs")
+
+
+@functools.lru_cache(maxsize=None)
+def _package_imports(package: str) -> dict[str, set[str]]:
+    """The project packages ``package`` imports (lazily too), each with the files that do."""
+    found: dict[str, set[str]] = {}
+    for path in (REPO / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                top = name.split(".")[0]
+                if top in PACKAGE_FLOORS and top != package:
+                    found.setdefault(top, set()).add(str(path.relative_to(REPO)))
+    return found
+
+
+def test_every_package_is_on_a_floor():
+    packages = {p.parent.name for p in REPO.glob("*/__init__.py")} - {"tests"}
+    assert packages == set(PACKAGE_FLOORS), "a new top-level package: give it a floor of PACKAGE_FLOORS"
+
+
+def test_each_package_imports_only_the_packages_below_it():
+    """jobs -> runtime -> datasources -> udfs -> store_format, never back up: runtime/ imports no job (the console
+    that names the jobs is jobs/console.py), the data sources no runtime, the store layer nothing of the project."""
+    upward = {}
+    for floor, package in enumerate(PACKAGE_FLOORS):
+        above = {p: sorted(files) for p, files in _package_imports(package).items()
+                 if PACKAGE_FLOORS.index(p) > floor}
+        if above:
+            upward[package] = above
+    assert not upward, "imports that run back up"
+    assert set(_package_imports("runtime")) == {"store_format", "udfs", "datasources"}  # the rule is not vacuous
+    assert "runtime" in _package_imports("jobs")
+
+
+def test_the_runtime_loads_no_job():
+    """At run time too (an import by name, ``importlib.import_module(f"jobs.{name}")``, is no edge above): every
+    runtime module imported, no module of jobs/ is loaded."""
+    modules = sorted(f"runtime.{p.stem}" for p in (REPO / "runtime").glob("*.py") if p.stem != "__init__")
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}: importlib.import_module(m)\n"
+            "print(sorted(m for m in sys.modules if m == 'jobs' or m.startswith('jobs.')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, check=True).stdout
+    assert out.strip() == "[]"
+
+
+#: udfs/ is three things, from the ground up: the column descriptions every schema declares (columns), the
+#: numba-compiled record passes (compiled) under the Arrow kernels that use them and the small files' tables
+#: (kernels, metadata: no Spark), and the Spark wrappers of the kernels (spark).  Only compiled imports numba and
+#: only spark imports pyspark, so a kernel runs in a plain process and the compile cache has one home.
+UDFS_FLOORS = (("columns",), ("compiled",), ("kernels",), ("metadata",), ("spark",), ("__init__",))
+
+
+def test_the_udfs_package_has_one_way_layers():
+    graph = _module_graph("udfs")
+    floor = {m: i for i, names in enumerate(UDFS_FLOORS) for m in names}
+    assert set(graph) == set(floor), "a new udfs module: give it a floor of UDFS_FLOORS"
+    upward = {m: sorted(d for d in deps if floor[d] >= floor[m]) for m, deps in graph.items()}
+    assert not {m: d for m, d in upward.items() if d}
+    assert "compiled" in graph["kernels"] and "kernels" in graph["spark"]
+
+
+def test_only_the_kernels_compile_and_only_the_wrappers_start_spark():
+    third = {}
+    for path in (REPO / "udfs").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            third.setdefault(path.stem, set()).update(n.split(".")[0] for n in names)
+    assert {m for m, names in third.items() if "numba" in names} == {"compiled"}
+    assert {m for m, names in third.items() if "pyspark" in names} == {"spark"}

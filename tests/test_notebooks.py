@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import audit, trend
-from jobs.session import REPO
+from runtime.session import REPO
 from store_format.store import Store
 
 NOTEBOOKS = REPO / "notebooks"

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from jobs import cli
+from runtime import cli
 from jobs.audit import job as audit_job
 from jobs.extract import build_parser as extract_parser
 from jobs.query import build_parser as query_parser

@@ -1,4 +1,4 @@
-"""jobs/output.py: round trips for every format, Delta commits (one per call, schema merge), and the guard
+"""runtime/output.py: round trips for every format, Delta commits (one per call, schema merge), and the guard
 that refuses to clobber outputs or write into an input dump."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import pytest
 from deltalake import DeltaTable
 
-from jobs.output import FORMATS, MARKER, OutputError, append_history, marker_of, prepare_output, read_table, \
+from runtime.output import FORMATS, MARKER, OutputError, append_history, marker_of, prepare_output, read_table, \
     write_table
 
 SCHEMA = "id long, payload binary, at timestamp, tags map<string,string>, note string"
@@ -100,7 +100,7 @@ def test_delta_refuses_a_folder_that_is_not_a_delta_table(frame, tmp_path):
 def _committed(path: str, files: dict[str, bytes] = None, **kw):
     """One run that claims ``path`` (prepare_output), writes ``files`` (default: one) into its staging and commits
     (a staging with nothing in it is never committed)."""
-    from jobs.commit import JobRun
+    from runtime.commit import JobRun
 
     with JobRun("test") as run:
         out = prepare_output(path, **kw)
@@ -152,7 +152,7 @@ def test_overwrite_deletes_only_a_folder_this_suite_wrote(tmp_path):
 def test_a_prepared_output_keeps_its_marker_through_every_format(spark, frame, tmp_path):
     for fmt in FORMATS:
         out = tmp_path / fmt
-        from jobs.commit import JobRun
+        from runtime.commit import JobRun
 
         with JobRun("test") as run:
             write_table(frame, prepare_output(str(out), overwrite=False, job="test").staging_path, fmt)

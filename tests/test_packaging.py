@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.session import REPO, TEST_PROFILE
+from runtime.session import REPO, TEST_PROFILE
 
 from .conftest import fixture_manifest, fixture_store, isolated_python
 
@@ -53,18 +53,18 @@ def test_spark_submit_with_the_zip_from_outside_the_repository(tmp_path):
 
 
 def test_project_zip_is_the_package_zip_named_after_its_content(tmp_path):
-    """What a Spark Connect session gets (jobs.session.ship_project): the zip `make package` writes, named after
+    """What a Spark Connect session gets (runtime.session.ship_project): the zip `make package` writes, named after
     its content, so the same project is the same artifact."""
     import zipfile
 
-    from jobs.session import project_zip
+    from runtime.session import project_zip
 
     first = project_zip(tmp_path / "cache")
     assert project_zip(tmp_path / "cache") == first
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [first.name]  # no temporary file left
     built = package.build(tmp_path / "dist" / "rocketmq_forensics.zip")
     with zipfile.ZipFile(first) as a, zipfile.ZipFile(built) as b:
-        assert a.namelist() == b.namelist() and "jobs/session.py" in a.namelist()
+        assert a.namelist() == b.namelist() and "runtime/session.py" in a.namelist()
         assert all(a.read(n) == b.read(n) for n in a.namelist())
 
 
@@ -72,7 +72,7 @@ def test_command_line_paths_are_made_absolute(tmp_path, monkeypatch):
     """Executors and a Spark Connect server resolve relative paths in their own working folders: the jobs' command
     lines hand Spark absolute ones (URIs as given)."""
     from jobs import audit, extract
-    from jobs.cli import absolute_paths
+    from runtime.cli import absolute_paths
 
     monkeypatch.chdir(tmp_path)
     args = absolute_paths(audit.build_parser().parse_args(["--store", "a", "s3://b/c", "--out", "o",

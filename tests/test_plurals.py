@@ -1,8 +1,8 @@
-"""Counts in words, one helper (jobs.display.plural): "1 message lost", never "1 messages lost"."""
+"""Counts in words, one helper (runtime.display.plural): "1 message lost", never "1 messages lost"."""
 from __future__ import annotations
 
 from jobs import trend
-from jobs.display import plural
+from runtime.display import plural
 
 
 def test_plural_says_one_and_many():

@@ -1,6 +1,6 @@
-"""One progress line per phase that never runs backwards (jobs/progress.py, issue 37): extract counts, writes and counts
-back in one phase, one Spark job after the other; its line went from "100%, 10/10 tasks" to "69%, 22/32" as the next
-job's tasks joined the total.  Each step now names itself and is measured by its own job.
+"""One progress line per phase that never runs backwards (runtime/progress.py, issue 37): extract counts, writes and
+counts back in one phase, one Spark job after the other; its line went from "100%, 10/10 tasks" to "69%, 22/32" as
+the next job's tasks joined the total.  Each step now names itself and is measured by its own job.
 
 Spark's status tracker is played by a script here (the jobs and stages a real one reports, in the order it reports
 them), so the line is read at exactly the moment the issue saw: the second job submitted, part of it done."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 
-from jobs import progress
+from runtime import progress
 
 
 @dataclass

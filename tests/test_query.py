@@ -250,12 +250,12 @@ def test_bad_input_is_a_clear_message_and_exit_2(argv, says, capsys):
 def test_a_time_range_and_an_explained_miss_on_a_small_store_start_no_spark(monkeypatch, capsys):
     """What a person asks at a prompt answers in seconds: a time range, a tag, and --explain for a key found
     nowhere (its salvage scan) read a small store here; no Spark session is started."""
-    import jobs.session
+    import runtime.session
 
     def refuse(*args, **kwargs):
         raise AssertionError("a Spark session was started for a small store")
 
-    monkeypatch.setattr(jobs.session, "build_session", refuse)
+    monkeypatch.setattr(runtime.session, "build_session", refuse)
     root = FIXTURES / "recovered-zero-page" / "input" / "store"
     assert query.main(["--store", str(root), "--from", "2030-01-01T00:00Z", "--to", "2030-01-02T00:00Z"]) == 1
     assert "0 message(s) found" in capsys.readouterr().err

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli import console
-from jobs.session import REPO
+from jobs.console import console
+from runtime.session import REPO
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -85,7 +85,7 @@ def oncall(spark, tmp_path_factory):
 def _load_demo():
     import importlib.util
 
-    from jobs.session import REPO
+    from runtime.session import REPO
 
     spec = importlib.util.spec_from_file_location("tools_demo", REPO / "tools" / "demo.py")
     module = importlib.util.module_from_spec(spec)
@@ -290,7 +290,7 @@ def run_as_printed(command: str, spark, capture: bool = False):
     import io
     import sys
 
-    from jobs.cli import console
+    from jobs.console import console
 
     argv = shlex.split(command)
     assert argv[0] == str(Path(sys.executable).parent / "rocketmq-forensics") and Path(argv[0]).is_file()

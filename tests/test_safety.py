@@ -253,7 +253,7 @@ def test_a_bomb_in_a_store_is_found_and_walked_past(tmp_path, bombs):
 # ---------------------------------------------------------------------------------------------------------
 # No eval / exec / pickle of dump content
 
-PACKAGES = ("store_format", "udfs", "datasources", "jobs", "bench")
+PACKAGES = ("store_format", "udfs", "datasources", "runtime", "jobs", "bench")
 _BANNED_NAMES = {"eval", "exec", "compile", "__import__"}
 _BANNED_ATTRS = {("pickle", "load"), ("pickle", "loads"), ("pickle", "Unpickler"), ("cPickle", "loads"),
                  ("marshal", "load"), ("marshal", "loads"), ("shelve", "open"), ("cloudpickle", "load"),
@@ -327,9 +327,9 @@ def test_the_scan_finds_each_banned_form():
 def test_the_audit_refuses_when_an_input_changes_during_the_run(spark, tmp_path, monkeypatch):
     """With --sha256 an input whose bytes change while the audit runs (size and mtime put back, so only the hash
     can tell) stops the audit with the chain-of-custody error, and no summary is written."""
-    from jobs import custody
+    from runtime import custody
     from jobs.audit import job as audit
-    from jobs.output import OutputError
+    from runtime.output import OutputError
 
     root = copy_store(fixture_store("broker"), tmp_path / "broker")
     victim = root / "config" / "consumerOffset.json"
@@ -351,7 +351,7 @@ def test_the_audit_refuses_when_an_input_changes_during_the_run(spark, tmp_path,
                                             "--checks", "metadata", "--no-report"])
     with pytest.raises(OutputError, match="chain of custody") as e:
         audit.run(spark, args)
-    # the start's fingerprint, then the end's: the last gate of the commit (jobs/custody.py)
+    # the start's fingerprint, then the end's: the last gate of the commit (runtime/custody.py)
     assert f"{victim}: changed during the audit" in str(e.value) and calls == [True, True]
     assert not (tmp_path / "out" / "summary.json").exists()
 
@@ -455,7 +455,7 @@ def test_no_job_can_write_into_its_input_through_any_path_shape(evidence, tmp_pa
     """Every job x every shape: exit 2 before anything is written, and the store tree (bytes, kinds, modes, links)
     unchanged.  ``marker-planted``: each targeted folder of the store even carries the suite's marker (as if an
     earlier run had written there), so only the overlap guard stands in the way."""
-    from jobs.output import MARKER
+    from runtime.output import MARKER
 
     root, links = evidence
     for name, given, out in _shapes(root, links, tmp_path):
@@ -542,9 +542,9 @@ def test_decode_checks_its_input_before_it_prepares_its_output(tmp_path, capsys)
     """A bad input never costs an output: the (marked, --overwrite) output survives a run whose input is missing,
     not a store, or unreadable."""
     from jobs import decode
-    from jobs.output import prepare_output
+    from runtime.output import prepare_output
 
-    from jobs.commit import JobRun
+    from runtime.commit import JobRun
 
     out = tmp_path / "out"
     with JobRun("decode") as run:

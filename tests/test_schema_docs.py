@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from jobs.session import REPO
+from runtime.session import REPO
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +67,14 @@ def test_a_column_without_a_description_is_refused():
 
 
 def test_descriptions_reach_no_output(generator, tmp_path):
-    """Parquet files written through jobs.output.write_parquet_file are the bytes an undescribed schema gives (the
+    """Parquet files written through runtime.output.write_parquet_file are the bytes an undescribed schema gives (the
     descriptions would otherwise be in the file's Arrow schema), and Spark's schema of a described Arrow schema is
     the undescribed one's: the sources' schemas and everything Spark writes are unchanged."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from jobs.output import write_parquet_file
+    from runtime.output import write_parquet_file
     from udfs.columns import plain
 
     from datasources import consumequeue, indexfile

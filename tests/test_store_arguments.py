@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jobs import audit, compare, decode, extract, query
-from jobs.stores import StoreArgumentError, resolve_stores
+from runtime.stores import StoreArgumentError, resolve_stores
 
 from .conftest import FIXTURES, fixture_store
 
@@ -16,12 +16,12 @@ BASIC = fixture_store("basic")
 @pytest.fixture
 def no_spark(monkeypatch):
     """Fails the test if a job starts a Spark session."""
-    import jobs.session
+    import runtime.session
 
     def refuse(*args, **kwargs):
         raise AssertionError("a Spark session was started before the arguments were refused")
 
-    monkeypatch.setattr(jobs.session, "build_session", refuse)
+    monkeypatch.setattr(runtime.session, "build_session", refuse)
 
 
 @pytest.mark.parametrize("twice", [

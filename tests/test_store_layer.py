@@ -92,7 +92,7 @@ def test_the_audit_plans_the_same_ranges_however_the_fixture_was_copied(tmp_path
 def test_one_naming_rule_for_the_sources_and_the_jobs(tmp_path):
     """A copy in ``incident-7/input/store`` is broker ``incident-7`` for a data source's planning as for every job's
     --store (the generic folder names passed over); a folder of store roots names each by its entry."""
-    from jobs.stores import resolve_stores
+    from runtime.stores import resolve_stores
 
     root = tmp_path / "incident-7" / "input" / "store"
     shutil.copytree(fixture_store("basic"), root)

@@ -1,10 +1,10 @@
-"""--store arguments and broker names (jobs/stores.py): the user's NAME=PATH, else brokerName from the broker's
+"""--store arguments and broker names (runtime/stores.py): the user's NAME=PATH, else brokerName from the broker's
 settings file carried with the dump, else the folder (never a folder named like "input"); names that clash."""
 from __future__ import annotations
 
 import pytest
 
-from jobs.stores import StoreArgumentError, resolve_stores, split_name
+from runtime.stores import StoreArgumentError, resolve_stores, split_name
 from store_format.stores import folder_name
 from store_format.write import damage as D
 
@@ -61,10 +61,32 @@ def test_command_line_paths_become_absolute_keeping_names_and_links(tmp_path, mo
     lexical '..' folding (``link/..`` is the parent of the link's target) and ``NAME=PATH`` kept."""
     import argparse
 
-    from jobs.cli import absolute_paths
+    from runtime.cli import absolute_paths
 
     monkeypatch.chdir(tmp_path)
     args = absolute_paths(argparse.Namespace(store=["a=rel/store", "/abs/store", "link/../x"], out="link/..",
                                              history="s3://bucket/h"))
     assert args.store == [f"a={tmp_path}/rel/store", "/abs/store", f"{tmp_path}/link/../x"]
     assert (args.out, args.history) == (f"{tmp_path}/link/..", "s3://bucket/h")
+
+
+def test_a_stores_commitlog_bytes_are_the_same_by_any_path_to_it(tmp_path):
+    """runtime.stores.commitlog_bytes lists through the fs seam: a path, a ``file://`` URI, a ``Path`` and another
+    file system's URI give the segments' sizes as the OS sees them; no commitlog/ gives 0."""
+    import os
+
+    from runtime.stores import commitlog_bytes
+
+    from .support import remotefs
+
+    root = fixture_store("basic")
+    want = sum(os.stat(e.path).st_size for e in os.scandir(root / "commitlog") if e.is_file())
+    before = dict(remotefs.ROOTS)
+    try:
+        remote = remotefs.register("cl-bytes", root)
+        got = [commitlog_bytes(p) for p in (str(root), f"file://{root}", root, remote)]
+    finally:
+        remotefs.ROOTS.clear()
+        remotefs.ROOTS.update(before)
+    assert want > 0 and got == [want] * 4
+    assert commitlog_bytes(tmp_path) == 0

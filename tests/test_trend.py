@@ -1,5 +1,5 @@
 """jobs/trend.py on synthetic audit history tables (the audit's findings/metrics contract), written the way
-``jobs.audit --history`` writes them: each run appended whole (jobs/history.py: findings, metrics, then the run's
+``jobs.audit --history`` writes them: each run appended whole (runtime/history.py: findings, metrics, then the run's
 row in ``runs``, the marker trend requires)."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import datetime as dt
 import pytest
 
 from jobs import trend
-from jobs.history import append_tables
-from jobs.output import append_history, read_table
+from runtime.history import append_tables
+from runtime.output import append_history, read_table
 
 FINDINGS = ("run_id string, run_time timestamp, finding_id string, check string, severity string, broker string, "
             "file string, file_position bigint, physical_offset bigint, topic string, queue_id int, "

@@ -24,7 +24,7 @@ import pytest
 
 from jobs import audit
 from jobs.audit import terminal
-from jobs.cli import console
+from jobs.console import console
 from store_format.store import Store
 from store_format.write import damage as D
 from store_format.write.generate import TrafficConfig, generate_store

@@ -584,7 +584,7 @@ class _Paths:
     def __init__(self, out: Path, corpus: Path):
         roots = {str(Path(out).absolute()): "<out>", str(Path(out).resolve()): "<out>",
                  str(Path(corpus).absolute()): "<corpus>", str(Path(corpus).resolve()): "<corpus>",
-                 # the console script the printed commands start with (jobs.cli.console_command)
+                 # the console script the printed commands start with (runtime.cli.console_command)
                  str(Path(sys.executable).parent): "<bin>"}
         stores = Path(corpus) / "stores"
         for link in (d for d in stores.iterdir() if d.is_symlink()) if stores.is_dir() else ():
@@ -879,7 +879,7 @@ def main(argv=None) -> int:
         return 0
     import tempfile
 
-    from jobs.session import build_session
+    from runtime.session import build_session
 
     spark = build_session("audit-pin", master="local[2]", test_profile=True)
     tmp = None if args.keep else tempfile.mkdtemp(prefix="audit-pin-")

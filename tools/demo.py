@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from jobs.display import plural  # noqa: E402
+from runtime.display import plural  # noqa: E402
 from store_format.write import damage as D  # noqa: E402
 from store_format.write.generate import TrafficConfig, generate_store, progress_line  # noqa: E402
 from store_format.store import Store  # noqa: E402
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
         return run.returncode
     summary = json.loads((audit_out / "summary.json").read_text())
     print(verdict_text(summary, audit_out))
-    from jobs.cli import console_command
+    from runtime.cli import console_command
 
     print(f"\nReport:   {audit_out / 'report.html'}\nFindings: {audit_out / 'findings'}\nMetrics:  "
           f"{audit_out / 'metrics'}\nTables:   {audit_out / 'tables'}\nSummary:  {audit_out / 'summary.json'}\n"

@@ -28,7 +28,7 @@ Every job runs as `rocketmq-forensics NAME ...` (the console command `pip instal
 after `make setup`), as `python -m jobs.NAME ...`, or as
 `spark-submit --py-files dist/rocketmq_forensics.zip jobs/NAME.py ...` (`jobs/audit/__main__.py` for the
 audit; `make package` builds the zip; see [scheduling.md](scheduling.md)).  They share one runtime
-(`jobs/cli.py`): the same `--store PATH|NAME=PATH`, `--out`, `--overwrite`, `--format` and `--config`
+(`runtime/cli.py`): the same `--store PATH|NAME=PATH`, `--out`, `--overwrite`, `--format` and `--config`
 wherever a job takes them, `--quiet` and `--debug` everywhere.  Exit codes: 0 done and clean, 1 done with
 findings or nothing matched (each job says which), 2 could not run (one `error:` line on stderr: a failed
 Spark job's root cause, not its Java stack; `--debug` keeps the stack), 130 / 143 interrupted by SIGINT /
@@ -60,7 +60,8 @@ def render() -> str:
     os.environ["COLUMNS"] = WIDTH  # argparse wraps help at the terminal width; fix it
     try:
         parts = [HEADER]
-        from jobs.cli import PROG, add_runtime_arguments, overview
+        from jobs.console import overview
+        from runtime.cli import PROG, add_runtime_arguments
 
         parts.append(f"## {PROG}\n\n```text\n{overview()}\n```\n")
         for name, module in job_modules():

@@ -1,11 +1,11 @@
 """Build the zip that ``spark-submit --py-files`` ships to the driver and the executors (and that Spark Connect
-sessions get as a Python artifact: jobs/session.py ``ship_project``).
+sessions get as a Python artifact: runtime/session.py ``ship_project``).
 
   python tools/package.py [ZIP]   (default dist/rocketmq_forensics.zip; ``make package``)
 
-It holds the project's packages (store_format, udfs, datasources, jobs) as sources, importable from the zip
+It holds the project's packages (store_format, udfs, datasources, runtime, jobs) as sources, importable from the zip
 itself; third-party dependencies (numpy, pyarrow, deltalake...) must be installed where the Python workers
-run (the interpreter PYSPARK_PYTHON names).  What goes in is jobs/session.py's ``write_project_zip``.
+run (the interpreter PYSPARK_PYTHON names).  What goes in is runtime/session.py's ``write_project_zip``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from jobs.session import PACKAGES, write_project_zip  # noqa: E402  (imports nothing beyond the standard library)
+from runtime.session import PACKAGES, write_project_zip  # noqa: E402  (imports nothing beyond the standard library)
 
 DEFAULT_ZIP = REPO / "dist" / "rocketmq_forensics.zip"
 

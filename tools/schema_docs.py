@@ -227,7 +227,7 @@ def collect(spark) -> dict:
         metric_names = sorted(set(metric_names) | {r["metric"] for r in spark.read.parquet(str(out5 / "metrics"))
                                                    .select("metric").distinct().collect()})
         summary["brokers"] += json.loads((out5 / "summary.json").read_text())["brokers"]
-        from jobs.stores import resolve_stores
+        from runtime.stores import resolve_stores
 
         messages = decode.messages(spark, resolve_stores([str(store)]), decompress=True).schema
     from pyspark.sql.pandas.types import from_arrow_type
@@ -277,7 +277,7 @@ in [jobs.md](jobs.md).
 
 Types are Spark SQL types (`bigint` = 64-bit, `int` = 32-bit); timestamps in `*_time`/`*_timestamp` columns
 of `bigint` type are milliseconds since the epoch, as RocketMQ stores them.  Tables are Parquet folders
-(`--format delta` or `jsonl` where a job offers it; see `jobs/output.py`).
+(`--format delta` or `jsonl` where a job offers it; see `runtime/output.py`).
 """
 
 AUDIT_TABLES = (
@@ -304,14 +304,15 @@ def _table(fields: dict, table_key: str, columns: list[tuple[str, str]]) -> str:
 
 
 def _runs_table() -> str:
-    """``HISTORY/runs``: written by jobs/history.py only, so documented from its schema and RUNS_MEANING."""
+    """``HISTORY/runs``: written by runtime/history.py only, so documented from its schema and RUNS_MEANING."""
     from pyspark.sql.pandas.types import from_arrow_type
 
-    from jobs.history import RUNS_MEANING, RUNS_SCHEMA
+    from runtime.history import RUNS_MEANING, RUNS_SCHEMA
 
     undescribed = [f.name for f in RUNS_SCHEMA if f.name not in RUNS_MEANING]
     if undescribed:
-        raise KeyError(f"HISTORY/runs columns without a meaning: {undescribed}: add them to jobs.history.RUNS_MEANING")
+        raise KeyError(f"HISTORY/runs columns without a meaning: {undescribed}: add them to "
+                       "runtime.history.RUNS_MEANING")
     rows = [f"| `{f.name}` | `{from_arrow_type(f.type).simpleString()}` | {RUNS_MEANING[f.name]} |" for f in RUNS_SCHEMA]
     return ("### runs (history)\n\n`HISTORY/runs` (with `--history`): one row per committed run, appended after its "
             "findings and metrics, once its output is committed; `trend` and the notebooks read only the runs listed "
@@ -402,7 +403,7 @@ def _sources() -> str:
 
 
 def generate() -> str:
-    from jobs.session import build_session
+    from runtime.session import build_session
 
     spark = build_session("schema-docs", master="local[2]", test_profile=True)
     try:

@@ -17,7 +17,7 @@ DESCRIPTION = b"description"
 
 SHARED = {
     "broker": "the broker the row belongs to: `--store NAME=PATH`'s NAME, else brokerName from the dump's "
-              "broker.properties, else the store root's folder (`.../<broker>/store` -> `<broker>`; jobs/stores.py)",
+              "broker.properties, else the store root's folder (`.../<broker>/store` -> `<broker>`; runtime/stores.py)",
     "run_id": "the audit run: `<UTC time>-<8 hex digits>`, one per `jobs.audit` run",
     "run_time": "when the audit run started (UTC, to the microsecond)",
     "topic": "topic name", "queue_id": "queue id within the topic",

@@ -29,7 +29,7 @@ class AuditOptions:
     message_index_safe: bool = False
     segment_size: int | None = None
     split_size: int | None = None
-    executor: str = "auto"  # where the tasks run (jobs.session.choose_executor): auto, driver or spark
+    executor: str = "auto"  # where the tasks run (runtime.session.choose_executor): auto, driver or spark
     recovery: RecoverySettings = field(default_factory=RecoverySettings)  # broker.conf's __CRC32# switches
 
     @property

@@ -163,7 +163,7 @@ def group_findings(path: str) -> list[Group]:
     from .checks import load_all
 
     load_all()  # each check's grouping and consequence (a fresh process, e.g. make demo's, has not imported them)
-    from jobs.output import out_dataset
+    from runtime.output import out_dataset
 
     dataset = out_dataset(path)  # a local path or a URI (the run's staging)
     if dataset is None:

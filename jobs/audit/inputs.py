@@ -1,7 +1,7 @@
-"""The dumps an audit reads: store roots and their broker names (jobs/stores.py ``StoreRef``).  The chain of
-custody over their files is every job's, and lives in jobs/custody.py; the audit's names for it are kept here."""
+"""The dumps an audit reads: store roots and their broker names (runtime/stores.py ``StoreRef``).  The chain of
+custody over their files is every job's, and lives in runtime/custody.py; the audit's names for it are kept here."""
 from __future__ import annotations
 
-from jobs.custody import (SHOWN, CustodyError, Fingerprint, changes, check_custody, fingerprint,  # noqa: F401
+from runtime.custody import (SHOWN, CustodyError, Fingerprint, changes, check_custody, fingerprint,  # noqa: F401
                           input_files)
-from jobs.stores import StoreRef  # noqa: F401
+from runtime.stores import StoreRef  # noqa: F401

@@ -22,10 +22,10 @@ dump has does not run), then writes to DIR:
 
 DIR and HISTORY are local paths or URIs (written through store_format.fs: a cluster needs no shared mount).
 DIR is claimed before any work (a second run on it is refused, naming the first), written beside itself and
-made visible in one step when the run succeeds (jobs/commit.py): a failed or interrupted run leaves the
+made visible in one step when the run succeeds (runtime/commit.py): a failed or interrupted run leaves the
 previous output as it was.  With --history, findings and metrics are also appended to the Delta tables
 HISTORY/findings and HISTORY/metrics, and the run is listed in HISTORY/runs once its output is committed
-(jobs/history.py: checked before the audit starts, a damaged history refused naming the file; appended only once
+(runtime/history.py: checked before the audit starts, a damaged history refused naming the file; appended only once
 every check passed, chain of custody included; a run killed on the way is settled by the next one; jobs/trend.py
 reads only the committed runs).  Exit codes: 0 no error findings, 1 error findings, 2 the audit could not run.  Progress goes to stderr, one line per phase (--quiet: none); --profile adds where the
 time went.
@@ -48,13 +48,13 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs import cli
+from runtime import cli
 from jobs.extract import parse_time
-from jobs.commit import job_run, runs_job
-from jobs.history import claim_history
-from jobs.output import OutputError, out_join, out_makedirs, out_write, prepare_output, write_parquet_file
-from jobs.progress import Phase, say
-from jobs.session import EXECUTORS, choose_executor
+from runtime.commit import job_run, runs_job
+from runtime.history import claim_history
+from runtime.output import OutputError, out_join, out_makedirs, out_write, prepare_output, write_parquet_file
+from runtime.progress import Phase, say
+from runtime.session import EXECUTORS, choose_executor
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args, recovery_settings_from_args, \
     size_argument
 
@@ -65,9 +65,9 @@ from .checks import FAMILIES, load_all
 from .contract import FamilyResult
 from .context import AuditContext, AuditOptions
 from .groups import add_times, group_findings
-from jobs.stores import resolve_stores
+from runtime.stores import resolve_stores
 
-from jobs.custody import input_files, watch
+from runtime.custody import input_files, watch
 from .plan import BrokerPlan, plan_broker, plan_segments
 from .scan import scan_tasks
 from .survey import survey_tasks
@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-progress = say  # one line on stderr per step (jobs/progress.py: not with --quiet)
+progress = say  # one line on stderr per step (runtime/progress.py: not with --quiet)
 
 
 class _Phases:
@@ -154,7 +154,7 @@ class _Phases:
 def run(spark, args) -> AuditResult:
     started = time.time()
     phases = _Phases()
-    # the run's id and time are its claim's (jobs/commit.py): to the microsecond, since the trend job orders a
+    # the run's id and time are its claim's (runtime/commit.py): to the microsecond, since the trend job orders a
     # history's runs by it, and two audits of a small dump start within the same second
     job = job_run(NAME)
     run_time, run_id = job.started, job.run_id
@@ -183,7 +183,7 @@ def run(spark, args) -> AuditResult:
     phases.done("planning")
 
     out = args.out.rstrip("/")  # where the run's outputs will be, once committed (summary, report, messages)
-    # every file of the run goes through the fs seam (jobs/output.py out_*): a local path or a URI, written by the
+    # every file of the run goes through the fs seam (runtime/output.py out_*): a local path or a URI, written by the
     # tasks wherever they run (no shared mount needed)
     run = RunInfo(out_join(staged, "findings"), run_id, run_time, tables_dir=out_join(staged, "tables"))
     out_makedirs(run.findings_dir)
@@ -239,7 +239,7 @@ def run(spark, args) -> AuditResult:
 
 
 def _stage(spark, name: str, tasks: list, executor, run: RunInfo):
-    """One stage's tasks run where the executor says, with a progress line (jobs/progress.py)."""
+    """One stage's tasks run where the executor says, with a progress line (runtime/progress.py)."""
     where = " in the driver" if executor.where == "driver" else ""
     with Phase(f"{name} ({len(tasks)} task(s){where})", sum(t.cost() for t in tasks),
                spark if executor.where == "spark" else None) as phase:
@@ -389,7 +389,7 @@ def _queue_count(store) -> int:
 
 
 def _print_profile(ctx: AuditContext, phases: _Phases) -> None:
-    from jobs import session
+    from runtime import session
 
     lines = ["where the time went (wall clock):"]
     if session.last_start_seconds is not None:
@@ -434,12 +434,12 @@ def _version() -> str:
 
 
 def _prepare_outputs(args, stores):
-    """--history validated and claimed (jobs/history.py: an audit history or nothing, refused untouched
-    otherwise), then --out claimed (jobs/commit.py), both apart from every input (as given and as resolved) and
+    """--history validated and claimed (runtime/history.py: an audit history or nothing, refused untouched
+    otherwise), then --out claimed (runtime/commit.py), both apart from every input (as given and as resolved) and
     from each other, before any work; -> (the staging the run writes its outputs into, the history's part of
     the run or None)."""
-    from jobs.output import check_apart
-    from jobs.stores import protected_paths
+    from runtime.output import check_apart
+    from runtime.stores import protected_paths
 
     inputs = protected_paths(args.store, stores)
     run = job_run(NAME)

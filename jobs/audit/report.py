@@ -27,9 +27,9 @@ import re
 
 import pyarrow as pa
 
-from jobs.display import format_duration, format_iso_z, is_time_column
+from runtime.display import format_duration, format_iso_z, is_time_column
 
-from jobs.display import plural
+from runtime.display import plural
 
 from . import resend
 from .checks import load_all, the_check, with_role
@@ -91,7 +91,7 @@ details.group>div{padding:4px 10px 6px}
 def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: str, *, top: int = 200,
           staged: str | None = None) -> str:
     """report.html for the audit in ``out`` (its summary, detail tables and finding groups); ``staged``: where the
-    run's outputs are until it commits (jobs/commit.py): read and written there, named as ``out``."""
+    run's outputs are until it commits (runtime/commit.py): read and written there, named as ``out``."""
     src = staged or out
     brokers = summary["brokers"]
     counts = summary["counts"]
@@ -133,7 +133,7 @@ def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: st
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>RocketMQ store audit: {_e(worst['banner'])}</title><style>{_CSS}</style></head>"
             f"<body>{''.join(parts)}</body></html>")
-    from jobs.output import out_join, out_write
+    from runtime.output import out_join, out_write
 
     path = out_join(src, "report.html")
     out_write(path, page)  # a local path or a URI (the run's staging)
@@ -330,7 +330,7 @@ def _command(command: str) -> str:
 def _keys_words(out: str, broker: str, states: tuple[str, ...], limit: int = 5) -> str:
     """The first keys and unique keys of the broker's messages to re-send in ``states``, each list named (a KEYS
     entry and a UNIQ_KEY are looked up differently: ``query --key`` and ``--uniq-key``), as html ("" for none)."""
-    from jobs.output import out_join
+    from runtime.output import out_join
 
     keys, uniq = [], []
     for r in resend.first_rows(out_join(out, "tables", resend.NAME), broker, 50, states):
@@ -345,7 +345,7 @@ def _keys_words(out: str, broker: str, states: tuple[str, ...], limit: int = 5) 
 def _resend_section(b: dict, out: str, src: str) -> str:
     name, v = b["name"], b["verdict"]
     total = v["to_resend"]
-    from jobs.output import out_join
+    from runtime.output import out_join
 
     path = out_join(src, "tables", resend.NAME)
     system = (f"<div class='muted'>{_e(plural(v['system_records'], 'record'))} of system topics left out: the "
@@ -367,7 +367,7 @@ def _resend_section(b: dict, out: str, src: str) -> str:
 
 def _commands(b: dict, out: str, path: str) -> str:
     """The commands that copy the lost messages out of the dump (and into a fresh store), as they run pasted."""
-    from jobs.cli import printed_command
+    from runtime.cli import printed_command
 
     def command(argv: list[str]) -> str:
         return printed_command(argv[0], argv[1:])

@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.display import plural as _plural
+from runtime.display import plural as _plural
 from store_format import layout as L
 from udfs.columns import column
 
@@ -158,7 +158,7 @@ def write_driver_part(rows: list[dict], path: str, cuts: dict[str, int] | None =
     """The driver's part of the table: the records it names (damaged, destroyed, a stalling one), one row per
     physical offset, and the ``tables`` of rows it made in bulk.  ``cuts``: broker -> the predicted recovered end;
     a damaged record before it is kept_damaged (the broker keeps it)."""
-    from jobs.output import out_join, write_parquet_file
+    from runtime.output import out_join, write_parquet_file
 
     for i, t in enumerate(t for t in tables if t.num_rows):
         write_parquet_file(t, out_join(path, f"part-driver-{i + 1}.parquet"))
@@ -177,8 +177,8 @@ def write_driver_part(rows: list[dict], path: str, cuts: dict[str, int] | None =
 
 
 def _dataset(path: str):
-    """The table at ``path`` (a local path or a URI: jobs/output.py), or None when there is none."""
-    from jobs.output import out_dataset
+    """The table at ``path`` (a local path or a URI: runtime/output.py), or None when there is none."""
+    from runtime.output import out_dataset
 
     return out_dataset(path, schema=SCHEMA)
 

@@ -1,4 +1,4 @@
-"""How the audit runs its work: a list of tasks (:class:`Task`), run by the executor jobs/session.py chooses.
+"""How the audit runs its work: a list of tasks (:class:`Task`), run by the executor runtime/session.py chooses.
 
 A task is a picklable object with ``run(out)``, ``describe()``, ``cost()`` and ``broker``; it writes findings and
 named partial tables to ``out`` (an :class:`Emitter`).  :func:`run_tasks` runs a stage's tasks where the
@@ -86,7 +86,7 @@ class Emitter:
     def write_findings(self, run: RunInfo, part: str) -> None:
         """The task's findings as one Parquet file ``part`` in the run's findings folder, and their counts; its
         detail tables as one file ``part`` each in ``tables_dir/<name>``."""
-        from jobs.output import out_join, write_parquet_file  # through the fs seam: a path or a URI
+        from runtime.output import out_join, write_parquet_file  # through the fs seam: a path or a URI
 
         for name, tables in self.tables.items():
             if run.tables_dir is None:
@@ -117,7 +117,8 @@ def failure_row(broker: str, what: str, e: BaseException) -> pa.Table:
     import traceback
 
     frames = [f for f in traceback.extract_tb(e.__traceback__)
-              if any(f"{os.sep}{p}{os.sep}" in f.filename for p in ("store_format", "datasources", "udfs", "jobs"))]
+              if any(f"{os.sep}{p}{os.sep}" in f.filename
+                     for p in ("store_format", "datasources", "udfs", "runtime", "jobs"))]
     where = f"{frames[-1].filename.rsplit(os.sep, 2)[-2]}/{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" \
         if frames else None
     return pa.table({"broker": [broker], "what": [what], "error": [f"{type(e).__name__}: {e}"], "where": [where]},
@@ -170,9 +171,9 @@ def _runner(bins: list[list], run: RunInfo):
 
 
 def run_tasks(spark, tasks: list[Task], executor, run: RunInfo, *, phase=None) -> "Outputs":
-    """Every task run where ``executor`` (jobs.session.Executor) says; their partial tables.  ``driver``: in this
+    """Every task run where ``executor`` (runtime.session.Executor) says; their partial tables.  ``driver``: in this
     process, ``slots`` threads at a time, the costliest first (the compiled kernels and most of numpy and Arrow
-    release the GIL); ``phase`` (a :class:`jobs.progress.Phase`) is told the cost and count of the tasks done, as a
+    release the GIL); ``phase`` (a :class:`runtime.progress.Phase`) is told the cost and count of the tasks done, as a
     Spark job's tracker tells it.  ``spark``: packed into at most ``slots`` Spark tasks, one Spark job."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -209,7 +210,7 @@ def _run_in_driver(tasks: list, threads: int, run: RunInfo, phase) -> "Outputs":
     pool = ThreadPoolExecutor(max(1, min(threads, len(tasks))))
     try:
         results = sorted(pool.map(one, order), key=lambda r: r[0])  # in the tasks' order, as a job returns them
-    except BaseException:  # an interrupt (jobs/interrupts.py) or a failure: the tasks not started never start
+    except BaseException:  # an interrupt (runtime/interrupts.py) or a failure: the tasks not started never start
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from jobs.display import plural
+from runtime.display import plural
 
 from .findings import Severity
 

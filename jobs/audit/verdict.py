@@ -19,7 +19,7 @@ findings:
   pass            nothing of the above
 
 The actions are decided by the facts too, case by case, each one sentence and, where a command helps, one
-command that runs as printed (the installed console script, paths quoted: :func:`jobs.cli.console_command`);
+command that runs as printed (the installed console script, paths quoted: :func:`runtime.cli.console_command`);
 where no command can help, the sentence says so:
 
   will_not_start     what stops the broker, and the command that gets it started without losing more: the file to
@@ -51,7 +51,7 @@ import os
 import re
 import shlex
 
-from jobs.display import plural
+from runtime.display import plural
 from store_format.queues import BY_FOLDER, FILE
 
 from . import resend
@@ -116,7 +116,7 @@ def _resend_counts(table: str, name: str) -> tuple[dict, dict]:
 def verdict(broker: dict, groups: list[Group], out: str, message_count: int | None, staged: str | None = None) -> dict:
     """The on-call view of ``broker`` (a summary.json ``brokers`` entry) from its finding groups (in the report's
     order) and the audit's tables in ``out`` (tables/resend, tables/segments; read from ``staged`` until the run
-    commits, jobs/commit.py)."""
+    commits, runtime/commit.py)."""
     src = staged or out
     name, rec = broker["name"], broker.get("recovery")
     mine = [g for g in groups if g.broker == name]
@@ -184,14 +184,14 @@ def _with_other_blockers(rec: dict, groups: list[Group]) -> dict:
 
 
 def _join(base: str, *parts: str) -> str:
-    from jobs.output import out_join
+    from runtime.output import out_join
 
     return out_join(base, *parts)
 
 
 def _empty_segments(out: str, broker: str) -> set[str]:
     """The segments of ``broker`` that hold nothing (no message, no damage): deleting one destroys nothing."""
-    from jobs.output import out_dataset, out_join
+    from runtime.output import out_dataset, out_join
 
     dataset = out_dataset(out_join(out, "tables", "segments"))
     if dataset is None:
@@ -535,7 +535,7 @@ def _resend_words(damaged: list[dict], total: int) -> str:
 
 
 def _message_words(r: dict) -> str:
-    from jobs.display import format_iso_z
+    from runtime.display import format_iso_z
 
     where = f"{r['topic'] or 'topic unknown'}/{r['queue_id']} at queue offset {r['queue_offset']}"
     if r["store_timestamp"] is not None:
@@ -563,7 +563,7 @@ def _resend_command(broker: dict, damaged: list[dict]) -> str | None:
 
 def command(argv: list[str]) -> str:
     """A console command for one of the jobs (``argv[0]``), as it runs when pasted."""
-    from jobs.cli import printed_command
+    from runtime.cli import printed_command
 
     return printed_command(argv[0], argv[1:])
 

@@ -1,5 +1,5 @@
 """Where a path really is: identity and overlap checks, decided on device and inode so that links, ``..``, bind
-mounts and hard links cannot hide an output inside an input (jobs/output.py)."""
+mounts and hard links cannot hide an output inside an input (runtime/output.py)."""
 from __future__ import annotations
 
 import os

@@ -127,7 +127,7 @@ def entries(folder) -> list[Entry]:
 
 
 STORE_FILES = L.STORE_ROOT_FILES
-#: the file every output of the suite's jobs holds (jobs/output.py): only such a folder is ever deleted by
+#: the file every output of the suite's jobs holds (runtime/output.py): only such a folder is ever deleted by
 #: --overwrite, and the writer accepts it in an otherwise empty store root
 OUTPUT_MARKER = "_ROCKETMQ_FORENSICS"
 STORE_FOLDERS = L.STORE_PART_FOLDERS

@@ -478,7 +478,7 @@ class StoreWriter:
 
         if self.root.exists() and not self.root.is_dir():
             raise WriterError(ErrorKind.INVALID_INPUT, "store root exists and is not a directory", file=str(self.root))
-        from ..fs import OUTPUT_MARKER  # a job's prepared output folder (jobs/output.py) counts as empty
+        from ..fs import OUTPUT_MARKER  # a job's prepared output folder (runtime/output.py) counts as empty
 
         existing = self.root.is_dir() and any(p.name != OUTPUT_MARKER for p in self.root.iterdir())
         if existing and not append:

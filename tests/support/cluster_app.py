@@ -51,7 +51,7 @@ def main(spec_path: str) -> int:
     with open(spec_path) as f:
         spec = json.load(f)
     from jobs import decode, extract, query
-    from jobs.session import build_session
+    from runtime.session import build_session
 
     codes = {"decode": decode.main(spec["decode"]), "extract": extract.main(spec["extract"])}
     with open(spec["query_out"], "w") as out, contextlib.redirect_stdout(out):

@@ -5,10 +5,10 @@ refuses it).
     SPARK_REMOTE=sc://127.0.0.1:PORT python connect_client.py SPEC.json
 
 SPEC.json: {"zip", "stores", "out", "result"}.  As a notebook user would: a session from
-``SparkSession.builder.remote``, the packaged zip added as a Python artifact (jobs.session.ship_project), the
+``SparkSession.builder.remote``, the packaged zip added as a Python artifact (runtime.session.ship_project), the
 sources registered, every source read, the audit's library entry point ``jobs.audit.run(spark, args)``.  Then,
 the session stopped, the audit's command line (``jobs.audit.main``), whose session comes from SPARK_REMOTE
-through jobs/session.py.  Rows go to Parquet under ``out`` for the test to compare; the result file gets the
+through runtime/session.py.  Rows go to Parquet under ``out`` for the test to compare; the result file gets the
 sessions' kinds, the counts read, and the exit codes.
 """
 from __future__ import annotations
@@ -69,7 +69,7 @@ def main(spec_path: str) -> int:
 
     import datasources
     from jobs import audit
-    from jobs.session import is_connect, ship_project
+    from runtime.session import is_connect, ship_project
 
     spark = SparkSession.builder.remote(os.environ["SPARK_REMOTE"]).getOrCreate()
     result = {"notebook_session": type(spark).__module__, "connect": is_connect(spark)}

@@ -2,7 +2,7 @@
 
   python -m tests.support.history_run --history DIR --out OUT --like AUDIT_OUT --input STORE
 
-claims the history and the output as the audit does (jobs/history.py ``claim_history``, jobs/output.py
+claims the history and the output as the audit does (runtime/history.py ``claim_history``, runtime/output.py
 ``prepare_output``: what earlier runs left is settled there), stages a copy of the committed audit output
 AUDIT_OUT with its findings and metrics stamped with this run's id, and commits the run through the real
 ``JobRun.commit``, saying each step on stderr, where tests/support/paused.py holds it for the test's signal.
@@ -25,10 +25,10 @@ def _restamped(folder: Path, run_id: str, run_time) -> pa.Table:
 
 
 def main(argv=None) -> None:
-    from jobs import progress
-    from jobs.commit import JobRun
-    from jobs.history import claim_history
-    from jobs.output import prepare_output
+    from runtime import progress
+    from runtime.commit import JobRun
+    from runtime.history import claim_history
+    from runtime.output import prepare_output
     from store_format.fs import OUTPUT_MARKER
 
     p = argparse.ArgumentParser()

@@ -9,7 +9,7 @@ counted, so a test can also see that reads went through it.  The scheme ``elsewh
 A folder is served read-only (a dump), or writable (``register(tag, root, writable=True)``: a job's ``--out`` or
 ``--history`` on the scheme), and then with or without an atomic rename of folders (``rename=True``: the handler's
 ``move`` is one ``os.rename`` and it says so with ``atomic_rename``, as HDFS's rename is; without it ``move``
-refuses, as an object store has no rename of folders, and jobs/commit.py commits by a marker written last).
+refuses, as an object store has no rename of folders, and runtime/commit.py commits by a marker written last).
 """
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ class ElsewhereHandler(pafs.FileSystemHandler):
         os.unlink(local)
 
     def move(self, src, dest):
-        if not self.atomic_rename:  # an object store: no rename (jobs/commit.py copies, a marker written last)
+        if not self.atomic_rename:  # an object store: no rename (runtime/commit.py copies, a marker written last)
             raise NotImplementedError("the elsewhere file system has no rename")
         os.rename(self._writable(src), self._writable(dest))
 
@@ -220,7 +220,7 @@ def environment() -> dict[str, str]:
 #
 # ``subtree://<bucket>/<key>`` is the file system ``SubTreeFileSystem(<the bucket's folder>, LocalFileSystem())`` and
 # the path ``<key>``, relative, as an object store's keys are: at the bucket's top the parent of ``a1`` is ``""``.
-# Its folders have no atomic rename here (jobs/commit.py commits on it by a marker written last).
+# Its folders have no atomic rename here (runtime/commit.py commits on it by a marker written last).
 
 SUBTREE = "subtree"
 

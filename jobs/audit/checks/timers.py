@@ -34,7 +34,7 @@ from store_format.errors import StoreFormatError
 from store_format.features import store_features
 from store_format.fs import UnreadableError
 from store_format.times import format_iso_z as _iso
-from jobs.display import plural
+from runtime.display import plural
 from udfs.columns import column
 
 from ..contract import Family, FamilyResult, SummaryView

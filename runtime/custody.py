@@ -1,7 +1,7 @@
 """The chain of custody over a job's inputs: what each input file was when the run started, and whether it still is
 when the run commits.  Every job that reads a dump (or a table) watches it (:func:`watch`): the files are
 fingerprinted once the inputs are resolved, and listed and fingerprinted again as a gate of the run's commit
-(jobs/commit.py ``JobRun.gate``), after everything else and before anything is made visible, so a run whose
+(runtime/commit.py ``JobRun.gate``), after everything else and before anything is made visible, so a run whose
 inputs changed under it (a broker still writing, a copy still under way, anything written into the dump by
 mistake) commits nothing and ends with exit 2, naming each file.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from jobs.output import OutputError
+from runtime.output import OutputError
 from store_format import fs
 
 SHOWN = 5  # differences named in the error line (the rest are counted)
@@ -151,7 +151,7 @@ class Custody:
 
 
 def watch(run, roots, *, sha256: bool = False, files: list | None = None) -> Custody:
-    """``roots`` (what the job reads) fingerprinted now and checked again before ``run`` (jobs/commit.py's
+    """``roots`` (what the job reads) fingerprinted now and checked again before ``run`` (runtime/commit.py's
     ``JobRun``) commits anything: a gate of its commit.  Every job with inputs calls it once it has resolved them,
     before it reads them."""
     custody = Custody(roots, sha256=sha256, during=f"the {run.identity.job}", files=files)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent  # the checkout, the install's site-packages, or the zip
 SPARK_CONF_DIR = REPO / "spark-conf"
-PACKAGES = ("store_format", "udfs", "datasources", "jobs")  # what the zip carries
+PACKAGES = ("store_format", "udfs", "datasources", "runtime", "jobs")  # what the zip carries
 ZIP_NAME = "rocketmq_forensics"
 
 # The fast profile for tests (spark-notes.md: "Fast tests").
@@ -39,7 +39,7 @@ TEST_PROFILE = {
 # a clean stderr, the Python data sources push filters down, and Delta (delta-rs) cannot read Spark's INT96
 # timestamps.
 REQUIRED = {
-    "spark.ui.showConsoleProgress": "false",  # jobs/progress.py draws the progress line; Spark's bar would garble it
+    "spark.ui.showConsoleProgress": "false",  # runtime/progress.py draws the progress line; Spark's bar would garble it
     "spark.sql.python.filterPushdown.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",

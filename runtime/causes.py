@@ -1,4 +1,4 @@
-"""A failure reduced to its cause, in one line: what the jobs' runtime (jobs/cli.py) prints without ``--debug``.
+"""A failure reduced to its cause, in one line: what the jobs' runtime (runtime/cli.py) prints without ``--debug``.
 
 A failed Spark job reaches Python as a ``Py4JJavaError`` whose text is the JVM's whole chain: ``An error
 occurred while calling o123.parquet.`` and two hundred lines of ``at org.apache...`` frames and ``Caused by:``
@@ -12,7 +12,7 @@ errors (``AnalysisException``, ``PythonException``...) carry the same, or a Pyth
   operation when the chain says it (Spark's ``Task failed while writing rows to PATH``: ``writing``).
 
 ``MemoryError`` and the OS errors of a full disk or a file size limit (ENOSPC, EDQUOT, EFBIG) name the file
-(``OSError.filename``) and the operation from where the job was (jobs/progress.py's phase or step).
+(``OSError.filename``) and the operation from where the job was (runtime/progress.py's phase or step).
 """
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def _with_place(root: str, text: str, messages: list[str] | None = None) -> str:
     return f"{root}, in {call.group(1)}()" if call else root
 
 
-_OURS = tuple(f"{os.sep}{p}{os.sep}" for p in ("jobs", "store_format", "udfs", "datasources"))
+_OURS = tuple(f"{os.sep}{p}{os.sep}" for p in ("jobs", "runtime", "store_format", "udfs", "datasources"))
 _PATH_NAMES = ("path", "filename", "file", "target", "dest")
 
 

@@ -9,13 +9,13 @@ DIR holds three Delta tables, each marked as ours in its Delta metadata (the tab
   runs/      one row per committed run: the list every reader goes by
 
 **One run, two places.**  A run's output (``--out``) and its rows here cannot change in one step, so its commit
-(jobs/commit.py ``JobRun.commit``, after every check of the run, chain of custody included) goes in an order where
+(runtime/commit.py ``JobRun.commit``, after every check of the run, chain of custody included) goes in an order where
 whatever a kill (SIGKILL, power loss) interrupts, one fact decides the run: its output's marker.
 
   1. its journal, ``append-<run id>.json`` in the history's control folder (``.DIR.rocketmq-forensics/``, beside
      the claim): the run, its output, and each table's entries before the run touched it;
   2. findings, then metrics appended (unlisted: readers do not see them), the journal updated with their counts;
-  3. the output committed (jobs/commit.py: a rename, or a marker written last): the run's commit point;
+  3. the output committed (runtime/commit.py: a rename, or a marker written last): the run's commit point;
   4. the run's row appended to runs/ (:meth:`HistoryAppend.finish`), then the journal removed.
 
 A run is committed iff its output's marker names it, committed.  Killed before 3, it left the previous output
@@ -147,7 +147,7 @@ def _marked(dt_) -> str | None:
 
 
 def _control(history: str) -> fs.Location:
-    """The history's control folder (its claim, the journals of runs under way): jobs/commit.py ``Target``."""
+    """The history's control folder (its claim, the journals of runs under way): runtime/commit.py ``Target``."""
     from .commit import Target
 
     return Target(history).control
@@ -801,7 +801,7 @@ def settle(history: str, own: str | None = None) -> None:
     from .commit import delete
 
     control = _control(history)
-    for info in control.list():  # a journal's atomic write killed before its rename (jobs/commit.py write_bytes)
+    for info in control.list():  # a journal's atomic write killed before its rename (runtime/commit.py write_bytes)
         if info.base_name.startswith(JOURNAL_PREFIX) and info.base_name.endswith(".tmp"):
             delete(control.child(info.base_name))
 

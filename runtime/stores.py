@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from jobs.output import OutputError
+from runtime.output import OutputError
 from store_format.brokerconf import StoreGeometry
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -70,15 +70,12 @@ class StoreRef:
         return self.source if self.single_file else self.path
 
 
-def commitlog_bytes(root: str | os.PathLike) -> int:
-    """The bytes of a store's commitlog segments."""
+def commitlog_bytes(root) -> int:
+    """The bytes of a store's commitlog segments (``root`` a local path, a URI or what fs.as_path gives: one
+    listing through the fs seam, links followed)."""
     from store_format import fs
 
-    where = fs.as_path(root)
-    if isinstance(where, fs.StorePath):  # another file system: its listing's sizes
-        return sum(e.size for e in fs.entries(where / "commitlog") if e.is_file)
-    d = os.path.join(root, "commitlog")
-    return sum(e.stat().st_size for e in os.scandir(d) if e.is_file()) if os.path.isdir(d) else 0
+    return sum(e.size for e in fs.entries(fs.as_path(root) / "commitlog") if e.is_file)
 
 
 class StoreArgument(NamedTuple):
@@ -110,7 +107,7 @@ def split_name(arg: str) -> tuple[str | None, str]:
 
 
 def protected_paths(args: list[str], stores: list["StoreRef"] = ()) -> list[str]:
-    """What an output must stay apart from (jobs/output.py ``check_apart``): every ``--store`` path as given
+    """What an output must stay apart from (runtime/output.py ``check_apart``): every ``--store`` path as given
     (``NAME=`` taken off: a ``b1=vault://...`` argument is the URI ``vault://...``) and every store root it
     resolved to."""
     return list(dict.fromkeys([a.path for a in store_arguments(args)] + [s.path for s in stores]))

@@ -1,5 +1,5 @@
 """What an output must stay apart from: the inputs it is checked against before anything is claimed or written
-(jobs/output.py prepares outputs, jobs/commit.py claims and commits them; both use this, and this uses neither).
+(runtime/output.py prepares outputs, runtime/commit.py claims and commits them; both use this, and this uses neither).
 """
 from __future__ import annotations
 

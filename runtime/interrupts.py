@@ -1,6 +1,6 @@
 """Ctrl-C and SIGTERM in a job: Spark stopped, one line, exit 130 or 143, never a traceback or a Java stack.
 
-The jobs' runtime (jobs/cli.py) calls :func:`install` before the job's work and :func:`attach` once its Spark
+The jobs' runtime (runtime/cli.py) calls :func:`install` before the job's work and :func:`attach` once its Spark
 session exists (a SparkContext's start replaces the SIGINT handler with its own, which raises a bare
 ``KeyboardInterrupt``).  From then on SIGINT and SIGTERM raise :class:`Interrupted` in the main thread, and the
 signal is recorded (store_format/interrupts.py), so that one swallowed on the way (in a py4j finalizer) still
@@ -13,10 +13,10 @@ are reported by both, at length), Spark's jobs cancelled and the session stopped
 
     audit: interrupted by SIGINT during scan (3 task(s) in the driver); the previous output is left as it was
 
-what was interrupted (the job, and the phase or step jobs/progress.py knows of) and what was kept.  What was
+what was interrupted (the job, and the phase or step runtime/progress.py knows of) and what was kept.  What was
 kept is what the output code said while the interrupt unwound (:func:`note_kept`), else what
 :data:`kept_describers` (callables it registers, each returning a sentence or None) and the runs of
-jobs/commit.py not ended yet (``active_runs()``, each run's ``kept()``) say at the line, else what they said when
+runtime/commit.py not ended yet (``active_runs()``, each run's ``kept()``) say at the line, else what they said when
 the signal came (a run that failed and ended on the way is no longer under way at the line); with nothing said,
 the previous output is left as it was.
 """
@@ -116,7 +116,7 @@ def note_kept(sentence: str) -> None:
 
 
 def _committed_runs() -> str | None:
-    """The runs of jobs/commit.py (when this checkout has it) not ended yet, and what each keeps."""
+    """The runs of runtime/commit.py (when this checkout has it) not ended yet, and what each keeps."""
     try:
         from . import commit
     except ImportError:
@@ -140,7 +140,7 @@ def _ask() -> list[str]:
 
 def kept() -> str:
     """What the interrupted run kept, in words: what was noted while it unwound (:func:`note_kept`), else what
-    the describers (:data:`kept_describers`, and jobs/commit.py's runs not ended) say now, else what they said
+    the describers (:data:`kept_describers`, and runtime/commit.py's runs not ended) say now, else what they said
     when the signal came (a run that has ended since is no longer theirs to describe); with nothing said, the
     previous output is left as it was."""
     said = list(_kept["notes"]) or _ask() or list(_kept["at_signal"])

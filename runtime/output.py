@@ -19,7 +19,7 @@ Reading back (``read_table``): a Delta table is read as the Parquet files its lo
 or uncommitted files.  ``prepare_output`` is the guard every job calls before writing: never a write into, over or
 around an input dump (paths resolved, compared by device and inode), no clobbering without ``--overwrite``, which
 replaces only a folder this suite wrote (its ``_ROCKETMQ_FORENSICS`` marker file, left in every output); it claims
-the output for the job's run, which writes beside it and commits in one step (jobs/commit.py).
+the output for the job's run, which writes beside it and commits in one step (runtime/commit.py).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from store_format.fs import Location, resolve
 from store_format import fs
 from store_format.fs import OUTPUT_MARKER
 
-from .apart import OutputError, check_apart, is_remote as _is_remote, local_of as _local  # noqa: F401
+from .apart import OutputError, check_apart, is_remote as _is_remote  # noqa: F401  (the jobs import the first two here)
 
 FORMATS = ("parquet", "delta", "jsonl")
 MODES = ("overwrite", "append")
@@ -69,12 +69,12 @@ def _only_marker(names) -> bool:
 
 def prepare_output(path: str, *, overwrite: bool, inputs: list[str] = (), job: str | None = None,
                    say=None, delta: bool = False):
-    """Claim ``path`` for the job's run (jobs/commit.py), after checking the inputs are apart from it
+    """Claim ``path`` for the job's run (runtime/commit.py), after checking the inputs are apart from it
     (:func:`check_apart`): refused when another run holds it, when it exists and is not empty without
     ``overwrite``, or when it is not a folder this suite wrote (it holds MARKER).  Nothing at ``path`` changes
     until the run commits: the job writes into ``out.staging_path``.  ``delta``: an existing Delta table this
     suite wrote is written in place, as a new table version (never a deleted folder).  Idempotent within a run:
-    ``prepare`` claims, ``run`` gets the same claim back.  Returns the :class:`jobs.commit.Output`."""
+    ``prepare`` claims, ``run`` gets the same claim back.  Returns the :class:`runtime.commit.Output`."""
     from .commit import job_run
 
     run = job_run(job or "job")
@@ -136,7 +136,7 @@ def write_parquet_file(table, path: str) -> None:
 
     from udfs.columns import plain
 
-    loc = out_location(path)
+    loc = resolve(path)
     loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
     pq.write_table(plain(table), loc.path, filesystem=loc.fs)
 
@@ -144,13 +144,6 @@ def write_parquet_file(table, path: str) -> None:
 # ---------------------------------------------------------------------------------------------- output files
 #
 # Everything a job writes below its (staged) output, and reads back, goes through these: a local path or a URI.
-
-
-def out_location(path: str) -> Location:
-    """``path`` (a local path, ``file://`` or any URI) as a Location to write to."""
-    if _is_remote(path):
-        return resolve(path)
-    return Location(pafs.LocalFileSystem(), os.path.abspath(_local(path)))
 
 
 def out_join(base: str, *parts: str) -> str:
@@ -167,27 +160,27 @@ def out_join(base: str, *parts: str) -> str:
 
 
 def out_makedirs(path: str) -> None:
-    loc = out_location(path)
+    loc = resolve(path)
     loc.fs.create_dir(loc.path, recursive=True)
 
 
 def out_write(path: str, data: bytes | str) -> None:
     """A small file (summary.json, report.html, ``_SUCCESS``) written whole."""
-    loc = out_location(path)
+    loc = resolve(path)
     loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
     with loc.fs.open_output_stream(loc.path) as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
 def out_is_dir(path: str) -> bool:
-    return out_location(path).is_dir()
+    return resolve(path).is_dir()
 
 
 def out_dataset(path: str, **kw):
     """A Parquet folder below an output as a ``pyarrow.dataset`` (None when there is no such folder)."""
     import pyarrow.dataset as ds
 
-    loc = out_location(path)
+    loc = resolve(path)
     if not loc.is_dir():
         return None
     return ds.dataset(loc.path, filesystem=loc.fs, format="parquet", **kw)
@@ -311,7 +304,7 @@ def detect_format(path: str) -> str:
 def read_table(spark, path: str, fmt: str | None = None, *, schema=None):
     """A table written by :func:`write_table` as a DataFrame.  ``schema`` (a StructType or DDL string)
     is applied to jsonl, whose lines carry no types (BINARY columns come back from base64 only with it).  An
-    output whose run has not committed (its commit cut short: jobs/commit.py) is refused."""
+    output whose run has not committed (its commit cut short: runtime/commit.py) is refused."""
     _check_committed(path)
     fmt = fmt or detect_format(path)
     if fmt == "parquet":

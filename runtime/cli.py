@@ -1,35 +1,34 @@
-"""The one job runtime: every job's command line, session, outputs and exit code.
+"""The one job runtime: every job's command line, session, outputs and exit code (runtime/ never imports jobs/:
+the console that dispatches to the jobs by name is jobs/console.py).
 
 A job is a module ``jobs/<name>.py`` (or a package: ``jobs/audit/``) that defines ``build_parser()``,
 ``run(spark, args) -> JobResult`` and ``main(argv=None) = cli.main(NAME, build_parser, run, argv, ...)``.
 :func:`main` parses the arguments (the job's own, plus ``--quiet`` and ``--debug``, which every job takes), runs
 the job's ``prepare(args)`` (checks that need no Spark: the inputs, the output folder; they fail in a second
-instead of after the JVM's start), builds the session from spark-conf/ (jobs/session.py; not when the job says
+instead of after the JVM's start), builds the session from spark-conf/ (runtime/session.py; not when the job says
 it needs none, e.g. a query's point lookups), runs the job, prints the result's summary line on stdout and
 returns its exit code.  The same things have the same flags everywhere: ``--store PATH|NAME=PATH`` (repeatable,
-several paths each; jobs/stores.py names the brokers), ``--out``, ``--overwrite``, ``--format`` and
+several paths each; runtime/stores.py names the brokers), ``--out``, ``--overwrite``, ``--format`` and
 ``--config broker.conf``.
 
 Exit codes: 0 done (clean), 1 done but nothing matched / findings / differences (each job says which), 2 could
-not run (bad usage, unreadable input, refused output, an input that changed during the run (jobs/custody.py), a
+not run (bad usage, unreadable input, refused output, an input that changed during the run (runtime/custody.py), a
 failed Spark job): one line ``<job>: error: <reason>``
 on stderr (``<job>: error: <path>: <reason>`` for input that cannot be read), the traceback only with
-``--debug``; a failed Spark job's line is its root cause (jobs/causes.py: ``No space left on device
+``--debug``; a failed Spark job's line is its root cause (runtime/causes.py: ``No space left on device
 (IOException), writing file:/...``), a full disk or a MemoryError names the file and where the job was.  130 or
-143: interrupted by SIGINT or SIGTERM (jobs/interrupts.py): Spark's jobs cancelled, one line saying what was
-interrupted and what was kept, no traceback.  Progress goes to stderr (jobs/progress.py), the summary to stdout;
+143: interrupted by SIGINT or SIGTERM (runtime/interrupts.py): Spark's jobs cancelled, one line saying what was
+interrupted and what was kept, no traceback.  Progress goes to stderr (runtime/progress.py), the summary to stdout;
 a job whose stdout is its output (query's messages, compare's and replay's JSON) prints that itself and returns
 an empty summary.
 
-Every job runs the same three ways: ``rocketmq-forensics <job> ...`` (the console command, :func:`console`,
+Every job runs the same three ways: ``rocketmq-forensics <job> ...`` (the console command, jobs/console.py,
 ``[project.scripts]`` in pyproject.toml), ``python -m jobs.<job> ...`` and ``spark-submit jobs/<job>.py ...``
 (``jobs/audit/__main__.py`` for the audit; jobs/_bootstrap.py makes a checkout importable there).
 """
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib
 import os
 import sys
 import traceback
@@ -44,7 +43,6 @@ from .output import FORMATS
 EXIT_OK, EXIT_NOTHING, EXIT_FAILED = 0, 1, 2
 EXIT_FINDINGS = EXIT_NOTHING  # 1 means "findings" for the audit and trend, "nothing matched" for exports
 PROG = "rocketmq-forensics"
-JOBS = ("audit", "decode", "extract", "query", "replay", "compare", "trend")  # the console's subcommands
 
 
 @dataclass
@@ -186,12 +184,12 @@ def main(name: str, build_parser, run, argv=None, *, prepare=None, needs_spark=N
 
     progress.configure(name, quiet=args.quiet)
     interrupts.reset()
-    interrupts.install()  # SIGINT/SIGTERM: one line, exit 130/143 (jobs/interrupts.py)
+    interrupts.install()  # SIGINT/SIGTERM: one line, exit 130/143 (runtime/interrupts.py)
     from .commit import JobRun
 
     spark = None
     try:
-        # one run from the first check to the end: ``prepare`` claims the outputs (jobs/commit.py), ``run`` writes
+        # one run from the first check to the end: ``prepare`` claims the outputs (runtime/commit.py), ``run`` writes
         # them beside themselves and commits; any failure or interrupt leaves them as they were
         with JobRun(name) as job_run:
             if prepare is not None:
@@ -253,7 +251,7 @@ def _is_failure_of_job(e: BaseException) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The console command
+# The console command, as the tools print it (the console itself, which knows the jobs, is jobs/console.py)
 
 
 def console_command() -> str:
@@ -274,78 +272,3 @@ def printed_command(job: str, argv: list[str]) -> str:
     import shlex
 
     return " ".join([console_command(), shlex.quote(job), *(shlex.quote(a) for a in argv)])
-
-
-def job_module(name: str):
-    return importlib.import_module(f"jobs.{name}")
-
-
-def console(argv=None) -> int:
-    """``rocketmq-forensics JOB ...``: the jobs as subcommands (``python -m jobs JOB ...`` too)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(overview())
-        return EXIT_OK if argv else EXIT_FAILED
-    if argv[0] == "--version":
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            print(f"{PROG} {version(PROG)}")
-        except PackageNotFoundError:
-            print(f"{PROG} (not installed: running from a checkout)")
-        return EXIT_OK
-    job, rest = argv[0], argv[1:]
-    if job not in JOBS:
-        close = did_you_mean(job, JOBS)
-        print(f"{PROG}: error: no job {job!r}{f' (did you mean {close}?)' if close else ''}; the jobs are "
-              f"{', '.join(JOBS)} ({PROG} --help)", file=sys.stderr)
-        return EXIT_FAILED
-    return job_module(job).main(rest, prog=f"{PROG} {job}")
-
-
-def runnable(module: str) -> bool:
-    """Whether ``python -m MODULE`` runs something: a package with ``__main__.py`` or a module with a
-    ``__main__`` block (the jobs, the console); the rest of jobs/ is library code."""
-    path = Path(__file__).resolve().parent.parent.joinpath(*module.split("."))
-    if path.is_dir():
-        return (path / "__main__.py").is_file()
-    source = path.with_suffix(".py")
-    if not source.is_file():
-        return False
-    main = ast.parse('if __name__ == "__main__": pass').body[0].test
-    return any(isinstance(node, ast.If) and ast.dump(node.test) == ast.dump(main)
-               for node in ast.parse(source.read_text(encoding="utf-8")).body)
-
-
-def not_a_job(module: str, argv: list[str]) -> int:
-    """``python -m jobs.X`` where X runs nothing (library code, or no such module): say what it is and where the
-    jobs are -- a usage text with exit 0 for ``--help``, one ``error:`` line with exit 2 otherwise."""
-    path = Path(__file__).resolve().parent.parent.joinpath(*module.split("."))
-    source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-    if source.is_file():
-        doc = (ast.get_docstring(ast.parse(source.read_text(encoding="utf-8"))) or "").strip()
-        first = " ".join(doc.split("\n\n")[0].split()).replace("``", "").split(". ")[0].rstrip(".:")
-        what = f"{module} is library code, not a job" + (f" ({first})" if first else "")
-    else:
-        what = f"there is no module {module}"
-    jobs = f"the jobs are {', '.join(JOBS)}: {PROG} JOB --help, or python -m jobs.JOB --help"
-    if any(a in ("-h", "--help") for a in argv):
-        print(f"usage: {PROG} JOB [options]   (python -m jobs.JOB [options])\n\n{what}; {jobs}.")
-        return EXIT_OK
-    print(f"python -m {module}: error: {what}; {jobs}", file=sys.stderr)
-    return EXIT_FAILED
-
-
-def overview() -> str:
-    """The console's --help: one line per job, from each job's parser."""
-    lines = [f"usage: {PROG} JOB [options]   ({PROG} JOB --help for a job's options)", "",
-             "Offline forensics for Apache RocketMQ broker stores.  Jobs:", ""]
-    for job in JOBS:
-        first = (job_module(job).build_parser().description or "").strip().split("\n")[0]
-        if first.lower().startswith(f"{job}: "):
-            first = first[len(job) + 2:]
-        lines.append(f"  {job:<9} {first[:1].upper()}{first[1:]}")
-    lines += ["", "Also: python -m jobs.JOB ..., or spark-submit jobs/JOB.py ... (jobs/audit/__main__.py for the "
-                  "audit).", "Exit codes: 0 done and clean, 1 findings / nothing matched / differences, 2 could not "
-                  "run, 130/143 interrupted (SIGINT/SIGTERM)."]
-    return "\n".join(lines)

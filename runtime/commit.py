@@ -5,7 +5,7 @@ the result visible in one step at the end; a run that fails or is interrupted le
 
     with JobRun("decode") as run:              # the run's id: pid, host, start time, command
         out = run.output(args.out, overwrite=args.overwrite, inputs=protected)   # claimed, or refused (exit 2)
-        watch(run, stores)                     # jobs/custody.py: the inputs' chain of custody, a gate of the commit
+        watch(run, stores)                     # runtime/custody.py: the inputs' chain of custody, a gate of the commit
         write_table(df, out.staging_path)      # into the staging, invisible to every reader
         out.expect("_manifest.json")           # what the commit checks arrived there
         run.gate("the counts reconcile", check)   # every check of the run, before anything is committed
@@ -27,7 +27,7 @@ taken before any work and released when the run ends, however it ends (``finally
 
 **Only the run's own files.**  The control folder is a folder of its own beside the output: never a symbolic link
 nor reached through one (the output's parent is resolved once, links and ``..`` as the OS does, and must stay
-so), never in, over or around an input (jobs/apart.py ``check_apart``, by device and inode), looked at again
+so), never in, over or around an input (runtime/apart.py ``check_apart``, by device and inode), looked at again
 before every write in it (:meth:`Target.check_control`).  Nothing read from it is trusted before it is checked
 (:func:`recover`): a journal names only its own run's entries (``staging-<run id>``, ``old-<run id>``: plain names,
 no separator, no ``..``, no absolute path, a run id of :func:`new_run_id`'s shape), each entry is what the journal
@@ -58,7 +58,7 @@ string, so a scheme whose paths are relative (a ``SubTreeFileSystem`` per bucket
 its parent ``""``) stages where its commit looks.  A ``file://`` URI is a local path only without a host or with
 ``localhost`` (RFC 8089); another host's is refused.
 
-Readers (:func:`output_state`, used by jobs/output.py's ``read_table``) take a folder holding the marker in any state
+Readers (:func:`output_state`, used by runtime/output.py's ``read_table``) take a folder holding the marker in any state
 but ``committed`` for an uncommitted run and refuse it; a folder without the marker is not this suite's (a table of
 the user's: read as it is); a marker without ``state`` was written before this change (read as committed).
 ``_SUCCESS`` files and the committed marker exist only in the staging until the commit moves them in.
@@ -71,14 +71,14 @@ next run's claim cleans what failed or killed runs left: failed stagings, a comm
 back by its journal), participants' own leftovers (``recover`` hooks: the history's partial appends).
 
 Delta outputs (``extract --format delta --overwrite`` over an existing Delta table this suite wrote) are not
-swapped: the output is claimed ``inplace`` (jobs/output.py ``prepare_output(delta=True)``), the new data is staged
+swapped: the output is claimed ``inplace`` (runtime/output.py ``prepare_output(delta=True)``), the new data is staged
 as files inside the table that no log lists, and its commit is one delta-rs transaction, a new table version;
 ``--overwrite`` of a Delta table is a version, never a deleted folder (time travel still reads the old one).
 
-How a job uses it: jobs/cli.py runs ``prepare`` and ``run`` inside one :class:`JobRun`; ``prepare`` claims
+How a job uses it: runtime/cli.py runs ``prepare`` and ``run`` inside one :class:`JobRun`; ``prepare`` claims
 (``prepare_output``), ``run`` (decorated with :func:`runs_job`) writes into ``out.staging_path`` and its outputs
 are committed when it returns anything but a failure.  The audit's history is a participant of the same run
-(jobs/history.py ``HistoryAppend``): its rows are appended before the output's commit (unlisted, and undone if that
+(runtime/history.py ``HistoryAppend``): its rows are appended before the output's commit (unlisted, and undone if that
 commit fails), and the run is listed in it after (:meth:`Participant.finish`): the output's commit is the run's
 commit point, and a kill on either side of it leaves what the history's next claim settles one way.
 """
@@ -129,7 +129,7 @@ class ForeignEntryError(OutputError):
 
 
 def _say(line: str, *, step: bool = True) -> None:
-    """A progress line (jobs/progress.py); ``step=False`` for one that says what was done, which an interrupt's line
+    """A progress line (runtime/progress.py); ``step=False`` for one that says what was done, which an interrupt's line
     never names as the step under way."""
     from .progress import say
 
@@ -468,7 +468,7 @@ _A_KIND = {"folder": "a folder", "file": "a file", "link": "a symbolic link", "o
 
 class Target:
     """A folder a run writes (``--out``, ``--history``): where it is, its control folder beside it, its claim.
-    ``inputs``: what the run reads, which the control folder must stay apart from (jobs/apart.py check_apart)."""
+    ``inputs``: what the run reads, which the control folder must stay apart from (runtime/apart.py check_apart)."""
 
     def __init__(self, path: str, inputs=()):
         self.shown = str(path)
@@ -730,7 +730,7 @@ class Participant:
 
 
 def check_output(path: str, *, overwrite: bool, inputs=(), what: str = "output") -> str:
-    """The early check of an output (no side effect): apart from every input (jobs/apart.py ``check_apart``), not
+    """The early check of an output (no side effect): apart from every input (runtime/apart.py ``check_apart``), not
     claimed by another run, and either missing, empty, or a folder this suite wrote when ``overwrite``.  Returns
     :func:`output_state`."""
 
@@ -1328,7 +1328,7 @@ def current_run() -> "JobRun | None":
 
 
 def job_run(job: str) -> JobRun:
-    """The run a job's ``run(spark, args)`` belongs to: the one jobs/cli.py started for it (its ``prepare``
+    """The run a job's ``run(spark, args)`` belongs to: the one runtime/cli.py started for it (its ``prepare``
     claimed the outputs), or a new one when ``run`` is called by itself (a notebook, a test).  Use it as a
     context (``with job_run(NAME) as run:``): only the outermost ``with`` ends the run."""
     found = current_run()

@@ -11,7 +11,7 @@ bytes each, so the fraction of tasks is the fraction of bytes).  A phase whose w
 the other (count, write, count back) names each with :meth:`Phase.step`: the line then says the step and measures
 the step's own latest job (``Spark job 2`` when a step runs more than one), so a finished job's 100% is never
 followed by a smaller share of a total that grew, with nothing to say why.  Spark's own console progress bar is off
-(``spark.ui.showConsoleProgress=false``, jobs/session.py), so nothing else draws on the line.  A Spark Connect
+(``spark.ui.showConsoleProgress=false``, runtime/session.py), so nothing else draws on the line.  A Spark Connect
 session has no SparkContext in this process: its phases show their time (and bytes where the job counts them).
 """
 from __future__ import annotations
@@ -30,14 +30,14 @@ _state = {"quiet": False, "name": "job", "phases": [], "step": None}
 
 
 def configure(name: str, quiet: bool = False) -> None:
-    """Set by the job runtime (jobs/cli.py) before the job runs."""
+    """Set by the job runtime (runtime/cli.py) before the job runs."""
     _state.update(name=name, quiet=quiet, phases=[], step=None)
 
 
 def current() -> str | None:
     """Where the job is (with --quiet too), in words: ``during <phase>`` (the innermost phase under way, or the
     one an exception left), ``during <step>`` (the last step said), ``after <phase>``; None before any.  What an
-    interrupt's line and a failure's line name (jobs/interrupts.py, jobs/cli.py)."""
+    interrupt's line and a failure's line name (runtime/interrupts.py, runtime/cli.py)."""
     return f"during {_state['phases'][-1]}" if _state["phases"] else _state["step"]
 
 
@@ -67,7 +67,7 @@ def _clock(seconds: float) -> str:
 
 
 def _is_connect(spark) -> bool:
-    from jobs.session import is_connect
+    from runtime.session import is_connect
 
     return is_connect(spark)
 
@@ -131,7 +131,7 @@ class Phase:
             return
         took = time.monotonic() - self.started
         if kind is not None and not issubclass(kind, Exception):
-            return  # interrupted (jobs/interrupts.py): the interrupt's one line names the phase
+            return  # interrupted (runtime/interrupts.py): the interrupt's one line names the phase
         if kind is not None:
             self._end(f"{self.label}: stopped after {took:.1f} s")
             return
