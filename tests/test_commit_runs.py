@@ -157,14 +157,17 @@ def baseline(store, tmp_path_factory):
 
 def test_two_audits_on_one_output_the_second_is_refused_naming_the_first(store, tmp_path):
     out = tmp_path / "out"
-    first = Job("audit", ["--store", f"b1={store}", "--out", str(out)])
-    assert first.wait_for("store(s)")  # the first run holds its claim from before this line
+    # the first run holds its claim from before its "store(s)" line, and is held there until the second is refused
+    # (a small store's audit may otherwise end before the second run starts, and --overwrite then replaces it)
+    first = Job("audit", ["--store", f"b1={store}", "--out", str(out)], hold_at=r"store\(s\)")
+    assert first.wait_for("store(s)")
     holder = _claim(out)
     second = Job("audit", ["--store", f"b2={store}", "--out", str(out), "--overwrite"])
     assert second.finish() == 2
     err = second.stderr
     assert f"run {holder['run_id']}" in err and f"pid {first.proc.pid}" in err and "since" in err, err
     assert "Traceback" not in err
+    first.release()
     assert first.finish() in (0, 1), first.stderr
     summary = _summary(out)
     assert summary["run_id"] == holder["run_id"] and [b["name"] for b in summary["brokers"]] == ["b1"]
