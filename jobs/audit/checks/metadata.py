@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from udfs.metadata import CONFIG_FILE, is_too_large, is_value_error
 from store_format import layout as L
-from store_format.config import CONFIG_MEMORY_LIMIT_ENV, too_large_size
+from store_format.config import CONFIG_MEMORY_LIMIT_ENV, CONFIG_OFFSETS_LIMIT_ENV, too_large_size
 from store_format.queues import holds_copies
 
 from ..findings import Consequence, Severity, check, finding_rows
@@ -40,8 +40,9 @@ check("metadata.config_too_large", Severity.WARNING,
       "{file} is too large to parse within memory[ ({size} bytes)]: its checks are skipped (the rest of the store is "
       "audited)",
       consequence=Consequence.COSMETIC,
-      action=f"Audit it on a machine with more memory, with {CONFIG_MEMORY_LIMIT_ENV} (bytes) raised past its size; a "
-             "broker writes a config file this large only with millions of entries, so look at why.")
+      action=f"Audit it on a machine with more memory, with {CONFIG_MEMORY_LIMIT_ENV} (bytes) raised past its size "
+             f"(consumerOffset.json: {CONFIG_OFFSETS_LIMIT_ENV} past the offsets its error counts); a broker writes a "
+             "config file this large only with millions of entries, so look at why.")
 check("metadata.config_from_backup", Severity.WARNING, "{file} is empty or broken; the broker will load {name}.bak",
       consequence=Consequence.DATA_AT_RISK,
       action="Expected after a crash during a write; the `.bak` may be slightly older.")
