@@ -36,3 +36,19 @@ def test_runs_sum_their_bytes_and_never_span_two_brokers():
     assert not any("b0/" in label and "b1" in label.split("/", 1)[1] for label, *_ in bars)
     few = integrity._segment_bars(rows[:3])
     assert [label for label, *_ in few] == [f"b0/{s['segment']}" for s in rows[:3]]
+
+
+def test_a_fleet_of_hundreds_shows_the_most_serious_rows_and_counts_the_rest():
+    from jobs.audit import report
+
+    def broker(i, level, banner):
+        return {"name": f"b{i:04d}", "verdict": {"level": level, "banner": banner, "headline": "h", "kept_damaged": 0,
+                                                 "lost": {"damaged": 0, "destroyed": 0, "dropped": 0, "unindexed": 0}}}
+
+    brokers = [broker(i, "pass", "PASS") for i in range(600)] + [broker(600, "data-lost", "DATA LOST")]
+    html = report._fleet(brokers)
+    assert html.count("<tr>") <= report._ROWS + 1  # the header row and at most _ROWS brokers
+    assert "b0600" in html and "b0599" not in html  # the data-lost broker first, the last pass brokers left out
+    assert f"the {report._ROWS} most serious of 601" in html and "401 PASS" in html
+    few = report._fleet(brokers[:3])
+    assert "most serious" not in few and all(f"b{i:04d}" in few for i in range(3))

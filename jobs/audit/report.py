@@ -251,15 +251,26 @@ def _anchor(name: str) -> str:
 
 
 def _fleet(brokers: list[dict]) -> str:
+    """One row per broker, the most serious first past :data:`_ROWS` brokers (a fleet of hundreds: the rest are
+    counted by level, and summary.json has every one)."""
+    ranked = sorted(brokers, key=lambda b: _LEVEL_ORDER.index(b["verdict"]["level"])) if len(brokers) > _ROWS \
+        else brokers
+    shown, hidden = ranked[:_ROWS], ranked[_ROWS:]
     rows = []
-    for b in brokers:
+    for b in shown:
         v = b["verdict"]
         lost = v["lost"]
         rows.append([f"<a href='#{_anchor(b['name'])}'>{_e(b['name'])}</a>",
                      f"<span class='badge {v['level']}'>{_e(v['banner'])}</span>", _e(v["headline"]),
                      f"{lost['damaged'] + lost['destroyed']:,} / {lost['dropped']:,}", f"{v['kept_damaged']:,}",
                      f"{lost['unindexed']:,}"])
-    return "<h2 id='fleet'>Fleet</h2>" + _html_table(
+    rest: dict[str, int] = {}  # the hidden brokers by banner, the most serious first
+    for b in hidden:
+        rest[b["verdict"]["banner"]] = rest.get(b["verdict"]["banner"], 0) + 1
+    note = (f" <span class='muted'>(the {_ROWS} most serious of {len(brokers):,}; not shown: "
+            f"{_e(', '.join(f'{n:,} {banner}' for banner, n in rest.items()))}; summary.json has them all)</span>"
+            if hidden else "")
+    return f"<h2 id='fleet'>Fleet{note}</h2>" + _html_table(
         ["broker", "verdict", "headline", "lost: damaged / dropped", "kept, damaged", "in no consume queue"], rows,
         raw={0, 1, 2, 3, 4, 5}, cls="fleet")
 
