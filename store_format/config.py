@@ -477,32 +477,29 @@ class ConfigFile:
     errors: tuple  # ConfigError for each file that failed
 
 
+def _limit_from_env(name: str, default: int, unit: str) -> int:
+    """``$name`` as an int (a positioned BAD_CONFIG error naming it when it is not one), else ``default``."""
+    env = os.environ.get(name)
+    if not env:
+        return default
+    try:
+        return int(env)
+    except ValueError:
+        raise ConfigError(ErrorKind.BAD_CONFIG, f"{name}={env!r}: a number of {unit}", field=name) from None
+
+
 def memory_limit(limit: int | None = None) -> int:
     """The size past which a config file is not parsed into Python objects: ``limit`` if given, else
     ``$ROCKETMQ_CONFIG_MEMORY_LIMIT``, else :data:`CONFIG_MEMORY_LIMIT`."""
     if limit is not None:
         return int(limit)
-    env = os.environ.get(CONFIG_MEMORY_LIMIT_ENV)
-    if env:
-        try:
-            return int(env)
-        except ValueError:
-            raise ConfigError(ErrorKind.BAD_CONFIG, f"{CONFIG_MEMORY_LIMIT_ENV}={env!r}: a number of bytes",
-                              field=CONFIG_MEMORY_LIMIT_ENV) from None
-    return CONFIG_MEMORY_LIMIT
+    return _limit_from_env(CONFIG_MEMORY_LIMIT_ENV, CONFIG_MEMORY_LIMIT, "bytes")
 
 
 def offsets_limit() -> int:
     """The most consumer offsets read from one file: ``$ROCKETMQ_CONFIG_OFFSETS_LIMIT``, else
     :data:`CONFIG_OFFSETS_LIMIT`."""
-    env = os.environ.get(CONFIG_OFFSETS_LIMIT_ENV)
-    if env:
-        try:
-            return int(env)
-        except ValueError:
-            raise ConfigError(ErrorKind.BAD_CONFIG, f"{CONFIG_OFFSETS_LIMIT_ENV}={env!r}: a number of offsets",
-                              field=CONFIG_OFFSETS_LIMIT_ENV) from None
-    return CONFIG_OFFSETS_LIMIT
+    return _limit_from_env(CONFIG_OFFSETS_LIMIT_ENV, CONFIG_OFFSETS_LIMIT, "offsets")
 
 
 def _scan_offsets(offset_scan, raw, file: str):
