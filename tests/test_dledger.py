@@ -465,3 +465,41 @@ def test_the_compiled_framer_walks_the_entries_as_frame_at_does(dledger_copy):
     damaged = walks(dledger_copy)
     stops = [it.stop_kind for w in damaged[::2] for it in w.others.values() if getattr(it, "stop_kind", None)]
     assert {"BAD_CRC", "PHYSICAL_OFFSET_MISMATCH"} <= set(stops) and len(stops) >= 4
+
+
+def test_the_compiled_entry_walk_gives_the_scalar_walks_rows():
+    """udfs.compiled.dledger_walk (CompiledFramer.entry_walk) returns the rows of the scalar dledger_entry_walk, row
+    for row, on the fixture's files and on copies of their bytes with each header damage the walk names (every
+    code of ENTRY_STOPS is met), salvage walk or not, with and without ``until`` and a ``limit`` short of the end."""
+    from store_format.commitlog import ENTRY_STOPS, dledger_entry_walk
+    from udfs.kernels import CompiledFramer
+
+    def cases(name: str, buf: bytes):
+        yield buf, len(buf)
+        entries = [e for e in manifest()["readBack"]["rawEntries"]
+                   if e["file"] == f"data/{name}" and e.get("index") is not None]
+        written = entries[-1]["filePos"] + entries[-1]["size"]
+        for e in entries[::23] + entries[-1:]:
+            for at, fmt, value in ((0, ">i", 7), (0, ">i", -1), (0, ">q", 0), (4, ">i", 40), (4, ">i", 1 << 30),
+                                   (44, ">i", 3), (24, ">q", e["pos"] + 1)):
+                b = bytearray(buf)
+                struct.pack_into(fmt, b, e["filePos"] + at, value)
+                yield bytes(b), len(b)
+        b = bytearray(buf)
+        b[written:written + 5] = b"\x07" * 5
+        yield bytes(b), written + 5  # fewer than 8 bytes left, not zeros
+        yield buf, entries[5]["filePos"] + 60  # a limit inside an entry
+
+    met = set()
+    for path in sorted((STORE / "dledger-n0" / "data").iterdir()):
+        buf = path.read_bytes()
+        for data, limit in cases(path.name, buf):
+            for salvage in (True, False):
+                for until in (None, 100_000):
+                    scalar = dledger_entry_walk(data, 0, limit, until, int(path.name), salvage)
+                    framer = CompiledFramer(data, limit, int(path.name), True, True)
+                    compiled = framer.entry_walk(0, until, salvage)
+                    for got, want in zip(compiled, scalar):
+                        assert got.tolist() == want.tolist()
+                    met |= set(scalar.codes[scalar.kinds == 2].tolist())
+    assert met == set(range(len(ENTRY_STOPS)))
