@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from . import dledger
+from . import batchcq, dledger
 from . import layout as L
 from .checkpoint import Checkpoint
 from .codec import decode_record
@@ -975,6 +975,15 @@ def _first_record_within(seg: Segment, end: int) -> bool:
         return _I64_AT(buf, L.PHYSICAL_OFFSET_OFFSET) <= end
 
 
+def batch_queues_end(store: Store) -> int:
+    """The batch consume queues' part of ``ConsumeQueueStore.getMaxPhyOffsetInConsumeQueue`` (5.3.3,
+    ConsumeQueueStore.java:294-304): ``load()`` puts the batch queues in the same table as the consume queues
+    (:68-72, ``loadConsumeQueues``/``putConsumeQueue``), so the max runs over both, each batch queue giving the start
+    of its last valid unit's record (store_format.batchcq.recovered_max_physical_offset); -1 without one.  A
+    RocksDB queue store answers from its checkpoint row alone (RocksDBConsumeQueueStore.java:494-497)."""
+    return max((batchcq.recovered_max_physical_offset(files) for files in store.batch_queues.values()), default=-1)
+
+
 def queue_store_state(store: Store):
     """(backend, part folder, :class:`store_format.queues.DatabaseState`) of the store's database queue store
     (RocksDB's, store_format.queues.queue_stores), or None: the broker's queues are files."""
@@ -1162,6 +1171,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     given = walks or {}
     file_starts, queues_end = None, None  # the file queues' recover(), when the walk's start needs them (5.x)
     database = queue_store_state(store) if store.dledger_home is None else None  # RocksDB's queue store
+    batch_end = batch_queues_end(store) if database is None else -1  # the batch queues count in the queues' max
 
     def walk_of(seg: Segment) -> SegmentWalk:
         if seg.name not in used:
@@ -1181,6 +1191,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
             if queue_starts is None:
                 file_starts = {key: recover_queue(files) for key, files in store.queues.items()}
             queues_end = max((s.max_physic_offset for s in (queue_starts if queue_starts is not None else file_starts).values()), default=-1)
+            queues_end = max(queues_end, batch_end)
         start_index, redispatch_from = recovery_start(segs, mode, cp, message_index_safe,
                                                       (database[2].dispatch_end or 0) if database else None,
                                                       queues_end)
@@ -1196,9 +1207,10 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
 
     if queue_starts is None:
         queues, max_cq = recover_consume_queues(store.queues, max_offset, has_commitlog=bool(segs),
-                                                starts=file_starts)
+                                                starts=file_starts, other_queues_end=batch_end)
     else:
         queues, max_cq = {}, max((s.max_physic_offset for s in queue_starts.values()), default=-1)
+    max_cq = max(max_cq, batch_end)
     max_cq = max(max_cq, queue_dispatch_end(store.loc, store.queue_listing))  # a RocksDB queue's checkpoint row (store_format.queues)
     truncation = {k: q for k, q in queues.items() if q.dropped}
     rebuild = None
