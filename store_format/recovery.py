@@ -739,10 +739,30 @@ class QueueRebuild:
         return max(0, self.end_offset - self.from_offset)
 
 
+@dataclass(frozen=True)
+class UnservedUnits:
+    """Units of one queue whose messages the recovered CommitLog keeps but the broker no longer serves after its
+    recovery, by a mistake of its own (``cause``): ``rocksdb_truncate_dirty``, RocketMQ 5.3.3's truncateDirty
+    search keeping one unit too few at the cut (the queue's max offset goes back to ``served_max``; the keys past
+    it stay until new messages overwrite them).  ``queue_offsets`` and ``physical_offsets``: the messages."""
+
+    topic: str
+    queue_id: int
+    cause: str
+    served_max: int
+    queue_offsets: tuple[int, ...]
+    physical_offsets: tuple[int, ...]
+
+    @property
+    def messages(self) -> int:
+        return len(self.queue_offsets)
+
+
 def database_recovery(database, segs: list[Segment], mode: str, start_index: int, recovered_end: int
-                      ) -> tuple[dict, QueueRebuild | None, list[str]]:
+                      ) -> tuple[dict, QueueRebuild | None, list[str], list[UnservedUnits]]:
     """What RocketMQ 5.3.3's recovery does to a database queue store (``database``: :func:`queue_store_state`),
-    as ({(topic, queue id): QueueRecovery} of the queues it cuts, the rebuild of an empty store or None, notes).
+    as ({(topic, queue id): QueueRecovery} of the queues it cuts, the rebuild of an empty store or None, notes, the
+    units of kept messages its truncateDirty leaves unserved).
 
     ``DefaultMessageStore.recover`` takes the checkpoint row (0 without one) as the queues' max physical offset;
     when that is >= the recovered end, ``truncateDirtyLogicFiles`` runs ``RocksDBConsumeQueueStore.truncateDirty``
@@ -756,15 +776,15 @@ def database_recovery(database, segs: list[Segment], mode: str, start_index: int
     if not segs:
         return {}, None, [] if state.empty else [
             "the store has no commitlog segment: recovery destroys the RocksDB consume queue (every queue's units "
-            "and offsets) and opens it empty"]
+            "and offsets) and opens it empty"], []
     if state.empty:
         first = segs[start_index]
         skipped = mode == "normal" and first.base_offset == 0 and _first_record_within(first, 0)
         return {}, QueueRebuild(backend.name, mode, first.name, first.base_offset, recovered_end,
-                                segs[0].base_offset, skipped), []
+                                segs[0].base_offset, skipped), [], []
     if checkpoint < recovered_end:
-        return {}, None, []
-    truncation, notes = {}, []
+        return {}, None, [], []
+    truncation, notes, unserved = {}, [], []
     for c, keys, kept in backend.truncate_dirty(part, recovered_end, segs[0].base_offset):
         if c.refused:
             notes.append(f"RocksDB's truncateDirty cannot move back the max offset of {c.topic}/{c.queue_id}: "
@@ -773,17 +793,14 @@ def database_recovery(database, segs: list[Segment], mode: str, start_index: int
                          f"past the recovered end {recovered_end}: pulls there find no message until new messages "
                          "are written (they are given queue offsets from that max on)")
         elif keys:
-            if kept:
-                notes.append(f"RocksDB's truncateDirty moves the max offset of {c.topic}/{c.queue_id} back to "
-                             f"{c.new.queue_offset + 1}, {kept} unit(s) short of the recovered end {recovered_end}: "
-                             "its binary search stops at the unit of the record at the end itself and keeps the last "
-                             "unit it probed below it, so the kept message(s) from queue offset "
-                             f"{c.new.queue_offset + 1} on are no longer served and new messages overwrite their "
-                             "keys: copy them out before the restart (rocketmq-forensics extract) and re-send them")
+            queue_offsets, physical_offsets = kept
+            if len(queue_offsets):
+                unserved.append(UnservedUnits(c.topic, c.queue_id, "rocksdb_truncate_dirty", c.new.queue_offset + 1,
+                                              tuple(queue_offsets.tolist()), tuple(physical_offsets.tolist())))
             truncation[(c.topic, c.queue_id)] = QueueRecovery(
                 c.topic, c.queue_id, (c.old.queue_offset + 1) * unit, c.old.physical_offset,
                 (c.new.queue_offset + 1) * unit, keys, c.new.queue_offset + 1, "max_row_corrected")
-    return truncation, None, notes
+    return truncation, None, notes, unserved
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -821,6 +838,7 @@ class RecoveryPrediction:
     cq_truncation: dict = field(default_factory=dict)  # (topic, qid) -> QueueRecovery, queues that drop units
     abort_kind: str | None = None  # "file" | "folder" | "other": what ``abort`` is (None: absent)
     queue_rebuild: "QueueRebuild | None" = None  # a database queue store with no row: rebuilt from the CommitLog
+    units_unserved: list = field(default_factory=list)  # UnservedUnits: kept messages recovery stops serving
 
     @property
     def intact_messages_lost(self) -> int:
@@ -1213,9 +1231,9 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     max_cq = max(max_cq, batch_end)
     max_cq = max(max_cq, queue_dispatch_end(store.loc, store.queue_listing))  # a RocksDB queue's checkpoint row (store_format.queues)
     truncation = {k: q for k, q in queues.items() if q.dropped}
-    rebuild = None
+    rebuild, unserved = None, []
     if database is not None:
-        db_truncation, rebuild, db_notes = database_recovery(database, segs, mode, start_index, max_offset)
+        db_truncation, rebuild, db_notes, unserved = database_recovery(database, segs, mode, start_index, max_offset)
         truncation.update(db_truncation)
         notes += db_notes
 
@@ -1244,4 +1262,4 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         index_files_deleted=index_deleted, redispatch_from=redispatch_from, notes=notes,
         damaged_dropped=lost.damaged, unframed_dropped=lost.unframed, walks=used, lost_enumerated=enumerate_lost,
         start_problem_files=[f for f, _ in found], cq_truncation=truncation, abort_kind=markers.abort_kind,
-        queue_rebuild=rebuild)
+        queue_rebuild=rebuild, units_unserved=unserved)
