@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -744,7 +744,10 @@ class UnservedUnits:
     """Units of one queue whose messages the recovered CommitLog keeps but the broker no longer serves after its
     recovery, by a mistake of its own (``cause``): ``rocksdb_truncate_dirty``, RocketMQ 5.3.3's truncateDirty
     search keeping one unit too few at the cut (the queue's max offset goes back to ``served_max``; the keys past
-    it stay until new messages overwrite them).  ``queue_offsets`` and ``physical_offsets``: the messages."""
+    it stay until new messages overwrite them); ``dledger_abnormal_header``, 5.3.3's abnormal DLedger recovery
+    truncating the consume queues 48 bytes per entry short of DLedger's end, at ``detail`` = (that cut, DLedger's
+    end, where the reput starts), and its reput never rebuilding them (the queue ends at ``served_max``).
+    ``queue_offsets`` and ``physical_offsets``: the messages."""
 
     topic: str
     queue_id: int
@@ -752,6 +755,7 @@ class UnservedUnits:
     served_max: int
     queue_offsets: tuple[int, ...]
     physical_offsets: tuple[int, ...]
+    detail: tuple = ()
 
     @property
     def messages(self) -> int:
@@ -1060,16 +1064,19 @@ def dledger_abnormal_queue_cut(store: Store, segs: list[Segment], ledger_end: in
     return cut
 
 
-def dledger_units_never_rebuilt(store: Store, queue_cut: int, reput_from: int, ledger_end: int) -> dict:
-    """{(topic, queue id): (units, first queue offset)} of the consume-queue units the abnormal recovery drops
-    (at or past ``queue_cut``) and the reput does not write again (it starts at ``reput_from``): units of
-    messages DLedger keeps (before ``ledger_end``) that consumers never get."""
-    lost = {}
-    for (topic, qid), files in store.queues.items():
-        for u in read_queue(files):
-            if u.kind == "entry" and queue_cut <= u.physical_offset < min(reput_from, ledger_end):
-                n, first = lost.get((topic, qid), (0, u.queue_offset))
-                lost[(topic, qid)] = (n + 1, min(first, u.queue_offset))
+def dledger_units_never_rebuilt(store: Store, queue_cut: int, reput_from: int, ledger_end: int
+                                ) -> list["UnservedUnits"]:
+    """The consume-queue units the abnormal recovery drops (at or past ``queue_cut``) and the reput does not write
+    again (it starts at ``reput_from``), per queue: units of messages DLedger keeps (before ``ledger_end``) that
+    consumers never get (cause ``dledger_abnormal_header``; ``served_max``: the queue's first unit dropped)."""
+    lost = []
+    for (topic, qid), files in sorted(store.queues.items()):
+        units = [(u.queue_offset, u.physical_offset) for u in read_queue(files)
+                 if u.kind == "entry" and queue_cut <= u.physical_offset < min(reput_from, ledger_end)]
+        if units:
+            units.sort()
+            lost.append(UnservedUnits(topic, qid, "dledger_abnormal_header", units[0][0],
+                                      tuple(o for o, _ in units), tuple(phys for _, phys in units)))
     return lost
 
 
@@ -1083,13 +1090,14 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
     log = dledger.DLedgerLog(store.dledger_home, data_file_size=store.segment_size)
     items = log.entries()
     ledger = log.recover(items)
+    unserved: list[UnservedUnits] = []
     names = [f"data/{s.name}" for s in segs]
     start = names.index(ledger.start_file) if ledger.start_file in names else 0
     notes, problems = list(log.metadata.problems), []
     if ledger.will_not_start:
         problems.append(ledger.will_not_start)
     if not segs:
-        return 0, 0, None, None, notes, problems
+        return 0, 0, None, None, notes, problems, unserved
     end = ledger.data_end
     seg = next((s for s in reversed(segs) if s.base_offset <= end), segs[0])
     if ledger.stop is not None:
@@ -1127,18 +1135,11 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
         queue_cut = dledger_abnormal_queue_cut(store, segs, end, min_ts, check_crc)
         # DefaultMessageStore.start: the reput starts at getConfirmOffset() = DLedger's committed position (> 0)
         reput_from = ledger.committed_pos if ledger.committed_pos > 0 else 0
-        lost = dledger_units_never_rebuilt(store, queue_cut, reput_from, end) if queue_cut < end else {}
-        if lost:
-            units = sum(n for n, _ in lost.values())
-            where = ", ".join(f"{t}/{q} from queue offset {first} ({n})" for (t, q), (n, first)
-                              in sorted(lost.items())[:5]) + (", ..." if len(lost) > 5 else "")
-            notes.append(f"RocketMQ 5.3.3's abnormal DLedger recovery truncates the consume queues at physical offset "
-                         f"{queue_cut}, {end - queue_cut} bytes before DLedger's end {end} (it counts each record's "
-                         f"size, not its 48-byte entry header), and its reput starts at the committed position "
-                         f"{reput_from}: {units} consume-queue unit(s) of intact messages are dropped and never "
-                         f"rebuilt, so consumers never receive those messages ({where}).  Before starting, "
-                         "rebuild those queues offline or plan to re-send the messages")
-    return start, end, walk, kind, notes, problems
+        if queue_cut < end:
+            unserved = dledger_units_never_rebuilt(store, queue_cut, reput_from, end)
+            # what the finding about each queue says (checks/recovery.py): where it cuts, why, where the reput starts
+            unserved = [replace(u, detail=(queue_cut, end, reput_from)) for u in unserved]
+    return start, end, walk, kind, notes, problems, unserved
 
 
 def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True,
@@ -1197,8 +1198,8 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         return used[seg.name]
 
     if store.dledger_home is not None:  # the CommitLog in DLedger entries: DLedger's recover() decides its end
-        start_index, max_offset, stop_walk, stop_kind, dledger_notes, dledger_problems = _dledger_end(
-            store, segs, mode, cp, message_index_safe, check_crc)
+        start_index, max_offset, stop_walk, stop_kind, dledger_notes, dledger_problems, dledger_unserved = \
+            _dledger_end(store, segs, mode, cp, message_index_safe, check_crc)
         redispatch_from = None
         notes += dledger_notes
         found += [("dledger", text) for text in dledger_problems]
@@ -1231,7 +1232,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     max_cq = max(max_cq, batch_end)
     max_cq = max(max_cq, queue_dispatch_end(store.loc, store.queue_listing))  # a RocksDB queue's checkpoint row (store_format.queues)
     truncation = {k: q for k, q in queues.items() if q.dropped}
-    rebuild, unserved = None, []
+    rebuild, unserved = None, list(dledger_unserved) if store.dledger_home is not None else []
     if database is not None:
         db_truncation, rebuild, db_notes, unserved = database_recovery(database, segs, mode, start_index, max_offset)
         truncation.update(db_truncation)

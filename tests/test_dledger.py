@@ -330,7 +330,7 @@ def test_rocketmq_5_3_3s_abnormal_recovery_drops_units_it_never_rebuilds(dledger
     """With abort present, dledgerRecoverAbnormally walks from data file 0 (no first record is older than the
     checkpoint), counts 157 records' sizes in the last file without their 48-byte headers and truncates the consume
     queues 157 x 48 bytes short of the end; the reput starts at the committed position, so the units of the messages
-    in between are gone for good: a note names them."""
+    in between are gone for good: the prediction lists them per queue (recovery.units_unserved in the audit)."""
     from store_format.recovery import predict_recovery
     from store_format.store import Store
 
@@ -341,10 +341,13 @@ def test_rocketmq_5_3_3s_abnormal_recovery_drops_units_it_never_rebuilds(dledger
     cut = end - 48 * len(in_last_file)
     lost = [r for r in manifest()["readBack"]["records"] if cut <= r["physicalOffset"] < end
             and r["topic"] != "TopicTx"]  # a PREPARED record has no unit
-    [note] = [n for n in p.notes if "abnormal DLedger recovery" in n]
-    assert f"at physical offset {cut}," in note and f": {len(lost)} consume-queue unit(s)" in note
-    for r in lost:
-        assert f"{r['topic']}/{r['queueId']}" in note
+    assert not [n for n in p.notes if "abnormal DLedger recovery" in n]
+    got = {(u.topic, u.queue_id, o, phys) for u in p.units_unserved for o, phys in zip(u.queue_offsets,
+                                                                                     u.physical_offsets)}
+    assert got == {(r["topic"], r["queueId"], r["queueOffset"], r["physicalOffset"]) for r in lost} and lost
+    assert {u.cause for u in p.units_unserved} == {"dledger_abnormal_header"}
+    assert {u.detail[:2] for u in p.units_unserved} == {(cut, end)}
+    assert all(u.served_max == u.queue_offsets[0] for u in p.units_unserved)
     assert p.mode == "abnormal" and p.max_physical_offset == end
 
 

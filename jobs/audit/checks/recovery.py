@@ -191,6 +191,12 @@ def on_driver(ctx) -> FamilyResult:
 
 def _unserved_why(u, recovered_end: int) -> str:
     """What the broker gets wrong (store_format.recovery.UnservedUnits.cause)."""
+    if u.cause == "dledger_abnormal_header":
+        cut, end, reput_from = u.detail
+        return (f"RocketMQ 5.3.3's abnormal DLedger recovery truncates the consume queues at physical offset {cut}, "
+                f"{end - cut} bytes before DLedger's end {end} (it counts each record's size, not its 48-byte entry "
+                f"header), and its reput starts at the committed position {reput_from}, so the units are dropped "
+                "and never rebuilt")
     return (f"RocketMQ 5.3.3's truncateDirty moves the queue's max offset back to {u.served_max}, "
             f"{plural(u.messages, 'unit')} short of the recovered end {recovered_end}: its binary search stops at "
             "the unit of the record at the end itself and answers the last unit it probed below it, so the units "
