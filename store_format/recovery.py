@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -1076,7 +1076,8 @@ def dledger_units_never_rebuilt(store: Store, queue_cut: int, reput_from: int, l
         if units:
             units.sort()
             lost.append(UnservedUnits(topic, qid, "dledger_abnormal_header", units[0][0],
-                                      tuple(o for o, _ in units), tuple(phys for _, phys in units)))
+                                      tuple(o for o, _ in units), tuple(phys for _, phys in units),
+                                      (queue_cut, ledger_end, reput_from)))
     return lost
 
 
@@ -1137,8 +1138,6 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
         reput_from = ledger.committed_pos if ledger.committed_pos > 0 else 0
         if queue_cut < end:
             unserved = dledger_units_never_rebuilt(store, queue_cut, reput_from, end)
-            # what the finding about each queue says (checks/recovery.py): where it cuts, why, where the reput starts
-            unserved = [replace(u, detail=(queue_cut, end, reput_from)) for u in unserved]
     return start, end, walk, kind, notes, problems, unserved
 
 
