@@ -212,13 +212,14 @@ def _above_rebuilt_max(ctx, name: str, r) -> list[tuple]:
     0 for a queue with none.  A pull above the max is OFFSET_OVERFLOW_BADLY and the broker answers the max as the
     next offset (DefaultMessageStore.getMessage, 5.3.3 DefaultMessageStore.java:828-839, nextOffsetCorrection:1729):
     the group is set back to it."""
-    from .consumequeue import MISSING
-
+    queues = next((f for f in ctx.families if f.name == "consumequeue"), None)
+    if queues is None:  # the family that finds the messages without a unit did not run: nothing to tell by
+        return []
     t = ctx.committed_offsets
     t = t.filter(pc.equal(t.column("broker"), name))
     if not t.num_rows:
         return []
-    m = ctx.partial("consumequeue.missing", MISSING)
+    m = ctx.partial("consumequeue.missing", queues.emits["consumequeue.missing"])
     phys = m.column("physical_offset")
     keep = pc.and_(pc.equal(m.column("broker"), name), pc.greater_equal(phys, r.from_offset))
     if r.first_record_skipped:
@@ -342,7 +343,7 @@ def _topic_from_queue(store, offset: int, queue_id, queue_offset) -> str | None:
 
 FAMILY = Family(
     "recovery", "what the broker will do at start: whether it starts, where it cuts, what it drops, deletes, rebuilds",
-    in_range=in_range, on_driver=on_driver, rank=10, blockers_predicted=True,
+    in_range=in_range, on_driver=on_driver, rank=10, blockers_predicted=True, reads=("consumequeue.missing",),
     metrics={"messages_lost": "messages the predicted recovery drops, damaged and intact (broker)",
              "damaged_messages_lost": "of those, the damaged records that still frame a message (broker)",
              "predicted_max_physical_offset": "where the broker's recovery will end the commitlog (broker)"})
