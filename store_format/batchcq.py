@@ -183,6 +183,25 @@ def max_offset(files: list[rolled.RolledFile]) -> int:
     return last.next_offset if last is not None else 0
 
 
+def recovered_max_physical_offset(files: list[rolled.RolledFile]) -> int:
+    """``BatchConsumeQueue.recover()``'s ``maxMsgPhyOffsetInCommitLog`` (5.3.3, BatchConsumeQueue.java:210-260,
+    returned by ``getMaxPhysicOffset``, :297): from file ``size - 3`` (clamped to 0), units while offset >= 0,
+    size > 0, msgBaseOffset >= 0 and batchSize > 0, a file all of whose units pass going on to the next; the
+    physical offset of the last unit that passes -- its record's start, where a ConsumeQueue's is its end -- or -1
+    when none does.  ``ConsumeQueueStore.getMaxPhyOffsetInConsumeQueue`` takes the max over these and the consume
+    queues' (store-format-5x.md section 3)."""
+    last = -1
+    for f in files[max(0, len(files) - 3):]:
+        a = read_batch_unit_arrays(f)
+        ok = (a.physical_offset >= 0) & (a.size > 0) & (a.msg_base_offset >= 0) & (a.batch_size > 0)
+        k = len(ok) if ok.all() else int(ok.argmin())
+        if k:
+            last = int(a.physical_offset[k - 1])
+        if k < f.length // UNIT_SIZE or f.length % UNIT_SIZE:  # a unit that fails (or the zero tail) ends the walk
+            break
+    return last
+
+
 def read_batch_unit_window(src, first: int, end: int) -> dict:
     """Units ``first`` .. ``end - 1`` of one file as :func:`batch_units_of` columns: from a read-only map, or one
     ranged read."""

@@ -798,6 +798,128 @@ def container_fields(loc, buf, record_positions: np.ndarray) -> dict[str, np.nda
     return {"dledger_index": index_term[:, 0], "dledger_term": index_term[:, 1]}
 
 
+class EntryWalk(NamedTuple):
+    """The walk of a DLedger data file's entry headers (:func:`dledger_entry_walk`), one row per item in order.
+
+    ``kinds``: :data:`ENTRY_RECORD` (an entry whose header passes: its record lies at ``positions``, ``sizes``
+    bytes long, framed afterwards), or KIND_BLANK / KIND_STOP / KIND_CORRUPT as the items' own kinds.  A stop's
+    ``sizes`` and ``magics`` are the header's size and magic fields and ``codes`` says why it stops (an index
+    into :data:`ENTRY_STOPS`); a corrupt span's ``sizes`` is its length and ``tails`` the zero bytes after it
+    (its ``unwritten_tail``)."""
+
+    kinds: np.ndarray  # int8
+    positions: np.ndarray  # int64, file positions
+    sizes: np.ndarray  # int64
+    magics: np.ndarray  # int32
+    codes: np.ndarray  # int8, for a stop or span: ENTRY_STOPS index
+    tails: np.ndarray  # int64, for a span: its unwritten tail
+
+    @classmethod
+    def of_rows(cls, rows: list[tuple]) -> "EntryWalk":
+        cols = list(zip(*rows)) if rows else [()] * 6
+        return cls(*(np.array(c, t) for c, t in zip(cols, (np.int8, np.int64, np.int64, np.int32, np.int8,
+                                                           np.int64))))
+
+
+ENTRY_RECORD = KIND_MESSAGE  # an EntryWalk row whose record is framed afterwards (a message or a record's stop)
+#: why an entry header stops the walk: (ErrorKind value or END_OF_DATA, field); EntryWalk.codes index this, and
+#: the compiled walk (udfs.compiled.dledger_walk) returns the same indices
+ENTRY_STOPS = (
+    (END_OF_DATA, None),  # 0: magic and size 0 where the next entry would start
+    (ErrorKind.BAD_LENGTH.value, "store_size"),  # 1: a blank whose size is not the rest of the file
+    (ErrorKind.BAD_MAGIC.value, "magic"),  # 2: magic neither 1 nor -1
+    (ErrorKind.BAD_LENGTH.value, "store_size"),  # 3: size <= 44, or no whole header fits
+    (ErrorKind.TRUNCATED.value, "store_size"),  # 4: the entry runs past the file
+    (ErrorKind.SIZE_MISMATCH.value, "store_size"),  # 5: size != 48 + bodySize
+    (ErrorKind.PHYSICAL_OFFSET_MISMATCH.value, "physical_offset"),  # 6: the pos field is not where it lies
+    (ErrorKind.TRUNCATED.value, "store_size"),  # 7: fewer than 8 bytes left, not all zero
+    (END_OF_DATA, None),  # 8: the zeros after a span that reaches the unwritten tail
+)
+
+
+def _entry_stop_message(buf, pos: int, limit: int, base_offset: int, code: int) -> str:
+    """What is wrong at ``pos`` (the header's stop ``code``), read back from its bytes."""
+    if code in (0, 8):
+        return "zeros where the next entry would start (unwritten tail)"
+    if code == 7:
+        return f"{limit - pos} stray bytes at the end"
+    magic, size = dledger.INT_PAIR.unpack_from(buf, pos)
+    if code == 1:
+        return f"DLedger blank of {size} bytes, {limit - pos} left"
+    if code == 2:
+        return f"DLedger entry magic {magic}, not {dledger.MAGIC}"
+    if code == 3:
+        return f"DLedger entry size {size}"
+    if code == 4:
+        return f"DLedger entry of {size} bytes runs past the file"
+    _, _, _, _, pos_field, _, _, _, body_size = dledger.ENTRY_HEADER.unpack_from(buf, pos)
+    if code == 5:
+        return f"DLedger size {size} != 48 + bodySize {body_size}"
+    return f"DLedger pos field {pos_field} != {base_offset + pos}"
+
+
+def dledger_entry_walk(buf, start: int, limit: int, until: int | None, base_offset: int, salvage: bool
+                       ) -> EntryWalk:
+    """The entry headers of a DLedger data file from ``start`` (a header) to ``limit``, items before ``until``
+    only (None: to the end): each entry whose header passes DLedger's own checks frames its record (damaged or
+    not, the walk goes on at the next entry); the file's blank ends the walk; a header that fails is a stop there,
+    after which the salvage walk goes on at the next confirmed header (the bytes between a span) and the plain
+    walk ends.  This is the scalar walk; a framer may give the same rows compiled (its ``entry_walk``,
+    udfs.kernels.CompiledFramer)."""
+    rows: list[tuple] = []  # (kind, position, size, magic, code, tail)
+    pos = start
+    while pos < limit and (until is None or pos < until):
+        if limit - pos < dledger.MIN_BLANK_LEN:
+            if any(buf[pos:limit]):
+                rows.append((KIND_STOP, pos, 0, 0, 7, 0))
+            break
+        magic, size = dledger.INT_PAIR.unpack_from(buf, pos)
+        if magic == dledger.BLANK_MAGIC and size == limit - pos:
+            rows.append((KIND_BLANK, pos, size, magic, 0, 0))
+            break
+        code = -1
+        if magic == 0 and size == 0:
+            code = 0
+        elif magic == dledger.BLANK_MAGIC:
+            code = 1
+        elif magic != dledger.MAGIC:
+            code = 2
+        elif size <= dledger.HEADER_SIZE or pos + dledger.BODY_OFFSET > limit:
+            code = 3
+        elif pos + size > limit:
+            code = 4
+        else:
+            _, _, _, _, pos_field, _, _, _, body_size = dledger.ENTRY_HEADER.unpack_from(buf, pos)
+            if body_size + dledger.BODY_OFFSET != size:
+                code = 5
+            elif pos_field != base_offset + pos:
+                code = 6
+        if code < 0:
+            rows.append((ENTRY_RECORD, pos + dledger.BODY_OFFSET, size - dledger.BODY_OFFSET, 0, 0, 0))
+            pos += size  # the entry frames its record, damaged or not: the walk goes on at the next entry
+            continue
+        rows.append((KIND_STOP, pos, size, magic, code, 0))
+        if not salvage:
+            break
+        nxt = dledger.next_header(buf, pos + 1, limit, base_offset)
+        tail = 0
+        if nxt is None:
+            zeros = zero_tail_start(buf, pos, limit)
+            if code == 0 or zeros <= pos:
+                break
+            tail, end = limit - zeros, zeros
+        else:
+            end = nxt
+        if end > pos:
+            rows.append((KIND_CORRUPT, pos, end - pos, 0, code, tail))
+        if nxt is None:
+            if tail:
+                rows.append((KIND_STOP, end, 0, 0, 8, 0))
+            break
+        pos = nxt
+    return EntryWalk.of_rows(rows)
+
+
 def dledger_items(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
                   until: int | None = None, check_crc: bool = True, salvage: bool = True, excerpt_len: int = 32,
                   framer=None):
@@ -810,120 +932,67 @@ def dledger_items(buf, segment: str, base_offset: int, *, start: int = 0, limit:
     does not fill its entry) is a stop at the record; the salvage walk goes on at the next entry.  ``start``:
     the walk starts at the first confirmed header at or after it (0: at 0, confirmed or not); ``until``: items
     before it only.  ``framer`` (:class:`_BulkFramer`'s interface, e.g. udfs.kernels.CompiledFramer): the records
-    are framed by its ``each`` in one call, the scalar ``frame_at`` deciding only those it does not accept whole.
+    are framed by its ``each`` in one call, the scalar ``frame_at`` deciding only those it does not accept whole;
+    a framer with an ``entry_walk`` (the compiled :func:`dledger_entry_walk`) walks the headers too.
 
     The entry headers are walked first (a record's outcome never moves the walk: the next entry follows the
     entry), the records framed after, and the items given in order, up to the first stop without ``salvage``."""
     limit = len(buf) if limit is None else limit
-    out = _Collector(segment, base_offset)
-    pos = start
-    walked: list[tuple] = []  # (kind, position, size, magic, item) in order; kind None: the record in [position, size)
-
-    def stop_at(at: int, size: int, magic: int, kind: str, field_name: str | None, why: str):
-        walked.append((KIND_STOP, at, size, magic, Frame("stop", segment, at, base_offset + at, size, magic, kind,
-                                                          field_name, why)))
-
-    while pos < limit and (until is None or pos < until):
-        if limit - pos < dledger.MIN_BLANK_LEN:
-            if any(buf[pos:limit]):
-                stop_at(pos, 0, 0, ErrorKind.TRUNCATED.value, "store_size", f"{limit - pos} stray bytes at the end")
-            break
-        magic, size = dledger.INT_PAIR.unpack_from(buf, pos)
-        if magic == dledger.BLANK_MAGIC and size == limit - pos:
-            walked.append((KIND_BLANK, pos, size, magic,
-                           Frame("blank", segment, pos, base_offset + pos, size, magic)))
-            break
-        failed = None
-        if magic == 0 and size == 0:
-            failed = (END_OF_DATA, None, "zeros where the next entry would start (unwritten tail)")
-        elif magic == dledger.BLANK_MAGIC:
-            failed = (ErrorKind.BAD_LENGTH.value, "store_size", f"DLedger blank of {size} bytes, {limit - pos} left")
-        elif magic != dledger.MAGIC:
-            failed = (ErrorKind.BAD_MAGIC.value, "magic", f"DLedger entry magic {magic}, not {dledger.MAGIC}")
-        elif size <= dledger.HEADER_SIZE or pos + dledger.BODY_OFFSET > limit:
-            failed = (ErrorKind.BAD_LENGTH.value, "store_size", f"DLedger entry size {size}")
-        elif pos + size > limit:
-            failed = (ErrorKind.TRUNCATED.value, "store_size", f"DLedger entry of {size} bytes runs past the file")
+    f = framer(buf, limit, base_offset, check_crc, True) if framer is not None else None
+    try:
+        if f is not None and hasattr(f, "entry_walk"):
+            walk = f.entry_walk(start, until, salvage)
         else:
-            _, _, _, _, pos_field, _, _, _, body_size = dledger.ENTRY_HEADER.unpack_from(buf, pos)
-            if body_size + dledger.BODY_OFFSET != size:
-                failed = (ErrorKind.SIZE_MISMATCH.value, "store_size", f"DLedger size {size} != 48 + bodySize "
-                          f"{body_size}")
-            elif pos_field != base_offset + pos:
-                failed = (ErrorKind.PHYSICAL_OFFSET_MISMATCH.value, "physical_offset",
-                          f"DLedger pos field {pos_field} != {base_offset + pos}")
-        if failed is None:
-            walked.append((None, pos + dledger.BODY_OFFSET, pos + size, 0, None))
-            pos += size  # the entry frames its record, damaged or not: the walk goes on at the next entry
-            continue
-        kind, field_name, why = failed
-        stop_at(pos, size, magic, kind, field_name, why)
-        if not salvage:
-            break
-        nxt = dledger.next_header(buf, pos + 1, limit, base_offset)
-        tail = 0
-        if nxt is None:
-            zeros = zero_tail_start(buf, pos, limit)
-            if kind == END_OF_DATA or zeros <= pos:
-                break
-            tail, nxt = limit - zeros, None
-            end = zeros
+            walk = dledger_entry_walk(buf, start, limit, until, base_offset, salvage)
+        records = np.flatnonzero(walk.kinds == ENTRY_RECORD)
+        r_at, r_size = walk.positions[records], walk.sizes[records]
+        if f is not None and len(records):
+            framed, _ = f.each(r_at)
         else:
-            end = nxt
-        if kind != END_OF_DATA or nxt is not None:
-            if end > pos:
-                walked.append((KIND_CORRUPT, pos, end - pos, 0, SalvageSpan(segment, pos, end - pos, kind,
-                                                                           bytes(buf[pos:min(end, pos + excerpt_len)]),
-                                                                           tail)))
-        if nxt is None:
-            if tail:
-                stop_at(end, 0, 0, END_OF_DATA, None, "zeros where the next entry would start (unwritten tail)")
-            break
-        pos = nxt
-    whole = _records_framed_whole(buf, limit, base_offset, check_crc, framer, walked)
-    for i, (kind, at, size, magic, item) in enumerate(walked):
-        if kind is not None:
-            out.one(kind, at, size, magic, item)
-            continue
-        end = size
-        if i in whole:
-            out.one(KIND_MESSAGE, at, end - at, whole[i])
-            continue
-        found = frame_at(buf, at, end, base_offset, check_crc=check_crc)
-        if found.kind == "message" and found.size == end - at:
-            out.one(KIND_MESSAGE, at, found.size, found.magic)
+            framed = np.full(len(records), -1, np.int64)
+    finally:
+        if f is not None:
+            f.close()
+    whole = (framed == r_size) & (r_size > 0)  # a plain valid message that fills its entry (0: none)
+    positions, sizes = walk.positions.copy(), walk.sizes.copy()
+    kinds, magics = walk.kinds.copy(), walk.magics.copy()
+    if whole.any():
+        ok = records[whole]
+        data = np.frombuffer(buf, np.uint8)
+        magics[ok] = np.ascontiguousarray(data[positions[ok, None] + np.arange(4, 8)]).view(">i4").ravel()
+    others: dict = {}
+    first_stop = len(kinds)
+    for i in records[~whole].tolist():  # frame_at decides each record the framer did not accept whole
+        at, size = int(positions[i]), int(sizes[i])
+        found = frame_at(buf, at, at + size, base_offset, check_crc=check_crc)
+        if found.kind == "message" and found.size == size:
+            magics[i] = found.magic
             continue
         if found.kind == "message":
             why = (ErrorKind.SIZE_MISMATCH.value, "store_size",
-                   f"TOTALSIZE {found.size} != the DLedger entry's bodySize {end - at}")
+                   f"TOTALSIZE {found.size} != the DLedger entry's bodySize {size}")
         else:
             why = (found.stop_kind or ErrorKind.BAD_MAGIC.value, found.stop_field, found.stop_message or "")
-        out.one(KIND_STOP, at, found.size, found.magic, Frame("stop", segment, at, base_offset + at, found.size,
-                                                              found.magic, *why))
+        kinds[i], sizes[i], magics[i] = KIND_STOP, found.size, found.magic
+        others[i] = Frame("stop", segment, at, base_offset + at, found.size, found.magic, *why)
         if not salvage:
+            first_stop = i + 1
             break
-    return out.result()
-
-
-def _records_framed_whole(buf, limit: int, base_offset: int, check_crc: bool, framer, walked: list) -> dict:
-    """{row of ``walked``: magic} for the records ``framer`` accepts as plain valid messages filling their entry
-    (none without a framer: ``frame_at`` decides each)."""
-    rows = [i for i, w in enumerate(walked) if w[0] is None]
-    if framer is None or not rows:
-        return {}
-    starts = np.array([walked[i][1] for i in rows], np.int64)
-    ends = np.array([walked[i][2] for i in rows], np.int64)
-    f = framer(buf, limit, base_offset, check_crc, True)
-    try:
-        sizes, _ = f.each(starts)
-    finally:
-        f.close()
-    ok = np.flatnonzero(sizes == ends - starts)
-    if not len(ok):
-        return {}
-    data = np.frombuffer(buf, np.uint8)
-    magics = np.ascontiguousarray(data[starts[ok, None] + np.arange(4, 8)]).view(">i4").ravel()  # MAGICCODE
-    return {rows[j]: int(m) for j, m in zip(ok.tolist(), magics.tolist())}
+    for i in np.flatnonzero(walk.kinds != ENTRY_RECORD).tolist():
+        at, size, magic, code = (int(walk.positions[i]), int(walk.sizes[i]), int(walk.magics[i]),
+                                 int(walk.codes[i]))
+        if walk.kinds[i] == KIND_BLANK:
+            others[i] = Frame("blank", segment, at, base_offset + at, size, magic)
+        elif walk.kinds[i] == KIND_STOP:
+            others[i] = Frame("stop", segment, at, base_offset + at, size, magic, *ENTRY_STOPS[code],
+                              _entry_stop_message(buf, at, limit, base_offset, code))
+        else:
+            others[i] = SalvageSpan(segment, at, size, ENTRY_STOPS[code][0],
+                                    bytes(buf[at:min(at + size, at + excerpt_len)]), int(walk.tails[i]))
+    if first_stop < len(kinds):
+        others = {i: v for i, v in others.items() if i < first_stop}
+    return FrameArrays(segment, base_offset, positions[:first_stop], sizes[:first_stop], kinds[:first_stop],
+                       magics[:first_stop], others)
 
 
 def dledger_frames(buf, segment: str, base_offset: int, *, decode: bool = True, check_crc: bool = True,

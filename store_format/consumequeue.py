@@ -485,18 +485,20 @@ def truncates_queues(starts, commitlog_end: int, has_commitlog: bool = True) -> 
 
 
 def recover_consume_queues(queues: dict, commitlog_end: int, has_commitlog: bool = True,
-                           starts: dict | None = None) -> tuple[dict, int]:
+                           starts: dict | None = None, other_queues_end: int = -1) -> tuple[dict, int]:
     """Every queue as recovery leaves it (``DefaultMessageStore.recover``): ``recoverConsumeQueue()`` runs
     ``ConsumeQueue.recover()`` on each queue and takes the max of their maxPhysicOffset (-1 without units); the
     commitlog recovery then calls ``truncateDirtyLogicFiles(processOffset)`` on every queue when that max is
     >= the recovered commitlog end; with no commitlog segment at all it destroys every queue
     (``destroyLogics``).  ``queues``: {(topic, queue id): files sorted by name}.  Returns ({key:
     :class:`QueueRecovery`}, the max maxPhysicOffset).  ``starts``: each queue's :func:`recover_queue`, when
-    computed before (a 5.x recovery's walk starts where they end)."""
+    computed before (a 5.x recovery's walk starts where they end).  ``other_queues_end``: the max physical offset
+    the store's other queues in the same table give (5.x batch consume queues), which the decision takes too."""
     units = {key: _QueueUnits(files) for key, files in queues.items()}
     starts = starts if starts is not None else {key: QueueStart(*_recover_queue(files, units[key]))
                                                 for key, files in queues.items()}
-    truncate, max_cq = truncates_queues(starts.values(), commitlog_end, has_commitlog)
+    truncate, max_cq = truncates_queues([*starts.values(), QueueStart(0, other_queues_end, None)], commitlog_end,
+                                        has_commitlog)
     return {(topic, qid): finish_queue(topic, qid, files, starts[(topic, qid)], commitlog_end, has_commitlog,
                                        truncate, units[(topic, qid)])
             for (topic, qid), files in queues.items()}, max_cq

@@ -248,7 +248,7 @@ class Backend:
     bounds: Callable | None = None  # (QueueFile) -> (min offset, max offset) the broker serves, where not its units'
     # a database backend's recovery (store_format.recovery): (part folder) -> DatabaseState or None, and
     # (part folder, offset to truncate, CommitLog min offset) -> [(rocksdbcq.MaxCorrection, unit keys unserved,
-    # of those before the offset)]
+    # of those the (queue offsets, physical offsets) of the units before the offset: kept messages left unserved)]
     state: Callable | None = None
     truncate_dirty: Callable | None = None
     # how a unit is shown (the audit's view of a window of units): (column, Arrow type name) in order; ``topic``,
@@ -414,14 +414,17 @@ def _rocksdb_state(part) -> "DatabaseState | None":
 def _rocksdb_truncate_dirty(part, offset: int, commitlog_min_offset: int) -> list:
     """RocksDBConsumeQueueStore.truncateDirty(offset) predicted (store_format.rocksdbcq.RocksDBQueues.truncate_dirty),
     with each corrected queue's unit keys the broker stops serving counted, and of those the ones before ``offset``
-    (units of kept messages its search skipped)."""
+    (units of kept messages its search skipped) as (queue offsets, physical offsets)."""
     db = _rocksdb(rolled.location(part))
     out = []
+    none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     for c in db.truncate_dirty(offset, commitlog_min_offset):
-        unserved = db.units(c.topic, c.queue_id, c.new.queue_offset + 1, c.old.queue_offset + 1) \
-            if c.new != c.old else None
-        out.append((c, len(unserved) if unserved is not None else 0,
-                    int((unserved.physical_offset < offset).sum()) if unserved is not None else 0))
+        if c.new == c.old:
+            out.append((c, 0, none))
+            continue
+        unserved = db.units(c.topic, c.queue_id, c.new.queue_offset + 1, c.old.queue_offset + 1)
+        kept = unserved.physical_offset < offset
+        out.append((c, len(unserved), (unserved.queue_offset[kept], unserved.physical_offset[kept])))
     return out
 
 

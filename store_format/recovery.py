@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from . import dledger
+from . import batchcq, dledger
 from . import layout as L
 from .checkpoint import Checkpoint
 from .codec import decode_record
@@ -739,10 +739,34 @@ class QueueRebuild:
         return max(0, self.end_offset - self.from_offset)
 
 
+@dataclass(frozen=True)
+class UnservedUnits:
+    """Units of one queue whose messages the recovered CommitLog keeps but the broker no longer serves after its
+    recovery, by a mistake of its own (``cause``): ``rocksdb_truncate_dirty``, RocketMQ 5.3.3's truncateDirty
+    search keeping one unit too few at the cut (the queue's max offset goes back to ``served_max``; the keys past
+    it stay until new messages overwrite them); ``dledger_abnormal_header``, 5.3.3's abnormal DLedger recovery
+    truncating the consume queues 48 bytes per entry short of DLedger's end, at ``detail`` = (that cut, DLedger's
+    end, where the reput starts), and its reput never rebuilding them (the queue ends at ``served_max``).
+    ``queue_offsets`` and ``physical_offsets``: the messages."""
+
+    topic: str
+    queue_id: int
+    cause: str
+    served_max: int
+    queue_offsets: tuple[int, ...]
+    physical_offsets: tuple[int, ...]
+    detail: tuple = ()
+
+    @property
+    def messages(self) -> int:
+        return len(self.queue_offsets)
+
+
 def database_recovery(database, segs: list[Segment], mode: str, start_index: int, recovered_end: int
-                      ) -> tuple[dict, QueueRebuild | None, list[str]]:
+                      ) -> tuple[dict, QueueRebuild | None, list[str], list[UnservedUnits]]:
     """What RocketMQ 5.3.3's recovery does to a database queue store (``database``: :func:`queue_store_state`),
-    as ({(topic, queue id): QueueRecovery} of the queues it cuts, the rebuild of an empty store or None, notes).
+    as ({(topic, queue id): QueueRecovery} of the queues it cuts, the rebuild of an empty store or None, notes, the
+    units of kept messages its truncateDirty leaves unserved).
 
     ``DefaultMessageStore.recover`` takes the checkpoint row (0 without one) as the queues' max physical offset;
     when that is >= the recovered end, ``truncateDirtyLogicFiles`` runs ``RocksDBConsumeQueueStore.truncateDirty``
@@ -756,15 +780,15 @@ def database_recovery(database, segs: list[Segment], mode: str, start_index: int
     if not segs:
         return {}, None, [] if state.empty else [
             "the store has no commitlog segment: recovery destroys the RocksDB consume queue (every queue's units "
-            "and offsets) and opens it empty"]
+            "and offsets) and opens it empty"], []
     if state.empty:
         first = segs[start_index]
         skipped = mode == "normal" and first.base_offset == 0 and _first_record_within(first, 0)
         return {}, QueueRebuild(backend.name, mode, first.name, first.base_offset, recovered_end,
-                                segs[0].base_offset, skipped), []
+                                segs[0].base_offset, skipped), [], []
     if checkpoint < recovered_end:
-        return {}, None, []
-    truncation, notes = {}, []
+        return {}, None, [], []
+    truncation, notes, unserved = {}, [], []
     for c, keys, kept in backend.truncate_dirty(part, recovered_end, segs[0].base_offset):
         if c.refused:
             notes.append(f"RocksDB's truncateDirty cannot move back the max offset of {c.topic}/{c.queue_id}: "
@@ -773,17 +797,14 @@ def database_recovery(database, segs: list[Segment], mode: str, start_index: int
                          f"past the recovered end {recovered_end}: pulls there find no message until new messages "
                          "are written (they are given queue offsets from that max on)")
         elif keys:
-            if kept:
-                notes.append(f"RocksDB's truncateDirty moves the max offset of {c.topic}/{c.queue_id} back to "
-                             f"{c.new.queue_offset + 1}, {kept} unit(s) short of the recovered end {recovered_end}: "
-                             "its binary search stops at the unit of the record at the end itself and keeps the last "
-                             "unit it probed below it, so the kept message(s) from queue offset "
-                             f"{c.new.queue_offset + 1} on are no longer served and new messages overwrite their "
-                             "keys: copy them out before the restart (rocketmq-forensics extract) and re-send them")
+            queue_offsets, physical_offsets = kept
+            if len(queue_offsets):
+                unserved.append(UnservedUnits(c.topic, c.queue_id, "rocksdb_truncate_dirty", c.new.queue_offset + 1,
+                                              tuple(queue_offsets.tolist()), tuple(physical_offsets.tolist())))
             truncation[(c.topic, c.queue_id)] = QueueRecovery(
                 c.topic, c.queue_id, (c.old.queue_offset + 1) * unit, c.old.physical_offset,
                 (c.new.queue_offset + 1) * unit, keys, c.new.queue_offset + 1, "max_row_corrected")
-    return truncation, None, notes
+    return truncation, None, notes, unserved
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -821,6 +842,7 @@ class RecoveryPrediction:
     cq_truncation: dict = field(default_factory=dict)  # (topic, qid) -> QueueRecovery, queues that drop units
     abort_kind: str | None = None  # "file" | "folder" | "other": what ``abort`` is (None: absent)
     queue_rebuild: "QueueRebuild | None" = None  # a database queue store with no row: rebuilt from the CommitLog
+    units_unserved: list = field(default_factory=list)  # UnservedUnits: kept messages recovery stops serving
 
     @property
     def intact_messages_lost(self) -> int:
@@ -975,6 +997,15 @@ def _first_record_within(seg: Segment, end: int) -> bool:
         return _I64_AT(buf, L.PHYSICAL_OFFSET_OFFSET) <= end
 
 
+def batch_queues_end(store: Store) -> int:
+    """The batch consume queues' part of ``ConsumeQueueStore.getMaxPhyOffsetInConsumeQueue`` (5.3.3,
+    ConsumeQueueStore.java:294-304): ``load()`` puts the batch queues in the same table as the consume queues
+    (:68-72, ``loadConsumeQueues``/``putConsumeQueue``), so the max runs over both, each batch queue giving the start
+    of its last valid unit's record (store_format.batchcq.recovered_max_physical_offset); -1 without one.  A
+    RocksDB queue store answers from its checkpoint row alone (RocksDBConsumeQueueStore.java:494-497)."""
+    return max((batchcq.recovered_max_physical_offset(files) for files in store.batch_queues.values()), default=-1)
+
+
 def queue_store_state(store: Store):
     """(backend, part folder, :class:`store_format.queues.DatabaseState`) of the store's database queue store
     (RocksDB's, store_format.queues.queue_stores), or None: the broker's queues are files."""
@@ -1033,16 +1064,20 @@ def dledger_abnormal_queue_cut(store: Store, segs: list[Segment], ledger_end: in
     return cut
 
 
-def dledger_units_never_rebuilt(store: Store, queue_cut: int, reput_from: int, ledger_end: int) -> dict:
-    """{(topic, queue id): (units, first queue offset)} of the consume-queue units the abnormal recovery drops
-    (at or past ``queue_cut``) and the reput does not write again (it starts at ``reput_from``): units of
-    messages DLedger keeps (before ``ledger_end``) that consumers never get."""
-    lost = {}
-    for (topic, qid), files in store.queues.items():
-        for u in read_queue(files):
-            if u.kind == "entry" and queue_cut <= u.physical_offset < min(reput_from, ledger_end):
-                n, first = lost.get((topic, qid), (0, u.queue_offset))
-                lost[(topic, qid)] = (n + 1, min(first, u.queue_offset))
+def dledger_units_never_rebuilt(store: Store, queue_cut: int, reput_from: int, ledger_end: int
+                                ) -> list["UnservedUnits"]:
+    """The consume-queue units the abnormal recovery drops (at or past ``queue_cut``) and the reput does not write
+    again (it starts at ``reput_from``), per queue: units of messages DLedger keeps (before ``ledger_end``) that
+    consumers never get (cause ``dledger_abnormal_header``; ``served_max``: the queue's first unit dropped)."""
+    lost = []
+    for (topic, qid), files in sorted(store.queues.items()):
+        units = [(u.queue_offset, u.physical_offset) for u in read_queue(files)
+                 if u.kind == "entry" and queue_cut <= u.physical_offset < min(reput_from, ledger_end)]
+        if units:
+            units.sort()
+            lost.append(UnservedUnits(topic, qid, "dledger_abnormal_header", units[0][0],
+                                      tuple(o for o, _ in units), tuple(phys for _, phys in units),
+                                      (queue_cut, ledger_end, reput_from)))
     return lost
 
 
@@ -1056,13 +1091,14 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
     log = dledger.DLedgerLog(store.dledger_home, data_file_size=store.segment_size)
     items = log.entries()
     ledger = log.recover(items)
+    unserved: list[UnservedUnits] = []
     names = [f"data/{s.name}" for s in segs]
     start = names.index(ledger.start_file) if ledger.start_file in names else 0
     notes, problems = list(log.metadata.problems), []
     if ledger.will_not_start:
         problems.append(ledger.will_not_start)
     if not segs:
-        return 0, 0, None, None, notes, problems
+        return 0, 0, None, None, notes, problems, unserved
     end = ledger.data_end
     seg = next((s for s in reversed(segs) if s.base_offset <= end), segs[0])
     if ledger.stop is not None:
@@ -1100,18 +1136,9 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
         queue_cut = dledger_abnormal_queue_cut(store, segs, end, min_ts, check_crc)
         # DefaultMessageStore.start: the reput starts at getConfirmOffset() = DLedger's committed position (> 0)
         reput_from = ledger.committed_pos if ledger.committed_pos > 0 else 0
-        lost = dledger_units_never_rebuilt(store, queue_cut, reput_from, end) if queue_cut < end else {}
-        if lost:
-            units = sum(n for n, _ in lost.values())
-            where = ", ".join(f"{t}/{q} from queue offset {first} ({n})" for (t, q), (n, first)
-                              in sorted(lost.items())[:5]) + (", ..." if len(lost) > 5 else "")
-            notes.append(f"RocketMQ 5.3.3's abnormal DLedger recovery truncates the consume queues at physical offset "
-                         f"{queue_cut}, {end - queue_cut} bytes before DLedger's end {end} (it counts each record's "
-                         f"size, not its 48-byte entry header), and its reput starts at the committed position "
-                         f"{reput_from}: {units} consume-queue unit(s) of intact messages are dropped and never "
-                         f"rebuilt, so consumers never receive those messages ({where}).  Before starting, "
-                         "rebuild those queues offline or plan to re-send the messages")
-    return start, end, walk, kind, notes, problems
+        if queue_cut < end:
+            unserved = dledger_units_never_rebuilt(store, queue_cut, reput_from, end)
+    return start, end, walk, kind, notes, problems, unserved
 
 
 def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True,
@@ -1162,6 +1189,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     given = walks or {}
     file_starts, queues_end = None, None  # the file queues' recover(), when the walk's start needs them (5.x)
     database = queue_store_state(store) if store.dledger_home is None else None  # RocksDB's queue store
+    batch_end = batch_queues_end(store) if database is None else -1  # the batch queues count in the queues' max
 
     def walk_of(seg: Segment) -> SegmentWalk:
         if seg.name not in used:
@@ -1169,8 +1197,8 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         return used[seg.name]
 
     if store.dledger_home is not None:  # the CommitLog in DLedger entries: DLedger's recover() decides its end
-        start_index, max_offset, stop_walk, stop_kind, dledger_notes, dledger_problems = _dledger_end(
-            store, segs, mode, cp, message_index_safe, check_crc)
+        start_index, max_offset, stop_walk, stop_kind, dledger_notes, dledger_problems, dledger_unserved = \
+            _dledger_end(store, segs, mode, cp, message_index_safe, check_crc)
         redispatch_from = None
         notes += dledger_notes
         found += [("dledger", text) for text in dledger_problems]
@@ -1181,6 +1209,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
             if queue_starts is None:
                 file_starts = {key: recover_queue(files) for key, files in store.queues.items()}
             queues_end = max((s.max_physic_offset for s in (queue_starts if queue_starts is not None else file_starts).values()), default=-1)
+            queues_end = max(queues_end, batch_end)
         start_index, redispatch_from = recovery_start(segs, mode, cp, message_index_safe,
                                                       (database[2].dispatch_end or 0) if database else None,
                                                       queues_end)
@@ -1196,14 +1225,15 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
 
     if queue_starts is None:
         queues, max_cq = recover_consume_queues(store.queues, max_offset, has_commitlog=bool(segs),
-                                                starts=file_starts)
+                                                starts=file_starts, other_queues_end=batch_end)
     else:
         queues, max_cq = {}, max((s.max_physic_offset for s in queue_starts.values()), default=-1)
+    max_cq = max(max_cq, batch_end)
     max_cq = max(max_cq, queue_dispatch_end(store.loc, store.queue_listing))  # a RocksDB queue's checkpoint row (store_format.queues)
     truncation = {k: q for k, q in queues.items() if q.dropped}
-    rebuild = None
+    rebuild, unserved = None, list(dledger_unserved) if store.dledger_home is not None else []
     if database is not None:
-        db_truncation, rebuild, db_notes = database_recovery(database, segs, mode, start_index, max_offset)
+        db_truncation, rebuild, db_notes, unserved = database_recovery(database, segs, mode, start_index, max_offset)
         truncation.update(db_truncation)
         notes += db_notes
 
@@ -1232,4 +1262,4 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         index_files_deleted=index_deleted, redispatch_from=redispatch_from, notes=notes,
         damaged_dropped=lost.damaged, unframed_dropped=lost.unframed, walks=used, lost_enumerated=enumerate_lost,
         start_problem_files=[f for f, _ in found], cq_truncation=truncation, abort_kind=markers.abort_kind,
-        queue_rebuild=rebuild)
+        queue_rebuild=rebuild, units_unserved=unserved)

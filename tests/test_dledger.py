@@ -330,7 +330,7 @@ def test_rocketmq_5_3_3s_abnormal_recovery_drops_units_it_never_rebuilds(dledger
     """With abort present, dledgerRecoverAbnormally walks from data file 0 (no first record is older than the
     checkpoint), counts 157 records' sizes in the last file without their 48-byte headers and truncates the consume
     queues 157 x 48 bytes short of the end; the reput starts at the committed position, so the units of the messages
-    in between are gone for good: a note names them."""
+    in between are gone for good: the prediction lists them per queue (recovery.units_unserved in the audit)."""
     from store_format.recovery import predict_recovery
     from store_format.store import Store
 
@@ -341,10 +341,13 @@ def test_rocketmq_5_3_3s_abnormal_recovery_drops_units_it_never_rebuilds(dledger
     cut = end - 48 * len(in_last_file)
     lost = [r for r in manifest()["readBack"]["records"] if cut <= r["physicalOffset"] < end
             and r["topic"] != "TopicTx"]  # a PREPARED record has no unit
-    [note] = [n for n in p.notes if "abnormal DLedger recovery" in n]
-    assert f"at physical offset {cut}," in note and f": {len(lost)} consume-queue unit(s)" in note
-    for r in lost:
-        assert f"{r['topic']}/{r['queueId']}" in note
+    assert not [n for n in p.notes if "abnormal DLedger recovery" in n]
+    got = {(u.topic, u.queue_id, o, phys) for u in p.units_unserved for o, phys in zip(u.queue_offsets,
+                                                                                     u.physical_offsets)}
+    assert got == {(r["topic"], r["queueId"], r["queueOffset"], r["physicalOffset"]) for r in lost} and lost
+    assert {u.cause for u in p.units_unserved} == {"dledger_abnormal_header"}
+    assert {u.detail[:2] for u in p.units_unserved} == {(cut, end)}
+    assert all(u.served_max == u.queue_offsets[0] for u in p.units_unserved)
     assert p.mode == "abnormal" and p.max_physical_offset == end
 
 
@@ -465,3 +468,41 @@ def test_the_compiled_framer_walks_the_entries_as_frame_at_does(dledger_copy):
     damaged = walks(dledger_copy)
     stops = [it.stop_kind for w in damaged[::2] for it in w.others.values() if getattr(it, "stop_kind", None)]
     assert {"BAD_CRC", "PHYSICAL_OFFSET_MISMATCH"} <= set(stops) and len(stops) >= 4
+
+
+def test_the_compiled_entry_walk_gives_the_scalar_walks_rows():
+    """udfs.compiled.dledger_walk (CompiledFramer.entry_walk) returns the rows of the scalar dledger_entry_walk, row
+    for row, on the fixture's files and on copies of their bytes with each header damage the walk names (every
+    code of ENTRY_STOPS is met), salvage walk or not, with and without ``until`` and a ``limit`` short of the end."""
+    from store_format.commitlog import ENTRY_STOPS, dledger_entry_walk
+    from udfs.kernels import CompiledFramer
+
+    def cases(name: str, buf: bytes):
+        yield buf, len(buf)
+        entries = [e for e in manifest()["readBack"]["rawEntries"]
+                   if e["file"] == f"data/{name}" and e.get("index") is not None]
+        written = entries[-1]["filePos"] + entries[-1]["size"]
+        for e in entries[::23] + entries[-1:]:
+            for at, fmt, value in ((0, ">i", 7), (0, ">i", -1), (0, ">q", 0), (4, ">i", 40), (4, ">i", 1 << 30),
+                                   (44, ">i", 3), (24, ">q", e["pos"] + 1)):
+                b = bytearray(buf)
+                struct.pack_into(fmt, b, e["filePos"] + at, value)
+                yield bytes(b), len(b)
+        b = bytearray(buf)
+        b[written:written + 5] = b"\x07" * 5
+        yield bytes(b), written + 5  # fewer than 8 bytes left, not zeros
+        yield buf, entries[5]["filePos"] + 60  # a limit inside an entry
+
+    met = set()
+    for path in sorted((STORE / "dledger-n0" / "data").iterdir()):
+        buf = path.read_bytes()
+        for data, limit in cases(path.name, buf):
+            for salvage in (True, False):
+                for until in (None, 100_000):
+                    scalar = dledger_entry_walk(data, 0, limit, until, int(path.name), salvage)
+                    framer = CompiledFramer(data, limit, int(path.name), True, True)
+                    compiled = framer.entry_walk(0, until, salvage)
+                    for got, want in zip(compiled, scalar):
+                        assert got.tolist() == want.tolist()
+                    met |= set(scalar.codes[scalar.kinds == 2].tolist())
+    assert met == set(range(len(ENTRY_STOPS)))

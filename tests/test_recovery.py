@@ -566,3 +566,30 @@ def test_an_abort_that_is_not_a_file(basic_copy, kind, abnormal):
     _make(root / "abort", kind)
     p = predict_recovery(Store(root))
     assert p.will_start and p.mode == ("abnormal" if abnormal else "normal")
+
+
+def test_the_batch_queues_count_in_the_queues_max_physical_offset(tmp_path):
+    """5.3.3's getMaxPhyOffsetInConsumeQueue runs over the batch consume queues too (ConsumeQueueStore.load puts them
+    in the same table), each giving its last valid unit's record START (BatchConsumeQueue.recover's
+    maxMsgPhyOffsetInCommitLog), not its end as a ConsumeQueue does.  On a copy of the v5-batchcq store with its
+    consume queues gone, the batch queues alone give the max: where the reput starts and the normal recovery looks
+    for its first segment."""
+    from store_format.batchcq import read_batch_queue
+
+    from .conftest import FIXTURES_5X
+
+    root = tmp_path / "store"
+    shutil.copytree(FIXTURES_5X / "v5-batchcq" / "store", root)
+    for folder, _, files in os.walk(root):
+        os.chmod(folder, 0o755)
+    full = predict_recovery(Store(root))
+    shutil.rmtree(root / "consumequeue")
+    store = Store(root)
+    last = [max((u for u in read_batch_queue(files, stop_at_invalid=True)), key=lambda u: u.physical_offset)
+            for files in store.batch_queues.values()]
+    want = max(u.physical_offset for u in last)
+    assert len(last) >= 2 and 0 < want < full.max_cq_physical_offset
+    p = predict_recovery(store)
+    assert p.max_cq_physical_offset == want  # the record's start: its end would be want + its size
+    assert predict_recovery(store, queue_starts={}).max_cq_physical_offset == want  # as the audit calls it
+    assert (p.max_physical_offset, p.start_segment) == (full.max_physical_offset, full.start_segment)

@@ -14,7 +14,7 @@ import pytest
 from store_format import queues as Q
 from store_format import rocksdbcq as R
 from store_format.commitlog import list_segments, walk_segment
-from store_format.recovery import QueueRebuild, predict_recovery
+from store_format.recovery import QueueRebuild, UnservedUnits, predict_recovery
 from store_format.store import Store
 
 from .test_rocksdbcq import STORE, manifest, open_for_writing, whole_store_copy  # noqa: F401  (a fixture)
@@ -107,9 +107,12 @@ def test_a_checkpoint_past_the_cut_moves_each_queues_max_back(tmp_path):
     assert {k: (q.first_dropped, q.dropped, q.reason) for k, q in p.cq_truncation.items()} == want
     assert {k: q.end // 20 for k, q in p.cq_truncation.items()} == {k: w[0] for k, w in want.items()}
     assert len(want) >= 5 and wholly_past == [("TopicTx", 0)]
-    skipped, refused = p.notes  # the broker refuses to move TopicTx/0's max row, and keeps serving it
+    [refused] = p.notes  # the broker refuses to move TopicTx/0's max row, and keeps serving it
     assert "TopicTx/0" in refused and "keeps serving its max offset 1" in refused and str(cut) in refused
-    assert "TopicB/0 back to 22, 1 unit(s) short" in skipped
+    # TopicB/0's unit at queue offset 22, a message the recovered CommitLog keeps, is no longer served
+    kept_unit = next((o, phys) for o, phys in units_of(STORE)[("TopicB", 0)] if o == 22)
+    assert kept_unit[1] < cut
+    assert p.units_unserved == [UnservedUnits("TopicB", 0, "rocksdb_truncate_dirty", 22, (22,), (kept_unit[1],))]
     # nothing happens when the checkpoint is not past the cut
     with R.RocksDBQueues(root) as db:
         assert db.truncate_dirty(CHECKPOINT, 0) == [] and db.truncate_dirty(CHECKPOINT + 1, 0) == []
@@ -131,6 +134,21 @@ def test_the_audit_tells_what_recovery_does_to_the_database(spark, tmp_path):
     from .test_v5_audit import audit
 
     empty = emptied(whole_store_copy(tmp_path / "empty"))
+    # consumers' committed offsets: one at each queue's max (served again after the rebuild), TopicA/0's one past it
+    # (no record of it: the broker sets it back), and one on the queue of the record at offset 0, which a normal
+    # recovery does not re-dispatch
+    ends = {k: units[-1][0] + 1 for k, units in units_of(STORE).items()}
+    first = min(units_of(STORE).items(), key=lambda kv: kv[1][0][1])  # the queue of the record at offset 0
+    assert first[1][0][1] == 0
+    offsets: dict = {}
+    for (t, q), end in ends.items():
+        offsets.setdefault(f"{t}@g-at-max", {})[str(q)] = end
+    offsets["TopicA@g-ahead"] = {"0": ends[("TopicA", 0)] + 5}
+    (empty / "config").mkdir()
+    (empty / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": offsets}))
+    ahead = {("g-ahead", "TopicA", 0)}
+    if len(first[1]) == 1:  # its only record: the queue is rebuilt empty, and its group is above it too
+        ahead.add(("g-at-max", *first[0]))
     cut_root = whole_store_copy(tmp_path / "cut")
     cut = cut_last_segment(cut_root)
     aged = whole_store_copy(tmp_path / "aged")
@@ -144,11 +162,21 @@ def test_the_audit_tells_what_recovery_does_to_the_database(spark, tmp_path):
     assert f"{CHECKPOINT} byte(s)" in rebuilt["message"] and "message at physical offset 0 gets no unit" in \
         rebuilt["message"]
     assert json.loads(json.dumps(dict(rebuilt["details"])))["first_record_skipped"] in ("true", True)
+    above = json.loads(dict(rebuilt["details"])["groups_above_max"])
+    assert {(x["group"], x["topic"], x["queue_id"]) for x in above} == ahead
+    assert [x["max_offset"] for x in above if x["group"] == "g-ahead"] == [ends[("TopicA", 0)]]
+    assert "g-ahead on TopicA/0 (committed" in rebuilt["message"] and "OFFSET_OVERFLOW_BADLY" in rebuilt["message"]
+    # the kept message truncateDirty's search leaves unserved: a finding, and a row of the messages to re-send
+    [unserved] = by[("cut", "recovery.units_unserved")]
+    assert (unserved["topic"], unserved["queue_id"], unserved["queue_offset"]) == ("TopicB", 0, 22)
+    assert "1 kept message(s)" in unserved["message"] and "back to 22" in unserved["message"]
+    rows = [r for r in found["tables"]["resend"] if r["broker"] == "cut" and r["topic"] == "TopicB"]
+    assert [(r["state"], r["queue_offset"]) for r in rows if r["queue_offset"] == 22] == [("unindexed", 22)]
     truncated = {(f["topic"], f["queue_id"]): f["queue_offset"] for f in by[("cut", "recovery.cq_truncated")]}
     assert truncated == {k: q.first_dropped for k, q in predict_recovery(Store(cut_root)).cq_truncation.items()}
     assert any("truncateDirty" in f["message"] for f in by[("cut", "recovery.cq_truncated")])
     notes = " ".join(f["message"] for f in by[("cut", "recovery.note")])
-    assert "max offset of TopicTx/0" in notes and "max offset of TopicB/0" in notes
+    assert "max offset of TopicTx/0" in notes and "TopicB/0" not in notes
     assert not [c for b, c in by if b != "empty" and c == "recovery.cq_rebuilt"]
     # the served min offsets in the audit's queues table (what lag, pop and delays read)
     queues = {(r["topic"], r["queue_id"]): r["min_offset"] for r in found["tables"]["queues"] if r["broker"] == "aged"}

@@ -22,7 +22,8 @@ Every kernel, by what it serves (each called through a public wrapper of udfs.ke
   :func:`take_strings` gathers strings by row index (named property values, small name tables);
   :func:`index_keys` gives the keys IndexService indexes for each record and their hashes.
 * framing: :func:`frame_run` (the run of plain valid messages from a position, ``CompiledFramer``) and
-  :func:`frame_each` (its verdict on records at given positions).
+  :func:`frame_each` (its verdict on records at given positions); :func:`dledger_walk` (a DLedger data file's
+  entry headers, ``CompiledFramer.entry_walk``).
 * index files: :func:`index_chain_bits` (each entry's hash-chain problems), :func:`index_entry_summary` (slots
   used, repeated pairs), :func:`pairs_in_sorted` (which (offset, hash) pairs of one set are in another), with
   :func:`index_geometry` (their ``geo`` argument, built beside the constants that name its positions).
@@ -1892,3 +1893,104 @@ def compiled_in_this_process() -> int:
 
     return sum(sum(d.stats.cache_misses.values()) for d in globals().values() if isinstance(d, CPUDispatcher))
 
+
+
+# ---------------------------------------------------------------------------------------------------------
+# DLedger entry headers (store_format.commitlog.dledger_entry_walk, compiled)
+
+_DL_MAGIC, _DL_BLANK, _DL_MIN_BLANK, _DL_HEADER, _DL_BODY = 1, -1, 8, 44, 48  # store_format.dledger's constants
+_DL_RECORD, _DL_BLANK_ROW, _DL_STOP, _DL_SPAN = 0, 1, 2, 3  # EntryWalk kinds (store_format.commitlog.KINDS)
+
+
+@_inner
+def _dl_confirmed(data, pos, limit, base):
+    """store_format.dledger.confirmed_header: magic 1, pos field = base + pos, size = 48 + bodySize > 44, inside."""
+    if pos < 0 or pos + _DL_BODY > limit:
+        return False
+    size = _i32(data, pos + 4)
+    return (_i32(data, pos) == _DL_MAGIC and _i64(data, pos + 24) == base + pos and size > _DL_HEADER
+            and _i32(data, pos + 44) + _DL_BODY == size and pos + size <= limit)
+
+
+@njit((_u1r, nt.int64, nt.int64, nt.int64, nt.int64, nt.boolean, _i1, _i8, _i8, _i4, _i1, _i8, _i8), **_OPTS)
+def dledger_walk(data, start, limit, until, base, salvage, kinds, positions, sizes, magics, codes, tails, state):
+    """store_format.commitlog.dledger_entry_walk's rows from ``start`` (items before ``until``; the caller passes
+    ``limit`` for none), row for row: each entry whose header passes frames its record (kind 0, at entry + 48),
+    a blank, a header's stop (its code: an index into store_format.commitlog.ENTRY_STOPS), and in a salvage walk
+    the span to the next confirmed header.  Writes at most the outputs' length less 3 rows: ``state`` is (the
+    position to go on from, 1 when the walk ended); returns the rows written."""
+    cap = kinds.shape[0] - 3  # one step writes at most three rows (a stop, its span, the tail's stop)
+    n = 0
+    pos = start
+    state[1] = 1
+    while pos < limit and pos < until:
+        if n > cap:
+            state[0], state[1] = pos, 0
+            return n
+        if limit - pos < _DL_MIN_BLANK:
+            stray = False
+            for i in range(pos, limit):
+                stray |= data[i] != 0
+            if stray:
+                kinds[n], positions[n], sizes[n], magics[n], codes[n], tails[n] = _DL_STOP, pos, 0, 0, 7, 0
+                n += 1
+            break
+        magic, size = _i32(data, pos), _i32(data, pos + 4)
+        if magic == _DL_BLANK and size == limit - pos:
+            kinds[n], positions[n], sizes[n], magics[n], codes[n], tails[n] = _DL_BLANK_ROW, pos, size, magic, 0, 0
+            n += 1
+            break
+        code = -1
+        if magic == 0 and size == 0:
+            code = 0
+        elif magic == _DL_BLANK:
+            code = 1
+        elif magic != _DL_MAGIC:
+            code = 2
+        elif size <= _DL_HEADER or pos + _DL_BODY > limit:
+            code = 3
+        elif pos + size > limit:
+            code = 4
+        elif _i32(data, pos + 44) + _DL_BODY != size:
+            code = 5
+        elif _i64(data, pos + 24) != base + pos:
+            code = 6
+        if code < 0:
+            kinds[n], positions[n], sizes[n], magics[n], codes[n], tails[n] = _DL_RECORD, pos + _DL_BODY, \
+                size - _DL_BODY, 0, 0, 0
+            n += 1
+            pos += size
+            continue
+        kinds[n], positions[n], sizes[n], magics[n], codes[n], tails[n] = _DL_STOP, pos, size, magic, code, 0
+        n += 1
+        if not salvage:
+            break
+        nxt = -1
+        i = pos + 1
+        while i + 4 <= limit and i < limit:  # the next confirmed header (a candidate needs its magic's 4 bytes)
+            if data[i + 3] == 1 and data[i] == 0 and data[i + 1] == 0 and data[i + 2] == 0 \
+                    and _dl_confirmed(data, i, limit, base):
+                nxt = i
+                break
+            i += 1
+        tail = 0
+        if nxt < 0:
+            zeros = limit
+            while zeros > pos and data[zeros - 1] == 0:
+                zeros -= 1
+            if code == 0 or zeros <= pos:
+                break
+            tail, end = limit - zeros, zeros
+        else:
+            end = nxt
+        if end > pos:
+            kinds[n], positions[n], sizes[n], magics[n], codes[n], tails[n] = _DL_SPAN, pos, end - pos, 0, code, tail
+            n += 1
+        if nxt < 0:
+            if tail:
+                kinds[n], positions[n], sizes[n], magics[n], codes[n], tails[n] = _DL_STOP, end, 0, 0, 8, 0
+                n += 1
+            break
+        pos = nxt
+    state[0] = pos
+    return n

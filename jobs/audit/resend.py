@@ -13,8 +13,9 @@ queue, keys, unique key, store time).
   dropped       a well-formed message past the recovered end: recovery drops it (``recovery.message_lost``, intact);
                 it is still in the dump, so ``rocketmq-forensics extract --walk salvage --physical-offsets N..``
                 copies it out
-  unindexed     a message the broker keeps but no consume-queue unit points at (``consumequeue.missing_entry``):
-                consumers never receive it unless the queue is rebuilt
+  unindexed     a message the broker keeps but no consume-queue unit points at (``consumequeue.missing_entry``),
+                or whose unit the broker's own recovery stops serving (``recovery.units_unserved``): consumers
+                never receive it unless the queue is rebuilt
   undispatched  a message a record before it keeps from ever being dispatched (RocketMQ's LMQ dispatch stalls on
                 it: ``lmq.dispatch_stalled``), and that record itself: the broker's reput never gets past it, and
                 the way to get the broker started (its verdict's actions) starts the reput at the commitlog's end
@@ -146,6 +147,19 @@ def undispatched_rows(broker: str, t: pa.Table) -> pa.Table:
         pa.array([[]] * n, pa.list_(pa.string())), pa.nulls(n, pa.string()), pa.nulls(n, pa.int64()),
         pa.nulls(n, pa.string()), pa.array([is_system_record(x, None, real_topic_known=False)
                                             for x in t.column("topic").to_pylist()], pa.bool_())], schema=SCHEMA)
+
+
+def unserved_rows(broker: str, topic: str, queue_id: int, queue_offsets, physical_offsets) -> pa.Table:
+    """Kept messages of one queue whose units the broker's own recovery leaves unserved
+    (store_format.recovery.UnservedUnits): ``unindexed`` rows, as the messages in no consume queue are (the extract
+    the verdict prints for those copies these out too)."""
+    n = len(queue_offsets)
+    return pa.Table.from_arrays([
+        pa.repeat(pa.scalar(broker), n), pa.repeat(pa.scalar("unindexed"), n), pa.repeat(pa.scalar(topic), n),
+        pa.repeat(pa.scalar(queue_id, pa.int32()), n), pa.array(queue_offsets, pa.int64()),
+        pa.array(physical_offsets, pa.int64()), pa.array([[]] * n, pa.list_(pa.string())), pa.nulls(n, pa.string()),
+        pa.nulls(n, pa.int64()), pa.nulls(n, pa.string()),
+        pa.repeat(pa.scalar(is_system_record(topic, None, real_topic_known=False)), n)], schema=SCHEMA)
 
 
 # when one record is named twice (an integrity span that is also the record recovery stops at, or a unit pointing

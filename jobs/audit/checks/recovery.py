@@ -21,10 +21,13 @@ abort file is there: the broker did not shut down cleanly), ``recovery.note``.
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runtime.display import plural
 from store_format import layout as L
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
@@ -66,12 +69,19 @@ check("recovery.cq_rebuilt", Severity.WARNING,
       "the consume queue (backend {backend}) holds no row (its writes skip the write-ahead log, so a crash before a "
       "flush loses them all): the broker's {mode} recovery rebuilds every queue by re-dispatching the CommitLog "
       "from physical offset {from_offset} (segment {start_segment}) to {end_offset}, {bytes} byte(s), before it "
-      "serves[; {skipped}][; {aged}]",
+      "serves[; {skipped}][; {aged}][; {above}]",
       consequence=Consequence.CONSUMERS_AFFECTED, group="broker",
       action="Expect a long start (the whole CommitLog is dispatched again); nothing is lost and consumers' offsets "
              "stay valid, as every unit is rebuilt at its record's own queue offset.  If the finding says a normal "
              "recovery skips the record at physical offset 0, create an empty `abort` file in the store first: the "
              "abnormal recovery re-dispatches that record too.")
+check("recovery.units_unserved", Severity.ERROR,
+      "{messages} kept message(s) of {topic}/{queue_id} from queue offset {queue_offset} on will no longer be served "
+      "after the restart: {why}",
+      consequence=Consequence.CONSUMERS_AFFECTED, group="queue",
+      action="Copy the messages out before the restart (`rocketmq-forensics extract --topic T --queue Q "
+             "--queue-offsets A..B`, the command the report's first screen gives) and re-send them after it: the "
+             "broker keeps their records but no consumer receives them, and new messages overwrite their units.")
 check("recovery.index_rebuilt", Severity.INFO,
       "index file {name} is newer than the checkpoint's indexMsgTimestamp: abnormal recovery deletes it and rebuilds "
       "it by re-dispatch",
@@ -142,14 +152,27 @@ def on_driver(ctx) -> FamilyResult:
             add("recovery.cq_truncated", broker=name, topic=topic, queue_id=qid, queue_offset=q.first_dropped,
                 physical_offset=p.max_physical_offset, values={"units": q.dropped, "why": _cq_why(q, p.max_physical_offset)},
                 details={"units": q.dropped, "reason": q.reason, "recovered_queue_end": q.end // L.CQ_STORE_UNIT_SIZE})
+        for u in p.units_unserved:
+            add("recovery.units_unserved", broker=name, topic=u.topic, queue_id=u.queue_id,
+                queue_offset=u.queue_offsets[0], physical_offset=u.physical_offsets[0],
+                values={"messages": u.messages, "why": _unserved_why(u, p.max_physical_offset)},
+                details={"messages": u.messages, "cause": u.cause, "served_max_offset": u.served_max,
+                         "last_queue_offset": u.queue_offsets[-1]})
+            ctx.resend_tables.append(resend.unserved_rows(name, u.topic, u.queue_id, u.queue_offsets,
+                                                          u.physical_offsets))
         r = p.queue_rebuild
         if r is not None:
+            above = _above_rebuilt_max(ctx, name, r)
             add("recovery.cq_rebuilt", broker=name, file="consumequeue", physical_offset=r.from_offset,
                 values={"backend": r.backend, "mode": r.mode,
                         "from_offset": r.from_offset, "start_segment": r.start_segment, "end_offset": r.end_offset,
-                        "bytes": r.bytes, "skipped": _rebuild_skips(r), "aged": _rebuild_aged(r)},
+                        "bytes": r.bytes, "skipped": _rebuild_skips(r), "aged": _rebuild_aged(r),
+                        "above": _above_words(above)},
                 details={"bytes": r.bytes, "first_record_skipped": r.first_record_skipped,
-                         "commitlog_min_offset": r.commitlog_min_offset})
+                         "commitlog_min_offset": r.commitlog_min_offset,
+                         "groups_above_max": json.dumps([{"group": g, "topic": t, "queue_id": q, "committed": o,
+                                                          "max_offset": m} for g, t, q, o, m in above])
+                         if above else None})
         for f in p.index_files_deleted:
             add("recovery.index_rebuilt", broker=name, file=f"index/{f}", values={"name": f})
         for note in p.notes:
@@ -164,6 +187,62 @@ def on_driver(ctx) -> FamilyResult:
                                                    "predicted_max_physical_offset": [r[3] for r in mrows]},
                                         broker=[r[0] for r in mrows]))
     return res
+
+
+def _unserved_why(u, recovered_end: int) -> str:
+    """What the broker gets wrong (store_format.recovery.UnservedUnits.cause)."""
+    if u.cause == "dledger_abnormal_header":
+        cut, end, reput_from = u.detail
+        return (f"RocketMQ 5.3.3's abnormal DLedger recovery truncates the consume queues at physical offset {cut}, "
+                f"{end - cut} bytes before DLedger's end {end} (it counts each record's size, not its 48-byte entry "
+                f"header), and its reput starts at the committed position {reput_from}, so the units are dropped "
+                "and never rebuilt")
+    return (f"RocketMQ 5.3.3's truncateDirty moves the queue's max offset back to {u.served_max}, "
+            f"{plural(u.messages, 'unit')} short of the recovered end {recovered_end}: its binary search stops at "
+            "the unit of the record at the end itself and answers the last unit it probed below it, so the units "
+            "after that one are no longer served (their keys stay until new messages overwrite them)")
+
+
+def _above_rebuilt_max(ctx, name: str, r) -> list[tuple]:
+    """(group, topic, queue id, committed offset, the queue's max offset after the rebuild) of every committed
+    offset (config/consumerOffset.json) above its queue's max once the broker has rebuilt it: each queue is
+    rebuilt at its records' own queue offsets from the records the recovery re-dispatches (the kept messages
+    without a unit, the consumequeue family's ``consumequeue.missing`` rows, from ``r.from_offset`` on; not the
+    record at offset 0 when ``r.first_record_skipped``), so its max is its last such record's queue offset + 1, and
+    0 for a queue with none.  A pull above the max is OFFSET_OVERFLOW_BADLY and the broker answers the max as the
+    next offset (DefaultMessageStore.getMessage, 5.3.3 DefaultMessageStore.java:828-839, nextOffsetCorrection:1729):
+    the group is set back to it."""
+    queues = next((f for f in ctx.families if f.name == "consumequeue"), None)
+    if queues is None:  # the family that finds the messages without a unit did not run: nothing to tell by
+        return []
+    t = ctx.committed_offsets
+    t = t.filter(pc.equal(t.column("broker"), name))
+    if not t.num_rows:
+        return []
+    m = ctx.partial("consumequeue.missing", queues.emits["consumequeue.missing"])
+    phys = m.column("physical_offset")
+    keep = pc.and_(pc.equal(m.column("broker"), name), pc.greater_equal(phys, r.from_offset))
+    if r.first_record_skipped:
+        keep = pc.and_(keep, pc.not_equal(phys, 0))
+    m = m.filter(keep)
+    ends = {(x["topic"], x["queue_id"]): x["queue_offset_max"] + 1 for x in m.group_by(["topic", "queue_id"]).aggregate(
+        [("queue_offset", "max")]).to_pylist()}
+    out = []
+    for x in t.select(["group", "topic", "queue_id", "offset"]).to_pylist():
+        top = ends.get((x["topic"], x["queue_id"]), 0)
+        if x["offset"] > top:
+            out.append((x["group"], x["topic"], x["queue_id"], x["offset"], top))
+    return sorted(out, key=lambda g: (g[1], g[2], g[0]))
+
+
+def _above_words(above: list[tuple]) -> str | None:
+    if not above:
+        return None
+    shown = ", ".join(f"{g} on {t}/{q} (committed {o}, max {m})" for g, t, q, o, m in above[:5])
+    more = f" and {len(above) - 5} more" if len(above) > 5 else ""
+    return (f"{plural(len(above), 'committed offset')} end above a rebuilt queue's max offset: {shown}{more}; the "
+            "broker answers a pull there with OFFSET_OVERFLOW_BADLY and sets the group back to the max, so it "
+            "re-consumes the new messages written from there")
 
 
 def _rebuild_skips(r) -> str | None:
@@ -264,7 +343,7 @@ def _topic_from_queue(store, offset: int, queue_id, queue_offset) -> str | None:
 
 FAMILY = Family(
     "recovery", "what the broker will do at start: whether it starts, where it cuts, what it drops, deletes, rebuilds",
-    in_range=in_range, on_driver=on_driver, rank=10, blockers_predicted=True,
+    in_range=in_range, on_driver=on_driver, rank=10, blockers_predicted=True, reads=("consumequeue.missing",),
     metrics={"messages_lost": "messages the predicted recovery drops, damaged and intact (broker)",
              "damaged_messages_lost": "of those, the damaged records that still frame a message (broker)",
              "predicted_max_physical_offset": "where the broker's recovery will end the commitlog (broker)"})
