@@ -477,10 +477,12 @@ def finish_queue(topic: str, queue_id: int, files, start: QueueStart, commitlog_
                          reason, start.refused if reason == "invalid_unit" else None)
 
 
-def truncates_queues(starts, commitlog_end: int, has_commitlog: bool = True) -> tuple[bool, int]:
+def truncates_queues(starts, commitlog_end: int, has_commitlog: bool = True,
+                     other_queues_end: int = -1) -> tuple[bool, int]:
     """(whether recovery runs truncateDirtyLogicFiles on every queue, the queues' max maxPhysicOffset): it does
-    when that max is >= the recovered commitlog end (``DefaultMessageStore.recover``)."""
-    max_cq = max((s.max_physic_offset for s in starts), default=-1)
+    when that max is >= the recovered commitlog end (``DefaultMessageStore.recover``); ``other_queues_end``: the
+    max the store's other queues in the same table give (5.x batch consume queues)."""
+    max_cq = max(max((s.max_physic_offset for s in starts), default=-1), other_queues_end)
     return has_commitlog and max_cq >= commitlog_end, max_cq
 
 
@@ -497,8 +499,7 @@ def recover_consume_queues(queues: dict, commitlog_end: int, has_commitlog: bool
     units = {key: _QueueUnits(files) for key, files in queues.items()}
     starts = starts if starts is not None else {key: QueueStart(*_recover_queue(files, units[key]))
                                                 for key, files in queues.items()}
-    truncate, max_cq = truncates_queues([*starts.values(), QueueStart(0, other_queues_end, None)], commitlog_end,
-                                        has_commitlog)
+    truncate, max_cq = truncates_queues(starts.values(), commitlog_end, has_commitlog, other_queues_end)
     return {(topic, qid): finish_queue(topic, qid, files, starts[(topic, qid)], commitlog_end, has_commitlog,
                                        truncate, units[(topic, qid)])
             for (topic, qid), files in queues.items()}, max_cq

@@ -593,3 +593,23 @@ def test_the_batch_queues_count_in_the_queues_max_physical_offset(tmp_path):
     assert p.max_cq_physical_offset == want  # the record's start: its end would be want + its size
     assert predict_recovery(store, queue_starts={}).max_cq_physical_offset == want  # as the audit calls it
     assert (p.max_physical_offset, p.start_segment) == (full.max_physical_offset, full.start_segment)
+
+
+def test_the_truncation_decision_takes_the_batch_queues_max(tmp_path):
+    """DefaultMessageStore.recover truncates every queue when the queues' max physical offset (the batch queues' in
+    the same table, 5.3.3) reaches the recovered end; the audit's scan decides with the surveyed file queues' starts
+    and store_format.recovery.batch_queues_end, as predict_recovery does."""
+    from store_format.recovery import batch_queues_end, truncates_queues
+
+    from .conftest import FIXTURES_5X
+
+    root = tmp_path / "store"
+    shutil.copytree(FIXTURES_5X / "v5-batchcq" / "store", root)
+    for folder, _, files in os.walk(root):
+        os.chmod(folder, 0o755)
+    shutil.rmtree(root / "consumequeue")
+    end = batch_queues_end(Store(root))
+    assert end > 0
+    assert truncates_queues([], end, True, end) == (True, end)  # a cut at the last batch unit's record
+    assert truncates_queues([], end + 1, True, end) == (False, end)
+    assert truncates_queues([], end, True) == (False, -1)  # without the batch queues nothing would be truncated
