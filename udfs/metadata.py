@@ -249,13 +249,15 @@ def scan_offset_stream(buf, batch_rows: int):
             k = order[lo:lo + batch_rows]
             if not (_valid_utf8(_spans(b, name_lo[k], at[k])) and _valid_utf8(_spans(b, at[k] + 1, name_hi[k]))):
                 return None
-    # each batch: whole maps, at least one, until batch_rows rows
-    ends = np.searchsorted(np.cumsum(count[order]), np.arange(batch_rows, n_entries, batch_rows), "left") + 1
-    cuts = np.unique(np.r_[0, np.minimum(ends, n_maps), n_maps]) if n_maps else np.zeros(0, np.int64)
+    ends = np.cumsum(count[order])  # rows up to each map, in order
 
     def batches():
-        for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        lo = 0
+        while lo < n_maps:  # whole maps, as many as batch_rows rows hold (at least one)
+            before = int(ends[lo - 1]) if lo else 0
+            hi = max(int(np.searchsorted(ends, before + batch_rows, "right")), lo + 1)
             k = np.ascontiguousarray(order[lo:hi])
+            lo = hi
             rows = int(count[k].sum())
             row_map, qid, offset = np.empty(rows, np.int32), np.empty(rows, np.int32), np.empty(rows, np.int64)
             K.offset_map_rows(b, k, body, count, row_map, qid, offset)
