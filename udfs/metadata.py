@@ -159,6 +159,9 @@ def table_batch(table: str, broker: str, root) -> pa.Table:
 def _config_table(table: str, schema, broker: str, join, rows) -> pa.Table:
     """:func:`table_batch` of a config file's table."""
     if table == "consumer_offsets":  # a busy broker's offsets: column-wise from the fast path when it reads them
+        streamed = _streamed_offset_table(broker, join("config"), rows)
+        if streamed is not None:
+            return streamed
         problems: list = []
         try:  # past store_format.config.CONFIG_MEMORY_LIMIT only this way (or the file's TOO_LARGE error below)
             fast = C.offset_columns(join("config"), problems, offset_scan=scan_offset_table)
@@ -190,6 +193,30 @@ def _config_table(table: str, schema, broker: str, join, rows) -> pa.Table:
     bad = rows(*[dict(source=cfg.source, error=str(e), error_key=e.field,
                       error_value=getattr(e, "value_text", None)) for e in problems])
     return pa.concat_tables([good, bad])
+
+
+def _streamed_offset_table(broker: str, config_dir, rows) -> pa.Table | None:
+    """The consumer_offsets table from :func:`offset_table_batches` (the file mapped, not read into memory, and no
+    array per offset but the table's own), where the file streams and holds at most
+    ``store_format.config.offsets_limit()`` offsets; None otherwise (:func:`store_format.config.offset_columns`
+    then reads it, or says why not).  A ``MemoryError`` on the way is the file's error row, naming it and its
+    size."""
+    got = None
+    try:
+        got = _config_offset_batches(broker, config_dir, C.OFFSET_BATCH_ROWS)
+        if got is None:
+            return None
+        source, _, entries, batches = got
+        if entries > C.offsets_limit():
+            batches.close()  # the file unmapped: offset_columns gives its TOO_LARGE error
+            return None
+        return pa.Table.from_batches(list(batches), schema=schema_of("consumer_offsets"))
+    except MemoryError:
+        if got is not None:
+            got[3].close()
+        path = got[0] if got is not None else str(config_dir / "consumerOffset.json")
+        e = C.out_of_memory(path, C.file_size(path), "streaming its offsets")
+        return rows(dict(error=str(e), source=e.file))
 
 
 def _offset_table(schema, broker, cfg, cols, problems, rows) -> pa.Table:
@@ -279,9 +306,13 @@ def offset_table_batches(broker: str, root, batch_rows: int = C.OFFSET_BATCH_ROW
     rows, in the same order, as :func:`table_batch` where the file is what brokers write, in memory proportional to
     its maps and one batch.  (the file used, its size, its offsets, the batches' generator), or None: the file is
     not read this way (then :func:`table_batch` reads it, or says why not)."""
+    return _config_offset_batches(broker, as_path(root).joinpath("config"), batch_rows)
+
+
+def _config_offset_batches(broker: str, config_dir, batch_rows: int):
+    """:func:`offset_table_batches` of a store's config folder."""
     schema = schema_of("consumer_offsets")
-    where = as_path(root)
-    stream = C.offset_batches(where.joinpath("config"), scan_offset_stream, batch_rows)
+    stream = C.offset_batches(config_dir, scan_offset_stream, batch_rows)
     if stream is None:
         return None
 
