@@ -36,6 +36,14 @@ Whether the broker can load a consumer-offsets file (:func:`config_load_failure`
 judged in one compiled pass over a read-only map of it that keeps nothing per map or offset
 (``offset_scan(buf, check_only=True)``: :class:`OffsetCheck`), never by building its rows.
 
+consumerOffset.json in the broker's layout also streams (:func:`offset_batches`, with a compiled scanner the
+caller passes: ``udfs.metadata.scan_offset_stream``): one pass keeps each map's name span, body and count (no
+array per offset), the maps are ordered as :func:`offset_columns` orders them, and the rows come a batch of whole
+maps at a time from a read-only map of the file -- the same rows in the same order, in memory proportional to
+the maps and one batch (a 1 GiB file of 104 M offsets within 3.7 GiB resident, its file pages included:
+BENCHMARKS.md).  The metadata table is built from it where the file streams (``udfs.metadata.table_batch``), and
+``udfs.metadata.spill_offset_table`` writes it to Parquet a batch at a time.
+
 Values a broker cannot hold are the file's findings, not exceptions: :func:`value_problems` lists each
 (``OUT_OF_RANGE`` errors naming the file, the key path and the value) -- a consumer offset outside Java's
 long, a queue id or a delay level outside int or not a number -- and the accessors (:func:`consumer_offsets`,
