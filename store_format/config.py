@@ -1007,13 +1007,33 @@ def _members_read(buf, spans) -> bool:
     return True
 
 
-def _closing(batches, m):
+class ClosingIterator:
+    """An iterator that calls ``close`` once it ends, fails or is closed, started or not (a generator closed before
+    its first item never runs its ``finally``): a mapped file's batches unmap it so."""
+
+    def __init__(self, items, close):
+        self._items, self._close = iter(items), close
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return next(self._items)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        close, self._close = self._close, None
+        if close is not None:
+            getattr(self._items, "close", lambda: None)()
+            close()
+
+
+def _closing(batches, m) -> ClosingIterator:
     """``batches``, then the map closed (also when the consumer stops early)."""
-    try:
-        yield from batches
-    finally:
-        batches.close()
-        m.close()
+    return ClosingIterator(batches, m.close)
 
 
 INT_RANGE = L.JAVA_INT  # java.lang.Integer: queue ids, delay levels, queue counts

@@ -169,3 +169,21 @@ def test_a_big_file_streams_within_a_memory_limit_the_in_memory_path_exceeds(tmp
         got[mode] = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["streamed"] == {"rows": maps * 32, "sum": sum(32 * m + 496 for m in range(maps))}
     assert got["in-memory"]["rows"] == 0 and "ran out of memory" in got["in-memory"]["errors"][0], got["in-memory"]
+
+
+def test_a_stream_closed_before_its_first_batch_unmaps_the_file(tmp_path, monkeypatch):
+    """The table's path closes a stream it does not read (past the offsets limit): the file's map is closed then,
+    not left to the garbage collector; and the file is the limit's TOO_LARGE row, as before streaming."""
+    from store_format.fs import maps
+
+    closed = []
+    real = maps.ReadOnlyMap.close
+    monkeypatch.setattr(maps.ReadOnlyMap, "close", lambda self: (closed.append(str(self.path)), real(self)))
+    root = _store(tmp_path, _offsets_file(_generated(6, 3000)))
+    got = offset_table_batches("b", str(root), 100)
+    got[3].close()
+    assert closed == [str(root / "config" / "consumerOffset.json")]
+    monkeypatch.setenv(C.CONFIG_OFFSETS_LIMIT_ENV, "10")
+    t = table_batch("consumer_offsets", "b", str(root))
+    assert t.num_rows == 1 and "more than the limit of 10 offsets" in t.column("error")[0].as_py()
+    assert closed[1] == str(root / "config" / "consumerOffset.json")

@@ -316,13 +316,14 @@ def _config_offset_batches(broker: str, config_dir, batch_rows: int):
     if stream is None:
         return None
 
+    cfg = C.ConfigFile("consumerOffset.json", None, stream.source, ())
+
     def batches():
         for cols in stream.batches:
-            t = _offset_table(schema, broker, C.ConfigFile("consumerOffset.json", None, stream.source, ()), cols,
-                              [], None)
+            t = _offset_table(schema, broker, cfg, cols, [], None)
             yield from t.to_batches(max_chunksize=max(t.num_rows, 1))
 
-    return stream.source, stream.size, stream.entries, batches()
+    return stream.source, stream.size, stream.entries, C.ClosingIterator(batches(), stream.batches.close)
 
 
 def spill_offset_table(broker: str, root, directory, batch_rows: int = C.OFFSET_BATCH_ROWS):
