@@ -201,20 +201,31 @@ def _streamed_offset_table(broker: str, config_dir, rows) -> pa.Table | None:
     ``store_format.config.offsets_limit()`` offsets; None otherwise (:func:`store_format.config.offset_columns`
     then reads it, or says why not).  A ``MemoryError`` on the way is the file's error row, naming it and its
     size."""
-    got = None
+    stream = None
     try:
-        got = _config_offset_batches(broker, config_dir, C.OFFSET_BATCH_ROWS)
-        if got is None:
+        stream = C.offset_batches(config_dir, scan_offset_stream, C.OFFSET_BATCH_ROWS)
+        if stream is None:
             return None
-        source, _, entries, batches = got
-        if entries > C.offsets_limit():
-            batches.close()  # the file unmapped: offset_columns gives its TOO_LARGE error
+        if stream.entries > C.offsets_limit():
+            stream.batches.close()  # the file unmapped: offset_columns gives its TOO_LARGE error
             return None
-        return pa.Table.from_batches(list(batches), schema=schema_of("consumer_offsets"))
+        parts = {"topic": [], "group": [], "queue_id": [], "offset": []}
+        for cols in stream.batches:  # the names taken per row; the constant columns made once, for all rows
+            index = pa.array(cols["map"])
+            parts["topic"].append(cols["topics"].take(index))
+            parts["group"].append(cols["groups"].take(index))
+            parts["queue_id"].append(pa.array(cols["queue_id"], _I))
+            parts["offset"].append(pa.array(cols["offset"], _L))
+        schema = schema_of("consumer_offsets")
+        n = stream.entries
+        arrays = {"broker": _constant(broker, n, _S), "source": _constant(stream.source, n, _S),
+                  **{k: pa.chunked_array(v, schema.field(k).type) for k, v in parts.items()}}
+        return pa.Table.from_arrays([arrays[f.name] if f.name in arrays else _constant(None, n, f.type)
+                                     for f in schema], schema=schema)
     except MemoryError:
-        if got is not None:
-            got[3].close()
-        path = got[0] if got is not None else str(config_dir / "consumerOffset.json")
+        if stream is not None:
+            stream.batches.close()
+        path = stream.source if stream is not None else str(config_dir / "consumerOffset.json")
         e = C.out_of_memory(path, C.file_size(path), "streaming its offsets")
         return rows(dict(error=str(e), source=e.file))
 
