@@ -36,6 +36,14 @@ Whether the broker can load a consumer-offsets file (:func:`config_load_failure`
 judged in one compiled pass over a read-only map of it that keeps nothing per map or offset
 (``offset_scan(buf, check_only=True)``: :class:`OffsetCheck`), never by building its rows.
 
+consumerOffset.json in the broker's layout also streams (:func:`offset_batches`, with a compiled scanner the
+caller passes: ``udfs.metadata.scan_offset_stream``): one pass keeps each map's name span, body and count (no
+array per offset), the maps are ordered as :func:`offset_columns` orders them, and the rows come a batch of whole
+maps at a time from a read-only map of the file -- the same rows in the same order, in memory proportional to
+the maps and one batch (a 1 GiB file of 104 M offsets within 3.7 GiB resident, its file pages included:
+BENCHMARKS.md).  The metadata table is built from it where the file streams (``udfs.metadata.table_batch``), and
+``udfs.metadata.spill_offset_table`` writes it to Parquet a batch at a time.
+
 Values a broker cannot hold are the file's findings, not exceptions: :func:`value_problems` lists each
 (``OUT_OF_RANGE`` errors naming the file, the key path and the value) -- a consumer offset outside Java's
 long, a queue id or a delay level outside int or not a number -- and the accessors (:func:`consumer_offsets`,
@@ -937,6 +945,95 @@ def _offset_columns(cfg: ConfigFile, fast, problems: list, limit: int):
     return cfg, {"map": r.astype(np.int32), "topics": pa.array([t for t, _ in ordered], pa.string()),
                  "groups": pa.array([g for _, g in ordered], pa.string()), "queue_id": qid.astype(np.int32),
                  "offset": offset}
+
+
+#: Rows per batch of a streamed consumerOffset.json (:func:`offset_batches`): ~1.3 MB of columns per 64 Ki rows
+#: beside the names, so the driver holds a few MB of rows at a time whatever the file's size.
+OFFSET_BATCH_ROWS = 1 << 20
+
+
+class OffsetStream(NamedTuple):
+    """A consumer-offsets file read as a stream (:func:`offset_batches`): the file used, its size, its counts, and
+    ``batches``: a generator of the rows a batch of maps at a time, each batch what :func:`offset_columns` gives
+    for its maps ({"map", "topics", "groups", "queue_id", "offset"}: ``map`` indexes the batch's own names), the
+    maps in (topic, group) order as :func:`offset_columns` orders them.  The file stays mapped until the generator
+    ends or is closed."""
+
+    source: str
+    size: int
+    maps: int
+    entries: int
+    batches: object
+
+
+def offset_batches(config_dir, offset_stream, batch_rows: int = OFFSET_BATCH_ROWS,
+                   name: str = "consumerOffset.json") -> OffsetStream | None:
+    """consumerOffset.json (or, when it is missing, its ``.bak``) as batches of rows, in memory proportional to its
+    maps and one batch, never to its offsets -- the same rows, in the same order, as :func:`offset_columns` where
+    the file is what brokers write: every key topic@group without an escape and given once, each map's queue ids
+    ascending within int, the names valid UTF-8, the other top-level members readable, at least the fast path's
+    64 KiB.  ``offset_stream(buf, batch_rows)`` (``udfs.metadata.scan_offset_stream``, compiled; this package stays
+    free of numba) reads a read-only map of the file: (maps, entries, other members' spans, a generator of
+    batches) or None.  None for any other file (missing, unreadable, another shape): :func:`offset_columns` and
+    :func:`read_config` then read it as they can, or say why not."""
+    d = as_path(config_dir)
+    for candidate in (d / name, d / f"{name}.bak"):
+        if not candidate.exists() and not candidate.is_symlink():
+            continue
+        try:
+            m = ReadOnlyMap(candidate)
+        except (UnreadableError, OSError):
+            return None
+        try:
+            size = len(m)
+            found = offset_stream(m.buf, batch_rows) if size >= _FAST_MIN else None
+            if found is None or not _members_read(m.buf, found[2]):
+                m.close()
+                return None
+        except BaseException:
+            m.close()
+            raise
+        return OffsetStream(str(candidate), size, found[0], found[1], _closing(found[3], m))
+    return None
+
+
+def _members_read(buf, spans) -> bool:
+    """The top-level members beside offsetTable (5.x's dataVersion) read as in the whole file (:func:`loads`)."""
+    try:
+        for lo, hi in spans:
+            loads(bytes(buf[lo:hi]).decode("utf-8", "replace"))
+    except (ConfigError, ValueError, RecursionError):
+        return False
+    return True
+
+
+class ClosingIterator:
+    """An iterator that calls ``close`` once it ends, fails or is closed, started or not (a generator closed before
+    its first item never runs its ``finally``): a mapped file's batches unmap it so."""
+
+    def __init__(self, items, close):
+        self._items, self._close = iter(items), close
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return next(self._items)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        close, self._close = self._close, None
+        if close is not None:
+            getattr(self._items, "close", lambda: None)()
+            close()
+
+
+def _closing(batches, m) -> ClosingIterator:
+    """``batches``, then the map closed (also when the consumer stops early)."""
+    return ClosingIterator(batches, m.close)
 
 
 INT_RANGE = L.JAVA_INT  # java.lang.Integer: queue ids, delay levels, queue counts

@@ -125,11 +125,13 @@ def test_running_out_of_memory_building_a_config_table_is_its_error_row_naming_t
 
     monkeypatch.setattr(M, "_config_columns", exhausted)
     monkeypatch.setattr(M, "_offset_table", exhausted)
-    for table, name in (("topics", "topics.json"), ("consumer_offsets", "consumerOffset.json")):
+    monkeypatch.setattr(M, "_constant", exhausted)  # the streamed table's
+    for table, name, building in (("topics", "topics.json", "building its table"),
+                                  ("consumer_offsets", "consumerOffset.json", "streaming its offsets")):
         t = M.table_batch(table, "b", tmp_path / "store")
         (error,) = t.column("error").to_pylist()
         size = (config / name).stat().st_size
-        assert error == f"TOO_LARGE {config / name}: ran out of memory building its table ({size} bytes)"
+        assert error == f"TOO_LARGE {config / name}: ran out of memory {building} ({size} bytes)"
         assert M.is_too_large(error) and C.too_large_size(error) == size
     assert C.too_large_size("TOO_LARGE x: ran out of memory reading it") is None
 

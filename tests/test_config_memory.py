@@ -114,8 +114,18 @@ def test_a_memory_error_while_parsing_names_the_file_and_the_operation(tmp_path,
         offset_columns(d, [], offset_scan=scan_offset_table)
     assert raised.value.kind is ErrorKind.TOO_LARGE and raised.value.file == str(path)
     assert raised.value.message == f"ran out of memory building its offset columns ({path.stat().st_size} bytes)"
+    from udfs import metadata
+
+    streamed = metadata.scan_offset_stream
+    monkeypatch.setattr(metadata, "scan_offset_stream", lambda *a: None)  # the columns' path: the stream steps aside
     t = table_batch("consumer_offsets", "b", tmp_path / "store")  # the metadata source: the file's error row
     assert t.num_rows == 1 and "building its offset columns" in t.column("error")[0].as_py()
+    monkeypatch.setattr(metadata, "scan_offset_stream", streamed)
+    monkeypatch.setattr(metadata, "_constant", exhausted)  # building the streamed table: the file's error row too
+    t = table_batch("consumer_offsets", "b", tmp_path / "store")
+    assert t.num_rows == 1 and t.column("source")[0].as_py() == str(path)
+    assert t.column("error")[0].as_py() == (f"TOO_LARGE {path}: ran out of memory streaming its offsets "
+                                            f"({path.stat().st_size} bytes)")
 
 
 def test_appending_to_a_store_whose_offsets_are_too_large_is_refused(tmp_path, monkeypatch):

@@ -1994,3 +1994,134 @@ def dledger_walk(data, start, limit, until, base, salvage, kinds, positions, siz
         pos = nxt
     state[0] = pos
     return n
+
+# consumerOffset.json streamed (udfs/metadata.py: offset_table_batches): the maps found once, their rows read a
+# batch of maps at a time, so nothing is held per offset beyond one batch
+
+
+@njit((_u1r, _i8, _i8, _b1, _i8, _i8, _i8, _i8, _i8, nt.int64), **_OPTS)
+def offset_table_maps(b, name_lo, name_hi, name_esc, body, map_count, other_lo, other_hi, flags, nest_limit):
+    """:func:`offset_table_scan`'s grammar in the same one pass, keeping per map its name span, whether an escape is
+    inside, where its ``{`` is (``body``) and its entry count -- nothing per entry.  ``flags[0]``: 1 when every
+    map's queue ids ascend within int (what fastjson writes), else 0.  Returns (maps, entries, other members) or
+    (-1, the position, 0) where :func:`offset_table_scan` steps aside."""
+    n = b.shape[0]
+    esc = np.zeros(1, np.bool_)
+    num = np.zeros(1, np.int64)
+    maps = entries = others = 0
+    seen = False
+    flags[0] = 1
+    i = _ws(b, 0, n)
+    if i >= n or _at(b, i) != 123:
+        return _ASIDE, i, 0
+    i = _ws(b, i + 1, n)
+    if i < n and _at(b, i) == 125:
+        return _ASIDE, i, 0
+    while True:
+        if i >= n or _at(b, i) != 34:
+            return _ASIDE, i, 0
+        esc[0] = False
+        e = _string_end(b, i, n, esc)
+        if e < 0 or esc[0]:
+            return _ASIDE, i, 0
+        is_table = e - i - 1 == 11 and b[i + 1] == 111 and b[i + 2] == 102 and b[i + 3] == 102 and \
+            b[i + 4] == 115 and b[i + 5] == 101 and b[i + 6] == 116 and b[i + 7] == 84 and b[i + 8] == 97 and \
+            b[i + 9] == 98 and b[i + 10] == 108 and b[i + 11] == 101  # "offsetTable"
+        i = _ws(b, e + 1, n)
+        if i >= n or _at(b, i) != 58:
+            return _ASIDE, i, 0
+        i = _ws(b, i + 1, n)
+        if not is_table:
+            e = _value_end(b, i, n, nest_limit, esc)
+            if e <= i:
+                return _ASIDE, i, 0
+            other_lo[others], other_hi[others] = i, e
+            others += 1
+            i = e
+        else:
+            if seen or i >= n or _at(b, i) != 123:
+                return _ASIDE, i, 0
+            seen = True
+            i = _ws(b, i + 1, n)
+            if i < n and _at(b, i) == 125:
+                i += 1
+            else:
+                while True:  # "name":{k:v,...}
+                    if i >= n or _at(b, i) != 34:
+                        return _ASIDE, i, 0
+                    esc[0] = False
+                    e = _string_end(b, i, n, esc)
+                    if e < 0:
+                        return _ASIDE, i, 0
+                    name_lo[maps], name_hi[maps], name_esc[maps] = i + 1, e, esc[0]
+                    first = entries
+                    i = _ws(b, e + 1, n)
+                    if i >= n or _at(b, i) != 58:
+                        return _ASIDE, i, 0
+                    i = _ws(b, i + 1, n)
+                    if i >= n or _at(b, i) != 123:
+                        return _ASIDE, i, 0
+                    body[maps] = i
+                    i = _ws(b, i + 1, n)
+                    if i < n and _at(b, i) == 125:
+                        i += 1
+                    else:
+                        last = np.int64(0)
+                        while True:
+                            at = i
+                            i = _integer(b, i, n, False, num)
+                            if i < 0:
+                                return _ASIDE, at, 0
+                            q = num[0]
+                            if q < -2147483648 or q > 2147483647 or (entries > first and q <= last):
+                                flags[0] = 0
+                            last = q
+                            i = _ws(b, i, n)
+                            if i >= n or _at(b, i) != 58:
+                                return _ASIDE, i, 0
+                            at = _ws(b, i + 1, n)
+                            i = _integer(b, at, n, True, num)
+                            if i < 0:
+                                return _ASIDE, at, 0
+                            entries += 1
+                            i, then = _after_member(b, i, n)
+                            if then != _MORE:
+                                break
+                        if then == _BAD:
+                            return _ASIDE, i, 0
+                    map_count[maps] = entries - first
+                    maps += 1
+                    i, then = _after_member(b, i, n)
+                    if then != _MORE:
+                        break
+                if then == _BAD:
+                    return _ASIDE, i, 0
+        i, then = _after_member(b, i, n)
+        if then != _MORE:
+            break
+    if then == _BAD or not seen or _ws(b, i, n) != n:
+        return _ASIDE, i, 0
+    return maps, entries, others
+
+
+@njit((_u1r, _i8r, _i8r, _i8r, _i4, _i4, _i8), **_OPTS)
+def offset_map_rows(b, maps, body, count, row_map, qid, offset):
+    """The rows of the maps ``maps`` (indexes into :func:`offset_table_maps`' ``body`` and ``count``, which has
+    read the file's grammar, queue ids within int), in that order: each row's place in ``maps``, its queue id and
+    offset.  Returns the rows written."""
+    n = b.shape[0]
+    num = np.zeros(1, np.int64)
+    r = 0
+    for m in range(maps.shape[0]):
+        k = maps[m]
+        i = _ws(b, body[k] + 1, n)
+        for _ in range(count[k]):
+            i = _integer(b, i, n, False, num)
+            qid[r] = num[0]
+            i = _ws(b, _ws(b, i, n) + 1, n)  # past the ':'
+            i = _integer(b, i, n, True, num)
+            offset[r] = num[0]
+            row_map[r] = m
+            r += 1
+            i, _ = _after_member(b, i, n)
+    return r

@@ -159,6 +159,9 @@ def table_batch(table: str, broker: str, root) -> pa.Table:
 def _config_table(table: str, schema, broker: str, join, rows) -> pa.Table:
     """:func:`table_batch` of a config file's table."""
     if table == "consumer_offsets":  # a busy broker's offsets: column-wise from the fast path when it reads them
+        streamed = _streamed_offset_table(broker, join("config"), rows)
+        if streamed is not None:
+            return streamed
         problems: list = []
         try:  # past store_format.config.CONFIG_MEMORY_LIMIT only this way (or the file's TOO_LARGE error below)
             fast = C.offset_columns(join("config"), problems, offset_scan=scan_offset_table)
@@ -192,6 +195,41 @@ def _config_table(table: str, schema, broker: str, join, rows) -> pa.Table:
     return pa.concat_tables([good, bad])
 
 
+def _streamed_offset_table(broker: str, config_dir, rows) -> pa.Table | None:
+    """The consumer_offsets table from :func:`offset_table_batches` (the file mapped, not read into memory, and no
+    array per offset but the table's own), where the file streams and holds at most
+    ``store_format.config.offsets_limit()`` offsets; None otherwise (:func:`store_format.config.offset_columns`
+    then reads it, or says why not).  A ``MemoryError`` on the way is the file's error row, naming it and its
+    size."""
+    stream = None
+    try:
+        stream = C.offset_batches(config_dir, scan_offset_stream, C.OFFSET_BATCH_ROWS)
+        if stream is None:
+            return None
+        if stream.entries > C.offsets_limit():
+            stream.batches.close()  # the file unmapped: offset_columns gives its TOO_LARGE error
+            return None
+        parts = {"topic": [], "group": [], "queue_id": [], "offset": []}
+        for cols in stream.batches:  # the names taken per row; the constant columns made once, for all rows
+            index = pa.array(cols["map"])
+            parts["topic"].append(cols["topics"].take(index))
+            parts["group"].append(cols["groups"].take(index))
+            parts["queue_id"].append(pa.array(cols["queue_id"], _I))
+            parts["offset"].append(pa.array(cols["offset"], _L))
+        schema = schema_of("consumer_offsets")
+        n = stream.entries
+        arrays = {"broker": _constant(broker, n, _S), "source": _constant(stream.source, n, _S),
+                  **{k: pa.chunked_array(v, schema.field(k).type) for k, v in parts.items()}}
+        return pa.Table.from_arrays([arrays[f.name] if f.name in arrays else _constant(None, n, f.type)
+                                     for f in schema], schema=schema)
+    except MemoryError:
+        if stream is not None:
+            stream.batches.close()
+        path = stream.source if stream is not None else str(config_dir / "consumerOffset.json")
+        e = C.out_of_memory(path, C.file_size(path), "streaming its offsets")
+        return rows(dict(error=str(e), source=e.file))
+
+
 def _offset_table(schema, broker, cfg, cols, problems, rows) -> pa.Table:
     """The consumer_offsets table from :func:`store_format.config.offset_columns`' columns: the names taken per row,
     the constant columns shared (:func:`_constant`)."""
@@ -206,6 +244,116 @@ def _offset_table(schema, broker, cfg, cols, problems, rows) -> pa.Table:
         return good
     return pa.concat_tables([good, rows(*[dict(source=cfg.source, error=str(e), error_key=e.field,
                                                error_value=getattr(e, "value_text", None)) for e in problems])])
+
+
+def scan_offset_stream(buf, batch_rows: int):
+    """consumerOffset.json in fastjson's layout as a stream (``store_format.config.offset_batches``' scanner): one
+    compiled pass keeps each map's name span, body and count (``udfs.compiled.offset_table_maps``: ~40 bytes a map,
+    nothing per offset), the maps are ordered by (topic, group) as ``offset_columns`` orders them
+    (``offset_name_order``), then the rows are read from the map a batch of maps at a time (``offset_map_rows``).
+    (maps, entries, other members' spans, a generator of batches), or None where the file is not what brokers
+    write (``scan_offset_table`` has no rows for it either): a name escaped, not topic@group or given twice, queue
+    ids not ascending within int, a name not valid UTF-8, another grammar."""
+    import numpy as np
+
+    from store_format.config import TOPIC_GROUP_SEPARATOR, _valid_utf8
+
+    from .kernels import _check_offset_table, _compiled, _spans
+
+    K = _compiled()
+    b = np.frombuffer(buf, np.uint8) if len(buf) else np.zeros(0, np.uint8)
+    if b.flags.writeable:  # the compiled signature takes read-only bytes
+        b = b.view()
+        b.flags.writeable = False
+    counted = _check_offset_table(K, buf, 100, C.OffsetCheck, counts_only=True)
+    if counted is None:
+        return None
+    maps, entries, others = counted
+    name_lo, name_hi, body, count = (np.empty(maps, np.int64) for _ in range(4))
+    name_esc = np.empty(maps, np.bool_)
+    other_lo, other_hi, flags = np.empty(others, np.int64), np.empty(others, np.int64), np.zeros(1, np.int64)
+    n_maps, n_entries, n_other = K.offset_table_maps(b, name_lo, name_hi, name_esc, body, count, other_lo, other_hi,
+                                                     flags, 100)
+    if n_maps < 0 or not flags[0] or name_esc[:n_maps].any():
+        return None
+    name_lo, name_hi, body, count = (a[:n_maps] for a in (name_lo, name_hi, body, count))
+    del name_esc
+    at, order = np.empty(n_maps, np.int64), np.empty(n_maps, np.int64)
+    if K.offset_name_order(b, name_lo, name_hi, ord(TOPIC_GROUP_SEPARATOR), at, order) != 0:
+        return None
+    ascii_only = _all_ascii(b)
+    if not ascii_only:  # the order is Python's only for valid UTF-8: every name checked before a row is given
+        for lo in range(0, n_maps, batch_rows):
+            k = order[lo:lo + batch_rows]
+            if not (_valid_utf8(_spans(b, name_lo[k], at[k])) and _valid_utf8(_spans(b, at[k] + 1, name_hi[k]))):
+                return None
+    ends = np.cumsum(count[order])  # rows up to each map, in order
+
+    def batches():
+        lo = 0
+        while lo < n_maps:  # whole maps, as many as batch_rows rows hold (at least one)
+            before = int(ends[lo - 1]) if lo else 0
+            hi = max(int(np.searchsorted(ends, before + batch_rows, "right")), lo + 1)
+            k = np.ascontiguousarray(order[lo:hi])
+            lo = hi
+            rows = int(count[k].sum())
+            row_map, qid, offset = np.empty(rows, np.int32), np.empty(rows, np.int32), np.empty(rows, np.int64)
+            K.offset_map_rows(b, k, body, count, row_map, qid, offset)
+            yield {"map": row_map, "topics": _spans(b, name_lo[k], at[k]), "groups": _spans(b, at[k] + 1, name_hi[k]),
+                   "queue_id": qid, "offset": offset}
+
+    return n_maps, n_entries, list(zip(other_lo[:n_other].tolist(), other_hi[:n_other].tolist())), batches()
+
+
+def _all_ascii(b) -> bool:
+    """No byte of ``b`` at or above 0x80, asked a slice at a time (no copy of a mapped file)."""
+    step = 1 << 26
+    return all(not (b[i:i + step] >= 0x80).any() for i in range(0, len(b), step))
+
+
+def offset_table_batches(broker: str, root, batch_rows: int = C.OFFSET_BATCH_ROWS):
+    """The ``consumer_offsets`` table of one store as record batches of at most ``batch_rows`` rows (a map of more
+    queues: one batch), streamed from its consumerOffset.json (``store_format.config.offset_batches``): the same
+    rows, in the same order, as :func:`table_batch` where the file is what brokers write, in memory proportional to
+    its maps and one batch.  (the file used, its size, its offsets, the batches' generator), or None: the file is
+    not read this way (then :func:`table_batch` reads it, or says why not)."""
+    return _config_offset_batches(broker, as_path(root).joinpath("config"), batch_rows)
+
+
+def _config_offset_batches(broker: str, config_dir, batch_rows: int):
+    """:func:`offset_table_batches` of a store's config folder."""
+    schema = schema_of("consumer_offsets")
+    stream = C.offset_batches(config_dir, scan_offset_stream, batch_rows)
+    if stream is None:
+        return None
+
+    cfg = C.ConfigFile("consumerOffset.json", None, stream.source, ())
+
+    def batches():
+        for cols in stream.batches:
+            t = _offset_table(schema, broker, cfg, cols, [], None)
+            yield from t.to_batches(max_chunksize=max(t.num_rows, 1))
+
+    return stream.source, stream.size, stream.entries, C.ClosingIterator(batches(), stream.batches.close)
+
+
+def spill_offset_table(broker: str, root, directory, batch_rows: int = C.OFFSET_BATCH_ROWS):
+    """:func:`offset_table_batches` written to one Parquet file in ``directory`` (the run's scratch: never next to
+    the input), a batch at a time: (its path, the file read, its size, the rows written), or None where the file is
+    not streamed.  A disk without room for the spill is an ``OSError`` the caller names with the file."""
+    import pyarrow.parquet as pq
+
+    got = offset_table_batches(broker, root, batch_rows)
+    if got is None:
+        return None
+    source, size, _, batches = got
+    out = os.path.join(os.fspath(directory), f"consumer_offsets-{broker}.parquet")
+    rows = 0
+    with pq.ParquetWriter(out, schema_of("consumer_offsets")) as w:
+        for batch in batches:
+            w.write_batch(batch)
+            rows += batch.num_rows
+    return out, source, size, rows
 
 
 _BLOCK = 1 << 16  # MetadataReader's batch size
