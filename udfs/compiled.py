@@ -1995,6 +1995,7 @@ def dledger_walk(data, start, limit, until, base, salvage, kinds, positions, siz
     state[0] = pos
     return n
 
+
 # consumerOffset.json streamed (udfs/metadata.py: offset_table_batches): the maps found once, their rows read a
 # batch of maps at a time, so nothing is held per offset beyond one batch
 
