@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "Spark jobs (spark); auto (the default): driver for a local[N] session, spark on a cluster "
                         "or over Spark Connect (the driver then reads every input file itself)")
     p.add_argument("--profile", action="store_true",
-                   help="print where the time went: each phase, and the slowest Spark tasks of each stage")
+                   help="print where the time went: each phase, the slowest tasks of each stage, and for a stage "
+                        "run as a Spark job its fixed cost (executors, Python workers, task shipping, kernel load)")
     return p
 
 
