@@ -224,14 +224,10 @@ def run_shipped(work, run: RunInfo):
                         "kernel_passes_compiled": [loaded.get("compiled")],
                         "tasks_seconds": [time.perf_counter() - t0 - unpickled], "started": [started],
                         "ended": [time.time()]}, schema=SPARK_TASKS)
-        yield "_spark_tasks", _ipc(row)
-
-
-def _ipc(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue()
+        cost = Emitter()
+        cost.partial("_spark_tasks", row)
+        for batch in cost.batches():
+            yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
 
 
 def _arrow_runner(run: RunInfo):
