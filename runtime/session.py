@@ -46,6 +46,15 @@ REQUIRED = {
 }
 
 
+# What a classic session sets whatever spark-conf/ or a cluster's defaults say (the caller's ``extra`` still wins;
+# a Spark Connect session cannot set it: the server's configuration governs): each executor's Python workers run
+# task after task, keeping the project's modules and the compiled kernels they loaded (jobs/audit/tasks.py),
+# instead of a worker importing and loading them again for every task.
+CLASSIC_REQUIRED = {
+    "spark.python.worker.reuse": "true",
+}
+
+
 def read_defaults(path: Path = SPARK_CONF_DIR / "spark-defaults.conf") -> dict[str, str]:
     conf = {}
     if path.exists():
@@ -121,6 +130,8 @@ def build_session(app_name: str, master: str | None = None, test_profile: bool =
     conf = {**REQUIRED, **({} if remote else read_defaults())}
     if test_profile and not remote:
         conf.update(TEST_PROFILE)
+    if not remote:
+        conf.update(CLASSIC_REQUIRED)
     conf.update(extra or {})
     builder = SparkSession.builder.appName(app_name)
     if remote and master:

@@ -64,7 +64,9 @@ def daemon_env(work: Path, extra: dict | None = None, memory: str = DAEMON_MEMOR
     env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
     env.update(SPARK_CONF_DIR=str(conf), SPARK_LOCAL_IP=HOST, SPARK_LOCAL_DIRS=str(work / "local"),
                SPARK_DAEMON_MEMORY=memory, SPARK_CONNECT_MODE="0",
-               SPARK_DAEMON_JAVA_OPTS=f"{DAEMON_JAVA_OPTS} -Dspark.port.maxRetries=0")
+               # the Master's REST submission server listens on a fixed port (6066), so a second cluster of this
+               # machine would fail to start: spark-submit here uses the spark:// RPC port only
+               SPARK_DAEMON_JAVA_OPTS=f"{DAEMON_JAVA_OPTS} -Dspark.port.maxRetries=0 -Dspark.master.rest.enabled=false")
     env.update(extra or {})
     return env
 

@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "Spark jobs (spark); auto (the default): driver for a local[N] session, spark on a cluster "
                         "or over Spark Connect (the driver then reads every input file itself)")
     p.add_argument("--profile", action="store_true",
-                   help="print where the time went: each phase, and the slowest Spark tasks of each stage")
+                   help="print where the time went: each phase, the slowest tasks of each stage, and for a stage "
+                        "run as a Spark job its fixed cost (executors, Python workers, task shipping, kernel load)")
     return p
 
 
@@ -408,7 +409,48 @@ def _print_profile(ctx: AuditContext, phases: _Phases) -> None:
         lines.append(f"  {stage} tasks: " + "; ".join(f"{k} x{len(v)} {sum(v):.2f} s" for k, v in by_kind.items()))
         for r in rows[:5]:
             lines.append(f"    {r['seconds']:7.2f} s  {r['kind']} {r['name']}")
+        lines += _spark_cost_lines(stage, outputs)
     print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _spark_cost_lines(stage: str, outputs) -> list[str]:
+    """A stage run as a Spark job (jobs/audit/tasks.py ``_spark_job``, ``_spark_tasks``): its fixed cost, by name.
+    Executors' wall clocks are compared with the driver's (one machine's clock, or NTP's on a cluster)."""
+    job, tasks = outputs.partials.get("_spark_job"), outputs.partials.get("_spark_tasks")
+    if job is None or tasks is None or not tasks.num_rows:
+        return []
+    job, rows = job.to_pylist()[0], tasks.to_pylist()
+    wall = job["returned"] - job["submitted"]
+    busy: dict[tuple, float] = {}
+    for r in rows:
+        busy[(r["host"], r["pid"])] = busy.get((r["host"], r["pid"]), 0.0) + r["ended"] - r["started"]
+    fresh = [r for r in rows if r["worker_tasks_before"] == 0]
+    ages = [r["worker_age_seconds"] for r in fresh if r["worker_age_seconds"] is not None]
+    loads = [r for r in rows if r["kernel_load_seconds"] is not None]
+    compiled = sum(r["kernel_passes_compiled"] or 0 for r in loads)
+
+    def line(name: str, value: str, note: str = "") -> str:
+        return f"    {name:<32} {value:>9}  {note}".rstrip()
+
+    return [f"  {stage} as a Spark job: {len(rows)} bin(s) on {len(busy)} Python worker(s), {wall:.2f} s from its "
+            f"submission to its results",
+            line("until the first task ran", f"{max(0.0, min(r['started'] for r in rows) - job['submitted']):.2f} s",
+                 "(executors starting or busy, a Python worker forking)"),
+            line("Python workers started", f"{len(fresh)}",
+                 f"({max(ages):.2f} s at most from fork to the audit's code: Spark's command, the project's import)"
+                 if ages else "(every worker reused from the stage before)"),
+            line("task shipping", f"{job['work_bytes'] / 1024:.1f} KiB",
+                 f"(at most {max(r['work_bytes'] for r in rows) / 1024:.1f} KiB a task; pickled in "
+                 f"{job['pickle_seconds']:.2f} s, unpickled in {sum(r['unpickle_seconds'] for r in rows):.2f} s "
+                 f"in all)"),
+            line("kernel load on executors", f"{sum(r['kernel_load_seconds'] for r in loads):.2f} s",
+                 f"({len(loads)} load(s), once per Python worker; {compiled} pass(es) compiled"
+                 f"{': numba cache cold' if compiled else ''})"),
+            line("the busiest worker", f"{max(busy.values()):.2f} s",
+                 f"(the least busy {min(busy.values()):.2f} s)"),
+            line("results back", f"{job['results_bytes'] / 2**20:.1f} MiB", f"(read in {job['read_seconds']:.2f} s)"),
+            line("around the tasks", f"{max(0.0, wall - max(busy.values())):.2f} s",
+                 "(the job's time less the busiest worker's: scheduling, start, results)")]
 
 
 def _kernel_line() -> str:

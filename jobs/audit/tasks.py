@@ -3,9 +3,11 @@
 A task is a picklable object with ``run(out)``, ``describe()``, ``cost()`` and ``broker``; it writes findings and
 named partial tables to ``out`` (an :class:`Emitter`).  :func:`run_tasks` runs a stage's tasks where the
 executor says: ``driver``, in this process's threads, the costliest first (a local session's executors would be
-this machine's cores anyway); ``spark``, packed into at most ``slots`` bins of about equal cost and run as
-``spark.range(n, numPartitions=n).mapInArrow(...)``: no data source planning round trip, and nothing the session
-must offer but the DataFrame API (so it runs the same in a notebook, on a cluster and over Spark Connect).
+this machine's cores anyway); ``spark``, packed into at most ``slots`` bins of about equal cost, each bin pickled
+apart and run as one Spark task that receives that bin only (a classic session's ``parallelize`` of the bins, one
+per partition; over Spark Connect, a local relation of them through ``mapInArrow``): no data source planning round
+trip, and no task unpickling its whole stage.  A Python worker runs task after task (Spark reuses it,
+runtime/session.py), keeping what it loaded: the project's modules, the compiled kernels.
 
 Findings never travel: each task writes its own as one Parquet file into the run's findings folder (stamped
 with the run and each finding's id, :func:`findings.as_written`), named after the task, so a retried task
@@ -153,38 +155,133 @@ def run_one(i: int, task, run: RunInfo) -> Emitter:
     return out
 
 
-def run_bin(items: list, run: RunInfo):
-    """Run one bin's tasks; yields their partial tables as :data:`OUTPUT_SCHEMA` batches."""
-    for i, task in items:
-        yield from run_one(i, task, run).batches()
+# A Spark task's own work: one row per bin, its tasks pickled apart from every other bin's, so each Spark task
+# unpickles only what it runs (a function closing over the stage's bins would ship all of them to every task).
+WORK = pa.schema([("bin", pa.int64()), ("work", pa.binary())])
+# What each bin cost its Spark task around the tasks themselves, for --profile's fixed cost of a cluster audit
+# (jobs/audit/job.py): which Python worker ran it and whether that process was new (Spark's command and the
+# project imported, the kernels loaded: a reused worker keeps them), its work's size and unpickling, and when it
+# started and ended on the wall clock (the driver compares them with when it submitted the job).
+SPARK_TASKS = pa.schema([
+    ("bin", pa.int64()), ("host", pa.string()), ("pid", pa.int64()), ("worker_tasks_before", pa.int64()),
+    ("worker_age_seconds", pa.float64()), ("work_bytes", pa.int64()), ("unpickle_seconds", pa.float64()),
+    ("kernel_load_seconds", pa.float64()), ("kernel_passes_compiled", pa.int64()), ("tasks_seconds", pa.float64()),
+    ("started", pa.float64()), ("ended", pa.float64())])
+# What the driver spent on a stage run as a Spark job (one row): pickling the bins, the job from its submission
+# to its results back (wall clock, as SPARK_TASKS'), and reading the results into tables.
+SPARK_JOB = pa.schema([
+    ("bins", pa.int64()), ("work_bytes", pa.int64()), ("pickle_seconds", pa.float64()), ("submitted", pa.float64()),
+    ("returned", pa.float64()), ("results_bytes", pa.int64()), ("read_seconds", pa.float64())])
+
+_spark_tasks_here = 0  # Spark tasks this Python process has run: > 0 in a reused worker (spark.python.worker.reuse)
 
 
-def _runner(bins: list[list], run: RunInfo):
+def ship(bins: list[list]) -> list[tuple[int, bytes]]:
+    """Each bin pickled on its own, numbered: what one Spark task receives (with cloudpickle, as Spark pickles a
+    function: a family's hook may be any callable)."""
+    from pyspark import cloudpickle
+
+    return [(b, cloudpickle.dumps(items)) for b, items in enumerate(bins)]
+
+
+def _worker_age() -> float | None:
+    """Seconds since this process started (Linux /proc), else None: at a Python worker's first Spark task, how
+    long it took from its fork to our code (Spark's command read, the project imported)."""
+    try:
+        with open("/proc/self/stat") as f:
+            started_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - started_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def run_shipped(work, run: RunInfo):
+    """Run the bins one Spark task received (``(bin, pickled tasks)`` pairs, :func:`ship`); yields their partial
+    tables as ``(name, Arrow IPC stream)`` pairs, and one :data:`SPARK_TASKS` row per bin (``_spark_tasks``)."""
+    import pickle
+    import socket
+
+    from udfs.kernels import KERNEL_LOAD, tune_allocator
+
+    global _spark_tasks_here
+    tune_allocator()
+    for b, payload in work:
+        started, t0 = time.time(), time.perf_counter()
+        before, age = _spark_tasks_here, _worker_age() if _spark_tasks_here == 0 else None
+        had_kernels = bool(KERNEL_LOAD)
+        items = pickle.loads(payload)
+        unpickled = time.perf_counter() - t0
+        for i, task in items:
+            for batch in run_one(i, task, run).batches():
+                yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
+        _spark_tasks_here += 1
+        loaded = KERNEL_LOAD if KERNEL_LOAD and not had_kernels else {}  # loaded by this bin's tasks
+        row = pa.table({"bin": [b], "host": [socket.gethostname()], "pid": [os.getpid()],
+                        "worker_tasks_before": [before], "worker_age_seconds": [age], "work_bytes": [len(payload)],
+                        "unpickle_seconds": [unpickled], "kernel_load_seconds": [loaded.get("seconds")],
+                        "kernel_passes_compiled": [loaded.get("compiled")],
+                        "tasks_seconds": [time.perf_counter() - t0 - unpickled], "started": [started],
+                        "ended": [time.time()]}, schema=SPARK_TASKS)
+        cost = Emitter()
+        cost.partial("_spark_tasks", row)
+        for batch in cost.batches():
+            yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
+
+
+def _arrow_runner(run: RunInfo):
+    """:func:`run_shipped` over ``mapInArrow``'s batches of :data:`WORK` rows (a Spark Connect session)."""
     def execute(batches):
-        from udfs.kernels import tune_allocator
-
-        tune_allocator()
         for batch in batches:
-            for b in batch.column(0).to_pylist():
-                yield from run_bin(bins[b], run)
+            work = zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
+            for name, payload in run_shipped(work, run):
+                yield pa.RecordBatch.from_pylist([{"table": name, "payload": payload}], schema=OUTPUT_SCHEMA)
     return execute
+
+
+def _run_on_spark(spark, shipped: list[tuple[int, bytes]], run: RunInfo) -> list[tuple[str, bytes]]:
+    """The shipped bins run as one Spark job; the ``(name, payload)`` rows they return.  A classic session
+    parallelizes them into as many partitions: one Spark task per bin, its partition that bin alone.  A Spark
+    Connect session has no RDDs: the bins are a local relation, which the server splits into at most its default
+    parallelism of partitions (a task then runs a few bins in turn), each task still receiving only its own."""
+    from runtime.session import is_connect
+
+    if is_connect(spark):
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        work = pa.table({"bin": [b for b, _ in shipped], "work": [w for _, w in shipped]}, schema=WORK)
+        rows = spark.createDataFrame(work).mapInArrow(_arrow_runner(run), from_arrow_schema(OUTPUT_SCHEMA)).toArrow()
+        return list(zip(rows.column("table").to_pylist(), rows.column("payload").to_pylist()))
+    import functools
+
+    rdd = spark.sparkContext.parallelize(shipped, len(shipped))
+    return rdd.mapPartitions(functools.partial(run_shipped, run=run)).collect()
 
 
 def run_tasks(spark, tasks: list[Task], executor, run: RunInfo, *, phase=None) -> "Outputs":
     """Every task run where ``executor`` (runtime.session.Executor) says; their partial tables.  ``driver``: in this
     process, ``slots`` threads at a time, the costliest first (the compiled kernels and most of numpy and Arrow
     release the GIL); ``phase`` (a :class:`runtime.progress.Phase`) is told the cost and count of the tasks done, as a
-    Spark job's tracker tells it.  ``spark``: packed into at most ``slots`` Spark tasks, one Spark job."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
+    Spark job's tracker tells it.  ``spark``: packed into at most ``slots`` bins, one Spark job, each Spark task
+    receiving its own bin only (:func:`ship`); the partial tables then include what the job cost around the tasks
+    (``_spark_job``, ``_spark_tasks``: the fixed cost of a cluster audit, which --profile names)."""
     if not tasks:
         return Outputs()
     if executor.where == "driver":
         return _run_in_driver(tasks, executor.slots, run, phase)
-    bins = pack(tasks, executor.slots)
-    ids = spark.range(0, len(bins), 1, numPartitions=len(bins))
-    df = ids.mapInArrow(_runner(bins, run), from_arrow_schema(OUTPUT_SCHEMA))
-    return Outputs.of(df.toArrow())
+    t0 = time.perf_counter()
+    shipped = ship(pack(tasks, executor.slots))
+    pickled, submitted = time.perf_counter() - t0, time.time()
+    rows = _run_on_spark(spark, shipped, run)
+    returned, t1 = time.time(), time.perf_counter()
+    outputs = Outputs.of(pa.table({"table": [n for n, _ in rows], "payload": [p for _, p in rows]},
+                                  schema=OUTPUT_SCHEMA))
+    outputs.partials["_spark_job"] = pa.table({
+        "bins": [len(shipped)], "work_bytes": [sum(len(w) for _, w in shipped)], "pickle_seconds": [pickled],
+        "submitted": [submitted], "returned": [returned], "results_bytes": [sum(len(p) for _, p in rows)],
+        "read_seconds": [time.perf_counter() - t1]}, schema=SPARK_JOB)
+    return outputs
 
 
 def _run_in_driver(tasks: list, threads: int, run: RunInfo, phase) -> "Outputs":
