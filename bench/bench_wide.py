@@ -12,10 +12,11 @@ Generated once into --cache by the project's writer (bench/dump.py, every topic 
   segments  32 MiB in 8 KiB segments (about 4,300 files) against one 32 MiB segment; target <= 3x and
             report.html under 1 MB.
 The audit runs as a user runs it (`jobs.audit.run(spark, args)`, its report included: its size is a target),
-after one untimed warm-up; each round runs the base then the wide side of every case.  Per run: wall and CPU
-seconds (this process tree), the --profile phases, peak memory per process (bench/proctree.py), report.html
-bytes.  The ratio of a case is the wide side's best over the base side's best; ``pair_ratios`` are each
-round's.  Written to --results (bench/results-wide.json; BENCHMARKS.md, "Wide and many").
+after one untimed warm-up (the smallest base side); each round runs the base then the wide side of every case.
+Per run: wall and CPU seconds (this process tree), the --profile phases, peak memory per process
+(bench/proctree.py), report.html bytes.  The ratio of a case is the wide side's best over the base side's best;
+``pair_ratios`` are each round's.  Each case's figures replace its own in --results (bench/results-wide.json;
+BENCHMARKS.md, "Wide and many").
 """
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def _child(plan_path: str, out: str) -> None:
     spark = build_session("bench-wide", master="local[2]")
     for n, run in enumerate(plan["runs"]):
         target = os.path.join(out, str(n))
-        args = audit.build_parser().parse_args(["--store", *run["stores"], "--out", target, "--quiet"])
+        args = audit.build_parser().parse_args(["--store", *run["stores"], "--out", target])
         with PeakSampler() as peaks:
             t, c = time.perf_counter(), tree_cpu()
             result = audit.run(spark, args)
@@ -112,7 +113,7 @@ def main(argv=None) -> int:
             metas = [ensure_dump(s, Path(a.cache), progress=False) for s in dumps]
             sides[case, side] = (metas, describe(metas))
             print(f"{case} {side}: {sides[case, side][1]}", file=sys.stderr, flush=True)
-    warm = sides[a.only[-1], "base"][0]
+    warm = min((sides[c, "base"] for c in a.only), key=lambda s: s[1]["commitlog_bytes"])[0]  # the smallest
     runs = [{"case": "warmup", "side": "base", "round": 0, "stores": store_args(warm)}]
     runs += [{"case": case, "side": side, "round": r, "stores": store_args(sides[case, side][0])}
              for r in range(1, a.rounds + 1) for case in a.only for side in ("base", "wide")]
@@ -125,13 +126,15 @@ def main(argv=None) -> int:
                                 str(Path(tmp, "out"))], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
                                check=True)
     lines = [json.loads(x) for x in child.stdout.splitlines() if x.startswith("{")]
-    results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "mib": a.mib, "rounds": a.rounds,
-               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
-                                        stdout=subprocess.PIPE).stdout.strip(), "cases": {}}
+    previous = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
+    results = {"cases": previous.get("cases", {})}  # a case not run keeps its last figures (its own date)
     for case in a.only:
         got = {side: [x for x in lines if x["case"] == case and x["side"] == side] for side in ("base", "wide")}
         best = {side: min(x["seconds"] for x in got[side]) for side in got}
-        row = {"target": TARGETS[case], "ratio": best["wide"] / best["base"],
+        row = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "mib": a.mib, "rounds": a.rounds,
+               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
+                                        stdout=subprocess.PIPE).stdout.strip(),
+               "target": TARGETS[case], "ratio": best["wide"] / best["base"],
                "pair_ratios": [w["seconds"] / b["seconds"] for b, w in zip(got["base"], got["wide"])],
                "cpu_ratio": min(x["cpu_seconds"] for x in got["wide"]) / min(x["cpu_seconds"] for x in got["base"])}
         for side in got:
