@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test cluster-test demo bench bench-scale bench-config fuzz lint package clean check-java
+.PHONY: setup test cluster-test demo bench bench-scale bench-config bench-wide fuzz lint package clean check-java
 
 setup: $(STAMP) chromium
 
@@ -59,6 +59,13 @@ bench-scale: $(STAMP)
 # bench/results-config.json (BENCHMARKS.md, "Config files at any size"); e.g. BENCH_ARGS="--mib 256".
 bench-config: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_config.py $(BENCH_ARGS)
+
+# Wide and many (issue 40): the same bytes over 40,000 consume queues against 64, 64 brokers of 16 MiB against one
+# of 1 GiB, 4,096 segments of 8 KiB against one of 32 MiB, each pair in one warm local[2] session; dumps generated
+# once into /tmp/benchcache (about 4 GB); ratios into bench/results-wide.json (BENCHMARKS.md, "Wide and many");
+# e.g. BENCH_ARGS="--mib 256 --only queues".
+bench-wide: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_wide.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -38,13 +38,15 @@ class DumpSpec:
     index_slots: int = L.DEFAULT_MAX_HASH_SLOT_NUM  # maxHashSlotNum (maxIndexNum is 4x: RocketMQ's ratio)
     cover: bool = False  # every topic and queue from the start (TrafficConfig.cover): the scaling dumps
     rate: float = 2000.0  # simulated stores per second
+    topics: int = 8  # issue 40's wide broker: 5,000 topics x 8 queues (bench/bench_wide.py)
+    queues: int = 8  # per topic
 
     @property
     def messages(self) -> int:
         return max(int(self.size_mib * (1 << 20)) // RECORD_BYTES, 64)
 
     def traffic(self) -> TrafficConfig:
-        return TrafficConfig(messages=self.messages, topics=8, queues=8, seed=self.seed, producers=PRODUCERS,
+        return TrafficConfig(messages=self.messages, topics=self.topics, queues=self.queues, seed=self.seed, producers=PRODUCERS,
                              ipv6_producers=IPV6_PRODUCERS, body_log_mean=BODY_LOG_MEAN, cover=self.cover,
                              rate=self.rate)
 
@@ -56,7 +58,8 @@ class DumpSpec:
     def key(self) -> str:
         return (f"dump-v{GENERATOR_VERSION}-{self.size_mib:g}MiB-seed{self.seed}-seg{self.segment_mib:g}MiB"
                 f"-slots{self.index_slots}{'-cover' if self.cover else ''}"
-                f"{f'-rate{self.rate:g}' if self.rate != DumpSpec.rate else ''}")  # the default rate: no suffix
+                f"{f'-rate{self.rate:g}' if self.rate != DumpSpec.rate else ''}"  # the defaults: no suffix
+                f"{'' if (self.topics, self.queues) == (8, 8) else f'-{self.topics}x{self.queues}q'}")
 
 
 def ensure_dump(spec: DumpSpec, cache: Path, progress: bool = True) -> dict:

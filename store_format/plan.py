@@ -135,17 +135,21 @@ GROUP_BYTES = 64 << 20  # consume-queue files per task: 64 MiB of units (3.3 M e
 GROUP_FILES = 256  # this many files, whichever comes first
 
 
-def group_queue_files(files: list, max_bytes: int = GROUP_BYTES, max_files: int = GROUP_FILES) -> list[list]:
+def group_queue_files(files: list, max_bytes: int = GROUP_BYTES, max_files: int = GROUP_FILES,
+                      cost=None) -> list[list]:
     """Consume-queue files (each with ``topic``, ``queue_id``, ``name``, ``length``) as groups of whole queues (every
     file of a queue, in name order) of about ``max_bytes`` or ``max_files``: a broker has thousands of queues,
-    mostly small, and a task per file would cost more in scheduling than in reading."""
+    mostly small, and a task per file would cost more in scheduling than in reading.  ``cost``: a file's bytes
+    (default its length; the audit gives store_format.queues.QueueFile.stored_bytes, so that preallocated files of
+    a few KB of units fill a group by what they hold, not by their 6 MB each)."""
+    cost = cost or (lambda f: f.length)
     queues: dict[tuple, list] = {}
     for f in files:
         queues.setdefault((f.topic, f.queue_id), []).append(f)
     groups, cur, size = [], [], 0
     for key in sorted(queues, key=lambda k: (k[0], k[1] is None, k[1] or 0)):
         q = sorted(queues[key], key=lambda f: f.name)
-        qsize = sum(f.length for f in q)
+        qsize = sum(cost(f) for f in q)
         if cur and (size + qsize > max_bytes or len(cur) + len(q) > max_files):
             groups.append(cur)
             cur, size = [], 0

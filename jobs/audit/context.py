@@ -177,8 +177,12 @@ class AuditContext:
         t = t.filter(pc.greater(t.column("entries"), 0))
         if not t.num_rows:
             return QUEUE_BOUNDS.empty_table()
-        g = t.group_by(["broker", "topic", "queue_id"]).aggregate([("min_queue_offset", "min"),
-                                                                   ("max_queue_offset", "max"), ("entries", "sum")])
+        # the queues in the order the survey lists them: a group_by's own order follows how many tasks (chunks)
+        # made the rows, and the survey's bins of queue files change with the files' stored bytes
+        t = t.append_column("first_row", pa.array(np.arange(t.num_rows, dtype=np.int64)))
+        g = t.group_by(["broker", "topic", "queue_id"]).aggregate(
+            [("min_queue_offset", "min"), ("max_queue_offset", "max"), ("entries", "sum"), ("first_row", "min")])
+        g = g.take(pc.sort_indices(g.column("first_row_min")))
         return pa.table({"broker": g.column("broker"), "topic": g.column("topic"), "queue_id": g.column("queue_id"),
                          "min_offset": g.column("min_queue_offset_min"),
                          "max_offset": pc.add(g.column("max_queue_offset_max"), 1),

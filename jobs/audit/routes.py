@@ -153,10 +153,10 @@ def view_schema(folder: str) -> pa.Schema:
 def _queue_route(folder: str, **more) -> Route:
     """The route of one part folder's queue files, of every backend kept there, grouped by whole queues; every file
     surveyed, routed, windowed and shown through its own backend (store_format.queues)."""
-    return Route(name=folder, files=partial(_folder_files, folder), group=group_queue_files,
+    return Route(name=folder, files=partial(_folder_files, folder), group=partial(group_queue_files, cost=_stored),
                  files_partial=f"survey.{folder}_files", survey_schema=CQ_FILES, survey_file=_survey_queue_file,
                  routed=_routed_queue_file, window=partial(_backend_window, folder),
-                 view=partial(_unit_view, folder, view_schema(folder)), survey_cost=_length, scan_cost=_length,
+                 view=partial(_unit_view, folder, view_schema(folder)), survey_cost=_stored, scan_cost=_stored,
                  emits={f"survey.{folder}_files": CQ_FILES, **more.pop("emits", {})}, **more)
 
 
@@ -201,6 +201,11 @@ def _routed_queue_file(row: dict | None, f: QueueFile) -> RoutedFile | None:
 
 def _length(f) -> int:
     return f.length
+
+
+def _stored(f: QueueFile) -> int:
+    """A queue file's cost: the bytes it holds (QueueFile.stored_bytes), not its preallocated length."""
+    return f.stored_bytes
 
 
 # ---------------------------------------------------------------------------------------------------------
