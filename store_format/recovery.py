@@ -843,6 +843,9 @@ class RecoveryPrediction:
     abort_kind: str | None = None  # "file" | "folder" | "other": what ``abort`` is (None: absent)
     queue_rebuild: "QueueRebuild | None" = None  # a database queue store with no row: rebuilt from the CommitLog
     units_unserved: list = field(default_factory=list)  # UnservedUnits: kept messages recovery stops serving
+    # the max physical offset the store's other queues in the file queues' table give (5.x batch consume queues,
+    # batch_queues_end), which the truncation decision takes with the file queues' (-1: none)
+    other_queues_end: int = -1
 
     @property
     def intact_messages_lost(self) -> int:
@@ -1262,4 +1265,4 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         index_files_deleted=index_deleted, redispatch_from=redispatch_from, notes=notes,
         damaged_dropped=lost.damaged, unframed_dropped=lost.unframed, walks=used, lost_enumerated=enumerate_lost,
         start_problem_files=[f for f, _ in found], cq_truncation=truncation, abort_kind=markers.abort_kind,
-        queue_rebuild=rebuild, units_unserved=unserved)
+        queue_rebuild=rebuild, units_unserved=unserved, other_queues_end=batch_end)

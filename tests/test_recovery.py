@@ -598,7 +598,7 @@ def test_the_batch_queues_count_in_the_queues_max_physical_offset(tmp_path):
 def test_the_truncation_decision_takes_the_batch_queues_max(tmp_path):
     """DefaultMessageStore.recover truncates every queue when the queues' max physical offset (the batch queues' in
     the same table, 5.3.3) reaches the recovered end; the audit's scan decides with the surveyed file queues' starts
-    and store_format.recovery.batch_queues_end, as predict_recovery does."""
+    and the prediction's other_queues_end, as predict_recovery does."""
     from store_format.recovery import batch_queues_end, truncates_queues
 
     from .conftest import FIXTURES_5X
@@ -609,7 +609,7 @@ def test_the_truncation_decision_takes_the_batch_queues_max(tmp_path):
         os.chmod(folder, 0o755)
     shutil.rmtree(root / "consumequeue")
     end = batch_queues_end(Store(root))
-    assert end > 0
+    assert end > 0 and predict_recovery(Store(root), queue_starts={}).other_queues_end == end
     assert truncates_queues([], end, True, end) == (True, end)  # a cut at the last batch unit's record
     assert truncates_queues([], end + 1, True, end) == (False, end)
     assert truncates_queues([], end, True) == (False, -1)  # without the batch queues nothing would be truncated

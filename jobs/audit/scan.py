@@ -440,7 +440,7 @@ class NoCommitlog:
 def broker_facts(ctx, name: str) -> BrokerFacts | None:
     """What the scan tasks of one broker share: its predicted recovery, its routed files (from the survey's rows)
     and the families' probes; None when its recovery could not be predicted (a finding says so)."""
-    from store_format.recovery import batch_queues_end, truncates_queues
+    from store_format.recovery import truncates_queues
 
     plan, p = ctx.plans[name], ctx.recovery.get(name)
     if p is None:
@@ -456,7 +456,7 @@ def broker_facts(ctx, name: str) -> BrokerFacts | None:
         recovery_stop=p.walks.get(p.stop_segment) if p.stop_segment else None,
         reput_from=p.max_cq_physical_offset, has_commitlog=bool(plan.store.segments),
         truncate_queues=truncates_queues(ctx.queue_starts[name].values(), p.max_physical_offset,
-                                         bool(plan.store.segments), batch_queues_end(plan.store))[0],
+                                         bool(plan.store.segments), p.other_queues_end)[0],
         index_pending_from=p.redispatch_from if p.redispatch_from is not None else p.max_cq_physical_offset,
         indexed=plan.has_index_dir, shift=plan.shift, commitlog_end=plan.commitlog_end, routed=routed,
         file_problems=[(f.base_offset or 0, f.length, kind) for f in plan.segment_files for kind, _ in f.problems],
