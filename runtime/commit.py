@@ -418,7 +418,7 @@ def check_committed(path, what: str = "output") -> None:
     commit was cut short: the next run on it finishes or removes it)."""
     if output_state(path) == "uncommitted":
         mark = marker_of(fs.resolve(path)) or {}
-        raise OutputError(f"{what} {path} is not committed (run {mark.get('run_id', '?')}: {mark.get('state', '?')}): "
+        raise OutputError(f"{what} {fs.uri_of(path)} is not committed (run {mark.get('run_id', '?')}: {mark.get('state', '?')}): "
                           "its run was interrupted or is still writing; readers ignore it until a run commits it")
 
 
