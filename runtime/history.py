@@ -122,6 +122,8 @@ def _local(history: str) -> str | None:
 
 
 def _loc(history: str) -> fs.Location:
+    # a str, not a Location: --history as given, its links and ``..`` resolved as the OS does (fs.real), which a
+    # Location (fs.resolve: lexically normalised) has already lost
     local = _local(history)
     if local is None:
         return fs.resolve(history)
