@@ -71,7 +71,7 @@ def prepare_output(path: str, *, overwrite: bool, inputs: list[str] = (), job: s
     """Claim ``path`` for the job's run (runtime/commit.py), after checking the inputs are apart from it
     (:func:`check_apart`): refused when another run holds it, when it exists and is not empty without
     ``overwrite``, or when it is not a folder this suite wrote (it holds MARKER).  Nothing at ``path`` changes
-    until the run commits: the job writes into ``out.staging_path``.  ``delta``: an existing Delta table this
+    until the run commits: the job writes into ``out.staging`` (a Location).  ``delta``: an existing Delta table this
     suite wrote is written in place, as a new table version (never a deleted folder).  Idempotent within a run:
     ``prepare`` claims, ``run`` gets the same claim back.  Returns the :class:`runtime.commit.Output`."""
     from .commit import job_run
