@@ -23,6 +23,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from store_format.fs import Location
+
 from .findings import as_written
 
 OUTPUT_SCHEMA = pa.schema([("table", pa.string()), ("payload", pa.binary())])

@@ -100,7 +100,7 @@ def _damage_checks() -> frozenset:
     return _roles("damage")
 
 
-def _resend_counts(table: str, name: str) -> tuple[dict, dict]:
+def _resend_counts(table: Location, name: str) -> tuple[dict, dict]:
     """The broker's rows of tables/resend per state: all of them (system records are lost too), and the messages
     to re-send (the others)."""
     records = {s: 0 for s in resend.STATES}
