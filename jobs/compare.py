@@ -173,7 +173,7 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from runtime.output import prepare_output, write_table
+    from runtime.output import out_join, prepare_output, write_table
 
     out, err = out or sys.stdout, err or sys.stderr
     stores = resolve_stores(args.store, files=True, geometry=geometry_from_args(args))
@@ -185,7 +185,7 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     if args.out:  # claimed (again: the same claim), written beside itself, committed when run() returns
         output = prepare_output(args.out, overwrite=args.overwrite, inputs=protected_paths(args.store, stores),
                                 job="compare")
-        staged = output.staging_path
+        staged = output.staging
     sa, sb = a.open(), b.open()
 
     items, end_a, end_b = commitlog_diff(spark, a, b)
@@ -235,9 +235,9 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     if args.out:
         cols = ["physical_offset", "status", "segment_a", "kind_a", "length_a", "reason_a", "segment_b", "kind_b",
                 "length_b", "reason_b"]
-        write_table(diffs.select(*cols).orderBy("physical_offset"), f"{staged}/commitlog", args.format)
+        write_table(diffs.select(*cols).orderBy("physical_offset"), out_join(staged, "commitlog"), args.format)
         write_table(units.where(F.col("status") != "equal").orderBy("topic", "queue_id", "queue_offset"),
-                    f"{staged}/consumequeue", args.format)
+                    out_join(staged, "consumequeue"), args.format)
         write_manifest(staged, summary)
         output.expect("commitlog", "consumequeue", MANIFEST_NAME)  # the commit checks they arrived where it looks
     items.unpersist()

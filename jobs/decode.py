@@ -142,7 +142,7 @@ def prepare(args) -> list:
 def run(spark, args) -> cli.JobResult:
     stores = prepare(args)  # again: run() is also called directly, without main(); the same claim
     watch(job_run(NAME), stores)  # the stores' chain of custody, checked again before the commit
-    staged = prepare_output(args.out, overwrite=args.overwrite, job=NAME).staging_path  # committed on return
+    staged = prepare_output(args.out, overwrite=args.overwrite, job=NAME).staging  # committed on return
     from jobs.extract import predictions
 
     cuts = {name: p.cut for name, p in predictions(stores).items()}

@@ -230,7 +230,7 @@ def read_messages(spark, stores: list[StoreRef], *, walk: str = "kept", decompre
             options["decompress"] = "true"
         kept = segments_in_time_range(ref.open(), lo, hi)
         paths = [ref.root] if kept is None else [ref.root / "commitlog" / name for name in kept]
-        frames += [read_commitlog(spark, fs.uri_of(p), **options) for p in paths]
+        frames += [read_commitlog(spark, fs.uri_of(p), **options) for p in paths]  # Spark's reader: a string
     if not frames:  # every segment lies outside the time range: an empty frame of the same schema
         frames = [read_commitlog(spark, ref.path, **options).limit(0)]
     df = reduce(lambda a, b: a.unionByName(b), frames)
@@ -489,18 +489,14 @@ def source_geometry(ref: StoreRef) -> dict:
     return geo
 
 
-def write_manifest(path: str, manifest: dict) -> None:
-    from store_format.fs import resolve
-
-    loc = resolve(path).child(MANIFEST_NAME)
+def write_manifest(path: fs.Location, manifest: dict) -> None:
+    loc = path.child(MANIFEST_NAME)
     with loc.fs.open_output_stream(loc.path) as f:
         f.write(json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=False).encode("utf-8"))
 
 
-def read_manifest(path: str) -> dict | None:
-    from store_format.fs import resolve
-
-    loc = resolve(path).child(MANIFEST_NAME)
+def read_manifest(path: fs.Location) -> dict | None:
+    loc = path.child(MANIFEST_NAME)
     if not loc.is_file():
         return None
     with loc.fs.open_input_stream(loc.path) as f:
@@ -572,7 +568,7 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, err, ph
             "notes": sel.notes + walk_notes,
         }
         out = prepare_output(args.out, overwrite=args.overwrite, job="extract")  # the claim prepare() took
-        staged = out.staging_path  # committed when run() returns (a Delta table over ours: a new version in place)
+        staged = out.staging  # committed when run() returns (a Delta table over ours: a new version in place)
         if selected == 0:
             out.abandon()  # nothing written: no output folder made, an earlier one left as it was
             print("extract: nothing matched the selection" + "".join(f"; {n}" for n in manifest["notes"]),

@@ -381,14 +381,15 @@ def input_source(spark, args) -> Source:
 
     from runtime.output import detect_format, read_table
 
-    fmt = args.input_format or detect_format(args.input)
-    df = read_table(spark, args.input, fmt, schema=INPUT_COLUMNS if fmt == "jsonl" else None)
+    table = fs.resolve(args.input)  # once; args.input stays as typed, for the messages and the output's guard
+    fmt = args.input_format or detect_format(table)
+    df = read_table(spark, table, fmt, schema=INPUT_COLUMNS if fmt == "jsonl" else None)
     missing = [c for c in ("topic", "body") if c not in df.columns]
     if missing:
         raise UsageError(f"{args.input} has no {', '.join(missing)} column: not a table of messages")
     if "properties_raw" not in df.columns and "properties" not in df.columns:
         raise UsageError(f"{args.input} has neither properties_raw nor properties")
-    manifest = read_manifest(args.input) or {}
+    manifest = read_manifest(table) or {}
     stores = [s["path"] for s in manifest.get("stores", [])]
     df = df.withColumn("_reject", F.lit(None).cast("string")).withColumn("_detail", F.lit(None).cast("string"))
     return Source(df, [args.input] + stores, [args.input], dict(manifest.get("source_geometry") or {}), None,

@@ -301,7 +301,7 @@ def _compare(spark, args) -> cli.JobResult:
         return cli.JobResult("trend: fewer than two audit runs in the history: nothing to compare yet", cli.EXIT_OK)
     table = trends(spark, findings, metrics, pairs)
     if args.out:
-        staged = prepare_output(args.out, overwrite=args.overwrite, job=NAME).staging_path  # committed on return
+        staged = prepare_output(args.out, overwrite=args.overwrite, job=NAME).staging  # committed on return
         write_table(table, staged, args.format)
         table = read_table(spark, staged, args.format, schema=table.schema)
     from pyspark.sql import functions as F

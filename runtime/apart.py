@@ -36,6 +36,8 @@ def local_of(path: str) -> str:
 _HOW = {"is": "is", "inside": "lies inside", "contains": "contains"}
 
 
+# str, not Location: the spellings as given, resolved by the kernel and compared by device and inode (a Location is
+# already lexically normalised: ``link/..`` would no longer be the parent of the link's target)
 def check_apart(path: str, inputs, *, what: str = "output") -> None:
     """Refuse ``path`` when it is, lies inside or contains an input store, a file of one, or the link an input
     was given through; each input counts as its whole store root (:func:`store_format.fs.store_root_of`)."""

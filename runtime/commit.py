@@ -6,7 +6,7 @@ the result visible in one step at the end; a run that fails or is interrupted le
     with JobRun("decode") as run:              # the run's id: pid, host, start time, command
         out = run.output(args.out, overwrite=args.overwrite, inputs=protected)   # claimed, or refused (exit 2)
         watch(run, stores)                     # runtime/custody.py: the inputs' chain of custody, a gate of the commit
-        write_table(df, out.staging_path)      # into the staging, invisible to every reader
+        write_table(df, out.staging)           # into the staging, invisible to every reader
         out.expect("_manifest.json")           # what the commit checks arrived there
         run.gate("the counts reconcile", check)   # every check of the run, before anything is committed
         run.commit()                           # gates, then each participant's commit, then the claims released
@@ -76,7 +76,7 @@ as files inside the table that no log lists, and its commit is one delta-rs tran
 ``--overwrite`` of a Delta table is a version, never a deleted folder (time travel still reads the old one).
 
 How a job uses it: runtime/cli.py runs ``prepare`` and ``run`` inside one :class:`JobRun`; ``prepare`` claims
-(``prepare_output``), ``run`` (decorated with :func:`runs_job`) writes into ``out.staging_path`` and its outputs
+(``prepare_output``), ``run`` (decorated with :func:`runs_job`) writes into ``out.staging`` and its outputs
 are committed when it returns anything but a failure.  The audit's history is a participant of the same run
 (runtime/history.py ``HistoryAppend``): its rows are appended before the output's commit (unlisted, and undone if that
 commit fails), and the run is listed in it after (:meth:`Participant.finish`): the output's commit is the run's
@@ -418,7 +418,7 @@ def check_committed(path, what: str = "output") -> None:
     commit was cut short: the next run on it finishes or removes it)."""
     if output_state(path) == "uncommitted":
         mark = marker_of(fs.resolve(path)) or {}
-        raise OutputError(f"{what} {path} is not committed (run {mark.get('run_id', '?')}: {mark.get('state', '?')}): "
+        raise OutputError(f"{what} {fs.uri_of(path)} is not committed (run {mark.get('run_id', '?')}: {mark.get('state', '?')}): "
                           "its run was interrupted or is still writing; readers ignore it until a run commits it")
 
 

@@ -122,6 +122,8 @@ def _local(history: str) -> str | None:
 
 
 def _loc(history: str) -> fs.Location:
+    # a str, not a Location: --history as given, its links and ``..`` resolved as the OS does (fs.real), which a
+    # Location (fs.resolve: lexically normalised) has already lost
     local = _local(history)
     if local is None:
         return fs.resolve(history)
@@ -664,7 +666,7 @@ def _append(history: str, table: str, data, schema: pa.Schema) -> None:
                     description=f"written by rocketmq-forensics audit --history ({table})")
 
 
-def _dataset(folder: str):
+def _dataset(folder: fs.Location):
     import pyarrow.dataset as ds
 
     loc = fs.resolve(folder)
@@ -864,7 +866,7 @@ class HistoryAppend(_participant_base()):
         self.journal: Journal | None = None
         self.listed = self.failed = False
 
-    def stage(self, findings_dir: str, metrics_dir: str, out: str) -> None:
+    def stage(self, findings_dir: fs.Location, metrics_dir: fs.Location, out: str) -> None:
         """What the commit appends (the run's staged findings and metrics), and the output the run commits."""
         self.source = (findings_dir, metrics_dir, out)
 

@@ -24,7 +24,6 @@ the output for the job's run, which writes beside it and commits in one step (ru
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 import time
 import uuid
@@ -32,11 +31,14 @@ from contextlib import contextmanager
 
 import pyarrow.fs as pafs
 
-from store_format.fs import Location, resolve
-from store_format import fs
+# Spark's readers and writers are given uri_of(path): the local path, or the URI that resolves to the Location (below
+# the URI it was resolved from, host and options kept: ``scheme://`` glued to the path lost them, as an HDFS name
+# node's ``host:port`` or a bucket a sub-tree file system's paths do not spell); a string as it is (a scheme only
+# Spark knows, s3a://, never resolved here)
+from store_format.fs import Location, resolve, uri_of
 from store_format.fs import OUTPUT_MARKER
 
-from .apart import OutputError, check_apart, is_remote as _is_remote  # noqa: F401  (the jobs import the first two here)
+from .apart import OutputError, check_apart  # noqa: F401  (the jobs import them here)
 
 FORMATS = ("parquet", "delta", "jsonl")
 MODES = ("overwrite", "append")
@@ -52,15 +54,12 @@ MARKER = OUTPUT_MARKER  # "_ROCKETMQ_FORENSICS": Spark and Delta readers skip na
 TOOL = "rocketmq-forensics"
 
 
-def marker_of(folder: str) -> dict | None:
+def marker_of(folder: Location) -> dict | None:
     """What MARKER in ``folder`` says (job, time), or None when it holds no marker of this suite (a regular file,
-    not a link, whose JSON names this tool)."""
-    try:
-        raw = fs.read_bytes(os.path.join(folder, MARKER), 1 << 16, follow=False)
-        data = json.loads(raw.decode("utf-8"))
-    except (fs.UnreadableError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("tool") == TOOL else None
+    not a link, whose JSON names this tool): runtime/commit.py's reading of it."""
+    from .commit import marker_of as marked
+
+    return marked(resolve(folder))
 
 
 def _only_marker(names) -> bool:
@@ -72,7 +71,7 @@ def prepare_output(path: str, *, overwrite: bool, inputs: list[str] = (), job: s
     """Claim ``path`` for the job's run (runtime/commit.py), after checking the inputs are apart from it
     (:func:`check_apart`): refused when another run holds it, when it exists and is not empty without
     ``overwrite``, or when it is not a folder this suite wrote (it holds MARKER).  Nothing at ``path`` changes
-    until the run commits: the job writes into ``out.staging_path``.  ``delta``: an existing Delta table this
+    until the run commits: the job writes into ``out.staging`` (a Location).  ``delta``: an existing Delta table this
     suite wrote is written in place, as a new table version (never a deleted folder).  Idempotent within a run:
     ``prepare`` claims, ``run`` gets the same claim back.  Returns the :class:`runtime.commit.Output`."""
     from .commit import job_run
@@ -86,7 +85,7 @@ def prepare_output(path: str, *, overwrite: bool, inputs: list[str] = (), job: s
     return run.output(path, overwrite=overwrite, inputs=inputs, inplace=inplace)
 
 
-def _is_our_delta(path: str) -> bool:
+def _is_our_delta(path: str) -> bool:  # the path as given: prepare_output's
     loc = resolve(path)
     if not _is_delta(loc):
         return False
@@ -110,7 +109,7 @@ def _micros_timestamps(spark):
             spark.conf.set(TIMESTAMP_CONF, previous)
 
 
-def write_table(df, path: str, fmt: str = "parquet", *, mode: str = "overwrite") -> str:
+def write_table(df, path: Location, fmt: str = "parquet", *, mode: str = "overwrite") -> Location:
     """Write a Spark DataFrame as a ``fmt`` table at ``path`` (``overwrite`` replaces the table, ``append``
     adds to it); returns ``path``."""
     if fmt not in FORMATS:
@@ -119,15 +118,15 @@ def write_table(df, path: str, fmt: str = "parquet", *, mode: str = "overwrite")
         raise OutputError(f"unknown write mode {mode!r}; expected one of {', '.join(MODES)}")
     if fmt == "parquet":
         with _micros_timestamps(df.sparkSession):
-            df.write.mode(mode).parquet(path)
+            df.write.mode(mode).parquet(uri_of(path))
     elif fmt == "jsonl":
-        df.write.mode(mode).options(**JSON_OPTIONS).json(path)
+        df.write.mode(mode).options(**JSON_OPTIONS).json(uri_of(path))
     else:
         _write_delta(df, path, mode)
     return path
 
 
-def write_parquet_file(table, path: str) -> None:
+def write_parquet_file(table, path: Location) -> None:
     """A pyarrow table as one Parquet file (the audit's part files, written by its tasks and its driver), through
     the fs seam: ``path`` is a local path or any URI ``store_format.fs`` resolves, so a cluster's tasks need no
     shared mount.  The columns' descriptions (udfs/columns.py) are left out: they document the declared schemas,
@@ -143,28 +142,25 @@ def write_parquet_file(table, path: str) -> None:
 
 # ---------------------------------------------------------------------------------------------- output files
 #
-# Everything a job writes below its (staged) output, and reads back, goes through these: a local path or a URI.
+# Everything a job writes below its (staged) output, and reads back, goes through these: a Location (a local path
+# or any URI the fs seam resolves; a string is resolved once, for callers outside the jobs: notebooks, tests).
 
 
-def out_join(base: str, *parts: str) -> str:
-    """``parts`` below ``base``: a URI's path is extended before its query (``s3://b/o?region=r`` + ``t`` is
-    ``s3://b/o/t?region=r``, not a key spelled ``o?region=r/t``)."""
-    if not _is_remote(base):
-        return os.path.join(base, *parts)
-    from urllib.parse import urlsplit, urlunsplit
-
-    u = urlsplit(base)
-    if not u.scheme or not (u.query or u.fragment):
-        return posixpath.join(base, *parts)
-    return urlunsplit(u._replace(path=posixpath.join(u.path or "/", *parts)))
+def out_join(base: Location, *parts: str) -> Location:
+    """``parts`` below ``base``.  Named as a URI again (:meth:`Location.uri`), a URI's path is extended before its
+    query (``s3://b/o?region=r`` + ``t`` is ``s3://b/o/t?region=r``, not a key spelled ``o?region=r/t``)."""
+    loc = resolve(base)
+    for part in parts:
+        loc = loc.child(part)
+    return loc
 
 
-def out_makedirs(path: str) -> None:
+def out_makedirs(path: Location) -> None:
     loc = resolve(path)
     loc.fs.create_dir(loc.path, recursive=True)
 
 
-def out_write(path: str, data: bytes | str) -> None:
+def out_write(path: Location, data: bytes | str) -> None:
     """A small file (summary.json, report.html, ``_SUCCESS``) written whole."""
     loc = resolve(path)
     loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
@@ -172,11 +168,11 @@ def out_write(path: str, data: bytes | str) -> None:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
-def out_is_dir(path: str) -> bool:
+def out_is_dir(path: Location) -> bool:
     return resolve(path).is_dir()
 
 
-def out_dataset(path: str, **kw):
+def out_dataset(path: Location, **kw):
     """A Parquet folder below an output as a ``pyarrow.dataset`` (None when there is no such folder)."""
     import pyarrow.dataset as ds
 
@@ -186,7 +182,7 @@ def out_dataset(path: str, **kw):
     return ds.dataset(loc.path, filesystem=loc.fs, format="parquet", **kw)
 
 
-def append_history(df, delta_path: str) -> str:
+def append_history(df, delta_path: Location) -> Location:
     """Append one run's rows to a Delta history table (created on first use): one commit, schema merged."""
     return write_table(df, delta_path, "delta", mode="append")
 
@@ -195,11 +191,11 @@ def _is_delta(loc: Location) -> bool:
     return loc.child(DELTA_LOG).is_dir()
 
 
-def is_delta_table(path: str) -> bool:
+def is_delta_table(path: Location) -> bool:
     return _is_delta(resolve(path))
 
 
-def _write_delta(df, path: str, mode: str) -> None:
+def _write_delta(df, path: Location, mode: str) -> None:
     import pyarrow.parquet as pq
     from deltalake import DeltaTable, Schema
     from deltalake.transaction import AddAction, create_table_with_add_actions
@@ -209,7 +205,7 @@ def _write_delta(df, path: str, mode: str) -> None:
     if info.type == pafs.FileType.File or (info.type == pafs.FileType.Directory
                                             and not _only_marker([i.base_name for i in table.list()])
                                             and not _is_delta(table)):
-        raise OutputError(f"{path} exists and is not a Delta table; refusing to turn it into one")
+        raise OutputError(f"{uri_of(path)} exists and is not a Delta table; refusing to turn it into one")
     batch = f"data-{uuid.uuid4().hex}"
     staging = table.child(batch)
     try:
@@ -217,7 +213,7 @@ def _write_delta(df, path: str, mode: str) -> None:
             # the _SUCCESS marker would only be litter inside the table
             (df.write.mode("error")  # "errorifexists": Spark Connect knows only this spelling
              .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-             .parquet(_spark_path(staging)))
+             .parquet(uri_of(staging)))
         files = [i for i in staging.fs.get_file_info(pafs.FileSelector(staging.path))
                  if i.type == pafs.FileType.File]
         for litter in (i for i in files if not i.base_name.endswith(".parquet")):  # Hadoop's .crc files
@@ -279,16 +275,9 @@ def _delta_uri(loc: Location) -> str:
     return f"{loc.fs.type_name}://{loc.path}"
 
 
-def _spark_path(loc: Location) -> str:
-    """``loc`` as Spark's writers are given it: the local path, or the URI that resolves to ``loc`` (below the URI
-    it was resolved from, host and options kept: ``scheme://`` glued to the path lost them, as an HDFS name node's
-    ``host:port`` or a bucket a sub-tree file system's paths do not spell)."""
-    return loc.path if isinstance(loc.fs, pafs.LocalFileSystem) else loc.uri()
-
-
 # ---------------------------------------------------------------------------------------------- reading
 
-def detect_format(path: str) -> str:
+def detect_format(path: Location) -> str:
     """``delta`` when ``_delta_log`` is present, else ``parquet`` or ``jsonl`` by the part files' names."""
     loc = resolve(path)
     if _is_delta(loc):
@@ -298,28 +287,28 @@ def detect_format(path: str) -> str:
         return "parquet"
     if any(n.endswith(".json") or n.endswith(".jsonl") for n in names):
         return "jsonl"
-    raise OutputError(f"{path} holds no Delta log, Parquet or JSON part files")
+    raise OutputError(f"{uri_of(path)} holds no Delta log, Parquet or JSON part files")
 
 
-def read_table(spark, path: str, fmt: str | None = None, *, schema=None):
+def read_table(spark, path: Location, fmt: str | None = None, *, schema=None):
     """A table written by :func:`write_table` as a DataFrame.  ``schema`` (a StructType or DDL string)
     is applied to jsonl, whose lines carry no types (BINARY columns come back from base64 only with it).  An
     output whose run has not committed (its commit cut short: runtime/commit.py) is refused."""
     _check_committed(path)
     fmt = fmt or detect_format(path)
     if fmt == "parquet":
-        return spark.read.parquet(path)
+        return spark.read.parquet(uri_of(path))
     if fmt == "jsonl":
         reader = spark.read.options(timestampFormat=JSON_TIMESTAMP_FORMAT)
         if schema is not None:
             reader = reader.schema(schema)
-        return reader.json(path)
+        return reader.json(uri_of(path))
     if fmt != "delta":
         raise OutputError(f"unknown table format {fmt!r}; expected one of {', '.join(FORMATS)}")
     return _read_delta(spark, path)
 
 
-def _check_committed(path: str) -> None:
+def _check_committed(path: Location) -> None:
     from store_format.errors import StoreFormatError
 
     from .commit import check_committed
@@ -330,7 +319,7 @@ def _check_committed(path: str) -> None:
         pass
 
 
-def _read_delta(spark, path: str):
+def _read_delta(spark, path: Location):
     import pyarrow as pa
     from deltalake import DeltaTable
     from pyspark.sql.pandas.types import from_arrow_schema

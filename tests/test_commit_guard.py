@@ -409,15 +409,18 @@ def bucket(tmp_path):
     remotefs.ROOTS.update(before)
 
 
-def _stage_and_commit(out: str, data: bytes, *, overwrite: bool = True) -> commit.JobRun:
-    """A run writing through the string its staging is given as (what Spark and the audit's tasks are given),
-    through the job outputs' own seam (runtime/output.py out_write)."""
+def _stage_and_commit(out: str, data: bytes, *, overwrite: bool = True, through: str = "string") -> commit.JobRun:
+    """A run writing through the job outputs' own seam (runtime/output.py out_write), into its staging as the jobs
+    give it (``location``: ``Output.staging``, whose ``fs.uri_of`` is what Spark and the tasks are given) or as a
+    string resolved again (``string``: ``Output.staging_path``)."""
     from runtime.output import out_join, out_write
 
     with commit.JobRun("test") as run:
         o = run.output(out, overwrite=overwrite)
-        out_write(out_join(o.staging_path, "findings", "part-0.parquet"), data)
-        out_write(out_join(o.staging_path, "summary.json"), b"{}")
+        assert fs.uri_of(o.staging) == o.staging_path  # Spark is given the string it was given before
+        staging = o.staging if through == "location" else o.staging_path
+        out_write(out_join(staging, "findings", "part-0.parquet"), data)
+        out_write(out_join(staging, "summary.json"), b"{}")
         o.expect("summary.json", "findings")
         run.commit()
     return run
@@ -426,22 +429,21 @@ def _stage_and_commit(out: str, data: bytes, *, overwrite: bool = True) -> commi
 def test_a_delta_batch_is_named_for_spark_by_its_uri_not_its_path(bucket):
     """The Delta writer gave Spark ``scheme://`` glued to the path inside the file system: the bucket (or an HDFS
     name node's host:port) was lost."""
-    from runtime.output import _spark_path
-
-    _, uri = bucket
-    assert _spark_path(fs.resolve(uri + "sub/a1").child("data-1")) == uri + "sub/a1/data-1"
-    assert _spark_path(fs.resolve("/tmp/x").child("data-1")) == "/tmp/x/data-1"
+    _, uri = bucket  # what runtime/output.py gives Spark's readers and writers: the seam's uri_of
+    assert fs.uri_of(fs.resolve(uri + "sub/a1").child("data-1")) == uri + "sub/a1/data-1"
+    assert fs.uri_of(fs.resolve("/tmp/x").child("data-1")) == "/tmp/x/data-1"
 
 
 @pytest.mark.parametrize("where", ["a1", "sub/a1", "sub/deeper/a1"], ids=["bucket-top", "one-down", "deeper"])
 @pytest.mark.parametrize("scheme", ["subtree", "local"])
-def test_staged_files_land_where_the_commit_looks(bucket, tmp_path, where, scheme):
+@pytest.mark.parametrize("through", ["location", "string"])
+def test_staged_files_land_where_the_commit_looks(bucket, tmp_path, where, scheme, through):
     """At a bucket's top the tasks wrote into ``a1.rocketmq-forensics/`` while the commit looked in
     ``.a1.rocketmq-forensics/``, and ``committed`` was written into an empty ``a1``."""
     root, uri = bucket
     base = uri if scheme == "subtree" else f"{root}/"
     for data in (b"one", b"two"):  # a new output, then --overwrite of it
-        run = _stage_and_commit(base + where, data)
+        run = _stage_and_commit(base + where, data, through=through)
         assert (root / where / "findings" / "part-0.parquet").read_bytes() == data
         assert json.loads((root / where / OUTPUT_MARKER).read_text())["run_id"] == run.run_id
     leftovers = [str(p.relative_to(root)) for p in root.rglob("*") if "rocketmq-forensics" in p.name]
@@ -597,6 +599,12 @@ def test_a_path_joined_below_a_uri_keeps_its_query_after_the_path():
     (appended after it, the key would be ``o?region=r/findings``, a folder of its own)."""
     from runtime.output import out_join
 
-    assert out_join("s3://b/o?region=r", "findings", "p.parquet") == "s3://b/o/findings/p.parquet?region=r"
-    assert out_join("s3://b/o", "findings") == "s3://b/o/findings"
-    assert out_join("x://bucket/a1?k=v#f", "t") == "x://bucket/a1/t?k=v#f"
+    import pyarrow.fs as pafs
+
+    def resolved(uri: str, inside: str) -> fs.Location:  # as fs.resolve makes it, without asking the store
+        return fs.Location(pafs.SubTreeFileSystem("/nowhere", pafs.LocalFileSystem()), inside, (uri, inside))
+
+    assert out_join(resolved("s3://b/o?region=r", "b/o"), "findings", "p.parquet").uri() == \
+        "s3://b/o/findings/p.parquet?region=r"
+    assert out_join(resolved("s3://b/o", "b/o"), "findings").uri() == "s3://b/o/findings"
+    assert out_join(resolved("x://bucket/a1?k=v#f", "a1"), "t").uri() == "x://bucket/a1/t?k=v#f"  # a sub-tree's

@@ -338,3 +338,123 @@ def test_only_the_kernels_compile_and_only_the_wrappers_start_spark():
             third.setdefault(path.stem, set()).update(n.split(".")[0] for n in names)
     assert {m for m, names in third.items() if "numba" in names} == {"compiled"}
     assert {m for m, names in third.items() if "pyspark" in names} == {"spark"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One path type below the command line (issue 39 item 5): a public function of runtime/, jobs/ or datasources/ takes
+# a path as a store_format.fs Location (converted to a string only at a foreign API's boundary: Spark's readers and
+# writers, deltalake, subprocess arguments, messages), never as a ``str``.
+
+ROOT = PACKAGE.parent
+PATH_LAYERS = ("runtime", "jobs", "datasources")
+_PATH_NAMES = {"path", "out", "root", "folder", "staged", "src", "base", "history", "input", "manifest", "repair",
+               "delta_path", "store_path", "location", "target", "dump"}
+_PATH_SUFFIXES = ("_path", "_dir", "_root", "_folder", "_uri")
+# the command line's own side: parsing and the job's entry point take the strings the user typed
+_COMMAND_LINE = {"main", "build_parser", "parse_args"}
+
+#: (module, function, parameter) -> why it is a string.  Each one is kept on purpose; a new one needs a reason.
+_AS_GIVEN = ("the path as the user gave it: links and ``..`` resolved as the OS does (fs.real) and compared by device "
+             "and inode (runtime/apart.py); a Location (fs.resolve) is already lexically normalised")
+_HISTORY = "--history as given: history._loc resolves it as the OS does (fs.real), on purpose"
+_SHOWN = "--out as the user typed it, shown in the commands the report prints (a message, not a place read)"
+_SPARK_LOAD = ("the data source's load() path: Spark's reader takes a string, which the source resolves again in "
+               "its own process (the jobs give it fs.uri_of)")
+STR_PATHS_ALLOWED = {
+    ("runtime.apart", "check_apart", "path"): _AS_GIVEN,
+    ("runtime.apart", "is_remote", "path"): _AS_GIVEN,
+    ("runtime.apart", "local_of", "path"): _AS_GIVEN,
+    ("runtime.commit", "Target.__init__", "path"): _AS_GIVEN,
+    ("runtime.commit", "Output.__init__", "path"): _AS_GIVEN,
+    ("runtime.commit", "JobRun.find", "path"): _AS_GIVEN + " (a claim is found by the spelling it was made with)",
+    ("runtime.commit", "JobRun.output", "path"): _AS_GIVEN,
+    ("runtime.commit", "check_output", "path"): _AS_GIVEN,
+    ("runtime.commit", "check_state", "path"): "the output as given, named in its messages",
+    ("runtime.output", "prepare_output", "path"): _AS_GIVEN + " (it claims through runtime/commit.py)",
+    ("runtime.history", "HistoryAppend.__init__", "history"): _HISTORY,
+    ("runtime.history", "HistoryAppend.stage", "out"): _AS_GIVEN + " (the journal names the output the run commits)",
+    ("runtime.history", "Journal.begin", "history"): _HISTORY,
+    ("runtime.history", "Journal.begin", "out"): _AS_GIVEN + " (the journal names the output the run commits)",
+    ("runtime.history", "Journal.read", "history"): _HISTORY,
+    ("runtime.history", "adopt_earlier", "history"): _HISTORY,
+    ("runtime.history", "append_tables", "history"): _HISTORY,
+    ("runtime.history", "check_history", "history"): _HISTORY,
+    ("runtime.history", "check_log", "history"): _HISTORY,
+    ("runtime.history", "claim_history", "history"): _HISTORY,
+    ("runtime.history", "committed_runs", "history"): _HISTORY,
+    ("runtime.history", "damage_behind", "history"): _HISTORY,
+    ("runtime.history", "read_runs", "history"): _HISTORY,
+    ("runtime.history", "settle", "history"): _HISTORY,
+    ("runtime.history", "table_uri", "history"): _HISTORY + " (what delta-rs opens: a string)",
+    ("runtime.history", "unlisted_runs", "history"): _HISTORY,
+    ("runtime.session", "ship_project", "zip_path"): "a zip on this machine that SparkContext.addPyFile ships, "
+                                                     "never a dump or an output",
+    ("datasources.__init__", "read_commitlog", "path"): _SPARK_LOAD,
+    ("datasources.twopass", "read_commitlog", "path"): _SPARK_LOAD,
+    ("datasources.twopass", "commitlog_ends", "path"): _SPARK_LOAD,
+    ("jobs.audit.report", "write", "out"): _SHOWN,
+    ("jobs.audit.verdict", "verdict", "out"): _SHOWN,
+    ("jobs.audit.verdict", "actions", "out"): _SHOWN,
+    ("jobs.audit.routes", "view_schema", "folder"): "a queue folder's name (consumequeue, batchcq...), not a path",
+}
+
+
+def _annotation_is_str(node) -> bool:
+    """``str``, ``str | None``, ``Optional[str]``, ``"str"`` (not ``str | Location``: that names the path type)."""
+    if node is None:
+        return False
+    text = ast.unparse(node).strip("'\"")
+    words = {w.strip() for w in text.replace("Optional[", "").replace("]", "").split("|")}
+    return "str" in words and not {"Location", "fs.Location"} & words
+
+
+def _is_path_name(name: str) -> bool:
+    return name in _PATH_NAMES or name.endswith(_PATH_SUFFIXES)
+
+
+def str_path_parameters(source: str, module: str) -> set[tuple[str, str, str]]:
+    """(module, function, parameter) of every public function or method (of a public class) in ``source`` whose
+    path parameter is annotated ``str``."""
+    found = set()
+
+    def visit(body, owner: str):
+        for node in body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                visit(node.body, f"{owner}{node.name}.")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                public = not node.name.startswith("_") or node.name == "__init__"
+                if not public or (not owner and node.name in _COMMAND_LINE):
+                    continue
+                a = node.args
+                for arg in a.posonlyargs + a.args + a.kwonlyargs:
+                    if _is_path_name(arg.arg) and _annotation_is_str(arg.annotation):
+                        found.add((module, f"{owner}{node.name}", arg.arg))
+
+    visit(ast.parse(source).body, "")
+    return found
+
+
+def _str_path_parameters() -> set[tuple[str, str, str]]:
+    found = set()
+    for layer in PATH_LAYERS:
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found |= str_path_parameters(path.read_text(encoding="utf-8"), module)
+    return found
+
+
+def test_paths_below_the_command_line_are_locations():
+    found = _str_path_parameters()
+    assert not sorted(found - set(STR_PATHS_ALLOWED)), "annotate these Location (store_format.fs), or list them in " \
+                                                       "STR_PATHS_ALLOWED with the reason they are strings"
+    assert not sorted(set(STR_PATHS_ALLOWED) - found), "no longer strings: take them off STR_PATHS_ALLOWED"
+
+
+def test_the_path_check_sees_a_str_path():
+    source = ("def write(table, path: str) -> None: ...\n"
+              "def _private(path: str): ...\n"
+              "def ok(path: Location, name: str): ...\n"
+              "def either(out: 'str | None' = None): ...\n"
+              "class Writer:\n    def put(self, staged_dir: str): ...\n")
+    assert str_path_parameters(source, "m") == {("m", "write", "path"), ("m", "either", "out"),
+                                                ("m", "Writer.put", "staged_dir")}

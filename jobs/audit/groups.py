@@ -21,6 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from store_format.fs import Location
+
 from .findings import CHECKS, ENGINE_FAMILY, ENGINE_RANK, Consequence, Severity
 
 SAMPLES = 5
@@ -158,7 +160,7 @@ def _most(a, b):
     return b if a is None else a if b is None else max(a, b)
 
 
-def group_findings(path: str) -> list[Group]:
+def group_findings(path: Location) -> list[Group]:
     """Every group of the findings folder ``path``, in the report's order."""
     from .checks import load_all
 

@@ -55,6 +55,7 @@ from runtime.history import claim_history
 from runtime.output import OutputError, out_join, out_makedirs, out_write, prepare_output, write_parquet_file
 from runtime.progress import Phase, say
 from runtime.session import EXECUTORS, choose_executor
+from store_format.fs import Location
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args, recovery_settings_from_args, \
     size_argument
 
@@ -272,7 +273,7 @@ class _Written:
     tables: dict[str, pa.Table]
 
 
-def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo, out: str) -> _Written:
+def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo, out: Location) -> _Written:
     """The families' findings beside the scan tasks' (always a file: the folder has a schema), the metrics, the
     detail tables and the messages to re-send, into ``out`` (the run's staging)."""
     progress("writing findings")
@@ -282,20 +283,20 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
                        out_join(run.findings_dir, "part-driver.parquet"))
     out_write(out_join(run.findings_dir, "_SUCCESS"), b"")
     metrics = FD.concat_metrics([t for r in results for t in r.metrics])
-    _write_arrow(_stamp_arrow(metrics, {"run_id": run.run_id, "run_time": run.run_time}), f"{out}/metrics")
+    _write_arrow(_stamp_arrow(metrics, {"run_id": run.run_id, "run_time": run.run_time}), out_join(out, "metrics"))
     tables = {name: t for r in results for name, t in r.tables.items()}
     for name, t in tables.items():
-        _write_arrow(t, f"{out}/tables/{name}")
+        _write_arrow(t, out_join(out, "tables", name))
     # the messages to re-send: the scan's tasks wrote the dropped and unindexed ones; the damaged and destroyed ones
     # go beside (a damaged one before the cut is kept, damaged)
-    resend.write_driver_part(ctx.resend_damaged, f"{out}/tables/{resend.NAME}",
+    resend.write_driver_part(ctx.resend_damaged, out_join(out, "tables", resend.NAME),
                              {name: p.max_physical_offset for name, p in ctx.recovery.items()}, ctx.resend_tables)
     out_write(out_join(out, "tables", resend.NAME, "_SUCCESS"), b"")
     return _Written(counts, metrics, tables)
 
 
 def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, out: str, started: float,
-             run_id: str, run_time, report: str | None, staged: str | None = None) -> dict:
+             run_id: str, run_time, report: str | None, staged: Location | None = None) -> dict:
     counts = written.counts
     brokers = [{"name": s.name, "path": s.path, "geometry": _geometry(ctx.plans[s.name]),
                 "as_of": ctx.as_of.get(s.name)} for s in ctx.stores]
@@ -366,7 +367,7 @@ def _stamp_arrow(t: pa.Table, stamp: dict) -> pa.Table:
         + list(t.columns), names=["run_id", "run_time"] + t.column_names)
 
 
-def _write_arrow(t: pa.Table, path: str) -> None:
+def _write_arrow(t: pa.Table, path: Location) -> None:
     """A small table as a Parquet folder (one part file), as Spark would lay it out."""
     write_parquet_file(t, out_join(path, "part-00000.parquet"))
     out_write(out_join(path, "_SUCCESS"), b"")
@@ -491,7 +492,7 @@ def _prepare_outputs(args, stores):
         check_apart(args.out, [args.history], what="output")
         history = claim_history(run, args.history, inputs=inputs)
     out = prepare_output(args.out, overwrite=args.overwrite, inputs=inputs, job="audit")
-    return out.staging_path, history
+    return out.staging, history
 
 
 def _prepare(args) -> None:

@@ -30,6 +30,7 @@ import pyarrow as pa
 from runtime.display import format_duration, format_iso_z, is_time_column
 
 from runtime.display import plural
+from store_format.fs import Location
 
 from . import resend
 from .checks import load_all, the_check, with_role
@@ -89,7 +90,7 @@ details.group>div{padding:4px 10px 6px}
 
 
 def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: str, *, top: int = 200,
-          staged: str | None = None) -> str:
+          staged: Location | None = None) -> str:
     """report.html for the audit in ``out`` (its summary, detail tables and finding groups); ``staged``: where the
     run's outputs are until it commits (runtime/commit.py): read and written there, named as ``out``."""
     src = staged or out
@@ -275,7 +276,7 @@ def _fleet(brokers: list[dict]) -> str:
         raw={0, 1, 2, 3, 4, 5}, cls="fleet")
 
 
-def _first_screen(b: dict, out: str, src: str, *, top_banner: bool) -> str:
+def _first_screen(b: dict, out: str, src: Location, *, top_banner: bool) -> str:
     v, rec = b["verdict"], b.get("recovery")
     name = b["name"]
     ident = " id='verdict'" if top_banner else ""
@@ -338,13 +339,13 @@ def _command(command: str) -> str:
     return " ".join(f"<span class='arg'>{_e(w)}</span>" for w in words)
 
 
-def _keys_words(out: str, broker: str, states: tuple[str, ...], limit: int = 5) -> str:
+def _keys_words(src: Location, broker: str, states: tuple[str, ...], limit: int = 5) -> str:
     """The first keys and unique keys of the broker's messages to re-send in ``states``, each list named (a KEYS
     entry and a UNIQ_KEY are looked up differently: ``query --key`` and ``--uniq-key``), as html ("" for none)."""
     from runtime.output import out_join
 
     keys, uniq = [], []
-    for r in resend.first_rows(out_join(out, "tables", resend.NAME), broker, 50, states):
+    for r in resend.first_rows(out_join(src, "tables", resend.NAME), broker, 50, states):
         keys += [k for k in r["keys"] or [] if k not in keys]
         if r["uniq_key"] and r["uniq_key"] not in uniq:
             uniq.append(r["uniq_key"])
@@ -353,7 +354,7 @@ def _keys_words(out: str, broker: str, states: tuple[str, ...], limit: int = 5) 
                    for label, found in (("keys", keys), ("unique keys", uniq)) if found)
 
 
-def _resend_section(b: dict, out: str, src: str) -> str:
+def _resend_section(b: dict, out: str, src: Location) -> str:
     name, v = b["name"], b["verdict"]
     total = v["to_resend"]
     from runtime.output import out_join
@@ -376,7 +377,7 @@ def _resend_section(b: dict, out: str, src: str) -> str:
             f"'{_e(name)}'</code>)</div>{system}" + _commands(b, out, path))
 
 
-def _commands(b: dict, out: str, path: str) -> str:
+def _commands(b: dict, out: str, path: Location) -> str:
     """The commands that copy the lost messages out of the dump (and into a fresh store), as they run pasted."""
     from runtime.cli import printed_command
 

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 
 from runtime.display import plural as _plural
 from store_format import layout as L
+from store_format.fs import Location
 from udfs.columns import column
 
 NAME = "resend"
@@ -167,7 +168,7 @@ def unserved_rows(broker: str, topic: str, queue_id: int, queue_offsets, physica
 _NAMING = {"damaged": 0, "destroyed": 1}
 
 
-def write_driver_part(rows: list[dict], path: str, cuts: dict[str, int] | None = None,
+def write_driver_part(rows: list[dict], path: Location, cuts: dict[str, int] | None = None,
                       tables: list[pa.Table] = ()) -> None:
     """The driver's part of the table: the records it names (damaged, destroyed, a stalling one), one row per
     physical offset, and the ``tables`` of rows it made in bulk.  ``cuts``: broker -> the predicted recovered end;
@@ -190,14 +191,14 @@ def write_driver_part(rows: list[dict], path: str, cuts: dict[str, int] | None =
     write_parquet_file(pa.Table.from_pylist(kept, schema=SCHEMA), out_join(path, "part-driver.parquet"))
 
 
-def _dataset(path: str):
+def _dataset(path: Location):
     """The table at ``path`` (a local path or a URI: runtime/output.py), or None when there is none."""
     from runtime.output import out_dataset
 
     return out_dataset(path, schema=SCHEMA)
 
 
-def counts(path: str) -> dict[tuple[str, str, bool], int]:
+def counts(path: Location) -> dict[tuple[str, str, bool], int]:
     """(broker, state, system) -> rows, read a batch at a time."""
     out: dict[tuple, int] = {}
     dataset = _dataset(path)
@@ -212,7 +213,7 @@ def counts(path: str) -> dict[tuple[str, str, bool], int]:
     return out
 
 
-def first_rows(path: str, broker: str, limit: int, states: tuple[str, ...] = STATES) -> list[dict]:
+def first_rows(path: Location, broker: str, limit: int, states: tuple[str, ...] = STATES) -> list[dict]:
     """The first ``limit`` messages to re-send of a broker in ``states`` (system records left out), in the order of
     :data:`STATES`, each state by physical offset; read a batch at a time so memory stays bounded whatever the
     table's size."""
@@ -233,7 +234,7 @@ def first_rows(path: str, broker: str, limit: int, states: tuple[str, ...] = STA
     return best
 
 
-def first_offset(path: str, broker: str, state: str) -> int | None:
+def first_offset(path: Location, broker: str, state: str) -> int | None:
     """The least physical offset of a broker's rows in ``state`` (where an extract of them starts)."""
     dataset = _dataset(path)
     if dataset is None:
@@ -247,7 +248,7 @@ def first_offset(path: str, broker: str, state: str) -> int | None:
     return least
 
 
-def unindexed_queues(path: str, broker: str) -> list[dict]:
+def unindexed_queues(path: Location, broker: str) -> list[dict]:
     """Per queue with messages in no consume queue (system records left out): their count and least and greatest
     queue offset, the largest first."""
     dataset = _dataset(path)

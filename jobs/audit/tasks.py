@@ -25,6 +25,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from store_format.fs import Location
+
 from .findings import as_written
 
 OUTPUT_SCHEMA = pa.schema([("table", pa.string()), ("payload", pa.binary())])
@@ -52,10 +54,10 @@ class Task(Protocol):
 class RunInfo:
     """Where a run's tasks write their findings, and the stamps every finding row carries."""
 
-    findings_dir: str | None  # None: findings are not written (a stage that makes none)
+    findings_dir: Location | None  # None: findings are not written (a stage that makes none)
     run_id: str = ""
     run_time: object = None  # a UTC datetime
-    tables_dir: str | None = None  # where tasks write detail tables too large to travel (jobs/audit/resend.py)
+    tables_dir: Location | None = None  # where tasks write detail tables too large to travel (jobs/audit/resend.py)
 
 
 class Emitter:

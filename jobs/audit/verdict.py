@@ -52,6 +52,7 @@ import re
 import shlex
 
 from runtime.display import plural
+from store_format.fs import Location
 from store_format.queues import BY_FOLDER, FILE
 
 from . import resend
@@ -99,7 +100,7 @@ def _damage_checks() -> frozenset:
     return _roles("damage")
 
 
-def _resend_counts(table: str, name: str) -> tuple[dict, dict]:
+def _resend_counts(table: Location, name: str) -> tuple[dict, dict]:
     """The broker's rows of tables/resend per state: all of them (system records are lost too), and the messages
     to re-send (the others)."""
     records = {s: 0 for s in resend.STATES}
@@ -113,7 +114,8 @@ def _resend_counts(table: str, name: str) -> tuple[dict, dict]:
     return records, messages
 
 
-def verdict(broker: dict, groups: list[Group], out: str, message_count: int | None, staged: str | None = None) -> dict:
+def verdict(broker: dict, groups: list[Group], out: str, message_count: int | None,
+            staged: Location | None = None) -> dict:
     """The on-call view of ``broker`` (a summary.json ``brokers`` entry) from its finding groups (in the report's
     order) and the audit's tables in ``out`` (tables/resend, tables/segments; read from ``staged`` until the run
     commits, runtime/commit.py)."""
@@ -183,13 +185,13 @@ def _with_other_blockers(rec: dict, groups: list[Group]) -> dict:
     return dict(rec, broker_will_start=False, start_problems=list(rec["start_problems"]) + problems)
 
 
-def _join(base: str, *parts: str) -> str:
+def _join(base: Location, *parts: str) -> Location:
     from runtime.output import out_join
 
     return out_join(base, *parts)
 
 
-def _empty_segments(out: str, broker: str) -> set[str]:
+def _empty_segments(out: Location, broker: str) -> set[str]:
     """The segments of ``broker`` that hold nothing (no message, no damage): deleting one destroys nothing."""
     from runtime.output import out_dataset, out_join
 
@@ -287,7 +289,7 @@ def _action(kind: str, text: str, command: str | None = None, check: str | None 
     return {"kind": kind, "text": text, "command": command, "check": check, "count": count}
 
 
-def actions(broker: dict, v: dict, groups: list[Group], out: str, src: str | None = None,
+def actions(broker: dict, v: dict, groups: list[Group], out: str, src: Location | None = None,
             messages: dict | None = None) -> list[dict]:
     """The broker's actions, most urgent first (module docstring), at most :data:`ACTIONS`; ``messages``: the
     messages to re-send per state (tables/resend without system records: nobody re-sends those)."""
