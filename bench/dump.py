@@ -38,6 +38,7 @@ class DumpSpec:
     index_slots: int = L.DEFAULT_MAX_HASH_SLOT_NUM  # maxHashSlotNum (maxIndexNum is 4x: RocketMQ's ratio)
     cover: bool = False  # every topic and queue from the start (TrafficConfig.cover): the scaling dumps
     rate: float = 2000.0  # simulated stores per second
+    flows: float = 1.0  # times the generator's rates of transactions and send-backs (issue 40's memory bench: 10)
 
     @property
     def messages(self) -> int:
@@ -46,7 +47,8 @@ class DumpSpec:
     def traffic(self) -> TrafficConfig:
         return TrafficConfig(messages=self.messages, topics=8, queues=8, seed=self.seed, producers=PRODUCERS,
                              ipv6_producers=IPV6_PRODUCERS, body_log_mean=BODY_LOG_MEAN, cover=self.cover,
-                             rate=self.rate)
+                             rate=self.rate, p_half=TrafficConfig.p_half * self.flows,
+                             p_send_back=TrafficConfig.p_send_back * self.flows)
 
     def writer(self) -> WriterConfig:
         return WriterConfig(mappedFileSizeCommitLog=int(self.segment_mib * (1 << 20)),
@@ -56,7 +58,8 @@ class DumpSpec:
     def key(self) -> str:
         return (f"dump-v{GENERATOR_VERSION}-{self.size_mib:g}MiB-seed{self.seed}-seg{self.segment_mib:g}MiB"
                 f"-slots{self.index_slots}{'-cover' if self.cover else ''}"
-                f"{f'-rate{self.rate:g}' if self.rate != DumpSpec.rate else ''}")  # the default rate: no suffix
+                f"{f'-rate{self.rate:g}' if self.rate != DumpSpec.rate else ''}"  # the default rate: no suffix
+                f"{f'-flows{self.flows:g}' if self.flows != DumpSpec.flows else ''}")
 
 
 def ensure_dump(spec: DumpSpec, cache: Path, progress: bool = True) -> dict:

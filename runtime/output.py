@@ -186,6 +186,23 @@ def out_dataset(path: str, **kw):
     return ds.dataset(loc.path, filesystem=loc.fs, format="parquet", **kw)
 
 
+def out_size(path: str) -> int:
+    """A written file's size in bytes."""
+    loc = resolve(path)
+    return loc.fs.get_file_info(loc.path).size
+
+
+def out_parts_dataset(paths: list[str], schema):
+    """Parquet part files (paths or URIs of one file system, written through the seam) as one ``pyarrow.dataset``
+    read as ``schema``, in the order given; an empty in-memory one when there is none."""
+    import pyarrow.dataset as ds
+
+    if not paths:
+        return ds.dataset(schema.empty_table())
+    locs = [resolve(p) for p in paths]
+    return ds.dataset([loc.path for loc in locs], schema=schema, filesystem=locs[0].fs, format="parquet")
+
+
 def append_history(df, delta_path: str) -> str:
     """Append one run's rows to a Delta history table (created on first use): one commit, schema merged."""
     return write_table(df, delta_path, "delta", mode="append")

@@ -63,6 +63,11 @@ class AuditContext:
         """The scan's partial table ``name``, every task's rows together."""
         return self.scan.get(name, schema)
 
+    def partial_dataset(self, name: str, schema: pa.Schema):
+        """The scan's spilled partial table ``name`` (tasks.Emitter.spill) as a ``pyarrow.dataset`` over the parts
+        its tasks wrote: read it by columns, filters and batches, never more than the family needs at once."""
+        return self.scan.dataset(name, schema)
+
     def survey_partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
         return self.survey.get(name, schema)
 

@@ -14,6 +14,8 @@ dump has does not run), then writes to DIR:
   tables/<name>/ Parquet detail tables: segments, queues, lag, transactions, delays, timers and pop (5.x), retries,
                  dlq, and resend (the messages to re-send: damaged, destroyed, dropped by recovery, in no consume
                  queue, or kept damaged; jobs/audit/resend.py)
+  partials/<name>/ Parquet, the scan tasks' partial tables that grow with the messages (retries' hops, the
+                 transactions' records), one part per task (tasks.Emitter.spill): what the driver's families read
   summary.json   tool version, run time, inputs, geometry, counts per severity and per check, and per broker its
                  recovery and its verdict (jobs/audit/verdict.py: will it start, the cut, what is lost, what to do)
   report.html    one self-contained page: per broker, in words, will it start, where recovery cuts, what is lost and
@@ -185,7 +187,8 @@ def run(spark, args) -> AuditResult:
     out = args.out.rstrip("/")  # where the run's outputs will be, once committed (summary, report, messages)
     # every file of the run goes through the fs seam (runtime/output.py out_*): a local path or a URI, written by the
     # tasks wherever they run (no shared mount needed)
-    run = RunInfo(out_join(staged, "findings"), run_id, run_time, tables_dir=out_join(staged, "tables"))
+    run = RunInfo(out_join(staged, "findings"), run_id, run_time, tables_dir=out_join(staged, "tables"),
+                  partials_dir=out_join(staged, "partials"))
     out_makedirs(run.findings_dir)
     try:
         ctx.survey = _stage(spark, "survey", survey_tasks(ctx, segments), executor, RunInfo(None))

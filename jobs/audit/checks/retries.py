@@ -78,7 +78,7 @@ def in_range(rc, out) -> None:
     rows = np.flatnonzero(hop)
     if len(rows):
         t = m.take(rows)
-        out.partial("retries.hops", pa.table({"broker": pa.repeat(pa.scalar(rc.broker), len(rows)),
+        out.spill("retries.hops", pa.table({"broker": pa.repeat(pa.scalar(rc.broker), len(rows)),
                                               **{f.name: t.column(f.name) for f in HOPS if f.name != "broker"}},
                                              schema=HOPS))
 
@@ -95,7 +95,7 @@ ORIGINS = pa.schema([("broker", pa.string()), ("origin_message_id", pa.string())
 
 
 def retry_table(ctx) -> pa.Table:
-    hops = ctx.partial("retries.hops", HOPS)
+    hops = ctx.partial_dataset("retries.hops", HOPS).to_table()
     if not hops.num_rows:
         return RETRIES.empty_table()
     origins = []
