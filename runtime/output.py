@@ -192,6 +192,18 @@ def out_size(path: str) -> int:
     return loc.fs.get_file_info(loc.path).size
 
 
+def out_parquet_writer(path: str, schema):
+    """A ``pyarrow.parquet.ParquetWriter`` of one Parquet file through the fs seam (a table written batch by batch,
+    never held whole); the columns' descriptions left out, as :func:`write_parquet_file` leaves them."""
+    import pyarrow.parquet as pq
+
+    from udfs.columns import plain
+
+    loc = resolve(path)
+    loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
+    return pq.ParquetWriter(loc.path, plain(schema.empty_table()).schema, filesystem=loc.fs)
+
+
 def out_parts_dataset(paths: list[str], schema):
     """Parquet part files (paths or URIs of one file system, written through the seam) as one ``pyarrow.dataset``
     read as ``schema``, in the order given; an empty in-memory one when there is none."""

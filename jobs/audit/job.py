@@ -64,7 +64,7 @@ from . import findings as FD
 from . import resend, terminal
 from . import checks
 from .checks import FAMILIES, load_all
-from .contract import FamilyResult
+from .contract import FamilyResult, WrittenTable
 from .context import AuditContext, AuditOptions
 from .groups import add_times, group_findings
 from runtime.stores import resolve_stores
@@ -189,6 +189,7 @@ def run(spark, args) -> AuditResult:
     # tasks wherever they run (no shared mount needed)
     run = RunInfo(out_join(staged, "findings"), run_id, run_time, tables_dir=out_join(staged, "tables"),
                   partials_dir=out_join(staged, "partials"))
+    ctx.tables_dir = run.tables_dir
     out_makedirs(run.findings_dir)
     try:
         ctx.survey = _stage(spark, "survey", survey_tasks(ctx, segments), executor, RunInfo(None))
@@ -272,6 +273,7 @@ class _Written:
     counts: dict
     metrics: pa.Table
     tables: dict[str, pa.Table]
+    streamed: list[str] = field(default_factory=list)  # tables their families wrote (contract.WrittenTable)
 
 
 def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo, out: str) -> _Written:
@@ -285,15 +287,18 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
     out_write(out_join(run.findings_dir, "_SUCCESS"), b"")
     metrics = FD.concat_metrics([t for r in results for t in r.metrics])
     _write_arrow(_stamp_arrow(metrics, {"run_id": run.run_id, "run_time": run.run_time}), f"{out}/metrics")
-    tables = {name: t for r in results for name, t in r.tables.items()}
+    tables = {name: t for r in results for name, t in r.tables.items() if not isinstance(t, WrittenTable)}
     for name, t in tables.items():
         _write_arrow(t, f"{out}/tables/{name}")
+    streamed = [name for r in results for name, t in r.tables.items() if isinstance(t, WrittenTable)]
+    for name in streamed:  # its family wrote its part file, batch by batch
+        out_write(out_join(out, "tables", name, "_SUCCESS"), b"")
     # the messages to re-send: the scan's tasks wrote the dropped and unindexed ones; the damaged and destroyed ones
     # go beside (a damaged one before the cut is kept, damaged)
     resend.write_driver_part(ctx.resend_damaged, f"{out}/tables/{resend.NAME}",
                              {name: p.max_physical_offset for name, p in ctx.recovery.items()}, ctx.resend_tables)
     out_write(out_join(out, "tables", resend.NAME, "_SUCCESS"), b"")
-    return _Written(counts, metrics, tables)
+    return _Written(counts, metrics, tables, streamed)
 
 
 def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, out: str, started: float,
@@ -315,7 +320,8 @@ def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, o
         "brokers": brokers,
         "groups": len(groups),
         "outputs": {"findings": f"{out}/findings", "metrics": f"{out}/metrics",
-                    **{f"tables/{n}": f"{out}/tables/{n}" for n in [*written.tables, resend.NAME]},
+                    **{f"tables/{n}": f"{out}/tables/{n}" for n in [*written.tables, *written.streamed,
+                                                                     resend.NAME]},
                     "report": report},
     }
     message_counts = _broker_metric(written.metrics, "message_count")
