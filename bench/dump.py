@@ -40,6 +40,7 @@ class DumpSpec:
     rate: float = 2000.0  # simulated stores per second
     topics: int = 8  # issue 40's wide broker: 5,000 topics x 8 queues (bench/bench_wide.py)
     queues: int = 8  # per topic
+    flows: float = 1.0  # times the generator's rates of transactions and send-backs (issue 40's memory bench: 10)
 
     @property
     def messages(self) -> int:
@@ -48,7 +49,8 @@ class DumpSpec:
     def traffic(self) -> TrafficConfig:
         return TrafficConfig(messages=self.messages, topics=self.topics, queues=self.queues, seed=self.seed, producers=PRODUCERS,
                              ipv6_producers=IPV6_PRODUCERS, body_log_mean=BODY_LOG_MEAN, cover=self.cover,
-                             rate=self.rate)
+                             rate=self.rate, p_half=TrafficConfig.p_half * self.flows,
+                             p_send_back=TrafficConfig.p_send_back * self.flows)
 
     def writer(self) -> WriterConfig:
         return WriterConfig(mappedFileSizeCommitLog=int(self.segment_mib * (1 << 20)),
@@ -59,7 +61,8 @@ class DumpSpec:
         return (f"dump-v{GENERATOR_VERSION}-{self.size_mib:g}MiB-seed{self.seed}-seg{self.segment_mib:g}MiB"
                 f"-slots{self.index_slots}{'-cover' if self.cover else ''}"
                 f"{f'-rate{self.rate:g}' if self.rate != DumpSpec.rate else ''}"  # the defaults: no suffix
-                f"{'' if (self.topics, self.queues) == (8, 8) else f'-{self.topics}x{self.queues}q'}")
+                f"{'' if (self.topics, self.queues) == (8, 8) else f'-{self.topics}x{self.queues}q'}"
+                f"{f'-flows{self.flows:g}' if self.flows != DumpSpec.flows else ''}")
 
 
 def ensure_dump(spec: DumpSpec, cache: Path, progress: bool = True) -> dict:

@@ -182,6 +182,35 @@ def out_dataset(path: Location, **kw):
     return ds.dataset(loc.path, filesystem=loc.fs, format="parquet", **kw)
 
 
+def out_size(path: Location) -> int:
+    """A written file's size in bytes."""
+    loc = resolve(path)
+    return loc.fs.get_file_info(loc.path).size
+
+
+def out_parquet_writer(path: Location, schema):
+    """A ``pyarrow.parquet.ParquetWriter`` of one Parquet file through the fs seam (a table written batch by batch,
+    never held whole); the columns' descriptions left out, as :func:`write_parquet_file` leaves them."""
+    import pyarrow.parquet as pq
+
+    from udfs.columns import plain
+
+    loc = resolve(path)
+    loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
+    return pq.ParquetWriter(loc.path, plain(schema.empty_table()).schema, filesystem=loc.fs)
+
+
+def out_parts_dataset(paths: list[str], schema):
+    """Parquet part files (paths or URIs of one file system, written through the seam) as one ``pyarrow.dataset``
+    read as ``schema``, in the order given; an empty in-memory one when there is none."""
+    import pyarrow.dataset as ds
+
+    if not paths:
+        return ds.dataset(schema.empty_table())
+    locs = [resolve(p) for p in paths]
+    return ds.dataset([loc.path for loc in locs], schema=schema, filesystem=locs[0].fs, format="parquet")
+
+
 def append_history(df, delta_path: Location) -> Location:
     """Append one run's rows to a Delta history table (created on first use): one commit, schema merged."""
     return write_table(df, delta_path, "delta", mode="append")

@@ -57,11 +57,30 @@ class AuditContext:
         # broker -> the physical offset of the record the broker's reput stops at for ever (a family finds it after
         # the scan): no record from it on reaches a consume queue, whatever the start
         self.reput_stalls: dict[str, int] = {}
+        self.tables_dir: "fs.Location | None" = None  # where the run's detail tables go (None: a family run on its own)
 
     # ---- partial tables ----------------------------------------------------------------------------------
     def partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
         """The scan's partial table ``name``, every task's rows together."""
         return self.scan.get(name, schema)
+
+    def partial_dataset(self, name: str, schema: pa.Schema):
+        """The scan's spilled partial table ``name`` (tasks.Emitter.spill) as a ``pyarrow.dataset`` over the parts
+        its tasks wrote: read it by columns, filters and batches, never more than the family needs at once."""
+        return self.scan.dataset(name, schema)
+
+    def partial_parts(self, name: str) -> pa.Table:
+        """Where the scan's tasks wrote the spilled partial ``name``: tasks.SPILLED rows (path, rows, bytes, the
+        physical offsets the part spans), one per task part."""
+        return self.scan.parts(name)
+
+    def table_writer(self, name: str, schema: pa.Schema) -> "TableWriter":
+        """The detail table ``name`` written batch by batch (tables/<name>/part-00000.parquet); without a run's
+        tables folder the batches are kept and make a table (a family run on its own, in the tests)."""
+        from runtime.output import out_join
+
+        return TableWriter(None if self.tables_dir is None else out_join(self.tables_dir, name, "part-00000.parquet"),
+                           schema)
 
     def survey_partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
         return self.survey.get(name, schema)
@@ -393,6 +412,40 @@ class AuditContext:
 
     def release(self) -> None:
         pass
+
+
+class TableWriter:
+    """A detail table written as it is made (AuditContext.table_writer): ``write`` its rows in order, ``close``
+    for what the family returns (a contract.WrittenTable, or the table itself when there is no file)."""
+
+    def __init__(self, path: "fs.Location | None", schema: pa.Schema):
+        self.path, self.schema, self.rows = path, schema, 0
+        self._kept: list[pa.Table] = []
+        self._file = None
+        if path is not None:
+            from runtime.output import out_parquet_writer
+
+            self._file = out_parquet_writer(path, schema)
+
+    def write(self, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        table = table.cast(self.schema)
+        self.rows += table.num_rows
+        if self._file is None:
+            self._kept.append(table)
+        else:
+            from udfs.columns import plain
+
+            self._file.write_table(plain(table))
+
+    def close(self):
+        from .contract import WrittenTable
+
+        if self._file is None:
+            return pa.concat_tables(self._kept) if self._kept else self.schema.empty_table()
+        self._file.close()
+        return WrittenTable(self.path, self.rows)
 
 
 def _rows_where(t: pa.Table, keep) -> pa.Table:

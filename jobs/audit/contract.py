@@ -43,12 +43,23 @@ from typing import Callable
 
 import pyarrow as pa
 
+from store_format import fs
+
 
 @dataclass
 class FamilyResult:
     findings: list[pa.Table] = field(default_factory=list)
     metrics: list[pa.Table] = field(default_factory=list)
-    tables: dict[str, pa.Table] = field(default_factory=dict)
+    tables: dict[str, "pa.Table | WrittenTable"] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WrittenTable:
+    """A detail table its family wrote itself batch by batch (:meth:`jobs.audit.context.AuditContext.table_writer`):
+    one that grows with the messages is never whole on the driver.  The report shows none of them."""
+
+    path: fs.Location
+    rows: int
 
 
 @dataclass(frozen=True)
@@ -134,4 +145,4 @@ class Family:
             raise ValueError(f"family {self.name}: views of tables it does not declare: {unknown}")
 
 
-__all__ = ["Family", "FamilyResult", "Plot", "SummaryView", "TableView"]
+__all__ = ["Family", "FamilyResult", "Plot", "SummaryView", "TableView", "WrittenTable"]

@@ -14,6 +14,8 @@ dump has does not run), then writes to DIR:
   tables/<name>/ Parquet detail tables: segments, queues, lag, transactions, delays, timers and pop (5.x), retries,
                  dlq, and resend (the messages to re-send: damaged, destroyed, dropped by recovery, in no consume
                  queue, or kept damaged; jobs/audit/resend.py)
+  partials/<name>/ Parquet, the scan tasks' partial tables that grow with the messages (retries' hops, the
+                 transactions' records), one part per task (tasks.Emitter.spill): what the driver's families read
   summary.json   tool version, run time, inputs, geometry, counts per severity and per check, and per broker its
                  recovery and its verdict (jobs/audit/verdict.py: will it start, the cut, what is lost, what to do)
   report.html    one self-contained page: per broker, in words, will it start, where recovery cuts, what is lost and
@@ -63,7 +65,7 @@ from . import findings as FD
 from . import resend, terminal
 from . import checks
 from .checks import FAMILIES, load_all
-from .contract import FamilyResult
+from .contract import FamilyResult, WrittenTable
 from .context import AuditContext, AuditOptions
 from .groups import add_times, group_findings
 from runtime.stores import resolve_stores
@@ -187,7 +189,9 @@ def run(spark, args) -> AuditResult:
     out = args.out.rstrip("/")  # where the run's outputs will be, once committed (summary, report, messages)
     # every file of the run goes through the fs seam (runtime/output.py out_*): a local path or a URI, written by the
     # tasks wherever they run (no shared mount needed)
-    run = RunInfo(out_join(staged, "findings"), run_id, run_time, tables_dir=out_join(staged, "tables"))
+    run = RunInfo(out_join(staged, "findings"), run_id, run_time, tables_dir=out_join(staged, "tables"),
+                  partials_dir=out_join(staged, "partials"))
+    ctx.tables_dir = run.tables_dir
     out_makedirs(run.findings_dir)
     try:
         ctx.survey = _stage(spark, "survey", survey_tasks(ctx, segments), executor, RunInfo(None))
@@ -271,6 +275,7 @@ class _Written:
     counts: dict
     metrics: pa.Table
     tables: dict[str, pa.Table]
+    streamed: list[str] = field(default_factory=list)  # tables their families wrote (contract.WrittenTable)
 
 
 def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo, out: Location) -> _Written:
@@ -284,15 +289,18 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
     out_write(out_join(run.findings_dir, "_SUCCESS"), b"")
     metrics = FD.concat_metrics([t for r in results for t in r.metrics])
     _write_arrow(_stamp_arrow(metrics, {"run_id": run.run_id, "run_time": run.run_time}), out_join(out, "metrics"))
-    tables = {name: t for r in results for name, t in r.tables.items()}
+    tables = {name: t for r in results for name, t in r.tables.items() if not isinstance(t, WrittenTable)}
     for name, t in tables.items():
         _write_arrow(t, out_join(out, "tables", name))
+    streamed = [name for r in results for name, t in r.tables.items() if isinstance(t, WrittenTable)]
+    for name in streamed:  # its family wrote its part file, batch by batch
+        out_write(out_join(out, "tables", name, "_SUCCESS"), b"")
     # the messages to re-send: the scan's tasks wrote the dropped and unindexed ones; the damaged and destroyed ones
     # go beside (a damaged one before the cut is kept, damaged)
     resend.write_driver_part(ctx.resend_damaged, out_join(out, "tables", resend.NAME),
                              {name: p.max_physical_offset for name, p in ctx.recovery.items()}, ctx.resend_tables)
     out_write(out_join(out, "tables", resend.NAME, "_SUCCESS"), b"")
-    return _Written(counts, metrics, tables)
+    return _Written(counts, metrics, tables, streamed)
 
 
 def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, out: str, started: float,
@@ -314,7 +322,8 @@ def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, o
         "brokers": brokers,
         "groups": len(groups),
         "outputs": {"findings": f"{out}/findings", "metrics": f"{out}/metrics",
-                    **{f"tables/{n}": f"{out}/tables/{n}" for n in [*written.tables, resend.NAME]},
+                    **{f"tables/{n}": f"{out}/tables/{n}" for n in [*written.tables, *written.streamed,
+                                                                     resend.NAME]},
                     "report": report},
     }
     message_counts = _broker_metric(written.metrics, "message_count")

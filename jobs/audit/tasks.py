@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from store_format.fs import Location
 
@@ -32,6 +33,10 @@ from .findings import as_written
 OUTPUT_SCHEMA = pa.schema([("table", pa.string()), ("payload", pa.binary())])
 COUNTS = pa.schema([("check", pa.string()), ("severity", pa.string()), ("count", pa.int64())])
 FAILURES = pa.schema([("broker", pa.string()), ("what", pa.string()), ("error", pa.string()), ("where", pa.string())])
+# where a task wrote a spilled partial (Emitter.spill): the part file, its rows, its size, and the physical offsets
+# its rows span (null when the table has none): the part is addressable by file and range (issue 40)
+SPILLED = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
+                     ("first_offset", pa.int64()), ("last_offset", pa.int64())])
 
 
 class Task(Protocol):
@@ -58,6 +63,7 @@ class RunInfo:
     run_id: str = ""
     run_time: object = None  # a UTC datetime
     tables_dir: Location | None = None  # where tasks write detail tables too large to travel (jobs/audit/resend.py)
+    partials_dir: Location | None = None  # where tasks write their spilled partial tables (Emitter.spill)
 
 
 class Emitter:
@@ -67,6 +73,7 @@ class Emitter:
         self.findings: list[pa.Table] = []
         self.partials: dict[str, list[pa.Table]] = {}
         self.tables: dict[str, list[pa.Table]] = {}
+        self.spilled: dict[str, list[pa.Table]] = {}
 
     def table(self, name: str, table: pa.Table) -> None:
         """Rows of the detail table ``name``, written by the task as its own Parquet file (as findings are)."""
@@ -80,10 +87,18 @@ class Emitter:
     def partial(self, name: str, table: pa.Table) -> None:
         self.partials.setdefault(name, []).append(table)
 
+    def spill(self, name: str, table: pa.Table) -> None:
+        """Rows of the partial table ``name`` that grow with the messages: the task writes them as its own Parquet
+        part (as findings are) and only where it is comes back (a :data:`SPILLED` row); the driver reads every
+        task's part as one ``pyarrow.dataset`` (:meth:`Outputs.dataset`), so its memory does not hold them all."""
+        if table.num_rows:
+            self.spilled.setdefault(name, []).append(table)
+
     def merge(self, other: "Emitter") -> None:
         """What ``other`` emitted, after what this one has (a task made of several, jobs/audit/scan.py)."""
         self.findings += other.findings
-        for mine, theirs in ((self.partials, other.partials), (self.tables, other.tables)):
+        for mine, theirs in ((self.partials, other.partials), (self.tables, other.tables),
+                             (self.spilled, other.spilled)):
             for name, tables in theirs.items():
                 mine.setdefault(name, []).extend(tables)
 
@@ -92,6 +107,7 @@ class Emitter:
         detail tables as one file ``part`` each in ``tables_dir/<name>``."""
         from runtime.output import out_join, write_parquet_file  # through the fs seam: a path or a URI
 
+        self.write_spilled(run, part)
         for name, tables in self.tables.items():
             if run.tables_dir is None:
                 raise RuntimeError(f"a task wrote the table {name} in a stage that writes none")
@@ -106,6 +122,28 @@ class Emitter:
         if run.findings_dir is None:
             raise RuntimeError("a task made findings in a stage that writes none")
         write_parquet_file(as_written(t, run.run_id, run.run_time), out_join(run.findings_dir, part))
+
+    def write_spilled(self, run: RunInfo, part: str) -> None:
+        """Each spilled partial as one Parquet file ``part`` in ``partials_dir/<name>`` (a retried task writes the
+        same file again), and a :data:`SPILLED` row for it in the ``_spilled`` partial; the tables are let go."""
+        from runtime.output import out_join, out_size, write_parquet_file
+
+        rows = []
+        for name, tables in self.spilled.items():
+            if run.partials_dir is None:
+                raise RuntimeError(f"a task spilled the partial {name} in a stage that writes none")
+            t = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+            path = out_join(run.partials_dir, name, part)
+            write_parquet_file(t, path)
+            first = last = None
+            if "physical_offset" in t.column_names:
+                first, last = pc.min_max(t.column("physical_offset")).values()
+            rows.append({"table": name, "path": path.uri(), "rows": t.num_rows, "bytes": out_size(path),
+                         "first_offset": None if first is None else first.as_py(),
+                         "last_offset": None if last is None else last.as_py()})
+        self.spilled = {}
+        if rows:
+            self.partial("_spilled", pa.Table.from_pylist(rows, schema=SPILLED))
 
     def batches(self):
         for name, tables in self.partials.items():
@@ -332,6 +370,18 @@ class Outputs:
         for name, payload in zip(rows.column("table").to_pylist(), rows.column("payload").to_pylist()):
             parts.setdefault(name, []).append(pa.ipc.open_stream(payload).read_all())
         return cls({name: pa.concat_tables(ts) for name, ts in parts.items()})
+
+    def parts(self, name: str) -> pa.Table:
+        """Where the tasks wrote the spilled partial ``name``: :data:`SPILLED` rows, in the tasks' order."""
+        spilled = self.get("_spilled", SPILLED)
+        return spilled.filter(pc.equal(spilled.column("table"), name))
+
+    def dataset(self, name: str, schema: pa.Schema):
+        """The spilled partial ``name`` as one ``pyarrow.dataset`` over every task's part (in the tasks' order,
+        read as ``schema``); an empty one when no task wrote a row."""
+        from runtime.output import out_parts_dataset
+
+        return out_parts_dataset(sorted(self.parts(name).column("path").to_pylist()), schema)
 
     def get(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
         t = self.partials.get(name)

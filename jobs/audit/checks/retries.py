@@ -6,15 +6,18 @@ original topic) and its reconsume times; copies of one message share the origin 
 chained.  Checks: ``retries.dlq_message`` (info, one per dead letter, with the group, original topic and
 whether the original is still in the dump).  Detail tables: ``retries`` (one row per hop), ``dlq`` (per group).
 
-The scan hands the driver every hop (kept copies whose destination is a retry or DLQ topic); an origin id names
-a physical offset, so the driver reads the original itself and keeps it when a message of the walk starts there,
-recovery keeps it, and its offset message id is the origin id.
+The scan's tasks write every hop (kept copies whose destination is a retry or DLQ topic) as Parquet parts (a
+spilled partial); the driver reads them a part at a time, in order, and writes the ``retries`` table as it goes,
+keeping only per-group figures and the dead letters' findings.  An origin id names a physical offset, so the
+driver reads the original itself and keeps it when a message of the walk starts there, recovery keeps it, and
+its offset message id is the origin id.
 """
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from store_format import layout as L
 from udfs.columns import column
@@ -78,7 +81,7 @@ def in_range(rc, out) -> None:
     rows = np.flatnonzero(hop)
     if len(rows):
         t = m.take(rows)
-        out.partial("retries.hops", pa.table({"broker": pa.repeat(pa.scalar(rc.broker), len(rows)),
+        out.spill("retries.hops", pa.table({"broker": pa.repeat(pa.scalar(rc.broker), len(rows)),
                                               **{f.name: t.column(f.name) for f in HOPS if f.name != "broker"}},
                                              schema=HOPS))
 
@@ -90,84 +93,134 @@ def _group_of(dest):
                                  pa.scalar(None, pa.string())))
 
 
-ORIGINS = pa.schema([("broker", pa.string()), ("origin_message_id", pa.string()), ("origin_topic_found", pa.string()),
-                     ("origin_physical_offset", pa.int64()), ("origin_uniq_key", pa.string())])
+def _hop_parts(ctx):
+    """The hops a broker at a time (brokers in order), each broker's in physical-offset order, one scan task's part
+    at a time: a part is one task's range of one broker's commitlog, so the parts of a broker in the order of the
+    offsets they span are its hops in order.  Were two parts of a broker to overlap (or a part to hold two
+    brokers), that broker's hops are read whole and sorted."""
+    from runtime.output import out_parts_dataset
+
+    parts = ctx.partial_parts("retries.hops")
+    hops = ctx.partial_dataset("retries.hops", HOPS)
+    spans: dict[str, list] = {}
+    mixed: set[str] = set()
+    for path, first, last in zip(*(parts.column(c).to_pylist() for c in ("path", "first_offset", "last_offset"))):
+        brokers = pc.unique(out_parts_dataset([path], HOPS).to_table(columns=["broker"]).column(0)).to_pylist()
+        for b in brokers:
+            spans.setdefault(b, []).append((first, last, path))
+        if len(brokers) > 1:
+            mixed.update(brokers)
+    for broker in sorted(spans):
+        ordered = sorted(spans[broker])
+        if broker in mixed or any(a[1] >= b[0] for a, b in zip(ordered, ordered[1:])):
+            yield broker, hops.to_table(filter=ds.field("broker") == broker).sort_by("physical_offset")
+            continue
+        for _, _, path in ordered:
+            t = out_parts_dataset([path], HOPS).to_table()
+            if not (np.diff(t.column("physical_offset").to_numpy()) > 0).all():  # a task's walk: already in order
+                t = t.sort_by("physical_offset")
+            yield broker, t
 
 
-def retry_table(ctx) -> pa.Table:
-    hops = ctx.partial("retries.hops", HOPS)
-    if not hops.num_rows:
-        return RETRIES.empty_table()
-    origins = []
-    for broker in pc.unique(hops.column("broker")).to_pylist():
-        ids = pc.unique(hops.filter(pc.equal(hops.column("broker"), broker)).column("origin_message_id"))
-        found = ctx.kept_messages_by_id(broker, ids)
-        origins.append(pa.table({"broker": pa.repeat(pa.scalar(broker), found.num_rows),
-                                 "origin_message_id": found.column("msg_id"),
-                                 "origin_topic_found": found.column("topic"),
-                                 "origin_physical_offset": found.column("physical_offset"),
-                                 "origin_uniq_key": found.column("uniq_key")}, schema=ORIGINS))
+def _retry_rows(ctx, broker: str, hops: pa.Table) -> pa.Table:
+    """Rows of :data:`RETRIES` for some of one broker's hops: each hop's group and stage, and its origin (read from
+    the store: an id names one offset, so at most one origin), in the hops' order."""
+    found = ctx.kept_messages_by_id(broker, pc.unique(hops.column("origin_message_id")))
     topic = hops.column("topic")
     scheduled = pc.equal(topic, L.SCHEDULE_TOPIC)
     t = hops.append_column("group", _group_of(pc.if_else(scheduled, hops.column("real_topic"), topic)))
     t = t.append_column("stage", pc.if_else(scheduled, "scheduled", pc.if_else(pc.starts_with(topic, _DLQ), "dlq",
                                                                                 "retry")))
-    # each hop's origin looked up (an id names one offset, so at most one origin), the hops kept in their order
-    origins = pa.concat_tables(origins)
-    at = pc.index_in(_broker_key(t.column("broker"), t.column("origin_message_id")),
-                     value_set=_broker_key(origins.column("broker"), origins.column("origin_message_id")))
-    for name in ("origin_topic_found", "origin_physical_offset", "origin_uniq_key"):
-        t = t.append_column(name, origins.column(name).take(at))
+    at = pc.index_in(t.column("origin_message_id"), value_set=found.column("msg_id"))
+    for name, source in (("origin_topic_found", "topic"), ("origin_physical_offset", "physical_offset"),
+                         ("origin_uniq_key", "uniq_key")):
+        t = t.append_column(name, found.column(source).take(at))
     t = t.append_column("original_topic", pc.coalesce(t.column("retry_topic"), t.column("origin_topic_found")))
-    order = pc.sort_indices(t, [("broker", "ascending"), ("physical_offset", "ascending")])
-    if not (np.diff(order.to_numpy()) == 1).all():  # the tasks return them in commitlog order: mostly sorted
-        t = t.take(order)
     return t.select([f.name for f in RETRIES]).cast(RETRIES)
 
 
-def _broker_key(broker, msg_id):
-    """(broker, id) as one string, for a lookup in one pass."""
-    return pc.binary_join_element_wise(broker, msg_id, "\x00")
+def retry_batches(ctx):
+    """The ``retries`` table in order (broker, physical offset), a part at a time: never whole on the driver."""
+    for broker, hops in _hop_parts(ctx):
+        if hops.num_rows:
+            yield _retry_rows(ctx, broker, hops)
+
+
+def retry_table(ctx) -> pa.Table:
+    """The whole ``retries`` table (for a test or a notebook: the audit writes it a part at a time)."""
+    parts = list(retry_batches(ctx))
+    return pa.concat_tables(parts) if parts else RETRIES.empty_table()
+
+
+def _dlq_findings(dlq: pa.Table) -> pa.Table:
+    origin = dlq.column("origin_physical_offset")
+    origin_text = pc.if_else(pc.is_null(origin), "; original not in this dump", pc.binary_join_element_wise(
+        "; original at physical offset ", pc.cast(origin, pa.string()), ""))
+    uniq = dlq.column("uniq_key")
+    return finding_table(
+        "retries.dlq_message", dlq.num_rows, broker=dlq.column("broker"), file=dlq.column("segment"),
+        file_position=dlq.column("file_position"), physical_offset=dlq.column("physical_offset"),
+        topic=dlq.column("topic"), queue_id=dlq.column("queue_id"), queue_offset=dlq.column("queue_offset"),
+        values={"group": dlq.column("group"), "original_topic": dlq.column("original_topic"),
+                "reconsume_times": dlq.column("reconsume_times"), "origin_text": origin_text},
+        details={"group": dlq.column("group"), "origin_message_id": dlq.column("origin_message_id"),
+                 "uniq_key": uniq, "key": uniq})
+
+
+# what the driver keeps of the dead letters, per (broker, group) and part: combined at the end (a group's figures)
+_DLQ_AGGREGATES = [("physical_offset", "count"), ("store_timestamp", "min"), ("store_timestamp", "max"),
+                   ("original_topic", "distinct"), ("reconsume_times", "max")]
+
+
+def _inventory(per_part: list[pa.Table]) -> pa.Table:
+    """The DLQ inventory from the per-part aggregates of :data:`_DLQ_AGGREGATES`."""
+    if not per_part:
+        return DLQ.empty_table()
+    topics: dict[tuple, set] = {}  # (broker, group) -> original topics (there is no hash aggregate of lists)
+    for part in per_part:
+        for b, g, ts in zip(*(part.column(c).to_pylist() for c in ("broker", "group", "original_topic_distinct"))):
+            topics.setdefault((b, g), set()).update(t for t in ts if t is not None)
+    g = pa.concat_tables([t.drop_columns(["original_topic_distinct"]) for t in per_part]).group_by(
+        ["broker", "group"], use_threads=False).aggregate([
+            ("physical_offset_count", "sum"), ("store_timestamp_min", "min"), ("store_timestamp_max", "max"),
+            ("reconsume_times_max", "max")])
+    return pa.table({
+        "broker": g.column("broker"), "group": g.column("group"),
+        "messages": g.column("physical_offset_count_sum").cast(pa.int64()),
+        "oldest_store_time": g.column("store_timestamp_min_min"),
+        "newest_store_time": g.column("store_timestamp_max_max"),
+        "original_topics": pa.array([sorted(topics[k]) for k in zip(g.column("broker").to_pylist(),
+                                                                      g.column("group").to_pylist())],
+                                    DLQ.field("original_topics").type),
+        "max_reconsume_times": g.column("reconsume_times_max_max")}, schema=DLQ).sort_by(
+        [("broker", "ascending"), ("group", "ascending")])
 
 
 def on_driver(ctx) -> FamilyResult:
+    """The retries table written a part at a time; what stays on the driver is per group (the DLQ inventory, the
+    retry counts) and the dead letters' findings."""
     res = FamilyResult()
-    hops = retry_table(ctx)
-    res.tables["retries"] = hops
-    dlq = hops.filter(pc.equal(hops.column("stage"), "dlq"))
-    if dlq.num_rows:
-        origin = dlq.column("origin_physical_offset")
-        origin_text = pc.if_else(pc.is_null(origin), "; original not in this dump", pc.binary_join_element_wise(
-            "; original at physical offset ", pc.cast(origin, pa.string()), ""))
-        uniq = dlq.column("uniq_key")
-        res.findings.append(finding_table(
-            "retries.dlq_message", dlq.num_rows, broker=dlq.column("broker"), file=dlq.column("segment"),
-            file_position=dlq.column("file_position"), physical_offset=dlq.column("physical_offset"),
-            topic=dlq.column("topic"), queue_id=dlq.column("queue_id"), queue_offset=dlq.column("queue_offset"),
-            values={"group": dlq.column("group"), "original_topic": dlq.column("original_topic"),
-                    "reconsume_times": dlq.column("reconsume_times"), "origin_text": origin_text},
-            details={"group": dlq.column("group"), "origin_message_id": dlq.column("origin_message_id"),
-                     "uniq_key": uniq, "key": uniq}))
-    g = dlq.group_by(["broker", "group"]).aggregate([
-        ("physical_offset", "count"), ("store_timestamp", "min"), ("store_timestamp", "max"),
-        ("original_topic", "distinct"), ("reconsume_times", "max")])
-    inventory = pa.table({
-        "broker": g.column("broker"), "group": g.column("group"),
-        "messages": g.column("physical_offset_count").cast(pa.int64()),
-        "oldest_store_time": g.column("store_timestamp_min"), "newest_store_time": g.column("store_timestamp_max"),
-        "original_topics": pa.array([sorted(v for v in topics if v is not None)
-                                     for topics in g.column("original_topic_distinct").to_pylist()],
-                                    DLQ.field("original_topics").type),
-        "max_reconsume_times": g.column("reconsume_times_max")}, schema=DLQ).sort_by(
-        [("broker", "ascending"), ("group", "ascending")])
+    writer = ctx.table_writer("retries", RETRIES)
+    dlq_parts, retry_parts = [], []
+    for hops in retry_batches(ctx):
+        writer.write(hops)
+        stage = hops.column("stage")
+        dlq = hops.filter(pc.equal(stage, "dlq"))
+        if dlq.num_rows:
+            res.findings.append(_dlq_findings(dlq))
+            dlq_parts.append(dlq.group_by(["broker", "group"], use_threads=False).aggregate(_DLQ_AGGREGATES))
+        retry_parts.append(hops.filter(pc.equal(stage, "retry")).group_by(["broker", "group"], use_threads=False)
+                           .aggregate([("physical_offset", "count")]))
+    res.tables["retries"] = writer.close()
+    inventory = _inventory(dlq_parts)
     res.tables["dlq"] = inventory
     if inventory.num_rows:
         res.metrics.append(metric_table("group", {"dlq_messages": inventory.column("messages")}, n=inventory.num_rows,
                                         broker=inventory.column("broker"), group=inventory.column("group")))
-    retries = hops.filter(pc.equal(hops.column("stage"), "retry")).group_by(["broker", "group"]).aggregate(
-        [("physical_offset", "count")])
-    if retries.num_rows:
-        res.metrics.append(metric_table("group", {"retry_messages": retries.column("physical_offset_count")},
+    retries = pa.concat_tables(retry_parts).group_by(["broker", "group"], use_threads=False).aggregate(
+        [("physical_offset_count", "sum")]) if retry_parts else None
+    if retries is not None and retries.num_rows:
+        res.metrics.append(metric_table("group", {"retry_messages": retries.column("physical_offset_count_sum")},
                                         n=retries.num_rows, broker=retries.column("broker"),
                                         group=retries.column("group")))
     return res

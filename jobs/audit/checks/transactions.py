@@ -12,8 +12,9 @@ group), ``transactions.commit_without_op`` (warning: committed, but the half was
 checker will ask the producer again), ``transactions.open_prepared_record`` (warning).  Detail table:
 ``transactions``.
 
-The scan hands the driver the few records this needs (halves, op messages, commit/rollback records, PREPARED
-records, kept ones only); the driver pairs them up.
+The scan's tasks write the few records this needs (halves, op messages, commit/rollback records, PREPARED
+records, kept ones only) as Parquet parts (a spilled partial); the driver pairs them up, reading one role's
+columns at a time.
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def in_range(rc, out) -> None:
     extra = rc.decode(rows, ("properties", "body"))
     props = extra.column("properties")
     body = pc.if_else(pa.array(role[rows] == 2), extra.column("body"), pa.nulls(len(rows), pa.binary()))
-    out.partial("transactions.records", pa.table({
+    out.spill("transactions.records", pa.table({
         "broker": pa.repeat(pa.scalar(rc.broker), len(rows)),
         "role": pa.array(np.array(["", "half", "op", "end", "prepared"])[role[rows]]),
         **{c: t.column(c) for c in ("physical_offset", "queue_offset", "topic", "queue_id", "uniq_key",
@@ -101,11 +102,18 @@ def in_range(rc, out) -> None:
         "prepared_transaction_offset": t.column("prepared_transaction_offset"), "op_body": body}, schema=RECORDS))
 
 
-def _ops(records: pa.Table) -> pa.Table:
+def _role(records, role: str, columns: list[str] | None = None) -> pa.Table:
+    """The records of one role (a ``pyarrow.dataset`` of :data:`RECORDS`), only ``columns`` of them."""
+    import pyarrow.dataset as ds
+
+    return records.to_table(columns=columns, filter=ds.field("role") == role)
+
+
+def _ops(records) -> pa.Table:
     """(broker, queue_offset, op_time): each half queue offset the op messages mark done, with the earliest op's
     store time.  A body is one decimal offset (4.x) or a comma list (5.x), decoded as UTF-8 with replacement; a
     piece that is blank or not a long (as Spark casts it) marks nothing."""
-    ops = records.filter(pc.equal(records.column("role"), "op"))
+    ops = _role(records, "op", ["broker", "op_body", "store_timestamp"])
     brokers, queue_offsets, times = [], [], []
     for broker, body, ts in zip(ops.column("broker").to_pylist(), ops.column("op_body").to_pylist(),
                                 ops.column("store_timestamp").to_pylist()):
@@ -144,9 +152,9 @@ def _ints(texts) -> pa.Array:
     return pa.array(out, pa.int32())
 
 
-def _ends(records: pa.Table) -> pa.Table:
+def _ends(records) -> pa.Table:
     """Commit and rollback records by the offset of the half (or PREPARED record) they end."""
-    e = records.filter(pc.equal(records.column("role"), "end"))
+    e = _role(records, "end", ["broker", "prepared_transaction_offset", "tran_type", "physical_offset"])
     return pa.table({"broker": e.column("broker"), "physical_offset": e.column("prepared_transaction_offset"),
                      "end_type": e.column("tran_type"), "end_physical_offset": e.column("physical_offset")})
 
@@ -156,10 +164,11 @@ def _when(cond, values):
 
 
 def transaction_table(ctx) -> pa.Table:
-    recs = ctx.partial("transactions.records", RECORDS)
+    recs = ctx.partial_dataset("transactions.records", RECORDS)
     ends = _ends(recs)
     parts = []
-    h = recs.filter(pc.equal(recs.column("role"), "half"))
+    h = _role(recs, "half", [f.name for f in RECORDS if f.name not in ("op_body", "tran_type",
+                                                                        "prepared_transaction_offset")])
     if h.num_rows:
         h = h.append_column("check_int", _ints(h.column("check_times")))
         h = h.join(_ops(recs), ["broker", "queue_offset"], join_type="left outer")
@@ -194,7 +203,7 @@ def transaction_table(ctx) -> pa.Table:
             "check_times": pc.fill_null(t.column("check_int_max"), 0), "resolved_time": t.column("op_time_min"),
             "commit_physical_offset": t.column("commit_end_max"), "state": state,
             "age_ms": pa.nulls(n, pa.int64())}, schema=TRANSACTIONS))
-    p = recs.filter(pc.equal(recs.column("role"), "prepared"))
+    p = _role(recs, "prepared", [f.name for f in RECORDS if f.name != "op_body"])
     if p.num_rows:
         j = p.select(["broker", "physical_offset"]).join(ends, ["broker", "physical_offset"], join_type="inner")
         is_commit = pc.equal(j.column("end_type"), "COMMIT")
