@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # spark-submit jobs/decode.py: make the project i
 from runtime import cli  # noqa: E402
 from runtime.commit import job_run, runs_job  # noqa: E402
 from runtime.custody import watch  # noqa: E402
-from runtime.output import prepare_output, read_table, write_table  # noqa: E402
+from runtime.output import prepare_output, read_table, write_delta, write_table  # noqa: E402
 from runtime.progress import Phase  # noqa: E402
 from store_format.commitlog import CONTAINER_FIELDS  # noqa: E402
 from store_format.scan import WALKS, canonical_walk, walk_help  # noqa: E402
@@ -139,7 +139,7 @@ def prepare(args) -> list:
 
 
 # formats whose files the tasks write themselves (runtime/export.py); jsonl goes through Spark's JSON writer
-TASK_WRITTEN = ("parquet",)
+TASK_WRITTEN = ("parquet", "delta")
 
 
 class MessageRows:
@@ -210,8 +210,18 @@ def run(spark, args) -> cli.JobResult:
     sizes = [s.commitlog_bytes() for s in stores]
     columns = getattr(args, "columns", None)
     if args.format in TASK_WRITTEN:
+        tallies = []
+
+        def write(folder: str) -> None:
+            tallies.append(write_messages(spark, stores, folder, args.walk, args.topic, args.decompress, columns,
+                                          cuts))
+
         with Phase("decode and write", None if None in sizes else sum(sizes), spark):
-            tally = write_messages(spark, stores, staged, args.walk, args.topic, args.decompress, columns, cuts)
+            if args.format == "delta":  # the tasks' files, committed by delta-rs as Spark's would be
+                write_delta(staged, "overwrite", write, lambda: None)  # never empty: write_parts leaves a file
+            else:
+                write(staged)
+        tally = tallies[0]
         stats = {"n": tally.rows, "brokers": len(tally.distinct.get("broker", ())),
                  "topics": len(tally.distinct.get("topic", ()))}
         damage = tally.counts

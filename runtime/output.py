@@ -200,6 +200,26 @@ def is_delta_table(path: str) -> bool:
 
 
 def _write_delta(df, path: str, mode: str) -> None:
+    def spark_writes(folder: str) -> None:
+        with _micros_timestamps(df.sparkSession):
+            # the _SUCCESS marker would only be litter inside the table
+            (df.write.mode("error")  # "errorifexists": Spark Connect knows only this spelling
+             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+             .parquet(folder))
+
+    def schema():
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(df.schema, timezone="UTC")
+
+    write_delta(path, mode, spark_writes, schema)
+
+
+def write_delta(path: str, mode: str, write_files, empty_schema) -> None:
+    """A Delta table at ``path`` (see FORMATS): ``write_files(folder)`` writes the rows as Parquet files into the
+    fresh ``folder`` inside the table (a local path or a URI: Spark's writer, or tasks of their own,
+    runtime/export.py),
+    then one delta-rs commit adds them; ``empty_schema()``: the Arrow schema when no file was written."""
     import pyarrow.parquet as pq
     from deltalake import DeltaTable, Schema
     from deltalake.transaction import AddAction, create_table_with_add_actions
@@ -213,11 +233,7 @@ def _write_delta(df, path: str, mode: str) -> None:
     batch = f"data-{uuid.uuid4().hex}"
     staging = table.child(batch)
     try:
-        with _micros_timestamps(df.sparkSession):
-            # the _SUCCESS marker would only be litter inside the table
-            (df.write.mode("error")  # "errorifexists": Spark Connect knows only this spelling
-             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-             .parquet(_spark_path(staging)))
+        write_files(_spark_path(staging))
         files = [i for i in staging.fs.get_file_info(pafs.FileSelector(staging.path))
                  if i.type == pafs.FileType.File]
         for litter in (i for i in files if not i.base_name.endswith(".parquet")):  # Hadoop's .crc files
@@ -226,9 +242,7 @@ def _write_delta(df, path: str, mode: str) -> None:
         if files:
             schema = pq.read_schema(files[0].path, filesystem=staging.fs)
         else:
-            from pyspark.sql.pandas.types import to_arrow_schema
-
-            schema = to_arrow_schema(df.schema, timezone="UTC")
+            schema = empty_schema()
         now = int(time.time() * 1000)
         actions = []
         for f in files:

@@ -95,3 +95,25 @@ def test_a_failed_task_leaves_nothing_committed(spark, tmp_path, monkeypatch):
         decode.run(spark, args)
     assert written  # the part was written (in the run's staging) before the task failed
     assert not out.exists()
+
+
+def test_delta_from_the_tasks_is_the_table_spark_would_commit(spark, damaged_store, tmp_path):
+    """--format delta: the tasks' files committed by delta-rs; delta-rs, pandas and Spark read the rows and the
+    schema of the Delta table written from Spark's writer."""
+    from deltalake import DeltaTable
+
+    from runtime.output import read_table
+
+    stores = resolve_stores([str(damaged_store)], files=True)
+    reference = tmp_path / "spark-writer"
+    write_table(decode.messages(spark, stores, walk="salvage"), str(reference), "delta")
+    out = tmp_path / "tasks"
+    args = decode.build_parser().parse_args(["--store", str(damaged_store), "--out", str(out), "--format", "delta",
+                                             "--walk", "salvage"])
+    assert decode.run(spark, args).exit_code == 0
+    mine, theirs = DeltaTable(str(out)), DeltaTable(str(reference))
+    assert mine.schema() == theirs.schema()
+    assert parquet_rows(mine.to_pyarrow_table()) == parquet_rows(theirs.to_pyarrow_table())
+    assert mine.to_pandas().shape == theirs.to_pandas().shape
+    assert read_table(spark, str(out)).schema == read_table(spark, str(reference)).schema
+    assert read_table(spark, str(out)).count() == theirs.to_pyarrow_table().num_rows
