@@ -1,7 +1,8 @@
 """Writing and reading job outputs: the one place that knows the table formats.
 
 Formats (``FORMATS``):
-  parquet  Spark's Parquet writer, one folder of part files.
+  parquet  Spark's Parquet writer, one folder of part files (the decode job's tasks write the same files
+           themselves, without a row through the JVM: runtime/export.py).
   jsonl    Spark's JSON writer: one JSON object per line, part files ``part-*.json`` (one per task), every
            column present (nulls written as ``null``), timestamps ISO-8601 with microseconds and offset,
            BINARY columns as base64 strings (Spark's JSON encoding), maps as JSON objects.
