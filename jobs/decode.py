@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # spark-submit jobs/decode.py: make the project i
 from runtime import cli  # noqa: E402
 from runtime.commit import job_run, runs_job  # noqa: E402
 from runtime.custody import watch  # noqa: E402
+from runtime.export import Rows  # noqa: E402
 from runtime.output import prepare_output, read_table, write_delta, write_table  # noqa: E402
 from runtime.progress import Phase  # noqa: E402
 from store_format.commitlog import CONTAINER_FIELDS  # noqa: E402
@@ -142,7 +143,7 @@ def prepare(args) -> list:
 TASK_WRITTEN = ("parquet", "delta")
 
 
-class MessageRows:
+class MessageRows(Rows):
     """What the decode job keeps of the source's rows (as :func:`messages` does): the messages (of ``topics``),
     without the columns that are not the message's; the walk's damage counted on the way (as :func:`_damage`
     counts it: the stops on damage and the corrupt spans)."""

@@ -26,6 +26,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.parquet as pq
+
+from store_format.fs import resolve
+
+from .output import out_join
 
 # Spark's Parquet writer: the schema it reads back, and the version that wrote it (both in every footer)
 SPARK_SCHEMA_KEY = "org.apache.spark.sql.parquet.row.metadata"
@@ -129,11 +134,6 @@ class PartWriter:
 
     def write(self, index: int, part: Part) -> Tally:
         """Read ``part``, write the rows kept as the file ``name(index)`` (none when no row is kept)."""
-        import pyarrow.parquet as pq
-
-        from .output import out_join
-        from store_format.fs import resolve
-
         tally = Tally()
         writer, pending, pending_bytes = None, [], 0
         try:
@@ -149,11 +149,11 @@ class PartWriter:
                 pending.append(kept)
                 pending_bytes += kept.nbytes
                 if pending_bytes >= ROW_GROUP_BYTES:
-                    writer = writer or self._open(out_join(self.folder, self.name(index)), resolve, pq)
+                    writer = writer or self._open(index)
                     writer.write_table(pa.Table.from_batches(pending), row_group_size=1 << 30)
                     pending, pending_bytes = [], 0
             if pending:
-                writer = writer or self._open(out_join(self.folder, self.name(index)), resolve, pq)
+                writer = writer or self._open(index)
                 writer.write_table(pa.Table.from_batches(pending), row_group_size=1 << 30)
         finally:
             if writer is not None:
@@ -162,15 +162,10 @@ class PartWriter:
 
     def write_empty(self) -> None:
         """The one file of an empty table: its schema, no rows (as Spark writes an empty DataFrame)."""
-        import pyarrow.parquet as pq
+        self._open(0).close()
 
-        from .output import out_join
-        from store_format.fs import resolve
-
-        self._open(out_join(self.folder, self.name(0)), resolve, pq).close()
-
-    def _open(self, path: str, resolve, pq):
-        loc = resolve(path)
+    def _open(self, index: int):
+        loc = resolve(out_join(self.folder, self.name(index)))
         loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
         writer = pq.ParquetWriter(loc.path, self.schema, filesystem=loc.fs, compression="snappy", store_schema=False)
         writer.add_key_value_metadata(self.schema.metadata)  # without the Arrow schema, pyarrow writes none of it
@@ -201,9 +196,8 @@ def write_parts(spark, parts: list[Part], writer: PartWriter, executor=None) -> 
     if parts and executor.where == "driver":
         from concurrent.futures import ThreadPoolExecutor
 
-        order = list(range(len(parts)))
         with ThreadPoolExecutor(max(1, min(executor.slots, len(parts)))) as pool:
-            futures = [pool.submit(writer.write, i, parts[i]) for i in order]
+            futures = [pool.submit(writer.write, i, part) for i, part in enumerate(parts)]
             try:
                 for f in futures:
                     total.add(f.result())
