@@ -20,6 +20,14 @@ def read_commitlog(spark, path: str, **options):
     return _read(spark, path, **options)
 
 
+def plan_commitlog(spark, path: str, **options):
+    """The commitlog read of :func:`read_commitlog` as ``(reader, ranges, arrow_schema)``, for a job whose own tasks
+    read the ranges (``reader.read(range)``: Arrow batches; datasources/twopass.py)."""
+    from .twopass import plan_commitlog as _plan
+
+    return _plan(spark, path, **options)
+
+
 def parse_columns(value: str | None, materialize: str) -> tuple[str, ...] | None:
     """The commitlog source's ``columns`` option checked (datasources/commitlog.py)."""
     from .commitlog import parse_columns as _parse
@@ -41,4 +49,4 @@ def default_parallelism(spark) -> int:
     return _cores(spark)
 
 
-__all__ = ["register", "read_commitlog", "parse_columns", "local_master", "default_parallelism"]
+__all__ = ["register", "read_commitlog", "plan_commitlog", "parse_columns", "local_master", "default_parallelism"]

@@ -70,4 +70,21 @@ def read_commitlog(spark, path: str, ends: dict | None = None, first_pass: str =
     return spark.read.format(FORMAT).options(**opts).option("segmentEnds", json.dumps(ends)).load(path)
 
 
-__all__ = ["FIRST_PASSES", "commitlog_ends", "read_commitlog"]
+def plan_commitlog(spark, path: str, ends: dict | None = None, first_pass: str = "auto", **options):
+    """:func:`read_commitlog`'s read as its planned ranges and the reader that reads each (``reader.read(range)``:
+    the same rows, as Arrow batches of ``arrow_schema``), for a job whose own tasks read them
+    (runtime/export.py).  Returns ``(reader, ranges, arrow_schema)``; the reader and the ranges are picklable."""
+    from pyspark.sql.datasource import CaseInsensitiveDict
+
+    from .commitlog import CommitLogReader, arrow_schema
+
+    opts = {k: str(v) for k, v in options.items()}
+    opts.setdefault("parallelism", str(default_parallelism(spark)))
+    parsed = Options.parse(opts)
+    if ends is None:
+        ends = commitlog_ends(spark, path, first_pass=first_pass, **opts)
+    reader = CommitLogReader(CaseInsensitiveDict({**opts, "path": path, "segmentEnds": json.dumps(ends)}))
+    return reader, reader.partitions(), arrow_schema(parsed.materialize, parsed.decompress, parsed.columns)
+
+
+__all__ = ["FIRST_PASSES", "commitlog_ends", "plan_commitlog", "read_commitlog"]

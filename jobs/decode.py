@@ -33,9 +33,11 @@ if __package__ in (None, ""):  # spark-submit jobs/decode.py: make the project i
 from runtime import cli  # noqa: E402
 from runtime.commit import job_run, runs_job  # noqa: E402
 from runtime.custody import watch  # noqa: E402
-from runtime.output import prepare_output, read_table, write_table  # noqa: E402
+from runtime.export import Rows  # noqa: E402
+from runtime.output import prepare_output, read_table, write_delta, write_table  # noqa: E402
 from runtime.progress import Phase  # noqa: E402
 from store_format.commitlog import CONTAINER_FIELDS  # noqa: E402
+from store_format.fs import Location  # noqa: E402
 from store_format.scan import WALKS, canonical_walk, walk_help  # noqa: E402
 
 NAME = "decode"
@@ -138,6 +140,69 @@ def prepare(args) -> list:
     return stores
 
 
+# formats whose files the tasks write themselves (runtime/export.py); jsonl goes through Spark's JSON writer
+TASK_WRITTEN = ("parquet", "delta")
+
+
+class MessageRows(Rows):
+    """What the decode job keeps of the source's rows (as :func:`messages` does): the messages (of ``topics``),
+    without the columns that are not the message's; the walk's damage counted on the way (as :func:`_damage`
+    counts it: the stops on damage and the corrupt spans)."""
+
+    distinct = ("broker", "topic")
+
+    def __init__(self, topics: list[str] | None, drop: tuple[str, ...]):
+        self.topics, self.drop = tuple(topics) if topics else None, drop
+
+    def keep(self, batch, tally):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from store_format.commitlog import END_OF_DATA
+
+        kind = batch.column("kind")
+        for name, rows in (("corrupt", pc.equal(kind, "corrupt")),
+                           ("stop", pc.and_(pc.equal(kind, "stop"),
+                                            pc.not_equal(batch.column("reason"), END_OF_DATA)))):
+            n = pc.sum(pc.fill_null(rows, False).cast(pa.int64())).as_py() or 0
+            if n:
+                tally.counts[name] = tally.counts.get(name, 0) + n
+        mask = pc.equal(kind, "message")
+        if self.topics:
+            mask = pc.and_(mask, pc.is_in(batch.column("topic"), value_set=pa.array(self.topics, pa.string())))
+        kept = batch.filter(pc.fill_null(mask, False))
+        return kept.select([n for n in kept.schema.names if n not in self.drop])
+
+
+def write_messages(spark, stores: list, folder: Location, walk: str = "kept", topics: list[str] | None = None,
+                   decompress: bool = False, columns: list[str] | None = None, cuts: dict | None = None,
+                   executor=None):
+    """:func:`messages` written as Parquet into ``folder`` by the tasks that read them (runtime/export.py): the
+    table Spark's writer makes of that DataFrame, without a row through the JVM.  Returns the tasks' tally
+    (runtime.export.Tally: rows, distinct brokers and topics, the walk's damage counts).  ``executor``: where the
+    tasks run (runtime.session.Executor; the session's choice when None)."""
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from datasources import plan_commitlog
+    from runtime.export import Part, PartWriter, file_schema, spark_footer, write_parts
+    from store_format.fs import uri_of
+
+    chosen = {"columns": ",".join(dict.fromkeys(["topic", *columns]))} if columns else {}
+    parts, schema = [], None
+    for s in stores:
+        reader, ranges, schema = plan_commitlog(spark, s.read_path(), materialize="decoded", walk=walk,
+                                                broker=s.name, decompress=str(decompress).lower(), **chosen,
+                                                **_cut_option(s, cuts))
+        parts += [Part(reader, r) for r in ranges]
+    drop = tuple(n for n in schema.names if n in NOT_MESSAGE_COLUMNS)
+    kept = pa.schema([f for f in schema if f.name not in drop])
+    footer = spark_footer(StructType([f for f in _spark_schema(schema) if f.name not in drop]), spark.version)
+    # the tasks get the folder as the string that resolves to it again in their own process
+    return write_parts(spark, parts, PartWriter(uri_of(folder), file_schema(kept, footer), MessageRows(topics, drop)),
+                       executor)
+
+
 @runs_job(NAME)
 def run(spark, args) -> cli.JobResult:
     stores = prepare(args)  # again: run() is also called directly, without main(); the same claim
@@ -146,22 +211,47 @@ def run(spark, args) -> cli.JobResult:
     from jobs.extract import predictions
 
     cuts = {name: p.cut for name, p in predictions(stores).items()}
-    msgs = messages(spark, stores, args.walk, args.topic, args.decompress, getattr(args, "columns", None), cuts)
     sizes = [s.commitlog_bytes() for s in stores]
-    with Phase("decode and write", None if None in sizes else sum(sizes), spark):
-        write_table(msgs, staged, args.format)
-    from pyspark.sql import functions as F
+    columns = getattr(args, "columns", None)
+    if args.format in TASK_WRITTEN:
+        tallies = []
 
-    stats = (read_table(spark, staged, args.format, schema=msgs.schema)
-             .agg(F.count(F.lit(1)).alias("n"), F.countDistinct("broker").alias("brokers"),
-                  F.countDistinct("topic").alias("topics")).first())
-    damage = _damage(spark, stores, args.walk, cuts)
+        def write(folder: Location) -> None:
+            tallies.append(write_messages(spark, stores, folder, args.walk, args.topic, args.decompress, columns,
+                                          cuts))
+
+        with Phase("decode and write", None if None in sizes else sum(sizes), spark):
+            if args.format == "delta":  # the tasks' files, committed by delta-rs as Spark's would be
+                write_delta(staged, "overwrite", write, lambda: None)  # never empty: write_parts leaves a file
+            else:
+                write(staged)
+        tally = tallies[0]
+        stats = {"n": tally.rows, "brokers": len(tally.distinct.get("broker", ())),
+                 "topics": len(tally.distinct.get("topic", ()))}
+        damage = tally.counts
+    else:
+        msgs = messages(spark, stores, args.walk, args.topic, args.decompress, columns, cuts)
+        with Phase("decode and write", None if None in sizes else sum(sizes), spark):
+            write_table(msgs, staged, args.format)
+        from pyspark.sql import functions as F
+
+        stats = (read_table(spark, staged, args.format, schema=msgs.schema)
+                 .agg(F.count(F.lit(1)).alias("n"), F.countDistinct("broker").alias("brokers"),
+                      F.countDistinct("topic").alias("topics")).first())
+        damage = _damage(spark, stores, args.walk, cuts)
     where = "; ".join(f"{name} recovery cuts at physical offset {c.physical_offset:,} ({c.kind})"
                       for name, c in cuts.items())
     summary = (f"decode: {stats['n']} messages ({stats['topics']} topics, {stats['brokers']} brokers) written to "
                f"{args.out} as {args.format}; walk {args.walk}: {damage.get('stop', 0)} stops on damage, "
                f"{damage.get('corrupt', 0)} corrupt spans skipped; {where}")
     return cli.JobResult(summary, cli.EXIT_OK if stats["n"] else cli.EXIT_NOTHING)
+
+
+def _spark_schema(arrow_schema):
+    """The source's Spark schema (its DataFrame's), from its Arrow schema: pyspark's own conversion."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema)
 
 
 def main(argv=None, prog: str | None = None) -> int:

@@ -1,7 +1,8 @@
 """Writing and reading job outputs: the one place that knows the table formats.
 
 Formats (``FORMATS``):
-  parquet  Spark's Parquet writer, one folder of part files.
+  parquet  Spark's Parquet writer, one folder of part files (the decode job's tasks write the same files
+           themselves, without a row through the JVM: runtime/export.py).
   jsonl    Spark's JSON writer: one JSON object per line, part files ``part-*.json`` (one per task), every
            column present (nulls written as ``null``), timestamps ISO-8601 with microseconds and offset,
            BINARY columns as base64 strings (Spark's JSON encoding), maps as JSON objects.
@@ -225,6 +226,25 @@ def is_delta_table(path: Location) -> bool:
 
 
 def _write_delta(df, path: Location, mode: str) -> None:
+    def spark_writes(folder: Location) -> None:
+        with _micros_timestamps(df.sparkSession):
+            # the _SUCCESS marker would only be litter inside the table
+            (df.write.mode("error")  # "errorifexists": Spark Connect knows only this spelling
+             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+             .parquet(uri_of(folder)))
+
+    def schema():
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(df.schema, timezone="UTC")
+
+    write_delta(path, mode, spark_writes, schema)
+
+
+def write_delta(path: Location, mode: str, write_files, empty_schema) -> None:
+    """A Delta table at ``path`` (see FORMATS): ``write_files(folder)`` writes the rows as Parquet files into the
+    fresh ``folder`` (a Location) inside the table (Spark's writer, or tasks of their own, runtime/export.py),
+    then one delta-rs commit adds them; ``empty_schema()``: the Arrow schema when no file was written."""
     import pyarrow.parquet as pq
     from deltalake import DeltaTable, Schema
     from deltalake.transaction import AddAction, create_table_with_add_actions
@@ -238,11 +258,7 @@ def _write_delta(df, path: Location, mode: str) -> None:
     batch = f"data-{uuid.uuid4().hex}"
     staging = table.child(batch)
     try:
-        with _micros_timestamps(df.sparkSession):
-            # the _SUCCESS marker would only be litter inside the table
-            (df.write.mode("error")  # "errorifexists": Spark Connect knows only this spelling
-             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-             .parquet(uri_of(staging)))
+        write_files(staging)
         files = [i for i in staging.fs.get_file_info(pafs.FileSelector(staging.path))
                  if i.type == pafs.FileType.File]
         for litter in (i for i in files if not i.base_name.endswith(".parquet")):  # Hadoop's .crc files
@@ -251,9 +267,7 @@ def _write_delta(df, path: Location, mode: str) -> None:
         if files:
             schema = pq.read_schema(files[0].path, filesystem=staging.fs)
         else:
-            from pyspark.sql.pandas.types import to_arrow_schema
-
-            schema = to_arrow_schema(df.schema, timezone="UTC")
+            schema = empty_schema()
         now = int(time.time() * 1000)
         actions = []
         for f in files:

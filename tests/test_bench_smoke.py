@@ -82,7 +82,10 @@ def test_in_process_figures(tiny, measured):
     for key in ("kernel_decode", "scalar_decode", "spark_count", "writer"):  # measured after every baseline
         assert all(f[key][f"x_{b}"] > 0 for b in (B.CEILING, B.NAIVE, B.RAW)), key
         assert f[key]["x_naive_decode"] == pytest.approx(f[key]["mb_s"] / f["naive_decode"]["mb_s"])
-    assert len(lines) == len(f) + 1  # one line a figure, and the writer's comparison with RocketMQ
+    assert f["spark_decode_parquet"]["x_scan"] == pytest.approx(f["spark_decode_parquet"]["mb_s"]
+                                                                / f["spark_decode"]["mb_s"])
+    # one line a figure, the writer's comparison with RocketMQ, and the export's ratio to the scan
+    assert len(lines) == len(f) + 2
     assert any("x ceiling" in line and "x naive" in line for line in lines)
 
 
