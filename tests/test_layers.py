@@ -392,6 +392,8 @@ STR_PATHS_ALLOWED = {
     ("datasources.__init__", "read_commitlog", "path"): _SPARK_LOAD,
     ("datasources.twopass", "read_commitlog", "path"): _SPARK_LOAD,
     ("datasources.twopass", "commitlog_ends", "path"): _SPARK_LOAD,
+    ("datasources.__init__", "plan_commitlog", "path"): _SPARK_LOAD,  # read_commitlog's options, read by the tasks
+    ("datasources.twopass", "plan_commitlog", "path"): _SPARK_LOAD,
     ("jobs.audit.report", "write", "out"): _SHOWN,
     ("jobs.audit.verdict", "verdict", "out"): _SHOWN,
     ("jobs.audit.verdict", "actions", "out"): _SHOWN,
