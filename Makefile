@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml | check-java
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	@echo "compiling the decode kernels once for this machine (numba's disk cache; no job compiles them again)"
-	$(PY) -c "import udfs.compiled"
+	$(PY) -c "import decoding.compiled"
 	@touch $(STAMP)
 
 test: $(STAMP) chromium
@@ -77,7 +77,7 @@ clean:
 # docs/cluster.md), so a local spark-submit of the zip compiles nothing.
 package:
 	$(PYTHON) tools/package.py dist/rocketmq_forensics.zip
-	@if [ -x $(PY) ]; then cd / && PYTHONPATH=$(abspath dist/rocketmq_forensics.zip) $(abspath $(PY)) -c "import udfs.compiled"; fi
+	@if [ -x $(PY) ]; then cd / && PYTHONPATH=$(abspath dist/rocketmq_forensics.zip) $(abspath $(PY)) -c "import decoding.compiled"; fi
 
 docs: $(STAMP)
 	$(PY) tools/jobs_docs.py --write docs/jobs.md

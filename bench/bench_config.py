@@ -13,10 +13,10 @@ outcome (ok, or the last line of the error), wall seconds and peak resident memo
   load     the recovery prediction's load of the file and its .bak (store_format.recovery.config_load_problems:
            the one-pass check over a map of each, issue 40; it built the whole file's columns before);
   columns  store_format.config.offset_columns (the compiled scan's columns);
-  table    udfs.metadata.table_batch("consumer_offsets") (the metadata source's and the audit's table);
+  table    decoding.metadata.table_batch("consumer_offsets") (the metadata source's and the audit's table);
   driver   the audit's driver-side lag and metadata families over it (jobs.audit.checks.lag/metadata on_driver:
            the lag table, one row an offset);
-  stream   the file streamed (udfs.metadata.spill_offset_table: the maps found in one compiled pass, the rows a
+  stream   the file streamed (decoding.metadata.spill_offset_table: the maps found in one compiled pass, the rows a
            batch of maps at a time) and spilled as Parquet into a scratch folder of TMPDIR (removed after): the
            rows written (every offset of the file), the spill's size.  Not one of the default phases' paths: the
            audit does not read the file this way yet.
@@ -89,7 +89,7 @@ def cached(mib: int) -> Path:
 def measure(phase: str, root: Path) -> dict:
     """One phase, in this process."""
     from store_format import config as C
-    from udfs.kernels import scan_offset_table
+    from decoding.kernels import scan_offset_table
 
     if phase == "load":
         from store_format.recovery import config_load_problems
@@ -100,13 +100,13 @@ def measure(phase: str, root: Path) -> dict:
     if phase == "stream":
         import tempfile
 
-        from udfs.metadata import spill_offset_table
+        from decoding.metadata import spill_offset_table
 
         with tempfile.TemporaryDirectory(prefix="bench-config-spill-") as scratch:
             path, source, size, rows = spill_offset_table("b", root, scratch)
             return {"rows": rows, "spill_mib": round(os.path.getsize(path) / 2**20, 1), "source_bytes": size}
     if phase == "table":
-        from udfs.metadata import table_batch
+        from decoding.metadata import table_batch
 
         return {"rows": table_batch("consumer_offsets", "b", root).num_rows}
     from jobs.audit.checks import lag, metadata

@@ -10,7 +10,7 @@ Generates once (cached in bench/cache/) bench/dump.py's dump (``make bench``'s t
   baseline: the kernel copies every byte), and a numpy sum over an mmap of each file (every byte reaches the CPU);
 * one core, no Spark: the bulk framer alone (``salvage_arrays``, CRC checked), the data source's task function
   (``read()`` of every range, Arrow batches built) for positions and decoded rows, and the decode kernel
-  (``udfs.kernels.decode_buffer``) alone over every message;
+  (``decoding.kernels.decode_buffer``) alone over every message;
 * Spark local[2], positions-only and fully decoded (``materialize=decoded``) rows, each ending in the ``noop``
   sink so every column reaches the JVM: ``read_commitlog`` with one range a segment (the default for these
   256 MiB segments: one pass), and with segments cut into ranges (its first pass finding the segment ends, the second pass with the ends
@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 CODE = Path(sys.argv[sys.argv.index("--code") + 1]).resolve() if "--code" in sys.argv[:-1] else REPO
 sys.path.insert(0, str(REPO))
 if CODE != REPO:
-    sys.path.insert(0, str(CODE))  # the code measured (its datasources, udfs, store_format) before this one
+    sys.path.insert(0, str(CODE))  # the code measured (its datasources, decoding, store_format) before this one
 
 import numpy as np  # noqa: E402
 
@@ -61,7 +61,7 @@ CACHE = REPO / "bench" / "cache"
 def message_columns() -> str:
     """The ``columns`` option for what RocketMQ's MessageDecoder.decode yields (every stored field, properties
     parsed, msgId); the kernel's status columns are never shipped by the source."""
-    from udfs import kernels as K
+    from decoding import kernels as K
 
     return ",".join(c for c in K.MESSAGE_DECODER_COLUMNS if c not in K.STATUS_COLUMNS)
 
@@ -112,10 +112,10 @@ def task_function(path: str, options: dict) -> tuple[float, float]:
 
 
 def decode_kernel(segments):
-    """udfs.kernels over every message with the data source's decoded columns, in its batch size: a function
+    """decoding.kernels over every message with the data source's decoded columns, in its batch size: a function
     timing the kernel alone (the frames are found beforehand)."""
     from datasources.commitlog import DEFAULT_BATCH_ROWS, _kernel_columns
-    from udfs import kernels as K
+    from decoding import kernels as K
 
     cols = _kernel_columns("decoded", False) + K.STATUS_COLUMNS
     frames = []
@@ -148,10 +148,10 @@ def best(fn, repeat: int) -> float:
 
 
 def framing_compiled(segments, limits) -> float | None:
-    """The compiled framer (udfs.kernels.CompiledFramer) over each segment's written bytes, CRC checked; None
+    """The compiled framer (decoding.kernels.CompiledFramer) over each segment's written bytes, CRC checked; None
     where the code measured has none."""
     try:
-        from udfs.kernels import CompiledFramer
+        from decoding.kernels import CompiledFramer
     except ImportError:
         return None
     t = time.perf_counter()
@@ -177,7 +177,7 @@ def scan_round(path: str, repeat: int, ceilings: bool) -> list[dict]:
     from runtime.session import build_session
 
     # compile or load the decoder here first, so a cold run is a session's first, not numba's first ever
-    from udfs import kernels as K
+    from decoding import kernels as K
     segment = sorted(Path(path, "commitlog").iterdir())[0]
     head = segment.open("rb").read(1 << 20)
     items = salvage_arrays(head, segment.name, int(segment.name))

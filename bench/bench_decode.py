@@ -1,4 +1,4 @@
-"""Decode throughput on one core: the kernels (udfs.kernels, compiled with numba) against a naive struct loop, the scalar store_format
+"""Decode throughput on one core: the kernels (decoding.kernels, compiled with numba) against a naive struct loop, the scalar store_format
 decoder and a plain memory pass, all over the same in-memory buffer of realistic ~250-byte records.
 
     .venv/bin/python bench/bench_decode.py [--size-mb 1024] [--baseline-mb N] [--batch-rows 65536] [--repeat 2]
@@ -31,7 +31,7 @@ from store_format.codec import decode_record, encode_record  # noqa: E402
 from store_format.ids import create_uniq_key  # noqa: E402
 from store_format.message import STORED_FIELDS, Message  # noqa: E402
 from store_format.properties import format_properties  # noqa: E402
-from udfs import kernels as K  # noqa: E402
+from decoding import kernels as K  # noqa: E402
 
 CACHE = REPO / "bench" / "cache"
 FORMAT_VERSION = 1  # bump when the generated records change

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from store_format.commitlog import dledger_items
-from udfs.kernels import CompiledFramer, load_compiled
+from decoding.kernels import CompiledFramer, load_compiled
 
 
 def main(folder: str, reps: int) -> None:

@@ -12,8 +12,8 @@ process's start), in one run, so they compare:
              builds the same Python objects;
   read       store_format.config.read_config of the fastjson file (the fast path: numpy finds the flat Integer-keyed
              maps outside strings and rewrites them in place as arrays, then the C decoder);
-  rows       udfs.metadata.table_batch("consumer_offsets"): the file read by the compiled passes over
-             fastjson's layout (udfs.kernels.scan_offset_table: the scan, the maps sorted by name, the rows in
+  rows       decoding.metadata.table_batch("consumer_offsets"): the file read by the compiled passes over
+             fastjson's layout (decoding.kernels.scan_offset_table: the scan, the maps sorted by name, the rows in
              that order) and the consumer-offset table built from those columns (what the rocketmq-metadata source
              and the audit get);
   tolerant   the tolerant parser alone (the exact definition, which the fast path steps aside for) on a
@@ -85,7 +85,7 @@ def measure(name: str, path: Path) -> dict:
     import numpy  # noqa: F401  (imports before the start line: not the read's memory)
     import pyarrow  # noqa: F401
 
-    from udfs.metadata import table_batch
+    from decoding.metadata import table_batch
     from store_format import config as C
 
     start_rss = _rss_kib()

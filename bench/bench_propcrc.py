@@ -6,7 +6,7 @@ Over bench_decode.py's cached buffer of ~250-byte 4.x records (no record carries
 batches of 262,144 rows (jobs/audit/scan.py), one core, best of ``--repeat``, alternating the two decodes so that
 load on the shared machine falls on both:
 
-  decode before   udfs.kernels.decode_buffer of the columns a range task decoded before the check (DECODED without
+  decode before   decoding.kernels.decode_buffer of the columns a range task decoded before the check (DECODED without
                   ``crc_property``)
   decode now      the same with ``crc_property``: the decode flags the records whose last 20 bytes start with the
                   key while it copies their properties; on a 4.x range that flag is the whole check
@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from bench_decode import load  # noqa: E402
 from jobs.audit.scan import DECODED, _DECODE_ROWS  # noqa: E402
 from store_format import propcrc  # noqa: E402
-from udfs import kernels as K  # noqa: E402
+from decoding import kernels as K  # noqa: E402
 
 
 def timed(fn, repeat: int) -> tuple[float, float]:

@@ -184,7 +184,7 @@ def framing(bench: Bench, segs: list[SegmentBytes], baseline_mb: float | None) -
 def decoders(bench: Bench, segs: list[SegmentBytes], baseline_mb: float | None, batch_rows: int = 65536) -> None:
     import pyarrow as pa
 
-    from udfs import kernels as K
+    from decoding import kernels as K
 
     threads = pa.cpu_count(), pa.io_thread_count()
     pa.set_cpu_count(1)  # one core: no Arrow thread pool
@@ -236,7 +236,7 @@ def index_lookups(bench: Bench, store: Path, segs: list[SegmentBytes], lookups: 
     each looked up in every index file; a lookup counts as found when the message's offset is among the
     candidates."""
     from store_format.indexfile import IndexFile, list_index_files
-    from udfs import kernels as K
+    from decoding import kernels as K
 
     rng = np.random.default_rng(seed)
     picks = []  # (topic, key, physical offset)

@@ -4,7 +4,7 @@ Partitions are the ranges store_format.plan cuts (its one split policy, for a ta
 MAX_RANGE_STREAMED; ``splitSize`` overrides it), and each task's rows are store_format.scan's walk of its range
 (every frame and span of a segment's walk belongs to exactly one range, whatever the cut: see that module), built
 into Arrow batches from its arrays with no per-record Python.  The framing runs compiled
-(``udfs.kernels.CompiledFramer``).
+(``decoding.kernels.CompiledFramer``).
 
 ``walk`` says which items: ``kept`` (the default), what the broker keeps after its predicted recovery -- the items
 before the cut the audit reports, and its stop there -- or ``salvage``, everything intact, past damage and past the
@@ -28,7 +28,7 @@ walk could not frame, never the zero tail after them, or a segment file with a b
 ``materialize`` chooses what else a row carries: ``positions``
 (nothing), ``frames`` (the record bytes), ``headers`` (decoded columns without the body: the default, so that a
 plain ``load()`` has the columns people join and filter on -- topic, queue id and offset, keys, tags, store
-time) or ``decoded`` (every canonical column, from udfs.kernels), since Python sources get no column pruning; a
+time) or ``decoded`` (every canonical column, from decoding.kernels), since Python sources get no column pruning; a
 job that needs less says so (``positions`` to count or locate, ``frames`` to compare bytes); with ``headers`` or
 ``decoded``, ``columns`` (comma-separated names) ships only the decoded columns asked for, which is most of the
 cost of a decoded read (Spark's conversion of each column) when a job uses a few.
@@ -54,7 +54,7 @@ from store_format.errors import ErrorKind, RecordError
 from store_format.plan import MAX_RANGE_STREAMED, SegmentRange, plan_ranges, split_segments
 from store_format.scan import DEFAULT_MAX_RECORD_SIZE, WALK_MEANINGS, WALKS, canonical_walk, cut_to_walk, \
     read_range_walk, segment_ends, span_detail, walk_ends
-from udfs.columns import column
+from decoding.columns import column
 
 from .base import StoreDataSource, StoreReader, option_bool, option_choice, option_int, option_parsed, option_size, \
     parse_mode
@@ -89,7 +89,7 @@ def _kernel_columns(materialize: str, decompress: bool, columns: tuple[str, ...]
     """The decoded columns a row carries beyond the base ones: every default kernel column, or ``columns``."""
     if materialize not in ("headers", "decoded"):
         return ()
-    from udfs import kernels as K
+    from decoding import kernels as K
 
     skip = set(_BASE_NAMES) | set(K.STATUS_COLUMNS) | ({"body"} if materialize == "headers" else set())
     cols = tuple(c for c in (K.DEFAULT_COLUMNS if columns is None else columns) if c not in skip)
@@ -103,7 +103,7 @@ def parse_columns(value: str | None, materialize: str) -> tuple[str, ...] | None
     sources get no column pruning, so this is how a reader ships only what it uses to the JVM."""
     if value is None or value.strip().lower() in ("", "all"):
         return None
-    from udfs import kernels as K
+    from decoding import kernels as K
 
     cols = tuple(dict.fromkeys(c.strip() for c in value.split(",") if c.strip()))
     if materialize not in ("headers", "decoded"):
@@ -125,7 +125,7 @@ def arrow_schema(materialize: str, decompress: bool = False, columns: tuple[str,
         fields.append(FRAME)
     kcols = _kernel_columns(materialize, decompress, columns)
     if kcols:
-        from udfs import kernels as K
+        from decoding import kernels as K
 
         fields += list(K.message_schema(kcols))
     return pa.schema(fields)
@@ -262,7 +262,7 @@ def walk_segment_ends(ranges: list[SegmentRange], opts: Options) -> dict[str, tu
 
 @functools.cache
 def _compiled_framer():
-    from udfs.kernels import CompiledFramer
+    from decoding.kernels import CompiledFramer
 
     return CompiledFramer
 
@@ -568,7 +568,7 @@ class _RangeReader:
 
     def _decode(self, buf, w0: int, starts, sizes, msg_rows, n) -> dict:
         from store_format.layout import parse_delay_levels
-        from udfs import kernels as K
+        from decoding import kernels as K
 
         kwargs = {}
         if self.opts.delay_levels:
@@ -583,7 +583,7 @@ class _RangeReader:
         if errors.null_count != len(errors):
             bad = pc.index(pc.is_valid(errors), True).as_py()
             # framing accepted the record, so the kernel must decode it: two backends, one truth
-            raise RecordError(ErrorKind(errors[bad].as_py()), "udfs.kernels rejects a record that framing "
+            raise RecordError(ErrorKind(errors[bad].as_py()), "decoding.kernels rejects a record that framing "
                               "accepted", file=str(self.p.loc), position=w0 + int(starts[bad]))
         out = {c: decoded.column(c) for c in cols if c in self.kernel_cols}
         if crc_known:

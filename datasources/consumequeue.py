@@ -23,7 +23,7 @@ from store_format.errors import ErrorKind, StoreFormatError
 from store_format.plan import group_queue_files
 from store_format.queues import QueueFile, list_queue_files
 from store_format.stores import PartInput
-from udfs.columns import column
+from decoding.columns import column
 
 from .base import StoreDataSource, StoreReader, apply_mode, parse_mode
 

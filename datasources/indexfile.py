@@ -29,8 +29,8 @@ from store_format.errors import ErrorKind, StoreFormatError
 from store_format.fs import Location
 from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, index_files, read_header
 from store_format.stores import PartInput
-from udfs.columns import column
-from udfs.kernels import chain_bits, entry_summary, problem_lists
+from decoding.columns import column
+from decoding.kernels import chain_bits, entry_summary, problem_lists
 
 from .base import StoreDataSource, StoreReader, option_int
 

@@ -1,5 +1,5 @@
 """``rocketmq-metadata``: a store's small files as DataFrames, one reader for all of them: ``option("table", ...)``
-chooses the table (udfs/metadata.py builds each one and documents them: checkpoint, markers, unreadable_files,
+chooses the table (decoding/metadata.py builds each one and documents them: checkpoint, markers, unreadable_files,
 consumer_offsets, lmq_consumer_offsets, delay_offsets, topics, subscription_groups), one row set per broker.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from store_format.fs import Location
-from udfs.metadata import schema_of, table_batch
+from decoding.metadata import schema_of, table_batch
 
 from .base import StoreDataSource, StoreReader
 

@@ -55,7 +55,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-_PROJECT_PACKAGES = frozenset({"datasources", "store_format", "udfs", "jobs"})
+_PROJECT_PACKAGES = frozenset({"datasources", "store_format", "decoding", "jobs"})
 # what the sources' implementations import beyond the standard library and pyspark
 _DEPENDENCIES = ("numpy", "pyarrow")
 # the interpreter that registered the sources: the one to name in a worker's error (this value travels with

@@ -20,7 +20,7 @@ from store_format import rolled
 from store_format import timer as T
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.stores import PartInput
-from udfs.columns import column
+from decoding.columns import column
 
 from .base import StoreDataSource, StoreReader, apply_mode, parse_mode
 

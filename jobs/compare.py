@@ -38,7 +38,7 @@ from store_format import fs  # noqa: E402
 from store_format.config import delay_offsets, read_consumer_offsets  # noqa: E402
 from store_format.errors import StoreFormatError  # noqa: E402
 from store_format.store import Store  # noqa: E402
-from udfs.kernels import scan_offset_table  # noqa: E402
+from decoding.kernels import scan_offset_table  # noqa: E402
 
 from runtime import cli  # noqa: E402
 from runtime.commit import job_run, runs_job  # noqa: E402

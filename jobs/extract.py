@@ -88,7 +88,7 @@ from runtime.display import format_time  # noqa: E402,F401  (the query job takes
 from runtime.progress import Phase  # noqa: E402
 from runtime.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
 from runtime.stores import StoreRef, resolve_stores  # noqa: E402
-from udfs import columns as C  # noqa: E402
+from decoding import columns as C  # noqa: E402
 
 MANIFEST_NAME = "_manifest.json"
 DUPLICATE_UNIQ_KEY = "DUPLICATE_UNIQ_KEY"

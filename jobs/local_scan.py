@@ -5,7 +5,7 @@ seconds to start, and walking a few hundred MB here costs less than that.
 Each segment the query can concern (its store-time span, as :func:`jobs.extract.segments_in_time_range` says)
 is walked with store_format's bulk salvage walk and cut to the walk asked for (store_format.scan.cut_to_walk: the
 kept walk ends at the broker's predicted cut), the columns the query filters on are decoded in bulk
-(udfs.kernels), and only the messages kept are decoded whole.  The rows are the ones the Spark scan gives
+(decoding.kernels), and only the messages kept are decoded whole.  The rows are the ones the Spark scan gives
 (``rocketmq-commitlog``, materialize=decoded): the same walk, the same ``beyond_first_stop``; tests/test_query.py
 holds the two equal.  The lead's store layer will be this
 module's home once it has a planned scan of its own.
@@ -68,7 +68,7 @@ def _segment(buf, seg, c: Criteria, walk: str, cut: Cut) -> Iterator[tuple[Messa
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from udfs.kernels import decode_buffer
+    from decoding.kernels import decode_buffer
 
     name = seg.name
     items = salvage_segment(seg, buf)
@@ -120,7 +120,7 @@ class DamageSpan:
 def damage_between_times(store: Store, seg, lo: int, hi: int) -> list[DamageSpan]:
     """The unframeable spans of ``seg`` that lie between a record stored at or before ``hi`` and one stored at or
     after ``lo``: where messages stored within [lo, hi] may have been."""
-    from udfs.kernels import decode_buffer
+    from decoding.kernels import decode_buffer
 
     out = []
     with ReadOnlyMap(seg.path) as m:

@@ -107,7 +107,7 @@ from store_format.message import Message  # noqa: E402
 from store_format.properties import delete_property, parse_properties  # noqa: E402
 from store_format.store import Store  # noqa: E402
 from store_format.write.writer import StoreWriter, TopicTable, WriterConfig  # noqa: E402
-from udfs.kernels import scan_offset_table  # noqa: E402
+from decoding.kernels import scan_offset_table  # noqa: E402
 
 from runtime import cli  # noqa: E402
 from runtime.commit import job_run, runs_job  # noqa: E402

@@ -46,7 +46,7 @@ from runtime.commit import runs_job  # noqa: E402
 from runtime.display import plural  # noqa: E402
 from runtime.history import check_history, damage_behind, read_runs, unlisted_runs  # noqa: E402
 from runtime.output import OutputError, prepare_output, read_table, write_table  # noqa: E402
-from udfs.columns import column  # noqa: E402
+from decoding.columns import column  # noqa: E402
 
 NAME = "trend"
 RECOVERY_FLAGS = ("no_longer_starts", "cut_moved", "lost_more", "newly_unindexed")

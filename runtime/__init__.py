@@ -8,5 +8,5 @@
 * interrupts, causes, progress, display: SIGINT/SIGTERM, a failure's root cause in one line, the progress lines
   on stderr, numbers and moments in words.
 
-Imports run one way: jobs/ -> runtime/ -> datasources/, udfs/, store_format/ (tests/test_layers.py).  runtime/
+Imports run one way: jobs/ -> runtime/ -> datasources/, decoding/, store_format/ (tests/test_layers.py).  runtime/
 never imports a job: the console that dispatches to the jobs by name is jobs/console.py."""

@@ -124,7 +124,7 @@ def _with_place(root: str, text: str, messages: list[str] | None = None) -> str:
     return f"{root}, in {call.group(1)}()" if call else root
 
 
-_OURS = tuple(f"{os.sep}{p}{os.sep}" for p in ("jobs", "runtime", "store_format", "udfs", "datasources"))
+_OURS = tuple(f"{os.sep}{p}{os.sep}" for p in ("jobs", "runtime", "store_format", "decoding", "datasources"))
 _PATH_NAMES = ("path", "filename", "file", "target", "dest")
 
 

@@ -130,11 +130,11 @@ def write_table(df, path: Location, fmt: str = "parquet", *, mode: str = "overwr
 def write_parquet_file(table, path: Location) -> None:
     """A pyarrow table as one Parquet file (the audit's part files, written by its tasks and its driver), through
     the fs seam: ``path`` is a local path or any URI ``store_format.fs`` resolves, so a cluster's tasks need no
-    shared mount.  The columns' descriptions (udfs/columns.py) are left out: they document the declared schemas,
+    shared mount.  The columns' descriptions (decoding/columns.py) are left out: they document the declared schemas,
     and the files stay the bytes they were before the schemas carried them."""
     import pyarrow.parquet as pq
 
-    from udfs.columns import plain
+    from decoding.columns import plain
 
     loc = resolve(path)
     loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
@@ -194,7 +194,7 @@ def out_parquet_writer(path: Location, schema):
     never held whole); the columns' descriptions left out, as :func:`write_parquet_file` leaves them."""
     import pyarrow.parquet as pq
 
-    from udfs.columns import plain
+    from decoding.columns import plain
 
     loc = resolve(path)
     loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)

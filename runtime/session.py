@@ -19,7 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent  # the checkout, the install's site-packages, or the zip
 SPARK_CONF_DIR = REPO / "spark-conf"
-PACKAGES = ("store_format", "udfs", "datasources", "runtime", "jobs")  # what the zip carries
+PACKAGES = ("store_format", "decoding", "datasources", "runtime", "jobs")  # what the zip carries
 ZIP_NAME = "rocketmq_forensics"
 
 # The fast profile for tests (spark-notes.md: "Fast tests").

@@ -12,7 +12,7 @@ through read-only mmaps, never loaded into a Python ``bytes`` whole.
 
 Bulk framing (:func:`walk_arrays`, :func:`salvage_arrays`) gives the same walks as :class:`FrameArrays`
 (positions, sizes, kinds as numpy arrays) for readers that move millions of records: runs of plain valid
-messages are framed with numpy (or by a faster framer the caller passes, such as ``udfs.kernels.CompiledFramer``;
+messages are framed with numpy (or by a faster framer the caller passes, such as ``decoding.kernels.CompiledFramer``;
 this package stays free of compiled code), and every record they cannot prove valid goes to the scalar
 :func:`frame_at`, which stays the one definition of the walk.
 """
@@ -582,7 +582,7 @@ class _BulkFramer:
 
     This is the framer interface of :func:`walk_arrays` / :func:`salvage_arrays` (their ``framer``): this
     constructor, :meth:`run`, :meth:`close`, and the bounds of the window of candidate starts one :meth:`run`
-    is given (``window_min``, ``window_max``); another implementation (``udfs.kernels.CompiledFramer``, the same
+    is given (``window_min``, ``window_max``); another implementation (``decoding.kernels.CompiledFramer``, the same
     runs compiled) must return exactly these runs."""
 
     @property
@@ -823,7 +823,7 @@ class EntryWalk(NamedTuple):
 
 ENTRY_RECORD = KIND_MESSAGE  # an EntryWalk row whose record is framed afterwards (a message or a record's stop)
 #: why an entry header stops the walk: (ErrorKind value or END_OF_DATA, field); EntryWalk.codes index this, and
-#: the compiled walk (udfs.compiled.dledger_walk) returns the same indices
+#: the compiled walk (decoding.compiled.dledger_walk) returns the same indices
 ENTRY_STOPS = (
     (END_OF_DATA, None),  # 0: magic and size 0 where the next entry would start
     (ErrorKind.BAD_LENGTH.value, "store_size"),  # 1: a blank whose size is not the rest of the file
@@ -865,7 +865,7 @@ def dledger_entry_walk(buf, start: int, limit: int, until: int | None, base_offs
     not, the walk goes on at the next entry); the file's blank ends the walk; a header that fails is a stop there,
     after which the salvage walk goes on at the next confirmed header (the bytes between a span) and the plain
     walk ends.  This is the scalar walk; a framer may give the same rows compiled (its ``entry_walk``,
-    udfs.kernels.CompiledFramer)."""
+    decoding.kernels.CompiledFramer)."""
     rows: list[tuple] = []  # (kind, position, size, magic, code, tail)
     pos = start
     while pos < limit and (until is None or pos < until):
@@ -931,7 +931,7 @@ def dledger_items(buf, segment: str, base_offset: int, *, start: int = 0, limit:
     goes on at the next confirmed header, the bytes between a span.  A record that fails the CommitLog checks (or
     does not fill its entry) is a stop at the record; the salvage walk goes on at the next entry.  ``start``:
     the walk starts at the first confirmed header at or after it (0: at 0, confirmed or not); ``until``: items
-    before it only.  ``framer`` (:class:`_BulkFramer`'s interface, e.g. udfs.kernels.CompiledFramer): the records
+    before it only.  ``framer`` (:class:`_BulkFramer`'s interface, e.g. decoding.kernels.CompiledFramer): the records
     are framed by its ``each`` in one call, the scalar ``frame_at`` deciding only those it does not accept whole;
     a framer with an ``entry_walk`` (the compiled :func:`dledger_entry_walk`) walks the headers too.
 

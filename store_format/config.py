@@ -16,7 +16,7 @@ decoder refuses, the tolerant parser reads it (and positions the error).
 
 consumerOffset.json, the one that grows with the fleet, has a faster path still for the rows the metadata source
 and the audit read (:func:`offset_columns`): a scanner of fastjson's own layout that the caller passes
-(``udfs.kernels.scan_offset_table``, compiled; this package stays free of numba) gives each map's name and
+(``decoding.kernels.scan_offset_table``, compiled; this package stays free of numba) gives each map's name and
 entries as arrays (:class:`OffsetScan`) and, for a file as brokers write it, the rows themselves: the maps sorted
 by (topic, group) as bytes (Python's order for valid UTF-8, which is checked here), each row's map, queue id and
 offset as numpy columns, the names once per map as Arrow strings -- no Python object per offset or per map.
@@ -37,12 +37,12 @@ judged in one compiled pass over a read-only map of it that keeps nothing per ma
 (``offset_scan(buf, check_only=True)``: :class:`OffsetCheck`), never by building its rows.
 
 consumerOffset.json in the broker's layout also streams (:func:`offset_batches`, with a compiled scanner the
-caller passes: ``udfs.metadata.scan_offset_stream``): one pass keeps each map's name span, body and count (no
+caller passes: ``decoding.metadata.scan_offset_stream``): one pass keeps each map's name span, body and count (no
 array per offset), the maps are ordered as :func:`offset_columns` orders them, and the rows come a batch of whole
 maps at a time from a read-only map of the file -- the same rows in the same order, in memory proportional to
 the maps and one batch (a 1 GiB file of 104 M offsets within 3.7 GiB resident, its file pages included:
-BENCHMARKS.md).  The metadata table is built from it where the file streams (``udfs.metadata.table_batch``), and
-``udfs.metadata.spill_offset_table`` writes it to Parquet a batch at a time.
+BENCHMARKS.md).  The metadata table is built from it where the file streams (``decoding.metadata.table_batch``), and
+``decoding.metadata.spill_offset_table`` writes it to Parquet a batch at a time.
 
 Values a broker cannot hold are the file's findings, not exceptions: :func:`value_problems` lists each
 (``OUT_OF_RANGE`` errors naming the file, the key path and the value) -- a consumer offset outside Java's
@@ -224,7 +224,7 @@ def _fast_loads_bytes(raw: bytearray):
 
 
 class OffsetScan(NamedTuple):
-    """What an ``offset_scan`` (``udfs.kernels.scan_offset_table``) reads of consumerOffset.json in fastjson's
+    """What an ``offset_scan`` (``decoding.kernels.scan_offset_table``) reads of consumerOffset.json in fastjson's
     layout: each map's name span in the file (quotes excluded; ``name_esc``: an escape inside), its first entry
     and entry count; each entry's queue id (``keys``) and offset (``values``), in file order; the value span of
     every other top-level member.  ``rows``, where the file is what brokers write (:func:`_scanned_offset_columns`):
@@ -243,7 +243,7 @@ class OffsetScan(NamedTuple):
 
 
 class OffsetCheck(NamedTuple):
-    """What ``offset_scan(buf, check_only=True)`` (``udfs.kernels.scan_offset_table``) reads of consumerOffset.json
+    """What ``offset_scan(buf, check_only=True)`` (``decoding.kernels.scan_offset_table``) reads of consumerOffset.json
     in fastjson's layout without keeping a row: the counts of maps, entries and names with an escape, the value
     span of every other top-level member, and the first map in file order a broker cannot hold: (its index, its
     name's span, the first queue id outside int, or None for a name that is not topic@group), or None."""
@@ -655,7 +655,7 @@ def config_load_failure(config_dir, name: str, decode_problem=None, offset_scan=
 
 def _judged(path, name: str, decode_problem, offset_scan) -> str | None:
     """:func:`_decode_failure`; None (not judged, as a file too large to parse) where it runs out of memory: the
-    metadata family names the file and its size (udfs.metadata's error row), the prediction goes on."""
+    metadata family names the file and its size (decoding.metadata's error row), the prediction goes on."""
     try:
         return _decode_failure(path, name, decode_problem, offset_scan)
     except MemoryError:
@@ -972,7 +972,7 @@ def offset_batches(config_dir, offset_stream, batch_rows: int = OFFSET_BATCH_ROW
     maps and one batch, never to its offsets -- the same rows, in the same order, as :func:`offset_columns` where
     the file is what brokers write: every key topic@group without an escape and given once, each map's queue ids
     ascending within int, the names valid UTF-8, the other top-level members readable, at least the fast path's
-    64 KiB.  ``offset_stream(buf, batch_rows)`` (``udfs.metadata.scan_offset_stream``, compiled; this package stays
+    64 KiB.  ``offset_stream(buf, batch_rows)`` (``decoding.metadata.scan_offset_stream``, compiled; this package stays
     free of numba) reads a read-only map of the file: (maps, entries, other members' spans, a generator of
     batches) or None.  None for any other file (missing, unreadable, another shape): :func:`offset_columns` and
     :func:`read_config` then read it as they can, or say why not."""

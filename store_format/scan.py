@@ -106,7 +106,7 @@ def range_walk(buf, w0: int, complete: bool, name: str, base: int, start: int, e
     incomplete buffer raises :class:`NeedMoreBytes` when a decision may depend on bytes it lacks: one within
     ``margin`` of its end, a stop that the segment's end decides (a blank, a record running past the
     bytes), or a blank of the whole segment skipped over by a search.  ``framer``: the bulk framer
-    (``udfs.kernels.CompiledFramer`` from the layers above; None: store_format's numpy one)."""
+    (``decoding.kernels.CompiledFramer`` from the layers above; None: store_format's numpy one)."""
     lim = len(buf)
     rbase = base + w0  # positions below are relative to w0; PHYSICALOFFSET checks use base + w0 + rel
     doubt = _Doubt(buf, w0, complete, margin, segment_length)

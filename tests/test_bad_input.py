@@ -297,7 +297,7 @@ def test_config_values_a_broker_cannot_hold_are_findings_not_exceptions(tmp_path
     """Out of the Java type's range, or not a number: an OUT_OF_RANGE problem naming the file, the key path and the
     value; the accessors leave the entry out, the metadata rows carry one error row per value and every other
     row (issue 22)."""
-    from udfs.metadata import is_value_error, table_rows
+    from decoding.metadata import is_value_error, table_rows
     from store_format.config import consumer_offsets, value_problems
 
     d = tmp_path / "config"

@@ -43,7 +43,7 @@ def measured(tiny, spark, tmp_path_factory):
 def test_the_dump_is_the_issues_traffic(tiny):
     """8 topics x 8 queues, bodies mostly 100-400 B, tags, keys, UNIQ_KEYs, a few IPv6 producers; cached."""
     from store_format import layout as L
-    from udfs import kernels as K
+    from decoding import kernels as K
 
     meta, cache, segs = tiny
     assert meta["messages"] == TINY.messages == sum(len(s.starts) for s in segs)

@@ -1,5 +1,5 @@
 """Config files at any size (issue 40): whether the broker can load a consumerOffset.json of any size is judged in
-one compiled pass over a read-only map of it that keeps nothing per map or offset (udfs.compiled.offset_table_check),
+one compiled pass over a read-only map of it that keeps nothing per map or offset (decoding.compiled.offset_table_check),
 never by building its rows -- the recovery prediction's load of a 1 GiB file ran out of memory there.  Checked
 under an address-space limit (``resource.setrlimit`` in a subprocess) that the check passes and building the
 columns does not, and against the columns' own judgement on smaller files."""
@@ -15,7 +15,7 @@ import pytest
 
 from store_format import config as C
 from store_format.config import dumps_fastjson
-from udfs.kernels import scan_offset_table
+from decoding.kernels import scan_offset_table
 
 from .conftest import fixture_store
 
@@ -35,7 +35,7 @@ _LOAD_UNDER_A_LIMIT = r"""
 import json, resource, sys
 from pathlib import Path
 from store_format.recovery import config_load_problems
-from udfs.kernels import scan_offset_table
+from decoding.kernels import scan_offset_table
 
 config, budget = Path(sys.argv[1]), int(sys.argv[2])
 scan_offset_table(b'{"offsetTable":{"a@b":{0:1}}}', check_only=True)  # the compiled passes loaded before the limit
@@ -113,7 +113,7 @@ def test_running_out_of_memory_building_a_config_table_is_its_error_row_naming_t
         tmp_path, monkeypatch):
     """Whatever runs out of memory while a config file's table is built, the table is the file's one TOO_LARGE row
     naming it and its size (which the metadata family's config_too_large finding reports), not a MemoryError."""
-    import udfs.metadata as M
+    import decoding.metadata as M
 
     config = tmp_path / "store" / "config"
     config.mkdir(parents=True)
@@ -146,7 +146,7 @@ def test_a_file_holding_more_offsets_than_the_limit_is_skipped_naming_it_its_siz
     from jobs.audit.plan import plan_broker
     from runtime.stores import resolve_stores
     from store_format.errors import ConfigError, ErrorKind
-    import udfs.metadata as M
+    import decoding.metadata as M
 
     root = tmp_path / "store"
     shutil.copytree(fixture_store("basic"), root)

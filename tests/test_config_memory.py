@@ -17,8 +17,8 @@ import pytest
 from store_format import config as C
 from store_format.config import CONFIG_MEMORY_LIMIT_ENV, dumps_fastjson, offset_columns, read_config
 from store_format.errors import ConfigError, ErrorKind, WriterError
-from udfs.kernels import scan_offset_table
-from udfs.metadata import is_too_large, table_batch
+from decoding.kernels import scan_offset_table
+from decoding.metadata import is_too_large, table_batch
 
 from .conftest import fixture_manifest, fixture_store
 from .support.writer_support import fixture_config
@@ -114,7 +114,7 @@ def test_a_memory_error_while_parsing_names_the_file_and_the_operation(tmp_path,
         offset_columns(d, [], offset_scan=scan_offset_table)
     assert raised.value.kind is ErrorKind.TOO_LARGE and raised.value.file == str(path)
     assert raised.value.message == f"ran out of memory building its offset columns ({path.stat().st_size} bytes)"
-    from udfs import metadata
+    from decoding import metadata
 
     streamed = metadata.scan_offset_stream
     monkeypatch.setattr(metadata, "scan_offset_stream", lambda *a: None)  # the columns' path: the stream steps aside

@@ -1,6 +1,6 @@
 """consumerOffset.json streamed (issue 40, "config files at any size"): the maps found in one compiled pass that keeps
-nothing per offset (udfs.compiled.offset_table_maps), the rows read a batch of maps at a time (offset_map_rows),
-as store_format.config.offset_batches / udfs.metadata.offset_table_batches give them -- the same rows in the same
+nothing per offset (decoding.compiled.offset_table_maps), the rows read a batch of maps at a time (offset_map_rows),
+as store_format.config.offset_batches / decoding.metadata.offset_table_batches give them -- the same rows in the same
 order as the in-memory path (offset_columns, the consumer_offsets table) on the fixture and on generated files, and
 within an address-space limit (``resource.setrlimit`` in a subprocess) that the in-memory path exceeds."""
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 
 from store_format import config as C
 from store_format.config import dumps_fastjson
-from udfs.kernels import scan_offset_table
-from udfs.metadata import offset_table_batches, scan_offset_stream, spill_offset_table, table_batch
+from decoding.kernels import scan_offset_table
+from decoding.metadata import offset_table_batches, scan_offset_stream, spill_offset_table, table_batch
 
 from .conftest import FIXTURES, fixture_store
 
@@ -126,7 +126,7 @@ def test_what_brokers_do_not_write_is_not_streamed(tmp_path, change):
 _UNDER_A_LIMIT = r"""
 import json, resource, sys
 import numpy as np
-from udfs.metadata import offset_table_batches, table_batch, scan_offset_stream
+from decoding.metadata import offset_table_batches, table_batch, scan_offset_stream
 
 root, budget, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 # the compiled passes and Arrow loaded before the limit (a small store of the same layout)

@@ -829,7 +829,7 @@ def test_audit_on_a_batch_of_mutated_stores(spark, bases, tmp_path):
     :func:`check_audit` holds for every store; the other data sources read the whole batch without an error."""
     from datasources.consumequeue import ConsumeQueueReader
     from datasources.indexfile import IndexReader
-    from udfs.metadata import TABLES as METADATA_TABLES
+    from decoding.metadata import TABLES as METADATA_TABLES
     from datasources.metadata import MetadataReader
     from jobs import audit
 
@@ -876,7 +876,7 @@ def test_audit_on_a_batch_of_mutated_stores(spark, bases, tmp_path):
 
 
 def test_metadata_rows_with_bare_and_quoted_keys(tmp_path):
-    from udfs.metadata import table_rows
+    from decoding.metadata import table_rows
 
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "topics.json").write_text('{"topicConfigTable":{1:{"perm":6},"T":{"perm":6}}}')

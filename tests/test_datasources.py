@@ -557,7 +557,7 @@ def test_big_consumer_offsets_through_spark(spark, tmp_path):
     """A consumerOffset.json big enough for the compiled rows (over the fast paths' threshold, more rows than one
     batch: the broker and source columns are one shared block per chunk): Spark reads the rows table_batch
     builds, and they are the dict path's, problems included."""
-    from udfs.metadata import table_rows
+    from decoding.metadata import table_rows
     from store_format.config import dumps_fastjson
 
     root = tmp_path / "b1"

@@ -436,11 +436,11 @@ def test_hostile_headers_and_metadata_give_positioned_problems(dledger_copy):
 
 
 def test_the_compiled_framer_walks_the_entries_as_frame_at_does(dledger_copy):
-    """dledger_items with udfs.kernels.CompiledFramer (the records framed in one compiled call) gives every item the
+    """dledger_items with decoding.kernels.CompiledFramer (the records framed in one compiled call) gives every item the
     scalar walk gives, on the fixture and on a copy with a flipped body byte (BAD_CRC), a record shorter than its
     entry says and a wrong pos field, salvage walk or not."""
     from store_format.commitlog import FrameArrays
-    from udfs.kernels import CompiledFramer
+    from decoding.kernels import CompiledFramer
 
     def same(a: FrameArrays, b: FrameArrays) -> None:
         assert (a.positions.tolist(), a.sizes.tolist(), a.kinds.tolist(), a.magics.tolist()) == \
@@ -471,11 +471,11 @@ def test_the_compiled_framer_walks_the_entries_as_frame_at_does(dledger_copy):
 
 
 def test_the_compiled_entry_walk_gives_the_scalar_walks_rows():
-    """udfs.compiled.dledger_walk (CompiledFramer.entry_walk) returns the rows of the scalar dledger_entry_walk, row
+    """decoding.compiled.dledger_walk (CompiledFramer.entry_walk) returns the rows of the scalar dledger_entry_walk, row
     for row, on the fixture's files and on copies of their bytes with each header damage the walk names (every
     code of ENTRY_STOPS is met), salvage walk or not, with and without ``until`` and a ``limit`` short of the end."""
     from store_format.commitlog import ENTRY_STOPS, dledger_entry_walk
-    from udfs.kernels import CompiledFramer
+    from decoding.kernels import CompiledFramer
 
     def cases(name: str, buf: bytes):
         yield buf, len(buf)

@@ -5,7 +5,7 @@ stops; the numpy framer must give exactly their items over the RocketMQ-written 
 (several segments, blank-heavy, IPv6 hosts, V2 magic, empty bodies) with every commitlog call of
 ``store_format.write.damage`` applied, hand-built segments whose bodies hide records of their own, and segments
 corrupted at random.  Each store is also checked with tiny search windows, so runs end at window edges too,
-and with the compiled framer (``udfs.kernels.CompiledFramer``, what the data source uses), which hypothesis
+and with the compiled framer (``decoding.kernels.CompiledFramer``, what the data source uses), which hypothesis
 also runs over damaged segments against ``frame_at`` record by record.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from store_format.fs import ReadOnlyMap
 from store_format.message import Message, body_crc32
 from store_format.write.writer import StoreWriter, WriterConfig
 from tests.conftest import FIXTURE_NAMES, fixture_store
-from udfs.kernels import CompiledFramer
+from decoding.kernels import CompiledFramer
 
 SEG = 8 << 10
 CFG = WriterConfig(mappedFileSizeCommitLog=SEG, mappedFileSizeConsumeQueue=2000, messageIndexEnable=False)

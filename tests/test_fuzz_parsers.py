@@ -1,7 +1,7 @@
 """Hostile bytes into every parser entry point (hypothesis): each example has a deadline, a memory bound, and
 may only end in the entry point's own positioned error where raising is its contract.
 
-Entry points: the record decoder (store_format.codec.decode_record and udfs.kernels.decode_frames on the same
+Entry points: the record decoder (store_format.codec.decode_record and decoding.kernels.decode_frames on the same
 bytes), framing (frame_at / walk_buffer / salvage_buffer / find_next_frame), the consume-queue reader, the
 index file reader and its chain walk, the properties parser, the id parsers, the fastjson-tolerant JSON
 reader and its accessors, the checkpoint and marker readers, and capped decompression.
@@ -373,9 +373,9 @@ def scratch():
 
 @pytest.fixture(scope="module")
 def compiled():
-    """udfs.compiled loaded before the examples: on a cold numba cache it compiles for tens of seconds, which must
+    """decoding.compiled loaded before the examples: on a cold numba cache it compiles for tens of seconds, which must
     not count against an example's deadline."""
-    from udfs.kernels import _compiled
+    from decoding.kernels import _compiled
 
     return _compiled()
 
@@ -672,7 +672,7 @@ def test_offset_columns_equal_the_dict_path(compiled, scratch, table):
     """The consumer-offset rows built column-wise from the fast path (no Python object per offset) are the rows
     the dict path gives, problems included, for any offsetTable of flat Integer-keyed maps (duplicates, keys that
     are not topic@group, queue ids outside int, offsets of 19 digits that send the file to the tolerant parser)."""
-    from udfs.metadata import table_rows
+    from decoding.metadata import table_rows
     from store_format import config as C
 
     text = "{\"offsetTable\":{" + ",".join(
@@ -852,12 +852,12 @@ def offset_files(draw):
 @example('{"dataVersion":{"a":[1,"]}",{}]},"offsetTable":{"a@b":{0:1}}} ')
 @example('{"dataVersion":{1:2,x:3},"offsetTable":{"a@b":{0:99999999999999999999}}}')  # 20 digits: out of long
 def test_the_one_pass_offset_scan_agrees_with_the_exact_reader(compiled, scratch, text):
-    """udfs.kernels.scan_offset_table (the metadata source's and the audit's consumerOffset.json reader, issue 22:
+    """decoding.kernels.scan_offset_table (the metadata source's and the audit's consumerOffset.json reader, issue 22:
     200 MB in a second or two) gives the rows and problems the exact path gives (the tolerant parser, without the
     fast paths), or steps aside; a file neither reads is the same error row."""
-    from udfs.metadata import table_rows
+    from decoding.metadata import table_rows
     from store_format import config as C
-    from udfs.kernels import scan_offset_table
+    from decoding.kernels import scan_offset_table
 
     d = scratch / "offsets-scan"
     (d / "config").mkdir(parents=True, exist_ok=True)
@@ -928,13 +928,13 @@ def broker_offset_files(draw):
 @example(("none", [], dumps_fastjson({"offsetTable": {f"Topic_0{i % 7:012d}@group_{i:09d}": {0: i, 3: 10**18 - 1}
                                                       for i in range(300, 0, -1)}})))  # > 8-byte common prefixes
 def test_the_compiled_offset_rows_agree_with_the_exact_reader(compiled, scratch, case):
-    """The rows the compiled passes build (udfs.kernels.scan_offset_table: the scan, the maps sorted by (topic,
+    """The rows the compiled passes build (decoding.kernels.scan_offset_table: the scan, the maps sorted by (topic,
     group) as bytes, the rows in that order) are the exact path's rows and problems, with the dict compare and
     replay read, for broker-shaped files and their mutations; and for an unmutated file whose names are all
     topic@group, the compiled rows are what is used (not a step aside)."""
-    from udfs.metadata import table_rows
+    from decoding.metadata import table_rows
     from store_format import config as C
-    from udfs.kernels import scan_offset_table
+    from decoding.kernels import scan_offset_table
 
     mutation, names, text = case
     d = scratch / "offsets-rows"
@@ -975,7 +975,7 @@ def test_a_damaged_big_offset_file_is_the_exact_parsers_positioned_error(scratch
     """A broker-sized consumerOffset.json (over the fast paths' threshold) with one damaged byte: every fast path
     steps aside, and the metadata source's one error row and read_consumer_offsets' problems name the file and the
     byte, as the tolerant parser does."""
-    from udfs.metadata import table_rows
+    from decoding.metadata import table_rows
     from store_format import config as C
 
     text = dumps_fastjson({"offsetTable": {f"T{i % 13}@g{i}": {q: i * q for q in range(4)} for i in range(4000)}})

@@ -1,4 +1,4 @@
-"""Two backends, one truth: the compiled kernels (udfs.kernels over udfs.compiled) against the scalar decoder
+"""Two backends, one truth: the compiled kernels (decoding.kernels over decoding.compiled) against the scalar decoder
 (store_format.codec.decode_record + Message's derived properties), on the RocketMQ-written fixtures and on
 hypothesis-generated records, well-formed and malformed."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ from store_format.errors import ErrorKind, RecordError, StoreFormatError
 from store_format.ids import create_uniq_key, parse_uniq_key
 from store_format.message import DERIVED_FIELDS, STORED_FIELDS, Message, body_crc32
 from store_format.propcrc import carries_crc
-from udfs import kernels as K
+from decoding import kernels as K
 
 from .conftest import fixture_manifest, fixture_store
 from .support.strategies import damaged, property_keys, records
@@ -361,7 +361,7 @@ def test_compiled_crc_matches_zlib_at_every_length():
 def test_cache_plan_for_read_only_and_zipped_installs(tmp_path):
     """numba's disk cache: beside the module when writable; else NUMBA_CACHE_DIR under the user cache (or the
     temp dir); from a zip, numba's own user directory, or no cache where nothing is writable."""
-    from udfs.compiled import cache_plan
+    from decoding.compiled import cache_plan
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     module = pkg / "compiled.py"
@@ -381,7 +381,7 @@ def test_cache_plan_for_read_only_and_zipped_installs(tmp_path):
     assert cache_plan(str(module), {"XDG_CACHE_HOME": str(blocked)}, str(blocked)) == (False, None)
     # from a zip: NUMBA_CACHE_DIR, else ours under the user cache, else the temp dir's (never numba's own folder,
     # which is named after the zip's path)
-    zipped = str(tmp_path / "deps.zip" / "udfs" / "compiled.py")
+    zipped = str(tmp_path / "deps.zip" / "decoding" / "compiled.py")
     assert cache_plan(zipped, {"XDG_CACHE_HOME": str(xdg)}, str(tmp_path)) == \
         (True, str(xdg / "rocketmq-forensics-numba"))
     assert cache_plan(zipped, {"NUMBA_CACHE_DIR": str(tmp_path / "mine")}, str(tmp_path)) == \
@@ -403,7 +403,7 @@ def test_numba_cache_from_a_zip_is_found_again_wherever_the_zip_lies(tmp_path):
 
     from runtime.session import REPO
 
-    probe = ("import json, udfs.compiled as C\n"
+    probe = ("import json, decoding.compiled as C\n"
              "ds = [v for v in vars(C).values() if hasattr(v, 'stats') and getattr(v, '_cache', None) is not None\n"
              "      and type(v._cache).__name__ != 'NullCache']\n"
              "print(json.dumps({'file': C.__file__, 'cached': C.CACHE, 'kernels': len(ds),\n"
@@ -415,7 +415,7 @@ def test_numba_cache_from_a_zip_is_found_again_wherever_the_zip_lies(tmp_path):
         folder.mkdir()
         zip_path = folder / "rocketmq_forensics.zip"
         with zipfile.ZipFile(zip_path, "w") as zf:
-            for package in ("store_format", "udfs"):
+            for package in ("store_format", "decoding"):
                 for path in sorted((REPO / package).rglob("*.py")):
                     zf.write(path, path.relative_to(REPO).as_posix())
         folder.chmod(0o555)  # read-only (root writes anyway: the listing below is the proof)
@@ -661,7 +661,7 @@ def test_the_profile_line_says_whether_the_kernels_were_compiled(monkeypatch):
     """--profile names the kernels' compile apart: 0 s when numba's cache had them (make setup fills it), else
     how many passes this process compiled."""
     from jobs.audit import job
-    from udfs import kernels
+    from decoding import kernels
 
     kernels.load_compiled()
     if kernels.KERNEL_LOAD["compiled"] == 0:

@@ -175,7 +175,7 @@ def test_the_audit_package_has_one_way_layers_and_no_circles():
 
 
 def test_no_job_imports_a_data_source_module_to_read():
-    """jobs/ (and the runtime under them) reads through the store layer (store_format, udfs) or through Spark
+    """jobs/ (and the runtime under them) reads through the store layer (store_format, decoding) or through Spark
     (``spark.read.format``, ``datasources.read_commitlog``): it may import the datasources package's root (its
     public API), never one of its modules."""
     found = {}
@@ -190,9 +190,9 @@ def test_no_job_imports_a_data_source_module_to_read():
 
 
 def test_store_format_imports_nothing_above_it():
-    """The store layer runs in a notebook, a test, an executor or a plain script: no Spark, no udfs, no
+    """The store layer runs in a notebook, a test, an executor or a plain script: no Spark, no decoding package, no
     datasources, no runtime, no jobs."""
-    above = ("pyspark", "udfs", "datasources", "runtime", "jobs")
+    above = ("pyspark", "decoding", "datasources", "runtime", "jobs")
     found = {}
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -264,7 +264,7 @@ def test_the_circle_finder_finds_a_circle():
 
 #: the project's packages from the ground up (issue 39 item 5): each imports only packages on lower floors, so
 #: no import circle can run across them.  tools/, bench/, notebooks/ and tests/ stand above them all.
-PACKAGE_FLOORS = ("store_format", "udfs", "datasources", "runtime", "jobs")
+PACKAGE_FLOORS = ("store_format", "decoding", "datasources", "runtime", "jobs")
 
 
 @functools.lru_cache(maxsize=None)
@@ -288,7 +288,7 @@ def test_every_package_is_on_a_floor():
 
 
 def test_each_package_imports_only_the_packages_below_it():
-    """jobs -> runtime -> datasources -> udfs -> store_format, never back up: runtime/ imports no job (the console
+    """jobs -> runtime -> datasources -> decoding -> store_format, never back up: runtime/ imports no job (the console
     that names the jobs is jobs/console.py), the data sources no runtime, the store layer nothing of the project."""
     upward = {}
     for floor, package in enumerate(PACKAGE_FLOORS):
@@ -297,7 +297,7 @@ def test_each_package_imports_only_the_packages_below_it():
         if above:
             upward[package] = above
     assert not upward, "imports that run back up"
-    assert set(_package_imports("runtime")) == {"store_format", "udfs", "datasources"}  # the rule is not vacuous
+    assert set(_package_imports("runtime")) == {"store_format", "decoding", "datasources"}  # the rule is not vacuous
     assert "runtime" in _package_imports("jobs")
 
 
@@ -313,17 +313,17 @@ def test_the_runtime_loads_no_job():
     assert out.strip() == "[]"
 
 
-#: udfs/ is three things, from the ground up: the column descriptions every schema declares (columns), the
+#: decoding/ is three things, from the ground up: the column descriptions every schema declares (columns), the
 #: numba-compiled record passes (compiled) under the Arrow kernels that use them and the small files' tables
 #: (kernels, metadata: no Spark), and the Spark wrappers of the kernels (spark).  Only compiled imports numba and
 #: only spark imports pyspark, so a kernel runs in a plain process and the compile cache has one home.
-UDFS_FLOORS = (("columns",), ("compiled",), ("kernels",), ("metadata",), ("spark",), ("__init__",))
+DECODING_FLOORS = (("columns",), ("compiled",), ("kernels",), ("metadata",), ("spark",), ("__init__",))
 
 
-def test_the_udfs_package_has_one_way_layers():
-    graph = _module_graph("udfs")
-    floor = {m: i for i, names in enumerate(UDFS_FLOORS) for m in names}
-    assert set(graph) == set(floor), "a new udfs module: give it a floor of UDFS_FLOORS"
+def test_the_decoding_package_has_one_way_layers():
+    graph = _module_graph("decoding")
+    floor = {m: i for i, names in enumerate(DECODING_FLOORS) for m in names}
+    assert set(graph) == set(floor), "a new decoding module: give it a floor of DECODING_FLOORS"
     upward = {m: sorted(d for d in deps if floor[d] >= floor[m]) for m, deps in graph.items()}
     assert not {m: d for m, d in upward.items() if d}
     assert "compiled" in graph["kernels"] and "kernels" in graph["spark"]
@@ -331,7 +331,7 @@ def test_the_udfs_package_has_one_way_layers():
 
 def test_only_the_kernels_compile_and_only_the_wrappers_start_spark():
     third = {}
-    for path in (REPO / "udfs").glob("*.py"):
+    for path in (REPO / "decoding").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else \
                 [a.name for a in node.names] if isinstance(node, ast.Import) else []

@@ -36,7 +36,7 @@ from store_format.errors import ErrorKind, StoreFormatError
 from store_format.message import Message
 from store_format.recovery import predict_recovery
 from store_format.store import Store
-from udfs import kernels as K
+from decoding import kernels as K
 
 from .conftest import FIXTURES, REPO, fixture_manifest, fixture_store, tree_state
 from .test_fuzz_parsers import bounded_memory, warm_kernels  # noqa: F401,F811 (fixtures)
@@ -162,7 +162,7 @@ def test_every_data_source_reader_opens_the_store_read_only(watched):
     from datasources.consumequeue import ConsumeQueueReader
     from datasources.indexfile import IndexReader
     from datasources.metadata import MetadataReader
-    from udfs.metadata import TABLES
+    from decoding.metadata import TABLES
 
     readers = [CommitLogReader({"path": str(watched), "walk": walk, "splitSize": "300k", "materialize": m})
                for walk, m in (("salvage", "frames"), ("recovery", "decoded"))]
@@ -253,7 +253,7 @@ def test_a_bomb_in_a_store_is_found_and_walked_past(tmp_path, bombs):
 # ---------------------------------------------------------------------------------------------------------
 # No eval / exec / pickle of dump content
 
-PACKAGES = ("store_format", "udfs", "datasources", "runtime", "jobs", "bench")
+PACKAGES = ("store_format", "decoding", "datasources", "runtime", "jobs", "bench")
 _BANNED_NAMES = {"eval", "exec", "compile", "__import__"}
 _BANNED_ATTRS = {("pickle", "load"), ("pickle", "loads"), ("pickle", "Unpickler"), ("cPickle", "loads"),
                  ("marshal", "load"), ("marshal", "loads"), ("shelve", "open"), ("cloudpickle", "load"),
@@ -663,7 +663,7 @@ def test_data_sources_never_wait_on_special_files(tmp_path, within):
     from datasources.consumequeue import ConsumeQueueReader
     from datasources.indexfile import IndexReader
     from datasources.metadata import MetadataReader
-    from udfs.metadata import TABLES
+    from decoding.metadata import TABLES
 
     root = tmp_path / "b" / "store"
     made = hostile_store(root)

@@ -46,7 +46,7 @@ def test_output_schemas_md_is_what_the_generator_produces(generator, spark):
 
 
 def test_every_documented_column_is_described_where_its_schema_is_declared(generator):
-    from udfs.columns import description
+    from decoding.columns import description
 
     fields = generator.declared()
     assert {"findings", "metrics", "lag", "resend", "decode", "extract", "trend"} <= set(fields)
@@ -59,7 +59,7 @@ def test_every_documented_column_is_described_where_its_schema_is_declared(gener
 def test_a_column_without_a_description_is_refused():
     import pyarrow as pa
 
-    from udfs.columns import column
+    from decoding.columns import column
 
     with pytest.raises(KeyError, match="'no_such_column'"):
         column("no_such_column", pa.int64())
@@ -75,10 +75,10 @@ def test_descriptions_reach_no_output(generator, tmp_path):
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from runtime.output import write_parquet_file
-    from udfs.columns import plain
+    from decoding.columns import plain
 
     from datasources import consumequeue, indexfile
-    from udfs import metadata
+    from decoding import metadata
 
     sources = {"rocketmq-consumequeue": consumequeue.SCHEMA, "rocketmq-index": indexfile.SCHEMA,
                **{f"rocketmq-metadata {t}": metadata.schema_of(t) for t in metadata.TABLES}}

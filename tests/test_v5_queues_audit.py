@@ -85,7 +85,7 @@ def _checks(findings: list[dict], broker: str, severity: str | None = None) -> d
 
 @pytest.mark.parametrize("name,carry", [("v5-crc", True), ("v5-default", False), ("v5-lmq", False)])
 def test_the_decode_flags_exactly_the_records_that_carry_the_property(name, carry):
-    from udfs import kernels as K
+    from decoding import kernels as K
 
     for seg in list_segments(store5(name) / "commitlog"):
         with ReadOnlyMap(seg.path) as m:

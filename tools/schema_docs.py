@@ -9,7 +9,7 @@ The schemas are not written by hand: the audit runs (local Spark, UI off) on a s
 writer generates in a temp dir, and its Parquet outputs, ``summary.json`` and metric names are read back;
 the decode and extract columns come from ``jobs.decode.messages`` and ``jobs.extract.OUTPUT_COLUMNS``, the
 trend table from ``jobs.trend.TREND_SCHEMA``.  What each column means is not written here either: it is the
-description in the field's metadata where the table's schema is declared (udfs/columns.py; ``declared`` lists
+description in the field's metadata where the table's schema is declared (decoding/columns.py; ``declared`` lists
 where: the audit's detail tables are each family's declared ``tables``), read with its type, which must be the
 type written.  A metric's meaning is what its family declares (``metrics``); only the meanings of summary.json
 keys, which are no schema's columns, are written here (``SUMMARY``).  A column, metric or summary key without a
@@ -45,7 +45,7 @@ def finding_kinds() -> set[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What each column means: the descriptions in the declared schemas' field metadata (udfs/columns.py)
+# What each column means: the descriptions in the declared schemas' field metadata (decoding/columns.py)
 
 
 def declared() -> dict[str, dict]:
@@ -69,7 +69,7 @@ def meaning(fields: dict, table: str, column: str, typ: str) -> str:
     schema lacks, declares with another type, or leaves undescribed."""
     from pyspark.sql.pandas.types import from_arrow_type
 
-    from udfs.columns import description
+    from decoding.columns import description
 
     field = fields[table].get(column)
     if field is None:
@@ -80,7 +80,7 @@ def meaning(fields: dict, table: str, column: str, typ: str) -> str:
     text = description(field)
     if not text:
         raise KeyError(f"{table}.{column} has no description: give it one where its schema is declared "
-                       "(udfs.columns.column)")
+                       "(decoding.columns.column)")
     return text
 
 
@@ -373,7 +373,7 @@ def _source_table(schema, name: str) -> str:
 def _sources() -> str:
     """The Spark data sources' rows (`spark.read.format(...)`): their schemas are declared in datasources/."""
     from datasources import commitlog, consumequeue, indexfile, timerlog
-    from udfs import metadata
+    from decoding import metadata
 
     full = commitlog.arrow_schema("decoded", decompress=True)
     parts = ["## Data sources\n\nWhat `spark.read.format(NAME).load(PATH)` returns after `datasources.register(spark)`"

@@ -90,7 +90,7 @@ class AuditContext:
         """What each broker's recovery will do, decided from the survey's walks of the segments it walks (so
         nothing is walked here) and completed by the scan (the ``prediction`` family's ``after_scan``)."""
         from store_format.recovery import QueueStart, predict_recovery
-        from udfs.kernels import scan_offset_table
+        from decoding.kernels import scan_offset_table
 
         walks = self.segment_walks()
         starts: dict[str, dict] = {name: {} for name in self.plans}
@@ -328,8 +328,8 @@ class AuditContext:
 
     # ---- config files ------------------------------------------------------------------------------------
     def metadata(self, table: str) -> pa.Table:
-        """A store metadata table (udfs/metadata.py), read on the driver: these files are small."""
-        from udfs.metadata import schema_of, table_batch
+        """A store metadata table (decoding/metadata.py), read on the driver: these files are small."""
+        from decoding.metadata import schema_of, table_batch
 
         cache = self.__dict__.setdefault("_metadata", {})
         if table not in cache:  # column-wise: a broker's consumerOffset.json may hold millions of offsets
@@ -351,12 +351,12 @@ class AuditContext:
         return t.filter(pc.is_in(t.column("msg_id"), ids.drop_null()))
 
     def walk_messages_at(self, broker: str, offsets, columns: tuple[str, ...]) -> pa.Table:
-        """The decoded ``columns`` (udfs.kernels) of the messages of the salvage walk that start at ``offsets``
+        """The decoded ``columns`` (decoding.kernels) of the messages of the salvage walk that start at ``offsets``
         (sorted), each segment opened once.  A frame that proves itself (store_format.commitlog.proves_itself)
         lies on the walk from its segment's start; the walk ends at the segment's first blank.  Anything else is settled
-        by walking the segment.  The frames are checked together (udfs.kernels.CompiledFramer.each)."""
+        by walking the segment.  The frames are checked together (decoding.kernels.CompiledFramer.each)."""
         from store_format.commitlog import KIND_MESSAGE, proves_itself, salvage_arrays
-        from udfs import kernels as K
+        from decoding import kernels as K
 
         segments = self.plans[broker].segments
         bases = np.array([s.base_offset for s in segments], np.int64)
@@ -398,7 +398,7 @@ class AuditContext:
                 if len(keep):
                     parts.append(pa.Table.from_batches([K.decode_buffer(m.buf, pos[keep], sizes[keep],
                                                                         columns=columns)]))
-        from udfs.kernels import message_schema
+        from decoding.kernels import message_schema
 
         return pa.concat_tables(parts) if parts else message_schema(columns).empty_table()
 
@@ -435,7 +435,7 @@ class TableWriter:
         if self._file is None:
             self._kept.append(table)
         else:
-            from udfs.columns import plain
+            from decoding.columns import plain
 
             self._file.write_table(plain(table))
 

@@ -24,7 +24,7 @@ Where each hook runs (``rc``: a :class:`jobs.audit.scan.RangeContext`; ``out``: 
 
 A family declares what its hooks emit (``emits``: partial tables by name, with their schemas; a partial's name
 starts with the family's), what it reads of others (``reads``), its detail tables (``tables``, columns described
-with udfs.columns) and its metrics (``metrics``, name -> description).  ``always`` families run in every audit
+with decoding.columns) and its metrics (``metrics``, name -> description).  ``always`` families run in every audit
 whatever ``--checks`` says (they complete what the summary and the report show) and are not offered there.
 
 A family also declares how it is presented (jobs/audit/report.py, groups.py and verdict.py render these and name

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from udfs.columns import column
+from decoding.columns import column
 
 
 class Severity(enum.IntEnum):

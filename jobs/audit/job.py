@@ -466,7 +466,7 @@ def _spark_cost_lines(stage: str, outputs) -> list[str]:
 def _kernel_line() -> str:
     """The driver's compiled kernels, apart from the phases (loaded while the session starts): compile seconds are
     0 when numba's disk cache had them (``make setup`` fills it)."""
-    from udfs.kernels import KERNEL_LOAD
+    from decoding.kernels import KERNEL_LOAD
 
     if not KERNEL_LOAD:
         return f"  {'kernel compile':<34} not loaded in the driver yet"
@@ -518,7 +518,7 @@ def _load_in_background() -> None:
 
     def load_kernels():
         try:
-            from udfs.kernels import load_compiled
+            from decoding.kernels import load_compiled
 
             load_compiled()
             load_all()

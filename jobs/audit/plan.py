@@ -164,7 +164,7 @@ class Buckets:
     def of_offsets(cls, phys: np.ndarray, rows: np.ndarray | int, shift: int, commitlog_end: int) -> "Buckets":
         """``of(bucket_of(phys, shift, commitlog_end), rows)`` in one compiled pass, without a sort (an index file
         holds up to 20 M entries); ``rows`` an int: entry ``i``'s row is ``rows + i``."""
-        from udfs.kernels import bucket_hulls
+        from decoding.kernels import bucket_hulls
 
         last = commitlog_end >> shift
         first = np.full(last + 3, np.iinfo(np.int64).max, np.int64)  # buckets -1 .. last + 1, at b + 1

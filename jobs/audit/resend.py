@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 from runtime.display import plural as _plural
 from store_format import layout as L
 from store_format.fs import Location
-from udfs.columns import column
+from decoding.columns import column
 
 NAME = "resend"
 #: the states, in the order the report lists them: what is lost first, what the broker keeps damaged last

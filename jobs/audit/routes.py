@@ -38,7 +38,7 @@ from store_format.plan import group_queue_files
 from store_format.queues import BY_FOLDER, BY_NAME, ROUTED_FOLDERS, Backend, QueueFile, group_queues
 from store_format.timer import KIND_BLANK as TIMER_BLANK, KIND_CORRUPT as TIMER_CORRUPT, KIND_ENTRY as TIMER_ENTRY, \
     UNIT_SIZE as TIMER_UNIT_SIZE, read_timer_unit_arrays, read_timer_unit_range
-from udfs.columns import column
+from decoding.columns import column
 
 from .plan import BrokerPlan, Buckets, IndexFilePlan
 

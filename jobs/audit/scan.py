@@ -1,7 +1,7 @@
 """The scan: the audit's one pass over a dump, in tasks that each decide every check they can locally.
 
 A :class:`CommitlogRange` task walks one range of a segment (salvage walk, bodies' CRCs checked once), decodes
-the columns the checks use with udfs.kernels, and owns a span of physical offsets: the entries of every routed
+the columns the checks use with decoding.kernels, and owns a span of physical offsets: the entries of every routed
 file (jobs/audit/routes.py: consume-queue units, index entries) pointing into it are read (only those: routed by
 the survey's buckets) and reconciled with its messages right there, in numpy, with no join across tasks.  Spans
 tile the number line: a range owns from the position its walk starts at (the broker's first range: from minus
@@ -31,7 +31,7 @@ from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, Frame
 from store_format.fs import Location, ReadOnlyMap
 from store_format.queues import Dispatch
 from store_format.scan import cut_to_walk, read_range_walk, segment_ends
-from udfs.kernels import CompiledFramer
+from decoding.kernels import CompiledFramer
 
 from .plan import NEGATIVE_BUCKET, bucket_of
 from .routes import ROUTES, VIEW
@@ -249,7 +249,7 @@ class RangeContext:
     def messages(self) -> pa.Table:
         """Every message of the range: where it is, whether recovery keeps it, and the :data:`DECODED` columns
         (and ``properties_raw`` where the broker's records may carry multi-dispatch lists)."""
-        from udfs import kernels as K
+        from decoding import kernels as K
 
         pos = self.positions[self.message_rows]
         sizes = self.items.sizes[self.message_rows]
@@ -277,7 +277,7 @@ class RangeContext:
 
     def decode(self, rows: np.ndarray, columns: tuple[str, ...]) -> pa.Table:
         """More decoded columns (properties, body, msg_id...) for a few messages (indices into :attr:`messages`)."""
-        from udfs import kernels as K
+        from decoding import kernels as K
 
         pos = self.positions[self.message_rows][rows]
         sizes = self.items.sizes[self.message_rows][rows]

@@ -21,7 +21,7 @@ from store_format.commitlog import KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS,
 from store_format.fs import Location, ReadOnlyMap
 from store_format.recovery import forced_crc_stop
 from store_format.scan import SegmentEnds, read_range_walk, span_detail
-from udfs.kernels import CompiledFramer
+from decoding.kernels import CompiledFramer
 
 from .routes import ROUTES, SurveyInput
 from .tasks import Emitter

@@ -160,7 +160,7 @@ def failure_row(broker: str, what: str, e: BaseException) -> pa.Table:
 
     frames = [f for f in traceback.extract_tb(e.__traceback__)
               if any(f"{os.sep}{p}{os.sep}" in f.filename
-                     for p in ("store_format", "datasources", "udfs", "runtime", "jobs"))]
+                     for p in ("store_format", "datasources", "decoding", "runtime", "jobs"))]
     where = f"{frames[-1].filename.rsplit(os.sep, 2)[-2]}/{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" \
         if frames else None
     return pa.table({"broker": [broker], "what": [what], "error": [f"{type(e).__name__}: {e}"], "where": [where]},
@@ -243,7 +243,7 @@ def run_shipped(work, run: RunInfo):
     import pickle
     import socket
 
-    from udfs.kernels import KERNEL_LOAD, tune_allocator
+    from decoding.kernels import KERNEL_LOAD, tune_allocator
 
     global _spark_tasks_here
     tune_allocator()

@@ -8,7 +8,7 @@ SPEC.json: {"decode": argv, "extract": argv, "query": argv, "query_out": path, "
 argv, "audit_remote": argv} (decode_remote: decode over a custom file system's URI, which the environment
 registers; audit_remote: the audit with its stores and its --out on that file system).  The result
 file gets each job's exit code and, per Python worker that ran a probe task, where ``jobs`` and
-``udfs.compiled`` were imported from, whether the interpreter saw site-packages, and numba's cache counts.
+``decoding.compiled`` were imported from, whether the interpreter saw site-packages, and numba's cache counts.
 No import of the project at the top: Spark has put the zip on the driver's path by the time ``main`` runs.
 """
 import contextlib
@@ -29,7 +29,7 @@ def probe_executors(spark, tasks: int = 4) -> list[dict]:
         import sys
 
         import jobs
-        import udfs.compiled as compiled
+        import decoding.compiled as compiled
 
         cached = [v for v in vars(compiled).values() if hasattr(v, "stats") and getattr(v, "_cache", None) is not None
                   and type(v._cache).__name__ != "NullCache"]

@@ -1,4 +1,4 @@
-"""The Hypothesis strategies the tests share: stored records and their damage (udfs kernels, parsers, framing),
+"""The Hypothesis strategies the tests share: stored records and their damage (decoding kernels, parsers, framing),
 messages for the codec, and the fuzz profiles (`make test`: small and seeded; `make fuzz`: large and random).
 A strategy used by one test file only stays in that file."""
 from __future__ import annotations

@@ -22,7 +22,7 @@ from store_format import codec
 from store_format import layout as L
 from store_format.errors import StoreFormatError
 from store_format.fs import ReadOnlyMap
-from udfs.columns import column
+from decoding.columns import column
 
 from ..contract import Family, FamilyResult, TableView
 from ..findings import Consequence, Severity, check, finding_table, metric_table

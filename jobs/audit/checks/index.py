@@ -34,7 +34,7 @@ from store_format import layout as L
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.fs import ReadOnlyMap
 from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, written_entries
-from udfs.kernels import chain_bits, entry_summary, pairs_in, problem_lists
+from decoding.kernels import chain_bits, entry_summary, pairs_in, problem_lists
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
 from ..contract import Family, FamilyResult
@@ -129,7 +129,7 @@ def message_keys(m: pa.Table) -> tuple[np.ndarray, pa.Array, np.ndarray]:
     piece of KEYS, each once per message, for every record but ROLLBACK; key_hash is IndexService's hash of
     ``topic#key`` (String.hashCode over UTF-16, abs, Integer.MIN_VALUE -> 0).  Keys are texts only where asked:
     ``key_text(m, source)``."""
-    from udfs.kernels import index_key_hashes
+    from decoding.kernels import index_key_hashes
 
     indexable = pc.not_equal(m.column("tran_type"), "ROLLBACK").to_numpy(zero_copy_only=False)
     return index_key_hashes(m.column("topic"), m.column("uniq_key"), m.column("keys"), indexable)

@@ -22,7 +22,7 @@ from store_format import propcrc
 from store_format import layout as L
 from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, segment_name
 from store_format.errors import ErrorKind, StoreFormatError
-from udfs.columns import column
+from decoding.columns import column
 
 from ..findings import Consequence, Severity, check, finding_rows, finding_table, metric_table
 from .. import resend

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_format import layout as L
-from udfs.columns import column
+from decoding.columns import column
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_table, metric_table
 from ..contract import Family, FamilyResult, Plot, TableView
@@ -262,7 +262,7 @@ def on_driver(ctx) -> FamilyResult:
 
 def _per_topic(t: pa.Table) -> pa.Table:
     """Per (broker, group, topic), in that order: the lag summed and the largest lag_ms (null when none).  The lag
-    table's rows come a map at a time (udfs.metadata: by topic, group, queue id), so the sums run over runs of
+    table's rows come a map at a time (decoding.metadata: by topic, group, queue id), so the sums run over runs of
     rows; runs of one key that are apart (another order) are merged after the runs are sorted."""
     n = t.num_rows
     empty = pa.table({"broker": pa.array([], pa.string()), "group": pa.array([], pa.string()),

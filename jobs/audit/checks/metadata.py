@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from udfs.metadata import CONFIG_FILE, is_too_large, is_value_error
+from decoding.metadata import CONFIG_FILE, is_too_large, is_value_error
 from store_format import layout as L
 from store_format.config import CONFIG_MEMORY_LIMIT_ENV, CONFIG_OFFSETS_LIMIT_ENV, too_large_size
 from store_format.queues import holds_copies

@@ -22,7 +22,7 @@ from store_format import layout as L
 from store_format import pop as P
 from store_format import popstate as PS
 from store_format.features import store_features
-from udfs.columns import column
+from decoding.columns import column
 
 from ..contract import Family, FamilyResult
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table

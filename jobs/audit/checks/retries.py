@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from store_format import layout as L
-from udfs.columns import column
+from decoding.columns import column
 
 from ..findings import Consequence, Severity, check, finding_table, metric_table
 from ..contract import Family, FamilyResult, TableView

@@ -35,7 +35,7 @@ from store_format.features import store_features
 from store_format.fs import UnreadableError
 from store_format.times import format_iso_z as _iso
 from runtime.display import plural
-from udfs.columns import column
+from decoding.columns import column
 
 from ..contract import Family, FamilyResult, SummaryView
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, metric_table

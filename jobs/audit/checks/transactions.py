@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store_format import layout as L
-from udfs.columns import column
+from decoding.columns import column
 
 from ..findings import Consequence, Severity, check, finding_table, metric_table
 from ..contract import Family, FamilyResult, TableView

@@ -8,7 +8,7 @@ Mirrors ``MessageDecoder.decode`` / ``CommitLog.checkMessageAndReturnSize`` for 
 
 How, and why this way:
 
-* The per-record work runs in :mod:`udfs.compiled` (numba, compiled on first use in a process and cached on
+* The per-record work runs in :mod:`decoding.compiled` (numba, compiled on first use in a process and cached on
   disk): one pass over the frames does the framing checks in :func:`store_format.codec.decode_record`'s
   order, reads the header (offsets from :func:`store_format.layout.record_layout`), copies body, topic and
   properties, checks the body CRC and formats hosts and msgIds; a second pass over the copied properties
@@ -434,7 +434,7 @@ def index_key_hashes(topic, uniq_key, keys, indexable: np.ndarray) -> tuple[np.n
 
 
 def scan_offset_table(raw, nest_limit: int = 100, *, check_only: bool = False):
-    """consumerOffset.json in fastjson's layout, read in one compiled pass (udfs.compiled.offset_table_scan): the
+    """consumerOffset.json in fastjson's layout, read in one compiled pass (decoding.compiled.offset_table_scan): the
     ``store_format.config.OffsetScan`` that ``store_format.config.offset_columns`` takes from its ``offset_scan``,
     or None where the text is anything else (a member nested deeper than ``nest_limit`` too: the exact parser's
     limit counts from the top).  Where every name is topic@group without an escape, given once, and every map's
@@ -442,7 +442,7 @@ def scan_offset_table(raw, nest_limit: int = 100, *, check_only: bool = False):
     bytes (offset_name_order), their entries (offset_rows) and names (gather_spans) -- the caller checks that
     the names are valid UTF-8, for which that order is Python's.
 
-    ``check_only``: the same grammar read without keeping anything per map or entry (udfs.compiled.
+    ``check_only``: the same grammar read without keeping anything per map or entry (decoding.compiled.
     offset_table_check, memory constant for a file of any size: ``raw`` may be a read-only map of it), as a
     ``store_format.config.OffsetCheck`` -- whether the broker can load the file, not its rows."""
     from store_format.config import TOPIC_GROUP_SEPARATOR, OffsetCheck, OffsetScan
@@ -524,7 +524,7 @@ def _spans(b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> pa.Array:
 
 
 class CompiledFramer:
-    """``store_format.commitlog``'s bulk framer compiled (:func:`udfs.compiled.frame_run`): the same runs of plain
+    """``store_format.commitlog``'s bulk framer compiled (:func:`decoding.compiled.frame_run`): the same runs of plain
     valid messages, found by hopping from record to record with every check of ``frame_at`` (the body CRC
     slice-by-8, no Python call per record), ~4x faster than the numpy framer with CRCs, ~2x without.  Pass the
     class as ``framer`` to ``salvage_arrays`` / ``walk_arrays``; whatever ends a run is still decided by the
@@ -583,7 +583,7 @@ class CompiledFramer:
 
     def entry_walk(self, start: int, until: int | None, salvage: bool) -> EntryWalk:
         """``store_format.commitlog.dledger_entry_walk`` of these bytes (a DLedger data file), compiled
-        (:func:`udfs.compiled.dledger_walk`): the same rows, no Python step per entry."""
+        (:func:`decoding.compiled.dledger_walk`): the same rows, no Python step per entry."""
         if start < 0:
             raise ValueError(f"a walk cannot start at {start}")
         C = _compiled()
@@ -845,7 +845,7 @@ SUMMARY_BUCKET_ENTRIES = 1 << 22
 
 def chain_bits(v: "EntryViews") -> np.ndarray:
     """Each entry's chain problems (:data:`CHAIN_PROBLEMS`) as bits, bit ``j`` for problem ``j``, one compiled pass
-    over the file's bytes (udfs.compiled.index_chain_bits: reachable is what ``selectPhyOffset`` can walk to from
+    over the file's bytes (decoding.compiled.index_chain_bits: reachable is what ``selectPhyOffset`` can walk to from
     some slot).  Five bytes per entry while it runs, one after."""
     c = _compiled()
     return c.index_chain_bits(v.raw, c.index_geometry(v.hash_slot_num), v.hash_slot_num, v.count)
@@ -864,7 +864,7 @@ def problem_lists(bits: np.ndarray) -> pa.ListArray:
 def entry_summary(v: "EntryViews", bucket_entries: int = SUMMARY_BUCKET_ENTRIES) -> dict:
     """What a file's entries (1..count-1) say about its header: the slots they use, the physical offsets of the
     first and last, and (key hash, offset) pairs indexed more than once (extra entries, pairs), counted exactly
-    (udfs.compiled.index_entry_summary; memory: a byte per entry plus ``bucket_entries`` pairs)."""
+    (decoding.compiled.index_entry_summary; memory: a byte per entry plus ``bucket_entries`` pairs)."""
     if v.count <= 1:
         return {"entry_slots": 0, "duplicate_entries": 0, "duplicated_pairs": 0}
     c = _compiled()
@@ -876,7 +876,7 @@ def entry_summary(v: "EntryViews", bucket_entries: int = SUMMARY_BUCKET_ENTRIES)
 
 
 def pairs_in(a_phys: np.ndarray, a_hash: np.ndarray, b_phys: np.ndarray, b_hash: np.ndarray) -> np.ndarray:
-    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s (udfs.compiled.pairs_in_sorted); either side
+    """Whether each (offset, hash) pair of ``a`` is one of ``b``'s (decoding.compiled.pairs_in_sorted); either side
     put in offset order first where it is not (entries and keys mostly come in commitlog order)."""
     found = np.zeros(len(a_phys), bool)
     if not len(a_phys) or not len(b_phys):

@@ -1,4 +1,4 @@
-"""The per-record loops of :mod:`udfs.kernels`, compiled once per process with numba (and cached on disk).
+"""The per-record loops of :mod:`decoding.kernels`, compiled once per process with numba (and cached on disk).
 
 Record grammar (offsets from :func:`store_format.layout.record_layout`, passed in as the ``lay`` table)::
 
@@ -12,7 +12,7 @@ Properties grammar (``MessageDecoder.string2messageProperties``, RocketMQ >= 4.9
 
     an empty KEY or VALUE drops the segment; a repeated KEY keeps its last value.
 
-Every kernel, by what it serves (each called through a public wrapper of udfs.kernels, never from elsewhere):
+Every kernel, by what it serves (each called through a public wrapper of decoding.kernels, never from elsewhere):
 
 * records: :func:`decode_records` walks every frame once: the framing checks of ``codec.decode_record`` in its
   order, the header fields, copies of BODY/TOPIC/PROPERTIES, the body CRC (slice-by-8), host strings, msgId and
@@ -29,7 +29,7 @@ Every kernel, by what it serves (each called through a public wrapper of udfs.ke
   :func:`index_geometry` (their ``geo`` argument, built beside the constants that name its positions).
 * routing: :func:`bucket_hulls` (each routing bucket's first and last row, jobs/audit/plan.py's ``Buckets``).
 * consumerOffset.json: :func:`offset_table_scan`, :func:`offset_name_order`, :func:`offset_rows` (the offset
-  table's rows in one pass, udfs/metadata.py) and :func:`gather_spans` (spans of bytes into an Arrow buffer).
+  table's rows in one pass, decoding/metadata.py) and :func:`gather_spans` (spans of bytes into an Arrow buffer).
 
 Every table (layout offsets, magics, CRC table, ...) is an argument, never a global: numba's disk cache is
 keyed on this file only, so a constant taken from another module would go stale.  Variable-length outputs are
@@ -1996,7 +1996,7 @@ def dledger_walk(data, start, limit, until, base, salvage, kinds, positions, siz
     return n
 
 
-# consumerOffset.json streamed (udfs/metadata.py: offset_table_batches): the maps found once, their rows read a
+# consumerOffset.json streamed (decoding/metadata.py: offset_table_batches): the maps found once, their rows read a
 # batch of maps at a time, so nothing is held per offset beyond one batch
 
 

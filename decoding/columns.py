@@ -7,7 +7,7 @@ written through :func:`plain`, so its Parquet file is the same bytes as without 
 
 This module is the home of the columns many tables share (:data:`SHARED`: broker, topic, ...): a schema declares
 such a column with :func:`column` and no text, and writes its own only where its column means something else.
-It lives at the bottom of the packages that declare schemas (udfs.kernels, the data sources, the jobs).
+It lives at the bottom of the packages that declare schemas (decoding.kernels, the data sources, the jobs).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def column(name: str, type: pa.DataType, description: str | None = None, nullabl
     """A described field: ``description``, else the shared one of a column named ``name`` (a KeyError if neither)."""
     text = SHARED.get(name) if description is None else description
     if not text:
-        raise KeyError(f"column {name!r}: no description given, and {name!r} is not in udfs.columns.SHARED")
+        raise KeyError(f"column {name!r}: no description given, and {name!r} is not in decoding.columns.SHARED")
     return pa.field(name, type, nullable, metadata={DESCRIPTION: text.encode("utf-8")})
 
 

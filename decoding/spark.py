@@ -1,4 +1,4 @@
-"""Spark wrappers for :mod:`udfs.kernels`: a DataFrame of frames becomes a DataFrame of messages in one call.
+"""Spark wrappers for :mod:`decoding.kernels`: a DataFrame of frames becomes a DataFrame of messages in one call.
 
 * :func:`decode_messages` — ``mapInArrow`` over whole batches (the fast path for scans: the data sources'
   frame rows in, one message row out per frame, other input columns carried along).
@@ -28,7 +28,7 @@ LARGE_VAR_TYPES_CONF = "spark.sql.execution.arrow.useLargeVarTypes"
 
 
 def message_struct_type(columns: Iterable[str] | None = None, decompress: bool = False) -> StructType:
-    """The Spark type of the decoded message columns (from :func:`udfs.kernels.message_schema`)."""
+    """The Spark type of the decoded message columns (from :func:`decoding.kernels.message_schema`)."""
     return from_arrow_schema(K.message_schema(columns, decompress))
 
 
@@ -65,7 +65,7 @@ def decode_messages(df: DataFrame, frame_col: str = "frame", keep: Iterable[str]
 
     ``keep``: input columns carried to the output, first (default: every column but ``frame_col``; e.g. the
     data source's ``segment`` and ``file_position``).  ``columns``/``decompress``/``max_decompressed``/
-    ``delay_levels``: as :func:`udfs.kernels.decode_frames`.  A frame that does not decode is a row with
+    ``delay_levels``: as :func:`decoding.kernels.decode_frames`.  A frame that does not decode is a row with
     nulls and ``error``/``error_field`` set, never a failed task."""
     cols = K.resolve_columns(columns, decompress)
     keep = [c for c in df.columns if c != frame_col] if keep is None else list(keep)

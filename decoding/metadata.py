@@ -248,7 +248,7 @@ def _offset_table(schema, broker, cfg, cols, problems, rows) -> pa.Table:
 
 def scan_offset_stream(buf, batch_rows: int):
     """consumerOffset.json in fastjson's layout as a stream (``store_format.config.offset_batches``' scanner): one
-    compiled pass keeps each map's name span, body and count (``udfs.compiled.offset_table_maps``: ~40 bytes a map,
+    compiled pass keeps each map's name span, body and count (``decoding.compiled.offset_table_maps``: ~40 bytes a map,
     nothing per offset), the maps are ordered by (topic, group) as ``offset_columns`` orders them
     (``offset_name_order``), then the rows are read from the map a batch of maps at a time (``offset_map_rows``).
     (maps, entries, other members' spans, a generator of batches), or None where the file is not what brokers

@@ -1,12 +1,12 @@
-"""The Spark wrappers (udfs.spark) give exactly the kernel's rows, through the one session-scoped SparkSession."""
+"""The Spark wrappers (decoding.spark) give exactly the kernel's rows, through the one session-scoped SparkSession."""
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
-from udfs import kernels as K
-from udfs import spark as S
+from decoding import kernels as K
+from decoding import spark as S
 
 from .test_kernels import fixture_frames
 
