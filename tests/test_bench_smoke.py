@@ -248,7 +248,10 @@ def test_a_job_in_a_session_of_its_own(tiny, measured):
     bench.figures = {k: v for k, v in measured[0].figures.items() if k in (B.CEILING, B.NAIVE, B.RAW)}
     fig = B.job_figure(bench, "decode", meta, key="decode_job")
     assert fig["messages"] == meta["messages"] and fig["seconds"] > 0 and fig["session_seconds"] > 0
-    assert fig["cpu_seconds"] > 0 and fig["x_numpy_pass"] > 0 and fig["stages"] > 0 and fig["task_seconds"] > 0
+    assert fig["cpu_seconds"] > 0 and fig["x_numpy_pass"] > 0
+    # decode's tasks run in the driver's threads on a local session (runtime/export.py): Spark's stage count and
+    # task time are measured, and may be none
+    assert fig["stages"] >= 0 and fig["task_seconds"] >= 0
     assert fig["driver_jvm_peak_bytes"] > 100 << 20 and fig["python_worker_peak_bytes"] > 50 << 20
     assert fig["driver_python_peak_bytes"] > 20 << 20
     assert 0 < fig["python_worker_anon_bytes"] <= fig["python_worker_peak_bytes"]
