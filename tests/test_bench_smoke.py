@@ -250,8 +250,8 @@ def test_a_job_in_a_session_of_its_own(tiny, measured):
     assert fig["messages"] == meta["messages"] and fig["seconds"] > 0 and fig["session_seconds"] > 0
     assert fig["cpu_seconds"] > 0 and fig["x_numpy_pass"] > 0
     # decode's tasks run in the driver's threads on a local session (runtime/export.py): Spark's stage count and
-    # task time are measured, and may be none
-    assert fig["stages"] >= 0 and fig["task_seconds"] >= 0
+    # task time are still measured (the keys), and may be none here
+    assert {"stages", "task_seconds"} <= set(fig)
     assert fig["driver_jvm_peak_bytes"] > 100 << 20 and fig["python_worker_peak_bytes"] > 50 << 20
     assert fig["driver_python_peak_bytes"] > 20 << 20
     assert 0 < fig["python_worker_anon_bytes"] <= fig["python_worker_peak_bytes"]
