@@ -19,8 +19,10 @@ import re
 import struct
 import zlib
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
+
+import numpy as np
 
 from . import fs
 from .brokerconf import parse_properties
@@ -55,6 +57,21 @@ CHECK_CHAIN_CRC = "dledger.chain_crc"  # a nonzero chainCrc: no DLedger version 
 CHECK_BLANK = "dledger.blank"  # a blank whose size is not the rest of its file
 #: the checks DLedgerMmapFileStore.recover applies (its walk ends at the first entry failing one)
 RECOVERY_CHECKS = frozenset({CHECK_MAGIC, CHECK_SIZE, CHECK_POSITION, CHECK_INDEX, CHECK_TERM})
+#: the order of an Entry's problems; bit i of EntryTable.problems is CHECK_ORDER[i]
+CHECK_ORDER = (CHECK_MAGIC, CHECK_SIZE, CHECK_POSITION, CHECK_BODY_CRC, CHECK_CHAIN_CRC, CHECK_INDEX_UNIT, CHECK_INDEX,
+               CHECK_TERM, CHECK_BLANK)
+CHECK_BIT = {name: 1 << i for i, name in enumerate(CHECK_ORDER)}
+KINDS = ("entry", "blank", "unframed")  # EntryTable.kinds indexes this
+
+
+def check_bits(checks) -> int:
+    """The EntryTable.problems bits of ``checks``."""
+    return sum(CHECK_BIT[name] for name in set(checks))
+
+
+_RECOVERY_BITS = check_bits(RECOVERY_CHECKS)
+_FIRST_WALKED_BITS = check_bits(RECOVERY_CHECKS - {CHECK_INDEX, CHECK_TERM})  # the first entry follows nothing
+_PRECHECK_BITS = check_bits((CHECK_MAGIC, CHECK_SIZE, CHECK_POSITION, CHECK_INDEX_UNIT))
 
 
 @dataclass(frozen=True)
@@ -111,6 +128,118 @@ class Entry:
         return any(name in checks for name, _ in self.problems)
 
 
+#: EntryTable's per-row columns and their dtypes (the unit_* columns: the entry's index unit; unit_file -1: none)
+_COLUMNS = (("file", np.int32), ("file_position", np.int64), ("kinds", np.int8), ("magic", np.int64),
+            ("size", np.int64), ("index", np.int64), ("term", np.int64), ("pos_field", np.int64),
+            ("channel", np.int64), ("chain_crc", np.int64), ("body_crc", np.int64), ("body_size", np.int64),
+            ("body_crc32", np.int64), ("unit_file", np.int32), ("unit_file_position", np.int64),
+            ("unit_magic", np.int64), ("unit_pos", np.int64), ("unit_size", np.int64), ("unit_index", np.int64),
+            ("unit_term", np.int64), ("problems", np.int32), ("prev_index", np.int64), ("prev_term", np.int64))
+_NONE = -1  # body_crc32 / unit_file where Entry holds None
+
+
+class EntryTable:
+    """:meth:`DLedgerLog.entries` as columns (one row per item, in file order): what the checks and the recovery
+    read without a Python object per entry.  :meth:`entry` gives row ``i`` as the :class:`Entry` the scalar walk
+    gives (its problems' texts written from the columns); ``problems`` holds their :data:`CHECK_BIT` bits."""
+
+    def __init__(self, files: tuple[str, ...], bases, lengths, unit_files: tuple[str, ...], columns: dict,
+                 source: list[Entry] | None = None):
+        self.files, self.unit_files = files, unit_files  # "data/<name>", "index/<name>"
+        self.bases = np.asarray(bases, np.int64)  # each data file's base offset
+        self.lengths = tuple(lengths)  # each data file's bytes, as its walk saw them
+        for name, dtype in _COLUMNS:
+            setattr(self, name, np.asarray(columns[name], dtype))
+        self._source = source  # the Entry objects the rows were made from, given back as they are
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    @property
+    def positions(self) -> np.ndarray:
+        return self.bases[self.file] + self.file_position if len(self) else np.zeros(0, np.int64)
+
+    @property
+    def ends(self) -> np.ndarray:
+        return self.positions + self.size
+
+    def rows_with(self, checks) -> np.ndarray:
+        """The rows failing any of ``checks``."""
+        return np.flatnonzero(self.problems & check_bits(checks))
+
+    def entry(self, i: int) -> Entry:
+        if self._source is not None:
+            return self._source[i]
+        i = int(i)
+        c = {name: int(getattr(self, name)[i]) for name, _ in _COLUMNS}
+        name, fp = self.files[c["file"]], c["file_position"]
+        where = int(self.bases[c["file"]]) + fp
+        problems = tuple((check, self._why(check, c, where)) for check in CHECK_ORDER if c["problems"] & CHECK_BIT[check])
+        kind = KINDS[c["kinds"]]
+        if kind != "entry":
+            return Entry(name, fp, where, kind, c["magic"], c["size"], problems=problems)
+        unit = None if c["unit_file"] == _NONE else IndexUnit(
+            self.unit_files[c["unit_file"]], c["unit_file_position"], c["unit_magic"], c["unit_pos"], c["unit_size"],
+            c["unit_index"], c["unit_term"])
+        return Entry(name, fp, where, kind, c["magic"], c["size"], c["index"], c["term"], c["pos_field"], c["channel"],
+                     c["chain_crc"], c["body_crc"], c["body_size"], None if c["body_crc32"] == _NONE else c["body_crc32"],
+                     unit, problems)
+
+    def _why(self, check: str, c: dict, where: int) -> str:
+        """What the scalar walk says of ``check`` on the row ``c``."""
+        fp, size, n = c["file_position"], c["size"], self.lengths[c["file"]]
+        if check == CHECK_BLANK:
+            return f"blank of {size} bytes at {fp}, the file has {n - fp} more"
+        if check == CHECK_SIZE and c["kinds"] != 0:
+            return f"size {size} at {fp}: " + ("no entry is that small" if size <= HEADER_SIZE
+                                               else f"runs past the file's end ({n} bytes)")
+        if check == CHECK_MAGIC:
+            return f"magic {c['magic']}, DLedger 0.3.1.2 writes {MAGIC}"
+        if check == CHECK_SIZE:
+            return f"size {size} != {BODY_OFFSET} + bodySize {c['body_size']}"
+        if check == CHECK_POSITION:
+            return f"pos field {c['pos_field']}, the entry lies at {where}"
+        if check == CHECK_BODY_CRC:
+            return f"bodyCrc {c['body_crc']}, the body's CRC-32 is {c['body_crc32']}"
+        if check == CHECK_CHAIN_CRC:
+            return f"chainCrc {c['chain_crc'] & 0xFFFFFFFF}: no DLedger version writes one"
+        if check == CHECK_INDEX_UNIT and c["unit_file"] == _NONE:
+            return f"no index unit for index {c['index']}"
+        if check == CHECK_INDEX_UNIT:
+            return (f"index unit {self.unit_files[c['unit_file']]}@{c['unit_file_position']} says magic "
+                    f"{c['unit_magic']} pos {c['unit_pos']} size {c['unit_size']} index {c['unit_index']} term "
+                    f"{c['unit_term']}")
+        if check == CHECK_INDEX:
+            return f"index {c['index']} after {c['prev_index']}"
+        return f"term {c['term']} after {c['prev_term']}: terms never go backwards"
+
+    @classmethod
+    def of_entries(cls, entries: list[Entry], files: list[RolledFile]) -> "EntryTable":
+        """The rows of Entry objects (the scalar walk's, or a caller's), each given back as it is by :meth:`entry`;
+        an item of a file not in ``files`` is left out, as recovery never meets it."""
+        names = {f"data/{f.name}": i for i, f in enumerate(files)}
+        kept = [e for e in entries if e.file in names]
+        units = sorted({e.index_unit.file for e in kept if e.kind == "entry" and e.index_unit is not None})
+        unit_at = {u: i for i, u in enumerate(units)}
+        cols: dict[str, list] = {name: [] for name, _ in _COLUMNS}
+        last = None  # the entry before: what the index and term checks compare with
+        for e in kept:
+            u = e.index_unit if e.kind == "entry" else None
+            row = {"file": names[e.file], "file_position": e.file_position, "kinds": KINDS.index(e.kind),
+                   "magic": e.magic, "size": e.size, "index": e.index, "term": e.term, "pos_field": e.pos_field,
+                   "channel": e.channel, "chain_crc": e.chain_crc, "body_crc": e.body_crc, "body_size": e.body_size,
+                   "body_crc32": e.body_crc32, "unit_file": None if u is None else unit_at[u.file],
+                   "unit_file_position": u and u.file_position, "unit_magic": u and u.magic, "unit_pos": u and u.pos,
+                   "unit_size": u and u.size, "unit_index": u and u.index, "unit_term": u and u.term,
+                   "problems": check_bits(name for name, _ in e.problems), "prev_index": last and last.index,
+                   "prev_term": last and last.term}
+            for name, value in row.items():
+                cols[name].append(_NONE if value is None and name in ("body_crc32", "unit_file") else value or 0)
+            last = e if e.kind == "entry" else last
+        return cls(tuple(names), [f.base_offset for f in files], [f.length for f in files], tuple(units), cols,
+                   source=kept)
+
+
 @dataclass(frozen=True)
 class Ledger:
     """What DLedger's ``load()`` + ``recover()`` leave (``DLedgerMmapFileStore.recover``, ``updateCommittedIndex``):
@@ -123,11 +252,17 @@ class Ledger:
     committed_index: int
     committed_pos: int  # end of the committed entry; -1 when nothing is committed
     data_end: int  # processOffset: the data files are truncated here
-    entries: tuple[Entry, ...]  # the entries walked, by index: what get(index) returns
     stop: Entry | None  # the entry whose check ended the walk (None: a clean end)
     index_rewritten_from: int | None  # the first index whose unit DLedger rewrites (None: all agree)
     will_not_start: str | None = None  # DLedger's own exit (processOffset far before the last file)
     start_file: str | None = None  # the data file ("data/<name>") the walk starts at
+    table: EntryTable | None = field(default=None, compare=False, repr=False)  # the items recovery read
+    walked: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), compare=False, repr=False)  # rows
+
+    @property
+    def entries(self) -> tuple[Entry, ...]:
+        """The entries walked, by index: what get(index) returns."""
+        return tuple(self.table.entry(i) for i in self.walked) if self.table is not None else ()
 
     @property
     def committed(self) -> tuple[Entry, ...]:
@@ -191,8 +326,12 @@ def _read_properties(loc: fs.Location, problems: list[str]) -> dict[str, str]:
 class DLedgerLog:
     """A DLedger home (``<root>/dledger-<selfId>``), listed once, read-only."""
 
-    def __init__(self, home, *, data_file_size: int | None = None, index_file_size: int | None = None):
+    def __init__(self, home, *, data_file_size: int | None = None, index_file_size: int | None = None,
+                 framer=None):
         self.home = home if isinstance(home, fs.Location) else fs.resolve(home)
+        # store_format.commitlog's bulk framer with an ``entry_walk`` (decoding.kernels.CompiledFramer): the
+        # entries are walked and checked as arrays (:meth:`table`); None: the scalar walk
+        self.framer = framer
         self._data_file_size = data_file_size
         self._index_file_size = index_file_size
 
@@ -239,7 +378,11 @@ class DLedgerLog:
     # ---- entries -----------------------------------------------------------------------------
     def entries(self) -> list[Entry]:
         """Every item of every data file in file order, as plain reads see it, with every check it fails
-        (DLedger's own, and the CRCs it never verifies).  Index and term continuity run across files."""
+        (DLedger's own, and the CRCs it never verifies).  Index and term continuity run across files.  With a
+        ``framer``, the rows of :meth:`table` (the same items)."""
+        if self.framer is not None:
+            table = self.table()
+            return [table.entry(i) for i in range(len(table))]
         out: list[Entry] = []
         last: Entry | None = None
         with ExitStack() as index_maps:
@@ -258,6 +401,125 @@ class DLedgerLog:
                         last = item
                     out.append(item)
         return out
+
+    def table(self) -> EntryTable:
+        """:meth:`entries` as columns.  With a ``framer`` the entry headers are walked by its compiled
+        ``entry_walk`` and decoded and checked as arrays: Python steps only at an entry whose header fails, at a
+        nonzero bodyCrc (its CRC) and per file; without one, the scalar walk's items."""
+        if self.framer is None:
+            return EntryTable.of_entries(self.entries(), self.data_files)
+        pieces = []
+        for i, f in enumerate(self.data_files):
+            with open_bytes(f.loc) as m:
+                pieces.append(self._file_columns(i, f, m.buf))
+        cols = {name: np.concatenate([p[name] for p in pieces]) if pieces else np.zeros(0, t) for name, t in _COLUMNS}
+        lengths = [p["length"] for p in pieces]
+        entries = np.flatnonzero(cols["kinds"] == 0)
+        index, term = cols["index"][entries], cols["term"][entries]
+        prev_index, prev_term = np.roll(index, 1), np.roll(term, 1)
+        follows = np.arange(len(entries)) > 0
+        cols["prev_index"][entries], cols["prev_term"][entries] = prev_index, prev_term
+        cols["problems"][entries] |= np.where(follows & (index != prev_index + 1), CHECK_BIT[CHECK_INDEX], 0) \
+            | np.where(follows & (term < prev_term), CHECK_BIT[CHECK_TERM], 0)
+        unit_files = self._units(cols, entries)
+        return EntryTable(tuple(f"data/{f.name}" for f in self.data_files), [f.base_offset for f in self.data_files],
+                          lengths, unit_files, cols)
+
+    def _file_columns(self, file: int, f: RolledFile, buf) -> dict:
+        """One data file's rows (its entries, then its blank or unframed item) but the index units and the
+        continuity checks: the compiled walk to each header that fails, that entry stepped over in Python."""
+        from .commitlog import ENTRY_RECORD, KIND_BLANK, KIND_STOP  # commitlog imports this module
+
+        n = len(buf)
+        walker = self.framer(buf, n, f.base_offset, False, True)
+        starts, tail, pos = [], None, 0
+        try:
+            while pos < n:
+                walk = walker.entry_walk(pos, None, False)
+                starts.append(walk.positions[walk.kinds == ENTRY_RECORD] - BODY_OFFSET)
+                if not len(walk.kinds) or walk.kinds[-1] == ENTRY_RECORD:
+                    break
+                at, kind, magic = int(walk.positions[-1]), int(walk.kinds[-1]), int(walk.magics[-1])
+                size = int(walk.sizes[-1])
+                if kind == KIND_BLANK or (kind == KIND_STOP and magic == BLANK_MAGIC):
+                    tail = (1, at, magic, size, 0 if size == n - at else CHECK_BIT[CHECK_BLANK])
+                    break
+                if kind != KIND_STOP or n - at < MIN_BLANK_LEN or size == 0:  # the written part ends
+                    break
+                if size <= HEADER_SIZE or at + max(size, BODY_OFFSET) > n:
+                    tail = (2, at, magic, size, CHECK_BIT[CHECK_SIZE])
+                    break
+                starts.append(np.array([at], np.int64))  # a header DLedger refuses: an entry with its problems
+                pos = at + size
+        finally:
+            walker.close()
+        at = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+        data = np.frombuffer(buf, np.uint8) if n else np.zeros(0, np.uint8)
+        head = np.ascontiguousarray(data[at[:, None] + np.arange(BODY_OFFSET)]) if len(at) else \
+            np.zeros((0, BODY_OFFSET), np.uint8)
+
+        def field_at(lo: int, width: int) -> np.ndarray:
+            return np.ascontiguousarray(head[:, lo:lo + width]).view(f">i{width}").reshape(-1).astype(np.int64)
+
+        k = len(at)
+        c = {name: np.zeros(k + (tail is not None), t) for name, t in _COLUMNS}
+        c["file"][:], c["file_position"][:k] = file, at
+        for name, lo, width in (("magic", 0, 4), ("size", 4, 4), ("index", 8, 8), ("term", 16, 8),
+                                ("pos_field", 24, 8), ("channel", 32, 4), ("chain_crc", 36, 4),
+                                ("body_crc", 40, 4), ("body_size", 44, 4)):
+            c[name][:k] = field_at(lo, width)
+        framed = c["body_size"][:k] + BODY_OFFSET == c["size"][:k]
+        c["body_crc32"][:] = _NONE
+        crc_bad = np.zeros(k, bool)
+        for j in np.flatnonzero((c["body_crc"][:k] != 0) & framed):  # DLedger writes none: rare
+            body = buf[int(at[j]) + BODY_OFFSET:int(at[j] + c["size"][j])]
+            c["body_crc32"][j] = crc32 = body_crc32(body)
+            crc_bad[j] = c["body_crc"][j] not in (crc32, _signed(zlib.crc32(body)))
+        c["problems"][:k] = (np.where(c["magic"][:k] != MAGIC, CHECK_BIT[CHECK_MAGIC], 0)
+                             | np.where(~framed, CHECK_BIT[CHECK_SIZE], 0)
+                             | np.where(c["pos_field"][:k] != f.base_offset + at, CHECK_BIT[CHECK_POSITION], 0)
+                             | np.where(crc_bad, CHECK_BIT[CHECK_BODY_CRC], 0)
+                             | np.where(c["chain_crc"][:k] != 0, CHECK_BIT[CHECK_CHAIN_CRC], 0))
+        c["unit_file"][:] = _NONE
+        if tail is not None:
+            c["kinds"][k], c["file_position"][k], c["magic"][k], c["size"][k], c["problems"][k] = tail
+        c["length"] = n
+        return c
+
+    def _units(self, cols: dict, entries: np.ndarray) -> tuple[str, ...]:
+        """Each entry's index unit into ``cols`` (:meth:`index_unit`, the first index file holding it) and its
+        CHECK_INDEX_UNIT bit; returns the index files named."""
+        index = cols["index"][entries]
+        offset = np.where((index >= 0) & (index < 1 << 58), index, -1) * INDEX_UNIT_SIZE  # past 2^58: no file
+        pending = offset >= 0
+        found = np.zeros(len(entries), bool)
+        names: list[str] = []
+        for f in self.index_files:
+            mine = pending & (f.base_offset <= offset) & (offset + INDEX_UNIT_SIZE <= f.base_offset + f.length)
+            if not mine.any():
+                continue
+            pending &= ~mine
+            with open_bytes(f.loc) as m:
+                data = np.frombuffer(m.buf, np.uint8) if len(m.buf) else np.zeros(0, np.uint8)
+                at = offset[mine] - f.base_offset
+                inside = at + INDEX_UNIT_SIZE <= len(data)  # the listing's length past the bytes: no unit
+                rows, at = entries[mine][inside], at[inside]
+                raw = np.ascontiguousarray(data[at[:, None] + np.arange(INDEX_UNIT_SIZE)])
+            for name, lo, width in (("unit_magic", 0, 4), ("unit_pos", 4, 8), ("unit_size", 12, 4),
+                                    ("unit_index", 16, 8), ("unit_term", 24, 8)):
+                cols[name][rows] = np.ascontiguousarray(raw[:, lo:lo + width]).view(f">i{width}").reshape(-1)
+            cols["unit_file"][rows], cols["unit_file_position"][rows] = len(names), at
+            found[np.flatnonzero(mine)[inside]] = True
+            names.append(f"index/{f.name}")
+        positions = (np.asarray([f.base_offset for f in self.data_files], np.int64)[cols["file"][entries]]
+                     + cols["file_position"][entries]) if len(entries) else np.zeros(0, np.int64)
+        agree = found.copy()
+        for unit, mine in (("unit_magic", "magic"), ("unit_size", "size"), ("unit_index", "index"),
+                           ("unit_term", "term")):
+            agree &= cols[unit][entries] == cols[mine][entries]
+        agree &= cols["unit_pos"][entries] == positions
+        cols["problems"][entries[~agree]] |= CHECK_BIT[CHECK_INDEX_UNIT]
+        return tuple(names)
 
     def _unit_reader(self, maps: ExitStack):
         """:meth:`index_unit` over index files each mapped once (for the walk of every entry), closed with
@@ -333,58 +595,62 @@ class DLedgerLog:
         return f.loc.read_range(entry.file_position + BODY_OFFSET, entry.size - BODY_OFFSET)
 
     # ---- recovery ----------------------------------------------------------------------------
-    def recover(self, items: list[Entry] | None = None) -> Ledger:
+    def recover(self, items: "list[Entry] | EntryTable | None" = None) -> Ledger:
         """DLedger's ``recover()`` as it runs on these files (``DLedgerMmapFileStore.recover``): start at the
         third-newest data file, stepping back while its first entry fails the header checks or its index unit;
         walk entries to the first that fails a recovery check (blanks move to the next file, size 0 ends); the
         ledger ends at the last entry walked; the committed index is the checkpoint's, ignored when -1 or absent,
-        clamped to the ledger end."""
-        items = self.entries() if items is None else items
+        clamped to the ledger end.  ``items``: :meth:`entries` or :meth:`table` (None: the table); decided over
+        its columns, per file."""
+        if items is None:
+            items = self.table()
+        table = items if isinstance(items, EntryTable) else EntryTable.of_entries(items, self.data_files)
         files = self.data_files
         if not files:
-            return Ledger(-1, -1, -1, -1, -1, 0, (), None, None)
-        by_file: dict[str, list[Entry]] = {}
-        for e in items:
-            by_file.setdefault(e.file, []).append(e)
+            return Ledger(-1, -1, -1, -1, -1, 0, None, None)
+        names = [f"data/{f.name}" for f in files]
+        of_file = np.asarray([names.index(n) if n in names else -1 for n in table.files], np.int64)
+        rows_of = [np.flatnonzero(of_file[table.file] == i) if len(table) else np.zeros(0, np.int64)
+                   for i in range(len(files))]
         start = max(len(files) - 3, 0)
         for i in range(start, -1, -1):
             start = i
-            first = by_file.get(f"data/{files[i].name}", [])
-            head = first[0] if first and first[0].file_position == 0 else None
-            if head is not None and head.kind == "entry" and not _fails_precheck(head):
+            first = rows_of[i][:1]
+            if len(first) and table.file_position[first[0]] == 0 and table.kinds[first[0]] == 0 \
+                    and not table.problems[first[0]] & _PRECHECK_BITS:
                 break
-        walked: list[Entry] = []
+        walked: list[np.ndarray] = []
         stop = None
-        rewritten = None
         process = files[start].base_offset
-        for f in files[start:]:
+        for i in range(start, len(files)):
+            f, rows = files[i], rows_of[i]
             process = f.base_offset
-            blank = False
-            for e in by_file.get(f"data/{f.name}", []):
-                if e.kind == "blank":
-                    blank = True
-                    process = f.base_offset + f.length
-                    break
-                problems = {name for name, _ in e.problems}
-                if walked:
-                    ok = not (problems & RECOVERY_CHECKS)
-                else:  # the first entry walked has no predecessor to follow
-                    ok = not (problems & (RECOVERY_CHECKS - {CHECK_INDEX, CHECK_TERM}))
-                if e.kind != "entry" or not ok:
-                    stop = e
-                    break
-                if rewritten is None and CHECK_INDEX_UNIT in problems:
-                    rewritten = e.index
-                walked.append(e)
-                process = e.end
+            fails = (table.kinds[rows] != 0) | (table.problems[rows] & _RECOVERY_BITS != 0)
+            if not sum(map(len, walked)) and len(rows):  # the first entry walked has no predecessor to follow
+                fails[0] = table.kinds[rows[0]] != 0 or bool(table.problems[rows[0]] & _FIRST_WALKED_BITS)
+            first_out = np.flatnonzero(fails)
+            cut = int(first_out[0]) if len(first_out) else len(rows)
+            walked.append(rows[:cut])
+            if cut:
+                process = int(table.bases[table.file[rows[cut - 1]]] + table.file_position[rows[cut - 1]]
+                              + table.size[rows[cut - 1]])
+            blank = cut < len(rows) and table.kinds[rows[cut]] == 1
+            if blank:
+                process = f.base_offset + f.length
+            elif cut < len(rows):
+                stop = table.entry(rows[cut])
             if stop is not None or not blank:
                 break
-        end_index = walked[-1].index if walked else -1
-        end_term = walked[-1].term if walked else -1
+        walked_rows = np.concatenate(walked) if walked else np.zeros(0, np.int64)
+        indexes = table.index[walked_rows]
+        end_index = int(indexes[-1]) if len(walked_rows) else -1
+        end_term = int(table.term[walked_rows[-1]]) if len(walked_rows) else -1
+        unit_bad = np.flatnonzero(table.problems[walked_rows] & CHECK_BIT[CHECK_INDEX_UNIT])
+        rewritten = int(indexes[unit_bad[0]]) if len(unit_bad) else None
         begin = -1
-        if walked:
-            first = by_file.get(f"data/{files[0].name}", [])
-            begin = first[0].index if first and first[0].kind == "entry" else -1
+        if len(walked_rows):
+            first = rows_of[0][:1]
+            begin = int(table.index[first[0]]) if len(first) and table.kinds[first[0]] == 0 else -1
         will_not_start = None
         last = files[-1]
         if last.base_offset - process > last.length:
@@ -394,11 +660,12 @@ class DLedgerLog:
         wanted = self.metadata.committed_index
         if wanted is not None and wanted != -1 and end_index != -1 and wanted >= begin:
             committed_index = min(wanted, end_index)
-            by_index = {e.index: e for e in walked}
-            if committed_index in by_index:
-                committed_pos = by_index[committed_index].end
-        return Ledger(begin, end_index, end_term, committed_index, committed_pos, process, tuple(walked), stop,
-                      rewritten, will_not_start, f"data/{files[start].name}")
+            at = np.flatnonzero(indexes == committed_index)
+            if len(at):  # the last walked entry of that index, as a dict by index keeps
+                row = walked_rows[at[-1]]
+                committed_pos = int(table.bases[table.file[row]] + table.file_position[row] + table.size[row])
+        return Ledger(begin, end_index, end_term, committed_index, committed_pos, process, stop, rewritten,
+                      will_not_start, f"data/{files[start].name}", table, walked_rows)
 
 
 def body_crc32(body) -> int:
@@ -409,12 +676,6 @@ def body_crc32(body) -> int:
 
 def _signed(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
-
-
-def _fails_precheck(e: Entry) -> bool:
-    """The first entry of the file recovery starts from: header checks and its index unit
-    (``DLedgerMmapFileStore.recover``'s pre-check loop)."""
-    return any(name in (CHECK_MAGIC, CHECK_SIZE, CHECK_POSITION, CHECK_INDEX_UNIT) for name, _ in e.problems)
 
 
 def _rolled(folder: fs.Location, size: int | None) -> list[RolledFile]:

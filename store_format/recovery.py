@@ -1085,15 +1085,15 @@ def dledger_units_never_rebuilt(store: Store, queue_cut: int, reput_from: int, l
 
 
 def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Checkpoint | None = None,
-                 message_index_safe: bool = False, check_crc: bool = True) -> tuple:
+                 message_index_safe: bool = False, check_crc: bool = True, framer=None) -> tuple:
     """(start index, recovered end, the SegmentWalk it ends in, stop kind, notes, start problems) of a DLedger store
     (docs/store-format-dledger.md): DLedger's ``recover()`` ends the log at its last entry that passes its header
     checks (store_format.dledger.DLedgerLog.recover); RocketMQ's ``dledgerRecoverNormally`` truncates the consume
     queues there.  (RocketMQ's commit-log max offset is DLedger's committed position, which the node's next
-    election as leader brings up to the ledger's end.)"""
-    log = dledger.DLedgerLog(store.dledger_home, data_file_size=store.segment_size)
-    items = log.entries()
-    ledger = log.recover(items)
+    election as leader brings up to the ledger's end.)  ``framer``: DLedgerLog's (the compiled entry walk)."""
+    log = dledger.DLedgerLog(store.dledger_home, data_file_size=store.segment_size, framer=framer)
+    table = log.table()
+    ledger = log.recover(table)
     unserved: list[UnservedUnits] = []
     names = [f"data/{s.name}" for s in segs]
     start = names.index(ledger.start_file) if ledger.start_file in names else 0
@@ -1114,16 +1114,16 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
     else:
         walk = SegmentWalk(seg.name, seg.base_offset, end - seg.base_offset, "stop", END_OF_DATA)
         kind = END_OF_DATA
-    unchecked: dict[str, list] = {}  # what neither DLedger nor RocketMQ checks: the broker serves these as they are
-    for e in items:
-        for check, why in e.problems:
-            if check in (dledger.CHECK_BODY_CRC, dledger.CHECK_CHAIN_CRC, dledger.CHECK_BLANK):
-                unchecked.setdefault(check, []).append((e, why))
-    for check, found in sorted(unchecked.items()):
-        e, why = found[0]
+    unchecked: dict[str, tuple] = {}  # what neither DLedger nor RocketMQ checks: the broker serves these as they are
+    for check in (dledger.CHECK_BODY_CRC, dledger.CHECK_CHAIN_CRC, dledger.CHECK_BLANK):
+        rows = table.rows_with((check,))
+        if len(rows):
+            e = table.entry(rows[0])
+            unchecked[check] = (len(rows), e, dict(e.problems)[check])
+    for check, (count, e, why) in sorted(unchecked.items()):
         where = f"index {e.index}, physical offset {e.record_offset}" if e.kind == "entry" else \
             f"physical offset {e.position}"
-        notes.append(f"{len(found)} DLedger entr{'y fails' if len(found) == 1 else 'ies fail'} {check}, the first at "
+        notes.append(f"{count} DLedger entr{'y fails' if count == 1 else 'ies fail'} {check}, the first at "
                      f"{where} ({e.file}@{e.file_position}): {why}; neither DLedger nor RocketMQ checks it, so the "
                      "broker serves the entry as it is: compare the record with its producer's copy")
     if ledger.index_rewritten_from is not None:
@@ -1147,7 +1147,7 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
 def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True,
                      walks: dict[str, SegmentWalk] | None = None, enumerate_lost: bool = True,
                      queue_starts: dict | None = None, settings: RecoverySettings | None = None,
-                     offset_scan=None) -> RecoveryPrediction:
+                     offset_scan=None, entry_framer=None) -> RecoveryPrediction:
     """What the broker will do when it starts on ``store``.
 
     ``walks``: recovery-walk outcomes by segment name (:func:`recovery_walk`), e.g. computed in parallel; a
@@ -1161,7 +1161,8 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     ``forceVerifyPropCRC`` changes the walk (:func:`recovery_walk`), and the ``walks`` given must have been
     decided the same way.  ``offset_scan``: a compiled scanner of consumerOffset.json
     (store_format.config.offset_columns'), so that a busy broker's offsets cost no Python object each when their
-    load is predicted."""
+    load is predicted.  ``entry_framer``: a bulk framer with an ``entry_walk`` (decoding.kernels.CompiledFramer), so
+    that a DLedger log's entries are walked and checked as arrays (store_format.dledger.DLedgerLog.table)."""
     settings = settings or RecoverySettings()
     force = settings.force_verify_prop_crc and check_crc
     root = store.root
@@ -1201,7 +1202,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
 
     if store.dledger_home is not None:  # the CommitLog in DLedger entries: DLedger's recover() decides its end
         start_index, max_offset, stop_walk, stop_kind, dledger_notes, dledger_problems, dledger_unserved = \
-            _dledger_end(store, segs, mode, cp, message_index_safe, check_crc)
+            _dledger_end(store, segs, mode, cp, message_index_safe, check_crc, entry_framer)
         redispatch_from = None
         notes += dledger_notes
         found += [("dledger", text) for text in dledger_problems]

@@ -506,3 +506,71 @@ def test_the_compiled_entry_walk_gives_the_scalar_walks_rows():
                         assert got.tolist() == want.tolist()
                     met |= set(scalar.codes[scalar.kinds == 2].tolist())
     assert met == set(range(len(ENTRY_STOPS)))
+
+
+# ---- the entries and DLedger's recovery as columns (DLedgerLog.table with the compiled entry walk) ---------------
+
+def _damages():
+    """(name, seeding on a store copy) for each header damage the walk and the recovery decide differently."""
+    def crc(store):
+        _patch(store, _raw(40), 40, ">i", _raw(40)["bodyZlibCrc32"] ^ 0x1)
+
+    def chain(store):
+        _patch(store, _raw(41), 36, ">i", 99)
+
+    def magic(store):  # an entry DLedger refuses whose size still frames it: the walk steps over it
+        _patch(store, _raw(60), 0, ">i", 7)
+
+    def body_size(store):
+        _patch(store, _raw(70), 44, ">i", 3)
+
+    def pos_gap(store):  # the pos fields jump: entry 150 says it lies 8 bytes further
+        _patch(store, _raw(150), 24, ">q", _raw(150)["pos"] + 8)
+
+    def index_gap(store):
+        _patch(store, _raw(200), 8, ">q", 250)
+
+    def unit(store):
+        u = _raw(10)["indexUnit"]
+        with open(store / "dledger-n0" / u["file"], "r+b") as f:
+            f.seek(u["filePos"])
+            f.write(bytes(3 * D.INDEX_UNIT_SIZE))
+
+    def truncated(store):  # the last entry cut: its size runs past the file
+        _patch(store, _raw(302), 4, ">i", 10_000_000)
+
+    def small(store):
+        _patch(store, _raw(120), 4, ">i", 40)
+
+    def torn_blank(store):
+        blank = next(e for e in manifest()["readBack"]["rawEntries"] if e["type"] == "BLANK")
+        _patch(store, blank, 4, ">i", 16)
+
+    def first_file_head(store):  # the first data file's head fails: recovery starts in no other file
+        _patch(store, _raw(0), 24, ">q", 5)
+
+    return [("bad body CRC", crc), ("chain CRC", chain), ("bad magic", magic), ("bodySize", body_size),
+            ("term goes backwards", _term_goes_backwards_at_101), ("gap in positions", pos_gap),
+            ("index gap", index_gap), ("index units lost", unit), ("truncated entry", truncated),
+            ("entry too small", small), ("blank of the wrong size", torn_blank), ("first head", first_file_head)]
+
+
+@pytest.mark.parametrize("name,seed", [("clean", None)] + _damages(), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_columnar_walk_gives_the_scalar_walks_entries_and_ledger(tmp_path, name, seed):
+    """DLedgerLog with the compiled framer (entries walked and checked as arrays, :meth:`DLedgerLog.table`) gives the
+    scalar walk's items row for row (every field and problem text), the same ledger (and the same entries walked, the
+    same stop) and the same findings, on the fixture and on each seeded damage."""
+    from decoding.kernels import CompiledFramer
+    from jobs.audit.checks import dledger as family
+
+    store = STORE
+    if seed is not None:
+        store = _copy(tmp_path / "store")
+        seed(store)
+    scalar, columnar = D.DLedgerLog(D.find_home(store)), D.DLedgerLog(D.find_home(store), framer=CompiledFramer)
+    items = scalar.entries()
+    assert columnar.entries() == items
+    assert seed is None or any(e.problems for e in items)
+    want, got = scalar.recover(items), columnar.recover()
+    assert got == want and got.entries == want.entries and got.stop == want.stop
+    assert family.broker_rows(columnar) == family.broker_rows(scalar)

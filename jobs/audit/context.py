@@ -90,7 +90,7 @@ class AuditContext:
         """What each broker's recovery will do, decided from the survey's walks of the segments it walks (so
         nothing is walked here) and completed by the scan (the ``prediction`` family's ``after_scan``)."""
         from store_format.recovery import QueueStart, predict_recovery
-        from decoding.kernels import scan_offset_table
+        from decoding.kernels import CompiledFramer, scan_offset_table
 
         walks = self.segment_walks()
         starts: dict[str, dict] = {name: {} for name in self.plans}
@@ -104,7 +104,7 @@ class AuditContext:
                 self.recovery[name] = predict_recovery(
                     plan.store, message_index_safe=self.options.message_index_safe, check_crc=self.options.check_crc,
                     walks=walks.get(name, {}), enumerate_lost=False, queue_starts=starts[name],
-                    settings=self.options.recovery, offset_scan=scan_offset_table)
+                    settings=self.options.recovery, offset_scan=scan_offset_table, entry_framer=CompiledFramer)
             except Exception as e:  # that broker is not scanned; the others are
                 self.failures.append(failure_row(name, "predicting its recovery", e))
 

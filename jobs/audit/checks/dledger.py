@@ -12,11 +12,15 @@ is missing or disagrees: DLedger rewrites the units from there) and ``dledger.co
 committed index against the ledger DLedger's recovery leaves: behind its end, RocketMQ serves only the committed
 entries until the node leads again; past it, entries DLedger had committed are gone).
 
-Where each is decided: on the driver, from DLedger's own walk of the data files (DLedgerLog.entries, .recover),
+Where each is decided: on the driver, from DLedger's own walk of the data files as columns (DLedgerLog.table with
+the compiled entry walk, .recover): Python steps only at the entries that fail a check,
 for every broker whose store is a DLedger store (``applies``).
 """
 from __future__ import annotations
 
+import numpy as np
+
+from decoding.kernels import CompiledFramer
 from store_format import dledger as D
 
 from ..contract import Family, FamilyResult
@@ -72,11 +76,11 @@ def broker_rows(log: D.DLedgerLog) -> dict[str, list[dict]]:
     def add(check_id: str, **row):
         rows.setdefault(check_id, []).append(row)
 
-    items = log.entries()
-    previous = unit_run = None
-    for e in items:
-        if e.kind != "entry":
-            continue
+    table = log.table()
+    ordinal = np.cumsum(table.kinds == 0) - 1  # each entry's place among the entries
+    unit_run = last_unit = None
+    for i in np.flatnonzero((table.kinds == 0) & (table.problems != 0)):  # the entries failing a check
+        e = table.entry(i)
         failed = dict(e.problems)
         values = {"index": e.index}
         if D.CHECK_BODY_CRC in failed:
@@ -87,8 +91,8 @@ def broker_rows(log: D.DLedgerLog) -> dict[str, list[dict]]:
             add("dledger.body_crc", **_at(e, values={**values, "crc": "chainCrc", "stored": e.chain_crc & 0xFFFFFFFF,
                                                         "expected": "0 (no DLedger version computes a chainCrc)"},
                                           details={"crc": "chainCrc", "reason": failed[D.CHECK_CHAIN_CRC]}))
-        if D.CHECK_TERM in failed and previous is not None:
-            add("dledger.term", **_at(e, values={**values, "term": e.term, "previous": previous.term},
+        if D.CHECK_TERM in failed:  # only an entry after another fails it
+            add("dledger.term", **_at(e, values={**values, "term": e.term, "previous": int(table.prev_term[i])},
                                       details={"reason": failed[D.CHECK_TERM]}))
         if D.CHECK_POSITION in failed:
             add("dledger.position", **_at(e, values={**values, "pos_field": e.pos_field,
@@ -99,7 +103,8 @@ def broker_rows(log: D.DLedgerLog) -> dict[str, list[dict]]:
                 **_at(e, values={**values, "problem": f"{failed[D.CHECK_INDEX]}: DLedger's recovery ends the ledger "
                                                       "at the first entry whose index does not follow"},
                       details={"reason": failed[D.CHECK_INDEX], "what": "entry"}))
-        if D.CHECK_INDEX_UNIT in failed and unit_run is not None:  # one finding per run of entries
+        follows_run = unit_run is not None and ordinal[i] == last_unit + 1
+        if D.CHECK_INDEX_UNIT in failed and follows_run:  # one finding per run of entries
             unit_run["details"].update(count=unit_run["details"]["count"] + 1, last_index=e.index)
             unit_run["values"]["problem"] = _unit_problem(unit_run["details"])
         elif D.CHECK_INDEX_UNIT in failed:
@@ -112,8 +117,9 @@ def broker_rows(log: D.DLedgerLog) -> dict[str, list[dict]]:
             add("dledger.index", **unit_run)
         else:
             unit_run = None
-        previous = e
-    _committed(log, log.recover(items), add)
+        if D.CHECK_INDEX_UNIT in failed:
+            last_unit = ordinal[i]
+    _committed(log, log.recover(table), add)
     return rows
 
 
@@ -149,7 +155,7 @@ def on_driver(ctx) -> FamilyResult:
     for name, plan in ctx.plans.items():
         if not applies(plan):
             continue
-        log = D.DLedgerLog(plan.store.dledger_home, data_file_size=plan.store.segment_size)
+        log = D.DLedgerLog(plan.store.dledger_home, data_file_size=plan.store.segment_size, framer=CompiledFramer)
         for check_id, found in broker_rows(log).items():
             rows.setdefault(check_id, []).extend(dict(r, broker=name) for r in found)
     return FamilyResult(findings=[concat_findings([finding_rows(c, r) for c, r in rows.items()])])
