@@ -2,6 +2,11 @@
 it) over every data file of a DLedger ``data/`` folder, ``REPS`` times; prints wall and CPU microseconds per record.
 
     python bench/bench_dledger_walk.py <dledger-<id>/data folder> <REPS>
+    python bench/bench_dledger_walk.py --ledger [--scalar] <dledger-<id> folder> <REPS>
+
+``--ledger``: DLedger's own walk and recovery instead (store_format.dledger: ``DLedgerLog.table`` and ``recover``, what
+the dledger family and the recovery prediction run; ``--scalar``: ``entries`` and ``recover`` without a framer, the
+per-entry Python walk, which also runs on a checkout from before the table), microseconds per entry.
 
 A larger log to time: ``bench/make_dledger_log.py <dir> <MiB>`` (the fixture's entries repeated).
 """
@@ -26,5 +31,23 @@ def main(folder: str, reps: int) -> None:
     print(f"wall {wall * 1e6 / records:.2f} us, cpu {cpu * 1e6 / records:.2f} us per record ({records} records)")
 
 
+def ledger(home: str, reps: int, scalar: bool) -> None:
+    from store_format import dledger as D
+
+    load_compiled()
+    wall, cpu, entries = time.perf_counter(), time.process_time(), 0
+    for _ in range(reps):
+        log = D.DLedgerLog(home) if scalar else D.DLedgerLog(home, framer=CompiledFramer)
+        items = log.entries() if scalar else log.table()
+        entries += len(log.recover(items).walked if not scalar else log.recover(items).entries)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print(f"{'scalar' if scalar else 'table'}: wall {wall * 1e6 / entries:.2f} us, cpu {cpu * 1e6 / entries:.2f} us "
+          f"per entry ({entries} entries)")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    if sys.argv[1] == "--ledger":
+        scalar = sys.argv[2] == "--scalar"
+        ledger(sys.argv[2 + scalar], int(sys.argv[3 + scalar]), scalar)
+    else:
+        main(sys.argv[1], int(sys.argv[2]))

@@ -1,6 +1,7 @@
 """A DLedger data file of about ``MiB`` MiB for timings: the DLedger fixture's first data file's entries repeated,
 each entry's index, term, pos field and its record's PHYSICALOFFSET rewritten so every header and record checks
-out, the rest of the file a blank.  Written to ``<dir>/dledger-n0/data/00000000000000000000``.
+out, the rest of the file a blank.  Written to ``<dir>/dledger-n0/data/00000000000000000000``, with each entry's
+index unit in ``<dir>/dledger-n0/index/00000000000000000000`` (what DLedger writes beside it).
 
     python bench/make_dledger_log.py <dir> <MiB>
 """
@@ -31,7 +32,7 @@ def fixture_entries() -> list[bytes]:
 
 def main(folder: str, mib: int) -> None:
     entries, size = fixture_entries(), mib << 20
-    out, at, index = bytearray(size), 0, 0
+    out, at, index, units = bytearray(size), 0, 0, bytearray()
     while True:
         for e in entries:
             if at + len(e) + D.MIN_BLANK_LEN > size:
@@ -39,12 +40,15 @@ def main(folder: str, mib: int) -> None:
                 data = Path(folder) / "dledger-n0" / "data"
                 data.mkdir(parents=True, exist_ok=True)
                 (data / ("0" * 20)).write_bytes(out)
+                (data.parent / "index").mkdir(exist_ok=True)
+                (data.parent / "index" / ("0" * 20)).write_bytes(units)
                 print(f"{index} entries")
                 return
             b = bytearray(e)
             struct.pack_into(">qqq", b, 8, index, 1, at)  # index, term, pos
             struct.pack_into(">q", b, D.BODY_OFFSET + L.PHYSICAL_OFFSET_OFFSET, at + D.BODY_OFFSET)
             out[at:at + len(b)] = b
+            units += struct.pack(">iqiqq", D.MAGIC, at, len(b), index, 1)  # DLedgerEntryCoder.encodeIndex
             at, index = at + len(b), index + 1
 
 
