@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from store_format.commitlog import dledger_items
+from store_format.commitlog import dledger_header_run, dledger_items
 from decoding.kernels import CompiledFramer, load_compiled
 
 
@@ -37,7 +37,7 @@ def ledger(home: str, reps: int, scalar: bool) -> None:
     load_compiled()
     wall, cpu, entries = time.perf_counter(), time.process_time(), 0
     for _ in range(reps):
-        log = D.DLedgerLog(home) if scalar else D.DLedgerLog(home, framer=CompiledFramer)
+        log = D.DLedgerLog(home) if scalar else D.DLedgerLog(home, header_run=dledger_header_run(CompiledFramer))
         items = log.entries() if scalar else log.table()
         entries += len(log.recover(items).walked if not scalar else log.recover(items).entries)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

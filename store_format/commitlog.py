@@ -920,6 +920,24 @@ def dledger_entry_walk(buf, start: int, limit: int, until: int | None, base_offs
     return EntryWalk.of_rows(rows)
 
 
+def dledger_header_run(framer=None):
+    """A ``header_run`` for store_format.dledger.DLedgerLog: ``(buf, base offset, start)`` -> the positions of the
+    entries from ``start`` whose headers pass, to the first that does not (:func:`dledger_entry_walk`, no salvage),
+    walked by ``framer``'s compiled ``entry_walk`` (decoding.kernels.CompiledFramer) or, without one, the scalar
+    walk."""
+    def run(buf, base_offset: int, start: int) -> np.ndarray:
+        if framer is None:
+            walk = dledger_entry_walk(buf, start, len(buf), None, base_offset, False)
+        else:
+            f = framer(buf, len(buf), base_offset, False, True)
+            try:
+                walk = f.entry_walk(start, None, False)
+            finally:
+                f.close()
+        return walk.positions[walk.kinds == ENTRY_RECORD] - dledger.BODY_OFFSET
+    return run
+
+
 def dledger_items(buf, segment: str, base_offset: int, *, start: int = 0, limit: int | None = None,
                   until: int | None = None, check_crc: bool = True, salvage: bool = True, excerpt_len: int = 32,
                   framer=None):

@@ -327,11 +327,12 @@ class DLedgerLog:
     """A DLedger home (``<root>/dledger-<selfId>``), listed once, read-only."""
 
     def __init__(self, home, *, data_file_size: int | None = None, index_file_size: int | None = None,
-                 framer=None):
+                 header_run=None):
         self.home = home if isinstance(home, fs.Location) else fs.resolve(home)
-        # store_format.commitlog's bulk framer with an ``entry_walk`` (decoding.kernels.CompiledFramer): the
-        # entries are walked and checked as arrays (:meth:`table`); None: the scalar walk
-        self.framer = framer
+        # (buf, base offset, start) -> the positions of the run of entries from ``start`` whose headers pass, e.g.
+        # store_format.commitlog.dledger_header_run over the compiled entry walk: the entries are then walked and
+        # checked as arrays (:meth:`table`); None: the scalar walk
+        self.header_run = header_run
         self._data_file_size = data_file_size
         self._index_file_size = index_file_size
 
@@ -379,8 +380,8 @@ class DLedgerLog:
     def entries(self) -> list[Entry]:
         """Every item of every data file in file order, as plain reads see it, with every check it fails
         (DLedger's own, and the CRCs it never verifies).  Index and term continuity run across files.  With a
-        ``framer``, the rows of :meth:`table` (the same items)."""
-        if self.framer is not None:
+        ``header_run``, the rows of :meth:`table` (the same items)."""
+        if self.header_run is not None:
             table = self.table()
             return [table.entry(i) for i in range(len(table))]
         out: list[Entry] = []
@@ -403,10 +404,10 @@ class DLedgerLog:
         return out
 
     def table(self) -> EntryTable:
-        """:meth:`entries` as columns.  With a ``framer`` the entry headers are walked by its compiled
-        ``entry_walk`` and decoded and checked as arrays: Python steps only at an entry whose header fails, at a
+        """:meth:`entries` as columns.  With a ``header_run`` (the compiled entry walk) the entry headers are
+        walked by it and decoded and checked as arrays: Python steps only at an entry whose header fails, at a
         nonzero bodyCrc (its CRC) and per file; without one, the scalar walk's items."""
-        if self.framer is None:
+        if self.header_run is None:
             return EntryTable.of_entries(self.entries(), self.data_files)
         pieces = []
         for i, f in enumerate(self.data_files):
@@ -428,31 +429,23 @@ class DLedgerLog:
     def _file_columns(self, file: int, f: RolledFile, buf) -> dict:
         """One data file's rows (its entries, then its blank or unframed item) but the index units and the
         continuity checks: the compiled walk to each header that fails, that entry stepped over in Python."""
-        from .commitlog import ENTRY_RECORD, KIND_BLANK, KIND_STOP  # commitlog imports this module
-
         n = len(buf)
-        walker = self.framer(buf, n, f.base_offset, False, True)
         starts, tail, pos = [], None, 0
-        try:
-            while pos < n:
-                walk = walker.entry_walk(pos, None, False)
-                starts.append(walk.positions[walk.kinds == ENTRY_RECORD] - BODY_OFFSET)
-                if not len(walk.kinds) or walk.kinds[-1] == ENTRY_RECORD:
-                    break
-                at, kind, magic = int(walk.positions[-1]), int(walk.kinds[-1]), int(walk.magics[-1])
-                size = int(walk.sizes[-1])
-                if kind == KIND_BLANK or (kind == KIND_STOP and magic == BLANK_MAGIC):
-                    tail = (1, at, magic, size, 0 if size == n - at else CHECK_BIT[CHECK_BLANK])
-                    break
-                if kind != KIND_STOP or n - at < MIN_BLANK_LEN or size == 0:  # the written part ends
-                    break
-                if size <= HEADER_SIZE or at + max(size, BODY_OFFSET) > n:
-                    tail = (2, at, magic, size, CHECK_BIT[CHECK_SIZE])
-                    break
-                starts.append(np.array([at], np.int64))  # a header DLedger refuses: an entry with its problems
-                pos = at + size
-        finally:
-            walker.close()
+        while True:
+            run = np.asarray(self.header_run(buf, f.base_offset, pos), np.int64)
+            starts.append(run)
+            if len(run):
+                pos = int(run[-1]) + INT_PAIR.unpack_from(buf, int(run[-1]))[1]
+            kind = _item_kind(buf, pos, n)
+            if kind != "entry":
+                break
+            starts.append(np.array([pos], np.int64))  # a header DLedger refuses: an entry with its problems
+            pos += INT_PAIR.unpack_from(buf, pos)[1]
+        if kind == "blank":
+            size = INT_PAIR.unpack_from(buf, pos)[1]
+            tail = (1, pos, BLANK_MAGIC, size, 0 if size == n - pos else CHECK_BIT[CHECK_BLANK])
+        elif kind == "unframed":
+            tail = (2, pos, *INT_PAIR.unpack_from(buf, pos), CHECK_BIT[CHECK_SIZE])
         at = np.concatenate(starts) if starts else np.zeros(0, np.int64)
         data = np.frombuffer(buf, np.uint8) if n else np.zeros(0, np.uint8)
         head = np.ascontiguousarray(data[at[:, None] + np.arange(BODY_OFFSET)]) if len(at) else \
@@ -544,17 +537,18 @@ class DLedgerLog:
         with open_bytes(f.loc) as m:
             buf, n = m.buf, len(m.buf)
             pos = 0
-            while pos + MIN_BLANK_LEN <= n:
+            while True:
+                kind = _item_kind(buf, pos, n)
+                if kind is None:
+                    return
                 magic, size = INT_PAIR.unpack_from(buf, pos)
                 where = f.base_offset + pos
-                if magic == BLANK_MAGIC:
+                if kind == "blank":
                     problems = () if size == n - pos else (
                         (CHECK_BLANK, f"blank of {size} bytes at {pos}, the file has {n - pos} more"),)
                     yield Entry(name, pos, where, "blank", magic, size, problems=problems)
                     return
-                if size == 0:  # the written part ends (DLedger's walk stops here)
-                    return
-                if size <= HEADER_SIZE or pos + max(size, BODY_OFFSET) > n:
+                if kind == "unframed":
                     why = f"size {size} at {pos}: " + ("no entry is that small" if size <= HEADER_SIZE
                                                         else f"runs past the file's end ({n} bytes)")
                     yield Entry(name, pos, where, "unframed", magic, size, problems=((CHECK_SIZE, why),))
@@ -666,6 +660,22 @@ class DLedgerLog:
                 committed_pos = int(table.bases[table.file[row]] + table.file_position[row] + table.size[row])
         return Ledger(begin, end_index, end_term, committed_index, committed_pos, process, stop, rewritten,
                       will_not_start, f"data/{files[start].name}", table, walked_rows)
+
+
+def _item_kind(buf, pos: int, n: int) -> str | None:
+    """What the walk of a data file's ``n`` bytes meets at ``pos``: a ``blank`` (magic -1), an ``unframed`` item
+    (a size no entry has, or past the file), an ``entry`` (checked afterwards), or None where the written part
+    ends (size 0, or no 8 bytes left)."""
+    if pos + MIN_BLANK_LEN > n:
+        return None
+    magic, size = INT_PAIR.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC:
+        return "blank"
+    if size == 0:  # the written part ends (DLedger's walk stops here)
+        return None
+    if size <= HEADER_SIZE or pos + max(size, BODY_OFFSET) > n:
+        return "unframed"
+    return "entry"
 
 
 def body_crc32(body) -> int:

@@ -59,8 +59,8 @@ from .checkpoint import Checkpoint
 from .codec import decode_record
 from .consumequeue import (QueueRecovery, QueueStart, finish_queue, read_queue, recover_consume_queues,  # noqa: F401
                            recover_queue, truncates_queues)
-from .commitlog import (END_OF_DATA, KIND_MESSAGE, Frame, SalvageSpan, Segment, dledger_items, salvage_arrays,
-                        walk_arrays)
+from .commitlog import (END_OF_DATA, KIND_MESSAGE, Frame, SalvageSpan, Segment, dledger_header_run, dledger_items,
+                        salvage_arrays, walk_arrays)
 from .queues import dispatch_end as queue_dispatch_end
 from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
@@ -1091,7 +1091,8 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
     checks (store_format.dledger.DLedgerLog.recover); RocketMQ's ``dledgerRecoverNormally`` truncates the consume
     queues there.  (RocketMQ's commit-log max offset is DLedger's committed position, which the node's next
     election as leader brings up to the ledger's end.)  ``framer``: DLedgerLog's (the compiled entry walk)."""
-    log = dledger.DLedgerLog(store.dledger_home, data_file_size=store.segment_size, framer=framer)
+    log = dledger.DLedgerLog(store.dledger_home, data_file_size=store.segment_size,
+                             header_run=dledger_header_run(framer) if framer is not None else None)
     table = log.table()
     ledger = log.recover(table)
     unserved: list[UnservedUnits] = []

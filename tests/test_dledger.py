@@ -14,7 +14,7 @@ import struct
 import pytest
 
 from store_format import dledger as D
-from store_format.commitlog import dledger_items
+from store_format.commitlog import dledger_header_run, dledger_items
 
 from .conftest import FIXTURES_5X
 
@@ -567,7 +567,8 @@ def test_the_columnar_walk_gives_the_scalar_walks_entries_and_ledger(tmp_path, n
     if seed is not None:
         store = _copy(tmp_path / "store")
         seed(store)
-    scalar, columnar = D.DLedgerLog(D.find_home(store)), D.DLedgerLog(D.find_home(store), framer=CompiledFramer)
+    home = D.find_home(store)
+    scalar, columnar = D.DLedgerLog(home), D.DLedgerLog(home, header_run=dledger_header_run(CompiledFramer))
     items = scalar.entries()
     assert columnar.entries() == items
     assert seed is None or any(e.problems for e in items)

@@ -22,6 +22,7 @@ import numpy as np
 
 from decoding.kernels import CompiledFramer
 from store_format import dledger as D
+from store_format.commitlog import dledger_header_run
 
 from ..contract import Family, FamilyResult
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows
@@ -155,7 +156,8 @@ def on_driver(ctx) -> FamilyResult:
     for name, plan in ctx.plans.items():
         if not applies(plan):
             continue
-        log = D.DLedgerLog(plan.store.dledger_home, data_file_size=plan.store.segment_size, framer=CompiledFramer)
+        log = D.DLedgerLog(plan.store.dledger_home, data_file_size=plan.store.segment_size,
+                           header_run=dledger_header_run(CompiledFramer))
         for check_id, found in broker_rows(log).items():
             rows.setdefault(check_id, []).extend(dict(r, broker=name) for r in found)
     return FamilyResult(findings=[concat_findings([finding_rows(c, r) for c, r in rows.items()])])
