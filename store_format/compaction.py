@@ -14,10 +14,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import numpy as np
 import pyarrow.fs as pafs
 
 from . import layout as L
 from . import rolled
+from .batchcq import UNIT_SIZE, batch_units_of
 from .commitlog import Frame, walk_buffer
 from .errors import ErrorKind, StoreFormatError
 from .fs import ReadOnlyMap
@@ -159,6 +161,60 @@ def log_file_size(cq_size: int, log_size: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# What the broker's load does to a queue's compaction store
+
+
+@dataclass(frozen=True)
+class LogRecovery:
+    """What ``CompactionLog.TopicPartitionLog.init`` does to one queue at the broker's start (docs/store-format-
+    compaction.md, "Recovery"): ``SparseConsumeQueue.recover`` cuts each sparse-queue file it walks at its first
+    unit that fails, then ``recover()`` cuts the log at ``getMaxPhyOffsetInLog`` (the end of the last unit the last
+    sparse-queue file keeps), deleting the log files wholly past it; nothing re-appends what is cut.
+
+    ``queue_end``: the sparse queue's processOffset (its last file's name + the units it keeps x 46); ``log_end``:
+    where the log is cut, -1 when the last file keeps no unit (the log is then not cut at all);
+    ``units_dropped``: (file, file position, queue offset, log offset) of each unit past a walked file's first
+    failing one; ``records_dropped``: (log offset, queue offset) of each log record at or past ``log_end``;
+    ``files_deleted``: the log files wholly past it."""
+
+    queue_end: int
+    log_end: int
+    units_dropped: tuple = ()
+    records_dropped: tuple = ()
+    files_deleted: tuple = ()
+
+
+def predict_log_recovery(cq_files: list[rolled.RolledFile], log_files: list[rolled.RolledFile],
+                         records: dict | None = None) -> LogRecovery | None:
+    """:class:`LogRecovery` of a queue's sparse-queue files and log files (None: no sparse-queue file).
+    ``records``: {log offset: queue offset} of the log's records (:func:`walk_log`'s; None: walked here)."""
+    files = sorted((f for f in cq_files if f.base_offset is not None), key=lambda f: f.base_offset)
+    if files and files[-1].length == 0:
+        files = files[:-1]  # MappedFileQueue.doLoad deletes an empty last file
+    if not files:
+        return None
+    dropped, kept = [], 0
+    for f in files[max(len(files) - 3, 0):]:  # SparseConsumeQueue.recover: from the third-newest file
+        with rolled.open_bytes(f.loc) as m:
+            u = batch_units_of(m.buf)
+        ok = (u["physical_offset"] >= 0) & (u["size"] > 0) & (u["msg_base_offset"] >= 0) & (u["batch_size"] > 0)
+        kept = len(ok) if ok.all() else int(ok.argmin())
+        last = (int(u["physical_offset"][kept - 1]) + int(u["size"][kept - 1])) if kept else -1
+        for i in np.flatnonzero(ok[kept:]) + kept:  # past the file's write position: never read, overwritten
+            dropped.append((f.name, int(i) * UNIT_SIZE, int(u["msg_base_offset"][i]), int(u["physical_offset"][i])))
+    queue_end = files[-1].base_offset + kept * UNIT_SIZE
+    log_end = last  # getMaxPhyOffsetInLog: the last file's last unit before its write position, kept by recover()
+    cut, deleted = [], []
+    if log_end > 0:  # TopicPartitionLog.recover -> MappedFileQueue.truncateDirtyFiles(log_end)
+        logs = sorted((f for f in log_files if f.base_offset is not None), key=lambda f: f.base_offset)
+        deleted = [f.name for f in logs if f.base_offset > log_end]
+        if records is None:
+            records = {fr.physical_offset: fr.message.queue_offset for fr in walk_log(logs) if fr.kind == "message"}
+        cut = sorted((phys, qo) for phys, qo in records.items() if phys >= log_end)
+    return LogRecovery(queue_end, log_end, tuple(dropped), tuple(cut), tuple(deleted))
+
+
+# ---------------------------------------------------------------------------------------------------------
 # What compaction keeps
 
 
@@ -177,4 +233,4 @@ def retained(records, checkpoint: int) -> list[int]:
 
 __all__ = ["PositionCheckpoint", "CompactionStoreError", "parse_position_checkpoint", "read_position_checkpoint",
            "checkpoint_text", "checkpoint_location", "log_folder", "log_files", "walk_log", "generations",
-           "sparse_file_size", "log_file_size", "retained"]
+           "sparse_file_size", "log_file_size", "retained", "LogRecovery", "predict_log_recovery"]

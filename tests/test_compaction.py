@@ -188,3 +188,83 @@ def test_the_consume_queue_source_gives_the_sparse_units(tmp_path):
     assert {r["kind"] for r in got} == {"entry", "end_marker", "zero_tail"} and len(ends) == 2 and \
         {r["file_position"] for r in ends} == {3 * 46} and ends[0]["reason"] is None
 
+
+
+# ---- the broker's load of the compaction store (CompactionLog.TopicPartitionLog.init), and its checkpoint -----------
+
+def _unit(root: Path, qid: int, name: int, index: int, at: int, fmt: str, value) -> None:
+    """Patch field ``at`` of sparse unit ``index`` of the queue's file ``name``."""
+    with open(root / "compaction" / "compactionCq" / "Kv" / str(qid) / f"{name:020d}", "r+b") as f:
+        f.seek(index * 46 + at)
+        f.write(struct.pack(fmt, value))
+
+
+def _sparse(root: Path, qid: int) -> list:
+    """The sparse-queue files of Kv/``qid``."""
+    [q] = [q for q in group_queues(list_queue_files(root)) if q.backend is COMPACTION and q.key == ("Kv", qid)]
+    return q.files
+
+
+def _family_rows(root: Path) -> dict:
+    """{check: finding rows} of the compaction family's driver step on ``root`` (the scan's records made here from
+    the CommitLog), without Spark."""
+    import pyarrow as pa
+
+    from jobs.audit.checks import compaction as family
+    from store_format.store import Store
+
+    ms = [m for m in _commitlog(root) if m.topic == "Kv"]
+    records = pa.table({"broker": ["b"] * len(ms), "topic": [m.topic for m in ms],
+                        "queue_id": [m.queue_id for m in ms], "queue_offset": [m.queue_offset for m in ms],
+                        "physical_offset": [m.physical_offset for m in ms], "store_size": [m.store_size for m in ms],
+                        "body_crc": [m.body_crc for m in ms],
+                        "keys": [m.properties.get(L.PROPERTY_KEYS) for m in ms],
+                        "has_body": [bool(m.body) for m in ms]}, schema=family.RECORDS)
+    out: dict = {}
+    for t in family._broker("b", Store(root), records):
+        for r in t.to_pylist():
+            out.setdefault(r["check"], []).append(dict(r, details=dict(r["details"] or ())))
+    return out
+
+
+def test_the_load_keeps_a_written_store_whole(tmp_path):
+    root = _write(tmp_path / "s")
+    for qid, end, log_end in ((0, 1840 + 46, 1840 + 178), (1, 46, 178)):
+        assert C.predict_log_recovery(_sparse(root, qid), C.log_files(root, "Kv", qid)) == C.LogRecovery(end, log_end)
+    assert {c: rows for c, rows in _family_rows(root).items() if c.startswith("compaction.")} == {}
+
+
+def test_a_failing_unit_hides_the_units_after_it_in_its_file(tmp_path):
+    """Unit 1 of Kv/0's middle sparse file zeroed (queue offset 13): SparseConsumeQueue.recover ends that file
+    there, so unit 2 (queue offset 14, log offset 1276) is never read again; the log is cut nowhere."""
+    root = _write(tmp_path / "s")
+    _unit(root, 0, 920, 1, 0, "46s", bytes(46))
+    rec = C.predict_log_recovery(_sparse(root, 0), C.log_files(root, "Kv", 0))
+    assert rec == C.LogRecovery(1840 + 46, 1840 + 178, ((f"{920:020d}", 92, 14, 1276),))
+    [row] = _family_rows(root)["compaction.recovery_drops"]
+    assert (row["queue_offset"], row["file"], row["file_position"], row["details"]["queue_offsets"]) == \
+        (14, f"{920:020d}", 92, "[14]")
+
+
+def test_the_log_is_cut_where_the_last_unit_kept_ends(tmp_path):
+    """Kv/0 as before its last roll (the last log and sparse files gone) with the newest unit failing (batchSize 0):
+    the last sparse file keeps two units, getMaxPhyOffsetInLog is the second's end (1276) and the log's record
+    there (queue offset 14) is truncated."""
+    root = _write(tmp_path / "s")
+    for part in ("compactionCq", "compactionLog"):
+        (root / "compaction" / part / "Kv" / "0" / f"{1840:020d}").unlink()
+    _unit(root, 0, 920, 2, 36, ">h", 0)
+    rec = C.predict_log_recovery(_sparse(root, 0), C.log_files(root, "Kv", 0))
+    assert rec == C.LogRecovery(920 + 2 * 46, 1276, (), ((1276, 14),))
+    [row] = _family_rows(root)["compaction.recovery_drops"]
+    assert (row["queue_offset"], row["details"]["log_end"]) == (14, "1276") and "log offset 1276" in row["message"]
+
+
+def test_a_checkpoint_ahead_of_the_commitlog_is_found(tmp_path):
+    root = _write(tmp_path / "s")
+    C.checkpoint_location(root).as_path().write_text(C.checkpoint_text({("Kv", 0): 100, ("Kv", 1): 1}))
+    found = _family_rows(root)
+    [row] = found["compaction.checkpoint_ahead"]
+    assert (row["topic"], row["queue_id"], row["queue_offset"], row["details"]["commitlog_max_queue_offset"]) == \
+        ("Kv", 0, 100, "15")
+    assert "up to queue offset 100" in row["message"] and "end at queue offset 15" in row["message"]

@@ -14,7 +14,10 @@ or whose record is of another queue, queue offset or size), ``compaction.corrupt
 damage: framing, PHYSICALOFFSET or body CRC, as the CommitLog's does) and ``compaction.file_problem`` (a sparse-queue
 file of a bad name or length, a log file without the sparse-queue file of its name or the other way round, a log
 folder without its queue folder, an unreadable position-checkpoint); the warning ``compaction.generation_left`` (a
-``compacting/`` or ``replicating/`` folder an interrupted compaction or slave sync left in a queue folder).
+``compacting/`` or ``replicating/`` folder an interrupted compaction or slave sync left in a queue folder);
+``compaction.recovery_drops`` (the sparse units and log records the broker's load cuts and never appends again:
+store_format.compaction.predict_log_recovery) and ``compaction.checkpoint_ahead`` (a queue's position-checkpoint above
+the CommitLog's highest queue offset of it: the broker's next values never reach the compaction log).
 
 Where: a scan task sends the kept records of the broker's compaction topics (their queue offset, KEYS, body CRC and
 whether the body is empty) to the driver, which reads each queue's log and sparse queue (store_format.compaction,
@@ -33,7 +36,7 @@ import pyarrow.fs as pafs
 
 from store_format import layout as L
 from store_format.commitlog import END_OF_DATA
-from store_format.compaction import generations, log_files, read_position_checkpoint, walk_log
+from store_format.compaction import generations, log_files, predict_log_recovery, read_position_checkpoint, walk_log
 from store_format.queues import COMPACTION
 from store_format.rolled import queue_id_of
 
@@ -76,6 +79,21 @@ check("compaction.file_problem", Severity.ERROR, "compaction store file {file} o
              "it will not start: restore the missing file or move the queue's folders away (the broker rebuilds "
              "them).")
 
+check("compaction.recovery_drops", Severity.ERROR,
+      "compacted queue {topic}/{queue_id}: the broker's load of its compaction store drops {what} from queue offset "
+      "{queue_offset} on ({reason}), and nothing appends them again",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="Once the CommitLog's copies are deleted, consumers of the compacted topic miss those values: copy the "
+             "queue's compaction folders before the restart and rebuild them from the CommitLog (move them and its "
+             "position-checkpoint entry away) while the CommitLog still holds the records.")
+check("compaction.checkpoint_ahead", Severity.ERROR,
+      "compaction position-checkpoint says {topic}/{queue_id} was compacted up to queue offset {checkpoint}, the "
+      "CommitLog's records of the queue end at queue offset {commitlog_max}: the messages the broker appends at "
+      "queue offsets up to the compacted queue's end are never put in its compaction log",
+      group="queue", consequence=Consequence.CONSUMERS_AFFECTED,
+      action="The compaction store is not this CommitLog's (a CommitLog lost, truncated or restored from an older "
+             "copy): move the queue's compaction folders and its position-checkpoint entry away so the broker "
+             "rebuilds them from this CommitLog.")
 check("compaction.generation_left", Severity.WARNING,
       "{part} {topic}/{queue_text} holds a {generation}/ folder: a compaction (compacting) or a slave's sync from its "
       "master (replicating) was interrupted; the broker does not read it as the queue",
@@ -154,7 +172,8 @@ def _broker(name: str, store, records: pa.Table) -> list:
     for r in records.to_pylist():
         by_queue.setdefault((r["topic"], r["queue_id"]), []).append(r)
     found = {c: [] for c in ("newest_value_missing", "superseded_value_kept", "record_differs", "unit_points_wrong",
-                             "corrupt_record", "file_problem", "generation_left")}
+                             "corrupt_record", "file_problem", "generation_left", "recovery_drops",
+                             "checkpoint_ahead")}
     base = dict(broker=name)
     if cp.error is not None:
         found["file_problem"].append(dict(base, file=L.COMPACTION_CHECKPOINT_FILE, topic=None, values={
@@ -191,9 +210,43 @@ def _broker(name: str, store, records: pa.Table) -> list:
                                                        physical_offset=phys, file=str(u.file[i]),
                                                        file_position=int(u.file_position[i]),
                                                        values={"reason": reason}))
+        found["recovery_drops"] += _recovery_drops(base, topic, qid, predict_log_recovery(
+            q.files, log_files(store.loc, topic, qid), {phys: m.queue_offset for phys, m in at.items()}))
         log = sorted(at.values(), key=lambda m: m.queue_offset)
         _against_commitlog(base, topic, qid, cp.offset(topic, qid), log, by_queue.get((topic, qid), []), found)
+    for (topic, qid), checkpoint in sorted(cp.offsets.items()):
+        mine = by_queue.get((topic, qid))
+        top = max(r["queue_offset"] for r in mine) if mine else None  # no record: no evidence either way
+        if top is not None and checkpoint > top:
+            found["checkpoint_ahead"].append(dict(base, topic=topic, queue_id=qid, queue_offset=checkpoint,
+                                                  file=L.COMPACTION_CHECKPOINT_FILE, values={
+                                                      "checkpoint": checkpoint, "commitlog_max": top},
+                                                  details={"commitlog_max_queue_offset": top}))
     return [finding_rows(f"compaction.{c}", rows) for c, rows in found.items()]
+
+
+def _recovery_drops(base: dict, topic: str, qid: int, rec) -> list:
+    """``compaction.recovery_drops``: the units and log records the load's recovery cuts
+    (store_format.compaction.predict_log_recovery), one finding per queue at the first."""
+    if rec is None or not (rec.units_dropped or rec.records_dropped):
+        return []
+    offsets = sorted({qo for _, _, qo, _ in rec.units_dropped} | {qo for _, qo in rec.records_dropped})
+    parts = []
+    if rec.units_dropped:
+        f, at, _, _ = rec.units_dropped[0]
+        parts.append(f"{len(rec.units_dropped)} sparse unit(s) past a unit that fails in their file (the first in "
+                     f"{f} at {at}): recovery ends each file it walks there")
+    if rec.records_dropped:
+        parts.append(f"{len(rec.records_dropped)} log record(s) at or past log offset {rec.log_end}, where the last "
+                     "sparse unit kept ends: recovery truncates the log there" + (
+                         f" and deletes {len(rec.files_deleted)} log file(s)" if rec.files_deleted else ""))
+    first_unit = min(rec.units_dropped, key=lambda u: u[2]) if rec.units_dropped else None
+    where = dict(file=first_unit[0], file_position=first_unit[1]) if first_unit and first_unit[2] == offsets[0] \
+        else {}
+    return [dict(base, topic=topic, queue_id=qid, queue_offset=offsets[0], **where, values={
+        "what": f"{len(offsets)} value(s)", "queue_offset": offsets[0], "reason": "; ".join(parts)},
+        details={"queue_offsets": offsets, "log_end": rec.log_end, "queue_end": rec.queue_end,
+                 "files_deleted": list(rec.files_deleted)})]
 
 
 def _behind(bases: list, damaged: dict, phys: int) -> bool:
