@@ -807,6 +807,31 @@ def database_recovery(database, segs: list[Segment], mode: str, start_index: int
     return truncation, None, notes, unserved
 
 
+def dledger_database_recovery(database, segs: list[Segment], mode: str, queue_cut: int,
+                              unserved: list[UnservedUnits]) -> tuple[dict, list[str], list[UnservedUnits]]:
+    """A RocksDB queue store under a DLedger commit log (``storeType=defaultRocksDB`` with
+    ``enableDLegerCommitLog=true``: BrokerController.initializeMessageStore builds a RocksDBMessageStore, whose
+    DefaultMessageStore constructor makes the DLedgerCommitLog; docs/store-format-dledger.md).  ``recover`` takes
+    the checkpoint row as the queues' max physical offset and ``dledgerRecoverNormally`` / ``Abnormally`` run
+    ``truncateDirtyLogicFiles`` at ``queue_cut`` when that is >= it: RocksDBConsumeQueueStore.truncateDirty, as
+    :func:`database_recovery` models it.  An empty database (a crash before RocksDB flushed) is said in a note:
+    the normal recovery dispatches nothing and the reput starts at DLedger's max offset, the abnormal one
+    re-dispatches from the first data file (its checkpoint row 0 matches no file); no QueueRebuild is given."""
+    _, _, state = database
+    if not segs:
+        return {}, [], unserved
+    if state.empty and mode == "normal":
+        return {}, ["the RocksDB consume queue has no row (its writes skip the WAL) and the commit log is DLedger's: "
+                    "5.3.3's normal DLedger recovery does not rebuild it (dledgerRecoverNormally dispatches nothing; "
+                    "the reput starts at DLedger's max offset), so the messages before that get no unit"], unserved
+    if state.empty:
+        return {}, ["the RocksDB consume queue has no row (its writes skip the WAL) and the commit log is DLedger's: "
+                    "5.3.3's abnormal DLedger recovery re-dispatches every record from the first data file (a "
+                    "checkpoint row of 0 matches no file)"], unserved
+    truncation, _, notes, db_unserved = database_recovery(database, segs, "normal", 0, queue_cut)
+    return truncation, notes, unserved + db_unserved
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The prediction
 
@@ -1032,27 +1057,31 @@ def recovery_region(store: Store, message_index_safe: bool = False) -> list[Segm
     return store.segments[start:]
 
 
-def _dledger_first_record_matches(seg: Segment, min_timestamp: int) -> bool:
-    """``DLedgerCommitLog.isMmapFileMatchedRecover`` (file CQs): the record in the data file's first entry (at 48)
-    has a V1 magic, a non-zero store time and a store time <= min_timestamp."""
+def _dledger_first_record_matches(seg: Segment, min_timestamp: int, queues_max: int | None = None) -> bool:
+    """``DLedgerCommitLog.isMmapFileMatchedRecover`` (DLedgerCommitLog.java:429-470): the record in the data file's
+    first entry (at 48) has a V1 magic and, with file CQs, a non-zero store time <= min_timestamp; with a RocksDB
+    queue store (``queues_max``: its checkpoint row, getMaxPhyOffsetInConsumeQueue) a PHYSICALOFFSET <= it."""
     with ReadOnlyMap(seg.path) as m:
         buf, at = m.buf, dledger.BODY_OFFSET
         if len(buf) < at + L.BORN_HOST_OFFSET + 4 or _I32_AT(buf, at + L.MAGIC_OFFSET) != L.MAGIC_V1:
             return False
+        if queues_max is not None:
+            return _I64_AT(buf, at + L.PHYSICAL_OFFSET_OFFSET) <= queues_max
         ts_pos = at + L.layout_for(_I32_AT(buf, at + L.SYS_FLAG_OFFSET)).offsets["store_timestamp"]
         store_ts = _I64_AT(buf, ts_pos) if len(buf) >= ts_pos + 8 else 0
         return store_ts != 0 and store_ts <= min_timestamp
 
 
 def dledger_abnormal_queue_cut(store: Store, segs: list[Segment], ledger_end: int, min_timestamp: int,
-                               check_crc: bool = True) -> int:
+                               check_crc: bool = True, queues_max: int | None = None) -> int:
     """Where RocketMQ 5.3.3's ``dledgerRecoverAbnormally`` truncates the consume queues: it walks the records from
     the newest data file whose first record matches the checkpoint (else the first file) with
     ``checkMessageAndReturnSize`` (CRC checked) to the first it refuses, and adds each record's size, not its
     48-byte entry header, to the start of the file it ends in: 48 x (records walked in that file) bytes short of
     where the walk really ends (docs/store-format-dledger.md)."""
     files = [s for s in segs if s.base_offset < ledger_end] or segs[:1]
-    start = next((i for i in range(len(files) - 1, -1, -1) if _dledger_first_record_matches(files[i], min_timestamp)),
+    start = next((i for i in range(len(files) - 1, -1, -1)
+                  if _dledger_first_record_matches(files[i], min_timestamp, queues_max)),
                  0)
     cut = files[start].base_offset
     for seg in files[start:]:
@@ -1085,12 +1114,16 @@ def dledger_units_never_rebuilt(store: Store, queue_cut: int, reput_from: int, l
 
 
 def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Checkpoint | None = None,
-                 message_index_safe: bool = False, check_crc: bool = True, framer=None) -> tuple:
-    """(start index, recovered end, the SegmentWalk it ends in, stop kind, notes, start problems) of a DLedger store
+                 message_index_safe: bool = False, check_crc: bool = True, framer=None,
+                 queues_max: int | None = None) -> tuple:
+    """(start index, recovered end, the SegmentWalk it ends in, stop kind, notes, start problems, unserved units,
+    where ``truncateDirtyLogicFiles`` cuts the queues) of a DLedger store
     (docs/store-format-dledger.md): DLedger's ``recover()`` ends the log at its last entry that passes its header
     checks (store_format.dledger.DLedgerLog.recover); RocketMQ's ``dledgerRecoverNormally`` truncates the consume
     queues there.  (RocketMQ's commit-log max offset is DLedger's committed position, which the node's next
-    election as leader brings up to the ledger's end.)  ``framer``: DLedgerLog's (the compiled entry walk)."""
+    election as leader brings up to the ledger's end.)  ``framer``: DLedgerLog's (the compiled entry walk).
+    ``queues_max``: a RocksDB queue store's checkpoint row (None: file queues), which decides the abnormal walk's
+    first file (:func:`_dledger_first_record_matches`)."""
     log = dledger.DLedgerLog(store.dledger_home, data_file_size=store.segment_size,
                              header_run=dledger_header_run(framer) if framer is not None else None)
     table = log.table()
@@ -1102,7 +1135,7 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
     if ledger.will_not_start:
         problems.append(ledger.will_not_start)
     if not segs:
-        return 0, 0, None, None, notes, problems, unserved
+        return 0, 0, None, None, notes, problems, unserved, 0
     end = ledger.data_end
     seg = next((s for s in reversed(segs) if s.base_offset <= end), segs[0])
     if ledger.stop is not None:
@@ -1135,14 +1168,15 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
         served = max(ledger.committed_pos, 0)
         notes.append(f"DLedger's checkpoint has {committed} committed of the ledger's {ledger.end_index}: until the "
                      f"node leads its group again RocketMQ serves only to physical offset {served}")
+    queue_cut = end  # dledgerRecoverNormally: truncateDirtyLogicFiles(DLedger's end)
     if mode == "abnormal":
         min_ts = 0 if cp is None else cp.min_timestamp_index if message_index_safe else cp.min_timestamp
-        queue_cut = dledger_abnormal_queue_cut(store, segs, end, min_ts, check_crc)
+        queue_cut = dledger_abnormal_queue_cut(store, segs, end, min_ts, check_crc, queues_max)
         # DefaultMessageStore.start: the reput starts at getConfirmOffset() = DLedger's committed position (> 0)
         reput_from = ledger.committed_pos if ledger.committed_pos > 0 else 0
         if queue_cut < end:
             unserved = dledger_units_never_rebuilt(store, queue_cut, reput_from, end)
-    return start, end, walk, kind, notes, problems, unserved
+    return start, end, walk, kind, notes, problems, unserved, queue_cut
 
 
 def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True,
@@ -1193,7 +1227,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     used: dict[str, SegmentWalk] = {}
     given = walks or {}
     file_starts, queues_end = None, None  # the file queues' recover(), when the walk's start needs them (5.x)
-    database = queue_store_state(store) if store.dledger_home is None else None  # RocksDB's queue store
+    database = queue_store_state(store)  # RocksDB's queue store (a DLedger store may keep one: docs/store-format-dledger.md)
     batch_end = batch_queues_end(store) if database is None else -1  # the batch queues count in the queues' max
 
     def walk_of(seg: Segment) -> SegmentWalk:
@@ -1202,8 +1236,9 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         return used[seg.name]
 
     if store.dledger_home is not None:  # the CommitLog in DLedger entries: DLedger's recover() decides its end
-        start_index, max_offset, stop_walk, stop_kind, dledger_notes, dledger_problems, dledger_unserved = \
-            _dledger_end(store, segs, mode, cp, message_index_safe, check_crc, entry_framer)
+        queues_max = (database[2].dispatch_end or 0) if database else None
+        start_index, max_offset, stop_walk, stop_kind, dledger_notes, dledger_problems, dledger_unserved, \
+            queue_cut = _dledger_end(store, segs, mode, cp, message_index_safe, check_crc, entry_framer, queues_max)
         redispatch_from = None
         notes += dledger_notes
         found += [("dledger", text) for text in dledger_problems]
@@ -1237,7 +1272,11 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     max_cq = max(max_cq, queue_dispatch_end(store.loc, store.queue_listing))  # a RocksDB queue's checkpoint row (store_format.queues)
     truncation = {k: q for k, q in queues.items() if q.dropped}
     rebuild, unserved = None, list(dledger_unserved) if store.dledger_home is not None else []
-    if database is not None:
+    if database is not None and store.dledger_home is not None:  # DLedgerCommitLog over RocksDBConsumeQueueStore
+        db_truncation, db_notes, unserved = dledger_database_recovery(database, segs, mode, queue_cut, unserved)
+        truncation.update(db_truncation)
+        notes += db_notes
+    elif database is not None:
         db_truncation, rebuild, db_notes, unserved = database_recovery(database, segs, mode, start_index, max_offset)
         truncation.update(db_truncation)
         notes += db_notes

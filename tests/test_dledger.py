@@ -575,3 +575,27 @@ def test_the_columnar_walk_gives_the_scalar_walks_entries_and_ledger(tmp_path, n
     want, got = scalar.recover(items), columnar.recover()
     assert got == want and got.entries == want.entries and got.stop == want.stop
     assert family.broker_rows(columnar) == family.broker_rows(scalar)
+
+
+def test_a_rocksdb_queue_store_under_dledger_is_truncated_where_dledger_ends(tmp_path):
+    """storeType=defaultRocksDB with enableDLegerCommitLog (a RocksDBMessageStore over a DLedgerCommitLog, possible
+    in 5.3.3): the DLedger fixture with the rocksdb-cq fixture's RocksDB consume queue for its queues.  Clean, its
+    checkpoint row (497836) is behind DLedger's end: nothing is cut.  With DLedger's ledger ending at entry 101 (a
+    term going backwards), dledgerRecoverNormally runs truncateDirtyLogicFiles there, RocksDB's truncateDirty: each
+    queue whose max row lies past the cut gets it moved back."""
+    from store_format.recovery import predict_recovery, queue_store_state
+    from store_format.store import Store
+
+    root = _copy(tmp_path / "store")
+    shutil.rmtree(root / "consumequeue")
+    shutil.copytree(FIXTURES_5X / "rocksdb-cq" / "store" / "consumequeue", root / "consumequeue")
+    assert queue_store_state(Store(root))[2].dispatch_end == 497836
+    clean = predict_recovery(Store(root))
+    assert (clean.max_physical_offset, clean.cq_truncation) == (manifest()["readBack"]["afterLoad"]["commitLogMaxOffset"],
+                                                                {})
+    _term_goes_backwards_at_101(root)
+    cut = predict_recovery(Store(root))
+    end = _raw(101)["pos"]
+    assert cut.max_physical_offset == end and cut.cq_truncation
+    assert all(q.reason == "max_row_corrected" and q.max_physic_offset >= end for q in cut.cq_truncation.values())
+    assert any("truncateDirty" in n for n in cut.notes)  # the queues whose first unit lies past the cut too
