@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -733,10 +733,41 @@ class QueueRebuild:
     end_offset: int
     commitlog_min_offset: int
     first_record_skipped: bool
+    #: {(topic, queue id): its max offset after the rebuild} (:func:`rebuilt_queue_ends`); a queue not in it: 0
+    queue_ends: dict = field(default_factory=dict, compare=False)
 
     @property
     def bytes(self) -> int:
         return max(0, self.end_offset - self.from_offset)
+
+
+def rebuilt_queue_ends(store: Store, rebuild: QueueRebuild, check_crc: bool = True) -> dict:
+    """Each queue's max offset once the broker has rebuilt an empty database queue store: the queue is rebuilt at
+    its records' own queue offsets from the records the recovery re-dispatches (from ``rebuild.from_offset`` to
+    the recovered end; not the record at offset 0 when ``first_record_skipped``), those that get a unit of their
+    own in ``consumequeue/`` (a NOT or COMMIT transaction type, a topic no ``queue.type`` sends elsewhere:
+    store_format.queues.Dispatch), so its max is its last such record's queue offset + 1.  A Python walk of those
+    segments: it runs only for an empty database."""
+    from .commitlog import walk_buffer
+    from .queues import FILE, Dispatch
+
+    dispatch, ends = Dispatch.of(store), {}
+    for seg in store.segments:
+        if seg.base_offset + seg.length <= rebuild.from_offset or seg.base_offset >= rebuild.end_offset:
+            continue
+        with ReadOnlyMap(seg.path) as m:
+            for fr in walk_buffer(m.buf, seg.name, seg.base_offset, check_crc=check_crc):
+                phys = fr.physical_offset
+                if fr.kind != "message" or phys >= rebuild.end_offset:
+                    break
+                msg = fr.message
+                if phys < rebuild.from_offset or (phys == 0 and rebuild.first_record_skipped) or \
+                        msg.sys_flag & L.TRANSACTION_MASK not in (L.TRANSACTION_NOT_TYPE, L.TRANSACTION_COMMIT_TYPE):
+                    continue
+                key = (msg.topic, msg.queue_id)
+                ends[key] = max(ends.get(key, 0), msg.queue_offset + 1)
+    own = dispatch.own_units_in(FILE.folder, [t for t, _ in ends])
+    return {key: end for (key, end), mine in zip(ends.items(), own) if mine}
 
 
 @dataclass(frozen=True)
@@ -1280,6 +1311,8 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
         db_truncation, rebuild, db_notes, unserved = database_recovery(database, segs, mode, start_index, max_offset)
         truncation.update(db_truncation)
         notes += db_notes
+        if rebuild is not None:
+            rebuild = replace(rebuild, queue_ends=rebuilt_queue_ends(store, rebuild, check_crc))
 
     if force and not settings.enabled_append_prop_crc:
         notes.append("forceVerifyPropCRC is on and enabledAppendPropCRC is off: the records the broker writes from its "

@@ -85,6 +85,23 @@ def test_an_empty_database_is_rebuilt_from_the_first_segment(tmp_path):
     assert p.queue_rebuild == QueueRebuild("rocksdb", "abnormal", LAST, 262144, CHECKPOINT, 262144, False)
 
 
+def test_the_rebuilt_queues_max_offsets_are_the_recovery_models_own(tmp_path):
+    """The max offset of each queue a rebuild re-dispatches (QueueRebuild.queue_ends, what the audit compares the
+    committed offsets with) is its last re-dispatched record's queue offset + 1, the database's own max before it
+    was emptied; a normal recovery skips the record at offset 0 (a queue holding only it is rebuilt empty, left
+    out); with the first segment aged out, the queues restart from the records left."""
+    full = {k: units[-1][0] + 1 for k, units in units_of(STORE).items()}
+    root = emptied(whole_store_copy(tmp_path))
+    (first, only), = [(k, len(units) == 1) for k, units in units_of(STORE).items() if units[0][1] == 0]
+    normal = predict_recovery(Store(root)).queue_rebuild.queue_ends
+    assert normal == ({k: e for k, e in full.items() if k != first} if only else full) and len(normal) >= 10
+    (root / "abort").write_bytes(b"")
+    assert predict_recovery(Store(root)).queue_rebuild.queue_ends == full
+    (root / "commitlog" / ("0" * 20)).unlink()
+    left = {k: units[-1][0] + 1 for k, units in units_of(STORE).items() if units[-1][1] >= 262144}
+    assert predict_recovery(Store(root)).queue_rebuild.queue_ends == left
+
+
 def test_a_checkpoint_past_the_cut_moves_each_queues_max_back(tmp_path):
     root = whole_store_copy(tmp_path)
     cut = cut_last_segment(root)

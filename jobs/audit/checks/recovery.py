@@ -205,31 +205,18 @@ def _unserved_why(u, recovered_end: int) -> str:
 
 def _above_rebuilt_max(ctx, name: str, r) -> list[tuple]:
     """(group, topic, queue id, committed offset, the queue's max offset after the rebuild) of every committed
-    offset (config/consumerOffset.json) above its queue's max once the broker has rebuilt it: each queue is
-    rebuilt at its records' own queue offsets from the records the recovery re-dispatches (the kept messages
-    without a unit, the consumequeue family's ``consumequeue.missing`` rows, from ``r.from_offset`` on; not the
-    record at offset 0 when ``r.first_record_skipped``), so its max is its last such record's queue offset + 1, and
-    0 for a queue with none.  A pull above the max is OFFSET_OVERFLOW_BADLY and the broker answers the max as the
-    next offset (DefaultMessageStore.getMessage, 5.3.3 DefaultMessageStore.java:828-839, nextOffsetCorrection:1729):
-    the group is set back to it."""
-    queues = next((f for f in ctx.families if f.name == "consumequeue"), None)
-    if queues is None:  # the family that finds the messages without a unit did not run: nothing to tell by
-        return []
+    offset (config/consumerOffset.json) above its queue's max once the broker has rebuilt it (the recovery model's
+    ``r.queue_ends``: store_format.recovery.rebuilt_queue_ends; 0 for a queue with no record re-dispatched).  A pull
+    above the max is OFFSET_OVERFLOW_BADLY and the broker answers the max as the next offset
+    (DefaultMessageStore.getMessage, 5.3.3 DefaultMessageStore.java:828-839, nextOffsetCorrection:1729): the group
+    is set back to it."""
     t = ctx.committed_offsets
     t = t.filter(pc.equal(t.column("broker"), name))
     if not t.num_rows:
         return []
-    m = ctx.partial("consumequeue.missing", queues.emits["consumequeue.missing"])
-    phys = m.column("physical_offset")
-    keep = pc.and_(pc.equal(m.column("broker"), name), pc.greater_equal(phys, r.from_offset))
-    if r.first_record_skipped:
-        keep = pc.and_(keep, pc.not_equal(phys, 0))
-    m = m.filter(keep)
-    ends = {(x["topic"], x["queue_id"]): x["queue_offset_max"] + 1 for x in m.group_by(["topic", "queue_id"]).aggregate(
-        [("queue_offset", "max")]).to_pylist()}
     out = []
     for x in t.select(["group", "topic", "queue_id", "offset"]).to_pylist():
-        top = ends.get((x["topic"], x["queue_id"]), 0)
+        top = r.queue_ends.get((x["topic"], x["queue_id"]), 0)
         if x["offset"] > top:
             out.append((x["group"], x["topic"], x["queue_id"], x["offset"], top))
     return sorted(out, key=lambda g: (g[1], g[2], g[0]))
@@ -343,7 +330,7 @@ def _topic_from_queue(store, offset: int, queue_id, queue_offset) -> str | None:
 
 FAMILY = Family(
     "recovery", "what the broker will do at start: whether it starts, where it cuts, what it drops, deletes, rebuilds",
-    in_range=in_range, on_driver=on_driver, rank=10, blockers_predicted=True, reads=("consumequeue.missing",),
+    in_range=in_range, on_driver=on_driver, rank=10, blockers_predicted=True,
     metrics={"messages_lost": "messages the predicted recovery drops, damaged and intact (broker)",
              "damaged_messages_lost": "of those, the damaged records that still frame a message (broker)",
              "predicted_max_physical_offset": "where the broker's recovery will end the commitlog (broker)"})
