@@ -246,7 +246,22 @@ def predicted_cut(inp, opts: Options):
         store = Store(inp.root, segment_size=opts.segment_size)
     except StoreFormatError:
         return None
-    return predict_cut(store, settings, check_crc=opts.check_crc).cut
+    return predict_cut(store, settings, check_crc=opts.check_crc, salvage_stops=_given_stops(inp.broker, opts)).cut
+
+
+def _given_stops(broker: str, opts: Options) -> dict[str, int]:
+    """{segment: first stop} of ``broker``'s segments whose ends the first pass gave (``segmentEnds``): the recovery
+    prediction's walk goes on from there, instead of framing (and checking the CRC of) the same gigabytes a second
+    time.  With ``checkCrc`` only as far as the first pass checked the CRCs (its ``crc_checked_before``)."""
+    if opts.ends in ("planner", "unresolved"):
+        return {}
+    stops = {}
+    for key, (first_stop, _first_blank, *checked) in json.loads(opts.ends).items():
+        owner, _, segment = key.rpartition("/")
+        stop = (checked[0] if checked else 0) if opts.check_crc else first_stop
+        if owner == broker and stop:
+            stops[segment] = int(stop)
+    return stops
 
 
 def walk_options(opts: Options) -> dict:

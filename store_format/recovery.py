@@ -125,19 +125,27 @@ class SegmentWalk:
                    frame.size)
 
 
-def recovery_walk(segment: Segment, check_crc: bool = True, force_verify_prop_crc: bool = False) -> SegmentWalk:
+def recovery_walk(segment: Segment, check_crc: bool = True, force_verify_prop_crc: bool = False,
+                  salvage_stop: int | None = None) -> SegmentWalk:
     """The one definition of a segment's recovery walk (``CommitLog.checkMessageAndReturnSize`` record by record
     from the segment's start, as ``recoverNormally`` / ``recoverAbnormally`` do), framed in bulk.  With
     ``force_verify_prop_crc`` (and ``check_crc``, checkCRCOnRecover) the broker checks each record's ``__CRC32#``
     instead of its body CRC (store-format-5x.md section 1.3): the walk frames without the body CRC and ends at the
-    first record the forced check refuses (:func:`forced_crc_stop`), if that comes first."""
+    first record the forced check refuses (:func:`forced_crc_stop`), if that comes first.
+
+    ``salvage_stop``: the segment's first stop or blank as the salvage walk with the same ``check_crc`` found it
+    (store_format.scan.SegmentEnds.first_stop, e.g. a data source's first pass).  That walk checks everything this
+    one does and the PHYSICALOFFSET besides, so the broker accepts every record before it and this walk goes on
+    from there instead of from the segment's start; not with the forced ``__CRC32#`` check, which the salvage walk
+    does not make."""
     force = force_verify_prop_crc and check_crc
     if dledger.is_data_file(segment.loc):  # DLedger's own walk: headers only, no record CRC (its recover())
         with ReadOnlyMap(segment.path) as m:
             items = dledger_items(m.buf, segment.name, segment.base_offset, check_crc=False, salvage=False)
             return SegmentWalk.of(items.others[len(items) - 1], segment.base_offset)
+    start = salvage_stop if salvage_stop is not None and not force else 0
     with ReadOnlyMap(segment.path) as m:
-        items = walk_arrays(m.buf, segment.name, segment.base_offset, check_crc=check_crc and not force,
+        items = walk_arrays(m.buf, segment.name, segment.base_offset, start=start, check_crc=check_crc and not force,
                             check_physical_offset=False)
         last = SegmentWalk.of(items.others[len(items) - 1], segment.base_offset)
         if force:
@@ -971,12 +979,14 @@ class Cut:
 
 
 def predict_cut(store: Store, settings: RecoverySettings | None = None, *, check_crc: bool = True,
-                message_index_safe: bool = False) -> RecoveryPrediction:
+                message_index_safe: bool = False, salvage_stops: dict[str, int] | None = None) -> RecoveryPrediction:
     """The prediction a walk needs, the same as the audit's (:func:`predict_recovery`) without what it costs to
     count the losses: no lost records enumerated, no consume queue read (its :attr:`~RecoveryPrediction.cut`,
-    mode, start problems and notes are the audit's; its counts and queue truncations are empty)."""
+    mode, start problems and notes are the audit's; its counts and queue truncations are empty).
+    ``salvage_stops``: {segment name: its salvage walk's first stop} already found with ``check_crc``
+    (:func:`recovery_walk`'s ``salvage_stop``), so those segments are not framed again up to there."""
     return predict_recovery(store, message_index_safe=message_index_safe, check_crc=check_crc,
-                            enumerate_lost=False, queue_starts={}, settings=settings)
+                            enumerate_lost=False, queue_starts={}, settings=settings, salvage_stops=salvage_stops)
 
 
 def _first_record_matches(seg: Segment, min_timestamp: int) -> bool:
@@ -1213,7 +1223,8 @@ def _dledger_end(store: Store, segs: list[Segment], mode: str = "normal", cp: Ch
 def predict_recovery(store: Store, *, message_index_safe: bool = False, check_crc: bool = True,
                      walks: dict[str, SegmentWalk] | None = None, enumerate_lost: bool = True,
                      queue_starts: dict | None = None, settings: RecoverySettings | None = None,
-                     offset_scan=None, entry_framer=None) -> RecoveryPrediction:
+                     offset_scan=None, salvage_stops: dict[str, int] | None = None,
+                     entry_framer=None) -> RecoveryPrediction:
     """What the broker will do when it starts on ``store``.
 
     ``walks``: recovery-walk outcomes by segment name (:func:`recovery_walk`), e.g. computed in parallel; a
@@ -1225,7 +1236,8 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     each queue (:func:`finish_queue`, with :func:`truncates_queues`' decision).  ``settings``: broker.conf's
     ``__CRC32#`` switches (store_format.brokerconf.RecoverySettings; default: both off, as in 5.3.3):
     ``forceVerifyPropCRC`` changes the walk (:func:`recovery_walk`), and the ``walks`` given must have been
-    decided the same way.  ``offset_scan``: a compiled scanner of consumerOffset.json
+    decided the same way.  ``salvage_stops``: {segment name: the salvage walk's first stop there}, where a walk
+    not given starts (:func:`recovery_walk`).  ``offset_scan``: a compiled scanner of consumerOffset.json
     (store_format.config.offset_columns'), so that a busy broker's offsets cost no Python object each when their
     load is predicted.  ``entry_framer``: a bulk framer with an ``entry_walk`` (decoding.kernels.CompiledFramer), so
     that a DLedger log's entries are walked and checked as arrays (store_format.dledger.DLedgerLog.table)."""
@@ -1256,14 +1268,15 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     notes += cp_notes
 
     used: dict[str, SegmentWalk] = {}
-    given = walks or {}
+    given, stops = walks or {}, salvage_stops or {}
     file_starts, queues_end = None, None  # the file queues' recover(), when the walk's start needs them (5.x)
     database = queue_store_state(store)  # RocksDB's queue store (a DLedger store may keep one: docs/store-format-dledger.md)
     batch_end = batch_queues_end(store) if database is None else -1  # the batch queues count in the queues' max
 
     def walk_of(seg: Segment) -> SegmentWalk:
         if seg.name not in used:
-            used[seg.name] = given[seg.name] if seg.name in given else recovery_walk(seg, check_crc, force)
+            used[seg.name] = given[seg.name] if seg.name in given else \
+                recovery_walk(seg, check_crc, force, stops.get(seg.name))
         return used[seg.name]
 
     if store.dledger_home is not None:  # the CommitLog in DLedger entries: DLedger's recover() decides its end

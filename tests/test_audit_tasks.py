@@ -7,7 +7,7 @@ from jobs.audit import job as audit_job
 from jobs.audit.tasks import RunInfo, pack, run_tasks
 from runtime.session import Executor
 
-from .support.counted import CountedTask
+from .support.counted import CountedFacts, CountedTask
 
 SIZES = [50, 10, 40, 30, 20, 60, 5, 35]  # eight tasks of uneven cost: six bins on two cores (TASKS_PER_CORE 3)
 
@@ -35,6 +35,27 @@ def test_each_spark_task_unpickles_its_own_bin_only(spark):
     assert any(r["worker_tasks_before"] > 0 for r in tasks)
     job = outputs.get("_spark_job").to_pylist()[0]
     assert job["bins"] == len(bins) and job["work_bytes"] == sum(r["work_bytes"] for r in tasks)
+
+
+def test_shared_objects_are_unpickled_once_per_python_worker(spark):
+    """What many tasks share (a broker's facts: jobs/audit/tasks.py ``Shared``) is shipped apart from the bins and
+    unpickled once in each Python worker, however many bins that worker runs; its tasks there share one object."""
+    import uuid
+
+    facts = CountedFacts(uuid.uuid4().hex)
+    tasks = [CountedTask(i, size, facts) for i, size in enumerate(SIZES)]
+    outputs = run_tasks(spark, tasks, Executor("spark", 2), RunInfo(None))
+
+    seen = outputs.get("shared").to_pylist()
+    assert sorted(r["task"] for r in seen) == list(range(len(SIZES)))
+    workers = {r["pid"] for r in seen}
+    bins = outputs.get("_spark_job").to_pylist()[0]["bins"]
+    assert len(workers) < bins  # reused workers: the case where per-bin shipping would unpickle it again
+    assert all(r["unpickled"] == 1 for r in seen)  # once in each worker (per bin: up to 3 times in one)
+    assert all(len({r["facts"] for r in seen if r["pid"] == pid}) == 1 for pid in workers)
+    # the bins carry a reference, not the facts: the shared bytes are counted once for the stage
+    job = outputs.get("_spark_job").to_pylist()[0]
+    assert job["shared_bytes"] > 0
 
 
 def test_driver_and_spark_make_the_same_tables(spark):

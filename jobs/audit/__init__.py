@@ -7,4 +7,15 @@ and how it is cut into tasks), ``resend`` (the messages to re-send); ``routes`` 
 units, index entries); ``survey`` and ``scan`` (the two stages' tasks and their builders); ``checks/`` (one module
 per check family, and their registry); ``context`` (the driver's view of a dump and the facts the families share),
 ``groups``, ``report`` and ``verdict`` (what the report says); ``job`` (the command line and the run)."""
-from .job import AuditResult, build_parser, main, run  # noqa: F401
+
+_FROM_JOB = ("AuditResult", "build_parser", "main", "run")
+
+
+def __getattr__(name: str):
+    """The job's names, imported when first asked for: a Python worker running the audit's tasks imports
+    ``jobs.audit.tasks``, ``scan`` and the checks, never the driver's run (its report and pandas)."""
+    if name in _FROM_JOB:
+        from . import job
+
+        return getattr(job, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -450,7 +450,8 @@ def _spark_cost_lines(stage: str, outputs) -> list[str]:
                  f"({max(ages):.2f} s at most from fork to the audit's code: Spark's command, the project's import)"
                  if ages else "(every worker reused from the stage before)"),
             line("task shipping", f"{job['work_bytes'] / 1024:.1f} KiB",
-                 f"(at most {max(r['work_bytes'] for r in rows) / 1024:.1f} KiB a task; pickled in "
+                 f"(at most {max(r['work_bytes'] for r in rows) / 1024:.1f} KiB a task, and "
+                 f"{job['shared_bytes'] / 1024:.1f} KiB they share, shipped apart once; pickled in "
                  f"{job['pickle_seconds']:.2f} s, unpickled in {sum(r['unpickle_seconds'] for r in rows):.2f} s "
                  f"in all)"),
             line("kernel load on executors", f"{sum(r['kernel_load_seconds'] for r in loads):.2f} s",

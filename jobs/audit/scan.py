@@ -35,7 +35,7 @@ from decoding.kernels import CompiledFramer
 
 from .plan import NEGATIVE_BUCKET, bucket_of
 from .routes import ROUTES, VIEW
-from .tasks import Emitter, failure_row
+from .tasks import Emitter, Shared, failure_row
 
 INF = np.iinfo(np.int64).max
 NEG_INF = np.iinfo(np.int64).min
@@ -53,8 +53,9 @@ IN_DAMAGE, MID_RECORD, OUTSIDE = 0, 1, 2
 
 
 @dataclass
-class BrokerFacts:
-    """What every scan task of one broker shares (decided on the driver between survey and scan)."""
+class BrokerFacts(Shared):
+    """What every scan task of one broker shares (decided on the driver between survey and scan): on a Spark job,
+    shipped once per stage, not with each bin (jobs/audit/tasks.py :class:`Shared`)."""
 
     broker: str
     families: tuple  # the jobs.audit.contract.Family objects this audit runs (their hooks)

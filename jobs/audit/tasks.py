@@ -6,8 +6,11 @@ executor says: ``driver``, in this process's threads, the costliest first (a loc
 this machine's cores anyway); ``spark``, packed into at most ``slots`` bins of about equal cost, each bin pickled
 apart and run as one Spark task that receives that bin only (a classic session's ``parallelize`` of the bins, one
 per partition; over Spark Connect, a local relation of them through ``mapInArrow``): no data source planning round
-trip, and no task unpickling its whole stage.  A Python worker runs task after task (Spark reuses it,
-runtime/session.py), keeping what it loaded: the project's modules, the compiled kernels.
+trip, and no task unpickling its whole stage.  What many tasks share (a :class:`Shared` object: a broker's facts)
+is pickled once per stage and sent once per executor (a classic session's broadcast; over Spark Connect, with each
+Spark task's function), not with every bin.  A Python worker runs task after task (Spark reuses it,
+runtime/session.py), keeping what it loaded: the project's modules, the compiled kernels, the stage's shared
+objects.
 
 Findings never travel: each task writes its own as one Parquet file into the run's findings folder (stamped
 with the run and each finding's id, :func:`findings.as_written`), named after the task, so a retried task
@@ -37,6 +40,12 @@ FAILURES = pa.schema([("broker", pa.string()), ("what", pa.string()), ("error", 
 # its rows span (null when the table has none): the part is addressable by file and range (issue 40)
 SPILLED = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
                      ("first_offset", pa.int64()), ("last_offset", pa.int64())])
+
+
+class Shared:
+    """An object many tasks of a stage refer to (jobs/audit/scan.py's ``BrokerFacts``): on a Spark job it is
+    pickled once for the stage and unpickled once per Python worker (:func:`ship`), each bin carrying only a
+    reference to it; so the tasks that share it in one worker share one object, as they do in the driver."""
 
 
 class Task(Protocol):
@@ -196,7 +205,8 @@ def run_one(i: int, task, run: RunInfo) -> Emitter:
 
 
 # A Spark task's own work: one row per bin, its tasks pickled apart from every other bin's, so each Spark task
-# unpickles only what it runs (a function closing over the stage's bins would ship all of them to every task).
+# unpickles only what it runs (a function closing over the stage's bins would ship all of them to every task);
+# the Shared objects they refer to travel apart, once (Shipped).
 WORK = pa.schema([("bin", pa.int64()), ("work", pa.binary())])
 # What each bin cost its Spark task around the tasks themselves, for --profile's fixed cost of a cluster audit
 # (jobs/audit/job.py): which Python worker ran it and whether that process was new (Spark's command and the
@@ -210,18 +220,52 @@ SPARK_TASKS = pa.schema([
 # What the driver spent on a stage run as a Spark job (one row): pickling the bins, the job from its submission
 # to its results back (wall clock, as SPARK_TASKS'), and reading the results into tables.
 SPARK_JOB = pa.schema([
-    ("bins", pa.int64()), ("work_bytes", pa.int64()), ("pickle_seconds", pa.float64()), ("submitted", pa.float64()),
+    ("bins", pa.int64()), ("work_bytes", pa.int64()), ("shared_bytes", pa.int64()), ("pickle_seconds", pa.float64()),
+    ("submitted", pa.float64()),
     ("returned", pa.float64()), ("results_bytes", pa.int64()), ("read_seconds", pa.float64())])
 
 _spark_tasks_here = 0  # Spark tasks this Python process has run: > 0 in a reused worker (spark.python.worker.reuse)
+_shared_here: tuple[str, list] = ("", [])  # the last stage's Shared objects this process unpickled, by content key
 
 
-def ship(bins: list[list]) -> list[tuple[int, bytes]]:
-    """Each bin pickled on its own, numbered: what one Spark task receives (with cloudpickle, as Spark pickles a
-    function: a family's hook may be any callable)."""
+@dataclass(frozen=True)
+class Shipped:
+    """A stage's work as shipped (:func:`ship`): each bin's tasks pickled apart, numbered, with their
+    :class:`Shared` objects replaced by references into ``shared`` (those objects pickled once), whose ``key`` (a
+    digest of its bytes) lets a reused Python worker keep them from bin to bin."""
+
+    bins: list[tuple[int, bytes]]
+    shared: bytes
+    key: str
+
+
+def ship(bins: list[list]) -> Shipped:
+    """Each bin pickled on its own (with cloudpickle, as Spark pickles a function: a family's hook may be any
+    callable), every :class:`Shared` object it refers to pickled once for all bins."""
+    import hashlib
+
     from pyspark import cloudpickle
 
-    return [(b, cloudpickle.dumps(items)) for b, items in enumerate(bins)]
+    shared: list = []
+    numbers: dict[int, int] = {}  # id() of a Shared object -> its place in ``shared``
+
+    class Pickler(cloudpickle.Pickler):
+        def persistent_id(self, obj):
+            if not isinstance(obj, Shared):
+                return None
+            if id(obj) not in numbers:
+                numbers[id(obj)] = len(shared)
+                shared.append(obj)
+            return numbers[id(obj)]
+
+    def dumps(items) -> bytes:
+        sink = io.BytesIO()
+        Pickler(sink).dump(items)
+        return sink.getvalue()
+
+    pickled = [(b, dumps(items)) for b, items in enumerate(bins)]
+    blob = cloudpickle.dumps(shared)
+    return Shipped(pickled, blob, hashlib.sha256(blob).hexdigest())
 
 
 def _worker_age() -> float | None:
@@ -237,10 +281,29 @@ def _worker_age() -> float | None:
         return None
 
 
-def run_shipped(work, run: RunInfo):
-    """Run the bins one Spark task received (``(bin, pickled tasks)`` pairs, :func:`ship`); yields their partial
-    tables as ``(name, Arrow IPC stream)`` pairs, and one :data:`SPARK_TASKS` row per bin (``_spark_tasks``)."""
+def _unpickle(payload: bytes, shared: list):
+    """Pickled tasks (:func:`ship`), their references to :class:`Shared` objects resolved in ``shared``."""
     import pickle
+
+    unpickler = pickle.Unpickler(io.BytesIO(payload))
+    unpickler.persistent_load = shared.__getitem__
+    return unpickler.load()
+
+
+def _shared_objects(key: str, blob) -> list:
+    """The stage's :class:`Shared` objects, unpickled once per Python worker and stage (``blob()`` gives their
+    bytes: a broadcast's value is read only when this worker has not them yet)."""
+    global _shared_here
+    if _shared_here[0] != key:
+        _shared_here = ("", [])  # the last stage's let go first
+        _shared_here = (key, _unpickle(blob(), []))
+    return _shared_here[1]
+
+
+def run_shipped(work, run: RunInfo, key: str, shared):
+    """Run the bins one Spark task received (``(bin, pickled tasks)`` pairs, :func:`ship`; ``shared()`` gives the
+    bytes of the stage's Shared objects, whose digest is ``key``); yields their partial tables as
+    ``(name, Arrow IPC stream)`` pairs, and one :data:`SPARK_TASKS` row per bin (``_spark_tasks``)."""
     import socket
 
     from decoding.kernels import KERNEL_LOAD, tune_allocator
@@ -251,7 +314,7 @@ def run_shipped(work, run: RunInfo):
         started, t0 = time.time(), time.perf_counter()
         before, age = _spark_tasks_here, _worker_age() if _spark_tasks_here == 0 else None
         had_kernels = bool(KERNEL_LOAD)
-        items = pickle.loads(payload)
+        items = _unpickle(payload, _shared_objects(key, shared))
         unpickled = time.perf_counter() - t0
         for i, task in items:
             for batch in run_one(i, task, run).batches():
@@ -270,33 +333,43 @@ def run_shipped(work, run: RunInfo):
             yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
 
 
-def _arrow_runner(run: RunInfo):
-    """:func:`run_shipped` over ``mapInArrow``'s batches of :data:`WORK` rows (a Spark Connect session)."""
+def _arrow_runner(run: RunInfo, key: str, shared: bytes):
+    """:func:`run_shipped` over ``mapInArrow``'s batches of :data:`WORK` rows (a Spark Connect session); the
+    stage's shared objects travel with this function, once per Spark task."""
     def execute(batches):
         for batch in batches:
             work = zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
-            for name, payload in run_shipped(work, run):
+            for name, payload in run_shipped(work, run, key, lambda: shared):
                 yield pa.RecordBatch.from_pylist([{"table": name, "payload": payload}], schema=OUTPUT_SCHEMA)
     return execute
 
 
-def _run_on_spark(spark, shipped: list[tuple[int, bytes]], run: RunInfo) -> list[tuple[str, bytes]]:
+def _run_on_spark(spark, shipped: Shipped, run: RunInfo) -> list[tuple[str, bytes]]:
     """The shipped bins run as one Spark job; the ``(name, payload)`` rows they return.  A classic session
-    parallelizes them into as many partitions: one Spark task per bin, its partition that bin alone.  A Spark
-    Connect session has no RDDs: the bins are a local relation, which the server splits into at most its default
-    parallelism of partitions (a task then runs a few bins in turn), each task still receiving only its own."""
+    parallelizes them into as many partitions: one Spark task per bin, its partition that bin alone, the shared
+    objects a broadcast (sent to each executor once, read by each Python worker once).  A Spark Connect session
+    has no RDDs or broadcasts: the bins are a local relation, which the server splits into at most its default
+    parallelism of partitions (a task then runs a few bins in turn), each task still receiving only its own bins
+    and the shared objects once."""
     from runtime.session import is_connect
 
     if is_connect(spark):
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        work = pa.table({"bin": [b for b, _ in shipped], "work": [w for _, w in shipped]}, schema=WORK)
-        rows = spark.createDataFrame(work).mapInArrow(_arrow_runner(run), from_arrow_schema(OUTPUT_SCHEMA)).toArrow()
+        work = pa.table({"bin": [b for b, _ in shipped.bins], "work": [w for _, w in shipped.bins]}, schema=WORK)
+        rows = spark.createDataFrame(work).mapInArrow(_arrow_runner(run, shipped.key, shipped.shared),
+                                                      from_arrow_schema(OUTPUT_SCHEMA)).toArrow()
         return list(zip(rows.column("table").to_pylist(), rows.column("payload").to_pylist()))
     import functools
 
-    rdd = spark.sparkContext.parallelize(shipped, len(shipped))
-    return rdd.mapPartitions(functools.partial(run_shipped, run=run)).collect()
+    sc = spark.sparkContext
+    shared = sc.broadcast(shipped.shared)
+    try:
+        rdd = sc.parallelize(shipped.bins, len(shipped.bins))
+        return rdd.mapPartitions(functools.partial(run_shipped, run=run, key=shipped.key,
+                                                   shared=lambda: shared.value)).collect()
+    finally:
+        shared.destroy()  # the job is done: the executors' and driver's copies let go
 
 
 def run_tasks(spark, tasks: list[Task], executor, run: RunInfo, *, phase=None) -> "Outputs":
@@ -318,7 +391,8 @@ def run_tasks(spark, tasks: list[Task], executor, run: RunInfo, *, phase=None) -
     outputs = Outputs.of(pa.table({"table": [n for n, _ in rows], "payload": [p for _, p in rows]},
                                   schema=OUTPUT_SCHEMA))
     outputs.partials["_spark_job"] = pa.table({
-        "bins": [len(shipped)], "work_bytes": [sum(len(w) for _, w in shipped)], "pickle_seconds": [pickled],
+        "bins": [len(shipped.bins)], "work_bytes": [sum(len(w) for _, w in shipped.bins)],
+        "shared_bytes": [len(shipped.shared)], "pickle_seconds": [pickled],
         "submitted": [submitted], "returned": [returned], "results_bytes": [sum(len(p) for _, p in rows)],
         "read_seconds": [time.perf_counter() - t1]}, schema=SPARK_JOB)
     return outputs
