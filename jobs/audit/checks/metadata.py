@@ -104,6 +104,9 @@ def on_driver(ctx) -> FamilyResult:
             at = np.flatnonzero(pc.and_(sourced, pc.equal(t.column("broker"), b)).to_numpy(zero_copy_only=False))
             if len(at):
                 sources[b] = t.column("source")[int(at[0])].as_py()
+        if table == "consumer_offsets":  # a file spilled (AuditContext.consumer_offset_parts): read, every row
+            for spilled in ctx.spilled_offsets:
+                counts[spilled.broker], sources[spilled.broker] = spilled.rows, spilled.source
         for s in ctx.stores:
             mine = counts.get(s.name, 0) > 0
             errs = [r for r in errors if r["broker"] == s.name]
@@ -168,17 +171,25 @@ def on_driver(ctx) -> FamilyResult:
 
     with_groups = [s.name for s in ctx.stores if present[(s.name, "subscription_groups")]]
     if with_groups:
-        groups = {(r["broker"], r["group"]) for r in ctx.metadata("subscription_groups").to_pylist()
-                  if r["group"] is not None}
-        t = ctx.metadata("consumer_offsets").select(["broker", "group"])
-        keep = pc.and_(pc.is_valid(t.column("group")), pc.is_in(t.column("broker"), pa.array(with_groups, pa.string())))
-        if pc.all(keep).as_py() is False:
-            t = t.filter(keep)
-        pairs = t.group_by(["broker", "group"], use_threads=False).aggregate([])
-        offsets = sorted(zip(pairs.column("broker").to_pylist(), pairs.column("group").to_pylist()))
+        groups: dict[str, list] = {}
+        for r in ctx.metadata("subscription_groups").to_pylist():
+            if r["group"] is not None:
+                groups.setdefault(r["broker"], []).append(r["group"])
+        offsets = set()
+        # store by store, a batch at a time where the file was spilled: only the groups missing from the config
+        # become objects
+        for t in ctx.consumer_offset_parts():
+            t = t.select(["broker", "group"])
+            for b in with_groups:
+                mine = t.filter(pc.and_(pc.equal(t.column("broker"), b), pc.is_valid(t.column("group"))))
+                if not mine.num_rows:
+                    continue
+                missing = mine.filter(pc.invert(pc.is_in(mine.column("group"),
+                                                         pa.array(groups.get(b, []), pa.string()))))
+                offsets.update((b, g) for g in pc.unique(missing.column("group")).to_pylist())
         res.findings.append(finding_rows("metadata.group_not_in_config", [dict(
             broker=b, file="config/consumerOffset.json", values={"group": g},
-            details={"group": g, "key": g}) for b, g in offsets if (b, g) not in groups]))
+            details={"group": g, "key": g}) for b, g in sorted(offsets)]))
     return res
 
 

@@ -215,24 +215,31 @@ def _above_rebuilt_max(ctx, name: str, r) -> list[tuple]:
     queues = next((f for f in ctx.families if f.name == "consumequeue"), None)
     if queues is None:  # the family that finds the messages without a unit did not run: nothing to tell by
         return []
-    t = ctx.committed_offsets
-    t = t.filter(pc.equal(t.column("broker"), name))
-    if not t.num_rows:
-        return []
+    ends = None
+    out = []
+    for t in ctx.committed_offset_batches(units=False):  # a batch at a time where the file was spilled
+        t = t.filter(pc.equal(t.column("broker"), name))
+        if not t.num_rows:
+            continue
+        if ends is None:
+            ends = _rebuilt_ends(ctx, queues, name, r)
+        for x in t.select(["group", "topic", "queue_id", "offset"]).to_pylist():
+            top = ends.get((x["topic"], x["queue_id"]), 0)
+            if x["offset"] > top:
+                out.append((x["group"], x["topic"], x["queue_id"], x["offset"], top))
+    return sorted(out, key=lambda g: (g[1], g[2], g[0]))
+
+
+def _rebuilt_ends(ctx, queues, name: str, r) -> dict[tuple, int]:
+    """(topic, queue id) -> the queue's max offset once the broker has rebuilt it (:func:`_above_rebuilt_max`)."""
     m = ctx.partial("consumequeue.missing", queues.emits["consumequeue.missing"])
     phys = m.column("physical_offset")
     keep = pc.and_(pc.equal(m.column("broker"), name), pc.greater_equal(phys, r.from_offset))
     if r.first_record_skipped:
         keep = pc.and_(keep, pc.not_equal(phys, 0))
     m = m.filter(keep)
-    ends = {(x["topic"], x["queue_id"]): x["queue_offset_max"] + 1 for x in m.group_by(["topic", "queue_id"]).aggregate(
+    return {(x["topic"], x["queue_id"]): x["queue_offset_max"] + 1 for x in m.group_by(["topic", "queue_id"]).aggregate(
         [("queue_offset", "max")]).to_pylist()}
-    out = []
-    for x in t.select(["group", "topic", "queue_id", "offset"]).to_pylist():
-        top = ends.get((x["topic"], x["queue_id"]), 0)
-        if x["offset"] > top:
-            out.append((x["group"], x["topic"], x["queue_id"], x["offset"], top))
-    return sorted(out, key=lambda g: (g[1], g[2], g[0]))
 
 
 def _above_words(above: list[tuple]) -> str | None:
