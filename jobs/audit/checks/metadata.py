@@ -3,7 +3,8 @@
 Checks: ``metadata.config_unreadable`` (error: neither the file nor its ``.bak`` parses),
 ``metadata.config_too_large`` (warning: a file too large to parse within memory, ``store_format.config.
 CONFIG_MEMORY_LIMIT``: its checks are skipped, the rest of the store is audited; consumerOffset.json in the
-broker's layout is read as columns whatever its size),
+broker's layout is read whatever its size: as columns, or past ``CONFIG_OFFSETS_LIMIT`` streamed into the run's
+partials and read a batch at a time -- only running out of memory or disk on the way skips it),
 ``metadata.config_from_backup`` (warning: the main file was empty or broken; the broker loads the ``.bak``),
 ``metadata.config_missing`` (info), ``metadata.topic_not_in_config`` (warning: a topic with consume queues but
 no topics.json entry; info for system topics, which 4.9.7 itself leaves out, e.g. RMQ_SYS_TRANS_OP_HALF_TOPIC;
@@ -41,8 +42,10 @@ check("metadata.config_too_large", Severity.WARNING,
       "audited)",
       consequence=Consequence.COSMETIC,
       action=f"Audit it on a machine with more memory, with {CONFIG_MEMORY_LIMIT_ENV} (bytes) raised past its size "
-             f"(consumerOffset.json: {CONFIG_OFFSETS_LIMIT_ENV} past the offsets its error counts); a broker writes a "
-             "config file this large only with millions of entries, so look at why.")
+             "(consumerOffset.json as brokers write it is never skipped for its size: past "
+             f"{CONFIG_OFFSETS_LIMIT_ENV} offsets the audit spills it to the output's partials, so give that disk "
+             "room and the driver memory for its maps); a broker writes a config file this large only with millions "
+             "of entries, so look at why.")
 check("metadata.config_from_backup", Severity.WARNING, "{file} is empty or broken; the broker will load {name}.bak",
       consequence=Consequence.DATA_AT_RISK,
       action="Expected after a crash during a write; the `.bak` may be slightly older.")
