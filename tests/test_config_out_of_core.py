@@ -136,3 +136,36 @@ def test_a_consumer_offsets_file_past_what_memory_holds_is_audited_within_a_memo
     assert got == {"lag_rows": offsets, "findings": ["metadata.config_missing", "metadata.topic_not_in_config"]}, got
     whole = _under_a_limit(root, tmp_path / "whole", 10**12, budget)
     assert "memory_error" in whole, whole
+
+
+def test_a_spill_that_fails_is_the_files_config_too_large_naming_its_size_and_offsets(tmp_path, monkeypatch):
+    """No room for the spill (an OSError writing it): the file's finding metadata.config_too_large names it, its size
+    and its offsets, and the rest runs (an empty lag table) -- never an unnamed error."""
+    import errno
+
+    import runtime.output as O
+    from jobs.audit.checks import lag, metadata
+    from jobs.audit.context import AuditContext, AuditOptions
+    from jobs.audit.plan import plan_broker
+    from runtime.stores import resolve_stores
+
+    root, offsets = _big_store(tmp_path, 2000)
+    size = (root / "config" / "consumerOffset.json").stat().st_size
+
+    def full(*args, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(X, "SPILL_OFFSETS", 0)
+    monkeypatch.setattr(O, "out_parquet_writer", full)
+    stores = resolve_stores([str(root)])
+    ctx = AuditContext(None, stores, {s.name: plan_broker(s) for s in stores}, AuditOptions(families=("lag",
+                                                                                                      "metadata")))
+    try:
+        found, checked = lag.FAMILY.on_driver(ctx), metadata.FAMILY.on_driver(ctx)
+    finally:
+        ctx.release()
+    assert found.tables["lag"].num_rows == 0
+    big = [r for t in checked.findings for r in t.to_pylist() if r["check"] == "metadata.config_too_large"]
+    assert [(r["file"], dict(r["details"])["size"]) for r in big] == [("config/consumerOffset.json", str(size))]
+    error = dict(big[0]["details"])["error"]
+    assert f"{size} bytes holding {offsets} offsets" in error and "No space left on device" in error, error

@@ -442,6 +442,7 @@ class AuditContext:
                     rows += batch.num_rows
         except (MemoryError, OSError) as e:
             batches.close()
+            _remove_quietly(path)  # no half-written part left among the run's partials
             err = C.out_of_memory(source, size, f"spilling its {entries} offsets") if isinstance(e, MemoryError) \
                 else ConfigError(ErrorKind.TOO_LARGE, f"too large to read within memory: {size} bytes holding "
                                  f"{entries} offsets (past {C.offsets_limit()}, CONFIG_OFFSETS_LIMIT), and spilling "
@@ -605,6 +606,16 @@ def _not_superseded(plain: pa.Table, carried_keys: pa.Table) -> pa.Table:
     kept = plain.select(_OFFSET_KEY).append_column("_row", row).join(carried_keys, keys=_OFFSET_KEY,
                                                                       join_type="left anti")
     return plain.take(pa.array(np.sort(kept.column("_row").to_numpy())))
+
+
+def _remove_quietly(path) -> None:
+    from runtime.output import resolve
+
+    try:
+        loc = resolve(path)
+        loc.fs.delete_file(loc.path)
+    except (OSError, ValueError):  # never written, or the file system refuses: nothing more to do
+        pass
 
 
 def _topics_of(t: pa.Table) -> pa.Array:
