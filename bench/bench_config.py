@@ -127,8 +127,11 @@ def measure(phase: str, root: Path) -> dict:
             lag = Path(f"{scratch}/out/tables/lag")
             rows = sum(pq.read_metadata(p).num_rows for p in lag.glob("*.parquet")) if lag.is_dir() else 0
             spilled = Path(f"{scratch}/out/partials/consumer_offsets")
+            findings = pq.read_table(f"{scratch}/out/findings", columns=["check", "message"])
+            failed = [m for c, m in zip(findings.column("check").to_pylist(), findings.column("message").to_pylist())
+                      if c == "broker.audit_failed"]
             return {"exit_code": code, "lag_rows": rows, "spilled": spilled.is_dir(),
-                    "findings": summary["counts"]["per_check"],
+                    "findings": summary["counts"]["per_check"], "failed": failed,
                     "driver_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     from jobs.audit.checks import lag, metadata
     from jobs.audit.context import AuditContext, AuditOptions

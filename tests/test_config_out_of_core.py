@@ -169,3 +169,31 @@ def test_a_spill_that_fails_is_the_files_config_too_large_naming_its_size_and_of
     assert [(r["file"], dict(r["details"])["size"]) for r in big] == [("config/consumerOffset.json", str(size))]
     error = dict(big[0]["details"])["error"]
     assert f"{size} bytes holding {offsets} offsets" in error and "No space left on device" in error, error
+
+
+def test_a_lag_family_that_fails_midway_leaves_no_part_of_its_table(tmp_path, monkeypatch):
+    """The lag table written a batch at a time and its family failing after the first batch (here a forced error;
+    at scale, memory): the half-written file is removed, so the outputs hold no incomplete lag table."""
+    from jobs.audit.checks import lag
+    from jobs.audit.context import AuditContext, AuditOptions
+    from jobs.audit.plan import plan_broker
+    from runtime.stores import resolve_stores
+
+    root, _ = _big_store(tmp_path, 2000)
+    monkeypatch.setattr(X, "SPILL_OFFSETS", 0)
+    monkeypatch.setattr(C, "OFFSET_BATCH_ROWS", 100)
+    real, calls = lag._flags, []
+
+    def failing(*args):
+        calls.append(1)
+        if len(calls) > 1:
+            raise MemoryError("forced")
+        return real(*args)
+
+    monkeypatch.setattr(lag, "_flags", failing)
+    stores = resolve_stores([str(root)])
+    ctx = AuditContext(None, stores, {s.name: plan_broker(s) for s in stores}, AuditOptions(families=("lag",)))
+    ctx.tables_dir, ctx.partials_dir = str(tmp_path / "out" / "tables"), str(tmp_path / "out" / "partials")
+    with pytest.raises(MemoryError):
+        lag.FAMILY.on_driver(ctx)
+    assert len(calls) == 2 and not list((tmp_path / "out" / "tables").rglob("*.parquet"))

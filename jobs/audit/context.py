@@ -580,6 +580,14 @@ class TableWriter:
 
             self._file.write_table(plain(table))
 
+    def abort(self) -> None:
+        """The table given up (its family failed): the file closed and removed, so no part of it is an output."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            _remove_quietly(self.path)
+        self._kept = []
+
     def close(self):
         from .contract import WrittenTable
 

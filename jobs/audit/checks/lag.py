@@ -232,21 +232,26 @@ def on_driver(ctx) -> FamilyResult:
     first: dict[str, tuple] = {}  # check -> (its first row in the whole table, its place in _FLAGS)
     runs, lmq = [], set()
     seen = 0
-    for t, value_set in lag_batches(ctx):
-        if writer is None:
-            whole = t  # in memory: the one batch
-        else:
-            writer.write(t)
-        rows, flags = _flags(ctx, t, value_set, topics, data_topics)
-        for k, (check_id, flag) in enumerate(zip(_FLAGS, flags)):
-            hits = np.flatnonzero(flag)
-            if len(hits):
-                first.setdefault(check_id, (seen + int(hits[0]), k))
-                flagged.setdefault(check_id, []).append(rows.take(pa.array(hits)))
-        if t.num_rows:
-            runs.append(_runs(t))
-        lmq |= _lmq_keys(t)
-        seen += t.num_rows
+    try:
+        for t, value_set in lag_batches(ctx):
+            if writer is None:
+                whole = t  # in memory: the one batch
+            else:
+                writer.write(t)
+            rows, flags = _flags(ctx, t, value_set, topics, data_topics)
+            for k, (check_id, flag) in enumerate(zip(_FLAGS, flags)):
+                hits = np.flatnonzero(flag)
+                if len(hits):
+                    first.setdefault(check_id, (seen + int(hits[0]), k))
+                    flagged.setdefault(check_id, []).append(rows.take(pa.array(hits)))
+            if t.num_rows:
+                runs.append(_runs(t))
+            lmq |= _lmq_keys(t)
+            seen += t.num_rows
+    except BaseException:  # no part of an incomplete lag table among the outputs (the family's failure names why)
+        if writer is not None:
+            writer.abort()
+        raise
     res.tables["lag"] = whole if writer is None else writer.close()
     # each check's findings in row order; the checks in the order of their first row (then as _FLAGS lists them)
     for check_id in sorted(first, key=first.get):
