@@ -18,11 +18,15 @@ outcome (ok, or the last line of the error), wall seconds and peak resident memo
            the lag table, one row an offset);
   stream   the file streamed (decoding.metadata.spill_offset_table: the maps found in one compiled pass, the rows a
            batch of maps at a time) and spilled as Parquet into a scratch folder of TMPDIR (removed after): the
-           rows written (every offset of the file), the spill's size.  Not one of the default phases' paths: the
-           audit does not read the file this way yet.
+           rows written (every offset of the file), the spill's size;
+  audit    the whole audit (jobs.audit, local Spark, --no-report) into a scratch folder of TMPDIR (removed after):
+           past the offsets limit the file is spilled into the run's partials and read a batch at a time (issue
+           40); the lag table's rows (one an offset: complete), the findings per check, and the Python driver's own
+           peak resident memory (getrusage: the JVM apart).
 
-A file of more offsets than ROCKETMQ_CONFIG_OFFSETS_LIMIT (store_format.config.CONFIG_OFFSETS_LIMIT, 32 M) is
-skipped with its finding, the columns never built: --offsets-limit raises it, to measure what they cost.
+A file of more offsets than ROCKETMQ_CONFIG_OFFSETS_LIMIT (store_format.config.CONFIG_OFFSETS_LIMIT, 32 M) is a
+TOO_LARGE error for the whole-table reads (columns, table), the columns never built, and spilled by the audit's
+(driver, audit): --offsets-limit raises it, to measure what the whole table costs.
 """
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 CACHE = REPO / "bench" / "cache"
-PHASES = ("load", "columns", "table", "driver", "stream")
+PHASES = ("load", "columns", "table", "driver", "stream", "audit")
 TOPICS = 3000
 
 
@@ -109,6 +113,26 @@ def measure(phase: str, root: Path) -> dict:
         from decoding.metadata import table_batch
 
         return {"rows": table_batch("consumer_offsets", "b", root).num_rows}
+    if phase == "audit":
+        import resource
+        import tempfile
+
+        import pyarrow.parquet as pq
+
+        from jobs.audit.job import main as audit
+
+        with tempfile.TemporaryDirectory(prefix="bench-config-audit-") as scratch:
+            code = audit(["--store", str(root), "--out", f"{scratch}/out", "--no-report"])
+            summary = json.loads(Path(f"{scratch}/out/summary.json").read_text())
+            lag = Path(f"{scratch}/out/tables/lag")
+            rows = sum(pq.read_metadata(p).num_rows for p in lag.glob("*.parquet")) if lag.is_dir() else 0
+            spilled = Path(f"{scratch}/out/partials/consumer_offsets")
+            findings = pq.read_table(f"{scratch}/out/findings", columns=["check", "message"])
+            failed = [m for c, m in zip(findings.column("check").to_pylist(), findings.column("message").to_pylist())
+                      if c == "broker.audit_failed"]
+            return {"exit_code": code, "lag_rows": rows, "spilled": spilled.is_dir(),
+                    "findings": summary["counts"]["per_check"], "failed": failed,
+                    "driver_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     from jobs.audit.checks import lag, metadata
     from jobs.audit.context import AuditContext, AuditOptions
     from jobs.audit.plan import plan_broker
@@ -155,6 +179,7 @@ def main(argv=None) -> int:
     p.add_argument("--offsets-limit", type=int, help="ROCKETMQ_CONFIG_OFFSETS_LIMIT for the phases (default: the "
                    "code's, 32 M: a bigger file is skipped with its finding); raise it to measure the columns")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results-config.json")
+    p.add_argument("--cache", type=Path, help="where the generated store is kept (default: bench/cache)")
     p.add_argument("--measure", help=argparse.SUPPRESS)
     p.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -162,6 +187,9 @@ def main(argv=None) -> int:
         print(json.dumps(measure(args.measure, args.root)))
         return 0
     t0 = time.perf_counter()
+    if args.cache is not None:
+        global CACHE
+        CACHE = args.cache
     root = cached(args.mib)
     made = json.loads((root.parent / "generated.json").read_text())
     print(f"consumerOffset.json: {made['bytes'] / 2**20:,.0f} MiB, {made['offsets']:,} offsets, {made['maps']:,} maps "

@@ -72,10 +72,13 @@ CONFIG_FILES = ("consumerOffset.json", "delayOffset.json", "topics.json", "subsc
 CONFIG_MEMORY_LIMIT = 256 << 20
 CONFIG_MEMORY_LIMIT_ENV = "ROCKETMQ_CONFIG_MEMORY_LIMIT"  # overrides it (bytes), e.g. on a machine with less memory
 TOO_LARGE_MESSAGE = "too large to parse within memory: {size} bytes (the limit is {limit}, CONFIG_MEMORY_LIMIT)"
-#: The most consumer offsets read from one file (as columns, past CONFIG_MEMORY_LIMIT too).  The audit's driver holds
-#: ~250 bytes an offset (the table, the lag table), so 32 M offsets (a ~400 MB file) take ~8 GB; a file holding more
-#: is one TOO_LARGE error naming it, its size and counts (its offsets are skipped, the rest is audited), never an
-#: out-of-memory (a 1 GiB file of 87 M offsets took more than 13 GB).  ``ROCKETMQ_CONFIG_OFFSETS_LIMIT`` changes it.
+#: The most consumer offsets held whole in memory as one table (as columns, past CONFIG_MEMORY_LIMIT too): ~250
+#: bytes an offset on the audit's driver (the table, the lag table), so 32 M offsets (a ~400 MB file) take ~8 GB.
+#: Past it a whole-table read (offset_columns, read_consumer_offsets, decoding.metadata.table_batch: the metadata
+#: source, compare, replay) is one TOO_LARGE error naming the file, its size and counts, never an out-of-memory (a
+#: 1 GiB file of 87 M offsets took more than 13 GB); the audit instead streams such a file (:func:`offset_batches`)
+#: into Parquet in its run's partials and reads it a batch at a time (jobs.audit.context.AuditContext.
+#: consumer_offset_parts), so it is never skipped for its size.  ``ROCKETMQ_CONFIG_OFFSETS_LIMIT`` changes it.
 CONFIG_OFFSETS_LIMIT = 32_000_000
 CONFIG_OFFSETS_LIMIT_ENV = "ROCKETMQ_CONFIG_OFFSETS_LIMIT"
 TOO_MANY_OFFSETS_MESSAGE = ("too large to read within memory: {size} bytes holding {entries} offsets in {maps} maps, "

@@ -134,8 +134,10 @@ QUEUE_KINDS = ("lmq", "batch", "rocksdb", "compaction")
 #: the names of the store layer that say a kind (store_format.layout's and store_format.queues')
 KIND_NAMES = {"LMQ_PREFIX", "BATCH_CQ_DIR", "BATCH_CQ_UNIT", "QUEUE_TYPE_BATCH", "BATCH", "ROCKSDB", "COMPACTION",
               "holds_copies"}
-#: Arrow's record batches, which are no queue's
-ARROW_BATCHES = {"batch", "batches", "RecordBatch", "to_batches", "from_batches", "table_batch"}
+#: Arrow's record batches, and the rows a streamed consumerOffset.json is read by (store_format.config), which are no
+#: queue's
+ARROW_BATCHES = {"batch", "batches", "RecordBatch", "to_batches", "from_batches", "table_batch", "batch_size",
+                 "write_batch", "OFFSET_BATCH_ROWS"}
 #: the metadata table of lmqConsumerOffset.json: a config file (context.py merges its offsets), not a queue
 NO_QUEUE_STRINGS = {"lmq_consumer_offsets"}
 

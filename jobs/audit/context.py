@@ -39,6 +39,11 @@ class AuditOptions:
         return self.recovery.force_verify_prop_crc and self.check_crc
 
 
+#: The audit spills a consumerOffset.json that streams and holds more offsets than this (into Parquet in the run's
+#: staging, read back a batch at a time: AuditContext.consumer_offset_parts); None: store_format.config.
+#: offsets_limit(), the most a whole-table read builds (past it that read is a TOO_LARGE error, the spill is not).
+SPILL_OFFSETS: int | None = None
+
 # the metadata table of lmqConsumerOffset.json (5.x): a config file, whose offsets supersede consumerOffset.json's
 SUPERSEDING_OFFSETS = "lmq_consumer_offsets"
 
@@ -58,6 +63,8 @@ class AuditContext:
         # the scan): no record from it on reaches a consume queue, whatever the start
         self.reput_stalls: dict[str, int] = {}
         self.tables_dir: "fs.Location | None" = None  # where the run's detail tables go (None: a family run on its own)
+        self.partials_dir: "fs.Location | None" = None  # where the driver spills (None: a scratch folder of its own)
+        self._scratch: str | None = None
 
     # ---- partial tables ----------------------------------------------------------------------------------
     def partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
@@ -227,11 +234,38 @@ class AuditContext:
         and queue), with ``unit``: the physical offset of the entry unit at that committed queue offset in the
         queue's files of a backend whose unit index is the queue offset (store_format.queues.Backend.dense; null
         where the queue has no entry there).  Columns throughout, keyed by numbers (:meth:`queue_keys`): a busy
-        broker's consumerOffset.json holds millions of offsets, and no Python object is made per offset."""
-        t = self._held_offsets
+        broker's consumerOffset.json holds millions of offsets, and no Python object is made per offset.  Whole in
+        memory: only where no store's file was spilled (:meth:`committed_offset_batches` reads any)."""
+        if self.offsets_spilled:
+            raise RuntimeError("the committed offsets were spilled: read them by committed_offset_batches()")
+        return self._with_units(self._held_offsets, self._topics)
+
+    def committed_offset_batches(self, units: bool = True):
+        """:attr:`committed_offsets` (``units``: with its ``unit`` column) as tables, in its order: the whole table
+        at once, or where a store's consumerOffset.json held more than ``store_format.config.offsets_limit()``
+        offsets and was spilled (:meth:`consumer_offset_parts`), a batch of its rows at a time (their units looked
+        up a batch at a time), so memory holds one batch, never the file's offsets."""
+        if not self.offsets_spilled:
+            yield self.committed_offsets if units else self._held_offsets
+            return
+        carried = _rows_where(self.metadata(SUPERSEDING_OFFSETS), _holds_offset)
+        carried_keys = carried.select(_OFFSET_KEY).group_by(_OFFSET_KEY).aggregate([])
+        schema = None
+        for part in self.consumer_offset_parts():
+            schema = part.schema
+            t = _not_superseded(_rows_where(part, _holds_offset), carried_keys)
+            if t.num_rows:
+                yield self._with_units(t, _topics_of(t)) if units else t
+        if carried.num_rows:
+            t = carried.select(schema.names).cast(schema)
+            yield self._with_units(t, _topics_of(t)) if units else t
+
+    def _with_units(self, t: pa.Table, topics: pa.Array) -> pa.Table:
+        """``t`` (committed offsets) with ``unit`` (:attr:`committed_offsets`), its topics numbered among
+        ``topics`` (:meth:`key_of`)."""
         unit = np.full(t.num_rows, -1, np.int64)
         if t.num_rows:
-            keys = self.queue_keys(t)
+            keys = self.key_of(t.column("topic"), t.column("queue_id"), topics)
             for broker, rows in self.broker_rows(t).items():
                 files = [f for f in self.plans[broker].queue_files if f.loaded and f.backend.dense] \
                     if broker in self.plans else []
@@ -240,7 +274,7 @@ class AuditContext:
                 # the file with the lowest first queue offset that holds the committed offset, as the queue's files
                 # are read in order
                 order = sorted(range(len(files)), key=lambda i: (files[i].first_queue_offset, i))
-                fkey = self.key_of([files[i].topic for i in order], [files[i].queue_id for i in order])
+                fkey = self.key_of([files[i].topic for i in order], [files[i].queue_id for i in order], topics)
                 first = np.array([files[i].first_queue_offset for i in order], np.int64)
                 units = np.array([files[i].length // files[i].backend.unit_size for i in order], np.int64)
                 by_key = np.argsort(fkey, kind="stable")  # by queue, then first queue offset
@@ -272,30 +306,28 @@ class AuditContext:
         """consumerOffset.json's valid rows, less those lmqConsumerOffset.json also holds, then the LMQ file's
         (:attr:`committed_offsets` without ``unit``).  The LMQ file is small (a group's one offset per topic, or
         the groups of a broker with enableLmq): only its keys are joined."""
-        def valid(t):
-            return pc.and_(pc.is_null(t.column("error")), pc.is_valid(t.column("topic")))
-
-        plain = _rows_where(self.metadata("consumer_offsets"), valid)
-        carried = _rows_where(self.metadata(SUPERSEDING_OFFSETS), valid)
+        plain = _rows_where(self.metadata("consumer_offsets"), _holds_offset)
+        carried = _rows_where(self.metadata(SUPERSEDING_OFFSETS), _holds_offset)
         if not carried.num_rows:
             return plain
-        key = ["broker", "topic", "group", "queue_id"]
-        row = pa.array(np.arange(plain.num_rows, dtype=np.int64))
-        kept = (plain.select(key).append_column("_row", row)
-                .join(carried.select(key).group_by(key).aggregate([]), keys=key, join_type="left anti"))
-        kept_rows = np.sort(kept.column("_row").to_numpy())
-        return pa.concat_tables([plain.take(pa.array(kept_rows)),
-                                 carried.select(plain.column_names).cast(plain.schema)])
+        kept = _not_superseded(plain, carried.select(_OFFSET_KEY).group_by(_OFFSET_KEY).aggregate([]))
+        return pa.concat_tables([kept, carried.select(plain.column_names).cast(plain.schema)])
 
     def committed_units(self, broker: str) -> np.ndarray:
         """The distinct physical offsets of the entry units at ``broker``'s committed offsets
         (:attr:`committed_offsets`)."""
-        t = self.committed_offsets
-        rows = self.broker_rows(t).get(broker)
-        if rows is None:
-            return np.empty(0, np.int64)
-        units = t.column("unit").take(pa.array(rows)).drop_null()
-        return np.unique(units.to_numpy().astype(np.int64, copy=False)) if len(units) else np.empty(0, np.int64)
+        return self._committed_units.get(broker, np.empty(0, np.int64))
+
+    @cached_property
+    def _committed_units(self) -> dict[str, np.ndarray]:
+        """broker -> :meth:`committed_units`, every broker's in one pass over the committed offsets."""
+        found: dict[str, list] = {}
+        for t in self.committed_offset_batches():
+            for broker, rows in self.broker_rows(t).items():
+                units = t.column("unit").take(pa.array(rows)).drop_null()
+                found.setdefault(broker, []).append(units.to_numpy().astype(np.int64, copy=False) if len(units)
+                                                    else np.empty(0, np.int64))
+        return {b: np.unique(np.concatenate(u)) for b, u in found.items()}
 
     # ---- keys of (topic, queue id), for tables of millions of rows ----------------------------------------------
     @cached_property
@@ -305,18 +337,20 @@ class AuditContext:
         topics = [self.metadata(t).column("topic") for t in ("consumer_offsets", SUPERSEDING_OFFSETS)]
         return pc.unique(pa.chunked_array([c for t in topics for c in t.chunks], pa.string()).drop_null())
 
-    def key_of(self, topics, queue_ids) -> np.ndarray:
-        """An int64 per (topic, queue id): the topic's number among the committed offsets' topics (:attr:`_topics`)
-        above the queue id's 32 bits; -1 for a topic no offset names (it matches none of theirs)."""
-        code = pc.index_in(pa.array(topics, pa.string()) if isinstance(topics, list) else topics, value_set=self._topics)
+    def key_of(self, topics, queue_ids, value_set: pa.Array | None = None) -> np.ndarray:
+        """An int64 per (topic, queue id): the topic's number among the committed offsets' topics (:attr:`_topics`,
+        or ``value_set``: a batch's own, :func:`_topics_of`) above the queue id's 32 bits; -1 for a topic none of
+        those is (it matches none of theirs).  Only equal keys matter: any numbering gives the same matches."""
+        code = pc.index_in(pa.array(topics, pa.string()) if isinstance(topics, list) else topics,
+                           value_set=self._topics if value_set is None else value_set)
         code = pc.fill_null(code, -1).to_numpy(zero_copy_only=False).astype(np.int64)
         qid = np.asarray(queue_ids if not isinstance(queue_ids, (pa.Array, pa.ChunkedArray)) else
                          queue_ids.to_numpy(zero_copy_only=False), np.int64)
         return np.where(code < 0, -1, (code << 32) | (qid & 0xFFFFFFFF))
 
-    def queue_keys(self, t: pa.Table) -> np.ndarray:
+    def queue_keys(self, t: pa.Table, value_set: pa.Array | None = None) -> np.ndarray:
         """:meth:`key_of` for each row of ``t`` (its ``topic`` and ``queue_id`` columns)."""
-        return self.key_of(t.column("topic"), t.column("queue_id"))
+        return self.key_of(t.column("topic"), t.column("queue_id"), value_set)
 
     def broker_rows(self, t: pa.Table) -> dict[str, np.ndarray]:
         """broker -> the indexes of its rows in ``t`` (a few brokers, millions of rows: one mask each)."""
@@ -328,14 +362,105 @@ class AuditContext:
 
     # ---- config files ------------------------------------------------------------------------------------
     def metadata(self, table: str) -> pa.Table:
-        """A store metadata table (decoding/metadata.py), read on the driver: these files are small."""
+        """A store metadata table (decoding/metadata.py), read on the driver: these files are small, but for a
+        consumerOffset.json spilled (:meth:`consumer_offset_parts`): ``consumer_offsets`` holds the other stores'
+        rows, :attr:`spilled_offsets` says which were spilled."""
         from decoding.metadata import schema_of, table_batch
 
         cache = self.__dict__.setdefault("_metadata", {})
         if table not in cache:  # column-wise: a broker's consumerOffset.json may hold millions of offsets
-            cache[table] = pa.concat_tables([schema_of(table).empty_table()]
-                                            + [table_batch(table, s.name, s.path) for s in self.stores])
+            parts = [p for p in self._offset_parts if isinstance(p, pa.Table)] if table == "consumer_offsets" else \
+                [table_batch(table, s.name, s.path) for s in self.stores]
+            cache[table] = pa.concat_tables([schema_of(table).empty_table()] + parts)
         return cache[table]
+
+    @property
+    def spilled_offsets(self) -> list["SpilledOffsets"]:
+        """The consumerOffset.json files spilled as Parquet (:meth:`consumer_offset_parts`), in the stores'
+        order."""
+        return [p for p in self._offset_parts if isinstance(p, SpilledOffsets)]
+
+    @property
+    def offsets_spilled(self) -> bool:
+        return bool(self.spilled_offsets)
+
+    def consumer_offset_parts(self):
+        """The ``consumer_offsets`` table as tables, store by store in their order: a store's rows whole, or for a
+        file spilled (more than ``store_format.config.offsets_limit()`` offsets: what memory holds whole) its
+        Parquet read back a batch at a time (``store_format.config.OFFSET_BATCH_ROWS`` rows)."""
+        from decoding.metadata import schema_of
+        from runtime.output import out_parts_dataset
+        from store_format import config as C
+
+        schema = schema_of("consumer_offsets")
+        for part in self._offset_parts:
+            if isinstance(part, pa.Table):
+                yield part
+                continue
+            data = out_parts_dataset([str(part.path)], schema)
+            for batch in data.to_batches(batch_size=C.OFFSET_BATCH_ROWS, use_threads=False):  # in the file's order
+                if batch.num_rows:
+                    yield pa.Table.from_batches([batch], schema)
+
+    @cached_property
+    def _offset_parts(self) -> list:
+        """Per store, in order: its ``consumer_offsets`` table (decoding.metadata.table_batch), or where its
+        consumerOffset.json streams and holds more offsets than ``store_format.config.offsets_limit()``, the
+        :class:`SpilledOffsets` it was streamed into (:meth:`_spill_offsets`)."""
+        from decoding.metadata import table_batch
+
+        out = []
+        for i, s in enumerate(self.stores):
+            spilled = self._spill_offsets(i, s)
+            out.append(table_batch("consumer_offsets", s.name, s.path) if spilled is None else spilled)
+        return out
+
+    def _spill_offsets(self, i: int, store) -> "SpilledOffsets | pa.Table | None":
+        """``store``'s consumerOffset.json streamed (decoding.metadata.offset_table_batches: memory per map and one
+        batch) into one Parquet file of the run's partials (through the fs seam), where it holds more offsets than
+        memory holds whole (``store_format.config.offsets_limit()``); None where it holds fewer or does not stream
+        (decoding.metadata.table_batch reads it, or says why not).  Out of memory or of room on the way: the file's
+        error row, naming it, its size and what was skipped."""
+        from decoding.metadata import offset_table_batches, schema_of
+        from runtime.output import out_join, out_parquet_writer
+        from store_format import config as C
+        from store_format.errors import ConfigError, ErrorKind
+
+        got = offset_table_batches(store.name, store.path, C.OFFSET_BATCH_ROWS)
+        if got is None:
+            return None
+        source, size, entries, batches = got
+        if entries <= (C.offsets_limit() if SPILL_OFFSETS is None else SPILL_OFFSETS):
+            batches.close()
+            return None
+        path = out_join(self._spill_dir(), "consumer_offsets", f"part-{i:05d}.parquet")
+        rows = 0
+        try:
+            with out_parquet_writer(path, schema_of("consumer_offsets")) as w:
+                for batch in batches:
+                    w.write_batch(batch)
+                    rows += batch.num_rows
+        except (MemoryError, OSError) as e:
+            batches.close()
+            _remove_quietly(path)  # no half-written part left among the run's partials
+            err = C.out_of_memory(source, size, f"spilling its {entries} offsets") if isinstance(e, MemoryError) \
+                else ConfigError(ErrorKind.TOO_LARGE, f"too large to read within memory: {size} bytes holding "
+                                 f"{entries} offsets (past {C.offsets_limit()}, CONFIG_OFFSETS_LIMIT), and spilling "
+                                 f"them failed: {e}", file=source)
+            return pa.Table.from_pylist([{"broker": store.name, "error": str(err), "source": err.file}],
+                                        schema=schema_of("consumer_offsets"))
+        return SpilledOffsets(store.name, path, source, size, rows)
+
+    def _spill_dir(self):
+        """Where the driver spills: the run's partials folder (inside its staging), or without a run (a family run
+        on its own, in the tests) a scratch folder of its own, removed by :meth:`release`."""
+        if self.partials_dir is not None:
+            return self.partials_dir
+        if self._scratch is None:
+            import tempfile
+
+            self._scratch = tempfile.mkdtemp(prefix="rocketmq-audit-offsets-")
+        return self._scratch
 
     # ---- single records ----------------------------------------------------------------------------------
     def kept_messages_by_id(self, broker: str, msg_ids) -> pa.Table:
@@ -411,7 +536,23 @@ class AuditContext:
         return dict(zip(t.column("physical_offset").to_pylist(), t.column("store_timestamp").to_pylist()))
 
     def release(self) -> None:
-        pass
+        if self._scratch is not None:
+            import shutil
+
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+
+@dataclass(frozen=True)
+class SpilledOffsets:
+    """A consumerOffset.json streamed into Parquet (AuditContext.consumer_offset_parts): where, the file read (or
+    its ``.bak``), its size and the rows written (every offset)."""
+
+    broker: str
+    path: object  # a runtime.output Location
+    source: str
+    size: int
+    rows: int
 
 
 class TableWriter:
@@ -439,6 +580,14 @@ class TableWriter:
 
             self._file.write_table(plain(table))
 
+    def abort(self) -> None:
+        """The table given up (its family failed): the file closed and removed, so no part of it is an output."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            _remove_quietly(self.path)
+        self._kept = []
+
     def close(self):
         from .contract import WrittenTable
 
@@ -446,6 +595,40 @@ class TableWriter:
             return pa.concat_tables(self._kept) if self._kept else self.schema.empty_table()
         self._file.close()
         return WrittenTable(self.path, self.rows)
+
+
+_OFFSET_KEY = ["broker", "topic", "group", "queue_id"]
+
+
+def _holds_offset(t: pa.Table):
+    """The rows of a consumer offsets table that hold an offset: no error, a topic."""
+    return pc.and_(pc.is_null(t.column("error")), pc.is_valid(t.column("topic")))
+
+
+def _not_superseded(plain: pa.Table, carried_keys: pa.Table) -> pa.Table:
+    """The rows of ``plain`` whose key (:data:`_OFFSET_KEY`) is none of ``carried_keys``' (lmqConsumerOffset.json
+    holds them), in their order."""
+    if not carried_keys.num_rows or not plain.num_rows:
+        return plain
+    row = pa.array(np.arange(plain.num_rows, dtype=np.int64))
+    kept = plain.select(_OFFSET_KEY).append_column("_row", row).join(carried_keys, keys=_OFFSET_KEY,
+                                                                      join_type="left anti")
+    return plain.take(pa.array(np.sort(kept.column("_row").to_numpy())))
+
+
+def _remove_quietly(path) -> None:
+    from runtime.output import resolve
+
+    try:
+        loc = resolve(path)
+        loc.fs.delete_file(loc.path)
+    except (OSError, ValueError):  # never written, or the file system refuses: nothing more to do
+        pass
+
+
+def _topics_of(t: pa.Table) -> pa.Array:
+    """The distinct topics of a batch of offsets: its own numbering (AuditContext.key_of)."""
+    return pc.unique(t.column("topic")).drop_null()
 
 
 def _rows_where(t: pa.Table, keep) -> pa.Table:

@@ -15,7 +15,9 @@ dump has does not run), then writes to DIR:
                  dlq, and resend (the messages to re-send: damaged, destroyed, dropped by recovery, in no consume
                  queue, or kept damaged; jobs/audit/resend.py)
   partials/<name>/ Parquet, the scan tasks' partial tables that grow with the messages (retries' hops, the
-                 transactions' records), one part per task (tasks.Emitter.spill): what the driver's families read
+                 transactions' records), one part per task (tasks.Emitter.spill): what the driver's families read;
+                 consumer_offsets/: a consumerOffset.json of more offsets than memory holds whole
+                 (ROCKETMQ_CONFIG_OFFSETS_LIMIT), streamed by the driver and read back a batch at a time
   summary.json   tool version, run time, inputs, geometry, counts per severity and per check, and per broker its
                  recovery and its verdict (jobs/audit/verdict.py: will it start, the cut, what is lost, what to do)
   report.html    one self-contained page: per broker, in words, will it start, where recovery cuts, what is lost and
@@ -191,7 +193,7 @@ def run(spark, args) -> AuditResult:
     # tasks wherever they run (no shared mount needed)
     run = RunInfo(out_join(staged, "findings"), run_id, run_time, tables_dir=out_join(staged, "tables"),
                   partials_dir=out_join(staged, "partials"))
-    ctx.tables_dir = run.tables_dir
+    ctx.tables_dir, ctx.partials_dir = run.tables_dir, run.partials_dir
     out_makedirs(run.findings_dir)
     try:
         ctx.survey = _stage(spark, "survey", survey_tasks(ctx, segments), executor, RunInfo(None))

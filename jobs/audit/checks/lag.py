@@ -75,13 +75,11 @@ def _from_lmq(source) -> pa.Array:
     return pc.fill_null(pc.match_substring_regex(source, r"(^|/)lmqConsumerOffset\.json[^/]*$"), False)
 
 
-def _files_of(t: pa.Table, per_topic: pa.Table) -> pa.Array:
+def _files_of(lmq: set[tuple], per_topic: pa.Table) -> pa.Array:
     """The config file each (broker, group, topic) row of ``per_topic`` took its offsets from, as findings name it
-    (its ``.bak`` folded in): lmqConsumerOffset.json where any of the lag table ``t``'s rows for it came from there
-    (only those rows become objects: the LMQ file's groups), else consumerOffset.json."""
-    from_lmq = _from_lmq(t.column("source"))
+    (its ``.bak`` folded in): lmqConsumerOffset.json where any lag row for it came from there (``lmq``:
+    :func:`_lmq_keys`), else consumerOffset.json."""
     key = ["broker", "group", "topic"]
-    lmq = {tuple(r[c] for c in key) for r in t.filter(from_lmq).select(key).group_by(key).aggregate([]).to_pylist()}
     return pa.array([_LMQ_FILE if k in lmq else _FILE for k in zip(*(per_topic.column(c).to_pylist() for c in key))],
                     pa.string())
 
@@ -106,28 +104,51 @@ def in_range(rc, out) -> None:
 
 
 def lag_table(ctx) -> pa.Table:
-    """One row per committed offset (:attr:`AuditContext.committed_offsets`, in its order), built from numpy columns
-    keyed by numbers (:meth:`AuditContext.queue_keys`): a busy broker's consumerOffset.json holds millions of
-    offsets, and neither a Python object nor a string is made per offset."""
-    offsets = ctx.committed_offsets
+    """The whole lag table in memory (:func:`lag_batches` together)."""
+    parts = [t for t, _ in lag_batches(ctx)]
+    return pa.concat_tables(parts) if parts else LAG.empty_table()
+
+
+def lag_batches(ctx):
+    """The lag table as (rows, their topics' numbering) a batch of committed offsets at a time
+    (:meth:`AuditContext.committed_offset_batches`: the whole table when it is held in memory), in its order."""
+    bounds, found = ctx.queue_bounds, ctx.partial("lag.found", FOUND)
+    by_broker: dict[str, tuple] = {}  # the per-queue facts of a broker, filtered once for every batch
+    for offsets in ctx.committed_offset_batches():
+        topics = _topics_of(ctx, offsets)
+        yield _lag_rows(ctx, offsets, topics, bounds, found, by_broker), topics
+
+
+def _topics_of(ctx, offsets: pa.Table) -> pa.Array | None:
+    """The numbering of a batch's topics (AuditContext.key_of): the committed offsets' own when they are in memory,
+    the batch's when they are read a batch at a time."""
+    return pc.unique(offsets.column("topic")).drop_null() if ctx.offsets_spilled else None
+
+
+def _lag_rows(ctx, offsets: pa.Table, topics, bounds: pa.Table, found: pa.Table, by_broker: dict) -> pa.Table:
+    """One row per committed offset of ``offsets`` (in its order), built from numpy columns keyed by numbers
+    (:meth:`AuditContext.queue_keys`): a busy broker's consumerOffset.json holds millions of offsets, and neither a
+    Python object nor a string is made per offset.  The per-queue facts (``bounds``, the scan's ``found`` units)
+    are a broker's few rows: each batch of offsets is joined against them as a hash lookup."""
     n = offsets.num_rows
-    keys = ctx.queue_keys(offsets)
+    keys = ctx.queue_keys(offsets, topics)
     min_offset, max_offset, ts = (np.zeros(n, np.int64) for _ in range(3))
     has_min, has_max, has_ts = (np.zeros(n, bool) for _ in range(3))
     as_of = np.zeros(n, np.int64)
-    bounds, found = ctx.queue_bounds, ctx.partial("lag.found", FOUND)
     unit = offsets.column("unit")
     for broker, rows in ctx.broker_rows(offsets).items():
         as_of[rows] = ctx.as_of.get(broker, 0)
-        b = bounds.filter(pc.equal(bounds.column("broker"), broker))
+        if broker not in by_broker:
+            by_broker[broker] = (bounds.filter(pc.equal(bounds.column("broker"), broker)),
+                                 found.filter(pc.equal(found.column("broker"), broker)))
+        b, f = by_broker[broker]
         if b.num_rows:  # the queue's bounds (one row a queue)
-            bkey = ctx.key_of(b.column("topic"), b.column("queue_id"))
+            bkey = ctx.key_of(b.column("topic"), b.column("queue_id"), topics)
             at, hit = _lookup(bkey, keys[rows])
             r = rows[hit]
             min_offset[r] = b.column("min_offset").to_numpy()[at[hit]]
             max_offset[r] = b.column("max_offset").to_numpy()[at[hit]]
             has_min[r] = has_max[r] = True
-        f = found.filter(pc.equal(found.column("broker"), broker))
         mine = unit.take(pa.array(rows))
         if f.num_rows and mine.null_count < len(mine):  # the store time of each unit's message (the last said)
             fu = f.column("physical_offset").to_numpy()
@@ -195,27 +216,80 @@ _FLAGS = ("lag.offset_for_unknown_topic", "lag.offset_for_unknown_queue", "lag.o
 
 
 def on_driver(ctx) -> FamilyResult:
+    """The lag table, its flagged rows' findings and the per-(group, topic) figures, a batch of committed offsets
+    at a time (:func:`lag_batches`): in memory the whole table is one batch; spilled, each batch's rows are written
+    (``AuditContext.table_writer``) and let go, and only the flagged rows and one row per (broker, group, topic)
+    are kept."""
     res = FamilyResult()
-    t = lag_table(ctx)
-    res.tables["lag"] = t
-    n = t.num_rows
     topics = ctx.metadata("topics")
     topics = topics.filter(pc.is_valid(topics.column("topic")))
-    # per broker: the topics the data or topics.json know, and each configured topic's read queue count (the last
-    # given); the rows' topics by number (AuditContext.key_of), so nothing is made per row but numbers
-    code = np.right_shift(ctx.queue_keys(t), 32)
-    known = np.zeros(n, bool)
-    rq, has_rq = np.zeros(n, np.int64), np.zeros(n, bool)
     data_topics: dict[str, list] = {}
     for b, tp in ctx.queue_topics:
         data_topics.setdefault(b, []).append(tp)
+    writer = ctx.table_writer("lag", LAG) if ctx.offsets_spilled else None
+    whole = LAG.empty_table()
+    flagged: dict[str, list] = {}
+    first: dict[str, tuple] = {}  # check -> (its first row in the whole table, its place in _FLAGS)
+    runs, lmq = [], set()
+    seen = 0
+    try:
+        for t, value_set in lag_batches(ctx):
+            if writer is None:
+                whole = t  # in memory: the one batch
+            else:
+                writer.write(t)
+            rows, flags = _flags(ctx, t, value_set, topics, data_topics)
+            for k, (check_id, flag) in enumerate(zip(_FLAGS, flags)):
+                hits = np.flatnonzero(flag)
+                if len(hits):
+                    first.setdefault(check_id, (seen + int(hits[0]), k))
+                    flagged.setdefault(check_id, []).append(rows.take(pa.array(hits)))
+            if t.num_rows:
+                runs.append(_runs(t))
+            lmq |= _lmq_keys(t)
+            seen += t.num_rows
+    except BaseException:  # no part of an incomplete lag table among the outputs (the family's failure names why)
+        if writer is not None:
+            writer.abort()
+        raise
+    res.tables["lag"] = whole if writer is None else writer.close()
+    # each check's findings in row order; the checks in the order of their first row (then as _FLAGS lists them)
+    for check_id in sorted(first, key=first.get):
+        res.findings.append(concat_findings([_offset_findings(check_id, part) for part in flagged[check_id]]))
+
+    per_topic = _per_topic(runs)
+    behind = per_topic.filter(pc.greater(per_topic.column("lag"), 0))
+    if behind.num_rows:
+        lag, lag_ms, group = behind.column("lag"), behind.column("lag_ms"), behind.column("group")
+        res.findings.append(finding_table(
+            "lag.behind", behind.num_rows, broker=behind.column("broker"), topic=behind.column("topic"),
+            file=_files_of(lmq, behind),
+            values={"group": group, "lag": lag,
+                    "lag_seconds": pc.divide(lag_ms, 1000)},  # integer division, toward zero
+            details={"group": group, "lag": lag, "lag_ms": lag_ms, "key": group}))
+    if per_topic.num_rows:
+        res.metrics.append(metric_table("group", {
+            "lag_messages": per_topic.column("lag"), "lag_ms": per_topic.column("lag_ms")},
+            broker=per_topic.column("broker"), group=per_topic.column("group"), topic=per_topic.column("topic")))
+    return res
+
+
+def _flags(ctx, t: pa.Table, value_set, topics: pa.Table, data_topics: dict) -> tuple[pa.Table, tuple]:
+    """The lag rows ``t`` with ``read_queue_nums``, and per check of :data:`_FLAGS` a mask of the rows it flags.
+    Per broker: the topics the data or topics.json know, and each configured topic's read queue count (the last
+    given); the rows' topics by number (AuditContext.key_of, among ``value_set``), so nothing is made per row but
+    numbers."""
+    n = t.num_rows
+    code = np.right_shift(ctx.queue_keys(t, value_set), 32)
+    known = np.zeros(n, bool)
+    rq, has_rq = np.zeros(n, np.int64), np.zeros(n, bool)
     for broker, rows in ctx.broker_rows(t).items():
         conf = topics.filter(pc.equal(topics.column("broker"), broker))
         names = data_topics.get(broker, []) + conf.column("topic").to_pylist()
-        known_codes = ctx.key_of(names, [0] * len(names)) >> 32
+        known_codes = ctx.key_of(names, [0] * len(names), value_set) >> 32
         known[rows] = np.isin(code[rows], known_codes[known_codes >= 0])
         if conf.num_rows:
-            ccode = ctx.key_of(conf.column("topic"), np.zeros(conf.num_rows, np.int64)) >> 32
+            ccode = ctx.key_of(conf.column("topic"), np.zeros(conf.num_rows, np.int64), value_set) >> 32
             nums = conf.column("read_queue_nums")
             at, hit = _lookup(ccode, code[rows], last=True)
             hit &= nums.is_valid().to_numpy(zero_copy_only=False)[at]  # the last given, when it is a number
@@ -233,50 +307,42 @@ def on_driver(ctx) -> FamilyResult:
     unknown_queue = ~unknown_topic & ~has_max & has_rq & (qid >= rq)
     above = ~unknown_topic & ~unknown_queue & (offset > max_o)
     below = has_min & (offset < min_o)
-    flagged = t.append_column("read_queue_nums", pa.array(rq, pa.int32(), mask=~has_rq))
-    # each check's findings in row order; the checks in the order of their first row (then as _FLAGS lists them)
-    firsts = []
-    for k, (check_id, flag) in enumerate(zip(_FLAGS, (unknown_topic, unknown_queue, above, below))):
-        hits = np.flatnonzero(flag)
-        if len(hits):
-            firsts.append((int(hits[0]), k, check_id, hits))
-    for _, _, check_id, hits in sorted(firsts, key=lambda f: f[:2]):
-        res.findings.append(_offset_findings(check_id, flagged.take(pa.array(hits))))
-
-    per_topic = _per_topic(t)
-    behind = per_topic.filter(pc.greater(per_topic.column("lag"), 0))
-    if behind.num_rows:
-        lag, lag_ms, group = behind.column("lag"), behind.column("lag_ms"), behind.column("group")
-        res.findings.append(finding_table(
-            "lag.behind", behind.num_rows, broker=behind.column("broker"), topic=behind.column("topic"),
-            file=_files_of(t, behind),
-            values={"group": group, "lag": lag,
-                    "lag_seconds": pc.divide(lag_ms, 1000)},  # integer division, toward zero
-            details={"group": group, "lag": lag, "lag_ms": lag_ms, "key": group}))
-    if per_topic.num_rows:
-        res.metrics.append(metric_table("group", {
-            "lag_messages": per_topic.column("lag"), "lag_ms": per_topic.column("lag_ms")},
-            broker=per_topic.column("broker"), group=per_topic.column("group"), topic=per_topic.column("topic")))
-    return res
+    rows = t.append_column("read_queue_nums", pa.array(rq, pa.int32(), mask=~has_rq))
+    return rows, (unknown_topic, unknown_queue, above, below)
 
 
-def _per_topic(t: pa.Table) -> pa.Table:
-    """Per (broker, group, topic), in that order: the lag summed and the largest lag_ms (null when none).  The lag
-    table's rows come a map at a time (decoding.metadata: by topic, group, queue id), so the sums run over runs of
-    rows; runs of one key that are apart (another order) are merged after the runs are sorted."""
+def _lmq_keys(t: pa.Table) -> set[tuple]:
+    """(broker, group, topic) of the lag rows ``t`` whose offsets came from lmqConsumerOffset.json (only those
+    become objects: the LMQ file's groups)."""
+    key = ["broker", "group", "topic"]
+    mine = t.filter(_from_lmq(t.column("source")))
+    if not mine.num_rows:
+        return set()
+    return {tuple(r[c] for c in key) for r in mine.select(key).group_by(key).aggregate([]).to_pylist()}
+
+
+def _runs(t: pa.Table) -> pa.Table:
+    """One row per run of lag rows of one (broker, group, topic) (:func:`_reduced`): the rows come a map at a time
+    (decoding.metadata: by topic, group, queue id)."""
     n = t.num_rows
-    empty = pa.table({"broker": pa.array([], pa.string()), "group": pa.array([], pa.string()),
-                      "topic": pa.array([], pa.string()), "lag": pa.array([], pa.int64()),
-                      "lag_ms": pa.array([], pa.int64())})
-    if not n:
-        return empty
     new = np.zeros(n, bool)
     new[0] = True
     for name in ("broker", "group", "topic"):
         c = t.column(name)
         if n > 1:
             new[1:] |= pc.not_equal(c.slice(1), c.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-    runs = _reduced(t, np.flatnonzero(new))
+    return _reduced(t, np.flatnonzero(new))
+
+
+def _per_topic(runs: list[pa.Table]) -> pa.Table:
+    """Per (broker, group, topic), in that order, from the lag table's runs (:func:`_runs`, one table a batch): the
+    lag summed and the largest lag_ms (null when none); runs of one key that are apart (another order, another
+    batch) are merged after the runs are sorted."""
+    if not runs:
+        return pa.table({"broker": pa.array([], pa.string()), "group": pa.array([], pa.string()),
+                         "topic": pa.array([], pa.string()), "lag": pa.array([], pa.int64()),
+                         "lag_ms": pa.array([], pa.int64())})
+    runs = pa.concat_tables(runs)
     runs = runs.take(pc.sort_indices(runs, [("broker", "ascending"), ("group", "ascending"),
                                             ("topic", "ascending")]))
     if len(runs) > 1:

@@ -3,7 +3,8 @@
 Checks: ``metadata.config_unreadable`` (error: neither the file nor its ``.bak`` parses),
 ``metadata.config_too_large`` (warning: a file too large to parse within memory, ``store_format.config.
 CONFIG_MEMORY_LIMIT``: its checks are skipped, the rest of the store is audited; consumerOffset.json in the
-broker's layout is read as columns whatever its size),
+broker's layout is read whatever its size: as columns, or past ``CONFIG_OFFSETS_LIMIT`` streamed into the run's
+partials and read a batch at a time -- only running out of memory or disk on the way skips it),
 ``metadata.config_from_backup`` (warning: the main file was empty or broken; the broker loads the ``.bak``),
 ``metadata.config_missing`` (info), ``metadata.topic_not_in_config`` (warning: a topic with consume queues but
 no topics.json entry; info for system topics, which 4.9.7 itself leaves out, e.g. RMQ_SYS_TRANS_OP_HALF_TOPIC;
@@ -41,8 +42,10 @@ check("metadata.config_too_large", Severity.WARNING,
       "audited)",
       consequence=Consequence.COSMETIC,
       action=f"Audit it on a machine with more memory, with {CONFIG_MEMORY_LIMIT_ENV} (bytes) raised past its size "
-             f"(consumerOffset.json: {CONFIG_OFFSETS_LIMIT_ENV} past the offsets its error counts); a broker writes a "
-             "config file this large only with millions of entries, so look at why.")
+             "(consumerOffset.json as brokers write it is never skipped for its size: past "
+             f"{CONFIG_OFFSETS_LIMIT_ENV} offsets the audit spills it to the output's partials, so give that disk "
+             "room and the driver memory for its maps); a broker writes a config file this large only with millions "
+             "of entries, so look at why.")
 check("metadata.config_from_backup", Severity.WARNING, "{file} is empty or broken; the broker will load {name}.bak",
       consequence=Consequence.DATA_AT_RISK,
       action="Expected after a crash during a write; the `.bak` may be slightly older.")
@@ -104,6 +107,9 @@ def on_driver(ctx) -> FamilyResult:
             at = np.flatnonzero(pc.and_(sourced, pc.equal(t.column("broker"), b)).to_numpy(zero_copy_only=False))
             if len(at):
                 sources[b] = t.column("source")[int(at[0])].as_py()
+        if table == "consumer_offsets":  # a file spilled (AuditContext.consumer_offset_parts): read, every row
+            for spilled in ctx.spilled_offsets:
+                counts[spilled.broker], sources[spilled.broker] = spilled.rows, spilled.source
         for s in ctx.stores:
             mine = counts.get(s.name, 0) > 0
             errs = [r for r in errors if r["broker"] == s.name]
@@ -168,17 +174,25 @@ def on_driver(ctx) -> FamilyResult:
 
     with_groups = [s.name for s in ctx.stores if present[(s.name, "subscription_groups")]]
     if with_groups:
-        groups = {(r["broker"], r["group"]) for r in ctx.metadata("subscription_groups").to_pylist()
-                  if r["group"] is not None}
-        t = ctx.metadata("consumer_offsets").select(["broker", "group"])
-        keep = pc.and_(pc.is_valid(t.column("group")), pc.is_in(t.column("broker"), pa.array(with_groups, pa.string())))
-        if pc.all(keep).as_py() is False:
-            t = t.filter(keep)
-        pairs = t.group_by(["broker", "group"], use_threads=False).aggregate([])
-        offsets = sorted(zip(pairs.column("broker").to_pylist(), pairs.column("group").to_pylist()))
+        groups: dict[str, list] = {}
+        for r in ctx.metadata("subscription_groups").to_pylist():
+            if r["group"] is not None:
+                groups.setdefault(r["broker"], []).append(r["group"])
+        offsets = set()
+        # store by store, a batch at a time where the file was spilled: only the groups missing from the config
+        # become objects
+        for t in ctx.consumer_offset_parts():
+            t = t.select(["broker", "group"])
+            for b in with_groups:
+                mine = t.filter(pc.and_(pc.equal(t.column("broker"), b), pc.is_valid(t.column("group"))))
+                if not mine.num_rows:
+                    continue
+                missing = mine.filter(pc.invert(pc.is_in(mine.column("group"),
+                                                         pa.array(groups.get(b, []), pa.string()))))
+                offsets.update((b, g) for g in pc.unique(missing.column("group")).to_pylist())
         res.findings.append(finding_rows("metadata.group_not_in_config", [dict(
             broker=b, file="config/consumerOffset.json", values={"group": g},
-            details={"group": g, "key": g}) for b, g in offsets if (b, g) not in groups]))
+            details={"group": g, "key": g}) for b, g in sorted(offsets)]))
     return res
 
 

@@ -191,12 +191,15 @@ def _ledger(ctx, name: str, plan) -> PS.PopLedger:
                         r["file_position"])
                for r in retries.filter(pc.equal(retries.column("broker"), name)).to_pylist()]
     revive = {}
-    offsets = ctx.committed_offsets  # consumerOffset.json's, or lmqConsumerOffset.json's with enableLmq
-    mine = pc.and_(pc.and_(pc.equal(offsets.column("broker"), name), pc.equal(offsets.column("group"), L.REVIVE_GROUP)),
-                   pc.starts_with(offsets.column("topic"), L.REVIVE_TOPIC_PREFIX))
-    for r in offsets.filter(pc.fill_null(mine, False)).select(["queue_id", "offset"]).to_pylist():  # the revive group's
-        if r["queue_id"] is not None:
-            revive[r["queue_id"]] = r["offset"]
+    # the revive group's offsets: consumerOffset.json's, or lmqConsumerOffset.json's with enableLmq; a batch at a
+    # time where the file was spilled
+    for offsets in ctx.committed_offset_batches(units=False):
+        mine = pc.and_(pc.and_(pc.equal(offsets.column("broker"), name),
+                               pc.equal(offsets.column("group"), L.REVIVE_GROUP)),
+                       pc.starts_with(offsets.column("topic"), L.REVIVE_TOPIC_PREFIX))
+        for r in offsets.filter(pc.fill_null(mine, False)).select(["queue_id", "offset"]).to_pylist():
+            if r["queue_id"] is not None:
+                revive[r["queue_id"]] = r["offset"]
     before = None
     if plan.segments and plan.segments[0].base_offset > 0:  # retention deleted older records: checkpoints too
         first = plan.segments[0].base_offset

@@ -210,15 +210,13 @@ def _above_rebuilt_max(ctx, name: str, r) -> list[tuple]:
     above the max is OFFSET_OVERFLOW_BADLY and the broker answers the max as the next offset
     (DefaultMessageStore.getMessage, 5.3.3 DefaultMessageStore.java:828-839, nextOffsetCorrection:1729): the group
     is set back to it."""
-    t = ctx.committed_offsets
-    t = t.filter(pc.equal(t.column("broker"), name))
-    if not t.num_rows:
-        return []
     out = []
-    for x in t.select(["group", "topic", "queue_id", "offset"]).to_pylist():
-        top = r.queue_ends.get((x["topic"], x["queue_id"]), 0)
-        if x["offset"] > top:
-            out.append((x["group"], x["topic"], x["queue_id"], x["offset"], top))
+    for t in ctx.committed_offset_batches(units=False):  # a batch at a time where the file was spilled
+        t = t.filter(pc.equal(t.column("broker"), name))
+        for x in t.select(["group", "topic", "queue_id", "offset"]).to_pylist():
+            top = r.queue_ends.get((x["topic"], x["queue_id"]), 0)
+            if x["offset"] > top:
+                out.append((x["group"], x["topic"], x["queue_id"], x["offset"], top))
     return sorted(out, key=lambda g: (g[1], g[2], g[0]))
 
 
