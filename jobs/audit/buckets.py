@@ -19,8 +19,9 @@ _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # split
 _POLY = np.uint64(0x100000001B3)
 
 
-def bucket_count(rows: int) -> int:
-    return max(1, -(-rows // ROWS_PER_BUCKET))
+def bucket_count(rows: int, per_bucket: int | None = None) -> int:
+    """Buckets for ``rows`` rows, ``per_bucket`` (default :data:`ROWS_PER_BUCKET`) a bucket on average."""
+    return max(1, -(-rows // (per_bucket or ROWS_PER_BUCKET)))
 
 
 def _mix(h: np.ndarray) -> np.ndarray:
