@@ -18,9 +18,11 @@ tagsCode, where it points) is the consumequeue family's check; LMQ lag is the la
 
 Where each is decided: a scan task reads the property strings of its messages (only on a broker whose files say it
 may multi-dispatch: a 5.x store, LMQ queues or offsets), and returns the few records that carry a dispatch list and
-the LMQ units it owns (with whether a message starts where each points); the driver runs the dispatch in CommitLog
-order over those records (store_format.lmq.predict_dispatch: it is sequential, each unit's place depends on every
-earlier one) and compares.
+the LMQ units it owns (with whether a message starts where each points), both spilled as Parquet parts; the driver
+runs the dispatch in CommitLog order over those records (store_format.lmq.predict_dispatch: it is sequential, each
+unit's place depends on every earlier one), streams the units it predicts into buckets by queue beside the queues'
+own units (buckets.Buckets), and compares a bucket of queues at a time: per queue and per listed record on the
+driver, never per unit.
 """
 from __future__ import annotations
 
