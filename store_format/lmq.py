@@ -232,13 +232,15 @@ def _put(state: QueueState, queue: str, qid: int, phys: int, size: int, tags: in
 
 def predict_dispatch(records: Iterable, *, enable_lmq: bool = True, enable_multi_dispatch: bool = True,
                      cq_file_size: int = L.DEFAULT_MAPPED_FILE_SIZE_CONSUME_QUEUE,
-                     existing: dict | None = None, delay_levels: dict | None = None) -> LmqPrediction:
+                     existing: dict | None = None, delay_levels: dict | None = None,
+                     units=None) -> LmqPrediction:
     """The units RocketMQ 5.3.3's dispatch writes for ``records`` (in CommitLog order: each with ``topic``,
     ``queue_id``, ``physical_offset``, ``store_size``, ``sys_flag``, ``properties`` and ``dispatch_tags_code``
     or ``tags_code``, as :class:`store_format.message.Message` has them).  ``existing`` seeds queue states
     (``{(queue, queue_id): QueueState}``, e.g. from the consume-queue files before these records).  Stops at a
-    stall."""
-    out = LmqPrediction(queues=dict(existing or {}))
+    stall.  ``units``: where the units go, in write order (anything with ``append``: a caller that streams them
+    elsewhere; by default the prediction's list)."""
+    out = LmqPrediction(queues=dict(existing or {}), units=[] if units is None else units)
     if not enable_multi_dispatch:
         return out
     file_size = -(-int(cq_file_size) // L.CQ_STORE_UNIT_SIZE) * L.CQ_STORE_UNIT_SIZE

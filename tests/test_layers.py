@@ -124,7 +124,7 @@ REPO = PACKAGE.parent
 AUDIT = REPO / "jobs" / "audit"
 #: jobs/audit's floors, from the ground up: a module imports only modules of lower floors (issue 30)
 AUDIT_FLOORS = (
-    ("findings", "contract", "inputs"),
+    ("findings", "contract", "inputs", "buckets"),
     ("tasks", "plan", "resend"),
     ("routes",),  # the routed files: what a survey task and a range read of them
     ("survey",),
@@ -397,6 +397,9 @@ STR_PATHS_ALLOWED = {
     ("jobs.audit.report", "write", "out"): _SHOWN,
     ("jobs.audit.verdict", "verdict", "out"): _SHOWN,
     ("jobs.audit.verdict", "actions", "out"): _SHOWN,
+    ("jobs.audit.buckets", "Buckets.__init__", "folder"): "the driver's own scratch (a temporary directory of this "
+                                                           "machine's disk, removed after the step), never an input "
+                                                           "nor an output",
     ("jobs.audit.routes", "view_schema", "folder"): "a queue folder's name (consumequeue, batchcq...), not a path",
 }
 

@@ -99,3 +99,71 @@ def test_the_retries_hops_come_a_part_at_a_time_by_broker_and_offset(tmp_path):
 
     got = [(b, t.column("physical_offset").to_pylist()) for b, t in retries._hop_parts(Ctx())]
     assert got == [("a", [5]), ("b", [10, 15, 20, 30]), ("c", [55, 60]), ("c", [70])]
+
+
+def _txn_records(broker, rows):
+    from jobs.audit.checks import transactions as T
+
+    cols = {f.name: [] for f in T.RECORDS}
+    for r in rows:
+        for f in T.RECORDS:
+            cols[f.name].append(r.get(f.name, broker if f.name == "broker" else None))
+    return pa.table(cols, schema=T.RECORDS)
+
+
+def test_the_transactions_pairing_out_of_core_is_the_pairing_in_memory(tmp_path, monkeypatch):
+    """Halves (re-put copies too), op messages (4.x and 5.x bodies), commits, rollbacks and PREPARED records of two
+    brokers over three task parts: spread over many buckets (two rows each) the table is the one of one bucket, in
+    the table's order, every state found."""
+    from jobs.audit import buckets
+    from jobs.audit.checks import transactions as T
+
+    run = _run(tmp_path)
+
+    def half(po, qo, key, ts, **kw):
+        return dict(role="half", physical_offset=po, queue_offset=qo, uniq_key=key, store_timestamp=ts,
+                    topic="RMQ_SYS_TRANS_HALF_TOPIC", queue_id=0, real_topic="T", real_queue_id=1,
+                    producer_group="pg", check_times=kw.pop("check", None), segment="s", file_position=po, **kw)
+
+    parts = [
+        ("a", [half(100, 0, "k0", 1), half(200, 1, "k1", 2), half(300, 2, "k2", 3), half(400, 3, None, 4),
+               dict(role="prepared", physical_offset=450, topic="P", queue_id=0, uniq_key="p0", store_timestamp=5,
+                    tran_type="PREPARED", segment="s", file_position=450)]),
+        ("a", [half(500, 4, "k1", 6, check="2"),  # k1 re-put by the checker
+               dict(role="op", op_body=b"0", store_timestamp=7), dict(role="op", op_body=b"1,4,x,", store_timestamp=8),
+               dict(role="end", tran_type="COMMIT", prepared_transaction_offset=100, physical_offset=600),
+               dict(role="end", tran_type="COMMIT", prepared_transaction_offset=300, physical_offset=610),
+               dict(role="end", tran_type="ROLLBACK", prepared_transaction_offset=450, physical_offset=620),
+               dict(role="prepared", physical_offset=630, topic="P", queue_id=0, uniq_key="p1", store_timestamp=9,
+                    tran_type="PREPARED", segment="s", file_position=630)]),
+        ("b", [half(10, 0, "k0", 1), dict(role="op", op_body=b"0", store_timestamp=2)]),
+    ]
+    rows = []
+    for i, (broker, recs) in enumerate(parts):
+        out = Emitter()
+        out.spill("transactions.records", _txn_records(broker, recs))
+        out.write_findings(run, f"part-{i:05d}.parquet")
+        rows.append(out.partials["_spilled"][0])
+    scan = Outputs({"_spilled": pa.concat_tables(rows)})
+
+    class Ctx:
+        as_of = {"a": 1000, "b": 2000}
+
+        def partial_parts(self, name):
+            return scan.parts(name)
+
+        def partial_dataset(self, name, schema):
+            return scan.dataset(name, schema)
+
+    whole = T.transaction_table(Ctx())
+    monkeypatch.setattr(buckets, "ROWS_PER_BUCKET", 2)
+    assert buckets.bucket_count(13) == 7
+    spread = T.transaction_table(Ctx())
+    assert spread.equals(whole)
+    got = [(r["broker"], r["style"], r["uniq_key"], r["physical_offset"], r["state"], r["copies"])
+           for r in spread.to_pylist()]
+    assert got == [("a", "half", "k0", 100, "committed", 1), ("a", "half", "k2", 300, "committed_without_op", 1),
+                   ("a", "half", "400", 400, "open", 1), ("a", "half", "k1", 500, "rolled_back", 2),
+                   ("a", "prepared_record", "p0", 450, "rolled_back", 1),
+                   ("a", "prepared_record", "p1", 630, "open", 1), ("b", "half", "k0", 10, "rolled_back", 1)]
+    assert spread.column("age_ms").to_pylist() == [None, None, 996, None, None, 991, None]

@@ -56,10 +56,16 @@ class FamilyResult:
 @dataclass(frozen=True)
 class WrittenTable:
     """A detail table its family wrote itself batch by batch (:meth:`jobs.audit.context.AuditContext.table_writer`):
-    one that grows with the messages is never whole on the driver.  The report shows none of them."""
+    one that grows with the messages is never whole on the driver.  The report shows its first rows (``head``)."""
 
     path: fs.Location
     rows: int
+
+    def head(self, n: int) -> "pa.Table":
+        """Its first ``n`` rows (what the report shows), read from its file."""
+        from runtime.output import out_parts_dataset
+
+        return out_parts_dataset([self.path], None).head(n)
 
 
 @dataclass(frozen=True)

@@ -223,7 +223,8 @@ def run(spark, args) -> AuditResult:
             progress("rendering report.html")
             from . import report
 
-            report.write(ctx, summary, written.tables, groups, out, top=args.top, staged=staged)
+            report.write(ctx, summary, {**written.tables, **written.streamed}, groups, out, top=args.top,
+                         staged=staged)
         if history is not None:  # appended at the commit, after every check of the run (custody included)
             history.stage(run.findings_dir, out_join(staged, "metrics"), out)
         # what the commit checks arrived in the staging before it commits anything
@@ -277,7 +278,7 @@ class _Written:
     counts: dict
     metrics: pa.Table
     tables: dict[str, pa.Table]
-    streamed: list[str] = field(default_factory=list)  # tables their families wrote (contract.WrittenTable)
+    streamed: dict[str, WrittenTable] = field(default_factory=dict)  # tables their families wrote
 
 
 def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo, out: Location) -> _Written:
@@ -294,7 +295,7 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
     tables = {name: t for r in results for name, t in r.tables.items() if not isinstance(t, WrittenTable)}
     for name, t in tables.items():
         _write_arrow(t, out_join(out, "tables", name))
-    streamed = [name for r in results for name, t in r.tables.items() if isinstance(t, WrittenTable)]
+    streamed = {name: t for r in results for name, t in r.tables.items() if isinstance(t, WrittenTable)}
     for name in streamed:  # its family wrote its part file, batch by batch
         out_write(out_join(out, "tables", name, "_SUCCESS"), b"")
     # the messages to re-send: the scan's tasks wrote the dropped and unindexed ones; the damaged and destroyed ones

@@ -33,6 +33,7 @@ from runtime.display import plural
 from store_format.fs import Location
 
 from . import resend
+from .contract import WrittenTable
 from .checks import load_all, the_check, with_role
 from .findings import Consequence
 from .resend import kept_damaged_words, lost_words
@@ -89,7 +90,7 @@ details.group>div{padding:4px 10px 6px}
 """
 
 
-def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: str, *, top: int = 200,
+def write(ctx, summary: dict, tables: dict[str, "pa.Table | WrittenTable"], groups: list, out: str, *, top: int = 200,
           staged: Location | None = None) -> str:
     """report.html for the audit in ``out`` (its summary, detail tables and finding groups); ``staged``: where the
     run's outputs are until it commits (runtime/commit.py): read and written there, named as ``out``."""
@@ -115,7 +116,7 @@ def write(ctx, summary: dict, tables: dict[str, pa.Table], groups: list, out: st
     families = load_all()  # what every family declares to show; what this run has no data for is left out
     for section in sorted((s for f in families for s in f.sections), key=lambda s: s.order):
         parts.append(_summary_section(section, brokers))
-    plots = _plots(ctx, tables, families)
+    plots = _plots(ctx, {n: t for n, t in tables.items() if not isinstance(t, WrittenTable)}, families)
     if plots:
         parts.append("<h2>Plots</h2>")
     for heading, png in plots:
@@ -536,11 +537,12 @@ def _table_section(table: pa.Table, view, name: str, brokers: list[str], missing
     column, in ms) under words, the first rows; what an empty table means, or that it is unknown where the input
     it needs is missing."""
     heading = view.title
-    shown = [c for c in (view.columns or [(c, c) for c in table.column_names if not c.startswith("_")])
-             if c[0] in table.column_names]
+    written = isinstance(table, WrittenTable)  # its family wrote it a part at a time: only its head is read
+    total, first = (table.rows, table.head(_ROWS)) if written else (table.num_rows, table.slice(0, _ROWS))
+    shown = [c for c in (view.columns or [(c, c) for c in first.column_names if not c.startswith("_")])
+             if c[0] in first.column_names]
     if len(brokers) > 1:
         shown = [("broker", "broker")] + [c for c in shown if c[0] != "broker"]
-    total = table.num_rows
     note = f" <span class='muted'>(first {_ROWS} of {total:,}: tables/{_e(name)}/ has them all)</span>" \
         if total > _ROWS else ""
     need = view.needs
@@ -553,7 +555,7 @@ def _table_section(table: pa.Table, view, name: str, brokers: list[str], missing
         return f"<h2 id='{_e(name)}'>{_e(heading)}</h2><p class='muted'>{_e(text)}</p>"
     head = "".join(f"<th>{_e(label)}</th>" for _, label in shown)
     body = []
-    for r in table.slice(0, _ROWS).to_pylist():
+    for r in first.to_pylist():
         cells = [_shown_cell(col, r[col]) for col, _ in shown]
         body.append("<tr>" + "".join(f"<td class='{k}'>{v}</td>" if k else f"<td>{v}</td>" for k, v in cells)
                     + "</tr>")

@@ -18,9 +18,11 @@ tagsCode, where it points) is the consumequeue family's check; LMQ lag is the la
 
 Where each is decided: a scan task reads the property strings of its messages (only on a broker whose files say it
 may multi-dispatch: a 5.x store, LMQ queues or offsets), and returns the few records that carry a dispatch list and
-the LMQ units it owns (with whether a message starts where each points); the driver runs the dispatch in CommitLog
-order over those records (store_format.lmq.predict_dispatch: it is sequential, each unit's place depends on every
-earlier one) and compares.
+the LMQ units it owns (with whether a message starts where each points), both spilled as Parquet parts; the driver
+runs the dispatch in CommitLog order over those records (store_format.lmq.predict_dispatch: it is sequential, each
+unit's place depends on every earlier one), streams the units it predicts into buckets by queue beside the queues'
+own units (buckets.Buckets), and compares a bucket of queues at a time: per queue and per listed record on the
+driver, never per unit.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from store_format import layout as L
 from store_format.lmq import QueueState, predict_dispatch
 from store_format.queues import holds_copies
 
+from ..buckets import Buckets, bucket_count
 from ..contract import Family, FamilyResult
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows
 
@@ -154,7 +157,7 @@ def in_range(rc, out) -> None:
             idx = np.flatnonzero(keep)
             t = t.take(idx)
             phys = t.column("physical_offset")
-            out.partial("lmq.records", pa.table({
+            out.spill("lmq.records", pa.table({
                 "broker": pa.repeat(pa.scalar(rc.broker), len(idx)), "physical_offset": phys,
                 "store_size": t.column("store_size"), "topic": t.column("topic"), "queue_id": t.column("queue_id"),
                 "queue_offset": t.column("queue_offset"), "sys_flag": t.column("sys_flag"),
@@ -185,7 +188,7 @@ def _units(rc, out) -> None:
     topic = pa.nulls(u.num_rows, pa.string())
     if hit.any():
         topic = pc.if_else(pa.array(hit), rc.messages.column("topic").take(pa.array(np.where(hit, at, 0))), topic)
-    out.partial("lmq.units", pa.table({
+    out.spill("lmq.units", pa.table({
         "broker": pa.repeat(pa.scalar(rc.broker), u.num_rows), "topic": u.column("topic"),
         "queue_id": u.column("queue_id"), "queue_offset": u.column("queue_offset"),
         "physical_offset": u.column("physical_offset"), "file": u.column("file"),
@@ -234,24 +237,33 @@ def after_scan(ctx) -> None:
         p.will_start = False
 
 
+# predicted and actual units a bucket holds on average: compared as Python objects, ~1.6 KB each
+UNITS_PER_BUCKET = 1 << 15
+_PREDICTED = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
+                        ("physical_offset", pa.int64()), ("record_offset", pa.int64()), ("seq", pa.int64())])
+_NARROW = ("physical_offset", "topic", "queue_id", "queue_offset", "kept", "pending", "uniq_key", "file",
+           "file_position")
+
+
 def on_driver(ctx) -> FamilyResult:
+    """Per broker, the dispatch predicted in CommitLog order and compared with the queues' units a bucket of
+    queues at a time (buckets.Buckets on the driver's disk): what the driver keeps is per queue and per record that
+    carries a dispatch list, never per unit."""
     res = FamilyResult()
-    records = ctx.partial("lmq.records", RECORDS).sort_by([("broker", "ascending"), ("physical_offset", "ascending")])
-    units = ctx.partial("lmq.units", UNITS)
+    records = ctx.partial_dataset("lmq.records", RECORDS)
+    units = ctx.partial_dataset("lmq.units", UNITS)
     stalls = _stalls(ctx)
     _stalled_to_resend(ctx, stalls)
-    for broker in sorted(set(records.column("broker").to_pylist()) | set(units.column("broker").to_pylist())):
-        recs = records.filter(pc.equal(records.column("broker"), broker)).to_pylist()
-        mine = units.filter(pc.equal(units.column("broker"), broker)).to_pylist()
-        res.findings.append(_broker(ctx, broker, recs, mine, stalls.get(broker)))
+    brokers = set(pc.unique(records.to_table(columns=["broker"]).column(0)).to_pylist()) | \
+        set(pc.unique(units.to_table(columns=["broker"]).column(0)).to_pylist())
+    for broker in sorted(brokers):
+        res.findings.append(_broker(ctx, broker, records, units, stalls.get(broker)))
     return res
 
 
-def _seed(ctx, broker: str, units: list[dict], file_size: int) -> tuple[dict, int]:
-    """Each LMQ queue's write state before the dump's first record (the units pointing below the commitlog's first
-    offset: records whose segments are gone), and that offset."""
-    segments = ctx.plans[broker].store.segments
-    low = segments[0].base_offset if segments else 0
+def _seed(ctx, broker: str, units, file_size: int) -> dict:
+    """Each LMQ queue's write state before the dump's first record, from the units (dicts, in order) pointing
+    below the commitlog's first offset (records whose segments are gone)."""
     first_file = {}
     for f in ctx.plans[broker].queue_files:
         if f.loaded and f.backend.dense and holds_copies(f.topic):  # its name: its first unit's byte offset
@@ -259,69 +271,136 @@ def _seed(ctx, broker: str, units: list[dict], file_size: int) -> tuple[dict, in
             first_file[key] = min(first_file.get(key, int(f.name)), int(f.name))
     states = {}
     for u in units:
-        if u["physical_offset"] < low:
-            key = (u["topic"], u["queue_id"])
-            s = states.get(key)
-            if s is None or u["queue_offset"] >= s.max_offset:  # past the record's start is enough: every
-                # record of the dump lies after it
-                states[key] = QueueState(file_size, first_file.get(key, 0), (u["queue_offset"] + 1) *
-                                         L.CQ_STORE_UNIT_SIZE, u["physical_offset"] + 1)
-    return states, low
+        key = (u["topic"], u["queue_id"])
+        s = states.get(key)
+        if s is None or u["queue_offset"] >= s.max_offset:  # past the record's start is enough: every
+            # record of the dump lies after it
+            states[key] = QueueState(file_size, first_file.get(key, 0), (u["queue_offset"] + 1) *
+                                     L.CQ_STORE_UNIT_SIZE, u["physical_offset"] + 1)
+    return states
 
 
-def _broker(ctx, broker: str, recs: list[dict], units: list[dict], stall) -> pa.Table:
+class _Predicted:
+    """Where predict_dispatch puts the units it writes (its ``units``): each entry into its queue's bucket, in write
+    order (``seq``), and per queue what lmq.offsets_diverged says (its first unit away from its record's offset, how
+    many, the last one's distance)."""
+
+    def __init__(self, buckets: Buckets):
+        self.buckets, self.rows, self.seq = buckets, [], 0
+        self.diverged: dict[tuple, list] = {}  # (queue, queue id) -> [first unit, count, last delta]
+
+    def append(self, u) -> None:
+        if u.kind != "entry":
+            return
+        if not u.matches_record:
+            d = self.diverged.get((u.queue, u.queue_id))
+            if d is None:
+                self.diverged[(u.queue, u.queue_id)] = [u, 1, u.record_offset - u.queue_offset]
+            else:
+                d[1], d[2] = d[1] + 1, u.record_offset - u.queue_offset
+        self.rows.append((u.queue, u.queue_id, u.queue_offset, u.physical_offset, u.record_offset, self.seq))
+        self.seq += 1
+        if len(self.rows) >= 1 << 16:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows:
+            t = pa.table([pa.array(c, f.type) for c, f in zip(zip(*self.rows), _PREDICTED)], schema=_PREDICTED)
+            self.buckets.add_by_key(t, "topic", "queue_id")
+            self.rows = []
+
+
+def _broker(ctx, broker: str, records, units, stall) -> pa.Table:
+    import tempfile
+
+    import pyarrow.dataset as ds
+
     plan = ctx.plans[broker]
     file_size = plan.geometry.consume_queue_file_size or plan.store.consume_queue_file_size or \
         L.DEFAULT_MAPPED_FILE_SIZE_CONSUME_QUEUE
-    existing, low = _seed(ctx, broker, units, file_size)
-    pred = predict_dispatch([_record(r) for r in recs], cq_file_size=file_size, existing=existing)
-    by_offset = {r["physical_offset"]: r for r in recs}
-    out = []
-    # what the queues hold, by (queue, record)
-    actual: dict[tuple, list] = {}
-    for u in units:
-        if u["physical_offset"] >= low:
-            actual.setdefault((u["topic"], u["queue_id"], u["physical_offset"]), []).append(u)
-    predicted = {(p.queue, p.queue_id, p.physical_offset): p for p in pred.units if p.kind == "entry"}
+    segments = plan.store.segments
+    low = segments[0].base_offset if segments else 0
+    mine = ds.field("broker") == broker
+    recs = records.to_table(filter=mine).sort_by("physical_offset")
+    at = {p: i for i, p in enumerate(recs.column("physical_offset").to_pylist())}  # the last of an offset
+    by_offset = {r["physical_offset"]: r for r in recs.select(list(_NARROW)).to_pylist()}
+    names = pc.fill_null(recs.column("names"), "")
+    named = recs.num_rows + pc.sum(pc.count_substring(names, L.LMQ_DISPATCH_SEPARATOR)).as_py() if recs.num_rows else 0
+    n = bucket_count(named + units.count_rows(filter=mine), UNITS_PER_BUCKET)
+    with tempfile.TemporaryDirectory(prefix="audit-lmq-") as scratch:
+        actual = Buckets(scratch, "actual", n, UNITS)  # what the queues hold, by queue
 
-    missing, shifted = [], {}
+        def seeds():
+            for batch in units.to_batches(filter=mine):
+                t = pa.Table.from_batches([batch])
+                under = pc.less(t.column("physical_offset"), low)
+                actual.add_by_key(t.filter(pc.invert(under)), "topic", "queue_id")
+                yield from t.filter(under).to_pylist()
+
+        existing = _seed(ctx, broker, seeds(), file_size)
+        predicted = _Predicted(Buckets(scratch, "predicted", n, _PREDICTED))
+        pred = predict_dispatch((_record(r) for batch in recs.to_batches(4096) for r in batch.to_pylist()),
+                                cq_file_size=file_size, existing=existing, units=predicted)
+        predicted.flush()
+        found = {c: [] for c in ("missing", "unexpected", "dups", "runs")}  # (order, finding row)
+        for i in range(n):
+            _compare(broker, predicted.buckets.read(i), actual.read(i), by_offset, found)
+    out = [finding_rows(check_id, [row for _, row in sorted(found[k], key=lambda x: x[0])]) for check_id, k in (
+        ("lmq.missing_unit", "missing"), ("lmq.unexpected_unit", "unexpected"), ("lmq.duplicate_unit", "dups"),
+        ("lmq.offset_shift", "runs"))]
+    out.append(_skips(broker, pred, by_offset, recs, at))
+    out.append(_diverged(broker, predicted.diverged))
+    if stall is not None:
+        out.append(_stalled(ctx, broker, stall, pred, by_offset, recs, at))
+    return concat_findings(out)
+
+
+def _compare(broker: str, pred: pa.Table, units: pa.Table, by_offset: dict, found: dict) -> None:
+    """The predicted units of some queues against the units those queues hold: each finding row with what orders
+    it among all (a missing unit by the dispatch's write order, the others by queue and offset)."""
+    predicted, order = {}, {}
+    for p in pred.sort_by("seq").to_pylist():
+        key = (p["topic"], p["queue_id"], p["physical_offset"])
+        order.setdefault(key, p["seq"])
+        predicted[key] = p
+    actual: dict[tuple, list] = {}
+    for u in units.to_pylist():
+        actual.setdefault((u["topic"], u["queue_id"], u["physical_offset"]), []).append(u)
+
+    shifted = {}
     for key, p in predicted.items():
-        r = by_offset.get(p.physical_offset)
+        r = by_offset.get(p["physical_offset"])
         have = actual.get(key)
         if not have:
             if r is not None and r["kept"] and not r["pending"]:
-                missing.append(dict(broker=broker, topic=p.queue, queue_id=p.queue_id, queue_offset=p.queue_offset,
-                                    physical_offset=p.physical_offset, file=r["file"], file_position=r["file_position"],
-                                    details={"uniq_key": r["uniq_key"], "key": r["uniq_key"],
-                                             "record_offset": p.record_offset}))
+                found["missing"].append((order[key], dict(
+                    broker=broker, topic=p["topic"], queue_id=p["queue_id"], queue_offset=p["queue_offset"],
+                    physical_offset=p["physical_offset"], file=r["file"], file_position=r["file_position"],
+                    details={"uniq_key": r["uniq_key"], "key": r["uniq_key"], "record_offset": p["record_offset"]})))
             continue
         first = min(have, key=lambda u: u["queue_offset"])
-        if first["queue_offset"] != p.queue_offset:
-            shifted.setdefault((p.queue, p.queue_id), []).append((first["queue_offset"], p.queue_offset, first))
-    out.append(finding_rows("lmq.missing_unit", missing))
+        if first["queue_offset"] != p["queue_offset"]:
+            shifted.setdefault((p["topic"], p["queue_id"]), []).append((first["queue_offset"], p["queue_offset"],
+                                                                        first))
 
-    unexpected, dups = [], []
     for key, have in sorted(actual.items()):
         if key not in predicted:
             for u in have:
                 if u["at_message"]:
-                    unexpected.append(dict(broker=broker, topic=u["topic"], queue_id=u["queue_id"],
-                                           queue_offset=u["queue_offset"], physical_offset=u["physical_offset"],
-                                           file=u["file"], file_position=u["file_position"],
-                                           values={"message_topic": u["message_topic"]},
-                                           details={"message_topic": u["message_topic"]}))
+                    found["unexpected"].append((key, dict(
+                        broker=broker, topic=u["topic"], queue_id=u["queue_id"], queue_offset=u["queue_offset"],
+                        physical_offset=u["physical_offset"], file=u["file"], file_position=u["file_position"],
+                        values={"message_topic": u["message_topic"]}, details={"message_topic": u["message_topic"]})))
             continue
         if len(have) > 1:
             extra = sorted(have, key=lambda u: u["queue_offset"])[1:]
             u = extra[0]
-            dups.append(dict(broker=broker, topic=u["topic"], queue_id=u["queue_id"], queue_offset=u["queue_offset"],
-                             physical_offset=u["physical_offset"], file=u["file"], file_position=u["file_position"],
-                             values={"units": len(have)},
-                             details={"units": len(have), "queue_offsets": [x["queue_offset"] for x in have]}))
-    out.append(finding_rows("lmq.unexpected_unit", unexpected))
-    out.append(finding_rows("lmq.duplicate_unit", dups))
+            found["dups"].append((key, dict(
+                broker=broker, topic=u["topic"], queue_id=u["queue_id"], queue_offset=u["queue_offset"],
+                physical_offset=u["physical_offset"], file=u["file"], file_position=u["file_position"],
+                values={"units": len(have)},
+                details={"units": len(have), "queue_offsets": [x["queue_offset"] for x in have]})))
 
-    runs = []
     for (queue, qid), items in sorted(shifted.items()):
         items.sort(key=lambda x: x[1])
         start = 0
@@ -329,17 +408,12 @@ def _broker(ctx, broker: str, recs: list[dict], units: list[dict], stall) -> pa.
             if i == len(items) or items[i][0] - items[i][1] != items[start][0] - items[start][1]:
                 a, p0, u = items[start]
                 delta = a - p0
-                runs.append(dict(broker=broker, topic=queue, queue_id=qid, queue_offset=a,
-                                 physical_offset=u["physical_offset"], file=u["file"], file_position=u["file_position"],
-                                 values={"count": i - start, "delta": f"{delta:+d}"},
-                                 details={"count": i - start, "delta": delta, "predicted_queue_offset": p0}))
+                found["runs"].append(((queue, qid, start), dict(
+                    broker=broker, topic=queue, queue_id=qid, queue_offset=a,
+                    physical_offset=u["physical_offset"], file=u["file"], file_position=u["file_position"],
+                    values={"count": i - start, "delta": f"{delta:+d}"},
+                    details={"count": i - start, "delta": delta, "predicted_queue_offset": p0})))
                 start = i
-    out.append(finding_rows("lmq.offset_shift", runs))
-    out.append(_skips(broker, pred, by_offset))
-    out.append(_diverged(broker, pred, by_offset))
-    if stall is not None:
-        out.append(_stalled(ctx, broker, stall, pred, by_offset))
-    return concat_findings(out)
 
 
 _SKIPS = {  # store_format.lmq.LmqSkip reasons: (what is not written, severity)
@@ -350,7 +424,13 @@ _SKIPS = {  # store_format.lmq.LmqSkip reasons: (what is not written, severity)
 }
 
 
-def _skips(broker: str, pred, by_offset: dict) -> pa.Table:
+def _lists(recs: pa.Table, at: dict, physical_offset: int) -> tuple[str, str]:
+    """The dispatch lists (names, offsets) of the record at ``physical_offset``."""
+    i = at[physical_offset]
+    return recs.column("names")[i].as_py(), recs.column("offsets")[i].as_py()
+
+
+def _skips(broker: str, pred, by_offset: dict, recs: pa.Table, at: dict) -> pa.Table:
     rows = []
     for s in pred.skips:
         r = by_offset.get(s.physical_offset)
@@ -361,28 +441,25 @@ def _skips(broker: str, pred, by_offset: dict) -> pa.Table:
                          physical_offset=s.physical_offset, topic=r["topic"], queue_id=r["queue_id"],
                          queue_offset=r["queue_offset"], severity=sev,
                          values={"what": what, "reason": s.reason, "detail": s.detail},
-                         details={"reason": s.reason, "queue": s.queue, "names": r["names"], "offsets": r["offsets"],
+                         details={"reason": s.reason, "queue": s.queue,
+                                  **dict(zip(("names", "offsets"), _lists(recs, at, s.physical_offset))),
                                   "uniq_key": r["uniq_key"], "key": r["uniq_key"]}))
     return finding_rows("lmq.dispatch_skipped", rows)
 
 
-def _diverged(broker: str, pred, by_offset: dict) -> pa.Table:
-    """Per queue, where its units first sit away from their records' INNER_MULTI_QUEUE_OFFSET (predicted)."""
-    first: dict[tuple, list] = {}
-    for u in pred.units:
-        if u.kind == "entry" and not u.matches_record:
-            first.setdefault((u.queue, u.queue_id), []).append(u)
+def _diverged(broker: str, diverged: dict) -> pa.Table:
+    """Per queue, where its units first sit away from their records' INNER_MULTI_QUEUE_OFFSET (predicted):
+    ``diverged`` as _Predicted keeps it."""
     rows = []
-    for (queue, qid), us in sorted(first.items()):
-        u = us[0]
+    for (queue, qid), (u, count, delta) in sorted(diverged.items()):
         rows.append(dict(broker=broker, topic=queue, queue_id=qid, queue_offset=u.queue_offset,
-                         physical_offset=u.physical_offset,
-                         values={"count": len(us), "delta": us[-1].record_offset - us[-1].queue_offset},
-                         details={"count": len(us), "record_offset": u.record_offset}))
+                         physical_offset=u.physical_offset, values={"count": count, "delta": delta},
+                         details={"count": count, "record_offset": u.record_offset}))
     return finding_rows("lmq.offsets_diverged", rows)
 
 
-def _stalled(ctx, broker: str, stall: tuple[int, int], pred, by_offset: dict) -> pa.Table:
+def _stalled(ctx, broker: str, stall: tuple[int, int], pred, by_offset: dict, recs: pa.Table,
+             at_offset: dict) -> pa.Table:
     at, after = stall
     r = by_offset[at]
     p = ctx.recovery.get(broker)
@@ -401,13 +478,16 @@ def _stalled(ctx, broker: str, stall: tuple[int, int], pred, by_offset: dict) ->
         queue_id=r["queue_id"], queue_offset=r["queue_offset"],
         values={"queue": s.queue if s else "?", "offset_text": f'"{s.offset_text}"' if s else "?", "after": after,
                 "restart": restart},
-        details={"names": r["names"], "offsets": r["offsets"], "records_after": after, "uniq_key": r["uniq_key"],
+        details={**dict(zip(("names", "offsets"), _lists(recs, at_offset, at))), "records_after": after,
+                 "uniq_key": r["uniq_key"],
                  "key": r["uniq_key"]})])
 
 
 def _stalled_record(ctx, broker: str, at: int) -> dict | None:
-    t = ctx.partial("lmq.records", RECORDS)
-    hit = t.filter(pc.and_(pc.equal(t.column("broker"), broker), pc.equal(t.column("physical_offset"), at)))
+    import pyarrow.dataset as ds
+
+    hit = ctx.partial_dataset("lmq.records", RECORDS).to_table(
+        filter=(ds.field("broker") == broker) & (ds.field("physical_offset") == at))
     return hit.to_pylist()[0] if hit.num_rows else None
 
 

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from store_format import layout as L
 from decoding.columns import column
 
+from ..buckets import Buckets, bucket_count
 from ..findings import Consequence, Severity, check, finding_table, metric_table
 from ..contract import Family, FamilyResult, TableView
 
@@ -102,18 +103,21 @@ def in_range(rc, out) -> None:
         "prepared_transaction_offset": t.column("prepared_transaction_offset"), "op_body": body}, schema=RECORDS))
 
 
-def _role(records, role: str, columns: list[str] | None = None) -> pa.Table:
-    """The records of one role (a ``pyarrow.dataset`` of :data:`RECORDS`), only ``columns`` of them."""
-    import pyarrow.dataset as ds
+_HALVES = pa.schema([RECORDS.field(n) for n in RECORDS.names
+                     if n not in ("op_body", "tran_type", "prepared_transaction_offset")])
+_PREPARED = pa.schema([RECORDS.field(n) for n in RECORDS.names if n != "op_body"])
+_MARKS = pa.schema([("broker", pa.string()), ("queue_offset", pa.int64()), ("store_timestamp", pa.int64())])
+_ENDS = pa.schema([("broker", pa.string()), ("physical_offset", pa.int64()), ("end_type", pa.string()),
+                   ("end_physical_offset", pa.int64())])
+_MARKED = pa.schema([*_HALVES, ("check_int", pa.int32()), ("op_time", pa.int64())])
+_RESOLVED = pa.schema([*_MARKED, ("txn", pa.string()), ("commit_end", pa.int64()), ("op_done", pa.bool_())])
+_STYLES = ("half", "prepared_record")  # a broker's rows in this order (the table's sort)
 
-    return records.to_table(columns=columns, filter=ds.field("role") == role)
 
-
-def _ops(records) -> pa.Table:
-    """(broker, queue_offset, op_time): each half queue offset the op messages mark done, with the earliest op's
-    store time.  A body is one decimal offset (4.x) or a comma list (5.x), decoded as UTF-8 with replacement; a
-    piece that is blank or not a long (as Spark casts it) marks nothing."""
-    ops = _role(records, "op", ["broker", "op_body", "store_timestamp"])
+def _op_marks(ops: pa.Table) -> pa.Table:
+    """(broker, queue_offset, store_timestamp): each half queue offset an op message (a row of ``ops``) marks
+    done.  A body is one decimal offset (4.x) or a comma list (5.x), decoded as UTF-8 with replacement; a piece
+    that is blank or not a long (as Spark casts it) marks nothing."""
     brokers, queue_offsets, times = [], [], []
     for broker, body, ts in zip(ops.column("broker").to_pylist(), ops.column("op_body").to_pylist(),
                                 ops.column("store_timestamp").to_pylist()):
@@ -123,9 +127,13 @@ def _ops(records) -> pa.Table:
                 brokers.append(broker)
                 queue_offsets.append(q)
                 times.append(ts)
-    t = pa.table({"broker": pa.array(brokers, pa.string()), "queue_offset": pa.array(queue_offsets, pa.int64()),
-                  "store_timestamp": pa.array(times, pa.int64())})
-    g = t.group_by(["broker", "queue_offset"]).aggregate([("store_timestamp", "min")])
+    return pa.table({"broker": pa.array(brokers, pa.string()), "queue_offset": pa.array(queue_offsets, pa.int64()),
+                     "store_timestamp": pa.array(times, pa.int64())}, schema=_MARKS)
+
+
+def _op_times(marks: pa.Table) -> pa.Table:
+    """(broker, queue_offset, op_time): the earliest op's store time for each half queue offset marked done."""
+    g = marks.group_by(["broker", "queue_offset"]).aggregate([("store_timestamp", "min")])
     return g.rename_columns(["broker", "queue_offset", "op_time"]) if g.num_rows else pa.table(
         {"broker": pa.array([], pa.string()), "queue_offset": pa.array([], pa.int64()),
          "op_time": pa.array([], pa.int64())})
@@ -152,98 +160,193 @@ def _ints(texts) -> pa.Array:
     return pa.array(out, pa.int32())
 
 
-def _ends(records) -> pa.Table:
-    """Commit and rollback records by the offset of the half (or PREPARED record) they end."""
-    e = _role(records, "end", ["broker", "prepared_transaction_offset", "tran_type", "physical_offset"])
+def _ends(e: pa.Table) -> pa.Table:
+    """Commit and rollback records (rows of role ``end``) by the offset of the half (or PREPARED record) they end."""
     return pa.table({"broker": e.column("broker"), "physical_offset": e.column("prepared_transaction_offset"),
-                     "end_type": e.column("tran_type"), "end_physical_offset": e.column("physical_offset")})
+                     "end_type": e.column("tran_type"), "end_physical_offset": e.column("physical_offset")},
+                    schema=_ENDS)
 
 
 def _when(cond, values):
     return pc.if_else(cond, values, pa.scalar(None, values.type))
 
 
-def transaction_table(ctx) -> pa.Table:
+def _resolved(h: pa.Table, ends: pa.Table) -> pa.Table:
+    """Half copies (with their op marks) joined to the records that end them, named by transaction."""
+    h = h.join(ends, ["broker", "physical_offset"], join_type="left outer")
+    h = h.append_column("txn", pc.coalesce(h.column("uniq_key"), pc.cast(h.column("physical_offset"), pa.string())))
+    is_commit = pc.equal(h.column("end_type"), "COMMIT")
+    h = h.append_column("commit_end", _when(is_commit, h.column("end_physical_offset")))
+    return h.append_column("op_done", pc.is_valid(h.column("op_time")))
+
+
+def _half_rows(h: pa.Table) -> pa.Table:
+    """Rows of :data:`TRANSACTIONS` (``half`` style, no age) for every transaction of ``h`` (:data:`_RESOLVED`
+    rows holding all copies of each)."""
+    # the last copy (highest half queue offset) names the transaction's half; names found in offset order
+    last = h.sort_by([("broker", "ascending"), ("txn", "ascending"), ("queue_offset", "descending"),
+                      ("physical_offset", "ascending")]).group_by(["broker", "txn"], use_threads=False).aggregate(
+        [(c, "first") for c in ("physical_offset", "queue_offset", "segment", "file_position")])
+    skip = pc.ScalarAggregateOptions(skip_nulls=True)
+    agg = h.sort_by([("broker", "ascending"), ("txn", "ascending"), ("physical_offset", "ascending")]).group_by(
+        ["broker", "txn"], use_threads=False).aggregate(
+        [("store_timestamp", "min"), ("physical_offset", "count"), ("real_topic", "first", skip),
+         ("real_queue_id", "first", skip), ("producer_group", "first", skip), ("check_int", "max"),
+         ("op_done", "any"), ("op_time", "min"), ("commit_end", "max")])
+    t = agg.join(last, ["broker", "txn"])
+    op_done = pc.fill_null(t.column("op_done_any"), False)
+    committed = pc.is_valid(t.column("commit_end_max"))
+    state = pc.if_else(op_done, pc.if_else(committed, "committed", "rolled_back"),
+                       pc.if_else(committed, "committed_without_op", "open"))
+    n = t.num_rows
+    return pa.table({
+        "broker": t.column("broker"), "style": pa.repeat(pa.scalar("half"), n), "uniq_key": t.column("txn"),
+        "topic": t.column("real_topic_first"), "queue_id": t.column("real_queue_id_first"),
+        "producer_group": t.column("producer_group_first"), "physical_offset": t.column("physical_offset_first"),
+        "half_queue_offset": t.column("queue_offset_first"), "segment": t.column("segment_first"),
+        "file_position": t.column("file_position_first"), "first_store_time": t.column("store_timestamp_min"),
+        "copies": t.column("physical_offset_count").cast(pa.int64()),
+        "check_times": pc.fill_null(t.column("check_int_max"), 0), "resolved_time": t.column("op_time_min"),
+        "commit_physical_offset": t.column("commit_end_max"), "state": state,
+        "age_ms": pa.nulls(n, pa.int64())}, schema=TRANSACTIONS)
+
+
+def _prepared_rows(p: pa.Table, ends: pa.Table) -> pa.Table:
+    """Rows of :data:`TRANSACTIONS` (``prepared_record`` style, no age) for the PREPARED records ``p``, resolved by
+    ``ends`` (all that end any of them)."""
+    j = p.select(["broker", "physical_offset"]).join(ends, ["broker", "physical_offset"], join_type="inner")
+    is_commit = pc.equal(j.column("end_type"), "COMMIT")
+    j = pa.table({"broker": j.column("broker"), "physical_offset": j.column("physical_offset"),
+                  "commit": _when(is_commit, j.column("end_physical_offset")),
+                  "rollback": _when(pc.equal(j.column("end_type"), "ROLLBACK"), j.column("end_physical_offset"))})
+    resolved = j.group_by(["broker", "physical_offset"]).aggregate([("commit", "max"), ("rollback", "max")])
+    t = p.join(resolved, ["broker", "physical_offset"], join_type="left outer")
+    commit, rollback = t.column("commit_max"), t.column("rollback_max")
+    n = t.num_rows
+    return pa.table({
+        "broker": t.column("broker"), "style": pa.repeat(pa.scalar("prepared_record"), n),
+        "uniq_key": t.column("uniq_key"), "topic": t.column("topic"), "queue_id": t.column("queue_id"),
+        "producer_group": t.column("producer_group"), "physical_offset": t.column("physical_offset"),
+        "half_queue_offset": pa.nulls(n, pa.int64()), "segment": t.column("segment"),
+        "file_position": t.column("file_position"), "first_store_time": t.column("store_timestamp"),
+        "copies": pa.repeat(pa.scalar(1, pa.int64()), n), "check_times": pa.repeat(pa.scalar(0, pa.int32()), n),
+        "resolved_time": pa.nulls(n, pa.int64()), "commit_physical_offset": commit,
+        "state": pc.if_else(pc.is_valid(commit), "committed", pc.if_else(pc.is_valid(rollback), "rolled_back",
+                                                                            "open")),
+        "age_ms": pa.nulls(n, pa.int64())}, schema=TRANSACTIONS)
+
+
+class _Ranges:
+    """The table's rows spread by (broker, style, range of physical offsets), so that reading the buckets in order
+    and sorting each gives the table in its order: each broker's span of offsets cut in ``n`` equal ranges."""
+
+    def __init__(self, scratch: str, spans: dict[str, list[int]], n: int):
+        self.brokers, self.spans, self.n = sorted(spans), spans, n
+        self.rows = Buckets(scratch, "table", len(self.brokers) * len(_STYLES) * n, TRANSACTIONS)
+
+    def add(self, t: pa.Table) -> None:
+        if not t.num_rows:
+            return
+        broker = pc.index_in(t.column("broker"), value_set=pa.array(self.brokers, pa.string())).to_numpy()
+        lo = np.array([self.spans[b][0] for b in self.brokers], np.float64)[broker]
+        width = np.array([self.spans[b][1] - self.spans[b][0] + 1 for b in self.brokers], np.float64)[broker]
+        at = (t.column("physical_offset").to_numpy().astype(np.float64) - lo) / width * self.n
+        style = pc.index_in(t.column("style"), value_set=pa.array(_STYLES)).to_numpy()
+        self.rows.add(t, ((broker * len(_STYLES) + style) * self.n + np.clip(at.astype(np.int64), 0, self.n - 1)))
+
+    def in_order(self):
+        """(broker, rows) a bucket at a time, in the table's order (broker, style, physical offset)."""
+        for i in range(self.rows.n):
+            t = self.rows.read(i)
+            if t.num_rows:
+                yield self.brokers[i // (len(_STYLES) * self.n)], t.sort_by("physical_offset")
+
+
+def _widen(spans: dict[str, list[int]], t: pa.Table) -> None:
+    """Grow each broker's span of physical offsets to the rows of ``t``."""
+    if not t.num_rows:
+        return
+    g = t.group_by("broker").aggregate([("physical_offset", "min"), ("physical_offset", "max")])
+    for b, lo, hi in zip(*(g.column(c).to_pylist() for c in ("broker", "physical_offset_min", "physical_offset_max"))):
+        span = spans.setdefault(b, [lo, hi])
+        span[0], span[1] = min(span[0], lo), max(span[1], hi)
+
+
+def transaction_batches(ctx):
+    """The ``transactions`` table in order (broker, style, physical offset), a part at a time: never whole on the
+    driver.  The pairing runs out of core (buckets.Buckets, on the driver's local disk): the records by role, each
+    join and the grouping by transaction done a bucket of its key at a time, the rows then spread by ranges of
+    offsets and each range sorted."""
+    import tempfile
+
     recs = ctx.partial_dataset("transactions.records", RECORDS)
-    ends = _ends(recs)
-    parts = []
-    h = _role(recs, "half", [f.name for f in RECORDS if f.name not in ("op_body", "tran_type",
-                                                                        "prepared_transaction_offset")])
-    if h.num_rows:
-        h = h.append_column("check_int", _ints(h.column("check_times")))
-        h = h.join(_ops(recs), ["broker", "queue_offset"], join_type="left outer")
-        h = h.join(ends, ["broker", "physical_offset"], join_type="left outer")
-        h = h.append_column("txn", pc.coalesce(h.column("uniq_key"), pc.cast(h.column("physical_offset"), pa.string())))
-        is_commit = pc.equal(h.column("end_type"), "COMMIT")
-        h = h.append_column("commit_end", _when(is_commit, h.column("end_physical_offset")))
-        h = h.append_column("op_done", pc.is_valid(h.column("op_time")))
-        # the last copy (highest half queue offset) names the transaction's half; names found in offset order
-        last = h.sort_by([("broker", "ascending"), ("txn", "ascending"), ("queue_offset", "descending"),
-                          ("physical_offset", "ascending")]).group_by(["broker", "txn"], use_threads=False).aggregate(
-            [(c, "first") for c in ("physical_offset", "queue_offset", "segment", "file_position")])
-        skip = pc.ScalarAggregateOptions(skip_nulls=True)
-        agg = h.sort_by([("broker", "ascending"), ("txn", "ascending"), ("physical_offset", "ascending")]).group_by(
-            ["broker", "txn"], use_threads=False).aggregate(
-            [("store_timestamp", "min"), ("physical_offset", "count"), ("real_topic", "first", skip),
-             ("real_queue_id", "first", skip), ("producer_group", "first", skip), ("check_int", "max"),
-             ("op_done", "any"), ("op_time", "min"), ("commit_end", "max")])
-        t = agg.join(last, ["broker", "txn"])
-        op_done = pc.fill_null(t.column("op_done_any"), False)
-        committed = pc.is_valid(t.column("commit_end_max"))
-        state = pc.if_else(op_done, pc.if_else(committed, "committed", "rolled_back"),
-                           pc.if_else(committed, "committed_without_op", "open"))
-        n = t.num_rows
-        parts.append(pa.table({
-            "broker": t.column("broker"), "style": pa.repeat(pa.scalar("half"), n), "uniq_key": t.column("txn"),
-            "topic": t.column("real_topic_first"), "queue_id": t.column("real_queue_id_first"),
-            "producer_group": t.column("producer_group_first"), "physical_offset": t.column("physical_offset_first"),
-            "half_queue_offset": t.column("queue_offset_first"), "segment": t.column("segment_first"),
-            "file_position": t.column("file_position_first"), "first_store_time": t.column("store_timestamp_min"),
-            "copies": t.column("physical_offset_count").cast(pa.int64()),
-            "check_times": pc.fill_null(t.column("check_int_max"), 0), "resolved_time": t.column("op_time_min"),
-            "commit_physical_offset": t.column("commit_end_max"), "state": state,
-            "age_ms": pa.nulls(n, pa.int64())}, schema=TRANSACTIONS))
-    p = _role(recs, "prepared", [f.name for f in RECORDS if f.name != "op_body"])
-    if p.num_rows:
-        j = p.select(["broker", "physical_offset"]).join(ends, ["broker", "physical_offset"], join_type="inner")
-        is_commit = pc.equal(j.column("end_type"), "COMMIT")
-        j = pa.table({"broker": j.column("broker"), "physical_offset": j.column("physical_offset"),
-                      "commit": _when(is_commit, j.column("end_physical_offset")),
-                      "rollback": _when(pc.equal(j.column("end_type"), "ROLLBACK"), j.column("end_physical_offset"))})
-        resolved = j.group_by(["broker", "physical_offset"]).aggregate([("commit", "max"), ("rollback", "max")])
-        t = p.join(resolved, ["broker", "physical_offset"], join_type="left outer")
-        commit, rollback = t.column("commit_max"), t.column("rollback_max")
-        n = t.num_rows
-        parts.append(pa.table({
-            "broker": t.column("broker"), "style": pa.repeat(pa.scalar("prepared_record"), n),
-            "uniq_key": t.column("uniq_key"), "topic": t.column("topic"), "queue_id": t.column("queue_id"),
-            "producer_group": t.column("producer_group"), "physical_offset": t.column("physical_offset"),
-            "half_queue_offset": pa.nulls(n, pa.int64()), "segment": t.column("segment"),
-            "file_position": t.column("file_position"), "first_store_time": t.column("store_timestamp"),
-            "copies": pa.repeat(pa.scalar(1, pa.int64()), n), "check_times": pa.repeat(pa.scalar(0, pa.int32()), n),
-            "resolved_time": pa.nulls(n, pa.int64()), "commit_physical_offset": commit,
-            "state": pc.if_else(pc.is_valid(commit), "committed", pc.if_else(pc.is_valid(rollback), "rolled_back",
-                                                                                "open")),
-            "age_ms": pa.nulls(n, pa.int64())}, schema=TRANSACTIONS))
-    if not parts:
-        return TRANSACTIONS.empty_table()
-    t = pa.concat_tables(parts)
-    as_of = pa.array([ctx.as_of[b] for b in t.column("broker").to_pylist()], pa.int64())
-    age = _when(pc.equal(t.column("state"), "open"), pc.subtract(as_of, t.column("first_store_time")))
-    return t.set_column(t.schema.get_field_index("age_ms"), "age_ms", age).sort_by(
-        [("broker", "ascending"), ("style", "ascending"), ("physical_offset", "ascending")])
+    n = bucket_count(sum(ctx.partial_parts("transactions.records").column("rows").to_pylist()))
+    with tempfile.TemporaryDirectory(prefix="audit-transactions-") as scratch:
+        halves = Buckets(scratch, "halves", n, _HALVES)
+        marks = Buckets(scratch, "marks", n, _MARKS)
+        ends = Buckets(scratch, "ends", n, _ENDS)
+        prepared = Buckets(scratch, "prepared", n, _PREPARED)
+        spans: dict[str, list[int]] = {}  # broker -> [lowest, highest] offset of its halves and PREPARED records
+        for batch in recs.to_batches():
+            b = pa.Table.from_batches([batch])
+            role = b.column("role")
+            h, p = b.filter(pc.equal(role, "half")), b.filter(pc.equal(role, "prepared"))
+            halves.add_by_key(h, "broker", "queue_offset")
+            marks.add_by_key(_op_marks(b.filter(pc.equal(role, "op"))), "broker", "queue_offset")
+            ends.add_by_key(_ends(b.filter(pc.equal(role, "end"))), "broker", "physical_offset")
+            prepared.add_by_key(p, "broker", "physical_offset")
+            _widen(spans, h)
+            _widen(spans, p)
+            del b, h, p
+        if not spans:
+            return
+        marked = Buckets(scratch, "marked", n, _MARKED)  # each half copy with its op mark, by its offset
+        for i in range(n):
+            h = halves.read(i)
+            h = h.append_column("check_int", _ints(h.column("check_times")))
+            marked.add_by_key(h.join(_op_times(marks.read(i)), ["broker", "queue_offset"], join_type="left outer"),
+                              "broker", "physical_offset")
+        table = _Ranges(scratch, spans, n)
+        resolved = Buckets(scratch, "resolved", n, _RESOLVED)  # ... and the records ending it, by transaction
+        for i in range(n):
+            e = ends.read(i)
+            h = marked.read(i)
+            if h.num_rows:
+                resolved.add_by_key(_resolved(h, e), "broker", "txn")
+            p = prepared.read(i)
+            if p.num_rows:
+                table.add(_prepared_rows(p, e))
+        for i in range(n):
+            h = resolved.read(i)
+            if h.num_rows:
+                table.add(_half_rows(h))
+        for broker, t in table.in_order():
+            age = _when(pc.equal(t.column("state"), "open"),
+                        pc.subtract(pa.scalar(ctx.as_of[broker], pa.int64()), t.column("first_store_time")))
+            yield t.set_column(t.schema.get_field_index("age_ms"), "age_ms", age)
 
 
-def on_driver(ctx) -> FamilyResult:
-    res = FamilyResult()
-    t = transaction_table(ctx)
-    res.tables["transactions"] = t
+def transaction_table(ctx) -> pa.Table:
+    """The whole ``transactions`` table (for a test or a notebook: the audit writes it a part at a time)."""
+    parts = list(transaction_batches(ctx))
+    return pa.concat_tables(parts) if parts else TRANSACTIONS.empty_table()
+
+
+_CHECKS = ("transactions.open", "transactions.commit_without_op", "transactions.open_prepared_record")
+
+
+def _findings(t: pa.Table) -> dict[str, pa.Table]:
+    """The findings of some rows of the table, by check."""
     state, style = t.column("state"), t.column("style")
-
-    def emit(check_id, mask, half: bool):
+    is_open = pc.equal(state, "open")
+    out = {}
+    for check_id, mask, half in (
+            (_CHECKS[0], pc.and_(is_open, pc.equal(style, "half")), True),
+            (_CHECKS[1], pc.equal(state, "committed_without_op"), True),
+            (_CHECKS[2], pc.and_(is_open, pc.equal(style, "prepared_record")), False)):
         sel = t.filter(mask)
         if not sel.num_rows:
-            return
+            continue
         uniq = sel.column("uniq_key")
         where = {"uniq_key": uniq, "key": uniq, "producer_group": sel.column("producer_group")}
         extra = {"age_ms": sel.column("age_ms"), "check_times": sel.column("check_times")} \
@@ -257,20 +360,33 @@ def on_driver(ctx) -> FamilyResult:
         else:
             positions.update(topic=sel.column("topic"), queue_id=sel.column("queue_id"))
         age = sel.column("age_ms").to_pylist()
-        res.findings.append(finding_table(check_id, sel.num_rows, values={
+        out[check_id] = finding_table(check_id, sel.num_rows, values={
             "topic": sel.column("topic"), "producer_group": sel.column("producer_group"),
             "age_seconds": pa.array([None if a is None else int(a / 1000) for a in age], pa.int64()),
-            "check_times": sel.column("check_times")}, details={**where, **extra}, **positions))
+            "check_times": sel.column("check_times")}, details={**where, **extra}, **positions)
+    return out
 
-    is_open = pc.equal(state, "open")
-    emit("transactions.open", pc.and_(is_open, pc.equal(style, "half")), True)
-    emit("transactions.commit_without_op", pc.equal(state, "committed_without_op"), True)
-    emit("transactions.open_prepared_record", pc.and_(is_open, pc.equal(style, "prepared_record")), False)
-    if t.num_rows:
-        g = t.append_column("open", pc.cast(is_open, pa.int64())).group_by("broker").aggregate(
-            [("open", "sum"), ("broker", "count")])
-        res.metrics.append(metric_table("broker", {"open_transactions": g.column("open_sum"),
-                                                   "transactions": g.column("broker_count")},
+
+def on_driver(ctx) -> FamilyResult:
+    """The transactions table written a part at a time; what stays on the driver is per broker (the counts) and
+    the findings (a check's in the table's order, the checks in turn)."""
+    res = FamilyResult()
+    writer = ctx.table_writer("transactions", TRANSACTIONS)
+    found: dict[str, list[pa.Table]] = {c: [] for c in _CHECKS}
+    counts = []
+    for t in transaction_batches(ctx):
+        writer.write(t)
+        for check_id, f in _findings(t).items():
+            found[check_id].append(f)
+        counts.append(t.append_column("open", pc.cast(pc.equal(t.column("state"), "open"), pa.int64())).group_by(
+            "broker").aggregate([("open", "sum"), ("broker", "count")]))
+    res.tables["transactions"] = writer.close()
+    res.findings += [f for c in _CHECKS for f in found[c]]
+    if counts:
+        g = pa.concat_tables(counts).group_by("broker", use_threads=False).aggregate(
+            [("open_sum", "sum"), ("broker_count", "sum")])
+        res.metrics.append(metric_table("broker", {"open_transactions": g.column("open_sum_sum"),
+                                                   "transactions": g.column("broker_count_sum")},
                                         n=g.num_rows, broker=g.column("broker")))
     return res
 

@@ -1,0 +1,101 @@
+"""Out-of-core joins and aggregates on the driver (issue 40): rows spread over files on the driver's local disk by a
+hash of their key, read back one bucket at a time, so that a join or a group-by on that key is done a bucket at a
+time (a grace hash join) and the driver holds one bucket, never the whole table.
+
+``Buckets`` is the spread; :func:`key_hash` the hash (stable across batches and runs: a polynomial over a string's
+UTF-8 bytes, a 64-bit mix of an integer), :func:`bucket_count` how many buckets keep each under a size.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+ROWS_PER_BUCKET = 1 << 18  # rows a bucket holds on average: the driver's working set of one out-of-core step
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64's finalizer
+_POLY = np.uint64(0x100000001B3)
+
+
+def bucket_count(rows: int, per_bucket: int | None = None) -> int:
+    """Buckets for ``rows`` rows, ``per_bucket`` (default :data:`ROWS_PER_BUCKET`) a bucket on average."""
+    return max(1, -(-rows // (per_bucket or ROWS_PER_BUCKET)))
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> np.uint64(30))
+    h = h * _M1
+    h = h ^ (h >> np.uint64(27))
+    h = h * _M2
+    return h ^ (h >> np.uint64(31))
+
+
+def _string_hash(column) -> np.ndarray:
+    """A hash of each string (null: as the empty string), vectorised over the Arrow buffers."""
+    a = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    a = pc.fill_null(a.cast(pa.large_string()), "")
+    offsets = np.frombuffer(a.buffers()[1], np.int64)[a.offset:a.offset + len(a) + 1]
+    data = np.frombuffer(a.buffers()[2], np.uint8)[offsets[0]:offsets[-1]] if len(a) else np.zeros(0, np.uint8)
+    starts, lengths = offsets[:-1] - offsets[0], np.diff(offsets)
+    out = np.zeros(len(a), np.uint64)
+    if not len(data):
+        return _mix(out + lengths.astype(np.uint64))
+    pos = np.arange(len(data), dtype=np.int64) - np.repeat(starts, lengths)
+    with np.errstate(over="ignore"):
+        powers = np.cumprod(np.full(int(lengths.max()), _POLY, np.uint64))
+        terms = (data.astype(np.uint64) + np.uint64(1)) * powers[pos]
+        filled = lengths > 0
+        out[filled] = np.add.reduceat(terms, starts[filled])
+    return _mix(out + lengths.astype(np.uint64))
+
+
+def key_hash(*columns) -> np.ndarray:
+    """A 64-bit hash of each row's key (string or integer columns; a null integer as -1)."""
+    h = np.zeros(len(columns[0]), np.uint64)
+    with np.errstate(over="ignore"):
+        for c in columns:
+            if pa.types.is_string(c.type) or pa.types.is_large_string(c.type):
+                part = _string_hash(c)
+            else:
+                part = _mix(pc.fill_null(c, -1).to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64))
+            h = _mix(h * _POLY + part)
+    return h
+
+
+class Buckets:
+    """``n`` buckets of rows of ``schema`` in ``folder`` (the driver's scratch: a temporary directory the caller
+    removes): ``add`` spreads a table's rows by bucket number, ``read`` gives one bucket's rows in the order added."""
+
+    def __init__(self, folder: str, name: str, n: int, schema: pa.Schema):
+        self.folder, self.n, self.schema = os.path.join(folder, name), n, schema
+        self._files: list[list[str]] = [[] for _ in range(n)]
+        os.makedirs(self.folder)
+
+    def add(self, table: pa.Table, bucket: np.ndarray) -> None:
+        if not table.num_rows:
+            return
+        table = table.select(self.schema.names).cast(self.schema)
+        order = np.argsort(bucket, kind="stable")
+        ids = bucket[order]
+        edges = np.flatnonzero(np.diff(ids)) + 1
+        table = table.take(pa.array(order))
+        for a, b in zip(np.r_[0, edges].tolist(), np.r_[edges, len(ids)].tolist()):
+            i = int(ids[a])
+            path = os.path.join(self.folder, f"{i}-{len(self._files[i])}.arrow")
+            with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, self.schema) as w:
+                w.write_table(table.slice(a, b - a))
+            self._files[i].append(path)
+
+    def add_by_key(self, table: pa.Table, *key: str) -> None:
+        """``table``'s rows by the hash of the columns ``key``."""
+        if table.num_rows:
+            self.add(table, (key_hash(*(table.column(k) for k in key)) % np.uint64(self.n)).astype(np.int64))
+
+    def read(self, i: int) -> pa.Table:
+        parts = []
+        for path in self._files[i]:
+            with pa.OSFile(path) as f:
+                parts.append(pa.ipc.open_file(f).read_all())
+        return pa.concat_tables(parts) if parts else self.schema.empty_table()
