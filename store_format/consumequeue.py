@@ -163,7 +163,7 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
     import numpy as np
 
     with ReadOnlyMap(cq_file.path) as m:
-        n, _ = written_units(m)
+        n, whole_units = written_units(m)
         u = units_of(m.buf, n, ext=ext_folder(cq_file.path))
         truncated = None
         if len(m) % L.CQ_STORE_UNIT_SIZE:
@@ -172,8 +172,7 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
                                           f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=whole)
     index = np.arange(n, dtype=np.int64)
     return UnitArrays(cq_file.first_queue_offset + index, u["physical_offset"], u["size"], u["tags_code"], u["kind"],
-                      index * L.CQ_STORE_UNIT_SIZE, truncated, u.get("ext_offset"), u.get("ext_found"),
-                      len(m) // L.CQ_STORE_UNIT_SIZE)
+                      index * L.CQ_STORE_UNIT_SIZE, truncated, u.get("ext_offset"), u.get("ext_found"), whole_units)
 
 
 def written_units(m: ReadOnlyMap) -> tuple[int, int]:
