@@ -146,6 +146,12 @@ class UnitArrays:
     truncated: ConsumeQueueError | None
     ext_offset: "np.ndarray | None" = None  # per unit, the ext address's offset (-1: the slot held a tagsCode)
     ext_found: "np.ndarray | None" = None  # the address reached an ext unit
+    whole: int = 0  # whole units in the file (its length over the unit's size, the unwritten tail too)
+
+    def recovery(self) -> "FileRecovery":
+        """What ``ConsumeQueue.recover()`` needs of the file (:class:`FileRecovery`), from these units."""
+        return FileRecovery.of(self.physical_offset, self.size.astype("int64"), self.kind != UNIT_KINDS.index("zero"),
+                               self.whole)
 
 
 UNIT_KINDS = ("entry", "pre_blank", "zero", "invalid")
@@ -157,7 +163,7 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
     import numpy as np
 
     with ReadOnlyMap(cq_file.path) as m:
-        n, _ = written_units(m)
+        n, whole_units = written_units(m)
         u = units_of(m.buf, n, ext=ext_folder(cq_file.path))
         truncated = None
         if len(m) % L.CQ_STORE_UNIT_SIZE:
@@ -166,7 +172,7 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
                                           f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=whole)
     index = np.arange(n, dtype=np.int64)
     return UnitArrays(cq_file.first_queue_offset + index, u["physical_offset"], u["size"], u["tags_code"], u["kind"],
-                      index * L.CQ_STORE_UNIT_SIZE, truncated, u.get("ext_offset"), u.get("ext_found"))
+                      index * L.CQ_STORE_UNIT_SIZE, truncated, u.get("ext_offset"), u.get("ext_found"), whole_units)
 
 
 def written_units(m: ReadOnlyMap) -> tuple[int, int]:
@@ -372,13 +378,36 @@ class QueueRecovery:
     invalid_unit: tuple[int, int] | None = None  # (offset, size) of the unit recover() stopped at, if written
 
 
-class _QueueUnits:
-    """Each file's units of one queue, read on demand: numpy physical offsets, sizes and written flags of the
-    units up to the last written one (the rest are zeros), and the file's count of whole units."""
+@dataclass(frozen=True)
+class FileRecovery:
+    """What ``ConsumeQueue.recover()`` needs of one file: how many units from its start recovery accepts
+    (``offset >= 0 && size > 0``, among the written ones), where the last of them ends (offset + size; -1: none),
+    the written unit that stops it (None: the run ends at the unwritten tail or the file's end) and the file's
+    whole units.  A few numbers a file, so a survey that read the file once can hand them to recovery."""
 
-    def __init__(self, files):
+    valid: int
+    end: int
+    refused: tuple[int, int] | None
+    whole: int
+
+    @classmethod
+    def of(cls, phys, size, written, whole: int) -> "FileRecovery":
+        """From the units up to the last written one (numpy physical offsets, int64 sizes, written flags)."""
+        ok = (phys >= 0) & (size > 0)
+        k = len(ok) if ok.all() else int(ok.argmin())  # at len(ok) < whole, a zero unit stops it
+        return cls(k, int(phys[k - 1] + size[k - 1]) if k else -1,
+                   (int(phys[k]), int(size[k])) if k < len(written) and written[k] else None, whole)
+
+
+class QueueUnits:
+    """Each file's units of one queue, read on demand and once: numpy physical offsets, sizes and written flags of
+    the units up to the last written one (the rest are zeros), and the file's count of whole units.  ``known``:
+    files' :class:`FileRecovery` already computed by whoever read them (the audit's survey), by file index."""
+
+    def __init__(self, files, known: dict | None = None):
         self.files = files
         self._cache = {}
+        self._known = known or {}
 
     def __call__(self, i: int):
         if i not in self._cache:
@@ -390,25 +419,26 @@ class _QueueUnits:
             self._cache[i] = (u["physical_offset"], u["size"].astype(np.int64), u["written"], whole)
         return self._cache[i]
 
+    def recovery(self, i: int) -> FileRecovery:
+        if i not in self._known:
+            self._known[i] = FileRecovery.of(*self(i))
+        return self._known[i]
 
-def _recover_queue(files, units) -> tuple[int, int, tuple[int, int] | None]:
+
+def _recover_queue(files, units: QueueUnits) -> tuple[int, int, tuple[int, int] | None]:
     """ConsumeQueue.recover(): from file ``size - 3`` (clamped to 0), units while ``offset >= 0 && size > 0``; a
     full file goes on to the next.  Returns (the end, maxPhysicOffset, the refused unit if written)."""
-    max_phys, refused = -1, None
+    max_phys = -1
     if not files:
-        return 0, max_phys, refused
+        return 0, max_phys, None
     for i in range(max(0, len(files) - 3), len(files)):
-        phys, size, written, whole = units(i)
-        valid = (phys >= 0) & (size > 0)
-        k = len(valid) if valid.all() else int(valid.argmin())  # at len(valid) < whole, a zero unit stops it
-        if k:
-            max_phys = int(phys[k - 1] + size[k - 1])
-        if k < whole:
-            if k < len(written) and written[k]:
-                refused = (int(phys[k]), int(size[k]))
-            return files[i].base_byte_offset + k * L.CQ_STORE_UNIT_SIZE, max_phys, refused
+        r = units.recovery(i)
+        if r.valid:
+            max_phys = r.end
+        if r.valid < r.whole:
+            return files[i].base_byte_offset + r.valid * L.CQ_STORE_UNIT_SIZE, max_phys, r.refused
     last = files[-1]
-    return last.base_byte_offset + units(len(files) - 1)[3] * L.CQ_STORE_UNIT_SIZE, max_phys, refused
+    return last.base_byte_offset + units.recovery(len(files) - 1).whole * L.CQ_STORE_UNIT_SIZE, max_phys, None
 
 
 def _truncate_queue(files, units, recover_end: int, phy_offset: int) -> int:
@@ -442,9 +472,10 @@ class QueueStart:
     refused: tuple[int, int] | None  # (offset, size) of the written unit recover() stopped at
 
 
-def recover_queue(files) -> QueueStart:
-    """``ConsumeQueue.recover()`` of one queue (files sorted by name)."""
-    return QueueStart(*_recover_queue(files, _QueueUnits(files)))
+def recover_queue(files, units: QueueUnits | None = None) -> QueueStart:
+    """``ConsumeQueue.recover()`` of one queue (files sorted by name); ``units``: its files' units when the caller
+    shares them (with :func:`finish_queue`) or knows some files' :class:`FileRecovery`."""
+    return QueueStart(*_recover_queue(files, units or QueueUnits(files)))
 
 
 def finish_queue(topic: str, queue_id: int, files, start: QueueStart, commitlog_end: int, has_commitlog: bool,
@@ -452,7 +483,7 @@ def finish_queue(topic: str, queue_id: int, files, start: QueueStart, commitlog_
     """What recovery leaves of one queue once the commitlog's recovered end is known: ``truncateDirtyLogicFiles``
     when ``truncate`` (every queue's maxPhysicOffset against the end: decided over all queues), ``destroyLogics``
     without a commitlog; the written units from the queue's new end on are dropped."""
-    units = units or _QueueUnits(files)
+    units = units or QueueUnits(files)
     if not has_commitlog:
         end = files[0].base_byte_offset if files else 0
     elif truncate:
@@ -496,7 +527,7 @@ def recover_consume_queues(queues: dict, commitlog_end: int, has_commitlog: bool
     :class:`QueueRecovery`}, the max maxPhysicOffset).  ``starts``: each queue's :func:`recover_queue`, when
     computed before (a 5.x recovery's walk starts where they end).  ``other_queues_end``: the max physical offset
     the store's other queues in the same table give (5.x batch consume queues), which the decision takes too."""
-    units = {key: _QueueUnits(files) for key, files in queues.items()}
+    units = {key: QueueUnits(files) for key, files in queues.items()}
     starts = starts if starts is not None else {key: QueueStart(*_recover_queue(files, units[key]))
                                                 for key, files in queues.items()}
     truncate, max_cq = truncates_queues(starts.values(), commitlog_end, has_commitlog, other_queues_end)

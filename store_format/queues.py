@@ -188,6 +188,9 @@ class Units:
     ext_offset: "np.ndarray | None" = None
     ext_found: "np.ndarray | None" = None
     file: "np.ndarray | None" = None  # the file of each unit (:meth:`Queue.units`, over several files)
+    # what the backend's recovery needs of the file, where it is modelled (store_format.consumequeue.FileRecovery):
+    # a reader that has the units hands it on, so recovery does not read the file again
+    recovery: object = None
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -203,7 +206,7 @@ def _file_units(f: QueueFile) -> Units:
 
     u = read_unit_arrays(f.cq_file())
     return Units(u.queue_offset, u.physical_offset, u.size, u.tags_code, u.kind, u.kind == 0, u.file_position,
-                 u.truncated, UNIT_KINDS, ext_offset=u.ext_offset, ext_found=u.ext_found)
+                 u.truncated, UNIT_KINDS, ext_offset=u.ext_offset, ext_found=u.ext_found, recovery=u.recovery())
 
 
 def _batch_units(f: QueueFile) -> Units:
@@ -230,10 +233,10 @@ def _batch_window(loc: fs.Location, first: int, end: int) -> dict:
     return {**u, "valid": u["kind"] == KIND_ENTRY}
 
 
-def _file_recover(files):
+def _file_recover(files, units=None):
     from .consumequeue import recover_queue
 
-    return recover_queue(files)
+    return recover_queue(files, units)
 
 
 @dataclass(frozen=True)
@@ -243,7 +246,7 @@ class Backend:
     default: the rolled ``<topic>/<queue>/`` folders), ``file_of`` (a listed file as its readers take it),
     ``file_units`` (a file's :class:`Units`), ``window`` (units ``first``..``end - 1`` of a file as numpy columns
     with ``physical_offset``, ``size``, ``tags_code`` and ``valid``) and ``recover`` (the broker's recovery of one
-    queue's files, None where it is not modelled)."""
+    queue's files, and a reader of their units the caller shares or None; None where it is not modelled)."""
 
     name: str  # the source's ``backend`` column
     folder: str  # its part folder under the store root (a RocksDB queue's would share ``consumequeue/``)
@@ -748,10 +751,19 @@ class Queue:
                 lo, hi = first if lo is None else min(lo, first), end if hi is None else max(hi, end)
         return None if lo is None else (lo, hi)
 
-    def recover(self):
+    def recover(self, units=None):
         """What ``recover()`` of its backend leaves of it (store_format.recovery.QueueStart for a ``file`` queue);
-        None where the backend's recovery is not modelled."""
-        return self.backend.recover(self.reader_files) if self.backend.recover else None
+        None where the backend's recovery is not modelled.  ``units``: the reader of its files' units the caller
+        shares (a ``file`` queue's store_format.consumequeue.QueueUnits over :attr:`reader_files`)."""
+        return self.backend.recover(self.reader_files, units) if self.backend.recover else None
+
+    def unit_reader(self, known: dict | None = None):
+        """A ``file`` queue's store_format.consumequeue.QueueUnits over :attr:`reader_files` (each file read once
+        for :meth:`recover` and store_format.recovery.finish_queue); ``known``: {file index: FileRecovery} of
+        files already read.  None for the other backends."""
+        from .consumequeue import QueueUnits
+
+        return QueueUnits(self.reader_files, known) if self.backend is FILE else None
 
 
 __all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "COMPACTION", "BACKENDS", "BY_NAME",

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from . import fs
 from . import layout as L
+from .fs.hostile import _readable
 from .errors import ErrorKind
 
 _ROLLED_NAME = re.compile(r"[0-9]{20}")  # fullmatch: ASCII digits only
@@ -152,13 +153,41 @@ def list_queue_folders(part, part_name: str, size_of=None) -> list[tuple[str, in
     for topic in _subfolders(loc):
         for queue in _subfolders(topic):
             qid = queue_id_of(queue.name)
-            infos = queue.list()
+            infos = _entries(queue)
             out += [(topic.name, qid, f) for f in folder_files(queue, infos, size_of and size_of(infos), part_name)]
     return out
 
 
 def _subfolders(loc: fs.Location) -> list[fs.Location]:
-    return [fs.Location(loc.fs, i.path, loc.origin) for i in loc.list() if i.type == pafs.FileType.Directory]
+    return [fs.Location(loc.fs, i.path, loc.origin) for i in _entries(loc) if i.type == pafs.FileType.Directory]
+
+
+def _entries(loc: fs.Location) -> list[pafs.FileInfo]:
+    """``loc.list()`` (the same entries, in name order), a local folder's by one ``scandir``: its entry types
+    come with the names, so a folder costs no stat of itself or of its subfolders (a broker with 40,000 queue
+    folders is listed on the driver); a file's size is its one ``stat``, and every entry the same ``access``
+    check as ``Location.list``'s (fs.hostile._readable: no FIFO, device, loop or unreadable entry)."""
+    if loc.local_path is None or loc.local_path != loc.path:
+        return loc.list()
+    out = []
+    try:
+        listing = os.scandir(loc.local_path)
+    except OSError:  # not a folder, or one that cannot be listed: no entries, as Location.list
+        return []
+    with listing:
+        for e in listing:
+            try:  # is_dir / is_file follow links, as the listing's stat does
+                if e.is_dir():
+                    info = pafs.FileInfo(e.path, pafs.FileType.Directory)
+                elif e.is_file():
+                    info = pafs.FileInfo(e.path, pafs.FileType.File, size=e.stat().st_size)
+                else:
+                    continue  # a FIFO, socket, device or dangling link: never a reader's
+            except OSError:
+                continue
+            if _readable(info):
+                out.append(info)
+    return sorted(out, key=lambda i: i.base_name)
 
 
 def by_queue(entries) -> dict[tuple[str, int], list[RolledFile]]:

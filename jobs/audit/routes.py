@@ -89,7 +89,9 @@ class Route:
     view: Callable  # (RoutedFile, first, rows, window) -> pa.Table of VIEW[name], the kept rows of the window
     survey_cost: Callable  # file -> bytes the survey reads of it, for packing tasks
     scan_cost: Callable  # file -> bytes a file task reads of it
-    survey_group: Callable | None = None  # (SurveyInput, files, out): what the survey finds over a group
+    # (SurveyInput, files, out, {id of a file: its survey_keep}): what the survey finds over a group
+    survey_group: Callable | None = None
+    survey_keep: Callable = lambda read: None  # what survey_group needs of what survey_file read: a few numbers
     emits: dict[str, pa.Schema] = field(default_factory=dict)  # its survey's partial tables, the files' one too
 
 
@@ -127,12 +129,13 @@ def _survey_queue_file(task: SurveyInput, f: QueueFile):
             **bucket_columns(b)}, u
 
 
-def _queue_starts(task: SurveyInput, files: list[QueueFile], out) -> None:
+def _queue_starts(task: SurveyInput, files: list[QueueFile], out, read: dict) -> None:
     """What recovery's walk of each whole queue of the group leaves (store_format.queues.Queue.recover): where the
-    broker's recovery will start it."""
+    broker's recovery will start it, from what the survey read of each file (``read``: id of the file -> its
+    Units' ``recovery``), so no file is read twice."""
     starts = []
     for q in group_queues(files):
-        s = q.recover()
+        s = q.recover(q.unit_reader({i: read[id(f)] for i, f in enumerate(q.files) if read.get(id(f)) is not None}))
         if s is None:
             continue  # a backend whose recovery is not modelled
         starts.append({"broker": task.broker, "topic": q.topic, "queue_id": q.queue_id, "recover_end": s.recover_end,
@@ -140,6 +143,11 @@ def _queue_starts(task: SurveyInput, files: list[QueueFile], out) -> None:
                        "refused_offset": s.refused[0] if s.refused else None,
                        "refused_size": s.refused[1] if s.refused else None})
     out.partial("survey.queue_starts", pa.Table.from_pylist(starts, schema=QUEUE_STARTS))
+
+
+def _recovery_of(u) -> object:
+    """What recovery needs of a surveyed queue file (store_format.queues.Units.recovery; None: not read)."""
+    return None if u is None else u.recovery
 
 
 def view_schema(folder: str) -> pa.Schema:
@@ -154,6 +162,7 @@ def _queue_route(folder: str, **more) -> Route:
     """The route of one part folder's queue files, of every backend kept there, grouped by whole queues; every file
     surveyed, routed, windowed and shown through its own backend (store_format.queues)."""
     return Route(name=folder, files=partial(_folder_files, folder), group=partial(group_queue_files, cost=_stored),
+                 survey_keep=_recovery_of,
                  files_partial=f"survey.{folder}_files", survey_schema=CQ_FILES, survey_file=_survey_queue_file,
                  routed=_routed_queue_file, window=partial(_backend_window, folder),
                  view=partial(_unit_view, folder, view_schema(folder)), survey_cost=_stored, scan_cost=_stored,

@@ -119,16 +119,17 @@ class RouteSurvey:
 
     def run(self, out: Emitter) -> None:
         route = ROUTES[self.route]
-        rows = []
+        rows, kept = [], {}
         for f in self.files:
             row, read = route.survey_file(self.given, f)
             if row is not None:
                 rows.append(row)
             for _, hook in self.hooks:
                 hook(self.given, f, read, out)
+            kept[id(f)] = route.survey_keep(read)  # a few numbers a file: the group's reads are not held
         out.partial(route.files_partial, pa.Table.from_pylist(rows, schema=route.survey_schema))
         if route.survey_group is not None:
-            route.survey_group(self.given, self.files, out)
+            route.survey_group(self.given, self.files, out, kept)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -65,12 +65,13 @@ def queue_recovery_in(facts, parts, out) -> None:
 
     rows = []
     for queue in group_queues(parts):
-        start = queue.recover()
+        units = queue.unit_reader()  # each file read once for both steps
+        start = queue.recover(units)
         if start is None:
             continue  # a backend whose recovery is not modelled
         topic, qid = queue.key
-        q = finish_queue(topic, qid, queue.reader_files, start, facts.recovered_end, facts.has_commitlog,
-                         facts.truncate_queues)
+        q = finish_queue(topic, qid, units.files, start, facts.recovered_end, facts.has_commitlog,
+                         facts.truncate_queues, units)
         if q.dropped:
             rows.append({"broker": facts.broker, "topic": topic, "queue_id": qid, "recover_end": q.recover_end,
                          "max_physic_offset": q.max_physic_offset, "end": q.end, "dropped": q.dropped,

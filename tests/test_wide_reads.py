@@ -1,0 +1,134 @@
+"""Issue 40, wide brokers: a consume-queue file is read once where one reading serves several steps, and the queue
+folders are listed by one ``scandir`` a folder, with the same entries and results as before."""
+from __future__ import annotations
+
+import os
+
+import pyarrow.fs as pafs
+import pytest
+
+from store_format import consumequeue, rolled
+from store_format.consumequeue import recover_queue, unit_bytes
+from store_format.queues import group_queues, list_queue_files
+
+UNITS = 10  # units a file (a 200-byte mappedFileSizeConsumeQueue)
+
+
+def _file(folder, index: int, units: list[tuple[int, int, int]], tail: bytes = b"") -> None:
+    """File ``index`` of a queue: its units, zero-filled to the folder's file size, then ``tail``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    raw = b"".join(unit_bytes(*u) for u in units)
+    (folder / f"{index * UNITS * 20:020d}").write_bytes(raw + bytes(UNITS * 20 - len(raw)) + tail)
+
+
+def _queues(root):
+    """Queues whose recovery ends every way it can: inside a file at the unwritten tail, at a written unit it
+    refuses (a zero size, a negative offset), at a zero unit with data after it, at the end of a full last file,
+    past more than three files, and in a file with a partial trailing unit."""
+    cq = root / "consumequeue"
+    good = [(1000 + 100 * i, 100, 7) for i in range(UNITS)]
+    _file(cq / "Tail" / "0", 0, good[:4])
+    _file(cq / "Refused" / "0", 0, good[:3] + [(5000, 0, 7)] + good[3:5])
+    _file(cq / "Negative" / "0", 0, good[:2] + [(-8, 100, 7)])
+    _file(cq / "Gap" / "0", 0, good[:2] + [(0, 0, 0)] + good[2:4])
+    for i in range(5):
+        _file(cq / "Long" / "3", i, good if i < 4 else good[:6])
+    for i in range(2):
+        _file(cq / "Full" / "1", i, good)
+    _file(cq / "Partial" / "0", 0, good[:5], tail=b"\x01" * 7)
+    return root
+
+
+def test_recovery_from_the_surveys_reading_is_recovery_from_the_files(tmp_path, monkeypatch):
+    """Each file's FileRecovery, taken from the units a survey read (Units.recovery), gives Queue.recover the
+    same start as reading the files again; and with every file's known, recovery maps none of them."""
+    queues = group_queues(list_queue_files(_queues(tmp_path)))
+    assert len(queues) == 7
+    expected = {q.key: recover_queue(q.reader_files) for q in queues}
+    known = {q.key: {i: f.units().recovery for i, f in enumerate(q.files)} for q in queues}
+    assert {q.key: q.recover() for q in queues} == expected
+    assert expected[("Refused", 0)].refused == (5000, 0) and expected[("Gap", 0)].refused is None
+    assert expected[("Long", 3)].recover_end == 4 * UNITS * 20 + 6 * 20
+
+    def no_read(self, i):
+        raise AssertionError(f"{self.files[i].path} read again")
+
+    monkeypatch.setattr(consumequeue.QueueUnits, "__call__", no_read)
+    assert {q.key: q.recover(q.unit_reader(known[q.key])) for q in queues} == expected
+
+
+def test_a_shared_reader_maps_each_file_once_for_recover_and_finish(tmp_path, monkeypatch):
+    """The scan's recovery prediction: recover() then finish_queue() over one QueueUnits read each file once."""
+    from store_format.recovery import finish_queue
+
+    queues = group_queues(list_queue_files(_queues(tmp_path)))
+    opened = []
+    real = consumequeue.ReadOnlyMap
+
+    def counting(path, *a, **k):
+        opened.append(str(path))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(consumequeue, "ReadOnlyMap", counting)
+    for q in queues:
+        units = q.unit_reader()
+        start = q.recover(units)
+        alone = finish_queue(*q.key, q.reader_files, start, 1000 + 100 * 3, True, True)
+        opened.clear()
+        units = q.unit_reader()
+        assert finish_queue(*q.key, units.files, q.recover(units), 1000 + 100 * 3, True, True, units) == alone
+        assert len(opened) == len(set(opened)), opened
+
+
+def test_the_queue_listing_by_scandir_is_the_locations_listing(tmp_path, monkeypatch):
+    """rolled._entries gives what Location.list gives, hostile entries included (a FIFO, a dangling link, a link
+    to a folder and to a file, a file where a topic folder should be), and so list_queue_folders is unchanged."""
+    root = _queues(tmp_path)
+    cq = root / "consumequeue"
+    os.mkfifo(cq / "Tail" / "0" / "fifo")
+    os.symlink(tmp_path / "nowhere", cq / "Tail" / "0" / "dangling")
+    os.symlink(cq / "Full" / "1", cq / "Full" / "2")  # a queue folder that is a link
+    os.symlink(cq / "Tail" / "0" / "00000000000000000000", cq / "Gap" / "0" / "00000000000000000200")
+    (cq / "stray").write_bytes(b"x")
+    (cq / "Gap" / "notaqueue").mkdir()
+    loc = rolled.location(cq)
+    folders = [loc] + [loc.child(t) for t in os.listdir(cq) if (cq / t).is_dir()]
+    folders += [t.child(q) for t in folders[1:] for q in os.listdir(t.local_path)]
+    for f in folders + [loc.child("missing"), loc.child("stray")]:
+        assert [(i.path, i.type, i.size) for i in rolled._entries(f)] == \
+            [(i.path, i.type, i.size) for i in f.list()], f.path
+    fast = rolled.list_queue_folders(cq, "consumequeue")
+    monkeypatch.setattr(rolled, "_entries", lambda loc: loc.list())
+    slow = rolled.list_queue_folders(cq, "consumequeue")
+    assert [(t, q, f.loc.path, f.base_offset, f.length, f.problems) for t, q, f in fast] == \
+        [(t, q, f.loc.path, f.base_offset, f.length, f.problems) for t, q, f in slow]
+    assert any(t == "Full" and q == 2 for t, q, _ in fast)
+
+
+def test_the_surveys_queue_starts_are_each_queues_recovery(tmp_path, monkeypatch):
+    """The survey's ``survey.queue_starts`` rows (what predict_recovery starts each queue from) are recover_queue's
+    answer for every queue, while each file is mapped once by the whole survey task."""
+    import pyarrow as pa
+
+    from jobs.audit.routes import CONSUMEQUEUE, SurveyInput
+    from jobs.audit.survey import RouteSurvey
+    from jobs.audit.tasks import Emitter
+
+    files = list_queue_files(_queues(tmp_path))
+    expected = {q.key: recover_queue(q.reader_files) for q in group_queues(files)}
+    opened = []
+    real = consumequeue.ReadOnlyMap
+
+    def counting(path, *a, **k):
+        opened.append(str(path))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(consumequeue, "ReadOnlyMap", counting)
+    out = Emitter()
+    RouteSurvey(CONSUMEQUEUE.name, SurveyInput("b", 20, 1 << 20), files).run(out)
+    rows = pa.concat_tables(out.partials["survey.queue_starts"]).to_pylist()
+    assert {(r["topic"], r["queue_id"]): (r["recover_end"], r["max_physic_offset"],
+                                          (r["refused_offset"], r["refused_size"]) if r["refused_offset"] is not None
+                                          else None) for r in rows} == \
+        {k: (s.recover_end, s.max_physic_offset, s.refused) for k, s in expected.items()}
+    assert sorted(opened) == sorted(str(f.loc.local_path) for f in files)
