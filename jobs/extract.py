@@ -564,7 +564,7 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, err, ph
             "selection": _selection_args(args),
             "walk": {"name": args.walk, "returns": WALK_MEANINGS[args.walk]},
             "brokers": brokers,
-            "output": {"path": args.out, "format": args.format, "order": list(sel.order)},
+            "output": {"path": args.out.as_typed, "format": args.format, "order": list(sel.order)},
             "notes": sel.notes + walk_notes,
         }
         out = prepare_output(args.out, overwrite=args.overwrite, job="extract")  # the claim prepare() took
@@ -608,7 +608,7 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, err, ph
         base.unpersist()
     c = manifest["counts"]
     print(f"extract: {c['selected']} selected, {c['written']} written, {c['rejected']} rejected "
-          f"{c['rejected_by_reason'] or ''} -> {args.out} ({args.format}, {args.walk} walk)", file=err)
+          f"{c['rejected_by_reason'] or ''} -> {args.out.as_typed} ({args.format}, {args.walk} walk)", file=err)
     for note in walk_notes:
         print(f"extract: {note}", file=err)
     if not adds_up:

@@ -13,6 +13,7 @@ import pytest
 
 from jobs import audit
 from jobs.audit import terminal, verdict
+from store_format import fs
 
 pytestmark = [pytest.mark.spark]
 
@@ -101,13 +102,13 @@ def test_a_restart_that_changes_the_store_while_nothing_is_lost(tmp_path):
     """Data at risk only if restarted: nothing is lost, but recovery would truncate consume-queue units: keep a copy
     first, with the command that makes it (a path with a space, quoted)."""
     b = _broker(cq_units_truncated=4)
-    v = verdict.verdict(b, [], str(tmp_path), 10)
+    v = verdict.verdict(b, [], fs.resolve(str(tmp_path)), 10)
     assert v["level"] == "pass" and v["at_risk"] == ["consume queues: 4 units truncated"]
     [a] = v["actions"]
     assert a["kind"] == "keep_a_copy" and "Nothing is lost, but a restart of b1 changes the store" in a["text"]
     assert shlex.split(a["command"]) == ["cp", "-a", "--", "/dumps/b 1/store", "/dumps/b 1/store.before-restart"]
     # an index the broker rebuilds itself is no reason
-    v = verdict.verdict(_broker(index_files_deleted=["20240501000000000"]), [], str(tmp_path), 10)
+    v = verdict.verdict(_broker(index_files_deleted=["20240501000000000"]), [], fs.resolve(str(tmp_path)), 10)
     assert [a["kind"] for a in v["actions"]] == ["none"]
 
 
