@@ -112,6 +112,42 @@ def test_a_restart_that_changes_the_store_while_nothing_is_lost(tmp_path):
     assert [a["kind"] for a in v["actions"]] == ["none"]
 
 
+def test_the_printed_commands_keep_a_uris_query_after_the_path(tmp_path):
+    """``--out`` and the store root given as URIs with a ``?query``: the commands the verdict prints name the folders
+    below and beside them with the query still after the path (an ``os.path.join`` on the URI put the path after
+    the query: ``...?region=eu/resend/b1-undispatched``); a local ``--out`` prints as it was typed, ``..`` kept."""
+    from jobs.audit.checks.lmq import stall_problem
+    from runtime.cli import location_argument
+
+    from .support import remotefs
+
+    before = dict(remotefs.ROOTS)
+    remotefs.register("outs", tmp_path / "outs", writable=True)
+    remotefs.register("dumps", tmp_path / "dumps")
+    try:
+        at = 4096
+        stall = {"physical_offset": at, "records_after": 2, "topic": "t", "queue_id": 0, "queue_offset": 7,
+                 "segment": "0" * 20, "file_position": at}
+        b = {**_broker(broker_will_start=False, start_problems=[stall_problem(at)]),
+             "path": "elsewhere://dumps/b1?region=eu", "dispatch_stall": stall}
+        out = location_argument("elsewhere://outs/audit?region=eu")
+        v = verdict.verdict(b, [], out, 10, staged=fs.resolve(str(tmp_path)))
+        extract, move = [shlex.split(a["command"]) for a in v["actions"][:2]]
+        assert extract[extract.index("--out") + 1] == "elsewhere://outs/audit/resend/b1-undispatched?region=eu"
+        assert move == ["mv", "--", "elsewhere://dumps/b1/abort?region=eu",
+                        "elsewhere://dumps/abort.moved-out-of-store?region=eu"]
+        assert out.suffixed("-with-config").as_typed == "elsewhere://outs/audit-with-config?region=eu"
+    finally:
+        remotefs.ROOTS.clear()
+        remotefs.ROOTS.update(before)
+    local = location_argument(f"{tmp_path}/link/../out/")
+    v = verdict.verdict({**b, "path": "/dumps/b 1/store"}, [], local, 10, staged=fs.resolve(str(tmp_path)))
+    extract, move = [shlex.split(a["command"]) for a in v["actions"][:2]]
+    assert extract[extract.index("--out") + 1] == f"{tmp_path}/link/../out/resend/b1-undispatched"
+    assert move == ["mv", "--", "/dumps/b 1/store/abort", "/dumps/b 1/abort.moved-out-of-store"]
+    assert local.suffixed("-with-config").as_typed == f"{tmp_path}/link/../out-with-config"
+
+
 def test_counts_in_words():
     c = {"will_not_start": 1, "cuts": 2, "messages_lost": 1188, "damaged": 1, "destroyed": 0, "dropped": 1187,
          "kept_damaged": 0, "unindexed": 0, "undispatched": 0, "other_causes": {"error": 1, "warning": 3, "info": 0}}
