@@ -337,11 +337,11 @@ def repair_source(spark, args) -> Source:
     if len(stores) != 1:
         raise UsageError(f"--repair takes one store root; {args.repair} holds {len(stores)}")
     ref = stores[0]
-    ex_args = extract.build_parser().parse_args(["--store", ref.path, "--out", "-", "--walk", args.walk]
+    ex_args = extract.build_parser().parse_args(["--store", ref.path.as_typed, "--out", "-", "--walk", args.walk]
                                                 + (["--dedupe"] if args.dedupe else []))
     sel = extract.select(spark, ex_args, stores)
     store = ref.open()
-    return Source(sel.frame, [ref.path], [ref], repair_settings(ref, store), store,
+    return Source(sel.frame, [ref.path.as_typed], [ref], repair_settings(ref, store), store,
                   f"repair of {ref.root} ({args.walk} walk)")
 
 

@@ -27,7 +27,7 @@ def test_the_users_name_and_the_brokers_own(tmp_path):
     root = _store(tmp_path / "dump" / "input" / "store")
     assert split_name(f"x={root}") == ("x", str(root)) and split_name(str(root)) == (None, str(root))
     [s] = resolve_stores([f"broker-x={root}"])
-    assert (s.name, s.named_by, s.path) == ("broker-x", "user", str(root))
+    assert (s.name, s.named_by, s.path.as_typed) == ("broker-x", "user", str(root))
     # the broker persists its settings in store/config/broker.properties when started without -c
     (root / "config" / "broker.properties").write_text("brokerClusterName = c1\nbrokerName = broker-b\n")
     [s] = resolve_stores([str(root)])

@@ -334,7 +334,7 @@ class AuditContext:
         cache = self.__dict__.setdefault("_metadata", {})
         if table not in cache:  # column-wise: a broker's consumerOffset.json may hold millions of offsets
             cache[table] = pa.concat_tables([schema_of(table).empty_table()]
-                                            + [table_batch(table, s.name, s.path) for s in self.stores])
+                                            + [table_batch(table, s.name, fs.uri_of(s.path)) for s in self.stores])
         return cache[table]
 
     # ---- single records ----------------------------------------------------------------------------------

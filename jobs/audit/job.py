@@ -307,7 +307,7 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
 def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, out: Location, started: float,
              run_id: str, run_time, report: str | None, staged: Location | None = None) -> dict:
     counts = written.counts
-    brokers = [{"name": s.name, "path": s.path, "geometry": _geometry(ctx.plans[s.name]),
+    brokers = [{"name": s.name, "path": s.path.as_typed, "geometry": _geometry(ctx.plans[s.name]),
                 "as_of": ctx.as_of.get(s.name)} for s in ctx.stores]
     for family in ctx.families:  # what the families add to each broker (the predicted recovery)
         if family.summary is not None:
