@@ -282,6 +282,9 @@ class Location:
         uri, base = self.origin
         return uri_below(uri, Location(self.fs, base), self)
 
+    def __hash__(self) -> int:  # pyarrow's file systems are not hashable; equal Locations share a type and a path
+        return hash((self.fs.type_name, self.path))
+
     @property
     def as_typed(self) -> str:
         """This as the user would type it: the spelling it was made from, or its parent's with its name (``link/..``
