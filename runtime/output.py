@@ -75,9 +75,9 @@ def prepare_output(path: Location, *, overwrite: bool, inputs=(), job: str | Non
     until the run commits: the job writes into ``out.staging`` (a Location).  ``delta``: an existing Delta table this
     suite wrote is written in place, as a new table version (never a deleted folder).  Idempotent within a run:
     ``prepare`` claims, ``run`` gets the same claim back.  Returns the :class:`runtime.commit.Output`."""
-    path = as_typed(path)  # the spelling it was given: claimed and guarded as the OS resolves it
     from .commit import job_run
 
+    path = as_typed(path)  # the spelling it was given: claimed and guarded as the OS resolves it
     run = job_run(job or "job")
     found = run.find(path)
     if found is not None:
