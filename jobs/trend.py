@@ -46,6 +46,7 @@ from runtime.commit import runs_job  # noqa: E402
 from runtime.display import plural  # noqa: E402
 from runtime.history import check_history, damage_behind, read_runs, unlisted_runs  # noqa: E402
 from runtime.output import OutputError, prepare_output, read_table, write_table  # noqa: E402
+from store_format.fs import Location  # noqa: E402
 from decoding.columns import column  # noqa: E402
 
 NAME = "trend"
@@ -107,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _history(spark, history: str, table: str):
+def _history(spark, history: Location, table: str):
     """``table`` of the history, only its complete runs (listed in its ``runs`` table: runtime/history.py)."""
     return read_runs(spark, history, table)
 
