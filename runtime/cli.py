@@ -107,7 +107,8 @@ def _absolute(path: str) -> str:
 def location_argument(text: str) -> fs.Location:
     """The one place a path the user typed (``--out``, ``--history``, ``--input``...) becomes a Location: made
     absolute (:func:`_absolute`), resolved, and carrying that spelling (``Location.as_typed``: what messages name
-    and what the output's guard resolves as the OS does).  A path no file system can open is a usage error."""
+    and what the output's guard resolves as the OS does).  A path no file system can open (an unknown scheme, another
+    host's ``file://``) is a usage error: argparse's usage, then ``argument --out: <reason>``, exit 2."""
     try:
         return fs.resolve(_absolute(text))
     except ValueError as e:  # StoreFormatError: an unknown scheme, another host's file:// URI
