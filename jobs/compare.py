@@ -60,7 +60,7 @@ def walk_items(spark, ref: StoreRef):
 
     from pyspark.sql import Window
 
-    df = read_commitlog(spark, ref.path, broker=ref.name, walk="salvage", materialize="frames")
+    df = read_commitlog(spark, fs.uri_of(ref.path), broker=ref.name, walk="salvage", materialize="frames")
     # a record's bytes are its first store_size bytes: the source's frame of a record followed by an
     # unframeable span also carries that span (datasources.commitlog._binary_slices joins them)
     digest = F.sha2(F.expr("substring(frame, 1, store_size)"), 256)
@@ -127,7 +127,7 @@ def consume_queue_diff(spark, a: StoreRef, b: StoreRef):
     from pyspark.sql import functions as F
 
     def units(ref, s):
-        df = (spark.read.format("rocketmq-consumequeue").option("broker", ref.name).load(ref.path)
+        df = (spark.read.format("rocketmq-consumequeue").option("broker", ref.name).load(fs.uri_of(ref.path))
               .where(F.col("kind").isin("entry", "pre_blank")))
         return df.select("topic", "queue_id", "queue_offset", *[F.col(c).alias(f"{c}_{s}") for c in
                                                                 ("physical_offset", "size", "tags_code", "kind")])

@@ -242,7 +242,7 @@ def run(spark, args) -> cli.JobResult:
     where = "; ".join(f"{name} recovery cuts at physical offset {c.physical_offset:,} ({c.kind})"
                       for name, c in cuts.items())
     summary = (f"decode: {stats['n']} messages ({stats['topics']} topics, {stats['brokers']} brokers) written to "
-               f"{args.out} as {args.format}; walk {args.walk}: {damage.get('stop', 0)} stops on damage, "
+               f"{args.out.as_typed} as {args.format}; walk {args.walk}: {damage.get('stop', 0)} stops on damage, "
                f"{damage.get('corrupt', 0)} corrupt spans skipped; {where}")
     return cli.JobResult(summary, cli.EXIT_OK if stats["n"] else cli.EXIT_NOTHING)
 

@@ -232,7 +232,7 @@ def read_messages(spark, stores: list[StoreRef], *, walk: str = "kept", decompre
         paths = [ref.root] if kept is None else [ref.root / "commitlog" / name for name in kept]
         frames += [read_commitlog(spark, fs.uri_of(p), **options) for p in paths]  # Spark's reader: a string
     if not frames:  # every segment lies outside the time range: an empty frame of the same schema
-        frames = [read_commitlog(spark, ref.path, **options).limit(0)]
+        frames = [read_commitlog(spark, fs.uri_of(ref.path), **options).limit(0)]
     df = reduce(lambda a, b: a.unionByName(b), frames)
     if not include_other_rows:
         df = df.where(F.col("kind") == "message")
@@ -313,7 +313,7 @@ def committed_offsets(spark, stores: list[StoreRef], group: str):
     from pyspark.sql import functions as F
 
     frames = [spark.read.format("rocketmq-metadata").option("table", "consumer_offsets")
-              .option("broker", ref.name).load(ref.path) for ref in stores]
+              .option("broker", ref.name).load(fs.uri_of(ref.path)) for ref in stores]
     rows = reduce(lambda a, b: a.unionByName(b), frames)
     errors = [f"{r['broker']}: {r['error']}" for r in rows.where(F.col("error").isNotNull()).collect()]
     offsets = rows.where((F.col("error").isNull()) & (F.col("group") == group)).select(
@@ -564,7 +564,7 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, err, ph
             "selection": _selection_args(args),
             "walk": {"name": args.walk, "returns": WALK_MEANINGS[args.walk]},
             "brokers": brokers,
-            "output": {"path": args.out, "format": args.format, "order": list(sel.order)},
+            "output": {"path": args.out.as_typed, "format": args.format, "order": list(sel.order)},
             "notes": sel.notes + walk_notes,
         }
         out = prepare_output(args.out, overwrite=args.overwrite, job="extract")  # the claim prepare() took
@@ -608,7 +608,7 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, err, ph
         base.unpersist()
     c = manifest["counts"]
     print(f"extract: {c['selected']} selected, {c['written']} written, {c['rejected']} rejected "
-          f"{c['rejected_by_reason'] or ''} -> {args.out} ({args.format}, {args.walk} walk)", file=err)
+          f"{c['rejected_by_reason'] or ''} -> {args.out.as_typed} ({args.format}, {args.walk} walk)", file=err)
     for note in walk_notes:
         print(f"extract: {note}", file=err)
     if not adds_up:

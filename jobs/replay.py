@@ -337,11 +337,11 @@ def repair_source(spark, args) -> Source:
     if len(stores) != 1:
         raise UsageError(f"--repair takes one store root; {args.repair} holds {len(stores)}")
     ref = stores[0]
-    ex_args = extract.build_parser().parse_args(["--store", ref.path, "--out", "-", "--walk", args.walk]
+    ex_args = extract.build_parser().parse_args(["--store", ref.path.as_typed, "--out", "-", "--walk", args.walk]
                                                 + (["--dedupe"] if args.dedupe else []))
     sel = extract.select(spark, ex_args, stores)
     store = ref.open()
-    return Source(sel.frame, [ref.path], [ref], repair_settings(ref, store), store,
+    return Source(sel.frame, [ref.path.as_typed], [ref], repair_settings(ref, store), store,
                   f"repair of {ref.root} ({args.walk} walk)")
 
 
@@ -381,19 +381,19 @@ def input_source(spark, args) -> Source:
 
     from runtime.output import detect_format, read_table
 
-    table = fs.resolve(args.input)  # once; args.input stays as typed, for the messages and the output's guard
+    table = args.input  # a Location carrying the spelling typed, for the messages and the output's guard
+    typed = table.as_typed
     fmt = args.input_format or detect_format(table)
     df = read_table(spark, table, fmt, schema=INPUT_COLUMNS if fmt == "jsonl" else None)
     missing = [c for c in ("topic", "body") if c not in df.columns]
     if missing:
-        raise UsageError(f"{args.input} has no {', '.join(missing)} column: not a table of messages")
+        raise UsageError(f"{typed} has no {', '.join(missing)} column: not a table of messages")
     if "properties_raw" not in df.columns and "properties" not in df.columns:
-        raise UsageError(f"{args.input} has neither properties_raw nor properties")
+        raise UsageError(f"{typed} has neither properties_raw nor properties")
     manifest = read_manifest(table) or {}
     stores = [s["path"] for s in manifest.get("stores", [])]
     df = df.withColumn("_reject", F.lit(None).cast("string")).withColumn("_detail", F.lit(None).cast("string"))
-    return Source(df, [args.input] + stores, [args.input], dict(manifest.get("source_geometry") or {}), None,
-                  f"{args.input} ({fmt})")
+    return Source(df, [typed] + stores, [typed], dict(manifest.get("source_geometry") or {}), None, f"{typed} ({fmt})")
 
 
 def ordered(df):
@@ -632,7 +632,7 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
             from runtime.progress import say
 
             timers = TimerCarry(writer, source.store, notes)
-            say(f"writing the new store (beside {args.out} until it is complete)")
+            say(f"writing the new store (beside {args.out.as_typed} until it is complete)")
         for row in ordered(source.frame).toLocalIterator(prefetchPartitions=True):
             row = row.asDict()
             selected += 1
@@ -680,7 +680,7 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     written = planned if args.dry_run else count_written(staged)
     summary = {
         "kind": "summary", "job": "replay", "dry_run": args.dry_run, "source": source.description,
-        "output": args.out, "config": {k: v for k, v in config.to_dict().items()
+        "output": args.out.as_typed, "config": {k: v for k, v in config.to_dict().items()
                                           if k in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue",
                                                    "maxHashSlotNum", "maxIndexNum", "storeHost")
                                           or (k in FIVE_X_SETTINGS and v)},
@@ -706,7 +706,7 @@ def run(spark, args, out=None, err=None) -> cli.JobResult:
     else:
         out.write("\n".join(in_words(summary, plan)) + "\n")
     if args.manifest:
-        with open(args.manifest, "w", encoding="utf-8") as f:
+        with open(args.manifest.as_typed, "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2, ensure_ascii=False)
     c = summary["counts"]
     if selected == 0 or planned == 0:
@@ -784,8 +784,9 @@ def check_manifest(args, inputs) -> None:
     from runtime.output import check_apart
 
     check_apart(args.manifest, list(inputs) + ([] if args.dry_run else [args.out]), what="manifest")
-    if os.path.lexists(args.manifest) and not os.path.isfile(args.manifest):
-        raise UsageError(f"--manifest {args.manifest}: exists and is not a regular file")
+    manifest = args.manifest.as_typed  # a local file, as the OS resolves the spelling typed
+    if os.path.lexists(manifest) and not os.path.isfile(manifest):
+        raise UsageError(f"--manifest {manifest}: exists and is not a regular file")
 
 
 def check_and_prepare(args) -> None:
@@ -794,7 +795,7 @@ def check_and_prepare(args) -> None:
     from runtime.output import prepare_output
 
     check_args(args)
-    source = args.repair or args.input
+    source = args.repair or args.input.as_typed  # --repair: a store argument, parsed by runtime/stores.py
     if "://" not in source:
         if not os.path.lexists(source):
             raise UsageError(f"{source}: no such file or directory")
@@ -823,13 +824,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"{cli.PROG} replay", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_argument_group("source (one of)")
-    src.add_argument("--input", metavar="DIR", help="an extract (or a table of canonical message columns)")
+    src.add_argument("--input", metavar="DIR", type=cli.location_argument,
+                     help="an extract (or a table of canonical message columns)")
     src.add_argument("--repair", metavar="STORE", help="a damaged store root: salvage it and replay what is valid")
     p.add_argument("--input-format", choices=FORMATS, help="default: detected")
     p.add_argument("--walk", type=canonical_walk, choices=WALKS, default="salvage",
                    help=f"--repair's walk: {walk_help('salvage')}")
     p.add_argument("--dedupe", action="store_true", help="--repair: drop copies as extract --dedupe does")
-    p.add_argument("--out", required=True, metavar="NEW_STORE", help="the store root to create (refused when it "
+    p.add_argument("--out", required=True, metavar="NEW_STORE", type=cli.location_argument,
+                   help="the store root to create (refused when it "
                    "exists and is not empty, unless --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     p.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
@@ -837,7 +840,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help="one store setting (repeatable)")
     p.add_argument("--store-host", metavar="HOST", help="restamp every record's store host (ip:port)")
     p.add_argument("--no-trace", action="store_true", help="do not add the FORENSICS_ORIGIN_* properties")
-    p.add_argument("--manifest", metavar="PATH", help="also write the summary JSON here")
+    p.add_argument("--manifest", metavar="PATH", type=cli.location_argument, help="also write the summary JSON here")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="what stdout gets: text (default), what was written, rejected and carried, in words; json, "
                         "the summary as one JSON object (a dry run: its plan as JSON Lines before it) for machines")

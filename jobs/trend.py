@@ -46,6 +46,7 @@ from runtime.commit import runs_job  # noqa: E402
 from runtime.display import plural  # noqa: E402
 from runtime.history import check_history, damage_behind, read_runs, unlisted_runs  # noqa: E402
 from runtime.output import OutputError, prepare_output, read_table, write_table  # noqa: E402
+from store_format.fs import Location  # noqa: E402
 from decoding.columns import column  # noqa: E402
 
 NAME = "trend"
@@ -99,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=f"flags (run vs. previous run):\n{flags}"
                                        "Exit codes: 0 nothing got worse, 1 something did, 2 could not run.")
-    p.add_argument("--history", required=True, metavar="DIR",
+    p.add_argument("--history", required=True, metavar="DIR", type=cli.location_argument,
                    help="the audit's --history folder (holding findings/ and metrics/ Delta tables)")
     p.add_argument("--all", action="store_true",
                    help="compare every run with the one before it (default: only the last two runs)")
@@ -107,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _history(spark, history: str, table: str):
+def _history(spark, history: Location, table: str):
     """``table`` of the history, only its complete runs (listed in its ``runs`` table: runtime/history.py)."""
     return read_runs(spark, history, table)
 
@@ -312,7 +313,8 @@ def _compare(spark, args) -> cli.JobResult:
         .limit(LISTED).collect()
     compared = f"{pairs[0][2]} -> {pairs[-1][0]}" if len(pairs) == 1 else f"{len(pairs)} run pairs"
     counted = ", ".join(f"{counts[f]} {f}" for f in FLAGS if counts.get(f)) or "nothing got worse"
-    lines = [f"trend: {compared}: {counted}" + (f"; written to {args.out} as {args.format}" if args.out else "")]
+    written = f"; written to {args.out.as_typed} as {args.format}" if args.out else ""
+    lines = [f"trend: {compared}: {counted}{written}"]
     lines += [_describe(r) for r in listed]
     if sum(counts.values()) > LISTED:
         lines.append(f"  ... {sum(counts.values()) - LISTED} more" + (" in the table" if args.out else

@@ -23,26 +23,27 @@ class OutputError(ValueError):
 # into, over or around an input.  The inputs are checked before anything is prepared, and ``--overwrite`` deletes
 # only a folder this suite wrote: every output carries MARKER, written when the output is prepared.
 
-def is_remote(path: str) -> bool:
-    return fs.local_path(str(path)) is None
+def is_remote(path: fs.Location) -> bool:
+    return fs.local_path(fs.as_typed(path)) is None
 
 
-def local_of(path: str) -> str:
+def local_of(path: fs.Location) -> str:
     """A local path as it is, a ``file:`` URI as the path it names (store_format.fs.local_path: another host's is
     refused)."""
-    return fs.local_path(str(path))
+    return fs.local_path(fs.as_typed(path))
 
 
 _HOW = {"is": "is", "inside": "lies inside", "contains": "contains"}
 
 
-# str, not Location: the spellings as given, resolved by the kernel and compared by device and inode (a Location is
-# already lexically normalised: ``link/..`` would no longer be the parent of the link's target)
-def check_apart(path: str, inputs, *, what: str = "output") -> None:
+# the spellings the Locations were given (fs.as_typed), resolved by the kernel and compared by device and inode (a
+# Location's path is lexically normalised: ``link/..`` would no longer be the parent of the link's target)
+def check_apart(path: fs.Location, inputs, *, what: str = "output") -> None:
     """Refuse ``path`` when it is, lies inside or contains an input store, a file of one, or the link an input
     was given through; each input counts as its whole store root (:func:`store_format.fs.store_root_of`)."""
+    path = fs.as_typed(path)  # the spelling it was given
     for given in inputs or ():
-        given = str(given)
+        given = fs.as_typed(given)
         if is_remote(given) or is_remote(path):
             if is_remote(given) and is_remote(path):
                 _check_apart_by_name(path, given, what)

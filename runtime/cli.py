@@ -35,6 +35,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from store_format import fs
 from store_format.brokerconf import number_argument
 from store_format.layout import JAVA_INT
 
@@ -72,7 +73,7 @@ def add_store_arguments(parser: argparse.ArgumentParser, *, what: str = "", requ
 
 def add_output_arguments(parser: argparse.ArgumentParser, *, default_format: str = "parquet",
                          required: bool = True, formats: tuple[str, ...] = FORMATS) -> None:
-    parser.add_argument("--out", required=required, metavar="DIR",
+    parser.add_argument("--out", required=required, metavar="DIR", type=location_argument,
                         help="output folder (refused when it exists and is not empty, unless --overwrite)")
     if formats:
         parser.add_argument("--format", choices=formats, default=default_format,
@@ -87,22 +88,40 @@ queue_id_argument = number_argument(JAVA_INT, "a queue id (a Java int)")
 count_argument = number_argument((1, JAVA_INT[1]), "a count (a positive Java int)")
 
 
-# the jobs' arguments that name dumps and outputs (Spark opens them, on executors or a Connect server)
+# the jobs' arguments that name dumps and outputs (Spark opens them, on executors or a Connect server): --store is
+# parsed by runtime/stores.py (``NAME=PATH``), the others are Locations from the parser (:func:`location_argument`)
 PATH_ARGUMENTS = ("store", "out", "history", "input", "repair", "manifest")
 
 
+def _absolute(path: str) -> str:
+    """A local path made absolute: Spark's executors and a Spark Connect server resolve a relative path against
+    their own working folder (an executor's work folder, the server's), not the one the user typed it in.  URIs
+    (``scheme://...``) are left as they are, and so is every ``..`` (the kernel resolves ``link/..`` to the parent
+    of the link's target, which a lexical normalisation would change: an output meant inside a store must still be
+    seen there and refused)."""
+    if "://" in path or os.path.isabs(path):
+        return path
+    return os.path.join(os.getcwd(), path)
+
+
+def location_argument(text: str) -> fs.Location:
+    """The one place a path the user typed (``--out``, ``--history``, ``--input``...) becomes a Location: made
+    absolute (:func:`_absolute`), resolved, and carrying that spelling (``Location.as_typed``: what messages name
+    and what the output's guard resolves as the OS does).  A path no file system can open (an unknown scheme, another
+    host's ``file://``) is a usage error: argparse's usage, then ``argument --out: <reason>``, exit 2."""
+    try:
+        return fs.resolve(_absolute(text))
+    except ValueError as e:  # StoreFormatError: an unknown scheme, another host's file:// URI
+        raise argparse.ArgumentTypeError(fs.error_line(e)) from None
+
+
 def absolute_paths(args: argparse.Namespace) -> argparse.Namespace:
-    """The command line's local paths made absolute, in place: Spark's executors and a Spark Connect server
-    resolve a relative path against their own working folder (an executor's work folder, the server's), not
-    the one the user typed it in.  URIs (``scheme://...``) are left as they are, and so is every ``..`` (the
-    kernel resolves ``link/..`` to the parent of the link's target, which a lexical normalisation would change:
-    an output meant inside a store must still be seen there and refused); ``--store NAME=PATH`` keeps its name."""
+    """The command line's local paths given as strings made absolute, in place (:func:`_absolute`):
+    ``--store NAME=PATH`` keeps its name; a Location (:func:`location_argument`) is absolute already."""
     from .stores import split_name
 
     def absolute(path):
-        if not isinstance(path, str) or "://" in path or os.path.isabs(path):
-            return path
-        return os.path.join(os.getcwd(), path)
+        return _absolute(path) if isinstance(path, str) else path
 
     def absolute_arg(name, value):
         if name == "store" and isinstance(value, str):

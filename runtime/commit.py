@@ -470,9 +470,10 @@ class Target:
     """A folder a run writes (``--out``, ``--history``): where it is, its control folder beside it, its claim.
     ``inputs``: what the run reads, which the control folder must stay apart from (runtime/apart.py check_apart)."""
 
-    def __init__(self, path: str, inputs=()):
+    def __init__(self, path: fs.Location, inputs=()):
+        path = fs.as_typed(path)  # the spelling it was given
         self.shown = str(path)
-        self.inputs = tuple(str(i) for i in inputs or ())
+        self.inputs = tuple(fs.as_typed(i) for i in inputs or ())
         local = fs.local_path(path)  # a file:// URI of another host is refused here
         if local is None:
             self.loc = fs.resolve(path)
@@ -729,10 +730,11 @@ class Participant:
         return ""
 
 
-def check_output(path: str, *, overwrite: bool, inputs=(), what: str = "output") -> str:
+def check_output(path: fs.Location, *, overwrite: bool, inputs=(), what: str = "output") -> str:
     """The early check of an output (no side effect): apart from every input (runtime/apart.py ``check_apart``), not
     claimed by another run, and either missing, empty, or a folder this suite wrote when ``overwrite``.  Returns
     :func:`output_state`."""
+    path = fs.as_typed(path)  # the spelling it was given
 
     check_apart(path, inputs, what=what)
     target = Target(path, inputs)
@@ -741,9 +743,10 @@ def check_output(path: str, *, overwrite: bool, inputs=(), what: str = "output")
     return state
 
 
-def check_state(target: "Target", path: str, *, overwrite: bool, what: str = "output") -> str:
+def check_state(target: "Target", path: fs.Location, *, overwrite: bool, what: str = "output") -> str:
     """What lies at the output may be replaced by this run (the check before the claim, and again once it is held:
     another run may have committed in between)."""
+    path = fs.as_typed(path)  # the spelling it was given
     state = output_state(target.loc)
     if state == "file":
         raise OutputError(f"{what} {path} exists and is {_kind(target.loc)}, not a folder written by this suite: "
@@ -781,8 +784,9 @@ class Output(Participant):
 
     order = 10
 
-    def __init__(self, run: "JobRun", path: str, *, overwrite: bool, inputs=(), what: str = "output",
+    def __init__(self, run: "JobRun", path: fs.Location, *, overwrite: bool, inputs=(), what: str = "output",
                  stage: bool = True, inplace: bool = False):
+        path = fs.as_typed(path)  # the spelling it was given
         self.run, self.shown, self.what, self.overwrite = run, str(path), what, overwrite
         self.inplace = inplace  # an existing Delta table: written in place, its commit a new table version
         check_output(path, overwrite=overwrite, inputs=inputs, what=what)
@@ -1236,17 +1240,19 @@ class JobRun:
         self.participants.append(participant)
         return participant
 
-    def find(self, path: str) -> "Output | None":
+    def find(self, path: fs.Location) -> "Output | None":
         """The output this run claimed at ``path`` (as given), if any."""
+        path = fs.as_typed(path)  # the spelling it was given
         for p in self.participants:
             if isinstance(p, Output) and p.shown == str(path):
                 return p
         return None
 
-    def output(self, path: str, *, overwrite: bool, inputs=(), what: str = "output", stage: bool = True,
+    def output(self, path: fs.Location, *, overwrite: bool, inputs=(), what: str = "output", stage: bool = True,
                inplace: bool = False) -> Output:
         """``path`` claimed for this run (refused: :class:`ClaimError`), its leftovers cleaned, a staging made;
         the same object again when this run claimed it already (a job's ``prepare`` claims, its ``run`` writes)."""
+        path = fs.as_typed(path)  # the spelling it was given
         found = self.find(path)
         if found is not None:
             return found

@@ -122,16 +122,17 @@ def _local(history: str) -> str | None:
 
 
 def _loc(history: str) -> fs.Location:
-    # a str, not a Location: --history as given, its links and ``..`` resolved as the OS does (fs.real), which a
-    # Location (fs.resolve: lexically normalised) has already lost
+    # --history's spelling (fs.as_typed), not its Location: its links and ``..`` resolved as the OS does (fs.real),
+    # which a Location (fs.resolve: lexically normalised) has already folded
     local = _local(history)
     if local is None:
         return fs.resolve(history)
     return fs.Location(pafs.LocalFileSystem(), fs.real(local))
 
 
-def table_uri(history: str, table: str) -> str:
+def table_uri(history: fs.Location, table: str) -> str:
     """What delta-rs opens for ``history/table``."""
+    history = fs.as_typed(history)  # the spelling it was given
     if _local(history) is None:
         return f"{history.rstrip('/')}/{table}"
     return posixpath.join(_loc(history).path, table)
@@ -182,12 +183,13 @@ def _damaged(history: str, rel: str, what: str, *, droppable: bool = False) -> H
                           f"history, or give the audit a new --history folder{drop}")
 
 
-def check_log(history: str, table: str) -> int | None:
+def check_log(history: fs.Location, table: str) -> int | None:
     """The version of ``history/table`` once its log reads whole, None when the table has no version yet; a damaged
     log raises :class:`HistoryDamaged` naming the file.  Whole: every commit since the newest checkpoint there (no
     gap), each a non-empty file of JSON lines that are Delta actions, with as many adds and removes as its
     commitInfo counts (a commit cut at a line's end), version 0 with the table's protocol and metadata, the newest
     checkpoint and ``_last_checkpoint`` readable.  Reads, changes nothing."""
+    history = fs.as_typed(history)  # the spelling it was given
     log = _loc(history).child(table).child(LOG)
     rel = f"{table}/{LOG}"
     commits: dict[int, fs.Location] = {}
@@ -327,9 +329,10 @@ def _unreadable_file(history: str, table: str) -> HistoryDamaged | None:
     return None
 
 
-def damage_behind(history: str) -> HistoryDamaged | None:
+def damage_behind(history: fs.Location) -> HistoryDamaged | None:
     """After a read of the history failed (Spark's and pyarrow's errors name no file): the damaged log or data file
     behind it, as a refusal; None when the history reads whole (the failure was something else)."""
+    history = fs.as_typed(history)  # the spelling it was given
     for table in TABLES:
         if not _loc(history).child(table).child(LOG).is_dir():
             continue
@@ -363,11 +366,12 @@ def _read(history: str, table: str, columns=None, run_id: str | None = None) -> 
 # What a history is
 
 
-def check_history(history: str, *, must_exist: bool = False) -> bool:
+def check_history(history: fs.Location, *, must_exist: bool = False) -> bool:
     """Refuse (:class:`HistoryError`) a ``--history`` that is not an audit history, touching nothing: it must be
     absent or empty (unless ``must_exist``), or a folder whose findings/, metrics/ and runs/ are each absent or a
     Delta table of ours (the metadata's name) with its key columns, and nothing else; refuse a damaged one
     (:class:`HistoryDamaged`: its log and data files, :func:`check_log`).  True when it holds runs."""
+    history = fs.as_typed(history)  # the spelling it was given
     if _local(history) is None:
         scheme = history.split("://", 1)[0].lower()
         if scheme not in DELTA_SCHEMES:
@@ -469,10 +473,11 @@ class Journal:
     counts: dict  # APPENDED: {"findings": rows, "metrics": rows}
 
     @classmethod
-    def begin(cls, history: str, run_id: str, run_time: dt.datetime, out: str) -> "Journal":
+    def begin(cls, history: fs.Location, run_id: str, run_time: dt.datetime, out: fs.Location) -> "Journal":
         """Step 1: the journal written (before the run's first append), each table as it is now."""
         from .commit import Target
 
+        history, out = fs.as_typed(history), fs.as_typed(out)  # the spellings they were given
         target = Target(out)
         before = {}
         for table in TABLES:
@@ -501,9 +506,11 @@ class Journal:
         self.write()
 
     @classmethod
-    def read(cls, history: str, loc: fs.Location) -> "Journal":
+    def read(cls, history: fs.Location, loc: fs.Location) -> "Journal":
         """A journal, validated: anything but one this suite wrote is refused (:class:`HistoryError`), untouched."""
         from .commit import TOOL, read_json
+
+        history = fs.as_typed(history)  # the spelling it was given
 
         data = read_json(loc)
         run_id = loc.name[len(JOURNAL_PREFIX):-len(".json")]
@@ -585,17 +592,19 @@ def _runs_table(history: str) -> pa.Table:
     return _read(history, RUNS)
 
 
-def committed_runs(history: str) -> pa.Table:
+def committed_runs(history: fs.Location) -> pa.Table:
     """The runs readers may see: those runs/ lists, and those whose output is committed but whose run ended before
     listing them (:func:`unlisted_runs`); empty when there is none."""
+    history = fs.as_typed(history)  # the spelling it was given
     runs = _runs_table(history)
     rows = [j.row() for j in unlisted_runs(history, runs)]
     return pa.concat_tables([runs.select(RUNS_SCHEMA.names).cast(RUNS_SCHEMA), *rows]) if rows else runs
 
 
-def unlisted_runs(history: str, runs: pa.Table | None = None) -> list[Journal]:
+def unlisted_runs(history: fs.Location, runs: pa.Table | None = None) -> list[Journal]:
     """The journals of committed runs runs/ does not list yet: each one's output holds it, committed, and its
     appends were done (the run ended between the module docstring's steps 3 and 4; the next claim lists it)."""
+    history = fs.as_typed(history)  # the spelling it was given
     listed = set((_runs_table(history) if runs is None else runs).column("run_id").to_pylist())
     return [j for j in _journals(history)
             if j.run_id not in listed and j.state == APPENDED and j.committed() is True]
@@ -623,9 +632,10 @@ def _earlier_runs(history: str) -> pa.Table:
                      "out": [""] * len(both), "appended": [now] * len(both)}, schema=RUNS_SCHEMA)
 
 
-def adopt_earlier(history: str) -> None:
+def adopt_earlier(history: fs.Location) -> None:
     """With the history claimed: an earlier version's history (no runs/) gets its runs/ table listing every run
     both its tables hold, in one commit, so that this version appends to it and trend reads it; said."""
+    history = fs.as_typed(history)  # the spelling it was given
     if not _loc(history).is_dir() or check_log(history, RUNS) is not None:
         return
     runs = _earlier_runs(history)
@@ -635,12 +645,14 @@ def adopt_earlier(history: str) -> None:
              step=False)
 
 
-def read_runs(spark, history: str, table: str):
+def read_runs(spark, history: fs.Location, table: str):
     """``history/table`` as a Spark DataFrame, only the rows of committed runs (:func:`committed_runs`); a damaged
     history is refused first (:func:`check_history`)."""
     from pyspark.sql import functions as F
 
     from .output import read_table
+
+    history = fs.as_typed(history)  # the spelling it was given
 
     check_history(history, must_exist=True)
     ids = committed_runs(history).column("run_id").to_pylist()
@@ -673,8 +685,9 @@ def _dataset(folder: fs.Location):
     return ds.dataset(loc.path, filesystem=loc.fs, format="parquet")
 
 
-def append_tables(history: str, findings: pa.Table | None, metrics: pa.Table | None) -> None:
+def append_tables(history: fs.Location, findings: pa.Table | None, metrics: pa.Table | None) -> None:
     """Rows of any runs (stamped with run_id/run_time) appended as complete runs: for tests and imports."""
+    history = fs.as_typed(history)  # the spelling it was given
     runs: dict[str, object] = {}
     for table, t in ((FINDINGS, findings), (METRICS, metrics)):
         if t is None:
@@ -772,10 +785,11 @@ def _named_files(history: str, table: str) -> str:
     return "\n".join(texts)
 
 
-def settle(history: str, own: str | None = None) -> None:
+def settle(history: fs.Location, own: str | None = None) -> None:
     """With the history claimed: each journal another run left (it ended between its steps 1 and 4) settled by
     its output's marker: listed already (the journal removed), its output committed (the run listed now), its
     output's own commit cut short (left for that output's next run), or else rolled back; each said."""
+    history = fs.as_typed(history)  # the spelling it was given
     listed = set(_runs_table(history).column("run_id").to_pylist())
     for journal in _journals(history):
         if journal.run_id == own:
@@ -845,9 +859,11 @@ class HistoryAppend(_participant_base()):
 
     order = 5
 
-    def __init__(self, run, history: str, *, inputs=()):
+    def __init__(self, run, history: fs.Location, *, inputs=()):
         from .commit import Target, recover as recover_target
         from .output import check_apart
+
+        history = fs.as_typed(history)  # the spelling it was given
 
         check_apart(history, inputs, what="history")
         check_history(history)
@@ -866,8 +882,9 @@ class HistoryAppend(_participant_base()):
         self.journal: Journal | None = None
         self.listed = self.failed = False
 
-    def stage(self, findings_dir: fs.Location, metrics_dir: fs.Location, out: str) -> None:
+    def stage(self, findings_dir: fs.Location, metrics_dir: fs.Location, out: fs.Location) -> None:
         """What the commit appends (the run's staged findings and metrics), and the output the run commits."""
+        out = fs.as_typed(out).rstrip("/")  # as the audit names its output (runs/' ``out``)
         self.source = (findings_dir, metrics_dir, out)
 
     def commit(self) -> None:
@@ -929,8 +946,9 @@ class HistoryAppend(_participant_base()):
         return f"{self.shown}: the history does not list this run; the next audit --history removes its rows"
 
 
-def claim_history(run, history: str, *, inputs=()) -> HistoryAppend:
+def claim_history(run, history: fs.Location, *, inputs=()) -> HistoryAppend:
     """The run's :class:`HistoryAppend` for ``history``: claimed once (``prepare`` claims, ``run`` gets it back)."""
+    history = fs.as_typed(history)  # the spelling it was given
     for p in run.participants:
         if isinstance(p, HistoryAppend) and p.shown == history:
             return p

@@ -36,7 +36,7 @@ import pyarrow.fs as pafs
 # the URI it was resolved from, host and options kept: ``scheme://`` glued to the path lost them, as an HDFS name
 # node's ``host:port`` or a bucket a sub-tree file system's paths do not spell); a string as it is (a scheme only
 # Spark knows, s3a://, never resolved here)
-from store_format.fs import Location, resolve, uri_of
+from store_format.fs import Location, as_typed, resolve, uri_of
 from store_format.fs import OUTPUT_MARKER
 
 from .apart import OutputError, check_apart  # noqa: F401  (the jobs import them here)
@@ -67,7 +67,7 @@ def _only_marker(names) -> bool:
     return not [n for n in names if n != MARKER]
 
 
-def prepare_output(path: str, *, overwrite: bool, inputs: list[str] = (), job: str | None = None,
+def prepare_output(path: Location, *, overwrite: bool, inputs=(), job: str | None = None,
                    say=None, delta: bool = False):
     """Claim ``path`` for the job's run (runtime/commit.py), after checking the inputs are apart from it
     (:func:`check_apart`): refused when another run holds it, when it exists and is not empty without
@@ -77,6 +77,7 @@ def prepare_output(path: str, *, overwrite: bool, inputs: list[str] = (), job: s
     ``prepare`` claims, ``run`` gets the same claim back.  Returns the :class:`runtime.commit.Output`."""
     from .commit import job_run
 
+    path = as_typed(path)  # the spelling it was given: claimed and guarded as the OS resolves it
     run = job_run(job or "job")
     found = run.find(path)
     if found is not None:

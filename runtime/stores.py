@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from runtime.output import OutputError
+from store_format import fs
 from store_format.brokerconf import StoreGeometry
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -38,7 +39,7 @@ class StoreRef:
     """One broker store a job reads."""
 
     name: str  # the broker column
-    path: str  # the store root: a local absolute path, or a URI
+    path: "fs.Location"  # the store root (spelled, as_typed, as a local absolute path or a URI below the one given)
     source: str  # the input path it was found under (a store root, a folder of store roots, or the file given)
     folder: str = ""  # its name by its folders alone (store_format.stores.folder_name, or its entry in a folder)
     from_folder: bool = False  # found in a folder of several store roots
@@ -49,8 +50,6 @@ class StoreRef:
     @property
     def root(self):
         """The store root as the Path-based readers open it: a ``Path``, or a ``fs.StorePath`` of a URI."""
-        from store_format import fs
-
         return fs.as_path(self.path)
 
     def open(self):
@@ -61,20 +60,19 @@ class StoreRef:
 
     def commitlog_bytes(self) -> int | None:
         """The bytes of its commitlog segments (what a scan reads), for progress; None for a remote store."""
-        if "://" in self.path:
+        if self.path.local_path is None:
             return None
         return os.path.getsize(self.source) if self.single_file else commitlog_bytes(self.path)
 
     def read_path(self) -> str:
-        """What a data source reads for it: the segment file given, else the store root."""
-        return self.source if self.single_file else self.path
+        """What a data source loads for it (Spark's reader takes a string): the segment file given, else the store
+        root (fs.uri_of)."""
+        return self.source if self.single_file else fs.uri_of(self.path)
 
 
 def commitlog_bytes(root) -> int:
     """The bytes of a store's commitlog segments (``root`` a local path, a URI or what fs.as_path gives: one
     listing through the fs seam, links followed)."""
-    from store_format import fs
-
     return sum(e.size for e in fs.entries(fs.as_path(root) / "commitlog") if e.is_file)
 
 
@@ -109,8 +107,8 @@ def split_name(arg: str) -> tuple[str | None, str]:
 def protected_paths(args: list[str], stores: list["StoreRef"] = ()) -> list[str]:
     """What an output must stay apart from (runtime/output.py ``check_apart``): every ``--store`` path as given
     (``NAME=`` taken off: a ``b1=vault://...`` argument is the URI ``vault://...``) and every store root it
-    resolved to."""
-    return list(dict.fromkeys([a.path for a in store_arguments(args)] + [s.path for s in stores]))
+    resolved to, as spelled (Location.as_typed)."""
+    return list(dict.fromkeys([a.path for a in store_arguments(args)] + [s.path.as_typed for s in stores]))
 
 
 def resolve_stores(args: list[str], *, files: bool = False, geometry: StoreGeometry | None = None
@@ -122,7 +120,6 @@ def resolve_stores(args: list[str], *, files: bool = False, geometry: StoreGeome
     file system.  Raises :class:`StoreArgumentError` (for no argument at all too), the store layer's MISSING error
     for a path that holds no store, and an UnreadableError naming a folder that cannot be listed (a loop, no
     permission: never skipped)."""
-    from store_format import fs
     from store_format.stores import find_stores
 
     if not args:
@@ -150,7 +147,9 @@ def resolve_stores(args: list[str], *, files: bool = False, geometry: StoreGeome
                                          f"({root_path}): give each store once")
             given_by[same] = arg
             name, by = (given, "user") if given else (st.name, st.named_by)
-            found.append(StoreRef(name, root_path, local, folder=st.folder, from_folder=st.in_folder, named_by=by,
+            # the root, spelled as before: a local absolute path, or a URI below the one given (its query kept)
+            root = replace(st.root, path=st.root.path if uri else root_path, given=root_path)
+            found.append(StoreRef(name, root, local, folder=st.folder, from_folder=st.in_folder, named_by=by,
                                   single_file=st.file is not None, geometry=geometry or StoreGeometry()))
     return _distinct(found)
 
@@ -174,8 +173,6 @@ def _check_single_file(path: str, loc, root, files: bool) -> None:
 
 
 def _distinct(stores: list[StoreRef]) -> list[StoreRef]:
-    from dataclasses import replace
-
     names = [s.name for s in stores]
     # the same brokerName twice (a master and its slave): their folders tell them apart
     stores = [replace(s, name=s.folder, named_by="folder")

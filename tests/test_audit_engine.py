@@ -120,6 +120,7 @@ def test_the_newest_segment_is_split_over_its_data(tmp_path):
     """One full segment and a partly written one, fewer than the cores want: both are cut into ranges, the
     newest only over its written data (its zero tail is the last range's)."""
     from jobs.audit.inputs import StoreRef
+    from store_format import fs
     from jobs.audit.plan import plan_broker, plan_segments
     from store_format.plan import written_end
 
@@ -127,7 +128,7 @@ def test_the_newest_segment_is_split_over_its_data(tmp_path):
     segment = 4 << 20
     generate_store(root, TrafficConfig(messages=12_000, topics=2, queues=2, seed=5),
                    WriterConfig(mappedFileSizeCommitLog=segment, maxHashSlotNum=1000, maxIndexNum=4000))
-    plan = plan_broker(StoreRef("b", str(root), str(root)))
+    plan = plan_broker(StoreRef("b", fs.resolve(str(root)), str(root)))
     segs = plan.segments
     assert len(segs) == 2
     # 8 cores want ~24 ranges: the size is the floor (32 MiB), one range a segment; 1 MiB ranges for the test

@@ -405,6 +405,7 @@ def test_every_command_takes_the_same_geometry_options(geometry_stores, tmp_path
     from datasources.indexfile import IndexReader
     from jobs import compare, extract
     from jobs.audit.inputs import StoreRef
+    from store_format import fs
     from jobs.audit.plan import plan_broker
     from runtime.stores import resolve_stores
     from store_format.__main__ import build_parser as store_parser
@@ -428,7 +429,7 @@ def test_every_command_takes_the_same_geometry_options(geometry_stores, tmp_path
     [ref] = resolve_stores([str(root)], files=True,
                            geometry=geometry_from_args(parsers["query"](["--config", str(conf)])))
     assert (ref.open().hash_slot_num, ref.open().index_num) == geometry
-    plan = plan_broker(StoreRef("b", str(root), str(root)),
+    plan = plan_broker(StoreRef("b", fs.resolve(str(root)), str(root)),
                        geometry_from_args(parsers["audit"](["--config", str(conf)])))
     assert plan.store.segment_size == 262144 and plan.store.index_num == 300
     assert plan.index_files and all((p.hash_slot_num, p.index_num) == (100, 300) for p in plan.index_files)

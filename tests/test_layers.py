@@ -353,40 +353,13 @@ _PATH_SUFFIXES = ("_path", "_dir", "_root", "_folder", "_uri")
 # the command line's own side: parsing and the job's entry point take the strings the user typed
 _COMMAND_LINE = {"main", "build_parser", "parse_args"}
 
-#: (module, function, parameter) -> why it is a string.  Each one is kept on purpose; a new one needs a reason.
-_AS_GIVEN = ("the path as the user gave it: links and ``..`` resolved as the OS does (fs.real) and compared by device "
-             "and inode (runtime/apart.py); a Location (fs.resolve) is already lexically normalised")
-_HISTORY = "--history as given: history._loc resolves it as the OS does (fs.real), on purpose"
-_SHOWN = "--out as the user typed it, shown in the commands the report prints (a message, not a place read)"
+#: (module, function, parameter) -> why it is a string.  Each one is kept on purpose; a new one needs a reason.  A path
+#: whose spelling matters (the output's guard resolves links and ``..`` as the OS does; messages name it as typed) is
+#: a Location all the same: the command line made it (runtime/cli.location_argument), and it carries the spelling
+#: (Location.as_typed).
 _SPARK_LOAD = ("the data source's load() path: Spark's reader takes a string, which the source resolves again in "
                "its own process (the jobs give it fs.uri_of)")
 STR_PATHS_ALLOWED = {
-    ("runtime.apart", "check_apart", "path"): _AS_GIVEN,
-    ("runtime.apart", "is_remote", "path"): _AS_GIVEN,
-    ("runtime.apart", "local_of", "path"): _AS_GIVEN,
-    ("runtime.commit", "Target.__init__", "path"): _AS_GIVEN,
-    ("runtime.commit", "Output.__init__", "path"): _AS_GIVEN,
-    ("runtime.commit", "JobRun.find", "path"): _AS_GIVEN + " (a claim is found by the spelling it was made with)",
-    ("runtime.commit", "JobRun.output", "path"): _AS_GIVEN,
-    ("runtime.commit", "check_output", "path"): _AS_GIVEN,
-    ("runtime.commit", "check_state", "path"): "the output as given, named in its messages",
-    ("runtime.output", "prepare_output", "path"): _AS_GIVEN + " (it claims through runtime/commit.py)",
-    ("runtime.history", "HistoryAppend.__init__", "history"): _HISTORY,
-    ("runtime.history", "HistoryAppend.stage", "out"): _AS_GIVEN + " (the journal names the output the run commits)",
-    ("runtime.history", "Journal.begin", "history"): _HISTORY,
-    ("runtime.history", "Journal.begin", "out"): _AS_GIVEN + " (the journal names the output the run commits)",
-    ("runtime.history", "Journal.read", "history"): _HISTORY,
-    ("runtime.history", "adopt_earlier", "history"): _HISTORY,
-    ("runtime.history", "append_tables", "history"): _HISTORY,
-    ("runtime.history", "check_history", "history"): _HISTORY,
-    ("runtime.history", "check_log", "history"): _HISTORY,
-    ("runtime.history", "claim_history", "history"): _HISTORY,
-    ("runtime.history", "committed_runs", "history"): _HISTORY,
-    ("runtime.history", "damage_behind", "history"): _HISTORY,
-    ("runtime.history", "read_runs", "history"): _HISTORY,
-    ("runtime.history", "settle", "history"): _HISTORY,
-    ("runtime.history", "table_uri", "history"): _HISTORY + " (what delta-rs opens: a string)",
-    ("runtime.history", "unlisted_runs", "history"): _HISTORY,
     ("runtime.session", "ship_project", "zip_path"): "a zip on this machine that SparkContext.addPyFile ships, "
                                                      "never a dump or an output",
     ("datasources.__init__", "read_commitlog", "path"): _SPARK_LOAD,
@@ -394,9 +367,6 @@ STR_PATHS_ALLOWED = {
     ("datasources.twopass", "commitlog_ends", "path"): _SPARK_LOAD,
     ("datasources.__init__", "plan_commitlog", "path"): _SPARK_LOAD,  # read_commitlog's options, read by the tasks
     ("datasources.twopass", "plan_commitlog", "path"): _SPARK_LOAD,
-    ("jobs.audit.report", "write", "out"): _SHOWN,
-    ("jobs.audit.verdict", "verdict", "out"): _SHOWN,
-    ("jobs.audit.verdict", "actions", "out"): _SHOWN,
     ("jobs.audit.buckets", "Buckets.__init__", "folder"): "the driver's own scratch (a temporary directory of this "
                                                            "machine's disk, removed after the step), never an input "
                                                            "nor an output",

@@ -77,7 +77,7 @@ def test_command_line_paths_are_made_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = absolute_paths(audit.build_parser().parse_args(["--store", "a", "s3://b/c", "--out", "o",
                                                            "--history", "h"]))
-    assert args.store == [str(tmp_path / "a"), "s3://b/c"] and args.out == str(tmp_path / "o")
-    assert args.history == str(tmp_path / "h")
+    assert args.store == [str(tmp_path / "a"), "s3://b/c"] and args.out.as_typed == str(tmp_path / "o")
+    assert args.history.as_typed == str(tmp_path / "h") and args.history.path == str(tmp_path / "h")
     args = absolute_paths(extract.build_parser().parse_args(["--store", "x/y", "--out", "file:///z"]))
-    assert args.store == [str(tmp_path / "x" / "y")] and args.out == "file:///z"
+    assert args.store == [str(tmp_path / "x" / "y")] and args.out.as_typed == "file:///z" and args.out.path == "/z"

@@ -76,4 +76,4 @@ def test_a_file_that_is_not_a_store_says_what_it_is_and_what_was_expected(capsys
         capsys.readouterr().err
     # a job that reads one segment takes it
     [s] = resolve_stores([str(segment)], files=True)
-    assert s.single_file and s.path == str(BASIC)
+    assert s.single_file and s.path.as_typed == str(BASIC)

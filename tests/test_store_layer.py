@@ -79,7 +79,7 @@ def test_the_audit_plans_the_same_ranges_however_the_fixture_was_copied(tmp_path
     _lay(newest.path, newest.path.read_bytes(), "sparse+block")
 
     def data(path: str) -> dict:
-        plan = plan_broker(StoreRef("b", path, path))
+        plan = plan_broker(StoreRef("b", fs.resolve(path), path))
         return segment_data([("b", s) for s in plan.segments])
 
     local = data(str(root))

@@ -27,7 +27,7 @@ def test_the_users_name_and_the_brokers_own(tmp_path):
     root = _store(tmp_path / "dump" / "input" / "store")
     assert split_name(f"x={root}") == ("x", str(root)) and split_name(str(root)) == (None, str(root))
     [s] = resolve_stores([f"broker-x={root}"])
-    assert (s.name, s.named_by, s.path) == ("broker-x", "user", str(root))
+    assert (s.name, s.named_by, s.path.as_typed) == ("broker-x", "user", str(root))
     # the broker persists its settings in store/config/broker.properties when started without -c
     (root / "config" / "broker.properties").write_text("brokerClusterName = c1\nbrokerName = broker-b\n")
     [s] = resolve_stores([str(root)])
@@ -58,16 +58,18 @@ def test_names_that_clash(tmp_path):
 
 def test_command_line_paths_become_absolute_keeping_names_and_links(tmp_path, monkeypatch):
     """Relative paths are joined to the working folder (executors and Connect servers have their own), with no
-    lexical '..' folding (``link/..`` is the parent of the link's target) and ``NAME=PATH`` kept."""
+    lexical '..' folding (``link/..`` is the parent of the link's target) and ``NAME=PATH`` kept: --store as strings
+    (runtime/stores.py parses them), the other paths as Locations that carry that spelling."""
     import argparse
 
-    from runtime.cli import absolute_paths
+    from runtime.cli import absolute_paths, location_argument
 
     monkeypatch.chdir(tmp_path)
-    args = absolute_paths(argparse.Namespace(store=["a=rel/store", "/abs/store", "link/../x"], out="link/..",
-                                             history="s3://bucket/h"))
+    args = absolute_paths(argparse.Namespace(store=["a=rel/store", "/abs/store", "link/../x"]))
     assert args.store == [f"a={tmp_path}/rel/store", "/abs/store", f"{tmp_path}/link/../x"]
-    assert (args.out, args.history) == (f"{tmp_path}/link/..", "s3://bucket/h")
+    out = location_argument("link/..")
+    assert (out.as_typed, out.path) == (f"{tmp_path}/link/..", str(tmp_path))
+    assert out.child("findings").as_typed == f"{tmp_path}/link/../findings"
 
 
 def test_a_stores_commitlog_bytes_are_the_same_by_any_path_to_it(tmp_path):

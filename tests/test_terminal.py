@@ -13,6 +13,7 @@ import pytest
 
 from jobs import audit
 from jobs.audit import terminal, verdict
+from store_format import fs
 
 pytestmark = [pytest.mark.spark]
 
@@ -101,14 +102,50 @@ def test_a_restart_that_changes_the_store_while_nothing_is_lost(tmp_path):
     """Data at risk only if restarted: nothing is lost, but recovery would truncate consume-queue units: keep a copy
     first, with the command that makes it (a path with a space, quoted)."""
     b = _broker(cq_units_truncated=4)
-    v = verdict.verdict(b, [], str(tmp_path), 10)
+    v = verdict.verdict(b, [], fs.resolve(str(tmp_path)), 10)
     assert v["level"] == "pass" and v["at_risk"] == ["consume queues: 4 units truncated"]
     [a] = v["actions"]
     assert a["kind"] == "keep_a_copy" and "Nothing is lost, but a restart of b1 changes the store" in a["text"]
     assert shlex.split(a["command"]) == ["cp", "-a", "--", "/dumps/b 1/store", "/dumps/b 1/store.before-restart"]
     # an index the broker rebuilds itself is no reason
-    v = verdict.verdict(_broker(index_files_deleted=["20240501000000000"]), [], str(tmp_path), 10)
+    v = verdict.verdict(_broker(index_files_deleted=["20240501000000000"]), [], fs.resolve(str(tmp_path)), 10)
     assert [a["kind"] for a in v["actions"]] == ["none"]
+
+
+def test_the_printed_commands_keep_a_uris_query_after_the_path(tmp_path):
+    """``--out`` and the store root given as URIs with a ``?query``: the commands the verdict prints name the folders
+    below and beside them with the query still after the path (an ``os.path.join`` on the URI put the path after
+    the query: ``...?region=eu/resend/b1-undispatched``); a local ``--out`` prints as it was typed, ``..`` kept."""
+    from jobs.audit.checks.lmq import stall_problem
+    from runtime.cli import location_argument
+
+    from .support import remotefs
+
+    before = dict(remotefs.ROOTS)
+    remotefs.register("outs", tmp_path / "outs", writable=True)
+    remotefs.register("dumps", tmp_path / "dumps")
+    try:
+        at = 4096
+        stall = {"physical_offset": at, "records_after": 2, "topic": "t", "queue_id": 0, "queue_offset": 7,
+                 "segment": "0" * 20, "file_position": at}
+        b = {**_broker(broker_will_start=False, start_problems=[stall_problem(at)]),
+             "path": "elsewhere://dumps/b1?region=eu", "dispatch_stall": stall}
+        out = location_argument("elsewhere://outs/audit?region=eu")
+        v = verdict.verdict(b, [], out, 10, staged=fs.resolve(str(tmp_path)))
+        extract, move = [shlex.split(a["command"]) for a in v["actions"][:2]]
+        assert extract[extract.index("--out") + 1] == "elsewhere://outs/audit/resend/b1-undispatched?region=eu"
+        assert move == ["mv", "--", "elsewhere://dumps/b1/abort?region=eu",
+                        "elsewhere://dumps/abort.moved-out-of-store?region=eu"]
+        assert out.suffixed("-with-config").as_typed == "elsewhere://outs/audit-with-config?region=eu"
+    finally:
+        remotefs.ROOTS.clear()
+        remotefs.ROOTS.update(before)
+    local = location_argument(f"{tmp_path}/link/../out/")
+    v = verdict.verdict({**b, "path": "/dumps/b 1/store"}, [], local, 10, staged=fs.resolve(str(tmp_path)))
+    extract, move = [shlex.split(a["command"]) for a in v["actions"][:2]]
+    assert extract[extract.index("--out") + 1] == f"{tmp_path}/link/../out/resend/b1-undispatched"
+    assert move == ["mv", "--", "/dumps/b 1/store/abort", "/dumps/b 1/abort.moved-out-of-store"]
+    assert local.suffixed("-with-config").as_typed == f"{tmp_path}/link/../out-with-config"
 
 
 def test_counts_in_words():

@@ -370,7 +370,7 @@ class AuditContext:
         cache = self.__dict__.setdefault("_metadata", {})
         if table not in cache:  # column-wise: a broker's consumerOffset.json may hold millions of offsets
             parts = [p for p in self._offset_parts if isinstance(p, pa.Table)] if table == "consumer_offsets" else \
-                [table_batch(table, s.name, s.path) for s in self.stores]
+                [table_batch(table, s.name, fs.uri_of(s.path)) for s in self.stores]
             cache[table] = pa.concat_tables([schema_of(table).empty_table()] + parts)
         return cache[table]
 
@@ -412,7 +412,7 @@ class AuditContext:
         out = []
         for i, s in enumerate(self.stores):
             spilled = self._spill_offsets(i, s)
-            out.append(table_batch("consumer_offsets", s.name, s.path) if spilled is None else spilled)
+            out.append(table_batch("consumer_offsets", s.name, fs.uri_of(s.path)) if spilled is None else spilled)
         return out
 
     def _spill_offsets(self, i: int, store) -> "SpilledOffsets | pa.Table | None":
@@ -426,7 +426,7 @@ class AuditContext:
         from store_format import config as C
         from store_format.errors import ConfigError, ErrorKind
 
-        got = offset_table_batches(store.name, store.path, C.OFFSET_BATCH_ROWS)
+        got = offset_table_batches(store.name, fs.uri_of(store.path), C.OFFSET_BATCH_ROWS)
         if got is None:
             return None
         source, size, entries, batches = got

@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "not run.  Input dumps are only ever opened read-only.")
     cli.add_store_arguments(p)
     cli.add_output_arguments(p, formats=())  # findings, metrics and tables are Parquet (and Delta with --history)
-    p.add_argument("--history", metavar="DELTA_DIR",
+    p.add_argument("--history", metavar="DELTA_DIR", type=cli.location_argument,
                    help="also append findings and metrics to the Delta tables DELTA_DIR/findings and "
                         "DELTA_DIR/metrics once every check passed, and list the run in DELTA_DIR/runs once its "
                         "output is committed (for `rocketmq-forensics trend` and the lag-over-time notebook); a "
@@ -188,7 +188,7 @@ def run(spark, args) -> AuditResult:
     segments = plan_segments(plans, executor.cores, options.split_size, options.message_index_safe)
     phases.done("planning")
 
-    out = args.out.rstrip("/")  # where the run's outputs will be, once committed (summary, report, messages)
+    out = args.out  # where the run's outputs will be, once committed (summary, report, messages): as typed
     # every file of the run goes through the fs seam (runtime/output.py out_*): a local path or a URI, written by the
     # tasks wherever they run (no shared mount needed)
     run = RunInfo(out_join(staged, "findings"), run_id, run_time, tables_dir=out_join(staged, "tables"),
@@ -217,7 +217,7 @@ def run(spark, args) -> AuditResult:
         groups = group_findings(run.findings_dir)
         add_times(groups, ctx.store_times)
         summary = _summary(ctx, written, groups, before, out, started, run_id, run_time,
-                           None if args.no_report else f"{out}/report.html", staged)
+                           None if args.no_report else out.child("report.html").as_typed, staged)
         out_write(out_join(staged, "summary.json"), json.dumps(summary, indent=2, sort_keys=False, default=str))
         if not args.no_report:
             progress("rendering report.html")
@@ -244,7 +244,8 @@ def run(spark, args) -> AuditResult:
         _print_profile(ctx, phases)
     # stdout: each broker's first screen in words, then one line (--quiet: the line; --format json: JSON)
     return AuditResult(terminal.render(summary, getattr(args, "format", "text"), getattr(args, "quiet", False), code),
-                       code, out=out, summary_data=summary, phases=phases.times, line=terminal.final_line(summary))
+                       code, out=out.as_typed.rstrip("/"), summary_data=summary, phases=phases.times,
+                       line=terminal.final_line(summary))
 
 
 def _stage(spark, name: str, tasks: list, executor, run: RunInfo):
@@ -306,10 +307,10 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
     return _Written(counts, metrics, tables, streamed)
 
 
-def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, out: str, started: float,
+def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, out: Location, started: float,
              run_id: str, run_time, report: str | None, staged: Location | None = None) -> dict:
     counts = written.counts
-    brokers = [{"name": s.name, "path": s.path, "geometry": _geometry(ctx.plans[s.name]),
+    brokers = [{"name": s.name, "path": s.path.as_typed, "geometry": _geometry(ctx.plans[s.name]),
                 "as_of": ctx.as_of.get(s.name)} for s in ctx.stores]
     for family in ctx.families:  # what the families add to each broker (the predicted recovery)
         if family.summary is not None:
@@ -324,9 +325,9 @@ def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, o
                    "info": counts["severity"].get("info", 0), "per_check": counts["per_check"]},
         "brokers": brokers,
         "groups": len(groups),
-        "outputs": {"findings": f"{out}/findings", "metrics": f"{out}/metrics",
-                    **{f"tables/{n}": f"{out}/tables/{n}" for n in [*written.tables, *written.streamed,
-                                                                     resend.NAME]},
+        "outputs": {"findings": out.child("findings").as_typed, "metrics": out.child("metrics").as_typed,
+                    **{f"tables/{n}": out.child("tables").child(n).as_typed for n in [*written.tables,
+                                                                                      *written.streamed, resend.NAME]},
                     "report": report},
     }
     message_counts = _broker_metric(written.metrics, "message_count")

@@ -36,7 +36,7 @@ BEYOND = np.iinfo(np.int64).max
 @dataclass
 class BrokerPlan:
     name: str
-    root: str
+    root: Location
     store: Store = field(repr=False)
     geometry: StoreGeometry
     shift: int  # routing bucket of a physical offset: phys >> shift
@@ -110,7 +110,7 @@ def plan_broker(store_input: StoreRef, geometry: StoreGeometry | None = None) ->
     size = store.segment_size
     end = max((s.base_offset + max(s.length, size or 0) for s in store.segments), default=0)
     shift = max(20, math.ceil(math.log2(max(end, 1) / MAX_BUCKETS))) if end else 20
-    return BrokerPlan(store_input.name, store_input.path, store, geometry, shift, end)
+    return BrokerPlan(store_input.name, store.loc, store, geometry, shift, end)
 
 
 @dataclass

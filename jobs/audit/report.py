@@ -22,7 +22,6 @@ import datetime as dt
 import html
 import io
 import json
-import os
 import re
 
 import pyarrow as pa
@@ -90,7 +89,7 @@ details.group>div{padding:4px 10px 6px}
 """
 
 
-def write(ctx, summary: dict, tables: dict[str, "pa.Table | WrittenTable"], groups: list, out: str, *, top: int = 200,
+def write(ctx, summary: dict, tables: dict[str, "pa.Table | WrittenTable"], groups: list, out: Location, *, top: int = 200,
           staged: Location | None = None) -> str:
     """report.html for the audit in ``out`` (its summary, detail tables and finding groups); ``staged``: where the
     run's outputs are until it commits (runtime/commit.py): read and written there, named as ``out``."""
@@ -277,7 +276,7 @@ def _fleet(brokers: list[dict]) -> str:
         raw={0, 1, 2, 3, 4, 5}, cls="fleet")
 
 
-def _first_screen(b: dict, out: str, src: Location, *, top_banner: bool) -> str:
+def _first_screen(b: dict, out: Location, src: Location, *, top_banner: bool) -> str:
     v, rec = b["verdict"], b.get("recovery")
     name = b["name"]
     ident = " id='verdict'" if top_banner else ""
@@ -355,7 +354,7 @@ def _keys_words(src: Location, broker: str, states: tuple[str, ...], limit: int 
                    for label, found in (("keys", keys), ("unique keys", uniq)) if found)
 
 
-def _resend_section(b: dict, out: str, src: Location) -> str:
+def _resend_section(b: dict, out: Location, src: Location) -> str:
     name, v = b["name"], b["verdict"]
     total = v["to_resend"]
     from runtime.output import out_join
@@ -378,7 +377,7 @@ def _resend_section(b: dict, out: str, src: Location) -> str:
             f"'{_e(name)}'</code>)</div>{system}" + _commands(b, out, path))
 
 
-def _commands(b: dict, out: str, path: Location) -> str:
+def _commands(b: dict, out: Location, path: Location) -> str:
     """The commands that copy the lost messages out of the dump (and into a fresh store), as they run pasted."""
     from runtime.cli import printed_command
 
@@ -390,15 +389,15 @@ def _commands(b: dict, out: str, path: Location) -> str:
     lines = []
     if v["lost"]["dropped"]:
         first = resend.first_offset(path, name, "dropped")
-        target = os.path.join(out, "resend", name)
+        target = resend.folder(out, name)
         lines += [f"# the {plural(v['lost']['dropped'], 'dropped message')} {_are(v['lost']['dropped'])} still in the "
                   "dump: copy them out before the restart overwrites them",
                   command(["extract", "--store", store, "--walk", "salvage", "--physical-offsets", f"{first}..",
-                           "--out", target]),
+                           "--out", target.as_typed]),
                   "# then re-produce them from that table, or write them into a fresh store a broker can serve",
-                  command(["replay", "--input", target, "--out", target + "-store"])]
+                  command(["replay", "--input", target.as_typed, "--out", target.suffixed("-store").as_typed])]
     for q in resend.unindexed_queues(path, name)[:5]:
-        target = os.path.join(out, "resend", f"{name}-{q['topic']}-{q['queue_id']}")
+        target = resend.folder(out, f"{name}-{q['topic']}-{q['queue_id']}").as_typed
         lines += [f"# {plural(q['count'], 'message')} of {q['topic']}/{q['queue_id']} in no consume queue"
                   + ("" if q["count"] == q["last"] - q["first"] + 1 else " (not contiguous: the range below holds "
                      "kept messages too)"),

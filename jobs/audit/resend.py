@@ -168,6 +168,12 @@ def unserved_rows(broker: str, topic: str, queue_id: int, queue_offsets, physica
 _NAMING = {"damaged": 0, "destroyed": 1}
 
 
+def folder(out: Location, name: str) -> Location:
+    """Where the commands the audit prints copy a broker's messages to re-send (``name``: the broker, or the broker
+    and its queue): ``resend/<name>`` below the audit's ``--out``, spelled as the user typed it (Location.as_typed)."""
+    return out.child("resend").child(name)
+
+
 def write_driver_part(rows: list[dict], path: Location, cuts: dict[str, int] | None = None,
                       tables: list[pa.Table] = ()) -> None:
     """The driver's part of the table: the records it names (damaged, destroyed, a stalling one), one row per

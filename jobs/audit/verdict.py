@@ -47,12 +47,12 @@ its errors are the damage behind a cut) the family declares it (contract.Family)
 """
 from __future__ import annotations
 
-import os
+import posixpath
 import re
 import shlex
 
 from runtime.display import plural
-from store_format.fs import Location
+from store_format.fs import Location, resolve
 from store_format.queues import BY_FOLDER, FILE
 
 from . import resend
@@ -114,7 +114,7 @@ def _resend_counts(table: Location, name: str) -> tuple[dict, dict]:
     return records, messages
 
 
-def verdict(broker: dict, groups: list[Group], out: str, message_count: int | None,
+def verdict(broker: dict, groups: list[Group], out: Location, message_count: int | None,
             staged: Location | None = None) -> dict:
     """The on-call view of ``broker`` (a summary.json ``brokers`` entry) from its finding groups (in the report's
     order) and the audit's tables in ``out`` (tables/resend, tables/segments; read from ``staged`` until the run
@@ -289,7 +289,7 @@ def _action(kind: str, text: str, command: str | None = None, check: str | None 
     return {"kind": kind, "text": text, "command": command, "check": check, "count": count}
 
 
-def actions(broker: dict, v: dict, groups: list[Group], out: str, src: Location | None = None,
+def actions(broker: dict, v: dict, groups: list[Group], out: Location, src: Location | None = None,
             messages: dict | None = None) -> list[dict]:
     """The broker's actions, most urgent first (module docstring), at most :data:`ACTIONS`; ``messages``: the
     messages to re-send per state (tables/resend without system records: nobody re-sends those)."""
@@ -310,7 +310,7 @@ def actions(broker: dict, v: dict, groups: list[Group], out: str, src: Location 
             "copy_out", f"Copy out the {plural(lost['dropped'], 'intact message')} recovery drops after the cut at "
             f"physical offset {_n(v['cut']['physical_offset'])} before restarting {name}: a restart overwrites them.",
             command(["extract", "--store", f"{name}={broker['path']}", "--walk", "salvage", "--physical-offsets",
-                     f"{first}..", "--out", os.path.join(out, "resend", name)]), _role("cut"),
+                     f"{first}..", "--out", resend.folder(out, name).as_typed]), _role("cut"),
             lost["dropped"]))
     elif v["cut"]:
         if gone:
@@ -346,7 +346,7 @@ def actions(broker: dict, v: dict, groups: list[Group], out: str, src: Location 
             "until they are re-sent or the queue is rebuilt.",
             command(["extract", "--store", f"{name}={broker['path']}", "--topic", q["topic"], "--queue",
                      str(q["queue_id"]), "--queue-offsets", f"{q['first']}..{q['last']}", "--out",
-                     os.path.join(out, "resend", f"{name}-{q['topic']}-{q['queue_id']}")]),
+                     resend.folder(out, f"{name}-{q['topic']}-{q['queue_id']}").as_typed]),
             _role("unindexed"), lost["unindexed"]))
     crc = _property_crc(broker, v, groups, out)
     if crc is not None:
@@ -357,7 +357,7 @@ def actions(broker: dict, v: dict, groups: list[Group], out: str, src: Location 
             "keep_a_copy", f"Nothing is lost, but a restart of {name} changes the store ({v['at_risk'][0]}"
             + (f", and {plural(len(v['at_risk']) - 1, 'more change')}" if len(v["at_risk"]) > 1 else "")
             + "): keep a copy of it first.",
-            command_of(["cp", "-a", "--", broker["path"], broker["path"].rstrip("/") + ".before-restart"])))
+            command_of(["cp", "-a", "--", broker["path"], _root(broker).suffixed(".before-restart").as_typed])))
     # an error the facts above do not cover (a queue pointing past the log, a config file the broker cannot
     # read...): the user guide's what-to-do for the most consequential one
     behind_cut = _families_declaring("damage_behind_cut") if v["cut"] else frozenset()
@@ -380,7 +380,7 @@ def _restart_changes_data(at_risk: list[str]) -> bool:
     return any(not item.startswith("index/") for item in at_risk)
 
 
-def _property_crc(broker: dict, v: dict, groups: list[Group], out: str) -> dict | None:
+def _property_crc(broker: dict, v: dict, groups: list[Group], out: Location) -> dict | None:
     """Records whose ``__CRC32#`` does not match their bytes (or is no number), the broker's CRC settings not
     given: whether its recovery cuts there depends on ``forceVerifyPropCRC``, so say where a forced check would cut
     and give the audit that knows (``--config`` with the broker's settings file, found beside the dump or named)."""
@@ -411,7 +411,7 @@ def _property_crc(broker: dict, v: dict, groups: list[Group], out: str) -> dict 
                    f"whole-record CRC (__CRC32#), {where}; "
                    f"{forced}.  The audit was not given the broker's settings: {then}.",
                    command(["audit", "--store", f"{name}={broker['path']}", "--config", conf or "broker.conf",
-                            "--out", out.rstrip("/") + "-with-config"]), first.check, n)
+                            "--out", out.suffixed("-with-config").as_typed]), first.check, n)
 
 
 def _settings_file(store_path: str) -> str | None:
@@ -422,7 +422,7 @@ def _settings_file(store_path: str) -> str | None:
     return None if loc is None else loc.uri()
 
 
-def _will_not_start(broker: dict, rec: dict, groups: list[Group], out: str) -> list[dict]:
+def _will_not_start(broker: dict, rec: dict, groups: list[Group], out: Location) -> list[dict]:
     """What stops the broker (the first problem, as the broker meets it) and the commands that get it started
     without losing more: the file to move out of the store (beside the store root), the segment to extend, the
     records to copy out before a start without ``abort``; a blocker another family found, that family's
@@ -445,7 +445,7 @@ def _will_not_start(broker: dict, rec: dict, groups: list[Group], out: str) -> l
     if rel is None:
         return [_action("will_not_start", f"{name} will not start: {problem}{more}.  No command can fix that from "
                         f"the dump: see {blocker} below.", None, blocker, count)]
-    root = broker["path"].rstrip("/")
+    root = _root(broker)
     reason = problem[len(rel):].lstrip(":").strip()  # the problem names the file first: said once
     reason = "it " + reason if reason.startswith("is ") else reason
     # a file of a MappedFileQueue folder cut short (a copy that lost the preallocated tail): zeros to its full length
@@ -454,17 +454,17 @@ def _will_not_start(broker: dict, rec: dict, groups: list[Group], out: str) -> l
     if short and int(short.group(1)) < int(short.group(3)):
         return [_action("will_not_start", f"Extend {rel} with zeros to {_n(int(short.group(3)))} bytes "
                         f"({short.group(2)}), as the broker preallocates it (keep a copy first), before starting {name}: {reason}{more}.",
-                        command_of(["truncate", "-s", short.group(3), "--", os.path.join(root, rel)]),
+                        command_of(["truncate", "-s", short.group(3), "--", root.child(rel).as_typed]),
                         blocker, count)]
     if re.match(r"config/[^/]+$", rel) and "ConfigManager.load()" in problem:
         # the file and its .bak both fail to decode: a good copy keeps what it holds; moving both aside starts the
         # broker without it (an empty table), which loses what it held
-        both = [os.path.join(root, rel + ext) for ext in ("", ".bak")
+        both = [root.child(rel + ext).as_typed for ext in ("", ".bak")
                 if not (ext == "" and reason.startswith("it is missing"))]
         return [_action("will_not_start", f"Restore {rel} from a good copy (a backup, or the slave's) before starting "
                         f"{name}: {reason}{more}.  Only if there is none, move it and its .bak out of the store (the "
                         "command): the broker then starts with none of what it held.",
-                        command_of(["mv", "--", *both, os.path.dirname(root)]),
+                        command_of(["mv", "--", *both, root.parent().as_typed]),
                         blocker, count)]
     typed = re.search(r"topics\.json gives (\S+) queue\.type=(\S+?),? ", problem)
     if typed:
@@ -474,13 +474,19 @@ def _will_not_start(broker: dict, rec: dict, groups: list[Group], out: str) -> l
                         f"starting {name}: {reason}{more}.  No command does that edit: topics.json is the broker's own "
                         "JSON.", None, blocker, count)]
     return [_action("will_not_start", f"Move {rel} out of the store before starting {name}, keeping it: {reason}"
-                    f"{more}.", command_of(["mv", "--", os.path.join(root, rel), _aside(root, rel)]),
+                    f"{more}.", command_of(["mv", "--", root.child(rel).as_typed, _aside(root, rel)]),
                     blocker, count)]
 
 
-def _aside(root: str, rel: str) -> str:
+def _root(broker: dict) -> Location:
+    """The broker's store root (a summary.json ``brokers`` entry's path: a local path or a URI), for the commands
+    that name its files (spelled as it is: Location.as_typed)."""
+    return resolve(broker["path"])
+
+
+def _aside(root: Location, rel: str) -> str:
     """Where a file moved out of the store goes: beside the store root, named after it."""
-    return os.path.join(os.path.dirname(root), f"{os.path.basename(rel)}.moved-out-of-store")
+    return root.parent().child(f"{posixpath.basename(rel)}.moved-out-of-store").as_typed
 
 
 def _stall_problem(physical_offset: int) -> str:
@@ -489,16 +495,16 @@ def _stall_problem(physical_offset: int) -> str:
     return stall_problem(physical_offset)
 
 
-def _stalled_dispatch(broker: dict, stall: dict, more: str, count: int, out: str) -> list[dict]:
+def _stalled_dispatch(broker: dict, stall: dict, more: str, count: int, out: Location) -> list[dict]:
     """RocketMQ 5.3.3's own LMQ dispatch bug (store-format-5x.md section 5.1): the abnormal recovery re-dispatches
     the record whose dispatch list names a non-LMQ queue before the last, Long.parseLong throws and load() fails.
     The way out that loses nothing more: copy that record and every record after it out of the dump (no consume
     queue holds them), start without ``abort`` (a normal recovery, whose reput starts at the commitlog's end and so
     never meets the record), then re-send them."""
-    name, root = broker["name"], broker["path"].rstrip("/")
+    name, root = broker["name"], _root(broker)
     at, after = stall["physical_offset"], stall["records_after"]
     n = after + 1
-    target = os.path.join(out, "resend", f"{name}-undispatched")
+    target = resend.folder(out, f"{name}-undispatched").as_typed
     record = (f"the record at physical offset {_n(at)} ({stall['topic']}/{stall['queue_id']} at queue offset "
               f"{stall['queue_offset']}, segment {stall['segment']} at byte {_n(stall['file_position'])})")
     return [
@@ -511,7 +517,7 @@ def _stalled_dispatch(broker: dict, stall: dict, more: str, count: int, out: str
         _action("move_abort", f"Then move `abort` out of the store: {name} starts with a normal recovery, which keeps "
                 "the whole log, and its reput starts at the commitlog's end, so it never meets that record (and "
                 f"never dispatches the {plural(n, 'record')} from it on).",
-                command_of(["mv", "--", os.path.join(root, "abort"), _aside(root, "abort")]),
+                command_of(["mv", "--", root.child("abort").as_typed, _aside(root, "abort")]),
                 _role("dispatch_stall"), n),
         _action("resend_undispatched", f"Once {name} runs, re-send the {plural(n, 'message')} of that extract "
                 "(topic, queue, keys and body in it) with their producers; no command here sends to a broker.  Make "

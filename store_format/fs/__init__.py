@@ -17,11 +17,11 @@ from .hostile import UnreadableError, data_end, data_extents, describe, error_li
 from .identity import ancestry, identity, overlap, real, store_root_of
 from .maps import OUTPUT_MARKER, STORE_FILES, STORE_FOLDERS, Entry, ReadOnlyMap, check_file, check_folder, entries, \
     entry, map_range, open_file, part_of, read_bytes, unreadable_entries
-from .remote import FILESYSTEMS_ENV, Location, StorePath, as_path, filesystem_of, is_uri, local_path, \
+from .remote import FILESYSTEMS_ENV, Location, StorePath, as_path, as_typed, filesystem_of, is_uri, local_path, \
     register_filesystem, resolve, uri_below, uri_of
 
 __all__ = ["ReadOnlyMap", "data_end", "data_extents", "written_length", "Location", "StorePath", "resolve", "as_path",
-           "is_uri", "local_path", "uri_below", "uri_of", "filesystem_of", "register_filesystem", "FILESYSTEMS_ENV",
-           "real", "identity", "ancestry", "overlap", "store_root_of", "UnreadableError", "Entry", "error_line",
-           "open_fd", "open_file", "read_bytes", "check_file", "check_folder", "entry", "entries", "unreadable_entries",
-           "part_of", "describe", "map_range", "OUTPUT_MARKER", "STORE_FILES", "STORE_FOLDERS"]
+           "as_typed", "is_uri", "local_path", "uri_below", "uri_of", "filesystem_of", "register_filesystem",
+           "FILESYSTEMS_ENV", "real", "identity", "ancestry", "overlap", "store_root_of", "UnreadableError", "Entry",
+           "error_line", "open_fd", "open_file", "read_bytes", "check_file", "check_folder", "entry", "entries",
+           "unreadable_entries", "part_of", "describe", "map_range", "OUTPUT_MARKER", "STORE_FILES", "STORE_FOLDERS"]

@@ -128,8 +128,18 @@ def resolve(path) -> "Location":
     local = local_path(path)
     if local is None:
         fs_, inside = filesystem_of(path)
-        return Location(fs_, inside, (path, inside))
-    return Location(pafs.LocalFileSystem(), os.path.abspath(local))
+        return Location(fs_, inside, (path, inside), given=path)
+    return Location(pafs.LocalFileSystem(), os.path.abspath(local), given=path)
+
+
+def as_typed(path) -> str:
+    """A path as the user spelled it (:attr:`Location.as_typed`; a string as it is): what messages name, and what
+    the output's guard resolves as the OS does (links and ``..``, which a Location has folded lexically)."""
+    if isinstance(path, StorePath):
+        path = path.loc
+    if isinstance(path, Location):
+        return path.as_typed
+    return os.fspath(path)
 
 
 def uri_of(path) -> str:
@@ -164,6 +174,9 @@ class Location:
     path: str
     # (URI, its path) this was resolved from, so a path below it can be named by a URI again (uri())
     origin: tuple[str, str] | None = field(default=None, compare=False)
+    # the string this was resolved from (resolve()), e.g. as the user typed it on the command line, and carried on
+    # to its children (child()); a parent has none (the kernel, not the text, knows what ``link/..``'s parent is)
+    given: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def local_path(self) -> str | None:
@@ -175,7 +188,19 @@ class Location:
         return posixpath.basename(self.path.rstrip("/"))
 
     def child(self, name: str) -> "Location":
-        return Location(self.fs, posixpath.join(self.path, name), self.origin)
+        return Location(self.fs, posixpath.join(self.path, name), self.origin, given=self._spelled("/" + name))
+
+    def suffixed(self, suffix: str) -> "Location":
+        """The file or folder beside this one named as it is with ``suffix`` appended (``out`` -> ``out-with-config``),
+        spelled as this one was (:attr:`as_typed`)."""
+        return Location(self.fs, self.path.rstrip("/") + suffix, self.origin, given=self._spelled(suffix))
+
+    def _spelled(self, tail: str) -> str | None:
+        # a local spelling carried on as the text it is (``link/..`` kept: the OS resolves it); a URI's spelling is
+        # uri(), computed when asked (below the URI it came from, its ``?query`` after the path)
+        if self.given is None or self.local_path is None:
+            return None
+        return self.given.rstrip("/") + tail
 
     def parent(self) -> "Location":
         return Location(self.fs, posixpath.dirname(self.path.rstrip("/")), self.origin)
@@ -256,6 +281,15 @@ class Location:
             return self.path
         uri, base = self.origin
         return uri_below(uri, Location(self.fs, base), self)
+
+    def __hash__(self) -> int:  # pyarrow's file systems are not hashable; equal Locations share a type and a path
+        return hash((self.fs.type_name, self.path))
+
+    @property
+    def as_typed(self) -> str:
+        """This as the user would type it: the spelling it was made from, or its parent's with its name (``link/..``
+        kept), else :meth:`uri` (a URI below the one it came from, its ``?query`` after the path)."""
+        return self.given if self.given is not None else self.uri()
 
     def __str__(self) -> str:
         return self.path
