@@ -800,6 +800,20 @@ class UnservedUnits:
     def messages(self) -> int:
         return len(self.queue_offsets)
 
+    def why(self, recovered_end: int) -> str:
+        """What the broker gets wrong, in words (the finding's ``why``)."""
+        if self.cause == "dledger_abnormal_header":
+            cut, end, reput_from = self.detail
+            return (f"RocketMQ 5.3.3's abnormal DLedger recovery truncates the consume queues at physical offset "
+                    f"{cut}, {end - cut} bytes before DLedger's end {end} (it counts each record's size, not its "
+                    f"48-byte entry header), and its reput starts at the committed position {reput_from}, so the "
+                    "units are dropped and never rebuilt")
+        units = f"{self.messages:,} unit{'' if self.messages == 1 else 's'}"  # as runtime.display.plural words it
+        return (f"RocketMQ 5.3.3's truncateDirty moves the queue's max offset back to {self.served_max}, {units} "
+                f"short of the recovered end {recovered_end}: its binary search stops at the unit of the record at "
+                "the end itself and answers the last unit it probed below it, so the units after that one are no "
+                "longer served (their keys stay until new messages overwrite them)")
+
 
 def database_recovery(database, segs: list[Segment], mode: str, start_index: int, recovered_end: int
                       ) -> tuple[dict, QueueRebuild | None, list[str], list[UnservedUnits]]:

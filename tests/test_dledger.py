@@ -348,6 +348,8 @@ def test_rocketmq_5_3_3s_abnormal_recovery_drops_units_it_never_rebuilds(dledger
     assert {u.cause for u in p.units_unserved} == {"dledger_abnormal_header"}
     assert {u.detail[:2] for u in p.units_unserved} == {(cut, end)}
     assert all(u.served_max == u.queue_offsets[0] for u in p.units_unserved)
+    assert all(f"before DLedger's end {end}" in u.why(end) and "48-byte entry header" in u.why(end)
+               for u in p.units_unserved)
     assert p.mode == "abnormal" and p.max_physical_offset == end
 
 

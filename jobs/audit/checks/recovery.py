@@ -155,7 +155,7 @@ def on_driver(ctx) -> FamilyResult:
         for u in p.units_unserved:
             add("recovery.units_unserved", broker=name, topic=u.topic, queue_id=u.queue_id,
                 queue_offset=u.queue_offsets[0], physical_offset=u.physical_offsets[0],
-                values={"messages": u.messages, "why": _unserved_why(u, p.max_physical_offset)},
+                values={"messages": u.messages, "why": u.why(p.max_physical_offset)},
                 details={"messages": u.messages, "cause": u.cause, "served_max_offset": u.served_max,
                          "last_queue_offset": u.queue_offsets[-1]})
             ctx.resend_tables.append(resend.unserved_rows(name, u.topic, u.queue_id, u.queue_offsets,
@@ -187,20 +187,6 @@ def on_driver(ctx) -> FamilyResult:
                                                    "predicted_max_physical_offset": [r[3] for r in mrows]},
                                         broker=[r[0] for r in mrows]))
     return res
-
-
-def _unserved_why(u, recovered_end: int) -> str:
-    """What the broker gets wrong (store_format.recovery.UnservedUnits.cause)."""
-    if u.cause == "dledger_abnormal_header":
-        cut, end, reput_from = u.detail
-        return (f"RocketMQ 5.3.3's abnormal DLedger recovery truncates the consume queues at physical offset {cut}, "
-                f"{end - cut} bytes before DLedger's end {end} (it counts each record's size, not its 48-byte entry "
-                f"header), and its reput starts at the committed position {reput_from}, so the units are dropped "
-                "and never rebuilt")
-    return (f"RocketMQ 5.3.3's truncateDirty moves the queue's max offset back to {u.served_max}, "
-            f"{plural(u.messages, 'unit')} short of the recovered end {recovered_end}: its binary search stops at "
-            "the unit of the record at the end itself and answers the last unit it probed below it, so the units "
-            "after that one are no longer served (their keys stay until new messages overwrite them)")
 
 
 def _above_rebuilt_max(ctx, name: str, r) -> list[tuple]:
