@@ -7,7 +7,9 @@ UTF-8 bytes, a 64-bit mix of an integer), :func:`bucket_count` how many buckets 
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 
 import numpy as np
 import pyarrow as pa
@@ -64,14 +66,27 @@ def key_hash(*columns) -> np.ndarray:
     return h
 
 
-class Buckets:
-    """``n`` buckets of rows of ``schema`` in ``folder`` (the driver's scratch: a temporary directory the caller
-    removes): ``add`` spreads a table's rows by bucket number, ``read`` gives one bucket's rows in the order added."""
+@contextlib.contextmanager
+def scratch(n: int, prefix: str):
+    """Where a step's buckets live when it needs ``n`` a table: in memory (None) for one, whose rows the step holds
+    anyway when it reads that bucket (a store of few transactions pays no disk); else a temporary directory of the
+    driver's, removed after the step."""
+    if n == 1:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        yield folder
 
-    def __init__(self, folder: str, name: str, n: int, schema: pa.Schema):
-        self.folder, self.n, self.schema = os.path.join(folder, name), n, schema
-        self._files: list[list[str]] = [[] for _ in range(n)]
-        os.makedirs(self.folder)
+
+class Buckets:
+    """``n`` buckets of rows of ``schema`` in ``folder`` (the driver's scratch, :func:`scratch`; None: kept in
+    memory): ``add`` spreads a table's rows by bucket number, ``read`` gives one bucket's rows in the order added."""
+
+    def __init__(self, folder: str | None, name: str, n: int, schema: pa.Schema):
+        self.folder, self.n, self.schema = None if folder is None else os.path.join(folder, name), n, schema
+        self._files: list[list] = [[] for _ in range(n)]  # each bucket's files, or its tables when in memory
+        if self.folder is not None:
+            os.makedirs(self.folder)
 
     def add(self, table: pa.Table, bucket: np.ndarray) -> None:
         if not table.num_rows:
@@ -83,6 +98,9 @@ class Buckets:
         table = table.take(pa.array(order))
         for a, b in zip(np.r_[0, edges].tolist(), np.r_[edges, len(ids)].tolist()):
             i = int(ids[a])
+            if self.folder is None:
+                self._files[i].append(table.slice(a, b - a))
+                continue
             path = os.path.join(self.folder, f"{i}-{len(self._files[i])}.arrow")
             with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, self.schema) as w:
                 w.write_table(table.slice(a, b - a))
@@ -94,6 +112,8 @@ class Buckets:
             self.add(table, (key_hash(*(table.column(k) for k in key)) % np.uint64(self.n)).astype(np.int64))
 
     def read(self, i: int) -> pa.Table:
+        if self.folder is None:
+            return pa.concat_tables(self._files[i]) if self._files[i] else self.schema.empty_table()
         parts = []
         for path in self._files[i]:
             with pa.OSFile(path) as f:

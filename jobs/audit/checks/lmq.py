@@ -36,7 +36,7 @@ from store_format import layout as L
 from store_format.lmq import QueueState, predict_dispatch
 from store_format.queues import holds_copies
 
-from ..buckets import Buckets, bucket_count
+from ..buckets import Buckets, bucket_count, scratch as buckets_scratch
 from ..contract import Family, FamilyResult
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows
 
@@ -311,8 +311,6 @@ class _Predicted:
 
 
 def _broker(ctx, broker: str, records, units, stall) -> pa.Table:
-    import tempfile
-
     import pyarrow.dataset as ds
 
     plan = ctx.plans[broker]
@@ -327,7 +325,7 @@ def _broker(ctx, broker: str, records, units, stall) -> pa.Table:
     names = pc.fill_null(recs.column("names"), "")
     named = recs.num_rows + pc.sum(pc.count_substring(names, L.LMQ_DISPATCH_SEPARATOR)).as_py() if recs.num_rows else 0
     n = bucket_count(named + units.count_rows(filter=mine), UNITS_PER_BUCKET)
-    with tempfile.TemporaryDirectory(prefix="audit-lmq-") as scratch:
+    with buckets_scratch(n, "audit-lmq-") as scratch:
         actual = Buckets(scratch, "actual", n, UNITS)  # what the queues hold, by queue
 
         def seeds():

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from store_format import layout as L
 from decoding.columns import column
 
-from ..buckets import Buckets, bucket_count
+from ..buckets import Buckets, bucket_count, scratch as buckets_scratch
 from ..findings import Consequence, Severity, check, finding_table, metric_table
 from ..contract import Family, FamilyResult, TableView
 
@@ -277,11 +277,9 @@ def transaction_batches(ctx):
     driver.  The pairing runs out of core (buckets.Buckets, on the driver's local disk): the records by role, each
     join and the grouping by transaction done a bucket of its key at a time, the rows then spread by ranges of
     offsets and each range sorted."""
-    import tempfile
-
     recs = ctx.partial_dataset("transactions.records", RECORDS)
     n = bucket_count(sum(ctx.partial_parts("transactions.records").column("rows").to_pylist()))
-    with tempfile.TemporaryDirectory(prefix="audit-transactions-") as scratch:
+    with buckets_scratch(n, "audit-transactions-") as scratch:
         halves = Buckets(scratch, "halves", n, _HALVES)
         marks = Buckets(scratch, "marks", n, _MARKS)
         ends = Buckets(scratch, "ends", n, _ENDS)
