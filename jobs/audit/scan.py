@@ -438,17 +438,26 @@ class NoCommitlog:
 # The stage's tasks
 
 
-def broker_facts(ctx, name: str) -> BrokerFacts | None:
-    """What the scan tasks of one broker share: its predicted recovery, its routed files (from the survey's rows)
-    and the families' probes; None when its recovery could not be predicted (a finding says so)."""
+def surveyed_files(ctx) -> dict[str, dict[str, dict]]:
+    """{route name: {file path: its survey row}} of every broker: built once for the stage (per broker, the rows of
+    a fleet's every broker would be read as often as it has brokers)."""
+    return {route.name: {r["path"]: r for r in ctx.survey.get(route.files_partial, route.survey_schema).to_pylist()}
+            for route in ROUTES.values()}
+
+
+def broker_facts(ctx, name: str, surveyed: dict[str, dict[str, dict]] | None = None) -> BrokerFacts | None:
+    """What the scan tasks of one broker share: its predicted recovery, its routed files (from the survey's rows,
+    ``surveyed``: :func:`surveyed_files`) and the families' probes; None when its recovery could not be predicted (a
+    finding says so)."""
     from store_format.recovery import truncates_queues
 
     plan, p = ctx.plans[name], ctx.recovery.get(name)
     if p is None:
         return None
+    surveyed = surveyed_files(ctx) if surveyed is None else surveyed
     routed = {}
     for route in ROUTES.values():
-        rows = {r["path"]: r for r in ctx.survey.get(route.files_partial, route.survey_schema).to_pylist()}
+        rows = surveyed[route.name]
         found = (route.routed(rows.get(f.loc.path), f) for f in route.files(plan))
         routed[route.name] = [r for r in found if r is not None]
     facts = BrokerFacts(
@@ -474,9 +483,10 @@ def scan_tasks(ctx, segments: list) -> list:
     from .survey import segment_ends as surveyed_ends
 
     ends = surveyed_ends(ctx.survey)
+    surveyed = surveyed_files(ctx)
     tasks = []
     for name, plan in ctx.plans.items():
-        facts = broker_facts(ctx, name)
+        facts = broker_facts(ctx, name, surveyed)
         if facts is None:
             continue
         mine = [sp for sp in segments if sp.broker == name]
