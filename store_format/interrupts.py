@@ -11,8 +11,12 @@ handlers with one that
   still ends the run with 130 or 143;
 * raises :class:`Interrupted` (a ``BaseException``, like ``KeyboardInterrupt``: no ``except Exception`` catches
   it) in the main thread, once; a second signal while the first is being handled is only recorded;
-* keeps Python's "Exception ignored in" report of a swallowed :class:`Interrupted` off stderr (the run's one
-  line says what happened).
+* does not raise inside a finalizer (``__del__``), where the exception would be swallowed: it delivers the signal
+  to itself again a moment later, and raises then; an exception swallowed all the same (a generator closed by
+  the garbage collector) is delivered again the same way, and Python's "Exception ignored in" report of it is
+  kept off stderr (the run's one line says what happened).  A loop that never reaches a phase boundary (rows read
+  from Spark with ``toLocalIterator``: a job per partition, which cancelling the running job does not end) would
+  otherwise run on to its end.
 
 This is the store layer's half (no Spark; the ``store_format`` command line uses it as it is); runtime/interrupts.py
 adds Spark's cancellation and the line the jobs print.  The exit code of an interrupted run is 128 + the signal's
@@ -20,9 +24,11 @@ number: 130 for SIGINT, 143 for SIGTERM.
 """
 from __future__ import annotations
 
+import _thread
 import signal
 import sys
 import threading
+import time
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
@@ -44,7 +50,7 @@ class Interrupted(BaseException):
         return signal_name(self.signum)
 
 
-_state = {"signum": None, "handling": False, "installed": False}
+_state = {"signum": None, "handling": False, "installed": False, "again": False, "later": False}
 
 
 def exit_code(signum: int) -> int:
@@ -70,14 +76,55 @@ def _handler(signum, frame) -> None:
                 react(signum)
             except Exception:  # noqa: BLE001 - the exception below is what matters
                 pass
-    if first and not _state["handling"]:
-        raise Interrupted(signum)
+    if not (first or _state["again"]) or _state["handling"]:
+        return
+    if _in_a_finalizer(frame):
+        _deliver_again(_state["signum"])
+        return
+    _state["again"] = False
+    raise Interrupted(_state["signum"])
+
+
+def _in_a_finalizer(frame) -> bool:
+    """Whether the main thread is in a finalizer, or in the report of an exception one swallowed: an exception
+    raised there is swallowed in turn."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or (code.co_name == "unraisable" and code.co_filename == __file__):
+            return True
+        frame = frame.f_back
+    return False
+
+
+RETRY_SECONDS = 0.01  # long enough for a finalizer to end
+
+
+def _deliver_again(signum: int) -> None:
+    """The signal delivered to the main thread once more, a moment from now (from a thread of its own: the main
+    thread is where the exception could not be raised)."""
+    _state["again"] = True
+    if _state["later"]:
+        return
+    _state["later"] = True
+
+    def later() -> None:
+        time.sleep(RETRY_SECONDS)
+        _state["later"] = False
+        if not _state["handling"]:
+            _thread.interrupt_main(signum)
+
+    try:
+        threading.Thread(target=later, name="interrupt: again", daemon=True).start()
+    except RuntimeError:  # the interpreter is shutting down: the check at the work's end still has the signal
+        _state["later"] = False
 
 
 def _unraisable(hook):
     def unraisable(info) -> None:
         if isinstance(info.exc_value, (Interrupted, KeyboardInterrupt)):
-            return  # recorded in _state: the run ends with it at the next check, and its line says so
+            if _state["signum"] is not None and not _state["handling"]:
+                _deliver_again(_state["signum"])  # the check at the work's end has it too
+            return
         hook(info)
 
     unraisable.wrapped = hook
@@ -99,7 +146,7 @@ def install() -> bool:
 
 def reset() -> None:
     """Forget a recorded signal (a new run in the same process: the tests)."""
-    _state.update(signum=None, handling=False)
+    _state.update(signum=None, handling=False, again=False)
 
 
 def pending() -> int | None:
