@@ -181,11 +181,8 @@ def write_messages(spark, stores: list, folder: Location, walk: str = "kept", to
     table Spark's writer makes of that DataFrame, without a row through the JVM.  Returns the tasks' tally
     (runtime.export.Tally: rows, distinct brokers and topics, the walk's damage counts).  ``executor``: where the
     tasks run (runtime.session.Executor; the session's choice when None)."""
-    import pyarrow as pa
-    from pyspark.sql.types import StructType
-
     from datasources import plan_commitlog
-    from runtime.export import Part, PartWriter, file_schema, spark_footer, write_parts
+    from runtime.export import Part, PartWriter, spark_written_schema, write_parts
     from store_format.fs import uri_of
 
     chosen = {"columns": ",".join(dict.fromkeys(["topic", *columns]))} if columns else {}
@@ -196,11 +193,9 @@ def write_messages(spark, stores: list, folder: Location, walk: str = "kept", to
                                                 **_cut_option(s, cuts))
         parts += [Part(reader, r) for r in ranges]
     drop = tuple(n for n in schema.names if n in NOT_MESSAGE_COLUMNS)
-    kept = pa.schema([f for f in schema if f.name not in drop])
-    footer = spark_footer(StructType([f for f in _spark_schema(schema) if f.name not in drop]), spark.version)
+    written = spark_written_schema(schema, [n for n in schema.names if n not in drop], spark.version)
     # the tasks get the folder as the string that resolves to it again in their own process
-    return write_parts(spark, parts, PartWriter(uri_of(folder), file_schema(kept, footer), MessageRows(topics, drop)),
-                       executor)
+    return write_parts(spark, parts, PartWriter(uri_of(folder), written, MessageRows(topics, drop)), executor)
 
 
 @runs_job(NAME)
@@ -245,13 +240,6 @@ def run(spark, args) -> cli.JobResult:
                f"{args.out.as_typed} as {args.format}; walk {args.walk}: {damage.get('stop', 0)} stops on damage, "
                f"{damage.get('corrupt', 0)} corrupt spans skipped; {where}")
     return cli.JobResult(summary, cli.EXIT_OK if stats["n"] else cli.EXIT_NOTHING)
-
-
-def _spark_schema(arrow_schema):
-    """The source's Spark schema (its DataFrame's), from its Arrow schema: pyspark's own conversion."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(arrow_schema)
 
 
 def main(argv=None, prog: str | None = None) -> int:

@@ -88,6 +88,7 @@ from runtime.display import format_time  # noqa: E402,F401  (the query job takes
 from runtime.progress import Phase  # noqa: E402
 from runtime.cli import EXIT_FAILED, EXIT_NOTHING, EXIT_OK, UsageError, add_output_arguments  # noqa: E402
 from runtime.stores import StoreRef, resolve_stores  # noqa: E402
+from runtime.export import Rows  # noqa: E402
 from decoding import columns as C  # noqa: E402
 
 MANIFEST_NAME = "_manifest.json"
@@ -95,6 +96,7 @@ DUPLICATE_UNIQ_KEY = "DUPLICATE_UNIQ_KEY"
 DECOMPRESSION = "DECOMPRESSION"
 HALF_STATES = ("committed", "rolled-back", "unresolved")
 TRAN_TYPES = tuple(L.TRAN_TYPE_NAMES.values())
+QUEUED_TRAN_TYPES = ("NOT", "COMMIT")  # the records that take a queue offset (PREPARED and ROLLBACK take none)
 #: the columns of an extract, in order: the dump's label, the canonical message, where the walk found it
 OUTPUT_COLUMNS = ("broker",) + CANONICAL_FIELDS + ("beyond_first_stop", "kept")
 #: what an extract may add after them (output_columns); the Spark code of select() makes them
@@ -203,6 +205,24 @@ def predictions(stores: list[StoreRef], args=None) -> dict:
     return {ref.name: predict_cut(ref.open(), settings) for ref in stores}
 
 
+def commitlog_reads(stores: list[StoreRef], *, walk: str, decompress: bool, materialize: str,
+                    time_range: tuple[int | None, int | None], filtered: bool, cuts: dict) -> list[tuple]:
+    """What :func:`read_messages` reads: ``(path, options)`` of the ``rocketmq-commitlog`` source per store, or per
+    segment within ``time_range`` (segments whose store-time span lies outside it are skipped); ``filtered``: every
+    query filters the rows (pushing its filters into the source is safe: CommitLogReader.pushFilters)."""
+    lo, hi = time_range
+    reads = []
+    for ref in stores:
+        options = dict(walk=walk, materialize=materialize, broker=ref.name, pushFilters=str(filtered).lower(),
+                       recoveryCuts=json.dumps({ref.name: cuts[ref.name].as_dict()}))
+        if decompress:
+            options["decompress"] = "true"
+        kept = segments_in_time_range(ref.open(), lo, hi)
+        paths = [ref.root] if kept is None else [ref.root / "commitlog" / name for name in kept]
+        reads += [(p, options) for p in paths]
+    return reads
+
+
 def read_messages(spark, stores: list[StoreRef], *, walk: str = "kept", decompress: bool = False,
                   materialize: str = "decoded", time_range: tuple[int | None, int | None] = (None, None),
                   include_other_rows: bool = False, cuts: dict | None = None):
@@ -219,20 +239,13 @@ def read_messages(spark, stores: list[StoreRef], *, walk: str = "kept", decompre
     lo, hi = time_range
     if cuts is None:
         cuts = {name: p.cut for name, p in predictions(stores).items()}
-    frames = []
-    for ref in stores:
-        # a DataFrame per call that every query filters (by kind or time, below): pushing its filters is safe
-        # (CommitLogReader.pushFilters)
-        filtered = not include_other_rows or lo is not None or hi is not None
-        options = dict(walk=walk, materialize=materialize, broker=ref.name, pushFilters=str(filtered).lower(),
-                       recoveryCuts=json.dumps({ref.name: cuts[ref.name].as_dict()}))
-        if decompress:
-            options["decompress"] = "true"
-        kept = segments_in_time_range(ref.open(), lo, hi)
-        paths = [ref.root] if kept is None else [ref.root / "commitlog" / name for name in kept]
-        frames += [read_commitlog(spark, fs.uri_of(p), **options) for p in paths]  # Spark's reader: a string
+    reads = commitlog_reads(stores, walk=walk, decompress=decompress, materialize=materialize, time_range=time_range,
+                            filtered=not include_other_rows or lo is not None or hi is not None, cuts=cuts)
+    frames = [read_commitlog(spark, fs.uri_of(path), **options) for path, options in reads]  # Spark's: a string
     if not frames:  # every segment lies outside the time range: an empty frame of the same schema
-        frames = [read_commitlog(spark, fs.uri_of(ref.path), **options).limit(0)]
+        path, options = commitlog_reads(stores[-1:], walk=walk, decompress=decompress, materialize=materialize,
+                                        time_range=(None, None), filtered=True, cuts=cuts)[0]
+        frames = [read_commitlog(spark, fs.uri_of(path), **options).limit(0)]
     df = reduce(lambda a, b: a.unionByName(b), frames)
     if not include_other_rows:
         df = df.where(F.col("kind") == "message")
@@ -254,31 +267,80 @@ def check_key(option: str, key: str | None) -> None:
 # Selection
 
 
-def selection_filter(args):
-    """The per-row criteria (topic, queue, tag, key, transaction type, DLQ/retry) as one Column, or None."""
-    from pyspark.sql import functions as F
+@dataclass(frozen=True)
+class Criterion:
+    """One per-row criterion of the selection, said once and evaluated by Spark (:meth:`column`) or on a task's
+    Arrow batch (:meth:`mask`) with the same meaning: a null value never matches."""
 
+    column: str
+    op: str  # "in", "eq", "ge", "le", "prefix", "key" (a KEYS entry or the UNIQ_KEY)
+    value: object
+
+    def column_expr(self):
+        from pyspark.sql import functions as F
+
+        col = F.col(self.column)
+        if self.op == "in":
+            return col.isin(list(self.value))
+        if self.op == "eq":
+            return col == self.value
+        if self.op == "ge":
+            return col >= self.value
+        if self.op == "le":
+            return col <= self.value
+        if self.op == "prefix":
+            return col.startswith(self.value)
+        return F.array_contains(F.col("keys"), self.value) | (F.col("uniq_key") == self.value)
+
+    def mask(self, batch) -> pa.Array:
+        import numpy as np
+        import pyarrow.compute as pc
+
+        if self.op == "key":
+            keys = batch.column("keys")
+            listed = np.zeros(batch.num_rows, dtype=bool)
+            hit = pc.fill_null(pc.equal(pc.list_flatten(keys), self.value), False).to_numpy(zero_copy_only=False)
+            listed[pc.list_parent_indices(keys).to_numpy()[hit]] = True
+            return pc.or_(pa.array(listed), pc.fill_null(pc.equal(batch.column("uniq_key"), self.value), False))
+        col = batch.column(self.column)
+        if self.op == "in":
+            got = pc.is_in(col, value_set=pa.array(list(self.value), col.type))
+        elif self.op == "prefix":
+            got = pc.starts_with(col, self.value)
+        else:
+            got = {"eq": pc.equal, "ge": pc.greater_equal, "le": pc.less_equal}[self.op](col, self.value)
+        return pc.fill_null(got, False)
+
+
+def selection_criteria(args) -> list[Criterion]:
+    """The per-row criteria (topic, queue, tag, key, transaction type, offsets, DLQ/retry)."""
     conds = []
     if args.topic:
-        conds.append(F.col("topic").isin(list(args.topic)))
+        conds.append(Criterion("topic", "in", tuple(args.topic)))
     if args.queue:
-        conds.append(F.col("queue_id").isin([int(q) for q in args.queue]))
+        conds.append(Criterion("queue_id", "in", tuple(int(q) for q in args.queue)))
     if args.tag is not None:
-        conds.append(F.col("tags") == args.tag)
+        conds.append(Criterion("tags", "eq", args.tag))
     if args.key is not None:
-        conds.append(F.array_contains(F.col("keys"), args.key) | (F.col("uniq_key") == args.key))
+        conds.append(Criterion("keys", "key", args.key))
     if args.tran_type:
-        conds.append(F.col("tran_type") == args.tran_type)
+        conds.append(Criterion("tran_type", "eq", args.tran_type))
     for column, (lo, hi) in (("physical_offset", args.physical_offsets or (None, None)),
                              ("queue_offset", args.queue_offsets or (None, None))):
         if lo is not None:
-            conds.append(F.col(column) >= lo)
+            conds.append(Criterion(column, "ge", lo))
         if hi is not None:
-            conds.append(F.col(column) <= hi)
+            conds.append(Criterion(column, "le", hi))
     for prefix, group in ((L.DLQ_GROUP_TOPIC_PREFIX, args.dlq), (L.RETRY_GROUP_TOPIC_PREFIX, args.retry)):
         if group is None:
             continue
-        conds.append(F.col("topic") == prefix + group if group else F.col("topic").startswith(prefix))
+        conds.append(Criterion("topic", "eq", prefix + group) if group else Criterion("topic", "prefix", prefix))
+    return conds
+
+
+def selection_filter(args):
+    """The per-row criteria as one Column, or None."""
+    conds = [c.column_expr() for c in selection_criteria(args)]
     return reduce(lambda a, b: a & b, conds) if conds else None
 
 
@@ -525,7 +587,9 @@ def run(spark, args, err=None) -> cli.JobResult:
 
 def write_selection(spark, args, stores: list[StoreRef], sel: Selection, err, phase: Phase | None = None) -> int:
     """Count the selected rows and what the walk leaves out, look for holes, write the rows kept, count them back,
-    write the manifest; counted, written and reported from one read of the dumps (``phase``: its steps named)."""
+    write the manifest; counted, written and reported from one read of the dumps (``phase``: its steps named).
+    A selection whose rows depend on no other row is read, counted and written by the tasks themselves
+    (:func:`written_by_tasks`); the holes are then looked for in the table written."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -535,17 +599,28 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, err, ph
         if phase is not None:
             phase.step(label)
 
-    base = sel.base.persist(StorageLevel.MEMORY_AND_DISK)
-    frame = sel.frame.persist(StorageLevel.MEMORY_AND_DISK)
+    out = prepare_output(args.out, overwrite=args.overwrite, job="extract")  # the claim prepare() took
+    staged = out.staging  # committed when run() returns (a Delta table over ours: a new version in place)
+    by_tasks = written_by_tasks(args)
+    base = frame = None
     try:
-        step("counting the walk's rows and what it leaves out")
-        named = base.groupBy("broker", "kept", "beyond_first_stop").count().collect()
-        step("counting the selection")
-        by = ["_reject", "topic", "broker", "kept"] + (["consumer"] if sel.allocation is not None else [])
-        tallies = frame.groupBy(*by).count().collect()
-        base.unpersist()
-        step("looking for holes")
-        holes = selection_holes(args, stores, frame)
+        if by_tasks:
+            step("selecting and writing")
+            named, tallies, holes = write_by_tasks(spark, args, stores, sel, staged)
+            if holes is None:  # queue offsets out of the log's order: sorted in the table written
+                step("looking for holes")
+                holes = selection_holes(args, stores, read_table(spark, staged, args.format))
+        else:
+            base = sel.base.persist(StorageLevel.MEMORY_AND_DISK)
+            frame = sel.frame.persist(StorageLevel.MEMORY_AND_DISK)
+            step("counting the walk's rows and what it leaves out")
+            named = base.groupBy("broker", "kept", "beyond_first_stop").count().collect()
+            step("counting the selection")
+            by = ["_reject", "topic", "broker", "kept"] + (["consumer"] if sel.allocation is not None else [])
+            tallies = frame.groupBy(*by).count().collect()
+            base.unpersist()
+            step("looking for holes")
+            holes = selection_holes(args, stores, frame)
         selected = sum(r["count"] for r in tallies)
         rejected, by_topic, per_consumer = {}, {}, {}
         for r in tallies:
@@ -567,16 +642,15 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, err, ph
             "output": {"path": args.out.as_typed, "format": args.format, "order": list(sel.order)},
             "notes": sel.notes + walk_notes,
         }
-        out = prepare_output(args.out, overwrite=args.overwrite, job="extract")  # the claim prepare() took
-        staged = out.staging  # committed when run() returns (a Delta table over ours: a new version in place)
         if selected == 0:
-            out.abandon()  # nothing written: no output folder made, an earlier one left as it was
+            out.abandon()  # nothing kept: no output folder made, an earlier one left as it was
             print("extract: nothing matched the selection" + "".join(f"; {n}" for n in manifest["notes"]),
                   file=err)
             return EXIT_NOTHING
-        keep = frame.where(F.col("_reject").isNull())
-        step("writing")
-        write_table(keep.select(*output_columns(args)).orderBy(*sel.order), staged, args.format)
+        if not by_tasks:
+            keep = frame.where(F.col("_reject").isNull())
+            step("writing")
+            write_table(keep.select(*output_columns(args)).orderBy(*sel.order), staged, args.format)
         step("counting the output back")
         # a schema keeps Spark from inferring one from every JSON line just to count them
         written = read_table(spark, staged, args.format, schema="broker string").count()
@@ -604,8 +678,9 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, err, ph
         write_manifest(staged, manifest)
         out.expect(MANIFEST_NAME)  # the commit checks it arrived where it looks
     finally:
-        frame.unpersist()
-        base.unpersist()
+        if frame is not None:
+            frame.unpersist()
+            base.unpersist()
     c = manifest["counts"]
     print(f"extract: {c['selected']} selected, {c['written']} written, {c['rejected']} rejected "
           f"{c['rejected_by_reason'] or ''} -> {args.out.as_typed} ({args.format}, {args.walk} walk)", file=err)
@@ -616,6 +691,166 @@ def write_selection(spark, args, stores: list[StoreRef], sel: Selection, err, ph
               file=err)
         return EXIT_FAILED
     return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------------
+# The selection written by the tasks that read it (runtime/export.py)
+
+TASK_WRITTEN = ("parquet", "delta")
+
+
+def written_by_tasks(args) -> bool:
+    """Whether the selection is read, counted and written by the tasks themselves: a Parquet or Delta output, and no
+    row that depends on another (``--half`` and ``--not-consumed-by`` join other rows, ``--dedupe`` ranks copies,
+    ``--body decompressed`` may reject a row): then each task's rows are its range's, already in the output's order."""
+    return (args.format in TASK_WRITTEN and not args.half and args.not_consumed_by is None and not args.dedupe
+            and args.body == "stored")
+
+
+class SelectedRows(Rows):
+    """What extract keeps of a task's batches of the salvage walk (as :func:`select` does for the same arguments):
+    the messages in the time range that meet every criterion, the broker's only for the kept walk; counted on the
+    way as :func:`write_selection` counts them (``base``: by broker, kept and beyond_first_stop; ``selected``: by
+    topic, broker and kept).  With ``batch_topics`` ({broker: its batch topics}: holes are looked for), each task
+    also says, per queue, its first and last queue offset and the holes between its own (:func:`holes_of_tasks`)."""
+
+    def __init__(self, criteria: list[Criterion], time_range: tuple, kept_only: bool, columns: list[str],
+                 batch_topics: dict | None):
+        self.criteria, self.time_range, self.kept_only, self.columns = criteria, time_range, kept_only, columns
+        self.batch_topics = batch_topics
+
+    def keep(self, batch, tally):
+        import pyarrow.compute as pc
+
+        mask = pc.fill_null(pc.equal(batch.column("kind"), "message"), False)
+        lo, hi = self.time_range
+        for bound, test in ((lo, pc.greater_equal), (hi, pc.less_equal)):
+            if bound is not None:
+                mask = pc.and_(mask, pc.fill_null(test(batch.column("store_timestamp"), bound), False))
+        for c in self.criteria:
+            mask = pc.and_(mask, c.mask(batch))
+        base = batch.filter(mask)
+        _count(tally, "base", base, ("broker", "kept", "beyond_first_stop"))
+        frame = base.filter(pc.fill_null(base.column("kept"), False)) if self.kept_only else base
+        _count(tally, "selected", frame, ("topic", "broker", "kept"))
+        if self.batch_topics is not None and frame.num_rows:
+            broker = frame.column("broker")[0].as_py()  # a part reads one store
+            queued = pc.is_in(frame.column("tran_type"), value_set=pa.array(QUEUED_TRAN_TYPES))
+            batched = list(self.batch_topics.get(broker, ()))
+            if batched:
+                queued = pc.and_(queued, pc.invert(pc.is_in(frame.column("topic"), value_set=pa.array(batched))))
+            tally.scratch.setdefault("queued", []).append(
+                frame.filter(pc.fill_null(queued, False)).select(list(QUEUE_KEYS) + ["queue_offset",
+                                                                                     "physical_offset"]))
+        return frame.select(self.columns)
+
+    def finish(self, tally):
+        import numpy as np
+
+        batches = tally.scratch.get("queued")
+        if not batches:
+            return
+        t = pa.Table.from_batches(batches).sort_by([(c, "ascending") for c in QUEUE_KEYS[1:]]
+                                                   + [("queue_offset", "ascending"), ("physical_offset", "ascending")])
+        if not t.num_rows:
+            return
+        broker = t.column("broker")[0].as_py()
+        topic = np.asarray(t.column("topic").to_pylist(), dtype=object)
+        qid, qo, po = (t.column(c).to_numpy() for c in ("queue_id", "queue_offset", "physical_offset"))
+        same = (topic[1:] == topic[:-1]) & (qid[1:] == qid[:-1])
+        firsts = np.concatenate(([0], np.nonzero(~same)[0] + 1))
+        lasts = np.concatenate((firsts[1:] - 1, [t.num_rows - 1]))
+        tally.said.setdefault("queues", []).extend(
+            [broker, topic[a], int(qid[a]), int(qo[a]), int(po[a]), int(qo[b]), int(po[b])]
+            for a, b in zip(firsts, lasts))
+        tally.said.setdefault("gaps", []).extend(
+            [broker, topic[i], int(qid[i]), int(qo[i]) + 1, int(qo[i + 1]) - 1, int(po[i]), int(po[i + 1])]
+            for i in np.nonzero(same & (qo[1:] - qo[:-1] > 1))[0])
+
+
+QUEUE_KEYS = ("broker", "topic", "queue_id")
+GAP_KEYS = QUEUE_KEYS + ("first", "last", "after_physical_offset", "before_physical_offset")
+
+
+def holes_of_tasks(said: dict) -> dict | None:
+    """The manifest's ``holes`` from what the tasks said (:meth:`SelectedRows.finish`): each task's own holes, and
+    those between one task's last queue offset of a queue and the next task's first; None when the tasks' queue
+    offsets of a queue interleave (out of the log's order), where only a sort of the whole queue finds them."""
+    spans: dict[tuple, list] = {}
+    for broker, topic, queue_id, first, first_at, last, last_at in said.get("queues", []):
+        spans.setdefault((broker, topic, queue_id), []).append((first, first_at, last, last_at))
+    gaps = [dict(zip(GAP_KEYS, g)) for g in said.get("gaps", [])]
+    for key, runs in spans.items():
+        runs.sort()
+        for (_, _, last, last_at), (first, first_at, _, _) in zip(runs, runs[1:]):
+            if first < last:
+                return None
+            if first - last > 1:
+                gaps.append(dict(zip(GAP_KEYS, key + (last + 1, first - 1, last_at, first_at))))
+    return holes_found(gaps)
+
+
+def _count(tally, name: str, rows, keys: tuple[str, ...]) -> None:
+    """``rows`` counted by ``keys`` into the tally's counts (one count a distinct key, named by its JSON)."""
+    if not rows.num_rows:
+        return
+    groups = pa.Table.from_batches([rows.select(list(keys))]).group_by(list(keys)).aggregate([([], "count_all")])
+    for g in groups.to_pylist():
+        key = json.dumps([name] + [g[k] for k in keys])
+        tally.counts[key] = tally.counts.get(key, 0) + g["count_all"]
+
+
+def _counted(tally, name: str, keys: tuple[str, ...]) -> list[dict]:
+    """The rows :func:`_count` counted under ``name``, as the Spark path's ``groupBy(keys).count()`` rows."""
+    rows = []
+    for key, n in tally.counts.items():
+        values = json.loads(key)
+        if values[0] == name:
+            rows.append({**dict(zip(keys, values[1:])), "count": n})
+    return rows
+
+
+def write_by_tasks(spark, args, stores: list[StoreRef], sel: Selection, folder: fs.Location) -> tuple[list, list, dict]:
+    """The selection of :func:`written_by_tasks` written into ``folder`` by the tasks that read it, one Parquet part per
+    planned range, brokers in name order (the output's order: broker, physical offset); the counts of
+    :func:`write_selection` (``named``, ``tallies``) and the holes from the tasks' tallies (the holes None when only
+    the written table can tell them: :func:`holes_of_tasks`)."""
+    from datasources import plan_commitlog
+    from runtime.export import Part, PartWriter, spark_written_schema, write_parts
+    from runtime.output import write_delta
+
+    cuts = {name: p.cut for name, p in sel.recovery.items()}
+    ordered = sorted(stores, key=lambda ref: ref.name)
+    time_range = (args.from_time, args.to_time)
+    reads = commitlog_reads(ordered, walk="salvage", decompress=False, materialize="decoded", time_range=time_range,
+                            filtered=True, cuts=cuts)
+    parts, schema = [], None
+    for read, options in reads:
+        reader, ranges, schema = plan_commitlog(spark, fs.uri_of(read), **options)
+        parts += [Part(reader, r) for r in ranges]
+    if schema is None:  # every segment lies outside the time range: no part; the schema of the last store's plan
+        read, options = commitlog_reads(ordered[-1:], walk="salvage", decompress=False, materialize="decoded",
+                                        time_range=(None, None), filtered=True, cuts=cuts)[0]
+        schema = plan_commitlog(spark, fs.uri_of(read), **options)[2]
+    columns = output_columns(args)
+    batch_topics = None if holes_not_looked_for(args) else {ref.name: ref.open().batch_topics for ref in stores}
+    rows = SelectedRows(selection_criteria(args), time_range, args.walk == "kept", columns, batch_topics)
+    tallies = []
+
+    def write(into: fs.Location) -> None:
+        # the tasks get the folder as the string that resolves to it again in their own process
+        writer = PartWriter(fs.uri_of(into), spark_written_schema(schema, columns, spark.version), rows)
+        tallies.append(write_parts(spark, parts, writer))
+
+    if args.format == "delta":  # the tasks' files, committed by delta-rs as Spark's would be
+        write_delta(folder, "overwrite", write, lambda: None)  # never empty: write_parts leaves a file
+    else:
+        write(folder)
+    tally = tallies[0]
+    named = _counted(tally, "base", ("broker", "kept", "beyond_first_stop"))
+    selected = [{**r, "_reject": None} for r in _counted(tally, "selected", ("topic", "broker", "kept"))]
+    holes = holes_not_looked_for(args) or holes_of_tasks(tally.said)
+    return named, selected, holes
 
 
 #: the options that pick single messages: the queue offsets between the messages they pick are not expected
@@ -632,11 +867,10 @@ def selection_holes(args, stores: list[StoreRef], frame) -> dict:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    picked = [option for attr, option in _PICKS_SINGLE_MESSAGES if getattr(args, attr, None)]
-    if picked:
-        return {"checked": False, "why": f"the selection picks single messages ({', '.join(picked)}): the queue "
-                                         "offsets between them are not expected in it"}
-    rows = frame.where(F.col("tran_type").isin("NOT", "COMMIT"))
+    not_looked_for = holes_not_looked_for(args)
+    if not_looked_for is not None:
+        return not_looked_for
+    rows = frame.where(F.col("tran_type").isin(*QUEUED_TRAN_TYPES))
     for ref in stores:
         for topic in sorted(ref.open().batch_topics):
             rows = rows.where(~((F.col("broker") == ref.name) & (F.col("topic") == topic)))
@@ -647,15 +881,31 @@ def selection_holes(args, stores: list[StoreRef], frame) -> dict:
             .where(F.col("queue_offset") - F.col("_prev") > 1)
             .select("broker", "topic", "queue_id", (F.col("_prev") + 1).alias("first"),
                     (F.col("queue_offset") - 1).alias("last"),
-                    (F.col("queue_offset") - F.col("_prev") - 1).alias("missing"),
                     F.col("_after").alias("after_physical_offset"),
                     F.col("physical_offset").alias("before_physical_offset"))
-            .orderBy("broker", "topic", "queue_id", "first").collect())
+            .collect())
+    return holes_found([g.asDict() for g in gaps])
+
+
+def holes_not_looked_for(args) -> dict | None:
+    """Why holes are not looked for in this selection (the manifest's ``holes``), or None."""
+    picked = [option for attr, option in _PICKS_SINGLE_MESSAGES if getattr(args, attr, None)]
+    if not picked:
+        return None
+    return {"checked": False, "why": f"the selection picks single messages ({', '.join(picked)}): the queue offsets "
+                                     "between them are not expected in it"}
+
+
+def holes_found(gaps: list[dict]) -> dict:
+    """The manifest's ``holes`` of the gaps found (broker, topic, queue_id, first, last, after_physical_offset,
+    before_physical_offset): how many queue offsets are missing, in how many holes, the first listed."""
+    gaps = sorted(gaps, key=lambda g: (g["broker"], g["topic"], g["queue_id"], g["first"]))
     listed = [{"broker": g["broker"], "topic": g["topic"], "queue_id": g["queue_id"],
-               "queue_offsets": [g["first"], g["last"]], "missing": g["missing"],
+               "queue_offsets": [g["first"], g["last"]], "missing": g["last"] - g["first"] + 1,
                "after_physical_offset": g["after_physical_offset"],
                "before_physical_offset": g["before_physical_offset"]} for g in gaps[:_HOLES_LISTED]]
-    return {"checked": True, "missing": sum(g["missing"] for g in gaps), "holes": len(gaps), "listed": listed}
+    return {"checked": True, "missing": sum(g["last"] - g["first"] + 1 for g in gaps), "holes": len(gaps),
+            "listed": listed}
 
 
 def walk_report(args, sel: Selection, named: list, tallies: list, holes: dict) -> tuple[list[dict], list[str]]:

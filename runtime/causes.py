@@ -20,6 +20,8 @@ import errno
 import os
 import re
 
+from store_format.fs import Location
+
 # an exception line of a Java chain: "java.io.IOException: msg", "Caused by: org.apache...SparkException: msg",
 # ": org.apache..." (py4j's first line after "An error occurred while calling ...")
 _JAVA = re.compile(r"^(?:Caused by: |: )?((?:[A-Za-z_$][\w$]*\.)+[A-Za-z_$][\w$]*)(?::\s?(.*))?$")
@@ -144,6 +146,8 @@ def path_in_frames(e: BaseException) -> str | None:
             continue
         for name in _PATH_NAMES:
             value = frame.f_locals.get(name)
+            if isinstance(value, Location):
+                return value.as_typed
             if isinstance(value, os.PathLike) or (isinstance(value, str) and (os.sep in value or "://" in value)):
                 return os.fspath(value) if isinstance(value, os.PathLike) else value
     return None

@@ -51,11 +51,15 @@ class Part:
 @dataclass
 class Tally:
     """What the tasks counted while writing (merged on the driver): rows written, the distinct non-null values of
-    the ``distinct`` columns (small: brokers, topics), and counts a job's :class:`Rows` keeps by name."""
+    the ``distinct`` columns (small: brokers, topics), counts a job's :class:`Rows` keeps by name, and what else it
+    says of its part (``said``: name -> list of JSON values, the tasks' lists joined).  ``scratch`` is one task's
+    own, never sent back."""
 
     rows: int = 0
     distinct: dict = field(default_factory=dict)  # column -> set of values
     counts: dict = field(default_factory=dict)  # name -> int
+    said: dict = field(default_factory=dict)  # name -> list
+    scratch: dict = field(default_factory=dict, compare=False, repr=False)
 
     def add(self, other: "Tally") -> None:
         self.rows += other.rows
@@ -63,25 +67,32 @@ class Tally:
             self.distinct.setdefault(name, set()).update(values)
         for name, n in other.counts.items():
             self.counts[name] = self.counts.get(name, 0) + n
+        for name, items in other.said.items():
+            self.said.setdefault(name, []).extend(items)
 
     def to_json(self) -> str:
         return json.dumps({"rows": self.rows, "distinct": {k: sorted(v) for k, v in self.distinct.items()},
-                           "counts": self.counts})
+                           "counts": self.counts, "said": self.said})
 
     @classmethod
     def from_json(cls, text: str) -> "Tally":
         d = json.loads(text)
-        return cls(d["rows"], {k: set(v) for k, v in d["distinct"].items()}, d["counts"])
+        return cls(d["rows"], {k: set(v) for k, v in d["distinct"].items()}, d["counts"], d["said"])
 
 
 class Rows:
     """What a job keeps of a source's batches (subclassed by the jobs): :meth:`keep` returns the rows to write and
-    may count into ``tally.counts``; ``distinct`` names the columns whose distinct values the tally collects."""
+    may count into ``tally.counts``; :meth:`finish` runs once the task's batches are read; ``distinct`` names the
+    columns whose distinct values the tally collects.  One object serves every task (the driver's threads share it):
+    what a task gathers across its batches goes in ``tally.scratch``."""
 
     distinct: tuple[str, ...] = ()
 
     def keep(self, batch: pa.RecordBatch, tally: Tally) -> pa.RecordBatch:
         raise NotImplementedError
+
+    def finish(self, tally: Tally) -> None:
+        """The task's batches are all kept: say what is left to say into ``tally.said``."""
 
 
 def spark_footer(spark_schema, spark_version: str) -> dict[bytes, bytes]:
@@ -90,6 +101,17 @@ def spark_footer(spark_schema, spark_version: str) -> dict[bytes, bytes]:
     return {SPARK_SCHEMA_KEY.encode(): json.dumps(_as_nullable(spark_schema.jsonValue()),
                                                   separators=(",", ":")).encode(),
             SPARK_VERSION_KEY.encode(): spark_version.encode()}
+
+
+def spark_written_schema(arrow_schema: pa.Schema, columns: list[str], spark_version: str) -> pa.Schema:
+    """The file schema Spark's writer gives a DataFrame of a source whose rows are ``arrow_schema``, selected to
+    ``columns`` (in that order): :func:`file_schema` with Spark's footer of pyspark's own conversion."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import StructType
+
+    spark_fields = {f.name: f for f in from_arrow_schema(arrow_schema)}
+    chosen = pa.schema([arrow_schema.field(c) for c in columns])
+    return file_schema(chosen, spark_footer(StructType([spark_fields[c] for c in columns]), spark_version))
 
 
 def _as_nullable(value):
@@ -135,6 +157,7 @@ class PartWriter:
     def write(self, index: int, part: Part) -> Tally:
         """Read ``part``, write the rows kept as the file ``name(index)`` (none when no row is kept)."""
         tally = Tally()
+        target = out_join(self.folder, self.name(index))  # what a failed write names (runtime/causes.py)
         writer, pending, pending_bytes = None, [], 0
         try:
             for batch in part.reader.read(part.partition):
@@ -155,6 +178,8 @@ class PartWriter:
             if pending:
                 writer = writer or self._open(index)
                 writer.write_table(pa.Table.from_batches(pending), row_group_size=1 << 30)
+            self.rows.finish(tally)
+            tally.scratch.clear()
         finally:
             if writer is not None:
                 writer.close()
@@ -217,4 +242,4 @@ def write_parts(spark, parts: list[Part], writer: PartWriter, executor=None) -> 
     return total
 
 
-__all__ = ["Part", "PartWriter", "Rows", "Tally", "file_schema", "spark_footer", "write_parts"]
+__all__ = ["Part", "PartWriter", "Rows", "Tally", "file_schema", "spark_footer", "spark_written_schema", "write_parts"]

@@ -70,7 +70,7 @@ def test_in_process_figures(tiny, measured):
     bench, lines, _, _ = measured
     f = bench.figures
     whole = ("raw_read", "numpy_pass", "framing_bulk", "kernel_decode_naive_fields", "kernel_decode", "kernel_decode_all",
-             "spark_count", "spark_decode", "spark_headers", "spark_decode_parquet")
+             "spark_count", "spark_decode", "spark_headers", "spark_decode_parquet", "spark_extract_parquet")
     for key in whole:
         assert f[key]["messages"] == meta["messages"] and f[key]["bytes"] == meta["commitlog_bytes"], key
     for key in ("framing_scalar", "naive_decode", "scalar_decode"):  # the first 0.5 MB only
@@ -82,10 +82,10 @@ def test_in_process_figures(tiny, measured):
     for key in ("kernel_decode", "scalar_decode", "spark_count", "writer"):  # measured after every baseline
         assert all(f[key][f"x_{b}"] > 0 for b in (B.CEILING, B.NAIVE, B.RAW)), key
         assert f[key]["x_naive_decode"] == pytest.approx(f[key]["mb_s"] / f["naive_decode"]["mb_s"])
-    assert f["spark_decode_parquet"]["x_scan"] == pytest.approx(f["spark_decode_parquet"]["mb_s"]
-                                                                / f["spark_decode"]["mb_s"])
-    # one line a figure, the writer's comparison with RocketMQ, and the export's ratio to the scan
-    assert len(lines) == len(f) + 2
+    for key in ("spark_decode_parquet", "spark_extract_parquet"):
+        assert f[key]["x_scan"] == pytest.approx(f[key]["mb_s"] / f["spark_decode"]["mb_s"])
+    # one line a figure, the writer's comparison with RocketMQ, and the exports' ratios to the scan
+    assert len(lines) == len(f) + 3
     assert any("x ceiling" in line and "x naive" in line for line in lines)
 
 

@@ -162,10 +162,14 @@ def test_the_runtime_names_the_file_of_a_full_disk(capsys):
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_extract_under_a_file_size_limit_is_one_line_naming_the_cause(tmp_path):
-    """End to end: Spark's shuffle and Parquet writes fail with EFBIG past RLIMIT_FSIZE (SIGXFSZ ignored, as a
-    full disk gives ENOSPC); today the line is ``Py4JJavaError: An error occurred while calling o97.parquet.``
-    after pages of Java stack."""
+@pytest.mark.parametrize("fmt, says", [
+    ("jsonl", "extract: error: File too large (IOException)"),  # Spark's writer: the cause of its failed job
+    ("parquet", "part-00000.snappy.parquet: File too large, during select and write"),  # the tasks': the file
+])
+def test_extract_under_a_file_size_limit_is_one_line_naming_the_cause(tmp_path, fmt, says):
+    """End to end: Spark's shuffle and Parquet writes, and the extract's own tasks' (runtime/export.py), fail with
+    EFBIG past RLIMIT_FSIZE (SIGXFSZ ignored, as a full disk gives ENOSPC); the line was ``Py4JJavaError: An error
+    occurred while calling o97.parquet.`` after pages of Java stack, and a task's write once named the store."""
     store = tmp_path / "store"
     shutil.copytree(fixture_store("basic"), store)
     limit = 100_000  # the JVM starts under it; the extract's shuffle and its 200 KB Parquet file do not fit
@@ -176,10 +180,11 @@ def test_extract_under_a_file_size_limit_is_one_line_naming_the_cause(tmp_path):
 
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
     r = subprocess.run([sys.executable, "-m", "jobs", "extract", "--store", str(store), "--out", str(tmp_path / "out"),
-                        "--quiet"], cwd=REPO, env=env, preexec_fn=limited, capture_output=True, text=True, timeout=600)
+                        "--format", fmt, "--quiet"], cwd=REPO, env=env, preexec_fn=limited, capture_output=True,
+                       text=True, timeout=600)
     assert r.returncode == 2, r.stderr
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("extract: error:")]
-    assert len(errors) == 1 and errors[0].startswith("extract: error: File too large (IOException)"), r.stderr
+    assert len(errors) == 1 and says in errors[0] and str(store) not in errors[0], r.stderr
     # the job's line is the last word, with no Python traceback and no Py4J chain after it (Spark's own log may
     # still warn of a suppressed exception on the way, with its stack: log4j's, not the job's)
     assert r.stderr.strip().splitlines()[-1] == errors[0], r.stderr
