@@ -758,6 +758,9 @@ class SelectedRows(Rows):
         topic = np.asarray(t.column("topic").to_pylist(), dtype=object)
         qid, qo, po = (t.column(c).to_numpy() for c in ("queue_id", "queue_offset", "physical_offset"))
         same = (topic[1:] == topic[:-1]) & (qid[1:] == qid[:-1])
+        if int(np.count_nonzero(~same)) >= RUNS_PER_TASK:
+            tally.said["unsure"] = [True]  # the run's holes are looked for in the table written
+            return
         firsts = np.concatenate(([0], np.nonzero(~same)[0] + 1))
         lasts = np.concatenate((firsts[1:] - 1, [t.num_rows - 1]))
         tally.said.setdefault("queues", []).extend(
@@ -769,24 +772,54 @@ class SelectedRows(Rows):
 
 
 QUEUE_KEYS = ("broker", "topic", "queue_id")
+RUNS_PER_TASK = 4096  # queues a task says its runs of (a task's result comes back whole); past it, the table's sort
 GAP_KEYS = QUEUE_KEYS + ("first", "last", "after_physical_offset", "before_physical_offset")
+
+
+def coalesce_runs(said: dict) -> None:
+    """What the tasks said of their queues (:meth:`SelectedRows.finish`), with each queue's runs that meet (no queue
+    offset between them) made one, in place: a queue read by many tasks without a hole keeps one run, so the
+    driver holds a run per queue and per hole, not per task.  Runs of a queue that overlap (queue offsets out of
+    the log's order) leave only ``unsure``: only a sort of the whole queue finds its holes."""
+    if said.get("unsure"):
+        said.pop("queues", None)
+        said.pop("gaps", None)
+        return
+    runs = []
+    for run in sorted(said.get("queues", [])):
+        last = runs[-1] if runs and runs[-1][:3] == run[:3] else None
+        if last is not None and run[3] < last[5]:
+            said.clear()
+            said["unsure"] = [True]
+            return
+        if last is not None and run[3] - last[5] <= 1:
+            last[5:] = run[5:]
+        else:
+            runs.append(list(run))
+    said["queues"] = runs
+
+
+def absorb_task(total, tally) -> None:
+    """A task's tally added to the run's (runtime.export.write_parts), its queue runs coalesced as they come."""
+    total.add(tally)
+    runs = total.said.get("queues", [])
+    if total.said.get("unsure") or len(runs) > 2 * total.scratch.get("coalesced", 0) + 1024:
+        coalesce_runs(total.said)
+        total.scratch["coalesced"] = len(total.said.get("queues", []))
 
 
 def holes_of_tasks(said: dict) -> dict | None:
     """The manifest's ``holes`` from what the tasks said (:meth:`SelectedRows.finish`): each task's own holes, and
     those between one task's last queue offset of a queue and the next task's first; None when the tasks' queue
-    offsets of a queue interleave (out of the log's order), where only a sort of the whole queue finds them."""
-    spans: dict[tuple, list] = {}
-    for broker, topic, queue_id, first, first_at, last, last_at in said.get("queues", []):
-        spans.setdefault((broker, topic, queue_id), []).append((first, first_at, last, last_at))
+    offsets of a queue interleave or a task had too many queues to say (:func:`coalesce_runs`), where only a sort
+    of the whole queue finds them."""
+    coalesce_runs(said)
+    if said.get("unsure"):
+        return None
     gaps = [dict(zip(GAP_KEYS, g)) for g in said.get("gaps", [])]
-    for key, runs in spans.items():
-        runs.sort()
-        for (_, _, last, last_at), (first, first_at, _, _) in zip(runs, runs[1:]):
-            if first < last:
-                return None
-            if first - last > 1:
-                gaps.append(dict(zip(GAP_KEYS, key + (last + 1, first - 1, last_at, first_at))))
+    for run, after in zip(said["queues"], said["queues"][1:]):
+        if run[:3] == after[:3]:  # the same queue: runs that did not meet
+            gaps.append(dict(zip(GAP_KEYS, tuple(run[:3]) + (run[5] + 1, after[3] - 1, run[6], after[4]))))
     return holes_found(gaps)
 
 
@@ -840,7 +873,7 @@ def write_by_tasks(spark, args, stores: list[StoreRef], sel: Selection, folder: 
     def write(into: fs.Location) -> None:
         # the tasks get the folder as the string that resolves to it again in their own process
         writer = PartWriter(fs.uri_of(into), spark_written_schema(schema, columns, spark.version), rows)
-        tallies.append(write_parts(spark, parts, writer))
+        tallies.append(write_parts(spark, parts, writer, absorb=absorb_task))
 
     if args.format == "delta":  # the tasks' files, committed by delta-rs as Spark's would be
         write_delta(folder, "overwrite", write, lambda: None)  # never empty: write_parts leaves a file

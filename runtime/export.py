@@ -211,13 +211,16 @@ def _task_runner(writer: PartWriter, parts: list[Part]) -> Callable[[Iterator[pa
     return execute
 
 
-def write_parts(spark, parts: list[Part], writer: PartWriter, executor=None) -> Tally:
-    """Every part read and written by its own task (see the module's doc); the tasks' tallies merged.  An empty
-    table still gets its one file.  A task that fails fails the call: the run it belongs to is not committed."""
+def write_parts(spark, parts: list[Part], writer: PartWriter, executor=None,
+                absorb: Callable[[Tally, Tally], None] | None = None) -> Tally:
+    """Every part read and written by its own task (see the module's doc); the tasks' tallies merged (``absorb``:
+    how a task's tally joins the total, :meth:`Tally.add` by default).  An empty table still gets its one file.  A
+    task that fails fails the call: the run it belongs to is not committed."""
     from .session import choose_executor
 
     executor = executor or choose_executor(spark)
     total = Tally()
+    absorb = absorb or Tally.add
     if parts and executor.where == "driver":
         from concurrent.futures import ThreadPoolExecutor
 
@@ -225,7 +228,7 @@ def write_parts(spark, parts: list[Part], writer: PartWriter, executor=None) -> 
             futures = [pool.submit(writer.write, i, part) for i, part in enumerate(parts)]
             try:
                 for f in futures:
-                    total.add(f.result())
+                    absorb(total, f.result())
             except BaseException:  # the parts not started never start; the run fails, nothing is committed
                 for f in futures:
                     f.cancel()
@@ -236,7 +239,7 @@ def write_parts(spark, parts: list[Part], writer: PartWriter, executor=None) -> 
         ids = spark.range(0, len(parts), 1, numPartitions=len(parts))
         results = ids.mapInArrow(_task_runner(writer, parts), from_arrow_schema(RESULT_SCHEMA)).toArrow()
         for text in results.column("tally").to_pylist():
-            total.add(Tally.from_json(text))
+            absorb(total, Tally.from_json(text))
     if not total.rows:
         writer.write_empty()
     return total

@@ -127,12 +127,25 @@ def test_a_delta_table_is_the_same_both_ways(spark, tmp_path, monkeypatch):
 def test_the_holes_between_tasks_and_where_only_the_whole_queue_can_tell():
     said = {"queues": [["b", "T", 0, 10, 1000, 19, 1900], ["b", "T", 0, 0, 0, 7, 700], ["b", "T", 1, 0, 5, 0, 5]],
             "gaps": [["b", "T", 0, 3, 4, 200, 500]]}
-    holes = extract.holes_of_tasks(said)
+    holes = extract.holes_of_tasks(dict(said))
     assert holes["missing"] == 4 and holes["holes"] == 2
     assert [(h["queue_offsets"], h["after_physical_offset"], h["before_physical_offset"]) for h in holes["listed"]] == [
         ([3, 4], 200, 500), ([8, 9], 700, 1000)]
-    said["queues"].append(["b", "T", 0, 15, 1500, 30, 3000])  # a task's offsets inside another's: out of order
+    said["queues"] = said["queues"] + [["b", "T", 0, 15, 1500, 30, 3000]]  # inside another task's: out of order
     assert extract.holes_of_tasks(said) is None
+    assert extract.holes_of_tasks({"unsure": [True], "queues": [], "gaps": []}) is None  # a task with too many
+
+
+def test_runs_that_meet_are_one_as_the_tasks_come_in():
+    """The driver holds a run per queue and per hole, not per task: a thousand tasks over one queue without a hole
+    leave one run."""
+    total = Tally()
+    for i in range(3000):
+        extract.absorb_task(total, Tally(said={"queues": [["b", "T", 0, 10 * i, 100 * i, 10 * i + 9, 100 * i + 90]],
+                                               "gaps": []}))
+    extract.coalesce_runs(total.said)
+    assert total.said["queues"] == [["b", "T", 0, 0, 0, 29999, 299990]]
+    assert extract.holes_of_tasks(total.said)["holes"] == 0
 
 
 def test_a_tasks_queue_spans_and_holes():
