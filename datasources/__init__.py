@@ -28,6 +28,22 @@ def plan_commitlog(spark, path: str, **options):
     return _plan(spark, path, **options)
 
 
+def commitlog_ends(spark, path: str, **options) -> dict:
+    """The first pass of :func:`plan_commitlog` (its ``ends``), for a job that also predicts the recovery from it
+    (:func:`salvage_stops`)."""
+    from .twopass import commitlog_ends as _ends
+
+    return _ends(spark, path, **options)
+
+
+def salvage_stops(ends: dict, broker: str, check_crc: bool = True) -> dict[str, int]:
+    """{segment: first stop} of ``broker`` in :func:`commitlog_ends`' ``ends``: store_format.recovery.predict_cut's
+    ``salvage_stops`` (datasources/commitlog.py)."""
+    from .commitlog import salvage_stops as _stops
+
+    return _stops(ends, broker, check_crc)
+
+
 def parse_columns(value: str | None, materialize: str) -> tuple[str, ...] | None:
     """The commitlog source's ``columns`` option checked (datasources/commitlog.py)."""
     from .commitlog import parse_columns as _parse
@@ -49,4 +65,5 @@ def default_parallelism(spark) -> int:
     return _cores(spark)
 
 
-__all__ = ["register", "read_commitlog", "plan_commitlog", "parse_columns", "local_master", "default_parallelism"]
+__all__ = ["register", "read_commitlog", "plan_commitlog", "commitlog_ends", "salvage_stops", "parse_columns",
+           "local_master", "default_parallelism"]

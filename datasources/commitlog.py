@@ -252,13 +252,20 @@ def predicted_cut(inp, opts: Options):
 def _given_stops(broker: str, opts: Options) -> dict[str, int]:
     """{segment: first stop} of ``broker``'s segments whose ends the first pass gave (``segmentEnds``): the recovery
     prediction's walk goes on from there, instead of framing (and checking the CRC of) the same gigabytes a second
-    time.  With ``checkCrc`` only as far as the first pass checked the CRCs (its ``crc_checked_before``)."""
+    time."""
     if opts.ends in ("planner", "unresolved"):
         return {}
+    return salvage_stops(json.loads(opts.ends), broker, opts.check_crc)
+
+
+def salvage_stops(ends: dict, broker: str, check_crc: bool) -> dict[str, int]:
+    """{segment: the salvage walk's first stop} of ``broker``'s segments in a first pass's ``ends``
+    (twopass.commitlog_ends), for store_format.recovery.predict_cut's ``salvage_stops``: with ``check_crc`` only as
+    far as the first pass checked the CRCs (its ``crc_checked_before``)."""
     stops = {}
-    for key, (first_stop, _first_blank, *checked) in json.loads(opts.ends).items():
+    for key, (first_stop, _first_blank, *checked) in ends.items():
         owner, _, segment = key.rpartition("/")
-        stop = (checked[0] if checked else 0) if opts.check_crc else first_stop
+        stop = (checked[0] if checked else 0) if check_crc else first_stop
         if owner == broker and stop:
             stops[segment] = int(stop)
     return stops

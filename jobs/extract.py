@@ -206,15 +206,17 @@ def predictions(stores: list[StoreRef], args=None) -> dict:
 
 
 def commitlog_reads(stores: list[StoreRef], *, walk: str, decompress: bool, materialize: str,
-                    time_range: tuple[int | None, int | None], filtered: bool, cuts: dict) -> list[tuple]:
+                    time_range: tuple[int | None, int | None], filtered: bool, cuts: dict | None) -> list[tuple]:
     """What :func:`read_messages` reads: ``(path, options)`` of the ``rocketmq-commitlog`` source per store, or per
     segment within ``time_range`` (segments whose store-time span lies outside it are skipped); ``filtered``: every
-    query filters the rows (pushing its filters into the source is safe: CommitLogReader.pushFilters)."""
+    query filters the rows (pushing its filters into the source is safe: CommitLogReader.pushFilters); ``cuts``:
+    the stores' predicted recovery cuts (None: not given yet)."""
     lo, hi = time_range
     reads = []
     for ref in stores:
-        options = dict(walk=walk, materialize=materialize, broker=ref.name, pushFilters=str(filtered).lower(),
-                       recoveryCuts=json.dumps({ref.name: cuts[ref.name].as_dict()}))
+        options = dict(walk=walk, materialize=materialize, broker=ref.name, pushFilters=str(filtered).lower())
+        if cuts is not None:
+            options["recoveryCuts"] = json.dumps({ref.name: cuts[ref.name].as_dict()})
         if decompress:
             options["decompress"] = "true"
         kept = segments_in_time_range(ref.open(), lo, hi)
@@ -458,6 +460,8 @@ def select(spark, args, stores: list[StoreRef]) -> Selection:
     lo, hi = args.from_time, args.to_time
     if lo is not None and hi is not None and lo > hi:
         raise UsageError(f"--from {format_time(lo)} is after --to {format_time(hi)}")
+    if written_by_tasks(args):  # the tasks select; the recovery is predicted from their plan (write_by_tasks)
+        return Selection(None, ("broker", "physical_offset"), [], None)
     decompress = args.body == "decompressed"
     recovery = predictions(stores, args)
     cuts = {name: p.cut for name, p in recovery.items()}
@@ -848,23 +852,32 @@ def write_by_tasks(spark, args, stores: list[StoreRef], sel: Selection, folder: 
     planned range, brokers in name order (the output's order: broker, physical offset); the counts of
     :func:`write_selection` (``named``, ``tallies``) and the holes from the tasks' tallies (the holes None when only
     the written table can tell them: :func:`holes_of_tasks`)."""
-    from datasources import plan_commitlog
+    from datasources import commitlog_ends, plan_commitlog, salvage_stops
     from runtime.export import Part, PartWriter, spark_written_schema, write_parts
     from runtime.output import write_delta
+    from store_format.brokerconf import recovery_settings_from_args
+    from store_format.recovery import predict_cut
 
-    cuts = {name: p.cut for name, p in sel.recovery.items()}
     ordered = sorted(stores, key=lambda ref: ref.name)
     time_range = (args.from_time, args.to_time)
-    reads = commitlog_reads(ordered, walk="salvage", decompress=False, materialize="decoded", time_range=time_range,
-                            filtered=True, cuts=cuts)
-    parts, schema = [], None
-    for read, options in reads:
-        reader, ranges, schema = plan_commitlog(spark, fs.uri_of(read), **options)
-        parts += [Part(reader, r) for r in ranges]
+    settings = recovery_settings_from_args(args)
+    parts, schema, predicted = [], None, {}
+    for ref in ordered:
+        reads = [(read, options, commitlog_ends(spark, fs.uri_of(read), **options))
+                 for read, options in commitlog_reads([ref], walk="salvage", decompress=False, materialize="decoded",
+                                                      time_range=time_range, filtered=True, cuts=None)]
+        # the broker's recovery predicted the audit's way, its walk going on from the first pass's stops
+        stops = {segment: stop for _, _, ends in reads for segment, stop in salvage_stops(ends, ref.name).items()}
+        predicted[ref.name] = predict_cut(ref.open(), settings, salvage_stops=stops)
+        cut = {"recoveryCuts": json.dumps({ref.name: predicted[ref.name].cut.as_dict()})}
+        for read, options, ends in reads:
+            reader, ranges, schema = plan_commitlog(spark, fs.uri_of(read), ends=ends, **options, **cut)
+            parts += [Part(reader, r) for r in ranges]
     if schema is None:  # every segment lies outside the time range: no part; the schema of the last store's plan
         read, options = commitlog_reads(ordered[-1:], walk="salvage", decompress=False, materialize="decoded",
-                                        time_range=(None, None), filtered=True, cuts=cuts)[0]
-        schema = plan_commitlog(spark, fs.uri_of(read), **options)[2]
+                                        time_range=(None, None), filtered=True, cuts=None)[0]
+        schema = plan_commitlog(spark, fs.uri_of(read), **options, **cut)[2]
+    sel.recovery.update((ref.name, predicted[ref.name]) for ref in stores)  # the manifest's order: as given
     columns = output_columns(args)
     batch_topics = None if holes_not_looked_for(args) else {ref.name: ref.open().batch_topics for ref in stores}
     rows = SelectedRows(selection_criteria(args), time_range, args.walk == "kept", columns, batch_topics)
