@@ -19,7 +19,8 @@ rmq_sys_wheel_timer and unit).
 Where each is decided: the survey's timer-log route reads every unit (the corrupt ones come to the driver); a scan
 task holds each unit next to the record it points at (``rc.routed("timerlog")``) and reads its timer records and
 the fired re-puts (records on their real topic carrying TIMER_DEQUEUE_MS); the driver joins them, walks the wheel's
-chains and reads the checkpoint.
+chains and reads the checkpoint.  The units and records are spilled partials (Parquet parts the tasks write): the
+driver reads one broker's at a time and writes the ``timers`` table a broker at a time.
 """
 from __future__ import annotations
 
@@ -218,7 +219,7 @@ def in_range(rc, out) -> None:
     got = {name: pc.map_lookup(props, pa.scalar(key), "last") for name, key in _PROPS.items()}
     t = m.take(rows)
     keep = pc.or_(pc.equal(t.column("topic"), L.TIMER_TOPIC), pc.is_valid(got["dequeue_ms"]))
-    out.partial("timers.records", pa.table({
+    out.spill("timers.records", pa.table({
         "broker": pa.repeat(pa.scalar(rc.broker), len(rows)),
         **{c: t.column(c) for c in ("physical_offset", "store_size", "topic", "queue_id", "queue_offset",
                                     "store_timestamp", "kept", "segment", "file_position", "uniq_key", "real_topic")},
@@ -272,7 +273,7 @@ def _units(rc, out) -> None:
         item_pos[loose] = prev
         for i, r in zip(loose.tolist(), reason):
             item_reason[i] = r
-    out.partial("timers.units", pa.table({
+    out.spill("timers.units", pa.table({
         "broker": pa.repeat(pa.scalar(rc.broker), n), **{c: u.column(c) for c in TIMER_UNITS.names},
         "target": pa.array(TARGETS, pa.string()).take(pa.array(target)), "record_kept": pa.array(kept),
         "record_topic": pa.array(topic, pa.string()), "record_size": pa.array(size),
@@ -297,10 +298,10 @@ class _Broker:
         self.checkpoint, self.cp_problem = _timercheck(root.child("config").child(L.TIMER_CHECK_FILE))
         self.wheel = _wheel(root.child(L.TIMER_WHEEL_FILE))
         self.read_time = self.checkpoint.last_read_time_ms if self.checkpoint is not None else None
-        units = _of(ctx.partial("timers.units", UNITS), name)
+        units = _spilled_of(ctx, "timers.units", UNITS, name)
         self.units = units.filter(pc.equal(units.column("target"), "record"))
         self.bad_units = units.filter(pc.not_equal(units.column("target"), "record"))
-        self.records = _of(ctx.partial("timers.records", RECORDS), name)
+        self.records = _spilled_of(ctx, "timers.records", RECORDS, name)
         self.corrupt = _of(ctx.survey_partial("timers.corrupt", CORRUPT), name).sort_by("timerlog_offset")
         files = _of(ctx.survey_partial("survey.timerlog_files", TIMERLOG_FILES), name)
         self.log_end = max(files.column("written_end").to_pylist(), default=0) if files.num_rows else 0
@@ -320,6 +321,14 @@ class _Broker:
 
 def _of(t: pa.Table, broker: str) -> pa.Table:
     return t.filter(pc.equal(t.column("broker"), broker))
+
+
+def _spilled_of(ctx, name: str, schema: pa.Schema, broker: str) -> pa.Table:
+    """One broker's rows of the scan's spilled partial ``name``, in the tasks' order: the driver holds one broker's
+    timer records and units at a time, never every broker's for the whole run."""
+    import pyarrow.dataset as ds
+
+    return ctx.partial_dataset(name, schema).to_table(filter=ds.field("broker") == broker)
 
 
 def _timercheck(loc):
@@ -353,17 +362,21 @@ def _wheel(loc):
 
 
 def on_driver(ctx) -> FamilyResult:
+    """Each broker's timer messages traced in turn, its rows of the ``timers`` table written as it is done; what
+    stays on the driver is per broker (the counts, the summary) and the findings."""
     res = FamilyResult()
-    paths_rows, metric_rows = [], []
-    for name, b in _computed(ctx).items():
+    metric_rows = []
+    writer = ctx.table_writer("timers", TIMERS)
+    for name, b in _computed(ctx, lambda rows: writer.write(pa.Table.from_pylist(rows, schema=TIMERS))).items():
         if isinstance(b, Exception):  # that broker's finding; the others' results stand
             ctx.failures.append(failure_row(name, "the timers checks", b))
             continue
         res.findings.append(b["findings"])
-        paths_rows += b["rows"]
         metric_rows.append({"broker": name, **b["counts"]})
-    if metric_rows:
-        res.tables["timers"] = pa.Table.from_pylist(paths_rows, schema=TIMERS)
+    if not metric_rows:
+        writer.abort()
+    else:
+        res.tables["timers"] = writer.close()
         names = [r["broker"] for r in metric_rows]
         res.metrics.append(metric_table("broker", {f"timers_{k}": [r[k] for r in metric_rows] for k in _COUNTED},
                                         broker=names))
@@ -373,14 +386,19 @@ def on_driver(ctx) -> FamilyResult:
 _COUNTED = ("pending", "overdue", "fired", "recalled", "lost")
 
 
-def _computed(ctx) -> dict:
-    """Per broker with a timer store: its findings, table rows, counts and what the summary says (once)."""
+def _computed(ctx, rows=None) -> dict:
+    """Per broker with a timer store: its findings, counts and what the summary says (once); its rows of the
+    ``timers`` table go to ``rows`` (a function) as each broker is done, and are not kept."""
     cache = ctx.__dict__.setdefault("_timers_family", {})
     if not cache:
         for name, plan in ctx.plans.items():
             if applies(plan):
                 try:
-                    cache[name] = _audit_broker(_Broker(ctx, name, plan))
+                    done = _audit_broker(_Broker(ctx, name, plan))
+                    if rows is not None:
+                        rows(done.pop("rows"))
+                    done.pop("rows", None)
+                    cache[name] = done
                 except Exception as e:  # noqa: BLE001 - reported by on_driver as that broker's audit_failed
                     cache[name] = e
     return cache
@@ -414,8 +432,7 @@ def _audit_broker(b: _Broker) -> dict:
     summary = {**counts, "read_time_ms": b.read_time,
                "next_due": [{"due_ms": t, "messages": n} for t, n in list(due.items())[:5]],
                "last_due_ms": waiting[-1] if waiting else None}
-    return {"findings": concat_findings(findings), "rows": rows, "counts": counts, "summary": summary,
-            "paths": paths}
+    return {"findings": concat_findings(findings), "rows": rows, "counts": counts, "summary": summary}
 
 
 def _unit(r: dict, reached: dict) -> TP.Unit:
