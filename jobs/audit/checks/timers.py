@@ -711,11 +711,11 @@ def _chains(b: _Broker) -> tuple[dict, list[pa.Table]]:
         done = np.zeros(len(cur), bool)
         done[np.flatnonzero(active)[loop | (nxt == -1)]] = True
         active &= ~done
-    e = entries.to_pylist()
+    e = entries.select(["file", "file_position"]).take(pa.array([j for _, j in loops], pa.int64())).to_pylist()
     findings = [finding_rows("timers.chain_loop", [{
-        "broker": b.name, "file": f"{L.TIMER_LOG_DIR}/{e[j]['file']}", "file_position": e[j]["file_position"],
+        "broker": b.name, "file": f"{L.TIMER_LOG_DIR}/{e[k]['file']}", "file_position": e[k]["file_position"],
         "values": {"slot_time": _iso(t), "timerlog_offset": int(offs[j]), "prev_pos": int(prev[j])},
-        "details": {"slot_time_ms": t, "prev_pos": int(prev[j])}} for t, j in loops])]
+        "details": {"slot_time_ms": t, "prev_pos": int(prev[j])}} for k, (t, j) in enumerate(loops)])]
     findings.append(finding_rows("timers.chain_broken", [{
         "broker": b.name, "file": L.TIMER_WHEEL_FILE,
         "file_position": T.slot_index(t) * T.SLOT_SIZE,
