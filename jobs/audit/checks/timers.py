@@ -298,10 +298,10 @@ class _Broker:
         self.checkpoint, self.cp_problem = _timercheck(root.child("config").child(L.TIMER_CHECK_FILE))
         self.wheel = _wheel(root.child(L.TIMER_WHEEL_FILE))
         self.read_time = self.checkpoint.last_read_time_ms if self.checkpoint is not None else None
-        units = _spilled_of(ctx, "timers.units", UNITS, name)
+        units = _spilled_of(ctx.partial_dataset("timers.units", UNITS), name)
         self.units = units.filter(pc.equal(units.column("target"), "record"))
         self.bad_units = units.filter(pc.not_equal(units.column("target"), "record"))
-        self.records = _spilled_of(ctx, "timers.records", RECORDS, name)
+        self.records = _spilled_of(ctx.partial_dataset("timers.records", RECORDS), name)
         self.corrupt = _of(ctx.survey_partial("timers.corrupt", CORRUPT), name).sort_by("timerlog_offset")
         files = _of(ctx.survey_partial("survey.timerlog_files", TIMERLOG_FILES), name)
         self.log_end = max(files.column("written_end").to_pylist(), default=0) if files.num_rows else 0
@@ -323,12 +323,12 @@ def _of(t: pa.Table, broker: str) -> pa.Table:
     return t.filter(pc.equal(t.column("broker"), broker))
 
 
-def _spilled_of(ctx, name: str, schema: pa.Schema, broker: str) -> pa.Table:
-    """One broker's rows of the scan's spilled partial ``name``, in the tasks' order: the driver holds one broker's
-    timer records and units at a time, never every broker's for the whole run."""
+def _spilled_of(dataset, broker: str) -> pa.Table:
+    """One broker's rows of a spilled partial (a dataset), in the tasks' order: the driver holds one broker's timer
+    records and units at a time, never every broker's for the whole run."""
     import pyarrow.dataset as ds
 
-    return ctx.partial_dataset(name, schema).to_table(filter=ds.field("broker") == broker)
+    return dataset.to_table(filter=ds.field("broker") == broker)
 
 
 def _timercheck(loc):
