@@ -38,6 +38,7 @@ from store_format.times import format_iso_z as _iso
 from runtime.display import plural
 from decoding.columns import column
 
+from .. import buckets
 from ..buckets import bucket_count, key_hash
 from ..contract import Family, FamilyResult, SummaryView
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, metric_table
@@ -462,7 +463,7 @@ def _trace_keys(b: _Broker, reached, cp: TP.Checkpoint):
     and the units that point at it, so records spread by key and units by their record's key trace as one."""
     recs = b.records
     key = _keys(recs)
-    n = bucket_count(recs.num_rows + b.units.num_rows)
+    n = bucket_count(recs.num_rows + b.units.num_rows, max(1, buckets.ROWS_PER_BUCKET // _OBJECTS_PER_ROW))
     rb = (key_hash(key) % np.uint64(n)).astype(np.int64)
     on_timer = pc.fill_null(pc.equal(recs.column("topic"), L.TIMER_TOPIC), False)
     timer = pa.table({"physical_offset": recs.column("physical_offset").filter(on_timer),
@@ -477,6 +478,11 @@ def _trace_keys(b: _Broker, reached, cp: TP.Checkpoint):
         records = [_record(r) for r in mine.to_pylist()]
         units = [_unit(r, reached) for r in b.units.filter(pa.array(ub == i)).to_pylist()]
         yield TP.trace(records, units, cp, b.as_of)
+
+
+# a bucket of the trace holds its records and units as Python objects (dicts, TimerRecord, Unit, Path, row: a few KB
+# a row, ~20x their Arrow rows): buckets of a quarter of buckets.ROWS_PER_BUCKET keep one near a bucket of columns
+_OBJECTS_PER_ROW = 4
 
 
 def _keys(records: pa.Table) -> pa.Array:
