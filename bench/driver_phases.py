@@ -1,7 +1,8 @@
-"""Peak driver RssAnon per phase of one audit (issue 40's driver memory): ``python bench/driver_phases.py STORE OUT``
-runs ``jobs.audit.job.run`` in this process (``local[2]``, ``--executor driver --no-report``) with a thread sampling
-/proc/self/status every 20 ms, and prints one JSON line: seconds, the peak, and the peak under each progress line
-(the phase that line announces and the work after it, until the next one)."""
+"""Peak driver RssAnon per phase of one audit (issue 40's driver memory): ``python bench/driver_phases.py STORE OUT
+[AUDIT ARGS...]`` runs ``jobs.audit.job.run`` in this process (``local[2]``, ``--executor driver --no-report``, then
+the audit arguments given, e.g. ``--as-of MS``) with a thread sampling /proc/self/status every 20 ms, and prints one
+JSON line: seconds, the peak, and the peak under each progress line (the phase that line announces and the work
+after it, until the next one: under ``transactions: N s`` is the delays family, the one after it)."""
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ def _sample() -> None:
         time.sleep(0.02)
 
 
-def main(store: str, out: str) -> dict:
+def main(store: str, out: str, *extra: str) -> dict:
     threading.Thread(target=_sample, daemon=True).start()
     from jobs.audit import job
     from runtime import progress as P
@@ -44,7 +45,7 @@ def main(store: str, out: str) -> dict:
     spark = build_session("driver-phases", "local[2]")
     started = time.time()
     job.run(spark, job.build_parser().parse_args(["--store", store, "--out", out, "--no-report",
-                                                  "--executor", "driver"]))
+                                                  "--executor", "driver", *extra]))
     _state["phase"] = "end"
     time.sleep(0.1)
     return {"seconds": round(time.time() - started, 1), "peak": max(_state["peaks"].values()),
@@ -52,4 +53,4 @@ def main(store: str, out: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], sys.argv[2])))
+    print(json.dumps(main(*sys.argv[1:])))

@@ -167,3 +167,107 @@ def test_the_transactions_pairing_out_of_core_is_the_pairing_in_memory(tmp_path,
                    ("a", "prepared_record", "p0", 450, "rolled_back", 1),
                    ("a", "prepared_record", "p1", 630, "open", 1), ("b", "half", "k0", 10, "rolled_back", 1)]
     assert spread.column("age_ms").to_pylist() == [None, None, 996, None, None, 991, None]
+
+
+def _delays_ctx(run, survey_parts, scan_parts, as_of):
+    """A context for the delays family's driver step over spilled partials: the survey's parts of pending units,
+    the scan's parts of found records and delivered copies (each a list of (name, table) per task)."""
+    def stage(tasks, first):
+        rows = []
+        for i, emitted in enumerate(tasks):
+            out = Emitter()
+            for name, t in emitted:
+                out.spill(name, t)
+            out.write_findings(run, f"part-{first + i:05d}.parquet")
+            rows += out.partials.get("_spilled", [])
+        return Outputs({"_spilled": pa.concat_tables(rows)} if rows else {})
+
+    survey, scan = stage(survey_parts, 0), stage(scan_parts, 100)
+
+    class Ctx:
+        def __init__(self):
+            self.as_of = as_of
+            self.queue_bounds = pa.Table.from_pylist(
+                [{"broker": b, "topic": "SCHEDULE_TOPIC_XXXX", "queue_id": q, "min_offset": 0, "max_offset": 9}
+                 for b in ("a", "b") for q in (0, 1)])
+
+        def metadata(self, name):
+            assert name == "delay_offsets"
+            return pa.table({"broker": ["a", "b", "b"], "delay_level": [2, 1, 20], "offset": [3, 12, 0],
+                             "error": pa.nulls(3, pa.string())})
+
+        def survey_partial_dataset(self, name, schema):
+            return survey.dataset(name, schema)
+
+        def survey_partial_parts(self, name):
+            return survey.parts(name)
+
+        def partial_dataset(self, name, schema):
+            return scan.dataset(name, schema)
+
+    return Ctx()
+
+
+def test_the_delays_join_out_of_core_is_the_join_in_memory(tmp_path, monkeypatch):
+    """Pending units of two brokers over three survey parts, their records found by two scan tasks (one unit's
+    record not found, one found twice), delivered copies (one key delivered twice, one pending unit with no key):
+    spread over many buckets (two rows each) the decisions, the table and the findings are those of one bucket, in
+    the survey's order."""
+    from jobs.audit import buckets
+    from jobs.audit.checks import delays as D
+
+    def pending(broker, rows):
+        return pa.Table.from_pylist([{"broker": broker, "level": lv, "queue_offset": qo, "physical_offset": po,
+                                      "deliver_time": dt, "uniq_key": "survey", "real_topic": "survey"}
+                                     for lv, qo, po, dt in rows], schema=D.PENDING)
+
+    def found(broker, rows):
+        return pa.Table.from_pylist([{"broker": broker, "physical_offset": po, "uniq_key": k, "real_topic": t,
+                                      "segment": "s", "file_position": po, "store_timestamp": 0}
+                                     for po, k, t in rows], schema=D.FOUND)
+
+    def delivered(broker, rows):
+        return pa.Table.from_pylist([{"broker": broker, "real_topic": t, "uniq_key": k} for t, k in rows],
+                                    schema=D.DELIVERED)
+
+    survey_parts = [[("delays.pending", pending("a", [(1, 0, 100, 500), (1, 1, 200, 1500), (2, 3, 300, 900)]))],
+                    [("delays.pending", pending("b", [(1, 12, 50, 10), (2, 0, 60, 20), (2, 1, 70, 5000)]))],
+                    [("delays.pending", pending("a", [(2, 4, 400, 950), (2, 5, 500, 100)]))]]
+    scan_parts = [[("delays.found", found("a", [(100, "k1", "T"), (200, "k2", "T"), (300, "k3", "U"),
+                                                (500, None, "T")])),
+                   ("delays.delivered", delivered("a", [("T", "k2"), ("U", "k3")]))],
+                  [("delays.found", found("a", [(300, "k3", "U")])),  # found by two tasks: one record
+                   ("delays.found", found("b", [(50, "k1", "T"), (60, "k6", "V"), (70, "k7", "V")])),
+                   ("delays.delivered", delivered("a", [("U", "k3")])),
+                   ("delays.delivered", delivered("b", [("T", "k1"), ("V", "k7")]))]]
+    ctx = _delays_ctx(_run(tmp_path), survey_parts, scan_parts, {"a": 1000, "b": 3000})
+
+    def run():
+        res = D.on_driver(ctx)
+        decided = pa.concat_tables(list(D.decided_batches(ctx)))
+        return decided, res.tables["delays"], pa.concat_tables(res.findings), res.metrics
+
+    whole = run()
+    monkeypatch.setattr(buckets, "ROWS_PER_BUCKET", 2)
+    assert buckets.bucket_count(8) == 4
+    spread = run()
+    for a, b in zip(whole[:3], spread[:3]):
+        assert a.equals(b)
+    assert [m.to_pylist() for m in whole[3]] == [m.to_pylist() for m in spread[3]]
+    decided, table, findings, _ = spread
+    assert [(r["broker"], r["physical_offset"], r["uniq_key"], r["due"], r["delivered"])
+            for r in decided.to_pylist()] == [
+        ("a", 100, "k1", True, False), ("a", 200, "k2", False, True), ("a", 300, "k3", True, True),
+        ("b", 50, "k1", True, True), ("b", 60, "k6", True, False), ("b", 70, "k7", False, True),
+        ("a", 400, None, True, False), ("a", 500, None, True, False)]
+    assert [(r["check"], r["broker"], r["physical_offset"]) for r in findings.to_pylist()] == [
+        ("delays.overdue", "a", 100), ("delays.overdue", "b", 60), ("delays.overdue", "a", 400),
+        ("delays.overdue", "a", 500), ("delays.delivered_offset_behind", "a", 200),
+        ("delays.delivered_offset_behind", "a", 300), ("delays.delivered_offset_behind", "b", 50),
+        ("delays.delivered_offset_behind", "b", 70), ("delays.offset_out_of_range", "b", None),
+        ("delays.unknown_level", "b", None)]
+    assert [(r["broker"], r["level"], r["pending"], r["overdue"], r["next_deliver_time"])
+            for r in table.to_pylist()] == [("a", 1, 2, 1, 500), ("a", 2, 3, 2, 100), ("b", 1, 1, 0, 10),
+                                            ("b", 2, 2, 1, 20), ("b", 20, 0, 0, None)]
+    due = {r["physical_offset"]: r["message"] for r in findings.to_pylist() if r["check"] == "delays.overdue"}
+    assert "due 0 s before" in due[100] and "due 2 s before" in due[60] and "due 0 s before" in due[500]

@@ -14,8 +14,9 @@ dump has does not run), then writes to DIR:
   tables/<name>/ Parquet detail tables: segments, queues, lag, transactions, delays, timers and pop (5.x), retries,
                  dlq, and resend (the messages to re-send: damaged, destroyed, dropped by recovery, in no consume
                  queue, or kept damaged; jobs/audit/resend.py)
-  partials/<name>/ Parquet, the scan tasks' partial tables that grow with the messages (retries' hops, the
-                 transactions' records), one part per task (tasks.Emitter.spill): what the driver's families read;
+  partials/<name>/ Parquet, the survey's and scan's partial tables that grow with the messages (retries' hops,
+                 the transactions' records, the pending delayed messages, timer and POP records), one part per task
+                 (tasks.Emitter.spill): what the driver's families read;
                  consumer_offsets/: a consumerOffset.json of more offsets than memory holds whole
                  (ROCKETMQ_CONFIG_OFFSETS_LIMIT), streamed by the driver and read back a batch at a time
   summary.json   tool version, run time, inputs, geometry, counts per severity and per check, and per broker its
@@ -196,7 +197,8 @@ def run(spark, args) -> AuditResult:
     ctx.tables_dir, ctx.partials_dir = run.tables_dir, run.partials_dir
     out_makedirs(run.findings_dir)
     try:
-        ctx.survey = _stage(spark, "survey", survey_tasks(ctx, segments), executor, RunInfo(None))
+        ctx.survey = _stage(spark, "survey", survey_tasks(ctx, segments), executor,
+                            RunInfo(None, partials_dir=run.partials_dir))  # no findings; spilled partials
         ctx.failures.append(ctx.survey.get("_failures", FAILURES))
         phases.done("survey")
         progress("predicting recovery")

@@ -10,7 +10,9 @@ but delayOffset.json was not persisted past it: it will be delivered again), ``d
 
 The pending units and a first reading of their records come from the survey (its consume-queue files:
 ``in_survey``); the scan then confirms each record (a message of the walk starts there) and looks for delivered
-copies (REAL_TOPIC, UNIQ_KEY) in every range.
+copies (REAL_TOPIC, UNIQ_KEY) in every range.  All three grow with the messages: the tasks write them as Parquet
+parts (spilled partials) and the driver joins them out of core (jobs/audit/buckets.py: the pending units with their
+records by offset, then with the delivered copies by key, a bucket at a time), keeping per level and the findings.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from store_format.errors import StoreFormatError
 from store_format.fs import ReadOnlyMap
 from decoding.columns import column
 
+from ..buckets import Buckets, bucket_count, scratch as buckets_scratch
 from ..contract import Family, FamilyResult, TableView
 from ..findings import Consequence, Severity, check, finding_table, metric_table
 
@@ -101,7 +104,7 @@ def pending_in_survey(given, f, units, out) -> None:
         for m in maps.values():
             m.close()
     if pending:
-        out.partial("delays.pending", pa.Table.from_pylist(pending, schema=PENDING))
+        out.spill("delays.pending", pa.Table.from_pylist(pending, schema=PENDING))
 
 
 def _record(segments: list, phys: int, maps: dict):
@@ -135,7 +138,7 @@ def in_range(rc, out) -> None:
     hit = np.flatnonzero(at >= 0)
     if len(hit):
         t = m.take(at[hit])
-        out.partial("delays.found", pa.table({
+        out.spill("delays.found", pa.table({
             "broker": pa.repeat(pa.scalar(rc.broker), len(hit)), "physical_offset": pa.array(phys[hit]),
             **{c: t.column(c) for c in ("uniq_key", "real_topic", "segment", "file_position", "store_timestamp")}},
             schema=FOUND))
@@ -146,23 +149,122 @@ def in_range(rc, out) -> None:
         got = here.join(wanted, ["real_topic", "uniq_key"], join_type="left semi").group_by(
             ["real_topic", "uniq_key"]).aggregate([])
         if got.num_rows:
-            out.partial("delays.delivered", pa.table({"broker": pa.repeat(pa.scalar(rc.broker), got.num_rows),
+            out.spill("delays.delivered", pa.table({"broker": pa.repeat(pa.scalar(rc.broker), got.num_rows),
                                                       "real_topic": got.column("real_topic"),
                                                       "uniq_key": got.column("uniq_key")}, schema=DELIVERED))
 
 
 def probes(ctx, broker: str) -> dict | None:
-    p = ctx.survey_partial("delays.pending", PENDING)
-    p = p.filter(pc.equal(p.column("broker"), broker))
+    import pyarrow.dataset as ds
+
+    p = ctx.survey_partial_dataset("delays.pending", PENDING).to_table(
+        columns=["physical_offset", "real_topic", "uniq_key"], filter=ds.field("broker") == broker)
     if not p.num_rows:
         return None
-    copies = pa.table({"real_topic": p.column("real_topic"), "uniq_key": p.column("uniq_key")}).filter(
+    copies = p.select(["real_topic", "uniq_key"]).filter(
         pc.and_(pc.is_valid(p.column("real_topic")), pc.is_valid(p.column("uniq_key")))).group_by(
         ["real_topic", "uniq_key"]).aggregate([])
     return {"physical_offsets": np.unique(p.column("physical_offset").to_numpy()), "copies": copies}
 
 
+# the pending units in the survey's order (``seq``), without the survey's first reading of their records: the scan's
+# (FOUND) replaces it
+_UNITS = pa.schema([("seq", pa.int64()), *(PENDING.field(c) for c in ("broker", "level", "queue_offset",
+                                                                        "physical_offset", "deliver_time"))])
+# ... with its record as the scan found it, whether it is due, and the key of its delivered copy
+_JOINED = pa.schema([*_UNITS, *(FOUND.field(c) for c in ("uniq_key", "real_topic", "segment", "file_position")),
+                     ("due", pa.bool_())])
+_KEY = ("broker", "real_topic", "uniq_key")  # a delivered copy's
+# ... and whether it was delivered: the rows the findings are made of
+_DECIDED = pa.schema([*_JOINED, ("delivered", pa.bool_())])
+
+
+def _pending_with_records(ctx, units: pa.Table, found: pa.Table) -> pa.Table:
+    """Some pending units (:data:`_UNITS`) with the record the scan found at each (the last a task found, as one
+    unit has one record), and whether each is due at its broker's dump time."""
+    if found.num_rows:
+        found = found.group_by(["broker", "physical_offset"], use_threads=False).aggregate(
+            [(c, "last") for c in ("uniq_key", "real_topic", "segment", "file_position")])
+        found = found.rename_columns([n.removesuffix("_last") for n in found.column_names])
+    j = units.join(found.select(["broker", "physical_offset", "uniq_key", "real_topic", "segment", "file_position"]),
+                   ["broker", "physical_offset"], join_type="left outer")
+    brokers = sorted(set(pc.unique(j.column("broker")).to_pylist()))
+    as_of = pa.array([ctx.as_of[b] for b in brokers], pa.int64()).take(
+        pc.index_in(j.column("broker"), value_set=pa.array(brokers, pa.string())))
+    return j.append_column("due", pc.less_equal(j.column("deliver_time"), as_of)).select(_JOINED.names).cast(_JOINED)
+
+
+def _decided(joined: pa.Table, delivered: pa.Table) -> pa.Table:
+    """Some pending units with their records (:data:`_JOINED`), each marked delivered when a copy with its key is
+    in ``delivered`` (every copy of those keys): a null key matches none."""
+    copies = delivered.group_by(list(_KEY), use_threads=False).aggregate([])
+    copies = copies.append_column("delivered", pa.repeat(pa.scalar(True), copies.num_rows))
+    t = joined.join(copies, list(_KEY), join_type="left outer")
+    return t.set_column(t.schema.get_field_index("delivered"), "delivered",
+                        pc.fill_null(t.column("delivered"), False)).select(_DECIDED.names).cast(_DECIDED)
+
+
+def decided_batches(ctx):
+    """The pending units, each with its record, whether it is due and whether it was delivered (:data:`_DECIDED`),
+    in the survey's order, a part at a time: never whole on the driver.  The units meet their records by offset,
+    then the delivered copies by key, out of core (buckets.Buckets, on the driver's local disk, a bucket at a time),
+    and come back in order by ranges of their place in the survey's order."""
+    units = ctx.survey_partial_dataset("delays.pending", PENDING)
+    total = sum(ctx.survey_partial_parts("delays.pending").column("rows").to_pylist())
+    if not total:
+        return
+    n = bucket_count(total)
+    with buckets_scratch(n, "audit-delays-") as scratch:
+        by_offset = Buckets(scratch, "units", n, _UNITS)
+        found = Buckets(scratch, "found", n, FOUND)
+        seq = 0
+        for batch in units.to_batches(columns=[c for c in _UNITS.names if c != "seq"]):
+            b = pa.Table.from_batches([batch])
+            by_offset.add_by_key(b.append_column("seq", pa.array(np.arange(seq, seq + b.num_rows, dtype=np.int64))),
+                                 "broker", "physical_offset")
+            seq += b.num_rows
+        for batch in ctx.partial_dataset("delays.found", FOUND).to_batches():
+            found.add_by_key(pa.Table.from_batches([batch]), "broker", "physical_offset")
+        by_key = Buckets(scratch, "joined", n, _JOINED)
+        for i in range(n):
+            by_key.add_by_key(_pending_with_records(ctx, by_offset.read(i), found.read(i)), *_KEY)
+        del by_offset, found
+        copies = Buckets(scratch, "delivered", n, DELIVERED)
+        for batch in ctx.partial_dataset("delays.delivered", DELIVERED).to_batches():
+            copies.add_by_key(pa.Table.from_batches([batch]), *_KEY)
+        in_order = Buckets(scratch, "decided", n, _DECIDED)
+        for i in range(n):
+            t = _decided(by_key.read(i), copies.read(i))
+            in_order.add(t, t.column("seq").to_numpy() * n // total)
+        for i in range(n):
+            t = in_order.read(i)
+            if t.num_rows:
+                yield t.sort_by("seq")
+
+
+def _findings(ctx, check_id: str, sel: pa.Table, extra_details: bool) -> pa.Table:
+    level, uniq = sel.column("level"), sel.column("uniq_key")
+    details = {"level": level}
+    if extra_details:
+        details["deliver_time"] = sel.column("deliver_time")
+    details.update(uniq_key=uniq, key=uniq)
+    brokers = sorted(set(pc.unique(sel.column("broker")).to_pylist()))
+    as_of = np.array([ctx.as_of[b] for b in brokers], np.int64)[
+        pc.index_in(sel.column("broker"), value_set=pa.array(brokers, pa.string())).to_numpy()]
+    # seconds as int(ms / 1000) does it: the true quotient, truncated toward zero
+    due_seconds = np.trunc((as_of - sel.column("deliver_time").to_numpy()) / 1000).astype(np.int64)
+    return finding_table(
+        check_id, sel.num_rows, broker=sel.column("broker"), file=sel.column("segment"),
+        file_position=sel.column("file_position"), physical_offset=sel.column("physical_offset"),
+        topic=L.SCHEDULE_TOPIC, queue_id=pc.subtract(level, pa.scalar(1, pa.int32())),
+        queue_offset=sel.column("queue_offset"),
+        values={"level": level, "real_topic": sel.column("real_topic"), "due_seconds": pa.array(due_seconds)},
+        details=details)
+
+
 def on_driver(ctx) -> FamilyResult:
+    """The pending units decided a part at a time (:func:`decided_batches`); what stays on the driver is per level
+    (the table, the metrics) and the findings (a check's in the survey's order, the checks in turn)."""
     res = FamilyResult()
     levels = len(L.DEFAULT_DELAY_LEVELS)  # messageDelayLevel is broker config, not in the store: the default
     offsets = ctx.metadata("delay_offsets")
@@ -174,47 +276,34 @@ def on_driver(ctx) -> FamilyResult:
               if r["topic"] == L.SCHEDULE_TOPIC}
     per_level = sorted(set(bounds) | set(delivered_offset))
 
-    found = {(r["broker"], r["physical_offset"]): r for r in ctx.partial("delays.found", FOUND).to_pylist()}
-    delivered = {(r["broker"], r["real_topic"], r["uniq_key"]) for r in ctx.partial("delays.delivered", DELIVERED)
-                 .to_pylist()}
-    pending = []
-    for u in ctx.survey_partial("delays.pending", PENDING).to_pylist():
-        msg = found.get((u["broker"], u["physical_offset"]), {})
-        uniq, real = msg.get("uniq_key"), msg.get("real_topic")
-        is_delivered = uniq is not None and real is not None and (u["broker"], real, uniq) in delivered
-        pending.append({**u, "uniq_key": uniq, "real_topic": real, "segment": msg.get("segment"),
-                        "file_position": msg.get("file_position"), "delivered": is_delivered,
-                        "due": u["deliver_time"] <= ctx.as_of[u["broker"]]})
-
-    def emit(check_id, sel, extra_details: bool):
-        if not sel:
-            return
-        col = lambda name, typ: pa.array([r[name] for r in sel], typ)  # noqa: E731
-        level, uniq = col("level", pa.int32()), col("uniq_key", pa.string())
-        details = {"level": level}
-        if extra_details:
-            details["deliver_time"] = col("deliver_time", pa.int64())
-        details.update(uniq_key=uniq, key=uniq)
-        res.findings.append(finding_table(
-            check_id, len(sel), broker=col("broker", pa.string()), file=col("segment", pa.string()),
-            file_position=col("file_position", pa.int64()), physical_offset=col("physical_offset", pa.int64()),
-            topic=L.SCHEDULE_TOPIC, queue_id=pc.subtract(level, pa.scalar(1, pa.int32())),
-            queue_offset=col("queue_offset", pa.int64()),
-            values={"level": level, "real_topic": col("real_topic", pa.string()),
-                    "due_seconds": pa.array([int((ctx.as_of[r["broker"]] - r["deliver_time"]) / 1000) for r in sel],
-                                            pa.int64())}, details=details))
-
-    emit("delays.overdue", [r for r in pending if r["due"] and not r["delivered"]], True)
-    emit("delays.delivered_offset_behind", [r for r in pending if r["delivered"]], False)
+    overdue_parts, behind_parts, counted = [], [], []
+    for t in decided_batches(ctx):
+        overdue = pc.and_(t.column("due"), pc.invert(t.column("delivered")))
+        sel = t.filter(overdue)
+        if sel.num_rows:
+            overdue_parts.append(_findings(ctx, "delays.overdue", sel, True))
+        sel = t.filter(t.column("delivered"))
+        if sel.num_rows:
+            behind_parts.append(_findings(ctx, "delays.delivered_offset_behind", sel, False))
+        counted.append(t.append_column("overdue", pc.cast(overdue, pa.int64())).group_by(
+            ["broker", "level"], use_threads=False).aggregate([("seq", "count"), ("overdue", "sum"),
+                                                               ("deliver_time", "min")]))
+    res.findings += overdue_parts + behind_parts
+    pending: dict[tuple, tuple] = {}  # (broker, level) -> (pending, overdue, next deliver time)
+    if counted:
+        g = pa.concat_tables(counted).group_by(["broker", "level"], use_threads=False).aggregate(
+            [("seq_count", "sum"), ("overdue_sum", "sum"), ("deliver_time_min", "min")])
+        for b, lv, n, o, t in zip(*(g.column(c).to_pylist() for c in (
+                "broker", "level", "seq_count_sum", "overdue_sum_sum", "deliver_time_min_min"))):
+            pending[(b, lv)] = (n, o, t)
 
     rows = []
     for broker, level in per_level:
         b = bounds.get((broker, level), {})
-        mine = [r for r in pending if r["broker"] == broker and r["level"] == level]
+        n, overdue, first_due = pending.get((broker, level), (0, 0, None))
         rows.append(dict(broker=broker, level=level, queue_id=level - 1, min_offset=b.get("min_offset"),
                          max_offset=b.get("max_offset"), delivered_offset=delivered_offset.get((broker, level)),
-                         pending=len(mine), overdue=sum(r["due"] and not r["delivered"] for r in mine),
-                         next_deliver_time=min((r["deliver_time"] for r in mine), default=None)))
+                         pending=n, overdue=overdue, next_deliver_time=first_due))
     table = pa.Table.from_pylist(rows, schema=DELAYS)
     res.tables["delays"] = table
     out_of_range = [r for r in rows if r["delivered_offset"] is not None and r["level"] <= levels and (

@@ -10,7 +10,9 @@ the JSON of its class, at its record).  Detail table: ``pop`` (one row per poppe
 
 Where each is decided: a scan task parses the revive records it holds (a bad body is its finding there) and keeps
 the retry records the revive service put (they carry 1ST_POP_TIME); the driver joins checkpoints, acks, the revive
-offsets and the retries, and reads the popped messages' UNIQ_KEYs from their consume queues when it must.
+offsets and the retries, and reads the popped messages' UNIQ_KEYs from their consume queues when it must.  The
+revive and retry records are spilled partials (Parquet parts the tasks write): the driver reads one broker's at a
+time and writes the ``pop`` table a broker at a time.
 """
 from __future__ import annotations
 
@@ -106,7 +108,7 @@ def in_range(rc, out) -> None:
         if t.num_rows:
             to = pc.if_else(pc.starts_with(t.column("topic"), L.RETRY_GROUP_TOPIC_PREFIX), t.column("topic"),
                             t.column("real_topic"))
-            out.partial("pop.retries", pa.table({
+            out.spill("pop.retries", pa.table({
                 "broker": pa.repeat(pa.scalar(rc.broker), t.num_rows),
                 **{c: t.column(c) for c in ("physical_offset", "segment", "file_position")}, "topic": to,
                 "uniq_key": t.column("uniq_key"),
@@ -130,7 +132,7 @@ def _revive_records(rc, rows: np.ndarray, fired: np.ndarray, out) -> None:
             bad.append((i, e))
     if good:
         t = m.take(good)
-        out.partial("pop.records", pa.table({
+        out.spill("pop.records", pa.table({
             "broker": pa.repeat(pa.scalar(rc.broker), len(good)),
             **{c: t.column(c) for c in ("physical_offset", "segment", "file_position", "queue_id", "queue_offset",
                                         "store_timestamp")},
@@ -155,8 +157,11 @@ def _revive_records(rc, rows: np.ndarray, fired: np.ndarray, out) -> None:
 # ------------------------------------------------------------------------------------------------------ driver
 
 def on_driver(ctx) -> FamilyResult:
+    """Each broker's popped messages decided in turn, its rows of the ``pop`` table written as it is done; what stays
+    on the driver is per broker (the counts) and the findings."""
     res = FamilyResult()
-    rows, counts = [], []
+    counts = []
+    writer = ctx.table_writer("pop", POP)
     for name, plan in ctx.plans.items():
         if not applies(plan):
             continue
@@ -165,31 +170,34 @@ def on_driver(ctx) -> FamilyResult:
         except Exception as e:  # noqa: BLE001 - that broker's finding; the others' results stand
             ctx.failures.append(failure_row(name, "the pop checks", e))
             continue
-        rows += [_row(name, p) for p in book.popped]
+        writer.write(pa.Table.from_pylist([_row(name, p) for p in book.popped], schema=POP))
         res.findings.append(_findings(name, book))
         states = [p.state for p in book.popped]
         counts.append({"broker": name, **{f"pop_{s}": states.count(s) for s in PS.STATES},
                        "pop_orphan_acks": len(book.orphan_acks)})
-    if counts:
-        res.tables["pop"] = pa.Table.from_pylist(rows, schema=POP)
+    if not counts:
+        writer.abort()
+    else:
+        res.tables["pop"] = writer.close()
         res.metrics.append(metric_table("broker", {k: [c[k] for c in counts] for k in counts[0] if k != "broker"},
                                         broker=[c["broker"] for c in counts]))
     return res
 
 
 def _ledger(ctx, name: str, plan) -> PS.PopLedger:
-    records = ctx.partial("pop.records", RECORDS)
-    records = records.filter(pc.equal(records.column("broker"), name))
+    import pyarrow.dataset as ds
+
+    mine = ds.field("broker") == name  # one broker's records at a time, never every broker's for the whole run
+    records = ctx.partial_dataset("pop.records", RECORDS).to_table(filter=mine)
     cks, acks = [], []
     for r in records.to_pylist():
         body = P.parse_pop_body(r["tag"], r["body"])
         placed = PS.Placed(body, r["physical_offset"], r["fired"], r["queue_id"], r["queue_offset"],
                            r["store_timestamp"], r["segment"], r["file_position"])
         (cks if isinstance(body, P.PopCheckPoint) else acks).append(placed)
-    retries = ctx.partial("pop.retries", RETRIES)
     retries = [PS.Retry(r["topic"], r["uniq_key"], r["reconsume_times"], r["physical_offset"], r["segment"],
                         r["file_position"])
-               for r in retries.filter(pc.equal(retries.column("broker"), name)).to_pylist()]
+               for r in ctx.partial_dataset("pop.retries", RETRIES).to_table(filter=mine).to_pylist()]
     revive = {}
     # the revive group's offsets: consumerOffset.json's, or lmqConsumerOffset.json's with enableLmq; a batch at a
     # time where the file was spilled

@@ -19,7 +19,8 @@ rmq_sys_wheel_timer and unit).
 Where each is decided: the survey's timer-log route reads every unit (the corrupt ones come to the driver); a scan
 task holds each unit next to the record it points at (``rc.routed("timerlog")``) and reads its timer records and
 the fired re-puts (records on their real topic carrying TIMER_DEQUEUE_MS); the driver joins them, walks the wheel's
-chains and reads the checkpoint.
+chains and reads the checkpoint.  The units and records are spilled partials (Parquet parts the tasks write): the
+driver reads one broker's at a time and writes the ``timers`` table a broker at a time.
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ from store_format.times import format_iso_z as _iso
 from runtime.display import plural
 from decoding.columns import column
 
+from .. import buckets
+from ..buckets import bucket_count, key_hash
 from ..contract import Family, FamilyResult, SummaryView
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, metric_table
 from ..routes import TIMER_UNITS, TIMERLOG_FILES
@@ -218,7 +221,7 @@ def in_range(rc, out) -> None:
     got = {name: pc.map_lookup(props, pa.scalar(key), "last") for name, key in _PROPS.items()}
     t = m.take(rows)
     keep = pc.or_(pc.equal(t.column("topic"), L.TIMER_TOPIC), pc.is_valid(got["dequeue_ms"]))
-    out.partial("timers.records", pa.table({
+    out.spill("timers.records", pa.table({
         "broker": pa.repeat(pa.scalar(rc.broker), len(rows)),
         **{c: t.column(c) for c in ("physical_offset", "store_size", "topic", "queue_id", "queue_offset",
                                     "store_timestamp", "kept", "segment", "file_position", "uniq_key", "real_topic")},
@@ -272,7 +275,7 @@ def _units(rc, out) -> None:
         item_pos[loose] = prev
         for i, r in zip(loose.tolist(), reason):
             item_reason[i] = r
-    out.partial("timers.units", pa.table({
+    out.spill("timers.units", pa.table({
         "broker": pa.repeat(pa.scalar(rc.broker), n), **{c: u.column(c) for c in TIMER_UNITS.names},
         "target": pa.array(TARGETS, pa.string()).take(pa.array(target)), "record_kept": pa.array(kept),
         "record_topic": pa.array(topic, pa.string()), "record_size": pa.array(size),
@@ -297,10 +300,10 @@ class _Broker:
         self.checkpoint, self.cp_problem = _timercheck(root.child("config").child(L.TIMER_CHECK_FILE))
         self.wheel = _wheel(root.child(L.TIMER_WHEEL_FILE))
         self.read_time = self.checkpoint.last_read_time_ms if self.checkpoint is not None else None
-        units = _of(ctx.partial("timers.units", UNITS), name)
+        units = _spilled_of(ctx.partial_dataset("timers.units", UNITS), name)
         self.units = units.filter(pc.equal(units.column("target"), "record"))
         self.bad_units = units.filter(pc.not_equal(units.column("target"), "record"))
-        self.records = _of(ctx.partial("timers.records", RECORDS), name)
+        self.records = _spilled_of(ctx.partial_dataset("timers.records", RECORDS), name)
         self.corrupt = _of(ctx.survey_partial("timers.corrupt", CORRUPT), name).sort_by("timerlog_offset")
         files = _of(ctx.survey_partial("survey.timerlog_files", TIMERLOG_FILES), name)
         self.log_end = max(files.column("written_end").to_pylist(), default=0) if files.num_rows else 0
@@ -320,6 +323,14 @@ class _Broker:
 
 def _of(t: pa.Table, broker: str) -> pa.Table:
     return t.filter(pc.equal(t.column("broker"), broker))
+
+
+def _spilled_of(dataset, broker: str) -> pa.Table:
+    """One broker's rows of a spilled partial (a dataset), in the tasks' order: the driver holds one broker's timer
+    records and units at a time, never every broker's for the whole run."""
+    import pyarrow.dataset as ds
+
+    return dataset.to_table(filter=ds.field("broker") == broker)
 
 
 def _timercheck(loc):
@@ -353,17 +364,21 @@ def _wheel(loc):
 
 
 def on_driver(ctx) -> FamilyResult:
+    """Each broker's timer messages traced in turn, its rows of the ``timers`` table written as it is done; what
+    stays on the driver is per broker (the counts, the summary) and the findings."""
     res = FamilyResult()
-    paths_rows, metric_rows = [], []
-    for name, b in _computed(ctx).items():
+    metric_rows = []
+    writer = ctx.table_writer("timers", TIMERS)
+    for name, b in _computed(ctx, writer.write).items():
         if isinstance(b, Exception):  # that broker's finding; the others' results stand
             ctx.failures.append(failure_row(name, "the timers checks", b))
             continue
         res.findings.append(b["findings"])
-        paths_rows += b["rows"]
         metric_rows.append({"broker": name, **b["counts"]})
-    if metric_rows:
-        res.tables["timers"] = pa.Table.from_pylist(paths_rows, schema=TIMERS)
+    if not metric_rows:
+        writer.abort()
+    else:
+        res.tables["timers"] = writer.close()
         names = [r["broker"] for r in metric_rows]
         res.metrics.append(metric_table("broker", {f"timers_{k}": [r[k] for r in metric_rows] for k in _COUNTED},
                                         broker=names))
@@ -373,49 +388,124 @@ def on_driver(ctx) -> FamilyResult:
 _COUNTED = ("pending", "overdue", "fired", "recalled", "lost")
 
 
-def _computed(ctx) -> dict:
-    """Per broker with a timer store: its findings, table rows, counts and what the summary says (once)."""
+def _computed(ctx, rows=None) -> dict:
+    """Per broker with a timer store: its findings, counts and what the summary says (once); its rows of the
+    ``timers`` table go to ``rows`` (a function) as each broker is done, and are not kept."""
     cache = ctx.__dict__.setdefault("_timers_family", {})
     if not cache:
         for name, plan in ctx.plans.items():
             if applies(plan):
                 try:
-                    cache[name] = _audit_broker(_Broker(ctx, name, plan))
+                    done = _audit_broker(_Broker(ctx, name, plan))
+                    if rows is not None:
+                        rows(done.pop("rows"))
+                    done.pop("rows", None)
+                    cache[name] = done
                 except Exception as e:  # noqa: BLE001 - reported by on_driver as that broker's audit_failed
                     cache[name] = e
     return cache
 
 
 def _audit_broker(b: _Broker) -> dict:
+    """One broker's timer messages traced a bucket of keys at a time (:func:`_trace_keys`): what the driver holds of
+    them as Python objects is one bucket's; the rest is per broker (the counts, the summary) or a finding."""
     reach = T.wheel_reach_ms()
     reached, chain_findings = _chains(b)
-    units = [_unit(r, reached) for r in b.units.to_pylist()]
-    records = [_record(r) for r in b.records.to_pylist()]
-    resume, first_covered = _queue_offsets(b, units, records)
+    resume, first_covered = _queue_offsets(b)
     cp = TP.Checkpoint(b.read_time, resume, first_covered, reach_ms=reach)
-    paths = TP.trace(records, units, cp, b.as_of)
-    if b.truncated_at is not None:
-        for p in paths:
-            if p.unit is not None and p.unit.timerlog_offset > b.truncated_at and p.state in TP.WAITING + TP.NEVER:
-                p.state = "lost"
-                p.reason = f"the timer's recovery truncates the timer log at the corrupt unit at {b.truncated_at}"
-    rows = [_row(b.name, p) for p in paths]
-    findings = chain_findings + _path_findings(b, paths) + _unit_findings(b) + _file_findings(b, paths, resume)
-    counts = {"pending": sum(p.state in TP.WAITING and p.kind != "recall" for p in paths),
-              "overdue": sum(p.state == "overdue" for p in paths),
-              "fired": sum(p.state == "fired" for p in paths),
-              "recalled": sum(p.state == "recalled" for p in paths),
-              "lost": sum(p.state in TP.NEVER for p in paths) + _lost_units(b)}
-    waiting = sorted(p.deliver_ms for p in paths if p.state in TP.WAITING and p.kind != "recall"
-                     and p.deliver_ms is not None)
-    due: dict[int, int] = {}
-    for t in waiting:
-        due[t] = due.get(t, 0) + 1
+    rows, found = [], []
+    counts = dict.fromkeys(_COUNTED, 0)
+    again, again_slot, enqueued_again, last_due = 0, None, 0, None
+    due: dict[int, int] = {}  # the earliest deliver times of waiting messages and how many wait for each
+    known = b.checkpoint is not None or b.cp_problem is not None  # an unreadable one is the metadata family's
+    for paths in _trace_keys(b, reached, cp):
+        if b.truncated_at is not None:
+            for p in paths:
+                if p.unit is not None and p.unit.timerlog_offset > b.truncated_at and \
+                        p.state in TP.WAITING + TP.NEVER:
+                    p.state = "lost"
+                    p.reason = f"the timer's recovery truncates the timer log at the corrupt unit at {b.truncated_at}"
+        rows.append(pa.Table.from_pylist([_row(b.name, p) for p in paths], schema=TIMERS))
+        found += _path_findings(b, paths)
+        counts["pending"] += sum(p.state in TP.WAITING and p.kind != "recall" for p in paths)
+        counts["overdue"] += sum(p.state == "overdue" for p in paths)
+        counts["fired"] += sum(p.state == "fired" for p in paths)
+        counts["recalled"] += sum(p.state == "recalled" for p in paths)
+        counts["lost"] += sum(p.state in TP.NEVER for p in paths)
+        waiting = [p.deliver_ms for p in paths if p.state in TP.WAITING and p.kind != "recall"
+                   and p.deliver_ms is not None]
+        for t in waiting:
+            due[t] = due.get(t, 0) + 1
+        if waiting:
+            last_due = max(waiting) if last_due is None else max(last_due, max(waiting))
+        due = dict(sorted(due.items())[:5])  # the five earliest of all are among the five earliest so far
+        if known:
+            slots = [p.unit.slot_time_ms for p in paths if p.state in ("fired", "rolled") and p.unit is not None
+                     and not T.dequeued(p.unit.slot_time_ms, b.read_time)]
+            again += len(slots)
+            again_slot = min([*slots, *([] if again_slot is None else [again_slot])], default=None)
+            enqueued_again += sum(p.unit is not None and resume is not None and p.record.queue_offset >= resume
+                                  and p.record.kept for p in paths)
+        del paths
+    counts["lost"] += _lost_units(b)
+    table = pa.concat_tables(rows) if rows else TIMERS.empty_table()
+    table = table.take(pc.sort_indices(table, [("physical_offset", "ascending"), ("timerlog_offset", "ascending")]))
+    findings = chain_findings + _in_path_order(found) + _unit_findings(b) + \
+        _file_findings(b, resume, again, again_slot, enqueued_again)
     summary = {**counts, "read_time_ms": b.read_time,
-               "next_due": [{"due_ms": t, "messages": n} for t, n in list(due.items())[:5]],
-               "last_due_ms": waiting[-1] if waiting else None}
-    return {"findings": concat_findings(findings), "rows": rows, "counts": counts, "summary": summary,
-            "paths": paths}
+               "next_due": [{"due_ms": t, "messages": n} for t, n in due.items()], "last_due_ms": last_due}
+    return {"findings": concat_findings(findings), "rows": table, "counts": counts, "summary": summary}
+
+
+def _trace_keys(b: _Broker, reached, cp: TP.Checkpoint):
+    """The paths of a broker's timer messages (store_format.timerpath.trace), a bucket of keys at a time: a record
+    on rmq_sys_wheel_timer meets only records of its key (:func:`_keys`: its delete key, or the one a recall names)
+    and the units that point at it, so records spread by key and units by their record's key trace as one."""
+    recs = b.records
+    key = _keys(recs)
+    n = bucket_count(recs.num_rows + b.units.num_rows, max(1, buckets.ROWS_PER_BUCKET // _OBJECTS_PER_ROW))
+    rb = (key_hash(key) % np.uint64(n)).astype(np.int64)
+    on_timer = pc.fill_null(pc.equal(recs.column("topic"), L.TIMER_TOPIC), False)
+    timer = pa.table({"physical_offset": recs.column("physical_offset").filter(on_timer),
+                      "bucket": pa.array(rb).filter(on_timer)})
+    timer = timer.group_by("physical_offset", use_threads=False).aggregate([("bucket", "last")])  # one record an offset
+    at = pc.index_in(b.units.column("physical_offset"), value_set=timer.column("physical_offset"))
+    ub = pc.fill_null(timer.column("bucket_last").take(at), -1).to_numpy(zero_copy_only=False)  # -1: no record
+    for i in range(n):
+        mine = recs.filter(pa.array(rb == i))
+        if not mine.num_rows:
+            continue
+        records = [_record(r) for r in mine.to_pylist()]
+        units = [_unit(r, reached) for r in b.units.filter(pa.array(ub == i)).to_pylist()]
+        yield TP.trace(records, units, cp, b.as_of)
+
+
+# a bucket of the trace holds its records and units as Python objects (dicts, TimerRecord, Unit, Path, row: a few KB
+# a row, ~20x their Arrow rows): buckets of a quarter of buckets.ROWS_PER_BUCKET keep one near a bucket of columns
+_OBJECTS_PER_ROW = 4
+
+
+def _keys(records: pa.Table) -> pa.Array:
+    """What joins records in the trace: ``<topic>+<UNIQ_KEY>`` (store_format.timer.delete_key; REAL_TOPIC for a
+    record on rmq_sys_wheel_timer, the topic of a fired re-put), or a recall's TIMER_DEL_UNIQKEY (the key it
+    names): a message's records, its deliveries, its roll re-puts and the recalls naming it share it."""
+    on_timer = pc.fill_null(pc.equal(records.column("topic"), L.TIMER_TOPIC), False)
+    topic = pc.if_else(on_timer, records.column("real_topic"), records.column("topic"))
+    own = pc.binary_join_element_wise(pc.fill_null(topic, "None"), pc.fill_null(records.column("uniq_key"), "None"),
+                                      "+")
+    recall = pc.and_(on_timer, pc.is_valid(records.column("del_key")))
+    return pc.if_else(recall, records.column("del_key"), own)
+
+
+def _in_path_order(found: list[tuple]) -> list[pa.Table]:
+    """The path findings of every bucket (``(check, order, row)``: :func:`_path_findings`) as one trace of the
+    whole broker makes them: a check's rows in the paths' order, the checks in the order they first occur, the
+    deliveries made twice last."""
+    by_check: dict[str, list] = {}
+    for check_id, order, row in found:
+        by_check.setdefault(check_id, []).append((order, row))
+    checks = sorted(by_check, key=lambda c: (c == "timers.delivered_twice", min(o for o, _ in by_check[c])))
+    return [finding_rows(c, [r for _, r in sorted(by_check[c], key=lambda x: x[0])]) for c in checks]
 
 
 def _unit(r: dict, reached: dict) -> TP.Unit:
@@ -430,18 +520,22 @@ def _record(r: dict) -> TP.TimerRecord:
                           r["file_position"])
 
 
-def _queue_offsets(b: _Broker, units: list[TP.Unit], records: list[TP.TimerRecord]) -> tuple[int | None, int | None]:
+def _queue_offsets(b: _Broker) -> tuple[int | None, int | None]:
     """The queue offset of rmq_sys_wheel_timer/0 the enqueue resumes from (TimerMessageStore.recover: the last
     unit's record's queue offset + 1, no further than the checkpoint's masterTimerQueueOffset, inside the queue's
     bounds), and the first one the timer log still covers."""
-    queue = {r.physical_offset: r.queue_offset for r in records if r.topic == L.TIMER_TOPIC}
-    covered = [queue[u.physical_offset] for u in units if u.physical_offset in queue]
+    recs = b.records.filter(pc.fill_null(pc.equal(b.records.column("topic"), L.TIMER_TOPIC), False))
+    queue = recs.group_by("physical_offset", use_threads=False).aggregate([("queue_offset", "last")])
+    units = b.units
+    at = pc.index_in(units.column("physical_offset"), value_set=queue.column("physical_offset"))
+    covered = pc.min(queue.column("queue_offset_last").take(at)).as_py() if units.num_rows else None
     end = b.truncated_at
-    last = max((u for u in units if end is None or u.timerlog_offset < end), key=lambda u: u.timerlog_offset,
-               default=None)
+    tlo = units.column("timerlog_offset").to_numpy(zero_copy_only=False)
+    before = np.flatnonzero(tlo < end) if end is not None else np.arange(len(tlo))
+    last_at = at[int(before[np.argmax(tlo[before])])].as_py() if len(before) else None
     cp = b.checkpoint
-    if last is not None and last.physical_offset in queue:
-        resume = queue[last.physical_offset] + 1
+    if last_at is not None:
+        resume = queue.column("queue_offset_last")[last_at].as_py() + 1
     else:
         resume = cp.last_timer_queue_offset if cp is not None else 0
     if cp is not None and cp.master_timer_queue_offset is not None:
@@ -449,7 +543,7 @@ def _queue_offsets(b: _Broker, units: list[TP.Unit], records: list[TP.TimerRecor
     lo, hi = _timer_queue_bounds(b)
     if hi is not None:
         resume = max(lo, min(resume or 0, hi))
-    return resume, (min(covered) if covered else None)
+    return resume, covered
 
 
 def _timer_queue_bounds(b: _Broker) -> tuple[int, int | None]:
@@ -486,12 +580,15 @@ def _details(p: TP.Path, **extra) -> dict:
             "slot_time_ms": u.slot_time_ms if u else None, **extra}
 
 
-def _path_findings(b: _Broker, paths: list[TP.Path]) -> list[pa.Table]:
-    rows: dict[str, list[dict]] = {}
+def _path_findings(b: _Broker, paths: list[TP.Path]) -> list[tuple]:
+    """The findings about some timer messages, as ``(check, order, row)``: ``order`` places the row where a trace of
+    the whole broker makes it (:func:`_in_path_order`): its path's (record, unit), or a delivery's place."""
+    rows: list[tuple] = []
 
-    def add(check_id, p, values=None, details=None, **where):
-        rows.setdefault(check_id, []).append({"broker": b.name, **_where(p), **where, "values": {
-            "real_topic": p.record.real_topic, **(values or {})}, "details": _details(p, **(details or {}))})
+    def add(check_id, p, values=None, details=None, order=None, **where):
+        rows.append((check_id, order or _order(p), {
+            "broker": b.name, **_where(p), **where, "values": {"real_topic": p.record.real_topic, **(values or {})},
+            "details": _details(p, **(details or {}))}))
 
     per_record: dict[int, list[TP.Path]] = {}
     for p in paths:
@@ -522,12 +619,17 @@ def _path_findings(b: _Broker, paths: list[TP.Path]) -> list[pa.Table]:
         if len(deliveries) > 1:
             p = mine[0]
             extra = sorted(deliveries, key=lambda d: d.physical_offset)[1:]
-            for d in extra:
+            for k, d in enumerate(extra):
                 add("timers.delivered_twice", p, {"deliveries": len(deliveries)},
                     {"deliveries": len(deliveries), "first_delivery": deliveries[0].physical_offset},
-                    file=d.segment, file_position=d.file_position, physical_offset=d.physical_offset,
+                    order=(phys, k), file=d.segment, file_position=d.file_position, physical_offset=d.physical_offset,
                     topic=d.topic, queue_id=d.queue_id, queue_offset=d.queue_offset)
-    return [finding_rows(check_id, r) for check_id, r in rows.items()]
+    return rows
+
+
+def _order(p: TP.Path) -> tuple[int, int]:
+    """Where a path comes in a trace of the whole broker: by its record's offset, then its unit's."""
+    return p.record.physical_offset, -1 if p.unit is None else p.unit.timerlog_offset
 
 
 def _why_delivered(p: TP.Path) -> str:
@@ -585,7 +687,11 @@ def _unit_findings(b: _Broker) -> list[pa.Table]:
     return [finding_rows(check_id, r) for check_id, r in rows.items()]
 
 
-def _file_findings(b: _Broker, paths: list[TP.Path], resume: int | None) -> list[pa.Table]:
+def _file_findings(b: _Broker, resume: int | None, again: int, again_slot: int | None,
+                   enqueued_again: int) -> list[pa.Table]:
+    """The timer store's files against the paths: ``again`` fired or rolled messages whose slot (the first
+    ``again_slot``) the checkpoint has not read, ``enqueued_again`` records the timer log holds at or past the queue
+    offset ``resume`` the enqueue resumes from (both counted only when the checkpoint is known)."""
     out = []
     for c in b.corrupt.to_pylist():
         lost = None
@@ -611,21 +717,14 @@ def _file_findings(b: _Broker, paths: list[TP.Path], resume: int | None) -> list
             "values": {"length": b.wheel.file_length, "expected": expected},
             "details": {"length": b.wheel.file_length}}]))
     behind = []
-    known = b.checkpoint is not None or b.cp_problem is not None  # an unreadable one is the metadata family's
-    again = [p for p in paths if p.state in ("fired", "rolled") and p.unit is not None
-             and not T.dequeued(p.unit.slot_time_ms, b.read_time)] if known else []
     if again:
         behind.append((0, f"lastReadTimeMs {_iso(b.read_time or 0)} is before the slots of "
-                          f"{plural(len(again), 'timer message')} already fired or rolled (the first at "
-                          f"{_iso(min(p.unit.slot_time_ms for p in again))}): the broker reads those slots again",
-                       len(again)))
-    enqueued_again = [p for p in paths if known and p.unit is not None and resume is not None
-                      and p.record.queue_offset >= resume and p.record.kept]
+                          f"{plural(again, 'timer message')} already fired or rolled (the first at "
+                          f"{_iso(again_slot)}): the broker reads those slots again", again))
     if enqueued_again:
         behind.append((16, f"the timer resumes enqueuing rmq_sys_wheel_timer/0 at {resume}, before "
-                           f"{plural(len(enqueued_again), 'record')} the timer log already holds: they are enqueued "
-                           "again",
-                       len(enqueued_again)))
+                           f"{plural(enqueued_again, 'record')} the timer log already holds: they are enqueued "
+                           "again", enqueued_again))
     out.append(finding_rows("timers.checkpoint_behind", [{
         "broker": b.name, "file": cp_file, "file_position": pos, "values": {"reason": why},
         "details": {"reason": why, "count": n}} for pos, why, n in behind]))
@@ -694,11 +793,11 @@ def _chains(b: _Broker) -> tuple[dict, list[pa.Table]]:
         done = np.zeros(len(cur), bool)
         done[np.flatnonzero(active)[loop | (nxt == -1)]] = True
         active &= ~done
-    e = entries.to_pylist()
+    e = entries.select(["file", "file_position"]).take(pa.array([j for _, j in loops], pa.int64())).to_pylist()
     findings = [finding_rows("timers.chain_loop", [{
-        "broker": b.name, "file": f"{L.TIMER_LOG_DIR}/{e[j]['file']}", "file_position": e[j]["file_position"],
+        "broker": b.name, "file": f"{L.TIMER_LOG_DIR}/{e[k]['file']}", "file_position": e[k]["file_position"],
         "values": {"slot_time": _iso(t), "timerlog_offset": int(offs[j]), "prev_pos": int(prev[j])},
-        "details": {"slot_time_ms": t, "prev_pos": int(prev[j])}} for t, j in loops])]
+        "details": {"slot_time_ms": t, "prev_pos": int(prev[j])}} for k, (t, j) in enumerate(loops)])]
     findings.append(finding_rows("timers.chain_broken", [{
         "broker": b.name, "file": L.TIMER_WHEEL_FILE,
         "file_position": T.slot_index(t) * T.SLOT_SIZE,
