@@ -450,6 +450,14 @@ class Selection:
     recovery: dict = field(default_factory=dict)  # broker -> RecoveryPrediction (its cut: where the kept walk ends)
 
 
+def check_time_range(args) -> tuple[int | None, int | None]:
+    """``--from`` and ``--to``, the first not after the second."""
+    lo, hi = args.from_time, args.to_time
+    if lo is not None and hi is not None and lo > hi:
+        raise UsageError(f"--from {format_time(lo)} is after --to {format_time(hi)}")
+    return lo, hi
+
+
 def select(spark, args, stores: list[StoreRef]) -> Selection:
     """The rows the arguments select from the walk asked for, each marked with why it would not be written (or not),
     and every intact message the selection names (``base``: the salvage walk's, each marked whether the broker keeps
@@ -457,11 +465,7 @@ def select(spark, args, stores: list[StoreRef]) -> Selection:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    lo, hi = args.from_time, args.to_time
-    if lo is not None and hi is not None and lo > hi:
-        raise UsageError(f"--from {format_time(lo)} is after --to {format_time(hi)}")
-    if written_by_tasks(args):  # the tasks select; the recovery is predicted from their plan (write_by_tasks)
-        return Selection(None, ("broker", "physical_offset"), [], None)
+    lo, hi = check_time_range(args)
     decompress = args.body == "decompressed"
     recovery = predictions(stores, args)
     cuts = {name: p.cut for name, p in recovery.items()}
@@ -584,7 +588,11 @@ def run(spark, args, err=None) -> cli.JobResult:
     err = err or sys.stderr
     stores = prepare(args)
     watch(job_run("extract"), stores)  # the stores' chain of custody, checked again before the commit
-    sel = select(spark, args, stores)
+    if written_by_tasks(args):  # the tasks select; the recovery is predicted from their first pass (write_by_tasks)
+        check_time_range(args)
+        sel = Selection(None, ("broker", "physical_offset"), [], None)
+    else:
+        sel = select(spark, args, stores)
     with Phase("select and write", sum(commitlog_bytes(s.root) for s in stores), spark) as phase:
         return cli.JobResult("", write_selection(spark, args, stores, sel, err, phase))
 

@@ -367,6 +367,7 @@ STR_PATHS_ALLOWED = {
     ("datasources.twopass", "commitlog_ends", "path"): _SPARK_LOAD,
     ("datasources.__init__", "plan_commitlog", "path"): _SPARK_LOAD,  # read_commitlog's options, read by the tasks
     ("datasources.twopass", "plan_commitlog", "path"): _SPARK_LOAD,
+    ("datasources.__init__", "commitlog_ends", "path"): _SPARK_LOAD,  # plan_commitlog's first pass, the same string
     ("jobs.audit.buckets", "Buckets.__init__", "folder"): "the driver's own scratch (a temporary directory of this "
                                                            "machine's disk, removed after the step), never an input "
                                                            "nor an output",
