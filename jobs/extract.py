@@ -741,20 +741,25 @@ class SelectedRows(Rows):
                 mask = pc.and_(mask, pc.fill_null(test(batch.column("store_timestamp"), bound), False))
         for c in self.criteria:
             mask = pc.and_(mask, c.mask(batch))
-        base = batch.filter(mask)
+        # counted on the narrow columns; the output's columns filtered once
+        keys = batch.select(list(dict.fromkeys(("broker", "kept", "beyond_first_stop", "topic", "tran_type")
+                                               + QUEUE_KEYS + ("queue_offset", "physical_offset"))))
+        base = keys.filter(mask)
         _count(tally, "base", base, ("broker", "kept", "beyond_first_stop"))
-        frame = base.filter(pc.fill_null(base.column("kept"), False)) if self.kept_only else base
-        _count(tally, "selected", frame, ("topic", "broker", "kept"))
-        if self.batch_topics is not None and frame.num_rows:
-            broker = frame.column("broker")[0].as_py()  # a part reads one store
-            queued = pc.is_in(frame.column("tran_type"), value_set=pa.array(QUEUED_TRAN_TYPES))
+        if self.kept_only:
+            mask = pc.and_(mask, pc.fill_null(batch.column("kept"), False))
+            base = keys.filter(mask)
+        _count(tally, "selected", base, ("topic", "broker", "kept"))
+        if self.batch_topics is not None and base.num_rows:
+            broker = base.column("broker")[0].as_py()  # a part reads one store
+            queued = pc.is_in(base.column("tran_type"), value_set=pa.array(QUEUED_TRAN_TYPES))
             batched = list(self.batch_topics.get(broker, ()))
             if batched:
-                queued = pc.and_(queued, pc.invert(pc.is_in(frame.column("topic"), value_set=pa.array(batched))))
+                queued = pc.and_(queued, pc.invert(pc.is_in(base.column("topic"), value_set=pa.array(batched))))
             tally.scratch.setdefault("queued", []).append(
-                frame.filter(pc.fill_null(queued, False)).select(list(QUEUE_KEYS) + ["queue_offset",
-                                                                                     "physical_offset"]))
-        return frame.select(self.columns)
+                base.filter(pc.fill_null(queued, False)).select(list(QUEUE_KEYS) + ["queue_offset",
+                                                                                    "physical_offset"]))
+        return batch.select(self.columns).filter(mask)
 
     def finish(self, tally):
         import numpy as np
