@@ -218,9 +218,9 @@ def _streamed_offset_table(broker: str, config_dir, rows) -> pa.Table | None:
             parts["offset"].append(pa.array(cols["offset"], _L))
         schema = schema_of("consumer_offsets")
         n = stream.entries
-        arrays = {"broker": _constant(broker, n, _S), "source": _constant(stream.source, n, _S),
+        arrays = {"broker": constant_column(broker, n, _S), "source": constant_column(stream.source, n, _S),
                   **{k: pa.chunked_array(v, schema.field(k).type) for k, v in parts.items()}}
-        return pa.Table.from_arrays([arrays[f.name] if f.name in arrays else _constant(None, n, f.type)
+        return pa.Table.from_arrays([arrays[f.name] if f.name in arrays else constant_column(None, n, f.type)
                                      for f in schema], schema=schema)
     except MemoryError:
         if stream is not None:
@@ -232,13 +232,13 @@ def _streamed_offset_table(broker: str, config_dir, rows) -> pa.Table | None:
 
 def _offset_table(schema, broker, cfg, cols, problems, rows) -> pa.Table:
     """The consumer_offsets table from :func:`store_format.config.offset_columns`' columns: the names taken per row,
-    the constant columns shared (:func:`_constant`)."""
+    the constant columns shared (:func:`constant_column`)."""
     n = len(cols["map"])
     index = pa.array(cols["map"])  # numpy's int64: no copy
-    arrays = {"broker": _constant(broker, n, _S), "topic": cols["topics"].take(index),
+    arrays = {"broker": constant_column(broker, n, _S), "topic": cols["topics"].take(index),
               "group": cols["groups"].take(index), "queue_id": pa.array(cols["queue_id"], _I),
-              "offset": pa.array(cols["offset"], _L), "source": _constant(cfg.source, n, _S)}
-    good = pa.Table.from_arrays([arrays[f.name] if f.name in arrays else _constant(None, n, f.type) for f in schema],
+              "offset": pa.array(cols["offset"], _L), "source": constant_column(cfg.source, n, _S)}
+    good = pa.Table.from_arrays([arrays[f.name] if f.name in arrays else constant_column(None, n, f.type) for f in schema],
                                 schema=schema)
     if not problems:
         return good
@@ -359,7 +359,7 @@ def spill_offset_table(broker: str, root, directory, batch_rows: int = C.OFFSET_
 _BLOCK = 1 << 16  # MetadataReader's batch size
 
 
-def _constant(value, n: int, type_) -> pa.ChunkedArray:
+def constant_column(value, n: int, type_) -> pa.ChunkedArray:
     """``value`` on ``n`` rows as one block of rows shared by every chunk: a column that repeats the file's path on
     millions of rows takes the memory of one block."""
     block = pa.repeat(pa.scalar(value, type_), min(n, _BLOCK))

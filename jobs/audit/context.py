@@ -89,6 +89,16 @@ class AuditContext:
         return TableWriter(None if self.tables_dir is None else out_join(self.tables_dir, name, "part-00000.parquet"),
                            schema)
 
+    def partial_writer(self, name: str, schema: pa.Schema) -> "TableWriter":
+        """A partial table ``name`` the driver writes batch by batch into the run's partials
+        (partials/<name>/part-00000.parquet), for what the job writes out later without holding it whole (a
+        family's metrics that grow with a spilled file, issue 40); without a run's partials folder the batches are
+        kept and make a table (a family run on its own, in the tests)."""
+        from runtime.output import out_join
+
+        return TableWriter(None if self.partials_dir is None else
+                           out_join(self.partials_dir, name, "part-00000.parquet"), schema)
+
     def survey_partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
         return self.survey.get(name, schema)
 
@@ -398,7 +408,10 @@ class AuditContext:
                 yield part
                 continue
             data = out_parts_dataset([str(part.path)], schema)
-            for batch in data.to_batches(batch_size=C.OFFSET_BATCH_ROWS, use_threads=False):  # in the file's order
+            # in the file's order, and no read-ahead: the scanner otherwise decodes batches as fast as it can while
+            # the families take their time over each, and queues the whole file (issue 40: 1 GB live at 13.6 M rows)
+            for batch in data.to_batches(batch_size=C.OFFSET_BATCH_ROWS, use_threads=False, batch_readahead=0,
+                                         fragment_readahead=0):
                 if batch.num_rows:
                     yield pa.Table.from_batches([batch], schema)
 
