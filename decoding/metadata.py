@@ -287,13 +287,18 @@ def scan_offset_stream(buf, batch_rows: int):
             k = order[lo:lo + batch_rows]
             if not (_valid_utf8(_spans(b, name_lo[k], at[k])) and _valid_utf8(_spans(b, at[k] + 1, name_hi[k]))):
                 return None
-    ends = np.cumsum(count[order])  # rows up to each map, in order
 
     def batches():
         lo = 0
         while lo < n_maps:  # whole maps, as many as batch_rows rows hold (at least one)
-            before = int(ends[lo - 1]) if lo else 0
-            hi = max(int(np.searchsorted(ends, before + batch_rows, "right")), lo + 1)
+            width = batch_rows  # maps looked at: their rows counted here, not a running count kept for every map
+            while True:
+                ends = np.cumsum(count[order[lo:lo + width]])
+                hi = lo + int(np.searchsorted(ends, batch_rows, "right"))
+                if hi < lo + len(ends) or lo + width >= n_maps:
+                    break
+                width *= 2  # empty maps: more of them fit
+            hi = max(hi, lo + 1)
             k = np.ascontiguousarray(order[lo:hi])
             lo = hi
             rows = int(count[k].sum())
