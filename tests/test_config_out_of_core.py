@@ -245,3 +245,36 @@ def test_many_maps_of_one_queue_cost_the_lag_family_little_beyond_the_spill(tmp_
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert (got["lag_rows"], got["metric_rows"]) == (maps, 2 * maps), got
     assert got["families_peak_mib"] - got["spill_peak_mib"] < 120, got
+
+
+def test_the_per_topic_rows_a_slice_at_a_time_are_the_whole_ones():
+    """lag's per-(broker, group, topic) rows taken a slice at a time (a spilled file's row per map) are the rows
+    taken whole, the runs of one key merged across batches and slices: the lags summed, the largest lag_ms."""
+    import random
+
+    import pyarrow as pa
+
+    from jobs.audit.checks import lag
+
+    rng = random.Random(7)
+    rows = [dict(broker=rng.choice("ba"), group=f"g{rng.randrange(5)}", topic=f"T{rng.randrange(3)}",
+                 lag=rng.randrange(4), lag_ms=rng.choice([None, rng.randrange(1000)])) for _ in range(300)]
+    schema = pa.schema([("broker", pa.string()), ("group", pa.string()), ("topic", pa.string()),
+                        ("lag", pa.int64()), ("lag_ms", pa.int64())])
+
+    def runs() -> dict:
+        out: dict = {}
+        for lo in range(0, len(rows), 40):  # batches of lag rows, a key's rows in several
+            for broker, r in lag._runs(pa.Table.from_pylist(rows[lo:lo + 40], schema)).items():
+                out.setdefault(broker, []).append(r)
+        return out
+
+    want: dict = {}
+    for r in rows:
+        lag_sum, ms = want.get((r["broker"], r["group"], r["topic"]), (0, None))
+        want[(r["broker"], r["group"], r["topic"])] = (lag_sum + r["lag"], ms if r["lag_ms"] is None else
+                                                      max(r["lag_ms"], ms if ms is not None else r["lag_ms"]))
+    expected = [dict(broker=b, group=g, topic=t, lag=s, lag_ms=m) for (b, g, t), (s, m) in sorted(want.items())]
+    for slice_rows in (None, 1, 2, 3, 7, 1000):
+        got = pa.concat_tables(list(lag._per_topic(runs(), slice_rows)))
+        assert got.to_pylist() == expected, slice_rows

@@ -260,9 +260,24 @@ def on_driver(ctx) -> FamilyResult:
     for check_id in sorted(first, key=first.get):
         res.findings.append(concat_findings([_offset_findings(check_id, part) for part in flagged[check_id]]))
 
-    per_topic = _per_topic(runs)
-    behind = per_topic.filter(pc.greater(per_topic.column("lag"), 0))
-    if behind.num_rows:
+    # per (broker, group, topic): held whole in memory; where the offsets were spilled (a row per map) a slice at a
+    # time, its group metrics written as it comes and only the rows behind kept for their findings
+    metrics, held, behind = None, [], []
+    try:
+        for part in _per_topic(runs, _METRIC_SLICE if ctx.offsets_spilled else None):
+            behind.append(part.filter(pc.greater(part.column("lag"), 0)))
+            if not ctx.offsets_spilled:
+                held.append(part)
+                continue
+            if metrics is None:
+                metrics = ctx.partial_writer("lag_metrics", METRIC_SCHEMA)
+            metrics.write(_group_metrics(part))
+    except BaseException:
+        if metrics is not None:
+            metrics.abort()
+        raise
+    behind = pa.concat_tables(behind) if behind else None
+    if behind is not None and behind.num_rows:
         lag, lag_ms, group = behind.column("lag"), behind.column("lag_ms"), behind.column("group")
         res.findings.append(finding_table(
             "lag.behind", behind.num_rows, broker=behind.column("broker"), topic=behind.column("topic"),
@@ -270,17 +285,15 @@ def on_driver(ctx) -> FamilyResult:
             values={"group": group, "lag": lag,
                     "lag_seconds": pc.divide(lag_ms, 1000)},  # integer division, toward zero
             details={"group": group, "lag": lag, "lag_ms": lag_ms, "key": group}))
-    if per_topic.num_rows and ctx.offsets_spilled:  # a row per map: written a slice at a time, never held whole
-        metrics = ctx.partial_writer("lag_metrics", METRIC_SCHEMA)
-        for lo in range(0, per_topic.num_rows, _METRIC_SLICE):
-            metrics.write(_group_metrics(per_topic.slice(lo, _METRIC_SLICE)))
+    if metrics is not None:
         res.metrics.append(metrics.close())
-    elif per_topic.num_rows:
-        res.metrics.append(_group_metrics(per_topic))
+    elif held:
+        res.metrics.append(_group_metrics(pa.concat_tables(held)))
     return res
 
 
-#: per-(group, topic) rows turned into metrics at a time where the offsets were spilled (two metric rows each)
+#: per-(group, topic) rows sorted, merged and turned into metrics at a time where the offsets were spilled (two
+#: metric rows each)
 _METRIC_SLICE = 1 << 20
 
 
@@ -354,26 +367,37 @@ def _runs(t: pa.Table) -> dict[str, pa.Table]:
     return {b: r.filter(pc.equal(brokers, b)).drop_columns(["broker"]) for b in pc.unique(brokers).to_pylist()}
 
 
-def _per_topic(runs: dict[str, list]) -> pa.Table:
+def _per_topic(runs: dict[str, list], slice_rows: int | None = None):
     """Per (broker, group, topic), in that order, from the lag table's runs (:func:`_runs`, by broker, one table a
-    batch): the lag summed and the largest lag_ms (null when none); runs of one key that are apart (another order,
-    another batch) are merged after the runs are sorted.  The broker column is one shared block of rows per broker
+    batch), as tables of about ``slice_rows`` rows (None: a broker's whole): the lag summed and the largest lag_ms
+    (null when none); runs of one key that are apart (another order, another batch) are merged after the runs are
+    sorted, across slices too.  Each broker's runs are let go once sorted and its rows taken a slice at a time: a
+    spilled file's row per map is never copied whole.  The broker column is one shared block of rows
     (decoding.metadata.constant_column), not a string a row."""
-    parts = []
     for broker in sorted(runs):  # Python's order of str is Arrow's of UTF-8 bytes
-        t = pa.concat_tables(runs[broker])
-        t = t.take(pc.sort_indices(t, [("group", "ascending"), ("topic", "ascending")]))
-        if len(t) > 1:
-            same = np.ones(len(t) - 1, bool)
-            for name in ("group", "topic"):
-                c = t.column(name)
-                same &= pc.equal(c.slice(1), c.slice(0, len(t) - 1)).to_numpy(zero_copy_only=False)
-            if same.any():  # one key in runs apart: merged (small: a row per map)
-                t = _reduced(t, np.flatnonzero(np.r_[True, ~same]))
-        parts.append(t.add_column(0, "broker", constant_column(broker, t.num_rows, pa.string())))
-    return pa.concat_tables(parts) if parts else pa.table({
-        "broker": pa.array([], pa.string()), "group": pa.array([], pa.string()), "topic": pa.array([], pa.string()),
-        "lag": pa.array([], pa.int64()), "lag_ms": pa.array([], pa.int64())})
+        t = pa.concat_tables(runs.pop(broker))
+        order = pc.sort_indices(t, [("group", "ascending"), ("topic", "ascending")])
+        step = max(slice_rows or len(t), 1)
+        carry = None  # the last key of the slice before: the next may hold more of its runs
+        for lo in range(0, len(t), step):
+            part = t.take(order.slice(lo, step))
+            part = _merged(part if carry is None else pa.concat_tables([carry, part]))
+            if lo + step < len(t):
+                part, carry = part.slice(0, len(part) - 1), part.slice(len(part) - 1)
+            if part.num_rows:
+                yield part.add_column(0, "broker", constant_column(broker, part.num_rows, pa.string()))
+
+
+def _merged(t: pa.Table) -> pa.Table:
+    """``t`` (runs in key order) with the runs of one (group, topic) next to each other made one (:func:`_reduced`)."""
+    if len(t) > 1:
+        same = np.ones(len(t) - 1, bool)
+        for name in ("group", "topic"):
+            c = t.column(name)
+            same &= pc.equal(c.slice(1), c.slice(0, len(t) - 1)).to_numpy(zero_copy_only=False)
+        if same.any():  # one key in runs apart: merged (small: a row per map)
+            return _reduced(t, np.flatnonzero(np.r_[True, ~same]))
+    return t
 
 
 def _reduced(t: pa.Table, starts: np.ndarray) -> pa.Table:
