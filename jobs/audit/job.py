@@ -17,7 +17,9 @@ dump has does not run), then writes to DIR:
   partials/<name>/ Parquet, the scan tasks' partial tables that grow with the messages (retries' hops, the
                  transactions' records), one part per task (tasks.Emitter.spill): what the driver's families read;
                  consumer_offsets/: a consumerOffset.json of more offsets than memory holds whole
-                 (ROCKETMQ_CONFIG_OFFSETS_LIMIT), streamed by the driver and read back a batch at a time
+                 (ROCKETMQ_CONFIG_OFFSETS_LIMIT), streamed by the driver and read back a batch at a time;
+                 lag_metrics/: then lag's group metrics (two a topic@group), written a slice at a time and copied
+                 into metrics/
   summary.json   tool version, run time, inputs, geometry, counts per severity and per check, and per broker its
                  recovery and its verdict (jobs/audit/verdict.py: will it start, the cut, what is lost, what to do)
   report.html    one self-contained page: per broker, in words, will it start, where recovery cuts, what is lost and
