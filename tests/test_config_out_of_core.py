@@ -209,7 +209,9 @@ from jobs.audit.plan import plan_broker
 from runtime.stores import resolve_stores
 
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
-lag._METRIC_SLICE = 1 << 16  # the group metrics a slice of maps at a time (1 Mi in an audit)
+from store_format import config as C
+
+C.OFFSET_BATCH_ROWS = lag._METRIC_SLICE = 1 << 16  # batches and slices of 64 Ki (1 Mi in an audit): what is per map shows
 X.SPILL_OFFSETS = 0
 peak = lambda: next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) >> 10
 stores = resolve_stores([str(root)])
@@ -225,11 +227,12 @@ print(json.dumps({"spill_peak_mib": spilled, "families_peak_mib": peak(), "lag_r
 
 
 def test_many_maps_of_one_queue_cost_the_lag_family_little_beyond_the_spill(tmp_path):
-    """1 M topic@group maps of one queue each (30 MB), spilled: the lag and metadata families, a batch at a time,
-    raise the driver's peak resident memory by less than 120 MiB above the spill's (the per-(group, topic) runs,
-    ~35 bytes a map, and their sort), every offset in the lag table and two group metrics per map written.  Main
-    held the group metrics whole (two rows a map, ~70 bytes each), a broker name per run and the spilled file read
-    ahead of the family: +248 MiB at this size, and past 8 GiB for the 26 M maps of a 1 GiB file."""
+    """1 M topic@group maps of one queue each (30 MB), spilled, read in batches of 64 Ki rows: the lag and metadata
+    families raise the driver's peak resident memory by less than 120 MiB above the spill's (~60 here: the
+    per-(group, topic) runs, ~35 bytes a map, their sort, a batch), every offset in the lag table and two group
+    metrics per map written.  Main held the group metrics whole (two rows a map, ~70 bytes each), a broker name per
+    run and the spilled file decoded ahead of the family: +360 MiB at this size, and past 8 GiB for the 26 M maps
+    of a 1 GiB file."""
     maps = 1_000_000
     root = tmp_path / "store"
     shutil.copytree(fixture_store("basic"), root)

@@ -399,7 +399,7 @@ class AuditContext:
         file spilled (more than ``store_format.config.offsets_limit()`` offsets: what memory holds whole) its
         Parquet read back a batch at a time (``store_format.config.OFFSET_BATCH_ROWS`` rows)."""
         from decoding.metadata import schema_of
-        from runtime.output import out_parts_dataset
+        from runtime.output import out_parquet_batches
         from store_format import config as C
 
         schema = schema_of("consumer_offsets")
@@ -407,13 +407,11 @@ class AuditContext:
             if isinstance(part, pa.Table):
                 yield part
                 continue
-            data = out_parts_dataset([str(part.path)], schema)
-            # in the file's order, and no read-ahead: the scanner otherwise decodes batches as fast as it can while
-            # the families take their time over each, and queues the whole file (issue 40: 1 GB live at 13.6 M rows)
-            for batch in data.to_batches(batch_size=C.OFFSET_BATCH_ROWS, use_threads=False, batch_readahead=0,
-                                         fragment_readahead=0):
+            # in the file's order, a row group at a time: a dataset scanner decoded the file ahead of the families,
+            # which take their time over each batch (issue 40: 1 GB live at 13.6 M rows)
+            for batch in out_parquet_batches(part.path, C.OFFSET_BATCH_ROWS):
                 if batch.num_rows:
-                    yield pa.Table.from_batches([batch], schema)
+                    yield pa.Table.from_batches([batch]).cast(schema)
 
     @cached_property
     def _offset_parts(self) -> list:

@@ -390,13 +390,13 @@ def _write_metrics(parts: list, stamp: dict, path: Location) -> pa.Table:
     if not any(isinstance(t, WrittenTable) for t in parts):
         _write_arrow(_stamp_arrow(held, stamp), path)
         return held
-    from runtime.output import out_parquet_writer, out_parts_dataset
+    from runtime.output import out_parquet_batches, out_parquet_writer
 
     schema = _stamp_arrow(FD.METRIC_SCHEMA.empty_table(), stamp).schema
     with out_parquet_writer(out_join(path, "part-00000.parquet"), schema) as w:
         for t in parts:
-            tables = [t] if not isinstance(t, WrittenTable) else (pa.Table.from_batches([b]) for b in out_parts_dataset(
-                [t.path], FD.METRIC_SCHEMA).to_batches(use_threads=False, batch_readahead=0, fragment_readahead=0))
+            tables = [t] if not isinstance(t, WrittenTable) else \
+                (pa.Table.from_batches([b]) for b in out_parquet_batches(t.path))
             for table in tables:
                 if table.num_rows:
                     w.write_table(_stamp_arrow(table, stamp).cast(schema))
