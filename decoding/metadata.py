@@ -238,8 +238,8 @@ def _offset_table(schema, broker, cfg, cols, problems, rows) -> pa.Table:
     arrays = {"broker": constant_column(broker, n, _S), "topic": cols["topics"].take(index),
               "group": cols["groups"].take(index), "queue_id": pa.array(cols["queue_id"], _I),
               "offset": pa.array(cols["offset"], _L), "source": constant_column(cfg.source, n, _S)}
-    good = pa.Table.from_arrays([arrays[f.name] if f.name in arrays else constant_column(None, n, f.type) for f in schema],
-                                schema=schema)
+    good = pa.Table.from_arrays([arrays[f.name] if f.name in arrays else constant_column(None, n, f.type)
+                                 for f in schema], schema=schema)
     if not problems:
         return good
     return pa.concat_tables([good, rows(*[dict(source=cfg.source, error=str(e), error_key=e.field,

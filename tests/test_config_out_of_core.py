@@ -211,7 +211,7 @@ from runtime.stores import resolve_stores
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
 from store_format import config as C
 
-C.OFFSET_BATCH_ROWS = lag._METRIC_SLICE = 1 << 16  # batches and slices of 64 Ki (1 Mi in an audit): what is per map shows
+C.OFFSET_BATCH_ROWS = lag._METRIC_SLICE = 1 << 16  # batches and slices of 64 Ki (1 Mi in an audit): per map shows
 X.SPILL_OFFSETS = 0
 peak = lambda: next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) >> 10
 stores = resolve_stores([str(root)])
@@ -281,3 +281,32 @@ def test_the_per_topic_rows_a_slice_at_a_time_are_the_whole_ones():
     for slice_rows in (None, 1, 2, 3, 7, 1000):
         got = pa.concat_tables(list(lag._per_topic(runs(), slice_rows)))
         assert got.to_pylist() == expected, slice_rows
+
+
+def test_metrics_a_family_wrote_to_a_file_are_copied_in_the_families_order(tmp_path):
+    """The job's metrics: a family's part file (lag's group metrics of a spilled file) copied between the other
+    families' tables, in their order, stamped as they are; the tables held come back for the summary."""
+    import datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jobs.audit import findings as FD
+    from jobs.audit.contract import WrittenTable
+    from jobs.audit.job import _write_metrics
+    from runtime.output import write_parquet_file
+
+    def metrics(broker: str, n: int) -> pa.Table:
+        return FD.metric_table("group", {"lag_messages": list(range(n))}, broker=broker,
+                               group=[f"g{i}" for i in range(n)], topic="T")
+
+    first, spilled, last = metrics("a", 3), metrics("b", 70_000), metrics("c", 2)
+    write_parquet_file(spilled, str(tmp_path / "lag_metrics" / "part-00000.parquet"))
+    stamp = {"run_id": "r1", "run_time": datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)}
+    held = _write_metrics([first, WrittenTable(str(tmp_path / "lag_metrics" / "part-00000.parquet"), 70_000), last],
+                          stamp, str(tmp_path / "metrics"))
+    got = pq.read_table(tmp_path / "metrics" / "part-00000.parquet")
+    assert got.drop_columns(["run_id", "run_time"]).to_pylist() == pa.concat_tables([first, spilled, last]).to_pylist()
+    assert set(got.column("run_id").to_pylist()) == {"r1"} and got.column("run_time")[0].as_py() == stamp["run_time"]
+    assert held.to_pylist() == pa.concat_tables([first, last]).to_pylist()
+    assert (tmp_path / "metrics" / "_SUCCESS").exists()
