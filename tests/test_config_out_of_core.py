@@ -209,9 +209,7 @@ from jobs.audit.plan import plan_broker
 from runtime.stores import resolve_stores
 
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
-from store_format import config as C
-
-C.OFFSET_BATCH_ROWS = lag._METRIC_SLICE = 1 << 16  # batches and slices of 64 Ki (1 Mi in an audit): per map shows
+lag._METRIC_SLICE = 1 << 16  # slices of 64 Ki maps (1 Mi in an audit), as the batches read back: per map shows
 X.SPILL_OFFSETS = 0
 peak = lambda: next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) >> 10
 stores = resolve_stores([str(root)])

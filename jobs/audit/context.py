@@ -43,6 +43,9 @@ class AuditOptions:
 #: staging, read back a batch at a time: AuditContext.consumer_offset_parts); None: store_format.config.
 #: offsets_limit(), the most a whole-table read builds (past it that read is a TOO_LARGE error, the spill is not).
 SPILL_OFFSETS: int | None = None
+#: Rows per batch a spilled consumerOffset.json is read back in (consumer_offset_parts): a batch of the
+#: consumer_offsets table with its strings is ~13 MB per 64 Ki rows, and the families hold a few times that over it
+SPILL_READ_ROWS = 1 << 16
 
 # the metadata table of lmqConsumerOffset.json (5.x): a config file, whose offsets supersede consumerOffset.json's
 SUPERSEDING_OFFSETS = "lmq_consumer_offsets"
@@ -397,19 +400,18 @@ class AuditContext:
     def consumer_offset_parts(self):
         """The ``consumer_offsets`` table as tables, store by store in their order: a store's rows whole, or for a
         file spilled (more than ``store_format.config.offsets_limit()`` offsets: what memory holds whole) its
-        Parquet read back a batch at a time (``store_format.config.OFFSET_BATCH_ROWS`` rows)."""
+        Parquet read back a batch at a time (:data:`SPILL_READ_ROWS` rows)."""
         from decoding.metadata import schema_of
         from runtime.output import out_parquet_batches
-        from store_format import config as C
 
         schema = schema_of("consumer_offsets")
         for part in self._offset_parts:
             if isinstance(part, pa.Table):
                 yield part
                 continue
-            # in the file's order, a row group at a time: a dataset scanner decoded the file ahead of the families,
-            # which take their time over each batch (issue 40: 1 GB live at 13.6 M rows)
-            for batch in out_parquet_batches(part.path, C.OFFSET_BATCH_ROWS):
+            # in the file's order, a batch only as it is taken: a dataset scanner decoded the file ahead of the
+            # families, which take their time over each batch (issue 40: 1 GB live at 13.6 M rows)
+            for batch in out_parquet_batches(part.path, SPILL_READ_ROWS):
                 if batch.num_rows:
                     yield pa.Table.from_batches([batch]).cast(schema)
 
