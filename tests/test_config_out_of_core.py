@@ -50,6 +50,7 @@ def test_an_audit_forced_through_the_spilled_offsets_equals_the_in_memory_one(sp
     plain = _audit(spark, store, tmp_path / "memory")
     monkeypatch.setattr(X, "SPILL_OFFSETS", 0)
     monkeypatch.setattr(C, "OFFSET_BATCH_ROWS", 1)
+    monkeypatch.setattr(X, "SPILL_READ_ROWS", 1)  # read back a row at a time: a map's rows in several batches
     monkeypatch.setattr(C, "_FAST_MIN", 0)
     spilled = _audit(spark, store, tmp_path / "spilled")
     parts = list((tmp_path / "spilled" / "partials" / "consumer_offsets").glob("*.parquet"))
@@ -182,6 +183,7 @@ def test_a_lag_family_that_fails_midway_leaves_no_part_of_its_table(tmp_path, mo
     root, _ = _big_store(tmp_path, 2000)
     monkeypatch.setattr(X, "SPILL_OFFSETS", 0)
     monkeypatch.setattr(C, "OFFSET_BATCH_ROWS", 100)
+    monkeypatch.setattr(X, "SPILL_READ_ROWS", 100)
     real, calls = lag._flags, []
 
     def failing(*args):
