@@ -218,9 +218,9 @@ def _streamed_offset_table(broker: str, config_dir, rows) -> pa.Table | None:
             parts["offset"].append(pa.array(cols["offset"], _L))
         schema = schema_of("consumer_offsets")
         n = stream.entries
-        arrays = {"broker": _constant(broker, n, _S), "source": _constant(stream.source, n, _S),
+        arrays = {"broker": constant_column(broker, n, _S), "source": constant_column(stream.source, n, _S),
                   **{k: pa.chunked_array(v, schema.field(k).type) for k, v in parts.items()}}
-        return pa.Table.from_arrays([arrays[f.name] if f.name in arrays else _constant(None, n, f.type)
+        return pa.Table.from_arrays([arrays[f.name] if f.name in arrays else constant_column(None, n, f.type)
                                      for f in schema], schema=schema)
     except MemoryError:
         if stream is not None:
@@ -232,14 +232,14 @@ def _streamed_offset_table(broker: str, config_dir, rows) -> pa.Table | None:
 
 def _offset_table(schema, broker, cfg, cols, problems, rows) -> pa.Table:
     """The consumer_offsets table from :func:`store_format.config.offset_columns`' columns: the names taken per row,
-    the constant columns shared (:func:`_constant`)."""
+    the constant columns shared (:func:`constant_column`)."""
     n = len(cols["map"])
     index = pa.array(cols["map"])  # numpy's int64: no copy
-    arrays = {"broker": _constant(broker, n, _S), "topic": cols["topics"].take(index),
+    arrays = {"broker": constant_column(broker, n, _S), "topic": cols["topics"].take(index),
               "group": cols["groups"].take(index), "queue_id": pa.array(cols["queue_id"], _I),
-              "offset": pa.array(cols["offset"], _L), "source": _constant(cfg.source, n, _S)}
-    good = pa.Table.from_arrays([arrays[f.name] if f.name in arrays else _constant(None, n, f.type) for f in schema],
-                                schema=schema)
+              "offset": pa.array(cols["offset"], _L), "source": constant_column(cfg.source, n, _S)}
+    good = pa.Table.from_arrays([arrays[f.name] if f.name in arrays else constant_column(None, n, f.type)
+                                 for f in schema], schema=schema)
     if not problems:
         return good
     return pa.concat_tables([good, rows(*[dict(source=cfg.source, error=str(e), error_key=e.field,
@@ -276,8 +276,13 @@ def scan_offset_stream(buf, batch_rows: int):
                                                      flags, 100)
     if n_maps < 0 or not flags[0] or name_esc[:n_maps].any():
         return None
-    name_lo, name_hi, body, count = (a[:n_maps] for a in (name_lo, name_hi, body, count))
-    del name_esc
+    name_lo, name_hi = name_lo[:n_maps], name_hi[:n_maps]
+    # kept until the last batch, so as small as they go before the sort's arrays join them: where each map's body
+    # starts past its name's end (fastjson: 2 bytes, `":{`) and its entry count, 5 bytes a map instead of 16
+    gap, count = body[:n_maps] - name_hi, count[:n_maps]
+    gap = gap.astype(np.uint8) if not n_maps or gap.max() <= 255 else gap
+    count = count.astype(np.int32) if not n_maps or count.max() < 2**31 else count
+    del name_esc, body
     at, order = np.empty(n_maps, np.int64), np.empty(n_maps, np.int64)
     if K.offset_name_order(b, name_lo, name_hi, ord(TOPIC_GROUP_SEPARATOR), at, order) != 0:
         return None
@@ -287,18 +292,24 @@ def scan_offset_stream(buf, batch_rows: int):
             k = order[lo:lo + batch_rows]
             if not (_valid_utf8(_spans(b, name_lo[k], at[k])) and _valid_utf8(_spans(b, at[k] + 1, name_hi[k]))):
                 return None
-    ends = np.cumsum(count[order])  # rows up to each map, in order
 
     def batches():
         lo = 0
         while lo < n_maps:  # whole maps, as many as batch_rows rows hold (at least one)
-            before = int(ends[lo - 1]) if lo else 0
-            hi = max(int(np.searchsorted(ends, before + batch_rows, "right")), lo + 1)
+            width = batch_rows  # maps looked at: their rows counted here, not a running count kept for every map
+            while True:
+                ends = np.cumsum(count[order[lo:lo + width]])
+                hi = lo + int(np.searchsorted(ends, batch_rows, "right"))
+                if hi < lo + len(ends) or lo + width >= n_maps:
+                    break
+                width *= 2  # empty maps: more of them fit
+            hi = max(hi, lo + 1)
             k = np.ascontiguousarray(order[lo:hi])
             lo = hi
-            rows = int(count[k].sum())
+            mine = count[k].astype(np.int64)
+            rows = int(mine.sum())
             row_map, qid, offset = np.empty(rows, np.int32), np.empty(rows, np.int32), np.empty(rows, np.int64)
-            K.offset_map_rows(b, k, body, count, row_map, qid, offset)
+            K.offset_map_rows(b, np.arange(len(k), dtype=np.int64), name_hi[k] + gap[k], mine, row_map, qid, offset)
             yield {"map": row_map, "topics": _spans(b, name_lo[k], at[k]), "groups": _spans(b, at[k] + 1, name_hi[k]),
                    "queue_id": qid, "offset": offset}
 
@@ -359,7 +370,7 @@ def spill_offset_table(broker: str, root, directory, batch_rows: int = C.OFFSET_
 _BLOCK = 1 << 16  # MetadataReader's batch size
 
 
-def _constant(value, n: int, type_) -> pa.ChunkedArray:
+def constant_column(value, n: int, type_) -> pa.ChunkedArray:
     """``value`` on ``n`` rows as one block of rows shared by every chunk: a column that repeats the file's path on
     millions of rows takes the memory of one block."""
     block = pa.repeat(pa.scalar(value, type_), min(n, _BLOCK))

@@ -202,6 +202,17 @@ def out_parquet_writer(path: Location, schema):
     return pq.ParquetWriter(loc.path, plain(schema.empty_table()).schema, filesystem=loc.fs)
 
 
+def out_parquet_batches(path, batch_size: int = 1 << 16):
+    """The record batches of one Parquet file written through the seam, in its order, each row group read only as its
+    batches are taken: a consumer slower than the decoding never finds the file decoded ahead in memory (a
+    ``pyarrow.dataset`` scanner reads a fragment's row groups ahead, whatever its read-ahead options say)."""
+    import pyarrow.parquet as pq
+
+    loc = resolve(path)
+    with loc.fs.open_input_file(loc.path) as f:
+        yield from pq.ParquetFile(f).iter_batches(batch_size=batch_size, use_threads=False)
+
+
 def out_parts_dataset(paths: list[str], schema):
     """Parquet part files (paths or URIs of one file system, written through the seam) as one ``pyarrow.dataset``
     read as ``schema``, in the order given; an empty in-memory one when there is none."""

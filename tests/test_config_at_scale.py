@@ -125,7 +125,7 @@ def test_running_out_of_memory_building_a_config_table_is_its_error_row_naming_t
 
     monkeypatch.setattr(M, "_config_columns", exhausted)
     monkeypatch.setattr(M, "_offset_table", exhausted)
-    monkeypatch.setattr(M, "_constant", exhausted)  # the streamed table's
+    monkeypatch.setattr(M, "constant_column", exhausted)  # the streamed table's
     for table, name, building in (("topics", "topics.json", "building its table"),
                                   ("consumer_offsets", "consumerOffset.json", "streaming its offsets")):
         t = M.table_batch(table, "b", tmp_path / "store")

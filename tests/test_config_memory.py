@@ -121,7 +121,7 @@ def test_a_memory_error_while_parsing_names_the_file_and_the_operation(tmp_path,
     t = table_batch("consumer_offsets", "b", tmp_path / "store")  # the metadata source: the file's error row
     assert t.num_rows == 1 and "building its offset columns" in t.column("error")[0].as_py()
     monkeypatch.setattr(metadata, "scan_offset_stream", streamed)
-    monkeypatch.setattr(metadata, "_constant", exhausted)  # building the streamed table: the file's error row too
+    monkeypatch.setattr(metadata, "constant_column", exhausted)  # building the streamed table: the file's error row too
     t = table_batch("consumer_offsets", "b", tmp_path / "store")
     assert t.num_rows == 1 and t.column("source")[0].as_py() == str(path)
     assert t.column("error")[0].as_py() == (f"TOO_LARGE {path}: ran out of memory streaming its offsets "

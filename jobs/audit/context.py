@@ -43,6 +43,9 @@ class AuditOptions:
 #: staging, read back a batch at a time: AuditContext.consumer_offset_parts); None: store_format.config.
 #: offsets_limit(), the most a whole-table read builds (past it that read is a TOO_LARGE error, the spill is not).
 SPILL_OFFSETS: int | None = None
+#: Rows per batch a spilled consumerOffset.json is read back in (consumer_offset_parts): a batch of the
+#: consumer_offsets table with its strings is ~13 MB per 64 Ki rows, and the families hold a few times that over it
+SPILL_READ_ROWS = 1 << 16
 
 # the metadata table of lmqConsumerOffset.json (5.x): a config file, whose offsets supersede consumerOffset.json's
 SUPERSEDING_OFFSETS = "lmq_consumer_offsets"
@@ -88,6 +91,16 @@ class AuditContext:
 
         return TableWriter(None if self.tables_dir is None else out_join(self.tables_dir, name, "part-00000.parquet"),
                            schema)
+
+    def partial_writer(self, name: str, schema: pa.Schema) -> "TableWriter":
+        """A partial table ``name`` the driver writes batch by batch into the run's partials
+        (partials/<name>/part-00000.parquet), for what the job writes out later without holding it whole (a
+        family's metrics that grow with a spilled file, issue 40); without a run's partials folder the batches are
+        kept and make a table (a family run on its own, in the tests)."""
+        from runtime.output import out_join
+
+        return TableWriter(None if self.partials_dir is None else
+                           out_join(self.partials_dir, name, "part-00000.parquet"), schema)
 
     def survey_partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
         return self.survey.get(name, schema)
@@ -395,20 +408,20 @@ class AuditContext:
     def consumer_offset_parts(self):
         """The ``consumer_offsets`` table as tables, store by store in their order: a store's rows whole, or for a
         file spilled (more than ``store_format.config.offsets_limit()`` offsets: what memory holds whole) its
-        Parquet read back a batch at a time (``store_format.config.OFFSET_BATCH_ROWS`` rows)."""
+        Parquet read back a batch at a time (:data:`SPILL_READ_ROWS` rows)."""
         from decoding.metadata import schema_of
-        from runtime.output import out_parts_dataset
-        from store_format import config as C
+        from runtime.output import out_parquet_batches
 
         schema = schema_of("consumer_offsets")
         for part in self._offset_parts:
             if isinstance(part, pa.Table):
                 yield part
                 continue
-            data = out_parts_dataset([str(part.path)], schema)
-            for batch in data.to_batches(batch_size=C.OFFSET_BATCH_ROWS, use_threads=False):  # in the file's order
+            # in the file's order, a batch only as it is taken: a dataset scanner decoded the file ahead of the
+            # families, which take their time over each batch (issue 40: 1 GB live at 13.6 M rows)
+            for batch in out_parquet_batches(part.path, SPILL_READ_ROWS):
                 if batch.num_rows:
-                    yield pa.Table.from_batches([batch], schema)
+                    yield pa.Table.from_batches([batch]).cast(schema)
 
     @cached_property
     def _offset_parts(self) -> list:

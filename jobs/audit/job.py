@@ -18,7 +18,9 @@ dump has does not run), then writes to DIR:
                  the transactions' records, the pending delayed messages, timer and POP records), one part per task
                  (tasks.Emitter.spill): what the driver's families read;
                  consumer_offsets/: a consumerOffset.json of more offsets than memory holds whole
-                 (ROCKETMQ_CONFIG_OFFSETS_LIMIT), streamed by the driver and read back a batch at a time
+                 (ROCKETMQ_CONFIG_OFFSETS_LIMIT), streamed by the driver and read back a batch at a time;
+                 lag_metrics/: then lag's group metrics (two a topic@group), written a slice at a time and copied
+                 into metrics/
   summary.json   tool version, run time, inputs, geometry, counts per severity and per check, and per broker its
                  recovery and its verdict (jobs/audit/verdict.py: will it start, the cut, what is lost, what to do)
   report.html    one self-contained page: per broker, in words, will it start, where recovery cuts, what is lost and
@@ -293,8 +295,8 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
     write_parquet_file(FD.as_written(driver_findings, run.run_id, run.run_time),
                        out_join(run.findings_dir, "part-driver.parquet"))
     out_write(out_join(run.findings_dir, "_SUCCESS"), b"")
-    metrics = FD.concat_metrics([t for r in results for t in r.metrics])
-    _write_arrow(_stamp_arrow(metrics, {"run_id": run.run_id, "run_time": run.run_time}), out_join(out, "metrics"))
+    metrics = _write_metrics([t for r in results for t in r.metrics], {"run_id": run.run_id, "run_time": run.run_time},
+                             out_join(out, "metrics"))
     tables = {name: t for r in results for name, t in r.tables.items() if not isinstance(t, WrittenTable)}
     for name, t in tables.items():
         _write_arrow(t, out_join(out, "tables", name))
@@ -380,6 +382,28 @@ def _stamp_arrow(t: pa.Table, stamp: dict) -> pa.Table:
     return pa.Table.from_arrays(
         [pa.repeat(pa.scalar(stamp["run_id"]), n), pa.repeat(pa.scalar(stamp["run_time"], pa.timestamp("us", "UTC")), n)]
         + list(t.columns), names=["run_id", "run_time"] + t.column_names)
+
+
+def _write_metrics(parts: list, stamp: dict, path: Location) -> pa.Table:
+    """The families' metrics, in their order, as one Parquet part: tables, and files a family wrote batch by batch
+    (WrittenTable: a row per map of a spilled consumerOffset.json, issue 40) copied in a batch at a time.  Returns
+    the metrics held in memory (the files' rows are not read back)."""
+    held = FD.concat_metrics([t for t in parts if not isinstance(t, WrittenTable)])
+    if not any(isinstance(t, WrittenTable) for t in parts):
+        _write_arrow(_stamp_arrow(held, stamp), path)
+        return held
+    from runtime.output import out_parquet_batches, out_parquet_writer
+
+    schema = _stamp_arrow(FD.METRIC_SCHEMA.empty_table(), stamp).schema
+    with out_parquet_writer(out_join(path, "part-00000.parquet"), schema) as w:
+        for t in parts:
+            tables = [t] if not isinstance(t, WrittenTable) else \
+                (pa.Table.from_batches([b]) for b in out_parquet_batches(t.path))
+            for table in tables:
+                if table.num_rows:
+                    w.write_table(_stamp_arrow(table, stamp).cast(schema))
+    out_write(out_join(path, "_SUCCESS"), b"")
+    return held
 
 
 def _write_arrow(t: pa.Table, path: Location) -> None:

@@ -23,8 +23,9 @@ import pyarrow.compute as pc
 
 from store_format import layout as L
 from decoding.columns import column
+from decoding.metadata import constant_column
 
-from ..findings import Consequence, Severity, check, concat_findings, finding_table, metric_table
+from ..findings import METRIC_SCHEMA, Consequence, Severity, check, concat_findings, finding_table, metric_table
 from ..contract import Family, FamilyResult, Plot, TableView
 
 check("lag.offset_for_unknown_topic", Severity.WARNING,
@@ -230,7 +231,8 @@ def on_driver(ctx) -> FamilyResult:
     whole = LAG.empty_table()
     flagged: dict[str, list] = {}
     first: dict[str, tuple] = {}  # check -> (its first row in the whole table, its place in _FLAGS)
-    runs, lmq = [], set()
+    runs: dict[str, list] = {}  # broker -> its runs (:func:`_runs`)
+    lmq = set()
     seen = 0
     try:
         for t, value_set in lag_batches(ctx):
@@ -245,7 +247,8 @@ def on_driver(ctx) -> FamilyResult:
                     first.setdefault(check_id, (seen + int(hits[0]), k))
                     flagged.setdefault(check_id, []).append(rows.take(pa.array(hits)))
             if t.num_rows:
-                runs.append(_runs(t))
+                for broker, r in _runs(t).items():
+                    runs.setdefault(broker, []).append(r)
             lmq |= _lmq_keys(t)
             seen += t.num_rows
     except BaseException:  # no part of an incomplete lag table among the outputs (the family's failure names why)
@@ -257,9 +260,24 @@ def on_driver(ctx) -> FamilyResult:
     for check_id in sorted(first, key=first.get):
         res.findings.append(concat_findings([_offset_findings(check_id, part) for part in flagged[check_id]]))
 
-    per_topic = _per_topic(runs)
-    behind = per_topic.filter(pc.greater(per_topic.column("lag"), 0))
-    if behind.num_rows:
+    # per (broker, group, topic): held whole in memory; where the offsets were spilled (a row per map) a slice at a
+    # time, its group metrics written as it comes and only the rows behind kept for their findings
+    metrics, held, behind = None, [], []
+    try:
+        for part in _per_topic(runs, _METRIC_SLICE if ctx.offsets_spilled else None):
+            behind.append(part.filter(pc.greater(part.column("lag"), 0)))
+            if not ctx.offsets_spilled:
+                held.append(part)
+                continue
+            if metrics is None:
+                metrics = ctx.partial_writer("lag_metrics", METRIC_SCHEMA)
+            metrics.write(_group_metrics(part))
+    except BaseException:
+        if metrics is not None:
+            metrics.abort()
+        raise
+    behind = pa.concat_tables(behind) if behind else None
+    if behind is not None and behind.num_rows:
         lag, lag_ms, group = behind.column("lag"), behind.column("lag_ms"), behind.column("group")
         res.findings.append(finding_table(
             "lag.behind", behind.num_rows, broker=behind.column("broker"), topic=behind.column("topic"),
@@ -267,11 +285,23 @@ def on_driver(ctx) -> FamilyResult:
             values={"group": group, "lag": lag,
                     "lag_seconds": pc.divide(lag_ms, 1000)},  # integer division, toward zero
             details={"group": group, "lag": lag, "lag_ms": lag_ms, "key": group}))
-    if per_topic.num_rows:
-        res.metrics.append(metric_table("group", {
-            "lag_messages": per_topic.column("lag"), "lag_ms": per_topic.column("lag_ms")},
-            broker=per_topic.column("broker"), group=per_topic.column("group"), topic=per_topic.column("topic")))
+    if metrics is not None:
+        res.metrics.append(metrics.close())
+    elif held:
+        res.metrics.append(_group_metrics(pa.concat_tables(held)))
     return res
+
+
+#: per-(group, topic) rows sorted, merged and turned into metrics at a time where the offsets were spilled (two
+#: metric rows each)
+_METRIC_SLICE = 1 << 20
+
+
+def _group_metrics(per_topic: pa.Table) -> pa.Table:
+    """The ``group`` metrics of per-(broker, group, topic) rows (:func:`_per_topic`), in their order."""
+    return metric_table("group", {"lag_messages": per_topic.column("lag"), "lag_ms": per_topic.column("lag_ms")},
+                        broker=per_topic.column("broker"), group=per_topic.column("group"),
+                        topic=per_topic.column("topic"))
 
 
 def _flags(ctx, t: pa.Table, value_set, topics: pa.Table, data_topics: dict) -> tuple[pa.Table, tuple]:
@@ -321,9 +351,10 @@ def _lmq_keys(t: pa.Table) -> set[tuple]:
     return {tuple(r[c] for c in key) for r in mine.select(key).group_by(key).aggregate([]).to_pylist()}
 
 
-def _runs(t: pa.Table) -> pa.Table:
-    """One row per run of lag rows of one (broker, group, topic) (:func:`_reduced`): the rows come a map at a time
-    (decoding.metadata: by topic, group, queue id)."""
+def _runs(t: pa.Table) -> dict[str, pa.Table]:
+    """broker -> one row per run of its lag rows of one (group, topic) (:func:`_reduced`, without the broker: a row
+    per map of a spilled file is kept until :func:`_per_topic`); the rows come a map at a time (decoding.metadata: by
+    topic, group, queue id)."""
     n = t.num_rows
     new = np.zeros(n, bool)
     new[0] = True
@@ -331,28 +362,42 @@ def _runs(t: pa.Table) -> pa.Table:
         c = t.column(name)
         if n > 1:
             new[1:] |= pc.not_equal(c.slice(1), c.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-    return _reduced(t, np.flatnonzero(new))
+    r = _reduced(t, np.flatnonzero(new))
+    brokers = r.column("broker")
+    return {b: r.filter(pc.equal(brokers, b)).drop_columns(["broker"]) for b in pc.unique(brokers).to_pylist()}
 
 
-def _per_topic(runs: list[pa.Table]) -> pa.Table:
-    """Per (broker, group, topic), in that order, from the lag table's runs (:func:`_runs`, one table a batch): the
-    lag summed and the largest lag_ms (null when none); runs of one key that are apart (another order, another
-    batch) are merged after the runs are sorted."""
-    if not runs:
-        return pa.table({"broker": pa.array([], pa.string()), "group": pa.array([], pa.string()),
-                         "topic": pa.array([], pa.string()), "lag": pa.array([], pa.int64()),
-                         "lag_ms": pa.array([], pa.int64())})
-    runs = pa.concat_tables(runs)
-    runs = runs.take(pc.sort_indices(runs, [("broker", "ascending"), ("group", "ascending"),
-                                            ("topic", "ascending")]))
-    if len(runs) > 1:
-        same = np.ones(len(runs) - 1, bool)
-        for name in ("broker", "group", "topic"):
-            c = runs.column(name)
-            same &= pc.equal(c.slice(1), c.slice(0, len(runs) - 1)).to_numpy(zero_copy_only=False)
+def _per_topic(runs: dict[str, list], slice_rows: int | None = None):
+    """Per (broker, group, topic), in that order, from the lag table's runs (:func:`_runs`, by broker, one table a
+    batch), as tables of about ``slice_rows`` rows (None: a broker's whole): the lag summed and the largest lag_ms
+    (null when none); runs of one key that are apart (another order, another batch) are merged after the runs are
+    sorted, across slices too.  Each broker's runs are let go once sorted and its rows taken a slice at a time: a
+    spilled file's row per map is never copied whole.  The broker column is one shared block of rows
+    (decoding.metadata.constant_column), not a string a row."""
+    for broker in sorted(runs):  # Python's order of str is Arrow's of UTF-8 bytes
+        t = pa.concat_tables(runs.pop(broker))
+        order = pc.sort_indices(t, [("group", "ascending"), ("topic", "ascending")])
+        step = max(slice_rows or len(t), 1)
+        carry = None  # the last key of the slice before: the next may hold more of its runs
+        for lo in range(0, len(t), step):
+            part = t.take(order.slice(lo, step))
+            part = _merged(part if carry is None else pa.concat_tables([carry, part]))
+            if lo + step < len(t):
+                part, carry = part.slice(0, len(part) - 1), part.slice(len(part) - 1)
+            if part.num_rows:
+                yield part.add_column(0, "broker", constant_column(broker, part.num_rows, pa.string()))
+
+
+def _merged(t: pa.Table) -> pa.Table:
+    """``t`` (runs in key order) with the runs of one (group, topic) next to each other made one (:func:`_reduced`)."""
+    if len(t) > 1:
+        same = np.ones(len(t) - 1, bool)
+        for name in ("group", "topic"):
+            c = t.column(name)
+            same &= pc.equal(c.slice(1), c.slice(0, len(t) - 1)).to_numpy(zero_copy_only=False)
         if same.any():  # one key in runs apart: merged (small: a row per map)
-            return _reduced(runs, np.flatnonzero(np.r_[True, ~same]))
-    return runs
+            return _reduced(t, np.flatnonzero(np.r_[True, ~same]))
+    return t
 
 
 def _reduced(t: pa.Table, starts: np.ndarray) -> pa.Table:
@@ -364,9 +409,8 @@ def _reduced(t: pa.Table, starts: np.ndarray) -> pa.Table:
                                  starts)
     ms_any = np.add.reduceat(valid.astype(np.int64), starts) > 0
     at = pa.array(starts)
-    return pa.table({"broker": t.column("broker").take(at), "group": t.column("group").take(at),
-                     "topic": t.column("topic").take(at), "lag": pa.array(_sums(t.column("lag").to_numpy(), starts),
-                                                                          pa.int64()),
+    return pa.table({**{k: t.column(k).take(at) for k in ("broker", "group", "topic") if k in t.column_names},
+                     "lag": pa.array(_sums(t.column("lag").to_numpy(), starts), pa.int64()),
                      "lag_ms": pa.array(ms_max, pa.int64(), mask=~ms_any)})
 
 
