@@ -271,7 +271,7 @@ def check_key(option: str, key: str | None) -> None:
 
 @dataclass(frozen=True)
 class Criterion:
-    """One per-row criterion of the selection, said once and evaluated by Spark (:meth:`column`) or on a task's
+    """One per-row criterion of the selection, said once and evaluated by Spark (:meth:`column_expr`) or on a task's
     Arrow batch (:meth:`mask`) with the same meaning: a null value never matches."""
 
     column: str
