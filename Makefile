@@ -51,7 +51,7 @@ bench: $(STAMP)
 # about 15 minutes and 6 GB of cached dumps; into bench/results-scale.json (BENCHMARKS.md, "Scaling").
 bench-scale: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/run.py --skip framing decode writer index spark audit \
-	  --scale-mib 256 --scale-segment-mib 1024 --scale-steps 1 4 16 --scale-jobs audit --scale-rounds 1 \
+	  --scale-mib 1024 --scale-segment-mib 1024 --scale-steps 1 4 16 --scale-flows 10 --scale-jobs audit --scale-rounds 1 \
 	  --scale-warmup-step 1 --scale-warmups 1 --results bench/results-scale.json $(BENCH_ARGS)
 
 # Config files at any size (issue 40): a generated 1 GiB consumerOffset.json (once, into bench/cache/), each phase

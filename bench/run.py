@@ -41,8 +41,10 @@ of its parameters.  Then, on that dump, page cache warm, best of ``--repeat`` un
              start) and each submit's wall time, with the peak memory of the driver, the executor JVMs and the
              Python workers (skip it with --skip cluster).
 
-``make bench-scale`` runs the scaling part alone at the audit's sizes: 256 MiB, 1 GiB and 4 GiB dumps of 1 GiB
-segments (results in bench/results-scale.json).
+``make bench-scale`` runs the scaling part alone at issue 40's sizes: the audit over 1, 4 and 16 GiB dumps of 1 GiB
+segments at 10x the generator's transaction and send-back rates (--scale-flows 10), with the driver's anonymous
+memory and the net s/GB of the largest step against the smallest (``scaling_targets``: each within 1.3x); results
+in bench/results-scale.json.  The dumps (~22 GB with their queues and indexes) are generated once into --cache.
 
 One line per figure: MB/s and messages/s, the ratio to the ceiling (numpy pass), to the naive loop and to
 the raw read, the wall and CPU seconds (this process tree) and the load average; the machine is shared, so
@@ -487,6 +489,12 @@ def scaling_runs(spec: DumpSpec, steps: list[int], jobs: list[str], cache: Path,
                 f"{num(row.get('net_task_noise_sec_per_gb'), ' +- {:.1f} s/GB')}; anonymous / resident peak "
                 f"MiB: driver JVM {mib(row, 'driver_jvm')}, largest Python worker {mib(row, 'python_worker')}, "
                 f"driver Python {mib(row, 'driver_python')}")
+        target = scaling_targets(rows, job)
+        if target:
+            log(f"  x{target['from_step']} -> x{target['to_step']}: driver anonymous memory "
+                f"{target['driver_anon_ratio']:.2f}x ({'met' if target['memory_met'] else 'NOT met'}: <= "
+                f"{SCALE_MEMORY_TARGET}x), net s/GB {num(target['net_sec_per_gb_ratio'], '{:.2f}x', '-')} "
+                f"({'met' if target['net_met'] else 'NOT met'}: <= {SCALE_NET_TARGET}x)")
         if on_run:
             on_run(rows)
     return scaling.scaling_rows(runs)
@@ -529,6 +537,24 @@ def machine() -> dict:
             **{name: v(name) for name in ("pyspark", "pyarrow", "numba", "numpy")}}
 
 
+#: issue 40's targets over the scaling steps (the reference run, step 0, is the fixed cost, not a step)
+SCALE_MEMORY_TARGET, SCALE_NET_TARGET = 1.3, 1.3
+
+
+def scaling_targets(rows: list[dict] | None, job: str = "audit") -> dict | None:
+    """The audit's driver anonymous memory at the largest step over the smallest, and its largest net s/GB over
+    its smallest, against issue 40's 1.3x each (None without two steps of ``job``)."""
+    steps = sorted((r for r in rows or [] if r["job"] == job and r["step"]), key=lambda r: r["step"])
+    if len(steps) < 2:
+        return None
+    memory = steps[-1]["driver_python_anon_bytes"] / steps[0]["driver_python_anon_bytes"]
+    nets = [r["net_sec_per_gb"] for r in steps if r.get("net_sec_per_gb")]
+    net = max(nets) / min(nets) if len(nets) == len(steps) else None
+    return {"job": job, "from_step": steps[0]["step"], "to_step": steps[-1]["step"],
+            "driver_anon_ratio": memory, "memory_met": memory <= SCALE_MEMORY_TARGET,
+            "net_sec_per_gb_ratio": net, "net_met": net is not None and net <= SCALE_NET_TARGET}
+
+
 def results(bench: Bench, meta: dict, scaling_rows: list[dict] | None, **context) -> dict:
     """Every figure of the run, with the required top-level keys (None where a part was skipped)."""
     f = bench.figures
@@ -556,6 +582,7 @@ def results(bench: Bench, meta: dict, scaling_rows: list[dict] | None, **context
         "index_lookup_ms": index["mean_ms"] if index else None,
         "index_lookup_p99_ms": index["p99_ms"] if index else None,
         "scaling": scaling_rows,
+        "scaling_targets": scaling_targets(scaling_rows),
         "sizes": {"dump": meta["spec"], "messages": meta["messages"], "commitlog_bytes": meta["commitlog_bytes"],
                   "segments": meta["segments"], "index_files": meta["index_files"],
                   **{f"{k}_bytes": f[k]["bytes"] for k in ("scalar_decode", "writer") if k in f}},
@@ -653,6 +680,9 @@ def main(argv=None) -> int:
     ap.add_argument("--scale-steps", type=int, nargs="+", default=[1, 4, 16], help="scaling factors (default 1 4 16)")
     ap.add_argument("--scale-segment-mib", type=float, default=16,
                     help="segment size of the scaling dumps in MiB (default 16: x1 is one segment, x16 sixteen)")
+    ap.add_argument("--scale-flows", type=float, default=1.0,
+                    help="times the generator's transaction and send-back rates in the scaling dumps (default 1; "
+                         "issue 40's memory target: 10)")
     ap.add_argument("--scale-jobs", nargs="+", default=list(scaling.JOBS), choices=scaling.JOBS)
     ap.add_argument("--scale-rounds", type=int, default=2,
                     help="timed rounds over the scaling steps, the best counts and the spread is the noise (default 2)")
@@ -716,7 +746,7 @@ def main(argv=None) -> int:
             wall["spark_seconds"] = time.perf_counter() - t
         if "scaling" not in skip:
             t = time.perf_counter()
-            scale = DumpSpec(args.scale_mib, args.seed, args.scale_segment_mib)
+            scale = DumpSpec(args.scale_mib, args.seed, args.scale_segment_mib, flows=args.scale_flows)
             def keep(rows):
                 nonlocal scaling_rows
                 scaling_rows = rows

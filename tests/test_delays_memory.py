@@ -81,6 +81,12 @@ class Ctx:
     def survey_partial_parts(self, name):
         return self.survey.parts(name)
 
+    def findings_writer(self, name):  # kept in memory, as a family run on its own keeps them
+        from jobs.audit.context import TableWriter
+        from jobs.audit.findings import FINDING_SCHEMA
+
+        return TableWriter(None, FINDING_SCHEMA)
+
 
 def findings(ctx):
     res = D.on_driver(ctx)

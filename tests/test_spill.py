@@ -205,6 +205,12 @@ def _delays_ctx(run, survey_parts, scan_parts, as_of):
         def partial_dataset(self, name, schema):
             return scan.dataset(name, schema)
 
+        def findings_writer(self, name):  # kept in memory, as a family run on its own keeps them
+            from jobs.audit.context import TableWriter
+            from jobs.audit.findings import FINDING_SCHEMA
+
+            return TableWriter(None, FINDING_SCHEMA)
+
     return Ctx()
 
 

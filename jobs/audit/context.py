@@ -102,6 +102,19 @@ class AuditContext:
         return TableWriter(None if self.partials_dir is None else
                            out_join(self.partials_dir, name, "part-00000.parquet"), schema)
 
+    def findings_writer(self, name: str) -> "TableWriter":
+        """Findings of a family that grow with the messages (open transactions, overdue delays, dead letters),
+        written batch by batch into the run's partials (partials/_findings/<name>/part-00000.parquet) and returned
+        as a contract.WrittenTable among the family's findings: the job copies them into the findings folder a batch
+        at a time (jobs/audit/job.py), so no family's findings are whole on the driver; without a run's partials
+        folder the batches are kept and make a table (a family run on its own, in the tests)."""
+        from runtime.output import out_join
+
+        from .findings import FINDING_SCHEMA
+
+        return TableWriter(None if self.partials_dir is None else
+                           out_join(self.partials_dir, "_findings", name, "part-00000.parquet"), FINDING_SCHEMA)
+
     def survey_partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
         return self.survey.get(name, schema)
 

@@ -20,7 +20,8 @@ dump has does not run), then writes to DIR:
                  consumer_offsets/: a consumerOffset.json of more offsets than memory holds whole
                  (ROCKETMQ_CONFIG_OFFSETS_LIMIT), streamed by the driver and read back a batch at a time;
                  lag_metrics/: then lag's group metrics (two a topic@group), written a slice at a time and copied
-                 into metrics/
+                 into metrics/; _findings/: while the families run, their findings that grow with the messages
+                 (open transactions, overdue delays, dead letters), copied into findings/ and removed
   summary.json   tool version, run time, inputs, geometry, counts per severity and per check, and per broker its
                  recovery and its verdict (jobs/audit/verdict.py: will it start, the cut, what is lost, what to do)
   report.html    one self-contained page: per broker, in words, will it start, where recovery cuts, what is lost and
@@ -290,10 +291,7 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
     """The families' findings beside the scan tasks' (always a file: the folder has a schema), the metrics, the
     detail tables and the messages to re-send, into ``out`` (the run's staging)."""
     progress("writing findings")
-    driver_findings = FD.concat_findings([t for r in results for t in r.findings])
-    counts = _counts(ctx, driver_findings)
-    write_parquet_file(FD.as_written(driver_findings, run.run_id, run.run_time),
-                       out_join(run.findings_dir, "part-driver.parquet"))
+    counts = _counts(ctx, _write_driver_findings([t for r in results for t in r.findings], run))
     out_write(out_join(run.findings_dir, "_SUCCESS"), b"")
     metrics = _write_metrics([t for r in results for t in r.metrics], {"run_id": run.run_id, "run_time": run.run_time},
                              out_join(out, "metrics"))
@@ -351,13 +349,43 @@ def _failure_findings(failures: list[pa.Table]) -> pa.Table:
                             details={"what": t.column("what"), "error": t.column("error"), "where": t.column("where")})
 
 
-def _counts(ctx: AuditContext, driver_findings: pa.Table) -> dict:
-    """Findings per severity and per check: the scan tasks counted theirs (the ``_counts`` partial)."""
+def _write_driver_findings(found: list, run: RunInfo) -> list[dict]:
+    """The families' findings, in order, as findings/part-driver.parquet, a batch at a time (a family's spooled
+    findings, a WrittenTable: AuditContext.findings_writer, read back a row group at a time and removed once
+    copied): the driver holds one batch of them, never all.  Their counts per (check, severity), as rows."""
+    from runtime.output import out_parquet_batches, out_parquet_writer
+
+    from .context import _remove_quietly
+
+    path = out_join(run.findings_dir, "part-driver.parquet")
+    counted: list[pa.Table] = []
+    writer = out_parquet_writer(path, FD.FINDINGS_FILE_SCHEMA)
+    try:
+        for item in found:
+            batches = (pa.Table.from_batches([b]) for b in out_parquet_batches(item.path)) \
+                if isinstance(item, WrittenTable) else [item]
+            for t in batches:
+                if not t.num_rows:
+                    continue
+                written = FD.as_written(t.cast(FD.FINDING_SCHEMA), run.run_id, run.run_time)
+                writer.write_table(written.cast(writer.schema))
+                counted.append(t.group_by(["check", "severity"], use_threads=False).aggregate([("check", "count")]))
+            if isinstance(item, WrittenTable):
+                _remove_quietly(item.path)
+    finally:
+        writer.close()
+    if not counted:
+        return []
+    return [{"check": c, "severity": s, "count": n} for c, s, n in zip(*(
+        pa.concat_tables(counted).column(k).to_pylist() for k in ("check", "severity", "check_count")))]
+
+
+def _counts(ctx: AuditContext, driver_counts: list[dict]) -> dict:
+    """Findings per severity and per check: the scan tasks counted theirs (the ``_counts`` partial), the driver's
+    were counted as they were written (:func:`_write_driver_findings`)."""
     from .tasks import COUNTS
 
-    rows = ctx.partial("_counts", COUNTS).to_pylist()
-    for check, sev in zip(driver_findings.column("check").to_pylist(), driver_findings.column("severity").to_pylist()):
-        rows.append({"check": check, "severity": sev, "count": 1})
+    rows = ctx.partial("_counts", COUNTS).to_pylist() + driver_counts
     per: dict[tuple, int] = {}
     for r in rows:
         per[(r["check"], r["severity"])] = per.get((r["check"], r["severity"]), 0) + r["count"]

@@ -276,19 +276,21 @@ def on_driver(ctx) -> FamilyResult:
               if r["topic"] == L.SCHEDULE_TOPIC}
     per_level = sorted(set(bounds) | set(delivered_offset))
 
-    overdue_parts, behind_parts, counted = [], [], []
+    overdue_found = ctx.findings_writer("delays.overdue")
+    behind_found = ctx.findings_writer("delays.delivered_offset_behind")
+    counted = []
     for t in decided_batches(ctx):
         overdue = pc.and_(t.column("due"), pc.invert(t.column("delivered")))
         sel = t.filter(overdue)
         if sel.num_rows:
-            overdue_parts.append(_findings(ctx, "delays.overdue", sel, True))
+            overdue_found.write(_findings(ctx, "delays.overdue", sel, True))
         sel = t.filter(t.column("delivered"))
         if sel.num_rows:
-            behind_parts.append(_findings(ctx, "delays.delivered_offset_behind", sel, False))
+            behind_found.write(_findings(ctx, "delays.delivered_offset_behind", sel, False))
         counted.append(t.append_column("overdue", pc.cast(overdue, pa.int64())).group_by(
             ["broker", "level"], use_threads=False).aggregate([("seq", "count"), ("overdue", "sum"),
                                                                ("deliver_time", "min")]))
-    res.findings += overdue_parts + behind_parts
+    res.findings += [overdue_found.close(), behind_found.close()]
     pending: dict[tuple, tuple] = {}  # (broker, level) -> (pending, overdue, next deliver time)
     if counted:
         g = pa.concat_tables(counted).group_by(["broker", "level"], use_threads=False).aggregate(

@@ -201,17 +201,19 @@ def on_driver(ctx) -> FamilyResult:
     retry counts) and the dead letters' findings."""
     res = FamilyResult()
     writer = ctx.table_writer("retries", RETRIES)
+    dead_letters = ctx.findings_writer("retries.dlq_message")
     dlq_parts, retry_parts = [], []
     for hops in retry_batches(ctx):
         writer.write(hops)
         stage = hops.column("stage")
         dlq = hops.filter(pc.equal(stage, "dlq"))
         if dlq.num_rows:
-            res.findings.append(_dlq_findings(dlq))
+            dead_letters.write(_dlq_findings(dlq))
             dlq_parts.append(dlq.group_by(["broker", "group"], use_threads=False).aggregate(_DLQ_AGGREGATES))
         retry_parts.append(hops.filter(pc.equal(stage, "retry")).group_by(["broker", "group"], use_threads=False)
                            .aggregate([("physical_offset", "count")]))
     res.tables["retries"] = writer.close()
+    res.findings.append(dead_letters.close())
     inventory = _inventory(dlq_parts)
     res.tables["dlq"] = inventory
     if inventory.num_rows:

@@ -370,16 +370,16 @@ def on_driver(ctx) -> FamilyResult:
     the findings (a check's in the table's order, the checks in turn)."""
     res = FamilyResult()
     writer = ctx.table_writer("transactions", TRANSACTIONS)
-    found: dict[str, list[pa.Table]] = {c: [] for c in _CHECKS}
+    found = {c: ctx.findings_writer(c) for c in _CHECKS}
     counts = []
     for t in transaction_batches(ctx):
         writer.write(t)
         for check_id, f in _findings(t).items():
-            found[check_id].append(f)
+            found[check_id].write(f)
         counts.append(t.append_column("open", pc.cast(pc.equal(t.column("state"), "open"), pa.int64())).group_by(
             "broker").aggregate([("open", "sum"), ("broker", "count")]))
     res.tables["transactions"] = writer.close()
-    res.findings += [f for c in _CHECKS for f in found[c]]
+    res.findings += [found[c].close() for c in _CHECKS]
     if counts:
         g = pa.concat_tables(counts).group_by("broker", use_threads=False).aggregate(
             [("open_sum", "sum"), ("broker_count", "sum")])
