@@ -202,7 +202,7 @@ def out_parquet_writer(path: Location, schema):
     return pq.ParquetWriter(loc.path, plain(schema.empty_table()).schema, filesystem=loc.fs)
 
 
-def out_parquet_batches(path, batch_size: int = 1 << 16):
+def out_parquet_batches(path, batch_size: int = 1 << 16, columns: list[str] | None = None):
     """The record batches of one Parquet file written through the seam, in its order, each row group read only as its
     batches are taken: a consumer slower than the decoding never finds the file decoded ahead in memory (a
     ``pyarrow.dataset`` scanner reads a fragment's row groups ahead, whatever its read-ahead options say)."""
@@ -210,7 +210,31 @@ def out_parquet_batches(path, batch_size: int = 1 << 16):
 
     loc = resolve(path)
     with loc.fs.open_input_file(loc.path) as f:
-        yield from pq.ParquetFile(f).iter_batches(batch_size=batch_size, use_threads=False)
+        yield from pq.ParquetFile(f).iter_batches(batch_size=batch_size, columns=columns, use_threads=False)
+
+
+def dataset_batches(dataset, columns: list[str] | None = None, batch_size: int = 1 << 16):
+    """The record batches of a Parquet ``pyarrow.dataset`` (:func:`out_dataset`'s: a folder's files) in its files'
+    order, each file's row groups read only as its batches are taken (:func:`out_parquet_batches`: no scanner's
+    read-ahead)."""
+    import pyarrow.parquet as pq
+
+    for path in dataset.files:
+        with dataset.filesystem.open_input_file(path) as f:
+            yield from pq.ParquetFile(f).iter_batches(batch_size=batch_size, columns=columns, use_threads=False)
+
+
+def out_parts_batches(paths: list[str], schema, columns: list[str] | None = None, batch_size: int = 1 << 16):
+    """Parquet part files (as :func:`out_parts_dataset` takes them) as tables of ``schema`` (its ``columns`` only,
+    when given), a batch at a time in the order given: :func:`out_parquet_batches` of each part, so a slow consumer
+    holds one batch, never a scanner's read-ahead (which grew with the parts: issue 40)."""
+    import pyarrow as pa
+
+    wanted = pa.schema([schema.field(c) for c in columns]) if columns is not None else schema
+    for path in paths:
+        for batch in out_parquet_batches(path, batch_size, wanted.names):
+            if batch.num_rows:
+                yield pa.Table.from_batches([batch]).select(wanted.names).cast(wanted)
 
 
 def out_parts_dataset(paths: list[str], schema):

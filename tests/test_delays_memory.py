@@ -78,6 +78,12 @@ class Ctx:
     def survey_partial_dataset(self, name, schema):
         return self.survey.dataset(name, schema)
 
+    def partial_batches(self, name, schema, columns=None):
+        return self.scan.batches(name, schema, columns)
+
+    def survey_partial_batches(self, name, schema, columns=None):
+        return self.survey.batches(name, schema, columns)
+
     def survey_partial_parts(self, name):
         return self.survey.parts(name)
 

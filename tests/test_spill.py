@@ -155,6 +155,9 @@ def test_the_transactions_pairing_out_of_core_is_the_pairing_in_memory(tmp_path,
         def partial_dataset(self, name, schema):
             return scan.dataset(name, schema)
 
+        def partial_batches(self, name, schema, columns=None):
+            return scan.batches(name, schema, columns)
+
     whole = T.transaction_table(Ctx())
     monkeypatch.setattr(buckets, "ROWS_PER_BUCKET", 2)
     assert buckets.bucket_count(13) == 7
@@ -198,6 +201,12 @@ def _delays_ctx(run, survey_parts, scan_parts, as_of):
 
         def survey_partial_dataset(self, name, schema):
             return survey.dataset(name, schema)
+
+        def survey_partial_batches(self, name, schema, columns=None):
+            return survey.batches(name, schema, columns)
+
+        def partial_batches(self, name, schema, columns=None):
+            return scan.batches(name, schema, columns)
 
         def survey_partial_parts(self, name):
             return survey.parts(name)

@@ -79,6 +79,15 @@ class AuditContext:
         its tasks wrote: read it by columns, filters and batches, never more than the family needs at once."""
         return self.scan.dataset(name, schema)
 
+    def partial_batches(self, name: str, schema: pa.Schema, columns: list[str] | None = None):
+        """The scan's spilled partial ``name`` a batch at a time, in the tasks' order (tasks.Outputs.batches): what a
+        family that reads every row in turn takes, holding one batch."""
+        return self.scan.batches(name, schema, columns)
+
+    def survey_partial_batches(self, name: str, schema: pa.Schema, columns: list[str] | None = None):
+        """The survey's spilled partial ``name`` a batch at a time (as :meth:`partial_batches` is the scan's)."""
+        return self.survey.batches(name, schema, columns)
+
     def partial_parts(self, name: str) -> pa.Table:
         """Where the scan's tasks wrote the spilled partial ``name``: tasks.SPILLED rows (path, rows, bytes, the
         physical offsets the part spans), one per task part."""

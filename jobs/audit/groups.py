@@ -165,13 +165,13 @@ def group_findings(path: Location) -> list[Group]:
     from .checks import load_all
 
     load_all()  # each check's grouping and consequence (a fresh process, e.g. make demo's, has not imported them)
-    from runtime.output import out_dataset
+    from runtime.output import dataset_batches, out_dataset
 
     dataset = out_dataset(path)  # a local path or a URI (the run's staging)
     if dataset is None:
         return []
     groups: dict[str, dict] = {}  # check -> key -> Group
-    for batch in dataset.to_batches(columns=list(_COLUMNS)):
+    for batch in dataset_batches(dataset, list(_COLUMNS)):  # a batch at a time: findings grow with the messages
         if not batch.num_rows:
             continue
         t = pa.table(batch)

@@ -457,6 +457,13 @@ class Outputs:
 
         return out_parts_dataset(sorted(self.parts(name).column("path").to_pylist()), schema)
 
+    def batches(self, name: str, schema: pa.Schema, columns: list[str] | None = None):
+        """The spilled partial ``name`` as tables of ``schema`` (``columns`` of it), a batch at a time in the
+        tasks' order (:meth:`dataset`'s), none read ahead (runtime.output.out_parts_batches)."""
+        from runtime.output import out_parts_batches
+
+        return out_parts_batches(sorted(self.parts(name).column("path").to_pylist()), schema, columns)
+
     def get(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
         t = self.partials.get(name)
         if t is None:

@@ -209,7 +209,6 @@ def decided_batches(ctx):
     in the survey's order, a part at a time: never whole on the driver.  The units meet their records by offset,
     then the delivered copies by key, out of core (buckets.Buckets, on the driver's local disk, a bucket at a time),
     and come back in order by ranges of their place in the survey's order."""
-    units = ctx.survey_partial_dataset("delays.pending", PENDING)
     total = sum(ctx.survey_partial_parts("delays.pending").column("rows").to_pylist())
     if not total:
         return
@@ -218,20 +217,19 @@ def decided_batches(ctx):
         by_offset = Buckets(scratch, "units", n, _UNITS)
         found = Buckets(scratch, "found", n, FOUND)
         seq = 0
-        for batch in units.to_batches(columns=[c for c in _UNITS.names if c != "seq"]):
-            b = pa.Table.from_batches([batch])
+        for b in ctx.survey_partial_batches("delays.pending", PENDING, [c for c in _UNITS.names if c != "seq"]):
             by_offset.add_by_key(b.append_column("seq", pa.array(np.arange(seq, seq + b.num_rows, dtype=np.int64))),
                                  "broker", "physical_offset")
             seq += b.num_rows
-        for batch in ctx.partial_dataset("delays.found", FOUND).to_batches():
-            found.add_by_key(pa.Table.from_batches([batch]), "broker", "physical_offset")
+        for b in ctx.partial_batches("delays.found", FOUND):
+            found.add_by_key(b, "broker", "physical_offset")
         by_key = Buckets(scratch, "joined", n, _JOINED)
         for i in range(n):
             by_key.add_by_key(_pending_with_records(ctx, by_offset.read(i), found.read(i)), *_KEY)
         del by_offset, found
         copies = Buckets(scratch, "delivered", n, DELIVERED)
-        for batch in ctx.partial_dataset("delays.delivered", DELIVERED).to_batches():
-            copies.add_by_key(pa.Table.from_batches([batch]), *_KEY)
+        for b in ctx.partial_batches("delays.delivered", DELIVERED):
+            copies.add_by_key(b, *_KEY)
         in_order = Buckets(scratch, "decided", n, _DECIDED)
         for i in range(n):
             t = _decided(by_key.read(i), copies.read(i))

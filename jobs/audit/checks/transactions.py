@@ -277,7 +277,6 @@ def transaction_batches(ctx):
     driver.  The pairing runs out of core (buckets.Buckets, on the driver's local disk): the records by role, each
     join and the grouping by transaction done a bucket of its key at a time, the rows then spread by ranges of
     offsets and each range sorted."""
-    recs = ctx.partial_dataset("transactions.records", RECORDS)
     n = bucket_count(sum(ctx.partial_parts("transactions.records").column("rows").to_pylist()))
     with buckets_scratch(n, "audit-transactions-") as scratch:
         halves = Buckets(scratch, "halves", n, _HALVES)
@@ -285,8 +284,7 @@ def transaction_batches(ctx):
         ends = Buckets(scratch, "ends", n, _ENDS)
         prepared = Buckets(scratch, "prepared", n, _PREPARED)
         spans: dict[str, list[int]] = {}  # broker -> [lowest, highest] offset of its halves and PREPARED records
-        for batch in recs.to_batches():
-            b = pa.Table.from_batches([batch])
+        for b in ctx.partial_batches("transactions.records", RECORDS):
             role = b.column("role")
             h, p = b.filter(pc.equal(role, "half")), b.filter(pc.equal(role, "prepared"))
             halves.add_by_key(h, "broker", "queue_offset")
