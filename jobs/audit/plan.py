@@ -28,6 +28,7 @@ from store_format.store import Store
 
 from .inputs import StoreRef
 
+HULL_CHUNK = 1 << 20  # offsets converted at a time by Buckets.of_offsets (8 MiB of int64)
 MAX_BUCKETS = 4096  # routing buckets per broker: the bucket width follows the commitlog's length
 NEGATIVE_BUCKET = -1  # index entries may hold garbage offsets: below 0, and past the commitlog's end
 BEYOND = np.iinfo(np.int64).max
@@ -163,14 +164,20 @@ class Buckets:
     @classmethod
     def of_offsets(cls, phys: np.ndarray, rows: np.ndarray | int, shift: int, commitlog_end: int) -> "Buckets":
         """``of(bucket_of(phys, shift, commitlog_end), rows)`` in one compiled pass, without a sort (an index file
-        holds up to 20 M entries); ``rows`` an int: entry ``i``'s row is ``rows + i``."""
+        holds up to 20 M entries); ``rows`` an int: entry ``i``'s row is ``rows + i``, and ``phys`` may be a view
+        of the file in any integer type (an index file's big-endian entries), read :data:`HULL_CHUNK` at a time so
+        that no copy of a whole file's offsets is made."""
         from decoding.kernels import bucket_hulls
 
         last = commitlog_end >> shift
         first = np.full(last + 3, np.iinfo(np.int64).max, np.int64)  # buckets -1 .. last + 1, at b + 1
         final = np.full(last + 3, -1, np.int64)
-        row_base, rows = (rows, np.zeros(0, np.int64)) if isinstance(rows, int) else (0, rows)
-        bucket_hulls(phys, rows, row_base, shift, last, first, final)
+        if isinstance(rows, int):
+            none = np.zeros(0, np.int64)
+            for a in range(0, len(phys), HULL_CHUNK):
+                bucket_hulls(phys[a:a + HULL_CHUNK], none, rows + a, shift, last, first, final)
+        else:
+            bucket_hulls(phys, rows, 0, shift, last, first, final)
         seen = np.flatnonzero(final >= 0)
         return cls((seen - 1).astype(np.int64), first[seen], final[seen])
 

@@ -255,9 +255,8 @@ def _survey_index_file(task: SurveyInput, p: IndexFilePlan):
         h = f.header
         count = written_entries(m, f.hash_slot_num, min(max(h.index_count, 1), f.index_num))
         v = EntryViews(m.buf, f.hash_slot_num, count)
-        phys = v.physical_offset[1:].astype(np.int64)
+        b = Buckets.of_offsets(v.physical_offset[1:], 1, task.shift, task.commitlog_end)  # entry 0 is never used
         del v
-        b = Buckets.of_offsets(phys, 1, task.shift, task.commitlog_end)  # entry 0 is never used
         row.update(hash_slot_num=f.hash_slot_num, index_num=f.index_num, count=count, **_header_row(h),
                    **bucket_columns(b))
     return row, None
