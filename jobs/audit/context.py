@@ -121,8 +121,15 @@ class AuditContext:
 
         from .findings import FINDING_SCHEMA
 
-        return TableWriter(None if self.partials_dir is None else
-                           out_join(self.partials_dir, "_findings", name, "part-00000.parquet"), FINDING_SCHEMA)
+        spool = self.findings_spool
+        return TableWriter(None if spool is None else out_join(spool, name, "part-00000.parquet"), FINDING_SCHEMA)
+
+    @property
+    def findings_spool(self) -> "fs.Location | None":
+        """The folder :meth:`findings_writer` writes in (None without a run's partials folder)."""
+        from runtime.output import out_join
+
+        return None if self.partials_dir is None else out_join(self.partials_dir, "_findings")
 
     def survey_partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
         return self.survey.get(name, schema)

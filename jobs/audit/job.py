@@ -58,12 +58,12 @@ import pyarrow.compute as pc
 
 from runtime import cli
 from jobs.extract import parse_time
-from runtime.commit import job_run, runs_job
+from runtime.commit import delete, job_run, runs_job
 from runtime.history import claim_history
 from runtime.output import OutputError, out_join, out_makedirs, out_write, prepare_output, write_parquet_file
 from runtime.progress import Phase, say
 from runtime.session import EXECUTORS, choose_executor
-from store_format.fs import Location
+from store_format.fs import Location, resolve
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args, recovery_settings_from_args, \
     size_argument
 
@@ -292,6 +292,8 @@ def _write_outputs(ctx: AuditContext, results: list[FamilyResult], run: RunInfo,
     detail tables and the messages to re-send, into ``out`` (the run's staging)."""
     progress("writing findings")
     counts = _counts(ctx, _write_driver_findings([t for r in results for t in r.findings], run))
+    if ctx.findings_spool is not None:  # copied: not an output of its own
+        delete(resolve(ctx.findings_spool))
     out_write(out_join(run.findings_dir, "_SUCCESS"), b"")
     metrics = _write_metrics([t for r in results for t in r.metrics], {"run_id": run.run_id, "run_time": run.run_time},
                              out_join(out, "metrics"))
@@ -351,11 +353,9 @@ def _failure_findings(failures: list[pa.Table]) -> pa.Table:
 
 def _write_driver_findings(found: list, run: RunInfo) -> list[dict]:
     """The families' findings, in order, as findings/part-driver.parquet, a batch at a time (a family's spooled
-    findings, a WrittenTable: AuditContext.findings_writer, read back a row group at a time and removed once
-    copied): the driver holds one batch of them, never all.  Their counts per (check, severity), as rows."""
+    findings, a WrittenTable: AuditContext.findings_writer, read back a row group at a time): the driver holds one
+    batch of them, never all.  Their counts per (check, severity), as rows."""
     from runtime.output import out_parquet_batches, out_parquet_writer
-
-    from .context import _remove_quietly
 
     path = out_join(run.findings_dir, "part-driver.parquet")
     counted: list[pa.Table] = []
@@ -370,8 +370,6 @@ def _write_driver_findings(found: list, run: RunInfo) -> list[dict]:
                 written = FD.as_written(t.cast(FD.FINDING_SCHEMA), run.run_id, run.run_time)
                 writer.write_table(written.cast(writer.schema))
                 counted.append(t.group_by(["check", "severity"], use_threads=False).aggregate([("check", "count")]))
-            if isinstance(item, WrittenTable):
-                _remove_quietly(item.path)
     finally:
         writer.close()
     if not counted:
