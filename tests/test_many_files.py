@@ -166,10 +166,11 @@ def _audit_under_a_limit(tmp_path: Path, files: int, budget: int, *more: str) ->
 
 @pytest.mark.slow
 def test_many_tiny_queue_files_are_audited_within_a_memory_limit(tmp_path):
-    """30,000 tiny consume-queue files, --max-files 1,000: the audit ends within 104 MiB of address space above what
-    the process had, with the skipped files named; every file listed (main before --max-files) took ~150 MiB and
-    ends in a MemoryError."""
-    got = _audit_under_a_limit(tmp_path, 30_000, 104 << 20, "--max-files", "1000")
+    """30,000 tiny consume-queue files, --max-files 1,000: the audit ends within 76 MiB of address space above what
+    the process had, the skipped files named.  With every file listed (main before --max-files, the same script
+    without the option) it needs between 92 and 104 MiB: at 92 MiB it ends in "ArrowException: Failed to launch
+    worker thread", at 80 MiB too; the limited run passes at 68 MiB (57.8 MiB peak without a limit)."""
+    got = _audit_under_a_limit(tmp_path, 30_000, 76 << 20, "--max-files", "1000")
     assert "memory_error" not in got, got
     [said] = got["skipped"]
     assert said.startswith(f"{tmp_path / 'store' / 'consumequeue'} holds 30025 files, more than --max-files 1000: "
