@@ -106,6 +106,7 @@ class Skipped:
     files: int  # regular files the folder holds
     skipped: int  # of those, not listed (never read)
     what: str  # which files were skipped
+    below: int | None = None  # the skipped files of a rolled folder hold its offsets below this one (the oldest)
 
 
 @dataclass
@@ -145,10 +146,12 @@ def _newest(loc: fs.Location, infos: list, part: str, limit: FileLimit) -> list:
     old, rest = named[:len(named) - len(kept_named)], len(other) - len(kept_other)
     what = []
     if old:
-        what.append(f"the oldest {len(old):,} ({old[0].base_name} to {old[-1].base_name})")
+        what.append(f"the oldest {len(old):,} ({old[0].base_name} to {old[-1].base_name}; the units and index entries "
+                    "that point into them are not checked)")
     if rest:
         what.append(f"{rest:,} file(s) of other names")
-    limit.skipped.append(Skipped(name_of(loc), part, len(infos), len(old) + rest, " and ".join(what)))
+    below = int(kept_named[0].base_name) if old else None
+    limit.skipped.append(Skipped(name_of(loc), part, len(infos), len(old) + rest, " and ".join(what), below))
     kept = {i.base_name for i in kept_named} | {i.base_name for i in kept_other}
     return [i for i in infos if i.base_name in kept]
 

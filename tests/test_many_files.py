@@ -75,7 +75,9 @@ def test_a_segment_folder_past_its_limit_keeps_the_newest_segments(tmp_path):
     assert [s.name for s in store.segment_files] == [f"{k * size:020d}" for k in (1, 2, 3)]
     [skip] = store.skipped
     assert (skip.part, skip.files, skip.skipped) == ("commitlog", 5, 2)
-    assert skip.what == f"the oldest 1 ({seg.name} to {seg.name}) and 1 file(s) of other names"
+    assert skip.what == f"the oldest 1 ({seg.name} to {seg.name}; the units and index entries that point into them " \
+                        "are not checked) and 1 file(s) of other names"
+    assert skip.below == size
     store = Store(root, max_files=4)
     assert [s.name for s in store.segment_files] == [seg.name] + [f"{k * size:020d}" for k in (1, 2, 3)]
     assert [s.what for s in store.skipped] == ["1 file(s) of other names"]
@@ -108,6 +110,40 @@ def test_the_audit_names_the_folder_it_skipped_and_audits_the_rest(spark, tmp_pa
     assert done.summary_data["counts"]["per_check"]["broker.files_skipped"] == {"severity": "warning", "count": 1}
     [broker] = done.summary_data["brokers"]  # the queues audited: the fixture's and the first 20 tiny ones
     assert broker["geometry"]["queues"] == len(Store(fixture_store("basic")).queue_models) + 20
+
+
+@pytest.mark.spark
+def test_an_audit_past_the_limit_of_segments_reads_the_newest_and_judges_nothing_pointing_before_them(spark, tmp_path):
+    """A log of 16 KiB segments, --max-files 10: the ten newest segments are audited, the findings are those of an
+    audit of every segment less the ones about what the skipped segments hold or what points into them (no unit or
+    index entry into them is "not a message"), and broker.files_skipped names the oldest segments."""
+    import pyarrow.parquet as pq
+
+    from jobs.audit import build_parser, run
+    from store_format.write.generate import TrafficConfig, generate_store
+    from store_format.write.writer import WriterConfig
+
+    store = tmp_path / "store"
+    generate_store(store, TrafficConfig(messages=600, topics=2, queues=2, seed=5),
+                   WriterConfig(mappedFileSizeCommitLog=16384))
+    segments = sorted(p.name for p in (store / "commitlog").iterdir())
+    assert len(segments) > 12
+
+    def audit(out, *more):
+        done = run(spark, build_parser().parse_args(["--store", str(store), "--out", str(out), "--no-report", *more]))
+        return done, pq.read_table(out / "findings").to_pylist()
+
+    _, every = audit(tmp_path / "every")
+    done, capped = audit(tmp_path / "capped", "--max-files", "10")
+    [skip] = [f for f in capped if f["check"] == "broker.files_skipped"]
+    old = len(segments) - 10
+    assert skip["message"].endswith(f"{len(segments) - 10} of them were not read (the oldest {old} ({segments[0]} to "
+                                    f"{segments[old - 1]}; the units and index entries that point into them are "
+                                    "not checked))")
+    assert not [f for f in capped if f["check"].endswith(("entry_not_a_message", "entry_past_end"))]
+    assert {f["check"] for f in capped} - {"broker.files_skipped"} <= {f["check"] for f in every}
+    [broker] = done.summary_data["brokers"]
+    assert (broker["geometry"]["segments"], broker["geometry"]["first_segment"]) == (10, segments[old])
 
 
 _AUDIT_UNDER_A_LIMIT = r"""

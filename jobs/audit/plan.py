@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from store_format.brokerconf import StoreGeometry
 from store_format.commitlog import Segment
@@ -86,6 +88,24 @@ class BrokerPlan:
 
     def bucket(self, phys: np.ndarray) -> np.ndarray:
         return bucket_of(phys, self.shift, self.commitlog_end)
+
+    @property
+    def unlisted_below(self) -> int | None:
+        """Where the segments read start when --max-files left the oldest out (store_format.rolled.FileLimit): the
+        units and index entries below it point into segments not read, so no check judges them (the
+        broker.files_skipped finding says so); None when no segment was left out."""
+        return min((s.below for s in self.store.skipped if s.below is not None), default=None)
+
+
+def listed_only(plans: dict[str, BrokerPlan], t: pa.Table) -> pa.Table:
+    """The rows of ``t`` (with ``broker`` and ``physical_offset``) that do not point into segments --max-files left
+    unread (:attr:`BrokerPlan.unlisted_below`)."""
+    below = {name: p.unlisted_below for name, p in plans.items() if p.unlisted_below is not None}
+    if not below or not t.num_rows:
+        return t
+    cut = pc.fill_null(pc.index_in(t.column("broker"), pa.array(list(below))), -1).to_numpy(zero_copy_only=False)
+    limits = np.array([*below.values(), -1], np.int64)[cut]  # -1: a broker with every segment read
+    return t.filter(pa.array(t.column("physical_offset").to_numpy(zero_copy_only=False) >= limits))
 
 
 @dataclass(frozen=True)
