@@ -4,6 +4,7 @@ with every file listed (``--max-files`` above the count) and with the run's limi
     .venv/bin/python bench/bench_many_files.py [--cache /tmp/bench-many] [--queues 1000000] [--segments-mib 800]
                                                [--only queues segments] [--limits 1000000000 500000 10000]
                                                [--results bench/results-many-files.json]
+    .venv/bin/python bench/bench_many_files.py --planning STORE
 
 Generated once into --cache:
   queues    a fixture's store (rocketmq-4.9.7/basic) plus --queues tiny consume-queue files, one per queue folder
@@ -13,7 +14,7 @@ Generated once into --cache:
             108,000 segment files).
 Each audit runs in a process of its own (bench/driver_phases.py: ``local[2]``, the tasks in the driver, no report),
 which samples its RssAnon every 20 ms: per run its wall seconds, the peak RssAnon and the broker.files_skipped
-findings.  Its figures replace the case's own in --results.
+findings.  Its figures replace those of the same case and size in --results.
 """
 from __future__ import annotations
 
@@ -77,6 +78,46 @@ def audit(store: Path, out: Path, limit: int) -> dict:
             "skipped": [f["message"] for f in found if f["check"] == "broker.files_skipped"]}
 
 
+def planning(store: str) -> dict:
+    """What the driver holds after each planning step of one broker (tracemalloc: current and peak MiB, seconds):
+    the custody listing of every input file, the store's listing, the queue files, the survey's tasks, and the
+    survey's tasks pickled (what a Spark stage would ship)."""
+    import gc
+    import pickle
+    import tracemalloc
+
+    sys.path.insert(0, str(REPO))
+    from jobs.audit import checks
+    from jobs.audit.context import AuditContext, AuditOptions
+    from jobs.audit.plan import plan_broker, plan_segments
+    from jobs.audit.survey import survey_tasks
+    from runtime.custody import input_files
+    from runtime.stores import resolve_stores
+
+    out, kept = {}, {}
+
+    def step(name, make):
+        t = time.perf_counter()
+        kept[name] = make()
+        gc.collect()
+        now, peak = tracemalloc.get_traced_memory()
+        out[name] = [round(now / 2**20, 1), round(peak / 2**20, 1), round(time.perf_counter() - t, 1)]
+        tracemalloc.reset_peak()
+
+    tracemalloc.start()
+    stores = resolve_stores([store])
+    step("input_files", lambda: input_files(stores))
+    step("plan_broker", lambda: {s.name: plan_broker(s, max_files=None) for s in stores})
+    plans = kept["plan_broker"]
+    step("queue_files", lambda: sum(len(p.queue_files) for p in plans.values()))
+    families = checks.selected(checks.FAMILIES)
+    ctx = AuditContext(None, stores, plans, AuditOptions(families=tuple(f.name for f in families)), families)
+    step("survey_tasks", lambda: survey_tasks(ctx, plan_segments(plans, 2, None, False)))
+    step("pickled", lambda: len(pickle.dumps(kept["survey_tasks"])))
+    return {"files": kept["queue_files"], "survey_tasks": len(kept["survey_tasks"]), "pickled_bytes": kept["pickled"],
+            "MiB (current, peak, seconds)": out}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cache", type=Path, default=Path("/tmp/bench-many"))
@@ -86,7 +127,11 @@ def main(argv=None) -> int:
     p.add_argument("--limits", nargs="+", type=int, default=[10**9, 500_000, 10_000],
                    help="--max-files of each run (10**9: every file listed)")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results-many-files.json")
+    p.add_argument("--planning", metavar="STORE", help="only measure the planning steps' memory over STORE")
     args = p.parse_args(argv)
+    if args.planning:
+        print(json.dumps(planning(args.planning)))
+        return 0
     args.cache.mkdir(parents=True, exist_ok=True)
     results = json.loads(args.results.read_text()) if args.results.exists() else {}
     for case in args.only:
@@ -103,7 +148,7 @@ def main(argv=None) -> int:
             run = audit(store, args.cache / f"out-{case}-{limit}", limit)
             print(json.dumps({"case": case, **run}), flush=True)
             row["runs"].append(run)
-        results[case] = {"command": " ".join(["bench/bench_many_files.py", *(argv or sys.argv[1:])]),
+        results[f"{case}, {files:,} entries"] = {"command": " ".join(["bench/bench_many_files.py", *(argv or sys.argv[1:])]),
                          "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), **row}
         args.results.write_text(json.dumps(results, indent=2) + "\n")
     return 0
