@@ -80,10 +80,8 @@ def audit(store: Path, out: Path, limit: int) -> dict:
 
 def planning(store: str) -> dict:
     """What the driver holds after each planning step of one broker (tracemalloc: current and peak MiB, seconds):
-    the custody listing of every input file, the store's listing, the queue files, the survey's tasks, and the
-    survey's tasks pickled (what a Spark stage would ship)."""
+    the custody listing of every input file, the store's listing, the queue files and the survey's tasks."""
     import gc
-    import pickle
     import tracemalloc
 
     sys.path.insert(0, str(REPO))
@@ -113,8 +111,7 @@ def planning(store: str) -> dict:
     families = checks.selected(checks.FAMILIES)
     ctx = AuditContext(None, stores, plans, AuditOptions(families=tuple(f.name for f in families)), families)
     step("survey_tasks", lambda: survey_tasks(ctx, plan_segments(plans, 2, None, False)))
-    step("pickled", lambda: len(pickle.dumps(kept["survey_tasks"])))
-    return {"files": kept["queue_files"], "survey_tasks": len(kept["survey_tasks"]), "pickled_bytes": kept["pickled"],
+    return {"files": kept["queue_files"], "survey_tasks": len(kept["survey_tasks"]),
             "MiB (current, peak, seconds)": out}
 
 
