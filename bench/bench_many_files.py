@@ -1,5 +1,6 @@
 """Bad input at scale: many files (issue 40).  The audit's driver memory and time over a folder of very many files,
-with every file listed (``--max-files`` above the count) and with the run's limit, one run after the other.
+with every file listed (``--max-files`` and ``--max-segments`` above the count) and with the run's limits, one run
+after the other.
 
     .venv/bin/python bench/bench_many_files.py [--cache /tmp/bench-many] [--queues 1000000] [--segments-mib 800]
                                                [--only queues segments] [--limits 1000000000 500000 10000]
@@ -65,7 +66,8 @@ def audit(store: Path, out: Path, limit: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t = time.perf_counter()
     done = subprocess.run([sys.executable, str(REPO / "bench" / "driver_phases.py"), str(store), str(out),
-                           "--max-files", str(limit)], capture_output=True, text=True, env=env)
+                           "--max-files", str(limit), "--max-segments", str(limit)], capture_output=True, text=True,
+                          env=env)
     wall = time.perf_counter() - t
     if done.returncode != 0:
         return {"max_files": limit, "wall_seconds": round(wall, 1), "failed": done.stderr[-2000:]}
@@ -122,7 +124,7 @@ def main(argv=None) -> int:
     p.add_argument("--segments-mib", type=float, default=800)
     p.add_argument("--only", nargs="+", choices=("queues", "segments"), default=("queues", "segments"))
     p.add_argument("--limits", nargs="+", type=int, default=[10**9, 500_000, 10_000],
-                   help="--max-files of each run (10**9: every file listed)")
+                   help="--max-files and --max-segments of each run (10**9: every file listed)")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results-many-files.json")
     p.add_argument("--planning", metavar="STORE", help="only measure the planning steps' memory over STORE")
     args = p.parse_args(argv)
@@ -145,7 +147,8 @@ def main(argv=None) -> int:
             run = audit(store, args.cache / f"out-{case}-{limit}", limit)
             print(json.dumps({"case": case, **run}), flush=True)
             row["runs"].append(run)
-        results[f"{case}, {files:,} entries"] = {"command": " ".join(["bench/bench_many_files.py", *(argv or sys.argv[1:])]),
+        results[f"{case}, {files:,} entries"] = {"command": " ".join(["bench/bench_many_files.py",
+                                                                      *(argv or sys.argv[1:])]),
                          "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), **row}
         args.results.write_text(json.dumps(results, indent=2) + "\n")
     return 0

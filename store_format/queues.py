@@ -136,7 +136,8 @@ def list_queue_files(where, backends: tuple["Backend", ...] | None = None, limit
         parts = [(b, loc) for b in BY_FOLDER[loc.name]]
     else:
         parts = [(b, loc.child(b.folder)) for b in BACKENDS]
-    return [f for backend, part in parts if backends is None or backend in backends for f in backend.list_files(part, limit)]
+    return [f for backend, part in parts if backends is None or backend in backends
+            for f in backend.list_files(part, limit)]
 
 
 def _rolled_queue_files(backend: "Backend", part, limit=None) -> list[QueueFile]:

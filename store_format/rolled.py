@@ -107,6 +107,7 @@ class Skipped:
     skipped: int  # of those, not listed (never read)
     what: str  # which files were skipped
     below: int | None = None  # the skipped files of a rolled folder hold its offsets below this one (the oldest)
+    most: int | None = None  # the limit it was listed under
 
 
 @dataclass
@@ -151,7 +152,8 @@ def _newest(loc: fs.Location, infos: list, part: str, limit: FileLimit) -> list:
     if rest:
         what.append(f"{rest:,} file(s) of other names")
     below = int(kept_named[0].base_name) if old else None
-    limit.skipped.append(Skipped(name_of(loc), part, len(infos), len(old) + rest, " and ".join(what), below))
+    limit.skipped.append(Skipped(name_of(loc), part, len(infos), len(old) + rest, " and ".join(what), below,
+                                 limit.most))
     kept = {i.base_name for i in kept_named} | {i.base_name for i in kept_other}
     return [i for i in infos if i.base_name in kept]
 
@@ -220,7 +222,7 @@ def list_queue_folders(part, part_name: str, size_of=None, limit: FileLimit | No
     if over is not None:
         limit.skipped.append(Skipped(name_of(loc), part_name, len(out) + over[0], over[0],
                                      f"every file of {over[1]:,} queue folder(s), {over[2]} to {over[3]} in name "
-                                     "order"))
+                                     "order", most=limit.most))
     return out
 
 

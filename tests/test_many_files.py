@@ -1,6 +1,6 @@
 """Bad input at scale (issue 40): a folder of more files than one run can hold.  The audit lists at most --max-files
-files of each ``commitlog/`` or consume-queue folder (store_format.rolled.FileLimit): past it the newest segments and
-the first whole queues in name order are audited, the rest only counted, and a ``broker.files_skipped`` finding names
+files of each consume-queue folder and --max-segments of ``commitlog/`` (store_format.rolled.FileLimit): past them the
+first whole queues in name order and the newest segments are audited, the rest only counted, and a ``broker.files_skipped`` finding names
 the folder, its files and what was skipped.  Every listed file costs the driver a few KB through the whole audit
 (BENCHMARKS.md "Bad input at scale: many files"), so without the limit a million tiny consume-queue files need GBs.
 
@@ -71,17 +71,17 @@ def test_a_segment_folder_past_its_limit_keeps_the_newest_segments(tmp_path):
         with open(log / f"{k * size:020d}", "wb") as f:
             f.truncate(size)
     (log / "stray.bak").write_bytes(b"x")
-    store = Store(root, max_files=3)
+    store = Store(root, max_segments=3, max_files=1)
     assert [s.name for s in store.segment_files] == [f"{k * size:020d}" for k in (1, 2, 3)]
     [skip] = store.skipped
     assert (skip.part, skip.files, skip.skipped) == ("commitlog", 5, 2)
     assert skip.what == f"the oldest 1 ({seg.name} to {seg.name}; the units and index entries that point into them " \
                         "are not checked) and 1 file(s) of other names"
-    assert skip.below == size
-    store = Store(root, max_files=4)
+    assert (skip.below, skip.most) == (size, 3)
+    store = Store(root, max_segments=4)
     assert [s.name for s in store.segment_files] == [seg.name] + [f"{k * size:020d}" for k in (1, 2, 3)]
     assert [s.what for s in store.skipped] == ["1 file(s) of other names"]
-    store = Store(root, max_files=1)
+    store = Store(root, max_segments=1)
     assert [s.name for s in store.segment_files] == [f"{3 * size:020d}"] and store.skipped[0].skipped == 4
     assert Store(root).skipped == [] and len(Store(root).segment_files) == 5
 
@@ -114,7 +114,7 @@ def test_the_audit_names_the_folder_it_skipped_and_audits_the_rest(spark, tmp_pa
 
 @pytest.mark.spark
 def test_an_audit_past_the_limit_of_segments_reads_the_newest_and_judges_nothing_pointing_before_them(spark, tmp_path):
-    """A log of 16 KiB segments, --max-files 10: the ten newest segments are audited, the findings are those of an
+    """A log of 16 KiB segments, --max-segments 10: the ten newest segments are audited, the findings are those of an
     audit of every segment less the ones about what the skipped segments hold or what points into them (no unit or
     index entry into them is "not a message"), and broker.files_skipped names the oldest segments."""
     import pyarrow.parquet as pq
@@ -134,9 +134,10 @@ def test_an_audit_past_the_limit_of_segments_reads_the_newest_and_judges_nothing
         return done, pq.read_table(out / "findings").to_pylist()
 
     _, every = audit(tmp_path / "every")
-    done, capped = audit(tmp_path / "capped", "--max-files", "10")
+    done, capped = audit(tmp_path / "capped", "--max-segments", "10")
     [skip] = [f for f in capped if f["check"] == "broker.files_skipped"]
     old = len(segments) - 10
+    assert f"more than --max-segments 10: {old} of them" in skip["message"]
     assert skip["message"].endswith(f"{len(segments) - 10} of them were not read (the oldest {old} ({segments[0]} to "
                                     f"{segments[old - 1]}; the units and index entries that point into them are "
                                     "not checked))")
@@ -188,7 +189,8 @@ except MemoryError as e:
     sys.exit(0)
 import pyarrow.parquet as pq
 found = pq.read_table(folder / "out" / "findings", columns=["check", "message"]).to_pylist()
-print(json.dumps({"exit": done.exit_code, "skipped": [f["message"] for f in found if f["check"] == "broker.files_skipped"]}))
+print(json.dumps({"exit": done.exit_code,
+                  "skipped": [f["message"] for f in found if f["check"] == "broker.files_skipped"]}))
 """
 
 

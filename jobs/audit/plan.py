@@ -33,12 +33,14 @@ from .inputs import StoreRef
 MAX_BUCKETS = 4096  # routing buckets per broker: the bucket width follows the commitlog's length
 NEGATIVE_BUCKET = -1  # index entries may hold garbage offsets: below 0, and past the commitlog's end
 BEYOND = np.iinfo(np.int64).max
-#: The most files the audit lists of one part folder of a broker (``commitlog/``, each queue part folder: --max-files;
-#: store_format.rolled.FileLimit).  A listed file costs the driver about 5 KB through the whole audit (100,000 tiny
-#: consume-queue files: 609 MiB peak RssAnon against 141 MiB for a fixture; BENCHMARKS.md "Bad input at scale: many
-#: files"), so 500,000 files of one folder are ~2.5 GB and a broker's two big folders ~5 GB: within a 24 GB
-#: machine with room for the tasks.  A real broker is far below it (40,000 queues of a few files each).
+#: The most files the audit lists of one queue part folder of a broker (``consumequeue/``...: --max-files) and of its
+#: ``commitlog/`` (--max-segments; store_format.rolled.FileLimit).  A listed consume-queue file costs the driver 3-5
+#: KB through the whole audit (100,000 tiny files: 609 MiB peak RssAnon against 141 MiB for a fixture), a segment
+#: about 26 KB (its ranges, walk and table rows: 21,686 segments of 8 KiB, 924 MiB against 492 MiB for 5,000 of
+#: them; BENCHMARKS.md "Bad input at scale: many files"), so the defaults are ~2.5 GB each: within a 24 GB machine
+#: with room for the tasks.  A real broker is far below both (40,000 queues of a few files, 1 GiB segments).
 MAX_FILES = 500_000
+MAX_SEGMENTS = 100_000
 
 
 @dataclass
@@ -130,11 +132,11 @@ def bucket_of(phys: np.ndarray, shift: int, commitlog_end: int) -> np.ndarray:
 
 
 def plan_broker(store_input: StoreRef, geometry: StoreGeometry | None = None,
-                max_files: int | None = MAX_FILES) -> BrokerPlan:
+                max_files: int | None = MAX_FILES, max_segments: int | None = MAX_SEGMENTS) -> BrokerPlan:
     """What one broker's audit reads; ``geometry`` (--config and the flags) where the files cannot tell; at most
-    ``max_files`` files of each part folder (None: every file)."""
+    ``max_files`` files of each queue part folder and ``max_segments`` of commitlog/ (None: every file)."""
     geometry = geometry or StoreGeometry()
-    store = Store(store_input.path, **geometry.store_kwargs(), max_files=max_files)
+    store = Store(store_input.path, **geometry.store_kwargs(), max_files=max_files, max_segments=max_segments)
     size = store.segment_size
     end = max((s.base_offset + max(s.length, size or 0) for s in store.segments), default=0)
     shift = max(20, math.ceil(math.log2(max(end, 1) / MAX_BUCKETS))) if end else 20
