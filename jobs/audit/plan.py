@@ -93,14 +93,14 @@ class BrokerPlan:
 
     @property
     def unlisted_below(self) -> int | None:
-        """Where the segments read start when --max-files left the oldest out (store_format.rolled.FileLimit): the
+        """Where the segments read start when --max-segments left the oldest out (store_format.rolled.FileLimit): the
         units and index entries below it point into segments not read, so no check judges them (the
         broker.files_skipped finding says so); None when no segment was left out."""
         return min((s.below for s in self.store.skipped if s.below is not None), default=None)
 
 
 def listed_only(plans: dict[str, BrokerPlan], t: pa.Table) -> pa.Table:
-    """The rows of ``t`` (with ``broker`` and ``physical_offset``) that do not point into segments --max-files left
+    """The rows of ``t`` (with ``broker`` and ``physical_offset``) that do not point into segments --max-segments left
     unread (:attr:`BrokerPlan.unlisted_below`)."""
     below = {name: p.unlisted_below for name, p in plans.items() if p.unlisted_below is not None}
     if not below or not t.num_rows:
