@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test cluster-test demo bench bench-scale bench-config bench-wide fuzz lint package clean check-java
+.PHONY: setup test cluster-test demo bench bench-scale bench-config bench-wide bench-many fuzz lint package clean check-java
 
 setup: $(STAMP) chromium
 
@@ -66,6 +66,12 @@ bench-config: $(STAMP)
 # e.g. BENCH_ARGS="--mib 256 --only queues".
 bench-wide: $(STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_wide.py $(BENCH_ARGS)
+
+# Bad input at scale (issue 40): a million tiny consume-queue files and a log of 100,000 segments of 8 KiB, audited
+# with every file listed and under --max-files/--max-segments; generated once into /tmp/bench-many; peak driver
+# memory into bench/results-many-files.json (BENCHMARKS.md, "Bad input at scale: many files").
+bench-many: $(STAMP)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_many_files.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -143,8 +143,8 @@ class Custody:
 
     def __init__(self, roots, *, sha256: bool = False, during: str = "the run", files: list | None = None):
         self.roots, self.sha256, self.during = list(roots), sha256, during
-        self.files = input_files(self.roots) if files is None else files
-        self.before = fingerprint(self.files, sha256)
+        # the listing is not kept (a store of a million files: ~0.5 GB of paths); the check lists the inputs again
+        self.before = fingerprint(input_files(self.roots) if files is None else files, sha256)
 
     def check(self) -> None:
         check_custody(self.before, self.roots, self.sha256, self.during)

@@ -53,10 +53,11 @@ def segment_name(base_offset: int) -> str:
 Segment = RolledFile
 
 
-def list_segment_files(where, segment_size: int | None = None) -> list[Segment]:
+def list_segment_files(where, segment_size: int | None = None, limit=None) -> list[Segment]:
     """Every regular file of a ``commitlog/`` folder (or the one segment file ``where`` names), in name order, each with
-    what is wrong with its name or length (:func:`store_format.rolled.list_folder`)."""
-    return list_folder(where, segment_size, "commitlog")
+    what is wrong with its name or length (:func:`store_format.rolled.list_folder`; ``limit``, a
+    ``rolled.FileLimit``: past it the newest)."""
+    return list_folder(where, segment_size, "commitlog", limit)
 
 
 def list_segments(commitlog_dir) -> list[Segment]:

@@ -122,12 +122,13 @@ class QueueFile:
         return self.backend.file_units(self)
 
 
-def list_queue_files(where, backends: tuple["Backend", ...] | None = None) -> list[QueueFile]:
+def list_queue_files(where, backends: tuple["Backend", ...] | None = None, limit=None) -> list[QueueFile]:
     """Every regular file of every queue folder ``where`` holds, in listing order, each with its problems: a store
     root (each backend's part folder: ``consumequeue/``, ``batchconsumequeue/``...), one part folder (its
     backend's), or the one file ``where`` names (the backend of the part folder three levels up; ``file`` when no
     part folder is there).  ``backends``: only theirs.  Entries no reader can read are left out (store_format.fs
-    reports them); a missing folder has none."""
+    reports them); a missing folder has none.  ``limit`` (a ``rolled.FileLimit``): the most files built of each
+    part folder (store_format.rolled.list_queue_folders)."""
     loc = rolled.location(where)
     if loc.is_file():
         parts = [(b, loc) for b in BY_FOLDER.get(loc.parent().parent().parent().name, (FILE,))[:1]]
@@ -135,13 +136,15 @@ def list_queue_files(where, backends: tuple["Backend", ...] | None = None) -> li
         parts = [(b, loc) for b in BY_FOLDER[loc.name]]
     else:
         parts = [(b, loc.child(b.folder)) for b in BACKENDS]
-    return [f for backend, part in parts if backends is None or backend in backends for f in backend.list_files(part)]
+    return [f for backend, part in parts if backends is None or backend in backends
+            for f in backend.list_files(part, limit)]
 
 
-def _rolled_queue_files(backend: "Backend", part) -> list[QueueFile]:
+def _rolled_queue_files(backend: "Backend", part, limit=None) -> list[QueueFile]:
     """A rolled backend's listing: every file of every ``<topic>/<queue>/`` MappedFileQueue under its part folder
     (store_format.rolled.list_queue_folders), or the one file ``part`` names."""
-    return [QueueFile(topic, qid, backend, f) for topic, qid, f in rolled.list_queue_folders(part, backend.folder)]
+    return [QueueFile(topic, qid, backend, f)
+            for topic, qid, f in rolled.list_queue_folders(part, backend.folder, limit=limit)]
 
 
 def group_queues(files: list[QueueFile]) -> list["Queue"]:
@@ -258,11 +261,12 @@ class Backend:
     file_units: Callable
     window: Callable
     recover: Callable | None = None
-    lister: Callable = _rolled_queue_files  # (backend, part folder or one file) -> its QueueFiles
+    lister: Callable = _rolled_queue_files  # (backend, part folder or one file, FileLimit or None) -> its QueueFiles
 
-    def list_files(self, part) -> list[QueueFile]:
-        """Its files under ``part`` (its part folder, or one file), each with its problems, in listing order."""
-        return self.lister(self, part)
+    def list_files(self, part, limit=None) -> list[QueueFile]:
+        """Its files under ``part`` (its part folder, or one file), each with its problems, in listing order;
+        ``limit`` (a ``rolled.FileLimit``): the most files built of a part folder of files."""
+        return self.lister(self, part, limit)
 
     dispatch_end: Callable | None = None  # (part folder) -> where it records its dispatch ended, if it keeps that
     bounds: Callable | None = None  # (QueueFile) -> (min offset, max offset) the broker serves, where not its units'
@@ -342,9 +346,10 @@ def _rocksdb_place(loc: fs.Location) -> tuple:
         int(loc.name) // ROCKSDB_UNIT_SIZE
 
 
-def _rocksdb_queue_files(backend: "Backend", part) -> list[QueueFile]:
+def _rocksdb_queue_files(backend: "Backend", part, limit=None) -> list[QueueFile]:
     """One virtual file per queue with a unit key, when ``part`` is a RocksDB database (store_format.rocksdbcq
-    .is_rocksdb_queue_folder); a database that cannot be opened is one unloaded entry whose problem says why."""
+    .is_rocksdb_queue_folder); a database that cannot be opened is one unloaded entry whose problem says why.
+    ``limit`` is not applied: its queues are keys of one database, not files of a folder."""
     from .rocksdbcq import RocksDBQueueUnreadable, is_rocksdb_queue_folder
 
     loc = rolled.location(part)
@@ -466,14 +471,14 @@ ROCKSDB = Backend("rocksdb", "consumequeue", ROCKSDB_UNIT_SIZE, "5.x", "storeTyp
 # -- compaction: a cleanup.policy=COMPACTION topic's SparseConsumeQueue over its compaction log (store_format.compaction)
 
 
-def _sparse_queue_files(backend: "Backend", part) -> list[QueueFile]:
+def _sparse_queue_files(backend: "Backend", part, limit=None) -> list[QueueFile]:
     """The rolled ``<topic>/<queue>/`` files of ``compaction/compactionCq/``, each file named after the log file it
     indexes (so the folder's file size is its files' length, not their names' spacing); the ``compacting/`` and
     ``replicating/`` generations are folders, not files of the queue."""
     from .compaction import sparse_file_size
 
     return [QueueFile(topic, qid, backend, f)
-            for topic, qid, f in rolled.list_queue_folders(part, backend.folder, sparse_file_size)]
+            for topic, qid, f in rolled.list_queue_folders(part, backend.folder, sparse_file_size, limit)]
 
 
 COMPACTION = Backend("compaction", L.COMPACTION_CQ_DIR, L.BATCH_CQ_UNIT.width, "5.x", "compactionCqMappedFileSize",

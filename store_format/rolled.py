@@ -18,7 +18,7 @@ import os
 import re
 
 import pyarrow.fs as pafs
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import fs
 from . import layout as L
@@ -96,14 +96,66 @@ class RolledFile:
         return self.loc
 
 
-def list_folder(where, file_size: int | None = None, part: str = "") -> list[RolledFile]:
+@dataclass(frozen=True)
+class Skipped:
+    """Files of a part folder a listing left unbuilt because the folder holds more than its :class:`FileLimit`:
+    which folder, how many files it holds, how many were skipped, and which ones in words."""
+
+    folder: str  # the part folder (``commitlog/``, ``consumequeue/``...), as reports name files
+    part: str  # its kind (store_format.layout's folder name)
+    files: int  # regular files the folder holds
+    skipped: int  # of those, not listed (never read)
+    what: str  # which files were skipped
+    below: int | None = None  # the skipped files of a rolled folder hold its offsets below this one (the oldest)
+    most: int | None = None  # the limit it was listed under
+
+
+@dataclass
+class FileLimit:
+    """The most files a listing builds of one part folder (a store past it cannot be held whole: every listed file
+    costs the audit's driver a few KB; BENCHMARKS.md "Bad input at scale: many files").  Past it the listing only
+    counts the rest, keeps what a broker's reader needs most (whole queues in name order, the newest segments) and
+    records what it skipped in :attr:`skipped`."""
+
+    most: int
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+def list_folder(where, file_size: int | None = None, part: str = "", limit: FileLimit | None = None) \
+        -> list[RolledFile]:
     """Every regular file of a MappedFileQueue folder (or the one file ``where`` names), in name order, each with
     what is wrong with its name or length: the one listing of ``commitlog/``, ``timerlog/`` and each queue's folder
     (store_format.queues).  ``file_size``: the folder's, when known; else the files' own (:func:`infer_file_size`).
     Entries no reader can open (a FIFO, a link loop...) are left out by ``Location.list``; a missing folder has
-    none."""
+    none.  ``limit``: past its most files, only the newest (:func:`_newest`)."""
     loc = location(where)
-    return folder_files(loc, [loc.info()] if loc.is_file() else loc.list(), file_size, part)
+    infos = [loc.info()] if loc.is_file() else loc.list()
+    infos = [i for i in infos if i.is_file]
+    if limit is not None and len(infos) > limit.most:
+        infos = _newest(loc, infos, part, limit)
+    return folder_files(loc, infos, file_size, part)
+
+
+def _newest(loc: fs.Location, infos: list, part: str, limit: FileLimit) -> list:
+    """Of a rolled folder's files (by name), the ``limit.most`` a broker's reader needs most: the newest named ones
+    (what recovery walks and consumers read), then files of other names while room is left; the rest recorded as
+    skipped."""
+    named = [i for i in infos if _ROLLED_NAME.fullmatch(i.base_name)]
+    other = [i for i in infos if not _ROLLED_NAME.fullmatch(i.base_name)]
+    kept_named = named[len(named) - min(len(named), limit.most):]
+    kept_other = other[:limit.most - len(kept_named)]
+    old, rest = named[:len(named) - len(kept_named)], len(other) - len(kept_other)
+    what = []
+    if old:
+        what.append(f"the oldest {len(old):,} ({old[0].base_name} to {old[-1].base_name}; the units and index entries "
+                    "that point into them are not checked)")
+    if rest:
+        what.append(f"{rest:,} file(s) of other names")
+    below = int(kept_named[0].base_name) if old else None
+    limit.skipped.append(Skipped(name_of(loc), part, len(infos), len(old) + rest, " and ".join(what), below,
+                                 limit.most))
+    kept = {i.base_name for i in kept_named} | {i.base_name for i in kept_other}
+    return [i for i in infos if i.base_name in kept]
 
 
 def folder_files(loc: fs.Location, infos, file_size: int | None = None, part: str = "") -> list[RolledFile]:
@@ -137,25 +189,53 @@ def queue_id_of(name: str) -> int | None:
     return int(name) if _QUEUE_DIR.fullmatch(name) and -2**31 <= int(name) < 2**31 else None
 
 
-def list_queue_folders(part, part_name: str, size_of=None) -> list[tuple[str, int | None, RolledFile]]:
+def list_queue_folders(part, part_name: str, size_of=None, limit: FileLimit | None = None) \
+        -> list[tuple[str, int | None, RolledFile]]:
     """(topic, queue id, file) of every regular file of every ``<topic>/<queue>/`` folder under a queue part folder
     (``consumequeue/``, ``batchconsumequeue/``: each queue folder a MappedFileQueue), or of the one file ``part``
     names, in listing order, each with its problems (:func:`folder_files`, words of ``part_name``); the queue id is
     None where the folder's name is not an int; ``size_of`` (the folder's entries -> its file size) where the names do
     not tell it (a sparse queue's files are named after its log's).  The one walk of that shape: store_format.queues
-    wraps it."""
+    wraps it.  ``limit``: whole queue folders in listing order while their files fit in its most; the queue folders
+    after the first that does not fit are only counted (their files never built), and recorded as skipped."""
     loc = location(part)
     if loc.is_file():
         queue = loc.parent()
         return [(queue.parent().name, queue_id_of(queue.name), f)
                 for f in folder_files(queue, [loc.info()], size_of and size_of([loc.info()]), part_name)]
     out = []
+    over = None  # past the limit: [files, queue folders, the first one, the last one] skipped
     for topic in _subfolders(loc):
         for queue in _subfolders(topic):
-            qid = queue_id_of(queue.name)
+            where = f"{topic.name}/{queue.name}"
+            if over is not None:
+                over[0] += _count_files(queue)
+                over[1] += 1
+                over[3] = where
+                continue
             infos = _entries(queue)
+            if limit is not None and len(out) + sum(i.is_file for i in infos) > limit.most:
+                over = [sum(i.is_file for i in infos), 1, where, where]
+                continue
+            qid = queue_id_of(queue.name)
             out += [(topic.name, qid, f) for f in folder_files(queue, infos, size_of and size_of(infos), part_name)]
+    if over is not None:
+        limit.skipped.append(Skipped(name_of(loc), part_name, len(out) + over[0], over[0],
+                                     f"every file of {over[1]:,} queue folder(s), {over[2]} to {over[3]} in name "
+                                     "order", most=limit.most))
     return out
+
+
+def _count_files(loc: fs.Location) -> int:
+    """How many regular files a folder holds, without a stat of each where the listing tells the type (a local
+    folder's ``scandir``): what a listing past its limit still counts."""
+    if loc.local_path is None or loc.local_path != loc.path:
+        return sum(i.is_file for i in loc.list())
+    try:
+        with os.scandir(loc.local_path) as listing:
+            return sum(1 for e in listing if e.is_file())
+    except OSError:
+        return 0
 
 
 def _subfolders(loc: fs.Location) -> list[fs.Location]:

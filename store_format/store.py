@@ -22,7 +22,7 @@ from .consumequeue import CQFile, CQUnit, read_queue
 from .errors import ErrorKind, IndexFileError, StoreFormatError
 from .ids import parse_host, parse_offset_msg_id
 from .indexfile import INDEX_NAME, IndexFile, index_files
-from .rolled import RolledFile, list_folder
+from .rolled import FileLimit, RolledFile, Skipped, list_folder
 from .message import Message
 
 
@@ -35,7 +35,8 @@ class Store:
 
     def __init__(self, root, *, segment_size: int | None = None,
                  hash_slot_num: int | None = None, index_num: int | None = None,
-                 message_delay_level: str = L.DEFAULT_MESSAGE_DELAY_LEVEL, file_sizes: dict | None = None):
+                 message_delay_level: str = L.DEFAULT_MESSAGE_DELAY_LEVEL, file_sizes: dict | None = None,
+                 max_files: int | None = None, max_segments: int | None = None):
         self.loc = fs.resolve(root)
         # a local path stays a Path (mmaps, os-level checks); a URI of another file system is a fs.StorePath
         self.root = self.loc.as_path()
@@ -56,6 +57,10 @@ class Store:
         self.index_num = index_num
         self._index_geometry: dict = {}  # per file (a Path or fs.StorePath), once read: (slots, entries)
         self.delay_levels = L.parse_delay_levels(message_delay_level)
+        # the most files listed of each queue part folder, and of the segment folder (None: every file); what they left
+        # out: skipped
+        self._file_limit = FileLimit(max_files) if max_files is not None else None
+        self._segment_limit = FileLimit(max_segments) if max_segments is not None else None
 
     # ---- commitlog ---------------------------------------------------------------------------
     def _readable_folder(self, name: str) -> bool:
@@ -79,10 +84,10 @@ class Store:
         """Every file of ``commitlog/`` (bad names too), by name, each with what is wrong with it; of a DLedger
         store, its data files (the CommitLog's container: store_format.commitlog.dledger_items walks them)."""
         if self.dledger_home is not None:
-            return list_segment_files(self.dledger_home.child("data"), self._segment_size)
+            return list_segment_files(self.dledger_home.child("data"), self._segment_size, self._segment_limit)
         if not self._readable_folder("commitlog"):
             return []
-        return list_segment_files(self.loc.child("commitlog"), self._segment_size)
+        return list_segment_files(self.loc.child("commitlog"), self._segment_size, self._segment_limit)
 
     @cached_property
     def segments(self) -> list[Segment]:
@@ -151,7 +156,13 @@ class Store:
         from .queues import BACKENDS, list_queue_files
 
         return [f for b in BACKENDS if self._readable_folder(b.folder)
-                for f in list_queue_files(self.loc.child(b.folder), (b,))]
+                for f in list_queue_files(self.loc.child(b.folder), (b,), self._file_limit)]
+
+    @property
+    def skipped(self) -> list[Skipped]:
+        """The part folders listed so far past ``max_files`` or ``max_segments``, each with what it left out
+        (store_format.rolled)."""
+        return [s for limit in (self._segment_limit, self._file_limit) if limit is not None for s in limit.skipped]
 
     @cached_property
     def queue_models(self) -> list:

@@ -333,6 +333,17 @@ check("broker.audit_failed", Severity.ERROR, "the audit of this broker is incomp
              "it finds, and report the error with `details.where` (and, if you can share it, the file).")
 
 
+# a folder holding more files than one run lists (store_format.rolled.FileLimit, --max-files, --max-segments): the
+# rest is audited
+check("broker.files_skipped", Severity.WARNING,
+      "{file} holds {files} files, more than {option} {limit}: {skipped} of them were not read ({what})",
+      consequence=Consequence.UNKNOWN, group="broker",
+      action="The findings say nothing about the skipped files.  Audit them with a larger `--max-files` (or "
+             "`--max-segments`) on a machine with more memory (3-5 KB of driver memory per consume-queue file, 26 KB "
+             "per segment), or move the files that should not be there "
+             "(stray or empty queue folders, segments past retention) out of a copy of the store and audit it again.")
+
+
 def empty_findings() -> pa.Table:
     return FINDING_SCHEMA.empty_table()
 

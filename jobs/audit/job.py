@@ -77,7 +77,7 @@ from .groups import add_times, group_findings
 from runtime.stores import resolve_stores
 
 from runtime.custody import input_files, watch
-from .plan import BrokerPlan, plan_broker, plan_segments
+from .plan import MAX_FILES, MAX_SEGMENTS, BrokerPlan, plan_broker, plan_segments
 from .scan import scan_tasks
 from .survey import survey_tasks
 from .tasks import FAILURES, RunInfo, failure_row, run_tasks
@@ -123,6 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-size", type=size_argument, metavar="SIZE",
                    help="cut commitlog segments into ranges of this size, one task each (e.g. 128m; default: about "
                         "three ranges per core, 32m to 64m: a task's memory is about twice its range)")
+    p.add_argument("--max-files", type=cli.count_argument, default=MAX_FILES, metavar="N",
+                   help=f"the most files read of each consume-queue folder of a broker (default {MAX_FILES:,}: each "
+                        "costs the driver 3-5 KB, sized for a 24 GB machine); past it the first whole queues in name "
+                        "order are audited, and a broker.files_skipped finding names the folder and what was skipped")
+    p.add_argument("--max-segments", type=cli.count_argument, default=MAX_SEGMENTS, metavar="N",
+                   help=f"the most files read of a broker's commitlog/ (default {MAX_SEGMENTS:,}: each costs the "
+                        "driver about 26 KB); past it the newest are audited, and a broker.files_skipped finding "
+                        "names the folder and what was skipped")
     p.add_argument("--top", type=cli.count_argument, default=200,
                    help="finding groups listed in the report (default 200; tables/ and findings/ keep them all)")
     p.add_argument("--no-report", action="store_true", help="skip report.html")
@@ -179,8 +187,9 @@ def run(spark, args) -> AuditResult:
     # checked again as the last gate of the commit: the stores listed again (added, removed, replaced, changed)
     custody = watch(job, stores, sha256=args.sha256, files=files)
     before = custody.before
+    del files  # a path per input file, not held through the run (a store of a million files)
     geometry = geometry_from_args(args)
-    plans = {s.name: plan_broker(s, geometry) for s in stores}
+    plans = {s.name: plan_broker(s, geometry, args.max_files, args.max_segments) for s in stores}
     families = [f for f in families if f.applies is None or any(f.applies(p) for p in plans.values())]
     names = tuple(n for n in names if n in {f.name for f in families})  # the families run (summary.json "checks")
     options = AuditOptions(families=names, as_of=args.as_of, check_crc=not args.no_crc,
@@ -273,7 +282,7 @@ def _finish(ctx: AuditContext) -> list[FamilyResult]:
         except Exception as e:  # a bug or input no check foresaw: every broker's results lack this family
             ctx.failures += [failure_row(s.name, f"the {family.name} checks", e) for s in ctx.stores]
         progress(f"{family.name}: {time.time() - t0:.1f}s")
-    results.append(FamilyResult(findings=[_failure_findings(ctx.failures)]))
+    results.append(FamilyResult(findings=[_failure_findings(ctx.failures), _skipped_findings(ctx)]))
     return results
 
 
@@ -349,6 +358,20 @@ def _failure_findings(failures: list[pa.Table]) -> pa.Table:
     return FD.finding_table("broker.audit_failed", t.num_rows, broker=t.column("broker"),
                             values={"what": t.column("what"), "error": t.column("error")},
                             details={"what": t.column("what"), "error": t.column("error"), "where": t.column("where")})
+
+
+_LIMIT_OPTION = {"commitlog": "--max-segments"}  # the option limiting a part folder's listing (else --max-files)
+
+
+def _skipped_findings(ctx: AuditContext) -> pa.Table:
+    """``broker.files_skipped`` for every part folder of a broker listed past --max-files (--max-segments): its files,
+    how many were not read and which (store_format.rolled.Skipped)."""
+    rows = [dict(broker=name, file=s.folder,
+                 values={"files": s.files, "option": _LIMIT_OPTION.get(s.part, "--max-files"), "limit": s.most,
+                         "skipped": s.skipped, "what": s.what},
+                 details={"part": s.part, "files": s.files, "skipped": s.skipped, "what": s.what, "limit": s.most})
+            for name, plan in ctx.plans.items() for s in plan.store.skipped]
+    return FD.finding_rows("broker.files_skipped", rows)
 
 
 def _write_driver_findings(found: list, run: RunInfo) -> list[dict]:

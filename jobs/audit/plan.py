@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from store_format.brokerconf import StoreGeometry
 from store_format.commitlog import Segment
@@ -32,6 +34,14 @@ HULL_CHUNK = 1 << 20  # offsets converted at a time by Buckets.of_offsets (8 MiB
 MAX_BUCKETS = 4096  # routing buckets per broker: the bucket width follows the commitlog's length
 NEGATIVE_BUCKET = -1  # index entries may hold garbage offsets: below 0, and past the commitlog's end
 BEYOND = np.iinfo(np.int64).max
+#: The most files the audit lists of one queue part folder of a broker (``consumequeue/``...: --max-files) and of its
+#: ``commitlog/`` (--max-segments; store_format.rolled.FileLimit).  A listed consume-queue file costs the driver 3-5
+#: KB through the whole audit (100,000 tiny files: 609 MiB peak RssAnon against 141 MiB for a fixture), a segment
+#: about 26 KB (its ranges, walk and table rows: 21,686 segments of 8 KiB, 924 MiB against 492 MiB for 5,000 of
+#: them; BENCHMARKS.md "Bad input at scale: many files"), so the defaults are ~2.5 GB each: within a 24 GB machine
+#: with room for the tasks.  A real broker is far below both (40,000 queues of a few files, 1 GiB segments).
+MAX_FILES = 500_000
+MAX_SEGMENTS = 100_000
 
 
 @dataclass
@@ -82,6 +92,24 @@ class BrokerPlan:
     def bucket(self, phys: np.ndarray) -> np.ndarray:
         return bucket_of(phys, self.shift, self.commitlog_end)
 
+    @property
+    def unlisted_below(self) -> int | None:
+        """Where the segments read start when --max-segments left the oldest out (store_format.rolled.FileLimit): the
+        units and index entries below it point into segments not read, so no check judges them (the
+        broker.files_skipped finding says so); None when no segment was left out."""
+        return min((s.below for s in self.store.skipped if s.below is not None), default=None)
+
+
+def listed_only(plans: dict[str, BrokerPlan], t: pa.Table) -> pa.Table:
+    """The rows of ``t`` (with ``broker`` and ``physical_offset``) that do not point into segments --max-segments left
+    unread (:attr:`BrokerPlan.unlisted_below`)."""
+    below = {name: p.unlisted_below for name, p in plans.items() if p.unlisted_below is not None}
+    if not below or not t.num_rows:
+        return t
+    cut = pc.fill_null(pc.index_in(t.column("broker"), pa.array(list(below))), -1).to_numpy(zero_copy_only=False)
+    limits = np.array([*below.values(), -1], np.int64)[cut]  # -1: a broker with every segment read
+    return t.filter(pa.array(t.column("physical_offset").to_numpy(zero_copy_only=False) >= limits))
+
 
 @dataclass(frozen=True)
 class IndexFilePlan:
@@ -104,10 +132,12 @@ def bucket_of(phys: np.ndarray, shift: int, commitlog_end: int) -> np.ndarray:
     return np.where(phys < 0, NEGATIVE_BUCKET, np.minimum(b, last + 1))
 
 
-def plan_broker(store_input: StoreRef, geometry: StoreGeometry | None = None) -> BrokerPlan:
-    """What one broker's audit reads; ``geometry`` (--config and the flags) where the files cannot tell."""
+def plan_broker(store_input: StoreRef, geometry: StoreGeometry | None = None,
+                max_files: int | None = MAX_FILES, max_segments: int | None = MAX_SEGMENTS) -> BrokerPlan:
+    """What one broker's audit reads; ``geometry`` (--config and the flags) where the files cannot tell; at most
+    ``max_files`` files of each queue part folder and ``max_segments`` of commitlog/ (None: every file)."""
     geometry = geometry or StoreGeometry()
-    store = Store(store_input.path, **geometry.store_kwargs())
+    store = Store(store_input.path, **geometry.store_kwargs(), max_files=max_files, max_segments=max_segments)
     size = store.segment_size
     end = max((s.base_offset + max(s.length, size or 0) for s in store.segments), default=0)
     shift = max(20, math.ceil(math.log2(max(end, 1) / MAX_BUCKETS))) if end else 20

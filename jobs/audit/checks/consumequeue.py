@@ -41,6 +41,7 @@ from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
 from .. import resend
 from ..contract import Family, FamilyResult
 from ..routes import QUEUE_BOUNDS
+from ..plan import listed_only
 
 DISPATCHED_TYPES = ("NOT", "COMMIT")  # PREPARED and ROLLBACK get no consume-queue entry
 
@@ -398,7 +399,7 @@ def on_driver(ctx) -> FamilyResult:
 
 def _outside(ctx):
     """Loose units that point at no item: past the end of the broker's data, or at bytes where no record starts."""
-    loose = ctx.partial("consumequeue.loose", LOOSE)
+    loose = listed_only(ctx.plans, ctx.partial("consumequeue.loose", LOOSE))  # not into segments left unread
     if not loose.num_rows:
         return concat_findings([])
     ends = ctx.data_end

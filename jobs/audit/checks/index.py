@@ -39,6 +39,7 @@ from decoding.kernels import chain_bits, entry_summary, pairs_in, problem_lists
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
 from ..contract import Family, FamilyResult
 from ..routes import INDEX_FILES
+from ..plan import listed_only
 from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
 
 check("index.key_missing", Severity.ERROR,
@@ -446,7 +447,7 @@ def _keys_unverifiable(ctx):
 
 
 def _outside(ctx):
-    loose = ctx.partial("index.loose", LOOSE)
+    loose = listed_only(ctx.plans, ctx.partial("index.loose", LOOSE))  # not into segments left unread
     out = []
     for r in loose.to_pylist():
         end = ctx.data_end.get(r["broker"])
