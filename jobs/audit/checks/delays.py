@@ -26,7 +26,7 @@ from store_format.errors import StoreFormatError
 from store_format.fs import ReadOnlyMap
 from decoding.columns import column
 
-from ..buckets import Buckets, bucket_count, scratch as buckets_scratch
+from ..buckets import Buckets, bucket_count, key_hash, scratch as buckets_scratch
 from ..contract import Family, FamilyResult, TableView
 from ..findings import Consequence, Severity, check, finding_table, metric_table
 
@@ -142,12 +142,16 @@ def in_range(rc, out) -> None:
             "broker": pa.repeat(pa.scalar(rc.broker), len(hit)), "physical_offset": pa.array(phys[hit]),
             **{c: t.column(c) for c in ("uniq_key", "real_topic", "segment", "file_position", "store_timestamp")}},
             schema=FOUND))
-    wanted = probe["copies"]  # (real topic, uniq key) of pending messages: are they in their topic already?
-    if wanted.num_rows:
-        here = pa.table({"real_topic": m.column("topic"), "uniq_key": m.column("uniq_key")}).filter(
-            pc.not_equal(m.column("topic"), L.SCHEDULE_TOPIC))
-        got = here.join(wanted, ["real_topic", "uniq_key"], join_type="left semi").group_by(
-            ["real_topic", "uniq_key"]).aggregate([])
+    wanted = probe["copies"]  # hashes of the (real topic, uniq key) of pending messages: in their topic already?
+    if len(wanted):
+        here = pa.table({"real_topic": m.column("topic"), "uniq_key": m.column("uniq_key")}).filter(pc.and_(
+            pc.not_equal(m.column("topic"), L.SCHEDULE_TOPIC),
+            pc.and_(pc.is_valid(m.column("topic")), pc.is_valid(m.column("uniq_key")))))
+        h = key_hash(here.column("real_topic"), here.column("uniq_key"))
+        i = np.minimum(np.searchsorted(wanted, h), len(wanted) - 1)
+        # a copy whose hash only collides with a pending key's is spilled too: the driver's join on the keys
+        # themselves (decided_batches) drops it
+        got = here.filter(pa.array(wanted[i] == h)).group_by(["real_topic", "uniq_key"]).aggregate([])
         if got.num_rows:
             out.spill("delays.delivered", pa.table({"broker": pa.repeat(pa.scalar(rc.broker), got.num_rows),
                                                       "real_topic": got.column("real_topic"),
@@ -161,10 +165,11 @@ def probes(ctx, broker: str) -> dict | None:
         columns=["physical_offset", "real_topic", "uniq_key"], filter=ds.field("broker") == broker)
     if not p.num_rows:
         return None
-    copies = p.select(["real_topic", "uniq_key"]).filter(
-        pc.and_(pc.is_valid(p.column("real_topic")), pc.is_valid(p.column("uniq_key")))).group_by(
-        ["real_topic", "uniq_key"]).aggregate([])
-    return {"physical_offsets": np.unique(p.column("physical_offset").to_numpy()), "copies": copies}
+    copies = p.filter(pc.and_(pc.is_valid(p.column("real_topic")), pc.is_valid(p.column("uniq_key"))))
+    # the keys as sorted 64-bit hashes (buckets.key_hash), not as text: what every task of the broker is sent
+    # grows with the pending messages, ~8 bytes each instead of ~60
+    return {"physical_offsets": np.unique(p.column("physical_offset").to_numpy()),
+            "copies": np.unique(key_hash(copies.column("real_topic"), copies.column("uniq_key")))}
 
 
 # the pending units in the survey's order (``seq``), without the survey's first reading of their records: the scan's
