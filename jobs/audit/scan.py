@@ -10,8 +10,11 @@ plus infinity), so every entry is checked by exactly one task, and the record an
 after) is always that task's.
 
 Consecutive small ranges of one broker (small segments: a store rolled at a few KiB, thousands of them) run as
-one :class:`CommitlogRun` task: each range is checked as on its own, but the routed entries of their joint span are
-read once, not once per range and file.
+one :class:`CommitlogRun` task: the routed entries of their joint span are read once, not once per range and file,
+and its contiguous whole segments are checked as one :class:`RangeContext` (:func:`check_jointly`: each walked on
+its own, decoded together, each family's ``in_range`` called once), whose rows still say their own segment, file
+position and first stop (:class:`RangePart`).  What it emits is what checking each range alone emits
+(tests/test_joint_ranges.py); a context that fails is checked again range by range, so a failure is its range's.
 
 A :class:`FileScan` task reads a group of one route's files for what a file says alone (corrupt units, names,
 what recovery truncates, an index file's hash chains and header).  Each family of jobs/audit/checks/ contributes
@@ -203,9 +206,12 @@ class CommitlogRange:
 
 @dataclass
 class CommitlogRun:
-    """Consecutive small ranges of one broker as one task: each checked as its own task would be (a failing one is
-    that range's failure), the routed entries of their joint span read once (:class:`RoutedWindows`): thousands
-    of 8 KiB segments must not each open every consume-queue file."""
+    """Consecutive small ranges of one broker as one task, the routed entries of their joint span read once
+    (:class:`RoutedWindows`): thousands of 8 KiB segments must not each open every consume-queue file.  Its
+    contiguous whole segments (:func:`joint_groups`) are checked as one context (:func:`check_jointly`), the
+    rest each alone.  A joint context that fails (a walk, a family's hook) is dropped whole and its ranges are
+    checked again one by one: the failing range reports the failure row its own task would, the others their
+    findings (the cost of the failure: its ranges are walked twice)."""
 
     ranges: tuple
 
