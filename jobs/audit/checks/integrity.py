@@ -248,34 +248,36 @@ def _forced_refusal(rc, out, rows: np.ndarray, force_ok: np.ndarray, pos: np.nda
     """The first message the broker's recovery walk would refuse in each range with ``forceVerifyPropCRC`` (one it
     walks: kept, before the segment's first stop; its ``__CRC32#`` missing or not its bytes' CRC as Java parses
     it), as the partial the summary's forced cut is decided from (:func:`summary`).  The messages without the
-    property at their end are checked a chunk at a time until one is refused, so a range of 4.x records pays one
-    CRC.  ``rows``: the messages carrying the property; ``pos``: every message's place in ``rc.buf``."""
+    property at their end are checked a chunk at a time (every range's together, in order) until each range has
+    one refused, so a range of 4.x records pays one CRC.  ``rows``: the messages carrying the property; ``pos``:
+    every message's place in ``rc.buf``."""
     walked = rc.column("kept") & ~rc.column("beyond_first_stop")
     plain = np.ones(len(walked), bool)
     plain[rows] = False
-    refused_rows = rows[~force_ok & walked[rows]]
-    bounds = np.searchsorted(rc.message_rows, rc.part_bounds())  # the messages of each range
-    found = []
-    for k, p in enumerate(rc.parts):
-        a, b = int(bounds[k]), int(bounds[k + 1])
-        if a == b:
+    part = rc.part_of(rc.message_rows)  # the range of each message
+    first = np.full(len(rc.parts), len(walked), np.int64)  # per range: its first refused message (none: past all)
+    refused = rows[~force_ok & walked[rows]]
+    ranges, at = np.unique(part[refused], return_index=True)
+    first[ranges] = refused[at]
+    candidates = np.flatnonzero(plain & walked)
+    candidates = candidates[candidates < first[part[candidates]]]
+    checked = np.zeros(len(rc.parts), bool)  # the range's first refusal among the candidates is found
+    for c in range(0, len(candidates), _REFUSAL_CHUNK):
+        chunk = candidates[c:c + _REFUSAL_CHUNK]
+        chunk = chunk[~checked[part[chunk]]]
+        if not len(chunk):
             continue
-        refused = refused_rows[(refused_rows >= a) & (refused_rows < b)]
-        first = int(refused[0]) if len(refused) else None
-        candidates = a + np.flatnonzero(plain[a:b] & walked[a:b])
-        if first is not None:
-            candidates = candidates[candidates < first]
-        for c in range(0, len(candidates), _REFUSAL_CHUNK):
-            chunk = candidates[c:c + _REFUSAL_CHUNK]
-            ok = propcrc.check_crc_many(rc.buf, pos[chunk], sizes[chunk]).force_ok
-            if not ok.all():
-                first = int(chunk[np.flatnonzero(~ok)[0]])
-                break
-        if first is not None:
-            at = int(pos[first]) + rc.w0  # a context position
-            kind = ErrorKind.NO_PROPERTY_CRC if plain[first] else ErrorKind.BAD_PROPERTY_CRC
-            found.append({"broker": rc.broker, "segment": p.segment, "file_position": at - p.shift,
-                          "physical_offset": at + rc.base, "kind": kind.value})
+        bad = chunk[~propcrc.check_crc_many(rc.buf, pos[chunk], sizes[chunk]).force_ok]
+        ranges, at = np.unique(part[bad], return_index=True)
+        first[ranges] = bad[at]
+        checked[ranges] = True
+    found = []
+    for k in np.flatnonzero(first < len(walked)).tolist():
+        m, p = int(first[k]), rc.parts[k]
+        where = int(pos[m]) + rc.w0  # a context position
+        kind = ErrorKind.NO_PROPERTY_CRC if plain[m] else ErrorKind.BAD_PROPERTY_CRC
+        found.append({"broker": rc.broker, "segment": p.segment, "file_position": where - p.shift,
+                      "physical_offset": where + rc.base, "kind": kind.value})
     if found:
         out.partial("integrity.forced_refusal", pa.Table.from_pylist(found, schema=FORCED_REFUSALS))
 
