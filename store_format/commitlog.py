@@ -518,6 +518,14 @@ class FrameArrays:
                                          for i, it in self.others.items()})
 
 
+    def within(self, segment: str, delta: int) -> "FrameArrays":
+        """The same items as items of a segment named ``segment`` that holds this one's bytes from ``delta`` on
+        (contiguous segments checked as one, jobs/audit/scan.py): file positions ``delta`` further, every item of
+        ``segment``; physical offsets do not change (a span's is its segment's name + its file position)."""
+        return FrameArrays(segment, self.base_offset - delta, self.positions + delta, self.sizes, self.kinds,
+                           self.magics, {i: replace(it, segment=segment, file_position=it.file_position + delta)
+                                         for i, it in self.others.items()})
+
 class _Collector:
     """Builds a FrameArrays from message runs (arrays) and single items."""
 

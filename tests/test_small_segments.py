@@ -1,6 +1,7 @@
 """Thousands of small segments (issue 40, "wide and many"): consecutive small ranges run as one task
-(jobs/audit/scan.py CommitlogRun) that reads the routed entries of their joint span once, and the audit says exactly
-what a task per range says; a range that fails is that range's failure, its neighbours' findings stand."""
+(jobs/audit/scan.py CommitlogRun) that reads the routed entries of their joint span once and checks contiguous whole
+segments as one context, and the audit says exactly what a task per range says; a range that fails is that range's
+failure, its neighbours' findings stand."""
 from __future__ import annotations
 
 import json
@@ -57,17 +58,20 @@ def test_runs_find_what_a_task_per_range_finds(spark, tmp_path, monkeypatch):
     alone = audit(tmp_path / "alone")
     assert runs == alone and len(runs["tables/segments"]) == segments
 
-    # one range failing inside a run: its failure, every other range's findings kept
+    # one range failing inside a run (a family's hook, on a context holding it: the run's joint context, then
+    # that range alone): its failure, every other range's findings kept
+    from jobs.audit.checks import integrity
+
     monkeypatch.setattr(S, "SMALL_RANGE", 4 << 20)
-    real = S.CommitlogRange.run
+    real = integrity._segment_parts
     victim = sorted(p.name for p in (store / "commitlog").iterdir())[5]
 
-    def failing(self, out, windows=None):
-        if self.name == victim:
+    def failing(rc, spans):
+        if any(p.segment == victim for p in rc.parts):
             raise RuntimeError("a planted failure")
-        return real(self, out, windows)
+        return real(rc, spans)
 
-    monkeypatch.setattr(S.CommitlogRange, "run", failing)
+    monkeypatch.setattr(integrity, "_segment_parts", failing)
     out = tmp_path / "failing"
     args = audit_job.build_parser().parse_args(["--store", str(store), "--out", str(out), "--no-report"])
     audit_job.run(spark, args)

@@ -10,8 +10,11 @@ plus infinity), so every entry is checked by exactly one task, and the record an
 after) is always that task's.
 
 Consecutive small ranges of one broker (small segments: a store rolled at a few KiB, thousands of them) run as
-one :class:`CommitlogRun` task: each range is checked as on its own, but the routed entries of their joint span are
-read once, not once per range and file.
+one :class:`CommitlogRun` task: the routed entries of their joint span are read once, not once per range and file,
+and its contiguous whole segments are checked as one :class:`RangeContext` (:func:`check_jointly`: each walked on
+its own, decoded together, each family's ``in_range`` called once), whose rows still say their own segment, file
+position and first stop (:class:`RangePart`).  What it emits is what checking each range alone emits
+(tests/test_joint_ranges.py); a context that fails is checked again range by range, so a failure is its range's.
 
 A :class:`FileScan` task reads a group of one route's files for what a file says alone (corrupt units, names,
 what recovery truncates, an index file's hash chains and header).  Each family of jobs/audit/checks/ contributes
@@ -27,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from store_format import layout as L
-from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, FrameArrays
+from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, FrameArrays, in_container
 from store_format.fs import Location, ReadOnlyMap
 from store_format.queues import Dispatch
 from store_format.scan import cut_to_walk, read_range_walk, segment_ends
@@ -47,6 +50,9 @@ _DECODE_ROWS = 1 << 18
 SMALL_RANGE = 4 << 20  # a range smaller than this shares a task with its small neighbours (CommitlogRun)...
 RUN_BYTES = 32 << 20  # ...up to about this many bytes of log per task
 RUN_RANGES = 256  # ...and this many ranges: a few thousand small segments still make tasks for every core
+#: a run's contiguous whole segments are checked as one context (check_jointly: one decode, each family's in_range
+#: once); False: each range on its own context (what tests/test_joint_ranges.py compares it with)
+JOINT = True
 
 # locate(): what a physical offset that starts no message points at
 IN_DAMAGE, MID_RECORD, OUTSIDE = 0, 1, 2
@@ -82,6 +88,51 @@ class BrokerFacts(Shared):
 
 
 @dataclass
+class Walked:
+    """A range walked (:meth:`CommitlogRange.walked`): its items (file positions), its segment's first stop, the
+    open handle and buffer (buffer offset ``w0``) and the span it owns (``lo`` .. ``hi`` - 1)."""
+
+    items: FrameArrays
+    first_stop: int | None
+    handle: object
+    w0: int
+    lo: int
+    hi: int
+
+    @property
+    def buf(self):
+        return self.handle.buf if isinstance(self.handle, ReadOnlyMap) else self.handle
+
+    def close(self) -> None:
+        if isinstance(self.handle, ReadOnlyMap):
+            self.handle.close()
+
+
+@dataclass(frozen=True)
+class RangePart:
+    """One range of a :class:`RangeContext` (a context holds one, or a :class:`CommitlogRun`'s contiguous whole
+    segments): what its rows say per range, not per context.  A context position is a file position + ``shift``."""
+
+    segment: str
+    base: int  # the segment's base offset
+    shift: int
+    first_stop: int | None  # the segment's first stop or blank (file position): messages past it are stale
+    row: int  # its first item row in the context
+    lo: int  # the physical offsets it owns: lo .. hi - 1
+    hi: int
+    start: int  # its range's start in the segment (scan.ranges' range_start)
+
+
+def check_context(rc: "RangeContext", out: Emitter) -> None:
+    """What the scan emits for a context: a ``scan.ranges`` row per range and every family's ``in_range`` once."""
+    out.partial("scan.ranges", rc.range_rows())
+    for family in rc.facts.families:
+        if family.in_range is not None:
+            family.in_range(rc, out)
+    rc.release()
+
+
+@dataclass
 class CommitlogRange:
     facts: BrokerFacts
     loc: Location
@@ -108,39 +159,41 @@ class CommitlogRange:
     def cost(self) -> int:
         return self.end - self.start
 
-    def run(self, out: Emitter, windows: "RoutedWindows | None" = None) -> None:
-        """``windows``: the routed entries of a span holding this range's (a :class:`CommitlogRun`'s), read once
-        for all its ranges; None: read for this range alone."""
+    def walked(self) -> "Walked":
+        """The range's salvage walk as its task checks it (cut at its segment's first blank), the buffer it lies in
+        and the span of physical offsets it owns; the caller closes it (:meth:`Walked.close`)."""
         walk, handle, w0 = read_range_walk(self.loc, self.name, self.base, self.length, self.start, self.end,
                                            self.last, check_crc=self.facts.check_crc,
                                            crc_checked_before=self.crc_checked_before, framer=CompiledFramer)
         try:
-            items = walk.items
-            first_stop, first_blank = (self.first_stop, self.first_blank) if self.resolved else segment_ends([items])
-            items = cut_to_walk(items, "salvage", first_stop, first_blank)
+            first_stop, first_blank = (self.first_stop, self.first_blank) if self.resolved \
+                else segment_ends([walk.items])
+            items = cut_to_walk(walk.items, "salvage", first_stop, first_blank)
             if walk.first is None:
                 lo = hi = self.base + self.start  # no walk of its own: the previous range's covers its bytes
             else:
                 lo = NEG_INF if self.first_of_broker else self.base + walk.first
                 hi = self.base + walk.until if walk.until is not None else (
                     INF if self.next_base is None else max(self.next_base, self.base + self.length))
-            buf = handle.buf if isinstance(handle, ReadOnlyMap) else handle
-            rc = RangeContext(self.facts, self.name, self.base, items, first_stop, buf, w0, lo, hi,
-                              self.start == 0, windows)
-            blanks = items.positions[items.kinds == KIND_BLANK]
-            ts = rc.column("store_timestamp") if len(rc.message_rows) else np.zeros(0, np.int64)
-            out.partial("scan.ranges", pa.table({
-                "broker": [self.facts.broker], "segment": [self.name], "range_start": [self.start],
-                "messages": [len(rc.message_rows)], "blank_at": [int(blanks.min()) if len(blanks) else None],
-                "max_store_timestamp": [int(ts.max()) if len(ts) else None], "data_end": [rc.data_end]},
-                schema=RANGES))
-            for family in self.facts.families:
-                if family.in_range is not None:
-                    family.in_range(rc, out)
-            rc.release()
-        finally:
+        except BaseException:
             if isinstance(handle, ReadOnlyMap):
                 handle.close()
+            raise
+        return Walked(items, first_stop, handle, w0, lo, hi)
+
+    def part(self, w: "Walked", shift: int = 0, row: int = 0) -> "RangePart":
+        """This range as a part of a context whose positions are its file positions + ``shift``, its items from
+        the context's row ``row`` on."""
+        return RangePart(self.name, self.base, shift, w.first_stop, row, w.lo, w.hi, self.start)
+
+    def run(self, out: Emitter, windows: "RoutedWindows | None" = None) -> None:
+        """``windows``: the routed entries of a span holding this range's (a :class:`CommitlogRun`'s), read once
+        for all its ranges; None: read for this range alone."""
+        w = self.walked()
+        try:
+            check_context(RangeContext(self.facts, (self.part(w),), w.items, w.buf, w.w0, w.lo, w.hi, windows), out)
+        finally:
+            w.close()
 
     def span_bound(self) -> tuple[int, int]:
         """Physical offsets holding the span this range will own, whatever its walk finds (it owns from its
@@ -153,9 +206,12 @@ class CommitlogRange:
 
 @dataclass
 class CommitlogRun:
-    """Consecutive small ranges of one broker as one task: each checked as its own task would be (a failing one is
-    that range's failure), the routed entries of their joint span read once (:class:`RoutedWindows`): thousands
-    of 8 KiB segments must not each open every consume-queue file."""
+    """Consecutive small ranges of one broker as one task, the routed entries of their joint span read once
+    (:class:`RoutedWindows`): thousands of 8 KiB segments must not each open every consume-queue file.  Its
+    contiguous whole segments (:func:`joint_groups`) are checked as one context (:func:`check_jointly`), the
+    rest each alone.  A joint context that fails (a walk, a family's hook) is dropped whole and its ranges are
+    checked again one by one: the failing range reports the failure row its own task would, the others their
+    findings (the cost of the failure: its ranges are walked twice)."""
 
     ranges: tuple
 
@@ -173,14 +229,71 @@ class CommitlogRun:
     def run(self, out: Emitter) -> None:
         bounds = [r.span_bound() for r in self.ranges]
         windows = RoutedWindows(self.ranges[0].facts, min(lo for lo, _ in bounds), max(hi for _, hi in bounds))
-        for r in self.ranges:
-            mine = Emitter()
-            try:
-                r.run(mine, windows)
-            except Exception as e:  # as tasks.run_one: what the range made before it failed is incomplete
+        for group in joint_groups(self.ranges) if JOINT else [[r] for r in self.ranges]:
+            if len(group) > 1:
                 mine = Emitter()
-                mine.partial("_failures", failure_row(r.broker, r.describe(), e))
-            out.merge(mine)
+                try:
+                    if check_jointly(group, mine, windows):
+                        out.merge(mine)
+                        continue
+                except Exception:  # noqa: BLE001 - checked again range by range: the failure is its range's
+                    pass
+            for r in group:
+                mine = Emitter()
+                try:
+                    r.run(mine, windows)
+                except Exception as e:  # as tasks.run_one: what the range made before it failed is incomplete
+                    mine = Emitter()
+                    mine.partial("_failures", failure_row(r.broker, r.describe(), e))
+                out.merge(mine)
+
+
+def joint_groups(ranges) -> list[list]:
+    """``ranges`` (consecutive, of one broker) cut where two cannot share a context: each a whole segment of the
+    broker's segment size, not in a container (DLedger), and each group contiguous in physical offsets (the next
+    segment's base is where this one ends), so one buffer holds them all at their physical offsets."""
+    groups: list[list] = []
+    for r in ranges:
+        prev = groups[-1][-1] if groups else None
+        if prev is not None and _whole(prev) and _whole(r) and prev.base + prev.length == r.base:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def _whole(r) -> bool:
+    """A range that is its whole segment, of the broker's segment size, of plain records."""
+    return r.start == 0 and r.end == r.length and r.last and r.length == r.facts.segment_size \
+        and not in_container(r.loc)
+
+
+def check_jointly(group: list, out: Emitter, windows: "RoutedWindows") -> bool:
+    """``group`` (:func:`joint_groups`) checked as one context: each range walked on its own (so each is cut at
+    its own segment's blank, its CRCs checked from where its own task would), their items at their physical
+    offsets - ``group[0].base`` in one buffer of their bytes, every family's ``in_range`` called once.  False
+    (nothing emitted) when their walks' spans do not tile (a range with no walk of its own): then each is checked
+    alone.  A failure raises: the caller checks each range alone, so a failing range fails as its own task does."""
+    base, parts, items, chunks, spans, row = group[0].base, [], [], [], [], 0
+    for r in group:
+        w = r.walked()
+        try:
+            if w.w0 or len(w.buf) < r.length:
+                return False
+            shift = r.base - base
+            parts.append(r.part(w, shift, row))
+            items.append(w.items.within(group[0].name, shift))
+            chunks.append(bytes(w.buf[:r.length]))
+            spans.append((w.lo, w.hi))
+            row += len(w.items)
+        finally:
+            w.close()
+    if any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
+        return False
+    rc = RangeContext(group[0].facts, tuple(parts), FrameArrays.concat(items), b"".join(chunks), 0, spans[0][0],
+                      spans[-1][1], windows)
+    check_context(rc, out)
+    return True
 
 
 def in_runs(ranges: list) -> list:
@@ -226,24 +339,84 @@ class RoutedWindows:
 
 
 class RangeContext:
-    """One range's walk, messages and the units and entries it owns, for the families' ``in_range`` hooks."""
+    """One range's walk, messages and the units and entries it owns, for the families' ``in_range`` hooks; or a
+    :class:`CommitlogRun`'s contiguous whole segments as one (:func:`check_jointly`).  Its ``positions`` are
+    context positions (``positions + base`` is the physical offset, ``positions - w0`` the place in ``buf``);
+    what an output names per range (the file, the file position, the segment's first stop) is per row
+    (:meth:`files`, :meth:`file_positions`), from the row's :class:`RangePart`."""
 
-    def __init__(self, facts: BrokerFacts, segment: str, base: int, items, first_stop: int | None, buf, w0: int,
-                 lo: int, hi: int, first_range: bool, windows: RoutedWindows | None = None):
-        self.facts, self.broker, self.segment, self.base = facts, facts.broker, segment, base
-        self.items, self.first_stop = items, first_stop
+    def __init__(self, facts: BrokerFacts, parts: tuple, items, buf, w0: int, lo: int, hi: int,
+                 windows: RoutedWindows | None = None):
+        self.facts, self.broker, self.parts = facts, facts.broker, parts
+        self.base = parts[0].base - parts[0].shift  # the physical offset of context position 0
+        self.items = items
         self.buf, self.w0 = buf, w0
         self.lo, self.hi = lo, hi
-        self.first_range = first_range  # the segment's first range (file problems are reported by it)
         self.kinds = items.kinds
-        self.positions = items.positions  # file positions
+        self.positions = items.positions  # context positions
         self.message_rows = np.flatnonzero(items.kinds == KIND_MESSAGE)
         self._windows = windows  # the routed entries of a span holding this range's, read once (CommitlogRun)
+        self._part_rows = np.array([p.row for p in parts], np.int64)
+        self._shifts = np.array([p.shift for p in parts], np.int64)
 
     def release(self) -> None:
         self.buf = None
         self.__dict__.pop("messages", None)
         self.__dict__.pop("_routed", None)
+
+    # ---- per row: which range, file and file position -----------------------------------------------
+    @property
+    def has_segments(self) -> bool:
+        """False for a broker without a commitlog (:class:`NoCommitlog`): nothing was walked."""
+        return bool(self.parts[0].segment)
+
+    def part_of(self, rows: np.ndarray) -> np.ndarray:
+        """The index in :attr:`parts` of each item row."""
+        return np.searchsorted(self._part_rows, rows, side="right") - 1
+
+    def part_bounds(self) -> np.ndarray:
+        """The item rows of each part: part ``k`` is rows ``bounds[k]`` .. ``bounds[k + 1]`` - 1."""
+        return np.append(self._part_rows, len(self.positions))
+
+    def files(self, rows: np.ndarray) -> pa.Array:
+        """The segment file of each item row."""
+        if len(self.parts) == 1:
+            return pa.repeat(pa.scalar(self.parts[0].segment, pa.string()), len(rows))
+        return pa.array([p.segment for p in self.parts], pa.string()).take(pa.array(self.part_of(rows)))
+
+    def file_positions(self, rows: np.ndarray, positions: np.ndarray | None = None) -> np.ndarray:
+        """The file position of each item row (or of ``positions``, context positions in those rows' ranges)."""
+        positions = self.positions[rows] if positions is None else np.asarray(positions, np.int64)
+        return positions - self._shifts[self.part_of(rows)] if len(self.parts) > 1 else positions
+
+    def beyond_first_stop(self, rows: np.ndarray) -> np.ndarray:
+        """Whether each item row lies past its segment's first stop (the broker's walk never reaches it)."""
+        stops = np.array([INF if p.first_stop is None else p.first_stop for p in self.parts], np.int64)
+        return self.file_positions(rows) > stops[self.part_of(rows)]
+
+    def range_rows(self) -> pa.Table:
+        """The ``scan.ranges`` rows: one per range, what its walk saw."""
+        it, bounds = self.items, self.part_bounds()
+        mrows = self.message_rows
+        ts = self.column("store_timestamp") if len(mrows) else np.zeros(0, np.int64)
+        mb = np.searchsorted(mrows, bounds)  # the messages of part k: mb[k] .. mb[k + 1] - 1
+        problems = self._file_problems
+        rows = {c: [] for c in RANGES.names}
+        for k, p in enumerate(self.parts):
+            a, b = int(bounds[k]), int(bounds[k + 1])
+            kinds, pos, sizes = it.kinds[a:b], it.positions[a:b], it.sizes[a:b]
+            blanks = pos[kinds == KIND_BLANK]
+            item = (kinds == KIND_MESSAGE) | (kinds == KIND_CORRUPT)
+            ends = [int((pos[item] + sizes[item]).max()) + self.base] if item.any() else []
+            ends += [q + n for q, n, _ in problems if p.lo <= q < p.hi]
+            mts = ts[mb[k]:mb[k + 1]]
+            for c, v in (("broker", self.broker), ("segment", p.segment), ("range_start", p.start),
+                         ("messages", int(mb[k + 1] - mb[k])),
+                         ("blank_at", int(blanks.min()) - p.shift if len(blanks) else None),
+                         ("max_store_timestamp", int(mts.max()) if len(mts) else None),
+                         ("data_end", max(ends) if ends else None)):
+                rows[c].append(v)
+        return pa.table(rows, schema=RANGES)
 
     # ---- messages ---------------------------------------------------------------------------------------
     @cached_property
@@ -261,11 +434,12 @@ class RangeContext:
         parts = [K.decode_buffer(self.buf, starts[a:a + _DECODE_ROWS], sizes[a:a + _DECODE_ROWS], columns=columns,
                                  delay_levels=self.facts.delay_levels) for a in range(0, max(n, 1), _DECODE_ROWS)]
         decoded = pa.Table.from_batches(parts).combine_chunks() if n else K.message_schema(columns).empty_table()
-        beyond = pos > self.first_stop if self.first_stop is not None else np.zeros(n, bool)
         base = {
-            "segment": pa.repeat(pa.scalar(self.segment, pa.string()), n), "file_position": pa.array(pos, pa.int64()),
+            "segment": self.files(self.message_rows),
+            "file_position": pa.array(self.file_positions(self.message_rows), pa.int64()),
             "physical_offset": pa.array(phys, pa.int64()), "store_size": pa.array(sizes.astype(np.int32)),
-            "beyond_first_stop": pa.array(beyond), "kept": pa.array(phys < self.facts.recovered_end),
+            "beyond_first_stop": pa.array(self.beyond_first_stop(self.message_rows)),
+            "kept": pa.array(phys < self.facts.recovered_end),
         }
         t = pa.table(base)
         for name in columns:
@@ -362,15 +536,6 @@ class RangeContext:
     def _file_problems(self) -> list[tuple[int, int, str]]:
         return [(p, n, r) for p, n, r in self.facts.file_problems if self.lo <= p < self.hi]
 
-    @property
-    def data_end(self) -> int | None:
-        """One past the last byte of any message or span of this range (the driver takes the broker's max)."""
-        it = self.items
-        item = (it.kinds == KIND_MESSAGE) | (it.kinds == KIND_CORRUPT)
-        ends = [int((it.positions[item] + it.sizes[item]).max()) + self.base] if item.any() else []
-        ends += [p + n for p, n, _ in self._file_problems]
-        return max(ends) if ends else None
-
 
 def _block(phys: np.ndarray, size: int) -> np.ndarray:
     """``phys - phys % size`` with Java's remainder (the sign of the dividend)."""
@@ -428,7 +593,8 @@ class NoCommitlog:
         return 1
 
     def run(self, out: Emitter) -> None:
-        rc = RangeContext(self.facts, "", 0, FrameArrays.empty("", 0), None, b"", 0, NEG_INF, INF, True)
+        rc = RangeContext(self.facts, (RangePart("", 0, 0, None, 0, NEG_INF, INF, 0),), FrameArrays.empty("", 0), b"",
+                          0, NEG_INF, INF)
         for family in self.facts.families:
             if family.in_range is not None:
                 family.in_range(rc, out)

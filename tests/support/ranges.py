@@ -19,7 +19,7 @@ import numpy as np
 
 from jobs.audit.plan import Buckets
 from jobs.audit.routes import RoutedFile
-from jobs.audit.scan import INF, NEG_INF, BrokerFacts, RangeContext
+from jobs.audit.scan import INF, NEG_INF, BrokerFacts, RangeContext, RangePart
 from store_format import layout as L
 from store_format.codec import encode_record
 from store_format.commitlog import salvage_arrays, segment_name
@@ -96,7 +96,8 @@ def hand_built_range(folder: Path, records: list[Message], units: list[Unit] = (
         recovered_end=end if recovered_end is None else recovered_end, recovery_stop=None, reput_from=end,
         has_commitlog=True, truncate_queues=False, index_pending_from=end, indexed=True, shift=SHIFT,
         commitlog_end=end, routed={"consumequeue": routed})
-    return RangeContext(facts, segment_name(0), 0, items, None, buf, 0, NEG_INF, INF, True)
+    return RangeContext(facts, (RangePart(segment_name(0), 0, 0, None, 0, NEG_INF, INF, 0),), items, buf, 0, NEG_INF,
+                        INF)
 
 
 __all__ = ["Unit", "laid", "unit_of", "hand_built_range"]

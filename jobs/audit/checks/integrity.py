@@ -118,45 +118,29 @@ SEGMENTS = pa.schema([
 
 
 def in_range(rc, out) -> None:
-    if not rc.segment:
+    if not rc.has_segments:
         return  # a broker without a commitlog: nothing to frame
     it = rc.items
-    kinds, pos, sizes = it.kinds, it.positions, it.sizes
-    spans = [(i, it.others[i]) for i in np.flatnonzero(kinds == KIND_CORRUPT).tolist()]
+    spans = [(i, it.others[i]) for i in np.flatnonzero(it.kinds == KIND_CORRUPT).tolist()]
     by_reason: dict[str, list] = {}
     for i, span in spans:
-        by_reason.setdefault(span.reason, []).append(span)
+        by_reason.setdefault(span.reason, []).append((i, span))
     for reason, group in by_reason.items():
         n = len(group)
-        length = pa.array([s.length for s in group], pa.int64())
-        fpos = pa.array([s.file_position for s in group], pa.int64())
-        detail = pa.array([span_detail(s) for s in group], pa.string())
-        excerpt = pa.array([s.excerpt.hex() for s in group], pa.string())
-        tail = pa.array([s.unwritten_tail or None for s in group], pa.int64())
+        rows = np.array([i for i, _ in group], np.int64)
+        length = pa.array([s.length for _, s in group], pa.int64())
+        at = np.array([s.file_position for _, s in group], np.int64)  # context positions
+        detail = pa.array([span_detail(s) for _, s in group], pa.string())
+        excerpt = pa.array([s.excerpt.hex() for _, s in group], pa.string())
+        tail = pa.array([s.unwritten_tail or None for _, s in group], pa.int64())
         out.finding(finding_table(
-            f"integrity.{reason.lower()}", n, broker=rc.broker, file=rc.segment, file_position=fpos,
-            physical_offset=pc.add(fpos, rc.base),
+            f"integrity.{reason.lower()}", n, broker=rc.broker, file=rc.files(rows),
+            file_position=pa.array(rc.file_positions(rows, at)), physical_offset=pa.array(at + rc.base),
             values={"reason": reason, "length": length, "detail": detail, "unwritten_tail": tail},
             details={"length": length, "reason": reason, "field": None, "detail": detail, "excerpt_hex": excerpt,
                      "unwritten_tail_bytes": tail}))
-    _damaged_messages(rc, [s for _, s in spans if s.reason in _CONTEXT_REASONS], out)
-
-    msg = kinds == KIND_MESSAGE
-    stops = np.flatnonzero(kinds == KIND_STOP)
-    blanks = np.flatnonzero(kinds == KIND_BLANK)
-    beyond = msg & (pos > rc.first_stop) if rc.first_stop is not None else np.zeros(len(kinds), bool)
-    first_stop = int(pos[stops].min()) if len(stops) else None
-    stop_reason = it.others[int(stops[np.argmin(pos[stops])])].stop_kind if len(stops) else None
-    stale = np.flatnonzero(beyond)
-    out.partial("integrity.segments", pa.Table.from_pylist([{
-        "broker": rc.broker, "segment": rc.segment, "messages": int(msg.sum()),
-        "message_bytes": int(sizes[msg].sum()), "stale_records": len(stale),
-        "corrupt_bytes": int(sum(s.length for _, s in spans)), "first_stop": first_stop, "stop_reason": stop_reason,
-        "blank_at": int(pos[blanks].min()) if len(blanks) else None,
-        "stale_first": int(pos[stale].min()) if len(stale) else None,
-        "stale_last": int(pos[stale].max()) if len(stale) else None,
-        "stale_first_offset": int(pos[stale].min()) + rc.base if len(stale) else None,
-    }], schema=SEGMENT_PARTS))
+    _damaged_messages(rc, [(i, s) for i, s in spans if s.reason in _CONTEXT_REASONS], out)
+    out.partial("integrity.segments", _segment_parts(rc, spans))
     m = rc.messages
     _malformed_texts(rc, out)
     _property_crcs(rc, out)
@@ -169,6 +153,34 @@ def in_range(rc, out) -> None:
             "bytes": per_queue.column("store_size_sum").cast(pa.int64())}, schema=QUEUE_COUNTS))
 
 
+def _segment_parts(rc, spans: list) -> pa.Table:
+    """A row per range of what its walk framed (the driver sums a segment's ranges: :data:`SEGMENTS`)."""
+    it, bounds = rc.items, rc.part_bounds()
+    beyond = rc.beyond_first_stop(np.arange(len(it.positions)))
+    span_rows = np.array([i for i, _ in spans], np.int64)
+    span_lengths = np.array([s.length for _, s in spans], np.int64)
+    out = []
+    for k, p in enumerate(rc.parts):
+        a, b = int(bounds[k]), int(bounds[k + 1])
+        kinds, pos, sizes = it.kinds[a:b], it.positions[a:b] - p.shift, it.sizes[a:b]
+        msg = kinds == KIND_MESSAGE
+        stops = np.flatnonzero(kinds == KIND_STOP)
+        blanks = np.flatnonzero(kinds == KIND_BLANK)
+        stale = np.flatnonzero(msg & beyond[a:b])
+        first_stop = int(pos[stops].min()) if len(stops) else None
+        stop_reason = it.others[a + int(stops[np.argmin(pos[stops])])].stop_kind if len(stops) else None
+        out.append({
+            "broker": rc.broker, "segment": p.segment, "messages": int(msg.sum()),
+            "message_bytes": int(sizes[msg].sum()), "stale_records": len(stale),
+            "corrupt_bytes": int(span_lengths[(span_rows >= a) & (span_rows < b)].sum()), "first_stop": first_stop,
+            "stop_reason": stop_reason, "blank_at": int(pos[blanks].min()) if len(blanks) else None,
+            "stale_first": int(pos[stale].min()) if len(stale) else None,
+            "stale_last": int(pos[stale].max()) if len(stale) else None,
+            "stale_first_offset": int(pos[stale].min()) + p.base if len(stale) else None,
+        })
+    return pa.Table.from_pylist(out, schema=SEGMENT_PARTS)
+
+
 def _malformed_texts(rc, out) -> None:
     """Messages whose topic or properties hold malformed UTF-8 (the kernels' ``invalid_utf8``): one finding per
     malformed field, at the record, with the value escaped and its first bad byte's file position
@@ -176,17 +188,19 @@ def _malformed_texts(rc, out) -> None:
     bad = np.flatnonzero(rc.messages.column("invalid_utf8").is_valid().to_numpy(zero_copy_only=False))
     rows = []
     for row in bad.tolist():
-        pos = int(rc.positions[rc.message_rows[row]])
+        item = rc.message_rows[row:row + 1]
+        pos = int(rc.positions[item[0]])  # a context position
+        shift = pos - int(rc.file_positions(item)[0])
         m = rc.messages.slice(row, 1).to_pylist()[0]
         try:
             fields = codec.malformed_texts(rc.buf, pos - rc.w0)
         except StoreFormatError:
             continue
         for field, value, at in fields:
-            rows.append(dict(broker=rc.broker, file=rc.segment, file_position=pos, physical_offset=pos + rc.base,
-                             topic=m["topic"], queue_id=m["queue_id"], queue_offset=m["queue_offset"],
-                             values={"field": field, "value": value[:200]},
-                             details={"field": field, "value": value, "malformed_at": at + rc.w0,
+            rows.append(dict(broker=rc.broker, file=m["segment"], file_position=pos - shift,
+                             physical_offset=pos + rc.base, topic=m["topic"], queue_id=m["queue_id"],
+                             queue_offset=m["queue_offset"], values={"field": field, "value": value[:200]},
+                             details={"field": field, "value": value, "malformed_at": at + rc.w0 - shift,
                                       "uniq_key": m["uniq_key"]}))
     out.finding(finding_rows("integrity.invalid_utf8", rows))
 
@@ -219,7 +233,7 @@ def _property_crcs(rc, out) -> None:
         text = pa.array(propcrc.stored_texts(rc.buf, pos[rows[bad]], sizes[rows[bad]]), pa.string())
         computed, stored = pa.array(c.computed[bad]), pa.array(c.stored[bad])
         out.finding(finding_table(
-            check_id, len(bad), broker=rc.broker, file=rc.segment, file_position=t.column("file_position"),
+            check_id, len(bad), broker=rc.broker, file=t.column("segment"), file_position=t.column("file_position"),
             physical_offset=t.column("physical_offset"), topic=t.column("topic"), queue_id=t.column("queue_id"),
             queue_offset=t.column("queue_offset"),
             values={"stored": stored, "computed": computed, "text": text},
@@ -231,42 +245,55 @@ _REFUSAL_CHUNK = 256
 
 
 def _forced_refusal(rc, out, rows: np.ndarray, force_ok: np.ndarray, pos: np.ndarray, sizes: np.ndarray) -> None:
-    """The first message the broker's recovery walk would refuse here with ``forceVerifyPropCRC`` (one it walks:
-    kept, before the segment's first stop; its ``__CRC32#`` missing or not its bytes' CRC as Java parses it), as
-    the partial the summary's forced cut is decided from (:func:`summary`).  The messages without the property at
-    their end are checked a chunk at a time until one is refused, so a range of 4.x records pays one CRC."""
+    """The first message the broker's recovery walk would refuse in each range with ``forceVerifyPropCRC`` (one it
+    walks: kept, before the segment's first stop; its ``__CRC32#`` missing or not its bytes' CRC as Java parses
+    it), as the partial the summary's forced cut is decided from (:func:`summary`).  The messages without the
+    property at their end are checked a chunk at a time (every range's together, in order) until each range has
+    one refused, so a range of 4.x records pays one CRC.  ``rows``: the messages carrying the property; ``pos``:
+    every message's place in ``rc.buf``."""
     walked = rc.column("kept") & ~rc.column("beyond_first_stop")
-    refused = rows[~force_ok & walked[rows]]
-    first = int(refused[0]) if len(refused) else None
     plain = np.ones(len(walked), bool)
     plain[rows] = False
+    part = rc.part_of(rc.message_rows)  # the range of each message
+    first = np.full(len(rc.parts), len(walked), np.int64)  # per range: its first refused message (none: past all)
+    refused = rows[~force_ok & walked[rows]]
+    ranges, at = np.unique(part[refused], return_index=True)
+    first[ranges] = refused[at]
     candidates = np.flatnonzero(plain & walked)
-    if first is not None:
-        candidates = candidates[candidates < first]
-    for a in range(0, len(candidates), _REFUSAL_CHUNK):
-        chunk = candidates[a:a + _REFUSAL_CHUNK]
-        ok = propcrc.check_crc_many(rc.buf, pos[chunk], sizes[chunk]).force_ok
-        if not ok.all():
-            first = int(chunk[np.flatnonzero(~ok)[0]])
-            break
-    if first is None:
-        return
-    kind = ErrorKind.NO_PROPERTY_CRC if plain[first] else ErrorKind.BAD_PROPERTY_CRC
-    out.partial("integrity.forced_refusal", pa.table({
-        "broker": [rc.broker], "segment": [rc.segment], "file_position": [int(pos[first]) + rc.w0],
-        "physical_offset": [int(pos[first]) + rc.w0 + rc.base], "kind": [kind.value]}, schema=FORCED_REFUSALS))
+    candidates = candidates[candidates < first[part[candidates]]]
+    checked = np.zeros(len(rc.parts), bool)  # the range's first refusal among the candidates is found
+    for c in range(0, len(candidates), _REFUSAL_CHUNK):
+        chunk = candidates[c:c + _REFUSAL_CHUNK]
+        chunk = chunk[~checked[part[chunk]]]
+        if not len(chunk):
+            continue
+        bad = chunk[~propcrc.check_crc_many(rc.buf, pos[chunk], sizes[chunk]).force_ok]
+        ranges, at = np.unique(part[bad], return_index=True)
+        first[ranges] = bad[at]
+        checked[ranges] = True
+    found = []
+    for k in np.flatnonzero(first < len(walked)).tolist():
+        m, p = int(first[k]), rc.parts[k]
+        where = int(pos[m]) + rc.w0  # a context position
+        kind = ErrorKind.NO_PROPERTY_CRC if plain[m] else ErrorKind.BAD_PROPERTY_CRC
+        found.append({"broker": rc.broker, "segment": p.segment, "file_position": where - p.shift,
+                      "physical_offset": where + rc.base, "kind": kind.value})
+    if found:
+        out.partial("integrity.forced_refusal", pa.Table.from_pylist(found, schema=FORCED_REFUSALS))
 
 
 def _damaged_messages(rc, spans, out) -> None:
     """For spans where a record still frames (bad CRC, size mismatch...), name the message that was lost: its
-    topic, queue and queue offset, decoded without the CRC check."""
+    topic, queue and queue offset, decoded without the CRC check.  ``spans``: (item row, span)."""
     rows, named = [], []
-    for s in spans:
+    for i, s in spans:
+        item = np.array([i], np.int64)
+        file = rc.files(item)[0].as_py()
         try:
-            msg = codec.decode_record(rc.buf, s.file_position - rc.w0, check_crc=False, file=rc.segment)
+            msg = codec.decode_record(rc.buf, s.file_position - rc.w0, check_crc=False, file=file)
         except StoreFormatError:
             continue
-        rows.append(dict(broker=rc.broker, file=rc.segment, file_position=s.file_position,
+        rows.append(dict(broker=rc.broker, file=file, file_position=int(rc.file_positions(item)[0]),
                          physical_offset=s.file_position + rc.base, topic=msg.topic, queue_id=msg.queue_id,
                          queue_offset=msg.queue_offset, values={"reason": s.reason, "key_text": msg.uniq_key or "-"},
                          details={"reason": s.reason, "uniq_key": msg.uniq_key, "key": msg.uniq_key}))

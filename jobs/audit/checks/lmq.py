@@ -165,7 +165,7 @@ def in_range(rc, out) -> None:
                 "offsets": pa.array([offsets[i] for i in idx], pa.string()), "kept": t.column("kept"),
                 "pending": pc.greater_equal(phys, pa.scalar(rc.facts.reput_from, pa.int64())),
                 "stalls": pa.array([stalls[i] for i in idx], pa.bool_()), "uniq_key": t.column("uniq_key"),
-                "file": pa.repeat(pa.scalar(rc.segment, pa.string()), len(idx)),
+                "file": t.column("segment"),
                 "file_position": t.column("file_position")}, schema=RECORDS))
             hit = [rows[i] for i in idx if stalls[i] and kept[rows[i]]]
             if hit:

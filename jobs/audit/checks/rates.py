@@ -19,20 +19,26 @@ def unit_for(span_ms: int) -> int:
 
 
 def rate_counts(rc, out) -> None:
-    """A range's kept messages per topic and time unit."""
+    """A range's kept messages per topic and time unit (each range of a joint context its own unit)."""
     if not len(rc.message_rows):
         return
     kept = rc.column("kept")
     if not kept.any():
         return
     m = rc.messages
-    t = pa.table({"topic": m.column("topic"), "store_timestamp": m.column("store_timestamp")}).filter(pa.array(kept))
-    ms = t.column("store_timestamp").to_numpy(zero_copy_only=False)
-    unit = unit_for(int(ms.max()) - int(ms.min()))  # in Python's integers: store times may span more than a long
-    g = pa.table({"topic": t.column("topic"), "time": pa.array(np.floor_divide(ms, unit))}).group_by(
-        ["topic", "time"]).aggregate([("time", "count")])
+    rows = np.flatnonzero(kept)
+    ms = m.column("store_timestamp").to_numpy(zero_copy_only=False)[rows]
+    part = rc.part_of(rc.message_rows[rows])
+    starts = np.flatnonzero(np.r_[True, part[1:] != part[:-1]])  # the kept messages of each range, in order
+    lo, hi = np.minimum.reduceat(ms, starts), np.maximum.reduceat(ms, starts)
+    # in Python's integers: store times may span more than a long
+    units = np.array([unit_for(int(b) - int(a)) for a, b in zip(lo.tolist(), hi.tolist())], np.int64)
+    unit = np.repeat(units, np.diff(np.r_[starts, len(rows)]))
+    g = pa.table({"topic": m.column("topic").take(pa.array(rows)), "unit": pa.array(unit.astype(np.int32)),
+                  "time": pa.array(np.floor_divide(ms, unit))}).group_by(
+        ["topic", "unit", "time"]).aggregate([("time", "count")])
     out.partial("rates.counts", pa.table({
-        "topic": g.column("topic"), "unit": pa.repeat(pa.scalar(unit, pa.int32()), g.num_rows), "time": g.column("time"),
+        "topic": g.column("topic"), "unit": g.column("unit"), "time": g.column("time"),
         "messages": pc.cast(g.column("time_count"), pa.int64())}, schema=RATE))
 
 

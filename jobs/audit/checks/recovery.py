@@ -108,7 +108,7 @@ def in_range(rc, out) -> None:
     uniq = t.column("uniq_key")
     queue_text = pc.binary_join_element_wise(t.column("topic"), pc.cast(t.column("queue_id"), pa.string()), "/")
     out.finding(finding_table(
-        "recovery.message_lost", len(lost), broker=rc.broker, file=rc.segment, file_position=t.column("file_position"),
+        "recovery.message_lost", len(lost), broker=rc.broker, file=t.column("segment"), file_position=t.column("file_position"),
         physical_offset=t.column("physical_offset"), topic=t.column("topic"), queue_id=t.column("queue_id"),
         queue_offset=t.column("queue_offset"),
         values={"damaged_prefix": None, "damage": None, "queue_text": queue_text, "where": "past the recovered end"},
