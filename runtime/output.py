@@ -206,10 +206,14 @@ def out_parquet_batches(path, batch_size: int = 1 << 16, columns: list[str] | No
     """The record batches of one Parquet file written through the seam, in its order, each row group read only as its
     batches are taken: a consumer slower than the decoding never finds the file decoded ahead in memory (a
     ``pyarrow.dataset`` scanner reads a fragment's row groups ahead, whatever its read-ahead options say)."""
+    loc = resolve(path)
+    yield from _file_batches(loc.fs, loc.path, batch_size, columns)
+
+
+def _file_batches(filesystem, path: str, batch_size: int, columns: list[str] | None):
     import pyarrow.parquet as pq
 
-    loc = resolve(path)
-    with loc.fs.open_input_file(loc.path) as f:
+    with filesystem.open_input_file(path) as f:
         yield from pq.ParquetFile(f).iter_batches(batch_size=batch_size, columns=columns, use_threads=False)
 
 
@@ -217,11 +221,8 @@ def dataset_batches(dataset, columns: list[str] | None = None, batch_size: int =
     """The record batches of a Parquet ``pyarrow.dataset`` (:func:`out_dataset`'s: a folder's files) in its files'
     order, each file's row groups read only as its batches are taken (:func:`out_parquet_batches`: no scanner's
     read-ahead)."""
-    import pyarrow.parquet as pq
-
     for path in dataset.files:
-        with dataset.filesystem.open_input_file(path) as f:
-            yield from pq.ParquetFile(f).iter_batches(batch_size=batch_size, columns=columns, use_threads=False)
+        yield from _file_batches(dataset.filesystem, path, batch_size, columns)
 
 
 def out_parts_batches(paths: list[str], schema, columns: list[str] | None = None, batch_size: int = 1 << 16):

@@ -378,15 +378,14 @@ def _write_driver_findings(found: list, run: RunInfo) -> list[dict]:
     """The families' findings, in order, as findings/part-driver.parquet, a batch at a time (a family's spooled
     findings, a WrittenTable: AuditContext.findings_writer, read back a row group at a time): the driver holds one
     batch of them, never all.  Their counts per (check, severity), as rows."""
-    from runtime.output import out_parquet_batches, out_parquet_writer
+    from runtime.output import out_parquet_writer, out_parts_batches
 
     path = out_join(run.findings_dir, "part-driver.parquet")
     counted: list[pa.Table] = []
     writer = out_parquet_writer(path, FD.FINDINGS_FILE_SCHEMA)
     try:
         for item in found:
-            batches = (pa.Table.from_batches([b]) for b in out_parquet_batches(item.path)) \
-                if isinstance(item, WrittenTable) else [item]
+            batches = out_parts_batches([item.path], FD.FINDING_SCHEMA) if isinstance(item, WrittenTable) else [item]
             for t in batches:
                 if not t.num_rows:
                     continue
