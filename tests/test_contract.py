@@ -43,13 +43,13 @@ def test_every_family_is_one_declared_object():
 def test_declarations_say_what_the_hooks_do():
     """What a family's module emits (``out.partial``, ``out.spill``) and reads (``ctx.partial``,
     ``ctx.partial_dataset``, ``ctx.partial_parts``, ``ctx.partial_batches``, ``ctx.survey_partial``,
-    ``ctx.survey_partial_dataset``, ``ctx.survey_partial_parts``, ``ctx.survey_partial_batches``) is what its FAMILY
+    ``ctx.survey_partial_parts``, ``ctx.survey_partial_batches``) is what its FAMILY
     declares, as literal names: nothing undeclared, nothing declared for show."""
     for f in checks.load_all():
         source = inspect.getsource(inspect.getmodule(f.on_driver or f.in_range))
         written = _partial_names(source, "out", ("partial", "spill"))
         read = _partial_names(source, "ctx", ("partial", "partial_dataset", "partial_parts", "partial_batches",
-                                              "survey_partial", "survey_partial_dataset", "survey_partial_parts",
+                                              "survey_partial", "survey_partial_parts",
                                               "survey_partial_batches"))
         assert written == set(f.emits), (f.name, written, set(f.emits))
         assert read == set(f.reads), (f.name, read, set(f.reads))

@@ -75,9 +75,6 @@ class Ctx:
     def partial_dataset(self, name, schema):
         return self.scan.dataset(name, schema)
 
-    def survey_partial_dataset(self, name, schema):
-        return self.survey.dataset(name, schema)
-
     def partial_batches(self, name, schema, columns=None):
         return self.scan.batches(name, schema, columns)
 

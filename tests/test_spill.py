@@ -199,9 +199,6 @@ def _delays_ctx(run, survey_parts, scan_parts, as_of):
             return pa.table({"broker": ["a", "b", "b"], "delay_level": [2, 1, 20], "offset": [3, 12, 0],
                              "error": pa.nulls(3, pa.string())})
 
-        def survey_partial_dataset(self, name, schema):
-            return survey.dataset(name, schema)
-
         def survey_partial_batches(self, name, schema, columns=None):
             return survey.batches(name, schema, columns)
 

@@ -134,10 +134,6 @@ class AuditContext:
     def survey_partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
         return self.survey.get(name, schema)
 
-    def survey_partial_dataset(self, name: str, schema: pa.Schema):
-        """The survey's spilled partial table ``name`` (as :meth:`partial_dataset` is the scan's)."""
-        return self.survey.dataset(name, schema)
-
     def survey_partial_parts(self, name: str) -> pa.Table:
         """Where the survey's tasks wrote the spilled partial ``name`` (as :meth:`partial_parts` is the scan's)."""
         return self.survey.parts(name)
