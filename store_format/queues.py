@@ -709,9 +709,10 @@ class Queue:
         return self.backend is FILE and bool(self.files) and bool(
             rolled.list_rolled_files(ext_folder(self.files[0].loc)))
 
-    @property
+    @cached_property
     def reader_files(self) -> list:
-        """Its files as the backend's readers take them (store_format.consumequeue.CQFile, rolled.RolledFile)."""
+        """Its files as the backend's readers take them (store_format.consumequeue.CQFile, rolled.RolledFile), made
+        once (recovery takes them twice: its reader's and its own)."""
         return [f.reader_file() for f in self.files]
 
     def window(self, f: QueueFile, first: int, end: int) -> dict:

@@ -58,3 +58,35 @@ def test_every_brokers_delay_probe_is_made_in_one_pass_and_is_its_own(tmp_path):
         assert got[broker]["copies"].tolist() == want.tolist()
     again = D.probes(ctx, "b2")
     assert again["physical_offsets"].tolist() == [10, 50] and ctx.passes == 2
+
+
+def test_a_brokers_plan_parses_topics_json_and_looks_for_its_features_once(tmp_path, monkeypatch):
+    """What planning asks of each broker's Store (its batch and compaction topics, its kinds of queue, whether it
+    dispatches to several queues, and the families' applies: POP and timers on a 5.x store): topics.json parsed once
+    and the store's 5.x structures looked for once, with the answers the files give."""
+    import json
+    import shutil
+
+    from jobs.audit.checks import pop, timers
+    from jobs.audit.plan import plan_broker
+    from runtime.stores import resolve_stores
+    from store_format import features, store as S
+
+    from .conftest import FIXTURES_5X
+
+    root = tmp_path / "store"
+    shutil.copytree(FIXTURES_5X / "v5-batchcq" / "store", root)
+    (root / "config" / "topics.json").write_text(json.dumps({"topicConfigTable": {
+        "Declared": {"topicName": "Declared", "attributes": {"queue.type": "BatchCQ"}},
+        "Kept": {"topicName": "Kept", "attributes": {"cleanup.policy": "COMPACTION"}},
+        "Plain": {"topicName": "Plain"}}}))
+    parsed, looked = [], []
+    read_config, store_features = S.read_config, features.store_features
+    monkeypatch.setattr(S, "read_config", lambda folder, name: parsed.append(name) or read_config(folder, name))
+    monkeypatch.setattr(features, "store_features", lambda loc: looked.append(loc) or store_features(loc))
+    plan = plan_broker(resolve_stores([f"b={root}"])[0])
+    st = plan.store
+    assert st.batch_topics == {"BatchTopic", "Declared"} and st.compaction_topics == {"Kept"}
+    assert st.topics_by_kind == {"batch": {"BatchTopic", "Declared"}, "compaction": {"Kept"}}
+    assert st.multi_dispatch and pop.applies(plan) and timers.applies(plan) == store_features(root).timer_store
+    assert parsed.count("topics.json") == 1 and len(looked) == 1
