@@ -22,6 +22,8 @@ beside it (``ext_offset``); an address that reaches no ext unit keeps its raw va
 from __future__ import annotations
 
 import struct
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -162,40 +164,79 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
     the last written one are kept (``zero``), the zero-filled unwritten tail is not."""
     import numpy as np
 
-    with ReadOnlyMap(cq_file.path) as m:
-        n, whole_units = written_units(m)
-        u = units_of(m.buf, n, ext=ext_folder(cq_file.path))
-        truncated = None
-        if len(m) % L.CQ_STORE_UNIT_SIZE:
-            whole = len(m) - len(m) % L.CQ_STORE_UNIT_SIZE
-            truncated = ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {len(m)} is not a multiple of "
-                                          f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=whole)
+    raw, length, n, whole_units = written_units(cq_file.path)
+    u = units_of(raw, n, ext_of=lambda: ext_folder(cq_file.path))
+    truncated = None
+    if length % L.CQ_STORE_UNIT_SIZE:
+        whole = length - length % L.CQ_STORE_UNIT_SIZE
+        truncated = ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {length} is not a multiple of "
+                                      f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=whole)
     index = np.arange(n, dtype=np.int64)
     return UnitArrays(cq_file.first_queue_offset + index, u["physical_offset"], u["size"], u["tags_code"], u["kind"],
                       index * L.CQ_STORE_UNIT_SIZE, truncated, u.get("ext_offset"), u.get("ext_found"), whole_units)
 
 
-def written_units(m: ReadOnlyMap) -> tuple[int, int]:
-    """(whole units up to and including the last written one, whole units in the file): a preallocated file's
-    zero tail is found without decoding it (ReadOnlyMap.written_length)."""
-    whole = len(m) // L.CQ_STORE_UNIT_SIZE
-    return min(-(-m.written_length() // L.CQ_STORE_UNIT_SIZE), whole), whole
+def written_units(path) -> tuple[bytes | bytearray, int, int, int]:
+    """A consume-queue file's bytes of its whole units up to and including the last written one, its length, how
+    many units those bytes hold and how many whole units the file has: its zero tail passed over without being
+    read where it is a hole (store_format.fs.read_written: no map of the file).  Inside :func:`read_once`, a file
+    read before there is not read again."""
+    kept = _READ_ONCE.get()
+    key = str(path)
+    if kept is not None and key in kept:
+        return kept[key]
+    raw, length = fs.read_written(path, L.CQ_STORE_UNIT_SIZE)
+    whole = length // L.CQ_STORE_UNIT_SIZE
+    got = raw, length, min(len(raw) // L.CQ_STORE_UNIT_SIZE, whole), whole
+    if kept is not None and kept.bytes + len(raw) <= READ_ONCE_BYTES:
+        kept[key] = got
+        kept.bytes += len(raw)
+    return got
+
+
+class _Kept(dict):
+    bytes = 0
+
+
+_READ_ONCE: ContextVar[_Kept | None] = ContextVar("consumequeue_read_once", default=None)
+#: the most bytes of files :func:`read_once` keeps (a task's group of queue files may hold 64 MiB: past this, a file
+#: is read again by each reader, as outside it)
+READ_ONCE_BYTES = 8 << 20
+
+
+@contextmanager
+def read_once():
+    """Within it (in this thread), each consume-queue file is read once by all the bulk readers of its units
+    (:func:`read_unit_arrays`, :class:`QueueUnits`), up to :data:`READ_ONCE_BYTES` of them: what one audit task's
+    families share when each reads the task's files (a fleet's thousands of small queue files were each read once
+    per family); let go when it ends."""
+    token = _READ_ONCE.set(_Kept())
+    try:
+        yield
+    finally:
+        _READ_ONCE.reset(token)
 
 
 def unit_kinds(phys, size, tags):
     """:func:`classify_unit` over arrays: codes into :data:`UNIT_KINDS`."""
     import numpy as np
 
+    kind = np.full(len(phys), 3, np.int8)
+    # classify_unit's tests, the later ones written first so the earlier win (a pre-blank unit is also an entry's
+    # shape); masks, not np.select: its fixed cost was most of a small file's read
+    kind[(phys >= 0) & (size > 0)] = 0
     zero_phys_tags = (phys == 0) & (tags == 0)
-    return np.select([zero_phys_tags & (size == L.CQ_PRE_BLANK_SIZE), zero_phys_tags & (size == 0),
-                      (phys >= 0) & (size > 0)], [1, 2, 0], 3).astype(np.int8)  # classify_unit's order
+    kind[zero_phys_tags & (size == 0)] = 2
+    kind[zero_phys_tags & (size == L.CQ_PRE_BLANK_SIZE)] = 1
+    return kind
 
 
-def units_of(raw, count: int | None = None, *, ext=None) -> dict:
+def units_of(raw, count: int | None = None, *, ext_of=None) -> dict:
     """The first ``count`` units (default: every whole unit) of ``raw`` (bytes, or a map: nothing is kept pointing
     into it) as native numpy columns, with their kind codes and whether each was written (any of its 20 bytes not
-    zero).  ``ext``: the queue's ConsumeQueueExt folder (:func:`ext_folder`); where any slot holds an address, its
-    unit's tagsCode replaces it and ``ext_offset`` / ``ext_found`` say where it pointed."""
+    zero).  ``ext_of``: a function giving the queue's ConsumeQueueExt folder (:func:`ext_folder`), asked only where
+    a slot holds an address (a store without the extension has none: no path is built per file); there, its
+    unit's tagsCode replaces the address and ``ext_offset`` / ``ext_found`` say where it pointed."""
     import numpy as np
 
     n = len(raw) // L.CQ_STORE_UNIT_SIZE if count is None else count
@@ -206,10 +247,10 @@ def units_of(raw, count: int | None = None, *, ext=None) -> dict:
     out = {"physical_offset": phys, "size": size, "tags_code": tags, "kind": unit_kinds(phys, size, tags),
            "written": (phys != 0) | (size != 0) | (tags != 0)}
     addressed = tags <= L.CQ_EXT_MAX_ADDR
-    if ext is not None and addressed.any():  # none in a store without the extension: nothing more to read
+    if ext_of is not None and addressed.any():  # none in a store without the extension: nothing more to read
         offsets = np.where(addressed, tags - np.iinfo(np.int64).min, -1)
         rows = np.flatnonzero(addressed)
-        found = ext_tags_codes(ext, offsets[rows].tolist())
+        found = ext_tags_codes(ext_of(), offsets[rows].tolist())
         hit = np.array([t is not None for t in found], bool)
         out["tags_code"] = tags.copy()
         out["tags_code"][rows[hit]] = np.array([t for t in found if t is not None], np.int64)
@@ -231,14 +272,10 @@ def unit_bytes(physical_offset: int, size: int, tags_code: int) -> bytes:
 def read_unit_window(loc: "fs.Location", first: int, end: int, *, resolve_ext: bool = True) -> dict:
     """Units ``first`` .. ``end - 1`` of a consume-queue file as numpy columns with their kinds (:func:`units_of`,
     ext addresses resolved unless ``resolve_ext`` is False: the kinds and physical offsets do not depend on them):
-    read from a read-only map, or one ranged read."""
+    one ranged read."""
     first, n = max(first, 0), max(end - first, 0) * L.CQ_STORE_UNIT_SIZE
-    if loc.local_path is not None:
-        with ReadOnlyMap(loc.local_path) as m:
-            raw = bytes(m.buf[first * L.CQ_STORE_UNIT_SIZE:first * L.CQ_STORE_UNIT_SIZE + n])
-    else:
-        raw = loc.read_range(first * L.CQ_STORE_UNIT_SIZE, n)
-    return units_of(raw, ext=ext_folder(loc) if resolve_ext else None)
+    raw = loc.read_range(first * L.CQ_STORE_UNIT_SIZE, n)  # one pread of a local file: no map for a few units
+    return units_of(raw, ext_of=(lambda: ext_folder(loc)) if resolve_ext else None)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -413,9 +450,8 @@ class QueueUnits:
         if i not in self._cache:
             import numpy as np
 
-            with ReadOnlyMap(self.files[i].path) as m:
-                n, whole = written_units(m)
-                u = units_of(m.buf, n)
+            raw, _, n, whole = written_units(self.files[i].path)
+            u = units_of(raw, n)
             self._cache[i] = (u["physical_offset"], u["size"].astype(np.int64), u["written"], whole)
         return self._cache[i]
 

@@ -159,6 +159,15 @@ def group_queues(files: list[QueueFile]) -> list["Queue"]:
     return out
 
 
+def read_once():
+    """A context within which (in this thread) each queue file is read once by all the readers of its units (a
+    ``file`` queue's: store_format.consumequeue.read_once; the other backends' readers read as before): one task's
+    readers of the same files share the reads."""
+    from .consumequeue import read_once as file_reads_once
+
+    return file_reads_once()
+
+
 def queue_files_by_key(files: list[QueueFile]) -> dict[tuple[str, int], list]:
     """{(topic, queue id): its files as the backend's readers take them} of one backend's listing."""
     return {q.key: q.reader_files for q in group_queues(files)}
@@ -700,9 +709,10 @@ class Queue:
         return self.backend is FILE and bool(self.files) and bool(
             rolled.list_rolled_files(ext_folder(self.files[0].loc)))
 
-    @property
+    @cached_property
     def reader_files(self) -> list:
-        """Its files as the backend's readers take them (store_format.consumequeue.CQFile, rolled.RolledFile)."""
+        """Its files as the backend's readers take them (store_format.consumequeue.CQFile, rolled.RolledFile), made
+        once (recovery takes them twice: its reader's and its own)."""
         return [f.reader_file() for f in self.files]
 
     def window(self, f: QueueFile, first: int, end: int) -> dict:
@@ -772,6 +782,6 @@ class Queue:
 
 
 __all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "COMPACTION", "BACKENDS", "BY_NAME",
-           "BY_FOLDER", "backends_of", "list_queue_files", "group_queues", "queue_files_by_key", "dispatch_end",
-           "queue_stores", "DatabaseState", "preferred", "shared_queues", "unit_columns", "disagreements", "Dispatch",
-           "holds_copies", "ROUTED_FOLDERS", "UNIT_VIEW", "BATCH_UNIT_VIEW"]
+           "BY_FOLDER", "backends_of", "list_queue_files", "group_queues", "read_once", "queue_files_by_key",
+           "dispatch_end", "queue_stores", "DatabaseState", "preferred", "shared_queues", "unit_columns",
+           "disagreements", "Dispatch", "holds_copies", "ROUTED_FOLDERS", "UNIT_VIEW", "BATCH_UNIT_VIEW"]

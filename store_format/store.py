@@ -228,6 +228,12 @@ class Store:
 
     def _topics_with(self, attribute: str, value: str) -> set:
         """The topics topics.json gives ``attribute`` = ``value`` (5.x TopicConfig.attributes)."""
+        return {name for name, attributes in self._topic_attributes.items() if attributes.get(attribute) == value}
+
+    @cached_property
+    def _topic_attributes(self) -> dict[str, dict]:
+        """{topic: its attributes} of the topics topics.json gives attributes, the file read and parsed once (the
+        batch and the compaction topics each ask; a fleet's brokers each paid two parses)."""
         from .config import topic_configs
 
         cfg = self.config("topics.json")
@@ -235,11 +241,11 @@ class Store:
             table = topic_configs(cfg) if isinstance(cfg.data, dict) else {}
         except StoreFormatError:  # a topicConfigTable that is not a map: the metadata family reports it
             table = {}
-        found = set()
+        found = {}
         for name, c in table.items():
             attributes = c.get("attributes") if isinstance(c, dict) else None
-            if isinstance(attributes, dict) and attributes.get(attribute) == value:
-                found.add(str(name))
+            if isinstance(attributes, dict):
+                found[str(name)] = attributes
         return found
 
     @cached_property
@@ -271,10 +277,16 @@ class Store:
     def multi_dispatch(self) -> bool:
         """Its records may carry INNER_MULTI_DISPATCH: it has %LMQ% queues, or its files say it is a 5.x store (a
         4.9.x broker with LMQ shows its %LMQ% queues or lmqConsumerOffset.json)."""
+        f = self.features
+        return "lmq" in self.topics_by_kind or f.is_5x or f.lmq_consumer_offsets
+
+    @cached_property
+    def features(self):
+        """The 5.x structures present under its root (store_format.features.store_features), looked for once: the
+        audit's families and this store each ask."""
         from .features import store_features
 
-        f = store_features(self.loc)
-        return "lmq" in self.topics_by_kind or f.is_5x or f.lmq_consumer_offsets
+        return store_features(self.loc)
 
     # ---- index -------------------------------------------------------------------------------
     @cached_property

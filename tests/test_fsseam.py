@@ -345,3 +345,35 @@ def test_decode_and_repair_through_the_seam(spark, remote_sources, damaged_store
     assert [(m.topic, m.queue_id, m.queue_offset, m.body) for m in a.messages()] == \
         [(m.topic, m.queue_id, m.queue_offset, m.body) for m in b.messages()]
     assert a.config("consumerOffset.json").data == b.config("consumerOffset.json").data
+
+
+@pytest.mark.parametrize("block", [1 << 18, 1 << 12])
+def test_read_written_is_the_maps_written_bytes(tmp_path, elsewhere, monkeypatch, block):
+    """fs.read_written (pread of the data extents, no map: the consume-queue readers) gives the bytes a map gives up
+    to ReadOnlyMap.written_length, rounded up to a whole unit within the file, and the file's length: sparse files
+    with holes before, between and after their data, zeros written out, nothing written, a partial last unit, data
+    ending on a search block's edge; a file through the seam the same; anything but a regular file refused."""
+    monkeypatch.setattr(fs.hostile, "_ZERO_SCAN_BLOCK", block)
+    files = {"empty": [], "zeros": [(0, bytes(70_000))], "one": [(0, b"\x01")], "tail": [(0, b"ab" * 30)],
+             "edge": [(0, b"\x07" * block)], "hole_first": [(50_000, b"xyz"), (60_000, bytes(0))],
+             "two_extents": [(0, b"a" * 5000), (900_000, b"b" * 17), (2_000_000, bytes(0))],
+             "zeros_after": [(0, b"q" * 21), (21, bytes(300_000))], "partial_unit": [(0, b"u" * 47)],
+             "last_byte": [(1_048_575, b"z")]}
+    for name, writes in files.items():
+        with open(tmp_path / name, "wb") as f:
+            for at, data in writes:
+                f.seek(at)
+                f.write(data)
+            f.truncate(max([at + len(data) for at, data in writes], default=0))
+    base = elsewhere("t", tmp_path)
+    for name in files:
+        with fs.ReadOnlyMap(tmp_path / name) as m:
+            for unit in (1, 20):
+                end = min(len(m), -(-m.written_length() // unit) * unit)
+                want = (bytes(m.buf[:end]), len(m))
+                for where in (tmp_path / name, str(tmp_path / name), base + name):
+                    got = fs.read_written(where, unit)
+                    assert (bytes(got[0]), got[1]) == want, (name, unit, where)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(fs.UnreadableError, match="FIFO"):
+        fs.read_written(tmp_path / "fifo")

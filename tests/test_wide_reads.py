@@ -63,13 +63,13 @@ def test_a_shared_reader_maps_each_file_once_for_recover_and_finish(tmp_path, mo
 
     queues = group_queues(list_queue_files(_queues(tmp_path)))
     opened = []
-    real = consumequeue.ReadOnlyMap
+    real = consumequeue.written_units  # where every bulk reader of a file's units reads it
 
     def counting(path, *a, **k):
         opened.append(str(path))
         return real(path, *a, **k)
 
-    monkeypatch.setattr(consumequeue, "ReadOnlyMap", counting)
+    monkeypatch.setattr(consumequeue, "written_units", counting)
     for q in queues:
         units = q.unit_reader()
         start = q.recover(units)
@@ -107,7 +107,7 @@ def test_the_queue_listing_by_scandir_is_the_locations_listing(tmp_path, monkeyp
 
 def test_the_surveys_queue_starts_are_each_queues_recovery(tmp_path, monkeypatch):
     """The survey's ``survey.queue_starts`` rows (what predict_recovery starts each queue from) are recover_queue's
-    answer for every queue, while each file is mapped once by the whole survey task."""
+    answer for every queue, while each file is read once by the whole survey task."""
     import pyarrow as pa
 
     from jobs.audit.routes import CONSUMEQUEUE, SurveyInput
@@ -117,13 +117,13 @@ def test_the_surveys_queue_starts_are_each_queues_recovery(tmp_path, monkeypatch
     files = list_queue_files(_queues(tmp_path))
     expected = {q.key: recover_queue(q.reader_files) for q in group_queues(files)}
     opened = []
-    real = consumequeue.ReadOnlyMap
+    real = consumequeue.written_units  # where every bulk reader of a file's units reads it
 
     def counting(path, *a, **k):
         opened.append(str(path))
         return real(path, *a, **k)
 
-    monkeypatch.setattr(consumequeue, "ReadOnlyMap", counting)
+    monkeypatch.setattr(consumequeue, "written_units", counting)
     out = Emitter()
     RouteSurvey(CONSUMEQUEUE.name, SurveyInput("b", 20, 1 << 20), files).run(out)
     rows = pa.concat_tables(out.partials["survey.queue_starts"]).to_pylist()
@@ -132,3 +132,56 @@ def test_the_surveys_queue_starts_are_each_queues_recovery(tmp_path, monkeypatch
                                           else None) for r in rows} == \
         {k: (s.recover_end, s.max_physic_offset, s.refused) for k, s in expected.items()}
     assert sorted(opened) == sorted(str(f.loc.local_path) for f in files)
+
+
+def test_inside_read_once_each_file_is_read_once_by_every_reader(tmp_path, monkeypatch):
+    """store_format.queues.read_once (a scan file task's hooks: the consumequeue family's units, the prediction
+    family's recovery): each file read once by read_unit_arrays and QueueUnits together, with the same units and
+    recovery as read apart; outside it, or past its budget, each reader reads the file again."""
+    from store_format import fs
+    from store_format.queues import read_once
+    from store_format.recovery import finish_queue
+
+    files = list_queue_files(_queues(tmp_path))
+    reads = []
+    real = fs.read_written
+    monkeypatch.setattr(fs, "read_written", lambda path, *a: reads.append(str(path)) or real(path, *a))
+
+    def both():
+        units = {f.loc.path: f.units() for f in files}
+        ends = []
+        for q in group_queues(files):
+            shared = q.unit_reader()
+            ends.append(finish_queue(*q.key, shared.files, q.recover(shared), 1000 + 100 * 3, True, True, shared))
+        return {p: (u.physical_offset.tolist(), u.kind.tolist(), u.recovery) for p, u in units.items()}, ends
+
+    apart = both()
+    each = sorted(str(f.loc.local_path) for f in files)
+    twice = len(reads)  # every file by units(), and those recovery reads again
+    assert sorted(set(reads)) == each and twice > len(files) + 5
+    reads.clear()
+    with read_once():
+        assert both() == apart
+    assert sorted(reads) == each
+    reads.clear()
+    both()
+    assert len(reads) == twice  # let go at its end
+    reads.clear()
+    monkeypatch.setattr(consumequeue, "READ_ONCE_BYTES", 0)
+    with read_once():
+        assert both() == apart
+    assert len(reads) == twice
+
+
+def test_a_file_tasks_hooks_run_inside_read_once(tmp_path):
+    """The scan's FileScan runs its families' hooks for the route inside read_once: they share their reads."""
+    from jobs.audit.contract import Family
+    from jobs.audit.scan import BrokerFacts, FileScan
+    from jobs.audit.tasks import Emitter
+
+    seen = []
+    hook = lambda facts, files, out: seen.append(consumequeue._READ_ONCE.get() is not None)  # noqa: E731
+    family = Family("probe", "a hook that looks", in_files={"consumequeue": hook})
+    facts = BrokerFacts("b", (family, family), True, 1, 0, None, 0, True, False, 0, False, 20, 0)
+    FileScan("consumequeue", facts, list_queue_files(_queues(tmp_path))).run(Emitter())
+    assert seen == [True, True] and consumequeue._READ_ONCE.get() is None

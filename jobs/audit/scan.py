@@ -32,7 +32,7 @@ import pyarrow as pa
 from store_format import layout as L
 from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, FrameArrays, in_container
 from store_format.fs import Location, ReadOnlyMap
-from store_format.queues import Dispatch
+from store_format.queues import Dispatch, read_once
 from store_format.scan import cut_to_walk, read_range_walk, segment_ends
 from decoding.kernels import CompiledFramer
 
@@ -569,10 +569,11 @@ class FileScan:
         return sum(ROUTES[self.route].scan_cost(f) for f in self.files)
 
     def run(self, out: Emitter) -> None:
-        for family in self.facts.families:
-            hook = family.in_files.get(self.route)
-            if hook is not None:
-                hook(self.facts, self.files, out)
+        with read_once():  # the families' hooks read the same files: each read once for them all
+            for family in self.facts.families:
+                hook = family.in_files.get(self.route)
+                if hook is not None:
+                    hook(self.facts, self.files, out)
 
 
 @dataclass

@@ -217,16 +217,26 @@ def written_length(buf, fd: int | None = None, end: int | None = None) -> int:
         extents = [(0, end)]
     arr = np.frombuffer(buf, np.uint8, end) if end else None
     try:
-        for lo, hi in reversed(extents):
-            while hi > lo:
-                start = max(lo, hi - _ZERO_SCAN_BLOCK)
-                block = arr[start:hi]
-                if block.any():
-                    return start + int(np.flatnonzero(block)[-1]) + 1
-                hi = start
-        return 0
+        return last_nonzero(extents, lambda a, b: arr[a:b])[0]
     finally:
         del arr  # no view may outlive the caller's map
+
+
+def last_nonzero(extents: list[tuple[int, int]], block_at) -> tuple[int, int, object]:
+    """Where the last non-zero byte of the ``extents`` ends (0 when none holds one), searched backwards a block of
+    :data:`_ZERO_SCAN_BLOCK` at a time (``block_at(start, stop)``: those bytes, a uint8 array or bytes); with the
+    start of the block it was found in and that block (None when none holds one), which a reader keeps."""
+    import numpy as np
+
+    for lo, hi in reversed(extents):
+        while hi > lo:
+            start = max(lo, hi - _ZERO_SCAN_BLOCK)
+            block = block_at(start, hi)
+            values = np.frombuffer(block, np.uint8) if not isinstance(block, np.ndarray) else block
+            if values.any():
+                return start + int(np.flatnonzero(values)[-1]) + 1, start, block
+            hi = start
+    return 0, 0, None
 
 
 _ZERO_SCAN_BLOCK = 1 << 18

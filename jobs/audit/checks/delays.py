@@ -161,20 +161,31 @@ def in_range(rc, out) -> None:
 def probes(ctx, broker: str) -> dict | None:
     """The broker's pending messages as every scan task of it looks them up: their physical offsets, and their
     (real topic, uniq key) as sorted 64-bit hashes (buckets.key_hash, ~8 bytes each instead of ~60 as text; a copy
-    whose hash only collides is dropped by the driver's join on the keys themselves).  Read a batch at a time: a
-    scanner over the survey's parts took ~1.1 GB to give 1.3 M rows at 16 GiB (issue 40)."""
-    offsets, keys = [], []
+    whose hash only collides is dropped by the driver's join on the keys themselves).  Every broker's are made in
+    one pass over the survey's parts (:func:`_pending_probes`: a pass per broker read a fleet's every part as often
+    as it has brokers); each broker's is handed out once and let go here, so none is held past its scan."""
+    made = ctx.__dict__.get("_delays_probes")
+    if made is None or broker not in made:  # the first broker asked (or one asked again: made once more)
+        made = ctx.__dict__["_delays_probes"] = _pending_probes(ctx)
+    return made.pop(broker, None)
+
+
+def _pending_probes(ctx) -> dict[str, dict | None]:
+    """{broker: its :func:`probes`, None without pending messages} for every broker, from one pass over the survey's
+    ``delays.pending`` parts, read a batch at a time: a scanner over them took ~1.1 GB to give 1.3 M rows at
+    16 GiB (issue 40)."""
+    offsets: dict[str, list] = {}
+    keys: dict[str, list] = {}
     for b in ctx.survey_partial_batches("delays.pending", PENDING, ["broker", "physical_offset", "real_topic",
                                                                     "uniq_key"]):
-        b = b.filter(pc.equal(b.column("broker"), broker))
-        if not b.num_rows:
-            continue
-        offsets.append(b.column("physical_offset").to_numpy(zero_copy_only=False))
-        b = b.filter(pc.and_(pc.is_valid(b.column("real_topic")), pc.is_valid(b.column("uniq_key"))))
-        keys.append(key_hash(b.column("real_topic"), b.column("uniq_key")))
-    if not offsets:
-        return None
-    return {"physical_offsets": np.unique(np.concatenate(offsets)), "copies": np.unique(np.concatenate(keys))}
+        for broker in pc.unique(b.column("broker")).drop_null().to_pylist():
+            mine = b.filter(pc.equal(b.column("broker"), broker))
+            offsets.setdefault(broker, []).append(mine.column("physical_offset").to_numpy(zero_copy_only=False))
+            mine = mine.filter(pc.and_(pc.is_valid(mine.column("real_topic")), pc.is_valid(mine.column("uniq_key"))))
+            keys.setdefault(broker, []).append(key_hash(mine.column("real_topic"), mine.column("uniq_key")))
+    return {broker: {"physical_offsets": np.unique(np.concatenate(offsets[broker])),
+                     "copies": np.unique(np.concatenate(keys[broker]))} if broker in offsets else None
+            for broker in ctx.plans}
 
 
 # the pending units in the survey's order (``seq``), without the survey's first reading of their records: the scan's
