@@ -66,7 +66,6 @@ from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
 from .fs import UnreadableError, read_bytes
 from .brokerconf import RecoverySettings
-from .features import store_features
 from .store import Store
 
 _I32_AT = lambda buf, pos: int.from_bytes(buf[pos:pos + 4], "big", signed=True)  # noqa: E731
@@ -1265,7 +1264,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     # in the order the broker meets them (start_problems): the config files; the store's constructor opens lock
     # (5.x: and the timer checkpoint); load() loads the commit log and the consume queues, opens the checkpoint and
     # loads the index; then (5.x) the timer store, the delay offsets; start() locks lock
-    features = store_features(store.loc)
+    features = store.features
     generation = features.generation
     found = config_load_problems(root / "config", METADATA_CONFIGS[generation], offset_scan)
     before, at_start = marker_problems(root)

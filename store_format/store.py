@@ -268,12 +268,19 @@ class Store:
                                                   ("compaction", self.compaction_topics)) if topics}
 
     @cached_property
+    def features(self):
+        """What its files say about the RocketMQ that wrote it (store_format.features.StoreFeatures), found once:
+        the audit's planning, families and recovery prediction each ask, and each asking lists ``commitlog/`` (of
+        thousands of small segments maybe) again."""
+        from .features import store_features
+
+        return store_features(self.loc)
+
+    @cached_property
     def multi_dispatch(self) -> bool:
         """Its records may carry INNER_MULTI_DISPATCH: it has %LMQ% queues, or its files say it is a 5.x store (a
         4.9.x broker with LMQ shows its %LMQ% queues or lmqConsumerOffset.json)."""
-        from .features import store_features
-
-        f = store_features(self.loc)
+        f = self.features
         return "lmq" in self.topics_by_kind or f.is_5x or f.lmq_consumer_offsets
 
     # ---- index -------------------------------------------------------------------------------

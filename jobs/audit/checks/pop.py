@@ -23,7 +23,6 @@ import pyarrow.compute as pc
 from store_format import layout as L
 from store_format import pop as P
 from store_format import popstate as PS
-from store_format.features import store_features
 from decoding.columns import column
 
 from ..contract import Family, FamilyResult
@@ -78,7 +77,7 @@ _FIRST_POP_TIME = "1ST_POP_TIME"  # PopReviveService.reviveRetry puts it on ever
 
 def applies(plan) -> bool:
     """A 5.x store (POP came with 5.0)."""
-    return store_features(plan.store.loc).is_5x
+    return plan.store.features.is_5x
 
 
 def in_range(rc, out) -> None:

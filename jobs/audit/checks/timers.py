@@ -32,7 +32,6 @@ from store_format import layout as L
 from store_format import timer as T
 from store_format import timerpath as TP
 from store_format.errors import StoreFormatError
-from store_format.features import store_features
 from store_format.fs import UnreadableError
 from store_format.times import format_iso_z as _iso
 from runtime.display import plural
@@ -181,7 +180,7 @@ _LONG = r"^-?[0-9]{1,19}$"
 
 def applies(plan) -> bool:
     """A timer store: what a 5.x broker creates at start (store_format.features)."""
-    return store_features(plan.store.loc).timer_store
+    return plan.store.features.timer_store
 
 
 # ------------------------------------------------------------------------------------------------------ survey
