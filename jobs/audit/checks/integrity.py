@@ -458,6 +458,7 @@ def _segment_plot(ctx, tables, plt):
         return None
     segs = sorted(segs.to_pylist(), key=lambda s: (s["broker"], s["segment"]))
     bars = _segment_bars(segs)
+    brokers = {s["broker"] for s in segs}
     fig, ax = plt.subplots(figsize=(13, 0.5 + 0.32 * len(bars)))
     labels = [label for label, _, _, _ in bars]
     size = [max(n, 1) for _, n, _, _ in bars]
@@ -466,7 +467,8 @@ def _segment_plot(ctx, tables, plt):
     ax.barh(labels, used, color="#4c8bd6", label="messages")
     ax.barh(labels, bad, left=used, color="#d64c4c", label="corrupt")
     ax.set_xlim(0, 100)
-    ax.set_xlabel("% of segment file" if len(bars) == len(segs) else "% of the segments' files")
+    ax.set_xlabel(("% of segment file" if len(bars) == len(segs) else "% of the segments' files")
+                  + (f" (broker {next(iter(brokers))})" if len(brokers) == 1 else ""))
     ax.invert_yaxis()
     ax.legend(fontsize=8)
     return "Segment fill and damage", fig
@@ -474,12 +476,19 @@ def _segment_plot(ctx, tables, plt):
 
 def _segment_bars(segs: list[dict]) -> list[tuple[str, int, int, int]]:
     """(label, file bytes, message bytes, corrupt bytes) per bar: a segment each up to :data:`_SEGMENT_BARS`, else
-    runs of about equal count of consecutive segments within each broker."""
+    runs of about equal count of consecutive segments within each broker.  A label names its broker only when the
+    segments are of several (the axis names a lone broker once: its name on every bar was most of the figure's
+    text, and text is most of its drawing)."""
     def one(s):
         return s["file_length"] or 0, s["message_bytes"] or 0, s["corrupt_bytes"] or 0
 
+    several = len({s["broker"] for s in segs}) > 1
+
+    def named(broker: str, what: str) -> str:
+        return f"{broker}/{what}" if several else what
+
     if len(segs) <= _SEGMENT_BARS:
-        return [(f"{s['broker']}/{s['segment']}", *one(s)) for s in segs]
+        return [(named(s["broker"], s["segment"]), *one(s)) for s in segs]
     per_bar = -(-len(segs) // _SEGMENT_BARS)
     bars = []
     for i in range(0, len(segs), per_bar):
@@ -487,7 +496,7 @@ def _segment_bars(segs: list[dict]) -> list[tuple[str, int, int, int]]:
         for broker in dict.fromkeys(s["broker"] for s in run):  # a run never spans two brokers
             mine = [s for s in run if s["broker"] == broker]
             first, last = mine[0]["segment"], mine[-1]["segment"]
-            label = f"{broker}/{first}" if len(mine) == 1 else f"{broker}/{first}..{last} ({len(mine)} segments)"
+            label = named(broker, first if len(mine) == 1 else f"{first}..{last} ({len(mine)} segments)")
             bars.append((label, *map(sum, zip(*(one(s) for s in mine)))))
     return bars
 
