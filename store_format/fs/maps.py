@@ -92,17 +92,22 @@ def entry(path) -> Entry:
     if isinstance(path, StorePath):
         return _remote_entry(path)
     path = Path(path)
+    return _local_entry(path.name, path)
+
+
+def _local_entry(name: str, path: Path) -> Entry:
+    """:func:`entry` of a local ``path`` named ``name``."""
     try:
-        st = path.stat()
+        st = os.stat(path)
     except OSError as e:
-        return Entry(path.name, path, "broken", 0, _os_reason(e))
+        return Entry(name, path, "broken", 0, _os_reason(e))
     if stat.S_ISREG(st.st_mode):
         reason = None if os.access(path, os.R_OK) else "Permission denied"
-        return Entry(path.name, path, "file", st.st_size, reason)
+        return Entry(name, path, "file", st.st_size, reason)
     if stat.S_ISDIR(st.st_mode):
         reason = None if os.access(path, os.R_OK | os.X_OK) else "Permission denied"
-        return Entry(path.name, path, "folder", 0, reason)
-    return Entry(path.name, path, "other", 0, f"{describe(st.st_mode)}, not a regular file")
+        return Entry(name, path, "folder", 0, reason)
+    return Entry(name, path, "other", 0, f"{describe(st.st_mode)}, not a regular file")
 
 
 def entries(folder) -> list[Entry]:
@@ -123,7 +128,10 @@ def entries(folder) -> list[Entry]:
         return []
     except OSError as e:
         raise UnreadableError(folder, _os_reason(e)) from None
-    return [entry(folder / n) for n in sorted(names)]
+    # a listed name is one plain part: its Path made without parsing it again (a folder of thousands of segments,
+    # listed on every audit for the chain of custody and the unreadable entries)
+    child = getattr(folder, "_make_child_relpath", None) or folder.joinpath
+    return [_local_entry(n, child(n)) for n in sorted(names)]
 
 
 STORE_FILES = L.STORE_ROOT_FILES
