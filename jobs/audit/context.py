@@ -185,8 +185,11 @@ class AuditContext:
                                                    r["prop_crc_stop"] < refused[key]["prop_crc_stop"]):
                 refused[key] = r
         out: dict[str, dict] = {}
+        named: dict[str, dict] = {}  # broker -> its segments by name, made once (not a look through each time)
         for (broker, segment), r in first.items():
-            seg = next(s for s in self.plans[broker].store.segments if s.name == segment)
+            if broker not in named:
+                named[broker] = {s.name: s for s in self.plans[broker].store.segments}
+            seg = named[broker][segment]
             f = refused.get((broker, segment)) if force else None
             rewalk = (ErrorKind.PHYSICAL_OFFSET_MISMATCH.value,) + ((ErrorKind.BAD_CRC.value,) if force else ())
             if f is not None and f["prop_crc_stop"] < r["file_position"]:
