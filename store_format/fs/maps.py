@@ -195,12 +195,16 @@ def part_of(error: StoreFormatError, root) -> str | None:
 #: a file on another file system up to this size is read into memory whole; a bigger one (a full index file is
 #: 420 MB) is staged in a temp file and mapped, so a task's memory does not grow with it
 STAGE_ABOVE = 64 << 20
+#: a local file up to this size is read into ``bytes``, not mapped: mapping and unmapping a small file costs more
+#: than copying it (an unmap also makes every thread of the process drop its page mappings)
+READ_UP_TO = 64 << 10
 _STAGE_CHUNK = 8 << 20
 
 
 class ReadOnlyMap:
-    """A read-only view of a regular file: an mmap (empty files give an empty bytes).  Never writable; opened
-    through :func:`store_format.fs.open_file` (anything but a regular file is an ``UnreadableError``).  A file on a
+    """A read-only view of a regular file: an mmap, or a local file of at most :data:`READ_UP_TO` bytes read into
+    ``bytes`` (an empty file, an empty bytes).  Never writable; opened through :func:`store_format.fs.open_file`
+    (anything but a regular file is an ``UnreadableError``).  A file on a
     non-local file system (a ``store_format.fs.StorePath``) has no map of its own: it is read whole into ``bytes``,
     or, above :data:`STAGE_ABOVE`, copied by chunks into an anonymous temp file (``TMPDIR``; our copy, removed on
     close) that is mapped instead."""
@@ -217,9 +221,11 @@ class ReadOnlyMap:
         else:
             self._f = open_file(self.path)
         size = os.fstat(self._f.fileno()).st_size
-        self.buf = _FileMap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-        if size:
-            self.buf.fd = self._f.fileno()
+        if size <= READ_UP_TO:  # its bytes read: cheaper than a map and its unmapping (thousands of 8 KiB segments)
+            self.buf = _read_up_to(self._f.fileno(), size, self.path) if size else b""
+            return
+        self.buf = _FileMap(self._f.fileno(), 0, access=mmap.ACCESS_READ)
+        self.buf.fd = self._f.fileno()
 
     def __len__(self) -> int:
         return len(self.buf)
@@ -247,6 +253,14 @@ class ReadOnlyMap:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _read_up_to(fd: int, size: int, path) -> bytes:
+    """The first ``size`` bytes of a local file (fewer if it shrank since its size was taken)."""
+    try:
+        return os.pread(fd, size, 0)
+    except OSError as e:
+        raise UnreadableError(path, e.strerror or str(e)) from None
 
 
 def _read_all(f, path) -> bytes:
