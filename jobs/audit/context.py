@@ -584,7 +584,7 @@ class AuditContext:
         sizes = np.concatenate(kept_sizes).astype(np.int64)
         starts = np.zeros(len(sizes), np.int64)
         np.cumsum(sizes[:-1], out=starts[1:])
-        return pa.Table.from_batches([K.decode_buffer(np.concatenate(frames), starts, sizes, columns=columns)])
+        return pa.Table.from_batches([K.decode_buffer(b"".join(frames), starts, sizes, columns=columns)])
 
     def store_times(self, broker: str, offsets) -> dict[int, int]:
         """{physical offset: store time} for the offsets where a message of the salvage walk starts (for a finding
@@ -602,16 +602,11 @@ class AuditContext:
             self._scratch = None
 
 
-def _gather(buf, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+def _gather(buf, starts: np.ndarray, sizes: np.ndarray) -> bytes:
     """The bytes of the frames at ``starts`` (``sizes`` bytes each) of ``buf``, one after the other, copied (the
     buffer may be a map about to close)."""
-    data = np.frombuffer(buf, np.uint8)
-    sizes = sizes.astype(np.int64)
-    packed_at = np.zeros(len(sizes), np.int64)
-    np.cumsum(sizes[:-1], out=packed_at[1:])
-    out = data[np.repeat(starts.astype(np.int64) - packed_at, sizes) + np.arange(int(sizes.sum()), dtype=np.int64)]
-    del data  # no view of the map left behind
-    return out
+    with memoryview(buf) as view:
+        return b"".join([view[a:a + n] for a, n in zip(starts.tolist(), sizes.tolist())])
 
 
 @dataclass(frozen=True)
