@@ -154,31 +154,42 @@ def in_range(rc, out) -> None:
 
 
 def _segment_parts(rc, spans: list) -> pa.Table:
-    """A row per range of what its walk framed (the driver sums a segment's ranges: :data:`SEGMENTS`)."""
-    it, bounds = rc.items, rc.part_bounds()
-    beyond = rc.beyond_first_stop(np.arange(len(it.positions)))
+    """A row per range of what its walk framed (the driver sums a segment's ranges: :data:`SEGMENTS`), reduced
+    per range over the context's arrays (RangeContext.per_part), not range by range."""
+    it, n = rc.items, len(rc.parts)
+    rows = np.arange(len(it.positions), dtype=np.int64)
+    shifts = np.array([p.shift for p in rc.parts], np.int64)
+    pos = it.positions - shifts[rc.part_of(rows)]  # file positions
+    msg = np.flatnonzero(it.kinds == KIND_MESSAGE)
+    stale = msg[rc.beyond_first_stop(msg)]
+    stops = np.flatnonzero(it.kinds == KIND_STOP)
+    blanks = np.flatnonzero(it.kinds == KIND_BLANK)
+    messages, _ = rc.per_part(msg, np.ones(len(msg), np.int64), "sum")
+    message_bytes, _ = rc.per_part(msg, it.sizes[msg], "sum")
+    stale_records, _ = rc.per_part(stale, np.ones(len(stale), np.int64), "sum")
+    stale_first, has_stale = rc.per_part(stale, pos[stale], "min")
+    stale_last, _ = rc.per_part(stale, pos[stale], "max")
+    first_stop, has_stop = rc.per_part(stops, pos[stops], "min")
+    blank_at, has_blank = rc.per_part(blanks, pos[blanks], "min")
     span_rows = np.array([i for i, _ in spans], np.int64)
-    span_lengths = np.array([s.length for _, s in spans], np.int64)
-    out = []
-    for k, p in enumerate(rc.parts):
-        a, b = int(bounds[k]), int(bounds[k + 1])
-        kinds, pos, sizes = it.kinds[a:b], it.positions[a:b] - p.shift, it.sizes[a:b]
-        msg = kinds == KIND_MESSAGE
-        stops = np.flatnonzero(kinds == KIND_STOP)
-        blanks = np.flatnonzero(kinds == KIND_BLANK)
-        stale = np.flatnonzero(msg & beyond[a:b])
-        first_stop = int(pos[stops].min()) if len(stops) else None
-        stop_reason = it.others[a + int(stops[np.argmin(pos[stops])])].stop_kind if len(stops) else None
-        out.append({
-            "broker": rc.broker, "segment": p.segment, "messages": int(msg.sum()),
-            "message_bytes": int(sizes[msg].sum()), "stale_records": len(stale),
-            "corrupt_bytes": int(span_lengths[(span_rows >= a) & (span_rows < b)].sum()), "first_stop": first_stop,
-            "stop_reason": stop_reason, "blank_at": int(pos[blanks].min()) if len(blanks) else None,
-            "stale_first": int(pos[stale].min()) if len(stale) else None,
-            "stale_last": int(pos[stale].max()) if len(stale) else None,
-            "stale_first_offset": int(pos[stale].min()) + p.base if len(stale) else None,
-        })
-    return pa.Table.from_pylist(out, schema=SEGMENT_PARTS)
+    corrupt_bytes, _ = rc.per_part(span_rows, np.array([s.length for _, s in spans], np.int64), "sum")
+    stop_reason: list = [None] * n  # the reason of each range's first stop at its least position (np.argmin's)
+    decided = np.zeros(n, bool)
+    for r, k in zip(stops.tolist(), rc.part_of(stops).tolist()):
+        if not decided[k] and pos[r] == first_stop[k]:
+            stop_reason[k], decided[k] = it.others[r].stop_kind, True
+    bases = np.array([p.base for p in rc.parts], np.int64)
+
+    def maybe(values, has):
+        return pa.array(values, pa.int64(), mask=~has)
+
+    return pa.table({
+        "broker": pa.array([rc.broker] * n, pa.string()), "segment": [p.segment for p in rc.parts],
+        "messages": messages, "message_bytes": message_bytes, "stale_records": stale_records,
+        "corrupt_bytes": corrupt_bytes, "first_stop": maybe(first_stop, has_stop),
+        "stop_reason": pa.array(stop_reason, pa.string()), "blank_at": maybe(blank_at, has_blank),
+        "stale_first": maybe(stale_first, has_stale), "stale_last": maybe(stale_last, has_stale),
+        "stale_first_offset": maybe(stale_first + bases, has_stale)}, schema=SEGMENT_PARTS)
 
 
 def _malformed_texts(rc, out) -> None:
