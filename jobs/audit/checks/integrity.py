@@ -259,9 +259,9 @@ def _forced_refusal(rc, out, rows: np.ndarray, force_ok: np.ndarray, pos: np.nda
     """The first message the broker's recovery walk would refuse in each range with ``forceVerifyPropCRC`` (one it
     walks: kept, before the segment's first stop; its ``__CRC32#`` missing or not its bytes' CRC as Java parses
     it), as the partial the summary's forced cut is decided from (:func:`summary`).  The messages without the
-    property at their end are checked a chunk at a time (every range's together, in order) until each range has
-    one refused, so a range of 4.x records pays one CRC.  ``rows``: the messages carrying the property; ``pos``:
-    every message's place in ``rc.buf``."""
+    property at their end are checked each range's first together, then a chunk at a time (every range's
+    together, in order) until each range has one refused, so a range of 4.x records pays one CRC.  ``rows``: the
+    messages carrying the property; ``pos``: every message's place in ``rc.buf``."""
     walked = rc.column("kept") & ~rc.column("beyond_first_stop")
     plain = np.ones(len(walked), bool)
     plain[rows] = False
@@ -273,6 +273,15 @@ def _forced_refusal(rc, out, rows: np.ndarray, force_ok: np.ndarray, pos: np.nda
     candidates = np.flatnonzero(plain & walked)
     candidates = candidates[candidates < first[part[candidates]]]
     checked = np.zeros(len(rc.parts), bool)  # the range's first refusal among the candidates is found
+    if len(candidates):  # each range's first candidate first, all together: a 4.x range's first is refused
+        ranges, at = np.unique(part[candidates], return_index=True)
+        heads = candidates[at]
+        bad = ~propcrc.check_crc_many(rc.buf, pos[heads], sizes[heads]).force_ok
+        first[ranges[bad]] = heads[bad]
+        checked[ranges[bad]] = True
+        rest = np.ones(len(candidates), bool)
+        rest[at] = False
+        candidates = candidates[rest & ~checked[part[candidates]]]  # then the others in order, a chunk at a time
     for c in range(0, len(candidates), _REFUSAL_CHUNK):
         chunk = candidates[c:c + _REFUSAL_CHUNK]
         chunk = chunk[~checked[part[chunk]]]
