@@ -66,7 +66,6 @@ from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
 from .fs import UnreadableError, read_bytes
 from .brokerconf import RecoverySettings
-from .features import store_features
 from .store import Store
 
 _I32_AT = lambda buf, pos: int.from_bytes(buf[pos:pos + 4], "big", signed=True)  # noqa: E731
@@ -303,12 +302,13 @@ def describe_damaged_record(buf, pos: int, limit: int | None = None) -> dict:
 # The store as the broker's load() sees it
 
 
-def java_rw_open(path: Path) -> tuple[str | None, str | None]:
+def java_rw_open(path: Path, stat_result: os.stat_result | None = None) -> tuple[str | None, str | None]:
     """How ``new RandomAccessFile(path, "rw")`` fares (``open(O_RDWR | O_CREAT)``, following symbolic links), as
     (why it throws or None, what ``path`` is).  Checked against OpenJDK 17: a folder throws ("Is a directory"), a
     socket throws ("No such device or address"), a symbolic link loop throws ("Too many levels of symbolic
     links"), a dangling link creates its target when the target's folder exists (else "No such file or
-    directory"); a FIFO or a device opens (what follows may not: see :func:`effective_checkpoint`)."""
+    directory"); a FIFO or a device opens (what follows may not: see :func:`effective_checkpoint`).
+    ``stat_result``: ``os.stat(path)`` when the caller has it already (a folder of thousands of segments)."""
     import errno
     import stat as st
 
@@ -319,7 +319,7 @@ def java_rw_open(path: Path) -> tuple[str | None, str | None]:
         return ("Is a directory", "a folder") if kind == "Directory" else \
             (None, "a regular file" if kind == "File" else "absent")
     try:
-        mode = os.stat(path).st_mode
+        mode = (stat_result or os.stat(path)).st_mode
     except OSError as e:
         if e.errno == errno.ENOENT:
             if not os.path.islink(path) or os.path.isdir(os.path.dirname(os.path.realpath(path))):
@@ -385,6 +385,9 @@ def java_parse_long(text: str) -> int | None:
     decimal digits (Character.digit: any Unicode decimal digit), within the signed 64-bit range."""
     import unicodedata
 
+    if text.isascii() and text.isdigit():  # a plain segment name: the same value as the digit by digit parse below
+        value = int(text)
+        return value if value < 2**63 else None
     body = text[1:] if text[:1] in "+-" else text
     if not body:
         return None
@@ -499,10 +502,12 @@ def mapped_file_queue_problems(folder: RolledFolder, rules: LoadRules) -> tuple[
         if rules.skips_folders and entry.is_dir():  # File.isDirectory, through links
             continue
         try:
-            length = entry.stat().st_size
+            looked = entry.stat()
+            length = looked.st_size
         except OSError:
-            length = 0
-        kind = java_rw_open(entry)[1]
+            looked, length = None, 0
+        # the same stat for the open's outcome (a folder of thousands of segments: one stat of each less)
+        kind = java_rw_open(entry, looked if isinstance(looked, os.stat_result) else None)[1]
         what = f"{length} bytes" if kind == "a regular file" else "a folder" if kind == "a folder" else \
             f"{kind} (File.length() {length})"
         if rules.deletes_empty_last and not length and i == len(entries) - 1:
@@ -1265,7 +1270,7 @@ def predict_recovery(store: Store, *, message_index_safe: bool = False, check_cr
     # in the order the broker meets them (start_problems): the config files; the store's constructor opens lock
     # (5.x: and the timer checkpoint); load() loads the commit log and the consume queues, opens the checkpoint and
     # loads the index; then (5.x) the timer store, the delay offsets; start() locks lock
-    features = store_features(store.loc)
+    features = store.features
     generation = features.generation
     found = config_load_problems(root / "config", METADATA_CONFIGS[generation], offset_scan)
     before, at_start = marker_problems(root)

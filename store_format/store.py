@@ -274,19 +274,20 @@ class Store:
                                                   ("compaction", self.compaction_topics)) if topics}
 
     @cached_property
+    def features(self):
+        """What its files say about the RocketMQ that wrote it (store_format.features.StoreFeatures), found once:
+        the audit's planning, families and recovery prediction each ask, and each asking lists ``commitlog/`` (of
+        thousands of small segments maybe) again."""
+        from .features import store_features
+
+        return store_features(self.loc)
+
+    @cached_property
     def multi_dispatch(self) -> bool:
         """Its records may carry INNER_MULTI_DISPATCH: it has %LMQ% queues, or its files say it is a 5.x store (a
         4.9.x broker with LMQ shows its %LMQ% queues or lmqConsumerOffset.json)."""
         f = self.features
         return "lmq" in self.topics_by_kind or f.is_5x or f.lmq_consumer_offsets
-
-    @cached_property
-    def features(self):
-        """The 5.x structures present under its root (store_format.features.store_features), looked for once: the
-        audit's families and this store each ask."""
-        from .features import store_features
-
-        return store_features(self.loc)
 
     # ---- index -------------------------------------------------------------------------------
     @cached_property

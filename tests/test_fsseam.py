@@ -45,8 +45,29 @@ def test_a_store_path_is_not_a_local_path(elsewhere, tmp_path):
     assert pickle.loads(pickle.dumps(p.loc)).read_range(1, 5) == b"bc"
     with fs.map_range(fs.resolve(p)) as m:  # no mmap off the local file system: the bytes, read through it
         assert bytes(m.buf) == b"abc" and m.written_length() == 3
-    with fs.map_range(fs.resolve(tmp_path / "f")) as m:  # a local file: mapped
+    with fs.map_range(fs.resolve(tmp_path / "f")) as m:  # a small local file: its bytes read (fs.maps.READ_UP_TO)
+        assert m.buf == b"abc" and m.fileno() is not None
+    (tmp_path / "g").write_bytes(bytes(fs.maps.READ_UP_TO + 1))
+    with fs.map_range(fs.resolve(tmp_path / "g")) as m:  # a bigger one: mapped
         assert type(m.buf).__name__ == "_FileMap"
+
+
+def test_a_small_local_file_is_read_not_mapped_and_says_the_same(tmp_path):
+    """Up to fs.maps.READ_UP_TO bytes a local file is read into bytes (a map and its unmapping cost more than the
+    copy: thousands of 8 KiB segments), with its descriptor kept for the hole search: the same bytes and written
+    length as the mapped file one byte longer."""
+    data = b"x" * 5000 + bytes(3000)
+    small, big = tmp_path / "small", tmp_path / "big"
+    small.write_bytes(data + bytes(fs.maps.READ_UP_TO - len(data)))
+    big.write_bytes(data + bytes(fs.maps.READ_UP_TO + 1 - len(data)))
+    with fs.ReadOnlyMap(small) as a, fs.ReadOnlyMap(big) as b:
+        assert type(a.buf) is bytes and type(b.buf).__name__ == "_FileMap"
+        assert a.buf == bytes(b.buf)[:-1] and a.written_length() == b.written_length() == 5000
+        assert os.fstat(a.fileno()).st_size == fs.maps.READ_UP_TO
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    with fs.ReadOnlyMap(empty) as m:
+        assert m.buf == b"" and m.written_length() == 0
 
 
 def test_a_big_remote_file_is_staged_and_mapped_not_held(elsewhere, tmp_path, monkeypatch):

@@ -34,8 +34,28 @@ def test_runs_sum_their_bytes_and_never_span_two_brokers():
     assert sum(b[1] for b in bars) == 130 * 8192 and sum(b[3] for b in bars) == 4096
     assert all(label.startswith(("b0/", "b1/")) for label, *_ in bars)
     assert not any("b0/" in label and "b1" in label.split("/", 1)[1] for label, *_ in bars)
-    few = integrity._segment_bars(rows[:3])
-    assert [label for label, *_ in few] == [f"b0/{s['segment']}" for s in rows[:3]]
+    few = integrity._segment_bars(rows[:2] + rows[-1:])
+    assert [label for label, *_ in few] == [f"b0/{rows[0]['segment']}", f"b0/{rows[1]['segment']}",
+                                            f"b1/{rows[-1]['segment']}"]
+
+
+def test_a_lone_brokers_bars_name_the_segments_and_the_axis_names_the_broker():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = _segments(130).to_pylist()
+    bars = integrity._segment_bars(rows)
+    per_bar = -(-130 // integrity._SEGMENT_BARS)
+    assert bars[0][0] == f"{rows[0]['segment']}..{rows[per_bar - 1]['segment']} ({per_bar} segments)"
+    assert not any("b0" in label for label, *_ in bars)
+    assert [label for label, *_ in integrity._segment_bars(rows[:3])] == [s["segment"] for s in rows[:3]]
+    _, fig = integrity._segment_plot(None, {"segments": _segments(130)}, plt)
+    assert fig.axes[0].get_xlabel() == "% of the segments' files (broker b0)"
+    _, fig = integrity._segment_plot(None, {"segments": _segments(130, brokers=2)}, plt)
+    assert fig.axes[0].get_xlabel() == "% of the segments' files"
+    plt.close("all")
 
 
 def test_a_fleet_of_hundreds_shows_the_most_serious_rows_and_counts_the_rest():

@@ -185,8 +185,11 @@ class AuditContext:
                                                    r["prop_crc_stop"] < refused[key]["prop_crc_stop"]):
                 refused[key] = r
         out: dict[str, dict] = {}
+        named: dict[str, dict] = {}  # broker -> its segments by name, made once (not a look through each time)
         for (broker, segment), r in first.items():
-            seg = next(s for s in self.plans[broker].store.segments if s.name == segment)
+            if broker not in named:
+                named[broker] = {s.name: s for s in self.plans[broker].store.segments}
+            seg = named[broker][segment]
             f = refused.get((broker, segment)) if force else None
             rewalk = (ErrorKind.PHYSICAL_OFFSET_MISMATCH.value,) + ((ErrorKind.BAD_CRC.value,) if force else ())
             if f is not None and f["prop_crc_stop"] < r["file_position"]:
@@ -525,7 +528,9 @@ class AuditContext:
         """The decoded ``columns`` (decoding.kernels) of the messages of the salvage walk that start at ``offsets``
         (sorted), each segment opened once.  A frame that proves itself (store_format.commitlog.proves_itself)
         lies on the walk from its segment's start; the walk ends at the segment's first blank.  Anything else is settled
-        by walking the segment.  The frames are checked together (decoding.kernels.CompiledFramer.each)."""
+        by walking the segment.  The frames are checked together (decoding.kernels.CompiledFramer.each).  Only the
+        segments holding an offset are visited (a log of thousands of small segments), and the frames kept are copied
+        out of their maps and decoded in one call, not one per segment."""
         from store_format.commitlog import KIND_MESSAGE, proves_itself, salvage_arrays
         from decoding import kernels as K
 
@@ -533,9 +538,14 @@ class AuditContext:
         bases = np.array([s.base_offset for s in segments], np.int64)
         offsets = np.asarray(offsets, np.int64)
         at = np.searchsorted(bases, offsets, side="right") - 1
-        parts = []
-        for i, seg in enumerate(segments):
-            pos = offsets[at == i] - seg.base_offset
+        by_segment = np.argsort(at, kind="stable")  # each segment's offsets in their given order
+        visited, first = np.unique(at[by_segment], return_index=True)
+        frames, kept_sizes = [], []  # the kept frames' bytes (copied out of their maps) and sizes, segment by segment
+        for i, lo, hi in zip(visited.tolist(), first.tolist(), [*first[1:].tolist(), len(by_segment)]):
+            if i < 0:  # before the first segment
+                continue
+            seg = segments[i]
+            pos = offsets[by_segment[lo:hi]] - seg.base_offset
             pos = pos[(pos >= 0) & (pos < seg.length)]
             blank = self.first_blanks.get((broker, seg.name))
             if blank is not None:
@@ -567,11 +577,14 @@ class AuditContext:
                     del walked
                 keep = np.flatnonzero(confirmed)
                 if len(keep):
-                    parts.append(pa.Table.from_batches([K.decode_buffer(m.buf, pos[keep], sizes[keep],
-                                                                        columns=columns)]))
-        from decoding.kernels import message_schema
-
-        return pa.concat_tables(parts) if parts else message_schema(columns).empty_table()
+                    frames.append(_gather(m.buf, pos[keep], sizes[keep]))
+                    kept_sizes.append(sizes[keep])
+        if not frames:
+            return K.message_schema(columns).empty_table()
+        sizes = np.concatenate(kept_sizes).astype(np.int64)
+        starts = np.zeros(len(sizes), np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        return pa.Table.from_batches([K.decode_buffer(b"".join(frames), starts, sizes, columns=columns)])
 
     def store_times(self, broker: str, offsets) -> dict[int, int]:
         """{physical offset: store time} for the offsets where a message of the salvage walk starts (for a finding
@@ -587,6 +600,13 @@ class AuditContext:
 
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+def _gather(buf, starts: np.ndarray, sizes: np.ndarray) -> bytes:
+    """The bytes of the frames at ``starts`` (``sizes`` bytes each) of ``buf``, one after the other, copied (the
+    buffer may be a map about to close)."""
+    with memoryview(buf) as view:
+        return b"".join([view[a:a + n] for a, n in zip(starts.tolist(), sizes.tolist())])
 
 
 @dataclass(frozen=True)

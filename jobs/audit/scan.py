@@ -49,7 +49,10 @@ DECODED = ("topic", "queue_id", "queue_offset", "tags_code", "tran_type", "store
 _DECODE_ROWS = 1 << 18
 SMALL_RANGE = 4 << 20  # a range smaller than this shares a task with its small neighbours (CommitlogRun)...
 RUN_BYTES = 32 << 20  # ...up to about this many bytes of log per task
-RUN_RANGES = 256  # ...and this many ranges: a few thousand small segments still make tasks for every core
+RUN_RANGES = 1024  # ...and this many ranges: a few thousand small segments still make a task or more per core
+# (1,024 segments of 8 KiB are 8 MiB, a quarter of a task of large segments; each run reads every routed
+# consume-queue file's window and calls each family's in_range once per joint context: 256 made 17 of them for
+# 4,287 segments, 1,024 make 5)
 #: a run's contiguous whole segments are checked as one context (check_jointly: one decode, each family's in_range
 #: once); False: each range on its own context (what tests/test_joint_ranges.py compares it with)
 JOINT = True
@@ -394,29 +397,52 @@ class RangeContext:
         stops = np.array([INF if p.first_stop is None else p.first_stop for p in self.parts], np.int64)
         return self.file_positions(rows) > stops[self.part_of(rows)]
 
+    def per_part(self, rows: np.ndarray, values: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
+        """``values`` of the item ``rows`` reduced per part (``how``: "sum", "min" or "max"), as arrays over the
+        parts rather than a loop over them (a context of a thousand small segments): (the value, whether the part
+        has any of ``rows``); a part with none has 0 and False."""
+        n = len(self.parts)
+        at = self.part_of(np.asarray(rows, np.int64))
+        has = np.zeros(n, bool)
+        has[at] = True
+        values = np.asarray(values).astype(np.int64, copy=False)
+        if how == "sum":
+            out = np.zeros(n, np.int64)
+            np.add.at(out, at, values)
+        elif how == "min":
+            out = np.full(n, INF, np.int64)
+            np.minimum.at(out, at, values)
+        else:
+            out = np.full(n, NEG_INF, np.int64)
+            np.maximum.at(out, at, values)
+        return np.where(has, out, 0), has
+
     def range_rows(self) -> pa.Table:
         """The ``scan.ranges`` rows: one per range, what its walk saw."""
-        it, bounds = self.items, self.part_bounds()
+        it, bounds, n = self.items, self.part_bounds(), len(self.parts)
         mrows = self.message_rows
         ts = self.column("store_timestamp") if len(mrows) else np.zeros(0, np.int64)
         mb = np.searchsorted(mrows, bounds)  # the messages of part k: mb[k] .. mb[k + 1] - 1
-        problems = self._file_problems
-        rows = {c: [] for c in RANGES.names}
-        for k, p in enumerate(self.parts):
-            a, b = int(bounds[k]), int(bounds[k + 1])
-            kinds, pos, sizes = it.kinds[a:b], it.positions[a:b], it.sizes[a:b]
-            blanks = pos[kinds == KIND_BLANK]
-            item = (kinds == KIND_MESSAGE) | (kinds == KIND_CORRUPT)
-            ends = [int((pos[item] + sizes[item]).max()) + self.base] if item.any() else []
-            ends += [q + n for q, n, _ in problems if p.lo <= q < p.hi]
-            mts = ts[mb[k]:mb[k + 1]]
-            for c, v in (("broker", self.broker), ("segment", p.segment), ("range_start", p.start),
-                         ("messages", int(mb[k + 1] - mb[k])),
-                         ("blank_at", int(blanks.min()) - p.shift if len(blanks) else None),
-                         ("max_store_timestamp", int(mts.max()) if len(mts) else None),
-                         ("data_end", max(ends) if ends else None)):
-                rows[c].append(v)
-        return pa.table(rows, schema=RANGES)
+        blanks = np.flatnonzero(it.kinds == KIND_BLANK)
+        blank_at, has_blank = self.per_part(blanks, it.positions[blanks], "min")
+        items = np.flatnonzero((it.kinds == KIND_MESSAGE) | (it.kinds == KIND_CORRUPT))
+        item_end, has_item = self.per_part(items, it.positions[items] + it.sizes[items], "max")
+        ends = [int(e) + self.base if h else None for e, h in zip(item_end.tolist(), has_item.tolist())]
+        for q, size, _ in self._file_problems:  # a segment file of the wrong length or name, in the parts owning it
+            for k, p in enumerate(self.parts):
+                if p.lo <= q < p.hi:
+                    ends[k] = q + size if ends[k] is None else max(ends[k], q + size)
+        if ts.dtype.kind in "iu":
+            latest, has_ts = self.per_part(mrows, ts, "max")
+            latest = [int(v) if h else None for v, h in zip(latest.tolist(), has_ts.tolist())]
+        else:  # a message without a store time (it did not decode): fails as int() of the NaN maximum fails
+            latest = [int(ts[mb[k]:mb[k + 1]].max()) if mb[k + 1] > mb[k] else None for k in range(n)]
+        return pa.table({
+            "broker": pa.array([self.broker] * n, pa.string()), "segment": [p.segment for p in self.parts],
+            "range_start": [p.start for p in self.parts], "messages": np.diff(mb).astype(np.int64),
+            "blank_at": pa.array(blank_at - self._shifts, pa.int64(), mask=~has_blank),
+            "max_store_timestamp": pa.array(latest, pa.int64()), "data_end": pa.array(ends, pa.int64())},
+            schema=RANGES)
 
     # ---- messages ---------------------------------------------------------------------------------------
     @cached_property

@@ -93,17 +93,22 @@ def entry(path) -> Entry:
     if isinstance(path, StorePath):
         return _remote_entry(path)
     path = Path(path)
+    return _local_entry(path.name, path)
+
+
+def _local_entry(name: str, path: Path) -> Entry:
+    """:func:`entry` of a local ``path`` named ``name``."""
     try:
-        st = path.stat()
+        st = os.stat(path)
     except OSError as e:
-        return Entry(path.name, path, "broken", 0, _os_reason(e))
+        return Entry(name, path, "broken", 0, _os_reason(e))
     if stat.S_ISREG(st.st_mode):
         reason = None if os.access(path, os.R_OK) else "Permission denied"
-        return Entry(path.name, path, "file", st.st_size, reason)
+        return Entry(name, path, "file", st.st_size, reason)
     if stat.S_ISDIR(st.st_mode):
         reason = None if os.access(path, os.R_OK | os.X_OK) else "Permission denied"
-        return Entry(path.name, path, "folder", 0, reason)
-    return Entry(path.name, path, "other", 0, f"{describe(st.st_mode)}, not a regular file")
+        return Entry(name, path, "folder", 0, reason)
+    return Entry(name, path, "other", 0, f"{describe(st.st_mode)}, not a regular file")
 
 
 def entries(folder) -> list[Entry]:
@@ -124,7 +129,10 @@ def entries(folder) -> list[Entry]:
         return []
     except OSError as e:
         raise UnreadableError(folder, _os_reason(e)) from None
-    return [entry(folder / n) for n in sorted(names)]
+    # a listed name is one plain part: its Path made without parsing it again (a folder of thousands of segments,
+    # listed on every audit for the chain of custody and the unreadable entries)
+    child = getattr(folder, "_make_child_relpath", None) or folder.joinpath
+    return [_local_entry(n, child(n)) for n in sorted(names)]
 
 
 STORE_FILES = L.STORE_ROOT_FILES
@@ -188,12 +196,16 @@ def part_of(error: StoreFormatError, root) -> str | None:
 #: a file on another file system up to this size is read into memory whole; a bigger one (a full index file is
 #: 420 MB) is staged in a temp file and mapped, so a task's memory does not grow with it
 STAGE_ABOVE = 64 << 20
+#: a local file up to this size is read into ``bytes``, not mapped: mapping and unmapping a small file costs more
+#: than copying it (an unmap also makes every thread of the process drop its page mappings)
+READ_UP_TO = 64 << 10
 _STAGE_CHUNK = 8 << 20
 
 
 class ReadOnlyMap:
-    """A read-only view of a regular file: an mmap (empty files give an empty bytes).  Never writable; opened
-    through :func:`store_format.fs.open_file` (anything but a regular file is an ``UnreadableError``).  A file on a
+    """A read-only view of a regular file: an mmap, or a local file of at most :data:`READ_UP_TO` bytes read into
+    ``bytes`` (an empty file, an empty bytes).  Never writable; opened through :func:`store_format.fs.open_file`
+    (anything but a regular file is an ``UnreadableError``).  A file on a
     non-local file system (a ``store_format.fs.StorePath``) has no map of its own: it is read whole into ``bytes``,
     or, above :data:`STAGE_ABOVE`, copied by chunks into an anonymous temp file (``TMPDIR``; our copy, removed on
     close) that is mapped instead."""
@@ -210,9 +222,11 @@ class ReadOnlyMap:
         else:
             self._f = open_file(self.path)
         size = os.fstat(self._f.fileno()).st_size
-        self.buf = _FileMap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-        if size:
-            self.buf.fd = self._f.fileno()
+        if size <= READ_UP_TO:  # its bytes read: cheaper than a map and its unmapping (thousands of 8 KiB segments)
+            self.buf = _pread(self._f.fileno(), self.path, size, 0) if size else b""  # fewer if it shrank
+            return
+        self.buf = _FileMap(self._f.fileno(), 0, access=mmap.ACCESS_READ)
+        self.buf.fd = self._f.fileno()
 
     def __len__(self) -> int:
         return len(self.buf)

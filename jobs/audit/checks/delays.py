@@ -16,6 +16,8 @@ records by offset, then with the delivered copies by key, a bucket at a time), k
 """
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -91,11 +93,12 @@ def pending_in_survey(given, f, units, out) -> None:
     entry = np.flatnonzero(units.valid)
     due = entry[units.queue_offset[entry] >= probe["next"][f.queue_id]]
     maps: dict[str, ReadOnlyMap] = {}  # the segments pending records are read from, each mapped once
+    segment_of = _segment_finder(probe["segments"])
     pending = []
     try:
         for i in due.tolist():
             phys = int(units.physical_offset[i])
-            msg = _record(probe["segments"], phys, maps)
+            msg = _record(segment_of(phys), phys, maps)
             pending.append({"broker": given.broker, "level": f.queue_id + 1,
                             "queue_offset": int(units.queue_offset[i]), "physical_offset": phys,
                             "deliver_time": int(units.tags_code[i]), "uniq_key": msg.uniq_key if msg else None,
@@ -107,24 +110,41 @@ def pending_in_survey(given, f, units, out) -> None:
         out.spill("delays.pending", pa.Table.from_pylist(pending, schema=PENDING))
 
 
-def _record(segments: list, phys: int, maps: dict):
-    """The record a unit points at, decoded as it stands (None when it does not decode)."""
-    for base, length, loc in segments:
-        if base <= phys < base + length:
-            pos = phys - base
-            head = loc.read_range(pos, 4) if loc.local_path is None else None
-            try:
-                if loc.local_path is not None:
-                    if loc.local_path not in maps:
-                        maps[loc.local_path] = ReadOnlyMap(loc.local_path)
-                    return codec.decode_record(maps[loc.local_path].buf, pos, file=loc.path)
-                size = int.from_bytes(head, "big", signed=True)
-                if not 0 < size <= length - pos:
-                    return None
-                return codec.decode_record(loc.read_range(pos, size), 0, file=loc.path)
-            except StoreFormatError:
-                return None
-    return None
+def _segment_finder(segments: list):
+    """``phys -> `` the first of ``segments`` ((base, length, loc), the probe's) that holds ``phys``, or None: by
+    bisection when they are in order and apart (a broker's log, of thousands of small segments maybe), else by
+    looking through them in order."""
+    bases = [base for base, _, _ in segments]
+    apart = all(a[0] + a[1] <= b[0] for a, b in zip(segments, segments[1:]))
+
+    def segment_of(phys: int):
+        if not apart:
+            return next((s for s in segments if s[0] <= phys < s[0] + s[1]), None)
+        i = bisect.bisect_right(bases, phys) - 1
+        return segments[i] if i >= 0 and phys < bases[i] + segments[i][1] else None
+
+    return segment_of
+
+
+def _record(segment, phys: int, maps: dict):
+    """The record a unit points at in ``segment`` ((base, length, loc), or None: in no segment), decoded as it
+    stands (None when it does not decode)."""
+    if segment is None:
+        return None
+    base, length, loc = segment
+    pos = phys - base
+    head = loc.read_range(pos, 4) if loc.local_path is None else None
+    try:
+        if loc.local_path is not None:
+            if loc.local_path not in maps:
+                maps[loc.local_path] = ReadOnlyMap(loc.local_path)
+            return codec.decode_record(maps[loc.local_path].buf, pos, file=loc.path)
+        size = int.from_bytes(head, "big", signed=True)
+        if not 0 < size <= length - pos:
+            return None
+        return codec.decode_record(loc.read_range(pos, size), 0, file=loc.path)
+    except StoreFormatError:
+        return None
 
 
 def in_range(rc, out) -> None:

@@ -154,31 +154,42 @@ def in_range(rc, out) -> None:
 
 
 def _segment_parts(rc, spans: list) -> pa.Table:
-    """A row per range of what its walk framed (the driver sums a segment's ranges: :data:`SEGMENTS`)."""
-    it, bounds = rc.items, rc.part_bounds()
-    beyond = rc.beyond_first_stop(np.arange(len(it.positions)))
+    """A row per range of what its walk framed (the driver sums a segment's ranges: :data:`SEGMENTS`), reduced
+    per range over the context's arrays (RangeContext.per_part), not range by range."""
+    it, n = rc.items, len(rc.parts)
+    rows = np.arange(len(it.positions), dtype=np.int64)
+    shifts = np.array([p.shift for p in rc.parts], np.int64)
+    pos = it.positions - shifts[rc.part_of(rows)]  # file positions
+    msg = np.flatnonzero(it.kinds == KIND_MESSAGE)
+    stale = msg[rc.beyond_first_stop(msg)]
+    stops = np.flatnonzero(it.kinds == KIND_STOP)
+    blanks = np.flatnonzero(it.kinds == KIND_BLANK)
+    messages, _ = rc.per_part(msg, np.ones(len(msg), np.int64), "sum")
+    message_bytes, _ = rc.per_part(msg, it.sizes[msg], "sum")
+    stale_records, _ = rc.per_part(stale, np.ones(len(stale), np.int64), "sum")
+    stale_first, has_stale = rc.per_part(stale, pos[stale], "min")
+    stale_last, _ = rc.per_part(stale, pos[stale], "max")
+    first_stop, has_stop = rc.per_part(stops, pos[stops], "min")
+    blank_at, has_blank = rc.per_part(blanks, pos[blanks], "min")
     span_rows = np.array([i for i, _ in spans], np.int64)
-    span_lengths = np.array([s.length for _, s in spans], np.int64)
-    out = []
-    for k, p in enumerate(rc.parts):
-        a, b = int(bounds[k]), int(bounds[k + 1])
-        kinds, pos, sizes = it.kinds[a:b], it.positions[a:b] - p.shift, it.sizes[a:b]
-        msg = kinds == KIND_MESSAGE
-        stops = np.flatnonzero(kinds == KIND_STOP)
-        blanks = np.flatnonzero(kinds == KIND_BLANK)
-        stale = np.flatnonzero(msg & beyond[a:b])
-        first_stop = int(pos[stops].min()) if len(stops) else None
-        stop_reason = it.others[a + int(stops[np.argmin(pos[stops])])].stop_kind if len(stops) else None
-        out.append({
-            "broker": rc.broker, "segment": p.segment, "messages": int(msg.sum()),
-            "message_bytes": int(sizes[msg].sum()), "stale_records": len(stale),
-            "corrupt_bytes": int(span_lengths[(span_rows >= a) & (span_rows < b)].sum()), "first_stop": first_stop,
-            "stop_reason": stop_reason, "blank_at": int(pos[blanks].min()) if len(blanks) else None,
-            "stale_first": int(pos[stale].min()) if len(stale) else None,
-            "stale_last": int(pos[stale].max()) if len(stale) else None,
-            "stale_first_offset": int(pos[stale].min()) + p.base if len(stale) else None,
-        })
-    return pa.Table.from_pylist(out, schema=SEGMENT_PARTS)
+    corrupt_bytes, _ = rc.per_part(span_rows, np.array([s.length for _, s in spans], np.int64), "sum")
+    stop_reason: list = [None] * n  # the reason of each range's first stop at its least position (np.argmin's)
+    decided = np.zeros(n, bool)
+    for r, k in zip(stops.tolist(), rc.part_of(stops).tolist()):
+        if not decided[k] and pos[r] == first_stop[k]:
+            stop_reason[k], decided[k] = it.others[r].stop_kind, True
+    bases = np.array([p.base for p in rc.parts], np.int64)
+
+    def maybe(values, has):
+        return pa.array(values, pa.int64(), mask=~has)
+
+    return pa.table({
+        "broker": pa.array([rc.broker] * n, pa.string()), "segment": [p.segment for p in rc.parts],
+        "messages": messages, "message_bytes": message_bytes, "stale_records": stale_records,
+        "corrupt_bytes": corrupt_bytes, "first_stop": maybe(first_stop, has_stop),
+        "stop_reason": pa.array(stop_reason, pa.string()), "blank_at": maybe(blank_at, has_blank),
+        "stale_first": maybe(stale_first, has_stale), "stale_last": maybe(stale_last, has_stale),
+        "stale_first_offset": maybe(stale_first + bases, has_stale)}, schema=SEGMENT_PARTS)
 
 
 def _malformed_texts(rc, out) -> None:
@@ -248,9 +259,9 @@ def _forced_refusal(rc, out, rows: np.ndarray, force_ok: np.ndarray, pos: np.nda
     """The first message the broker's recovery walk would refuse in each range with ``forceVerifyPropCRC`` (one it
     walks: kept, before the segment's first stop; its ``__CRC32#`` missing or not its bytes' CRC as Java parses
     it), as the partial the summary's forced cut is decided from (:func:`summary`).  The messages without the
-    property at their end are checked a chunk at a time (every range's together, in order) until each range has
-    one refused, so a range of 4.x records pays one CRC.  ``rows``: the messages carrying the property; ``pos``:
-    every message's place in ``rc.buf``."""
+    property at their end are checked each range's first together, then a chunk at a time (every range's
+    together, in order) until each range has one refused, so a range of 4.x records pays one CRC.  ``rows``: the
+    messages carrying the property; ``pos``: every message's place in ``rc.buf``."""
     walked = rc.column("kept") & ~rc.column("beyond_first_stop")
     plain = np.ones(len(walked), bool)
     plain[rows] = False
@@ -262,6 +273,15 @@ def _forced_refusal(rc, out, rows: np.ndarray, force_ok: np.ndarray, pos: np.nda
     candidates = np.flatnonzero(plain & walked)
     candidates = candidates[candidates < first[part[candidates]]]
     checked = np.zeros(len(rc.parts), bool)  # the range's first refusal among the candidates is found
+    if len(candidates):  # each range's first candidate first, all together: a 4.x range's first is refused
+        ranges, at = np.unique(part[candidates], return_index=True)
+        heads = candidates[at]
+        bad = ~propcrc.check_crc_many(rc.buf, pos[heads], sizes[heads]).force_ok
+        first[ranges[bad]] = heads[bad]
+        checked[ranges[bad]] = True
+        rest = np.ones(len(candidates), bool)
+        rest[at] = False
+        candidates = candidates[rest & ~checked[part[candidates]]]  # then the others in order, a chunk at a time
     for c in range(0, len(candidates), _REFUSAL_CHUNK):
         chunk = candidates[c:c + _REFUSAL_CHUNK]
         chunk = chunk[~checked[part[chunk]]]
@@ -446,7 +466,8 @@ def summary(ctx) -> dict:
     return out
 
 
-_SEGMENT_BARS = 40  # at most, in the segment plot: past it, runs of consecutive segments share a bar
+_SEGMENT_BARS = 20  # at most, in the segment plot: past it, runs of consecutive segments share a bar (40 bars of
+# long segment names were 0.6 s of a 4,287-segment audit, most of it drawing their labels; 20, 0.35 s)
 
 
 def _segment_plot(ctx, tables, plt):
@@ -458,6 +479,7 @@ def _segment_plot(ctx, tables, plt):
         return None
     segs = sorted(segs.to_pylist(), key=lambda s: (s["broker"], s["segment"]))
     bars = _segment_bars(segs)
+    brokers = {s["broker"] for s in segs}
     fig, ax = plt.subplots(figsize=(13, 0.5 + 0.32 * len(bars)))
     labels = [label for label, _, _, _ in bars]
     size = [max(n, 1) for _, n, _, _ in bars]
@@ -466,7 +488,8 @@ def _segment_plot(ctx, tables, plt):
     ax.barh(labels, used, color="#4c8bd6", label="messages")
     ax.barh(labels, bad, left=used, color="#d64c4c", label="corrupt")
     ax.set_xlim(0, 100)
-    ax.set_xlabel("% of segment file" if len(bars) == len(segs) else "% of the segments' files")
+    ax.set_xlabel(("% of segment file" if len(bars) == len(segs) else "% of the segments' files")
+                  + (f" (broker {next(iter(brokers))})" if len(brokers) == 1 else ""))
     ax.invert_yaxis()
     ax.legend(fontsize=8)
     return "Segment fill and damage", fig
@@ -474,12 +497,19 @@ def _segment_plot(ctx, tables, plt):
 
 def _segment_bars(segs: list[dict]) -> list[tuple[str, int, int, int]]:
     """(label, file bytes, message bytes, corrupt bytes) per bar: a segment each up to :data:`_SEGMENT_BARS`, else
-    runs of about equal count of consecutive segments within each broker."""
+    runs of about equal count of consecutive segments within each broker.  A label names its broker only when the
+    segments are of several (the axis names a lone broker once: its name on every bar was most of the figure's
+    text, and text is most of its drawing)."""
     def one(s):
         return s["file_length"] or 0, s["message_bytes"] or 0, s["corrupt_bytes"] or 0
 
+    several = len({s["broker"] for s in segs}) > 1
+
+    def named(broker: str, what: str) -> str:
+        return f"{broker}/{what}" if several else what
+
     if len(segs) <= _SEGMENT_BARS:
-        return [(f"{s['broker']}/{s['segment']}", *one(s)) for s in segs]
+        return [(named(s["broker"], s["segment"]), *one(s)) for s in segs]
     per_bar = -(-len(segs) // _SEGMENT_BARS)
     bars = []
     for i in range(0, len(segs), per_bar):
@@ -487,7 +517,7 @@ def _segment_bars(segs: list[dict]) -> list[tuple[str, int, int, int]]:
         for broker in dict.fromkeys(s["broker"] for s in run):  # a run never spans two brokers
             mine = [s for s in run if s["broker"] == broker]
             first, last = mine[0]["segment"], mine[-1]["segment"]
-            label = f"{broker}/{first}" if len(mine) == 1 else f"{broker}/{first}..{last} ({len(mine)} segments)"
+            label = named(broker, first if len(mine) == 1 else f"{first}..{last} ({len(mine)} segments)")
             bars.append((label, *map(sum, zip(*(one(s) for s in mine)))))
     return bars
 
