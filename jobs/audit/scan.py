@@ -37,7 +37,7 @@ from store_format.scan import cut_to_walk, read_range_walk, segment_ends
 from decoding.kernels import CompiledFramer
 
 from .plan import NEGATIVE_BUCKET, bucket_of
-from .routes import ROUTES, VIEW
+from .routes import ROUTES, VIEW, WindowBatch
 from .tasks import Emitter, Shared, failure_row
 
 INF = np.iinfo(np.int64).max
@@ -332,12 +332,14 @@ class RoutedWindows:
         if name not in self._read:
             route = ROUTES[name]
             blo, bhi = _owned_buckets(self.facts, self.lo, self.hi)
-            windows = []
+            wanted = []
             for f in self.facts.routed.get(name, ()):
                 rows = f.buckets.rows_for(blo, bhi)
                 if rows is not None:
-                    windows.append((f, rows[0], route.window(f, rows[0], rows[1])))
-            self._read[name] = windows
+                    wanted.append((f, rows[0], rows[1]))
+            batch = route.read_windows(wanted) if route.read_windows is not None else None
+            self._read[name] = batch if batch is not None else [(f, first, route.window(f, first, end))
+                                                                for f, first, end in wanted]
         return self._read[name]
 
 
@@ -511,6 +513,9 @@ class RangeContext:
         if self.lo >= self.hi:
             return schema.empty_table()
         windows = (self._windows or RoutedWindows(self.facts, self.lo, self.hi)).of(name)
+        if isinstance(windows, WindowBatch):
+            idx = np.flatnonzero(windows.columns["valid"] & self.owns(windows.columns["physical_offset"]))
+            return route.view_batch(windows, idx) if len(idx) else schema.empty_table()
         parts = []
         for f, first, w in windows:
             idx = np.flatnonzero(w["valid"] & self.owns(w["physical_offset"]))
