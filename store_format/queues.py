@@ -238,6 +238,32 @@ def _file_window(loc: fs.Location, first: int, end: int) -> dict:
             "valid": u["kind"] == 0}
 
 
+def _file_windows(spans: list) -> tuple[dict, np.ndarray]:
+    """Many files' windows read as one (``spans``: (location, first, end) each): one ranged read a file, the units
+    decoded together, a file whose units hold ConsumeQueueExt addresses read again as :func:`_file_window` reads
+    it (which resolves them).  (The columns :func:`_file_window` gives, of every window's units in turn; how many
+    units each window gave.)  A range of a broker with 40,000 queues owns a few units of each: read a file at a
+    time, a file's fixed cost (a dozen numpy calls, a table) was most of the scan."""
+    from .consumequeue import units_of
+
+    unit = L.CQ_STORE_UNIT_SIZE
+    chunks, counts = [], np.zeros(len(spans), np.int64)
+    for i, (loc, first, end) in enumerate(spans):
+        first = max(first, 0)  # as read_unit_window reads a window
+        raw = loc.read_range(first * unit, max(end - first, 0) * unit)
+        counts[i] = len(raw) // unit
+        chunks.append(raw[:counts[i] * unit])
+    u = units_of(b"".join(chunks))
+    columns = {"physical_offset": u["physical_offset"], "size": u["size"], "tags_code": u["tags_code"],
+               "valid": u["kind"] == 0}
+    starts = np.cumsum(counts) - counts
+    file_of_unit = np.repeat(np.arange(len(spans)), counts)
+    for i in np.unique(file_of_unit[u["tags_code"] <= L.CQ_EXT_MAX_ADDR]).tolist():
+        w = _file_window(*spans[i])
+        columns["tags_code"][starts[i]:starts[i] + counts[i]] = w["tags_code"][:counts[i]]
+    return columns, counts
+
+
 def _batch_window(loc: fs.Location, first: int, end: int) -> dict:
     from .batchcq import KIND_ENTRY, read_batch_unit_window
 
@@ -292,6 +318,9 @@ class Backend:
     # unit i of a file is queue offset ``first_unit + i`` (a window by unit index is one by queue offset); False
     # where a unit's queue offset is in the unit (a batch unit's msgBaseOffset)
     dense: bool = True
+    # many files' windows read at once: ([(location, first, end)]) -> (``window``'s columns of every window's units
+    # in turn, each window's unit count); None: a file at a time
+    windows: Callable | None = None
 
     def __repr__(self) -> str:  # a plan's files are printed in errors; the functions say nothing there
         return f"Backend({self.name})"
@@ -317,7 +346,7 @@ BATCH_UNIT_VIEW = (("topic", "string"), ("queue_id", "int32"), ("msg_base_offset
                    ("store_timestamp", "int64"), ("file", "string"), ("file_position", "int64"))
 
 FILE = Backend("file", "consumequeue", L.CQ_STORE_UNIT_SIZE, "4.x", "mappedFileSizeConsumeQueue", L.QUEUE_TYPE_SIMPLE,
-               QueueFile.cq_file, _file_units, _file_window, _file_recover, view=UNIT_VIEW)
+               QueueFile.cq_file, _file_units, _file_window, _file_recover, view=UNIT_VIEW, windows=_file_windows)
 BATCH = Backend("batch", L.BATCH_CQ_DIR, L.BATCH_CQ_UNIT.width, "5.x", "mapperFileSizeBatchConsumeQueue",
                 L.QUEUE_TYPE_BATCH, _batch_file_of, _batch_units, _batch_window, view=BATCH_UNIT_VIEW, dense=False)
 

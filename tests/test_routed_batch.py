@@ -1,4 +1,4 @@
-"""Many consume-queue files' windows read as one (jobs/audit/routes.py ``_queue_windows``, ``WindowBatch``) show a
+"""Many consume-queue files' windows read as one (jobs/audit/routes.py ``_queue_windows``, ``ManyWindows``) show a
 commitlog range exactly the units, in exactly the order, that reading each file's window on its own shows: checked
 on every range of whole audits of RocketMQ's own stores, of a store whose units address ConsumeQueueExt, and of a
 damaged store in 8 KiB segments (units pointing into a record and past the data's end)."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jobs.audit import scan as S
-from jobs.audit.routes import ROUTES, WindowBatch
+from jobs.audit.routes import ROUTES, ManyWindows
 from store_format.write.generate import TrafficConfig, generate_store
 from store_format.write.writer import WriterConfig
 
@@ -66,7 +66,7 @@ def test_a_batch_of_windows_shows_what_each_file_shows(spark, tmp_path, monkeypa
             assert got.schema == alone.schema
             assert got.combine_chunks().equals(alone.combine_chunks()), (route_name, self.lo, self.hi)
             compared.append(got.num_rows)
-            batched.append(isinstance(windows, WindowBatch))
+            batched.append(isinstance(windows, ManyWindows))
             return got
 
     monkeypatch.setattr(S.RangeContext, "_read_routed", both)

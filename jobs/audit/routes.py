@@ -35,9 +35,7 @@ from store_format.fs import Location, ReadOnlyMap
 from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_entry_window, read_header, \
     written_entries
 from store_format.plan import group_queue_files
-from store_format.consumequeue import units_of
-from store_format.queues import BY_FOLDER, BY_NAME, FILE as QUEUE_FILE, ROUTED_FOLDERS, Backend, QueueFile, \
-    group_queues
+from store_format.queues import BY_FOLDER, BY_NAME, ROUTED_FOLDERS, Backend, QueueFile, group_queues
 from store_format.timer import KIND_BLANK as TIMER_BLANK, KIND_CORRUPT as TIMER_CORRUPT, KIND_ENTRY as TIMER_ENTRY, \
     UNIT_SIZE as TIMER_UNIT_SIZE, read_timer_unit_arrays, read_timer_unit_range
 from decoding.columns import column
@@ -95,18 +93,18 @@ class Route:
     survey_group: Callable | None = None
     survey_keep: Callable = lambda read: None  # what survey_group needs of what survey_file read: a few numbers
     emits: dict[str, pa.Schema] = field(default_factory=dict)  # its survey's partial tables, the files' one too
-    # many files' windows read at once: ([(RoutedFile, first, end)]) -> WindowBatch, or None where it cannot (then
+    # many files' windows read at once: ([(RoutedFile, first, end)]) -> ManyWindows, or None where it cannot (then
     # each file's ``window``); and its entries ``idx`` shown as ``view`` shows them, in the same order
     read_windows: Callable | None = None
-    view_batch: Callable | None = None
+    view_many: Callable | None = None
 
 
 @dataclass(frozen=True)
-class WindowBatch:
+class ManyWindows:
     """The windows of many files of one route as one set of numpy columns (``physical_offset`` and ``valid`` among
     them), in the files' order: entry ``k`` is entry ``row[k]`` of ``files[file_row[k]]``.  A commitlog range of a
     broker with 40,000 queues owns a few units of each: read and shown file by file, the fixed cost of a file (a
-    map, a dozen numpy calls, an Arrow table) was most of the scan."""
+    dozen numpy calls, an Arrow table) was most of the scan."""
 
     files: list  # RoutedFile
     columns: dict
@@ -186,7 +184,7 @@ def _queue_route(folder: str, **more) -> Route:
                  routed=_routed_queue_file, window=partial(_backend_window, folder),
                  view=partial(_unit_view, folder, view_schema(folder)), survey_cost=_stored, scan_cost=_stored,
                  read_windows=partial(_queue_windows, folder),
-                 view_batch=partial(_queue_view_batch, folder, view_schema(folder)),
+                 view_many=partial(_queue_view_many, folder, view_schema(folder)),
                  emits={f"survey.{folder}_files": CQ_FILES, **more.pop("emits", {})}, **more)
 
 
@@ -204,46 +202,36 @@ def _backend_window(folder: str, f: RoutedFile, first: int, end: int) -> dict:
     return _backend_of(folder, f).window(f.loc, first, end)
 
 
-def _queue_windows(folder: str, wanted: list) -> WindowBatch | None:
-    """The windows of many flat consume-queue files (the ``file`` backend: 20-byte units) read as one: each file's
-    bytes by one ranged read, the units decoded together (store_format.consumequeue.units_of); a file with a
-    ConsumeQueueExt address among its units is read again through its backend, which resolves them.  None when a
-    file of another backend is among them."""
-    if not wanted or any(_backend_of(folder, f) is not QUEUE_FILE for f, _, _ in wanted):
+def _queue_windows(folder: str, wanted: list) -> ManyWindows | None:
+    """The windows of many files of one part folder read at once by their backend (``Backend.windows``); None when
+    their backends differ or theirs reads a file at a time."""
+    backends = {_backend_of(folder, f) for f, _, _ in wanted}
+    if len(backends) != 1 or next(iter(backends)).windows is None:
         return None
-    unit = QUEUE_FILE.unit_size
-    chunks, counts, firsts = [], np.zeros(len(wanted), np.int64), np.zeros(len(wanted), np.int64)
-    for i, (f, first, end) in enumerate(wanted):
-        first = max(first, 0)  # as read_unit_window reads a window
-        raw = f.loc.read_range(first * unit, max(end - first, 0) * unit)
-        counts[i], firsts[i] = len(raw) // unit, first
-        chunks.append(raw[:counts[i] * unit])
-    u = units_of(b"".join(chunks))
+    columns, counts = next(iter(backends)).windows([(f.loc, first, end) for f, first, end in wanted])
+    firsts = np.array([max(first, 0) for _, first, _ in wanted], np.int64)
     file_row = np.repeat(np.arange(len(wanted), dtype=np.int64), counts)
     starts = np.cumsum(counts) - counts
     row = firsts[file_row] + np.arange(len(file_row), dtype=np.int64) - starts[file_row]
-    columns = {"physical_offset": u["physical_offset"], "size": u["size"], "tags_code": u["tags_code"],
-               "valid": u["kind"] == 0}
-    for i in np.unique(file_row[u["tags_code"] <= L.CQ_EXT_MAX_ADDR]).tolist():
-        f, first, end = wanted[i]
-        w = _backend_window(folder, f, first, end)
-        columns["tags_code"][starts[i]:starts[i] + counts[i]] = w["tags_code"][:counts[i]]
-    return WindowBatch([f for f, _, _ in wanted], columns, file_row, row)
+    return ManyWindows([f for f, _, _ in wanted], columns, file_row, row)
 
 
-def _queue_view_batch(folder: str, schema: pa.Schema, batch: WindowBatch, idx: np.ndarray) -> pa.Table:
-    """Entries ``idx`` of a :class:`WindowBatch` of flat consume-queue files as :func:`_unit_view` shows each
-    file's: the rows of every file in turn."""
-    files, fi, row = batch.files, batch.file_row[idx], batch.row[idx]
+def _queue_view_many(folder: str, schema: pa.Schema, many: ManyWindows, idx: np.ndarray) -> pa.Table:
+    """Entries ``idx`` of :class:`ManyWindows` of one part folder as :func:`_unit_view` shows each file's: the rows
+    of every file in turn."""
+    files, fi, row = many.files, many.file_row[idx], many.row[idx]
+    backend = _backend_of(folder, files[0])  # one for them all (_queue_windows)
+    per_file = lambda values, typ: pa.array(values, typ).take(pa.array(fi))  # noqa: E731
     made = {
-        "topic": lambda: pa.array([f.params["topic"] for f in files], pa.string()).take(pa.array(fi)),
-        "queue_id": lambda: pa.array(np.array([f.params["queue_id"] for f in files], np.int32)[fi]),
-        "file": lambda: pa.array([f.name for f in files], pa.string()).take(pa.array(fi)),
-        "file_position": lambda: pa.array(row * QUEUE_FILE.unit_size, pa.int64()),
-        "queue_offset": lambda: pa.array(np.array([f.params["first_queue_offset"] for f in files], np.int64)[fi] + row,
-                                         pa.int64()),
+        "topic": lambda: per_file([f.params["topic"] for f in files], pa.string()),
+        "queue_id": lambda: per_file([f.params["queue_id"] for f in files], pa.int32()),
+        "file": lambda: per_file([f.name for f in files], pa.string()),
+        "file_position": lambda: pa.array(row * backend.unit_size, pa.int64()),
     }
-    return pa.table({name: made[name]() if name in made else pa.array(batch.columns[name][idx])
+    if backend.dense:
+        made["queue_offset"] = lambda: pa.array(
+            np.array([f.params["first_queue_offset"] for f in files], np.int64)[fi] + row, pa.int64())
+    return pa.table({name: made[name]() if name in made else pa.array(many.columns[name][idx])
                      for name in schema.names}, schema=schema)
 
 

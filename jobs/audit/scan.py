@@ -37,7 +37,7 @@ from store_format.scan import cut_to_walk, read_range_walk, segment_ends
 from decoding.kernels import CompiledFramer
 
 from .plan import NEGATIVE_BUCKET, bucket_of
-from .routes import ROUTES, VIEW, WindowBatch
+from .routes import ROUTES, VIEW, ManyWindows
 from .tasks import Emitter, Shared, failure_row
 
 INF = np.iinfo(np.int64).max
@@ -513,9 +513,9 @@ class RangeContext:
         if self.lo >= self.hi:
             return schema.empty_table()
         windows = (self._windows or RoutedWindows(self.facts, self.lo, self.hi)).of(name)
-        if isinstance(windows, WindowBatch):
+        if isinstance(windows, ManyWindows):
             idx = np.flatnonzero(windows.columns["valid"] & self.owns(windows.columns["physical_offset"]))
-            return route.view_batch(windows, idx) if len(idx) else schema.empty_table()
+            return route.view_many(windows, idx) if len(idx) else schema.empty_table()
         parts = []
         for f, first, w in windows:
             idx = np.flatnonzero(w["valid"] & self.owns(w["physical_offset"]))
