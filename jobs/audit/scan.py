@@ -322,13 +322,14 @@ def _owned_buckets(facts: BrokerFacts, lo: int, hi: int) -> tuple[int, int]:
 
 class RoutedWindows:
     """The windows of every routed file of a route holding the entries that point into ``lo`` .. ``hi`` - 1, read
-    once per route: (file, its first unit's row, the window) as routes.Route.window reads them."""
+    once per route: all at once where the route can (routes.ManyWindows), else a list of (file, its first unit's
+    row, the window) as routes.Route.window reads them."""
 
     def __init__(self, facts: BrokerFacts, lo: int, hi: int):
         self.facts, self.lo, self.hi = facts, lo, hi
-        self._read: dict[str, list] = {}
+        self._read: dict[str, list | ManyWindows] = {}
 
-    def of(self, name: str) -> list:
+    def of(self, name: str) -> "list | ManyWindows":
         if name not in self._read:
             route = ROUTES[name]
             blo, bhi = _owned_buckets(self.facts, self.lo, self.hi)
@@ -337,9 +338,9 @@ class RoutedWindows:
                 rows = f.buckets.rows_for(blo, bhi)
                 if rows is not None:
                     wanted.append((f, rows[0], rows[1]))
-            batch = route.read_windows(wanted) if route.read_windows is not None else None
-            self._read[name] = batch if batch is not None else [(f, first, route.window(f, first, end))
-                                                                for f, first, end in wanted]
+            many = route.read_windows(wanted) if route.read_windows is not None else None  # ManyWindows, or None
+            self._read[name] = many if many is not None else [(f, first, route.window(f, first, end))
+                                                              for f, first, end in wanted]
         return self._read[name]
 
 
