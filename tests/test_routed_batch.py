@@ -15,9 +15,9 @@ from jobs.audit.routes import ROUTES, ManyWindows
 from store_format.write.generate import TrafficConfig, generate_store
 from store_format.write.writer import WriterConfig
 
+from .conftest import FIXTURES, FIXTURES_5X
 from .test_joint_ranges import _damaged_4x
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 
 
 def _ext_store(tmp: Path) -> Path:
@@ -30,10 +30,10 @@ def _ext_store(tmp: Path) -> Path:
 
 
 STORES = {
-    "4.9.7-basic": lambda tmp: FIXTURES / "rocketmq-4.9.7" / "basic" / "store",
-    "4.9.7-recovered-zero-page": lambda tmp: FIXTURES / "rocketmq-4.9.7" / "recovered-zero-page" / "input" / "store",
-    "5.3.3-v5-lmq": lambda tmp: FIXTURES / "rocketmq-5.3.3" / "v5-lmq" / "store",
-    "5.3.3-v5-batchcq": lambda tmp: FIXTURES / "rocketmq-5.3.3" / "v5-batchcq" / "store",
+    "4.9.7-basic": lambda tmp: FIXTURES / "basic" / "store",
+    "4.9.7-recovered-zero-page": lambda tmp: FIXTURES / "recovered-zero-page" / "input" / "store",
+    "5.3.3-v5-lmq": lambda tmp: FIXTURES_5X / "v5-lmq" / "store",
+    "5.3.3-v5-batchcq": lambda tmp: FIXTURES_5X / "v5-batchcq" / "store",
     "ext": _ext_store,
     "damaged-8k": _damaged_4x,
 }

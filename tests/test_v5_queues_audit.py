@@ -193,7 +193,8 @@ def damaged5(spark, tmp_path_factory):
     shutil.copytree(gen, stores / "gen5")
     out = base / "out"
     audit.run(spark, audit_args([stores], out))
-    return stores, made, rows(out, "findings")
+    yield stores, made, rows(out, "findings")
+    shutil.rmtree(base, ignore_errors=True)  # ~1 GB of damaged copies: not kept until the session ends
 
 
 def _errors(findings, broker):
@@ -304,7 +305,8 @@ def stalled(spark, tmp_path_factory):
     (base / "stores" / "no-abort" / "abort").unlink()  # someone removed it: a normal start
     out = base / "out"
     result = audit.run(spark, audit_args([base / "stores"], out))
-    return at, after, result, rows(out, "findings")
+    yield at, after, result, rows(out, "findings")
+    shutil.rmtree(base, ignore_errors=True)  # ~450 MB: not kept until the session ends
 
 
 def test_a_stalled_dispatch_is_predicted_and_the_broker_will_not_start(stalled):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,9 +73,12 @@ def write_store(base: Path, size, append_to: Path | None = None, first_ts: int =
 
 
 @pytest.fixture(scope="module")
-def big_store(tmp_path_factory) -> Path:
-    """A 50,000-queue store written by ``write`` under ulimit -n 1024 (the replay's source)."""
-    return write_store(tmp_path_factory.mktemp("open-files"), BIG)
+def big_store(tmp_path_factory):
+    """A 50,000-queue store written by ``write`` under ulimit -n 1024 (the replay's source); removed after the module
+    (~400 MB, not kept until the session ends)."""
+    base = tmp_path_factory.mktemp("open-files")
+    yield write_store(base, BIG)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.parametrize("size", SIZES)
