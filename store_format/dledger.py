@@ -40,6 +40,15 @@ HOME_PREFIX = "dledger-"  # DLedgerConfig.getDefaultPath: <storeBaseDir>/dledger
 CHECKPOINT_FILE = "checkpoint"  # DLedgerMmapFileStore.CHECK_POINT_FILE
 TERM_FILE = "currterm"  # MemberState.TERM_PERSIST_FILE
 
+
+
+def appended_file(parts: tuple[str, ...]) -> bool:
+    """Whether the file at ``parts`` below a store root is one of DLedger's entry or index files (MmapFileList:
+    only ever appended to, a tail truncated only by DLedger's own recovery)."""
+    return len(parts) == 3 and parts[0].startswith(HOME_PREFIX) and parts[1] in ("data", "index") \
+        and len(parts[2]) == 20 and parts[2].isdigit()
+
+
 ENTRY_HEADER = struct.Struct(">iiqqqiiii")  # magic size index term pos channel chainCrc bodyCrc bodySize
 _INDEX_UNIT = struct.Struct(">iqiqq")  # magic pos size index term
 INT_PAIR = struct.Struct(">ii")

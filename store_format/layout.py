@@ -150,6 +150,7 @@ class StorePart:
     depth: int
     marks_root: bool
     rolled: bool = False
+    appended: bool = False  # its files are MappedFileQueue files the broker only appends to, never rewrites
 
 
 TIMER_LOG_DIR = "timerlog"  # 5.x, appears with the first timer unit: never alone what makes a store root
@@ -167,12 +168,23 @@ COMPACTION_CHECKPOINT_FILE = "position-checkpoint"
 COMPACTION_GENERATIONS = ("compacting", "replicating")  # temporary sub folders of a queue folder, never the queue
 DEFAULT_COMPACTION_CQ_FILE_SIZE = 10 * 1024 * 1024 // 46 * 46  # compactionCqMappedFileSize, whole units
 DEFAULT_COMPACTION_FILE_SIZE = 100 * 1024 * 1024  # compactionMappedFileSize (the log's is derived from both)
-STORE_PARTS = (StorePart("commitlog", 0, True, rolled=True), StorePart("consumequeue", 2, True),
-               StorePart("index", 0, True), StorePart("config", 0, False), StorePart("consumequeue_ext", 2, False),
-               StorePart(TIMER_LOG_DIR, 0, False, rolled=True), StorePart(BATCH_CQ_DIR, 2, False, rolled=True))
+STORE_PARTS = (StorePart("commitlog", 0, True, rolled=True, appended=True),
+               StorePart("consumequeue", 2, True, appended=True), StorePart("index", 0, True),
+               StorePart("config", 0, False), StorePart("consumequeue_ext", 2, False, appended=True),
+               StorePart(TIMER_LOG_DIR, 0, False, rolled=True, appended=True),
+               StorePart(BATCH_CQ_DIR, 2, False, rolled=True, appended=True))
 STORE_PART_FOLDERS = tuple(p.folder for p in STORE_PARTS)
 ROOT_PARTS = tuple(p.folder for p in STORE_PARTS if p.marks_root)
 STORE_ROOT_FILES = ("checkpoint", "abort", "lock", TIMER_WHEEL_FILE)
+
+
+def appended_file(parts: tuple[str, ...]) -> bool:
+    """Whether the file at ``parts`` below a store root is one the broker only appends to (a segment, a queue file,
+    the timer log: :attr:`StorePart.appended`, the name a 20-digit offset); DLedger's are store_format.dledger's."""
+    for p in STORE_PARTS:
+        if p.appended and len(parts) == p.depth + 2 and parts[0] == p.folder:
+            return len(parts[-1]) == SEGMENT_NAME_DIGITS and parts[-1].isdigit()
+    return False
 
 
 # --------------------------------------------------------------------------------------------------

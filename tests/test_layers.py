@@ -125,7 +125,7 @@ AUDIT = REPO / "jobs" / "audit"
 #: jobs/audit's floors, from the ground up: a module imports only modules of lower floors (issue 30)
 AUDIT_FLOORS = (
     ("findings", "contract", "inputs", "buckets"),
-    ("tasks", "plan", "resend"),
+    ("tasks", "plan", "resend", "state"),
     ("routes",),  # the routed files: what a survey task and a range read of them
     ("survey",),
     ("scan",),  # the scan's builder takes the survey's segment ends

@@ -152,6 +152,18 @@ SUMMARY = {
     "nobody re-sends",
     "brokers[].verdict.at_risk": "what a restart now destroys, file by file",
     "brokers[].verdict.safe_before": "every byte before this physical offset is intact",
+    "state": "with --state: the state compared with (jobs/audit/state.py)", "state.path": "the --state folder",
+    "state.used": "whether this run compared with a state (false: the first run, or a state it could not use)",
+    "state.note": "why it did not (null when it did)",
+    "brokers[].since_last_run": "with --state: what changed since the state's last run of this broker",
+    "brokers[].since_last_run.previous_run_id": "that run (null: the first run with this state)",
+    "brokers[].since_last_run.previous_run_time": "when it started",
+    "brokers[].since_last_run.changed": "the verdict moved (the level, the cut, will it start, more messages lost or "
+    "to re-send) or an append-only file was rewritten",
+    "brokers[].since_last_run.changes": "what changed, in words, one sentence each",
+    "brokers[].since_last_run.files": "the broker's files against the last run's look: `same`, `grown` (written "
+    "further), `new`, `changed` (one the broker rewrites in place: checkpoint, config, index files), `rewritten` (an "
+    "append-only file whose earlier bytes changed: a history.rewritten finding), `disappeared`",
     "brokers[].verdict.actions": "what to do, decided by the facts, most urgent first (at most four)",
     "brokers[].verdict.actions[].kind": "`will_not_start`, `move_abort`, `resend_undispatched`, `copy_out`, "
     "`nothing_after_cut`, `resend_damaged`, `kept_damaged`, `extract_unindexed`, `property_crc`, `keep_a_copy`, "

@@ -1,6 +1,7 @@
 """audit: everything wrong with one or more broker dumps, found, located and explained.
 
-  rocketmq-forensics audit --store PATH|NAME=PATH [...] --out DIR [--history DELTA_DIR] [--sha256] [--overwrite]
+  rocketmq-forensics audit --store PATH|NAME=PATH [...] --out DIR [--history DELTA_DIR] [--state DIR] [--sha256]
+                           [--overwrite]
   python -m jobs.audit ...   or   spark-submit --py-files dist/rocketmq_forensics.zip jobs/audit/__main__.py ...
 
 Reads every store (read-only) and runs the check families of jobs/audit/checks/ (framing and integrity, the
@@ -79,6 +80,7 @@ from runtime.stores import resolve_stores
 from runtime.custody import input_files, watch
 from .plan import MAX_FILES, MAX_SEGMENTS, BrokerPlan, plan_broker, plan_segments
 from .scan import scan_tasks
+from .state import AuditState, check_apart_from
 from .survey import survey_tasks
 from .tasks import FAILURES, RunInfo, failure_row, run_tasks
 from .verdict import verdict as broker_verdict
@@ -107,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "output is committed (for `rocketmq-forensics trend` and the lag-over-time notebook); a "
                         "DELTA_DIR that is not an audit history, or a damaged one, is refused before the audit "
                         "starts, naming the file")
+    p.add_argument("--state", metavar="DIR", type=cli.location_argument,
+                   help="a folder kept between scheduled audits of the same brokers: each run "
+                        "compares every file with the last run's look at it (a file whose written bytes changed is "
+                        "a history.rewritten error, a file gone a history.disappeared finding) and each broker's "
+                        "verdict with the last one (summary.json's brokers[].since_last_run, the report), then "
+                        "keeps its own look there.  Missing or damaged: no comparison this run, a warning, and the "
+                        "state written anew; a folder that is not an audit state is left as it is")
     p.add_argument("--checks", default=",".join(FAMILIES),
                    help=f"comma-separated check families to run (default all: {','.join(FAMILIES)})")
     p.add_argument("--as-of", type=parse_time, metavar="TIME",
@@ -177,7 +186,7 @@ def run(spark, args) -> AuditResult:
     job = job_run(NAME)
     run_time, run_id = job.started, job.run_id
     stores = resolve_stores(args.store)
-    staged, history = _prepare_outputs(args, stores)  # claimed (again: the same claims), written beside --out
+    staged, history, state = _prepare_outputs(args, stores)  # claimed (again: the same claims), beside --out
     names = tuple(f.strip() for f in args.checks.split(",") if f.strip())
     families = checks.selected(names)
     load_all()
@@ -187,6 +196,8 @@ def run(spark, args) -> AuditResult:
     # checked again as the last gate of the commit: the stores listed again (added, removed, replaced, changed)
     custody = watch(job, stores, sha256=args.sha256, files=files)
     before = custody.before
+    if state is not None:  # each file against the last run's look at it (jobs/audit/state.py)
+        state.compare(stores, files)
     del files  # a path per input file, not held through the run (a store of a million files)
     geometry = geometry_from_args(args)
     plans = {s.name: plan_broker(s, geometry, args.max_files, args.max_segments) for s in stores}
@@ -223,6 +234,8 @@ def run(spark, args) -> AuditResult:
                 family.after_scan(ctx)
         phases.done("scan")
         results = _finish(ctx)
+        if state is not None:
+            results.append(FamilyResult(findings=state.findings()))
         phases.done("families on the driver")
         written = _write_outputs(ctx, results, run, staged)
         phases.done("writing findings, metrics, tables")
@@ -232,6 +245,8 @@ def run(spark, args) -> AuditResult:
         add_times(groups, ctx.store_times)
         summary = _summary(ctx, written, groups, before, out, started, run_id, run_time,
                            None if args.no_report else out.child("report.html").as_typed, staged)
+        if state is not None:
+            state.since_last_run(summary)
         out_write(out_join(staged, "summary.json"), json.dumps(summary, indent=2, sort_keys=False, default=str))
         if not args.no_report:
             progress("rendering report.html")
@@ -239,6 +254,8 @@ def run(spark, args) -> AuditResult:
 
             report.write(ctx, summary, {**written.tables, **written.streamed}, groups, out, top=args.top,
                          staged=staged)
+        if state is not None:  # committed after the output (jobs/audit/state.py StateOutput)
+            state.write(summary, written.tables.get("segments"))
         if history is not None:  # appended at the commit, after every check of the run (custody included)
             history.stage(run.findings_dir, out_join(staged, "metrics"), out)
         # what the commit checks arrived in the staging before it commits anything
@@ -574,13 +591,19 @@ def _prepare_outputs(args, stores):
 
     inputs = protected_paths(args.store, stores)
     run = job_run(NAME)
-    history = None
+    history = state = None
+    state_path = getattr(args, "state", None)
     if args.history:
         check_apart(args.history, [args.out], what="history")
         check_apart(args.out, [args.history], what="output")
         history = claim_history(run, args.history, inputs=inputs)
+    if state_path:
+        check_apart_from(state_path, [args.out] + ([args.history] if args.history else []))
+        check_apart(state_path, inputs, what="state")
     out = prepare_output(args.out, overwrite=args.overwrite, inputs=inputs, job="audit")
-    return out.staging, history
+    if state_path:  # after the output: a folder that is not a state is only warned about
+        state = AuditState.open(run, state_path, inputs)
+    return out.staging, history, state
 
 
 def _prepare(args) -> None:

@@ -253,27 +253,42 @@ def _anchor(name: str) -> str:
 
 def _fleet(brokers: list[dict]) -> str:
     """One row per broker, the most serious first past :data:`_ROWS` brokers (a fleet of hundreds: the rest are
-    counted by level, and summary.json has every one)."""
+    counted by level, and summary.json has every one).  With a state (audit --state), the brokers whose verdict
+    changed since the last run come first, and a column says what changed."""
+    with_state = any("since_last_run" in b for b in brokers)
+
+    def changed(b: dict) -> bool:
+        return bool((b.get("since_last_run") or {}).get("changed"))
+
     ranked = sorted(brokers, key=lambda b: _LEVEL_ORDER.index(b["verdict"]["level"])) if len(brokers) > _ROWS \
         else brokers
+    if with_state:
+        ranked = sorted(ranked, key=lambda b: not changed(b))
     shown, hidden = ranked[:_ROWS], ranked[_ROWS:]
     rows = []
     for b in shown:
         v = b["verdict"]
         lost = v["lost"]
-        rows.append([f"<a href='#{_anchor(b['name'])}'>{_e(b['name'])}</a>",
-                     f"<span class='badge {v['level']}'>{_e(v['banner'])}</span>", _e(v["headline"]),
-                     f"{lost['damaged'] + lost['destroyed']:,} / {lost['dropped']:,}", f"{v['kept_damaged']:,}",
-                     f"{lost['unindexed']:,}"])
+        row = [f"<a href='#{_anchor(b['name'])}'>{_e(b['name'])}</a>",
+               f"<span class='badge {v['level']}'>{_e(v['banner'])}</span>", _e(v["headline"]),
+               f"{lost['damaged'] + lost['destroyed']:,} / {lost['dropped']:,}", f"{v['kept_damaged']:,}",
+               f"{lost['unindexed']:,}"]
+        if with_state:
+            since = b.get("since_last_run") or {}
+            row.append("<strong>" + _e("; ".join(since["changes"])) + "</strong>" if changed(b)
+                       else "first run with this state" if since and since.get("previous_run_id") is None
+                       else "no change" if since else "")
+        rows.append(row)
     rest: dict[str, int] = {}  # the hidden brokers by banner, the most serious first
     for b in hidden:
         rest[b["verdict"]["banner"]] = rest.get(b["verdict"]["banner"], 0) + 1
     note = (f" <span class='muted'>(the {_ROWS} most serious of {len(brokers):,}; not shown: "
             f"{_e(', '.join(f'{n:,} {banner}' for banner, n in rest.items()))}; summary.json has them all)</span>"
             if hidden else "")
-    return f"<h2 id='fleet'>Fleet{note}</h2>" + _html_table(
-        ["broker", "verdict", "headline", "lost: damaged / dropped", "kept, damaged", "in no consume queue"], rows,
-        raw={0, 1, 2, 3, 4, 5}, cls="fleet")
+    headers = ["broker", "verdict", "headline", "lost: damaged / dropped", "kept, damaged", "in no consume queue"]
+    if with_state:
+        headers.append("since the last run")
+    return f"<h2 id='fleet'>Fleet{note}</h2>" + _html_table(headers, rows, raw=set(range(len(headers))), cls="fleet")
 
 
 def _first_screen(b: dict, out: Location, src: Location, *, top_banner: bool) -> str:
@@ -314,6 +329,9 @@ def _first_screen(b: dict, out: Location, src: Location, *, top_banner: bool) ->
         safe = v["safe_before"]
         facts.append(("Safe", f"every byte of the log before physical offset <strong>{safe:,}</strong>"
                       + (" (all of it)" if safe == rec["predicted_max_physical_offset"] and not v["cut"] else "")))
+    since = _since_words(b)
+    if since is not None:
+        facts.append(("Since the last run", since))
     parts.append("<dl class='facts'>" + "".join(f"<dt>{k}</dt><dd>{val}</dd>" for k, val in facts) + "</dl>")
     parts.append("<h3>Do first</h3><ol class='actions'>" + "".join(
         f"<li>{_md(a['text'])}" + (f"<pre class='command'>{_command(a['command'])}</pre>" if a.get("command") else "")
@@ -321,6 +339,25 @@ def _first_screen(b: dict, out: Location, src: Location, *, top_banner: bool) ->
     parts.append(_resend_section(b, out, src))
     parts.append("</section>")
     return "".join(parts)
+
+
+def _since_words(b: dict) -> str | None:
+    """What changed since the state's last run (audit --state: summary.json's ``since_last_run``), as html; None
+    without a state."""
+    since = b.get("since_last_run")
+    if since is None:
+        return None
+    if since["previous_run_id"] is None:
+        return "the first run with this state: nothing to compare with yet"
+    files = since["files"]
+    counted = ", ".join(f"{files[k]:,} {w}" for k, w in (
+        ("grown", "grown"), ("new", "new"), ("changed", "changed in place"), ("rewritten", "rewritten"),
+        ("disappeared", "gone")) if files[k])
+    head = f"compared with run {_e(since['previous_run_id'])}: " + (
+        "<strong>changed</strong>" if since["changed"] else "no change in the verdict") + \
+        (f" (files: {_e(counted)})" if counted else " (every file as it was)")
+    return head + ("<ul>" + "".join(f"<li>{_e(c)}</li>" for c in since["changes"]) + "</ul>"
+                   if since["changes"] else "")
 
 
 def _are(n: int) -> str:

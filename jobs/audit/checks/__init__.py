@@ -32,7 +32,9 @@ def load(family: str) -> Family:
 
 
 def load_all() -> list[Family]:
-    """Every family, so the registry of checks (jobs.audit.findings.CHECKS) is complete."""
+    """Every family, so the registry of checks (jobs.audit.findings.CHECKS) is complete (with the engine's own:
+    ``history.*``, jobs/audit/state.py)."""
+    from .. import state  # noqa: F401
     return [load(f) for f in FAMILIES + ALWAYS]
 
 

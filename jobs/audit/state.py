@@ -1,0 +1,571 @@
+"""``audit --state DIR``: what a scheduled audit keeps between runs of the same brokers, and what it finds by
+comparing.
+
+A nightly audit sees the same brokers again and again.  With ``--state DIR`` each run keeps, per broker, the
+identity of every file it read (its length, where its written bytes end, and the digests of a few blocks of those
+bytes) and the broker's verdict.  The next run with the same DIR compares them with what it finds:
+
+* a file whose earlier bytes changed (a kept block's digest differs, its written bytes end earlier than they did,
+  it got shorter) was rewritten since the last look: an error finding ``history.rewritten`` names it and the first
+  differing block found (append-only files are never rewritten by a broker that runs normally);
+* a file that is gone (expired by the broker's ``fileReservedTime``, or deleted by hand) is ``history.disappeared``,
+  with the offsets and the messages or units it held;
+* files that grew or appeared are counted;
+* the verdict is compared with the last one: summary.json's ``brokers[].since_last_run`` and the report say what
+  changed (a new cut, more messages lost, a broker that no longer starts, a rewritten file), the changed first.
+
+The kept blocks move: each run verifies the last run's blocks and keeps new ones (the first and the last block of
+the written bytes, and :data:`DRAWN` drawn at random among them), so night after night more of each old file is
+checked while each run reads a few KB of it.  The audit itself still reads every byte; the state compares, it does
+not yet spare the re-reading.
+
+The state's folder is claimed and committed as every output (runtime/commit.py): written in a staging, swapped in
+after the run's output is committed (:class:`StateOutput`), so a run that fails or is killed leaves the previous
+state whole, and a second run on the same state is refused (exit 2, naming the first).  A missing or damaged state
+means a full comparison-free audit and a warning (the state is written anew); a folder that is not an audit state
+(other files, another output of this suite), a state of another version, or one whose broker held another store,
+means a warning, an audit without comparison, and the folder left exactly as it is.
+
+Layout: ``DIR/state.json`` (format, version, the run that wrote it, each broker's folder, verdict and run) and
+``DIR/brokers/<folder>/files.parquet`` (:data:`FILES`, one row per file of the broker).  Brokers of the state that
+a run does not audit keep their folders.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import random
+import re
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from runtime.commit import Output
+from store_format import fs
+from store_format import layout as L
+from store_format.dledger import appended_file as dledger_appended
+
+from .findings import Consequence, Severity, check, finding_rows
+
+FORMAT = "rocketmq-forensics audit state"
+VERSION = 1
+STATE_JSON = "state.json"
+FILES_NAME = "files.parquet"
+BLOCK = 4096  # a kept block's bytes (fewer for the last block of a file's written bytes)
+DRAWN = 6  # blocks drawn at random per file and run, besides its first and last
+
+FILES = pa.schema([
+    ("path", pa.string()),  # below the store root, "/"-separated
+    ("size", pa.int64()),
+    ("written", pa.int64()),  # up to and including its last non-zero byte (a preallocated file's data)
+    ("block_at", pa.list_(pa.int64())),  # the kept blocks: where, how long, their BLAKE2b-128 digests
+    ("block_length", pa.list_(pa.int64())),
+    ("block_digest", pa.list_(pa.binary())),
+    ("first_offset", pa.int64()),  # what the file held: physical offsets (a segment) or queue offsets (a queue file)
+    ("end_offset", pa.int64()),
+    ("messages", pa.int64()),  # messages the salvage walk framed (a segment), units (a consume-queue file)
+])
+
+check("history.rewritten", Severity.ERROR,
+      "[{topic}/{queue_id}/]{file} changed since the audit of {previous_run}: {how}[; the first differing block "
+      "found is at byte {file_position}]",
+      consequence=Consequence.DATA_AT_RISK,
+      action="Bytes the broker had written were changed afterwards: a broker never rewrites them while it runs "
+             "normally (a crash recovery that overwrote its tail, a restore from an older copy, a damaged disk, or a "
+             "hand).  Compare the file with the previous night's copy from the block named, and find who wrote it "
+             "(the broker's logs at that time, the host's); the messages in it are audited as they are now.")
+check("history.disappeared", Severity.INFO,
+      "[{topic}/{queue_id}/]{file} is gone since the audit of {previous_run}[: it held {held}]",
+      also=(Severity.WARNING,),
+      consequence=Consequence.COSMETIC,
+      action="The broker deletes its oldest segments and consume-queue files after `fileReservedTime` (info); a "
+             "file gone from the middle of a log or a queue (warning) was deleted by something else: find out what, "
+             "and restore it from an earlier copy if its messages are needed.")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One file, as this run finds it
+
+
+@dataclass
+class Look:
+    """A file as this run found it (its :data:`FILES` row) and what changed since the last run's look."""
+
+    row: dict
+    change: str  # "new", "same", "grown", "rewritten" (an append-only file), "changed" (one rewritten in place)
+    how: str = ""  # for a rewritten file, in words
+    differs_at: int | None = None  # the first kept block found to differ
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+class _Reader:
+    """A file's length and ranged reads, local (``pread``, its holes known) or through pyarrow.fs."""
+
+    def __init__(self, path):
+        self.path = path
+        if isinstance(path, fs.StorePath):
+            self.fd, self.f = None, path.loc.open_input()
+            self.size = self.f.size()
+        else:
+            self.fd, self.f = fs.open_fd(path), None
+            self.size = os.fstat(self.fd).st_size
+
+    def read(self, at: int, n: int) -> bytes:
+        if n <= 0:
+            return b""
+        return os.pread(self.fd, n, at) if self.fd is not None else self.f.read_at(n, at)
+
+    def written(self) -> int:
+        from store_format.fs.hostile import last_nonzero
+
+        extents = fs.data_extents(self.fd, self.size) if self.fd is not None else None
+        return last_nonzero(extents if extents is not None else [(0, self.size)], self.read_span)[0]
+
+    def read_span(self, a: int, b: int) -> bytes:
+        return self.read(a, b - a)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+        if self.f is not None:
+            self.f.close()
+
+
+def look(path, rel: str, previous: dict | None, rng: random.Random) -> Look:
+    """``path`` (its place below the store root ``rel``) as it is now, against ``previous`` (its row of the last
+    run, or None): the last run's blocks verified, new ones kept."""
+    r = _Reader(path)
+    try:
+        size, written = r.size, r.written()
+        change, how, differs_at = "new", "", None
+        if previous is not None:
+            change = "same" if written == previous["written"] else "grown"
+            for at, n, digest in sorted(zip(previous["block_at"], previous["block_length"], previous["block_digest"])):
+                if _digest(r.read(at, n)) != digest:
+                    change, differs_at, how = "rewritten", at, f"the {n:,} bytes at {at:,} differ"
+                    break
+            if written < previous["written"]:  # its end zeroed or cut: said first, the block found kept
+                change, how = "rewritten", f"its written bytes end at {written:,}, where they ended at " \
+                                           f"{previous['written']:,}"
+                differs_at = written // BLOCK * BLOCK if differs_at is None else differs_at
+            if size < previous["size"]:
+                change, how = "rewritten", f"it is {size:,} bytes long, where it was {previous['size']:,}"
+        at = sorted({0, max(0, (written - 1) // BLOCK * BLOCK)}
+                    | {rng.randrange(0, written) // BLOCK * BLOCK for _ in range(DRAWN if written > 2 * BLOCK else 0)}) \
+            if written else []
+        lengths = [min(BLOCK, written - a) for a in at]
+        digests = [_digest(r.read(a, n)) for a, n in zip(at, lengths)]
+    finally:
+        r.close()
+    row = {"path": rel, "size": size, "written": written, "block_at": at, "block_length": lengths,
+           "block_digest": digests, "first_offset": None, "end_offset": None, "messages": None}
+    _held(row)
+    return Look(row, change, how, differs_at)
+
+
+_SEGMENT = re.compile(r"commitlog/(\d{20})")
+_QUEUE_FILE = re.compile(r"consumequeue/([^/]+)/(-?\d+)/(\d{20})")
+
+
+def _appended(rel: str) -> bool:
+    """A file the broker only ever appends to (store_format.layout.appended_file, store_format.dledger's): any other
+    (checkpoint, config, index files, the timer wheel, a database) is rewritten in place as the broker runs, and a
+    change to it is counted, never a finding."""
+    parts = tuple(rel.split("/"))
+    return L.appended_file(parts) or dledger_appended(parts)
+
+
+def _expiring(rel: str) -> bool:
+    """A file whose going is a finding: an appended one, or an index file (the broker expires those too)."""
+    return _appended(rel) or rel.split("/")[0] == "index"
+
+
+def _held(row: dict) -> None:
+    """What a file holds by its name and written bytes: a segment's physical offsets, a consume-queue file's queue
+    offsets and units (its messages are the segments table's, :meth:`AuditState.write`)."""
+    m = _SEGMENT.fullmatch(row["path"])
+    if m:
+        row["first_offset"] = int(m.group(1))
+        row["end_offset"] = int(m.group(1)) + row["written"]
+        return
+    m = _QUEUE_FILE.fullmatch(row["path"])
+    if m:
+        units = -(-row["written"] // L.CQ_STORE_UNIT_SIZE)
+        row["first_offset"] = int(m.group(3)) // L.CQ_STORE_UNIT_SIZE
+        row["end_offset"] = row["first_offset"] + units
+        row["messages"] = units
+
+
+def _where(broker: str, rel: str) -> dict:
+    """A file's position columns, as the other findings name it: a segment by its name (and its base offset), a
+    consume-queue file by its name, topic and queue, anything else by its path below the store root."""
+    m = _SEGMENT.fullmatch(rel)
+    if m:
+        return {"broker": broker, "file": m.group(1), "topic": None, "queue_id": None}
+    m = _QUEUE_FILE.fullmatch(rel)
+    if m:
+        return {"broker": broker, "file": m.group(3), "topic": m.group(1), "queue_id": int(m.group(2))}
+    return {"broker": broker, "file": rel, "topic": None, "queue_id": None}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One broker
+
+
+@dataclass
+class BrokerLook:
+    """A broker's files as this run found them, against its last state (None: no state of it yet)."""
+
+    name: str
+    looks: list[Look]
+    previous: dict | None  # its entry of the last state.json
+    gone: list[dict] = field(default_factory=list)  # the last run's rows of files that are gone
+
+    def count(self, change: str) -> int:
+        return sum(1 for x in self.looks if x.change == change)
+
+    def files(self) -> dict:
+        return {"new": self.count("new"), "grown": self.count("grown"), "same": self.count("same"),
+                "changed": self.count("changed"), "rewritten": self.count("rewritten"),
+                "disappeared": len(self.gone)}
+
+    def findings(self) -> list[pa.Table]:
+        if self.previous is None:
+            return []
+        run = self.previous.get("run_id", "?")
+        rewritten = [{**_where(self.name, x.row["path"]), "file_position": x.differs_at,
+                      "physical_offset": x.row["first_offset"] + x.differs_at
+                      if x.differs_at is not None and _SEGMENT.fullmatch(x.row["path"]) else None,
+                      "values": {"previous_run": run, "how": x.how},
+                      "details": {"previous_run_id": run, "how": x.how, "size": x.row["size"],
+                                  "written": x.row["written"]}}
+                     for x in self.looks if x.change == "rewritten"]
+        gone = [{**_where(self.name, g["path"]), "severity": _gone_severity(g, self),
+                 "physical_offset": g["first_offset"] if _SEGMENT.fullmatch(g["path"]) else None,
+                 "queue_offset": g["first_offset"] if _QUEUE_FILE.fullmatch(g["path"]) else None,
+                 "values": {"previous_run": run, "held": _held_words(g)},
+                 "details": {"previous_run_id": run, "size": g["size"], "written": g["written"],
+                             "first_offset": g["first_offset"], "end_offset": g["end_offset"],
+                             "messages": g["messages"]}}
+                for g in self.gone if _expiring(g["path"])]
+        return [finding_rows("history.rewritten", rewritten), finding_rows("history.disappeared", gone)]
+
+
+def _held_words(g: dict) -> str | None:
+    if g["first_offset"] is None:
+        return None
+    if _SEGMENT.fullmatch(g["path"]):
+        said = f"physical offsets {g['first_offset']:,} to {g['end_offset']:,}"
+        return said + (f", {g['messages']:,} messages" if g["messages"] is not None else "")
+    return f"queue offsets {g['first_offset']:,} to {g['end_offset']:,}, {g['messages']:,} units"
+
+
+def _gone_severity(g: dict, b: BrokerLook) -> str:
+    """Info when the broker's expiry could have deleted it (older than every file of its log or queue that is still
+    there), a warning when a later one of its folder is still there and an earlier one is not gone with it."""
+    folder = g["path"].rsplit("/", 1)[0]
+    here = [x.row for x in b.looks if x.row["path"].rsplit("/", 1)[0] == folder]
+    if g["first_offset"] is None or not here:
+        return "info"
+    kept_below = any(r["first_offset"] is not None and r["first_offset"] < g["first_offset"] for r in here)
+    return "warning" if kept_below else "info"
+
+
+def look_broker(name: str, root, files: list, previous: dict | None, rows: pa.Table | None,
+                rng: random.Random) -> BrokerLook:
+    """Every file of the broker (``files``, below ``root``) looked at against its last run's ``rows``."""
+    before = {r["path"]: r for r in rows.to_pylist()} if rows is not None else {}
+    top = len(root.parts)
+    looks = []
+    for p in files:
+        rel = "/".join(p.parts[top:]) or p.name
+        try:
+            found = look(p, rel, before.get(rel), rng)
+        except (OSError, fs.UnreadableError):  # gone or unreadable now: the audit's own checks say so
+            continue
+        if found.change == "rewritten" and not _appended(rel):
+            found.change = "changed"
+        looks.append(found)
+    seen = {x.row["path"] for x in looks}
+    return BrokerLook(name, looks, previous, [r for p, r in sorted(before.items()) if p not in seen])
+
+
+def _another_store(b: BrokerLook) -> str | None:
+    """Why the last state of broker ``b`` is of another store, or None: every append-only file it shares a name
+    with differs, none holding what it held (one store rewritten here and there keeps the others' bytes)."""
+    shared = [x for x in b.looks if _appended(x.row["path"]) and x.change != "new"]
+    if shared and all(x.change == "rewritten" for x in shared):
+        return (f"none of the {len(shared):,} log and queue file(s) it shares with the state's broker {b.name} holds "
+                f"the bytes it held ({shared[0].row['path']}: {shared[0].how})")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The folder
+
+
+class StateOutput(Output):
+    """The state's folder, committed after the run's output (whose commit is the run's commit point): a run whose
+    output is not committed never moves the state on, so what it found is found again by the next run."""
+
+    order = 20
+
+
+def _folder_of(name: str) -> str:
+    """A broker's folder below ``brokers/``: its name made safe, and a digest of it (two names never share one)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64]
+    return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+class AuditState:
+    """The state a run reads (:attr:`previous`: the last ``state.json``, or None) and writes (:attr:`output`: the
+    claimed folder's staging, or None when the folder is left as it is); :attr:`note`, why it is not used."""
+
+    def __init__(self, loc: fs.Location, output: Output | None, previous: dict | None, note: str | None):
+        self.loc, self.output, self.previous, self.note = loc, output, previous, note
+        self.shown = fs.as_typed(loc)
+        self.brokers: dict[str, BrokerLook] = {}
+
+    @classmethod
+    def open(cls, run, path: fs.Location, inputs=()) -> "AuditState":
+        """``path`` (as given) claimed for ``run`` and its state read; a folder that is not an audit state, or a
+        state of another version, is neither claimed nor used."""
+        opened = run.__dict__.setdefault("_audit_states", {})  # the job's prepare opened it: the run gets it back
+        key = fs.as_typed(path)
+        if key not in opened:
+            opened[key] = cls._open(run, path, inputs)
+        return opened[key]
+
+    @classmethod
+    def _open(cls, run, path: fs.Location, inputs) -> "AuditState":
+        from runtime.commit import COMMITTED, output_state
+
+        loc, shown = fs.resolve(path), fs.as_typed(path)
+        kind = output_state(loc)
+        if kind in ("file", "foreign"):
+            return cls._unused(loc, f"{shown} is not an audit state (it holds files this suite did not write)")
+        data, why = None, None
+        if kind == COMMITTED:
+            data, why = _read_state(loc)
+            if why is not None and any(i.base_name not in (STATE_JSON, "brokers", fs.OUTPUT_MARKER)
+                                       for i in loc.list()):
+                return cls._unused(loc, f"{shown} is not an audit state ({why}; it holds other files)")
+            if data is not None and data.get("version") != VERSION:
+                return cls._unused(loc, f"{shown} is a state of another version of the audit (version "
+                                         f"{data.get('version')!r}; this one reads version {VERSION})")
+        output = run.find(path) or run.add(StateOutput(run, path, overwrite=True, inputs=inputs, what="state"))
+        if data is None:
+            _warn(f"{why or f'no state in {shown} yet'}: nothing is compared this run; the state is written for the "
+                  "next one")
+        return cls(loc, output, data, None if data is not None else why or "no state yet")
+
+    @classmethod
+    def _unused(cls, loc: fs.Location, why: str) -> "AuditState":
+        note = f"{why}: the audit runs without comparing, and the folder is left as it is (give --state a folder " \
+               "of its own)"
+        _warn(note)
+        return cls(loc, None, None, note)
+
+    # ---- comparing --------------------------------------------------------------------------------------
+    def compare(self, stores, files: list) -> None:
+        """Each store's files (``files``: the run's listing) against the state's.  A broker whose state is of
+        another store stops the comparison: the state is then left as it is."""
+        from runtime.progress import say as progress
+
+        if self.output is None:
+            return
+        rng = random.Random(os.urandom(16))
+        roots = {tuple(s.root.parts): s for s in stores}
+        depths = sorted({len(k) for k in roots}, reverse=True)
+        mine: dict[str, list] = {s.name: [] for s in stores}
+        for p in files:  # each file to the deepest store root above it
+            parts = tuple(p.parts)
+            for d in depths:
+                s = roots.get(parts[:d])
+                if s is not None:
+                    mine[s.name].append(p)
+                    break
+        for s in stores:
+            entry = (self.previous or {}).get("brokers", {}).get(s.name)
+            rows, why = self._rows(entry) if entry is not None else (None, None)
+            if why is not None:
+                _warn(f"the state of {s.name}: {why}: its files are not compared this run")
+                entry = None
+            b = look_broker(s.name, s.root, mine[s.name], entry, rows, rng)
+            other = _another_store(b) if entry is not None else None
+            if other is not None:
+                self.note = (f"the state's broker {s.name} is another store: {other}: the audit runs without "
+                             "comparing, and the state is left as it is (give --state a folder of its own for "
+                             "this store)")
+                _warn(self.note)
+                self.brokers = {}
+                self.output.abandon()
+                self.output = None
+                return
+            self.brokers[s.name] = b
+        for b in self.brokers.values():
+            f = b.files()
+            if b.previous is not None:
+                progress(f"state: {b.name} since {b.previous.get('run_id')}: {f['same']:,} file(s) the same, "
+                         f"{f['grown']:,} grown, {f['new']:,} new, {f['changed']:,} changed in place, "
+                         f"{f['rewritten']:,} rewritten, {f['disappeared']:,} gone")
+
+    def _rows(self, entry: dict) -> tuple[pa.Table | None, str | None]:
+        import pyarrow.parquet as pq
+
+        loc = self.loc.child("brokers").child(str(entry.get("folder", ""))).child(FILES_NAME)
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(entry.get("folder", ""))):
+            return None, f"its folder name {entry.get('folder')!r} is not one this suite writes"
+        try:
+            with loc.open_input() as f:
+                t = pq.read_table(f)
+            return t.select(FILES.names).cast(FILES), None
+        except (OSError, fs.UnreadableError, KeyError, ValueError, pa.ArrowException) as e:
+            return None, f"{loc.as_typed} cannot be read ({fs.error_line(e)})"
+
+    def findings(self) -> list[pa.Table]:
+        return [t for b in self.brokers.values() for t in b.findings()]
+
+    # ---- what the summary says --------------------------------------------------------------------------
+    def since_last_run(self, summary: dict) -> None:
+        """Each broker's ``since_last_run`` in ``summary`` (summary.json's): the last run compared with, the files'
+        changes and the verdict's, in words; ``changed`` when the verdict moved or a file was rewritten."""
+        summary["state"] = {"path": self.shown, "used": self.output is not None and self.previous is not None,
+                            "note": self.note}
+        for broker in summary["brokers"]:
+            b = self.brokers.get(broker["name"])
+            if b is None:
+                continue
+            was = b.previous or {}
+            changes = verdict_changes(was.get("verdict"), broker["verdict"]) if b.previous is not None else []
+            files = b.files()
+            if files["rewritten"]:
+                changes.append(f"{files['rewritten']:,} file(s) rewritten since the last run: "
+                               + ", ".join(x.row["path"] for x in b.looks if x.change == "rewritten")[:300])
+            broker["since_last_run"] = {
+                "previous_run_id": was.get("run_id"), "previous_run_time": was.get("run_time"),
+                "changed": bool(changes), "changes": changes, "files": files}
+
+    # ---- writing ----------------------------------------------------------------------------------------
+    def write(self, summary: dict, segments: pa.Table | None) -> None:
+        """This run's state into the claimed folder's staging: each audited broker's files (a segment's messages
+        from the run's ``segments`` table) and verdict; the state's other brokers kept as they were."""
+        if self.output is None:
+            return
+        from runtime.output import out_join, out_write, write_parquet_file
+
+        messages = {}
+        if segments is not None and segments.num_rows:
+            for b, seg, n in zip(*(segments.column(c).to_pylist() for c in ("broker", "segment", "messages"))):
+                messages[(b, f"commitlog/{seg}")] = n
+        staging = self.output.staging
+        brokers = dict((self.previous or {}).get("brokers", {}))
+        for broker in summary["brokers"]:
+            b = self.brokers.get(broker["name"])
+            if b is None:
+                continue
+            folder = _folder_of(b.name)
+            rows = [x.row for x in b.looks]
+            for r in rows:
+                if _SEGMENT.fullmatch(r["path"]):
+                    r["messages"] = messages.get((b.name, r["path"]))
+            write_parquet_file(pa.Table.from_pylist(rows, schema=FILES), out_join(staging, "brokers", folder,
+                                                                                  FILES_NAME))
+            brokers[b.name] = {"folder": folder, "root": broker["path"], "run_id": summary["run_id"],
+                               "run_time": summary["run_time"], "verdict": _kept_verdict(broker["verdict"])}
+        for name, entry in list(brokers.items()):  # the state's brokers this run did not audit: kept as they were
+            if name in self.brokers:
+                continue
+            rows, _ = self._rows(entry)
+            if rows is None:  # unreadable: dropped (its broker's next audit starts its state anew)
+                del brokers[name]
+                continue
+            write_parquet_file(rows, out_join(staging, "brokers", entry["folder"], FILES_NAME))
+        out_write(out_join(staging, STATE_JSON), json.dumps({
+            "format": FORMAT, "version": VERSION, "run_id": summary["run_id"], "run_time": summary["run_time"],
+            "written": dt.datetime.now(dt.timezone.utc).isoformat(), "brokers": brokers}, indent=2, default=str))
+        self.output.expect(STATE_JSON)
+
+
+def check_apart_from(path: fs.Location, others: list[fs.Location]) -> None:
+    """Refuse a state that is, or lies inside or around, another folder the run writes (``--out``, ``--history``),
+    decided on the paths as the OS resolves them (neither need exist yet)."""
+    from runtime.apart import OutputError
+
+    def spelled(p: fs.Location) -> str:
+        loc = fs.resolve(p)
+        return fs.real(loc.path) if loc.local_path is not None else loc.uri()
+    mine = spelled(path).rstrip("/")
+    for other in others:
+        theirs = spelled(other).rstrip("/")
+        if mine == theirs or mine.startswith(theirs + "/") or theirs.startswith(mine + "/"):
+            raise OutputError(f"state {fs.as_typed(path)} overlaps {fs.as_typed(other)}, which the run also "
+                              "writes: give --state a folder of its own")
+
+
+def _warn(message: str) -> None:
+    """A line on stderr, with --quiet too: the run goes on, but not as the user asked."""
+    import sys
+
+    print(f"[audit] warning: --state: {message}", file=sys.stderr, flush=True)
+
+
+def _read_state(loc) -> tuple[dict | None, str | None]:
+    """The folder's ``state.json``, or why there is none to use."""
+    try:
+        with loc.child(STATE_JSON).open_input() as f:
+            data = json.loads(f.read(64 << 20))
+    except (OSError, fs.UnreadableError) as e:
+        return None, f"{loc.child(STATE_JSON).as_typed} cannot be read ({fs.error_line(e)})"
+    except ValueError as e:
+        return None, f"{loc.child(STATE_JSON).as_typed} is damaged ({e})"
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("brokers"), dict):
+        return None, f"{loc.child(STATE_JSON).as_typed} is not an audit state's"
+    return data, None
+
+
+_VERDICT_KEPT = ("level", "banner", "will_start", "cut", "lost", "kept_damaged", "to_resend")
+
+
+def _kept_verdict(v: dict) -> dict:
+    return {k: v.get(k) for k in _VERDICT_KEPT}
+
+
+def _lost(v: dict) -> int:
+    lost = v.get("lost") or {}
+    return sum(int(lost.get(k) or 0) for k in ("damaged", "destroyed", "dropped", "unindexed", "undispatched"))
+
+
+def verdict_changes(was: dict | None, now: dict) -> list[str]:
+    """What moved between the last run's verdict and this one's, in words (empty: nothing)."""
+    if not was:
+        return []
+    said = []
+    if was.get("will_start") is not False and now.get("will_start") is False:
+        said.append("the broker no longer starts")
+    elif was.get("will_start") is False and now.get("will_start") is not False:
+        said.append("the broker starts again")
+    cut0, cut1 = was.get("cut"), now.get("cut")
+
+    def at(c):
+        return f"segment {c.get('segment')} position {c.get('file_position'):,}" \
+            if c.get("file_position") is not None else f"offset {c.get('physical_offset')}"
+    if cut1 and not cut0:
+        said.append(f"a new cut: recovery now cuts the log at {at(cut1)}")
+    elif cut0 and not cut1:
+        said.append("no cut any more")
+    elif cut0 and cut1 and cut0.get("physical_offset") != cut1.get("physical_offset"):
+        said.append(f"the cut moved from {at(cut0)} to {at(cut1)}")
+    a, b = _lost(was), _lost(now)
+    if b > a:
+        said.append(f"more messages lost: {a:,} -> {b:,}")
+    if (now.get("to_resend") or 0) > (was.get("to_resend") or 0):
+        said.append(f"more messages to re-send: {was.get('to_resend') or 0:,} -> {now.get('to_resend'):,}")
+    if was.get("level") != now.get("level"):
+        said.insert(0, f"verdict {was.get('banner') or was.get('level')} -> {now.get('banner') or now.get('level')}")
+    return said

@@ -1,0 +1,191 @@
+"""``audit --state DIR`` (issue 41, jobs/audit/state.py): a scheduled audit compares each broker's files and verdict
+with the last run's.  On copies of RocketMQ's own stores (4.9.7 and 5.3.3): a second run of an unchanged store finds
+what the first found and nothing more; bytes rewritten in an append-only file, a queue file's end zeroed and a file
+deleted are findings at their place; growth is none; the verdict's change is said.  The state is safe to lose: a
+folder that is not a state, a damaged one, one of another version or of another store, and a second run holding it.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.audit import job as audit_job
+from runtime import commit
+from runtime.apart import OutputError
+
+from .conftest import FIXTURES, FIXTURES_5X, tree_state
+
+
+def audit(spark, store: Path, out: Path, state: Path, *extra, name: str = "b1") -> dict:
+    args = audit_job.build_parser().parse_args(["--store", f"{name}={store}", "--out", str(out), "--state",
+                                                str(state), "--no-report", *extra])
+    result = audit_job.run(spark, args)
+    findings = pq.read_table(out / "findings").to_pylist()
+    return {"exit": result.exit_code, "findings": findings, "summary": json.loads((out / "summary.json").read_text()),
+            "history": [f for f in findings if f["check"].startswith("history.")]}
+
+
+def copy_of(src: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "store"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def ids(found: dict) -> set:
+    return {f["finding_id"] for f in found["findings"] if not f["check"].startswith("history.")}
+
+
+def flip(path: Path, position: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        b = f.read(1)
+        f.seek(position)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("fixture", [FIXTURES / "basic" / "store", FIXTURES_5X / "v5-timer" / "store"],
+                         ids=["4.9.7-basic", "5.3.3-timer"])
+def test_an_unchanged_store_then_rewritten_zeroed_and_deleted_files(spark, tmp_path, fixture):
+    store, state = copy_of(fixture, tmp_path), tmp_path / "state"
+    first = audit(spark, store, tmp_path / "out1", state)
+    since = first["summary"]["brokers"][0]["since_last_run"]
+    assert since["previous_run_id"] is None and not since["changed"] and since["files"]["new"] > 5
+    assert first["summary"]["state"]["used"] is False and first["history"] == []
+    assert json.loads((state / "state.json").read_text())["brokers"]["b1"]["run_id"] == first["summary"]["run_id"]
+
+    second = audit(spark, store, tmp_path / "out2", state)
+    since = second["summary"]["brokers"][0]["since_last_run"]
+    assert second["summary"]["state"]["used"] is True and second["history"] == []
+    assert since["previous_run_id"] == first["summary"]["run_id"] and not since["changed"]
+    assert since["files"] == {**since["files"], "new": 0, "grown": 0, "rewritten": 0, "disappeared": 0}
+    assert ids(second) == ids(first) and second["exit"] == first["exit"]  # what a run without a state finds
+
+    segment = sorted((store / "commitlog").iterdir())[0]
+    flip(segment, 100)  # in the first block: always among the kept ones
+    queue = sorted(p for p in (store / "consumequeue").rglob("*") if p.is_file() and p.stat().st_size)
+    zeroed, gone = queue[0], queue[-1]
+    written = len(zeroed.read_bytes().rstrip(b"\0"))
+    with open(zeroed, "r+b") as f:  # its last unit zeroed: its written bytes now end earlier
+        f.seek(written - written % 20 - (20 if written % 20 == 0 else 0))
+        f.write(bytes(20))
+    gone.unlink()
+    third = audit(spark, store, tmp_path / "out3", state)
+    found = {(f["check"], f["file"], f["topic"]): f for f in third["history"]}
+    seg = found[("history.rewritten", segment.name, None)]
+    assert seg["severity"] == "error" and seg["file_position"] == 0 and seg["physical_offset"] == int(segment.name)
+    assert first["summary"]["run_id"] not in seg["message"] and second["summary"]["run_id"] in seg["message"]
+    topic = zeroed.parent.parent.name
+    cut = found[("history.rewritten", zeroed.name, topic)]
+    assert "written bytes end at" in cut["message"] and cut["queue_id"] == int(zeroed.parent.name)
+    left = found[("history.disappeared", gone.name, gone.parent.parent.name)]
+    assert left["severity"] == "info" and "queue offsets 0 to" in left["message"]
+    assert dict(left["details"])["messages"] == str(-(-len(
+        (fixture / gone.relative_to(store)).read_bytes().rstrip(b"\0")) // 20))
+    assert len(third["history"]) == 3 and third["exit"] == 1
+    since = third["summary"]["brokers"][0]["since_last_run"]
+    assert since["changed"] and since["files"]["rewritten"] == 2 and since["files"]["disappeared"] == 1
+    assert any("rewritten since the last run" in c for c in since["changes"])
+    assert any(c.startswith("verdict ") for c in since["changes"])  # the flipped byte damages a message
+
+    fourth = audit(spark, store, tmp_path / "out4", state)  # the state moved on: the same bytes are no news
+    assert fourth["history"] == [] and not fourth["summary"]["brokers"][0]["since_last_run"]["changed"]
+
+
+def test_growth_is_counted_not_found(spark, tmp_path):
+    """The active segment's messages past a boundary zeroed (the store as it was earlier), then its bytes back: the
+    segment grew, and nothing was rewritten."""
+    fixture = FIXTURES / "basic" / "store"
+    store, state = copy_of(fixture, tmp_path), tmp_path / "state"
+    segment = sorted((store / "commitlog").iterdir())[0]
+    data = segment.read_bytes()
+    pos = 0
+    while pos < len(data.rstrip(b"\0")) // 2:
+        pos += struct.unpack_from(">i", data, pos)[0]
+    with open(segment, "r+b") as f:
+        f.seek(pos)
+        f.write(bytes(len(data) - pos))
+    audit(spark, store, tmp_path / "out1", state)
+    segment.write_bytes(data)
+    grown = audit(spark, store, tmp_path / "out2", state)
+    since = grown["summary"]["brokers"][0]["since_last_run"]
+    assert grown["history"] == [] and since["files"]["grown"] == 1 and since["files"]["rewritten"] == 0
+    rows = {r["path"]: r for r in pq.read_table(next((state / "brokers").iterdir()) / "files.parquet").to_pylist()}
+    assert rows[f"commitlog/{segment.name}"]["written"] == len(data.rstrip(b"\0"))
+    assert rows[f"commitlog/{segment.name}"]["messages"] == 85  # the fixture's manifest: 85 records
+
+
+def test_a_folder_that_is_not_a_state_is_left_as_it_is(spark, tmp_path):
+    store = copy_of(FIXTURES / "basic" / "store", tmp_path)
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("not a state")
+    before = tree_state(foreign)
+    found = audit(spark, store, tmp_path / "out", foreign)
+    assert found["exit"] == 0 and tree_state(foreign) == before
+    note = found["summary"]["state"]
+    assert note["used"] is False and "is not an audit state" in note["note"]
+    # an audit's output given as the state: this suite's folder, but no state: left as it is too
+    out_before = tree_state(tmp_path / "out")
+    again = audit(spark, store, tmp_path / "out2", tmp_path / "out")
+    assert tree_state(tmp_path / "out") == out_before and "is not an audit state" in again["summary"]["state"]["note"]
+
+
+def test_a_damaged_state_is_written_anew_another_version_or_store_left_alone(spark, tmp_path):
+    store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
+    audit(spark, store, tmp_path / "out1", state)
+    (state / "state.json").write_text("{ damaged")
+    found = audit(spark, store, tmp_path / "out2", state)
+    assert "is damaged" in found["summary"]["state"]["note"] and found["history"] == []
+    assert json.loads((state / "state.json").read_text())["run_id"] == found["summary"]["run_id"]
+
+    data = json.loads((state / "state.json").read_text())
+    (state / "state.json").write_text(json.dumps({**data, "version": 99}))
+    before = tree_state(state)
+    other = audit(spark, store, tmp_path / "out3", state)
+    assert "another version" in other["summary"]["state"]["note"] and tree_state(state) == before
+    (state / "state.json").write_text(json.dumps(data))
+
+    before = tree_state(state)  # the same broker name over another store's bytes (RocketMQ's other 4.9.7 store)
+    elsewhere = copy_of(FIXTURES / "broker" / "store", tmp_path / "other")
+    refused = audit(spark, elsewhere, tmp_path / "out4", state)
+    assert "is another store" in refused["summary"]["state"]["note"] and refused["history"] == []
+    assert tree_state(state) == before and "since_last_run" not in refused["summary"]["brokers"][0]
+
+
+def test_a_second_run_on_a_state_is_refused_and_a_failed_run_leaves_it_whole(spark, tmp_path, monkeypatch):
+    store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
+    audit(spark, store, tmp_path / "out1", state)
+    before = tree_state(state)
+    with commit.JobRun("audit") as first:
+        first.output(str(state), overwrite=True, what="state")
+        with pytest.raises(commit.ClaimError):
+            with commit.JobRun("audit"):
+                audit(spark, store, tmp_path / "out2", state)
+        first.abandon()
+    assert tree_state(state) == before
+
+    flip(sorted((store / "commitlog").iterdir())[0], 100)
+    from jobs.audit import terminal
+
+    def broken(*a, **k):
+        raise RuntimeError("killed while rendering")
+    monkeypatch.setattr(terminal, "render", broken)
+    with pytest.raises(RuntimeError):
+        audit(spark, store, tmp_path / "out3", state)
+    assert tree_state(state) == before and not (tmp_path / "out3").exists()
+    monkeypatch.undo()
+    found = audit(spark, store, tmp_path / "out4", state)  # what the failed run saw is found again
+    assert [f["check"] for f in found["history"]] == ["history.rewritten"]
+
+
+def test_state_beside_an_input_or_the_output_is_refused(spark, tmp_path):
+    store = copy_of(FIXTURES / "basic" / "store", tmp_path)
+    for state in (store / "state", tmp_path / "out"):
+        with pytest.raises(OutputError):
+            audit(spark, store, tmp_path / "out", state)
+    assert not (store / "state").exists()
