@@ -189,3 +189,35 @@ def test_state_beside_an_input_or_the_output_is_refused(spark, tmp_path):
         with pytest.raises(OutputError):
             audit(spark, store, tmp_path / "out", state)
     assert not (store / "state").exists()
+
+
+@pytest.mark.browser
+def test_a_fleet_in_one_run_puts_the_changed_broker_first(spark, tmp_path):
+    """Two brokers of one run, one state each under DIR: the one with a rewritten segment comes first in the
+    report's fleet table, which says what changed (read in Chromium), and the other says "no change"."""
+    from .support.browser import render
+    from .test_report import SCREEN, _words
+
+    a = copy_of(FIXTURES / "basic" / "store", tmp_path / "a")
+    b = copy_of(FIXTURES / "broker" / "store", tmp_path / "b")
+    state = tmp_path / "state"
+
+    def run(out):
+        args = audit_job.build_parser().parse_args(["--store", f"alpha={a}", "--store", f"beta={b}", "--out",
+                                                    str(out), "--state", str(state)])
+        audit_job.run(spark, args)
+        return json.loads((out / "summary.json").read_text())
+
+    run(tmp_path / "out1")
+    assert {p.name.split("-")[0] for p in (state / "brokers").iterdir()} == {"alpha", "beta"}
+    flip(sorted((b / "commitlog").iterdir())[0], 100)
+    summary = run(tmp_path / "out2")
+    since = {x["name"]: x["since_last_run"] for x in summary["brokers"]}
+    assert since["beta"]["changed"] and not since["alpha"]["changed"]
+    page = render(tmp_path / "out2" / "report.html", tmp_path / "fleet.png", viewport=SCREEN)
+    assert page.console_errors == [] and page.broken_images == 0
+    text = _words(page.page_text)
+    fleet = text[text.index("Fleet"):]
+    assert "since the last run" in fleet and fleet.index("beta") < fleet.index("alpha")
+    assert "rewritten since the last run" in fleet and "no change" in fleet
+    assert "Since the last run" in text  # each broker's first screen says it too
