@@ -221,3 +221,104 @@ def test_a_fleet_in_one_run_puts_the_changed_broker_first(spark, tmp_path):
     assert "since the last run" in fleet and fleet.index("beta") < fleet.index("alpha")
     assert "rewritten since the last run" in fleet and "no change" in fleet
     assert "Since the last run" in text  # each broker's first screen says it too
+
+
+# ---- growth: a store grown in steps, audited after each both ways (issue 41's equality) ----
+
+START = 1_795_786_365_000
+
+
+def _same_as_full(inc: Path, full: Path) -> None:
+    """An audit with the state and one without, of the same store: the same findings (the state's history.* aside),
+    metrics, detail tables and brokers (the state's since_last_run aside)."""
+    from .conftest import AUDIT_STAMPS, parquet_rows
+
+    def findings(out):
+        rows = parquet_rows(out / "findings", AUDIT_STAMPS)
+        return {k: n for k, n in rows.items() if "history." not in k}
+    assert findings(inc) == findings(full)
+    assert parquet_rows(inc / "metrics", AUDIT_STAMPS) == parquet_rows(full / "metrics", AUDIT_STAMPS)
+    tables = sorted(p.name for p in (full / "tables").iterdir())
+    assert tables == sorted(p.name for p in (inc / "tables").iterdir())
+    for table in tables:
+        assert parquet_rows(inc / "tables" / table) == parquet_rows(full / "tables" / table), table
+    a, b = (json.loads((d / "summary.json").read_text().replace(str(d), "<out>")) for d in (inc, full))
+    for broker in a["brokers"]:
+        broker.pop("since_last_run")
+    assert a["brokers"] == b["brokers"] and a["inputs"] == b["inputs"]
+
+
+def _grow(spark, tmp_path, writer, steps) -> list[dict]:
+    """After each step (a function of the writer), the live store (the writer's files as they are, copied as a
+    nightly rsync would) audited with the state and without; what the state said each time."""
+    live, state, said = tmp_path / "live", tmp_path / "state", []
+    for i, step in enumerate(steps):
+        step()
+        shutil.rmtree(live, ignore_errors=True)
+        shutil.copytree(writer.root, live)
+        if i == len(steps) - 1 and (live / "commitlog").exists():  # the broker expires its oldest segment
+            sorted((live / "commitlog").iterdir())[0].unlink()
+        args = ["--store", f"b1={live}", "--no-report", "--split-size", "16k"]
+        parse = audit_job.build_parser().parse_args
+        audit_job.run(spark, parse([*args, "--out", str(tmp_path / f"full{i}")]))
+        audit_job.run(spark, parse([*args, "--out", str(tmp_path / f"inc{i}"), "--state", str(state)]))
+        _same_as_full(tmp_path / f"inc{i}", tmp_path / f"full{i}")
+        said.append(json.loads((tmp_path / f"inc{i}" / "summary.json").read_text()))
+    return said
+
+
+def test_a_4x_store_grown_in_steps_audits_with_the_state_as_without(spark, tmp_path):
+    from store_format.write.broker import Broker, ManualClock, Producer
+    from store_format.write.writer import StoreWriter, WriterConfig
+
+    writer = StoreWriter(tmp_path / "writer", WriterConfig(mappedFileSizeCommitLog=64 << 10,
+                                                            mappedFileSizeConsumeQueue=20 * 64),
+                         clock=ManualClock(START))
+    broker, p = Broker(writer), Producer()
+    halves = []
+
+    def send(n, delay=0):
+        for i in range(n):
+            broker.send(p, f"Topic{i % 3}", b"x" * (200 + i % 50), keys=f"k{i}", tags="t",
+                        delay_level=delay if i % 20 == 0 else 0)
+        halves.append(broker.send_half(p, "TopicTx", b"half"))
+
+    def step2():
+        send(300)
+        broker.end_transaction(halves[0], commit=True)  # a transaction resolved between runs
+        broker.commit_offset("g1", "Topic0", 0, 30)  # a consumer offset moved
+        broker.clock.advance(60_000)
+        broker.deliver_due()  # delayed messages delivered
+
+    said = _grow(spark, tmp_path, writer, [lambda: send(300, delay=3), step2, lambda: send(200)])
+    kept = [s["brokers"][0]["since_last_run"] for s in said]
+    assert kept[0]["previous_run_id"] is None and kept[1]["files"]["grown"] >= 1 and kept[1]["files"]["new"] >= 1
+    assert kept[2]["files"]["disappeared"] >= 1 and kept[2]["files"]["rewritten"] == 0
+    state = json.loads((tmp_path / "state" / "state.json").read_text())
+    assert state["brokers"]["b1"]["parts"], "segment walks kept for the next run"
+    writer.close()
+
+
+def test_a_5x_store_with_timers_grown_in_steps_audits_with_the_state_as_without(spark, tmp_path):
+    from store_format.write.broker import Broker, ManualClock, Producer
+    from store_format.write.writer import StoreWriter, WriterConfig
+
+    writer = StoreWriter(tmp_path / "writer", WriterConfig(
+        storeHost="192.168.0.10:10911", mappedFileSizeCommitLog=64 << 10, mappedFileSizeTimerLog=2048,
+        timerWheelEnable=True, enabledAppendPropCRC=True), clock=ManualClock(START))
+    broker, p = Broker(writer), Producer(born_host="10.1.2.3:50000")
+
+    def send(n):
+        for i in range(n):
+            broker.send(p, f"Topic{i % 2}", b"y" * 300, keys=f"k{i}")
+            if i % 25 == 0:
+                broker.send(p, "TimerTopic", b"t", delay_sec=5 + i % 7, queue_id=0)
+
+    def step2():
+        send(200)
+        broker.run_timers(START + 30_000)  # a timer fired between runs
+        broker.commit_offset("g1", "Topic0", 0, 20)
+
+    said = _grow(spark, tmp_path, writer, [lambda: send(250), step2, lambda: send(150)])
+    assert said[1]["brokers"][0]["since_last_run"]["files"]["grown"] >= 1
+    writer.close()

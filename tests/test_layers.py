@@ -125,7 +125,8 @@ AUDIT = REPO / "jobs" / "audit"
 #: jobs/audit's floors, from the ground up: a module imports only modules of lower floors (issue 30)
 AUDIT_FLOORS = (
     ("findings", "contract", "inputs", "buckets"),
-    ("tasks", "plan", "resend", "state"),
+    ("tasks", "plan", "resend"),
+    ("state",),  # what a scheduled audit keeps between runs: kept tasks' parts
     ("routes",),  # the routed files: what a survey task and a range read of them
     ("survey",),
     ("scan",),  # the scan's builder takes the survey's segment ends

@@ -220,7 +220,10 @@ def run(spark, args) -> AuditResult:
     ctx.tables_dir, ctx.partials_dir = run.tables_dir, run.partials_dir
     out_makedirs(run.findings_dir)
     try:
-        ctx.survey = _stage(spark, "survey", survey_tasks(ctx, segments), executor,
+        surveyed = survey_tasks(ctx, segments)
+        if state is not None:  # the segment walks of files the same since the last run: given back
+            surveyed = state.keep(surveyed)
+        ctx.survey = _stage(spark, "survey", surveyed, executor,
                             RunInfo(None, partials_dir=run.partials_dir))  # no findings; spilled partials
         ctx.failures.append(ctx.survey.get("_failures", FAILURES))
         phases.done("survey")

@@ -16,8 +16,14 @@ bytes) and the broker's verdict.  The next run with the same DIR compares them w
 
 The kept blocks move: each run verifies the last run's blocks and keeps new ones (the first and the last block of
 the written bytes, and :data:`DRAWN` drawn at random among them), so night after night more of each old file is
-checked while each run reads a few KB of it.  The audit itself still reads every byte; the state compares, it does
-not yet spare the re-reading.
+checked while each run reads a few KB of it.
+
+**Kept parts.**  A task that declares ``kept_by()`` (the file it reads, and everything else its output depends on:
+the survey's segment walks, jobs/audit/survey.py) has its output kept in the state, under a key of those and of the
+suite's own code (:func:`code_digest`).  The next run gives it back (:class:`Replayed`) instead of running the task
+when the file's bytes are the same (its look is ``same``) and the key is one the state holds; every other such task
+runs and its output is kept for the next run (:class:`Recorded`).  The scan's tasks read what the whole store
+decides (the recovery's cut, the queues' units, the families' probes) and are run every time for now.
 
 The state's folder is claimed and committed as every output (runtime/commit.py): written in a staging, swapped in
 after the run's output is committed (:class:`StateOutput`), so a run that fails or is killed leaves the previous
@@ -26,9 +32,10 @@ means a full comparison-free audit and a warning (the state is written anew); a 
 (other files, another output of this suite), a state of another version, or one whose broker held another store,
 means a warning, an audit without comparison, and the folder left exactly as it is.
 
-Layout: ``DIR/state.json`` (format, version, the run that wrote it, each broker's folder, verdict and run) and
-``DIR/brokers/<folder>/files.parquet`` (:data:`FILES`, one row per file of the broker).  Brokers of the state that
-a run does not audit keep their folders.
+Layout: ``DIR/state.json`` (format, version, the run that wrote it, each broker's folder, verdict, run and kept
+parts), ``DIR/brokers/<folder>/files.parquet`` (:data:`FILES`, one row per file of the broker) and
+``DIR/brokers/<folder>/parts/<key>.arrow`` (a kept task's output: :data:`PART`).  Brokers of the state that a run
+does not audit keep their folders.
 """
 from __future__ import annotations
 
@@ -48,11 +55,15 @@ from store_format import layout as L
 from store_format.dledger import appended_file as dledger_appended
 
 from .findings import Consequence, Severity, check, finding_rows
+from .tasks import Emitter
 
 FORMAT = "rocketmq-forensics audit state"
 VERSION = 1
 STATE_JSON = "state.json"
 FILES_NAME = "files.parquet"
+PARTS = "parts"
+# a kept task's output: each of its tables as an Arrow IPC stream, by kind (finding, partial, table, spilled) and name
+PART = pa.schema([("kind", pa.string()), ("name", pa.string()), ("payload", pa.binary())])
 BLOCK = 4096  # a kept block's bytes (fewer for the last block of a file's written bytes)
 DRAWN = 6  # blocks drawn at random per file and run, besides its first and last
 
@@ -306,6 +317,117 @@ def _another_store(b: BrokerLook) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Kept parts
+
+
+_CODE: list[str] = []
+
+
+def code_digest() -> str:
+    """A digest of the suite's own sources (every module of its packages, from the folders or the zip they are
+    imported from): a part kept by another version of the code is never given back."""
+    if _CODE:
+        return _CODE[0]
+    import importlib
+    import zipfile
+    from pathlib import Path
+
+    h = hashlib.sha256(f"{FORMAT} {VERSION}".encode())
+    for package in ("store_format", "decoding", "datasources", "runtime", "jobs"):
+        for base in importlib.import_module(package).__spec__.submodule_search_locations or ():
+            if os.path.isdir(base):
+                for p in sorted(Path(base).rglob("*.py")):
+                    h.update(p.relative_to(base).as_posix().encode() + b"\0" + p.read_bytes())
+                continue
+            archive, _, inner = base.partition(".zip")  # imported from a zip (--py-files): its sources
+            with zipfile.ZipFile(archive + ".zip") as z:
+                inner = inner.strip("/\\")
+                for name in sorted(n for n in z.namelist() if n.startswith(inner + "/") and n.endswith(".py")):
+                    h.update(name[len(inner) + 1:].encode() + b"\0" + z.read(name))
+    _CODE.append(h.hexdigest())
+    return _CODE[0]
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def write_part(loc: fs.Location, emitted: Emitter) -> None:
+    """What a task emitted, as one part file at ``loc``."""
+    from runtime.output import out_write
+
+    rows = []
+    if emitted.findings:
+        rows.append(("finding", "", _ipc(pa.concat_tables(emitted.findings))))
+    for kind, by_name in (("partial", emitted.partials), ("table", emitted.tables), ("spilled", emitted.spilled)):
+        for name, tables in by_name.items():
+            rows.append((kind, name, _ipc(pa.concat_tables(tables))))
+    out_write(loc, _ipc(pa.table({"kind": [r[0] for r in rows], "name": [r[1] for r in rows],
+                                  "payload": [r[2] for r in rows]}, schema=PART)))
+
+
+def read_part(loc: fs.Location, out: Emitter) -> None:
+    """A part file's tables emitted to ``out`` as the task that made it emitted them."""
+    with loc.open_input() as f:
+        part = pa.ipc.open_stream(f.read()).read_all()
+    for kind, name, payload in zip(*(part.column(c).to_pylist() for c in PART.names)):
+        t = pa.ipc.open_stream(payload).read_all()
+        {"finding": lambda n, x: out.finding(x), "partial": out.partial, "table": out.table,
+         "spilled": out.spill}[kind](name, t)
+
+
+@dataclass
+class Recorded:
+    """A task run as it is, its output kept at ``part`` (in the state's staging) for the next run."""
+
+    task: object
+    part: fs.Location
+
+    @property
+    def broker(self) -> str:
+        return self.task.broker
+
+    @property
+    def kind(self) -> str:  # --profile's name for it: the task's own
+        return type(self.task).__name__
+
+    def describe(self) -> str:
+        return self.task.describe()
+
+    def cost(self) -> int:
+        return self.task.cost()
+
+    def run(self, out: Emitter) -> None:
+        mine = Emitter()
+        self.task.run(mine)
+        write_part(self.part, mine)  # only a task that ran to its end is kept
+        out.merge(mine)
+
+
+@dataclass
+class Replayed:
+    """A task's output as the last run kept it (``part``, in the committed state): what the task would emit now,
+    its file's bytes being the same."""
+
+    broker: str
+    what: str
+    part: fs.Location
+    kind = "kept by the last run"
+
+    def describe(self) -> str:
+        return f"{self.what} (kept by the last run)"
+
+    def cost(self) -> int:
+        return 1
+
+    def run(self, out: Emitter) -> None:
+        read_part(self.part, out)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The folder
 
 
@@ -330,6 +452,9 @@ class AuditState:
         self.loc, self.output, self.previous, self.note = loc, output, previous, note
         self.shown = fs.as_typed(loc)
         self.brokers: dict[str, BrokerLook] = {}
+        self.roots: dict[str, tuple] = {}  # broker -> its store root's parts
+        self.kept: dict[str, set[str]] = {}  # broker -> keys of the parts this run gives back (copied at write)
+        self.recorded: dict[str, set[str]] = {}  # broker -> keys of the parts its tasks keep this run
 
     @classmethod
     def open(cls, run, path: fs.Location, inputs=()) -> "AuditState":
@@ -391,6 +516,7 @@ class AuditState:
                     mine[s.name].append(p)
                     break
         for s in stores:
+            self.roots[s.name] = tuple(s.root.parts)
             entry = (self.previous or {}).get("brokers", {}).get(s.name)
             rows, why = self._rows(entry) if entry is not None else (None, None)
             if why is not None:
@@ -430,6 +556,38 @@ class AuditState:
 
     def findings(self) -> list[pa.Table]:
         return [t for b in self.brokers.values() for t in b.findings()]
+
+    # ---- kept parts -------------------------------------------------------------------------------------
+    def keep(self, tasks: list) -> list:
+        """``tasks`` with each one that declares ``kept_by()`` given back from the state (:class:`Replayed`) when
+        its file is the same and the state holds its part, else run and kept (:class:`Recorded`)."""
+        if self.output is None:
+            return tasks
+        out, given = [], 0
+        held = {name: set((b.previous or {}).get("parts", ())) for name, b in self.brokers.items()}
+        for task in tasks:
+            b = self.brokers.get(task.broker)
+            if b is None or not hasattr(task, "kept_by"):
+                out.append(task)
+                continue
+            loc, facts = task.kept_by()
+            rel = "/".join(fs.as_path(loc).parts[len(self.roots[b.name]):])
+            key = hashlib.sha256(repr((code_digest(), rel, facts)).encode()).hexdigest()[:32]
+            folder = self.loc.child("brokers").child(_folder_of(b.name)).child(PARTS)
+            look = next((x for x in b.looks if x.row["path"] == rel), None)
+            if look is not None and look.change == "same" and key in held[b.name]:
+                self.kept.setdefault(b.name, set()).add(key)
+                out.append(Replayed(task.broker, task.describe(), folder.child(f"{key}.arrow")))
+                given += 1
+            else:
+                self.recorded.setdefault(b.name, set()).add(key)
+                out.append(Recorded(task, self.output.staging.child("brokers").child(_folder_of(b.name))
+                                    .child(PARTS).child(f"{key}.arrow")))
+        if given:
+            from runtime.progress import say
+
+            say(f"state: {given:,} task(s) of {len(tasks):,} given back from the last run (their files the same)")
+        return out
 
     # ---- what the summary says --------------------------------------------------------------------------
     def since_last_run(self, summary: dict) -> None:
@@ -476,8 +634,16 @@ class AuditState:
                     r["messages"] = messages.get((b.name, r["path"]))
             write_parquet_file(pa.Table.from_pylist(rows, schema=FILES), out_join(staging, "brokers", folder,
                                                                                   FILES_NAME))
+            parts = self.loc.child("brokers").child(folder).child(PARTS)
+            for key in sorted(self.kept.get(b.name, ())):  # given back: kept again for the next run
+                with parts.child(f"{key}.arrow").open_input() as f:
+                    out_write(out_join(staging, "brokers", folder, PARTS, f"{key}.arrow"), f.read())
+            made = staging.child("brokers").child(folder).child(PARTS)
+            kept = sorted(k for k in self.kept.get(b.name, set()) | self.recorded.get(b.name, set())
+                          if made.child(f"{k}.arrow").exists())  # a task that failed kept nothing
             brokers[b.name] = {"folder": folder, "root": broker["path"], "run_id": summary["run_id"],
-                               "run_time": summary["run_time"], "verdict": _kept_verdict(broker["verdict"])}
+                               "run_time": summary["run_time"], "verdict": _kept_verdict(broker["verdict"]),
+                               "parts": kept}
         for name, entry in list(brokers.items()):  # the state's brokers this run did not audit: kept as they were
             if name in self.brokers:
                 continue
@@ -486,6 +652,7 @@ class AuditState:
                 del brokers[name]
                 continue
             write_parquet_file(rows, out_join(staging, "brokers", entry["folder"], FILES_NAME))
+            brokers[name] = {**entry, "parts": []}  # its kept parts are not carried: its next audit makes them
         out_write(out_join(staging, STATE_JSON), json.dumps({
             "format": FORMAT, "version": VERSION, "run_id": summary["run_id"], "run_time": summary["run_time"],
             "written": dt.datetime.now(dt.timezone.utc).isoformat(), "brokers": brokers}, indent=2, default=str))

@@ -73,6 +73,12 @@ class SegmentSurvey:
     def cost(self) -> int:
         return self.end - self.start
 
+    def kept_by(self) -> tuple:
+        """What its output depends on besides the bytes of the file it reads (``loc``): a state (jobs/audit/state.py)
+        keeps its output and gives it back while the file's bytes are the same."""
+        return self.loc, (self.broker, self.name, self.base, self.length, self.start, self.end, self.last,
+                          self.check_crc, self.force_verify_prop_crc)
+
     def run(self, out: Emitter) -> None:
         walk, handle, w0 = read_range_walk(self.loc, self.name, self.base, self.length, self.start, self.end,
                                            self.last, check_crc=self.check_crc, framer=CompiledFramer)

@@ -199,7 +199,7 @@ def run_one(i: int, task, run: RunInfo) -> Emitter:
         out = Emitter()  # what the task made before it failed is incomplete: only the failure is kept
         out.partial("_failures", failure_row(task.broker, task.describe(), e))
     out.write_findings(run, f"part-{i:05d}.parquet")
-    out.partial("_timing", pa.table({"kind": [type(task).__name__], "name": [task.describe()],
+    out.partial("_timing", pa.table({"kind": [getattr(task, "kind", type(task).__name__)], "name": [task.describe()],
                                      "seconds": [time.perf_counter() - t0]}))
     return out
 
