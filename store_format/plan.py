@@ -70,12 +70,13 @@ def range_size(data: int, cores: int, requested: int | None = None, *, largest: 
     return int(min(largest, max(MIN_RANGE, -(-share // (1 << 20)) << 20)))
 
 
-def cut_ranges(length: int, data: int, size: int) -> list[tuple[int, int, bool]]:
+def cut_ranges(length: int, data: int, size: int, *, grid: bool = False) -> list[tuple[int, int, bool]]:
     """(start, end, last) of the ranges of a ``length``-byte segment: its first ``data`` bytes cut into equal
     ranges of at most ``size``, the last running to the segment's end (the walk never trusts ``data``: a
-    probe that ends early only makes the ranges uneven)."""
+    probe that ends early only makes the ranges uneven).  ``grid``: cut at multiples of ``size`` instead, so
+    that a segment written further keeps its earlier ranges (what a scheduled audit's kept parts are keyed by)."""
     n = max(1, math.ceil(data / max(size, 1)))
-    step = -(-data // n)
+    step = size if grid else -(-data // n)
     return [(k * step, (k + 1) * step, False) for k in range(n - 1)] + [((n - 1) * step, length, True)]
 
 
@@ -106,17 +107,18 @@ class SegmentRange:
 
 
 def plan_ranges(segments: list[tuple[str, Segment]], split_size: int | None, cores: int, *,
-                largest: int = MAX_RANGE_HELD) -> list[SegmentRange]:
+                largest: int = MAX_RANGE_HELD, grid: bool = False) -> list[SegmentRange]:
     """Every (broker, segment) cut into ranges by the split policy (``split_size`` when given); a file whose name
-    is no segment's is one empty range that only reports it."""
+    is no segment's is one empty range that only reports it.  ``grid``: every segment cut at multiples of
+    ``split_size`` (else ``largest``), whatever the store's size (:func:`cut_ranges`)."""
     data = segment_data(segments)
-    size = range_size(sum(data.values()), cores, split_size, largest=largest)
+    size = (split_size or largest) if grid else range_size(sum(data.values()), cores, split_size, largest=largest)
     out = []
     for broker, s in segments:
         if s.base_offset is None:
             out.append(SegmentRange(broker, s.loc, s.name, None, s.length, 0, 0, True, s.problems))
             continue
-        for k, (start, end, last) in enumerate(cut_ranges(s.length, data[broker, s.name], size)):
+        for k, (start, end, last) in enumerate(cut_ranges(s.length, data[broker, s.name], size, grid=grid)):
             out.append(SegmentRange(broker, s.loc, s.name, s.base_offset, s.length, start, end, last,
                                     s.problems if k == 0 else ()))
     return out

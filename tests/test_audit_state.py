@@ -267,7 +267,14 @@ def _grow(spark, tmp_path, writer, steps) -> list[dict]:
     return said
 
 
-def test_a_4x_store_grown_in_steps_audits_with_the_state_as_without(spark, tmp_path):
+@pytest.mark.parametrize("margin", [None, 1024], ids=["as-is", "grown-segments-given-back"])
+def test_a_4x_store_grown_in_steps_audits_with_the_state_as_without(spark, tmp_path, monkeypatch, margin):
+    """``margin``: a segment range's reach past its walk (a largest record, twice) made 1 KiB, so that the active
+    segment's early ranges are given back in these small segments too (their records are < 500 bytes)."""
+    from jobs.audit import survey
+
+    if margin is not None:
+        monkeypatch.setattr(survey, "DEFAULT_MAX_RECORD_SIZE", margin)
     from store_format.write.broker import Broker, ManualClock, Producer
     from store_format.write.writer import StoreWriter, WriterConfig
 
@@ -296,6 +303,10 @@ def test_a_4x_store_grown_in_steps_audits_with_the_state_as_without(spark, tmp_p
     assert kept[2]["files"]["disappeared"] >= 1 and kept[2]["files"]["rewritten"] == 0
     state = json.loads((tmp_path / "state" / "state.json").read_text())
     assert state["brokers"]["b1"]["parts"], "segment walks kept for the next run"
+    given = [x["state"]["tasks_given_back"] for x in said]
+    assert given[0] == 0 and given[1] >= 4 and given[2] >= 8
+    if margin is not None:  # the grown active segment's early ranges too: more than the whole old segments' 4, 8
+        assert given[1] > 4 and given[2] > 8, given
     writer.close()
 
 

@@ -209,7 +209,9 @@ def run(spark, args) -> AuditResult:
                            executor=getattr(args, "executor", "auto"), recovery=recovery_settings_from_args(args))
     ctx = AuditContext(spark, stores, plans, options, families)
     executor = choose_executor(spark, options.executor)
-    segments = plan_segments(plans, executor.cores, options.split_size, options.message_index_safe)
+    # with a state, segments are cut on a fixed grid: a segment written further keeps its earlier ranges' kept parts
+    segments = plan_segments(plans, executor.cores, options.split_size, options.message_index_safe,
+                             grid=state is not None and state.output is not None)
     phases.done("planning")
 
     out = args.out  # where the run's outputs will be, once committed (summary, report, messages): as typed

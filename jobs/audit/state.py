@@ -22,7 +22,9 @@ checked while each run reads a few KB of it.
 the survey's segment walks, jobs/audit/survey.py) has its output kept in the state, under a key of those and of the
 suite's own code (:func:`code_digest`).  The next run gives it back (:class:`Replayed`) instead of running the task
 when the file's bytes are the same (its look is ``same``) and the key is one the state holds; every other such task
-runs and its output is kept for the next run (:class:`Recorded`).  The scan's tasks read what the whole store
+runs and its output is kept for the next run (:class:`Recorded`).  A file that grew since (the active segment) gives
+back the parts whose output depends only on bytes it held then (a task's ``reach``: a segment range's walk and a
+largest record twice over).  The scan's tasks read what the whole store
 decides (the recovery's cut, the queues' units, the families' probes) and are run every time for now.
 
 The state's folder is claimed and committed as every output (runtime/commit.py): written in a staging, swapped in
@@ -108,6 +110,7 @@ class Look:
     change: str  # "new", "same", "grown", "rewritten" (an append-only file), "changed" (one rewritten in place)
     how: str = ""  # for a rewritten file, in words
     differs_at: int | None = None  # the first kept block found to differ
+    was_written: int | None = None  # where its written bytes ended at the last run's look
 
 
 def _digest(data: bytes) -> bytes:
@@ -149,10 +152,13 @@ class _Reader:
 
 def look(path, rel: str, previous: dict | None, rng: random.Random) -> Look:
     """``path`` (its place below the store root ``rel``) as it is now, against ``previous`` (its row of the last
-    run, or None): the last run's blocks verified, new ones kept."""
+    run, or None): the last run's blocks verified, new ones kept.  Where an appended file's written bytes end is
+    searched for (its zeros from the end); a file rewritten in place counts whole (an index file's zeros are not
+    read)."""
     r = _Reader(path)
     try:
-        size, written = r.size, r.written()
+        size = r.size
+        written = r.written() if _appended(rel) else size
         change, how, differs_at = "new", "", None
         if previous is not None:
             change = "same" if written == previous["written"] else "grown"
@@ -176,7 +182,7 @@ def look(path, rel: str, previous: dict | None, rng: random.Random) -> Look:
     row = {"path": rel, "size": size, "written": written, "block_at": at, "block_length": lengths,
            "block_digest": digests, "first_offset": None, "end_offset": None, "messages": None}
     _held(row)
-    return Look(row, change, how, differs_at)
+    return Look(row, change, how, differs_at, previous["written"] if previous is not None else None)
 
 
 _SEGMENT = re.compile(r"commitlog/(\d{20})")
@@ -355,11 +361,12 @@ def _ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def write_part(loc: fs.Location, emitted: Emitter) -> None:
-    """What a task emitted, as one part file at ``loc``."""
+def write_part(loc: fs.Location, emitted: Emitter, reach: int | None = None) -> None:
+    """What a task emitted, as one part file at ``loc``; ``reach``: how far into its file the output depends on
+    the bytes (None: to its end)."""
     from runtime.output import out_write
 
-    rows = []
+    rows = [("reach", "" if reach is None else str(reach), b"")]
     if emitted.findings:
         rows.append(("finding", "", _ipc(pa.concat_tables(emitted.findings))))
     for kind, by_name in (("partial", emitted.partials), ("table", emitted.tables), ("spilled", emitted.spilled)):
@@ -374,6 +381,8 @@ def read_part(loc: fs.Location, out: Emitter) -> None:
     with loc.open_input() as f:
         part = pa.ipc.open_stream(f.read()).read_all()
     for kind, name, payload in zip(*(part.column(c).to_pylist() for c in PART.names)):
+        if kind == "reach":
+            continue
         t = pa.ipc.open_stream(payload).read_all()
         {"finding": lambda n, x: out.finding(x), "partial": out.partial, "table": out.table,
          "spilled": out.spill}[kind](name, t)
@@ -403,7 +412,8 @@ class Recorded:
     def run(self, out: Emitter) -> None:
         mine = Emitter()
         self.task.run(mine)
-        write_part(self.part, mine)  # only a task that ran to its end is kept
+        reach = self.task.reach(mine) if hasattr(self.task, "reach") else None
+        write_part(self.part, mine, reach)  # only a task that ran to its end is kept
         out.merge(mine)
 
 
@@ -455,6 +465,7 @@ class AuditState:
         self.roots: dict[str, tuple] = {}  # broker -> its store root's parts
         self.kept: dict[str, set[str]] = {}  # broker -> keys of the parts this run gives back (copied at write)
         self.recorded: dict[str, set[str]] = {}  # broker -> keys of the parts its tasks keep this run
+        self.given_back = 0  # tasks this run did not run: their kept parts given back
 
     @classmethod
     def open(cls, run, path: fs.Location, inputs=()) -> "AuditState":
@@ -472,28 +483,35 @@ class AuditState:
 
         loc, shown = fs.resolve(path), fs.as_typed(path)
         kind = output_state(loc)
+        output = None
+        if kind == "uncommitted":  # a commit cut short: the claim finishes it or puts the previous state back
+            output = run.find(path) or run.add(StateOutput(run, path, overwrite=True, inputs=inputs, what="state"))
+            kind = output_state(loc)
         if kind in ("file", "foreign"):
-            return cls._unused(loc, f"{shown} is not an audit state (it holds files this suite did not write)")
+            return cls._unused(loc, f"{shown} is not an audit state (it holds files this suite did not write)", output)
         data, why = None, None
         if kind == COMMITTED:
             data, why = _read_state(loc)
             if why is not None and any(i.base_name not in (STATE_JSON, "brokers", fs.OUTPUT_MARKER)
                                        for i in loc.list()):
-                return cls._unused(loc, f"{shown} is not an audit state ({why}; it holds other files)")
+                return cls._unused(loc, f"{shown} is not an audit state ({why}; it holds other files)", output)
             if data is not None and data.get("version") != VERSION:
                 return cls._unused(loc, f"{shown} is a state of another version of the audit (version "
-                                         f"{data.get('version')!r}; this one reads version {VERSION})")
-        output = run.find(path) or run.add(StateOutput(run, path, overwrite=True, inputs=inputs, what="state"))
+                                         f"{data.get('version')!r}; this one reads version {VERSION})", output)
+        output = output or run.find(path) or run.add(StateOutput(run, path, overwrite=True, inputs=inputs,
+                                                                  what="state"))
         if data is None:
             _warn(f"{why or f'no state in {shown} yet'}: nothing is compared this run; the state is written for the "
                   "next one")
         return cls(loc, output, data, None if data is not None else why or "no state yet")
 
     @classmethod
-    def _unused(cls, loc: fs.Location, why: str) -> "AuditState":
+    def _unused(cls, loc: fs.Location, why: str, claimed: Output | None = None) -> "AuditState":
         note = f"{why}: the audit runs without comparing, and the folder is left as it is (give --state a folder " \
                "of its own)"
         _warn(note)
+        if claimed is not None:
+            claimed.abandon()  # nothing staged, the claim released
         return cls(loc, None, None, note)
 
     # ---- comparing --------------------------------------------------------------------------------------
@@ -545,7 +563,7 @@ class AuditState:
         import pyarrow.parquet as pq
 
         loc = self.loc.child("brokers").child(str(entry.get("folder", ""))).child(FILES_NAME)
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(entry.get("folder", ""))):
+        if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*", str(entry.get("folder", ""))):  # no "..", no "/"
             return None, f"its folder name {entry.get('folder')!r} is not one this suite writes"
         try:
             with loc.open_input() as f:
@@ -560,11 +578,12 @@ class AuditState:
     # ---- kept parts -------------------------------------------------------------------------------------
     def keep(self, tasks: list) -> list:
         """``tasks`` with each one that declares ``kept_by()`` given back from the state (:class:`Replayed`) when
-        its file is the same and the state holds its part, else run and kept (:class:`Recorded`)."""
+        the state holds its part and its file is the same, or grew past the bytes its part depends on (its
+        ``reach``); else run and kept (:class:`Recorded`)."""
         if self.output is None:
             return tasks
         out, given = [], 0
-        held = {name: set((b.previous or {}).get("parts", ())) for name, b in self.brokers.items()}
+        held = {name: _parts_of(b.previous) for name, b in self.brokers.items()}
         for task in tasks:
             b = self.brokers.get(task.broker)
             if b is None or not hasattr(task, "kept_by"):
@@ -575,7 +594,9 @@ class AuditState:
             key = hashlib.sha256(repr((code_digest(), rel, facts)).encode()).hexdigest()[:32]
             folder = self.loc.child("brokers").child(_folder_of(b.name)).child(PARTS)
             look = next((x for x in b.looks if x.row["path"] == rel), None)
-            if look is not None and look.change == "same" and key in held[b.name]:
+            reach = held[b.name].get(key, -1)  # -1: not held
+            if look is not None and reach != -1 and (look.change == "same" or look.change == "grown" and reach
+                                                     is not None and reach <= look.was_written):
                 self.kept.setdefault(b.name, set()).add(key)
                 out.append(Replayed(task.broker, task.describe(), folder.child(f"{key}.arrow")))
                 given += 1
@@ -583,10 +604,11 @@ class AuditState:
                 self.recorded.setdefault(b.name, set()).add(key)
                 out.append(Recorded(task, self.output.staging.child("brokers").child(_folder_of(b.name))
                                     .child(PARTS).child(f"{key}.arrow")))
+        self.given_back += given
         if given:
             from runtime.progress import say
 
-            say(f"state: {given:,} task(s) of {len(tasks):,} given back from the last run (their files the same)")
+            say(f"state: {given:,} task(s) of {len(tasks):,} given back from the last run (the bytes they read the same)")
         return out
 
     # ---- what the summary says --------------------------------------------------------------------------
@@ -594,7 +616,7 @@ class AuditState:
         """Each broker's ``since_last_run`` in ``summary`` (summary.json's): the last run compared with, the files'
         changes and the verdict's, in words; ``changed`` when the verdict moved or a file was rewritten."""
         summary["state"] = {"path": self.shown, "used": self.output is not None and self.previous is not None,
-                            "note": self.note}
+                            "note": self.note, "tasks_given_back": self.given_back}
         for broker in summary["brokers"]:
             b = self.brokers.get(broker["name"])
             if b is None:
@@ -639,8 +661,12 @@ class AuditState:
                 with parts.child(f"{key}.arrow").open_input() as f:
                     out_write(out_join(staging, "brokers", folder, PARTS, f"{key}.arrow"), f.read())
             made = staging.child("brokers").child(folder).child(PARTS)
-            kept = sorted(k for k in self.kept.get(b.name, set()) | self.recorded.get(b.name, set())
-                          if made.child(f"{k}.arrow").exists())  # a task that failed kept nothing
+            was = _parts_of(b.previous)
+            kept = {k: was.get(k) for k in sorted(self.kept.get(b.name, ()))}
+            for k in sorted(self.recorded.get(b.name, ())):
+                reach = _part_reach(made.child(f"{k}.arrow"))
+                if reach != -1:  # a task that failed kept nothing
+                    kept[k] = reach
             brokers[b.name] = {"folder": folder, "root": broker["path"], "run_id": summary["run_id"],
                                "run_time": summary["run_time"], "verdict": _kept_verdict(broker["verdict"]),
                                "parts": kept}
@@ -652,7 +678,7 @@ class AuditState:
                 del brokers[name]
                 continue
             write_parquet_file(rows, out_join(staging, "brokers", entry["folder"], FILES_NAME))
-            brokers[name] = {**entry, "parts": []}  # its kept parts are not carried: its next audit makes them
+            brokers[name] = {**entry, "parts": {}}  # its kept parts are not carried: its next audit makes them
         out_write(out_join(staging, STATE_JSON), json.dumps({
             "format": FORMAT, "version": VERSION, "run_id": summary["run_id"], "run_time": summary["run_time"],
             "written": dt.datetime.now(dt.timezone.utc).isoformat(), "brokers": brokers}, indent=2, default=str))
@@ -673,6 +699,25 @@ def check_apart_from(path: fs.Location, others: list[fs.Location]) -> None:
         if mine == theirs or mine.startswith(theirs + "/") or theirs.startswith(mine + "/"):
             raise OutputError(f"state {fs.as_typed(path)} overlaps {fs.as_typed(other)}, which the run also "
                               "writes: give --state a folder of its own")
+
+
+def _parts_of(entry: dict | None) -> dict:
+    """A broker's kept parts in the last state: key -> how far into its file the part depends on the bytes (None:
+    to its end)."""
+    parts = (entry or {}).get("parts")
+    if not isinstance(parts, dict):
+        return {}
+    return {str(k): (v if isinstance(v, int) and not isinstance(v, bool) else None) for k, v in parts.items()}
+
+
+def _part_reach(loc: fs.Location) -> int | None:
+    """A part file's reach (None: to the file's end); -1 when there is no such part."""
+    if not loc.exists():
+        return -1
+    with loc.open_input() as f:
+        part = pa.ipc.open_stream(f.read()).read_all()
+    found = [n for k, n in zip(part.column("kind").to_pylist(), part.column("name").to_pylist()) if k == "reach"]
+    return int(found[0]) if found and found[0] else None
 
 
 def _warn(message: str) -> None:

@@ -20,7 +20,7 @@ import pyarrow as pa
 from store_format.commitlog import KIND_CORRUPT, KIND_MESSAGE, KIND_STOP, KINDS, SalvageSpan
 from store_format.fs import Location, ReadOnlyMap
 from store_format.recovery import forced_crc_stop
-from store_format.scan import SegmentEnds, read_range_walk, span_detail
+from store_format.scan import DEFAULT_MAX_RECORD_SIZE, SegmentEnds, read_range_walk, span_detail
 from decoding.kernels import CompiledFramer
 
 from .routes import ROUTES, SurveyInput
@@ -78,6 +78,16 @@ class SegmentSurvey:
         keeps its output and gives it back while the file's bytes are the same."""
         return self.loc, (self.broker, self.name, self.base, self.length, self.start, self.end, self.last,
                           self.check_crc, self.force_verify_prop_crc)
+
+    def reach(self, emitted: Emitter) -> int | None:
+        """How far into its file its walk's output may depend on the bytes (the next range's walk start, and a
+        largest record's bytes twice over, as a ranged read of it reads): a state gives its kept output back for a
+        file grown since, when the file's bytes up to here are the same.  None: the walk ran to the file's end."""
+        ranges = emitted.partials.get("survey.walk_ranges") or []
+        until = [u for t in ranges for u in t.column("until").to_pylist()]
+        if self.last or len(until) != 1 or until[0] is None:
+            return None
+        return until[0] + 2 * DEFAULT_MAX_RECORD_SIZE
 
     def run(self, out: Emitter) -> None:
         walk, handle, w0 = read_range_walk(self.loc, self.name, self.base, self.length, self.start, self.end,

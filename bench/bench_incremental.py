@@ -1,0 +1,123 @@
+"""Scheduled audits (issue 41): what an audit with ``--state`` costs after the store grew, against a full audit of
+the same store, in one warm local[2] session.
+
+    .venv/bin/python bench/bench_incremental.py [--mib 1024] [--append-mib 64] [--rounds 2]
+                                                [--cache /tmp/benchcache] [--results bench/results-incremental.json]
+
+The bench dump of --mib MiB (bench/dump.py) is copied, and its last --append-mib MiB of messages zeroed (cut at a
+message's start; later segments removed): the store as it was the night before.  That store is audited with a
+new state (untimed).  Then the messages are put back, as a broker appends them, and each round audits the grown
+store without the state (full) and with a copy of the night before's state (incremental), in turn.  Per run: the
+audit's own time (after the session starts: AuditResult.phases), its phases, and what the state gave back.
+Target (issue 41): the incremental audit at most 1/10 of the full one; the state at most 5% of the store's bytes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def cut_back(store: Path, original: Path, append: int) -> dict:
+    """``store`` (a copy of ``original``) as it was before its last ``append`` bytes of messages: zeroed from a
+    message's start, later segments removed.  Returns where it was cut."""
+    from bench.dump import segment_frames
+    from store_format.commitlog import list_segments
+
+    segments = list_segments(store / "commitlog")
+    ends = [(s, *segment_frames(s)) for s in segments]
+    total = sum(int(e.max(initial=0)) for _, _, e in ends)
+    keep = total - append
+    for s, starts, stops in ends:
+        data_end = int(stops.max(initial=0))
+        if keep >= data_end:
+            keep -= data_end
+            continue
+        cut = int(starts[starts >= keep].min()) if (starts >= keep).any() else data_end
+        if cut == 0 and s is not segments[0]:
+            os.unlink(s.path)
+        else:
+            with open(s.path, "r+b") as f:  # its end-of-file blank too: written when the segment filled
+                f.seek(cut)
+                f.write(bytes(os.path.getsize(s.path) - cut))
+        keep = -1  # every later segment goes
+        if cut:
+            where = {"segment": s.name, "file_position": cut, "bytes_cut": total - (s.base_offset + cut)}
+    return where
+
+
+def audit(spark, store: Path, out: Path, state: Path | None) -> dict:
+    from jobs.audit import job as audit_job
+
+    args = ["--store", f"b1={store}", "--out", str(out), "--no-report"]
+    if state is not None:
+        args += ["--state", str(state)]
+    t0 = time.perf_counter()
+    result = audit_job.run(spark, audit_job.build_parser().parse_args(args))
+    wall = time.perf_counter() - t0
+    summary = json.loads((out / "summary.json").read_text())
+    return {"seconds": round(wall, 2), "phases": {k: round(v, 2) for k, v in result.phases},
+            "exit": result.exit_code, "since_last_run": summary["brokers"][0].get("since_last_run")}
+
+
+def size_of(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mib", type=float, default=1024)
+    ap.add_argument("--append-mib", type=float, default=64)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--cache", default="/tmp/benchcache")
+    ap.add_argument("--results", default=str(REPO / "bench" / "results-incremental.json"))
+    args = ap.parse_args(argv)
+    from bench.dump import DumpSpec, ensure_dump
+    from runtime.session import build_session
+
+    meta = ensure_dump(DumpSpec(size_mib=args.mib, cover=True), Path(args.cache))
+    work = Path(tempfile.mkdtemp(prefix="bench-incremental-"))
+    try:
+        store = work / "store"
+        shutil.copytree(meta["store"], store)
+        where = cut_back(store, Path(meta["store"]), int(args.append_mib * (1 << 20)))
+        spark = build_session("bench-incremental", master="local[2]")
+        night = work / "state-night"
+        audit(spark, store, work / "out-night", night)  # the night before: untimed
+        shutil.rmtree(store)
+        shutil.copytree(meta["store"], store)  # the messages appended since
+        runs = []
+        for r in range(args.rounds):
+            full = audit(spark, store, work / f"out-full-{r}", None)
+            state = work / f"state-{r}"
+            shutil.copytree(night, state)
+            inc = audit(spark, store, work / f"out-inc-{r}", state)
+            runs.append({"full": full, "incremental": inc, "ratio": round(inc["seconds"] / full["seconds"], 3)})
+            print(f"round {r + 1}: full {full['seconds']:.1f} s, incremental {inc['seconds']:.1f} s "
+                  f"({runs[-1]['ratio']:.2f}x)", file=sys.stderr)
+        best_full = min(x["full"]["seconds"] for x in runs)
+        best_inc = min(x["incremental"]["seconds"] for x in runs)
+        store_bytes = size_of(store)
+        result = {"command": "bench/bench_incremental.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                  "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load": os.getloadavg()[0],
+                  "dump": meta["spec"], "cut": where, "store_bytes": store_bytes, "state_bytes": size_of(night),
+                  "state_share": round(size_of(night) / store_bytes, 5), "runs": runs,
+                  "ratio": round(best_inc / best_full, 3), "target": 0.1}
+        Path(args.results).write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps({k: result[k] for k in ("ratio", "state_share", "load")}))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
