@@ -137,7 +137,12 @@ def test_a_folder_that_is_not_a_state_is_left_as_it_is(spark, tmp_path):
 
 def test_a_damaged_state_is_written_anew_another_version_or_store_left_alone(spark, tmp_path):
     store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
-    audit(spark, store, tmp_path / "out1", state)
+    first = audit(spark, store, tmp_path / "out1", state)
+    [part] = (state / "brokers").glob("*/parts/*.arrow")  # the segment's walk, kept
+    part.write_bytes(b"garbage")  # a damaged part: the task runs instead, no finding says otherwise
+    again = audit(spark, store, tmp_path / "out0", state)
+    assert again["summary"]["state"]["tasks_given_back"] == 1 and ids(again) == ids(first)
+    assert again["history"] == [] and again["exit"] == first["exit"]
     (state / "state.json").write_text("{ damaged")
     found = audit(spark, store, tmp_path / "out2", state)
     assert "is damaged" in found["summary"]["state"]["note"] and found["history"] == []

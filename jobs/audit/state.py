@@ -420,21 +420,30 @@ class Recorded:
 @dataclass
 class Replayed:
     """A task's output as the last run kept it (``part``, in the committed state): what the task would emit now,
-    its file's bytes being the same."""
+    its file's bytes being the same.  A part that cannot be read (a damaged state) is no finding: the task runs."""
 
-    broker: str
-    what: str
+    task: object
     part: fs.Location
     kind = "kept by the last run"
 
+    @property
+    def broker(self) -> str:
+        return self.task.broker
+
     def describe(self) -> str:
-        return f"{self.what} (kept by the last run)"
+        return f"{self.task.describe()} (kept by the last run)"
 
     def cost(self) -> int:
         return 1
 
     def run(self, out: Emitter) -> None:
-        read_part(self.part, out)
+        mine = Emitter()
+        try:
+            read_part(self.part, mine)
+        except Exception:  # noqa: BLE001 - a damaged part: what the task itself emits instead
+            mine = Emitter()
+            self.task.run(mine)
+        out.merge(mine)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -584,6 +593,7 @@ class AuditState:
             return tasks
         out, given = [], 0
         held = {name: _parts_of(b.previous) for name, b in self.brokers.items()}
+        looks = {name: {x.row["path"]: x for x in b.looks} for name, b in self.brokers.items()}
         for task in tasks:
             b = self.brokers.get(task.broker)
             if b is None or not hasattr(task, "kept_by"):
@@ -593,12 +603,13 @@ class AuditState:
             rel = "/".join(fs.as_path(loc).parts[len(self.roots[b.name]):])
             key = hashlib.sha256(repr((code_digest(), rel, facts)).encode()).hexdigest()[:32]
             folder = self.loc.child("brokers").child(_folder_of(b.name)).child(PARTS)
-            look = next((x for x in b.looks if x.row["path"] == rel), None)
+            look = looks[b.name].get(rel)
             reach = held[b.name].get(key, -1)  # -1: not held
             if look is not None and reach != -1 and (look.change == "same" or look.change == "grown" and reach
-                                                     is not None and reach <= look.was_written):
+                                                     is not None and reach <= look.was_written) \
+                    and folder.child(f"{key}.arrow").exists():
                 self.kept.setdefault(b.name, set()).add(key)
-                out.append(Replayed(task.broker, task.describe(), folder.child(f"{key}.arrow")))
+                out.append(Replayed(task, folder.child(f"{key}.arrow")))
                 given += 1
             else:
                 self.recorded.setdefault(b.name, set()).add(key)
@@ -608,7 +619,8 @@ class AuditState:
         if given:
             from runtime.progress import say
 
-            say(f"state: {given:,} task(s) of {len(tasks):,} given back from the last run (the bytes they read the same)")
+            say(f"state: {given:,} task(s) of {len(tasks):,} given back from the last run (the bytes they read the "
+                "same)")
         return out
 
     # ---- what the summary says --------------------------------------------------------------------------
@@ -658,8 +670,11 @@ class AuditState:
                                                                                   FILES_NAME))
             parts = self.loc.child("brokers").child(folder).child(PARTS)
             for key in sorted(self.kept.get(b.name, ())):  # given back: kept again for the next run
-                with parts.child(f"{key}.arrow").open_input() as f:
-                    out_write(out_join(staging, "brokers", folder, PARTS, f"{key}.arrow"), f.read())
+                try:
+                    with parts.child(f"{key}.arrow").open_input() as f:
+                        out_write(out_join(staging, "brokers", folder, PARTS, f"{key}.arrow"), f.read())
+                except (OSError, fs.UnreadableError):  # gone meanwhile: the next run makes it again
+                    self.kept[b.name].discard(key)
             made = staging.child("brokers").child(folder).child(PARTS)
             was = _parts_of(b.previous)
             kept = {k: was.get(k) for k in sorted(self.kept.get(b.name, ()))}
