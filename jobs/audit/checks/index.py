@@ -447,15 +447,25 @@ def _keys_unverifiable(ctx):
 
 
 def _outside(ctx):
+    """Each loose entry as a finding, past the log's data end or pointing at no message, in the entries' order: made
+    column-wise (a crash that left the index ahead of the log leaves hundreds of thousands of them)."""
     loose = listed_only(ctx.plans, ctx.partial("index.loose", LOOSE))  # not into segments left unread
-    out = []
-    for r in loose.to_pylist():
-        end = ctx.data_end.get(r["broker"])
-        past = end is None or r["physical_offset"] >= end
-        out.append(finding_rows("index.entry_past_end" if past else "index.entry_not_a_message", [dict(
-            broker=r["broker"], file=r["file"], physical_offset=r["physical_offset"],
-            values={"entry": r["entry"], "data_end": end}, details={"entry": r["entry"], "key_hash": r["key_hash"]})]))
-    return concat_findings(out)
+    if not loose.num_rows:
+        return concat_findings([])
+    ends = pa.array([ctx.data_end.get(b) for b in loose.column("broker").to_pylist()], pa.int64())
+    past = pc.fill_null(pc.greater_equal(loose.column("physical_offset"), ends), True).to_numpy(zero_copy_only=False)
+    parts, order = [], []
+    for check_id, rows in (("index.entry_past_end", np.flatnonzero(past)),
+                           ("index.entry_not_a_message", np.flatnonzero(~past))):
+        if not len(rows):
+            continue
+        t, at = loose.take(rows), pa.array(rows, pa.int64())
+        parts.append(finding_table(check_id, len(rows), broker=t.column("broker"), file=t.column("file"),
+                                   physical_offset=t.column("physical_offset"),
+                                   values={"entry": t.column("entry"), "data_end": ends.take(at)},
+                                   details={"entry": t.column("entry"), "key_hash": t.column("key_hash")}))
+        order.append(rows)
+    return pa.concat_tables(parts).take(pa.array(np.argsort(np.concatenate(order), kind="stable"), pa.int64()))
 
 
 FAMILY = Family(
