@@ -338,3 +338,13 @@ def test_a_5x_store_with_timers_grown_in_steps_audits_with_the_state_as_without(
     said = _grow(spark, tmp_path, writer, [lambda: send(250), step2, lambda: send(150)])
     assert said[1]["brokers"][0]["since_last_run"]["files"]["grown"] >= 1
     writer.close()
+
+
+def test_kept_parts_travel_through_spark_jobs(spark, tmp_path):
+    """--executor spark: the survey's tasks run in Python workers, which write their kept parts into the state's
+    staging and read the last run's back through the fs seam, as on a cluster."""
+    store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
+    first = audit(spark, store, tmp_path / "out1", state, "--executor", "spark")
+    second = audit(spark, store, tmp_path / "out2", state, "--executor", "spark")
+    assert second["summary"]["state"]["tasks_given_back"] == 1 and ids(second) == ids(first)
+    assert len(list((state / "brokers").glob("*/parts/*.arrow"))) == 1
