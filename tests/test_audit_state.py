@@ -129,6 +129,12 @@ def test_a_folder_that_is_not_a_state_is_left_as_it_is(spark, tmp_path):
     assert found["exit"] == 0 and tree_state(foreign) == before
     note = found["summary"]["state"]
     assert note["used"] is False and "is not an audit state" in note["note"]
+    table = tmp_path / "delta"  # a Delta table of something else
+    (table / "_delta_log").mkdir(parents=True)
+    (table / "_delta_log" / "00000000000000000000.json").write_text('{"protocol":{"minReaderVersion":1}}\n')
+    before = tree_state(table)
+    found = audit(spark, store, tmp_path / "out-delta", table)
+    assert tree_state(table) == before and "is not an audit state" in found["summary"]["state"]["note"]
     # an audit's output given as the state: this suite's folder, but no state: left as it is too
     out_before = tree_state(tmp_path / "out")
     again = audit(spark, store, tmp_path / "out2", tmp_path / "out")
@@ -148,6 +154,11 @@ def test_a_damaged_state_is_written_anew_another_version_or_store_left_alone(spa
     assert "is damaged" in found["summary"]["state"]["note"] and found["history"] == []
     assert json.loads((state / "state.json").read_text())["run_id"] == found["summary"]["run_id"]
 
+    data = json.loads((state / "state.json").read_text())
+    (state / "state.json").write_text(json.dumps({**data, "run_time": "2999-01-01T00:00:00+00:00"}))
+    ahead = audit(spark, store, tmp_path / "out-clock", state)  # a clock gone backwards: said, compared all the same
+    assert "clock gone backwards" in ahead["summary"]["state"]["note"] and ahead["summary"]["state"]["used"]
+    assert ahead["history"] == [] and ids(ahead) == ids(found)
     data = json.loads((state / "state.json").read_text())
     (state / "state.json").write_text(json.dumps({**data, "version": 99}))
     before = tree_state(state)

@@ -512,7 +512,12 @@ class AuditState:
         if data is None:
             _warn(f"{why or f'no state in {shown} yet'}: nothing is compared this run; the state is written for the "
                   "next one")
-        return cls(loc, output, data, None if data is not None else why or "no state yet")
+        note = None if data is not None else why or "no state yet"
+        later = _later_than_now(data)
+        if later:  # nothing is decided by the clock (files are compared by their bytes): said, and the run goes on
+            note = f"the state was written at {later}, after this run started: a clock gone backwards"
+            _warn(f"{note}; the files are compared by their bytes all the same")
+        return cls(loc, output, data, note)
 
     @classmethod
     def _unused(cls, loc: fs.Location, why: str, claimed: Output | None = None) -> "AuditState":
@@ -733,6 +738,17 @@ def _part_reach(loc: fs.Location) -> int | None:
         part = pa.ipc.open_stream(f.read()).read_all()
     found = [n for k, n in zip(part.column("kind").to_pylist(), part.column("name").to_pylist()) if k == "reach"]
     return int(found[0]) if found and found[0] else None
+
+
+def _later_than_now(data: dict | None) -> str | None:
+    """The state's run time when it lies after now (a clock gone backwards, here or where it was written)."""
+    try:
+        when = dt.datetime.fromisoformat(str((data or {}).get("run_time")))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.isoformat() if when > dt.datetime.now(dt.timezone.utc) else None
 
 
 def _warn(message: str) -> None:
