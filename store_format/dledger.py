@@ -41,7 +41,6 @@ CHECKPOINT_FILE = "checkpoint"  # DLedgerMmapFileStore.CHECK_POINT_FILE
 TERM_FILE = "currterm"  # MemberState.TERM_PERSIST_FILE
 
 
-
 def appended_file(parts: tuple[str, ...]) -> bool:
     """Whether the file at ``parts`` below a store root is one of DLedger's entry or index files (MmapFileList:
     only ever appended to, a tail truncated only by DLedger's own recovery)."""

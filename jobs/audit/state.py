@@ -639,7 +639,9 @@ class AuditState:
             if b is None:
                 continue
             was = b.previous or {}
-            changes = verdict_changes(was.get("verdict"), broker["verdict"]) if b.previous is not None else []
+            same_checks = was.get("checks") in (None, summary.get("checks"))  # a narrower --checks finds less
+            changes = verdict_changes(was.get("verdict"), broker["verdict"]) \
+                if b.previous is not None and same_checks else []
             files = b.files()
             if files["rewritten"]:
                 changes.append(f"{files['rewritten']:,} file(s) rewritten since the last run: "
@@ -688,8 +690,8 @@ class AuditState:
                 if reach != -1:  # a task that failed kept nothing
                     kept[k] = reach
             brokers[b.name] = {"folder": folder, "root": broker["path"], "run_id": summary["run_id"],
-                               "run_time": summary["run_time"], "verdict": _kept_verdict(broker["verdict"]),
-                               "parts": kept}
+                               "run_time": summary["run_time"], "checks": summary.get("checks"),
+                               "verdict": _kept_verdict(broker["verdict"]), "parts": kept}
         for name, entry in list(brokers.items()):  # the state's brokers this run did not audit: kept as they were
             if name in self.brokers:
                 continue
