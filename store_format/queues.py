@@ -108,7 +108,12 @@ class QueueFile:
         return self.first_unit
 
     def cq_file(self):
-        """The file as store_format.consumequeue's readers take it (a ``file`` queue's, :attr:`loaded`)."""
+        """The file as store_format.consumequeue's readers take it (a ``file`` queue's, :attr:`loaded`): made once
+        (the survey's read and its queue's recovery both take it; its path is a Path or a fs.StorePath)."""
+        return self._cq_file
+
+    @cached_property
+    def _cq_file(self):
         from .consumequeue import CQFile
 
         return CQFile(self.topic, self.queue_id, self.loc.as_path(), self.file.base_offset, self.length)
@@ -221,6 +226,42 @@ def _file_units(f: QueueFile) -> Units:
                  u.truncated, UNIT_KINDS, ext_offset=u.ext_offset, ext_found=u.ext_found, recovery=u.recovery())
 
 
+@dataclass
+class ManyUnits:
+    """Many files' units read at once (:attr:`Backend.files_units`): each file's :class:`Units` (``files``, as
+    :meth:`QueueFile.units` gives them), and every file's in turn as one (``group``, ``counts`` units a file)."""
+
+    files: list
+    group: Units
+    counts: "np.ndarray"
+
+
+def many_units(files: list[QueueFile]) -> ManyUnits | None:
+    """The units of ``files`` (each loaded) read at once by their backend; None when their backends differ or
+    theirs reads a file at a time (then :meth:`QueueFile.units` each)."""
+    backends = {f.backend for f in files}
+    if len(backends) != 1 or next(iter(backends)).files_units is None:
+        return None
+    return next(iter(backends)).files_units(files)
+
+
+def _file_units_many(files: list[QueueFile]) -> ManyUnits:
+    """:func:`_file_units` of each file, decoded as one (store_format.consumequeue.read_unit_arrays_many)."""
+    from .consumequeue import UNIT_KINDS, read_unit_arrays_many, recoveries
+
+    each, g = read_unit_arrays_many([f.cq_file() for f in files])
+    counts = np.fromiter((len(u.kind) for u in each), np.int64, len(each))
+    found = recoveries(g, counts, np.fromiter((u.whole for u in each), np.int64, len(each)))
+    valid = g.kind == 0
+    starts = (np.cumsum(counts) - counts).tolist()
+    units = [Units(u.queue_offset, u.physical_offset, u.size, u.tags_code, u.kind, valid[a:a + len(u.kind)],
+                   u.file_position, u.truncated, UNIT_KINDS, ext_offset=u.ext_offset, ext_found=u.ext_found,
+                   recovery=r) for u, a, r in zip(each, starts, found)]
+    group = Units(g.queue_offset, g.physical_offset, g.size, g.tags_code, g.kind, valid, g.file_position, None,
+                  UNIT_KINDS, ext_offset=g.ext_offset, ext_found=g.ext_found)
+    return ManyUnits(units, group, counts)
+
+
 def _batch_units(f: QueueFile) -> Units:
     from .batchcq import KIND_ENTRY, UNIT_KINDS, read_batch_unit_arrays
 
@@ -321,6 +362,8 @@ class Backend:
     # many files' windows read at once: ([(location, first, end)]) -> (``window``'s columns of every window's units
     # in turn, each window's unit count); None: a file at a time
     windows: Callable | None = None
+    # many files' units read at once: ([QueueFile], each loaded) -> ManyUnits; None: a file at a time
+    files_units: Callable | None = None
 
     def __repr__(self) -> str:  # a plan's files are printed in errors; the functions say nothing there
         return f"Backend({self.name})"
@@ -346,7 +389,8 @@ BATCH_UNIT_VIEW = (("topic", "string"), ("queue_id", "int32"), ("msg_base_offset
                    ("store_timestamp", "int64"), ("file", "string"), ("file_position", "int64"))
 
 FILE = Backend("file", "consumequeue", L.CQ_STORE_UNIT_SIZE, "4.x", "mappedFileSizeConsumeQueue", L.QUEUE_TYPE_SIMPLE,
-               QueueFile.cq_file, _file_units, _file_window, _file_recover, view=UNIT_VIEW, windows=_file_windows)
+               QueueFile.cq_file, _file_units, _file_window, _file_recover, view=UNIT_VIEW, windows=_file_windows,
+               files_units=_file_units_many)
 BATCH = Backend("batch", L.BATCH_CQ_DIR, L.BATCH_CQ_UNIT.width, "5.x", "mapperFileSizeBatchConsumeQueue",
                 L.QUEUE_TYPE_BATCH, _batch_file_of, _batch_units, _batch_window, view=BATCH_UNIT_VIEW, dense=False)
 
@@ -811,6 +855,6 @@ class Queue:
 
 
 __all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "COMPACTION", "BACKENDS", "BY_NAME",
-           "BY_FOLDER", "backends_of", "list_queue_files", "group_queues", "read_once", "queue_files_by_key",
+           "BY_FOLDER", "ManyUnits", "many_units", "backends_of", "list_queue_files", "group_queues", "read_once", "queue_files_by_key",
            "dispatch_end", "queue_stores", "DatabaseState", "preferred", "shared_queues", "unit_columns",
            "disagreements", "Dispatch", "holds_copies", "ROUTED_FOLDERS", "UNIT_VIEW", "BATCH_UNIT_VIEW"]
