@@ -511,11 +511,12 @@ class FileRecovery:
 class QueueUnits:
     """Each file's units of one queue, read on demand and once: numpy physical offsets, sizes and written flags of
     the units up to the last written one (the rest are zeros), and the file's count of whole units.  ``known``:
-    files' :class:`FileRecovery` already computed by whoever read them (the audit's survey), by file index."""
+    files' :class:`FileRecovery` already computed by whoever read them (the audit's survey), by file index;
+    ``read``: files' units already read (as :meth:`__call__` gives them), by file index."""
 
-    def __init__(self, files, known: dict | None = None):
+    def __init__(self, files, known: dict | None = None, read: dict | None = None):
         self.files = files
-        self._cache = {}
+        self._cache = dict(read or {})  # by file index: what __call__ gives, from units its caller read
         self._known = known or {}
 
     def __call__(self, i: int):

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import os
 import stat
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable
@@ -123,8 +125,10 @@ class QueueFile:
         return self.backend.file_of(self)
 
     def units(self) -> "Units":
-        """Every unit of the file up to its last written one, in bulk (:class:`Units`)."""
-        return self.backend.file_units(self)
+        """Every unit of the file up to its last written one, in bulk (:class:`Units`; inside :func:`read_once`, read
+        with its group's)."""
+        known = _units_read_at_once(self)
+        return known if known is not None else self.backend.file_units(self)
 
 
 def list_queue_files(where, backends: tuple["Backend", ...] | None = None, limit=None) -> list[QueueFile]:
@@ -164,13 +168,21 @@ def group_queues(files: list[QueueFile]) -> list["Queue"]:
     return out
 
 
-def read_once():
+@contextmanager
+def read_once(files: list = ()):
     """A context within which (in this thread) each queue file is read once by all the readers of its units (a
     ``file`` queue's: store_format.consumequeue.read_once; the other backends' readers read as before): one task's
-    readers of the same files share the reads."""
+    readers of the same files share the reads.  ``files``: a task's group of queue files, whose units are read
+    together (:func:`many_units`) the first time a reader asks for one of them (:meth:`QueueFile.units`,
+    :meth:`Queue.unit_reader`)."""
     from .consumequeue import read_once as file_reads_once
 
-    return file_reads_once()
+    with file_reads_once():
+        token = _READ_AT_ONCE.set(_ReadAtOnce(files))
+        try:
+            yield
+        finally:
+            _READ_AT_ONCE.reset(token)
 
 
 def queue_files_by_key(files: list[QueueFile]) -> dict[tuple[str, int], list]:
@@ -236,13 +248,47 @@ class ManyUnits:
     counts: "np.ndarray"
 
 
+#: the most bytes (QueueFile.stored_bytes) of files :func:`many_units` reads at once: their units are held together
+#: (a broker's thousands of small queues fill a task's group with a few KB each; a group of large files is read a
+#: file at a time, as before, each file's fixed cost then small beside its units)
+MANY_BYTES = 8 << 20
+
+
 def many_units(files: list[QueueFile]) -> ManyUnits | None:
-    """The units of ``files`` (each loaded) read at once by their backend; None when their backends differ or
-    theirs reads a file at a time (then :meth:`QueueFile.units` each)."""
+    """The units of ``files`` (each loaded) read at once by their backend; None when their backends differ, theirs
+    reads a file at a time, or they hold more than :data:`MANY_BYTES` (then :meth:`QueueFile.units` each)."""
     backends = {f.backend for f in files}
-    if len(backends) != 1 or next(iter(backends)).files_units is None:
+    if len(backends) != 1 or next(iter(backends)).files_units is None \
+            or sum(f.stored_bytes for f in files) > MANY_BYTES:
         return None
     return next(iter(backends)).files_units(files)
+
+
+class _ReadAtOnce:
+    """The files of a :func:`read_once` whose units are read together, the first time one of them is asked for."""
+
+    def __init__(self, files):
+        self.files = [f for f in files if isinstance(f, QueueFile) and f.loaded]
+        self.ids = {id(f) for f in self.files}
+        self.units: dict | None = None
+
+    def of(self, f: QueueFile) -> Units | None:
+        if id(f) not in self.ids:
+            return None
+        if self.units is None:
+            many = many_units(self.files)
+            self.units = {} if many is None else dict(zip(map(id, self.files), many.files))
+        return self.units.get(id(f))
+
+
+_READ_AT_ONCE: ContextVar[_ReadAtOnce | None] = ContextVar("queues_read_at_once", default=None)
+
+
+def _units_read_at_once(f: QueueFile) -> Units | None:
+    """``f``'s units from the group of the :func:`read_once` it is in, None when it is in none or its group is read
+    a file at a time."""
+    group = _READ_AT_ONCE.get()
+    return None if group is None else group.of(f)
 
 
 def _file_units_many(files: list[QueueFile]) -> ManyUnits:
@@ -849,12 +895,18 @@ class Queue:
         """A ``file`` queue's store_format.consumequeue.QueueUnits over :attr:`reader_files` (each file read once
         for :meth:`recover` and store_format.recovery.finish_queue); ``known``: {file index: FileRecovery} of
         files already read.  None for the other backends."""
-        from .consumequeue import QueueUnits
+        from .consumequeue import UNIT_KINDS, QueueUnits
 
-        return QueueUnits(self.reader_files, known) if self.backend is FILE else None
+        if self.backend is not FILE:
+            return None
+        read = {i: u for i, u in enumerate(map(_units_read_at_once, self.files)) if u is not None}
+        zero = UNIT_KINDS.index("zero")
+        return QueueUnits(self.reader_files, {**{i: u.recovery for i, u in read.items()}, **(known or {})},
+                          {i: (u.physical_offset, u.size.astype(np.int64), u.kind != zero, u.recovery.whole)
+                           for i, u in read.items()})
 
 
 __all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "COMPACTION", "BACKENDS", "BY_NAME",
-           "BY_FOLDER", "ManyUnits", "many_units", "backends_of", "list_queue_files", "group_queues", "read_once", "queue_files_by_key",
+           "BY_FOLDER", "ManyUnits", "many_units", "MANY_BYTES", "backends_of", "list_queue_files", "group_queues", "read_once", "queue_files_by_key",
            "dispatch_end", "queue_stores", "DatabaseState", "preferred", "shared_queues", "unit_columns",
            "disagreements", "Dispatch", "holds_copies", "ROUTED_FOLDERS", "UNIT_VIEW", "BATCH_UNIT_VIEW"]

@@ -20,6 +20,7 @@ from jobs.audit.routes import QUEUE_ROUTES, ROUTES, SurveyInput, _survey_queue_f
 from runtime.stores import resolve_stores
 from store_format import layout as L
 from store_format.consumequeue import read_unit_arrays, read_unit_arrays_many
+from store_format import queues
 from store_format.queues import FILE, many_units
 
 from .conftest import FIXTURES, FIXTURES_5X
@@ -84,8 +85,15 @@ def _same_arrays(x, y, where: str) -> None:
             assert a == b, (where, name, a, b)
 
 
+@pytest.fixture
+def unbounded(monkeypatch):
+    """Every group read at once, whatever it holds (the bound is memory's, not the answer's: the generated stores'
+    files are not sparse, so each counts its whole 6 MB)."""
+    monkeypatch.setattr(queues, "MANY_BYTES", 1 << 50)
+
+
 @pytest.mark.parametrize("name", list(STORES))
-def test_many_files_read_as_one_give_each_file_s_units(tmp_path, name):
+def test_many_files_read_as_one_give_each_file_s_units(tmp_path, unbounded, name):
     plan = _plan(STORES[name](tmp_path))
     files = [f for f in plan.queue_files if f.loaded and f.backend is FILE]
     if not files:
@@ -104,7 +112,7 @@ def test_many_files_read_as_one_give_each_file_s_units(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", list(STORES))
-def test_a_survey_group_computed_at_once_is_each_file_s_survey(tmp_path, name):
+def test_a_survey_group_computed_at_once_is_each_file_s_survey(tmp_path, unbounded, name):
     plan = _plan(STORES[name](tmp_path))
     given = SurveyInput(plan.name, plan.shift, plan.commitlog_end)
     compared = 0
@@ -128,7 +136,19 @@ def test_a_survey_group_computed_at_once_is_each_file_s_survey(tmp_path, name):
         assert compared, "no group was surveyed at once"
 
 
-def test_the_survey_task_emits_the_same_either_way(tmp_path):
+def test_files_holding_more_than_the_bound_are_read_one_by_one(tmp_path, monkeypatch):
+    plan = _plan(FIXTURES / "basic" / "store")
+    files = [f for f in plan.queue_files if f.loaded and f.backend is FILE]
+    held = sum(f.stored_bytes for f in files)
+    monkeypatch.setattr(queues, "MANY_BYTES", held)
+    assert many_units(files) is not None
+    monkeypatch.setattr(queues, "MANY_BYTES", held - 1)
+    assert many_units(files) is None
+    given = SurveyInput(plan.name, plan.shift, plan.commitlog_end)
+    assert _survey_queue_files(given, files) is None
+
+
+def test_the_survey_task_emits_the_same_either_way(tmp_path, unbounded):
     """A whole RouteSurvey task (its hooks and the queues' recovery starts included) emits the same partial tables
     whether its route surveys the group at once or a file at a time."""
     import dataclasses
@@ -168,3 +188,53 @@ def test_the_survey_task_emits_the_same_either_way(tmp_path):
         assert at_once[1].keys() == one_by_one[1].keys()
         for k in at_once[1]:
             assert at_once[1][k].equals(one_by_one[1][k]), k
+
+
+def _emitted(task, *, bound: int, monkeypatch) -> dict:
+    """What ``task`` emits (findings, partial and spilled tables) with the group bound set to ``bound``."""
+    from jobs.audit.tasks import Emitter
+
+    monkeypatch.setattr(queues, "MANY_BYTES", bound)
+    out = Emitter()
+    task.run(out)
+    got = {"findings": pa.concat_tables(out.findings) if out.findings else None}
+    for kind, tables in (("partial", out.partials), ("spilled", out.spilled)):
+        got.update({f"{kind}:{k}": pa.concat_tables(v) for k, v in tables.items()})
+    return got
+
+
+@pytest.mark.parametrize("name", ["4.9.7-basic", "4.9.7-recovered-zero-page", "5.3.3-v5-lmq", "ext", "damaged-8k",
+                                  "hostile-units"])
+def test_a_file_task_reading_its_group_at_once_emits_what_reading_each_file_does(tmp_path, monkeypatch, name):
+    """A FileScan task over a group of queue files (the families' in_files hooks: corrupt units, ConsumeQueueExt,
+    what recovery drops of each queue) emits the same whether its files' units are read together
+    (store_format.queues.read_once with its files) or a file at a time."""
+    from jobs.audit import checks
+    from jobs.audit.checks import load_all
+    from jobs.audit.context import AuditContext, AuditOptions
+    from jobs.audit.plan import plan_segments
+    from jobs.audit.scan import FileScan, scan_tasks
+    from jobs.audit.survey import survey_tasks
+    from jobs.audit.tasks import RunInfo, _run_in_driver
+    from store_format.fs import resolve
+
+    (ref,) = resolve_stores([str(STORES[name](tmp_path))])
+    load_all()
+    families = checks.selected(tuple(checks.FAMILIES))
+    plans = {ref.name: plan_broker(ref)}
+    families = [f for f in families if f.applies is None or f.applies(plans[ref.name])]
+    ctx = AuditContext(None, [ref], plans, AuditOptions(families=tuple(f.name for f in families)), families)
+    segments = plan_segments(plans, 2, None, False)
+    (tmp_path / "partials").mkdir()
+    ctx.survey = _run_in_driver(survey_tasks(ctx, segments), 1, RunInfo(None, partials_dir=resolve(
+        str(tmp_path / "partials"))), None)
+    ctx.predict_recovery()
+    tasks = [t for t in scan_tasks(ctx, segments) if isinstance(t, FileScan)
+             and t.route in {r.name for r in QUEUE_ROUTES}]
+    assert tasks
+    for t in tasks:
+        at_once = _emitted(t, bound=1 << 50, monkeypatch=monkeypatch)
+        one_by_one = _emitted(t, bound=-1, monkeypatch=monkeypatch)
+        assert at_once.keys() == one_by_one.keys(), t.describe()
+        for k, v in at_once.items():
+            assert (v is None and one_by_one[k] is None) or v.equals(one_by_one[k]), (t.describe(), k)

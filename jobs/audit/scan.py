@@ -601,7 +601,7 @@ class FileScan:
         return sum(ROUTES[self.route].scan_cost(f) for f in self.files)
 
     def run(self, out: Emitter) -> None:
-        with read_once():  # the families' hooks read the same files: each read once for them all
+        with read_once(self.files):  # the families' hooks read the same files: read once, together, for them all
             for family in self.facts.families:
                 hook = family.in_files.get(self.route)
                 if hook is not None:
