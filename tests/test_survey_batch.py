@@ -238,3 +238,30 @@ def test_a_file_task_reading_its_group_at_once_emits_what_reading_each_file_does
         assert at_once.keys() == one_by_one.keys(), t.describe()
         for k, v in at_once.items():
             assert (v is None and one_by_one[k] is None) or v.equals(one_by_one[k]), (t.describe(), k)
+
+
+@pytest.mark.parametrize("name", ["4.9.7-basic", "5.3.3-v5-lmq", "damaged-8k"])
+def test_many_files_buckets_answer_each_file_s(tmp_path, name):
+    """A range asks every routed file's buckets at once (jobs.audit.plan.ManyBuckets): for every span of buckets,
+    the files with entries there and their row hulls are each file's own (Buckets.rows_for), in the files' order."""
+    from jobs.audit.plan import Buckets, ManyBuckets
+    from jobs.audit.routes import buckets_of_row
+
+    plan = _plan(STORES[name](tmp_path))
+    given = SurveyInput(plan.name, plan.shift, plan.commitlog_end)
+    each = [buckets_of_row(row) for row, _ in (_survey_queue_file(given, f) for f in plan.queue_files if f.loaded)
+            if row is not None]
+    rng = np.random.default_rng(7)  # and files of random buckets, some empty
+    for _ in range(40):
+        b = np.unique(rng.integers(-1, 12, rng.integers(0, 6)))
+        first = rng.integers(0, 50, len(b))
+        each.append(Buckets(b.astype(np.int64), first, first + rng.integers(0, 9, len(b))))
+    many = ManyBuckets.of(each)
+    top = int(max((b.buckets.max() for b in each if len(b.buckets)), default=0)) + 1
+    for lo in range(-1, top + 1):
+        for hi in sorted({lo, lo + 1, lo + 3, top}):
+            files, first, end = many.rows_for(lo, hi)
+            want = [(i, r) for i, r in enumerate(b.rows_for(lo, hi) for b in each) if r is not None]
+            assert files.tolist() == [i for i, _ in want], (lo, hi)
+            assert list(zip(first.tolist(), end.tolist())) == [r for _, r in want], (lo, hi)
+    assert ManyBuckets.of([]).rows_for(-1, 10)[0].tolist() == []
