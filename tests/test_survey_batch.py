@@ -265,3 +265,28 @@ def test_many_files_buckets_answer_each_file_s(tmp_path, name):
             assert files.tolist() == [i for i, _ in want], (lo, hi)
             assert list(zip(first.tolist(), end.tolist())) == [r for _, r in want], (lo, hi)
     assert ManyBuckets.of([]).rows_for(-1, 10)[0].tolist() == []
+
+
+@pytest.mark.parametrize("name", ["4.9.7-basic", "ext", "damaged-8k", "hostile-units"])
+def test_units_at_committed_offsets_read_at_once_are_each_file_s(tmp_path, name):
+    """The entry units at the committed offsets (jobs.audit.context: the lag's units) of many files read together
+    are what reading each file's span gives (_units_at), past a file's written units too."""
+    from jobs.audit.context import _units_at, _units_at_many
+
+    plan = _plan(STORES[name](tmp_path))
+    files = [f for f in plan.queue_files if f.loaded and f.backend.dense]
+    rng = np.random.default_rng(11)
+    wanted, row = [], 0
+    for f in files:
+        n = len(f.units().kind)
+        at = np.unique(rng.integers(0, n + 3, rng.integers(1, 6)))  # a few past its last written unit
+        wanted.append((f, at, np.arange(row, row + len(at))))
+        row += len(at)
+    rows, units = _units_at_many(wanted)
+    want = np.full(row, -2, np.int64)
+    for f, at, r in wanted:
+        want[r] = _units_at(f.loc, at, f.backend.window)
+    got = np.full(row, -2, np.int64)
+    got[rows] = units
+    assert np.array_equal(got, want)
+    assert (want >= 0).any() and (want == -1).any()
