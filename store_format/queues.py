@@ -907,6 +907,7 @@ class Queue:
 
 
 __all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "COMPACTION", "BACKENDS", "BY_NAME",
-           "BY_FOLDER", "ManyUnits", "many_units", "MANY_BYTES", "backends_of", "list_queue_files", "group_queues", "read_once", "queue_files_by_key",
+           "BY_FOLDER", "ManyUnits", "many_units", "MANY_BYTES", "backends_of", "list_queue_files", "group_queues",
+           "read_once", "queue_files_by_key",
            "dispatch_end", "queue_stores", "DatabaseState", "preferred", "shared_queues", "unit_columns",
            "disagreements", "Dispatch", "holds_copies", "ROUTED_FOLDERS", "UNIT_VIEW", "BATCH_UNIT_VIEW"]

@@ -165,7 +165,8 @@ def test_the_survey_task_emits_the_same_either_way(tmp_path, unbounded):
     families = checks.selected(tuple(checks.FAMILIES))
     plans = {ref.name: plan_broker(ref)}
     ctx = AuditContext(None, [ref], plans, AuditOptions(families=tuple(f.name for f in families)), families)
-    tasks = [t for t in survey_tasks(ctx, []) if isinstance(t, RouteSurvey) and t.route in {r.name for r in QUEUE_ROUTES}]
+    tasks = [t for t in survey_tasks(ctx, []) if isinstance(t, RouteSurvey)
+             and t.route in {r.name for r in QUEUE_ROUTES}]
     assert tasks
 
     def emitted(t):
