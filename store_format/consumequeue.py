@@ -176,6 +176,78 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
                       index * L.CQ_STORE_UNIT_SIZE, truncated, u.get("ext_offset"), u.get("ext_found"), whole_units)
 
 
+def read_unit_arrays_many(cq_files: list[CQFile]) -> tuple[list[UnitArrays], UnitArrays]:
+    """:func:`read_unit_arrays` of each of ``cq_files`` (the same arrays, file by file), decoded as one: every
+    file's written units joined and decoded in one pass, each file's arrays a slice of the group's (the second
+    value: every file's units in turn, ``truncated`` None, ``whole`` the sum), its :meth:`UnitArrays.recovery`
+    computed for all files at once (:func:`recoveries`).  A file whose slots hold ConsumeQueueExt addresses is read
+    again as :func:`read_unit_arrays` reads it (which resolves them).  A broker with 40,000 queues has a few units a
+    file: read a file at a time, a file's fixed cost (a dozen numpy calls) was most of its survey."""
+    import numpy as np
+
+    unit = L.CQ_STORE_UNIT_SIZE
+    reads = [written_units(f.path) for f in cq_files]  # in order: the first file that cannot be read raises
+    counts = np.fromiter((n for _, _, n, _ in reads), np.int64, len(reads))
+    wholes = np.fromiter((w for _, _, _, w in reads), np.int64, len(reads))
+    u = units_of(b"".join(memoryview(raw)[:n * unit] for raw, _, n, _ in reads))
+    starts = np.cumsum(counts) - counts
+    file_of = np.repeat(np.arange(len(reads), dtype=np.int64), counts)
+    index = np.arange(len(file_of), dtype=np.int64) - starts[file_of]
+    firsts = np.fromiter((f.first_queue_offset for f in cq_files), np.int64, len(reads))
+    group = UnitArrays(firsts[file_of] + index, u["physical_offset"], u["size"], u["tags_code"], u["kind"],
+                       index * unit, None, whole=int(wholes.sum()))
+    addressed = set(np.unique(file_of[u["tags_code"] <= L.CQ_EXT_MAX_ADDR]).tolist())
+    if addressed:  # the group's ext columns as the files' concatenated (a file without addresses: none)
+        group.ext_offset, group.ext_found = np.full(len(file_of), -1, np.int64), np.zeros(len(file_of), bool)
+    out = []
+    for i, (f, (raw, length, n, whole)) in enumerate(zip(cq_files, reads)):
+        a, b = int(starts[i]), int(starts[i] + n)
+        if i in addressed:
+            one = read_unit_arrays(f)
+            group.tags_code[a:b], group.ext_offset[a:b], group.ext_found[a:b] = \
+                one.tags_code, one.ext_offset, one.ext_found
+            out.append(one)
+            continue
+        truncated = None
+        if length % unit:
+            truncated = ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {length} is not a multiple of {unit}",
+                                          file=str(f.path), position=length - length % unit)
+        out.append(UnitArrays(group.queue_offset[a:b], group.physical_offset[a:b], group.size[a:b],
+                              group.tags_code[a:b], group.kind[a:b], group.file_position[a:b], truncated,
+                              whole=whole))
+    return out, group
+
+
+def recoveries(group: UnitArrays, counts: "np.ndarray", wholes: "np.ndarray") -> list["FileRecovery"]:
+    """:meth:`UnitArrays.recovery` of each file of a group (``group``: their units in turn, ``counts`` units and
+    ``wholes`` whole units each; :func:`read_unit_arrays_many`), computed for all of them at once."""
+    import numpy as np
+
+    counts = np.asarray(counts, np.int64)
+    starts = np.cumsum(counts) - counts
+    file_of = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    local = np.arange(len(file_of), dtype=np.int64) - starts[file_of]
+    size = group.size.astype(np.int64)
+    ok = (group.physical_offset >= 0) & (size > 0)
+    # per file, the first unit recovery refuses (its count when none): the least of each unit's index where
+    # refused, the file's count where not
+    stop = np.full(len(counts), 0, np.int64)
+    has = counts > 0
+    if has.any():
+        stop[has] = np.minimum.reduceat(np.where(ok, counts[file_of], local), starts[has])
+    stop = np.minimum(stop, counts)
+    last = starts + stop - 1
+    ends = np.where(stop > 0, group.physical_offset[np.maximum(last, 0)] + size[np.maximum(last, 0)], -1) \
+        if len(file_of) else np.full(len(counts), -1, np.int64)
+    at = np.minimum(starts + stop, max(len(file_of) - 1, 0))
+    written = group.kind != UNIT_KINDS.index("zero")
+    refused = (stop < counts) & written[at] if len(file_of) else np.zeros(len(counts), bool)
+    phys_at, size_at = group.physical_offset[at].tolist() if len(file_of) else [0] * len(counts), \
+        size[at].tolist() if len(file_of) else [0] * len(counts)
+    return [FileRecovery(k, e, (p, s) if r else None, w) for k, e, r, p, s, w in
+            zip(stop.tolist(), ends.tolist(), refused.tolist(), phys_at, size_at, wholes.tolist())]
+
+
 def written_units(path) -> tuple[bytes | bytearray, int, int, int]:
     """A consume-queue file's bytes of its whole units up to and including the last written one, its length, how
     many units those bytes hold and how many whole units the file has: its zero tail passed over without being
@@ -439,11 +511,12 @@ class FileRecovery:
 class QueueUnits:
     """Each file's units of one queue, read on demand and once: numpy physical offsets, sizes and written flags of
     the units up to the last written one (the rest are zeros), and the file's count of whole units.  ``known``:
-    files' :class:`FileRecovery` already computed by whoever read them (the audit's survey), by file index."""
+    files' :class:`FileRecovery` already computed by whoever read them (the audit's survey), by file index;
+    ``read``: files' units already read (as :meth:`__call__` gives them), by file index."""
 
-    def __init__(self, files, known: dict | None = None):
+    def __init__(self, files, known: dict | None = None, read: dict | None = None):
         self.files = files
-        self._cache = {}
+        self._cache = dict(read or {})  # by file index: what __call__ gives, from units its caller read
         self._known = known or {}
 
     def __call__(self, i: int):

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import os
 import stat
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable
@@ -108,7 +110,12 @@ class QueueFile:
         return self.first_unit
 
     def cq_file(self):
-        """The file as store_format.consumequeue's readers take it (a ``file`` queue's, :attr:`loaded`)."""
+        """The file as store_format.consumequeue's readers take it (a ``file`` queue's, :attr:`loaded`): made once
+        (the survey's read and its queue's recovery both take it; its path is a Path or a fs.StorePath)."""
+        return self._cq_file
+
+    @cached_property
+    def _cq_file(self):
         from .consumequeue import CQFile
 
         return CQFile(self.topic, self.queue_id, self.loc.as_path(), self.file.base_offset, self.length)
@@ -118,8 +125,10 @@ class QueueFile:
         return self.backend.file_of(self)
 
     def units(self) -> "Units":
-        """Every unit of the file up to its last written one, in bulk (:class:`Units`)."""
-        return self.backend.file_units(self)
+        """Every unit of the file up to its last written one, in bulk (:class:`Units`; inside :func:`read_once`, read
+        with its group's)."""
+        known = _units_read_at_once(self)
+        return known if known is not None else self.backend.file_units(self)
 
 
 def list_queue_files(where, backends: tuple["Backend", ...] | None = None, limit=None) -> list[QueueFile]:
@@ -159,13 +168,21 @@ def group_queues(files: list[QueueFile]) -> list["Queue"]:
     return out
 
 
-def read_once():
+@contextmanager
+def read_once(files: list = ()):
     """A context within which (in this thread) each queue file is read once by all the readers of its units (a
     ``file`` queue's: store_format.consumequeue.read_once; the other backends' readers read as before): one task's
-    readers of the same files share the reads."""
+    readers of the same files share the reads.  ``files``: a task's group of queue files, whose units are read
+    together (:func:`many_units`) the first time a reader asks for one of them (:meth:`QueueFile.units`,
+    :meth:`Queue.unit_reader`)."""
     from .consumequeue import read_once as file_reads_once
 
-    return file_reads_once()
+    with file_reads_once():
+        token = _READ_AT_ONCE.set(_ReadAtOnce(files))
+        try:
+            yield
+        finally:
+            _READ_AT_ONCE.reset(token)
 
 
 def queue_files_by_key(files: list[QueueFile]) -> dict[tuple[str, int], list]:
@@ -219,6 +236,76 @@ def _file_units(f: QueueFile) -> Units:
     u = read_unit_arrays(f.cq_file())
     return Units(u.queue_offset, u.physical_offset, u.size, u.tags_code, u.kind, u.kind == 0, u.file_position,
                  u.truncated, UNIT_KINDS, ext_offset=u.ext_offset, ext_found=u.ext_found, recovery=u.recovery())
+
+
+@dataclass
+class ManyUnits:
+    """Many files' units read at once (:attr:`Backend.files_units`): each file's :class:`Units` (``files``, as
+    :meth:`QueueFile.units` gives them), and every file's in turn as one (``group``, ``counts`` units a file)."""
+
+    files: list
+    group: Units
+    counts: "np.ndarray"
+
+
+#: the most bytes (QueueFile.stored_bytes) of files :func:`many_units` reads at once: their units are held together
+#: (a broker's thousands of small queues fill a task's group with a few KB each; a group of large files is read a
+#: file at a time, as before, each file's fixed cost then small beside its units)
+MANY_BYTES = 8 << 20
+
+
+def many_units(files: list[QueueFile]) -> ManyUnits | None:
+    """The units of ``files`` (each loaded) read at once by their backend; None when their backends differ, theirs
+    reads a file at a time, or they hold more than :data:`MANY_BYTES` (then :meth:`QueueFile.units` each)."""
+    backends = {f.backend for f in files}
+    if len(backends) != 1 or next(iter(backends)).files_units is None \
+            or sum(f.stored_bytes for f in files) > MANY_BYTES:
+        return None
+    return next(iter(backends)).files_units(files)
+
+
+class _ReadAtOnce:
+    """The files of a :func:`read_once` whose units are read together, the first time one of them is asked for."""
+
+    def __init__(self, files):
+        self.files = [f for f in files if isinstance(f, QueueFile) and f.loaded]
+        self.ids = {id(f) for f in self.files}
+        self.units: dict | None = None
+
+    def of(self, f: QueueFile) -> Units | None:
+        if id(f) not in self.ids:
+            return None
+        if self.units is None:
+            many = many_units(self.files)
+            self.units = {} if many is None else dict(zip(map(id, self.files), many.files))
+        return self.units.get(id(f))
+
+
+_READ_AT_ONCE: ContextVar[_ReadAtOnce | None] = ContextVar("queues_read_at_once", default=None)
+
+
+def _units_read_at_once(f: QueueFile) -> Units | None:
+    """``f``'s units from the group of the :func:`read_once` it is in, None when it is in none or its group is read
+    a file at a time."""
+    group = _READ_AT_ONCE.get()
+    return None if group is None else group.of(f)
+
+
+def _file_units_many(files: list[QueueFile]) -> ManyUnits:
+    """:func:`_file_units` of each file, decoded as one (store_format.consumequeue.read_unit_arrays_many)."""
+    from .consumequeue import UNIT_KINDS, read_unit_arrays_many, recoveries
+
+    each, g = read_unit_arrays_many([f.cq_file() for f in files])
+    counts = np.fromiter((len(u.kind) for u in each), np.int64, len(each))
+    found = recoveries(g, counts, np.fromiter((u.whole for u in each), np.int64, len(each)))
+    valid = g.kind == 0
+    starts = (np.cumsum(counts) - counts).tolist()
+    units = [Units(u.queue_offset, u.physical_offset, u.size, u.tags_code, u.kind, valid[a:a + len(u.kind)],
+                   u.file_position, u.truncated, UNIT_KINDS, ext_offset=u.ext_offset, ext_found=u.ext_found,
+                   recovery=r) for u, a, r in zip(each, starts, found)]
+    group = Units(g.queue_offset, g.physical_offset, g.size, g.tags_code, g.kind, valid, g.file_position, None,
+                  UNIT_KINDS, ext_offset=g.ext_offset, ext_found=g.ext_found)
+    return ManyUnits(units, group, counts)
 
 
 def _batch_units(f: QueueFile) -> Units:
@@ -321,6 +408,8 @@ class Backend:
     # many files' windows read at once: ([(location, first, end)]) -> (``window``'s columns of every window's units
     # in turn, each window's unit count); None: a file at a time
     windows: Callable | None = None
+    # many files' units read at once: ([QueueFile], each loaded) -> ManyUnits; None: a file at a time
+    files_units: Callable | None = None
 
     def __repr__(self) -> str:  # a plan's files are printed in errors; the functions say nothing there
         return f"Backend({self.name})"
@@ -346,7 +435,8 @@ BATCH_UNIT_VIEW = (("topic", "string"), ("queue_id", "int32"), ("msg_base_offset
                    ("store_timestamp", "int64"), ("file", "string"), ("file_position", "int64"))
 
 FILE = Backend("file", "consumequeue", L.CQ_STORE_UNIT_SIZE, "4.x", "mappedFileSizeConsumeQueue", L.QUEUE_TYPE_SIMPLE,
-               QueueFile.cq_file, _file_units, _file_window, _file_recover, view=UNIT_VIEW, windows=_file_windows)
+               QueueFile.cq_file, _file_units, _file_window, _file_recover, view=UNIT_VIEW, windows=_file_windows,
+               files_units=_file_units_many)
 BATCH = Backend("batch", L.BATCH_CQ_DIR, L.BATCH_CQ_UNIT.width, "5.x", "mapperFileSizeBatchConsumeQueue",
                 L.QUEUE_TYPE_BATCH, _batch_file_of, _batch_units, _batch_window, view=BATCH_UNIT_VIEW, dense=False)
 
@@ -805,12 +895,19 @@ class Queue:
         """A ``file`` queue's store_format.consumequeue.QueueUnits over :attr:`reader_files` (each file read once
         for :meth:`recover` and store_format.recovery.finish_queue); ``known``: {file index: FileRecovery} of
         files already read.  None for the other backends."""
-        from .consumequeue import QueueUnits
+        from .consumequeue import UNIT_KINDS, QueueUnits
 
-        return QueueUnits(self.reader_files, known) if self.backend is FILE else None
+        if self.backend is not FILE:
+            return None
+        read = {i: u for i, u in enumerate(map(_units_read_at_once, self.files)) if u is not None}
+        zero = UNIT_KINDS.index("zero")
+        return QueueUnits(self.reader_files, {**{i: u.recovery for i, u in read.items()}, **(known or {})},
+                          {i: (u.physical_offset, u.size.astype(np.int64), u.kind != zero, u.recovery.whole)
+                           for i, u in read.items()})
 
 
 __all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "COMPACTION", "BACKENDS", "BY_NAME",
-           "BY_FOLDER", "backends_of", "list_queue_files", "group_queues", "read_once", "queue_files_by_key",
+           "BY_FOLDER", "ManyUnits", "many_units", "MANY_BYTES", "backends_of", "list_queue_files", "group_queues",
+           "read_once", "queue_files_by_key",
            "dispatch_end", "queue_stores", "DatabaseState", "preferred", "shared_queues", "unit_columns",
            "disagreements", "Dispatch", "holds_copies", "ROUTED_FOLDERS", "UNIT_VIEW", "BATCH_UNIT_VIEW"]

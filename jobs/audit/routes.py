@@ -35,12 +35,12 @@ from store_format.fs import Location, ReadOnlyMap
 from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_entry_window, read_header, \
     written_entries
 from store_format.plan import group_queue_files
-from store_format.queues import BY_FOLDER, BY_NAME, ROUTED_FOLDERS, Backend, QueueFile, group_queues
+from store_format.queues import BY_FOLDER, BY_NAME, ROUTED_FOLDERS, Backend, QueueFile, group_queues, many_units
 from store_format.timer import KIND_BLANK as TIMER_BLANK, KIND_CORRUPT as TIMER_CORRUPT, KIND_ENTRY as TIMER_ENTRY, \
     UNIT_SIZE as TIMER_UNIT_SIZE, read_timer_unit_arrays, read_timer_unit_range
 from decoding.columns import column
 
-from .plan import BrokerPlan, Buckets, IndexFilePlan
+from .plan import BrokerPlan, Buckets, IndexFilePlan, bucket_of
 
 BUCKETS = [("bucket", pa.list_(pa.int64())), ("bucket_first", pa.list_(pa.int64())),
            ("bucket_last", pa.list_(pa.int64()))]
@@ -97,6 +97,9 @@ class Route:
     # each file's ``window``); and its entries ``idx`` shown as ``view`` shows them, in the same order
     read_windows: Callable | None = None
     view_many: Callable | None = None
+    # (SurveyInput, files) -> (their rows as one table, what was read of each file), ``survey_file`` of each computed
+    # over the group at once; None where it cannot (then ``survey_file`` each)
+    survey_files: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,57 @@ def _survey_queue_file(task: SurveyInput, f: QueueFile):
             **bucket_columns(b)}, u
 
 
+def _survey_queue_files(task: SurveyInput, files: list[QueueFile]):
+    """:func:`_survey_queue_file` of each of ``files`` whose units their backend reads at once
+    (store_format.queues.many_units), computed over the group: (the rows as one table of ``CQ_FILES``, what was read
+    of each file, None where nothing was); None when their units are read a file at a time, or a backend serves
+    bounds of its own.  Rows, buckets and bounds are those of each file's own survey (tests/test_survey_batch.py)."""
+    loaded = [f for f in files if f.loaded]
+    if any(f.backend.bounds is not None for f in loaded):
+        return None
+    many = many_units(loaded) if loaded else None
+    if many is None:
+        return None
+    g, counts = many.group, many.counts
+    file_of = np.repeat(np.arange(len(loaded), dtype=np.int64), counts)
+    entry = np.flatnonzero(g.valid)  # by file, in the file's order
+    ef = file_of[entry]
+    entries = np.bincount(ef, minlength=len(loaded)).astype(np.int64)
+    has = entries > 0
+    first_entry = np.cumsum(entries) - entries
+    lo = np.zeros(len(loaded), np.int64)
+    hi = np.zeros(len(loaded), np.int64)
+    if len(entry):
+        lo[has] = np.minimum.reduceat(g.queue_offset[entry], first_entry[has])
+        hi[has] = np.maximum.reduceat(g.ends[entry] - 1, first_entry[has])
+    # routing buckets of each file's entries (jobs.audit.plan.Buckets.of_offsets of each): by (file, bucket), the
+    # least and greatest unit index of the entries in it
+    row = entry - (np.cumsum(counts) - counts)[ef]
+    nb = (task.commitlog_end >> task.shift) + 3  # buckets -1 .. last + 1
+    key = ef * nb + (bucket_of(g.physical_offset[entry], task.shift, task.commitlog_end) + 1)
+    order = np.argsort(key, kind="stable")
+    key, row = key[order], row[order]
+    cut = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
+    firsts = np.minimum.reduceat(row, cut) if len(key) else np.zeros(0, np.int64)
+    lasts = np.maximum.reduceat(row, cut) if len(key) else np.zeros(0, np.int64)
+    buckets = key[cut] % nb - 1
+    offsets = pa.array(np.r_[0, np.cumsum(np.bincount(key[cut] // nb, minlength=len(loaded)))], pa.int32())
+    table = pa.table({
+        "broker": pa.array([task.broker] * len(loaded), pa.string()),
+        "path": pa.array([f.loc.path for f in loaded], pa.string()),
+        "topic": pa.array([f.topic for f in loaded], pa.string()),
+        "queue_id": pa.array([f.queue_id for f in loaded], pa.int32()),
+        "units": pa.array(counts, pa.int64()), "entries": pa.array(entries, pa.int64()),
+        "min_queue_offset": pa.array(lo, pa.int64(), mask=~has),
+        "max_queue_offset": pa.array(hi, pa.int64(), mask=~has),
+        "bucket": pa.ListArray.from_arrays(offsets, pa.array(buckets, pa.int64())),
+        "bucket_first": pa.ListArray.from_arrays(offsets, pa.array(firsts, pa.int64())),
+        "bucket_last": pa.ListArray.from_arrays(offsets, pa.array(lasts, pa.int64())),
+    }, schema=CQ_FILES)
+    read = dict(zip(map(id, loaded), many.files))
+    return table, [read.get(id(f)) for f in files]
+
+
 def _queue_starts(task: SurveyInput, files: list[QueueFile], out, read: dict) -> None:
     """What recovery's walk of each whole queue of the group leaves (store_format.queues.Queue.recover): where the
     broker's recovery will start it, from what the survey read of each file (``read``: id of the file -> its
@@ -181,6 +235,7 @@ def _queue_route(folder: str, **more) -> Route:
     return Route(name=folder, files=partial(_folder_files, folder), group=partial(group_queue_files, cost=_stored),
                  survey_keep=_recovery_of,
                  files_partial=f"survey.{folder}_files", survey_schema=CQ_FILES, survey_file=_survey_queue_file,
+                 survey_files=_survey_queue_files,
                  routed=_routed_queue_file, window=partial(_backend_window, folder),
                  view=partial(_unit_view, folder, view_schema(folder)), survey_cost=_stored, scan_cost=_stored,
                  read_windows=partial(_queue_windows, folder),

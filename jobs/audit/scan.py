@@ -36,7 +36,7 @@ from store_format.queues import Dispatch, read_once
 from store_format.scan import cut_to_walk, read_range_walk, segment_ends
 from decoding.kernels import CompiledFramer
 
-from .plan import NEGATIVE_BUCKET, bucket_of
+from .plan import NEGATIVE_BUCKET, ManyBuckets, bucket_of
 from .routes import ROUTES, VIEW, ManyWindows
 from .tasks import Emitter, Shared, failure_row
 
@@ -88,6 +88,14 @@ class BrokerFacts(Shared):
     # topic's units are in, which queues hold copies of other queues' records); with ``dispatch.multi`` every range
     # decodes its messages' property strings too (``properties_raw``)
     dispatch: Dispatch = field(default_factory=Dispatch)
+    # route name -> the buckets of its routed files as one (plan.ManyBuckets), made where a task first asks
+    _buckets: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def buckets_of(self, route: str) -> ManyBuckets:
+        """The buckets of the route's routed files, each file's in turn (every range of the broker asks them)."""
+        if route not in self._buckets:  # two threads may both make it: the same object's worth
+            self._buckets[route] = ManyBuckets.of([f.buckets for f in self.routed.get(route, ())])
+        return self._buckets[route]
 
 
 @dataclass
@@ -349,11 +357,9 @@ class RoutedWindows:
         if name not in self._read:
             route = ROUTES[name]
             blo, bhi = _owned_buckets(self.facts, self.lo, self.hi)
-            wanted = []
-            for f in self.facts.routed.get(name, ()):
-                rows = f.buckets.rows_for(blo, bhi)
-                if rows is not None:
-                    wanted.append((f, rows[0], rows[1]))
+            routed = self.facts.routed.get(name, ())
+            files, first, end = self.facts.buckets_of(name).rows_for(blo, bhi)
+            wanted = [(routed[i], a, b) for i, a, b in zip(files.tolist(), first.tolist(), end.tolist())]
             many = route.read_windows(wanted) if route.read_windows is not None else None  # ManyWindows, or None
             self._read[name] = many if many is not None else [(f, first, route.window(f, first, end))
                                                               for f, first, end in wanted]
@@ -649,7 +655,7 @@ class FileScan:
         return sum(ROUTES[self.route].scan_cost(f) for f in self.files)
 
     def run(self, out: Emitter) -> None:
-        with read_once():  # the families' hooks read the same files: each read once for them all
+        with read_once(self.files):  # the families' hooks read the same files: read once, together, for them all
             for family in self.facts.families:
                 hook = family.in_files.get(self.route)
                 if hook is not None:

@@ -135,15 +135,21 @@ class RouteSurvey:
 
     def run(self, out: Emitter) -> None:
         route = ROUTES[self.route]
+        grouped = route.survey_files(self.given, self.files) if route.survey_files is not None else None
+        if grouped is not None:  # every file's row computed over the group at once, the group's reads held
+            table, reads = grouped
+            surveyed = zip(self.files, ((None, read) for read in reads))
+        else:  # a file at a time, its read let go once its hooks ran
+            table, surveyed = None, ((f, route.survey_file(self.given, f)) for f in self.files)
         rows, kept = [], {}
-        for f in self.files:
-            row, read = route.survey_file(self.given, f)
+        for f, (row, read) in surveyed:
             if row is not None:
                 rows.append(row)
             for _, hook in self.hooks:
                 hook(self.given, f, read, out)
-            kept[id(f)] = route.survey_keep(read)  # a few numbers a file: the group's reads are not held
-        out.partial(route.files_partial, pa.Table.from_pylist(rows, schema=route.survey_schema))
+            kept[id(f)] = route.survey_keep(read)  # a few numbers a file
+        out.partial(route.files_partial, table if table is not None
+                    else pa.Table.from_pylist(rows, schema=route.survey_schema))
         if route.survey_group is not None:
             route.survey_group(self.given, self.files, out, kept)
 

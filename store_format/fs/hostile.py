@@ -232,9 +232,14 @@ def last_nonzero(extents: list[tuple[int, int]], block_at) -> tuple[int, int, ob
         while hi > lo:
             start = max(lo, hi - _ZERO_SCAN_BLOCK)
             block = block_at(start, hi)
-            values = np.frombuffer(block, np.uint8) if not isinstance(block, np.ndarray) else block
-            if values.any():
-                return start + int(np.flatnonzero(values)[-1]) + 1, start, block
+            if isinstance(block, bytes):  # a read: its zero tail stripped in C, no numpy calls (a file's few units)
+                found = len(block.rstrip(b"\0"))
+                if found:
+                    return start + found, start, block
+            else:
+                values = block if isinstance(block, np.ndarray) else np.frombuffer(block, np.uint8)
+                if values.any():
+                    return start + int(np.flatnonzero(values)[-1]) + 1, start, block
             hi = start
     return 0, 0, None
 

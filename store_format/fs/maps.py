@@ -264,8 +264,6 @@ def read_written(path, unit: int = 1) -> tuple[bytes | bytearray, int]:
     map, whose setup, first page fault and unmap cost about ten times these few system calls, which a fleet's
     thousands of small queue files paid each time a file was read.  A file read through pyarrow.fs is read as
     :class:`ReadOnlyMap` reads it."""
-    import numpy as np
-
     path = as_path(path)
     if isinstance(path, StorePath):
         with ReadOnlyMap(path) as m:
@@ -287,7 +285,7 @@ def read_written(path, unit: int = 1) -> tuple[bytes | bytearray, int]:
                 got = _pread(fd, path, hi - lo, lo)
                 view[lo:lo + len(got)] = got
         if block is not None:
-            kept = np.frombuffer(block, np.uint8)[:end - start]
+            kept = block[:end - start]  # bytes (a pread)
             view[start:start + len(kept)] = kept
         del view
         return out, length
