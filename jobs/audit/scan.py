@@ -407,7 +407,33 @@ def range_sees(facts: BrokerFacts, lo: int, hi: int) -> dict:
         "file_problems": [p for p in facts.file_problems if lo <= p[0] < hi],
         "probes": {f.name: f.probe_seen(facts.probes.get(f.name), lo, hi) if f.probe_seen is not None
                    else facts.probes.get(f.name) for f in facts.families if f.name in facts.probes},
-        "routed": {name: routed_entries(facts, lo, hi, name) for name in sorted(facts.routed)}}
+        "routed": {name: routed_windows_seen(facts, lo, hi, name) for name in sorted(facts.routed)}}
+
+
+def routed_windows_seen(facts: BrokerFacts, lo: int, hi: int, name: str) -> list:
+    """What a range owning (at most) ``lo`` .. ``hi`` - 1 reads of route ``name``'s files: the entries it owns, as
+    the windows' columns hold them (its view of them is a function of these: :func:`routed_entries`), each with its
+    file (path and the route's parameters) and its row there; not the windows' other entries, whose reach follows
+    the routing buckets, which move as the log grows."""
+    if lo >= hi:
+        return []
+    windows = RoutedWindows(facts, lo, hi).of(name)
+
+    def owned(w: dict) -> np.ndarray:
+        phys = w["physical_offset"]
+        return np.flatnonzero(w["valid"] & (phys >= lo) & (phys < hi))
+    if isinstance(windows, ManyWindows):
+        idx = owned(windows.columns)
+        files = sorted(set(windows.file_row[idx].tolist()))
+        return [[(windows.files[k].loc.path, windows.files[k].params) for k in files],
+                {c: v[idx] for c, v in windows.columns.items()},
+                np.searchsorted(np.array(files, np.int64), windows.file_row[idx]), windows.row[idx]]
+    seen = []
+    for f, first, w in windows:
+        idx = owned(w)
+        if len(idx):
+            seen.append(((f.loc.path, f.params), first, idx, {c: v[idx] for c, v in w.items()}))
+    return seen
 
 
 class RangeContext:

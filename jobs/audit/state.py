@@ -67,6 +67,7 @@ PARTS = "parts"
 # a kept task's output: each of its tables as an Arrow IPC stream, by kind (finding, partial, table, spilled) and name
 PART = pa.schema([("kind", pa.string()), ("name", pa.string()), ("payload", pa.binary())])
 BLOCK = 4096  # a kept block's bytes (fewer for the last block of a file's written bytes)
+ZERO_SCAN = 8 << 20  # the bytes read at a time searching a file's zeros from its end
 DRAWN = 6  # blocks drawn at random per file and run, besides its first and last
 
 FILES = pa.schema([
@@ -135,13 +136,25 @@ class _Reader:
         return os.pread(self.fd, n, at) if self.fd is not None else self.f.read_at(n, at)
 
     def written(self) -> int:
-        from store_format.fs.hostile import last_nonzero
+        """Up to and including its last non-zero byte: its data extents searched from the end (holes unread), in
+        blocks of :data:`ZERO_SCAN` (a preallocated file copied without its holes is one pass over its zeros)."""
+        import numpy as np
 
         extents = fs.data_extents(self.fd, self.size) if self.fd is not None else None
-        return last_nonzero(extents if extents is not None else [(0, self.size)], self.read_span)[0]
-
-    def read_span(self, a: int, b: int) -> bytes:
-        return self.read(a, b - a)
+        for lo, hi in reversed(extents if extents is not None else [(0, self.size)]):
+            while hi > lo:
+                start = max(lo, hi - ZERO_SCAN)
+                block = self.read(start, hi - start)
+                whole = len(block) // 8 * 8
+                tail = block[whole:].rstrip(b"\0")
+                if tail:
+                    return start + whole + len(tail)
+                words = np.flatnonzero(np.frombuffer(block, np.uint8, whole).view(np.uint64))
+                if len(words):  # the last non-zero word, then its last non-zero byte
+                    at = int(words[-1]) * 8
+                    return start + at + len(block[at:at + 8].rstrip(b"\0"))
+                hi = start
+        return 0
 
     def close(self) -> None:
         if self.fd is not None:
@@ -368,16 +381,16 @@ def canonical(value):
     if isinstance(value, enum.Enum):
         return (type(value).__name__, value.name)
     if isinstance(value, bytes):
-        return ("bytes", hashlib.sha256(value).hexdigest())
+        return ("bytes", hashlib.blake2b(value).hexdigest())
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
-        return ("ndarray", value.dtype.str, value.shape, hashlib.sha256(np.ascontiguousarray(value).tobytes())
+        return ("ndarray", value.dtype.str, value.shape, hashlib.blake2b(np.ascontiguousarray(value).data)
                 .hexdigest())
     if isinstance(value, (pa.Array, pa.ChunkedArray)):
         value = pa.table({"v": value})
     if isinstance(value, (pa.Table, pa.RecordBatch)):
-        return ("arrow", hashlib.sha256(_ipc(pa.table(value) if isinstance(value, pa.RecordBatch) else value))
+        return ("arrow", hashlib.blake2b(_ipc(pa.table(value) if isinstance(value, pa.RecordBatch) else value))
                 .hexdigest())
     if isinstance(value, dict):
         return ("dict", sorted((repr(canonical(k)), canonical(v)) for k, v in value.items()))
