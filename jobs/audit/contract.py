@@ -10,9 +10,6 @@ Where each hook runs (``rc``: a :class:`jobs.audit.scan.RangeContext`; ``out``: 
   the route's survey read (``read``: what it read of the file, the route's own form; ``task.probes[family]``).
 * ``probes(ctx, broker) -> object``: on the driver between survey and scan; what its scan hooks need
   (``rc.facts.probes[family]`` in every task of the broker).
-* ``probe_seen(probe, lo, hi) -> object``: what a range owning ``lo`` .. ``hi`` - 1 sees of the family's probe
-  (its ``in_range`` depends on nothing else of it): a scheduled audit's state (jobs/audit/state.py) keeps a range's
-  output under it.  Without it, the whole probe.
 * ``in_range(rc, out)``: in every commitlog range task, over its walk, its messages and what it owns.
 * ``in_files[route](facts, files, out)``: in a file task of that route, over a group of its files (whole queues).
 * ``after_scan(ctx)``: on the driver once the scan is done, before any family finishes (to complete what the
@@ -128,7 +125,6 @@ class Family:
     survey_probes: Callable | None = None
     in_survey: dict[str, Callable] = field(default_factory=dict)
     probes: Callable | None = None
-    probe_seen: Callable | None = None
     in_range: Callable | None = None
     in_files: dict[str, Callable] = field(default_factory=dict)
     after_scan: Callable | None = None

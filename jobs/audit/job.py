@@ -224,7 +224,7 @@ def run(spark, args) -> AuditResult:
     try:
         surveyed = survey_tasks(ctx, segments)
         if state is not None:  # the segment walks of files the same since the last run: given back
-            surveyed = state.keep(surveyed, "survey")
+            surveyed = state.keep(surveyed)
         ctx.survey = _stage(spark, "survey", surveyed, executor,
                             RunInfo(None, partials_dir=run.partials_dir))  # no findings; spilled partials
         ctx.failures.append(ctx.survey.get("_failures", FAILURES))
@@ -232,10 +232,7 @@ def run(spark, args) -> AuditResult:
         progress("predicting recovery")
         ctx.predict_recovery()
         phases.done("recovery prediction")
-        scanned = scan_tasks(ctx, segments)
-        if state is not None:  # ranges whose files, and what they see of the store, are the same: given back
-            scanned = state.keep(scanned, "scan")
-        ctx.scan = _stage(spark, "scan", scanned, executor, run)
+        ctx.scan = _stage(spark, "scan", scan_tasks(ctx, segments), executor, run)
         ctx.failures.append(ctx.scan.get("_failures", FAILURES))
         for family in families:
             if family.after_scan is not None:

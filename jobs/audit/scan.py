@@ -206,15 +206,6 @@ class CommitlogRange:
         finally:
             w.close()
 
-    def kept_by(self) -> tuple:
-        """The file it reads and everything else its output depends on (:func:`range_sees` of its span): a state
-        (jobs/audit/state.py) keeps its output and gives it back while those are the same."""
-        return [self.loc], (self._fields(), range_sees(self.facts, *self.span_bound()))
-
-    def _fields(self) -> tuple:
-        return (self.loc.path, self.name, self.base, self.length, self.start, self.end, self.last, self.first_stop,
-                self.first_blank, self.crc_checked_before, self.resolved, self.first_of_broker, self.next_base)
-
     def span_bound(self) -> tuple[int, int]:
         """Physical offsets holding the span this range will own, whatever its walk finds (it owns from its
         walk's start to the next range's walk's start, inside its segment unless it is the segment's last)."""
@@ -245,13 +236,6 @@ class CommitlogRun:
 
     def cost(self) -> int:
         return sum(r.cost() for r in self.ranges)
-
-    def kept_by(self) -> tuple:
-        """Its ranges' files and fields, and what their joint span sees (:meth:`CommitlogRange.kept_by`)."""
-        bounds = [r.span_bound() for r in self.ranges]
-        return [r.loc for r in self.ranges], (JOINT, tuple(r._fields() for r in self.ranges),
-                                              range_sees(self.ranges[0].facts, min(lo for lo, _ in bounds),
-                                                         max(hi for _, hi in bounds)))
 
     def run(self, out: Emitter) -> None:
         bounds = [r.span_bound() for r in self.ranges]
@@ -364,76 +348,6 @@ class RoutedWindows:
             self._read[name] = many if many is not None else [(f, first, route.window(f, first, end))
                                                               for f, first, end in wanted]
         return self._read[name]
-
-
-def routed_entries(facts: BrokerFacts, lo: int, hi: int, name: str, windows: RoutedWindows | None = None) -> pa.Table:
-    """The entries of route ``name``'s files whose physical offset lies in ``lo`` .. ``hi`` - 1, as the route shows
-    them (``windows``: read for a span holding this one already)."""
-    route, schema = ROUTES[name], VIEW[name]
-    if lo >= hi:
-        return schema.empty_table()
-    windows = (windows or RoutedWindows(facts, lo, hi)).of(name)
-
-    def owned(phys: np.ndarray) -> np.ndarray:
-        return (phys >= lo) & (phys < hi)
-    if isinstance(windows, ManyWindows):
-        idx = np.flatnonzero(windows.columns["valid"] & owned(windows.columns["physical_offset"]))
-        return route.view_many(windows, idx) if len(idx) else schema.empty_table()
-    parts = []
-    for f, first, w in windows:
-        idx = np.flatnonzero(w["valid"] & owned(w["physical_offset"]))
-        if len(idx):
-            parts.append(route.view(f, first, idx, w))
-    return pa.concat_tables(parts) if parts else schema.empty_table()
-
-
-def range_sees(facts: BrokerFacts, lo: int, hi: int) -> dict:
-    """Everything of its broker's facts a range owning (at most) ``lo`` .. ``hi`` - 1 reads, whatever the rest of the
-    store holds: the facts that are the same for every range, the offsets it compares its own with (an offset
-    outside the span compares as the span's edge does), the file-level damage and the recovery's stop within it, what
-    each family's probe shows it (``Family.probe_seen``) and the routed entries it owns.  A scheduled audit's state
-    keeps a range's output under it (jobs/audit/state.py)."""
-    def edge(x: int) -> int:
-        return min(max(x, lo), hi)
-    stop = facts.recovery_stop
-    return {
-        "broker": facts.broker, "families": tuple(f.name for f in facts.families), "check_crc": facts.check_crc,
-        "segment_size": facts.segment_size, "shift": facts.shift, "indexed": facts.indexed,
-        "has_commitlog": facts.has_commitlog, "truncate_queues": facts.truncate_queues,
-        "delay_levels": facts.delay_levels, "dispatch": facts.dispatch,
-        "recovered_end": edge(facts.recovered_end), "reput_from": edge(facts.reput_from),
-        "index_pending_from": edge(facts.index_pending_from), "commitlog_end": edge(facts.commitlog_end),
-        "recovery_stop": stop if stop is not None and lo <= stop.physical_offset < hi else None,
-        "file_problems": [p for p in facts.file_problems if lo <= p[0] < hi],
-        "probes": {f.name: f.probe_seen(facts.probes.get(f.name), lo, hi) if f.probe_seen is not None
-                   else facts.probes.get(f.name) for f in facts.families if f.name in facts.probes},
-        "routed": {name: routed_windows_seen(facts, lo, hi, name) for name in sorted(facts.routed)}}
-
-
-def routed_windows_seen(facts: BrokerFacts, lo: int, hi: int, name: str) -> list:
-    """What a range owning (at most) ``lo`` .. ``hi`` - 1 reads of route ``name``'s files: the entries it owns, as
-    the windows' columns hold them (its view of them is a function of these: :func:`routed_entries`), each with its
-    file (path and the route's parameters) and its row there; not the windows' other entries, whose reach follows
-    the routing buckets, which move as the log grows."""
-    if lo >= hi:
-        return []
-    windows = RoutedWindows(facts, lo, hi).of(name)
-
-    def owned(w: dict) -> np.ndarray:
-        phys = w["physical_offset"]
-        return np.flatnonzero(w["valid"] & (phys >= lo) & (phys < hi))
-    if isinstance(windows, ManyWindows):
-        idx = owned(windows.columns)
-        files = sorted(set(windows.file_row[idx].tolist()))
-        return [[(windows.files[k].loc.path, windows.files[k].params) for k in files],
-                {c: v[idx] for c, v in windows.columns.items()},
-                np.searchsorted(np.array(files, np.int64), windows.file_row[idx]), windows.row[idx]]
-    seen = []
-    for f, first, w in windows:
-        idx = owned(w)
-        if len(idx):
-            seen.append(((f.loc.path, f.params), first, idx, {c: v[idx] for c, v in w.items()}))
-    return seen
 
 
 class RangeContext:
@@ -602,7 +516,19 @@ class RangeContext:
         return cache[route]
 
     def _read_routed(self, name: str) -> pa.Table:
-        return routed_entries(self.facts, self.lo, self.hi, name, self._windows)
+        route, schema = ROUTES[name], VIEW[name]
+        if self.lo >= self.hi:
+            return schema.empty_table()
+        windows = (self._windows or RoutedWindows(self.facts, self.lo, self.hi)).of(name)
+        if isinstance(windows, ManyWindows):
+            idx = np.flatnonzero(windows.columns["valid"] & self.owns(windows.columns["physical_offset"]))
+            return route.view_many(windows, idx) if len(idx) else schema.empty_table()
+        parts = []
+        for f, first, w in windows:
+            idx = np.flatnonzero(w["valid"] & self.owns(w["physical_offset"]))
+            if len(idx):
+                parts.append(route.view(f, first, idx, w))
+        return pa.concat_tables(parts) if parts else schema.empty_table()
 
     # ---- what a loose physical offset points at ---------------------------------------------------------
     @cached_property

@@ -67,7 +67,6 @@ PARTS = "parts"
 # a kept task's output: each of its tables as an Arrow IPC stream, by kind (finding, partial, table, spilled) and name
 PART = pa.schema([("kind", pa.string()), ("name", pa.string()), ("payload", pa.binary())])
 BLOCK = 4096  # a kept block's bytes (fewer for the last block of a file's written bytes)
-ZERO_SCAN = 8 << 20  # the bytes read at a time searching a file's zeros from its end
 DRAWN = 6  # blocks drawn at random per file and run, besides its first and last
 
 FILES = pa.schema([
@@ -136,25 +135,13 @@ class _Reader:
         return os.pread(self.fd, n, at) if self.fd is not None else self.f.read_at(n, at)
 
     def written(self) -> int:
-        """Up to and including its last non-zero byte: its data extents searched from the end (holes unread), in
-        blocks of :data:`ZERO_SCAN` (a preallocated file copied without its holes is one pass over its zeros)."""
-        import numpy as np
+        from store_format.fs.hostile import last_nonzero
 
         extents = fs.data_extents(self.fd, self.size) if self.fd is not None else None
-        for lo, hi in reversed(extents if extents is not None else [(0, self.size)]):
-            while hi > lo:
-                start = max(lo, hi - ZERO_SCAN)
-                block = self.read(start, hi - start)
-                whole = len(block) // 8 * 8
-                tail = block[whole:].rstrip(b"\0")
-                if tail:
-                    return start + whole + len(tail)
-                words = np.flatnonzero(np.frombuffer(block, np.uint8, whole).view(np.uint64))
-                if len(words):  # the last non-zero word, then its last non-zero byte
-                    at = int(words[-1]) * 8
-                    return start + at + len(block[at:at + 8].rstrip(b"\0"))
-                hi = start
-        return 0
+        return last_nonzero(extents if extents is not None else [(0, self.size)], self.read_span)[0]
+
+    def read_span(self, a: int, b: int) -> bytes:
+        return self.read(a, b - a)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -367,45 +354,6 @@ def code_digest() -> str:
     return _CODE[0]
 
 
-def canonical(value):
-    """``value`` as plain data whose ``repr`` is the same in every process for equal values (a task's key): sets
-    sorted, arrays and tables by a digest of their bytes, dataclasses by their fields.  Anything else is a
-    TypeError: such a task is run every time, never given back."""
-    import dataclasses
-    import enum
-
-    import numpy as np
-
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, enum.Enum):
-        return (type(value).__name__, value.name)
-    if isinstance(value, bytes):
-        return ("bytes", hashlib.blake2b(value).hexdigest())
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return ("ndarray", value.dtype.str, value.shape, hashlib.blake2b(np.ascontiguousarray(value).data)
-                .hexdigest())
-    if isinstance(value, (pa.Array, pa.ChunkedArray)):
-        value = pa.table({"v": value})
-    if isinstance(value, (pa.Table, pa.RecordBatch)):
-        return ("arrow", hashlib.blake2b(_ipc(pa.table(value) if isinstance(value, pa.RecordBatch) else value))
-                .hexdigest())
-    if isinstance(value, dict):
-        return ("dict", sorted((repr(canonical(k)), canonical(v)) for k, v in value.items()))
-    if isinstance(value, (set, frozenset)):
-        return ("set", sorted(repr(canonical(v)) for v in value))
-    if isinstance(value, (list, tuple)):
-        return [canonical(v) for v in value]
-    if isinstance(value, fs.Location):
-        return ("location", value.uri())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (type(value).__qualname__, [(f.name, canonical(getattr(value, f.name)))
-                                           for f in dataclasses.fields(value)])
-    raise TypeError(f"no canonical form for a {type(value).__qualname__}")
-
-
 def _ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
@@ -526,7 +474,7 @@ class AuditState:
         self.roots: dict[str, tuple] = {}  # broker -> its store root's parts
         self.kept: dict[str, set[str]] = {}  # broker -> keys of the parts this run gives back (copied at write)
         self.recorded: dict[str, set[str]] = {}  # broker -> keys of the parts its tasks keep this run
-        self.given_back: dict[str, int] = {}  # stage -> its tasks this run did not run: their kept parts given back
+        self.given_back = 0  # tasks this run did not run: their kept parts given back
 
     @classmethod
     def open(cls, run, path: fs.Location, inputs=()) -> "AuditState":
@@ -642,7 +590,7 @@ class AuditState:
         return [t for b in self.brokers.values() for t in b.findings()]
 
     # ---- kept parts -------------------------------------------------------------------------------------
-    def keep(self, tasks: list, stage: str) -> list:
+    def keep(self, tasks: list) -> list:
         """``tasks`` with each one that declares ``kept_by()`` given back from the state (:class:`Replayed`) when
         the state holds its part and its file is the same, or grew past the bytes its part depends on (its
         ``reach``); else run and kept (:class:`Recorded`)."""
@@ -656,22 +604,15 @@ class AuditState:
             if b is None or not hasattr(task, "kept_by"):
                 out.append(task)
                 continue
-            locs, facts = task.kept_by()
-            locs = locs if isinstance(locs, list) else [locs]
-            rels = ["/".join(fs.as_path(loc).parts[len(self.roots[b.name]):]) for loc in locs]
-            try:
-                key = hashlib.sha256(repr((code_digest(), rels, canonical(facts))).encode()).hexdigest()[:32]
-            except TypeError:  # what it depends on has no stable form: run every time
-                out.append(task)
-                continue
+            loc, facts = task.kept_by()
+            rel = "/".join(fs.as_path(loc).parts[len(self.roots[b.name]):])
+            key = hashlib.sha256(repr((code_digest(), rel, facts)).encode()).hexdigest()[:32]
             folder = self.loc.child("brokers").child(_folder_of(b.name)).child(PARTS)
-            seen = [looks[b.name].get(rel) for rel in rels]
+            look = looks[b.name].get(rel)
             reach = held[b.name].get(key, -1)  # -1: not held
-            # its files the same; or one file grown past the bytes its part depends on (its reach)
-            unchanged = all(x is not None and x.change == "same" for x in seen) or (
-                len(seen) == 1 and seen[0] is not None and seen[0].change == "grown" and reach is not None
-                and reach != -1 and reach <= seen[0].was_written)
-            if reach != -1 and unchanged and folder.child(f"{key}.arrow").exists():
+            if look is not None and reach != -1 and (look.change == "same" or look.change == "grown" and reach
+                                                     is not None and reach <= look.was_written) \
+                    and folder.child(f"{key}.arrow").exists():
                 self.kept.setdefault(b.name, set()).add(key)
                 out.append(Replayed(task, folder.child(f"{key}.arrow")))
                 given += 1
@@ -679,12 +620,12 @@ class AuditState:
                 self.recorded.setdefault(b.name, set()).add(key)
                 out.append(Recorded(task, self.output.staging.child("brokers").child(_folder_of(b.name))
                                     .child(PARTS).child(f"{key}.arrow")))
-        self.given_back[stage] = given
+        self.given_back += given
         if given:
             from runtime.progress import say
 
-            say(f"state: {given:,} {stage} task(s) of {len(tasks):,} given back from the last run (what they read "
-                "the same)")
+            say(f"state: {given:,} task(s) of {len(tasks):,} given back from the last run (the bytes they read the "
+                "same)")
         return out
 
     # ---- what the summary says --------------------------------------------------------------------------
@@ -692,8 +633,7 @@ class AuditState:
         """Each broker's ``since_last_run`` in ``summary`` (summary.json's): the last run compared with, the files'
         changes and the verdict's, in words; ``changed`` when the verdict moved or a file was rewritten."""
         summary["state"] = {"path": self.shown, "used": self.output is not None and self.previous is not None,
-                            "note": self.note,
-                            "tasks_given_back": {stage: self.given_back.get(stage, 0) for stage in ("survey", "scan")}}
+                            "note": self.note, "tasks_given_back": self.given_back}
         for broker in summary["brokers"]:
             b = self.brokers.get(broker["name"])
             if b is None:

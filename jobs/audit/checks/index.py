@@ -228,12 +228,6 @@ def in_range(rc, out) -> None:
                          "message_time": ml.column("store_timestamp")}))
 
 
-def _unverifiable_seen(probe, lo: int, hi: int) -> list:
-    """The unreadable index files a range counts its missing keys against: those whose offsets meet its own, in
-    order (a key is counted against the first that holds it)."""
-    return [(f, a, b) for f, a, b in probe or () if a < hi and b >= lo]
-
-
 def _unverifiable(rc, missing: np.ndarray, kphys: np.ndarray, out) -> np.ndarray:
     """Count the missing keys (not pending) in an unreadable file's range against that file; the others remain."""
     phys = kphys[missing]
@@ -476,7 +470,7 @@ def _outside(ctx):
 
 FAMILY = Family(
     "index", "CommitLog <-> IndexFile: keys that cannot be found, entries pointing wrong, headers, chains, duplicates",
-    probes=_unverifiable_probe, probe_seen=_unverifiable_seen, in_range=in_range, in_files={"index": in_index_files}, on_driver=on_driver, rank=40,
+    probes=_unverifiable_probe, in_range=in_range, in_files={"index": in_index_files}, on_driver=on_driver, rank=40,
     emits={"index.unindexed": UNINDEXED, "index.dropped": DROPPED, "index.unverifiable": UNVERIFIABLE,
            "index.loose": LOOSE, "index.files": FILES},
     reads=("index.unindexed", "index.dropped", "index.unverifiable", "index.loose", "index.files",

@@ -90,11 +90,6 @@ def probes(ctx, broker: str) -> np.ndarray:
     return ctx.committed_units(broker)
 
 
-def probe_seen(phys, lo: int, hi: int):
-    """The committed offsets' units a range looks up: those it owns."""
-    return None if phys is None else phys[(phys >= lo) & (phys < hi)]
-
-
 def in_range(rc, out) -> None:
     phys = rc.facts.probes.get("lag")
     if phys is None or not len(phys) or not rc.messages.num_rows:
@@ -465,7 +460,7 @@ VIEW = TableView("Consumer lag", 10, (
 
 FAMILY = Family(
     "lag", "per group, topic and queue the message lag and time lag; offsets out of range, for unknown queues",
-    probes=probes, probe_seen=probe_seen, in_range=in_range, on_driver=on_driver, emits={"lag.found": FOUND}, reads=("lag.found",),
+    probes=probes, in_range=in_range, on_driver=on_driver, emits={"lag.found": FOUND}, reads=("lag.found",),
     tables={"lag": LAG}, views={"lag": VIEW}, plots=(Plot(30, _lag_plot),), rank=50,
     metrics={"lag_messages": "messages a group has not consumed, per topic (group)",
              "lag_ms": "age of the oldest unconsumed message at the dump time, per topic (group)"})
