@@ -155,8 +155,8 @@ SUMMARY = {
     "state": "with --state: the state compared with (jobs/audit/state.py)", "state.path": "the --state folder",
     "state.used": "whether this run compared with a state (false: the first run, or a state it could not use)",
     "state.note": "why it did not (null when it did)",
-    "state.tasks_given_back": "the survey's tasks not run: their output, kept by the last run, given back (their "
-    "bytes the same)",
+    "state.tasks_given_back": "the tasks not run, per stage: their output, kept by the last run, given back (the "
+    "bytes they read the same)", "state.tasks_given_back.survey": "the survey's segment walks given back",
     "brokers[].since_last_run": "with --state: what changed since the state's last run of this broker",
     "brokers[].since_last_run.previous_run_id": "that run (null: the first run with this state)",
     "brokers[].since_last_run.previous_run_time": "when it started",

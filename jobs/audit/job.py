@@ -224,7 +224,7 @@ def run(spark, args) -> AuditResult:
     try:
         surveyed = survey_tasks(ctx, segments)
         if state is not None:  # the segment walks of files the same since the last run: given back
-            surveyed = state.keep(surveyed)
+            surveyed = state.keep(surveyed, "survey")
         ctx.survey = _stage(spark, "survey", surveyed, executor,
                             RunInfo(None, partials_dir=run.partials_dir))  # no findings; spilled partials
         ctx.failures.append(ctx.survey.get("_failures", FAILURES))

@@ -24,20 +24,20 @@ suite's own code (:func:`code_digest`).  The next run gives it back (:class:`Rep
 when the file's bytes are the same (its look is ``same``) and the key is one the state holds; every other such task
 runs and its output is kept for the next run (:class:`Recorded`).  A file that grew since (the active segment) gives
 back the parts whose output depends only on bytes it held then (a task's ``reach``: a segment range's walk and a
-largest record twice over).  The scan's tasks read what the whole store
-decides (the recovery's cut, the queues' units, the families' probes) and are run every time for now.
+largest record twice over).  The scan's tasks read what the whole store decides (the recovery's cut, the queues'
+units, the families' probes) and are run every time for now.
 
 The state's folder is claimed and committed as every output (runtime/commit.py): written in a staging, swapped in
 after the run's output is committed (:class:`StateOutput`), so a run that fails or is killed leaves the previous
 state whole, and a second run on the same state is refused (exit 2, naming the first).  A missing or damaged state
-means a full comparison-free audit and a warning (the state is written anew); a folder that is not an audit state
+means an audit without comparison and a warning (the state is written anew); a folder that is not an audit state
 (other files, another output of this suite), a state of another version, or one whose broker held another store,
 means a warning, an audit without comparison, and the folder left exactly as it is.
 
 Layout: ``DIR/state.json`` (format, version, the run that wrote it, each broker's folder, verdict, run and kept
 parts), ``DIR/brokers/<folder>/files.parquet`` (:data:`FILES`, one row per file of the broker) and
 ``DIR/brokers/<folder>/parts/<key>.arrow`` (a kept task's output: :data:`PART`).  Brokers of the state that a run
-does not audit keep their folders.
+does not audit keep their files (not their kept parts).
 """
 from __future__ import annotations
 
@@ -67,6 +67,7 @@ PARTS = "parts"
 # a kept task's output: each of its tables as an Arrow IPC stream, by kind (finding, partial, table, spilled) and name
 PART = pa.schema([("kind", pa.string()), ("name", pa.string()), ("payload", pa.binary())])
 BLOCK = 4096  # a kept block's bytes (fewer for the last block of a file's written bytes)
+ZERO_SCAN = 8 << 20  # the bytes read at a time searching a file's zeros from its end
 DRAWN = 6  # blocks drawn at random per file and run, besides its first and last
 
 FILES = pa.schema([
@@ -135,13 +136,25 @@ class _Reader:
         return os.pread(self.fd, n, at) if self.fd is not None else self.f.read_at(n, at)
 
     def written(self) -> int:
-        from store_format.fs.hostile import last_nonzero
+        """Up to and including its last non-zero byte: its data extents searched from the end (holes unread), in
+        blocks of :data:`ZERO_SCAN` (a preallocated file copied without its holes is one pass over its zeros)."""
+        import numpy as np
 
         extents = fs.data_extents(self.fd, self.size) if self.fd is not None else None
-        return last_nonzero(extents if extents is not None else [(0, self.size)], self.read_span)[0]
-
-    def read_span(self, a: int, b: int) -> bytes:
-        return self.read(a, b - a)
+        for lo, hi in reversed(extents if extents is not None else [(0, self.size)]):
+            while hi > lo:
+                start = max(lo, hi - ZERO_SCAN)
+                block = self.read(start, hi - start)
+                whole = len(block) // 8 * 8
+                tail = block[whole:].rstrip(b"\0")
+                if tail:
+                    return start + whole + len(tail)
+                words = np.flatnonzero(np.frombuffer(block, np.uint8, whole).view(np.uint64))
+                if len(words):  # the last non-zero word, then its last non-zero byte
+                    at = int(words[-1]) * 8
+                    return start + at + len(block[at:at + 8].rstrip(b"\0"))
+                hi = start
+        return 0
 
     def close(self) -> None:
         if self.fd is not None:
@@ -474,7 +487,7 @@ class AuditState:
         self.roots: dict[str, tuple] = {}  # broker -> its store root's parts
         self.kept: dict[str, set[str]] = {}  # broker -> keys of the parts this run gives back (copied at write)
         self.recorded: dict[str, set[str]] = {}  # broker -> keys of the parts its tasks keep this run
-        self.given_back = 0  # tasks this run did not run: their kept parts given back
+        self.given_back: dict[str, int] = {}  # stage -> its tasks this run did not run: their kept parts given back
 
     @classmethod
     def open(cls, run, path: fs.Location, inputs=()) -> "AuditState":
@@ -590,7 +603,7 @@ class AuditState:
         return [t for b in self.brokers.values() for t in b.findings()]
 
     # ---- kept parts -------------------------------------------------------------------------------------
-    def keep(self, tasks: list) -> list:
+    def keep(self, tasks: list, stage: str) -> list:
         """``tasks`` with each one that declares ``kept_by()`` given back from the state (:class:`Replayed`) when
         the state holds its part and its file is the same, or grew past the bytes its part depends on (its
         ``reach``); else run and kept (:class:`Recorded`)."""
@@ -620,12 +633,12 @@ class AuditState:
                 self.recorded.setdefault(b.name, set()).add(key)
                 out.append(Recorded(task, self.output.staging.child("brokers").child(_folder_of(b.name))
                                     .child(PARTS).child(f"{key}.arrow")))
-        self.given_back += given
+        self.given_back[stage] = given
         if given:
             from runtime.progress import say
 
-            say(f"state: {given:,} task(s) of {len(tasks):,} given back from the last run (the bytes they read the "
-                "same)")
+            say(f"state: {given:,} {stage} task(s) of {len(tasks):,} given back from the last run (the bytes they "
+                "read the same)")
         return out
 
     # ---- what the summary says --------------------------------------------------------------------------
@@ -633,7 +646,8 @@ class AuditState:
         """Each broker's ``since_last_run`` in ``summary`` (summary.json's): the last run compared with, the files'
         changes and the verdict's, in words; ``changed`` when the verdict moved or a file was rewritten."""
         summary["state"] = {"path": self.shown, "used": self.output is not None and self.previous is not None,
-                            "note": self.note, "tasks_given_back": self.given_back}
+                            "note": self.note,
+                            "tasks_given_back": {"survey": self.given_back.get("survey", 0)}}
         for broker in summary["brokers"]:
             b = self.brokers.get(broker["name"])
             if b is None:
