@@ -57,7 +57,7 @@ from store_format import layout as L
 from store_format.dledger import appended_file as dledger_appended
 
 from .findings import Consequence, Severity, check, finding_rows
-from .tasks import Emitter
+from .tasks import Emitter, ipc_bytes
 
 FORMAT = "rocketmq-forensics audit state"
 VERSION = 1
@@ -136,25 +136,14 @@ class _Reader:
         return os.pread(self.fd, n, at) if self.fd is not None else self.f.read_at(n, at)
 
     def written(self) -> int:
-        """Up to and including its last non-zero byte: its data extents searched from the end (holes unread), in
-        blocks of :data:`ZERO_SCAN` (a preallocated file copied without its holes is one pass over its zeros)."""
-        import numpy as np
+        """Up to and including its last non-zero byte: its data extents searched from the end (holes unread),
+        :data:`ZERO_SCAN` bytes at a time (a preallocated file copied without its holes is one pass over its
+        zeros)."""
+        from store_format.fs.hostile import last_nonzero
 
         extents = fs.data_extents(self.fd, self.size) if self.fd is not None else None
-        for lo, hi in reversed(extents if extents is not None else [(0, self.size)]):
-            while hi > lo:
-                start = max(lo, hi - ZERO_SCAN)
-                block = self.read(start, hi - start)
-                whole = len(block) // 8 * 8
-                tail = block[whole:].rstrip(b"\0")
-                if tail:
-                    return start + whole + len(tail)
-                words = np.flatnonzero(np.frombuffer(block, np.uint8, whole).view(np.uint64))
-                if len(words):  # the last non-zero word, then its last non-zero byte
-                    at = int(words[-1]) * 8
-                    return start + at + len(block[at:at + 8].rstrip(b"\0"))
-                hi = start
-        return 0
+        return last_nonzero(extents if extents is not None else [(0, self.size)],
+                            lambda a, b: self.read(a, b - a), ZERO_SCAN)[0]
 
     def close(self) -> None:
         if self.fd is not None:
@@ -367,13 +356,6 @@ def code_digest() -> str:
     return _CODE[0]
 
 
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
 def write_part(loc: fs.Location, emitted: Emitter, reach: int | None = None) -> None:
     """What a task emitted, as one part file at ``loc``; ``reach``: how far into its file the output depends on
     the bytes (None: to its end)."""
@@ -381,11 +363,11 @@ def write_part(loc: fs.Location, emitted: Emitter, reach: int | None = None) -> 
 
     rows = [("reach", "" if reach is None else str(reach), b"")]
     if emitted.findings:
-        rows.append(("finding", "", _ipc(pa.concat_tables(emitted.findings))))
+        rows.append(("finding", "", ipc_bytes(pa.concat_tables(emitted.findings))))
     for kind, by_name in (("partial", emitted.partials), ("table", emitted.tables), ("spilled", emitted.spilled)):
         for name, tables in by_name.items():
-            rows.append((kind, name, _ipc(pa.concat_tables(tables))))
-    out_write(loc, _ipc(pa.table({"kind": [r[0] for r in rows], "name": [r[1] for r in rows],
+            rows.append((kind, name, ipc_bytes(pa.concat_tables(tables))))
+    out_write(loc, ipc_bytes(pa.table({"kind": [r[0] for r in rows], "name": [r[1] for r in rows],
                                   "payload": [r[2] for r in rows]}, schema=PART)))
 
 

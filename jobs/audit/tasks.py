@@ -157,10 +157,15 @@ class Emitter:
     def batches(self):
         for name, tables in self.partials.items():
             table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-            sink = io.BytesIO()
-            with pa.ipc.new_stream(sink, table.schema) as w:
-                w.write_table(table)
-            yield pa.RecordBatch.from_pylist([{"table": name, "payload": sink.getvalue()}], schema=OUTPUT_SCHEMA)
+            yield pa.RecordBatch.from_pylist([{"table": name, "payload": ipc_bytes(table)}], schema=OUTPUT_SCHEMA)
+
+
+def ipc_bytes(table: pa.Table) -> bytes:
+    """A table as one Arrow IPC stream (what travels back from a task, and what a state keeps of one)."""
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue()
 
 
 def failure_row(broker: str, what: str, e: BaseException) -> pa.Table:

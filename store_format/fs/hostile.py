@@ -222,18 +222,19 @@ def written_length(buf, fd: int | None = None, end: int | None = None) -> int:
         del arr  # no view may outlive the caller's map
 
 
-def last_nonzero(extents: list[tuple[int, int]], block_at) -> tuple[int, int, object]:
-    """Where the last non-zero byte of the ``extents`` ends (0 when none holds one), searched backwards a block of
-    :data:`_ZERO_SCAN_BLOCK` at a time (``block_at(start, stop)``: those bytes, a uint8 array or bytes); with the
-    start of the block it was found in and that block (None when none holds one), which a reader keeps."""
+def last_nonzero(extents: list[tuple[int, int]], block_at, step: int | None = None) -> tuple[int, int, object]:
+    """Where the last non-zero byte of the ``extents`` ends (0 when none holds one), searched backwards ``step``
+    bytes at a time (default :data:`_ZERO_SCAN_BLOCK`; ``block_at(start, stop)``: those bytes, a uint8 array or
+    bytes); with the start of the block it was found in and that block (None when none holds one), which a reader
+    keeps."""
     import numpy as np
 
     for lo, hi in reversed(extents):
         while hi > lo:
-            start = max(lo, hi - _ZERO_SCAN_BLOCK)
+            start = max(lo, hi - (step or _ZERO_SCAN_BLOCK))
             block = block_at(start, hi)
-            if isinstance(block, bytes):  # a read: its zero tail stripped in C, no numpy calls (a file's few units)
-                found = len(block.rstrip(b"\0"))
+            if isinstance(block, bytes):
+                found = _written_in(block)
                 if found:
                     return start + found, start, block
             else:
@@ -242,6 +243,24 @@ def last_nonzero(extents: list[tuple[int, int]], block_at) -> tuple[int, int, ob
                     return start + int(np.flatnonzero(values)[-1]) + 1, start, block
             hi = start
     return 0, 0, None
+
+
+def _written_in(block: bytes) -> int:
+    """``block`` up to and including its last non-zero byte: its zero tail stripped in C (a file's few units, no
+    numpy calls); past :data:`_ZERO_SCAN_BLOCK`, megabytes of zeros looked at a word at a time."""
+    if len(block) <= _ZERO_SCAN_BLOCK:
+        return len(block.rstrip(b"\0"))
+    import numpy as np
+
+    whole = len(block) // 8 * 8
+    tail = len(block[whole:].rstrip(b"\0"))
+    if tail:
+        return whole + tail
+    words = np.flatnonzero(np.frombuffer(block, np.uint8, whole).view(np.uint64))
+    if not len(words):
+        return 0
+    at = int(words[-1]) * 8
+    return at + len(block[at:at + 8].rstrip(b"\0"))
 
 
 _ZERO_SCAN_BLOCK = 1 << 18
