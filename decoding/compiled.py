@@ -27,7 +27,8 @@ Every kernel, by what it serves (each called through a public wrapper of decodin
 * index files: :func:`index_chain_bits` (each entry's hash-chain problems), :func:`index_entry_summary` (slots
   used, repeated pairs), :func:`pairs_in_sorted` (which (offset, hash) pairs of one set are in another), with
   :func:`index_geometry` (their ``geo`` argument, built beside the constants that name its positions).
-* routing: :func:`bucket_hulls` (each routing bucket's first and last row, jobs/audit/plan.py's ``Buckets``).
+* routing: :func:`bucket_hulls` (each routing bucket's first and last row, jobs/audit/plan.py's ``Buckets``);
+  :func:`string_poly_sums` (the polynomial of jobs/audit/buckets.py's key hash over each string's bytes).
 * consumerOffset.json: :func:`offset_table_scan`, :func:`offset_name_order`, :func:`offset_rows` (the offset
   table's rows in one pass, decoding/metadata.py) and :func:`gather_spans` (spans of bytes into an Arrow buffer).
 
@@ -1409,6 +1410,20 @@ def bucket_hulls(phys, rows, row_base, shift, last, first, final):
             first[k] = r
         if r > final[k]:
             final[k] = r
+
+
+@njit((_i8r, _u1r, nt.uint64, nt.Array(nt.uint64, 1, "C")), **_OPTS)
+def string_poly_sums(offsets, data, poly, out):
+    """Per string ``i`` (bytes ``offsets[i]`` .. ``offsets[i + 1]`` - 1 of ``data``, offsets relative to
+    ``data``): the sum over its bytes ``b`` at ``k`` of ``(b + 1) * poly ** (k + 1)``, modulo 2 ** 64 (0 when
+    empty).  jobs/audit/buckets.py's key hash mixes it with the length."""
+    for i in range(out.shape[0]):
+        h = np.uint64(0)
+        p = np.uint64(1)
+        for j in range(offsets[i], offsets[i + 1]):
+            p = p * poly  # uint64 throughout: a Python int would make numba compute in float64
+            h = h + (np.uint64(data[j]) + np.uint64(1)) * p
+        out[i] = h
 
 
 # ---------------------------------------------------------------------------------------------------------

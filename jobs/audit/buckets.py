@@ -35,22 +35,15 @@ def _mix(h: np.ndarray) -> np.ndarray:
 
 
 def _string_hash(column) -> np.ndarray:
-    """A hash of each string (null: as the empty string), vectorised over the Arrow buffers."""
+    """A hash of each string (null: as the empty string), over the Arrow buffers in one compiled pass."""
+    from decoding.kernels import string_poly_sums
+
     a = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     a = pc.fill_null(a.cast(pa.large_string()), "")
     offsets = np.frombuffer(a.buffers()[1], np.int64)[a.offset:a.offset + len(a) + 1]
     data = np.frombuffer(a.buffers()[2], np.uint8)[offsets[0]:offsets[-1]] if len(a) else np.zeros(0, np.uint8)
-    starts, lengths = offsets[:-1] - offsets[0], np.diff(offsets)
-    out = np.zeros(len(a), np.uint64)
-    if not len(data):
-        return _mix(out + lengths.astype(np.uint64))
-    pos = np.arange(len(data), dtype=np.int64) - np.repeat(starts, lengths)
     with np.errstate(over="ignore"):
-        powers = np.cumprod(np.full(int(lengths.max()), _POLY, np.uint64))
-        terms = (data.astype(np.uint64) + np.uint64(1)) * powers[pos]
-        filled = lengths > 0
-        out[filled] = np.add.reduceat(terms, starts[filled])
-    return _mix(out + lengths.astype(np.uint64))
+        return _mix(string_poly_sums(offsets - offsets[0], data, _POLY) + np.diff(offsets).astype(np.uint64))
 
 
 def key_hash(*columns) -> np.ndarray:
