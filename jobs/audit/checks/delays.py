@@ -16,15 +16,12 @@ records by offset, then with the delivered copies by key, a bucket at a time), k
 """
 from __future__ import annotations
 
-import bisect
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store_format import codec
 from store_format import layout as L
-from store_format.errors import StoreFormatError
 from store_format.fs import ReadOnlyMap
 from decoding.columns import column
 
@@ -92,59 +89,85 @@ def pending_in_survey(given, f, units, out) -> None:
         return
     entry = np.flatnonzero(units.valid)
     due = entry[units.queue_offset[entry] >= probe["next"][f.queue_id]]
-    maps: dict[str, ReadOnlyMap] = {}  # the segments pending records are read from, each mapped once
-    segment_of = _segment_finder(probe["segments"])
-    pending = []
-    try:
-        for i in due.tolist():
-            phys = int(units.physical_offset[i])
-            msg = _record(segment_of(phys), phys, maps)
-            pending.append({"broker": given.broker, "level": f.queue_id + 1,
-                            "queue_offset": int(units.queue_offset[i]), "physical_offset": phys,
-                            "deliver_time": int(units.tags_code[i]), "uniq_key": msg.uniq_key if msg else None,
-                            "real_topic": msg.properties.get(L.PROPERTY_REAL_TOPIC) if msg else None})
-    finally:
-        for m in maps.values():
-            m.close()
-    if pending:
-        out.spill("delays.pending", pa.Table.from_pylist(pending, schema=PENDING))
+    if not len(due):
+        return
+    phys = units.physical_offset[due].astype(np.int64)
+    uniq_key, real_topic = _first_readings(probe["segments"], phys)
+    out.spill("delays.pending", pa.table({
+        "broker": pa.repeat(pa.scalar(given.broker), len(due)),
+        "level": pa.repeat(pa.scalar(f.queue_id + 1, pa.int32()), len(due)),
+        "queue_offset": pa.array(units.queue_offset[due].astype(np.int64)), "physical_offset": pa.array(phys),
+        "deliver_time": pa.array(units.tags_code[due].astype(np.int64)), "uniq_key": uniq_key,
+        "real_topic": real_topic}, schema=PENDING))
 
 
-def _segment_finder(segments: list):
-    """``phys -> `` the first of ``segments`` ((base, length, loc), the probe's) that holds ``phys``, or None: by
-    bisection when they are in order and apart (a broker's log, of thousands of small segments maybe), else by
-    looking through them in order."""
-    bases = [base for base, _, _ in segments]
-    apart = all(a[0] + a[1] <= b[0] for a, b in zip(segments, segments[1:]))
+def _segments_of(segments: list, phys: np.ndarray) -> np.ndarray:
+    """The index in ``segments`` ((base, length, loc), the probe's) of the first that holds each offset, -1 for
+    none: by bisection when they are in order and apart (a broker's log, of thousands of small segments maybe),
+    else by looking through them in order."""
+    bases = np.array([base for base, _, _ in segments], np.int64)
+    ends = bases + np.array([length for _, length, _ in segments], np.int64)
+    if all(a[0] + a[1] <= b[0] for a, b in zip(segments, segments[1:])):
+        i = np.searchsorted(bases, phys, side="right") - 1
+        return np.where((i >= 0) & (phys < ends[np.maximum(i, 0)]), i, -1) if len(bases) else np.full(len(phys), -1)
+    at = np.full(len(phys), -1, np.int64)
+    for k in range(len(segments) - 1, -1, -1):  # the first holding it wins: the earliest written last
+        at[(phys >= bases[k]) & (phys < ends[k])] = k
+    return at
 
-    def segment_of(phys: int):
-        if not apart:
-            return next((s for s in segments if s[0] <= phys < s[0] + s[1]), None)
-        i = bisect.bisect_right(bases, phys) - 1
-        return segments[i] if i >= 0 and phys < bases[i] + segments[i][1] else None
 
-    return segment_of
+def _first_readings(segments: list, phys: np.ndarray) -> tuple[pa.Array, pa.Array]:
+    """The UNIQ_KEY and REAL_TOPIC of the record at each physical offset, decoded as it stands by the compiled
+    kernels, a segment's records at once (a record that does not decode, or lies in no segment: nulls)."""
+    from decoding.kernels import decode_buffer
+
+    uniq = np.full(len(phys), None, object)
+    real = np.full(len(phys), None, object)
+    at = _segments_of(segments, phys)
+    for k in np.unique(at[at >= 0]).tolist():
+        base, length, loc = segments[k]
+        rows = np.flatnonzero(at == k)
+        pos, first = np.unique(phys[rows] - base, return_inverse=True)  # each record decoded once, in file order
+        mapped, buf, starts, sizes, ok = _records_at(loc, length, pos)
+        try:
+            if ok.any():
+                t = decode_buffer(buf, starts, sizes, columns=("uniq_key", "real_topic"))
+                for column, into in (("uniq_key", uniq), ("real_topic", real)):
+                    got = np.full(len(pos), None, object)
+                    got[ok] = t.column(column).to_numpy(zero_copy_only=False)
+                    into[rows] = got[first]
+        finally:
+            if mapped is not None:
+                mapped.close()
+    return pa.array(uniq, pa.string()), pa.array(real, pa.string())
 
 
-def _record(segment, phys: int, maps: dict):
-    """The record a unit points at in ``segment`` ((base, length, loc), or None: in no segment), decoded as it
-    stands (None when it does not decode)."""
-    if segment is None:
-        return None
-    base, length, loc = segment
-    pos = phys - base
-    head = loc.read_range(pos, 4) if loc.local_path is None else None
-    try:
-        if loc.local_path is not None:
-            if loc.local_path not in maps:
-                maps[loc.local_path] = ReadOnlyMap(loc.local_path)
-            return codec.decode_record(maps[loc.local_path].buf, pos, file=loc.path)
-        size = int.from_bytes(head, "big", signed=True)
-        if not 0 < size <= length - pos:
-            return None
-        return codec.decode_record(loc.read_range(pos, size), 0, file=loc.path)
-    except StoreFormatError:
-        return None
+def _records_at(loc, length: int, pos: np.ndarray):
+    """The records of one segment at file positions ``pos`` (sorted, distinct) as frames: (the map to close or
+    None, the buffer, starts, sizes, which positions hold a frame).  A position holds one when its TOTALSIZE (big-endian, at its first four bytes)
+    is positive and fits in what follows it; the kernel then says whether it decodes, as codec.decode_record
+    does.  A local segment is mapped; another is read a record at a time into one buffer."""
+    if loc.local_path is not None:
+        m = ReadOnlyMap(loc.local_path)
+        data = np.frombuffer(m.buf, np.uint8) if len(m.buf) else np.zeros(0, np.uint8)
+        head = pos + 4 <= len(data)
+        size = np.zeros(len(pos), np.int64)
+        if head.any():
+            h = data[pos[head][:, None] + np.arange(4)].astype(np.int64)
+            size[head] = ((h[:, 0] << 24) | (h[:, 1] << 16) | (h[:, 2] << 8) | h[:, 3]).astype(np.int32)
+        ok = head & (size > 0) & (size <= len(data) - pos)
+        return m, data, pos[ok], size[ok], ok
+    chunks, ok = [], np.zeros(len(pos), bool)
+    for i, p in enumerate(pos.tolist()):
+        size = int.from_bytes(loc.read_range(p, 4), "big", signed=True)
+        if 0 < size <= length - p:
+            chunk = loc.read_range(p, size)
+            if len(chunk) == size:
+                chunks.append(chunk)
+                ok[i] = True
+    sizes = np.array([len(c) for c in chunks], np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(chunks) else sizes
+    return None, b"".join(chunks), starts, sizes, ok
 
 
 def in_range(rc, out) -> None:
