@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 ROWS_PER_BUCKET = 1 << 18  # rows a bucket holds on average: the driver's working set of one out-of-core step
+HELD_BYTES = 16 << 20  # rows added to on-disk buckets and held before they are written (Buckets), across the buckets
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64's finalizer
 _POLY = np.uint64(0x100000001B3)
@@ -73,11 +74,19 @@ def scratch(n: int, prefix: str):
 
 class Buckets:
     """``n`` buckets of rows of ``schema`` in ``folder`` (the driver's scratch, :func:`scratch`; None: kept in
-    memory): ``add`` spreads a table's rows by bucket number, ``read`` gives one bucket's rows in the order added."""
+    memory): ``add`` spreads a table's rows by bucket number, ``read`` gives one bucket's rows in the order added.
+
+    On disk, the rows added are held until they pass :data:`HELD_BYTES`, then written as one file holding a record
+    batch per bucket (its batches' numbers kept per bucket).  A file per bucket and add made the files grow with
+    the adds times the buckets, both in proportion to the rows: 4,900 small files for the transactions of 4 GiB
+    of log, a fifth of the family's time."""
 
     def __init__(self, folder: str | None, name: str, n: int, schema: pa.Schema):
         self.folder, self.n, self.schema = None if folder is None else os.path.join(folder, name), n, schema
-        self._files: list[list] = [[] for _ in range(n)]  # each bucket's files, or its tables when in memory
+        self._files: list[list] = [[] for _ in range(n)]  # each bucket's (file, batch numbers), or tables in memory
+        self._held: list[list] = [[] for _ in range(n)]  # on disk: each bucket's rows added since the last write
+        self._held_bytes = 0
+        self._written = 0
         if self.folder is not None:
             os.makedirs(self.folder)
 
@@ -89,15 +98,30 @@ class Buckets:
         ids = bucket[order]
         edges = np.flatnonzero(np.diff(ids)) + 1
         table = table.take(pa.array(order))
+        into = self._files if self.folder is None else self._held
         for a, b in zip(np.r_[0, edges].tolist(), np.r_[edges, len(ids)].tolist()):
-            i = int(ids[a])
-            if self.folder is None:
-                self._files[i].append(table.slice(a, b - a))
-                continue
-            path = os.path.join(self.folder, f"{i}-{len(self._files[i])}.arrow")
-            with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, self.schema) as w:
-                w.write_table(table.slice(a, b - a))
-            self._files[i].append(path)
+            into[int(ids[a])].append(table.slice(a, b - a))
+        if self.folder is not None:
+            self._held_bytes += table.nbytes  # the slices hold the whole table until written
+            if self._held_bytes > HELD_BYTES:
+                self._write_held()
+
+    def _write_held(self) -> None:
+        """The rows held, one file: each bucket's as record batches, their numbers kept in the bucket's list."""
+        path = os.path.join(self.folder, f"{self._written}.arrow")
+        self._written += 1
+        k = 0
+        with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, self.schema) as w:
+            for i, held in enumerate(self._held):
+                if not held:
+                    continue
+                batches = pa.concat_tables(held).combine_chunks().to_batches()
+                for batch in batches:
+                    w.write_batch(batch)
+                self._files[i].append((path, range(k, k + len(batches))))
+                k += len(batches)
+                self._held[i] = []
+        self._held_bytes = 0
 
     def add_by_key(self, table: pa.Table, *key: str) -> None:
         """``table``'s rows by the hash of the columns ``key``."""
@@ -108,7 +132,9 @@ class Buckets:
         if self.folder is None:
             return pa.concat_tables(self._files[i]) if self._files[i] else self.schema.empty_table()
         parts = []
-        for path in self._files[i]:
+        for path, numbers in self._files[i]:
             with pa.OSFile(path) as f:
-                parts.append(pa.ipc.open_file(f).read_all())
-        return pa.concat_tables(parts) if parts else self.schema.empty_table()
+                r = pa.ipc.open_file(f)
+                parts += [r.get_batch(j) for j in numbers]
+        held = [b for t in self._held[i] for b in t.to_batches()]
+        return pa.Table.from_batches(parts + held, self.schema)
