@@ -1891,10 +1891,10 @@ def offset_table_check(b, nest_limit, sep, out, other_lo, other_hi):
     return 0
 
 
-@njit((_u1r, _i8r, _i8r, _i4, _u1), **_OPTS)
+@njit([(_u1r, _i8r, _i8r, _i4, _u1), (_u1r, _i8r, _i8r, _i8, _u1)], **_OPTS)
 def gather_spans(b, lo, hi, off, out):
-    """The spans ``b[lo[k]:hi[k]]`` one after another into ``out``, at Arrow's offsets ``off`` (the caller's
-    cumulative sum of their lengths)."""
+    """The spans ``b[lo[k]:hi[k]]`` one after another into ``out``, at offsets ``off`` (the caller's cumulative sum
+    of their lengths: Arrow's 32-bit ones for a string array, 64-bit for records copied out of a segment)."""
     for k in range(lo.shape[0]):
         _copy(out, off[k], b, lo[k], hi[k] - lo[k])
 

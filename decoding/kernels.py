@@ -533,6 +533,18 @@ def _spans(b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> pa.Array:
     return pa.StringArray.from_buffers(len(lo), pa.py_buffer(off), pa.py_buffer(out))
 
 
+def gather_frames(buf, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The frames at ``starts`` (``sizes`` bytes each) of ``buf`` one after another, copied in one compiled pass
+    (a frame at a time in Python cost ~1 us each where a family looks up a million messages)."""
+    data = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
+    lo = np.ascontiguousarray(starts, np.int64)
+    off = np.zeros(len(lo) + 1, np.int64)
+    np.cumsum(sizes, out=off[1:])
+    out = np.empty(int(off[-1]), np.uint8)
+    _compiled().gather_spans(data, lo, lo + np.asarray(sizes, np.int64), off, out)
+    return out
+
+
 class CompiledFramer:
     """``store_format.commitlog``'s bulk framer compiled (:func:`decoding.compiled.frame_run`): the same runs of plain
     valid messages, found by hopping from record to record with every check of ``frame_at`` (the body CRC

@@ -578,14 +578,14 @@ class AuditContext:
                     del walked
                 keep = np.flatnonzero(confirmed)
                 if len(keep):
-                    frames.append(_gather(m.buf, pos[keep], sizes[keep]))
+                    frames.append(K.gather_frames(m.buf, pos[keep], sizes[keep]))  # copied: the map closes
                     kept_sizes.append(sizes[keep])
         if not frames:
             return K.message_schema(columns).empty_table()
         sizes = np.concatenate(kept_sizes).astype(np.int64)
         starts = np.zeros(len(sizes), np.int64)
         np.cumsum(sizes[:-1], out=starts[1:])
-        return pa.Table.from_batches([K.decode_buffer(b"".join(frames), starts, sizes, columns=columns)])
+        return pa.Table.from_batches([K.decode_buffer(np.concatenate(frames), starts, sizes, columns=columns)])
 
     def store_times(self, broker: str, offsets) -> dict[int, int]:
         """{physical offset: store time} for the offsets where a message of the salvage walk starts (for a finding
@@ -601,13 +601,6 @@ class AuditContext:
 
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
-
-
-def _gather(buf, starts: np.ndarray, sizes: np.ndarray) -> bytes:
-    """The bytes of the frames at ``starts`` (``sizes`` bytes each) of ``buf``, one after the other, copied (the
-    buffer may be a map about to close)."""
-    with memoryview(buf) as view:
-        return b"".join([view[a:a + n] for a, n in zip(starts.tolist(), sizes.tolist())])
 
 
 @dataclass(frozen=True)
