@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from decoding.kernels import release_freed_memory
 from runtime import cli
 from jobs.extract import parse_time
 from runtime.commit import delete, job_run, runs_job
@@ -289,7 +290,10 @@ def _stage(spark, name: str, tasks: list, executor, run: RunInfo):
     where = " in the driver" if executor.where == "driver" else ""
     with Phase(f"{name} ({len(tasks)} task(s){where})", sum(t.cost() for t in tasks),
                spark if executor.where == "spark" else None) as phase:
-        return run_tasks(spark, tasks, executor, run, phase=phase)
+        try:
+            return run_tasks(spark, tasks, executor, run, phase=phase)
+        finally:
+            release_freed_memory()  # the tasks' temporaries, when they ran in the driver
 
 
 def _finish(ctx: AuditContext) -> list[FamilyResult]:
@@ -303,6 +307,7 @@ def _finish(ctx: AuditContext) -> list[FamilyResult]:
             results.append(family.on_driver(ctx))
         except Exception as e:  # a bug or input no check foresaw: every broker's results lack this family
             ctx.failures += [failure_row(s.name, f"the {family.name} checks", e) for s in ctx.stores]
+        release_freed_memory()  # what the family freed: the next one's high water is not added to it
         progress(f"{family.name}: {time.time() - t0:.1f}s")
     results.append(FamilyResult(findings=[_failure_findings(ctx.failures), _skipped_findings(ctx)]))
     return results
