@@ -139,7 +139,7 @@ KIND_NAMES = {"LMQ_PREFIX", "BATCH_CQ_DIR", "BATCH_CQ_UNIT", "QUEUE_TYPE_BATCH",
 #: Arrow's record batches, and the rows a streamed consumerOffset.json is read by (store_format.config), which are no
 #: queue's
 ARROW_BATCHES = {"batch", "batches", "RecordBatch", "to_batches", "from_batches", "table_batch", "batch_size",
-                 "write_batch", "OFFSET_BATCH_ROWS"}
+                 "write_batch", "get_batch", "OFFSET_BATCH_ROWS"}
 #: the metadata table of lmqConsumerOffset.json: a config file (context.py merges its offsets), not a queue
 NO_QUEUE_STRINGS = {"lmq_consumer_offsets"}
 
