@@ -199,6 +199,33 @@ def test_a_second_run_on_a_state_is_refused_and_a_failed_run_leaves_it_whole(spa
     assert [f["check"] for f in found["history"]] == ["history.rewritten"]
 
 
+def test_a_store_that_changes_while_it_is_read_leaves_the_state_whole(spark, tmp_path, monkeypatch):
+    """The chain of custody fails the run (the store changed after its first fingerprint): the state is not moved
+    on, and the next run compares with the last committed one."""
+    from runtime.custody import CustodyError
+
+    from .test_custody import touch_back
+
+    store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
+    first = audit(spark, store, tmp_path / "out1", state)
+    before = tree_state(state)
+    flip(sorted((store / "commitlog").iterdir())[0], 100)  # a change the next run must still find
+    real_watch = audit_job.watch
+
+    def watch_then_change(run, roots, **kw):
+        custody = real_watch(run, roots, **kw)
+        touch_back(store)
+        return custody
+    monkeypatch.setattr(audit_job, "watch", watch_then_change)
+    with pytest.raises(CustodyError):
+        audit(spark, store, tmp_path / "out2", state)
+    assert tree_state(state) == before and not (tmp_path / "out2").exists()
+    monkeypatch.undo()
+    found = audit(spark, store, tmp_path / "out3", state)
+    assert found["summary"]["brokers"][0]["since_last_run"]["previous_run_id"] == first["summary"]["run_id"]
+    assert [f["check"] for f in found["history"]] == ["history.rewritten"]
+
+
 def test_state_beside_an_input_or_the_output_is_refused(spark, tmp_path):
     store = copy_of(FIXTURES / "basic" / "store", tmp_path)
     for state in (store / "state", tmp_path / "out"):
