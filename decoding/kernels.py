@@ -193,6 +193,7 @@ def release_freed_memory() -> None:
     except (OSError, AttributeError):  # no glibc
         pass
 
+
 # ---------------------------------------------------------------------------------------------------------
 # Inputs
 

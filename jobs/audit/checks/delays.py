@@ -16,7 +16,6 @@ records by offset, then with the delivered copies by key, a bucket at a time), k
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -144,9 +143,9 @@ def _first_readings(segments: list, phys: np.ndarray) -> tuple[pa.Array, pa.Arra
 
 def _records_at(loc, length: int, pos: np.ndarray):
     """The records of one segment at file positions ``pos`` (sorted, distinct) as frames: (the map to close or
-    None, the buffer, starts, sizes, which positions hold a frame).  A position holds one when its TOTALSIZE (big-endian, at its first four bytes)
-    is positive and fits in what follows it; the kernel then says whether it decodes, as codec.decode_record
-    does.  A local segment is mapped; another is read a record at a time into one buffer."""
+    None, the buffer, starts, sizes, which positions hold a frame).  A position holds one when its TOTALSIZE
+    (big-endian, its first four bytes) is positive and fits in what follows it; the kernel then says whether it
+    decodes, as codec.decode_record does.  A local segment is mapped; another is read a record at a time."""
     if loc.local_path is not None:
         m = ReadOnlyMap(loc.local_path)
         data = np.frombuffer(m.buf, np.uint8) if len(m.buf) else np.zeros(0, np.uint8)
