@@ -48,6 +48,7 @@ The model uses the broker's own checks (no PHYSICALOFFSET check) so it predicts,
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -499,13 +500,14 @@ def mapped_file_queue_problems(folder: RolledFolder, rules: LoadRules) -> tuple[
     size = folder.file_size
     for i, entry in enumerate(entries):
         rel = f"{folder.rel}/{entry.name}"
-        if rules.skips_folders and entry.is_dir():  # File.isDirectory, through links
-            continue
-        try:
+        try:  # one stat an entry: its length, File.isDirectory (through links) and the open's outcome
             looked = entry.stat()
             length = looked.st_size
         except OSError:
             looked, length = None, 0
+        is_folder = entry.is_dir() if not isinstance(looked, os.stat_result) else stat.S_ISDIR(looked.st_mode)
+        if rules.skips_folders and is_folder:
+            continue
         # the same stat for the open's outcome (a folder of thousands of segments: one stat of each less)
         kind = java_rw_open(entry, looked if isinstance(looked, os.stat_result) else None)[1]
         what = f"{length} bytes" if kind == "a regular file" else "a folder" if kind == "a folder" else \
@@ -519,7 +521,7 @@ def mapped_file_queue_problems(folder: RolledFolder, rules: LoadRules) -> tuple[
         elif java_parse_long(entry.name) is None:
             problems.append((rel, f"{rel}: its name is not an offset (Long.parseLong fails in new MappedFile), so "
                                   f"{folder.loader} fails"))
-        elif entry.is_dir():
+        elif is_folder:
             problems.append((rel, f"{rel} is a folder: new MappedFile cannot open it, so MappedFileQueue.doLoad "
                                   "fails"))
         elif not (len(entry.name) == L.SEGMENT_NAME_DIGITS and entry.name.isascii() and entry.name.isdigit()):
@@ -568,6 +570,9 @@ def _queue_folders(part: Path) -> list[tuple[str, Path]]:
 
     def folders(where, keep=lambda name: True):
         try:  # a folder that cannot be listed here: metadata.store_file_unreadable says so; its queues are not judged
+            if isinstance(where, Path):  # its entries' kinds as listed (a stat only for a link): 40,000 queues
+                with os.scandir(where) as it:
+                    return sorted((where / e.name for e in it if keep(e.name) and e.is_dir()), key=lambda e: e.name)
             return sorted((e for e in where.iterdir() if e.is_dir() and keep(e.name)), key=lambda e: e.name)
         except OSError:
             return []
