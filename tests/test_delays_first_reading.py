@@ -16,9 +16,9 @@ from store_format import layout as L
 from store_format.commitlog import list_segments
 from store_format.errors import StoreFormatError
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-STORES = [FIXTURES / "rocketmq-4.9.7" / "basic" / "store", FIXTURES / "rocketmq-5.3.3" / "v5-default" / "store",
-          FIXTURES / "rocketmq-5.3.3" / "v5-crc" / "store"]
+from .conftest import FIXTURES, FIXTURES_5X
+
+STORES = [FIXTURES / "basic" / "store", FIXTURES_5X / "v5-default" / "store", FIXTURES_5X / "v5-crc" / "store"]
 
 
 def _reference(segments, phys: int):
