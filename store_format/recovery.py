@@ -570,9 +570,6 @@ def _queue_folders(part: Path) -> list[tuple[str, Path]]:
 
     def folders(where, keep=lambda name: True):
         try:  # a folder that cannot be listed here: metadata.store_file_unreadable says so; its queues are not judged
-            if isinstance(where, Path):  # its entries' kinds as listed (a stat only for a link): 40,000 queues
-                with os.scandir(where) as it:
-                    return sorted((where / e.name for e in it if keep(e.name) and e.is_dir()), key=lambda e: e.name)
             return sorted((e for e in where.iterdir() if e.is_dir() and keep(e.name)), key=lambda e: e.name)
         except OSError:
             return []
