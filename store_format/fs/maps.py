@@ -135,6 +135,68 @@ def entries(folder) -> list[Entry]:
     return [_local_entry(n, child(n)) for n in sorted(names)]
 
 
+def files_under(root):
+    """Every regular file below ``root`` (``root`` itself when it is one): links to files followed, a link to a
+    folder not walked into (so no loop), a folder that cannot be listed passed over (its readers report it); each
+    folder's files in name order.  ``Path``s, or ``StorePath``s on another file system (listed by :func:`entries`).
+    A local folder is listed by ``os.scandir``, whose entries say what they are: no ``stat`` of a plain file or
+    folder, only of a link (or where the file system does not say), which is what :func:`entries` would have made
+    of it -- the chain of custody lists every input file twice a run (6,000 of them for a fleet of 64 brokers)."""
+    top = as_path(root)
+    if isinstance(top, StorePath):
+        yield from _files_under_entries(top)
+        return
+    if top.is_file():
+        yield top
+        return
+    pending = [top]
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(folder) as it:
+                found = sorted(it, key=lambda e: e.name)
+        except OSError:  # not a folder, gone, or unlistable (entries: [] or UnreadableError)
+            continue
+        child = getattr(folder, "_make_child_relpath", None) or folder.joinpath
+        for e in found:
+            kind = _scanned_kind(e)
+            if kind == "file":
+                yield child(e.name)
+            elif kind == "folder":
+                pending.append(child(e.name))
+
+
+def _scanned_kind(e: os.DirEntry) -> str | None:
+    """A scanned entry as :func:`files_under` walks it: "file" (a regular file, links followed), "folder" (a folder
+    that is not a link), else None (a link to a folder, a FIFO, socket or device, a dangling link or a loop: what
+    :func:`_local_entry`'s ``stat`` fails on is "broken", never walked)."""
+    try:
+        if e.is_file():
+            return "file"
+        return "folder" if not e.is_symlink() and e.is_dir() else None
+    except OSError:
+        return None
+
+
+def _files_under_entries(top):
+    """:func:`files_under` through :func:`entries` (a file system other than the local one)."""
+    if top.is_file():
+        yield top
+        return
+    pending = [top]
+    while pending:
+        folder = pending.pop()
+        try:
+            found = entries(folder)
+        except UnreadableError:
+            continue
+        for e in found:
+            if e.is_file:
+                yield e.path
+            elif e.is_folder and not (isinstance(e.path, os.PathLike) and os.path.islink(e.path)):
+                pending.append(e.path)
+
+
 STORE_FILES = L.STORE_ROOT_FILES
 #: the file every output of the suite's jobs holds (runtime/output.py): only such a folder is ever deleted by
 #: --overwrite, and the writer accepts it in an otherwise empty store root
