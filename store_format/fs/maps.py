@@ -96,17 +96,19 @@ def entry(path) -> Entry:
     return _local_entry(path.name, path)
 
 
-def _local_entry(name: str, path: Path) -> Entry:
-    """:func:`entry` of a local ``path`` named ``name``."""
+def _local_entry(name: str, path: Path, at: str | None = None) -> Entry:
+    """:func:`entry` of a local ``path`` named ``name`` (``at``: the same path as text, when the caller has it: the
+    system calls take it without a ``Path`` formatting itself)."""
+    at = path if at is None else at
     try:
-        st = os.stat(path)
+        st = os.stat(at)
     except OSError as e:
         return Entry(name, path, "broken", 0, _os_reason(e))
     if stat.S_ISREG(st.st_mode):
-        reason = None if os.access(path, os.R_OK) else "Permission denied"
+        reason = None if os.access(at, os.R_OK) else "Permission denied"
         return Entry(name, path, "file", st.st_size, reason)
     if stat.S_ISDIR(st.st_mode):
-        reason = None if os.access(path, os.R_OK | os.X_OK) else "Permission denied"
+        reason = None if os.access(at, os.R_OK | os.X_OK) else "Permission denied"
         return Entry(name, path, "folder", 0, reason)
     return Entry(name, path, "other", 0, f"{describe(st.st_mode)}, not a regular file")
 
@@ -122,17 +124,19 @@ def entries(folder) -> list[Entry]:
         except OSError as e:
             raise _unreadable(folder, e) from None
         return [_remote_entry(folder / i.base_name, i) for i in sorted(infos, key=lambda i: i.base_name)]
-    folder = Path(folder)
+    if not isinstance(folder, Path):  # a Path is not parsed again (a fleet's 7,500 queue folders, every audit)
+        folder = Path(folder)
+    top = os.fspath(folder)
     try:
-        names = os.listdir(folder)
+        names = os.listdir(top)
     except (NotADirectoryError, FileNotFoundError):
         return []
     except OSError as e:
         raise UnreadableError(folder, _os_reason(e)) from None
     # a listed name is one plain part: its Path made without parsing it again (a folder of thousands of segments,
-    # listed on every audit for the chain of custody and the unreadable entries)
+    # listed on every audit for the unreadable entries), its text for the system calls joined, not formatted
     child = getattr(folder, "_make_child_relpath", None) or folder.joinpath
-    return [_local_entry(n, child(n)) for n in sorted(names)]
+    return [_local_entry(n, child(n), os.path.join(top, n)) for n in sorted(names)]
 
 
 def files_under(root):
