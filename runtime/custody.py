@@ -12,7 +12,7 @@ kernel sets the ctime to now, and no one can set it back).  The audit's summary.
 sha256 ("inputs"): inode and ctime identify a file on this machine only, so they are kept for the check and not
 published.
 
-The check lists the inputs again, through the store layer's listing (``store_format.fs.entries``, local paths and
+The check lists the inputs again, through the store layer's listing (``store_format.fs.files_under``, local paths and
 other file systems alike), so that a file that appeared during the run (a broker rolling to a new segment) is
 seen too, and names every difference for what it is: "added during the audit", "removed during the extract",
 "replaced during ..." (the same name, another file), "changed during ...".  A file that vanished is never "a
@@ -21,7 +21,6 @@ dangling symbolic link" here.
 from __future__ import annotations
 
 import hashlib
-import os
 
 from runtime.output import OutputError
 from store_format import fs
@@ -52,29 +51,7 @@ def input_files(roots) -> list:
     """Every file below the inputs (``StoreRef``s, or paths and URIs of a folder or a file): ``Path``s, or
     ``fs.StorePath``s of an input on another file system."""
     paths = [getattr(r, "path", r) for r in roots]
-    return sorted((p for root in paths for p in _files_under(root)), key=lambda p: p.parts)  # Path's order
-
-
-def _files_under(root):
-    """The regular files below ``root`` (``root`` itself when it is one), listed by the store layer
-    (``fs.entries``: links to files followed, a link to a folder not walked into, so no loop), local or on another
-    file system."""
-    top = fs.as_path(root)
-    if top.is_file():
-        yield top
-        return
-    pending = [top]
-    while pending:
-        folder = pending.pop()
-        try:
-            found = fs.entries(folder)
-        except fs.UnreadableError:  # a folder that cannot be listed: the job's own checks report it
-            continue
-        for e in found:
-            if e.is_file:
-                yield e.path
-            elif e.is_folder and not (isinstance(e.path, os.PathLike) and os.path.islink(e.path)):
-                pending.append(e.path)
+    return sorted((p for root in paths for p in fs.files_under(root)), key=lambda p: p.parts)  # Path's order
 
 
 def fingerprint(files: list, sha256: bool) -> Fingerprint:

@@ -188,3 +188,21 @@ def test_routing_buckets_in_one_pass_are_the_sorted_ones():
             got = Buckets.of_offsets(phys, given, shift, end)
             for a, b in ((got.buckets, want.buckets), (got.first, want.first), (got.last, want.last)):
                 assert np.array_equal(a, b)
+
+
+def test_a_config_read_from_its_backup_is_named_for_its_broker_only(spark, tmp_path):
+    """metadata.config_from_backup comes from each broker's first source of a config table (the file the rows were
+    read from): of three brokers, the one whose topics.json is gone (its topics.json.bak read) is named, once, and
+    the others are not, whatever their order."""
+    import shutil
+
+    stores = []
+    for name in ("a", "b", "c"):
+        root = tmp_path / name / "store"
+        shutil.copytree(fixture_store("broker"), root)
+        stores.append(root)
+    (stores[1] / "config" / "topics.json").unlink()
+    out = tmp_path / "out"
+    audit_job.run(spark, audit_args([f"{n}={s}" for n, s in zip("abc", stores)], out, "--checks", "metadata"))
+    backup = [(f["broker"], f["file"]) for f in findings(out) if f["check"] == "metadata.config_from_backup"]
+    assert backup == [("b", "config/topics.json")]

@@ -112,6 +112,37 @@ def test_a_file_that_vanished_is_no_such_file_not_a_dangling_link(tmp_path):
     assert e.value.reason == "no such file: a dangling symbolic link"
 
 
+def test_the_listing_by_scandir_is_the_listing_by_entries(store, tmp_path):
+    """fs.files_under lists a local folder by os.scandir (an entry's kind from its name's d_type): the same files
+    as the walk through fs.entries (a stat of every entry), on a store with what a hostile dump holds besides its
+    files: links to files (followed) and to folders (not walked into), a dangling link, a link loop, a FIFO, an
+    empty folder, a folder without permissions, a store that is one file."""
+    from store_format.fs.maps import _files_under_entries
+
+    (store / "config" / "delay.link").symlink_to(store / "config" / "delayOffset.json")
+    (store / "linked-commitlog").symlink_to(store / "commitlog", target_is_directory=True)
+    (store / "index" / "dangling").symlink_to(tmp_path / "nowhere")
+    (store / "loop").symlink_to(store / "loop")
+    os.mkfifo(store / "config" / "fifo")
+    (store / "consumequeue" / "empty").mkdir()
+    shut = store / "consumequeue" / "shut"
+    shut.mkdir()
+    (shut / "0").write_bytes(b"x")
+    shut.chmod(0)
+    try:
+        scanned = list(fs.files_under(store))
+        walked = list(_files_under_entries(store))
+        assert sorted(map(str, scanned)) == sorted(map(str, walked))
+        names = {p.name for p in scanned}
+        assert "delay.link" in names and not {"fifo", "dangling", "loop", "empty"} & names
+        assert not any("linked-commitlog" in str(p) for p in scanned)
+        one = store / "config" / "delayOffset.json"
+        assert list(fs.files_under(one)) == list(_files_under_entries(one)) == [one]
+        assert list(fs.files_under(tmp_path / "nothing")) == []
+    finally:
+        shut.chmod(0o755)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The audit (Spark's session fixture; the change made at a progress line)
 

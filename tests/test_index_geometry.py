@@ -568,3 +568,32 @@ def test_an_unreadable_index_file_is_one_finding_and_one_summary(geometry_audit,
         if basis == "header":
             assert (int(d["range_from"]), int(d["range_to"])) == (f.header.begin_phy_offset, f.header.end_phy_offset)
     assert result.exit_code == 1  # the corrupt files are errors
+
+
+def test_the_last_written_block_is_found_wherever_it_lies():
+    """indexfile._first_nonzero (rule 3's search, back a block at a time) against the definition, a block at a time
+    from k_lo: zeros, one byte set at the edges of blocks and of the search's own steps, dense entries."""
+    import numpy as np
+
+    from store_format.indexfile import _first_nonzero
+
+    size = L.INDEX_ENTRY_SIZE
+    rng = random.Random(7)
+    length = 40 + size * 40_000
+
+    def reference(arr, k_lo, k_hi):
+        for k in range(k_lo, k_hi + 1):
+            if arr[length - size * k:length - size * (k - 1)].any():
+                return k
+        return None
+
+    for case in range(60):
+        arr = np.zeros(length, np.uint8)
+        if case % 3 == 1:  # one byte anywhere, the search's step boundaries included
+            arr[rng.choice([length - 1, length - (1 << 18), length - (1 << 18) - 1, rng.randrange(length)])] = 1
+        elif case % 3 == 2:  # a run of written entries ending anywhere
+            end = rng.randrange(40, length)
+            arr[max(40, end - size * rng.randrange(1, 30_000)):end] = rng.randrange(1, 256)
+        k_lo = rng.randrange(1, 200)
+        k_hi = rng.choice([40_000, rng.randrange(k_lo, 40_001)])
+        assert _first_nonzero(arr, length, k_lo, k_hi) == reference(arr, k_lo, k_hi), case

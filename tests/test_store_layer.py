@@ -196,3 +196,64 @@ def test_a_timer_log_path_names_its_store(tmp_path):
     for path in (root / "timerlog", root / "timerlog" / "00000000000000002048"):
         [found] = find_stores(str(path))
         assert found.root.path == str(root)
+
+
+def _unreadable_by_entries(root: Path) -> list[tuple[str, str]]:
+    """fs.unreadable_entries' walk through fs.entries (a stat and an Entry of every entry): the definition the local
+    walk by scandir must equal."""
+    from store_format import layout as L
+
+    out = []
+
+    def visit(folder, depth):
+        try:
+            found = fs.entries(folder)
+        except fs.UnreadableError as e:
+            out.append(e)
+            return
+        for e in found:
+            if e.reason is not None:
+                out.append(e.error())
+            elif e.is_folder and depth > 0:
+                visit(e.path, depth - 1)
+
+    for part in L.STORE_PARTS:
+        e = fs.entry(root / part.folder)
+        if e.kind == "folder" and e.reason is None:
+            visit(e.path, part.depth)
+    return [(e.file, e.reason) for e in out]
+
+
+def test_the_unreadable_entries_walk_by_scandir_is_the_walk_by_entries(tmp_path, monkeypatch):
+    """A store's unreadable entries, found by os.scandir (a plain file or folder costs its access check alone), are
+    the ones the walk through fs.entries finds, in its order and words: FIFOs, dangling links, a link loop, links
+    to files and to folders, a file where a queue folder should be, and files and folders a reader may not open (no
+    permission: os.access answers for the test, since root may open anything)."""
+    root = tmp_path / "store"
+    shutil.copytree(fixture_store("basic"), root)
+    cq = root / "consumequeue"
+    topic = next(p for p in cq.iterdir() if p.is_dir())
+    queue = next(p for p in topic.iterdir() if p.is_dir())
+    try:
+        os.mkfifo(queue / "fifo")
+        os.mkfifo(root / "config" / "fifo")
+    except OSError as e:
+        if e.errno in (errno.EPERM, errno.ENOSYS):
+            pytest.skip("no FIFOs here")
+        raise
+    (queue / "dangling").symlink_to(tmp_path / "nowhere")
+    (topic / "loop").symlink_to(topic / "loop")
+    (topic / "linked").symlink_to(queue, target_is_directory=True)
+    (root / "index" / "linked-file").symlink_to(root / "checkpoint")
+    (cq / "a-file-topic").write_bytes(b"x")
+    (topic / "7").mkdir()
+    (topic / "7" / "00000000000000000000").write_bytes(b"\0" * 20)
+    (topic / "9").mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if os.fspath(path).endswith(
+        ("/7/00000000000000000000", "/9", "/config/delayOffset.json")) else real_access(path, mode))
+    found = [(e.file, e.reason) for e in fs.unreadable_entries(root)]
+    assert found == _unreadable_by_entries(root)
+    named = {Path(f).name: reason for f, reason in found}
+    assert named["00000000000000000000"] == named["9"] == named["delayOffset.json"] == "Permission denied"
+    assert {"fifo", "dangling", "loop"} <= set(named) and not {"linked", "linked-file", "a-file-topic"} & set(named)
