@@ -10,6 +10,7 @@ description (``meta.json``): messages, record bytes, segments, index files.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -71,18 +72,26 @@ def ensure_dump(spec: DumpSpec, cache: Path, progress: bool = True) -> dict:
     meta_path = root / "meta.json"
     if meta_path.exists():
         return json.loads(meta_path.read_text())
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    store = root / "store"
-    stats = generate_store(store, spec.traffic(), spec.writer(), progress=progress_line() if progress else None)
-    segments = list_segments(store / "commitlog")
+    # generated beside it and renamed into place whole: a second process asking for the same dump meanwhile (a
+    # bench started while another generates it) generates its own, and never clears the folder being written
+    shutil.rmtree(root, ignore_errors=True)  # what a generation that died left
+    partial = root.with_name(f"{root.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    stats = generate_store(partial / "store", spec.traffic(), spec.writer(),
+                           progress=progress_line() if progress else None)
+    segments = list_segments(partial / "store" / "commitlog")
     ends = [int(segment_frames(s)[1].max(initial=0)) for s in segments]
-    meta = {"spec": asdict(spec), "store": str(store), "messages": stats["messages"],
+    meta = {"spec": asdict(spec), "store": str(root / "store"), "messages": stats["messages"],
             "record_bytes": stats["bytes"], "commitlog_bytes": sum(ends), "segment_data_bytes": ends,
-            "segments": len(segments), "index_files": len(list_index_files(store / "index")),
+            "segments": len(segments), "index_files": len(list_index_files(partial / "store" / "index")),
             "generate_seconds": round(stats["total_s"], 1)}
-    meta_path.write_text(json.dumps(meta, indent=1))
-    return meta
+    (partial / "meta.json").write_text(json.dumps(meta, indent=1))
+    try:
+        os.rename(partial, root)
+    except OSError:  # another process's dump got there first: the same spec, the same bytes
+        shutil.rmtree(partial, ignore_errors=True)
+    return json.loads(meta_path.read_text())
 
 
 def segment_frames(segment) -> tuple[np.ndarray, np.ndarray]:
