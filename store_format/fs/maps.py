@@ -151,31 +151,39 @@ def files_under(root):
     folder, only of a link (or where the file system does not say), which is what :func:`entries` would have made
     of it -- the chain of custody lists every input file twice a run (6,000 of them for a fleet of 64 brokers)."""
     top = as_path(root)
-    if isinstance(top, StorePath):
-        yield from _files_under_entries(top)
-        return
     if top.is_file():
         yield top
         return
     pending = [top]
     while pending:
-        folder = pending.pop()
-        try:
-            with os.scandir(folder) as it:
-                found = sorted(it, key=lambda e: e.name)
-        except OSError:  # not a folder, gone, or unlistable (entries: [] or UnreadableError)
-            continue
-        child = getattr(folder, "_make_child_relpath", None) or folder.joinpath
-        for e in found:
-            kind = _scanned_kind(e)
+        for path, kind in _kinds_in(pending.pop()):
             if kind == "file":
-                yield child(e.name)
+                yield path
             elif kind == "folder":
-                pending.append(child(e.name))
+                pending.append(path)
+
+
+def _kinds_in(folder) -> list[tuple]:
+    """(path, kind) of each entry of ``folder`` in name order, as :func:`files_under` walks them: "file" (a regular
+    file, links followed), "folder" (a folder that is not a link), else None; none for a folder that cannot be
+    listed (its readers report it).  A local folder by ``os.scandir``, another file system's by :func:`entries`."""
+    if isinstance(folder, StorePath):
+        try:
+            found = entries(folder)
+        except UnreadableError:
+            return []
+        return [(e.path, "file" if e.is_file else "folder" if e.is_folder else None) for e in found]
+    try:
+        with os.scandir(folder) as it:
+            found = sorted(it, key=lambda e: e.name)
+    except OSError:  # not a folder, gone, or unlistable (entries: [] or UnreadableError)
+        return []
+    child = getattr(folder, "_make_child_relpath", None) or folder.joinpath
+    return [(child(e.name), _scanned_kind(e)) for e in found]
 
 
 def _scanned_kind(e: os.DirEntry) -> str | None:
-    """A scanned entry as :func:`files_under` walks it: "file" (a regular file, links followed), "folder" (a folder
+    """A scanned entry's kind for :func:`files_under`: "file" (a regular file, links followed), "folder" (a folder
     that is not a link), else None (a link to a folder, a FIFO, socket or device, a dangling link or a loop: what
     :func:`_local_entry`'s ``stat`` fails on is "broken", never walked)."""
     try:
@@ -184,25 +192,6 @@ def _scanned_kind(e: os.DirEntry) -> str | None:
         return "folder" if not e.is_symlink() and e.is_dir() else None
     except OSError:
         return None
-
-
-def _files_under_entries(top):
-    """:func:`files_under` through :func:`entries` (a file system other than the local one)."""
-    if top.is_file():
-        yield top
-        return
-    pending = [top]
-    while pending:
-        folder = pending.pop()
-        try:
-            found = entries(folder)
-        except UnreadableError:
-            continue
-        for e in found:
-            if e.is_file:
-                yield e.path
-            elif e.is_folder and not (isinstance(e.path, os.PathLike) and os.path.islink(e.path)):
-                pending.append(e.path)
 
 
 STORE_FILES = L.STORE_ROOT_FILES
