@@ -144,10 +144,12 @@ def test_a_folder_that_is_not_a_state_is_left_as_it_is(spark, tmp_path):
 def test_a_damaged_state_is_written_anew_another_version_or_store_left_alone(spark, tmp_path):
     store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
     first = audit(spark, store, tmp_path / "out1", state)
-    [part] = (state / "brokers").glob("*/parts/*.arrow")  # the segment's walk, kept
-    part.write_bytes(b"garbage")  # a damaged part: the task runs instead, no finding says otherwise
+    parts = list((state / "brokers").glob("*/parts/*.arrow"))  # the segment's walk and its range's scan, kept
+    assert len(parts) == 2
+    for part in parts:
+        part.write_bytes(b"garbage")  # a damaged part: the task runs instead, no finding says otherwise
     again = audit(spark, store, tmp_path / "out0", state)
-    assert again["summary"]["state"]["tasks_given_back"] == {"survey": 1} and ids(again) == ids(first)
+    assert again["summary"]["state"]["tasks_given_back"] == {"survey": 1, "scan": 0} and ids(again) == ids(first)
     assert again["history"] == [] and again["exit"] == first["exit"]
     (state / "state.json").write_text("{ damaged")
     found = audit(spark, store, tmp_path / "out2", state)
@@ -315,10 +317,11 @@ def _grow(spark, tmp_path, writer, steps) -> list[dict]:
 def test_a_4x_store_grown_in_steps_audits_with_the_state_as_without(spark, tmp_path, monkeypatch, margin):
     """``margin``: a segment range's reach past its walk (a largest record, twice) made 1 KiB, so that the active
     segment's early ranges are given back in these small segments too (their records are < 500 bytes)."""
-    from jobs.audit import survey
+    from jobs.audit import scan, survey
 
     if margin is not None:
         monkeypatch.setattr(survey, "DEFAULT_MAX_RECORD_SIZE", margin)
+        monkeypatch.setattr(scan, "RUN_CELL", 64 << 10)  # a run per segment: its old segments' runs given back
     from store_format.write.broker import Broker, ManualClock, Producer
     from store_format.write.writer import StoreWriter, WriterConfig
 
@@ -355,8 +358,34 @@ def test_a_4x_store_grown_in_steps_audits_with_the_state_as_without(spark, tmp_p
     assert state["brokers"]["b1"]["parts"], "segment walks kept for the next run"
     survey = [x["state"]["tasks_given_back"]["survey"] for x in said]
     assert survey[0] == 0 and min(survey[1:]) >= 4, survey
+    scan = [x["state"]["tasks_given_back"]["scan"] for x in said]
+    if margin is not None:  # the old segments' runs whose units, offsets and pending messages stayed (step 3: 4 of 6)
+        assert scan[0] == 0 and scan[3] >= 3, scan
     if margin is not None:  # the grown active segment's early ranges too
         assert survey[1] > 4 and survey[2] > 8, survey
+    writer.close()
+
+
+def test_a_store_only_appended_to_gives_its_old_ranges_back(spark, tmp_path, monkeypatch):
+    """Messages appended night after night (no offset moved, nothing pending): every range of the segments full
+    since the last run is given back, not walked; the outputs are a full audit's all the same (the oldest segment
+    expired before the last run: the new first segment's ranges run again, owning from minus infinity)."""
+    from jobs.audit import scan, survey
+    from store_format.write.broker import Broker, ManualClock, Producer
+    from store_format.write.writer import StoreWriter, WriterConfig
+
+    monkeypatch.setattr(survey, "DEFAULT_MAX_RECORD_SIZE", 1024)
+    monkeypatch.setattr(scan, "RUN_CELL", 64 << 10)  # a run per segment
+    writer = StoreWriter(tmp_path / "writer", WriterConfig(mappedFileSizeCommitLog=64 << 10), clock=ManualClock(START))
+    broker, p = Broker(writer), Producer()
+
+    def send(n):
+        for i in range(n):
+            broker.send(p, f"Topic{i % 3}", b"z" * (200 + i % 50), keys=f"k{i}", tags="t")
+
+    said = _grow(spark, tmp_path, writer, [lambda: send(300)] * 4)
+    scan_back = [x["state"]["tasks_given_back"]["scan"] for x in said]
+    assert scan_back[0] == 0 and scan_back[1] >= 1 and scan_back[2] >= 3, scan_back
     writer.close()
 
 
@@ -391,5 +420,5 @@ def test_kept_parts_travel_through_spark_jobs(spark, tmp_path):
     store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
     first = audit(spark, store, tmp_path / "out1", state, "--executor", "spark")
     second = audit(spark, store, tmp_path / "out2", state, "--executor", "spark")
-    assert second["summary"]["state"]["tasks_given_back"] == {"survey": 1} and ids(second) == ids(first)
-    assert len(list((state / "brokers").glob("*/parts/*.arrow"))) == 1
+    assert second["summary"]["state"]["tasks_given_back"] == {"survey": 1, "scan": 1} and ids(second) == ids(first)
+    assert len(list((state / "brokers").glob("*/parts/*.arrow"))) == 2

@@ -130,8 +130,8 @@ def test_what_the_presentation_reads_is_declared():
 #: jobs/audit's shared engine: it asks the queue model (store_format.queues: its backends, Dispatch) and the families
 #: for anything a queue kind decides (issue 39); the families, and the report's words about their findings, may name
 #: what they are about
-ENGINE = ("__init__", "__main__", "buckets", "context", "contract", "groups", "inputs", "job", "plan", "routes", "scan",
-          "state", "survey", "tasks", "terminal")
+ENGINE = ("__init__", "__main__", "buckets", "context", "contract", "groups", "inputs", "job", "kept", "plan", "routes",
+          "scan", "state", "survey", "tasks", "terminal")
 QUEUE_KINDS = ("lmq", "batch", "rocksdb", "compaction")
 #: the names of the store layer that say a kind (store_format.layout's and store_format.queues')
 KIND_NAMES = {"LMQ_PREFIX", "BATCH_CQ_DIR", "BATCH_CQ_UNIT", "QUEUE_TYPE_BATCH", "BATCH", "ROCKSDB", "COMPACTION",

@@ -130,6 +130,7 @@ AUDIT_FLOORS = (
     ("routes",),  # the routed files: what a survey task and a range read of them
     ("survey",),
     ("scan",),  # the scan's builder takes the survey's segment ends
+    ("kept",),  # a state's kept scan ranges: the key of what a range reads
     ("checks.*",),  # the families, each of them
     ("checks",),  # their registry
     ("context", "groups", "report"),

@@ -157,6 +157,8 @@ SUMMARY = {
     "state.note": "why it did not (null when it did)",
     "state.tasks_given_back": "the tasks not run, per stage: their output, kept by the last run, given back (the "
     "bytes they read the same)", "state.tasks_given_back.survey": "the survey's segment walks given back",
+    "state.tasks_given_back.scan": "the scan's commitlog range tasks given back (their bytes, and what they read of "
+    "the store, as the last run's)",
     "brokers[].since_last_run": "with --state: what changed since the state's last run of this broker",
     "brokers[].since_last_run.previous_run_id": "that run (null: the first run with this state)",
     "brokers[].since_last_run.previous_run_time": "when it started",

@@ -11,6 +11,11 @@ Where each hook runs (``rc``: a :class:`jobs.audit.scan.RangeContext`; ``out``: 
 * ``probes(ctx, broker) -> object``: on the driver between survey and scan; what its scan hooks need
   (``rc.facts.probes[family]`` in every task of the broker).
 * ``in_range(rc, out)``: in every commitlog range task, over its walk, its messages and what it owns.
+* ``probe_in_span(probe, lo, hi, memo) -> object``: what of its probe a range task owning physical offsets
+  ``lo`` .. ``hi`` - 1 reads (``memo``: what ``range_memo`` kept of the range's messages, or None), for the key
+  under which ``audit --state`` keeps the task's output (jobs/audit/kept.py); without it the whole probe is keyed.
+* ``range_memo(rc) -> numpy array | None``: in a range task of an audit with ``--state``, what of its messages
+  ``probe_in_span`` needs when the task's output is given back (the range is not read then).
 * ``in_files[route](facts, files, out)``: in a file task of that route, over a group of its files (whole queues).
 * ``after_scan(ctx)``: on the driver once the scan is done, before any family finishes (to complete what the
   others read: the recovery prediction).
@@ -125,6 +130,8 @@ class Family:
     survey_probes: Callable | None = None
     in_survey: dict[str, Callable] = field(default_factory=dict)
     probes: Callable | None = None
+    probe_in_span: Callable | None = None
+    range_memo: Callable | None = None
     in_range: Callable | None = None
     in_files: dict[str, Callable] = field(default_factory=dict)
     after_scan: Callable | None = None

@@ -81,6 +81,7 @@ from runtime.stores import resolve_stores
 from runtime.custody import input_files, watch
 from .plan import MAX_FILES, MAX_SEGMENTS, BrokerPlan, plan_broker, plan_segments
 from .scan import scan_tasks
+from .kept import keep_ranges
 from .state import AuditState, check_apart_from
 from .survey import survey_tasks
 from .tasks import FAILURES, RunInfo, failure_row, run_tasks
@@ -211,8 +212,8 @@ def run(spark, args) -> AuditResult:
     ctx = AuditContext(spark, stores, plans, options, families)
     executor = choose_executor(spark, options.executor)
     # with a state, segments are cut on a fixed grid: a segment written further keeps its earlier ranges' kept parts
-    segments = plan_segments(plans, executor.cores, options.split_size, options.message_index_safe,
-                             grid=state is not None and state.output is not None)
+    keeping = state is not None and state.output is not None
+    segments = plan_segments(plans, executor.cores, options.split_size, options.message_index_safe, grid=keeping)
     phases.done("planning")
 
     out = args.out  # where the run's outputs will be, once committed (summary, report, messages): as typed
@@ -233,7 +234,13 @@ def run(spark, args) -> AuditResult:
         progress("predicting recovery")
         ctx.predict_recovery()
         phases.done("recovery prediction")
-        ctx.scan = _stage(spark, "scan", scan_tasks(ctx, segments), executor, run)
+        scanned = scan_tasks(ctx, segments, cells=keeping)
+        if state is not None:  # ranges whose bytes, and all they read of the store, are as the last run's: given back
+            scanned = keep_ranges(state, scanned)
+        ctx.scan = _stage(spark, "scan", scanned, executor, run)
+        del scanned
+        if state is not None:
+            state.count_given_back("scan", ctx.scan)
         ctx.failures.append(ctx.scan.get("_failures", FAILURES))
         for family in families:
             if family.after_scan is not None:

@@ -50,6 +50,9 @@ _DECODE_ROWS = 1 << 18
 SMALL_RANGE = 4 << 20  # a range smaller than this shares a task with its small neighbours (CommitlogRun)...
 RUN_BYTES = 32 << 20  # ...up to about this many bytes of log per task
 RUN_RANGES = 1024  # ...and this many ranges: a few thousand small segments still make a task or more per core
+#: with a state (jobs/audit/kept.py), a run also ends where a cell of this many physical offsets does: a run's
+#: output is kept whole, so its ranges are the same every night but in the cells the store grew or expired in
+RUN_CELL = 32 << 20
 # (1,024 segments of 8 KiB are 8 MiB, a quarter of a task of large segments; each run reads every routed
 # consume-queue file's window and calls each family's in_range once per joint context: 256 made 17 of them for
 # 4,287 segments, 1,024 make 5)
@@ -88,6 +91,8 @@ class BrokerFacts(Shared):
     # topic's units are in, which queues hold copies of other queues' records); with ``dispatch.multi`` every range
     # decodes its messages' property strings too (``properties_raw``)
     dispatch: Dispatch = field(default_factory=Dispatch)
+    # audit --state: each range also emits what its families' range_memo keep of its messages (jobs/audit/kept.py)
+    keeping: bool = False
     # route name -> the buckets of its routed files as one (plan.ManyBuckets), made where a task first asks
     _buckets: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -140,7 +145,15 @@ def check_context(rc: "RangeContext", out: Emitter) -> None:
     for family in rc.facts.families:
         if family.in_range is not None:
             family.in_range(rc, out)
+        if rc.facts.keeping and family.range_memo is not None:
+            memo = family.range_memo(rc)
+            if memo is not None:
+                out.partial(MEMO + family.name, pa.table({"memo": memo}))
     rc.release()
+
+
+#: a range's memo for its kept part (jobs/audit/kept.py takes it out of what the task emits): MEMO + family name
+MEMO = "_memo."
 
 
 @dataclass
@@ -159,10 +172,17 @@ class CommitlogRange:
     resolved: bool = False
     first_of_broker: bool = False  # owns everything below its walk's start too
     next_base: int | None = None  # a segment's last range owns up to the next segment (None: to infinity)
+    # where its walk ended (the next range's walk starts), once walked: how far its output depends on the bytes
+    walk_until: int | None = field(default=None, compare=False, repr=False)
 
     @property
     def broker(self) -> str:
         return self.facts.broker
+
+    @property
+    def ranges(self) -> tuple:
+        """The ranges the task checks (as a :class:`CommitlogRun`'s): itself."""
+        return (self,)
 
     def describe(self) -> str:
         return f"{self.facts.broker}/{self.name}@{self.start}"
@@ -176,6 +196,7 @@ class CommitlogRange:
         walk, handle, w0 = read_range_walk(self.loc, self.name, self.base, self.length, self.start, self.end,
                                            self.last, check_crc=self.facts.check_crc,
                                            crc_checked_before=self.crc_checked_before, framer=CompiledFramer)
+        self.walk_until = walk.until
         try:
             first_stop, first_blank = (self.first_stop, self.first_blank) if self.resolved \
                 else segment_ends([walk.items])
@@ -205,6 +226,12 @@ class CommitlogRange:
             check_context(RangeContext(self.facts, (self.part(w),), w.items, w.buf, w.w0, w.lo, w.hi, windows), out)
         finally:
             w.close()
+
+    def reach(self, max_record: int) -> int | None:
+        """How far into its file its output depends on the bytes, once walked: the next range's walk start and a
+        largest record (``max_record``) twice over, as a ranged read reads; None: to the file's end (the segment's
+        last range, or a walk that did not end in the range)."""
+        return None if self.last or self.walk_until is None else self.walk_until + 2 * max_record
 
     def span_bound(self) -> tuple[int, int]:
         """Physical offsets holding the span this range will own, whatever its walk finds (it owns from its
@@ -307,12 +334,14 @@ def check_jointly(group: list, out: Emitter, windows: "RoutedWindows") -> bool:
     return True
 
 
-def in_runs(ranges: list) -> list:
+def in_runs(ranges: list, cells: bool = False) -> list:
     """A broker's ranges as tasks: runs of consecutive ranges smaller than :data:`SMALL_RANGE`, up to about
-    :data:`RUN_BYTES` and :data:`RUN_RANGES` each, as :class:`CommitlogRun` tasks; every other range its own task."""
+    :data:`RUN_BYTES` and :data:`RUN_RANGES` each, as :class:`CommitlogRun` tasks; every other range its own task.
+    ``cells``: runs also end at multiples of :data:`RUN_CELL` (an audit with a state)."""
     tasks, run, size = [], [], 0
     for r in ranges + [None]:  # None: the end, flushing the last run
-        if r is None or r.cost() >= SMALL_RANGE or size + r.cost() > RUN_BYTES or len(run) == RUN_RANGES:
+        if r is None or r.cost() >= SMALL_RANGE or size + r.cost() > RUN_BYTES or len(run) == RUN_RANGES \
+                or cells and run and (r.base + r.start) // RUN_CELL != (run[0].base + run[0].start) // RUN_CELL:
             tasks.extend(run if len(run) < 2 else [CommitlogRun(tuple(run))])
             run, size = [], 0
         if r is not None:
@@ -348,6 +377,24 @@ class RoutedWindows:
             self._read[name] = many if many is not None else [(f, first, route.window(f, first, end))
                                                               for f, first, end in wanted]
         return self._read[name]
+
+
+def routed_entries(windows: RoutedWindows, name: str, lo: int, hi: int) -> pa.Table:
+    """The valid entries of route ``name`` among ``windows`` pointing into ``lo`` .. ``hi`` - 1, as the route shows
+    them (its VIEW)."""
+    route, schema = ROUTES[name], VIEW[name]
+    read = windows.of(name)
+    if isinstance(read, ManyWindows):
+        phys = read.columns["physical_offset"]
+        idx = np.flatnonzero(read.columns["valid"] & (phys >= lo) & (phys < hi))
+        return route.view_many(read, idx) if len(idx) else schema.empty_table()
+    parts = []
+    for f, first, w in read:
+        phys = w["physical_offset"]
+        idx = np.flatnonzero(w["valid"] & (phys >= lo) & (phys < hi))
+        if len(idx):
+            parts.append(route.view(f, first, idx, w))
+    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
 class RangeContext:
@@ -516,19 +563,9 @@ class RangeContext:
         return cache[route]
 
     def _read_routed(self, name: str) -> pa.Table:
-        route, schema = ROUTES[name], VIEW[name]
         if self.lo >= self.hi:
-            return schema.empty_table()
-        windows = (self._windows or RoutedWindows(self.facts, self.lo, self.hi)).of(name)
-        if isinstance(windows, ManyWindows):
-            idx = np.flatnonzero(windows.columns["valid"] & self.owns(windows.columns["physical_offset"]))
-            return route.view_many(windows, idx) if len(idx) else schema.empty_table()
-        parts = []
-        for f, first, w in windows:
-            idx = np.flatnonzero(w["valid"] & self.owns(w["physical_offset"]))
-            if len(idx):
-                parts.append(route.view(f, first, idx, w))
-        return pa.concat_tables(parts) if parts else schema.empty_table()
+            return VIEW[name].empty_table()
+        return routed_entries(self._windows or RoutedWindows(self.facts, self.lo, self.hi), name, self.lo, self.hi)
 
     # ---- what a loose physical offset points at ---------------------------------------------------------
     @cached_property
@@ -682,9 +719,10 @@ def broker_facts(ctx, name: str, surveyed: dict[str, dict[str, dict]] | None = N
     return facts
 
 
-def scan_tasks(ctx, segments: list) -> list:
+def scan_tasks(ctx, segments: list, cells: bool = False) -> list:
     """The scan's tasks: every range of every segment (:class:`jobs.audit.plan.SegmentPlan`) with what it owns,
-    and each broker's files of every route in the route's groups."""
+    and each broker's files of every route in the route's groups.  ``cells``: small ranges run together only within
+    a cell of :data:`RUN_CELL` physical offsets (an audit with a state: :func:`in_runs`)."""
     from .survey import segment_ends as surveyed_ends
 
     ends = surveyed_ends(ctx.survey)
@@ -706,7 +744,7 @@ def scan_tasks(ctx, segments: list) -> list:
                     first_stop=first_stop, first_blank=first_blank,
                     crc_checked_before=(first_stop or 0) if resolved and ctx.options.check_crc else 0,
                     resolved=resolved, first_of_broker=(i == 0 and k == 0), next_base=nxt if r.last else None))
-        tasks += in_runs(ranges)
+        tasks += in_runs(ranges, cells)
         if not mine:
             tasks.append(NoCommitlog(facts))
         for route in ROUTES.values():

@@ -24,8 +24,9 @@ suite's own code (:func:`code_digest`).  The next run gives it back (:class:`Rep
 when the file's bytes are the same (its look is ``same``) and the key is one the state holds; every other such task
 runs and its output is kept for the next run (:class:`Recorded`).  A file that grew since (the active segment) gives
 back the parts whose output depends only on bytes it held then (a task's ``reach``: a segment range's walk and a
-largest record twice over).  The scan's tasks read what the whole store decides (the recovery's cut, the queues'
-units, the families' probes) and are run every time for now.
+largest record twice over).  The scan's range tasks read what the whole store decides (the recovery's cut, the
+queues' units, the families' probes) too: each decides itself whether its part holds (jobs/audit/kept.py: it is
+offered the part by :meth:`AuditState.offer`).
 
 The state's folder is claimed and committed as every output (runtime/commit.py): written in a staging, swapped in
 after the run's output is committed (:class:`StateOutput`), so a run that fails or is killed leaves the previous
@@ -356,12 +357,18 @@ def code_digest() -> str:
     return _CODE[0]
 
 
-def write_part(loc: fs.Location, emitted: Emitter, reach: int | None = None) -> None:
+def write_part(loc: fs.Location, emitted: Emitter, reach: int | str | None = None, key: str | None = None,
+               memos: dict | None = None) -> None:
     """What a task emitted, as one part file at ``loc``; ``reach``: how far into its file the output depends on
-    the bytes (None: to its end)."""
+    the bytes (None: to its end; a JSON object: each file's, for a task of several, jobs/audit/kept.py); ``key`` and
+    ``memos``: what a scan range's part is given back under (jobs/audit/kept.py)."""
     from runtime.output import out_write
 
     rows = [("reach", "" if reach is None else str(reach), b"")]
+    if key is not None:
+        rows.append(("key", key, b""))
+    for name, memo in sorted((memos or {}).items()):
+        rows.append(("memo", name, ipc_bytes(pa.table({"memo": memo}))))
     if emitted.findings:
         rows.append(("finding", "", ipc_bytes(pa.concat_tables(emitted.findings))))
     for kind, by_name in (("partial", emitted.partials), ("table", emitted.tables), ("spilled", emitted.spilled)):
@@ -371,16 +378,29 @@ def write_part(loc: fs.Location, emitted: Emitter, reach: int | None = None) -> 
                                   "payload": [r[2] for r in rows]}, schema=PART)))
 
 
-def read_part(loc: fs.Location, out: Emitter) -> None:
-    """A part file's tables emitted to ``out`` as the task that made it emitted them."""
-    with loc.open_input() as f:
-        part = pa.ipc.open_stream(f.read()).read_all()
+def read_part(source: "fs.Location | bytes", out: Emitter) -> dict:
+    """A part file's tables (at ``source``, or its bytes) emitted to ``out`` as the task that made it emitted them;
+    what it was kept under: {"reach": its reach row, "key": its key or None, "memos": {family: array}}."""
+    if not isinstance(source, bytes):
+        with source.open_input() as f:
+            source = f.read()
+    part = pa.ipc.open_stream(source).read_all()
+    head = {"reach": None, "key": None, "memos": {}}
     for kind, name, payload in zip(*(part.column(c).to_pylist() for c in PART.names)):
-        if kind == "reach":
+        if kind in ("reach", "key"):
+            head[kind] = name
             continue
         t = pa.ipc.open_stream(payload).read_all()
+        if kind == "memo":
+            head["memos"][name] = t.column("memo").to_numpy()
+            continue
         {"finding": lambda n, x: out.finding(x), "partial": out.partial, "table": out.table,
          "spilled": out.spill}[kind](name, t)
+    return head
+
+
+#: a task's kind (tasks.run_one's timing rows) when its output was given back from the state
+GIVEN_BACK = "kept by the last run"
 
 
 @dataclass
@@ -419,7 +439,7 @@ class Replayed:
 
     task: object
     part: fs.Location
-    kind = "kept by the last run"
+    kind = GIVEN_BACK
 
     @property
     def broker(self) -> str:
@@ -600,14 +620,12 @@ class AuditState:
                 out.append(task)
                 continue
             loc, facts = task.kept_by()
-            rel = "/".join(fs.as_path(loc).parts[len(self.roots[b.name]):])
+            rel = self._rel(b.name, loc)
             key = hashlib.sha256(repr((code_digest(), rel, facts)).encode()).hexdigest()[:32]
             folder = self.loc.child("brokers").child(_folder_of(b.name)).child(PARTS)
             look = looks[b.name].get(rel)
             reach = held[b.name].get(key, -1)  # -1: not held
-            if look is not None and reach != -1 and (look.change == "same" or look.change == "grown" and reach
-                                                     is not None and reach <= look.was_written) \
-                    and folder.child(f"{key}.arrow").exists():
+            if _gives_back(look, reach) and folder.child(f"{key}.arrow").exists():
                 self.kept.setdefault(b.name, set()).add(key)
                 out.append(Replayed(task, folder.child(f"{key}.arrow")))
                 given += 1
@@ -623,13 +641,56 @@ class AuditState:
                 "read the same)")
         return out
 
+    def _rel(self, broker: str, loc) -> str:
+        """A file's path below its broker's store root, "/"-separated (how the state names it)."""
+        return "/".join(fs.as_path(loc).parts[len(self.roots[broker]):])
+
+    def compared(self, broker: str) -> bool:
+        """Whether this run compares ``broker``'s files and keeps its parts."""
+        return self.output is not None and broker in self.brokers
+
+    def rels(self, broker: str, locs) -> tuple:
+        """Each file's path below the broker's store root (how the state names it)."""
+        return tuple(self._rel(broker, loc) for loc in locs)
+
+    def offer(self, broker: str, key: str, rels: tuple) -> tuple:
+        """For a task of several files (``rels``, :meth:`rels`) that decides itself whether to give its part back
+        (a scan range's, jobs/audit/kept.py): (the last run's part under ``key`` when every file is the same or grew
+        past its reach there, else None; where this run keeps it).  The part is kept again either way."""
+        held = self.__dict__.setdefault("_held", {})
+        if broker not in held:  # once per broker, not per task
+            b = self.brokers[broker]
+            held[broker] = (_parts_of(b.previous), {x.row["path"]: x for x in b.looks})
+        parts, looks = held[broker]
+        was = parts.get(key, -1)
+        folder = _folder_of(broker)
+        kept = None
+        if isinstance(was, dict) and all(_gives_back(looks.get(rel), was.get(rel, -1)) for rel in set(rels)):
+            kept = self.loc.child("brokers").child(folder).child(PARTS).child(f"{key}.arrow")
+        self.recorded.setdefault(broker, set()).add(key)
+        return kept, self.output.staging.child("brokers").child(folder).child(PARTS).child(f"{key}.arrow")
+
+    def count_given_back(self, stage: str, outputs) -> None:
+        """The tasks of ``stage`` that gave their kept part back (decided in the tasks: their timing rows say)."""
+        from .tasks import TIMING
+
+        if self.output is None:
+            return
+        kinds = outputs.get("_timing", TIMING).column("kind").to_pylist()
+        given = self.given_back[stage] = kinds.count(GIVEN_BACK)
+        if given:
+            from runtime.progress import say
+
+            say(f"state: {given:,} {stage} task(s) of {len(kinds):,} given back from the last run (what they read "
+                "the same)")
+
     # ---- what the summary says --------------------------------------------------------------------------
     def since_last_run(self, summary: dict) -> None:
         """Each broker's ``since_last_run`` in ``summary`` (summary.json's): the last run compared with, the files'
         changes and the verdict's, in words; ``changed`` when the verdict moved or a file was rewritten."""
         summary["state"] = {"path": self.shown, "used": self.output is not None and self.previous is not None,
                             "note": self.note,
-                            "tasks_given_back": {"survey": self.given_back.get("survey", 0)}}
+                            "tasks_given_back": {stage: self.given_back.get(stage, 0) for stage in ("survey", "scan")}}
         for broker in summary["brokers"]:
             b = self.brokers.get(broker["name"])
             if b is None:
@@ -719,22 +780,36 @@ def check_apart_from(path: fs.Location, others: list[fs.Location]) -> None:
                               "writes: give --state a folder of its own")
 
 
+def _reach_of(v) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def _parts_of(entry: dict | None) -> dict:
     """A broker's kept parts in the last state: key -> how far into its file the part depends on the bytes (None:
-    to its end)."""
+    to its end), or for a task of several files (a scan range's, jobs/audit/kept.py) each file's, by its path."""
     parts = (entry or {}).get("parts")
     if not isinstance(parts, dict):
         return {}
-    return {str(k): (v if isinstance(v, int) and not isinstance(v, bool) else None) for k, v in parts.items()}
+    return {str(k): {str(f): _reach_of(r) for f, r in v.items()} if isinstance(v, dict) else _reach_of(v)
+            for k, v in parts.items()}
 
 
-def _part_reach(loc: fs.Location) -> int | None:
-    """A part file's reach (None: to the file's end); -1 when there is no such part."""
+def _gives_back(look: "Look | None", reach) -> bool:
+    """Whether a part depending on its file's bytes up to ``reach`` (None: to its end; -1: no part) holds for the
+    file as this run found it: the same, or grown past the reach."""
+    return look is not None and reach != -1 and (look.change == "same" or look.change == "grown" and reach is not None
+                                                 and reach <= look.was_written)
+
+
+def _part_reach(loc: fs.Location) -> "int | dict | None":
+    """A part file's reach (None: to the file's end; a dict: each file's), -1 when there is no such part."""
     if not loc.exists():
         return -1
     with loc.open_input() as f:
         part = pa.ipc.open_stream(f.read()).read_all()
     found = [n for k, n in zip(part.column("kind").to_pylist(), part.column("name").to_pylist()) if k == "reach"]
+    if found and found[0].startswith("{"):
+        return json.loads(found[0])
     return int(found[0]) if found and found[0] else None
 
 

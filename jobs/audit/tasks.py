@@ -35,6 +35,9 @@ from .findings import as_written
 
 OUTPUT_SCHEMA = pa.schema([("table", pa.string()), ("payload", pa.binary())])
 COUNTS = pa.schema([("check", pa.string()), ("severity", pa.string()), ("count", pa.int64())])
+# what each task was (its ``kind``: its class, or how it ran) and took: --profile's, and the state's count of the
+# tasks that gave a kept part back (jobs/audit/state.py)
+TIMING = pa.schema([("kind", pa.string()), ("name", pa.string()), ("seconds", pa.float64())])
 FAILURES = pa.schema([("broker", pa.string()), ("what", pa.string()), ("error", pa.string()), ("where", pa.string())])
 # where a task wrote a spilled partial (Emitter.spill): the part file, its rows, its size, and the physical offsets
 # its rows span (null when the table has none): the part is addressable by file and range (issue 40)
@@ -205,7 +208,7 @@ def run_one(i: int, task, run: RunInfo) -> Emitter:
         out.partial("_failures", failure_row(task.broker, task.describe(), e))
     out.write_findings(run, f"part-{i:05d}.parquet")
     out.partial("_timing", pa.table({"kind": [getattr(task, "kind", type(task).__name__)], "name": [task.describe()],
-                                     "seconds": [time.perf_counter() - t0]}))
+                                     "seconds": [time.perf_counter() - t0]}, schema=TIMING))
     return out
 
 

@@ -186,10 +186,7 @@ def in_range(rc, out) -> None:
             schema=FOUND))
     wanted = probe["copies"]  # hashes of the (real topic, uniq key) of pending messages: in their topic already?
     if len(wanted):
-        here = pa.table({"real_topic": m.column("topic"), "uniq_key": m.column("uniq_key")}).filter(pc.and_(
-            pc.not_equal(m.column("topic"), L.SCHEDULE_TOPIC),
-            pc.and_(pc.is_valid(m.column("topic")), pc.is_valid(m.column("uniq_key")))))
-        h = key_hash(here.column("real_topic"), here.column("uniq_key"))
+        here, h = _own_keys(m)
         i = np.minimum(np.searchsorted(wanted, h), len(wanted) - 1)
         # a copy whose hash only collides with a pending key's is spilled too: the driver's join on the keys
         # themselves (decided_batches) drops it
@@ -198,6 +195,33 @@ def in_range(rc, out) -> None:
             out.spill("delays.delivered", pa.table({"broker": pa.repeat(pa.scalar(rc.broker), got.num_rows),
                                                       "real_topic": got.column("real_topic"),
                                                       "uniq_key": got.column("uniq_key")}, schema=DELIVERED))
+
+
+def _own_keys(m: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """The (real topic, uniq key) of a range's messages a pending one's copy could be (not in SCHEDULE_TOPIC_XXXX,
+    both known), and their hashes (buckets.key_hash)."""
+    here = pa.table({"real_topic": m.column("topic"), "uniq_key": m.column("uniq_key")}).filter(pc.and_(
+        pc.not_equal(m.column("topic"), L.SCHEDULE_TOPIC),
+        pc.and_(pc.is_valid(m.column("topic")), pc.is_valid(m.column("uniq_key")))))
+    return here, key_hash(here.column("real_topic"), here.column("uniq_key"))
+
+
+def range_memo(rc) -> np.ndarray | None:
+    """The sorted hashes of the range's own keys (:func:`_own_keys`): which of the next run's pending messages it
+    holds copies of, without reading it again (about 8 bytes a message, kept with its part by ``--state``)."""
+    m = rc.messages
+    return np.unique(_own_keys(m)[1]) if m.num_rows else None
+
+
+def probe_in_span(probe: dict | None, lo: int, hi: int, memo: np.ndarray | None):
+    """What :func:`in_range` reads of the probe in a range owning ``lo`` .. ``hi`` - 1: the pending offsets it owns,
+    and the pending keys its messages hold copies of."""
+    if not probe:
+        return None
+    phys = probe["physical_offsets"]
+    phys = phys[(phys >= lo) & (phys < hi)]
+    copies = np.intersect1d(probe["copies"], memo) if memo is not None else np.zeros(0, np.uint64)
+    return (phys, copies) if len(phys) or len(copies) else None  # nothing: as no probe
 
 
 def probes(ctx, broker: str) -> dict | None:
@@ -408,7 +432,7 @@ VIEW = TableView("Delayed messages", 30, (
 FAMILY = Family(
     "delays", "delayed messages per level: pending, overdue, delivered but not recorded, delayOffset.json's offsets",
     survey_probes=schedule_probe, in_survey={"consumequeue": pending_in_survey}, probes=probes, in_range=in_range,
-    on_driver=on_driver,
+    probe_in_span=probe_in_span, range_memo=range_memo, on_driver=on_driver,
     emits={"delays.pending": PENDING, "delays.found": FOUND, "delays.delivered": DELIVERED},
     reads=("delays.pending", "delays.found", "delays.delivered"),
     tables={"delays": DELAYS}, views={"delays": VIEW}, rank=70,

@@ -90,6 +90,12 @@ def probes(ctx, broker: str) -> np.ndarray:
     return ctx.committed_units(broker)
 
 
+def probe_in_span(phys: np.ndarray | None, lo: int, hi: int, memo) -> np.ndarray | None:
+    """The committed offsets' units a range owning ``lo`` .. ``hi`` - 1 looks up (:func:`in_range`)."""
+    mine = phys[(phys >= lo) & (phys < hi)] if phys is not None else None
+    return mine if mine is not None and len(mine) else None  # none: as no probe
+
+
 def in_range(rc, out) -> None:
     phys = rc.facts.probes.get("lag")
     if phys is None or not len(phys) or not rc.messages.num_rows:
@@ -460,7 +466,7 @@ VIEW = TableView("Consumer lag", 10, (
 
 FAMILY = Family(
     "lag", "per group, topic and queue the message lag and time lag; offsets out of range, for unknown queues",
-    probes=probes, in_range=in_range, on_driver=on_driver, emits={"lag.found": FOUND}, reads=("lag.found",),
+    probes=probes, probe_in_span=probe_in_span, in_range=in_range, on_driver=on_driver, emits={"lag.found": FOUND}, reads=("lag.found",),
     tables={"lag": LAG}, views={"lag": VIEW}, plots=(Plot(30, _lag_plot),), rank=50,
     metrics={"lag_messages": "messages a group has not consumed, per topic (group)",
              "lag_ms": "age of the oldest unconsumed message at the dump time, per topic (group)"})

@@ -1,0 +1,210 @@
+"""``audit --state``'s kept scan ranges: a commitlog range task (jobs/audit/scan.py :class:`CommitlogRange`, or a
+:class:`CommitlogRun` of small ones) whose output the last run kept is given back instead of walked, decoded and
+checked again, when everything its output depends on is as it was.
+
+What a range's output depends on, and how each is compared:
+
+* **its segment's bytes**, up to its reach (its walk's end and a largest record twice over; to the file's end for a
+  segment's last range): the state's look at the file (jobs/audit/state.py) says the file is the same, or grew past
+  the part's reach;
+* **its structure** (segment, range bounds, whether it is the segment's last or the broker's first range, the next
+  segment's base): the part's name, :func:`scan_key`;
+* **what the whole store decides**, as far as the range reads it (:func:`span_key`, made in the task, since it reads
+  the routed entries): the broker's facts the families read; the recovery's cut, the consume queues' end and the
+  index's re-dispatch start, each exactly where it falls inside the span and as "below" or "above" it otherwise (a
+  range only compares them with offsets it owns); the segment's first stop, first blank and where its CRCs were checked,
+  the same way against the range's reach; file-level damage in the span; every routed entry (consume-queue units,
+  index entries...) pointing into the span, as the families see it; and each family's probe as far as the span reads
+  it (``Family.probe_in_span``: the pending delayed messages it owns and the pending keys its messages hold copies
+  of, from the hashes ``range_memo`` kept of them; the committed offsets it owns); the recovery walk's end, where
+  the span holds it.
+
+The span keyed is a bound of the one the range owns (it ends at the range's reach, not where its walk ended), so a
+key can only differ more often than the output would, never less: a range whose key matches would emit what its
+part holds (tests/test_audit_state.py's growth steps compare every output with a full audit's).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from store_format import fs
+
+from .routes import ROUTES
+from .scan import INF, MEMO, CommitlogRange, CommitlogRun, RoutedWindows, routed_entries
+from .state import GIVEN_BACK, code_digest, read_part, write_part
+from .tasks import Emitter, ipc_bytes
+
+ABOVE = "above"  # an offset at or past the span's end (or a file position past the range's reach): all alike
+BELOW = "below"  # an offset at or before the span's start: all alike
+
+
+def keep_ranges(state, tasks: list) -> list:
+    """The scan's ``tasks`` with each commitlog range (or run of them) of a broker the ``state`` compares as a
+    :class:`KeptScan`: offered the last run's part when its files allow it (jobs/audit/state.py ``offer``)."""
+    out = []
+    for task in tasks:
+        if not isinstance(task, (CommitlogRange, CommitlogRun)) or not state.compared(task.broker):
+            out.append(task)
+            continue
+        rels = state.rels(task.broker, [r.loc for r in task.ranges])
+        kept, part = state.offer(task.broker, scan_key(code_digest(), rels, task), rels)
+        task.ranges[0].facts.keeping = True  # its ranges emit their memos (scan.check_context)
+        out.append(KeptScan(task, rels, kept, part))
+    return out
+
+
+def scan_key(code: str, rels: tuple, task) -> str:
+    """The name of a range task's part: the suite's code, its files (below the store root) and its ranges'
+    structure; what else its output depends on is :func:`span_key`'s, decided in the task."""
+    structure = [(rel, r.name, r.base, r.length, r.start, r.end, r.last, r.first_of_broker, r.next_base, r.resolved)
+                 for rel, r in zip(rels, task.ranges)]
+    return hashlib.sha256(repr((code, "scan", structure)).encode()).hexdigest()[:32]
+
+
+def _max_record() -> int:
+    from . import survey  # read at the call: a test makes it smaller
+
+    return survey.DEFAULT_MAX_RECORD_SIZE
+
+
+def range_reaches(task, rels: tuple) -> dict:
+    """Each file's reach after the task ran (the furthest of its ranges' there; None: to its end)."""
+    reaches: dict = {}
+    for rel, r in zip(rels, task.ranges):
+        reach = r.reach(_max_record())
+        if rel in reaches:
+            reaches[rel] = None if reaches[rel] is None or reach is None else max(reaches[rel], reach)
+        else:
+            reaches[rel] = reach
+    return reaches
+
+
+def span_key(task, rels: tuple, reaches: dict, memos: dict) -> str | None:
+    """What the task's output depends on besides its bytes and structure, as a digest (see the module's doc); None
+    when the range cannot be kept (a probe of a form the key cannot hold)."""
+    ranges = task.ranges
+    facts = ranges[0].facts
+    lo, hi, per_range = INF, -INF - 1, []
+    for rel, r in zip(rels, ranges):
+        reach = reaches.get(rel)
+        r_lo, r_hi = r.span_bound()
+        if not r.last and reach is not None:
+            r_hi = min(r_hi, r.base + reach)
+        lo, hi = min(lo, r_lo), max(hi, r_hi)
+
+        def at(x, reach=reach):  # None: no stop, no blank in the segment, which is as one past the reach
+            return ABOVE if x is None or reach is not None and x >= reach else x
+        per_range.append((at(r.first_stop), at(r.first_blank), at(r.crc_checked_before)))
+
+    def offset(x):  # a range only compares them with offsets it owns (and a damaged span's start with the cut)
+        return BELOW if x <= lo else x if x < hi else ABOVE
+    stop = facts.recovery_stop  # the recovery walk's end (store_format.recovery.SegmentWalk), where the span has it
+    stop = stop if stop is not None and lo <= stop.physical_offset < hi else None
+    h = hashlib.blake2b(digest_size=16)
+    try:
+        _feed(h, (tuple(f.name for f in facts.families), facts.check_crc, facts.segment_size, facts.delay_levels,
+                  facts.dispatch, facts.indexed,
+                  offset(facts.recovered_end), offset(facts.reput_from), offset(facts.index_pending_from),
+                  stop, [p for p in facts.file_problems if lo <= p[0] < hi], per_range))
+        windows = RoutedWindows(facts, lo, hi)
+        for name in sorted(ROUTES):
+            _feed(h, (name, routed_entries(windows, name, lo, hi) if lo < hi else None))
+        for family in facts.families:
+            if family.name in facts.probes:
+                probe = facts.probes[family.name]
+                seen = family.probe_in_span(probe, lo, hi, memos.get(family.name)) \
+                    if family.probe_in_span is not None else probe
+                _feed(h, (family.name, seen))
+    except TypeError:  # a probe of a form the key cannot hold: the range runs
+        return None
+    return h.hexdigest()
+
+
+def _feed(h, x) -> None:
+    """``x`` into the digest ``h``, as the same value always feeds it (sets sorted, tables by their bytes)."""
+    if x is None or isinstance(x, (bool, int, float, str, np.integer, np.floating)):
+        h.update(f"{type(x).__name__}:{x!r};".encode())
+    elif isinstance(x, bytes):
+        h.update(b"b%d:" % len(x) + x)
+    elif isinstance(x, np.ndarray):
+        h.update(f"a{x.dtype.str}{x.shape}:".encode() + np.ascontiguousarray(x).tobytes())
+    elif isinstance(x, pa.Table):
+        h.update(b"t:" + ipc_bytes(x.combine_chunks()))
+    elif isinstance(x, (list, tuple)):
+        h.update(b"(%d:" % len(x))
+        for y in x:
+            _feed(h, y)
+    elif isinstance(x, (set, frozenset)):
+        _feed(h, ("set", sorted(x, key=repr)))
+    elif isinstance(x, dict):
+        _feed(h, ("dict", sorted(x.items(), key=lambda kv: repr(kv[0]))))
+    elif dataclasses.is_dataclass(x):
+        _feed(h, (type(x).__name__, [(f.name, getattr(x, f.name)) for f in dataclasses.fields(x)]))
+    else:
+        raise TypeError(f"no key for a {type(x).__name__}")
+
+
+@dataclass
+class KeptScan:
+    """A range task under a state: given back from the last run's part (``kept``) when :func:`span_key` is the one
+    the part was kept under, else run; either way its part is kept at ``part`` (the state's staging) for the next
+    run.  A task that failed keeps nothing."""
+
+    task: object
+    rels: tuple  # each range's file below the store root
+    kept: fs.Location | None  # the last run's part, when its files are the same (or grew past its reach)
+    part: fs.Location
+    given_back: bool = False
+
+    @property
+    def broker(self) -> str:
+        return self.task.broker
+
+    @property
+    def kind(self) -> str:  # --profile's name for it, and how the state counts what it gave back
+        return GIVEN_BACK if self.given_back else type(self.task).__name__
+
+    def describe(self) -> str:
+        return self.task.describe()
+
+    def cost(self) -> int:
+        return self.task.cost()
+
+    def run(self, out: Emitter) -> None:
+        if self.kept is not None and self._give_back(out):
+            return
+        mine = Emitter()
+        self.task.run(mine)
+        memos = {name[len(MEMO):]: np.unique(np.concatenate([t.column("memo").to_numpy() for t in mine.partials.pop(name)]))
+                 for name in [n for n in mine.partials if n.startswith(MEMO)]}
+        if "_failures" not in mine.partials:
+            reaches = range_reaches(self.task, self.rels)
+            key = span_key(self.task, self.rels, reaches, memos)
+            if key is not None:
+                write_part(self.part, mine, json.dumps(reaches), key=key, memos=memos)
+        out.merge(mine)
+
+    def _give_back(self, out: Emitter) -> bool:
+        """The kept part emitted, and kept again, when the task's key now is the one it was kept under."""
+        from runtime.output import out_write
+
+        try:
+            with self.kept.open_input() as f:
+                raw = f.read()
+            mine = Emitter()
+            head = read_part(raw, mine)
+            reaches = json.loads(head["reach"])
+        except Exception:  # noqa: BLE001 - a damaged or missing part: the task runs
+            return False
+        if head.get("key") is None or span_key(self.task, self.rels, reaches, head["memos"]) != head["key"]:
+            return False
+        out_write(self.part, raw)
+        out.merge(mine)
+        self.given_back = True
+        return True
