@@ -293,9 +293,10 @@ def _same_as_full(inc: Path, full: Path) -> None:
     assert a["brokers"] == b["brokers"] and a["inputs"] == b["inputs"]
 
 
-def _grow(spark, tmp_path, writer, steps) -> list[dict]:
+def _grow(spark, tmp_path, writer, steps, copied=None) -> list[dict]:
     """After each step (a function of the writer), the live store (the writer's files as they are, copied as a
-    nightly rsync would) audited with the state and without; what the state said each time."""
+    nightly rsync would; then ``copied(live, step)``, when given) audited with the state and without; what the state
+    said each time."""
     live, state, said = tmp_path / "live", tmp_path / "state", []
     for i, step in enumerate(steps):
         step()
@@ -304,6 +305,8 @@ def _grow(spark, tmp_path, writer, steps) -> list[dict]:
         shutil.copytree(writer.root, live)
         if i == len(steps) - 1 and (live / "commitlog").exists():  # the broker expires its oldest segment
             sorted((live / "commitlog").iterdir())[0].unlink()
+        if copied is not None:
+            copied(live, i)
         args = ["--store", f"b1={live}", "--no-report", "--split-size", "16k"]
         parse = audit_job.build_parser().parse_args
         audit_job.run(spark, parse([*args, "--out", str(tmp_path / f"full{i}")]))
@@ -383,9 +386,21 @@ def test_a_store_only_appended_to_gives_its_old_ranges_back(spark, tmp_path, mon
         for i in range(n):
             broker.send(p, f"Topic{i % 3}", b"z" * (200 + i % 50), keys=f"k{i}", tags="t")
 
-    said = _grow(spark, tmp_path, writer, [lambda: send(300)] * 4)
+    def damage(live, step):  # a unit of an old segment's message made to point mid-record (from step 2 on, as a
+        if step >= 2:       # damaged disk would keep it): the range owning it runs again, once
+            queue = live / "consumequeue" / "Topic0" / "0"
+            first = sorted(queue.iterdir())[0]
+            data = bytearray(first.read_bytes())
+            data[20:28] = (struct.unpack_from(">q", data, 20)[0] + 7).to_bytes(8, "big")  # the second unit's offset
+            first.write_bytes(bytes(data))
+
+    said = _grow(spark, tmp_path, writer, [lambda: send(300)] * 4, damage)
     scan_back = [x["state"]["tasks_given_back"]["scan"] for x in said]
-    assert scan_back[0] == 0 and scan_back[1] >= 1 and scan_back[2] >= 3, scan_back
+    assert scan_back[0] == 0 and scan_back[1] >= 1 and scan_back[2] >= 2 and scan_back[3] >= 2, scan_back
+    rewritten = [x["brokers"][0]["since_last_run"]["files"]["rewritten"] for x in said]
+    assert rewritten[2] == 1, rewritten
+    mid = pq.read_table(tmp_path / "full2" / "findings").column("check").to_pylist()
+    assert "consumequeue.entry_mid_record" in mid  # which the incremental run found too (_grow compares them)
     writer.close()
 
 
