@@ -220,7 +220,12 @@ def probe_in_span(probe: dict | None, lo: int, hi: int, memo: np.ndarray | None)
         return None
     phys = probe["physical_offsets"]
     phys = phys[(phys >= lo) & (phys < hi)]
-    copies = np.intersect1d(probe["copies"], memo) if memo is not None else np.zeros(0, np.uint64)
+    wanted = probe["copies"]  # sorted, as the memo is: each of the memo's looked up in it
+    if memo is not None and len(wanted):
+        i = np.minimum(np.searchsorted(wanted, memo), len(wanted) - 1)
+        copies = memo[wanted[i] == memo]
+    else:
+        copies = np.zeros(0, np.uint64)
     return (phys, copies) if len(phys) or len(copies) else None  # nothing: as no probe
 
 
