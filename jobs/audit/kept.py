@@ -181,8 +181,10 @@ class KeptScan:
             return
         mine = Emitter()
         self.task.run(mine)
-        memos = {name[len(MEMO):]: np.unique(np.concatenate([t.column("memo").to_numpy() for t in mine.partials.pop(name)]))
-                 for name in [n for n in mine.partials if n.startswith(MEMO)]}
+        memos = {}  # taken out of what it emits: they travel only in its part
+        for name in [n for n in mine.partials if n.startswith(MEMO)]:
+            memos[name[len(MEMO):]] = np.unique(np.concatenate([t.column("memo").to_numpy()
+                                                                for t in mine.partials.pop(name)]))
         if "_failures" not in mine.partials:
             reaches = range_reaches(self.task, self.rels)
             key = span_key(self.task, self.rels, reaches, memos)

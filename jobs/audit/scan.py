@@ -50,12 +50,12 @@ _DECODE_ROWS = 1 << 18
 SMALL_RANGE = 4 << 20  # a range smaller than this shares a task with its small neighbours (CommitlogRun)...
 RUN_BYTES = 32 << 20  # ...up to about this many bytes of log per task
 RUN_RANGES = 1024  # ...and this many ranges: a few thousand small segments still make a task or more per core
-#: with a state (jobs/audit/kept.py), a run also ends where a cell of this many physical offsets does: a run's
-#: output is kept whole, so its ranges are the same every night but in the cells the store grew or expired in
-RUN_CELL = 32 << 20
 # (1,024 segments of 8 KiB are 8 MiB, a quarter of a task of large segments; each run reads every routed
 # consume-queue file's window and calls each family's in_range once per joint context: 256 made 17 of them for
 # 4,287 segments, 1,024 make 5)
+#: with a state (jobs/audit/kept.py), a run also ends where a cell of this many physical offsets does: a run's
+#: output is kept whole, so its ranges are the same every night but in the cells the store grew or expired in
+RUN_CELL = 32 << 20
 #: a run's contiguous whole segments are checked as one context (check_jointly: one decode, each family's in_range
 #: once); False: each range on its own context (what tests/test_joint_ranges.py compares it with)
 JOINT = True

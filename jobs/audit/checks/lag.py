@@ -466,7 +466,8 @@ VIEW = TableView("Consumer lag", 10, (
 
 FAMILY = Family(
     "lag", "per group, topic and queue the message lag and time lag; offsets out of range, for unknown queues",
-    probes=probes, probe_in_span=probe_in_span, in_range=in_range, on_driver=on_driver, emits={"lag.found": FOUND}, reads=("lag.found",),
+    probes=probes, probe_in_span=probe_in_span, in_range=in_range, on_driver=on_driver, emits={"lag.found": FOUND},
+    reads=("lag.found",),
     tables={"lag": LAG}, views={"lag": VIEW}, plots=(Plot(30, _lag_plot),), rank=50,
     metrics={"lag_messages": "messages a group has not consumed, per topic (group)",
              "lag_ms": "age of the oldest unconsumed message at the dump time, per topic (group)"})
