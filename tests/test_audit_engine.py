@@ -44,8 +44,8 @@ class FailingTask:
 def test_a_failing_task_is_that_brokers_finding_and_the_others_are_whole(spark, tmp_path, monkeypatch):
     plain = audit_job.scan_tasks
 
-    def with_a_failure(ctx, segments):
-        return plain(ctx, segments) + [FailingTask("broker")]
+    def with_a_failure(ctx, segments, **options):
+        return plain(ctx, segments, **options) + [FailingTask("broker")]
 
     stores = [fixture_store("basic"), fixture_store("broker")]
     clean = audit_job.run(spark, audit_args(stores, tmp_path / "clean"))
