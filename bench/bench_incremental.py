@@ -1,14 +1,16 @@
 """Scheduled audits (issue 41): what an audit with ``--state`` costs after the store grew, against a full audit of
 the same store, in one warm local[2] session.
 
-    .venv/bin/python bench/bench_incremental.py [--mib 1024] [--append-mib 64] [--rounds 2]
+    .venv/bin/python bench/bench_incremental.py [--mib 1024] [--append-mib 64] [--rounds 2] [--flows 1]
                                                 [--cache /tmp/benchcache] [--results bench/results-incremental.json]
 
 The bench dump of --mib MiB (bench/dump.py) is copied, and its last --append-mib MiB of messages zeroed (cut at a
-message's start; later segments removed): the store as it was the night before.  That store is audited with a
-new state (untimed).  Then the messages are put back, as a broker appends them, and each round audits the grown
-store without the state (full) and with a copy of the night before's state (incremental), in turn.  Per run: the
-audit's own time (after the session starts: AuditResult.phases), its phases, and what the state gave back.
+message's start; later segments removed), its consume queues and index rebuilt from what is left by the project's
+writer (as the broker's dispatch built them: the same units and entries, each queue's newest file shorter) and its
+consumer and delay offsets held to the queues' ends then: the store as it was the night before.  That store is
+audited with a new state (untimed).  Then the messages are put back, as a broker appends them, and each round audits
+the grown store without the state (full) and with a copy of the night before's state (incremental), in turn.  Per
+run: the audit's own time (after the session starts: AuditResult.phases), its phases, and what the state gave back.
 Target (issue 41): the incremental audit at most 1/10 of the full one; the state at most 5% of the store's bytes.
 """
 from __future__ import annotations
@@ -55,6 +57,31 @@ def cut_back(store: Path, original: Path, append: int) -> dict:
     return where
 
 
+def night_before(store: Path, original: Path, append: int, spec) -> dict:
+    """``store`` (a copy of ``original``, the dump of ``spec``) as the broker left it before its last ``append``
+    bytes of messages: :func:`cut_back`, then what the broker builds from the commitlog rebuilt from the records
+    left (a restarted writer re-dispatches a store whose consume queues and index are gone:
+    store_format.write.writer ``_reopen_files``), and no committed or delivered offset past its queue's end."""
+    from store_format.layout import SCHEDULE_TOPIC
+    from store_format.write.writer import StoreWriter
+
+    where = cut_back(store, original, append)
+    shutil.rmtree(store / "consumequeue")
+    shutil.rmtree(store / "index", ignore_errors=True)
+    w = StoreWriter(store, spec.writer(), append=True)
+    for key, table in w.consumer_offsets.items():
+        topic = key.rsplit("@", 1)[0]
+        for qid, offset in table.items():
+            table.put(qid, min(offset, w.queue_table.get((topic, qid), 0)))
+    for level, offset in w.delay_offsets.items():  # level L is SCHEDULE_TOPIC_XXXX's queue L - 1
+        w.delay_offsets.put(level, min(offset, w.queue_table.get((SCHEDULE_TOPIC, level - 1), 0)))
+    w.close()
+    for bak in (store / "config").glob("*.bak"):  # the writer's persist keeps them, the dump never had them
+        if not (original / "config" / bak.name).exists():
+            bak.unlink()
+    return where
+
+
 def audit(spark, store: Path, out: Path, state: Path | None) -> dict:
     from jobs.audit import job as audit_job
 
@@ -78,18 +105,21 @@ def main(argv=None) -> int:
     ap.add_argument("--mib", type=float, default=1024)
     ap.add_argument("--append-mib", type=float, default=64)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--flows", type=float, default=1.0, help="the dump's transaction and send-back rates, times the "
+                    "generator's (bench/dump.py; 10: the scale bench's dumps)")
     ap.add_argument("--cache", default="/tmp/benchcache")
     ap.add_argument("--results", default=str(REPO / "bench" / "results-incremental.json"))
     args = ap.parse_args(argv)
     from bench.dump import DumpSpec, ensure_dump
     from runtime.session import build_session
 
-    meta = ensure_dump(DumpSpec(size_mib=args.mib, cover=True), Path(args.cache))
+    spec = DumpSpec(size_mib=args.mib, cover=True, flows=args.flows)
+    meta = ensure_dump(spec, Path(args.cache))
     work = Path(tempfile.mkdtemp(prefix="bench-incremental-"))
     try:
         store = work / "store"
         shutil.copytree(meta["store"], store)
-        where = cut_back(store, Path(meta["store"]), int(args.append_mib * (1 << 20)))
+        where = night_before(store, Path(meta["store"]), int(args.append_mib * (1 << 20)), spec)
         spark = build_session("bench-incremental", master="local[2]")
         night = work / "state-night"
         audit(spark, store, work / "out-night", night)  # the night before: untimed

@@ -418,10 +418,12 @@ def _resync_after(buf, stop: Frame, limit: int, base_offset: int, excerpt_len: i
 def zero_tail_start(buf, lo: int, hi: int) -> int:
     """The first position ``t`` in ``[lo, hi]`` from which ``buf[t:hi]`` holds only zeros (``hi`` when the last
     byte is not zero).  Read backwards in chunks that double, so the cost follows the zero run's length."""
+    from .fs.hostile import written_in
+
     end, step = hi, 1 << 16
     while end > lo:
         start = max(lo, end - step)
-        kept = len(bytes(buf[start:end]).rstrip(b"\0"))
+        kept = written_in(bytes(buf[start:end]))
         if kept:
             return start + kept
         end, step = start, min(2 * step, 1 << 24)

@@ -369,19 +369,19 @@ def test_decode_and_repair_through_the_seam(spark, remote_sources, damaged_store
 
 
 def test_a_blocks_written_bytes_end_at_its_last_non_zero_byte():
-    """fs.hostile._written_in (every zero search's test of one block: a block of zeros by one memcmp, a page by
+    """fs.hostile.written_in (every zero search's test of one block: a block of zeros by one memcmp, a page by
     rstrip, the rest by words) is ``len(block.rstrip(b"\\0"))`` on blocks of zeros and of data ending anywhere: at
     either end, on and beside word, page and search-block edges."""
-    from store_format.fs.hostile import _ZERO_SCAN_BLOCK, _written_in
+    from store_format.fs.hostile import _ZERO_SCAN_BLOCK, written_in
 
     for n in (0, 1, 7, 8, 9, 4095, 4096, 4097, 65_536, _ZERO_SCAN_BLOCK - 1, _ZERO_SCAN_BLOCK, _ZERO_SCAN_BLOCK + 1,
               1 << 20):
-        assert _written_in(bytes(n)) == 0, n
+        assert written_in(bytes(n)) == 0, n
         for at in sorted({0, 1, 7, 8, n // 3, 4095, 4096, n - 9, n - 8, n - 1}):
             if 0 <= at < n:
                 block = bytearray(n)
                 block[at] = 0x5A
-                assert _written_in(bytes(block)) == len(bytes(block).rstrip(b"\0")) == at + 1, (n, at)
+                assert written_in(bytes(block)) == len(bytes(block).rstrip(b"\0")) == at + 1, (n, at)
 
 
 @pytest.mark.parametrize("block", [1 << 18, 1 << 12])

@@ -234,7 +234,7 @@ def last_nonzero(extents: list[tuple[int, int]], block_at, step: int | None = No
             start = max(lo, hi - (step or _ZERO_SCAN_BLOCK))
             block = block_at(start, hi)
             if isinstance(block, bytes):
-                found = _written_in(block)
+                found = written_in(block)
                 if found:
                     return start + found, start, block
             else:
@@ -245,7 +245,7 @@ def last_nonzero(extents: list[tuple[int, int]], block_at, step: int | None = No
     return 0, 0, None
 
 
-def _written_in(block: bytes) -> int:
+def written_in(block: bytes) -> int:
     """``block`` up to and including its last non-zero byte.  A block of zeros (most of a preallocated file's) is
     told by one ``memcmp`` (``bytes.startswith``: 70x ``rstrip``, which walks it a byte at a time); a page or less
     is stripped in C (a file's few units, no numpy calls); the rest looked at a word at a time."""
