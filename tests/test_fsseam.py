@@ -369,15 +369,16 @@ def test_decode_and_repair_through_the_seam(spark, remote_sources, damaged_store
 
 
 def test_a_blocks_written_bytes_end_at_its_last_non_zero_byte():
-    """fs.hostile.written_in (every zero search's test of one block: a block of zeros by one memcmp, a page by
-    rstrip, the rest by words) is ``len(block.rstrip(b"\\0"))`` on blocks of zeros and of data ending anywhere: at
-    either end, on and beside word, page and search-block edges."""
-    from store_format.fs.hostile import _ZERO_SCAN_BLOCK, written_in
+    """fs.hostile.written_in (every zero search's test of one block: pieces of zeros by one memcmp each, the piece
+    the data ends in by rstrip or numpy) is ``len(block.rstrip(b"\\0"))`` on blocks of zeros and of data ending
+    anywhere: at either end, on and beside word, page and piece edges, a piece from the end or more."""
+    from store_format.fs.hostile import _ZEROS, written_in
 
-    for n in (0, 1, 7, 8, 9, 4095, 4096, 4097, 65_536, _ZERO_SCAN_BLOCK - 1, _ZERO_SCAN_BLOCK, _ZERO_SCAN_BLOCK + 1,
-              1 << 20):
+    piece = len(_ZEROS)
+    for n in (0, 1, 7, 8, 9, 4095, 4096, 4097, 65_536, piece - 1, piece, piece + 1, piece + 4097, 3 * piece + 5):
         assert written_in(bytes(n)) == 0, n
-        for at in sorted({0, 1, 7, 8, n // 3, 4095, 4096, n - 9, n - 8, n - 1}):
+        for at in sorted({0, 1, 7, 8, n // 3, 4095, 4096, n - piece - 1, n - piece, n - piece + 1, n - 9, n - 8,
+                          n - 1}):
             if 0 <= at < n:
                 block = bytearray(n)
                 block[at] = 0x5A
