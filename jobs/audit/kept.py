@@ -133,9 +133,13 @@ def _feed(h, x) -> None:
     elif isinstance(x, bytes):
         h.update(b"b%d:" % len(x) + x)
     elif isinstance(x, np.ndarray):
-        h.update(f"a{x.dtype.str}{x.shape}:".encode() + np.ascontiguousarray(x).tobytes())
+        if x.dtype == object:  # its bytes would be pointers
+            _feed(h, ("objects", x.shape, x.ravel().tolist()))
+        else:
+            h.update(f"a{x.dtype.str}{x.shape}:".encode())
+            h.update(np.ascontiguousarray(x).reshape(-1).view(np.uint8))  # the buffer, not a copy of it
     elif isinstance(x, pa.Table):
-        h.update(b"t:" + ipc_bytes(x.combine_chunks()))
+        _feed_table(h, x)
     elif isinstance(x, (list, tuple)):
         h.update(b"(%d:" % len(x))
         for y in x:
@@ -148,6 +152,27 @@ def _feed(h, x) -> None:
         _feed(h, (type(x).__name__, [(f.name, getattr(x, f.name)) for f in dataclasses.fields(x)]))
     else:
         raise TypeError(f"no key for a {type(x).__name__}")
+
+
+def _feed_table(h, t: pa.Table) -> None:
+    """A table into the digest as its values always feed it, without serializing it (a range's routed views are
+    megabytes): its rows and schema, then each column's values, a string column's as its dictionary and indices
+    (the views repeat a few topics and file names on every row), nulls as a mask; a column of another type as
+    its own Arrow IPC stream."""
+    h.update(f"t{t.num_rows}:{t.schema}".encode())
+    for col in t.columns:
+        a = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+        if pa.types.is_string(a.type) or pa.types.is_large_string(a.type):
+            a = a.dictionary_encode()
+            _feed(h, a.dictionary.to_pylist())
+            a = a.indices
+        if pa.types.is_integer(a.type) or pa.types.is_floating(a.type) or pa.types.is_boolean(a.type):
+            if a.null_count:
+                _feed(h, ("nulls", a.is_null().to_numpy(zero_copy_only=False)))
+                a = a.fill_null(False if pa.types.is_boolean(a.type) else 0)
+            _feed(h, a.to_numpy(zero_copy_only=False))
+        else:
+            _feed(h, ipc_bytes(pa.table({"c": a})))
 
 
 @dataclass
