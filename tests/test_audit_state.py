@@ -293,12 +293,13 @@ def _same_as_full(inc: Path, full: Path) -> None:
     assert a["brokers"] == b["brokers"] and a["inputs"] == b["inputs"]
 
 
-def _grow(spark, tmp_path, writer, steps, copied=None) -> list[dict]:
+def _grow(spark, tmp_path, writer, steps, copied=None, dated: bool = False) -> list[dict]:
     """After each step (a function of the writer), the live store (the writer's files as they are, copied as a
-    nightly rsync would; then ``copied(live, step)``, when given) audited with the state and without; what the state
-    said each time."""
+    nightly rsync would, ``dated``: into a folder of its own each night; then ``copied(live, step)``, when given)
+    audited with the state and without; what the state said each time."""
     live, state, said = tmp_path / "live", tmp_path / "state", []
     for i, step in enumerate(steps):
+        live = tmp_path / f"live{i}" if dated else live
         step()
         writer._persist_configs()  # as a broker does every few seconds: the offsets moved are in the copy
         shutil.rmtree(live, ignore_errors=True)
@@ -401,6 +402,50 @@ def test_a_store_only_appended_to_gives_its_old_ranges_back(spark, tmp_path, mon
     assert rewritten[2] == 1, rewritten
     mid = pq.read_table(tmp_path / "full2" / "findings").column("check").to_pylist()
     assert "consumequeue.entry_mid_record" in mid  # which the incremental run found too (_grow compares them)
+    writer.close()
+
+
+def test_a_queue_file_grown_with_a_unit_into_an_old_range_runs_that_range_again(spark, tmp_path, monkeypatch):
+    """A grown consume-queue file is "settled" (its old bytes are the last run's): a kept range names its rows of the
+    entries pointing into the range, not the entries.  A unit appended to it pointing into an old segment (mid-record,
+    as a damaged dispatch would) moves those rows: the range runs again and finds it, as a full audit does.  Each
+    night's copy is in a folder of its own: the rows name files below the store's root."""
+    from jobs.audit import scan, survey
+    from store_format.write.broker import Broker, ManualClock, Producer
+    from store_format.write.writer import StoreWriter, WriterConfig
+
+    monkeypatch.setattr(survey, "DEFAULT_MAX_RECORD_SIZE", 1024)
+    monkeypatch.setattr(scan, "RUN_CELL", 64 << 10)  # a run per segment
+    writer = StoreWriter(tmp_path / "writer", WriterConfig(mappedFileSizeCommitLog=64 << 10), clock=ManualClock(START))
+    broker, p = Broker(writer), Producer()
+
+    def send(n):
+        for i in range(n):
+            broker.send(p, f"Topic{i % 3}", b"z" * (200 + i % 50), keys=f"k{i}", tags="t")
+
+    def stray_unit(live, step):  # the last night: a unit after the queue's last, into a segment whose ranges the
+        if step != 3:            # last run kept (not the first: its ranges run again, the one before it expired)
+            return
+        segments = sorted((live / "commitlog").iterdir())
+        lo, hi = int(segments[1].name), int(segments[2].name)
+        newest = sorted((live / "consumequeue" / "Topic0" / "0").iterdir())[-1]
+        data = bytearray(newest.read_bytes())
+        end = -(-len(data.rstrip(b"\0")) // 20) * 20
+        units = [struct.unpack_from(">qiq", data, at) for at in range(0, end, 20)]
+        older = [u for f in sorted((live / "consumequeue" / "Topic0" / "0").iterdir())
+                 for u in (struct.unpack_from(">qiq", f.read_bytes(), at) for at in range(0, 20 * 64, 20))
+                 if lo <= u[0] < hi]
+        phys, size, tags = older[len(older) // 2]
+        struct.pack_into(">qiq", data, end, phys + 7, size, tags)
+        newest.write_bytes(bytes(data))
+        assert units and end + 20 <= len(data)
+
+    said = _grow(spark, tmp_path, writer, [lambda: send(300)] * 4, stray_unit, dated=True)
+    files = said[3]["brokers"][0]["since_last_run"]["files"]
+    assert files["rewritten"] == 0 and files["grown"] >= 1, files
+    assert said[2]["state"]["tasks_given_back"]["scan"] >= 2  # old ranges given back the night before
+    assert "consumequeue.entry_mid_record" in pq.read_table(tmp_path / "full3" / "findings").column("check") \
+        .to_pylist()  # which the incremental run found too (_grow compares them)
     writer.close()
 
 

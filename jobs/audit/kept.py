@@ -9,15 +9,19 @@ What a range's output depends on, and how each is compared:
   the part's reach;
 * **its structure** (segment, range bounds, whether it is the segment's last or the broker's first range, the next
   segment's base): the part's name, :func:`scan_key`;
-* **what the whole store decides**, as far as the range reads it (:func:`span_key`, made in the task, since it reads
+* **what the whole store decides**, as far as the range reads it (:func:`span_keys`, made in the task, since it reads
   the routed entries): the broker's facts the families read; the recovery's cut, the consume queues' end and the
   index's re-dispatch start, each exactly where it falls inside the span and as "below" or "above" it otherwise (a
-  range only compares them with offsets it owns); the segment's first stop, first blank and where its CRCs were checked,
-  the same way against the range's reach; file-level damage in the span; every routed entry (consume-queue units,
-  index entries...) pointing into the span, as the families see it; and each family's probe as far as the span reads
-  it (``Family.probe_in_span``: the pending delayed messages it owns and the pending keys its messages hold copies
-  of, from the hashes ``range_memo`` kept of them; the committed offsets it owns); the recovery walk's end, where
-  the span holds it.
+  range only compares them with offsets it owns); the segment's first stop, first blank and where its CRCs were
+  checked, the same way against the range's reach; file-level damage in the span; every routed entry (consume-queue
+  units, index entries...) pointing into the span, as the families see it, except in a file the broker only appends to
+  (``BrokerFacts.row_keyed``), whose rows of those entries are keyed instead where the state found each such file as
+  the last run did or grown past it (``BrokerFacts.settled``): the same rows of the same bytes, and a new entry
+  pointing into the span moves them (a part keeps two keys, one naming such entries and one showing them, and a file
+  changed since the last run is compared by the second); and each family's probe as far as the span reads it
+  (``Family.probe_in_span``: the pending delayed messages it owns and the pending keys its messages hold copies of,
+  from the hashes ``range_memo`` kept of them; the committed offsets it owns); the recovery walk's end, where the span
+  holds it.
 
 The span keyed is a bound of the one the range owns (it ends at the range's reach, not where its walk ended), so a
 key can only differ more often than the output would, never less: a range whose key matches would emit what its
@@ -47,21 +51,26 @@ BELOW = "below"  # an offset at or before the span's start: all alike
 def keep_ranges(state, tasks: list) -> list:
     """The scan's ``tasks`` with each commitlog range (or run of them) of a broker the ``state`` compares as a
     :class:`KeptScan`: offered the last run's part when its files allow it (jobs/audit/state.py ``offer``)."""
-    out = []
+    out, seen = [], set()
     for task in tasks:
         if not isinstance(task, (CommitlogRange, CommitlogRun)) or not state.compared(task.broker):
             out.append(task)
             continue
         rels = state.rels(task.broker, [r.loc for r in task.ranges])
         kept, part = state.offer(task.broker, scan_key(code_digest(), rels, task), rels)
-        task.ranges[0].facts.keeping = True  # its ranges emit their memos (scan.check_context)
+        facts = task.ranges[0].facts
+        facts.keeping = True  # its ranges emit their memos (scan.check_context)
+        if task.broker not in seen:  # once a broker: its facts are every range's
+            seen.add(task.broker)
+            facts.row_keyed, facts.settled = state.settled(task.broker, [f.loc for files in facts.routed.values()
+                                                                         for f in files])
         out.append(KeptScan(task, rels, kept, part))
     return out
 
 
 def scan_key(code: str, rels: tuple, task) -> str:
     """The name of a range task's part: the suite's code, its files (below the store root) and its ranges'
-    structure; what else its output depends on is :func:`span_key`'s, decided in the task."""
+    structure; what else its output depends on is :func:`span_keys`'s, decided in the task."""
     structure = [(rel, r.name, r.base, r.length, r.start, r.end, r.last, r.first_of_broker, r.next_base, r.resolved)
                  for rel, r in zip(rels, task.ranges)]
     return hashlib.sha256(repr((code, "scan", structure)).encode()).hexdigest()[:32]
@@ -85,9 +94,12 @@ def range_reaches(task, rels: tuple) -> dict:
     return reaches
 
 
-def span_key(task, rels: tuple, reaches: dict, memos: dict) -> str | None:
-    """What the task's output depends on besides its bytes and structure, as a digest (see the module's doc); None
-    when the range cannot be kept (a probe of a form the key cannot hold)."""
+def span_keys(task, rels: tuple, reaches: dict, memos: dict, giving_back: bool = False) -> dict | None:
+    """What the task's output depends on besides its bytes and structure, as digests (see the module's doc), one
+    with the entries of the files the broker only appends to named by their rows (``"rows"``), one with them shown
+    (``"views"``); giving back, only the one to compare: the rows where the state found each such file with entries
+    in the span unchanged (``BrokerFacts.settled``), else the views.  None when the range cannot be kept (a probe of
+    a form the key cannot hold)."""
     ranges = task.ranges
     facts = ranges[0].facts
     lo, hi, per_range = INF, -INF - 1, []
@@ -112,18 +124,27 @@ def span_key(task, rels: tuple, reaches: dict, memos: dict) -> str | None:
                   facts.dispatch, facts.indexed,
                   offset(facts.recovered_end), offset(facts.reput_from), offset(facts.index_pending_from),
                   stop, [p for p in facts.file_problems if lo <= p[0] < hi], per_range))
-        windows = RoutedWindows(facts, lo, hi)
-        for name in sorted(ROUTES):
-            _feed(h, (name, routed_entries(windows, name, lo, hi) if lo < hi else None))
+        seen = []
         for family in facts.families:
             if family.name in facts.probes:
                 probe = facts.probes[family.name]
-                seen = family.probe_in_span(probe, lo, hi, memos.get(family.name)) \
-                    if family.probe_in_span is not None else probe
-                _feed(h, (family.name, seen))
+                seen.append((family.name, family.probe_in_span(probe, lo, hi, memos.get(family.name))
+                             if family.probe_in_span is not None else probe))
+        _feed(h, seen)
+        windows = RoutedWindows(facts, lo, hi)
+        named = {name: routed_entries(windows, name, lo, hi, facts.row_keyed) if lo < hi else (None, [])
+                 for name in sorted(ROUTES)}
+        settled = all(path in facts.settled for _, rows in named.values() for path, _ in rows)
+        keys = {}
+        for kind in ((("rows",) if settled else ("views",)) if giving_back else ("rows", "views")):
+            k = h.copy()
+            for name, (shown, rows) in named.items():
+                _feed(k, (name, shown, [(facts.row_keyed[path], r) for path, r in rows]) if kind == "rows" else
+                      (name, routed_entries(windows, name, lo, hi) if lo < hi else None))
+            keys[kind] = k.hexdigest()[:32]
     except TypeError:  # a probe of a form the key cannot hold: the range runs
         return None
-    return h.hexdigest()[:32]
+    return keys
 
 
 def _feed(h, x) -> None:
@@ -177,7 +198,7 @@ def _feed_table(h, t: pa.Table) -> None:
 
 @dataclass
 class KeptScan:
-    """A range task under a state: given back from the last run's part (``kept``) when :func:`span_key` is the one
+    """A range task under a state: given back from the last run's part (``kept``) when :func:`span_keys` is the one
     the part was kept under, else run; either way its part is kept at ``part`` (the state's staging) for the next
     run.  A task that failed keeps nothing."""
 
@@ -212,9 +233,9 @@ class KeptScan:
                                                                 for t in mine.partials.pop(name)]))
         if "_failures" not in mine.partials:
             reaches = range_reaches(self.task, self.rels)
-            key = span_key(self.task, self.rels, reaches, memos)
-            if key is not None:
-                write_part(self.part, mine, json.dumps(reaches), key=key, memos=memos)
+            keys = span_keys(self.task, self.rels, reaches, memos)
+            if keys is not None:
+                write_part(self.part, mine, json.dumps(reaches), key=json.dumps(keys), memos=memos)
         out.merge(mine)
 
     def _give_back(self, out: Emitter) -> bool:
@@ -226,10 +247,11 @@ class KeptScan:
                 raw = f.read()
             mine = Emitter()
             head = read_part(raw, mine)
-            reaches = json.loads(head["reach"])
+            reaches, kept_under = json.loads(head["reach"]), json.loads(head["key"])
         except Exception:  # noqa: BLE001 - a damaged or missing part: the task runs
             return False
-        if head.get("key") is None or span_key(self.task, self.rels, reaches, head["memos"]) != head["key"]:
+        now = span_keys(self.task, self.rels, reaches, head["memos"], giving_back=True)
+        if not now or not isinstance(kept_under, dict) or any(kept_under.get(k) != v for k, v in now.items()):
             return False
         out_write(self.part, raw)
         out.merge(mine)

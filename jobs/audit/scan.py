@@ -93,6 +93,12 @@ class BrokerFacts(Shared):
     dispatch: Dispatch = field(default_factory=Dispatch)
     # audit --state: each range also emits what its families' range_memo keep of its messages (jobs/audit/kept.py)
     keeping: bool = False
+    # audit --state (jobs/audit/kept.py): the routed files the broker only appends to, whose entries a range's key
+    # names by their rows instead of showing them ({path: its path below the store root, as a key names it}); and of
+    # those, the paths of the ones the state found as the last run did, or grown past it (jobs/audit/state.py: same
+    # or grown), which alone let a range give its part back by those rows
+    row_keyed: dict = field(default_factory=dict)
+    settled: frozenset = frozenset()
     # route name -> the buckets of its routed files as one (plan.ManyBuckets), made where a task first asks
     _buckets: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -379,22 +385,34 @@ class RoutedWindows:
         return self._read[name]
 
 
-def routed_entries(windows: RoutedWindows, name: str, lo: int, hi: int) -> pa.Table:
+def routed_entries(windows: RoutedWindows, name: str, lo: int, hi: int, by_rows=None):
     """The valid entries of route ``name`` among ``windows`` pointing into ``lo`` .. ``hi`` - 1, as the route shows
-    them (its VIEW)."""
+    them (its VIEW).  ``by_rows`` (file paths): those files' entries not shown but named, as
+    (the table of the others', [(path, the entries' rows in the file)]), the files in the windows' order."""
     route, schema = ROUTES[name], VIEW[name]
     read = windows.of(name)
+    named = []
     if isinstance(read, ManyWindows):
         phys = read.columns["physical_offset"]
         idx = np.flatnonzero(read.columns["valid"] & (phys >= lo) & (phys < hi))
-        return route.view_many(read, idx) if len(idx) else schema.empty_table()
+        if by_rows and len(idx):
+            mine = np.array([f.loc.path in by_rows for f in read.files], bool)[read.file_row[idx]]
+            rows, of_file = read.row[idx[mine]], read.file_row[idx[mine]]
+            cut = np.flatnonzero(np.r_[True, of_file[1:] != of_file[:-1]]).tolist() if len(of_file) else []
+            named = [(read.files[of_file[a]].loc.path, rows[a:b]) for a, b in zip(cut, [*cut[1:], len(of_file)])]
+            idx = idx[~mine]
+        shown = route.view_many(read, idx) if len(idx) else schema.empty_table()
+        return shown if by_rows is None else (shown, named)
     parts = []
     for f, first, w in read:
         phys = w["physical_offset"]
         idx = np.flatnonzero(w["valid"] & (phys >= lo) & (phys < hi))
-        if len(idx):
+        if len(idx) and by_rows and f.loc.path in by_rows:
+            named.append((f.loc.path, first + idx))
+        elif len(idx):
             parts.append(route.view(f, first, idx, w))
-    return pa.concat_tables(parts) if parts else schema.empty_table()
+    shown = pa.concat_tables(parts) if parts else schema.empty_table()
+    return shown if by_rows is None else (shown, named)
 
 
 class RangeContext:

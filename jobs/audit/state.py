@@ -653,6 +653,14 @@ class AuditState:
         """Each file's path below the broker's store root (how the state names it)."""
         return tuple(self._rel(broker, loc) for loc in locs)
 
+    def settled(self, broker: str, locs: list) -> tuple[dict, frozenset]:
+        """Of ``locs`` (files of ``broker``), those the broker only appends to ({path: its path below the store
+        root, :meth:`rels`}), and of those the paths of the ones this run found as the last run did, or grown past
+        its bytes."""
+        changes = {x.row["path"]: x.change for x in self.brokers[broker].looks}
+        appended = {loc.path: rel for loc, rel in zip(locs, self.rels(broker, locs)) if _appended(rel)}
+        return appended, frozenset(path for path, rel in appended.items() if changes.get(rel) in ("same", "grown"))
+
     def offer(self, broker: str, key: str, rels: tuple) -> tuple:
         """For a task of several files (``rels``, :meth:`rels`) that decides itself whether to give its part back
         (a scan range's, jobs/audit/kept.py): (the last run's part under ``key`` when every file is the same or grew
