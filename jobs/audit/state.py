@@ -67,6 +67,9 @@ FILES_NAME = "files.parquet"
 PARTS = "parts"
 # a kept task's output: each of its tables as an Arrow IPC stream, by kind (finding, partial, table, spilled) and name
 PART = pa.schema([("kind", pa.string()), ("name", pa.string()), ("payload", pa.binary())])
+# each payload's codec (Arrow IPC's own, read back by any reader): a part holds what its range emitted, the families'
+# rows of every transaction and retry hop among them
+PART_COMPRESSION = "zstd"
 BLOCK = 4096  # a kept block's bytes (fewer for the last block of a file's written bytes)
 ZERO_SCAN = 8 << 20  # the bytes read at a time searching a file's zeros from its end
 DRAWN = 6  # blocks drawn at random per file and run, besides its first and last
@@ -368,12 +371,12 @@ def write_part(loc: fs.Location, emitted: Emitter, reach: int | str | None = Non
     if key is not None:
         rows.append(("key", key, b""))
     for name, memo in sorted((memos or {}).items()):
-        rows.append(("memo", name, ipc_bytes(pa.table({"memo": memo}))))
+        rows.append(("memo", name, ipc_bytes(pa.table({"memo": memo}), PART_COMPRESSION)))
     if emitted.findings:
-        rows.append(("finding", "", ipc_bytes(pa.concat_tables(emitted.findings))))
+        rows.append(("finding", "", ipc_bytes(pa.concat_tables(emitted.findings), PART_COMPRESSION)))
     for kind, by_name in (("partial", emitted.partials), ("table", emitted.tables), ("spilled", emitted.spilled)):
         for name, tables in by_name.items():
-            rows.append((kind, name, ipc_bytes(pa.concat_tables(tables))))
+            rows.append((kind, name, ipc_bytes(pa.concat_tables(tables), PART_COMPRESSION)))
     out_write(loc, ipc_bytes(pa.table({"kind": [r[0] for r in rows], "name": [r[1] for r in rows],
                                   "payload": [r[2] for r in rows]}, schema=PART)))
 

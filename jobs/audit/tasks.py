@@ -163,10 +163,11 @@ class Emitter:
             yield pa.RecordBatch.from_pylist([{"table": name, "payload": ipc_bytes(table)}], schema=OUTPUT_SCHEMA)
 
 
-def ipc_bytes(table: pa.Table) -> bytes:
-    """A table as one Arrow IPC stream (what travels back from a task, and what a state keeps of one)."""
+def ipc_bytes(table: pa.Table, compression: str | None = None) -> bytes:
+    """A table as one Arrow IPC stream (what travels back from a task, and what a state keeps of one:
+    ``compression``, a codec Arrow reads back by itself, e.g. "zstd")."""
     sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, table.schema) as w:
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as w:
         w.write_table(table)
     return sink.getvalue()
 
