@@ -118,17 +118,17 @@ def _op_marks(ops: pa.Table) -> pa.Table:
     """(broker, queue_offset, store_timestamp): each half queue offset an op message (a row of ``ops``) marks
     done.  A body is one decimal offset (4.x) or a comma list (5.x), decoded as UTF-8 with replacement; a piece
     that is blank or not a long (as Spark casts it) marks nothing."""
-    brokers, queue_offsets, times = [], [], []
-    for broker, body, ts in zip(ops.column("broker").to_pylist(), ops.column("op_body").to_pylist(),
-                                ops.column("store_timestamp").to_pylist()):
-        for piece in (body or b"").decode("utf-8", "replace").split(","):
-            q = _long(piece)
-            if q is not None:
-                brokers.append(broker)
-                queue_offsets.append(q)
-                times.append(ts)
-    return pa.table({"broker": pa.array(brokers, pa.string()), "queue_offset": pa.array(queue_offsets, pa.int64()),
-                     "store_timestamp": pa.array(times, pa.int64())}, schema=_MARKS)
+    body = ops.column("op_body")
+    try:
+        text = pc.cast(body, pa.string())  # checked UTF-8, in one pass
+    except pa.ArrowInvalid:  # a body that is not: every body decoded with replacement, a row at a time
+        text = pa.array([(b or b"").decode("utf-8", "replace") for b in body.to_pylist()], pa.string())
+    text = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    pieces = pc.split_pattern(pc.fill_null(text, ""), ",")
+    row, q = pc.list_parent_indices(pieces), _longs(pc.list_flatten(pieces))
+    row, q = row.filter(q.is_valid()), q.drop_null()
+    return pa.table({"broker": ops.column("broker").take(row), "queue_offset": q,
+                     "store_timestamp": ops.column("store_timestamp").take(row)}, schema=_MARKS)
 
 
 def _op_times(marks: pa.Table) -> pa.Table:
@@ -151,13 +151,34 @@ def _long(text: str) -> int | None:
     return v if -2**63 <= v < 2**63 else None
 
 
+# a text :func:`_long` certainly reads as the decimal it spells (ASCII spaces and digits, within a long): most are
+_DECIMAL = r"^[\t\n\x0b\f\r ]*[+-]?[0-9]{1,18}[\t\n\x0b\f\r ]*$"
+
+
+def _longs(texts) -> pa.Array:
+    """:func:`_long` of each of ``texts`` (strings, null: null) as int64: the plain decimals cast in one pass (Arrow's
+    cast takes no sign "+" and no spaces: both taken off first), the rest (blanks, other digits or spaces,
+    underscores, 19 digits and more) a text at a time."""
+    texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+    plain = pc.fill_null(pc.match_substring_regex(texts, _DECIMAL), False)
+    cast = pc.cast(pc.replace_substring_regex(pc.utf8_trim(texts.filter(plain), " \t\n\x0b\f\r"), r"^\+", ""),
+                   pa.int64())
+    plain = plain.to_numpy(zero_copy_only=False)
+    values, valid = np.zeros(len(texts), np.int64), plain.copy()
+    values[plain] = cast.to_numpy()
+    rest = np.flatnonzero(~plain & texts.is_valid().to_numpy(zero_copy_only=False))
+    for i, t in zip(rest.tolist(), texts.take(pa.array(rest, pa.int64())).to_pylist()):
+        v = _long(t)
+        if v is not None:
+            values[i], valid[i] = v, True
+    return pa.array(values, pa.int64(), mask=~valid)
+
+
 def _ints(texts) -> pa.Array:
     """Spark's cast of strings to ints (None where a text is not one)."""
-    out = []
-    for t in texts.to_pylist():
-        v = _long(t) if t is not None else None
-        out.append(v if v is not None and -2**31 <= v < 2**31 else None)
-    return pa.array(out, pa.int32())
+    v = _longs(texts)
+    fits = pc.and_(pc.greater_equal(v, -2**31), pc.less(v, 2**31))
+    return pc.if_else(fits, v, pa.scalar(None, pa.int64())).cast(pa.int32())
 
 
 def _ends(e: pa.Table) -> pa.Table:
