@@ -142,7 +142,8 @@ def test_each_brokers_pending_probe_from_batches_of_many_brokers():
     table = pa.table({"broker": pa.array(brokers, pa.string()),
                       "physical_offset": pa.array(rng.integers(0, 1 << 30, n), pa.int64()),
                       "real_topic": pa.array([None if x == 0 else f"T{x}" for x in rng.integers(0, 6, n)], pa.string()),
-                      "uniq_key": pa.array([None if x == 0 else f"U{x}" for x in rng.integers(0, 900, n)], pa.string())})
+                      "uniq_key": pa.array([None if x == 0 else f"U{x}" for x in rng.integers(0, 900, n)],
+                                           pa.string())})
 
     class Ctx:
         plans = {f"b{x:02d}": None for x in range(22)}  # b20, b21: no pending message
