@@ -225,17 +225,32 @@ def dataset_batches(dataset, columns: list[str] | None = None, batch_size: int =
         yield from _file_batches(dataset.filesystem, path, batch_size, columns)
 
 
-def out_parts_batches(paths: list[str], schema, columns: list[str] | None = None, batch_size: int = 1 << 16):
+def out_parts_batches(paths: list[str], schema, columns: list[str] | None = None, batch_size: int = 1 << 16,
+                      gather: bool = False):
     """Parquet part files (as :func:`out_parts_dataset` takes them) as tables of ``schema`` (its ``columns`` only,
     when given), a batch at a time in the order given: :func:`out_parquet_batches` of each part, so a slow consumer
-    holds one batch, never a scanner's read-ahead (which grew with the parts: issue 40)."""
+    holds one batch, never a scanner's read-ahead (which grew with the parts: issue 40).  ``gather``: consecutive
+    batches joined into tables of up to ``batch_size`` rows, the rows in the same order: a consumer's fixed cost per
+    table is then paid per ``batch_size`` rows, not per part (a fleet's tasks write thousands of small parts)."""
     import pyarrow as pa
 
     wanted = pa.schema([schema.field(c) for c in columns]) if columns is not None else schema
+    held, rows = [], 0
     for path in paths:
         for batch in out_parquet_batches(path, batch_size, wanted.names):
-            if batch.num_rows:
-                yield pa.Table.from_batches([batch]).select(wanted.names).cast(wanted)
+            if not batch.num_rows:
+                continue
+            t = pa.Table.from_batches([batch]).select(wanted.names).cast(wanted)
+            if not gather:
+                yield t
+                continue
+            if rows + t.num_rows > batch_size and held:
+                yield pa.concat_tables(held).combine_chunks()
+                held, rows = [], 0
+            held.append(t)
+            rows += t.num_rows
+    if held:
+        yield pa.concat_tables(held).combine_chunks()
 
 
 def out_parts_dataset(paths: list[str], schema):

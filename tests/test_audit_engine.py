@@ -206,3 +206,36 @@ def test_a_config_read_from_its_backup_is_named_for_its_broker_only(spark, tmp_p
     audit_job.run(spark, audit_args([f"{n}={s}" for n, s in zip("abc", stores)], out, "--checks", "metadata"))
     backup = [(f["broker"], f["file"]) for f in findings(out) if f["check"] == "metadata.config_from_backup"]
     assert backup == [("b", "config/topics.json")]
+
+
+def test_groups_missing_from_the_config_found_in_one_grouping_are_the_per_broker_ones():
+    """metadata.groups_not_in_config (every broker's committed offsets grouped once) finds the (broker, group) pairs
+    the per-broker masks found: of the brokers asked only, null groups and groups configured for another broker
+    told apart, a broker without a subscriptionGroup.json row missing every group."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from jobs.audit.checks.metadata import groups_not_in_config
+
+    def per_broker(t, groups, brokers):  # the walk it replaces: a mask over every broker's offsets a broker
+        found = set()
+        for b in brokers:
+            mine = t.filter(pc.and_(pc.equal(t.column("broker"), b), pc.is_valid(t.column("group"))))
+            missing = mine.filter(pc.invert(pc.is_in(mine.column("group"), pa.array(groups.get(b, []), pa.string()))))
+            found.update((b, g) for g in pc.unique(missing.column("group")).to_pylist())
+        return found
+
+    rng = np.random.default_rng(11)
+    names = [f"b{i:02d}" for i in range(12)]
+    for n in (0, 1, 50, 3_000):
+        brokers = [names[i] for i in rng.integers(0, 12, n)]
+        group = [None if x == 0 else f"g{x}" if x < 9 else "" for x in rng.integers(0, 12, n)]
+        t = pa.table({"broker": pa.array(brokers, pa.string()), "topic": pa.array(["t"] * n, pa.string()),
+                      "group": pa.array(group, pa.string())})
+        groups = {b: [f"g{x}" for x in rng.integers(1, 9, 4)] + ([""] if i % 3 == 0 else [])
+                  for i, b in enumerate(names[:9])}  # b09..b11: no configured group
+        asked = names[1:11]
+        got = groups_not_in_config(t, groups, asked)
+        assert got == per_broker(t, groups, asked)
+        assert n < 1_000 or len(got) > 10

@@ -123,3 +123,42 @@ def test_many_pending_delayed_messages_are_joined_within_a_memory_limit(tmp_path
                                 ["delays.overdue", 0, "u3"], ["delays.overdue", 0, "u4"],
                                 ["delays.delivered_offset_behind", 0, "u2"],
                                 ["delays.delivered_offset_behind", 0, "u7"]], "pending": 400_000}, got
+
+
+def test_each_brokers_pending_probe_from_batches_of_many_brokers():
+    """delays._pending_probes over batches that hold many brokers' rows (a fleet's small parts gathered: tasks.Outputs
+    .batches) gives each broker the probe a mask a broker gave: its pending offsets and the hashes of its (real
+    topic, uniq key) pairs, rows without a broker or a key left out, a broker with none None."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from jobs.audit.buckets import key_hash
+    from jobs.audit.checks import delays as D
+
+    rng = np.random.default_rng(5)
+    n = 4_000
+    brokers = [None if x == 0 else f"b{x:02d}" for x in rng.integers(0, 20, n)]
+    table = pa.table({"broker": pa.array(brokers, pa.string()),
+                      "physical_offset": pa.array(rng.integers(0, 1 << 30, n), pa.int64()),
+                      "real_topic": pa.array([None if x == 0 else f"T{x}" for x in rng.integers(0, 6, n)], pa.string()),
+                      "uniq_key": pa.array([None if x == 0 else f"U{x}" for x in rng.integers(0, 900, n)],
+                                           pa.string())})
+
+    class Ctx:
+        plans = {f"b{x:02d}": None for x in range(22)}  # b20, b21: no pending message
+
+        def survey_partial_batches(self, name, schema, columns=None):
+            return [table.slice(0, 1_500), table.slice(1_500, 1), table.slice(1_501)]
+
+    got = D._pending_probes(Ctx())
+    for b in Ctx.plans:  # the per-broker masks it replaces
+        mine = table.filter(pc.equal(table.column("broker"), b))
+        if not mine.num_rows:
+            assert got[b] is None
+            continue
+        keyed = mine.filter(pc.and_(pc.is_valid(mine.column("real_topic")), pc.is_valid(mine.column("uniq_key"))))
+        assert np.array_equal(got[b]["physical_offsets"], np.unique(mine.column("physical_offset").to_numpy()))
+        assert np.array_equal(got[b]["copies"], np.unique(key_hash(keyed.column("real_topic"),
+                                                                   keyed.column("uniq_key"))))
+    assert sum(v is None for v in got.values()) == 3  # b00 (the rows without a broker), b20, b21

@@ -660,6 +660,44 @@ def test_the_fast_config_path_agrees_with_the_tolerant_parser(text):
     assert fast is _NO_FAST_PATH or (fast == slow and repr(fast) == repr(slow))
 
 
+@st.composite
+def _strict_json_texts(draw):
+    """Strict JSON (what most small config files are), sometimes edited into something else."""
+    text = json.dumps(draw(_JSON_VALUES), indent=draw(st.sampled_from([None, "\t"])))
+    if draw(st.booleans()) and text:
+        at = draw(st.integers(0, len(text) - 1))
+        text = text[:at] + draw(st.text(st.sampled_from(list('{}[]:,"0 ab\\')), max_size=3)) + \
+            text[at + draw(st.integers(0, 3)):]
+    return text
+
+
+@fuzz(150)
+@given(st.one_of(_strict_json_texts(), config_texts()))
+@example("{\"a\":1,\"b\":2,\"a\":3}")  # a repeated key: its last value, in its first place
+@example("[" * 200 + "]" * 200)  # as deep as the parser goes
+@example("[" * 201 + "]" * 201)  # one deeper: refused, with its position
+@example("{\"a\":\"[[[[\",\"b\":[1,2,]}")  # brackets in a string; a trailing comma in an array
+@example("{\"a\":1,}")  # a trailing comma in an object: the parser's tolerance
+@example("\ufeff{}")  # a byte-order mark
+@example("{\"a\":NaN,\"b\":-Infinity,\"c\":-0,\"d\":1e400,\"e\":\"\\ud800\"}")
+@example("{\"a\":" + "1" * 5000 + "}")  # an integer longer than int() accepts
+@example("{\"a\":1} x")  # trailing characters
+def test_the_c_decoder_path_agrees_with_the_tolerant_parser(text):
+    """Config text read by the C decoder where it is strict JSON (``_slow_loads``) gives exactly what the tolerant
+    parser gives, or the parser reads it and raises the same error at the same place."""
+    from store_format.config import _slow_loads, _tolerant_loads
+
+    try:
+        want = _tolerant_loads(text, "x.json")
+    except ConfigError as e:
+        with pytest.raises(ConfigError) as got:
+            _slow_loads(text, "x.json")
+        assert (got.value.kind, got.value.message, got.value.position) == (e.kind, e.message, e.position)
+        return
+    got = _slow_loads(text, "x.json")
+    assert got == want and repr(got) == repr(want)  # keys' types and order too
+
+
 _OFFSET_KEYS = st.one_of(st.sampled_from(["T@g", "T@h", "U@g", "%RETRY%g@g", "nogroup", "a@b@c"]),
                          st.text("ab@", max_size=4))
 _QUEUE_IDS = st.one_of(st.integers(0, 40), st.integers(-2**63, 2**63 - 1), st.sampled_from([2**31, -2**31 - 1]))

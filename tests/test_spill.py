@@ -59,6 +59,31 @@ def test_the_driver_reads_every_tasks_part_in_the_tasks_order(tmp_path, back):
     assert got.schema == HOPS
 
 
+def test_many_small_parts_come_back_gathered_in_the_tasks_order(tmp_path):
+    """The driver's batches of a spilled partial (Outputs.batches): consecutive tasks' small parts joined into tables
+    of up to a batch's rows, every row once and in the tasks' order (a fleet's families paid a pass a part)."""
+    from runtime.output import out_parts_batches
+
+    run = _run(tmp_path)
+    spilled = []
+    for i in range(40):
+        out = Emitter()
+        out.spill("retries.hops", _hops(list(range(i * 1000, i * 1000 + 3 * (i % 4)))))  # some parts empty: no file
+        out.write_findings(run, f"part-{i:05d}.parquet")
+        spilled += out.partials.get("_spilled", [])
+    outputs = Outputs({"_spilled": pa.concat_tables(spilled)})
+    every = [o for i in range(40) for o in range(i * 1000, i * 1000 + 3 * (i % 4))]
+    gathered = list(outputs.batches("retries.hops", HOPS, ["physical_offset"]))
+    assert len(gathered) == 1 and gathered[0].column("physical_offset").to_pylist() == every
+    assert gathered[0].schema == pa.schema([HOPS.field("physical_offset")])
+    paths = sorted(outputs.parts("retries.hops").column("path").to_pylist())
+    small = list(out_parts_batches(paths, HOPS, batch_size=10, gather=True))  # none past 10 rows, none split
+    assert [t.num_rows for t in small] == [9] * 20  # parts of 3, 6, 9 rows in turn: 3 + 6, then 9
+    assert [o for t in small for o in t.column("physical_offset").to_pylist()] == every
+    apart = list(out_parts_batches(paths, HOPS))  # without gathering: a table a part, as before
+    assert len(apart) == 30 and [o for t in apart for o in t.column("physical_offset").to_pylist()] == every
+
+
 def test_no_spilled_part_is_an_empty_dataset_of_the_schema():
     t = Outputs().dataset("retries.hops", HOPS).to_table()
     assert t.num_rows == 0 and t.schema == HOPS

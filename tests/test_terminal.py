@@ -112,6 +112,35 @@ def test_a_restart_that_changes_the_store_while_nothing_is_lost(tmp_path):
     assert [a["kind"] for a in v["actions"]] == ["none"]
 
 
+def test_each_brokers_verdict_counts_its_own_rows_of_the_tables_read_once(tmp_path):
+    """A fleet's verdicts share one reading of tables/resend and tables/segments (verdict.RunTables): each broker's
+    lost messages and its segments at risk are its own rows only, as when each verdict read the tables itself."""
+    import pyarrow as pa
+
+    from jobs.audit import resend
+    from runtime.output import write_parquet_file
+
+    rows = [("b1", "dropped", False), ("b1", "dropped", True), ("b2", "dropped", False), ("b2", "damaged", False),
+            ("b2", "destroyed", False)]
+    write_parquet_file(pa.Table.from_pylist([{"broker": b, "state": st, "system": y, "physical_offset": 100 + i}
+                                             for i, (b, st, y) in enumerate(rows)], schema=resend.SCHEMA),
+                       fs.resolve(str(tmp_path / "tables" / resend.NAME / "part-00000.parquet")))
+    second = "00000000000001073741824"
+    write_parquet_file(pa.table({"broker": ["b1", "b2"], "segment": [second, second], "messages": [0, 5],
+                                 "corrupt_bytes": [0, 0], "stale_records": [0, 0]}),
+                       fs.resolve(str(tmp_path / "tables" / "segments" / "part-00000.parquet")))
+    out = fs.resolve(str(tmp_path))
+    shared = verdict.RunTables(out)
+    deleted = f"commitlog/{second}: deleted (it lies wholly past the cut)"
+    # (lost per state, system records among them, messages to re-send, at risk): b1's segment holds nothing
+    for name, lost, system, to_resend, at_risk in (("b1", (2, 0, 0), 1, 1, []), ("b2", (1, 1, 1), 0, 3, [deleted])):
+        b = {**_broker(segments_deleted=[second]), "name": name}
+        v = verdict.verdict(b, [], out, 10, tables=shared)
+        assert v == verdict.verdict(b, [], out, 10)  # as a verdict reading the tables itself
+        assert tuple(v["lost"][s] for s in ("dropped", "damaged", "destroyed")) == lost
+        assert (v["system_records"], v["to_resend"], v["at_risk"]) == (system, to_resend, at_risk)
+
+
 def test_the_printed_commands_keep_a_uris_query_after_the_path(tmp_path):
     """``--out`` and the store root given as URIs with a ``?query``: the commands the verdict prints name the folders
     below and beside them with the query still after the path (an ``os.path.join`` on the URI put the path after

@@ -85,7 +85,7 @@ from .kept import keep_ranges
 from .state import AuditState, check_apart_from
 from .survey import survey_tasks
 from .tasks import FAILURES, RunInfo, failure_row, run_tasks
-from .verdict import verdict as broker_verdict
+from .verdict import RunTables, verdict as broker_verdict
 
 NAME = "audit"
 TOOL = "rocketmq-forensics"
@@ -378,8 +378,9 @@ def _summary(ctx: AuditContext, written: _Written, groups: list, inputs: dict, o
                     "report": report},
     }
     message_counts = _broker_metric(written.metrics, "message_count")
+    tables = RunTables(staged or out)
     for b in brokers:
-        b["verdict"] = broker_verdict(b, groups, out, message_counts.get(b["name"]), staged)
+        b["verdict"] = broker_verdict(b, groups, out, message_counts.get(b["name"]), staged, tables)
     summary["counts"].update(terminal.counts(summary, groups))
     return summary
 

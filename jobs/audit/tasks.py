@@ -468,10 +468,11 @@ class Outputs:
 
     def batches(self, name: str, schema: pa.Schema, columns: list[str] | None = None):
         """The spilled partial ``name`` as tables of ``schema`` (``columns`` of it), a batch at a time in the
-        tasks' order (:meth:`dataset`'s), none read ahead (runtime.output.out_parts_batches)."""
+        tasks' order (:meth:`dataset`'s), none read ahead (runtime.output.out_parts_batches), the small parts of many
+        tasks gathered into one batch (each batch costs its reader a pass of filters, hashes and groupings)."""
         from runtime.output import out_parts_batches
 
-        return out_parts_batches(sorted(self.parts(name).column("path").to_pylist()), schema, columns)
+        return out_parts_batches(sorted(self.parts(name).column("path").to_pylist()), schema, columns, gather=True)
 
     def get(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
         t = self.partials.get(name)

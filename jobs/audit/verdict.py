@@ -100,12 +100,25 @@ def _damage_checks() -> frozenset:
     return _roles("damage")
 
 
-def _resend_counts(table: Location, name: str) -> tuple[dict, dict]:
-    """The broker's rows of tables/resend per state: all of them (system records are lost too), and the messages
-    to re-send (the others)."""
+class RunTables:
+    """What every broker's verdict reads of the run's tables (tables/resend's counts, tables/segments' rows), read
+    once for all of them: a fleet's brokers each read both tables whole."""
+
+    def __init__(self, src: Location):
+        from runtime.output import out_dataset
+
+        self.resend_counts = resend.counts(_join(src, "tables", resend.NAME))
+        dataset = out_dataset(_join(src, "tables", "segments"))
+        self.segments = [] if dataset is None else dataset.to_table(
+            columns=["broker", "segment", "messages", "corrupt_bytes", "stale_records"]).to_pylist()
+
+
+def _resend_counts(counts: dict, name: str) -> tuple[dict, dict]:
+    """The broker's rows of tables/resend per state (``counts``: :attr:`RunTables.resend_counts`): all of them
+    (system records are lost too), and the messages to re-send (the others)."""
     records = {s: 0 for s in resend.STATES}
     messages = dict(records)
-    for (b, s, is_system), n in resend.counts(table).items():
+    for (b, s, is_system), n in counts.items():
         if b != name:
             continue
         records[s] = records.get(s, 0) + n
@@ -115,18 +128,19 @@ def _resend_counts(table: Location, name: str) -> tuple[dict, dict]:
 
 
 def verdict(broker: dict, groups: list[Group], out: Location, message_count: int | None,
-            staged: Location | None = None) -> dict:
+            staged: Location | None = None, tables: RunTables | None = None) -> dict:
     """The on-call view of ``broker`` (a summary.json ``brokers`` entry) from its finding groups (in the report's
     order) and the audit's tables in ``out`` (tables/resend, tables/segments; read from ``staged`` until the run
-    commits, runtime/commit.py)."""
+    commits, runtime/commit.py; ``tables``: what of them every broker's verdict reads, read once)."""
     src = staged or out
+    tables = tables if tables is not None else RunTables(src)
     name, rec = broker["name"], broker.get("recovery")
     mine = [g for g in groups if g.broker == name]
     failing = _roles("audit_failed")
     failed = [g for g in mine if g.check in failing]
     errors = sum(g.count for g in mine if g.severity == Severity.ERROR)
     damage_groups = [g for g in mine if g.consequence == Consequence.DATA_LOST]
-    per, messages = _resend_counts(_join(src, "tables", resend.NAME), name)
+    per, messages = _resend_counts(tables.resend_counts, name)
     to_resend = sum(messages.values())
     v: dict = {"level": "pass", "banner": "", "headline": "", "will_start": None, "why_not": [], "cut": None,
                "lost": {"damaged": per["damaged"], "destroyed": per["destroyed"], "dropped": per["dropped"],
@@ -153,7 +167,7 @@ def verdict(broker: dict, groups: list[Group], out: Location, message_count: int
         if loses:
             v["cut"] = {"physical_offset": cut, "segment": rec["stop_segment"], "file_position": rec["stop_position"],
                         "kind": rec["stop_kind"]}
-        v["at_risk"] = _at_risk(rec, _empty_segments(src, name))
+        v["at_risk"] = _at_risk(rec, _empty_segments(tables.segments, name))
         first_damage = min((g.first_offset for g in damage_groups if g.first_offset is not None), default=None)
         v["safe_before"] = cut if first_damage is None else min(cut, first_damage)
         v["headline"] = _headline(name, rec, v, message_count, errors, mine, lost_groups)
@@ -191,14 +205,9 @@ def _join(base: Location, *parts: str) -> Location:
     return out_join(base, *parts)
 
 
-def _empty_segments(out: Location, broker: str) -> set[str]:
-    """The segments of ``broker`` that hold nothing (no message, no damage): deleting one destroys nothing."""
-    from runtime.output import out_dataset, out_join
-
-    dataset = out_dataset(out_join(out, "tables", "segments"))
-    if dataset is None:
-        return set()
-    rows = dataset.to_table(columns=["broker", "segment", "messages", "corrupt_bytes", "stale_records"]).to_pylist()
+def _empty_segments(rows: list[dict], broker: str) -> set[str]:
+    """The segments of ``broker`` that hold nothing (no message, no damage): deleting one destroys nothing
+    (``rows``: :attr:`RunTables.segments`)."""
     return {r["segment"] for r in rows if r["broker"] == broker and not (r["messages"] or r["corrupt_bytes"]
                                                                          or r["stale_records"])}
 

@@ -249,8 +249,15 @@ def _pending_probes(ctx) -> dict[str, dict | None]:
     keys: dict[str, list] = {}
     for b in ctx.survey_partial_batches("delays.pending", PENDING, ["broker", "physical_offset", "real_topic",
                                                                     "uniq_key"]):
-        for broker in pc.unique(b.column("broker")).drop_null().to_pylist():
-            mine = b.filter(pc.equal(b.column("broker"), broker))
+        # a batch holds many brokers' rows (small parts gathered): each broker's a slice of the batch sorted by
+        # broker, not a mask over the whole batch a broker
+        b = b.filter(pc.is_valid(b.column("broker"))).sort_by("broker")
+        names = b.column("broker").combine_chunks()
+        if not len(names):
+            continue
+        starts = np.r_[0, np.flatnonzero(pc.not_equal(names[1:], names[:-1]).to_numpy(zero_copy_only=False)) + 1]
+        for start, stop in zip(starts.tolist(), np.r_[starts[1:], len(names)].tolist()):
+            broker, mine = names[start].as_py(), b.slice(start, stop - start)
             offsets.setdefault(broker, []).append(mine.column("physical_offset").to_numpy(zero_copy_only=False))
             mine = mine.filter(pc.and_(pc.is_valid(mine.column("real_topic")), pc.is_valid(mine.column("uniq_key"))))
             keys.setdefault(broker, []).append(key_hash(mine.column("real_topic"), mine.column("uniq_key")))

@@ -432,6 +432,9 @@ def _index_file_rows(ctx, broker: str | None = None) -> list[dict]:
 def _unverifiable_probe(ctx, broker: str) -> list[tuple[str, int, int]]:
     """The index files the survey could not read, each with the physical offsets whose keys only it could serve:
     (file, from, to) for every range task to count its missing keys against."""
+    errors = ctx.survey_partial("survey.index_files", INDEX_FILES).column("error")
+    if not pc.any(pc.not_equal(errors, "")).as_py():  # no broker's file failed: none to look through a broker each
+        return []
     return [(f, lo, hi) for f, lo, hi, _ in unreadable_ranges(_index_file_rows(ctx, broker))]
 
 

@@ -177,21 +177,25 @@ def on_driver(ctx) -> FamilyResult:
             if r["group"] is not None:
                 groups.setdefault(r["broker"], []).append(r["group"])
         offsets = set()
-        # store by store, a batch at a time where the file was spilled: only the groups missing from the config
-        # become objects
-        for t in ctx.consumer_offset_parts():
-            t = t.select(["broker", "group"])
-            for b in with_groups:
-                mine = t.filter(pc.and_(pc.equal(t.column("broker"), b), pc.is_valid(t.column("group"))))
-                if not mine.num_rows:
-                    continue
-                missing = mine.filter(pc.invert(pc.is_in(mine.column("group"),
-                                                         pa.array(groups.get(b, []), pa.string()))))
-                offsets.update((b, g) for g in pc.unique(missing.column("group")).to_pylist())
+        for t in ctx.consumer_offset_parts():  # a batch at a time where the file was spilled
+            offsets |= groups_not_in_config(t, groups, with_groups)
         res.findings.append(finding_rows("metadata.group_not_in_config", [dict(
             broker=b, file="config/consumerOffset.json", values={"group": g},
             details={"group": g, "key": g}) for b, g in sorted(offsets)]))
     return res
+
+
+def groups_not_in_config(offsets: pa.Table, groups: dict[str, list], brokers: list[str]) -> set[tuple[str, str]]:
+    """(broker, group) of the committed offsets (rows of ``offsets``) of ``brokers`` whose group the broker's
+    subscriptionGroup.json lacks (``groups``: broker -> its configured groups): only the distinct (broker, group)
+    pairs become objects, found in one grouping (a mask a broker was a pass over every broker's offsets)."""
+    rows = offsets.select(["broker", "group"])
+    rows = rows.filter(pc.and_(pc.is_in(rows.column("broker"), pa.array(brokers, pa.string())),
+                               pc.is_valid(rows.column("group"))))
+    pairs = rows.group_by(["broker", "group"], use_threads=False).aggregate([])
+    configured = {b: set(gs) for b, gs in groups.items()}
+    return {(b, g) for b, g in zip(pairs.column("broker").to_pylist(), pairs.column("group").to_pylist())
+            if g not in configured.get(b, ())}
 
 
 FAMILY = Family(
