@@ -474,6 +474,31 @@ def test_a_5x_store_with_timers_grown_in_steps_audits_with_the_state_as_without(
     writer.close()
 
 
+def test_the_plan_takes_the_newest_segments_written_end_from_the_states_look(spark, tmp_path, monkeypatch):
+    """The state searched every appended file's zeros from its end already: the plan cuts the newest segment where
+    that search ended (a preallocated 1 GiB segment is one pass over its zeros, not two), the same bytes as its own
+    search gives."""
+    from store_format import plan as store_plan
+    from store_format.commitlog import list_segments
+
+    store = copy_of(FIXTURES / "broker" / "store", tmp_path)
+    segs = [("b1", s) for s in list_segments(store / "commitlog")]
+    newest = segs[-1][1].path
+    searched = store_plan.segment_data(segs)
+    assert searched[("b1", newest.name)] < newest.stat().st_size  # a zero tail to search
+    assert store_plan.segment_data(segs, {str(newest): len(newest.read_bytes().rstrip(b"\0"))}) == searched
+
+    def refused(loc, length):
+        raise AssertionError(f"searched again: {loc}")
+    monkeypatch.setattr(store_plan, "written_end", refused)
+    kept = audit(spark, store, tmp_path / "out1", tmp_path / "state")
+    monkeypatch.undo()
+    audit_job.run(spark, audit_job.build_parser().parse_args(["--store", f"b1={store}", "--out",
+                                                              str(tmp_path / "full"), "--no-report"]))
+    assert ids(kept) == {f["finding_id"] for f in pq.read_table(tmp_path / "full" / "findings").to_pylist()
+                         if not f["check"].startswith("history.")}
+
+
 def test_kept_parts_travel_through_spark_jobs(spark, tmp_path):
     """--executor spark: the survey's tasks run in Python workers, which write their kept parts into the state's
     staging and read the last run's back through the fs seam, as on a cluster."""

@@ -49,6 +49,7 @@ import os
 import random
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -342,7 +343,6 @@ def code_digest() -> str:
         return _CODE[0]
     import importlib
     import zipfile
-    from pathlib import Path
 
     h = hashlib.sha256(f"{FORMAT} {VERSION}".encode())
     for package in ("store_format", "decoding", "datasources", "runtime", "jobs"):
@@ -655,6 +655,12 @@ class AuditState:
     def rels(self, broker: str, locs) -> tuple:
         """Each file's path below the broker's store root (how the state names it)."""
         return tuple(self._rel(broker, loc) for loc in locs)
+
+    def written_ends(self) -> dict[str, int]:
+        """{a file's path: where its written bytes end}, of every appended file this run looked at (searched from
+        its end, over its zeros: the plan's newest segment needs the same, jobs/audit/plan.py ``plan_segments``)."""
+        return {str(Path(*self.roots[name], *x.row["path"].split("/"))): x.row["written"]
+                for name, b in self.brokers.items() for x in b.looks if _appended(x.row["path"])}
 
     def settled(self, broker: str, locs: list) -> tuple[dict, frozenset]:
         """Of ``locs`` (files of ``broker``), those the broker only appends to ({path: its path below the store
