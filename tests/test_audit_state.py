@@ -370,10 +370,9 @@ def test_a_4x_store_grown_in_steps_audits_with_the_state_as_without(spark, tmp_p
     writer.close()
 
 
-def test_a_store_only_appended_to_gives_its_old_ranges_back(spark, tmp_path, monkeypatch):
-    """Messages appended night after night (no offset moved, nothing pending): every range of the segments full
-    since the last run is given back, not walked; the outputs are a full audit's all the same (the oldest segment
-    expired before the last run: the new first segment's ranges run again, owning from minus infinity)."""
+def _appending_broker(tmp_path, monkeypatch):
+    """A writer of 64 KiB segments and ``send(n)``: n messages over three topics; a range's reach past its walk made
+    1 KiB and a run a segment, so that old segments' ranges are given back in these small segments."""
     from jobs.audit import scan, survey
     from store_format.write.broker import Broker, ManualClock, Producer
     from store_format.write.writer import StoreWriter, WriterConfig
@@ -386,6 +385,14 @@ def test_a_store_only_appended_to_gives_its_old_ranges_back(spark, tmp_path, mon
     def send(n):
         for i in range(n):
             broker.send(p, f"Topic{i % 3}", b"z" * (200 + i % 50), keys=f"k{i}", tags="t")
+    return writer, send
+
+
+def test_a_store_only_appended_to_gives_its_old_ranges_back(spark, tmp_path, monkeypatch):
+    """Messages appended night after night (no offset moved, nothing pending): every range of the segments full
+    since the last run is given back, not walked; the outputs are a full audit's all the same (the oldest segment
+    expired before the last run: the new first segment's ranges run again, owning from minus infinity)."""
+    writer, send = _appending_broker(tmp_path, monkeypatch)
 
     def damage(live, step):  # a unit of an old segment's message made to point mid-record (from step 2 on, as a
         if step >= 2:       # damaged disk would keep it): the range owning it runs again, once
@@ -410,18 +417,7 @@ def test_a_queue_file_grown_with_a_unit_into_an_old_range_runs_that_range_again(
     entries pointing into the range, not the entries.  A unit appended to it pointing into an old segment (mid-record,
     as a damaged dispatch would) moves those rows: the range runs again and finds it, as a full audit does.  Each
     night's copy is in a folder of its own: the rows name files below the store's root."""
-    from jobs.audit import scan, survey
-    from store_format.write.broker import Broker, ManualClock, Producer
-    from store_format.write.writer import StoreWriter, WriterConfig
-
-    monkeypatch.setattr(survey, "DEFAULT_MAX_RECORD_SIZE", 1024)
-    monkeypatch.setattr(scan, "RUN_CELL", 64 << 10)  # a run per segment
-    writer = StoreWriter(tmp_path / "writer", WriterConfig(mappedFileSizeCommitLog=64 << 10), clock=ManualClock(START))
-    broker, p = Broker(writer), Producer()
-
-    def send(n):
-        for i in range(n):
-            broker.send(p, f"Topic{i % 3}", b"z" * (200 + i % 50), keys=f"k{i}", tags="t")
+    writer, send = _appending_broker(tmp_path, monkeypatch)
 
     def stray_unit(live, step):  # the last night: a unit after the queue's last, into a segment whose ranges the
         if step != 3:            # last run kept (not the first: its ranges run again, the one before it expired)
