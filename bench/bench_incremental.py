@@ -93,7 +93,8 @@ def audit(spark, store: Path, out: Path, state: Path | None) -> dict:
     wall = time.perf_counter() - t0
     summary = json.loads((out / "summary.json").read_text())
     return {"seconds": round(wall, 2), "phases": {k: round(v, 2) for k, v in result.phases},
-            "exit": result.exit_code, "since_last_run": summary["brokers"][0].get("since_last_run")}
+            "exit": result.exit_code, "verdict": summary["brokers"][0]["verdict"]["banner"],
+            "since_last_run": summary["brokers"][0].get("since_last_run")}
 
 
 def size_of(folder: Path) -> int:
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
         where = night_before(store, Path(meta["store"]), int(args.append_mib * (1 << 20)), spec)
         spark = build_session("bench-incremental", master="local[2]")
         night = work / "state-night"
-        audit(spark, store, work / "out-night", night)  # the night before: untimed
+        before = audit(spark, store, work / "out-night", night)  # the night before: untimed
         shutil.rmtree(store)
         shutil.copytree(meta["store"], store)  # the messages appended since
         runs = []
@@ -139,7 +140,8 @@ def main(argv=None) -> int:
         store_bytes = size_of(store)
         result = {"command": "bench/bench_incremental.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                   "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load": os.getloadavg()[0],
-                  "dump": meta["spec"], "cut": where, "store_bytes": store_bytes, "state_bytes": size_of(night),
+                  "dump": meta["spec"], "cut": where, "night_before": {k: before[k] for k in ("exit", "verdict")},
+                  "store_bytes": store_bytes, "state_bytes": size_of(night),
                   "state_share": round(size_of(night) / store_bytes, 5), "runs": runs,
                   "ratio": round(best_inc / best_full, 3), "target": 0.1}
         Path(args.results).write_text(json.dumps(result, indent=1) + "\n")
