@@ -220,24 +220,28 @@ def _piece(value, n: int):
 
 def render(template: str, n: int, values: dict) -> pa.Array:
     """The messages of ``n`` findings: ``template`` with ``values`` (name -> array of n, or one value for all)."""
-    def join(parts) -> pa.Array:
-        pieces = []
-        for p in parts:
-            if isinstance(p, str):
-                pieces.append(pa.scalar(p, pa.string()))
-            elif p[0] == "field":
-                if p[1] not in values:
-                    raise KeyError(f"template {template!r} needs {p[1]!r}")
-                v = _piece(values[p[1]], n)
-                pieces.append(v if p[2] is None else pc.fill_null(v, p[2]))
-            else:
-                pieces.append(pc.fill_null(join(p[1]), ""))
-        if not pieces:
-            return pa.repeat(pa.scalar("", pa.string()), n)
-        out = pc.binary_join_element_wise(*pieces, pa.scalar("", pa.string()))
-        return pa.repeat(out, n) if isinstance(out, pa.Scalar) else out
+    return _joined(render_parts(template), template, n, values)
 
-    return join(render_parts(template))
+
+def _joined(parts, template: str, n: int, values: dict) -> pa.Array:
+    """:func:`render` of the parsed ``parts``, an optional part's own parts joined in turn.  A function of the module,
+    not a closure calling itself: such a closure is a reference cycle, and it held every finding's columns until the
+    cyclic collector ran (which counts Python objects, not the Arrow bytes they hold)."""
+    pieces = []
+    for p in parts:
+        if isinstance(p, str):
+            pieces.append(pa.scalar(p, pa.string()))
+        elif p[0] == "field":
+            if p[1] not in values:
+                raise KeyError(f"template {template!r} needs {p[1]!r}")
+            v = _piece(values[p[1]], n)
+            pieces.append(v if p[2] is None else pc.fill_null(v, p[2]))
+        else:
+            pieces.append(pc.fill_null(_joined(p[1], template, n, values), ""))
+    if not pieces:
+        return pa.repeat(pa.scalar("", pa.string()), n)
+    out = pc.binary_join_element_wise(*pieces, pa.scalar("", pa.string()))
+    return pa.repeat(out, n) if isinstance(out, pa.Scalar) else out
 
 
 # -------------------------------------------------------------------------------------------------- rows
@@ -346,6 +350,18 @@ check("broker.files_skipped", Severity.WARNING,
 
 def empty_findings() -> pa.Table:
     return FINDING_SCHEMA.empty_table()
+
+
+#: rows of a family's table made into findings at a time: a finding's row (message, details map) is several times its
+#: source row, so a bucket of an out-of-core pass (buckets.ROWS_PER_BUCKET) made into findings at once held ~250 MB
+FINDINGS_SLICE = 1 << 16
+
+
+def slices(table: pa.Table, rows: int = FINDINGS_SLICE):
+    """``table`` as consecutive slices of at most ``rows`` rows (zero-copy), in order: what a family makes into
+    findings a slice at a time."""
+    for start in range(0, table.num_rows, rows):
+        yield table.slice(start, rows)
 
 
 def concat_findings(tables: list[pa.Table]) -> pa.Table:

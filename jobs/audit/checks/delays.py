@@ -26,7 +26,7 @@ from decoding.columns import column
 
 from ..buckets import Buckets, bucket_count, key_hash, scratch as buckets_scratch
 from ..contract import Family, FamilyResult, TableView
-from ..findings import Consequence, Severity, check, finding_table, metric_table
+from ..findings import Consequence, Severity, check, finding_table, metric_table, slices
 
 check("delays.overdue", Severity.WARNING,
       "delay level {level} message for {real_topic|?} was due {due_seconds} s before the dump time and is not delivered",
@@ -378,12 +378,10 @@ def on_driver(ctx) -> FamilyResult:
     counted = []
     for t in decided_batches(ctx):
         overdue = pc.and_(t.column("due"), pc.invert(t.column("delivered")))
-        sel = t.filter(overdue)
-        if sel.num_rows:
-            overdue_found.write(_findings(ctx, "delays.overdue", sel, True))
-        sel = t.filter(t.column("delivered"))
-        if sel.num_rows:
-            behind_found.write(_findings(ctx, "delays.delivered_offset_behind", sel, False))
+        for part in slices(t.filter(overdue)):
+            overdue_found.write(_findings(ctx, "delays.overdue", part, True))
+        for part in slices(t.filter(t.column("delivered"))):
+            behind_found.write(_findings(ctx, "delays.delivered_offset_behind", part, False))
         counted.append(t.append_column("overdue", pc.cast(overdue, pa.int64())).group_by(
             ["broker", "level"], use_threads=False).aggregate([("seq", "count"), ("overdue", "sum"),
                                                                ("deliver_time", "min")]))

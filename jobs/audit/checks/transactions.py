@@ -26,7 +26,7 @@ from store_format import layout as L
 from decoding.columns import column
 
 from ..buckets import Buckets, bucket_count, scratch as buckets_scratch
-from ..findings import Consequence, Severity, check, finding_table, metric_table
+from ..findings import Consequence, Severity, check, finding_table, metric_table, slices
 from ..contract import Family, FamilyResult, TableView
 
 check("transactions.open", Severity.WARNING,
@@ -393,8 +393,9 @@ def on_driver(ctx) -> FamilyResult:
     counts = []
     for t in transaction_batches(ctx):
         writer.write(t)
-        for check_id, f in _findings(t).items():
-            found[check_id].write(f)
+        for part in slices(t):
+            for check_id, f in _findings(part).items():
+                found[check_id].write(f)
         counts.append(t.append_column("open", pc.cast(pc.equal(t.column("state"), "open"), pa.int64())).group_by(
             "broker").aggregate([("open", "sum"), ("broker", "count")]))
     res.tables["transactions"] = writer.close()
