@@ -40,8 +40,9 @@ test-fast: $(STAMP)
 demo: $(STAMP)
 	$(PY) tools/demo.py
 
-# Every figure of issue 9 on one generated 1 GiB dump, into bench/results.json (see BENCHMARKS.md); options
-# through BENCH_ARGS, e.g. make bench BENCH_ARGS="--size 64 --skip audit".  The bench_*.py scripts are the
+# Every figure of issue 9 on one generated 1 GiB dump, and issue 41's scheduled audits (a 1 and a 4 GiB dump grown
+# by 64 MiB, audited in full and with --state), into bench/results.json (see BENCHMARKS.md); options through
+# BENCH_ARGS, e.g. make bench BENCH_ARGS="--size 64 --skip audit incremental".  The bench_*.py scripts are the
 # deeper single-topic studies.
 BENCH_ARGS ?=
 bench: $(STAMP)

@@ -40,6 +40,12 @@ of its parameters.  Then, on that dump, page cache warm, best of ``--repeat`` un
              audit_cluster_mb_s, the audit's own run time (its summary's elapsed_seconds, without the session's
              start) and each submit's wall time, with the peak memory of the driver, the executor JVMs and the
              Python workers (skip it with --skip cluster).
+  incremental  issue 41's scheduled audits (bench/bench_incremental.py): a dump of --size x each of
+             --incremental-steps (default 1 and 4) cut back by --incremental-append-mib of messages (its queues and
+             index rebuilt: the night before), audited with a new state, then the whole dump audited in full and
+             with that state, --incremental-rounds times, in one warm local[2] session: the incremental/full ratio
+             (target 1/10), the state's share of the store (<= 5%), the largest size's incremental time against
+             the smallest's (<= 1.5x); about 25 minutes at the default --size with a 4 GiB dump to generate.
 
 ``make bench-scale`` runs the scaling part alone at issue 40's sizes: the audit over 1, 4 and 16 GiB dumps of 1 GiB
 segments at 10x the generator's transaction and send-back rates (--scale-flows 10), with the driver's anonymous
@@ -79,7 +85,7 @@ from bench.proctree import tree_cpu  # noqa: E402
 CACHE = REPO / "bench" / "cache"
 RESULTS = REPO / "bench" / "results.json"
 REFERENCE_RATE = 10.0  # stores per simulated second in the scaling reference dump: ~55 s, long enough for retries
-GROUPS = ("framing", "decode", "writer", "index", "spark", "audit", "scaling", "cluster")
+GROUPS = ("framing", "decode", "writer", "index", "spark", "audit", "scaling", "cluster", "incremental")
 REQUIRED_KEYS = ("raw_read_mb_s", "numpy_pass_mb_s", "naive_decode_mb_s", "scalar_decode_mb_s", "kernel_decode_mb_s",
                  "spark_count_mb_s", "spark_decode_mb_s", "spark_decode_parquet_mb_s", "audit_mb_s", "audit_small_s", "writer_mb_s", "writer_msgs_s",
                  "index_lookup_ms", "scaling", "audit_local_mb_s", "audit_cluster_mb_s")
@@ -555,7 +561,8 @@ def scaling_targets(rows: list[dict] | None, job: str = "audit") -> dict | None:
             "net_sec_per_gb_ratio": net, "net_met": net is not None and net <= SCALE_NET_TARGET}
 
 
-def results(bench: Bench, meta: dict, scaling_rows: list[dict] | None, **context) -> dict:
+def results(bench: Bench, meta: dict, scaling_rows: list[dict] | None, incremental: dict | None = None,
+            **context) -> dict:
     """Every figure of the run, with the required top-level keys (None where a part was skipped)."""
     f = bench.figures
     index = f.get("index_lookup")
@@ -583,6 +590,7 @@ def results(bench: Bench, meta: dict, scaling_rows: list[dict] | None, **context
         "index_lookup_p99_ms": index["p99_ms"] if index else None,
         "scaling": scaling_rows,
         "scaling_targets": scaling_targets(scaling_rows),
+        "incremental": incremental,
         "sizes": {"dump": meta["spec"], "messages": meta["messages"], "commitlog_bytes": meta["commitlog_bytes"],
                   "segments": meta["segments"], "index_files": meta["index_files"],
                   **{f"{k}_bytes": f[k]["bytes"] for k in ("scalar_decode", "writer") if k in f}},
@@ -655,6 +663,12 @@ def markdown(data: dict) -> str:
                     "with its noise (the two spreads). "
                     "Memory columns: anonymous (RssAnon, sampled) / resident (VmHWM, counts mapped segment pages) "
                     "peak, the least over the rounds."]
+    if data.get("incremental"):
+        from bench import bench_incremental
+
+        out += ["", "Scheduled audits with `--state` (`bench/bench_incremental.py`: a full and an incremental audit of "
+                    "the store grown by the messages appended since the night before, in one warm session):", "",
+                bench_incremental.markdown(data["incremental"])]
     return "\n".join(out)
 
 
@@ -694,6 +708,12 @@ def main(argv=None) -> int:
                          "for a couple of runs)")
     ap.add_argument("--cluster-executor-memory", default="1g",
                     help="the cluster figure's executor memory, and each Worker's (default 1g)")
+    ap.add_argument("--incremental-steps", type=float, nargs="+", default=[1, 4],
+                    help="the incremental part's store sizes, as factors of --size (default 1 4: the 1/10 and the "
+                         "state share at --size, the scaling at 4x)")
+    ap.add_argument("--incremental-append-mib", type=float, default=64,
+                    help="MiB of messages appended since the night before (default 64)")
+    ap.add_argument("--incremental-rounds", type=int, default=2, help="full/incremental pairs per size (default 2)")
     ap.add_argument("--skip", nargs="+", default=[], choices=GROUPS, help="parts to leave out")
     ap.add_argument("--cache", type=Path, default=CACHE, help="where dumps are cached (default bench/cache)")
     ap.add_argument("--results", type=Path, default=RESULTS, help="results file (default bench/results.json)")
@@ -712,12 +732,12 @@ def main(argv=None) -> int:
           f"{meta['segments']} segment(s), {meta['index_files']} index file(s) (ready in "
           f"{time.perf_counter() - t:.1f} s); {os.cpu_count()} cores, load {load_text(load0)}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="bench-run-"))
-    scaling_rows, wall, failures = None, {}, {}
+    scaling_rows, incremental, wall, failures = None, None, {}, {}
 
     def save(complete: bool) -> None:
         """results.json as far as the run got (rewritten after every figure: an interrupted run leaves them)."""
         wall["total_seconds"] = time.perf_counter() - t0
-        data = results(bench, meta, scaling_rows, machine={**machine(), "load_average_start": list(load0),
+        data = results(bench, meta, scaling_rows, incremental, machine={**machine(), "load_average_start": list(load0),
                                                             "load_average_end": list(os.getloadavg())},
                        failures=failures, run={"started": started.isoformat(timespec="seconds"), "complete": complete,
                             "argv": sys.argv[1:] if argv is None else list(argv), "skipped": sorted(skip), **wall})
@@ -755,6 +775,15 @@ def main(argv=None) -> int:
                                         reference_mib=args.scale_reference_mib, rounds=args.scale_rounds,
                                         warmup_step=args.scale_warmup_step, warmups=args.scale_warmups)
             wall["scaling_seconds"] = time.perf_counter() - t
+        if "incremental" not in skip:  # issue 41: an audit with --state after the store grew, against a full one
+            from bench import bench_incremental
+
+            t = time.perf_counter()
+            incremental = bench_incremental.figures([args.size * f for f in args.incremental_steps],
+                                                    args.incremental_append_mib, args.incremental_rounds,
+                                                    cache=args.cache)
+            save(False)
+            wall["incremental_seconds"] = time.perf_counter() - t
         if "audit" not in skip:  # late: the longest figures, and an interrupted run keeps all the others
             t = time.perf_counter()
             try:

@@ -316,6 +316,29 @@ def test_results_json_has_every_figure(tiny, measured, tmp_path):
                                                                             for line in table)
 
 
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_incremental_figures_over_two_sizes(spark, tmp_path):
+    """make bench's issue-41 part: per size a night before that audits clean, full and incremental audits of the
+    grown store, and the three figures against their targets (the scaling one from two sizes)."""
+    from bench import bench_incremental as I
+
+    got = I.figures([1, 2], append_mib=0.25, rounds=1, cache=tmp_path / "cache", spark=spark)
+    assert [s["mib"] for s in got["steps"]] == [1, 2] and got["ratio"] == got["steps"][0]["ratio"]
+    for s in got["steps"]:
+        assert s["night_before"]["exit"] == 0 and s["runs"][0]["incremental"]["exit"] == 0
+        assert s["runs"][0]["full"]["verdict"] == s["runs"][0]["incremental"]["verdict"]
+        assert s["runs"][0]["incremental"]["since_last_run"] is not None  # the state was compared
+        assert 0 < s["state_share"] < 1 and s["incremental_seconds"] > 0
+    assert got["scaling"] == pytest.approx(got["steps"][1]["incremental_seconds"] / got["steps"][0]["incremental_seconds"],
+                                           abs=1e-3)
+    assert got["scaling_met"] == (got["scaling"] <= 1.5) and got["met"] == (got["ratio"] <= 0.1)
+    text = I.markdown(got)
+    assert "| 1 MiB | 0.25 MiB |" in text and "| 2 MiB | 0.25 MiB |" in text and "target <= 1.5" in text
+    assert spark.range(1).count() == 1  # the tests' session is the caller's: not stopped
+    assert "Scheduled audits with `--state`" in B.markdown({"figures": {}, "incremental": got})
+
+
 @pytest.mark.slow
 def test_main_without_spark_writes_results(tmp_path, capsys):
     """The command line end to end, Spark parts skipped (this process holds the tests' session; the job
@@ -323,10 +346,12 @@ def test_main_without_spark_writes_results(tmp_path, capsys):
     path = tmp_path / "r.json"
     assert B.main(["--size", "1", "--segment-mib", "1", "--baseline-mb", "0.2", "--writer-mb", "0.5",
                    "--index-lookups", "50", "--repeat", "1", "--skip", "spark", "scaling", "audit", "cluster",
-                   "--cache", str(tmp_path / "cache"), "--results", str(path)]) == 0
+                   "incremental", "--cache", str(tmp_path / "cache"), "--results", str(path)]) == 0
     data = json.loads(path.read_text())
     assert set(B.REQUIRED_KEYS) <= set(data) and data["spark_count_mb_s"] is None and data["scaling"] is None
-    assert data["kernel_decode_mb_s"] > 0 and data["run"]["skipped"] == ["audit", "cluster", "scaling", "spark"]
+    assert data["incremental"] is None
+    assert data["kernel_decode_mb_s"] > 0 and data["run"]["skipped"] == ["audit", "cluster", "incremental", "scaling",
+                                                                                  "spark"]
     assert data["run"]["complete"] and data["audit_mb_s"] is None
     assert "x naive" in capsys.readouterr().out
     assert not (Path(B.__file__).parent / "cache" / DumpSpec(1, 1, 1).key).exists()
