@@ -103,14 +103,16 @@ def in_range(rc, out) -> None:
         "prepared_transaction_offset": t.column("prepared_transaction_offset"), "op_body": body}, schema=RECORDS))
 
 
-_HALVES = pa.schema([RECORDS.field(n) for n in RECORDS.names
-                     if n not in ("op_body", "tran_type", "prepared_transaction_offset")])
+# a half copy as the pairing carries it through its buckets: what the table takes of it, named by its transaction
+_HALVES = pa.schema([RECORDS.field(n) for n in ("broker", "physical_offset", "queue_offset")] + [("txn", pa.string())]
+                    + [RECORDS.field(n) for n in ("store_timestamp", "real_topic", "real_queue_id", "producer_group")]
+                    + [("check_int", pa.int32())] + [RECORDS.field(n) for n in ("segment", "file_position")])
 _PREPARED = pa.schema([RECORDS.field(n) for n in RECORDS.names if n != "op_body"])
 _MARKS = pa.schema([("broker", pa.string()), ("queue_offset", pa.int64()), ("store_timestamp", pa.int64())])
 _ENDS = pa.schema([("broker", pa.string()), ("physical_offset", pa.int64()), ("end_type", pa.string()),
                    ("end_physical_offset", pa.int64())])
-_MARKED = pa.schema([*_HALVES, ("check_int", pa.int32()), ("op_time", pa.int64())])
-_RESOLVED = pa.schema([*_MARKED, ("txn", pa.string()), ("commit_end", pa.int64()), ("op_done", pa.bool_())])
+_MARKED = pa.schema([*_HALVES, ("op_time", pa.int64())])
+_RESOLVED = pa.schema([*_MARKED, ("commit_end", pa.int64()), ("op_done", pa.bool_())])
 _STYLES = ("half", "prepared_record")  # a broker's rows in this order (the table's sort)
 
 
@@ -192,44 +194,90 @@ def _when(cond, values):
     return pc.if_else(cond, values, pa.scalar(None, values.type))
 
 
+def _halves(records: pa.Table) -> pa.Table:
+    """Half copies (rows of role ``half``) as :data:`_HALVES`: a copy's transaction is its UNIQ_KEY (its physical
+    offset where it has none), its check times an int.  The half topic and queue they were stored in (always the
+    same) are not carried."""
+    txn = pc.coalesce(records.column("uniq_key"), pc.cast(records.column("physical_offset"), pa.string()))
+    return pa.table({**{n: records.column(n) for n in _HALVES.names if n not in ("txn", "check_int")}, "txn": txn,
+                     "check_int": _ints(records.column("check_times"))}).select(_HALVES.names)
+
+
 def _resolved(h: pa.Table, ends: pa.Table) -> pa.Table:
-    """Half copies (with their op marks) joined to the records that end them, named by transaction."""
+    """Half copies (with their op marks) joined to the records that end them."""
     h = h.join(ends, ["broker", "physical_offset"], join_type="left outer")
-    h = h.append_column("txn", pc.coalesce(h.column("uniq_key"), pc.cast(h.column("physical_offset"), pa.string())))
     is_commit = pc.equal(h.column("end_type"), "COMMIT")
     h = h.append_column("commit_end", _when(is_commit, h.column("end_physical_offset")))
     return h.append_column("op_done", pc.is_valid(h.column("op_time")))
 
 
+def _groups(h: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of ``h`` in (transaction, physical offset) order -- a transaction being its (broker, txn) -- as
+    positions into ``h``, and where each transaction's rows start and end in that order."""
+    codes = [pc.dictionary_encode(h.column(c).combine_chunks()) for c in ("broker", "txn")]
+    broker, txn = (c.indices.to_numpy(zero_copy_only=False).astype(np.int64) for c in codes)
+    group = broker * len(codes[1].dictionary) + txn
+    order = np.lexsort((h.column("physical_offset").to_numpy(), group))
+    g = group[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    return order, starts, np.r_[starts[1:], len(g)]
+
+
+def _first_where(mask: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each group's first position where ``mask`` holds (groups as ``starts``/``ends`` of the rows), -1 where none."""
+    at = np.flatnonzero(mask)
+    i = np.searchsorted(at, starts)
+    first = at[np.minimum(i, len(at) - 1)] if len(at) else np.zeros(len(starts), np.int64)
+    return np.where((i < len(at)) & (first < ends), first, -1)
+
+
+def _reduced(values, order: np.ndarray, starts: np.ndarray, how: str) -> pa.Array:
+    """Each group's ``how`` ("min" or "max") of an integer column's values, nulls skipped (null where all are), as
+    Arrow's hash aggregate gives it."""
+    a = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    valid = a.is_valid().to_numpy(zero_copy_only=False)[order]
+    info = np.iinfo(a.type.to_pandas_dtype())
+    v = np.where(valid, a.fill_null(0).to_numpy()[order], info.max if how == "min" else info.min)
+    out = (np.minimum if how == "min" else np.maximum).reduceat(v, starts)
+    return pa.array(out, a.type, mask=np.logical_or.reduceat(valid, starts) == 0)
+
+
 def _half_rows(h: pa.Table) -> pa.Table:
     """Rows of :data:`TRANSACTIONS` (``half`` style, no age) for every transaction of ``h`` (:data:`_RESOLVED`
-    rows holding all copies of each)."""
-    # the last copy (highest half queue offset) names the transaction's half; names found in offset order
-    last = h.sort_by([("broker", "ascending"), ("txn", "ascending"), ("queue_offset", "descending"),
-                      ("physical_offset", "ascending")]).group_by(["broker", "txn"], use_threads=False).aggregate(
-        [(c, "first") for c in ("physical_offset", "queue_offset", "segment", "file_position")])
-    skip = pc.ScalarAggregateOptions(skip_nulls=True)
-    agg = h.sort_by([("broker", "ascending"), ("txn", "ascending"), ("physical_offset", "ascending")]).group_by(
-        ["broker", "txn"], use_threads=False).aggregate(
-        [("store_timestamp", "min"), ("physical_offset", "count"), ("real_topic", "first", skip),
-         ("real_queue_id", "first", skip), ("producer_group", "first", skip), ("check_int", "max"),
-         ("op_done", "any"), ("op_time", "min"), ("commit_end", "max")])
-    t = agg.join(last, ["broker", "txn"])
-    op_done = pc.fill_null(t.column("op_done_any"), False)
-    committed = pc.is_valid(t.column("commit_end_max"))
-    state = pc.if_else(op_done, pc.if_else(committed, "committed", "rolled_back"),
-                       pc.if_else(committed, "committed_without_op", "open"))
-    n = t.num_rows
+    rows holding all copies of each), in no particular order.  Each transaction's copies in physical-offset order:
+    the last copy (the highest half queue offset, the first such) names its half; topic, queue and producer group
+    are the first copy's that has them."""
+    order, starts, ends = _groups(h)
+    rows = lambda positions: pa.array(order[positions])  # noqa: E731 - rows of h, by positions in the order
+    qo = h.column("queue_offset").combine_chunks()
+    qo_valid = qo.is_valid().to_numpy(zero_copy_only=False)[order]
+    qo_v = qo.fill_null(0).to_numpy()[order]
+    top = np.maximum.reduceat(np.where(qo_valid, qo_v, np.iinfo(np.int64).min), starts)
+    any_qo = np.logical_or.reduceat(qo_valid, starts)
+    group_of = np.repeat(np.arange(len(starts)), ends - starts)
+    last = h.take(rows(_first_where(np.where(any_qo[group_of], qo_valid & (qo_v == top[group_of]), True), starts,
+                                    ends)))
+    firsts = {}
+    for c in ("real_topic", "real_queue_id", "producer_group"):
+        col = h.column(c)
+        at = _first_where(col.is_valid().to_numpy(zero_copy_only=False)[order], starts, ends)
+        firsts[c] = col.take(pa.array(np.where(at >= 0, order[np.maximum(at, 0)], 0), mask=at < 0))
+    op_done = np.logical_or.reduceat(h.column("op_done").to_numpy(zero_copy_only=False)[order], starts)
+    committed = _reduced(h.column("commit_end"), order, starts, "max")
+    state = pc.if_else(pa.array(op_done), pc.if_else(pc.is_valid(committed), "committed", "rolled_back"),
+                       pc.if_else(pc.is_valid(committed), "committed_without_op", "open"))
+    n = len(starts)
     return pa.table({
-        "broker": t.column("broker"), "style": pa.repeat(pa.scalar("half"), n), "uniq_key": t.column("txn"),
-        "topic": t.column("real_topic_first"), "queue_id": t.column("real_queue_id_first"),
-        "producer_group": t.column("producer_group_first"), "physical_offset": t.column("physical_offset_first"),
-        "half_queue_offset": t.column("queue_offset_first"), "segment": t.column("segment_first"),
-        "file_position": t.column("file_position_first"), "first_store_time": t.column("store_timestamp_min"),
-        "copies": t.column("physical_offset_count").cast(pa.int64()),
-        "check_times": pc.fill_null(t.column("check_int_max"), 0), "resolved_time": t.column("op_time_min"),
-        "commit_physical_offset": t.column("commit_end_max"), "state": state,
-        "age_ms": pa.nulls(n, pa.int64())}, schema=TRANSACTIONS)
+        "broker": last.column("broker"), "style": pa.repeat(pa.scalar("half"), n), "uniq_key": last.column("txn"),
+        "topic": firsts["real_topic"], "queue_id": firsts["real_queue_id"],
+        "producer_group": firsts["producer_group"], "physical_offset": last.column("physical_offset"),
+        "half_queue_offset": last.column("queue_offset"), "segment": last.column("segment"),
+        "file_position": last.column("file_position"),
+        "first_store_time": _reduced(h.column("store_timestamp"), order, starts, "min"),
+        "copies": pa.array(ends - starts, pa.int64()),
+        "check_times": pc.fill_null(_reduced(h.column("check_int"), order, starts, "max"), 0),
+        "resolved_time": _reduced(h.column("op_time"), order, starts, "min"),
+        "commit_physical_offset": committed, "state": state, "age_ms": pa.nulls(n, pa.int64())}, schema=TRANSACTIONS)
 
 
 def _prepared_rows(p: pa.Table, ends: pa.Table) -> pa.Table:
@@ -308,7 +356,7 @@ def transaction_batches(ctx):
         for b in ctx.partial_batches("transactions.records", RECORDS):
             role = b.column("role")
             h, p = b.filter(pc.equal(role, "half")), b.filter(pc.equal(role, "prepared"))
-            halves.add_by_key(h, "broker", "queue_offset")
+            halves.add_by_key(_halves(h), "broker", "queue_offset")
             marks.add_by_key(_op_marks(b.filter(pc.equal(role, "op"))), "broker", "queue_offset")
             ends.add_by_key(_ends(b.filter(pc.equal(role, "end"))), "broker", "physical_offset")
             prepared.add_by_key(p, "broker", "physical_offset")
@@ -320,7 +368,6 @@ def transaction_batches(ctx):
         marked = Buckets(scratch, "marked", n, _MARKED)  # each half copy with its op mark, by its offset
         for i in range(n):
             h = halves.read(i)
-            h = h.append_column("check_int", _ints(h.column("check_times")))
             marked.add_by_key(h.join(_op_times(marks.read(i)), ["broker", "queue_offset"], join_type="left outer"),
                               "broker", "physical_offset")
         table = _Ranges(scratch, spans, n)
