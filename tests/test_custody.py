@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pytest
 
 from runtime import custody
@@ -99,6 +100,30 @@ def test_the_fingerprint_holds_inode_and_ctime_but_the_summary_form_does_not(sto
     assert fp[path] == {"size": st.st_size, "mtime_ns": st.st_mtime_ns}  # summary.json's "inputs", as before
     assert fp.identity[path] == (st.st_ino, st.st_ctime_ns)
 
+
+
+def test_the_listing_with_its_stats_fingerprints_as_the_listing_stated_again(store, tmp_path):
+    """custody.input_stats (one walk, each stat the listed entry's) fingerprints every file as input_files and a
+    stat of each path did, in the same order, links to files followed (their target's stat), a link to a folder,
+    a dangling link, a loop and a FIFO left out; a store on another file system (a StorePath) too."""
+    (store / "config" / "delay.link").symlink_to(store / "config" / "delayOffset.json")
+    (store / "linked-commitlog").symlink_to(store / "commitlog", target_is_directory=True)
+    (store / "index" / "dangling").symlink_to(tmp_path / "nowhere")
+    (store / "loop").symlink_to(store / "loop")
+    os.mkfifo(store / "config" / "fifo")
+    roots = resolve_stores([str(store)])
+    listed = custody.input_stats(roots)
+    assert [p for p, _ in listed] == custody.input_files(roots)
+    by_stats, by_paths = custody.fingerprint_stats(listed, sha256=True), custody.fingerprint(
+        custody.input_files(roots), sha256=True)
+    assert list(by_stats.items()) == list(by_paths.items()) and by_stats.identity == by_paths.identity
+    link = str(store / "config" / "delay.link")
+    assert by_stats.identity[link] == by_stats.identity[str(store / "config" / "delayOffset.json")]
+    remote = fs.StorePath(fs.Location(pafs.SubTreeFileSystem(str(store), pafs.LocalFileSystem()), ""))
+    far = custody.input_stats([remote])
+    assert len(far) > 20
+    assert [p for p, _ in far] == custody.input_files([remote])
+    assert custody.fingerprint_stats(far, sha256=False) == custody.fingerprint(custody.input_files([remote]), False)
 
 def test_a_file_that_vanished_is_no_such_file_not_a_dangling_link(tmp_path):
     gone = tmp_path / "gone"
