@@ -78,7 +78,7 @@ from .context import AuditContext, AuditOptions
 from .groups import add_times, group_findings
 from runtime.stores import resolve_stores
 
-from runtime.custody import input_stats, watch
+from runtime.custody import input_files, watch
 from .plan import MAX_FILES, MAX_SEGMENTS, BrokerPlan, plan_broker, plan_segments
 from .scan import scan_tasks
 from .kept import keep_ranges
@@ -192,15 +192,14 @@ def run(spark, args) -> AuditResult:
     names = tuple(f.strip() for f in args.checks.split(",") if f.strip())
     families = checks.selected(names)
     load_all()
-    listed = input_stats(stores)  # one walk, one stat a file: the size, the fingerprint and the state's look share it
-    total = sum(st.st_size for _, st in listed)
-    progress(f"{len(stores)} store(s), {len(listed)} files, {total / 2**20:.1f} MiB; checks: {', '.join(names)}")
-    # checked again as the last gate of the commit: the stores listed again (added, removed, replaced, changed)
-    custody = watch(job, stores, sha256=args.sha256, listed=listed)
+    # every input file's size and mtime, as listed (one walk, a stat a file); checked again as the last gate of the
+    # commit: the stores listed again (added, removed, replaced, changed)
+    custody = watch(job, stores, sha256=args.sha256)
     before = custody.before
+    total = sum(f["size"] for f in before.values())
+    progress(f"{len(stores)} store(s), {len(before)} files, {total / 2**20:.1f} MiB; checks: {', '.join(names)}")
     if state is not None:  # each file against the last run's look at it (jobs/audit/state.py)
-        state.compare(stores, [p for p, _ in listed])
-    del listed  # a path per input file, not held through the run (a store of a million files)
+        state.compare(stores, input_files(stores))  # Paths (a path per input file, not held through the run)
     geometry = geometry_from_args(args)
     plans = {s.name: plan_broker(s, geometry, args.max_files, args.max_segments) for s in stores}
     families = [f for f in families if f.applies is None or any(f.applies(p) for p in plans.values())]

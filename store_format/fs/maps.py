@@ -169,19 +169,24 @@ def stat_files_under(root):
 
 
 def _walk_files(root):
-    """(path, its ``os.DirEntry`` or None) of every file :func:`files_under` finds: the one walk behind it and
+    """(path, its ``os.DirEntry`` or None) of every file :func:`files_under` finds, in ``Path.parts`` order (each
+    folder's entries in name order, a folder's files before its next sibling's: what a sort of the paths gives, so
+    a listing can be fingerprinted as it goes, its stats never all held): the one walk behind it and
     :func:`stat_files_under`."""
     top = as_path(root)
     if top.is_file():
         yield top, None
         return
-    pending = [top]
-    while pending:
-        for path, kind, scanned in _kinds_in(pending.pop()):
+    walking = [iter(_kinds_in(top))]  # the listings of the folders down to the one being walked
+    while walking:
+        for path, kind, scanned in walking[-1]:
             if kind == "file":
                 yield path, scanned
             elif kind == "folder":
-                pending.append(path)
+                walking.append(iter(_kinds_in(path)))
+                break
+        else:
+            walking.pop()
 
 
 def _kinds_in(folder) -> list[tuple]:
