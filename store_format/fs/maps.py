@@ -2,8 +2,8 @@
 a remote file read whole, or staged in an unlinked temp file above :data:`STAGE_ABOVE`), the any-path opens
 (:func:`open_file`, :func:`read_bytes`, :func:`check_file`, :func:`check_folder`), :func:`entries` (a folder listed
 with what each entry is, without opening any), :func:`files_under` and :func:`stat_files_under` (every file below a
-root) and :func:`unreadable_entries` (every entry of a store root a reader
-would have to skip: the store tools and the audit report those instead of passing over them in silence).
+root, with its stat) and :func:`unreadable_entries` (every entry of a store root a reader would have to skip: the
+store tools and the audit report those instead of passing over them in silence).
 """
 from __future__ import annotations
 
