@@ -12,15 +12,16 @@ kernel sets the ctime to now, and no one can set it back).  The audit's summary.
 sha256 ("inputs"): inode and ctime identify a file on this machine only, so they are kept for the check and not
 published.
 
-The check lists the inputs again, through the store layer's listing (``store_format.fs.files_under``, local paths and
-other file systems alike), so that a file that appeared during the run (a broker rolling to a new segment) is
-seen too, and names every difference for what it is: "added during the audit", "removed during the extract",
+The check lists the inputs again, through the store layer's listing (``store_format.fs.stat_files_under``, local
+paths and other file systems alike), so that a file that appeared during the run (a broker rolling to a new
+segment) is seen too, and names every difference for what it is: "added during the audit", "removed during the extract",
 "replaced during ..." (the same name, another file), "changed during ...".  A file that vanished is never "a
 dangling symbolic link" here.
 """
 from __future__ import annotations
 
 import hashlib
+import heapq
 
 from runtime.output import OutputError
 from store_format import fs
@@ -54,15 +55,20 @@ def input_files(roots) -> list:
     return sorted((p for root in paths for p in fs.files_under(root)), key=lambda p: p.parts)  # Path's order
 
 
-def fingerprint(files: list, sha256: bool) -> Fingerprint:
-    """Each file's size, mtime (and sha256), with its inode and ctime in ``identity``; a file gone by the time
-    it is looked at is left out (the custody check then names it removed)."""
+def input_stats(roots):
+    """(path, its stat) of every file :func:`input_files` lists, in its order, as the walk goes (the stats are not
+    all held: a store of a million files), each stat the listing's own (``fs.stat_files_under``: one walk, one stat
+    a file); a file gone by the time it is looked at is left out."""
+    walks = [fs.stat_files_under(getattr(r, "path", r)) for r in roots]  # each in Path order already
+    return walks[0] if len(walks) == 1 else heapq.merge(*walks, key=lambda ps: ps[0].parts)
+
+
+def fingerprint(listed, sha256: bool) -> Fingerprint:
+    """Each file's size, mtime (and sha256), with its inode and ctime in ``identity``, of ``listed``: (path, its
+    stat) pairs (:func:`input_stats`: a file gone by the time it was looked at is not there, and the custody check
+    then names it removed)."""
     out = Fingerprint()
-    for p in files:
-        try:
-            st = p.stat()
-        except FileNotFoundError:
-            continue
+    for p, st in listed:
         entry = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
         if sha256:
             h = hashlib.sha256()
@@ -70,8 +76,9 @@ def fingerprint(files: list, sha256: bool) -> Fingerprint:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
             entry["sha256"] = h.hexdigest()
-        out[str(p)] = entry
-        out.identity[str(p)] = (getattr(st, "st_ino", None), getattr(st, "st_ctime_ns", None))
+        key = str(p)
+        out[key] = entry
+        out.identity[key] = (getattr(st, "st_ino", None), getattr(st, "st_ctime_ns", None))
     return out
 
 
@@ -108,29 +115,29 @@ def _what_changed(b: dict, a: dict, was: tuple, now: tuple) -> str:
 def check_custody(before: Fingerprint, roots, sha256: bool, during: str = "the audit") -> None:
     """The inputs listed again and fingerprinted: :class:`CustodyError` naming every file added, removed,
     replaced or changed since ``before``."""
-    after = fingerprint(input_files(roots), sha256)
+    after = fingerprint(input_stats(roots), sha256)
     found = changes(before, after, during)
     if found:
         raise CustodyError(found, during)
 
 
 class Custody:
-    """A run's inputs under watch: fingerprinted when made (``files``: the listing, when the job has it already),
-    checked again by :meth:`check`."""
+    """A run's inputs under watch: fingerprinted when made, as they are listed (one walk, a stat a file), checked
+    again by :meth:`check`."""
 
-    def __init__(self, roots, *, sha256: bool = False, during: str = "the run", files: list | None = None):
+    def __init__(self, roots, *, sha256: bool = False, during: str = "the run"):
         self.roots, self.sha256, self.during = list(roots), sha256, during
         # the listing is not kept (a store of a million files: ~0.5 GB of paths); the check lists the inputs again
-        self.before = fingerprint(input_files(self.roots) if files is None else files, sha256)
+        self.before = fingerprint(input_stats(self.roots), sha256)
 
     def check(self) -> None:
         check_custody(self.before, self.roots, self.sha256, self.during)
 
 
-def watch(run, roots, *, sha256: bool = False, files: list | None = None) -> Custody:
+def watch(run, roots, *, sha256: bool = False) -> Custody:
     """``roots`` (what the job reads) fingerprinted now and checked again before ``run`` (runtime/commit.py's
     ``JobRun``) commits anything: a gate of its commit.  Every job with inputs calls it once it has resolved them,
     before it reads them."""
-    custody = Custody(roots, sha256=sha256, during=f"the {run.identity.job}", files=files)
+    custody = Custody(roots, sha256=sha256, during=f"the {run.identity.job}")
     run.gate("the chain of custody", custody.check)
     return custody

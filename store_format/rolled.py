@@ -19,10 +19,10 @@ import re
 
 import pyarrow.fs as pafs
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import fs
 from . import layout as L
-from .fs.hostile import _readable
 from .errors import ErrorKind
 
 _ROLLED_NAME = re.compile(r"[0-9]{20}")  # fullmatch: ASCII digits only
@@ -205,9 +205,9 @@ def list_queue_folders(part, part_name: str, size_of=None, limit: FileLimit | No
                 for f in folder_files(queue, [loc.info()], size_of and size_of([loc.info()]), part_name)]
     out = []
     over = None  # past the limit: [files, queue folders, the first one, the last one] skipped
-    for topic in _subfolders(loc):
-        for queue in _subfolders(topic):
-            where = f"{topic.name}/{queue.name}"
+    for topic_name, topic in _subfolders(loc):
+        for queue_name, queue in _subfolders(topic):
+            where = f"{topic_name}/{queue_name}"
             if over is not None:
                 over[0] += _count_files(queue)
                 over[1] += 1
@@ -217,8 +217,8 @@ def list_queue_folders(part, part_name: str, size_of=None, limit: FileLimit | No
             if limit is not None and len(out) + sum(i.is_file for i in infos) > limit.most:
                 over = [sum(i.is_file for i in infos), 1, where, where]
                 continue
-            qid = queue_id_of(queue.name)
-            out += [(topic.name, qid, f) for f in folder_files(queue, infos, size_of and size_of(infos), part_name)]
+            qid = queue_id_of(queue_name)
+            out += [(topic_name, qid, f) for f in folder_files(queue, infos, size_of and size_of(infos), part_name)]
     if over is not None:
         limit.skipped.append(Skipped(name_of(loc), part_name, len(out) + over[0], over[0],
                                      f"every file of {over[1]:,} queue folder(s), {over[2]} to {over[3]} in name "
@@ -238,15 +238,32 @@ def _count_files(loc: fs.Location) -> int:
         return 0
 
 
-def _subfolders(loc: fs.Location) -> list[fs.Location]:
-    return [fs.Location(loc.fs, i.path, loc.origin) for i in _entries(loc) if i.type == pafs.FileType.Directory]
+def _subfolders(loc: fs.Location) -> list[tuple[str, fs.Location]]:
+    """(name, Location) of each folder of ``loc``, in name order (the name as listed: not taken apart again)."""
+    return [(i.base_name, fs.Location(loc.fs, i.path, loc.origin)) for i in _entries(loc)
+            if i.type == pafs.FileType.Directory]
 
 
-def _entries(loc: fs.Location) -> list[pafs.FileInfo]:
-    """``loc.list()`` (the same entries, in name order), a local folder's by one ``scandir``: its entry types
-    come with the names, so a folder costs no stat of itself or of its subfolders (a broker with 40,000 queue
-    folders is listed on the driver); a file's size is its one ``stat``, and every entry the same ``access``
-    check as ``Location.list``'s (fs.hostile._readable: no FIFO, device, loop or unreadable entry)."""
+class Listed(NamedTuple):
+    """A local folder's entry as a ``pafs.FileInfo`` shows it to the listing (``path``, ``base_name``, ``type``,
+    ``size``, ``is_file``), made without pyarrow: no ``FileInfo`` built, no type converted to its enum and no base
+    name split off the path again at each look (a broker with 40,000 queue folders is listed on the driver)."""
+
+    path: str
+    base_name: str
+    type: pafs.FileType
+    size: int | None
+    is_file: bool
+
+
+_FOLDER, _FILE = pafs.FileType.Directory, pafs.FileType.File
+
+
+def _entries(loc: fs.Location) -> list:
+    """``loc.list()`` (the same entries, in name order), a local folder's by one ``scandir`` (as :class:`Listed`):
+    its entry types come with the names, so a folder costs no stat of itself or of its subfolders (a broker with
+    40,000 queue folders is listed on the driver); a file's size is its one ``stat``, and every entry the same
+    ``access`` check as ``Location.list``'s (fs.hostile._readable: no FIFO, device, loop or unreadable entry)."""
     if loc.local_path is None or loc.local_path != loc.path:
         return loc.list()
     out = []
@@ -254,20 +271,21 @@ def _entries(loc: fs.Location) -> list[pafs.FileInfo]:
         listing = os.scandir(loc.local_path)
     except OSError:  # not a folder, or one that cannot be listed: no entries, as Location.list
         return []
+    access, R_OK, RX_OK = os.access, os.R_OK, os.R_OK | os.X_OK
     with listing:
         for e in listing:
             try:  # is_dir / is_file follow links, as the listing's stat does
                 if e.is_dir():
-                    info = pafs.FileInfo(e.path, pafs.FileType.Directory)
+                    if access(e.path, RX_OK):
+                        out.append(Listed(e.path, e.name, _FOLDER, None, False))
                 elif e.is_file():
-                    info = pafs.FileInfo(e.path, pafs.FileType.File, size=e.stat().st_size)
-                else:
-                    continue  # a FIFO, socket, device or dangling link: never a reader's
+                    if access(e.path, R_OK):
+                        out.append(Listed(e.path, e.name, _FILE, e.stat().st_size, True))
+                # else a FIFO, socket, device or dangling link: never a reader's
             except OSError:
                 continue
-            if _readable(info):
-                out.append(info)
-    return sorted(out, key=lambda i: i.base_name)
+    out.sort(key=lambda i: i.base_name)
+    return out
 
 
 def by_queue(entries) -> dict[tuple[str, int], list[RolledFile]]:

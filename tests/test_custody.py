@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pytest
 
 from runtime import custody
@@ -84,7 +85,7 @@ CASES = {"added": add, "removed": remove, "replaced": replace, "changed": touch_
 
 @pytest.mark.parametrize("case", CASES)
 def test_each_change_is_named_for_what_it_is(store, case):
-    before = custody.fingerprint(custody.input_files(resolve_stores([str(store)])), sha256=False)
+    before = custody.fingerprint(custody.input_stats(resolve_stores([str(store)])), sha256=False)
     path = CASES[case](store)
     with pytest.raises(custody.CustodyError) as e:
         custody.check_custody(before, resolve_stores([str(store)]), sha256=False)
@@ -93,11 +94,43 @@ def test_each_change_is_named_for_what_it_is(store, case):
 
 
 def test_the_fingerprint_holds_inode_and_ctime_but_the_summary_form_does_not(store):
-    fp = custody.fingerprint(custody.input_files(resolve_stores([str(store)])), sha256=False)
+    fp = custody.fingerprint(custody.input_stats(resolve_stores([str(store)])), sha256=False)
     path = str(store / "checkpoint")
     st = os.stat(path)
     assert fp[path] == {"size": st.st_size, "mtime_ns": st.st_mtime_ns}  # summary.json's "inputs", as before
     assert fp.identity[path] == (st.st_ino, st.st_ctime_ns)
+
+
+
+def test_the_listing_with_its_stats_fingerprints_as_the_listing_stated_again(store, tmp_path):
+    """custody.input_stats (one walk, each stat the listed entry's) fingerprints every file as input_files and a
+    stat of each path do, in the same order (the walk's own, several roots merged), links to files followed (their
+    target's stat), a link to a folder, a dangling link, a loop and a FIFO left out; a store on another file system
+    (a StorePath) too."""
+    (store / "config" / "delay.link").symlink_to(store / "config" / "delayOffset.json")
+    (store / "linked-commitlog").symlink_to(store / "commitlog", target_is_directory=True)
+    (store / "index" / "dangling").symlink_to(tmp_path / "nowhere")
+    (store / "loop").symlink_to(store / "loop")
+    os.mkfifo(store / "config" / "fifo")
+    (store / "config" / "a").mkdir()  # a folder's files before a sibling file named after it ("a-b" < "a/x" as text)
+    for name in ("a/x", "a-b", "a.b", "a0"):
+        (store / "config" / name).write_bytes(b"1")
+    roots = resolve_stores([str(store)])
+    listed = list(custody.input_stats(roots))
+    assert [p for p, _ in listed] == custody.input_files(roots)
+    several = [store / "config", store / "checkpoint", store / "commitlog", store / "config" / "a"]  # merged, in order
+    assert [p for p, _ in custody.input_stats(several)] == custody.input_files(several)
+    by_stats = custody.fingerprint(listed, sha256=True)
+    by_paths = custody.fingerprint([(p, p.stat()) for p in custody.input_files(roots)], sha256=True)  # a stat a path
+    assert list(by_stats.items()) == list(by_paths.items()) and by_stats.identity == by_paths.identity
+    link = str(store / "config" / "delay.link")
+    assert by_stats.identity[link] == by_stats.identity[str(store / "config" / "delayOffset.json")]
+    remote = fs.StorePath(fs.Location(pafs.SubTreeFileSystem(str(store), pafs.LocalFileSystem()), ""))
+    far = list(custody.input_stats([remote]))
+    assert len(far) > 20
+    assert [p for p, _ in far] == custody.input_files([remote])
+    assert custody.fingerprint(far, sha256=False) == custody.fingerprint(
+        [(p, p.stat()) for p in custody.input_files([remote])], sha256=False)
 
 
 def test_a_file_that_vanished_is_no_such_file_not_a_dangling_link(tmp_path):

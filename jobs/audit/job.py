@@ -192,15 +192,14 @@ def run(spark, args) -> AuditResult:
     names = tuple(f.strip() for f in args.checks.split(",") if f.strip())
     families = checks.selected(names)
     load_all()
-    files = input_files(stores)
-    total = sum(p.stat().st_size for p in files)
-    progress(f"{len(stores)} store(s), {len(files)} files, {total / 2**20:.1f} MiB; checks: {', '.join(names)}")
-    # checked again as the last gate of the commit: the stores listed again (added, removed, replaced, changed)
-    custody = watch(job, stores, sha256=args.sha256, files=files)
+    # every input file's size and mtime, as listed (one walk, a stat a file); checked again as the last gate of the
+    # commit: the stores listed again (added, removed, replaced, changed)
+    custody = watch(job, stores, sha256=args.sha256)
     before = custody.before
+    total = sum(f["size"] for f in before.values())
+    progress(f"{len(stores)} store(s), {len(before)} files, {total / 2**20:.1f} MiB; checks: {', '.join(names)}")
     if state is not None:  # each file against the last run's look at it (jobs/audit/state.py)
-        state.compare(stores, files)
-    del files  # a path per input file, not held through the run (a store of a million files)
+        state.compare(stores, input_files(stores))  # Paths (a path per input file, not held through the run)
     geometry = geometry_from_args(args)
     plans = {s.name: plan_broker(s, geometry, args.max_files, args.max_segments) for s in stores}
     families = [f for f in families if f.applies is None or any(f.applies(p) for p in plans.values())]

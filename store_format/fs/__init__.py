@@ -8,7 +8,8 @@ files and folders, on the local file system or, through ``pyarrow.fs``, on any o
 * fs/remote.py: remote locations (:class:`Location`, :class:`StorePath`, :func:`resolve`,
   :func:`register_filesystem`: local files stay paths and are memory-mapped, others are read by ranges);
 * fs/maps.py: maps and listings of any dump file (:class:`ReadOnlyMap`, :func:`open_file`, :func:`read_bytes`,
-  :func:`entries`, :func:`files_under`, :func:`unreadable_entries`, :func:`map_range`, :func:`read_written`);
+  :func:`entries`, :func:`files_under`, :func:`stat_files_under`,
+  :func:`unreadable_entries`, :func:`map_range`, :func:`read_written`);
 * fs/identity.py: where a path really is (identity and overlap by device and inode: :func:`overlap`).
 """
 from __future__ import annotations
@@ -16,7 +17,8 @@ from __future__ import annotations
 from .hostile import UnreadableError, data_end, data_extents, describe, error_line, open_fd, written_length
 from .identity import ancestry, identity, overlap, real, store_root_of
 from .maps import OUTPUT_MARKER, STORE_FILES, STORE_FOLDERS, Entry, ReadOnlyMap, check_file, check_folder, entries, \
-    entry, files_under, map_range, open_file, part_of, read_bytes, read_written, unreadable_entries
+    entry, files_under, map_range, open_file, part_of, read_bytes, read_written, stat_files_under, \
+    unreadable_entries
 from .remote import FILESYSTEMS_ENV, Location, StorePath, as_path, as_typed, filesystem_of, is_uri, local_path, \
     register_filesystem, resolve, uri_below, uri_of
 
@@ -24,5 +26,5 @@ __all__ = ["ReadOnlyMap", "data_end", "data_extents", "written_length", "Locatio
            "as_typed", "is_uri", "local_path", "uri_below", "uri_of", "filesystem_of", "register_filesystem",
            "FILESYSTEMS_ENV", "real", "identity", "ancestry", "overlap", "store_root_of", "UnreadableError", "Entry",
            "error_line", "open_fd", "open_file", "read_bytes", "check_file", "check_folder", "entry", "entries",
-           "files_under", "unreadable_entries", "read_written", "part_of", "describe", "map_range", "OUTPUT_MARKER", "STORE_FILES",
+           "files_under", "stat_files_under", "unreadable_entries", "read_written", "part_of", "describe", "map_range", "OUTPUT_MARKER", "STORE_FILES",
            "STORE_FOLDERS"]

@@ -1,8 +1,9 @@
 """Maps and listings of a dump's files, local or remote: :class:`ReadOnlyMap` (a read-only mmap of a local file;
 a remote file read whole, or staged in an unlinked temp file above :data:`STAGE_ABOVE`), the any-path opens
 (:func:`open_file`, :func:`read_bytes`, :func:`check_file`, :func:`check_folder`), :func:`entries` (a folder listed
-with what each entry is, without opening any) and :func:`unreadable_entries` (every entry of a store root a reader
-would have to skip: the store tools and the audit report those instead of passing over them in silence).
+with what each entry is, without opening any), :func:`files_under` and :func:`stat_files_under` (every file below a
+root, with its stat) and :func:`unreadable_entries` (every entry of a store root a reader would have to skip: the
+store tools and the audit report those instead of passing over them in silence).
 """
 from __future__ import annotations
 
@@ -150,36 +151,62 @@ def files_under(root):
     A local folder is listed by ``os.scandir``, whose entries say what they are: no ``stat`` of a plain file or
     folder, only of a link (or where the file system does not say), which is what :func:`entries` would have made
     of it -- the chain of custody lists every input file twice a run (6,000 of them for a fleet of 64 brokers)."""
+    for path, _ in _walk_files(root):
+        yield path
+
+
+def stat_files_under(root):
+    """(path, its stat) of every file :func:`files_under` finds, links followed; a file gone by the time it is
+    looked at is left out.  A local file's stat is its listed entry's (``DirEntry.stat``: no ``Path`` formatted and
+    looked up again, and a link's stat already taken by the walk reused): the chain of custody fingerprints every
+    input file at the start of a run and again at its commit (50,007 consume-queue files for 40,000 queues); another
+    file system's by ``StorePath.stat``."""
+    for path, scanned in _walk_files(root):
+        try:
+            yield path, (scanned if scanned is not None else path).stat()
+        except FileNotFoundError:
+            continue
+
+
+def _walk_files(root):
+    """(path, its ``os.DirEntry`` or None) of every file :func:`files_under` finds, in ``Path.parts`` order (each
+    folder's entries in name order, a folder's files before its next sibling's: what a sort of the paths gives, so
+    a listing can be fingerprinted as it goes, its stats never all held): the one walk behind it and
+    :func:`stat_files_under`."""
     top = as_path(root)
     if top.is_file():
-        yield top
+        yield top, None
         return
-    pending = [top]
-    while pending:
-        for path, kind in _kinds_in(pending.pop()):
+    walking = [iter(_kinds_in(top))]  # the listings of the folders down to the one being walked
+    while walking:
+        for path, kind, scanned in walking[-1]:
             if kind == "file":
-                yield path
+                yield path, scanned
             elif kind == "folder":
-                pending.append(path)
+                walking.append(iter(_kinds_in(path)))
+                break
+        else:
+            walking.pop()
 
 
 def _kinds_in(folder) -> list[tuple]:
-    """(path, kind) of each entry of ``folder`` in name order, as :func:`files_under` walks them: "file" (a regular
-    file, links followed), "folder" (a folder that is not a link), else None; none for a folder that cannot be
-    listed (its readers report it).  A local folder by ``os.scandir``, another file system's by :func:`entries`."""
+    """(path, kind, its ``os.DirEntry`` or None) of each entry of ``folder`` in name order, as :func:`files_under`
+    walks them: "file" (a regular file, links followed), "folder" (a folder that is not a link), else None; none for
+    a folder that cannot be listed (its readers report it).  A local folder by ``os.scandir``, another file
+    system's by :func:`entries`."""
     if isinstance(folder, StorePath):
         try:
             found = entries(folder)
         except UnreadableError:
             return []
-        return [(e.path, "file" if e.is_file else "folder" if e.is_folder else None) for e in found]
+        return [(e.path, "file" if e.is_file else "folder" if e.is_folder else None, None) for e in found]
     try:
         with os.scandir(folder) as it:
             found = sorted(it, key=lambda e: e.name)
     except OSError:  # not a folder, gone, or unlistable (entries: [] or UnreadableError)
         return []
     child = getattr(folder, "_make_child_relpath", None) or folder.joinpath
-    return [(child(e.name), _scanned_kind(e)) for e in found]
+    return [(child(e.name), _scanned_kind(e), e) for e in found]
 
 
 def _scanned_kind(e: os.DirEntry) -> str | None:
