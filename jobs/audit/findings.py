@@ -353,7 +353,7 @@ def empty_findings() -> pa.Table:
 
 
 #: rows of a family's table made into findings at a time: a finding's row (message, details map) is several times its
-#: source row, so a bucket of an out-of-core pass (buckets.ROWS_PER_BUCKET) made into findings at once held ~250 MB
+#: source row: a bucket of an out-of-core pass (buckets.ROWS_PER_BUCKET) made into findings at once peaked at 50-130 MB
 FINDINGS_SLICE = 1 << 16
 
 
