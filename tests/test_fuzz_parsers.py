@@ -682,6 +682,11 @@ def _strict_json_texts(draw):
 @example("{\"a\":NaN,\"b\":-Infinity,\"c\":-0,\"d\":1e400,\"e\":\"\\ud800\"}")
 @example("{\"a\":" + "1" * 5000 + "}")  # an integer longer than int() accepts
 @example("{\"a\":1} x")  # trailing characters
+@example("[" + ",".join(["{}"] * 300) + "]")  # more objects than the depth allows, none nested: the C decoder
+@example("{\"a\":\"" + "[" * 300 + "\",\"b\":[{\"c\":1}]}")  # brackets in a string are not nesting
+@example("[\"\\\\\\\"" + "{" * 250 + "\"]")  # ... nor after an escaped quote in one
+@example("[{}," + "[" * 199 + "1" + "]" * 199 + "]")  # as deep as the parser goes, past 200 brackets
+@example("[{}," + "[" * 200 + "1" + "]" * 200 + "]")  # one deeper: refused, with its position
 def test_the_c_decoder_path_agrees_with_the_tolerant_parser(text):
     """Config text read by the C decoder where it is strict JSON (``_slow_loads``) gives exactly what the tolerant
     parser gives, or the parser reads it and raises the same error at the same place."""
