@@ -47,6 +47,7 @@ The model uses the broker's own checks (no PHYSICALOFFSET check) so it predicts,
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import struct
@@ -477,7 +478,7 @@ class RolledFolder:
     its setting's value (broker.conf's, else the files': None when neither tells); ``loader`` is the load that
     fails with it."""
 
-    path: Path
+    path: Path | str  # a consume queue's local folder: its path as text
     rel: str
     file_size: int | None
     setting: str  # the MessageStoreConfig setting of its file size
@@ -491,11 +492,11 @@ def mapped_file_queue_problems(folder: RolledFolder, rules: LoadRules) -> tuple[
     a folder (4.x), a FIFO, a link.  The broker logs only the first failure; every one is listed here.  A numeric
     name that is not 20 digits loads as the file at that offset (a note: the model ignores it)."""
     problems, notes = [], []
-    if not folder.path.is_dir():
-        return problems, notes
     try:
-        entries = sorted(folder.path.iterdir(), key=lambda e: e.name)
+        entries = _listed(folder.path)
     except OSError as e:
+        if e.errno in _NOT_A_FOLDER:  # no such folder (Path.is_dir's False): nothing to load
+            return problems, notes
         return problems, [f"{folder.rel}/ cannot be listed here ({e.strerror}): its entries are not checked"]
     size = folder.file_size
     for i, entry in enumerate(entries):
@@ -505,7 +506,7 @@ def mapped_file_queue_problems(folder: RolledFolder, rules: LoadRules) -> tuple[
             length = looked.st_size
         except OSError:
             looked, length = None, 0
-        is_folder = entry.is_dir() if not isinstance(looked, os.stat_result) else stat.S_ISDIR(looked.st_mode)
+        is_folder = _is_dir(entry) if not isinstance(looked, os.stat_result) else stat.S_ISDIR(looked.st_mode)
         if rules.skips_folders and is_folder:
             continue
         # the same stat for the open's outcome (a folder of thousands of segments: one stat of each less)
@@ -528,6 +529,32 @@ def mapped_file_queue_problems(folder: RolledFolder, rules: LoadRules) -> tuple[
             notes.append(f"{rel} loads as the {folder.noun} at offset {java_parse_long(entry.name)} (its name parsed "
                          "by Long.parseLong, sorted among the others by name); this prediction ignores it")
     return problems, notes
+
+
+# what pathlib's is_dir takes for "not a folder" rather than an error: absent, not a folder, a link loop
+_NOT_A_FOLDER = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
+
+
+def _listed(folder) -> list:
+    """The entries of ``folder`` by name: a local folder's as ``os.DirEntry``s (one ``scandir``; an entry's ``stat``
+    and ``is_dir`` follow links, as a ``Path``'s do, and ``java_rw_open`` takes it as a path), another file
+    system's as ``StorePath``s.  OSError where it is not a folder or cannot be listed (a link to one is listed)."""
+    from .fs import StorePath
+
+    if isinstance(folder, StorePath):
+        if not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(folder))
+        return sorted(folder.iterdir(), key=lambda e: e.name)
+    with os.scandir(folder) as listing:
+        return sorted(listing, key=lambda e: e.name)
+
+
+def _is_dir(entry) -> bool:
+    """``Path.is_dir`` of a listed entry (links followed; False where it cannot be looked at)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def shared_file_size(folders) -> int | None:
@@ -562,22 +589,23 @@ def store_folders(store: Store, generation: str) -> list[RolledFolder]:
     return out
 
 
-def _queue_folders(part: Path) -> list[tuple[str, Path]]:
+def _queue_folders(part: Path) -> list[tuple[str, Path | str]]:
     """(rel, folder) of every queue ``loadConsumeQueues`` loads under ``part`` (consumequeue/ or
     batchconsumequeue/): each topic folder's entries whose names Integer.parseInt reads, by name (the broker lists
     them in the file system's order)."""
+    from .fs import StorePath
     from .rolled import queue_id_of
 
     def folders(where, keep=lambda name: True):
         try:  # a folder that cannot be listed here: metadata.store_file_unreadable says so; its queues are not judged
-            return sorted((e for e in where.iterdir() if e.is_dir() and keep(e.name)), key=lambda e: e.name)
+            return [e for e in _listed(where) if _is_dir(e) and keep(e.name)]
         except OSError:
             return []
 
-    if not part.is_dir():
-        return []
-    return [(f"{part.name}/{topic.name}/{q.name}", q) for topic in folders(part)
-            for q in folders(topic, lambda name: queue_id_of(name) is not None)]
+    # a local folder as its listed path's text (no Path made for each of 40,000 queues), another as its StorePath
+    path = (lambda e: e) if isinstance(part, StorePath) else (lambda e: e.path)  # noqa: E731
+    return [(f"{part.name}/{topic.name}/{q.name}", path(q)) for topic in folders(part)
+            for q in folders(path(topic), lambda name: queue_id_of(name) is not None)]
 
 
 def store_load_problems(store: Store, generation: str) -> tuple[list[tuple[str, str]], list[str]]:
