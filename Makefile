@@ -51,7 +51,7 @@ bench: $(STAMP)
 # The audit's cost per GB from 256 MiB to 4 GiB (1 GiB segments), with each job's peak memory per process:
 # about 15 minutes and 6 GB of cached dumps; into bench/results-scale.json (BENCHMARKS.md, "Scaling").
 bench-scale: $(STAMP)
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/run.py --skip framing decode writer index spark audit \
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/run.py --skip framing decode writer index spark audit cluster incremental \
 	  --scale-mib 1024 --scale-segment-mib 1024 --scale-steps 1 4 16 --scale-flows 10 --scale-jobs audit --scale-rounds 1 \
 	  --scale-warmup-step 1 --scale-warmups 1 --results bench/results-scale.json $(BENCH_ARGS)
 
