@@ -169,15 +169,16 @@ def figures(mibs: list[float], append_mib: float = 64, rounds: int = 2, flows: f
 
 def markdown(result: dict) -> str:
     """The figures of :func:`figures` as BENCHMARKS.md shows them."""
+    steps = result.get("steps") or [result]
     out = ["| store | appended | full s | incremental s | ratio | state | state share | night before |",
            "|---|---|---|---|---|---|---|---|"]
-    for s in result.get("steps") or [result]:
+    for s in steps:
         out.append(f"| {s['mib']:g} MiB | {s['append_mib']:g} MiB | {s['full_seconds']:.1f} | "
                    f"{s['incremental_seconds']:.1f} | {s['ratio']:.2f}x | {s['state_bytes'] / 1e6:,.1f} MB | "
                    f"{s['state_share'] * 100:.2f}% | {s['night_before']['verdict']} |")
     met = {True: "met", False: "not met", None: "not measured"}
     out += ["", f"Incremental against full: {result['ratio']:.2f}x (target <= {result['target']}: "
-                f"{met[result['met']]}); the state at most {max(s['state_share'] for s in result.get('steps') or [result]) * 100:.2f}% "
+                f"{met[result['met']]}); the state at most {max(s['state_share'] for s in steps) * 100:.2f}% "
                 f"of the store (target <= {result['state_target'] * 100:.0f}%: {met[result['state_met']]}); "
                 + ("the largest store's incremental audit against the smallest's: "
                    f"{result['scaling']:.2f}x (target <= {result['scaling_target']}: {met[result['scaling_met']]})."
