@@ -208,20 +208,21 @@ def _slow_loads(text: str, file: str | None = None):
     return _tolerant_loads(text, file)
 
 
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-
-
 def _nesting(text: str) -> int:
-    """How deep ``text``'s objects and arrays nest, where it is strict JSON (its strings left out: the brackets
-    in them are not structure); for any other text a number that only decides whether the C decoder is tried,
+    """How deep ``text``'s objects and arrays nest, where it is strict JSON (the brackets in its strings are not
+    structure: :func:`_structure`); for any other text a number that only decides whether the C decoder is tried,
     which then refuses it.  A bound cheaper than the count of every bracket, which sent every config file of more
     than 200 objects (topics.json, subscriptionGroup.json: one an entry) to the tolerant parser, ~20x slower."""
     import numpy as np
 
     if text.count("{") + text.count("[") <= _MAX_DEPTH:  # a bound already, without a pass
         return 0
-    bare = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "surrogatepass"), np.uint8)
-    step = (bare == _OPEN).astype(np.int32) + (bare == _LBRACKET) - (bare == _CLOSE) - (bare == ord("]"))
+    found = _structure(bytearray(text.encode("utf-8", "surrogatepass")))
+    if found is None:  # a string left open: not JSON
+        return _MAX_DEPTH + 1
+    a, structural, _ = found
+    kinds = a[structural]
+    step = ((kinds == _OPEN) | (kinds == _LBRACKET)).astype(np.int32) - ((kinds == _CLOSE) | (kinds == _RBRACKET))
     return int(np.cumsum(step).max(initial=0))
 
 
@@ -237,7 +238,7 @@ def _tolerant_loads(text: str, file: str | None = None):
 
 _NO_FAST_PATH = object()
 _FAST_MIN = 1 << 16  # smaller texts: the tolerant parser is fast enough, and is the definition
-_OPEN, _CLOSE, _LBRACKET, _COLON, _COMMA, _QUOTE, _BACKSLASH = b"{}[:,\"\\"
+_OPEN, _CLOSE, _LBRACKET, _RBRACKET, _COLON, _COMMA, _QUOTE, _BACKSLASH = b"{}[]:,\"\\"
 _SPACE = 32
 _MAX_DIGITS = 18  # int64 holds every 18-digit integer; a longer one is left to the tolerant parser
 
@@ -322,17 +323,16 @@ class _Fast:
         return self.value
 
 
-def _scan(raw: bytearray) -> _Fast | None:
-    """The fast path over UTF-8 bytes (rewritten in place), or None where it steps aside: a flat map (no container
-    inside) whose keys are bare ASCII integers and whose values are ASCII integers (at most 18 digits, JSON's
-    grammar: no leading zero) is parsed with numpy and blanked to a ``[]`` placeholder; the rest of the text must
-    then be strict JSON, with no array of its own (a placeholder must not be mistaken), for the C decoder."""
+def _structure(raw):
+    """(the bytes as numpy, the positions of the structural bytes outside strings, the positions of the strings'
+    quotes), told by the quotes' parity (an escaped quote: an odd run of backslashes before it); None where a string
+    is left open."""
     import numpy as np
 
     a = np.frombuffer(raw, np.uint8)
     interesting = np.flatnonzero(np.frombuffer(raw.translate(_STRUCTURE), np.uint8))  # quotes, structure, in order
     is_quote = a[interesting] == _QUOTE
-    if is_quote.any() and raw.find(b"\\") >= 0:  # an escaped quote: an odd run of backslashes before it
+    if is_quote.any() and raw.find(b"\\") >= 0:
         qi = np.flatnonzero(is_quote)
         for k in qi[a[np.maximum(interesting[qi] - 1, 0)] == _BACKSLASH]:
             q, n = int(interesting[k]), 0
@@ -342,9 +342,20 @@ def _scan(raw: bytearray) -> _Fast | None:
     inside = np.bitwise_xor.accumulate(is_quote.view(np.uint8)).view(bool)  # odd quotes so far: in a string
     if inside[-1:].any():
         return None
-    structural = interesting[~is_quote & ~inside]
-    quotes = interesting[is_quote]
-    del interesting, is_quote, inside
+    return a, interesting[~is_quote & ~inside], interesting[is_quote]
+
+
+def _scan(raw: bytearray) -> _Fast | None:
+    """The fast path over UTF-8 bytes (rewritten in place), or None where it steps aside: a flat map (no container
+    inside) whose keys are bare ASCII integers and whose values are ASCII integers (at most 18 digits, JSON's
+    grammar: no leading zero) is parsed with numpy and blanked to a ``[]`` placeholder; the rest of the text must
+    then be strict JSON, with no array of its own (a placeholder must not be mistaken), for the C decoder."""
+    import numpy as np
+
+    found = _structure(raw)
+    if found is None:
+        return None
+    a, structural, quotes = found
     kinds = a[structural]
     if (kinds == _LBRACKET).any():
         return None  # arrays of its own: a placeholder could not be told from them
