@@ -24,6 +24,7 @@ from typing import NamedTuple
 from . import fs
 from . import layout as L
 from .errors import ErrorKind
+from .fs.hostile import readable_path
 
 _ROLLED_NAME = re.compile(r"[0-9]{20}")  # fullmatch: ASCII digits only
 _QUEUE_DIR = re.compile(r"-?[0-9]{1,10}")  # an int queue id, as Integer.parseInt reads a queue folder's name
@@ -263,7 +264,7 @@ def _entries(loc: fs.Location) -> list:
     """``loc.list()`` (the same entries, in name order), a local folder's by one ``scandir`` (as :class:`Listed`):
     its entry types come with the names, so a folder costs no stat of itself or of its subfolders (a broker with
     40,000 queue folders is listed on the driver); a file's size is its one ``stat``, and every entry the same
-    ``access`` check as ``Location.list``'s (fs.hostile._readable: no FIFO, device, loop or unreadable entry)."""
+    ``access`` check as ``Location.list``'s (fs.hostile.readable_path: no FIFO, device, loop or unreadable entry)."""
     if loc.local_path is None or loc.local_path != loc.path:
         return loc.list()
     out = []
@@ -271,15 +272,14 @@ def _entries(loc: fs.Location) -> list:
         listing = os.scandir(loc.local_path)
     except OSError:  # not a folder, or one that cannot be listed: no entries, as Location.list
         return []
-    access, R_OK, RX_OK = os.access, os.R_OK, os.R_OK | os.X_OK
     with listing:
         for e in listing:
             try:  # is_dir / is_file follow links, as the listing's stat does
                 if e.is_dir():
-                    if access(e.path, RX_OK):
+                    if readable_path(e.path, folder=True):
                         out.append(Listed(e.path, e.name, _FOLDER, None, False))
                 elif e.is_file():
-                    if access(e.path, R_OK):
+                    if readable_path(e.path, folder=False):
                         out.append(Listed(e.path, e.name, _FILE, e.stat().st_size, True))
                 # else a FIFO, socket, device or dangling link: never a reader's
             except OSError:

@@ -271,7 +271,12 @@ _STRIP_BYTES = 4096
 
 def _readable(info: pafs.FileInfo) -> bool:
     if info.type == pafs.FileType.File:
-        return os.access(info.path, os.R_OK)
+        return readable_path(info.path, folder=False)
     if info.type == pafs.FileType.Directory:
-        return os.access(info.path, os.R_OK | os.X_OK)
+        return readable_path(info.path, folder=True)
     return False
+
+
+def readable_path(path: str, folder: bool) -> bool:
+    """Whether a reader may take a local file (read) or folder (list and enter): the listings' access rule."""
+    return os.access(path, os.R_OK | os.X_OK if folder else os.R_OK)
