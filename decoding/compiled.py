@@ -1234,12 +1234,13 @@ def index_chain_bits(buf, geo, hash_slot_num, count):
             if after < e:  # back below the pass: it carries on from there
                 break
             nxt = after
-    slot = np.empty(count, np.int32)  # 4 bytes an entry: the lookups of the previous entry's slot stay in cache
-    for e in range(count):
-        kh = _i32(buf, at0 + e * size + kh_at)
-        slot[e] = kh % hash_slot_num if kh >= 0 else -1
+    # Each slot's newest entry so far (4 bytes a slot, not an entry): IndexFile.putKey links an entry to it, so a
+    # prev equal to it is in the entry's slot without reading the older entry; any other prev is read from the file.
+    newest = np.zeros(hash_slot_num, np.int32)
     for e in range(1, count):
         at = at0 + e * size
+        kh = _i32(buf, at + kh_at)
+        slot = kh % hash_slot_num if kh >= 0 else -1
         prev = _i32(buf, at + prev_at)
         b = 0 if bits[e] == CHAIN_REACHED else CHAIN_UNREACHABLE
         if prev < 0 or prev >= count:
@@ -1247,11 +1248,15 @@ def index_chain_bits(buf, geo, hash_slot_num, count):
         elif prev > 0:
             if prev >= e:
                 b |= CHAIN_PREV_NOT_OLDER
-            if slot[prev] != slot[e]:
-                b |= CHAIN_PREV_OTHER_SLOT
+            if slot < 0 or prev != newest[slot]:
+                prev_kh = _i32(buf, at0 + prev * size + kh_at)
+                if (prev_kh % hash_slot_num if prev_kh >= 0 else -1) != slot:
+                    b |= CHAIN_PREV_OTHER_SLOT
         if _i32(buf, at + td_at) < 0:
             b |= CHAIN_NEGATIVE_TIME_DIFF
         bits[e] = b
+        if slot >= 0:
+            newest[slot] = e
     return bits
 
 

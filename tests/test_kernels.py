@@ -598,7 +598,19 @@ _index_files = st.integers(1, 6).flatmap(lambda slots: st.integers(1, 30).flatma
     st.lists(st.integers(-1, n + 1), min_size=slots, max_size=slots),
     st.lists(st.tuples(st.integers(-3, 9), st.integers(0, 4), st.integers(-1, 2), st.integers(-2, n + 2)),
              min_size=n, max_size=n),
-    st.booleans())))
+    st.booleans(), st.booleans())))
+
+
+def _linked_as_the_broker_links(entries, slots) -> list:
+    """Entries whose drawn prev is not negative re-linked as IndexFile.putKey links them (to their slot's newest
+    entry so far, 0 for none); the negative ones stay as damage among them."""
+    newest, out = {}, [entries[0]]
+    for kh, phys, td, prev in entries[1:]:
+        slot = kh % slots if kh >= 0 else None
+        out.append((kh, phys, td, newest.get(slot, 0) if prev >= 0 else prev))
+        if slot is not None:
+            newest[slot] = len(out) - 1
+    return out
 
 
 @pytest.mark.slow
@@ -609,9 +621,11 @@ def test_index_chain_bits_and_summary_follow_the_reference(case):
 
     from datasources.indexfile import EntryViews, chain_bits, entry_summary, problem_lists
 
-    slot_heads, entries, in_log_order = case
+    slot_heads, entries, in_log_order, linked = case
     if in_log_order:  # the broker's order, where the summary takes its fast path
         entries = [entries[0]] + sorted(entries[1:], key=lambda e: e[1])
+    if linked:  # the broker's chains, where the chain check knows a prev's slot without reading it
+        entries = _linked_as_the_broker_links(entries, len(slot_heads))
     v = EntryViews(_index_file_bytes(slot_heads, entries), len(slot_heads), len(entries))
     assert problem_lists(chain_bits(v)).to_pylist() == _reference_chains(slot_heads, entries)
     copies = Counter((kh, phys) for kh, phys, _, _ in entries[1:])
