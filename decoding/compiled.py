@@ -1234,9 +1234,15 @@ def index_chain_bits(buf, geo, hash_slot_num, count):
             if after < e:  # back below the pass: it carries on from there
                 break
             nxt = after
-    # Each slot's newest entry so far (4 bytes a slot, not an entry): IndexFile.putKey links an entry to it, so a
-    # prev equal to it is in the entry's slot without reading the older entry; any other prev is read from the file.
-    newest = np.zeros(hash_slot_num, np.int32)
+    # A prev's slot against the entry's, in 4 bytes for each entry or for each slot, whichever are fewer: each
+    # entry's slot; or each slot's newest entry so far, which IndexFile.putKey links the next entry of the slot to,
+    # so a prev equal to it is in the entry's slot without reading the older entry (any other prev is read).
+    by_entry = count <= hash_slot_num
+    entry_slot = np.empty(count if by_entry else 0, np.int32)
+    for e in range(len(entry_slot)):
+        kh = _i32(buf, at0 + e * size + kh_at)
+        entry_slot[e] = kh % hash_slot_num if kh >= 0 else -1
+    newest = np.zeros(0 if by_entry else hash_slot_num, np.int32)
     for e in range(1, count):
         at = at0 + e * size
         kh = _i32(buf, at + kh_at)
@@ -1248,14 +1254,19 @@ def index_chain_bits(buf, geo, hash_slot_num, count):
         elif prev > 0:
             if prev >= e:
                 b |= CHAIN_PREV_NOT_OLDER
-            if slot < 0 or prev != newest[slot]:
+            if by_entry:
+                prev_slot = entry_slot[prev]
+            elif slot >= 0 and prev == newest[slot]:
+                prev_slot = slot
+            else:
                 prev_kh = _i32(buf, at0 + prev * size + kh_at)
-                if (prev_kh % hash_slot_num if prev_kh >= 0 else -1) != slot:
-                    b |= CHAIN_PREV_OTHER_SLOT
+                prev_slot = prev_kh % hash_slot_num if prev_kh >= 0 else -1
+            if prev_slot != slot:
+                b |= CHAIN_PREV_OTHER_SLOT
         if _i32(buf, at + td_at) < 0:
             b |= CHAIN_NEGATIVE_TIME_DIFF
         bits[e] = b
-        if slot >= 0:
+        if slot >= 0 and not by_entry:
             newest[slot] = e
     return bits
 

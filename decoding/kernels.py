@@ -882,7 +882,7 @@ SUMMARY_BUCKET_ENTRIES = 1 << 22
 def chain_bits(v: "EntryViews") -> np.ndarray:
     """Each entry's chain problems (:data:`CHAIN_PROBLEMS`) as bits, bit ``j`` for problem ``j``, one compiled pass
     over the file's bytes (decoding.compiled.index_chain_bits: reachable is what ``selectPhyOffset`` can walk to from
-    some slot).  A byte per entry and four per hash slot while it runs, a byte per entry after."""
+    some slot).  Five bytes per entry while it runs (four per hash slot where there are fewer slots), one after."""
     c = _compiled()
     return c.index_chain_bits(v.raw, c.index_geometry(v.hash_slot_num), v.hash_slot_num, v.count)
 
