@@ -24,6 +24,7 @@ from store_format import layout as L
 from store_format.fs import ReadOnlyMap
 from decoding.columns import column
 
+from .. import buckets
 from ..buckets import Buckets, bucket_count, key_hash, scratch as buckets_scratch
 from ..contract import Family, FamilyResult, TableView
 from ..findings import Consequence, Severity, check, finding_table, metric_table, slices
@@ -274,6 +275,10 @@ _UNITS = pa.schema([("seq", pa.int64()), *(PENDING.field(c) for c in ("broker", 
 _JOINED = pa.schema([*_UNITS, *(FOUND.field(c) for c in ("uniq_key", "real_topic", "segment", "file_position")),
                      ("due", pa.bool_())])
 _KEY = ("broker", "real_topic", "uniq_key")  # a delivered copy's
+# a pending unit carries its record's key, segment and place (~150 bytes, several times a transaction's row): a
+# bucket's join with the records found peaked at ~250 MB of Arrow at buckets.ROWS_PER_BUCKET rows (16 GiB), so a
+# bucket holds a quarter of them
+_ROWS_SHARE = 4
 # ... and whether it was delivered: the rows the findings are made of
 _DECIDED = pa.schema([*_JOINED, ("delivered", pa.bool_())])
 
@@ -311,7 +316,7 @@ def decided_batches(ctx):
     total = sum(ctx.survey_partial_parts("delays.pending").column("rows").to_pylist())
     if not total:
         return
-    n = bucket_count(total)
+    n = bucket_count(total, max(1, buckets.ROWS_PER_BUCKET // _ROWS_SHARE))
     with buckets_scratch(n, "audit-delays-") as scratch:
         by_offset = Buckets(scratch, "units", n, _UNITS)
         found = Buckets(scratch, "found", n, FOUND)
