@@ -198,19 +198,42 @@ def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+# Modules the zip carries as sources only: numba keys decoding/compiled.py's kernel cache on the file its functions'
+# code names (a precompiled module names the file it was compiled as, not the zip it is imported from).
+SOURCE_ONLY = ("decoding/compiled.py",)
+
+
 def write_project_zip(target: Path, root: Path = REPO) -> Path:
-    """The project's packages under ``root`` (their .py sources) as a zip Python imports from: what
-    ``spark-submit --py-files`` and Spark Connect artifacts carry.  Written beside ``target`` and renamed, so a
-    reader never sees half a zip."""
+    """The project's packages under ``root`` as a zip Python imports from: what ``spark-submit --py-files`` and
+    Spark Connect artifacts carry.  Each module's source, and beside it (``name.pyc``, where zipimport looks) its
+    bytecode for this interpreter, checked against the source's hash: Python never caches what it compiles from a
+    zip, so without it every Python worker compiled the project again (about half a second of CPU each); an
+    interpreter of another version, or a source changed in the zip, falls back to the source.  Written beside
+    ``target`` and renamed, so a reader never sees half a zip."""
+    import py_compile
+
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for package in PACKAGES:
-            for path in sorted((Path(root) / package).rglob("*.py")):
-                if "__pycache__" not in path.parts:
-                    zf.write(path, path.relative_to(root).as_posix())
-    tmp.replace(target)
+    pyc = target.with_name(f".{target.name}.{os.getpid()}.pyc")
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+            for package in PACKAGES:
+                for path in sorted((Path(root) / package).rglob("*.py")):
+                    if "__pycache__" in path.parts:
+                        continue
+                    name = path.relative_to(root).as_posix()
+                    zf.write(path, name)
+                    if name in SOURCE_ONLY:
+                        continue
+                    # named as it is in the zip (tracebacks, runtime.causes), whatever the zip's path on a worker
+                    py_compile.compile(str(path), cfile=str(pyc), dfile=f"{ZIP_NAME}.zip/{name}", doraise=True,
+                                       invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+                    zf.write(pyc, name[:-3] + ".pyc")
+        tmp.replace(target)
+    finally:
+        pyc.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
     return target
 
 

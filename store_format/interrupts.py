@@ -90,7 +90,7 @@ def _in_a_finalizer(frame) -> bool:
     raised there is swallowed in turn."""
     while frame is not None:
         code = frame.f_code
-        if code.co_name == "__del__" or (code.co_name == "unraisable" and code.co_filename == __file__):
+        if code.co_name == "__del__" or code is _UNRAISABLE_CODE:
             return True
         frame = frame.f_back
     return False
@@ -129,6 +129,10 @@ def _unraisable(hook):
 
     unraisable.wrapped = hook
     return unraisable
+
+
+# the hook's code, known by identity: a module imported from a zip's .pyc names another file than its __file__
+_UNRAISABLE_CODE = _unraisable(None).__code__
 
 
 def install() -> bool:

@@ -68,6 +68,41 @@ def test_project_zip_is_the_package_zip_named_after_its_content(tmp_path):
         assert all(a.read(n) == b.read(n) for n in a.namelist())
 
 
+def test_the_zip_carries_bytecode_a_worker_imports_and_sources_to_fall_back_on(tmp_path):
+    """Python never caches what it compiles from a zip, so the zip carries each module's bytecode beside its source
+    (checked against the source's hash): a worker imports it instead of compiling the project again.  The kernels'
+    module stays a source (numba keys its cache on the file), and bytecode of another Python is passed over."""
+    import importlib.util
+    import zipfile
+
+    from runtime.session import SOURCE_ONLY
+
+    built = package.build(tmp_path / "dist" / "rocketmq_forensics.zip")
+    with zipfile.ZipFile(built) as zf:
+        names = set(zf.namelist())
+        sources = {n for n in names if n.endswith(".py")}
+        assert {n[:-3] + ".pyc" for n in sources - set(SOURCE_ONLY)} == {n for n in names if n.endswith(".pyc")}
+        assert "decoding/compiled.pyc" not in names and "jobs/audit/tasks.pyc" in names
+        assert zf.read("jobs/audit/tasks.pyc")[:4] == importlib.util.MAGIC_NUMBER
+    python, env = isolated_python(tmp_path)
+    probe = ("import jobs.audit.tasks as t, decoding.compiled as c, runtime.session as s; "
+             "print(t.__file__.rsplit('/', 1)[1], c.__file__.rsplit('/', 1)[1], s.REPO.name)")
+
+    def imported_from(zip_path: Path) -> str:
+        proc = subprocess.run([str(python), "-c", probe], env={**env, "PYTHONPATH": f"{zip_path}:{env['PYTHONPATH']}"},
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout.split()
+
+    assert imported_from(built) == ["tasks.pyc", "compiled.py", built.name]
+    other = tmp_path / "other-python.zip"  # the same zip as another interpreter version would find it
+    with zipfile.ZipFile(built) as src, zipfile.ZipFile(other, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info, (b"\x00\x00" + data[2:]) if info.filename.endswith(".pyc") else data)
+    assert imported_from(other) == ["tasks.py", "compiled.py", other.name]
+
+
 def test_command_line_paths_are_made_absolute(tmp_path, monkeypatch):
     """Executors and a Spark Connect server resolve relative paths in their own working folders: the jobs' command
     lines hand Spark absolute ones (URIs as given)."""
