@@ -617,11 +617,18 @@ class SpilledOffsets:
 
 class TableWriter:
     """A detail table written as it is made (AuditContext.table_writer): ``write`` its rows in order, ``close``
-    for what the family returns (a contract.WrittenTable, or the table itself when there is no file)."""
+    for what the family returns (a contract.WrittenTable, or the table itself when there is no file).
+
+    Rows are held until :data:`ROW_GROUP_ROWS` rows or :data:`ROW_GROUP_BYTES` bytes, then written as one row
+    group: a family writes a batch per broker or bucket, and a row group each (a fleet's 64 brokers, a bucket's
+    few thousand rows) made files of many small row groups, each with its own dictionaries and statistics, slower
+    to write and to read (4 GiB at 10x the send-back rate: 1.6 s writing 2.6 M rows 15,000 at a time, 1.2 s
+    whole)."""
 
     def __init__(self, path: "fs.Location | None", schema: pa.Schema):
         self.path, self.schema, self.rows = path, schema, 0
         self._kept: list[pa.Table] = []
+        self._held_rows = self._held_bytes = 0
         self._file = None
         if path is not None:
             from runtime.output import out_parquet_writer
@@ -633,12 +640,19 @@ class TableWriter:
             return
         table = table.cast(self.schema)
         self.rows += table.num_rows
-        if self._file is None:
-            self._kept.append(table)
-        else:
-            from decoding.columns import plain
+        self._kept.append(table)
+        if self._file is not None:
+            self._held_rows += table.num_rows
+            self._held_bytes += table.nbytes
+            if self._held_rows >= ROW_GROUP_ROWS or self._held_bytes >= ROW_GROUP_BYTES:
+                self._write_held()
 
-            self._file.write_table(plain(table))
+    def _write_held(self) -> None:
+        from decoding.columns import plain
+
+        if self._kept:
+            self._file.write_table(plain(pa.concat_tables(self._kept)), row_group_size=max(self._held_rows, 1))
+        self._kept, self._held_rows, self._held_bytes = [], 0, 0
 
     def abort(self) -> None:
         """The table given up (its family failed): the file closed and removed, so no part of it is an output."""
@@ -653,8 +667,14 @@ class TableWriter:
 
         if self._file is None:
             return pa.concat_tables(self._kept) if self._kept else self.schema.empty_table()
+        self._write_held()
         self._file.close()
         return WrittenTable(self.path, self.rows)
+
+
+#: what a TableWriter holds before it writes a row group (whichever comes first)
+ROW_GROUP_ROWS = 1 << 18
+ROW_GROUP_BYTES = 32 << 20
 
 
 _OFFSET_KEY = ["broker", "topic", "group", "queue_id"]
