@@ -308,3 +308,37 @@ def test_the_delays_join_out_of_core_is_the_join_in_memory(tmp_path, monkeypatch
                                             ("b", 2, 2, 1, 20), ("b", 20, 0, 0, None)]
     due = {r["physical_offset"]: r["message"] for r in findings.to_pylist() if r["check"] == "delays.overdue"}
     assert "due 0 s before" in due[100] and "due 2 s before" in due[60] and "due 0 s before" in due[500]
+
+
+def test_a_written_table_is_held_to_row_groups_of_a_bound_not_one_a_batch(tmp_path, monkeypatch):
+    """A family writes its detail table a batch per broker or bucket: the writer holds them to a row group of up to
+    ROW_GROUP_ROWS rows (or ROW_GROUP_BYTES), so a fleet's 64 brokers are not 64 row groups; the rows are the
+    batches', in order; a table given up leaves no file."""
+    import pyarrow.parquet as pq
+
+    from jobs.audit import context
+    from jobs.audit.contract import WrittenTable
+
+    schema = pa.schema([("broker", pa.string()), ("n", pa.int64())])
+    batches = [pa.table({"broker": [f"b{i:02d}"] * 3, "n": [i, i + 1, i + 2]}, schema=schema) for i in range(64)]
+    path = tmp_path / "t" / "part-00000.parquet"
+
+    def written(rows_bound: int) -> pq.ParquetFile:
+        monkeypatch.setattr(context, "ROW_GROUP_ROWS", rows_bound)
+        w = context.TableWriter(str(path), schema)
+        for b in batches:
+            w.write(b)
+        done = w.close()
+        assert isinstance(done, WrittenTable) and done.rows == 192
+        f = pq.ParquetFile(path)
+        assert f.read().to_pylist() == pa.concat_tables(batches).to_pylist()
+        return f
+
+    assert written(1 << 18).metadata.num_row_groups == 1
+    assert written(30).metadata.num_row_groups == 7  # held to 30 rows or more: 10 batches a row group, 4 left
+    monkeypatch.setattr(context, "ROW_GROUP_BYTES", 1)  # every batch past the bytes bound: a row group each
+    assert written(1 << 18).metadata.num_row_groups == 64
+    w = context.TableWriter(str(path), schema)
+    w.write(batches[0])
+    w.abort()
+    assert not path.exists()
