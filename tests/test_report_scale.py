@@ -39,6 +39,21 @@ def test_runs_sum_their_bytes_and_never_span_two_brokers():
                                             f"b1/{rows[-1]['segment']}"]
 
 
+def test_a_fleets_segments_are_runs_of_brokers_within_the_bound():
+    """Past _SEGMENT_BARS brokers a bar is a run of consecutive brokers, their segments' bytes summed: a fleet of 64
+    brokers of a few segments each draws 20 bars, not one a broker."""
+    rows = sorted(_segments(64 * 3, brokers=64).to_pylist(), key=lambda s: (s["broker"], s["segment"]))
+    brokers = sorted({s["broker"] for s in rows})
+    bars = integrity._segment_bars(rows)
+    per_bar = -(-64 // integrity._SEGMENT_BARS)
+    assert len(bars) == -(-64 // per_bar) <= integrity._SEGMENT_BARS
+    assert bars[0][0] == f"{brokers[0]}..{brokers[per_bar - 1]} ({per_bar} brokers)"
+    assert sum(b[1] for b in bars) == 64 * 3 * 8192 and sum(b[2] for b in bars) == 64 * 3 * 8000
+    assert [b[3] for b in bars].index(4096) == brokers.index("b7") // per_bar and sum(b[3] for b in bars) == 4096
+    few = rows[:2] + rows[-1:]  # few segments of two brokers: still a bar a segment
+    assert [b[0] for b in integrity._segment_bars(few)] == [f"{s['broker']}/{s['segment']}" for s in few]
+
+
 def test_a_lone_brokers_bars_name_the_segments_and_the_axis_names_the_broker():
     import matplotlib
 

@@ -497,13 +497,24 @@ def _segment_plot(ctx, tables, plt):
 
 def _segment_bars(segs: list[dict]) -> list[tuple[str, int, int, int]]:
     """(label, file bytes, message bytes, corrupt bytes) per bar: a segment each up to :data:`_SEGMENT_BARS`, else
-    runs of about equal count of consecutive segments within each broker.  A label names its broker only when the
+    runs of about equal count of consecutive segments within each broker; past :data:`_SEGMENT_BARS` brokers (a
+    fleet), runs of consecutive brokers, their segments summed (a run within each broker drew a bar a broker at
+    least: 64 brokers, 64 labelled bars, a third of the fleet's report).  A label names its broker only when the
     segments are of several (the axis names a lone broker once: its name on every bar was most of the figure's
     text, and text is most of its drawing)."""
     def one(s):
         return s["file_length"] or 0, s["message_bytes"] or 0, s["corrupt_bytes"] or 0
 
-    several = len({s["broker"] for s in segs}) > 1
+    brokers = list(dict.fromkeys(s["broker"] for s in segs))  # segs are in broker order
+    several = len(brokers) > 1
+    if len(brokers) > _SEGMENT_BARS:
+        of: dict[str, list] = {}
+        for s in segs:
+            of.setdefault(s["broker"], []).append(one(s))
+        per_bar = -(-len(brokers) // _SEGMENT_BARS)
+        return [(run[0] if len(run) == 1 else f"{run[0]}..{run[-1]} ({len(run)} brokers)",
+                 *map(sum, zip(*(b for name in run for b in of[name]))))
+                for run in (brokers[i:i + per_bar] for i in range(0, len(brokers), per_bar))]
 
     def named(broker: str, what: str) -> str:
         return f"{broker}/{what}" if several else what
