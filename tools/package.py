@@ -4,7 +4,8 @@ sessions get as a Python artifact: runtime/session.py ``ship_project``).
   python tools/package.py [ZIP]   (default dist/rocketmq_forensics.zip; ``make package``)
 
 It holds the project's packages (store_format, decoding, datasources, runtime, jobs) as sources, importable from the zip
-itself; third-party dependencies (numpy, pyarrow, deltalake...) must be installed where the Python workers
+itself, each beside its bytecode for the Python that built it (a worker of another version compiles the sources);
+third-party dependencies (numpy, pyarrow, deltalake...) must be installed where the Python workers
 run (the interpreter PYSPARK_PYTHON names).  What goes in is runtime/session.py's ``write_project_zip``.
 """
 from __future__ import annotations
