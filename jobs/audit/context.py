@@ -650,8 +650,8 @@ class TableWriter:
     def _write_held(self) -> None:
         from decoding.columns import plain
 
-        if self._kept:
-            self._file.write_table(plain(pa.concat_tables(self._kept)), row_group_size=max(self._held_rows, 1))
+        if self._kept:  # one row group, unless one batch alone passed pyarrow's own bound (then split as before)
+            self._file.write_table(plain(pa.concat_tables(self._kept)), row_group_size=min(self._held_rows, 1 << 20))
         self._kept, self._held_rows, self._held_bytes = [], 0, 0
 
     def abort(self) -> None:
