@@ -253,16 +253,20 @@ def written_units(path) -> tuple[bytes | bytearray, int, int, int]:
     many units those bytes hold and how many whole units the file has: its zero tail passed over without being
     read where it is a hole (store_format.fs.read_written: no map of the file).  Inside :func:`read_once`, a file
     read before there is not read again."""
-    kept = _READ_ONCE.get()
+    kept, run = _READ_ONCE.get(), _RUN_READS.get()
     key = str(path)
     if kept is not None and key in kept:
         return kept[key]
-    raw, length = fs.read_written(path, L.CQ_STORE_UNIT_SIZE)
-    whole = length // L.CQ_STORE_UNIT_SIZE
-    got = raw, length, min(len(raw) // L.CQ_STORE_UNIT_SIZE, whole), whole
-    if kept is not None and kept.bytes + len(raw) <= READ_ONCE_BYTES:
+    got = run.get(key) if run is not None else None
+    if got is None:
+        raw, length = fs.read_written(path, L.CQ_STORE_UNIT_SIZE)
+        whole = length // L.CQ_STORE_UNIT_SIZE
+        got = raw, length, min(len(raw) // L.CQ_STORE_UNIT_SIZE, whole), whole
+        if run is not None and isinstance(path, Path):
+            run.keep(key, got)
+    if kept is not None and kept.bytes + len(got[0]) <= READ_ONCE_BYTES:
         kept[key] = got
-        kept.bytes += len(raw)
+        kept.bytes += len(got[0])
     return got
 
 
@@ -287,6 +291,73 @@ def read_once():
         yield
     finally:
         _READ_ONCE.reset(token)
+
+
+class RunReads:
+    """A run's small consume-queue files read once for all its tasks in this process (its survey's, its scan's and
+    the driver's readers; :func:`reads_of_the_run`): each file's :func:`written_units` as first read, for files of at
+    most :data:`RUN_READS_FILE_BYTES` written bytes, up to :data:`RUN_READS_BYTES` in all.  A fleet's or a wide
+    broker's thousands of queue files of a few units each were read by the survey, again by the scan's queue tasks
+    and again, a window each, by every commitlog range.  Kept for one run only: a file changed during the run fails
+    the run's chain of custody (runtime/custody.py) whatever was read of it.  Local files only."""
+
+    def __init__(self, budget: int | None = None, file_bytes: int | None = None):
+        import threading
+
+        self.budget = RUN_READS_BYTES if budget is None else budget
+        self.file_bytes = RUN_READS_FILE_BYTES if file_bytes is None else file_bytes
+        self.kept: dict[str, tuple] = {}
+        self.bytes = 0
+        self._lock = threading.Lock()  # the run's tasks run in threads of the driver
+
+    def get(self, key: str) -> tuple | None:
+        return self.kept.get(key)
+
+    def keep(self, key: str, got: tuple) -> None:
+        raw = got[0]
+        if len(raw) > self.file_bytes:
+            return
+        with self._lock:
+            if key not in self.kept and self.bytes + len(raw) <= self.budget:
+                self.kept[key] = (bytes(raw), *got[1:])  # immutable: every reader slices the same bytes
+                self.bytes += len(raw)
+
+    def window(self, key: str, start: int, length: int) -> bytes | None:
+        """The file's bytes ``start`` .. ``start + length`` as a ranged read gives them (cut at the file's end; the
+        zeros past its written bytes), or None when the file is not kept."""
+        got = self.kept.get(key)
+        if got is None:
+            return None
+        raw, size = got[0], got[1]
+        end = max(start, min(start + length, size))
+        data = raw[start:min(end, len(raw))]
+        return data + bytes(end - max(start, len(raw))) if end > len(raw) else data
+
+
+_RUN_READS: ContextVar[RunReads | None] = ContextVar("consumequeue_run_reads", default=None)
+#: what :class:`RunReads` keeps: a file of at most this many written bytes (a fleet's or a wide broker's queue
+#: files hold a few KB; a bigger file is read in bulk, its fixed cost small against its bytes) ...
+RUN_READS_FILE_BYTES = 64 << 10
+#: ... up to this many bytes in all (40,000 queues over 1 GiB hold 45 MB)
+RUN_READS_BYTES = 64 << 20
+
+
+@contextmanager
+def reads_of_the_run(reads: RunReads | None):
+    """Within it (in this thread, and in the threads given a copy of its context), :func:`written_units` and the
+    windows of store_format.queues keep and give back small files' reads in ``reads`` (None: as outside it)."""
+    token = _RUN_READS.set(reads)
+    try:
+        yield
+    finally:
+        _RUN_READS.reset(token)
+
+
+def run_window(loc, start: int, length: int) -> bytes | None:
+    """A local file's bytes at ``start`` from the run's reads (:class:`RunReads`), None when they are not kept."""
+    run = _RUN_READS.get()
+    local = getattr(loc, "local_path", None)  # kept under the text of its Path: a listed path's text is the same
+    return None if run is None or local is None else run.window(local, start, length)
 
 
 def unit_kinds(phys, size, tags):

@@ -331,13 +331,16 @@ def _file_windows(spans: list) -> tuple[dict, np.ndarray]:
     it (which resolves them).  (The columns :func:`_file_window` gives, of every window's units in turn; how many
     units each window gave.)  A range of a broker with 40,000 queues owns a few units of each: read a file at a
     time, a file's fixed cost (a dozen numpy calls, a table) was most of the scan."""
-    from .consumequeue import units_of
+    from .consumequeue import run_window, units_of
 
     unit = L.CQ_STORE_UNIT_SIZE
     chunks, counts = [], np.zeros(len(spans), np.int64)
     for i, (loc, first, end) in enumerate(spans):
         first = max(first, 0)  # as read_unit_window reads a window
-        raw = loc.read_range(first * unit, max(end - first, 0) * unit)
+        at, n = first * unit, max(end - first, 0) * unit
+        raw = run_window(loc, at, n)  # a small file the run read already
+        if raw is None:
+            raw = loc.read_range(at, n)
         counts[i] = len(raw) // unit
         chunks.append(raw[:counts[i] * unit])
     u = units_of(b"".join(chunks))

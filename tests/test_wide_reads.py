@@ -185,3 +185,83 @@ def test_a_file_tasks_hooks_run_inside_read_once(tmp_path):
     facts = BrokerFacts("b", (family, family), True, 1, 0, None, 0, True, False, 0, False, 20, 0)
     FileScan("consumequeue", facts, list_queue_files(_queues(tmp_path))).run(Emitter())
     assert seen == [True, True] and consumequeue._READ_ONCE.get() is None
+
+
+def test_a_runs_reads_give_later_readers_and_windows_the_bytes_the_files_hold(tmp_path, monkeypatch):
+    """store_format.consumequeue.RunReads (an audit's run in the driver: its survey reads a wide broker's small queue
+    files, its scan's file tasks, its ranges' windows and the driver read them again): inside reads_of_the_run each
+    small file is read once, later readers and every window of it (past its written units, past its end) get the
+    bytes a read of the file gives; a file past the per-file bound, or past the budget, is read each time; outside
+    it, nothing is kept."""
+    from store_format import fs
+    from store_format.consumequeue import RunReads, reads_of_the_run
+    from store_format.queues import _file_windows, read_once
+
+    files = list_queue_files(_queues(tmp_path))
+    reads = []
+    real_written, real_range = fs.read_written, fs.Location.read_range
+    monkeypatch.setattr(fs, "read_written", lambda path, *a: reads.append(str(path)) or real_written(path, *a))
+    monkeypatch.setattr(fs.Location, "read_range", lambda self, *a: reads.append(self.path) or real_range(self, *a))
+
+    def units():
+        with read_once(files):  # a task's own reads, as the survey's and the scan's file tasks read
+            return {f.loc.path: (f.units().physical_offset.tolist(), f.units().kind.tolist()) for f in files}
+
+    spans = [(f.loc, first, end) for f in files for first, end in ((0, 3), (2, UNITS), (4, UNITS + 5), (UNITS, 99))]
+
+    def windows():
+        columns, counts = _file_windows(spans)
+        return {k: v.tolist() for k, v in columns.items()}, counts.tolist()
+
+    apart = units(), windows()
+    each = sorted(str(f.loc.local_path) for f in files)
+    assert sorted(set(reads)) == each and len(reads) == len(files) + len(spans)
+    reads.clear()
+    run = RunReads()
+    with reads_of_the_run(run):
+        assert units() == apart[0] and sorted(reads) == each  # the first reader reads
+        reads.clear()
+        assert units() == apart[0] and windows() == apart[1] and reads == []  # the later ones do not
+    assert run.bytes == sum(len(raw) for raw, *_ in run.kept.values()) and len(run.kept) == len(files)
+    reads.clear()
+    assert (units(), windows()) == apart and len(reads) == len(files) + len(spans)  # let go at its end
+    written = {str(f.loc.local_path): 20 * len(apart[0][f.loc.path][1]) for f in files}
+    small = {p for p, n in written.items() if n <= 3 * 20}
+    assert 0 < len(small) < len(files)
+    for bounds, kept in (({"file_bytes": 3 * 20}, small), ({"budget": 5 * 20}, None), ({"budget": 0}, set())):
+        reads.clear()
+        bounded = RunReads(**bounds)
+        with reads_of_the_run(bounded):
+            assert (units(), windows()) == apart and (units(), windows()) == apart
+        assert set(bounded.kept) == kept if kept is not None else 0 < bounded.bytes <= bounds["budget"]
+        again = [s for s in spans if str(s[0].local_path) not in bounded.kept]
+        assert len(reads) == len(files) + 2 * len(again) + len(files) - len(bounded.kept)  # again where not kept
+
+
+def test_the_tasks_run_in_the_driver_see_the_runs_reads():
+    """jobs/audit/tasks.py runs a stage's tasks in threads of the driver with the run's context: the run's reads
+    (store_format.consumequeue.reads_of_the_run) are theirs, in every thread."""
+    from jobs.audit.tasks import _run_in_driver, RunInfo
+    from store_format.consumequeue import RunReads, reads_of_the_run
+
+    seen = []
+
+    class Probe:
+        broker, kind = "b", "Probe"
+
+        def run(self, out):
+            seen.append(consumequeue._RUN_READS.get())
+
+        def describe(self):
+            return "probe"
+
+        def cost(self):
+            return 1
+
+    run = RunReads()
+    with reads_of_the_run(run):
+        _run_in_driver([Probe() for _ in range(6)], 2, RunInfo(None, "r", None), None)
+    assert seen == [run] * 6
+    seen.clear()
+    _run_in_driver([Probe() for _ in range(2)], 2, RunInfo(None, "r", None), None)
+    assert seen == [None, None]

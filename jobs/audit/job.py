@@ -66,6 +66,7 @@ from runtime.output import OutputError, out_join, out_makedirs, out_write, prepa
 from runtime.progress import Phase, say
 from runtime.session import EXECUTORS, choose_executor
 from store_format.fs import Location, resolve
+from store_format.consumequeue import RunReads, reads_of_the_run
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args, recovery_settings_from_args, \
     size_argument
 
@@ -223,64 +224,66 @@ def run(spark, args) -> AuditResult:
                   partials_dir=out_join(staged, "partials"))
     ctx.tables_dir, ctx.partials_dir = run.tables_dir, run.partials_dir
     out_makedirs(run.findings_dir)
-    try:
-        surveyed = survey_tasks(ctx, segments)
-        if state is not None:  # the segment walks of files the same since the last run: given back
-            surveyed = state.keep(surveyed, "survey")
-        ctx.survey = _stage(spark, "survey", surveyed, executor,
-                            RunInfo(None, partials_dir=run.partials_dir))  # no findings; spilled partials
-        ctx.failures.append(ctx.survey.get("_failures", FAILURES))
-        phases.done("survey")
-        progress("predicting recovery")
-        ctx.predict_recovery()
-        phases.done("recovery prediction")
-        scanned = scan_tasks(ctx, segments, cells=keeping)
-        if state is not None:  # ranges whose bytes, and all they read of the store, are as the last run's: given back
-            scanned = keep_ranges(state, scanned)
-        ctx.scan = _stage(spark, "scan", scanned, executor, run)
-        del scanned
-        if state is not None:
-            state.count_given_back("scan", ctx.scan)
-        ctx.failures.append(ctx.scan.get("_failures", FAILURES))
-        for family in families:
-            if family.after_scan is not None:
-                family.after_scan(ctx)
-        phases.done("scan")
-        results = _finish(ctx)
-        if state is not None:
-            results.append(FamilyResult(findings=state.findings()))
-        phases.done("families on the driver")
-        written = _write_outputs(ctx, results, run, staged)
-        phases.done("writing findings, metrics, tables")
+    # the small queue files the run's tasks read here (this process) read once for all of them
+    with reads_of_the_run(RunReads() if executor.where == "driver" else None):
+        try:
+            surveyed = survey_tasks(ctx, segments)
+            if state is not None:  # the segment walks of files the same since the last run: given back
+                surveyed = state.keep(surveyed, "survey")
+            ctx.survey = _stage(spark, "survey", surveyed, executor,
+                                RunInfo(None, partials_dir=run.partials_dir))  # no findings; spilled partials
+            ctx.failures.append(ctx.survey.get("_failures", FAILURES))
+            phases.done("survey")
+            progress("predicting recovery")
+            ctx.predict_recovery()
+            phases.done("recovery prediction")
+            scanned = scan_tasks(ctx, segments, cells=keeping)
+            if state is not None:  # ranges whose bytes, and all they read of the store, are as the last run's: given back
+                scanned = keep_ranges(state, scanned)
+            ctx.scan = _stage(spark, "scan", scanned, executor, run)
+            del scanned
+            if state is not None:
+                state.count_given_back("scan", ctx.scan)
+            ctx.failures.append(ctx.scan.get("_failures", FAILURES))
+            for family in families:
+                if family.after_scan is not None:
+                    family.after_scan(ctx)
+            phases.done("scan")
+            results = _finish(ctx)
+            if state is not None:
+                results.append(FamilyResult(findings=state.findings()))
+            phases.done("families on the driver")
+            written = _write_outputs(ctx, results, run, staged)
+            phases.done("writing findings, metrics, tables")
 
-        progress("grouping findings by cause")
-        groups = group_findings(run.findings_dir)
-        add_times(groups, ctx.store_times)
-        summary = _summary(ctx, written, groups, before, out, started, run_id, run_time,
-                           None if args.no_report else out.child("report.html").as_typed, staged)
-        if state is not None:
-            state.since_last_run(summary)
-        out_write(out_join(staged, "summary.json"), json.dumps(summary, indent=2, sort_keys=False, default=str))
-        if not args.no_report:
-            progress("rendering report.html")
-            from . import report
+            progress("grouping findings by cause")
+            groups = group_findings(run.findings_dir)
+            add_times(groups, ctx.store_times)
+            summary = _summary(ctx, written, groups, before, out, started, run_id, run_time,
+                               None if args.no_report else out.child("report.html").as_typed, staged)
+            if state is not None:
+                state.since_last_run(summary)
+            out_write(out_join(staged, "summary.json"), json.dumps(summary, indent=2, sort_keys=False, default=str))
+            if not args.no_report:
+                progress("rendering report.html")
+                from . import report
 
-            report.write(ctx, summary, {**written.tables, **written.streamed}, groups, out, top=args.top,
-                         staged=staged)
-        if state is not None:  # committed after the output (jobs/audit/state.py StateOutput)
-            state.write(summary, written.tables.get("segments"))
-        if history is not None:  # appended at the commit, after every check of the run (custody included)
-            history.stage(run.findings_dir, out_join(staged, "metrics"), out)
-        # what the commit checks arrived in the staging before it commits anything
-        job.find(args.out).expect("summary.json", "findings", "metrics", *([] if args.no_report else ["report.html"]))
-        phases.done("summary and report")
-    except OutputError:  # the custody check's own (or the output's): nothing more to compare
-        raise
-    except Exception:  # a file that vanished mid-run fails a step: custody names why, not the step
-        custody.check()
-        raise
-    finally:
-        ctx.release()
+                report.write(ctx, summary, {**written.tables, **written.streamed}, groups, out, top=args.top,
+                             staged=staged)
+            if state is not None:  # committed after the output (jobs/audit/state.py StateOutput)
+                state.write(summary, written.tables.get("segments"))
+            if history is not None:  # appended at the commit, after every check of the run (custody included)
+                history.stage(run.findings_dir, out_join(staged, "metrics"), out)
+            # what the commit checks arrived in the staging before it commits anything
+            job.find(args.out).expect("summary.json", "findings", "metrics", *([] if args.no_report else ["report.html"]))
+            phases.done("summary and report")
+        except OutputError:  # the custody check's own (or the output's): nothing more to compare
+            raise
+        except Exception:  # a file that vanished mid-run fails a step: custody names why, not the step
+            custody.check()
+            raise
+        finally:
+            ctx.release()
 
     code = cli.EXIT_NOTHING if summary["counts"]["error"] else cli.EXIT_OK
     progress(f"done in {time.time() - started:.1f}s")

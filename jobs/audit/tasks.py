@@ -408,6 +408,7 @@ def run_tasks(spark, tasks: list[Task], executor, run: RunInfo, *, phase=None) -
 
 
 def _run_in_driver(tasks: list, threads: int, run: RunInfo, phase) -> "Outputs":
+    import contextvars
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -415,9 +416,10 @@ def _run_in_driver(tasks: list, threads: int, run: RunInfo, phase) -> "Outputs":
     done = {"cost": 0, "tasks": 0}
     if phase is not None:
         phase.tasks = len(tasks)
+    caller = contextvars.copy_context()  # what the run set for its readers (the run's reads of small queue files)
 
     def one(i: int) -> tuple[int, Emitter]:
-        out = run_one(i, tasks[i], run)
+        out = caller.copy().run(run_one, i, tasks[i], run)
         if phase is not None:
             with lock:
                 done["cost"] += tasks[i].cost()
