@@ -412,6 +412,39 @@ def test_a_store_only_appended_to_gives_its_old_ranges_back(spark, tmp_path, mon
     writer.close()
 
 
+def test_an_old_index_entry_changed_in_place_runs_its_range_again(spark, tmp_path, monkeypatch):
+    """An index file is rewritten in place as the broker runs (its header, its slots): a kept range keys the index
+    entries pointing into it by the values their view is made of (jobs/audit/scan.py routed_values), so an old
+    entry whose key hash changed since the last run (a damaged disk) runs the range owning its message again, which
+    finds it, as a full audit does."""
+    from store_format import layout as L
+
+    writer, send = _appending_broker(tmp_path, monkeypatch)
+    slots = writer.config.maxHashSlotNum
+
+    def damage(live, step):
+        if step < 2:
+            return
+        segments = sorted((live / "commitlog").iterdir())
+        lo, hi = int(segments[1].name), int(segments[2].name)
+        [index] = sorted((live / "index").iterdir())
+        with open(index, "r+b") as f:
+            count = struct.unpack_from(">i", f.read(L.INDEX_HEADER_SIZE), 36)[0]
+            first = L.INDEX_HEADER_SIZE + slots * 4
+            f.seek(first)
+            entries = f.read(count * 20)
+            at = next(k for k in range(1, count) if lo <= struct.unpack_from(">q", entries, k * 20 + 4)[0] < hi)
+            f.seek(first + at * 20)
+            f.write(struct.pack(">i", struct.unpack_from(">i", entries, at * 20)[0] ^ 0x5A5A))
+
+    said = _grow(spark, tmp_path, writer, [lambda: send(300)] * 4, damage)
+    assert said[1]["state"]["tasks_given_back"]["scan"] >= 1
+    for step in (2, 3):
+        assert "index.hash_mismatch" in pq.read_table(tmp_path / f"full{step}" / "findings").column("check") \
+            .to_pylist()  # which the incremental run found too (_grow compares them)
+    writer.close()
+
+
 def test_a_queue_file_grown_with_a_unit_into_an_old_range_runs_that_range_again(spark, tmp_path, monkeypatch):
     """A grown consume-queue file is "settled" (its old bytes are the last run's): a kept range names its rows of the
     entries pointing into the range, not the entries.  A unit appended to it pointing into an old segment (mid-record,

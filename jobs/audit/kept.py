@@ -14,7 +14,8 @@ What a range's output depends on, and how each is compared:
   index's re-dispatch start, each exactly where it falls inside the span and as "below" or "above" it otherwise (a
   range only compares them with offsets it owns); the segment's first stop, first blank and where its CRCs were
   checked, the same way against the range's reach; file-level damage in the span; every routed entry (consume-queue
-  units, index entries...) pointing into the span, as the families see it, except in a file the broker only appends to
+  units, index entries...) pointing into the span, as the values the families' views of it are made of
+  (scan.routed_values: equal values, equal views), except in a file the broker only appends to
   (``BrokerFacts.row_keyed``), whose rows of those entries are keyed instead where the state found each such file as
   the last run did or grown past it (``BrokerFacts.settled``): the same rows of the same bytes, and a new entry
   pointing into the span moves them (a part keeps two keys, one naming such entries and one showing them, and a file
@@ -40,7 +41,7 @@ import pyarrow as pa
 from store_format import fs
 
 from .routes import ROUTES
-from .scan import INF, MEMO, CommitlogRange, CommitlogRun, RoutedWindows, routed_entries
+from .scan import INF, MEMO, CommitlogRange, CommitlogRun, RoutedWindows, routed_values
 from .state import GIVEN_BACK, code_digest, read_part, write_part
 from .tasks import Emitter, ipc_bytes
 
@@ -132,7 +133,7 @@ def span_keys(task, rels: tuple, reaches: dict, memos: dict, giving_back: bool =
                              if family.probe_in_span is not None else probe))
         _feed(h, seen)
         windows = RoutedWindows(facts, lo, hi)
-        named = {name: routed_entries(windows, name, lo, hi, facts.row_keyed) if lo < hi else (None, [])
+        named = {name: routed_values(windows, name, lo, hi, facts.row_keyed) if lo < hi else (None, [])
                  for name in sorted(ROUTES)}
         settled = all(path in facts.settled for _, rows in named.values() for path, _ in rows)
         keys = {}
@@ -140,7 +141,7 @@ def span_keys(task, rels: tuple, reaches: dict, memos: dict, giving_back: bool =
             k = h.copy()
             for name, (shown, rows) in named.items():
                 _feed(k, (name, shown, [(facts.row_keyed[path], r) for path, r in rows]) if kind == "rows" else
-                      (name, routed_entries(windows, name, lo, hi) if lo < hi else None))
+                      (name, routed_values(windows, name, lo, hi) if lo < hi else None))
             keys[kind] = k.hexdigest()[:32]
     except TypeError:  # a probe of a form the key cannot hold: the range runs
         return None

@@ -385,11 +385,12 @@ class RoutedWindows:
         return self._read[name]
 
 
-def routed_entries(windows: RoutedWindows, name: str, lo: int, hi: int, by_rows=None):
-    """The valid entries of route ``name`` among ``windows`` pointing into ``lo`` .. ``hi`` - 1, as the route shows
-    them (its VIEW).  ``by_rows`` (file paths): those files' entries not shown but named, as
-    (the table of the others', [(path, the entries' rows in the file)]), the files in the windows' order."""
-    route, schema = ROUTES[name], VIEW[name]
+def _routed_picks(windows: RoutedWindows, name: str, lo: int, hi: int, by_rows=None) -> tuple:
+    """The valid entries of route ``name`` among ``windows`` pointing into ``lo`` .. ``hi`` - 1: (what was read: a
+    :class:`ManyWindows` or a list of windows; the entries picked from it: indexes into a ManyWindows' columns, else
+    (file, its first unit's row, indexes into its window, the window) of each file with some; [(path, the entries'
+    rows in the file)] of the files of ``by_rows`` (file paths), whose entries are named, not picked), the files in
+    the windows' order."""
     read = windows.of(name)
     named = []
     if isinstance(read, ManyWindows):
@@ -401,17 +402,49 @@ def routed_entries(windows: RoutedWindows, name: str, lo: int, hi: int, by_rows=
             cut = np.flatnonzero(np.r_[True, of_file[1:] != of_file[:-1]]).tolist() if len(of_file) else []
             named = [(read.files[of_file[a]].loc.path, rows[a:b]) for a, b in zip(cut, [*cut[1:], len(of_file)])]
             idx = idx[~mine]
-        shown = route.view_many(read, idx) if len(idx) else schema.empty_table()
-        return shown if by_rows is None else (shown, named)
-    parts = []
+        return read, idx, named
+    picked = []
     for f, first, w in read:
         phys = w["physical_offset"]
         idx = np.flatnonzero(w["valid"] & (phys >= lo) & (phys < hi))
         if len(idx) and by_rows and f.loc.path in by_rows:
             named.append((f.loc.path, first + idx))
         elif len(idx):
-            parts.append(route.view(f, first, idx, w))
-    shown = pa.concat_tables(parts) if parts else schema.empty_table()
+            picked.append((f, first, idx, w))
+    return read, picked, named
+
+
+def routed_entries(windows: RoutedWindows, name: str, lo: int, hi: int, by_rows=None):
+    """The valid entries of route ``name`` among ``windows`` pointing into ``lo`` .. ``hi`` - 1, as the route shows
+    them (its VIEW).  ``by_rows`` (file paths): those files' entries not shown but named, as
+    (the table of the others', [(path, the entries' rows in the file)]), the files in the windows' order."""
+    route, schema = ROUTES[name], VIEW[name]
+    read, picked, named = _routed_picks(windows, name, lo, hi, by_rows)
+    if isinstance(read, ManyWindows):
+        shown = route.view_many(read, picked) if len(picked) else schema.empty_table()
+    else:
+        shown = pa.concat_tables([route.view(f, first, idx, w) for f, first, idx, w in picked]) if picked else \
+            schema.empty_table()
+    return shown if by_rows is None else (shown, named)
+
+
+def routed_values(windows: RoutedWindows, name: str, lo: int, hi: int, by_rows=None):
+    """What :func:`routed_entries` shows, as the values a route's view is made of (each file's name and params, the
+    entries' rows in it and their window's columns), not the view: for a digest (jobs/audit/kept.py), equal values
+    make equal views, and a range's views of a wide broker's units and an index's entries are megabytes of Arrow
+    made only to be hashed.  ``by_rows`` as :func:`routed_entries`'s."""
+    read, picked, named = _routed_picks(windows, name, lo, hi, by_rows)
+
+    def values(w: dict, idx: np.ndarray, n: int) -> dict:  # a window's columns at the entries (anything else whole)
+        return {c: v[idx] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v for c, v in w.items()}
+
+    if isinstance(read, ManyWindows):
+        used, of_used = np.unique(read.file_row[picked], return_inverse=True)
+        shown = ([(read.files[i].name, read.files[i].params) for i in used.tolist()], of_used.astype(np.int64),
+                 read.row[picked], values(read.columns, picked, len(read.file_row)))
+    else:
+        shown = [(f.name, f.params, first, idx, values(w, idx, len(w["physical_offset"])))
+                 for f, first, idx, w in picked]
     return shown if by_rows is None else (shown, named)
 
 
