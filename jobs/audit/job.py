@@ -238,7 +238,8 @@ def run(spark, args) -> AuditResult:
             ctx.predict_recovery()
             phases.done("recovery prediction")
             scanned = scan_tasks(ctx, segments, cells=keeping)
-            if state is not None:  # ranges whose bytes, and all they read of the store, are as the last run's: given back
+            if state is not None:  # ranges whose bytes, and all they read of the store, are as the last
+                # run's: given back
                 scanned = keep_ranges(state, scanned)
             ctx.scan = _stage(spark, "scan", scanned, executor, run)
             del scanned
@@ -275,7 +276,8 @@ def run(spark, args) -> AuditResult:
             if history is not None:  # appended at the commit, after every check of the run (custody included)
                 history.stage(run.findings_dir, out_join(staged, "metrics"), out)
             # what the commit checks arrived in the staging before it commits anything
-            job.find(args.out).expect("summary.json", "findings", "metrics", *([] if args.no_report else ["report.html"]))
+            job.find(args.out).expect("summary.json", "findings", "metrics",
+                                      *([] if args.no_report else ["report.html"]))
             phases.done("summary and report")
         except OutputError:  # the custody check's own (or the output's): nothing more to compare
             raise
