@@ -15,7 +15,8 @@ Where each hook runs (``rc``: a :class:`jobs.audit.scan.RangeContext`; ``out``: 
   ``lo`` .. ``hi`` - 1 reads (``memo``: what ``range_memo`` kept of the range's messages, or None), for the key
   under which ``audit --state`` keeps the task's output (jobs/audit/kept.py); without it the whole probe is keyed.
 * ``range_memo(rc) -> numpy array | None``: in a range task of an audit with ``--state``, what of its messages
-  ``probe_in_span`` needs when the task's output is given back (the range is not read then).
+  ``probe_in_span`` needs when the task's output is given back (the range is not read then); the task keeps the
+  sorted union of its ranges' values (jobs/audit/kept.py).
 * ``in_files[route](facts, files, out)``: in a file task of that route, over a group of its files (whole queues).
 * ``after_scan(ctx)``: on the driver once the scan is done, before any family finishes (to complete what the
   others read: the recovery prediction).

@@ -228,7 +228,7 @@ class KeptScan:
             return
         mine = Emitter()
         self.task.run(mine)
-        memos = {}  # taken out of what it emits: they travel only in its part
+        memos = {}  # taken out of what it emits, sorted and unique: they travel only in its part
         for name in [n for n in mine.partials if n.startswith(MEMO)]:
             memos[name[len(MEMO):]] = np.unique(np.concatenate([t.column("memo").to_numpy()
                                                                 for t in mine.partials.pop(name)]))

@@ -208,10 +208,11 @@ def _own_keys(m: pa.Table) -> tuple[pa.Table, np.ndarray]:
 
 
 def range_memo(rc) -> np.ndarray | None:
-    """The sorted hashes of the range's own keys (:func:`_own_keys`): which of the next run's pending messages it
-    holds copies of, without reading it again (about 8 bytes a message, kept with its part by ``--state``)."""
+    """The hashes of the range's own keys (:func:`_own_keys`): which of the next run's pending messages it holds
+    copies of, without reading it again (about 8 bytes a message, kept with its part by ``--state``, sorted and
+    unique there: jobs/audit/kept.py)."""
     m = rc.messages
-    return np.unique(_own_keys(m)[1]) if m.num_rows else None
+    return _own_keys(m)[1] if m.num_rows else None
 
 
 def probe_in_span(probe: dict | None, lo: int, hi: int, memo: np.ndarray | None):
