@@ -36,14 +36,13 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
 
 from store_format import fs
 
 from .routes import ROUTES
 from .scan import INF, MEMO, CommitlogRange, CommitlogRun, RoutedWindows, routed_values
 from .state import GIVEN_BACK, code_digest, read_part, write_part
-from .tasks import Emitter, ipc_bytes
+from .tasks import Emitter
 
 ABOVE = "above"  # an offset at or past the span's end (or a file position past the range's reach): all alike
 BELOW = "below"  # an offset at or before the span's start: all alike
@@ -149,7 +148,7 @@ def span_keys(task, rels: tuple, reaches: dict, memos: dict, giving_back: bool =
 
 
 def _feed(h, x) -> None:
-    """``x`` into the digest ``h``, as the same value always feeds it (sets sorted, tables by their bytes)."""
+    """``x`` into the digest ``h``, as the same value always feeds it (sets sorted, arrays by their bytes)."""
     if x is None or isinstance(x, (bool, int, float, str, np.integer, np.floating)):
         h.update(f"{type(x).__name__}:{x!r};".encode())
     elif isinstance(x, bytes):
@@ -160,8 +159,6 @@ def _feed(h, x) -> None:
         else:
             h.update(f"a{x.dtype.str}{x.shape}:".encode())
             h.update(np.ascontiguousarray(x).reshape(-1).view(np.uint8))  # the buffer, not a copy of it
-    elif isinstance(x, pa.Table):
-        _feed_table(h, x)
     elif isinstance(x, (list, tuple)):
         h.update(b"(%d:" % len(x))
         for y in x:
@@ -174,27 +171,6 @@ def _feed(h, x) -> None:
         _feed(h, (type(x).__name__, [(f.name, getattr(x, f.name)) for f in dataclasses.fields(x)]))
     else:
         raise TypeError(f"no key for a {type(x).__name__}")
-
-
-def _feed_table(h, t: pa.Table) -> None:
-    """A table into the digest as its values always feed it, without serializing it (a range's routed views are
-    megabytes): its rows and schema, then each column's values, a string column's as its dictionary and indices
-    (the views repeat a few topics and file names on every row), nulls as a mask; a column of another type as
-    its own Arrow IPC stream."""
-    h.update(f"t{t.num_rows}:{t.schema}".encode())
-    for col in t.columns:
-        a = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-        if pa.types.is_string(a.type) or pa.types.is_large_string(a.type):
-            a = a.dictionary_encode()
-            _feed(h, a.dictionary.to_pylist())
-            a = a.indices
-        if pa.types.is_integer(a.type) or pa.types.is_floating(a.type) or pa.types.is_boolean(a.type):
-            if a.null_count:
-                _feed(h, ("nulls", a.is_null().to_numpy(zero_copy_only=False)))
-                a = a.fill_null(False if pa.types.is_boolean(a.type) else 0)
-            _feed(h, a.to_numpy(zero_copy_only=False))
-        else:
-            _feed(h, ipc_bytes(pa.table({"c": a})))
 
 
 @dataclass
