@@ -1207,7 +1207,19 @@ def index_chain_bits(buf, geo, hash_slot_num, count):
     bits = np.zeros(count, np.uint8)
     slots_at, at0, size = geo[GEO_SLOTS_AT], geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE]
     kh_at, td_at, prev_at, slot_size = geo[GEO_KEY_HASH], geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX], geo[GEO_SLOT_SIZE]
-    for s in range(hash_slot_num):
+    # Most slots of a file are empty (5 M slots, tens of thousands of keys): eight at a time in four 8-byte loads,
+    # read one by one only where one is set (the slot pass took 4x the time of a memory scan of the table).
+    first = 0
+    if slot_size == 4:
+        while first + 8 <= hash_slot_num:
+            p = slots_at + 4 * first
+            if (_word(buf, p) | _word(buf, p + 8) | _word(buf, p + 16) | _word(buf, p + 24)) != 0:
+                for s in range(first, first + 8):
+                    e = _i32(buf, slots_at + 4 * s)
+                    if 0 < e < count:
+                        bits[e] = CHAIN_REACHED
+            first += 8
+    for s in range(first, hash_slot_num):
         e = _i32(buf, slots_at + slot_size * s)
         if 0 < e < count:
             bits[e] = CHAIN_REACHED
