@@ -367,7 +367,9 @@ def _file_recover(files, units=None):
     return recover_queue(files, units)
 
 
-@dataclass(frozen=True)
+# one object per backend in every process (``__reduce__``), so equal is the same object: hashed by identity, not by
+# its fields (a frozen dataclass hashes every field at each look: 50,000 queue files grouped by backend, every run)
+@dataclass(frozen=True, eq=False)
 class Backend:
     """How a queue's units are kept: where (``folder`` under the store root), their size, and the functions a
     reader asks.  A new backend provides the same: ``lister`` (its :class:`QueueFile` s under its part folder;
@@ -667,8 +669,9 @@ def shared_queues(queues: list["Queue"]) -> list[tuple["Queue", "Queue"]]:
     rank = {b: i for i, b in enumerate(BACKENDS)}
     out = []
     for qs in by_key.values():
-        qs = sorted(qs, key=lambda q: rank[q.backend])
-        out += [(qs[0], q) for q in qs[1:]]
+        if len(qs) > 1:  # most queues have one backend: nothing to pair
+            qs = sorted(qs, key=lambda q: rank[q.backend])
+            out += [(qs[0], q) for q in qs[1:]]
     return out
 
 

@@ -295,7 +295,7 @@ def by_queue(entries) -> dict[tuple[str, int], list[RolledFile]]:
     for topic, qid, f in entries:
         if qid is not None and f.base_offset is not None:
             out.setdefault((topic, qid), []).append(f)
-    return {k: sorted(v, key=lambda f: f.base_offset) for k, v in out.items()}
+    return {k: v if len(v) == 1 else sorted(v, key=lambda f: f.base_offset) for k, v in out.items()}
 
 
 def list_rolled_files(folder, file_size: int | None = None, part: str = "") -> list[RolledFile]:

@@ -265,3 +265,31 @@ def test_the_tasks_run_in_the_driver_see_the_runs_reads():
     seen.clear()
     _run_in_driver([Probe() for _ in range(2)], 2, RunInfo(None, "r", None), None)
     assert seen == [None, None]
+
+
+def test_a_run_holds_off_full_collections_and_puts_the_threshold_back(monkeypatch):
+    """jobs/audit/job.py: while an audit runs, the collector's full collections wait (what a run holds lives as long
+    as the run); the threshold is put back when it ends, failed or not, and by the last of overlapping runs."""
+    import gc
+
+    from jobs.audit import job
+
+    before = gc.get_threshold()
+    seen = []
+
+    def failing(spark, args):
+        seen.append(gc.get_threshold())
+        raise RuntimeError("the step failed")
+
+    monkeypatch.setattr(job, "_audit", failing)
+    with pytest.raises(RuntimeError, match="the step failed"):
+        job.run(None, None)
+    assert seen[0][:2] == before[:2] and seen[0][2] > 1000 * before[2]
+    assert gc.get_threshold() == before
+    first, second = job._full_collections_held(), job._full_collections_held()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)  # not the last: still held
+    assert gc.get_threshold()[2] > 1000 * before[2]
+    second.__exit__(None, None, None)
+    assert gc.get_threshold() == before
