@@ -51,8 +51,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import threading
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
