@@ -328,7 +328,7 @@ def _binding():
 
 class RocksDBQueues:
     """The RocksDB consume queue of a store, open read-only: its queues, their units in queue-offset order (in
-    bounded windows), their bounds and the checkpoint row.  Close it (or use ``with``) to drop the scratch folder.
+    bounded windows), their bounds and the checkpoint row.  Close it (or use ``with``) to let its table files go.
 
     The backend a queue model can ask: :meth:`queues`, :meth:`units` / :meth:`windows`, :meth:`bounds`."""
 
@@ -350,18 +350,22 @@ class RocksDBQueues:
         self.problems: dict[tuple[str, bytes], RocksDBEntryError] = {}
         self._offsets: dict[tuple[str, int], dict[str, OffsetRow]] | None = None
         self._checkpoint: int | None = None
-        self._shadow = _shadow(self.folder)
+        shadow = _shadow(self.folder)
         try:
             opts = rocksdict.Options(raw_mode=True)
             opts.create_if_missing(False)
-            self.column_families = rocksdict.Rdict.list_cf(self._shadow, opts)
-            self._db = rocksdict.Rdict(self._shadow, options=opts,
+            opts.set_max_open_files(-1)  # every table file opened now, so the scratch folder can go at once
+            self.column_families = rocksdict.Rdict.list_cf(shadow, opts)
+            self._db = rocksdict.Rdict(shadow, options=opts,
                                        column_families={n: rocksdict.Options(raw_mode=True)
                                                         for n in self.column_families if n != DEFAULT_CF},
                                        access_type=rocksdict.AccessType.read_only())
         except Exception as e:  # the binding's own errors (corrupt MANIFEST, a missing table file...)
-            shutil.rmtree(self._shadow, ignore_errors=True)
             raise RocksDBQueueUnreadable(self.folder, f"RocksDB will not open it read-only: {e}") from None
+        finally:
+            # Gone before any read: a process that ends without closing (a Spark worker is killed, never exits)
+            # leaves nothing behind in the temp directory.
+            shutil.rmtree(shadow, ignore_errors=True)
         self._cf = {n: self._db.get_column_family(n) for n in self.column_families}
 
     # -- life ------------------------------------------------------------------------------------------
@@ -370,9 +374,6 @@ class RocksDBQueues:
         if db is not None:
             self._cf = {}
             db.close()
-        shadow, self._shadow = getattr(self, "_shadow", None), None
-        if shadow:
-            shutil.rmtree(shadow, ignore_errors=True)
 
     def __enter__(self) -> "RocksDBQueues":
         return self

@@ -168,13 +168,19 @@ def test_min_offset_follows_the_brokers_search(tmp_path):
 # --------------------------------------------------------------------------------------------------
 # Never written
 
-def test_reading_writes_nothing_and_leaves_no_scratch_folder(tmp_path, manifest):
+def test_reading_writes_nothing_and_leaves_no_scratch_folder(tmp_path, manifest, monkeypatch):
     before = folder_state(DB)
-    with R.RocksDBQueues(STORE) as q:
-        shadow = Path(q._shadow)
-        assert shadow.is_dir() and not (set(os.listdir(shadow)) & {"LOCK", "LOG"})
-        q.queues(), q.scan_problems(), q.bounds("TopicA", 0), q.units("TopicC", 0)
-    assert not shadow.exists()
+    shadows = set(Path(tempfile.gettempdir()).glob("rocketmq-forensics-rocksdb-*"))
+    removed = {}  # scratch folder -> what it held when it was removed
+    rmtree = R.shutil.rmtree
+    monkeypatch.setattr(R.shutil, "rmtree", lambda p, **kw: (removed.setdefault(p, set(os.listdir(p))), rmtree(p, **kw)))
+    q = R.RocksDBQueues(STORE)  # not closed: a Spark worker is killed with its databases open
+    [(shadow, held)] = removed.items()
+    assert not Path(shadow).exists() and "CURRENT" in held and not (held & {"LOCK", "LOG"})
+    assert set(Path(tempfile.gettempdir()).glob("rocketmq-forensics-rocksdb-*")) == shadows
+    q.queues(), q.scan_problems(), q.bounds("TopicA", 0), q.units("TopicC", 0)  # the table files are open already
+    assert len(q.units("TopicA", 0).physical_offset) > 0
+    q.close()
     read_everything(STORE)
     assert folder_state(DB) == before
     assert {f["path"]: f["sha256"] for f in manifest["files"] if f["path"].startswith("store/consumequeue/")} == \
