@@ -318,7 +318,7 @@ def _first_screen(b: dict, out: Location, src: Location, *, top_banner: bool) ->
                                                  f"({_e(c['kind'])}); everything after it is dropped"))
         else:
             facts.append(("Where recovery cuts", f"nowhere: the log is kept whole, to physical offset {end:,}"))
-    lost_text = _e(lost_words(v)) + _keys_words(src, name, resend.LOST_STATES)
+    lost_text = _e(lost_words(v)) + (_keys_words(src, name, resend.LOST_STATES) if resend.lost_count(v["lost"]) else "")
     facts.append(("Messages lost", lost_text))
     kept = kept_damaged_words(v)
     if kept:
@@ -433,7 +433,7 @@ def _commands(b: dict, out: Location, path: Location) -> str:
                            "--out", target.as_typed]),
                   "# then re-produce them from that table, or write them into a fresh store a broker can serve",
                   command(["replay", "--input", target.as_typed, "--out", target.suffixed("-store").as_typed])]
-    for q in resend.unindexed_queues(path, name)[:5]:
+    for q in resend.unindexed_queues(path, name)[:5] if v["lost"]["unindexed"] else ():
         target = resend.folder(out, f"{name}-{q['topic']}-{q['queue_id']}").as_typed
         lines += [f"# {plural(q['count'], 'message')} of {q['topic']}/{q['queue_id']} in no consume queue"
                   + ("" if q["count"] == q["last"] - q["first"] + 1 else " (not contiguous: the range below holds "

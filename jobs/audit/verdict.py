@@ -312,7 +312,8 @@ def actions(broker: dict, v: dict, groups: list[Group], out: Location, src: Loca
     lost = v["lost"]
     messages = messages or {**lost, "kept_damaged": v["kept_damaged"]}
     gone = messages["damaged"] + messages["destroyed"]  # lost to damage: only their producers can re-send them
-    damaged = resend.first_rows(table, name, _KEYS_NAMED, ("damaged", "destroyed"))
+    # none to name without any (a fleet's brokers would each read the whole table for nothing)
+    damaged = resend.first_rows(table, name, _KEYS_NAMED, ("damaged", "destroyed")) if gone else []
     if v["cut"] and lost["dropped"]:
         first = resend.first_offset(table, name, "dropped")
         done.append(_action(

@@ -287,10 +287,12 @@ _DECIDED = pa.schema([*_JOINED, ("delivered", pa.bool_())])
 def _pending_with_records(ctx, units: pa.Table, found: pa.Table) -> pa.Table:
     """Some pending units (:data:`_UNITS`) with the record the scan found at each (the last a task found, as one
     unit has one record), and whether each is due at its broker's dump time."""
-    if found.num_rows:
-        found = found.group_by(["broker", "physical_offset"], use_threads=False).aggregate(
-            [(c, "last") for c in ("uniq_key", "real_topic", "segment", "file_position")])
-        found = found.rename_columns([n.removesuffix("_last") for n in found.column_names])
+    if found.num_rows:  # the last of each offset's rows: a stable sort and the end of each run (a hash
+        # aggregation's "last" of four columns took six times as long)
+        order = pc.sort_indices(found, [("broker", "ascending"), ("physical_offset", "ascending")]).to_numpy()
+        broker = pc.dictionary_encode(found.column("broker")).combine_chunks().indices.to_numpy()[order]
+        phys = found.column("physical_offset").to_numpy()[order]
+        found = found.take(order[np.r_[(broker[1:] != broker[:-1]) | (phys[1:] != phys[:-1]), True]])
     j = units.join(found.select(["broker", "physical_offset", "uniq_key", "real_topic", "segment", "file_position"]),
                    ["broker", "physical_offset"], join_type="left outer")
     brokers = sorted(set(pc.unique(j.column("broker")).to_pylist()))
