@@ -96,15 +96,13 @@ def test_a_stage_without_a_partials_folder_refuses_a_spill(tmp_path):
         out.write_findings(RunInfo(None), "part-00000.parquet")
 
 
-def test_the_retries_hops_come_a_part_at_a_time_by_broker_and_offset(tmp_path):
-    """Parts of a broker that do not overlap are read one at a time, each put in order; a broker whose parts
-    overlap is read whole and sorted."""
+def _hops_ctx(tmp_path, parts):
+    """A driver's view of retries.hops spilled by one task per (broker, offsets) of ``parts``."""
     from jobs.audit.checks import retries
 
     run = _run(tmp_path)
     rows = []
-    for i, (broker, offsets) in enumerate((("b", [10, 20]), ("b", [15, 30]), ("a", [5]), ("c", [60, 55]),
-                                           ("c", [70]))):
+    for i, (broker, offsets) in enumerate(parts):
         out = Emitter()
         hops = pa.table({f.name: pa.nulls(len(offsets), f.type) for f in retries.HOPS}, schema=retries.HOPS)
         hops = hops.set_column(0, "broker", pa.array([broker] * len(offsets)))
@@ -122,8 +120,37 @@ def test_the_retries_hops_come_a_part_at_a_time_by_broker_and_offset(tmp_path):
         def partial_dataset(self, name, schema):
             return scan.dataset(name, schema)
 
-    got = [(b, t.column("physical_offset").to_pylist()) for b, t in retries._hop_parts(Ctx())]
+    return Ctx()
+
+
+_HOP_PARTS = (("b", [10, 20]), ("b", [15, 30]), ("a", [5]), ("c", [60, 55]), ("c", [70]))
+
+
+def test_the_retries_hops_come_a_part_at_a_time_by_broker_and_offset(tmp_path):
+    """Parts of a broker that do not overlap are read one at a time, each put in order; a broker whose parts
+    overlap is read whole and sorted."""
+    from jobs.audit.checks import retries
+
+    got = [(b, t.column("physical_offset").to_pylist()) for b, t in retries._hop_parts(_hops_ctx(tmp_path,
+                                                                                                   _HOP_PARTS))]
     assert got == [("a", [5]), ("b", [10, 15, 20, 30]), ("c", [55, 60]), ("c", [70])]
+
+
+@pytest.mark.parametrize("rows, looked_up", [
+    (3, [("a", [5]), ("b", [10, 15, 20, 30]), ("c", [55, 60, 70])]),  # a broker's parts gathered up to 3 rows
+    (2, [("a", [5]), ("b", [10, 15, 20, 30]), ("c", [55, 60]), ("c", [70])])])
+def test_the_retries_origins_are_looked_up_for_a_brokers_parts_together(tmp_path, monkeypatch, rows, looked_up):
+    """Consecutive parts of one broker are looked up at once, up to LOOKUP_ROWS hops (a part larger alone), never
+    two brokers together; the rows come out in the table's order."""
+    from jobs.audit.checks import retries
+
+    calls = []
+    monkeypatch.setattr(retries, "_retry_rows", lambda ctx, broker, hops: calls.append(
+        (broker, hops.column("physical_offset").to_pylist())) or hops)
+    monkeypatch.setattr(retries, "LOOKUP_ROWS", rows)
+    out = list(retries.retry_batches(_hops_ctx(tmp_path, _HOP_PARTS)))
+    assert calls == looked_up
+    assert [o for t in out for o in t.column("physical_offset").to_pylist()] == [5, 10, 15, 20, 30, 55, 60, 70]
 
 
 def _txn_records(broker, rows):

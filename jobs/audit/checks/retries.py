@@ -139,11 +139,22 @@ def _retry_rows(ctx, broker: str, hops: pa.Table) -> pa.Table:
     return t.select([f.name for f in RETRIES]).cast(RETRIES)
 
 
+# hops whose origins are looked up at once: a broker's consecutive parts gathered up to this many rows, so that each
+# segment is mapped and its frames checked once per gathering, not once per part (65 parts of 16 MiB: 0.8 s of
+# lookups against 0.4 s for 17 of 64 MiB); about 200 bytes a hop held
+LOOKUP_ROWS = 1 << 18
+
+
 def retry_batches(ctx):
-    """The ``retries`` table in order (broker, physical offset), a part at a time: never whole on the driver."""
-    for broker, hops in _hop_parts(ctx):
-        if hops.num_rows:
-            yield _retry_rows(ctx, broker, hops)
+    """The ``retries`` table in order (broker, physical offset), some parts at a time: never whole on the driver."""
+    held, held_broker, rows = [], None, 0
+    for broker, hops in [*_hop_parts(ctx), (None, None)]:
+        if held and (broker != held_broker or rows + (hops.num_rows if hops is not None else 0) > LOOKUP_ROWS):
+            yield _retry_rows(ctx, held_broker, pa.concat_tables(held) if len(held) > 1 else held[0])
+            held, rows = [], 0
+        if hops is not None and hops.num_rows:
+            held.append(hops)
+            held_broker, rows = broker, rows + hops.num_rows
 
 
 def retry_table(ctx) -> pa.Table:
