@@ -445,11 +445,19 @@ def test_an_old_index_entry_changed_in_place_runs_its_range_again(spark, tmp_pat
     writer.close()
 
 
-def test_a_queue_file_grown_with_a_unit_into_an_old_range_runs_that_range_again(spark, tmp_path, monkeypatch):
-    """A grown consume-queue file is "settled" (its old bytes are the last run's): a kept range names its rows of the
-    entries pointing into the range, not the entries.  A unit appended to it pointing into an old segment (mid-record,
-    as a damaged dispatch would) moves those rows: the range runs again and finds it, as a full audit does.  Each
-    night's copy is in a folder of its own: the rows name files below the store's root."""
+@pytest.mark.parametrize("bucket_shift", [None, 12], ids=["ranges-in-a-bucket", "buckets-in-a-range"])
+def test_a_queue_file_grown_with_a_unit_into_an_old_range_runs_that_range_again(spark, tmp_path, monkeypatch,
+                                                                                bucket_shift):
+    """A grown consume-queue file is "settled" (its old bytes are the last run's): a kept range names the entries
+    pointing into the range by their rows (jobs/audit/kept.py: read where the range shares a routing bucket with its
+    neighbours, the hull of the rows the survey gives a bucket it holds whole), not by the entries.  A unit appended to
+    it pointing into an old segment (mid-record, as a damaged dispatch would) moves those rows or widens that hull:
+    the range runs again and finds it, as a full audit does.  Each night's copy is in a folder of its own: the rows
+    name files below the store's root.  With 4 KiB buckets, each 64 KiB segment holds buckets whole."""
+    from jobs.audit import plan
+
+    if bucket_shift is not None:
+        monkeypatch.setattr(plan, "MIN_BUCKET_SHIFT", bucket_shift)
     writer, send = _appending_broker(tmp_path, monkeypatch)
 
     def stray_unit(live, step):  # the last night: a unit after the queue's last, into a segment whose ranges the
@@ -476,6 +484,21 @@ def test_a_queue_file_grown_with_a_unit_into_an_old_range_runs_that_range_again(
     assert "consumequeue.entry_mid_record" in pq.read_table(tmp_path / "full3" / "findings").column("check") \
         .to_pylist()  # which the incremental run found too (_grow compares them)
     writer.close()
+
+
+@pytest.mark.parametrize("lo, hi, whole", [
+    (0, 4096, (0, 3)), (100, 4000, (1, 2)), (100, 1000, (1, -1)),  # a span inside one bucket holds none whole
+    ("-inf", "inf", (-1, 11)), ("-inf", 5000, (-1, 3)), (9000, "inf", (9, 11))])
+def test_the_buckets_a_span_holds_whole(lo, hi, whole):
+    """1 KiB buckets over a 10 KiB log: the one below it (negative offsets) and the one past it (every offset
+    beyond) are held whole only by a span from minus infinity, or to infinity."""
+    from types import SimpleNamespace
+
+    from jobs.audit.scan import INF, NEG_INF, whole_buckets
+
+    bound = {"-inf": NEG_INF, "inf": INF}
+    facts = SimpleNamespace(shift=10, commitlog_end=10 << 10)
+    assert whole_buckets(facts, bound.get(lo, lo), bound.get(hi, hi)) == whole
 
 
 def test_a_5x_store_with_timers_grown_in_steps_audits_with_the_state_as_without(spark, tmp_path):

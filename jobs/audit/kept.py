@@ -16,10 +16,11 @@ What a range's output depends on, and how each is compared:
   checked, the same way against the range's reach; file-level damage in the span; every routed entry (consume-queue
   units, index entries...) pointing into the span, as the values the families' views of it are made of
   (scan.routed_values: equal values, equal views), except in a file the broker only appends to
-  (``BrokerFacts.row_keyed``), whose rows of those entries are keyed instead where the state found each such file as
+  (``BrokerFacts.row_keyed``), whose entries are named instead, by the last row of those in the span
+  (:func:`_rows_named`: mostly from the survey's buckets, the file not read), where the state found each such file as
   the last run did or grown past it (``BrokerFacts.settled``): the same rows of the same bytes, and a new entry
-  pointing into the span moves them (a part keeps two keys, one naming such entries and one showing them, and a file
-  changed since the last run is compared by the second); and each family's probe as far as the span reads it
+  pointing into the span is a later row (a part keeps two keys, one naming such entries and one showing them, and a
+  file changed since the last run is compared by the second); and each family's probe as far as the span reads it
   (``Family.probe_in_span``: the pending delayed messages it owns and the pending keys its messages hold copies of,
   from the hashes ``range_memo`` kept of them; the committed offsets it owns); the recovery walk's end, where the span
   holds it.
@@ -40,7 +41,8 @@ import numpy as np
 from store_format import fs
 
 from .routes import ROUTES
-from .scan import INF, MEMO, CommitlogRange, CommitlogRun, RoutedWindows, routed_values
+from .scan import (INF, MEMO, CommitlogRange, CommitlogRun, RoutedWindows, owned_buckets, routed_values,
+                   whole_buckets)
 from .state import GIVEN_BACK, code_digest, read_part, write_part
 from .tasks import Emitter
 
@@ -131,20 +133,46 @@ def span_keys(task, rels: tuple, reaches: dict, memos: dict, giving_back: bool =
                 seen.append((family.name, family.probe_in_span(probe, lo, hi, memos.get(family.name))
                              if family.probe_in_span is not None else probe))
         _feed(h, seen)
-        windows = RoutedWindows(facts, lo, hi)
-        named = {name: routed_values(windows, name, lo, hi, facts.row_keyed) if lo < hi else (None, [])
-                 for name in sorted(ROUTES)}
-        settled = all(path in facts.settled for _, rows in named.values() for path, _ in rows)
+        rows = {name: _rows_named(facts, name, lo, hi) if lo < hi else [] for name in sorted(ROUTES)}
+        settled = all(path in facts.settled for named in rows.values() for path, _ in named)
+        kinds = (("rows",) if settled else ("views",)) if giving_back else ("rows", "views")
+        # keyed by their rows, the files the broker only appends to are read only where the span cuts a bucket
+        full = RoutedWindows(facts, lo, hi)
+        windows = {"rows": RoutedWindows(facts, lo, hi, leave_out=facts.row_keyed, else_as=full), "views": full}
         keys = {}
-        for kind in ((("rows",) if settled else ("views",)) if giving_back else ("rows", "views")):
+        for kind in kinds:
             k = h.copy()
-            for name, (shown, rows) in named.items():
-                _feed(k, (name, shown, [(facts.row_keyed[path], r) for path, r in rows]) if kind == "rows" else
-                      (name, routed_values(windows, name, lo, hi) if lo < hi else None))
+            for name in sorted(ROUTES):
+                shown = routed_values(windows[kind], name, lo, hi) if lo < hi else None
+                _feed(k, (name, shown, [(facts.row_keyed[path], row) for path, row in rows[name]])
+                      if kind == "rows" else (name, shown))
             keys[kind] = k.hexdigest()[:32]
     except TypeError:  # a probe of a form the key cannot hold: the range runs
         return None
     return keys
+
+
+def _rows_named(facts, name: str, lo: int, hi: int) -> list[tuple[str, int]]:
+    """(path, the last row of its entries pointing into ``lo`` .. ``hi`` - 1) of each file of route ``name`` the
+    broker only appends to (``BrokerFacts.row_keyed``) with such entries, by path.  In a file the same as the last
+    run's or grown past it, the same pairs name the same entries: an entry appended pointing into the span is a
+    later row.  Exact whatever the width of the survey's buckets: the buckets the span holds whole give the last
+    rows of their entries (the file not read); a bucket at either end it holds only part of (shares with a
+    neighbour: a range cut short of the grid by its reach) is read."""
+    blo, bhi = owned_buckets(facts, lo, hi)
+    first, final = whole_buckets(facts, lo, hi)
+    routed = facts.routed.get(name, ())
+    last: dict[str, int] = {}
+    if first <= final:  # every entry in them points into the span
+        files, _, end = facts.buckets_of(name).rows_for(first, final)
+        for i, e in zip(files.tolist(), end.tolist()):
+            if routed[i].loc.path in facts.row_keyed:
+                last[routed[i].loc.path] = e - 1
+    for b in [b for b in sorted({blo, bhi}) if not first <= b <= final]:
+        edge = RoutedWindows(facts, lo, hi, buckets=(b, b), only=facts.row_keyed)
+        for path, rows in routed_values(edge, name, lo, hi, facts.row_keyed)[1]:
+            last[path] = max(last.get(path, -1), int(rows.max()))
+    return sorted(last.items())
 
 
 def _feed(h, x) -> None:

@@ -32,6 +32,7 @@ from .inputs import StoreRef
 
 HULL_CHUNK = 1 << 20  # offsets converted at a time by Buckets.of_offsets (8 MiB of int64)
 MAX_BUCKETS = 4096  # routing buckets per broker: the bucket width follows the commitlog's length
+MIN_BUCKET_SHIFT = 20  # ... and is at least 1 MiB
 NEGATIVE_BUCKET = -1  # index entries may hold garbage offsets: below 0, and past the commitlog's end
 BEYOND = np.iinfo(np.int64).max
 #: The most files the audit lists of one queue part folder of a broker (``consumequeue/``...: --max-files) and of its
@@ -140,7 +141,7 @@ def plan_broker(store_input: StoreRef, geometry: StoreGeometry | None = None,
     store = Store(store_input.path, **geometry.store_kwargs(), max_files=max_files, max_segments=max_segments)
     size = store.segment_size
     end = max((s.base_offset + max(s.length, size or 0) for s in store.segments), default=0)
-    shift = max(20, math.ceil(math.log2(max(end, 1) / MAX_BUCKETS))) if end else 20
+    shift = max(MIN_BUCKET_SHIFT, math.ceil(math.log2(max(end, 1) / MAX_BUCKETS))) if end else MIN_BUCKET_SHIFT
     return BrokerPlan(store_input.name, store.loc, store, geometry, shift, end)
 
 

@@ -356,11 +356,21 @@ def in_runs(ranges: list, cells: bool = False) -> list:
     return tasks
 
 
-def _owned_buckets(facts: BrokerFacts, lo: int, hi: int) -> tuple[int, int]:
+def owned_buckets(facts: BrokerFacts, lo: int, hi: int) -> tuple[int, int]:
     """The survey's buckets (jobs/audit/plan.py) of physical offsets ``lo`` .. ``hi`` - 1."""
     blo = NEGATIVE_BUCKET if lo == NEG_INF else int(bucket_of(np.array([lo]), facts.shift, facts.commitlog_end)[0])
     bhi = int(bucket_of(np.array([INF if hi == INF else hi - 1]), facts.shift, facts.commitlog_end)[0])
     return blo, bhi
+
+
+def whole_buckets(facts: BrokerFacts, lo: int, hi: int) -> tuple[int, int]:
+    """The first and last of the survey's buckets that ``lo`` .. ``hi`` - 1 holds whole (first > last: none); the
+    others it owns part of are its two ends' (:func:`owned_buckets`)."""
+    blo, bhi = owned_buckets(facts, lo, hi)
+    last = facts.commitlog_end >> facts.shift  # the bucket past it holds every offset beyond the log
+    start = NEG_INF if blo == NEGATIVE_BUCKET else blo << facts.shift
+    end = INF if bhi > last else (bhi + 1) << facts.shift
+    return blo if start >= lo else blo + 1, bhi if end <= hi else bhi - 1
 
 
 class RoutedWindows:
@@ -368,17 +378,25 @@ class RoutedWindows:
     once per route: all at once where the route can (routes.ManyWindows), else a list of (file, its first unit's
     row, the window) as routes.Route.window reads them."""
 
-    def __init__(self, facts: BrokerFacts, lo: int, hi: int):
+    def __init__(self, facts: BrokerFacts, lo: int, hi: int, *, buckets: tuple[int, int] | None = None,
+                 leave_out=(), only=None, else_as: "RoutedWindows | None" = None):
         self.facts, self.lo, self.hi = facts, lo, hi
+        # jobs/audit/kept.py: the windows of some of the span's buckets only, of some files only (paths); where a
+        # route has none of ``leave_out``, the windows ``else_as`` read of it
+        self.buckets = buckets or owned_buckets(facts, lo, hi)
+        self.leave_out, self.only, self.else_as = leave_out, only, else_as
         self._read: dict[str, list | ManyWindows] = {}
 
     def of(self, name: str) -> "list | ManyWindows":
         if name not in self._read:
             route = ROUTES[name]
-            blo, bhi = _owned_buckets(self.facts, self.lo, self.hi)
             routed = self.facts.routed.get(name, ())
-            files, first, end = self.facts.buckets_of(name).rows_for(blo, bhi)
-            wanted = [(routed[i], a, b) for i, a, b in zip(files.tolist(), first.tolist(), end.tolist())]
+            files, first, end = self.facts.buckets_of(name).rows_for(*self.buckets)
+            wanted = [(routed[i], a, b) for i, a, b in zip(files.tolist(), first.tolist(), end.tolist())
+                      if routed[i].loc.path not in self.leave_out and (self.only is None or routed[i].loc.path
+                                                                       in self.only)]
+            if self.else_as is not None and len(wanted) == len(files):
+                return self.else_as.of(name)
             many = route.read_windows(wanted) if route.read_windows is not None else None  # ManyWindows, or None
             self._read[name] = many if many is not None else [(f, first, route.window(f, first, end))
                                                               for f, first, end in wanted]
