@@ -148,8 +148,14 @@ def test_the_retries_origins_are_looked_up_for_a_brokers_parts_together(tmp_path
     monkeypatch.setattr(retries, "_retry_rows", lambda ctx, broker, hops: calls.append(
         (broker, hops.column("physical_offset").to_pylist())) or hops)
     monkeypatch.setattr(retries, "LOOKUP_ROWS", rows)
-    out = list(retries.retry_batches(_hops_ctx(tmp_path, _HOP_PARTS)))
-    assert calls == looked_up
+    read = []  # the parts read so far: one ahead of what is looked up, never all of them first (held whole)
+    parts = retries._hop_parts
+    monkeypatch.setattr(retries, "_hop_parts", lambda ctx: (read.append(p) or p for p in parts(ctx)))
+    batches = retries.retry_batches(_hops_ctx(tmp_path, _HOP_PARTS))
+    out = [next(batches)]
+    assert len(read) == 2  # "a", then "b" ends a's gathering
+    out += list(batches)
+    assert calls == looked_up and len(read) == 4
     assert [o for t in out for o in t.column("physical_offset").to_pylist()] == [5, 10, 15, 20, 30, 55, 60, 70]
 
 

@@ -14,6 +14,8 @@ its offset message id is the origin id.
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -148,7 +150,7 @@ LOOKUP_ROWS = 1 << 18
 def retry_batches(ctx):
     """The ``retries`` table in order (broker, physical offset), some parts at a time: never whole on the driver."""
     held, held_broker, rows = [], None, 0
-    for broker, hops in [*_hop_parts(ctx), (None, None)]:
+    for broker, hops in itertools.chain(_hop_parts(ctx), [(None, None)]):  # read as they come: never all held
         if held and (broker != held_broker or rows + (hops.num_rows if hops is not None else 0) > LOOKUP_ROWS):
             yield _retry_rows(ctx, held_broker, pa.concat_tables(held) if len(held) > 1 else held[0])
             held, rows = [], 0
