@@ -143,8 +143,9 @@ def _retry_rows(ctx, broker: str, hops: pa.Table) -> pa.Table:
 
 # hops whose origins are looked up at once: a broker's consecutive parts gathered up to this many rows, so that each
 # segment is mapped and its frames checked once per gathering, not once per part (65 parts of 16 MiB: 0.8 s of
-# lookups against 0.4 s for 17 of 64 MiB); about 200 bytes a hop held
-LOOKUP_ROWS = 1 << 18
+# lookups against 0.4 s for 17 of 64 MiB).  A hop held is about 200 bytes, and its origin's record is copied out
+# while it is looked up: 256 Ki rows put 300 MiB on the driver's peak at 16 GiB (make bench-scale)
+LOOKUP_ROWS = 1 << 16
 
 
 def retry_batches(ctx):
