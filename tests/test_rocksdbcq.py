@@ -173,11 +173,12 @@ def test_reading_writes_nothing_and_leaves_no_scratch_folder(tmp_path, manifest,
     shadows = set(Path(tempfile.gettempdir()).glob("rocketmq-forensics-rocksdb-*"))
     removed = {}  # scratch folder -> what it held when it was removed
     rmtree = R.shutil.rmtree
-    monkeypatch.setattr(R.shutil, "rmtree", lambda p, **kw: (removed.setdefault(p, set(os.listdir(p))), rmtree(p, **kw)))
+    monkeypatch.setattr(R.shutil, "rmtree",
+                        lambda p, **kw: (removed.setdefault(p, set(os.listdir(p))), rmtree(p, **kw)))
     q = R.RocksDBQueues(STORE)  # not closed: a Spark worker is killed with its databases open
     [(shadow, held)] = removed.items()
     assert not Path(shadow).exists() and "CURRENT" in held and not (held & {"LOCK", "LOG"})
-    assert set(Path(tempfile.gettempdir()).glob("rocketmq-forensics-rocksdb-*")) == shadows
+    assert set(Path(tempfile.gettempdir()).glob("rocketmq-forensics-rocksdb-*")) <= shadows  # none left behind
     q.queues(), q.scan_problems(), q.bounds("TopicA", 0), q.units("TopicC", 0)  # the table files are open already
     assert len(q.units("TopicA", 0).physical_offset) > 0
     q.close()
