@@ -432,25 +432,25 @@ def _routed_picks(windows: RoutedWindows, name: str, lo: int, hi: int, by_rows=N
     return read, picked, named
 
 
-def routed_entries(windows: RoutedWindows, name: str, lo: int, hi: int, by_rows=None):
+def routed_entries(windows: RoutedWindows, name: str, lo: int, hi: int):
     """The valid entries of route ``name`` among ``windows`` pointing into ``lo`` .. ``hi`` - 1, as the route shows
-    them (its VIEW).  ``by_rows`` (file paths): those files' entries not shown but named, as
-    (the table of the others', [(path, the entries' rows in the file)]), the files in the windows' order."""
+    them (its VIEW)."""
     route, schema = ROUTES[name], VIEW[name]
-    read, picked, named = _routed_picks(windows, name, lo, hi, by_rows)
+    read, picked, _ = _routed_picks(windows, name, lo, hi)
     if isinstance(read, ManyWindows):
         shown = route.view_many(read, picked) if len(picked) else schema.empty_table()
     else:
         shown = pa.concat_tables([route.view(f, first, idx, w) for f, first, idx, w in picked]) if picked else \
             schema.empty_table()
-    return shown if by_rows is None else (shown, named)
+    return shown
 
 
 def routed_values(windows: RoutedWindows, name: str, lo: int, hi: int, by_rows=None):
     """What :func:`routed_entries` shows, as the values a route's view is made of (each file's name and params, the
     entries' rows in it and their window's columns), not the view: for a digest (jobs/audit/kept.py), equal values
     make equal views, and a range's views of a wide broker's units and an index's entries are megabytes of Arrow
-    made only to be hashed.  ``by_rows`` as :func:`routed_entries`'s."""
+    made only to be hashed.  ``by_rows`` (file paths): those files' entries not shown but named, as (the values of
+    the others', [(path, the entries' rows in the file)]), the files in the windows' order."""
     read, picked, named = _routed_picks(windows, name, lo, hi, by_rows)
 
     def values(w: dict, idx: np.ndarray, n: int) -> dict:  # a window's columns at the entries (anything else whole)
