@@ -72,7 +72,10 @@ def _offsets(segments) -> np.ndarray:
 
 @pytest.mark.parametrize("store", STORES, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
 @pytest.mark.parametrize("remote", [False, True], ids=["mapped", "ranged"])
-def test_each_offset_reads_as_the_codec_reads_it(store, remote):
+@pytest.mark.parametrize("slice_rows", [None, 3], ids=["whole", "sliced"])
+def test_each_offset_reads_as_the_codec_reads_it(store, remote, slice_rows, monkeypatch):
+    if slice_rows:  # a segment's records decoded a few at a time, as a level's 300,000 pending ones are
+        monkeypatch.setattr(D, "READING_ROWS", slice_rows)
     segments = _segments(store)
     phys = _offsets(segments)
     uniq, real = D._first_readings(_segments(store, remote), phys)
@@ -82,7 +85,8 @@ def test_each_offset_reads_as_the_codec_reads_it(store, remote):
     assert any(u is not None for u, _ in expected) and any(u is None for u, _ in expected)
 
 
-def test_a_damaged_record_reads_as_nothing_and_its_neighbours_as_before(tmp_path):
+def test_a_damaged_record_reads_as_nothing_and_its_neighbours_as_before(tmp_path, monkeypatch):
+    monkeypatch.setattr(D, "READING_ROWS", 2)  # slices that end beside a damaged record
     store = tmp_path / "store"
     shutil.copytree(STORES[0], store)
     segments = _segments(store)

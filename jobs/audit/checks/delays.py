@@ -116,13 +116,20 @@ def _segments_of(segments: list, phys: np.ndarray) -> np.ndarray:
     return at
 
 
+#: records a first reading decodes at once: a level's file holds up to 300,000 pending records, and decoding them
+#: together held ~190 MiB in its task (the survey's peak at 16 GiB); a slice holds a tenth of that
+READING_ROWS = 1 << 14
+
+
 def _first_readings(segments: list, phys: np.ndarray) -> tuple[pa.Array, pa.Array]:
     """The UNIQ_KEY and REAL_TOPIC of the record at each physical offset, decoded as it stands by the compiled
-    kernels, a segment's records at once (a record that does not decode, or lies in no segment: nulls)."""
+    kernels, a segment's records :data:`READING_ROWS` at a time (a record that does not decode, or lies in no
+    segment: nulls)."""
     from decoding.kernels import decode_buffer
 
-    uniq = np.full(len(phys), None, object)
-    real = np.full(len(phys), None, object)
+    uniq, real = [], []  # the decoded records' columns, in the order decoded
+    row = np.full(len(phys), -1, np.int64)  # each offset's decoded record, -1 for none
+    decoded = 0
     at = _segments_of(segments, phys)
     for k in np.unique(at[at >= 0]).tolist():
         base, length, loc = segments[k]
@@ -130,16 +137,20 @@ def _first_readings(segments: list, phys: np.ndarray) -> tuple[pa.Array, pa.Arra
         pos, first = np.unique(phys[rows] - base, return_inverse=True)  # each record decoded once, in file order
         mapped, buf, starts, sizes, ok = _records_at(loc, length, pos)
         try:
-            if ok.any():
-                t = decode_buffer(buf, starts, sizes, columns=("uniq_key", "real_topic"))
-                for column, into in (("uniq_key", uniq), ("real_topic", real)):
-                    got = np.full(len(pos), None, object)
-                    got[ok] = t.column(column).to_numpy(zero_copy_only=False)
-                    into[rows] = got[first]
+            for lo in range(0, len(starts), READING_ROWS):
+                t = decode_buffer(buf, starts[lo:lo + READING_ROWS], sizes[lo:lo + READING_ROWS],
+                                  columns=("uniq_key", "real_topic"))
+                uniq.append(t.column("uniq_key"))
+                real.append(t.column("real_topic"))
         finally:
             if mapped is not None:
                 mapped.close()
-    return pa.array(uniq, pa.string()), pa.array(real, pa.string())
+        of_pos = np.full(len(pos), -1, np.int64)
+        of_pos[ok] = decoded + np.arange(len(starts))
+        row[rows] = of_pos[first]
+        decoded += len(starts)
+    take = pa.array(row, mask=row < 0)
+    return tuple(pa.chunked_array(c, pa.string()).take(take).combine_chunks() for c in (uniq, real))
 
 
 def _records_at(loc, length: int, pos: np.ndarray):
