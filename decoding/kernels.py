@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import time
 from dataclasses import dataclass
 from typing import Iterable
@@ -179,6 +180,41 @@ def tune_allocator() -> bool:
 
 
 _TUNED = False
+
+#: the size from which glibc serves an allocation with its own ``mmap`` in a driver (:func:`bound_driver_memory`)
+DRIVER_MMAP_THRESHOLD = 4 << 20
+
+
+def bound_driver_memory() -> dict:
+    """Let a driver give back what its steps free (the opposite trade of :func:`tune_allocator`, which keeps a
+    decoding worker's freed buffers for its next batch).  A driver runs many steps, each with its own high water,
+    and the audit runs its tasks in it on local[N]; with the defaults what one step freed stayed resident under
+    the next (a 1 GiB audit's driver peaked at 640-740 MiB, creeping up run after run in one session; 16 GiB at
+    880 MiB):
+
+    * Arrow's default pool becomes jemalloc where this pyarrow has it: mimalloc kept the pages freed by every thread
+      that ever allocated (release_unused collects the caller's only);
+    * glibc serves allocations from :data:`DRIVER_MMAP_THRESHOLD` up with their own ``mmap``, given back when
+      freed: its dynamic threshold rises to 32 MiB as large arrays are freed, and the heaps then keep each freed
+      array below that, fragmented between live ones, where ``malloc_trim`` cannot return them.
+
+    Together: 440-470 MiB for the 1 GiB audit, flat across runs, at the same speed (BENCHMARKS.md).  A setting the
+    user made (ARROW_DEFAULT_MEMORY_POOL, MALLOC_MMAP_THRESHOLD_) is left as it is; so is a process
+    :func:`tune_allocator` tuned.  Returns what it set."""
+    done = {}
+    if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        try:
+            pa.set_memory_pool(pa.jemalloc_memory_pool())
+            done["arrow_pool"] = "jemalloc"
+        except NotImplementedError:  # a build without it keeps its default (Arrow's error is one)
+            pass
+    if not _TUNED and not os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+        try:
+            if ctypes.CDLL("libc.so.6").mallopt(-3, DRIVER_MMAP_THRESHOLD):  # M_MMAP_THRESHOLD
+                done["mmap_threshold"] = DRIVER_MMAP_THRESHOLD
+        except (OSError, AttributeError):  # no glibc
+            pass
+    return done
 
 
 def release_freed_memory() -> None:

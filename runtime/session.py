@@ -117,6 +117,9 @@ def build_session(app_name: str, master: str | None = None, test_profile: bool =
     and the project is shipped to it (:func:`ship_project`)."""
     global last_start_seconds
     started = time.perf_counter()
+    from decoding.kernels import bound_driver_memory
+
+    bound_driver_memory()  # this process is a driver: what its steps free goes back (a third off its peak)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if str(REPO) not in paths:

@@ -36,3 +36,63 @@ def test_freed_heap_pages_go_back_to_the_os():
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     before, after = map(int, out.stdout.split())
     assert before - after > 200, (before, after)  # ~299 MiB of freed 1 MiB arrays
+
+
+BOUND_CHILD = """
+import sys
+import numpy as np
+import pyarrow as pa
+from decoding.kernels import bound_driver_memory
+
+def anon():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssAnon:")) // 1024
+
+done = bound_driver_memory() if sys.argv[1] == "bound" else {}
+big = np.ones(16 << 20, np.uint8)
+del big  # by default glibc now serves arrays up to 16 MiB from its heaps, and keeps them there when freed
+arrays = [np.ones(6 << 20, np.uint8) for _ in range(40)]
+held = arrays[1::2]  # live arrays between the freed ones: no heap can shrink past them
+before = anon()
+del arrays
+print(before - anon(), pa.default_memory_pool().backend_name, sorted(done))
+"""
+
+
+def _bound_child(mode: str, **env) -> tuple[int, str, str]:
+    out = subprocess.run([sys.executable, "-c", BOUND_CHILD, mode], cwd=REPO, capture_output=True, text=True,
+                         check=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", **env})
+    freed, pool, done = out.stdout.strip().split(maxsplit=2)
+    return int(freed), pool, done
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RssAnon from /proc")
+def test_a_driver_gives_back_each_freed_array_when_it_is_freed():
+    """decoding.kernels.bound_driver_memory, as runtime.session.build_session calls it in every driver: 20 arrays of
+    6 MiB freed between live ones go back at once (by default they stay resident, no trim reaching them)."""
+    freed, _, _ = _bound_child("bound")
+    assert freed >= 100, freed  # 120 MiB freed
+    freed, _, _ = _bound_child("default")
+    assert freed < 30, freed
+
+
+def test_a_driver_allocates_arrow_memory_from_jemalloc_unless_the_user_chose():
+    import pyarrow as pa
+
+    try:
+        pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        pytest.skip("this pyarrow has no jemalloc")
+    assert _bound_child("bound")[1:] == ("jemalloc", "['arrow_pool', 'mmap_threshold']")
+    assert _bound_child("bound", ARROW_DEFAULT_MEMORY_POOL="system", MALLOC_MMAP_THRESHOLD_="1048576")[1:] == (
+        "system", "[]")
+
+
+def test_the_session_builder_bounds_its_driver(spark):
+    import pyarrow as pa
+
+    try:
+        pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        pytest.skip("this pyarrow has no jemalloc")
+    assert pa.default_memory_pool().backend_name == "jemalloc"
