@@ -193,7 +193,9 @@ def bound_driver_memory() -> dict:
     880 MiB):
 
     * Arrow's default pool becomes jemalloc where this pyarrow has it: mimalloc kept the pages freed by every thread
-      that ever allocated (release_unused collects the caller's only);
+      that ever allocated (release_unused collects the caller's only).  A job's process chose it before pyarrow
+      loaded (jobs/__init__.py: ARROW_DEFAULT_MEMORY_POOL), which Arrow's C++ defaults follow as well; here,
+      pyarrow's own default is set, for a process that loaded pyarrow first (a notebook);
     * glibc serves allocations from :data:`DRIVER_MMAP_THRESHOLD` up with their own ``mmap``, given back when
       freed: its dynamic threshold rises to 32 MiB as large arrays are freed, and the heaps then keep each freed
       array below that, fragmented between live ones, where ``malloc_trim`` cannot return them.
