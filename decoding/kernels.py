@@ -182,26 +182,27 @@ def tune_allocator() -> bool:
 _TUNED = False
 
 #: the size from which glibc serves an allocation with its own ``mmap`` in a driver (:func:`bound_driver_memory`)
-DRIVER_MMAP_THRESHOLD = 4 << 20
+DRIVER_MMAP_THRESHOLD = 16 << 20
 
 
 def bound_driver_memory() -> dict:
     """Let a driver give back what its steps free (the opposite trade of :func:`tune_allocator`, which keeps a
     decoding worker's freed buffers for its next batch).  A driver runs many steps, each with its own high water,
     and the audit runs its tasks in it on local[N]; with the defaults what one step freed stayed resident under
-    the next (a 1 GiB audit's driver peaked at 640-740 MiB, creeping up run after run in one session; 16 GiB at
-    880 MiB):
+    the next (the 4 GiB audit's driver peaked at 710-740 MiB, the 1 GiB one's crept up run after run in one
+    session):
 
     * Arrow's default pool becomes jemalloc where this pyarrow has it: mimalloc kept the pages freed by every thread
       that ever allocated (release_unused collects the caller's only).  A job's process chose it before pyarrow
       loaded (jobs/__init__.py: ARROW_DEFAULT_MEMORY_POOL), which Arrow's C++ defaults follow as well; here,
-      pyarrow's own default is set, for a process that loaded pyarrow first (a notebook);
+      pyarrow's own default is set, for a process that loaded pyarrow first (a notebook).  4 GiB: 580-630 MiB,
+      the same speed;
     * glibc serves allocations from :data:`DRIVER_MMAP_THRESHOLD` up with their own ``mmap``, given back when
       freed: its dynamic threshold rises to 32 MiB as large arrays are freed, and the heaps then keep each freed
-      array below that, fragmented between live ones, where ``malloc_trim`` cannot return them.
+      array below that, between live ones, where ``malloc_trim`` cannot return it.  4 GiB: 505-525 MiB, within
+      the noise of the time (at 4 MiB: 505-511 MiB, but 7% slower: a page fault per 4 KiB of each new array).
 
-    Together: 440-470 MiB for the 1 GiB audit, flat across runs, at the same speed (BENCHMARKS.md).  A setting the
-    user made (ARROW_DEFAULT_MEMORY_POOL, MALLOC_MMAP_THRESHOLD_) is left as it is; so is a process
+    A setting the user made (ARROW_DEFAULT_MEMORY_POOL, MALLOC_MMAP_THRESHOLD_) is left as it is; so is a process
     :func:`tune_allocator` tuned.  Returns what it set."""
     done = {}
     if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):

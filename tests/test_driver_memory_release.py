@@ -49,9 +49,9 @@ def anon():
         return next(int(line.split()[1]) for line in f if line.startswith("RssAnon:")) // 1024
 
 done = bound_driver_memory() if sys.argv[1] == "bound" else {}
-big = np.ones(16 << 20, np.uint8)
-del big  # by default glibc now serves arrays up to 16 MiB from its heaps, and keeps them there when freed
-arrays = [np.ones(6 << 20, np.uint8) for _ in range(40)]
+big = np.ones(30 << 20, np.uint8)
+del big  # by default glibc now serves arrays up to 30 MiB from its heaps, and keeps them there when freed
+arrays = [np.ones(20 << 20, np.uint8) for _ in range(12)]
 held = arrays[1::2]  # live arrays between the freed ones: no heap can shrink past them
 before = anon()
 del arrays
@@ -68,8 +68,8 @@ def _bound_child(mode: str, **env) -> tuple[int, str, str]:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RssAnon from /proc")
 def test_a_driver_gives_back_each_freed_array_when_it_is_freed():
-    """decoding.kernels.bound_driver_memory, as runtime.session.build_session calls it in every driver: 20 arrays of
-    6 MiB freed between live ones go back at once (by default they stay resident, no trim reaching them)."""
+    """decoding.kernels.bound_driver_memory, as runtime.session.build_session calls it in every driver: 6 arrays of
+    20 MiB freed between live ones go back at once (by default they stay resident, no trim reaching them)."""
     freed, _, _ = _bound_child("bound")
     assert freed >= 100, freed  # 120 MiB freed
     freed, _, _ = _bound_child("default")
