@@ -1,6 +1,7 @@
 """The audit's driver gives freed memory back between its steps (decoding.kernels.release_freed_memory, called by
 jobs/audit/job.py after each stage and each family): glibc keeps freed heap pages resident otherwise, so a driver's
-peak was the sum of its steps' high waters (issue 40's driver memory)."""
+peak was the sum of its steps' high waters (issue 40's driver memory); and as its arrays are freed
+(decoding.kernels.bound_driver_memory, called by runtime.session.build_session)."""
 from __future__ import annotations
 
 import subprocess
@@ -88,11 +89,20 @@ def test_a_driver_allocates_arrow_memory_from_jemalloc_unless_the_user_chose():
         "system", "[]")
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RssAnon from /proc")
 def test_the_session_builder_bounds_its_driver(spark):
-    import pyarrow as pa
+    """This process built the tests' session (runtime.session.build_session): its freed arrays go back at once."""
+    import numpy as np
 
-    try:
-        pa.jemalloc_memory_pool()
-    except NotImplementedError:
-        pytest.skip("this pyarrow has no jemalloc")
-    assert pa.default_memory_pool().backend_name == "jemalloc"
+    def anon():
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("RssAnon:")) // 1024
+
+    big = np.ones(30 << 20, np.uint8)
+    del big
+    arrays = [np.ones(20 << 20, np.uint8) for _ in range(12)]
+    held = arrays[1::2]
+    before = anon()
+    del arrays
+    assert before - anon() >= 100, (before, anon())
+    del held
