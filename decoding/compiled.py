@@ -172,7 +172,7 @@ INT_NULL, INT_VALUE, INT_ASK_PYTHON, INT_OUT_OF_RANGE = range(4)
 #: states of uniq_keys
 UNIQ_NONE, UNIQ_DECODED, UNIQ_ASK_PYTHON = range(3)
 #: ``want`` bits of decode_records
-WANT_TEXT, WANT_CRC, WANT_BORN_HOST, WANT_STORE_HOST, WANT_MSG_ID = 1, 2, 4, 8, 16
+WANT_TEXT, WANT_CRC, WANT_BORN_HOST, WANT_STORE_HOST, WANT_MSG_ID, WANT_BODY = 1, 2, 4, 8, 16, 32
 #: ``flags`` bits written by decode_records
 FLAG_TOPIC_NOT_UTF8, FLAG_PROPS_NOT_UTF8, FLAG_SCHEDULE_TOPIC, FLAG_CRC_OK = 1, 2, 4, 8
 FLAG_CRC_PROPERTY = 16  # the record's last 20 bytes start with ``__CRC32#`` 0x01 (store_format.propcrc)
@@ -663,6 +663,7 @@ def decode_records(data, starts, sizes, present, lay, i32_offsets, i64_offsets, 
     sys_flag_at, born_v6, store_v6 = params[PAR_SYS_FLAG_OFFSET], params[PAR_BORN_V6], params[PAR_STORE_V6]
     text, crc, born, store, msg_id = want & WANT_TEXT, want & WANT_CRC, want & WANT_BORN_HOST, \
         want & WANT_STORE_HOST, want & WANT_MSG_ID
+    body = text and want & WANT_BODY  # the body copied only when asked for: the audit's scan reads none
     born_cache = np.full((64, 6), -1, np.int64)
     store_cache = np.full((64, 6), -1, np.int64)
     bo = to = po = ho = so = mo = 0
@@ -733,7 +734,8 @@ def decode_records(data, starts, sizes, present, lay, i32_offsets, i64_offsets, 
             i64[3, i] = _i64(data, s + store_ts_at)
             i64[4, i] = _i64(data, s + prepared_at)
             if text:
-                bo = _copy(body_data, bo, data, body_at, body_len)
+                if body:
+                    bo = _copy(body_data, bo, data, body_at, body_len)
                 to = _copy(topic_data, to, data, topic_at, topic_len)
                 po = _copy(props_data, po, data, props_at, props_len)
                 if _any_high_byte(data, topic_at, topic_at + topic_len) and \

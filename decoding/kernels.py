@@ -711,6 +711,8 @@ class _Decoder:
         want = (C.WANT_TEXT if text else 0) | (C.WANT_CRC if "body_crc_ok" in self.want else 0) \
             | (C.WANT_BORN_HOST if "born_host" in self.want else 0) \
             | (C.WANT_STORE_HOST if "store_host" in self.want else 0) | (C.WANT_MSG_ID if "msg_id" in self.want else 0)
+        self.with_body = text and self.needs("body", *DECOMPRESS_COLUMNS)
+        want |= C.WANT_BODY if self.with_body else 0
         # body, topic and properties each fit in the frames, and in TOTALSIZE
         text_bound = int(np.minimum(sizes, _INT32_MAX).sum()) if text else 0
 
@@ -720,7 +722,7 @@ class _Decoder:
         i32 = np.empty((len(C.INT32_FIELDS), n), np.int32)
         i64 = np.empty((len(C.INT64_FIELDS), n), np.int64)
         err, flags = np.empty(n, np.int8), np.empty(n, np.int8)
-        body, topic, props = texts(text_bound), texts(text_bound), texts(text_bound)
+        body, topic, props = texts(text_bound if self.with_body else 0), texts(text_bound), texts(text_bound)
         born = texts(n * C.HOST_TEXT_MAX if want & C.WANT_BORN_HOST else 0)
         store = texts(n * C.HOST_TEXT_MAX if want & C.WANT_STORE_HOST else 0)
         msg_id = texts(n * C.MSG_ID_TEXT_MAX if want & C.WANT_MSG_ID else 0)
@@ -769,7 +771,8 @@ class _Decoder:
 
     def _texts(self, body, topic, props):
         C, c, valid = _compiled(), self.cols, self.valid
-        self.body = c["body"] = _strings(body[0], _trimmed(body[1], body[0][-1]), valid, pa.binary())
+        if self.with_body:  # else not copied (decoding.compiled.WANT_BODY)
+            self.body = c["body"] = _strings(body[0], _trimmed(body[1], body[0][-1]), valid, pa.binary())
         toff, tdata = topic[0], _trimmed(topic[1], topic[0][-1])
         bad = np.flatnonzero(self.flags & C.FLAG_TOPIC_NOT_UTF8)
         if len(bad):
