@@ -10,9 +10,9 @@ How, and why this way:
 
 * The per-record work runs in :mod:`decoding.compiled` (numba, compiled on first use in a process and cached on
   disk): one pass over the frames does the framing checks in :func:`store_format.codec.decode_record`'s
-  order, reads the header (offsets from :func:`store_format.layout.record_layout`), copies body, topic and
-  properties, checks the body CRC and formats hosts and msgIds; a second pass over the copied properties
-  builds the map entries and finds the named properties.  Here, numpy and Arrow only wrap the buffers those
+  order, reads the header (offsets from :func:`store_format.layout.record_layout`), copies topic, properties
+  and (when asked for) the body, checks the body CRC and formats hosts and msgIds; a second pass over the copied
+  properties builds the map entries and finds the named properties.  Here, numpy and Arrow only wrap the buffers those
   passes wrote: a column costs a constant number of calls, not a call per row.
 * Python per row remains only for rare input, through the store_format function that defines it: text that
   is not UTF-8 (replaced with U+FFFD, as Java's ``new String`` does), integer properties or UNIQ_KEYs in an
