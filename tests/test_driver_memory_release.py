@@ -112,7 +112,8 @@ spark.stop()
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RssAnon from /proc")
 def test_the_session_builder_bounds_its_driver():
     """A process that built its session with runtime.session.build_session gives its freed arrays back (a child of
-    its own: the tests' process may have been tuned the other way by a test that ran a worker's code in it)."""
+    its own: tests/test_bench_smoke.py runs the decode bench in the tests' process, which tunes it the other way,
+    decoding.kernels.tune_allocator)."""
     import os
 
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
