@@ -897,6 +897,29 @@ class Queue:
         shares (a ``file`` queue's store_format.consumequeue.QueueUnits over :attr:`reader_files`)."""
         return self.backend.recover(self.reader_files, units) if self.backend.recover else None
 
+    def start_known(self, recovery):
+        """What :meth:`recover` leaves of a ``file`` queue of one file whose FileRecovery (``recovery``, from whoever
+        read the file) is known, without a reader (store_format.consumequeue.one_file_start); None for any other
+        queue, or without it: then :meth:`recover` over :meth:`unit_reader`."""
+        if self.backend is not FILE or len(self.files) != 1 or recovery is None:
+            return None
+        from .consumequeue import one_file_start
+
+        return one_file_start(self.files[0].file.base_offset, recovery)
+
+    def keeps_every_unit(self, truncated_at: int | None) -> bool:
+        """Whether the broker's recovery keeps every written unit of a ``file`` queue of one file, told by that file's
+        units (:meth:`QueueFile.units`, read with its group) without a reader: recover() accepts them all and, where
+        recovery truncates the queues at ``truncated_at`` (the recovered commitlog end; None: it does not), every
+        one points below it (store_format.consumequeue.finish_queue then drops none).  False for any other queue:
+        ask finish_queue."""
+        if self.backend is not FILE or len(self.files) != 1:
+            return False
+        u = self.files[0].units()
+        if u.recovery is None or u.recovery.valid != len(u.kind):
+            return False
+        return truncated_at is None or not len(u.kind) or int(u.physical_offset.max()) < truncated_at
+
     def unit_reader(self, known: dict | None = None):
         """A ``file`` queue's store_format.consumequeue.QueueUnits over :attr:`reader_files` (each file read once
         for :meth:`recover` and store_format.recovery.finish_queue); ``known``: {file index: FileRecovery} of

@@ -370,7 +370,7 @@ def test_decode_and_repair_through_the_seam(spark, remote_sources, damaged_store
 
 def test_a_blocks_written_bytes_end_at_its_last_non_zero_byte():
     """fs.hostile.written_in (every zero search's test of one block: pieces of zeros by one memcmp each, the piece
-    the data ends in by rstrip or numpy) is ``len(block.rstrip(b"\\0"))`` on blocks of zeros and of data ending
+    the data ends in halved down to a rstrip) is ``len(block.rstrip(b"\\0"))`` on blocks of zeros and of data ending
     anywhere: at either end, on and beside word, page and piece edges, a piece from the end or more."""
     from store_format.fs.hostile import _ZEROS, written_in
 
@@ -383,6 +383,8 @@ def test_a_blocks_written_bytes_end_at_its_last_non_zero_byte():
                 block = bytearray(n)
                 block[at] = 0x5A
                 assert written_in(bytes(block)) == len(bytes(block).rstrip(b"\0")) == at + 1, (n, at)
+                block[at // 3] = block[max(0, at - 65)] = 0x01  # data, zeros between, then its last byte
+                assert written_in(bytes(block)) == at + 1, (n, at)
 
 
 @pytest.mark.parametrize("block", [1 << 18, 1 << 12])

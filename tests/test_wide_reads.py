@@ -293,3 +293,52 @@ def test_a_run_holds_off_full_collections_and_puts_the_threshold_back(monkeypatc
     assert gc.get_threshold()[2] > 1000 * before[2]
     second.__exit__(None, None, None)
     assert gc.get_threshold() == before
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_a_queue_kept_whole_is_told_without_a_reader(tmp_path, together):
+    """Queue.keeps_every_unit (the scan's prediction passes over a queue of one file without making a reader when it
+    says so) says so only of queues finish_queue drops nothing of, with recovery truncating the queues or not (a
+    queue whose units are not in offset order among them); and queue_recovery_in's rows are finish_queue's for
+    every queue that loses units, its files read with their group (a scan file task's read_once) or each alone."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from jobs.audit.checks.prediction import queue_recovery_in
+    from jobs.audit.tasks import Emitter
+    from store_format.queues import read_once
+    from store_format.recovery import finish_queue
+
+    root = _queues(tmp_path)
+    _file(root / "consumequeue" / "Unordered" / "0", 0, [(1000, 100, 7), (1500, 100, 7), (1100, 100, 7)])
+    files = list_queue_files(root)
+    queues = group_queues(files)
+    kept = set()
+    for has_commitlog, truncate, end in [(True, False, 1300), (True, True, 1300), (True, True, 1400),
+                                         (True, True, 1 << 20), (False, False, 1300)]:
+        expected = {}
+        for q in queues:
+            units = q.unit_reader()
+            r = finish_queue(*q.key, units.files, q.recover(units), end, has_commitlog, truncate, units)
+            if r.dropped:
+                expected[q.key] = (r.end, r.dropped, r.first_dropped, r.reason)
+            if has_commitlog and q.keeps_every_unit(end if truncate else None):  # without one, every queue goes
+                assert not r.dropped, (q.key, truncate, end)
+                kept.add((q.key, truncate, end))
+        out = Emitter()
+        facts = SimpleNamespace(broker="b", recovered_end=end, has_commitlog=has_commitlog, truncate_queues=truncate)
+        if together:
+            with read_once(files):
+                queue_recovery_in(facts, files, out)
+        else:
+            queue_recovery_in(facts, files, out)
+        rows = pa.concat_tables(out.partials.get("prediction.queues", [])).to_pylist() \
+            if "prediction.queues" in out.partials else []
+        assert {(r["topic"], r["queue_id"]): (r["end"], r["dropped"], r["first_dropped"], r["reason"])
+                for r in rows} == expected, (truncate, end)
+    # every case the shortcut takes: untruncated queues recovery walks to their end; truncated, only where every
+    # unit points below the end (Tail's last at 1300, not at 1400; not Unordered at 1400: its middle unit is 1500)
+    assert {(k, t, e) for k, t, e in kept if k[0] in ("Tail", "Unordered")} == {
+        (("Tail", 0), False, 1300), (("Tail", 0), True, 1400), (("Tail", 0), True, 1 << 20),
+        (("Unordered", 0), False, 1300), (("Unordered", 0), True, 1 << 20)}

@@ -204,16 +204,19 @@ def _queue_starts(task: SurveyInput, files: list[QueueFile], out, read: dict) ->
     """What recovery's walk of each whole queue of the group leaves (store_format.queues.Queue.recover): where the
     broker's recovery will start it, from what the survey read of each file (``read``: id of the file -> its
     Units' ``recovery``), so no file is read twice."""
-    starts = []
+    cols = {name: [] for name in QUEUE_STARTS.names[1:]}
     for q in group_queues(files):
-        s = q.recover(q.unit_reader({i: read[id(f)] for i, f in enumerate(q.files) if read.get(id(f)) is not None}))
+        s = q.start_known(read.get(id(q.files[0])))  # a queue of one file read here: no reader made
+        if s is None:
+            s = q.recover(q.unit_reader({i: read[id(f)] for i, f in enumerate(q.files) if read.get(id(f)) is not None}))
         if s is None:
             continue  # a backend whose recovery is not modelled
-        starts.append({"broker": task.broker, "topic": q.topic, "queue_id": q.queue_id, "recover_end": s.recover_end,
-                       "max_physic_offset": s.max_physic_offset,
-                       "refused_offset": s.refused[0] if s.refused else None,
-                       "refused_size": s.refused[1] if s.refused else None})
-    out.partial("survey.queue_starts", pa.Table.from_pylist(starts, schema=QUEUE_STARTS))
+        for name, value in zip(cols, (q.topic, q.queue_id, s.recover_end, s.max_physic_offset,
+                                      s.refused[0] if s.refused else None, s.refused[1] if s.refused else None)):
+            cols[name].append(value)
+    n = len(cols["topic"])
+    out.partial("survey.queue_starts", pa.table({"broker": pa.repeat(pa.scalar(task.broker), n), **cols},
+                                                schema=QUEUE_STARTS))
 
 
 def _recovery_of(u) -> object:

@@ -298,8 +298,9 @@ def in_queue_files(facts, files, out) -> None:
         u = p.units()  # its backend's units (a RocksDB queue's: no corrupt kind, a missing key is a message's miss)
         if u.ext_offset is not None:
             addressed.setdefault((p.topic, p.queue_id), []).append((p, u))
-        bad = np.flatnonzero(u.kind >= 2)  # zero units with data after them, units recovery refuses
-        for i in bad.tolist():
+        r = u.recovery  # recovery accepts every unit up to the last written one: none is bad (no array looked at)
+        bad = () if r is not None and r.valid == len(u.kind) else np.flatnonzero(u.kind >= 2).tolist()
+        for i in bad:  # zero units with data after them, units recovery refuses
             corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=int(u.file_position[i]),
                                 queue_offset=int(u.queue_offset[i]), length=L.CQ_STORE_UNIT_SIZE,
                                 reason=f"{('pre_blank', 'pre_blank', 'zero', 'invalid')[u.kind[i]]} unit: recovery "

@@ -65,6 +65,8 @@ def queue_recovery_in(facts, parts, out) -> None:
 
     rows = []
     for queue in group_queues(parts):
+        if facts.has_commitlog and queue.keeps_every_unit(facts.recovered_end if facts.truncate_queues else None):
+            continue  # no reader made: a broker of 40,000 queues has one file each
         units = queue.unit_reader()  # each file read once for both steps
         start = queue.recover(units)
         if start is None:
