@@ -392,13 +392,15 @@ def test_read_written_is_the_maps_written_bytes(tmp_path, elsewhere, monkeypatch
     """fs.read_written (pread of the data extents, no map: the consume-queue readers) gives the bytes a map gives up
     to ReadOnlyMap.written_length, rounded up to a whole unit within the file, and the file's length: sparse files
     with holes before, between and after their data, zeros written out, nothing written, a partial last unit, data
-    ending on a search block's edge; a file through the seam the same; anything but a regular file refused."""
+    ending on a search block's edge, a last unit that runs past its data extent into a hole; a file through the
+    seam the same; anything but a regular file refused."""
     monkeypatch.setattr(fs.hostile, "_ZERO_SCAN_BLOCK", block)
     files = {"empty": [], "zeros": [(0, bytes(70_000))], "one": [(0, b"\x01")], "tail": [(0, b"ab" * 30)],
              "edge": [(0, b"\x07" * block)], "hole_first": [(50_000, b"xyz"), (60_000, bytes(0))],
              "two_extents": [(0, b"a" * 5000), (900_000, b"b" * 17), (2_000_000, bytes(0))],
              "zeros_after": [(0, b"q" * 21), (21, bytes(300_000))], "partial_unit": [(0, b"u" * 47)],
-             "last_byte": [(1_048_575, b"z")]}
+             "last_byte": [(1_048_575, b"z")],
+             "unit_past_extent": [(0, b"e" * 4095), (100_000, bytes(0))]}  # its last unit runs into the hole
     for name, writes in files.items():
         with open(tmp_path / name, "wb") as f:
             for at, data in writes:

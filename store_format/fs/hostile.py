@@ -100,6 +100,12 @@ def open_fd(path, *, follow: bool = True, folder: bool = False) -> int:
 
     ``follow=False``: a symbolic link at ``path`` itself is refused (``O_NOFOLLOW``).  Raises
     :class:`UnreadableError`; the caller closes the descriptor."""
+    return open_fd_stat(path, follow=follow, folder=folder)[0]
+
+
+def open_fd_stat(path, *, follow: bool = True, folder: bool = False) -> tuple[int, os.stat_result]:
+    """:func:`open_fd`, with the descriptor's own stat (which its check took: a reader wanting the length asks no
+    second time)."""
     try:
         st = os.stat(path, follow_symlinks=follow)
     except OSError as e:
@@ -117,7 +123,7 @@ def open_fd(path, *, follow: bool = True, folder: bool = False) -> int:
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, st
 
 
 def _wanted(mode: int, folder: bool) -> bool:

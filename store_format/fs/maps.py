@@ -18,7 +18,7 @@ import pyarrow.fs as pafs
 from .. import layout as L
 from ..errors import StoreFormatError
 from .hostile import UnreadableError, _FileMap, _os_reason, data_extents, describe, last_nonzero, open_fd, \
-    written_length
+    open_fd_stat, written_length
 from .remote import Location, StorePath, _Bytes, _unreadable, _Window, as_path
 
 
@@ -393,14 +393,16 @@ def read_written(path, unit: int = 1) -> tuple[bytes | bytearray, int]:
         with ReadOnlyMap(path) as m:
             end = min(len(m), -(-m.written_length() // unit) * unit)
             return bytes(m.buf[:end]), len(m)
-    fd = open_fd(path)
+    fd, st = open_fd_stat(path)
     try:
-        length = os.fstat(fd).st_size
+        length = st.st_size
         extents = data_extents(fd, length)
         if extents is None:  # the system cannot tell where the holes are
             extents = [(0, length)]
         found, start, block = last_nonzero(extents, lambda a, b: _pread(fd, path, b - a, a))
         end = min(length, -(-found // unit) * unit)
+        if start == 0 and block is not None:  # the block the search read holds it all (a small queue's one page)
+            return block[:end] + bytes(max(0, end - len(block))), length
         out = bytearray(end)
         view = memoryview(out)
         for lo, hi in extents:  # the data below the block the search read, which it did not keep
