@@ -105,3 +105,40 @@ def test_a_damaged_record_reads_as_nothing_and_its_neighbours_as_before(tmp_path
     assert real.to_pylist() == [r for _, r in expected]
     before = [_reference(_segments(STORES[0]), int(p)) for p in phys]  # the fixture's own records
     assert expected == [(None, None) if p in damaged else b for p, b in zip(starts, before)]
+
+
+@pytest.mark.parametrize("store", STORES[:2], ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
+def test_a_survey_task_reads_its_levels_pending_records_at_once(store, monkeypatch):
+    """A survey task of a broker's consume-queue files takes the first readings of every level's pending messages
+    together (one call, where a fleet's broker paid one a level), its ``delays.pending`` rows each level's units at
+    or past the level's next offset in the files' order, each read as the codec reads its record."""
+    import pyarrow as pa
+
+    from jobs.audit.routes import CONSUMEQUEUE, SurveyInput
+    from jobs.audit.survey import RouteSurvey
+    from jobs.audit.tasks import Emitter
+    from store_format.queues import list_queue_files
+
+    files = list_queue_files(store)
+    levels = sorted({f.queue_id for f in files if f.topic == L.SCHEDULE_TOPIC})
+    assert len(levels) >= 3
+    nxt = {qid: k % 2 for k, qid in enumerate(levels)}  # every other level's first unit delivered already
+    segments = _segments(store)
+    calls = []
+    real = D._first_readings
+    monkeypatch.setattr(D, "_first_readings", lambda s, p: calls.append(len(p)) or real(s, p))
+    out = Emitter()
+    given = SurveyInput("b", 20, 1 << 40, {"delays": {"next": nxt, "segments": segments}})
+    RouteSurvey(CONSUMEQUEUE.name, given, files, (("delays", D.pending_in_survey),)).run(out)
+    rows = pa.concat_tables(out.spilled["delays.pending"]).to_pylist()
+    expected = []
+    for f in files:
+        if f.topic == L.SCHEDULE_TOPIC:
+            u = f.units()
+            for i in np.flatnonzero(u.valid & (u.queue_offset >= nxt[f.queue_id])).tolist():
+                uniq, topic = _reference(segments, int(u.physical_offset[i]))
+                expected.append({"broker": "b", "level": f.queue_id + 1, "queue_offset": int(u.queue_offset[i]),
+                                 "physical_offset": int(u.physical_offset[i]), "deliver_time": int(u.tags_code[i]),
+                                 "uniq_key": uniq, "real_topic": topic})
+    assert rows == expected and len({r["level"] for r in rows}) >= 2
+    assert calls == [len(expected)]

@@ -148,6 +148,7 @@ class RouteSurvey:
             for _, hook in self.hooks:
                 hook(self.given, f, read, out)
             kept[id(f)] = route.survey_keep(read)  # a few numbers a file
+        out.finish_gathered()  # what the hooks do once the files are done
         out.partial(route.files_partial, table if table is not None
                     else pa.Table.from_pylist(rows, schema=route.survey_schema))
         if route.survey_group is not None:

@@ -24,7 +24,7 @@ import io
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -86,6 +86,24 @@ class Emitter:
         self.partials: dict[str, list[pa.Table]] = {}
         self.tables: dict[str, list[pa.Table]] = {}
         self.spilled: dict[str, list[pa.Table]] = {}
+        self._gathered: dict[str, tuple[list, Callable]] = {}
+
+    def gathered(self, name: str, finish: Callable) -> list:
+        """A list a hook adds to under ``name`` across its calls in one task (a survey's hook is called a file at a
+        time); ``finish(items, out)`` runs once the task's files are done (:meth:`finish_gathered`): what a hook does
+        once a task rather than once a file (a fleet's broker has five delay levels of a few pending messages each,
+        and reading their records cost most of its survey when done a level at a time)."""
+        if name not in self._gathered:
+            self._gathered[name] = ([], finish)
+        return self._gathered[name][0]
+
+    def finish_gathered(self) -> None:
+        """Each :meth:`gathered` list's ``finish``, once: by the task at the end of its run (before what it emitted
+        is kept or merged), and by :func:`run_one` and :meth:`merge` for a task that did not."""
+        while self._gathered:
+            name = next(iter(self._gathered))
+            items, finish = self._gathered.pop(name)
+            finish(items, self)
 
     def table(self, name: str, table: pa.Table) -> None:
         """Rows of the detail table ``name``, written by the task as its own Parquet file (as findings are)."""
@@ -108,6 +126,7 @@ class Emitter:
 
     def merge(self, other: "Emitter") -> None:
         """What ``other`` emitted, after what this one has (a task made of several, jobs/audit/scan.py)."""
+        other.finish_gathered()
         self.findings += other.findings
         for mine, theirs in ((self.partials, other.partials), (self.tables, other.tables),
                              (self.spilled, other.spilled)):
@@ -204,6 +223,7 @@ def run_one(i: int, task, run: RunInfo) -> Emitter:
     t0 = time.perf_counter()
     try:
         task.run(out)
+        out.finish_gathered()
     except Exception as e:  # one broker's bad file is that broker's finding: the others' tasks go on
         out = Emitter()  # what the task made before it failed is incomplete: only the failure is kept
         out.partial("_failures", failure_row(task.broker, task.describe(), e))

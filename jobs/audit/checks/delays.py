@@ -16,6 +16,8 @@ records by offset, then with the delivered copies by key, a bucket at a time), k
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -83,22 +85,28 @@ def schedule_probe(ctx, broker: str) -> dict:
 def pending_in_survey(given, f, units, out) -> None:
     """The units of a SCHEDULE_TOPIC_XXXX file at or past its level's next offset to deliver: the pending delayed
     messages, with a first reading of their records (not checked: the scan says whether a message of the walk
-    starts there)."""
+    starts there), read for all the task's files at once (:func:`_pending_read`)."""
     probe = given.probes.get("delays")
     if units is None or probe is None or f.topic != L.SCHEDULE_TOPIC or f.queue_id not in probe["next"]:
         return
     entry = np.flatnonzero(units.valid)
     due = entry[units.queue_offset[entry] >= probe["next"][f.queue_id]]
-    if not len(due):
-        return
-    phys = units.physical_offset[due].astype(np.int64)
-    uniq_key, real_topic = _first_readings(probe["segments"], phys)
+    if len(due):
+        out.gathered("delays.pending", partial(_pending_read, given, probe["segments"])).append((
+            np.full(len(due), f.queue_id + 1, np.int32), units.queue_offset[due].astype(np.int64),
+            units.physical_offset[due].astype(np.int64), units.tags_code[due].astype(np.int64)))
+
+
+def _pending_read(given, segments: list, files: list, out) -> None:
+    """The pending messages of a survey task's files (``files``: their levels, queue offsets, physical offsets and
+    deliver times, a file at a time), their records' first readings taken together: one map of a segment and one
+    decode a task, not one a level."""
+    level, queue_offset, phys, deliver_time = (np.concatenate(c) for c in zip(*files))
+    uniq_key, real_topic = _first_readings(segments, phys)
     out.spill("delays.pending", pa.table({
-        "broker": pa.repeat(pa.scalar(given.broker), len(due)),
-        "level": pa.repeat(pa.scalar(f.queue_id + 1, pa.int32()), len(due)),
-        "queue_offset": pa.array(units.queue_offset[due].astype(np.int64)), "physical_offset": pa.array(phys),
-        "deliver_time": pa.array(units.tags_code[due].astype(np.int64)), "uniq_key": uniq_key,
-        "real_topic": real_topic}, schema=PENDING))
+        "broker": pa.repeat(pa.scalar(given.broker), len(phys)), "level": pa.array(level),
+        "queue_offset": pa.array(queue_offset), "physical_offset": pa.array(phys),
+        "deliver_time": pa.array(deliver_time), "uniq_key": uniq_key, "real_topic": real_topic}, schema=PENDING))
 
 
 def _segments_of(segments: list, phys: np.ndarray) -> np.ndarray:
