@@ -108,10 +108,13 @@ def test_a_damaged_record_reads_as_nothing_and_its_neighbours_as_before(tmp_path
 
 
 @pytest.mark.parametrize("store", STORES[:2], ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
-def test_a_survey_task_reads_its_levels_pending_records_at_once(store, monkeypatch):
+@pytest.mark.parametrize("reading_rows", [1 << 14, 2])
+def test_a_survey_task_reads_its_levels_pending_records_at_once(store, reading_rows, monkeypatch):
     """A survey task of a broker's consume-queue files takes the first readings of every level's pending messages
-    together (one call, where a fleet's broker paid one a level), its ``delays.pending`` rows each level's units at
-    or past the level's next offset in the files' order, each read as the codec reads its record."""
+    together (one call, where a fleet's broker paid one a level) until they are READING_ROWS or more (then read at
+    once, so no more is held than a level's), its ``delays.pending`` rows each level's units at or past the level's
+    next offset in the files' order, each read as the codec reads its record."""
+    monkeypatch.setattr(D, "READING_ROWS", reading_rows)
     import pyarrow as pa
 
     from jobs.audit.routes import CONSUMEQUEUE, SurveyInput
@@ -141,4 +144,9 @@ def test_a_survey_task_reads_its_levels_pending_records_at_once(store, monkeypat
                                  "physical_offset": int(u.physical_offset[i]), "deliver_time": int(u.tags_code[i]),
                                  "uniq_key": uniq, "real_topic": topic})
     assert rows == expected and len({r["level"] for r in rows}) >= 2
-    assert calls == [len(expected)]
+    read, held = [], 0  # each level's pending in the files' order, read once READING_ROWS are held
+    for level in dict.fromkeys(r["level"] for r in expected):
+        held += sum(r["level"] == level for r in expected)
+        if held >= reading_rows:
+            read, held = read + [held], 0
+    assert calls == read + ([held] if held else []) and (len(calls) == 1) == (reading_rows > len(expected))

@@ -91,16 +91,23 @@ def pending_in_survey(given, f, units, out) -> None:
         return
     entry = np.flatnonzero(units.valid)
     due = entry[units.queue_offset[entry] >= probe["next"][f.queue_id]]
-    if len(due):
-        out.gathered("delays.pending", partial(_pending_read, given, probe["segments"])).append((
-            np.full(len(due), f.queue_id + 1, np.int32), units.queue_offset[due].astype(np.int64),
-            units.physical_offset[due].astype(np.int64), units.tags_code[due].astype(np.int64)))
+    if not len(due):
+        return
+    gathered = out.gathered("delays.pending", partial(_pending_read, given, probe["segments"]))
+    gathered.append((np.full(len(due), f.queue_id + 1, np.int32), units.queue_offset[due].astype(np.int64),
+                     units.physical_offset[due].astype(np.int64), units.tags_code[due].astype(np.int64)))
+    if sum(len(g[0]) for g in gathered) >= READING_ROWS:  # enough to be read now: held no longer than before
+        _pending_read(given, probe["segments"], gathered, out)
+        gathered.clear()
 
 
 def _pending_read(given, segments: list, files: list, out) -> None:
     """The pending messages of a survey task's files (``files``: their levels, queue offsets, physical offsets and
     deliver times, a file at a time), their records' first readings taken together: one map of a segment and one
-    decode a task, not one a level."""
+    decode for a task's levels of few pending messages (a fleet's broker has five of a few hundred each), not one
+    a level."""
+    if not files:
+        return
     level, queue_offset, phys, deliver_time = (np.concatenate(c) for c in zip(*files))
     uniq_key, real_topic = _first_readings(segments, phys)
     out.spill("delays.pending", pa.table({
