@@ -7,7 +7,9 @@ Where each hook runs (``rc``: a :class:`jobs.audit.scan.RangeContext`; ``out``: 
 
 * ``survey_probes(ctx, broker) -> object``: on the driver before the survey; what its survey hooks need.
 * ``in_survey[route](task, file, read, out)``: in a survey task of that route (jobs/audit/routes.py), for each file
-  the route's survey read (``read``: what it read of the file, the route's own form; ``task.probes[family]``).
+  the route's survey read (``read``: what it read of the file, the route's own form; ``task.probes[family]``); what
+  it does once a task rather than once a file it gathers with ``out.gathered(name, finish)`` (the delays' first
+  readings of a broker's levels).
 * ``probes(ctx, broker) -> object``: on the driver between survey and scan; what its scan hooks need
   (``rc.facts.probes[family]`` in every task of the broker).
 * ``in_range(rc, out)``: in every commitlog range task, over its walk, its messages and what it owns.
