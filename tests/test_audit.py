@@ -641,6 +641,24 @@ def test_the_rate_plot_stays_meaningful_for_a_store_spanning_under_a_second():
     plt.close("all")
 
 
+def test_an_audit_of_kept_records_whose_store_times_no_calendar_holds_writes_its_report(spark, basic_copy, tmp_path):
+    """Two records' STORETIMESTAMP set to a long's ends (a damaged field the broker keeps: the record's CRC covers its
+    body only): the audit ends and writes its report (the rate plot's start failed it: "year -292275055 is out of
+    range")."""
+    import struct
+
+    root, _ = basic_copy
+    seg = sorted((root / "commitlog").iterdir())[0]
+    with open(seg, "r+b") as f:
+        first = struct.unpack(">i", f.read(4))[0]
+        for at, value in ((0, -(1 << 63)), (first, (1 << 63) - 1)):  # STORETIMESTAMP at 56 (an IPv4 born host)
+            f.seek(at + 36)
+            assert struct.unpack(">i", f.read(4))[0] & 0x10 == 0  # BORNHOST_V6_FLAG clear
+            f.seek(at + 56)
+            f.write(struct.pack(">q", value))
+    result = audit.run(spark, audit_args([root], tmp_path / "out"))
+    assert result.exit_code == 0 and (tmp_path / "out" / "report.html").stat().st_size > 0
+
 @pytest.mark.parametrize("damaged", [False, True], ids=["plain", "a-time-near-a-longs-end"])
 def test_the_message_rate_is_every_ranges_counts_merged(damaged):
     """message_rate (in Arrow) merges the ranges' counts as the row-at-a-time loop it replaced did: counts per
