@@ -109,12 +109,14 @@ def _history_runs(history: Path) -> dict[str, dict]:
     return runs
 
 
-def _assert_whole(out: Path, history: Path, before: str, new: str | None, *, only: bool = True) -> str:
+def _assert_whole(out: Path, history: Path, before: str, new: str | None, *, only: bool = True,
+                  previous: str | None = None) -> str:
     """The output holds one complete run (the previous one, or the new one), its history lists exactly the runs
     whose findings and metrics it holds in full, the new run iff the output holds it; returns the run the output
-    holds."""
+    holds.  ``before``: the baseline's run; ``previous``: the run the output held when the new one started (an
+    earlier case's run when its signal came after its commit point), ``before`` unless given."""
     summary = _summary(out)
-    assert summary["run_id"] in (before, new)
+    assert summary["run_id"] in (previous or before, new)
     assert (out / "findings" / "_SUCCESS").exists() and (out / "report.html").exists()
     mark = json.loads((out / "_ROCKETMQ_FORENSICS").read_text())
     assert mark["state"] == "committed" and mark["run_id"] == summary["run_id"]
@@ -199,7 +201,7 @@ def test_an_interrupted_audit_leaves_the_output_and_the_history_whole(baseline, 
         job.proc.send_signal(sig)
     code = job.finish()
     assert "Traceback" not in job.stderr or sig == signal.SIGINT  # (the clean one-liner is runtime/interrupts.py's)
-    now = _assert_whole(out, history, before, new)
+    now = _assert_whole(out, history, before, new, previous=previous)
     if now != previous:  # the signal came after the commit point: the new run is whole, and said so
         assert now == new and code in (0, 1) or "committing" in job.stderr
     else:  # the output is the commit point (runtime/history.py): before it, the history never lists the new run
