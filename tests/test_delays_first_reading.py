@@ -144,9 +144,11 @@ def test_a_survey_task_reads_its_levels_pending_records_at_once(store, reading_r
                                  "physical_offset": int(u.physical_offset[i]), "deliver_time": int(u.tags_code[i]),
                                  "uniq_key": uniq, "real_topic": topic})
     assert rows == expected and len({r["level"] for r in rows}) >= 2
-    read, held = [], 0  # each level's pending in the files' order, read once READING_ROWS are held
-    for level in dict.fromkeys(r["level"] for r in expected):
-        held += sum(r["level"] == level for r in expected)
-        if held >= reading_rows:
-            read, held = read + [held], 0
+    read, held = [], 0  # each level's pending in the files' order, READING_ROWS at most at a time, read once
+    for level in dict.fromkeys(r["level"] for r in expected):  # READING_ROWS are held
+        pending = sum(r["level"] == level for r in expected)
+        for lo in range(0, pending, reading_rows):
+            held += min(reading_rows, pending - lo)
+            if held >= reading_rows:
+                read, held = read + [held], 0
     assert calls == read + ([held] if held else []) and (len(calls) == 1) == (reading_rows > len(expected))

@@ -36,6 +36,65 @@ def test_a_spilled_partial_is_a_part_file_and_a_row_saying_where(tmp_path):
     assert "retries.hops" not in out.partials
 
 
+def test_a_task_past_its_hold_writes_its_spilled_rows_as_they_come(tmp_path, monkeypatch):
+    """A task's emitter (with its run and part) writes its spilled rows into their part file once they pass
+    SPILL_HOLD_BYTES, then holds none of them: one file a name all the same, its rows in the order spilled, and one
+    row saying where, as an emitter that held them all writes."""
+    import pyarrow.parquet as pq
+
+    from jobs.audit import tasks
+
+    monkeypatch.setattr(tasks, "SPILL_HOLD_BYTES", _hops([1, 2]).nbytes + 1)
+    run = _run(tmp_path)
+    part = "part-00007.parquet"
+    out = Emitter((run, part))
+    out.spill("retries.hops", _hops([300, 100]))
+    assert out.spilled != {}  # held: under the hold
+    out.spill("retries.hops", _hops([500]))
+    assert out.spilled == {}  # past it: written
+    path = tmp_path / "partials" / "retries.hops" / part
+    assert path.exists()
+    sub = Emitter()  # a sub-task's rows (jobs/audit/scan.py), merged
+    sub.spill("retries.hops", pa.table({"broker": ["b"], "physical_offset": pa.array([None], pa.int64()),
+                                        "topic": ["t"]}, schema=HOPS))
+    sub.spill("other.rows", _hops([7, 9]))
+    out.merge(sub)
+    assert out.spilled == {}
+    out.spill("retries.hops", _hops([50]))  # held to the end
+    out.write_findings(run, part)
+    got = {r["table"]: r for r in out.partials["_spilled"][0].to_pylist()}
+    assert got["retries.hops"] == {"table": "retries.hops", "path": str(path), "rows": 5,
+                                   "bytes": os.path.getsize(path), "first_offset": 50, "last_offset": 500}
+    assert got["other.rows"]["rows"] == 2 and (got["other.rows"]["first_offset"], got["other.rows"]["last_offset"]) \
+        == (7, 9)
+    assert pq.read_table(path).column("physical_offset").to_pylist() == [300, 100, 500, None, 50]
+    held = Emitter()  # without a sink: the same rows, one write at the end
+    for offsets in ([300, 100], [500]):
+        held.spill("retries.hops", _hops(offsets))
+    held.write_findings(_run(tmp_path / "held"), part)
+    assert pq.read_table(tmp_path / "held" / "partials" / "retries.hops" / part).equals(
+        pq.read_table(path).slice(0, 3))
+
+
+def test_a_failed_task_leaves_no_spilled_row_for_what_it_wrote(tmp_path, monkeypatch):
+    from jobs.audit import tasks
+
+    monkeypatch.setattr(tasks, "SPILL_HOLD_BYTES", 1)
+
+    class Fails:
+        broker = "b"
+
+        def describe(self):
+            return "a task that fails"
+
+        def run(self, out):
+            out.spill("retries.hops", _hops([1, 2]))  # written at once
+            raise ValueError("bad input")
+
+    out = tasks.run_one(3, Fails(), _run(tmp_path))
+    assert "_spilled" not in out.partials and out.partials["_failures"][0].column("error").to_pylist()[0]
+
+
 @pytest.mark.parametrize("back", ["in-process", "ipc"])
 def test_the_driver_reads_every_tasks_part_in_the_tasks_order(tmp_path, back):
     run = _run(tmp_path)
@@ -375,3 +434,22 @@ def test_a_written_table_is_held_to_row_groups_of_a_bound_not_one_a_batch(tmp_pa
     w.write(batches[0])
     w.abort()
     assert not path.exists()
+
+
+@pytest.mark.spark
+def test_an_audit_whose_tasks_write_every_spill_at_once_is_the_same_audit(spark, two_stores, local_audit, tmp_path,
+                                                                          monkeypatch):
+    from jobs import audit
+    from jobs.audit import tasks
+
+    from .conftest import assert_same_audit
+
+    monkeypatch.setattr(tasks, "SPILL_HOLD_BYTES", 1)
+    written = []
+    writer = tasks._SpillWriter.write
+    monkeypatch.setattr(tasks._SpillWriter, "write", lambda self, t: written.append(t.num_rows) or writer(self, t))
+    out = tmp_path / "audit"
+    args = audit.build_parser().parse_args(["--store", *map(str, two_stores), "--out", str(out)])
+    assert audit.run(spark, args).exit_code == local_audit[1]
+    assert written  # (the executor ran the tasks here: local[2])
+    assert_same_audit(out, local_audit[0])

@@ -273,6 +273,9 @@ def _audit(spark, args) -> AuditResult:
             ctx.predict_recovery()
             phases.done("recovery prediction")
             scanned = scan_tasks(ctx, segments, cells=keeping)
+            # what making the tasks freed (the families' probes: the delays' read every pending message's key, ~130
+            # MiB at 16 GiB): Arrow's pages, which the scan's numpy arrays could not reuse, added to its peak
+            release_freed_memory()
             if state is not None:  # ranges whose bytes, and all they read of the store, are as the last
                 # run's: given back
                 scanned = keep_ranges(state, scanned)

@@ -78,15 +78,26 @@ class RunInfo:
     partials_dir: Location | None = None  # where tasks write their spilled partial tables (Emitter.spill)
 
 
-class Emitter:
-    """What one task produced: finding tables, and partial tables by name (merged on the driver)."""
+#: spilled rows a task holds before it writes them into its part files (:meth:`Emitter.spill`): a survey task of a
+#: 16 GiB broker's delay levels spilled a million pending rows, held whole until its end and copied once more to be
+#: written (~250 MiB in the driver's survey)
+SPILL_HOLD_BYTES = 16 << 20
 
-    def __init__(self):
+
+class Emitter:
+    """What one task produced: finding tables, and partial tables by name (merged on the driver).  ``sink``: the
+    run and the part name the task writes its files as (:func:`run_one`); with it, spilled rows are written as they
+    pass :data:`SPILL_HOLD_BYTES`, not held to the task's end."""
+
+    def __init__(self, sink: tuple["RunInfo", str] | None = None):
         self.findings: list[pa.Table] = []
         self.partials: dict[str, list[pa.Table]] = {}
         self.tables: dict[str, list[pa.Table]] = {}
         self.spilled: dict[str, list[pa.Table]] = {}
         self._gathered: dict[str, tuple[list, Callable]] = {}
+        self._sink = sink
+        self._held = 0  # bytes of the spilled rows held
+        self._writing: dict[str, _SpillWriter] = {}  # name -> its part file, open while the task runs
 
     def gathered(self, name: str, finish: Callable) -> list:
         """A list a hook adds to under ``name`` across its calls in one task (a survey's hook is called a file at a
@@ -123,6 +134,8 @@ class Emitter:
         task's part as one ``pyarrow.dataset`` (:meth:`Outputs.dataset`), so its memory does not hold them all."""
         if table.num_rows:
             self.spilled.setdefault(name, []).append(table)
+            self._held += table.nbytes
+            self._write_held()
 
     def merge(self, other: "Emitter") -> None:
         """What ``other`` emitted, after what this one has (a task made of several, jobs/audit/scan.py)."""
@@ -132,6 +145,27 @@ class Emitter:
                              (self.spilled, other.spilled)):
             for name, tables in theirs.items():
                 mine.setdefault(name, []).extend(tables)
+        self._held += sum(t.nbytes for tables in other.spilled.values() for t in tables)
+        self._write_held()
+
+    def _write_held(self) -> None:
+        """The spilled rows held, appended to their part files once they pass :data:`SPILL_HOLD_BYTES` (a task
+        with a sink only: a sub-task's emitter holds its rows for the task's, and a kept task's for its state)."""
+        if self._sink is None or self._held < SPILL_HOLD_BYTES:
+            return
+        run, part = self._sink
+        for name, tables in self.spilled.items():
+            if name not in self._writing:
+                self._writing[name] = _SpillWriter(run, name, part, tables[0].schema)
+            for t in tables:
+                self._writing[name].write(t)
+        self.spilled, self._held = {}, 0
+
+    def abandon(self) -> None:
+        """A failed task's part files closed (what it wrote is no part: no :data:`SPILLED` row names it)."""
+        for w in self._writing.values():
+            w.close()
+        self._writing = {}
 
     def write_findings(self, run: RunInfo, part: str) -> None:
         """The task's findings as one Parquet file ``part`` in the run's findings folder, and their counts; its
@@ -161,6 +195,10 @@ class Emitter:
 
         rows = []
         for name, tables in self.spilled.items():
+            if name in self._writing:  # appended to the part file it writes already
+                for t in tables:
+                    self._writing[name].write(t)
+                continue
             if run.partials_dir is None:
                 raise RuntimeError(f"a task spilled the partial {name} in a stage that writes none")
             t = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
@@ -168,11 +206,14 @@ class Emitter:
             write_parquet_file(t, path)
             first = last = None
             if "physical_offset" in t.column_names:
-                first, last = pc.min_max(t.column("physical_offset")).values()
+                first, last = (v.as_py() for v in pc.min_max(t.column("physical_offset")).values())
             rows.append({"table": name, "path": path.uri(), "rows": t.num_rows, "bytes": out_size(path),
-                         "first_offset": None if first is None else first.as_py(),
-                         "last_offset": None if last is None else last.as_py()})
-        self.spilled = {}
+                         "first_offset": first, "last_offset": last})
+        for name, w in self._writing.items():
+            w.close()
+            rows.append({"table": name, "path": w.path.uri(), "rows": w.rows, "bytes": out_size(w.path),
+                         "first_offset": w.first, "last_offset": w.last})
+        self.spilled, self._held, self._writing = {}, 0, {}
         if rows:
             self.partial("_spilled", pa.Table.from_pylist(rows, schema=SPILLED))
 
@@ -180,6 +221,42 @@ class Emitter:
         for name, tables in self.partials.items():
             table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
             yield pa.RecordBatch.from_pylist([{"table": name, "payload": ipc_bytes(table)}], schema=OUTPUT_SCHEMA)
+
+
+class _SpillWriter:
+    """One spilled partial's part file of a task, written a held batch of rows at a time (one Parquet row group
+    each), through the fs seam as :func:`runtime.output.write_parquet_file` writes a whole one; its rows and the
+    physical offsets they span, for its :data:`SPILLED` row."""
+
+    def __init__(self, run: RunInfo, name: str, part: str, schema: pa.Schema):
+        import posixpath
+
+        import pyarrow.parquet as pq
+
+        from decoding.columns import plain
+        from runtime.output import out_join
+        from store_format.fs import resolve
+
+        if run.partials_dir is None:
+            raise RuntimeError(f"a task spilled the partial {name} in a stage that writes none")
+        self.path = out_join(run.partials_dir, name, part)
+        loc = resolve(self.path)
+        loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
+        self._plain = plain
+        self._writer = pq.ParquetWriter(loc.path, plain(schema.empty_table()).schema, filesystem=loc.fs)
+        self.rows, self.first, self.last = 0, None, None
+
+    def write(self, t: pa.Table) -> None:
+        self._writer.write_table(self._plain(t))
+        self.rows += t.num_rows
+        if "physical_offset" in t.column_names:
+            lo, hi = (v.as_py() for v in pc.min_max(t.column("physical_offset")).values())
+            if lo is not None:
+                self.first = lo if self.first is None else min(self.first, lo)
+                self.last = hi if self.last is None else max(self.last, hi)
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 def ipc_bytes(table: pa.Table, compression: str | None = None) -> bytes:
@@ -219,15 +296,17 @@ def pack(tasks: list, slots: int) -> list[list]:
 
 def run_one(i: int, task, run: RunInfo) -> Emitter:
     """Run task number ``i``: its findings written (as ``part-<i>``), what it returns to the driver in its emitter."""
-    out = Emitter()
+    part = f"part-{i:05d}.parquet"
+    out = Emitter((run, part))
     t0 = time.perf_counter()
     try:
         task.run(out)
         out.finish_gathered()
     except Exception as e:  # one broker's bad file is that broker's finding: the others' tasks go on
+        out.abandon()
         out = Emitter()  # what the task made before it failed is incomplete: only the failure is kept
         out.partial("_failures", failure_row(task.broker, task.describe(), e))
-    out.write_findings(run, f"part-{i:05d}.parquet")
+    out.write_findings(run, part)
     out.partial("_timing", pa.table({"kind": [getattr(task, "kind", type(task).__name__)], "name": [task.describe()],
                                      "seconds": [time.perf_counter() - t0]}, schema=TIMING))
     return out

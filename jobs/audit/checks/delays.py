@@ -94,11 +94,13 @@ def pending_in_survey(given, f, units, out) -> None:
     if not len(due):
         return
     gathered = out.gathered("delays.pending", partial(_pending_read, given, probe["segments"]))
-    gathered.append((np.full(len(due), f.queue_id + 1, np.int32), units.queue_offset[due].astype(np.int64),
-                     units.physical_offset[due].astype(np.int64), units.tags_code[due].astype(np.int64)))
-    if sum(len(g[0]) for g in gathered) >= READING_ROWS:  # enough to be read now: held no longer than before
-        _pending_read(given, probe["segments"], gathered, out)
-        gathered.clear()
+    for lo in range(0, len(due), READING_ROWS):  # a level's file holds up to 300,000: read a slice at a time
+        rows = due[lo:lo + READING_ROWS]
+        gathered.append((np.full(len(rows), f.queue_id + 1, np.int32), units.queue_offset[rows].astype(np.int64),
+                         units.physical_offset[rows].astype(np.int64), units.tags_code[rows].astype(np.int64)))
+        if sum(len(g[0]) for g in gathered) >= READING_ROWS:  # enough to be read now: held no longer than before
+            _pending_read(given, probe["segments"], gathered, out)
+            gathered.clear()
 
 
 def _pending_read(given, segments: list, files: list, out) -> None:
