@@ -112,8 +112,8 @@ def test_a_damaged_record_reads_as_nothing_and_its_neighbours_as_before(tmp_path
 def test_a_survey_task_reads_its_levels_pending_records_at_once(store, reading_rows, monkeypatch):
     """A survey task of a broker's consume-queue files takes the first readings of every level's pending messages
     together (one call, where a fleet's broker paid one a level) until they are READING_ROWS or more (then read at
-    once, so no more is held than a level's), its ``delays.pending`` rows each level's units at or past the level's
-    next offset in the files' order, each read as the codec reads its record."""
+    once; a level's file is taken READING_ROWS units at a time, so no more is held), its ``delays.pending`` rows each
+    level's units at or past the level's next offset in the files' order, each read as the codec reads its record."""
     monkeypatch.setattr(D, "READING_ROWS", reading_rows)
     import pyarrow as pa
 
