@@ -151,14 +151,15 @@ class Emitter:
     def _write_held(self) -> None:
         """The spilled rows held, appended to their part files once they pass :data:`SPILL_HOLD_BYTES` (a task
         with a sink only: a sub-task's emitter holds its rows for the task's, and a kept task's for its state)."""
-        if self._sink is None or self._held < SPILL_HOLD_BYTES:
-            return
-        run, part = self._sink
+        if self._sink is not None and self._held >= SPILL_HOLD_BYTES:
+            self._append_held(*self._sink)
+
+    def _append_held(self, run: RunInfo, part: str) -> None:
+        """Each name's held rows appended to its part file ``part`` (opened at its first rows), as one write."""
         for name, tables in self.spilled.items():
             if name not in self._writing:
                 self._writing[name] = _SpillWriter(run, name, part, tables[0].schema)
-            for t in tables:
-                self._writing[name].write(t)
+            self._writing[name].write(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
         self.spilled, self._held = {}, 0
 
     def abandon(self) -> None:
@@ -191,29 +192,9 @@ class Emitter:
     def write_spilled(self, run: RunInfo, part: str) -> None:
         """Each spilled partial as one Parquet file ``part`` in ``partials_dir/<name>`` (a retried task writes the
         same file again), and a :data:`SPILLED` row for it in the ``_spilled`` partial; the tables are let go."""
-        from runtime.output import out_join, out_size, write_parquet_file
-
-        rows = []
-        for name, tables in self.spilled.items():
-            if name in self._writing:  # appended to the part file it writes already
-                for t in tables:
-                    self._writing[name].write(t)
-                continue
-            if run.partials_dir is None:
-                raise RuntimeError(f"a task spilled the partial {name} in a stage that writes none")
-            t = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-            path = out_join(run.partials_dir, name, part)
-            write_parquet_file(t, path)
-            first = last = None
-            if "physical_offset" in t.column_names:
-                first, last = (v.as_py() for v in pc.min_max(t.column("physical_offset")).values())
-            rows.append({"table": name, "path": path.uri(), "rows": t.num_rows, "bytes": out_size(path),
-                         "first_offset": first, "last_offset": last})
-        for name, w in self._writing.items():
-            w.close()
-            rows.append({"table": name, "path": w.path.uri(), "rows": w.rows, "bytes": out_size(w.path),
-                         "first_offset": w.first, "last_offset": w.last})
-        self.spilled, self._held, self._writing = {}, 0, {}
+        self._append_held(run, part)
+        rows = [w.close() for w in self._writing.values()]
+        self._writing = {}
         if rows:
             self.partial("_spilled", pa.Table.from_pylist(rows, schema=SPILLED))
 
@@ -239,7 +220,7 @@ class _SpillWriter:
 
         if run.partials_dir is None:
             raise RuntimeError(f"a task spilled the partial {name} in a stage that writes none")
-        self.path = out_join(run.partials_dir, name, part)
+        self.name, self.path = name, out_join(run.partials_dir, name, part)
         loc = resolve(self.path)
         loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
         self._plain = plain
@@ -255,8 +236,13 @@ class _SpillWriter:
                 self.first = lo if self.first is None else min(self.first, lo)
                 self.last = hi if self.last is None else max(self.last, hi)
 
-    def close(self) -> None:
+    def close(self) -> dict:
+        """Closed; its :data:`SPILLED` row."""
+        from runtime.output import out_size
+
         self._writer.close()
+        return {"table": self.name, "path": self.path.uri(), "rows": self.rows, "bytes": out_size(self.path),
+                "first_offset": self.first, "last_offset": self.last}
 
 
 def ipc_bytes(table: pa.Table, compression: str | None = None) -> bytes:
