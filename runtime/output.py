@@ -133,13 +133,23 @@ def write_parquet_file(table, path: Location) -> None:
     the fs seam: ``path`` is a local path or any URI ``store_format.fs`` resolves, so a cluster's tasks need no
     shared mount.  The columns' descriptions (decoding/columns.py) are left out: they document the declared schemas,
     and the files stay the bytes they were before the schemas carried them."""
+    from decoding.columns import plain
+
+    with parquet_writer(table.schema, path) as w:
+        w.write_table(plain(table))
+
+
+def parquet_writer(schema, path: Location):
+    """A ``pyarrow.parquet.ParquetWriter`` of ``schema`` without its columns' descriptions (write ``plain`` tables
+    to it: decoding/columns.py) at ``path``, through the fs seam as :func:`write_parquet_file`: a file written a
+    part at a time (a task's spilled rows, jobs/audit/tasks.py)."""
     import pyarrow.parquet as pq
 
     from decoding.columns import plain
 
     loc = resolve(path)
     loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
-    pq.write_table(plain(table), loc.path, filesystem=loc.fs)
+    return pq.ParquetWriter(loc.path, plain(schema.empty_table()).schema, filesystem=loc.fs)
 
 
 # ---------------------------------------------------------------------------------------------- output files

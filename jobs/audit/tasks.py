@@ -206,25 +206,18 @@ class Emitter:
 
 class _SpillWriter:
     """One spilled partial's part file of a task, written a held batch of rows at a time (one Parquet row group
-    each), through the fs seam as :func:`runtime.output.write_parquet_file` writes a whole one; its rows and the
-    physical offsets they span, for its :data:`SPILLED` row."""
+    each, :func:`runtime.output.parquet_writer`); its rows and the physical offsets they span, for its
+    :data:`SPILLED` row."""
 
     def __init__(self, run: RunInfo, name: str, part: str, schema: pa.Schema):
-        import posixpath
-
-        import pyarrow.parquet as pq
-
         from decoding.columns import plain
-        from runtime.output import out_join
-        from store_format.fs import resolve
+        from runtime.output import out_join, parquet_writer
 
         if run.partials_dir is None:
             raise RuntimeError(f"a task spilled the partial {name} in a stage that writes none")
         self.name, self.path = name, out_join(run.partials_dir, name, part)
-        loc = resolve(self.path)
-        loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
         self._plain = plain
-        self._writer = pq.ParquetWriter(loc.path, plain(schema.empty_table()).schema, filesystem=loc.fs)
+        self._writer = parquet_writer(schema, self.path)
         self.rows, self.first, self.last = 0, None, None
 
     def write(self, t: pa.Table) -> None:
