@@ -135,21 +135,8 @@ def write_parquet_file(table, path: Location) -> None:
     and the files stay the bytes they were before the schemas carried them."""
     from decoding.columns import plain
 
-    with parquet_writer(table.schema, path) as w:
+    with out_parquet_writer(path, table.schema) as w:
         w.write_table(plain(table))
-
-
-def parquet_writer(schema, path: Location):
-    """A ``pyarrow.parquet.ParquetWriter`` of ``schema`` without its columns' descriptions (write ``plain`` tables
-    to it: decoding/columns.py) at ``path``, through the fs seam as :func:`write_parquet_file`: a file written a
-    part at a time (a task's spilled rows, jobs/audit/tasks.py)."""
-    import pyarrow.parquet as pq
-
-    from decoding.columns import plain
-
-    loc = resolve(path)
-    loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
-    return pq.ParquetWriter(loc.path, plain(schema.empty_table()).schema, filesystem=loc.fs)
 
 
 # ---------------------------------------------------------------------------------------------- output files

@@ -206,18 +206,18 @@ class Emitter:
 
 class _SpillWriter:
     """One spilled partial's part file of a task, written a held batch of rows at a time (one Parquet row group
-    each, :func:`runtime.output.parquet_writer`); its rows and the physical offsets they span, for its
+    each, :func:`runtime.output.out_parquet_writer`); its rows and the physical offsets they span, for its
     :data:`SPILLED` row."""
 
     def __init__(self, run: RunInfo, name: str, part: str, schema: pa.Schema):
         from decoding.columns import plain
-        from runtime.output import out_join, parquet_writer
+        from runtime.output import out_join, out_parquet_writer
 
         if run.partials_dir is None:
             raise RuntimeError(f"a task spilled the partial {name} in a stage that writes none")
         self.name, self.path = name, out_join(run.partials_dir, name, part)
         self._plain = plain
-        self._writer = parquet_writer(schema, self.path)
+        self._writer = out_parquet_writer(self.path, schema)
         self.rows, self.first, self.last = 0, None, None
 
     def write(self, t: pa.Table) -> None:
