@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from store_format.fs import resolve
 
-from .output import out_join
+from .output import RowGroupWriter, out_join
 
 # Spark's Parquet writer: the schema it reads back, and the version that wrote it (both in every footer)
 SPARK_SCHEMA_KEY = "org.apache.spark.sql.parquet.row.metadata"
@@ -158,7 +158,8 @@ class PartWriter:
         """Read ``part``, write the rows kept as the file ``name(index)`` (none when no row is kept)."""
         tally = Tally()
         target = out_join(self.folder, self.name(index))  # what a failed write names (runtime/causes.py)
-        writer, pending, pending_bytes = None, [], 0
+        # one row group a ROW_GROUP_BYTES, whatever its rows; the file opened at the first row kept
+        writer = RowGroupWriter(lambda: self._open(index), hold_bytes=ROW_GROUP_BYTES, group_rows=1 << 62)
         try:
             for batch in part.reader.read(part.partition):
                 kept = self.rows.keep(batch, tally)
@@ -169,20 +170,13 @@ class PartWriter:
                 for name in self.rows.distinct:
                     values = tally.distinct.setdefault(name, set())
                     values.update(v for v in kept.column(name).unique().to_pylist() if v is not None)
-                pending.append(kept)
-                pending_bytes += kept.nbytes
-                if pending_bytes >= ROW_GROUP_BYTES:
-                    writer = writer or self._open(index)
-                    writer.write_table(pa.Table.from_batches(pending), row_group_size=1 << 30)
-                    pending, pending_bytes = [], 0
-            if pending:
-                writer = writer or self._open(index)
-                writer.write_table(pa.Table.from_batches(pending), row_group_size=1 << 30)
-            self.rows.finish(tally)
-            tally.scratch.clear()
-        finally:
-            if writer is not None:
-                writer.close()
+                writer.write(pa.Table.from_batches([kept]))
+            writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        self.rows.finish(tally)
+        tally.scratch.clear()
         return tally
 
     def write_empty(self) -> None:

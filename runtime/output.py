@@ -30,6 +30,7 @@ import time
 import uuid
 from contextlib import contextmanager
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 # Spark's readers and writers are given uri_of(path): the local path, or the URI that resolves to the Location (below
@@ -197,6 +198,61 @@ def out_parquet_writer(path: Location, schema):
     loc = resolve(path)
     loc.fs.create_dir(posixpath.dirname(loc.path), recursive=True)
     return pq.ParquetWriter(loc.path, plain(schema.empty_table()).schema, filesystem=loc.fs)
+
+
+class RowGroupWriter:
+    """One Parquet file written as rows come: rows held until ``hold_rows`` rows or ``hold_bytes`` bytes, then
+    written as one row group (``write_file()`` opens the file at the first; a ``pyarrow.parquet.ParquetWriter``).
+    Every table and part the jobs write batch by batch goes through it: a batch a row group made files of many
+    small row groups, each with its own dictionaries and statistics, slower to write and to read, and a file's
+    rows held whole to its end held a task's or a family's every row (issue 40)."""
+
+    def __init__(self, write_file, *, hold_bytes: int, hold_rows: int = 1 << 62, group_rows: int = 1 << 20):
+        self._write_file, self.hold_bytes, self.hold_rows = write_file, hold_bytes, hold_rows
+        self._group_rows = group_rows  # held rows past it (one batch alone) split as pyarrow splits them
+        self._file = None
+        self._held: list[pa.Table] = []
+        self._held_rows = self._held_bytes = 0
+
+    def write(self, table: "pa.Table") -> None:
+        if not table.num_rows:
+            return
+        self._held.append(table)
+        self._held_rows += table.num_rows
+        self._held_bytes += table.nbytes
+        if self._held_rows >= self.hold_rows or self._held_bytes >= self.hold_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        """What is held written as one row group."""
+        if self._held:
+            held = pa.concat_tables(self._held) if len(self._held) > 1 else self._held[0]
+            self._open().write_table(held, row_group_size=min(self._held_rows, self._group_rows))
+        self._held, self._held_rows, self._held_bytes = [], 0, 0
+
+    def _open(self):
+        if self._file is None:
+            self._file = self._write_file()
+        return self._file
+
+    def close(self, *, empty_file: bool = False) -> bool:
+        """What is held written and the file closed; whether there is a file (``empty_file``: one even without a
+        row, its schema alone)."""
+        self.flush()
+        if empty_file:
+            self._open()
+        if self._file is None:
+            return False
+        self._file.close()
+        self._file = None
+        return True
+
+    def abort(self) -> None:
+        """Given up: what is held dropped, the file (if opened) closed; the caller removes it or names it nowhere."""
+        self._held, self._held_rows, self._held_bytes = [], 0, 0
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def out_parquet_batches(path, batch_size: int = 1 << 16, columns: list[str] | None = None):

@@ -620,44 +620,34 @@ class TableWriter:
     for what the family returns (a contract.WrittenTable, or the table itself when there is no file).
 
     Rows are held until :data:`ROW_GROUP_ROWS` rows or :data:`ROW_GROUP_BYTES` bytes, then written as one row
-    group: a family writes a batch per broker or bucket, and a row group each (a fleet's 64 brokers, a bucket's
-    few thousand rows) made files of many small row groups, each with its own dictionaries and statistics, slower
-    to write and to read (4 GiB at 10x the send-back rate: 1.6 s writing 2.6 M rows 15,000 at a time, 1.2 s
-    whole)."""
+    group (runtime.output.RowGroupWriter): a family writes a batch per broker or bucket, and a row group each (a
+    fleet's 64 brokers, a bucket's few thousand rows) was slower to write and to read (4 GiB at 10x the send-back
+    rate: 1.6 s writing 2.6 M rows 15,000 at a time, 1.2 s whole)."""
 
     def __init__(self, path: "fs.Location | None", schema: pa.Schema):
-        self.path, self.schema, self.rows = path, schema, 0
-        self._kept: list[pa.Table] = []
-        self._held_rows = self._held_bytes = 0
-        self._file = None
-        if path is not None:
-            from runtime.output import out_parquet_writer
+        from runtime.output import RowGroupWriter, out_parquet_writer
 
-            self._file = out_parquet_writer(path, schema)
+        self.path, self.schema, self.rows = path, schema, 0
+        self._kept: list[pa.Table] = []  # without a file: the table's rows
+        self._file = None if path is None else RowGroupWriter(lambda: out_parquet_writer(path, schema),
+                                                               hold_rows=ROW_GROUP_ROWS, hold_bytes=ROW_GROUP_BYTES)
 
     def write(self, table: pa.Table) -> None:
+        from decoding.columns import plain
+
         if not table.num_rows:
             return
         table = table.cast(self.schema)
         self.rows += table.num_rows
-        self._kept.append(table)
-        if self._file is not None:
-            self._held_rows += table.num_rows
-            self._held_bytes += table.nbytes
-            if self._held_rows >= ROW_GROUP_ROWS or self._held_bytes >= ROW_GROUP_BYTES:
-                self._write_held()
-
-    def _write_held(self) -> None:
-        from decoding.columns import plain
-
-        if self._kept:  # one row group, unless one batch alone passed pyarrow's own bound (then split as before)
-            self._file.write_table(plain(pa.concat_tables(self._kept)), row_group_size=min(self._held_rows, 1 << 20))
-        self._kept, self._held_rows, self._held_bytes = [], 0, 0
+        if self._file is None:
+            self._kept.append(table)
+        else:
+            self._file.write(plain(table))
 
     def abort(self) -> None:
         """The table given up (its family failed): the file closed and removed, so no part of it is an output."""
         if self._file is not None:
-            self._file.close()
+            self._file.abort()
             self._file = None
             _remove_quietly(self.path)
         self._kept = []
@@ -667,8 +657,7 @@ class TableWriter:
 
         if self._file is None:
             return pa.concat_tables(self._kept) if self._kept else self.schema.empty_table()
-        self._write_held()
-        self._file.close()
+        self._file.close(empty_file=True)
         return WrittenTable(self.path, self.rows)
 
 

@@ -78,16 +78,16 @@ class RunInfo:
     partials_dir: Location | None = None  # where tasks write their spilled partial tables (Emitter.spill)
 
 
-#: spilled rows a task holds before it writes them into its part files (:meth:`Emitter.spill`): a survey task of a
-#: 16 GiB broker's delay levels spilled a million pending rows, held whole until its end and copied once more to be
-#: written (~250 MiB in the driver's survey)
+#: spilled rows a task holds of a partial before it writes them into its part file (:meth:`Emitter.spill`): a survey
+#: task of a 16 GiB broker's delay levels spilled a million pending rows, held whole until its end and copied once
+#: more to be written (~250 MiB in the driver's survey)
 SPILL_HOLD_BYTES = 16 << 20
 
 
 class Emitter:
     """What one task produced: finding tables, and partial tables by name (merged on the driver).  ``sink``: the
-    run and the part name the task writes its files as (:func:`run_one`); with it, spilled rows are written as they
-    pass :data:`SPILL_HOLD_BYTES`, not held to the task's end."""
+    run and the part name the task writes its files as (:func:`run_one`); with it, each spilled partial's rows are
+    written as they pass :data:`SPILL_HOLD_BYTES`, not held to the task's end."""
 
     def __init__(self, sink: tuple["RunInfo", str] | None = None):
         self.findings: list[pa.Table] = []
@@ -96,7 +96,6 @@ class Emitter:
         self.spilled: dict[str, list[pa.Table]] = {}
         self._gathered: dict[str, tuple[list, Callable]] = {}
         self._sink = sink
-        self._held = 0  # bytes of the spilled rows held
         self._writing: dict[str, _SpillWriter] = {}  # name -> its part file, open while the task runs
 
     def gathered(self, name: str, finish: Callable) -> list:
@@ -131,41 +130,32 @@ class Emitter:
     def spill(self, name: str, table: pa.Table) -> None:
         """Rows of the partial table ``name`` that grow with the messages: the task writes them as its own Parquet
         part (as findings are) and only where it is comes back (a :data:`SPILLED` row); the driver reads every
-        task's part as one ``pyarrow.dataset`` (:meth:`Outputs.dataset`), so its memory does not hold them all."""
-        if table.num_rows:
+        task's part as one ``pyarrow.dataset`` (:meth:`Outputs.dataset`), so its memory does not hold them all.
+        An emitter without a sink (a sub-task's, a kept task's) holds them for the task's, or for its state."""
+        if not table.num_rows:
+            return
+        if self._sink is None:
             self.spilled.setdefault(name, []).append(table)
-            self._held += table.nbytes
-            self._write_held()
+            return
+        if name not in self._writing:
+            self._writing[name] = _SpillWriter(*self._sink, name, table.schema)
+        self._writing[name].write(table)
 
     def merge(self, other: "Emitter") -> None:
         """What ``other`` emitted, after what this one has (a task made of several, jobs/audit/scan.py)."""
         other.finish_gathered()
         self.findings += other.findings
-        for mine, theirs in ((self.partials, other.partials), (self.tables, other.tables),
-                             (self.spilled, other.spilled)):
+        for mine, theirs in ((self.partials, other.partials), (self.tables, other.tables)):
             for name, tables in theirs.items():
                 mine.setdefault(name, []).extend(tables)
-        self._held += sum(t.nbytes for tables in other.spilled.values() for t in tables)
-        self._write_held()
-
-    def _write_held(self) -> None:
-        """The spilled rows held, appended to their part files once they pass :data:`SPILL_HOLD_BYTES` (a task
-        with a sink only: a sub-task's emitter holds its rows for the task's, and a kept task's for its state)."""
-        if self._sink is not None and self._held >= SPILL_HOLD_BYTES:
-            self._append_held(*self._sink)
-
-    def _append_held(self, run: RunInfo, part: str) -> None:
-        """Each name's held rows appended to its part file ``part`` (opened at its first rows), as one write."""
-        for name, tables in self.spilled.items():
-            if name not in self._writing:
-                self._writing[name] = _SpillWriter(run, name, part, tables[0].schema)
-            self._writing[name].write(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
-        self.spilled, self._held = {}, 0
+        for name, tables in other.spilled.items():
+            for t in tables:
+                self.spill(name, t)
 
     def abandon(self) -> None:
         """A failed task's part files closed (what it wrote is no part: no :data:`SPILLED` row names it)."""
         for w in self._writing.values():
-            w.close()
+            w.abort()
         self._writing = {}
 
     def write_findings(self, run: RunInfo, part: str) -> None:
@@ -192,7 +182,12 @@ class Emitter:
     def write_spilled(self, run: RunInfo, part: str) -> None:
         """Each spilled partial as one Parquet file ``part`` in ``partials_dir/<name>`` (a retried task writes the
         same file again), and a :data:`SPILLED` row for it in the ``_spilled`` partial; the tables are let go."""
-        self._append_held(run, part)
+        for name, tables in self.spilled.items():  # held without a sink: written now
+            if name not in self._writing:
+                self._writing[name] = _SpillWriter(run, part, name, tables[0].schema)
+            for t in tables:
+                self._writing[name].write(t)
+        self.spilled = {}
         rows = [w.close() for w in self._writing.values()]
         self._writing = {}
         if rows:
@@ -205,23 +200,22 @@ class Emitter:
 
 
 class _SpillWriter:
-    """One spilled partial's part file of a task, written a held batch of rows at a time (one Parquet row group
-    each, :func:`runtime.output.out_parquet_writer`); its rows and the physical offsets they span, for its
-    :data:`SPILLED` row."""
+    """One spilled partial's part file of a task, written :data:`SPILL_HOLD_BYTES` of rows at a time
+    (runtime.output.RowGroupWriter); its rows and the physical offsets they span, for its :data:`SPILLED` row."""
 
-    def __init__(self, run: RunInfo, name: str, part: str, schema: pa.Schema):
-        from decoding.columns import plain
-        from runtime.output import out_join, out_parquet_writer
+    def __init__(self, run: RunInfo, part: str, name: str, schema: pa.Schema):
+        from runtime.output import RowGroupWriter, out_join, out_parquet_writer
 
         if run.partials_dir is None:
             raise RuntimeError(f"a task spilled the partial {name} in a stage that writes none")
         self.name, self.path = name, out_join(run.partials_dir, name, part)
-        self._plain = plain
-        self._writer = out_parquet_writer(self.path, schema)
+        self._file = RowGroupWriter(lambda: out_parquet_writer(self.path, schema), hold_bytes=SPILL_HOLD_BYTES)
         self.rows, self.first, self.last = 0, None, None
 
     def write(self, t: pa.Table) -> None:
-        self._writer.write_table(self._plain(t))
+        from decoding.columns import plain
+
+        self._file.write(plain(t))
         self.rows += t.num_rows
         if "physical_offset" in t.column_names:
             lo, hi = (v.as_py() for v in pc.min_max(t.column("physical_offset")).values())
@@ -229,11 +223,14 @@ class _SpillWriter:
                 self.first = lo if self.first is None else min(self.first, lo)
                 self.last = hi if self.last is None else max(self.last, hi)
 
+    def abort(self) -> None:
+        self._file.abort()
+
     def close(self) -> dict:
         """Closed; its :data:`SPILLED` row."""
         from runtime.output import out_size
 
-        self._writer.close()
+        self._file.close(empty_file=True)
         return {"table": self.name, "path": self.path.uri(), "rows": self.rows, "bytes": out_size(self.path),
                 "first_offset": self.first, "last_offset": self.last}
 
