@@ -201,9 +201,13 @@ def bound_driver_memory() -> dict:
       freed: its dynamic threshold rises to 32 MiB as large arrays are freed, and the heaps then keep each freed
       array below that, between live ones, where ``malloc_trim`` cannot return it.  4 GiB: 505-525 MiB, within
       the noise of the time (at 4 MiB: 505-511 MiB, but 7% slower: a page fault per 4 KiB of each new array).
+      A fixed threshold also fixes the trim threshold where it was, at 128 KiB: every buffer under 16 MiB freed at
+      a heap's top was handed back and faulted in again by the next (the state's look at a 1 GiB store read its
+      files' zeros 8 MiB at a time: 0.68 s, 0.6 s of it page faults, against 0.18 s), so it is set to the same
+      16 MiB: a heap keeps at most that free at its top, and the driver's steps still give back the rest.
 
-    A setting the user made (ARROW_DEFAULT_MEMORY_POOL, MALLOC_MMAP_THRESHOLD_) is left as it is; so is a process
-    :func:`tune_allocator` tuned.  Returns what it set."""
+    A setting the user made (ARROW_DEFAULT_MEMORY_POOL, MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_) is left as
+    it is; so is a process :func:`tune_allocator` tuned.  Returns what it set."""
     done = {}
     if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         try:
@@ -211,12 +215,16 @@ def bound_driver_memory() -> dict:
             done["arrow_pool"] = "jemalloc"
         except NotImplementedError:  # a build without it keeps its default (Arrow's error is one)
             pass
-    if not _TUNED and not os.environ.get("MALLOC_MMAP_THRESHOLD_"):
-        try:
-            if ctypes.CDLL("libc.so.6").mallopt(-3, DRIVER_MMAP_THRESHOLD):  # M_MMAP_THRESHOLD
-                done["mmap_threshold"] = DRIVER_MMAP_THRESHOLD
-        except (OSError, AttributeError):  # no glibc
-            pass
+    if not _TUNED:
+        for option, name, env in ((-3, "mmap_threshold", "MALLOC_MMAP_THRESHOLD_"),
+                                  (-1, "trim_threshold", "MALLOC_TRIM_THRESHOLD_")):
+            if os.environ.get(env):
+                continue
+            try:
+                if ctypes.CDLL("libc.so.6").mallopt(option, DRIVER_MMAP_THRESHOLD):  # M_MMAP_ / M_TRIM_THRESHOLD
+                    done[name] = DRIVER_MMAP_THRESHOLD
+            except (OSError, AttributeError):  # no glibc
+                break
     return done
 
 

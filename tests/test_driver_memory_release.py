@@ -84,9 +84,38 @@ def test_a_driver_allocates_arrow_memory_from_jemalloc_unless_the_user_chose():
         pa.jemalloc_memory_pool()
     except NotImplementedError:
         pytest.skip("this pyarrow has no jemalloc")
-    assert _bound_child("bound")[1:] == ("jemalloc", "['arrow_pool', 'mmap_threshold']")
-    assert _bound_child("bound", ARROW_DEFAULT_MEMORY_POOL="system", MALLOC_MMAP_THRESHOLD_="1048576")[1:] == (
-        "system", "[]")
+    assert _bound_child("bound")[1:] == ("jemalloc", "['arrow_pool', 'mmap_threshold', 'trim_threshold']")
+    assert _bound_child("bound", ARROW_DEFAULT_MEMORY_POOL="system", MALLOC_MMAP_THRESHOLD_="1048576",
+                        MALLOC_TRIM_THRESHOLD_="131072")[1:] == ("system", "[]")
+
+
+REUSE_CHILD = """
+import os
+import resource
+import sys
+import tempfile
+from decoding.kernels import bound_driver_memory
+
+done = bound_driver_memory() if sys.argv[1] == "bound" else {}
+with tempfile.TemporaryFile() as f:
+    f.write(bytes(8 << 20))
+    f.flush()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(40):  # a file's zeros read 8 MiB at a time and let go, as the state's look reads them
+        block = os.pread(f.fileno(), 8 << 20, 0)
+        del block
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="glibc's mallopt")
+def test_a_driver_reuses_a_buffer_it_freed_under_the_mmap_threshold():
+    """With the mmap threshold fixed at 16 MiB, glibc's trim threshold stays at 128 KiB unless it is set too: each 8
+    MiB buffer freed at the heap's top was given back and the next faulted in again, a page fault per 4 KiB."""
+    out = subprocess.run([sys.executable, "-c", REUSE_CHILD, "bound"], cwd=REPO, capture_output=True, text=True,
+                         check=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    faults = int(out.stdout)
+    assert faults < 40 * 2048 // 4, faults  # 40 buffers of 2,048 pages: faulted once, not 40 times
 
 
 SESSION_CHILD = """
