@@ -202,13 +202,13 @@ def out_parquet_writer(path: Location, schema):
 
 class RowGroupWriter:
     """One Parquet file written as rows come: rows held until ``hold_rows`` rows or ``hold_bytes`` bytes, then
-    written as one row group (``write_file()`` opens the file at the first; a ``pyarrow.parquet.ParquetWriter``).
+    written as one row group (``open_file()`` opens the file at the first: a ``pyarrow.parquet.ParquetWriter``).
     Every table and part the jobs write batch by batch goes through it: a batch a row group made files of many
     small row groups, each with its own dictionaries and statistics, slower to write and to read, and a file's
     rows held whole to its end held a task's or a family's every row (issue 40)."""
 
-    def __init__(self, write_file, *, hold_bytes: int, hold_rows: int = 1 << 62, group_rows: int = 1 << 20):
-        self._write_file, self.hold_bytes, self.hold_rows = write_file, hold_bytes, hold_rows
+    def __init__(self, open_file, *, hold_bytes: int, hold_rows: int = 1 << 62, group_rows: int = 1 << 20):
+        self._open_file, self.hold_bytes, self.hold_rows = open_file, hold_bytes, hold_rows
         self._group_rows = group_rows  # held rows past it (one batch alone) split as pyarrow splits them
         self._file = None
         self._held: list[pa.Table] = []
@@ -232,7 +232,7 @@ class RowGroupWriter:
 
     def _open(self):
         if self._file is None:
-            self._file = self._write_file()
+            self._file = self._open_file()
         return self._file
 
     def close(self, *, empty_file: bool = False) -> bool:
