@@ -182,6 +182,16 @@ def out_dataset(path: Location, **kw):
     return ds.dataset(loc.path, filesystem=loc.fs, format="parquet", **kw)
 
 
+def out_remove_quietly(path: Location) -> None:
+    """A file of the run's own removed, if it is there (a part given up: no half-written part left among what the run
+    writes)."""
+    try:
+        loc = resolve(path)
+        loc.fs.delete_file(loc.path)
+    except (OSError, ValueError):  # never written, or the file system refuses: nothing more to do
+        pass
+
+
 def out_size(path: Location) -> int:
     """A written file's size in bytes."""
     loc = resolve(path)
@@ -235,17 +245,14 @@ class RowGroupWriter:
             self._file = self._open_file()
         return self._file
 
-    def close(self, *, empty_file: bool = False) -> bool:
-        """What is held written and the file closed; whether there is a file (``empty_file``: one even without a
-        row, its schema alone)."""
+    def close(self, *, empty_file: bool = False) -> None:
+        """What is held written and the file closed (``empty_file``: a file even without a row, its schema alone)."""
         self.flush()
         if empty_file:
             self._open()
-        if self._file is None:
-            return False
-        self._file.close()
-        self._file = None
-        return True
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def abort(self) -> None:
         """Given up: what is held dropped, the file (if opened) closed; the caller removes it or names it nowhere."""

@@ -92,6 +92,7 @@ def test_a_failed_task_leaves_no_spilled_row_for_what_it_wrote(tmp_path, monkeyp
 
     out = tasks.run_one(3, Fails(), _run(tmp_path))
     assert "_spilled" not in out.partials and out.partials["_failures"][0].column("error").to_pylist()[0]
+    assert not (tmp_path / "partials" / "retries.hops" / "part-00003.parquet").exists()  # nothing half-written left
 
 
 @pytest.mark.parametrize("back", ["in-process", "ipc"])

@@ -472,7 +472,7 @@ class AuditContext:
         (decoding.metadata.table_batch reads it, or says why not).  Out of memory or of room on the way: the file's
         error row, naming it, its size and what was skipped."""
         from decoding.metadata import offset_table_batches, schema_of
-        from runtime.output import out_join, out_parquet_writer
+        from runtime.output import out_join, out_parquet_writer, out_remove_quietly
         from store_format import config as C
         from store_format.errors import ConfigError, ErrorKind
 
@@ -492,7 +492,7 @@ class AuditContext:
                     rows += batch.num_rows
         except (MemoryError, OSError) as e:
             batches.close()
-            _remove_quietly(path)  # no half-written part left among the run's partials
+            out_remove_quietly(path)  # no half-written part left among the run's partials
             err = C.out_of_memory(source, size, f"spilling its {entries} offsets") if isinstance(e, MemoryError) \
                 else ConfigError(ErrorKind.TOO_LARGE, f"too large to read within memory: {size} bytes holding "
                                  f"{entries} offsets (past {C.offsets_limit()}, CONFIG_OFFSETS_LIMIT), and spilling "
@@ -646,10 +646,12 @@ class TableWriter:
 
     def abort(self) -> None:
         """The table given up (its family failed): the file closed and removed, so no part of it is an output."""
+        from runtime.output import out_remove_quietly
+
         if self._file is not None:
             self._file.abort()
             self._file = None
-            _remove_quietly(self.path)
+            out_remove_quietly(self.path)
         self._kept = []
 
     def close(self):
@@ -683,16 +685,6 @@ def _not_superseded(plain: pa.Table, carried_keys: pa.Table) -> pa.Table:
     kept = plain.select(_OFFSET_KEY).append_column("_row", row).join(carried_keys, keys=_OFFSET_KEY,
                                                                       join_type="left anti")
     return plain.take(pa.array(np.sort(kept.column("_row").to_numpy())))
-
-
-def _remove_quietly(path) -> None:
-    from runtime.output import resolve
-
-    try:
-        loc = resolve(path)
-        loc.fs.delete_file(loc.path)
-    except (OSError, ValueError):  # never written, or the file system refuses: nothing more to do
-        pass
 
 
 def _topics_of(t: pa.Table) -> pa.Array:

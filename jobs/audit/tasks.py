@@ -153,7 +153,7 @@ class Emitter:
                 self.spill(name, t)
 
     def abandon(self) -> None:
-        """A failed task's part files closed (what it wrote is no part: no :data:`SPILLED` row names it)."""
+        """A failed task's part files removed (what it wrote is no part: no :data:`SPILLED` row names it)."""
         for w in self._writing.values():
             w.abort()
         self._writing = {}
@@ -224,7 +224,11 @@ class _SpillWriter:
                 self.last = hi if self.last is None else max(self.last, hi)
 
     def abort(self) -> None:
+        """Given up (its task failed): the file closed and removed."""
+        from runtime.output import out_remove_quietly
+
         self._file.abort()
+        out_remove_quietly(self.path)
 
     def close(self) -> dict:
         """Closed; its :data:`SPILLED` row."""
