@@ -715,6 +715,7 @@ class FileScan:
     route: str
     facts: BrokerFacts
     files: list
+    HOLDS_THE_GIL = True  # a file at a time in Python: one such task at a time in the driver (tasks.holds_the_gil)
 
     @property
     def broker(self) -> str:

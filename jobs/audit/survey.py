@@ -122,6 +122,7 @@ class RouteSurvey:
     given: SurveyInput
     files: list
     hooks: tuple = ()  # (family name, its in_survey hook for this route)
+    HOLDS_THE_GIL = True  # a file at a time in Python: one such task at a time in the driver (tasks.holds_the_gil)
 
     @property
     def broker(self) -> str:

@@ -486,38 +486,86 @@ def run_tasks(spark, tasks: list[Task], executor, run: RunInfo, *, phase=None) -
     return outputs
 
 
+def holds_the_gil(task) -> bool:
+    """Whether a task's work is mostly Python and system calls, a file at a time (a route's group of small files:
+    a wide broker's thousands of queue files), rather than the compiled kernels, numpy and Arrow, which release
+    the GIL.  The driver runs such tasks one at a time (:func:`_run_in_driver`).  A wrapper (a state's kept task,
+    jobs/audit/state.py) is its task's kind."""
+    return bool(getattr(getattr(task, "task", task), "HOLDS_THE_GIL", False))
+
+
 def _run_in_driver(tasks: list, threads: int, run: RunInfo, phase) -> "Outputs":
+    """The tasks in ``threads`` threads of this process, the costliest first; a task that :func:`holds_the_gil`
+    never beside another such task.  Two threads each opening, reading and closing thousands of small files took
+    twice the time one thread took for the same files (the GIL changes hands at every system call: 50,007 queue
+    files' reads 2.7 s against 1.5 s): such tasks are one chain, taken whenever it is free, while the other threads
+    run the rest (the walks and decodes, which release the GIL)."""
     import contextvars
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    lock = threading.Lock()
+    lock = threading.Condition()
     done = {"cost": 0, "tasks": 0}
     if phase is not None:
         phase.tasks = len(tasks)
     caller = contextvars.copy_context()  # what the run set for its readers (the run's reads of small queue files)
-
-    def one(i: int) -> tuple[int, Emitter]:
-        out = caller.copy().run(run_one, i, tasks[i], run)
-        if phase is not None:
-            with lock:
-                done["cost"] += tasks[i].cost()
-                done["tasks"] += 1
-                phase.update(done["cost"])
-                phase.tasks_done = done["tasks"]
-        return i, out
-
     order = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost())  # the longest first: no straggler at the end
-    pool = ThreadPoolExecutor(max(1, min(threads, len(tasks))))
+    chained = [i for i in order if holds_the_gil(tasks[i])]
+    free = [i for i in order if not holds_the_gil(tasks[i])]
+    state = {"chain_busy": False, "stop": False}
+    results: dict[int, Emitter] = {}
+
+    def next_task() -> tuple[int, bool] | None:
+        """The next task for a thread, and whether it is the chain's; None when nothing is left for it."""
+        with lock:
+            while not state["stop"]:
+                if chained and not state["chain_busy"]:
+                    state["chain_busy"] = True
+                    return chained.pop(0), True
+                if free:
+                    return free.pop(0), False
+                if not chained:
+                    return None
+                lock.wait()  # only the chain's tasks are left, and one runs: this thread has no more
+            return None
+
+    def worker() -> None:
+        while (picked := next_task()) is not None:
+            i, in_chain = picked
+            try:
+                results[i] = caller.copy().run(run_one, i, tasks[i], run)
+            except BaseException:
+                with lock:
+                    state["stop"] = True  # the tasks not started never start
+                    lock.notify_all()
+                raise
+            finally:
+                if in_chain:
+                    with lock:
+                        state["chain_busy"] = False
+                        lock.notify_all()
+            if phase is not None:
+                with lock:
+                    done["cost"] += tasks[i].cost()
+                    done["tasks"] += 1
+                    phase.update(done["cost"])
+                    phase.tasks_done = done["tasks"]
+
+    workers = max(1, min(threads, len(tasks)))
+    pool = ThreadPoolExecutor(workers)
     try:
-        results = sorted(pool.map(one, order), key=lambda r: r[0])  # in the tasks' order, as a job returns them
+        for future in [pool.submit(worker) for _ in range(workers)]:
+            future.result()
     except BaseException:  # an interrupt (runtime/interrupts.py) or a failure: the tasks not started never start
+        with lock:
+            state["stop"] = True
+            lock.notify_all()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
     parts: dict[str, list[pa.Table]] = {}
-    for _, out in results:  # the tables themselves: nothing to serialize within one process
-        for name, tables in out.partials.items():
+    for i in range(len(tasks)):  # the tables themselves, in the tasks' order, as a job returns them
+        for name, tables in results[i].partials.items():
             parts.setdefault(name, []).extend(tables)
     return Outputs({name: pa.concat_tables(ts) for name, ts in parts.items()})
 
