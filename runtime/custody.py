@@ -114,8 +114,10 @@ def _what_changed(b: dict, a: dict, was: tuple, now: tuple) -> str:
 
 def check_custody(before: Fingerprint, roots, sha256: bool, during: str = "the audit") -> None:
     """The inputs listed again and fingerprinted: :class:`CustodyError` naming every file added, removed,
-    replaced or changed since ``before``."""
-    after = fingerprint(input_stats(roots), sha256)
+    replaced or changed since ``before``: looked at afresh, never through the run's kept listings (a snapshot of
+    its start, store_format.fs.listings)."""
+    with fs.listings_of_the_run(None):
+        after = fingerprint(input_stats(roots), sha256)
     found = changes(before, after, during)
     if found:
         raise CustodyError(found, during)

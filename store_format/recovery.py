@@ -66,7 +66,7 @@ from .commitlog import (END_OF_DATA, KIND_MESSAGE, Frame, SalvageSpan, Segment, 
 from .queues import dispatch_end as queue_dispatch_end
 from .fs import ReadOnlyMap
 from .errors import ErrorKind, StoreFormatError
-from .fs import UnreadableError, read_bytes
+from .fs import UnreadableError, read_bytes, scanned
 from .brokerconf import RecoverySettings
 from .store import Store
 
@@ -545,8 +545,7 @@ def _listed(folder) -> list:
         if not folder.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(folder))
         return sorted(folder.iterdir(), key=lambda e: e.name)
-    with os.scandir(folder) as listing:
-        return sorted(listing, key=lambda e: e.name)
+    return scanned(folder)
 
 
 def _is_dir(entry) -> bool:

@@ -269,22 +269,20 @@ def _entries(loc: fs.Location) -> list:
         return loc.list()
     out = []
     try:
-        listing = os.scandir(loc.local_path)
+        listing = fs.scanned(loc.local_path)  # in name order
     except OSError:  # not a folder, or one that cannot be listed: no entries, as Location.list
         return []
-    with listing:
-        for e in listing:
-            try:  # is_dir / is_file follow links, as the listing's stat does
-                if e.is_dir():
-                    if readable_path(e.path, folder=True):
-                        out.append(Listed(e.path, e.name, _FOLDER, None, False))
-                elif e.is_file():
-                    if readable_path(e.path, folder=False):
-                        out.append(Listed(e.path, e.name, _FILE, e.stat().st_size, True))
-                # else a FIFO, socket, device or dangling link: never a reader's
-            except OSError:
-                continue
-    out.sort(key=lambda i: i.base_name)
+    for e in listing:
+        try:  # is_dir / is_file follow links, as the listing's stat does
+            if e.is_dir():
+                if readable_path(e.path, folder=True):
+                    out.append(Listed(e.path, e.name, _FOLDER, None, False))
+            elif e.is_file():
+                if readable_path(e.path, folder=False):
+                    out.append(Listed(e.path, e.name, _FILE, e.stat().st_size, True))
+            # else a FIFO, socket, device or dangling link: never a reader's
+        except OSError:
+            continue
     return out
 
 

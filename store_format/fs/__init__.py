@@ -10,12 +10,15 @@ files and folders, on the local file system or, through ``pyarrow.fs``, on any o
 * fs/maps.py: maps and listings of any dump file (:class:`ReadOnlyMap`, :func:`open_file`, :func:`read_bytes`,
   :func:`entries`, :func:`files_under`, :func:`stat_files_under`,
   :func:`unreadable_entries`, :func:`map_range`, :func:`read_written`);
-* fs/identity.py: where a path really is (identity and overlap by device and inode: :func:`overlap`).
+* fs/identity.py: where a path really is (identity and overlap by device and inode: :func:`overlap`);
+* fs/listings.py: a run's look at local folders, taken once for all its walks (:func:`listings_of_the_run`,
+  :func:`scanned`).
 """
 from __future__ import annotations
 
 from .hostile import UnreadableError, data_end, data_extents, describe, error_line, open_fd, written_length
 from .identity import ancestry, identity, overlap, real, store_root_of
+from .listings import RunListings, let_go_of_listings, listings_of_the_run, scanned
 from .maps import OUTPUT_MARKER, STORE_FILES, STORE_FOLDERS, Entry, ReadOnlyMap, check_file, check_folder, entries, \
     entry, files_under, map_range, open_file, part_of, read_bytes, read_written, stat_files_under, \
     unreadable_entries
@@ -27,4 +30,5 @@ __all__ = ["ReadOnlyMap", "data_end", "data_extents", "written_length", "Locatio
            "FILESYSTEMS_ENV", "real", "identity", "ancestry", "overlap", "store_root_of", "UnreadableError", "Entry",
            "error_line", "open_fd", "open_file", "read_bytes", "check_file", "check_folder", "entry", "entries",
            "files_under", "stat_files_under", "unreadable_entries", "read_written", "part_of", "describe", "map_range", "OUTPUT_MARKER", "STORE_FILES",
-           "STORE_FOLDERS"]
+           "STORE_FOLDERS", "RunListings", "let_go_of_listings", "listings_of_the_run",
+           "scanned"]

@@ -26,6 +26,7 @@ import stat
 import pyarrow.fs as pafs
 
 from ..errors import ErrorKind, StoreFormatError
+from .listings import accessible
 
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -287,4 +288,4 @@ def _readable(info: pafs.FileInfo) -> bool:
 
 def readable_path(path: str, folder: bool) -> bool:
     """Whether a reader may take a local file (read) or folder (list and enter): the listings' access rule."""
-    return os.access(path, os.R_OK | os.X_OK if folder else os.R_OK)
+    return accessible(path, os.R_OK | os.X_OK if folder else os.R_OK)

@@ -19,6 +19,7 @@ from .. import layout as L
 from ..errors import StoreFormatError
 from .hostile import UnreadableError, _FileMap, _os_reason, data_extents, describe, last_nonzero, open_fd, \
     open_fd_stat, written_length
+from .listings import accessible, scanned
 from .remote import Location, StorePath, _Bytes, _unreadable, _Window, as_path
 
 
@@ -115,7 +116,7 @@ def _local_entry(name: str, path: Path, at: str | None = None) -> Entry:
 def _denied(kind: str, at) -> str | None:
     """Why a reader may not use the local file or folder at ``at`` ("Permission denied"), or None: a file must be
     readable, a folder listable and searchable."""
-    return None if os.access(at, os.R_OK if kind == "file" else os.R_OK | os.X_OK) else "Permission denied"
+    return None if accessible(at, os.R_OK if kind == "file" else os.R_OK | os.X_OK) else "Permission denied"
 
 
 def entries(folder) -> list[Entry]:
@@ -201,8 +202,7 @@ def _kinds_in(folder) -> list[tuple]:
             return []
         return [(e.path, "file" if e.is_file else "folder" if e.is_folder else None, None) for e in found]
     try:
-        with os.scandir(folder) as it:
-            found = sorted(it, key=lambda e: e.name)
+        found = scanned(folder)
     except OSError:  # not a folder, gone, or unlistable (entries: [] or UnreadableError)
         return []
     child = getattr(folder, "_make_child_relpath", None) or folder.joinpath
@@ -280,8 +280,7 @@ def _visit_local(folder, depth: int, out: list) -> None:
     folders below are walked by their listed paths' text: a ``Path`` is made only for an entry reported (40,000
     queue folders, every audit)."""
     try:
-        with os.scandir(folder) as listing:
-            found = sorted(listing, key=lambda e: e.name)
+        found = scanned(folder)
     except (NotADirectoryError, FileNotFoundError):
         return
     except OSError as e:
