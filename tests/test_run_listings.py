@@ -88,3 +88,10 @@ def test_a_folder_that_cannot_be_listed_raises_for_every_walk(tmp_path):
         for _ in range(2):
             with pytest.raises(FileNotFoundError):
                 fs.scanned(tmp_path / "absent")
+
+
+def test_a_run_limited_to_fewer_files_keeps_fewer_entries():
+    """The audit's --max-files bounds what its walks keep too (tests/test_many_files.py's memory limit: 30,000 tiny
+    queue files, --max-files 1,000, within 76 MiB, failed with the default bound)."""
+    assert fs.run_listings_for(1000).most == listings.ENTRIES_PER_FILE * 1000
+    assert fs.run_listings_for(500_000).most == listings.RUN_LISTING_ENTRIES

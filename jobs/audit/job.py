@@ -68,7 +68,7 @@ from runtime.history import claim_history
 from runtime.output import OutputError, out_join, out_makedirs, out_write, prepare_output, write_parquet_file
 from runtime.progress import Phase, say
 from runtime.session import EXECUTORS, choose_executor
-from store_format.fs import Location, RunListings, let_go_of_listings, listings_of_the_run, resolve
+from store_format.fs import Location, let_go_of_listings, listings_of_the_run, resolve, run_listings_for
 from store_format.consumequeue import RunReads, reads_of_the_run
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args, recovery_settings_from_args, \
     size_argument
@@ -213,8 +213,10 @@ def _full_collections_held():
 @runs_job(NAME)
 def run(spark, args) -> AuditResult:
     # the store's folders scanned once for the walks before the scan (custody, unreadable entries, queue listing,
-    # recovery's load rules: 40,000 queues' 45,000 folders each time); the commit's custody check looks afresh
-    with _full_collections_held(), listings_of_the_run(RunListings()):
+    # recovery's load rules: 40,000 queues' 45,000 folders each time), as many as --max-files lets the run hold; the
+    # commit's custody check looks afresh
+    listings = run_listings_for(getattr(args, "max_files", MAX_FILES))
+    with _full_collections_held(), listings_of_the_run(listings):
         return _audit(spark, args)
 
 

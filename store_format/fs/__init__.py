@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .hostile import UnreadableError, data_end, data_extents, describe, error_line, open_fd, written_length
 from .identity import ancestry, identity, overlap, real, store_root_of
-from .listings import RunListings, let_go_of_listings, listings_of_the_run, scanned
+from .listings import RunListings, let_go_of_listings, listings_of_the_run, run_listings_for, scanned
 from .maps import OUTPUT_MARKER, STORE_FILES, STORE_FOLDERS, Entry, ReadOnlyMap, check_file, check_folder, entries, \
     entry, files_under, map_range, open_file, part_of, read_bytes, read_written, stat_files_under, \
     unreadable_entries
@@ -31,4 +31,4 @@ __all__ = ["ReadOnlyMap", "data_end", "data_extents", "written_length", "Locatio
            "error_line", "open_fd", "open_file", "read_bytes", "check_file", "check_folder", "entry", "entries",
            "files_under", "stat_files_under", "unreadable_entries", "read_written", "part_of", "describe", "map_range", "OUTPUT_MARKER", "STORE_FILES",
            "STORE_FOLDERS", "RunListings", "let_go_of_listings", "listings_of_the_run",
-           "scanned"]
+           "run_listings_for", "scanned"]

@@ -7,7 +7,7 @@ prediction's load rules (store_format.recovery, a stat each).  A broker with 40,
 Within :func:`listings_of_the_run`, :func:`scanned` scans a folder once for the run and gives every walk the same
 ``os.DirEntry`` objects, whose ``stat`` Python keeps once taken, and :func:`accessible` answers each access check
 once.  Only what succeeded is kept (a folder that cannot be listed raises again, for each walk to report it its
-way), up to :data:`RUN_LISTING_ENTRIES`, until the run lets them go (:meth:`RunListings.let_go`: the audit, before
+way), up to :data:`RUN_LISTING_ENTRIES` (fewer for a run limited to fewer files, :func:`run_listings_for`), until the run lets them go (:meth:`RunListings.let_go`: the audit, before
 its scan, whose peak they would add to).  What a run kept is a snapshot of its start: the custody check at its
 commit looks again outside it (runtime/custody.py ``check_custody``), and names any file changed since."""
 from __future__ import annotations
@@ -20,6 +20,9 @@ from contextvars import ContextVar
 #: 300,000, some 300 bytes each with their stats (90 MB); past it, a folder is scanned again by each walk, as
 #: outside a run
 RUN_LISTING_ENTRIES = 1 << 19
+#: what a run keeps for each file it may list of a folder (:func:`run_listings_for`): the file's entry, its
+#: folder's entry in its parent's listing, their access answers and the folder's own key
+ENTRIES_PER_FILE = 6
 
 
 class RunListings:
@@ -34,6 +37,12 @@ class RunListings:
     def let_go(self) -> None:
         """What was kept let go, and nothing kept from now on (a walk after it looks afresh)."""
         self.folders, self.access, self.most = {}, {}, 0
+
+
+def run_listings_for(files: int) -> RunListings:
+    """A run's listings for a run that lists at most ``files`` files of a folder (the audit's ``--max-files``): a run
+    that limits its files for its memory's sake limits what its walks keep too (about 1.8 KB a file)."""
+    return RunListings(min(RUN_LISTING_ENTRIES, ENTRIES_PER_FILE * files))
 
 
 _RUN_LISTINGS: ContextVar[RunListings | None] = ContextVar("fs_run_listings", default=None)
