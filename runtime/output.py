@@ -217,12 +217,16 @@ class RowGroupWriter:
     small row groups, each with its own dictionaries and statistics, slower to write and to read, and a file's
     rows held whole to its end held a task's or a family's every row (issue 40)."""
 
-    def __init__(self, open_file, *, hold_bytes: int, hold_rows: int = 1 << 62, group_rows: int = 1 << 20):
+    def __init__(self, open_file, *, hold_bytes: int, hold_rows: int = 1 << 62, group_rows: int = 1 << 20,
+                 beside: bool = False):
         self._open_file, self.hold_bytes, self.hold_rows = open_file, hold_bytes, hold_rows
         self._group_rows = group_rows  # held rows past it (one batch alone) split as pyarrow splits them
         self._file = None
         self._held: list[pa.Table] = []
         self._held_rows = self._held_bytes = 0
+        # ``beside``: each row group written in a thread of its own while the caller makes the next rows (Parquet's
+        # encoding and compression release the GIL), at most one at a time: the row groups, in order, are the same
+        self._writing = _Beside() if beside else None
 
     def write(self, table: "pa.Table") -> None:
         if not table.num_rows:
@@ -233,11 +237,19 @@ class RowGroupWriter:
         if self._held_rows >= self.hold_rows or self._held_bytes >= self.hold_bytes:
             self.flush()
 
-    def flush(self) -> None:
-        """What is held written as one row group."""
+    def flush(self, *, beside: bool = True) -> None:
+        """What is held written as one row group (begun in its thread when the writer writes ``beside``: the next
+        flush or the close waits for it)."""
         if self._held:
             held = pa.concat_tables(self._held) if len(self._held) > 1 else self._held[0]
-            self._open().write_table(held, row_group_size=min(self._held_rows, self._group_rows))
+            file, rows = self._open(), min(self._held_rows, self._group_rows)
+            if self._writing is None:
+                file.write_table(held, row_group_size=rows)
+            elif beside:
+                self._writing.start(file.write_table, held, row_group_size=rows)
+            else:
+                self._writing.wait()
+                file.write_table(held, row_group_size=rows)
         self._held, self._held_rows, self._held_bytes = [], 0, 0
 
     def _open(self):
@@ -247,7 +259,13 @@ class RowGroupWriter:
 
     def close(self, *, empty_file: bool = False) -> None:
         """What is held written and the file closed (``empty_file``: a file even without a row, its schema alone)."""
-        self.flush()
+        try:
+            self.flush(beside=False)  # nothing left to make beside it
+            if self._writing is not None:
+                self._writing.wait()
+        except BaseException:
+            self.abort()
+            raise
         if empty_file:
             self._open()
         if self._file is not None:
@@ -257,9 +275,41 @@ class RowGroupWriter:
     def abort(self) -> None:
         """Given up: what is held dropped, the file (if opened) closed; the caller removes it or names it nowhere."""
         self._held, self._held_rows, self._held_bytes = [], 0, 0
+        if self._writing is not None:
+            self._writing.wait(raising=False)
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+class _Beside:
+    """One call at a time in a thread of its own: :meth:`start` waits for the last one (raising what it raised)."""
+
+    def __init__(self):
+        self._thread: "threading.Thread | None" = None
+        self._failed: BaseException | None = None
+
+    def start(self, fn, *args, **kwargs) -> None:
+        import threading
+
+        self.wait()
+
+        def run():
+            try:
+                fn(*args, **kwargs)
+            except BaseException as e:  # raised in the caller's thread, at its next start or wait
+                self._failed = e
+
+        self._thread = threading.Thread(target=run, name="row-group-writer", daemon=True)
+        self._thread.start()
+
+    def wait(self, raising: bool = True) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        failed, self._failed = self._failed, None
+        if failed is not None and raising:
+            raise failed
 
 
 def out_parquet_batches(path, batch_size: int = 1 << 16, columns: list[str] | None = None):

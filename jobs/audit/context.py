@@ -630,7 +630,8 @@ class TableWriter:
         self.path, self.schema, self.rows = path, schema, 0
         self._kept: list[pa.Table] = []  # without a file: the table's rows
         self._file = None if path is None else RowGroupWriter(lambda: out_parquet_writer(path, schema),
-                                                               hold_rows=ROW_GROUP_ROWS, hold_bytes=ROW_GROUP_BYTES)
+                                                               hold_rows=ROW_GROUP_ROWS, hold_bytes=ROW_GROUP_BYTES,
+                                                               beside=True)
 
     def write(self, table: pa.Table) -> None:
         from decoding.columns import plain
@@ -663,7 +664,8 @@ class TableWriter:
         return WrittenTable(self.path, self.rows)
 
 
-#: what a TableWriter holds before it writes a row group (whichever comes first)
+#: what a TableWriter holds before it writes a row group (whichever comes first); it is written in a thread beside
+#: the family's next rows (runtime.output.RowGroupWriter ``beside``), so a writer holds at most twice this
 ROW_GROUP_ROWS = 1 << 18
 ROW_GROUP_BYTES = 32 << 20
 
