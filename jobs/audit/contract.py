@@ -20,6 +20,9 @@ Where each hook runs (``rc``: a :class:`jobs.audit.scan.RangeContext`; ``out``: 
   ``probe_in_span`` needs when the task's output is given back (the range is not read then); the task keeps the
   sorted union of its ranges' values (jobs/audit/kept.py).
 * ``in_files[route](facts, files, out)``: in a file task of that route, over a group of its files (whole queues).
+* ``while_listed(ctx)``: on the driver once the recovery is predicted, before the scan, while the run still holds
+  its listings of the stores' folders (store_format.fs.listings): what walks a store's whole tree (the metadata
+  family's unreadable entries) walks it then, not afresh after the scan.
 * ``after_scan(ctx)``: on the driver once the scan is done, before any family finishes (to complete what the
   others read: the recovery prediction).
 * ``on_driver(ctx) -> FamilyResult``: on the driver, from the partial tables and the driver's facts: findings,
@@ -137,6 +140,7 @@ class Family:
     range_memo: Callable | None = None
     in_range: Callable | None = None
     in_files: dict[str, Callable] = field(default_factory=dict)
+    while_listed: Callable | None = None
     after_scan: Callable | None = None
     on_driver: Callable | None = None
     summary: Callable | None = None

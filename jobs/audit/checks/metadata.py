@@ -200,4 +200,5 @@ def groups_not_in_config(offsets: pa.Table, groups: dict[str, list], brokers: li
 
 FAMILY = Family(
     "metadata", "unreadable or backup-only config files; topics and groups missing from topics.json and "
-    "subscriptionGroup.json", on_driver=on_driver, rank=90)
+    "subscriptionGroup.json", on_driver=on_driver, rank=90,
+    while_listed=lambda ctx: ctx.metadata("unreadable_files"))  # the store's whole tree: with the run's listings
