@@ -7,7 +7,7 @@ from jobs.audit import job as audit_job
 from jobs.audit.tasks import RunInfo, pack, run_tasks
 from runtime.session import Executor
 
-from .support.counted import CountedFacts, CountedTask
+from .support.counted import CountedFacts, CountedTask, ReadyOnFirstTask
 
 SIZES = [50, 10, 40, 30, 20, 60, 5, 35]  # eight tasks of uneven cost: six bins on two cores (TASKS_PER_CORE 3)
 
@@ -72,3 +72,43 @@ def test_profile_names_the_fixed_cost_of_a_spark_stage(spark):
                  "task shipping", "kernel load on executors", "around the tasks"):
         assert name in text
     assert audit_job._spark_cost_lines("scan", run_tasks(spark, _tasks(), Executor("driver", 2), RunInfo(None))) == []
+
+
+def test_a_stage_begun_in_the_driver_goes_on_in_spark_once_the_executors_are_ready(spark):
+    """``--executor auto`` on a cluster (jobs/audit/tasks.py ``_run_driver_first``): the driver's threads begin the
+    stage while the executors' warm-up runs; once it is ready, the tasks not started go to one Spark job.  Every
+    task runs once, some in each place, and the tables come back in the tasks' order, as the driver alone makes
+    them."""
+    import os
+    import uuid
+    from types import SimpleNamespace
+
+    token = uuid.uuid4().hex
+    warming = SimpleNamespace(ready=ReadyOnFirstTask(token))
+    tasks = [CountedTask(i, size, ready=token) for i, size in enumerate(SIZES)]
+    outputs = run_tasks(spark, tasks, Executor("spark", 2), RunInfo(None), warming=warming)
+
+    ran = outputs.get("ran").to_pylist()
+    assert [r["task"] for r in ran] == list(range(len(SIZES)))  # each once, in the tasks' order
+    here = {r["task"] for r in ran if r["pid"] == os.getpid()}
+    first = outputs.get("_driver_first").to_pylist()[0]
+    # the driver's two threads each held a task when the executors were ready, and may each have begun one more
+    assert 1 <= len(here) == first["tasks"] <= 4 and first["handed_to_spark"] == len(SIZES) - len(here)
+    assert first["cost"] == sum(SIZES[i] for i in here) and first["ready_after_seconds"] is not None
+    assert outputs.get("_spark_job").to_pylist()[0]["bins"] >= 1
+    alone = run_tasks(spark, _tasks(), Executor("driver", 2), RunInfo(None))
+    assert outputs.get("made").equals(alone.get("made"))
+    text = "\n".join(audit_job._driver_first_lines("scan", outputs))
+    assert f"scan begun in the driver: {len(here)} task(s)" in text and f"{len(SIZES) - len(here)} left to a Spark" in text
+
+
+def test_a_stage_the_driver_ends_before_the_executors_are_ready_is_no_spark_job(spark):
+    import threading
+    from types import SimpleNamespace
+
+    warming = SimpleNamespace(ready=threading.Event())  # never ready
+    outputs = run_tasks(spark, _tasks(), Executor("spark", 2), RunInfo(None), warming=warming)
+    first = outputs.get("_driver_first").to_pylist()[0]
+    assert first == {"tasks": len(SIZES), "cost": sum(SIZES), "handed_to_spark": 0, "ready_after_seconds": None}
+    assert "_spark_job" not in outputs.partials
+    assert outputs.get("made").equals(run_tasks(spark, _tasks(), Executor("driver", 2), RunInfo(None)).get("made"))

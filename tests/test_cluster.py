@@ -135,7 +135,7 @@ def runs(request, spark_cluster, spark, two_stores, tmp_path_factory):  # the cl
             "result": str(work / "app.json"),
             "decode_remote": ["--store", REMOTE_STORE, "--out", str(out / "decode-remote")],
             "audit_remote": ["--store", REMOTE_STORE, f"elsewhere://dmg/{two_stores[1].parent.name}/store",
-                             "--out", "elsewhere://outs/audit"]}
+                             "--out", "elsewhere://outs/audit", "--executor", "spark"]}
     (work / "spec.json").write_text(json.dumps(spec))
     submitted = []
 

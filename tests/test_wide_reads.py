@@ -270,6 +270,7 @@ def test_the_tasks_run_in_the_driver_see_the_runs_reads():
 def test_a_run_holds_off_full_collections_and_puts_the_threshold_back(monkeypatch):
     """jobs/audit/job.py: while an audit runs, the collector's full collections wait (what a run holds lives as long
     as the run); the threshold is put back when it ends, failed or not, and by the last of overlapping runs."""
+    import contextlib
     import gc
 
     from jobs.audit import job
@@ -277,11 +278,12 @@ def test_a_run_holds_off_full_collections_and_puts_the_threshold_back(monkeypatc
     before = gc.get_threshold()
     seen = []
 
-    def failing(spark, args):
+    def failing(spark, args, warming):
         seen.append(gc.get_threshold())
         raise RuntimeError("the step failed")
 
     monkeypatch.setattr(job, "_audit", failing)
+    monkeypatch.setattr(job, "_executors_warmed", lambda spark, args: contextlib.nullcontext())  # no session here
     with pytest.raises(RuntimeError, match="the step failed"):
         job.run(None, None)
     assert seen[0][:2] == before[:2] and seen[0][2] > 1000 * before[2]

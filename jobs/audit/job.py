@@ -49,6 +49,7 @@ driver's threads, one per core (jobs/audit/tasks.py), which spares the seconds a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import sys
@@ -88,7 +89,7 @@ from .scan import scan_tasks
 from .kept import keep_ranges
 from .state import AuditState, check_apart_from
 from .survey import survey_tasks
-from .tasks import FAILURES, RunInfo, failure_row, run_tasks
+from .tasks import FAILURES, ExecutorWarmUp, RunInfo, failure_row, run_tasks
 from .verdict import RunTables, verdict as broker_verdict
 
 NAME = "audit"
@@ -155,8 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "one JSON object for machines.  With --quiet, text is the one line")
     p.add_argument("--executor", choices=EXECUTORS, default="auto",
                    help="where the audit's tasks run: in this process's threads, one per core (driver), or as two "
-                        "Spark jobs (spark); auto (the default): driver for a local[N] session, spark on a cluster "
-                        "or over Spark Connect (the driver then reads every input file itself)")
+                        "Spark jobs (spark); auto (the default): driver for a local[N] session, spark over Spark "
+                        "Connect, and on a cluster spark begun in the driver's threads while the executors start (a "
+                        "Spark job of its own loads their kernels meanwhile; the tasks not started once it is done "
+                        "go to the executors)")
     p.add_argument("--profile", action="store_true",
                    help="print where the time went: each phase, the slowest tasks of each stage, and for a stage "
                         "run as a Spark job its fixed cost (executors, Python workers, task shipping, kernel load)")
@@ -216,11 +219,31 @@ def run(spark, args) -> AuditResult:
     # recovery's load rules: 40,000 queues' 45,000 folders each time), as many as --max-files lets the run hold; the
     # commit's custody check looks afresh
     listings = run_listings_for(getattr(args, "max_files", MAX_FILES))
-    with _full_collections_held(), listings_of_the_run(listings):
-        return _audit(spark, args)
+    with _full_collections_held(), listings_of_the_run(listings), _executors_warmed(spark, args) as warming:
+        return _audit(spark, args, warming)
 
 
-def _audit(spark, args) -> AuditResult:
+@contextlib.contextmanager
+def _executors_warmed(spark, args):
+    """``auto`` on a cluster: the executors' Python workers and kernels brought up by a Spark job of their own
+    (jobs/audit/tasks.py ``ExecutorWarmUp``) while the driver plans and begins the first stages in its threads
+    (``_run_driver_first``): a cluster's executors take seconds to start, which the survey of a gigabyte spent
+    waiting.  Yields it (None otherwise: ``--executor spark`` runs every task on the executors); a run the driver
+    ended first does not wait for it."""
+    from runtime.session import is_connect
+
+    requested, warming = getattr(args, "executor", "auto"), None
+    if requested == "auto" and not is_connect(spark):
+        executor = choose_executor(spark, requested)
+        warming = ExecutorWarmUp(spark, executor.cores) if executor.where == "spark" else None
+    try:
+        yield warming
+    finally:
+        if warming is not None:
+            warming.stop()
+
+
+def _audit(spark, args, warming: ExecutorWarmUp | None = None) -> AuditResult:
     started = time.time()
     phases = _Phases()
     # the run's id and time are its claim's (runtime/commit.py): to the microsecond, since the trend job orders a
@@ -270,7 +293,7 @@ def _audit(spark, args) -> AuditResult:
             if state is not None:  # the segment walks of files the same since the last run: given back
                 surveyed = state.keep(surveyed, "survey")
             ctx.survey = _stage(spark, "survey", surveyed, executor,
-                                RunInfo(None, partials_dir=run.partials_dir))  # no findings; spilled partials
+                                RunInfo(None, partials_dir=run.partials_dir), warming)  # no findings; spilled
             ctx.failures.append(ctx.survey.get("_failures", FAILURES))
             phases.done("survey")
             progress("predicting recovery")
@@ -287,7 +310,7 @@ def _audit(spark, args) -> AuditResult:
             if state is not None:  # ranges whose bytes, and all they read of the store, are as the last
                 # run's: given back
                 scanned = keep_ranges(state, scanned)
-            ctx.scan = _stage(spark, "scan", scanned, executor, run)
+            ctx.scan = _stage(spark, "scan", scanned, executor, run, warming)
             del scanned
             if state is not None:
                 state.count_given_back("scan", ctx.scan)
@@ -336,20 +359,23 @@ def _audit(spark, args) -> AuditResult:
     code = cli.EXIT_NOTHING if summary["counts"]["error"] else cli.EXIT_OK
     progress(f"done in {time.time() - started:.1f}s")
     if getattr(args, "profile", False):
-        _print_profile(ctx, phases)
+        _print_profile(ctx, phases, warming)
     # stdout: each broker's first screen in words, then one line (--quiet: the line; --format json: JSON)
     return AuditResult(terminal.render(summary, getattr(args, "format", "text"), getattr(args, "quiet", False), code),
                        code, out=out.as_typed.rstrip("/"), summary_data=summary, phases=phases.times,
                        line=terminal.final_line(summary))
 
 
-def _stage(spark, name: str, tasks: list, executor, run: RunInfo):
-    """One stage's tasks run where the executor says, with a progress line (runtime/progress.py)."""
+def _stage(spark, name: str, tasks: list, executor, run: RunInfo, warming: ExecutorWarmUp | None = None):
+    """One stage's tasks run where the executor says (begun in the driver while ``warming`` is under way), with a
+    progress line (runtime/progress.py)."""
     where = " in the driver" if executor.where == "driver" else ""
+    if warming is not None and not warming.ready.is_set():
+        where = ", begun in the driver while the executors start"
     with Phase(f"{name} ({len(tasks)} task(s){where})", sum(t.cost() for t in tasks),
                spark if executor.where == "spark" else None) as phase:
         try:
-            return run_tasks(spark, tasks, executor, run, phase=phase)
+            return run_tasks(spark, tasks, executor, run, phase=phase, warming=warming)
         finally:
             release_freed_memory()  # the tasks' temporaries, when they ran in the driver
 
@@ -563,7 +589,7 @@ def _queue_count(store) -> int:
     return len(store.queue_models) - len(shared_queues(store.queue_models))
 
 
-def _print_profile(ctx: AuditContext, phases: _Phases) -> None:
+def _print_profile(ctx: AuditContext, phases: _Phases, warming: ExecutorWarmUp | None = None) -> None:
     from runtime import session
 
     lines = ["where the time went (wall clock):"]
@@ -572,6 +598,7 @@ def _print_profile(ctx: AuditContext, phases: _Phases) -> None:
     lines += [f"  {name:<34} {secs:7.2f} s" for name, secs in phases.times]
     lines.append(f"  {'the audit in all':<34} {sum(s for _, s in phases.times):7.2f} s")
     lines.append(_kernel_line())
+    lines += _warm_up_lines(warming)
     for stage, outputs in (("survey", ctx.survey), ("scan", ctx.scan)):
         t = outputs.partials.get("_timing")
         if t is None or not t.num_rows:
@@ -583,8 +610,34 @@ def _print_profile(ctx: AuditContext, phases: _Phases) -> None:
         lines.append(f"  {stage} tasks: " + "; ".join(f"{k} x{len(v)} {sum(v):.2f} s" for k, v in by_kind.items()))
         for r in rows[:5]:
             lines.append(f"    {r['seconds']:7.2f} s  {r['kind']} {r['name']}")
+        lines += _driver_first_lines(stage, outputs)
         lines += _spark_cost_lines(stage, outputs)
     print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _warm_up_lines(warming: ExecutorWarmUp | None) -> list[str]:
+    """The executors' warm-up (jobs/audit/tasks.py ``ExecutorWarmUp``): when it ended, its Python workers' loads."""
+    if warming is None:
+        return []
+    if warming.ended is None:
+        return ["  executors' warm-up                 not done when the run ended (every task ran in the driver)"]
+    loads = [r[2] for r in warming.rows if r[2] is not None]
+    workers = len({(r[0], r[1]) for r in warming.rows})
+    first = f"its first task began at {min(r[3] for r in warming.rows) - warming.started:.2f} s, " if warming.rows else ""
+    return [f"  {'executors ready after':<34} {warming.ended - warming.started:7.2f} s  (a warm-up job from the run's "
+            f"start: {first}{workers} Python worker(s), kernel load {sum(loads):.2f} s in all)"]
+
+
+def _driver_first_lines(stage: str, outputs) -> list[str]:
+    """What the driver's threads ran of a stage begun before the executors were ready (``_driver_first``)."""
+    first = outputs.partials.get("_driver_first")
+    if first is None:
+        return []
+    r = first.to_pylist()[0]
+    when = (f"the executors ready {r['ready_after_seconds']:.2f} s into it" if r["ready_after_seconds"] is not None
+            else "the executors not ready before the driver had started every task")
+    return [f"  {stage} begun in the driver: {r['tasks']} task(s), {r['cost'] / 2**20:.1f} MiB, there; "
+            f"{r['handed_to_spark']} left to a Spark job ({when})"]
 
 
 def _spark_cost_lines(stage: str, outputs) -> list[str]:

@@ -6,9 +6,11 @@ executor says: ``driver``, in this process's threads, the costliest first (a loc
 this machine's cores anyway); ``spark``, packed into at most ``slots`` bins of about equal cost, each bin pickled
 apart and run as one Spark task that receives that bin only (a classic session's ``parallelize`` of the bins, one
 per partition; over Spark Connect, a local relation of them through ``mapInArrow``): no data source planning round
-trip, and no task unpickling its whole stage.  What many tasks share (a :class:`Shared` object: a broker's facts)
-is pickled once per stage and sent once per executor (a classic session's broadcast; over Spark Connect, with each
-Spark task's function), not with every bin.  A Python worker runs task after task (Spark reuses it,
+trip, and no task unpickling its whole stage; on a cluster (``auto``) the driver's threads begin a stage while the
+executors start, and hand what they have not started to that Spark job once the executors are ready
+(:class:`ExecutorWarmUp`).  Every stage's tables come back in the tasks' order, wherever each ran.  What many
+tasks share (a :class:`Shared` object: a broker's facts) is pickled once per stage and sent once per executor (a
+classic session's broadcast; over Spark Connect, with each Spark task's function), not with every bin.  A Python worker runs task after task (Spark reuses it,
 runtime/session.py), keeping what it loaded: the project's modules, the compiled kernels, the stage's shared
 objects.
 
@@ -34,6 +36,9 @@ from store_format.fs import Location
 from .findings import as_written
 
 OUTPUT_SCHEMA = pa.schema([("table", pa.string()), ("payload", pa.binary())])
+# a Spark job's results: the row before each task's tables, its number as its payload, so the driver puts every
+# table in the tasks' order (as the driver's threads do), whichever bins and executors ran them
+TASK_MARK = "_task"
 COUNTS = pa.schema([("check", pa.string()), ("severity", pa.string()), ("count", pa.int64())])
 # what each task was (its ``kind``: its class, or how it ran) and took: --profile's, and the state's count of the
 # tasks that gave a kept part back (jobs/audit/state.py)
@@ -261,17 +266,19 @@ def failure_row(broker: str, what: str, e: BaseException) -> pa.Table:
                     schema=FAILURES)
 
 
-def pack(tasks: list, slots: int) -> list[list]:
+def pack(tasks: list, slots: int, numbers: list[int] | None = None) -> list[list]:
     """Tasks in at most ``slots`` bins of about equal cost (largest first into the least loaded bin), each bin
-    keeping the tasks' order: a Spark task costs tens of milliseconds before it runs a line of ours, so
-    thousands of small files must not be as many Spark tasks."""
+    keeping the tasks' order, as ``(number, task)`` pairs (``numbers``: each task's in its stage, by default its
+    place in ``tasks``): a Spark task costs tens of milliseconds before it runs a line of ours, so thousands of
+    small files must not be as many Spark tasks."""
+    numbers = list(range(len(tasks))) if numbers is None else numbers
     bins: list[list] = [[] for _ in range(max(1, min(slots, len(tasks))))]
     load = [0] * len(bins)
     for i in sorted(range(len(tasks)), key=lambda i: -tasks[i].cost()):
         b = load.index(min(load))
         bins[b].append(i)
         load[b] += max(tasks[i].cost(), 1)
-    return [[(i, tasks[i]) for i in sorted(b)] for b in bins]
+    return [[(numbers[i], tasks[i]) for i in sorted(b)] for b in bins]
 
 
 def run_one(i: int, task, run: RunInfo) -> Emitter:
@@ -405,6 +412,7 @@ def run_shipped(work, run: RunInfo, key: str, shared):
         items = _unpickle(payload, _shared_objects(key, shared))
         unpickled = time.perf_counter() - t0
         for i, task in items:
+            yield TASK_MARK, str(i).encode()
             for batch in run_one(i, task, run).batches():
                 yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
         _spark_tasks_here += 1
@@ -460,114 +468,256 @@ def _run_on_spark(spark, shipped: Shipped, run: RunInfo) -> list[tuple[str, byte
         shared.destroy()  # the job is done: the executors' and driver's copies let go
 
 
-def run_tasks(spark, tasks: list[Task], executor, run: RunInfo, *, phase=None) -> "Outputs":
-    """Every task run where ``executor`` (runtime.session.Executor) says; their partial tables.  ``driver``: in this
-    process, ``slots`` threads at a time, the costliest first (the compiled kernels and most of numpy and Arrow
-    release the GIL); ``phase`` (a :class:`runtime.progress.Phase`) is told the cost and count of the tasks done, as a
-    Spark job's tracker tells it.  ``spark``: packed into at most ``slots`` bins, one Spark job, each Spark task
-    receiving its own bin only (:func:`ship`); the partial tables then include what the job cost around the tasks
-    (``_spark_job``, ``_spark_tasks``: the fixed cost of a cluster audit, which --profile names)."""
+def run_tasks(spark, tasks: list[Task], executor, run: RunInfo, *, phase=None,
+              warming: "ExecutorWarmUp | None" = None) -> "Outputs":
+    """Every task run where ``executor`` (runtime.session.Executor) says; their partial tables, in the tasks' order.
+    ``driver``: in this process, ``slots`` threads at a time, the costliest first (the compiled kernels and most of
+    numpy and Arrow release the GIL); ``phase`` (a :class:`runtime.progress.Phase`) is told the cost and count of
+    the tasks done, as a Spark job's tracker tells it.  ``spark``: packed into at most ``slots`` bins, one Spark
+    job, each Spark task receiving its own bin only (:func:`ship`); the partial tables then include what the job
+    cost around the tasks (``_spark_job``, ``_spark_tasks``: the fixed cost of a cluster audit, which --profile
+    names).  With ``warming`` (an :class:`ExecutorWarmUp` not done yet) the driver's threads start on the tasks
+    while the executors come up, and the tasks not started when they are ready go to Spark as that one job
+    (``_driver_first`` says how many ran where)."""
     if not tasks:
         return Outputs()
     if executor.where == "driver":
         return _run_in_driver(tasks, executor.slots, run, phase)
+    if warming is None or warming.ready.is_set():
+        by_task, job = _spark_stage(spark, list(enumerate(tasks)), executor.slots, run)
+        return Outputs.in_task_order(by_task, _spark_job=job)
+    return _run_driver_first(spark, tasks, executor, run, phase, warming)
+
+
+def _spark_stage(spark, numbered: list[tuple[int, Task]], slots: int, run: RunInfo) -> tuple[dict, pa.Table]:
+    """``(number, task)`` pairs run as one Spark job (:func:`run_tasks`): their tables by task number, and the
+    job's :data:`SPARK_JOB` row."""
     t0 = time.perf_counter()
-    shipped = ship(pack(tasks, executor.slots))
+    shipped = ship(pack([t for _, t in numbered], slots, [i for i, _ in numbered]))
     pickled, submitted = time.perf_counter() - t0, time.time()
     rows = _run_on_spark(spark, shipped, run)
     returned, t1 = time.time(), time.perf_counter()
-    outputs = Outputs.of(pa.table({"table": [n for n, _ in rows], "payload": [p for _, p in rows]},
-                                  schema=OUTPUT_SCHEMA))
-    outputs.partials["_spark_job"] = pa.table({
+    by_task = _by_task(rows)
+    job = pa.table({
         "bins": [len(shipped.bins)], "work_bytes": [sum(len(w) for _, w in shipped.bins)],
         "shared_bytes": [len(shipped.shared)], "pickle_seconds": [pickled],
         "submitted": [submitted], "returned": [returned], "results_bytes": [sum(len(p) for _, p in rows)],
         "read_seconds": [time.perf_counter() - t1]}, schema=SPARK_JOB)
-    return outputs
+    return by_task, job
+
+
+# What the driver's threads did in a stage begun before the executors were ready (:func:`_run_driver_first`): the
+# tasks they ran and their cost, the tasks left to the Spark job, and when in the stage the executors were ready
+# (null: not before the driver had started every task).
+DRIVER_FIRST = pa.schema([("tasks", pa.int64()), ("cost", pa.int64()), ("handed_to_spark", pa.int64()),
+                          ("ready_after_seconds", pa.float64())])
+
+
+# The driver's threads that begin a stage on a cluster: a cluster's driver is sized for planning, not for the
+# executors' work, and each thread holds a task's working memory (a range's decode: hundreds of MiB).
+DRIVER_FIRST_THREADS = 2
+
+
+def _run_driver_first(spark, tasks: list[Task], executor, run: RunInfo, phase, warming) -> "Outputs":
+    """The stage begun in the driver's threads (:data:`DRIVER_FIRST_THREADS`, at most one per core of this machine)
+    while ``warming`` brings the executors up; once they are ready, the tasks not started go to Spark as one job
+    while the driver's threads end the ones they hold.  A stage the driver finishes first is no Spark job at all."""
+    started = time.monotonic()
+    threads = _DriverThreads(tasks, min(os.cpu_count() or 1, DRIVER_FIRST_THREADS), run, phase)
+    by_task, job = {}, None
+    try:
+        rest = threads.hand_over(warming.ready)
+        ready_after = time.monotonic() - started if rest or warming.ready.is_set() else None
+        if rest:
+            by_task, job = _spark_stage(spark, [(i, tasks[i]) for i in rest], executor.slots, run)
+    except BaseException:  # an interrupt, or the job failed: the driver's tasks not started never start
+        threads.abandon()
+        raise
+    ran = threads.results()
+    first = pa.table({"tasks": [len(ran)], "cost": [sum(tasks[i].cost() for i in ran)],
+                      "handed_to_spark": [len(rest)], "ready_after_seconds": [ready_after]}, schema=DRIVER_FIRST)
+    return Outputs.in_task_order({**ran, **by_task}, _driver_first=first,
+                                 **({"_spark_job": job} if job is not None else {}))
+
+
+class ExecutorWarmUp:
+    """A Spark job begun as the audit starts, one task per core: each executor's Python worker started, the project
+    imported and the compiled kernels loaded (about 1 s a worker; a reused worker keeps them for the stages' tasks),
+    while the driver plans and begins the first stages itself (:func:`_run_driver_first`).  ``ready`` is set when
+    it ends, or fails (the stages' own tasks then meet the same failure and report it).  ``stop()`` cancels it if
+    the run ended first."""
+
+    def __init__(self, spark, cores: int):
+        import threading
+        import uuid
+
+        self.ready = threading.Event()
+        self.rows: list[tuple] = []  # (host, pid, kernel load seconds or None, started, ended), a task each
+        self.started, self.ended = time.time(), None
+        self._spark, self._group = spark, f"rocketmq-forensics-warm-up-{uuid.uuid4().hex[:8]}"
+        threading.Thread(target=self._run, args=(max(1, cores),), name="audit-warm-up", daemon=True).start()
+
+    def _run(self, cores: int) -> None:
+        try:
+            sc = self._spark.sparkContext
+            sc.setJobGroup(self._group, "the audit: executors' Python workers and kernels loaded",
+                           interruptOnCancel=False)
+            self.rows = sc.parallelize(range(cores), cores).mapPartitions(_warm_up_worker).collect()
+        except Exception:  # noqa: BLE001 - cancelled, or the executors cannot run it: the stages' tasks say why
+            pass
+        finally:
+            self.ended = time.time()
+            self.ready.set()
+
+    def stop(self) -> None:
+        if not self.ready.is_set():
+            try:
+                self._spark.sparkContext.cancelJobGroup(self._group)
+            except Exception:  # noqa: BLE001 - a session already stopped has nothing to cancel
+                pass
+
+
+def _warm_up_worker(_):
+    """One warm-up task (:class:`ExecutorWarmUp`): this Python worker's kernels and checks loaded."""
+    import socket
+
+    from decoding.kernels import KERNEL_LOAD, load_compiled, tune_allocator
+
+    from .checks import load_all
+
+    global _spark_tasks_here
+    started = time.time()
+    tune_allocator()
+    had_kernels = bool(KERNEL_LOAD)
+    load_compiled()
+    load_all()
+    _spark_tasks_here += 1  # the stages' tasks in this worker find it reused
+    yield (socket.gethostname(), os.getpid(), None if had_kernels else KERNEL_LOAD.get("seconds"), started,
+           time.time())
 
 
 def holds_the_gil(task) -> bool:
     """Whether a task's work is mostly Python and system calls, a file at a time (a route's group of small files:
     a wide broker's thousands of queue files), rather than the compiled kernels, numpy and Arrow, which release
-    the GIL.  The driver runs such tasks one at a time (:func:`_run_in_driver`).  A wrapper (a state's kept task,
+    the GIL.  The driver runs such tasks one at a time (:class:`_DriverThreads`).  A wrapper (a state's kept task,
     jobs/audit/state.py) is its task's kind."""
     return bool(getattr(getattr(task, "task", task), "HOLDS_THE_GIL", False))
 
 
-def _run_in_driver(tasks: list, threads: int, run: RunInfo, phase) -> "Outputs":
+class _DriverThreads:
     """The tasks in ``threads`` threads of this process, the costliest first; a task that :func:`holds_the_gil`
     never beside another such task.  Two threads each opening, reading and closing thousands of small files took
     twice the time one thread took for the same files (the GIL changes hands at every system call: 50,007 queue
     files' reads 2.7 s against 1.5 s): such tasks are one chain, taken whenever it is free, while the other threads
-    run the rest (the walks and decodes, which release the GIL)."""
-    import contextvars
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
+    run the rest (the walks and decodes, which release the GIL).  :meth:`hand_over` takes back the tasks not
+    started yet; :meth:`results` waits for the ones that were."""
 
-    lock = threading.Condition()
-    done = {"cost": 0, "tasks": 0}
-    if phase is not None:
-        phase.tasks = len(tasks)
-    caller = contextvars.copy_context()  # what the run set for its readers (the run's reads of small queue files)
-    order = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost())  # the longest first: no straggler at the end
-    chained = [i for i in order if holds_the_gil(tasks[i])]
-    free = [i for i in order if not holds_the_gil(tasks[i])]
-    state = {"chain_busy": False, "stop": False}
-    results: dict[int, Emitter] = {}
+    def __init__(self, tasks: list, threads: int, run: RunInfo, phase):
+        import contextvars
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
 
-    def next_task() -> tuple[int, bool] | None:
+        self.tasks, self.run, self.phase = tasks, run, phase
+        self.lock = threading.Condition()
+        self.done = {"cost": 0, "tasks": 0}
+        if phase is not None:
+            phase.tasks = len(tasks)
+        self.caller = contextvars.copy_context()  # what the run set for its readers (its reads of small queue files)
+        order = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost())  # the longest first: no straggler at the end
+        self.chained = [i for i in order if holds_the_gil(tasks[i])]
+        self.free = [i for i in order if not holds_the_gil(tasks[i])]
+        self.state = {"chain_busy": False, "stop": False}
+        self.ran: dict[int, Emitter] = {}
+        workers = max(1, min(threads, len(tasks)))
+        self.pool = ThreadPoolExecutor(workers)
+        self.futures = [self.pool.submit(self._worker) for _ in range(workers)]
+
+    def _next_task(self) -> tuple[int, bool] | None:
         """The next task for a thread, and whether it is the chain's; None when nothing is left for it."""
-        with lock:
-            while not state["stop"]:
-                if chained and not state["chain_busy"]:
-                    state["chain_busy"] = True
-                    return chained.pop(0), True
-                if free:
-                    return free.pop(0), False
-                if not chained:
+        with self.lock:
+            while not self.state["stop"]:
+                if self.chained and not self.state["chain_busy"]:
+                    self.state["chain_busy"] = True
+                    return self.chained.pop(0), True
+                if self.free:
+                    return self.free.pop(0), False
+                if not self.chained:
                     return None
-                lock.wait()  # only the chain's tasks are left, and one runs: this thread has no more
+                self.lock.wait()  # only the chain's tasks are left, and one runs: this thread has no more
             return None
 
-    def worker() -> None:
-        while (picked := next_task()) is not None:
+    def _worker(self) -> None:
+        while (picked := self._next_task()) is not None:
             i, in_chain = picked
             try:
-                results[i] = caller.copy().run(run_one, i, tasks[i], run)
+                self.ran[i] = self.caller.copy().run(run_one, i, self.tasks[i], self.run)
             except BaseException:
-                with lock:
-                    state["stop"] = True  # the tasks not started never start
-                    lock.notify_all()
+                self._stop()  # the tasks not started never start
                 raise
             finally:
                 if in_chain:
-                    with lock:
-                        state["chain_busy"] = False
-                        lock.notify_all()
-            if phase is not None:
-                with lock:
-                    done["cost"] += tasks[i].cost()
-                    done["tasks"] += 1
-                    phase.update(done["cost"])
-                    phase.tasks_done = done["tasks"]
+                    with self.lock:
+                        self.state["chain_busy"] = False
+                        self.lock.notify_all()
+            with self.lock:
+                self.done["cost"] += self.tasks[i].cost()
+                self.done["tasks"] += 1
+                self.lock.notify_all()
+                if self.phase is not None:
+                    self.phase.update(self.done["cost"])
+                    self.phase.tasks_done = self.done["tasks"]
 
-    workers = max(1, min(threads, len(tasks)))
-    pool = ThreadPoolExecutor(workers)
-    try:
-        for future in [pool.submit(worker) for _ in range(workers)]:
-            future.result()
-    except BaseException:  # an interrupt (runtime/interrupts.py) or a failure: the tasks not started never start
-        with lock:
-            state["stop"] = True
-            lock.notify_all()
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
-    parts: dict[str, list[pa.Table]] = {}
-    for i in range(len(tasks)):  # the tables themselves, in the tasks' order, as a job returns them
-        for name, tables in results[i].partials.items():
-            parts.setdefault(name, []).extend(tables)
-    return Outputs({name: pa.concat_tables(ts) for name, ts in parts.items()})
+    def _stop(self) -> None:
+        with self.lock:
+            self.state["stop"] = True
+            self.lock.notify_all()
+
+    def hand_over(self, when) -> list[int]:
+        """Once the event ``when`` is set, the numbers of the tasks not started (in order; the threads start no
+        more); empty if every task was started first."""
+        while not when.wait(0.02):
+            with self.lock:
+                if not (self.chained or self.free) or self.state["stop"]:
+                    return []
+        with self.lock:
+            rest = sorted(self.chained + self.free)
+            self.chained, self.free = [], []
+            self.lock.notify_all()
+            return rest
+
+    def results(self) -> dict[int, dict[str, list[pa.Table]]]:
+        """Each task's tables by its number, once the threads are done (a task's failure, or an interrupt, raised
+        here: the tasks not started never start)."""
+        try:
+            for future in self.futures:
+                future.result()
+        except BaseException:  # an interrupt (runtime/interrupts.py) or a failure
+            self.abandon()
+            raise
+        self.pool.shutdown()
+        return {i: emitter.partials for i, emitter in self.ran.items()}
+
+    def abandon(self) -> None:
+        """No task not started starts; the threads are not waited for."""
+        self._stop()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _run_in_driver(tasks: list, threads: int, run: RunInfo, phase) -> "Outputs":
+    """Every task in ``threads`` threads of this process (:class:`_DriverThreads`)."""
+    return Outputs.in_task_order(_DriverThreads(tasks, threads, run, phase).results())
+
+
+def _by_task(rows: list[tuple[str, bytes]]) -> dict[int, dict[str, list[pa.Table]]]:
+    """A Spark job's ``(name, payload)`` rows as each task's tables by its number (:data:`TASK_MARK`)."""
+    by_task: dict[int, dict[str, list[pa.Table]]] = {}
+    task = -1
+    for name, payload in rows:
+        if name == TASK_MARK:
+            task = int(payload)
+            continue
+        by_task.setdefault(task, {}).setdefault(name, []).append(pa.ipc.open_stream(payload).read_all())
+    return by_task
 
 
 @dataclass
@@ -578,10 +728,17 @@ class Outputs:
 
     @classmethod
     def of(cls, rows: pa.Table) -> "Outputs":
+        """A Spark job's :data:`OUTPUT_SCHEMA` rows, in the tasks' order."""
+        return cls.in_task_order(_by_task(zip(rows.column("table").to_pylist(), rows.column("payload").to_pylist())))
+
+    @classmethod
+    def in_task_order(cls, by_task: dict[int, dict[str, list[pa.Table]]], **more: pa.Table) -> "Outputs":
+        """Each name's tables from every task, in the tasks' order (wherever each ran), and ``more`` by name."""
         parts: dict[str, list[pa.Table]] = {}
-        for name, payload in zip(rows.column("table").to_pylist(), rows.column("payload").to_pylist()):
-            parts.setdefault(name, []).append(pa.ipc.open_stream(payload).read_all())
-        return cls({name: pa.concat_tables(ts) for name, ts in parts.items()})
+        for i in sorted(by_task):
+            for name, tables in by_task[i].items():
+                parts.setdefault(name, []).extend(tables)
+        return cls({**{name: pa.concat_tables(ts) for name, ts in parts.items()}, **more})
 
     def parts(self, name: str) -> pa.Table:
         """Where the tasks wrote the spilled partial ``name``: :data:`SPILLED` rows, in the tasks' order."""

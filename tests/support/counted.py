@@ -5,6 +5,7 @@ often the facts it shares with other tasks (a ``Shared`` object) were unpickled 
 from __future__ import annotations
 
 import os
+import threading
 
 import pyarrow as pa
 
@@ -31,11 +32,39 @@ class CountedFacts(Shared):
         FACTS_UNPICKLED.append(self.token)
 
 
+class ReadyOnFirstTask:
+    """An executors' warm-up's ``ready`` event (jobs/audit/tasks.py ``ExecutorWarmUp``), set by the first counted
+    task that runs in this process (the driver), which then waits until the driver has seen it set: the tasks not
+    started by then go to the Spark job.  Registered under a token (:data:`READY`): a task names it, and in a
+    Python worker no such token is registered."""
+
+    def __init__(self, token: str):
+        self.flag, self.seen = threading.Event(), threading.Event()
+        READY[token] = self
+
+    def is_set(self) -> bool:
+        return self.flag.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self.flag.wait(timeout):
+            self.seen.set()
+            return True
+        return False
+
+    def set_by_a_task(self) -> None:
+        self.flag.set()
+        self.seen.wait(30)
+
+
+READY: dict[str, ReadyOnFirstTask] = {}
+RAN = pa.schema([("task", pa.int64()), ("pid", pa.int64())])
+
+
 class CountedTask:
     broker = "counted"
 
-    def __init__(self, number: int, size: int, facts: CountedFacts | None = None):
-        self.number, self.size, self.facts = number, size, facts
+    def __init__(self, number: int, size: int, facts: CountedFacts | None = None, ready: str | None = None):
+        self.number, self.size, self.facts, self.ready = number, size, facts, ready
 
     def describe(self) -> str:
         return f"counted task {self.number}"
@@ -44,13 +73,16 @@ class CountedTask:
         return self.size
 
     def __getstate__(self):
-        return self.number, self.size, self.facts
+        return self.number, self.size, self.facts, self.ready
 
     def __setstate__(self, state) -> None:
-        self.number, self.size, self.facts = state
+        self.number, self.size, self.facts, self.ready = state
         UNPICKLED.append(self.number)
 
     def run(self, out) -> None:
+        if self.ready in READY:  # in the process that registered it: the driver
+            READY[self.ready].set_by_a_task()
+        out.partial("ran", pa.table({"task": [self.number], "pid": [os.getpid()]}, schema=RAN))
         seen = list(UNPICKLED)
         UNPICKLED.clear()
         out.partial("made", pa.table({"task": [self.number], "square": [self.number ** 2]}))
