@@ -449,16 +449,21 @@ def written_entries(m: ReadOnlyMap, hash_slot_num: int, count: int) -> int:
     return max(1, min(count, -(-(end - at) // L.INDEX_ENTRY_SIZE)))
 
 
-def read_entry_window(loc, hash_slot_num: int, first: int, end: int) -> dict:
-    """Entries ``first`` .. ``end - 1`` of an index file (of ``hash_slot_num`` slots) as native numpy columns: read
-    from a read-only map, or one ranged read."""
+def read_entry_bytes(loc, hash_slot_num: int, first: int, end: int) -> bytes:
+    """The bytes of entries ``first`` .. ``end - 1`` of an index file (of ``hash_slot_num`` slots), as far as the
+    file holds them: read from a read-only map, or one ranged read."""
     at = L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE + max(first, 0) * L.INDEX_ENTRY_SIZE
     n = max(end - first, 0) * L.INDEX_ENTRY_SIZE
     if loc.local_path is not None:
         with ReadOnlyMap(loc.local_path) as m:
-            raw = bytes(m.buf[at:at + n])
-    else:
-        raw = loc.read_range(at, n)
+            return bytes(m.buf[at:at + n])
+    return loc.read_range(at, n)
+
+
+def read_entry_window(loc, hash_slot_num: int, first: int, end: int) -> dict:
+    """Entries ``first`` .. ``end - 1`` of an index file (of ``hash_slot_num`` slots) as native numpy columns
+    (:func:`read_entry_bytes`)."""
+    raw = read_entry_bytes(loc, hash_slot_num, first, end)
     e = np.frombuffer(raw, L.INDEX_ENTRY.dtype(), len(raw) // L.INDEX_ENTRY_SIZE)
     return {"key_hash": e["key_hash"].astype(np.int32), "physical_offset": e["physical_offset"].astype(np.int64),
             "time_diff": e["time_diff"].astype(np.int32), "prev_index": e["prev_index"].astype(np.int32)}

@@ -414,9 +414,9 @@ def test_a_store_only_appended_to_gives_its_old_ranges_back(spark, tmp_path, mon
 
 def test_an_old_index_entry_changed_in_place_runs_its_range_again(spark, tmp_path, monkeypatch):
     """An index file is rewritten in place as the broker runs (its header, its slots): a kept range keys the index
-    entries pointing into it by the values their view is made of (jobs/audit/scan.py routed_values), so an old
-    entry whose key hash changed since the last run (a damaged disk) runs the range owning its message again, which
-    finds it, as a full audit does."""
+    entries pointing into it by the bytes of the rows that hold them (jobs/audit/routes.py ``span_digest``), so an
+    old entry whose key hash changed since the last run (a damaged disk) runs the range owning its message again,
+    which finds it, as a full audit does."""
     from store_format import layout as L
 
     writer, send = _appending_broker(tmp_path, monkeypatch)

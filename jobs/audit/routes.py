@@ -22,6 +22,7 @@ read (``window``) and shown (``view``, with the schema ``VIEW``).
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
@@ -32,8 +33,8 @@ import pyarrow as pa
 from store_format import layout as L
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.fs import Location, ReadOnlyMap
-from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_entry_window, read_header, \
-    written_entries
+from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_entry_bytes, read_entry_window, \
+    read_header, written_entries
 from store_format.plan import group_queue_files
 from store_format.queues import BY_FOLDER, BY_NAME, ROUTED_FOLDERS, Backend, QueueFile, group_queues, many_units
 from store_format.timer import KIND_BLANK as TIMER_BLANK, KIND_CORRUPT as TIMER_CORRUPT, KIND_ENTRY as TIMER_ENTRY, \
@@ -100,6 +101,11 @@ class Route:
     # (SurveyInput, files) -> (their rows as one table, what was read of each file), ``survey_file`` of each computed
     # over the group at once; None where it cannot (then ``survey_file`` each)
     survey_files: Callable | None = None
+    # (RoutedFile, first, end, lo, hi) -> (the first row of entries first..end-1 pointing into lo..hi-1, one past the
+    # last, the SHA-256 of those rows' bytes and all between), or None when none does; where a window is made of its
+    # rows' bytes and the file's name and params alone: what a kept range's key digests instead of making the
+    # window and its view (jobs/audit/kept.py)
+    span_digest: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -377,6 +383,16 @@ def _entry_window(f: RoutedFile, first: int, end: int) -> dict:
     return {**e, "valid": np.ones(len(e["physical_offset"]), bool)}
 
 
+def _entry_span_digest(f: RoutedFile, first: int, end: int, lo: int, hi: int) -> tuple | None:
+    raw = read_entry_bytes(f.loc, f.params["hash_slot_num"], first, end)
+    phys = np.frombuffer(raw, L.INDEX_ENTRY.dtype(), len(raw) // L.INDEX_ENTRY_SIZE)["physical_offset"]
+    inside = np.flatnonzero((phys >= lo) & (phys < hi))
+    if not len(inside):
+        return None
+    a, b = int(inside[0]), int(inside[-1]) + 1
+    return first + a, first + b, hashlib.sha256(memoryview(raw)[a * L.INDEX_ENTRY_SIZE:b * L.INDEX_ENTRY_SIZE]).digest()
+
+
 def _entry_view(f: RoutedFile, first: int, idx: np.ndarray, w: dict) -> pa.Table:
     k = len(idx)
     td = w["time_diff"][idx]
@@ -415,7 +431,7 @@ INDEX = Route(
     name="index", files=_index_files, group=_one_each,
     files_partial="survey.index_files", survey_schema=INDEX_FILES, survey_file=_survey_index_file,
     routed=_routed_index_file, window=_entry_window, view=_entry_view, survey_cost=_a_few_bytes_an_entry,
-    scan_cost=_file_size, emits={"survey.index_files": INDEX_FILES})
+    scan_cost=_file_size, emits={"survey.index_files": INDEX_FILES}, span_digest=_entry_span_digest)
 
 
 # ---------------------------------------------------------------------------------------------------------

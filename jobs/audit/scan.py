@@ -386,21 +386,41 @@ class RoutedWindows:
         self.buckets = buckets or owned_buckets(facts, lo, hi)
         self.leave_out, self.only, self.else_as = leave_out, only, else_as
         self._read: dict[str, list | ManyWindows] = {}
+        self._digested: dict[str, list] = {}
+
+    def _wanted(self, name: str) -> tuple[list, bool]:
+        """(file, first row, end row) of each file of route ``name`` to read, and whether they are all its files
+        with entries in the buckets."""
+        routed = self.facts.routed.get(name, ())
+        files, first, end = self.facts.buckets_of(name).rows_for(*self.buckets)
+        wanted = [(routed[i], a, b) for i, a, b in zip(files.tolist(), first.tolist(), end.tolist())
+                  if routed[i].loc.path not in self.leave_out and (self.only is None or routed[i].loc.path
+                                                                   in self.only)]
+        return wanted, len(wanted) == len(files)
 
     def of(self, name: str) -> "list | ManyWindows":
         if name not in self._read:
             route = ROUTES[name]
-            routed = self.facts.routed.get(name, ())
-            files, first, end = self.facts.buckets_of(name).rows_for(*self.buckets)
-            wanted = [(routed[i], a, b) for i, a, b in zip(files.tolist(), first.tolist(), end.tolist())
-                      if routed[i].loc.path not in self.leave_out and (self.only is None or routed[i].loc.path
-                                                                       in self.only)]
-            if self.else_as is not None and len(wanted) == len(files):
+            wanted, every = self._wanted(name)
+            if self.else_as is not None and every:
                 return self.else_as.of(name)
             many = route.read_windows(wanted) if route.read_windows is not None else None  # ManyWindows, or None
             self._read[name] = many if many is not None else [(f, first, route.window(f, first, end))
                                                               for f, first, end in wanted]
         return self._read[name]
+
+    def digests(self, name: str) -> list:
+        """What route ``name``'s entries pointing into the span are made of (``Route.span_digest``), not made into
+        windows: (file name, params, their first row, one past their last, the digest of those rows) of each file
+        with some, of the rows :meth:`of` would read."""
+        if name not in self._digested:
+            route = ROUTES[name]
+            wanted, every = self._wanted(name)
+            if self.else_as is not None and every:
+                return self.else_as.digests(name)
+            self._digested[name] = [(f.name, f.params, *d) for f, a, b in wanted
+                                    if (d := route.span_digest(f, a, b, self.lo, self.hi)) is not None]
+        return self._digested[name]
 
 
 def _routed_picks(windows: RoutedWindows, name: str, lo: int, hi: int, by_rows=None) -> tuple:
@@ -450,7 +470,15 @@ def routed_values(windows: RoutedWindows, name: str, lo: int, hi: int, by_rows=N
     entries' rows in it and their window's columns), not the view: for a digest (jobs/audit/kept.py), equal values
     make equal views, and a range's views of a wide broker's units and an index's entries are megabytes of Arrow
     made only to be hashed.  ``by_rows`` (file paths): those files' entries not shown but named, as (the values of
-    the others', [(path, the entries' rows in the file)]), the files in the windows' order."""
+    the others', [(path, the entries' rows in the file)]), the files in the windows' order.  A route whose windows
+    are made of their rows' bytes alone (``Route.span_digest``: an index's entries) gives, of each file, the rows
+    from its first entry pointing into the span to its last and their bytes' digest instead
+    (:meth:`RoutedWindows.digests`): the same rows of the same bytes show the same entries of the span, at a
+    fraction of the cost of showing them."""
+    if ROUTES[name].span_digest is not None and not (by_rows and any(
+            f.loc.path in by_rows for f in windows.facts.routed.get(name, ()))):
+        shown = windows.digests(name)
+        return shown if by_rows is None else (shown, [])
     read, picked, named = _routed_picks(windows, name, lo, hi, by_rows)
 
     def values(w: dict, idx: np.ndarray, n: int) -> dict:  # a window's columns at the entries (anything else whole)
