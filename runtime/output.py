@@ -226,7 +226,7 @@ class RowGroupWriter:
         self._held_rows = self._held_bytes = 0
         # ``beside``: each row group written in a thread of its own while the caller makes the next rows (Parquet's
         # encoding and compression release the GIL), at most one at a time: the row groups, in order, are the same
-        self._writing = _Beside() if beside else None
+        self._writing = Beside() if beside else None
 
     def write(self, table: "pa.Table") -> None:
         if not table.num_rows:
@@ -282,7 +282,7 @@ class RowGroupWriter:
             self._file = None
 
 
-class _Beside:
+class Beside:
     """One call at a time in a thread of its own: :meth:`start` waits for the last one (raising what it raised)."""
 
     def __init__(self):

@@ -25,12 +25,13 @@ def _findings(check_id: str, brokers: list[str]) -> pa.Table:
 def test_spooled_findings_are_copied_among_the_others_in_order_and_counted(tmp_path):
     load_all()
     ctx = AuditContext.__new__(AuditContext)
-    ctx.partials_dir = resolve(str(tmp_path / "partials"))
+    ctx.partials_dir, ctx.closing = resolve(str(tmp_path / "partials")), []
     spool = ctx.findings_writer("transactions.open")
     parts = [_findings("transactions.open", [f"b{i}"] * 3) for i in range(4)]
     for p in parts:
         spool.write(p)
     spooled = spool.close()
+    ctx.tables_closed()  # the file closed beside, as the job waits for it after the families
     assert spooled.rows == 12 and resolve(spooled.path).local_path.startswith(str(tmp_path / "partials" / "_findings"))
     before = _findings("transactions.commit_without_op", ["a", "b"])
     after = FD.empty_findings()
@@ -55,7 +56,7 @@ def test_no_findings_still_write_a_file_with_the_findings_schema(tmp_path):
 def test_without_a_run_the_findings_writer_keeps_its_batches_as_a_table():
     load_all()
     ctx = AuditContext.__new__(AuditContext)
-    ctx.partials_dir = None
+    ctx.partials_dir, ctx.closing = None, []
     w = ctx.findings_writer("retries.dlq_message")
     w.write(_findings("transactions.open", ["a"]))
     t = w.close()

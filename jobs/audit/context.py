@@ -68,6 +68,9 @@ class AuditContext:
         self.tables_dir: "fs.Location | None" = None  # where the run's detail tables go (None: a family run on its own)
         self.partials_dir: "fs.Location | None" = None  # where the driver spills (None: a scratch folder of its own)
         self._scratch: str | None = None
+        # the driver's table files still being closed (their last row group, their footer) beside the next family:
+        # done by :meth:`tables_closed`, before anything reads them
+        self.closing: list[TableWriter] = []
 
     # ---- partial tables ----------------------------------------------------------------------------------
     def partial(self, name: str, schema: pa.Schema | None = None) -> pa.Table:
@@ -99,7 +102,7 @@ class AuditContext:
         from runtime.output import out_join
 
         return TableWriter(None if self.tables_dir is None else out_join(self.tables_dir, name, "part-00000.parquet"),
-                           schema)
+                           schema, self.closing)
 
     def partial_writer(self, name: str, schema: pa.Schema) -> "TableWriter":
         """A partial table ``name`` the driver writes batch by batch into the run's partials
@@ -109,7 +112,7 @@ class AuditContext:
         from runtime.output import out_join
 
         return TableWriter(None if self.partials_dir is None else
-                           out_join(self.partials_dir, name, "part-00000.parquet"), schema)
+                           out_join(self.partials_dir, name, "part-00000.parquet"), schema, self.closing)
 
     def findings_writer(self, name: str) -> "TableWriter":
         """Findings of a family that grow with the messages (open transactions, overdue delays, dead letters),
@@ -122,7 +125,8 @@ class AuditContext:
         from .findings import FINDING_SCHEMA
 
         spool = self.findings_spool
-        return TableWriter(None if spool is None else out_join(spool, name, "part-00000.parquet"), FINDING_SCHEMA)
+        return TableWriter(None if spool is None else out_join(spool, name, "part-00000.parquet"), FINDING_SCHEMA,
+                           self.closing)
 
     @property
     def findings_spool(self) -> "fs.Location | None":
@@ -595,7 +599,22 @@ class AuditContext:
         t = self.walk_messages_at(broker, sorted(set(offsets)), ("physical_offset", "store_timestamp"))
         return dict(zip(t.column("physical_offset").to_pylist(), t.column("store_timestamp").to_pylist()))
 
+    def tables_closed(self) -> None:
+        """Every table file a family closed beside the next one (:class:`TableWriter`) closed: its error, if one
+        failed, raised here."""
+        closing, self.closing = self.closing, []
+        for i, writer in enumerate(closing):
+            try:
+                writer.closed()
+            except BaseException:
+                for rest in closing[i + 1:]:
+                    rest.closed(raising=False)
+                raise
+
     def release(self) -> None:
+        for writer in self.closing:  # a run that failed: the files are not outputs, but no thread writes on
+            writer.closed(raising=False)
+        self.closing = []
         if self._scratch is not None:
             import shutil
 
@@ -624,10 +643,13 @@ class TableWriter:
     fleet's 64 brokers, a bucket's few thousand rows) was slower to write and to read (4 GiB at 10x the send-back
     rate: 1.6 s writing 2.6 M rows 15,000 at a time, 1.2 s whole)."""
 
-    def __init__(self, path: "fs.Location | None", schema: pa.Schema):
+    def __init__(self, path: "fs.Location | None", schema: pa.Schema, closing: list | None = None):
         from runtime.output import RowGroupWriter, out_parquet_writer
 
         self.path, self.schema, self.rows = path, schema, 0
+        # ``closing`` (AuditContext.closing): the file closed in a thread beside what the driver does next, and this
+        # writer put on the list whose owner waits for it (AuditContext.tables_closed); else closed by ``close``
+        self._closing_list, self._closing = closing, None
         self._kept: list[pa.Table] = []  # without a file: the table's rows
         self._file = None if path is None else RowGroupWriter(lambda: out_parquet_writer(path, schema),
                                                                hold_rows=ROW_GROUP_ROWS, hold_bytes=ROW_GROUP_BYTES,
@@ -656,12 +678,30 @@ class TableWriter:
         self._kept = []
 
     def close(self):
+        """What the family returns for the table; its file closed, or being closed beside (:meth:`closed`)."""
+        from runtime.output import Beside
+
         from .contract import WrittenTable
 
         if self._file is None:
             return pa.concat_tables(self._kept) if self._kept else self.schema.empty_table()
-        self._file.close(empty_file=True)
+        if self._closing_list is None:
+            self._file.close(empty_file=True)
+        else:
+            self._closing = Beside()
+            self._closing.start(self._file.close, empty_file=True)
+            self._closing_list.append(self)
         return WrittenTable(self.path, self.rows)
+
+    def closed(self, raising: bool = True) -> None:
+        """The file closed beside (:meth:`close`) waited for; its error raised (else the file removed)."""
+        if self._closing is not None:
+            closing, self._closing = self._closing, None
+            try:
+                closing.wait(raising=raising)
+            except BaseException:
+                self.abort()
+                raise
 
 
 #: what a TableWriter holds before it writes a row group (whichever comes first); it is written in a thread beside

@@ -393,6 +393,9 @@ def _finish(ctx: AuditContext) -> list[FamilyResult]:
             ctx.failures += [failure_row(s.name, f"the {family.name} checks", e) for s in ctx.stores]
         release_freed_memory()  # what the family freed: the next one's high water is not added to it
         progress(f"{family.name}: {time.time() - t0:.1f}s")
+    # the families' table files, each closed beside the families after it: a file that cannot be written to its end
+    # fails the run, as any output's write does
+    ctx.tables_closed()
     results.append(FamilyResult(findings=[_failure_findings(ctx.failures), _skipped_findings(ctx)]))
     return results
 
