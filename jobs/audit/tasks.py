@@ -578,19 +578,17 @@ class ExecutorWarmUp:
 
 
 def _warm_up_worker(_):
-    """One warm-up task (:class:`ExecutorWarmUp`): this Python worker's kernels and checks loaded."""
+    """One warm-up task (:class:`ExecutorWarmUp`): this Python worker's kernels loaded (the families' modules come
+    with the first task that names them)."""
     import socket
 
     from decoding.kernels import KERNEL_LOAD, load_compiled, tune_allocator
-
-    from .checks import load_all
 
     global _spark_tasks_here
     started = time.time()
     tune_allocator()
     had_kernels = bool(KERNEL_LOAD)
     load_compiled()
-    load_all()
     _spark_tasks_here += 1  # the stages' tasks in this worker find it reused
     yield (socket.gethostname(), os.getpid(), None if had_kernels else KERNEL_LOAD.get("seconds"), started,
            time.time())
