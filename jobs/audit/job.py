@@ -626,7 +626,8 @@ def _warm_up_lines(warming: ExecutorWarmUp | None) -> list[str]:
         return ["  executors' warm-up                 not done when the run ended (every task ran in the driver)"]
     loads = [r[2] for r in warming.rows if r[2] is not None]
     workers = len({(r[0], r[1]) for r in warming.rows})
-    first = f"its first task began at {min(r[3] for r in warming.rows) - warming.started:.2f} s, " if warming.rows else ""
+    first = (f"its first task began at {min(r[3] for r in warming.rows) - warming.started:.2f} s, "
+             if warming.rows else "")
     return [f"  {'executors ready after':<34} {warming.ended - warming.started:7.2f} s  (a warm-up job from the run's "
             f"start: {first}{workers} Python worker(s), kernel load {sum(loads):.2f} s in all)"]
 

@@ -10,9 +10,9 @@ trip, and no task unpickling its whole stage; on a cluster (``auto``) the driver
 executors start, and hand what they have not started to that Spark job once the executors are ready
 (:class:`ExecutorWarmUp`).  Every stage's tables come back in the tasks' order, wherever each ran.  What many
 tasks share (a :class:`Shared` object: a broker's facts) is pickled once per stage and sent once per executor (a
-classic session's broadcast; over Spark Connect, with each Spark task's function), not with every bin.  A Python worker runs task after task (Spark reuses it,
-runtime/session.py), keeping what it loaded: the project's modules, the compiled kernels, the stage's shared
-objects.
+classic session's broadcast; over Spark Connect, with each Spark task's function), not with every bin.  A Python
+worker runs task after task (Spark reuses it, runtime/session.py), keeping what it loaded: the project's modules,
+the compiled kernels, the stage's shared objects.
 
 Findings never travel: each task writes its own as one Parquet file into the run's findings folder (stamped
 with the run and each finding's id, :func:`findings.as_written`), named after the task, so a retried task
