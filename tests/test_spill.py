@@ -31,7 +31,7 @@ def test_a_spilled_partial_is_a_part_file_and_a_row_saying_where(tmp_path):
     path = tmp_path / "partials" / "retries.hops" / "part-00003.parquet"
     [row] = out.partials["_spilled"][0].to_pylist()
     assert row == {"table": "retries.hops", "path": str(path), "rows": 3, "bytes": os.path.getsize(path),
-                   "first_offset": 100, "last_offset": 500}
+                   "first_offset": 100, "last_offset": 500, "broker": "b"}
     assert out.spilled == {}  # the rows are let go once written
     assert "retries.hops" not in out.partials
 
@@ -63,7 +63,8 @@ def test_a_task_past_its_hold_writes_its_spilled_rows_as_they_come(tmp_path, mon
     out.write_findings(run, part)
     got = {r["table"]: r for r in out.partials["_spilled"][0].to_pylist()}
     assert got["retries.hops"] == {"table": "retries.hops", "path": str(path), "rows": 5,
-                                   "bytes": os.path.getsize(path), "first_offset": 50, "last_offset": 500}
+                                   "bytes": os.path.getsize(path), "first_offset": 50, "last_offset": 500,
+                                   "broker": "b"}
     assert got["other.rows"]["rows"] == 2 and (got["other.rows"]["first_offset"], got["other.rows"]["last_offset"]) \
         == (7, 9)
     assert pq.read_table(path).column("physical_offset").to_pylist() == [300, 100, 500, None, 50]
@@ -164,7 +165,7 @@ def _hops_ctx(tmp_path, parts):
     for i, (broker, offsets) in enumerate(parts):
         out = Emitter()
         hops = pa.table({f.name: pa.nulls(len(offsets), f.type) for f in retries.HOPS}, schema=retries.HOPS)
-        hops = hops.set_column(0, "broker", pa.array([broker] * len(offsets)))
+        hops = hops.set_column(0, "broker", pa.array(broker if isinstance(broker, list) else [broker] * len(offsets)))
         hops = hops.set_column(hops.schema.get_field_index("physical_offset"), "physical_offset",
                                pa.array(offsets, pa.int64()))
         out.spill("retries.hops", hops)
@@ -193,6 +194,21 @@ def test_the_retries_hops_come_a_part_at_a_time_by_broker_and_offset(tmp_path):
     got = [(b, t.column("physical_offset").to_pylist()) for b, t in retries._hop_parts(_hops_ctx(tmp_path,
                                                                                                    _HOP_PARTS))]
     assert got == [("a", [5]), ("b", [10, 15, 20, 30]), ("c", [55, 60]), ("c", [70])]
+
+
+def test_a_spilled_part_names_its_one_broker_and_a_part_of_two_is_read_for_them(tmp_path):
+    """A SPILLED row says the one broker of its part's rows (the retries' hops are put in order by broker without
+    reading each part twice); a part of two brokers says none, and its file is read for them."""
+    from jobs.audit.checks import retries
+
+    ctx = _hops_ctx(tmp_path, [(["a", "b"], [5, 6]), ("b", [1]), ("c", [7, 8])])
+    assert ctx.partial_parts("retries.hops").column("broker").to_pylist() == [None, "b", "c"]
+    got = [(b, t.column("physical_offset").to_pylist()) for b, t in retries._hop_parts(ctx)]
+    assert got == [("a", [5]), ("b", [1, 6]), ("c", [7, 8])]
+    out = Emitter()
+    out.spill("other", pa.table({"physical_offset": [3]}))  # no broker column: none named
+    out.write_findings(_run(tmp_path), "part-00009.parquet")
+    assert out.partials["_spilled"][0].column("broker").to_pylist() == [None]
 
 
 @pytest.mark.parametrize("rows, looked_up", [

@@ -44,10 +44,11 @@ COUNTS = pa.schema([("check", pa.string()), ("severity", pa.string()), ("count",
 # tasks that gave a kept part back (jobs/audit/state.py)
 TIMING = pa.schema([("kind", pa.string()), ("name", pa.string()), ("seconds", pa.float64())])
 FAILURES = pa.schema([("broker", pa.string()), ("what", pa.string()), ("error", pa.string()), ("where", pa.string())])
-# where a task wrote a spilled partial (Emitter.spill): the part file, its rows, its size, and the physical offsets
-# its rows span (null when the table has none): the part is addressable by file and range (issue 40)
+# where a task wrote a spilled partial (Emitter.spill): the part file, its rows, its size, the physical offsets its
+# rows span (null when the table has none): the part is addressable by file and range (issue 40); and the one
+# broker its rows are of (null when the table has no broker column, or rows of more than one)
 SPILLED = pa.schema([("table", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
-                     ("first_offset", pa.int64()), ("last_offset", pa.int64())])
+                     ("first_offset", pa.int64()), ("last_offset", pa.int64()), ("broker", pa.string())])
 
 
 class Shared:
@@ -216,12 +217,15 @@ class _SpillWriter:
         self.name, self.path = name, out_join(run.partials_dir, name, part)
         self._file = RowGroupWriter(lambda: out_parquet_writer(self.path, schema), hold_bytes=SPILL_HOLD_BYTES)
         self.rows, self.first, self.last = 0, None, None
+        self.brokers: set = set()  # the brokers its rows are of, up to two (past one the part is of none alone)
 
     def write(self, t: pa.Table) -> None:
         from decoding.columns import plain
 
         self._file.write(plain(t))
         self.rows += t.num_rows
+        if "broker" in t.column_names and len(self.brokers) < 2:
+            self.brokers.update(pc.unique(t.column("broker")).to_pylist())
         if "physical_offset" in t.column_names:
             lo, hi = (v.as_py() for v in pc.min_max(t.column("physical_offset")).values())
             if lo is not None:
@@ -241,7 +245,8 @@ class _SpillWriter:
 
         self._file.close(empty_file=True)
         return {"table": self.name, "path": self.path.uri(), "rows": self.rows, "bytes": out_size(self.path),
-                "first_offset": self.first, "last_offset": self.last}
+                "first_offset": self.first, "last_offset": self.last,
+                "broker": next(iter(self.brokers)) if len(self.brokers) == 1 else None}
 
 
 def ipc_bytes(table: pa.Table, compression: str | None = None) -> bytes:

@@ -106,8 +106,10 @@ def _hop_parts(ctx):
     hops = ctx.partial_dataset("retries.hops", HOPS)
     spans: dict[str, list] = {}
     mixed: set[str] = set()
-    for path, first, last in zip(*(parts.column(c).to_pylist() for c in ("path", "first_offset", "last_offset"))):
-        brokers = pc.unique(out_parts_dataset([path], HOPS).to_table(columns=["broker"]).column(0)).to_pylist()
+    for path, first, last, broker in zip(*(parts.column(c).to_pylist()
+                                           for c in ("path", "first_offset", "last_offset", "broker"))):
+        brokers = [broker] if broker is not None else \
+            pc.unique(out_parts_dataset([path], HOPS).to_table(columns=["broker"]).column(0)).to_pylist()
         for b in brokers:
             spans.setdefault(b, []).append((first, last, path))
         if len(brokers) > 1:
