@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -197,14 +196,12 @@ print(json.dumps({"exit": done.exit_code,
 
 def _audit_under_a_limit(tmp_path: Path, files: int, budget: int, *more: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), "MALLOC_ARENA_MAX": "2"}
-
-    def small_stacks():  # glibc gives each new thread a stack of RLIMIT_STACK (8 MiB here) of address space: which of
-        # Arrow's and the audit's threads happen to start under the limit moved the peak by 20 MiB between runs
-        resource.setrlimit(resource.RLIMIT_STACK, (2 << 20, resource.getrlimit(resource.RLIMIT_STACK)[1]))
-
-    done = subprocess.run([sys.executable, "-c", _AUDIT_UNDER_A_LIMIT, str(fixture_store("basic")), str(tmp_path),
-                           str(files), str(budget), *more], capture_output=True, text=True, env=env, timeout=900,
-                          preexec_fn=small_stacks)
+    # threads of 2 MiB stacks: glibc gives each new thread a stack of the stack limit (8 MiB here) of address space,
+    # and which of Arrow's and the audit's threads happen to start under the limit moved the peak by 20 MiB
+    small_stacks = ["sh", "-c", 'ulimit -S -s 2048 && exec "$0" "$@"']
+    done = subprocess.run([*small_stacks, sys.executable, "-c", _AUDIT_UNDER_A_LIMIT, str(fixture_store("basic")),
+                           str(tmp_path), str(files), str(budget), *more], capture_output=True, text=True, env=env,
+                          timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
