@@ -58,9 +58,16 @@ def input_files(roots) -> list:
 def input_stats(roots):
     """(path, its stat) of every file :func:`input_files` lists, in its order, as the walk goes (the stats are not
     all held: a store of a million files), each stat the listing's own (``fs.stat_files_under``: one walk, one stat
-    a file); a file gone by the time it is looked at is left out."""
+    a file; a local file's path its text); a file gone by the time it is looked at is left out."""
     walks = [fs.stat_files_under(getattr(r, "path", r)) for r in roots]  # each in Path order already
-    return walks[0] if len(walks) == 1 else heapq.merge(*walks, key=lambda ps: ps[0].parts)
+    return walks[0] if len(walks) == 1 else heapq.merge(*walks, key=lambda ps: _parts(ps[0]))
+
+
+def _parts(path) -> tuple:
+    """``Path(path).parts`` of a local path's text (as ``Path`` spells it), a ``StorePath``'s own parts."""
+    if not isinstance(path, str):
+        return path.parts
+    return ("/", *path[1:].split("/")) if path.startswith("/") else tuple(path.split("/"))
 
 
 def fingerprint(listed, sha256: bool) -> Fingerprint:
@@ -76,7 +83,7 @@ def fingerprint(listed, sha256: bool) -> Fingerprint:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
             entry["sha256"] = h.hexdigest()
-        key = str(p)
+        key = p if isinstance(p, str) else str(p)
         out[key] = entry
         out.identity[key] = (getattr(st, "st_ino", None), getattr(st, "st_ctime_ns", None))
     return out

@@ -117,9 +117,11 @@ def test_the_listing_with_its_stats_fingerprints_as_the_listing_stated_again(sto
         (store / "config" / name).write_bytes(b"1")
     roots = resolve_stores([str(store)])
     listed = list(custody.input_stats(roots))
-    assert [p for p, _ in listed] == custody.input_files(roots)
+    assert [p for p, _ in listed] == [str(p) for p in custody.input_files(roots)]  # a local file's path as text
     several = [store / "config", store / "checkpoint", store / "commitlog", store / "config" / "a"]  # merged, in order
-    assert [p for p, _ in custody.input_stats(several)] == custody.input_files(several)
+    assert [p for p, _ in custody.input_stats(several)] == [str(p) for p in custody.input_files(several)]
+    relative = os.path.relpath(store / "config", os.getcwd())  # spelled as Path spells it, from a relative root too
+    assert [p for p, _ in custody.input_stats([relative])] == [str(p) for p in custody.input_files([relative])]
     by_stats = custody.fingerprint(listed, sha256=True)
     by_paths = custody.fingerprint([(p, p.stat()) for p in custody.input_files(roots)], sha256=True)  # a stat a path
     assert list(by_stats.items()) == list(by_paths.items()) and by_stats.identity == by_paths.identity
