@@ -501,6 +501,51 @@ def test_the_buckets_a_span_holds_whole(lo, hi, whole):
     assert whole_buckets(facts, bound.get(lo, lo), bound.get(hi, hi)) == whole
 
 
+@pytest.mark.parametrize("shift, span, recovered_end, named, read", [
+    (10, (2048, 5376), 10 << 10, {"q0": 11, "q1": 11}, []),  # its end block (4..6 KiB) below the end's: named whole
+    (11, (2048, 5376), 10 << 10, {"q0": 11, "q1": 11}, []),  # ... the same rows when the buckets widen
+    (10, (2048, 5376), 6000, {"q0": 10, "q1": 10}, [(5, 5)]),  # the block of the end (4..6 KiB): its bucket 5 read
+    (10, (2048, 4096), 6000, {"q0": 7, "q1": 7}, []),  # a span of whole buckets reads nothing
+])
+def test_a_kept_range_names_its_end_blocks_whole_below_the_newest_block(monkeypatch, shift, span, recovered_end,
+                                                                         named, read):
+    """Blocks of 2 KiB, buckets of 1 KiB (or 2), two queue files with an entry every 512 bytes of log (row r at
+    512 r).  A span that ends inside a bucket (a range's reach) names the rows of the block it ends in, from the
+    survey's buckets without reading the files, and the same whatever the buckets' width, when the block ends at or
+    below the block of the recovered end (no new message lands there); else the bucket it ends in is read and the
+    entries in the span named."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from jobs.audit import kept
+
+    phys = np.arange(16) * 512
+
+    def rows_for(lo, hi):  # each file's first and one past its last row in buckets lo..hi
+        rows = np.flatnonzero(((phys >> shift) >= lo) & ((phys >> shift) <= hi))
+        if not len(rows):
+            return (np.zeros(0, np.int64),) * 3
+        return np.array([0, 1]), np.array([rows[0]] * 2), np.array([rows[-1] + 1] * 2)
+
+    files = [SimpleNamespace(loc=SimpleNamespace(path=p)) for p in ("q0", "q1")]
+    facts = SimpleNamespace(shift=shift, commitlog_end=8 << 10, recovered_end=recovered_end, routed={"r": files},
+                            row_keyed={"q0": "cq/q0", "q1": "cq/q1"}, buckets_of=lambda name: SimpleNamespace(
+                                rows_for=rows_for))
+    reads = []
+
+    class Edge:  # a bucket read: its entries in the span
+        def __init__(self, facts, lo, hi, *, buckets, only):
+            reads.append(buckets)
+            self.rows = np.flatnonzero(((phys >> shift) == buckets[0]) & (phys >= lo) & (phys < hi))
+
+    monkeypatch.setattr(kept, "KEY_BLOCK_SHIFT", 11)
+    monkeypatch.setattr(kept, "RoutedWindows", Edge)
+    monkeypatch.setattr(kept, "routed_values", lambda edge, name, lo, hi, only: (
+        None, [(p, edge.rows) for p in ("q0", "q1") if len(edge.rows)]))
+    assert dict(kept._rows_named(facts, "r", *span)) == named and reads == read
+
+
 def test_a_5x_store_with_timers_grown_in_steps_audits_with_the_state_as_without(spark, tmp_path):
     from store_format.write.broker import Broker, ManualClock, Producer
     from store_format.write.writer import StoreWriter, WriterConfig

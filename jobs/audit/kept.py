@@ -16,11 +16,12 @@ What a range's output depends on, and how each is compared:
   checked, the same way against the range's reach; file-level damage in the span; every routed entry (consume-queue
   units, index entries...) pointing into the span, as the values the families' views of it are made of
   (scan.routed_values: equal values, equal views), except in a file the broker only appends to
-  (``BrokerFacts.row_keyed``), whose entries are named instead, by the last row of those in the span
-  (:func:`_rows_named`: mostly from the survey's buckets, the file not read), where the state found each such file as
-  the last run did or grown past it (``BrokerFacts.settled``): the same rows of the same bytes, and a new entry
-  pointing into the span is a later row (a part keeps two keys, one naming such entries and one showing them, and a
-  file changed since the last run is compared by the second); and each family's probe as far as the span reads it
+  (``BrokerFacts.row_keyed``), whose entries are named instead, by the last row of those in the span (or in its
+  end buckets: :func:`_rows_named`, mostly from the survey's buckets, the file not read), where the state found each
+  such file as the last run did or grown past it (``BrokerFacts.settled``): the same rows of the same bytes, and a
+  new entry pointing into the span is a later row (a part keeps two keys, one naming such entries and one showing
+  them, and a file changed since the last run is compared by the second); and each family's probe as far as the span
+  reads it
   (``Family.probe_in_span``: the pending delayed messages it owns and the pending keys its messages hold copies of,
   from the hashes ``range_memo`` kept of them; the committed offsets it owns); the recovery walk's end, where the span
   holds it.
@@ -41,7 +42,7 @@ import numpy as np
 from store_format import fs
 
 from .routes import ROUTES
-from .scan import (INF, MEMO, CommitlogRange, CommitlogRun, RoutedWindows, owned_buckets, routed_values,
+from .scan import (INF, MEMO, NEG_INF, CommitlogRange, CommitlogRun, RoutedWindows, owned_buckets, routed_values,
                    whole_buckets)
 from .state import GIVEN_BACK, code_digest, read_part, write_part
 from .tasks import Emitter
@@ -152,18 +153,31 @@ def span_keys(task, rels: tuple, reaches: dict, memos: dict, giving_back: bool =
     return keys
 
 
+# a kept range names the entries of the blocks of 64 MiB its span's ends fall in (:func:`_rows_named`): aligned to
+# every bucket width the survey takes up to 256 GiB of log, so the same entries for the same span when the log's
+# growth widens its buckets (past 4 GiB: plan.MAX_BUCKETS buckets of 1 MiB)
+KEY_BLOCK_SHIFT = 26
+
+
 def _rows_named(facts, name: str, lo: int, hi: int) -> list[tuple[str, int]]:
-    """(path, the last row of its entries pointing into ``lo`` .. ``hi`` - 1) of each file of route ``name`` the
-    broker only appends to (``BrokerFacts.row_keyed``) with such entries, by path.  In a file the same as the last
-    run's or grown past it, the same pairs name the same entries: an entry appended pointing into the span is a
-    later row.  Exact whatever the width of the survey's buckets: the buckets the span holds whole give the last
-    rows of their entries (the file not read); a bucket at either end it holds only part of (shares with a
-    neighbour: a range cut short of the grid by its reach) is read."""
+    """(path, the last row of its entries pointing into ``lo`` .. ``hi`` - 1, or into the blocks its ends fall in) of
+    each file of route ``name`` the broker only appends to (``BrokerFacts.row_keyed``) with such entries, by path.  In
+    a file the same as the last run's or grown past it, the same pairs name the same entries: an entry appended
+    pointing into them is a later row.  The span is widened to whole blocks (:data:`KEY_BLOCK_SHIFT`, or a bucket
+    when buckets are wider) when they end at or below the block of the recovered end, where no new message is
+    appended: a bound of the span, so the key can only change more often than its entries do, and, in buckets the
+    blocks hold whole, made of the survey's buckets alone, the files not read (a range's span ends at its reach,
+    inside its neighbour's first bucket).  Else a bucket the span holds only part of (the log's newest, or one wider
+    than the range) is read."""
+    block = max(KEY_BLOCK_SHIFT, facts.shift)
+    top = -(-hi >> block) << block if hi != INF else INF
+    if top <= facts.recovered_end >> block << block:  # widened: a bound of the span, below the newest messages
+        lo, hi = lo >> block << block if lo != NEG_INF else lo, top
     blo, bhi = owned_buckets(facts, lo, hi)
     first, final = whole_buckets(facts, lo, hi)
     routed = facts.routed.get(name, ())
     last: dict[str, int] = {}
-    if first <= final:  # every entry in them points into the span
+    if first <= final:  # every entry in them points into the (widened) span
         files, _, end = facts.buckets_of(name).rows_for(first, final)
         for i, e in zip(files.tolist(), end.tolist()):
             if routed[i].loc.path in facts.row_keyed:

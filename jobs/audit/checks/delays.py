@@ -250,10 +250,12 @@ def probe_in_span(probe: dict | None, lo: int, hi: int, memo: np.ndarray | None)
         return None
     phys = probe["physical_offsets"]
     phys = phys[(phys >= lo) & (phys < hi)]
-    wanted = probe["copies"]  # sorted, as the memo is: each of the memo's looked up in it
-    if memo is not None and len(wanted):
-        i = np.minimum(np.searchsorted(wanted, memo), len(wanted) - 1)
-        copies = memo[wanted[i] == memo]
+    wanted = probe["copies"]  # sorted and unique, as the memo is: the shorter looked up in the longer (a range's
+    # memo holds a key a message, 65 K and more; a broker's pending copies are often a few)
+    if memo is not None and len(wanted) and len(memo):
+        few, many = (wanted, memo) if len(wanted) <= len(memo) else (memo, wanted)
+        i = np.minimum(np.searchsorted(many, few), len(many) - 1)
+        copies = few[many[i] == few]
     else:
         copies = np.zeros(0, np.uint64)
     return (phys, copies) if len(phys) or len(copies) else None  # nothing: as no probe
