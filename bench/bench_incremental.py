@@ -9,7 +9,9 @@ message's start; later segments removed), its consume queues and index rebuilt f
 writer (as the broker's dispatch built them: the same units and entries, each queue's newest file shorter) and its
 consumer and delay offsets held to the queues' ends then: the store as it was the night before.  That store is
 audited with a new state (untimed).  Then the messages are put back, as a broker appends them, and each round audits
-the grown store without the state (full) and with a copy of the night before's state (incremental), in turn.  Per
+the grown store without the state (full) and with a copy of the night before's state (incremental), in turn; every
+size's stores are made first and each round runs the sizes in turn (the machine's speed drifts by up to 2x within
+minutes: a size measured after another would carry the drift into the scaling figure).  Per
 run: the audit's own time (after the session starts: AuditResult.phases), its phases, and what the state gave back.
 Targets (issue 41): the incremental audit at most 1/10 of the full one; the state at most 5% of the store's bytes;
 given two sizes (``--mib 1024 4096``), the larger store's incremental audit within 1.5x of the smaller's.  ``make
@@ -108,55 +110,73 @@ SCALING_TARGET = 1.5  # ... and appending to a 4x larger store within 1.5x of th
 STATE_TARGET = 0.05  # the state at most 5% of the store's bytes
 
 
-def measure(spark, mib: float, append_mib: float, rounds: int, flows: float, cache: Path) -> dict:
-    """One size's figures: the night before audited with a new state and the grown store once in full (both
-    untimed), then ``rounds`` pairs of a full and an incremental audit of the grown store, in ``spark``."""
+def prepare(spark, mib: float, append_mib: float, flows: float, cache: Path, work: Path) -> dict:
+    """One size's stores in ``work``: the night before audited with a new state and the grown store once in full
+    (both untimed)."""
     from bench.dump import DumpSpec, ensure_dump
 
     spec = DumpSpec(size_mib=mib, cover=True, flows=flows)
     meta = ensure_dump(spec, Path(cache))
-    work = Path(tempfile.mkdtemp(prefix="bench-incremental-"))
-    try:
-        store = work / "store"
-        shutil.copytree(meta["store"], store)
-        where = night_before(store, Path(meta["store"]), int(append_mib * (1 << 20)), spec)
-        night = work / "state-night"
-        before = audit(spark, store, work / "out-night", night)  # the night before: untimed
-        shutil.rmtree(store)
-        shutil.copytree(meta["store"], store)  # the messages appended since
-        audit(spark, store, work / "out-warm", None)  # untimed: a session's audits get faster for a run or two
-        runs = []
-        for r in range(rounds):
-            full = audit(spark, store, work / f"out-full-{r}", None)
-            state = work / f"state-{r}"
-            shutil.copytree(night, state)
-            inc = audit(spark, store, work / f"out-inc-{r}", state)
-            runs.append({"full": full, "incremental": inc, "ratio": round(inc["seconds"] / full["seconds"], 3)})
-            print(f"{mib:g} MiB, round {r + 1}: full {full['seconds']:.1f} s, incremental {inc['seconds']:.1f} s "
-                  f"({runs[-1]['ratio']:.2f}x)", file=sys.stderr, flush=True)
-        best_full = min(x["full"]["seconds"] for x in runs)
-        best_inc = min(x["incremental"]["seconds"] for x in runs)
-        store_bytes, state_bytes = size_of(store), size_of(night)
-        return {"mib": mib, "append_mib": append_mib, "dump": meta["spec"], "cut": where,
-                "night_before": {k: before[k] for k in ("exit", "verdict")}, "store_bytes": store_bytes,
-                "state_bytes": state_bytes, "state_share": round(state_bytes / store_bytes, 5), "runs": runs,
-                "full_seconds": best_full, "incremental_seconds": best_inc, "ratio": round(best_inc / best_full, 3)}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    store = work / "store"
+    shutil.copytree(meta["store"], store)
+    where = night_before(store, Path(meta["store"]), int(append_mib * (1 << 20)), spec)
+    night = work / "state-night"
+    before = audit(spark, store, work / "out-night", night)  # the night before: untimed
+    shutil.rmtree(store)
+    shutil.copytree(meta["store"], store)  # the messages appended since
+    audit(spark, store, work / "out-warm", None)  # untimed: a session's audits get faster for a run or two
+    return {"mib": mib, "append_mib": append_mib, "work": work, "store": store, "night": night, "meta": meta,
+            "where": where, "before": before, "runs": []}
+
+
+def measure_round(spark, size: dict, r: int) -> None:
+    """One round of one size: a full and an incremental audit of the grown store (with a copy of the night before's
+    state), in turn."""
+    work, store = size["work"], size["store"]
+    full = audit(spark, store, work / f"out-full-{r}", None)
+    state = work / f"state-{r}"
+    shutil.copytree(size["night"], state)
+    inc = audit(spark, store, work / f"out-inc-{r}", state)
+    size["runs"].append({"full": full, "incremental": inc, "ratio": round(inc["seconds"] / full["seconds"], 3)})
+    print(f"{size['mib']:g} MiB, round {r + 1}: full {full['seconds']:.1f} s, incremental {inc['seconds']:.1f} s "
+          f"({size['runs'][-1]['ratio']:.2f}x)", file=sys.stderr, flush=True)
+
+
+def figures_of(size: dict) -> dict:
+    """One size's figures from its rounds: the best full and incremental times, the state's share of the store."""
+    runs = size["runs"]
+    best_full = min(x["full"]["seconds"] for x in runs)
+    best_inc = min(x["incremental"]["seconds"] for x in runs)
+    store_bytes, state_bytes = size_of(size["store"]), size_of(size["night"])
+    return {"mib": size["mib"], "append_mib": size["append_mib"], "dump": size["meta"]["spec"], "cut": size["where"],
+            "night_before": {k: size["before"][k] for k in ("exit", "verdict")}, "store_bytes": store_bytes,
+            "state_bytes": state_bytes, "state_share": round(state_bytes / store_bytes, 5), "runs": runs,
+            "full_seconds": best_full, "incremental_seconds": best_inc, "ratio": round(best_inc / best_full, 3)}
 
 
 def figures(mibs: list[float], append_mib: float = 64, rounds: int = 2, flows: float = 1.0,
             cache: Path = Path("/tmp/benchcache"), spark=None) -> dict:
-    """Issue 41's three figures over the sizes ``mibs`` (smallest first), in one warm local[2] session: the first
-    size's incremental/full ratio and state share, and, with two sizes or more, the largest size's incremental time
-    against the first's (``scaling``) -- each with its target and whether it is met."""
+    """Issue 41's three figures over the sizes ``mibs`` (smallest first), in one warm local[2] session, every size's
+    stores made first and each round running the sizes in turn: the first size's incremental/full ratio and state
+    share, and, with two sizes or more, the largest size's incremental time against the first's (``scaling``) --
+    each with its target and whether it is met."""
     from runtime.session import build_session
 
     own = spark is None
     spark = spark or build_session("bench-incremental", master="local[2]")
+    works = []
     try:
-        steps = [measure(spark, m, append_mib, rounds, flows, cache) for m in sorted(mibs)]
+        sizes = []
+        for m in sorted(mibs):
+            works.append(Path(tempfile.mkdtemp(prefix="bench-incremental-")))
+            sizes.append(prepare(spark, m, append_mib, flows, cache, works[-1]))
+        for r in range(rounds):  # the sizes in turn in each round: the machine's speed drifts alike for them all
+            for size in sizes:
+                measure_round(spark, size, r)
+        steps = [figures_of(size) for size in sizes]
     finally:
+        for work in works:
+            shutil.rmtree(work, ignore_errors=True)
         if own:
             spark.stop()
     first, last = steps[0], steps[-1]
