@@ -16,15 +16,14 @@ What a range's output depends on, and how each is compared:
   checked, the same way against the range's reach; file-level damage in the span; every routed entry (consume-queue
   units, index entries...) pointing into the span, as the values the families' views of it are made of
   (scan.routed_values: equal values, equal views), except in a file the broker only appends to
-  (``BrokerFacts.row_keyed``), whose entries are named instead, by the last row of those in the span (or in its
-  end buckets: :func:`_rows_named`, mostly from the survey's buckets, the file not read), where the state found each
-  such file as the last run did or grown past it (``BrokerFacts.settled``): the same rows of the same bytes, and a
-  new entry pointing into the span is a later row (a part keeps two keys, one naming such entries and one showing
-  them, and a file changed since the last run is compared by the second); and each family's probe as far as the span
-  reads it
-  (``Family.probe_in_span``: the pending delayed messages it owns and the pending keys its messages hold copies of,
-  from the hashes ``range_memo`` kept of them; the committed offsets it owns); the recovery walk's end, where the span
-  holds it.
+  (``BrokerFacts.row_keyed``), whose entries are named instead, by the last row of those in the span or in the
+  blocks its ends fall in (:func:`_rows_named`: mostly from the survey's buckets, the file not read), where the state
+  found each such file as the last run did or grown past it (``BrokerFacts.settled``): the same rows of the same
+  bytes, and a new entry pointing into the span is a later row (a part keeps two keys, one naming such entries and
+  one showing them, and a file changed since the last run is compared by the second); and each family's probe as far
+  as the span reads it (``Family.probe_in_span``: the pending delayed messages it owns and the pending keys its
+  messages hold copies of, from the hashes ``range_memo`` kept of them; the committed offsets it owns); the recovery
+  walk's end, where the span holds it.
 
 The span keyed is a bound of the one the range owns (it ends at the range's reach, not where its walk ended), so a
 key can only differ more often than the output would, never less: a range whose key matches would emit what its
