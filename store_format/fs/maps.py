@@ -164,37 +164,29 @@ def stat_files_under(root):
     again at its commit (50,007 consume-queue files for 40,000 queues: 0.9 s a walk with ``Path``s, 0.5 s
     without); another file system's a ``StorePath``, its stat by ``StorePath.stat``."""
     top = as_path(root)
-    if isinstance(top, StorePath):
-        for path, _ in _walk_files(top):
-            try:
-                yield path, path.stat()
-            except FileNotFoundError:
-                continue
-        return
-    for path, entry in [(str(top), None)] if top.is_file() else _walk_local_texts(top):
+    for path, entry in _walk_files(top, as_text=not isinstance(top, StorePath)):
         try:
-            yield path, entry.stat() if entry is not None else os.stat(path)
+            yield path, entry.stat() if entry is not None else os.stat(path) if isinstance(path, str) else path.stat()
         except FileNotFoundError:
             continue
 
 
-def _walk_local_texts(top: Path):
-    """:func:`_walk_files` of a local folder, each file's path as the text of its ``Path`` (the folder's own, then
-    each name joined as ``Path`` joins it)."""
-    def kinds_in(folder: str) -> list[tuple]:
-        try:
-            found = scanned(folder)
-        except OSError:  # as _kinds_in
-            return []
-        if folder == ".":  # "name", as Path spells it, not the entry's "./name"
-            return [(e.name, _scanned_kind(e), e) for e in found]
-        return [(e.path, _scanned_kind(e), e) for e in found]  # the folder's text and the name, joined by scandir
-
-    walking = [iter(kinds_in(str(top)))]
+def _walk_files(root, as_text: bool = False):
+    """(path, its ``os.DirEntry`` or None) of every file :func:`files_under` finds, in ``Path.parts`` order (each
+    folder's entries in name order, a folder's files before its next sibling's: what a sort of the paths gives, so
+    a listing can be fingerprinted as it goes, its stats never all held): the one walk behind it and
+    :func:`stat_files_under`.  ``as_text``: a local root's paths as the texts of their ``Path``s
+    (:func:`_text_kinds_in`), none made."""
+    top = as_path(root)
+    if top.is_file():
+        yield (str(top) if as_text else top), None
+        return
+    kinds_in = _text_kinds_in if as_text else _kinds_in
+    walking = [iter(kinds_in(str(top) if as_text else top))]  # the listings of the folders down to the one walked
     while walking:
-        for path, kind, entry in walking[-1]:
+        for path, kind, scanned in walking[-1]:
             if kind == "file":
-                yield path, entry
+                yield path, scanned
             elif kind == "folder":
                 walking.append(iter(kinds_in(path)))
                 break
@@ -202,25 +194,16 @@ def _walk_local_texts(top: Path):
             walking.pop()
 
 
-def _walk_files(root):
-    """(path, its ``os.DirEntry`` or None) of every file :func:`files_under` finds, in ``Path.parts`` order (each
-    folder's entries in name order, a folder's files before its next sibling's: what a sort of the paths gives, so
-    a listing can be fingerprinted as it goes, its stats never all held): the one walk behind it and
-    :func:`stat_files_under`."""
-    top = as_path(root)
-    if top.is_file():
-        yield top, None
-        return
-    walking = [iter(_kinds_in(top))]  # the listings of the folders down to the one being walked
-    while walking:
-        for path, kind, scanned in walking[-1]:
-            if kind == "file":
-                yield path, scanned
-            elif kind == "folder":
-                walking.append(iter(_kinds_in(path)))
-                break
-        else:
-            walking.pop()
+def _text_kinds_in(folder: str) -> list[tuple]:
+    """:func:`_kinds_in` of a local folder given as text, each entry's path the text its ``Path`` would have (the
+    folder's text and the name, as scandir joins them; a name alone below ".", as ``Path`` spells it)."""
+    try:
+        found = scanned(folder)
+    except OSError:  # as _kinds_in
+        return []
+    if folder == ".":
+        return [(e.name, _scanned_kind(e), e) for e in found]
+    return [(e.path, _scanned_kind(e), e) for e in found]
 
 
 def _kinds_in(folder) -> list[tuple]:
