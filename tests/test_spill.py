@@ -573,3 +573,63 @@ def test_an_audit_whose_tasks_write_every_spill_at_once_is_the_same_audit(spark,
     assert audit.run(spark, args).exit_code == local_audit[1]
     assert written  # (the executor ran the tasks here: local[2])
     assert_same_audit(out, local_audit[0])
+
+
+def test_a_kept_tasks_spilled_rows_are_one_file_kept_and_given_back_as_they_are(tmp_path, monkeypatch):
+    """A kept task's spilled rows are encoded once (Emitter.pack_spilled), as the file the run writes: the state's
+    part keeps those bytes, and a part given back writes them into the run as they are, its SPILLED row the one a
+    task spilling the same rows writes; no Parquet writer opened, nothing decoded."""
+    import pyarrow.parquet as pq
+
+    from jobs.audit import state, tasks
+    from runtime import output
+    from store_format.fs import resolve
+
+    kept = Emitter()
+    kept.spill("retries.hops", _hops([300, 100]))
+    kept.spill("retries.hops", _hops([500]))
+    part = resolve(str(tmp_path / "state" / "part.arrow"))
+    state.write_part(part, kept)
+    [packed] = kept.spilled_files
+    assert kept.spilled == {} and packed.name == "retries.hops" and packed.rows == 3
+
+    written = Emitter()  # what a task spilling the same rows writes
+    written.spill("retries.hops", _hops([300, 100, 500]))
+    written.write_findings(_run(tmp_path / "written"), "part-00002.parquet")
+    [as_written] = written.partials["_spilled"][0].to_pylist()
+
+    def no_writer(*a, **k):
+        raise AssertionError("a kept part's rows encoded again")
+
+    monkeypatch.setattr(output, "out_parquet_writer", no_writer)
+    run = _run(tmp_path / "given")
+    back = Emitter((run, "part-00002.parquet"))
+    state.read_part(part, back)
+    back.write_findings(run, "part-00002.parquet")
+    [row] = back.partials["_spilled"][0].to_pylist()
+    path = tmp_path / "given" / "partials" / "retries.hops" / "part-00002.0.parquet"
+    assert path.read_bytes() == packed.data
+    assert row == {**as_written, "path": str(path), "bytes": len(packed.data)}
+    assert pq.read_table(path).equals(pq.read_table(as_written["path"]))
+
+
+def test_a_failed_task_removes_the_kept_files_it_wrote(tmp_path):
+    from jobs.audit import tasks
+
+    held = Emitter()
+    held.spill("retries.hops", _hops([1, 2]))
+    held.pack_spilled()
+
+    class Fails:
+        broker = "b"
+
+        def describe(self):
+            return "a task given back, then failing"
+
+        def run(self, out):
+            out.merge(held)  # its kept file written at once
+            raise ValueError("bad input")
+
+    out = tasks.run_one(4, Fails(), _run(tmp_path))
+    assert "_spilled" not in out.partials
+    assert not list((tmp_path / "partials" / "retries.hops").glob("*.parquet"))

@@ -59,14 +59,15 @@ from store_format import layout as L
 from store_format.dledger import appended_file as dledger_appended
 
 from .findings import Consequence, Severity, check, finding_rows
-from .tasks import Emitter, ipc_bytes
+from .tasks import Emitter, SpilledFile, ipc_bytes
 
 FORMAT = "rocketmq-forensics audit state"
 VERSION = 1
 STATE_JSON = "state.json"
 FILES_NAME = "files.parquet"
 PARTS = "parts"
-# a kept task's output: each of its tables as an Arrow IPC stream, by kind (finding, partial, table, spilled) and name
+# a kept task's output: each of its tables as an Arrow IPC stream, by kind (finding, partial, table) and name, and
+# each spilled partial as the Parquet file the run writes (kind spilled; its name, its SPILLED row as JSON)
 PART = pa.schema([("kind", pa.string()), ("name", pa.string()), ("payload", pa.binary())])
 # each payload's codec (Arrow IPC's own, read back by any reader): a part holds what its range emitted, the families'
 # rows of every transaction and retry hop among them
@@ -374,9 +375,13 @@ def write_part(loc: fs.Location, emitted: Emitter, reach: int | str | None = Non
         rows.append(("memo", name, ipc_bytes(pa.table({"memo": memo}), PART_COMPRESSION)))
     if emitted.findings:
         rows.append(("finding", "", ipc_bytes(pa.concat_tables(emitted.findings), PART_COMPRESSION)))
-    for kind, by_name in (("partial", emitted.partials), ("table", emitted.tables), ("spilled", emitted.spilled)):
+    for kind, by_name in (("partial", emitted.partials), ("table", emitted.tables)):
         for name, tables in by_name.items():
             rows.append((kind, name, ipc_bytes(pa.concat_tables(tables), PART_COMPRESSION)))
+    emitted.pack_spilled()  # as the run writes them, kept as they are: given back, written as they are
+    for f in emitted.spilled_files:
+        rows.append(("spilled", json.dumps({"table": f.name, "rows": f.rows, "first_offset": f.first_offset,
+                                            "last_offset": f.last_offset, "broker": f.broker}), f.data))
     out_write(loc, ipc_bytes(pa.table({"kind": [r[0] for r in rows], "name": [r[1] for r in rows],
                                   "payload": [r[2] for r in rows]}, schema=PART)))
 
@@ -393,12 +398,16 @@ def read_part(source: "fs.Location | bytes", out: Emitter) -> dict:
         if kind in ("reach", "key"):
             head[kind] = name
             continue
+        if kind == "spilled":
+            row = json.loads(name)
+            out.spill_file(SpilledFile(row["table"], payload, row["rows"], row["first_offset"], row["last_offset"],
+                                       row["broker"]))
+            continue
         t = pa.ipc.open_stream(payload).read_all()
         if kind == "memo":
             head["memos"][name] = t.column("memo").to_numpy()
             continue
-        {"finding": lambda n, x: out.finding(x), "partial": out.partial, "table": out.table,
-         "spilled": out.spill}[kind](name, t)
+        {"finding": lambda n, x: out.finding(x), "partial": out.partial, "table": out.table}[kind](name, t)
     return head
 
 

@@ -100,6 +100,8 @@ class Emitter:
         self.partials: dict[str, list[pa.Table]] = {}
         self.tables: dict[str, list[pa.Table]] = {}
         self.spilled: dict[str, list[pa.Table]] = {}
+        self.spilled_files: list[SpilledFile] = []  # held without a sink (:meth:`spill_file`)
+        self._files_written: list[tuple[dict, Location]] = []  # with the sink (:meth:`spill_file`): row, file
         self._gathered: dict[str, tuple[list, Callable]] = {}
         self._sink = sink
         self._writing: dict[str, _SpillWriter] = {}  # name -> its part file, open while the task runs
@@ -144,8 +146,38 @@ class Emitter:
             self.spilled.setdefault(name, []).append(table)
             return
         if name not in self._writing:
-            self._writing[name] = _SpillWriter(*self._sink, name, table.schema)
+            self._writing[name] = _SpillWriter(name, table.schema, self._sink)
         self._writing[name].write(table)
+
+    def spill_file(self, f: "SpilledFile") -> None:
+        """A spilled partial's part file already encoded (:meth:`pack_spilled`): with a sink written as it is, beside
+        the task's own part files of spilled rows; without one held, as :meth:`spill` holds rows."""
+        if self._sink is None:
+            self.spilled_files.append(f)
+        else:
+            self._write_file(f, *self._sink)
+
+    def _write_file(self, f: "SpilledFile", run: RunInfo, part: str) -> None:
+        from runtime.output import out_join, out_write
+
+        if run.partials_dir is None:
+            raise RuntimeError(f"a task spilled the partial {f.name} in a stage that writes none")
+        stem = part[:-len(".parquet")] if part.endswith(".parquet") else part
+        path = out_join(run.partials_dir, f.name, f"{stem}.{len(self._files_written)}.parquet")
+        out_write(path, f.data)
+        self._files_written.append(({"table": f.name, "path": path.uri(), "rows": f.rows, "bytes": len(f.data),
+                                     "first_offset": f.first_offset, "last_offset": f.last_offset,
+                                     "broker": f.broker}, path))
+
+    def pack_spilled(self) -> None:
+        """The spilled rows held without a sink encoded as part files, one per partial (a kept task's, which the
+        state keeps and the run writes as they are: encoded once, never decoded and encoded again)."""
+        for name, tables in self.spilled.items():
+            w = _SpillWriter(name, tables[0].schema)
+            for t in tables:
+                w.write(t)
+            self.spilled_files.append(w.close_to_bytes())
+        self.spilled = {}
 
     def merge(self, other: "Emitter") -> None:
         """What ``other`` emitted, after what this one has (a task made of several, jobs/audit/scan.py)."""
@@ -157,12 +189,18 @@ class Emitter:
         for name, tables in other.spilled.items():
             for t in tables:
                 self.spill(name, t)
+        for f in other.spilled_files:
+            self.spill_file(f)
 
     def abandon(self) -> None:
         """A failed task's part files removed (what it wrote is no part: no :data:`SPILLED` row names it)."""
+        from runtime.output import out_remove_quietly
+
         for w in self._writing.values():
             w.abort()
-        self._writing = {}
+        for _, path in self._files_written:
+            out_remove_quietly(path)
+        self._writing, self._files_written = {}, []
 
     def write_findings(self, run: RunInfo, part: str) -> None:
         """The task's findings as one Parquet file ``part`` in the run's findings folder, and their counts; its
@@ -190,12 +228,15 @@ class Emitter:
         same file again), and a :data:`SPILLED` row for it in the ``_spilled`` partial; the tables are let go."""
         for name, tables in self.spilled.items():  # held without a sink: written now
             if name not in self._writing:
-                self._writing[name] = _SpillWriter(run, part, name, tables[0].schema)
+                self._writing[name] = _SpillWriter(name, tables[0].schema, (run, part))
             for t in tables:
                 self._writing[name].write(t)
         self.spilled = {}
-        rows = [w.close() for w in self._writing.values()]
-        self._writing = {}
+        for f in self.spilled_files:  # held without a sink: written now
+            self._write_file(f, run, part)
+        self.spilled_files = []
+        rows = [w.close() for w in self._writing.values()] + [row for row, _ in self._files_written]
+        self._writing, self._files_written = {}, []
         if rows:
             self.partial("_spilled", pa.Table.from_pylist(rows, schema=SPILLED))
 
@@ -205,17 +246,42 @@ class Emitter:
             yield pa.RecordBatch.from_pylist([{"table": name, "payload": ipc_bytes(table)}], schema=OUTPUT_SCHEMA)
 
 
+@dataclass(frozen=True)
+class SpilledFile:
+    """A spilled partial's part file as Parquet bytes, with what its :data:`SPILLED` row says of its rows."""
+
+    name: str
+    data: bytes
+    rows: int
+    first_offset: int | None
+    last_offset: int | None
+    broker: str | None
+
+
 class _SpillWriter:
     """One spilled partial's part file of a task, written :data:`SPILL_HOLD_BYTES` of rows at a time
-    (runtime.output.RowGroupWriter); its rows and the physical offsets they span, for its :data:`SPILLED` row."""
+    (runtime.output.RowGroupWriter); its rows and the physical offsets they span, for its :data:`SPILLED` row.
+    ``sink``: the run and the task's part name (the file in the run's partials folder); None: in memory, the bytes
+    taken at the end (:meth:`close_to_bytes`)."""
 
-    def __init__(self, run: RunInfo, part: str, name: str, schema: pa.Schema):
+    def __init__(self, name: str, schema: pa.Schema, sink: tuple[RunInfo, str] | None = None):
         from runtime.output import RowGroupWriter, out_join, out_parquet_writer
 
-        if run.partials_dir is None:
-            raise RuntimeError(f"a task spilled the partial {name} in a stage that writes none")
-        self.name, self.path = name, out_join(run.partials_dir, name, part)
-        self._file = RowGroupWriter(lambda: out_parquet_writer(self.path, schema), hold_bytes=SPILL_HOLD_BYTES)
+        self.name, self.path = name, None
+        if sink is None:
+            import pyarrow.parquet as pq
+
+            from decoding.columns import plain
+
+            self._buffer = pa.BufferOutputStream()
+            open_file = lambda: pq.ParquetWriter(self._buffer, plain(schema.empty_table()).schema)  # noqa: E731
+        else:
+            run, part = sink
+            if run.partials_dir is None:
+                raise RuntimeError(f"a task spilled the partial {name} in a stage that writes none")
+            self.path = out_join(run.partials_dir, name, part)
+            open_file = lambda: out_parquet_writer(self.path, schema)  # noqa: E731
+        self._file = RowGroupWriter(open_file, hold_bytes=SPILL_HOLD_BYTES)
         self.rows, self.first, self.last = 0, None, None
         self.brokers: set = set()  # the brokers its rows are of, up to two (past one the part is of none alone)
 
@@ -232,12 +298,17 @@ class _SpillWriter:
                 self.first = lo if self.first is None else min(self.first, lo)
                 self.last = hi if self.last is None else max(self.last, hi)
 
+    @property
+    def _broker(self) -> str | None:
+        return next(iter(self.brokers)) if len(self.brokers) == 1 else None
+
     def abort(self) -> None:
         """Given up (its task failed): the file closed and removed."""
         from runtime.output import out_remove_quietly
 
         self._file.abort()
-        out_remove_quietly(self.path)
+        if self.path is not None:
+            out_remove_quietly(self.path)
 
     def close(self) -> dict:
         """Closed; its :data:`SPILLED` row."""
@@ -245,8 +316,13 @@ class _SpillWriter:
 
         self._file.close(empty_file=True)
         return {"table": self.name, "path": self.path.uri(), "rows": self.rows, "bytes": out_size(self.path),
-                "first_offset": self.first, "last_offset": self.last,
-                "broker": next(iter(self.brokers)) if len(self.brokers) == 1 else None}
+                "first_offset": self.first, "last_offset": self.last, "broker": self._broker}
+
+    def close_to_bytes(self) -> SpilledFile:
+        """Closed, in memory: the file's bytes and what its row will say."""
+        self._file.close(empty_file=True)
+        return SpilledFile(self.name, self._buffer.getvalue().to_pybytes(), self.rows, self.first, self.last,
+                           self._broker)
 
 
 def ipc_bytes(table: pa.Table, compression: str | None = None) -> bytes:
