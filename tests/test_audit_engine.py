@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from jobs.audit import job as audit_job
 from store_format.write.generate import TrafficConfig, generate_store
@@ -63,22 +64,54 @@ def test_a_failing_task_is_that_brokers_finding_and_the_others_are_whole(spark, 
         key(f) for f in findings(tmp_path / "failed") if f["check"] != "broker.audit_failed")
 
 
-def test_a_failing_family_is_a_finding_for_every_broker(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["lag", "transactions"])  # one run in turn, one beside the others
+def test_a_failing_family_is_a_finding_for_every_broker(spark, tmp_path, monkeypatch, name):
     from dataclasses import replace
+    from importlib import import_module
 
-    from jobs.audit.checks import lag
+    module = import_module(f"jobs.audit.checks.{name}")
 
     def broken(ctx):
         raise KeyError("offset")
 
-    monkeypatch.setattr(lag, "FAMILY", replace(lag.FAMILY, on_driver=broken))
+    monkeypatch.setattr(module, "FAMILY", replace(module.FAMILY, on_driver=broken))
     result = audit_job.run(spark, audit_args([fixture_store("basic"), fixture_store("broker")], tmp_path / "out",
-                                             "--checks", "lag,metadata"))
+                                             "--checks", f"{name},metadata"))
     rows = findings(tmp_path / "out")
     failed = [f for f in rows if f["check"] == "broker.audit_failed"]
     assert result.exit_code == 1 and sorted(f["broker"] for f in failed) == ["basic", "broker"]
-    assert all(dict(f["details"])["what"] == "the lag checks" for f in failed)
+    assert all(dict(f["details"])["what"] == f"the {name} checks" for f in failed)
     assert any(f["check"].startswith("metadata.") for f in rows)  # the other family ran
+
+
+def test_the_families_beside_run_while_the_others_do_and_their_results_keep_the_families_order():
+    """Each family that runs beside the others runs in a thread of its own at once: here the first waits for what
+    the last family run in turn does (were they run one after the other, it would wait in vain), and the results
+    are in the families' order all the same."""
+    import threading
+    from types import SimpleNamespace
+
+    from jobs.audit.contract import Family, FamilyResult
+
+    started, told = threading.Event(), threading.Event()
+
+    def waits(ctx):
+        started.set()
+        assert told.wait(30), "a family beside the others ran after them"
+        return FamilyResult(metrics=["waits"])
+
+    def tells(ctx):
+        assert started.wait(30)
+        told.set()
+        return FamilyResult(metrics=["tells"])
+
+    families = [Family("waits", "", on_driver=waits, beside=True),
+                Family("plain", "", on_driver=lambda ctx: FamilyResult(metrics=["plain"])),
+                Family("also", "", on_driver=lambda ctx: FamilyResult(metrics=["also"]), beside=True),
+                Family("tells", "", on_driver=tells)]
+    ctx = SimpleNamespace(families=families, failures=[], stores=[], plans={}, tables_closed=lambda: None)
+    results = audit_job._finish(ctx)
+    assert [r.metrics for r in results[:-1]] == [["waits"], ["plain"], ["also"], ["tells"]]
 
 
 def _jobs_of_an_audit(spark, out: Path, executor: str) -> int:

@@ -155,6 +155,9 @@ class Family:
     rank: int | None = None
     blockers_predicted: bool = False
     damage_behind_cut: bool = False
+    # its on_driver reads only the run's outputs and changes nothing of the context's (no list another family reads
+    # or adds to): the job runs it in a thread beside the other families (jobs/audit/job.py _finish)
+    beside: bool = False
 
     def __post_init__(self):
         wrong = [n for n in self.emits if not n.startswith(f"{self.name}.")]

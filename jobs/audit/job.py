@@ -381,18 +381,35 @@ def _stage(spark, name: str, tasks: list, executor, run: RunInfo, warming: Execu
 
 
 def _finish(ctx: AuditContext) -> list[FamilyResult]:
-    """Every family's ``on_driver``, in order; a family that fails is a finding for every broker."""
-    results = []
-    for family in ctx.families:
-        if family.on_driver is None:
-            continue
+    """Every family's ``on_driver``, their results in the families' order; a family that fails is a finding for every
+    broker.  Each family that runs ``beside`` the others (transactions and retries: the two that grow with the
+    messages) runs in a thread of its own meanwhile: the driver's cores are idle once the scan is done, and their
+    work is mostly Arrow's, Parquet's and numpy's, which release the GIL."""
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(family):
         t0 = time.time()
         try:
-            results.append(family.on_driver(ctx))
+            return family.on_driver(ctx), None
         except Exception as e:  # a bug or input no check foresaw: every broker's results lack this family
+            return None, e
+        finally:
+            release_freed_memory()  # what the family freed: the next one's high water is not added to it
+            progress(f"{family.name}: {time.time() - t0:.1f}s")
+
+    families = [f for f in ctx.families if f.on_driver is not None]
+    caller = contextvars.copy_context()  # what the run set for its readers, in the thread too
+    with ThreadPoolExecutor(max(1, sum(f.beside for f in families))) as beside:
+        ran = {f.name: beside.submit(caller.copy().run, one, f) for f in families if f.beside}
+        own = {f.name: one(f) for f in families if not f.beside}
+        done = [ran[f.name].result() if f.beside else own[f.name] for f in families]
+    results = []
+    for family, (result, e) in zip(families, done):
+        if e is None:
+            results.append(result)
+        else:
             ctx.failures += [failure_row(s.name, f"the {family.name} checks", e) for s in ctx.stores]
-        release_freed_memory()  # what the family freed: the next one's high water is not added to it
-        progress(f"{family.name}: {time.time() - t0:.1f}s")
     # the families' table files, each closed beside the families after it: a file that cannot be written to its end
     # fails the run, as any output's write does
     ctx.tables_closed()

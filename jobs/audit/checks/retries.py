@@ -253,5 +253,5 @@ DLQ_VIEW = TableView("Dead-letter queues", 40, (
 FAMILY = Family(
     "retries", "the retry -> DLQ lineage of every dead letter, the DLQ inventory per group",
     in_range=in_range, on_driver=on_driver, emits={"retries.hops": HOPS}, reads=("retries.hops",),
-    tables={"retries": RETRIES, "dlq": DLQ}, views={"dlq": DLQ_VIEW}, rank=80,
+    tables={"retries": RETRIES, "dlq": DLQ}, views={"dlq": DLQ_VIEW}, rank=80, beside=True,
     metrics={"dlq_messages": "dead letters (group)", "retry_messages": "messages in %RETRY%group (group)"})

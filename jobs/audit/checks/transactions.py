@@ -466,6 +466,6 @@ FAMILY = Family(
     "transactions", "every half message committed, rolled back or open, with its age; raw PREPARED records",
     in_range=in_range, on_driver=on_driver, emits={"transactions.records": RECORDS},
     reads=("transactions.records",), tables={"transactions": TRANSACTIONS},
-    views={"transactions": VIEW}, rank=60,
+    views={"transactions": VIEW}, rank=60, beside=True,
     metrics={"open_transactions": "half messages neither committed nor rolled back (broker)",
              "transactions": "transactions seen (broker)"})
