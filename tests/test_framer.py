@@ -483,3 +483,29 @@ def test_compiled_frames_each_alone_as_frame_at(written_segments, data):
             assert (size, body_length) == (f.size, struct.unpack_from(">i", buf, p + lay.offsets["body_length"])[0]), p
         else:
             assert (size, body_length) == (0, -1), p
+
+
+def test_skip_zeros_finds_the_first_non_zero_byte_across_its_pieces(tmp_path, monkeypatch):
+    """commitlog.skip_zeros (each piece of zeros one memcmp) is the first non-zero byte at or after ``pos`` and
+    before ``limit``, else ``limit``: data at either end of a piece, beside and on its edges, past the limit, in a
+    bytes object and in a map of a file."""
+    from store_format.commitlog import skip_zeros
+
+    piece = 4096
+    monkeypatch.setattr(C, "_ZERO_SCAN", piece)
+    monkeypatch.setattr(C, "_ZERO_PIECE", bytes(piece))
+    n = 5 * piece + 17
+    assert skip_zeros(bytes(n), 0, n) == n and skip_zeros(bytes(n), 3, 100) == 100
+    for at in (0, 1, piece - 1, piece, piece + 1, 2 * piece - 1, 3 * piece + 5, n - 1):
+        block = bytearray(n)
+        block[at] = 0x01
+        block[min(n - 1, at + piece + 3)] = 0x02  # data after it: never the answer
+        path = tmp_path / f"z{at}"
+        path.write_bytes(bytes(block))
+        with ReadOnlyMap(path) as m:
+            for buf in (bytes(block), m.buf):
+                for pos in sorted({0, 1, at // 2, at}):
+                    if pos <= at:
+                        assert skip_zeros(buf, pos, n) == at, (at, pos)
+                        assert skip_zeros(buf, pos, at) == at  # the limit before it
+                        assert skip_zeros(buf, pos, max(pos, at - 1)) == max(pos, at - 1)
