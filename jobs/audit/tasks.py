@@ -158,12 +158,10 @@ class Emitter:
             self._write_file(f, *self._sink)
 
     def _write_file(self, f: "SpilledFile", run: RunInfo, part: str) -> None:
-        from runtime.output import out_join, out_write
+        from runtime.output import out_write
 
-        if run.partials_dir is None:
-            raise RuntimeError(f"a task spilled the partial {f.name} in a stage that writes none")
         stem = part[:-len(".parquet")] if part.endswith(".parquet") else part
-        path = out_join(run.partials_dir, f.name, f"{stem}.{len(self._files_written)}.parquet")
+        path = _spill_path(run, f"{stem}.{len(self._files_written)}.parquet", f.name)
         out_write(path, f.data)
         self._files_written.append(({"table": f.name, "path": path.uri(), "rows": f.rows, "bytes": len(f.data),
                                      "first_offset": f.first_offset, "last_offset": f.last_offset,
@@ -246,6 +244,15 @@ class Emitter:
             yield pa.RecordBatch.from_pylist([{"table": name, "payload": ipc_bytes(table)}], schema=OUTPUT_SCHEMA)
 
 
+def _spill_path(run: RunInfo, part: str, name: str) -> Location:
+    """Where a task's part file ``part`` of the spilled partial ``name`` goes: the run's partials folder."""
+    from runtime.output import out_join
+
+    if run.partials_dir is None:
+        raise RuntimeError(f"a task spilled the partial {name} in a stage that writes none")
+    return out_join(run.partials_dir, name, part)
+
+
 @dataclass(frozen=True)
 class SpilledFile:
     """A spilled partial's part file as Parquet bytes, with what its :data:`SPILLED` row says of its rows."""
@@ -265,7 +272,7 @@ class _SpillWriter:
     taken at the end (:meth:`close_to_bytes`)."""
 
     def __init__(self, name: str, schema: pa.Schema, sink: tuple[RunInfo, str] | None = None):
-        from runtime.output import RowGroupWriter, out_join, out_parquet_writer
+        from runtime.output import RowGroupWriter, out_parquet_writer
 
         self.name, self.path = name, None
         if sink is None:
@@ -276,10 +283,7 @@ class _SpillWriter:
             self._buffer = pa.BufferOutputStream()
             open_file = lambda: pq.ParquetWriter(self._buffer, plain(schema.empty_table()).schema)  # noqa: E731
         else:
-            run, part = sink
-            if run.partials_dir is None:
-                raise RuntimeError(f"a task spilled the partial {name} in a stage that writes none")
-            self.path = out_join(run.partials_dir, name, part)
+            self.path = _spill_path(*sink, name)
             open_file = lambda: out_parquet_writer(self.path, schema)  # noqa: E731
         self._file = RowGroupWriter(open_file, hold_bytes=SPILL_HOLD_BYTES)
         self.rows, self.first, self.last = 0, None, None
