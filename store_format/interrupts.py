@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+from contextvars import ContextVar
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
@@ -164,6 +165,26 @@ def check() -> None:
     signum = _state["signum"]
     if signum is not None and not _state["handling"]:
         raise Interrupted(signum)
+
+
+# the event that stops the work run beside the main thread in this context (:func:`run_beside`); None elsewhere
+_BESIDE_STOP: ContextVar[threading.Event | None] = ContextVar("interrupts_beside_stop", default=None)
+
+
+def run_beside(stop: threading.Event, work, *args):
+    """``work(*args)`` as work beside the main thread, which alone receives signals: :func:`check_beside` in it raises
+    once the main thread sets ``stop`` (it was interrupted), so the work ends at its next step, not at its end with
+    the run waiting for it (jobs/audit/job.py ``_finish``).  Run it in a context of its own (``Context.run``)."""
+    _BESIDE_STOP.set(stop)
+    return work(*args)
+
+
+def check_beside() -> None:
+    """Raise :class:`Interrupted` in work run beside the main thread (:func:`run_beside`) once the main thread was
+    interrupted; nothing elsewhere."""
+    stop = _BESIDE_STOP.get()
+    if stop is not None and stop.is_set():
+        raise Interrupted(_state["signum"] or signal.SIGINT)
 
 
 def handling() -> int:

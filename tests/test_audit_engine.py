@@ -114,6 +114,44 @@ def test_the_families_beside_run_while_the_others_do_and_their_results_keep_the_
     assert [r.metrics for r in results[:-1]] == [["waits"], ["plain"], ["also"], ["tells"]]
 
 
+def test_an_interrupt_stops_a_family_beside_at_its_next_batch():
+    """A signal reaches the main thread only: a family run beside the others stops at its next batch (its table's
+    write checks), so the run ends with the interrupt, not when the family would have ended (here: never)."""
+    import signal
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from jobs.audit.context import TableWriter
+    from jobs.audit.contract import Family, FamilyResult
+    from store_format import interrupts
+
+    wrote, batches = threading.Event(), []
+    schema = pa.schema([("n", pa.int64())])
+
+    def endless(ctx):
+        writer, deadline = TableWriter(None, schema), time.monotonic() + 60
+        while time.monotonic() < deadline:  # without the check: a minute, then the test fails
+            writer.write(pa.table({"n": [len(batches)]}, schema=schema))
+            batches.append(1)
+            wrote.set()
+        return FamilyResult()
+
+    def signalled(ctx):  # the main thread's family when the signal comes
+        assert wrote.wait(30)
+        raise interrupts.Interrupted(signal.SIGINT)
+
+    families = [Family("endless", "", on_driver=endless, beside=True), Family("signalled", "", on_driver=signalled)]
+    ctx = SimpleNamespace(families=families, failures=[], stores=[], plans={}, tables_closed=lambda: None)
+    t0 = time.monotonic()
+    with pytest.raises(interrupts.Interrupted):
+        audit_job._finish(ctx)
+    assert time.monotonic() - t0 < 30 and batches
+    interrupts.check_beside()  # outside the families beside: nothing to stop
+
+
 def _jobs_of_an_audit(spark, out: Path, executor: str) -> int:
     sc = spark.sparkContext
 

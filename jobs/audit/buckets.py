@@ -91,6 +91,9 @@ class Buckets:
             os.makedirs(self.folder)
 
     def add(self, table: pa.Table, bucket: np.ndarray) -> None:
+        from store_format.interrupts import check_beside
+
+        check_beside()  # a family's out-of-core pass beside the others stops once the run is interrupted
         if not table.num_rows:
             return
         table = table.select(self.schema.names).cast(self.schema)

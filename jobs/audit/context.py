@@ -657,7 +657,9 @@ class TableWriter:
 
     def write(self, table: pa.Table) -> None:
         from decoding.columns import plain
+        from store_format.interrupts import check_beside
 
+        check_beside()  # a family run beside the others stops at its next batch once the run is interrupted
         if not table.num_rows:
             return
         table = table.cast(self.schema)

@@ -69,6 +69,7 @@ from runtime.history import claim_history
 from runtime.output import OutputError, out_join, out_makedirs, out_write, prepare_output, write_parquet_file
 from runtime.progress import Phase, say
 from runtime.session import EXECUTORS, choose_executor
+from store_format.interrupts import run_beside
 from store_format.fs import Location, let_go_of_listings, listings_of_the_run, resolve, run_listings_for
 from store_format.consumequeue import RunReads, reads_of_the_run
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args, recovery_settings_from_args, \
@@ -384,7 +385,9 @@ def _finish(ctx: AuditContext) -> list[FamilyResult]:
     """Every family's ``on_driver``, their results in the families' order; a family that fails is a finding for every
     broker.  Each family that runs ``beside`` the others (transactions and retries: the two that grow with the
     messages) runs in a thread of its own meanwhile: the driver's cores are idle once the scan is done, and their
-    work is mostly Arrow's, Parquet's and numpy's, which release the GIL."""
+    work is mostly Arrow's, Parquet's and numpy's, which release the GIL.  An interrupt reaches the main thread
+    only: it stops the families beside at their next batch or bucket (store_format.interrupts.check_beside), and
+    the run waits for that, not for their end."""
     import contextvars
     from concurrent.futures import ThreadPoolExecutor
 
@@ -400,10 +403,15 @@ def _finish(ctx: AuditContext) -> list[FamilyResult]:
 
     families = [f for f in ctx.families if f.on_driver is not None]
     caller = contextvars.copy_context()  # what the run set for its readers, in the thread too
+    stop = threading.Event()  # set when the main thread is interrupted: the families beside stop at their next step
     with ThreadPoolExecutor(max(1, sum(f.beside for f in families))) as beside:
-        ran = {f.name: beside.submit(caller.copy().run, one, f) for f in families if f.beside}
-        own = {f.name: one(f) for f in families if not f.beside}
-        done = [ran[f.name].result() if f.beside else own[f.name] for f in families]
+        try:
+            ran = {f.name: beside.submit(caller.copy().run, run_beside, stop, one, f) for f in families if f.beside}
+            own = {f.name: one(f) for f in families if not f.beside}
+            done = [ran[f.name].result() if f.beside else own[f.name] for f in families]
+        except BaseException:
+            stop.set()
+            raise
     results = []
     for family, (result, e) in zip(families, done):
         if e is None:
