@@ -321,12 +321,14 @@ _ZERO_PIECE = bytes(_ZERO_SCAN)  # a piece of zeros is one memcmp against it (nu
 def skip_zeros(buf, pos: int, limit: int) -> int:
     """The first position in [pos, limit) holding a non-zero byte, else ``limit``: holes of a sparse file are
     skipped without reading them (:class:`_FileMap`), zero bytes are compared with zeros a few MiB at a time (a
-    preallocated segment's unwritten tail: most of a gigabyte)."""
+    preallocated segment's unwritten tail: most of a gigabyte), and where the run found a file's zeros begin they
+    are not read again (store_format/fs/zero_tails.py)."""
     if pos >= limit or buf[pos]:
         return pos
     data_from = getattr(buf, "data_from", None)
     data = np.frombuffer(buf, np.uint8) if len(buf) else np.zeros(0, np.uint8)
     view = memoryview(data)
+    start = pos
     while pos < limit:
         if data_from is not None:
             pos, extent_end = data_from(pos)
@@ -340,6 +342,8 @@ def skip_zeros(buf, pos: int, limit: int) -> int:
             pos = hi
         if data_from is None:
             break
+    if limit >= len(buf) and data_from is not None:  # zeros to the file's end: the run's later walks stop here
+        buf.zeros_to_end_from(start)
     return min(pos, limit)
 
 

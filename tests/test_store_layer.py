@@ -257,3 +257,61 @@ def test_the_unreadable_entries_walk_by_scandir_is_the_walk_by_entries(tmp_path,
     named = {Path(f).name: reason for f, reason in found}
     assert named["00000000000000000000"] == named["9"] == named["delayOffset.json"] == "Permission denied"
     assert {"fifo", "dangling", "loop"} <= set(named) and not {"linked", "linked-file", "a-file-topic"} & set(named)
+
+
+def test_a_files_zero_tail_is_read_once_in_a_run(tmp_path, monkeypatch):
+    """Within a run (fs/zero_tails.py), the first search for a local file's last non-zero byte notes where its zeros
+    begin; the run's later searches of it (read_written, a walk's skip_zeros, the state's look) read nothing past
+    there.  A file of another length is another file; outside a run nothing is noted."""
+    from jobs.audit.state import _Reader
+    from store_format import commitlog
+    from store_format.fs import maps
+    from store_format.fs.zero_tails import ZeroTails, zero_tails_of_the_run, zeros_from
+
+    data, tail = bytes(range(1, 256)) * 4, 1 << 20
+    path = tmp_path / "preallocated"
+    path.write_bytes(data + bytes(tail))  # dense: its zeros written out, as a copy without holes lays them
+    size = len(data) + tail
+    reads = []
+    real_pread = maps._pread
+    monkeypatch.setattr(maps, "_pread", lambda fd, p, n, at: reads.append((at, n)) or real_pread(fd, p, n, at))
+
+    assert fs.read_written(path) == (data, size) and reads  # outside a run: read, nothing noted
+    tails = ZeroTails()
+    with zero_tails_of_the_run(tails):
+        assert fs.read_written(path) == (data, size)
+        assert list(tails.zeros_at.values()) == [len(data)]
+        reads.clear()
+        assert fs.read_written(path) == (data, size)
+        assert reads and all(at + n <= len(data) for at, n in reads)  # nothing past the data read again
+        with fs.ReadOnlyMap(path) as m:
+            assert m.buf.data_from(len(data)) == (size, size)
+            assert commitlog.skip_zeros(m.buf, len(data), size) == size
+            assert m.written_length() == len(data)
+        r = _Reader(path)
+        try:
+            assert r.written() == len(data)
+        finally:
+            r.close()
+        # a note is trusted: a file whose tail is said to be zeros is searched below it only
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            tails.note(os.fstat(fd), 10)
+            assert zeros_from(fd) == 10
+        finally:
+            os.close(fd)
+        assert fs.read_written(path)[0] == data[:10]
+        with open(path, "ab") as f:  # grown: another file to the run's notes
+            f.write(b"\x07")
+        assert fs.read_written(path) == (data + bytes(tail) + b"\x07", size + 1)
+
+    fresh = ZeroTails()
+    with zero_tails_of_the_run(fresh), fs.ReadOnlyMap(path) as m:  # a walk's search to the end notes too
+        assert commitlog.skip_zeros(m.buf, len(data), size) == size  # stops before the last byte: not noted
+        assert fresh.zeros_at == {}
+        assert commitlog.skip_zeros(m.buf, len(data), size + 1) == size
+        assert fresh.zeros_at == {}
+    path.write_bytes(data + bytes(tail))
+    with zero_tails_of_the_run(fresh), fs.ReadOnlyMap(path) as m:
+        assert commitlog.skip_zeros(m.buf, len(data) + 8, size) == size
+        assert list(fresh.zeros_at.values()) == [len(data) + 8]

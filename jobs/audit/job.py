@@ -71,6 +71,7 @@ from runtime.progress import Phase, say
 from runtime.session import EXECUTORS, choose_executor
 from store_format.interrupts import run_beside
 from store_format.fs import Location, let_go_of_listings, listings_of_the_run, resolve, run_listings_for
+from store_format.fs.zero_tails import ZeroTails, zero_tails_of_the_run
 from store_format.consumequeue import RunReads, reads_of_the_run
 from store_format.brokerconf import add_geometry_arguments, geometry_from_args, recovery_settings_from_args, \
     size_argument
@@ -220,7 +221,9 @@ def run(spark, args) -> AuditResult:
     # recovery's load rules: 40,000 queues' 45,000 folders each time), as many as --max-files lets the run hold; the
     # commit's custody check looks afresh
     listings = run_listings_for(getattr(args, "max_files", MAX_FILES))
-    with _full_collections_held(), listings_of_the_run(listings), _executors_warmed(spark, args) as warming:
+    # where a preallocated file's zeros begin, searched once for the state's look and the walks in this process
+    with _full_collections_held(), listings_of_the_run(listings), zero_tails_of_the_run(ZeroTails()), \
+            _executors_warmed(spark, args) as warming:
         return _audit(spark, args, warming)
 
 

@@ -145,11 +145,14 @@ class _Reader:
         """Up to and including its last non-zero byte: its data extents searched from the end (holes unread),
         :data:`ZERO_SCAN` bytes at a time (a preallocated file copied without its holes is one pass over its
         zeros)."""
-        from store_format.fs.hostile import last_nonzero
+        from store_format.fs.hostile import last_nonzero, search_extents
+        from store_format.fs.zero_tails import note_zeros_from
 
-        extents = fs.data_extents(self.fd, self.size) if self.fd is not None else None
-        return last_nonzero(extents if extents is not None else [(0, self.size)],
-                            lambda a, b: self.read(a, b - a), ZERO_SCAN)[0]
+        if self.fd is None:  # read through pyarrow.fs: searched whole
+            return last_nonzero([(0, self.size)], lambda a, b: self.read(a, b - a), ZERO_SCAN)[0]
+        found = last_nonzero(search_extents(self.fd, self.size), lambda a, b: self.read(a, b - a), ZERO_SCAN)[0]
+        note_zeros_from(self.fd, found, self.size)  # the run's walks of it stop there (store_format/fs/zero_tails.py)
+        return found
 
     def close(self) -> None:
         if self.fd is not None:

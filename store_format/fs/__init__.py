@@ -12,7 +12,9 @@ files and folders, on the local file system or, through ``pyarrow.fs``, on any o
   :func:`unreadable_entries`, :func:`map_range`, :func:`read_written`);
 * fs/identity.py: where a path really is (identity and overlap by device and inode: :func:`overlap`);
 * fs/listings.py: a run's look at local folders, taken once for all its walks (:func:`listings_of_the_run`,
-  :func:`scanned`).
+  :func:`scanned`);
+* fs/zero_tails.py: where a run found a local file's zeros begin, searched once for all its readers
+  (:func:`zero_tails_of_the_run`).
 """
 from __future__ import annotations
 

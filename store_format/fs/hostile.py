@@ -27,6 +27,7 @@ import pyarrow.fs as pafs
 
 from ..errors import ErrorKind, StoreFormatError
 from .listings import accessible
+from .zero_tails import note_zeros_from, zeros_from
 
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -141,19 +142,30 @@ class _FileMap(mmap.mmap):
     skips a sparse file's holes without touching them (a first touch of a hole page still costs a page fault)."""
 
     def data_from(self, pos: int) -> tuple[int, int]:
-        """(start, end) of the first data extent at or after ``pos`` (the file's length when none); where the file
-        system cannot tell, the rest of the file."""
+        """(start, end) of the first data extent at or after ``pos`` (the file's length when none), ended where the
+        run found the file's zeros begin (fs/zero_tails.py); where the file system cannot tell, the rest of the
+        file."""
         size = len(self)
+        known = zeros_from(self.fd)
+        size_or_known = size if known is None else min(size, known)
+        if pos >= size_or_known:
+            return size, size
         try:
             start = os.lseek(self.fd, pos, os.SEEK_DATA)
         except OSError as e:
             if e.errno == errno.ENXIO:  # only a hole from pos to the end
                 return size, size
-            return pos, size
+            return pos, size_or_known
+        if start >= size_or_known:
+            return size, size
         try:
-            return start, min(os.lseek(self.fd, start, os.SEEK_HOLE), size)
+            return start, min(os.lseek(self.fd, start, os.SEEK_HOLE), size_or_known)
         except OSError:
-            return start, size
+            return start, size_or_known
+
+    def zeros_to_end_from(self, pos: int) -> None:
+        """A search read zeros (or passed holes) from ``pos`` to the end: noted for the run's later searches."""
+        note_zeros_from(self.fd, pos, len(self))
 
 
 def data_end(fd: int, length: int) -> int:
@@ -219,14 +231,27 @@ def written_length(buf, fd: int | None = None, end: int | None = None) -> int:
     import numpy as np
 
     end = len(buf) if end is None else min(end, len(buf))
-    extents = data_extents(fd, end) if fd is not None else None
-    if extents is None:  # no descriptor (bytes read through pyarrow.fs), or the system cannot tell
-        extents = [(0, end)]
+    # no descriptor: bytes read through pyarrow.fs, searched whole
+    extents = search_extents(fd, end) if fd is not None else [(0, end)]
     arr = np.frombuffer(buf, np.uint8, end) if end else None
     try:
-        return last_nonzero(extents, lambda a, b: arr[a:b])[0]
+        found = last_nonzero(extents, lambda a, b: arr[a:b])[0]
     finally:
         del arr  # no view may outlive the caller's map
+    if fd is not None and end == len(buf):  # the whole file was searched
+        note_zeros_from(fd, found, end)
+    return found
+
+
+def search_extents(fd: int, length: int) -> list[tuple[int, int]]:
+    """The parts of the file's first ``length`` bytes that may hold a non-zero byte, in order: its data extents
+    (:func:`data_extents`), ended where the run found its zeros begin (fs/zero_tails.py); where the system cannot
+    tell, all of them."""
+    known = zeros_from(fd)
+    if known is not None:
+        length = min(length, known)
+    extents = data_extents(fd, length)
+    return [(0, length)] if extents is None else extents
 
 
 def last_nonzero(extents: list[tuple[int, int]], block_at, step: int | None = None) -> tuple[int, int, object]:
@@ -263,14 +288,14 @@ def written_in(block: bytes) -> int:
         hi -= len(_ZEROS)
     if hi <= 0:
         return 0
-    lo, zeros_from = max(0, hi - len(_ZEROS)), hi  # view[lo:hi] holds a non-zero byte, view[zeros_from:hi] none
-    while zeros_from - lo > _STRIP_BYTES:
-        mid = (lo + zeros_from) // 2
+    lo, zeros_at = max(0, hi - len(_ZEROS)), hi  # view[lo:hi] holds a non-zero byte, view[zeros_at:hi] none
+    while zeros_at - lo > _STRIP_BYTES:
+        mid = (lo + zeros_at) // 2
         if _ZEROS.startswith(view[mid:hi]):
-            zeros_from = mid
+            zeros_at = mid
         else:
             lo = mid
-    return lo + len(bytes(view[lo:zeros_from]).rstrip(b"\0"))
+    return lo + len(bytes(view[lo:zeros_at]).rstrip(b"\0"))
 
 
 _ZERO_SCAN_BLOCK = 1 << 18

@@ -17,10 +17,11 @@ import pyarrow.fs as pafs
 
 from .. import layout as L
 from ..errors import StoreFormatError
-from .hostile import UnreadableError, _FileMap, _os_reason, data_extents, describe, last_nonzero, open_fd, \
-    open_fd_stat, written_length
+from .hostile import UnreadableError, _FileMap, _os_reason, describe, last_nonzero, open_fd, open_fd_stat, \
+    search_extents, written_length
 from .listings import accessible, scanned
 from .remote import Location, StorePath, _Bytes, _unreadable, _Window, as_path
+from .zero_tails import note_zeros_from
 
 
 
@@ -411,10 +412,9 @@ def read_written(path, unit: int = 1) -> tuple[bytes | bytearray, int]:
     fd, st = open_fd_stat(path)
     try:
         length = st.st_size
-        extents = data_extents(fd, length)
-        if extents is None:  # the system cannot tell where the holes are
-            extents = [(0, length)]
+        extents = search_extents(fd, length)
         found, start, block = last_nonzero(extents, lambda a, b: _pread(fd, path, b - a, a))
+        note_zeros_from(fd, found, length)
         end = min(length, -(-found // unit) * unit)
         if start == 0 and block is not None:  # the block the search read holds it all (a small queue's one page)
             return block[:end] + bytes(max(0, end - len(block))), length
