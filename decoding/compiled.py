@@ -1296,26 +1296,30 @@ def _pair_mix(kh, phys):
     return x ^ (x >> np.uint64(31))
 
 
+@_inner
+def _few_repeats(buf, at0, size, kh_at, start, end):
+    """Extra copies and repeated pairs among entries start .. end-1 (a message's few keys), which share one
+    physical offset: each entry against the ones before it; an entry with an earlier copy is an extra one, and the
+    one with exactly one earlier copy is its pair's second.  Called for every message: no array made or counted."""
+    extra = pairs = 0
+    for p in range(start + 1, end):
+        kh = _i32(buf, at0 + p * size + kh_at)
+        before = 0
+        for q in range(start, p):
+            if _i32(buf, at0 + q * size + kh_at) == kh:
+                before += 1
+        if before:
+            extra += 1
+            if before == 1:
+                pairs += 1
+    return extra, pairs
+
+
 @njit(**_OPTS)
 def _repeats_among(buf, at0, size, kh_at, start, end):
-    """Extra copies and repeated pairs among entries start .. end-1, which share one physical offset: repeats of a
-    key hash (a few entries, a message's keys, compared directly; a hostile run sorted)."""
+    """As :func:`_few_repeats`, for a run of more than :data:`_FEW_KEYS` entries (a hostile one): sorted."""
     k = end - start
     extra = pairs = 0
-    if k <= 16:
-        for p in range(start, end):
-            kh = _i32(buf, at0 + p * size + kh_at)
-            seen_before = after = 0
-            for q in range(start, end):
-                if _i32(buf, at0 + q * size + kh_at) == kh:
-                    if q < p:
-                        seen_before += 1
-                    elif q > p:
-                        after += 1
-            if seen_before == 0 and after > 0:  # counted at the pair's first copy
-                extra += after
-                pairs += 1
-        return extra, pairs
     kh = np.empty(k, np.int64)
     for t in range(k):
         kh[t] = _i32(buf, at0 + (start + t) * size + kh_at)
@@ -1326,6 +1330,9 @@ def _repeats_among(buf, at0, size, kh_at, start, end):
             if t == 1 or kh[t - 1] != kh[t - 2]:
                 pairs += 1
     return extra, pairs
+
+
+_FEW_KEYS = 16
 
 
 @njit((_u1r, _i8r, nt.int64, nt.int64, nt.int64), **_OPTS)
@@ -1350,14 +1357,17 @@ def index_entry_summary(buf, geo, hash_slot_num, count, bucket_entries):
         last = phys
     duplicate_entries = duplicated_pairs = 0
     if ordered:  # as the broker dispatches, in commitlog order: a pair's copies sit together, among equal offsets
-        start = 1
+        start, start_phys = 1, _i64(buf, at0 + size + phys_at)
         for e in range(2, count + 1):
-            if e == count or _i64(buf, at0 + e * size + phys_at) != _i64(buf, at0 + start * size + phys_at):
-                if e - start > 1:
+            phys = _i64(buf, at0 + e * size + phys_at) if e < count else start_phys
+            if e == count or phys != start_phys:
+                if e - start > _FEW_KEYS:
                     extra, pairs = _repeats_among(buf, at0, size, kh_at, start, e)
-                    duplicate_entries += extra
-                    duplicated_pairs += pairs
-                start = e
+                else:
+                    extra, pairs = _few_repeats(buf, at0, size, kh_at, start, e)
+                duplicate_entries += extra
+                duplicated_pairs += pairs
+                start, start_phys = e, phys
         return used.sum(), duplicate_entries, duplicated_pairs
     buckets = min(max((n + bucket_entries - 1) // bucket_entries, 1), 256)  # a byte per entry names its bucket
     bucket_of = np.empty(n, np.uint8)
