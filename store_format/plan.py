@@ -16,7 +16,6 @@ what a job builds from one partition, an Arrow UDF's input or a cached table, st
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from dataclasses import dataclass
 
 from .commitlog import Segment
@@ -51,20 +50,15 @@ def written_end(loc: Location, length: int) -> int:
     return min(length, first * _PAGE)
 
 
-def segment_data(segments: list[tuple[str, Segment]],
-                 written: dict[str, int] | None = None) -> dict[tuple[str, str], int]:
+def segment_data(segments: list[tuple[str, Segment]]) -> dict[tuple[str, str], int]:
     """The bytes each (broker, segment) is cut over: a broker's newest segment up to :func:`written_end` (the one
-    with the unwritten zero tail), every other segment whole.  ``written``: {a local file's path (``str(Path)``): the
-    end of its last non-zero byte}, where the run searched already (an audit with a state: jobs/audit/state.py)."""
+    with the unwritten zero tail), every other segment whole."""
     newest: dict[str, Segment] = {}
     for broker, s in segments:
         if s.base_offset is not None and (broker not in newest or s.base_offset > newest[broker].base_offset):
             newest[broker] = s
-
-    def end(s: Segment) -> int:
-        known = (written or {}).get(str(Path(s.loc.local_path))) if s.loc.local_path is not None else None
-        return written_end(s.loc, s.length) if known is None else min(s.length, -(-known // _PAGE) * _PAGE)
-    return {(broker, s.name): end(s) if newest.get(broker) is s and s.length else s.length for broker, s in segments}
+    return {(broker, s.name): written_end(s.loc, s.length) if newest.get(broker) is s and s.length else s.length
+            for broker, s in segments}
 
 
 def range_size(data: int, cores: int, requested: int | None = None, *, largest: int = MAX_RANGE_HELD) -> int:
@@ -113,12 +107,11 @@ class SegmentRange:
 
 
 def plan_ranges(segments: list[tuple[str, Segment]], split_size: int | None, cores: int, *,
-                largest: int = MAX_RANGE_HELD, grid: bool = False, written: dict | None = None) -> list[SegmentRange]:
+                largest: int = MAX_RANGE_HELD, grid: bool = False) -> list[SegmentRange]:
     """Every (broker, segment) cut into ranges by the split policy (``split_size`` when given); a file whose name
     is no segment's is one empty range that only reports it.  ``grid``: every segment cut at multiples of
-    ``split_size`` (else ``largest``), whatever the store's size (:func:`cut_ranges`); ``written``: as
-    :func:`segment_data` takes it."""
-    data = segment_data(segments, written)
+    ``split_size`` (else ``largest``), whatever the store's size (:func:`cut_ranges`)."""
+    data = segment_data(segments)
     size = (split_size or largest) if grid else range_size(sum(data.values()), cores, split_size, largest=largest)
     out = []
     for broker, s in segments:

@@ -7,6 +7,7 @@ folder that is not a state, a damaged one, one of another version or of another 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -572,24 +573,30 @@ def test_a_5x_store_with_timers_grown_in_steps_audits_with_the_state_as_without(
 
 
 def test_the_plan_takes_the_newest_segments_written_end_from_the_states_look(spark, tmp_path, monkeypatch):
-    """The state searched every appended file's zeros from its end already: the plan cuts the newest segment where
-    that search ended (a preallocated 1 GiB segment is one pass over its zeros, not two), the same bytes as its own
-    search gives."""
+    """The state searched every appended file's zeros from its end already: when the plan cuts the newest segment,
+    the run knows where that search ended (store_format/fs/zero_tails.py), so a preallocated 1 GiB segment is one
+    pass over its zeros, not two; the cut is the one its own search gives, and the findings a full audit's."""
     from store_format import plan as store_plan
     from store_format.commitlog import list_segments
+    from store_format.fs.zero_tails import zeros_from
 
     store = copy_of(FIXTURES / "broker" / "store", tmp_path)
-    segs = [("b1", s) for s in list_segments(store / "commitlog")]
-    newest = segs[-1][1].path
-    searched = store_plan.segment_data(segs)
-    assert searched[("b1", newest.name)] < newest.stat().st_size  # a zero tail to search
-    assert store_plan.segment_data(segs, {str(newest): len(newest.read_bytes().rstrip(b"\0"))}) == searched
+    newest = list_segments(store / "commitlog")[-1].path
+    data = len(newest.read_bytes().rstrip(b"\0"))
+    assert data < newest.stat().st_size  # a zero tail to search
+    known, real_end = [], store_plan.written_end
 
-    def refused(loc, length):
-        raise AssertionError(f"searched again: {loc}")
-    monkeypatch.setattr(store_plan, "written_end", refused)
+    def after_the_look(loc, length):
+        fd = os.open(loc.local_path, os.O_RDONLY)
+        try:
+            known.append(zeros_from(fd))
+        finally:
+            os.close(fd)
+        return real_end(loc, length)
+    monkeypatch.setattr(store_plan, "written_end", after_the_look)
     kept = audit(spark, store, tmp_path / "out1", tmp_path / "state")
     monkeypatch.undo()
+    assert known == [data]  # the look's search, told to the plan's
     audit_job.run(spark, audit_job.build_parser().parse_args(["--store", f"b1={store}", "--out",
                                                               str(tmp_path / "full"), "--no-report"]))
     assert ids(kept) == {f["finding_id"] for f in pq.read_table(tmp_path / "full" / "findings").to_pylist()

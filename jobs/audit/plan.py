@@ -158,13 +158,12 @@ class SegmentPlan:
 
 
 def plan_segments(plans: dict[str, BrokerPlan], cores: int, split_size: int | None,
-                  message_index_safe: bool, *, grid: bool = False, written: dict | None = None) -> list[SegmentPlan]:
+                  message_index_safe: bool, *, grid: bool = False) -> list[SegmentPlan]:
     """Every named segment of every broker cut into ranges by the split policy (for a task that holds its range);
-    ``grid``: at fixed multiples of the range size (store_format.plan.cut_ranges: an audit with a state);
-    ``written``: where files' written bytes end, where the run searched already (store_format.plan.segment_data)."""
+    ``grid``: at fixed multiples of the range size (store_format.plan.cut_ranges: an audit with a state)."""
     named = [(name, s) for name, plan in plans.items() for s in plan.segments]
     by_segment: dict[tuple[str, str], list[SegmentRange]] = {}
-    for r in plan_ranges(named, split_size, cores, largest=MAX_RANGE_HELD, grid=grid, written=written):
+    for r in plan_ranges(named, split_size, cores, largest=MAX_RANGE_HELD, grid=grid):
         by_segment.setdefault((r.broker, r.name), []).append(r)
     region = {name: {s.name for s in recovery_region(plan.store, message_index_safe)} for name, plan in plans.items()}
     return [SegmentPlan(name, s, by_segment[name, s.name],

@@ -668,12 +668,6 @@ class AuditState:
         """Each file's path below the broker's store root (how the state names it)."""
         return tuple(self._rel(broker, loc) for loc in locs)
 
-    def written_ends(self) -> dict[str, int]:
-        """{a file's path: where its written bytes end}, of every appended file this run looked at (searched from
-        its end, over its zeros: the plan's newest segment needs the same, jobs/audit/plan.py ``plan_segments``)."""
-        return {str(Path(*self.roots[name], *x.row["path"].split("/"))): x.row["written"]
-                for name, b in self.brokers.items() for x in b.looks if _appended(x.row["path"])}
-
     def settled(self, broker: str, locs: list) -> tuple[dict, frozenset]:
         """Of ``locs`` (files of ``broker``), those the broker only appends to ({path: its path below the store
         root, :meth:`rels`}), and of those the paths of the ones this run found as the last run did, or grown past
