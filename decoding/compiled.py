@@ -1201,14 +1201,13 @@ CHAIN_PREV_OUT_OF_RANGE, CHAIN_PREV_NOT_OLDER, CHAIN_PREV_OTHER_SLOT, CHAIN_NEGA
     CHAIN_REACHED = 1, 2, 4, 8, 16, 128
 
 
-@njit((_u1r, _i8r, nt.int64, nt.int64), **_OPTS)
-def index_chain_bits(buf, geo, hash_slot_num, count):
-    """Each entry's chain problems as bits (entry 0, the unused first one, gets none).  Reachable is what
-    IndexFile.selectPhyOffset can walk to from some slot: from the slot's head (1 .. count-1), along prevIndex,
-    stopping at 0, out of range, itself, or after an entry whose time diff is negative."""
-    bits = np.zeros(count, np.uint8)
+@_inner
+def _mark_reached(buf, geo, hash_slot_num, count, bits):
+    """Marks CHAIN_REACHED in ``bits`` every entry IndexFile.selectPhyOffset can walk to from some slot: from the
+    slot's head (1 .. count-1), along prevIndex, stopping at 0, out of range, itself, or after an entry whose time
+    diff is negative."""
     slots_at, at0, size = geo[GEO_SLOTS_AT], geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE]
-    kh_at, td_at, prev_at, slot_size = geo[GEO_KEY_HASH], geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX], geo[GEO_SLOT_SIZE]
+    td_at, prev_at, slot_size = geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX], geo[GEO_SLOT_SIZE]
     # Most slots of a file are empty (5 M slots, tens of thousands of keys): eight at a time in four 8-byte loads,
     # read one by one only where one is set (the slot pass took 4x the time of a memory scan of the table).
     first = 0
@@ -1248,6 +1247,16 @@ def index_chain_bits(buf, geo, hash_slot_num, count):
             if after < e:  # back below the pass: it carries on from there
                 break
             nxt = after
+
+
+@njit((_u1r, _i8r, nt.int64, nt.int64), **_OPTS)
+def index_chain_bits(buf, geo, hash_slot_num, count):
+    """Each entry's chain problems as bits (entry 0, the unused first one, gets none); unreachable: not marked by
+    :func:`_mark_reached`."""
+    bits = np.zeros(count, np.uint8)
+    _mark_reached(buf, geo, hash_slot_num, count, bits)
+    at0, size, kh_at = geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE], geo[GEO_KEY_HASH]
+    td_at, prev_at = geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX]
     # A prev's slot against the entry's, in 4 bytes for each entry or for each slot, whichever are fewer: each
     # entry's slot; or each slot's newest entry so far, which IndexFile.putKey links the next entry of the slot to,
     # so a prev equal to it is in the entry's slot without reading the older entry (any other prev is read).
@@ -1282,6 +1291,49 @@ def index_chain_bits(buf, geo, hash_slot_num, count):
         bits[e] = b
         if slot >= 0 and not by_entry:
             newest[slot] = e
+    return bits
+
+
+@_inner
+def _entry_bits(buf, geo, hash_slot_num, count, e, reached):
+    """One entry's chain problems (as :func:`index_chain_bits` gives them), its prev's slot read from the prev."""
+    at0, size, kh_at = geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE], geo[GEO_KEY_HASH]
+    at = at0 + e * size
+    kh = _i32(buf, at + kh_at)
+    slot = kh % hash_slot_num if kh >= 0 else -1
+    prev = _i32(buf, at + geo[GEO_PREV_INDEX])
+    b = 0 if reached else CHAIN_UNREACHABLE
+    if prev < 0 or prev >= count:
+        b |= CHAIN_PREV_OUT_OF_RANGE
+    elif prev > 0:
+        if prev >= e:
+            b |= CHAIN_PREV_NOT_OLDER
+        prev_kh = _i32(buf, at0 + prev * size + kh_at)
+        if (prev_kh % hash_slot_num if prev_kh >= 0 else -1) != slot:
+            b |= CHAIN_PREV_OTHER_SLOT
+    if _i32(buf, at + geo[GEO_TIME_DIFF]) < 0:
+        b |= CHAIN_NEGATIVE_TIME_DIFF
+    return b
+
+
+@njit((_u1r, _i8r, nt.int64, nt.int64, nt.int64, _i4r), **_OPTS)
+def index_chain_bits_resumed(buf, geo, hash_slot_num, count, checked, flagged):
+    """:func:`index_chain_bits` of a file whose entries 1 .. ``checked``-1 were checked before and are unchanged
+    (entries are only appended; the slots and header are rewritten), ``flagged``: those of them that had a problem
+    then.  An entry's own problems depend on its bytes, its prev's key hash and the count, so only the new entries
+    and the flagged ones (an out-of-range prev may be in range now) are looked at again; reachability, which any
+    new entry or slot can change, is marked over the whole file."""
+    bits = np.zeros(count, np.uint8)
+    _mark_reached(buf, geo, hash_slot_num, count, bits)
+    old = min(checked, count)
+    for e in range(1, old):
+        bits[e] = 0 if bits[e] == CHAIN_REACHED else CHAIN_UNREACHABLE
+    for i in range(flagged.shape[0]):
+        e = flagged[i]
+        if 0 < e < old:
+            bits[e] = _entry_bits(buf, geo, hash_slot_num, count, e, bits[e] == 0)
+    for e in range(max(old, 1), count):
+        bits[e] = _entry_bits(buf, geo, hash_slot_num, count, e, bits[e] == CHAIN_REACHED)
     return bits
 
 
@@ -1403,6 +1455,48 @@ def index_entry_summary(buf, geo, hash_slot_num, count, bucket_entries):
                 if copies[h] == 2:
                     duplicated_pairs += 1
     return used.sum(), duplicate_entries, duplicated_pairs
+
+
+@njit((_u1r, _i8r, nt.int64, nt.int64, nt.int64, _b1, nt.int64), **_OPTS)
+def index_entry_runs(buf, geo, hash_slot_num, count, start, used, run_start):
+    """:func:`index_entry_summary`'s ordered path, from entry ``start`` on (1: the whole file), resumable: marks the
+    slots entries ``start`` .. count-1 use in ``used`` (the slots of the entries before it already marked), and
+    counts the duplicates of the runs of equal offsets from entry ``run_start`` (the first of the last run before
+    ``start``) on.  Returns (in commitlog order from ``start - 1`` on, slots used, extra entries and pairs of the
+    runs before the last, the last run's first entry, its extra entries and pairs); out of order, the counts are
+    not made (the hash-table path counts those)."""
+    at0, size = geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE]
+    kh_at, phys_at = geo[GEO_KEY_HASH], geo[GEO_PHYSICAL_OFFSET]
+    start = max(start, 1)
+    ordered = True
+    last = _i64(buf, at0 + (start - 1) * size + phys_at) if start > 1 else np.int64(-1 << 62)
+    for e in range(start, count):
+        at = at0 + e * size
+        kh, phys = _i32(buf, at + kh_at), _i64(buf, at + phys_at)
+        if kh >= 0:
+            used[kh % hash_slot_num] = True
+        ordered = ordered and phys >= last
+        last = phys
+    slots = used.sum()
+    extra = pairs = last_extra = last_pairs = 0
+    run_start = max(run_start, 1)
+    if not ordered or run_start >= count:
+        return ordered, slots, extra, pairs, run_start, last_extra, last_pairs
+    first, first_phys = run_start, _i64(buf, at0 + run_start * size + phys_at)
+    for e in range(run_start + 1, count + 1):
+        phys = _i64(buf, at0 + e * size + phys_at) if e < count else first_phys
+        if e == count or phys != first_phys:
+            if e - first > _FEW_KEYS:
+                x, y = _repeats_among(buf, at0, size, kh_at, first, e)
+            else:
+                x, y = _few_repeats(buf, at0, size, kh_at, first, e)
+            if e == count:
+                last_extra, last_pairs = x, y
+            else:
+                extra += x
+                pairs += y
+                first, first_phys = e, phys
+    return ordered, slots, extra, pairs, first, last_extra, last_pairs
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -961,6 +961,54 @@ def entry_summary(v: "EntryViews", bucket_entries: int = SUMMARY_BUCKET_ENTRIES)
             "duplicate_entries": int(duplicate_entries), "duplicated_pairs": int(duplicated_pairs)}
 
 
+@dataclass
+class EntriesChecked:
+    """What a check of an index file's entries leaves for the next check of the same file, grown since (``audit
+    --state``): entries are only appended, so the next check reads the old ones' problems and counts from here."""
+
+    count: int  # entries 0 .. count-1 were checked
+    flagged: np.ndarray  # int32: the entries that had a chain problem
+    used: np.ndarray | None  # bool per hash slot: used by an entry; None: entries out of commitlog order (not resumed)
+    extra: int = 0  # duplicates among the runs of equal offsets before the last one
+    pairs: int = 0
+    run_start: int = 1  # the last run's first entry (its keys may go on in the next entries)
+
+
+def check_entries(v: "EntryViews", was: EntriesChecked | None = None,
+                  bucket_entries: int = SUMMARY_BUCKET_ENTRIES) -> tuple[np.ndarray, dict, EntriesChecked]:
+    """:func:`chain_bits` and :func:`entry_summary` of a file, and what the next check of it can go on from; with
+    ``was`` (the last check of the same file, whose entries 1 .. was.count-1 are unchanged: the caller verified
+    them), only the new entries and the flagged ones are looked at again, besides the reachability of them all
+    (decoding.compiled.index_chain_bits_resumed, index_entry_runs)."""
+    c = _compiled()
+    geo = c.index_geometry(v.hash_slot_num)
+    if was is not None and not v.count // 2 <= was.count <= v.count:  # mostly new entries: the whole pass is faster
+        was = None
+    if was is None:
+        bits = c.index_chain_bits(v.raw, geo, v.hash_slot_num, v.count)
+    else:
+        bits = c.index_chain_bits_resumed(v.raw, geo, v.hash_slot_num, v.count, was.count,
+                                          np.ascontiguousarray(was.flagged, np.int32))
+    flagged = np.flatnonzero(bits).astype(np.int32)
+    resumed = was is not None and was.used is not None
+    used = was.used.copy() if resumed else np.zeros(v.hash_slot_num, np.bool_)
+    ordered, slots, extra, pairs, run_start, last_extra, last_pairs = c.index_entry_runs(
+        v.raw, geo, v.hash_slot_num, v.count, was.count if resumed else 1, used, was.run_start if resumed else 1)
+    if resumed:
+        extra, pairs = extra + was.extra, pairs + was.pairs
+    if v.count <= 1:
+        summary = {"entry_slots": 0, "duplicate_entries": 0, "duplicated_pairs": 0}
+    elif ordered:
+        summary = {"entry_slots": int(slots), "first_entry_phy_offset": int(v.physical_offset[1]),
+                   "last_entry_phy_offset": int(v.physical_offset[v.count - 1]),
+                   "duplicate_entries": int(extra + last_extra), "duplicated_pairs": int(pairs + last_pairs)}
+    else:  # out of order (a re-dispatch appends older offsets): counted whole, and whole again next time
+        summary = entry_summary(v, bucket_entries)
+    after = EntriesChecked(v.count, flagged, used, int(extra), int(pairs), int(run_start)) if ordered \
+        else EntriesChecked(v.count, flagged, None)
+    return bits, summary, after
+
+
 def pairs_in(a_phys: np.ndarray, a_hash: np.ndarray, b_phys: np.ndarray, b_hash: np.ndarray) -> np.ndarray:
     """Whether each (offset, hash) pair of ``a`` is one of ``b``'s (decoding.compiled.pairs_in_sorted); either side
     put in offset order first where it is not (entries and keys mostly come in commitlog order)."""

@@ -145,8 +145,8 @@ def test_a_folder_that_is_not_a_state_is_left_as_it_is(spark, tmp_path):
 def test_a_damaged_state_is_written_anew_another_version_or_store_left_alone(spark, tmp_path):
     store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
     first = audit(spark, store, tmp_path / "out1", state)
-    parts = list((state / "brokers").glob("*/parts/*.arrow"))  # the segment's walk and its range's scan, kept
-    assert len(parts) == 2
+    parts = list((state / "brokers").glob("*/parts/*.arrow"))  # the segment's walk, its range's scan and the
+    assert len(parts) == 3  # index file's check, kept
     for part in parts:
         part.write_bytes(b"garbage")  # a damaged part: the task runs instead, no finding says otherwise
     again = audit(spark, store, tmp_path / "out0", state)
@@ -446,6 +446,45 @@ def test_an_old_index_entry_changed_in_place_runs_its_range_again(spark, tmp_pat
     writer.close()
 
 
+def test_a_grown_index_files_check_goes_on_from_the_last_runs(spark, tmp_path, monkeypatch):
+    """The index file the broker is writing: its check goes on from the last run's (the entries checked then are
+    only appended to), unless a kept block of those entries reads otherwise (then it is checked whole); a file as
+    the last run found it is given back whole.  Every output is a full audit's (_grow compares them)."""
+    from jobs.audit.checks import index as index_checks
+    from store_format import layout as L
+
+    writer, send = _appending_broker(tmp_path, monkeypatch)
+    slots = writer.config.maxHashSlotNum
+    resumed = []  # per index check with a state: the entries the last run had checked, or None (checked whole)
+    whole = index_checks.check_entries
+
+    def spy(v, was=None, *a):
+        resumed.append(None if was is None else was.count)
+        return whole(v, was, *a)
+    monkeypatch.setattr(index_checks, "check_entries", spy)
+
+    def damage(live, step):  # from step 2 on (a damaged disk keeps it), the last entry step 1's run checked gets
+        if step < 2:        # another prev: in a block the state always keeps
+            return
+        [index] = sorted((live / "index").iterdir())
+        with open(index, "r+b") as f:
+            f.seek(36)
+            checked = struct.unpack(">i", f.read(4))[0] - 800  # step 2 added 400 messages of two keys each, step 3 none
+            f.seek(L.INDEX_HEADER_SIZE + slots * 4 + (checked - 1) * 20 + 16)  # its prevIndex: its last 4 bytes
+            f.write(struct.pack(">i", 1 << 30))
+
+    steps = [lambda: send(300), lambda: send(400), lambda: send(400), lambda: None]
+    said = _grow(spark, tmp_path, writer, steps, damage)
+    # each step: a full audit (whole), then the audit with the state
+    with_state = resumed[1::2]
+    assert with_state[0] is None and with_state[1] is not None and with_state[1] > 1  # resumed from step 0's check
+    assert with_state[2] is None  # step 2: an old entry changed in the blocks kept: checked whole
+    assert "index.chain_problem" in pq.read_table(tmp_path / "full2" / "findings").column("check").to_pylist()
+    assert len(with_state) == 3 or with_state[3] is None  # step 3: the file as it was, its check given back whole
+    assert said[3]["state"]["tasks_given_back"]["scan"] >= 1
+    writer.close()
+
+
 @pytest.mark.parametrize("bucket_shift", [None, 12], ids=["ranges-in-a-bucket", "buckets-in-a-range"])
 def test_a_queue_file_grown_with_a_unit_into_an_old_range_runs_that_range_again(spark, tmp_path, monkeypatch,
                                                                                 bucket_shift):
@@ -609,5 +648,6 @@ def test_kept_parts_travel_through_spark_jobs(spark, tmp_path):
     store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
     first = audit(spark, store, tmp_path / "out1", state, "--executor", "spark")
     second = audit(spark, store, tmp_path / "out2", state, "--executor", "spark")
-    assert second["summary"]["state"]["tasks_given_back"] == {"survey": 1, "scan": 1} and ids(second) == ids(first)
-    assert len(list((state / "brokers").glob("*/parts/*.arrow"))) == 2
+    # the segment's walk; its range's scan and the index file's check
+    assert second["summary"]["state"]["tasks_given_back"] == {"survey": 1, "scan": 2} and ids(second) == ids(first)
+    assert len(list((state / "brokers").glob("*/parts/*.arrow"))) == 3

@@ -639,6 +639,38 @@ def test_index_chain_bits_and_summary_follow_the_reference(case):
             (len(used), sum(c - 1 for c in copies.values()), sum(c > 1 for c in copies.values()))
 
 
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_index_files, st.data())
+def test_an_index_files_check_goes_on_from_its_last_as_the_whole_check(case, data):
+    """audit --state: a grown index file's check resumed from the check of its first entries (their bytes the same;
+    the slots rewritten, drawn again) gives the whole check's problems, summary and what the next check goes on
+    from, damage and entries out of commitlog order included."""
+    from decoding.kernels import check_entries
+    from datasources.indexfile import EntryViews, chain_bits, entry_summary
+
+    slot_heads, entries, in_log_order, linked = case
+    if in_log_order:
+        entries = [entries[0]] + sorted(entries[1:], key=lambda e: e[1])
+    if linked:
+        entries = _linked_as_the_broker_links(entries, len(slot_heads))
+    n = len(entries)
+    checked = data.draw(st.integers(max(1, n // 2), n))  # resumed from at least half the entries (else whole)
+    heads_then = data.draw(st.lists(st.one_of(st.just(0), st.integers(-1, checked + 1)), min_size=len(slot_heads),
+                                    max_size=len(slot_heads)))
+    _, _, was = check_entries(EntryViews(_index_file_bytes(heads_then, entries[:checked]), len(slot_heads), checked))
+    v = EntryViews(_index_file_bytes(slot_heads, entries), len(slot_heads), n)
+    bits, summary, after = check_entries(v, was)
+    whole_bits, whole_summary, whole_after = check_entries(v)
+    assert (bits == chain_bits(v)).all() and (whole_bits == bits).all()
+    assert summary == entry_summary(v) == whole_summary
+    assert (after.count, after.extra, after.pairs, after.run_start) == \
+        (whole_after.count, whole_after.extra, whole_after.pairs, whole_after.run_start)
+    assert (after.flagged == whole_after.flagged).all()
+    assert (after.used is None) == (whole_after.used is None)
+    assert after.used is None or (after.used == whole_after.used).all()
+
+
 def test_invalid_utf8_names_the_fields_the_broker_reads_as_u_fffd():
     """The opt-in ``invalid_utf8`` column against Python's UTF-8 decoder, and store_format.codec.malformed_texts
     (what the audit shows) on the same records: the field, the value escaped, the first bad byte's position."""

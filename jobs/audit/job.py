@@ -88,7 +88,7 @@ from runtime.stores import resolve_stores
 from runtime.custody import input_files, watch
 from .plan import MAX_FILES, MAX_SEGMENTS, BrokerPlan, plan_broker, plan_segments
 from .scan import scan_tasks
-from .kept import keep_ranges
+from .kept import keep_files, keep_ranges
 from .state import AuditState, check_apart_from
 from .survey import survey_tasks
 from .tasks import FAILURES, ExecutorWarmUp, RunInfo, failure_row, run_tasks
@@ -312,8 +312,8 @@ def _audit(spark, args, warming: ExecutorWarmUp | None = None) -> AuditResult:
             # MiB at 16 GiB): Arrow's pages, which the scan's numpy arrays could not reuse, added to its peak
             release_freed_memory()
             if state is not None:  # ranges whose bytes, and all they read of the store, are as the last
-                # run's: given back
-                scanned = keep_ranges(state, scanned)
+                # run's, and index files the same: given back; a grown index file's check goes on from the last
+                scanned = keep_files(state, keep_ranges(state, scanned))
             ctx.scan = _stage(spark, "scan", scanned, executor, run, warming)
             del scanned
             if state is not None:

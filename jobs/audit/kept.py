@@ -25,6 +25,11 @@ What a range's output depends on, and how each is compared:
   messages hold copies of, from the hashes ``range_memo`` kept of them; the committed offsets it owns); the recovery
   walk's end, where the span holds it.
 
+A file task (:class:`KeptFiles`: an index file's check, the only one whose hooks go on from their last run) is
+given back whole when its files are as the last run found them (the state's look: ``same``); otherwise it runs, and
+its hooks read what their last run left them (the part's memos, in ``Emitter.resumed``) and check what their file's
+bytes allow them to trust of it themselves (jobs/audit/checks/index.py: an index file's entries are only appended).
+
 The span keyed is a bound of the one the range owns (it ends at the range's reach, not where its walk ended), so a
 key can only differ more often than the output would, never less: a range whose key matches would emit what its
 part holds (tests/test_audit_state.py's growth steps compare every output with a full audit's).
@@ -37,12 +42,13 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from store_format import fs
 
 from .routes import ROUTES
-from .scan import (INF, MEMO, NEG_INF, CommitlogRange, CommitlogRun, RoutedWindows, owned_buckets, routed_values,
-                   whole_buckets)
+from .scan import (INF, MEMO, NEG_INF, CommitlogRange, CommitlogRun, FileScan, RoutedWindows, owned_buckets,
+                   routed_values, whole_buckets)
 from .state import GIVEN_BACK, code_digest, read_part, write_part
 from .tasks import Emitter
 
@@ -275,3 +281,80 @@ class KeptScan:
         out.merge(mine)
         self.given_back = True
         return True
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Kept file tasks
+
+#: the routes whose file tasks a state keeps: an index file's check depends on its bytes, its geometry and nothing
+#: of the rest of the store (a queue file's recovery reads the broker's recovered end, which moves every night)
+KEPT_FILE_ROUTES = ("index",)
+
+
+def keep_files(state, tasks: list) -> list:
+    """The scan's ``tasks`` with each file task of a :data:`KEPT_FILE_ROUTES` route of a broker the ``state``
+    compares as a :class:`KeptFiles`."""
+    out = []
+    for task in tasks:
+        if not isinstance(task, FileScan) or task.route not in KEPT_FILE_ROUTES or not state.compared(task.broker):
+            out.append(task)
+            continue
+        rels = state.rels(task.broker, [f.loc for f in task.files])
+        geometry = [(f.hash_slot_num, f.index_num) for f in task.files]
+        key = hashlib.sha256(repr((code_digest(), "files", task.route, task.broker, rels, geometry)).encode()) \
+            .hexdigest()[:32]
+        out.append(KeptFiles(task, *state.offer_files(task.broker, key, rels)))
+    return out
+
+
+@dataclass
+class KeptFiles:
+    """A file task under a state: given back from the last run's part (``kept``) when its files are the ones the
+    last run read (``same``); else run, its hooks given the part's memos (``Emitter.resumed``) to go on from.
+    Either way its part is kept at ``part`` for the next run; a task that failed keeps nothing."""
+
+    task: object
+    kept: fs.Location | None
+    same: bool
+    part: fs.Location
+    given_back: bool = False
+
+    @property
+    def broker(self) -> str:
+        return self.task.broker
+
+    @property
+    def kind(self) -> str:
+        return GIVEN_BACK if self.given_back else type(self.task).__name__
+
+    def describe(self) -> str:
+        return self.task.describe()
+
+    def cost(self) -> int:
+        return 1 if self.same and self.kept is not None else self.task.cost()
+
+    def run(self, out: Emitter) -> None:
+        from runtime.output import out_write
+
+        raw, head, given = None, None, Emitter()
+        if self.kept is not None:
+            try:
+                with self.kept.open_input() as f:
+                    raw = f.read()
+                head = read_part(raw, given)
+            except Exception:  # noqa: BLE001 - a damaged or missing part: the task runs whole
+                raw = head = None
+        if raw is not None and self.same:
+            out_write(self.part, raw)
+            out.merge(given)
+            self.given_back = True
+            return
+        mine = Emitter()
+        mine.resumed = head["memos"] if head is not None else {}
+        self.task.run(mine)
+        mine.finish_gathered()
+        memos = {name[len(MEMO):]: pa.concat_tables(mine.partials.pop(name)).column("memo").to_numpy()
+                 for name in [n for n in mine.partials if n.startswith(MEMO)]}
+        if "_failures" not in mine.partials:
+            write_part(self.part, mine, memos=memos)
+        out.merge(mine)

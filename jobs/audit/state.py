@@ -26,7 +26,8 @@ runs and its output is kept for the next run (:class:`Recorded`).  A file that g
 back the parts whose output depends only on bytes it held then (a task's ``reach``: a segment range's walk and a
 largest record twice over).  The scan's range tasks read what the whole store decides (the recovery's cut, the
 queues' units, the families' probes) too: each decides itself whether its part holds (jobs/audit/kept.py: it is
-offered the part by :meth:`AuditState.offer`).
+offered the part by :meth:`AuditState.offer`).  An index file's check is given back while its file is the same, and
+otherwise goes on from the memos of its last part (jobs/audit/kept.py ``KeptFiles``, :meth:`AuditState.offer_files`).
 
 The state's folder is claimed and committed as every output (runtime/commit.py): written in a staging, swapped in
 after the run's output is committed (:class:`StateOutput`), so a run that fails or is killed leaves the previous
@@ -120,7 +121,7 @@ class Look:
     was_written: int | None = None  # where its written bytes ended at the last run's look
 
 
-def _digest(data: bytes) -> bytes:
+def block_digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
@@ -174,7 +175,7 @@ def look(path, rel: str, previous: dict | None, rng: random.Random) -> Look:
         if previous is not None:
             change = "same" if written == previous["written"] else "grown"
             for at, n, digest in sorted(zip(previous["block_at"], previous["block_length"], previous["block_digest"])):
-                if _digest(r.read(at, n)) != digest:
+                if block_digest(r.read(at, n)) != digest:
                     change, differs_at, how = "rewritten", at, f"the {n:,} bytes at {at:,} differ"
                     break
             if written < previous["written"]:  # its end zeroed or cut: said first, the block found kept
@@ -187,7 +188,7 @@ def look(path, rel: str, previous: dict | None, rng: random.Random) -> Look:
                     | {rng.randrange(0, written) // BLOCK * BLOCK for _ in range(DRAWN if written > 2 * BLOCK else 0)}) \
             if written else []
         lengths = [min(BLOCK, written - a) for a in at]
-        digests = [_digest(r.read(a, n)) for a, n in zip(at, lengths)]
+        digests = [block_digest(r.read(a, n)) for a, n in zip(at, lengths)]
     finally:
         r.close()
     row = {"path": rel, "size": size, "written": written, "block_at": at, "block_length": lengths,
@@ -680,11 +681,7 @@ class AuditState:
         """For a task of several files (``rels``, :meth:`rels`) that decides itself whether to give its part back
         (a scan range's, jobs/audit/kept.py): (the last run's part under ``key`` when every file is the same or grew
         past its reach there, else None; where this run keeps it).  The part is kept again either way."""
-        held = self.__dict__.setdefault("_held", {})
-        if broker not in held:  # once per broker, not per task
-            b = self.brokers[broker]
-            held[broker] = (_parts_of(b.previous), {x.row["path"]: x for x in b.looks})
-        parts, looks = held[broker]
+        parts, looks = self._held_of(broker)
         was = parts.get(key, -1)
         folder = _folder_of(broker)
         kept = None
@@ -692,6 +689,26 @@ class AuditState:
             kept = self.loc.child("brokers").child(folder).child(PARTS).child(f"{key}.arrow")
         self.recorded.setdefault(broker, set()).add(key)
         return kept, self.output.staging.child("brokers").child(folder).child(PARTS).child(f"{key}.arrow")
+
+    def offer_files(self, broker: str, key: str, rels: tuple) -> tuple:
+        """For a task that reads whole files (``rels``) and goes on from its last run's part (an index file's
+        check, jobs/audit/kept.py :class:`KeptFiles`): (the last run's part under ``key``, or None; whether every
+        file is as the last run found it; where this run keeps its part)."""
+        parts, looks = self._held_of(broker)
+        folder = _folder_of(broker)
+        kept = self.loc.child("brokers").child(folder).child(PARTS).child(f"{key}.arrow") if key in parts else None
+        same = all(looks.get(rel) is not None and looks[rel].change == "same" for rel in rels)
+        self.recorded.setdefault(broker, set()).add(key)
+        return kept, same, self.output.staging.child("brokers").child(folder).child(PARTS).child(f"{key}.arrow")
+
+    def _held_of(self, broker: str) -> tuple[dict, dict]:
+        """The broker's kept parts in the last state (:func:`_parts_of`) and this run's looks by path: once per
+        broker, not per task."""
+        held = self.__dict__.setdefault("_held", {})
+        if broker not in held:
+            b = self.brokers[broker]
+            held[broker] = (_parts_of(b.previous), {x.row["path"]: x for x in b.looks})
+        return held[broker]
 
     def count_given_back(self, stage: str, outputs) -> None:
         """The tasks of ``stage`` that gave their kept part back (decided in the tasks: their timing rows say)."""

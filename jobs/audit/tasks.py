@@ -105,6 +105,9 @@ class Emitter:
         self._gathered: dict[str, tuple[list, Callable]] = {}
         self._sink = sink
         self._writing: dict[str, _SpillWriter] = {}  # name -> its part file, open while the task runs
+        # audit --state: what the task's last run left it to go on from (its kept part's memos by name, jobs/audit/
+        # kept.py KeptFiles); None: no state keeps this task's part (its hooks leave nothing for a next run)
+        self.resumed: dict | None = None
 
     def gathered(self, name: str, finish: Callable) -> list:
         """A list a hook adds to under ``name`` across its calls in one task (a survey's hook is called a file at a

@@ -26,6 +26,8 @@ entry lies past the data's end are finished on the driver.
 """
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,13 +36,14 @@ from store_format import layout as L
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.fs import ReadOnlyMap
 from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, written_entries
-from decoding.kernels import chain_bits, entry_summary, pairs_in, problem_lists
+from decoding.kernels import EntriesChecked, check_entries, pairs_in, problem_lists
 
 from ..findings import Consequence, Severity, check, concat_findings, finding_rows, finding_table, metric_table
 from ..contract import Family, FamilyResult
 from ..routes import INDEX_FILES
 from ..plan import listed_only
-from ..scan import IN_DAMAGE, MID_RECORD, OUTSIDE
+from ..scan import IN_DAMAGE, MEMO, MID_RECORD, OUTSIDE
+from ..state import BLOCK, DRAWN, block_digest
 
 check("index.key_missing", Severity.ERROR,
       "key {topic}#{key} of this message has no index entry: queries by it will not find it",
@@ -336,8 +339,8 @@ def _index_file(facts, part, out) -> None:
                 values={"index_count": h.index_count, "unwritten": counted - count, "last_written": count - 1},
                 details={"index_count": h.index_count, "written_entries": count - 1})]))
         v = EntryViews(mm.buf, f.hash_slot_num, count)
-        bits = chain_bits(v)
-        summary = entry_summary(v)
+        bits, summary, checked = check_entries(v, _last_check(out, name, f.hash_slot_num, mm.buf, count))
+        _leave_for_next(out, name, f.hash_slot_num, mm.buf, checked)
         _header(broker, name, h, f.index_num, summary, out)
         out.partial("index.files", pa.table({"broker": [broker], "file": [name], "entries": [max(count - 1, 0)],
                                              "duplicate_entries": [summary["duplicate_entries"]],
@@ -354,6 +357,62 @@ def _index_file(facts, part, out) -> None:
                 details={"entry": entry, "problems": pc.binary_join(p, ","),
                          "prev_index": pa.array(prev.astype(np.int32))}))
         del v
+
+
+# An index file's entries are only appended (its header and slots are rewritten), so under ``audit --state`` the
+# check of the file the broker is writing goes on from the last run's (jobs/audit/kept.py KeptFiles: the memos of
+# its part come back in ``out.resumed``), once a few blocks of the entries it checked then read as they did.
+_MAX_FLAGGED = 1 << 20  # more entries with problems than this: the next run checks the file whole
+
+
+def _entries_at(hash_slot_num: int) -> int:
+    return L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE
+
+
+def _last_check(out, name: str, hash_slot_num: int, buf, count: int) -> EntriesChecked | None:
+    """The last run's check of this file (``out.resumed``), when it is one of this geometry, of no more entries
+    than the file holds, and its kept blocks of those entries read as they did; else None (checked whole)."""
+    memo = out.resumed or {}
+    head, flagged = memo.get(f"index.{name}.entries"), memo.get(f"index.{name}.flagged")
+    blocks, digests = memo.get(f"index.{name}.blocks"), memo.get(f"index.{name}.digests")
+    if head is None or flagged is None or blocks is None or digests is None or len(head) != 6 \
+            or len(digests) != 16 * len(blocks):
+        return None
+    checked, ordered, extra, pairs, run_start, slots = (int(x) for x in head)
+    start, end = _entries_at(hash_slot_num), _entries_at(hash_slot_num) + checked * L.INDEX_ENTRY_SIZE
+    if slots != hash_slot_num or not 1 <= checked <= count or not 1 <= run_start <= checked \
+            or flagged.dtype != np.int32 or not all(start <= a < end for a in blocks.tolist()):
+        return None
+    for i, a in enumerate(blocks.tolist()):  # a block ends at a block boundary or at the checked entries' end
+        if block_digest(bytes(buf[a:min(a + BLOCK - a % BLOCK, end)])) != bytes(digests[16 * i:16 * i + 16]):
+            return None
+    used = None
+    if ordered:
+        packed = memo.get(f"index.{name}.used")
+        if packed is None or len(packed) != -(-hash_slot_num // 8):
+            return None
+        used = np.unpackbits(packed, count=hash_slot_num).astype(np.bool_)
+    return EntriesChecked(checked, flagged, used, extra, pairs, run_start)
+
+
+def _leave_for_next(out, name: str, hash_slot_num: int, buf, checked: EntriesChecked) -> None:
+    """What the next run's check of this file goes on from, as memos of the task's part: the counts, the flagged
+    entries, the slots used, and the digests of a few blocks of the entries (their last, and some drawn)."""
+    if out.resumed is None or len(checked.flagged) > _MAX_FLAGGED:  # None: no state keeps the task's part
+        return
+    start, end = _entries_at(hash_slot_num), _entries_at(hash_slot_num) + checked.count * L.INDEX_ENTRY_SIZE
+    blocks = sorted({start, max(start, (end - 1) // BLOCK * BLOCK)}
+                    | {random.randrange(start, end) // BLOCK * BLOCK for _ in range(DRAWN)}) if end > start else []
+    blocks = [max(a, start) for a in blocks]
+    digests = b"".join(block_digest(bytes(buf[a:min(a + BLOCK - a % BLOCK, end)])) for a in blocks)
+    memos = {"entries": np.array([checked.count, checked.used is not None, checked.extra, checked.pairs,
+                                  checked.run_start, hash_slot_num], np.int64),
+             "flagged": checked.flagged, "blocks": np.array(blocks, np.int64),
+             "digests": np.frombuffer(digests, np.uint8)}
+    if checked.used is not None:
+        memos["used"] = np.packbits(checked.used)
+    for k, memo in memos.items():
+        out.partial(f"{MEMO}index.{name}.{k}", pa.table({"memo": memo}))
 
 
 def _header(broker: str, name: str, h, index_num: int, s: dict, out) -> None:
