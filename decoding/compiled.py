@@ -1387,6 +1387,29 @@ def _repeats_among(buf, at0, size, kh_at, start, end):
 _FEW_KEYS = 16
 
 
+@njit(**_OPTS)
+def _runs_from(buf, at0, size, kh_at, phys_at, first, count):
+    """Duplicates among entries ``first`` .. count-1 in commitlog order, run of equal offsets by run (a pair's copies
+    sit together): (extra entries and pairs of the runs before the last, the last run's first entry, its extra
+    entries and pairs).  The last run apart: the next entries may carry its keys on (a resumed check)."""
+    extra = pairs = last_extra = last_pairs = 0
+    first_phys = _i64(buf, at0 + first * size + phys_at)
+    for e in range(first + 1, count + 1):
+        phys = _i64(buf, at0 + e * size + phys_at) if e < count else first_phys
+        if e == count or phys != first_phys:
+            if e - first > _FEW_KEYS:
+                x, y = _repeats_among(buf, at0, size, kh_at, first, e)
+            else:
+                x, y = _few_repeats(buf, at0, size, kh_at, first, e)
+            if e == count:
+                last_extra, last_pairs = x, y
+            else:
+                extra += x
+                pairs += y
+                first, first_phys = e, phys
+    return extra, pairs, first, last_extra, last_pairs
+
+
 @njit((_u1r, _i8r, nt.int64, nt.int64, nt.int64), **_OPTS)
 def index_entry_summary(buf, geo, hash_slot_num, count, bucket_entries):
     """Over entries 1 .. count-1: the slots their key hashes use, and (key hash, offset) pairs present more than
@@ -1407,20 +1430,10 @@ def index_entry_summary(buf, geo, hash_slot_num, count, bucket_entries):
             used[kh % hash_slot_num] = True
         ordered = ordered and phys >= last
         last = phys
-    duplicate_entries = duplicated_pairs = 0
     if ordered:  # as the broker dispatches, in commitlog order: a pair's copies sit together, among equal offsets
-        start, start_phys = 1, _i64(buf, at0 + size + phys_at)
-        for e in range(2, count + 1):
-            phys = _i64(buf, at0 + e * size + phys_at) if e < count else start_phys
-            if e == count or phys != start_phys:
-                if e - start > _FEW_KEYS:
-                    extra, pairs = _repeats_among(buf, at0, size, kh_at, start, e)
-                else:
-                    extra, pairs = _few_repeats(buf, at0, size, kh_at, start, e)
-                duplicate_entries += extra
-                duplicated_pairs += pairs
-                start, start_phys = e, phys
-        return used.sum(), duplicate_entries, duplicated_pairs
+        extra, pairs, _, last_extra, last_pairs = _runs_from(buf, at0, size, kh_at, phys_at, 1, count)
+        return used.sum(), extra + last_extra, pairs + last_pairs
+    duplicate_entries = duplicated_pairs = 0
     buckets = min(max((n + bucket_entries - 1) // bucket_entries, 1), 256)  # a byte per entry names its bucket
     bucket_of = np.empty(n, np.uint8)
     largest = np.zeros(buckets, np.int64)
@@ -1482,20 +1495,7 @@ def index_entry_runs(buf, geo, hash_slot_num, count, start, used, run_start):
     run_start = max(run_start, 1)
     if not ordered or run_start >= count:
         return ordered, slots, extra, pairs, run_start, last_extra, last_pairs
-    first, first_phys = run_start, _i64(buf, at0 + run_start * size + phys_at)
-    for e in range(run_start + 1, count + 1):
-        phys = _i64(buf, at0 + e * size + phys_at) if e < count else first_phys
-        if e == count or phys != first_phys:
-            if e - first > _FEW_KEYS:
-                x, y = _repeats_among(buf, at0, size, kh_at, first, e)
-            else:
-                x, y = _few_repeats(buf, at0, size, kh_at, first, e)
-            if e == count:
-                last_extra, last_pairs = x, y
-            else:
-                extra += x
-                pairs += y
-                first, first_phys = e, phys
+    extra, pairs, first, last_extra, last_pairs = _runs_from(buf, at0, size, kh_at, phys_at, run_start, count)
     return ordered, slots, extra, pairs, first, last_extra, last_pairs
 
 

@@ -220,8 +220,24 @@ def _feed(h, x) -> None:
         raise TypeError(f"no key for a {type(x).__name__}")
 
 
+class _Wrapped:
+    """A task a state wraps (its ``task``; ``given_back`` once its kept part was given back): the task's broker and
+    description, and its kind as --profile names it and the state counts what it gave back."""
+
+    @property
+    def broker(self) -> str:
+        return self.task.broker
+
+    @property
+    def kind(self) -> str:
+        return GIVEN_BACK if self.given_back else type(self.task).__name__
+
+    def describe(self) -> str:
+        return self.task.describe()
+
+
 @dataclass
-class KeptScan:
+class KeptScan(_Wrapped):
     """A range task under a state: given back from the last run's part (``kept``) when :func:`span_keys` is the one
     the part was kept under, else run; either way its part is kept at ``part`` (the state's staging) for the next
     run.  A task that failed keeps nothing."""
@@ -231,17 +247,6 @@ class KeptScan:
     kept: fs.Location | None  # the last run's part, when its files are the same (or grew past its reach)
     part: fs.Location
     given_back: bool = False
-
-    @property
-    def broker(self) -> str:
-        return self.task.broker
-
-    @property
-    def kind(self) -> str:  # --profile's name for it, and how the state counts what it gave back
-        return GIVEN_BACK if self.given_back else type(self.task).__name__
-
-    def describe(self) -> str:
-        return self.task.describe()
 
     def cost(self) -> int:
         return self.task.cost()
@@ -308,7 +313,7 @@ def keep_files(state, tasks: list) -> list:
 
 
 @dataclass
-class KeptFiles:
+class KeptFiles(_Wrapped):
     """A file task under a state: given back from the last run's part (``kept``) when its files are the ones the
     last run read (``same``); else run, its hooks given the part's memos (``Emitter.resumed``) to go on from.
     Either way its part is kept at ``part`` for the next run; a task that failed keeps nothing."""
@@ -318,17 +323,6 @@ class KeptFiles:
     same: bool
     part: fs.Location
     given_back: bool = False
-
-    @property
-    def broker(self) -> str:
-        return self.task.broker
-
-    @property
-    def kind(self) -> str:
-        return GIVEN_BACK if self.given_back else type(self.task).__name__
-
-    def describe(self) -> str:
-        return self.task.describe()
 
     def cost(self) -> int:
         return 1 if self.same and self.kept is not None else self.task.cost()
