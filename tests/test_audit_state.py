@@ -145,8 +145,8 @@ def test_a_folder_that_is_not_a_state_is_left_as_it_is(spark, tmp_path):
 def test_a_damaged_state_is_written_anew_another_version_or_store_left_alone(spark, tmp_path):
     store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
     first = audit(spark, store, tmp_path / "out1", state)
-    parts = list((state / "brokers").glob("*/parts/*.arrow"))  # the segment's walk, its range's scan and the
-    assert len(parts) == 3  # index file's check, kept
+    parts = list((state / "brokers").glob("*/parts/*.arrow"))  # the segment's walk, its range's scan, the index
+    assert len(parts) == 4  # file's check and the retries' origins of the range's hops, kept
     for part in parts:
         part.write_bytes(b"garbage")  # a damaged part: the task runs instead, no finding says otherwise
     again = audit(spark, store, tmp_path / "out0", state)
@@ -372,8 +372,9 @@ def test_a_4x_store_grown_in_steps_audits_with_the_state_as_without(spark, tmp_p
 
 
 def _appending_broker(tmp_path, monkeypatch):
-    """A writer of 64 KiB segments and ``send(n)``: n messages over three topics; a range's reach past its walk made
-    1 KiB and a run a segment, so that old segments' ranges are given back in these small segments."""
+    """A writer of 64 KiB segments and ``send(n)``: n messages over three topics (their records returned); a range's
+    reach past its walk made 1 KiB and a run a segment, so that old segments' ranges are given back in these small
+    segments.  ``send.broker``: the broker (for what else a test writes)."""
     from jobs.audit import scan, survey
     from store_format.write.broker import Broker, ManualClock, Producer
     from store_format.write.writer import StoreWriter, WriterConfig
@@ -384,8 +385,9 @@ def _appending_broker(tmp_path, monkeypatch):
     broker, p = Broker(writer), Producer()
 
     def send(n):
-        for i in range(n):
-            broker.send(p, f"Topic{i % 3}", b"z" * (200 + i % 50), keys=f"k{i}", tags="t")
+        return [broker.send(p, f"Topic{i % 3}", b"z" * (200 + i % 50), keys=f"k{i}", tags="t").record
+                for i in range(n)]
+    send.broker = broker
     return writer, send
 
 
@@ -482,6 +484,42 @@ def test_a_grown_index_files_check_goes_on_from_the_last_runs(spark, tmp_path, m
     assert "index.chain_problem" in pq.read_table(tmp_path / "full2" / "findings").column("check").to_pylist()
     assert len(with_state) == 3 or with_state[3] is None  # step 3: the file as it was, its check given back whole
     assert said[3]["state"]["tasks_given_back"]["scan"] >= 1
+    writer.close()
+
+
+def test_a_parts_retry_origins_are_given_back_while_their_bytes_are_the_same(spark, tmp_path, monkeypatch):
+    """A retry hop's origin is read from the segment its id names (jobs/audit/checks/retries.py): under a state, a
+    part's origins are kept and given back while the part and the bytes they were read from are as the last run
+    found them, not read again.  Origins in the active segment too near its last end, or in a segment expired since
+    (the last step), are read again.  Every output is a full audit's (_grow compares them)."""
+    from jobs.audit.context import AuditContext
+
+    writer, send = _appending_broker(tmp_path, monkeypatch)
+    looked_up = []  # per audit: the origin ids it read
+    read = AuditContext.kept_messages_by_id
+
+    def spy(self, broker, ids):
+        looked_up[-1] += len(ids)
+        return read(self, broker, ids)
+    monkeypatch.setattr(AuditContext, "kept_messages_by_id", spy)
+    monkeypatch.setattr(audit_job, "run", lambda *a, _run=audit_job.run: looked_up.append(0) or _run(*a))
+    sent = []
+
+    def night(n, back):  # n messages, then consumers give back some of all sent so far: a third to the DLQ at once
+        sent.extend(send(n))
+        for j, record in enumerate(sent[k] for k in back):
+            send.broker.send_back("g", record, delay_level=-1 if j % 3 == 0 else 0)
+
+    steps = [lambda: night(300, range(0, 300, 10)), lambda: night(300, range(5, 600, 20)),
+             lambda: night(300, range(7, 900, 30)), lambda: night(100, range(1, 1000, 40))]
+    said = _grow(spark, tmp_path, writer, steps)
+    full, with_state = looked_up[0::2], looked_up[1::2]
+    assert with_state[0] == full[0] > 0  # nothing kept yet
+    assert 0 < with_state[1] < full[1] and with_state[2] < full[2], (full, with_state)  # the old parts given back
+    assert with_state[3] > 25  # more than the night's own: hops whose origins were in the expired segment
+    assert all(s["state"]["tasks_given_back"]["scan"] >= 1 for s in said[1:])
+    dlq = pq.read_table(tmp_path / "full3" / "tables" / "retries").column("stage").to_pylist()
+    assert "dlq" in dlq and "scheduled" in dlq
     writer.close()
 
 
@@ -648,6 +686,6 @@ def test_kept_parts_travel_through_spark_jobs(spark, tmp_path):
     store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
     first = audit(spark, store, tmp_path / "out1", state, "--executor", "spark")
     second = audit(spark, store, tmp_path / "out2", state, "--executor", "spark")
-    # the segment's walk; its range's scan and the index file's check
+    # the segment's walk; its range's scan and the index file's check (and on the driver, the retries' origins)
     assert second["summary"]["state"]["tasks_given_back"] == {"survey": 1, "scan": 2} and ids(second) == ids(first)
-    assert len(list((state / "brokers").glob("*/parts/*.arrow"))) == 3
+    assert len(list((state / "brokers").glob("*/parts/*.arrow"))) == 4

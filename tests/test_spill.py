@@ -174,8 +174,13 @@ def _hops_ctx(tmp_path, parts):
     scan = Outputs({"_spilled": pa.concat_tables(rows)})
 
     class Ctx:
+        state = None  # no state: nothing kept
+
         def partial_parts(self, name):
             return scan.parts(name)
+
+        def kept_messages_by_id(self, broker, ids):  # read by the test's own _retry_rows (none found here)
+            return None
 
         def partial_dataset(self, name, schema):
             return scan.dataset(name, schema)
@@ -191,7 +196,7 @@ def test_the_retries_hops_come_a_part_at_a_time_by_broker_and_offset(tmp_path):
     overlap is read whole and sorted."""
     from jobs.audit.checks import retries
 
-    got = [(b, t.column("physical_offset").to_pylist()) for b, t in retries._hop_parts(_hops_ctx(tmp_path,
+    got = [(b, t.column("physical_offset").to_pylist()) for b, t, _ in retries._hop_parts(_hops_ctx(tmp_path,
                                                                                                    _HOP_PARTS))]
     assert got == [("a", [5]), ("b", [10, 15, 20, 30]), ("c", [55, 60]), ("c", [70])]
 
@@ -203,7 +208,7 @@ def test_a_spilled_part_names_its_one_broker_and_a_part_of_two_is_read_for_them(
 
     ctx = _hops_ctx(tmp_path, [(["a", "b"], [5, 6]), ("b", [1]), ("c", [7, 8])])
     assert ctx.partial_parts("retries.hops").column("broker").to_pylist() == [None, "b", "c"]
-    got = [(b, t.column("physical_offset").to_pylist()) for b, t in retries._hop_parts(ctx)]
+    got = [(b, t.column("physical_offset").to_pylist()) for b, t, _ in retries._hop_parts(ctx)]
     assert got == [("a", [5]), ("b", [1, 6]), ("c", [7, 8])]
     out = Emitter()
     out.spill("other", pa.table({"physical_offset": [3]}))  # no broker column: none named
@@ -220,7 +225,7 @@ def test_the_retries_origins_are_looked_up_for_a_brokers_parts_together(tmp_path
     from jobs.audit.checks import retries
 
     calls = []
-    monkeypatch.setattr(retries, "_retry_rows", lambda ctx, broker, hops: calls.append(
+    monkeypatch.setattr(retries, "_retry_rows", lambda ctx, broker, hops, found=None: calls.append(
         (broker, hops.column("physical_offset").to_pylist())) or hops)
     monkeypatch.setattr(retries, "LOOKUP_ROWS", rows)
     read = []  # the parts read so far: one ahead of what is looked up, never all of them first (held whole)

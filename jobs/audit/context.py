@@ -51,6 +51,10 @@ SPILL_READ_ROWS = 1 << 16
 SUPERSEDING_OFFSETS = "lmq_consumer_offsets"
 
 
+#: the columns of AuditContext.kept_messages_by_id
+BY_ID_COLUMNS = ("msg_id", "physical_offset", "topic", "uniq_key")
+
+
 class AuditContext:
     def __init__(self, spark, stores: list[StoreRef], plans: dict[str, BrokerPlan], options: AuditOptions,
                  families: list | None = None):
@@ -68,6 +72,7 @@ class AuditContext:
         self.tables_dir: "fs.Location | None" = None  # where the run's detail tables go (None: a family run on its own)
         self.partials_dir: "fs.Location | None" = None  # where the driver spills (None: a scratch folder of its own)
         self._scratch: str | None = None
+        self.state = None  # the run's jobs/audit/state.AuditState when it keeps what it works out for the next run
         # the driver's table files still being closed (their last row group, their footer) beside the next family:
         # done by :meth:`tables_closed`, before anything reads them
         self.closing: list[TableWriter] = []
@@ -526,8 +531,32 @@ class AuditContext:
         ids = pc.unique(pa.array(msg_ids, pa.string()) if isinstance(msg_ids, list) else msg_ids)
         phys, valid = offset_msg_id_offsets(ids)
         wanted = np.unique(phys[valid & (phys < self.recovery[broker].max_physical_offset)])
-        t = self.walk_messages_at(broker, wanted, ("msg_id", "physical_offset", "topic", "uniq_key"))
+        t = self.walk_messages_at(broker, wanted, BY_ID_COLUMNS)
         return t.filter(pc.is_in(t.column("msg_id"), ids.drop_null()))
+
+    def walk_reads(self, broker: str, offsets) -> dict:
+        """What :meth:`walk_messages_at` reads of the store for ``offsets`` (sorted), for a result kept between runs
+        (jobs/audit/kept.py :class:`KeptRows`): {segment location: (how far into it the result depends on its bytes,
+        its first blank when before that)}, and under None the offsets no segment holds.  A frame found or not at an
+        offset depends on the segment's bytes from its start (its walk) to the offset, the frame and what follows
+        it: the last offset and a largest record twice over, as a scan range's reach."""
+        from .kept import max_record
+
+        segments = self.plans[broker].segments
+        offsets = np.asarray(offsets, np.int64)
+        at = np.searchsorted(np.array([s.base_offset for s in segments], np.int64), offsets, side="right") - 1
+        out: dict = {}
+        if len(at) and at[0] < 0:
+            out[None] = offsets[at < 0]
+        held, first = np.unique(at, return_index=True)
+        for i, last in zip(held.tolist(), [*(first[1:] - 1).tolist(), len(at) - 1]):  # each segment's last offset
+            if i < 0:
+                continue
+            seg = segments[i]
+            reach = int(offsets[last]) - seg.base_offset + 2 * max_record()
+            blank = self.first_blanks.get((broker, seg.name))
+            out[seg.loc] = (reach, blank if blank is not None and blank < reach else None)
+        return out
 
     def walk_messages_at(self, broker: str, offsets, columns: tuple[str, ...]) -> pa.Table:
         """The decoded ``columns`` (decoding.kernels) of the messages of the salvage walk that start at ``offsets``

@@ -279,6 +279,7 @@ def _audit(spark, args, warming: ExecutorWarmUp | None = None) -> AuditResult:
     executor = choose_executor(spark, options.executor)
     # with a state, segments are cut on a fixed grid: a segment written further keeps its earlier ranges' kept parts
     keeping = state is not None and state.output is not None
+    ctx.state = state if keeping else None
     # (the newest segment's written end: its zeros were searched by the state's look, fs/zero_tails.py)
     segments = plan_segments(plans, executor.cores, options.split_size, options.message_index_safe, grid=keeping)
     phases.done("planning")

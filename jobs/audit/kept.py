@@ -30,6 +30,11 @@ given back whole when its files are as the last run found them (the state's look
 its hooks read what their last run left them (the part's memos, in ``Emitter.resumed``) and check what their file's
 bytes allow them to trust of it themselves (jobs/audit/checks/index.py: an index file's entries are only appended).
 
+Rows a family works out on the driver from one spilled part of the scan and bytes of the store it reads there (the
+retries' origins, read from the segments their ids name) are kept the same way (:func:`offer_rows`): under a key of
+the part's bytes, with what those made them read (memos kept beside them), given back when what they would read now
+is what they read then (the recovery's cut moves) and each file read is the same or grew past where they read it.
+
 The span keyed is a bound of the one the range owns (it ends at the range's reach, not where its walk ended), so a
 key can only differ more often than the output would, never less: a range whose key matches would emit what its
 part holds (tests/test_audit_state.py's growth steps compare every output with a full audit's).
@@ -84,7 +89,8 @@ def scan_key(code: str, rels: tuple, task) -> str:
     return hashlib.sha256(repr((code, "scan", structure)).encode()).hexdigest()[:32]
 
 
-def _max_record() -> int:
+def max_record() -> int:
+    """A largest record (bytes past a frame's start that can decide what is read there)."""
     from . import survey  # read at the call: a test makes it smaller
 
     return survey.DEFAULT_MAX_RECORD_SIZE
@@ -94,7 +100,7 @@ def range_reaches(task, rels: tuple) -> dict:
     """Each file's reach after the task ran (the furthest of its ranges' there; None: to its end)."""
     reaches: dict = {}
     for rel, r in zip(rels, task.ranges):
-        reach = r.reach(_max_record())
+        reach = r.reach(max_record())
         if rel in reaches:
             reaches[rel] = None if reaches[rel] is None or reach is None else max(reaches[rel], reach)
         else:
@@ -352,3 +358,69 @@ class KeptFiles(_Wrapped):
         if "_failures" not in mine.partials:
             write_part(self.part, mine, memos=memos)
         out.merge(mine)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Kept rows of a family on the driver
+
+def offer_rows(state, broker: str, what: str, inputs, schema: pa.Schema) -> "KeptRows | None":
+    """Rows (of ``schema``) ``what`` (a family's) of ``broker`` works out from ``inputs`` (the spilled part's digest
+    and the values they are made of, as :func:`_feed` keys them) and from bytes of the store: the last run's under
+    the same inputs, and where to keep them for the next run (:class:`KeptRows`).  None without a state comparing
+    ``broker``."""
+    if state is None or not state.compared(broker):
+        return None
+    h = hashlib.sha256()
+    _feed(h, (code_digest(), "rows", what, broker, inputs))
+    kept, part = state.offer(broker, h.hexdigest()[:32], ())  # the files it read: compared when given back
+    return KeptRows(state, broker, kept, part, schema)
+
+
+@dataclass
+class KeptRows:
+    """A family's rows for one spilled part under a state (:func:`offer_rows`): ``kept``, the last run's part under
+    the same inputs, given back when what it read of the store is as it was; ``part``, where this run keeps them.
+    What the rows read is said by ``depends(memos)``, from the memos kept with them (what the rows were made of
+    that decides what is read): (a value :func:`_feed` keys, {file location: (how far into it the rows depend on its
+    bytes, a value decided there)}, as AuditContext.walk_reads says, None for what no file holds)."""
+
+    state: object
+    broker: str
+    kept: fs.Location | None
+    part: fs.Location
+    schema: pa.Schema
+
+    def rows(self, depends) -> pa.Table | None:
+        """The kept rows (kept again for the next run) when ``depends`` of their memos is what they were kept under
+        and each file it read is the same, or grew past where they read it; else None (or none kept, or unreadable)."""
+        from runtime.output import out_write
+
+        if self.kept is None:
+            return None
+        try:
+            with self.kept.open_input() as f:
+                raw = f.read()
+            given = Emitter()
+            head = read_part(raw, given)
+            rows = given.tables["rows"][0] if "rows" in given.tables else self.schema.empty_table()  # none: not kept
+            key, reaches = self._key(*depends(head["memos"]))
+        except Exception:  # noqa: BLE001 - a damaged or missing part: the rows are worked out again
+            return None
+        if head["key"] != key or not self.state.allows(self.broker, reaches):
+            return None
+        out_write(self.part, raw)
+        return rows
+
+    def keep(self, rows: pa.Table, memos: dict, depends) -> None:
+        """``rows`` kept for the next run with their ``memos``, under ``depends(memos)``."""
+        mine = Emitter()
+        mine.table("rows", rows)
+        key, reaches = self._key(*depends(memos))
+        write_part(self.part, mine, json.dumps(reaches), key=key, memos=memos)
+
+    def _key(self, value, reads: dict) -> tuple[str, dict]:
+        files = {loc: v for loc, v in reads.items() if loc is not None}
+        rels = self.state.rels(self.broker, list(files))
+        h = hashlib.sha256()
+        _feed(h, (value, sorted(zip(rels, files.values())), reads.get(None)))
+        return h.hexdigest()[:32], dict(zip(rels, (v[0] for v in files.values())))

@@ -701,6 +701,12 @@ class AuditState:
         self.recorded.setdefault(broker, set()).add(key)
         return kept, same, self.output.staging.child("brokers").child(folder).child(PARTS).child(f"{key}.arrow")
 
+    def allows(self, broker: str, reaches: dict) -> bool:
+        """Whether each file (by its path below the store root) is as the last run found it, or grew past its reach
+        in ``reaches`` (what a part kept on the driver read of it, jobs/audit/kept.py :class:`KeptRows`)."""
+        _, looks = self._held_of(broker)
+        return all(_gives_back(looks.get(rel), reach) for rel, reach in reaches.items())
+
     def _held_of(self, broker: str) -> tuple[dict, dict]:
         """The broker's kept parts in the last state (:func:`_parts_of`) and this run's looks by path: once per
         broker, not per task."""

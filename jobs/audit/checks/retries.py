@@ -10,10 +10,13 @@ The scan's tasks write every hop (kept copies whose destination is a retry or DL
 spilled partial); the driver reads them a part at a time, in order, and writes the ``retries`` table as it goes,
 keeping only per-group figures and the dead letters' findings.  An origin id names a physical offset, so the
 driver reads the original itself and keeps it when a message of the walk starts there, recovery keeps it, and
-its offset message id is the origin id.
+its offset message id is the origin id.  Under ``audit --state``, a part's origins are kept for the next run, which
+is given them back while the part and the bytes they were read from are the same (jobs/audit/kept.py
+:func:`offer_rows`).
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 
 import numpy as np
@@ -97,9 +100,9 @@ def _group_of(dest):
 
 def _hop_parts(ctx):
     """The hops a broker at a time (brokers in order), each broker's in physical-offset order, one scan task's part
-    at a time: a part is one task's range of one broker's commitlog, so the parts of a broker in the order of the
-    offsets they span are its hops in order.  Were two parts of a broker to overlap (or a part to hold two
-    brokers), that broker's hops are read whole and sorted."""
+    at a time, with the part's path: a part is one task's range of one broker's commitlog, so the parts of a broker
+    in the order of the offsets they span are its hops in order.  Were two parts of a broker to overlap (or a part
+    to hold two brokers), that broker's hops are read whole and sorted (and no path given)."""
     from runtime.output import out_parts_dataset
 
     parts = ctx.partial_parts("retries.hops")
@@ -117,19 +120,21 @@ def _hop_parts(ctx):
     for broker in sorted(spans):
         ordered = sorted(spans[broker])
         if broker in mixed or any(a[1] >= b[0] for a, b in zip(ordered, ordered[1:])):
-            yield broker, hops.to_table(filter=ds.field("broker") == broker).sort_by("physical_offset")
+            yield broker, hops.to_table(filter=ds.field("broker") == broker).sort_by("physical_offset"), None
             continue
         for _, _, path in ordered:
             t = out_parts_dataset([path], HOPS).to_table()
             if not (np.diff(t.column("physical_offset").to_numpy()) > 0).all():  # a task's walk: already in order
                 t = t.sort_by("physical_offset")
-            yield broker, t
+            yield broker, t, path
 
 
-def _retry_rows(ctx, broker: str, hops: pa.Table) -> pa.Table:
+def _retry_rows(ctx, broker: str, hops: pa.Table, found: pa.Table | None = None) -> pa.Table:
     """Rows of :data:`RETRIES` for some of one broker's hops: each hop's group and stage, and its origin (read from
-    the store: an id names one offset, so at most one origin), in the hops' order."""
-    found = ctx.kept_messages_by_id(broker, pc.unique(hops.column("origin_message_id")))
+    the store: an id names one offset, so at most one origin; ``found``: the origins already read, as
+    AuditContext.kept_messages_by_id gives them), in the hops' order."""
+    if found is None:
+        found = ctx.kept_messages_by_id(broker, pc.unique(hops.column("origin_message_id")))
     topic = hops.column("topic")
     scheduled = pc.equal(topic, L.SCHEDULE_TOPIC)
     t = hops.append_column("group", _group_of(pc.if_else(scheduled, hops.column("real_topic"), topic)))
@@ -150,15 +155,65 @@ def _retry_rows(ctx, broker: str, hops: pa.Table) -> pa.Table:
 LOOKUP_ROWS = 1 << 16
 
 
+def _kept_origins(ctx, broker: str, path: str | None):
+    """Under a state, where a part's origins are kept between runs (jobs/audit/kept.py :func:`offer_rows`), keyed by
+    the part's bytes: an incremental audit would otherwise read every origin of the store again, each night."""
+    from decoding.kernels import message_schema
+    from runtime.output import resolve
+
+    from ..context import BY_ID_COLUMNS
+    from ..kept import offer_rows
+
+    if ctx.state is None or path is None:
+        return None
+    with resolve(path).open_input() as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    return offer_rows(ctx.state, broker, "retries.origins", (digest, ctx.options.check_crc),
+                      message_schema(BY_ID_COLUMNS))
+
+
+def _origins_read(ctx, broker: str):
+    """What a part's origins read of the store, from the offsets its ids name (the memo ``named``): those below
+    the recovery's cut, and the segments' bytes there (AuditContext.walk_reads)."""
+    def depends(memos):
+        named = memos["named"]
+        wanted = named[named < ctx.recovery[broker].max_physical_offset]
+        return wanted, ctx.walk_reads(broker, wanted)
+    return depends
+
+
+def _looked_up(ctx, broker: str, held: list) -> pa.Table:
+    """The rows of the ``held`` parts' hops (each with where its origins are kept, or None), their origins read at
+    once; each part's origins kept with the offsets its ids name."""
+    from store_format.ids import offset_msg_id_offsets
+
+    hops = pa.concat_tables([h for h, _ in held]) if len(held) > 1 else held[0][0]
+    found = ctx.kept_messages_by_id(broker, pc.unique(hops.column("origin_message_id")))
+    for part, keeping in held:
+        if keeping is not None:
+            ids = pc.unique(part.column("origin_message_id"))
+            phys, valid = offset_msg_id_offsets(ids)
+            keeping.keep(found.filter(pc.is_in(found.column("msg_id"), ids.drop_null())),
+                         {"named": np.unique(phys[valid])}, _origins_read(ctx, broker))
+    return _retry_rows(ctx, broker, hops, found)
+
+
 def retry_batches(ctx):
-    """The ``retries`` table in order (broker, physical offset), some parts at a time: never whole on the driver."""
-    held, held_broker, rows = [], None, 0
-    for broker, hops in itertools.chain(_hop_parts(ctx), [(None, None)]):  # read as they come: never all held
-        if held and (broker != held_broker or rows + (hops.num_rows if hops is not None else 0) > LOOKUP_ROWS):
-            yield _retry_rows(ctx, held_broker, pa.concat_tables(held) if len(held) > 1 else held[0])
+    """The ``retries`` table in order (broker, physical offset), some parts at a time: never whole on the driver.
+    Under a state, a part whose origins the last run kept, and whose segments' bytes there are the same, is given
+    them back: not read again."""
+    held, held_broker, rows = [], None, 0  # hops waiting for their origins: (hops, where kept or None)
+    for broker, hops, path in itertools.chain(_hop_parts(ctx), [(None, None, None)]):  # read as they come
+        keeping = _kept_origins(ctx, broker, path) if hops is not None and hops.num_rows else None
+        found = keeping.rows(_origins_read(ctx, broker)) if keeping is not None else None
+        if held and (broker != held_broker or found is not None
+                     or rows + (hops.num_rows if hops is not None else 0) > LOOKUP_ROWS):
+            yield _looked_up(ctx, held_broker, held)
             held, rows = [], 0
-        if hops is not None and hops.num_rows:
-            held.append(hops)
+        if found is not None:
+            yield _retry_rows(ctx, broker, hops, found)
+        elif hops is not None and hops.num_rows:
+            held.append((hops, keeping))
             held_broker, rows = broker, rows + hops.num_rows
 
 
