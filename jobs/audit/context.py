@@ -51,11 +51,10 @@ SPILL_READ_ROWS = 1 << 16
 SUPERSEDING_OFFSETS = "lmq_consumer_offsets"
 
 
-#: the columns of AuditContext.kept_messages_by_id
-BY_ID_COLUMNS = ("msg_id", "physical_offset", "topic", "uniq_key")
-
-
 class AuditContext:
+    #: the columns of :meth:`kept_messages_by_id`
+    BY_ID_COLUMNS = ("msg_id", "physical_offset", "topic", "uniq_key")
+
     def __init__(self, spark, stores: list[StoreRef], plans: dict[str, BrokerPlan], options: AuditOptions,
                  families: list | None = None):
         self.spark, self.stores, self.plans, self.options = spark, stores, plans, options
@@ -531,7 +530,7 @@ class AuditContext:
         ids = pc.unique(pa.array(msg_ids, pa.string()) if isinstance(msg_ids, list) else msg_ids)
         phys, valid = offset_msg_id_offsets(ids)
         wanted = np.unique(phys[valid & (phys < self.recovery[broker].max_physical_offset)])
-        t = self.walk_messages_at(broker, wanted, BY_ID_COLUMNS)
+        t = self.walk_messages_at(broker, wanted, self.BY_ID_COLUMNS)
         return t.filter(pc.is_in(t.column("msg_id"), ids.drop_null()))
 
     def walk_reads(self, broker: str, offsets) -> dict:

@@ -161,7 +161,6 @@ def _kept_origins(ctx, broker: str, path: str | None):
     from decoding.kernels import message_schema
     from runtime.output import resolve
 
-    from ..context import BY_ID_COLUMNS
     from ..kept import offer_rows
 
     if ctx.state is None or path is None:
@@ -169,7 +168,7 @@ def _kept_origins(ctx, broker: str, path: str | None):
     with resolve(path).open_input() as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     return offer_rows(ctx.state, broker, "retries.origins", (digest, ctx.options.check_crc),
-                      message_schema(BY_ID_COLUMNS))
+                      message_schema(ctx.BY_ID_COLUMNS))
 
 
 def _origins_read(ctx, broker: str):
