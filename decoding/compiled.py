@@ -246,6 +246,7 @@ _b1r, _b1 = nt.Array(nt.boolean, 1, "C", readonly=True), nt.Array(nt.boolean, 1,
 _i1 = nt.Array(nt.int8, 1, "C")
 _i4r, _i4 = nt.Array(nt.int32, 1, "C", readonly=True), nt.Array(nt.int32, 1, "C")  # Arrow's 32-bit offsets
 _u4r = nt.Array(nt.uint32, 1, "C", readonly=True)
+_u8r = nt.Array(nt.uint64, 1, "C", readonly=True)
 _i8r2, _i8_2 = nt.Array(nt.int64, 2, "C", readonly=True), nt.Array(nt.int64, 2, "C")
 _i4_2 = nt.Array(nt.int32, 2, "C")
 _OPTS = dict(cache=CACHE, nogil=True, error_model="numpy")
@@ -1202,12 +1203,31 @@ CHAIN_PREV_OUT_OF_RANGE, CHAIN_PREV_NOT_OLDER, CHAIN_PREV_OTHER_SLOT, CHAIN_NEGA
 
 
 @_inner
-def _mark_reached(buf, geo, hash_slot_num, count, bits):
-    """Marks CHAIN_REACHED in ``bits`` every entry IndexFile.selectPhyOffset can walk to from some slot: from the
-    slot's head (1 .. count-1), along prevIndex, stopping at 0, out of range, itself, or after an entry whose time
-    diff is negative."""
-    slots_at, at0, size = geo[GEO_SLOTS_AT], geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE]
-    td_at, prev_at, slot_size = geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX], geo[GEO_SLOT_SIZE]
+def _pair_mix(kh, phys):
+    """splitmix64's finaliser over (key hash, offset): spreads pairs evenly even when one key fills the file."""
+    x = np.uint64(phys) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(np.uint32(kh))
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@_inner
+def _set_add(heads, e):
+    """Entry ``e`` into ``heads`` (uint64: how many, and two sums of a mix of each): a digest of the entries added,
+    as often as each is, in any order."""
+    heads[0] += np.uint64(1)
+    heads[1] += _pair_mix(1, e)
+    heads[2] += _pair_mix(2, e)
+
+
+@_inner
+def _mark_heads(buf, geo, hash_slot_num, count, bits, old, heads, below):
+    """The slots' heads (1 .. count-1), each into ``heads`` (:func:`_set_add`); those below ``old`` into ``below``
+    too, and the others marked CHAIN_REACHED in ``bits`` (the old entries' bits are not touched: a random write
+    each, most of the time of a grown file's check)."""
+    slots_at, slot_size = geo[GEO_SLOTS_AT], geo[GEO_SLOT_SIZE]
     # Most slots of a file are empty (5 M slots, tens of thousands of keys): eight at a time in four 8-byte loads,
     # read one by one only where one is set (the slot pass took 4x the time of a memory scan of the table).
     first = 0
@@ -1216,14 +1236,40 @@ def _mark_reached(buf, geo, hash_slot_num, count, bits):
             p = slots_at + 4 * first
             if (_word(buf, p) | _word(buf, p + 8) | _word(buf, p + 16) | _word(buf, p + 24)) != 0:
                 for s in range(first, first + 8):
-                    e = _i32(buf, slots_at + 4 * s)
-                    if 0 < e < count:
-                        bits[e] = CHAIN_REACHED
+                    _mark_head(_i32(buf, slots_at + 4 * s), count, bits, old, heads, below)
             first += 8
     for s in range(first, hash_slot_num):
-        e = _i32(buf, slots_at + slot_size * s)
-        if 0 < e < count:
+        _mark_head(_i32(buf, slots_at + slot_size * s), count, bits, old, heads, below)
+
+
+@_inner
+def _mark_head(e, count, bits, old, heads, below):
+    if 0 < e < count:
+        _set_add(heads, e)
+        if e < old:
+            _set_add(below, e)
+        else:
             bits[e] = CHAIN_REACHED
+
+
+@njit((_u1r, _i8r, nt.int64, nt.int64), **_OPTS)
+def index_slot_heads(buf, geo, hash_slot_num, count):
+    """The entries the slots point at (1 .. count-1), each as often as it is pointed at, as a digest
+    (:func:`_set_add`): what a grown file's next check compares its ways into the old entries with
+    (:func:`index_chain_bits_grown`)."""
+    heads, below = np.zeros(3, np.uint64), np.zeros(3, np.uint64)
+    _mark_heads(buf, geo, hash_slot_num, count, np.zeros(0, np.uint8), count, heads, below)
+    return heads
+
+
+@_inner
+def _mark_reached(buf, geo, hash_slot_num, count, bits, heads):
+    """Marks CHAIN_REACHED in ``bits`` every entry IndexFile.selectPhyOffset can walk to from some slot: from the
+    slot's head (1 .. count-1), along prevIndex, stopping at 0, out of range, itself, or after an entry whose time
+    diff is negative; the slots' heads into ``heads`` (:func:`_mark_heads`)."""
+    at0, size = geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE]
+    td_at, prev_at = geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX]
+    _mark_heads(buf, geo, hash_slot_num, count, bits, 0, heads, heads)
     # Chains run from newer entries to older ones, so one pass from the newest entry down marks them without
     # chasing pointers (each step's loads are independent).  A link forward (prev >= e: damage) to an entry not
     # yet reached is followed at once, entry by entry; every entry is marked once, whatever the file holds.
@@ -1254,7 +1300,7 @@ def index_chain_bits(buf, geo, hash_slot_num, count):
     """Each entry's chain problems as bits (entry 0, the unused first one, gets none); unreachable: not marked by
     :func:`_mark_reached`."""
     bits = np.zeros(count, np.uint8)
-    _mark_reached(buf, geo, hash_slot_num, count, bits)
+    _mark_reached(buf, geo, hash_slot_num, count, bits, np.zeros(3, np.uint64))
     at0, size, kh_at = geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE], geo[GEO_KEY_HASH]
     td_at, prev_at = geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX]
     # A prev's slot against the entry's, in 4 bytes for each entry or for each slot, whichever are fewer: each
@@ -1322,9 +1368,11 @@ def index_chain_bits_resumed(buf, geo, hash_slot_num, count, checked, flagged):
     (entries are only appended; the slots and header are rewritten), ``flagged``: those of them that had a problem
     then.  An entry's own problems depend on its bytes, its prev's key hash and the count, so only the new entries
     and the flagged ones (an out-of-range prev may be in range now) are looked at again; reachability, which any
-    new entry or slot can change, is marked over the whole file."""
+    new entry or slot can change, is marked over the whole file.  With the bits, the slots' heads
+    (:func:`index_slot_heads`)."""
     bits = np.zeros(count, np.uint8)
-    _mark_reached(buf, geo, hash_slot_num, count, bits)
+    heads = np.zeros(3, np.uint64)
+    _mark_reached(buf, geo, hash_slot_num, count, bits, heads)
     old = min(checked, count)
     for e in range(1, old):
         bits[e] = 0 if bits[e] == CHAIN_REACHED else CHAIN_UNREACHABLE
@@ -1334,18 +1382,59 @@ def index_chain_bits_resumed(buf, geo, hash_slot_num, count, checked, flagged):
             bits[e] = _entry_bits(buf, geo, hash_slot_num, count, e, bits[e] == 0)
     for e in range(max(old, 1), count):
         bits[e] = _entry_bits(buf, geo, hash_slot_num, count, e, bits[e] == CHAIN_REACHED)
-    return bits
+    return bits, heads
 
 
-@_inner
-def _pair_mix(kh, phys):
-    """splitmix64's finaliser over (key hash, offset): spreads pairs evenly even when one key fills the file."""
-    x = np.uint64(phys) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(np.uint32(kh))
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+@njit((_u1r, _i8r, nt.int64, nt.int64, nt.int64, _u8r), **_OPTS)
+def index_chain_bits_grown(buf, geo, hash_slot_num, count, checked, heads_then):
+    """:func:`index_chain_bits` of a grown file whose entries 1 .. ``checked``-1 are unchanged and had no problem
+    when checked, ``heads_then`` the slots' heads then (:func:`index_slot_heads`), without reading the old entries:
+    (bits, whether it could, the slots' heads now).  Old entries link only to older ones, so what is reachable among
+    them is what their ways in reach: the heads then, from which every one of them was reached.  The ways in now are
+    the slots' heads below ``checked`` and the old prevs of the new entries reached (from the newest entry down,
+    stopping at the old ones), each as often as it occurs; when they are the heads then, every old entry is reached
+    and has no problem, and only the new entries are looked at.  Else (a slot rewritten to another old entry, a new
+    entry linked into the middle of an old chain) it could not: :func:`index_chain_bits_resumed`."""
+    at0, size = geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE]
+    td_at, prev_at = geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX]
+    old = max(min(checked, count), 1)
+    bits = np.zeros(count, np.uint8)
+    heads, below = np.zeros(3, np.uint64), np.zeros(3, np.uint64)
+    _mark_heads(buf, geo, hash_slot_num, count, bits, old, heads, below)
+    for e in range(count - 1, old - 1, -1):  # as _mark_reached's pass, stopping at the old entries
+        if bits[e] != CHAIN_REACHED:
+            continue
+        at = at0 + e * size
+        nxt = _i32(buf, at + prev_at)
+        if nxt <= 0 or nxt >= count or nxt == e or _i32(buf, at + td_at) < 0:
+            continue
+        if nxt < old:
+            _set_add(below, nxt)
+            continue
+        if bits[nxt] == CHAIN_REACHED:
+            continue
+        bits[nxt] = CHAIN_REACHED
+        if nxt < e:
+            continue
+        while True:  # forward: walk this chain now (the pass has gone by)
+            at = at0 + nxt * size
+            after = _i32(buf, at + prev_at)
+            if after <= 0 or after >= count or after == nxt or _i32(buf, at + td_at) < 0:
+                break
+            if after < old:
+                _set_add(below, after)
+                break
+            if bits[after] == CHAIN_REACHED:
+                break
+            bits[after] = CHAIN_REACHED
+            if after < e:  # back below the pass: it carries on from there
+                break
+            nxt = after
+    if below[0] != heads_then[0] or below[1] != heads_then[1] or below[2] != heads_then[2]:
+        return bits, False, heads
+    for e in range(old, count):  # the old entries' bits were never set
+        bits[e] = _entry_bits(buf, geo, hash_slot_num, count, e, bits[e] == CHAIN_REACHED)
+    return bits, True, heads
 
 
 @_inner

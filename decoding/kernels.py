@@ -972,6 +972,7 @@ class EntriesChecked:
     extra: int = 0  # duplicates among the runs of equal offsets before the last one
     pairs: int = 0
     run_start: int = 1  # the last run's first entry (its keys may go on in the next entries)
+    heads: np.ndarray | None = None  # uint64[3]: the slots' heads (decoding.compiled.index_slot_heads); None: unknown
 
 
 def check_entries(v: "EntryViews", was: EntriesChecked | None = None,
@@ -979,16 +980,22 @@ def check_entries(v: "EntryViews", was: EntriesChecked | None = None,
     """:func:`chain_bits` and :func:`entry_summary` of a file, and what the next check of it can go on from; with
     ``was`` (the last check of the same file, whose entries 1 .. was.count-1 are unchanged: the caller verified
     them), only the new entries and the flagged ones are looked at again, besides the reachability of them all
-    (decoding.compiled.index_chain_bits_resumed, index_entry_runs)."""
+    (decoding.compiled.index_chain_bits_resumed, index_entry_runs).  Where the old entries had no problem and the
+    ways into them are the slots' heads of then, they are not walked at all (index_chain_bits_grown)."""
     c = _compiled()
     geo = c.index_geometry(v.hash_slot_num)
     if was is not None and not v.count // 2 <= was.count <= v.count:  # mostly new entries: the whole pass is faster
         was = None
+    grown = False
+    if was is not None and was.heads is not None and not len(was.flagged):
+        bits, grown, heads = c.index_chain_bits_grown(v.raw, geo, v.hash_slot_num, v.count, was.count,
+                                                      np.ascontiguousarray(was.heads, np.uint64))
     if was is None:
         bits = c.index_chain_bits(v.raw, geo, v.hash_slot_num, v.count)
-    else:
-        bits = c.index_chain_bits_resumed(v.raw, geo, v.hash_slot_num, v.count, was.count,
-                                          np.ascontiguousarray(was.flagged, np.int32))
+        heads = c.index_slot_heads(v.raw, geo, v.hash_slot_num, v.count)
+    elif not grown:
+        bits, heads = c.index_chain_bits_resumed(v.raw, geo, v.hash_slot_num, v.count, was.count,
+                                                 np.ascontiguousarray(was.flagged, np.int32))
     flagged = np.flatnonzero(bits).astype(np.int32)
     resumed = was is not None and was.used is not None
     used = was.used.copy() if resumed else np.zeros(v.hash_slot_num, np.bool_)
@@ -1004,8 +1011,8 @@ def check_entries(v: "EntryViews", was: EntriesChecked | None = None,
                    "duplicate_entries": int(extra + last_extra), "duplicated_pairs": int(pairs + last_pairs)}
     else:  # out of order (a re-dispatch appends older offsets): counted whole, and whole again next time
         summary = entry_summary(v, bucket_entries)
-    after = EntriesChecked(v.count, flagged, used, int(extra), int(pairs), int(run_start)) if ordered \
-        else EntriesChecked(v.count, flagged, None)
+    after = EntriesChecked(v.count, flagged, used, int(extra), int(pairs), int(run_start), heads) if ordered \
+        else EntriesChecked(v.count, flagged, None, heads=heads)
     return bits, summary, after
 
 

@@ -671,6 +671,59 @@ def test_an_index_files_check_goes_on_from_its_last_as_the_whole_check(case, dat
     assert after.used is None or (after.used == whole_after.used).all()
 
 
+def _newest_in_each_slot(entries, slots: int) -> list[int]:
+    """The slots' heads as IndexFile.putKey leaves them: each slot's newest entry (0: none)."""
+    heads = [0] * slots
+    for e, (kh, _, _, _) in enumerate(entries[1:], start=1):
+        if kh >= 0:
+            heads[kh % slots] = e
+    return heads
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 20), st.integers(2, 40), st.data())
+def test_a_grown_index_files_old_entries_are_not_walked_when_its_ways_into_them_are_the_same(slots, n, data):
+    """audit --state: a grown index file whose old entries had no problem and whose ways into them (the slots' heads
+    below them, the new entries' prevs) are the slots' heads of the last check is checked without walking the old
+    entries (index_chain_bits_grown), with the whole check's result; where the ways in differ (a slot or a new
+    entry's prev drawn anywhere, damage among the new entries), it falls back, with the same result."""
+    import decoding.compiled as compiled
+    from decoding.kernels import check_entries
+    from datasources.indexfile import EntryViews
+
+    entry = st.tuples(st.integers(0, 9), st.integers(0, 4), st.integers(0, 2), st.just(0))
+    entries = _linked_as_the_broker_links(data.draw(st.lists(entry, min_size=n, max_size=n)), slots)
+    checked = data.draw(st.integers(max(1, n // 2), n))
+    damaged = data.draw(st.booleans())
+    if damaged:  # new entries' prevs, time diffs and the slots drawn anywhere
+        for e in range(checked, n):
+            if data.draw(st.booleans()):
+                kh, phys, _, _ = entries[e]
+                entries[e] = (kh, phys, data.draw(st.integers(-1, 2)), data.draw(st.integers(-2, n + 2)))
+        heads = data.draw(st.lists(st.one_of(st.just(0), st.integers(-1, n + 1)), min_size=slots, max_size=slots))
+    else:
+        heads = _newest_in_each_slot(entries, slots)
+    _, _, was = check_entries(EntryViews(_index_file_bytes(_newest_in_each_slot(entries[:checked], slots),
+                                                           entries[:checked]), slots, checked))
+    assert not len(was.flagged) and was.heads is not None  # the old entries as the broker leaves them
+    v = EntryViews(_index_file_bytes(heads, entries), slots, n)
+    walked = []
+    resumed = compiled.index_chain_bits_resumed
+    compiled.index_chain_bits_resumed = lambda *a: walked.append(1) or resumed(*a)
+    try:
+        bits, summary, after = check_entries(v, was)
+    finally:
+        compiled.index_chain_bits_resumed = resumed
+    whole_bits, whole_summary, whole_after = check_entries(v)
+    assert (bits == whole_bits).all() and summary == whole_summary
+    assert (after.flagged == whole_after.flagged).all() and (after.heads == whole_after.heads).all()
+    assert (after.count, after.extra, after.pairs, after.run_start) == \
+        (whole_after.count, whole_after.extra, whole_after.pairs, whole_after.run_start)
+    if not damaged:
+        assert not walked  # the old entries were not walked
+
+
 def test_invalid_utf8_names_the_fields_the_broker_reads_as_u_fffd():
     """The opt-in ``invalid_utf8`` column against Python's UTF-8 decoder, and store_format.codec.malformed_texts
     (what the audit shows) on the same records: the field, the value escaped, the first bad byte's position."""

@@ -392,12 +392,15 @@ def _last_check(out, name: str, hash_slot_num: int, buf, count: int) -> EntriesC
         if packed is None or len(packed) != -(-hash_slot_num // 8):
             return None
         used = np.unpackbits(packed, count=hash_slot_num).astype(np.bool_)
-    return EntriesChecked(checked, flagged, used, extra, pairs, run_start)
+    heads = memo.get(f"index.{name}.heads")  # where it is not one, the old entries are walked again
+    heads = heads if heads is not None and heads.dtype == np.uint64 and heads.shape == (3,) else None
+    return EntriesChecked(checked, flagged, used, extra, pairs, run_start, heads)
 
 
 def _leave_for_next(out, name: str, hash_slot_num: int, buf, checked: EntriesChecked) -> None:
     """What the next run's check of this file goes on from, as memos of the task's part: the counts, the flagged
-    entries, the slots used, and the digests of a few blocks of the entries (their last, and some drawn)."""
+    entries, the slots used, the slots' heads, and the digests of a few blocks of the entries (their last, and some
+    drawn)."""
     if out.resumed is None or len(checked.flagged) > _MAX_FLAGGED:  # None: no state keeps the task's part
         return
     start, end = _entries_at(hash_slot_num), _entries_at(hash_slot_num) + checked.count * L.INDEX_ENTRY_SIZE
@@ -411,6 +414,8 @@ def _leave_for_next(out, name: str, hash_slot_num: int, buf, checked: EntriesChe
              "digests": np.frombuffer(digests, np.uint8)}
     if checked.used is not None:
         memos["used"] = np.packbits(checked.used)
+    if checked.heads is not None:
+        memos["heads"] = checked.heads
     for k, memo in memos.items():
         out.partial(f"{MEMO}index.{name}.{k}", pa.table({"memo": memo}))
 
