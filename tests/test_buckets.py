@@ -45,3 +45,27 @@ def test_a_read_between_adds_sees_what_was_added_so_far(tmp_path, monkeypatch):
         seen.append(t.filter(pa.array(keys % 3 == 1)))
         assert b.read(1).equals(pa.concat_tables(seen).select(SCHEMA.names).cast(SCHEMA))
     assert b.read(2).schema == SCHEMA
+
+
+def test_a_scratchs_buckets_share_what_they_hold(tmp_path, monkeypatch):
+    """Buckets of one scratch hold rows up to HELD_BYTES each between them (a stage's buckets holding more than
+    their share, while the others hold less, write nothing), a dropped one leaves its room to the others, and past
+    the budget the largest holder writes; every bucket reads back as in memory."""
+    monkeypatch.setattr(B, "HELD_BYTES", 10_000)
+    pool = B.Scratch(str(tmp_path))
+    big, small = B.Buckets(pool, "big", 5, SCHEMA), B.Buckets(pool, "small", 5, SCHEMA)
+    in_memory = B.Buckets(None, "x", 5, SCHEMA)
+    adds = list(_adds(3, adds=12))
+    for t, keys in adds[:6]:
+        big.add(t, keys % 5)
+        in_memory.add(t, keys % 5)
+    assert 10_000 < big.held_bytes <= 20_000 and not os.listdir(tmp_path / "big")  # more than its share: held
+    small.drop()  # its room is big's now: past 10,000 bytes, big writes
+    for t, keys in adds[6:]:
+        big.add(t, keys % 5)
+        in_memory.add(t, keys % 5)
+    assert os.listdir(tmp_path / "big") and pool.held <= 10_000 and pool.members == [big]
+    for i in range(5):
+        assert big.read(i).equals(in_memory.read(i)), i
+    big.drop()
+    assert pool.held == 0 and not pool.members and big.read(0).num_rows == 0

@@ -373,6 +373,7 @@ STR_PATHS_ALLOWED = {
     ("jobs.audit.buckets", "Buckets.__init__", "folder"): "the driver's own scratch (a temporary directory of this "
                                                            "machine's disk, removed after the step), never an input "
                                                            "nor an output",
+    ("jobs.audit.buckets", "Scratch.__init__", "folder"): "the same scratch, shared by a step's buckets",
     ("jobs.audit.routes", "view_schema", "folder"): "a queue folder's name (consumequeue, batchcq...), not a path",
 }
 

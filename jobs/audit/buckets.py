@@ -60,35 +60,63 @@ def key_hash(*columns) -> np.ndarray:
     return h
 
 
+class Scratch:
+    """A folder of the driver's for a step's buckets, and the rows its :class:`Buckets` hold before writing them,
+    shared: :data:`HELD_BYTES` for each of them still in use, so that rows held by one stage's buckets, done with
+    (:meth:`Buckets.drop`), leave room for the next stage's, and a step whose rows fit never writes them (4 GiB of
+    log's transactions wrote a fifth of their pairing's rows to disk and read them back, for 16 MiB a table)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.members: list["Buckets"] = []
+        self.held = 0
+
+    def over(self) -> bool:
+        return self.held > HELD_BYTES * len(self.members)
+
+    def make_room(self) -> None:
+        """The largest holders' rows written until what is held is within the budget again."""
+        while self.over():
+            largest = max(self.members, key=lambda b: b.held_bytes)
+            if not largest.held_bytes:
+                return
+            largest.write_held()
+
+
 @contextlib.contextmanager
 def scratch(n: int, prefix: str):
     """Where a step's buckets live when it needs ``n`` a table: in memory (None) for one, whose rows the step holds
-    anyway when it reads that bucket (a store of few transactions pays no disk); else a temporary directory of the
-    driver's, removed after the step."""
+    anyway when it reads that bucket (a store of few transactions pays no disk); else a :class:`Scratch` in a
+    temporary directory of the driver's, removed after the step."""
     if n == 1:
         yield None
         return
     with tempfile.TemporaryDirectory(prefix=prefix) as folder:
-        yield folder
+        yield Scratch(folder)
 
 
 class Buckets:
-    """``n`` buckets of rows of ``schema`` in ``folder`` (the driver's scratch, :func:`scratch`; None: kept in
-    memory): ``add`` spreads a table's rows by bucket number, ``read`` gives one bucket's rows in the order added.
+    """``n`` buckets of rows of ``schema`` in ``folder`` (the driver's scratch, :func:`scratch`, or a folder of its
+    own; None: kept in memory): ``add`` spreads a table's rows by bucket number, ``read`` gives one bucket's rows
+    in the order added, ``drop`` lets them all go.
 
-    On disk, the rows added are held until they pass :data:`HELD_BYTES`, then written as one file holding a record
-    batch per bucket (its batches' numbers kept per bucket).  A file per bucket and add made the files grow with
-    the adds times the buckets, both in proportion to the rows: 4,900 small files for the transactions of 4 GiB
-    of log, a fifth of the family's time."""
+    On disk, the rows added are held while the scratch's buckets hold no more than :data:`HELD_BYTES` each
+    (:class:`Scratch`), then the largest holder's are written as one file holding a record batch per bucket (its
+    batches' numbers kept per bucket).  A file per bucket and add made the files grow with the adds times the
+    buckets, both in proportion to the rows: 4,900 small files for the transactions of 4 GiB of log, a fifth of
+    the family's time."""
 
-    def __init__(self, folder: str | None, name: str, n: int, schema: pa.Schema):
-        self.folder, self.n, self.schema = None if folder is None else os.path.join(folder, name), n, schema
+    def __init__(self, folder: "Scratch | str | None", name: str, n: int, schema: pa.Schema):
+        self.pool = None if folder is None else folder if isinstance(folder, Scratch) else Scratch(folder)
+        self.folder = None if folder is None else os.path.join(self.pool.folder, name)
+        self.n, self.schema = n, schema
         self._files: list[list] = [[] for _ in range(n)]  # each bucket's (file, batch numbers), or tables in memory
         self._held: list[list] = [[] for _ in range(n)]  # on disk: each bucket's rows added since the last write
-        self._held_bytes = 0
+        self.held_bytes = 0
         self._written = 0
         if self.folder is not None:
             os.makedirs(self.folder)
+            self.pool.members.append(self)
 
     def add(self, table: pa.Table, bucket: np.ndarray) -> None:
         from store_format.interrupts import check_beside
@@ -105,11 +133,11 @@ class Buckets:
         for a, b in zip(np.r_[0, edges].tolist(), np.r_[edges, len(ids)].tolist()):
             into[int(ids[a])].append(table.slice(a, b - a))
         if self.folder is not None:
-            self._held_bytes += table.nbytes  # the slices hold the whole table until written
-            if self._held_bytes > HELD_BYTES:
-                self._write_held()
+            self.held_bytes += table.nbytes  # the slices hold the whole table until written
+            self.pool.held += table.nbytes
+            self.pool.make_room()
 
-    def _write_held(self) -> None:
+    def write_held(self) -> None:
         """The rows held, one file: each bucket's as record batches, their numbers kept in the bucket's list."""
         path = os.path.join(self.folder, f"{self._written}.arrow")
         self._written += 1
@@ -124,7 +152,17 @@ class Buckets:
                 self._files[i].append((path, range(k, k + len(batches))))
                 k += len(batches)
                 self._held[i] = []
-        self._held_bytes = 0
+        self.pool.held -= self.held_bytes
+        self.held_bytes = 0
+
+    def drop(self) -> None:
+        """Every row let go (read no more): what it held leaves room in its scratch for the others'."""
+        self._files = [[] for _ in range(self.n)]
+        self._held = [[] for _ in range(self.n)]
+        if self.pool is not None and self in self.pool.members:
+            self.pool.held -= self.held_bytes
+            self.pool.members.remove(self)
+        self.held_bytes = 0
 
     def add_by_key(self, table: pa.Table, *key: str) -> None:
         """``table``'s rows by the hash of the columns ``key``."""

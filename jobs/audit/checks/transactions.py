@@ -309,7 +309,7 @@ class _Ranges:
     """The table's rows spread by (broker, style, range of physical offsets), so that reading the buckets in order
     and sorting each gives the table in its order: each broker's span of offsets cut in ``n`` equal ranges."""
 
-    def __init__(self, scratch: str, spans: dict[str, list[int]], n: int):
+    def __init__(self, scratch, spans: dict[str, list[int]], n: int):
         self.brokers, self.spans, self.n = sorted(spans), spans, n
         self.rows = Buckets(scratch, "table", len(self.brokers) * len(_STYLES) * n, TRANSACTIONS)
 
@@ -370,6 +370,8 @@ def transaction_batches(ctx):
             h = halves.read(i)
             marked.add_by_key(h.join(_op_times(marks.read(i)), ["broker", "queue_offset"], join_type="left outer"),
                               "broker", "physical_offset")
+        halves.drop()  # each stage's buckets let go once read: room for the next stage's (buckets.Scratch)
+        marks.drop()
         table = _Ranges(scratch, spans, n)
         resolved = Buckets(scratch, "resolved", n, _RESOLVED)  # ... and the records ending it, by transaction
         for i in range(n):
@@ -380,10 +382,13 @@ def transaction_batches(ctx):
             p = prepared.read(i)
             if p.num_rows:
                 table.add(_prepared_rows(p, e))
+        for done in (ends, marked, prepared):
+            done.drop()
         for i in range(n):
             h = resolved.read(i)
             if h.num_rows:
                 table.add(_half_rows(h))
+        resolved.drop()
         for broker, t in table.in_order():
             age = _when(pc.equal(t.column("state"), "open"),
                         pc.subtract(pa.scalar(ctx.as_of[broker], pa.int64()), t.column("first_store_time")))
