@@ -12,6 +12,7 @@ import shutil
 import struct
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -460,8 +461,12 @@ def test_a_grown_index_files_check_goes_on_from_the_last_runs(spark, tmp_path, m
     resumed = []  # per index check with a state: the entries the last run had checked, or None (checked whole)
     whole = index_checks.check_entries
 
+    heads_kept = []  # per resumed check: whether the last run's slots' heads came back (its old entries not walked)
+
     def spy(v, was=None, *a):
         resumed.append(None if was is None else was.count)
+        if was is not None:
+            heads_kept.append(was.heads is not None and was.heads.dtype == np.uint64)
         return whole(v, was, *a)
     monkeypatch.setattr(index_checks, "check_entries", spy)
 
@@ -480,6 +485,7 @@ def test_a_grown_index_files_check_goes_on_from_the_last_runs(spark, tmp_path, m
     # each step: a full audit (whole), then the audit with the state
     with_state = resumed[1::2]
     assert with_state[0] is None and with_state[1] is not None and with_state[1] > 1  # resumed from step 0's check
+    assert heads_kept and all(heads_kept)  # with the slots' heads it was left (decoding.compiled.index_chain_bits_grown)
     assert with_state[2] is None  # step 2: an old entry changed in the blocks kept: checked whole
     assert "index.chain_problem" in pq.read_table(tmp_path / "full2" / "findings").column("check").to_pylist()
     assert len(with_state) == 3 or with_state[3] is None  # step 3: the file as it was, its check given back whole
