@@ -1263,36 +1263,39 @@ def index_slot_heads(buf, geo, hash_slot_num, count):
 
 
 @_inner
-def _mark_reached(buf, geo, hash_slot_num, count, bits, heads):
+def _prev_reached(buf, geo, count, x, bits, old, below):
+    """Where IndexFile.selectPhyOffset's walk goes from a reached entry ``x``: its prev, marked CHAIN_REACHED and
+    returned; -1 where the walk stops (prev 0, out of range, itself, or after a negative time diff) or the prev was
+    reached already.  A prev below ``old`` is not marked but counted into ``below`` (:func:`_set_add`), and -1."""
+    at = geo[GEO_ENTRIES_AT] + x * geo[GEO_ENTRY_SIZE]
+    nxt = _i32(buf, at + geo[GEO_PREV_INDEX])
+    if nxt <= 0 or nxt >= count or nxt == x or _i32(buf, at + geo[GEO_TIME_DIFF]) < 0:
+        return -1
+    if nxt < old:
+        _set_add(below, nxt)
+        return -1
+    if bits[nxt] == CHAIN_REACHED:
+        return -1
+    bits[nxt] = CHAIN_REACHED
+    return nxt
+
+
+@_inner
+def _mark_reached(buf, geo, hash_slot_num, count, bits, heads, old, below):
     """Marks CHAIN_REACHED in ``bits`` every entry IndexFile.selectPhyOffset can walk to from some slot: from the
     slot's head (1 .. count-1), along prevIndex, stopping at 0, out of range, itself, or after an entry whose time
-    diff is negative; the slots' heads into ``heads`` (:func:`_mark_heads`)."""
-    at0, size = geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE]
-    td_at, prev_at = geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX]
-    _mark_heads(buf, geo, hash_slot_num, count, bits, 0, heads, heads)
+    diff is negative; the slots' heads into ``heads`` (:func:`_mark_heads`).  Entries below ``old`` (0: none) are
+    where the walks stop: counted into ``below`` as often as a slot or a walk reaches them, never marked nor read."""
+    _mark_heads(buf, geo, hash_slot_num, count, bits, old, heads, below)
     # Chains run from newer entries to older ones, so one pass from the newest entry down marks them without
     # chasing pointers (each step's loads are independent).  A link forward (prev >= e: damage) to an entry not
     # yet reached is followed at once, entry by entry; every entry is marked once, whatever the file holds.
-    for e in range(count - 1, 0, -1):
+    for e in range(count - 1, max(old, 1) - 1, -1):
         if bits[e] != CHAIN_REACHED:
             continue
-        at = at0 + e * size
-        nxt = _i32(buf, at + prev_at)
-        if nxt <= 0 or nxt >= count or nxt == e or _i32(buf, at + td_at) < 0 or bits[nxt] == CHAIN_REACHED:
-            continue
-        bits[nxt] = CHAIN_REACHED
-        if nxt < e:
-            continue
-        while True:  # forward: walk this chain now (the pass has gone by)
-            at = at0 + nxt * size
-            after = _i32(buf, at + prev_at)
-            if after <= 0 or after >= count or after == nxt or _i32(buf, at + td_at) < 0 or \
-                    bits[after] == CHAIN_REACHED:
-                break
-            bits[after] = CHAIN_REACHED
-            if after < e:  # back below the pass: it carries on from there
-                break
-            nxt = after
+        nxt = _prev_reached(buf, geo, count, e, bits, old, below)
+        while nxt > e:  # forward: walk this chain now (the pass has gone by); below it, the pass carries on
+            nxt = _prev_reached(buf, geo, count, nxt, bits, old, below)
 
 
 @njit((_u1r, _i8r, nt.int64, nt.int64), **_OPTS)
@@ -1300,7 +1303,8 @@ def index_chain_bits(buf, geo, hash_slot_num, count):
     """Each entry's chain problems as bits (entry 0, the unused first one, gets none); unreachable: not marked by
     :func:`_mark_reached`."""
     bits = np.zeros(count, np.uint8)
-    _mark_reached(buf, geo, hash_slot_num, count, bits, np.zeros(3, np.uint64))
+    heads = np.zeros(3, np.uint64)
+    _mark_reached(buf, geo, hash_slot_num, count, bits, heads, 0, heads)
     at0, size, kh_at = geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE], geo[GEO_KEY_HASH]
     td_at, prev_at = geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX]
     # A prev's slot against the entry's, in 4 bytes for each entry or for each slot, whichever are fewer: each
@@ -1372,7 +1376,7 @@ def index_chain_bits_resumed(buf, geo, hash_slot_num, count, checked, flagged):
     (:func:`index_slot_heads`)."""
     bits = np.zeros(count, np.uint8)
     heads = np.zeros(3, np.uint64)
-    _mark_reached(buf, geo, hash_slot_num, count, bits, heads)
+    _mark_reached(buf, geo, hash_slot_num, count, bits, heads, 0, heads)
     old = min(checked, count)
     for e in range(1, old):
         bits[e] = 0 if bits[e] == CHAIN_REACHED else CHAIN_UNREACHABLE
@@ -1395,41 +1399,10 @@ def index_chain_bits_grown(buf, geo, hash_slot_num, count, checked, heads_then):
     stopping at the old ones), each as often as it occurs; when they are the heads then, every old entry is reached
     and has no problem, and only the new entries are looked at.  Else (a slot rewritten to another old entry, a new
     entry linked into the middle of an old chain) it could not: :func:`index_chain_bits_resumed`."""
-    at0, size = geo[GEO_ENTRIES_AT], geo[GEO_ENTRY_SIZE]
-    td_at, prev_at = geo[GEO_TIME_DIFF], geo[GEO_PREV_INDEX]
     old = max(min(checked, count), 1)
     bits = np.zeros(count, np.uint8)
     heads, below = np.zeros(3, np.uint64), np.zeros(3, np.uint64)
-    _mark_heads(buf, geo, hash_slot_num, count, bits, old, heads, below)
-    for e in range(count - 1, old - 1, -1):  # as _mark_reached's pass, stopping at the old entries
-        if bits[e] != CHAIN_REACHED:
-            continue
-        at = at0 + e * size
-        nxt = _i32(buf, at + prev_at)
-        if nxt <= 0 or nxt >= count or nxt == e or _i32(buf, at + td_at) < 0:
-            continue
-        if nxt < old:
-            _set_add(below, nxt)
-            continue
-        if bits[nxt] == CHAIN_REACHED:
-            continue
-        bits[nxt] = CHAIN_REACHED
-        if nxt < e:
-            continue
-        while True:  # forward: walk this chain now (the pass has gone by)
-            at = at0 + nxt * size
-            after = _i32(buf, at + prev_at)
-            if after <= 0 or after >= count or after == nxt or _i32(buf, at + td_at) < 0:
-                break
-            if after < old:
-                _set_add(below, after)
-                break
-            if bits[after] == CHAIN_REACHED:
-                break
-            bits[after] = CHAIN_REACHED
-            if after < e:  # back below the pass: it carries on from there
-                break
-            nxt = after
+    _mark_reached(buf, geo, hash_slot_num, count, bits, heads, old, below)  # the new entries, stopping at the old
     if below[0] != heads_then[0] or below[1] != heads_then[1] or below[2] != heads_then[2]:
         return bits, False, heads
     for e in range(old, count):  # the old entries' bits were never set
