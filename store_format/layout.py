@@ -358,8 +358,13 @@ CHECKPOINT_MIN_SIZE = CHECKPOINT.end(CHECKPOINT.members[CHECKPOINT_MIN_MEMBERS -
 CHECKPOINT_SAFETY_MS = 3000  # getMinTimestamp() subtracts 3 s
 
 
+def index_entries_at(hash_slot_num: int) -> int:
+    """Where an index file of ``hash_slot_num`` slots has its entries region (after its header and slots)."""
+    return INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE
+
+
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
-    return INDEX_HEADER_SIZE + hash_slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+    return index_entries_at(hash_slot_num) + index_num * INDEX_ENTRY_SIZE
 
 
 def fixed_layouts_markdown() -> str:

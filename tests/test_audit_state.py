@@ -416,36 +416,57 @@ def test_a_store_only_appended_to_gives_its_old_ranges_back(spark, tmp_path, mon
     writer.close()
 
 
-def test_an_old_index_entry_changed_in_place_runs_its_range_again(spark, tmp_path, monkeypatch):
-    """An index file is rewritten in place as the broker runs (its header, its slots): a kept range keys the index
-    entries pointing into it by the bytes of the rows that hold them (jobs/audit/routes.py ``span_digest``), so an
-    old entry whose key hash changed since the last run (a damaged disk) runs the range owning its message again,
-    which finds it, as a full audit does."""
+def test_an_index_files_old_entries_are_named_by_rows_and_one_changed_in_a_kept_block_runs_its_range_again(
+        spark, tmp_path, monkeypatch):
+    """An index file is rewritten in place as the broker runs (its header, its slots), but its entries are only
+    appended: a kept range names the index entries pointing into it by their rows, as a queue file's units, while
+    the state finds the entries region as the last run did (jobs/audit/state.py ``look_entries``: its kept blocks), so
+    a range given back reads none of them.  An old entry whose key hash changed since the last run (a damaged disk),
+    in a block the state always keeps (the region's first), makes the ranges compare the entries themselves: the
+    range owning its message runs again and finds it, as a full audit does."""
+    import dataclasses
+
+    from jobs.audit import kept, routes
     from store_format import layout as L
 
     writer, send = _appending_broker(tmp_path, monkeypatch)
     slots = writer.config.maxHashSlotNum
+    start = L.index_entries_at(slots)
+    assert start + 2 * L.INDEX_ENTRY_SIZE <= (start // 4096 + 1) * 4096  # entry 1 is in the region's first block
+
+    giving_back, shown = [], []  # shown: per step, the index digests made while a range gave its part back
+    whole_keys, whole_digest = kept.span_keys, routes.ROUTES["index"].span_digest
+
+    def keys(*a, **kw):
+        giving_back.append(kw.get("giving_back", False))
+        try:
+            return whole_keys(*a, **kw)
+        finally:
+            giving_back.pop()
+
+    def digest(*a):
+        if giving_back and giving_back[-1]:
+            shown[-1] += 1
+        return whole_digest(*a)
+    monkeypatch.setattr(kept, "span_keys", keys)
+    monkeypatch.setitem(routes.ROUTES, "index", dataclasses.replace(routes.ROUTES["index"], span_digest=digest))
 
     def damage(live, step):
+        shown.append(0)
         if step < 2:
             return
-        segments = sorted((live / "commitlog").iterdir())
-        lo, hi = int(segments[1].name), int(segments[2].name)
         [index] = sorted((live / "index").iterdir())
         with open(index, "r+b") as f:
-            count = struct.unpack_from(">i", f.read(L.INDEX_HEADER_SIZE), 36)[0]
-            first = L.INDEX_HEADER_SIZE + slots * 4
-            f.seek(first)
-            entries = f.read(count * 20)
-            at = next(k for k in range(1, count) if lo <= struct.unpack_from(">q", entries, k * 20 + 4)[0] < hi)
-            f.seek(first + at * 20)
-            f.write(struct.pack(">i", struct.unpack_from(">i", entries, at * 20)[0] ^ 0x5A5A))
+            f.seek(start + L.INDEX_ENTRY_SIZE)
+            key_hash = struct.unpack(">i", f.read(4))[0]
+            f.seek(start + L.INDEX_ENTRY_SIZE)
+            f.write(struct.pack(">i", key_hash ^ 0x5A5A))
 
     said = _grow(spark, tmp_path, writer, [lambda: send(300)] * 4, damage)
     assert said[1]["state"]["tasks_given_back"]["scan"] >= 1
-    for step in (2, 3):
-        assert "index.hash_mismatch" in pq.read_table(tmp_path / f"full{step}" / "findings").column("check") \
-            .to_pylist()  # which the incremental run found too (_grow compares them)
+    assert shown[1] == 0 and shown[2] > 0, shown  # named by rows; then shown, the region's first block changed
+    assert "index.hash_mismatch" in pq.read_table(tmp_path / "full2" / "findings").column("check").to_pylist()
+    # which the incremental run found too (_grow compares them; at step 3 its message's segment has expired)
     writer.close()
 
 

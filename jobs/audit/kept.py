@@ -15,12 +15,14 @@ What a range's output depends on, and how each is compared:
   range only compares them with offsets it owns); the segment's first stop, first blank and where its CRCs were
   checked, the same way against the range's reach; file-level damage in the span; every routed entry (consume-queue
   units, index entries...) pointing into the span, as the values the families' views of it are made of
-  (scan.routed_values: equal values, equal views), except in a file the broker only appends to
-  (``BrokerFacts.row_keyed``), whose entries are named instead, by the last row of those in the span or in the
-  blocks its ends fall in (:func:`_rows_named`: mostly from the survey's buckets, the file not read), where the state
-  found each such file as the last run did or grown past it (``BrokerFacts.settled``): the same rows of the same
-  bytes, and a new entry pointing into the span is a later row (a part keeps two keys, one naming such entries and
-  one showing them, and a file changed since the last run is compared by the second); and each family's probe as far
+  (scan.routed_values: equal values, equal views), except in a file whose entries the broker only appends to (a
+  queue file, a timer log; an index file's entries region, its header and slots rewritten: ``BrokerFacts.row_keyed``),
+  whose entries are named instead, by the last row of those in the span or in the blocks its ends fall in
+  (:func:`_rows_named`: mostly from the survey's buckets, the file not read), where the state found each such file
+  (its entries region) as the last run did or grown past it (``BrokerFacts.settled``, by the kept blocks of the
+  state's looks, as every file's bytes): the same rows of the same bytes, and a new entry pointing into the span is
+  a later row (a part keeps two keys, one naming such entries and one showing them, and a file changed since the
+  last run is compared by the second); and each family's probe as far
   as the span reads it (``Family.probe_in_span``: the pending delayed messages it owns and the pending keys its
   messages hold copies of, from the hashes ``range_memo`` kept of them; the committed offsets it owns); the recovery
   walk's end, where the span holds it.
@@ -75,7 +77,7 @@ def keep_ranges(state, tasks: list) -> list:
         facts.keeping = True  # its ranges emit their memos (scan.check_context)
         if task.broker not in seen:  # once a broker: its facts are every range's
             seen.add(task.broker)
-            facts.row_keyed, facts.settled = state.settled(task.broker, [f.loc for files in facts.routed.values()
+            facts.row_keyed, facts.settled = state.settled(task.broker, [f for files in facts.routed.values()
                                                                          for f in files])
         out.append(KeptScan(task, rels, kept, part))
     return out

@@ -93,9 +93,9 @@ class BrokerFacts(Shared):
     dispatch: Dispatch = field(default_factory=Dispatch)
     # audit --state: each range also emits what its families' range_memo keep of its messages (jobs/audit/kept.py)
     keeping: bool = False
-    # audit --state (jobs/audit/kept.py): the routed files the broker only appends to, whose entries a range's key
-    # names by their rows instead of showing them ({path: its path below the store root, as a key names it}); and of
-    # those, the paths of the ones the state found as the last run did, or grown past it (jobs/audit/state.py: same
+    # audit --state (jobs/audit/kept.py): the routed files whose entries the broker only appends to, which a range's
+    # key names by their rows instead of showing them ({path: what names the file in a key}, AuditState.settled); and
+    # of those, the paths of the ones the state found as the last run did, or grown past it (jobs/audit/state.py: same
     # or grown), which alone let a range give its part back by those rows
     row_keyed: dict = field(default_factory=dict)
     settled: frozenset = frozenset()

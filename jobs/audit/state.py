@@ -87,7 +87,15 @@ FILES = pa.schema([
     ("first_offset", pa.int64()),  # what the file held: physical offsets (a segment) or queue offsets (a queue file)
     ("end_offset", pa.int64()),
     ("messages", pa.int64()),  # messages the salvage walk framed (a segment), units (a consume-queue file)
+    # an index file's entries region (only appended to, its header and slots rewritten), as the scan's ranges key the
+    # entries by their rows (:meth:`AuditState.settled`): where it begins and ends, and its kept blocks, as above
+    ("entries_at", pa.int64()),
+    ("entries_end", pa.int64()),
+    ("entries_block_at", pa.list_(pa.int64())),
+    ("entries_block_length", pa.list_(pa.int64())),
+    ("entries_block_digest", pa.list_(pa.binary())),
 ])
+_ENTRIES = ("entries_at", "entries_end", "entries_block_at", "entries_block_length", "entries_block_digest")
 
 check("history.rewritten", Severity.ERROR,
       "[{topic}/{queue_id}/]{file} changed since the audit of {previous_run}: {how}[; the first differing block "
@@ -119,10 +127,31 @@ class Look:
     how: str = ""  # for a rewritten file, in words
     differs_at: int | None = None  # the first kept block found to differ
     was_written: int | None = None  # where its written bytes ended at the last run's look
+    was: dict | None = None  # its row of the last run
 
 
 def block_digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def drawn_blocks(start: int, end: int, rng) -> list[tuple[int, int]]:
+    """The blocks kept of a file's bytes ``start`` .. ``end`` - 1 (its written bytes, an index file's entries), as
+    (where, how long): the file's :data:`BLOCK`-aligned blocks there holding the first and the last byte, and
+    :data:`DRAWN` drawn at random (``rng``) where there are more than two (each cut to ``start`` .. ``end``)."""
+    if end <= start:
+        return []
+    first, last = start // BLOCK, (end - 1) // BLOCK
+    drawn = {rng.randrange(start, end) // BLOCK for _ in range(DRAWN if last - first > 1 else 0)}
+    return [(max(b * BLOCK, start), min((b + 1) * BLOCK, end) - max(b * BLOCK, start))
+            for b in sorted({first, last} | drawn)]
+
+
+def _differs(r: "_Reader", at, lengths, digests) -> int | None:
+    """The first of the kept blocks (``at``, ``lengths``, their ``digests``) whose bytes read otherwise, or None."""
+    for a, n, digest in sorted(zip(at, lengths, digests)):
+        if block_digest(r.read(a, n)) != digest:
+            return a
+    return None
 
 
 class _Reader:
@@ -174,27 +203,52 @@ def look(path, rel: str, previous: dict | None, rng: random.Random) -> Look:
         change, how, differs_at = "new", "", None
         if previous is not None:
             change = "same" if written == previous["written"] else "grown"
-            for at, n, digest in sorted(zip(previous["block_at"], previous["block_length"], previous["block_digest"])):
-                if block_digest(r.read(at, n)) != digest:
-                    change, differs_at, how = "rewritten", at, f"the {n:,} bytes at {at:,} differ"
-                    break
+            differs_at = _differs(r, previous["block_at"], previous["block_length"], previous["block_digest"])
+            if differs_at is not None:
+                n = dict(zip(previous["block_at"], previous["block_length"]))[differs_at]
+                change, how = "rewritten", f"the {n:,} bytes at {differs_at:,} differ"
             if written < previous["written"]:  # its end zeroed or cut: said first, the block found kept
                 change, how = "rewritten", f"its written bytes end at {written:,}, where they ended at " \
                                            f"{previous['written']:,}"
                 differs_at = written // BLOCK * BLOCK if differs_at is None else differs_at
             if size < previous["size"]:
                 change, how = "rewritten", f"it is {size:,} bytes long, where it was {previous['size']:,}"
-        at = sorted({0, max(0, (written - 1) // BLOCK * BLOCK)}
-                    | {rng.randrange(0, written) // BLOCK * BLOCK for _ in range(DRAWN if written > 2 * BLOCK else 0)}) \
-            if written else []
-        lengths = [min(BLOCK, written - a) for a in at]
+        at, lengths = (list(x) for x in zip(*drawn_blocks(0, written, rng))) if written else ([], [])
         digests = [block_digest(r.read(a, n)) for a, n in zip(at, lengths)]
     finally:
         r.close()
     row = {"path": rel, "size": size, "written": written, "block_at": at, "block_length": lengths,
-           "block_digest": digests, "first_offset": None, "end_offset": None, "messages": None}
+           "block_digest": digests, "first_offset": None, "end_offset": None, "messages": None,
+           **dict.fromkeys(_ENTRIES)}
     _held(row)
-    return Look(row, change, how, differs_at, previous["written"] if previous is not None else None)
+    return Look(row, change, how, differs_at, previous["written"] if previous is not None else None, previous)
+
+
+def look_entries(loc, x: Look, hash_slot_num: int, rng: random.Random) -> bool:
+    """An index file's entries region (``loc``, its :class:`Look` ``x``, its geometry as the survey found it) against
+    the last run's look at it: whether it begins where it did and its kept blocks read as they did, up to where its
+    entries then ended, now no further than they end (its header's count, as far as the file holds entries).  Blocks
+    of it are kept for the next run in ``x``'s row (:data:`FILES`)."""
+    from store_format.indexfile import read_header
+
+    start = L.index_entries_at(hash_slot_num)
+    r = _Reader(fs.as_path(loc))
+    try:
+        size = r.size
+        count = read_header(r.read(0, L.INDEX_HEADER_SIZE)).index_count if size >= L.INDEX_HEADER_SIZE else 0
+        end = start + max(0, min(count, (size - start) // L.INDEX_ENTRY_SIZE)) * L.INDEX_ENTRY_SIZE
+        was = x.was or {}
+        same = was.get("entries_at") == start and was.get("entries_end") is not None \
+            and was["entries_end"] <= end and _differs(
+                r, was.get("entries_block_at") or [], was.get("entries_block_length") or [],
+                was.get("entries_block_digest") or []) is None
+        blocks = drawn_blocks(start, end, rng)
+        x.row.update(entries_at=start, entries_end=end, entries_block_at=[a for a, _ in blocks],
+                     entries_block_length=[n for _, n in blocks],
+                     entries_block_digest=[block_digest(r.read(a, n)) for a, n in blocks])
+    finally:
+        r.close()
+    return same
 
 
 _SEGMENT = re.compile(r"commitlog/(\d{20})")
@@ -209,9 +263,13 @@ def _appended(rel: str) -> bool:
     return L.appended_file(parts) or dledger_appended(parts)
 
 
+def _index_file(rel: str) -> bool:
+    return rel.split("/")[0] == "index"
+
+
 def _expiring(rel: str) -> bool:
     """A file whose going is a finding: an appended one, or an index file (the broker expires those too)."""
-    return _appended(rel) or rel.split("/")[0] == "index"
+    return _appended(rel) or _index_file(rel)
 
 
 def _held(row: dict) -> None:
@@ -506,6 +564,7 @@ class AuditState:
         self.kept: dict[str, set[str]] = {}  # broker -> keys of the parts this run gives back (copied at write)
         self.recorded: dict[str, set[str]] = {}  # broker -> keys of the parts its tasks keep this run
         self.given_back: dict[str, int] = {}  # stage -> its tasks this run did not run: their kept parts given back
+        self.rng = random.Random(os.urandom(16))  # the blocks kept for the next run, drawn
 
     @classmethod
     def open(cls, run, path: fs.Location, inputs=()) -> "AuditState":
@@ -567,7 +626,7 @@ class AuditState:
 
         if self.output is None:
             return
-        rng = random.Random(os.urandom(16))
+        rng = self.rng
         roots = {tuple(s.root.parts): s for s in stores}
         depths = sorted({len(k) for k in roots}, reverse=True)
         mine: dict[str, list] = {s.name: [] for s in stores}
@@ -613,6 +672,8 @@ class AuditState:
         try:
             with loc.open_input() as f:
                 t = pq.read_table(f)
+            for name in [n for n in _ENTRIES if n not in t.column_names]:  # a state from before they were kept
+                t = t.append_column(name, pa.nulls(t.num_rows, FILES.field(name).type))
             return t.select(FILES.names).cast(FILES), None
         except (OSError, fs.UnreadableError, KeyError, ValueError, pa.ArrowException) as e:
             return None, f"{loc.as_typed} cannot be read ({fs.error_line(e)})"
@@ -669,13 +730,29 @@ class AuditState:
         """Each file's path below the broker's store root (how the state names it)."""
         return tuple(self._rel(broker, loc) for loc in locs)
 
-    def settled(self, broker: str, locs: list) -> tuple[dict, frozenset]:
-        """Of ``locs`` (files of ``broker``), those the broker only appends to ({path: its path below the store
-        root, :meth:`rels`}), and of those the paths of the ones this run found as the last run did, or grown past
-        its bytes."""
-        changes = {x.row["path"]: x.change for x in self.brokers[broker].looks}
-        appended = {loc.path: rel for loc, rel in zip(locs, self.rels(broker, locs)) if _appended(rel)}
-        return appended, frozenset(path for path, rel in appended.items() if changes.get(rel) in ("same", "grown"))
+    def settled(self, broker: str, routed: list) -> tuple[dict, frozenset]:
+        """Of ``routed`` (the broker's routed files: jobs/audit/routes.py ``RoutedFile``), those whose entries the
+        broker only appends to, by path, with what names the file in a range's key: its path below the store root
+        (:meth:`rels`), and for an index file (its header and slots rewritten in place) its geometry and first
+        timestamp, which its entries' views read too.  And of those, the paths of the ones this run found as the last
+        run did, or grown past its bytes: a file only appended to by its look, an index file by its entries region's
+        (:func:`look_entries`)."""
+        looks = {x.row["path"]: x for x in self.brokers[broker].looks}
+        keyed, settled = {}, set()
+        for f, rel in zip(routed, self.rels(broker, [f.loc for f in routed])):
+            x = looks.get(rel)
+            if _appended(rel):
+                keyed[f.loc.path] = rel
+                if x is not None and x.change in ("same", "grown"):
+                    settled.add(f.loc.path)
+            elif _index_file(rel) and "hash_slot_num" in f.params:
+                keyed[f.loc.path] = (rel, f.params["hash_slot_num"], f.params.get("begin_timestamp"))
+                try:
+                    if x is not None and look_entries(f.loc, x, f.params["hash_slot_num"], self.rng):
+                        settled.add(f.loc.path)
+                except (OSError, fs.UnreadableError):  # gone or unreadable now: its entries shown, not named
+                    del keyed[f.loc.path]
+        return keyed, frozenset(settled)
 
     def offer(self, broker: str, key: str, rels: tuple) -> tuple:
         """For a task of several files (``rels``, :meth:`rels`) that decides itself whether to give its part back

@@ -365,10 +365,6 @@ def _index_file(facts, part, out) -> None:
 _MAX_FLAGGED = 1 << 20  # more entries with problems than this: the next run checks the file whole
 
 
-def _entries_at(hash_slot_num: int) -> int:
-    return L.INDEX_HEADER_SIZE + hash_slot_num * L.INDEX_SLOT_SIZE
-
-
 def _last_check(out, name: str, hash_slot_num: int, buf, count: int) -> EntriesChecked | None:
     """The last run's check of this file (``out.resumed``), when it is one of this geometry, of no more entries
     than the file holds, and its kept blocks of those entries read as they did; else None (checked whole)."""
@@ -379,7 +375,8 @@ def _last_check(out, name: str, hash_slot_num: int, buf, count: int) -> EntriesC
             or len(digests) != 16 * len(blocks):
         return None
     checked, ordered, extra, pairs, run_start, slots = (int(x) for x in head)
-    start, end = _entries_at(hash_slot_num), _entries_at(hash_slot_num) + checked * L.INDEX_ENTRY_SIZE
+    start = L.index_entries_at(hash_slot_num)
+    end = start + checked * L.INDEX_ENTRY_SIZE
     if slots != hash_slot_num or not 1 <= checked <= count or not 1 <= run_start <= checked \
             or flagged.dtype != np.int32 or not all(start <= a < end for a in blocks.tolist()):
         return None
@@ -403,7 +400,8 @@ def _leave_for_next(out, name: str, hash_slot_num: int, buf, checked: EntriesChe
     drawn)."""
     if out.resumed is None or len(checked.flagged) > _MAX_FLAGGED:  # None: no state keeps the task's part
         return
-    start, end = _entries_at(hash_slot_num), _entries_at(hash_slot_num) + checked.count * L.INDEX_ENTRY_SIZE
+    start = L.index_entries_at(hash_slot_num)
+    end = start + checked.count * L.INDEX_ENTRY_SIZE
     blocks = sorted({start, max(start, (end - 1) // BLOCK * BLOCK)}
                     | {random.randrange(start, end) // BLOCK * BLOCK for _ in range(DRAWN)}) if end > start else []
     blocks = [max(a, start) for a in blocks]
