@@ -516,20 +516,27 @@ def test_a_grown_index_files_check_goes_on_from_the_last_runs(spark, tmp_path, m
 
 def test_a_parts_retry_origins_are_given_back_while_their_bytes_are_the_same(spark, tmp_path, monkeypatch):
     """A retry hop's origin is read from the segment its id names (jobs/audit/checks/retries.py): under a state, a
-    part's origins are kept and given back while the part and the bytes they were read from are as the last run
-    found them, not read again.  Origins in the active segment too near its last end, or in a segment expired since
+    part's rows are kept and given back while the part and the bytes its origins were read from are as the last run
+    found them, the origins not read again.  Origins in the active segment too near its last end, or in a segment expired since
     (the last step), are read again.  Every output is a full audit's (_grow compares them)."""
+    from jobs.audit.checks import retries
     from jobs.audit.context import AuditContext
 
     writer, send = _appending_broker(tmp_path, monkeypatch)
-    looked_up = []  # per audit: the origin ids it read
-    read = AuditContext.kept_messages_by_id
+    looked_up, made = [], []  # per audit: the origin ids it read, the hops whose rows it worked out
+    read, rows_of = AuditContext.kept_messages_by_id, retries._retry_rows
 
     def spy(self, broker, ids):
         looked_up[-1] += len(ids)
         return read(self, broker, ids)
+
+    def rows_spy(ctx, broker, hops, found=None):
+        made[-1] += hops.num_rows
+        return rows_of(ctx, broker, hops, found)
     monkeypatch.setattr(AuditContext, "kept_messages_by_id", spy)
-    monkeypatch.setattr(audit_job, "run", lambda *a, _run=audit_job.run: looked_up.append(0) or _run(*a))
+    monkeypatch.setattr(retries, "_retry_rows", rows_spy)
+    monkeypatch.setattr(audit_job, "run", lambda *a, _run=audit_job.run: looked_up.append(0) or made.append(0)
+                        or _run(*a))
     sent = []
 
     def night(n, back):  # n messages, then consumers give back some of all sent so far: a third to the DLQ at once
@@ -543,6 +550,7 @@ def test_a_parts_retry_origins_are_given_back_while_their_bytes_are_the_same(spa
     full, with_state = looked_up[0::2], looked_up[1::2]
     assert with_state[0] == full[0] > 0  # nothing kept yet
     assert 0 < with_state[1] < full[1] and with_state[2] < full[2], (full, with_state)  # the old parts given back
+    assert made[3] < made[2] and made[5] < made[4], made  # their rows too, not worked out again
     assert with_state[3] > 25  # more than the night's own: hops whose origins were in the expired segment
     assert all(s["state"]["tasks_given_back"]["scan"] >= 1 for s in said[1:])
     dlq = pq.read_table(tmp_path / "full3" / "tables" / "retries").column("stage").to_pylist()

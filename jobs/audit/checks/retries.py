@@ -10,8 +10,8 @@ The scan's tasks write every hop (kept copies whose destination is a retry or DL
 spilled partial); the driver reads them a part at a time, in order, and writes the ``retries`` table as it goes,
 keeping only per-group figures and the dead letters' findings.  An origin id names a physical offset, so the
 driver reads the original itself and keeps it when a message of the walk starts there, recovery keeps it, and
-its offset message id is the origin id.  Under ``audit --state``, a part's origins are kept for the next run, which
-is given them back while the part and the bytes they were read from are the same (jobs/audit/kept.py
+its offset message id is the origin id.  Under ``audit --state``, a part's rows are kept for the next run, which
+is given them back while the part and the bytes its origins were read from are the same (jobs/audit/kept.py
 :func:`offer_rows`).
 """
 from __future__ import annotations
@@ -100,9 +100,10 @@ def _group_of(dest):
 
 def _hop_parts(ctx):
     """The hops a broker at a time (brokers in order), each broker's in physical-offset order, one scan task's part
-    at a time, with the part's path: a part is one task's range of one broker's commitlog, so the parts of a broker
-    in the order of the offsets they span are its hops in order.  Were two parts of a broker to overlap (or a part
-    to hold two brokers), that broker's hops are read whole and sorted (and no path given)."""
+    at a time, as (broker, None, the part's path): a part is one task's range of one broker's commitlog, so the parts
+    of a broker in the order of the offsets they span are its hops in order; the caller reads each
+    (:func:`_part_bytes`, :func:`_part_hops`), or does not where its rows are kept.  Were two parts of a broker to
+    overlap (or a part to hold two brokers), that broker's hops are read whole and sorted: (broker, its hops, None)."""
     from runtime.output import out_parts_dataset
 
     parts = ctx.partial_parts("retries.hops")
@@ -123,10 +124,24 @@ def _hop_parts(ctx):
             yield broker, hops.to_table(filter=ds.field("broker") == broker).sort_by("physical_offset"), None
             continue
         for _, _, path in ordered:
-            t = out_parts_dataset([path], HOPS).to_table()
-            if not (np.diff(t.column("physical_offset").to_numpy()) > 0).all():  # a task's walk: already in order
-                t = t.sort_by("physical_offset")
-            yield broker, t, path
+            yield broker, None, path
+
+
+def _part_bytes(path: str) -> bytes:
+    from runtime.output import resolve
+
+    with resolve(path).open_input() as f:
+        return f.read()
+
+
+def _part_hops(raw: bytes) -> pa.Table:
+    """A part's hops (the Parquet file's bytes ``raw``) in physical-offset order."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(pa.BufferReader(raw), schema=HOPS)
+    if not (np.diff(t.column("physical_offset").to_numpy()) > 0).all():  # a task's walk: already in order
+        t = t.sort_by("physical_offset")
+    return t
 
 
 def _retry_rows(ctx, broker: str, hops: pa.Table, found: pa.Table | None = None) -> pa.Table:
@@ -155,20 +170,16 @@ def _retry_rows(ctx, broker: str, hops: pa.Table, found: pa.Table | None = None)
 LOOKUP_ROWS = 1 << 16
 
 
-def _kept_origins(ctx, broker: str, path: str | None):
-    """Under a state, where a part's origins are kept between runs (jobs/audit/kept.py :func:`offer_rows`), keyed by
-    the part's bytes: an incremental audit would otherwise read every origin of the store again, each night."""
-    from decoding.kernels import message_schema
-    from runtime.output import resolve
-
+def _kept_rows(ctx, broker: str, raw: bytes):
+    """Under a state, where the rows of a part (its file's bytes ``raw``) are kept between runs (jobs/audit/kept.py
+    :func:`offer_rows`), keyed by the part's bytes: an incremental audit would otherwise read every origin of the
+    store again, and work out every hop's row, each night."""
     from ..kept import offer_rows
 
-    if ctx.state is None or path is None:
+    if ctx.state is None:
         return None
-    with resolve(path).open_input() as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    return offer_rows(ctx.state, broker, "retries.origins", (digest, ctx.options.check_crc),
-                      message_schema(ctx.BY_ID_COLUMNS))
+    return offer_rows(ctx.state, broker, "retries.rows", (hashlib.sha256(raw).hexdigest(), ctx.options.check_crc),
+                      RETRIES)
 
 
 def _origins_read(ctx, broker: str):
@@ -182,35 +193,39 @@ def _origins_read(ctx, broker: str):
 
 
 def _looked_up(ctx, broker: str, held: list) -> pa.Table:
-    """The rows of the ``held`` parts' hops (each with where its origins are kept, or None), their origins read at
-    once; each part's origins kept with the offsets its ids name."""
+    """The rows of the ``held`` parts' hops (each with where its rows are kept, or None), their origins read at
+    once; each part's rows kept with the offsets its ids name."""
     from store_format.ids import offset_msg_id_offsets
 
     hops = pa.concat_tables([h for h, _ in held]) if len(held) > 1 else held[0][0]
-    found = ctx.kept_messages_by_id(broker, pc.unique(hops.column("origin_message_id")))
-    for part, keeping in held:
+    rows = _retry_rows(ctx, broker, hops, ctx.kept_messages_by_id(broker, pc.unique(hops.column("origin_message_id"))))
+    at = 0
+    for part, keeping in held:  # the rows are in the hops' order: each part's, in turn
         if keeping is not None:
-            ids = pc.unique(part.column("origin_message_id"))
-            phys, valid = offset_msg_id_offsets(ids)
-            keeping.keep(found.filter(pc.is_in(found.column("msg_id"), ids.drop_null())),
-                         {"named": np.unique(phys[valid])}, _origins_read(ctx, broker))
-    return _retry_rows(ctx, broker, hops, found)
+            phys, valid = offset_msg_id_offsets(pc.unique(part.column("origin_message_id")))
+            keeping.keep(rows.slice(at, part.num_rows), {"named": np.unique(phys[valid])}, _origins_read(ctx, broker))
+        at += part.num_rows
+    return rows
 
 
 def retry_batches(ctx):
     """The ``retries`` table in order (broker, physical offset), some parts at a time: never whole on the driver.
-    Under a state, a part whose origins the last run kept, and whose segments' bytes there are the same, is given
-    them back: not read again."""
+    Under a state, a part whose rows the last run kept, and whose origins' bytes are the same, is given them back:
+    neither its origins read again nor its rows worked out."""
     held, held_broker, rows = [], None, 0  # hops waiting for their origins: (hops, where kept or None)
     for broker, hops, path in itertools.chain(_hop_parts(ctx), [(None, None, None)]):  # read as they come
-        keeping = _kept_origins(ctx, broker, path) if hops is not None and hops.num_rows else None
-        found = keeping.rows(_origins_read(ctx, broker)) if keeping is not None else None
-        if held and (broker != held_broker or found is not None
+        given = keeping = None
+        if hops is None and path is not None:  # one part of a broker's, in order
+            raw = _part_bytes(path)
+            keeping = _kept_rows(ctx, broker, raw)
+            given = keeping.rows(_origins_read(ctx, broker)) if keeping is not None else None
+            hops = _part_hops(raw) if given is None else None
+        if held and (broker != held_broker or given is not None
                      or rows + (hops.num_rows if hops is not None else 0) > LOOKUP_ROWS):
             yield _looked_up(ctx, held_broker, held)
             held, rows = [], 0
-        if found is not None:
-            yield _retry_rows(ctx, broker, hops, found)
+        if given is not None:
+            yield given
         elif hops is not None and hops.num_rows:
             held.append((hops, keeping))
             held_broker, rows = broker, rows + hops.num_rows
