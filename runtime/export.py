@@ -159,7 +159,7 @@ class PartWriter:
         tally = Tally()
         target = out_join(self.folder, self.name(index))  # what a failed write names (runtime/causes.py)
         # one row group a ROW_GROUP_BYTES, whatever its rows; the file opened at the first row kept
-        writer = RowGroupWriter(lambda: self._open(index), hold_bytes=ROW_GROUP_BYTES, group_rows=1 << 62)
+        writer = RowGroupWriter(lambda first: self._open(index), hold_bytes=ROW_GROUP_BYTES, group_rows=1 << 62)
         try:
             for batch in part.reader.read(part.partition):
                 kept = self.rows.keep(batch, tally)

@@ -186,3 +186,26 @@ def test_an_input_naming_a_part_or_a_file_guards_its_whole_store(tmp_path):
         with pytest.raises(OutputError, match="overlaps the input store"):
             prepare_output(str(store / "consumequeue" / "out"), overwrite=True, inputs=[str(given)])
     _committed(str(tmp_path / "out"), overwrite=True, inputs=[str(segment)])
+
+
+def test_a_table_file_gives_a_dictionary_only_to_columns_whose_values_repeat(tmp_path):
+    """runtime/output.py ``dictionary_columns``: a column of distinct values (an offset, a message id) is written
+    without the dictionary Parquet would build and drop at each page; one whose values repeat keeps it.  The rows read
+    back are the rows written; a table with a nested column keeps the default (every column)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from runtime.output import dictionary_columns, write_parquet_file
+
+    n = 5000
+    t = pa.table({"broker": ["b1", "b2"] * (n // 2), "offset": pa.array(range(n), pa.int64()),
+                  "msg_id": [f"id-{i:08d}" for i in range(n)], "queue_id": pa.array([i % 8 for i in range(n)],
+                                                                                     pa.int32())})
+    assert dictionary_columns(t) == ["broker", "queue_id"]
+    write_parquet_file(t, tmp_path / "t.parquet")
+    meta = pq.ParquetFile(tmp_path / "t.parquet").metadata.row_group(0)
+    encoded = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert {c for c, e in encoded.items() if "RLE_DICTIONARY" in e} == {"broker", "queue_id"}
+    assert pq.read_table(tmp_path / "t.parquet").equals(t)
+    assert dictionary_columns(t.append_column("tags", pa.array([{"k": "v"}] * n))) is True
+    assert dictionary_columns(t.slice(0, 10)) is True

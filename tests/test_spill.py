@@ -493,7 +493,7 @@ def test_a_writer_beside_writes_its_row_groups_in_another_thread_and_the_same_fi
 
     for beside in (False, True):
         threads.clear()
-        w = RowGroupWriter(lambda: opened(tmp_path / f"{beside}.parquet"), hold_rows=3000, hold_bytes=1 << 40,
+        w = RowGroupWriter(lambda first: opened(tmp_path / f"{beside}.parquet"), hold_rows=3000, hold_bytes=1 << 40,
                            beside=beside)
         for b in batches:
             w.write(b)
@@ -504,7 +504,7 @@ def test_a_writer_beside_writes_its_row_groups_in_another_thread_and_the_same_fi
     assert (tmp_path / "True.parquet").read_bytes() == (tmp_path / "False.parquet").read_bytes()
     assert pq.ParquetFile(tmp_path / "True.parquet").metadata.num_row_groups == 14
 
-    w = RowGroupWriter(lambda: opened(tmp_path / "bad.parquet"), hold_rows=1, hold_bytes=1 << 40, beside=True)
+    w = RowGroupWriter(lambda first: opened(tmp_path / "bad.parquet"), hold_rows=1, hold_bytes=1 << 40, beside=True)
     w.write(pa.table({"other": [1]}))  # not the file's schema: its write fails in the thread
     with pytest.raises(ValueError):
         w.close()

@@ -679,7 +679,7 @@ class TableWriter:
         # writer put on the list whose owner waits for it (AuditContext.tables_closed); else closed by ``close``
         self._closing_list, self._closing = closing, None
         self._kept: list[pa.Table] = []  # without a file: the table's rows
-        self._file = None if path is None else RowGroupWriter(lambda: out_parquet_writer(path, schema),
+        self._file = None if path is None else RowGroupWriter(lambda first: out_parquet_writer(path, schema, first),
                                                                hold_rows=ROW_GROUP_ROWS, hold_bytes=ROW_GROUP_BYTES,
                                                                beside=True)
 

@@ -283,11 +283,14 @@ class _SpillWriter:
 
             from decoding.columns import plain
 
+            from runtime.output import dictionary_columns
+
             self._buffer = pa.BufferOutputStream()
-            open_file = lambda: pq.ParquetWriter(self._buffer, plain(schema.empty_table()).schema)  # noqa: E731
+            open_file = lambda first: pq.ParquetWriter(  # noqa: E731
+                self._buffer, plain(schema.empty_table()).schema, use_dictionary=dictionary_columns(first))
         else:
             self.path = _spill_path(*sink, name)
-            open_file = lambda: out_parquet_writer(self.path, schema)  # noqa: E731
+            open_file = lambda first: out_parquet_writer(self.path, schema, first)  # noqa: E731
         self._file = RowGroupWriter(open_file, hold_bytes=SPILL_HOLD_BYTES)
         self.rows, self.first, self.last = 0, None, None
         self.brokers: set = set()  # the brokers its rows are of, up to two (past one the part is of none alone)
