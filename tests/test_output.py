@@ -209,3 +209,24 @@ def test_a_table_file_gives_a_dictionary_only_to_columns_whose_values_repeat(tmp
     assert pq.read_table(tmp_path / "t.parquet").equals(t)
     assert dictionary_columns(t.append_column("tags", pa.array([{"k": "v"}] * n))) is True
     assert dictionary_columns(t.slice(0, 10)) is True
+
+
+def test_a_file_kept_again_is_linked_where_it_can_be_and_never_written_through(tmp_path):
+    """runtime/output.py ``out_keep`` (an audit state's parts given back night after night): a hard link to the
+    source where both are local files; a file an earlier attempt left there is let go first, not written through
+    (it may share the source's bytes); a source that is a symbolic link is copied, not linked."""
+    from runtime.output import out_keep
+
+    src = tmp_path / "old" / "part.arrow"
+    src.parent.mkdir()
+    src.write_bytes(b"kept bytes")
+    out_keep(src, tmp_path / "new" / "part.arrow")
+    dst = tmp_path / "new" / "part.arrow"
+    assert dst.read_bytes() == b"kept bytes" and os.path.samefile(src, dst)
+    out_keep(src, dst, b"kept bytes")  # again (a task attempted twice): the source untouched, still one file
+    assert src.read_bytes() == b"kept bytes" and os.path.samefile(src, dst) and os.stat(src).st_nlink == 2
+    link = tmp_path / "old" / "link.arrow"
+    link.symlink_to(src)
+    out_keep(link, tmp_path / "new" / "copied.arrow")
+    copied = tmp_path / "new" / "copied.arrow"
+    assert not copied.is_symlink() and copied.read_bytes() == b"kept bytes" and not os.path.samefile(src, copied)

@@ -277,7 +277,7 @@ class KeptScan(_Wrapped):
 
     def _give_back(self, out: Emitter) -> bool:
         """The kept part emitted, and kept again, when the task's key now is the one it was kept under."""
-        from runtime.output import out_write
+        from runtime.output import out_keep
 
         try:
             with self.kept.open_input() as f:
@@ -290,7 +290,7 @@ class KeptScan(_Wrapped):
         now = span_keys(self.task, self.rels, reaches, head["memos"], giving_back=True)
         if not now or not isinstance(kept_under, dict) or any(kept_under.get(k) != v for k, v in now.items()):
             return False
-        out_write(self.part, raw)
+        out_keep(self.kept, self.part, raw)
         out.merge(mine)
         self.given_back = True
         return True
@@ -336,7 +336,7 @@ class KeptFiles(_Wrapped):
         return 1 if self.same and self.kept is not None else self.task.cost()
 
     def run(self, out: Emitter) -> None:
-        from runtime.output import out_write
+        from runtime.output import out_keep
 
         raw, head, given = None, None, Emitter()
         if self.kept is not None:
@@ -347,7 +347,7 @@ class KeptFiles(_Wrapped):
             except Exception:  # noqa: BLE001 - a damaged or missing part: the task runs whole
                 raw = head = None
         if raw is not None and self.same:
-            out_write(self.part, raw)
+            out_keep(self.kept, self.part, raw)
             out.merge(given)
             self.given_back = True
             return
@@ -395,7 +395,7 @@ class KeptRows:
     def rows(self, depends) -> pa.Table | None:
         """The kept rows (kept again for the next run) when ``depends`` of their memos is what they were kept under
         and each file it read is the same, or grew past where they read it; else None (or none kept, or unreadable)."""
-        from runtime.output import out_write
+        from runtime.output import out_keep
 
         if self.kept is None:
             return None
@@ -410,7 +410,7 @@ class KeptRows:
             return None
         if head["key"] != key or not self.state.allows(self.broker, reaches):
             return None
-        out_write(self.part, raw)
+        out_keep(self.kept, self.part, raw)
         return rows
 
     def keep(self, rows: pa.Table, memos: dict, depends) -> None:

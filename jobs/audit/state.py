@@ -428,7 +428,7 @@ def write_part(loc: fs.Location, emitted: Emitter, reach: int | str | None = Non
     """What a task emitted, as one part file at ``loc``; ``reach``: how far into its file the output depends on
     the bytes (None: to its end; a JSON object: each file's, for a task of several, jobs/audit/kept.py); ``key`` and
     ``memos``: what a scan range's part is given back under (jobs/audit/kept.py)."""
-    from runtime.output import out_write
+    from runtime.output import out_remove_quietly, out_write
 
     rows = [("reach", "" if reach is None else str(reach), b"")]
     if key is not None:
@@ -444,6 +444,7 @@ def write_part(loc: fs.Location, emitted: Emitter, reach: int | str | None = Non
     for f in emitted.spilled_files:
         rows.append(("spilled", json.dumps({"table": f.name, "rows": f.rows, "first_offset": f.first_offset,
                                             "last_offset": f.last_offset, "broker": f.broker}), f.data))
+    out_remove_quietly(loc)  # written anew, never through a file there: one linked to the last state's part
     out_write(loc, ipc_bytes(pa.table({"kind": [r[0] for r in rows], "name": [r[1] for r in rows],
                                   "payload": [r[2] for r in rows]}, schema=PART)))
 
@@ -836,7 +837,7 @@ class AuditState:
         from the run's ``segments`` table) and verdict; the state's other brokers kept as they were."""
         if self.output is None:
             return
-        from runtime.output import out_join, out_write, write_parquet_file
+        from runtime.output import out_join, out_keep, out_write, write_parquet_file
 
         messages = {}
         if segments is not None and segments.num_rows:
@@ -858,8 +859,7 @@ class AuditState:
             parts = self.loc.child("brokers").child(folder).child(PARTS)
             for key in sorted(self.kept.get(b.name, ())):  # given back: kept again for the next run
                 try:
-                    with parts.child(f"{key}.arrow").open_input() as f:
-                        out_write(out_join(staging, "brokers", folder, PARTS, f"{key}.arrow"), f.read())
+                    out_keep(parts.child(f"{key}.arrow"), out_join(staging, "brokers", folder, PARTS, f"{key}.arrow"))
                 except (OSError, fs.UnreadableError):  # gone meanwhile: the next run makes it again
                     self.kept[b.name].discard(key)
             made = staging.child("brokers").child(folder).child(PARTS)
