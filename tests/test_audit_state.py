@@ -517,8 +517,8 @@ def test_a_grown_index_files_check_goes_on_from_the_last_runs(spark, tmp_path, m
 def test_a_parts_retry_origins_are_given_back_while_their_bytes_are_the_same(spark, tmp_path, monkeypatch):
     """A retry hop's origin is read from the segment its id names (jobs/audit/checks/retries.py): under a state, a
     part's rows are kept and given back while the part and the bytes its origins were read from are as the last run
-    found them, the origins not read again.  Origins in the active segment too near its last end, or in a segment expired since
-    (the last step), are read again.  Every output is a full audit's (_grow compares them)."""
+    found them, the origins not read again.  Origins in the active segment too near its last end, or in a segment
+    expired since (the last step), are read again.  Every output is a full audit's (_grow compares them)."""
     from jobs.audit.checks import retries
     from jobs.audit.context import AuditContext
 

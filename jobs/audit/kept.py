@@ -33,9 +33,10 @@ its hooks read what their last run left them (the part's memos, in ``Emitter.res
 bytes allow them to trust of it themselves (jobs/audit/checks/index.py: an index file's entries are only appended).
 
 Rows a family works out on the driver from one spilled part of the scan and bytes of the store it reads there (the
-retries' rows, whose origins are read from the segments their ids name) are kept the same way (:func:`offer_rows`): under a key of
-the part's bytes, with what those made them read (memos kept beside them), given back when what they would read now
-is what they read then (the recovery's cut moves) and each file read is the same or grew past where they read it.
+retries' rows, whose origins are read from the segments their ids name) are kept the same way (:func:`offer_rows`):
+under a key of the part's bytes, with what those made them read (memos kept beside them), given back when what they
+would read now is what they read then (the recovery's cut moves) and each file read is the same or grew past where
+they read it.
 
 The span keyed is a bound of the one the range owns (it ends at the range's reach, not where its walk ended), so a
 key can only differ more often than the output would, never less: a range whose key matches would emit what its

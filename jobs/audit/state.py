@@ -38,8 +38,10 @@ means a warning, an audit without comparison, and the folder left exactly as it 
 
 Layout: ``DIR/state.json`` (format, version, the run that wrote it, each broker's folder, verdict, run and kept
 parts), ``DIR/brokers/<folder>/files.parquet`` (:data:`FILES`, one row per file of the broker) and
-``DIR/brokers/<folder>/parts/<key>.arrow`` (a kept task's output: :data:`PART`).  Brokers of the state that a run
-does not audit keep their files (not their kept parts).
+``DIR/brokers/<folder>/parts/<key>.arrow`` (a kept task's output: :data:`PART`; a part given back is kept again as a
+hard link to the last state's where both are local, runtime/output.py ``out_keep``, and a part is never written
+through a file already there).  Brokers of the state that a run does not audit keep their files (not their kept
+parts).
 """
 from __future__ import annotations
 
@@ -627,7 +629,6 @@ class AuditState:
 
         if self.output is None:
             return
-        rng = self.rng
         roots = {tuple(s.root.parts): s for s in stores}
         depths = sorted({len(k) for k in roots}, reverse=True)
         mine: dict[str, list] = {s.name: [] for s in stores}
@@ -645,7 +646,7 @@ class AuditState:
             if why is not None:
                 _warn(f"the state of {s.name}: {why}: its files are not compared this run")
                 entry = None
-            b = look_broker(s.name, s.root, mine[s.name], entry, rows, rng)
+            b = look_broker(s.name, s.root, mine[s.name], entry, rows, self.rng)
             other = _another_store(b) if entry is not None else None
             if other is not None:
                 self.note = (f"the state's broker {s.name} is another store: {other}: the audit runs without "

@@ -43,7 +43,7 @@ from ..contract import Family, FamilyResult
 from ..routes import INDEX_FILES
 from ..plan import listed_only
 from ..scan import IN_DAMAGE, MEMO, MID_RECORD, OUTSIDE
-from ..state import BLOCK, DRAWN, block_digest
+from ..state import BLOCK, block_digest, drawn_blocks
 
 check("index.key_missing", Severity.ERROR,
       "key {topic}#{key} of this message has no index entry: queries by it will not find it",
@@ -402,10 +402,9 @@ def _leave_for_next(out, name: str, hash_slot_num: int, buf, checked: EntriesChe
         return
     start = L.index_entries_at(hash_slot_num)
     end = start + checked.count * L.INDEX_ENTRY_SIZE
-    blocks = sorted({start, max(start, (end - 1) // BLOCK * BLOCK)}
-                    | {random.randrange(start, end) // BLOCK * BLOCK for _ in range(DRAWN)}) if end > start else []
-    blocks = [max(a, start) for a in blocks]
-    digests = b"".join(block_digest(bytes(buf[a:min(a + BLOCK - a % BLOCK, end)])) for a in blocks)
+    drawn = drawn_blocks(start, end, random)
+    blocks = [a for a, _ in drawn]
+    digests = b"".join(block_digest(bytes(buf[a:a + n])) for a, n in drawn)
     memos = {"entries": np.array([checked.count, checked.used is not None, checked.extra, checked.pairs,
                                   checked.run_start, hash_slot_num], np.int64),
              "flagged": checked.flagged, "blocks": np.array(blocks, np.int64),
