@@ -169,6 +169,12 @@ def out_write(path: Location, data: bytes | str) -> None:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
+def out_read(path: "Location | str") -> bytes:
+    """A file's bytes (a run's or a state's part: a location, or a path or URI as a listing names it)."""
+    with resolve(path).open_input() as f:
+        return f.read()
+
+
 def out_keep(source: Location, path: Location, data: bytes | None = None) -> None:
     """``path`` made a copy of ``source``, a file of the run's own that is never written again (an audit state's part
     kept for the next run; ``data``: its bytes, when read already): a hard link where both are local, on one file

@@ -147,7 +147,9 @@ def test_a_damaged_state_is_written_anew_another_version_or_store_left_alone(spa
     store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
     first = audit(spark, store, tmp_path / "out1", state)
     parts = list((state / "brokers").glob("*/parts/*.arrow"))  # the segment's walk, its range's scan, the index
-    assert len(parts) == 4  # file's check and the retries' origins of the range's hops, kept
+    # file's check, the retries' origins of the range's hops, and the transactions' pairing (its part's keys, the
+    # table, what it was paired from), kept
+    assert len(parts) == 7
     for part in parts:
         part.write_bytes(b"garbage")  # a damaged part: the task runs instead, no finding says otherwise
     again = audit(spark, store, tmp_path / "out0", state)
@@ -558,6 +560,54 @@ def test_a_parts_retry_origins_are_given_back_while_their_bytes_are_the_same(spa
     writer.close()
 
 
+def test_a_nights_transactions_pair_only_what_changed_records_touch(spark, tmp_path, monkeypatch):
+    """Under a state a broker's transactions are paired again only where records new or gone since the last run
+    touch them (jobs/audit/checks/transactions.py ``kept_pairing``): halves committed, rolled back or re-put by the checker
+    nights after they were written, others left open, the oldest segment expired on the last night.  Every output
+    is a full audit's (_grow compares them); with the state fewer records are paired than the store holds."""
+    from jobs.audit.checks import transactions
+    from store_format.write.broker import Producer
+
+    writer, send = _appending_broker(tmp_path, monkeypatch)
+    broker, producer = send.broker, Producer()
+    paired, paired_of = [], transactions._paired
+
+    def spy(batches, n):
+        def counted():
+            for b in batches:
+                paired[-1] += b.num_rows
+                yield b
+        return paired_of(counted(), n)
+    monkeypatch.setattr(transactions, "_paired", spy)
+    monkeypatch.setattr(audit_job, "run", lambda *a, _run=audit_job.run: paired.append(0) or _run(*a))
+    halves = []
+
+    def night(n, commit=(), rollback=(), reput=()):  # n halves, a third committed at once; then older ones ended
+        for i in range(n):
+            send(2)
+            halves.append(broker.send_half(producer, "TopicTx", b"half %d" % i))
+            if i % 3 == 0:
+                broker.end_transaction(halves[-1], commit=True)
+        for k in reput:  # the checker's copy of an open half: the same transaction
+            broker.send_half(producer, "TopicTx", b"again", uniq_key=halves[k].msg_id)
+        for k in commit:
+            broker.end_transaction(halves[k], commit=True)
+        for k in rollback:
+            broker.end_transaction(halves[k], commit=False)
+
+    steps = [lambda: night(300, commit=[1]),
+             lambda: night(60, commit=[2, 301], rollback=[4, 302], reput=[5, 7]),
+             lambda: night(60, commit=[5, 361], rollback=[8, 304], reput=[10]),
+             lambda: night(30, commit=[7, 400])]
+    _grow(spark, tmp_path, writer, steps)
+    full, with_state = paired[0::2], paired[1::2]
+    assert with_state[0] == full[0] > 0  # nothing kept yet
+    assert all(0 < s < f for s, f in zip(with_state[1:], full[1:])), (full, with_state)
+    states = pq.read_table(tmp_path / "full2" / "tables" / "transactions").column("state").to_pylist()
+    assert {"committed", "rolled_back", "open"} <= set(states)
+    writer.close()
+
+
 @pytest.mark.parametrize("bucket_shift", [None, 12], ids=["ranges-in-a-bucket", "buckets-in-a-range"])
 def test_a_queue_file_grown_with_a_unit_into_an_old_range_runs_that_range_again(spark, tmp_path, monkeypatch,
                                                                                 bucket_shift):
@@ -721,6 +771,7 @@ def test_kept_parts_travel_through_spark_jobs(spark, tmp_path):
     store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
     first = audit(spark, store, tmp_path / "out1", state, "--executor", "spark")
     second = audit(spark, store, tmp_path / "out2", state, "--executor", "spark")
-    # the segment's walk; its range's scan and the index file's check (and on the driver, the retries' origins)
+    # the segment's walk; its range's scan and the index file's check (and on the driver, the retries' origins and
+    # the transactions' pairing: its part's keys, the table, what it was paired from)
     assert second["summary"]["state"]["tasks_given_back"] == {"survey": 1, "scan": 2} and ids(second) == ids(first)
-    assert len(list((state / "brokers").glob("*/parts/*.arrow"))) == 4
+    assert len(list((state / "brokers").glob("*/parts/*.arrow"))) == 7

@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -392,10 +392,12 @@ class KeptRows:
     kept: fs.Location | None
     part: fs.Location
     schema: pa.Schema
+    extra: dict = field(default_factory=dict)  # what was kept beside the rows given back (:meth:`keep`'s ``extra``)
 
-    def rows(self, depends) -> pa.Table | None:
-        """The kept rows (kept again for the next run) when ``depends`` of their memos is what they were kept under
-        and each file it read is the same, or grew past where they read it; else None (or none kept, or unreadable)."""
+    def rows(self, depends, again: bool = True) -> pa.Table | None:
+        """The kept rows (kept again for the next run, unless not ``again``) when ``depends`` of their memos is what
+        they were kept under and each file it read is the same, or grew past where they read it; else None (or none
+        kept, or unreadable)."""
         from runtime.output import out_keep
 
         if self.kept is None:
@@ -406,18 +408,24 @@ class KeptRows:
             given = Emitter()
             head = read_part(raw, given)
             rows = given.tables["rows"][0] if "rows" in given.tables else self.schema.empty_table()  # none: not kept
+            extra = {name: t[0] for name, t in given.tables.items() if name != "rows"}
             key, reaches = self._key(*depends(head["memos"]))
         except Exception:  # noqa: BLE001 - a damaged or missing part: the rows are worked out again
             return None
         if head["key"] != key or not self.state.allows(self.broker, reaches):
             return None
-        out_keep(self.kept, self.part, raw)
+        if again:
+            out_keep(self.kept, self.part, raw)
+        self.extra = extra
         return rows
 
-    def keep(self, rows: pa.Table, memos: dict, depends) -> None:
-        """``rows`` kept for the next run with their ``memos``, under ``depends(memos)``."""
+    def keep(self, rows: pa.Table, memos: dict, depends, extra: dict | None = None) -> None:
+        """``rows`` kept for the next run with their ``memos``, under ``depends(memos)``; ``extra``: tables worked
+        out from them, kept beside (given back as :attr:`extra`)."""
         mine = Emitter()
         mine.table("rows", rows)
+        for name, t in (extra or {}).items():
+            mine.table(name, t)
         key, reaches = self._key(*depends(memos))
         write_part(self.part, mine, json.dumps(reaches), key=key, memos=memos)
 

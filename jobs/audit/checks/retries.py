@@ -128,10 +128,9 @@ def _hop_parts(ctx):
 
 
 def _part_bytes(path: str) -> bytes:
-    from runtime.output import resolve
+    from runtime.output import out_read
 
-    with resolve(path).open_input() as f:
-        return f.read()
+    return out_read(path)
 
 
 def _part_hops(raw: bytes) -> pa.Table:
@@ -192,26 +191,31 @@ def _origins_read(ctx, broker: str):
     return depends
 
 
-def _looked_up(ctx, broker: str, held: list) -> pa.Table:
+def _looked_up(ctx, broker: str, held: list, derive):
     """The rows of the ``held`` parts' hops (each with where its rows are kept, or None), their origins read at
-    once; each part's rows kept with the offsets its ids name."""
+    once, a part at a time (with ``derive`` of them, as :func:`retry_batches`); each part's rows kept with the
+    offsets its ids name."""
     from store_format.ids import offset_msg_id_offsets
 
     hops = pa.concat_tables([h for h, _ in held]) if len(held) > 1 else held[0][0]
     rows = _retry_rows(ctx, broker, hops, ctx.kept_messages_by_id(broker, pc.unique(hops.column("origin_message_id"))))
     at = 0
     for part, keeping in held:  # the rows are in the hops' order: each part's, in turn
+        mine = rows.slice(at, part.num_rows)
+        derived = derive(mine) if derive is not None else None
         if keeping is not None:
             phys, valid = offset_msg_id_offsets(pc.unique(part.column("origin_message_id")))
-            keeping.keep(rows.slice(at, part.num_rows), {"named": np.unique(phys[valid])}, _origins_read(ctx, broker))
+            keeping.keep(mine, {"named": np.unique(phys[valid])}, _origins_read(ctx, broker), derived)
         at += part.num_rows
-    return rows
+        yield mine if derive is None else (mine, derived)
 
 
-def retry_batches(ctx):
-    """The ``retries`` table in order (broker, physical offset), some parts at a time: never whole on the driver.
-    Under a state, a part whose rows the last run kept, and whose origins' bytes are the same, is given them back:
-    neither its origins read again nor its rows worked out."""
+def retry_batches(ctx, derive=None):
+    """The ``retries`` table in order (broker, physical offset), a part at a time: never whole on the driver.
+    ``derive``: what the caller works out of each part's rows (a dict of tables), yielded with them as (rows,
+    derived) and kept with them.  Under a state, a part whose rows the last run kept, and whose origins' bytes are
+    the same, is given them back (and what was derived of them): neither its origins read again nor its rows worked
+    out."""
     held, held_broker, rows = [], None, 0  # hops waiting for their origins: (hops, where kept or None)
     for broker, hops, path in itertools.chain(_hop_parts(ctx), [(None, None, None)]):  # read as they come
         given = keeping = None
@@ -222,10 +226,10 @@ def retry_batches(ctx):
             hops = _part_hops(raw) if given is None else None
         if held and (broker != held_broker or given is not None
                      or rows + (hops.num_rows if hops is not None else 0) > LOOKUP_ROWS):
-            yield _looked_up(ctx, held_broker, held)
+            yield from _looked_up(ctx, held_broker, held, derive)
             held, rows = [], 0
         if given is not None:
-            yield given
+            yield given if derive is None else (given, keeping.extra or derive(given))
         elif hops is not None and hops.num_rows:
             held.append((hops, keeping))
             held_broker, rows = broker, rows + hops.num_rows
@@ -281,6 +285,22 @@ def _inventory(per_part: list[pa.Table]) -> pa.Table:
         [("broker", "ascending"), ("group", "ascending")])
 
 
+def _derived(rows: pa.Table) -> dict[str, pa.Table]:
+    """What the family takes of some of the table's rows besides writing them (kept with them under a state): the
+    dead letters' findings and the per-group aggregates (:data:`_DLQ_AGGREGATES`, the retry counts); a table only
+    where there are rows for it."""
+    stage = rows.column("stage")
+    out = {}
+    dlq = rows.filter(pc.equal(stage, "dlq"))
+    if dlq.num_rows:
+        out["dlq_findings"] = _dlq_findings(dlq)
+        out["dlq"] = dlq.group_by(["broker", "group"], use_threads=False).aggregate(_DLQ_AGGREGATES)
+    retry = rows.filter(pc.equal(stage, "retry"))
+    if retry.num_rows:
+        out["retry"] = retry.group_by(["broker", "group"], use_threads=False).aggregate([("physical_offset", "count")])
+    return out
+
+
 def on_driver(ctx) -> FamilyResult:
     """The retries table written a part at a time; what stays on the driver is per group (the DLQ inventory, the
     retry counts) and the dead letters' findings."""
@@ -288,15 +308,13 @@ def on_driver(ctx) -> FamilyResult:
     writer = ctx.table_writer("retries", RETRIES)
     dead_letters = ctx.findings_writer("retries.dlq_message")
     dlq_parts, retry_parts = [], []
-    for hops in retry_batches(ctx):
+    for hops, derived in retry_batches(ctx, _derived):
         writer.write(hops)
-        stage = hops.column("stage")
-        dlq = hops.filter(pc.equal(stage, "dlq"))
-        if dlq.num_rows:
-            dead_letters.write(_dlq_findings(dlq))
-            dlq_parts.append(dlq.group_by(["broker", "group"], use_threads=False).aggregate(_DLQ_AGGREGATES))
-        retry_parts.append(hops.filter(pc.equal(stage, "retry")).group_by(["broker", "group"], use_threads=False)
-                           .aggregate([("physical_offset", "count")]))
+        if "dlq_findings" in derived:
+            dead_letters.write(derived["dlq_findings"])
+            dlq_parts.append(derived["dlq"])
+        if "retry" in derived:
+            retry_parts.append(derived["retry"])
     res.tables["retries"] = writer.close()
     res.findings.append(dead_letters.close())
     inventory = _inventory(dlq_parts)

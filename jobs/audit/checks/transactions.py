@@ -14,9 +14,12 @@ checker will ask the producer again), ``transactions.open_prepared_record`` (war
 
 The scan's tasks write the few records this needs (halves, op messages, commit/rollback records, PREPARED
 records, kept ones only) as Parquet parts (a spilled partial); the driver pairs them up, reading one role's
-columns at a time.
+columns at a time.  Under a state the pairing goes on from the last run's (:func:`kept_pairing`).
 """
 from __future__ import annotations
+
+import hashlib
+import uuid
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +28,7 @@ import pyarrow.compute as pc
 from store_format import layout as L
 from decoding.columns import column
 
-from ..buckets import Buckets, bucket_count, scratch as buckets_scratch
+from ..buckets import Buckets, bucket_count, key_hash, scratch as buckets_scratch
 from ..findings import Consequence, Severity, check, finding_table, metric_table, slices
 from ..contract import Family, FamilyResult, TableView
 
@@ -194,11 +197,17 @@ def _when(cond, values):
     return pc.if_else(cond, values, pa.scalar(None, values.type))
 
 
+def half_txn(records: pa.Table):
+    """The transaction each half copy (a row of role ``half``) belongs to: its UNIQ_KEY, its physical offset where
+    it has none."""
+    return pc.coalesce(records.column("uniq_key"), pc.cast(records.column("physical_offset"), pa.string()))
+
+
 def _halves(records: pa.Table) -> pa.Table:
     """Half copies (rows of role ``half``) as :data:`_HALVES`: a copy's transaction is its UNIQ_KEY (its physical
     offset where it has none), its check times an int.  The half topic and queue they were stored in (always the
     same) are not carried."""
-    txn = pc.coalesce(records.column("uniq_key"), pc.cast(records.column("physical_offset"), pa.string()))
+    txn = half_txn(records)
     return pa.table({**{n: records.column(n) for n in _HALVES.names if n not in ("txn", "check_int")}, "txn": txn,
                      "check_int": _ints(records.column("check_times"))}).select(_HALVES.names)
 
@@ -343,17 +352,26 @@ def _widen(spans: dict[str, list[int]], t: pa.Table) -> None:
 
 def transaction_batches(ctx):
     """The ``transactions`` table in order (broker, style, physical offset), a part at a time: never whole on the
-    driver.  The pairing runs out of core (buckets.Buckets, on the driver's local disk): the records by role, each
-    join and the grouping by transaction done a bucket of its key at a time, the rows then spread by ranges of
-    offsets and each range sorted."""
-    n = bucket_count(sum(ctx.partial_parts("transactions.records").column("rows").to_pylist()))
+    driver.  Under a state, a broker's pairing goes on from the last run's (:func:`kept_pairing`): only the
+    transactions that records new or gone since touch are paired again."""
+    for broker, t in kept_pairing(ctx, _paired):
+        age = _when(pc.equal(t.column("state"), "open"),
+                    pc.subtract(pa.scalar(ctx.as_of[broker], pa.int64()), t.column("first_store_time")))
+        yield broker, t.set_column(t.schema.get_field_index("age_ms"), "age_ms", age)
+
+
+def _paired(batches, n: int):
+    """(broker, rows of the table without their age) in the table's order, from the records ``batches`` (tables of
+    :data:`RECORDS`) spread over ``n`` buckets.  The pairing runs out of core (buckets.Buckets, on the driver's local
+    disk): the records by role, each join and the grouping by transaction done a bucket of its key at a time, the
+    rows then spread by ranges of offsets and each range sorted."""
     with buckets_scratch(n, "audit-transactions-") as scratch:
         halves = Buckets(scratch, "halves", n, _HALVES)
         marks = Buckets(scratch, "marks", n, _MARKS)
         ends = Buckets(scratch, "ends", n, _ENDS)
         prepared = Buckets(scratch, "prepared", n, _PREPARED)
         spans: dict[str, list[int]] = {}  # broker -> [lowest, highest] offset of its halves and PREPARED records
-        for b in ctx.partial_batches("transactions.records", RECORDS):
+        for b in batches:
             role = b.column("role")
             h, p = b.filter(pc.equal(role, "half")), b.filter(pc.equal(role, "prepared"))
             halves.add_by_key(_halves(h), "broker", "queue_offset")
@@ -389,16 +407,294 @@ def transaction_batches(ctx):
             if h.num_rows:
                 table.add(_half_rows(h))
         resolved.drop()
-        for broker, t in table.in_order():
-            age = _when(pc.equal(t.column("state"), "open"),
-                        pc.subtract(pa.scalar(ctx.as_of[broker], pa.int64()), t.column("first_store_time")))
-            yield t.set_column(t.schema.get_field_index("age_ms"), "age_ms", age)
+        yield from table.in_order()
 
 
 def transaction_table(ctx) -> pa.Table:
     """The whole ``transactions`` table (for a test or a notebook: the audit writes it a part at a time)."""
-    parts = list(transaction_batches(ctx))
+    parts = [t for _, t in transaction_batches(ctx)]
     return pa.concat_tables(parts) if parts else TRANSACTIONS.empty_table()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The pairing kept between runs (issue 41): a nightly audit pairs again only the transactions that records new or
+# gone since the last run touch, not every record of the store.
+#
+# Under a state, each broker's table (its rows without their age) is kept in chunks, with the digest of every records
+# part (a scan task's spilled ``transactions.records``) it was paired from, and for each part its keys (:data:`KEYS`):
+# its halves' transaction, queue offset and physical offset, the half queue offsets its op messages mark, the offsets
+# its commit and rollback records end, its PREPARED records' offsets.
+#
+# The next run compares the parts by digest: those added or gone are the change.  A transaction is paired again when
+# one of its records is in the change, or is met by one there (a half whose queue offset an op message of the change
+# marks, or whose offset a record of the change ends); then every part holding any record of it (every copy of its
+# half, what marks and ends each) is read, and those parts' records paired as a full audit pairs them: its rows, and
+# only its, replace the kept ones.  Every other transaction's records are the records it was paired from, so its row
+# is the kept one (its age is worked out by the run).  Transactions are named by a 64-bit hash of their key: a
+# transaction that shares one with a touched transaction is paired again with it, whole, which changes nothing.
+#
+# Without a kept pairing (the first run, another version's state, a part of the change whose keys were not kept, a
+# chunk unreadable), or when the parts to read again hold more than half the broker's records, the broker's records
+# are paired whole, as without a state, and kept for the next run.
+
+KEYS = pa.schema([("role", pa.int8()), ("txn", pa.int64()), ("queue_offset", pa.int64()),
+                  ("physical_offset", pa.int64())])
+_ROLE_HALF, _ROLE_MARK, _ROLE_END, _ROLE_PREPARED = 1, 2, 3, 4
+# a broker's kept pairing: ("part", a records part's digest, its rows), then ("chunk", a chunk's name, its rows) for
+# the table's chunks in order
+META = pa.schema([("what", pa.string()), ("name", pa.string()), ("rows", pa.int64())])
+CHUNK_ROWS = 1 << 16  # the kept table's rows a chunk: what a run holds of it at once
+HELD_KEYS = 1 << 22  # key rows held between the passes over a broker's parts (32 MiB); past that, read again
+_NO_NULL = np.iinfo(np.int64).min  # a null key: no record's offset; a match on it only pairs more again
+_RECORD_COLUMNS = ["broker", "role", "physical_offset", "queue_offset", "uniq_key", "store_timestamp",
+                   "prepared_transaction_offset", "op_body"]
+
+
+def _nothing(memos):
+    """What kept pairing rows depend on besides their inputs: nothing the store holds (their parts' digests say)."""
+    return (), {}
+
+
+def txn_hashes(txn) -> np.ndarray:
+    """Each transaction's name (:func:`half_txn`, the table's ``uniq_key``) as a 64-bit hash."""
+    return key_hash(txn.combine_chunks() if isinstance(txn, pa.ChunkedArray) else txn).view(np.int64)
+
+
+def _int_keys(a) -> np.ndarray:
+    """An integer column as keys (int64, a null as :data:`_NO_NULL`)."""
+    return pc.fill_null(a, _NO_NULL).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def part_keys(records: pa.Table) -> pa.Table:
+    """The keys (:data:`KEYS`) of a part's records (of :data:`transactions.RECORDS`)."""
+    role = records.column("role")
+    h = records.filter(pc.equal(role, "half"))
+    marks = _op_marks(records.filter(pc.equal(role, "op")))
+    ends = records.filter(pc.equal(role, "end"))
+    prepared = records.filter(pc.equal(role, "prepared"))
+    none = lambda n: np.full(n, _NO_NULL, np.int64)  # noqa: E731
+    pieces = [
+        (_ROLE_HALF, txn_hashes(half_txn(h)), _int_keys(h.column("queue_offset")),
+         _int_keys(h.column("physical_offset"))),
+        (_ROLE_MARK, none(marks.num_rows), _int_keys(marks.column("queue_offset")), none(marks.num_rows)),
+        (_ROLE_END, none(ends.num_rows), none(ends.num_rows), _int_keys(ends.column("prepared_transaction_offset"))),
+        (_ROLE_PREPARED, none(prepared.num_rows), none(prepared.num_rows),
+         _int_keys(prepared.column("physical_offset")))]
+    return pa.table({"role": pa.array(np.concatenate([np.full(len(p[1]), p[0], np.int8) for p in pieces])),
+                     **{name: pa.array(np.concatenate([p[i] for p in pieces]))
+                        for i, name in enumerate(KEYS.names[1:], 1)}}, schema=KEYS)
+
+
+def _read_records(path: str, raw: bytes | None = None, columns=None) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    from runtime.output import out_read
+
+    return pq.read_table(pa.BufferReader(raw if raw is not None else out_read(path)), schema=RECORDS,
+                         columns=columns)
+
+
+def kept_pairing(ctx, paired):
+    """(broker, rows without their age) of the table in its order: ``paired`` (transactions._paired) over the
+    records, or under a state each broker's pairing gone on from the last run's (module doc)."""
+    from runtime.output import out_parts_batches
+
+    parts = ctx.partial_parts("transactions.records")
+    paths, brokers, rows = (parts.column(c).to_pylist() for c in ("path", "broker", "rows"))
+    state = getattr(ctx, "state", None)
+    if state is None or any(b is None for b in brokers) or not all(state.compared(b) for b in set(brokers)):
+        yield from paired(out_parts_batches(sorted(paths), RECORDS, gather=True), bucket_count(sum(rows)))
+        return
+    by_broker: dict[str, list] = {}
+    for path, broker, n in sorted(zip(paths, brokers, rows)):
+        by_broker.setdefault(broker, []).append((path, n))
+    for broker in sorted(by_broker):
+        yield from _BrokerPairing(ctx, state, broker, by_broker[broker], paired).rows()
+
+
+class _BrokerPairing:
+    """One broker's pairing under a state (module doc)."""
+
+    def __init__(self, ctx, state, broker: str, parts: list, paired):
+        from runtime.output import out_read
+
+        from ..kept import offer_rows
+
+        self.ctx, self.state, self.broker, self.paired = ctx, state, broker, paired
+        self.offer = lambda what, inputs, schema: offer_rows(state, broker, what, inputs, schema)  # noqa: E731
+        self.parts = []  # (digest, path, rows) in the parts' order
+        for path, n in parts:
+            self.parts.append((hashlib.sha256(out_read(path)).hexdigest(), path, n))
+        self.held: dict[str, pa.Table] = {}  # parts' keys held between passes
+        self.held_rows = 0
+
+    # -- the keys of the parts ------------------------------------------------------------------------------------
+    def _keys(self, digest: str, path: str | None, first: bool = False) -> pa.Table | None:
+        """A part's keys: held, kept by the last run (kept again on the ``first`` look at a part of this run's), or
+        worked out from its records (``path``) and kept; None for a gone part whose keys were not kept."""
+        if digest in self.held:
+            return self.held[digest]
+        keeping = self.offer("transactions.keys", (digest,), KEYS)
+        keys = keeping.rows(_nothing, again=first and path is not None)
+        if keys is None and path is not None:
+            keys = part_keys(_read_records(path, columns=_RECORD_COLUMNS))
+            keeping.keep(keys, {}, _nothing)
+        if keys is not None and self.held_rows + keys.num_rows <= HELD_KEYS:
+            self.held[digest] = keys
+            self.held_rows += keys.num_rows
+        return keys
+
+    def _plan(self):
+        """(the parts to read again, the transactions and PREPARED offsets to pair again, the kept chunks), or None
+        when the broker's records are paired whole."""
+        meta = self.offer("transactions.pairing", ("meta",), META).rows(_nothing, again=False)
+        if meta is None:
+            return None
+        what, name, n = (meta.column(c).to_pylist() for c in META.names)
+        was = {x for w, x in zip(what, name) if w == "part"}
+        chunks = [(x, k) for w, x, k in zip(what, name, n) if w == "chunk"]
+        now = {d for d, _, _ in self.parts}
+        change = [self._keys(d, p, first=True) for d, p, _ in self.parts if d not in was] + \
+            [self._keys(d, None) for d in sorted(was - now)]
+        if any(k is None for k in change):
+            return None
+        for d, p, _ in self.parts:  # each part's keys kept again for the next run
+            if d in was:
+                self._keys(d, p, first=True)
+        change = pa.concat_tables(change) if change else KEYS.empty_table()
+        role = change.column("role").to_numpy()
+        col = {c: change.column(c).to_numpy() for c in KEYS.names[1:]}
+        txns = [col["txn"][role == _ROLE_HALF]]
+        marked = np.unique(col["queue_offset"][(role == _ROLE_HALF) | (role == _ROLE_MARK)])
+        ended = np.unique(col["physical_offset"][(role == _ROLE_HALF) | (role == _ROLE_END)])
+        prepared = np.unique(col["physical_offset"][(role == _ROLE_PREPARED) | (role == _ROLE_END)])
+        for keys in self._all_keys():  # the halves the change marks or ends: their transactions
+            r, x, q, p = (keys.column(c).to_numpy() for c in KEYS.names)
+            met = (r == _ROLE_HALF) & (_among(q, marked) | _among(p, ended))
+            txns.append(x[met])
+        txns = np.unique(np.concatenate(txns))
+        queue_offsets, offsets = [], [prepared]
+        for keys in self._all_keys():  # each copy of those transactions: what marks and ends it
+            r, x, q, p = (keys.column(c).to_numpy() for c in KEYS.names)
+            mine = (r == _ROLE_HALF) & _among(x, txns)
+            queue_offsets.append(q[mine])
+            offsets.append(p[mine])
+        queue_offsets, offsets = np.unique(np.concatenate(queue_offsets)), np.unique(np.concatenate(offsets))
+        again = []
+        for (d, path, n), keys in zip(self.parts, self._all_keys()):
+            r, x, q, p = (keys.column(c).to_numpy() for c in KEYS.names)
+            if (((r == _ROLE_HALF) & _among(x, txns)) | ((r == _ROLE_MARK) & _among(q, queue_offsets))
+                    | ((r == _ROLE_END) & _among(p, offsets)) | ((r == _ROLE_PREPARED) & _among(p, prepared))).any():
+                again.append((path, n))
+        if 2 * sum(n for _, n in again) > sum(n for _, _, n in self.parts):
+            return None
+        kept = []
+        for name, n in chunks:  # every chunk there and whole before a row is given
+            t = self.offer("transactions.table", (name,), TRANSACTIONS).rows(_nothing, again=False)
+            if t is None or t.num_rows != n:
+                return None
+            kept.append(name)
+        return again, txns, prepared, kept
+
+    def _all_keys(self):
+        """Each part's keys, in the parts' order."""
+        for d, path, _ in self.parts:
+            yield self._keys(d, path)
+
+    # -- the rows ---------------------------------------------------------------------------------------------------
+    def rows(self):
+        from runtime.output import out_parts_batches
+
+        plan = self._plan()
+        total = sum(n for _, _, n in self.parts)
+        if plan is None:  # paired whole: every part's keys kept for the next run
+            for d, path, _ in self.parts:
+                self._keys(d, path, first=True)
+            made = self.paired(out_parts_batches([p for _, p, _ in self.parts], RECORDS, gather=True),
+                               bucket_count(total))
+            source = (t for _, t in made)
+        else:
+            again, txns, prepared, kept = plan
+            made = self.paired(out_parts_batches([p for p, _ in again], RECORDS, gather=True),
+                               bucket_count(sum(n for _, n in again))) if again else iter(())
+            source = _merged((_touched(t, txns, prepared, False) for t in self._chunks(kept)),
+                             (_touched(t, txns, prepared, True) for _, t in made))
+        token, chunks, held = uuid.uuid4().hex, [], []
+        for t in source:
+            if not t.num_rows:
+                continue
+            held.append(t)
+            if sum(x.num_rows for x in held) >= CHUNK_ROWS:
+                chunks.append(self._keep_chunk(token, len(chunks), pa.concat_tables(held)))
+                held = []
+            yield self.broker, t
+        if held:
+            chunks.append(self._keep_chunk(token, len(chunks), pa.concat_tables(held)))
+        meta = [("part", d, n) for d, _, n in self.parts] + [("chunk", name, n) for name, n in chunks]
+        self.offer("transactions.pairing", ("meta",), META).keep(
+            pa.table({c: [m[i] for m in meta] for i, c in enumerate(META.names)}, schema=META), {}, _nothing)
+
+    def _chunks(self, names: list[str]):
+        for name in names:
+            t = self.offer("transactions.table", (name,), TRANSACTIONS).rows(_nothing, again=False)
+            if t is None:  # read whole by _plan a moment ago
+                raise RuntimeError(f"the state's kept transactions of broker {self.broker} went unreadable "
+                                   "during the run: audit again")
+            yield t
+
+    def _keep_chunk(self, token: str, seq: int, rows: pa.Table) -> tuple[str, int]:
+        name = f"{token}-{seq}"
+        self.offer("transactions.table", (name,), TRANSACTIONS).keep(rows, {}, _nothing)
+        return name, rows.num_rows
+
+
+def _among(values: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """Whether each of ``values`` is one of ``among`` (sorted, unique): a search, not a sort of ``values``."""
+    if not len(among):
+        return np.zeros(len(values), bool)
+    at = np.minimum(np.searchsorted(among, values), len(among) - 1)
+    return among[at] == values
+
+
+def _touched(t: pa.Table, txns: np.ndarray, prepared: np.ndarray, keep: bool) -> pa.Table:
+    """The rows of ``t`` of the transactions paired again (``keep``), or the others."""
+    half = pc.equal(t.column("style"), "half").to_numpy(zero_copy_only=False)
+    hit = np.where(half, _among(txn_hashes(t.column("uniq_key")), txns),
+                   _among(_int_keys(t.column("physical_offset")), prepared))
+    return t.filter(pa.array(hit if keep else ~hit))
+
+
+def _merged(a, b):
+    """Two streams of a broker's rows, each in the table's order (style, physical offset), as one."""
+    streams = [iter(a), iter(b)]
+    held = [TRANSACTIONS.empty_table(), TRANSACTIONS.empty_table()]
+    live = [True, True]
+    order = [("style", "ascending"), ("physical_offset", "ascending")]
+    while True:
+        for i in (0, 1):
+            while live[i] and not held[i].num_rows:
+                nxt = next(streams[i], None)
+                if nxt is None:
+                    live[i] = False
+                else:
+                    held[i] = nxt
+        full = [i for i in (0, 1) if held[i].num_rows]
+        if not full:
+            return
+        if len(full) == 1:
+            yield held[full[0]]
+            held[full[0]] = TRANSACTIONS.empty_table()
+            continue
+        ends = [(held[i].column("style")[-1].as_py(), held[i].column("physical_offset")[-1].as_py()) for i in (0, 1)]
+        style, offset = min(ends)
+        taken = []
+        for i in (0, 1):
+            s, p = held[i].column("style"), held[i].column("physical_offset")
+            upto = pc.or_(pc.less(s, style), pc.and_(pc.equal(s, style), pc.less_equal(p, offset)))
+            n = int(pc.sum(upto).as_py() or 0)  # a prefix: the rows are in order
+            taken.append(held[i].slice(0, n))
+            held[i] = held[i].slice(n)
+        yield pa.concat_tables(taken).sort_by(order)
 
 
 _CHECKS = ("transactions.open", "transactions.commit_without_op", "transactions.open_prepared_record")
@@ -443,7 +739,7 @@ def on_driver(ctx) -> FamilyResult:
     writer = ctx.table_writer("transactions", TRANSACTIONS)
     found = {c: ctx.findings_writer(c) for c in _CHECKS}
     counts = []
-    for t in transaction_batches(ctx):
+    for _, t in transaction_batches(ctx):
         writer.write(t)
         for part in slices(t):
             for check_id, f in _findings(part).items():
