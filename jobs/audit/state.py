@@ -73,8 +73,9 @@ PARTS = "parts"
 # each spilled partial as the Parquet file the run writes (kind spilled; its name, its SPILLED row as JSON)
 PART = pa.schema([("kind", pa.string()), ("name", pa.string()), ("payload", pa.binary())])
 # each payload's codec (Arrow IPC's own, read back by any reader): a part holds what its range emitted, the families'
-# rows of every transaction and retry hop among them
-PART_COMPRESSION = "zstd"
+# rows of every transaction and retry hop among them.  LZ4: most parts are read back every night, and the 4 GiB
+# bench's state read back in 0.31 s against 0.90 s as zstd (163 MB against 133 MB on disk)
+PART_COMPRESSION = "lz4"
 BLOCK = 4096  # a kept block's bytes (fewer for the last block of a file's written bytes)
 ZERO_SCAN = 8 << 20  # the bytes read at a time searching a file's zeros from its end
 DRAWN = 6  # blocks drawn at random per file and run, besides its first and last
