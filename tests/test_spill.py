@@ -256,37 +256,42 @@ def _txn_records(broker, rows):
     return pa.table(cols, schema=T.RECORDS)
 
 
-def test_the_transactions_pairing_out_of_core_is_the_pairing_in_memory(tmp_path, monkeypatch):
-    """Halves (re-put copies too), op messages (4.x and 5.x bodies), commits, rollbacks and PREPARED records of two
-    brokers over three task parts: spread over many buckets (two rows each) the table is the one of one bucket, in
-    the table's order, every state found."""
-    from jobs.audit import buckets
-    from jobs.audit.checks import transactions as T
+def _half(po, qo, key, ts, **kw):
+    """A half record (role ``half``) of the transactions' spilled records."""
+    return dict(role="half", physical_offset=po, queue_offset=qo, uniq_key=key, store_timestamp=ts,
+                topic="RMQ_SYS_TRANS_HALF_TOPIC", queue_id=0, real_topic="T", real_queue_id=1,
+                producer_group="pg", check_times=kw.pop("check", None), segment="s", file_position=po, **kw)
 
-    run = _run(tmp_path)
 
-    def half(po, qo, key, ts, **kw):
-        return dict(role="half", physical_offset=po, queue_offset=qo, uniq_key=key, store_timestamp=ts,
-                    topic="RMQ_SYS_TRANS_HALF_TOPIC", queue_id=0, real_topic="T", real_queue_id=1,
-                    producer_group="pg", check_times=kw.pop("check", None), segment="s", file_position=po, **kw)
+def _prepared(po, key, ts):
+    return dict(role="prepared", physical_offset=po, topic="P", queue_id=0, uniq_key=key, store_timestamp=ts,
+                tran_type="PREPARED", segment="s", file_position=po)
 
-    parts = [
-        ("a", [half(100, 0, "k0", 1), half(200, 1, "k1", 2), half(300, 2, "k2", 3), half(400, 3, None, 4),
-               dict(role="prepared", physical_offset=450, topic="P", queue_id=0, uniq_key="p0", store_timestamp=5,
-                    tran_type="PREPARED", segment="s", file_position=450)]),
-        ("a", [half(500, 4, "k1", 6, check="2"),  # k1 re-put by the checker
-               dict(role="op", op_body=b"0", store_timestamp=7), dict(role="op", op_body=b"1,4,x,", store_timestamp=8),
-               dict(role="end", tran_type="COMMIT", prepared_transaction_offset=100, physical_offset=600),
-               dict(role="end", tran_type="COMMIT", prepared_transaction_offset=300, physical_offset=610),
-               dict(role="end", tran_type="ROLLBACK", prepared_transaction_offset=450, physical_offset=620),
-               dict(role="prepared", physical_offset=630, topic="P", queue_id=0, uniq_key="p1", store_timestamp=9,
-                    tran_type="PREPARED", segment="s", file_position=630)]),
-        ("b", [half(10, 0, "k0", 1), dict(role="op", op_body=b"0", store_timestamp=2)]),
-    ]
+
+def _end(kind, of, po):
+    return dict(role="end", tran_type=kind, prepared_transaction_offset=of, physical_offset=po)
+
+
+# two brokers' halves (a re-put copy too), op messages (4.x and 5.x bodies), commits, rollbacks and PREPARED records
+_TXN_PARTS = [
+    ("a", [_half(100, 0, "k0", 1), _half(200, 1, "k1", 2), _half(300, 2, "k2", 3), _half(400, 3, None, 4),
+           _prepared(450, "p0", 5)]),
+    ("a", [_half(500, 4, "k1", 6, check="2"),  # k1 re-put by the checker
+           dict(role="op", op_body=b"0", store_timestamp=7), dict(role="op", op_body=b"1,4,x,", store_timestamp=8),
+           _end("COMMIT", 100, 600), _end("COMMIT", 300, 610), _end("ROLLBACK", 450, 620), _prepared(630, "p1", 9)]),
+    ("b", [_half(10, 0, "k0", 1), dict(role="op", op_body=b"0", store_timestamp=2)]),
+]
+
+
+def _txn_ctx(run, parts, state=None):
+    """A context for the transactions family's driver step over ``parts`` ((broker, records) a task part each, named
+    part-00000... in turn; None: a part left out), under ``state``."""
     rows = []
-    for i, (broker, recs) in enumerate(parts):
+    for i, part in enumerate(parts):
+        if part is None:
+            continue
         out = Emitter()
-        out.spill("transactions.records", _txn_records(broker, recs))
+        out.spill("transactions.records", _txn_records(*part))
         out.write_findings(run, f"part-{i:05d}.parquet")
         rows.append(out.partials["_spilled"][0])
     scan = Outputs({"_spilled": pa.concat_tables(rows)})
@@ -296,17 +301,23 @@ def test_the_transactions_pairing_out_of_core_is_the_pairing_in_memory(tmp_path,
 
         def partial_parts(self, name):
             return scan.parts(name)
+    ctx = Ctx()
+    ctx.state = state
+    return ctx
 
-        def partial_dataset(self, name, schema):
-            return scan.dataset(name, schema)
 
-        def partial_batches(self, name, schema, columns=None):
-            return scan.batches(name, schema, columns)
+def test_the_transactions_pairing_out_of_core_is_the_pairing_in_memory(tmp_path, monkeypatch):
+    """Halves (re-put copies too), op messages (4.x and 5.x bodies), commits, rollbacks and PREPARED records of two
+    brokers over three task parts: spread over many buckets (two rows each) the table is the one of one bucket, in
+    the table's order, every state found."""
+    from jobs.audit import buckets
+    from jobs.audit.checks import transactions as T
 
-    whole = T.transaction_table(Ctx())
+    ctx = _txn_ctx(_run(tmp_path), _TXN_PARTS)
+    whole = T.transaction_table(ctx)
     monkeypatch.setattr(buckets, "ROWS_PER_BUCKET", 2)
     assert buckets.bucket_count(13) == 7
-    spread = T.transaction_table(Ctx())
+    spread = T.transaction_table(ctx)
     assert spread.equals(whole)
     got = [(r["broker"], r["style"], r["uniq_key"], r["physical_offset"], r["state"], r["copies"])
            for r in spread.to_pylist()]
@@ -315,6 +326,71 @@ def test_the_transactions_pairing_out_of_core_is_the_pairing_in_memory(tmp_path,
                    ("a", "prepared_record", "p0", 450, "rolled_back", 1),
                    ("a", "prepared_record", "p1", 630, "open", 1), ("b", "half", "k0", 10, "rolled_back", 1)]
     assert spread.column("age_ms").to_pylist() == [None, None, 996, None, None, 991, None]
+
+
+class _NightState:
+    """What the transactions' kept pairing asks of a state (jobs/audit/state.py AuditState): every broker compared,
+    the parts kept by the last night (in ``last``) offered, this night's kept in ``now``; no store file read."""
+
+    def __init__(self, last, now):
+        self.last, self.now = last, now
+
+    def compared(self, broker):
+        return True
+
+    def offer(self, broker, key, rels):
+        from store_format.fs import resolve
+
+        kept = self.last / f"{key}.arrow"
+        return (resolve(str(kept)) if kept.exists() else None), resolve(str(self.now / f"{key}.arrow"))
+
+    def rels(self, broker, locs):
+        return ()
+
+    def allows(self, broker, reaches):
+        return True
+
+
+def test_the_transactions_kept_pairing_pairs_again_only_what_new_and_gone_records_touch(tmp_path, monkeypatch):
+    """Three nights of one store's transaction records: the last night's pairing kept, each night's table (PREPARED
+    records and their ends too) equals a pairing of every record, with only the parts a new or gone record touches
+    read again; a part of broker ``b`` never changes and none of its records is paired again."""
+    from jobs.audit.checks import transactions as T
+
+    settled = ("a", [r for i in range(10) for r in (  # transactions begun and ended in one part: never touched
+        _half(1000 + 10 * i, 10 + i, f"s{i}", 20), _end("COMMIT", 1000 + 10 * i, 1005 + 10 * i))]
+        + [dict(role="op", op_body=",".join(str(10 + i) for i in range(10)).encode(), store_timestamp=21)])
+    later = ("a", [_end("COMMIT", 630, 1200),  # the open PREPARED record p1 committed
+                   dict(role="op", op_body=b"2", store_timestamp=22),  # k2's half marked done at last
+                   _half(1210, 20, "k9", 23), _half(1220, 21, "k0", 24, check="1")])  # k0 re-put
+    nights = [[*_TXN_PARTS, settled], [*_TXN_PARTS, settled, later],
+              [_TXN_PARTS[0], None, _TXN_PARTS[2], settled, later]]  # the second part expired
+    paired, paired_of = [], T._paired
+
+    def spy(batches, n):
+        def counted():
+            for b in batches:
+                paired[-1] += b.num_rows
+                yield b
+        return paired_of(counted(), n)
+    monkeypatch.setattr(T, "_paired", spy)
+    kept, tables = tmp_path / "night-0", []
+    kept.mkdir()
+    for i, parts in enumerate(nights):
+        paired.append(0)
+        full = T.transaction_table(_txn_ctx(_run(tmp_path / f"full{i}"), parts))
+        paired.append(0)
+        state = _NightState(kept, tmp_path / f"night-{i + 1}")
+        got = T.transaction_table(_txn_ctx(_run(tmp_path / f"inc{i}"), parts, state))
+        assert got.equals(full), i
+        kept = state.now
+        tables.append({r["uniq_key"]: (r["state"], r["copies"]) for r in got.to_pylist() if r["broker"] == "a"})
+    total, with_state = paired[0::2], paired[1::2]
+    assert with_state[0] == total[0] and 0 < with_state[1] < total[1] and 0 < with_state[2] < total[2], paired
+    assert tables[0]["p1"] == ("open", 1) and tables[1]["p1"] == ("committed", 1) and "p1" not in tables[2]
+    assert tables[0]["k2"][0] == "committed_without_op" and tables[1]["k2"][0] == "committed"
+    assert tables[1]["k0"] == ("committed", 2) and tables[1]["k9"] == ("open", 1)
+    assert tables[2]["k0"] == ("open", 2)  # its commit and op gone with the second part
 
 
 def _delays_ctx(run, survey_parts, scan_parts, as_of):

@@ -434,8 +434,8 @@ def transaction_table(ctx) -> pa.Table:
 # transaction that shares one with a touched transaction is paired again with it, whole, which changes nothing.
 #
 # Without a kept pairing (the first run, another version's state, a part of the change whose keys were not kept, a
-# chunk unreadable), or when the parts to read again hold more than half the broker's records, the broker's records
-# are paired whole, as without a state, and kept for the next run.
+# chunk unreadable), when two parts have the same bytes, or when the parts to read again hold more than half the
+# broker's records, the broker's records are paired whole, as without a state, and kept for the next run.
 
 KEYS = pa.schema([("role", pa.int8()), ("txn", pa.int64()), ("queue_offset", pa.int64()),
                   ("physical_offset", pa.int64())])
@@ -485,18 +485,18 @@ def part_keys(records: pa.Table) -> pa.Table:
                         for i, name in enumerate(KEYS.names[1:], 1)}}, schema=KEYS)
 
 
-def _read_records(path: str, raw: bytes | None = None, columns=None) -> pa.Table:
+def _read_records(path: str, columns: list[str]) -> pa.Table:
+    """Some ``columns`` of a records part (its path, as the scan's SPILLED rows name it)."""
     import pyarrow.parquet as pq
 
     from runtime.output import out_read
 
-    return pq.read_table(pa.BufferReader(raw if raw is not None else out_read(path)), schema=RECORDS,
-                         columns=columns)
+    return pq.read_table(pa.BufferReader(out_read(path)), schema=RECORDS, columns=columns)
 
 
 def kept_pairing(ctx, paired):
-    """(broker, rows without their age) of the table in its order: ``paired`` (transactions._paired) over the
-    records, or under a state each broker's pairing gone on from the last run's (module doc)."""
+    """(broker, rows without their age) of the table in its order: ``paired`` (:func:`_paired`) over the
+    records, or under a state each broker's pairing gone on from the last run's (the comment above)."""
     from runtime.output import out_parts_batches
 
     parts = ctx.partial_parts("transactions.records")
@@ -513,7 +513,7 @@ def kept_pairing(ctx, paired):
 
 
 class _BrokerPairing:
-    """One broker's pairing under a state (module doc)."""
+    """One broker's pairing under a state (the comment above :data:`KEYS`)."""
 
     def __init__(self, ctx, state, broker: str, parts: list, paired):
         from runtime.output import out_read
