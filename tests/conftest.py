@@ -104,6 +104,22 @@ def parquet_rows(path, drop=()) -> "Counter[str]":
     return Counter(json.dumps(r, sort_keys=True, default=str) for r in t.to_pylist())
 
 
+def count_paired(monkeypatch) -> list[int]:
+    """The transactions' records paired (jobs/audit/checks/transactions.py ``_paired``), counted into the list's last
+    item: a test appends 0 before each run it counts."""
+    from jobs.audit.checks import transactions
+
+    paired, paired_of = [], transactions._paired
+
+    def spy(batches, n):
+        def counted():
+            for b in batches:
+                paired[-1] += b.num_rows
+                yield b
+        return paired_of(counted(), n)
+    monkeypatch.setattr(transactions, "_paired", spy)
+    return paired
+
 @pytest.fixture(scope="session")
 def damaged_store(tmp_path_factory) -> Path:
     """A writer-built store from broker flows (writer_support.build_flow_store), damaged through

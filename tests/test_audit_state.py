@@ -20,7 +20,7 @@ from jobs.audit import job as audit_job
 from runtime import commit
 from runtime.apart import OutputError
 
-from .conftest import FIXTURES, FIXTURES_5X, tree_state
+from .conftest import FIXTURES, FIXTURES_5X, count_paired, tree_state
 
 
 def audit(spark, store: Path, out: Path, state: Path, *extra, name: str = "b1") -> dict:
@@ -562,23 +562,14 @@ def test_a_parts_retry_origins_are_given_back_while_their_bytes_are_the_same(spa
 
 def test_a_nights_transactions_pair_only_what_changed_records_touch(spark, tmp_path, monkeypatch):
     """Under a state a broker's transactions are paired again only where records new or gone since the last run
-    touch them (jobs/audit/checks/transactions.py ``kept_pairing``): halves committed, rolled back or re-put by the checker
-    nights after they were written, others left open, the oldest segment expired on the last night.  Every output
-    is a full audit's (_grow compares them); with the state fewer records are paired than the store holds."""
-    from jobs.audit.checks import transactions
+    touch them (jobs/audit/checks/transactions.py ``kept_pairing``): halves committed, rolled back or re-put by the
+    checker nights after they were written, others left open, the oldest segment expired on the last night.  Every
+    output is a full audit's (_grow compares them); with the state fewer records are paired than the store holds."""
     from store_format.write.broker import Producer
 
     writer, send = _appending_broker(tmp_path, monkeypatch)
     broker, producer = send.broker, Producer()
-    paired, paired_of = [], transactions._paired
-
-    def spy(batches, n):
-        def counted():
-            for b in batches:
-                paired[-1] += b.num_rows
-                yield b
-        return paired_of(counted(), n)
-    monkeypatch.setattr(transactions, "_paired", spy)
+    paired = count_paired(monkeypatch)
     monkeypatch.setattr(audit_job, "run", lambda *a, _run=audit_job.run: paired.append(0) or _run(*a))
     halves = []
 

@@ -357,6 +357,8 @@ def test_the_transactions_kept_pairing_pairs_again_only_what_new_and_gone_record
     read again; a part of broker ``b`` never changes and none of its records is paired again."""
     from jobs.audit.checks import transactions as T
 
+    from .conftest import count_paired
+
     settled = ("a", [r for i in range(10) for r in (  # transactions begun and ended in one part: never touched
         _half(1000 + 10 * i, 10 + i, f"s{i}", 20), _end("COMMIT", 1000 + 10 * i, 1005 + 10 * i))]
         + [dict(role="op", op_body=",".join(str(10 + i) for i in range(10)).encode(), store_timestamp=21)])
@@ -365,15 +367,7 @@ def test_the_transactions_kept_pairing_pairs_again_only_what_new_and_gone_record
                    _half(1210, 20, "k9", 23), _half(1220, 21, "k0", 24, check="1")])  # k0 re-put
     nights = [[*_TXN_PARTS, settled], [*_TXN_PARTS, settled, later],
               [_TXN_PARTS[0], None, _TXN_PARTS[2], settled, later]]  # the second part expired
-    paired, paired_of = [], T._paired
-
-    def spy(batches, n):
-        def counted():
-            for b in batches:
-                paired[-1] += b.num_rows
-                yield b
-        return paired_of(counted(), n)
-    monkeypatch.setattr(T, "_paired", spy)
+    paired = count_paired(monkeypatch)
     kept, tables = tmp_path / "night-0", []
     kept.mkdir()
     for i, parts in enumerate(nights):
