@@ -166,14 +166,19 @@ def read_unit_arrays(cq_file: CQFile) -> UnitArrays:
 
     raw, length, n, whole_units = written_units(cq_file.path)
     u = units_of(raw, n, ext_of=lambda: ext_folder(cq_file.path))
-    truncated = None
-    if length % L.CQ_STORE_UNIT_SIZE:
-        whole = length - length % L.CQ_STORE_UNIT_SIZE
-        truncated = ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {length} is not a multiple of "
-                                      f"{L.CQ_STORE_UNIT_SIZE}", file=str(cq_file.path), position=whole)
     index = np.arange(n, dtype=np.int64)
     return UnitArrays(cq_file.first_queue_offset + index, u["physical_offset"], u["size"], u["tags_code"], u["kind"],
-                      index * L.CQ_STORE_UNIT_SIZE, truncated, u.get("ext_offset"), u.get("ext_found"), whole_units)
+                      index * L.CQ_STORE_UNIT_SIZE, partial_unit(cq_file.path, length), u.get("ext_offset"),
+                      u.get("ext_found"), whole_units)
+
+
+def partial_unit(path, length: int) -> ConsumeQueueError | None:
+    """The positioned error of a file of ``length`` bytes ending in a partial unit (:attr:`UnitArrays.truncated`),
+    or None."""
+    if not length % L.CQ_STORE_UNIT_SIZE:
+        return None
+    return ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {length} is not a multiple of {L.CQ_STORE_UNIT_SIZE}",
+                             file=str(path), position=length - length % L.CQ_STORE_UNIT_SIZE)
 
 
 def read_unit_arrays_many(cq_files: list[CQFile]) -> tuple[list[UnitArrays], UnitArrays]:
@@ -208,13 +213,9 @@ def read_unit_arrays_many(cq_files: list[CQFile]) -> tuple[list[UnitArrays], Uni
                 one.tags_code, one.ext_offset, one.ext_found
             out.append(one)
             continue
-        truncated = None
-        if length % unit:
-            truncated = ConsumeQueueError(ErrorKind.TRUNCATED, f"file length {length} is not a multiple of {unit}",
-                                          file=str(f.path), position=length - length % unit)
         out.append(UnitArrays(group.queue_offset[a:b], group.physical_offset[a:b], group.size[a:b],
-                              group.tags_code[a:b], group.kind[a:b], group.file_position[a:b], truncated,
-                              whole=whole))
+                              group.tags_code[a:b], group.kind[a:b], group.file_position[a:b],
+                              partial_unit(f.path, length), whole=whole))
     return out, group
 
 

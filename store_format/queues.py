@@ -252,6 +252,10 @@ class ManyUnits:
 #: (a broker's thousands of small queues fill a task's group with a few KB each; a group of large files is read a
 #: file at a time, as before, each file's fixed cost then small beside its units)
 MANY_BYTES = 8 << 20
+#: the most bytes of a :func:`read_once` group's files read a file at a time (past :data:`MANY_BYTES`, or of mixed
+#: backends) whose units are kept for its other readers: a queue of three full files, as recovery walks them (read
+#: again by each reader, a task's consume-queue check and its recovery read every such file twice or three times)
+HELD_BYTES = 24 << 20
 
 
 def many_units(files: list[QueueFile]) -> ManyUnits | None:
@@ -271,6 +275,8 @@ class _ReadAtOnce:
         self.files = [f for f in files if isinstance(f, QueueFile) and f.loaded]
         self.ids = {id(f) for f in self.files}
         self.units: dict | None = None
+        self.one_at_a_time = False
+        self.held = 0  # stored bytes of the files read one at a time and kept
 
     def of(self, f: QueueFile) -> Units | None:
         if id(f) not in self.ids:
@@ -278,7 +284,12 @@ class _ReadAtOnce:
         if self.units is None:
             many = many_units(self.files)
             self.units = {} if many is None else dict(zip(map(id, self.files), many.files))
-        return self.units.get(id(f))
+            self.one_at_a_time = many is None
+        got = self.units.get(id(f))
+        if got is None and self.one_at_a_time and self.held + f.stored_bytes <= HELD_BYTES:
+            got = self.units[id(f)] = f.backend.file_units(f)
+            self.held += f.stored_bytes
+        return got
 
 
 _READ_AT_ONCE: ContextVar[_ReadAtOnce | None] = ContextVar("queues_read_at_once", default=None)
@@ -907,18 +918,22 @@ class Queue:
 
         return one_file_start(self.files[0].file.base_offset, recovery)
 
-    def keeps_every_unit(self, truncated_at: int | None) -> bool:
+    def keeps_every_unit(self, truncated_at: int | None, known: tuple[bool, int | None] | None = None) -> bool:
         """Whether the broker's recovery keeps every written unit of a ``file`` queue of one file, told by that file's
-        units (:meth:`QueueFile.units`, read with its group) without a reader: recover() accepts them all and, where
-        recovery truncates the queues at ``truncated_at`` (the recovered commitlog end; None: it does not), every
-        one points below it (store_format.consumequeue.finish_queue then drops none).  False for any other queue:
-        ask finish_queue."""
+        units (:meth:`QueueFile.units`, read with its group; or ``known``: whether recovery accepts them all and
+        their greatest physical offset, as whoever read them found) without a reader: recover() accepts them all
+        and, where recovery truncates the queues at ``truncated_at`` (the recovered commitlog end; None: it does
+        not), every one points below it (store_format.consumequeue.finish_queue then drops none).  False for any
+        other queue: ask finish_queue."""
         if self.backend is not FILE or len(self.files) != 1:
             return False
-        u = self.files[0].units()
-        if u.recovery is None or u.recovery.valid != len(u.kind):
-            return False
-        return truncated_at is None or not len(u.kind) or int(u.physical_offset.max()) < truncated_at
+        if known is None:
+            u = self.files[0].units()
+            if u.recovery is None:
+                return False
+            known = u.recovery.valid == len(u.kind), int(u.physical_offset.max()) if len(u.kind) else None
+        accepted, max_phys = known
+        return accepted and (truncated_at is None or max_phys is None or max_phys < truncated_at)
 
     def unit_reader(self, known: dict | None = None):
         """A ``file`` queue's store_format.consumequeue.QueueUnits over :attr:`reader_files` (each file read once
@@ -936,7 +951,7 @@ class Queue:
 
 
 __all__ = ["QueueFile", "Queue", "Backend", "Units", "FILE", "BATCH", "ROCKSDB", "COMPACTION", "BACKENDS", "BY_NAME",
-           "BY_FOLDER", "ManyUnits", "many_units", "MANY_BYTES", "backends_of", "list_queue_files", "group_queues",
-           "read_once", "queue_files_by_key",
+           "BY_FOLDER", "ManyUnits", "many_units", "MANY_BYTES", "HELD_BYTES", "backends_of", "list_queue_files",
+           "group_queues", "read_once", "queue_files_by_key",
            "dispatch_end", "queue_stores", "DatabaseState", "preferred", "shared_queues", "unit_columns",
            "disagreements", "Dispatch", "holds_copies", "ROUTED_FOLDERS", "UNIT_VIEW", "BATCH_UNIT_VIEW"]

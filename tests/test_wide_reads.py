@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
@@ -329,7 +330,8 @@ def test_a_queue_kept_whole_is_told_without_a_reader(tmp_path, together):
                 assert not r.dropped, (q.key, truncate, end)
                 kept.add((q.key, truncate, end))
         out = Emitter()
-        facts = SimpleNamespace(broker="b", recovered_end=end, has_commitlog=has_commitlog, truncate_queues=truncate)
+        facts = SimpleNamespace(broker="b", recovered_end=end, has_commitlog=has_commitlog, truncate_queues=truncate,
+                                routed={})
         if together:
             with read_once(files):
                 queue_recovery_in(facts, files, out)
@@ -344,3 +346,90 @@ def test_a_queue_kept_whole_is_told_without_a_reader(tmp_path, together):
     assert {(k, t, e) for k, t, e in kept if k[0] in ("Tail", "Unordered")} == {
         (("Tail", 0), False, 1300), (("Tail", 0), True, 1400), (("Tail", 0), True, 1 << 20),
         (("Unordered", 0), False, 1300), (("Unordered", 0), True, 1 << 20)}
+
+
+def test_a_file_task_past_what_is_read_at_once_decodes_each_queue_file_once(tmp_path, monkeypatch):
+    """A FileScan whose queue files are more than store_format.queues.MANY_BYTES (at 4 GiB of log a task's queues
+    are tens of MB, read a file at a time): its hooks take the files in groups of whole queues and the units read
+    for one are held for the others (HELD_BYTES), so the consumequeue family's units and the prediction's recovery
+    decode each file once, and find what they find when every reader reads again."""
+    from jobs.audit.checks import consumequeue as cq_family
+    from jobs.audit.checks import prediction
+    from jobs.audit.scan import BrokerFacts, FileScan
+    from jobs.audit.tasks import Emitter
+    from store_format import queues
+
+    files = list_queue_files(_queues(tmp_path))
+    decoded = []
+    real = consumequeue.units_of
+    monkeypatch.setattr(consumequeue, "units_of", lambda raw, *a, **k: decoded.append(len(raw)) or real(raw, *a, **k))
+    monkeypatch.setattr(queues, "MANY_BYTES", 0)  # every group a file at a time, as past 8 MiB
+    monkeypatch.setattr("jobs.audit.scan.MANY_BYTES", 0)
+    facts = BrokerFacts("b", (cq_family.FAMILY, prediction.FAMILY), True, 1 << 30, 1000 + 100 * 3, None, 0, True,
+                        True, 0, False, 20, 1 << 20)
+
+    def scanned():
+        out = Emitter()
+        FileScan("consumequeue", facts, files).run(out)
+        found = sorted((r["check"], r["file"], r["file_position"]) for t in out.findings
+                       for r in t.select(["check", "file", "file_position"]).to_pylist())
+        return found, sorted(pa.concat_tables(out.partials["prediction.queues"]).to_pylist(), key=lambda r: r["topic"])
+
+    held = scanned()
+    loaded = [f for f in files if f.loaded]
+    assert len(decoded) == len(loaded)
+    assert held[0] and held[1]  # corrupt units found, queues recovery cuts
+    decoded.clear()
+    monkeypatch.setattr(queues, "HELD_BYTES", 0)  # nothing held: each reader reads again, as before
+    assert scanned() == held and len(decoded) > len(loaded)
+
+
+@pytest.mark.parametrize("many_bytes", [0, 8 << 20])
+def test_a_file_task_reads_no_queue_file_whose_survey_says_what_it_would_find(tmp_path, monkeypatch, many_bytes):
+    """The scan's queue file tasks (the consumequeue family's corrupt units, the prediction's recovery) do not read
+    again a file whose survey row says recovery accepts every unit and no slot holds an ext address (its partial
+    tail told by its length), nor a queue of one such file recovery keeps whole; their findings and the queues
+    recovery cuts are those of reading every file, whether the survey read its group at once or a file at a time."""
+    from store_format import fs, queues
+
+    from jobs.audit.checks import consumequeue as cq_family
+    from jobs.audit.checks import prediction
+    from jobs.audit.routes import CONSUMEQUEUE, SurveyInput, _routed_queue_file
+    from jobs.audit.scan import BrokerFacts, FileScan
+    from jobs.audit.survey import RouteSurvey
+    from jobs.audit.tasks import Emitter
+
+    monkeypatch.setattr(queues, "MANY_BYTES", many_bytes)
+    _file(_queues(tmp_path) / "consumequeue" / "Whole" / "0", 0, [(1000 + 100 * i, 100, 7) for i in range(UNITS)],
+          tail=b"\x01" * 7)  # every unit accepted, then a partial one
+    files = list_queue_files(tmp_path)
+    surveyed = Emitter()
+    RouteSurvey(CONSUMEQUEUE.name, SurveyInput("b", 20, 1 << 20), files).run(surveyed)
+    rows = {r["path"]: r for r in pa.concat_tables(surveyed.partials["survey.consumequeue_files"]).to_pylist()}
+    routed = [r for r in (_routed_queue_file(rows.get(f.loc.path), f) for f in files) if r is not None]
+    reads = []
+    real = fs.read_written
+    monkeypatch.setattr(fs, "read_written", lambda path, *a: reads.append(str(path)) or real(path, *a))
+
+    def scanned(routed: list, recovered_end: int):
+        facts = BrokerFacts("b", (cq_family.FAMILY, prediction.FAMILY), True, 1 << 30, recovered_end, None, 0, True,
+                            True, 0, False, 20, 1 << 20, routed={"consumequeue": routed})
+        out = Emitter()
+        FileScan("consumequeue", facts, files).run(out)
+        found = sorted((r["check"], r["file"], r["file_position"], r["details"]) for t in out.findings
+                       for r in t.select(["check", "file", "file_position", "details"]).to_pylist())
+        return found, sorted(pa.concat_tables(out.partials.get("prediction.queues") or [prediction.QUEUES
+                                                                                        .empty_table()]).to_pylist(),
+                             key=lambda r: r["topic"])
+
+    for recovered_end in (1 << 20, 1000 + 100 * 3):  # recovery keeps every queue whole; it cuts them all
+        reads.clear()
+        told = scanned(routed, recovered_end)
+        unread = {str(f.loc.local_path) for f in files} - set(reads)
+        reads.clear()
+        assert scanned([], recovered_end) == told  # no survey rows: every file read
+        cut = {r["topic"] for r in told[1]}
+        assert "Whole" in cut if recovered_end < 1 << 20 else not cut & {"Tail", "Whole"}
+        assert ("consumequeue.corrupt_unit", "00000000000000000000", 200) in [f[:3] for f in told[0]]  # Whole's tail
+        tail, whole = (str(tmp_path / "consumequeue" / t / "0" / "00000000000000000000") for t in ("Tail", "Whole"))
+        assert unread == ({tail, whole} if recovered_end == 1 << 20 else set())

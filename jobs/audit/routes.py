@@ -23,6 +23,7 @@ read (``window``) and shown (``view``, with the schema ``VIEW``).
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
@@ -65,6 +66,9 @@ class RoutedFile:
     name: str
     buckets: Buckets
     params: dict = field(default_factory=dict)
+    # what the survey found of a queue file's units (:func:`surveyed_units`): no window is made of it, so no kept
+    # range's key reads it
+    surveyed: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,10 @@ CQ_FILES = pa.schema([
     ("units", pa.int64()), ("entries", pa.int64()),
     # the first entry's queue offset and the last queue offset its entries cover (store_format.queues.Units.ends)
     ("min_queue_offset", pa.int64()), ("max_queue_offset", pa.int64()), *BUCKETS,
+    # what the scan's file tasks would read the file again for (jobs/audit/checks/consumequeue.py, prediction.py):
+    # whether recovery accepts every unit up to its last written one (null: its backend's recovery not modelled),
+    # the greatest physical offset of those units, and whether any slot holds a ConsumeQueueExt address
+    ("accepted", pa.bool_()), ("max_physical_offset", pa.int64()), ("ext_addressed", pa.bool_()),
 ])
 QUEUE_STARTS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
                           ("recover_end", pa.int64()), ("max_physic_offset", pa.int64()),
@@ -152,7 +160,9 @@ def _survey_queue_file(task: SurveyInput, f: QueueFile):
         lo, hi = served[0], served[1] - 1
     return {"broker": task.broker, "path": f.loc.path, "topic": f.topic, "queue_id": f.queue_id,
             "units": len(u.kind), "entries": len(entry), "min_queue_offset": lo, "max_queue_offset": hi,
-            **bucket_columns(b)}, u
+            **bucket_columns(b), "accepted": None if u.recovery is None else u.recovery.valid == len(u.kind),
+            "max_physical_offset": int(u.physical_offset.max()) if len(u.kind) else None,
+            "ext_addressed": u.ext_offset is not None}, u
 
 
 def _survey_queue_files(task: SurveyInput, files: list[QueueFile]):
@@ -189,6 +199,10 @@ def _survey_queue_files(task: SurveyInput, files: list[QueueFile]):
     firsts = np.minimum.reduceat(row, cut) if len(key) else np.zeros(0, np.int64)
     lasts = np.maximum.reduceat(row, cut) if len(key) else np.zeros(0, np.int64)
     buckets = key[cut] % nb - 1
+    written = counts > 0
+    max_phys = np.zeros(len(loaded), np.int64)
+    if written.any():
+        max_phys[written] = np.maximum.reduceat(g.physical_offset, (np.cumsum(counts) - counts)[written])
     offsets = pa.array(np.r_[0, np.cumsum(np.bincount(key[cut] // nb, minlength=len(loaded)))], pa.int32())
     table = pa.table({
         "broker": pa.array([task.broker] * len(loaded), pa.string()),
@@ -201,6 +215,10 @@ def _survey_queue_files(task: SurveyInput, files: list[QueueFile]):
         "bucket": pa.ListArray.from_arrays(offsets, pa.array(buckets, pa.int64())),
         "bucket_first": pa.ListArray.from_arrays(offsets, pa.array(firsts, pa.int64())),
         "bucket_last": pa.ListArray.from_arrays(offsets, pa.array(lasts, pa.int64())),
+        "accepted": pa.array([None if u.recovery is None else u.recovery.valid == len(u.kind) for u in many.files],
+                             pa.bool_()),
+        "max_physical_offset": pa.array(max_phys, pa.int64(), mask=~written),
+        "ext_addressed": pa.array([u.ext_offset is not None for u in many.files], pa.bool_()),
     }, schema=CQ_FILES)
     read = dict(zip(map(id, loaded), many.files))
     return table, [read.get(id(f)) for f in files]
@@ -321,7 +339,25 @@ def _routed_queue_file(row: dict | None, f: QueueFile) -> RoutedFile | None:
         return None
     return RoutedFile(f.loc, f.name, buckets_of_row(row), {
         "topic": f.topic, "queue_id": f.queue_id, "first_queue_offset": f.first_queue_offset,
-        "backend": f.backend.name})
+        "backend": f.backend.name}, surveyed_units(row))
+
+
+def surveyed_units(row: dict) -> tuple[int, bool, int | None, bool] | None:
+    """What the survey found of a queue file's units (its :data:`CQ_FILES` row): (how many up to the last written
+    one, whether recovery accepts them all, their greatest physical offset, whether a slot holds an ext address);
+    None where its backend's recovery is not modelled.  A file task needs not read a file again to learn them."""
+    if row["accepted"] is None:
+        return None
+    return row["units"], row["accepted"], row["max_physical_offset"], row["ext_addressed"]
+
+
+def told_by_survey(routed: list, files: list) -> set[str]:
+    """The paths of ``files`` (a file task's) whose units no hook of the scan reads when the survey found them all
+    accepted, without an ext address (``routed``: the route's RoutedFile of each surveyed file with entries): a
+    queue of one such file (recovery's walk of a queue of several reads them)."""
+    ok = {r.loc.path for r in routed if r.surveyed is not None and r.surveyed[1] and not r.surveyed[3]}
+    alone = Counter((f.topic, f.queue_id) for f in files)
+    return {f.loc.path for f in files if f.loc.path in ok and alone[f.topic, f.queue_id] == 1}
 
 
 def _length(f) -> int:

@@ -32,12 +32,13 @@ import pyarrow as pa
 from store_format import layout as L
 from store_format.commitlog import KIND_BLANK, KIND_CORRUPT, KIND_MESSAGE, FrameArrays, in_container
 from store_format.fs import Location, ReadOnlyMap
-from store_format.queues import Dispatch, read_once
+from store_format.plan import group_queue_files
+from store_format.queues import MANY_BYTES, Dispatch, QueueFile, read_once
 from store_format.scan import cut_to_walk, read_range_walk, segment_ends
 from decoding.kernels import CompiledFramer
 
 from .plan import NEGATIVE_BUCKET, ManyBuckets, bucket_of
-from .routes import ROUTES, VIEW, ManyWindows
+from .routes import ROUTES, VIEW, ManyWindows, told_by_survey
 from .tasks import Emitter, Shared, failure_row
 
 INF = np.iinfo(np.int64).max
@@ -756,11 +757,23 @@ class FileScan:
         return sum(ROUTES[self.route].scan_cost(f) for f in self.files)
 
     def run(self, out: Emitter) -> None:
-        with read_once(self.files):  # the families' hooks read the same files: read once, together, for them all
-            for family in self.facts.families:
-                hook = family.in_files.get(self.route)
-                if hook is not None:
-                    hook(self.facts, self.files, out)
+        for files, read in self._held_apart():
+            with read_once(read):  # the families' hooks read the same files: read once, together, for them all
+                for family in self.facts.families:
+                    hook = family.in_files.get(self.route)
+                    if hook is not None:
+                        hook(self.facts, files, out)
+
+    def _held_apart(self) -> list[tuple[list, list]]:
+        """The task's files in turn as the hooks take them, each group with the files its hooks read: queue files in
+        groups of whole queues whose units are read at once and held for every hook (store_format.queues.MANY_BYTES;
+        a task's 64 MiB held decoded would be twice that, and read a file at a time each hook read each file again),
+        but those the survey told them of (routes.told_by_survey); any other route's files together."""
+        if not all(isinstance(f, QueueFile) for f in self.files):
+            return [(self.files, self.files)]
+        told = told_by_survey(self.facts.routed.get(self.route, ()), self.files)
+        return [(files, [f for f in files if f.loc.path not in told])
+                for files in group_queue_files(self.files, max_bytes=MANY_BYTES, cost=lambda f: f.stored_bytes)]
 
 
 @dataclass

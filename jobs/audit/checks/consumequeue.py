@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from store_format import layout as L
 from store_format import fs
-from store_format.consumequeue import ext_folder, read_ext_units
+from store_format.consumequeue import ext_folder, partial_unit, read_ext_units
 from store_format.errors import ErrorKind
 from store_format.queues import disagreements, shared_queues
 
@@ -284,6 +284,7 @@ def in_queue_files(facts, files, out) -> None:
     """Corrupt units, bad names and partial units of each file (the data source's ``corrupt`` rows), and each
     queue's units against its ConsumeQueueExt."""
     corrupt, addressed = [], {}
+    surveyed = {r.loc.path: r.surveyed for r in facts.routed.get(ROUTE, ())}
     for p in files:
         unreadable = [why for kind, why in p.problems if kind == "unreadable"]
         if unreadable:  # a queue backend that cannot be opened here (store_format.queues: a RocksDB database)
@@ -295,19 +296,14 @@ def in_queue_files(facts, files, out) -> None:
             corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=0, length=p.length,
                                 reason=ErrorKind.BAD_FILE_NAME.value))
             continue
-        u = p.units()  # its backend's units (a RocksDB queue's: no corrupt kind, a missing key is a message's miss)
-        if u.ext_offset is not None:
-            addressed.setdefault((p.topic, p.queue_id), []).append((p, u))
-        r = u.recovery  # recovery accepts every unit up to the last written one: none is bad (no array looked at)
-        bad = () if r is not None and r.valid == len(u.kind) else np.flatnonzero(u.kind >= 2).tolist()
-        for i in bad:  # zero units with data after them, units recovery refuses
-            corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=int(u.file_position[i]),
-                                queue_offset=int(u.queue_offset[i]), length=L.CQ_STORE_UNIT_SIZE,
-                                reason=f"{('pre_blank', 'pre_blank', 'zero', 'invalid')[u.kind[i]]} unit: recovery "
-                                       "stops here"))
-        if u.truncated is not None:
-            corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=u.truncated.position,
-                                length=p.length - u.truncated.position, reason=u.truncated.kind.value))
+        known = surveyed.get(p.loc.path)
+        if known is not None and known[1] and not known[3]:  # the survey found every unit accepted, no ext address:
+            tail = partial_unit(p.loc.path, p.length)  # all reading its units would find
+        else:
+            tail = _corrupt_units(p, addressed, corrupt)
+        if tail is not None:
+            corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=tail.position,
+                                length=p.length - tail.position, reason=tail.kind.value))
     out.finding(finding_rows("consumequeue.corrupt_unit", [dict(
         broker=facts.broker, file=c["file"], file_position=c["file_position"], topic=c["topic"],
         queue_id=c["queue_id"], queue_offset=c.get("queue_offset"),
@@ -315,6 +311,22 @@ def in_queue_files(facts, files, out) -> None:
         details={"length": c["length"], "reason": c["reason"]}) for c in corrupt]))
     for (topic, qid), units in addressed.items():  # none where the extension was off
         _ext_units(facts.broker, topic, qid, units, out)
+
+
+def _corrupt_units(p, addressed: dict, corrupt: list):
+    """A queue file's units recovery stops at, into ``corrupt``, and the file into ``addressed`` where a slot holds
+    an ext address; returns its partial trailing unit's error, or None."""
+    u = p.units()  # its backend's units (a RocksDB queue's: no corrupt kind, a missing key is a message's miss)
+    if u.ext_offset is not None:
+        addressed.setdefault((p.topic, p.queue_id), []).append((p, u))
+    r = u.recovery  # recovery accepts every unit up to the last written one: none is bad (no array looked at)
+    bad = () if r is not None and r.valid == len(u.kind) else np.flatnonzero(u.kind >= 2).tolist()
+    for i in bad:  # zero units with data after them, units recovery refuses
+        corrupt.append(dict(topic=p.topic, queue_id=p.queue_id, file=p.name, file_position=int(u.file_position[i]),
+                            queue_offset=int(u.queue_offset[i]), length=L.CQ_STORE_UNIT_SIZE,
+                            reason=f"{('pre_blank', 'pre_blank', 'zero', 'invalid')[u.kind[i]]} unit: recovery "
+                                   "stops here"))
+    return u.truncated
 
 
 def _ext_units(broker: str, topic: str, qid: int, addressed: list, out) -> None:
