@@ -147,9 +147,9 @@ def test_a_damaged_state_is_written_anew_another_version_or_store_left_alone(spa
     store, state = copy_of(FIXTURES / "basic" / "store", tmp_path), tmp_path / "state"
     first = audit(spark, store, tmp_path / "out1", state)
     parts = list((state / "brokers").glob("*/parts/*.arrow"))  # the segment's walk, its range's scan, the index
-    # file's check, the retries' origins of the range's hops, and the transactions' pairing (its part's keys, the
-    # table, what it was paired from), kept
-    assert len(parts) == 7
+    # file's check, the retries' origins of the range's hops, the transactions' pairing (its part's keys, the
+    # table, what it was paired from) and the queue files' survey rows, kept
+    assert len(parts) == 8
     for part in parts:
         part.write_bytes(b"garbage")  # a damaged part: the task runs instead, no finding says otherwise
     again = audit(spark, store, tmp_path / "out0", state)
@@ -640,6 +640,52 @@ def test_a_queue_file_grown_with_a_unit_into_an_old_range_runs_that_range_again(
     writer.close()
 
 
+def test_a_nights_queue_files_are_surveyed_from_where_the_last_run_left_them(spark, tmp_path, monkeypatch):
+    """Queue files found the same or grown since the last run are surveyed from its rows (jobs/audit/kept.py
+    resume_queue_surveys, routes.resumed_queue_file): a file the same not read, a grown one read past its units then.
+    A file whose last unit then was copied while the broker wrote it (its tagsCode still zeros) is surveyed whole,
+    and a queue's file of a delay level (the delays' survey hook reads it) too.  Each night audits as a full audit."""
+    from jobs.audit import survey
+    from store_format.write.broker import Broker, ManualClock, Producer
+    from store_format.write.writer import StoreWriter, WriterConfig
+
+    writer = StoreWriter(tmp_path / "writer", WriterConfig(mappedFileSizeCommitLog=64 << 10,
+                                                            mappedFileSizeConsumeQueue=20 * 64),
+                         clock=ManualClock(START))
+    broker, p = Broker(writer), Producer()
+    calls, real = [], survey.resumed_queue_file
+
+    def spy(task, f, was, written, grown):
+        got = real(task, f, was, written, grown)
+        calls[-1].append((f.topic, f.name, grown, got is not None))
+        return got
+    monkeypatch.setattr(survey, "resumed_queue_file", spy)
+
+    def send(n, delay=0):
+        for i in range(n):
+            broker.send(p, f"Topic{i % 2}", b"y" * (200 + i % 50), tags="t", delay_level=delay if i % 10 == 0 else 0)
+
+    def copied(live, step):
+        calls.append([])
+        if step == 1:  # the copy made while the broker wrote Topic1's last unit: its tagsCode not yet there
+            last = sorted((live / "consumequeue" / "Topic1" / "0").iterdir())[-1]
+            data = bytearray(last.read_bytes())
+            end = -(-len(data.rstrip(b"\0")) // 20) * 20
+            data[end - 8:end] = bytes(8)
+            last.write_bytes(bytes(data))
+
+    _grow(spark, tmp_path, writer, [lambda: send(600, delay=2), lambda: send(90), lambda: send(90), lambda: send(50)],
+          copied)
+    assert calls[0] == []  # no state yet
+    for night in calls[1:]:
+        assert all(topic != "SCHEDULE_TOPIC_XXXX" for topic, *_ in night)
+        assert any(not grown and got for _, _, grown, got in night), night  # full files the same: not read
+        assert any(grown and got for _, _, grown, got in night), night  # the newest files: read past their units
+    torn = [(name, got) for topic, name, grown, got in calls[2] if topic == "Topic1" and grown]
+    assert torn and not torn[0][1], calls[2]  # its last unit then differs: surveyed whole
+    writer.close()
+
+
 @pytest.mark.parametrize("lo, hi, whole", [
     (0, 4096, (0, 3)), (100, 4000, (1, 2)), (100, 1000, (1, -1)),  # a span inside one bucket holds none whole
     ("-inf", "inf", (-1, 11)), ("-inf", 5000, (-1, 3)), (9000, "inf", (9, 11))])
@@ -763,6 +809,6 @@ def test_kept_parts_travel_through_spark_jobs(spark, tmp_path):
     first = audit(spark, store, tmp_path / "out1", state, "--executor", "spark")
     second = audit(spark, store, tmp_path / "out2", state, "--executor", "spark")
     # the segment's walk; its range's scan and the index file's check (and on the driver, the retries' origins and
-    # the transactions' pairing: its part's keys, the table, what it was paired from)
+    # the transactions' pairing: its part's keys, the table, what it was paired from; the queue files' survey rows)
     assert second["summary"]["state"]["tasks_given_back"] == {"survey": 1, "scan": 2} and ids(second) == ids(first)
-    assert len(list((state / "brokers").glob("*/parts/*.arrow"))) == 7
+    assert len(list((state / "brokers").glob("*/parts/*.arrow"))) == 8

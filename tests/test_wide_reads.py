@@ -433,3 +433,50 @@ def test_a_file_task_reads_no_queue_file_whose_survey_says_what_it_would_find(tm
         assert ("consumequeue.corrupt_unit", "00000000000000000000", 200) in [f[:3] for f in told[0]]  # Whole's tail
         tail, whole = (str(tmp_path / "consumequeue" / t / "0" / "00000000000000000000") for t in ("Tail", "Whole"))
         assert unread == ({tail, whole} if recovered_end == 1 << 20 else set())
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_grown_files_survey_gone_on_from_its_last_row_is_its_survey(tmp_path, seed):
+    """routes.resumed_queue_file (audit --state): a queue file's row and recovery, made from the row of its first
+    units and the units appended since, are those a survey of the whole file makes; entries, zero units, refused
+    units, buckets shared across the cut, the log's end moved on (on odd seeds past a power of two: its buckets
+    twice as wide, kept.py _rebucketed).  None where its last unit then changed."""
+    import random
+
+    from jobs.audit.kept import _rebucketed
+    from jobs.audit.routes import SurveyInput, _survey_queue_file, recovery_of_row, resumed_queue_file
+
+    rng = random.Random(seed)
+    per_file = 64
+    units = []
+    for i in range(per_file):
+        kind = rng.random()
+        units.append((0, 0, 0) if kind < 0.05 else (-8, 100, 7) if kind < 0.1 else
+                      (rng.randrange(0, 1 << 16), rng.randrange(1, 400), rng.randrange(0, 1 << 20)))
+    cut, n = sorted(rng.sample(range(1, per_file), 2))
+    folder = tmp_path / "consumequeue" / "T" / "0"
+
+    def surveyed(k, given):
+        _file_at(folder, units[:k], per_file)
+        f = list_queue_files(tmp_path)[0]
+        row, u = _survey_queue_file(given, f)
+        written = -(-len((folder / f"{0:020d}").read_bytes().rstrip(b"\0")) // 20) * 20
+        return f, row, u.recovery, written
+
+    then = SurveyInput("b", 10, 70_000)
+    _, was, _, _ = surveyed(cut, then)
+    now = SurveyInput("b", 10 + seed % 2, 90_000)  # the log grew (no entry was past its end then: all below 65,536)
+    f, row, recovery, written = surveyed(n, now)
+    was = _rebucketed(was, seed % 2)
+    got = resumed_queue_file(now, f, was, written, True)
+    assert got is not None and got[0] == row and got[1] == recovery == recovery_of_row(row)
+    changed = list(units)
+    changed[was["units"] - 1] = (1, 1, 1)
+    _file_at(folder, changed[:n], per_file)
+    assert resumed_queue_file(now, list_queue_files(tmp_path)[0], was, written, True) is None
+
+
+def _file_at(folder, units: list, per_file: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    raw = b"".join(unit_bytes(*u) for u in units)
+    (folder / f"{0:020d}").write_bytes(raw + bytes(per_file * 20 - len(raw)))

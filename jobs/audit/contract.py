@@ -9,7 +9,8 @@ Where each hook runs (``rc``: a :class:`jobs.audit.scan.RangeContext`; ``out``: 
 * ``in_survey[route](task, file, read, out)``: in a survey task of that route (jobs/audit/routes.py), for each file
   the route's survey read (``read``: what it read of the file, the route's own form; ``task.probes[family]``); what
   it does once a task rather than once a file it gathers with ``out.gathered(name, finish)`` (the delays' first
-  readings of a broker's levels).
+  readings of a broker's levels).  ``in_survey_topics[route]``: the topics whose files the hook looks at (a route not
+  named: every file); audit --state goes on from the last run's survey of the others (jobs/audit/kept.py).
 * ``probes(ctx, broker) -> object``: on the driver between survey and scan; what its scan hooks need
   (``rc.facts.probes[family]`` in every task of the broker).
 * ``in_range(rc, out)``: in every commitlog range task, over its walk, its messages and what it owns.
@@ -135,6 +136,7 @@ class Family:
     always: bool = False
     survey_probes: Callable | None = None
     in_survey: dict[str, Callable] = field(default_factory=dict)
+    in_survey_topics: dict[str, tuple[str, ...]] = field(default_factory=dict)
     probes: Callable | None = None
     probe_in_span: Callable | None = None
     range_memo: Callable | None = None

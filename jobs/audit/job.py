@@ -88,7 +88,7 @@ from runtime.stores import resolve_stores
 from runtime.custody import input_files, watch
 from .plan import MAX_FILES, MAX_SEGMENTS, BrokerPlan, plan_broker, plan_segments
 from .scan import scan_tasks
-from .kept import keep_files, keep_ranges
+from .kept import keep_files, keep_queue_surveys, keep_ranges, resume_queue_surveys
 from .state import AuditState, check_apart_from
 from .survey import survey_tasks
 from .tasks import FAILURES, ExecutorWarmUp, RunInfo, failure_row, run_tasks
@@ -295,10 +295,13 @@ def _audit(spark, args, warming: ExecutorWarmUp | None = None) -> AuditResult:
     with reads_of_the_run(RunReads() if executor.where == "driver" else None):
         try:
             surveyed = survey_tasks(ctx, segments)
-            if state is not None:  # the segment walks of files the same since the last run: given back
-                surveyed = state.keep(surveyed, "survey")
+            queue_rows = {}
+            if state is not None:  # the segment walks of files the same since the last run: given back; queue files
+                surveyed = state.keep(surveyed, "survey")  # the same or grown: their rows gone on from
+                queue_rows = resume_queue_surveys(state, surveyed, families)
             ctx.survey = _stage(spark, "survey", surveyed, executor,
                                 RunInfo(None, partials_dir=run.partials_dir), warming)  # no findings; spilled
+            keep_queue_surveys(state, ctx, queue_rows)
             ctx.failures.append(ctx.survey.get("_failures", FAILURES))
             phases.done("survey")
             progress("predicting recovery")

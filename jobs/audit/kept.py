@@ -51,10 +51,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from store_format import fs
 
-from .routes import ROUTES
+from .routes import CONSUMEQUEUE, CQ_FILES, ROUTES, hulls
 from .scan import (INF, MEMO, NEG_INF, CommitlogRange, CommitlogRun, FileScan, RoutedWindows, owned_buckets,
                    routed_values, whole_buckets)
 from .state import GIVEN_BACK, code_digest, read_part, write_part
@@ -435,3 +436,86 @@ class KeptRows:
         h = hashlib.sha256()
         _feed(h, (value, sorted(zip(rels, files.values())), reads.get(None)))
         return h.hexdigest()[:32], dict(zip(rels, (v[0] for v in files.values())))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Kept queue surveys
+
+#: what a state keeps of a broker's consume-queue files' survey: their rows (routes.CQ_FILES), each with its path below
+#: the store root and the routing it was bucketed under
+KEPT_QUEUE_ROWS = pa.schema([*CQ_FILES, ("rel", pa.string()), ("shift", pa.int64()), ("last_bucket", pa.int64())])
+
+
+def resume_queue_surveys(state, tasks: list, families) -> dict:
+    """Each consume-queue survey task of a broker the ``state`` compares told which of its files go on from the
+    last run's rows (``RouteSurvey.resumed``): a file found the same or grown since (the state's look), with a kept
+    row bucketed under this run's shift and no entry past the log's end then, of a topic no family's survey hook looks
+    at (``Family.in_survey_topics``).  Returns {broker: where its rows are kept for the next run
+    (:class:`KeptRows`)}, for :func:`keep_queue_surveys`."""
+    from .survey import RouteSurvey
+
+    hooked = [f for f in families if CONSUMEQUEUE.name in f.in_survey]
+    if any(CONSUMEQUEUE.name not in f.in_survey_topics for f in hooked):
+        return {}  # a hook that looks at every file: each read whole
+    looked_at = {t for f in hooked for t in f.in_survey_topics[CONSUMEQUEUE.name]}
+    keepers, was = {}, {}
+    for task in tasks:
+        if not isinstance(task, RouteSurvey) or task.route != CONSUMEQUEUE.name or not state.compared(task.broker):
+            continue
+        if task.broker not in keepers:
+            keepers[task.broker] = offer_rows(state, task.broker, "survey.queue_files", (), KEPT_QUEUE_ROWS)
+            was[task.broker] = _kept_rows(keepers[task.broker].rows(lambda memos: ((), {}), again=False))
+        looks = state.looks(task.broker)
+        shift = task.given.shift
+        for f, rel in zip(task.files, state.rels(task.broker, [f.loc for f in task.files])):
+            row, x = was[task.broker].get(rel), looks.get(rel)
+            if row is None or x is None or x.change not in ("same", "grown") or f.topic in looked_at \
+                    or row["shift"] > shift or row["last_bucket"] << row["shift"] > task.given.commitlog_end \
+                    or len(row["bucket"]) and row["bucket"][-1] > row["last_bucket"]:
+                continue
+            task.resumed[f.loc.path] = (_rebucketed({k: row[k] for k in CQ_FILES.names}, shift - row["shift"]),
+                                        x.row["written"], x.change == "grown")
+    return keepers
+
+
+def _kept_rows(t: pa.Table | None) -> dict:
+    """{path below the store root: its kept row}, each row's buckets as numpy arrays (a file's entries at 4 GiB of log
+    fall in thousands of buckets: made Python lists, most of the survey's time)."""
+    if t is None:
+        return {}
+    lists = {}
+    for name in ("bucket", "bucket_first", "bucket_last"):
+        col = t.column(name).combine_chunks()
+        values, offsets = col.values.to_numpy(zero_copy_only=False), col.offsets.to_numpy()
+        lists[name] = [values[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    rest = {name: t.column(name).to_pylist() for name in t.column_names if name not in lists}
+    return {rel: {**{k: v[i] for k, v in rest.items()}, **{k: v[i] for k, v in lists.items()}}
+            for i, rel in enumerate(rest["rel"])}
+
+
+def _rebucketed(row: dict, wider: int) -> dict:
+    """A kept row's buckets as this run's routing makes them, its buckets ``wider`` bits wider (the log grew past a
+    power of two since: plan.MAX_BUCKETS buckets over it): a bucket is the offset shifted, so each new bucket is the
+    hull of the old ones shifted into it (the negative bucket stays one)."""
+    if not wider or not len(row["bucket"]):
+        return row
+    b = np.asarray(row["bucket"], np.int64)
+    return {**row, **dict(zip(("bucket", "bucket_first", "bucket_last"), hulls(
+        np.where(b >= 0, b >> wider, b), np.asarray(row["bucket_first"], np.int64),
+        np.asarray(row["bucket_last"], np.int64))))}
+
+
+def keep_queue_surveys(state, ctx, keepers: dict) -> None:
+    """The survey's consume-queue rows of each broker in ``keepers`` (:func:`resume_queue_surveys`) kept for the next
+    run: those of ``file`` queues (their recovery modelled) without an ext address."""
+    t = ctx.survey.get(CONSUMEQUEUE.files_partial, CQ_FILES)
+    for broker, keeper in keepers.items():
+        plan = ctx.plans[broker]
+        mine = t.filter(pc.and_(pc.equal(t.column("broker"), broker),
+                                pc.and_(pc.is_valid(t.column("recovery_valid")),
+                                        pc.invert(t.column("ext_addressed")))))
+        n = mine.num_rows
+        mine = mine.append_column("rel", pa.array(state.rels(broker, mine.column("path").to_pylist()), pa.string())) \
+            .append_column("shift", pa.array(np.full(n, plan.shift), pa.int64())) \
+            .append_column("last_bucket", pa.array(np.full(n, plan.commitlog_end >> plan.shift), pa.int64()))
+        keeper.keep(mine, {}, lambda memos: ((), {}))

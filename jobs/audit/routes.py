@@ -53,8 +53,8 @@ def bucket_columns(b: Buckets) -> dict:
 
 
 def buckets_of_row(row: dict) -> Buckets:
-    return Buckets(np.array(row["bucket"] or [], np.int64), np.array(row["bucket_first"] or [], np.int64),
-                   np.array(row["bucket_last"] or [], np.int64))
+    return Buckets(*(np.array(row[name] if row[name] is not None else [], np.int64)
+                     for name in ("bucket", "bucket_first", "bucket_last")))
 
 
 @dataclass(frozen=True)
@@ -133,11 +133,16 @@ CQ_FILES = pa.schema([
     ("units", pa.int64()), ("entries", pa.int64()),
     # the first entry's queue offset and the last queue offset its entries cover (store_format.queues.Units.ends)
     ("min_queue_offset", pa.int64()), ("max_queue_offset", pa.int64()), *BUCKETS,
-    # what the scan's file tasks would read the file again for (jobs/audit/checks/consumequeue.py, prediction.py):
-    # whether recovery accepts every unit up to its last written one (null: its backend's recovery not modelled),
-    # the greatest physical offset of those units, and whether any slot holds a ConsumeQueueExt address
-    ("accepted", pa.bool_()), ("max_physical_offset", pa.int64()), ("ext_addressed", pa.bool_()),
+    # what the scan's file tasks would read the file again for (jobs/audit/checks/consumequeue.py, prediction.py),
+    # and a next run's survey goes on from (audit --state, jobs/audit/kept.py): what recovery needs of the file
+    # (store_format.consumequeue.FileRecovery; null: its backend's recovery not modelled), the greatest physical
+    # offset of its units up to the last written one, and whether any slot holds a ConsumeQueueExt address
+    ("recovery_valid", pa.int64()), ("recovery_end", pa.int64()), ("refused_offset", pa.int64()),
+    ("refused_size", pa.int64()), ("whole_units", pa.int64()),
+    ("max_physical_offset", pa.int64()), ("ext_addressed", pa.bool_()),
+    ("last_unit", pa.binary()),  # the bytes of its last unit up to the last written one, as a next run checks them
 ])
+RECOVERY_COLUMNS = ("recovery_valid", "recovery_end", "refused_offset", "refused_size", "whole_units")
 QUEUE_STARTS = pa.schema([("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
                           ("recover_end", pa.int64()), ("max_physic_offset", pa.int64()),
                           ("refused_offset", pa.int64()), ("refused_size", pa.int64())])
@@ -160,9 +165,104 @@ def _survey_queue_file(task: SurveyInput, f: QueueFile):
         lo, hi = served[0], served[1] - 1
     return {"broker": task.broker, "path": f.loc.path, "topic": f.topic, "queue_id": f.queue_id,
             "units": len(u.kind), "entries": len(entry), "min_queue_offset": lo, "max_queue_offset": hi,
-            **bucket_columns(b), "accepted": None if u.recovery is None else u.recovery.valid == len(u.kind),
+            **bucket_columns(b), **_recovery_columns(u.recovery),
             "max_physical_offset": int(u.physical_offset.max()) if len(u.kind) else None,
-            "ext_addressed": u.ext_offset is not None}, u
+            "ext_addressed": u.ext_offset is not None,
+            "last_unit": _unit_bytes(u.physical_offset[-1:], u.size[-1:], u.tags_code[-1:])[0] if len(u.kind)
+            else None}, u
+
+
+def _unit_bytes(phys, size, tags) -> list[bytes]:
+    """Units as the file holds them (a slot holding an ext address: its resolved tagsCode instead)."""
+    units = np.empty(len(phys), L.CQ_UNIT.dtype())
+    units["physical_offset"], units["size"], units["tags_code"] = phys, size, tags
+    raw = units.tobytes()
+    return [raw[i:i + L.CQ_STORE_UNIT_SIZE] for i in range(0, len(raw), L.CQ_STORE_UNIT_SIZE)]
+
+
+def resumed_queue_file(task: SurveyInput, f: QueueFile, was: dict, written: int, grown: bool):
+    """:func:`_survey_queue_file` of a ``file`` queue's file that the last run surveyed (``was``: its row then, its
+    buckets made under this run's shift, none past the log's end then) and that was only appended to since (its
+    written bytes now end at ``written``: audit --state's look, jobs/audit/kept.py): the units past those it had,
+    read and added to its row.  (The row, the file's FileRecovery), or None where it cannot go on from the row (a
+    partial unit at its end, an ext address, fewer units than then): the file is then surveyed whole.  ``grown``:
+    its written bytes end further than then (else it is not read at all)."""
+    from store_format.consumequeue import UNIT_KINDS, FileRecovery, units_of
+
+    unit = L.CQ_STORE_UNIT_SIZE
+    whole, k0 = f.length // unit, was["units"]
+    n = min(-(-written // unit), whole)
+    if f.length % unit or f.backend.bounds is not None or was["ext_addressed"] or was["recovery_valid"] is None \
+            or n < k0:
+        return None
+    row = {**was, "broker": task.broker, "path": f.loc.path, "whole_units": whole,
+           **{name: np.asarray(was[name], np.int64).tolist() for name in ("bucket", "bucket_first", "bucket_last")}}
+    if not grown:
+        return (row, recovery_of_row(row)) if n == k0 else None
+    at = max(k0 - 1, 0)  # its last unit then read again: a copy made while the broker wrote it may have held a part
+    raw = f.loc.read_range(at * unit, (n - at) * unit)
+    if len(raw) != (n - at) * unit or k0 and raw[:unit] != was["last_unit"]:
+        return None  # cut meanwhile, or its last unit then is not what it holds now
+    if n == k0:
+        return row, recovery_of_row(row)
+    u = units_of(memoryview(raw)[(k0 - at) * unit:])
+    if (u["tags_code"] <= L.CQ_EXT_MAX_ADDR).any():
+        return None  # an ext address: resolved by a whole survey
+    phys, size, kind = u["physical_offset"], u["size"].astype(np.int64), u["kind"]
+    entry = np.flatnonzero(kind == 0)
+    offsets = f.first_queue_offset + k0 + entry
+    old = buckets_of_row(was)
+    new = Buckets.of_offsets(phys[entry], entry + k0, task.shift, task.commitlog_end)
+    bucket, first, last = hulls(np.r_[old.buckets, new.buckets], np.r_[old.first, new.first],
+                                np.r_[old.last, new.last])
+    row.update(units=n, entries=was["entries"] + len(entry), last_unit=bytes(raw[-unit:]), bucket=bucket,
+               bucket_first=first, bucket_last=last,
+               max_physical_offset=max(int(phys.max()), was["max_physical_offset"] if k0 else int(phys.max())))
+    if len(entry):
+        row["min_queue_offset"] = was["min_queue_offset"] if was["entries"] else int(offsets.min())
+        row["max_queue_offset"] = int(offsets.max()) if was["max_queue_offset"] is None \
+            else max(was["max_queue_offset"], int(offsets.max()))
+    # recovery's run of accepted units (FileRecovery.of over the file's units) goes on into the new ones only where
+    # every earlier unit was accepted
+    recovery = recovery_of_row(row)
+    if recovery.valid == k0:
+        ok = (phys >= 0) & (size > 0)
+        k = len(ok) if ok.all() else int(ok.argmin())
+        written_units = kind != UNIT_KINDS.index("zero")
+        recovery = FileRecovery(k0 + k, int(phys[k - 1] + size[k - 1]) if k else recovery.end,
+                                (int(phys[k]), int(size[k])) if k < len(ok) and written_units[k] else None, whole)
+    row.update(_recovery_columns(recovery))
+    return row, recovery
+
+
+def hulls(bucket: np.ndarray, first: np.ndarray, last: np.ndarray) -> tuple[list, list, list]:
+    """Routing buckets given more than once (with the first and last entry of each) made one each: the buckets in
+    order, each with the least first and the greatest last, as lists (a survey row's)."""
+    if not len(bucket):
+        return [], [], []
+    order = np.argsort(bucket, kind="stable")
+    bucket, first, last = bucket[order], first[order], last[order]
+    cut = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
+    return (bucket[cut].tolist(), np.minimum.reduceat(first, cut).tolist(),
+            np.maximum.reduceat(last, cut).tolist())
+
+
+def _recovery_columns(r) -> dict:
+    """A file's FileRecovery as its :data:`CQ_FILES` columns (None: not modelled)."""
+    refused = r.refused if r is not None else None
+    return {"recovery_valid": r.valid if r is not None else None, "recovery_end": r.end if r is not None else None,
+            "refused_offset": refused[0] if refused else None, "refused_size": refused[1] if refused else None,
+            "whole_units": r.whole if r is not None else None}
+
+
+def recovery_of_row(row: dict):
+    """The FileRecovery a :data:`CQ_FILES` row holds (None: not modelled)."""
+    from store_format.consumequeue import FileRecovery
+
+    if row["recovery_valid"] is None:
+        return None
+    refused = (row["refused_offset"], row["refused_size"]) if row["refused_offset"] is not None else None
+    return FileRecovery(row["recovery_valid"], row["recovery_end"], refused, row["whole_units"])
 
 
 def _survey_queue_files(task: SurveyInput, files: list[QueueFile]):
@@ -204,6 +304,7 @@ def _survey_queue_files(task: SurveyInput, files: list[QueueFile]):
     if written.any():
         max_phys[written] = np.maximum.reduceat(g.physical_offset, (np.cumsum(counts) - counts)[written])
     offsets = pa.array(np.r_[0, np.cumsum(np.bincount(key[cut] // nb, minlength=len(loaded)))], pa.int32())
+    recovery = [_recovery_columns(u.recovery) for u in many.files]
     table = pa.table({
         "broker": pa.array([task.broker] * len(loaded), pa.string()),
         "path": pa.array([f.loc.path for f in loaded], pa.string()),
@@ -215,13 +316,21 @@ def _survey_queue_files(task: SurveyInput, files: list[QueueFile]):
         "bucket": pa.ListArray.from_arrays(offsets, pa.array(buckets, pa.int64())),
         "bucket_first": pa.ListArray.from_arrays(offsets, pa.array(firsts, pa.int64())),
         "bucket_last": pa.ListArray.from_arrays(offsets, pa.array(lasts, pa.int64())),
-        "accepted": pa.array([None if u.recovery is None else u.recovery.valid == len(u.kind) for u in many.files],
-                             pa.bool_()),
+        **{name: pa.array([r[name] for r in recovery], pa.int64()) for name in RECOVERY_COLUMNS},
         "max_physical_offset": pa.array(max_phys, pa.int64(), mask=~written),
         "ext_addressed": pa.array([u.ext_offset is not None for u in many.files], pa.bool_()),
+        "last_unit": pa.array(_last_units(g, counts), pa.binary()),
     }, schema=CQ_FILES)
     read = dict(zip(map(id, loaded), many.files))
     return table, [read.get(id(f)) for f in files]
+
+
+def _last_units(g, counts: np.ndarray) -> list:
+    """Each file's last unit's bytes (None: it has none) of a group read at once (``g``, ``counts`` units a file)."""
+    last = np.cumsum(counts) - 1
+    has = counts > 0
+    got = iter(_unit_bytes(g.physical_offset[last[has]], g.size[last[has]], g.tags_code[last[has]]))
+    return [next(got) if h else None for h in has.tolist()]
 
 
 def _queue_starts(task: SurveyInput, files: list[QueueFile], out, read: dict) -> None:
@@ -346,9 +455,9 @@ def surveyed_units(row: dict) -> tuple[int, bool, int | None, bool] | None:
     """What the survey found of a queue file's units (its :data:`CQ_FILES` row): (how many up to the last written
     one, whether recovery accepts them all, their greatest physical offset, whether a slot holds an ext address);
     None where its backend's recovery is not modelled.  A file task needs not read a file again to learn them."""
-    if row["accepted"] is None:
+    if row["recovery_valid"] is None:
         return None
-    return row["units"], row["accepted"], row["max_physical_offset"], row["ext_addressed"]
+    return row["units"], row["recovery_valid"] == row["units"], row["max_physical_offset"], row["ext_addressed"]
 
 
 def told_by_survey(routed: list, files: list) -> set[str]:
@@ -549,5 +658,6 @@ VIEW = {**{r.name: view_schema(r.name) for r in QUEUE_ROUTES}, INDEX.name: ENTRI
 UNITS = VIEW[CONSUMEQUEUE.name]
 
 __all__ = ["Route", "RoutedFile", "SurveyInput", "ROUTES", "VIEW", "QUEUE_ROUTES", "CONSUMEQUEUE", "INDEX",
-           "TIMERLOG", "CQ_FILES", "QUEUE_STARTS", "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES",
+           "TIMERLOG", "CQ_FILES", "RECOVERY_COLUMNS", "resumed_queue_file", "recovery_of_row", "hulls", "QUEUE_STARTS",
+           "QUEUE_BOUNDS", "INDEX_FILES", "UNITS", "ENTRIES",
            "TIMERLOG_FILES", "TIMER_UNITS", "buckets_of_row", "bucket_columns", "view_schema"]

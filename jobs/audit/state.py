@@ -781,6 +781,10 @@ class AuditState:
         self.recorded.setdefault(broker, set()).add(key)
         return kept, same, self.output.staging.child("brokers").child(folder).child(PARTS).child(f"{key}.arrow")
 
+    def looks(self, broker: str) -> dict:
+        """This run's looks at the broker's files (:class:`Look`), by their path below the store root."""
+        return self._held_of(broker)[1]
+
     def allows(self, broker: str, reaches: dict) -> bool:
         """Whether each file (by its path below the store root) is as the last run found it, or grew past its reach
         in ``reaches`` (what a part kept on the driver read of it, jobs/audit/kept.py :class:`KeptRows`)."""

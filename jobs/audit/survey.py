@@ -12,7 +12,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +23,7 @@ from store_format.recovery import forced_crc_stop
 from store_format.scan import DEFAULT_MAX_RECORD_SIZE, SegmentEnds, read_range_walk, span_detail
 from decoding.kernels import CompiledFramer
 
-from .routes import ROUTES, SurveyInput
+from .routes import ROUTES, SurveyInput, resumed_queue_file
 from .tasks import Emitter
 
 WALK_ITEMS = pa.schema([
@@ -122,6 +122,9 @@ class RouteSurvey:
     given: SurveyInput
     files: list
     hooks: tuple = ()  # (family name, its in_survey hook for this route)
+    # audit --state: {path: (its row of the last run, where its written bytes end now, whether they grew)} of the
+    # files whose survey goes on from the last run's (routes.resumed_queue_file; no hook looks at them)
+    resumed: dict = field(default_factory=dict)
     HOLDS_THE_GIL = True  # a file at a time in Python: one such task at a time in the driver (tasks.holds_the_gil)
 
     @property
@@ -136,12 +139,19 @@ class RouteSurvey:
 
     def run(self, out: Emitter) -> None:
         route = ROUTES[self.route]
-        grouped = route.survey_files(self.given, self.files) if route.survey_files is not None else None
+        again = {}  # id of a file -> (its row, its recovery), gone on from the last run's
+        for f in self.files:
+            was = self.resumed.get(f.loc.path)
+            got = resumed_queue_file(self.given, f, *was) if was is not None else None
+            if got is not None:
+                again[id(f)] = got
+        files = [f for f in self.files if id(f) not in again]
+        grouped = route.survey_files(self.given, files) if route.survey_files is not None and files else None
         if grouped is not None:  # every file's row computed over the group at once, the group's reads held
             table, reads = grouped
-            surveyed = zip(self.files, ((None, read) for read in reads))
+            surveyed = zip(files, ((None, read) for read in reads))
         else:  # a file at a time, its read let go once its hooks ran
-            table, surveyed = None, ((f, route.survey_file(self.given, f)) for f in self.files)
+            table, surveyed = None, ((f, route.survey_file(self.given, f)) for f in files)
         rows, kept = [], {}
         for f, (row, read) in surveyed:
             if row is not None:
@@ -149,9 +159,17 @@ class RouteSurvey:
             for _, hook in self.hooks:
                 hook(self.given, f, read, out)
             kept[id(f)] = route.survey_keep(read)  # a few numbers a file
+        for f in self.files:
+            if id(f) in again:
+                rows.append(again[id(f)][0])
+                kept[id(f)] = again[id(f)][1]
         out.finish_gathered()  # what the hooks do once the files are done
-        out.partial(route.files_partial, table if table is not None
-                    else pa.Table.from_pylist(rows, schema=route.survey_schema))
+        rest = pa.Table.from_pylist(rows, schema=route.survey_schema)
+        whole = pa.concat_tables([table, rest]) if table is not None else rest
+        if again:  # in the files' order, as a survey of them all gives them
+            at = {f.loc.path: i for i, f in enumerate(self.files)}
+            whole = whole.take(np.argsort([at[p] for p in whole.column("path").to_pylist()], kind="stable"))
+        out.partial(route.files_partial, whole)
         if route.survey_group is not None:
             route.survey_group(self.given, self.files, out, kept)
 

@@ -479,7 +479,8 @@ VIEW = TableView("Delayed messages", 30, (
 
 FAMILY = Family(
     "delays", "delayed messages per level: pending, overdue, delivered but not recorded, delayOffset.json's offsets",
-    survey_probes=schedule_probe, in_survey={"consumequeue": pending_in_survey}, probes=probes, in_range=in_range,
+    survey_probes=schedule_probe, in_survey={"consumequeue": pending_in_survey},
+    in_survey_topics={"consumequeue": (L.SCHEDULE_TOPIC,)}, probes=probes, in_range=in_range,
     probe_in_span=probe_in_span, range_memo=range_memo, on_driver=on_driver,
     emits={"delays.pending": PENDING, "delays.found": FOUND, "delays.delivered": DELIVERED},
     reads=("delays.pending", "delays.found", "delays.delivered"),
