@@ -26,7 +26,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -68,7 +68,7 @@ class RoutedFile:
     params: dict = field(default_factory=dict)
     # what the survey found of a queue file's units (:func:`surveyed_units`): no window is made of it, so no kept
     # range's key reads it
-    surveyed: tuple | None = None
+    surveyed: "SurveyedUnits | None" = None
 
 
 @dataclass(frozen=True)
@@ -451,20 +451,29 @@ def _routed_queue_file(row: dict | None, f: QueueFile) -> RoutedFile | None:
         "backend": f.backend.name}, surveyed_units(row))
 
 
-def surveyed_units(row: dict) -> tuple[int, bool, int | None, bool] | None:
-    """What the survey found of a queue file's units (its :data:`CQ_FILES` row): (how many up to the last written
-    one, whether recovery accepts them all, their greatest physical offset, whether a slot holds an ext address);
-    None where its backend's recovery is not modelled.  A file task needs not read a file again to learn them."""
+class SurveyedUnits(NamedTuple):
+    """What the survey found of a queue file's units (:func:`surveyed_units`)."""
+
+    units: int  # up to the last written one
+    accepted: bool  # recovery accepts them all
+    max_physical_offset: int | None
+    ext_addressed: bool  # a slot holds a ConsumeQueueExt address
+
+
+def surveyed_units(row: dict) -> SurveyedUnits | None:
+    """What the survey found of a queue file's units (its :data:`CQ_FILES` row); None where its backend's recovery is
+    not modelled.  A file task needs not read a file again to learn them."""
     if row["recovery_valid"] is None:
         return None
-    return row["units"], row["recovery_valid"] == row["units"], row["max_physical_offset"], row["ext_addressed"]
+    return SurveyedUnits(row["units"], row["recovery_valid"] == row["units"], row["max_physical_offset"],
+                         row["ext_addressed"])
 
 
 def told_by_survey(routed: list, files: list) -> set[str]:
     """The paths of ``files`` (a file task's) whose units no hook of the scan reads when the survey found them all
     accepted, without an ext address (``routed``: the route's RoutedFile of each surveyed file with entries): a
     queue of one such file (recovery's walk of a queue of several reads them)."""
-    ok = {r.loc.path for r in routed if r.surveyed is not None and r.surveyed[1] and not r.surveyed[3]}
+    ok = {r.loc.path for r in routed if r.surveyed is not None and r.surveyed.accepted and not r.surveyed.ext_addressed}
     alone = Counter((f.topic, f.queue_id) for f in files)
     return {f.loc.path for f in files if f.loc.path in ok and alone[f.topic, f.queue_id] == 1}
 

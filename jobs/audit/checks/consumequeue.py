@@ -297,7 +297,7 @@ def in_queue_files(facts, files, out) -> None:
                                 reason=ErrorKind.BAD_FILE_NAME.value))
             continue
         known = surveyed.get(p.loc.path)
-        if known is not None and known[1] and not known[3]:  # the survey found every unit accepted, no ext address:
+        if known is not None and known.accepted and not known.ext_addressed:  # what the survey found of them:
             tail = partial_unit(p.loc.path, p.length)  # all reading its units would find
         else:
             tail = _corrupt_units(p, addressed, corrupt)

@@ -66,9 +66,9 @@ def queue_recovery_in(facts, parts, out) -> None:
     rows = []
     surveyed = {r.loc.path: r.surveyed for r in facts.routed.get("consumequeue", ())}
     for queue in group_queues(parts):
-        known = surveyed.get(queue.files[0].loc.path) if len(queue.files) == 1 else None  # (units, accepted, ...)
-        if facts.has_commitlog and queue.keeps_every_unit(facts.recovered_end if facts.truncate_queues else None,
-                                                          known[1:3] if known is not None else None):
+        known = surveyed.get(queue.files[0].loc.path) if len(queue.files) == 1 else None  # routes.SurveyedUnits
+        if facts.has_commitlog and queue.keeps_every_unit(facts.recovered_end if facts.truncate_queues else None, (
+                known.accepted, known.max_physical_offset) if known is not None else None):
             continue  # no reader made (nor the file read again): a broker of 40,000 queues has one file each
         units = queue.unit_reader()  # each file read once for both steps
         start = queue.recover(units)
