@@ -508,6 +508,8 @@ def _rebucketed(row: dict, wider: int) -> dict:
 def keep_queue_surveys(state, ctx, keepers: dict) -> None:
     """The survey's consume-queue rows of each broker in ``keepers`` (:func:`resume_queue_surveys`) kept for the next
     run: those of ``file`` queues (their recovery modelled) without an ext address."""
+    if not keepers:
+        return
     t = ctx.survey.get(CONSUMEQUEUE.files_partial, CQ_FILES)
     for broker, keeper in keepers.items():
         plan = ctx.plans[broker]

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from store_format import layout as L
+from store_format.consumequeue import unit_bytes
 from store_format.errors import ErrorKind, StoreFormatError
 from store_format.fs import Location, ReadOnlyMap
 from store_format.indexfile import INDEX_NAME, EntryViews, IndexFile, read_entry_bytes, read_entry_window, \
@@ -168,16 +169,8 @@ def _survey_queue_file(task: SurveyInput, f: QueueFile):
             **bucket_columns(b), **_recovery_columns(u.recovery),
             "max_physical_offset": int(u.physical_offset.max()) if len(u.kind) else None,
             "ext_addressed": u.ext_offset is not None,
-            "last_unit": _unit_bytes(u.physical_offset[-1:], u.size[-1:], u.tags_code[-1:])[0] if len(u.kind)
-            else None}, u
-
-
-def _unit_bytes(phys, size, tags) -> list[bytes]:
-    """Units as the file holds them (a slot holding an ext address: its resolved tagsCode instead)."""
-    units = np.empty(len(phys), L.CQ_UNIT.dtype())
-    units["physical_offset"], units["size"], units["tags_code"] = phys, size, tags
-    raw = units.tobytes()
-    return [raw[i:i + L.CQ_STORE_UNIT_SIZE] for i in range(0, len(raw), L.CQ_STORE_UNIT_SIZE)]
+            "last_unit": unit_bytes(int(u.physical_offset[-1]), int(u.size[-1]), int(u.tags_code[-1]))
+            if len(u.kind) else None}, u
 
 
 def resumed_queue_file(task: SurveyInput, f: QueueFile, was: dict, written: int, grown: bool):
@@ -327,10 +320,9 @@ def _survey_queue_files(task: SurveyInput, files: list[QueueFile]):
 
 def _last_units(g, counts: np.ndarray) -> list:
     """Each file's last unit's bytes (None: it has none) of a group read at once (``g``, ``counts`` units a file)."""
-    last = np.cumsum(counts) - 1
-    has = counts > 0
-    got = iter(_unit_bytes(g.physical_offset[last[has]], g.size[last[has]], g.tags_code[last[has]]))
-    return [next(got) if h else None for h in has.tolist()]
+    last = (np.cumsum(counts) - 1).tolist()
+    return [unit_bytes(int(g.physical_offset[i]), int(g.size[i]), int(g.tags_code[i])) if n else None
+            for i, n in zip(last, counts.tolist())]
 
 
 def _queue_starts(task: SurveyInput, files: list[QueueFile], out, read: dict) -> None:
