@@ -522,11 +522,12 @@ def test_a_parts_retry_origins_are_given_back_while_their_bytes_are_the_same(spa
     found them, the origins not read again.  Origins in the active segment too near its last end, or in a segment
     expired since (the last step), are read again.  Every output is a full audit's (_grow compares them)."""
     from jobs.audit.checks import retries
-    from jobs.audit.context import AuditContext
+    from jobs.audit.context import AuditContext, TableWriter
 
     writer, send = _appending_broker(tmp_path, monkeypatch)
     looked_up, made = [], []  # per audit: the origin ids it read, the hops whose rows it worked out
-    read, rows_of = AuditContext.kept_messages_by_id, retries._retry_rows
+    as_kept = []  # per audit: the table's rows written as the Parquet files a state keeps them as
+    read, rows_of, add_file = AuditContext.kept_messages_by_id, retries._retry_rows, TableWriter.add_file
 
     def spy(self, broker, ids):
         looked_up[-1] += len(ids)
@@ -537,8 +538,10 @@ def test_a_parts_retry_origins_are_given_back_while_their_bytes_are_the_same(spa
         return rows_of(ctx, broker, hops, found)
     monkeypatch.setattr(AuditContext, "kept_messages_by_id", spy)
     monkeypatch.setattr(retries, "_retry_rows", rows_spy)
+    monkeypatch.setattr(TableWriter, "add_file", lambda self, f: as_kept.__setitem__(-1, as_kept[-1] + f.rows)
+                        or add_file(self, f))
     monkeypatch.setattr(audit_job, "run", lambda *a, _run=audit_job.run: looked_up.append(0) or made.append(0)
-                        or _run(*a))
+                        or as_kept.append(0) or _run(*a))
     sent = []
 
     def night(n, back):  # n messages, then consumers give back some of all sent so far: a third to the DLQ at once
@@ -555,6 +558,10 @@ def test_a_parts_retry_origins_are_given_back_while_their_bytes_are_the_same(spa
     assert made[3] < made[2] and made[5] < made[4], made  # their rows too, not worked out again
     assert with_state[3] > 25  # more than the night's own: hops whose origins were in the expired segment
     assert all(s["state"]["tasks_given_back"]["scan"] >= 1 for s in said[1:])
+    # the rows given back written into the table as the files they were kept as: neither decoded nor encoded again
+    assert not any(as_kept[0::2]) and all(as_kept[1::2]), as_kept
+    assert [len(list((tmp_path / f"full{i}" / "tables" / "retries").glob("*.parquet"))) for i in range(4)] == [1] * 4
+    assert len(list((tmp_path / "inc2" / "tables" / "retries").glob("*.parquet"))) > 1
     dlq = pq.read_table(tmp_path / "full3" / "tables" / "retries").column("stage").to_pylist()
     assert "dlq" in dlq and "scheduled" in dlq
     writer.close()

@@ -110,7 +110,7 @@ except MemoryError as e:
     print(json.dumps({"memory_error": str(e)}))
     sys.exit(0)
 t = found.tables["lag"]
-rows = t.num_rows if hasattr(t, "num_rows") else pq.read_metadata(str(t.path)).num_rows
+rows = t.num_rows if hasattr(t, "num_rows") else sum(pq.read_metadata(str(p)).num_rows for p in t.paths)
 print(json.dumps({"lag_rows": rows, "findings": sorted({r for f in found.findings + checked.findings
                                                           for r in f.column("check").to_pylist()})}))
 """
@@ -301,9 +301,10 @@ def test_metrics_a_family_wrote_to_a_file_are_copied_in_the_families_order(tmp_p
                                group=[f"g{i}" for i in range(n)], topic="T")
 
     first, spilled, last = metrics("a", 3), metrics("b", 70_000), metrics("c", 2)
-    write_parquet_file(spilled, str(tmp_path / "lag_metrics" / "part-00000.parquet"))
+    spilled_at = str(tmp_path / "lag_metrics" / "part-00000.parquet")
+    write_parquet_file(spilled, spilled_at)
     stamp = {"run_id": "r1", "run_time": datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)}
-    held = _write_metrics([first, WrittenTable(str(tmp_path / "lag_metrics" / "part-00000.parquet"), 70_000), last],
+    held = _write_metrics([first, WrittenTable((spilled_at,), 70_000), last],
                           stamp, str(tmp_path / "metrics"))
     got = pq.read_table(tmp_path / "metrics" / "part-00000.parquet")
     assert got.drop_columns(["run_id", "run_time"]).to_pylist() == pa.concat_tables([first, spilled, last]).to_pylist()

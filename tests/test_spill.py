@@ -515,7 +515,7 @@ def test_a_written_table_is_held_to_row_groups_of_a_bound_not_one_a_batch(tmp_pa
 
     def written(rows_bound: int) -> pq.ParquetFile:
         monkeypatch.setattr(context, "ROW_GROUP_ROWS", rows_bound)
-        w = context.TableWriter(str(path), schema)
+        w = context.TableWriter(str(path.parent), schema)
         for b in batches:
             w.write(b)
         done = w.close()
@@ -528,10 +528,48 @@ def test_a_written_table_is_held_to_row_groups_of_a_bound_not_one_a_batch(tmp_pa
     assert written(30).metadata.num_row_groups == 7  # held to 30 rows or more: 10 batches a row group, 4 left
     monkeypatch.setattr(context, "ROW_GROUP_BYTES", 1)  # every batch past the bytes bound: a row group each
     assert written(1 << 18).metadata.num_row_groups == 64
-    w = context.TableWriter(str(path), schema)
+    w = context.TableWriter(str(path.parent), schema)
     w.write(batches[0])
     w.abort()
     assert not path.exists()
+
+
+def test_rows_kept_as_a_file_are_the_tables_next_file_between_the_rows_written_before_and_after(tmp_path):
+    """TableWriter.add_file: a part kept by an audit state (its rows' Parquet file) written as it is, after the rows
+    written so far (closed as a file of their own) and before the rows written next; the table's files in order hold
+    its rows in order; a table given up leaves none of them."""
+    import pyarrow.parquet as pq
+
+    from jobs.audit import context
+    from jobs.audit.contract import WrittenTable
+    from jobs.audit.tasks import spilled_file
+
+    schema = pa.schema([("broker", pa.string()), ("n", pa.int64())])
+    batches = [pa.table({"broker": [f"b{i}"] * 2, "n": [i, -i]}, schema=schema) for i in range(5)]
+    def written(steps, folder) -> WrittenTable:
+        w = context.TableWriter(str(folder), schema)
+        for how, b in steps:
+            w.write(b) if how == "rows" else w.add_file(spilled_file("rows", [b]))
+        return w
+
+    folder = tmp_path / "t"
+    done = written([("rows", batches[0]), ("rows", batches[1]), ("file", batches[2]), ("file", batches[3]),
+                    ("rows", batches[4])], folder).close()
+    assert isinstance(done, WrittenTable) and done.rows == 10
+    assert [p.rsplit("/", 1)[-1] for p in map(str, done.paths)] == [f"part-0000{i}.parquet" for i in range(4)]
+    assert sorted(p.name for p in folder.iterdir()) == [f"part-0000{i}.parquet" for i in range(4)]
+    assert [pq.read_table(str(p)).num_rows for p in done.paths] == [4, 2, 2, 2]
+    assert pq.read_table(folder).to_pylist() == pa.concat_tables(batches).to_pylist()
+    assert done.head(5).to_pylist() == pa.concat_tables(batches).slice(0, 5).to_pylist()
+    ends_with_a_file = written([("file", batches[0])], tmp_path / "u").close()  # no empty file after it
+    assert [p.name for p in (tmp_path / "u").iterdir()] == ["part-00000.parquet"] and ends_with_a_file.rows == 2
+    w = written([("rows", batches[0]), ("file", batches[1]), ("rows", batches[2])], tmp_path / "v")
+    w.abort()
+    assert not list((tmp_path / "v").iterdir())
+    kept = context.TableWriter(None, schema)  # without a folder: the rows, the file's decoded among them
+    kept.write(batches[0])
+    kept.add_file(spilled_file("rows", [batches[1]]))
+    assert kept.close().to_pylist() == pa.concat_tables(batches[:2]).to_pylist()
 
 
 def test_a_writer_beside_writes_its_row_groups_in_another_thread_and_the_same_file(tmp_path):

@@ -105,8 +105,7 @@ class AuditContext:
         tables folder the batches are kept and make a table (a family run on its own, in the tests)."""
         from runtime.output import out_join
 
-        return TableWriter(None if self.tables_dir is None else out_join(self.tables_dir, name, "part-00000.parquet"),
-                           schema, self.closing)
+        return TableWriter(None if self.tables_dir is None else out_join(self.tables_dir, name), schema, self.closing)
 
     def partial_writer(self, name: str, schema: pa.Schema) -> "TableWriter":
         """A partial table ``name`` the driver writes batch by batch into the run's partials
@@ -115,8 +114,8 @@ class AuditContext:
         kept and make a table (a family run on its own, in the tests)."""
         from runtime.output import out_join
 
-        return TableWriter(None if self.partials_dir is None else
-                           out_join(self.partials_dir, name, "part-00000.parquet"), schema, self.closing)
+        return TableWriter(None if self.partials_dir is None else out_join(self.partials_dir, name), schema,
+                           self.closing)
 
     def findings_writer(self, name: str) -> "TableWriter":
         """Findings of a family that grow with the messages (open transactions, overdue delays, dead letters),
@@ -129,8 +128,7 @@ class AuditContext:
         from .findings import FINDING_SCHEMA
 
         spool = self.findings_spool
-        return TableWriter(None if spool is None else out_join(spool, name, "part-00000.parquet"), FINDING_SCHEMA,
-                           self.closing)
+        return TableWriter(None if spool is None else out_join(spool, name), FINDING_SCHEMA, self.closing)
 
     @property
     def findings_spool(self) -> "fs.Location | None":
@@ -664,24 +662,32 @@ class SpilledOffsets:
 
 class TableWriter:
     """A detail table written as it is made (AuditContext.table_writer): ``write`` its rows in order, ``close``
-    for what the family returns (a contract.WrittenTable, or the table itself when there is no file).
+    for what the family returns (a contract.WrittenTable, or the table itself when there is no folder).
 
     Rows are held until :data:`ROW_GROUP_ROWS` rows or :data:`ROW_GROUP_BYTES` bytes, then written as one row
     group (runtime.output.RowGroupWriter): a family writes a batch per broker or bucket, and a row group each (a
     fleet's 64 brokers, a bucket's few thousand rows) was slower to write and to read (4 GiB at 10x the send-back
-    rate: 1.6 s writing 2.6 M rows 15,000 at a time, 1.2 s whole)."""
+    rate: 1.6 s writing 2.6 M rows 15,000 at a time, 1.2 s whole).  The rows go in ``folder``/part-00000.parquet;
+    rows already encoded (:meth:`add_file`) make the table's next file, and the rows after them the one after."""
 
-    def __init__(self, path: "fs.Location | None", schema: pa.Schema, closing: list | None = None):
-        from runtime.output import RowGroupWriter, out_parquet_writer
-
-        self.path, self.schema, self.rows = path, schema, 0
-        # ``closing`` (AuditContext.closing): the file closed in a thread beside what the driver does next, and this
-        # writer put on the list whose owner waits for it (AuditContext.tables_closed); else closed by ``close``
+    def __init__(self, folder: "fs.Location | None", schema: pa.Schema, closing: list | None = None):
+        self.folder, self.schema, self.rows = folder, schema, 0
+        # ``closing`` (AuditContext.closing): the last file closed in a thread beside what the driver does next, and
+        # this writer put on the list whose owner waits for it (AuditContext.tables_closed); else closed by ``close``
         self._closing_list, self._closing = closing, None
-        self._kept: list[pa.Table] = []  # without a file: the table's rows
-        self._file = None if path is None else RowGroupWriter(lambda first: out_parquet_writer(path, schema, first),
-                                                               hold_rows=ROW_GROUP_ROWS, hold_bytes=ROW_GROUP_BYTES,
-                                                               beside=True)
+        self._kept: list[pa.Table] = []  # without a folder: the table's rows
+        self.paths: list = []  # the files closed or written whole so far, in the rows' order
+        self._file = self._file_rows = None
+        if folder is not None:
+            self._next_file()
+
+    def _next_file(self) -> None:
+        from runtime.output import RowGroupWriter, out_join, out_parquet_writer
+
+        path = self._path = out_join(self.folder, f"part-{len(self.paths):05d}.parquet")
+        self._file = RowGroupWriter(lambda first: out_parquet_writer(path, self.schema, first),
+                                    hold_rows=ROW_GROUP_ROWS, hold_bytes=ROW_GROUP_BYTES, beside=True)
+        self._file_rows = 0
 
     def write(self, table: pa.Table) -> None:
         from decoding.columns import plain
@@ -696,32 +702,59 @@ class TableWriter:
             self._kept.append(table)
         else:
             self._file.write(plain(table))
+            self._file_rows += table.num_rows
+
+    def add_file(self, f) -> None:
+        """Rows already encoded as a Parquet file of the table's schema (a tasks.SpilledFile: a part an audit
+        state kept) written as they are, after the rows written so far: neither decoded nor encoded again."""
+        import pyarrow.parquet as pq
+
+        from runtime.output import out_join, out_write
+        from store_format.interrupts import check_beside
+
+        check_beside()
+        if not f.rows:
+            return
+        self.rows += f.rows
+        if self._file is None:
+            self._kept.append(pq.read_table(pa.BufferReader(f.data)).cast(self.schema))
+            return
+        if self._file_rows:  # the rows before it: a file of their own
+            self._file.close()
+            self.paths.append(self._path)
+        path = out_join(self.folder, f"part-{len(self.paths):05d}.parquet")
+        out_write(path, f.data)
+        self.paths.append(path)
+        self._next_file()
 
     def abort(self) -> None:
-        """The table given up (its family failed): the file closed and removed, so no part of it is an output."""
+        """The table given up (its family failed): its files closed and removed, so no part of it is an output."""
         from runtime.output import out_remove_quietly
 
         if self._file is not None:
             self._file.abort()
             self._file = None
-            out_remove_quietly(self.path)
+            for path in [*self.paths, self._path]:
+                out_remove_quietly(path)
         self._kept = []
 
     def close(self):
-        """What the family returns for the table; its file closed, or being closed beside (:meth:`closed`)."""
+        """What the family returns for the table; its last file closed, or being closed beside (:meth:`closed`)."""
         from runtime.output import Beside
 
         from .contract import WrittenTable
 
         if self._file is None:
             return pa.concat_tables(self._kept) if self._kept else self.schema.empty_table()
-        if self._closing_list is None:
-            self._file.close(empty_file=True)
-        else:
-            self._closing = Beside()
-            self._closing.start(self._file.close, empty_file=True)
-            self._closing_list.append(self)
-        return WrittenTable(self.path, self.rows)
+        if self._file_rows or not self.paths:  # a table of no rows: a file of its schema
+            if self._closing_list is None:
+                self._file.close(empty_file=True)
+            else:
+                self._closing = Beside()
+                self._closing.start(self._file.close, empty_file=True)
+                self._closing_list.append(self)
+            self.paths.append(self._path)
+        return WrittenTable(tuple(self.paths), self.rows)
 
     def closed(self, raising: bool = True) -> None:
         """The file closed beside (:meth:`close`) waited for; its error raised (else the file removed)."""

@@ -68,16 +68,17 @@ class FamilyResult:
 @dataclass(frozen=True)
 class WrittenTable:
     """A detail table its family wrote itself batch by batch (:meth:`jobs.audit.context.AuditContext.table_writer`):
-    one that grows with the messages is never whole on the driver.  The report shows its first rows (``head``)."""
+    one that grows with the messages is never whole on the driver.  ``paths``: its files, in the rows' order (one,
+    unless rows kept by an audit state were written as they were kept).  The report shows its first rows (``head``)."""
 
-    path: fs.Location
+    paths: tuple[fs.Location, ...]
     rows: int
 
     def head(self, n: int) -> "pa.Table":
-        """Its first ``n`` rows (what the report shows), read from its file."""
+        """Its first ``n`` rows (what the report shows), read from its files."""
         from runtime.output import out_parts_dataset
 
-        return out_parts_dataset([self.path], None).head(n)
+        return out_parts_dataset(list(self.paths), None).head(n)
 
 
 @dataclass(frozen=True)

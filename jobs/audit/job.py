@@ -532,7 +532,8 @@ def _write_driver_findings(found: list, run: RunInfo) -> list[dict]:
     writer = out_parquet_writer(path, FD.FINDINGS_FILE_SCHEMA)
     try:
         for item in found:
-            batches = out_parts_batches([item.path], FD.FINDING_SCHEMA) if isinstance(item, WrittenTable) else [item]
+            batches = out_parts_batches(list(item.paths), FD.FINDING_SCHEMA) if isinstance(item, WrittenTable) \
+                else [item]
             for t in batches:
                 if not t.num_rows:
                     continue
@@ -593,7 +594,7 @@ def _write_metrics(parts: list, stamp: dict, path: Location) -> pa.Table:
     with out_parquet_writer(out_join(path, "part-00000.parquet"), schema) as w:
         for t in parts:
             tables = [t] if not isinstance(t, WrittenTable) else \
-                (pa.Table.from_batches([b]) for b in out_parquet_batches(t.path))
+                (pa.Table.from_batches([b]) for path in t.paths for b in out_parquet_batches(path))
             for table in tables:
                 if table.num_rows:
                     w.write_table(_stamp_arrow(table, stamp).cast(schema))

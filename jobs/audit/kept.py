@@ -59,7 +59,7 @@ from .routes import CONSUMEQUEUE, CQ_FILES, ROUTES, hulls
 from .scan import (INF, MEMO, NEG_INF, CommitlogRange, CommitlogRun, FileScan, RoutedWindows, owned_buckets,
                    routed_values, whole_buckets)
 from .state import GIVEN_BACK, code_digest, read_part, write_part
-from .tasks import Emitter
+from .tasks import Emitter, SpilledFile
 
 ABOVE = "above"  # an offset at or past the span's end (or a file position past the range's reach): all alike
 BELOW = "below"  # an offset at or before the span's start: all alike
@@ -395,10 +395,10 @@ class KeptRows:
     schema: pa.Schema
     extra: dict = field(default_factory=dict)  # what was kept beside the rows given back (:meth:`keep`'s ``extra``)
 
-    def rows(self, depends, again: bool = True) -> pa.Table | None:
+    def rows(self, depends, again: bool = True) -> "pa.Table | SpilledFile | None":
         """The kept rows (kept again for the next run, unless not ``again``) when ``depends`` of their memos is what
         they were kept under and each file it read is the same, or grew past where they read it; else None (or none
-        kept, or unreadable)."""
+        kept, or unreadable).  Rows kept as a file (:meth:`keep`) are given back as that file, not decoded."""
         from runtime.output import out_keep
 
         if self.kept is None:
@@ -408,7 +408,9 @@ class KeptRows:
                 raw = f.read()
             given = Emitter()
             head = read_part(raw, given)
-            rows = given.tables["rows"][0] if "rows" in given.tables else self.schema.empty_table()  # none: not kept
+            as_file = [f for f in given.spilled_files if f.name == "rows"]
+            rows = as_file[0] if as_file else given.tables["rows"][0] if "rows" in given.tables \
+                else self.schema.empty_table()  # none: not kept
             extra = {name: t[0] for name, t in given.tables.items() if name != "rows"}
             key, reaches = self._key(*depends(head["memos"]))
         except Exception:  # noqa: BLE001 - a damaged or missing part: the rows are worked out again
@@ -420,11 +422,15 @@ class KeptRows:
         self.extra = extra
         return rows
 
-    def keep(self, rows: pa.Table, memos: dict, depends, extra: dict | None = None) -> None:
-        """``rows`` kept for the next run with their ``memos``, under ``depends(memos)``; ``extra``: tables worked
-        out from them, kept beside (given back as :attr:`extra`)."""
+    def keep(self, rows: "pa.Table | SpilledFile", memos: dict, depends, extra: dict | None = None) -> None:
+        """``rows`` kept for the next run with their ``memos``, under ``depends(memos)``: a table, or a Parquet file
+        of them (tasks.spilled_file, named "rows"), kept and given back as it is; ``extra``: tables worked out from
+        them, kept beside (given back as :attr:`extra`)."""
         mine = Emitter()
-        mine.table("rows", rows)
+        if isinstance(rows, SpilledFile):
+            mine.spill_file(rows)
+        else:
+            mine.table("rows", rows)
         for name, t in (extra or {}).items():
             mine.table(name, t)
         key, reaches = self._key(*depends(memos))

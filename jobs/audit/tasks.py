@@ -174,10 +174,7 @@ class Emitter:
         """The spilled rows held without a sink encoded as part files, one per partial (a kept task's, which the
         state keeps and the run writes as they are: encoded once, never decoded and encoded again)."""
         for name, tables in self.spilled.items():
-            w = _SpillWriter(name, tables[0].schema)
-            for t in tables:
-                w.write(t)
-            self.spilled_files.append(w.close_to_bytes())
+            self.spilled_files.append(spilled_file(name, tables))
         self.spilled = {}
 
     def merge(self, other: "Emitter") -> None:
@@ -266,6 +263,14 @@ class SpilledFile:
     first_offset: int | None
     last_offset: int | None
     broker: str | None
+
+
+def spilled_file(name: str, tables: list[pa.Table]) -> SpilledFile:
+    """``tables`` (of one schema) encoded as the part file ``name`` a task would spill them as, in memory."""
+    w = _SpillWriter(name, tables[0].schema)
+    for t in tables:
+        w.write(t)
+    return w.close_to_bytes()
 
 
 class _SpillWriter:

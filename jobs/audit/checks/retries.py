@@ -191,11 +191,13 @@ def _origins_read(ctx, broker: str):
     return depends
 
 
-def _looked_up(ctx, broker: str, held: list, derive):
+def _looked_up(ctx, broker: str, held: list, derive, as_files: bool):
     """The rows of the ``held`` parts' hops (each with where its rows are kept, or None), their origins read at
-    once, a part at a time (with ``derive`` of them, as :func:`retry_batches`); each part's rows kept with the
-    offsets its ids name."""
+    once, a part at a time (with ``derive`` of them, and ``as_files``, as :func:`retry_batches`); each part's rows
+    kept with the offsets its ids name."""
     from store_format.ids import offset_msg_id_offsets
+
+    from ..tasks import spilled_file
 
     hops = pa.concat_tables([h for h, _ in held]) if len(held) > 1 else held[0][0]
     rows = _retry_rows(ctx, broker, hops, ctx.kept_messages_by_id(broker, pc.unique(hops.column("origin_message_id"))))
@@ -203,19 +205,30 @@ def _looked_up(ctx, broker: str, held: list, derive):
     for part, keeping in held:  # the rows are in the hops' order: each part's, in turn
         mine = rows.slice(at, part.num_rows)
         derived = derive(mine) if derive is not None else None
-        if keeping is not None:
+        given = mine
+        if keeping is not None:  # kept as the Parquet file the table is then given: encoded once
             phys, valid = offset_msg_id_offsets(pc.unique(part.column("origin_message_id")))
-            keeping.keep(mine, {"named": np.unique(phys[valid])}, _origins_read(ctx, broker), derived)
+            kept = spilled_file("rows", [mine])
+            keeping.keep(kept, {"named": np.unique(phys[valid])}, _origins_read(ctx, broker), derived)
+            given = kept if as_files else mine
         at += part.num_rows
-        yield mine if derive is None else (mine, derived)
+        yield given if derive is None else (given, derived)
 
 
-def retry_batches(ctx, derive=None):
+def _table_of(rows) -> pa.Table:
+    """Rows given as a table or as the Parquet file they were kept as (tasks.SpilledFile)."""
+    import pyarrow.parquet as pq
+
+    return rows if isinstance(rows, pa.Table) else pq.read_table(pa.BufferReader(rows.data)).cast(RETRIES)
+
+
+def retry_batches(ctx, derive=None, as_files: bool = False):
     """The ``retries`` table in order (broker, physical offset), a part at a time: never whole on the driver.
     ``derive``: what the caller works out of each part's rows (a dict of tables), yielded with them as (rows,
     derived) and kept with them.  Under a state, a part whose rows the last run kept, and whose origins' bytes are
     the same, is given them back (and what was derived of them): neither its origins read again nor its rows worked
-    out."""
+    out.  ``as_files``: the rows of a part a state keeps yielded as the Parquet file they are kept as
+    (tasks.SpilledFile, for TableWriter.add_file: a part given back is neither decoded nor encoded again)."""
     held, held_broker, rows = [], None, 0  # hops waiting for their origins: (hops, where kept or None)
     for broker, hops, path in itertools.chain(_hop_parts(ctx), [(None, None, None)]):  # read as they come
         given = keeping = None
@@ -226,10 +239,12 @@ def retry_batches(ctx, derive=None):
             hops = _part_hops(raw) if given is None else None
         if held and (broker != held_broker or given is not None
                      or rows + (hops.num_rows if hops is not None else 0) > LOOKUP_ROWS):
-            yield from _looked_up(ctx, held_broker, held, derive)
+            yield from _looked_up(ctx, held_broker, held, derive, as_files)
             held, rows = [], 0
         if given is not None:
-            yield given if derive is None else (given, keeping.extra or derive(given))
+            derived = None if derive is None else keeping.extra or derive(_table_of(given))
+            given = given if as_files else _table_of(given)
+            yield given if derive is None else (given, derived)
         elif hops is not None and hops.num_rows:
             held.append((hops, keeping))
             held_broker, rows = broker, rows + hops.num_rows
@@ -308,8 +323,11 @@ def on_driver(ctx) -> FamilyResult:
     writer = ctx.table_writer("retries", RETRIES)
     dead_letters = ctx.findings_writer("retries.dlq_message")
     dlq_parts, retry_parts = [], []
-    for hops, derived in retry_batches(ctx, _derived):
-        writer.write(hops)
+    for rows, derived in retry_batches(ctx, _derived, as_files=True):
+        if isinstance(rows, pa.Table):
+            writer.write(rows)
+        else:
+            writer.add_file(rows)
         if "dlq_findings" in derived:
             dead_letters.write(derived["dlq_findings"])
             dlq_parts.append(derived["dlq"])
