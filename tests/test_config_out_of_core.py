@@ -304,8 +304,7 @@ def test_metrics_a_family_wrote_to_a_file_are_copied_in_the_families_order(tmp_p
     spilled_at = str(tmp_path / "lag_metrics" / "part-00000.parquet")
     write_parquet_file(spilled, spilled_at)
     stamp = {"run_id": "r1", "run_time": datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)}
-    held = _write_metrics([first, WrittenTable((spilled_at,), 70_000), last],
-                          stamp, str(tmp_path / "metrics"))
+    held = _write_metrics([first, WrittenTable((spilled_at,), 70_000), last], stamp, str(tmp_path / "metrics"))
     got = pq.read_table(tmp_path / "metrics" / "part-00000.parquet")
     assert got.drop_columns(["run_id", "run_time"]).to_pylist() == pa.concat_tables([first, spilled, last]).to_pylist()
     assert set(got.column("run_id").to_pylist()) == {"r1"} and got.column("run_time")[0].as_py() == stamp["run_time"]

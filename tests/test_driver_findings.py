@@ -32,7 +32,8 @@ def test_spooled_findings_are_copied_among_the_others_in_order_and_counted(tmp_p
         spool.write(p)
     spooled = spool.close()
     ctx.tables_closed()  # the file closed beside, as the job waits for it after the families
-    assert spooled.rows == 12 and resolve(spooled.path).local_path.startswith(str(tmp_path / "partials" / "_findings"))
+    assert spooled.rows == 12 and len(spooled.paths) == 1
+    assert resolve(spooled.paths[0]).local_path.startswith(str(tmp_path / "partials" / "_findings"))
     before = _findings("transactions.commit_without_op", ["a", "b"])
     after = FD.empty_findings()
     run = RunInfo(resolve(str(tmp_path / "findings")), "run-1", dt.datetime(2026, 12, 3, tzinfo=dt.timezone.utc))

@@ -546,10 +546,14 @@ def test_rows_kept_as_a_file_are_the_tables_next_file_between_the_rows_written_b
 
     schema = pa.schema([("broker", pa.string()), ("n", pa.int64())])
     batches = [pa.table({"broker": [f"b{i}"] * 2, "n": [i, -i]}, schema=schema) for i in range(5)]
-    def written(steps, folder) -> WrittenTable:
+
+    def written(steps, folder) -> context.TableWriter:
         w = context.TableWriter(str(folder), schema)
         for how, b in steps:
-            w.write(b) if how == "rows" else w.add_file(spilled_file("rows", [b]))
+            if how == "rows":
+                w.write(b)
+            else:
+                w.add_file(spilled_file("rows", [b]))
         return w
 
     folder = tmp_path / "t"

@@ -307,7 +307,8 @@ AUDIT_TABLES = (
     ("timers", "`OUT/tables/timers/`: 5.x, one row per record on rmq_sys_wheel_timer and its timer-log unit: the "
                "timer message's path and state (timers family)"),
     ("pop", "`OUT/tables/pop/`: 5.x, one row per message a POP checkpoint popped, with its state (pop family)"),
-    ("retries", "`OUT/tables/retries/`: one row per send-back copy (retries family)"),
+    ("retries", "`OUT/tables/retries/`: one row per send-back copy (retries family). Under `audit --state` one "
+                "Parquet file per scan part, in the rows' order (docs/scheduling.md)"),
     ("dlq", "`OUT/tables/dlq/`: one row per group with dead letters (retries family)"),
     ("resend", "`OUT/tables/resend/`: one row per message to re-send: damaged, dropped by recovery, or in no "
                "consume queue (jobs/audit/resend.py; the report's \"Messages to re-send\")"),
